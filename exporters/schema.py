@@ -1,0 +1,65 @@
+"""The Arrow/Parquet schema of the ``spans`` dataset (storage schema version 1).
+
+One row per span. Ids are lowercase hex, times are UTC nanoseconds, the
+attributes that replay and the SQL need most are promoted to typed columns
+(see :data:`otel_replay.semconv.PROMOTED_COLUMNS`), and the rest stay in a JSON
+object column. Files live under ``<dataset>/spans/date=YYYY-MM-DD/`` (hive
+partitioning on the span's UTC start date).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from otel_replay import semconv as sc
+
+__all__ = ["EVENT_TYPE", "LINK_TYPE", "SCHEMA_METADATA_KEY", "SPAN_SCHEMA", "SPANS_DIR"]
+
+SPANS_DIR = "spans"
+SCHEMA_METADATA_KEY = b"otel_replay.schema_version"
+
+_TS = pa.timestamp("ns", tz="UTC")
+
+EVENT_TYPE = pa.struct(
+    [
+        pa.field("time", _TS),
+        pa.field("name", pa.string()),
+        pa.field("attributes", pa.string()),
+    ]
+)
+LINK_TYPE = pa.struct(
+    [
+        pa.field("trace_id", pa.string()),
+        pa.field("span_id", pa.string()),
+        pa.field("trace_state", pa.string()),
+        pa.field("attributes", pa.string()),
+    ]
+)
+
+SPAN_SCHEMA = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("span_id", pa.string(), nullable=False),
+        pa.field("parent_span_id", pa.string()),
+        pa.field("trace_state", pa.string()),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("kind", pa.string()),
+        pa.field("service_name", pa.string()),
+        pa.field("scope_name", pa.string()),
+        pa.field("scope_version", pa.string()),
+        pa.field("start_time", _TS),
+        pa.field("end_time", _TS),
+        pa.field("duration_ns", pa.int64()),
+        pa.field("status_code", pa.string()),
+        pa.field("status_message", pa.string()),
+        *[pa.field(column, pa.string()) for column in sc.PROMOTED_COLUMNS.values()],
+        pa.field("attributes", pa.string()),
+        pa.field("resource_attributes", pa.string()),
+        pa.field("events", pa.list_(EVENT_TYPE)),
+        pa.field("links", pa.list_(LINK_TYPE)),
+        pa.field("dropped_attributes_count", pa.int32()),
+        pa.field("dropped_events_count", pa.int32()),
+        pa.field("dropped_links_count", pa.int32()),
+    ],
+    metadata={SCHEMA_METADATA_KEY: sc.SCHEMA_VERSION.encode()},
+)

@@ -1,0 +1,112 @@
+"""otel-replay: capture AI-agent decisions as OpenTelemetry spans, store them as
+Parquet, query replay chains with DuckDB, replay decisions against live state
+and gate the real action.
+
+The public API is re-exported here; see README.md for the manual.
+"""
+
+from __future__ import annotations
+
+from otel_replay.capture import (
+    AuditLog,
+    CorrelationSpanProcessor,
+    Decision,
+    DecisionTracer,
+    MemorySink,
+    Sink,
+    audit,
+    correlation,
+    current_ids,
+    session,
+)
+from otel_replay.chains import CHAIN_TYPES, ReplayBuilder, ReplayChain
+from otel_replay.errors import (
+    CaptureError,
+    ConfigError,
+    CorruptFileError,
+    DatasetError,
+    IntegrityError,
+    OtelReplayError,
+    OutcomeAlreadyRecorded,
+    PolicyLoadError,
+    QueryError,
+    RecordNotFound,
+    ReplayUndecidable,
+)
+from otel_replay.exporters import ParquetSpanExporter
+from otel_replay.gate import ActionGate, GateOutcome, Rail, Receipt, ReferenceLedger
+from otel_replay.integrity import SigningKey, VerifyReport, load_signing_key
+from otel_replay.records import (
+    Action,
+    AuditEntry,
+    DecisionRecord,
+    DependencySnapshot,
+    GateRecord,
+    ModelCall,
+    OutcomeRecord,
+    Report,
+    Seal,
+    SpanRef,
+)
+from otel_replay.replay import FixAction, Policy, Verdict, load_policy, replay
+from otel_replay.setup import Telemetry, configure
+from otel_replay.store import Store
+from otel_replay.store import open_store as open
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CHAIN_TYPES",
+    "Action",
+    "ActionGate",
+    "AuditEntry",
+    "AuditLog",
+    "CaptureError",
+    "ConfigError",
+    "CorrelationSpanProcessor",
+    "CorruptFileError",
+    "DatasetError",
+    "Decision",
+    "DecisionRecord",
+    "DecisionTracer",
+    "DependencySnapshot",
+    "FixAction",
+    "GateOutcome",
+    "GateRecord",
+    "IntegrityError",
+    "MemorySink",
+    "ModelCall",
+    "OtelReplayError",
+    "OutcomeAlreadyRecorded",
+    "OutcomeRecord",
+    "ParquetSpanExporter",
+    "Policy",
+    "PolicyLoadError",
+    "QueryError",
+    "Rail",
+    "Receipt",
+    "RecordNotFound",
+    "ReferenceLedger",
+    "ReplayBuilder",
+    "ReplayChain",
+    "ReplayUndecidable",
+    "Report",
+    "Seal",
+    "SigningKey",
+    "Sink",
+    "SpanRef",
+    "Store",
+    "Telemetry",
+    "Verdict",
+    "VerifyReport",
+    "__version__",
+    "audit",
+    "configure",
+    "correlation",
+    "current_ids",
+    "load_policy",
+    "load_signing_key",
+    "open",
+    "replay",
+    "session",
+]

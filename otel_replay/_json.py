@@ -1,0 +1,63 @@
+"""Canonical JSON: the one byte form used for hashing, storage and equality."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from otel_replay.errors import CaptureError
+
+_encoder = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def canonical_json(value: Any, *, where: str) -> str:
+    """Return ``value`` as canonical JSON (sorted keys, no spaces, UTF-8).
+
+    Raises:
+        CaptureError: naming ``where`` and the path of the first value JSON
+            cannot represent (an object, a set, NaN, a non-string key ...).
+    """
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        path, bad = _find_unserialisable(value, "$")
+        raise CaptureError(
+            f"{where} is not JSON-serialisable: {path} is {bad} "
+            "(use str, int, float, bool, None, lists and dicts with string keys)"
+        ) from exc
+
+
+def normalise(value: Any, *, where: str) -> Any:
+    """Deep-copy ``value`` into plain JSON types (tuples become lists)."""
+    return json.loads(canonical_json(value, where=where))
+
+
+def loads(text: str | None) -> Any:
+    """Parse stored canonical JSON; ``None`` stays ``None``."""
+    return None if text is None else json.loads(text)
+
+
+def _find_unserialisable(value: Any, path: str) -> tuple[str, str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, repr(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return path, "fine"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path}[{key!r}]", f"a key of type {type(key).__name__}"
+            found = _find_unserialisable(item, f"{path}.{key}")
+            if found[1] != "fine":
+                return found
+        return path, "fine"
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        for index, item in enumerate(value):
+            found = _find_unserialisable(item, f"{path}[{index}]")
+            if found[1] != "fine":
+                return found
+        return path, "fine"
+    return path, f"a {type(value).__name__}"

@@ -1,0 +1,214 @@
+"""``audit()``: capture one consequential decision as a span tree.
+
+::
+
+    replay.decision   (kind=decision, the record: snapshot, action, seal)
+    ├── replay.read   (kind=read: inputs merged across read() calls)
+    ├── replay.model  (kind=model, gen_ai.request.model; one per model() call)
+    └── replay.act    (kind=act: the action)
+
+The decision span carries the whole record, so one row is enough to rehydrate
+and verify it; the child spans give the causal tree, timing, and the GenAI
+view any OpenTelemetry backend understands. Reports go as ``replay.report``
+events on their stage span (data -> read, model -> the latest model span,
+harness -> the decision span).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry import baggage, context, trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from otel_replay import semconv as sc
+from otel_replay._json import canonical_json, normalise
+from otel_replay.capture.context import current_ids
+from otel_replay.capture.recorder import get_recorder
+from otel_replay.capture.sinks import Sink
+from otel_replay.errors import CaptureError
+from otel_replay.records import Action, DecisionRecord, DependencySnapshot, ModelCall, Report, SpanRef
+
+__all__ = ["Decision", "audit"]
+
+
+class Decision:
+    """The handle :func:`audit` yields. Fill it in; read ``record`` after the block."""
+
+    def __init__(self, record_id: str, decision_type: str, span: Span, base_attrs: dict[str, Any]) -> None:
+        """Internal: created by :func:`audit`."""
+        self.record_id = record_id
+        self.decision_type = decision_type
+        self._span = span
+        self._base = base_attrs
+        self._ctx = trace.set_span_in_context(span)
+        self._inputs: dict[str, Any] = {}
+        self._models: list[ModelCall] = []
+        self._reports: list[Report] = []
+        self._action: Action | None = None
+        self._read_span: Span | None = None
+        self._model_spans: list[Span] = []
+        self._act_span: Span | None = None
+        self._record: DecisionRecord | None = None
+
+    @property
+    def record(self) -> DecisionRecord:
+        """The sealed record; available once the ``with`` block has exited."""
+        if self._record is None:
+            raise CaptureError(f"decision {self.record_id}: the record exists only after the audit block exits")
+        return self._record
+
+    def _child(self, name: str, kind: str, attrs: dict[str, Any]) -> Span:
+        attrs = {sc.KIND: kind, sc.RECORD_ID: self.record_id, **attrs}
+        return get_recorder().tracer.start_span(name, context=self._ctx, attributes=attrs)
+
+    def read(self, **inputs: Any) -> Decision:
+        """Record what the agent read; merged into the data span's inputs."""
+        self._inputs.update(normalise(inputs, where=f"decision {self.record_id} read() inputs"))
+        text = canonical_json(self._inputs, where="inputs")
+        if self._read_span is None:
+            self._read_span = self._child(sc.SPAN_READ, sc.KIND_READ, {sc.READ_INPUTS: text})
+        else:
+            self._read_span.set_attribute(sc.READ_INPUTS, text)
+        return self
+
+    def model(self, model_id: str, decision_basis: str = "", output: Any = None) -> Decision:
+        """Record which model produced the output and the basis it stated."""
+        call = ModelCall(model_id, decision_basis, output)
+        self._models.append(call)
+        attrs: dict[str, Any] = {
+            sc.GEN_AI_REQUEST_MODEL: model_id,
+            sc.MODEL_DECISION_BASIS: decision_basis,
+        }
+        if call.output is not None:
+            attrs[sc.MODEL_OUTPUT] = canonical_json(call.output, where="model output")
+        self._model_spans.append(self._child(sc.SPAN_MODEL, sc.KIND_MODEL, attrs))
+        return self
+
+    def act(self, action: Action) -> Decision:
+        """Record the action the agent executed (once per decision)."""
+        if not isinstance(action, Action):
+            raise CaptureError(f"decision {self.record_id}: act() takes an Action, got {type(action).__name__}")
+        if self._action is not None:
+            raise CaptureError(f"decision {self.record_id}: act() was already called; one action per decision")
+        self._action = action
+        attrs: dict[str, Any] = {
+            sc.ACTION_TYPE: action.type,
+            sc.ACTION_ARGUMENTS: canonical_json(action.arguments, where="action arguments"),
+        }
+        if action.cost is not None:
+            attrs[sc.ACTION_COST] = action.cost
+        self._act_span = self._child(sc.SPAN_ACT, sc.KIND_ACT, attrs)
+        return self
+
+    def attach(self, report: Report) -> Decision:
+        """Route a leaf report to its stage span (data, model or harness)."""
+        if not isinstance(report, Report):
+            raise CaptureError(f"decision {self.record_id}: attach() takes a Report, got {type(report).__name__}")
+        self._reports.append(report)
+        target: Span = self._span
+        if report.stage == "data" and self._read_span is not None:
+            target = self._read_span
+        elif report.stage == "model" and self._model_spans:
+            target = self._model_spans[-1]
+        target.add_event(
+            sc.REPORT_EVENT,
+            {sc.REPORT_STAGE: report.stage, sc.REPORT_BODY: canonical_json(report.to_json(), where="report")},
+        )
+        return self
+
+    def _finish(self, snapshot: DependencySnapshot, error: str | None, start_ns: int) -> DecisionRecord:
+        for child in (self._read_span, *self._model_spans, self._act_span):
+            if child is not None:
+                child.end()
+        ctx = self._span.get_span_context()
+        record = DecisionRecord(
+            record_id=self.record_id,
+            source="audit",
+            decision_type=self.decision_type,
+            snapshot=snapshot,
+            action=self._action,
+            inputs=dict(self._inputs),
+            models=tuple(self._models),
+            reports=tuple(self._reports),
+            correlation_id=self._base.get(sc.CORRELATION_ID),
+            session_id=self._base.get(sc.SESSION_ID),
+            agent_id=self._base.get(sc.AGENT_ID),
+            error=error,
+            span=SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns),
+        )
+        attrs = record.to_attributes()
+        seal = get_recorder().chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
+        self._span.set_attributes(attrs)
+        self._span.end()
+        self._record = replace(record, seal=seal)
+        return self._record
+
+
+@contextmanager
+def audit(
+    action_type: str,
+    *,
+    snapshot: DependencySnapshot,
+    sink: Sink | None = None,
+    correlation_id: str | None = None,
+    session_id: str | None = None,
+    agent_id: str | None = None,
+) -> Iterator[Decision]:
+    """Capture one decision with the dependency state it relied on.
+
+    Yields a :class:`Decision`; fill it with ``read``/``model``/``act``/``attach``.
+    On exit the record is sealed (hash-chained and signed), emitted as spans
+    through the configured ``TracerProvider`` and appended to ``sink``
+    (default: the recorder's in-memory sink). An exception inside the block is
+    recorded on the span (status ERROR) and in the record, then re-raised.
+
+    Ids not given explicitly are taken from the enclosing
+    :func:`otel_replay.correlation`/:func:`otel_replay.session` scope, and the
+    explicit ones are put in scope for everything inside the block.
+    """
+    if not isinstance(snapshot, DependencySnapshot):
+        raise CaptureError(f"audit({action_type!r}): snapshot must be a DependencySnapshot, got {type(snapshot).__name__}")
+    if not isinstance(action_type, str) or not action_type:
+        raise CaptureError("audit(): action_type must be a non-empty string")
+    recorder = get_recorder()
+    scope = current_ids()
+    ids = {
+        sc.CORRELATION_ID: correlation_id or scope.correlation_id,
+        sc.SESSION_ID: session_id or scope.session_id,
+        sc.AGENT_ID: agent_id or scope.agent_id,
+    }
+    record_id = uuid.uuid4().hex
+    base: dict[str, Any] = {
+        sc.KIND: sc.KIND_DECISION,
+        sc.RECORD_ID: record_id,
+        sc.RECORD_SOURCE: "audit",
+        sc.DECISION_TYPE: action_type,
+        **{k: v for k, v in ids.items() if v is not None},
+    }
+    ctx = context.get_current()
+    for key, value in ids.items():
+        if value is not None:
+            ctx = baggage.set_baggage(key, value, ctx)
+    start_ns = time.time_ns()
+    span = recorder.tracer.start_span(sc.SPAN_DECISION, context=ctx, attributes=base, start_time=start_ns)
+    token = context.attach(trace.set_span_in_context(span, ctx))
+    decision = Decision(record_id, action_type, span, base)
+    error: str | None = None
+    try:
+        yield decision
+    except BaseException as exc:
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, error))
+        raise
+    finally:
+        context.detach(token)
+        record = decision._finish(snapshot, error, start_ns)
+        (sink if sink is not None else recorder.sink).append(record)

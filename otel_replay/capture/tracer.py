@@ -1,0 +1,123 @@
+"""``DecisionTracer``: reasoning traces and their outcomes (seed 002's tracer).
+
+A traced decision is a ``replay.decision`` span with source ``tracer``: who
+decided, what type of decision, the rationale, the confidence and the inputs.
+An outcome is a ``replay.outcome`` span linked to its decision. Outcomes are
+immutable: a second outcome for one decision is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import Link, SpanContext, TraceFlags
+
+from otel_replay import semconv as sc
+from otel_replay._json import normalise
+from otel_replay.capture.context import current_ids
+from otel_replay.capture.recorder import get_recorder
+from otel_replay.capture.sinks import Sink
+from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
+from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef
+
+if TYPE_CHECKING:
+    from otel_replay.store import Store
+
+__all__ = ["DecisionTracer", "link_to"]
+
+
+def link_to(span: SpanRef, attributes: dict[str, Any] | None = None) -> Link | None:
+    """An OpenTelemetry link to a recorded span (``None`` when the ref is empty)."""
+    if not span.trace_id or set(span.trace_id) == {"0"}:
+        return None
+    ctx = SpanContext(int(span.trace_id, 16), int(span.span_id, 16), is_remote=True, trace_flags=TraceFlags(1))
+    return Link(ctx, attributes)
+
+
+class DecisionTracer:
+    """Record reasoning decisions and, later, whether they were correct.
+
+    Args:
+        sink: receives every sealed :class:`DecisionRecord` and
+            :class:`OutcomeRecord` (default: the recorder's memory sink).
+        store: an open :class:`otel_replay.Store`; when given, outcomes are also
+            checked against the dataset, so immutability holds across processes.
+    """
+
+    def __init__(self, sink: Sink | None = None, store: Store | None = None) -> None:
+        """Create a tracer; see the class docstring."""
+        self._sink = sink
+        self._store = store
+        self._lock = threading.Lock()
+        self._spans: dict[str, SpanRef] = {}
+        self._outcomes: set[str] = set()
+
+    def _append(self, record: Any) -> None:
+        (self._sink if self._sink is not None else get_recorder().sink).append(record)
+
+    def decision(
+        self,
+        agent_id: str,
+        decision_type: str,
+        rationale: str,
+        confidence: float | None = None,
+        inputs: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        correlation_id: str | None = None,
+    ) -> str:
+        """Record one reasoning decision; returns its decision id (the record id)."""
+        if confidence is not None and not (isinstance(confidence, (int, float)) and 0.0 <= confidence <= 1.0):
+            raise CaptureError(f"decision {decision_type!r}: confidence must be a number in [0, 1], got {confidence!r}")
+        scope = current_ids()
+        record = DecisionRecord(
+            record_id=uuid.uuid4().hex,
+            source="tracer",
+            decision_type=decision_type,
+            inputs=normalise(inputs or {}, where=f"decision {decision_type!r} inputs"),
+            rationale=rationale,
+            confidence=None if confidence is None else float(confidence),
+            correlation_id=correlation_id or scope.correlation_id,
+            session_id=session_id or scope.session_id,
+            agent_id=agent_id or scope.agent_id,
+        )
+        span, seal = get_recorder().emit(sc.SPAN_DECISION, record.record_id, record.to_attributes())
+        with self._lock:
+            self._spans[record.record_id] = span
+        self._append(replace(record, span=span, seal=seal))
+        return record.record_id
+
+    def record_outcome(self, decision_id: str, outcome_correct: bool, note: str | None = None) -> OutcomeRecord:
+        """Record whether ``decision_id`` turned out correct. Allowed once per decision.
+
+        Raises:
+            OutcomeAlreadyRecorded: an outcome exists for this decision already.
+            RecordNotFound: a store was given and holds no such decision.
+        """
+        if not isinstance(outcome_correct, bool):
+            raise CaptureError(f"outcome for {decision_id}: outcome_correct must be True or False")
+        with self._lock:
+            if decision_id in self._outcomes:
+                raise OutcomeAlreadyRecorded(f"decision {decision_id} already has an outcome; outcomes are immutable")
+            span = self._spans.get(decision_id)
+            if self._store is not None:
+                span = span or self._store.decision_span(decision_id)
+                if self._store.has_outcome(decision_id):
+                    self._outcomes.add(decision_id)
+                    raise OutcomeAlreadyRecorded(
+                        f"decision {decision_id} already has an outcome in {self._store.dataset}; outcomes are immutable"
+                    )
+                if span is None:
+                    raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
+            self._outcomes.add(decision_id)
+        scope = current_ids()
+        outcome = OutcomeRecord(uuid.uuid4().hex, decision_id, outcome_correct, note, scope.correlation_id)
+        link = link_to(span) if span is not None else None
+        ref, seal = get_recorder().emit(
+            sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []
+        )
+        sealed = replace(outcome, span=ref, seal=seal)
+        self._append(sealed)
+        return sealed

@@ -1,0 +1,251 @@
+"""Record integrity: canonical hashing, HMAC signatures and hash chains.
+
+Every record span (decision, outcome, audit entry, gate outcome) carries a
+:class:`~otel_replay.records.Seal`: its chain id, sequence number, the id and
+hash of its predecessor, its own hash and an HMAC-SHA256 signature of that hash.
+
+The hash covers the span name, its start time and every ``replay.*`` attribute
+except the hash and signature themselves, so editing any stored field, or a
+timestamp, changes it. The signature makes a re-computed hash detectable: only
+a holder of the key can sign. See README "Integrity and keys" for key handling.
+
+Key resolution (first match wins):
+
+1. an explicit ``key`` / ``key_file`` argument;
+2. ``OTEL_REPLAY_SIGNING_KEY`` - the secret itself (any text, 16+ characters);
+3. ``OTEL_REPLAY_KEY_FILE`` - a file holding the secret;
+4. ``~/.config/otel-replay/signing.key`` - created (mode 0600, 32 random bytes,
+   hex) the first time something is signed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_replay import semconv as sc
+from otel_replay._json import canonical_json
+from otel_replay.errors import ConfigError
+from otel_replay.records import Seal
+
+__all__ = [
+    "GENESIS_HASH",
+    "Chain",
+    "SigningKey",
+    "VerifyProblem",
+    "VerifyReport",
+    "load_signing_key",
+    "record_hash",
+    "verify_records",
+]
+
+GENESIS_HASH = "0" * 64
+DEFAULT_KEY_FILE = Path("~/.config/otel-replay/signing.key")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """An HMAC secret and its public id (the first 16 hex of its SHA-256)."""
+
+    secret: bytes = field(repr=False)
+
+    @property
+    def key_id(self) -> str:
+        """A short, non-secret id stamped on every record signed with this key."""
+        return hashlib.sha256(self.secret).hexdigest()[:16]
+
+    def sign(self, digest: str) -> str:
+        """HMAC-SHA256 of a record hash, hex."""
+        return hmac.new(self.secret, digest.encode(), hashlib.sha256).hexdigest()
+
+    def check(self, digest: str, signature: str) -> bool:
+        """Constant-time check of a signature."""
+        return hmac.compare_digest(self.sign(digest), signature)
+
+
+def load_signing_key(
+    key: str | bytes | None = None, key_file: str | os.PathLike[str] | None = None, *, create: bool = True
+) -> SigningKey | None:
+    """Resolve the signing key (see the module docstring for the order).
+
+    With ``create=False`` a missing default key file yields ``None`` instead
+    of a new key (``verify`` uses this: it must not invent a key).
+    """
+    if key is None and key_file is None:
+        key = os.environ.get("OTEL_REPLAY_SIGNING_KEY") or None
+        key_file = os.environ.get("OTEL_REPLAY_KEY_FILE") or None
+    if key is not None:
+        secret = key.encode() if isinstance(key, str) else key
+        if len(secret) < 16:
+            raise ConfigError("signing key is too short: use at least 16 characters (OTEL_REPLAY_SIGNING_KEY)")
+        return SigningKey(secret)
+    path = Path(key_file).expanduser() if key_file is not None else DEFAULT_KEY_FILE.expanduser()
+    if path.exists():
+        secret = path.read_bytes().strip()
+        if len(secret) < 16:
+            raise ConfigError(f"signing key file {path} holds fewer than 16 bytes")
+        return SigningKey(secret)
+    if key_file is not None:
+        raise ConfigError(f"signing key file {path} does not exist")
+    if not create:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return SigningKey(path.read_bytes().strip())
+
+
+def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
+    """SHA-256 over the span name, start time and ``replay.*`` attributes."""
+    body = {
+        key: (list(value) if isinstance(value, tuple) else value)
+        for key, value in attributes.items()
+        if key.startswith("replay.") and key not in sc.INTEGRITY_FIELDS
+    }
+    text = canonical_json({"attributes": body, "name": name, "start_ns": int(start_ns)}, where="record")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Chain:
+    """Seals records into one hash chain; thread-safe, one per process by default."""
+
+    def __init__(self, key: SigningKey, chain_id: str | None = None) -> None:
+        """Start a new chain signed with ``key`` (a fresh chain id unless given)."""
+        self.key = key
+        self.chain_id = chain_id or uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._prev_id = ""
+        self._prev_hash = GENESIS_HASH
+
+    def seal(self, record_id: str, name: str, start_ns: int, attributes: dict[str, Any]) -> Seal:
+        """Link ``attributes`` into the chain: adds the seal fields to it in place."""
+        with self._lock:
+            attributes[sc.RECORD_CHAIN_ID] = self.chain_id
+            attributes[sc.RECORD_SEQ] = self._seq
+            attributes[sc.RECORD_PREV_ID] = self._prev_id
+            attributes[sc.RECORD_PREV_HASH] = self._prev_hash
+            attributes[sc.RECORD_KEY_ID] = self.key.key_id
+            digest = record_hash(name, start_ns, attributes)
+            seal = Seal(
+                chain_id=self.chain_id,
+                seq=self._seq,
+                prev_id=self._prev_id,
+                prev_hash=self._prev_hash,
+                hash=digest,
+                signature=self.key.sign(digest),
+                key_id=self.key.key_id,
+            )
+            attributes[sc.RECORD_HASH] = seal.hash
+            attributes[sc.RECORD_SIGNATURE] = seal.signature
+            self._seq += 1
+            self._prev_id = record_id
+            self._prev_hash = digest
+            return seal
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A sealed record as read back from the dataset."""
+
+    record_id: str
+    name: str
+    start_ns: int
+    attributes: Mapping[str, Any]
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyProblem:
+    """One failed check: which record, what is wrong, and where it is stored."""
+
+    record_id: str
+    problem: str
+    file: str = ""
+
+    def __str__(self) -> str:
+        where = f" [{self.file}]" if self.file else ""
+        return f"record {self.record_id}: {self.problem}{where}"
+
+
+@dataclass
+class VerifyReport:
+    """The result of :func:`verify_records`."""
+
+    records: int = 0
+    chains: int = 0
+    unsigned_checked: int = 0
+    problems: list[VerifyProblem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every record verified."""
+        return not self.problems
+
+
+def verify_records(records: Iterable[StoredRecord], key: SigningKey | None) -> VerifyReport:
+    """Check hashes, signatures and chain links of every sealed record.
+
+    Detects a record whose content was edited (hash mismatch), re-hashed
+    without the key (signature mismatch), deleted (a successor names a
+    predecessor that is absent) or reordered (a link points at the wrong hash,
+    or two records claim one sequence number). Deleting the newest records of
+    a chain leaves no successor to notice; README says so.
+    """
+    report = VerifyReport()
+    chains: dict[str, dict[int, list[StoredRecord]]] = {}
+    for rec in records:
+        report.records += 1
+        attrs = rec.attributes
+        stored = attrs.get(sc.RECORD_HASH)
+        digest = record_hash(rec.name, rec.start_ns, attrs)
+        if digest != stored:
+            report.problems.append(VerifyProblem(rec.record_id, "content edited (hash mismatch)", rec.file))
+        elif key is None or attrs.get(sc.RECORD_KEY_ID) != key.key_id:
+            report.unsigned_checked += 1
+        elif not key.check(digest, str(attrs.get(sc.RECORD_SIGNATURE, ""))):
+            report.problems.append(
+                VerifyProblem(rec.record_id, "signature invalid (hash recomputed without the key)", rec.file)
+            )
+        chain = chains.setdefault(str(attrs.get(sc.RECORD_CHAIN_ID)), {})
+        chain.setdefault(int(attrs.get(sc.RECORD_SEQ, -1)), []).append(rec)
+    report.chains = len(chains)
+    for by_seq in chains.values():
+        _check_links(by_seq, report)
+    return report
+
+
+def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) -> None:
+    for seq in sorted(by_seq):
+        group = by_seq[seq]
+        if len(group) > 1:
+            ids = ", ".join(r.record_id for r in group)
+            report.problems.append(
+                VerifyProblem(group[0].record_id, f"sequence number {seq} claimed by several records ({ids}): reordered or duplicated", group[0].file)
+            )
+            continue
+        rec = group[0]
+        prev_id = rec.attributes.get(sc.RECORD_PREV_ID, "")
+        prev_hash = rec.attributes.get(sc.RECORD_PREV_HASH)
+        if seq == 0:
+            if prev_hash != GENESIS_HASH:
+                report.problems.append(VerifyProblem(rec.record_id, "first record of its chain does not start at genesis", rec.file))
+            continue
+        before = by_seq.get(seq - 1)
+        if not before:
+            report.problems.append(
+                VerifyProblem(str(prev_id), f"deleted: missing from the dataset, yet record {rec.record_id} (seq {seq}) follows it", rec.file)
+            )
+        elif before[0].record_id != prev_id or before[0].attributes.get(sc.RECORD_HASH) != prev_hash:
+            report.problems.append(
+                VerifyProblem(rec.record_id, f"out of order: its predecessor should be {prev_id}, found {before[0].record_id}", rec.file)
+            )

@@ -1,0 +1,393 @@
+"""The record types shared by capture, storage and replay.
+
+A record is what one span of kind ``decision``, ``outcome``, ``audit_entry``
+or ``gate`` says. Each type converts to span attributes (``to_attributes``)
+and back (``from_attributes``); the same attributes, read back from Parquet,
+rebuild a record equal to the one captured in process. Structured values
+(state, arguments, inputs) are held in canonical-JSON-normalised form so that
+equality survives the round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from otel_replay import semconv as sc
+from otel_replay._json import canonical_json, loads, normalise
+from otel_replay.errors import CaptureError
+
+__all__ = [
+    "Action",
+    "AuditEntry",
+    "DecisionRecord",
+    "DependencySnapshot",
+    "GateRecord",
+    "ModelCall",
+    "OutcomeRecord",
+    "Report",
+    "Seal",
+    "SpanRef",
+    "iso_utc",
+]
+
+Attributes = dict[str, Any]
+Stage = Literal["data", "model", "harness"]
+
+
+def iso_utc(value: datetime | str | None) -> str | None:
+    """Normalise a timestamp to ISO-8601 UTC text (``None`` stays ``None``)."""
+    if value is None or isinstance(value, str):
+        return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).isoformat()
+
+
+@dataclass(frozen=True)
+class DependencySnapshot:
+    """The versioned dependency state a decision relied on.
+
+    ``state`` must be JSON-serialisable; it is deep-copied and normalised at
+    construction, so later mutation of the caller's dict cannot alter it.
+    """
+
+    state: Mapping[str, Any]
+    version: str | None = None
+    captured_at: datetime | str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, Mapping):
+            raise CaptureError(
+                f"DependencySnapshot.state must be a mapping, got {type(self.state).__name__}"
+            )
+        object.__setattr__(self, "state", normalise(self.state, where="DependencySnapshot.state"))
+        object.__setattr__(self, "captured_at", iso_utc(self.captured_at))
+        if self.version is not None:
+            object.__setattr__(self, "version", str(self.version))
+
+
+@dataclass(frozen=True)
+class Action:
+    """An action an agent takes: its type, arguments and optional cost."""
+
+    type: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    cost: float | int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, str) or not self.type:
+            raise CaptureError("Action.type must be a non-empty string")
+        if not isinstance(self.arguments, Mapping):
+            raise CaptureError(
+                f"Action.arguments must be a mapping, got {type(self.arguments).__name__}"
+            )
+        object.__setattr__(
+            self, "arguments", normalise(self.arguments, where=f"Action({self.type}).arguments")
+        )
+        if self.cost is not None and (
+            isinstance(self.cost, bool) or not isinstance(self.cost, (int, float))
+        ):
+            raise CaptureError(f"Action({self.type}).cost must be a number, got {self.cost!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The action as a plain dict."""
+        return {"type": self.type, "arguments": dict(self.arguments), "cost": self.cost}
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """Which model produced an output, and the basis it stated."""
+
+    model_id: str
+    decision_basis: str = ""
+    output: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output", normalise(self.output, where="model output"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The model call as a plain dict."""
+        return {"model_id": self.model_id, "decision_basis": self.decision_basis, "output": self.output}
+
+
+@dataclass(frozen=True)
+class Report:
+    """A leaf report routed to a stage span: ``data``, ``model`` or ``harness``."""
+
+    stage: Stage
+    name: str
+    passed: bool | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.stage not in ("data", "model", "harness"):
+            raise CaptureError(
+                f"Report.stage must be 'data', 'model' or 'harness', got {self.stage!r}"
+            )
+        object.__setattr__(self, "detail", normalise(self.detail, where=f"Report({self.name}).detail"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a plain dict."""
+        return {"stage": self.stage, "name": self.name, "passed": self.passed, "detail": dict(self.detail)}
+
+
+@dataclass(frozen=True)
+class Seal:
+    """Integrity fields: the record's place in its hash chain and its signature."""
+
+    chain_id: str
+    seq: int
+    prev_id: str
+    prev_hash: str
+    hash: str
+    signature: str
+    key_id: str
+
+    def to_attributes(self) -> Attributes:
+        """The seal as span attributes."""
+        return {
+            sc.RECORD_CHAIN_ID: self.chain_id,
+            sc.RECORD_SEQ: self.seq,
+            sc.RECORD_PREV_ID: self.prev_id,
+            sc.RECORD_PREV_HASH: self.prev_hash,
+            sc.RECORD_HASH: self.hash,
+            sc.RECORD_SIGNATURE: self.signature,
+            sc.RECORD_KEY_ID: self.key_id,
+        }
+
+    @classmethod
+    def from_attributes(cls, attrs: Mapping[str, Any]) -> Seal | None:
+        """Read a seal back; ``None`` when the span carries none."""
+        if sc.RECORD_HASH not in attrs:
+            return None
+        return cls(
+            chain_id=attrs[sc.RECORD_CHAIN_ID],
+            seq=int(attrs[sc.RECORD_SEQ]),
+            prev_id=attrs[sc.RECORD_PREV_ID],
+            prev_hash=attrs[sc.RECORD_PREV_HASH],
+            hash=attrs[sc.RECORD_HASH],
+            signature=attrs[sc.RECORD_SIGNATURE],
+            key_id=attrs[sc.RECORD_KEY_ID],
+        )
+
+
+def _put(attrs: Attributes, key: str, value: Any) -> None:
+    if value is not None:
+        attrs[key] = value
+
+
+@dataclass(frozen=True)
+class SpanRef:
+    """Where a record lives: its span's trace id, span id and start time."""
+
+    trace_id: str = ""
+    span_id: str = ""
+    start_ns: int = 0
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One consequential decision: what was read, decided, acted on, and the state relied on.
+
+    ``source`` is ``"audit"`` for :func:`otel_replay.audit` records (with a
+    snapshot and an action) and ``"tracer"`` for reasoning traces recorded by
+    :class:`otel_replay.DecisionTracer` (with rationale and confidence).
+    """
+
+    record_id: str
+    source: str
+    decision_type: str
+    snapshot: DependencySnapshot | None = None
+    action: Action | None = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    models: tuple[ModelCall, ...] = ()
+    reports: tuple[Report, ...] = ()
+    rationale: str | None = None
+    confidence: float | None = None
+    correlation_id: str | None = None
+    session_id: str | None = None
+    agent_id: str | None = None
+    error: str | None = None
+    span: SpanRef = field(default_factory=SpanRef, compare=True)
+    seal: Seal | None = None
+
+    @property
+    def action_type(self) -> str:
+        """The decision's action type (seed 000's name for ``decision_type``)."""
+        return self.decision_type
+
+    def to_attributes(self) -> Attributes:
+        """The record's content as decision-span attributes (seal excluded)."""
+        attrs: Attributes = {
+            sc.KIND: sc.KIND_DECISION,
+            sc.RECORD_ID: self.record_id,
+            sc.RECORD_SOURCE: self.source,
+            sc.DECISION_TYPE: self.decision_type,
+        }
+        _put(attrs, sc.CORRELATION_ID, self.correlation_id)
+        _put(attrs, sc.SESSION_ID, self.session_id)
+        _put(attrs, sc.AGENT_ID, self.agent_id)
+        _put(attrs, sc.DECISION_RATIONALE, self.rationale)
+        _put(attrs, sc.DECISION_CONFIDENCE, self.confidence)
+        _put(attrs, sc.RECORD_ERROR, self.error)
+        if self.inputs:
+            attrs[sc.DECISION_INPUTS] = canonical_json(self.inputs, where="decision inputs")
+        if self.models:
+            attrs[sc.DECISION_MODELS] = canonical_json([m.to_json() for m in self.models], where="models")
+        if self.reports:
+            attrs[sc.DECISION_REPORTS] = canonical_json([r.to_json() for r in self.reports], where="reports")
+        if self.snapshot is not None:
+            attrs[sc.SNAPSHOT_STATE] = canonical_json(self.snapshot.state, where="snapshot state")
+            _put(attrs, sc.SNAPSHOT_VERSION, self.snapshot.version)
+            _put(attrs, sc.SNAPSHOT_CAPTURED_AT, self.snapshot.captured_at)
+        if self.action is not None:
+            attrs[sc.ACTION_TYPE] = self.action.type
+            attrs[sc.ACTION_ARGUMENTS] = canonical_json(self.action.arguments, where="action arguments")
+            _put(attrs, sc.ACTION_COST, self.action.cost)
+        return attrs
+
+    @classmethod
+    def from_attributes(cls, attrs: Mapping[str, Any], span: SpanRef) -> DecisionRecord:
+        """Rebuild a record from its decision span's attributes."""
+        snapshot = None
+        if sc.SNAPSHOT_STATE in attrs:
+            snapshot = DependencySnapshot(
+                state=loads(attrs[sc.SNAPSHOT_STATE]),
+                version=attrs.get(sc.SNAPSHOT_VERSION),
+                captured_at=attrs.get(sc.SNAPSHOT_CAPTURED_AT),
+            )
+        action = None
+        if sc.ACTION_TYPE in attrs:
+            action = Action(
+                attrs[sc.ACTION_TYPE], loads(attrs.get(sc.ACTION_ARGUMENTS)) or {}, attrs.get(sc.ACTION_COST)
+            )
+        models = tuple(ModelCall(**m) for m in loads(attrs.get(sc.DECISION_MODELS)) or ())
+        reports = tuple(Report(**r) for r in loads(attrs.get(sc.DECISION_REPORTS)) or ())
+        return cls(
+            record_id=attrs[sc.RECORD_ID],
+            source=attrs.get(sc.RECORD_SOURCE, "audit"),
+            decision_type=attrs.get(sc.DECISION_TYPE, ""),
+            snapshot=snapshot,
+            action=action,
+            inputs=loads(attrs.get(sc.DECISION_INPUTS)) or {},
+            models=models,
+            reports=reports,
+            rationale=attrs.get(sc.DECISION_RATIONALE),
+            confidence=attrs.get(sc.DECISION_CONFIDENCE),
+            correlation_id=attrs.get(sc.CORRELATION_ID),
+            session_id=attrs.get(sc.SESSION_ID),
+            agent_id=attrs.get(sc.AGENT_ID),
+            error=attrs.get(sc.RECORD_ERROR),
+            span=span,
+            seal=Seal.from_attributes(attrs),
+        )
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """Whether a decision turned out correct; recorded once per decision."""
+
+    record_id: str
+    decision_id: str
+    outcome_correct: bool
+    note: str | None = None
+    correlation_id: str | None = None
+    span: SpanRef = field(default_factory=SpanRef)
+    seal: Seal | None = None
+
+    def to_attributes(self) -> Attributes:
+        """The outcome as span attributes (its ``record_id`` names the decision)."""
+        attrs: Attributes = {
+            sc.KIND: sc.KIND_OUTCOME,
+            sc.RECORD_ID: self.record_id,
+            sc.RECORD_SOURCE: "tracer",
+            sc.DECISION_TYPE: "outcome",
+            sc.OUTCOME_CORRECT: self.outcome_correct,
+            sc.OUTCOME_DECISION_ID: self.decision_id,
+        }
+        _put(attrs, sc.OUTCOME_NOTE, self.note)
+        _put(attrs, sc.CORRELATION_ID, self.correlation_id)
+        return attrs
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One inter-agent message or system action in the audit log."""
+
+    entry_id: str
+    event_type: str
+    source_agent: str
+    created_at: str
+    target_agent: str | None = None
+    correlation_id: str | None = None
+    session_id: str | None = None
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    seal: Seal | None = None
+
+    def to_attributes(self) -> Attributes:
+        """The entry as span attributes."""
+        attrs: Attributes = {
+            sc.KIND: sc.KIND_AUDIT_ENTRY,
+            sc.RECORD_ID: self.entry_id,
+            sc.RECORD_SOURCE: "audit_log",
+            sc.AUDIT_EVENT_TYPE: self.event_type,
+            sc.AUDIT_SOURCE_AGENT: self.source_agent,
+            sc.AUDIT_CREATED_AT: self.created_at,
+            sc.AUDIT_PAYLOAD: canonical_json(self.payload, where=f"audit entry {self.entry_id} payload"),
+        }
+        _put(attrs, sc.AUDIT_TARGET_AGENT, self.target_agent)
+        _put(attrs, sc.CORRELATION_ID, self.correlation_id)
+        _put(attrs, sc.SESSION_ID, self.session_id)
+        return attrs
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as a plain dict, as :meth:`AuditLog.query` returns it."""
+        return {
+            "entry_id": self.entry_id,
+            "event_type": self.event_type,
+            "source_agent": self.source_agent,
+            "target_agent": self.target_agent,
+            "correlation_id": self.correlation_id,
+            "session_id": self.session_id,
+            "created_at": self.created_at,
+            "payload": dict(self.payload),
+        }
+
+
+@dataclass(frozen=True)
+class GateRecord:
+    """What an :class:`ActionGate` did with a verdict (or a commit)."""
+
+    record_id: str
+    decision_id: str | None
+    stage: str
+    fix: str | None
+    executed: str
+    detail: str
+    justified: bool | None = None
+    reason: str | None = None
+    receipt: Mapping[str, Any] | None = None
+    correlation_id: str | None = None
+    seal: Seal | None = None
+
+    def to_attributes(self) -> Attributes:
+        """The gate outcome as span attributes."""
+        attrs: Attributes = {
+            sc.KIND: sc.KIND_GATE,
+            sc.RECORD_ID: self.record_id,
+            sc.RECORD_SOURCE: "gate",
+            sc.GATE_STAGE: self.stage,
+            sc.GATE_EXECUTED: self.executed,
+            sc.GATE_DETAIL: self.detail,
+        }
+        _put(attrs, sc.GATE_DECISION_ID, self.decision_id)
+        _put(attrs, sc.GATE_FIX, self.fix)
+        _put(attrs, sc.GATE_JUSTIFIED, self.justified)
+        _put(attrs, sc.GATE_REASON, self.reason)
+        _put(attrs, sc.CORRELATION_ID, self.correlation_id)
+        if self.receipt is not None:
+            attrs[sc.GATE_RECEIPT] = canonical_json(self.receipt, where="gate receipt")
+        return attrs

@@ -1,0 +1,121 @@
+"""Policy replay: does a recorded decision still hold under the state that is live now?
+
+:func:`replay` is pure. It deep-copies the live state, the snapshot state and
+the action before the policy sees them, mutates nothing and executes nothing;
+side effects belong to :class:`otel_replay.ActionGate`.
+
+==============  ==========================================================
+verdict         when
+==============  ==========================================================
+ALLOW           the policy justifies the action under the live state
+ROLLBACK        justified on the recorded snapshot, not on the live state
+BLOCK           justified under neither
+HUMAN_REVIEW    the policy raised :class:`ReplayUndecidable`
+==============  ==========================================================
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from otel_replay.errors import PolicyLoadError, ReplayUndecidable
+from otel_replay.records import Action, DecisionRecord
+
+__all__ = ["FixAction", "Policy", "Verdict", "load_policy", "replay"]
+
+Policy = Callable[[Mapping[str, Any], Action], "tuple[bool, str]"]
+"""``(state, action) -> (justified, reason)``."""
+
+
+class FixAction(str, enum.Enum):
+    """The fix a verdict routes."""
+
+    ALLOW = "ALLOW"
+    ROLLBACK = "ROLLBACK"
+    BLOCK = "BLOCK"
+    HUMAN_REVIEW = "HUMAN_REVIEW"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of :func:`replay`.
+
+    ``trace_id``/``span_id`` point at the decision span, so the gate can link
+    its own span to it.
+    """
+
+    fix: FixAction
+    justified: bool
+    reason: str
+    record_id: str
+    trace_id: str = ""
+    span_id: str = ""
+    correlation_id: str | None = None
+
+
+def _ask(policy: Policy, state: Mapping[str, Any], action: Action) -> tuple[bool, str]:
+    result = policy(copy.deepcopy(dict(state)), copy.deepcopy(action))
+    try:
+        justified, reason = result
+    except (TypeError, ValueError):
+        raise TypeError(f"policy must return (justified, reason), got {result!r}") from None
+    return bool(justified), str(reason)
+
+
+def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Policy) -> Verdict:
+    """Re-derive whether ``record``'s action still holds under ``live_state``.
+
+    Raises:
+        ValueError: the record has no snapshot or no action (nothing to replay).
+    """
+    if record.snapshot is None or record.action is None:
+        raise ValueError(
+            f"record {record.record_id} has no {'snapshot' if record.snapshot is None else 'action'}; "
+            "only audit() decisions with an act() can be replayed"
+        )
+    base = {
+        "record_id": record.record_id,
+        "trace_id": record.span.trace_id,
+        "span_id": record.span.span_id,
+        "correlation_id": record.correlation_id,
+    }
+    try:
+        live_ok, live_reason = _ask(policy, live_state, record.action)
+        if live_ok:
+            return Verdict(FixAction.ALLOW, True, live_reason, **base)
+        snap_ok, snap_reason = _ask(policy, record.snapshot.state, record.action)
+    except ReplayUndecidable as exc:
+        return Verdict(FixAction.HUMAN_REVIEW, False, str(exc) or "policy could not decide", **base)
+    if snap_ok:
+        return Verdict(
+            FixAction.ROLLBACK, False, f"stale state: justified on the snapshot, not now: {live_reason}", **base
+        )
+    return Verdict(FixAction.BLOCK, False, f"not justified even on its own snapshot: {snap_reason}", **base)
+
+
+def load_policy(reference: str) -> Policy:
+    """Import a policy from ``"package.module:function"``."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not attr:
+        raise PolicyLoadError(f"policy {reference!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PolicyLoadError(f"policy {reference!r}: cannot import module {module_name!r}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise PolicyLoadError(f"policy {reference!r}: module {module_name!r} has no {attr!r}") from None
+    if not callable(target):
+        raise PolicyLoadError(f"policy {reference!r} is not callable")
+    return target  # type: ignore[no-any-return]

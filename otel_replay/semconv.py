@@ -1,0 +1,131 @@
+"""Every span and attribute name otel-replay writes or reads.
+
+This module is the span model's single source of names: capture, the exporter
+row conversion, the SQL views (which spell the same strings; a test pins that
+each one used in ``queries/`` is defined here) and replay all import from it.
+
+Two namespaces are used:
+
+* ``replay.*`` for this project's own attributes;
+* ``gen_ai.*`` (OpenTelemetry GenAI semantic conventions) for model calls, so
+  any GenAI-aware backend understands the model spans too.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION: Final = "1"
+"""Storage schema version written into every Parquet file's metadata."""
+
+INSTRUMENTATION_NAME: Final = "otel_replay"
+
+# --- span names --------------------------------------------------------------
+SPAN_DECISION: Final = "replay.decision"
+SPAN_READ: Final = "replay.read"
+SPAN_MODEL: Final = "replay.model"
+SPAN_ACT: Final = "replay.act"
+SPAN_OUTCOME: Final = "replay.outcome"
+SPAN_AUDIT_ENTRY: Final = "replay.audit_entry"
+SPAN_GATE: Final = "replay.gate"
+
+# --- kinds (value of ``replay.kind``) ---------------------------------------
+KIND: Final = "replay.kind"
+KIND_DECISION: Final = "decision"
+KIND_READ: Final = "read"
+KIND_MODEL: Final = "model"
+KIND_ACT: Final = "act"
+KIND_OUTCOME: Final = "outcome"
+KIND_AUDIT_ENTRY: Final = "audit_entry"
+KIND_GATE: Final = "gate"
+
+# --- correlation, stamped on every span in scope ------------------------------
+CORRELATION_ID: Final = "replay.correlation_id"
+SESSION_ID: Final = "replay.session_id"
+AGENT_ID: Final = "replay.agent_id"
+
+# --- record identity and integrity -------------------------------------------
+RECORD_ID: Final = "replay.record.id"
+RECORD_SOURCE: Final = "replay.record.source"  # "audit" | "tracer" | "audit_log" | "gate"
+RECORD_CHAIN_ID: Final = "replay.record.chain_id"
+RECORD_SEQ: Final = "replay.record.seq"
+RECORD_PREV_ID: Final = "replay.record.prev_id"
+RECORD_PREV_HASH: Final = "replay.record.prev_hash"
+RECORD_HASH: Final = "replay.record.hash"
+RECORD_SIGNATURE: Final = "replay.record.signature"
+RECORD_KEY_ID: Final = "replay.record.key_id"
+RECORD_ERROR: Final = "replay.record.error"
+
+INTEGRITY_FIELDS: Final = frozenset({RECORD_HASH, RECORD_SIGNATURE})
+"""Attributes left out of the hashed body (they are computed from it)."""
+
+# --- decision ----------------------------------------------------------------
+DECISION_TYPE: Final = "replay.decision.type"
+DECISION_RATIONALE: Final = "replay.decision.rationale"
+DECISION_CONFIDENCE: Final = "replay.decision.confidence"
+DECISION_INPUTS: Final = "replay.decision.inputs"  # canonical JSON object
+DECISION_MODELS: Final = "replay.decision.models"  # canonical JSON array
+DECISION_REPORTS: Final = "replay.decision.reports"  # canonical JSON array
+
+SNAPSHOT_STATE: Final = "replay.snapshot.state"  # canonical JSON
+SNAPSHOT_VERSION: Final = "replay.snapshot.version"
+SNAPSHOT_CAPTURED_AT: Final = "replay.snapshot.captured_at"  # ISO-8601 UTC
+
+ACTION_TYPE: Final = "replay.action.type"
+ACTION_ARGUMENTS: Final = "replay.action.arguments"  # canonical JSON object
+ACTION_COST: Final = "replay.action.cost"
+
+READ_INPUTS: Final = "replay.read.inputs"  # canonical JSON object
+MODEL_DECISION_BASIS: Final = "replay.model.decision_basis"
+MODEL_OUTPUT: Final = "replay.model.output"  # canonical JSON
+REPORT_EVENT: Final = "replay.report"
+REPORT_STAGE: Final = "replay.report.stage"
+REPORT_BODY: Final = "replay.report.body"  # canonical JSON
+
+# --- outcome -----------------------------------------------------------------
+OUTCOME_CORRECT: Final = "replay.outcome.correct"
+OUTCOME_NOTE: Final = "replay.outcome.note"
+OUTCOME_DECISION_ID: Final = "replay.outcome.decision_id"
+
+# --- audit log entry ---------------------------------------------------------
+AUDIT_EVENT_TYPE: Final = "replay.audit.event_type"
+AUDIT_SOURCE_AGENT: Final = "replay.audit.source_agent"
+AUDIT_TARGET_AGENT: Final = "replay.audit.target_agent"
+AUDIT_CREATED_AT: Final = "replay.audit.created_at"  # ISO-8601, the writer's clock
+AUDIT_PAYLOAD: Final = "replay.audit.payload"  # canonical JSON
+
+# --- gate --------------------------------------------------------------------
+GATE_STAGE: Final = "replay.gate.stage"  # "commit" | "pre_commit" | "post_commit"
+GATE_FIX: Final = "replay.gate.fix"
+GATE_EXECUTED: Final = "replay.gate.executed"
+GATE_DETAIL: Final = "replay.gate.detail"
+GATE_JUSTIFIED: Final = "replay.gate.justified"
+GATE_REASON: Final = "replay.gate.reason"
+GATE_RECEIPT: Final = "replay.gate.receipt"  # canonical JSON
+GATE_DECISION_ID: Final = "replay.gate.decision_id"
+
+# --- OpenTelemetry GenAI semantic conventions (model spans) ------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+
+# --- OpenTelemetry resource --------------------------------------------------
+SERVICE_NAME: Final = "service.name"
+
+# --- baggage keys (propagate across threads, tasks and processes) ------------
+BAGGAGE_CORRELATION_ID: Final = CORRELATION_ID
+BAGGAGE_SESSION_ID: Final = SESSION_ID
+BAGGAGE_AGENT_ID: Final = AGENT_ID
+
+# --- typed columns: attribute promoted to its own Parquet column -------------
+PROMOTED_COLUMNS: Final = {
+    CORRELATION_ID: "correlation_id",
+    SESSION_ID: "session_id",
+    AGENT_ID: "agent_id",
+    RECORD_ID: "record_id",
+    KIND: "replay_kind",
+    DECISION_TYPE: "decision_type",
+}
+"""Attribute key -> column name. A promoted attribute is stored only in its
+column (when its value is a string) and restored from it on rehydration."""

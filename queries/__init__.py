@@ -1,0 +1,1 @@
+"""The SQL files (installed as package data of ``otel_replay.queries``); no code lives here."""

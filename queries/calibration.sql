@@ -1,0 +1,16 @@
+-- calibration: are confident decisions more often correct? Decisions with a
+-- confidence and an outcome, bucketed by confidence in tenths.
+-- Returns (bucket, decisions, correct, accuracy, mean_confidence).
+-- Variables: decision_type (NULL for every type).
+SELECT
+    least(floor(d.confidence * 10) / 10, 0.9)         AS bucket,
+    count(*)                                           AS decisions,
+    count(*) FILTER (WHERE o.outcome_correct)          AS correct,
+    round(avg(CASE WHEN o.outcome_correct THEN 1.0 ELSE 0.0 END), 4) AS accuracy,
+    round(avg(d.confidence), 4)                        AS mean_confidence
+FROM decisions AS d
+JOIN outcomes AS o ON o.decision_id = d.record_id
+WHERE d.confidence IS NOT NULL
+  AND (getvariable('decision_type') IS NULL OR d.decision_type = getvariable('decision_type'))
+GROUP BY bucket
+ORDER BY bucket;

@@ -1,0 +1,7 @@
+-- sealed records: every span that carries a record seal, with what verification needs:
+-- the stored attributes, the promoted columns and the file each row came from.
+SELECT record_id, name, epoch_ns(start_time) AS start_ns, attributes,
+       correlation_id, session_id, agent_id, replay_kind, decision_type, filename
+FROM read_parquet(getvariable('otel_replay_files'), hive_partitioning = true, union_by_name = true, filename = true)
+WHERE attributes ->> '$."replay.record.hash"' IS NOT NULL
+ORDER BY filename;

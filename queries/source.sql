@@ -1,0 +1,7 @@
+-- span_source: every row of the dataset's Parquet files, plus the hive `date` partition.
+-- Before running this from any DuckDB, point it at the files:
+--   SET VARIABLE otel_replay_files = 'traces/spans/**/*.parquet';
+-- (a list of paths works too; otel-replay passes the files it validated).
+CREATE OR REPLACE VIEW span_source AS
+SELECT *
+FROM read_parquet(getvariable('otel_replay_files'), hive_partitioning = true, union_by_name = true);

@@ -1,0 +1,131 @@
+-- The views every consumer shares. Needs `span_source` (queries/source.sql) first.
+
+-- spans: one row per span, every column of the storage schema plus `date`.
+CREATE OR REPLACE VIEW spans AS
+SELECT * FROM span_source;
+
+-- decisions: one row per decision span (source 'audit' from audit(), 'tracer'
+-- from DecisionTracer.decision), with the record's content unpacked.
+CREATE OR REPLACE VIEW decisions AS
+SELECT
+    record_id,
+    attributes ->> '$."replay.record.source"'                       AS source,
+    decision_type,
+    agent_id,
+    session_id,
+    correlation_id,
+    attributes ->> '$."replay.decision.rationale"'                  AS rationale,
+    TRY_CAST(attributes ->> '$."replay.decision.confidence"' AS DOUBLE) AS confidence,
+    attributes ->> '$."replay.decision.inputs"'                     AS inputs,
+    attributes ->> '$."replay.snapshot.state"'                      AS snapshot_state,
+    attributes ->> '$."replay.snapshot.version"'                    AS snapshot_version,
+    attributes ->> '$."replay.snapshot.captured_at"'                AS snapshot_captured_at,
+    attributes ->> '$."replay.action.type"'                         AS action_type,
+    attributes ->> '$."replay.action.arguments"'                    AS action_arguments,
+    TRY_CAST(attributes ->> '$."replay.action.cost"' AS DOUBLE)     AS action_cost,
+    attributes ->> '$."replay.decision.models"'                     AS models,
+    attributes ->> '$."replay.record.error"'                        AS error,
+    attributes ->> '$."replay.record.hash"'                         AS record_hash,
+    start_time                                                      AS created_at,
+    end_time,
+    duration_ns,
+    status_code,
+    service_name,
+    trace_id,
+    span_id,
+    parent_span_id
+FROM spans
+WHERE replay_kind = 'decision';
+
+-- reads: what each audited decision read (inputs merged across read() calls).
+CREATE OR REPLACE VIEW reads AS
+SELECT
+    record_id,
+    attributes ->> '$."replay.read.inputs"' AS inputs,
+    correlation_id, session_id, agent_id,
+    start_time, end_time, trace_id, span_id, parent_span_id
+FROM spans
+WHERE replay_kind = 'read';
+
+-- model_calls: model spans from audit() (kind 'model') and any span carrying the
+-- OpenTelemetry GenAI conventions (gen_ai.operation.name / gen_ai.request.model).
+CREATE OR REPLACE VIEW model_calls AS
+SELECT
+    record_id,
+    COALESCE(attributes ->> '$."gen_ai.request.model"', attributes ->> '$."gen_ai.response.model"') AS model,
+    attributes ->> '$."gen_ai.operation.name"'        AS operation,
+    attributes ->> '$."gen_ai.provider.name"'         AS provider,
+    attributes ->> '$."replay.model.decision_basis"'  AS decision_basis,
+    attributes ->> '$."replay.model.output"'          AS output,
+    correlation_id, session_id, agent_id,
+    start_time, end_time, duration_ns, status_code, trace_id, span_id, parent_span_id
+FROM spans
+WHERE replay_kind = 'model'
+   OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
+   OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL;
+
+-- acts: the action each audited decision executed.
+CREATE OR REPLACE VIEW acts AS
+SELECT
+    record_id,
+    attributes ->> '$."replay.action.type"'                      AS action_type,
+    attributes ->> '$."replay.action.arguments"'                 AS action_arguments,
+    TRY_CAST(attributes ->> '$."replay.action.cost"' AS DOUBLE)  AS action_cost,
+    correlation_id, session_id, agent_id,
+    start_time, end_time, trace_id, span_id, parent_span_id
+FROM spans
+WHERE replay_kind = 'act';
+
+-- audit_entries: inter-agent messages and system actions. `created_at` is the
+-- writer's clock (chains sort on it); `recorded_at` is when the span was made.
+CREATE OR REPLACE VIEW audit_entries AS
+SELECT
+    record_id                                                        AS entry_id,
+    attributes ->> '$."replay.audit.event_type"'                    AS event_type,
+    attributes ->> '$."replay.audit.source_agent"'                  AS source_agent,
+    attributes ->> '$."replay.audit.target_agent"'                  AS target_agent,
+    correlation_id,
+    session_id,
+    TRY_CAST(attributes ->> '$."replay.audit.created_at"' AS TIMESTAMPTZ) AS created_at,
+    attributes ->> '$."replay.audit.payload"'                       AS payload,
+    start_time                                                       AS recorded_at,
+    trace_id,
+    span_id
+FROM spans
+WHERE replay_kind = 'audit_entry';
+
+-- outcomes: the first (and, by the immutability rule, only) outcome per decision.
+CREATE OR REPLACE VIEW outcomes AS
+SELECT
+    record_id                                                        AS outcome_id,
+    attributes ->> '$."replay.outcome.decision_id"'                 AS decision_id,
+    TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN) AS outcome_correct,
+    attributes ->> '$."replay.outcome.note"'                        AS note,
+    correlation_id,
+    start_time                                                       AS recorded_at,
+    trace_id,
+    span_id
+FROM spans
+WHERE replay_kind = 'outcome'
+QUALIFY row_number() OVER (
+    PARTITION BY attributes ->> '$."replay.outcome.decision_id"' ORDER BY start_time, span_id
+) = 1;
+
+-- gates: what ActionGate did (commit, pre_commit, post_commit) and why.
+CREATE OR REPLACE VIEW gates AS
+SELECT
+    record_id                                              AS gate_id,
+    attributes ->> '$."replay.gate.decision_id"'          AS decision_id,
+    attributes ->> '$."replay.gate.stage"'                AS stage,
+    attributes ->> '$."replay.gate.fix"'                  AS fix,
+    attributes ->> '$."replay.gate.executed"'             AS executed,
+    attributes ->> '$."replay.gate.detail"'               AS detail,
+    TRY_CAST(attributes ->> '$."replay.gate.justified"' AS BOOLEAN) AS justified,
+    attributes ->> '$."replay.gate.reason"'               AS reason,
+    attributes ->> '$."replay.gate.receipt"'              AS receipt,
+    correlation_id,
+    start_time                                             AS recorded_at,
+    trace_id,
+    span_id
+FROM spans
+WHERE replay_kind = 'gate';
