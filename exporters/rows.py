@@ -1,17 +1,23 @@
-"""The one span -> row conversion: OTLP protobuf ``ResourceSpans`` to Arrow.
+"""The span -> row conversion: one row builder, fed from SDK spans or OTLP protobuf.
 
-Both ways into the dataset go through here. The in-process exporter encodes
-SDK spans with the OpenTelemetry SDK's own OTLP encoder first
-(:func:`spans_to_table`), and the OTLP receiver hands over the request it
-decoded (:func:`request_to_table`); so a span that came over the wire and one
-exported in-process become the same row.
+Everything that decides what a row *is* (which attributes are promoted to
+typed columns, how values become JSON, id and time encoding, the partition
+date) lives in :class:`RowBuilder`. Two thin readers feed it: one walks SDK
+``ReadableSpan`` objects (the in-process exporter), the other walks decoded
+OTLP ``ResourceSpans`` (the OTLP receiver, ``ingest``). Both hand the builder
+the same plain values, so a span exported in-process and the same span sent
+over OTLP become byte-identical rows; ``tests/test_rows.py`` pins that by
+pushing one set of spans through both (the SDK's own OTLP encoder on one side).
+
+The SDK reader exists because encoding to protobuf and decoding it again in
+the same process costs more than the whole row build (see benchmarks/).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,119 +31,169 @@ from otel_replay import semconv as sc
 
 from .schema import SPAN_SCHEMA
 
-__all__ = ["DATE_COLUMN", "any_value", "request_to_table", "resource_spans_to_table", "spans_to_table"]
+__all__ = [
+    "DATE_COLUMN",
+    "RowBuilder",
+    "any_value",
+    "encode_spans",
+    "request_to_table",
+    "resource_spans_to_table",
+    "spans_to_table",
+]
 
 DATE_COLUMN = "date"
 """Partition column carried beside the rows until the writer splits on it."""
 
-_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
-_STATUS = ("UNSET", "OK", "ERROR")
+_OTLP_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+_OTLP_STATUS = ("UNSET", "OK", "ERROR")
 _DAY_NS = 86_400 * 1_000_000_000
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _PROMOTED = tuple(sc.PROMOTED_COLUMNS.items())
 _COLUMNS = [f.name for f in SPAN_SCHEMA]
 
 
-def any_value(value: Any) -> Any:
-    """Convert an OTLP ``AnyValue`` to a JSON-ready Python value.
+def _bytes_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not an attribute value")
 
-    Bytes become base64 text (JSON has no bytes type).
-    """
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_bytes_default).encode
+
+
+class RowBuilder:
+    """Accumulates spans as column lists and turns them into one Arrow table."""
+
+    def __init__(self) -> None:
+        """Start an empty batch."""
+        self.cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+        self.dates: list[str] = []
+        self._days: dict[int, str] = {}
+
+    def add(
+        self,
+        *,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str | None,
+        trace_state: str | None,
+        name: str,
+        kind: str,
+        resource: tuple[str | None, str],
+        scope: tuple[str | None, str | None],
+        start: int,
+        end: int,
+        status: tuple[str, str | None],
+        attributes: dict[str, Any],
+        events: list[dict[str, Any]],
+        links: list[dict[str, Any]],
+        dropped: tuple[int, int, int],
+    ) -> None:
+        """Append one span. ``attributes`` is consumed (promoted keys are removed)."""
+        cols = self.cols
+        for key, column in _PROMOTED:
+            value = attributes.get(key)
+            if value.__class__ is str:
+                del attributes[key]
+                cols[column].append(value)
+            else:
+                cols[column].append(None)
+        cols["trace_id"].append(trace_id)
+        cols["span_id"].append(span_id)
+        cols["parent_span_id"].append(parent_span_id)
+        cols["trace_state"].append(trace_state)
+        cols["name"].append(name)
+        cols["kind"].append(kind)
+        cols["service_name"].append(resource[0])
+        cols["resource_attributes"].append(resource[1])
+        cols["scope_name"].append(scope[0])
+        cols["scope_version"].append(scope[1])
+        cols["start_time"].append(start)
+        cols["end_time"].append(end)
+        cols["duration_ns"].append(end - start if end >= start else None)
+        cols["status_code"].append(status[0])
+        cols["status_message"].append(status[1])
+        cols["attributes"].append(_dumps(attributes))
+        cols["events"].append(events)
+        cols["links"].append(links)
+        cols["dropped_attributes_count"].append(dropped[0])
+        cols["dropped_events_count"].append(dropped[1])
+        cols["dropped_links_count"].append(dropped[2])
+        day = start // _DAY_NS
+        date = self._days.get(day)
+        if date is None:
+            date = self._days[day] = datetime.fromtimestamp(day * 86_400, tz=timezone.utc).strftime("%Y-%m-%d")
+        self.dates.append(date)
+
+    def table(self) -> pa.Table:
+        """The batch as an Arrow table in :data:`SPAN_SCHEMA`, plus the ``date`` column."""
+        table = pa.Table.from_pydict(self.cols, schema=SPAN_SCHEMA)
+        return table.append_column(DATE_COLUMN, pa.array(self.dates, pa.string()))
+
+
+def _resource(attributes: Mapping[str, Any]) -> tuple[str | None, str]:
+    service = attributes.get(sc.SERVICE_NAME)
+    return (service if isinstance(service, str) else None), _dumps(dict(attributes))
+
+
+# --- OTLP protobuf reader ------------------------------------------------------
+def any_value(value: Any) -> Any:
+    """Convert an OTLP ``AnyValue`` to a JSON-ready Python value (bytes become base64 text)."""
     kind = value.WhichOneof("value")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "int_value":
-        return value.int_value
-    if kind == "double_value":
-        return value.double_value
-    if kind == "bool_value":
-        return value.bool_value
+    if kind is None:
+        return None
     if kind == "array_value":
         return [any_value(v) for v in value.array_value.values]
     if kind == "kvlist_value":
         return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode()
-    return None
+    return getattr(value, kind)
 
 
-def _attrs(kvs: Iterable[Any]) -> dict[str, Any]:
+def _pb_attrs(kvs: Iterable[Any]) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in kvs}
-
-
-def _date_of(ns: int, cache: dict[int, str]) -> str:
-    day = ns // _DAY_NS
-    text = cache.get(day)
-    if text is None:
-        text = datetime.fromtimestamp(day * 86_400, tz=timezone.utc).strftime("%Y-%m-%d")
-        cache[day] = text
-    return text
 
 
 def resource_spans_to_table(resource_spans: Sequence[ResourceSpans]) -> pa.Table:
     """Convert OTLP ``ResourceSpans`` messages to one Arrow table (plus ``date``)."""
-    cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-    dates: list[str] = []
-    day_cache: dict[int, str] = {}
+    rows = RowBuilder()
     for rs in resource_spans:
-        resource = _attrs(rs.resource.attributes)
-        service = resource.get(sc.SERVICE_NAME)
-        service = service if isinstance(service, str) else None
-        resource_json = _dumps(resource)
+        resource = _resource(_pb_attrs(rs.resource.attributes))
         for ss in rs.scope_spans:
-            scope_name = ss.scope.name or None
-            scope_version = ss.scope.version or None
+            scope = (ss.scope.name or None, ss.scope.version or None)
             for span in ss.spans:
-                attrs = _attrs(span.attributes)
-                for key, column in _PROMOTED:
-                    value = attrs.get(key)
-                    if isinstance(value, str):
-                        del attrs[key]
-                        cols[column].append(value)
-                    else:
-                        cols[column].append(None)
-                start = span.start_time_unix_nano
-                end = span.end_time_unix_nano
-                cols["trace_id"].append(span.trace_id.hex())
-                cols["span_id"].append(span.span_id.hex())
-                cols["parent_span_id"].append(span.parent_span_id.hex() or None)
-                cols["trace_state"].append(span.trace_state or None)
-                cols["name"].append(span.name)
-                cols["kind"].append(_KINDS[span.kind] if span.kind < len(_KINDS) else str(span.kind))
-                cols["service_name"].append(service)
-                cols["scope_name"].append(scope_name)
-                cols["scope_version"].append(scope_version)
-                cols["start_time"].append(start)
-                cols["end_time"].append(end)
-                cols["duration_ns"].append(end - start if end >= start else None)
-                code = span.status.code
-                cols["status_code"].append(_STATUS[code] if code < len(_STATUS) else str(code))
-                cols["status_message"].append(span.status.message or None)
-                cols["attributes"].append(_dumps(attrs))
-                cols["resource_attributes"].append(resource_json)
-                cols["events"].append(
-                    [
-                        {"time": ev.time_unix_nano, "name": ev.name, "attributes": _dumps(_attrs(ev.attributes))}
+                rows.add(
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    parent_span_id=span.parent_span_id.hex() or None,
+                    trace_state=span.trace_state or None,
+                    name=span.name,
+                    kind=_OTLP_KINDS[span.kind] if span.kind < len(_OTLP_KINDS) else str(span.kind),
+                    resource=resource,
+                    scope=scope,
+                    start=span.start_time_unix_nano,
+                    end=span.end_time_unix_nano,
+                    status=(
+                        _OTLP_STATUS[span.status.code] if span.status.code < len(_OTLP_STATUS) else str(span.status.code),
+                        span.status.message or None,
+                    ),
+                    attributes=_pb_attrs(span.attributes),
+                    events=[
+                        {"time": ev.time_unix_nano, "name": ev.name, "attributes": _dumps(_pb_attrs(ev.attributes))}
                         for ev in span.events
-                    ]
-                )
-                cols["links"].append(
-                    [
+                    ],
+                    links=[
                         {
                             "trace_id": link.trace_id.hex(),
                             "span_id": link.span_id.hex(),
                             "trace_state": link.trace_state or None,
-                            "attributes": _dumps(_attrs(link.attributes)),
+                            "attributes": _dumps(_pb_attrs(link.attributes)),
                         }
                         for link in span.links
-                    ]
+                    ],
+                    dropped=(span.dropped_attributes_count, span.dropped_events_count, span.dropped_links_count),
                 )
-                cols["dropped_attributes_count"].append(span.dropped_attributes_count)
-                cols["dropped_events_count"].append(span.dropped_events_count)
-                cols["dropped_links_count"].append(span.dropped_links_count)
-                dates.append(_date_of(start, day_cache))
-    table = pa.Table.from_pydict(cols, schema=SPAN_SCHEMA)
-    return table.append_column(DATE_COLUMN, pa.array(dates, pa.string()))
+    return rows.table()
 
 
 def request_to_table(request: ExportTraceServiceRequest) -> pa.Table:
@@ -145,6 +201,54 @@ def request_to_table(request: ExportTraceServiceRequest) -> pa.Table:
     return resource_spans_to_table(request.resource_spans)
 
 
+# --- SDK span reader -----------------------------------------------------------
+
+def _sdk_attrs(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not attributes:
+        return {}
+    return {k: (list(v) if v.__class__ is tuple else v) for k, v in attributes.items()}
+
+
 def spans_to_table(spans: Sequence[ReadableSpan]) -> pa.Table:
-    """Convert SDK spans to rows via the SDK's own OTLP protobuf encoder."""
-    return request_to_table(encode_spans(spans))
+    """Convert SDK spans to rows (the same rows OTLP-encoding them would give)."""
+    rows = RowBuilder()
+    resources: dict[int, tuple[str | None, str]] = {}
+    for span in spans:
+        ctx = span.context
+        parent = span.parent
+        res = span.resource
+        resource = resources.get(id(res))
+        if resource is None:
+            resource = resources[id(res)] = _resource(res.attributes)
+        scope = span.instrumentation_scope
+        status = span.status
+        header = ctx.trace_state.to_header() if ctx.trace_state else ""
+        rows.add(
+            trace_id=f"{ctx.trace_id:032x}",
+            span_id=f"{ctx.span_id:016x}",
+            parent_span_id=f"{parent.span_id:016x}" if parent is not None else None,
+            trace_state=header or None,
+            name=span.name,
+            kind=span.kind.name,
+            resource=resource,
+            scope=(scope.name or None, scope.version or None) if scope is not None else (None, None),
+            start=span.start_time or 0,
+            end=span.end_time or 0,
+            status=(status.status_code.name, status.description or None),
+            attributes=_sdk_attrs(span.attributes),
+            events=[
+                {"time": ev.timestamp, "name": ev.name, "attributes": _dumps(_sdk_attrs(ev.attributes))}
+                for ev in span.events
+            ],
+            links=[
+                {
+                    "trace_id": f"{link.context.trace_id:032x}",
+                    "span_id": f"{link.context.span_id:016x}",
+                    "trace_state": (link.context.trace_state.to_header() or None) if link.context.trace_state else None,
+                    "attributes": _dumps(_sdk_attrs(link.attributes)),
+                }
+                for link in span.links
+            ],
+            dropped=(span.dropped_attributes, span.dropped_events, span.dropped_links),
+        )
+    return rows.table()

@@ -56,11 +56,11 @@ from otel_replay.store import open_store as open
 __version__ = "0.1.0"
 
 __all__ = [
-    "CHAIN_TYPES",
     "Action",
     "ActionGate",
     "AuditEntry",
     "AuditLog",
+    "CHAIN_TYPES",
     "CaptureError",
     "ConfigError",
     "CorrelationSpanProcessor",

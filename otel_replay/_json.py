@@ -33,6 +33,8 @@ def canonical_json(value: Any, *, where: str) -> str:
 
 def normalise(value: Any, *, where: str) -> Any:
     """Deep-copy ``value`` into plain JSON types (tuples become lists)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
     return json.loads(canonical_json(value, where=where))
 
 

@@ -104,14 +104,33 @@ def load_signing_key(
     return SigningKey(path.read_bytes().strip())
 
 
+def _encode(value: Any) -> str:
+    # Type-tagged and canonical: what goes in comes back out of Parquet equal.
+    if isinstance(value, str):
+        return "s" + value
+    if isinstance(value, bool):
+        return "b1" if value else "b0"
+    if isinstance(value, int):
+        return f"i{value}"
+    if isinstance(value, float):
+        return f"f{value!r}"
+    if isinstance(value, (list, tuple)):
+        return "l" + canonical_json(list(value), where="attribute")
+    return "j" + canonical_json(value, where="attribute")
+
+
 def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
-    """SHA-256 over the span name, start time and ``replay.*`` attributes."""
-    body = {
-        key: (list(value) if isinstance(value, tuple) else value)
-        for key, value in attributes.items()
-        if key.startswith("replay.") and key not in sc.INTEGRITY_FIELDS
-    }
-    text = canonical_json({"attributes": body, "name": name, "start_ns": int(start_ns)}, where="record")
+    """SHA-256 over the span name, start time and ``replay.*`` attributes.
+
+    Each part is length-prefixed (``<len>:<text>``) and values are type-tagged,
+    so no two different records encode to the same bytes.
+    """
+    parts = [name, str(int(start_ns))]
+    for key in sorted(attributes):
+        if key.startswith("replay.") and key not in sc.INTEGRITY_FIELDS:
+            parts.append(key)
+            parts.append(_encode(attributes[key]))
+    text = "".join(f"{len(part)}:{part}" for part in parts)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -245,7 +264,11 @@ def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) ->
             report.problems.append(
                 VerifyProblem(str(prev_id), f"deleted: missing from the dataset, yet record {rec.record_id} (seq {seq}) follows it", rec.file)
             )
-        elif before[0].record_id != prev_id or before[0].attributes.get(sc.RECORD_HASH) != prev_hash:
+        elif before[0].record_id != prev_id:
             report.problems.append(
                 VerifyProblem(rec.record_id, f"out of order: its predecessor should be {prev_id}, found {before[0].record_id}", rec.file)
+            )
+        elif before[0].attributes.get(sc.RECORD_HASH) != prev_hash:
+            report.problems.append(
+                VerifyProblem(rec.record_id, f"link broken: predecessor {prev_id} was re-hashed after this record was sealed", rec.file)
             )

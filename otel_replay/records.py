@@ -10,6 +10,7 @@ equality survives the round trip.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -57,13 +58,17 @@ class DependencySnapshot:
     state: Mapping[str, Any]
     version: str | None = None
     captured_at: datetime | str | None = None
+    state_json: str = field(init=False, repr=False, compare=False)
+    """The state as canonical JSON, computed once at construction."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.state, Mapping):
             raise CaptureError(
                 f"DependencySnapshot.state must be a mapping, got {type(self.state).__name__}"
             )
-        object.__setattr__(self, "state", normalise(self.state, where="DependencySnapshot.state"))
+        text = canonical_json(self.state, where="DependencySnapshot.state")
+        object.__setattr__(self, "state_json", text)
+        object.__setattr__(self, "state", json.loads(text))
         object.__setattr__(self, "captured_at", iso_utc(self.captured_at))
         if self.version is not None:
             object.__setattr__(self, "version", str(self.version))
@@ -76,6 +81,8 @@ class Action:
     type: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
     cost: float | int | None = None
+    arguments_json: str = field(init=False, repr=False, compare=False)
+    """The arguments as canonical JSON, computed once at construction."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.type, str) or not self.type:
@@ -84,9 +91,9 @@ class Action:
             raise CaptureError(
                 f"Action.arguments must be a mapping, got {type(self.arguments).__name__}"
             )
-        object.__setattr__(
-            self, "arguments", normalise(self.arguments, where=f"Action({self.type}).arguments")
-        )
+        text = canonical_json(self.arguments, where=f"Action({self.type}).arguments")
+        object.__setattr__(self, "arguments_json", text)
+        object.__setattr__(self, "arguments", json.loads(text))
         if self.cost is not None and (
             isinstance(self.cost, bool) or not isinstance(self.cost, (int, float))
         ):
@@ -240,12 +247,12 @@ class DecisionRecord:
         if self.reports:
             attrs[sc.DECISION_REPORTS] = canonical_json([r.to_json() for r in self.reports], where="reports")
         if self.snapshot is not None:
-            attrs[sc.SNAPSHOT_STATE] = canonical_json(self.snapshot.state, where="snapshot state")
+            attrs[sc.SNAPSHOT_STATE] = self.snapshot.state_json
             _put(attrs, sc.SNAPSHOT_VERSION, self.snapshot.version)
             _put(attrs, sc.SNAPSHOT_CAPTURED_AT, self.snapshot.captured_at)
         if self.action is not None:
             attrs[sc.ACTION_TYPE] = self.action.type
-            attrs[sc.ACTION_ARGUMENTS] = canonical_json(self.action.arguments, where="action arguments")
+            attrs[sc.ACTION_ARGUMENTS] = self.action.arguments_json
             _put(attrs, sc.ACTION_COST, self.action.cost)
         return attrs
 

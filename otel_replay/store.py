@@ -44,13 +44,20 @@ def load_sql(name: str) -> str:
         raise QueryError(f"no SQL file queries/{name}.sql") from None
 
 
+def _micro(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t) and t.unit == "ns":
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_list(t):
+        return pa.list_(_micro(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_micro(f.type)) for f in t])
+    return t
+
+
 def _python_safe(table: pa.Table) -> pa.Table:
-    """Cast nanosecond timestamps to microseconds (``datetime`` has no nanoseconds)."""
-    for i, f in enumerate(table.schema):
-        if pa.types.is_timestamp(f.type) and f.type.unit == "ns":
-            column = table.column(i).cast(pa.timestamp("us", tz=f.type.tz), safe=False)
-            table = table.set_column(i, f.name, column)
-    return table
+    """Cast nanosecond timestamps, nested ones too, to microseconds (``datetime`` has no ns)."""
+    target = pa.schema([f.with_type(_micro(f.type)) for f in table.schema])
+    return table if target.equals(table.schema) else table.cast(target, safe=False)
 
 
 def restore_attributes(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -207,6 +214,15 @@ class Store:
         for row in rows:
             row["payload"] = json.loads(row["payload"]) if row.get("payload") else {}
         return rows
+
+    def receipt_for(self, decision_id: str) -> dict[str, Any] | None:
+        """The receipt stored when the gate committed ``decision_id``'s action, or ``None``."""
+        rows = self.rows(
+            "SELECT receipt FROM gates WHERE decision_id = ? AND stage = 'commit' AND receipt IS NOT NULL "
+            "ORDER BY recorded_at DESC LIMIT 1",
+            [decision_id],
+        )
+        return json.loads(rows[0]["receipt"]) if rows else None
 
     def causal_tree(self, record_id: str) -> list[dict[str, Any]]:
         """The decision span of ``record_id`` and every span below it, depth-first."""

@@ -21,7 +21,6 @@ import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from opentelemetry import baggage, context, trace
@@ -47,6 +46,7 @@ class Decision:
         self.decision_type = decision_type
         self._span = span
         self._base = base_attrs
+        self._ids = {k: base_attrs[k] for k in (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID) if k in base_attrs}
         self._ctx = trace.set_span_in_context(span)
         self._inputs: dict[str, Any] = {}
         self._models: list[ModelCall] = []
@@ -65,7 +65,8 @@ class Decision:
         return self._record
 
     def _child(self, name: str, kind: str, attrs: dict[str, Any]) -> Span:
-        attrs = {sc.KIND: kind, sc.RECORD_ID: self.record_id, **attrs}
+        # The scope's ids go in up front, so the span processor has nothing left to add.
+        attrs = {**self._ids, sc.KIND: kind, sc.RECORD_ID: self.record_id, **attrs}
         return get_recorder().tracer.start_span(name, context=self._ctx, attributes=attrs)
 
     def read(self, **inputs: Any) -> Decision:
@@ -100,7 +101,7 @@ class Decision:
         self._action = action
         attrs: dict[str, Any] = {
             sc.ACTION_TYPE: action.type,
-            sc.ACTION_ARGUMENTS: canonical_json(action.arguments, where="action arguments"),
+            sc.ACTION_ARGUMENTS: action.arguments_json,
         }
         if action.cost is not None:
             attrs[sc.ACTION_COST] = action.cost
@@ -145,10 +146,12 @@ class Decision:
         )
         attrs = record.to_attributes()
         seal = get_recorder().chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
-        self._span.set_attributes(attrs)
+        self._span.set_attributes({k: v for k, v in attrs.items() if k not in self._base})
         self._span.end()
-        self._record = replace(record, seal=seal)
-        return self._record
+        # The record is ours alone until returned: stamp the seal in place.
+        object.__setattr__(record, "seal", seal)
+        self._record = record
+        return record
 
 
 @contextmanager

@@ -102,12 +102,11 @@ def scope_attributes(existing: Mapping[str, Any] | None, ctx: Context | None = N
     if not values:
         return {}
     existing = existing or {}
-    added = {}
-    for bag_key, attr_key in _KEYS:
-        value = values.get(bag_key)
-        if value and attr_key not in existing:
-            added[attr_key] = str(value)
-    return added
+    return {
+        attr_key: str(value)
+        for bag_key, attr_key in _KEYS
+        if attr_key not in existing and (value := values.get(bag_key))
+    }
 
 
 class CorrelationSpanProcessor(SpanProcessor):

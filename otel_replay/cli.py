@@ -1,0 +1,198 @@
+"""The ``otel-replay`` command: a thin layer over the library.
+
+Every user error ends in one line on stderr and a non-zero exit; set
+``OTEL_REPLAY_DEBUG=1`` to see tracebacks of unexpected errors.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from otel_replay import __version__
+from otel_replay import render as r
+from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
+from otel_replay.errors import OtelReplayError, PolicyLoadError
+from otel_replay.integrity import load_signing_key
+from otel_replay.store import Store
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_dataset_option = click.option(
+    "--dataset", "-d", default=lambda: os.environ.get("OTEL_REPLAY_DATASET", "./traces"),
+    show_default="$OTEL_REPLAY_DATASET or ./traces", type=click.Path(file_okay=False), help="Dataset directory.",
+)
+_skip_option = click.option("--skip-corrupt", is_flag=True, help="Leave unreadable Parquet files out (and list them).")
+
+
+def _friendly(func: F) -> F:
+    """Turn library and OS errors into one clear line and exit code 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except (OtelReplayError, OSError, ValueError, json.JSONDecodeError) as exc:
+            if os.environ.get("OTEL_REPLAY_DEBUG"):
+                raise
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _open(dataset: str, skip_corrupt: bool) -> Store:
+    if not Path(dataset).exists():
+        raise click.ClickException(f"dataset {dataset} does not exist (write spans there first, or pass --dataset)")
+    store = Store(dataset, skip_corrupt=skip_corrupt)
+    for problem in store.skipped:
+        click.echo(f"warning: skipped {problem.path}: {problem.reason}", err=True)
+    return store
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="otel-replay")
+def main() -> None:
+    """Capture, store, query, replay and gate AI-agent decisions recorded as OpenTelemetry spans."""
+
+
+@main.command()
+@click.option("--dataset", "-d", default="./otel-replay-demo", show_default=True, type=click.Path(file_okay=False))
+@_friendly
+def demo(dataset: str) -> None:
+    """Capture a $4,200 payment, commit it, replay it under a dropped budget, roll it back."""
+    from otel_replay.demo import run_demo
+
+    r.print_demo(run_demo(dataset))
+
+
+@main.command()
+@click.argument("query")
+@_dataset_option
+@_skip_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@_friendly
+def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
+    """Run QUERY (SQL text, or a path to a .sql file) against the dataset's views."""
+    if query.endswith(".sql") and Path(query).is_file():
+        query = Path(query).read_text(encoding="utf-8")
+    with _open(dataset, skip_corrupt) as store:
+        r.print_table(store.query(query), fmt)
+
+
+@main.command()
+@click.argument("chain_type", type=click.Choice(CHAIN_TYPES))
+@click.argument("chain_id")
+@_dataset_option
+@_skip_option
+@click.option("--limit", type=click.IntRange(min=1), help="Rows per layer (default 100; 500 for directive/incident).")
+@click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
+@_friendly
+def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limit: int | None, as_json: bool) -> None:
+    """Rebuild the CHAIN_TYPE chain for CHAIN_ID (a correlation, session, directive or incident id)."""
+    with _open(dataset, skip_corrupt) as store:
+        result = ReplayBuilder(store).build(chain_type, chain_id, limit)
+    if result.empty:
+        raise click.ClickException(f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id")
+    r.print_chain(result, as_json)
+
+
+@main.command("replay")
+@click.argument("record_id")
+@click.option("--live-state", required=True, type=click.Path(dir_okay=False, exists=True), help="JSON file of the live state.")
+@click.option("--policy", "policy_ref", required=True, help="Policy as module:function.")
+@click.option("--execute", is_flag=True, help="Apply the verdict post-commit through --rail, compensating the stored receipt.")
+@click.option("--rail", "rail_ref", help="Rail factory as module:function (needed by --execute).")
+@_dataset_option
+@_skip_option
+@_friendly
+def replay_cmd(record_id: str, live_state: str, policy_ref: str, execute: bool, rail_ref: str | None,
+               dataset: str, skip_corrupt: bool) -> None:
+    """Replay decision RECORD_ID against the live state and print the verdict."""
+    from otel_replay.replay import load_policy, replay
+
+    if execute and not rail_ref:
+        raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
+    try:
+        state = json.loads(Path(live_state).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"{live_state}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
+    if not isinstance(state, dict):
+        raise click.ClickException(f"{live_state}: the live state must be a JSON object")
+    policy = load_policy(policy_ref)
+    with _open(dataset, skip_corrupt) as store:
+        record = store.record(record_id)
+        verdict = replay(record, live_state=state, policy=policy)
+        r.print_verdict(verdict)
+        receipt = store.receipt_for(record_id) if execute else None
+    if execute:
+        from otel_replay.gate import ActionGate, Receipt
+        from otel_replay.setup import configure
+
+        rail = _load_rail(rail_ref or "")
+        with configure(dataset, service_name="otel-replay-cli", set_global=False):
+            gate = ActionGate(rail)
+            outcome = gate.enforce_post_commit(verdict, receipt=Receipt.from_json(receipt) if receipt else None)
+        r.print_outcome(outcome)
+
+
+def _load_rail(ref: str) -> Any:
+    from otel_replay.replay import load_policy
+
+    try:
+        factory = load_policy(ref)
+    except PolicyLoadError as exc:
+        raise click.ClickException(str(exc).replace("policy", "rail")) from exc
+    return factory()  # type: ignore[call-arg]
+
+
+@main.command()
+@click.argument("dataset_arg", required=False, metavar="[DATASET]")
+@_dataset_option
+@_skip_option
+@click.option("--key-file", type=click.Path(dir_okay=False), help="Signing key file (default: see README, Integrity).")
+@_friendly
+def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_file: str | None) -> None:
+    """Check every record's hash, signature and chain link; names any record edited, deleted or reordered."""
+    key = load_signing_key(key_file=key_file, create=False)
+    with _open(dataset_arg or dataset, skip_corrupt) as store:
+        report = store.verify(key)
+    r.print_verify(report, dataset_arg or dataset, key is not None)
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("record_id")
+@_dataset_option
+@_skip_option
+@_friendly
+def tree(record_id: str, dataset: str, skip_corrupt: bool) -> None:
+    """Print the causal tree of spans under decision RECORD_ID."""
+    with _open(dataset, skip_corrupt) as store:
+        r.print_tree(store.causal_tree(record_id))
+
+
+@main.command()
+@_dataset_option
+@_skip_option
+@click.option("--decision-type", help="Only this decision type.")
+@_friendly
+def calibration(dataset: str, skip_corrupt: bool, decision_type: str | None) -> None:
+    """Confidence buckets against outcome correctness."""
+    with _open(dataset, skip_corrupt) as store:
+        r.print_rows(store.calibration(decision_type), "calibration")
+
+
+# server commands are registered here
+

@@ -1,0 +1,24 @@
+"""Helpers shared by the tests (policies, snapshots, actions)."""
+
+from __future__ import annotations
+
+from otel_replay import Action, DependencySnapshot
+
+
+def budget_policy(state, action):
+    if action.arguments.get("recipient") not in state.get("allow_list", []):
+        return False, "recipient not allow-listed"
+    if action.cost > state.get("budget_remaining", 0):
+        return False, "over budget"
+    return True, "within budget"
+
+
+SNAPSHOT_STATE = {"budget_remaining": 10_000, "allow_list": ["acme-supplies"]}
+
+
+def payment(cost: float = 4200, recipient: str = "acme-supplies") -> Action:
+    return Action("vendor_payment", {"recipient": recipient}, cost=cost)
+
+
+def snapshot() -> DependencySnapshot:
+    return DependencySnapshot(SNAPSHOT_STATE, version="v7", captured_at="2026-01-01T00:00:00+00:00")

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import otel_replay
+from otel_replay import semconv as sc
+
+QUERIES = Path(__file__).resolve().parents[1] / "queries"
+
+
+def test_public_api_is_pinned():
+    assert otel_replay.__all__ == sorted(otel_replay.__all__)
+    expected = {
+        "Action", "ActionGate", "AuditEntry", "AuditLog", "CHAIN_TYPES", "CaptureError", "ConfigError",
+        "CorrelationSpanProcessor", "CorruptFileError", "DatasetError", "Decision", "DecisionRecord", "DecisionTracer",
+        "DependencySnapshot", "FixAction", "GateOutcome", "GateRecord", "IntegrityError", "MemorySink", "ModelCall",
+        "OtelReplayError", "OutcomeAlreadyRecorded", "OutcomeRecord", "ParquetSpanExporter", "Policy", "PolicyLoadError",
+        "QueryError", "Rail", "Receipt", "RecordNotFound", "ReferenceLedger", "ReplayBuilder", "ReplayChain",
+        "ReplayUndecidable", "Report", "Seal", "SigningKey", "Sink", "SpanRef", "Store", "Telemetry", "Verdict",
+        "VerifyReport", "__version__", "audit", "configure", "correlation", "current_ids", "load_policy",
+        "load_signing_key", "open", "replay", "session",
+    }
+    assert set(otel_replay.__all__) == expected
+    for name in otel_replay.__all__:
+        assert hasattr(otel_replay, name), name
+        obj = getattr(otel_replay, name)
+        if isinstance(obj, type) or inspect.isfunction(obj):
+            assert obj.__doc__, f"{name} has no docstring"
+
+
+def test_every_attribute_the_sql_reads_is_defined_in_semconv():
+    defined = {v for k, v in vars(sc).items() if k.isupper() and isinstance(v, str)}
+    used = set()
+    for path in QUERIES.rglob("*.sql"):
+        used |= set(re.findall(r"""\$\."([a-z_.]+)"'""", path.read_text()))
+    assert used, "no attribute paths found in queries/"
+    assert used <= defined, used - defined
+
+
+def test_exporter_is_importable_from_the_package():
+    from otel_replay.exporters import ParquetSpanExporter
+
+    assert ParquetSpanExporter is otel_replay.ParquetSpanExporter

@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import threading
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+import otel_replay
+from otel_replay import CaptureError, DependencySnapshot, MemorySink, Report, audit, correlation, session
+from otel_replay import semconv as sc
+
+from ._support import payment, snapshot
+
+
+def test_audit_builds_sealed_record_and_hands_it_to_sink(telemetry):
+    sink = MemorySink()
+    with audit("vendor_payment", snapshot=snapshot(), sink=sink, agent_id="ap") as d:
+        d.read(invoice="INV-1").read(po="PO-9")
+        d.model("gpt-x", decision_basis="PO match", output={"approve": True})
+        d.act(payment())
+    record = d.record
+    assert sink.get(record.record_id) is record
+    assert record.inputs == {"invoice": "INV-1", "po": "PO-9"}
+    assert record.models[0].model_id == "gpt-x" and record.models[0].output == {"approve": True}
+    assert record.action.cost == 4200 and record.agent_id == "ap"
+    assert record.seal is not None and len(record.seal.hash) == 64 and record.seal.seq >= 0
+    assert record.error is None
+
+
+def test_record_is_unavailable_inside_block(telemetry):
+    with audit("x", snapshot=snapshot()) as d:
+        with pytest.raises(CaptureError, match="only after the audit block"):
+            _ = d.record
+
+
+def test_snapshot_state_not_json_is_refused_with_path():
+    with pytest.raises(CaptureError, match=r"\$\.limits\.when is a datetime"):
+        import datetime
+
+        DependencySnapshot({"limits": {"when": datetime.datetime.now()}})
+    with pytest.raises(CaptureError, match="NaN|nan"):
+        DependencySnapshot({"x": float("nan")})
+
+
+def test_snapshot_is_deep_copied():
+    state = {"allow_list": ["a"]}
+    snap = DependencySnapshot(state)
+    state["allow_list"].append("b")
+    assert snap.state == {"allow_list": ["a"]}
+
+
+def test_act_twice_and_wrong_types_are_refused(telemetry):
+    with audit("x", snapshot=snapshot()) as d:
+        d.act(payment())
+        with pytest.raises(CaptureError, match="already called"):
+            d.act(payment())
+        with pytest.raises(CaptureError, match="takes an Action"):
+            d.act({"type": "x"})  # type: ignore[arg-type]
+    with pytest.raises(CaptureError, match="DependencySnapshot"):
+        with audit("x", snapshot={"a": 1}):  # type: ignore[arg-type]
+            pass
+
+
+def test_exception_is_recorded_and_reraised(telemetry, dataset):
+    with pytest.raises(RuntimeError, match="rail down"):
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment())
+            raise RuntimeError("rail down")
+    assert "RuntimeError: rail down" in d.record.error
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        row = store.rows("SELECT status_code, error FROM decisions WHERE record_id = ?", [d.record.record_id])[0]
+        events = store.rows("SELECT events FROM spans WHERE record_id = ? AND name = 'replay.decision'", [d.record.record_id])
+    assert row["status_code"] == StatusCode.ERROR.name
+    assert "rail down" in row["error"]
+    assert events[0]["events"][0]["name"] == "exception"
+
+
+def test_span_tree_and_reports(telemetry, dataset):
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.read(invoice="INV-1")
+        d.attach(Report("data", "po_match", passed=True))
+        d.model("gpt-x")
+        d.attach(Report("model", "grounded", passed=False, detail={"why": "no citation"}))
+        d.attach(Report("harness", "latency_ok", passed=True))
+        d.act(payment())
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        spans = store.rows(
+            "SELECT name, replay_kind, span_id, parent_span_id, events FROM spans WHERE record_id = ?",
+            [d.record.record_id],
+        )
+    by_name = {s["name"]: s for s in spans}
+    root = by_name[sc.SPAN_DECISION]
+    for child in (sc.SPAN_READ, sc.SPAN_MODEL, sc.SPAN_ACT):
+        assert by_name[child]["parent_span_id"] == root["span_id"]
+    stages = {name: [json.loads(e["attributes"])[sc.REPORT_STAGE] for e in s["events"]] for name, s in by_name.items()}
+    assert stages[sc.SPAN_READ] == ["data"]
+    assert stages[sc.SPAN_MODEL] == ["model"]
+    assert stages[sc.SPAN_DECISION] == ["harness"]
+    assert [r.name for r in d.record.reports] == ["po_match", "grounded", "latency_ok"]
+
+
+def test_correlation_stamps_every_span_in_scope(telemetry, dataset):
+    other = telemetry.provider.get_tracer("some.other.instrumentation")
+    seen: dict[str, str] = {}
+
+    def in_thread():
+        with other.start_as_current_span("thread-work"):
+            pass
+
+    async def task():
+        with other.start_as_current_span("task-work"):
+            await asyncio.sleep(0)
+
+    with session("sess-1", agent_id="agent-7"), correlation("trade-42") as cid:
+        seen["cid"] = cid
+        with other.start_as_current_span("http-call"):
+            pass
+        ctx = contextvars.copy_context()
+        worker = threading.Thread(target=ctx.run, args=(in_thread,))
+        worker.start()
+        worker.join()
+        asyncio.run(task())
+    with other.start_as_current_span("outside"):
+        pass
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        rows = {r["name"]: r for r in store.rows("SELECT name, correlation_id, session_id, agent_id FROM spans")}
+    for name in ("http-call", "thread-work", "task-work"):
+        assert (rows[name]["correlation_id"], rows[name]["session_id"], rows[name]["agent_id"]) == (
+            "trade-42", "sess-1", "agent-7"), name
+    assert rows["outside"]["correlation_id"] is None
+    assert seen["cid"] == "trade-42"
+
+
+def test_explicit_ids_scope_spans_inside_the_block(telemetry, dataset):
+    other = telemetry.provider.get_tracer("other")
+    with audit("x", snapshot=snapshot(), correlation_id="c-1", session_id="s-1") as d:
+        with other.start_as_current_span("inner"):
+            pass
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        inner = store.rows("SELECT correlation_id, session_id, parent_span_id FROM spans WHERE name = 'inner'")[0]
+    assert inner["correlation_id"] == "c-1" and inner["session_id"] == "s-1"
+    assert inner["parent_span_id"] == d.record.span.span_id
+
+
+def test_audit_without_sdk_still_records(monkeypatch):
+    # No configure(): the global no-op provider. The record is still built, sealed and kept.
+    sink = MemorySink()
+    with audit("x", snapshot=snapshot(), sink=sink) as d:
+        d.act(payment())
+    assert sink.get(d.record.record_id).seal is not None

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow.parquet as pq
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Link
+
+import otel_replay
+from otel_replay.exporters import SPAN_SCHEMA, ParquetSpanExporter
+from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
+
+
+def _provider(exporter: ParquetSpanExporter) -> TracerProvider:
+    provider = TracerProvider(resource=Resource.create({"service.name": "exp-test", "deployment": "ci"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider
+
+
+def _files(dataset):
+    return sorted(p for p in (dataset / "spans").rglob("*") if p.is_file())
+
+
+def test_spans_land_as_typed_rows_with_events_links_and_metadata(dataset):
+    exporter = ParquetSpanExporter(dataset)
+    provider = _provider(exporter)
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("first") as first:
+        pass
+    with tracer.start_as_current_span(
+        "second",
+        links=[Link(first.get_span_context(), {"why": "follows"})],
+        attributes={"replay.correlation_id": "c-9", "n": 3, "f": 0.5, "tags": ["a", "b"], "ok": True},
+    ) as span:
+        span.add_event("checkpoint", {"step": 2})
+        with tracer.start_as_current_span("child"):
+            pass
+    provider.shutdown()
+    files = _files(dataset)
+    assert len(files) == 1 and files[0].parent.name.startswith("date=")
+    assert files[0].suffix == ".parquet" and not files[0].name.startswith(".")
+    meta = pq.read_metadata(files[0])
+    assert meta.schema.to_arrow_schema().metadata[SCHEMA_METADATA_KEY] == b"1"
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+    with otel_replay.open(dataset) as store:
+        rows = {r["name"]: r for r in store.rows("SELECT * FROM spans")}
+    second = rows["second"]
+    assert second["correlation_id"] == "c-9"
+    assert json.loads(second["attributes"]) == {"n": 3, "f": 0.5, "tags": ["a", "b"], "ok": True}
+    assert second["service_name"] == "exp-test"
+    assert json.loads(second["resource_attributes"])["deployment"] == "ci"
+    assert second["events"][0]["name"] == "checkpoint" and json.loads(second["events"][0]["attributes"]) == {"step": 2}
+    assert second["links"][0]["span_id"] == rows["first"]["span_id"]
+    assert rows["child"]["parent_span_id"] == second["span_id"]
+    assert rows["first"]["parent_span_id"] is None
+    assert second["kind"] == "INTERNAL" and second["duration_ns"] >= 0
+    assert [f.name for f in pq.read_schema(files[0])] == [f.name for f in SPAN_SCHEMA]
+
+
+def test_buffer_rolls_by_rows_not_per_batch(dataset):
+    exporter = ParquetSpanExporter(dataset, max_rows=50, max_age_seconds=3600)
+    provider = _provider(exporter)
+    tracer = provider.get_tracer("t")
+    for i in range(120):
+        tracer.start_span(f"s{i}").end()
+    assert len(_files(dataset)) == 2  # 120 single-span batches -> 2 files of 50, 20 buffered
+    assert exporter.writer.buffered_rows == 20
+    provider.shutdown()
+    assert len(_files(dataset)) == 3
+    with otel_replay.open(dataset) as store:
+        assert store.rows("SELECT count(*) AS n, count(DISTINCT span_id) AS u FROM spans")[0] == {"n": 120, "u": 120}
+
+
+def test_buffer_rolls_by_age(dataset):
+    exporter = ParquetSpanExporter(dataset, max_rows=10_000, max_age_seconds=0.2)
+    provider = _provider(exporter)
+    provider.get_tracer("t").start_span("lonely").end()
+    deadline = time.monotonic() + 10
+    while not _files(dataset) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_files(dataset)) == 1
+    provider.shutdown()
+
+
+def test_export_after_shutdown_fails_without_raising(dataset):
+    exporter = ParquetSpanExporter(dataset)
+    exporter.shutdown()
+    from otel_replay.exporters.rows import spans_to_table  # noqa: F401  (import works standalone)
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    assert exporter.export([]) is SpanExportResult.FAILURE
+
+
+def test_spans_spanning_two_days_go_to_two_partitions(dataset):
+    exporter = ParquetSpanExporter(dataset)
+    provider = _provider(exporter)
+    tracer = provider.get_tracer("t")
+    day = 86_400 * 10**9
+    tracer.start_span("yesterday", start_time=1_767_225_600 * 10**9 - day).end(end_time=1_767_225_600 * 10**9 - day + 5)
+    tracer.start_span("today", start_time=1_767_225_600 * 10**9).end(end_time=1_767_225_600 * 10**9 + 5)
+    provider.shutdown()
+    assert sorted(p.parent.name for p in _files(dataset)) == ["date=2025-12-31", "date=2026-01-01"]
+    with otel_replay.open(dataset) as store:
+        dates = store.rows("SELECT name, CAST(date AS VARCHAR) AS d FROM spans ORDER BY name")
+    assert dates == [{"name": "today", "d": "2026-01-01"}, {"name": "yesterday", "d": "2025-12-31"}]

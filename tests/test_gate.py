@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import otel_replay
+from otel_replay import ActionGate, FixAction, Receipt, ReferenceLedger, Verdict, audit, replay
+
+from ._support import budget_policy, payment, snapshot
+
+
+def _verdict(fix: FixAction, record_id: str = "r-1") -> Verdict:
+    return Verdict(fix, fix is FixAction.ALLOW, f"because {fix.value}", record_id)
+
+
+@pytest.mark.parametrize(
+    ("fix", "executed"),
+    [(FixAction.ALLOW, "allowed"), (FixAction.HUMAN_REVIEW, "held"), (FixAction.ROLLBACK, "blocked"), (FixAction.BLOCK, "blocked")],
+)
+def test_pre_commit_paths_never_touch_the_rail(fix, executed):
+    ledger = ReferenceLedger(10_000)
+    outcome = ActionGate(ledger).enforce_pre_commit(_verdict(fix), payment())
+    assert outcome.fix is fix and outcome.executed == executed
+    assert ledger.balance == 10_000 and ledger.entries == []
+
+
+@pytest.mark.parametrize(
+    ("fix", "executed", "balance"),
+    [
+        (FixAction.ALLOW, "allowed", 5_800),
+        (FixAction.HUMAN_REVIEW, "held", 5_800),
+        (FixAction.ROLLBACK, "rolled_back", 10_000),
+        (FixAction.BLOCK, "reversed", 10_000),
+    ],
+)
+def test_post_commit_paths(fix, executed, balance):
+    ledger = ReferenceLedger(10_000)
+    gate = ActionGate(ledger)
+    receipt = gate.commit(payment())
+    assert ledger.balance == 5_800
+    outcome = gate.enforce_post_commit(_verdict(fix), receipt=receipt)
+    assert outcome.executed == executed and outcome.fix is fix
+    assert ledger.balance == balance
+
+
+@pytest.mark.parametrize("fix", [FixAction.ROLLBACK, FixAction.BLOCK])
+def test_post_commit_without_receipt_reports_compensation_unavailable(fix):
+    ledger = ReferenceLedger(10_000)
+    outcome = ActionGate(ledger).enforce_post_commit(_verdict(fix))
+    assert outcome.executed == "compensation_unavailable"
+    assert fix.value in outcome.detail
+
+
+def test_ledger_refuses_overdraft_and_double_refund():
+    ledger = ReferenceLedger(100)
+    with pytest.raises(ValueError, match="exceeds the balance"):
+        ledger.commit(payment(cost=200))
+    receipt = ledger.commit(payment(cost=50))
+    ledger.compensate(receipt)
+    with pytest.raises(ValueError, match="already compensated"):
+        ledger.compensate(receipt)
+
+
+def test_gate_outcomes_are_spans_linked_to_the_decision(telemetry, dataset):
+    ledger = ReferenceLedger(10_000)
+    gate = ActionGate(ledger)
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="pay-1") as d:
+        action = payment()
+        d.act(action)
+        receipt = gate.commit(action, record_id=d.record_id)
+    verdict = replay(d.record, live_state={"budget_remaining": 1, "allow_list": ["acme-supplies"]}, policy=budget_policy)
+    gate.enforce_post_commit(verdict, receipt=receipt)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        gates = store.rows("SELECT * FROM gates WHERE decision_id = ? ORDER BY recorded_at", [d.record_id])
+        links = store.rows("SELECT links FROM spans WHERE record_id = ?", [gates[1]["gate_id"]])[0]["links"]
+        stored_receipt = store.receipt_for(d.record_id)
+    assert [(g["stage"], g["executed"]) for g in gates] == [("commit", "committed"), ("post_commit", "rolled_back")]
+    assert gates[1]["fix"] == "ROLLBACK" and gates[1]["justified"] is False
+    assert all(g["correlation_id"] == "pay-1" for g in gates)
+    assert links[0]["span_id"] == d.record.span.span_id and links[0]["trace_id"] == d.record.span.trace_id
+    assert Receipt.from_json(stored_receipt) == receipt
+    assert json.loads(gates[0]["receipt"])["amount"] == 4200.0

@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import otel_replay
+from otel_replay import AuditLog, ConfigError, DecisionTracer, audit
+from otel_replay import semconv as sc
+from otel_replay.integrity import load_signing_key, record_hash
+from otel_replay.store import restore_attributes
+
+from ._support import payment, snapshot
+
+
+@pytest.fixture
+def records(telemetry, dataset):
+    ids = []
+    for cost in (100, 200, 300):
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment(cost=cost))
+        ids.append(d.record_id)
+    tracer = DecisionTracer()
+    decision = tracer.decision("a", "t", "r", 0.5)
+    ids.append(decision)
+    ids.append(tracer.record_outcome(decision, True).record_id)
+    ids.append(AuditLog().append("msg", source_agent="a").entry_id)
+    telemetry.shutdown()
+    return ids
+
+
+def _verify(dataset):
+    with otel_replay.open(dataset) as store:
+        return store.verify(load_signing_key())
+
+
+def _ints(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t):
+        return pa.int64()
+    if pa.types.is_list(t):
+        return pa.list_(_ints(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_ints(f.type)) for f in t])
+    return t
+
+
+def _rewrite(dataset: Path, edit) -> None:
+    """Apply ``edit(rows) -> rows`` to the dataset's single data file (times as int ns)."""
+    (path,) = list((dataset / "spans").rglob("*.parquet"))
+    table = pq.read_table(path)
+    plain = pa.schema([f.with_type(_ints(f.type)) for f in table.schema])
+    rows = edit(table.cast(plain).to_pylist())
+    pq.write_table(pa.Table.from_pylist(rows, schema=plain).cast(table.schema), path)
+
+
+def _row(rows, record_id, name="replay.decision"):
+    return next(r for r in rows if r["record_id"] == record_id and r["name"] == name)
+
+
+def _patch(row, change, *, rehash=False, resign=False):
+    attrs = json.loads(row["attributes"])
+    change(attrs)
+    if rehash:
+        full = restore_attributes({**row, "attributes": json.dumps(attrs)})
+        attrs[sc.RECORD_HASH] = record_hash(row["name"], row["start_time"], full)
+        if resign:
+            attrs[sc.RECORD_SIGNATURE] = load_signing_key().sign(attrs[sc.RECORD_HASH])
+    row["attributes"] = json.dumps(attrs)
+
+
+def test_untouched_dataset_verifies(records, dataset):
+    report = _verify(dataset)
+    assert report.ok and report.records == 6 and report.chains == 1
+
+
+def test_edited_record_is_named(records, dataset):
+    target = records[1]
+
+    def edit(rows):
+        _patch(_row(rows, target), lambda a: a.__setitem__(sc.ACTION_COST, 20_000))
+        return rows
+
+    _rewrite(dataset, edit)
+    report = _verify(dataset)
+    assert [(p.record_id, p.problem) for p in report.problems] == [(target, "content edited (hash mismatch)")]
+    assert report.problems[0].file.endswith(".parquet")
+
+
+def test_edited_timestamp_is_an_edit(records, dataset):
+    target = records[3]
+
+    def edit(rows):
+        _row(rows, target)["start_time"] -= 10**9
+        return rows
+
+    _rewrite(dataset, edit)
+    assert [p.record_id for p in _verify(dataset).problems] == [target]
+
+
+def test_rehash_without_key_fails_the_signature(records, dataset):
+    target = records[0]
+
+    def edit(rows):
+        _patch(_row(rows, target), lambda a: a.__setitem__(sc.ACTION_COST, 1.0), rehash=True)
+        return rows
+
+    _rewrite(dataset, edit)
+    report = _verify(dataset)
+    assert [(p.record_id, p.problem.split(" (")[0]) for p in report.problems] == [
+        (target, "signature invalid"),
+        (records[1], f"link broken: predecessor {target} was re-hashed after this record was sealed"),
+    ]
+
+
+def test_deleted_record_is_named_by_its_successor(records, dataset):
+    target = records[1]
+
+    def edit(rows):
+        return [r for r in rows if not (r["record_id"] == target and r["name"] == "replay.decision")]
+
+    _rewrite(dataset, edit)
+    report = _verify(dataset)
+    assert len(report.problems) == 1
+    assert report.problems[0].record_id == target and report.problems[0].problem.startswith("deleted")
+    assert records[2] in report.problems[0].problem
+
+
+def test_reordered_records_are_named_even_when_resigned_with_the_key(records, dataset):
+    a, b = records[1], records[2]
+
+    def edit(rows):
+        ra, rb = _row(rows, a), _row(rows, b)
+        seq_a = json.loads(ra["attributes"])[sc.RECORD_SEQ]
+        seq_b = json.loads(rb["attributes"])[sc.RECORD_SEQ]
+        _patch(ra, lambda x: x.__setitem__(sc.RECORD_SEQ, seq_b), rehash=True, resign=True)
+        _patch(rb, lambda x: x.__setitem__(sc.RECORD_SEQ, seq_a), rehash=True, resign=True)
+        return rows
+
+    _rewrite(dataset, edit)
+    report = _verify(dataset)
+    named = {p.record_id for p in report.problems}
+    assert {a, b} <= named and all("out of order" in p.problem for p in report.problems)
+
+
+def test_verify_without_the_key_checks_hashes_and_links_only(records, dataset, monkeypatch):
+    monkeypatch.delenv("OTEL_REPLAY_SIGNING_KEY")
+    assert load_signing_key(create=False) is None
+    with otel_replay.open(dataset) as store:
+        report = store.verify(None)
+    assert report.ok and report.unsigned_checked == 6
+
+
+def test_key_resolution(tmp_path, monkeypatch):
+    monkeypatch.delenv("OTEL_REPLAY_SIGNING_KEY")
+    with pytest.raises(ConfigError, match="too short"):
+        load_signing_key("short")
+    key_file = tmp_path / "k"
+    key_file.write_text("a-file-secret-of-enough-length\n")
+    monkeypatch.setenv("OTEL_REPLAY_KEY_FILE", str(key_file))
+    assert load_signing_key().secret == b"a-file-secret-of-enough-length"
+    monkeypatch.delenv("OTEL_REPLAY_KEY_FILE")
+    created = load_signing_key()  # HOME is a temp dir in tests
+    default = Path.home() / ".config/otel-replay/signing.key"
+    assert default.exists() and oct(default.stat().st_mode & 0o777) == "0o600"
+    assert load_signing_key().key_id == created.key_id
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_signing_key(key_file=tmp_path / "missing")

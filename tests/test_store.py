@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import otel_replay
+from otel_replay import CorruptFileError, RecordNotFound, audit, replay
+from otel_replay.errors import DatasetError, QueryError
+
+from ._support import budget_policy, payment, snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _capture(telemetry):
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-1", session_id="s-1", agent_id="a-1") as d:
+        d.read(invoice="INV-1")
+        d.model("gpt-x", decision_basis="ok", output={"score": 0.9})
+        d.act(payment())
+    telemetry.force_flush()
+    return d.record
+
+
+def test_rehydrated_record_equals_in_process_record(telemetry, dataset):
+    record = _capture(telemetry)
+    with otel_replay.open(dataset) as store:
+        again = store.record(record.record_id)
+    assert again == record
+    live = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}
+    assert replay(again, live_state=live, policy=budget_policy) == replay(record, live_state=live, policy=budget_policy)
+
+
+def test_rehydration_in_a_new_process_gives_the_same_verdict(telemetry, dataset, tmp_path):
+    record = _capture(telemetry)
+    live = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}
+    expected = replay(record, live_state=live, policy=budget_policy)
+    script = textwrap.dedent(
+        f"""
+        import json, otel_replay
+        from tests._support import budget_policy
+        store = otel_replay.open({str(dataset)!r})
+        rec = store.record({record.record_id!r})
+        v = otel_replay.replay(rec, live_state={live!r}, policy=budget_policy)
+        print(json.dumps([v.fix.value, v.reason, rec.seal.hash, rec.snapshot.state, rec.action.cost]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
+    fix, reason, digest, state, cost = json.loads(out.stdout)
+    assert (fix, reason, digest, state, cost) == (
+        expected.fix.value, expected.reason, record.seal.hash, dict(record.snapshot.state), record.action.cost)
+
+
+def test_views_unpack_the_decision(telemetry, dataset):
+    record = _capture(telemetry)
+    with otel_replay.open(dataset) as store:
+        d = store.rows("SELECT * FROM decisions")[0]
+        reads = store.rows("SELECT * FROM reads")
+        models = store.rows("SELECT * FROM model_calls")
+        acts = store.rows("SELECT * FROM acts")
+    assert d["record_id"] == record.record_id and d["source"] == "audit" and d["action_cost"] == 4200
+    assert json.loads(d["snapshot_state"]) == dict(record.snapshot.state) and d["snapshot_version"] == "v7"
+    assert json.loads(reads[0]["inputs"]) == {"invoice": "INV-1"}
+    assert models[0]["model"] == "gpt-x" and json.loads(models[0]["output"]) == {"score": 0.9}
+    assert acts[0]["action_type"] == "vendor_payment" and json.loads(acts[0]["action_arguments"]) == {"recipient": "acme-supplies"}
+    assert {reads[0]["correlation_id"], models[0]["session_id"], acts[0]["agent_id"]} == {"c-1", "s-1", "a-1"}
+
+
+def test_empty_and_missing_dataset_give_empty_results(tmp_path):
+    with otel_replay.open(tmp_path / "nothing-here") as store:
+        for view in ("spans", "decisions", "reads", "model_calls", "acts", "audit_entries", "outcomes", "gates"):
+            assert store.rows(f"SELECT * FROM {view}") == [], view
+        assert otel_replay.ReplayBuilder(store).build_trade_chain("x").empty
+        assert store.verify(None).ok and store.calibration() == []
+
+
+def test_unknown_record_is_a_clear_error(telemetry, dataset):
+    _capture(telemetry)
+    with otel_replay.open(dataset) as store:
+        with pytest.raises(RecordNotFound, match="no decision record 'nope'"):
+            store.record("nope")
+
+
+def test_corrupt_file_is_named_and_can_be_skipped(telemetry, dataset):
+    record = _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    bad = good.with_name("part-truncated.parquet")
+    bad.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    with pytest.raises(CorruptFileError, match="part-truncated.parquet"):
+        otel_replay.open(dataset)
+    with otel_replay.open(dataset, skip_corrupt=True) as store:
+        assert [p.path for p in store.skipped] == [str(bad)]
+        assert store.record(record.record_id) == record
+    assert good.exists() and bad.exists()  # nothing stored is touched
+
+
+def test_temp_files_are_never_read(telemetry, dataset):
+    record = _capture(telemetry)
+    folder = next((dataset / "spans").rglob("*.parquet")).parent
+    (folder / ".part-inflight.parquet.tmp").write_bytes(b"PAR1 half written")
+    with otel_replay.open(dataset) as store:
+        assert store.record(record.record_id) == record
+
+
+def test_sql_errors_are_query_errors(tmp_path):
+    with otel_replay.open(tmp_path) as store:
+        with pytest.raises(QueryError, match="nope"):
+            store.rows("SELECT * FROM nope")
+
+
+def test_dataset_that_is_a_file_is_refused(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(DatasetError, match="is a file"):
+        otel_replay.open(path)
+
+
+def test_refresh_sees_new_files(telemetry, dataset):
+    _capture(telemetry)
+    store = otel_replay.open(dataset)
+    assert len(store.rows("SELECT * FROM decisions")) == 1
+    _capture(telemetry)
+    assert len(store.rows("SELECT * FROM decisions")) == 1
+    store.refresh()
+    assert len(store.rows("SELECT * FROM decisions")) == 2
+    store.close()
