@@ -49,7 +49,9 @@ def main(dataset: str) -> int:
     # 4. The whole story is in the dataset; the record rehydrates and replays the same.
     with otel_replay.open(dataset) as store:
         again = replay(store.record(d.record.record_id), live_state=live_state, policy=budget_policy)
-        gates = store.rows("SELECT stage, executed FROM gates WHERE decision_id = ? ORDER BY recorded_at", [d.record_id])
+        gates = store.rows(
+            "SELECT stage, executed FROM gates WHERE decision_id = ? ORDER BY recorded_at", [d.record_id]
+        )
     print(f"from Parquet: {again.fix.value}; gate spans: {[g['executed'] for g in gates]}")
     ok = verdict.fix is FixAction.ROLLBACK and again.fix is verdict.fix and ledger.balance == 10_000
     return 0 if ok else 1

@@ -14,39 +14,63 @@ import contextvars
 import sys
 import tempfile
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import otel_replay
 from otel_replay import AuditLog, DecisionTracer, ReplayBuilder, correlation, session
 
-T0 = datetime(2026, 3, 2, 14, 30, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 2, 14, 30, tzinfo=UTC)
 
 
 def evaluation_agent(tracer: DecisionTracer, log: AuditLog, signal_id: str) -> str:
-    log.append("signal_received", source_agent="signal-router", target_agent="foresight",
-               payload={"signal_id": signal_id}, created_at=T0)
-    decision = tracer.decision(
-        agent_id="foresight", decision_type="signal_evaluation",
-        rationale=f"Signal {signal_id} evaluated: high confidence bullish bias on ES",
-        confidence=0.74, inputs={"signal_id": signal_id, "market": "ES", "factors": 5},
+    log.append(
+        "signal_received",
+        source_agent="signal-router",
+        target_agent="foresight",
+        payload={"signal_id": signal_id},
+        created_at=T0,
     )
-    log.append("evaluation_sent", source_agent="foresight", target_agent="sizer",
-               payload={"bias": "bullish", "confidence": 0.74}, created_at=T0 + timedelta(seconds=1))
+    decision = tracer.decision(
+        agent_id="foresight",
+        decision_type="signal_evaluation",
+        rationale=f"Signal {signal_id} evaluated: high confidence bullish bias on ES",
+        confidence=0.74,
+        inputs={"signal_id": signal_id, "market": "ES", "factors": 5},
+    )
+    log.append(
+        "evaluation_sent",
+        source_agent="foresight",
+        target_agent="sizer",
+        payload={"bias": "bullish", "confidence": 0.74},
+        created_at=T0 + timedelta(seconds=1),
+    )
     return decision
 
 
 def sizing_agent(tracer: DecisionTracer, log: AuditLog) -> str:
     # This agent's clock runs 2 s fast, and it writes its entries out of order.
     skew = timedelta(seconds=2)
-    log.append("vp_approval_requested", source_agent="sizer", target_agent="vp",
-               payload={"multiplier": 1.4}, created_at=T0 + timedelta(seconds=3) + skew)
-    decision = tracer.decision(
-        agent_id="sizer", decision_type="position_sizing",
-        rationale="Sizing at 1.4x normal based on elevated conviction from 3 confirming signals",
-        confidence=0.68, inputs={"base_size": 100, "conviction_multiplier": 1.4},
+    log.append(
+        "vp_approval_requested",
+        source_agent="sizer",
+        target_agent="vp",
+        payload={"multiplier": 1.4},
+        created_at=T0 + timedelta(seconds=3) + skew,
     )
-    log.append("sizing_started", source_agent="sizer", target_agent=None,
-               payload={"base_size": 100}, created_at=T0 + timedelta(seconds=1.5) + skew)
+    decision = tracer.decision(
+        agent_id="sizer",
+        decision_type="position_sizing",
+        rationale="Sizing at 1.4x normal based on elevated conviction from 3 confirming signals",
+        confidence=0.68,
+        inputs={"base_size": 100, "conviction_multiplier": 1.4},
+    )
+    log.append(
+        "sizing_started",
+        source_agent="sizer",
+        target_agent=None,
+        payload={"base_size": 100},
+        created_at=T0 + timedelta(seconds=1.5) + skew,
+    )
     return decision
 
 
@@ -71,10 +95,13 @@ def main(dataset: str) -> int:
         trade = builder.build_trade_chain(trade_id)
         print(f"trade chain {trade_id}:")
         for entry in trade.audit_entries:
-            print(f"  {entry['created_at']}  {entry['source_agent']:>13} -> {entry['target_agent'] or '*':<8} {entry['event_type']}")
+            target = entry["target_agent"] or "*"
+            print(f"  {entry['created_at']}  {entry['source_agent']:>13} -> {target:<8} {entry['event_type']}")
         sizing = next(t for t in trade.traces if t["decision_type"] == "position_sizing")
-        print(f"  position_sizing: {sizing['rationale']!r} confidence={sizing['confidence']} "
-              f"inputs={sizing['inputs']} outcome_correct={sizing['outcome_correct']}")
+        print(
+            f"  position_sizing: {sizing['rationale']!r} confidence={sizing['confidence']} "
+            f"inputs={sizing['inputs']} outcome_correct={sizing['outcome_correct']}"
+        )
         sessions = builder.build_session_chain(session_id)
         print(f"session {session_id}: {[t['decision_type'] for t in sessions.traces]}")
         order = [e["event_type"] for e in trade.audit_entries]

@@ -44,6 +44,7 @@ class ParquetSpanExporter(SpanExporter):
     Like every OpenTelemetry exporter it never raises into the application: a
     failure is logged and reported as ``SpanExportResult.FAILURE``.
     ``force_flush`` and ``shutdown`` write every buffered span to disk.
+
     """
 
     def __init__(

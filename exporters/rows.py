@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -121,7 +121,7 @@ class RowBuilder:
         day = start // _DAY_NS
         date = self._days.get(day)
         if date is None:
-            date = self._days[day] = datetime.fromtimestamp(day * 86_400, tz=timezone.utc).strftime("%Y-%m-%d")
+            date = self._days[day] = datetime.fromtimestamp(day * 86_400, tz=UTC).strftime("%Y-%m-%d")
         self.dates.append(date)
 
     def table(self) -> pa.Table:
@@ -174,7 +174,9 @@ def resource_spans_to_table(resource_spans: Sequence[ResourceSpans]) -> pa.Table
                     start=span.start_time_unix_nano,
                     end=span.end_time_unix_nano,
                     status=(
-                        _OTLP_STATUS[span.status.code] if span.status.code < len(_OTLP_STATUS) else str(span.status.code),
+                        _OTLP_STATUS[span.status.code]
+                        if span.status.code < len(_OTLP_STATUS)
+                        else str(span.status.code),
                         span.status.message or None,
                     ),
                     attributes=_pb_attrs(span.attributes),
@@ -202,6 +204,7 @@ def request_to_table(request: ExportTraceServiceRequest) -> pa.Table:
 
 
 # --- SDK span reader -----------------------------------------------------------
+
 
 def _sdk_attrs(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if not attributes:

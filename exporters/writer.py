@@ -30,7 +30,7 @@ _log = logging.getLogger(__name__)
 
 
 def fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename inside it survives a crash."""
+    """Fsync a directory so a rename inside it survives a crash."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -135,7 +135,9 @@ class DatasetWriter:
                 paths = self._write(table)
             except Exception:
                 self.stats.write_errors += 1
-                _log.exception("otel-replay: writing %d spans to %s failed; kept buffered", table.num_rows, self.spans_dir)
+                _log.exception(
+                    "otel-replay: writing %d spans to %s failed; kept buffered", table.num_rows, self.spans_dir
+                )
                 self._buffer = [table]
                 raise
             self.stats.rows_written += table.num_rows

@@ -1,6 +1,7 @@
-"""otel-replay: capture AI-agent decisions as OpenTelemetry spans, store them as
-Parquet, query replay chains with DuckDB, replay decisions against live state
-and gate the real action.
+"""otel-replay: OpenTelemetry-native capture, storage and replay of AI-agent decisions.
+
+Capture decisions as spans, store them as Parquet, query replay chains with
+DuckDB, replay decisions against live state and gate the real action.
 
 The public API is re-exported here; see README.md for the manual.
 """

@@ -9,9 +9,7 @@ from typing import Any
 
 from otel_replay.errors import CaptureError
 
-_encoder = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
+_encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def canonical_json(value: Any, *, where: str) -> str:
@@ -20,6 +18,7 @@ def canonical_json(value: Any, *, where: str) -> str:
     Raises:
         CaptureError: naming ``where`` and the path of the first value JSON
             cannot represent (an object, a set, NaN, a non-string key ...).
+
     """
     try:
         return _encoder.encode(value)

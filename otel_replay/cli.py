@@ -28,8 +28,12 @@ __all__ = ["main"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _dataset_option = click.option(
-    "--dataset", "-d", default=lambda: os.environ.get("OTEL_REPLAY_DATASET", "./traces"),
-    show_default="$OTEL_REPLAY_DATASET or ./traces", type=click.Path(file_okay=False), help="Dataset directory.",
+    "--dataset",
+    "-d",
+    default=lambda: os.environ.get("OTEL_REPLAY_DATASET", "./traces"),
+    show_default="$OTEL_REPLAY_DATASET or ./traces",
+    type=click.Path(file_okay=False),
+    help="Dataset directory.",
 )
 _skip_option = click.option("--skip-corrupt", is_flag=True, help="Leave unreadable Parquet files out (and list them).")
 
@@ -103,21 +107,34 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
     with _open(dataset, skip_corrupt) as store:
         result = ReplayBuilder(store).build(chain_type, chain_id, limit)
     if result.empty:
-        raise click.ClickException(f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id")
+        raise click.ClickException(
+            f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id"
+        )
     r.print_chain(result, as_json)
 
 
 @main.command("replay")
 @click.argument("record_id")
-@click.option("--live-state", required=True, type=click.Path(dir_okay=False, exists=True), help="JSON file of the live state.")
+@click.option(
+    "--live-state", required=True, type=click.Path(dir_okay=False, exists=True), help="JSON file of the live state."
+)
 @click.option("--policy", "policy_ref", required=True, help="Policy as module:function.")
-@click.option("--execute", is_flag=True, help="Apply the verdict post-commit through --rail, compensating the stored receipt.")
+@click.option(
+    "--execute", is_flag=True, help="Apply the verdict post-commit through --rail, compensating the stored receipt."
+)
 @click.option("--rail", "rail_ref", help="Rail factory as module:function (needed by --execute).")
 @_dataset_option
 @_skip_option
 @_friendly
-def replay_cmd(record_id: str, live_state: str, policy_ref: str, execute: bool, rail_ref: str | None,
-               dataset: str, skip_corrupt: bool) -> None:
+def replay_cmd(
+    record_id: str,
+    live_state: str,
+    policy_ref: str,
+    execute: bool,
+    rail_ref: str | None,
+    dataset: str,
+    skip_corrupt: bool,
+) -> None:
     """Replay decision RECORD_ID against the live state and print the verdict."""
     from otel_replay.replay import load_policy, replay
 
@@ -126,7 +143,9 @@ def replay_cmd(record_id: str, live_state: str, policy_ref: str, execute: bool, 
     try:
         state = json.loads(Path(live_state).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise click.ClickException(f"{live_state}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
+        raise click.ClickException(
+            f"{live_state}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from exc
     if not isinstance(state, dict):
         raise click.ClickException(f"{live_state}: the live state must be a JSON object")
     policy = load_policy(policy_ref)

@@ -72,8 +72,12 @@ def run_demo(dataset: str | os.PathLike[str]) -> DemoResult:
             {"budget_remaining": OPENING_BALANCE, "allow_list": ["acme-supplies"]}, version="budget-v7"
         )
         with correlation(agent_id="payables-agent") as cid:
-            log.append("invoice_received", source_agent="inbox-agent", target_agent="payables-agent",
-                       payload={"invoice": "INV-4471", "amount": PAYMENT})
+            log.append(
+                "invoice_received",
+                source_agent="inbox-agent",
+                target_agent="payables-agent",
+                payload={"invoice": "INV-4471", "amount": PAYMENT},
+            )
             with audit("vendor_payment", snapshot=snapshot) as d:
                 d.read(invoice="INV-4471", purchase_order="PO-1182")
                 d.attach(Report("data", "po_match", passed=True, detail={"po": "PO-1182"}))
@@ -82,8 +86,11 @@ def run_demo(dataset: str | os.PathLike[str]) -> DemoResult:
                 d.act(action)
                 receipt = gate.commit(action, record_id=d.record_id)
             balance_after_commit = ledger.balance
-            log.append("budget_revised", source_agent="finance-agent",
-                       payload={"budget_remaining": DROPPED_BUDGET, "reason": "quarter-end freeze"})
+            log.append(
+                "budget_revised",
+                source_agent="finance-agent",
+                payload={"budget_remaining": DROPPED_BUDGET, "reason": "quarter-end freeze"},
+            )
             live_state = {"budget_remaining": DROPPED_BUDGET, "allow_list": ["acme-supplies"]}
             verdict = replay(d.record, live_state=live_state, policy=budget_policy)
             outcome = gate.enforce_post_commit(verdict, receipt=receipt)

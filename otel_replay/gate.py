@@ -44,7 +44,12 @@ class Receipt:
 
     def to_json(self) -> dict[str, Any]:
         """The receipt as a plain dict (stored on the gate span)."""
-        return {"receipt_id": self.receipt_id, "action_type": self.action_type, "amount": self.amount, "details": dict(self.details)}
+        return {
+            "receipt_id": self.receipt_id,
+            "action_type": self.action_type,
+            "amount": self.amount,
+            "details": dict(self.details),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Receipt:
@@ -119,9 +124,7 @@ class ActionGate:
     def commit(self, action: Action, *, record_id: str | None = None) -> Any:
         """Run ``action`` through the rail; returns the rail's receipt."""
         receipt = self.rail.commit(action)
-        self._emit(
-            "commit", None, "committed", f"{action.type} committed", record_id=record_id, receipt=receipt
-        )
+        self._emit("commit", None, "committed", f"{action.type} committed", record_id=record_id, receipt=receipt)
         return receipt
 
     def enforce_pre_commit(self, verdict: Verdict, action: Action) -> GateOutcome:
@@ -135,12 +138,16 @@ class ActionGate:
     def enforce_post_commit(self, verdict: Verdict, *, receipt: Any = None) -> GateOutcome:
         """After the action committed: ALLOW stands, HUMAN_REVIEW holds, ROLLBACK/BLOCK compensate."""
         if verdict.fix is FixAction.ALLOW:
-            return self._outcome("post_commit", verdict, "allowed", f"committed action stands: {verdict.reason}", receipt)
+            return self._outcome(
+                "post_commit", verdict, "allowed", f"committed action stands: {verdict.reason}", receipt
+            )
         if verdict.fix is FixAction.HUMAN_REVIEW:
             return self._outcome("post_commit", verdict, "held", f"held for review: {verdict.reason}", receipt)
         if receipt is None:
             return self._outcome(
-                "post_commit", verdict, "compensation_unavailable",
+                "post_commit",
+                verdict,
+                "compensation_unavailable",
                 f"{verdict.fix.value} routed but no receipt to compensate: {verdict.reason}",
             )
         self.rail.compensate(receipt)

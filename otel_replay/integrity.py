@@ -20,8 +20,10 @@ Key resolution (first match wins):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import threading
@@ -48,6 +50,7 @@ __all__ = [
 ]
 
 GENESIS_HASH = "0" * 64
+_frame = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 DEFAULT_KEY_FILE = Path("~/.config/otel-replay/signing.key")
 
 
@@ -57,7 +60,7 @@ class SigningKey:
 
     secret: bytes = field(repr=False)
 
-    @property
+    @functools.cached_property
     def key_id(self) -> str:
         """A short, non-secret id stamped on every record signed with this key."""
         return hashlib.sha256(self.secret).hexdigest()[:16]
@@ -122,16 +125,16 @@ def _encode(value: Any) -> str:
 def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
     """SHA-256 over the span name, start time and ``replay.*`` attributes.
 
-    Each part is length-prefixed (``<len>:<text>``) and values are type-tagged,
-    so no two different records encode to the same bytes.
+    The parts are framed as a JSON array of strings and values are
+    type-tagged, so no two different records encode to the same bytes.
     """
     parts = [name, str(int(start_ns))]
     for key in sorted(attributes):
         if key.startswith("replay.") and key not in sc.INTEGRITY_FIELDS:
             parts.append(key)
             parts.append(_encode(attributes[key]))
-    text = "".join(f"{len(part)}:{part}" for part in parts)
-    return hashlib.sha256(text.encode()).hexdigest()
+    # A JSON array of strings is an unambiguous framing, and json's C encoder is fast.
+    return hashlib.sha256(_frame(parts).encode()).hexdigest()
 
 
 class Chain:
@@ -249,7 +252,11 @@ def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) ->
         if len(group) > 1:
             ids = ", ".join(r.record_id for r in group)
             report.problems.append(
-                VerifyProblem(group[0].record_id, f"sequence number {seq} claimed by several records ({ids}): reordered or duplicated", group[0].file)
+                VerifyProblem(
+                    group[0].record_id,
+                    f"sequence number {seq} claimed by several records ({ids}): reordered or duplicated",
+                    group[0].file,
+                )
             )
             continue
         rec = group[0]
@@ -257,18 +264,32 @@ def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) ->
         prev_hash = rec.attributes.get(sc.RECORD_PREV_HASH)
         if seq == 0:
             if prev_hash != GENESIS_HASH:
-                report.problems.append(VerifyProblem(rec.record_id, "first record of its chain does not start at genesis", rec.file))
+                report.problems.append(
+                    VerifyProblem(rec.record_id, "first record of its chain does not start at genesis", rec.file)
+                )
             continue
         before = by_seq.get(seq - 1)
         if not before:
             report.problems.append(
-                VerifyProblem(str(prev_id), f"deleted: missing from the dataset, yet record {rec.record_id} (seq {seq}) follows it", rec.file)
+                VerifyProblem(
+                    str(prev_id),
+                    f"deleted: missing from the dataset, yet record {rec.record_id} (seq {seq}) follows it",
+                    rec.file,
+                )
             )
         elif before[0].record_id != prev_id:
             report.problems.append(
-                VerifyProblem(rec.record_id, f"out of order: its predecessor should be {prev_id}, found {before[0].record_id}", rec.file)
+                VerifyProblem(
+                    rec.record_id,
+                    f"out of order: its predecessor should be {prev_id}, found {before[0].record_id}",
+                    rec.file,
+                )
             )
         elif before[0].attributes.get(sc.RECORD_HASH) != prev_hash:
             report.problems.append(
-                VerifyProblem(rec.record_id, f"link broken: predecessor {prev_id} was re-hashed after this record was sealed", rec.file)
+                VerifyProblem(
+                    rec.record_id,
+                    f"link broken: predecessor {prev_id} was re-hashed after this record was sealed",
+                    rec.file,
+                )
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from otel_replay import semconv as sc
@@ -43,8 +43,8 @@ def iso_utc(value: datetime | str | None) -> str | None:
     if value is None or isinstance(value, str):
         return value
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).isoformat()
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,7 @@ class DependencySnapshot:
 
     def __post_init__(self) -> None:
         if not isinstance(self.state, Mapping):
-            raise CaptureError(
-                f"DependencySnapshot.state must be a mapping, got {type(self.state).__name__}"
-            )
+            raise CaptureError(f"DependencySnapshot.state must be a mapping, got {type(self.state).__name__}")
         text = canonical_json(self.state, where="DependencySnapshot.state")
         object.__setattr__(self, "state_json", text)
         object.__setattr__(self, "state", json.loads(text))
@@ -88,15 +86,11 @@ class Action:
         if not isinstance(self.type, str) or not self.type:
             raise CaptureError("Action.type must be a non-empty string")
         if not isinstance(self.arguments, Mapping):
-            raise CaptureError(
-                f"Action.arguments must be a mapping, got {type(self.arguments).__name__}"
-            )
+            raise CaptureError(f"Action.arguments must be a mapping, got {type(self.arguments).__name__}")
         text = canonical_json(self.arguments, where=f"Action({self.type}).arguments")
         object.__setattr__(self, "arguments_json", text)
         object.__setattr__(self, "arguments", json.loads(text))
-        if self.cost is not None and (
-            isinstance(self.cost, bool) or not isinstance(self.cost, (int, float))
-        ):
+        if self.cost is not None and (isinstance(self.cost, bool) or not isinstance(self.cost, (int, float))):
             raise CaptureError(f"Action({self.type}).cost must be a number, got {self.cost!r}")
 
     def to_json(self) -> dict[str, Any]:
@@ -131,9 +125,7 @@ class Report:
 
     def __post_init__(self) -> None:
         if self.stage not in ("data", "model", "harness"):
-            raise CaptureError(
-                f"Report.stage must be 'data', 'model' or 'harness', got {self.stage!r}"
-            )
+            raise CaptureError(f"Report.stage must be 'data', 'model' or 'harness', got {self.stage!r}")
         object.__setattr__(self, "detail", normalise(self.detail, where=f"Report({self.name}).detail"))
 
     def to_json(self) -> dict[str, Any]:

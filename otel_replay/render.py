@@ -93,8 +93,12 @@ def _event_summary(event: dict[str, Any]) -> tuple[str, str, str, str]:
 def print_chain(chain: ReplayChain, as_json: bool = False) -> None:
     """Print a replay chain's merged timeline."""
     if as_json:
-        payload = {"chain_type": chain.chain_type, "chain_id": chain.chain_id, "traces": chain.traces,
-                   "audit_entries": chain.audit_entries}
+        payload = {
+            "chain_type": chain.chain_type,
+            "chain_id": chain.chain_id,
+            "traces": chain.traces,
+            "audit_entries": chain.audit_entries,
+        }
         sys.stdout.write(json.dumps(payload, default=str, indent=2) + "\n")
         return
     table = Table(title=escape(f"{chain.chain_type} chain {chain.chain_id}"))
@@ -110,7 +114,12 @@ def print_chain(chain: ReplayChain, as_json: bool = False) -> None:
 def print_verdict(verdict: Verdict) -> None:
     """Print a verdict as a coloured panel."""
     style = _FIX_STYLE.get(verdict.fix.value, "white")
-    body = f"[bold {style}]{verdict.fix.value}[/]\njustified: {verdict.justified}\nreason: {escape(verdict.reason)}\nrecord: {escape(verdict.record_id)}"
+    body = "\n".join([
+        f"[bold {style}]{verdict.fix.value}[/]",
+        f"justified: {verdict.justified}",
+        f"reason: {escape(verdict.reason)}",
+        f"record: {escape(verdict.record_id)}",
+    ])
     console.print(Panel(body, title="verdict", expand=False))
 
 
@@ -123,7 +132,9 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     """Print a verification report."""
     if report.ok:
         note = "" if have_key else " (no signing key found: hashes and links checked, signatures not)"
-        console.print(f"[green]OK[/green] {escape(dataset)}: {report.records} records in {report.chains} chains verified{note}")
+        console.print(
+            f"[green]OK[/green] {escape(dataset)}: {report.records} records in {report.chains} chains verified{note}"
+        )
         return
     console.print(f"[red]FAILED[/red] {escape(dataset)}: {len(report.problems)} problem(s) in {report.records} records")
     for problem in report.problems:

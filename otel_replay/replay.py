@@ -1,4 +1,4 @@
-"""Policy replay: does a recorded decision still hold under the state that is live now?
+"""Policy replay: does a recorded decision still hold under the state that is live now.
 
 :func:`replay` is pure. It deep-copies the live state, the snapshot state and
 the action before the policy sees them, mutates nothing and executes nothing;
@@ -32,16 +32,13 @@ Policy = Callable[[Mapping[str, Any], Action], "tuple[bool, str]"]
 """``(state, action) -> (justified, reason)``."""
 
 
-class FixAction(str, enum.Enum):
+class FixAction(enum.StrEnum):
     """The fix a verdict routes."""
 
     ALLOW = "ALLOW"
     ROLLBACK = "ROLLBACK"
     BLOCK = "BLOCK"
     HUMAN_REVIEW = "HUMAN_REVIEW"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -75,30 +72,28 @@ def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Pol
 
     Raises:
         ValueError: the record has no snapshot or no action (nothing to replay).
+
     """
     if record.snapshot is None or record.action is None:
         raise ValueError(
             f"record {record.record_id} has no {'snapshot' if record.snapshot is None else 'action'}; "
             "only audit() decisions with an act() can be replayed"
         )
-    base = {
-        "record_id": record.record_id,
-        "trace_id": record.span.trace_id,
-        "span_id": record.span.span_id,
-        "correlation_id": record.correlation_id,
-    }
+    def verdict(fix: FixAction, justified: bool, reason: str) -> Verdict:
+        return Verdict(
+            fix, justified, reason, record.record_id, record.span.trace_id, record.span.span_id, record.correlation_id
+        )
+
     try:
         live_ok, live_reason = _ask(policy, live_state, record.action)
         if live_ok:
-            return Verdict(FixAction.ALLOW, True, live_reason, **base)
+            return verdict(FixAction.ALLOW, True, live_reason)
         snap_ok, snap_reason = _ask(policy, record.snapshot.state, record.action)
     except ReplayUndecidable as exc:
-        return Verdict(FixAction.HUMAN_REVIEW, False, str(exc) or "policy could not decide", **base)
+        return verdict(FixAction.HUMAN_REVIEW, False, str(exc) or "policy could not decide")
     if snap_ok:
-        return Verdict(
-            FixAction.ROLLBACK, False, f"stale state: justified on the snapshot, not now: {live_reason}", **base
-        )
-    return Verdict(FixAction.BLOCK, False, f"not justified even on its own snapshot: {snap_reason}", **base)
+        return verdict(FixAction.ROLLBACK, False, f"stale state: justified on the snapshot, not now: {live_reason}")
+    return verdict(FixAction.BLOCK, False, f"not justified even on its own snapshot: {snap_reason}")
 
 
 def load_policy(reference: str) -> Policy:

@@ -81,6 +81,7 @@ def configure(
 
     Users with their own ``TracerProvider`` skip this and add
     ``CorrelationSpanProcessor()`` and ``BatchSpanProcessor(ParquetSpanExporter(dir))``.
+
     """
     dataset = dataset if dataset is not None else os.environ.get("OTEL_REPLAY_DATASET", "./traces")
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "otel-replay"

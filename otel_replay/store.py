@@ -80,9 +80,12 @@ class Store:
         database: a DuckDB database path, default in-memory.
 
     Files written after opening are seen after :meth:`refresh`.
+
     """
 
-    def __init__(self, dataset: str | os.PathLike[str], *, skip_corrupt: bool = False, database: str = ":memory:") -> None:
+    def __init__(
+        self, dataset: str | os.PathLike[str], *, skip_corrupt: bool = False, database: str = ":memory:"
+    ) -> None:
         """Open ``dataset``; see the class docstring."""
         self.dataset = Path(dataset)
         if self.dataset.exists() and not self.dataset.is_dir():
@@ -240,7 +243,9 @@ class Store:
         if not self.files:
             return VerifyReport()
         stored = (
-            StoredRecord(row["record_id"] or "?", row["name"], int(row["start_ns"]), restore_attributes(row), row["filename"])
+            StoredRecord(
+                row["record_id"] or "?", row["name"], int(row["start_ns"]), restore_attributes(row), row["filename"]
+            )
             for row in self.run("sealed_records")
         )
         return verify_records(stored, key)

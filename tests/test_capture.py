@@ -73,7 +73,9 @@ def test_exception_is_recorded_and_reraised(telemetry, dataset):
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:
         row = store.rows("SELECT status_code, error FROM decisions WHERE record_id = ?", [d.record.record_id])[0]
-        events = store.rows("SELECT events FROM spans WHERE record_id = ? AND name = 'replay.decision'", [d.record.record_id])
+        events = store.rows(
+            "SELECT events FROM spans WHERE record_id = ? AND name = 'replay.decision'", [d.record.record_id]
+        )
     assert row["status_code"] == StatusCode.ERROR.name
     assert "rail down" in row["error"]
     assert events[0]["events"][0]["name"] == "exception"
@@ -132,7 +134,10 @@ def test_correlation_stamps_every_span_in_scope(telemetry, dataset):
         rows = {r["name"]: r for r in store.rows("SELECT name, correlation_id, session_id, agent_id FROM spans")}
     for name in ("http-call", "thread-work", "task-work"):
         assert (rows[name]["correlation_id"], rows[name]["session_id"], rows[name]["agent_id"]) == (
-            "trade-42", "sess-1", "agent-7"), name
+            "trade-42",
+            "sess-1",
+            "agent-7",
+        ), name
     assert rows["outside"]["correlation_id"] is None
     assert seen["cid"] == "trade-42"
 

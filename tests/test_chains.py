@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import otel_replay
 from otel_replay import AuditLog, DecisionTracer, OtelReplayError, ReplayBuilder, correlation, session
 
-T0 = datetime(2026, 3, 2, 14, 30, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 2, 14, 30, tzinfo=UTC)
 
 
 def test_trade_chain_sorts_audit_entries_by_created_at_not_arrival(telemetry, dataset):
@@ -26,7 +26,11 @@ def test_trade_chain_sorts_audit_entries_by_created_at_not_arrival(telemetry, da
     with otel_replay.open(dataset) as store:
         chain = ReplayBuilder(store).build_trade_chain("trade-1")
     assert chain.chain_type == "trade" and chain.chain_id == "trade-1"
-    assert [e["event_type"] for e in chain.audit_entries] == ["signal_received", "evaluation_sent", "approval_requested"]
+    assert [e["event_type"] for e in chain.audit_entries] == [
+        "signal_received",
+        "evaluation_sent",
+        "approval_requested",
+    ]
     assert [t["record_id"] for t in chain.traces] == [first, second]
     sizing = chain.traces[1]
     assert sizing["rationale"] == "1.4x" and sizing["confidence"] == 0.68 and sizing["inputs"] == {"mult": 1.4}
@@ -72,7 +76,9 @@ def test_limits_default_per_chain_type(telemetry, dataset):
         assert len(builder.build_directive_chain("big").audit_entries) == 500
         incident = builder.build_incident_chain("big")
         assert len(incident.audit_entries) == 500
-        assert incident.audit_entries[0]["payload"] == {} and incident.audit_entries[-1]["created_at"].endswith("14:38:19+00")
+        assert incident.audit_entries[0]["payload"] == {} and incident.audit_entries[-1]["created_at"].endswith(
+            "14:38:19+00"
+        )
         assert len(builder.build_trade_chain("big", limit=7).audit_entries) == 7
         with pytest.raises(OtelReplayError, match="unknown chain type"):
             builder.build("weekly", "big")
@@ -111,6 +117,10 @@ def test_causal_tree_and_calibration(telemetry, dataset):
         calib = store.calibration("sizing")
         everything = store.calibration()
     assert [(t["depth"], t["name"]) for t in tree] == [
-        (0, "replay.decision"), (1, "replay.read"), (1, "replay.model"), (1, "replay.act")]
+        (0, "replay.decision"),
+        (1, "replay.read"),
+        (1, "replay.model"),
+        (1, "replay.act"),
+    ]
     assert [(c["bucket"], c["decisions"], c["correct"]) for c in calib] == [(0.1, 1, 0), (0.5, 2, 1), (0.9, 3, 2)]
     assert sum(c["decisions"] for c in everything) == 7

@@ -32,7 +32,10 @@ def test_demo_as_a_subprocess(tmp_path):
     env = {**os.environ, "COLUMNS": "200"}
     out = subprocess.run(
         [sys.executable, "-m", "otel_replay", "demo", "--dataset", str(tmp_path / "d")],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -58,17 +61,43 @@ def test_sql_from_a_file(demo_dataset, tmp_path):
 
 
 def test_chain_replay_and_verify(demo_dataset):
-    cid = json.loads(run("sql", "SELECT correlation_id, record_id FROM decisions", "-d", str(demo_dataset), "--format", "json").output)
+    cid = json.loads(
+        run(
+            "sql", "SELECT correlation_id, record_id FROM decisions", "-d", str(demo_dataset), "--format", "json"
+        ).output
+    )
     chain = run("chain", "trade", cid["correlation_id"], "-d", str(demo_dataset), "--json")
     assert chain.exit_code == 0
     body = json.loads(chain.output)
-    assert [e["event_type"] for e in body["audit_entries"]] == ["invoice_received", "budget_revised", "payment_reversed"]
-    replayed = run("replay", cid["record_id"], "-d", str(demo_dataset), "--live-state",
-                   str(demo_dataset / "demo-live-state.json"), "--policy", "otel_replay.demo:budget_policy")
+    assert [e["event_type"] for e in body["audit_entries"]] == [
+        "invoice_received",
+        "budget_revised",
+        "payment_reversed",
+    ]
+    replayed = run(
+        "replay",
+        cid["record_id"],
+        "-d",
+        str(demo_dataset),
+        "--live-state",
+        str(demo_dataset / "demo-live-state.json"),
+        "--policy",
+        "otel_replay.demo:budget_policy",
+    )
     assert replayed.exit_code == 0 and "ROLLBACK" in replayed.output
-    executed = run("replay", cid["record_id"], "-d", str(demo_dataset), "--live-state",
-                   str(demo_dataset / "demo-live-state.json"), "--policy", "otel_replay.demo:budget_policy",
-                   "--execute", "--rail", "otel_replay.demo:demo_ledger")
+    executed = run(
+        "replay",
+        cid["record_id"],
+        "-d",
+        str(demo_dataset),
+        "--live-state",
+        str(demo_dataset / "demo-live-state.json"),
+        "--policy",
+        "otel_replay.demo:budget_policy",
+        "--execute",
+        "--rail",
+        "otel_replay.demo:demo_ledger",
+    )
     assert executed.exit_code == 0 and "rolled_back" in executed.output
     verified = run("verify", str(demo_dataset))
     assert verified.exit_code == 0 and verified.output.startswith("OK")
@@ -82,11 +111,23 @@ def test_chain_replay_and_verify(demo_dataset):
         (["chain", "trade", "no-such-id"], "no trade chain 'no-such-id'"),
         (["chain", "weekly", "x"], "'weekly' is not one of 'trade', 'session', 'directive', 'incident'"),
         (["sql", "SELECT * FROM nope"], "nope does not exist"),
-        (["replay", "nope", "--live-state", "LIVE", "--policy", "otel_replay.demo:budget_policy"], "no decision record 'nope'"),
-        (["replay", "nope", "--live-state", "LIVE", "--policy", "no_such_module:f"], "cannot import module 'no_such_module'"),
+        (
+            ["replay", "nope", "--live-state", "LIVE", "--policy", "otel_replay.demo:budget_policy"],
+            "no decision record 'nope'",
+        ),
+        (
+            ["replay", "nope", "--live-state", "LIVE", "--policy", "no_such_module:f"],
+            "cannot import module 'no_such_module'",
+        ),
         (["replay", "nope", "--live-state", "LIVE", "--policy", "nocolon"], "must look like 'package.module:function'"),
-        (["replay", "nope", "--live-state", "BADJSON", "--policy", "otel_replay.demo:budget_policy"], "not valid JSON (line 1"),
-        (["replay", "nope", "--live-state", "LIVE", "--policy", "otel_replay.demo:budget_policy", "--execute"], "--execute needs --rail"),
+        (
+            ["replay", "nope", "--live-state", "BADJSON", "--policy", "otel_replay.demo:budget_policy"],
+            "not valid JSON (line 1",
+        ),
+        (
+            ["replay", "nope", "--live-state", "LIVE", "--policy", "otel_replay.demo:budget_policy", "--execute"],
+            "--execute needs --rail",
+        ),
     ],
 )
 def test_user_errors_are_one_line_without_traceback(demo_dataset, tmp_path, args, message):
@@ -107,8 +148,14 @@ def test_missing_dataset_and_corrupt_file(tmp_path, demo_dataset):
     bad = next((demo_dataset / "spans").rglob("*.parquet")).with_name("part-bad.parquet")
     bad.write_bytes(b"PAR1garbage")
     corrupt = run("sql", "SELECT count(*) AS n FROM spans", "-d", str(demo_dataset))
-    assert corrupt.exit_code == 1 and "part-bad.parquet" in corrupt.output and len(corrupt.output.strip().splitlines()) == 1
-    skipped = run("sql", "SELECT count(*) AS n FROM spans", "-d", str(demo_dataset), "--skip-corrupt", "--format", "json")
+    assert (
+        corrupt.exit_code == 1
+        and "part-bad.parquet" in corrupt.output
+        and len(corrupt.output.strip().splitlines()) == 1
+    )
+    skipped = run(
+        "sql", "SELECT count(*) AS n FROM spans", "-d", str(demo_dataset), "--skip-corrupt", "--format", "json"
+    )
     assert skipped.exit_code == 0 and "skipped" in skipped.output and "part-bad.parquet" in skipped.output
 
 

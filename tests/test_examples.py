@@ -11,8 +11,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 @pytest.mark.parametrize("script", ["example_payment_audit.py", "example_trading_postmortem.py"])
 def test_example_runs(script, tmp_path):
-    out = subprocess.run([sys.executable, str(EXAMPLES / script), str(tmp_path / "ds")],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), str(tmp_path / "ds")], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     if script == "example_payment_audit.py":
         assert "verdict: ROLLBACK" in out.stdout and "gate: rolled_back; balance 10,000" in out.stdout

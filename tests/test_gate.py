@@ -16,7 +16,12 @@ def _verdict(fix: FixAction, record_id: str = "r-1") -> Verdict:
 
 @pytest.mark.parametrize(
     ("fix", "executed"),
-    [(FixAction.ALLOW, "allowed"), (FixAction.HUMAN_REVIEW, "held"), (FixAction.ROLLBACK, "blocked"), (FixAction.BLOCK, "blocked")],
+    [
+        (FixAction.ALLOW, "allowed"),
+        (FixAction.HUMAN_REVIEW, "held"),
+        (FixAction.ROLLBACK, "blocked"),
+        (FixAction.BLOCK, "blocked"),
+    ],
 )
 def test_pre_commit_paths_never_touch_the_rail(fix, executed):
     ledger = ReferenceLedger(10_000)
@@ -69,7 +74,9 @@ def test_gate_outcomes_are_spans_linked_to_the_decision(telemetry, dataset):
         action = payment()
         d.act(action)
         receipt = gate.commit(action, record_id=d.record_id)
-    verdict = replay(d.record, live_state={"budget_remaining": 1, "allow_list": ["acme-supplies"]}, policy=budget_policy)
+    verdict = replay(
+        d.record, live_state={"budget_remaining": 1, "allow_list": ["acme-supplies"]}, policy=budget_policy
+    )
     gate.enforce_post_commit(verdict, receipt=receipt)
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:

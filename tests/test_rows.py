@@ -5,7 +5,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, TraceState
-
 from otel_replay.exporters.rows import encode_spans, request_to_table, spans_to_table
 
 
@@ -16,11 +15,22 @@ def _spans():
     tracer = provider.get_tracer("scope.name", "1.2.3")
     other = provider.get_tracer("no.version")
     with tracer.start_as_current_span("root", kind=SpanKind.SERVER) as root:
-        root.set_attributes({
-            "replay.correlation_id": "c-1", "replay.record.id": "r-1", "replay.kind": "decision",
-            "replay.session_id": 7,  # not a string: stays in the JSON column
-            "s": "ünïcode ✓", "i": -3, "f": 2.5, "b": False, "ls": ("x", "y"), "li": (1, 2), "lf": (0.5,), "lb": (True,),
-        })
+        root.set_attributes(
+            {
+                "replay.correlation_id": "c-1",
+                "replay.record.id": "r-1",
+                "replay.kind": "decision",
+                "replay.session_id": 7,  # not a string: stays in the JSON column
+                "s": "ünïcode ✓",
+                "i": -3,
+                "f": 2.5,
+                "b": False,
+                "ls": ("x", "y"),
+                "li": (1, 2),
+                "lf": (0.5,),
+                "lb": (True,),
+            }
+        )
         root.add_event("ev", {"k": "v", "n": 1})
         root.add_event("bare")
         with other.start_as_current_span("child", kind=SpanKind.CLIENT) as child:

@@ -52,7 +52,12 @@ def test_rehydration_in_a_new_process_gives_the_same_verdict(telemetry, dataset,
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
     fix, reason, digest, state, cost = json.loads(out.stdout)
     assert (fix, reason, digest, state, cost) == (
-        expected.fix.value, expected.reason, record.seal.hash, dict(record.snapshot.state), record.action.cost)
+        expected.fix.value,
+        expected.reason,
+        record.seal.hash,
+        dict(record.snapshot.state),
+        record.action.cost,
+    )
 
 
 def test_views_unpack_the_decision(telemetry, dataset):
@@ -66,7 +71,9 @@ def test_views_unpack_the_decision(telemetry, dataset):
     assert json.loads(d["snapshot_state"]) == dict(record.snapshot.state) and d["snapshot_version"] == "v7"
     assert json.loads(reads[0]["inputs"]) == {"invoice": "INV-1"}
     assert models[0]["model"] == "gpt-x" and json.loads(models[0]["output"]) == {"score": 0.9}
-    assert acts[0]["action_type"] == "vendor_payment" and json.loads(acts[0]["action_arguments"]) == {"recipient": "acme-supplies"}
+    assert acts[0]["action_type"] == "vendor_payment" and json.loads(acts[0]["action_arguments"]) == {
+        "recipient": "acme-supplies"
+    }
     assert {reads[0]["correlation_id"], models[0]["session_id"], acts[0]["agent_id"]} == {"c-1", "s-1", "a-1"}
 
 

@@ -18,7 +18,9 @@ def test_outcome_is_recorded_once(telemetry, dataset):
         rows = store.rows("SELECT * FROM outcomes")
         links = store.rows("SELECT links FROM spans WHERE name = 'replay.outcome'")[0]["links"]
         decision_span = store.decision_span(decision)
-    assert [(r["decision_id"], r["outcome_correct"], r["note"]) for r in rows] == [(decision, False, "moved against us")]
+    assert [(r["decision_id"], r["outcome_correct"], r["note"]) for r in rows] == [
+        (decision, False, "moved against us")
+    ]
     assert links[0]["span_id"] == decision_span.span_id
 
 

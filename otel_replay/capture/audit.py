@@ -46,7 +46,7 @@ class Decision:
         self.decision_type = decision_type
         self._span = span
         self._base = base_attrs
-        self._ids = {k: base_attrs[k] for k in (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID) if k in base_attrs}
+        self._ids: dict[str, Any] = {k: base_attrs[k] for k in (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID) if k in base_attrs}
         self._ctx = trace.set_span_in_context(span)
         self._inputs: dict[str, Any] = {}
         self._models: list[ModelCall] = []
@@ -177,7 +177,9 @@ def audit(
     explicit ones are put in scope for everything inside the block.
     """
     if not isinstance(snapshot, DependencySnapshot):
-        raise CaptureError(f"audit({action_type!r}): snapshot must be a DependencySnapshot, got {type(snapshot).__name__}")
+        raise CaptureError(
+            f"audit({action_type!r}): snapshot must be a DependencySnapshot, got {type(snapshot).__name__}"
+        )
     if not isinstance(action_type, str) or not action_type:
         raise CaptureError("audit(): action_type must be a non-empty string")
     recorder = get_recorder()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from otel_replay import semconv as sc
@@ -32,6 +32,7 @@ class AuditLog:
         sink: receives every sealed :class:`AuditEntry` (default: recorder's sink).
         store: an open :class:`otel_replay.Store`; when given, :meth:`query`
             reads the dataset instead of this process's entries.
+
     """
 
     def __init__(self, sink: Sink | None = None, store: Store | None = None) -> None:
@@ -61,7 +62,7 @@ class AuditLog:
             target_agent=target_agent,
             correlation_id=correlation_id or scope.correlation_id,
             session_id=session_id or scope.session_id,
-            created_at=iso_utc(created_at) or datetime.now(timezone.utc).isoformat(),
+            created_at=iso_utc(created_at) or datetime.now(UTC).isoformat(),
             payload=normalise(payload or {}, where=f"audit entry {event_type!r} payload"),
         )
         _, seal = get_recorder().emit(sc.SPAN_AUDIT_ENTRY, entry.entry_id, entry.to_attributes())

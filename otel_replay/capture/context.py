@@ -101,12 +101,12 @@ def scope_attributes(existing: Mapping[str, Any] | None, ctx: Context | None = N
     values = baggage.get_all(ctx)
     if not values:
         return {}
-    existing = existing or {}
-    return {
-        attr_key: str(value)
-        for bag_key, attr_key in _KEYS
-        if attr_key not in existing and (value := values.get(bag_key))
-    }
+    added = {}
+    for bag_key, attr_key in _KEYS:
+        value = values.get(bag_key)
+        if value and (existing is None or attr_key not in existing):
+            added[attr_key] = str(value)
+    return added
 
 
 class CorrelationSpanProcessor(SpanProcessor):

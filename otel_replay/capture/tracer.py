@@ -45,6 +45,7 @@ class DecisionTracer:
             :class:`OutcomeRecord` (default: the recorder's memory sink).
         store: an open :class:`otel_replay.Store`; when given, outcomes are also
             checked against the dataset, so immutability holds across processes.
+
     """
 
     def __init__(self, sink: Sink | None = None, store: Store | None = None) -> None:
@@ -95,6 +96,7 @@ class DecisionTracer:
         Raises:
             OutcomeAlreadyRecorded: an outcome exists for this decision already.
             RecordNotFound: a store was given and holds no such decision.
+
         """
         if not isinstance(outcome_correct, bool):
             raise CaptureError(f"outcome for {decision_id}: outcome_correct must be True or False")
@@ -107,7 +109,8 @@ class DecisionTracer:
                 if self._store.has_outcome(decision_id):
                     self._outcomes.add(decision_id)
                     raise OutcomeAlreadyRecorded(
-                        f"decision {decision_id} already has an outcome in {self._store.dataset}; outcomes are immutable"
+                        f"decision {decision_id} already has an outcome in {self._store.dataset}; "
+                        "outcomes are immutable"
                     )
                 if span is None:
                     raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
