@@ -207,9 +207,8 @@ def request_to_table(request: ExportTraceServiceRequest) -> pa.Table:
 
 
 def _sdk_attrs(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    if not attributes:
-        return {}
-    return {k: (list(v) if v.__class__ is tuple else v) for k, v in attributes.items()}
+    # Tuples need no conversion: JSON encodes them as arrays, like OTLP arrays.
+    return dict(attributes) if attributes else {}
 
 
 def spans_to_table(spans: Sequence[ReadableSpan]) -> pa.Table:

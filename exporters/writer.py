@@ -58,6 +58,7 @@ class WriterStats:
     rows_written: int = 0
     files_written: int = 0
     write_errors: int = 0
+    rows_dropped: int = 0
 
 
 class DatasetWriter:
@@ -65,7 +66,9 @@ class DatasetWriter:
 
     Thread-safe. ``flush()`` writes whatever is buffered; ``close()`` flushes and
     stops the age timer. A failed write keeps its rows buffered and retries on
-    the next flush: nothing is dropped silently.
+    the next flush. Only when writes keep failing and the backlog passes four
+    times ``max_rows`` is it dropped, logged as an error and counted in
+    ``stats.rows_dropped``: never silently.
     """
 
     def __init__(
@@ -135,10 +138,20 @@ class DatasetWriter:
                 paths = self._write(table)
             except Exception:
                 self.stats.write_errors += 1
-                _log.exception(
-                    "otel-replay: writing %d spans to %s failed; kept buffered", table.num_rows, self.spans_dir
-                )
-                self._buffer = [table]
+                if table.num_rows > 4 * self.max_rows:
+                    self.stats.rows_dropped += table.num_rows
+                    _log.exception(
+                        "otel-replay: writing to %s keeps failing; DROPPED %d buffered spans (%d dropped so far)",
+                        self.spans_dir,
+                        table.num_rows,
+                        self.stats.rows_dropped,
+                    )
+                    self._buffer, self._rows, self._bytes, self._oldest = [], 0, 0, None
+                else:
+                    _log.exception(
+                        "otel-replay: writing %d spans to %s failed; kept buffered", table.num_rows, self.spans_dir
+                    )
+                    self._buffer = [table]
                 raise
             self.stats.rows_written += table.num_rows
             self.stats.files_written += len(paths)

@@ -74,30 +74,11 @@ def test_chain_replay_and_verify(demo_dataset):
         "budget_revised",
         "payment_reversed",
     ]
-    replayed = run(
-        "replay",
-        cid["record_id"],
-        "-d",
-        str(demo_dataset),
-        "--live-state",
-        str(demo_dataset / "demo-live-state.json"),
-        "--policy",
-        "otel_replay.demo:budget_policy",
-    )
+    replay_args = ["replay", cid["record_id"], "-d", str(demo_dataset), "--policy", "otel_replay.demo:budget_policy",
+                   "--live-state", str(demo_dataset / "demo-live-state.json")]
+    replayed = run(*replay_args)
     assert replayed.exit_code == 0 and "ROLLBACK" in replayed.output
-    executed = run(
-        "replay",
-        cid["record_id"],
-        "-d",
-        str(demo_dataset),
-        "--live-state",
-        str(demo_dataset / "demo-live-state.json"),
-        "--policy",
-        "otel_replay.demo:budget_policy",
-        "--execute",
-        "--rail",
-        "otel_replay.demo:demo_ledger",
-    )
+    executed = run(*replay_args, "--execute", "--rail", "otel_replay.demo:demo_ledger")
     assert executed.exit_code == 0 and "rolled_back" in executed.output
     verified = run("verify", str(demo_dataset))
     assert verified.exit_code == 0 and verified.output.startswith("OK")

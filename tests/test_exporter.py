@@ -106,3 +106,33 @@ def test_spans_spanning_two_days_go_to_two_partitions(dataset):
     with otel_replay.open(dataset) as store:
         dates = store.rows("SELECT name, CAST(date AS VARCHAR) AS d FROM spans ORDER BY name")
     assert dates == [{"name": "today", "d": "2026-01-01"}, {"name": "yesterday", "d": "2025-12-31"}]
+
+
+def test_failed_writes_keep_rows_then_drop_and_count(dataset, caplog):
+    import logging
+
+    exporter = ParquetSpanExporter(dataset, max_rows=10, max_age_seconds=3600)
+    provider = _provider(exporter)
+    tracer = provider.get_tracer("t")
+    blocker = dataset / "spans"
+    # Make the partition directory impossible to create: a file where a directory must go.
+    import shutil
+
+    shutil.rmtree(blocker)
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.ERROR):
+        for i in range(9):
+            tracer.start_span(f"s{i}").end()
+        assert exporter.force_flush() is False
+        assert exporter.stats.write_errors == 1 and exporter.writer.buffered_rows == 9
+        for i in range(40):
+            tracer.start_span(f"t{i}").end()
+    assert exporter.stats.rows_dropped > 0
+    assert exporter.stats.rows_dropped + exporter.writer.buffered_rows == 49
+    assert any("DROPPED" in r.getMessage() for r in caplog.records)
+    blocker.unlink()
+    blocker.mkdir()
+    provider.shutdown()
+    with otel_replay.open(dataset) as store:
+        written = store.rows("SELECT count(*) AS n FROM spans")[0]["n"]
+    assert written + exporter.stats.rows_dropped == 49
