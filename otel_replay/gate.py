@@ -8,6 +8,7 @@ HUMAN_REVIEW    held                    held
 ROLLBACK        blocked                 rolled_back (rail.compensate)
 BLOCK           blocked                 reversed (rail.compensate)
 (no receipt)    -                       compensation_unavailable
+(rail raised)   -                       compensation_failed, re-raised
 ==============  ======================  ==================================
 
 Every call emits a sealed ``replay.gate`` span linked to the decision span,
@@ -122,8 +123,15 @@ class ActionGate:
         self.rail = rail
 
     def commit(self, action: Action, *, record_id: str | None = None) -> Any:
-        """Run ``action`` through the rail; returns the rail's receipt."""
-        receipt = self.rail.commit(action)
+        """Run ``action`` through the rail; returns the rail's receipt.
+
+        A rail that raises is recorded as a ``commit_failed`` gate span, then re-raised.
+        """
+        try:
+            receipt = self.rail.commit(action)
+        except Exception as exc:
+            self._emit("commit", None, "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None)
+            raise
         self._emit("commit", None, "committed", f"{action.type} committed", record_id=record_id, receipt=receipt)
         return receipt
 
@@ -150,7 +158,11 @@ class ActionGate:
                 "compensation_unavailable",
                 f"{verdict.fix.value} routed but no receipt to compensate: {verdict.reason}",
             )
-        self.rail.compensate(receipt)
+        try:
+            self.rail.compensate(receipt)
+        except Exception as exc:
+            self._outcome("post_commit", verdict, "compensation_failed", f"{verdict.fix.value}: {exc}", receipt)
+            raise
         executed = "rolled_back" if verdict.fix is FixAction.ROLLBACK else "reversed"
         rid = getattr(receipt, "receipt_id", receipt)
         return self._outcome("post_commit", verdict, executed, f"compensated {rid}: {verdict.reason}", receipt)

@@ -39,8 +39,19 @@ Stage = Literal["data", "model", "harness"]
 
 
 def iso_utc(value: datetime | str | None) -> str | None:
-    """Normalise a timestamp to ISO-8601 UTC text (``None`` stays ``None``)."""
-    if value is None or isinstance(value, str):
+    """Normalise a timestamp to ISO-8601 UTC text (``None`` stays ``None``).
+
+    Text must parse as ISO-8601 with a UTC offset, so it sorts correctly in SQL.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise CaptureError(f"timestamp {value!r} is not ISO-8601 (e.g. 2026-03-02T14:30:00+00:00)") from None
+        if parsed.tzinfo is None:
+            raise CaptureError(f"timestamp {value!r} has no UTC offset; add one (e.g. +00:00)")
         return value
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)

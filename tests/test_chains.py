@@ -124,3 +124,15 @@ def test_causal_tree_and_calibration(telemetry, dataset):
     ]
     assert [(c["bucket"], c["decisions"], c["correct"]) for c in calib] == [(0.1, 1, 0), (0.5, 2, 1), (0.9, 3, 2)]
     assert sum(c["decisions"] for c in everything) == 7
+
+
+def test_audit_entry_timestamps_must_be_iso_with_offset():
+    from otel_replay import CaptureError
+
+    log = AuditLog()
+    with pytest.raises(CaptureError, match="not ISO-8601"):
+        log.append("x", source_agent="a", created_at="yesterday")
+    with pytest.raises(CaptureError, match="no UTC offset"):
+        log.append("x", source_agent="a", created_at="2026-03-02T14:30:00")
+    naive = log.append("x", source_agent="a", created_at=datetime(2026, 3, 2, 14, 30))
+    assert naive.created_at == "2026-03-02T14:30:00+00:00"

@@ -89,3 +89,26 @@ def test_gate_outcomes_are_spans_linked_to_the_decision(telemetry, dataset):
     assert links[0]["span_id"] == d.record.span.span_id and links[0]["trace_id"] == d.record.span.trace_id
     assert Receipt.from_json(stored_receipt) == receipt
     assert json.loads(gates[0]["receipt"])["amount"] == 4200.0
+
+
+class FlakyRail:
+    """A rail whose backend is down."""
+
+    def commit(self, action):
+        raise ConnectionError("payments API unreachable")
+
+    def compensate(self, receipt):
+        raise ConnectionError("refund API unreachable")
+
+
+def test_rail_failures_are_recorded_then_raised(telemetry, dataset):
+    gate = ActionGate(FlakyRail())
+    with pytest.raises(ConnectionError, match="payments API"):
+        gate.commit(payment(), record_id="r-9")
+    with pytest.raises(ConnectionError, match="refund API"):
+        gate.enforce_post_commit(_verdict(FixAction.ROLLBACK, "r-9"), receipt=Receipt("x", "vendor_payment", 1.0))
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        rows = store.rows("SELECT stage, executed, detail FROM gates WHERE decision_id = 'r-9' ORDER BY recorded_at")
+    assert [(r["stage"], r["executed"]) for r in rows] == [("commit", "commit_failed"), ("post_commit", "compensation_failed")]
+    assert "payments API unreachable" in rows[0]["detail"]
