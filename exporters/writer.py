@@ -41,7 +41,8 @@ def fsync_dir(path: Path) -> None:
 def write_atomic(table: pa.Table, path: Path, *, compression: str = "zstd") -> None:
     """Write ``table`` to ``path`` via temp file + fsync + rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    # Unique per writer: two processes writing the same path never share a temp file.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "wb") as handle:
         pq.write_table(table, handle, compression=compression)
         handle.flush()

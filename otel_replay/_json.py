@@ -30,6 +30,21 @@ def canonical_json(value: Any, *, where: str) -> str:
         ) from exc
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def encode_mapping(value: Mapping[str, Any], *, where: str) -> tuple[str, dict[str, Any]]:
+    """Canonical JSON of a mapping and a normalised deep copy of it.
+
+    A flat mapping of string keys to scalars (the common case) is copied
+    directly; anything nested goes through a JSON round trip.
+    """
+    text = canonical_json(value, where=where)
+    if all(k.__class__ is str and v.__class__ in _SCALARS for k, v in value.items()):
+        return text, dict(value)
+    return text, json.loads(text)
+
+
 def normalise(value: Any, *, where: str) -> Any:
     """Deep-copy ``value`` into plain JSON types (tuples become lists)."""
     if value is None or isinstance(value, (str, bool, int)):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -28,7 +27,7 @@ from otel_replay import semconv as sc
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.tracer import link_to
-from otel_replay.records import Action, GateRecord, SpanRef
+from otel_replay.records import Action, GateRecord, SpanRef, new_id
 from otel_replay.replay import FixAction, Verdict
 
 __all__ = ["ActionGate", "GateOutcome", "Rail", "Receipt", "ReferenceLedger"]
@@ -176,7 +175,7 @@ class ActionGate:
     ) -> None:
         receipt_json = receipt.to_json() if hasattr(receipt, "to_json") else None
         record = GateRecord(
-            record_id=uuid.uuid4().hex,
+            record_id=new_id(),
             decision_id=record_id,
             stage=stage,
             fix=verdict.fix.value if verdict else None,

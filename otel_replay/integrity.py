@@ -67,7 +67,7 @@ class SigningKey:
 
     def sign(self, digest: str) -> str:
         """HMAC-SHA256 of a record hash, hex."""
-        return hmac.new(self.secret, digest.encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self.secret, digest.encode(), "sha256").hex()
 
     def check(self, digest: str, signature: str) -> bool:
         """Constant-time check of a signature."""
@@ -129,10 +129,10 @@ def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
     type-tagged, so no two different records encode to the same bytes.
     """
     parts = [name, str(int(start_ns))]
-    for key in sorted(attributes):
-        if key.startswith("replay.") and key not in sc.INTEGRITY_FIELDS:
-            parts.append(key)
-            parts.append(_encode(attributes[key]))
+    for key in sorted(k for k in attributes if k.startswith("replay.") and k not in sc.INTEGRITY_FIELDS):
+        value = attributes[key]
+        parts.append(key)
+        parts.append("s" + value if value.__class__ is str else _encode(value))
     # A JSON array of strings is an unambiguous framing, and json's C encoder is fast.
     return hashlib.sha256(_frame(parts).encode()).hexdigest()
 

@@ -10,14 +10,14 @@ equality survives the round trip.
 
 from __future__ import annotations
 
-import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, loads, normalise
+from otel_replay._json import canonical_json, encode_mapping, loads, normalise
 from otel_replay.errors import CaptureError
 
 __all__ = [
@@ -32,10 +32,16 @@ __all__ = [
     "Seal",
     "SpanRef",
     "iso_utc",
+    "new_id",
 ]
 
 Attributes = dict[str, Any]
 Stage = Literal["data", "model", "harness"]
+
+
+def new_id() -> str:
+    """A fresh 128-bit random record id, 32 lowercase hex."""
+    return secrets.token_hex(16)
 
 
 def iso_utc(value: datetime | str | None) -> str | None:
@@ -75,9 +81,9 @@ class DependencySnapshot:
     def __post_init__(self) -> None:
         if not isinstance(self.state, Mapping):
             raise CaptureError(f"DependencySnapshot.state must be a mapping, got {type(self.state).__name__}")
-        text = canonical_json(self.state, where="DependencySnapshot.state")
+        text, state = encode_mapping(self.state, where="DependencySnapshot.state")
         object.__setattr__(self, "state_json", text)
-        object.__setattr__(self, "state", json.loads(text))
+        object.__setattr__(self, "state", state)
         object.__setattr__(self, "captured_at", iso_utc(self.captured_at))
         if self.version is not None:
             object.__setattr__(self, "version", str(self.version))
@@ -98,9 +104,9 @@ class Action:
             raise CaptureError("Action.type must be a non-empty string")
         if not isinstance(self.arguments, Mapping):
             raise CaptureError(f"Action.arguments must be a mapping, got {type(self.arguments).__name__}")
-        text = canonical_json(self.arguments, where=f"Action({self.type}).arguments")
+        text, arguments = encode_mapping(self.arguments, where=f"Action({self.type}).arguments")
         object.__setattr__(self, "arguments_json", text)
-        object.__setattr__(self, "arguments", json.loads(text))
+        object.__setattr__(self, "arguments", arguments)
         if self.cost is not None and (isinstance(self.cost, bool) or not isinstance(self.cost, (int, float))):
             raise CaptureError(f"Action({self.type}).cost must be a number, got {self.cost!r}")
 

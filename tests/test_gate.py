@@ -110,5 +110,8 @@ def test_rail_failures_are_recorded_then_raised(telemetry, dataset):
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:
         rows = store.rows("SELECT stage, executed, detail FROM gates WHERE decision_id = 'r-9' ORDER BY recorded_at")
-    assert [(r["stage"], r["executed"]) for r in rows] == [("commit", "commit_failed"), ("post_commit", "compensation_failed")]
+    assert [(r["stage"], r["executed"]) for r in rows] == [
+        ("commit", "commit_failed"),
+        ("post_commit", "compensation_failed"),
+    ]
     assert "payments API unreachable" in rows[0]["detail"]

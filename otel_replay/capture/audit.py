@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 import traceback
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,12 +26,12 @@ from opentelemetry import baggage, context, trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, normalise
+from otel_replay._json import canonical_json, encode_mapping
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError
-from otel_replay.records import Action, DecisionRecord, DependencySnapshot, ModelCall, Report, SpanRef
+from otel_replay.records import Action, DecisionRecord, DependencySnapshot, ModelCall, Report, SpanRef, new_id
 
 __all__ = ["Decision", "audit"]
 
@@ -46,7 +45,8 @@ class Decision:
         self.decision_type = decision_type
         self._span = span
         self._base = base_attrs
-        self._ids: dict[str, Any] = {k: base_attrs[k] for k in (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID) if k in base_attrs}
+        id_keys = (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID)
+        self._ids: dict[str, Any] = {k: base_attrs[k] for k in id_keys if k in base_attrs}
         self._ctx = trace.set_span_in_context(span)
         self._inputs: dict[str, Any] = {}
         self._models: list[ModelCall] = []
@@ -71,8 +71,8 @@ class Decision:
 
     def read(self, **inputs: Any) -> Decision:
         """Record what the agent read; merged into the data span's inputs."""
-        self._inputs.update(normalise(inputs, where=f"decision {self.record_id} read() inputs"))
-        text = canonical_json(self._inputs, where="inputs")
+        where = f"decision {self.record_id} read() inputs"
+        text, self._inputs = encode_mapping({**self._inputs, **inputs}, where=where)
         if self._read_span is None:
             self._read_span = self._child(sc.SPAN_READ, sc.KIND_READ, {sc.READ_INPUTS: text})
         else:
@@ -189,7 +189,7 @@ def audit(
         sc.SESSION_ID: session_id or scope.session_id,
         sc.AGENT_ID: agent_id or scope.agent_id,
     }
-    record_id = uuid.uuid4().hex
+    record_id = new_id()
     base: dict[str, Any] = {
         sc.KIND: sc.KIND_DECISION,
         sc.RECORD_ID: record_id,

@@ -7,7 +7,6 @@ agents); chains sort on it, not on arrival order.
 from __future__ import annotations
 
 import threading
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ from otel_replay._json import normalise
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.sinks import Sink
-from otel_replay.records import AuditEntry, iso_utc
+from otel_replay.records import AuditEntry, iso_utc, new_id
 
 if TYPE_CHECKING:
     from otel_replay.store import Store
@@ -56,7 +55,7 @@ class AuditLog:
         """Append one entry; ids default to the enclosing correlation scope."""
         scope = current_ids()
         entry = AuditEntry(
-            entry_id=uuid.uuid4().hex,
+            entry_id=new_id(),
             event_type=event_type,
             source_agent=source_agent,
             target_agent=target_agent,

@@ -119,6 +119,9 @@ class CorrelationSpanProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Copy the baggage ids into span attributes."""
+        scope = span.instrumentation_scope
+        if scope is not None and scope.name == sc.INSTRUMENTATION_NAME:
+            return  # otel-replay's own spans are stamped when they are created
         added = scope_attributes(span.attributes, parent_context)
         if added:
             span.set_attributes(added)

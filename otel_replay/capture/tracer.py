@@ -9,7 +9,6 @@ immutable: a second outcome for one decision is refused.
 from __future__ import annotations
 
 import threading
-import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
-from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef
+from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, new_id
 
 if TYPE_CHECKING:
     from otel_replay.store import Store
@@ -74,7 +73,7 @@ class DecisionTracer:
             raise CaptureError(f"decision {decision_type!r}: confidence must be a number in [0, 1], got {confidence!r}")
         scope = current_ids()
         record = DecisionRecord(
-            record_id=uuid.uuid4().hex,
+            record_id=new_id(),
             source="tracer",
             decision_type=decision_type,
             inputs=normalise(inputs or {}, where=f"decision {decision_type!r} inputs"),
@@ -116,7 +115,7 @@ class DecisionTracer:
                     raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
             self._outcomes.add(decision_id)
         scope = current_ids()
-        outcome = OutcomeRecord(uuid.uuid4().hex, decision_id, outcome_correct, note, scope.correlation_id)
+        outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, scope.correlation_id)
         link = link_to(span) if span is not None else None
         ref, seal = get_recorder().emit(
             sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []

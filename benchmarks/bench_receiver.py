@@ -1,0 +1,232 @@
+"""Benchmark `otel-replay serve`: SDK gRPC exporters in several processes -> receiver -> WAL -> Parquet.
+
+Prints, for N spans sent by P client processes:
+  * SDK ceiling:  the same clients against a null gRPC sink (encode + send only);
+  * durable:      spans/s acknowledged by `otel-replay serve` (fsynced to its WAL);
+  * in Parquet:   spans/s until every span is a Parquet row (end to end);
+  * raw capacity: pre-encoded requests (no SDK encoding) -> receiver, acknowledged;
+  * peak RSS of the server process and of its converter process.
+
+    python benchmarks/bench_receiver.py --spans 200000 --clients 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent import futures
+from pathlib import Path
+
+BATCH = 512
+POOL = 4096  # distinct spans each client builds, then sends repeatedly
+
+
+def build_spans(count: int) -> list:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class Keep(SpanExporter):
+        def __init__(self) -> None:
+            self.spans: list = []
+
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            self.spans.extend(spans)
+            return SpanExportResult.SUCCESS
+
+    keep = Keep()
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+    provider.add_span_processor(SimpleSpanProcessor(keep))
+    tracer = provider.get_tracer("bench")
+    for i in range(count):
+        with tracer.start_as_current_span(
+            "agent.step", attributes={"step": i, "replay.kind": "read", "model": "m-1"}
+        ) as s:
+            s.add_event("tool.call", {"tool": "search"})
+    provider.shutdown()
+    return keep.spans
+
+
+def client(endpoint: str, count: int, raw: bool, ready: mp.Barrier, results: mp.Queue) -> None:  # type: ignore[type-arg]
+    import grpc
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    spans = build_spans(POOL)
+    batches = [spans[i : i + BATCH] for i in range(0, POOL, BATCH)]
+    sent = failed = 0
+    if raw:
+        bodies = [encode_spans(b).SerializeToString() for b in batches]
+        channel = grpc.insecure_channel(endpoint)
+        call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        with futures.ThreadPoolExecutor(4) as pool:
+            ready.wait()
+            start = time.perf_counter()
+            jobs = [pool.submit(call, bodies[n % len(bodies)], timeout=60) for n in range(count // BATCH)]
+            for job in jobs:
+                try:
+                    job.result()
+                    sent += BATCH
+                except grpc.RpcError:
+                    failed += BATCH
+        channel.close()
+    else:
+        exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True, timeout=60)
+        ready.wait()
+        start = time.perf_counter()
+        for n in range(count // BATCH):
+            if exporter.export(batches[n % len(batches)]) == SpanExportResult.SUCCESS:
+                sent += BATCH
+            else:
+                failed += BATCH
+        exporter.shutdown()
+    results.put((sent, failed, time.perf_counter() - start))
+
+
+def run_clients(endpoint: str, total: int, clients: int, raw: bool) -> tuple[int, int, float]:
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Barrier(clients + 1), ctx.Queue()
+    procs = [ctx.Process(target=client, args=(endpoint, total // clients, raw, ready, results)) for _ in range(clients)]
+    for p in procs:
+        p.start()
+    ready.wait()
+    start = time.perf_counter()
+    out = [results.get() for _ in procs]
+    elapsed = time.perf_counter() - start
+    for p in procs:
+        p.join()
+    return sum(o[0] for o in out), sum(o[1] for o in out), elapsed
+
+
+def null_sink() -> tuple[object, int]:
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    class Null(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+            return ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(8), options=[("grpc.max_receive_message_length", 64 << 20)])
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Null(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
+
+
+def hwm_kib(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    match = re.search(r"VmHWM:\s+(\d+)", text)
+    return int(match.group(1)) if match else 0
+
+
+def children(pid: int) -> list[int]:
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(k) for k in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def metric(port: int, name: str) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    match = re.search(rf"^otel_replay_{name} (\d+)$", text, re.M)
+    return int(match.group(1)) if match else 0
+
+
+class Server:
+    def __init__(self, dataset: Path) -> None:
+        command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset)]
+        command += ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--flush-seconds", "2"]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        match = re.search(r"grpc 127\.0\.0\.1:(\d+) http 127\.0\.0\.1:(\d+)", line)
+        if not match:
+            raise SystemExit(f"server did not start: {line!r}")
+        self.grpc, self.http = int(match.group(1)), int(match.group(2))
+        self.peak_server = self.peak_converter = 0
+
+    def sample(self) -> None:
+        self.peak_server = max(self.peak_server, hwm_kib(self.proc.pid))
+        for kid in children(self.proc.pid):
+            self.peak_converter = max(self.peak_converter, hwm_kib(kid))
+
+    def wait_written(self, total: int) -> float:
+        start = time.perf_counter()
+        while metric(self.http, "spans_written_total") < total:
+            self.sample()
+            time.sleep(0.2)
+        self.sample()
+        return time.perf_counter() - start
+
+    def stop(self) -> None:
+        self.sample()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=600)
+        self.proc.stdout.close()  # type: ignore[union-attr]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spans", type=int, default=200_000, help="spans per phase (N)")
+    parser.add_argument("--clients", type=int, default=2, help="client processes")
+    parser.add_argument("--no-raw", action="store_true", help="skip the pre-encoded capacity phase")
+    args = parser.parse_args()
+    total = args.spans - args.spans % (BATCH * args.clients)
+    print(f"N={total} spans, {args.clients} client processes, batches of {BATCH}")
+
+    sink, port = null_sink()
+    sent, _, secs = run_clients(f"127.0.0.1:{port}", total, args.clients, raw=False)
+    sink.stop(0)  # type: ignore[attr-defined]
+    print(f"SDK ceiling (null gRPC sink):    {sent / secs:>10,.0f} spans/s  ({sent} in {secs:.1f}s)")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-receiver-"))
+    try:
+        server = Server(work / "sdk")
+        start = time.perf_counter()
+        sent, failed, secs = run_clients(f"127.0.0.1:{server.grpc}", total, args.clients, raw=False)
+        server.sample()
+        lag = server.wait_written(sent)
+        landed = time.perf_counter() - start
+        server.stop()
+        print(
+            f"durable (acked, WAL fsynced):    {sent / secs:>10,.0f} spans/s  ({sent} acked, {failed} failed, {secs:.1f}s)"
+        )
+        print(f"in Parquet (end to end):         {sent / landed:>10,.0f} spans/s  (+{lag:.1f}s converter lag)")
+        print(f"peak RSS: server {server.peak_server / 1024:.0f} MiB, converter {server.peak_converter / 1024:.0f} MiB")
+        if not args.no_raw:
+            server = Server(work / "raw")
+            start = time.perf_counter()
+            sent, failed, secs = run_clients(f"127.0.0.1:{server.grpc}", total, args.clients, raw=True)
+            server.sample()
+            lag = server.wait_written(sent)
+            landed = time.perf_counter() - start
+            server.stop()
+            print(
+                f"raw capacity (pre-encoded, acked):{sent / secs:>9,.0f} spans/s  ({sent} acked, {failed} shed/failed)"
+            )
+            print(f"raw in Parquet (end to end):     {sent / landed:>10,.0f} spans/s  (+{lag:.1f}s converter lag)")
+            print(
+                f"peak RSS: server {server.peak_server / 1024:.0f} MiB, converter {server.peak_converter / 1024:.0f} MiB"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The ``otel-replay serve`` and ``otel-replay ingest`` click commands."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from otel_replay.errors import OtelReplayError
+
+from .server import MiB, Receiver, ServerConfig
+
+__all__ = ["ingest_command", "serve_command"]
+
+_MAX_LISTED = 20
+
+
+def _address(value: str) -> str | None:
+    return None if value.lower() in ("off", "none", "") else value
+
+
+@click.command("serve")
+@click.option("--dataset", required=True, type=click.Path(file_okay=False), help="Dataset directory to write.")
+@click.option(
+    "--grpc", "grpc_addr", default="127.0.0.1:4317", show_default=True, help="OTLP/gRPC HOST:PORT ('off' to disable)."
+)
+@click.option(
+    "--http", "http_addr", default="127.0.0.1:4318", show_default=True, help="OTLP/HTTP HOST:PORT ('off' to disable)."
+)
+@click.option(
+    "--instance",
+    default="default",
+    show_default=True,
+    help="Name of this receiver (its WAL and file names); unique per dataset.",
+)
+@click.option(
+    "--max-request-mib",
+    default=32,
+    show_default=True,
+    help="Largest request body accepted (413 / RESOURCE_EXHAUSTED above).",
+)
+@click.option(
+    "--max-inflight-mib", default=128, show_default=True, help="Request bytes processed at once before shedding (429)."
+)
+@click.option(
+    "--max-wal-backlog-mib", default=1024, show_default=True, help="Unconverted WAL bytes before shedding (429)."
+)
+@click.option(
+    "--flush-seconds",
+    default=5.0,
+    show_default=True,
+    help="Seal the WAL segment and write Parquet at least this often.",
+)
+@click.option(
+    "--convert-workers", default=1, show_default=True, help="Converter processes (0: convert in the server process)."
+)
+@click.option(
+    "--metrics-interval", default=0.0, show_default=True, help="Print a metrics line every N seconds (0: only at exit)."
+)
+def serve_command(
+    dataset: str,
+    grpc_addr: str,
+    http_addr: str,
+    instance: str,
+    max_request_mib: int,
+    max_inflight_mib: int,
+    max_wal_backlog_mib: int,
+    flush_seconds: float,
+    convert_workers: int,
+    metrics_interval: float,
+) -> None:
+    """Receive OTLP traces over gRPC and HTTP into DATASET; acknowledge only durable spans."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        config = ServerConfig(
+            Path(dataset),
+            grpc=_address(grpc_addr),
+            http=_address(http_addr),
+            instance=instance,
+            max_request_bytes=max_request_mib * MiB,
+            max_inflight_bytes=max_inflight_mib * MiB,
+            max_wal_backlog_bytes=max_wal_backlog_mib * MiB,
+            flush_seconds=flush_seconds,
+            convert_workers=convert_workers,
+        )
+        if config.grpc is None and config.http is None:
+            raise click.UsageError("both --grpc and --http are off; nothing to serve")
+        receiver = Receiver(config)
+        receiver.start()
+    except OtelReplayError as exc:
+        raise click.ClickException(str(exc)) from None
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    grpc_at = "{}:{}".format(*receiver.grpc_address) if receiver.grpc_address else "off"
+    http_at = "{}:{}".format(*receiver.http_address) if receiver.http_address else "off"
+    replay = f", replaying {receiver.recovered_segments} WAL segment(s)" if receiver.recovered_segments else ""
+    click.echo(f"otel-replay serve: grpc {grpc_at} http {http_at} dataset {dataset}{replay}")
+    while not stop.wait(metrics_interval if metrics_interval > 0 else 3600):
+        if metrics_interval > 0:
+            click.echo(f"otel-replay serve: {receiver.metrics_line()}")
+    click.echo("otel-replay serve: draining")
+    receiver.stop()
+    click.echo(f"otel-replay serve: stopped; {receiver.metrics_line()}")
+
+
+def _expand(paths: tuple[str, ...]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files.extend(p for p in sorted(path.rglob("*")) if p.is_file() and not p.name.startswith("."))
+        else:
+            files.append(path)
+    return files
+
+
+@click.command("ingest")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--dataset", required=True, type=click.Path(file_okay=False), help="Dataset directory to write.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def ingest_command(paths: tuple[str, ...], dataset: str, quiet: bool) -> None:
+    """Load Collector file-exporter output (JSON lines or proto, optionally zstd) and OTLP/JSON files.
+
+    Ingesting the same content twice adds nothing; malformed lines are skipped
+    and reported with their line numbers.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from .ingest import Ingestor
+
+    files = _expand(paths)
+    try:
+        ingestor = Ingestor(dataset)
+    except OtelReplayError as exc:
+        raise click.ClickException(str(exc)) from None
+    console = Console(stderr=True)
+    total = sum(p.stat().st_size for p in files)
+    failed = 0
+    reports = []
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
+        task = progress.add_task("ingesting", total=total)
+        for path in files:
+            progress.update(task, description=f"ingesting {path.name}")
+            try:
+                reports.append(ingestor.ingest(path, lambda n: progress.advance(task, n)))
+            except OSError as exc:
+                failed += 1
+                click.echo(f"{path}: cannot read: {exc.strerror or exc}", err=True)
+    spans = 0
+    for report in reports:
+        spans += report.spans
+        if report.status == "skipped":
+            click.echo(f"{report.path}: skipped, {report.message}")
+            continue
+        resumed = f" (new content from byte {report.start_offset})" if report.start_offset else ""
+        bad = f", {len(report.malformed)} malformed record(s) skipped" if report.malformed else ""
+        click.echo(f"{report.path}: {report.spans} spans{resumed}{bad}")
+        for where, reason in report.malformed[:_MAX_LISTED]:
+            click.echo(f"  {report.path}:{where}: {reason}", err=True)
+        if len(report.malformed) > _MAX_LISTED:
+            click.echo(f"  ... and {len(report.malformed) - _MAX_LISTED} more", err=True)
+    click.echo(f"ingested {spans} spans from {len(reports)} file(s) into {dataset}")
+    if failed:
+        raise click.ClickException(f"{failed} file(s) could not be read")

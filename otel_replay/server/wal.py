@@ -1,0 +1,214 @@
+"""Write-ahead log: OTLP requests are appended and fsynced here before they are acknowledged.
+
+Layout: ``<wal_dir>/<segment id>.wal``. A segment is a sequence of records,
+each ``<u32 length><u32 crc32>`` followed by the serialized
+``ExportTraceServiceRequest``. Segment ids are unique across restarts (time
+plus random suffix), so a segment's Parquet output can be named after it and
+rewritten idempotently. Only the active segment is appended to; after a crash
+every segment on disk is "sealed" and a torn tail record (never acknowledged,
+because its fsync never completed) is ignored when reading.
+
+Appends use group commit: many threads write, one of them fsyncs for all.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from otel_replay.errors import OtelReplayError
+from otel_replay.exporters.writer import fsync_dir
+
+__all__ = ["WAL_SUFFIX", "Segment", "WalBusyError", "WriteAheadLog", "read_records"]
+
+WAL_SUFFIX = ".wal"
+_HEADER = struct.Struct("<II")
+_MAX_RECORD = 1 << 31
+
+
+class WalBusyError(OtelReplayError):
+    """Another process already owns this write-ahead log directory."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A sealed segment file waiting to be converted to Parquet."""
+
+    segment_id: str
+    path: Path
+    size: int
+
+
+def read_records(path: Path) -> Iterator[bytes]:
+    """Yield the payloads of ``path``'s complete, checksummed records; stop at a torn tail."""
+    with open(path, "rb") as handle:
+        while True:
+            header = handle.read(_HEADER.size)
+            if len(header) < _HEADER.size:
+                return
+            length, crc = _HEADER.unpack(header)
+            if length > _MAX_RECORD:
+                return
+            payload = handle.read(length)
+            if len(payload) < length or zlib.crc32(payload) != crc:
+                return
+            yield payload
+
+
+def _new_segment_id() -> str:
+    return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
+
+
+class WriteAheadLog:
+    """An append-only, fsynced log of requests, split into segments.
+
+    Args:
+        directory: where segments live (created). One process owns it at a
+            time (an ``flock`` on ``LOCK``); a second owner gets :class:`WalBusyError`.
+        max_segment_bytes: seal the active segment once it is this large.
+
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, max_segment_bytes: int = 64 * 1024 * 1024) -> None:
+        """Open (creating) the log and start a fresh active segment."""
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_segment_bytes = max_segment_bytes
+        self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise WalBusyError(f"WAL directory {self.directory} is in use by another otel-replay serve") from None
+        self._write_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._sealed: list[Segment] = [
+            Segment(p.stem, p, p.stat().st_size) for p in sorted(self.directory.glob(f"*{WAL_SUFFIX}"))
+        ]
+        self._fd = -1
+        self._active_id = ""
+        self._active_size = 0
+        self._active_records = 0
+        self._active_since = 0.0
+        self._written = 0  # records written (all segments), monotonically increasing
+        self._synced = 0
+        self._closed = False
+        self._open_segment()
+
+    # --- segments -------------------------------------------------------------
+    def _open_segment(self) -> None:
+        self._active_id = _new_segment_id()
+        path = self.directory / f"{self._active_id}{WAL_SUFFIX}"
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fsync_dir(self.directory)
+        self._active_size = 0
+        self._active_records = 0
+        self._active_since = time.monotonic()
+
+    def rotate(self, *, min_age_seconds: float = 0.0, reopen: bool = True) -> bool:
+        """Seal the active segment if it holds records (and is at least ``min_age_seconds`` old)."""
+        with self._sync_lock, self._write_lock:
+            if self._fd < 0 or self._active_records == 0:
+                return False
+            if time.monotonic() - self._active_since < min_age_seconds:
+                return False
+            self._seal_locked(reopen=reopen)
+            return True
+
+    def _seal_locked(self, *, reopen: bool) -> None:
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        self._synced = self._written
+        path = self.directory / f"{self._active_id}{WAL_SUFFIX}"
+        self._sealed.append(Segment(self._active_id, path, self._active_size))
+        self._active_size = 0
+        self._active_records = 0
+        if reopen:
+            self._open_segment()
+
+    def sealed(self) -> list[Segment]:
+        """Sealed segments not yet released, oldest first."""
+        with self._write_lock:
+            return list(self._sealed)
+
+    def release(self, segment: Segment) -> None:
+        """Delete a segment whose rows are safely in Parquet."""
+        segment.path.unlink(missing_ok=True)
+        fsync_dir(self.directory)
+        with self._write_lock:
+            self._sealed = [s for s in self._sealed if s.segment_id != segment.segment_id]
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes in the log not yet converted (sealed segments plus the active one)."""
+        with self._write_lock:
+            return self._active_size + sum(s.size for s in self._sealed)
+
+    @property
+    def active_records(self) -> int:
+        """Records in the active segment."""
+        return self._active_records
+
+    # --- appending ------------------------------------------------------------
+    def append(self, payload: bytes) -> None:
+        """Append one record and return once it is fsynced (durable)."""
+        record = _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        with self._write_lock:
+            if self._closed:
+                raise OtelReplayError("write-ahead log is closed")
+            full = bool(self._active_size) and self._active_size + len(record) > self.max_segment_bytes
+        if full:
+            self._rotate_full(len(record))
+        with self._write_lock:
+            if self._closed or self._fd < 0:
+                raise OtelReplayError("write-ahead log is closed")
+            written = 0
+            view = memoryview(record)
+            while written < len(record):
+                written += os.write(self._fd, view[written:])
+            self._active_size += len(record)
+            self._active_records += 1
+            self._written += 1
+            ticket = self._written
+        self._sync(ticket)
+
+    def _rotate_full(self, need: int) -> None:
+        with self._sync_lock, self._write_lock:
+            if self._fd >= 0 and self._active_size and self._active_size + need > self.max_segment_bytes:
+                self._seal_locked(reopen=True)
+
+    def _sync(self, ticket: int) -> None:
+        if self._synced >= ticket:
+            return
+        with self._sync_lock:
+            if self._synced >= ticket:
+                return  # another thread's fsync covered this record
+            with self._write_lock:
+                target, fd = self._written, self._fd
+            if fd >= 0:
+                os.fdatasync(fd)
+            self._synced = max(self._synced, target)
+
+    def close(self) -> None:
+        """Seal the active segment (an empty one is removed) and release the directory lock."""
+        with self._sync_lock, self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._fd >= 0:
+                if self._active_records:
+                    self._seal_locked(reopen=False)
+                else:
+                    os.close(self._fd)
+                    self._fd = -1
+                    (self.directory / f"{self._active_id}{WAL_SUFFIX}").unlink(missing_ok=True)
+        os.close(self._lock_fd)

@@ -1,0 +1,61 @@
+"""collector-config.yaml: valid structure, pointed at the receiver's defaults."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from otel_replay.server import ServerConfig
+
+CONFIG = Path(__file__).resolve().parents[2] / "collector-config.yaml"
+KINDS = ("receivers", "processors", "exporters")
+
+
+def check_pipelines(config: dict[str, Any], defined: dict[str, dict[str, Any]]) -> None:
+    pipelines = config["service"]["pipelines"]
+    assert pipelines
+    for name, pipeline in pipelines.items():
+        assert name.split("/")[0] == "traces"
+        assert pipeline["receivers"] and pipeline["exporters"]
+        for kind in KINDS:
+            for component in pipeline.get(kind, []):
+                assert component in defined[kind], f"pipeline {name} uses undefined {kind[:-1]} {component}"
+        assert pipeline["processors"][0] == "memory_limiter"  # first, as the collector docs require
+
+
+def commented_block(name: str) -> dict[str, Any]:
+    text = CONFIG.read_text()
+    match = re.search(rf"# BEGIN {name}\n(.*?)# END {name}", text, re.S)
+    assert match, f"no commented block {name}"
+    return yaml.safe_load("\n".join(line[2:] for line in match.group(1).splitlines()))
+
+
+def test_main_pipeline_points_at_serve_defaults() -> None:
+    config = yaml.safe_load(CONFIG.read_text())
+    check_pipelines(config, config)
+    exporter = config["exporters"]["otlp/otel-replay"]
+    assert exporter["endpoint"] == ServerConfig(Path("x")).grpc == "127.0.0.1:4317"
+    assert exporter["tls"]["insecure"] is True
+    assert exporter["sending_queue"]["enabled"] is True and exporter["retry_on_failure"]["enabled"] is True
+    assert config["processors"]["memory_limiter"]["check_interval"]
+    assert "batch" in config["processors"]
+    grpc_in = config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    assert grpc_in != exporter["endpoint"]  # the collector does not listen on serve's port
+
+
+@pytest.mark.parametrize("block", ["file-tee", "loadbalancing"])
+def test_commented_alternatives_are_valid_when_uncommented(block: str) -> None:
+    base = yaml.safe_load(CONFIG.read_text())
+    extra = commented_block(block)
+    merged = {kind: {**base.get(kind, {}), **extra.get(kind, {})} for kind in KINDS}
+    check_pipelines(extra, merged)
+    if block == "loadbalancing":
+        lb = extra["exporters"]["loadbalancing/otel-replay"]
+        assert lb["routing_key"] == "traceID" and len(lb["resolver"]["static"]["hostnames"]) >= 2
+        assert lb["protocol"]["otlp"]["sending_queue"]["enabled"] is True
+    else:
+        assert extra["exporters"]["file/otel-replay"]["format"] == "json"

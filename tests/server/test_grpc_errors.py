@@ -1,0 +1,82 @@
+"""OTLP/gRPC status codes: malformed messages, size limit, load shedding, partial success."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.rpc.error_details_pb2 import RetryInfo
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from otel_replay.server import Receiver
+
+from .conftest import make_spans, parquet_rows
+
+METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+def _export_for(receiver: Receiver):
+    assert receiver.grpc_address is not None
+    channel = grpc.insecure_channel(f"127.0.0.1:{receiver.grpc_address[1]}")
+    call = channel.unary_unary(
+        METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
+    )
+
+    def send(body: bytes) -> ExportTraceServiceResponse:
+        return call(body, timeout=10)
+
+    send.close = channel.close  # type: ignore[attr-defined]
+    return send
+
+
+def test_malformed_protobuf_is_invalid_argument(receiver: Receiver) -> None:
+    send = _export_for(receiver)
+    try:
+        with pytest.raises(grpc.RpcError) as info:
+            send(b"\xff\xff\xff\x0f garbage")
+        assert info.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
+        assert send(encode_spans(make_spans(1)).SerializeToString()) == ExportTraceServiceResponse()
+    finally:
+        send.close()
+    receiver.stop()
+    assert len(parquet_rows(receiver.config.dataset)) == 2
+
+
+def test_partial_success_for_spans_without_valid_ids(receiver: Receiver) -> None:
+    request = encode_spans(make_spans(2))
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\x01\x02"
+    send = _export_for(receiver)
+    try:
+        response = send(request.SerializeToString())
+    finally:
+        send.close()
+    assert response.partial_success.rejected_spans == 1 and "trace_id" in response.partial_success.error_message
+    receiver.stop()
+    assert len(parquet_rows(receiver.config.dataset)) == 3
+
+
+def test_oversized_message_is_resource_exhausted(make_receiver) -> None:
+    receiver = make_receiver(max_request_bytes=2048)
+    send = _export_for(receiver)
+    try:
+        with pytest.raises(grpc.RpcError) as info:
+            send(encode_spans(make_spans(100)).SerializeToString())
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        send.close()
+
+
+def test_shedding_is_resource_exhausted_with_retry_info(make_receiver) -> None:
+    receiver = make_receiver(max_wal_backlog_bytes=1, flush_seconds=3600)
+    send = _export_for(receiver)
+    body = encode_spans(make_spans(1)).SerializeToString()
+    try:
+        send(body)
+        with pytest.raises(grpc.RpcError) as info:
+            send(body)
+    finally:
+        send.close()
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    retry = RetryInfo()
+    retry.ParseFromString(dict(info.value.trailing_metadata())["google.rpc.retryinfo-bin"])
+    assert retry.retry_delay.seconds == 1
