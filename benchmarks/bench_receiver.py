@@ -181,6 +181,20 @@ class Server:
         self.proc.stdout.close()  # type: ignore[union-attr]
 
 
+def phase(dataset: Path, total: int, clients: int, *, raw: bool, label: str) -> None:
+    """Send ``total`` spans to a fresh receiver; print the ack rate, the Parquet rate and peak RSS."""
+    server = Server(dataset)
+    start = time.perf_counter()
+    sent, failed, secs = run_clients(f"127.0.0.1:{server.grpc}", total, clients, raw=raw)
+    server.sample()
+    lag = server.wait_written(sent)
+    landed = time.perf_counter() - start
+    server.stop()
+    print(f"{label + ':':<34}{sent / secs:>10,.0f} spans/s  ({sent} acked, {failed} shed/failed, {secs:.1f}s)")
+    print(f"{'  in Parquet (end to end):':<34}{sent / landed:>10,.0f} spans/s  (+{lag:.1f}s converter lag)")
+    print(f"  peak RSS: server {server.peak_server / 1024:.0f} MiB, converter {server.peak_converter / 1024:.0f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spans", type=int, default=200_000, help="spans per phase (N)")
@@ -197,33 +211,9 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-receiver-"))
     try:
-        server = Server(work / "sdk")
-        start = time.perf_counter()
-        sent, failed, secs = run_clients(f"127.0.0.1:{server.grpc}", total, args.clients, raw=False)
-        server.sample()
-        lag = server.wait_written(sent)
-        landed = time.perf_counter() - start
-        server.stop()
-        print(
-            f"durable (acked, WAL fsynced):    {sent / secs:>10,.0f} spans/s  ({sent} acked, {failed} failed, {secs:.1f}s)"
-        )
-        print(f"in Parquet (end to end):         {sent / landed:>10,.0f} spans/s  (+{lag:.1f}s converter lag)")
-        print(f"peak RSS: server {server.peak_server / 1024:.0f} MiB, converter {server.peak_converter / 1024:.0f} MiB")
+        phase(work / "sdk", total, args.clients, raw=False, label="durable (acked, WAL fsynced)")
         if not args.no_raw:
-            server = Server(work / "raw")
-            start = time.perf_counter()
-            sent, failed, secs = run_clients(f"127.0.0.1:{server.grpc}", total, args.clients, raw=True)
-            server.sample()
-            lag = server.wait_written(sent)
-            landed = time.perf_counter() - start
-            server.stop()
-            print(
-                f"raw capacity (pre-encoded, acked):{sent / secs:>9,.0f} spans/s  ({sent} acked, {failed} shed/failed)"
-            )
-            print(f"raw in Parquet (end to end):     {sent / landed:>10,.0f} spans/s  (+{lag:.1f}s converter lag)")
-            print(
-                f"peak RSS: server {server.peak_server / 1024:.0f} MiB, converter {server.peak_converter / 1024:.0f} MiB"
-            )
+            phase(work / "raw", total, args.clients, raw=True, label="raw capacity (pre-encoded, acked)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

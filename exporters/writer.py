@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
 
-__all__ = ["DatasetWriter", "WriterStats", "fsync_dir", "write_atomic"]
+__all__ = ["DatasetWriter", "WriterStats", "fsync_dir", "write_atomic", "write_partitions"]
 
 _log = logging.getLogger(__name__)
 
@@ -49,6 +50,24 @@ def write_atomic(table: pa.Table, path: Path, *, compression: str = "zstd") -> N
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_partitions(table: pa.Table, spans_dir: Path, file_name: Callable[[str], str]) -> list[Path]:
+    """Write rows (with their ``date`` column) as one file per date under ``spans_dir/date=…/``.
+
+    ``file_name(date)`` names each file. Every file is written with
+    :func:`write_atomic` and carries the storage schema version.
+    """
+    dates = table.column(DATE_COLUMN)
+    body = table.drop_columns([DATE_COLUMN]).replace_schema_metadata(SPAN_SCHEMA.metadata)
+    unique = pc.unique(dates).to_pylist()
+    paths = []
+    for date in unique:
+        part = body if len(unique) == 1 else body.filter(pc.equal(dates, date))
+        path = spans_dir / f"date={date}" / file_name(date)
+        write_atomic(part, path)
+        paths.append(path)
+    return paths
 
 
 @dataclass
@@ -168,18 +187,10 @@ class DatasetWriter:
         self.flush()
 
     def _write(self, table: pa.Table) -> list[Path]:
-        dates = table.column(DATE_COLUMN)
-        body = table.drop_columns([DATE_COLUMN]).replace_schema_metadata(SPAN_SCHEMA.metadata)
-        paths = []
         stamp = time.time_ns()
-        unique = pc.unique(dates).to_pylist()
-        for date in unique:
-            part = body if len(unique) == 1 else body.filter(pc.equal(dates, date))
-            name = f"{self.file_prefix}-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
-            path = self.spans_dir / f"date={date}" / name
-            write_atomic(part, path)
-            paths.append(path)
-        return paths
+        return write_partitions(
+            table, self.spans_dir, lambda date: f"{self.file_prefix}-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
+        )
 
     def _age_loop(self) -> None:
         interval = max(0.05, self.max_age_seconds / 4)

@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.exporters.rows import DATE_COLUMN, request_to_table
-from otel_replay.exporters.schema import SPAN_SCHEMA, SPANS_DIR
-from otel_replay.exporters.writer import write_atomic
+from otel_replay.exporters.rows import request_to_table
+from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.exporters.writer import write_partitions
 
 from .wal import read_records
 
@@ -99,14 +98,8 @@ class ChunkWriter:
             return
         table = pa.concat_tables(self._tables)
         self._tables, self._rows = [], 0
-        dates = table.column(DATE_COLUMN)
-        body = table.drop_columns([DATE_COLUMN]).replace_schema_metadata(SPAN_SCHEMA.metadata)
-        unique = pc.unique(dates).to_pylist()
-        for date in unique:
-            part = body if len(unique) == 1 else body.filter(pc.equal(dates, date))
-            path = self.spans_dir / f"date={date}" / f"{self.prefix}-{self._chunk:05d}.parquet"
-            write_atomic(part, path)
-            self.paths.append(path)
+        chunk = self._chunk
+        self.paths += write_partitions(table, self.spans_dir, lambda date: f"{self.prefix}-{chunk:05d}.parquet")
         self.rows_written += table.num_rows
         self._chunk += 1
 
