@@ -160,3 +160,12 @@ def test_audit_without_sdk_still_records(monkeypatch):
     with audit("x", snapshot=snapshot(), sink=sink) as d:
         d.act(payment())
     assert sink.get(d.record.record_id).seal is not None
+
+
+def test_handle_is_closed_after_the_block(telemetry):
+    with audit("x", snapshot=snapshot()) as d:
+        d.act(payment())
+    calls = (lambda: d.read(a=1), lambda: d.model("m"), lambda: d.act(payment()), lambda: d.attach(Report("data", "r")))
+    for call in calls:
+        with pytest.raises(CaptureError, match="after the audit block exited"):
+            call()

@@ -64,6 +64,12 @@ class Decision:
             raise CaptureError(f"decision {self.record_id}: the record exists only after the audit block exits")
         return self._record
 
+    def _open(self, method: str) -> None:
+        if self._record is not None:
+            raise CaptureError(
+                f"decision {self.record_id}: {method}() after the audit block exited; the record is sealed"
+            )
+
     def _child(self, name: str, kind: str, attrs: dict[str, Any]) -> Span:
         # The scope's ids go in up front, so the span processor has nothing left to add.
         attrs = {**self._ids, sc.KIND: kind, sc.RECORD_ID: self.record_id, **attrs}
@@ -71,6 +77,7 @@ class Decision:
 
     def read(self, **inputs: Any) -> Decision:
         """Record what the agent read; merged into the data span's inputs."""
+        self._open("read")
         where = f"decision {self.record_id} read() inputs"
         text, self._inputs = encode_mapping({**self._inputs, **inputs}, where=where)
         if self._read_span is None:
@@ -81,6 +88,7 @@ class Decision:
 
     def model(self, model_id: str, decision_basis: str = "", output: Any = None) -> Decision:
         """Record which model produced the output and the basis it stated."""
+        self._open("model")
         call = ModelCall(model_id, decision_basis, output)
         self._models.append(call)
         attrs: dict[str, Any] = {
@@ -94,6 +102,7 @@ class Decision:
 
     def act(self, action: Action) -> Decision:
         """Record the action the agent executed (once per decision)."""
+        self._open("act")
         if not isinstance(action, Action):
             raise CaptureError(f"decision {self.record_id}: act() takes an Action, got {type(action).__name__}")
         if self._action is not None:
@@ -110,6 +119,7 @@ class Decision:
 
     def attach(self, report: Report) -> Decision:
         """Route a leaf report to its stage span (data, model or harness)."""
+        self._open("attach")
         if not isinstance(report, Report):
             raise CaptureError(f"decision {self.record_id}: attach() takes a Report, got {type(report).__name__}")
         self._reports.append(report)
