@@ -44,6 +44,11 @@ def _cell(value: Any, width: int = 60) -> str:
     return escape(text if len(text) <= width else text[: width - 1] + "…")
 
 
+def _count(n: int, noun: str) -> str:
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{n} {noun if n == 1 else plural}"
+
+
 def print_rows(rows: Sequence[dict[str, Any]], title: str | None = None) -> None:
     """Print dict rows as a table."""
     if not rows:
@@ -74,7 +79,7 @@ def print_table(result: pa.Table, fmt: str) -> None:
         sys.stdout.write(out.getvalue())
     else:
         print_rows(rows)
-        console.print(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''}[/dim]")
+        console.print(f"[dim]{_count(len(rows), 'row')}[/dim]")
 
 
 def _event_summary(event: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -108,7 +113,8 @@ def print_chain(chain: ReplayChain, as_json: bool = False) -> None:
         at = event.get("created_at") or ""
         table.add_row(_cell(str(at)[:26]), *_event_summary(event))
     console.print(table)
-    console.print(f"[dim]{len(chain.traces)} decisions, {len(chain.audit_entries)} audit entries[/dim]")
+    counts = f"{_count(len(chain.traces), 'decision')}, {_count(len(chain.audit_entries), 'audit entry')}"
+    console.print(f"[dim]{counts}[/dim]")
 
 
 def print_verdict(verdict: Verdict) -> None:
@@ -133,7 +139,8 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     if report.ok:
         note = "" if have_key else " (no signing key found: hashes and links checked, signatures not)"
         console.print(
-            f"[green]OK[/green] {escape(dataset)}: {report.records} records in {report.chains} chains verified{note}"
+            f"[green]OK[/green] {escape(dataset)}: {_count(report.records, 'record')} in "
+            f"{_count(report.chains, 'chain')} verified{note}"
         )
         return
     console.print(f"[red]FAILED[/red] {escape(dataset)}: {len(report.problems)} problem(s) in {report.records} records")
