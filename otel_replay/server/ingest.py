@@ -98,10 +98,6 @@ class _Counting(io.RawIOBase):
         return n or 0
 
 
-def _parse_json(data: bytes | str) -> ExportTraceServiceRequest:
-    return request_from_json(data)
-
-
 def _parse_payload(payload: bytes) -> ExportTraceServiceRequest:
     if payload[:4] == _ZSTD_MAGIC:
         try:
@@ -109,7 +105,7 @@ def _parse_payload(payload: bytes) -> ExportTraceServiceRequest:
         except zstandard.ZstdError as exc:
             raise PayloadError(f"bad zstd frame: {exc}") from None
     if payload.lstrip()[:1] == b"{":
-        return _parse_json(payload)
+        return request_from_json(payload)
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(payload)
@@ -118,16 +114,20 @@ def _parse_payload(payload: bytes) -> ExportTraceServiceRequest:
     return request
 
 
-Record = tuple[str, "ExportTraceServiceRequest | PayloadError"]
+class Incomplete(PayloadError):
+    """The last record is cut short: a writer is still appending. Left for the next run."""
+
+
+Record = tuple[str, "ExportTraceServiceRequest | PayloadError", int]
+"""(where, request or error, stream offset just past the record)."""
 
 
 def _records(stream: io.BufferedReader) -> Iterator[Record]:
-    """Yield (location, request or error) for every record in ``stream``."""
-    first = stream.peek(64)[:64].lstrip()
-    if first[:1] in (b"{", b""):
+    """Yield every record in ``stream``, with the offset where it ends."""
+    if _looks_like_json(stream.peek(1 << 16)):
         yield from _json_records(stream)
         return
-    index = 0
+    index = pos = 0
     while True:
         index += 1
         header = stream.read(4)
@@ -135,45 +135,83 @@ def _records(stream: io.BufferedReader) -> Iterator[Record]:
             return
         where = f"record {index}"
         if len(header) < 4:
-            yield where, PayloadError("truncated length prefix at end of file")
+            yield where, Incomplete("length prefix cut short at end of file"), pos
             return
         (length,) = struct.unpack(">I", header)
         if length > _MAX_FRAME:
-            yield where, PayloadError(f"length prefix {length} is implausible; not a file-exporter proto file?")
+            yield where, PayloadError(f"length prefix {length} is implausible; not a file-exporter proto file?"), pos
             return
         payload = stream.read(length)
         if len(payload) < length:
-            yield where, PayloadError("truncated record at end of file")
+            yield where, Incomplete("record cut short at end of file"), pos
             return
+        pos += 4 + length
         try:
-            yield where, _parse_payload(payload)
+            yield where, _parse_payload(payload), pos
         except PayloadError as exc:
-            yield where, exc
+            yield where, exc, pos
+
+
+def _looks_like_json(head: bytes) -> bool:
+    """JSON starts with ``{``; so does the second line of JSON lines whose first line is garbage.
+
+    A length-prefixed proto file starts with a 4-byte big-endian length, which
+    is not printable text, so a printable first line followed by ``{`` is JSON.
+    """
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b""):
+        return True
+    line, newline, rest = stripped.partition(b"\n")
+    return bool(newline) and rest.lstrip()[:1] == b"{" and line.decode("utf-8", "replace").isprintable()
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def _json_records(stream: io.BufferedReader) -> Iterator[Record]:
-    first = stream.readline()
-    try:
-        json.loads(first)
-        one_per_line = True
-    except ValueError:
-        one_per_line = False
-    if not one_per_line:  # a single (pretty-printed) OTLP/JSON document
-        text = first + stream.read()
-        try:
-            yield "document", _parse_json(text)
-        except PayloadError as exc:
-            yield "document", exc
-        return
-    number, line = 1, first
-    while line:
-        if line.strip():
+    # JSON lines unless neither of the first two lines is JSON on its own:
+    # then it is one (pretty-printed) document. A bad first line alone does
+    # not turn a JSON-lines file into a "document".
+    head = [stream.readline()]
+    if not _is_json(head[0]):
+        head.append(stream.readline())
+        if not _is_json(head[1]):
+            text = b"".join(head) + stream.read()
             try:
-                yield f"line {number}", _parse_json(line)
+                yield "document", request_from_json(text), len(text)
             except PayloadError as exc:
-                yield f"line {number}", exc
+                if b"\n" not in text:  # one unfinished line: a writer is mid-way through it
+                    yield "document", Incomplete(str(exc)), 0
+                else:
+                    yield "document", exc, len(text)
+            return
+    pos, number = 0, 0
+    for line in _chain(head, stream):
         number += 1
-        line = stream.readline()
+        if not line.strip():
+            pos += len(line)
+            continue
+        try:
+            request = request_from_json(line)
+        except PayloadError as exc:
+            if not line.endswith(b"\n"):
+                yield f"line {number}", Incomplete(f"last line unfinished ({exc})"), pos
+                return
+            pos += len(line)
+            yield f"line {number}", exc, pos
+            continue
+        pos += len(line)
+        yield f"line {number}", request, pos
+
+
+def _chain(head: list[bytes], stream: io.BufferedReader) -> Iterator[bytes]:
+    yield from (line for line in head if line)
+    yield from iter(stream.readline, b"")
 
 
 class Ingestor:
@@ -230,8 +268,13 @@ class Ingestor:
             if whole_zstd:
                 source = zstandard.ZstdDecompressor().stream_reader(counted, read_across_frames=True)
             stream = io.BufferedReader(source, buffer_size=1 << 20)  # type: ignore[arg-type]
+            consumed = 0
             try:
-                for where, item in _records(stream):
+                for where, item, end in _records(stream):
+                    if isinstance(item, Incomplete):
+                        report.message = f"{where}: {item}; it is read on the next ingest"
+                        break
+                    consumed = end
                     if isinstance(item, PayloadError):
                         report.malformed.append((where, str(item)))
                         continue
@@ -247,10 +290,12 @@ class Ingestor:
             finally:
                 stream.close()
         writer.flush()
+        # Remember only what was read whole: an unfinished tail is read again next time.
+        end = size if whole_zstd or not report.message else start + consumed
         self._record(
             {
-                "sha256": digest,
-                "bytes": size,
+                "sha256": digest if end == size else _hash_file(path, [end])[2][end],
+                "bytes": end,
                 "head": head,
                 "source": str(path.resolve()),
                 "start": start,

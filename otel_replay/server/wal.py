@@ -14,6 +14,7 @@ Appends use group commit: many threads write, one of them fsyncs for all.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
 import struct
@@ -31,6 +32,7 @@ __all__ = ["WAL_SUFFIX", "Segment", "WalBusyError", "WriteAheadLog", "read_recor
 
 WAL_SUFFIX = ".wal"
 _HEADER = struct.Struct("<II")
+_log = logging.getLogger("otel_replay.server")
 _MAX_RECORD = 1 << 31
 
 
@@ -48,17 +50,29 @@ class Segment:
 
 
 def read_records(path: Path) -> Iterator[bytes]:
-    """Yield the payloads of ``path``'s complete, checksummed records; stop at a torn tail."""
+    """Yield the payloads of ``path``'s complete, checksummed records; stop at a torn tail.
+
+    A torn tail was never acknowledged. A bad record with more data after it
+    is corruption, not a crash: it is logged with its offset before stopping.
+    """
+    size = path.stat().st_size
     with open(path, "rb") as handle:
         while True:
+            offset = handle.tell()
             header = handle.read(_HEADER.size)
             if len(header) < _HEADER.size:
                 return
             length, crc = _HEADER.unpack(header)
-            if length > _MAX_RECORD:
-                return
-            payload = handle.read(length)
-            if len(payload) < length or zlib.crc32(payload) != crc:
+            payload = handle.read(length) if length <= _MAX_RECORD else b""
+            if length > _MAX_RECORD or len(payload) < length or zlib.crc32(payload) != crc:
+                end = offset + _HEADER.size + length
+                if end < size:
+                    _log.error(
+                        "otel-replay: WAL segment %s is corrupt at byte %d; %d bytes after it are not readable",
+                        path,
+                        offset,
+                        size - offset,
+                    )
                 return
             yield payload
 
@@ -173,8 +187,13 @@ class WriteAheadLog:
                 raise OtelReplayError("write-ahead log is closed")
             written = 0
             view = memoryview(record)
-            while written < len(record):
-                written += os.write(self._fd, view[written:])
+            try:
+                while written < len(record):
+                    written += os.write(self._fd, view[written:])
+            except OSError:
+                # Cut the partial record off, so records appended after it stay readable.
+                os.ftruncate(self._fd, self._active_size)
+                raise
             self._active_size += len(record)
             self._active_records += 1
             self._written += 1

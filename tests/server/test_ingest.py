@@ -81,8 +81,36 @@ def test_truncated_and_garbage_records_are_reported(tmp_path: Path) -> None:
     report = Ingestor(tmp_path / "ds").ingest(source)
     assert report.spans == 4  # the first record
     wheres = [w for w, _ in report.malformed]
-    assert wheres == ["record 2", "record 3", "record 4"]
-    assert "truncated" in report.malformed[-1][1]
+    assert wheres == ["record 2", "record 3"]
+    # The last record is cut short: a writer may still be appending it, so it is
+    # not "malformed" but left for the next run.
+    assert report.message.startswith("record 4: record cut short") and "next ingest" in report.message
+
+
+def test_unfinished_last_line_is_resumed_not_lost(tmp_path: Path) -> None:
+    first, second = make_spans(3, "a"), make_spans(4, "b")
+    line_a, line_b = json_lines([first]), json_lines([second])
+    source = tmp_path / "growing.jsonl"
+    source.write_bytes(line_a + line_b[: len(line_b) // 2])  # the exporter is mid-way through line 2
+    dataset = tmp_path / "ds"
+    report = Ingestor(dataset).ingest(source)
+    assert report.spans == 6 and report.malformed == [] and "line 2" in report.message  # 2 spans per make_spans(1)
+    source.write_bytes(line_a + line_b)  # the line is finished ...
+    more = make_spans(2, "c")
+    with open(source, "ab") as handle:  # ... and another appended
+        handle.write(json_lines([more]))
+    again = Ingestor(dataset).ingest(source)
+    assert again.start_offset == len(line_a) and again.spans == 12 and again.malformed == []
+    assert parquet_rows(dataset) == expected_rows(first + second + more)
+    assert Ingestor(dataset).ingest(source).status == "skipped"
+
+
+def test_a_bad_first_line_does_not_hide_the_rest(tmp_path: Path) -> None:
+    spans = make_spans(5)
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(b"garbage that is not json\n" + json_lines([spans[:2], spans[2:]]))
+    report = Ingestor(tmp_path / "ds").ingest(source)
+    assert report.spans == 10 and [w for w, _ in report.malformed] == ["line 1"]
 
 
 def test_commands_are_registered_on_the_main_cli(tmp_path: Path) -> None:

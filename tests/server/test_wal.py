@@ -68,3 +68,29 @@ def test_replay_after_crash_between_parquet_and_release_adds_nothing(tmp_path: P
     # Even converting the same segment yet again rewrites the same files.
     convert_segment(str(keep), str(dataset), prefix)
     assert len(parquet_rows(dataset)) == len(spans)
+
+
+def test_failed_write_is_cut_off_so_later_records_survive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"A" * 100)
+    real_write = os.write
+    calls = {"n": 0}
+
+    def short_then_full(fd: int, data: bytes) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real_write(fd, bytes(data)[:10])  # a short write ...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ... then the disk is full
+
+    monkeypatch.setattr(os, "write", short_then_full)
+    with pytest.raises(OSError, match="No space"):
+        wal.append(b"B" * 100)
+    monkeypatch.setattr(os, "write", real_write)
+    wal.append(b"C" * 100)
+    wal.append(b"D" * 100)
+    wal.close()
+    (segment,) = wal.sealed()
+    assert list(read_records(segment.path)) == [b"A" * 100, b"C" * 100, b"D" * 100]
