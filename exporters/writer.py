@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
 
-__all__ = ["DatasetWriter", "WriterStats", "fsync_dir", "write_atomic", "write_partitions"]
+__all__ = ["DatasetWriter", "PartialWriteError", "WriterStats", "fsync_dir", "write_atomic", "write_partitions"]
 
 _log = logging.getLogger(__name__)
 
@@ -61,13 +61,25 @@ def write_partitions(table: pa.Table, spans_dir: Path, file_name: Callable[[str]
     dates = table.column(DATE_COLUMN)
     body = table.drop_columns([DATE_COLUMN]).replace_schema_metadata(SPAN_SCHEMA.metadata)
     unique = pc.unique(dates).to_pylist()
-    paths = []
+    paths: list[Path] = []
     for date in unique:
         part = body if len(unique) == 1 else body.filter(pc.equal(dates, date))
         path = spans_dir / f"date={date}" / file_name(date)
-        write_atomic(part, path)
+        try:
+            write_atomic(part, path)
+        except Exception as exc:
+            raise PartialWriteError(paths, unique[: len(paths)]) from exc
         paths.append(path)
     return paths
+
+
+class PartialWriteError(OSError):
+    """Some partitions were written before one failed; ``dates`` lists the ones on disk."""
+
+    def __init__(self, paths: list[Path], dates: list[str]) -> None:
+        super().__init__(f"wrote {len(paths)} partition file(s) before a write failed")
+        self.paths = paths
+        self.dates = dates
 
 
 @dataclass
@@ -156,7 +168,7 @@ class DatasetWriter:
             table = pa.concat_tables(self._buffer)
             try:
                 paths = self._write(table)
-            except Exception:
+            except Exception as exc:
                 self.stats.write_errors += 1
                 if table.num_rows > 4 * self.max_rows:
                     self.stats.rows_dropped += table.num_rows
@@ -171,7 +183,7 @@ class DatasetWriter:
                     _log.exception(
                         "otel-replay: writing %d spans to %s failed; kept buffered", table.num_rows, self.spans_dir
                     )
-                    self._buffer = [table]
+                    self._buffer = [self._unwritten(table, exc)]
                 raise
             self.stats.rows_written += table.num_rows
             self.stats.files_written += len(paths)
@@ -180,6 +192,17 @@ class DatasetWriter:
             self._bytes = 0
             self._oldest = None
             return paths
+
+    def _unwritten(self, table: pa.Table, error: Exception) -> pa.Table:
+        """``table`` less the partitions a failed flush did write (so a retry never duplicates them)."""
+        if not isinstance(error, PartialWriteError) or not error.dates:
+            return table
+        done = pc.is_in(table.column(DATE_COLUMN), value_set=pa.array(error.dates, pa.string()))
+        rest = table.filter(pc.invert(done))
+        self.stats.rows_written += table.num_rows - rest.num_rows
+        self.stats.files_written += len(error.paths)
+        self._rows = rest.num_rows
+        return rest
 
     def close(self) -> None:
         """Flush and stop the age timer."""

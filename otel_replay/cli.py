@@ -179,14 +179,23 @@ def _load_rail(ref: str) -> Any:
 @click.argument("dataset_arg", required=False, metavar="[DATASET]")
 @_dataset_option
 @_skip_option
-@click.option("--key-file", type=click.Path(dir_okay=False), help="Signing key file (default: see README, Integrity).")
+@click.option(
+    "--key-file",
+    "key_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Signing key file; repeat for rotated keys (default: see README, Integrity and keys).",
+)
 @_friendly
-def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_file: str | None) -> None:
+def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_files: tuple[str, ...]) -> None:
     """Check every record's hash, signature and chain link; names any record edited, deleted or reordered."""
-    key = load_signing_key(key_file=key_file, create=False)
+    keys = [k for k in (load_signing_key(key_file=f) for f in key_files) if k is not None]
+    if not key_files:
+        default = load_signing_key(create=False)
+        keys = [default] if default is not None else []
     with _open(dataset_arg or dataset, skip_corrupt) as store:
-        report = store.verify(key)
-    r.print_verify(report, dataset_arg or dataset, key is not None)
+        report = store.verify(keys)
+    r.print_verify(report, dataset_arg or dataset, bool(keys))
     if not report.ok:
         sys.exit(1)
 

@@ -28,14 +28,14 @@ import os
 import secrets
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json
-from otel_replay.errors import ConfigError
+from otel_replay.errors import ConfigError, IntegrityError
 from otel_replay.records import Seal
 
 __all__ = [
@@ -213,33 +213,62 @@ class VerifyReport:
         """True when every record verified."""
         return not self.problems
 
+    def raise_if_failed(self) -> None:
+        """Raise :class:`IntegrityError` naming the first problem (for scripts and CI jobs)."""
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            raise IntegrityError(f"{self.problems[0]}{more}")
 
-def verify_records(records: Iterable[StoredRecord], key: SigningKey | None) -> VerifyReport:
-    """Check hashes, signatures and chain links of every sealed record.
 
-    Detects a record whose content was edited (hash mismatch), re-hashed
-    without the key (signature mismatch), deleted (a successor names a
-    predecessor that is absent) or reordered (a link points at the wrong hash,
-    or two records claim one sequence number). Deleting the newest records of
-    a chain leaves no successor to notice; README says so.
+def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[SigningKey] | None) -> VerifyReport:
+    """Check hashes, signatures and chain links of every record span.
+
+    Detects a record span with no seal (forged, or written by another tool),
+    content edited (hash mismatch), a hash recomputed without the key
+    (signature mismatch), a key id that none of ``keys`` has, a deleted record
+    (a successor names a predecessor that is absent) and reordering (a link
+    points at the wrong record, or two different records claim one sequence
+    number). The same record stored twice (an OTLP retry) counts once.
+    Deleting the newest records of a chain leaves no successor to notice.
+    With no ``keys``, hashes and links are checked and signatures are not
+    (counted in :attr:`VerifyReport.unsigned_checked`).
     """
+    by_id = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
     report = VerifyReport()
     chains: dict[str, dict[int, list[StoredRecord]]] = {}
     for rec in records:
-        report.records += 1
         attrs = rec.attributes
         stored = attrs.get(sc.RECORD_HASH)
+        if stored is None:
+            report.records += 1
+            report.problems.append(
+                VerifyProblem(
+                    rec.record_id,
+                    f"unsealed {rec.name} span: no seal (forged, or not written by otel-replay)",
+                    rec.file,
+                )
+            )
+            continue
+        chain = chains.setdefault(str(attrs.get(sc.RECORD_CHAIN_ID)), {})
+        group = chain.setdefault(int(attrs.get(sc.RECORD_SEQ, -1)), [])
+        if any(r.attributes.get(sc.RECORD_HASH) == stored and r.record_id == rec.record_id for r in group):
+            continue  # the same record stored twice (an OTLP retry): one record
+        group.append(rec)
+        report.records += 1
         digest = record_hash(rec.name, rec.start_ns, attrs)
+        key_id = attrs.get(sc.RECORD_KEY_ID)
         if digest != stored:
             report.problems.append(VerifyProblem(rec.record_id, "content edited (hash mismatch)", rec.file))
-        elif key is None or attrs.get(sc.RECORD_KEY_ID) != key.key_id:
+        elif not by_id:
             report.unsigned_checked += 1
-        elif not key.check(digest, str(attrs.get(sc.RECORD_SIGNATURE, ""))):
+        elif key_id not in by_id:
+            report.problems.append(
+                VerifyProblem(rec.record_id, f"signed with key {key_id}, which is not a verification key", rec.file)
+            )
+        elif not by_id[str(key_id)].check(digest, str(attrs.get(sc.RECORD_SIGNATURE, ""))):
             report.problems.append(
                 VerifyProblem(rec.record_id, "signature invalid (hash recomputed without the key)", rec.file)
             )
-        chain = chains.setdefault(str(attrs.get(sc.RECORD_CHAIN_ID)), {})
-        chain.setdefault(int(attrs.get(sc.RECORD_SEQ, -1)), []).append(rec)
     report.chains = len(chains)
     for by_seq in chains.values():
         _check_links(by_seq, report)

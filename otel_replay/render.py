@@ -136,11 +136,14 @@ def print_outcome(outcome: GateOutcome) -> None:
 
 def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     """Print a verification report."""
+    unsigned = ""
+    if report.unsigned_checked:
+        why = "no signing key given" if not have_key else "no key given for them"
+        unsigned = f" ({_count(report.unsigned_checked, 'signature')} not checked: {why})"
     if report.ok:
-        note = "" if have_key else " (no signing key found: hashes and links checked, signatures not)"
         console.print(
             f"[green]OK[/green] {escape(dataset)}: {_count(report.records, 'record')} in "
-            f"{_count(report.chains, 'chain')} verified{note}"
+            f"{_count(report.chains, 'chain')} verified{unsigned}"
         )
         return
     console.print(f"[red]FAILED[/red] {escape(dataset)}: {len(report.problems)} problem(s) in {report.records} records")

@@ -238,8 +238,8 @@ class Store:
         """Confidence buckets against outcome correctness."""
         return self.run("calibration", decision_type=decision_type)
 
-    def verify(self, key: SigningKey | None) -> VerifyReport:
-        """Check every sealed record's hash, signature and chain links."""
+    def verify(self, keys: SigningKey | Sequence[SigningKey] | None) -> VerifyReport:
+        """Check every record span's seal: hash, signature (with ``keys``) and chain links."""
         if not self.files:
             return VerifyReport()
         stored = (
@@ -248,7 +248,7 @@ class Store:
             )
             for row in self.run("sealed_records")
         )
-        return verify_records(stored, key)
+        return verify_records(stored, keys)
 
     def close(self) -> None:
         """Close the DuckDB connection."""

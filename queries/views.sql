@@ -1,6 +1,9 @@
 -- The views every consumer shares. Needs `span_source` (queries/source.sql) first.
+-- An OTLP client retrying a request whose acknowledgement was lost can store a
+-- span twice; `spans` shows every stored row, the record views below count
+-- each (trace_id, span_id) once.
 
--- spans: one row per span, every column of the storage schema plus `date`.
+-- spans: one row per stored span, every column of the storage schema plus `date`.
 CREATE OR REPLACE VIEW spans AS
 SELECT * FROM span_source;
 
@@ -34,8 +37,7 @@ SELECT
     trace_id,
     span_id,
     parent_span_id
-FROM spans
-WHERE replay_kind = 'decision';
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'decision');
 
 -- reads: what each audited decision read (inputs merged across read() calls).
 CREATE OR REPLACE VIEW reads AS
@@ -44,8 +46,7 @@ SELECT
     attributes ->> '$."replay.read.inputs"' AS inputs,
     correlation_id, session_id, agent_id,
     start_time, end_time, trace_id, span_id, parent_span_id
-FROM spans
-WHERE replay_kind = 'read';
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'read');
 
 -- model_calls: model spans from audit() (kind 'model') and any span carrying the
 -- OpenTelemetry GenAI conventions (gen_ai.operation.name / gen_ai.request.model).
@@ -59,10 +60,12 @@ SELECT
     attributes ->> '$."replay.model.output"'          AS output,
     correlation_id, session_id, agent_id,
     start_time, end_time, duration_ns, status_code, trace_id, span_id, parent_span_id
-FROM spans
-WHERE replay_kind = 'model'
-   OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
-   OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL;
+FROM (
+    SELECT DISTINCT ON (trace_id, span_id) * FROM spans
+    WHERE replay_kind = 'model'
+       OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
+       OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL
+);
 
 -- acts: the action each audited decision executed.
 CREATE OR REPLACE VIEW acts AS
@@ -73,8 +76,7 @@ SELECT
     TRY_CAST(attributes ->> '$."replay.action.cost"' AS DOUBLE)  AS action_cost,
     correlation_id, session_id, agent_id,
     start_time, end_time, trace_id, span_id, parent_span_id
-FROM spans
-WHERE replay_kind = 'act';
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'act');
 
 -- audit_entries: inter-agent messages and system actions. `created_at` is the
 -- writer's clock (chains sort on it); `recorded_at` is when the span was made.
@@ -91,8 +93,7 @@ SELECT
     start_time                                                       AS recorded_at,
     trace_id,
     span_id
-FROM spans
-WHERE replay_kind = 'audit_entry';
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'audit_entry');
 
 -- outcomes: the first (and, by the immutability rule, only) outcome per decision.
 CREATE OR REPLACE VIEW outcomes AS
@@ -127,5 +128,4 @@ SELECT
     start_time                                             AS recorded_at,
     trace_id,
     span_id
-FROM spans
-WHERE replay_kind = 'gate';
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'gate');

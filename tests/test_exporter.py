@@ -136,3 +136,20 @@ def test_failed_writes_keep_rows_then_drop_and_count(dataset, caplog):
     with otel_replay.open(dataset) as store:
         written = store.rows("SELECT count(*) AS n FROM spans")[0]["n"]
     assert written + exporter.stats.rows_dropped == 49
+
+
+def test_a_partition_written_before_a_failure_is_not_written_again(dataset):
+    exporter = ParquetSpanExporter(dataset, max_age_seconds=3600)
+    provider = _provider(exporter)
+    tracer = provider.get_tracer("t")
+    day = 86_400 * 10**9
+    tracer.start_span("old", start_time=1_767_225_600 * 10**9 - day).end(end_time=1_767_225_600 * 10**9 - day + 5)
+    tracer.start_span("new", start_time=1_767_225_600 * 10**9).end(end_time=1_767_225_600 * 10**9 + 5)
+    (dataset / "spans" / "date=2026-01-01").write_text("blocks this partition")  # the second date fails
+    assert exporter.force_flush() is False
+    assert exporter.writer.buffered_rows == 1
+    (dataset / "spans" / "date=2026-01-01").unlink()
+    provider.shutdown()
+    with otel_replay.open(dataset) as store:
+        names = [r["name"] for r in store.rows("SELECT name FROM spans ORDER BY name")]
+    assert names == ["new", "old"]

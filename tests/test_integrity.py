@@ -168,3 +168,70 @@ def test_key_resolution(tmp_path, monkeypatch):
     assert load_signing_key().key_id == created.key_id
     with pytest.raises(ConfigError, match="does not exist"):
         load_signing_key(key_file=tmp_path / "missing")
+
+
+def test_forged_key_id_is_not_waved_through(records, dataset):
+    target = records[2]
+
+    def edit(rows):
+        _patch(
+            _row(rows, target),
+            lambda a: a.update({sc.ACTION_COST: 1, sc.RECORD_KEY_ID: "0" * 16}),
+            rehash=True,
+        )
+        return rows
+
+    _rewrite(dataset, edit)
+    report = _verify(dataset)
+    assert [p.record_id for p in report.problems][:1] == [target]
+    assert "not a verification key" in report.problems[0].problem
+
+
+def test_unsealed_record_span_is_reported(records, dataset):
+    def edit(rows):
+        forged = dict(_row(rows, records[0]))
+        attrs = {k: v for k, v in json.loads(forged["attributes"]).items() if not k.startswith("replay.record.")}
+        attrs[sc.ACTION_COST] = 99
+        forged.update(record_id="f" * 32, span_id="1" * 16, attributes=json.dumps(attrs))
+        return [*rows, forged]
+
+    _rewrite(dataset, edit)
+    report = _verify(dataset)
+    assert [(p.record_id, p.problem.split(":")[0]) for p in report.problems] == [
+        ("f" * 32, "unsealed replay.decision span")
+    ]
+
+
+def test_the_same_record_stored_twice_counts_once(records, dataset):
+    (path,) = list((dataset / "spans").rglob("*.parquet"))
+    path.with_name("copy-of-" + path.name).write_bytes(path.read_bytes())  # e.g. an OTLP retry
+    report = _verify(dataset)
+    assert report.ok and report.records == 6
+    with otel_replay.open(dataset) as store:
+        assert store.rows("SELECT count(*) AS n FROM decisions")[0]["n"] == 4
+
+
+def test_rotated_keys_verify_together(records, dataset, monkeypatch):
+    old = load_signing_key()
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", "a-rotated-signing-key-0123456789")
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.act(payment())
+    telemetry.shutdown()
+    new = load_signing_key()
+    with otel_replay.open(dataset) as store:
+        assert store.verify([old, new]).ok
+        only_new = store.verify(new)
+    assert len(only_new.problems) == 6 and all("not a verification key" in p.problem for p in only_new.problems)
+    with pytest.raises(otel_replay.IntegrityError, match="not a verification key"):
+        only_new.raise_if_failed()
+
+
+def test_duplicated_files_do_not_multiply_chains_or_trees(records, dataset):
+    (path,) = list((dataset / "spans").rglob("*.parquet"))
+    path.with_name("copy-of-" + path.name).write_bytes(path.read_bytes())
+    with otel_replay.open(dataset) as store:
+        tree = store.causal_tree(records[0])
+        assert [t["name"] for t in tree] == ["replay.decision", "replay.act"]
+        assert store.rows("SELECT count(*) AS n FROM audit_entries")[0]["n"] == 1
+        assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == 2 * 9
