@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
 from otel_replay.exporters import ParquetSpanExporter  # noqa: E402
-from otel_replay.exporters.rows import encode_spans  # noqa: E402
 
 import otel_replay  # noqa: E402
 from otel_replay import Action, DependencySnapshot, audit  # noqa: E402

@@ -10,6 +10,8 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_replay.errors import ConfigError
+
 from .rows import spans_to_table
 from .writer import DatasetWriter, WriterStats
 
@@ -25,7 +27,7 @@ def _env_number(name: str, default: float) -> float:
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
 
 
 class ParquetSpanExporter(SpanExporter):

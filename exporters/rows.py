@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.trace import ReadableSpan
@@ -35,7 +34,6 @@ __all__ = [
     "DATE_COLUMN",
     "RowBuilder",
     "any_value",
-    "encode_spans",
     "request_to_table",
     "resource_spans_to_table",
     "spans_to_table",

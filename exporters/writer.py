@@ -152,14 +152,6 @@ class DatasetWriter:
                 return self.flush()
             return []
 
-    def write_now(self, table: pa.Table) -> list[Path]:
-        """Write ``table`` straight to files (after what is buffered); returns the paths."""
-        with self._lock:
-            self._buffer.append(table)
-            self._rows += table.num_rows
-            self._bytes += table.nbytes
-            return self.flush()
-
     def flush(self) -> list[Path]:
         """Write every buffered row to new files, one per partition date."""
         with self._lock:

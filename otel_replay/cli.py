@@ -19,7 +19,7 @@ import click
 from otel_replay import __version__
 from otel_replay import render as r
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
-from otel_replay.errors import OtelReplayError, PolicyLoadError
+from otel_replay.errors import OtelReplayError
 from otel_replay.integrity import load_signing_key
 from otel_replay.store import Store
 
@@ -149,30 +149,36 @@ def replay_cmd(
     if not isinstance(state, dict):
         raise click.ClickException(f"{live_state}: the live state must be a JSON object")
     policy = load_policy(policy_ref)
+    rail = _load_rail(rail_ref) if execute and rail_ref else None
     with _open(dataset, skip_corrupt) as store:
         record = store.record(record_id)
         verdict = replay(record, live_state=state, policy=policy)
         r.print_verdict(verdict)
-        receipt = store.receipt_for(record_id) if execute else None
-    if execute:
-        from otel_replay.gate import ActionGate, Receipt
-        from otel_replay.setup import configure
+        if rail is None:
+            return
+        done = store.compensation_for(record_id)
+        if done is not None:
+            raise click.ClickException(
+                f"decision {record_id} was already compensated ({done['executed']} at {done['recorded_at']}); "
+                "not compensating it again"
+            )
+        receipt = store.receipt_for(record_id)
+    from otel_replay.gate import ActionGate, Receipt
+    from otel_replay.setup import configure
 
-        rail = _load_rail(rail_ref or "")
-        with configure(dataset, service_name="otel-replay-cli", set_global=False):
-            gate = ActionGate(rail)
-            outcome = gate.enforce_post_commit(verdict, receipt=Receipt.from_json(receipt) if receipt else None)
-        r.print_outcome(outcome)
+    with configure(dataset, service_name="otel-replay-cli", set_global=False):
+        outcome = ActionGate(rail).enforce_post_commit(verdict, receipt=Receipt.from_json(receipt) if receipt else None)
+    r.print_outcome(outcome)
 
 
 def _load_rail(ref: str) -> Any:
-    from otel_replay.replay import load_policy
+    from otel_replay.replay import load_callable
 
+    factory = load_callable(ref, "rail")
     try:
-        factory = load_policy(ref)
-    except PolicyLoadError as exc:
-        raise click.ClickException(str(exc).replace("policy", "rail")) from exc
-    return factory()  # type: ignore[call-arg]
+        return factory()
+    except Exception as exc:
+        raise click.ClickException(f"rail factory {ref} raised {type(exc).__name__}: {exc}") from exc
 
 
 @main.command()

@@ -12,6 +12,7 @@
     ├── QueryError              DuckDB refused a query (cause kept)
     ├── IntegrityError          a signature or hash chain does not verify
     ├── PolicyLoadError         ``module:function`` could not be imported
+    ├── PolicyError             a policy raised, or returned something other than (bool, str)
     └── ConfigError             a setting or environment variable is invalid
 
 Foreign exceptions (DuckDB, pyarrow, json) are converted at the storage and
@@ -28,6 +29,7 @@ __all__ = [
     "IntegrityError",
     "OtelReplayError",
     "OutcomeAlreadyRecorded",
+    "PolicyError",
     "PolicyLoadError",
     "QueryError",
     "RecordNotFound",
@@ -81,6 +83,10 @@ class IntegrityError(OtelReplayError):
 
 class PolicyLoadError(OtelReplayError):
     """A ``module:function`` reference could not be resolved."""
+
+
+class PolicyError(OtelReplayError, TypeError):
+    """A policy raised an exception, or returned something other than ``(justified, reason)``."""
 
 
 class ConfigError(OtelReplayError, ValueError):

@@ -10,6 +10,7 @@ equality survives the round trip.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -107,8 +108,10 @@ class Action:
         text, arguments = encode_mapping(self.arguments, where=f"Action({self.type}).arguments")
         object.__setattr__(self, "arguments_json", text)
         object.__setattr__(self, "arguments", arguments)
-        if self.cost is not None and (isinstance(self.cost, bool) or not isinstance(self.cost, (int, float))):
-            raise CaptureError(f"Action({self.type}).cost must be a number, got {self.cost!r}")
+        cost = self.cost
+        number = isinstance(cost, (int, float)) and not isinstance(cost, bool)
+        if cost is not None and not (number and math.isfinite(cost)):
+            raise CaptureError(f"Action({self.type}).cost must be a finite number, got {cost!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The action as a plain dict."""

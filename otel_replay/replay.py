@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from otel_replay.errors import PolicyLoadError, ReplayUndecidable
+from otel_replay.errors import PolicyError, PolicyLoadError, ReplayUndecidable
 from otel_replay.records import Action, DecisionRecord
 
-__all__ = ["FixAction", "Policy", "Verdict", "load_policy", "replay"]
+__all__ = ["FixAction", "Policy", "Verdict", "load_callable", "load_policy", "replay"]
 
 Policy = Callable[[Mapping[str, Any], Action], "tuple[bool, str]"]
 """``(state, action) -> (justified, reason)``."""
@@ -59,11 +59,17 @@ class Verdict:
 
 
 def _ask(policy: Policy, state: Mapping[str, Any], action: Action) -> tuple[bool, str]:
-    result = policy(copy.deepcopy(dict(state)), copy.deepcopy(action))
+    name = getattr(policy, "__qualname__", repr(policy))
+    try:
+        result = policy(copy.deepcopy(dict(state)), copy.deepcopy(action))
+    except ReplayUndecidable:
+        raise
+    except Exception as exc:
+        raise PolicyError(f"policy {name} raised {type(exc).__name__}: {exc}") from exc
     try:
         justified, reason = result
     except (TypeError, ValueError):
-        raise TypeError(f"policy must return (justified, reason), got {result!r}") from None
+        raise PolicyError(f"policy {name} must return (justified, reason), got {result!r}") from None
     return bool(justified), str(reason)
 
 
@@ -79,6 +85,7 @@ def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Pol
             f"record {record.record_id} has no {'snapshot' if record.snapshot is None else 'action'}; "
             "only audit() decisions with an act() can be replayed"
         )
+
     def verdict(fix: FixAction, justified: bool, reason: str) -> Verdict:
         return Verdict(
             fix, justified, reason, record.record_id, record.span.trace_id, record.span.span_id, record.correlation_id
@@ -96,21 +103,26 @@ def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Pol
     return verdict(FixAction.BLOCK, False, f"not justified even on its own snapshot: {snap_reason}")
 
 
-def load_policy(reference: str) -> Policy:
-    """Import a policy from ``"package.module:function"``."""
+def load_callable(reference: str, what: str = "policy") -> Any:
+    """Import a callable from ``"package.module:function"``; ``what`` names it in errors."""
     module_name, sep, attr = reference.partition(":")
     if not sep or not module_name or not attr:
-        raise PolicyLoadError(f"policy {reference!r} must look like 'package.module:function'")
+        raise PolicyLoadError(f"{what} {reference!r} must look like 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise PolicyLoadError(f"policy {reference!r}: cannot import module {module_name!r}: {exc}") from exc
+        raise PolicyLoadError(f"{what} {reference!r}: cannot import module {module_name!r}: {exc}") from exc
     target: Any = module
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise PolicyLoadError(f"policy {reference!r}: module {module_name!r} has no {attr!r}") from None
+            raise PolicyLoadError(f"{what} {reference!r}: module {module_name!r} has no {attr!r}") from None
     if not callable(target):
-        raise PolicyLoadError(f"policy {reference!r} is not callable")
-    return target  # type: ignore[no-any-return]
+        raise PolicyLoadError(f"{what} {reference!r} is not callable")
+    return target
+
+
+def load_policy(reference: str) -> Policy:
+    """Import a policy from ``"package.module:function"``."""
+    return load_callable(reference, "policy")  # type: ignore[no-any-return]

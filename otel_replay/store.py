@@ -227,6 +227,15 @@ class Store:
         )
         return json.loads(rows[0]["receipt"]) if rows else None
 
+    def compensation_for(self, decision_id: str) -> dict[str, Any] | None:
+        """The gate row that already compensated ``decision_id``'s action, or ``None``."""
+        rows = self.rows(
+            "SELECT executed, recorded_at, detail FROM gates WHERE decision_id = ? AND stage = 'post_commit' "
+            "AND executed IN ('rolled_back', 'reversed') ORDER BY recorded_at LIMIT 1",
+            [decision_id],
+        )
+        return rows[0] if rows else None
+
     def causal_tree(self, record_id: str) -> list[dict[str, Any]]:
         """The decision span of ``record_id`` and every span below it, depth-first."""
         span = self.decision_span(record_id)

@@ -38,6 +38,7 @@ def test_public_api_is_pinned():
         "OutcomeRecord",
         "ParquetSpanExporter",
         "Policy",
+        "PolicyError",
         "PolicyLoadError",
         "QueryError",
         "Rail",

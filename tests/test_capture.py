@@ -169,3 +169,11 @@ def test_handle_is_closed_after_the_block(telemetry):
     for call in calls:
         with pytest.raises(CaptureError, match="after the audit block exited"):
             call()
+
+
+def test_action_cost_must_be_a_finite_number():
+    from otel_replay import Action
+
+    for bad in (float("nan"), float("inf"), "4200", True):
+        with pytest.raises(CaptureError, match="cost must be a finite number"):
+            Action("pay", {}, cost=bad)

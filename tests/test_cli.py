@@ -74,12 +74,20 @@ def test_chain_replay_and_verify(demo_dataset):
         "budget_revised",
         "payment_reversed",
     ]
-    replay_args = ["replay", cid["record_id"], "-d", str(demo_dataset), "--policy", "otel_replay.demo:budget_policy",
-                   "--live-state", str(demo_dataset / "demo-live-state.json")]
+    replay_args = [
+        "replay",
+        cid["record_id"],
+        "-d",
+        str(demo_dataset),
+        "--policy",
+        "otel_replay.demo:budget_policy",
+        "--live-state",
+        str(demo_dataset / "demo-live-state.json"),
+    ]
     replayed = run(*replay_args)
     assert replayed.exit_code == 0 and "ROLLBACK" in replayed.output
-    executed = run(*replay_args, "--execute", "--rail", "otel_replay.demo:demo_ledger")
-    assert executed.exit_code == 0 and "rolled_back" in executed.output
+    again = run(*replay_args, "--execute", "--rail", "otel_replay.demo:demo_ledger")
+    assert again.exit_code == 1 and "already compensated (rolled_back at" in again.output  # the demo rolled it back
     verified = run("verify", str(demo_dataset))
     assert verified.exit_code == 0 and verified.output.startswith("OK")
     tree = run("tree", cid["record_id"], "-d", str(demo_dataset))
@@ -151,3 +159,66 @@ def test_verify_fails_with_exit_1_on_tamper(demo_dataset):
     pq.write_table(table.take(keep), path)
     result = run("verify", str(demo_dataset))
     assert result.exit_code == 1 and "FAILED" in result.output and "deleted" in result.output
+
+
+def test_replay_execute_compensates_a_stored_receipt_once(tmp_path, monkeypatch):
+    import otel_replay
+    from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+
+    dataset = tmp_path / "ds"
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(ReferenceLedger(10_000))
+    snapshot = DependencySnapshot({"budget_remaining": 10_000, "allow_list": ["acme-supplies"]})
+    with audit("vendor_payment", snapshot=snapshot) as d:
+        action = Action("vendor_payment", {"recipient": "acme-supplies"}, cost=4200)
+        d.act(action)
+        gate.commit(action, record_id=d.record_id)
+    telemetry.shutdown()
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps({"budget_remaining": 100, "allow_list": ["acme-supplies"]}))
+    args = [
+        "replay",
+        d.record_id,
+        "-d",
+        str(dataset),
+        "--live-state",
+        str(live),
+        "--policy",
+        "otel_replay.demo:budget_policy",
+        "--execute",
+        "--rail",
+        "otel_replay.demo:demo_ledger",
+    ]
+    first = run(*args)
+    assert first.exit_code == 0 and "rolled_back" in first.output and "compensated rcpt-0001" in first.output
+    second = run(*args)
+    assert second.exit_code == 1 and "already compensated" in second.output
+    with otel_replay.open(dataset) as store:
+        assert [g["executed"] for g in store.rows("SELECT executed FROM gates ORDER BY recorded_at")] == [
+            "committed",
+            "rolled_back",
+        ]
+
+
+def test_policy_failures_are_one_line(demo_dataset, tmp_path):
+    rid = json.loads(run("sql", "SELECT record_id FROM decisions", "-d", str(demo_dataset), "--format", "json").output)
+    live = tmp_path / "live.json"
+    live.write_text("{}")
+    for ref, message in (("json:dumps", "policy dumps raised TypeError"), ("builtins:len", "raised TypeError")):
+        result = run("replay", rid["record_id"], "-d", str(demo_dataset), "--live-state", str(live), "--policy", ref)
+        assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
+    bad_rail = run(
+        "replay",
+        rid["record_id"],
+        "-d",
+        str(demo_dataset),
+        "--live-state",
+        str(live),
+        "--policy",
+        "otel_replay.demo:budget_policy",
+        "--execute",
+        "--rail",
+        "otel_replay.demo:nope",
+    )
+    assert bad_rail.exit_code == 1 and "rail 'otel_replay.demo:nope'" in bad_rail.output
+    assert "verdict" not in bad_rail.output  # the rail is checked before anything is printed

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, TraceState
-from otel_replay.exporters.rows import encode_spans, request_to_table, spans_to_table
+from otel_replay.exporters.rows import request_to_table, spans_to_table
 
 
 def _spans():

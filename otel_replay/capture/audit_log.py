@@ -7,6 +7,7 @@ agents); chains sort on it, not on arrival order.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ class AuditLog:
         """Create a log; see the class docstring."""
         self._sink = sink
         self._store = store
-        self._entries: list[AuditEntry] = []
+        self._entries: deque[AuditEntry] = deque(maxlen=10_000)  # the dataset keeps them all
         self._lock = threading.Lock()
 
     def append(
@@ -72,7 +73,10 @@ class AuditLog:
         return entry
 
     def query(self, correlation_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Entries for ``correlation_id`` (all when ``None``), in insertion order, at most ``limit``."""
+        """Entries for ``correlation_id`` (all when ``None``), in insertion order, at most ``limit``.
+
+        Without a store this reads the newest 10,000 entries of this process.
+        """
         if self._store is not None:
             return self._store.audit_entries(correlation_id=correlation_id, limit=limit)
         with self._lock:

@@ -36,6 +36,16 @@ def link_to(span: SpanRef, attributes: dict[str, Any] | None = None) -> Link | N
     return Link(ctx, attributes)
 
 
+MEMORY = 100_000
+"""How many decisions a tracer remembers in process (span refs and outcomes)."""
+
+
+def _remember(table: dict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+    if len(table) > MEMORY:
+        del table[next(iter(table))]
+
+
 class DecisionTracer:
     """Record reasoning decisions and, later, whether they were correct.
 
@@ -52,8 +62,10 @@ class DecisionTracer:
         self._sink = sink
         self._store = store
         self._lock = threading.Lock()
+        # Bounded: a long-running agent must not grow without limit. Beyond the
+        # newest MEMORY decisions, the store (when given) is what enforces the rule.
         self._spans: dict[str, SpanRef] = {}
-        self._outcomes: set[str] = set()
+        self._outcomes: dict[str, None] = {}
 
     def _append(self, record: Any) -> None:
         (self._sink if self._sink is not None else get_recorder().sink).append(record)
@@ -85,7 +97,7 @@ class DecisionTracer:
         )
         span, seal = get_recorder().emit(sc.SPAN_DECISION, record.record_id, record.to_attributes())
         with self._lock:
-            self._spans[record.record_id] = span
+            _remember(self._spans, record.record_id, span)
         self._append(replace(record, span=span, seal=seal))
         return record.record_id
 
@@ -104,16 +116,17 @@ class DecisionTracer:
                 raise OutcomeAlreadyRecorded(f"decision {decision_id} already has an outcome; outcomes are immutable")
             span = self._spans.get(decision_id)
             if self._store is not None:
+                self._store.refresh()  # see what other processes wrote since the store was opened
                 span = span or self._store.decision_span(decision_id)
                 if self._store.has_outcome(decision_id):
-                    self._outcomes.add(decision_id)
+                    _remember(self._outcomes, decision_id, None)
                     raise OutcomeAlreadyRecorded(
                         f"decision {decision_id} already has an outcome in {self._store.dataset}; "
                         "outcomes are immutable"
                     )
                 if span is None:
                     raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
-            self._outcomes.add(decision_id)
+            _remember(self._outcomes, decision_id, None)
         scope = current_ids()
         outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, scope.correlation_id)
         link = link_to(span) if span is not None else None

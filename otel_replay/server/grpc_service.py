@@ -3,8 +3,9 @@
 Status codes follow the OTLP specification: ``OK`` (with ``partial_success``
 when spans were dropped as invalid) only after the spans are durable,
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` when shedding load,
-``UNAVAILABLE`` while shutting down (both retryable), ``INVALID_ARGUMENT``
-(not retryable) for a request that cannot be stored at all.
+``UNAVAILABLE`` while shutting down or when the WAL cannot be written (both
+retryable). A message grpcio cannot decode is answered by grpcio itself with
+``INTERNAL`` before it reaches this service.
 """
 
 from __future__ import annotations

@@ -165,7 +165,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _store(self, body: bytes, gzipped: bool, as_json: bool, limit: int) -> ExportTraceServiceResponse:
         if gzipped:
-            body = _gunzip(body, limit)
+            inflated = _gunzip(body, limit)
+            # The in-flight budget covers what is held in memory: reserve the inflated size too.
+            with self.server.receiver.admit(max(0, len(inflated) - len(body))):
+                return self._parse_and_accept(inflated, as_json)
+        return self._parse_and_accept(body, as_json)
+
+    def _parse_and_accept(self, body: bytes, as_json: bool) -> ExportTraceServiceResponse:
         try:
             if as_json:
                 request = request_from_json(body)
