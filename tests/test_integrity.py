@@ -235,3 +235,27 @@ def test_duplicated_files_do_not_multiply_chains_or_trees(records, dataset):
         assert [t["name"] for t in tree] == ["replay.decision", "replay.act"]
         assert store.rows("SELECT count(*) AS n FROM audit_entries")[0]["n"] == 1
         assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == 2 * 9
+
+
+def test_concurrent_capture_from_many_threads_forms_one_valid_chain(telemetry, dataset):
+    import contextvars
+    import threading
+
+    def agent(n):
+        for i in range(25):
+            with audit("vendor_payment", snapshot=snapshot(), agent_id=f"agent-{n}") as d:
+                d.read(i=i)
+                d.act(payment(cost=i + 1))
+
+    workers = [threading.Thread(target=contextvars.copy_context().run, args=(agent, n)) for n in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    telemetry.shutdown()
+    report = _verify(dataset)
+    assert report.ok and report.records == 200 and report.chains == 1
+    with otel_replay.open(dataset) as store:
+        seqs = store.rows("SELECT count(DISTINCT attributes ->> '$.\"replay.record.seq\"') AS n FROM decisions d "
+                          "JOIN spans s USING (span_id)")
+    assert seqs[0]["n"] == 200

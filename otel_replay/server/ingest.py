@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import zstandard
 from google.protobuf.message import DecodeError
@@ -264,10 +264,10 @@ class Ingestor:
         with open(path, "rb") as raw:
             raw.seek(start)
             counted = _Counting(raw, progress)
-            source: IO[bytes] = counted  # type: ignore[assignment]
+            source: Any = counted
             if whole_zstd:
-                source = zstandard.ZstdDecompressor().stream_reader(counted, read_across_frames=True)
-            stream = io.BufferedReader(source, buffer_size=1 << 20)  # type: ignore[arg-type]
+                source = zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True)
+            stream: Any = io.BufferedReader(source, buffer_size=1 << 20)
             consumed = 0
             try:
                 for where, item, end in _records(stream):
