@@ -45,8 +45,32 @@ DATE_COLUMN = "date"
 _OTLP_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _OTLP_STATUS = ("UNSET", "OK", "ERROR")
 _DAY_NS = 86_400 * 1_000_000_000
-_PROMOTED = tuple(sc.PROMOTED_COLUMNS.items())
-_COLUMNS = [f.name for f in SPAN_SCHEMA]
+_PROMOTED_KEYS = tuple(sc.PROMOTED_COLUMNS)
+ROW_ORDER = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "trace_state",
+    "name",
+    "kind",
+    "service_name",
+    "scope_name",
+    "scope_version",
+    "start_time",
+    "end_time",
+    "duration_ns",
+    "status_code",
+    "status_message",
+    *sc.PROMOTED_COLUMNS.values(),
+    "attributes",
+    "resource_attributes",
+    "events",
+    "links",
+    "dropped_attributes_count",
+    "dropped_events_count",
+    "dropped_links_count",
+)
+"""The order of the values in a :class:`RowBuilder` row; equal to ``SPAN_SCHEMA`` (pinned by a test)."""
 
 
 def _bytes_default(value: Any) -> Any:
@@ -59,12 +83,11 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_by
 
 
 class RowBuilder:
-    """Accumulates spans as column lists and turns them into one Arrow table."""
+    """Accumulates spans as row tuples and turns them into one Arrow table."""
 
     def __init__(self) -> None:
         """Start an empty batch."""
-        self.cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-        self.dates: list[str] = []
+        self.rows: list[tuple[Any, ...]] = []
         self._days: dict[int, str] = {}
 
     def add(
@@ -87,45 +110,53 @@ class RowBuilder:
         dropped: tuple[int, int, int],
     ) -> None:
         """Append one span. ``attributes`` is consumed (promoted keys are removed)."""
-        cols = self.cols
-        for key, column in _PROMOTED:
+        promoted = []
+        for key in _PROMOTED_KEYS:
             value = attributes.get(key)
             if value.__class__ is str:
                 del attributes[key]
-                cols[column].append(value)
+                promoted.append(value)
             else:
-                cols[column].append(None)
-        cols["trace_id"].append(trace_id)
-        cols["span_id"].append(span_id)
-        cols["parent_span_id"].append(parent_span_id)
-        cols["trace_state"].append(trace_state)
-        cols["name"].append(name)
-        cols["kind"].append(kind)
-        cols["service_name"].append(resource[0])
-        cols["resource_attributes"].append(resource[1])
-        cols["scope_name"].append(scope[0])
-        cols["scope_version"].append(scope[1])
-        cols["start_time"].append(start)
-        cols["end_time"].append(end)
-        cols["duration_ns"].append(end - start if end >= start else None)
-        cols["status_code"].append(status[0])
-        cols["status_message"].append(status[1])
-        cols["attributes"].append(_dumps(attributes))
-        cols["events"].append(events)
-        cols["links"].append(links)
-        cols["dropped_attributes_count"].append(dropped[0])
-        cols["dropped_events_count"].append(dropped[1])
-        cols["dropped_links_count"].append(dropped[2])
+                promoted.append(None)
         day = start // _DAY_NS
         date = self._days.get(day)
         if date is None:
             date = self._days[day] = datetime.fromtimestamp(day * 86_400, tz=UTC).strftime("%Y-%m-%d")
-        self.dates.append(date)
+        # Order: the columns of SPAN_SCHEMA (a test pins it), then the partition date.
+        self.rows.append(
+            (
+                trace_id,
+                span_id,
+                parent_span_id,
+                trace_state,
+                name,
+                kind,
+                resource[0],
+                scope[0],
+                scope[1],
+                start,
+                end,
+                end - start if end >= start else None,
+                status[0],
+                status[1],
+                *promoted,
+                _dumps(attributes),
+                resource[1],
+                events,
+                links,
+                dropped[0],
+                dropped[1],
+                dropped[2],
+                date,
+            )
+        )
 
     def table(self) -> pa.Table:
         """The batch as an Arrow table in :data:`SPAN_SCHEMA`, plus the ``date`` column."""
-        table = pa.Table.from_pydict(self.cols, schema=SPAN_SCHEMA)
-        return table.append_column(DATE_COLUMN, pa.array(self.dates, pa.string()))
+        columns = list(zip(*self.rows, strict=True)) if self.rows else [()] * (len(SPAN_SCHEMA) + 1)
+        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, SPAN_SCHEMA, strict=False)]
+        table = pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
+        return table.append_column(DATE_COLUMN, pa.array(columns[-1], pa.string()))
 
 
 def _resource(attributes: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -206,7 +237,17 @@ def request_to_table(request: ExportTraceServiceRequest) -> pa.Table:
 
 def _sdk_attrs(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     # Tuples need no conversion: JSON encodes them as arrays, like OTLP arrays.
-    return dict(attributes) if attributes else {}
+    if not attributes:
+        return {}
+    # The SDK's BoundedAttributes keeps a plain dict; copying it directly skips
+    # a Python-level walk of the mapping (a fifth of the exporter's time).
+    inner = getattr(attributes, "_dict", None)
+    return dict(inner) if isinstance(inner, dict) else dict(attributes)
+
+
+def _span_attrs(span: ReadableSpan) -> dict[str, Any]:
+    # ``span.attributes`` is a read-only view over the span's BoundedAttributes.
+    return _sdk_attrs(getattr(span, "_attributes", None) or span.attributes)
 
 
 def spans_to_table(spans: Sequence[ReadableSpan]) -> pa.Table:
@@ -235,7 +276,7 @@ def spans_to_table(spans: Sequence[ReadableSpan]) -> pa.Table:
             start=span.start_time or 0,
             end=span.end_time or 0,
             status=(status.status_code.name, status.description or None),
-            attributes=_sdk_attrs(span.attributes),
+            attributes=_span_attrs(span),
             events=[
                 {"time": ev.timestamp, "name": ev.name, "attributes": _dumps(_sdk_attrs(ev.attributes))}
                 for ev in span.events

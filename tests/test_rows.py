@@ -66,3 +66,10 @@ def test_sdk_reader_and_otlp_reader_give_identical_rows():
     assert rows["child"]["scope_version"] is None and rows["root"]["scope_version"] == "1.2.3"
     assert rows["linked"]["links"][0]["trace_state"] == "vendor=value"
     assert {r["kind"] for r in rows.values()} == {"SERVER", "CLIENT", "PRODUCER", "CONSUMER"}
+
+
+def test_row_order_matches_the_schema():
+    from otel_replay.exporters.rows import ROW_ORDER
+    from otel_replay.exporters.schema import SPAN_SCHEMA
+
+    assert list(ROW_ORDER) == [f.name for f in SPAN_SCHEMA]
