@@ -38,6 +38,7 @@ from otel_replay.errors import (
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.gate import ActionGate, GateOutcome, Rail, Receipt, ReferenceLedger
 from otel_replay.integrity import SigningKey, VerifyReport, load_signing_key
+from otel_replay.pipeline import Telemetry, configure
 from otel_replay.records import (
     Action,
     AuditEntry,
@@ -51,7 +52,6 @@ from otel_replay.records import (
     SpanRef,
 )
 from otel_replay.replay import FixAction, Policy, Verdict, load_policy, replay
-from otel_replay.setup import Telemetry, configure
 from otel_replay.store import Store
 from otel_replay.store import open_store as open
 

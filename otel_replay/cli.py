@@ -164,7 +164,7 @@ def replay_cmd(
             )
         receipt = store.receipt_for(record_id)
     from otel_replay.gate import ActionGate, Receipt
-    from otel_replay.setup import configure
+    from otel_replay.pipeline import configure
 
     with configure(dataset, service_name="otel-replay-cli", set_global=False):
         outcome = ActionGate(rail).enforce_post_commit(verdict, receipt=Receipt.from_json(receipt) if receipt else None)
