@@ -22,6 +22,21 @@ def demo_dataset(tmp_path):
     return path
 
 
+def replay_args(record_id, dataset, live, *extra: str) -> list[str]:
+    """``otel-replay replay`` arguments with the demo's budget policy."""
+    return [
+        "replay",
+        record_id,
+        "-d",
+        str(dataset),
+        "--live-state",
+        str(live),
+        "--policy",
+        "otel_replay.demo:budget_policy",
+        *extra,
+    ]
+
+
 def run(*args: str):
     result = CliRunner().invoke(main, list(args))
     assert "Traceback" not in result.output
@@ -176,19 +191,7 @@ def test_replay_execute_compensates_a_stored_receipt_once(tmp_path, monkeypatch)
     telemetry.shutdown()
     live = tmp_path / "live.json"
     live.write_text(json.dumps({"budget_remaining": 100, "allow_list": ["acme-supplies"]}))
-    args = [
-        "replay",
-        d.record_id,
-        "-d",
-        str(dataset),
-        "--live-state",
-        str(live),
-        "--policy",
-        "otel_replay.demo:budget_policy",
-        "--execute",
-        "--rail",
-        "otel_replay.demo:demo_ledger",
-    ]
+    args = replay_args(d.record_id, dataset, live, "--execute", "--rail", "otel_replay.demo:demo_ledger")
     first = run(*args)
     assert first.exit_code == 0 and "rolled_back" in first.output and "compensated rcpt-0001" in first.output
     second = run(*args)
@@ -207,18 +210,6 @@ def test_policy_failures_are_one_line(demo_dataset, tmp_path):
     for ref, message in (("json:dumps", "policy dumps raised TypeError"), ("builtins:len", "raised TypeError")):
         result = run("replay", rid["record_id"], "-d", str(demo_dataset), "--live-state", str(live), "--policy", ref)
         assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
-    bad_rail = run(
-        "replay",
-        rid["record_id"],
-        "-d",
-        str(demo_dataset),
-        "--live-state",
-        str(live),
-        "--policy",
-        "otel_replay.demo:budget_policy",
-        "--execute",
-        "--rail",
-        "otel_replay.demo:nope",
-    )
+    bad_rail = run(*replay_args(rid["record_id"], demo_dataset, live, "--execute", "--rail", "otel_replay.demo:nope"))
     assert bad_rail.exit_code == 1 and "rail 'otel_replay.demo:nope'" in bad_rail.output
     assert "verdict" not in bad_rail.output  # the rail is checked before anything is printed
