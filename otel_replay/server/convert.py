@@ -25,15 +25,10 @@ from otel_replay.exporters.writer import write_partitions
 
 from .wal import read_records
 
-__all__ = ["ChunkWriter", "convert_segment", "count_spans", "sanitize", "worker_init"]
+__all__ = ["ChunkWriter", "convert_segment", "sanitize", "worker_init"]
 
 CHUNK_ROWS = 100_000
 """Rows per output file (per date) before a new chunk starts."""
-
-
-def count_spans(request: ExportTraceServiceRequest) -> int:
-    """Number of spans in ``request``."""
-    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
 
 def sanitize(request: ExportTraceServiceRequest) -> tuple[int, int, str]:

@@ -41,7 +41,6 @@ from .otlp_json import PayloadError, request_from_json
 __all__ = ["IngestReport", "Ingestor"]
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_HEAD = 4096
 _MAX_FRAME = 1 << 30
 INGEST_DIR = "_ingest"
 MANIFEST = "manifest.jsonl"
@@ -62,24 +61,22 @@ class IngestReport:
     message: str = ""
 
 
-def _hash_file(path: Path, sizes: list[int]) -> tuple[str, str, dict[int, str]]:
-    """Full SHA-256, SHA-256 of the first 4 KiB, and the SHA-256 of each prefix length in ``sizes``."""
+def _hash_file(path: Path, sizes: list[int]) -> tuple[str, dict[int, str]]:
+    """Full SHA-256, and the SHA-256 of each prefix length in ``sizes``."""
     full, prefixes = hashlib.sha256(), {}
     wanted = sorted(set(sizes))
-    done, head = 0, b""
+    done = 0
     with open(path, "rb") as handle:
         while True:
             block = handle.read(min(1 << 20, wanted[0] - done) if wanted else 1 << 20)
             if not block:
                 break
-            if len(head) < _HEAD:
-                head += block[: _HEAD - len(head)]
             full.update(block)
             done += len(block)
             while wanted and wanted[0] <= done:
                 if wanted.pop(0) == done:
                     prefixes[done] = full.copy().hexdigest()
-    return full.hexdigest(), hashlib.sha256(head).hexdigest(), prefixes
+    return full.hexdigest(), prefixes
 
 
 class _Counting(io.RawIOBase):
@@ -245,7 +242,7 @@ class Ingestor:
         report = IngestReport(str(path))
         size = path.stat().st_size
         sizes = [int(e["bytes"]) for e in self.entries if 0 < int(e["bytes"]) < size]  # type: ignore[call-overload]
-        digest, head, prefixes = _hash_file(path, sizes)
+        digest, prefixes = _hash_file(path, sizes)
         if any(e["sha256"] == digest for e in self.entries):
             report.status, report.message = "skipped", "already ingested (same content)"
             progress(size)
@@ -294,9 +291,8 @@ class Ingestor:
         end = size if whole_zstd or not report.message else start + consumed
         self._record(
             {
-                "sha256": digest if end == size else _hash_file(path, [end])[2][end],
+                "sha256": digest if end == size else _hash_file(path, [end])[1][end],
                 "bytes": end,
-                "head": head,
                 "source": str(path.resolve()),
                 "start": start,
                 "spans": report.spans,
