@@ -184,24 +184,25 @@ class Store:
             return self.rows(load_sql(name))
 
     # --- records ------------------------------------------------------------
-    def _record_row(self, record_id: str) -> dict[str, Any] | None:
+    def _decision_row(self, record_id: str) -> tuple[dict[str, Any], SpanRef] | None:
         rows = self.run("record", record_id=record_id)
-        return rows[0] if rows else None
+        if not rows or rows[0]["replay_kind"] != sc.KIND_DECISION:
+            return None
+        row = rows[0]
+        return row, SpanRef(row["trace_id"], row["span_id"], int(row["start_ns"]))
 
     def record(self, record_id: str) -> DecisionRecord:
         """Rehydrate the decision record ``record_id`` from the dataset."""
-        row = self._record_row(record_id)
-        if row is None or row["replay_kind"] != sc.KIND_DECISION:
+        found = self._decision_row(record_id)
+        if found is None:
             raise RecordNotFound(f"no decision record {record_id!r} in {self.dataset}")
-        ref = SpanRef(row["trace_id"], row["span_id"], int(row["start_ns"]))
+        row, ref = found
         return DecisionRecord.from_attributes(restore_attributes(row), ref)
 
     def decision_span(self, decision_id: str) -> SpanRef | None:
         """Where the decision ``decision_id`` is stored, or ``None``."""
-        row = self._record_row(decision_id)
-        if row is None or row["replay_kind"] != sc.KIND_DECISION:
-            return None
-        return SpanRef(row["trace_id"], row["span_id"], int(row["start_ns"]))
+        found = self._decision_row(decision_id)
+        return None if found is None else found[1]
 
     def has_outcome(self, decision_id: str) -> bool:
         """Whether an outcome for ``decision_id`` is stored."""
