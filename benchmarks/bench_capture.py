@@ -24,7 +24,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
-from otel_replay.exporters import ParquetSpanExporter  # noqa: E402
 
 import otel_replay  # noqa: E402
 from otel_replay import Action, DependencySnapshot, audit  # noqa: E402
@@ -32,6 +31,7 @@ from otel_replay import semconv as sc  # noqa: E402
 from otel_replay._json import canonical_json  # noqa: E402
 from otel_replay.capture.context import CorrelationSpanProcessor  # noqa: E402
 from otel_replay.capture.recorder import Recorder, set_recorder  # noqa: E402
+from otel_replay.exporters import ParquetSpanExporter  # noqa: E402
 
 
 class DropExporter(SpanExporter):

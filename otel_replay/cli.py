@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from otel_replay import __version__
+from otel_replay import __version__, settings
 from otel_replay import render as r
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
@@ -30,7 +29,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _dataset_option = click.option(
     "--dataset",
     "-d",
-    default=lambda: os.environ.get("OTEL_REPLAY_DATASET", "./traces"),
+    default=lambda: settings.dataset_dir(),
     show_default="$OTEL_REPLAY_DATASET or ./traces",
     type=click.Path(file_okay=False),
     help="Dataset directory.",
@@ -48,7 +47,7 @@ def _friendly(func: F) -> F:
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except (OtelReplayError, OSError, ValueError, json.JSONDecodeError) as exc:
-            if os.environ.get("OTEL_REPLAY_DEBUG"):
+            if settings.env_flag(settings.DEBUG):
                 raise
             raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
 

@@ -3,37 +3,60 @@
 ::
 
     OtelReplayError
-    ├── CaptureError            bad input at capture time (state not JSON, act twice)
-    ├── OutcomeAlreadyRecorded  a second outcome for one decision (immutability)
-    ├── ReplayUndecidable       raised by a policy; replay turns it into HUMAN_REVIEW
-    ├── RecordNotFound          unknown record or chain id
-    ├── DatasetError            the dataset on disk cannot be used
-    │   └── CorruptFileError    one Parquet file is unreadable (names the file)
-    ├── QueryError              DuckDB refused a query (cause kept)
-    ├── IntegrityError          a signature or hash chain does not verify
-    ├── PolicyLoadError         ``module:function`` could not be imported
-    ├── PolicyError             a policy raised, or returned something other than (bool, str)
-    └── ConfigError             a setting or environment variable is invalid
+    ├── CaptureError              bad input at capture time (state not JSON, act twice)
+    ├── OutcomeAlreadyRecorded    a second outcome for one decision (immutability)
+    ├── ReplayUndecidable         raised by a policy; replay turns it into HUMAN_REVIEW
+    ├── RecordNotFound            unknown record or chain id
+    ├── DatasetError              the dataset on disk cannot be used
+    │   ├── CorruptFileError      one Parquet file is unreadable (names the file)
+    │   ├── PartialWriteError     some partition files of a batch were written, then a write failed
+    │   └── WalBusyError          another receiver owns this write-ahead log directory
+    ├── QueryError                DuckDB refused a query (cause kept)
+    │   └── ReadOnlyViolation     analyst SQL tried to write, attach or read outside the dataset
+    ├── IntegrityError            a signature, hash or chain link does not verify
+    │   ├── UntrustedRecord       a record that would drive replay or the gate is unsealed or forged
+    │   └── ConflictingRecords    two stored rows claim one record id with different content
+    ├── GateError                 the gate refused to act
+    │   ├── AlreadyCompensated    a receipt was already compensated (by whom, when)
+    │   └── CompensationPending   a claim exists but its rail call never finished (a crash)
+    ├── PayloadError              an OTLP request body or ingested record is not valid OTLP
+    ├── Overloaded                the receiver sheds a request (429 / RESOURCE_EXHAUSTED)
+    ├── PolicyLoadError           ``module:function`` could not be imported
+    ├── PolicyError               a policy raised, or returned something other than (bool, str)
+    └── ConfigError               a setting or environment variable is invalid
 
-Foreign exceptions (DuckDB, pyarrow, json) are converted at the storage and
-capture boundaries with ``raise ... from exc`` so the cause is kept.
+Foreign exceptions (DuckDB, pyarrow, json, grpc) are converted at the storage,
+capture and server boundaries with ``raise ... from exc`` so the cause is kept.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 __all__ = [
+    "AlreadyCompensated",
     "CaptureError",
+    "CompensationPending",
     "ConfigError",
+    "ConflictingRecords",
     "CorruptFileError",
     "DatasetError",
+    "GateError",
     "IntegrityError",
     "OtelReplayError",
     "OutcomeAlreadyRecorded",
+    "Overloaded",
+    "PartialWriteError",
+    "PayloadError",
     "PolicyError",
     "PolicyLoadError",
     "QueryError",
+    "ReadOnlyViolation",
     "RecordNotFound",
     "ReplayUndecidable",
+    "UntrustedRecord",
+    "WalBusyError",
 ]
 
 
@@ -73,12 +96,62 @@ class CorruptFileError(DatasetError):
         self.reason = reason
 
 
+class PartialWriteError(DatasetError, OSError):
+    """Some partitions were written before one failed; ``dates`` lists the ones on disk."""
+
+    def __init__(self, paths: Sequence[Path], dates: Sequence[str]) -> None:
+        super().__init__(f"wrote {len(paths)} partition file(s) before a write failed")
+        self.paths = list(paths)
+        self.dates = list(dates)
+
+
+class WalBusyError(DatasetError):
+    """Another process already owns this write-ahead log directory."""
+
+
 class QueryError(OtelReplayError):
     """DuckDB rejected or failed a query."""
 
 
+class ReadOnlyViolation(QueryError):
+    """Analyst SQL tried to modify something, attach a database or read outside the dataset."""
+
+
 class IntegrityError(OtelReplayError):
     """A record's hash, signature or chain link does not verify."""
+
+
+class UntrustedRecord(IntegrityError):
+    """A record that would drive replay or the gate is unsealed, edited or signed with an unknown key."""
+
+
+class ConflictingRecords(IntegrityError):
+    """Two stored rows claim the same record id with different content; neither is picked."""
+
+
+class GateError(OtelReplayError):
+    """The gate refused to execute."""
+
+
+class AlreadyCompensated(GateError):
+    """The receipt was already compensated; compensation happens at most once."""
+
+
+class CompensationPending(GateError):
+    """A compensation was claimed but never finished (the claimant crashed); resume it explicitly."""
+
+
+class PayloadError(OtelReplayError, ValueError):
+    """A request body or file record is not valid OTLP."""
+
+
+class Overloaded(OtelReplayError):
+    """The receiver sheds this request; the client should retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: int, *, unavailable: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.unavailable = unavailable
 
 
 class PolicyLoadError(OtelReplayError):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay import semconv as sc
+from otel_replay import settings
 from otel_replay._json import canonical_json
 from otel_replay.errors import ConfigError, IntegrityError
 from otel_replay.records import Seal
@@ -83,8 +84,8 @@ def load_signing_key(
     of a new key (``verify`` uses this: it must not invent a key).
     """
     if key is None and key_file is None:
-        key = os.environ.get("OTEL_REPLAY_SIGNING_KEY") or None
-        key_file = os.environ.get("OTEL_REPLAY_KEY_FILE") or None
+        key = settings.env_text(settings.SIGNING_KEY)
+        key_file = settings.env_text(settings.KEY_FILE)
     if key is not None:
         secret = key.encode() if isinstance(key, str) else key
         if len(secret) < 16:

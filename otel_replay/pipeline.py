@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_replay import semconv as sc
+from otel_replay import settings
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.capture.recorder import Recorder, set_recorder
 from otel_replay.exporters import ParquetSpanExporter
@@ -59,6 +60,16 @@ class Telemetry:
         self.shutdown()
 
 
+def _resource(service_name: str | None) -> Resource:
+    """The SDK's precedence (``OTEL_SERVICE_NAME``, then ``OTEL_RESOURCE_ATTRIBUTES``), an explicit name first."""
+    if service_name is not None:
+        return Resource.create({SERVICE_NAME: service_name})
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "otel-replay"}))
+    return resource
+
+
 def configure(
     dataset: str | os.PathLike[str] | None = None,
     service_name: str | None = None,
@@ -83,9 +94,8 @@ def configure(
     ``CorrelationSpanProcessor()`` and ``BatchSpanProcessor(ParquetSpanExporter(dir))``.
 
     """
-    dataset = dataset if dataset is not None else os.environ.get("OTEL_REPLAY_DATASET", "./traces")
-    name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "otel-replay"
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+    dataset = settings.dataset_dir(dataset)
+    provider = TracerProvider(resource=_resource(service_name))
     provider.add_span_processor(CorrelationSpanProcessor())
     exporter = ParquetSpanExporter(dataset, max_age_seconds=max_file_age_seconds)
     provider.add_span_processor(BatchSpanProcessor(exporter))

@@ -125,4 +125,4 @@ def load_callable(reference: str, what: str = "policy") -> Any:
 
 def load_policy(reference: str) -> Policy:
     """Import a policy from ``"package.module:function"``."""
-    return load_callable(reference, "policy")  # type: ignore[no-any-return]
+    return load_callable(reference, "policy")

@@ -8,10 +8,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link
-from otel_replay.exporters import SPAN_SCHEMA, ParquetSpanExporter
-from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 
 import otel_replay
+from otel_replay.exporters import SPAN_SCHEMA, ParquetSpanExporter
+from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 
 
 def _provider(exporter: ParquetSpanExporter) -> TracerProvider:
@@ -89,6 +89,7 @@ def test_export_after_shutdown_fails_without_raising(dataset):
     exporter = ParquetSpanExporter(dataset)
     exporter.shutdown()
     from opentelemetry.sdk.trace.export import SpanExportResult
+
     from otel_replay.exporters.rows import spans_to_table  # noqa: F401  (import works standalone)
 
     assert exporter.export([]) is SpanExportResult.FAILURE

@@ -17,15 +17,12 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.errors import OtelReplayError
+from otel_replay.errors import PayloadError
 
 __all__ = ["PayloadError", "message_to_json", "request_from_json", "request_from_obj", "request_to_obj"]
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 
-
-class PayloadError(OtelReplayError, ValueError):
-    """A request body or file record is not valid OTLP."""
 
 
 def _items(obj: dict[str, Any], *keys: str) -> list[Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.errors import ConfigError, OtelReplayError
+from otel_replay.errors import ConfigError, Overloaded
 
 from .convert import convert_segment, sanitize, worker_init
 from .wal import Segment, WriteAheadLog
@@ -84,14 +84,6 @@ class ServerConfig:
         if self.wal_dir is None:
             self.wal_dir = self.dataset / "_wal" / self.instance
 
-
-class Overloaded(OtelReplayError):
-    """The receiver sheds this request; the client should retry after ``retry_after`` seconds."""
-
-    def __init__(self, message: str, retry_after: int, *, unavailable: bool = False) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.unavailable = unavailable
 
 
 @dataclass

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_replay.errors import OtelReplayError
+from otel_replay.errors import OtelReplayError, WalBusyError
 from otel_replay.exporters.writer import fsync_dir
 
 __all__ = ["WAL_SUFFIX", "Segment", "WalBusyError", "WriteAheadLog", "read_records"]
@@ -35,9 +35,6 @@ _HEADER = struct.Struct("<II")
 _log = logging.getLogger("otel_replay.server")
 _MAX_RECORD = 1 << 31
 
-
-class WalBusyError(OtelReplayError):
-    """Another process already owns this write-ahead log directory."""
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ class RowBuilder:
         dropped: tuple[int, int, int],
     ) -> None:
         """Append one span. ``attributes`` is consumed (promoted keys are removed)."""
-        promoted = []
+        promoted: list[str | None] = []
         for key in _PROMOTED_KEYS:
             value = attributes.get(key)
             if value.__class__ is str:

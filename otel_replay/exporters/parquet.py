@@ -10,7 +10,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_replay.errors import ConfigError
+from otel_replay import settings
 
 from .rows import spans_to_table
 from .writer import DatasetWriter, WriterStats
@@ -19,15 +19,6 @@ __all__ = ["ParquetSpanExporter"]
 
 _log = logging.getLogger(__name__)
 
-
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
 
 
 class ParquetSpanExporter(SpanExporter):
@@ -58,12 +49,11 @@ class ParquetSpanExporter(SpanExporter):
         max_age_seconds: float | None = None,
     ) -> None:
         """Create the exporter (and the dataset directory)."""
-        root = dataset_dir if dataset_dir is not None else os.environ.get("OTEL_REPLAY_DATASET", "./traces")
         self.writer = DatasetWriter(
-            root,
-            max_rows=int(max_rows or _env_number("OTEL_REPLAY_MAX_FILE_ROWS", 200_000)),
-            max_bytes=int(max_bytes or _env_number("OTEL_REPLAY_MAX_FILE_BYTES", 128 * 1024 * 1024)),
-            max_age_seconds=float(max_age_seconds or _env_number("OTEL_REPLAY_MAX_FILE_AGE", 5.0)),
+            settings.dataset_dir(dataset_dir),
+            max_rows=int(max_rows or settings.env_number(settings.MAX_FILE_ROWS, 200_000, integer=True)),
+            max_bytes=int(max_bytes or settings.env_number(settings.MAX_FILE_BYTES, 128 * 1024 * 1024, integer=True)),
+            max_age_seconds=float(max_age_seconds or settings.env_number(settings.MAX_FILE_AGE, 5.0)),
         )
         self._shutdown = False
 

@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from otel_replay.errors import PartialWriteError
+
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
 
@@ -72,14 +74,6 @@ def write_partitions(table: pa.Table, spans_dir: Path, file_name: Callable[[str]
         paths.append(path)
     return paths
 
-
-class PartialWriteError(OSError):
-    """Some partitions were written before one failed; ``dates`` lists the ones on disk."""
-
-    def __init__(self, paths: list[Path], dates: list[str]) -> None:
-        super().__init__(f"wrote {len(paths)} partition file(s) before a write failed")
-        self.paths = paths
-        self.dates = dates
 
 
 @dataclass

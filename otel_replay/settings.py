@@ -1,0 +1,101 @@
+"""Every ``OTEL_REPLAY_*`` environment variable, defined once and read through one checker.
+
+Keyword arguments always win; these variables are the fallback, then the
+documented default. A malformed value is a :class:`~otel_replay.errors.ConfigError`
+naming the variable and what it must be, raised where the setting is read
+(at construction), never at first use.
+
+================================  ==========================================  ===============
+variable                          meaning                                     default
+================================  ==========================================  ===============
+``OTEL_REPLAY_DATASET``           dataset directory                           ``./traces``
+``OTEL_REPLAY_SIGNING_KEY``       record signing secret (16+ characters)      -
+``OTEL_REPLAY_KEY_FILE``          file holding the signing secret             -
+``OTEL_REPLAY_MAX_FILE_ROWS``     exporter: roll a file at this many rows     200000
+``OTEL_REPLAY_MAX_FILE_BYTES``    exporter: roll a file at this many bytes    134217728
+``OTEL_REPLAY_MAX_FILE_AGE``      exporter: roll buffered rows this old (s)   5
+``OTEL_REPLAY_DEBUG``             CLI: show tracebacks of unexpected errors   off
+``OTEL_REPLAY_SERVE_GRPC``        ``serve``: gRPC ``HOST:PORT`` or ``off``    127.0.0.1:4317
+``OTEL_REPLAY_SERVE_HTTP``        ``serve``: HTTP ``HOST:PORT`` or ``off``    127.0.0.1:4318
+================================  ==========================================  ===============
+
+``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` are the OpenTelemetry
+SDK's own and are resolved by ``Resource.create``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Final
+
+from otel_replay.errors import ConfigError
+
+__all__ = [
+    "DATASET",
+    "DEBUG",
+    "KEY_FILE",
+    "MAX_FILE_AGE",
+    "MAX_FILE_BYTES",
+    "MAX_FILE_ROWS",
+    "SERVE_GRPC",
+    "SERVE_HTTP",
+    "SIGNING_KEY",
+    "dataset_dir",
+    "env_flag",
+    "env_number",
+    "env_text",
+]
+
+DATASET: Final = "OTEL_REPLAY_DATASET"
+SIGNING_KEY: Final = "OTEL_REPLAY_SIGNING_KEY"
+KEY_FILE: Final = "OTEL_REPLAY_KEY_FILE"
+MAX_FILE_ROWS: Final = "OTEL_REPLAY_MAX_FILE_ROWS"
+MAX_FILE_BYTES: Final = "OTEL_REPLAY_MAX_FILE_BYTES"
+MAX_FILE_AGE: Final = "OTEL_REPLAY_MAX_FILE_AGE"
+DEBUG: Final = "OTEL_REPLAY_DEBUG"
+SERVE_GRPC: Final = "OTEL_REPLAY_SERVE_GRPC"
+SERVE_HTTP: Final = "OTEL_REPLAY_SERVE_HTTP"
+
+DEFAULT_DATASET: Final = "./traces"
+
+
+def env_text(name: str, default: str | None = None) -> str | None:
+    """The variable's text, or ``default`` when unset or empty."""
+    raw = os.environ.get(name)
+    return default if raw is None or raw.strip() == "" else raw
+
+
+def env_number(name: str, default: float, *, minimum: float = 0.0, integer: bool = False) -> float:
+    """The variable as a finite number above ``minimum``, or ``default`` when unset.
+
+    Raises:
+        ConfigError: the text is not a number, not finite, not above ``minimum``,
+            or not whole where ``integer`` is asked for.
+
+    """
+    raw = env_text(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value <= minimum:
+        raise ConfigError(f"{name}={raw!r} must be a finite number above {minimum:g}")
+    if integer and not value.is_integer():
+        raise ConfigError(f"{name}={raw!r} must be a whole number")
+    return value
+
+
+def env_flag(name: str) -> bool:
+    """True when the variable is set to anything but empty, ``0``, ``false``, ``no`` or ``off``."""
+    raw = env_text(name)
+    return raw is not None and raw.strip().lower() not in ("0", "false", "no", "off")
+
+
+def dataset_dir(explicit: str | os.PathLike[str] | None = None) -> str:
+    """The dataset directory: ``explicit``, else ``OTEL_REPLAY_DATASET``, else ``./traces``."""
+    if explicit is not None:
+        return os.fspath(explicit)
+    return env_text(DATASET, DEFAULT_DATASET) or DEFAULT_DATASET
