@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from otel_replay.errors import CaptureError
+from otel_replay.errors import CaptureError, PayloadError
 
 _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -52,9 +52,56 @@ def normalise(value: Any, *, where: str) -> Any:
     return json.loads(canonical_json(value, where=where))
 
 
-def loads(text: str | None) -> Any:
-    """Parse stored canonical JSON; ``None`` stays ``None``."""
-    return None if text is None else json.loads(text)
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _Duplicate(dup)
+    return obj
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+
+
+def strict_loads(data: str | bytes, *, where: str) -> Any:
+    """Parse JSON the one way every reader agrees on, or raise :class:`PayloadError` naming ``where``.
+
+    Refused: duplicate object keys (parsers disagree on which one wins, so a
+    document with them has no single meaning), nesting too deep for the
+    parser, ``NaN``/``Infinity``, and anything that is not UTF-8 JSON. The
+    message is one line: ``where``, what is wrong, and the line and column.
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        return _STRICT.decode(text)
+    except _Duplicate as exc:
+        raise PayloadError(f"{where}: duplicate key {exc.key!r} (a key may appear once per object)") from None
+    except RecursionError:
+        raise PayloadError(f"{where}: nested too deeply to parse") from None
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"{where}: not UTF-8 (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise PayloadError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except ValueError as exc:  # NaN / Infinity constants
+        raise PayloadError(f"{where}: {exc}") from None
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_STRICT = json.JSONDecoder(object_pairs_hook=_refuse_duplicates, parse_constant=_no_constants)
+
+
+def loads(text: str | None, *, where: str = "stored JSON") -> Any:
+    """Parse stored canonical JSON strictly (see :func:`strict_loads`); ``None`` stays ``None``."""
+    return None if text is None else strict_loads(text, where=where)
 
 
 def _find_unserialisable(value: Any, path: str) -> tuple[str, str]:

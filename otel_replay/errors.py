@@ -19,7 +19,7 @@
     ├── GateError                 the gate refused to act
     │   ├── AlreadyCompensated    a receipt was already compensated (by whom, when)
     │   └── CompensationPending   a claim exists but its rail call never finished (a crash)
-    ├── PayloadError              an OTLP request body or ingested record is not valid OTLP
+    ├── PayloadError              an input document (OTLP body, ingested record, JSON file) is malformed
     ├── Overloaded                the receiver sheds a request (429 / RESOURCE_EXHAUSTED)
     ├── PolicyLoadError           ``module:function`` could not be imported
     ├── PolicyError               a policy raised, or returned something other than (bool, str)
@@ -142,7 +142,7 @@ class CompensationPending(GateError):
 
 
 class PayloadError(OtelReplayError, ValueError):
-    """A request body or file record is not valid OTLP."""
+    """An input document (an OTLP request body, an ingested record, a JSON file) is malformed."""
 
 
 class Overloaded(OtelReplayError):
