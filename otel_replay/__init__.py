@@ -22,10 +22,14 @@ from otel_replay.capture import (
 )
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder, ReplayChain
 from otel_replay.errors import (
+    AlreadyCompensated,
     CaptureError,
+    CompensationPending,
     ConfigError,
+    ConflictingRecords,
     CorruptFileError,
     DatasetError,
+    GateError,
     IntegrityError,
     OtelReplayError,
     OutcomeAlreadyRecorded,
@@ -34,10 +38,12 @@ from otel_replay.errors import (
     QueryError,
     RecordNotFound,
     ReplayUndecidable,
+    UntrustedRecord,
 )
+from otel_replay.execute import execute_verdict, replay_stored
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.gate import ActionGate, GateOutcome, Rail, Receipt, ReferenceLedger
-from otel_replay.integrity import SigningKey, VerifyReport, load_signing_key
+from otel_replay.integrity import SealCheck, SigningKey, VerifyReport, load_signing_key
 from otel_replay.pipeline import Telemetry, configure
 from otel_replay.records import (
     Action,
@@ -60,11 +66,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Action",
     "ActionGate",
+    "AlreadyCompensated",
     "AuditEntry",
     "AuditLog",
     "CHAIN_TYPES",
     "CaptureError",
+    "CompensationPending",
     "ConfigError",
+    "ConflictingRecords",
     "CorrelationSpanProcessor",
     "CorruptFileError",
     "DatasetError",
@@ -73,6 +82,7 @@ __all__ = [
     "DecisionTracer",
     "DependencySnapshot",
     "FixAction",
+    "GateError",
     "GateOutcome",
     "GateRecord",
     "IntegrityError",
@@ -95,11 +105,13 @@ __all__ = [
     "ReplayUndecidable",
     "Report",
     "Seal",
+    "SealCheck",
     "SigningKey",
     "Sink",
     "SpanRef",
     "Store",
     "Telemetry",
+    "UntrustedRecord",
     "Verdict",
     "VerifyReport",
     "__version__",
@@ -107,9 +119,11 @@ __all__ = [
     "configure",
     "correlation",
     "current_ids",
+    "execute_verdict",
     "load_policy",
     "load_signing_key",
     "open",
     "replay",
+    "replay_stored",
     "session",
 ]

@@ -19,7 +19,7 @@ from otel_replay import __version__, settings
 from otel_replay import render as r
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
-from otel_replay.integrity import load_signing_key
+from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.store import Store
 
 __all__ = ["main"]
@@ -54,10 +54,10 @@ def _friendly(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _open(dataset: str, skip_corrupt: bool) -> Store:
+def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Store:
     if not Path(dataset).exists():
         raise click.ClickException(f"dataset {dataset} does not exist (write spans there first, or pass --dataset)")
-    store = Store(dataset, skip_corrupt=skip_corrupt)
+    store = Store(dataset, skip_corrupt=skip_corrupt, **trust)
     for problem in store.skipped:
         click.echo(f"warning: skipped {problem.path}: {problem.reason}", err=True)
     return store
@@ -122,6 +122,20 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
     "--execute", is_flag=True, help="Apply the verdict post-commit through --rail, compensating the stored receipt."
 )
 @click.option("--rail", "rail_ref", help="Rail factory as module:function (needed by --execute).")
+@click.option(
+    "--require-signed/--no-require-signed",
+    default=True,
+    show_default=True,
+    help="Act only on records signed with a known key; --execute always requires it.",
+)
+@click.option(
+    "--key-file",
+    "key_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Verification key file; repeat for rotated keys (default: the signing key).",
+)
+@click.option("--resume", is_flag=True, help="Retry a compensation an earlier run claimed but never finished.")
 @_dataset_option
 @_skip_option
 @_friendly
@@ -131,43 +145,49 @@ def replay_cmd(
     policy_ref: str,
     execute: bool,
     rail_ref: str | None,
+    require_signed: bool,
+    key_files: tuple[str, ...],
+    resume: bool,
     dataset: str,
     skip_corrupt: bool,
 ) -> None:
-    """Replay decision RECORD_ID against the live state and print the verdict."""
-    from otel_replay.replay import load_policy, replay
+    """Replay decision RECORD_ID against the live state and print the verdict.
+
+    Only a sealed record whose signature verifies is replayed; with --execute,
+    each stored receipt is compensated at most once, across processes.
+    """
+    from otel_replay._json import strict_loads
+    from otel_replay.execute import execute_verdict, replay_stored
+    from otel_replay.replay import load_policy
 
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
-    try:
-        state = json.loads(Path(live_state).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise click.ClickException(
-            f"{live_state}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from exc
+    if execute and not require_signed:
+        raise click.ClickException("--execute acts only on signed records; drop --no-require-signed")
+    state = strict_loads(Path(live_state).read_bytes(), where=f"live state {live_state}")
     if not isinstance(state, dict):
         raise click.ClickException(f"{live_state}: the live state must be a JSON object")
     policy = load_policy(policy_ref)
     rail = _load_rail(rail_ref) if execute and rail_ref else None
-    with _open(dataset, skip_corrupt) as store:
-        record = store.record(record_id)
-        verdict = replay(record, live_state=state, policy=policy)
+    keys = _keys(key_files)
+    with _open(dataset, skip_corrupt, keys=keys, require_signed=require_signed) as store:
+        verdict = replay_stored(store, record_id, live_state=state, policy=policy)
         r.print_verdict(verdict)
         if rail is None:
             return
-        done = store.compensation_for(record_id)
-        if done is not None:
-            raise click.ClickException(
-                f"decision {record_id} was already compensated ({done['executed']} at {done['recorded_at']}); "
-                "not compensating it again"
-            )
-        receipt = store.receipt_for(record_id)
-    from otel_replay.gate import ActionGate, Receipt
-    from otel_replay.pipeline import configure
+        from otel_replay.pipeline import configure
 
-    with configure(dataset, service_name="otel-replay-cli", set_global=False):
-        outcome = ActionGate(rail).enforce_post_commit(verdict, receipt=Receipt.from_json(receipt) if receipt else None)
-    r.print_outcome(outcome)
+        with configure(dataset, service_name="otel-replay-cli", set_global=False):
+            outcomes = execute_verdict(store, verdict, rail, resume=resume)
+    for outcome in outcomes:
+        r.print_outcome(outcome)
+
+
+def _keys(key_files: tuple[str, ...]) -> list[SigningKey] | None:
+    """Keys from --key-file options; ``None`` means the default key (never created)."""
+    if not key_files:
+        return None
+    return [k for k in (load_signing_key(key_file=f) for f in key_files) if k is not None]
 
 
 def _load_rail(ref: str) -> Any:

@@ -66,7 +66,7 @@ def run_demo(dataset: str | os.PathLike[str]) -> DemoResult:
     telemetry = configure(dataset, service_name="otel-replay-demo")
     try:
         ledger = ReferenceLedger(OPENING_BALANCE)
-        gate = ActionGate(ledger)
+        gate = ActionGate(ledger, dataset=dataset)
         log = AuditLog()
         snapshot = DependencySnapshot(
             {"budget_remaining": OPENING_BALANCE, "allow_list": ["acme-supplies"]}, version="budget-v7"

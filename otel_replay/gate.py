@@ -9,26 +9,44 @@ ROLLBACK        blocked                 rolled_back (rail.compensate)
 BLOCK           blocked                 reversed (rail.compensate)
 (no receipt)    -                       compensation_unavailable
 (rail raised)   -                       compensation_failed, re-raised
+(done before)   -                       AlreadyCompensated raised, rail untouched
 ==============  ======================  ==================================
 
 Every call emits a sealed ``replay.gate`` span linked to the decision span,
 so the dataset holds the whole story: decision, verdict, and what the gate did.
+
+Compensation happens at most once per receipt, across threads, processes and
+crashes: before the rail is called the gate takes a durable claim
+(:mod:`otel_replay.claims`) in the dataset, and the rail is handed an
+idempotency key per receipt (``rail.compensate(receipt, idempotency_key=...)``)
+so a resumed claim cannot refund twice on a rail that honours it. A
+compensation's own gate record is flushed to the dataset before
+:meth:`ActionGate.enforce_post_commit` returns.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
+import logging
+import os
+import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from otel_replay import semconv as sc
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.tracer import link_to
+from otel_replay.claims import ClaimState, CompensationClaims, idempotency_key
 from otel_replay.records import Action, GateRecord, SpanRef, new_id
 from otel_replay.replay import FixAction, Verdict
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["ActionGate", "GateOutcome", "Rail", "Receipt", "ReferenceLedger"]
 
@@ -64,15 +82,23 @@ class Rail(Protocol):
     def commit(self, action: Action) -> Any:
         """Execute ``action``; return a receipt."""
 
-    def compensate(self, receipt: Any) -> None:
-        """Reverse the action ``receipt`` proves."""
+    def compensate(self, receipt: Any, *, idempotency_key: str) -> None:
+        """Reverse the action ``receipt`` proves.
+
+        ``idempotency_key`` is the same for every attempt at one receipt's
+        compensation: a rail that remembers it can make a retried or resumed
+        call a no-op. (A rail whose ``compensate`` takes no such keyword is
+        still called, without it, and a warning says retries cannot be
+        deduplicated by the rail.)
+        """
 
 
 class ReferenceLedger:
     """The in-process reference rail for demos and tests. It moves no real money.
 
     ``commit`` spends the action's cost from the balance and returns a
-    :class:`Receipt`; ``compensate`` refunds it (once).
+    :class:`Receipt`; ``compensate`` refunds it once: a repeat with the same
+    idempotency key is a no-op, a repeat without one is refused.
     """
 
     def __init__(self, balance: float = 0.0) -> None:
@@ -80,6 +106,7 @@ class ReferenceLedger:
         self.balance = float(balance)
         self.entries: list[tuple[str, str, float]] = []
         self._refunded: set[str] = set()
+        self._keys: set[str] = set()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -94,12 +121,16 @@ class ReferenceLedger:
             self.entries.append(("commit", receipt.receipt_id, -amount))
         return receipt
 
-    def compensate(self, receipt: Receipt) -> None:
-        """Refund ``receipt``; a second refund of the same receipt is refused."""
+    def compensate(self, receipt: Receipt, *, idempotency_key: str | None = None) -> None:
+        """Refund ``receipt``; a retry with the same key does nothing, any other second refund is refused."""
         with self._lock:
+            if idempotency_key is not None and idempotency_key in self._keys:
+                return
             if receipt.receipt_id in self._refunded:
                 raise ValueError(f"ledger: receipt {receipt.receipt_id} was already compensated")
             self._refunded.add(receipt.receipt_id)
+            if idempotency_key is not None:
+                self._keys.add(idempotency_key)
             self.balance += receipt.amount
             self.entries.append(("compensate", receipt.receipt_id, receipt.amount))
 
@@ -114,12 +145,58 @@ class GateOutcome:
     receipt: Any = None
 
 
-class ActionGate:
-    """Route verdicts to a :class:`Rail`: commit, hold, block or compensate."""
+def _process_claims_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="otel-replay-claims-"))
 
-    def __init__(self, rail: Rail) -> None:
-        """Gate actions through ``rail``."""
+
+_PROCESS_CLAIMS = functools.cache(_process_claims_dir)
+
+
+def _takes_idempotency_key(rail: Any) -> bool:
+    try:
+        params = inspect.signature(rail.compensate).parameters
+    except (TypeError, ValueError):
+        return True
+    return "idempotency_key" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _receipt_id(receipt: Any) -> str:
+    return str(getattr(receipt, "receipt_id", receipt))
+
+
+class ActionGate:
+    """Route verdicts to a :class:`Rail`: commit, hold, block or compensate.
+
+    Args:
+        rail: the backend that commits and compensates.
+        dataset: where compensation claims are kept (``<dataset>/_compensations``),
+            shared with every other gate and ``otel-replay replay --execute`` on
+            that dataset. Default: the dataset :func:`otel_replay.configure`
+            writes to; without one, claims hold within this process only (a
+            warning says so).
+
+    """
+
+    def __init__(self, rail: Rail, *, dataset: str | os.PathLike[str] | None = None) -> None:
+        """Gate actions through ``rail``; see the class docstring."""
         self.rail = rail
+        self._dataset = dataset
+        self._claims: CompensationClaims | None = None
+        self._keyed = _takes_idempotency_key(rail)
+
+    @property
+    def claims(self) -> CompensationClaims:
+        """The compensation claims this gate honours (resolved on first compensation)."""
+        if self._claims is None:
+            dataset = self._dataset if self._dataset is not None else getattr(get_recorder(), "dataset", None)
+            if dataset is None:
+                _log.warning(
+                    "otel-replay: ActionGate has no dataset, so compensation is deduplicated within this "
+                    "process only; pass dataset= (or configure()) to share claims with otel-replay replay --execute"
+                )
+                dataset = _PROCESS_CLAIMS()
+            self._claims = CompensationClaims(dataset)
+        return self._claims
 
     def commit(self, action: Action, *, record_id: str | None = None) -> Any:
         """Run ``action`` through the rail; returns the rail's receipt.
@@ -142,8 +219,15 @@ class ActionGate:
             return self._outcome("pre_commit", verdict, "held", f"{action.type} held for review: {verdict.reason}")
         return self._outcome("pre_commit", verdict, "blocked", f"{action.type} blocked before commit: {verdict.reason}")
 
-    def enforce_post_commit(self, verdict: Verdict, *, receipt: Any = None) -> GateOutcome:
-        """After the action committed: ALLOW stands, HUMAN_REVIEW holds, ROLLBACK/BLOCK compensate."""
+    def enforce_post_commit(self, verdict: Verdict, *, receipt: Any = None, resume: bool = False) -> GateOutcome:
+        """After the action committed: ALLOW stands, HUMAN_REVIEW holds, ROLLBACK/BLOCK compensate.
+
+        Raises:
+            AlreadyCompensated: ``receipt`` was compensated before, or is being now.
+            CompensationPending: an earlier attempt crashed or failed; pass
+                ``resume=True`` to retry it with the same idempotency key.
+
+        """
         if verdict.fix is FixAction.ALLOW:
             return self._outcome(
                 "post_commit", verdict, "allowed", f"committed action stands: {verdict.reason}", receipt
@@ -157,14 +241,39 @@ class ActionGate:
                 "compensation_unavailable",
                 f"{verdict.fix.value} routed but no receipt to compensate: {verdict.reason}",
             )
+        rid = _receipt_id(receipt)
+        key = idempotency_key(verdict.record_id, rid)
+        claim = self.claims.claim(key, decision_id=verdict.record_id, receipt_id=rid, resume=resume)
         try:
-            self.rail.compensate(receipt)
+            if self._keyed:
+                self.rail.compensate(receipt, idempotency_key=key)
+            else:
+                _log.warning("otel-replay: rail %s takes no idempotency_key; it cannot deduplicate retries", self.rail)
+                legacy: Any = self.rail
+                legacy.compensate(receipt)
         except Exception as exc:
+            self.claims.finish(claim, ClaimState.FAILED, error=f"{type(exc).__name__}: {exc}")
             self._outcome("post_commit", verdict, "compensation_failed", f"{verdict.fix.value}: {exc}", receipt)
             raise
+        except BaseException:
+            self.claims.release(claim)  # interrupted: the claim stays "claimed", visible and resumable
+            raise
         executed = "rolled_back" if verdict.fix is FixAction.ROLLBACK else "reversed"
-        rid = getattr(receipt, "receipt_id", receipt)
-        return self._outcome("post_commit", verdict, executed, f"compensated {rid}: {verdict.reason}", receipt)
+        self.claims.finish(claim, ClaimState.DONE, executed=executed)
+        outcome = self._outcome("post_commit", verdict, executed, f"compensated {rid}: {verdict.reason}", receipt)
+        self._flush(verdict.record_id)
+        return outcome
+
+    @staticmethod
+    def _flush(record_id: str) -> None:
+        """Make the compensation's gate record durable before returning."""
+        flush = getattr(get_recorder(), "flush", None)
+        if flush is not None and not flush():
+            _log.error(
+                "otel-replay: the gate record of decision %s's compensation could not be flushed to the dataset "
+                "yet (the compensation itself is done and recorded in its claim)",
+                record_id,
+            )
 
     def _outcome(self, stage: str, verdict: Verdict, executed: str, detail: str, receipt: Any = None) -> GateOutcome:
         self._emit(stage, verdict, executed, detail, record_id=verdict.record_id, receipt=receipt)

@@ -42,7 +42,9 @@ from otel_replay.records import Seal
 __all__ = [
     "GENESIS_HASH",
     "Chain",
+    "SealCheck",
     "SigningKey",
+    "StoredRecord",
     "VerifyProblem",
     "VerifyReport",
     "load_signing_key",
@@ -178,13 +180,17 @@ class Chain:
 
 @dataclass(frozen=True)
 class StoredRecord:
-    """A sealed record as read back from the dataset."""
+    """A sealed record as read back from the dataset, and where it is stored."""
 
     record_id: str
     name: str
     start_ns: int
     attributes: Mapping[str, Any]
     file: str = ""
+    trace_id: str = ""
+    span_id: str = ""
+    unreadable: str | None = None
+    """Why the stored attributes could not be read (duplicate keys, bad JSON), or ``None``."""
 
 
 @dataclass(frozen=True)
@@ -208,17 +214,62 @@ class VerifyReport:
     chains: int = 0
     unsigned_checked: int = 0
     problems: list[VerifyProblem] = field(default_factory=list)
+    unreadable_files: list[str] = field(default_factory=list)
+    """Files that could not be read at all, so their records were not checked."""
 
     @property
     def ok(self) -> bool:
-        """True when every record verified."""
-        return not self.problems
+        """True when every record verified and every file could be read."""
+        return not self.problems and not self.unreadable_files
 
     def raise_if_failed(self) -> None:
         """Raise :class:`IntegrityError` naming the first problem (for scripts and CI jobs)."""
         if self.problems:
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
             raise IntegrityError(f"{self.problems[0]}{more}")
+        if self.unreadable_files:
+            raise IntegrityError(f"{len(self.unreadable_files)} file(s) could not be read: {self.unreadable_files[0]}")
+
+
+class SealCheck:
+    """Decides whether one stored record is what its seal says: the single rule for verify, replay and the gate.
+
+    A record passes when its attributes parse unambiguously, it carries a
+    seal, its content re-hashes to the sealed hash and, when signatures are
+    checked, the signature verifies with a known key. With
+    ``require_signed=False`` a record signed with a key not among ``keys`` is
+    accepted on its hash alone (a known key's bad signature still fails).
+    """
+
+    def __init__(self, keys: SigningKey | Sequence[SigningKey] | None, *, require_signed: bool = True) -> None:
+        """Check with ``keys`` (several for rotation); ``require_signed`` needs at least one key."""
+        self.keys = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
+        self.require_signed = require_signed
+        if require_signed and not self.keys:
+            raise ConfigError(
+                "cannot check record signatures: no verification key "
+                "(set OTEL_REPLAY_SIGNING_KEY or OTEL_REPLAY_KEY_FILE, pass --key-file, "
+                "or turn signature checks off with --no-require-signed where that is allowed)"
+            )
+
+    def problem(self, rec: StoredRecord) -> tuple[str | None, bool]:
+        """``(problem or None, whether the signature was checked)`` for one stored record."""
+        if rec.unreadable is not None:
+            return f"unreadable attributes: {rec.unreadable}", False
+        attrs = rec.attributes
+        stored = attrs.get(sc.RECORD_HASH)
+        if stored is None:
+            return f"unsealed {rec.name} span: no seal (forged, or not written by otel-replay)", False
+        if record_hash(rec.name, rec.start_ns, attrs) != stored:
+            return "content edited (hash mismatch)", False
+        key = self.keys.get(str(attrs.get(sc.RECORD_KEY_ID)))
+        if key is None:
+            if self.require_signed:
+                return f"signed with key {attrs.get(sc.RECORD_KEY_ID)}, which is not a verification key", False
+            return None, False
+        if not key.check(str(stored), str(attrs.get(sc.RECORD_SIGNATURE, ""))):
+            return "signature invalid (hash recomputed without the key)", True
+        return None, True
 
 
 def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[SigningKey] | None) -> VerifyReport:
@@ -226,54 +277,53 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
 
     Detects a record span with no seal (forged, or written by another tool),
     content edited (hash mismatch), a hash recomputed without the key
-    (signature mismatch), a key id that none of ``keys`` has, a deleted record
-    (a successor names a predecessor that is absent) and reordering (a link
+    (signature mismatch), a key id that none of ``keys`` has, attributes that
+    cannot be read unambiguously (duplicate keys), a deleted record (a
+    successor names a predecessor that is absent) and reordering (a link
     points at the wrong record, or two different records claim one sequence
-    number). The same record stored twice (an OTLP retry) counts once.
-    Deleting the newest records of a chain leaves no successor to notice.
-    With no ``keys``, hashes and links are checked and signatures are not
-    (counted in :attr:`VerifyReport.unsigned_checked`).
+    number). A row is re-hashed before it is recognised as a copy of another:
+    the same record stored twice (an OTLP retry) counts once, a copy with
+    edited content is named. Deleting the newest records of a chain leaves no
+    successor to notice. With no ``keys``, hashes and links are checked and
+    signatures are not (counted in :attr:`VerifyReport.unsigned_checked`).
     """
-    by_id = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
+    check = SealCheck(keys, require_signed=False)
     report = VerifyReport()
     chains: dict[str, dict[int, list[StoredRecord]]] = {}
     for rec in records:
+        problem, signed = check.problem(rec)
         attrs = rec.attributes
-        stored = attrs.get(sc.RECORD_HASH)
-        if stored is None:
+        if problem is not None and (rec.unreadable is not None or sc.RECORD_HASH not in attrs):
             report.records += 1
-            report.problems.append(
-                VerifyProblem(
-                    rec.record_id,
-                    f"unsealed {rec.name} span: no seal (forged, or not written by otel-replay)",
-                    rec.file,
-                )
-            )
+            report.problems.append(VerifyProblem(rec.record_id, problem, rec.file))
             continue
+        stored = attrs.get(sc.RECORD_HASH)
         chain = chains.setdefault(str(attrs.get(sc.RECORD_CHAIN_ID)), {})
-        group = chain.setdefault(int(attrs.get(sc.RECORD_SEQ, -1)), [])
-        if any(r.attributes.get(sc.RECORD_HASH) == stored and r.record_id == rec.record_id for r in group):
-            continue  # the same record stored twice (an OTLP retry): one record
+        group = chain.setdefault(_seq(attrs), [])
+        if problem is None and any(
+            r.attributes.get(sc.RECORD_HASH) == stored and r.record_id == rec.record_id for r in group
+        ):
+            continue  # re-hashed and identical to a record already counted: the same record stored twice
         group.append(rec)
         report.records += 1
-        digest = record_hash(rec.name, rec.start_ns, attrs)
-        key_id = attrs.get(sc.RECORD_KEY_ID)
-        if digest != stored:
-            report.problems.append(VerifyProblem(rec.record_id, "content edited (hash mismatch)", rec.file))
-        elif not by_id:
-            report.unsigned_checked += 1
-        elif key_id not in by_id:
-            report.problems.append(
-                VerifyProblem(rec.record_id, f"signed with key {key_id}, which is not a verification key", rec.file)
-            )
-        elif not by_id[str(key_id)].check(digest, str(attrs.get(sc.RECORD_SIGNATURE, ""))):
-            report.problems.append(
-                VerifyProblem(rec.record_id, "signature invalid (hash recomputed without the key)", rec.file)
-            )
+        if problem is None and not signed:
+            if check.keys:
+                problem = f"signed with key {attrs.get(sc.RECORD_KEY_ID)}, which is not a verification key"
+            else:
+                report.unsigned_checked += 1
+        if problem is not None:
+            report.problems.append(VerifyProblem(rec.record_id, problem, rec.file))
     report.chains = len(chains)
     for by_seq in chains.values():
         _check_links(by_seq, report)
     return report
+
+
+def _seq(attrs: Mapping[str, Any]) -> int:
+    try:
+        return int(attrs.get(sc.RECORD_SEQ, -1))
+    except (TypeError, ValueError):
+        return -1
 
 
 def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) -> None:

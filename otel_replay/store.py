@@ -7,7 +7,6 @@ DuckDB and pyarrow errors are converted here, at the boundary, into
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -23,16 +22,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
-from otel_replay.errors import CorruptFileError, DatasetError, QueryError, RecordNotFound
+from otel_replay._json import loads, strict_loads
+from otel_replay.errors import (
+    ConflictingRecords,
+    CorruptFileError,
+    DatasetError,
+    PayloadError,
+    QueryError,
+    RecordNotFound,
+)
 from otel_replay.exporters.schema import SPAN_SCHEMA, SPANS_DIR
-from otel_replay.integrity import SigningKey, StoredRecord, VerifyReport, verify_records
+from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
 from otel_replay.records import DecisionRecord, SpanRef
+from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
-__all__ = ["Store", "load_sql", "open_store", "restore_attributes"]
+__all__ = ["Store", "load_sql", "open_store", "restore_attributes", "stored_record"]
 
 _log = logging.getLogger(__name__)
 _FILES_VAR = "otel_replay_files"
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*")
+_VARIABLE = re.compile(r"getvariable\('([a-z_][a-z0-9_]*)'\)")
+Keys = SigningKey | Sequence[SigningKey] | None
 
 
 @cache
@@ -61,13 +71,43 @@ def _python_safe(table: pa.Table) -> pa.Table:
 
 
 def restore_attributes(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A span's full attribute dict: the JSON column plus the promoted columns."""
-    attrs: dict[str, Any] = json.loads(row["attributes"]) if row.get("attributes") else {}
+    """A span's full attribute dict: the JSON column plus the promoted columns.
+
+    Raises:
+        PayloadError: the JSON is not one unambiguous object (duplicate keys,
+            too deep, not an object), or an attribute is stored both in its
+            promoted column and in the JSON (two places could disagree).
+
+    """
+    where = f"attributes of span {row.get('span_id') or '?'}"
+    attrs: dict[str, Any] = strict_loads(row["attributes"], where=where) if row.get("attributes") else {}
+    if not isinstance(attrs, dict):
+        raise PayloadError(f"{where}: not a JSON object")
     for key, column in sc.PROMOTED_COLUMNS.items():
         value = row.get(column)
         if value is not None:
+            if key in attrs:
+                raise PayloadError(f"{where}: {key!r} is stored both in column {column} and in the JSON")
             attrs[key] = value
     return attrs
+
+
+def stored_record(row: Mapping[str, Any]) -> StoredRecord:
+    """A record row as the seal check sees it; unreadable attributes are marked, not raised."""
+    try:
+        attrs, unreadable = restore_attributes(row), None
+    except PayloadError as exc:
+        attrs, unreadable = {}, str(exc)
+    return StoredRecord(
+        str(row.get("record_id") or "?"),
+        row["name"],
+        int(row["start_ns"]),
+        attrs,
+        str(row.get("filename") or ""),
+        row.get("trace_id") or "",
+        row.get("span_id") or "",
+        unreadable,
+    )
 
 
 class Store:
@@ -78,16 +118,33 @@ class Store:
         skip_corrupt: leave unreadable Parquet files out (listed in
             :attr:`skipped`) instead of raising :class:`CorruptFileError`.
         database: a DuckDB database path, default in-memory.
+        keys: verification keys for records that drive replay and the gate
+            (default: the signing key from the environment or key file, never created).
+        require_signed: records must carry a valid signature from one of
+            ``keys`` (default). ``False`` accepts a record signed with an
+            unknown key on its hash alone; unsealed and edited rows are never accepted.
 
-    Files written after opening are seen after :meth:`refresh`.
+    Files written after opening are seen after :meth:`refresh`. Rows are
+    trusted per :mod:`otel_replay.trust`: :meth:`record`, :meth:`receipts_for`,
+    :meth:`compensation_for` and :meth:`verified_outcomes` use only rows that
+    pass the seal check; the SQL views show every stored row.
 
     """
 
     def __init__(
-        self, dataset: str | os.PathLike[str], *, skip_corrupt: bool = False, database: str = ":memory:"
+        self,
+        dataset: str | os.PathLike[str],
+        *,
+        skip_corrupt: bool = False,
+        database: str = ":memory:",
+        keys: Keys = None,
+        require_signed: bool = True,
     ) -> None:
         """Open ``dataset``; see the class docstring."""
         self.dataset = Path(dataset)
+        self._keys = keys
+        self.require_signed = require_signed
+        self._seal_check: SealCheck | None = None
         if self.dataset.exists() and not self.dataset.is_dir():
             raise DatasetError(f"dataset {self.dataset} is a file, not a directory")
         self.skip_corrupt = skip_corrupt
@@ -146,7 +203,11 @@ class Store:
                     self._con.execute(load_sql("source"))
                 else:
                     self._con.execute(f"SET VARIABLE {_FILES_VAR} = NULL")
-                    empty = SPAN_SCHEMA.empty_table().append_column("date", pa.array([], pa.date32()))
+                    empty = (
+                        SPAN_SCHEMA.empty_table()
+                        .append_column("date", pa.array([], pa.date32()))
+                        .append_column("filename", pa.array([], pa.string()))
+                    )
                     self._con.register("otel_replay_empty_spans", empty)
                     self._con.execute("CREATE OR REPLACE VIEW span_source AS SELECT * FROM otel_replay_empty_spans")
                 self._con.execute(load_sql("views"))
@@ -172,70 +233,157 @@ class Store:
         return _python_safe(self.query(sql, params)).to_pylist()
 
     def run(self, name: str, **variables: Any) -> list[dict[str, Any]]:
-        """Run ``queries/<name>.sql`` with DuckDB variables set (``SET VARIABLE``)."""
+        """Run ``queries/<name>.sql`` with DuckDB variables set (``SET VARIABLE``).
+
+        Every variable the file reads and the call does not give is set to
+        NULL first: a variable persists on the connection, and a value left by
+        an earlier call must never leak into this one.
+        """
+        sql = load_sql(name)
+        for key in variables:
+            if not _IDENT.fullmatch(key):
+                raise QueryError(f"bad variable name {key!r} for {name}.sql")
+        values = dict.fromkeys(_VARIABLE.findall(sql))
+        values.update(variables)
         with self._lock:
             try:
-                for key, value in variables.items():
-                    if not _IDENT.fullmatch(key):
-                        raise QueryError(f"bad variable name {key!r} for {name}.sql")
+                for key, value in values.items():
                     self._con.execute(f"SET VARIABLE {key} = ?", [value])
             except duckdb.Error as exc:
                 raise QueryError(f"setting variables for {name}.sql: {exc}") from exc
-            return self.rows(load_sql(name))
+            return self.rows(sql)
 
-    # --- records ------------------------------------------------------------
-    def _decision_row(self, record_id: str) -> tuple[dict[str, Any], SpanRef] | None:
-        rows = self.run("record", record_id=record_id)
-        if not rows or rows[0]["replay_kind"] != sc.KIND_DECISION:
-            return None
-        row = rows[0]
-        return row, SpanRef(row["trace_id"], row["span_id"], int(row["start_ns"]))
+    # --- records: only rows that pass the seal check act ----------------------
+    @property
+    def seal_check(self) -> SealCheck:
+        """The rule rows must pass to drive replay and the gate (built on first use)."""
+        if self._seal_check is None:
+            keys = self._keys if self._keys is not None else load_signing_key(create=False)
+            self._seal_check = SealCheck(keys, require_signed=self.require_signed)
+        return self._seal_check
+
+    def _record_rows(self, **filters: Any) -> list[StoredRecord]:
+        return [stored_record(row) for row in self.run("record", **filters)]
+
+    def trusted_record(self, record_id: str, *, what: str = "record") -> TrustedRecord:
+        """The one verified row of ``record_id``.
+
+        Raises:
+            RecordNotFound: nothing claims the id.
+            UntrustedRecord: rows claim it, none is sealed and verified.
+            ConflictingRecords: verified rows claim it with different content.
+
+        """
+        rows = self._record_rows(record_id=record_id)
+        found = select_trusted(record_id, rows, self.seal_check, where=str(self.dataset), what=what)
+        for problem in found.ignored:
+            _log.warning("otel-replay: ignoring an untrusted row claiming %s", problem)
+        return found
 
     def record(self, record_id: str) -> DecisionRecord:
-        """Rehydrate the decision record ``record_id`` from the dataset."""
-        found = self._decision_row(record_id)
-        if found is None:
-            raise RecordNotFound(f"no decision record {record_id!r} in {self.dataset}")
-        row, ref = found
-        return DecisionRecord.from_attributes(restore_attributes(row), ref)
+        """Rehydrate the decision record ``record_id`` from its verified row."""
+        found = self.trusted_record(record_id, what="decision record")
+        kind = found.attributes.get(sc.KIND)
+        if kind != sc.KIND_DECISION:
+            raise RecordNotFound(
+                f"record {record_id!r} in {self.dataset} is a{'n' if str(kind)[:1] in 'aeiou' else ''} "
+                f"{kind} record, not a decision"
+            )
+        return DecisionRecord.from_attributes(found.attributes, found.span)
 
     def decision_span(self, decision_id: str) -> SpanRef | None:
-        """Where the decision ``decision_id`` is stored, or ``None``."""
-        found = self._decision_row(decision_id)
-        return None if found is None else found[1]
+        """Where the verified decision ``decision_id`` is stored, or ``None`` when nothing claims it."""
+        try:
+            return self.record(decision_id).span
+        except RecordNotFound:
+            return None
+
+    def verified_outcomes(self, decision_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The verified outcome of each decision that has one (decision id -> outcome fields).
+
+        Outcomes are immutable, so two verified outcomes for one decision are a
+        :class:`~otel_replay.errors.ConflictingRecords` error.
+        """
+        if not decision_ids:
+            return {}
+        rows = self._record_rows(decision_ids=list(decision_ids))
+        trusted, _ = split_trusted(rows, self.seal_check)
+        found: dict[str, dict[str, Any]] = {}
+        for rec in trusted:
+            attrs = rec.attributes
+            if attrs.get(sc.KIND) != sc.KIND_OUTCOME:
+                continue
+            decision_id = str(attrs.get(sc.OUTCOME_DECISION_ID))
+            outcome = {
+                "outcome_id": rec.record_id,
+                "decision_id": decision_id,
+                "outcome_correct": attrs.get(sc.OUTCOME_CORRECT),
+                "note": attrs.get(sc.OUTCOME_NOTE),
+                "recorded_at": rec.start_ns,
+                "file": rec.file,
+            }
+            earlier = found.get(decision_id)
+            if earlier is not None and earlier["outcome_id"] != rec.record_id:
+                raise ConflictingRecords(
+                    f"decision {decision_id} has two verified outcomes, {earlier['outcome_id']} in "
+                    f"{earlier['file']} and {rec.record_id} in {rec.file}; outcomes are immutable"
+                )
+            found[decision_id] = outcome
+        return found
 
     def has_outcome(self, decision_id: str) -> bool:
-        """Whether an outcome for ``decision_id`` is stored."""
-        return bool(self.rows("SELECT 1 FROM outcomes WHERE decision_id = ? LIMIT 1", [decision_id]))
+        """Whether a verified outcome for ``decision_id`` is stored."""
+        return decision_id in self.verified_outcomes([decision_id])
+
+    def _gate_records(self, decision_id: str) -> list[StoredRecord]:
+        rows = self._record_rows(gate_decision_id=decision_id)
+        trusted, refused = split_trusted(rows, self.seal_check)
+        for problem in refused:
+            _log.warning("otel-replay: ignoring an untrusted gate row %s", problem)
+        trusted = [r for r in trusted if r.attributes.get(sc.KIND) == sc.KIND_GATE]
+        return sorted(trusted, key=lambda r: (r.start_ns, r.record_id))
+
+    def receipts_for(self, decision_id: str) -> list[dict[str, Any]]:
+        """The receipts of every verified commit of ``decision_id``'s action, in commit order."""
+        receipts = []
+        for rec in self._gate_records(decision_id):
+            attrs = rec.attributes
+            if attrs.get(sc.GATE_STAGE) == "commit" and attrs.get(sc.GATE_RECEIPT) is not None:
+                receipt = loads(attrs[sc.GATE_RECEIPT], where=f"receipt of gate record {rec.record_id}")
+                if isinstance(receipt, dict):
+                    receipts.append(receipt)
+        return receipts
+
+    def receipt_for(self, decision_id: str) -> dict[str, Any] | None:
+        """The receipt of the latest verified commit of ``decision_id``'s action, or ``None``."""
+        receipts = self.receipts_for(decision_id)
+        return receipts[-1] if receipts else None
+
+    def compensation_for(self, decision_id: str, *, receipt_id: str | None = None) -> dict[str, Any] | None:
+        """The verified gate record that already compensated ``decision_id``'s action (that receipt), or ``None``."""
+        for rec in self._gate_records(decision_id):
+            attrs = rec.attributes
+            compensated = attrs.get(sc.GATE_EXECUTED) in ("rolled_back", "reversed")
+            if attrs.get(sc.GATE_STAGE) != "post_commit" or not compensated:
+                continue
+            if receipt_id is not None:
+                stored = loads(attrs.get(sc.GATE_RECEIPT), where=f"receipt of gate record {rec.record_id}")
+                if not isinstance(stored, dict) or stored.get("receipt_id") != receipt_id:
+                    continue
+            return {
+                "executed": attrs[sc.GATE_EXECUTED],
+                "recorded_at": rec.start_ns,
+                "detail": attrs.get(sc.GATE_DETAIL),
+                "gate_id": rec.record_id,
+            }
+        return None
 
     def audit_entries(self, correlation_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Audit entries (all, or for one correlation id) in the order they were recorded."""
-        rows = self.rows(
-            "SELECT * FROM audit_entries WHERE ($cid IS NULL OR correlation_id = $cid) "
-            "ORDER BY recorded_at, entry_id LIMIT $limit",
-            {"cid": correlation_id, "limit": limit},
-        )
+        rows = self.run("audit_entries", correlation_id=correlation_id, entry_limit=limit)
         for row in rows:
-            row["payload"] = json.loads(row["payload"]) if row.get("payload") else {}
+            row["payload"] = loads(row["payload"], where=f"payload of audit entry {row['entry_id']}") or {}
         return rows
-
-    def receipt_for(self, decision_id: str) -> dict[str, Any] | None:
-        """The receipt stored when the gate committed ``decision_id``'s action, or ``None``."""
-        rows = self.rows(
-            "SELECT receipt FROM gates WHERE decision_id = ? AND stage = 'commit' AND receipt IS NOT NULL "
-            "ORDER BY recorded_at DESC LIMIT 1",
-            [decision_id],
-        )
-        return json.loads(rows[0]["receipt"]) if rows else None
-
-    def compensation_for(self, decision_id: str) -> dict[str, Any] | None:
-        """The gate row that already compensated ``decision_id``'s action, or ``None``."""
-        rows = self.rows(
-            "SELECT executed, recorded_at, detail FROM gates WHERE decision_id = ? AND stage = 'post_commit' "
-            "AND executed IN ('rolled_back', 'reversed') ORDER BY recorded_at LIMIT 1",
-            [decision_id],
-        )
-        return rows[0] if rows else None
 
     def causal_tree(self, record_id: str) -> list[dict[str, Any]]:
         """The decision span of ``record_id`` and every span below it, depth-first."""
@@ -248,17 +396,20 @@ class Store:
         """Confidence buckets against outcome correctness."""
         return self.run("calibration", decision_type=decision_type)
 
-    def verify(self, keys: SigningKey | Sequence[SigningKey] | None) -> VerifyReport:
-        """Check every record span's seal: hash, signature (with ``keys``) and chain links."""
+    def verify(self, keys: Keys) -> VerifyReport:
+        """Check every record span's seal: hash, signature (with ``keys``) and chain links.
+
+        Files left out as corrupt (``skip_corrupt``) are listed in
+        :attr:`VerifyReport.unreadable_files`, and the report is then not ok:
+        what could not be read was not checked.
+        """
         if not self.files:
-            return VerifyReport()
-        stored = (
-            StoredRecord(
-                row["record_id"] or "?", row["name"], int(row["start_ns"]), restore_attributes(row), row["filename"]
-            )
-            for row in self.run("sealed_records")
-        )
-        return verify_records(stored, keys)
+            report = VerifyReport()
+            report.unreadable_files = [problem.path for problem in self.skipped]
+            return report
+        report = verify_records((stored_record(row) for row in self.run("sealed_records")), keys)
+        report.unreadable_files = [problem.path for problem in self.skipped]
+        return report
 
     def close(self) -> None:
         """Close the DuckDB connection."""
@@ -272,6 +423,8 @@ class Store:
         self.close()
 
 
-def open_store(dataset: str | os.PathLike[str], *, skip_corrupt: bool = False) -> Store:
-    """Open ``dataset`` for querying (``otel_replay.open``)."""
-    return Store(dataset, skip_corrupt=skip_corrupt)
+def open_store(
+    dataset: str | os.PathLike[str], *, skip_corrupt: bool = False, keys: Keys = None, require_signed: bool = True
+) -> Store:
+    """Open ``dataset`` for querying (``otel_replay.open``); see :class:`Store` for the arguments."""
+    return Store(dataset, skip_corrupt=skip_corrupt, keys=keys, require_signed=require_signed)

@@ -39,9 +39,9 @@ def test_pre_commit_paths_never_touch_the_rail(fix, executed):
         (FixAction.BLOCK, "reversed", 10_000),
     ],
 )
-def test_post_commit_paths(fix, executed, balance):
+def test_post_commit_paths(fix, executed, balance, tmp_path):
     ledger = ReferenceLedger(10_000)
-    gate = ActionGate(ledger)
+    gate = ActionGate(ledger, dataset=tmp_path)
     receipt = gate.commit(payment())
     assert ledger.balance == 5_800
     outcome = gate.enforce_post_commit(_verdict(fix), receipt=receipt)

@@ -1,7 +1,8 @@
--- span_source: every row of the dataset's Parquet files, plus the hive `date` partition.
+-- span_source: every row of the dataset's Parquet files, plus the hive `date`
+-- partition and `filename` (the file each row was read from).
 -- Before running this from any DuckDB, point it at the files:
 --   SET VARIABLE otel_replay_files = 'traces/spans/**/*.parquet';
 -- (a list of paths works too; otel-replay passes the files it validated).
 CREATE OR REPLACE VIEW span_source AS
 SELECT *
-FROM read_parquet(getvariable('otel_replay_files'), hive_partitioning = true, union_by_name = true);
+FROM read_parquet(getvariable('otel_replay_files'), hive_partitioning = true, union_by_name = true, filename = true);

@@ -3,7 +3,15 @@
 -- span twice; `spans` shows every stored row, the record views below count
 -- each (trace_id, span_id) once.
 
--- spans: one row per stored span, every column of the storage schema plus `date`.
+-- unambiguous(attributes): false when the attributes JSON repeats a key. JSON
+-- readers disagree on which copy wins (DuckDB the first, Python the last), so
+-- such a row has no single meaning: the record views below leave it out and
+-- `otel-replay verify` names it.
+CREATE OR REPLACE MACRO unambiguous(attributes) AS
+    attributes IS NULL OR len(json_keys(attributes)) = len(list_distinct(json_keys(attributes)));
+
+-- spans: one row per stored span, every column of the storage schema plus `date`
+-- and `filename`.
 CREATE OR REPLACE VIEW spans AS
 SELECT * FROM span_source;
 
@@ -37,7 +45,7 @@ SELECT
     trace_id,
     span_id,
     parent_span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'decision');
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'decision' AND unambiguous(attributes));
 
 -- reads: what each audited decision read (inputs merged across read() calls).
 CREATE OR REPLACE VIEW reads AS
@@ -46,7 +54,7 @@ SELECT
     attributes ->> '$."replay.read.inputs"' AS inputs,
     correlation_id, session_id, agent_id,
     start_time, end_time, trace_id, span_id, parent_span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'read');
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'read' AND unambiguous(attributes));
 
 -- model_calls: model spans from audit() (kind 'model') and any span carrying the
 -- OpenTelemetry GenAI conventions (gen_ai.operation.name / gen_ai.request.model).
@@ -62,9 +70,10 @@ SELECT
     start_time, end_time, duration_ns, status_code, trace_id, span_id, parent_span_id
 FROM (
     SELECT DISTINCT ON (trace_id, span_id) * FROM spans
-    WHERE replay_kind = 'model'
-       OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
-       OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL
+    WHERE (replay_kind = 'model'
+           OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
+           OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL)
+      AND unambiguous(attributes)
 );
 
 -- acts: the action each audited decision executed.
@@ -76,7 +85,7 @@ SELECT
     TRY_CAST(attributes ->> '$."replay.action.cost"' AS DOUBLE)  AS action_cost,
     correlation_id, session_id, agent_id,
     start_time, end_time, trace_id, span_id, parent_span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'act');
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'act' AND unambiguous(attributes));
 
 -- audit_entries: inter-agent messages and system actions. `created_at` is the
 -- writer's clock (chains sort on it); `recorded_at` is when the span was made.
@@ -93,7 +102,7 @@ SELECT
     start_time                                                       AS recorded_at,
     trace_id,
     span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'audit_entry');
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'audit_entry' AND unambiguous(attributes));
 
 -- outcomes: the first (and, by the immutability rule, only) outcome per decision.
 CREATE OR REPLACE VIEW outcomes AS
@@ -107,7 +116,7 @@ SELECT
     trace_id,
     span_id
 FROM spans
-WHERE replay_kind = 'outcome'
+WHERE replay_kind = 'outcome' AND unambiguous(attributes)
 QUALIFY row_number() OVER (
     PARTITION BY attributes ->> '$."replay.outcome.decision_id"' ORDER BY start_time, span_id
 ) = 1;
@@ -128,4 +137,4 @@ SELECT
     start_time                                             AS recorded_at,
     trace_id,
     span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'gate');
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
