@@ -209,7 +209,7 @@ class Store:
                         .append_column("filename", pa.array([], pa.string()))
                     )
                     self._con.register("otel_replay_empty_spans", empty)
-                    self._con.execute("CREATE OR REPLACE VIEW span_source AS SELECT * FROM otel_replay_empty_spans")
+                    self._con.execute(load_sql("empty_source"))
                 self._con.execute(load_sql("views"))
             except duckdb.Error as exc:
                 raise QueryError(f"defining views over {self.dataset}: {exc}") from exc

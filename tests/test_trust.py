@@ -272,3 +272,23 @@ def test_replay_of_the_verified_record_gives_the_expected_verdict(paid, dataset)
     record, _ = paid
     with otel_replay.open(dataset) as store:
         assert replay(store.record(record.record_id), live_state=LIVE, policy=budget_policy).fix is FixAction.ROLLBACK
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"budget_remaining": 1, "budget_remaining": 9999999}', "duplicate key 'budget_remaining'"),
+        (b'{"budget_remaining": NaN}', "NaN is not JSON"),
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b'{"a": 1', "not valid JSON (line 1"),
+        (b"[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_hostile_live_state_is_a_one_line_error(paid, dataset, tmp_path, content, message):
+    record, _ = paid
+    live = tmp_path / "hostile.json"
+    live.write_bytes(content)
+    result = _replay_cli(record.record_id, dataset, live)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
