@@ -386,11 +386,17 @@ class Store:
         return rows
 
     def causal_tree(self, record_id: str) -> list[dict[str, Any]]:
-        """The decision span of ``record_id`` and every span below it, depth-first."""
-        span = self.decision_span(record_id)
-        if span is None:
+        """The decision span of ``record_id`` and every span below it, depth-first.
+
+        A description, not an action: when one span claims the id it is used
+        as stored (no key needed); when several do, only the verified one is.
+        """
+        rows = [r for r in self._record_rows(record_id=record_id) if r.name == sc.SPAN_DECISION]
+        if not rows:
             raise RecordNotFound(f"no decision record {record_id!r} in {self.dataset}")
-        return self.run("causal_tree", root_span_id=span.span_id)
+        spans = {r.span_id for r in rows}
+        span_id = spans.pop() if len(spans) == 1 else self.record(record_id).span.span_id
+        return self.run("causal_tree", root_span_id=span_id)
 
     def calibration(self, decision_type: str | None = None) -> list[dict[str, Any]]:
         """Confidence buckets against outcome correctness."""
