@@ -1,0 +1,77 @@
+"""The one seam every boundary wrapper calls through.
+
+Each instrumented boundary (a model call, a tool call, an HTTP request, a clock
+read, an entropy draw) is wrapped once, with wrapt, and the wrapper hands the
+call to :func:`through`. With no mode installed the call simply runs (the
+instrumentation's spans are the only effect). The rerun package installs a
+:class:`Mode` that records each call's result in record mode and serves the
+recorded result back in rerun mode, so the same wrapper records in one run and
+replays in the other.
+
+A mode is installed for the whole process (:func:`install`) and may be
+overridden for one context (:func:`active`); the fast path when nothing is
+installed is one global read and one context-variable lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+BOUNDARIES = ("model", "tool", "http", "clock", "entropy")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One crossing of a boundary: what is about to be called, with what."""
+
+    boundary: str
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Mode(Protocol):
+    """What happens at the seam: pass through, record, or serve a recorded value."""
+
+    def around(self, call: Call, invoke: Callable[[], T]) -> T:
+        """Return the call's result, calling ``invoke`` to run it for real (or not)."""
+        ...
+
+
+_process_mode: Mode | None = None
+_context_mode: ContextVar[Mode | None] = ContextVar("otel_replay_seam_mode", default=None)
+
+
+def current() -> Mode | None:
+    """The mode in force here: the context's override, else the process-wide one."""
+    return _context_mode.get() or _process_mode
+
+
+def through(call: Call, invoke: Callable[[], T]) -> T:
+    """Run one boundary crossing through the mode in force (or directly if none)."""
+    mode = _context_mode.get() or _process_mode
+    if mode is None:
+        return invoke()
+    return mode.around(call, invoke)
+
+
+def install(mode: Mode | None) -> Mode | None:
+    """Install ``mode`` for the whole process (``None`` removes it); returns the previous one."""
+    global _process_mode
+    previous, _process_mode = _process_mode, mode
+    return previous
+
+
+@contextmanager
+def active(mode: Mode) -> Iterator[Mode]:
+    """Use ``mode`` for calls made in this context (and tasks it starts)."""
+    token = _context_mode.set(mode)
+    try:
+        yield mode
+    finally:
+        _context_mode.reset(token)
