@@ -48,7 +48,9 @@ def new_id() -> str:
 def iso_utc(value: datetime | str | None) -> str | None:
     """Normalise a timestamp to ISO-8601 UTC text (``None`` stays ``None``).
 
-    Text must parse as ISO-8601 with a UTC offset, so it sorts correctly in SQL.
+    Text must parse as ISO-8601 with a UTC offset; it is rewritten in the
+    extended form in UTC (``2026-03-02T14:30:01+00:00``), so it sorts and
+    parses the same way in SQL whatever form the writer used.
     """
     if value is None:
         return None
@@ -59,7 +61,8 @@ def iso_utc(value: datetime | str | None) -> str | None:
             raise CaptureError(f"timestamp {value!r} is not ISO-8601 (e.g. 2026-03-02T14:30:00+00:00)") from None
         if parsed.tzinfo is None:
             raise CaptureError(f"timestamp {value!r} has no UTC offset; add one (e.g. +00:00)")
-        return value
+        # Stored in one extended form (compact "20260302T143001Z" included), so SQL can parse and sort it.
+        return parsed.astimezone(UTC).isoformat()
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat()

@@ -77,7 +77,7 @@ def test_limits_default_per_chain_type(telemetry, dataset):
         incident = builder.build_incident_chain("big")
         assert len(incident.audit_entries) == 500
         assert incident.audit_entries[0]["payload"] == {} and incident.audit_entries[-1]["created_at"].endswith(
-            "14:38:19+00"
+            "14:38:19.000000+00:00"
         )
         assert len(builder.build_trade_chain("big", limit=7).audit_entries) == 7
         with pytest.raises(OtelReplayError, match="unknown chain type"):
@@ -136,3 +136,113 @@ def test_audit_entry_timestamps_must_be_iso_with_offset():
         log.append("x", source_agent="a", created_at="2026-03-02T14:30:00")
     naive = log.append("x", source_agent="a", created_at=datetime(2026, 3, 2, 14, 30))
     assert naive.created_at == "2026-03-02T14:30:00+00:00"
+
+
+def test_truncation_is_flagged_per_layer_never_silent(telemetry, dataset):
+    log, tracer = AuditLog(), DecisionTracer()
+    with correlation("big"):
+        for i in range(101):
+            log.append("tick", source_agent="a", created_at=T0 + timedelta(seconds=i))
+        for _ in range(3):
+            tracer.decision("a", "step", "r")
+    with correlation("exact"):
+        for i in range(100):
+            log.append("tick", source_agent="a", created_at=T0 + timedelta(seconds=i))
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        builder = ReplayBuilder(store)
+        trade = builder.build_trade_chain("big")
+        assert trade.truncated and trade.truncated_layers == ("audit",) and trade.limit == 100
+        assert len(trade.audit_entries) == 100
+        assert trade.audit_entries[-1]["created_at"].startswith("2026-03-02T14:31:39")
+        assert builder.build_trade_chain("big", limit=2).truncated_layers == ("audit", "trace")
+        assert not builder.build_trade_chain("exact").truncated  # exactly at the cap is complete
+        assert not builder.build_directive_chain("big").truncated
+        as_json = trade.to_json()
+        assert as_json["truncated"] is True and as_json["truncated_layers"] == ["audit"] and as_json["limit"] == 100
+        for bad in (0, -1, True, 2.5):
+            with pytest.raises(OtelReplayError, match="positive integer"):
+                builder.build("trade", "big", bad)
+
+
+def test_compact_created_at_is_normalised_and_sorts_in_place(telemetry, dataset):
+    log = AuditLog()
+    with correlation("compact"):
+        log.append("third", source_agent="a", created_at=T0 + timedelta(seconds=2))
+        compact = log.append("second", source_agent="a", created_at="20260302T143001Z")
+        log.append("first", source_agent="a", created_at="2026-03-02T16:30:00+02:00")
+    assert compact.created_at == "2026-03-02T14:30:01+00:00"
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        chain = ReplayBuilder(store).build_incident_chain("compact")
+    assert [(e["event_type"], e["created_at"]) for e in chain.audit_entries] == [
+        ("first", "2026-03-02T14:30:00.000000+00:00"),
+        ("second", "2026-03-02T14:30:01.000000+00:00"),
+        ("third", "2026-03-02T14:30:02.000000+00:00"),
+    ]
+
+
+_SHARED_TRACE_FIELDS = (
+    "record_id", "source", "decision_type", "agent_id", "session_id", "correlation_id", "rationale", "confidence",
+    "inputs", "record_hash", "created_at", "trace_id", "span_id", "outcome_id", "outcome_correct", "outcome_note",
+    "layer",
+)
+_SHARED_AUDIT_FIELDS = (
+    "entry_id", "event_type", "source_agent", "target_agent", "correlation_id", "session_id", "created_at", "payload",
+    "layer",
+)
+
+
+def _shared(chain):
+    def pick(e):
+        return {k: e.get(k) for k in (_SHARED_TRACE_FIELDS if e["layer"] == "trace" else _SHARED_AUDIT_FIELDS)}
+
+    return [pick(e) for e in chain.events], chain.truncated_layers
+
+
+def test_in_process_builder_matches_the_dataset(telemetry, dataset):
+    """Seed 002's ReplayBuilder(tracer, audit_log) gives the chains the dataset gives."""
+    log, tracer = AuditLog(), DecisionTracer()
+    with correlation("trade-9"), session("s-9"):
+        log.append("approval", source_agent="sizer", target_agent="vp", created_at=T0 + timedelta(seconds=3))
+        log.append("signal", source_agent="router", created_at=T0, payload={"px": 101.5})
+        first = tracer.decision("foresight", "evaluation", "bullish", 0.71, {"signal": "S1"})
+        second = tracer.decision("sizer", "sizing", "1.4x", 0.68, {"mult": 1.4})
+    tracer.decision("sizer", "sizing", "other trade", 0.5, correlation_id="trade-10", session_id="s-9")
+    tracer.record_outcome(second, False, note="oversized")
+    tracer.record_outcome(first, True)
+    in_process = ReplayBuilder(tracer, log)
+    memory = {
+        (kind, cid, limit): in_process.build(kind, cid, limit)
+        for kind, cid in (("trade", "trade-9"), ("session", "s-9"), ("directive", "trade-9"), ("incident", "trade-9"))
+        for limit in (None, 1)
+    }
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        stored = ReplayBuilder(store)
+        for (kind, cid, limit), chain in memory.items():
+            assert _shared(chain) == _shared(stored.build(kind, cid, limit)), (kind, limit)
+        from_store = ReplayBuilder(DecisionTracer(store=store), AuditLog(store=store)).build_trade_chain("trade-9")
+        assert _shared(from_store) == _shared(memory[("trade", "trade-9", None)])
+    trade = memory[("trade", "trade-9", None)]
+    assert [e["layer"] for e in trade.events] == ["audit", "audit", "trace", "trace"]  # T0 is in the past
+    assert trade.traces[1]["outcome_correct"] is False and trade.traces[1]["outcome_note"] == "oversized"
+    assert memory[("trade", "trade-9", 1)].truncated_layers == ("audit", "trace")
+
+
+def test_query_traces_filters_and_limits(telemetry, dataset):
+    tracer = DecisionTracer()
+    with correlation("c1"), session("s1"):
+        ids = [tracer.decision("a", "step", f"r{i}") for i in range(3)]
+    tracer.decision("a", "step", "elsewhere", correlation_id="c2", session_id="s1")
+    assert [t["record_id"] for t in tracer.query_traces(correlation_id="c1")] == ids
+    assert len(tracer.query_traces(session_id="s1")) == 4
+    assert [t["rationale"] for t in tracer.query_traces(correlation_id="c2", session_id="s1")] == ["elsewhere"]
+    assert [t["record_id"] for t in tracer.query_traces(correlation_id="c1", limit=2)] == ids[:2]
+    assert tracer.query_traces(correlation_id="nope") == []
+    with pytest.raises(otel_replay.CaptureError, match="positive integer"):
+        tracer.query_traces(limit=0)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        stored = DecisionTracer(store=store).query_traces(correlation_id="c1", limit=2)
+    assert [t["record_id"] for t in stored] == ids[:2]

@@ -266,6 +266,10 @@ def test_outcome_fields_come_only_from_verified_outcomes(dataset):
         outcomes = store.verified_outcomes([decided])
         assert outcomes[decided]["outcome_correct"] is True and outcomes[decided]["outcome_id"] != "forged-outcome"
         assert store.has_outcome(decided)
+        # The descriptive view shows the earlier, forged row; the chain shows only the verified one.
+        assert store.rows("SELECT outcome_correct FROM outcomes")[0]["outcome_correct"] is False
+        (trace,) = otel_replay.ReplayBuilder(store).build_trade_chain("t-1").traces
+        assert trace["outcome_correct"] is True and trace["outcome_id"] == outcomes[decided]["outcome_id"]
 
 
 def test_replay_of_the_verified_record_gives_the_expected_verdict(paid, dataset):

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AuditLog"]
 
+_UNLIMITED = 2**62
+
 
 class AuditLog:
     """Append-only log of inter-agent messages and system actions.
@@ -72,13 +74,14 @@ class AuditLog:
         (self._sink if self._sink is not None else get_recorder().sink).append(entry)
         return entry
 
-    def query(self, correlation_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Entries for ``correlation_id`` (all when ``None``), in insertion order, at most ``limit``.
+    def query(self, correlation_id: str | None = None, limit: int | None = 100) -> list[dict[str, Any]]:
+        """Entries for ``correlation_id`` (all when ``None``), in insertion order, at most ``limit`` (``None``: all).
 
         Without a store this reads the newest 10,000 entries of this process.
         """
         if self._store is not None:
-            return self._store.audit_entries(correlation_id=correlation_id, limit=limit)
+            wanted = _UNLIMITED if limit is None else limit
+            return self._store.audit_entries(correlation_id=correlation_id, limit=wanted)
         with self._lock:
             rows = [e.to_json() for e in self._entries if correlation_id is None or e.correlation_id == correlation_id]
-        return rows[:limit]
+        return rows if limit is None else rows[:limit]

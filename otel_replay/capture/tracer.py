@@ -65,7 +65,8 @@ class DecisionTracer:
         # Bounded: a long-running agent must not grow without limit. Beyond the
         # newest MEMORY decisions, the store (when given) is what enforces the rule.
         self._spans: dict[str, SpanRef] = {}
-        self._outcomes: dict[str, None] = {}
+        self._outcomes: dict[str, OutcomeRecord | None] = {}  # None: an outcome seen only in the store
+        self._records: dict[str, DecisionRecord] = {}
 
     def _append(self, record: Any) -> None:
         (self._sink if self._sink is not None else get_recorder().sink).append(record)
@@ -96,9 +97,11 @@ class DecisionTracer:
             agent_id=agent_id or scope.agent_id,
         )
         span, seal = get_recorder().emit(sc.SPAN_DECISION, record.record_id, record.to_attributes())
+        sealed = replace(record, span=span, seal=seal)
         with self._lock:
             _remember(self._spans, record.record_id, span)
-        self._append(replace(record, span=span, seal=seal))
+            _remember(self._records, record.record_id, sealed)
+        self._append(sealed)
         return record.record_id
 
     def record_outcome(self, decision_id: str, outcome_correct: bool, note: str | None = None) -> OutcomeRecord:
@@ -134,5 +137,35 @@ class DecisionTracer:
             sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []
         )
         sealed = replace(outcome, span=ref, seal=seal)
+        with self._lock:
+            _remember(self._outcomes, decision_id, sealed)
         self._append(sealed)
         return sealed
+
+    def query_traces(
+        self, correlation_id: str | None = None, session_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Decisions by correlation and/or session id (``None`` matches any), oldest first, at most ``limit``.
+
+        Each is a dict with the ``decisions`` view's fields plus its outcome
+        (``outcome_id``, ``outcome_correct``, ``outcome_note``). With a store
+        this reads the dataset (outcomes only from verified records); without
+        one, the newest :data:`MEMORY` decisions of this process.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise CaptureError(f"query_traces: limit must be a positive integer, got {limit!r}")
+        from otel_replay.chains import stored_traces, trace_body
+
+        if self._store is not None:
+            self._store.refresh()
+            return stored_traces(self._store, correlation_id=correlation_id, session_id=session_id, limit=limit)
+        with self._lock:
+            records = [
+                r
+                for r in self._records.values()
+                if (correlation_id is None or r.correlation_id == correlation_id)
+                and (session_id is None or r.session_id == session_id)
+            ]
+            outcomes = {r.record_id: self._outcomes.get(r.record_id) for r in records}
+        records.sort(key=lambda r: (r.span.start_ns, r.record_id))
+        return [trace_body(r, outcomes[r.record_id]) for r in records[:limit]]

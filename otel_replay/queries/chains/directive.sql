@@ -11,7 +11,7 @@ WITH audit AS (
 ), traces AS (
     SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
     FROM (
-        SELECT d.*, o.outcome_correct, o.note AS outcome_note
+        SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
         FROM decisions AS d LEFT JOIN outcomes AS o ON o.decision_id = d.record_id
         WHERE d.correlation_id = getvariable('chain_id')
     ) AS t

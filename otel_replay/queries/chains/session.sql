@@ -3,7 +3,7 @@
 -- Returns (layer, event_time, record_id, body). Variables: chain_id (the session id), chain_limit (default 100).
 SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
 FROM (
-    SELECT d.*, o.outcome_correct, o.note AS outcome_note
+    SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
     FROM decisions AS d LEFT JOIN outcomes AS o ON o.decision_id = d.record_id
     WHERE d.session_id = getvariable('chain_id')
 ) AS t

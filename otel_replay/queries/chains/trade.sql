@@ -2,7 +2,7 @@
 -- Returns (layer, event_time, record_id, body): audit entries ordered by their writers'
 -- created_at (undoing arrival-order clock skew) and decisions (with their
 -- outcome) in time order; each layer capped at chain_limit rows (default 100).
--- Variables: chain_id, chain_limit.
+-- Variables: chain_id, chain_limit. (The library asks for chain_limit + 1 rows to tell a full layer from a truncated one.)
 WITH audit AS (
     SELECT 'audit' AS layer, a.created_at AS event_time, a.entry_id AS record_id, to_json(a) AS body
     FROM audit_entries AS a
@@ -12,7 +12,7 @@ WITH audit AS (
 ), traces AS (
     SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
     FROM (
-        SELECT d.*, o.outcome_correct, o.note AS outcome_note
+        SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
         FROM decisions AS d LEFT JOIN outcomes AS o ON o.decision_id = d.record_id
         WHERE d.correlation_id = getvariable('chain_id')
     ) AS t

@@ -1,0 +1,13 @@
+-- traces: reasoning traces (decisions) by correlation id and/or session id, in time order,
+-- with the outcome the `outcomes` view shows (descriptive; the library replaces it with the
+-- verified outcome before acting on it). What DecisionTracer.query_traces reads from a dataset.
+-- Variables: correlation_id, session_id (NULL matches any), trace_limit (default 100).
+SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
+FROM (
+    SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
+    FROM decisions AS d LEFT JOIN outcomes AS o ON o.decision_id = d.record_id
+    WHERE (getvariable('correlation_id') IS NULL OR d.correlation_id = getvariable('correlation_id'))
+      AND (getvariable('session_id') IS NULL OR d.session_id = getvariable('session_id'))
+) AS t
+ORDER BY t.created_at, t.record_id
+LIMIT coalesce(getvariable('trace_limit'), 100);
