@@ -114,10 +114,13 @@ class CompensationClaims:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = self.state(key) or {}
+            holder = self.state(key)
+            # The holder may not have written its claim yet: it holds the lock, which is what counts.
+            who = "another claimant right now" if holder is None else (
+                f"{holder.get('claimant', 'another claimant')} since {holder.get('claimed_at', '?')}"
+            )
             raise AlreadyCompensated(
-                f"receipt {receipt_id} is being compensated by {holder.get('claimant', 'another process')} "
-                f"since {holder.get('claimed_at', '?')}; not compensating it again"
+                f"receipt {receipt_id} is being compensated by {who}; not compensating it again"
             ) from None
         try:
             held = self.state(key)

@@ -63,7 +63,7 @@ class DemoResult:
 
 def run_demo(dataset: str | os.PathLike[str]) -> DemoResult:
     """Run the scenario, writing spans to ``dataset``; returns what happened."""
-    telemetry = configure(dataset, service_name="otel-replay-demo")
+    telemetry = configure(dataset, service_name="otel-replay-demo", set_global=False)
     try:
         ledger = ReferenceLedger(OPENING_BALANCE)
         gate = ActionGate(ledger, dataset=dataset)

@@ -4,6 +4,7 @@
 
     OtelReplayError
     ├── CaptureError              bad input at capture time (state not JSON, act twice)
+    │   └── RecordingError        an audit() block completed, but its record could not be sealed or kept
     ├── OutcomeAlreadyRecorded    a second outcome for one decision (immutability)
     ├── ReplayUndecidable         raised by a policy; replay turns it into HUMAN_REVIEW
     ├── RecordNotFound            unknown record or chain id
@@ -23,7 +24,10 @@
     ├── Overloaded                the receiver sheds a request (429 / RESOURCE_EXHAUSTED)
     ├── PolicyLoadError           ``module:function`` could not be imported
     ├── PolicyError               a policy raised, or returned something other than (bool, str)
-    └── ConfigError               a setting or environment variable is invalid
+    ├── ConfigError               a setting or environment variable is invalid
+    └── RerunError                a deterministic rerun cannot go on as recorded
+        ├── ReplayMismatchError   the rerun made a call the recording does not hold (step, expected, candidates)
+        └── DeterminismLeakError  strict rerun: a file, DNS, socket or entropy read outside the recording
 
 Foreign exceptions (DuckDB, pyarrow, json, grpc) are converted at the storage,
 capture and server boundaries with ``raise ... from exc`` so the cause is kept.
@@ -41,6 +45,7 @@ __all__ = [
     "ConfigError",
     "ConflictingRecords",
     "CorruptFileError",
+    "DeterminismLeakError",
     "DatasetError",
     "GateError",
     "IntegrityError",
@@ -54,7 +59,10 @@ __all__ = [
     "QueryError",
     "ReadOnlyViolation",
     "RecordNotFound",
+    "RecordingError",
+    "ReplayMismatchError",
     "ReplayUndecidable",
+    "RerunError",
     "UntrustedRecord",
     "WalBusyError",
 ]
@@ -66,6 +74,20 @@ class OtelReplayError(Exception):
 
 class CaptureError(OtelReplayError, ValueError):
     """The data handed to a capture API cannot be recorded as given."""
+
+
+class RecordingError(CaptureError):
+    """An ``audit()`` block completed (its action happened) but recording it failed.
+
+    Raised after the block, never instead of the agent's own exception.
+    ``record`` is the sealed record when only handing it to the sink failed
+    (its span was emitted), else ``None``.
+    """
+
+    def __init__(self, message: str, record_id: str, record: object | None = None) -> None:
+        super().__init__(message)
+        self.record_id = record_id
+        self.record = record
 
 
 class OutcomeAlreadyRecorded(OtelReplayError):
@@ -164,3 +186,34 @@ class PolicyError(OtelReplayError, TypeError):
 
 class ConfigError(OtelReplayError, ValueError):
     """A setting, keyword argument or ``OTEL_REPLAY_*`` variable is invalid."""
+
+
+class RerunError(OtelReplayError):
+    """A deterministic rerun cannot continue as recorded (base of the rerun errors)."""
+
+
+class ReplayMismatchError(RerunError):
+    """The rerun made a call the recording does not hold, or holds with other arguments.
+
+    ``step`` is the rerun's step index (0-based), ``expected`` what the
+    recording holds there, ``actual`` what the rerun did, ``candidates`` the
+    closest recorded calls with the matchers each passed and failed.
+    """
+
+    def __init__(
+        self, message: str, *, step: int = -1, expected: str = "", actual: str = "", candidates: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        self.step = step
+        self.expected = expected
+        self.actual = actual
+        self.candidates = list(candidates)
+
+
+class DeterminismLeakError(RerunError):
+    """A strict rerun read the world outside the recording (file, DNS, raw socket, unrecorded entropy)."""
+
+    def __init__(self, message: str, *, step: int = -1, call: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.call = call

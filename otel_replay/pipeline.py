@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_replay import semconv as sc
 from otel_replay import settings
 from otel_replay.capture.context import CorrelationSpanProcessor
-from otel_replay.capture.recorder import Recorder, set_recorder
+from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
+from otel_replay.errors import ConfigError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
 
@@ -24,13 +25,18 @@ _log = logging.getLogger(__name__)
 
 
 class Telemetry:
-    """What :func:`configure` set up; flush it, shut it down, or use it as a context manager."""
+    """What :func:`configure` set up; flush it, shut it down, or use it as a context manager.
 
-    def __init__(self, provider: TracerProvider, exporter: ParquetSpanExporter, previous: Recorder) -> None:
+    ``recorder`` is the :class:`~otel_replay.capture.Recorder` capture uses
+    while this pipeline is open (``recorder.flush()`` flushes this pipeline).
+    """
+
+    def __init__(self, provider: TracerProvider, exporter: ParquetSpanExporter) -> None:
         """Internal: made by :func:`configure`."""
         self.provider = provider
         self.exporter = exporter
-        self._previous = previous
+        self.recorder: Recorder | None = None
+        self._previous: Recorder | None = None
         self._closed = False
 
     @property
@@ -38,18 +44,43 @@ class Telemetry:
         """The dataset directory spans are written to."""
         return self.exporter.dataset_dir
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` was called."""
+        return self._closed
+
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Export every finished span and write it to Parquet now."""
+        """Export every finished span and write it to Parquet now.
+
+        ``False`` after shutdown, when the write failed, or when a span handed
+        to the exporter since the previous flush was dropped (see ``exporter.stats``).
+        """
+        if self._closed:
+            return False
         ok = self.provider.force_flush(timeout_millis)
         return self.exporter.force_flush(timeout_millis) and ok
 
     def shutdown(self) -> None:
-        """Flush everything, stop the pipeline and restore the previous recorder."""
+        """Flush everything, stop the pipeline and restore the recorder that was current before.
+
+        Records emitted through a shut-down pipeline are lost, so they are not
+        silent: ``audit()`` refuses to start (``CaptureError``) and the tracer,
+        the audit log and the gate log one warning and count the rest in
+        ``get_recorder().stats.dropped_after_shutdown``. That includes the
+        restored default recorder when this provider became the global one.
+        """
         if self._closed:
             return
         self._closed = True
+        mark_shut_down(self.provider)
         self.provider.shutdown()
-        set_recorder(self._previous)
+        if get_recorder() is self.recorder:
+            # Skip recorders whose pipelines were shut down meanwhile (configure() calls closed out of order).
+            previous = self._previous
+            while previous is not None and isinstance(previous.pipeline, Telemetry) and previous.pipeline.closed:
+                previous = previous.pipeline._previous
+            if previous is not None:
+                set_recorder(previous)
 
     def __enter__(self) -> Telemetry:
         return self
@@ -82,26 +113,39 @@ def configure(
 
     Args:
         dataset: dataset directory (``OTEL_REPLAY_DATASET``, default ``./traces``).
-        service_name: ``service.name`` resource attribute (``OTEL_SERVICE_NAME``,
-            default ``otel-replay``).
-        signing_key: the record signing secret (see :mod:`otel_replay.integrity`).
+        service_name: ``service.name`` resource attribute. Given, it wins;
+            otherwise the SDK's order applies (``OTEL_SERVICE_NAME``, then
+            ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``), then ``otel-replay``.
+            Other ``OTEL_RESOURCE_ATTRIBUTES`` are kept either way.
+        signing_key: the record signing secret (see :mod:`otel_replay.integrity`);
+            resolved now, so a bad or missing key fails here.
         set_global: also install the provider as the global one, when no SDK
             provider is installed yet, so other instrumentations' spans land in
             the same dataset.
         max_file_age_seconds: how long spans may sit in the exporter's buffer.
+
+    Raises:
+        ConfigError: the signing key, ``max_file_age_seconds`` or an
+            ``OTEL_REPLAY_*`` variable is invalid (one line naming it).
+        DatasetError: the dataset directory cannot be created.
 
     Users with their own ``TracerProvider`` skip this and add
     ``CorrelationSpanProcessor()`` and ``BatchSpanProcessor(ParquetSpanExporter(dir))``.
 
     """
     dataset = settings.dataset_dir(dataset)
+    key = load_signing_key(signing_key)  # a bad or missing key fails here, not at the first seal
+    if key is None:  # pragma: no cover - create=True makes a key when there is none
+        raise ConfigError("no signing key could be found or created")
+    exporter = ParquetSpanExporter(dataset, max_age_seconds=max_file_age_seconds)
     provider = TracerProvider(resource=_resource(service_name))
     provider.add_span_processor(CorrelationSpanProcessor())
-    exporter = ParquetSpanExporter(dataset, max_age_seconds=max_file_age_seconds)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)
-    key = load_signing_key(signing_key) if signing_key is not None else None
-    recorder = Recorder(provider.get_tracer(sc.INSTRUMENTATION_NAME), key=key)
-    previous = set_recorder(recorder)
-    return Telemetry(provider, exporter, previous)
+    telemetry = Telemetry(provider, exporter)
+    telemetry.recorder = Recorder(
+        provider.get_tracer(sc.INSTRUMENTATION_NAME), key=key, dataset=dataset, pipeline=telemetry
+    )
+    telemetry._previous = set_recorder(telemetry.recorder)
+    return telemetry

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 
 import otel_replay
 from otel_replay import Telemetry
@@ -33,3 +34,15 @@ def telemetry(dataset: Path) -> Iterator[Telemetry]:
     handle = otel_replay.configure(dataset, service_name="tests", set_global=False)
     yield handle
     handle.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_global_tracer_provider() -> Iterator[None]:
+    """No test may install a global TracerProvider: it is set-once, so it would outlive the test dead.
+
+    Use ``configure(..., set_global=False)`` or a provider of the test's own.
+    """
+    before = trace.get_tracer_provider()
+    yield
+    after = trace.get_tracer_provider()
+    assert after is before, f"this test installed a global TracerProvider ({after!r}); use set_global=False"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 import threading
 
 import pytest
@@ -11,6 +12,8 @@ from opentelemetry.trace import StatusCode
 import otel_replay
 from otel_replay import CaptureError, DependencySnapshot, MemorySink, Report, audit, correlation, session
 from otel_replay import semconv as sc
+from otel_replay.capture import Recorder, get_recorder, set_recorder
+from otel_replay.errors import RecordingError
 
 from ._support import payment, snapshot
 
@@ -177,3 +180,86 @@ def test_action_cost_must_be_a_finite_number():
     for bad in (float("nan"), float("inf"), "4200", True):
         with pytest.raises(CaptureError, match="cost must be a finite number"):
             Action("pay", {}, cost=bad)
+
+
+class _FailingSink:
+    def append(self, record):
+        raise OSError("sink disk full")
+
+
+@pytest.fixture
+def bad_key_recorder(monkeypatch):
+    """A recorder that finds a bad key only when it first seals (no configure())."""
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", "short")
+    previous = set_recorder(Recorder())
+    yield get_recorder()
+    set_recorder(previous)
+
+
+def test_the_agents_exception_propagates_unchanged_when_the_sink_fails(telemetry, caplog):
+    """Issue 6 item 16: a failing sink used to replace the agent's exception."""
+    error = RuntimeError("rail down")
+    before = get_recorder().stats.capture_errors
+    with caplog.at_level(logging.ERROR, logger="otel_replay"):
+        with pytest.raises(RuntimeError) as info:
+            with audit("vendor_payment", snapshot=snapshot(), sink=_FailingSink()) as d:
+                d.act(payment())
+                raise error
+    assert info.value is error and error.__context__ is None and error.__cause__ is None
+    assert get_recorder().stats.capture_errors == before + 1
+    assert any(d.record_id in r.getMessage() and "sink disk full" in r.getMessage() for r in caplog.records)
+    assert "rail down" in d.record.error  # sealed and emitted; only the sink failed
+
+
+def test_the_agents_exception_propagates_unchanged_when_the_key_is_bad(bad_key_recorder):
+    error = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt) as info:
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            raise error
+    assert info.value is error and error.__context__ is None
+    assert bad_key_recorder.stats.capture_errors == 1
+    with pytest.raises(CaptureError, match="no record: sealing and emitting failed: ConfigError"):
+        _ = d.record
+    with pytest.raises(CaptureError, match="after the audit block exited"):
+        d.read(late=True)
+
+
+def test_a_completed_block_whose_record_cannot_be_kept_says_the_action_stands(telemetry, dataset):
+    with pytest.raises(RecordingError, match="the block completed, so its action stands") as info:
+        with audit("vendor_payment", snapshot=snapshot(), sink=_FailingSink()) as d:
+            d.act(payment())
+    assert isinstance(info.value, CaptureError) and isinstance(info.value.__cause__, OSError)
+    assert info.value.record is d.record and info.value.record_id == d.record_id
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        assert store.record(d.record_id) == d.record  # the durable copy was emitted before the sink failed
+
+
+def test_a_completed_block_with_a_bad_key_raises_recording_error(bad_key_recorder):
+    with pytest.raises(RecordingError, match="signing key is too short") as info:
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment())
+    assert info.value.record is None and isinstance(info.value.__cause__, otel_replay.ConfigError)
+    assert bad_key_recorder.stats.capture_errors == 1
+
+
+def test_audit_refuses_to_start_on_a_shut_down_pipeline(dataset, caplog):
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    closed = telemetry.recorder
+    telemetry.shutdown()
+    assert get_recorder() is not closed
+    previous = set_recorder(closed)
+    ran = False
+    try:
+        with pytest.raises(CaptureError, match="pipeline was shut down"):
+            with audit("vendor_payment", snapshot=snapshot()):
+                ran = True
+        with caplog.at_level(logging.WARNING, logger="otel_replay"):
+            otel_replay.AuditLog().append("late", source_agent="a")
+            otel_replay.DecisionTracer().decision("a", "late", "after shutdown")
+    finally:
+        set_recorder(previous)
+    assert not ran
+    assert closed.stats.dropped_after_shutdown == 2
+    lost = [r for r in caplog.records if "after the telemetry pipeline was shut down" in r.getMessage()]
+    assert len(lost) == 1  # warned once, counted every time

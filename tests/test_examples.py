@@ -19,3 +19,21 @@ def test_example_runs(script, tmp_path):
         assert "verdict: ROLLBACK" in out.stdout and "gate: rolled_back; balance 10,000" in out.stdout
     else:
         assert "position_sizing" in out.stdout and "outcome_correct=False" in out.stdout
+
+
+def test_the_demo_leaves_no_global_tracer_provider_behind(tmp_path):
+    """Issue 6 item 17: run_demo installed, then shut down, the process's global provider."""
+    code = (
+        "import sys\n"
+        "from opentelemetry import trace\n"
+        "from otel_replay.demo import run_demo\n"
+        "result = run_demo(sys.argv[1])\n"
+        "assert result.outcome.executed == 'rolled_back', result.outcome\n"
+        "provider = trace.get_tracer_provider()\n"
+        "assert isinstance(provider, trace.ProxyTracerProvider), provider\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "demo")], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

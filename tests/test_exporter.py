@@ -1,17 +1,22 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pyarrow.parquet as pq
+import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link
 
 import otel_replay
+from otel_replay import ConfigError, DatasetError, audit
 from otel_replay.exporters import SPAN_SCHEMA, ParquetSpanExporter
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
+
+from ._support import payment, snapshot
 
 
 def _provider(exporter: ParquetSpanExporter) -> TracerProvider:
@@ -154,3 +159,68 @@ def test_a_partition_written_before_a_failure_is_not_written_again(dataset):
     with otel_replay.open(dataset) as store:
         names = [r["name"] for r in store.rows("SELECT name FROM spans ORDER BY name")]
     assert names == ["new", "old"]
+
+
+def _poison(tracer, how: str) -> None:
+    if how == "start":
+        tracer.start_span("poison", start_time=2**64 - 1).end()
+    elif how == "end":
+        tracer.start_span("poison", start_time=1_767_225_600 * 10**9).end(end_time=2**64 - 1)
+    elif how == "negative-end":
+        tracer.start_span("poison", start_time=1_767_225_600 * 10**9).end(end_time=-(2**63))
+    elif how == "event":
+        span = tracer.start_span("poison")
+        span.add_event("late", timestamp=2**63 - 1)
+        span.end()
+    else:  # a lone surrogate: passes every check, fails only in Arrow's UTF-8 encoding
+        tracer.start_span("poison\ud800").end()
+
+
+@pytest.mark.parametrize("how", ["start", "end", "negative-end", "event", "surrogate"])
+def test_a_poison_span_is_dropped_alone_counted_and_named(dataset, caplog, how):
+    """Issue 6 item 5: one unstorable span no longer takes its whole batch (the sealed decision) with it."""
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    other = telemetry.provider.get_tracer("other")
+    try:
+        with caplog.at_level(logging.ERROR, logger="otel_replay"):
+            with audit("vendor_payment", snapshot=snapshot()) as d:
+                d.read(invoice="INV-1")
+                d.act(payment())
+                _poison(other, how)
+            # Everything above is one batch for the BatchSpanProcessor.
+            assert telemetry.force_flush() is False
+        stats = telemetry.exporter.stats
+        assert (stats.spans_rejected, stats.rows_dropped) == (1, 1)
+        dropped = [r.getMessage() for r in caplog.records if "dropped span" in r.getMessage()]
+        assert len(dropped) == 1 and "'poison" in dropped[0], dropped
+        # The next flush reports on what came after, and nothing failed since.
+        other.start_span("fine").end()
+        assert telemetry.force_flush() is True
+    finally:
+        telemetry.shutdown()
+    with otel_replay.open(dataset) as store:
+        names = sorted(r["name"] for r in store.rows("SELECT name FROM spans"))
+        assert store.record(d.record.record_id) == d.record
+    assert names == ["fine", "replay.act", "replay.decision", "replay.read"]
+
+
+def test_limits_from_arguments_are_checked(dataset):
+    for bad in ({"max_rows": 0}, {"max_bytes": -1}, {"max_age_seconds": float("nan")}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            ParquetSpanExporter(dataset, **bad)
+
+
+def test_a_dataset_path_that_is_a_file_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(DatasetError, match=r"cannot create the dataset directory .*file/spans"):
+        ParquetSpanExporter(blocker)
+
+
+def test_export_after_shutdown_is_counted_as_dropped(dataset):
+    exporter = ParquetSpanExporter(dataset)
+    provider = _provider(exporter)
+    provider.get_tracer("t").start_span("early").end()
+    exporter.shutdown()
+    provider.get_tracer("t").start_span("late").end()  # SimpleSpanProcessor still hands it over
+    assert exporter.stats.rows_dropped == 1 and exporter.stats.rows_written == 1

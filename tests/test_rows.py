@@ -74,3 +74,42 @@ def test_row_order_matches_the_schema():
     from otel_replay.exporters.schema import SPAN_SCHEMA
 
     assert list(ROW_ORDER) == [f.name for f in SPAN_SCHEMA]
+
+
+def test_span_time_error_names_the_field_and_accepts_the_storable_range():
+    from otel_replay.exporters import span_time_error
+    from otel_replay.exporters.rows import TIME_LIMIT_NS
+
+    assert span_time_error(0, 0) is None
+    assert span_time_error(TIME_LIMIT_NS - 1, 5) is None  # end before start is storable (duration NULL)
+    assert "start_time 18446744073709551615" in span_time_error(2**64 - 1, 5)
+    assert "end_time" in span_time_error(5, TIME_LIMIT_NS)
+    assert "end_time -1" in span_time_error(5, -1)
+    assert "event 1 time" in span_time_error(5, 6, [7, 2**64 - 1])
+
+
+def _request_with_one_poison_span():
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = encode_spans(_spans())
+    spans = [span for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    assert len(spans) == 4
+    spans[0].start_time_unix_nano = 2**64 - 1
+    spans[-1].dropped_attributes_count = 2**32 - 1  # int32 column: unstorable too
+    return ExportTraceServiceRequest.FromString(request.SerializeToString()), spans[0].name
+
+
+def test_otlp_reader_leaves_out_unstorable_spans_when_asked_and_refuses_otherwise():
+    import pytest
+
+    from otel_replay.errors import PayloadError
+
+    request, poison_name = _request_with_one_poison_span()
+    total = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    rejected: list[str] = []
+    table = request_to_table(request, rejected)
+    assert table.num_rows == total - 2 and len(rejected) == 2
+    assert poison_name in rejected[0] and "start_time 18446744073709551615" in rejected[0]
+    assert "dropped counts" in rejected[1]
+    with pytest.raises(PayloadError, match="start_time 18446744073709551615 ns is out of range"):
+        request_to_table(request)

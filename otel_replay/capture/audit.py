@@ -16,6 +16,7 @@ harness -> the decision span).
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from collections.abc import Iterator
@@ -30,10 +31,12 @@ from otel_replay._json import canonical_json, encode_mapping
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.sinks import Sink
-from otel_replay.errors import CaptureError
+from otel_replay.errors import CaptureError, RecordingError
 from otel_replay.records import Action, DecisionRecord, DependencySnapshot, ModelCall, Report, SpanRef, new_id
 
 __all__ = ["Decision", "audit"]
+
+_log = logging.getLogger(__name__)
 
 
 class Decision:
@@ -56,16 +59,19 @@ class Decision:
         self._model_spans: list[Span] = []
         self._act_span: Span | None = None
         self._record: DecisionRecord | None = None
+        self._failure: str | None = None
 
     @property
     def record(self) -> DecisionRecord:
         """The sealed record; available once the ``with`` block has exited."""
         if self._record is None:
+            if self._failure is not None:
+                raise CaptureError(f"decision {self.record_id}: no record: {self._failure}")
             raise CaptureError(f"decision {self.record_id}: the record exists only after the audit block exits")
         return self._record
 
     def _open(self, method: str) -> None:
-        if self._record is not None:
+        if self._record is not None or self._failure is not None:
             raise CaptureError(
                 f"decision {self.record_id}: {method}() after the audit block exited; the record is sealed"
             )
@@ -155,13 +161,39 @@ class Decision:
             span=SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns),
         )
         attrs = record.to_attributes()
-        seal = get_recorder().chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
+        recorder = get_recorder()
+        seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
         self._span.set_attributes({k: v for k, v in attrs.items() if k not in self._base})
         self._span.end()
+        if recorder.closed:
+            recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
         # The record is ours alone until returned: stamp the seal in place.
         object.__setattr__(record, "seal", seal)
         self._record = record
         return record
+
+
+def _complete(
+    decision: Decision, sink: Sink, snapshot: DependencySnapshot, error: str | None, start_ns: int
+) -> BaseException | None:
+    """Seal, emit and hand over the record; the failure (counted and logged), or ``None``."""
+    stage = "sealing and emitting"
+    try:
+        record = decision._finish(snapshot, error, start_ns)
+        stage = "handing it to the sink"
+        sink.append(record)
+    except Exception as exc:
+        decision._failure = f"{stage} failed: {type(exc).__name__}: {exc}"
+        get_recorder().note_capture_error()
+        _log.error(
+            "otel-replay: decision %s (%s): %s%s",
+            decision.record_id,
+            decision.decision_type,
+            decision._failure,
+            f"; the block itself raised {error}" if error else "",
+        )
+        return exc
+    return None
 
 
 @contextmanager
@@ -180,11 +212,24 @@ def audit(
     On exit the record is sealed (hash-chained and signed), emitted as spans
     through the configured ``TracerProvider`` and appended to ``sink``
     (default: the recorder's in-memory sink). An exception inside the block is
-    recorded on the span (status ERROR) and in the record, then re-raised.
+    recorded on the span (status ERROR) and in the record, then re-raised
+    unchanged: the same object, with nothing chained in front of it.
+
+    When recording fails (the key, the sink), the failure is logged and counted
+    in ``get_recorder().stats.capture_errors``. If the block raised, its own
+    exception is what propagates; if the block completed, its action stands
+    and :class:`~otel_replay.errors.RecordingError` is raised after it, saying
+    so (``.record`` holds the sealed record when only the sink failed).
 
     Ids not given explicitly are taken from the enclosing
     :func:`otel_replay.correlation`/:func:`otel_replay.session` scope, and the
     explicit ones are put in scope for everything inside the block.
+
+    Raises:
+        CaptureError: bad arguments, or the pipeline was shut down (checked
+            before the block runs, so nothing has happened yet).
+        RecordingError: the block completed but its record could not be kept.
+
     """
     if not isinstance(snapshot, DependencySnapshot):
         raise CaptureError(
@@ -193,6 +238,11 @@ def audit(
     if not isinstance(action_type, str) or not action_type:
         raise CaptureError("audit(): action_type must be a non-empty string")
     recorder = get_recorder()
+    if recorder.closed:
+        raise CaptureError(
+            f"audit({action_type!r}): the telemetry pipeline was shut down (Telemetry.shutdown()), so this "
+            "decision would be lost; call otel_replay.configure() again before capturing"
+        )
     scope = current_ids()
     ids = {
         sc.CORRELATION_ID: correlation_id or scope.correlation_id,
@@ -215,15 +265,22 @@ def audit(
     span = recorder.tracer.start_span(sc.SPAN_DECISION, context=ctx, attributes=base, start_time=start_ns)
     token = context.attach(trace.set_span_in_context(span, ctx))
     decision = Decision(record_id, action_type, span, base)
-    error: str | None = None
+    target = sink if sink is not None else recorder.sink
     try:
         yield decision
     except BaseException as exc:
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, error))
-        raise
-    finally:
         context.detach(token)
-        record = decision._finish(snapshot, error, start_ns)
-        (sink if sink is not None else recorder.sink).append(record)
+        _complete(decision, target, snapshot, error, start_ns)  # a failure here is logged, never raised
+        raise  # the agent's own exception, unchanged
+    context.detach(token)
+    failure = _complete(decision, target, snapshot, None, start_ns)
+    if failure is not None:
+        raise RecordingError(
+            f"decision {record_id} ({action_type}): the block completed, so its action stands, "
+            f"but its record could not be kept: {decision._failure}",
+            record_id,
+            decision._record,
+        ) from failure

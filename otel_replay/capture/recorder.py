@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from opentelemetry import trace
-from opentelemetry.trace import Link, Tracer
+from opentelemetry.trace import Link, Tracer, TracerProvider
 
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
@@ -16,9 +19,38 @@ from otel_replay.capture.sinks import MemorySink
 from otel_replay.integrity import Chain, SigningKey, load_signing_key
 from otel_replay.records import Seal, SpanRef
 
-__all__ = ["Recorder", "get_recorder", "set_recorder"]
+__all__ = ["Pipeline", "Recorder", "RecorderStats", "get_recorder", "mark_shut_down", "set_recorder"]
 
 _VERSION = "0.1.0"
+_log = logging.getLogger(__name__)
+
+_shut_down: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def mark_shut_down(provider: TracerProvider) -> None:
+    """Note that ``provider`` was shut down: records emitted through it are lost from now on."""
+    _shut_down.add(provider)
+
+
+class Pipeline(Protocol):
+    """What a recorder made by :func:`otel_replay.configure` flushes through (``Telemetry``)."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the pipeline was shut down."""
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Write every finished span to the dataset now."""
+
+
+@dataclass
+class RecorderStats:
+    """What a recorder could not record: counted, never silent."""
+
+    dropped_after_shutdown: int = 0
+    """Records emitted after their pipeline was shut down (their spans are lost)."""
+    capture_errors: int = 0
+    """``audit()`` blocks whose record could not be sealed, emitted or handed to the sink."""
 
 
 class Recorder:
@@ -26,16 +58,84 @@ class Recorder:
 
     The tracer defaults to the global ``TracerProvider`` (resolved lazily, so a
     provider set up after import is used). The chain is created on first use
-    with the key from :func:`otel_replay.integrity.load_signing_key`.
+    with the key from :func:`otel_replay.integrity.load_signing_key`;
+    :func:`otel_replay.configure` resolves the key up front instead, so a bad
+    key fails there.
+
+    Attributes:
+        dataset: the dataset :func:`otel_replay.configure` writes to (``None``
+            for the default recorder); the gate keeps its compensation claims there.
+        stats: records that could not be recorded (:class:`RecorderStats`).
+
     """
 
-    def __init__(self, tracer: Tracer | None = None, key: SigningKey | None = None) -> None:
+    def __init__(
+        self,
+        tracer: Tracer | None = None,
+        key: SigningKey | None = None,
+        *,
+        dataset: str | None = None,
+        pipeline: Pipeline | None = None,
+    ) -> None:
         """Create a recorder; ``tracer`` and ``key`` default as described above."""
         self.tracer: Tracer = tracer or trace.get_tracer(sc.INSTRUMENTATION_NAME, _VERSION)
         self.sink = MemorySink()
+        self.dataset = dataset
+        self.stats = RecorderStats()
+        self._pipeline = pipeline
         self._key = key
         self._chain: Chain | None = None
         self._lock = threading.Lock()
+        self._warned = False
+
+    @property
+    def pipeline(self) -> Pipeline | None:
+        """The pipeline :func:`otel_replay.configure` made this recorder for (``None``: the global provider)."""
+        return self._pipeline
+
+    @property
+    def closed(self) -> bool:
+        """True when spans emitted now would be lost: the pipeline behind the tracer was shut down."""
+        if self._pipeline is not None:
+            return self._pipeline.closed
+        return trace.get_tracer_provider() in _shut_down
+
+    def flush(self, timeout_millis: int = 30_000) -> bool:
+        """Make every record emitted so far durable in the dataset; ``False`` if that failed.
+
+        Without a pipeline from :func:`otel_replay.configure`, flushes the
+        global SDK ``TracerProvider`` and then every open ``ParquetSpanExporter``
+        (``True`` when there is no SDK provider: nothing is buffered).
+        """
+        if self._pipeline is not None:
+            return self._pipeline.force_flush(timeout_millis)
+        if self.closed:
+            return False
+        flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+        if flush is None:
+            return True
+        from otel_replay.exporters.parquet import flush_exporters  # pyarrow only when there is an SDK
+
+        handed_over = bool(flush(timeout_millis))
+        return flush_exporters(timeout_millis) and handed_over
+
+    def note_capture_error(self) -> None:
+        """Count an ``audit()`` record that could not be sealed, emitted or handed to its sink."""
+        with self._lock:
+            self.stats.capture_errors += 1
+
+    def note_lost(self, what: str) -> None:
+        """Count a record emitted after shutdown; the first one per recorder is logged as a warning."""
+        with self._lock:
+            self.stats.dropped_after_shutdown += 1
+            first, self._warned = not self._warned, True
+        if first:
+            _log.warning(
+                "otel-replay: %s was emitted after the telemetry pipeline was shut down and is lost; "
+                "call otel_replay.configure() again (counted in get_recorder().stats.dropped_after_shutdown; "
+                "further losses are counted, not logged)",
+                what,
+            )
 
     @property
     def chain(self) -> Chain:
@@ -65,6 +165,8 @@ class Recorder:
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)
         ctx = span.get_span_context()
         span.end(end_time=start_ns)
+        if self.closed:
+            self.note_lost(f"{name} record {record_id}")
         return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .parquet import ParquetSpanExporter
-from .rows import request_to_table, resource_spans_to_table, spans_to_table
+from .rows import request_to_table, resource_spans_to_table, span_time_error, spans_to_table
 from .schema import SPAN_SCHEMA, SPANS_DIR
 from .writer import DatasetWriter, WriterStats
 
@@ -15,5 +15,6 @@ __all__ = [
     "WriterStats",
     "request_to_table",
     "resource_spans_to_table",
+    "span_time_error",
     "spans_to_table",
 ]

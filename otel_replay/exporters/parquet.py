@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import weakref
 from collections.abc import Sequence
 
+import pyarrow as pa
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -15,10 +18,32 @@ from otel_replay import settings
 from .rows import spans_to_table
 from .writer import DatasetWriter, WriterStats
 
-__all__ = ["ParquetSpanExporter"]
+__all__ = ["ParquetSpanExporter", "flush_exporters"]
 
 _log = logging.getLogger(__name__)
 
+
+_LOGGED_PER_BATCH = 10
+_live: weakref.WeakSet[ParquetSpanExporter] = weakref.WeakSet()
+
+
+def flush_exporters(timeout_millis: int = 30_000) -> bool:
+    """``force_flush`` every open :class:`ParquetSpanExporter` of this process; ``False`` if one failed.
+
+    The SDK's ``TracerProvider.force_flush`` hands queued spans to exporters
+    but does not ask them to flush, and this exporter buffers rows into files:
+    :meth:`otel_replay.capture.Recorder.flush` calls both when the provider is
+    the user's own.
+    """
+    ok = True
+    for exporter in list(_live):
+        ok = exporter.force_flush(timeout_millis) and ok
+    return ok
+
+
+def _label(span: ReadableSpan) -> str:
+    ctx = span.context
+    return f"span {span.name!r} (trace {ctx.trace_id:032x}, span {ctx.span_id:016x})"
 
 
 class ParquetSpanExporter(SpanExporter):
@@ -35,8 +60,17 @@ class ParquetSpanExporter(SpanExporter):
             (``OTEL_REPLAY_MAX_FILE_AGE``, default 5 s).
 
     Like every OpenTelemetry exporter it never raises into the application: a
-    failure is logged and reported as ``SpanExportResult.FAILURE``.
-    ``force_flush`` and ``shutdown`` write every buffered span to disk.
+    failure is logged and reported as ``SpanExportResult.FAILURE``. A span
+    that cannot be stored (a time outside int64 nanoseconds, see
+    :func:`~otel_replay.exporters.rows.span_time_error`) is dropped alone, logged
+    by name and counted in ``stats.spans_rejected`` and ``stats.rows_dropped``;
+    the rest of its batch is written. ``force_flush`` and ``shutdown`` write
+    every buffered span to disk; ``force_flush`` returns ``False`` when a span
+    handed over since the previous flush will never reach Parquet.
+
+    Raises:
+        ConfigError: a limit (argument or variable) is not a positive number.
+        DatasetError: the dataset directory cannot be created.
 
     """
 
@@ -51,11 +85,22 @@ class ParquetSpanExporter(SpanExporter):
         """Create the exporter (and the dataset directory)."""
         self.writer = DatasetWriter(
             settings.dataset_dir(dataset_dir),
-            max_rows=int(max_rows or settings.env_number(settings.MAX_FILE_ROWS, 200_000, integer=True)),
-            max_bytes=int(max_bytes or settings.env_number(settings.MAX_FILE_BYTES, 128 * 1024 * 1024, integer=True)),
-            max_age_seconds=float(max_age_seconds or settings.env_number(settings.MAX_FILE_AGE, 5.0)),
+            max_rows=int(
+                max_rows if max_rows is not None else settings.env_number(settings.MAX_FILE_ROWS, 200_000, integer=True)
+            ),
+            max_bytes=int(
+                max_bytes
+                if max_bytes is not None
+                else settings.env_number(settings.MAX_FILE_BYTES, 128 * 1024 * 1024, integer=True)
+            ),
+            max_age_seconds=float(
+                max_age_seconds if max_age_seconds is not None else settings.env_number(settings.MAX_FILE_AGE, 5.0)
+            ),
         )
         self._shutdown = False
+        self._flushed_mark = 0
+        self._mark_lock = threading.Lock()
+        _live.add(self)
 
     @property
     def dataset_dir(self) -> str:
@@ -64,37 +109,81 @@ class ParquetSpanExporter(SpanExporter):
 
     @property
     def stats(self) -> WriterStats:
-        """Rows buffered, written, files written and write errors so far."""
+        """Rows buffered, written, dropped and rejected, files written and write errors so far."""
         return self.writer.stats
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Convert ``spans`` to rows and buffer them for the next file."""
+        """Convert ``spans`` to rows and buffer them for the next file.
+
+        Returns ``FAILURE`` when any span of the batch was dropped (the others are kept).
+        """
         if self._shutdown:
+            self.writer.count_dropped(len(spans))
             _log.warning("otel-replay: export after shutdown; %d spans dropped", len(spans))
             return SpanExportResult.FAILURE
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            self.writer.append(spans_to_table(spans))
-            return SpanExportResult.SUCCESS
-        except Exception:
-            _log.exception("otel-replay: exporting %d spans failed", len(spans))
-            return SpanExportResult.FAILURE
+            rejected: list[str] = []
+            try:
+                table = spans_to_table(spans, rejected)
+            except Exception:  # a span the checks did not foresee: isolate it
+                rejected = []
+                table = self._span_by_span(spans, rejected)
+            if rejected:
+                self._reject(rejected, len(spans))
+            try:
+                self.writer.append(table)
+            except Exception:  # the rows stay buffered in the writer and are retried
+                _log.exception("otel-replay: writing %d spans failed; kept buffered for the next flush", len(spans))
+                return SpanExportResult.FAILURE
+            return SpanExportResult.FAILURE if rejected else SpanExportResult.SUCCESS
         finally:
             detach(token)
 
+    def _span_by_span(self, spans: Sequence[ReadableSpan], rejected: list[str]) -> pa.Table:
+        tables = []
+        for span in spans:
+            try:
+                tables.append(spans_to_table([span], rejected))
+            except Exception as exc:
+                rejected.append(f"{_label(span)}: {type(exc).__name__}: {exc}")
+        return pa.concat_tables(tables) if tables else spans_to_table([])
+
+    def _reject(self, rejected: list[str], batch: int) -> None:
+        self.writer.count_dropped(len(rejected), rejected=True)
+        for line in rejected[:_LOGGED_PER_BATCH]:
+            _log.error("otel-replay: dropped %s", line)
+        if len(rejected) > _LOGGED_PER_BATCH:
+            _log.error("otel-replay: ... and %d more unstorable spans", len(rejected) - _LOGGED_PER_BATCH)
+        _log.error(
+            "otel-replay: %d of %d spans dropped in one export; %d dropped so far (stats.rows_dropped)",
+            len(rejected),
+            batch,
+            self.writer.stats.rows_dropped,
+        )
+
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Write every buffered span to Parquet now."""
+        """Write every buffered span to Parquet now.
+
+        ``False`` when the write failed (the rows stay buffered), or when a
+        span handed over since the previous flush was dropped.
+        """
         try:
             self.writer.flush()
-            return True
         except Exception:
             return False
+        with self._mark_lock:
+            dropped = self.writer.stats.rows_dropped
+            clean = dropped == self._flushed_mark
+            self._flushed_mark = dropped
+        return clean
 
     def shutdown(self) -> None:
-        """Flush and stop; later exports fail."""
+        """Flush and stop; later exports fail (and are counted as dropped)."""
         if self._shutdown:
             return
         self._shutdown = True
+        _live.discard(self)
         try:
             self.writer.close()
         except Exception:

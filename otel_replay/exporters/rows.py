@@ -27,15 +27,18 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_replay import semconv as sc
+from otel_replay.errors import PayloadError
 
 from .schema import SPAN_SCHEMA
 
 __all__ = [
     "DATE_COLUMN",
+    "TIME_LIMIT_NS",
     "RowBuilder",
     "any_value",
     "request_to_table",
     "resource_spans_to_table",
+    "span_time_error",
     "spans_to_table",
 ]
 
@@ -81,14 +84,55 @@ def _bytes_default(value: Any) -> Any:
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_bytes_default).encode
 
+TIME_LIMIT_NS = 2**63 - 1
+"""Span, end and event times must be below this (int64 nanoseconds; 2262-04-11, DuckDB's "infinity")."""
+_TIME_LIMIT = TIME_LIMIT_NS
+_COUNT_LIMIT = 2**31 - 1  # the dropped_* columns are int32
+
+
+def span_time_error(start_ns: int, end_ns: int, event_times: Iterable[int] = ()) -> str | None:
+    """Why a span's times cannot be stored, or ``None`` when they can.
+
+    A time must be a whole number of nanoseconds in ``[0, TIME_LIMIT_NS)``: the
+    dataset stores ``timestamp(ns)`` (int64), and OTLP's unsigned fields can
+    carry up to ``2**64-1``. An end before the start is storable (its
+    ``duration_ns`` is NULL), so it is not an error by itself. Both span
+    readers, the in-process exporter and the OTLP receiver call this per span,
+    so one bad span is refused alone instead of failing its whole batch.
+    """
+    for label, value in (("start_time", start_ns), ("end_time", end_ns)):
+        if not 0 <= value < TIME_LIMIT_NS:
+            return f"{label} {value} ns is out of range (0 to {TIME_LIMIT_NS - 1})"
+    for index, value in enumerate(event_times):
+        if not 0 <= value < TIME_LIMIT_NS:
+            return f"event {index} time {value} ns is out of range (0 to {TIME_LIMIT_NS - 1})"
+    return None
+
+
+def _span_label(trace_id: str, span_id: str, name: str) -> str:
+    return f"span {name!r} (trace {trace_id}, span {span_id})"
+
 
 class RowBuilder:
-    """Accumulates spans as row tuples and turns them into one Arrow table."""
+    """Accumulates spans as row tuples and turns them into one Arrow table.
 
-    def __init__(self) -> None:
+    Args:
+        rejected: where to note spans that cannot be stored (one line each,
+            naming the span and why); such spans are left out. Without it, the
+            first such span raises :class:`~otel_replay.errors.PayloadError`.
+
+    """
+
+    def __init__(self, rejected: list[str] | None = None) -> None:
         """Start an empty batch."""
         self.rows: list[tuple[Any, ...]] = []
         self._days: dict[int, str] = {}
+        self._rejected = rejected
+
+    def _refuse(self, label: str, reason: str) -> None:
+        if self._rejected is None:
+            raise PayloadError(f"{label}: {reason}")
+        self._rejected.append(f"{label}: {reason}")
 
     def add(
         self,
@@ -108,8 +152,23 @@ class RowBuilder:
         events: list[dict[str, Any]],
         links: list[dict[str, Any]],
         dropped: tuple[int, int, int],
-    ) -> None:
-        """Append one span. ``attributes`` is consumed (promoted keys are removed)."""
+    ) -> bool:
+        """Append one span; ``False`` when it was refused (see the class docstring).
+
+        ``attributes`` is consumed (promoted keys are removed).
+        """
+        # The hot path: inline comparisons (span_time_error says why, when one fails).
+        bad = not (0 <= start < _TIME_LIMIT and 0 <= end < _TIME_LIMIT)
+        for ev in events:
+            if not 0 <= ev["time"] < _TIME_LIMIT:
+                bad = True
+        if bad:
+            why = span_time_error(start, end, [ev["time"] for ev in events])
+            self._refuse(_span_label(trace_id, span_id, name), why or "time out of range")
+            return False
+        if (dropped[0] | dropped[1] | dropped[2]) > _COUNT_LIMIT:  # any above 2**31-1 (all are >= 0)
+            self._refuse(_span_label(trace_id, span_id, name), f"dropped counts {dropped} exceed {_COUNT_LIMIT}")
+            return False
         promoted: list[str | None] = []
         for key in _PROMOTED_KEYS:
             value = attributes.get(key)
@@ -150,6 +209,7 @@ class RowBuilder:
                 date,
             )
         )
+        return True
 
     def table(self) -> pa.Table:
         """The batch as an Arrow table in :data:`SPAN_SCHEMA`, plus the ``date`` column."""
@@ -183,9 +243,13 @@ def _pb_attrs(kvs: Iterable[Any]) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in kvs}
 
 
-def resource_spans_to_table(resource_spans: Sequence[ResourceSpans]) -> pa.Table:
-    """Convert OTLP ``ResourceSpans`` messages to one Arrow table (plus ``date``)."""
-    rows = RowBuilder()
+def resource_spans_to_table(resource_spans: Sequence[ResourceSpans], rejected: list[str] | None = None) -> pa.Table:
+    """Convert OTLP ``ResourceSpans`` messages to one Arrow table (plus ``date``).
+
+    A span that cannot be stored (see :func:`span_time_error`) is noted in
+    ``rejected`` and left out; without ``rejected`` it raises ``PayloadError``.
+    """
+    rows = RowBuilder(rejected)
     for rs in resource_spans:
         resource = _resource(_pb_attrs(rs.resource.attributes))
         for ss in rs.scope_spans:
@@ -227,9 +291,9 @@ def resource_spans_to_table(resource_spans: Sequence[ResourceSpans]) -> pa.Table
     return rows.table()
 
 
-def request_to_table(request: ExportTraceServiceRequest) -> pa.Table:
-    """Convert a decoded OTLP ``ExportTraceServiceRequest`` to rows."""
-    return resource_spans_to_table(request.resource_spans)
+def request_to_table(request: ExportTraceServiceRequest, rejected: list[str] | None = None) -> pa.Table:
+    """Convert a decoded OTLP ``ExportTraceServiceRequest`` to rows (``rejected``: as above)."""
+    return resource_spans_to_table(request.resource_spans, rejected)
 
 
 # --- SDK span reader -----------------------------------------------------------
@@ -250,9 +314,13 @@ def _span_attrs(span: ReadableSpan) -> dict[str, Any]:
     return _sdk_attrs(getattr(span, "_attributes", None) or span.attributes)
 
 
-def spans_to_table(spans: Sequence[ReadableSpan]) -> pa.Table:
-    """Convert SDK spans to rows (the same rows OTLP-encoding them would give)."""
-    rows = RowBuilder()
+def spans_to_table(spans: Sequence[ReadableSpan], rejected: list[str] | None = None) -> pa.Table:
+    """Convert SDK spans to rows (the same rows OTLP-encoding them would give).
+
+    A span that cannot be stored (see :func:`span_time_error`) is noted in
+    ``rejected`` and left out; without ``rejected`` it raises ``PayloadError``.
+    """
+    rows = RowBuilder(rejected)
     resources: dict[int, tuple[str | None, str]] = {}
     for span in spans:
         ctx = span.context

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from otel_replay.errors import PartialWriteError
+from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
 
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
@@ -75,16 +75,21 @@ def write_partitions(table: pa.Table, spans_dir: Path, file_name: Callable[[str]
     return paths
 
 
-
 @dataclass
 class WriterStats:
-    """Counters a writer keeps: what it took, wrote, and could not write."""
+    """Counters a writer keeps: what it took, wrote, and could not write.
+
+    ``rows_dropped`` counts every span that will never reach Parquet: spans
+    refused as unstorable (also in ``spans_rejected``), spans handed over after
+    shutdown, and a backlog dropped after writes kept failing.
+    """
 
     rows_buffered: int = 0
     rows_written: int = 0
     files_written: int = 0
     write_errors: int = 0
     rows_dropped: int = 0
+    spans_rejected: int = 0
 
 
 class DatasetWriter:
@@ -107,11 +112,15 @@ class DatasetWriter:
         file_prefix: str = "part",
     ) -> None:
         """Open (creating) ``dataset_dir``; see the class docstring for the roll rules."""
-        if max_rows <= 0 or max_bytes <= 0 or max_age_seconds <= 0:
-            raise ValueError("max_rows, max_bytes and max_age_seconds must be positive")
+        for name, value in (("max_rows", max_rows), ("max_bytes", max_bytes), ("max_age_seconds", max_age_seconds)):
+            if not value > 0 or value != value or value == float("inf"):
+                raise ConfigError(f"{name}={value!r} must be a positive finite number")
         self.root = Path(dataset_dir)
         self.spans_dir = self.root / SPANS_DIR
-        self.spans_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.spans_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatasetError(f"cannot create the dataset directory {self.spans_dir}: {exc.strerror or exc}") from exc
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.max_age_seconds = max_age_seconds
@@ -125,6 +134,13 @@ class DatasetWriter:
         self._closed = threading.Event()
         self._timer = threading.Thread(target=self._age_loop, name="otel-replay-writer", daemon=True)
         self._timer.start()
+
+    def count_dropped(self, rows: int, *, rejected: bool = False) -> None:
+        """Count ``rows`` spans that will never be written (``rejected``: refused as unstorable)."""
+        with self._lock:
+            self.stats.rows_dropped += rows
+            if rejected:
+                self.stats.spans_rejected += rows
 
     @property
     def buffered_rows(self) -> int:

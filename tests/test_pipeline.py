@@ -1,0 +1,147 @@
+"""configure(): resource precedence, settings checked up front, the recorder it installs, durability of the gate."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import otel_replay
+from otel_replay import ActionGate, ConfigError, DatasetError, FixAction, ReferenceLedger, Store, audit, replay
+from otel_replay.capture import get_recorder
+
+from ._support import budget_policy, payment, snapshot
+
+
+@pytest.mark.parametrize(
+    ("env", "explicit", "expected"),
+    [
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,deployment.environment=ci"}, None, "from-attrs"),
+        (
+            {
+                "OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,deployment.environment=ci",
+                "OTEL_SERVICE_NAME": "env",
+            },
+            None,
+            "env",
+        ),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,deployment.environment=ci"}, "explicit", "explicit"),
+        ({"OTEL_SERVICE_NAME": "env"}, "explicit", "explicit"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci"}, None, "otel-replay"),
+    ],
+)
+def test_service_name_follows_the_sdk_precedence(monkeypatch, dataset, env, explicit, expected):
+    """Issue 6 item 15: configure() used to override service.name from OTEL_RESOURCE_ATTRIBUTES."""
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with otel_replay.configure(dataset, service_name=explicit, set_global=False) as telemetry:
+        attributes = telemetry.provider.resource.attributes
+        with audit("x", snapshot=snapshot()) as d:
+            d.act(payment())
+    assert attributes["service.name"] == expected
+    if "deployment.environment" in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        assert attributes["deployment.environment"] == "ci"  # the other attributes are kept
+    with Store(dataset) as store:
+        assert store.rows("SELECT DISTINCT service_name FROM spans") == [{"service_name": expected}]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "abc", "is not a number"),
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "-5", "must be a finite number above 0"),
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "0", "must be a finite number above 0"),
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "2.5", "must be a whole number"),
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "1e400", "must be a finite number"),
+        ("OTEL_REPLAY_MAX_FILE_BYTES", "nan", "must be a finite number"),
+        ("OTEL_REPLAY_MAX_FILE_AGE", "-inf", "must be a finite number"),
+        ("OTEL_REPLAY_SIGNING_KEY", "short", "too short"),
+        ("OTEL_REPLAY_KEY_FILE", "/nonexistent/signing.key", "/nonexistent/signing.key does not exist"),
+    ],
+)
+def test_bad_settings_fail_at_configure_with_one_line_naming_them(monkeypatch, dataset, name, value, message):
+    if name == "OTEL_REPLAY_KEY_FILE":
+        monkeypatch.delenv("OTEL_REPLAY_SIGNING_KEY")
+    monkeypatch.setenv(name, value)
+    before = get_recorder()
+    with pytest.raises(ConfigError) as info:
+        otel_replay.configure(dataset, set_global=False)
+    text = str(info.value)
+    assert message in text and "\n" not in text
+    assert name in text or value in text
+    assert get_recorder() is before  # nothing half set up was installed
+
+
+def test_the_signing_key_is_checked_at_configure_not_at_the_first_seal(dataset):
+    with pytest.raises(ConfigError, match="too short"):
+        otel_replay.configure(dataset, signing_key="short", set_global=False)
+    with pytest.raises(ConfigError, match="too short"):
+        otel_replay.configure(dataset, signing_key="", set_global=False)
+
+
+def test_a_bad_limit_argument_and_a_dataset_that_is_a_file_fail_at_configure(tmp_path):
+    with pytest.raises(ConfigError, match="max_age_seconds=-1"):
+        otel_replay.configure(tmp_path / "d", max_file_age_seconds=-1, set_global=False)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(DatasetError, match="cannot create the dataset directory"):
+        otel_replay.configure(tmp_path / "f", set_global=False)
+
+
+def test_the_recorder_knows_its_dataset_and_flushes_it(dataset):
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
+        recorder = get_recorder()
+        assert recorder is telemetry.recorder and recorder.dataset == str(dataset)
+        with audit("x", snapshot=snapshot()) as d:
+            d.act(payment())
+        assert recorder.flush(timeout_millis=10_000) is True
+        with Store(dataset) as store:  # durable now, long before the 3600 s roll
+            assert store.record(d.record_id) == d.record
+    assert telemetry.force_flush() is False  # shut down: nothing can be flushed any more
+
+
+def test_a_rollback_is_in_the_dataset_when_enforce_post_commit_returns(dataset):
+    """Issue 6 items 4 and 18: the gate's rolled_back record used to wait up to ~10 s in buffers."""
+    ledger = ReferenceLedger(10_000)
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        gate = ActionGate(ledger)  # no dataset= given: the one configure() writes to
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment())
+            receipt = gate.commit(payment(), record_id=d.record_id)
+        verdict = replay(
+            d.record, live_state={"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}, policy=budget_policy
+        )
+        assert verdict.fix is FixAction.ROLLBACK
+        outcome = gate.enforce_post_commit(verdict, receipt=receipt)
+        assert outcome.executed == "rolled_back"
+        with Store(dataset) as fresh:
+            gates = fresh.rows("SELECT executed FROM gates WHERE decision_id = ?", [d.record_id])
+        assert sorted(g["executed"] for g in gates) == ["committed", "rolled_back"]
+        assert (dataset / "_compensations").is_dir()  # claims live in the configured dataset
+    assert ledger.balance == 10_000
+
+
+def test_shutting_down_out_of_order_never_restores_a_closed_recorder(tmp_path):
+    base = get_recorder()
+    first = otel_replay.configure(tmp_path / "a", set_global=False)
+    second = otel_replay.configure(tmp_path / "b", set_global=False)
+    first.shutdown()
+    assert get_recorder() is second.recorder  # the newer pipeline stays in charge
+    second.shutdown()
+    assert get_recorder() is base  # not first's closed recorder
+    with audit("x", snapshot=snapshot()) as d:  # still works: the global (no-op) provider
+        d.act(payment())
+
+
+def test_records_emitted_after_shutdown_are_counted_and_logged_once(dataset, caplog):
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    recorder = telemetry.recorder
+    assert recorder is not None
+    telemetry.shutdown()
+    with caplog.at_level(logging.WARNING, logger="otel_replay"):
+        for i in range(3):
+            recorder.emit("replay.audit_entry", f"r-{i}", {"replay.kind": "audit_entry"})
+    assert recorder.stats.dropped_after_shutdown == 3
+    assert sum("after the telemetry pipeline was shut down" in r.getMessage() for r in caplog.records) == 1
+    assert recorder.flush() is False
