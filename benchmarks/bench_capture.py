@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
 
@@ -38,15 +39,6 @@ class DropExporter(SpanExporter):
     """Takes batches and throws them away: isolates the caller-side cost."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return SpanExportResult.SUCCESS
-
-
-class KeepExporter(SpanExporter):
-    def __init__(self) -> None:
-        self.spans: list[ReadableSpan] = []
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.spans.extend(spans)
         return SpanExportResult.SUCCESS
 
 
@@ -159,7 +151,7 @@ def bare(n: int) -> float:
 
 def make_spans(n: int) -> list[ReadableSpan]:
     """Record n realistic spans (decision trees) in memory, to feed the exporter."""
-    keep = KeepExporter()
+    keep = InMemorySpanExporter()
     p = TracerProvider(resource=Resource.create({"service.name": "bench"}))
     p.add_span_processor(
         BatchSpanProcessor(keep, max_queue_size=1 << 22, schedule_delay_millis=60_000, max_export_batch_size=1 << 16)
@@ -173,7 +165,7 @@ def make_spans(n: int) -> list[ReadableSpan]:
             d.act(Action("vendor_payment", ARGS, cost=4200))
     set_recorder(previous)
     p.shutdown()
-    return keep.spans
+    return list(keep.get_finished_spans())
 
 
 def best(fn, *args, repeat: int = 3) -> float:
