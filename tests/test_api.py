@@ -102,3 +102,18 @@ def test_exporter_is_importable_from_the_package():
     from otel_replay.exporters import ParquetSpanExporter
 
     assert ParquetSpanExporter is otel_replay.ParquetSpanExporter
+
+
+def test_readme_error_tree_is_the_module_tree():
+    """README's Errors section shows exactly the tree errors.py documents, and every exported class is in it."""
+    import otel_replay.errors as errors
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    shown = readme.split("## Errors\n\n```\n", 1)[1].split("```", 1)[0].strip()
+    documented = errors.__doc__.split("::\n\n", 1)[1].split("\n\nForeign", 1)[0]
+    documented = "\n".join(line[4:] for line in documented.splitlines()).replace("``", "").strip()
+    assert shown == documented
+    names = set(re.findall(r"[─ ]([A-Z][A-Za-z]+)\s", shown + " ")) | {"OtelReplayError"}
+    exported = {n for n in errors.__all__ if isinstance(getattr(errors, n), type)}
+    assert exported <= names, exported - names
