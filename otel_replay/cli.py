@@ -1,15 +1,18 @@
 """The ``otel-replay`` command: a thin layer over the library.
 
-Every user error ends in one line on stderr and a non-zero exit; set
-``OTEL_REPLAY_DEBUG=1`` to see tracebacks of unexpected errors.
+Every user error ends in one line on stderr and exit code 1; an unexpected
+error (a bug) ends in one line and exit code 3. Set ``OTEL_REPLAY_DEBUG=1``
+to see the traceback instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
+import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,10 +34,15 @@ _dataset_option = click.option(
     "-d",
     default=lambda: settings.dataset_dir(),
     show_default="$OTEL_REPLAY_DATASET or ./traces",
-    type=click.Path(file_okay=False),
     help="Dataset directory.",
 )
 _skip_option = click.option("--skip-corrupt", is_flag=True, help="Leave unreadable Parquet files out (and list them).")
+INTERNAL_ERROR = 3
+"""Exit code of an unexpected error (a bug in otel-replay); user errors exit with 1."""
+
+
+class _InternalError(click.ClickException):
+    exit_code = INTERNAL_ERROR
 
 
 def _friendly(func: F) -> F:
@@ -44,23 +52,83 @@ def _friendly(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+        except click.ClickException as exc:
+            # Our own messages may quote data (ids, file names): one line, controls escaped.
+            lines = exc.message.strip().splitlines()
+            cleaned = r.clean(lines[0]) if lines else exc.message
+            if cleaned == exc.message or type(exc) not in (click.ClickException, _InternalError):
+                raise
+            raise type(exc)(cleaned) from exc.__cause__
+        except (click.exceptions.Exit, click.Abort):
             raise
-        except (OtelReplayError, OSError, ValueError, json.JSONDecodeError) as exc:
+        except BrokenPipeError:
+            # The reader went away (`otel-replay sql ... | head`): stop quietly.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except (OtelReplayError, OSError, ValueError, RecursionError, OverflowError) as exc:
             if settings.env_flag(settings.DEBUG):
                 raise
-            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+            raise click.ClickException(_one_line(exc)) from exc
+        except Exception as exc:
+            if settings.env_flag(settings.DEBUG):
+                raise
+            raise _InternalError(
+                f"internal error: {type(exc).__name__}: {_one_line(exc)} "
+                "(a bug in otel-replay; OTEL_REPLAY_DEBUG=1 shows the traceback)"
+            ) from exc
 
     return wrapper  # type: ignore[return-value]
 
 
-def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Store:
-    if not Path(dataset).exists():
+def _one_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, control characters escaped (it may quote stored data)."""
+    text = str(exc).strip()
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{exc.filename}: {exc.strerror}"
+    return r.clean(text.splitlines()[0]) if text else type(exc).__name__
+
+
+def _input_file(path: str, what: str) -> Path:
+    """``path`` as a readable regular file, or a one-line error naming it."""
+    file = Path(path)
+    if not file.exists():
+        raise click.ClickException(f"{what} {path} does not exist")
+    if file.is_dir():
+        raise click.ClickException(f"{what} {path} is a directory, not a file")
+    if not os.access(file, os.R_OK):
+        raise click.ClickException(f"{what} {path} is not readable (permission denied)")
+    return file
+
+
+@contextlib.contextmanager
+def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
+    """Open the dataset; on the way out, name every file left out as corrupt (on stderr)."""
+    path = Path(dataset)
+    if not path.exists():
         raise click.ClickException(f"dataset {dataset} does not exist (write spans there first, or pass --dataset)")
-    store = Store(dataset, skip_corrupt=skip_corrupt, **trust)
-    for problem in store.skipped:
-        click.echo(f"warning: skipped {problem.path}: {problem.reason}", err=True)
-    return store
+    if not path.is_dir():
+        raise click.ClickException(f"dataset {dataset} is a file, not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise click.ClickException(f"dataset {dataset} is not readable (permission denied)")
+    quiet = _SkipNotices()
+    store_log = logging.getLogger("otel_replay.store")
+    store_log.addFilter(quiet)  # the CLI names skipped files itself, once, below
+    try:
+        store = Store(dataset, skip_corrupt=skip_corrupt, **trust)
+        try:
+            yield store
+        finally:
+            for problem in store.skipped:
+                click.echo(r.clean(f"warning: skipped {problem.path}: {problem.reason}"), err=True)
+            store.close()
+    finally:
+        store_log.removeFilter(quiet)
+
+
+class _SkipNotices(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("otel-replay: skipping")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,7 +138,9 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--dataset", "-d", default="./otel-replay-demo", show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--dataset", "-d", default="./otel-replay-demo", show_default=True, help="Directory to write the demo to."
+)
 @_friendly
 def demo(dataset: str) -> None:
     """Capture a $4,200 payment, commit it, replay it under a dropped budget, roll it back."""
@@ -86,9 +156,14 @@ def demo(dataset: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @_friendly
 def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
-    """Run QUERY (SQL text, or a path to a .sql file) against the dataset's views."""
-    if query.endswith(".sql") and Path(query).is_file():
-        query = Path(query).read_text(encoding="utf-8")
+    """Run QUERY (SQL text, or a path to a .sql file) read-only against the dataset's views.
+
+    Only queries run (SELECT, WITH, VALUES, FROM, DESCRIBE, SHOW, SUMMARIZE,
+    EXPLAIN); they read the dataset's Parquet files and nothing else. The
+    table cuts long values; --format json or csv prints every value whole.
+    """
+    if query.endswith(".sql") and not any(c.isspace() for c in query):
+        query = _input_file(query, "SQL file").read_text(encoding="utf-8")
     with _open(dataset, skip_corrupt) as store:
         r.print_table(store.query(query), fmt)
 
@@ -114,9 +189,7 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
 
 @main.command("replay")
 @click.argument("record_id")
-@click.option(
-    "--live-state", required=True, type=click.Path(dir_okay=False, exists=True), help="JSON file of the live state."
-)
+@click.option("--live-state", required=True, help="JSON file of the live state.")
 @click.option("--policy", "policy_ref", required=True, help="Policy as module:function.")
 @click.option(
     "--execute", is_flag=True, help="Apply the verdict post-commit through --rail, compensating the stored receipt."
@@ -132,7 +205,6 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
     "--key-file",
     "key_files",
     multiple=True,
-    type=click.Path(dir_okay=False),
     help="Verification key file; repeat for rotated keys (default: the signing key).",
 )
 @click.option("--resume", is_flag=True, help="Retry a compensation an earlier run claimed but never finished.")
@@ -164,7 +236,7 @@ def replay_cmd(
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
     if execute and not require_signed:
         raise click.ClickException("--execute acts only on signed records; drop --no-require-signed")
-    state = strict_loads(Path(live_state).read_bytes(), where=f"live state {live_state}")
+    state = strict_loads(_input_file(live_state, "live state file").read_bytes(), where=f"live state {live_state}")
     if not isinstance(state, dict):
         raise click.ClickException(f"{live_state}: the live state must be a JSON object")
     policy = load_policy(policy_ref)
@@ -187,7 +259,7 @@ def _keys(key_files: tuple[str, ...]) -> list[SigningKey] | None:
     """Keys from --key-file options; ``None`` means the default key (never created)."""
     if not key_files:
         return None
-    return [k for k in (load_signing_key(key_file=f) for f in key_files) if k is not None]
+    return [k for k in (load_signing_key(key_file=_input_file(f, "key file")) for f in key_files) if k is not None]
 
 
 def _load_rail(ref: str) -> Any:
@@ -208,13 +280,12 @@ def _load_rail(ref: str) -> Any:
     "--key-file",
     "key_files",
     multiple=True,
-    type=click.Path(dir_okay=False),
     help="Signing key file; repeat for rotated keys (default: see README, Integrity and keys).",
 )
 @_friendly
 def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_files: tuple[str, ...]) -> None:
     """Check every record's hash, signature and chain link; names any record edited, deleted or reordered."""
-    keys = [k for k in (load_signing_key(key_file=f) for f in key_files) if k is not None]
+    keys = [k for k in (load_signing_key(key_file=_input_file(f, "key file")) for f in key_files) if k is not None]
     if not key_files:
         default = load_signing_key(create=False)
         keys = [default] if default is not None else []

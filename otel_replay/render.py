@@ -1,19 +1,35 @@
-"""Terminal rendering for the CLI (rich tables and panels). No logic lives here."""
+r"""Terminal rendering for the CLI (rich tables and panels). No logic lives here.
+
+Data never reaches the terminal raw: control characters (ANSI/OSC escape
+sequences, carriage returns, bidirectional overrides) are shown as backslash escapes
+(ESC as \x1b), rich's markup and emoji codes are not applied to data, and
+``--format json`` / ``--format csv`` / ``--json`` are the faithful forms.
+When stdout is not a terminal, tables are printed at their natural width
+instead of being wrapped at 80 columns.
+"""
 
 from __future__ import annotations
 
+import base64
 import csv
+import datetime as dt
 import io
 import json
+import math
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
+
+from otel_replay.analyst import table_rows
 
 if TYPE_CHECKING:
     from otel_replay.chains import ReplayChain
@@ -23,6 +39,9 @@ if TYPE_CHECKING:
     from otel_replay.replay import Verdict
 
 __all__ = [
+    "CELL_WIDTH",
+    "clean",
+    "jsonable",
     "print_chain",
     "print_demo",
     "print_outcome",
@@ -33,15 +52,91 @@ __all__ = [
     "print_verify",
 ]
 
-console = Console(highlight=False, soft_wrap=False)
+CELL_WIDTH = 60
+"""Table cells longer than this are cut (with ``…``); JSON and CSV print every value whole."""
+_WIDE = 100_000
 _FIX_STYLE = {"ALLOW": "green", "ROLLBACK": "yellow", "BLOCK": "red", "HUMAN_REVIEW": "magenta"}
+# C0 and C1 controls, DEL, bidirectional controls, line and paragraph separators.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def _cell(value: Any, width: int = 60) -> str:
+def _console() -> Console:
+    """A console on the current stdout: terminal width on a terminal, else no wrapping."""
+    wide = not sys.stdout.isatty()
+    return Console(highlight=False, emoji=False, soft_wrap=False, width=_WIDE if wide else None)
+
+
+def _print(renderable: RenderableType = "", **kwargs: Any) -> None:
+    _console().print(renderable, **kwargs)
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    short = _SHORT.get(match.group())
+    if short is not None:
+        return short
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text: str) -> str:
+    """``text`` with every control character shown as an escape (backslash-x-1b style)."""
+    return _CONTROLS.sub(_escape_one, text)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as strict JSON data: non-finite floats, bytes, times and decimals become strings."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return (
+            value if math.isfinite(value) else ("NaN" if math.isnan(value) else repr(value).replace("inf", "Infinity"))
+        )
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "base64:" + base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return str(value)
+
+
+def _json_line(value: Any, indent: int | None = None) -> str:
+    return json.dumps(jsonable(value), allow_nan=False, indent=indent)
+
+
+def _text(value: Any) -> str:
+    """One value as plain text (no quotes around strings or times)."""
     if value is None:
         return ""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return escape(text if len(text) <= width else text[: width - 1] + "…")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False)
+    value = jsonable(value)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _cell(value: Any, width: int | None = CELL_WIDTH) -> Text:
+    """A table cell: cleaned plain text (never markup), cut at ``width``."""
+    text = clean(_text(value))
+    if width is not None and len(text) > width:
+        text = text[: width - 1] + "…"
+    return Text(text)
+
+
+def _cut(value: Any, width: int = CELL_WIDTH) -> bool:
+    return len(clean(_text(value))) > width
 
 
 def _count(n: int, noun: str) -> str:
@@ -49,114 +144,152 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun if n == 1 else plural}"
 
 
-def print_rows(rows: Sequence[dict[str, Any]], title: str | None = None) -> None:
+def _table(
+    names: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None, no_wrap: Sequence[bool] = ()
+) -> tuple[Table, bool]:
+    table = Table(title=Text(clean(title)) if title else None)
+    for i, name in enumerate(names):
+        keep = i < len(no_wrap) and no_wrap[i]
+        table.add_column(Text(clean(name)), overflow="fold", no_wrap=keep)
+    cut = False
+    for row in rows:
+        cut = cut or any(_cut(v) for v in row)
+        table.add_row(*(_cell(v) for v in row))
+    return table, cut
+
+
+def _footer(n: int, noun: str, cut: bool, faithful: str) -> str:
+    note = f"; values over {CELL_WIDTH} characters are cut, {faithful} prints them whole" if cut else ""
+    return f"[dim]{_count(n, noun)}{escape(note)}[/dim]"
+
+
+def print_rows(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> None:
     """Print dict rows as a table."""
     if not rows:
-        console.print(f"[dim]({title + ': ' if title else ''}no rows)[/dim]")
+        _print(f"[dim]({escape(clean(title)) + ': ' if title else ''}no rows)[/dim]")
         return
-    table = Table(title=title, show_lines=False)
-    for name in rows[0]:
-        table.add_column(escape(name), overflow="fold")
-    for row in rows:
-        table.add_row(*(_cell(v) for v in row.values()))
-    console.print(table)
+    names = list(rows[0])
+    table, cut = _table(names, [[row.get(n) for n in names] for row in rows], title=title)
+    _print(table)
+    if cut:
+        _print(_footer(len(rows), "row", cut, "--json"))
 
 
 def print_table(result: pa.Table, fmt: str) -> None:
-    """Print a query result as a table, JSON lines or CSV."""
-    from otel_replay.store import _python_safe
+    """Print a query result as a table, JSON lines or CSV.
 
-    rows = _python_safe(result).to_pylist()
+    A repeated column name is printed as ``name_2``, ``name_3`` (every column
+    kept). JSON and CSV carry every value whole: timestamps as ISO text with
+    every stored digit, infinities as ``infinity``, non-finite floats as
+    ``"NaN"`` / ``"Infinity"``, bytes as ``base64:...``.
+    """
+    names, rows = table_rows(result, exact_times=True)
     if fmt == "json":
         for row in rows:
-            sys.stdout.write(json.dumps(row, default=str) + "\n")
+            sys.stdout.write(_json_line(dict(zip(names, row, strict=True))) + "\n")
     elif fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(result.column_names)
+        writer.writerow(names)
         for row in rows:
-            writer.writerow(["" if v is None else v for v in row.values()])
+            writer.writerow([_text(v) for v in row])
         sys.stdout.write(out.getvalue())
     else:
-        print_rows(rows)
-        console.print(f"[dim]{_count(len(rows), 'row')}[/dim]")
+        times = [pa.types.is_timestamp(t) or pa.types.is_date(t) for t in result.schema.types]
+        table, cut = _table(names, rows, no_wrap=times)
+        _print(table)
+        _print(_footer(len(rows), "row", cut, "--format json or csv"))
 
 
-def _event_summary(event: dict[str, Any]) -> tuple[str, str, str, str]:
+def _event_summary(event: Mapping[str, Any]) -> tuple[Text, Text, Text, Text, Text]:
     if event["layer"] == "audit":
         who = f"{event.get('source_agent') or ''} → {event.get('target_agent') or '*'}"
-        return "audit", _cell(event.get("event_type")), _cell(who), _cell(event.get("payload"), 70)
+        return (Text("audit"), _cell(event.get("event_type")), _cell(who), _cell(event.get("payload"), 100), Text(""))
     detail: Any = event.get("rationale")
     if not detail and event.get("action_type"):
-        detail = f"{event['action_type']} {json.dumps(event.get('action_arguments'))} cost={event.get('action_cost')}"
-    if event.get("outcome_correct") is not None:
-        detail = f"{detail}  [outcome: {'correct' if event['outcome_correct'] else 'incorrect'}]"
-    conf = f" ({event['confidence']:.2f})" if event.get("confidence") is not None else ""
-    return "decision", _cell(f"{event.get('decision_type')}{conf}"), _cell(event.get("agent_id")), _cell(detail, 70)
+        arguments = _text(event.get("action_arguments"))
+        detail = f"{event['action_type']} {arguments} cost={_text(event.get('action_cost'))}"
+    correct = event.get("outcome_correct")
+    outcome = "" if correct is None else ("correct" if correct else "incorrect")
+    conf = f" ({event['confidence']:.2f})" if isinstance(event.get("confidence"), (int, float)) else ""
+    what = _cell(f"{_text(event.get('decision_type'))}{conf}")
+    return Text("decision"), what, _cell(event.get("agent_id")), _cell(detail, 100), Text(outcome)
 
 
 def print_chain(chain: ReplayChain, as_json: bool = False) -> None:
-    """Print a replay chain's merged timeline."""
+    """Print a replay chain's merged timeline (``as_json``: the whole chain as JSON)."""
     if as_json:
-        payload = {
-            "chain_type": chain.chain_type,
-            "chain_id": chain.chain_id,
-            "traces": chain.traces,
-            "audit_entries": chain.audit_entries,
-        }
-        sys.stdout.write(json.dumps(payload, default=str, indent=2) + "\n")
+        sys.stdout.write(_json_line(chain.to_json(), indent=2) + "\n")
         return
-    table = Table(title=escape(f"{chain.chain_type} chain {chain.chain_id}"))
-    for name in ("time", "layer", "what", "who", "detail"):
+    table = Table(title=Text(clean(f"{chain.chain_type} chain {chain.chain_id}")))
+    table.add_column("time (UTC)", no_wrap=True)
+    for name in ("layer", "what", "who", "detail"):
         table.add_column(name, overflow="fold")
+    table.add_column("outcome", no_wrap=True)
     for event in chain.events:
-        at = event.get("created_at") or ""
-        table.add_row(_cell(str(at)[:26]), *_event_summary(event))
-    console.print(table)
+        table.add_row(_cell(event.get("created_at"), None), *_event_summary(event))
+    _print(table)
     counts = f"{_count(len(chain.traces), 'decision')}, {_count(len(chain.audit_entries), 'audit entry')}"
-    console.print(f"[dim]{counts}[/dim]")
+    _print(f"[dim]{escape(counts)}[/dim]")
+    if chain.truncated:
+        layers = " and ".join(chain.truncated_layers)
+        _print(
+            f"[yellow]truncated:[/yellow] the {escape(layers)} layer had more than {chain.limit} rows; "
+            "the newest are left out (raise --limit)"
+        )
+    if not chain.outcomes_verified:
+        _print("[dim]outcomes not shown: no verification key to check them with[/dim]")
 
 
 def print_verdict(verdict: Verdict) -> None:
     """Print a verdict as a coloured panel."""
     style = _FIX_STYLE.get(verdict.fix.value, "white")
-    body = "\n".join([
-        f"[bold {style}]{verdict.fix.value}[/]",
-        f"justified: {verdict.justified}",
-        f"reason: {escape(verdict.reason)}",
-        f"record: {escape(verdict.record_id)}",
-    ])
-    console.print(Panel(body, title="verdict", expand=False))
+    body = "\n".join(
+        [
+            f"[bold {style}]{escape(verdict.fix.value)}[/]",
+            f"justified: {verdict.justified}",
+            f"reason: {escape(clean(verdict.reason))}",
+            f"record: {escape(clean(verdict.record_id))}",
+        ]
+    )
+    _print(Panel(body, title="verdict", expand=False))
 
 
 def print_outcome(outcome: GateOutcome) -> None:
     """Print what the gate executed."""
-    console.print(Panel(f"[bold]{outcome.executed}[/]\n{escape(outcome.detail)}", title="gate outcome", expand=False))
+    body = f"[bold]{escape(clean(outcome.executed))}[/]\n{escape(clean(outcome.detail))}"
+    _print(Panel(body, title="gate outcome", expand=False))
 
 
 def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
-    """Print a verification report."""
+    """Print a verification report, naming every file that could not be read (and so was not checked)."""
     unsigned = ""
+    where = escape(clean(dataset))
     if report.unsigned_checked:
         why = "no signing key given" if not have_key else "no key given for them"
         unsigned = f" ({_count(report.unsigned_checked, 'signature')} not checked: {why})"
     if report.ok:
-        console.print(
-            f"[green]OK[/green] {escape(dataset)}: {_count(report.records, 'record')} in "
+        _print(
+            f"[green]OK[/green] {where}: {_count(report.records, 'record')} in "
             f"{_count(report.chains, 'chain')} verified{unsigned}"
         )
         return
-    console.print(f"[red]FAILED[/red] {escape(dataset)}: {len(report.problems)} problem(s) in {report.records} records")
+    problems = _count(len(report.problems), "problem")
+    unreadable = _count(len(report.unreadable_files), "unreadable file")
+    _print(f"[red]FAILED[/red] {where}: {problems} in {report.records} records, {unreadable}")
     for problem in report.problems:
-        console.print(f"  {escape(str(problem))}", soft_wrap=True)
+        _print(f"  {escape(clean(str(problem)))}", soft_wrap=True)
+    for path in report.unreadable_files:
+        _print(f"  not checked: {escape(clean(path))} could not be read", soft_wrap=True)
 
 
-def print_tree(rows: Sequence[dict[str, Any]]) -> None:
+def print_tree(rows: Sequence[Mapping[str, Any]]) -> None:
     """Print a causal tree, indented by depth."""
     for row in rows:
         ms = (row.get("duration_ns") or 0) / 1e6
-        kind = escape(f" [{row['replay_kind']}]") if row.get("replay_kind") else ""
-        console.print(f"{'  ' * row['depth']}{escape(row['name'])}{kind} {ms:.3f} ms  span={row['span_id']}")
+        kind = f" [{row['replay_kind']}]" if row.get("replay_kind") else ""
+        line = f"{'  ' * row['depth']}{clean(_text(row['name']))}{clean(kind)} {ms:.3f} ms  span={row['span_id']}"
+        _print(Text(line))
 
 
 def print_demo(result: DemoResult) -> None:
@@ -170,14 +303,14 @@ def print_demo(result: DemoResult) -> None:
         escape(f"snapshot {record.snapshot.version if record.snapshot else ''}: {state}"),
         f"ledger balance after commit: {result.balance_after_commit:,.2f}",
     ]
-    console.print(Panel("\n".join(lines), title="1. captured and committed", expand=False))
+    _print(Panel("\n".join(lines), title="1. captured and committed", expand=False))
     print_chain(result.chain)
     print_verdict(result.verdict)
     print_outcome(result.outcome)
-    console.print(f"ledger balance after the gate: [bold]{result.balance_after_gate:,.2f}[/]")
-    console.print(f"rehydrated from Parquet equals the in-process record: [bold]{result.rehydrated_equal}[/]")
+    _print(f"ledger balance after the gate: [bold]{result.balance_after_gate:,.2f}[/]")
+    _print(f"rehydrated from Parquet equals the in-process record: [bold]{result.rehydrated_equal}[/]")
     print_verify(result.verify, result.dataset, True)
-    console.print("\n[bold]Try next[/bold]")
+    _print("\n[bold]Try next[/bold]")
     d = result.dataset
     for line in (
         f'otel-replay sql -d {d} "SELECT decision_type, agent_id, action_cost, created_at FROM decisions"',
@@ -187,4 +320,4 @@ def print_demo(result: DemoResult) -> None:
         "--policy otel_replay.demo:budget_policy",
         f"otel-replay verify {d}",
     ):
-        console.print(f"  {escape(line)}", soft_wrap=True)
+        _print(f"  {escape(line)}", soft_wrap=True)

@@ -3,6 +3,12 @@
 Storage knows the span schema and the SQL; it knows nothing of the capture API.
 DuckDB and pyarrow errors are converted here, at the boundary, into
 :class:`QueryError` / :class:`CorruptFileError` with the cause kept.
+
+Two DuckDB databases serve one store: the internal one runs the shipped
+``queries/*.sql``; analyst SQL (:meth:`Store.query`, :meth:`Store.rows`,
+``otel-replay sql``) runs on a second one closed off per
+:mod:`otel_replay.analyst`: it reads the dataset's files and nothing else,
+and writes nothing.
 """
 
 from __future__ import annotations
@@ -11,24 +17,27 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
+from otel_replay._corrupt import could_be_a_bad_file, find_corrupt
 from otel_replay._json import loads, strict_loads
+from otel_replay.analyst import check_statements, close_off, table_rows
 from otel_replay.errors import (
     ConflictingRecords,
     CorruptFileError,
     DatasetError,
     PayloadError,
     QueryError,
+    ReadOnlyViolation,
     RecordNotFound,
 )
 from otel_replay.exporters.schema import SPAN_SCHEMA, SPANS_DIR
@@ -41,33 +50,22 @@ __all__ = ["Store", "load_sql", "open_store", "restore_attributes", "stored_reco
 _log = logging.getLogger(__name__)
 _FILES_VAR = "otel_replay_files"
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*")
+_QUERY_NAME = re.compile(r"[a-z_][a-z0-9_]*(?:/[a-z_][a-z0-9_]*)?")
 _VARIABLE = re.compile(r"getvariable\('([a-z_][a-z0-9_]*)'\)")
 Keys = SigningKey | Sequence[SigningKey] | None
+Params = Sequence[Any] | Mapping[str, Any] | None
+T = TypeVar("T")
 
 
 @cache
 def load_sql(name: str) -> str:
-    """The text of ``queries/<name>.sql`` as shipped in the package."""
+    """The text of ``queries/<name>.sql`` as shipped in the package (``name`` like ``record`` or ``chains/trade``)."""
+    if not _QUERY_NAME.fullmatch(name):
+        raise QueryError(f"bad query name {name!r}: expected a shipped file such as 'record' or 'chains/trade'")
     try:
         return resources.files("otel_replay.queries").joinpath(f"{name}.sql").read_text(encoding="utf-8")
     except FileNotFoundError:
         raise QueryError(f"no SQL file queries/{name}.sql") from None
-
-
-def _micro(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_timestamp(t) and t.unit == "ns":
-        return pa.timestamp("us", tz=t.tz)
-    if pa.types.is_list(t):
-        return pa.list_(_micro(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_micro(f.type)) for f in t])
-    return t
-
-
-def _python_safe(table: pa.Table) -> pa.Table:
-    """Cast nanosecond timestamps, nested ones too, to microseconds (``datetime`` has no ns)."""
-    target = pa.schema([f.with_type(_micro(f.type)) for f in table.schema])
-    return table if target.equals(table.schema) else table.cast(target, safe=False)
 
 
 def restore_attributes(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,6 +126,8 @@ class Store:
     trusted per :mod:`otel_replay.trust`: :meth:`record`, :meth:`receipts_for`,
     :meth:`compensation_for` and :meth:`verified_outcomes` use only rows that
     pass the seal check; the SQL views show every stored row.
+    :meth:`query` and :meth:`rows` run analyst SQL read-only: they can read
+    the dataset's files and nothing else (:mod:`otel_replay.analyst`).
 
     """
 
@@ -151,6 +151,9 @@ class Store:
         self.files: list[str] = []
         self.skipped: list[CorruptFileError] = []
         self._checked: dict[str, tuple[int, int]] = {}
+        self._decoded: dict[str, tuple[int, int]] = {}
+        self._bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
+        self._analyst: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -162,16 +165,28 @@ class Store:
     # --- files and views ----------------------------------------------------
     def _scan(self) -> list[str]:
         root = self.dataset / SPANS_DIR
-        if not root.is_dir():
-            return []
-        return sorted(str(p) for p in root.rglob("*.parquet") if not p.name.startswith("."))
+        try:
+            if not root.is_dir():
+                return []
+            return sorted(str(p) for p in root.rglob("*.parquet") if not p.name.startswith("."))
+        except OSError as exc:
+            raise DatasetError(f"cannot list the files of {root}: {exc.strerror or exc}") from exc
 
-    def _check(self, path: str) -> CorruptFileError | None:
+    @staticmethod
+    def _stamp(path: str) -> tuple[int, int] | None:
         try:
             st = os.stat(path)
         except FileNotFoundError:
+            return None
+        return (st.st_size, st.st_mtime_ns)
+
+    def _check(self, path: str) -> CorruptFileError | None:
+        stamp = self._stamp(path)
+        if stamp is None:
             return CorruptFileError(path, "vanished while reading")
-        stamp = (st.st_size, st.st_mtime_ns)
+        bad = self._bad.get(path)
+        if bad is not None and bad[0] == stamp:
+            return bad[1]
         if self._checked.get(path) == stamp:
             return None
         try:
@@ -187,50 +202,141 @@ class Store:
         """Rescan the dataset's files, validate new ones, and (re)define the views."""
         with self._lock:
             files, skipped = [], []
+            known = {problem.path for problem in self.skipped}
             for path in self._scan():
                 problem = self._check(path)
                 if problem is None:
                     files.append(path)
                 elif self.skip_corrupt:
-                    _log.warning("otel-replay: skipping %s", problem)
+                    if path not in known:
+                        _log.warning("otel-replay: skipping %s", problem)
                     skipped.append(problem)
                 else:
                     raise problem
             self.files, self.skipped = files, skipped
+            self._define_views(self._con, files)
+            if self._analyst is not None:
+                self._analyst.close()
+                self._analyst = None
+
+    def _define_views(self, con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+        try:
+            if files:
+                con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [files])
+                con.execute(load_sql("source"))
+            else:
+                con.execute(f"SET VARIABLE {_FILES_VAR} = NULL")
+                empty = (
+                    SPAN_SCHEMA.empty_table()
+                    .append_column("date", pa.array([], pa.date32()))
+                    .append_column("filename", pa.array([], pa.string()))
+                )
+                con.register("otel_replay_empty_spans", empty)
+                con.execute(load_sql("empty_source"))
+            con.execute(load_sql("views"))
+        except duckdb.Error as exc:
+            raise QueryError(f"defining views over {self.dataset}: {exc}") from exc
+
+    def _analyst_con(self) -> duckdb.DuckDBPyConnection:
+        """The closed-off database analyst SQL runs on (see :mod:`otel_replay.analyst`)."""
+        if self._analyst is None:
             try:
-                if files:
-                    self._con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [files])
-                    self._con.execute(load_sql("source"))
-                else:
-                    self._con.execute(f"SET VARIABLE {_FILES_VAR} = NULL")
-                    empty = (
-                        SPAN_SCHEMA.empty_table()
-                        .append_column("date", pa.array([], pa.date32()))
-                        .append_column("filename", pa.array([], pa.string()))
-                    )
-                    self._con.register("otel_replay_empty_spans", empty)
-                    self._con.execute(load_sql("empty_source"))
-                self._con.execute(load_sql("views"))
+                con = duckdb.connect(":memory:")
+                con.execute("SET TimeZone = 'UTC'")
+                con.execute("SET python_enable_replacements = false")
             except duckdb.Error as exc:
-                raise QueryError(f"defining views over {self.dataset}: {exc}") from exc
+                raise QueryError(f"cannot open the analyst database: {exc}") from exc
+            try:
+                self._define_views(con, self.files)
+                close_off(con, self.files)
+            except QueryError:
+                con.close()
+                raise
+            self._analyst = con
+        return self._analyst
+
+    def _attempt(self, fetch: Callable[[], T]) -> T:
+        """Run ``fetch``, naming the file when a damaged Parquet page breaks it.
+
+        With ``skip_corrupt`` the damaged file joins :attr:`skipped`, the views
+        are redefined without it and ``fetch`` runs again.
+        """
+        for _ in range(len(self.files) + 2):  # each retry leaves at least one file out
+            try:
+                return fetch()
+            except duckdb.PermissionException as exc:
+                raise ReadOnlyViolation(
+                    f"refused: {str(exc).splitlines()[0]} (analyst SQL reads only the dataset's own Parquet files)"
+                ) from exc
+            except duckdb.Error as exc:
+                found = self._find_damaged(exc)
+                if not found:
+                    raise QueryError(f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+                if not self.skip_corrupt:
+                    raise found[0] from exc
+                self.refresh()
+        raise QueryError(f"files in {self.dataset} kept changing while damaged ones were being left out; retry")
+
+    def _find_damaged(self, exc: duckdb.Error) -> list[CorruptFileError]:
+        if not self.files or not could_be_a_bad_file(exc):
+            return []
+        stamps = {path: self._stamp(path) for path in self.files}
+        unproven = [path for path in self.files if stamps[path] is None or self._decoded.get(path) != stamps[path]]
+        found = find_corrupt(self._con, unproven)
+        bad = {problem.path for problem in found}
+        for path in unproven:
+            stamp = stamps[path]
+            if stamp is not None and path not in bad:
+                self._decoded[path] = stamp
+        for problem in found:
+            stamp = stamps[problem.path]
+            if stamp is not None:
+                self._bad[problem.path] = (stamp, problem)
+        return found
 
     # --- running SQL ----------------------------------------------------------
-    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
-        """Run ``sql`` (parameters bound, never interpolated); returns an Arrow table."""
-        with self._lock:
-            try:
-                relation = self._con.sql(sql, params=params)
-                if relation is None:
-                    return pa.table({})
-                # DuckDB 2 renamed Relation.arrow() to to_arrow_table().
-                fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
-                return fetch()
-            except duckdb.Error as exc:
-                raise QueryError(f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+    @staticmethod
+    def _arrow(relation: duckdb.DuckDBPyRelation | None) -> pa.Table:
+        if relation is None:
+            return pa.table({})
+        # DuckDB 2 renamed Relation.arrow() to to_arrow_table().
+        fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
+        table: pa.Table = fetch()
+        return table
 
-    def rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Like :meth:`query`, as a list of dicts."""
-        return _python_safe(self.query(sql, params)).to_pylist()
+    def query(self, sql: str, params: Params = None) -> pa.Table:
+        """Run analyst ``sql`` read-only on the dataset's views; returns an Arrow table.
+
+        Parameters are bound, never interpolated. Every statement must be a
+        query (see :mod:`otel_replay.analyst`); with several, the last one's
+        result is returned.
+
+        Raises:
+            ReadOnlyViolation: a statement would write, attach, configure, or
+                read a file that is not one of the dataset's.
+            CorruptFileError: a dataset file is damaged (names it), unless
+                the store skips corrupt files.
+            QueryError: DuckDB refused or failed the query.
+
+        """
+
+        def fetch() -> pa.Table:
+            con = self._analyst_con()
+            statements = check_statements(con, sql)
+            if params is not None and len(statements) > 1:
+                raise QueryError(f"parameters bind to one statement; the SQL holds {len(statements)}")
+            result = pa.table({})
+            for statement in statements:
+                result = self._arrow(con.sql(statement, params=params))
+            return result
+
+        with self._lock:
+            return self._attempt(fetch)
+
+    def rows(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
+        """Like :meth:`query`, as a list of dicts (a repeated column name gets ``_2``, ``_3``)."""
+        names, values = table_rows(self.query(sql, params))
+        return [dict(zip(names, row, strict=True)) for row in values]
 
     def run(self, name: str, **variables: Any) -> list[dict[str, Any]]:
         """Run ``queries/<name>.sql`` with DuckDB variables set (``SET VARIABLE``).
@@ -245,13 +351,15 @@ class Store:
                 raise QueryError(f"bad variable name {key!r} for {name}.sql")
         values = dict.fromkeys(_VARIABLE.findall(sql))
         values.update(variables)
+
+        def fetch() -> pa.Table:
+            for key, value in values.items():
+                self._con.execute(f"SET VARIABLE {key} = ?", [value])
+            return self._arrow(self._con.sql(sql))
+
         with self._lock:
-            try:
-                for key, value in values.items():
-                    self._con.execute(f"SET VARIABLE {key} = ?", [value])
-            except duckdb.Error as exc:
-                raise QueryError(f"setting variables for {name}.sql: {exc}") from exc
-            return self.rows(sql)
+            names, rows = table_rows(self._attempt(fetch))
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     # --- records: only rows that pass the seal check act ----------------------
     @property
@@ -418,8 +526,11 @@ class Store:
         return report
 
     def close(self) -> None:
-        """Close the DuckDB connection."""
+        """Close the DuckDB connections."""
         with self._lock:
+            if self._analyst is not None:
+                self._analyst.close()
+                self._analyst = None
             self._con.close()
 
     def __enter__(self) -> Store:

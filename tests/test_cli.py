@@ -38,8 +38,17 @@ def replay_args(record_id, dataset, live, *extra: str) -> list[str]:
 
 
 def run(*args: str):
+    """Invoke the CLI in-process; fail on any exception other than the exit itself.
+
+    CliRunner catches exceptions, so a traceback never shows in ``result.output``:
+    what ended the run (``result.exception``) is the thing to check. A failed
+    run must end in exactly one line on stderr.
+    """
     result = CliRunner().invoke(main, list(args))
-    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)  # 2: usage; 3 would be an internal error
+    if result.exit_code == 1 and result.stderr.startswith("Error"):
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     return result
 
 
@@ -141,9 +150,11 @@ def test_user_errors_are_one_line_without_traceback(demo_dataset, tmp_path, args
     bad.write_text("{nope")
     args = [str(live) if a == "LIVE" else str(bad) if a == "BADJSON" else a for a in args]
     result = run(*args, "-d", str(demo_dataset))
-    assert result.exit_code != 0
-    assert message in result.output
-    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)
+    if result.exit_code == 2:  # a usage error: click's usage lines, then the one-line error
+        assert message in result.stderr.splitlines()[-1]
+    else:
+        assert result.exit_code == 1 and message in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_missing_dataset_and_corrupt_file(tmp_path, demo_dataset):
@@ -166,9 +177,13 @@ def test_missing_dataset_and_corrupt_file(tmp_path, demo_dataset):
 def test_verify_fails_with_exit_1_on_tamper(demo_dataset):
     import pyarrow.parquet as pq
 
-    path = next((demo_dataset / "spans").rglob("*.parquet"))
+    # Delete the decision record from the file holding it (the demo may write several files).
+    path = next(
+        p
+        for p in (demo_dataset / "spans").rglob("*.parquet")
+        if "replay.decision" in pq.read_table(p)["name"].to_pylist()
+    )
     table = pq.read_table(path)
-    # Drop the first sealed record of the chain's middle: the audit entry recorded second.
     names = table.column("name").to_pylist()
     keep = [i for i, n in enumerate(names) if not (n == "replay.decision")]
     pq.write_table(table.take(keep), path)
@@ -209,7 +224,176 @@ def test_policy_failures_are_one_line(demo_dataset, tmp_path):
     live.write_text("{}")
     for ref, message in (("json:dumps", "policy dumps raised TypeError"), ("builtins:len", "raised TypeError")):
         result = run("replay", rid["record_id"], "-d", str(demo_dataset), "--live-state", str(live), "--policy", ref)
-        assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
+        assert result.exit_code == 1 and message in result.output
     bad_rail = run(*replay_args(rid["record_id"], demo_dataset, live, "--execute", "--rail", "otel_replay.demo:nope"))
     assert bad_rail.exit_code == 1 and "rail 'otel_replay.demo:nope'" in bad_rail.output
     assert "verdict" not in bad_rail.output  # the rail is checked before anything is printed
+
+
+# --- issue 6: paths, corrupt pages, hostile terminal data, the real entry point ---------------
+
+
+def _entry_point() -> str:
+    script = Path(sys.executable).with_name("otel-replay")
+    assert script.exists(), "the console script is installed with the package"
+    return str(script)
+
+
+def test_the_real_entry_point_reports_user_errors_in_one_line(demo_dataset, tmp_path):
+    """The installed ``otel-replay`` script, not CliRunner: stderr must hold one line and no traceback."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    rid = json.loads(run("sql", "SELECT record_id FROM decisions", "-d", str(demo_dataset), "--format", "json").output)
+    cases = [
+        ["sql", "SELECT 1", "-d", str(tmp_path / "absent")],
+        ["sql", "COPY (SELECT 1) TO 'x.csv'", "-d", str(demo_dataset)],
+        ["sql", "SELECT * FROM read_text('/etc/passwd')", "-d", str(demo_dataset)],
+        ["sql", str(tmp_path / "missing.sql"), "-d", str(demo_dataset)],
+        replay_args(rid["record_id"], demo_dataset, deep),
+        replay_args(rid["record_id"], demo_dataset, tmp_path),
+    ]
+    for args in cases:
+        out = subprocess.run([_entry_point(), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert out.returncode == 1, (args, out.stderr)
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
+        assert out.stderr.startswith("Error: "), out.stderr
+    assert not (tmp_path / "x.csv").exists()
+    ok = subprocess.run(
+        [_entry_point(), "sql", "SELECT 'infinity'::timestamp AS t", "-d", str(demo_dataset), "--format", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0 and ok.stdout.splitlines() == ["t", "infinity"] and ok.stderr == ""
+
+
+def test_sql_prints_infinite_and_out_of_range_times(demo_dataset):
+    for fmt in ("table", "json", "csv"):
+        result = run(
+            "sql", "SELECT 'infinity'::timestamp AS a, '-infinity'::date AS b", "-d", str(demo_dataset), "--format", fmt
+        )
+        assert result.exit_code == 0 and "infinity" in result.output and "-infinity" in result.output
+
+
+def test_path_arguments_get_one_line_errors(demo_dataset, tmp_path):
+    live = tmp_path / "live.json"
+    live.write_text("{}")
+    rid = json.loads(run("sql", "SELECT record_id FROM decisions", "-d", str(demo_dataset), "--format", "json").output)
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("x")
+    cases = [
+        (replay_args(rid["record_id"], demo_dataset, tmp_path / "nope.json"), "live state file", "does not exist"),
+        (replay_args(rid["record_id"], demo_dataset, tmp_path), "live state file", "is a directory"),
+        (
+            replay_args(rid["record_id"], demo_dataset, live, "--key-file", str(tmp_path / "nokey")),
+            "key file",
+            "does not exist",
+        ),
+        (replay_args(rid["record_id"], demo_dataset, live, "--key-file", str(tmp_path)), "key file", "is a directory"),
+        (["verify", str(demo_dataset), "--key-file", str(tmp_path / "nokey")], "key file", "does not exist"),
+        (["sql", str(tmp_path / "q.sql"), "-d", str(demo_dataset)], "SQL file", "does not exist"),
+        (["sql", "SELECT 1", "-d", str(a_file)], "dataset", "is a file, not a directory"),
+        (["verify", str(a_file)], "dataset", "is a file, not a directory"),
+        (["tree", "x", "-d", str(tmp_path / "absent")], "dataset", "does not exist"),
+    ]
+    (tmp_path / "dir.sql").mkdir()
+    cases.append((["sql", str(tmp_path / "dir.sql"), "-d", str(demo_dataset)], "SQL file", "is a directory"))
+    for args, what, why in cases:
+        result = run(*args)
+        assert result.exit_code == 1, (args, result.output)
+        line = result.stderr.strip()
+        assert len(line.splitlines()) == 1 and what in line and why in line, (args, line)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_live_state_is_one_line(demo_dataset, tmp_path):
+    live = tmp_path / "live.json"
+    live.write_text("{}")
+    live.chmod(0)
+    result = run(*replay_args("x", demo_dataset, live))
+    assert result.exit_code == 1 and "not readable" in result.stderr
+
+
+def test_deeply_nested_live_state_is_one_line(demo_dataset, tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    result = run(*replay_args("x", demo_dataset, deep))
+    assert result.exit_code == 1 and "deep.json" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_damaged_page_is_named_by_every_read_command_and_skipped_on_request(demo_dataset):
+    from .test_store import damage_pages
+
+    good = max((demo_dataset / "spans").rglob("*.parquet"), key=lambda p: p.stat().st_size)  # holds the decision
+    bad = damage_pages(good, good.with_name("part-damaged.parquet"))
+    rid = json.loads(
+        run(
+            "sql", "SELECT record_id FROM decisions", "-d", str(demo_dataset), "--skip-corrupt", "--format", "json"
+        ).stdout
+    )["record_id"]
+    cid = json.loads(
+        run(
+            "sql", "SELECT correlation_id FROM decisions", "-d", str(demo_dataset), "--skip-corrupt", "--format", "json"
+        ).stdout
+    )["correlation_id"]
+    commands = [
+        ["sql", "SELECT * FROM spans"],
+        ["chain", "trade", cid],
+        ["tree", rid],
+        replay_args(rid, demo_dataset, demo_dataset / "demo-live-state.json")[:],
+    ]
+    for command in commands:
+        failed = run(*command, "-d", str(demo_dataset))
+        assert failed.exit_code == 1 and "part-damaged.parquet" in failed.stderr, (command, failed.output)
+        skipped = run(*command, "-d", str(demo_dataset), "--skip-corrupt")
+        assert skipped.exit_code == 0, (command, skipped.output)
+        assert f"warning: skipped {bad}" in skipped.stderr, command
+    verify = run("verify", str(demo_dataset))
+    assert verify.exit_code == 1 and "part-damaged.parquet" in verify.stderr
+    partial = run("verify", str(demo_dataset), "--skip-corrupt")
+    assert partial.exit_code == 1 and partial.stdout.startswith("FAILED")
+    assert f"not checked: {bad}" in partial.stdout and "1 unreadable file" in partial.stdout
+
+
+def test_hostile_agent_ids_and_event_types_reach_no_terminal(tmp_path):
+    import otel_replay
+    from otel_replay import AuditLog, audit
+
+    from ._support import payment, snapshot
+
+    dataset = tmp_path / "ds"
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    evil = "\x1b]0;owned\x07\x1b[2J:x:[red]"
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-evil", agent_id=evil) as d:
+        d.act(payment())
+    AuditLog().append(f"invoice{evil}", source_agent=evil, correlation_id="c-evil", payload={"note": evil})
+    telemetry.shutdown()
+    for args in (
+        ["chain", "trade", "c-evil"],
+        ["sql", "SELECT agent_id FROM decisions"],
+        ["sql", "SELECT event_type, source_agent FROM audit_entries"],
+        ["tree", d.record_id],
+    ):
+        result = run(*args, "-d", str(dataset))
+        assert result.exit_code == 0, (args, result.output)
+        assert "\x1b" not in result.output and "\x07" not in result.output, args
+        assert "❌" not in result.output
+    table = run("sql", "SELECT agent_id FROM decisions", "-d", str(dataset)).output
+    assert "\\x1b]0;owned\\x07\\x1b[2J:x:[red]" in table
+    faithful = run("sql", "SELECT agent_id FROM decisions", "-d", str(dataset), "--format", "json").output
+    assert json.loads(faithful) == {"agent_id": evil}
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_a_reader_that_goes_away_gets_no_traceback(demo_dataset, fmt):
+    """``otel-replay sql ... | head -1``: the closed pipe ends the command quietly."""
+    query = "SELECT repeat('x', 50) AS v FROM range(4000)"  # about 240 KB: more than a pipe buffer holds
+    args = [_entry_point(), "sql", query, "-d", str(demo_dataset), "--format", fmt]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) in (0, 1)
+    assert err == ""

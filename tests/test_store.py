@@ -135,3 +135,60 @@ def test_refresh_sees_new_files(telemetry, dataset):
     store.refresh()
     assert len(store.rows("SELECT * FROM decisions")) == 2
     store.close()
+
+
+def damage_pages(source: Path, target: Path) -> Path:
+    """Copy ``source`` to ``target`` with every column's first data page header overwritten; the footer stays intact."""
+    import pyarrow.parquet as pq
+
+    data = bytearray(source.read_bytes())
+    group = pq.read_metadata(source).row_group(0)
+    for i in range(group.num_columns):
+        offset = group.column(i).data_page_offset
+        data[offset : offset + 4] = b"\xff\xff\xff\xff"
+    target.write_bytes(bytes(data))
+    assert pq.read_metadata(target).num_rows == pq.read_metadata(source).num_rows  # the footer still reads
+    return target
+
+
+def test_a_damaged_data_page_is_named_and_can_be_skipped(telemetry, dataset):
+    record = _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    bad = damage_pages(good, good.with_name("part-damaged.parquet"))
+    before = {p: p.read_bytes() for p in (good, bad)}
+    with otel_replay.open(dataset) as store:  # the footer check passes: the damage shows only when pages are read
+        with pytest.raises(CorruptFileError, match="part-damaged.parquet"):
+            store.rows("SELECT * FROM spans")
+        with pytest.raises(CorruptFileError, match="part-damaged.parquet"):
+            store.record(record.record_id)
+        with pytest.raises(CorruptFileError, match="part-damaged.parquet"):
+            store.verify(None)
+    with otel_replay.open(dataset, skip_corrupt=True) as store:
+        assert len(store.rows("SELECT * FROM spans")) == len(pq_rows(good))
+        assert [p.path for p in store.skipped] == [str(bad)]
+        assert store.record(record.record_id) == record
+        report = store.verify(None)
+        assert not report.ok and report.unreadable_files == [str(bad)]
+    assert {p: p.read_bytes() for p in (good, bad)} == before  # nothing stored is touched
+
+
+def pq_rows(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=["span_id"]).to_pylist()
+
+
+def test_rows_keep_repeated_columns_and_out_of_range_times(tmp_path):
+    with otel_replay.open(tmp_path) as store:
+        assert store.rows("SELECT 1 AS a, 2 AS a") == [{"a": 1, "a_2": 2}]
+        row = store.rows("SELECT 'infinity'::TIMESTAMP AS t, '-infinity'::DATE AS d, TIMESTAMP '2026-01-02' AS ok")[0]
+    assert row["t"] == "infinity" and row["d"] == "-infinity" and row["ok"].year == 2026
+
+
+def test_run_loads_only_shipped_query_files(tmp_path):
+    with otel_replay.open(tmp_path) as store:
+        for name in ("../store", "chains/../../store", "/etc/passwd", "views.sql", "chains/trade/x"):
+            with pytest.raises(QueryError, match="bad query name"):
+                store.run(name)
+        with pytest.raises(QueryError, match="no SQL file queries/nope.sql"):
+            store.run("nope")

@@ -1,0 +1,195 @@
+"""Analyst SQL is read-only and confined to the dataset (issue 6, item 10).
+
+Every hostile statement gets a one-line error, and afterwards every file of
+the dataset is byte-identical and no file appeared anywhere we can see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+import otel_replay
+from otel_replay import audit
+from otel_replay.cli import main
+from otel_replay.errors import QueryError, ReadOnlyViolation
+
+from ._support import payment, snapshot
+
+SECRET = "super-secret-signing-key-0123456789"
+
+
+def _snapshot_files(*roots: Path) -> dict[str, str]:
+    """Path -> sha256 of every file under ``roots``."""
+    found = {}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.fixture
+def captured(telemetry, dataset, tmp_path, monkeypatch):
+    """A dataset with one decision, a signing key file in ~/.config, and the cwd in tmp_path."""
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-1") as d:
+        d.act(payment())
+    telemetry.force_flush()
+    key_file = Path.home() / ".config" / "otel-replay" / "signing.key"
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(SECRET)
+    monkeypatch.chdir(tmp_path)
+    return dataset, key_file
+
+
+def _hostile(dataset: Path, key_file: Path, tmp_path: Path) -> list[str]:
+    spans = next((dataset / "spans").rglob("*.parquet"))
+    new_part = dataset / "spans" / "date=2026-01-01" / "part-evil.parquet"
+    return [
+        f"COPY (SELECT * FROM spans) TO '{new_part}' (FORMAT parquet)",
+        f"COPY (SELECT * FROM spans) TO '{spans}' (FORMAT parquet)",
+        f"COPY decisions TO '{tmp_path / 'out.csv'}'",
+        "CREATE TABLE t AS SELECT 1 AS x",
+        "CREATE OR REPLACE VIEW decisions AS SELECT 42.0 AS action_cost",
+        "CREATE OR REPLACE MACRO unambiguous(a) AS true",
+        "DROP VIEW decisions",
+        "DELETE FROM spans",
+        "INSERT INTO spans SELECT * FROM spans",
+        f"ATTACH '{tmp_path / 'x.db'}' AS x",
+        "ATTACH ':memory:' AS m",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SET enable_external_access = true",
+        "SET allowed_directories = ['/']",
+        "RESET lock_configuration",
+        "SET VARIABLE otel_replay_files = ['/etc/passwd']",
+        "PRAGMA enable_profiling",
+        "CALL pragma_version()",
+        "CHECKPOINT",
+        f"EXPORT DATABASE '{tmp_path / 'exported'}'",
+        f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{tmp_path / 'explained.csv'}'",
+        f"SELECT 1; COPY (SELECT 1) TO '{tmp_path / 'second.csv'}'",
+        f"SELECT * FROM query('COPY (SELECT 1) TO ''{tmp_path / 'nested.csv'}''')",
+        f"SELECT * FROM read_text('{key_file}')",
+        "SELECT * FROM read_text('~/.config/otel-replay/signing.key')",
+        f"SELECT * FROM read_blob('{key_file}')",
+        f"SELECT * FROM read_csv('{key_file}', header = false)",
+        "SELECT * FROM read_text('/etc/passwd')",
+        "SELECT * FROM read_json('/etc/passwd')",
+        "SELECT * FROM read_parquet('/etc/passwd')",
+        f"SELECT * FROM '{key_file}'",
+        "SELECT * FROM glob('/*')",
+        f"SELECT * FROM read_text('{spans}/../../../../{key_file.relative_to(Path.home()).as_posix()}')",
+        f"SELECT * FROM read_parquet('{dataset}/spans/**/*.parquet')",
+        "SELECT * FROM secret_table",
+    ]
+
+
+def test_hostile_sql_is_refused_and_nothing_changes(captured, tmp_path):
+    dataset, key_file = captured
+    secret_table = pa.table({"s": [SECRET]})  # a caller's variable a replacement scan could read
+    before = _snapshot_files(tmp_path, Path.home())
+    with otel_replay.open(dataset) as store:
+        count = store.rows("SELECT count(*) AS n FROM decisions")[0]["n"]
+        for sql in _hostile(dataset, key_file, tmp_path):
+            with pytest.raises(QueryError) as caught:
+                store.query(sql)
+            message = str(caught.value)
+            assert "\n" not in message and SECRET not in message, sql
+        # the views were not shadowed, dropped or redefined
+        assert store.rows("SELECT count(*) AS n FROM decisions")[0]["n"] == count == 1
+        assert store.rows("SELECT action_cost FROM decisions") == [{"action_cost": 4200.0}]
+    assert secret_table.num_rows == 1
+    assert _snapshot_files(tmp_path, Path.home()) == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY (SELECT 1) TO 'x.csv'",
+        "CREATE TABLE t AS SELECT 1",
+        "ATTACH ':memory:' AS m",
+        "INSTALL httpfs",
+        "SET enable_external_access = true",
+        "PRAGMA version",
+        "EXPLAIN ANALYZE COPY (SELECT 1) TO 'x.csv'",
+        "PIVOT spans ON name USING count(*)",
+    ],
+)
+def test_writes_are_read_only_violations_naming_the_statement(captured, sql):
+    dataset, _ = captured
+    with otel_replay.open(dataset) as store, pytest.raises(ReadOnlyViolation, match=r"refused \w+ statement"):
+        store.query(sql)
+
+
+def test_reading_outside_the_dataset_is_a_read_only_violation(captured):
+    dataset, key_file = captured
+    with otel_replay.open(dataset) as store, pytest.raises(ReadOnlyViolation, match="signing.key"):
+        store.query(f"SELECT content FROM read_text('{key_file}')")
+
+
+def test_the_database_is_closed_off_as_measured(captured):
+    dataset, _ = captured
+    with otel_replay.open(dataset) as store:
+        settings = store.rows(
+            "SELECT current_setting('enable_external_access') AS ext, current_setting('lock_configuration') AS locked,"
+            " current_setting('python_enable_replacements') AS py"
+        )[0]
+    assert settings == {"ext": False, "locked": True, "py": False}
+
+
+def test_sql_command_refuses_hostile_sql_with_one_line(captured, tmp_path):
+    dataset, key_file = captured
+    before = _snapshot_files(tmp_path, Path.home())
+    for sql in _hostile(dataset, key_file, tmp_path):
+        result = CliRunner().invoke(main, ["sql", sql, "-d", str(dataset), "--format", "csv"])
+        assert result.exit_code == 1, (sql, result.output)
+        assert isinstance(result.exception, SystemExit), (sql, result.exception)
+        assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("Error: "), sql
+        assert SECRET not in result.output
+    assert _snapshot_files(tmp_path, Path.home()) == before
+
+
+def test_queries_still_run(captured):
+    dataset, _ = captured
+    with otel_replay.open(dataset) as store:
+        assert store.rows("WITH d AS (SELECT * FROM decisions) SELECT count(*) AS n FROM d") == [{"n": 1}]
+        assert store.rows("FROM decisions SELECT action_cost") == [{"action_cost": 4200.0}]
+        assert store.rows("VALUES (1)") == [{"col0": 1}]
+        assert {r["column_name"] for r in store.rows("DESCRIBE decisions")} >= {"record_id", "action_cost"}
+        assert {r["name"] for r in store.rows("SHOW TABLES")} >= {"decisions", "spans", "gates"}
+        assert store.rows("SUMMARIZE SELECT action_cost FROM decisions")
+        assert store.rows("EXPLAIN SELECT * FROM decisions")
+        assert store.rows("SELECT 1 AS a; SELECT 2 AS b") == [{"b": 2}]  # several queries: the last one's rows
+        assert store.rows("SELECT ? AS x", [7]) == [{"x": 7}]
+        with pytest.raises(QueryError, match="parameters bind to one statement"):
+            store.query("SELECT ?; SELECT ?", [1])
+        spans = store.rows("SELECT count(*) AS n FROM spans")
+        assert store.rows("SELECT count(*) AS n FROM read_parquet(getvariable('otel_replay_files'))") == spans
+
+
+_QUERIES = Path(str(resources.files("otel_replay.queries")))
+SHIPPED = sorted(  # the DuckDB files (a `name.spark.sql` variant is for Spark)
+    p.relative_to(_QUERIES).as_posix()[: -len(".sql")] for p in _QUERIES.rglob("*.sql") if p.name.count(".") == 1
+)
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in ("source", "empty_source", "views")])
+def test_shipped_queries_run_as_analyst_sql_and_through_store_run(captured, name):
+    dataset, _ = captured
+    sql = (_QUERIES / f"{name}.sql").read_text()
+    with otel_replay.open(dataset) as store:
+        store.query(sql)  # variables unset read as NULL: it runs, read-only
+        store.run(name)
+
+
+def test_definition_files_are_refused_as_analyst_sql(captured):
+    dataset, _ = captured
+    views = (_QUERIES / "views.sql").read_text()
+    with otel_replay.open(dataset) as store, pytest.raises(ReadOnlyViolation, match="CREATE"):
+        store.query(views)
