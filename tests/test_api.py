@@ -18,6 +18,8 @@ def test_public_api_is_pinned():
         "AlreadyCompensated",
         "AuditEntry",
         "AuditLog",
+        "PayloadError",
+        "ReadOnlyViolation",
         "Recorder",
         "RecorderStats",
         "RecordingError",
