@@ -43,6 +43,7 @@ from otel_replay.errors import (
 from otel_replay.exporters.schema import SPAN_SCHEMA, SPANS_DIR
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
 from otel_replay.records import DecisionRecord, SpanRef
+from otel_replay.storage.manifest import live_files
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
 __all__ = ["Store", "load_sql", "open_store", "restore_attributes", "stored_record"]
@@ -166,9 +167,8 @@ class Store:
     def _scan(self) -> list[str]:
         root = self.dataset / SPANS_DIR
         try:
-            if not root.is_dir():
-                return []
-            return sorted(str(p) for p in root.rglob("*.parquet") if not p.name.startswith("."))
+            # Through the partition manifests: a glob would also list files a compaction superseded.
+            return live_files(self.dataset)
         except OSError as exc:
             raise DatasetError(f"cannot list the files of {root}: {exc.strerror or exc}") from exc
 

@@ -1,0 +1,287 @@
+"""Scale benchmark: generation, compaction and point lookups, against SQLite in the same run.
+
+Usage: python benchmarks/bench_scale.py [--spans 1000000] [--ids 100000] [--workdir DIR] [--keep]
+       python benchmarks/bench_scale.py --ten-million        # 10M spans / 1M ids (takes a while)
+
+Phases run in child processes so each one's peak RSS is its own:
+
+1. generate N spans across M correlation ids (benchmarks/gen_dataset.py, the
+   project's RowBuilder + DatasetWriter, small arrival-order files);
+2. copy that dataset and compact the copy (otel_replay.storage.compact);
+3. lookups for 20 random ids (median, warm connection; first query per layout
+   discarded): the raw rows of one id (``SELECT * ... WHERE correlation_id = ?``)
+   and the whole trade chain (queries/chains/trade.sql through the views), over
+   (a) the uncompacted files, (b) the compacted files, (c) the compacted files
+   narrowed by the side index (files_for); and SQLite (a B-tree index on
+   correlation_id) for the raw rows; plus one cold process per layout that
+   opens a Store and runs one chain;
+4. calibration over all decisions, uncompacted and compacted.
+
+Figures are printed; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _child(phase: str, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--phase", phase, *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- phases (child processes) ---------------------------------------------------
+def phase_generate(dataset: str, spans: int, ids: int) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE))
+    from gen_dataset import generate
+
+    figures = generate(Path(dataset), spans=spans, ids=ids, days=max(1, spans // 2_500_000) or 1)
+    figures["peak_rss_mb"] = round(_peak_mb())
+    return figures
+
+
+def phase_compact(dataset: str, row_group_rows: int) -> dict[str, Any]:
+    from otel_replay.storage import compact
+
+    report = compact(dataset, grace_seconds=0, row_group_rows=row_group_rows)
+    return {
+        "seconds": round(report.seconds, 2),
+        "input_rows": report.input_rows,
+        "output_rows": report.output_rows,
+        "duplicates_removed": report.duplicates_removed,
+        "conflicting_kept": report.conflicting_kept,
+        "output_files": sum(p.output_files for p in report.partitions),
+        "spans_per_second": round(report.input_rows / report.seconds) if report.seconds else None,
+        "peak_rss_mb": round(_peak_mb()),
+    }
+
+
+def phase_cold(dataset: str, chain_id: str, narrowed: str) -> dict[str, Any]:
+    started = time.perf_counter()
+    from otel_replay.storage import files_for
+    from otel_replay.store import Store, load_sql
+
+    imported = time.perf_counter()
+    if narrowed == "yes":
+        import duckdb
+
+        files = files_for(dataset, correlation_id=chain_id) or []
+        con = duckdb.connect()
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET VARIABLE otel_replay_files = ?", [files])
+        con.execute(load_sql("source"))
+        con.execute(load_sql("views"))
+        con.execute("SET VARIABLE chain_id = ?", [chain_id])
+        con.execute("SET VARIABLE chain_limit = 101")
+        rows = con.sql(load_sql("chains/trade")).to_arrow_table().num_rows
+    else:
+        with Store(dataset) as store:
+            rows = len(store.run("chains/trade", chain_id=chain_id, chain_limit=101))
+    done = time.perf_counter()
+    return {"seconds": round(done - started, 3), "after_import": round(done - imported, 3), "rows": rows}
+
+
+# --- lookups (parent process) ---------------------------------------------------
+def _median_ms(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000, 3)
+
+
+def _time(fn: Any, ids: list[str]) -> tuple[float, list[Any]]:
+    fn(ids[0])  # warm: metadata caches, connection
+    samples, results = [], []
+    for cid in ids:
+        t0 = time.perf_counter()
+        results.append(fn(cid))
+        samples.append(time.perf_counter() - t0)
+    return _median_ms(samples), results
+
+
+def _sqlite(path: Path, files: list[str]) -> tuple[sqlite3.Connection, float]:
+    import duckdb
+
+    started = time.perf_counter()
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE spans (trace_id TEXT, span_id TEXT, parent_span_id TEXT, name TEXT, start_ns INTEGER, "
+        "end_ns INTEGER, correlation_id TEXT, session_id TEXT, agent_id TEXT, record_id TEXT, replay_kind TEXT, "
+        "decision_type TEXT, attributes TEXT)"
+    )
+    con = duckdb.connect()
+    reader = con.execute(
+        "SELECT trace_id, span_id, parent_span_id, name, epoch_ns(start_time), epoch_ns(end_time), correlation_id, "
+        "session_id, agent_id, record_id, replay_kind, decision_type, attributes FROM read_parquet(?)",
+        [files],
+    )
+    while True:
+        batch = reader.fetchmany(50_000)
+        if not batch:
+            break
+        db.executemany("INSERT INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", batch)
+    db.execute("CREATE INDEX spans_correlation ON spans (correlation_id)")
+    db.commit()
+    return db, time.perf_counter() - started
+
+
+def lookups(uncompacted: Path, compacted: Path, ids: list[str], workdir: Path) -> dict[str, Any]:
+    import duckdb
+
+    from otel_replay.storage import files_for, live_files
+    from otel_replay.store import Store, load_sql
+
+    out: dict[str, Any] = {}
+    raw_sql = "SELECT * FROM read_parquet(?, union_by_name = true) WHERE correlation_id = ?"
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    counts: dict[str, list[int]] = {}
+    every_uncompacted, every_compacted = live_files(uncompacted), live_files(compacted)
+    for label, files_of in (
+        ("uncompacted", lambda cid: every_uncompacted),
+        ("compacted", lambda cid: every_compacted),
+        ("compacted+index", lambda cid: files_for(compacted, correlation_id=cid) or []),
+    ):
+        for cached in (False, True):  # DuckDB's Parquet footer cache (off by default, and in Store today)
+            con.execute(f"SET parquet_metadata_cache = {'true' if cached else 'false'}")
+            ms, rows = _time(
+                lambda cid, f=files_of: con.sql(raw_sql, params=[f(cid), cid]).to_arrow_table().num_rows, ids
+            )
+            out[f"raw_rows_ms_{label}{'_footer_cache' if cached else ''}"] = ms
+            counts[label] = rows
+    narrowed = [len(files_for(compacted, correlation_id=cid) or []) for cid in ids]
+    out["files_uncompacted"] = len(live_files(uncompacted))
+    out["files_compacted"] = len(live_files(compacted))
+    out["files_per_lookup_with_index"] = statistics.median(narrowed)
+    t0 = time.perf_counter()
+    for cid in ids:
+        files_for(compacted, correlation_id=cid)
+    out["files_for_ms"] = round((time.perf_counter() - t0) / len(ids) * 1000, 3)
+
+    chains: dict[str, list[int]] = {}
+    for label, path in (("uncompacted", uncompacted), ("compacted", compacted)):
+        with Store(path) as store:
+            ms, rows = _time(lambda cid, s=store: len(s.run("chains/trade", chain_id=cid, chain_limit=101)), ids)
+        out[f"chain_ms_{label}"] = ms
+        chains[label] = rows
+    chain_con = duckdb.connect()
+    chain_con.execute("SET TimeZone = 'UTC'")
+    chain_con.execute("SET VARIABLE otel_replay_files = ?", [live_files(compacted)])
+    chain_con.execute(load_sql("source"))
+    chain_con.execute(load_sql("views"))
+    trade = load_sql("chains/trade")
+
+    def narrowed_chain(cid: str) -> int:
+        chain_con.execute("SET VARIABLE otel_replay_files = ?", [files_for(compacted, correlation_id=cid) or []])
+        chain_con.execute("SET VARIABLE chain_id = ?", [cid])
+        chain_con.execute("SET VARIABLE chain_limit = 101")
+        return chain_con.sql(trade).to_arrow_table().num_rows
+
+    out["chain_ms_compacted+index"], chains["compacted+index"] = _time(narrowed_chain, ids)
+
+    db, load_seconds = _sqlite(workdir / "spans.sqlite", live_files(compacted))
+    out["sqlite_load_seconds"] = round(load_seconds, 1)
+    ms, rows = _time(lambda cid: len(db.execute("SELECT * FROM spans WHERE correlation_id = ?", [cid]).fetchall()), ids)
+    out["raw_rows_ms_sqlite"] = ms
+    counts["sqlite"] = rows
+    db.close()
+    out["sqlite_size_mb"] = round((workdir / "spans.sqlite").stat().st_size / 1e6, 1)
+    out["same_rows_everywhere"] = (
+        counts["compacted"] == counts["compacted+index"] == counts["sqlite"]
+        and chains["uncompacted"] == chains["compacted"] == chains["compacted+index"]
+    )
+    out["uncompacted_rows_include_duplicates"] = sum(counts["uncompacted"]) - sum(counts["compacted"])
+    out["median_rows_per_id"] = statistics.median(counts["compacted"])
+    out["median_chain_rows"] = statistics.median(chains["compacted"])
+
+    for label, path in (("uncompacted", uncompacted), ("compacted", compacted)):
+        with Store(path) as store:
+            t0 = time.perf_counter()
+            store.calibration()
+            out[f"calibration_s_{label}"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=1_000_000)
+    parser.add_argument("--ids", type=int, default=100_000)
+    parser.add_argument("--ten-million", action="store_true", help="10M spans across 1M ids")
+    parser.add_argument("--row-group-rows", type=int, default=16_384)
+    parser.add_argument("--lookups", type=int, default=20)
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep the datasets")
+    parser.add_argument("--phase", help=argparse.SUPPRESS)
+    parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    if ns.phase == "generate":
+        print(json.dumps(phase_generate(ns.args[0], int(ns.args[1]), int(ns.args[2]))))
+        return 0
+    if ns.phase == "compact":
+        print(json.dumps(phase_compact(ns.args[0], int(ns.args[1]))))
+        return 0
+    if ns.phase == "cold":
+        print(json.dumps(phase_cold(*ns.args)))
+        return 0
+    if ns.ten_million:
+        ns.spans, ns.ids = 10_000_000, 1_000_000
+    workdir = ns.workdir or Path(tempfile.mkdtemp(prefix="otel-replay-scale-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    uncompacted, compacted = workdir / "uncompacted", workdir / "compacted"
+    for path in (uncompacted, compacted):
+        shutil.rmtree(path, ignore_errors=True)
+    results: dict[str, Any] = {"spans": ns.spans, "ids": ns.ids, "cpus": os.cpu_count()}
+    try:
+        print(f"generating {ns.spans:,} spans across {ns.ids:,} correlation ids ...", file=sys.stderr)
+        results["generate"] = _child("generate", str(uncompacted), str(ns.spans), str(ns.ids))
+        results["size_mb_uncompacted"] = round(_size(uncompacted) / 1e6, 1)
+        shutil.copytree(uncompacted, compacted)
+        print("compacting ...", file=sys.stderr)
+        results["compact"] = _child("compact", str(compacted), str(ns.row_group_rows))
+        results["size_mb_compacted"] = round(_size(compacted) / 1e6, 1)
+        rng = random.Random(20)
+        ids = [f"trade-{rng.randrange(ns.ids):09d}" for _ in range(ns.lookups)]
+        print("lookups ...", file=sys.stderr)
+        results["lookups"] = lookups(uncompacted, compacted, ids, workdir)
+        cold: dict[str, Any] = {}
+        for label, path, narrowed in (
+            ("uncompacted", uncompacted, "no"),
+            ("compacted", compacted, "no"),
+            ("compacted+index", compacted, "yes"),
+        ):
+            cold[label] = _child("cold", str(path), ids[1], narrowed)
+        results["cold_process_chain"] = cold
+    finally:
+        if not ns.keep and ns.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,532 @@
+"""Compaction: rewrite a partition's small arrival-order files into large sorted files.
+
+Per partition, under its lease (:mod:`lease`):
+
+1. clean up: delete files superseded longer ago than the grace period, and
+   leftovers of a compaction that crashed (compacted files and an index no
+   manifest names, temp files);
+2. group the live files (:func:`manifest.partition_live_files`) by schema
+   (files of different storage schema versions are never merged) and find the
+   (trace_id, span_id) pairs stored more than once (DuckDB reads only those
+   two columns);
+3. read each group in batches of at most ``max_batch_rows`` rows (memory is
+   bounded by the batch, not the partition) and remove exact duplicate rows
+   (same trace id, span id and identical content, as an OTLP client retry
+   stores them), across batches too, counting them; rows sharing ids with
+   different content are kept, they are evidence for the trust checks;
+4. sort each batch by (correlation_id, trace_id, start_time, span_id) (one
+   sorted run per batch; the side index finds an id's runs) and write files of
+   at most ``target_rows`` rows: zstd, dictionary encoding on low-cardinality
+   columns, row groups of ``row_group_rows`` for point lookups, Parquet bloom
+   filters on the id columns, sorting columns recorded in the footer. Each file
+   is written under a dot temp name, fsynced, renamed to ``compact-g<gen>-…``;
+5. write the side index (:mod:`side_index`) the same way;
+6. the swap: replace ``_manifest.json`` atomically. Its ``files`` are the new
+   files, and everything read in step 2 is ``superseded`` (kept on disk, out
+   of readers' view, until a later run after the grace period).
+
+A crash at any point leaves either the old manifest (the new files are
+ignored leftovers) or the new one (complete): readers see one or the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
+from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
+from otel_replay.exporters.writer import fsync_dir
+
+from .lease import PartitionLease
+from .manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    is_compacted_name,
+    partition_date,
+    partition_dirs,
+    partition_live_files,
+    read_manifest,
+    write_manifest,
+)
+from .side_index import INDEX_KINDS, build_index, write_index
+
+__all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
+
+SORT_KEY = ("correlation_id", "trace_id", "start_time", "span_id")
+"""The order compacted files are written in."""
+
+BLOOM_COLUMNS = ("trace_id", "span_id", "correlation_id", "session_id", "record_id")
+"""Id columns that get a Parquet bloom filter in compacted files."""
+
+DICTIONARY_COLUMNS = (
+    "name",
+    "kind",
+    "service_name",
+    "scope_name",
+    "scope_version",
+    "status_code",
+    "status_message",
+    "agent_id",
+    "replay_kind",
+    "decision_type",
+    "resource_attributes",
+)
+"""Low-cardinality columns written with dictionary encoding (the rest plain)."""
+
+DEFAULT_GRACE_SECONDS = 600.0
+"""How long superseded files stay on disk for readers that listed them before a swap."""
+
+
+@dataclass
+class PartitionReport:
+    """What compaction did to one partition.
+
+    ``status``: ``compacted``; ``current`` (already one compacted layout, nothing
+    new); ``busy`` (another compactor holds its lease); ``empty``.
+    """
+
+    partition: str
+    status: str
+    input_files: int = 0
+    input_rows: int = 0
+    output_files: int = 0
+    output_rows: int = 0
+    duplicates_removed: int = 0
+    conflicting_kept: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    superseded_deleted: int = 0
+    leftovers_deleted: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class CompactReport:
+    """What :func:`compact` did, per partition, plus totals."""
+
+    partitions: list[PartitionReport] = field(default_factory=list)
+    seconds: float = 0.0
+    peak_rss_bytes: int = 0
+
+    def _sum(self, name: str) -> int:
+        return sum(int(getattr(p, name)) for p in self.partitions)
+
+    @property
+    def input_rows(self) -> int:
+        """Rows read, over every compacted partition."""
+        return self._sum("input_rows")
+
+    @property
+    def output_rows(self) -> int:
+        """Rows written, over every compacted partition."""
+        return self._sum("output_rows")
+
+    @property
+    def duplicates_removed(self) -> int:
+        """Exact duplicate rows removed, over every partition."""
+        return self._sum("duplicates_removed")
+
+    @property
+    def conflicting_kept(self) -> int:
+        """Rows kept although another row has the same ids with different content."""
+        return self._sum("conflicting_kept")
+
+    @property
+    def busy(self) -> list[str]:
+        """Partitions skipped because another compactor held their lease."""
+        return [p.partition for p in self.partitions if p.status == "busy"]
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready summary."""
+        return {
+            "seconds": round(self.seconds, 3),
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "input_rows": self.input_rows,
+            "output_rows": self.output_rows,
+            "duplicates_removed": self.duplicates_removed,
+            "conflicting_kept": self.conflicting_kept,
+            "partitions": [vars(p) for p in self.partitions],
+        }
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with timestamps as int64 (so rows compare as Python values without losing nanoseconds)."""
+    if pa.types.is_timestamp(t):
+        return pa.int64()
+    if pa.types.is_list(t):
+        return pa.list_(_plain_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
+    return t
+
+
+def _repeated_keys(files: Sequence[Path]) -> pa.Table:
+    """(t, s): every (trace_id, span_id) stored more than once across ``files`` (DuckDB reads only those columns)."""
+    con = duckdb.connect()
+    try:
+        return con.sql(
+            "SELECT trace_id AS t, span_id AS s FROM read_parquet($files) GROUP BY ALL HAVING count(*) > 1",
+            params={"files": [str(p) for p in files]},
+        ).to_arrow_table()
+    except duckdb.Error as exc:
+        raise DatasetError(f"scanning span ids in {files[0].parent}: {str(exc).splitlines()[0]}") from exc
+    finally:
+        con.close()
+
+
+def _positions_of(table: pa.Table, repeated: pa.Table) -> list[int]:
+    """Row positions of ``table`` whose (trace_id, span_id) is in ``repeated``."""
+    keys = pa.table(
+        {
+            "i": pa.array(range(table.num_rows), pa.int64()),
+            "t": table.column("trace_id"),
+            "s": table.column("span_id"),
+        }
+    )
+    con = duckdb.connect()
+    try:
+        con.register("span_keys", keys)
+        con.register("repeated_keys", repeated)
+        found = con.sql("SELECT i FROM span_keys SEMI JOIN repeated_keys USING (t, s) ORDER BY i").to_arrow_table()
+    finally:
+        con.close()
+    return found.column(0).to_pylist()
+
+
+def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: dict[tuple[str, str], set[str]]) -> list[int]:
+    """Positions of rows in ``table`` that exactly repeat a row seen before (in it, or in an earlier batch).
+
+    ``seen`` maps each repeated (trace_id, span_id) to the distinct contents met so far and is updated.
+    """
+    if repeated.num_rows == 0:
+        return []
+    positions = _positions_of(table, repeated)
+    if not positions:
+        return []
+    subset = table.take(positions)
+    plain = subset.cast(pa.schema([f.with_type(_plain_type(f.type)) for f in subset.schema]))
+    drop: list[int] = []
+    for position, row in zip(positions, plain.to_pylist(), strict=True):
+        content = json.dumps(row, sort_keys=True, default=repr)
+        contents = seen.setdefault((row["trace_id"], row["span_id"]), set())
+        if content in contents:
+            drop.append(position)
+        else:
+            contents.add(content)
+    return drop
+
+
+def _batches(files: Sequence[Path], max_rows: int) -> list[list[Path]]:
+    """``files`` in consecutive batches of at most ``max_rows`` rows (a bigger file is a batch alone)."""
+    batches: list[list[Path]] = []
+    current: list[Path] = []
+    rows = 0
+    for path in files:
+        try:
+            n = pq.read_metadata(path).num_rows
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
+        if current and rows + n > max_rows:
+            batches.append(current)
+            current, rows = [], 0
+        current.append(path)
+        rows += n
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _order(table: pa.Table, drop: list[int]) -> pa.Array:
+    """Row positions in compaction order, less ``drop``."""
+    keys = [(name, "ascending", "at_end") for name in SORT_KEY if name in table.column_names]
+    order = pc.sort_indices(table, sort_keys=keys)
+    if drop:
+        order = order.filter(pc.invert(pc.is_in(order, value_set=pa.array(drop, order.type))))
+    return order
+
+
+def _write_file(table: pa.Table, order: pa.Array, path: Path, row_group_rows: int, bloom: bool) -> pa.Table:
+    """Write ``table``'s rows at ``order`` to ``path``, one row group per slice; returns the indexed columns."""
+    columns = set(table.column_names)
+    sorting = [
+        pq.SortingColumn(table.column_names.index(name), nulls_first=False) for name in SORT_KEY if name in columns
+    ]
+    ndv = max(1, min(row_group_rows, len(order)))
+    options: dict[str, object] = {}
+    if bloom:
+        options["bloom_filter_options"] = {c: {"ndv": ndv, "fpp": 0.01} for c in BLOOM_COLUMNS if c in columns}
+    kept = [c for c in (*INDEX_KINDS, "start_time") if c in columns]
+    slim: list[pa.Table] = []
+    with open(path, "wb") as handle:
+        with pq.ParquetWriter(
+            handle,
+            table.schema,
+            compression="zstd",
+            use_dictionary=[c for c in DICTIONARY_COLUMNS if c in columns],
+            write_statistics=True,
+            sorting_columns=sorting,
+            **options,
+        ) as writer:
+            for start in range(0, len(order), row_group_rows):
+                piece = table.take(order.slice(start, row_group_rows))
+                writer.write_table(piece, row_group_size=row_group_rows)
+                slim.append(piece.select(kept))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return pa.concat_tables(slim) if slim else table.select(kept).slice(0, 0)
+
+
+def _schema_key(schema: pa.Schema) -> tuple[bytes, str]:
+    version = (schema.metadata or {}).get(SCHEMA_METADATA_KEY, b"")
+    return version, str(schema.remove_metadata())
+
+
+def _read_one(path: Path) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
+
+
+def _schema_groups(files: Sequence[Path]) -> list[list[Path]]:
+    """``files`` grouped by schema (storage version and columns): groups are never merged."""
+    groups: dict[tuple[bytes, str], list[Path]] = {}
+    for path in files:
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
+        groups.setdefault(_schema_key(schema), []).append(path)
+    return list(groups.values())
+
+
+def _read(paths: Sequence[Path]) -> pa.Table:
+    """The rows of ``paths`` (one schema) as one contiguous table."""
+    try:  # one multi-threaded read over the files
+        table = pq.read_table([str(p) for p in paths], partitioning=None)
+    except (pa.ArrowException, OSError):
+        table = pa.concat_tables([_read_one(p) for p in paths])  # names the unreadable file
+    return table.combine_chunks()  # contiguous: take() per slice is cheaper
+
+
+def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now: float) -> tuple[int, int, Manifest]:
+    """Delete expired superseded files and crash leftovers; (superseded deleted, leftovers deleted, manifest)."""
+    manifest = manifest or Manifest()
+    expired = [name for name, at in manifest.superseded.items() if now - at >= grace_seconds]
+    deleted = 0
+    for name in expired:
+        try:
+            os.unlink(partition / name)
+            deleted += 1
+        except FileNotFoundError:
+            pass
+    keep = set(manifest.files) | set(manifest.superseded) | ({manifest.index} if manifest.index else set())
+    leftovers = 0
+    for name in os.listdir(partition):
+        orphan_output = is_compacted_name(name) or (name.startswith("_index-") and name.endswith(".pq"))
+        orphan_tmp = name.startswith((".compact-", "._index-", f".{MANIFEST_NAME}.")) and name.endswith(".tmp")
+        if (orphan_output and name not in keep) or orphan_tmp:
+            try:
+                os.unlink(partition / name)
+                leftovers += 1
+            except FileNotFoundError:
+                pass
+    if expired:
+        manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in expired}
+    return deleted, leftovers, manifest
+
+
+def _compact_partition(
+    partition: Path,
+    report: PartitionReport,
+    *,
+    target_rows: int,
+    row_group_rows: int,
+    max_batch_rows: int,
+    bloom: bool,
+    grace_seconds: float,
+    step: Callable[[str], None],
+) -> None:
+    now = time.time()
+    manifest, live = partition_live_files(partition)
+    old_index = manifest.index if manifest else None
+    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(partition, manifest, grace_seconds, now)
+    if report.superseded_deleted and read_manifest(partition) is not None:
+        write_manifest(partition, manifest)  # forget what is gone
+    if not live:
+        report.status = "empty"
+        return
+    if manifest.files and all(p.name in manifest.files for p in live):
+        report.status = "current"
+        return
+    report.input_files = len(live)
+    report.bytes_before = sum(p.stat().st_size for p in live)
+    groups = _schema_groups(live)
+    generation = manifest.generation + 1
+    token = uuid.uuid4().hex[:12]
+    written: list[tuple[str, pa.Table]] = []
+    counter = 0
+    for paths in groups:
+        repeated = _repeated_keys(paths)
+        seen: dict[tuple[str, str], set[str]] = {}
+        for batch in _batches(paths, max_batch_rows):
+            table = _read(batch)
+            step("read")
+            report.input_rows += table.num_rows
+            drop = _exact_duplicates(table, repeated, seen)
+            report.duplicates_removed += len(drop)
+            order = _order(table, drop)
+            for start in range(0, len(order), target_rows):
+                name = f"compact-g{generation}-{counter}-{token}.parquet"
+                counter += 1
+                tmp = partition / f".{name}.tmp"
+                written.append((name, _write_file(table, order.slice(start, target_rows), tmp, row_group_rows, bloom)))
+                step("file")
+            del table
+        report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
+    step("written")
+    for name, _ in written:
+        os.replace(partition / f".{name}.tmp", partition / name)
+    fsync_dir(partition)
+    step("renamed")
+    index_name = f"_index-g{generation}-{token}.pq"
+    index_tmp = partition / f".{index_name}.tmp"
+    write_index(build_index(written), index_tmp)
+    os.replace(index_tmp, partition / index_name)
+    step("indexed")
+    superseded = dict(manifest.superseded)
+    for path in live:
+        superseded[path.name] = now
+    if old_index:
+        superseded[old_index] = now
+    write_manifest(
+        partition,
+        Manifest(
+            generation=generation,
+            files=[name for name, _ in written],
+            superseded=superseded,
+            index=index_name,
+            rows=sum(t.num_rows for _, t in written),
+        ),
+    )
+    step("swapped")
+    report.status = "compacted"
+    report.output_files = len(written)
+    report.output_rows = sum(t.num_rows for _, t in written)
+    report.bytes_after = sum((partition / name).stat().st_size for name, _ in written)
+    if grace_seconds <= 0:
+        deleted, _, cleaned = _clean(partition, read_manifest(partition), grace_seconds, time.time())
+        report.superseded_deleted += deleted
+        write_manifest(partition, cleaned)
+        step("deleted")
+
+
+def _selected(dataset: Path, partitions: Iterable[str] | None) -> list[Path]:
+    every = partition_dirs(dataset)
+    if partitions is None:
+        return every
+    wanted: list[Path] = []
+    by_date = {partition_date(p): p for p in every}
+    for item in partitions:
+        date = item.removeprefix("date=")
+        if date not in by_date:
+            raise DatasetError(f"no partition date={date} in {dataset}")
+        wanted.append(by_date[date])
+    return wanted
+
+
+def compact(
+    dataset: str | os.PathLike[str],
+    *,
+    partitions: Iterable[str] | None = None,
+    target_rows: int = 131_072,
+    row_group_rows: int = 16_384,
+    max_batch_rows: int = 1_000_000,
+    bloom_filters: bool = True,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    lease_wait: float = 0.0,
+    progress: Callable[[str], None] | None = None,
+    _on_step: Callable[[str], None] | None = None,
+) -> CompactReport:
+    """Compact ``dataset``'s partitions (all, or ``partitions``: ``YYYY-MM-DD`` or ``date=…``).
+
+    See the module docstring for what one partition goes through. A partition
+    whose lease another compactor holds is skipped and reported ``busy``.
+    ``max_batch_rows`` bounds the rows held in memory at once (about 1.6 KB of
+    RSS per row); a bigger partition is written as several sorted runs.
+    ``grace_seconds`` is how long replaced files stay on disk for readers that
+    listed them before the swap (deleted by a later run; ``0`` deletes them
+    at once, only safe with no concurrent reader). ``progress`` gets one line
+    per partition.
+
+    Raises:
+        ConfigError: a size or time argument is out of range.
+        DatasetError: the dataset, a partition or a manifest cannot be used.
+        CorruptFileError: a live file cannot be read (nothing is changed in its partition).
+
+    """
+    for name, value in (
+        ("target_rows", target_rows),
+        ("row_group_rows", row_group_rows),
+        ("max_batch_rows", max_batch_rows),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name}={value!r} must be a positive integer")
+    if not grace_seconds >= 0 or grace_seconds == float("inf"):
+        raise ConfigError(f"grace_seconds={grace_seconds!r} must be a finite number >= 0")
+    root = Path(dataset)
+    if not root.is_dir():
+        raise DatasetError(f"dataset {root} does not exist or is not a directory")
+    started = time.perf_counter()
+    report = CompactReport()
+    step = _on_step or (lambda _name: None)
+    for partition in _selected(root, partitions):
+        part = PartitionReport(partition.name, "busy")
+        lease = PartitionLease(root, partition.name)
+        t0 = time.perf_counter()
+        if lease.acquire(wait=lease_wait):
+            try:
+                _compact_partition(
+                    partition,
+                    part,
+                    target_rows=target_rows,
+                    row_group_rows=row_group_rows,
+                    max_batch_rows=max_batch_rows,
+                    bloom=bloom_filters,
+                    grace_seconds=grace_seconds,
+                    step=step,
+                )
+            finally:
+                lease.release()
+        part.seconds = time.perf_counter() - t0
+        report.partitions.append(part)
+        if progress is not None:
+            progress(
+                f"{part.partition}: {part.status}"
+                + (
+                    f", {part.input_rows} rows in {part.input_files} files -> {part.output_rows} rows in "
+                    f"{part.output_files} files, {part.duplicates_removed} exact duplicates removed, "
+                    f"{part.conflicting_kept} same-id rows with different content kept ({part.seconds:.2f} s)"
+                    if part.status == "compacted"
+                    else ""
+                )
+            )
+    report.seconds = time.perf_counter() - started
+    report.peak_rss_bytes = _peak_rss()
+    return report

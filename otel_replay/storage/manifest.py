@@ -1,0 +1,223 @@
+"""Per-partition manifest: which Parquet files of a partition are live.
+
+A partition directory (``<dataset>/spans/date=YYYY-MM-DD/``) holds the
+arrival-order files writers drop in, and, once compacted, the sorted files
+compaction wrote. ``_manifest.json`` (replaced atomically by rename, so a
+reader sees the old or the new one) says:
+
+- ``files``: the compacted files that are live (named ``compact-g<gen>-…``),
+- ``superseded``: files that compaction has replaced and that are kept on
+  disk for a grace period so a reader that listed them still finds them,
+  with the time they were superseded,
+- ``index``: the side index file (see :mod:`side_index`) covering ``files``.
+
+The reader rule (:func:`live_files`), which is the only thing a reader needs:
+read the manifest *first*, then list the directory; a visible ``*.parquet``
+file is live unless it is superseded, or is a compacted file the manifest does
+not list (a leftover of a compaction that crashed before its swap). Reading in
+that order makes the swap atomic: a manifest read before the swap names the
+old files (still on disk during the grace period), one read after it names
+the new files (written before the swap), and arrivals are always included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from otel_replay._json import strict_loads
+from otel_replay.errors import DatasetError, PayloadError
+from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.exporters.writer import fsync_dir
+
+__all__ = [
+    "MANIFEST_NAME",
+    "Manifest",
+    "is_compacted_name",
+    "live_files",
+    "partition_dirs",
+    "partition_live_files",
+    "read_manifest",
+    "write_manifest",
+]
+
+MANIFEST_NAME = "_manifest.json"
+_COMPACTED = re.compile(r"compact-g(\d+)-\d+-[0-9a-f]{12}\.parquet")
+_PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
+_FORMAT = 1
+
+
+def is_compacted_name(name: str) -> bool:
+    """Whether ``name`` is a file name compaction writes (``compact-g<gen>-<n>-<hex>.parquet``)."""
+    return _COMPACTED.fullmatch(name) is not None
+
+
+@dataclass
+class Manifest:
+    """What ``_manifest.json`` says about one partition (see the module docstring)."""
+
+    generation: int = 0
+    files: list[str] = field(default_factory=list)
+    superseded: dict[str, float] = field(default_factory=dict)
+    index: str | None = None
+    rows: int = 0
+
+    def to_json(self) -> str:
+        """The manifest as the JSON document written to disk."""
+        return json.dumps(
+            {
+                "format": _FORMAT,
+                "generation": self.generation,
+                "files": self.files,
+                "superseded": self.superseded,
+                "index": self.index,
+                "rows": self.rows,
+            },
+            indent=1,
+            sort_keys=True,
+        )
+
+
+def _names(value: object, where: str, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and "/" not in v for v in value):
+        raise DatasetError(f"{where}: {what} must be a list of file names")
+    return list(value)
+
+
+def read_manifest(partition: Path) -> Manifest | None:
+    """The manifest of ``partition``, or ``None`` when it has none (never compacted).
+
+    Parsed manifests are cached by the file's inode, size and mtime (a swap
+    is a rename, so a new manifest is a new inode); each call gets its own copy.
+
+    Raises:
+        DatasetError: the manifest exists but is not a valid manifest (names the file and field).
+
+    """
+    path = partition / MANIFEST_NAME
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DatasetError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    cached = _parsed(str(path), (st.st_ino, st.st_size, st.st_mtime_ns))
+    return Manifest(cached.generation, list(cached.files), dict(cached.superseded), cached.index, cached.rows)
+
+
+@lru_cache(maxsize=1024)
+def _parsed(where: str, stamp: tuple[int, int, int]) -> Manifest:
+    try:
+        data = Path(where).read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"cannot read {where}: {exc.strerror or exc}") from exc
+    try:
+        doc = strict_loads(data, where=where)
+    except PayloadError as exc:
+        raise DatasetError(str(exc)) from exc
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+        raise DatasetError(f"{where}: not an otel-replay manifest (format {_FORMAT} expected)")
+    generation, rows, index = doc.get("generation"), doc.get("rows", 0), doc.get("index")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise DatasetError(f"{where}: generation must be a non-negative integer")
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+        raise DatasetError(f"{where}: rows must be a non-negative integer")
+    if index is not None and (not isinstance(index, str) or "/" in index):
+        raise DatasetError(f"{where}: index must be a file name or null")
+    superseded = doc.get("superseded", {})
+    if not isinstance(superseded, dict) or not all(
+        isinstance(k, str) and "/" not in k and isinstance(v, (int, float)) and not isinstance(v, bool)
+        for k, v in superseded.items()
+    ):
+        raise DatasetError(f"{where}: superseded must map file names to times")
+    files = _names(doc.get("files", []), where, "files")
+    return Manifest(generation, files, {k: float(v) for k, v in superseded.items()}, index, rows)
+
+
+def write_manifest(partition: Path, manifest: Manifest) -> None:
+    """Replace ``partition``'s manifest atomically (temp file, fsync, rename, fsync the directory)."""
+    tmp = partition / f".{MANIFEST_NAME}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(manifest.to_json())
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, partition / MANIFEST_NAME)
+    fsync_dir(partition)
+
+
+def partition_dirs(dataset: str | os.PathLike[str]) -> list[Path]:
+    """The dataset's partition directories (``spans/date=YYYY-MM-DD``), oldest first."""
+    root = Path(dataset) / SPANS_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and _PARTITION.fullmatch(p.name))
+
+
+def partition_date(partition: Path) -> str:
+    """The ``YYYY-MM-DD`` of a partition directory."""
+    match = _PARTITION.fullmatch(partition.name)
+    if match is None:
+        raise DatasetError(f"{partition} is not a date=YYYY-MM-DD partition")
+    return match.group(1)
+
+
+def _visible(names: Iterable[str], manifest: Manifest | None) -> list[str]:
+    listed = set(manifest.files) if manifest else set()
+    superseded = manifest.superseded if manifest else {}
+    return sorted(
+        name
+        for name in names
+        if name.endswith(".parquet")
+        and not name.startswith(".")
+        and name not in superseded
+        and (not is_compacted_name(name) or name in listed)
+    )
+
+
+def partition_live_files(partition: Path) -> tuple[Manifest | None, list[Path]]:
+    """``partition``'s manifest (read first) and its live files, per the reader rule.
+
+    Raises:
+        DatasetError: the manifest is invalid, or names a compacted file that is missing.
+
+    """
+    manifest = read_manifest(partition)
+    try:
+        names = os.listdir(partition)
+    except FileNotFoundError:  # dropped by retention meanwhile
+        return manifest, []
+    live = _visible(names, manifest)
+    if manifest is not None:
+        missing = sorted(set(manifest.files) - set(names))
+        if missing:
+            raise DatasetError(
+                f"{partition / MANIFEST_NAME} lists {len(missing)} compacted file(s) that are missing, "
+                f"e.g. {missing[0]}: spans in them are lost"
+            )
+    return manifest, [partition / name for name in live]
+
+
+def live_files(dataset: str | os.PathLike[str]) -> list[str]:
+    """Every live Parquet file of ``dataset``, sorted: what a reader should query.
+
+    Use this instead of globbing ``spans/**/*.parquet``: a glob also returns
+    the files a compaction superseded (kept for a grace period) and would
+    count their spans twice.
+    """
+    files: list[str] = []
+    root = Path(dataset) / SPANS_DIR
+    if not root.is_dir():
+        return files
+    for partition in partition_dirs(dataset):
+        files.extend(str(p) for p in partition_live_files(partition)[1])
+    # Files outside date= directories (hand-placed) are read as they are, as Store always did.
+    for path in root.rglob("*.parquet"):
+        if not path.name.startswith(".") and not _PARTITION.fullmatch(path.parent.name):
+            files.append(str(path))
+    return sorted(files)

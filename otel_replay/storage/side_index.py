@@ -1,0 +1,169 @@
+"""The side index: id -> the compacted files that hold it, with min/max start time.
+
+Compaction writes one small Parquet file per partition (``_index-g<gen>.pq``;
+the ``.pq`` suffix keeps it out of ``*.parquet`` globs) with one row per
+(id kind, id, file): ``kind`` (``correlation_id``, ``trace_id``,
+``session_id``, ``record_id``), ``key``, ``file`` (a name in the partition),
+``min_start``, ``max_start``, ``rows``; sorted by (kind, key) with small row
+groups, so a lookup reads one row group.
+
+:func:`files_for` answers "which files may hold this id": for each partition,
+the indexed files that hold it plus every live file the index does not cover
+(arrivals newer than the last compaction), so a query over its answer is as
+complete as one over every file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from otel_replay.errors import ConfigError, DatasetError
+
+from .manifest import partition_dirs, partition_live_files
+
+__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "write_index"]
+
+INDEX_KINDS = ("correlation_id", "trace_id", "session_id", "record_id")
+"""The span columns the side index maps to files."""
+
+INDEX_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("file", pa.string(), nullable=False),
+        pa.field("min_start", pa.timestamp("ns", tz="UTC")),
+        pa.field("max_start", pa.timestamp("ns", tz="UTC")),
+        pa.field("rows", pa.int64(), nullable=False),
+    ]
+)
+_INDEX_ROW_GROUP = 2048
+
+
+def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
+    """The index rows of ``parts`` (file name, the rows written to it), sorted by (kind, key)."""
+    pieces: list[pa.Table] = []
+    for name, table in parts:
+        for kind in INDEX_KINDS:
+            if kind not in table.column_names:
+                continue
+            sub = table.select([kind, "start_time"]).filter(pc.is_valid(table.column(kind)))
+            if sub.num_rows == 0:
+                continue
+            grouped = sub.group_by(kind).aggregate([("start_time", "min"), ("start_time", "max"), ([], "count_all")])
+            n = grouped.num_rows
+            pieces.append(
+                pa.table(
+                    {
+                        "kind": pa.array([kind] * n, pa.string()),
+                        "key": grouped.column(kind).cast(pa.string()),
+                        "file": pa.array([name] * n, pa.string()),
+                        "min_start": grouped.column("start_time_min"),
+                        "max_start": grouped.column("start_time_max"),
+                        "rows": grouped.column("count_all").cast(pa.int64()),
+                    },
+                    schema=INDEX_SCHEMA,
+                )
+            )
+    if not pieces:
+        return INDEX_SCHEMA.empty_table()
+    table = pa.concat_tables(pieces)
+    return table.take(pc.sort_indices(table, [("kind", "ascending"), ("key", "ascending"), ("file", "ascending")]))
+
+
+def write_index(table: pa.Table, path: Path) -> None:
+    """Write an index table to ``path`` (the caller renames it into place)."""
+    with open(path, "wb") as handle:
+        pq.write_table(
+            table,
+            handle,
+            compression="zstd",
+            row_group_size=_INDEX_ROW_GROUP,
+            use_dictionary=["kind", "file"],
+            write_statistics=True,
+        )
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+@lru_cache(maxsize=256)
+def _open_index(path: str, stamp: tuple[int, int]) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
+    """An open index file and each row group's (min kind, min key, max kind, max key), cached by size and mtime."""
+    handle = pq.ParquetFile(path)
+    meta = handle.metadata
+    kind_col, key_col = meta.schema.names.index("kind"), meta.schema.names.index("key")
+    bounds = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        ks, vs = rg.column(kind_col).statistics, rg.column(key_col).statistics
+        if ks is None or vs is None or not ks.has_min_max or not vs.has_min_max:
+            bounds.append(("", "", "\uffff", "\uffff"))
+        else:
+            bounds.append((ks.min, vs.min, ks.max, vs.max))
+    return handle, bounds
+
+
+def _lookup(path: Path, wanted: list[tuple[str, str]]) -> set[str]:
+    """File names the index at ``path`` maps any of ``wanted`` (kind, key) to."""
+    try:
+        st = os.stat(path)
+        handle, bounds = _open_index(str(path), (st.st_size, st.st_mtime_ns))
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
+    groups = [
+        i
+        for i, (kmin, vmin, kmax, vmax) in enumerate(bounds)
+        if any((kmin, vmin) <= (kind, key) <= (kmax, vmax) for kind, key in wanted)
+    ]
+    if not groups:
+        return set()
+    table = handle.read_row_groups(groups, columns=["kind", "key", "file"])
+    mask = None
+    for kind, key in wanted:
+        hit = pc.and_(pc.equal(table.column("kind"), kind), pc.equal(table.column("key"), key))
+        mask = hit if mask is None else pc.or_(mask, hit)
+    return set(table.filter(mask).column("file").to_pylist())
+
+
+def files_for(
+    dataset: str | os.PathLike[str],
+    *,
+    correlation_id: str | None = None,
+    trace_id: str | None = None,
+    session_id: str | None = None,
+    record_id: str | None = None,
+) -> list[str] | None:
+    """The live files that may hold rows with any of the given ids, or ``None`` when nothing is indexed.
+
+    Complete at every moment: a partition without an index contributes all its
+    live files, and an indexed one its indexed files holding an id plus every
+    live file newer than its index. ``None`` means no partition has a side
+    index yet (query every file). An empty list means no file can hold the id.
+
+    Raises:
+        ConfigError: no id given.
+        DatasetError: a manifest or index cannot be read.
+
+    """
+    given = {"correlation_id": correlation_id, "trace_id": trace_id, "session_id": session_id, "record_id": record_id}
+    wanted = [(kind, str(key)) for kind, key in given.items() if key is not None]
+    if not wanted:
+        raise ConfigError("files_for needs at least one id (correlation_id, trace_id, session_id or record_id)")
+    found: list[str] = []
+    indexed = False
+    for partition in partition_dirs(dataset):
+        manifest, live = partition_live_files(partition)
+        if manifest is None or manifest.index is None:
+            found.extend(str(p) for p in live)
+            continue
+        indexed = True
+        hits = _lookup(partition / manifest.index, wanted)
+        covered = set(manifest.files)
+        found.extend(str(p) for p in live if p.name not in covered or p.name in hits)
+    return sorted(found) if indexed else None

@@ -1,0 +1,80 @@
+"""Any engine reads the dataset: Apache Spark (local mode) runs the trade chain and gets DuckDB's rows.
+
+Skipped unless ``pyspark`` is importable and a JDK is on PATH. pyspark is not a
+project dependency; run this with an interpreter that has it, e.g. a separate
+venv with pyspark whose ``.pth`` adds this project's site-packages.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import pytest
+
+from otel_replay.storage import compact, live_files
+from otel_replay.storage.manifest import partition_dirs
+from otel_replay.store import Store
+
+pyspark = pytest.importorskip("pyspark")
+if shutil.which("java") is None:
+    pytest.skip("no java on PATH for Spark", allow_module_level=True)
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+CHAINS = ("trade-000000000", "trade-000000007", "trade-000000123", "trade-000000299", "no-such-trade")
+FIELDS = ("outcome_id", "outcome_correct", "decision_type", "event_type", "payload", "confidence", "action_cost")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("otel-replay-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.legacy.parquet.nanosAsLong", "true")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def _micros(value: dt.datetime | None) -> int | None:
+    if value is None:
+        return None
+    return (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+def _comparable(body: str) -> dict[str, Any]:
+    doc = json.loads(body)
+    return {k: doc.get(k) for k in FIELDS if doc.get(k) is not None}
+
+
+def test_spark_trade_chain_matches_duckdb(make_dataset, spark: Any) -> None:
+    path, _ = make_dataset(spans=3000, ids=300, duplicates=0.02)
+    # one partition compacted with its old files still on disk (grace), one left in arrival order:
+    # Spark reads exactly the live files, as every reader must.
+    compact(path, partitions=[partition_dirs(path)[0].name], grace_seconds=3600)
+    files = live_files(path)
+    frame = spark.read.option("basePath", str(path / "spans")).parquet(*files)
+    assert dict(frame.dtypes)["start_time"] == "bigint"  # nanoseconds, as the Spark SQL expects
+    frame.createOrReplaceTempView("spans")
+    chain_sql = resources.files("otel_replay.queries").joinpath("chains/trade.spark.sql").read_text()
+    wrapped = f"SELECT layer, unix_micros(event_time) AS t, record_id, body FROM ({chain_sql})"
+    compared = 0
+    with Store(path) as store:
+        for chain_id in CHAINS:
+            duck = store.run("chains/trade", chain_id=chain_id, chain_limit=101)
+            rows = spark.sql(wrapped, args={"chain_id": chain_id, "chain_limit": 101}).collect()
+            assert [(r["layer"], _micros(r["event_time"]), r["record_id"]) for r in duck] == [
+                (r["layer"], r["t"], r["record_id"]) for r in rows
+            ], chain_id
+            assert [_comparable(r["body"]) for r in duck] == [_comparable(r["body"]) for r in rows], chain_id
+            compared += len(rows)
+    assert compared >= 4 * 6
