@@ -32,17 +32,10 @@ POOL = 4096  # distinct spans each client builds, then sends repeatedly
 def build_spans(count: int) -> list:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    class Keep(SpanExporter):
-        def __init__(self) -> None:
-            self.spans: list = []
-
-        def export(self, spans):  # type: ignore[no-untyped-def]
-            self.spans.extend(spans)
-            return SpanExportResult.SUCCESS
-
-    keep = Keep()
+    keep = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
     provider.add_span_processor(SimpleSpanProcessor(keep))
     tracer = provider.get_tracer("bench")
@@ -52,7 +45,7 @@ def build_spans(count: int) -> list:
         ) as s:
             s.add_event("tool.call", {"tool": "search"})
     provider.shutdown()
-    return keep.spans
+    return list(keep.get_finished_spans())
 
 
 def client(endpoint: str, count: int, raw: bool, ready: mp.Barrier, results: mp.Queue) -> None:  # type: ignore[type-arg]

@@ -17,7 +17,15 @@ variable                          meaning                                     de
 ``OTEL_REPLAY_DEBUG``             CLI: show tracebacks of unexpected errors   off
 ``OTEL_REPLAY_SERVE_GRPC``        ``serve``: gRPC ``HOST:PORT`` or ``off``    127.0.0.1:4317
 ``OTEL_REPLAY_SERVE_HTTP``        ``serve``: HTTP ``HOST:PORT`` or ``off``    127.0.0.1:4318
+``OTEL_REPLAY_INGEST_MAX_LINE``   ``ingest``: largest line/record (bytes)    33554432
+``OTEL_REPLAY_INGEST_MAX_RATIO``  ``ingest``: largest decompression ratio    1000
+``OTEL_REPLAY_RECORD_SESSION``    record the whole process as this session    -
+``OTEL_REPLAY_RERUN_MAX_BODY``    recording: largest HTTP body kept (bytes)   8388608
 ================================  ==========================================  ===============
+
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (the OpenTelemetry GenAI
+instrumentations' own switch, read with :func:`env_flag`) turns on prompt,
+completion and tool-argument capture in :mod:`otel_replay.instrumentation`.
 
 ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` are the OpenTelemetry
 SDK's own and are resolved by ``Resource.create``.
@@ -32,12 +40,17 @@ from typing import Final
 from otel_replay.errors import ConfigError
 
 __all__ = [
+    "CAPTURE_MESSAGE_CONTENT",
     "DATASET",
     "DEBUG",
+    "INGEST_MAX_LINE",
+    "INGEST_MAX_RATIO",
     "KEY_FILE",
     "MAX_FILE_AGE",
     "MAX_FILE_BYTES",
     "MAX_FILE_ROWS",
+    "RECORD_SESSION",
+    "RERUN_MAX_BODY",
     "SERVE_GRPC",
     "SERVE_HTTP",
     "SIGNING_KEY",
@@ -56,6 +69,14 @@ MAX_FILE_AGE: Final = "OTEL_REPLAY_MAX_FILE_AGE"
 DEBUG: Final = "OTEL_REPLAY_DEBUG"
 SERVE_GRPC: Final = "OTEL_REPLAY_SERVE_GRPC"
 SERVE_HTTP: Final = "OTEL_REPLAY_SERVE_HTTP"
+RECORD_SESSION: Final = "OTEL_REPLAY_RECORD_SESSION"
+"""Record the whole process as this rerun session (under ``opentelemetry-instrument``); ``auto`` picks a new id."""
+RERUN_MAX_BODY: Final = "OTEL_REPLAY_RERUN_MAX_BODY"
+"""Recording: cap on one recorded HTTP response body, in bytes (default 8 MiB); a capped body is marked."""
+INGEST_MAX_LINE: Final = "OTEL_REPLAY_INGEST_MAX_LINE"
+INGEST_MAX_RATIO: Final = "OTEL_REPLAY_INGEST_MAX_RATIO"
+CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The OpenTelemetry GenAI instrumentations' switch: record prompts, completions and tool arguments."""
 
 DEFAULT_DATASET: Final = "./traces"
 

@@ -264,11 +264,15 @@ class Store:
         for _ in range(len(self.files) + 2):  # each retry leaves at least one file out
             try:
                 return fetch()
-            except duckdb.PermissionException as exc:
-                raise ReadOnlyViolation(
-                    f"refused: {str(exc).splitlines()[0]} (analyst SQL reads only the dataset's own Parquet files)"
-                ) from exc
             except duckdb.Error as exc:
+                if any(self._stamp(path) is None for path in self.files):
+                    # A compaction replaced files this store had listed: read the live set instead.
+                    self.refresh()
+                    continue
+                if isinstance(exc, duckdb.PermissionException):
+                    raise ReadOnlyViolation(
+                        f"refused: {str(exc).splitlines()[0]} (analyst SQL reads only the dataset's own Parquet files)"
+                    ) from exc
                 found = self._find_damaged(exc)
                 if not found:
                     raise QueryError(f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc

@@ -192,3 +192,26 @@ def test_run_loads_only_shipped_query_files(tmp_path):
                 store.run(name)
         with pytest.raises(QueryError, match="no SQL file queries/nope.sql"):
             store.run("nope")
+
+
+def test_a_long_lived_store_follows_a_compaction_that_deleted_its_files(tmp_path):
+    """Files a compaction replaced vanish under an open store: it reads the live set, never errors or double counts."""
+    from otel_replay.storage import compact
+
+    dataset = tmp_path / "traces"
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    tracer = otel_replay.DecisionTracer()
+    for batch in range(3):
+        for i in range(5):
+            tracer.decision("agent", "step", f"r{batch}-{i}", correlation_id=f"c{i}")
+        telemetry.force_flush()
+    telemetry.shutdown()
+    with otel_replay.open(dataset) as store:
+        before = store.rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")[0]
+        assert before["n"] == before["d"] == 15 and len(store.files) >= 3
+        old_files = list(store.files)
+        report = compact(dataset, grace_seconds=0)
+        assert report is not None and not any(Path(f).exists() for f in old_files)
+        after = store.rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")[0]
+        assert after == before and store.files != old_files
+        assert len(otel_replay.ReplayBuilder(store).build_trade_chain("c1").traces) == 3

@@ -10,6 +10,7 @@ from types import FrameType
 
 import click
 
+from otel_replay import settings
 from otel_replay.errors import OtelReplayError
 
 from .server import MiB, Receiver, ServerConfig
@@ -17,6 +18,8 @@ from .server import MiB, Receiver, ServerConfig
 __all__ = ["ingest_command", "serve_command"]
 
 _MAX_LISTED = 20
+DEFAULT_GRPC = "127.0.0.1:4317"
+DEFAULT_HTTP = "127.0.0.1:4318"
 
 
 def _address(value: str) -> str | None:
@@ -24,12 +27,23 @@ def _address(value: str) -> str | None:
 
 
 @click.command("serve")
-@click.option("--dataset", required=True, type=click.Path(file_okay=False), help="Dataset directory to write.")
 @click.option(
-    "--grpc", "grpc_addr", default="127.0.0.1:4317", show_default=True, help="OTLP/gRPC HOST:PORT ('off' to disable)."
+    "--dataset",
+    default=None,
+    type=click.Path(file_okay=False),
+    help=f"Dataset directory to write [default: ${settings.DATASET}, else {settings.DEFAULT_DATASET}].",
 )
 @click.option(
-    "--http", "http_addr", default="127.0.0.1:4318", show_default=True, help="OTLP/HTTP HOST:PORT ('off' to disable)."
+    "--grpc",
+    "grpc_addr",
+    default=None,
+    help=f"OTLP/gRPC HOST:PORT, 'off' to disable [default: ${settings.SERVE_GRPC}, else {DEFAULT_GRPC}].",
+)
+@click.option(
+    "--http",
+    "http_addr",
+    default=None,
+    help=f"OTLP/HTTP HOST:PORT, 'off' to disable [default: ${settings.SERVE_HTTP}, else {DEFAULT_HTTP}].",
 )
 @click.option(
     "--instance",
@@ -56,36 +70,56 @@ def _address(value: str) -> str | None:
     help="Seal the WAL segment and write Parquet at least this often.",
 )
 @click.option(
+    "--read-timeout",
+    default=30.0,
+    show_default=True,
+    help="Seconds a client has to send a whole request (slow and idle connections are closed).",
+)
+@click.option(
+    "--max-connections", default=128, show_default=True, help="HTTP connections served at once (503 above)."
+)
+@click.option(
     "--convert-workers", default=1, show_default=True, help="Converter processes (0: convert in the server process)."
 )
 @click.option(
     "--metrics-interval", default=0.0, show_default=True, help="Print a metrics line every N seconds (0: only at exit)."
 )
 def serve_command(
-    dataset: str,
-    grpc_addr: str,
-    http_addr: str,
+    dataset: str | None,
+    grpc_addr: str | None,
+    http_addr: str | None,
     instance: str,
     max_request_mib: int,
     max_inflight_mib: int,
     max_wal_backlog_mib: int,
     flush_seconds: float,
+    read_timeout: float,
+    max_connections: int,
     convert_workers: int,
     metrics_interval: float,
 ) -> None:
-    """Receive OTLP traces over gRPC and HTTP into DATASET; acknowledge only durable spans."""
+    """Receive OTLP traces over gRPC and HTTP into DATASET; acknowledge only durable spans.
+
+    Flags not given fall back to OTEL_REPLAY_DATASET, OTEL_REPLAY_SERVE_GRPC
+    and OTEL_REPLAY_SERVE_HTTP.
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    dataset = settings.dataset_dir(dataset)
+    grpc_addr = grpc_addr if grpc_addr is not None else settings.env_text(settings.SERVE_GRPC, DEFAULT_GRPC)
+    http_addr = http_addr if http_addr is not None else settings.env_text(settings.SERVE_HTTP, DEFAULT_HTTP)
     try:
         config = ServerConfig(
             Path(dataset),
-            grpc=_address(grpc_addr),
-            http=_address(http_addr),
+            grpc=_address(grpc_addr or ""),
+            http=_address(http_addr or ""),
             instance=instance,
             max_request_bytes=max_request_mib * MiB,
             max_inflight_bytes=max_inflight_mib * MiB,
             max_wal_backlog_bytes=max_wal_backlog_mib * MiB,
             flush_seconds=flush_seconds,
+            read_timeout_seconds=read_timeout,
+            max_connections=max_connections,
             convert_workers=convert_workers,
         )
         if config.grpc is None and config.http is None:
@@ -94,6 +128,8 @@ def serve_command(
         receiver.start()
     except OtelReplayError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve into {dataset}: {exc.strerror or exc}") from None
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -155,22 +191,38 @@ def ingest_command(paths: tuple[str, ...], dataset: str, quiet: bool) -> None:
             progress.update(task, description=f"ingesting {path.name}")
             try:
                 reports.append(ingestor.ingest(path, lambda n: progress.advance(task, n)))
-            except OSError as exc:
+            except (OSError, OtelReplayError) as exc:  # unreadable input, or a dataset that cannot be written
                 failed += 1
-                click.echo(f"{path}: cannot read: {exc.strerror or exc}", err=True)
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                click.echo(f"{path}: cannot ingest: {reason}", err=True)
     spans = 0
+    problems = 0
     for report in reports:
         spans += report.spans
         if report.status == "skipped":
             click.echo(f"{report.path}: skipped, {report.message}")
             continue
+        if report.status == "failed":
+            problems += 1
+            click.echo(f"{report.path}: error: {report.error}", err=True)
+            continue
         resumed = f" (new content from byte {report.start_offset})" if report.start_offset else ""
         bad = f", {len(report.malformed)} malformed record(s) skipped" if report.malformed else ""
         click.echo(f"{report.path}: {report.spans} spans{resumed}{bad}")
+        if report.message:
+            click.echo(f"  {report.path}: {report.message}")
+        if report.error:
+            click.echo(f"  {report.path}: error: {report.error}", err=True)
         for where, reason in report.malformed[:_MAX_LISTED]:
             click.echo(f"  {report.path}:{where}: {reason}", err=True)
         if len(report.malformed) > _MAX_LISTED:
             click.echo(f"  ... and {len(report.malformed) - _MAX_LISTED} more", err=True)
+        problems += not report.clean
+    for prefix in ingestor.recovered:
+        click.echo(f"removed the files of an interrupted ingest ({prefix}-*); their input is read again")
     click.echo(f"ingested {spans} spans from {len(reports)} file(s) into {dataset}")
-    if failed:
-        raise click.ClickException(f"{failed} file(s) could not be read")
+    if failed or problems:
+        raise click.ClickException(
+            f"{problems} file(s) had skipped records or errors and {failed} could not be read; "
+            "everything else was ingested"
+        )

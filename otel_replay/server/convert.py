@@ -14,10 +14,13 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from otel_replay.exporters.rows import request_to_table
 from otel_replay.exporters.schema import SPANS_DIR
@@ -25,35 +28,87 @@ from otel_replay.exporters.writer import write_partitions
 
 from .wal import read_records
 
-__all__ = ["ChunkWriter", "convert_segment", "sanitize", "worker_init"]
+__all__ = [
+    "MAX_TIME_NS",
+    "Admission",
+    "ChunkWriter",
+    "Salvage",
+    "admit_spans",
+    "convert_segment",
+    "salvage_segment",
+    "sanitize",
+    "worker_init",
+]
 
 CHUNK_ROWS = 100_000
 """Rows per output file (per date) before a new chunk starts."""
 
 
-def sanitize(request: ExportTraceServiceRequest) -> tuple[int, int, str]:
-    """Drop spans that cannot become rows (bad trace/span id); returns (accepted, rejected, message).
+MAX_TIME_NS = 2**63 - 1
+"""The latest time a span may carry: Arrow/Parquet nanosecond timestamps are signed 64-bit (year 2262)."""
 
-    The request is modified in place. ``message`` explains the first rejection.
+
+@dataclass
+class Admission:
+    """What :func:`admit_spans` kept and dropped of one request."""
+
+    accepted: int = 0
+    rejected: int = 0
+    bad_ids: int = 0
+    bad_times: int = 0
+    message: str = ""
+
+
+def _time_problem(span: Span) -> str | None:
+    for field_name in ("start_time_unix_nano", "end_time_unix_nano"):
+        value = getattr(span, field_name)
+        if value > MAX_TIME_NS:
+            return f"{field_name} {value} is out of range (the largest storable time is {MAX_TIME_NS})"
+    for n, event in enumerate(span.events):
+        if event.time_unix_nano > MAX_TIME_NS:
+            return f"events[{n}].time_unix_nano {event.time_unix_nano} is out of range (largest {MAX_TIME_NS})"
+    return None
+
+
+def admit_spans(request: ExportTraceServiceRequest) -> Admission:
+    """Drop, in place, spans that cannot become rows; count them by reason.
+
+    Refused: a trace id that is not 16 bytes or a span id that is not 8, and a
+    start, end or event time past :data:`MAX_TIME_NS`. ``message`` names the
+    first refused span and why.
     """
-    accepted = rejected = 0
-    message = ""
+    result = Admission()
     for rs in request.resource_spans:
         for ss in rs.scope_spans:
             spans = ss.spans
-            bad = [i for i, s in enumerate(spans) if len(s.trace_id) != 16 or len(s.span_id) != 8]
-            accepted += len(spans) - len(bad)
-            if bad:
-                if not message:
-                    s = spans[bad[0]]
-                    message = (
-                        f"span {s.name!r}: trace_id must be 16 bytes and span_id 8 bytes "
-                        f"(got {len(s.trace_id)} and {len(s.span_id)})"
+            bad: list[int] = []
+            for i, span in enumerate(spans):
+                if len(span.trace_id) != 16 or len(span.span_id) != 8:
+                    problem = (
+                        f"trace_id must be 16 bytes and span_id 8 bytes "
+                        f"(got {len(span.trace_id)} and {len(span.span_id)})"
                     )
-                rejected += len(bad)
-                for i in reversed(bad):
-                    del spans[i]
-    return accepted, rejected, message
+                    result.bad_ids += 1
+                else:
+                    time_problem = _time_problem(span)
+                    if time_problem is None:
+                        continue
+                    problem = time_problem
+                    result.bad_times += 1
+                bad.append(i)
+                if not result.message:
+                    result.message = f"span {span.name!r} (span_id {span.span_id.hex() or '-'}): {problem}"
+            result.accepted += len(spans) - len(bad)
+            result.rejected += len(bad)
+            for i in reversed(bad):
+                del spans[i]
+    return result
+
+
+def sanitize(request: ExportTraceServiceRequest) -> tuple[int, int, str]:
+    """:func:`admit_spans` as (accepted, rejected, message); ``request`` is modified in place."""
+    result = admit_spans(request)
+    return result.accepted, result.rejected, result.message
 
 
 class ChunkWriter:
@@ -104,6 +159,8 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
 
     Holds an ``flock`` on the segment while converting, so a leftover converter
     of a killed server and the restarted one never write the same files at once.
+    Any record that cannot be decoded or converted fails the whole segment: the
+    receiver then quarantines it and calls :func:`salvage_segment`.
     """
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -115,6 +172,90 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
             writer.add_request(request)
         writer.flush()
         return writer.rows_written
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Salvage:
+    """What :func:`salvage_segment` wrote and what it had to leave out."""
+
+    rows: int = 0
+    spans_dropped: int = 0
+    records_dropped: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def note(self, reason: str) -> None:
+        """Keep the first few reasons (the counts carry the rest)."""
+        if len(self.reasons) < _MAX_REASONS:
+            self.reasons.append(reason)
+
+
+_MAX_REASONS = 20
+
+
+def _one_span_request(rs: ResourceSpans, ss: ScopeSpans, span: Span) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    resource_spans.resource.CopyFrom(rs.resource)
+    resource_spans.schema_url = rs.schema_url
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.CopyFrom(ss.scope)
+    scope_spans.schema_url = ss.schema_url
+    scope_spans.spans.add().CopyFrom(span)
+    return request
+
+
+def _span_count(request: ExportTraceServiceRequest) -> int:
+    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+def _salvage_request(request: ExportTraceServiceRequest, record: int, report: Salvage) -> pa.Table | None:
+    try:
+        return request_to_table(request)
+    except Exception:  # noqa: BLE001 - any failure: fall back to one span at a time
+        pass
+    tables = []
+    for rs in request.resource_spans:
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                try:
+                    tables.append(request_to_table(_one_span_request(rs, ss, span)))
+                except Exception as exc:  # noqa: BLE001 - the span is dropped, counted and named
+                    reason = str(exc).splitlines()[0] if str(exc) else ""
+                    report.note(f"record {record} span {span.span_id.hex() or '-'}: {type(exc).__name__}: {reason}")
+    return pa.concat_tables(tables) if tables else None
+
+
+def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
+    """Convert a quarantined segment record by record and, where a record fails, span by span.
+
+    Every span that converts lands under the same file names
+    :func:`convert_segment` would have used (so rerunning it, or a partial
+    earlier attempt, adds nothing twice); undecodable records and
+    unconvertible spans are counted and named in the result.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    report = Salvage()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        writer = ChunkWriter(dataset, prefix)
+        for record, payload in enumerate(read_records(Path(path))):
+            request = ExportTraceServiceRequest()
+            try:
+                request.ParseFromString(payload)
+            except DecodeError as exc:
+                report.records_dropped += 1
+                report.note(f"record {record}: not an ExportTraceServiceRequest ({exc})")
+                continue
+            table = _salvage_request(request, record, report)
+            rows = 0 if table is None else table.num_rows
+            report.spans_dropped += max(0, _span_count(request) - rows)
+            if table is not None:
+                writer.add(table)
+        writer.flush()
+        report.rows = writer.rows_written
+        return report
     finally:
         os.close(fd)
 

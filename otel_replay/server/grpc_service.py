@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.errors import ConfigError, OtelReplayError
 
-from .server import Overloaded
+from .server import PROTOBUF_EXPANSION, Overloaded
 
 if TYPE_CHECKING:
     from .server import Receiver
@@ -45,7 +45,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     ) -> ExportTraceServiceResponse:
         receiver = self.receiver
         try:
-            with receiver.admit(request.ByteSize()):
+            with receiver.admit(PROTOBUF_EXPANSION * request.ByteSize()):
                 rejected, message = receiver.accept(request)
         except Overloaded as exc:
             delay = RetryInfo(retry_delay=Duration(seconds=exc.retry_after))

@@ -1,25 +1,38 @@
 """OTLP/HTTP: ``POST /v1/traces`` plus ``GET /healthz`` and ``GET /metrics``.
 
 Bodies are ``application/x-protobuf`` or ``application/json`` (OTLP/JSON),
-optionally ``Content-Encoding: gzip``. Responses use the request's content
-type: an ``ExportTraceServiceResponse`` (with ``partialSuccess`` when spans
-were dropped) on 200, a ``google.rpc.Status`` otherwise. Codes: 400 malformed
-body or truncated gzip, 411 no Content-Length, 413 body over the limit, 415
-unsupported content type or encoding, 429 shedding load and 503 shutting down
-(both with ``Retry-After``), 404 other paths.
+optionally ``Content-Encoding: gzip`` (every gzip member is read). Responses
+use the request's content type: an ``ExportTraceServiceResponse`` (with
+``partialSuccess`` when spans were dropped) on 200, a ``google.rpc.Status``
+otherwise. Codes: 400 malformed body or gzip, 411 no Content-Length, 413 body
+(or its inflated form, or its inflation ratio) over the limit, 415 unsupported
+content type or encoding, 429 shedding load and 503 shutting down or at the
+connection cap (both with ``Retry-After``), 404 other paths.
+
+Hostile clients: the in-flight budget is charged with the bytes actually read
+(and inflated, and decoded), never the declared ``Content-Length``; each
+request, from its first byte to its last, must arrive within
+``read_timeout_seconds`` (slow and idle connections are closed and counted);
+at most ``max_connections`` connections are served at once.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
+import selectors
 import socket
+import sys
 import threading
+import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError, Message
+from google.rpc import code_pb2
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
@@ -27,10 +40,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from otel_replay.errors import ConfigError, OtelReplayError
+from otel_replay.errors import ConfigError, OtelReplayError, PayloadError
 
-from .otlp_json import PayloadError, message_to_json, request_from_json
-from .server import Overloaded
+from .otlp_json import message_to_json, request_from_json
+from .server import JSON_EXPANSION, PROTOBUF_EXPANSION, Overloaded, Reservation
 
 if TYPE_CHECKING:
     from .server import Receiver
@@ -40,37 +53,154 @@ __all__ = ["HttpService"]
 _log = logging.getLogger("otel_replay.server")
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
-_GRPC_CODES = {400: 3, 404: 5, 411: 3, 413: 8, 415: 3, 429: 8, 503: 14}
+_GRPC_CODES = {
+    400: code_pb2.INVALID_ARGUMENT,
+    404: code_pb2.NOT_FOUND,
+    411: code_pb2.INVALID_ARGUMENT,
+    413: code_pb2.RESOURCE_EXHAUSTED,
+    415: code_pb2.INVALID_ARGUMENT,
+    429: code_pb2.RESOURCE_EXHAUSTED,
+    503: code_pb2.UNAVAILABLE,
+}
+_CHUNK = 64 * 1024
+"""Bytes read from the socket (and inflated) per step; what a request holds before it is charged."""
+_RATIO_FLOOR = 64 * 1024
+"""The inflation ratio is checked once this much has been inflated (gzip headers skew small bodies)."""
+_WRITE_TIMEOUT = 10.0
+_LINGER_SECONDS = 1.0
+_LINGER_BYTES = 2 * 1024 * 1024
 
 
 class _Reply(Exception):
     """Finish the request with an error status."""
 
-    def __init__(self, status: int, message: str, *, close: bool = False, retry_after: int | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, *, close: bool = False, retry_after: int | None = None, bomb: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.close = close
         self.retry_after = retry_after
+        self.bomb = bomb
 
 
-def _gunzip(body: bytes, limit: int) -> bytes:
+class _DeadlineReader(io.RawIOBase):
+    """The connection's socket as a raw stream whose reads fail once the request's deadline has passed."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self.sock = sock
+        self.deadline = float("inf")
+        self.received = 0
+        self.timed_out = False
+
+    def start(self, seconds: float) -> None:
+        """Begin a request: it must arrive whole within ``seconds``."""
+        self.deadline = time.monotonic() + seconds
+        self.received = 0
+        self.timed_out = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.timed_out = True
+            raise TimeoutError("request not received within the read timeout")
+        self.sock.settimeout(remaining)
+        try:
+            n = self.sock.recv_into(buffer)
+        except TimeoutError:
+            self.timed_out = True
+            raise
+        self.received += n
+        return n
+
+
+def _gzip_members(
+    read: Any, length: int, limit: int, ratio: int, reservation: Reservation, factor: int
+) -> bytearray | None:
+    """Inflate a gzip body of ``length`` bytes read through ``read``, charging ``factor`` x each inflated byte.
+
+    Every member is inflated (``gzip.compress(a) + gzip.compress(b)`` is
+    ``a + b``). Nothing beyond ``limit`` inflated bytes is ever produced.
+    Returns None when the client went away mid-body.
+    """
+    out = bytearray()
     inflater = zlib.decompressobj(wbits=31)
-    try:
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise _Reply(400, f"invalid gzip body: {exc}") from None
-    if len(data) > limit:
-        raise _Reply(413, f"decompressed body exceeds {limit} bytes")
-    if not inflater.eof:
-        raise _Reply(400, "truncated gzip body")
-    return data
+    pending = b""
+    consumed = 0  # compressed bytes handed to zlib and used
+    remaining = length
+    member_open = False
+    reservation.grow(_CHUNK)  # the read buffer
+    while True:
+        if not pending:
+            if remaining == 0:
+                break
+            pending = read(min(_CHUNK, remaining))
+            if not pending:
+                return None
+            remaining -= len(pending)
+        if not member_open:
+            inflater = zlib.decompressobj(wbits=31)
+            member_open = True
+        before = len(pending)
+        try:
+            piece = inflater.decompress(pending, _CHUNK)
+        except zlib.error as exc:
+            raise _Reply(400, f"invalid gzip body at compressed byte {length - remaining - before}: {exc}") from None
+        pending = inflater.unconsumed_tail
+        if inflater.eof:
+            pending = inflater.unused_data + pending
+            member_open = False
+        consumed += before - len(pending)
+        if piece:
+            if len(out) + len(piece) > limit:
+                raise _Reply(413, f"gzip body inflates past the {limit} byte limit", close=True, bomb=True)
+            reservation.grow(factor * len(piece))
+            out += piece
+            if ratio and len(out) > _RATIO_FLOOR and len(out) > ratio * max(1, consumed):
+                raise _Reply(
+                    413, f"gzip body inflates more than {ratio}:1 (a decompression bomb?)", close=True, bomb=True
+                )
+    if member_open:
+        raise _Reply(400, "truncated gzip body (the last gzip member has no end)")
+    if length == 0:
+        raise _Reply(400, "empty gzip body")
+    return out
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-replay"
-    timeout = 30
+    timeout = None  # the deadline reader bounds every read
     server: _Server
+    reader: _DeadlineReader
+
+    def setup(self) -> None:
+        super().setup()
+        self.reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.reader, _CHUNK)
+        self.storing = False
+        self.server.register(self)
+
+    def finish(self) -> None:
+        self.server.unregister(self)
+        try:
+            super().finish()
+        except OSError:  # the client is gone; nothing to flush to
+            pass
+
+    def handle_one_request(self) -> None:
+        self.reader.start(self.server.receiver.config.read_timeout_seconds)
+        try:
+            super().handle_one_request()
+        finally:
+            if self.reader.timed_out:
+                self.close_connection = True
+                if self.reader.received:  # a slow client, not an idle keep-alive connection
+                    self.server.receiver.metrics.add(connections_timed_out=1)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         _log.debug("http %s - %s", self.address_string(), format % args)
@@ -78,6 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, body: bytes, ctype: str, *, close: bool = False, retry_after: int | None = None
     ) -> None:
+        self.connection.settimeout(_WRITE_TIMEOUT)
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -89,11 +220,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_message(self, status: int, message: Message, as_json: bool, **kw: object) -> None:
+    def _send_message(self, status: int, message: Message, as_json: bool, **kw: Any) -> None:
         if as_json:
-            self._send(status, message_to_json(message), _JSON, **kw)  # type: ignore[arg-type]
+            self._send(status, message_to_json(message), _JSON, **kw)
         else:
-            self._send(status, message.SerializeToString(), _PROTOBUF, **kw)  # type: ignore[arg-type]
+            self._send(status, message.SerializeToString(), _PROTOBUF, **kw)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         receiver = self.server.receiver
@@ -108,79 +239,114 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found\n", "text/plain")
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-        service = self.server.service
-        with service.active_lock:
-            service.active += 1
-        try:
-            self._export()
-        finally:
-            with service.active_lock:
-                service.active -= 1
-                service.active_lock.notify_all()
-
-    def _export(self) -> None:
         receiver = self.server.receiver
         ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         as_json = ctype == _JSON
+        self.body_read = False
         try:
-            if self.path.split("?", 1)[0] != "/v1/traces":
-                raise _Reply(404, f"no such endpoint {self.path}; OTLP traces go to /v1/traces", close=True)
-            if ctype not in (_PROTOBUF, _JSON):
-                raise _Reply(415, f"unsupported content type {ctype!r}; use {_PROTOBUF} or {_JSON}", close=True)
-            encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
-            if encoding not in ("identity", "gzip"):
-                raise _Reply(415, f"unsupported content encoding {encoding!r}; use gzip or none", close=True)
-            raw_length = self.headers.get("Content-Length")
-            if raw_length is None:
-                raise _Reply(411, "Content-Length is required", close=True)
-            if not raw_length.strip().isdigit():
-                raise _Reply(400, f"bad Content-Length {raw_length!r}", close=True)
-            length = int(raw_length)
-            limit = receiver.config.max_request_bytes
-            if length > limit:
-                raise _Reply(413, f"body of {length} bytes exceeds the {limit} byte limit", close=True)
-            try:
-                with receiver.admit(length):
-                    body = self.rfile.read(length)
-                    if len(body) < length:
-                        self.close_connection = True  # the client went away mid-body: nothing stored
-                        receiver.reject()
-                        return
-                    response = self._store(body, encoding == "gzip", as_json, limit)
-            except Overloaded as exc:
-                status = 503 if exc.unavailable else 429
-                raise _Reply(status, str(exc), close=True, retry_after=exc.retry_after) from None
-            self._send_message(200, response, as_json)
+            self._export(ctype)
         except _Reply as reply:
             if reply.status in (400, 413):
-                receiver.reject()
-            status = Status(code=_GRPC_CODES.get(reply.status, 2), message=str(reply))
-            self._send_message(reply.status, status, as_json, close=reply.close, retry_after=reply.retry_after)
+                receiver.reject(too_large=reply.status == 413)
+            status = Status(code=_GRPC_CODES.get(reply.status, code_pb2.UNKNOWN), message=str(reply))
+            if reply.bomb:  # nothing is held any more; slowing the sender down keeps it from eating the CPU
+                time.sleep(receiver.config.bomb_delay_seconds)
+            close = reply.close or not self.body_read  # unread body bytes must not become the next request
+            self._send_message(reply.status, status, as_json, close=close, retry_after=reply.retry_after)
+            if not self.body_read:
+                self._linger()
         except (ConnectionError, TimeoutError):
-            self.close_connection = True
+            self.close_connection = True  # the client went away or stalled: nothing was stored
+            receiver.reject()
         except (OSError, OtelReplayError) as exc:  # disk full, WAL closed at the end of a drain
             _log.error("otel-replay serve: WAL append failed: %s", exc)
-            status = Status(code=14, message=f"cannot persist spans: {exc}")
+            status = Status(code=code_pb2.UNAVAILABLE, message=f"cannot persist spans: {exc}")
             self._send_message(503, status, as_json, close=True, retry_after=receiver.config.retry_after_seconds)
 
-    def _store(self, body: bytes, gzipped: bool, as_json: bool, limit: int) -> ExportTraceServiceResponse:
-        if gzipped:
-            inflated = _gunzip(body, limit)
-            # The in-flight budget covers what is held in memory: reserve the inflated size too.
-            with self.server.receiver.admit(max(0, len(inflated) - len(body))):
-                return self._parse_and_accept(inflated, as_json)
-        return self._parse_and_accept(body, as_json)
+    def _linger(self) -> None:
+        """Half-close and discard what the client is still sending (bounded), so it reads our reply, not a reset."""
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.reader.start(_LINGER_SECONDS)
+            budget = _LINGER_BYTES
+            while budget > 0:
+                chunk = self.rfile.read1(_CHUNK)
+                if not chunk:
+                    break
+                budget -= len(chunk)
+        except OSError:
+            pass
+        self.reader.timed_out = False
 
-    def _parse_and_accept(self, body: bytes, as_json: bool) -> ExportTraceServiceResponse:
+    def _export(self, ctype: str) -> None:
+        receiver = self.server.receiver
+        config = receiver.config
+        if self.path.split("?", 1)[0] != "/v1/traces":
+            raise _Reply(404, f"no such endpoint {self.path}; OTLP traces go to /v1/traces", close=True)
+        if ctype not in (_PROTOBUF, _JSON):
+            raise _Reply(415, f"unsupported content type {ctype!r}; use {_PROTOBUF} or {_JSON}", close=True)
+        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding not in ("identity", "gzip"):
+            raise _Reply(415, f"unsupported content encoding {encoding!r}; use gzip or none", close=True)
+        raw_length = self.headers.get("Content-Length")
+        if raw_length is None:
+            raise _Reply(411, "Content-Length is required", close=True)
+        if not raw_length.strip().isdigit():
+            raise _Reply(400, f"bad Content-Length {raw_length!r}", close=True)
+        length = int(raw_length)
+        limit = config.max_request_bytes
+        if length > limit:
+            raise _Reply(413, f"body of {length} bytes exceeds the {limit} byte limit", close=True)
+        as_json = ctype == _JSON
+        try:
+            with receiver.admit() as reservation:
+                factor = JSON_EXPANSION if as_json else PROTOBUF_EXPANSION
+                if encoding == "gzip":
+                    ratio = config.max_inflate_ratio
+                    body = _gzip_members(self.rfile.read1, length, limit, ratio, reservation, factor)
+                else:
+                    body = self._read_plain(length, reservation, factor)
+                if body is None:
+                    self.close_connection = True  # the client went away mid-body: nothing stored
+                    receiver.reject()
+                    return
+                self.body_read = True
+                reservation.grow(max(0, factor * len(body) - reservation.held))
+                self.storing = True
+                try:
+                    response = self._parse_and_accept(body, as_json)
+                finally:
+                    self.storing = False
+        except Overloaded as exc:
+            status = 503 if exc.unavailable else 429
+            raise _Reply(status, str(exc), close=True, retry_after=exc.retry_after) from None
+        self._send_message(200, response, as_json)
+
+    def _read_plain(self, length: int, reservation: Reservation, factor: int) -> bytearray | None:
+        """Read the body step by step, charging ``factor`` x the bytes that arrived (never the declared length)."""
+        body = bytearray()
+        while len(body) < length:
+            chunk = self.rfile.read1(min(_CHUNK, length - len(body)))
+            if not chunk:
+                return None
+            reservation.grow(factor * len(chunk))
+            body += chunk
+        return body
+
+    def _parse_and_accept(self, body: bytearray, as_json: bool) -> ExportTraceServiceResponse:
         try:
             if as_json:
-                request = request_from_json(body)
+                request = request_from_json(bytes(body))
             else:
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
         except (DecodeError, PayloadError) as exc:
             kind = "OTLP/JSON" if as_json else "protobuf"
-            raise _Reply(400, f"malformed {kind} ExportTraceServiceRequest: {exc}") from None
+            raise _Reply(400, f"malformed {kind} ExportTraceServiceRequest: {str(exc)[:300]}") from None
+        except RecursionError:
+            raise _Reply(400, "malformed ExportTraceServiceRequest: nested too deeply") from None
+        del body[:]
         rejected, message = self.server.receiver.accept(request)
         if rejected:
             return ExportTraceServiceResponse(
@@ -195,9 +361,69 @@ class _Server(ThreadingHTTPServer):
     receiver: Receiver
     service: HttpService
 
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.handlers: set[_Handler] = set()
+        self.connections = 0
+        self.lock = threading.Lock()
+
+    def register(self, handler: _Handler) -> None:
+        with self.lock:
+            self.handlers.add(handler)
+
+    def unregister(self, handler: _Handler) -> None:
+        with self.lock:
+            self.handlers.discard(handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.lock:
+            refuse = self.connections >= self.receiver.config.max_connections
+            if not refuse:
+                self.connections += 1
+        if refuse:
+            self.receiver.metrics.add(connections_refused=1)
+            _refuse(request, self.receiver.config.retry_after_seconds)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self.lock:
+                self.connections -= 1
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.lock:
+                self.connections -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line per failed connection; a client hanging up is routine (debug), never a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            _log.debug("http %s: client went away: %s", client_address[0], exc)
+        else:
+            name = type(exc).__name__
+            _log.error("otel-replay serve: http connection from %s failed: %s: %s", client_address[0], name, exc)
+
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
+
+
+def _refuse(sock: socket.socket, retry_after: int) -> None:
+    body = b"too many connections; retry later\n"
+    head = (
+        f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+        f"Retry-After: {retry_after}\r\nConnection: close\r\n\r\n"
+    )
+    try:
+        sock.setblocking(False)
+        sock.send(head.encode() + body)
+    except OSError:
+        pass
 
 
 class HttpService:
@@ -212,16 +438,45 @@ class HttpService:
             raise ConfigError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}") from None
         self.httpd.receiver = receiver
         self.httpd.service = self
-        self.active = 0
-        self.active_lock = threading.Condition()
         self.address = (host, self.httpd.server_address[1])
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="otel-replay-http", daemon=True)
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name="otel-replay-http", daemon=True)
         self._thread.start()
 
+    def _serve(self) -> None:
+        """Accept connections until :meth:`stop` writes to the wake pipe (no polling interval)."""
+        self.httpd.timeout = 0.5  # handle_request's own wait, after the selector said a connection is ready
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.httpd, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping:
+                for key, _ in selector.select():
+                    if key.fileobj is self.httpd and not self._stopping:
+                        self.httpd.handle_request()
+
     def stop(self, grace: float) -> None:
-        """Stop accepting connections and wait up to ``grace`` seconds for requests in progress."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        """Stop accepting, close connections not storing a request, wait up to ``grace`` s for the rest."""
+        self._stopping = True
+        os.write(self._wake_w, b"x")
         self._thread.join()
-        with self.active_lock:
-            self.active_lock.wait_for(lambda: self.active == 0, timeout=grace)
+        self.httpd.server_close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self._close_connections(storing=False)
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            with self.httpd.lock:
+                if not any(h.storing for h in self.httpd.handlers):
+                    break
+            time.sleep(0.01)
+        self._close_connections(storing=True)
+
+    def _close_connections(self, *, storing: bool) -> None:
+        with self.httpd.lock:
+            handlers = [h for h in self.httpd.handlers if storing or not h.storing]
+        for handler in handlers:
+            try:
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

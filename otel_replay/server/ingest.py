@@ -7,100 +7,281 @@ Accepted inputs (detected from the content, not the file name):
 * length-prefixed records (``<u32 big-endian length><payload>``, the file
   exporter's ``format: proto`` and/or ``compression: zstd``), each payload a
   protobuf ``TracesData`` or OTLP/JSON, optionally a zstd frame;
-* any of the above compressed as a whole with zstd.
+* any of the above compressed as a whole with zstd or gzip (several frames or
+  members are read in turn).
 
-Idempotency: a manifest under ``<dataset>/_ingest/`` records the SHA-256 and
-length of every ingested file. The same content again is skipped; a file that
-has grown since (the file exporter appends) is ingested from where the earlier
-content ended. Output files are named after the content hash and start offset,
-so an ingest interrupted by a crash and repeated rewrites the same files.
+What is recorded as ingested: the manifest ``<dataset>/_ingest/manifest.jsonl``
+holds one entry per run and file, with the length and SHA-256 of exactly the
+prefix that was read, up to the end of its last whole record. The file is read
+only up to the size it had when the run began; a line still being written and
+anything appended meanwhile are left for the next run, which resumes at the
+longest recorded prefix the file still starts with. The same content again,
+under any name, is skipped. A compressed file is all or nothing.
+
+Crash safety: before writing Parquet files a run leaves a marker in
+``_ingest/pending/``; the manifest entry is fsynced before the marker goes. A
+run that finds a marker (its writer crashed) first removes the files that
+writer wrote, so an interrupted ingest is redone, never counted twice. An
+exclusive lock on ``_ingest/lock`` lets one process ingest into a dataset at a
+time (per file).
+
+Bad input: a record that cannot be parsed or stored is skipped and reported in
+:attr:`IngestReport.malformed` as ``(where, reason)``, and the rest is read;
+spans that cannot be rows (bad ids, times past 2262) are dropped, counted and
+reported. A file that cannot be read as a whole (a truncated or corrupt
+compressed stream, one that inflates more than ``max_ratio`` times, a length
+prefix that cannot be right) sets :attr:`IngestReport.error`.
+
+Bounds: no line, record or document longer than ``max_line`` bytes is held
+(it is skipped and reported), and compressed input is inflated a bounded step
+at a time, so memory stays bounded whatever the file expands to.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
 import os
 import struct
 import time
+import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import pyarrow as pa
 import zstandard
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.errors import DatasetError
+from otel_replay._json import strict_loads
+from otel_replay.errors import DatasetError, PayloadError
+from otel_replay.exporters.rows import request_to_table
+from otel_replay.exporters.writer import fsync_dir
+from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, env_number
 
-from .convert import ChunkWriter, sanitize
-from .otlp_json import PayloadError, request_from_json
+from .convert import CHUNK_ROWS, ChunkWriter, sanitize
+from .otlp_json import request_from_json
 
-__all__ = ["IngestReport", "Ingestor"]
+__all__ = ["DEFAULT_MAX_LINE", "DEFAULT_MAX_RATIO", "IngestReport", "Ingestor"]
 
+MiB = 1 << 20
+DEFAULT_MAX_LINE = 32 * MiB
+"""Largest line, length-prefixed record or document held in memory (the receiver's request limit)."""
+DEFAULT_MAX_RATIO = 1000
+"""Largest decompressed/compressed ratio accepted once the output passes 64 MiB."""
+_RATIO_FLOOR = 64 * MiB
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_MAX_FRAME = 1 << 30
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_STEP = 512  # compressed bytes per zstd call: at most ~16 MiB out (zstd's ratio tops out near 32768)
+_GZIP_STEP = MiB  # decompressed bytes per zlib call
+_READ = 64 * 1024
+_RECORD_STARTS = (b"\x0a", b"\x28", b"{", b" ", b"\t", b"\r", b"\n")  # TracesData field 1, zstd, JSON
 INGEST_DIR = "_ingest"
 MANIFEST = "manifest.jsonl"
+PENDING = "pending"
+LOCK = "lock"
 
 Progress = Callable[[int], None]
 
 
 @dataclass
 class IngestReport:
-    """What ingesting one file did."""
+    """What ingesting one file did.
+
+    ``status`` is ``ingested``, ``skipped`` (nothing new) or ``failed`` (the
+    file could not be read as a whole: nothing from it is kept or recorded).
+    ``malformed`` lists each skipped record or dropped span group as
+    ``(where, reason)``; ``rejected`` counts dropped spans; ``error`` is a
+    problem with the file itself; ``message`` is information (an unfinished
+    last record left for the next run). ``start_offset``/``end_offset`` are
+    the byte range of the file recorded as ingested by this run.
+    """
 
     path: str
-    status: str = "ingested"  # ingested | skipped
+    status: str = "ingested"
     spans: int = 0
     rejected: int = 0
     malformed: list[tuple[str, str]] = field(default_factory=list)
     start_offset: int = 0
+    end_offset: int = 0
     message: str = ""
+    error: str = ""
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing was skipped, dropped or refused."""
+        return not (self.malformed or self.error or self.rejected)
 
 
-def _hash_file(path: Path, sizes: list[int]) -> tuple[str, dict[int, str]]:
-    """Full SHA-256, and the SHA-256 of each prefix length in ``sizes``."""
-    full, prefixes = hashlib.sha256(), {}
-    wanted = sorted(set(sizes))
-    done = 0
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(min(1 << 20, wanted[0] - done) if wanted else 1 << 20)
-            if not block:
-                break
-            full.update(block)
-            done += len(block)
-            while wanted and wanted[0] <= done:
-                if wanted.pop(0) == done:
-                    prefixes[done] = full.copy().hexdigest()
-    return full.hexdigest(), prefixes
+# --- byte sources ----------------------------------------------------------------
 
 
-class _Counting(io.RawIOBase):
-    """A raw stream that reports how many bytes were read from the wrapped file."""
+class _Slice(io.RawIOBase):
+    """Bytes ``[start, end)`` of an open file; ``progress`` and ``hasher`` see every byte read."""
 
-    def __init__(self, raw: IO[bytes], progress: Progress) -> None:
-        self.raw, self.progress = raw, progress
+    def __init__(self, handle: IO[bytes], start: int, end: int, progress: Progress, hasher: Any = None) -> None:
+        handle.seek(start)
+        self.handle, self.left, self.progress, self.hasher = handle, end - start, progress, hasher
+        self.read_bytes = 0
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        n = self.raw.readinto(buffer)  # type: ignore[attr-defined]
-        if n:
-            self.progress(n)
-        return n or 0
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")[: max(0, self.left)]
+        if not len(view):
+            return 0
+        n = self.handle.readinto(view) or 0  # type: ignore[attr-defined]
+        if not n:  # the file shrank under us: stop here
+            self.left = 0
+            return 0
+        self.left -= n
+        self.read_bytes += n
+        if self.hasher is not None:
+            self.hasher.update(view[:n])
+        self.progress(n)
+        return n
 
 
-def _parse_payload(payload: bytes) -> ExportTraceServiceRequest:
-    if payload[:4] == _ZSTD_MAGIC:
+def _is_frame_start(kind: str, data: bytes) -> bool:
+    if kind == "gzip":
+        return data[:2] == _GZIP_MAGIC
+    skippable = len(data) >= 4 and data[0] & 0xF0 == 0x50 and data[1:4] == b"\x2a\x4d\x18"
+    return data[:4] == _ZSTD_MAGIC or skippable
+
+
+class _Inflate(io.RawIOBase):
+    """A whole-stream zstd or gzip decoder with bounded output per step.
+
+    Reads every frame (zstd) or member (gzip) in turn; raises
+    :class:`PayloadError` when the input ends inside one (truncated), is
+    corrupt, is followed by bytes that are not another frame, or expands more
+    than ``max_ratio`` times once past 64 MiB of output.
+    """
+
+    def __init__(self, source: IO[bytes] | io.RawIOBase, kind: str, max_ratio: float) -> None:
+        self.source, self.kind, self.max_ratio = source, kind, max_ratio
+        self.bytes_in = self.bytes_out = 0
+        self._input, self._ipos = b"", 0
+        self._out, self._opos = b"", 0
+        self._decoder: Any = None
+        self._frames = 0
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._opos >= len(self._out):
+            if self._done:
+                return 0
+            self._out, self._opos = self._step(), 0
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), len(self._out) - self._opos)
+        view[:n] = self._out[self._opos : self._opos + n]
+        self._opos += n
+        return n
+
+    def _fill(self, at_least: int) -> None:
+        while len(self._input) - self._ipos < at_least:
+            more = self.source.read(_READ)
+            if not more:
+                return
+            self.bytes_in += len(more)
+            self._input = self._input[self._ipos :] + more
+            self._ipos = 0
+
+    def _step(self) -> bytes:
+        self._fill(1 if self._decoder is not None else 4)
+        pending = len(self._input) - self._ipos
+        if self._decoder is None:
+            if pending == 0:
+                if not self._frames:
+                    raise PayloadError(f"empty {self.kind} stream")
+                self._done = True
+                return b""
+            head = self._input[self._ipos : self._ipos + 4]
+            if not _is_frame_start(self.kind, head):
+                raise PayloadError(
+                    f"{self.kind} stream: bytes after frame {self._frames} are not {self.kind} data "
+                    f"(at compressed byte {self.bytes_in - pending})"
+                )
+            self._decoder = (
+                zlib.decompressobj(wbits=31) if self.kind == "gzip" else zstandard.ZstdDecompressor().decompressobj()
+            )
+        elif pending == 0:
+            raise PayloadError(
+                f"{self.kind} stream is truncated: the file ends inside frame {self._frames + 1} "
+                f"(after {self.bytes_in} compressed bytes)"
+            )
         try:
-            payload = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
-        except zstandard.ZstdError as exc:
-            raise PayloadError(f"bad zstd frame: {exc}") from None
+            out = self._zlib_step() if self.kind == "gzip" else self._zstd_step()
+        except (zlib.error, zstandard.ZstdError) as exc:
+            raise PayloadError(f"{self.kind} stream is corrupt: {exc}") from None
+        self.bytes_out += len(out)
+        if self.bytes_out > _RATIO_FLOOR and self.bytes_out > self.max_ratio * self.bytes_in:
+            raise PayloadError(
+                f"{self.kind} data expands more than {self.max_ratio:g} times ({self.bytes_out} bytes from "
+                f"{self.bytes_in}): refused as a decompression bomb (OTEL_REPLAY_INGEST_MAX_RATIO raises the limit)"
+            )
+        return out
+
+    def _zstd_step(self) -> bytes:
+        chunk = self._input[self._ipos : self._ipos + _ZSTD_STEP]
+        self._ipos += len(chunk)
+        out: bytes = self._decoder.decompress(chunk)
+        if self._decoder.eof:
+            self._ipos -= len(self._decoder.unused_data)
+            self._decoder, self._frames = None, self._frames + 1
+        return out
+
+    def _zlib_step(self) -> bytes:
+        data = self._input[self._ipos :]
+        out: bytes = self._decoder.decompress(data, _GZIP_STEP)
+        self._ipos += len(data) - len(self._decoder.unconsumed_tail) - len(self._decoder.unused_data)
+        if self._decoder.eof:
+            self._decoder, self._frames = None, self._frames + 1
+        return out
+
+
+def _inflate_record(payload: bytes, limit: int) -> bytes:
+    """A length-prefixed record's zstd frame, decompressed, refusing more than ``limit`` bytes."""
+    reader = _Inflate(io.BytesIO(payload), "zstd", float("inf"))
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        part = reader.read(MiB)
+        if not part:
+            return b"".join(parts)
+        total += len(part)
+        if total > limit:
+            raise PayloadError(f"zstd frame expands past the {limit}-byte record limit")
+        parts.append(part)
+
+
+# --- records ---------------------------------------------------------------------
+
+
+@dataclass
+class _Item:
+    """One record read: a request, or why it is skipped / left / the end of what can be read."""
+
+    where: str
+    request: ExportTraceServiceRequest | None = None
+    problem: str = ""  # skipped and reported; reading goes on
+    unfinished: str = ""  # cut short at the end of what was read: left for the next run
+    fatal: str = ""  # the rest of the stream cannot be read
+
+
+def _parse_payload(payload: bytes, limit: int) -> ExportTraceServiceRequest:
+    if payload[:4] == _ZSTD_MAGIC:
+        payload = _inflate_record(payload, limit)
     if payload.lstrip()[:1] == b"{":
         return request_from_json(payload)
     request = ExportTraceServiceRequest()
@@ -111,193 +292,429 @@ def _parse_payload(payload: bytes) -> ExportTraceServiceRequest:
     return request
 
 
-class Incomplete(PayloadError):
-    """The last record is cut short: a writer is still appending. Left for the next run."""
-
-
-Record = tuple[str, "ExportTraceServiceRequest | PayloadError", int]
-"""(where, request or error, stream offset just past the record)."""
-
-
-def _records(stream: io.BufferedReader) -> Iterator[Record]:
-    """Yield every record in ``stream``, with the offset where it ends."""
-    if _looks_like_json(stream.peek(1 << 16)):
-        yield from _json_records(stream)
-        return
-    index = pos = 0
-    while True:
-        index += 1
-        header = stream.read(4)
-        if not header:
-            return
-        where = f"record {index}"
-        if len(header) < 4:
-            yield where, Incomplete("length prefix cut short at end of file"), pos
-            return
-        (length,) = struct.unpack(">I", header)
-        if length > _MAX_FRAME:
-            yield where, PayloadError(f"length prefix {length} is implausible; not a file-exporter proto file?"), pos
-            return
-        payload = stream.read(length)
-        if len(payload) < length:
-            yield where, Incomplete("record cut short at end of file"), pos
-            return
-        pos += 4 + length
-        try:
-            yield where, _parse_payload(payload), pos
-        except PayloadError as exc:
-            yield where, exc, pos
-
-
-def _looks_like_json(head: bytes) -> bool:
-    """JSON starts with ``{``; so does the second line of JSON lines whose first line is garbage.
+def _looks_like_json(head: bytes, limit: int) -> bool:
+    """Text, not length-prefixed records: JSON starts with ``{`` (or ``[``, to be reported as such).
 
     A length-prefixed proto file starts with a 4-byte big-endian length, which
-    is not printable text, so a printable first line followed by ``{`` is JSON.
+    is not printable text; printable text read as a length is at least 512 MiB,
+    past any record limit. So printable text is JSON (lines), whatever its first
+    line holds.
     """
     stripped = head.lstrip()
-    if stripped[:1] in (b"{", b""):
+    if stripped[:1] in (b"{", b"[", b""):
         return True
+    if len(head) >= 4 and struct.unpack(">I", head[:4])[0] > limit:
+        return head[:4].decode("ascii", "replace").isprintable()
     line, newline, rest = stripped.partition(b"\n")
     return bool(newline) and rest.lstrip()[:1] == b"{" and line.decode("utf-8", "replace").isprintable()
 
 
 def _is_json(line: bytes) -> bool:
     try:
-        json.loads(line)
-    except ValueError:
+        strict_loads(line, where="probe")
+    except PayloadError:
         return False
     return True
 
 
-def _json_records(stream: io.BufferedReader) -> Iterator[Record]:
-    # JSON lines unless neither of the first two lines is JSON on its own:
-    # then it is one (pretty-printed) document. A bad first line alone does
-    # not turn a JSON-lines file into a "document".
-    head = [stream.readline()]
-    if not _is_json(head[0]):
-        head.append(stream.readline())
-        if not _is_json(head[1]):
-            text = b"".join(head) + stream.read()
-            try:
-                yield "document", request_from_json(text), len(text)
-            except PayloadError as exc:
-                if b"\n" not in text:  # one unfinished line: a writer is mid-way through it
-                    yield "document", Incomplete(str(exc)), 0
-                else:
-                    yield "document", exc, len(text)
+class _Reader:
+    """Splits a decoded byte stream into records; ``pos`` and ``hasher`` cover exactly the records taken.
+
+    ``final`` says the stream's end is the real end (a complete compressed
+    stream): a record cut short there is an error, not a record in progress.
+    """
+
+    def __init__(self, stream: io.BufferedReader, *, limit: int, final: bool, hasher: Any = None) -> None:
+        self.stream, self.limit, self.final, self.hasher = stream, limit, final, hasher
+        self.pos = 0
+
+    def _take(self, data: bytes) -> None:
+        self.pos += len(data)
+        if self.hasher is not None:
+            self.hasher.update(data)
+
+    def items(self) -> Iterator[_Item]:
+        """Every record, in order; stops after an ``unfinished`` or ``fatal`` item."""
+        if _looks_like_json(self.stream.peek(_READ)[:_READ], self.limit):
+            yield from self._json()
+        else:
+            yield from self._framed()
+
+    # JSON lines, or one document
+    def _line(self) -> bytes:
+        return self.stream.readline(self.limit + 1)
+
+    def _json(self) -> Iterator[_Item]:
+        # JSON lines unless neither of the first two lines is JSON on its own
+        # and the text is one (pretty-printed) document. Bad lines at the start
+        # of a JSON-lines file never turn the rest of it into a "document".
+        first = self._line()
+        if not first:
             return
-    pos, number = 0, 0
-    for line in _chain(head, stream):
-        number += 1
+        head = [first]
+        if len(first) <= self.limit and not _is_json(first):
+            second = self._line()
+            if second:
+                head.append(second)
+            if not second or (len(second) <= self.limit and not _is_json(second)):
+                document, head = self._document(b"".join(head))
+                if document is not None:
+                    yield document
+                    return
+        number = 0
+        for line in _chain(head, self._line):
+            number += 1
+            item = self._json_line(f"line {number}", line)
+            if item is not None:
+                yield item
+                if item.unfinished:
+                    return
+
+    def _json_line(self, where: str, line: bytes) -> _Item | None:
+        if len(line) > self.limit:
+            self._take(line)
+            total, ended = len(line), line.endswith(b"\n")
+            while not ended:  # skip the rest of the line without holding it
+                piece = self.stream.readline(MiB)
+                if not piece:
+                    break
+                self._take(piece)
+                total += len(piece)
+                ended = piece.endswith(b"\n")
+            size = f"{total} bytes" if ended else f"{total}+ bytes, unfinished"
+            return _Item(where, problem=f"longer than the {self.limit}-byte line limit ({size}); skipped")
         if not line.strip():
-            pos += len(line)
-            continue
+            self._take(line)
+            return None
         try:
             request = request_from_json(line)
         except PayloadError as exc:
-            if not line.endswith(b"\n"):
-                yield f"line {number}", Incomplete(f"last line unfinished ({exc})"), pos
+            if not line.endswith(b"\n") and not self.final:
+                return _Item(where, unfinished=f"last line unfinished ({exc})")
+            self._take(line)
+            return _Item(where, problem=str(exc))
+        self._take(line)
+        return _Item(where, request=request)
+
+    def _document(self, head: bytes) -> tuple[_Item | None, list[bytes]]:
+        """One document, or ``None`` and the lines read so far when the text is JSON lines after all."""
+        text = head + self.stream.read(max(0, self.limit + 1 - len(head)))
+        if len(text) > self.limit:
+            if any(_is_object_line(line) for line in _split_lines(text)[2:-1]):  # JSON lines after all
+                return None, _lines_with_rest(text, self._line)
+            self._take(text)
+            while piece := self.stream.read(MiB):
+                self._take(piece)
+            return _Item("document", problem=f"longer than the {self.limit}-byte document limit; skipped"), []
+        try:
+            request = request_from_json(text)
+        except PayloadError as exc:
+            if b"\n" not in text and not self.final:  # one unfinished line: a writer is mid-way through it
+                return _Item("document", unfinished=str(exc)), []
+            lines = _split_lines(text)
+            if any(_is_object_line(line) for line in lines[2:]):  # JSON lines after all
+                return None, lines
+            self._take(text)
+            return _Item("document", problem=str(exc)), []
+        self._take(text)
+        return _Item("document", request=request), []
+
+    # length-prefixed records
+    def _cut(self, where: str, what: str) -> _Item:
+        if self.final:
+            return _Item(where, fatal=f"{what}: the stream ends inside a record")
+        return _Item(where, unfinished=what)
+
+    def _framed(self) -> Iterator[_Item]:
+        index = 0
+        while True:
+            header = self.stream.read(4)
+            if not header:
                 return
-            pos += len(line)
-            yield f"line {number}", exc, pos
+            index += 1
+            where = f"record {index}"
+            if len(header) < 4:
+                yield self._cut(where, "length prefix cut short at end of file")
+                return
+            (length,) = struct.unpack(">I", header)
+            if length == 0 or length > self.limit:
+                why = "0" if length == 0 else f"{length} is over the {self.limit}-byte record limit"
+                yield _Item(
+                    where, fatal=f"length prefix {why}: not a file-exporter record, so nothing after it can be read"
+                )
+                return
+            payload = self.stream.read(length)
+            if len(payload) < length:
+                if payload and payload[:1] not in _RECORD_STARTS:  # not a record in progress: garbage
+                    yield _Item(
+                        where,
+                        fatal=f"cut short, and its payload starts with byte 0x{payload[:1].hex()}, "
+                        "not a TracesData, zstd frame or JSON: not a file-exporter record",
+                    )
+                    return
+                yield self._cut(where, "record cut short at end of file")
+                return
+            self._take(header)
+            self._take(payload)
+            try:
+                yield _Item(where, request=_parse_payload(payload, self.limit))
+            except PayloadError as exc:
+                yield _Item(where, problem=str(exc))
+
+
+def _is_object_line(line: bytes) -> bool:
+    """A whole JSON object on one line: what JSON lines hold and a pretty-printed document never does."""
+    return line.lstrip()[:1] == b"{" and _is_json(line)
+
+
+def _split_lines(text: bytes) -> list[bytes]:
+    """Lines as ``readline`` makes them: split after each newline only, newlines kept."""
+    parts = text.split(b"\n")
+    return [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _lines_with_rest(text: bytes, more: Callable[[], bytes]) -> list[bytes]:
+    """``text`` split into lines, its last one completed from ``more`` when ``text`` stopped inside it."""
+    lines = _split_lines(text)
+    if lines and not lines[-1].endswith(b"\n"):
+        lines[-1] += more()
+    return lines
+
+
+def _chain(head: list[bytes], more: Callable[[], bytes]) -> Iterator[bytes]:
+    yield from head
+    yield from iter(more, b"")
+
+
+# --- the manifest ------------------------------------------------------------------
+
+
+def _prefix_hashes(handle: IO[bytes], sizes: list[int]) -> dict[int, Any]:
+    """SHA-256 state after each prefix length in ``sizes`` (each ``<=`` the file size)."""
+    states: dict[int, Any] = {}
+    digest, done = hashlib.sha256(), 0
+    handle.seek(0)
+    for size in sorted(set(sizes)):
+        while done < size:
+            block = handle.read(min(MiB, size - done))
+            if not block:
+                return states
+            digest.update(block)
+            done += len(block)
+        states[size] = digest.copy()
+    return states
+
+
+def _manifest_entries(data: bytes) -> list[dict[str, Any]]:
+    """The entries in whole manifest lines; a torn line (a crash mid-write) is ignored."""
+    entries: list[dict[str, Any]] = []
+    for line in data.split(b"\n"):
+        if not line.strip():
             continue
-        pos += len(line)
-        yield f"line {number}", request, pos
-
-
-def _chain(head: list[bytes], stream: io.BufferedReader) -> Iterator[bytes]:
-    yield from (line for line in head if line)
-    yield from iter(stream.readline, b"")
+        try:
+            entry = strict_loads(line, where="manifest")
+            int(entry["bytes"]), str(entry["sha256"])
+        except (PayloadError, KeyError, TypeError, ValueError):
+            continue  # torn by a crash: the pending marker of that run makes the next run redo it
+        entries.append(entry)
+    return entries
 
 
 class Ingestor:
-    """Ingest files into ``dataset``; see the module docstring for formats and idempotency."""
+    """Ingest files into ``dataset``; see the module docstring for formats, durability and bounds."""
 
-    def __init__(self, dataset: str | os.PathLike[str]) -> None:
-        """Open the dataset's ingest manifest (created on first use)."""
+    def __init__(
+        self,
+        dataset: str | os.PathLike[str],
+        *,
+        max_line: int | None = None,
+        max_ratio: float | None = None,
+        chunk_rows: int = CHUNK_ROWS,
+    ) -> None:
+        """Open the dataset's ingest manifest (created on first use).
+
+        ``max_line`` (bytes; default ``OTEL_REPLAY_INGEST_MAX_LINE``, else 32 MiB)
+        bounds a line, record or document; ``max_ratio`` (default
+        ``OTEL_REPLAY_INGEST_MAX_RATIO``, else 1000) bounds decompression;
+        ``chunk_rows`` rows are buffered before a Parquet file is written.
+        """
         self.dataset = Path(dataset)
         if self.dataset.exists() and not self.dataset.is_dir():
             raise DatasetError(f"dataset {self.dataset} is a file, not a directory")
-        self.manifest_path = self.dataset / INGEST_DIR / MANIFEST
-        self.entries: list[dict[str, object]] = []
-        if self.manifest_path.exists():
-            for line in self.manifest_path.read_text(encoding="utf-8").splitlines():
-                try:
-                    self.entries.append(json.loads(line))
-                except ValueError:
-                    continue  # a torn last line from a crash: that ingest is simply redone
+        self.max_line = int(max_line or env_number(INGEST_MAX_LINE, DEFAULT_MAX_LINE, integer=True))
+        self.max_ratio = float(max_ratio or env_number(INGEST_MAX_RATIO, DEFAULT_MAX_RATIO))
+        self.chunk_rows = chunk_rows
+        self.dir = self.dataset / INGEST_DIR
+        self.manifest_path = self.dir / MANIFEST
+        self.pending_dir = self.dir / PENDING
+        self.entries: list[dict[str, Any]] = []
+        self._manifest_read = 0
+        self._refresh()
+        self.recovered: list[str] = []
+        """Prefixes of output files removed because the run that wrote them crashed."""
 
-    def _record(self, entry: dict[str, object]) -> None:
-        self.manifest_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.manifest_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            self.pending_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DatasetError(f"cannot write the ingest manifest under {self.dir}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._refresh()  # another process may have added entries
+            self._recover()
+            yield
+        finally:
+            os.close(fd)
+
+    def _refresh(self) -> None:
+        """Read the manifest lines added since the last read (all of it if it was replaced)."""
+        try:
+            with open(self.manifest_path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size < self._manifest_read:
+                    self.entries, self._manifest_read = [], 0
+                handle.seek(self._manifest_read)
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        whole = data[: data.rfind(b"\n") + 1]  # a torn last line is read again once it is followed by more
+        self.entries += _manifest_entries(whole)
+        self._manifest_read += len(whole)
+
+    def _recover(self) -> None:
+        """Remove what crashed runs wrote but never recorded (called under the lock)."""
+        done = {e.get("token") for e in self.entries}
+        for marker in sorted(self.pending_dir.glob("*.json")):
+            token = marker.stem
+            if token not in done:
+                self._remove_outputs(token)
+                self.recovered.append(f"ingest-{token}")
+            marker.unlink(missing_ok=True)
+
+    def _remove_outputs(self, token: str) -> None:
+        spans = self.dataset / "spans"
+        for pattern in (f"date=*/ingest-{token}-*.parquet", f"date=*/.ingest-{token}-*.tmp"):
+            for path in spans.glob(pattern):
+                path.unlink(missing_ok=True)
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        with open(self.manifest_path, "ab+") as handle:
+            handle.seek(0, os.SEEK_END)
+            torn = False
+            if handle.tell():
+                handle.seek(-1, os.SEEK_END)
+                torn = handle.read(1) != b"\n"
+            # A torn line from a crash must not swallow this entry.
+            handle.write((b"\n" if torn else b"") + json.dumps(entry, sort_keys=True).encode() + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
-        self.entries.append(entry)
+        fsync_dir(self.dir)
+        self._refresh()
 
     def ingest(self, path: str | os.PathLike[str], progress: Progress = lambda n: None) -> IngestReport:
-        """Ingest one file; never raises for bad content (see :attr:`IngestReport.malformed`)."""
+        """Ingest one file; bad content is reported in the result, never raised.
+
+        Raises:
+            OSError: the file cannot be read.
+            DatasetError: the dataset cannot be written (what this run wrote is removed first).
+
+        """
         path = Path(path)
+        if path.resolve().is_relative_to(self.dataset.resolve()):
+            report = IngestReport(str(path), status="skipped", message="inside the dataset itself")
+            return report
+        with open(path, "rb") as handle, self._locked():
+            return self._ingest(path, handle, progress)
+
+    def _ingest(self, path: Path, handle: IO[bytes], progress: Progress) -> IngestReport:
         report = IngestReport(str(path))
-        size = path.stat().st_size
-        sizes = [int(e["bytes"]) for e in self.entries if 0 < int(e["bytes"]) < size]  # type: ignore[call-overload]
-        digest, prefixes = _hash_file(path, sizes)
-        if any(e["sha256"] == digest for e in self.entries):
-            report.status, report.message = "skipped", "already ingested (same content)"
+        size = os.fstat(handle.fileno()).st_size  # read no further: what is appended meanwhile is the next run's
+        states = _prefix_hashes(handle, [int(e["bytes"]) for e in self.entries if 0 < int(e["bytes"]) <= size])
+        known = {(int(e["bytes"]), str(e["sha256"])) for e in self.entries}
+        matched = [n for n, state in states.items() if (n, state.hexdigest()) in known]
+        start = max(matched, default=0)
+        report.start_offset = report.end_offset = start
+        if start == size:
+            report.status = "skipped"
+            report.message = "already ingested (same content)" if size else "empty file"
             progress(size)
             return report
-        with open(path, "rb") as handle:
-            whole_zstd = handle.read(4) == _ZSTD_MAGIC
-        start = 0
-        if not whole_zstd:
-            for e in self.entries:
-                n = int(e["bytes"])  # type: ignore[call-overload]
-                if prefixes.get(n) == e["sha256"] and n > start:
-                    start = n
-        report.start_offset = start
         progress(start)
-        writer = ChunkWriter(self.dataset, f"ingest-{digest[:20]}-{start:x}")
-        with open(path, "rb") as raw:
-            raw.seek(start)
-            counted = _Counting(raw, progress)
-            source: Any = counted
-            if whole_zstd:
-                source = zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True)
-            stream: Any = io.BufferedReader(source, buffer_size=1 << 20)
-            consumed = 0
-            try:
-                for where, item, end in _records(stream):
-                    if isinstance(item, Incomplete):
-                        report.message = f"{where}: {item}; it is read on the next ingest"
-                        break
-                    consumed = end
-                    if isinstance(item, PayloadError):
-                        report.malformed.append((where, str(item)))
-                        continue
-                    accepted, rejected, message = sanitize(item)
-                    report.rejected += rejected
-                    if rejected:
-                        report.malformed.append((where, f"{rejected} span(s) dropped: {message}"))
-                    if accepted:
-                        writer.add_request(item)
-                        report.spans += accepted
-            except zstandard.ZstdError as exc:
-                report.malformed.append(("file", f"zstd stream is corrupt: {exc}"))
-            finally:
-                stream.close()
-        writer.flush()
-        # Remember only what was read whole: an unfinished tail is read again next time.
-        end = size if whole_zstd or not report.message else start + consumed
-        self._record(
-            {
-                "sha256": digest if end == size else _hash_file(path, [end])[1][end],
-                "bytes": end,
-                "source": str(path.resolve()),
-                "start": start,
-                "spans": report.spans,
-                "files": [str(p.relative_to(self.dataset)) for p in writer.paths],
-                "ingested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-        )
+        hasher = states[start] if start else hashlib.sha256()
+        handle.seek(start)
+        magic = handle.read(4)
+        kind = "gzip" if magic[:2] == _GZIP_MAGIC else "zstd" if _is_frame_start("zstd", magic) else ""
+        token = uuid.uuid4().hex[:16]
+        marker = self.pending_dir / f"{token}.json"
+        marker.write_text(json.dumps({"source": str(path.resolve()), "start": start}))
+        fsync_dir(self.pending_dir)
+        writer = ChunkWriter(self.dataset, f"ingest-{token}", chunk_rows=self.chunk_rows)
+        try:
+            raw = _Slice(handle, start, size, progress, hasher if kind else None)
+            source: Any = _Inflate(raw, kind, self.max_ratio) if kind else raw
+            with io.BufferedReader(source, buffer_size=MiB) as stream:
+                reader = _Reader(stream, limit=self.max_line, final=bool(kind), hasher=None if kind else hasher)
+                for item in reader.items():
+                    self._take(item, writer, report)
+            end = start + (raw.read_bytes if kind else reader.pos)
+            writer.flush()
+        except PayloadError as exc:  # the compressed stream as a whole is bad: keep nothing from it
+            self._remove_outputs(token)
+            marker.unlink(missing_ok=True)
+            report.status, report.error, report.spans = "failed", f"{exc}; nothing from this file was kept", 0
+            return report
+        except BaseException:
+            self._remove_outputs(token)
+            marker.unlink(missing_ok=True)
+            raise
+        if kind and report.error:  # a length prefix gone wrong inside a compressed file: all or nothing
+            self._remove_outputs(token)
+            marker.unlink(missing_ok=True)
+            report.status, report.spans = "failed", 0
+            report.error += "; nothing from this file was kept"
+            return report
+        report.end_offset = end
+        if end > start:
+            self._append(
+                {
+                    "sha256": hasher.hexdigest(),
+                    "bytes": end,
+                    "source": str(path.resolve()),
+                    "start": start,
+                    "spans": report.spans,
+                    "token": token,
+                    "files": [str(p.relative_to(self.dataset)) for p in writer.paths],
+                    "ingested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            )
+        marker.unlink(missing_ok=True)
         return report
+
+    def _take(self, item: _Item, writer: ChunkWriter, report: IngestReport) -> None:
+        if item.unfinished:
+            report.message = f"{item.where}: {item.unfinished}; it is read on the next ingest"
+            return
+        if item.fatal:
+            report.error = f"{item.where}: {item.fatal}"
+            return
+        if item.request is None:
+            report.malformed.append((item.where, item.problem))
+            return
+        accepted, rejected, message = sanitize(item.request)
+        if rejected:
+            report.rejected += rejected
+            report.malformed.append((item.where, f"{rejected} span(s) dropped: {message}"))
+        if not accepted:
+            return
+        try:
+            table = request_to_table(item.request)
+        except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
+            report.rejected += accepted
+            report.malformed.append((item.where, f"{accepted} span(s) cannot be stored: {exc}"))
+            return
+        if table.num_rows < accepted:
+            report.rejected += accepted - table.num_rows
+            report.malformed.append((item.where, f"{accepted - table.num_rows} span(s) dropped by the row conversion"))
+        writer.add(table)
+        report.spans += table.num_rows

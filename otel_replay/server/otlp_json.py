@@ -5,24 +5,29 @@ handles: trace and span ids are hex strings (not base64), and enums are
 integers. Field names are lowerCamelCase (the original snake_case names are
 accepted too), 64-bit integers may be strings or numbers, and unknown fields
 are ignored.
+
+Documents are parsed strictly (duplicate keys, ``NaN`` and deep nesting are
+refused) and every failure is a one-line :class:`PayloadError`, which the
+HTTP receiver answers with 400 and ``ingest`` reports per record.
 """
 
 from __future__ import annotations
 
 import base64
-import json
+import re
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay._json import strict_loads
 from otel_replay.errors import PayloadError
 
 __all__ = ["PayloadError", "message_to_json", "request_from_json", "request_from_obj", "request_to_obj"]
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
-
+_FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
 
 
 def _items(obj: dict[str, Any], *keys: str) -> list[Any]:
@@ -63,17 +68,33 @@ def request_from_obj(obj: Any) -> ExportTraceServiceRequest:
                     _fix_ids(link, "link")
     try:
         return json_format.ParseDict(obj, ExportTraceServiceRequest(), ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
-        raise PayloadError(f"invalid OTLP/JSON: {str(exc).splitlines()[0]}") from None
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise PayloadError(f"invalid OTLP/JSON: {_one_line(exc)}") from None
 
 
-def request_from_json(data: bytes | str) -> ExportTraceServiceRequest:
-    """Parse an OTLP/JSON document."""
-    try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PayloadError(f"invalid JSON: {exc}") from None
-    return request_from_obj(obj)
+def _one_line(exc: BaseException) -> str:
+    """``Failed to parse a field: Failed to parse b field: why`` -> ``a.b: why``, on one line."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = " ".join(str(exc).split())
+    path = _FAILED_FIELD.findall(text)
+    reason = _FAILED_FIELD.sub("", text).rstrip(".")
+    if len(reason) > 200:
+        reason = reason[:200] + "..."
+    if len(path) > 8:
+        path = [*path[:4], "...", *path[-3:]]
+    return f"{'.'.join(path)}: {reason}" if path else reason
+
+
+def request_from_json(data: bytes | str, *, where: str = "invalid JSON") -> ExportTraceServiceRequest:
+    """Parse an OTLP/JSON document, refusing what :func:`otel_replay._json.strict_loads` refuses.
+
+    Duplicate keys, ``NaN``, nesting too deep and non-UTF-8 text raise a
+    one-line :class:`PayloadError` starting with ``where``; so do values the
+    OTLP schema cannot hold (an out-of-range or non-numeric integer, a
+    non-hex id). Never ``RecursionError`` or ``OverflowError``.
+    """
+    return request_from_obj(strict_loads(data, where=where))
 
 
 def message_to_json(message: Message) -> bytes:

@@ -1,21 +1,30 @@
 """The receiver: admission control, the write-ahead log, the Parquet converter and both services.
 
-Ack path (any service): decode -> :func:`sanitize` (drop spans without valid
-ids, reported as partial success) -> admission (bounded in-flight bytes and a
-bounded WAL backlog; otherwise :class:`Overloaded`, i.e. 429 /
-RESOURCE_EXHAUSTED) -> WAL append + fsync -> acknowledge.
+Ack path (any service): admission (a bounded in-flight memory reservation that
+grows with the bytes actually read and decoded, and a bounded WAL backlog;
+otherwise :class:`Overloaded`, i.e. 429 / RESOURCE_EXHAUSTED) -> decode ->
+:func:`~.convert.admit_spans` (drop spans with invalid ids or times that
+cannot be stored, reported as partial success) -> WAL append + fsync ->
+acknowledge.
 
 Background: the active WAL segment is sealed every ``flush_seconds`` (or when
 full); sealed segments are converted to Parquet (in a converter process by
 default) under names derived from the segment id, then deleted. On start,
 segments left by a crash are converted the same way, so replay never adds rows
-twice: it rewrites the same files.
+twice: it rewrites the same files. A segment whose conversion fails for a
+reason other than I/O (or that kills the converter three times) is moved to
+``<wal>/quarantine/`` and converted record by record, span by span
+(:func:`~.convert.salvage_segment`): every good span lands, the rest are
+counted and named in ``<segment>.report.json``; the segments behind it never wait.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import logging
 import multiprocessing
+import os
 import re
 import threading
 import time
@@ -29,16 +38,57 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.errors import ConfigError, Overloaded
+from otel_replay.errors import ConfigError, DatasetError, Overloaded
+from otel_replay.exporters.writer import fsync_dir
 
-from .convert import convert_segment, sanitize, worker_init
-from .wal import Segment, WriteAheadLog
+from .convert import Salvage, admit_spans, convert_segment, salvage_segment, worker_init
+from .wal import WAL_SUFFIX, Segment, WriteAheadLog
 
-__all__ = ["Metrics", "Overloaded", "Receiver", "ServerConfig", "parse_address"]
+__all__ = [
+    "Metrics",
+    "Overloaded",
+    "Receiver",
+    "Reservation",
+    "ServerConfig",
+    "parse_address",
+    "release_free_memory",
+]
 
 _log = logging.getLogger("otel_replay.server")
 _INSTANCE = re.compile(r"[A-Za-z0-9_.-]+")
 MiB = 1024 * 1024
+QUARANTINE_DIR = "quarantine"
+PROTOBUF_EXPANSION = 7
+"""In-flight bytes reserved per byte of a protobuf body: the body, the decoded message, its re-encoding for the WAL.
+
+Measured (``benchmarks/bench_hostile.py``, 25 MiB requests of SDK spans):
+decoding a protobuf ``ExportTraceServiceRequest`` takes about 5x its size in
+Python/upb objects, and the WAL copy another 1-2x.
+"""
+JSON_EXPANSION = 3
+"""In-flight bytes reserved per byte of an OTLP/JSON body (the text is 3-4x the protobuf size of the same spans)."""
+_MAX_CONVERT_ATTEMPTS = 3
+_TRIM_AFTER_BYTES = 64 * MiB
+
+
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def release_free_memory() -> None:
+    """Give memory freed by a large request back to the OS (glibc keeps it per thread arena otherwise).
+
+    Without this, every thread that once decoded a large request keeps that
+    much RSS, and the memory bound would grow with the number of threads.
+    """
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def parse_address(text: str, what: str) -> tuple[str, int]:
@@ -51,7 +101,14 @@ def parse_address(text: str, what: str) -> tuple[str, int]:
 
 @dataclass
 class ServerConfig:
-    """Settings of one receiver (``otel-replay serve`` flags map onto these)."""
+    """Settings of one receiver (``otel-replay serve`` flags map onto these).
+
+    Against hostile clients: ``read_timeout_seconds`` (a whole HTTP request,
+    headers and body, must arrive within it; idle connections close after it),
+    ``max_connections`` (HTTP connections served at once; the next gets 503),
+    ``max_inflate_ratio`` (a gzip body inflating more than this, 0: no limit,
+    is a 413) and ``bomb_delay_seconds`` (how late that 413 is sent).
+    """
 
     dataset: Path
     grpc: str | None = "127.0.0.1:4317"
@@ -67,6 +124,10 @@ class ServerConfig:
     grpc_workers: int = 16
     retry_after_seconds: int = 1
     drain_seconds: float = 30.0
+    read_timeout_seconds: float = 30.0
+    max_connections: int = 128
+    max_inflate_ratio: int = 200
+    bomb_delay_seconds: float = 3.0
 
     def __post_init__(self) -> None:
         """Validate the settings."""
@@ -78,6 +139,10 @@ class ServerConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.flush_seconds <= 0 or self.convert_workers < 0 or self.grpc_workers <= 0:
             raise ConfigError("flush_seconds and grpc_workers must be positive, convert_workers >= 0")
+        if self.read_timeout_seconds <= 0 or self.max_connections <= 0:
+            raise ConfigError("read_timeout_seconds and max_connections must be positive")
+        if self.max_inflate_ratio < 0 or self.bomb_delay_seconds < 0:
+            raise ConfigError("max_inflate_ratio and bomb_delay_seconds must be >= 0")
         for address, what in ((self.grpc, "gRPC"), (self.http, "HTTP")):
             if address is not None:
                 parse_address(address, what)
@@ -95,10 +160,19 @@ class Metrics:
     spans_accepted: int = 0
     spans_written: int = 0
     spans_rejected: int = 0
+    spans_rejected_bad_time: int = 0
+    spans_rejected_bad_id: int = 0
     requests_rejected: int = 0
+    requests_too_large: int = 0
     requests_shed: int = 0
+    connections_timed_out: int = 0
+    connections_refused: int = 0
     segments_converted: int = 0
     convert_errors: int = 0
+    segments_quarantined: int = 0
+    quarantine_spans_written: int = 0
+    quarantine_spans_dropped: int = 0
+    quarantine_records_dropped: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **deltas: int) -> None:
@@ -113,6 +187,19 @@ class Metrics:
             return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
+class Reservation:
+    """In-flight bytes held by one request; grows as the request is read and decoded."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        """An empty reservation against ``receiver``'s budget."""
+        self._receiver = receiver
+        self.held = 0
+
+    def grow(self, nbytes: int) -> None:
+        """Reserve ``nbytes`` more, or raise :class:`Overloaded` (counted as shed)."""
+        self._receiver._grow(self, nbytes)
+
+
 class Receiver:
     """One ``otel-replay serve`` instance. ``start()``, then ``stop()`` (drains and flushes)."""
 
@@ -121,16 +208,33 @@ class Receiver:
         self.config = config
         self.metrics = Metrics()
         assert config.wal_dir is not None
-        self.wal = WriteAheadLog(config.wal_dir, max_segment_bytes=config.segment_bytes)
+        try:
+            self.wal = WriteAheadLog(config.wal_dir, max_segment_bytes=config.segment_bytes)
+        except OSError as exc:
+            where = exc.filename or config.wal_dir
+            raise DatasetError(
+                f"cannot use dataset {config.dataset}: cannot create its write-ahead log at {where}: "
+                f"{exc.strerror or exc}"
+            ) from None
         self.recovered_segments = len(self.wal.sealed())
+        self.quarantine_dir = config.wal_dir / QUARANTINE_DIR
+        self.quarantined: dict[str, str] = {}  # segment file -> "pending" | "salvaged"
+        self._to_salvage: list[Path] = []
+        for path in sorted(self.quarantine_dir.glob(f"*{WAL_SUFFIX}")):
+            done = path.with_name(path.stem + ".report.json").exists()
+            self.quarantined[str(path)] = "salvaged" if done else "pending"
+            if not done:
+                self._to_salvage.append(path)
         self.grpc_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
         self._inflight = 0
+        self._inflight_peak = 0
         self._admit_lock = threading.Lock()
         self._draining = False
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
         self._pool: Executor | None = None
         self._services: list[Any] = []
         self._converter = threading.Thread(target=self._convert_loop, name="otel-replay-convert", daemon=True)
@@ -195,38 +299,61 @@ class Receiver:
 
     # --- ack path -------------------------------------------------------------
     @contextmanager
-    def admit(self, nbytes: int) -> Iterator[None]:
-        """Reserve ``nbytes`` of in-flight memory or raise :class:`Overloaded`."""
+    def admit(self, nbytes: int = 0) -> Iterator[Reservation]:
+        """Open a reservation of ``nbytes`` in-flight bytes (grown later as data is read) or raise :class:`Overloaded`.
+
+        A request is refused when the budget would be exceeded by what it has
+        *actually* read or decoded so far; a request holding nothing else is
+        always let through, so one request as large as the limit can proceed.
+        """
         retry = self.config.retry_after_seconds
         if self._draining:
             self.metrics.add(requests_shed=1)
             raise Overloaded("otel-replay serve is shutting down", retry, unavailable=True)
-        with self._admit_lock:
-            if self._inflight and self._inflight + nbytes > self.config.max_inflight_bytes:
-                self.metrics.add(requests_shed=1)
-                raise Overloaded("too many requests in flight; retry later", retry)
-            if self.wal.pending_bytes > self.config.max_wal_backlog_bytes:
-                self.metrics.add(requests_shed=1)
-                raise Overloaded("write-ahead log backlog is full; retry later", retry)
-            self._inflight += nbytes
+        if self.wal.pending_bytes > self.config.max_wal_backlog_bytes:
+            self.metrics.add(requests_shed=1)
+            raise Overloaded("write-ahead log backlog is full; retry later", retry)
+        reservation = Reservation(self)
         try:
-            yield
+            if nbytes:
+                reservation.grow(nbytes)
+            yield reservation
         finally:
             with self._admit_lock:
-                self._inflight -= nbytes
+                self._inflight -= reservation.held
+                large = reservation.held >= _TRIM_AFTER_BYTES
+                reservation.held = 0
+            if large:
+                release_free_memory()
+
+    def _grow(self, reservation: Reservation, nbytes: int) -> None:
+        with self._admit_lock:
+            others = self._inflight - reservation.held
+            if others and self._inflight + nbytes > self.config.max_inflight_bytes:
+                self.metrics.add(requests_shed=1)
+                raise Overloaded("too many request bytes in flight; retry later", self.config.retry_after_seconds)
+            self._inflight += nbytes
+            reservation.held += nbytes
+            self._inflight_peak = max(self._inflight_peak, self._inflight)
 
     def accept(self, request: ExportTraceServiceRequest) -> tuple[int, str]:
-        """Make ``request`` durable; returns (rejected spans, message) for a partial success."""
-        accepted, rejected, message = sanitize(request)
-        self.metrics.add(requests=1, spans_received=accepted + rejected, spans_rejected=rejected)
-        if accepted:
+        """Make ``request``'s storable spans durable; returns (rejected spans, message) for a partial success."""
+        result = admit_spans(request)
+        self.metrics.add(
+            requests=1,
+            spans_received=result.accepted + result.rejected,
+            spans_rejected=result.rejected,
+            spans_rejected_bad_time=result.bad_times,
+            spans_rejected_bad_id=result.bad_ids,
+        )
+        if result.accepted:
             self.wal.append(request.SerializeToString())
-            self.metrics.add(spans_accepted=accepted)
-        return rejected, message
+            self.metrics.add(spans_accepted=result.accepted)
+        return result.rejected, result.message
 
-    def reject(self, spans: int = 0) -> None:
-        """Count a request refused as malformed."""
-        self.metrics.add(requests_rejected=1, spans_rejected=spans)
+    def reject(self, spans: int = 0, *, too_large: bool = False) -> None:
+        """Count a request refused as malformed (or, with ``too_large``, over a size limit)."""
+        self.metrics.add(requests_rejected=1, spans_rejected=spans, requests_too_large=int(too_large))
 
     def metrics_text(self) -> str:
         """Prometheus text exposition of the counters and gauges."""
@@ -238,18 +365,28 @@ class Receiver:
             "wal_bytes": self.wal.pending_bytes,
             "wal_segments": len(self.wal.sealed()),
             "inflight_bytes": self._inflight,
+            "inflight_bytes_peak": self._inflight_peak,
+            "inflight_budget_bytes": self.config.max_inflight_bytes,
+            "quarantined_segments": len(self.quarantined),
         }
         for name, value in gauges.items():
             lines.append(f"# TYPE otel_replay_{name} gauge")
             lines.append(f"otel_replay_{name} {value}")
+        if self.quarantined:
+            lines.append("# TYPE otel_replay_quarantined_segment gauge")
+            for path, state in sorted(self.quarantined.items()):
+                quoted = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+                lines.append(f'otel_replay_quarantined_segment{{path="{quoted}",state="{state}"}} 1')
         return "\n".join(lines) + "\n"
 
     def metrics_line(self) -> str:
         """One human-readable line of the main figures."""
         m = self.metrics.snapshot()
+        quarantine = f" quarantined_segments={len(self.quarantined)}" if self.quarantined else ""
         return (
             f"received={m['spans_received']} durable={m['spans_accepted']} written={m['spans_written']} "
             f"rejected={m['spans_rejected']} shed_requests={m['requests_shed']} wal_bytes={self.wal.pending_bytes}"
+            f"{quarantine}"
         )
 
     # --- converter ------------------------------------------------------------
@@ -258,18 +395,29 @@ class Receiver:
             try:
                 self.wal.rotate(min_age_seconds=self.config.flush_seconds)
                 self._convert_pending(final=False)
-            except Exception:  # keep converting later; the WAL still holds everything
-                _log.exception("otel-replay serve: converter error")
+            except Exception as exc:  # keep converting later; the WAL still holds everything
+                _log.error("otel-replay serve: converter error: %s: %s", type(exc).__name__, exc)
 
     def _convert_pending(self, *, final: bool) -> None:
+        """Convert sealed segments (skipping ones backing off after an I/O error), then salvage quarantined ones.
+
+        With ``final`` every segment is tried once more, backoff or not.
+        """
+        tried: set[str] = set()
         while True:
-            batch = self.wal.sealed()[: max(1, self.config.convert_workers)]
-            batch = [s for s in batch if self._failures.get(s.segment_id, 0) < 3]
+            now = time.monotonic()
+            ready = [
+                s
+                for s in self.wal.sealed()
+                if s.segment_id not in tried and (final or self._retry_at.get(s.segment_id, 0.0) <= now)
+            ]
+            batch = ready[: max(1, self.config.convert_workers)]
             if not batch:
-                return
+                break
+            tried.update(s.segment_id for s in batch)
             jobs: list[tuple[Segment, Future[int]]] = []
             for segment in batch:
-                args = (str(segment.path), str(self.config.dataset), f"wal-{self.config.instance}-{segment.segment_id}")
+                args = (str(segment.path), str(self.config.dataset), self._prefix(segment.segment_id))
                 if self._pool is None:
                     self._finish(segment, lambda a=args: convert_segment(*a))
                     continue
@@ -277,26 +425,132 @@ class Receiver:
                     jobs.append((segment, self._pool.submit(convert_segment, *args)))
                 except BrokenProcessPool:
                     self._new_pool()
+                    tried.discard(segment.segment_id)
                     break
             for segment, future in jobs:
                 self._finish(segment, future.result)
             if not final and self._stop.is_set():
                 return
+        self._salvage_pending(final=final)
+
+    def _prefix(self, segment_id: str) -> str:
+        return f"wal-{self.config.instance}-{segment_id}"
 
     def _finish(self, segment: Segment, result: Any) -> None:
         try:
             rows = result()
         except BrokenProcessPool as exc:
-            _log.error("otel-replay serve: converter process died (%s); starting a new one", exc)
+            _log.error("otel-replay serve: converter process died on %s (%s); starting a new one", segment.path, exc)
             self._new_pool()
+            self._failed(segment, f"the converter process died ({exc})", quarantine=False)
             return
-        except Exception as exc:
-            count = self._failures[segment.segment_id] = self._failures.get(segment.segment_id, 0) + 1
-            self.metrics.add(convert_errors=1)
-            _log.error("otel-replay serve: converting WAL segment %s failed (%d/3): %s", segment.path, count, exc)
-            if count >= 3:
-                _log.error("otel-replay serve: leaving %s in the WAL; restart to retry", segment.path)
-            time.sleep(0.1)
+        except OSError as exc:  # disk full, permissions: the data is fine, retry later
+            self._failed(segment, f"{type(exc).__name__}: {exc}", quarantine=False)
             return
+        except Exception as exc:  # the segment's content cannot be converted as a whole
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self._failed(segment, reason, quarantine=True)
+            return
+        self._failures.pop(segment.segment_id, None)
+        self._retry_at.pop(segment.segment_id, None)
         self.wal.release(segment)
         self.metrics.add(spans_written=rows, segments_converted=1)
+
+    def _failed(self, segment: Segment, reason: str, *, quarantine: bool) -> None:
+        count = self._failures[segment.segment_id] = self._failures.get(segment.segment_id, 0) + 1
+        self.metrics.add(convert_errors=1)
+        if quarantine or count >= _MAX_CONVERT_ATTEMPTS:
+            try:
+                self._quarantine(segment, reason)
+                return
+            except OSError as exc:  # cannot even move it aside: keep it queued, retry later
+                reason = f"{reason}; quarantining it failed: {exc}"
+        delay = min(60.0, 0.5 * 2**count)
+        self._retry_at[segment.segment_id] = time.monotonic() + delay
+        _log.error(
+            "otel-replay serve: converting WAL segment %s failed (attempt %d): %s; retrying in %.0fs",
+            segment.path,
+            count,
+            reason,
+            delay,
+        )
+
+    def _quarantine(self, segment: Segment, reason: str) -> None:
+        """Move ``segment`` out of the conversion queue into ``quarantine/``, then salvage it."""
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        target = self.quarantine_dir / segment.path.name
+        os.replace(segment.path, target)
+        fsync_dir(self.quarantine_dir)
+        self.wal.forget(segment)
+        self._failures.pop(segment.segment_id, None)
+        self._retry_at.pop(segment.segment_id, None)
+        self.quarantined[str(target)] = "pending"
+        self._to_salvage.append(target)
+        self.metrics.add(segments_quarantined=1)
+        _log.error(
+            "otel-replay serve: WAL segment %s cannot be converted (%s); quarantined as %s, converting it span by span",
+            segment.path.name,
+            reason,
+            target,
+        )
+
+    def _salvage_pending(self, *, final: bool) -> None:
+        now = time.monotonic()
+        for path in list(self._to_salvage):
+            if not final and self._retry_at.get(str(path), 0.0) > now:
+                continue
+            args = (str(path), str(self.config.dataset), self._prefix(path.stem))
+            try:
+                if self._pool is None:
+                    report = salvage_segment(*args)
+                else:
+                    report = self._pool.submit(salvage_segment, *args).result()
+            except Exception as exc:  # I/O, or the converter died: keep it in quarantine, retry later
+                if isinstance(exc, BrokenProcessPool):
+                    self._new_pool()
+                count = self._failures[str(path)] = self._failures.get(str(path), 0) + 1
+                self._retry_at[str(path)] = time.monotonic() + min(300.0, 2.0**count)
+                self.metrics.add(convert_errors=1)
+                _log.error("otel-replay serve: salvaging quarantined %s failed: %s: %s", path, type(exc).__name__, exc)
+                continue
+            self._salvaged(path, report)
+
+    def _salvaged(self, path: Path, report: Salvage) -> None:
+        report_path = path.with_name(path.stem + ".report.json")
+        temp = report_path.with_name("." + report_path.name + ".tmp")
+        text = json.dumps(
+            {
+                "segment": path.name,
+                "spans_written": report.rows,
+                "spans_dropped": report.spans_dropped,
+                "records_dropped": report.records_dropped,
+                "reasons": report.reasons,
+            },
+            indent=1,
+        )
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, report_path)
+        fsync_dir(path.parent)
+        self._to_salvage.remove(path)
+        self._failures.pop(str(path), None)
+        self._retry_at.pop(str(path), None)
+        self.quarantined[str(path)] = "salvaged"
+        self.metrics.add(
+            spans_written=report.rows,
+            quarantine_spans_written=report.rows,
+            quarantine_spans_dropped=report.spans_dropped,
+            quarantine_records_dropped=report.records_dropped,
+        )
+        first = f"; first: {report.reasons[0]}" if report.reasons else ""
+        _log.error(
+            "otel-replay serve: quarantined %s: wrote %d span(s), dropped %d span(s) and %d record(s)%s (see %s)",
+            path,
+            report.rows,
+            report.spans_dropped,
+            report.records_dropped,
+            first,
+            report_path.name,
+        )

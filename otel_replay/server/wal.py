@@ -158,6 +158,12 @@ class WriteAheadLog:
         with self._write_lock:
             self._sealed = [s for s in self._sealed if s.segment_id != segment.segment_id]
 
+    def forget(self, segment: Segment) -> None:
+        """Drop a segment from the queue without deleting it (it was moved aside, e.g. quarantined)."""
+        fsync_dir(self.directory)
+        with self._write_lock:
+            self._sealed = [s for s in self._sealed if s.segment_id != segment.segment_id]
+
     @property
     def pending_bytes(self) -> int:
         """Bytes in the log not yet converted (sealed segments plus the active one)."""
@@ -172,26 +178,28 @@ class WriteAheadLog:
     # --- appending ------------------------------------------------------------
     def append(self, payload: bytes) -> None:
         """Append one record and return once it is fsynced (durable)."""
-        record = _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        header = _HEADER.pack(len(payload), zlib.crc32(payload))
+        size = len(header) + len(payload)  # written as two pieces: no copy of a large payload
         with self._write_lock:
             if self._closed:
                 raise OtelReplayError("write-ahead log is closed")
-            full = bool(self._active_size) and self._active_size + len(record) > self.max_segment_bytes
+            full = bool(self._active_size) and self._active_size + size > self.max_segment_bytes
         if full:
-            self._rotate_full(len(record))
+            self._rotate_full(size)
         with self._write_lock:
             if self._closed or self._fd < 0:
                 raise OtelReplayError("write-ahead log is closed")
-            written = 0
-            view = memoryview(record)
             try:
-                while written < len(record):
-                    written += os.write(self._fd, view[written:])
+                for piece in (header, payload):
+                    view = memoryview(piece)
+                    written = 0
+                    while written < len(view):
+                        written += os.write(self._fd, view[written:])
             except OSError:
                 # Cut the partial record off, so records appended after it stay readable.
                 os.ftruncate(self._fd, self._active_size)
                 raise
-            self._active_size += len(record)
+            self._active_size += size
             self._active_records += 1
             self._written += 1
             ticket = self._written

@@ -12,7 +12,8 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link
 
 import otel_replay
@@ -59,20 +60,9 @@ def sdk_exporter(receiver: Receiver, transport: str) -> SpanExporter:
     return HttpExporter(endpoint=http_url(receiver), compression=compression, timeout=10)
 
 
-class Collect(SpanExporter):
-    """Keeps finished SDK spans in memory."""
-
-    def __init__(self) -> None:
-        self.spans: list[ReadableSpan] = []
-
-    def export(self, spans: Any) -> SpanExportResult:
-        self.spans.extend(spans)
-        return SpanExportResult.SUCCESS
-
-
 def make_spans(count: int, service: str = "svc") -> list[ReadableSpan]:
     """``count`` finished spans with attributes of every type, events and links."""
-    collect = Collect()
+    collect = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": service, "host.name": "h1"}))
     provider.add_span_processor(SimpleSpanProcessor(collect))
     tracer = provider.get_tracer("tests.server", "1.2.3")
@@ -86,7 +76,7 @@ def make_spans(count: int, service: str = "svc") -> list[ReadableSpan]:
                 pass
         previous = root
     provider.shutdown()
-    return collect.spans
+    return list(collect.get_finished_spans())
 
 
 def rows(dataset: Path, sql: str = "SELECT * FROM spans ORDER BY span_id") -> list[dict[str, Any]]:

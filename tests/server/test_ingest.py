@@ -36,7 +36,8 @@ def test_json_lines_idempotent_and_malformed_lines_reported(tmp_path: Path) -> N
     dataset = tmp_path / "ds"
 
     result = CliRunner().invoke(ingest_command, [str(source), "--dataset", str(dataset), "--quiet"])
-    assert result.exit_code == 0, result.output
+    # Exit status for skipped lines: see test_ingest_hostile.test_cli_exit_code_and_one_line_errors.
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert f"{source}:line 2: invalid JSON" in result.output
     assert "60 spans" in result.output and "1 malformed record(s) skipped" in result.output
     assert parquet_rows(dataset) == expected_rows(spans)
@@ -77,7 +78,7 @@ def test_proto_zstd_and_document_forms(tmp_path: Path) -> None:
 def test_truncated_and_garbage_records_are_reported(tmp_path: Path) -> None:
     good = encode_spans(make_spans(2)).SerializeToString()
     source = tmp_path / "bad.binpb"
-    source.write_bytes(framed([good, b"\xff\xff\xff\x0f nope", good[:10]]) + struct.pack(">I", 1000) + b"short")
+    source.write_bytes(framed([good, b"\xff\xff\xff\x0f nope", good[:10]]) + struct.pack(">I", len(good)) + good[:7])
     report = Ingestor(tmp_path / "ds").ingest(source)
     assert report.spans == 4  # the first record
     wheres = [w for w, _ in report.malformed]
