@@ -33,6 +33,7 @@ from otel_replay.errors import (
     ConflictingRecords,
     CorruptFileError,
     DatasetError,
+    DeterminismLeakError,
     GateError,
     IntegrityError,
     OtelReplayError,
@@ -44,12 +45,22 @@ from otel_replay.errors import (
     ReadOnlyViolation,
     RecordingError,
     RecordNotFound,
+    ReplayMismatchError,
     ReplayUndecidable,
+    RerunError,
     UntrustedRecord,
 )
 from otel_replay.execute import execute_verdict, replay_stored
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.gate import ActionGate, GateOutcome, Rail, Receipt, ReferenceLedger
+from otel_replay.instrumentation import (
+    AnthropicInstrumentor,
+    OpenAIInstrumentor,
+    ThreadContextInstrumentor,
+    tool,
+    unwrap_tool,
+    wrap_tool,
+)
 from otel_replay.integrity import SealCheck, SigningKey, VerifyReport, load_signing_key
 from otel_replay.pipeline import Telemetry, configure
 from otel_replay.records import (
@@ -65,6 +76,7 @@ from otel_replay.records import (
     SpanRef,
 )
 from otel_replay.replay import FixAction, Policy, Verdict, load_policy, replay
+from otel_replay.rerun import Divergence, GateResult, RerunResult, recording, rerun
 from otel_replay.store import Store
 from otel_replay.store import open_store as open
 
@@ -74,6 +86,7 @@ __all__ = [
     "Action",
     "ActionGate",
     "AlreadyCompensated",
+    "AnthropicInstrumentor",
     "AuditEntry",
     "AuditLog",
     "CHAIN_TYPES",
@@ -88,13 +101,17 @@ __all__ = [
     "DecisionRecord",
     "DecisionTracer",
     "DependencySnapshot",
+    "DeterminismLeakError",
+    "Divergence",
     "FixAction",
     "GateError",
     "GateOutcome",
     "GateRecord",
+    "GateResult",
     "IntegrityError",
     "MemorySink",
     "ModelCall",
+    "OpenAIInstrumentor",
     "OtelReplayError",
     "OutcomeAlreadyRecorded",
     "OutcomeRecord",
@@ -114,8 +131,11 @@ __all__ = [
     "ReferenceLedger",
     "ReplayBuilder",
     "ReplayChain",
+    "ReplayMismatchError",
     "ReplayUndecidable",
     "Report",
+    "RerunError",
+    "RerunResult",
     "Seal",
     "SealCheck",
     "SigningKey",
@@ -123,6 +143,7 @@ __all__ = [
     "SpanRef",
     "Store",
     "Telemetry",
+    "ThreadContextInstrumentor",
     "UntrustedRecord",
     "Verdict",
     "VerifyReport",
@@ -136,8 +157,13 @@ __all__ = [
     "load_policy",
     "load_signing_key",
     "open",
+    "recording",
     "replay",
     "replay_stored",
+    "rerun",
     "session",
     "set_recorder",
+    "tool",
+    "unwrap_tool",
+    "wrap_tool",
 ]

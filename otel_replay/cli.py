@@ -319,9 +319,11 @@ def calibration(dataset: str, skip_corrupt: bool, decision_type: str | None) -> 
 
 
 # server commands are registered here
+from otel_replay.rerun.command import rerun_command  # noqa: E402
 from otel_replay.server.commands import ingest_command, serve_command  # noqa: E402
 from otel_replay.storage.command import compact_command  # noqa: E402
 
 main.add_command(serve_command, "serve")
 main.add_command(ingest_command, "ingest")
 main.add_command(compact_command, "compact")
+main.add_command(rerun_command, "rerun")

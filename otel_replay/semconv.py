@@ -109,6 +109,48 @@ GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"  # string array
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
+GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_AGENT_ID: Final = "gen_ai.agent.id"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"  # JSON, only with content capture on
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"  # JSON, only with content capture on
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"  # only with content capture on
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"  # only with content capture on
+GEN_AI_TOOL_CALL_EVENT: Final = "gen_ai.tool.call"  # span event, one per tool call in a response
+ERROR_TYPE: Final = "error.type"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+
+GEN_AI_OP_CHAT: Final = "chat"
+GEN_AI_OP_EXECUTE_TOOL: Final = "execute_tool"
+SPAN_EXECUTE_TOOL_PREFIX: Final = "execute_tool"  # span name "execute_tool {tool name}"
+
+# --- instrumentation (otel_replay.instrumentation) -----------------------------
+INSTRUMENTATION_SCOPE_PREFIX: Final = "otel_replay.instrumentation"
+"""Scope names of the instrumentors' tracers; distinct from INSTRUMENTATION_NAME, so the
+CorrelationSpanProcessor stamps their spans like any other instrumentation's."""
+KIND_TOOL: Final = "tool"
+MODEL_TOOL_CALLS: Final = "replay.model.tool_calls"  # JSON array of {id, name[, arguments]}
+MODEL_TOOL_CALLS_DROPPED: Final = "replay.model.tool_calls.dropped"  # int: tool calls past the per-span cap
+MODEL_STREAMED: Final = "replay.model.streamed"  # bool
+STREAM_END: Final = "replay.stream.end"  # "exhausted" | "closed" | "error" | "abandoned"
+TOOL_SIDE_EFFECT: Final = "replay.tool.side_effect"
+TOOL_CONTENT_DROPPED: Final = "replay.content.dropped"  # int: content attributes dropped (redaction failed)
+HTTP_REQUEST_BODY: Final = "replay.http.request.body"  # redacted, capped; only with content capture on
+HTTP_RESPONSE_BODY: Final = "replay.http.response.body"  # redacted, capped; only with content capture on
 
 # --- OpenTelemetry resource --------------------------------------------------
 SERVICE_NAME: Final = "service.name"
@@ -129,3 +171,27 @@ PROMOTED_COLUMNS: Final = {
 }
 """Attribute key -> column name. A promoted attribute is stored only in its
 column (when its value is a string) and restored from it on rehydration."""
+
+# --- record and rerun (otel_replay.rerun) -------------------------------------
+SPAN_RECORDING: Final = "replay.recording"
+"""A sealed chunk of recorded boundary calls (clock, entropy, HTTP, model, tool) of one session."""
+SPAN_RERUN: Final = "replay.rerun"
+"""The sealed summary of one rerun of a recorded session (fingerprints, divergence, verdicts)."""
+KIND_RECORDING: Final = "recording"
+KIND_RERUN: Final = "rerun"
+RECORDING_FORMAT: Final = "replay.recording.format"  # int: event format version
+RECORDING_CHUNK: Final = "replay.recording.chunk"  # int: 0, 1, 2 ... in order
+RECORDING_FIRST_SEQ: Final = "replay.recording.first_seq"  # int: sequence number of the chunk's first event
+RECORDING_EVENTS: Final = "replay.recording.events"  # canonical JSON array of events
+RECORDING_FINAL: Final = "replay.recording.final"  # bool: the last chunk of a finished recording
+RECORDING_FINGERPRINT: Final = "replay.recording.fingerprint"  # on the final chunk: causal fingerprint
+RECORDING_OUTCOME: Final = "replay.recording.outcome"  # on the final chunk: "returned" | "raised: ..."
+RERUN_ID: Final = "replay.rerun.id"
+RERUN_OF: Final = "replay.rerun.of_session"
+RERUN_GOVERNANCE: Final = "replay.rerun.governance"
+RERUN_MATCHED: Final = "replay.rerun.matched"
+RERUN_FINGERPRINT: Final = "replay.rerun.fingerprint"
+RERUN_ORIGINAL_FINGERPRINT: Final = "replay.rerun.original_fingerprint"
+RERUN_STEPS: Final = "replay.rerun.steps"
+RERUN_DIVERGENCE: Final = "replay.rerun.divergence"  # canonical JSON object, absent when matched
+RERUN_VERDICTS: Final = "replay.rerun.verdicts"  # canonical JSON array

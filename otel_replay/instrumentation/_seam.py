@@ -15,7 +15,8 @@ installed is one global read and one context-variable lookup.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -58,6 +59,27 @@ def through(call: Call, invoke: Callable[[], T]) -> T:
     if mode is None:
         return invoke()
     return mode.around(call, invoke)
+
+
+async def through_async(call: Call, invoke: Callable[[], Awaitable[T]]) -> T:
+    """The awaitable form of :func:`through`, for async clients.
+
+    A mode with an ``around_async(call, invoke)`` coroutine method is awaited
+    through it; otherwise the mode's ``around`` is used, and its result
+    awaited when it is awaitable (``around`` handed ``invoke`` through, so it
+    returned the call's coroutine) or returned as is (a served value).
+    """
+    mode = _context_mode.get() or _process_mode
+    if mode is None:
+        return await invoke()
+    around_async = getattr(mode, "around_async", None)
+    if around_async is not None:
+        result: T = await around_async(call, invoke)
+        return result
+    value: Any = mode.around(call, invoke)
+    if inspect.isawaitable(value):
+        return await value
+    return value
 
 
 def install(mode: Mode | None) -> Mode | None:

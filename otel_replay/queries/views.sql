@@ -56,8 +56,11 @@ SELECT
     start_time, end_time, trace_id, span_id, parent_span_id
 FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'read' AND unambiguous(attributes));
 
--- model_calls: model spans from audit() (kind 'model') and any span carrying the
--- OpenTelemetry GenAI conventions (gen_ai.operation.name / gen_ai.request.model).
+-- model_calls: model spans from audit() (kind 'model', also the instrumentors'
+-- model spans) and any span carrying the OpenTelemetry GenAI conventions
+-- (gen_ai.operation.name / gen_ai.request.model), tool executions excepted.
+-- The GenAI columns (tokens, finish reasons, tool calls) come from the
+-- instrumentors and any other GenAI instrumentation; NULL where not recorded.
 CREATE OR REPLACE VIEW model_calls AS
 SELECT
     record_id,
@@ -67,25 +70,55 @@ SELECT
     attributes ->> '$."replay.model.decision_basis"'  AS decision_basis,
     attributes ->> '$."replay.model.output"'          AS output,
     correlation_id, session_id, agent_id,
-    start_time, end_time, duration_ns, status_code, trace_id, span_id, parent_span_id
+    start_time, end_time, duration_ns, status_code, trace_id, span_id, parent_span_id,
+    attributes ->> '$."gen_ai.response.model"'                               AS response_model,
+    attributes ->> '$."gen_ai.response.id"'                                  AS response_id,
+    TRY_CAST(attributes ->> '$."gen_ai.usage.input_tokens"' AS BIGINT)       AS input_tokens,
+    TRY_CAST(attributes ->> '$."gen_ai.usage.output_tokens"' AS BIGINT)      AS output_tokens,
+    CAST(attributes -> '$."gen_ai.response.finish_reasons"' AS VARCHAR)     AS finish_reasons,
+    attributes ->> '$."replay.model.tool_calls"'                             AS tool_calls,
+    COALESCE(TRY_CAST(attributes ->> '$."replay.model.streamed"' AS BOOLEAN), false) AS streamed,
+    attributes ->> '$."error.type"'                                          AS error_type,
+    attributes ->> '$."gen_ai.input.messages"'                               AS input_messages,
+    attributes ->> '$."gen_ai.output.messages"'                              AS output_messages
 FROM (
     SELECT DISTINCT ON (trace_id, span_id) * FROM spans
     WHERE (replay_kind = 'model'
            OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
            OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL)
+      AND replay_kind IS DISTINCT FROM 'tool'
+      AND attributes ->> '$."gen_ai.operation.name"' IS DISTINCT FROM 'execute_tool'
       AND unambiguous(attributes)
 );
 
--- acts: the action each audited decision executed.
+-- acts: the action each audited decision executed (source 'act'), and every
+-- tool execution (source 'tool': an `execute_tool {name}` span from the tool
+-- decorator, or any span with gen_ai.operation.name = execute_tool). A tool
+-- run inside audit() carries the decision's record_id. For a tool row,
+-- action_type is the tool name and action_arguments its arguments (recorded
+-- only with content capture on).
 CREATE OR REPLACE VIEW acts AS
 SELECT
     record_id,
-    attributes ->> '$."replay.action.type"'                      AS action_type,
-    attributes ->> '$."replay.action.arguments"'                 AS action_arguments,
+    COALESCE(attributes ->> '$."replay.action.type"', attributes ->> '$."gen_ai.tool.name"') AS action_type,
+    COALESCE(attributes ->> '$."replay.action.arguments"',
+             attributes ->> '$."gen_ai.tool.call.arguments"')    AS action_arguments,
     TRY_CAST(attributes ->> '$."replay.action.cost"' AS DOUBLE)  AS action_cost,
     correlation_id, session_id, agent_id,
-    start_time, end_time, trace_id, span_id, parent_span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'act' AND unambiguous(attributes));
+    start_time, end_time, trace_id, span_id, parent_span_id,
+    CASE WHEN replay_kind = 'act' THEN 'act' ELSE 'tool' END     AS source,
+    attributes ->> '$."gen_ai.tool.name"'                        AS tool_name,
+    attributes ->> '$."gen_ai.tool.call.id"'                     AS tool_call_id,
+    attributes ->> '$."replay.tool.side_effect"'                 AS side_effect,
+    attributes ->> '$."gen_ai.tool.call.result"'                 AS tool_result,
+    status_code,
+    attributes ->> '$."error.type"'                              AS error_type
+FROM (
+    SELECT DISTINCT ON (trace_id, span_id) * FROM spans
+    WHERE (replay_kind IN ('act', 'tool')
+           OR (replay_kind IS NULL AND attributes ->> '$."gen_ai.operation.name"' = 'execute_tool'))
+      AND unambiguous(attributes)
+);
 
 -- audit_entries: inter-agent messages and system actions. `created_at` is the
 -- writer's clock (chains sort on it); `recorded_at` is when the span was made.

@@ -1,0 +1,136 @@
+"""What every instrumentor shares: its tracer, starting a span in the decision tree, suppression, safety.
+
+* A span started by an instrumentor inside ``audit()`` is a child of the
+  decision (it starts in the current context) and inherits the decision's
+  ``replay.record.id`` from its parent span, so it lands in ``model_calls`` /
+  ``acts`` under that record. A tool span passes the id on to model calls
+  made inside the tool.
+* Suppression: while a model span is current, a second instrumented layer
+  (a framework over the client, or another GenAI instrumentation wrapped
+  around ours) adds no second model span. The standard
+  ``suppress_instrumentation()`` key is honoured too.
+* Safety: :func:`guard` runs attribute extraction so that an internal error is
+  logged at debug level and never reaches the user's call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from opentelemetry import baggage, context, trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+
+from otel_replay import semconv as sc
+from otel_replay import settings
+
+__all__ = [
+    "SUPPRESS_GENAI_KEY",
+    "Started",
+    "begin",
+    "content_enabled",
+    "end_error",
+    "guard",
+    "scope_ids",
+    "tracer_for",
+]
+
+_log = logging.getLogger("otel_replay.instrumentation")
+
+VERSION: Final = "0.1.0"
+
+SUPPRESS_GENAI_KEY: Final = context.create_key("otel_replay-suppress-genai")
+"""Context key set while one of our model spans is current: inner layers add no second model span."""
+
+_MODEL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
+
+Started = tuple[Span, object]
+"""A started span and the context token to detach when the call returns."""
+
+
+def tracer_for(library: str, tracer_provider: TracerProvider | None) -> Tracer:
+    """The tracer an instrumentor records through (scope ``otel_replay.instrumentation.<library>``)."""
+    return trace.get_tracer(f"{sc.INSTRUMENTATION_SCOPE_PREFIX}.{library}", VERSION, tracer_provider)
+
+
+def content_enabled(explicit: bool | None) -> bool:
+    """Whether to capture content: the keyword argument if given, else the GenAI environment switch."""
+    if explicit is not None:
+        return bool(explicit)
+    return settings.env_flag(settings.CAPTURE_MESSAGE_CONTENT)
+
+
+def begin(
+    tracer: Tracer,
+    name: str,
+    kind: SpanKind,
+    attributes: dict[str, Any],
+    *,
+    model_layer: bool,
+    links: Sequence[Link] = (),
+) -> Started | None:
+    """Start a span as a child of the current one and make it current; ``None`` when suppressed.
+
+    ``model_layer`` spans (model calls) are suppressed under another
+    instrumentation's model span, and suppress model spans beneath them (the
+    model wrappers check :data:`SUPPRESS_GENAI_KEY` before calling this).
+    """
+    if not is_instrumentation_enabled():
+        return None
+    parent = trace.get_current_span()
+    parent_attrs: Mapping[str, Any] | None = getattr(parent, "attributes", None)
+    if parent_attrs:
+        if model_layer and parent_attrs.get(sc.GEN_AI_OPERATION_NAME) in _MODEL_OPERATIONS and parent.is_recording():
+            return None  # another instrumentation's model span is current: one model span per call
+        record_id = parent_attrs.get(sc.RECORD_ID)
+        if record_id is not None and sc.RECORD_ID not in attributes:
+            attributes[sc.RECORD_ID] = record_id
+    span = tracer.start_span(name, kind=kind, attributes=attributes, links=links)
+    ctx: Context = trace.set_span_in_context(span)
+    if model_layer:
+        ctx = context.set_value(SUPPRESS_GENAI_KEY, True, ctx)
+    return span, context.attach(ctx)
+
+
+def scope_ids(attributes: dict[str, Any]) -> None:
+    """Add the ids in scope: correlation/session/agent, and the GenAI conversation and agent ids.
+
+    Stamped here as well as by ``CorrelationSpanProcessor``, so the ids are on
+    the span even under ``opentelemetry-instrument``, where that processor is
+    not installed.
+    """
+    values = baggage.get_all()
+    if not values:
+        return
+    correlation_id = values.get(sc.BAGGAGE_CORRELATION_ID)
+    if correlation_id:
+        attributes[sc.CORRELATION_ID] = str(correlation_id)
+    session_id = values.get(sc.BAGGAGE_SESSION_ID)
+    if session_id:
+        attributes[sc.SESSION_ID] = attributes[sc.GEN_AI_CONVERSATION_ID] = str(session_id)
+    agent_id = values.get(sc.BAGGAGE_AGENT_ID)
+    if agent_id:
+        attributes[sc.AGENT_ID] = attributes[sc.GEN_AI_AGENT_ID] = str(agent_id)
+
+
+def end_error(span: Span, exc: BaseException) -> None:
+    """Mark ``span`` as failed by ``exc`` (``error.type``, status, exception event) and end it."""
+    try:
+        span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+    except Exception as inner:  # pragma: no cover - the SDK does not raise here
+        _log.debug("otel-replay: could not record an error on a span: %s", inner)
+    span.end()
+
+
+def guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)``; an exception is logged at debug level and ``None`` returned."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        _log.debug("otel-replay: %s failed; the call proceeds unrecorded there: %r", what, exc)
+        return None

@@ -1,0 +1,164 @@
+"""The wrapt wrapper around a client's model-call method, sync and async, streaming and not.
+
+Each provider describes its method with a :class:`ModelMethod` (how to read
+the request, the response and a stream); the wrappers here do the rest:
+
+1. start a CLIENT span ``{operation} {model}`` as a child of the current span
+   (inheriting the decision's record id), unless suppressed;
+2. run the call through the seam (:func:`otel_replay.instrumentation._seam.through`);
+3. on an exception: ``error.type``, status ERROR, the exception event, re-raise;
+4. on a result: a stream comes back wrapped so the span ends when the stream
+   does; a raw response (``with_raw_response``) is parsed through the client's
+   own cached ``parse()``; a ``with_streaming_response`` response ends the span
+   at the headers (its body is the caller's to read); anything else is
+   read for the response attributes.
+
+One model span per call when two GenAI instrumentations are active: if
+another one's span is current when ours starts (it wraps outside ours), or its
+wrapt wrapper sits beneath ours (it was installed first), ours steps aside and
+the call goes through the seam only.
+
+Every extraction step is guarded: if it fails, the user's call proceeds with
+the same result or exception, and the failure is logged at debug level.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import wrapt
+from opentelemetry import context
+from opentelemetry.trace import Span, SpanKind, Tracer
+
+from otel_replay import semconv as sc
+from otel_replay.instrumentation._common import SUPPRESS_GENAI_KEY, Started, begin, end_error, guard
+from otel_replay.instrumentation._genai import request_attributes, write_content
+from otel_replay.instrumentation._seam import Call, through, through_async
+from otel_replay.instrumentation._streams import Accumulator, AsyncStreamProxy, StreamEnd, SyncStreamProxy
+
+__all__ = ["ModelMethod", "async_wrapper", "sync_wrapper"]
+
+_log = logging.getLogger("otel_replay.instrumentation")
+
+_PROXY: Final = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
+"""What a wrapt wrapper is an instance of (wrapt 2 binds methods to proxies outside ``ObjectProxy``)."""
+
+_RAW_HEADER: Final = "X-Stainless-Raw-Response"
+HTTP_STATUS: Final = "http.response.status_code"
+
+
+@dataclass(frozen=True)
+class ModelMethod:
+    """How to observe one client method."""
+
+    provider: str
+    seam_name: str
+    record: Callable[[Span, Any, bool], None]
+    """Write a complete response object's attributes (and content when capture is on)."""
+    accumulator: Callable[[bool], Accumulator]
+    """A fresh accumulator for a stream (the flag: capture content)."""
+    input_content: Callable[[Mapping[str, Any]], Any]
+    """The request content to capture (messages, system prompt, tools)."""
+    streams: Callable[[Mapping[str, Any]], bool] = lambda kwargs: kwargs.get("stream") is True
+
+
+def _start(
+    tracer: Tracer, method: ModelMethod, instance: Any, kwargs: Mapping[str, Any], capture: bool
+) -> Started | None:
+    attrs = request_attributes(method.provider, kwargs, getattr(instance, "_client", None))
+    model = attrs.get(sc.GEN_AI_REQUEST_MODEL)
+    name = f"{sc.GEN_AI_OP_CHAT} {model}" if model else sc.GEN_AI_OP_CHAT
+    started = begin(tracer, name, SpanKind.CLIENT, attrs, model_layer=True)
+    if started is not None and capture:
+        span = started[0]
+        guard("input content", lambda: write_content(span, sc.GEN_AI_INPUT_MESSAGES, method.input_content(kwargs)))
+    return started
+
+
+def _raw_mode(kwargs: Mapping[str, Any]) -> str | None:
+    headers = kwargs.get("extra_headers")
+    if isinstance(headers, Mapping):
+        mode = headers.get(_RAW_HEADER)
+        return str(mode) if mode is not None else None
+    return None
+
+
+def _settle(span: Span, method: ModelMethod, kwargs: Mapping[str, Any], result: Any, capture: bool, aio: bool) -> Any:
+    """Record a result and end the span, or hand back a stream proxy that will."""
+    mode = _raw_mode(kwargs)
+    if mode is None and method.streams(kwargs):
+        try:
+            end = StreamEnd(span, method.accumulator(capture))
+            return AsyncStreamProxy(result, end) if aio else SyncStreamProxy(result, end)
+        except Exception as exc:
+            _log.debug("otel-replay: the stream could not be observed; it is returned as is: %r", exc)
+            span.set_attribute(sc.STREAM_END, f"unobserved: {type(exc).__name__}")
+            span.end()
+            return result
+    if mode is None:
+        guard("response extraction", method.record, span, result, capture)
+    else:
+        status = getattr(result, "status_code", None)
+        if isinstance(status, int):
+            span.set_attribute(HTTP_STATUS, status)
+        parse = getattr(result, "parse", None)
+        if mode in ("true", "raw") and not method.streams(kwargs) and not inspect.iscoroutinefunction(parse):
+            # with_raw_response: the body is already read and the client caches parse(), so the caller's own
+            # parse() costs nothing more. (An async parse() is left to the caller: it cannot be awaited here.)
+            guard("raw response extraction", lambda: method.record(span, result.parse(), capture))
+    span.end()
+    return result
+
+
+def sync_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable[..., Any]:
+    """A wrapt wrapper for a synchronous model-call method."""
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if context.get_value(SUPPRESS_GENAI_KEY):
+            return wrapped(*args, **kwargs)  # an outer layer of ours records this call
+        call = Call("model", method.seam_name, kwargs)
+        if isinstance(wrapped, _PROXY):  # another instrumentation wraps the method beneath ours
+            return through(call, lambda: wrapped(*args, **kwargs))
+        started = guard("span start", _start, tracer, method, instance, kwargs, capture)
+        if started is None:
+            return through(call, lambda: wrapped(*args, **kwargs))
+        span, token = started
+        try:
+            result = through(call, lambda: wrapped(*args, **kwargs))
+        except BaseException as exc:
+            context.detach(token)
+            end_error(span, exc)
+            raise
+        context.detach(token)
+        return _settle(span, method, kwargs, result, capture, aio=False)
+
+    return wrapper
+
+
+def async_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable[..., Any]:
+    """A wrapt wrapper for an ``async def`` model-call method."""
+
+    async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if context.get_value(SUPPRESS_GENAI_KEY):
+            return await wrapped(*args, **kwargs)
+        call = Call("model", method.seam_name, kwargs)
+        if isinstance(wrapped, _PROXY):
+            return await through_async(call, lambda: wrapped(*args, **kwargs))
+        started = guard("span start", _start, tracer, method, instance, kwargs, capture)
+        if started is None:
+            return await through_async(call, lambda: wrapped(*args, **kwargs))
+        span, token = started
+        try:
+            result = await through_async(call, lambda: wrapped(*args, **kwargs))
+        except BaseException as exc:
+            context.detach(token)
+            end_error(span, exc)
+            raise
+        context.detach(token)
+        return _settle(span, method, kwargs, result, capture, aio=True)
+
+    return wrapper

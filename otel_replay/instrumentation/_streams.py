@@ -1,0 +1,175 @@
+"""Stream proxies whose span ends exactly once, however the stream ends.
+
+A streamed model call returns before any content arrives; its span stays open
+until the stream ends, which is one of: exhausted, ``close()``, leaving a
+``with`` block, an exception while iterating, or the stream dropped
+unconsumed (garbage-collected). Whichever comes first ends the span, with the
+aggregated content and usage the accumulator gathered; the rest are no-ops.
+The proxies forward every other attribute to the client's stream object.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+from typing import Any, Protocol
+
+import wrapt
+from opentelemetry.trace import Span
+
+from otel_replay import semconv as sc
+from otel_replay.instrumentation._common import end_error, guard
+
+__all__ = ["Accumulator", "AsyncStreamProxy", "StreamEnd", "SyncStreamProxy"]
+
+_log = logging.getLogger("otel_replay.instrumentation")
+
+
+class Accumulator(Protocol):
+    """Gathers what a stream's chunks say, and writes it on the span at the end."""
+
+    def add(self, chunk: Any) -> None:
+        """Take one chunk (or event) into account."""
+
+    def finish(self, span: Span) -> None:
+        """Write the aggregate (content, usage, finish reasons, tool calls) on ``span``."""
+
+
+class StreamEnd:
+    """Ends one stream's span once: the first of exhaustion, close, ``with`` exit, error, or drop."""
+
+    __slots__ = ("_done", "_lock", "accumulator", "span")
+
+    def __init__(self, span: Span, accumulator: Accumulator) -> None:
+        self.span = span
+        self.accumulator = accumulator
+        self._done = False
+        self._lock = threading.Lock()
+
+    def add(self, chunk: Any) -> None:
+        """Feed a chunk to the accumulator (errors in it never reach the caller)."""
+        if not self._done:
+            try:
+                self.accumulator.add(chunk)
+            except Exception as exc:
+                _log.debug("otel-replay: stream chunk extraction failed; the stream proceeds: %r", exc)
+
+    def finish(self, how: str, exc: BaseException | None = None) -> None:
+        """End the span (first call only), recording how the stream ended."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        guard("stream aggregate extraction", self.accumulator.finish, self.span)
+        self.span.set_attribute(sc.STREAM_END, how)
+        if exc is not None:
+            end_error(self.span, exc)
+        else:
+            self.span.end()
+
+
+class SyncStreamProxy(wrapt.ObjectProxy):
+    """A client's synchronous stream, observed."""
+
+    def __init__(self, wrapped: Any, end: StreamEnd) -> None:
+        super().__init__(wrapped)
+        self._self_end = end
+        self._self_it = wrapped if hasattr(wrapped, "__next__") else iter(wrapped)
+
+    def __iter__(self) -> SyncStreamProxy:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            chunk = self._self_it.__next__()
+        except StopIteration:
+            self._self_end.finish("exhausted")
+            raise
+        except BaseException as exc:
+            self._self_end.finish("error", exc)
+            raise
+        self._self_end.add(chunk)
+        return chunk
+
+    def __enter__(self) -> SyncStreamProxy:
+        enter = getattr(self.__wrapped__, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        try:
+            leave = getattr(self.__wrapped__, "__exit__", None)
+            return leave(exc_type, exc, tb) if leave is not None else None
+        finally:
+            self._self_end.finish("error" if exc is not None else "closed", exc)
+
+    def close(self) -> None:
+        """Close the underlying stream and end the span."""
+        try:
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._self_end.finish("closed")
+
+    def __del__(self) -> None:
+        end = getattr(self, "_self_end", None)
+        if end is not None:
+            end.finish("abandoned")
+
+
+class AsyncStreamProxy(wrapt.ObjectProxy):
+    """A client's asynchronous stream, observed."""
+
+    def __init__(self, wrapped: Any, end: StreamEnd) -> None:
+        super().__init__(wrapped)
+        self._self_end = end
+        self._self_it = wrapped if hasattr(wrapped, "__anext__") else wrapped.__aiter__()
+
+    def __aiter__(self) -> AsyncStreamProxy:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            chunk = await self._self_it.__anext__()
+        except StopAsyncIteration:
+            self._self_end.finish("exhausted")
+            raise
+        except BaseException as exc:
+            self._self_end.finish("error", exc)
+            raise
+        self._self_end.add(chunk)
+        return chunk
+
+    async def __aenter__(self) -> AsyncStreamProxy:
+        enter = getattr(self.__wrapped__, "__aenter__", None)
+        if enter is not None:
+            await enter()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        try:
+            leave = getattr(self.__wrapped__, "__aexit__", None)
+            return (await leave(exc_type, exc, tb)) if leave is not None else None
+        finally:
+            self._self_end.finish("error" if exc is not None else "closed", exc)
+
+    async def close(self) -> None:
+        """Close the underlying stream and end the span."""
+        try:
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                await close()
+        finally:
+            self._self_end.finish("closed")
+
+    def __del__(self) -> None:
+        end = getattr(self, "_self_end", None)
+        if end is not None:
+            end.finish("abandoned")

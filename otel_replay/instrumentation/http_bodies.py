@@ -1,0 +1,124 @@
+"""HTTP reads the agent makes: the contrib httpx/requests instrumentations, plus bodies under the capture switch.
+
+The OpenTelemetry contrib instrumentations already make a CLIENT span per
+request (method, URL, status). What replay adds is the content — what the
+agent sent and what came back — recorded only with content capture on,
+redacted and capped like every other captured content, as
+``replay.http.request.body`` and ``replay.http.response.body``:
+
+* ``requests``: request and response bodies (a response opened with
+  ``stream=True`` and not yet read is left alone: reading it here would
+  consume the caller's stream);
+* ``httpx`` / ``httpx2``: request bodies given as bytes, text, JSON or form
+  data. Response bodies are not read at the transport hook (the client reads
+  them after the hook runs; reading them first would consume the stream).
+
+:func:`instrument_http` turns both contrib instrumentations on with these
+hooks. Under ``opentelemetry-instrument`` the contrib instrumentors load on
+their own; with content capture on, otel-replay's ``opentelemetry_post_instrument``
+hook re-instruments them with these hooks (:mod:`otel_replay.instrumentation.autoconf`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.trace import Span, TracerProvider
+
+from otel_replay import semconv as sc
+from otel_replay.instrumentation._common import content_enabled, guard
+from otel_replay.instrumentation._genai import write_content
+
+__all__ = ["CONTRIB", "httpx_hooks", "instrument_http", "requests_hooks", "uninstrument_http"]
+
+
+def _text(body: Any) -> str | None:
+    if body is None or body == b"" or body == "":
+        return None
+    if isinstance(body, bytes | bytearray):
+        return bytes(body).decode("utf-8", "replace")
+    if isinstance(body, str):
+        return body
+    return None  # a generator or file: streamed, not ours to consume
+
+
+def _set(span: Span, attribute: str, body: Any) -> None:
+    text = _text(body)
+    if text is not None and span.is_recording():
+        write_content(span, attribute, text)
+
+
+def requests_hooks(capture_content: bool | None = None) -> dict[str, Callable[..., None]]:
+    """``request_hook`` / ``response_hook`` for ``RequestsInstrumentor().instrument(...)``."""
+    capture = content_enabled(capture_content)
+
+    def request_hook(span: Span, request: Any) -> None:
+        if capture:
+            guard("http request body", _set, span, sc.HTTP_REQUEST_BODY, getattr(request, "body", None))
+
+    def response_hook(span: Span, request: Any, response: Any) -> None:
+        if capture and getattr(response, "_content", False) is not False:  # already read: safe to look at
+            guard("http response body", _set, span, sc.HTTP_RESPONSE_BODY, response.content)
+
+    return {"request_hook": request_hook, "response_hook": response_hook}
+
+
+def _httpx_request_body(request: Any) -> Any:
+    stream: Any = request[3] if isinstance(request, tuple) else getattr(request, "stream", None)
+    if type(stream).__name__ != "ByteStream":
+        return None  # a streamed upload: never consumed here
+    return b"".join(stream)
+
+
+def httpx_hooks(capture_content: bool | None = None) -> dict[str, Callable[..., Any]]:
+    """``request_hook`` / ``async_request_hook`` for ``HTTPXClientInstrumentor().instrument(...)``."""
+    capture = content_enabled(capture_content)
+
+    def request_hook(span: Span, request: Any) -> None:
+        if capture:
+            guard("http request body", lambda: _set(span, sc.HTTP_REQUEST_BODY, _httpx_request_body(request)))
+
+    async def async_request_hook(span: Span, request: Any) -> None:
+        request_hook(span, request)
+
+    return {"request_hook": request_hook, "async_request_hook": async_request_hook}
+
+
+CONTRIB: tuple[tuple[str, str, Callable[[bool | None], dict[str, Callable[..., Any]]]], ...] = (
+    ("opentelemetry.instrumentation.requests", "RequestsInstrumentor", requests_hooks),
+    ("opentelemetry.instrumentation.httpx", "HTTPXClientInstrumentor", httpx_hooks),
+)
+
+
+def instrument_http(
+    *, tracer_provider: TracerProvider | None = None, capture_content: bool | None = None
+) -> list[str]:
+    """Turn on the contrib ``requests`` and ``httpx`` instrumentations (those installed) with the body hooks.
+
+    The contrib instrumentor table is :data:`CONTRIB` (module, class, hook factory).
+
+    Returns the instrumentors turned on. One already on (e.g. by ``opentelemetry-instrument``) is left as it is.
+    """
+    done = []
+    for module_name, class_name, hooks in CONTRIB:
+        try:
+            instrumentor = getattr(importlib.import_module(module_name), class_name)()
+        except ImportError:
+            continue
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.instrument(tracer_provider=tracer_provider, **hooks(capture_content))
+            done.append(class_name)
+    return done
+
+
+def uninstrument_http() -> None:
+    """Turn the contrib ``requests`` and ``httpx`` instrumentations off."""
+    for module_name, class_name, _ in CONTRIB:
+        try:
+            instrumentor = getattr(importlib.import_module(module_name), class_name)()
+        except ImportError:
+            continue
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()

@@ -1,0 +1,34 @@
+"""Deterministic rerun: record every nondeterministic input of an agent run, rerun it offline, prove it.
+
+* :func:`recording` - record mode: clock, entropy, HTTP, model and tool calls
+  become sealed ``replay.recording`` spans of a session;
+* :func:`rerun` - rerun mode: the agent runs again from the dataset alone,
+  every recorded value served back, compared step by step and by causal
+  fingerprint, ending (optionally) in the policy replay and the gate;
+* the ``otel-replay rerun`` command and the ``pytest`` plugin build on these.
+
+httpx, requests and the model clients are imported only when a recording or
+rerun starts, so this package imports without them.
+"""
+
+from __future__ import annotations
+
+from otel_replay.rerun.events import Fingerprint
+from otel_replay.rerun.load import Recording, load_recording, recorded_sessions
+from otel_replay.rerun.record import RecordMode, recording
+from otel_replay.rerun.runner import GateResult, RerunResult, rerun
+from otel_replay.rerun.serve import Divergence, RerunMode
+
+__all__ = [
+    "Divergence",
+    "Fingerprint",
+    "GateResult",
+    "RecordMode",
+    "Recording",
+    "RerunMode",
+    "RerunResult",
+    "load_recording",
+    "recorded_sessions",
+    "recording",
+    "rerun",
+]

@@ -1,0 +1,212 @@
+"""The clock and entropy boundaries: wrapt wrappers that go through the one seam.
+
+Patched, while a recording or a rerun is active, by module attribute:
+
+* clock: ``time.time``, ``time.time_ns``, ``time.monotonic``, ``time.monotonic_ns``,
+  ``time.perf_counter``, ``time.perf_counter_ns``, ``time.sleep`` (a rerun does not
+  wait), ``datetime.datetime.now`` / ``utcnow`` / ``today`` and ``datetime.date.today``
+  (the ``datetime.datetime`` and ``datetime.date`` names are swapped for subclasses
+  whose ``isinstance`` checks still accept every real instance);
+* entropy: the ``random`` module's functions, ``uuid.uuid4``, ``os.urandom`` and
+  the ``secrets`` functions.
+
+Sequence functions (``choice``, ``choices``, ``sample``, ``shuffle``) record the
+*indices* they drew, never the elements, so any object can be chosen; the
+draw consumes the generator exactly as the original function would.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import random
+import secrets
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from otel_replay.instrumentation._seam import through
+from otel_replay.rerun.callers import INSIDE, agent_module
+from otel_replay.rerun.codec import decode_value, encode_value, stable_json
+from otel_replay.rerun.events import BoundaryCall, stream_key
+from otel_replay.rerun.patching import PatchSet, Wrapper
+
+__all__ = ["CLOCK_FUNCTIONS", "ENTROPY_FUNCTIONS", "install_clock_and_entropy"]
+
+CLOCK_FUNCTIONS = ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "sleep")
+RANDOM_FUNCTIONS = (
+    "random",
+    "uniform",
+    "randint",
+    "randrange",
+    "getrandbits",
+    "gauss",
+    "normalvariate",
+    "expovariate",
+    "triangular",
+    "betavariate",
+    "randbytes",
+    "seed",
+)
+SECRETS_FUNCTIONS = ("token_bytes", "token_hex", "token_urlsafe", "randbelow", "randbits")
+ENTROPY_FUNCTIONS = (
+    *(f"random.{n}" for n in (*RANDOM_FUNCTIONS, "choice", "choices", "sample", "shuffle")),
+    "uuid.uuid4",
+    "os.urandom",
+    *(f"secrets.{n}" for n in (*SECRETS_FUNCTIONS, "choice")),
+)
+
+
+def _cross(boundary: str, name: str, depth: int, arguments: Any, invoke: Callable[[], Any]) -> Any | None:
+    """Send one agent call through the seam; ``None`` marks 'not the agent's call, run it directly'."""
+    frame = sys._getframe(depth + 1)
+    module = frame.f_globals.get("__name__", "")
+    if not agent_module(module):
+        return _DIRECT
+    who = f"{module}:{frame.f_code.co_qualname}"
+    text = stable_json(arguments)
+    call = BoundaryCall(boundary, name, stream=stream_key(boundary, name, who), arguments_text=text)
+    return through(call, invoke)
+
+
+_DIRECT: Any = object()
+
+
+def _plain(boundary: str, name: str) -> Wrapper:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if INSIDE.get():
+            return wrapped(*args, **kwargs)
+        value = _cross(boundary, name, 1, [args, kwargs], lambda: encode_value(wrapped(*args, **kwargs)))
+        if value is _DIRECT:
+            return wrapped(*args, **kwargs)
+        return decode_value(value)
+
+    return wrapper
+
+
+def _indexed(name: str, kind: str) -> Wrapper:
+    """``choice``/``choices``/``sample``/``shuffle``: record the indices drawn, return the elements."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if INSIDE.get() or not args:
+            return wrapped(*args, **kwargs)
+        population, rest = args[0], args[1:]
+        if kind == "sample" and kwargs.get("counts") is not None:
+            return wrapped(*args, **kwargs)
+        try:
+            size = len(population)
+        except TypeError:
+            return wrapped(*args, **kwargs)
+        rng = getattr(wrapped, "__self__", None)
+
+        def draw() -> Any:
+            if kind == "choice":
+                if not size:
+                    raise IndexError("Cannot choose from an empty sequence")
+                assert rng is not None
+                return rng._randbelow(size)
+            if kind == "shuffle":
+                order = list(range(size))
+                wrapped(order, *rest, **kwargs)
+                return order
+            return wrapped(range(size), *rest, **kwargs)
+
+        arguments = [size, [a for a in rest if not callable(a)], kwargs]
+        value = _cross("entropy", name, 1, arguments, lambda: encode_value(draw()))
+        if value is _DIRECT:
+            return wrapped(*args, **kwargs)
+        picked = decode_value(value)
+        if kind == "choice":
+            return population[picked]
+        if kind == "shuffle":
+            before = list(population)
+            population[:] = [before[i] for i in picked]
+            return None
+        return [population[i] for i in picked]
+
+    return wrapper
+
+
+class _InstanceOfReal(type):
+    """Metaclass: ``isinstance(x, ReplayDatetime)`` is ``isinstance(x, real datetime)``."""
+
+    _real: type
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, cls._real)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls._real)
+
+
+_REAL_DATETIME = _dt.datetime
+_REAL_DATE = _dt.date
+
+
+def _now(name: str, tz: Any, real: Callable[[], Any], parse: Callable[[str], Any]) -> Any:
+    if INSIDE.get():
+        return real()
+    value = _cross("clock", name, 2, [repr(tz)] if tz is not None else [], lambda: real().isoformat())
+    if value is _DIRECT:
+        return real()
+    result = parse(str(value))
+    return result.astimezone(tz) if tz is not None else result
+
+
+class ReplayDatetime(_REAL_DATETIME, metaclass=_InstanceOfReal):
+    """Stands in for ``datetime.datetime`` while recording or rerunning; returns real datetimes."""
+
+    _real = _REAL_DATETIME
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _dt.datetime:  # type: ignore[misc]
+        """Constructors (and ``fromtimestamp``, ``strptime`` ...) build real datetimes, never this stand-in."""
+        return _REAL_DATETIME(*args, **kwargs)
+
+    @classmethod
+    def now(cls, tz: _dt.tzinfo | None = None) -> _dt.datetime:  # type: ignore[override]
+        """The (recorded) current time."""
+        return _now("datetime.now", tz, lambda: _REAL_DATETIME.now(tz), _REAL_DATETIME.fromisoformat)
+
+    @classmethod
+    def utcnow(cls) -> _dt.datetime:  # type: ignore[override]
+        """The (recorded) current UTC time, naive."""
+        return _now("datetime.utcnow", None, _REAL_DATETIME.utcnow, _REAL_DATETIME.fromisoformat)
+
+    @classmethod
+    def today(cls) -> _dt.datetime:  # type: ignore[override]
+        """The (recorded) local time, naive."""
+        return _now("datetime.today", None, _REAL_DATETIME.today, _REAL_DATETIME.fromisoformat)
+
+
+class ReplayDate(_REAL_DATE, metaclass=_InstanceOfReal):
+    """Stands in for ``datetime.date`` while recording or rerunning; returns real dates."""
+
+    _real = _REAL_DATE
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _dt.date:  # type: ignore[misc]
+        """Constructors build real dates, never this stand-in."""
+        return _REAL_DATE(*args, **kwargs)
+
+    @classmethod
+    def today(cls) -> _dt.date:  # type: ignore[override]
+        """The (recorded) local date."""
+        return _now("date.today", None, _REAL_DATE.today, _REAL_DATE.fromisoformat)
+
+
+def install_clock_and_entropy(patches: PatchSet) -> None:
+    """Wrap every clock and entropy function (see the module docstring) into ``patches``."""
+    for fn in CLOCK_FUNCTIONS:
+        patches.wrap(time, fn, _plain("clock", f"time.{fn}"))
+    patches.replace(_dt, "datetime", ReplayDatetime)
+    patches.replace(_dt, "date", ReplayDate)
+    for fn in RANDOM_FUNCTIONS:
+        patches.wrap(random, fn, _plain("entropy", f"random.{fn}"))
+    for fn in ("choice", "choices", "sample", "shuffle"):
+        patches.wrap(random, fn, _indexed(f"random.{fn}", fn))
+    patches.wrap(uuid, "uuid4", _plain("entropy", "uuid.uuid4"))
+    patches.wrap(os, "urandom", _plain("entropy", "os.urandom"))
+    for fn in SECRETS_FUNCTIONS:
+        patches.wrap(secrets, fn, _plain("entropy", f"secrets.{fn}"))
+    patches.wrap(secrets, "choice", _indexed("secrets.choice", "choice"))

@@ -1,0 +1,77 @@
+"""Whose call is it? Library internals read the clock and entropy too; only the agent's reads are recorded.
+
+A clock or entropy read is attributed to the module of the frame that made
+it. Reads made by the standard library, by OpenTelemetry, by otel-replay
+itself (except the correlation scopes, whose made-up ids key the streams) and by
+the HTTP and model client libraries are their own business
+(span timestamps, id generation, connection-pool timeouts, the event loop's
+clock): they are neither recorded nor served. Everything else is the agent's.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextvars import ContextVar
+
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
+
+__all__ = ["INSIDE", "agent_module", "suppressed"]
+
+INSIDE: ContextVar[bool] = ContextVar("otel_replay_rerun_inside", default=False)
+"""True while a boundary call is in progress: nested crossings belong to it and pass straight through."""
+
+_LIBRARIES = (
+    "opentelemetry",
+    "otel_replay",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "h11",
+    "h2",
+    "anyio",
+    "sniffio",
+    "urllib3",
+    "requests",
+    "openai",
+    "anthropic",
+    "pydantic",
+    "pydantic_core",
+    "wrapt",
+    "duckdb",
+    "pyarrow",
+    "grpc",
+    "google",
+    "_pytest",
+    "pytest",
+    "pluggy",
+    "click",
+    "certifi",
+    "idna",
+    "charset_normalizer",
+    "distro",
+    "jiter",
+    "vcr",
+    "tqdm",
+)
+_RECORDED_INTERNALS = ("otel_replay.demo", "otel_replay.capture.context")
+"""otel-replay modules whose draws are the agent's: a correlation or session id made up by
+``otel_replay.correlation()`` must come back the same in a rerun (streams are keyed on it)."""
+_cache: dict[str, bool] = {}
+_stdlib = frozenset(sys.stdlib_module_names) - {"__main__"}
+
+
+def agent_module(module: str) -> bool:
+    """Whether a call made from ``module`` is the agent's (recorded) rather than a library's."""
+    known = _cache.get(module)
+    if known is not None:
+        return known
+    top = module.partition(".")[0]
+    mine = module in _RECORDED_INTERNALS or not (top in _stdlib or top in _LIBRARIES)
+    if len(_cache) < 100_000:
+        _cache[module] = mine
+    return mine
+
+
+def suppressed() -> bool:
+    """OpenTelemetry's 'suppress instrumentation' flag (set by exporters while they send) is on."""
+    return bool(get_value(_SUPPRESS_INSTRUMENTATION_KEY))

@@ -1,0 +1,236 @@
+"""``otel-replay rerun``: rerun one recorded session, or all of them (Continuous Replay), from the dataset.
+
+Exit codes: 0 every rerun matched (and every gate action succeeded); 2 a rerun
+diverged, ended early or its entrypoint raised, or a gate action failed or was
+refused; 1 a user error (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from otel_replay.errors import OtelReplayError
+
+__all__ = ["DIVERGED", "rerun_command"]
+
+DIVERGED = 2
+"""Exit code when a rerun did not match its recording."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in first)
+
+
+def _load_state(path: str) -> dict[str, Any]:
+    from otel_replay._json import strict_loads
+
+    file = Path(path)
+    if not file.is_file():
+        raise click.ClickException(f"live state file {path} does not exist or is not a file")
+    state = strict_loads(file.read_bytes(), where=f"live state {path}")
+    if not isinstance(state, dict):
+        raise click.ClickException(f"{path}: the live state must be a JSON object")
+    return state
+
+
+def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list[str]:
+    from otel_replay.rerun.load import recorded_sessions
+
+    recorded = [str(row["session_id"]) for row in recorded_sessions(store)]
+    if sessions_sql:
+        table = store.query(sessions_sql)
+        if "session_id" not in table.column_names:
+            raise click.ClickException("--sessions-sql must return a session_id column")
+        wanted = {str(v) for v in table.column("session_id").to_pylist() if v is not None}
+        recorded = [s for s in recorded if s in wanted]
+    if pattern:
+        recorded = [s for s in recorded if fnmatch.fnmatchcase(s, pattern)]
+    return recorded
+
+
+@click.command("rerun")
+@click.argument("session_id", required=False)
+@click.option("--entrypoint", required=True, help="The agent to rerun, as module:function (called with no arguments).")
+@click.option(
+    "--dataset",
+    "-d",
+    default=lambda: __import__("otel_replay.settings", fromlist=["dataset_dir"]).dataset_dir(),
+    show_default="$OTEL_REPLAY_DATASET or ./traces",
+    help="Dataset directory.",
+)
+@click.option("--all", "all_sessions", is_flag=True, help="Rerun every recorded session (Continuous Replay).")
+@click.option("--match", "pattern", help="With --all: only sessions whose id matches this glob.")
+@click.option("--sessions-sql", help="With --all: a read-only query returning the session_id column to rerun.")
+@click.option("--governance", type=click.Choice(["relaxed", "strict"]), default="relaxed", show_default=True)
+@click.option("--live-state", help="JSON file of the live state: replay each reproduced decision under it.")
+@click.option("--policy", "policy_ref", help="Policy as module:function (with --live-state).")
+@click.option("--execute", is_flag=True, help="Compensate ROLLBACK/BLOCK verdicts' committed actions through --rail.")
+@click.option("--rail", "rail_ref", help="Rail factory as module:function (needed by --execute).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
+def rerun_command(
+    session_id: str | None,
+    entrypoint: str,
+    dataset: str,
+    all_sessions: bool,
+    pattern: str | None,
+    sessions_sql: str | None,
+    governance: str,
+    live_state: str | None,
+    policy_ref: str | None,
+    execute: bool,
+    rail_ref: str | None,
+    as_json: bool,
+) -> None:
+    """Rerun recorded session SESSION_ID (or --all) offline from the dataset and compare fingerprints.
+
+    Every clock read, entropy draw, HTTP response, model output and tool
+    result is served from the sealed recording; nothing goes to the network.
+    Prints the first divergent step of a rerun that did not match.
+    """
+    try:
+        code = _main(
+            session_id, entrypoint, dataset, all_sessions, pattern, sessions_sql, governance,
+            live_state, policy_ref, execute, rail_ref, as_json,
+        )  # fmt: skip
+    except click.ClickException:
+        raise
+    except (OtelReplayError, OSError, ValueError) as exc:
+        raise click.ClickException(_one_line(exc)) from exc
+    sys.exit(code)
+
+
+def _main(
+    session_id: str | None,
+    entrypoint: str,
+    dataset: str,
+    all_sessions: bool,
+    pattern: str | None,
+    sessions_sql: str | None,
+    governance: str,
+    live_state: str | None,
+    policy_ref: str | None,
+    execute: bool,
+    rail_ref: str | None,
+    as_json: bool,
+) -> int:
+    from otel_replay.pipeline import configure
+    from otel_replay.replay import load_callable
+    from otel_replay.rerun.runner import RerunResult, rerun
+    from otel_replay.store import Store
+
+    if all_sessions == (session_id is not None):
+        raise click.ClickException("give one SESSION_ID, or --all (not both)")
+    if (pattern or sessions_sql) and not all_sessions:
+        raise click.ClickException("--match and --sessions-sql select sessions for --all")
+    if (live_state is None) != (policy_ref is None):
+        raise click.ClickException("--live-state and --policy go together")
+    if execute and not rail_ref:
+        raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
+    path = Path(dataset)
+    if not path.is_dir():
+        raise click.ClickException(f"dataset {dataset} does not exist or is not a directory")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the project's modules import
+    function = load_callable(entrypoint, "entrypoint")
+    state = _load_state(live_state) if live_state else None
+    policy = load_callable(policy_ref, "policy") if policy_ref else None
+    rail = None
+    if execute and rail_ref:
+        factory = load_callable(rail_ref, "rail")
+        try:
+            rail = factory()
+        except Exception as exc:
+            raise click.ClickException(f"rail factory {rail_ref} raised {type(exc).__name__}: {exc}") from exc
+    results: list[RerunResult] = []
+    errors: list[tuple[str, str]] = []
+    with Store(dataset) as store, configure(dataset, service_name="otel-replay-rerun", set_global=False):
+        targets = _sessions(store, pattern, sessions_sql) if all_sessions else [str(session_id)]
+        if all_sessions and not targets:
+            raise click.ClickException(
+                f"no recorded sessions in {dataset}" + (" match the selection" if pattern or sessions_sql else "")
+            )
+        if all_sessions and not as_json:
+            with click.progressbar(targets, label="rerunning", file=sys.stderr, show_pos=True) as bar:
+                for sid in bar:
+                    _one(rerun, function, store, sid, governance, state, policy, rail, results, errors, all_sessions)
+        else:
+            for sid in targets:
+                _one(rerun, function, store, sid, governance, state, policy, rail, results, errors, all_sessions)
+    if as_json:
+        for result in results:
+            click.echo(json.dumps(_as_json(result), sort_keys=True, default=str))
+        for sid, message in errors:
+            click.echo(json.dumps({"session_id": sid, "status": "errored", "error": message}, sort_keys=True))
+    elif all_sessions:
+        _table(results, errors)
+    else:
+        click.echo(results[0].report())
+    failed = errors or any(not result.matched or any(g.error for g in result.gate) for result in results)
+    return DIVERGED if failed else 0
+
+
+def _one(
+    rerun: Any, function: Any, store: Any, sid: str, governance: str, state: Any, policy: Any, rail: Any,
+    results: list[Any], errors: list[tuple[str, str]], keep_going: bool,
+) -> None:  # fmt: skip
+    try:
+        results.append(
+            rerun(
+                function,
+                dataset=store,
+                session_id=sid,
+                governance=governance,
+                live_state=state,
+                policy=policy,
+                rail=rail,
+            )
+        )
+    except OtelReplayError as exc:
+        if not keep_going:
+            raise
+        errors.append((sid, _one_line(exc)))
+
+
+def _as_json(result: Any) -> dict[str, Any]:
+    return {
+        "session_id": result.session_id,
+        "rerun_id": result.rerun_id,
+        "status": result.summary(),
+        "matched": result.matched,
+        "fingerprint": result.fingerprint,
+        "original_fingerprint": result.original_fingerprint,
+        "steps": result.steps,
+        "divergence": result.divergence.to_json() if result.divergence else None,
+        "error": result.error,
+        "gate": [g.to_json() for g in result.gate],
+    }
+
+
+def _table(results: list[Any], errors: list[tuple[str, str]]) -> None:
+    rows = [(r.session_id, r.summary(), str(r.steps), f"{r.seconds * 1000:.1f}") for r in results]
+    rows += [(sid, f"errored: {message}", "-", "-") for sid, message in errors]
+    header = ("session", "result", "steps", "ms")
+    widths = [min(60, max(len(h), *(len(row[i]) for row in rows))) for i, h in enumerate(header)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        click.echo("  ".join(cell[:w].ljust(w) for cell, w in zip(row, widths, strict=True)))
+    matched = sum(1 for r in results if r.matched)
+    click.echo(f"{matched} matched, {len(results) - matched} diverged, {len(errors)} errored (of {len(rows)})")
+    for result in results:
+        if not result.matched:
+            click.echo(f"\n{result.report()}")
+    for sid, message in errors:
+        click.echo(f"\n{sid}: errored: {message}")
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m otel_replay.rerun.command` before the CLI registers it
+    rerun_command()

@@ -1,0 +1,189 @@
+"""Recorded events, the boundary call our wrappers hand to the seam, and the causal fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import baggage
+
+from otel_replay import semconv as sc
+from otel_replay.instrumentation._seam import Call
+from otel_replay.rerun.codec import arguments_hash, stable_json
+
+__all__ = [
+    "FORMAT_VERSION",
+    "BoundaryCall",
+    "Event",
+    "Fingerprint",
+    "describe_event",
+    "stream_key",
+    "value_hash",
+]
+
+FORMAT_VERSION = 1
+"""Version of the recorded event format; a rerun refuses a recording made by a newer one."""
+
+_frame = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@dataclass(frozen=True)
+class BoundaryCall(Call):
+    """A :class:`Call` from one of the rerun package's own wrappers.
+
+    ``invoke`` for such a call returns an encoded (plain JSON) value, which
+    the record mode stores and the rerun mode serves back without invoking.
+    """
+
+    stream: str = ""
+    """Which recorded stream serves this call (boundary, name, consumer, correlation id)."""
+    arguments_text: str = ""
+    """The canonical JSON of the (redacted) arguments, hashed to match steps."""
+    is_async: bool = False
+    """``invoke`` returns an awaitable."""
+
+    @property
+    def args_hash(self) -> str:
+        """The hash matched against the recorded step (computed once per call)."""
+        cached = self.__dict__.get("_args_hash")
+        if cached is None:
+            cached = arguments_hash(self.boundary, self.name, self.arguments_text)
+            object.__setattr__(self, "_args_hash", cached)
+        return cached
+
+
+def stream_key(boundary: str, name: str, who: str = "") -> str:
+    """The stream a call belongs to: per consumer and per correlation id in scope (so threads keep their own)."""
+    corr = baggage.get_baggage(sc.BAGGAGE_CORRELATION_ID)
+    return f"{boundary}|{name}|{who}|{corr or ''}"
+
+
+@dataclass
+class Event:
+    """One recorded boundary crossing."""
+
+    seq: int
+    boundary: str
+    name: str
+    stream: str
+    arguments: str
+    args_hash: str
+    value: Any = None
+    error: Mapping[str, str] | None = None
+    transparent: bool = False
+    trace_id: str = ""
+    span_id: str = ""
+    thread: str = ""
+    ref: str = ""
+    """The original record id of a decision event (volatile: not fingerprinted)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form (short keys: a recording holds thousands)."""
+        out: dict[str, Any] = {
+            "q": self.seq,
+            "b": self.boundary,
+            "n": self.name,
+            "s": self.stream,
+            "a": self.arguments,
+            "h": self.args_hash,
+            "v": self.value,
+        }
+        if self.error is not None:
+            out["e"] = dict(self.error)
+        if self.transparent:
+            out["t"] = True
+        if self.trace_id:
+            out["ti"], out["si"] = self.trace_id, self.span_id
+        if self.thread:
+            out["th"] = self.thread
+        if self.ref:
+            out["r"] = self.ref
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Event:
+        """Inverse of :meth:`to_json`; ``KeyError``/``TypeError`` on a malformed event."""
+        error = data.get("e")
+        return cls(
+            seq=int(data["q"]),
+            boundary=str(data["b"]),
+            name=str(data["n"]),
+            stream=str(data["s"]),
+            arguments=str(data["a"]),
+            args_hash=str(data["h"]),
+            value=data.get("v"),
+            error=dict(error) if isinstance(error, dict) else None,
+            transparent=bool(data.get("t", False)),
+            trace_id=str(data.get("ti", "")),
+            span_id=str(data.get("si", "")),
+            thread=str(data.get("th", "")),
+            ref=str(data.get("r", "")),
+        )
+
+    def value_hash(self) -> str:
+        """Hash of what the call returned (or raised), computed once."""
+        cached = self.__dict__.get("_value_hash")
+        if cached is None:
+            cached = self.__dict__["_value_hash"] = value_hash(self.value, self.error)
+        return cached
+
+
+def value_hash(value: Any, error: Any = None) -> str:
+    """Hash of a returned value (or raised error) as it is folded into the fingerprint."""
+    return hashlib.sha256(stable_json([value, error]).encode()).hexdigest()[:32]
+
+
+def describe_event(boundary: str, name: str, arguments: str, limit: int = 160) -> str:
+    """A one-line, human description of a call: ``http GET http://host/path body=...``."""
+    text = f"{boundary} {name}"
+    if arguments not in ("", "{}", "null"):
+        text += f" {arguments}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class Fingerprint:
+    """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value) sequence.
+
+    Streams are ordered by key and events within a stream by call order, so
+    the fingerprint is independent of how threads and tasks interleave, and
+    of every volatile field (timestamps, span and trace ids, host paths,
+    durations). Parts are framed as JSON arrays, like the record hash.
+    """
+
+    _streams: dict[str, list[str]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str) -> None:
+        """Fold one step into its stream."""
+        part = _frame([boundary, name, args_hash, value_hash])
+        with self._lock:
+            self._streams.setdefault(stream, []).append(part)
+
+    def add_event(self, event: Event) -> None:
+        """Fold one recorded event."""
+        self.add(event.stream, event.boundary, event.name, event.args_hash, event.value_hash())
+
+    def hexdigest(self) -> str:
+        """The fingerprint."""
+        digest = hashlib.sha256(b"otel-replay causal fingerprint v1\n")
+        with self._lock:
+            for stream in sorted(self._streams):
+                digest.update(_frame([stream, len(self._streams[stream])]).encode())
+                for part in self._streams[stream]:
+                    digest.update(part.encode())
+                    digest.update(b"\n")
+        return digest.hexdigest()
+
+    @classmethod
+    def of(cls, events: Iterable[Event]) -> Fingerprint:
+        """The fingerprint of a recorded event sequence."""
+        fp = cls()
+        for event in events:
+            if not event.transparent:
+                fp.add_event(event)
+        return fp

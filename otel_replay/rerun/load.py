@@ -1,0 +1,105 @@
+"""Rehydrate a session's recording from the dataset: verified chunks only, in order, events intact."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from otel_replay import semconv as sc
+from otel_replay._json import strict_loads
+from otel_replay.errors import DatasetError, PayloadError, RecordNotFound, UntrustedRecord
+from otel_replay.rerun.events import FORMAT_VERSION, Event
+from otel_replay.store import Store, stored_record
+
+__all__ = ["Recording", "load_recording", "recorded_sessions"]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A session's recorded events, verified, and what the recording says about itself."""
+
+    session_id: str
+    events: list[Event]
+    complete: bool
+    """The final chunk is present: the recorded run finished."""
+    fingerprint: str | None
+    """The original run's causal fingerprint (on the final chunk), ``None`` when it ended early."""
+    outcome: str
+    chunks: int
+
+
+def load_recording(store: Store, session_id: str) -> Recording:
+    """The verified recording of ``session_id``.
+
+    Raises:
+        RecordNotFound: no recording chunk claims the session.
+        UntrustedRecord: a chunk is unsealed, edited, or signed with an unknown key (the file is named).
+        DatasetError: a chunk was made by a newer format version, a chunk in the middle is missing,
+            or the events are malformed.
+
+    """
+    rows = store.run("rerun_events", session_id=session_id)
+    if not rows:
+        raise RecordNotFound(f"no recording for session {session_id!r} in {store.dataset}")
+    check = store.seal_check
+    chunks: dict[int, tuple[str, dict[str, object]]] = {}
+    for row in rows:
+        rec = stored_record(row)
+        problem, _ = check.problem(rec)
+        if problem is not None:
+            raise UntrustedRecord(
+                f"recording of session {session_id!r}: chunk {rec.record_id} refused ({problem}) [{rec.file}]; "
+                "a tampered recording is not rerun"
+            )
+        attrs = dict(rec.attributes)
+        version = attrs.get(sc.RECORDING_FORMAT)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise DatasetError(
+                f"recording of session {session_id!r} (chunk {rec.record_id}) has format version {version!r}; "
+                f"this otel-replay reads up to version {FORMAT_VERSION}: upgrade otel-replay to rerun it"
+            )
+        index = attrs.get(sc.RECORDING_CHUNK)
+        if not isinstance(index, int) or index < 0:
+            raise DatasetError(f"recording chunk {rec.record_id} of session {session_id!r} has no chunk number")
+        earlier = chunks.get(index)
+        if earlier is not None and earlier[0] != rec.record_id:
+            raise DatasetError(
+                f"recording of session {session_id!r}: chunk {index} is claimed by two records "
+                f"({earlier[0]}, {rec.record_id}); recorded twice under one session id?"
+            )
+        chunks[index] = (rec.record_id, attrs)
+    events: list[Event] = []
+    complete = False
+    fingerprint: str | None = None
+    outcome = ""
+    for expected, index in enumerate(sorted(chunks)):
+        record_id, attrs = chunks[index]
+        if index != expected:
+            raise DatasetError(
+                f"recording of session {session_id!r}: chunk {expected} is missing (chunk {index} follows); "
+                "the recording was cut in the middle"
+            )
+        where = f"recording chunk {record_id} of session {session_id!r}"
+        try:
+            data = strict_loads(str(attrs.get(sc.RECORDING_EVENTS, "[]")), where=where)
+            batch = [Event.from_json(item) for item in data]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, PayloadError):
+                raise DatasetError(str(exc)) from exc
+            raise DatasetError(f"{where}: malformed event ({exc})") from exc
+        for event in batch:
+            if event.seq != len(events):
+                raise DatasetError(f"{where}: event {event.seq} out of order (expected {len(events)})")
+            events.append(event)
+        if attrs.get(sc.RECORDING_FINAL) is True:
+            complete = True
+            value = attrs.get(sc.RECORDING_FINGERPRINT)
+            fingerprint = str(value) if value else None
+            outcome = str(attrs.get(sc.RECORDING_OUTCOME, ""))
+            if index != max(chunks):
+                raise DatasetError(f"{where}: marked final, yet chunk {max(chunks)} follows it")
+    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks))
+
+
+def recorded_sessions(store: Store) -> list[dict[str, object]]:
+    """Every session with a recording (id, chunks, finished, fingerprint, recorded_at), oldest first."""
+    return store.run("rerun_sessions")

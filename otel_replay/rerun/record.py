@@ -1,0 +1,280 @@
+"""Record mode: every boundary crossing of the agent becomes an event, stored as sealed chunk spans.
+
+Events are numbered per session in the order their calls completed, carry
+the trace and span id that was current (so a value is attributed to the
+right span, across threads and asyncio tasks) and are written in chunks of
+at most :data:`CHUNK_EVENTS` events (or :data:`CHUNK_BYTES` of text) as
+``replay.recording`` record spans, each sealed into the process's hash chain
+like every other record. The last chunk is marked final and carries the
+session's causal fingerprint. A process killed mid-run leaves the chunks
+already written; a rerun uses them and says the recording ended early.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from opentelemetry import trace
+
+from otel_replay import semconv as sc
+from otel_replay._json import canonical_json
+from otel_replay.capture.context import session as session_scope
+from otel_replay.capture.recorder import get_recorder
+from otel_replay.errors import ConfigError
+from otel_replay.instrumentation._seam import Call
+from otel_replay.records import DecisionRecord, new_id
+from otel_replay.rerun.callers import INSIDE
+from otel_replay.rerun.codec import arguments_hash, encode_result, stable_json
+from otel_replay.rerun.events import FORMAT_VERSION, BoundaryCall, Event, Fingerprint, stream_key
+from otel_replay.rerun.interceptor import Interceptor, decision_arguments
+
+__all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "RecordMode", "recording"]
+
+T = TypeVar("T")
+_log = logging.getLogger("otel_replay.rerun")
+CHUNK_EVENTS = 256
+CHUNK_BYTES = 4 * 1024 * 1024
+
+
+def error_of(exc: BaseException) -> dict[str, str]:
+    """How a raised exception is stored: its type's import path and its message."""
+    return {"type": f"{type(exc).__module__}:{type(exc).__qualname__}", "message": str(exc)}
+
+
+class RecordMode:
+    """The seam mode of a recording: run every call for real and keep what it returned."""
+
+    def __init__(self, session_id: str) -> None:
+        """Record the boundary calls of ``session_id``."""
+        self.session_id = session_id
+        self.fingerprint = Fingerprint()
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._chunk = 0
+        self._pending: list[dict[str, Any]] = []
+        self._pending_bytes = 0
+        self.events = 0
+        self.dropped = 0
+        self.chunks: list[str] = []
+        self._closed = False
+
+    # --- the seam -----------------------------------------------------------
+    def around(self, call: Call, invoke: Callable[[], T]) -> T:
+        """Run the call for real and record it (nested calls belong to their outer call)."""
+        if INSIDE.get() or self._closed:
+            return invoke()
+        if isinstance(call, BoundaryCall):
+            if call.is_async:
+                return self._around_async(call, invoke)  # type: ignore[arg-type, return-value]
+            return self._opaque(call, call.stream, call.arguments_text, invoke, encode=False)
+        text = stable_json(dict(call.arguments))
+        stream = stream_key(call.boundary, call.name)
+        if call.boundary == "tool":
+            return self._opaque(call, stream, text, invoke, encode=True)
+        # model calls (and other instrumented spans) are transparent: their HTTP underneath is recorded
+        self._add(call.boundary, call.name, stream, text, None, None, transparent=True)
+        return invoke()
+
+    def _opaque(self, call: Call, stream: str, text: str, invoke: Callable[[], T], *, encode: bool) -> T:
+        token = INSIDE.set(True)
+        try:
+            result = invoke()
+        except BaseException as exc:
+            INSIDE.reset(token)
+            self._add(call.boundary, call.name, stream, text, None, error_of(exc))
+            raise
+        INSIDE.reset(token)
+        if inspect.isawaitable(result):
+            return self._settle(call, stream, text, result, encode)  # type: ignore[return-value]
+        value: Any = result
+        if encode:
+            value = encode_result(result)
+        self._add(call.boundary, call.name, stream, text, value, None)
+        return result
+
+    async def _settle(self, call: Call, stream: str, text: str, awaitable: Awaitable[Any], encode: bool) -> Any:
+        return await self._around_async(
+            BoundaryCall(call.boundary, call.name, stream=stream, arguments_text=text), lambda: awaitable, encode
+        )
+
+    async def _around_async(
+        self, call: BoundaryCall, invoke: Callable[[], Awaitable[Any]], encode: bool = False
+    ) -> Any:
+        token = INSIDE.set(True)
+        try:
+            result = await invoke()
+        except BaseException as exc:
+            self._add(call.boundary, call.name, call.stream, call.arguments_text, None, error_of(exc))
+            raise
+        finally:
+            INSIDE.reset(token)
+        value = encode_result(result) if encode else result
+        self._add(call.boundary, call.name, call.stream, call.arguments_text, value, None)
+        return result
+
+    async def around_async(self, call: Call, invoke: Callable[[], Awaitable[Any]]) -> Any:
+        """The awaitable form of :meth:`around`, for async model and tool calls from the instrumentation."""
+        if INSIDE.get() or self._closed or isinstance(call, BoundaryCall):
+            return await invoke()
+        text = stable_json(dict(call.arguments))
+        stream = stream_key(call.boundary, call.name)
+        if call.boundary == "tool":
+            opaque = BoundaryCall(call.boundary, call.name, stream=stream, arguments_text=text)
+            return await self._around_async(opaque, invoke, encode=True)
+        self._add(call.boundary, call.name, stream, text, None, None, transparent=True)
+        return await invoke()
+
+    def decision(self, record: DecisionRecord) -> None:
+        """A decision the agent made inside the recording (from the recorder's sink)."""
+        text = decision_arguments(record)
+        stream = stream_key("decision", record.decision_type)
+        self._add("decision", record.decision_type, stream, text, None, None, ref=record.record_id)
+
+    # --- storing --------------------------------------------------------------
+    def _add(self, *args: Any, **kwargs: Any) -> None:
+        # Recording must never change the program's behaviour: a failure here drops the event,
+        # counted and logged, and the final chunk says how many were dropped.
+        try:
+            self._store_event(*args, **kwargs)
+        except Exception:
+            with self._lock:
+                self.dropped += 1
+            _log.exception("otel-replay recording %s: dropped an event it could not store", self.session_id)
+
+    def _store_event(
+        self,
+        boundary: str,
+        name: str,
+        stream: str,
+        arguments: str,
+        value: Any,
+        error: dict[str, str] | None,
+        *,
+        transparent: bool = False,
+        ref: str = "",
+    ) -> None:
+        ctx = trace.get_current_span().get_span_context()
+        event = Event(
+            seq=0,
+            boundary=boundary,
+            name=name,
+            stream=stream,
+            arguments=arguments,
+            args_hash=arguments_hash(boundary, name, arguments),
+            value=value,
+            error=error,
+            transparent=transparent,
+            trace_id=f"{ctx.trace_id:032x}" if ctx.is_valid else "",
+            span_id=f"{ctx.span_id:016x}" if ctx.is_valid else "",
+            thread=threading.current_thread().name,
+            ref=ref,
+        )
+        with self._lock:
+            if self._closed:
+                return
+            event.seq = self._seq
+            self._seq += 1
+            if not event.transparent:  # a model call's note: its HTTP exchange below is what counts
+                self.fingerprint.add_event(event)
+            data = event.to_json()
+            self._pending.append(data)
+            self._pending_bytes += len(event.arguments) + len(str(value)) + 64
+            self.events += 1
+            if len(self._pending) >= CHUNK_EVENTS or self._pending_bytes >= CHUNK_BYTES:
+                self._flush(final=False)
+
+    def _flush(self, *, final: bool, outcome: str = "") -> None:
+        # Called with the lock held, so chunks are sealed in order.
+        events, self._pending, self._pending_bytes = self._pending, [], 0
+        first = events[0]["q"] if events else self._seq
+        attrs: dict[str, Any] = {
+            sc.KIND: sc.KIND_RECORDING,
+            sc.RECORD_SOURCE: "recording",
+            sc.SESSION_ID: self.session_id,
+            sc.RECORDING_FORMAT: FORMAT_VERSION,
+            sc.RECORDING_CHUNK: self._chunk,
+            sc.RECORDING_FIRST_SEQ: first,
+            sc.RECORDING_EVENTS: canonical_json(events, where=f"recording {self.session_id} events"),
+            sc.RECORDING_FINAL: final,
+        }
+        if final:
+            attrs[sc.RECORDING_FINGERPRINT] = self.fingerprint.hexdigest()
+            attrs[sc.RECORDING_OUTCOME] = outcome
+            if self.dropped:
+                attrs[sc.RECORDING_OUTCOME] = f"{outcome} (dropped {self.dropped} event(s) it could not store)"
+        record_id = new_id()
+        attrs[sc.RECORD_ID] = record_id
+        token = INSIDE.set(True)
+        try:
+            get_recorder().emit(sc.SPAN_RECORDING, record_id, attrs)
+        finally:
+            INSIDE.reset(token)
+        self.chunks.append(record_id)
+        self._chunk += 1
+
+    def finish(self, outcome: str) -> str:
+        """Write the final chunk; returns the session's causal fingerprint."""
+        with self._lock:
+            if not self._closed:
+                self._flush(final=True, outcome=outcome)
+                self._closed = True
+            return self.fingerprint.hexdigest()
+
+
+_active_lock = threading.Lock()
+
+
+def _goes_nowhere() -> bool:
+    """True when records would go to OpenTelemetry's no-op default: nothing configured a provider."""
+    tracer = get_recorder().tracer
+    return isinstance(tracer, trace.ProxyTracer) and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+@contextmanager
+def recording(session_id: str | None = None, *, agent_id: str | None = None) -> Iterator[RecordMode | None]:
+    """Record every nondeterministic input of the code inside, as sealed spans of ``session_id``.
+
+    Clock reads, entropy draws, HTTP exchanges (httpx, requests), model calls
+    and tool results made by the agent's code are captured in call order,
+    under the current span, and written through the configured pipeline
+    (call :func:`otel_replay.configure` first so they land in the dataset).
+    The session id (a new UUID when not given) is put in scope, so decisions
+    made inside carry it. Yields the :class:`RecordMode` (``.fingerprint``).
+
+    Inside a rerun this is a no-op (yields ``None``): the rerun is serving
+    this recording's values, not making a new one.
+
+    Raises:
+        ConfigError: another recording is already active in this process.
+
+    """
+    if Interceptor.current_rerun() is not None:
+        yield None
+        return
+    sid = session_id or str(new_id())
+    mode = RecordMode(sid)
+    if _goes_nowhere():
+        _log.warning(
+            "otel-replay recording %s: no tracer provider is configured, so the recording is not stored anywhere "
+            "(call otel_replay.configure(...) first, or run under opentelemetry-instrument)",
+            sid,
+        )
+    if not _active_lock.acquire(blocking=False):
+        raise ConfigError("a recording is already active in this process; recordings do not nest")
+    try:
+        with session_scope(sid, agent_id=agent_id), Interceptor(mode, decisions=mode.decision):
+            outcome = "returned"
+            try:
+                yield mode
+            except BaseException as exc:
+                outcome = f"raised {type(exc).__name__}: {exc}"[:500]
+                raise
+            finally:
+                mode.finish(outcome)
+    finally:
+        _active_lock.release()

@@ -1,0 +1,282 @@
+"""``rerun()``: run the agent again from its recording alone, prove it with the fingerprint, end in the gate."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_replay import semconv as sc
+from otel_replay._json import canonical_json
+from otel_replay.capture.context import session as session_scope
+from otel_replay.capture.recorder import get_recorder
+from otel_replay.errors import ConfigError, OtelReplayError, RerunError
+from otel_replay.records import new_id
+from otel_replay.replay import Policy, load_callable, replay
+from otel_replay.rerun.guards import install_guards
+from otel_replay.rerun.interceptor import Interceptor
+from otel_replay.rerun.load import Recording, load_recording
+from otel_replay.rerun.serve import Divergence, Governance, RerunMode
+from otel_replay.store import Store
+
+__all__ = ["GateResult", "RerunResult", "rerun"]
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What the gate did for one decision the rerun reproduced."""
+
+    record_id: str
+    fix: str
+    reason: str
+    executed: tuple[str, ...] = ()
+    error: str | None = None
+    """A compensation that failed (or was refused), per action; never dropped."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return {
+            "record_id": self.record_id,
+            "fix": self.fix,
+            "reason": self.reason,
+            "executed": list(self.executed),
+            "error": self.error,
+        }
+
+
+@dataclass
+class RerunResult:
+    """The outcome of one :func:`rerun`."""
+
+    session_id: str
+    rerun_id: str
+    governance: str
+    matched: bool
+    fingerprint: str
+    original_fingerprint: str | None
+    steps: int
+    divergence: Divergence | None = None
+    output: Any = None
+    error: str | None = None
+    """The entrypoint's exception, one line, when it raised."""
+    recording_complete: bool = True
+    ended_early: bool = False
+    original_outcome: str = ""
+    """How the recorded run ended: ``returned`` or ``raised <Type>: <message>``."""
+    warnings: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    decisions: list[tuple[str, str]] = field(default_factory=list)
+    """(original record id, rerun record id) for each decision reproduced."""
+    gate: list[GateResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """One line: matched, diverged at step N, or errored."""
+        if self.ended_early:
+            return f"ended early: the recording stops after {self.steps} steps"
+        if self.matched:
+            return "matched"
+        if self.divergence is not None:
+            return f"diverged at step {self.divergence.step}"
+        if self.error is not None:
+            return f"errored: {self.error}"
+        return f"outcome differs: the original {self.original_outcome or 'ended differently'}"
+
+    def report(self) -> str:
+        """A readable, multi-line account (what the CLI prints)."""
+        lines = [
+            f"session {self.session_id} rerun {self.rerun_id} ({self.governance}): {self.summary()}",
+            f"  original fingerprint: {self.original_fingerprint or '(none: the recording ended early)'}",
+            f"  rerun fingerprint:    {self.fingerprint}",
+            f"  steps: {self.steps}",
+        ]
+        if self.divergence is not None:
+            lines.extend("  " + line for line in str(self.divergence).splitlines())
+        if self.error is not None:
+            lines.append(f"  the entrypoint raised: {self.error}")
+        lines.extend(f"  leak: {leak}" for leak in self.leaks[:10])
+        for outcome in self.gate:
+            done = ", ".join(outcome.executed) or "nothing executed"
+            lines.append(f"  gate {outcome.record_id}: {outcome.fix} ({done}) {outcome.error or ''}".rstrip())
+        return "\n".join(lines)
+
+
+def _entrypoint(entrypoint: Callable[..., Any] | str) -> Callable[..., Any]:
+    if isinstance(entrypoint, str):
+        return load_callable(entrypoint, "entrypoint")
+    if not callable(entrypoint):
+        raise ConfigError(f"entrypoint must be callable or 'module:function', got {type(entrypoint).__name__}")
+    return entrypoint
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:500]
+
+
+def rerun(
+    entrypoint: Callable[..., Any] | str,
+    *,
+    dataset: str | os.PathLike[str] | Store,
+    session_id: str,
+    governance: Governance = "relaxed",
+    live_state: Mapping[str, Any] | None = None,
+    policy: Policy | str | None = None,
+    rail: Any = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    write: bool = True,
+) -> RerunResult:
+    """Rerun ``entrypoint`` offline from the recording of ``session_id`` and compare it with the original.
+
+    Every clock read, entropy draw, HTTP exchange, model call and tool result
+    is served from the recording (verified first: a tampered recording is
+    refused); the original run's actions are not executed again. The result
+    carries both causal fingerprints, ``matched``, and on a mismatch the first
+    divergent step. With ``live_state`` and ``policy`` every decision the rerun
+    reproduced is replayed under the live state; with ``rail`` too, ROLLBACK and
+    BLOCK verdicts compensate the original run's committed actions (each at
+    most once, the latest first). The rerun's summary is written to the
+    dataset as a sealed ``replay.rerun`` record (``write=False`` skips it).
+
+    Raises:
+        RecordNotFound: the session has no recording.
+        UntrustedRecord: a recording chunk fails its seal check.
+        DatasetError: the recording is from a newer format version or is cut in the middle.
+        PolicyLoadError: ``entrypoint`` or ``policy`` is a reference that cannot be imported.
+        ReplayMismatchError, DeterminismLeakError: ``governance="strict"`` and the rerun diverged or leaked.
+
+    """
+    if governance not in ("relaxed", "strict"):
+        raise ConfigError(f"governance must be 'relaxed' or 'strict', got {governance!r}")
+    function = _entrypoint(entrypoint)
+    resolved_policy: Policy | None = load_callable(policy, "policy") if isinstance(policy, str) else policy
+    if (live_state is None) != (resolved_policy is None):
+        raise ConfigError("rerun(): live_state and policy go together (both, or neither)")
+    if rail is not None and resolved_policy is None:
+        raise ConfigError("rerun(): a rail executes verdicts, so it needs live_state and policy")
+    own_store = not isinstance(dataset, Store)
+    store = Store(dataset) if not isinstance(dataset, Store) else dataset
+    try:
+        recording = load_recording(store, session_id)
+        result = _run(function, recording, governance, tuple(args), dict(kwargs or {}))
+        if resolved_policy is not None and live_state is not None:
+            result.gate = _gate(store, result, live_state, resolved_policy, rail)
+        if write:
+            _write(result)
+        return result
+    finally:
+        if own_store:
+            store.close()
+
+
+def _run(
+    function: Callable[..., Any],
+    recording: Recording,
+    governance: Governance,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> RerunResult:
+    mode = RerunMode(list(recording.events), governance, recording.complete)
+    rerun_id = new_id()
+    rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
+    output: Any = None
+    error: str | None = None
+    started = time.perf_counter()
+    with session_scope(rerun_session):
+        try:
+            with Interceptor(mode, decisions=mode.decision, guards=install_guards, rerun=True):
+                try:
+                    output = function(*args, **kwargs)
+                except RerunError as exc:
+                    if governance == "strict" and not mode.ended_early:
+                        raise
+                    error = _one_line(exc)
+                except (Exception, SystemExit) as exc:  # an agent calling sys.exit() ends its rerun, not ours
+                    error = _one_line(exc)
+        finally:
+            mode.close()
+    seconds = time.perf_counter() - started
+    fingerprint = mode.fingerprint.hexdigest()
+    matched = (
+        recording.complete
+        and mode.divergence is None
+        and fingerprint == recording.fingerprint
+        and _same_outcome(recording.outcome, error)
+    )
+    return RerunResult(
+        session_id=recording.session_id,
+        rerun_id=rerun_id,
+        governance=governance,
+        matched=matched,
+        fingerprint=fingerprint,
+        original_fingerprint=recording.fingerprint,
+        steps=mode.steps,
+        divergence=mode.divergence,
+        output=output,
+        error=error,
+        recording_complete=recording.complete,
+        original_outcome=recording.outcome,
+        ended_early=mode.ended_early or (not recording.complete and mode.divergence is None),
+        warnings=list(mode.warnings),
+        leaks=list(mode.leaks),
+        decisions=[(original, record.record_id) for original, record in mode.decisions],
+        seconds=seconds,
+    )
+
+
+def _same_outcome(recorded: str, error: str | None) -> bool:
+    if error is None:
+        return recorded in ("", "returned")
+    return recorded.startswith("raised ") and recorded[len("raised ") :].split(":")[0] == error.split(":")[0]
+
+
+def _gate(
+    store: Store, result: RerunResult, live_state: Mapping[str, Any], policy: Policy, rail: Any
+) -> list[GateResult]:
+    from otel_replay.execute import execute_verdict
+
+    outcomes = []
+    for original_id, _ in result.decisions:
+        try:
+            record = store.record(original_id)
+            if record.action is None or record.snapshot is None:
+                continue
+            verdict = replay(record, live_state=live_state, policy=policy)
+        except (OtelReplayError, ValueError) as exc:
+            outcomes.append(GateResult(original_id, "error", "", (), _one_line(exc)))
+            continue
+        if rail is None:
+            outcomes.append(GateResult(original_id, verdict.fix.value, verdict.reason))
+            continue
+        try:
+            executed = execute_verdict(store, verdict, rail)
+            outcomes.append(
+                GateResult(original_id, verdict.fix.value, verdict.reason, tuple(o.executed for o in executed))
+            )
+        except OtelReplayError as exc:
+            outcomes.append(GateResult(original_id, verdict.fix.value, verdict.reason, (), _one_line(exc)))
+    return outcomes
+
+
+def _write(result: RerunResult) -> None:
+    attrs: dict[str, Any] = {
+        sc.KIND: sc.KIND_RERUN,
+        sc.RECORD_SOURCE: "rerun",
+        sc.RERUN_ID: result.rerun_id,
+        sc.RERUN_OF: result.session_id,
+        sc.SESSION_ID: f"{result.session_id}~rerun~{result.rerun_id}",
+        sc.RERUN_GOVERNANCE: result.governance,
+        sc.RERUN_MATCHED: result.matched,
+        sc.RERUN_FINGERPRINT: result.fingerprint,
+        sc.RERUN_ORIGINAL_FINGERPRINT: result.original_fingerprint or "",
+        sc.RERUN_STEPS: result.steps,
+        sc.RERUN_VERDICTS: canonical_json([g.to_json() for g in result.gate], where="rerun verdicts"),
+    }
+    if result.divergence is not None:
+        attrs[sc.RERUN_DIVERGENCE] = canonical_json(result.divergence.to_json(), where="rerun divergence")
+    attrs[sc.RECORD_ID] = result.rerun_id
+    get_recorder().emit(sc.SPAN_RERUN, result.rerun_id, attrs)

@@ -1,0 +1,451 @@
+"""Rerun mode: serve every recorded value back, in recorded order, and say precisely where a run diverges.
+
+Recorded events are split into streams (boundary, name, consumer, correlation
+id in scope). A call takes the next event of its stream in O(1) - a dict
+lookup and a ``deque.popleft`` - so two identical requests get their own two
+responses, and one added ``random`` call does not shift every ``uuid4`` after
+it. The event's argument hash must equal the call's; when it does not, or the
+stream is empty, the step is a divergence: ``strict`` raises, ``relaxed``
+warns, keeps the first divergence for the result, and goes on (serving the
+recorded value on an argument mismatch, running the call live on a miss).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import sys
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from otel_replay.errors import DeterminismLeakError, ReplayMismatchError
+from otel_replay.instrumentation._seam import Call
+from otel_replay.records import DecisionRecord
+from otel_replay.rerun.callers import INSIDE
+from otel_replay.rerun.codec import arguments_hash, decode_result, stable_json
+from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, describe_event, stream_key, value_hash
+from otel_replay.rerun.interceptor import decision_arguments
+
+__all__ = ["Divergence", "Governance", "RerunMode"]
+
+T = TypeVar("T")
+Governance = Literal["relaxed", "strict"]
+_log = logging.getLogger("otel_replay.rerun")
+_CANDIDATE_SCAN = 20_000
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first step where the rerun did not do what the recording holds."""
+
+    step: int
+    reason: str
+    expected: str
+    actual: str
+    candidates: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        lines = [
+            f"diverged at step {self.step}: {self.reason}",
+            f"  recorded: {self.expected or '(nothing: the recording holds no such call)'}",
+            f"  rerun:    {self.actual or '(nothing: the rerun never made this call)'}",
+        ]
+        if self.candidates:
+            lines.append("  closest recorded calls:")
+            lines.extend(f"    {c}" for c in self.candidates)
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form (stored with the rerun record)."""
+        return {
+            "step": self.step,
+            "reason": self.reason,
+            "expected": self.expected,
+            "actual": self.actual,
+            "candidates": list(self.candidates),
+        }
+
+
+def _who(stream: str) -> str:
+    parts = stream.split("|")
+    return parts[2] if len(parts) > 2 else ""
+
+
+def _describe(event: Event) -> str:
+    return _describe_call(event.boundary, event.name, event.stream, event.arguments)
+
+
+def _describe_call(boundary: str, name: str, stream: str, arguments: str) -> str:
+    who = _who(stream)
+    text = describe_event(boundary, name, arguments)
+    return f"{text} (in {who})" if who and boundary in ("clock", "entropy") else text
+
+
+def _http_parts(arguments: str) -> dict[str, Any]:
+    try:
+        data = json.loads(arguments)
+        url = urlsplit(str(data.get("url", "")))
+    except (ValueError, AttributeError):
+        return {}
+    return {
+        "method": data.get("method"),
+        "host": f"{url.scheme}://{url.netloc}",
+        "path": url.path,
+        "query": url.query,
+        "body": stable_json(data.get("body")),
+    }
+
+
+def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments: str) -> tuple[int, str]:
+    """Score a recorded candidate against the rerun's call; text lists the matchers passed (✓) and failed (✗)."""
+    if boundary == "http":
+        have, want = _http_parts(candidate.arguments), _http_parts(arguments)
+        checks = [
+            (key, have.get(key) == want.get(key), have.get(key)) for key in ("method", "host", "path", "query", "body")
+        ]
+    else:
+        checks = [
+            ("name", candidate.name == name, candidate.name),
+            ("consumer", _who(candidate.stream) == _who(stream), _who(candidate.stream)),
+            ("arguments", candidate.arguments == arguments, candidate.arguments),
+        ]
+    passed = sum(ok for _, ok, _ in checks)
+    marks = " ".join(f"{'✓' if ok else '✗'} {key}" for key, ok, _ in checks)
+    failed = "; ".join(f"{key} recorded {str(value)[:80]!r}" for key, ok, value in checks if not ok)
+    return passed, f"step {candidate.seq}: {_describe(candidate)} [{marks}]" + (f" ({failed})" if failed else "")
+
+
+def first_difference(recorded: str, actual: str, width: int = 70) -> tuple[str, str]:
+    """Both texts cut to a window around their first differing character, so the change is visible."""
+    limit = min(len(recorded), len(actual))
+    at = next((i for i in range(limit) if recorded[i] != actual[i]), limit)
+    start = max(0, at - width // 2)
+
+    def cut(text: str) -> str:
+        piece = text[start : start + width]
+        return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
+
+    return f"{cut(recorded)} (first difference at character {at})", cut(actual)
+
+
+def _raise_recorded(error: dict[str, str] | Any) -> None:
+    """Raise the exception the recorded call raised (same type when it can be rebuilt)."""
+    type_path = str(error.get("type", ""))
+    message = str(error.get("message", ""))
+    module_name, _, qualname = type_path.partition(":")
+    # Only a module the program already imported is looked in: a recording never makes the rerun import code.
+    exc_type: Any = sys.modules.get(module_name)
+    for part in qualname.split(".") if exc_type is not None else ():
+        exc_type = getattr(exc_type, part, None)
+    if isinstance(exc_type, type) and issubclass(exc_type, BaseException):
+        try:
+            exc = exc_type(message)
+        except Exception:
+            exc = None
+        if exc is not None:
+            raise exc
+    raise RuntimeError(f"recorded call raised {type_path}: {message}")
+
+
+@dataclass
+class RerunMode:
+    """The seam mode of a rerun: serve the recorded events of one session."""
+
+    events: list[Event]
+    governance: Governance = "relaxed"
+    complete: bool = True
+    fingerprint: Fingerprint = field(default_factory=Fingerprint)
+    divergence: Divergence | None = None
+    warnings: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    decisions: list[tuple[str, DecisionRecord]] = field(default_factory=list)
+    """(original record id, the rerun's record) for each decision the rerun reproduced."""
+    ended_early: bool = False
+
+    def __post_init__(self) -> None:
+        self.streams: dict[str, deque[Event]] = {}
+        self.notes: dict[str, deque[Event]] = {}
+        """Model-call notes: checked when the rerun makes the call, never required (the HTTP below is)."""
+        for event in self.events:
+            target = self.notes if event.transparent else self.streams
+            target.setdefault(event.stream, deque()).append(event)
+        self._recorded = {stream: len(queue) for stream, queue in self.streams.items()}
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self.steps = 0
+
+    # --- the seam -----------------------------------------------------------
+    def around(self, call: Call, invoke: Callable[[], T]) -> T:
+        """Serve the call from the recording (or diverge)."""
+        if INSIDE.get():
+            return invoke()
+        how, value = self._serve(call)
+        is_async = isinstance(call, BoundaryCall) and call.is_async
+        if how == "value":
+            return _ready(value) if is_async else value  # type: ignore[return-value]
+        if how == "live":
+            if is_async:
+                return _live_async(invoke)  # type: ignore[arg-type, return-value]
+            token = INSIDE.set(True)
+            try:
+                return invoke()
+            finally:
+                INSIDE.reset(token)
+        return invoke()
+
+    async def around_async(self, call: Call, invoke: Callable[[], Awaitable[Any]]) -> Any:
+        """The awaitable form of :meth:`around`, for async model and tool calls from the instrumentation."""
+        if INSIDE.get():
+            return await invoke()
+        how, value = self._serve(call)
+        if how == "value":
+            return value
+        if how == "live":
+            return await _live_async(invoke)
+        return await invoke()
+
+    def _serve(self, call: Call) -> tuple[str, Any]:
+        """Match one call: ``("value", v)`` to serve, ``("invoke", None)`` to run it, ``("live", None)`` on a miss."""
+        step = next(self._counter)
+        if isinstance(call, BoundaryCall):
+            stream, text, digest, opaque = call.stream, call.arguments_text, call.args_hash, True
+        else:
+            text = stable_json(dict(call.arguments))
+            stream = stream_key(call.boundary, call.name)
+            digest = arguments_hash(call.boundary, call.name, text)
+            opaque = call.boundary == "tool"
+        if not opaque and not isinstance(call, BoundaryCall):
+            self._note(step, call, stream, text, digest)
+            return "invoke", None
+        queue = self.streams.get(stream)
+        event = queue.popleft() if queue else None
+        if event is None:
+            self._miss(step, call, stream, text, digest)
+            return "live", None
+        if event.args_hash != digest:
+            recorded_args, actual_args = first_difference(event.arguments, text)
+            self._diverge(
+                step,
+                f"{call.boundary} {call.name} called with other arguments than recorded",
+                recorded_args,
+                actual_args,
+                call.boundary,
+                call.name,
+                stream,
+                text,
+                exclude=event,
+            )
+            _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
+        self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash())
+        if event.error is not None:
+            _raise_recorded(event.error)
+        if event.transparent or not opaque:
+            return "invoke", None
+        if isinstance(call, BoundaryCall):
+            capped = event.value.get("capped") if call.boundary == "http" and isinstance(event.value, dict) else None
+            if capped:
+                self._diverge(
+                    step,
+                    f"the recorded response was capped at {capped.get('recorded_bytes')} of "
+                    f"{capped.get('original_bytes')} bytes (OTEL_REPLAY_RERUN_MAX_BODY); it is served cut short",
+                    _describe(event),
+                    describe_event(call.boundary, call.name, text),
+                    call.boundary,
+                    call.name,
+                    stream,
+                    text,
+                )
+            return "value", event.value
+        value = event.value
+        if isinstance(value, dict) and "$unrecordable" in value:
+            raise ReplayMismatchError(
+                f"step {step}: {call.boundary} {call.name} returned a value the recording could not hold "
+                f"({value['$unrecordable']}); it cannot be served without running it",
+                step=step,
+                expected=_describe(event),
+                actual=describe_event(call.boundary, call.name, text),
+            )
+        return "value", decode_result(value)
+
+    def _note(self, step: int, call: Call, stream: str, text: str, digest: str) -> None:
+        """A model call (run for real; its HTTP is served): check it against the recorded note, if any."""
+        queue = self.notes.get(stream)
+        event = queue.popleft() if queue else None
+        if event is not None and event.args_hash != digest:
+            recorded_args, actual_args = first_difference(event.arguments, text)
+            self._diverge(
+                step,
+                f"{call.boundary} {call.name} called with other arguments than recorded",
+                recorded_args,
+                actual_args,
+                call.boundary,
+                call.name,
+                stream,
+                text,
+                exclude=event,
+            )
+
+    def decision(self, record: DecisionRecord) -> None:
+        """A decision the rerun made: check it against the recorded one at this point."""
+        step = next(self._counter)
+        text = decision_arguments(record)
+        stream = stream_key("decision", record.decision_type)
+        digest = arguments_hash("decision", record.decision_type, text)
+        self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None))
+        queue = self.streams.get(stream)
+        event = queue.popleft() if queue else None
+        actual = describe_event("decision", record.decision_type, text, limit=400)
+        if event is None:
+            self._diverge(
+                step,
+                "a decision the recording does not hold",
+                "",
+                actual,
+                "decision",
+                record.decision_type,
+                stream,
+                text,
+            )
+            return
+        if event.args_hash != digest:
+            self._diverge(
+                step,
+                "the decision differs from the recorded one",
+                describe_event("decision", event.name, event.arguments, limit=400),
+                actual,
+                "decision",
+                record.decision_type,
+                stream,
+                text,
+                exclude=event,
+            )
+            return
+        with self._lock:
+            self.decisions.append((event.ref, record))
+
+    # --- divergence -----------------------------------------------------------
+    def _miss(self, step: int, call: Call, stream: str, text: str, digest: str) -> None:
+        actual = _describe_call(call.boundary, call.name, stream, text)
+        if not self.complete and self.remaining() == 0:
+            self.ended_early = True
+            raise ReplayMismatchError(
+                f"step {step}: the recording ended early (its process stopped before the recording was finished); "
+                f"the rerun reached its end and wanted: {actual}",
+                step=step,
+                actual=actual,
+            )
+        held = self._recorded.get(stream, 0)
+        reason = "a call the recording does not hold"
+        if held:
+            reason += f" (it holds {held} such call(s) and this is call {held + 1})"
+        leak = call.boundary in ("clock", "entropy")
+        self._diverge(step, reason, "", actual, call.boundary, call.name, stream, text, leak=leak)
+        if call.boundary in ("act", "tool"):
+            # Running it live would act on the world: never, in either governance level.
+            raise ReplayMismatchError(
+                f"step {step}: {actual} is not recorded, and a rerun does not run tools or commit actions for real",
+                step=step,
+                actual=actual,
+                candidates=self.divergence.candidates if self.divergence is not None else (),
+            )
+        _log.warning("otel-replay rerun: step %d is not recorded (%s); running it live", step, actual)
+        self.fingerprint.add(stream, call.boundary, call.name, digest, "live")
+
+    def _diverge(
+        self,
+        step: int,
+        reason: str,
+        expected: str,
+        actual: str,
+        boundary: str,
+        name: str,
+        stream: str,
+        text: str,
+        *,
+        exclude: Event | None = None,
+        leak: bool = False,
+    ) -> None:
+        candidates = self._candidates(boundary, name, stream, text, exclude)
+        found = Divergence(step, reason, expected, actual, tuple(candidates))
+        with self._lock:
+            if self.divergence is None:
+                self.divergence = found
+            self.warnings.append(f"step {step}: {reason}: {actual}")
+        if self.governance == "strict":
+            if leak:
+                raise DeterminismLeakError(
+                    f"strict rerun: step {step} drew unrecorded {boundary} ({actual}); nothing recorded can serve it"
+                    + (f"; closest recorded: {candidates[0]}" if candidates else ""),
+                    step=step,
+                    call=actual,
+                )
+            raise ReplayMismatchError(
+                f"strict rerun: {found}", step=step, expected=expected, actual=actual, candidates=candidates
+            )
+
+    def _candidates(self, boundary: str, name: str, stream: str, text: str, exclude: Event | None) -> list[str]:
+        scored: list[tuple[int, int, str]] = []
+        pool: Iterable[Event] = itertools.islice(
+            (e for q in self.streams.values() for e in q if e.boundary == boundary), _CANDIDATE_SCAN
+        )
+        if exclude is not None:
+            pool = itertools.chain([exclude], pool)
+        for event in pool:
+            score, line = _compare(event, boundary, name, stream, text)
+            scored.append((-score, event.seq, line))
+        scored.sort()
+        return [line for _, _, line in scored[:3]]
+
+    def leak(self, what: str) -> None:
+        """The rerun touched the world outside the recording (a file, DNS, a socket)."""
+        step = next(self._counter)
+        message = f"step {step}: {what} outside the recording"
+        with self._lock:
+            self.leaks.append(message)
+        if self.governance == "strict":
+            raise DeterminismLeakError(f"strict rerun: {message}", step=step, call=what)
+        _log.warning("otel-replay rerun: %s", message)
+
+    def remaining(self) -> int:
+        """Recorded events not consumed yet."""
+        return sum(len(q) for q in self.streams.values())
+
+    def first_remaining(self) -> Event | None:
+        """The earliest recorded event the rerun has not consumed."""
+        left = [q[0] for q in self.streams.values() if q]
+        return min(left, key=lambda e: e.seq) if left else None
+
+    def close(self) -> None:
+        """After the entrypoint returned: recorded calls never made are a divergence too."""
+        self.steps = next(self._counter)
+        left = self.first_remaining()
+        if left is None:
+            return
+        for queue in self.streams.values():
+            for event in queue:
+                self.fingerprint.add(event.stream, event.boundary, event.name, event.args_hash, "not made")
+        with self._lock:
+            if self.divergence is None:
+                self.divergence = Divergence(
+                    self.steps,
+                    f"the rerun stopped after {self.steps} steps; the recording holds {self.remaining()} more call(s)",
+                    _describe(left),
+                    "",
+                )
+
+
+async def _ready(value: Any) -> Any:
+    return value
+
+
+async def _live_async(invoke: Callable[[], Awaitable[Any]]) -> Any:
+    token = INSIDE.set(True)
+    try:
+        return await invoke()
+    finally:
+        INSIDE.reset(token)
