@@ -9,6 +9,8 @@ value of each file in turn to name the culprit.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
+from importlib import resources
 
 import duckdb
 
@@ -31,10 +33,15 @@ def could_be_a_bad_file(exc: duckdb.Error) -> bool:
     return not isinstance(exc, _NOT_A_READ)
 
 
+@cache
+def _probe_sql() -> str:
+    return resources.files("otel_replay.queries").joinpath("probe_file.sql").read_text(encoding="utf-8")
+
+
 def probe(con: duckdb.DuckDBPyConnection, path: str) -> CorruptFileError | None:
     """Decode every value of ``path`` (hashing each column); the error found, or ``None``."""
     try:
-        con.execute("SELECT max(hash(COLUMNS(*))) FROM read_parquet(?)", [path]).fetchall()
+        con.execute(_probe_sql(), [path]).fetchall()
     except duckdb.InterruptException:
         raise
     except duckdb.Error as exc:

@@ -179,7 +179,7 @@ SHIPPED = sorted(  # the DuckDB files (a `name.spark.sql` variant is for Spark)
 )
 
 
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in ("source", "empty_source", "views")])
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in ("source", "empty_source", "views", "probe_file")])
 def test_shipped_queries_run_as_analyst_sql_and_through_store_run(captured, name):
     dataset, _ = captured
     sql = (_QUERIES / f"{name}.sql").read_text()
@@ -193,3 +193,10 @@ def test_definition_files_are_refused_as_analyst_sql(captured):
     views = (_QUERIES / "views.sql").read_text()
     with otel_replay.open(dataset) as store, pytest.raises(ReadOnlyViolation, match="CREATE"):
         store.query(views)
+
+
+def test_the_damaged_file_probe_is_shipped_sql_and_decodes_a_file(captured):
+    dataset, _ = captured
+    sql = (_QUERIES / "probe_file.sql").read_text()
+    with otel_replay.open(dataset) as store:
+        assert store.query(sql, [store.files[0]]).num_rows == 1

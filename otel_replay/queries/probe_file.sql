@@ -1,0 +1,4 @@
+-- probe_file: decode every value of one Parquet file (hashing each column), so a damaged
+-- data page behind an intact footer raises here and the file can be named.
+-- Parameter: the file's path, bound as `?` (the library's damaged-file probe runs this).
+SELECT max(hash(COLUMNS(*))) FROM read_parquet(?);
