@@ -162,14 +162,19 @@ def _expand(paths: tuple[str, ...]) -> list[Path]:
 
 @click.command("ingest")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--dataset", required=True, type=click.Path(file_okay=False), help="Dataset directory to write.")
+@click.option(
+    "--dataset",
+    type=click.Path(file_okay=False),
+    help="Dataset directory to write (default $OTEL_REPLAY_DATASET or ./traces).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def ingest_command(paths: tuple[str, ...], dataset: str, quiet: bool) -> None:
-    """Load Collector file-exporter output (JSON lines or proto, optionally zstd) and OTLP/JSON files.
+def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> None:
+    """Load Collector file-exporter output (JSON lines or proto, plain, gzip or zstd) and OTLP/JSON files.
 
     Ingesting the same content twice adds nothing; malformed lines are skipped
     and reported with their line numbers.
     """
+    dataset = str(settings.dataset_dir(dataset))
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -308,6 +308,17 @@ def test_cli_exit_code_and_one_line_errors(tmp_path: Path) -> None:
     assert "everything else was ingested" in result.output
 
 
+def test_ingest_falls_back_to_otel_replay_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = tmp_path / "good.jsonl.gz"
+    good.write_bytes(gzip.compress(lines(0, 3)))
+    monkeypatch.setenv("OTEL_REPLAY_DATASET", str(tmp_path / "from-env"))
+    result = CliRunner().invoke(ingest_command, [str(good), "-q"])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert list((tmp_path / "from-env" / "spans").rglob("*.parquet"))
+    flag = CliRunner().invoke(ingest_command, [str(good), "--dataset", str(tmp_path / "flag"), "-q"])
+    assert flag.exit_code == 0 and list((tmp_path / "flag" / "spans").rglob("*.parquet")), flag.output
+
+
 # --- the manifest: crashes, torn lines, concurrent processes -----------------------------------
 
 
