@@ -84,6 +84,12 @@ def _address(value: str) -> str | None:
 @click.option(
     "--metrics-interval", default=0.0, show_default=True, help="Print a metrics line every N seconds (0: only at exit)."
 )
+@click.option(
+    "--compact-every",
+    default=0.0,
+    show_default=True,
+    help="Compact the partitions of past days every N seconds in the background (0: off).",
+)
 def serve_command(
     dataset: str | None,
     grpc_addr: str | None,
@@ -97,6 +103,7 @@ def serve_command(
     max_connections: int,
     convert_workers: int,
     metrics_interval: float,
+    compact_every: float,
 ) -> None:
     """Receive OTLP traces over gRPC and HTTP into DATASET; acknowledge only durable spans.
 
@@ -121,6 +128,7 @@ def serve_command(
             read_timeout_seconds=read_timeout,
             max_connections=max_connections,
             convert_workers=convert_workers,
+            compact_every_seconds=compact_every,
         )
         if config.grpc is None and config.http is None:
             raise click.UsageError("both --grpc and --http are off; nothing to serve")

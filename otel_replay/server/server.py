@@ -41,6 +41,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otel_replay.errors import ConfigError, DatasetError, Overloaded
 from otel_replay.exporters.writer import fsync_dir
 
+from .background import BackgroundCompactor
 from .convert import Salvage, admit_spans, convert_segment, salvage_segment, worker_init
 from .wal import WAL_SUFFIX, Segment, WriteAheadLog
 
@@ -128,6 +129,8 @@ class ServerConfig:
     max_connections: int = 128
     max_inflate_ratio: int = 200
     bomb_delay_seconds: float = 3.0
+    compact_every_seconds: float = 0.0
+    compact_max_batch_rows: int = 200_000
 
     def __post_init__(self) -> None:
         """Validate the settings."""
@@ -141,6 +144,8 @@ class ServerConfig:
             raise ConfigError("flush_seconds and grpc_workers must be positive, convert_workers >= 0")
         if self.read_timeout_seconds <= 0 or self.max_connections <= 0:
             raise ConfigError("read_timeout_seconds and max_connections must be positive")
+        if not 0 <= self.compact_every_seconds < float("inf") or self.compact_max_batch_rows < 1:
+            raise ConfigError("compact_every_seconds must be >= 0 (0: off) and compact_max_batch_rows positive")
         if self.max_inflate_ratio < 0 or self.bomb_delay_seconds < 0:
             raise ConfigError("max_inflate_ratio and bomb_delay_seconds must be >= 0")
         for address, what in ((self.grpc, "gRPC"), (self.http, "HTTP")):
@@ -173,6 +178,10 @@ class Metrics:
     quarantine_spans_written: int = 0
     quarantine_spans_dropped: int = 0
     quarantine_records_dropped: int = 0
+    compaction_runs: int = 0
+    partitions_compacted: int = 0
+    compaction_duplicates_removed: int = 0
+    compaction_errors: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **deltas: int) -> None:
@@ -238,6 +247,11 @@ class Receiver:
         self._pool: Executor | None = None
         self._services: list[Any] = []
         self._converter = threading.Thread(target=self._convert_loop, name="otel-replay-convert", daemon=True)
+        self._compactor: BackgroundCompactor | None = None
+        if self.config.compact_every_seconds:
+            self._compactor = BackgroundCompactor(
+                self.config.dataset, self.config.compact_every_seconds, self.config.compact_max_batch_rows, self.metrics
+            )
 
     # --- lifecycle ------------------------------------------------------------
     def start(self) -> Receiver:
@@ -247,6 +261,8 @@ class Receiver:
 
         self._new_pool()
         self._converter.start()
+        if self._compactor is not None:
+            self._compactor.start()
         try:
             if self.config.grpc:
                 service = GrpcService(self, *parse_address(self.config.grpc, "gRPC"))
@@ -266,6 +282,8 @@ class Receiver:
         if self._stopped.is_set():
             return
         self._draining = True
+        if self._compactor is not None:
+            self._compactor.stop()
         for service in reversed(self._services):
             service.stop(self.config.drain_seconds)
         self._stop.set()
