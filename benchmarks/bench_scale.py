@@ -15,7 +15,10 @@ Phases run in child processes so each one's peak RSS is its own:
    narrowed by the side index (files_for); and SQLite (a B-tree index on
    correlation_id) for the raw rows; plus one cold process per layout that
    opens a Store and runs one chain;
-4. calibration over all decisions, uncompacted and compacted.
+4. calibration over all decisions, uncompacted and compacted;
+5. opening a Store over 2,000 small files (cold process), against the
+   per-file footer validation Store did before (pyarrow's read_metadata of
+   every file), measured in the same run.
 
 Figures are printed; nothing is asserted.
 """
@@ -86,27 +89,54 @@ def phase_compact(dataset: str, row_group_rows: int) -> dict[str, Any]:
 
 def phase_cold(dataset: str, chain_id: str, narrowed: str) -> dict[str, Any]:
     started = time.perf_counter()
-    from otel_replay.storage import files_for
-    from otel_replay.store import Store, load_sql
+    from otel_replay.store import Store
 
     imported = time.perf_counter()
-    if narrowed == "yes":
-        import duckdb
-
-        files = files_for(dataset, correlation_id=chain_id) or []
-        con = duckdb.connect()
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET VARIABLE otel_replay_files = ?", [files])
-        con.execute(load_sql("source"))
-        con.execute(load_sql("views"))
-        con.execute("SET VARIABLE chain_id = ?", [chain_id])
-        con.execute("SET VARIABLE chain_limit = 101")
-        rows = con.sql(load_sql("chains/trade")).to_arrow_table().num_rows
-    else:
-        with Store(dataset) as store:
+    with Store(dataset) as store:
+        if narrowed == "yes":  # the side index (what ReplayBuilder and `otel-replay chain` do)
+            rows = len(store.run_for("chains/trade", {"correlation_id": chain_id}, chain_id=chain_id, chain_limit=101))
+        else:
             rows = len(store.run("chains/trade", chain_id=chain_id, chain_limit=101))
     done = time.perf_counter()
     return {"seconds": round(done - started, 3), "after_import": round(done - imported, 3), "rows": rows}
+
+
+def phase_open(dataset: str) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from otel_replay.storage import live_files
+    from otel_replay.store import Store
+
+    started = time.perf_counter()
+    with Store(dataset) as store:
+        opened = time.perf_counter() - started
+        t0 = time.perf_counter()
+        store.rows("SELECT count(*) AS n FROM decisions")
+        first_query = time.perf_counter() - t0
+        files = len(store.files)
+    t0 = time.perf_counter()
+    for path in live_files(dataset):  # the check Store ran on every file at open before
+        pq.read_metadata(path)
+    return {
+        "files": files,
+        "open_seconds": round(opened, 3),
+        "first_query_seconds": round(first_query, 3),
+        "footer_validation_seconds_before": round(time.perf_counter() - t0, 3),
+    }
+
+
+def make_many_files(source: Path, target: Path, files: int = 2000, rows: int = 100) -> None:
+    """``files`` small files of ``rows`` spans each, cut from ``source``'s first file (an exporter's many rolls)."""
+    import pyarrow.parquet as pq
+
+    from otel_replay.storage import live_files
+
+    table = pq.ParquetFile(live_files(source)[0]).read()
+    folder = target / "spans" / "date=2026-01-01"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        start = (i * rows) % max(1, table.num_rows - rows)
+        pq.write_table(table.slice(start, rows), folder / f"part-{i:06d}-{i:012x}.parquet")
 
 
 # --- lookups (parent process) ---------------------------------------------------
@@ -154,7 +184,7 @@ def lookups(uncompacted: Path, compacted: Path, ids: list[str], workdir: Path) -
     import duckdb
 
     from otel_replay.storage import files_for, live_files
-    from otel_replay.store import Store, load_sql
+    from otel_replay.store import Store
 
     out: dict[str, Any] = {}
     raw_sql = "SELECT * FROM read_parquet(?, union_by_name = true) WHERE correlation_id = ?"
@@ -189,20 +219,22 @@ def lookups(uncompacted: Path, compacted: Path, ids: list[str], workdir: Path) -
             ms, rows = _time(lambda cid, s=store: len(s.run("chains/trade", chain_id=cid, chain_limit=101)), ids)
         out[f"chain_ms_{label}"] = ms
         chains[label] = rows
-    chain_con = duckdb.connect()
-    chain_con.execute("SET TimeZone = 'UTC'")
-    chain_con.execute("SET VARIABLE otel_replay_files = ?", [live_files(compacted)])
-    chain_con.execute(load_sql("source"))
-    chain_con.execute(load_sql("views"))
-    trade = load_sql("chains/trade")
-
-    def narrowed_chain(cid: str) -> int:
-        chain_con.execute("SET VARIABLE otel_replay_files = ?", [files_for(compacted, correlation_id=cid) or []])
-        chain_con.execute("SET VARIABLE chain_id = ?", [cid])
-        chain_con.execute("SET VARIABLE chain_limit = 101")
-        return chain_con.sql(trade).to_arrow_table().num_rows
-
-    out["chain_ms_compacted+index"], chains["compacted+index"] = _time(narrowed_chain, ids)
+    with Store(compacted) as store:  # Store.run_for: the files the side index names, plus newer arrivals
+        out["chain_ms_compacted+index"], chains["compacted+index"] = _time(
+            lambda cid: len(store.run_for("chains/trade", {"correlation_id": cid}, chain_id=cid, chain_limit=101)),
+            ids,
+        )
+        record_ids = [
+            next((r["record_id"] for r in store.run_for("chains/trade", {"correlation_id": c}, chain_id=c)), "none")
+            for c in ids
+        ]
+        out["record_ms_compacted"], full = _time(lambda rid: store.run("record", record_id=rid), record_ids)
+        out["record_ms_compacted+index"], narrow = _time(
+            lambda rid: store.run_for("record", {"record_id": rid}, record_id=rid), record_ids
+        )
+        out["same_records_with_index"] = full == narrow
+    with Store(uncompacted) as store:
+        out["record_ms_uncompacted"], _ = _time(lambda rid: store.run("record", record_id=rid), record_ids)
 
     db, load_seconds = _sqlite(workdir / "spans.sqlite", live_files(compacted))
     out["sqlite_load_seconds"] = round(load_seconds, 1)
@@ -245,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     if ns.phase == "compact":
         print(json.dumps(phase_compact(ns.args[0], int(ns.args[1]))))
         return 0
+    if ns.phase == "open":
+        print(json.dumps(phase_open(ns.args[0])))
+        return 0
     if ns.phase == "cold":
         print(json.dumps(phase_cold(*ns.args)))
         return 0
@@ -276,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         ):
             cold[label] = _child("cold", str(path), ids[1], narrowed)
         results["cold_process_chain"] = cold
+        many = workdir / "many-files"
+        shutil.rmtree(many, ignore_errors=True)
+        make_many_files(uncompacted, many)
+        results["open_2000_files"] = _child("open", str(many))
     finally:
         if not ns.keep and ns.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -198,6 +198,7 @@ def generate(
                 for kwargs in part:
                     builder.add(**{**kwargs, "attributes": dict(kwargs["attributes"])})
                 writer.append(builder.table())
+                writer.flush()  # one file per batch, written now: the writer never has a backlog to drop
                 written += len(part)
             retry = resend
             dup_count += len(resend)
@@ -209,6 +210,8 @@ def generate(
             written += len(retry)
     finally:
         writer.close()
+    if writer.stats.rows_dropped:
+        raise RuntimeError(f"the writer dropped {writer.stats.rows_dropped} spans")
     seconds = time.perf_counter() - started
     return {
         "spans_written": written,

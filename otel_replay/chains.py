@@ -184,7 +184,16 @@ def stored_traces(
     store: Store, *, correlation_id: str | None = None, session_id: str | None = None, limit: int = 100
 ) -> list[dict[str, Any]]:
     """Decisions from a dataset by correlation and/or session id, in time order, verified outcomes attached."""
-    rows = store.run("traces", correlation_id=correlation_id, session_id=session_id, trace_limit=limit)
+    # Every row carries the id it was asked by, so the side index narrows the files; outcome fields are replaced
+    # by verified ones below. With neither id, every file is read.
+    key = "correlation_id" if correlation_id is not None else "session_id"
+    rows = store.run_for(
+        "traces",
+        {key: correlation_id if correlation_id is not None else session_id},
+        correlation_id=correlation_id,
+        session_id=session_id,
+        trace_limit=limit,
+    )
     traces = [_body(row, f"trace {row['record_id']}") for row in rows]
     _attach_verified_outcomes(store, traces)
     return traces
@@ -242,8 +251,10 @@ class ReplayBuilder:
         self, chain_type: str, chain_id: str, cap: int
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
         assert self.store is not None
-        # One row past the cap tells a full layer from a truncated one.
-        rows = self.store.run(f"chains/{chain_type}", chain_id=chain_id, chain_limit=cap + 1)
+        # One row past the cap tells a full layer from a truncated one. Every row of a chain carries its id, so
+        # only the files the side index names for it are read; outcome fields come from verified_outcomes below.
+        key = "session_id" if chain_type == "session" else "correlation_id"
+        rows = self.store.run_for(f"chains/{chain_type}", {key: chain_id}, chain_id=chain_id, chain_limit=cap + 1)
         traces: list[dict[str, Any]] = []
         audits: list[dict[str, Any]] = []
         for row in rows:

@@ -215,3 +215,75 @@ def test_a_long_lived_store_follows_a_compaction_that_deleted_its_files(tmp_path
         after = store.rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")[0]
         assert after == before and store.files != old_files
         assert len(otel_replay.ReplayBuilder(store).build_trade_chain("c1").traces) == 3
+
+
+def _rewrite_version(source: Path, target: Path, version: str | None, *, name: str | None = None) -> Path:
+    """Copy ``source``'s rows to ``target`` with the storage schema version ``version`` (``None``: no version key)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
+
+    table = pq.read_table(source, partitioning=None)
+    if name is not None:
+        table = table.set_column(table.schema.get_field_index("name"), "name", pa.array([name] * table.num_rows))
+    metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != SCHEMA_METADATA_KEY}
+    if version is not None:
+        metadata[SCHEMA_METADATA_KEY] = version.encode()
+    pq.write_table(table.replace_schema_metadata(metadata), target)
+    return target
+
+
+def test_a_file_from_a_newer_major_schema_version_is_refused_by_name(telemetry, dataset):
+    from otel_replay.store import schema_version
+
+    record = _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    newer = _rewrite_version(good, good.with_name("part-from-the-future.parquet"), "2.0")
+    with pytest.raises(DatasetError, match="part-from-the-future.parquet") as raised:
+        otel_replay.open(dataset)
+    assert "2.0" in str(raised.value) and len(str(raised.value).splitlines()) == 1
+    with pytest.raises(DatasetError, match="part-from-the-future.parquet"):  # not a damaged file: never skipped
+        otel_replay.open(dataset, skip_corrupt=True)
+    for version in ("x.1", "99999999999", ""):
+        _rewrite_version(good, newer, version)
+        with pytest.raises(DatasetError, match="unreadable storage schema version"):
+            otel_replay.open(dataset)
+    for version in ("1.9", "0", None):  # same major, older, or written before versions were recorded
+        _rewrite_version(good, newer, version)
+        with otel_replay.open(dataset) as store:
+            assert str(newer) in store.files and store.record(record.record_id) == record
+    # A span name that spells the version key in the column statistics does not pass for the writer's version.
+    forged = "\x18\x1aotel_replay.schema_version\x18\x019"
+    _rewrite_version(good, newer, "1", name=forged)
+    footer = newer.read_bytes()
+    assert forged.encode() in footer and schema_version(footer) == "1"
+    with otel_replay.open(dataset) as store:
+        assert str(newer) in store.files
+
+
+def test_opening_reads_no_footer_twice(telemetry, dataset):
+    """refresh() re-checks only files whose size or mtime changed."""
+    _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    with otel_replay.open(dataset) as store:
+        assert store.files == [str(good)]
+        good.write_bytes(good.read_bytes()[:-9])  # damaged after it was checked: the new stamp is checked again
+        with pytest.raises(CorruptFileError, match=good.name):
+            store.refresh()
+
+
+def test_files_with_different_columns_are_read_by_name(telemetry, dataset):
+    """One writer schema in every footer: one footer binds the views; any other file: union_by_name."""
+    import pyarrow.parquet as pq
+
+    _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    with otel_replay.open(dataset) as store:
+        (one,) = store.rows("SELECT count(*) AS n, count(scope_name) AS named FROM spans")
+    older = good.with_name("part-older-writer.parquet")
+    pq.write_table(pq.read_table(good).drop_columns(["scope_name", "status_message"]), older)
+    with otel_replay.open(dataset) as store:
+        (both,) = store.rows("SELECT count(*) AS n, count(scope_name) AS named FROM spans")
+        assert both == {"n": 2 * one["n"], "named": one["named"]}
+        assert len(store.rows("SELECT * FROM decisions")) == 1  # the copy of each span counts once

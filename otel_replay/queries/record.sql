@@ -7,14 +7,31 @@
 --   record_id         rows claiming this record id
 --   decision_ids      outcome rows for any of these decision ids (a list)
 --   gate_decision_id  gate rows for this decision id
+-- Each filter is its own branch, so the record id (a promoted column) reaches
+-- the Parquet scan and a branch whose variable is NULL reads nothing; a row
+-- matching two filters is returned once (the later branches leave out the
+-- rows an earlier one returned).
+WITH claimed AS (
+    SELECT * FROM spans
+    WHERE replay_kind IN ('decision', 'outcome', 'audit_entry', 'gate')
+       OR name IN ('replay.decision', 'replay.outcome', 'replay.audit_entry', 'replay.gate')
+)
 SELECT record_id, name, trace_id, span_id, epoch_ns(start_time) AS start_ns, attributes,
        correlation_id, session_id, agent_id, replay_kind, decision_type, filename
-FROM spans
-WHERE (replay_kind IN ('decision', 'outcome', 'audit_entry', 'gate')
-       OR name IN ('replay.decision', 'replay.outcome', 'replay.audit_entry', 'replay.gate'))
-  AND (record_id = getvariable('record_id')
-       OR (replay_kind = 'outcome'
-           AND list_contains(getvariable('decision_ids'), attributes ->> '$."replay.outcome.decision_id"'))
-       OR (replay_kind = 'gate'
-           AND attributes ->> '$."replay.gate.decision_id"' = getvariable('gate_decision_id')))
+FROM (
+    SELECT * FROM claimed
+    WHERE getvariable('record_id') IS NOT NULL AND record_id = getvariable('record_id')
+    UNION ALL
+    SELECT * FROM claimed
+    WHERE getvariable('decision_ids') IS NOT NULL
+      AND replay_kind = 'outcome'
+      AND list_contains(getvariable('decision_ids'), attributes ->> '$."replay.outcome.decision_id"')
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+    UNION ALL
+    SELECT * FROM claimed
+    WHERE getvariable('gate_decision_id') IS NOT NULL
+      AND replay_kind = 'gate'
+      AND attributes ->> '$."replay.gate.decision_id"' = getvariable('gate_decision_id')
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+)
 ORDER BY filename, trace_id, span_id;

@@ -2,12 +2,20 @@
 -- with the outcome the `outcomes` view shows (descriptive; the library replaces it with the
 -- verified outcome before acting on it). What DecisionTracer.query_traces reads from a dataset.
 -- Variables: correlation_id, session_id (NULL matches any), trace_limit (default 100).
+WITH chosen AS (
+    SELECT * FROM decisions AS d
+    WHERE (getvariable('correlation_id') IS NULL OR d.correlation_id = getvariable('correlation_id'))
+      AND (getvariable('session_id') IS NULL OR d.session_id = getvariable('session_id'))
+)
 SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
 FROM (
     SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
-    FROM decisions AS d LEFT JOIN outcomes AS o ON o.decision_id = d.record_id
-    WHERE (getvariable('correlation_id') IS NULL OR d.correlation_id = getvariable('correlation_id'))
-      AND (getvariable('session_id') IS NULL OR d.session_id = getvariable('session_id'))
+    FROM chosen AS d
+    LEFT JOIN outcomes_of(
+        -- NULL (every outcome) when no id narrows the decisions: a list of all of them would only be slower
+        CASE WHEN getvariable('correlation_id') IS NULL AND getvariable('session_id') IS NULL THEN NULL
+             ELSE (SELECT coalesce(list(record_id), []) FROM chosen) END
+    ) AS o ON o.decision_id = d.record_id
 ) AS t
 ORDER BY t.created_at, t.record_id
 LIMIT coalesce(getvariable('trace_limit'), 100);

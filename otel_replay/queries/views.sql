@@ -2,6 +2,14 @@
 -- An OTLP client retrying a request whose acknowledgement was lost can store a
 -- span twice; `spans` shows every stored row, the record views below count
 -- each (trace_id, span_id) once.
+--
+-- Shape of each record view, so that a lookup by id touches only that id's
+-- rows: the inner query filters by kind and unpacks the JSON it needs, and
+-- deduplication runs last, over the unpacked columns. A filter on a promoted
+-- column (correlation_id, session_id, agent_id, record_id) or on trace_id /
+-- span_id written against a view reaches the Parquet scan, so only row groups
+-- that can hold the id are read. Outcomes are keyed by a decision id kept in the
+-- JSON: `outcomes_of(decision_ids)` applies the ids before ranking.
 
 -- unambiguous(attributes): false when the attributes JSON repeats a key. JSON
 -- readers disagree on which copy wins (DuckDB the first, Python the last), so
@@ -18,6 +26,7 @@ SELECT * FROM span_source;
 -- decisions: one row per decision span (source 'audit' from audit(), 'tracer'
 -- from DecisionTracer.decision), with the record's content unpacked.
 CREATE OR REPLACE VIEW decisions AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
     attributes ->> '$."replay.record.source"'                       AS source,
@@ -45,16 +54,17 @@ SELECT
     trace_id,
     span_id,
     parent_span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'decision' AND unambiguous(attributes));
+FROM spans WHERE replay_kind = 'decision' AND unambiguous(attributes));
 
 -- reads: what each audited decision read (inputs merged across read() calls).
 CREATE OR REPLACE VIEW reads AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
     attributes ->> '$."replay.read.inputs"' AS inputs,
     correlation_id, session_id, agent_id,
     start_time, end_time, trace_id, span_id, parent_span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'read' AND unambiguous(attributes));
+FROM spans WHERE replay_kind = 'read' AND unambiguous(attributes));
 
 -- model_calls: model spans from audit() (kind 'model', also the instrumentors'
 -- model spans) and any span carrying the OpenTelemetry GenAI conventions
@@ -62,6 +72,7 @@ FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'r
 -- The GenAI columns (tokens, finish reasons, tool calls) come from the
 -- instrumentors and any other GenAI instrumentation; NULL where not recorded.
 CREATE OR REPLACE VIEW model_calls AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
     COALESCE(attributes ->> '$."gen_ai.request.model"', attributes ->> '$."gen_ai.response.model"') AS model,
@@ -81,15 +92,13 @@ SELECT
     attributes ->> '$."error.type"'                                          AS error_type,
     attributes ->> '$."gen_ai.input.messages"'                               AS input_messages,
     attributes ->> '$."gen_ai.output.messages"'                              AS output_messages
-FROM (
-    SELECT DISTINCT ON (trace_id, span_id) * FROM spans
-    WHERE (replay_kind = 'model'
-           OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
-           OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL)
-      AND replay_kind IS DISTINCT FROM 'tool'
-      AND attributes ->> '$."gen_ai.operation.name"' IS DISTINCT FROM 'execute_tool'
-      AND unambiguous(attributes)
-);
+FROM spans
+WHERE (replay_kind = 'model'
+       OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
+       OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL)
+  AND replay_kind IS DISTINCT FROM 'tool'
+  AND attributes ->> '$."gen_ai.operation.name"' IS DISTINCT FROM 'execute_tool'
+  AND unambiguous(attributes));
 
 -- acts: the action each audited decision executed (source 'act'), and every
 -- tool execution (source 'tool': an `execute_tool {name}` span from the tool
@@ -98,6 +107,7 @@ FROM (
 -- action_type is the tool name and action_arguments its arguments (recorded
 -- only with content capture on).
 CREATE OR REPLACE VIEW acts AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
     COALESCE(attributes ->> '$."replay.action.type"', attributes ->> '$."gen_ai.tool.name"') AS action_type,
@@ -113,16 +123,15 @@ SELECT
     attributes ->> '$."gen_ai.tool.call.result"'                 AS tool_result,
     status_code,
     attributes ->> '$."error.type"'                              AS error_type
-FROM (
-    SELECT DISTINCT ON (trace_id, span_id) * FROM spans
-    WHERE (replay_kind IN ('act', 'tool')
-           OR (replay_kind IS NULL AND attributes ->> '$."gen_ai.operation.name"' = 'execute_tool'))
-      AND unambiguous(attributes)
-);
+FROM spans
+WHERE (replay_kind IN ('act', 'tool')
+       OR (replay_kind IS NULL AND attributes ->> '$."gen_ai.operation.name"' = 'execute_tool'))
+  AND unambiguous(attributes));
 
 -- audit_entries: inter-agent messages and system actions. `created_at` is the
 -- writer's clock (chains sort on it); `recorded_at` is when the span was made.
 CREATE OR REPLACE VIEW audit_entries AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id                                                        AS entry_id,
     attributes ->> '$."replay.audit.event_type"'                    AS event_type,
@@ -135,27 +144,38 @@ SELECT
     start_time                                                       AS recorded_at,
     trace_id,
     span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'audit_entry' AND unambiguous(attributes));
+FROM spans WHERE replay_kind = 'audit_entry' AND unambiguous(attributes));
 
--- outcomes: the first (and, by the immutability rule, only) outcome per decision.
+-- outcomes_of(decision_ids): the first (and, by the immutability rule, only)
+-- outcome of each decision in the list `decision_ids` (NULL: of every
+-- decision). The list is applied before the window, so a chain ranks only its
+-- own decisions' outcomes and checks only their JSON for duplicate keys.
+CREATE OR REPLACE MACRO outcomes_of(decision_ids) AS TABLE
+SELECT outcome_id, decision_id, outcome_correct, note, correlation_id, recorded_at, trace_id, span_id
+FROM (
+    SELECT
+        record_id                                                        AS outcome_id,
+        attributes ->> '$."replay.outcome.decision_id"'                 AS decision_id,
+        TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN) AS outcome_correct,
+        attributes ->> '$."replay.outcome.note"'                        AS note,
+        correlation_id,
+        start_time                                                       AS recorded_at,
+        trace_id,
+        span_id,
+        attributes
+    FROM spans
+    WHERE replay_kind = 'outcome'
+)
+WHERE (decision_ids IS NULL OR list_contains(decision_ids, decision_id)) AND unambiguous(attributes)
+QUALIFY row_number() OVER (PARTITION BY decision_id ORDER BY recorded_at, span_id) = 1;
+
+-- outcomes: the first outcome of every decision that has one.
 CREATE OR REPLACE VIEW outcomes AS
-SELECT
-    record_id                                                        AS outcome_id,
-    attributes ->> '$."replay.outcome.decision_id"'                 AS decision_id,
-    TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN) AS outcome_correct,
-    attributes ->> '$."replay.outcome.note"'                        AS note,
-    correlation_id,
-    start_time                                                       AS recorded_at,
-    trace_id,
-    span_id
-FROM spans
-WHERE replay_kind = 'outcome' AND unambiguous(attributes)
-QUALIFY row_number() OVER (
-    PARTITION BY attributes ->> '$."replay.outcome.decision_id"' ORDER BY start_time, span_id
-) = 1;
+SELECT * FROM outcomes_of(NULL);
 
 -- gates: what ActionGate did (commit, pre_commit, post_commit) and why.
 CREATE OR REPLACE VIEW gates AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id                                              AS gate_id,
     attributes ->> '$."replay.gate.decision_id"'          AS decision_id,
@@ -170,4 +190,4 @@ SELECT
     start_time                                             AS recorded_at,
     trace_id,
     span_id
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
+FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
