@@ -77,34 +77,34 @@ print(json.dumps({"seconds": seconds}))
 """
 
 
-def agent(api: str, model: str, steps: int) -> list[Any]:
-    """The benchmarked agent: ``steps`` times clock, random, GET, POST and a model call."""
+def agent(api: str, model: str, steps: int, *, plain_http: bool = False) -> list[Any]:
+    """The benchmarked agent: ``steps`` times clock, random, GET, POST and a model call.
+
+    ``plain_http`` makes the model call with plain httpx instead of the openai client: exactly the
+    workload vcrpy replays.
+    """
     out = []
-    llm = openai.OpenAI(base_url=f"{model}/v1", api_key="sk-bench-0123456789abcdefghij", max_retries=0)
+    key = "sk-bench-0123456789abcdefghij"
+    llm = None if plain_http else openai.OpenAI(base_url=f"{model}/v1", api_key=key, max_retries=0)
     with httpx.Client(base_url=api, timeout=10) as client:
         for i in range(steps):
             now = time.time()
             draw = random.random()
             quote = client.get("/quote").json()
             placed = client.post("/orders", json={"i": i, "price": quote["price"], "draw": draw}).json()
-            answer = llm.chat.completions.create(model="m", messages=[{"role": "user", "content": f"{i} {now}"}])
-            out.append((quote["price"], placed["ticket"], answer.choices[0].message.content))
+            messages = [{"role": "user", "content": f"{i} {now}"}]
+            if llm is None:
+                body = {"model": "m", "messages": messages}
+                answer = client.post(f"{model}/v1/chat/completions", json=body).json()["id"]
+            else:
+                answer = llm.chat.completions.create(model="m", messages=messages).choices[0].message.content  # type: ignore[arg-type]
+            out.append((quote["price"], placed["ticket"], answer))
     return out
 
 
 def agent_http(api: str, model: str, steps: int) -> list[Any]:
-    """The same steps with the model call made by plain httpx: exactly the workload vcrpy replays."""
-    out = []
-    with httpx.Client(base_url=api, timeout=10) as client:
-        for i in range(steps):
-            now = time.time()
-            draw = random.random()
-            quote = client.get("/quote").json()
-            placed = client.post("/orders", json={"i": i, "price": quote["price"], "draw": draw}).json()
-            body = {"model": "m", "messages": [{"role": "user", "content": f"{i} {now}"}]}
-            answer = client.post(f"{model}/v1/chat/completions", json=body).json()
-            out.append((quote["price"], placed["ticket"], answer["id"]))
-    return out
+    """:func:`agent` with the model call made by plain httpx."""
+    return agent(api, model, steps, plain_http=True)
 
 
 def floor(steps: int) -> float:

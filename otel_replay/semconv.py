@@ -181,6 +181,7 @@ KIND_RECORDING: Final = "recording"
 KIND_RERUN: Final = "rerun"
 RECORDING_FORMAT: Final = "replay.recording.format"  # int: event format version
 RECORDING_CHUNK: Final = "replay.recording.chunk"  # int: 0, 1, 2 ... in order
+RECORDING_ID: Final = "replay.recording.id"  # str: one recording run; every chunk of it carries the same id
 RECORDING_FIRST_SEQ: Final = "replay.recording.first_seq"  # int: sequence number of the chunk's first event
 RECORDING_EVENTS: Final = "replay.recording.events"  # canonical JSON array of events
 RECORDING_FINAL: Final = "replay.recording.final"  # bool: the last chunk of a finished recording

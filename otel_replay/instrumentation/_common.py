@@ -15,10 +15,13 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import Token
 from typing import Any, Final
 
+import wrapt
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
@@ -29,6 +32,8 @@ from otel_replay import settings
 
 __all__ = [
     "SUPPRESS_GENAI_KEY",
+    "PROXY",
+    "Layers",
     "Started",
     "begin",
     "content_enabled",
@@ -47,8 +52,50 @@ SUPPRESS_GENAI_KEY: Final = context.create_key("otel_replay-suppress-genai")
 
 _MODEL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
 
-Started = tuple[Span, object]
+Started = tuple[Span, Token[Context]]
 """A started span and the context token to detach when the call returns."""
+
+
+PROXY: Final = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
+"""What every wrapt wrapper is an instance of (wrapt 2 puts ``FunctionWrapper`` and bound methods under
+``BaseObjectProxy``, outside ``ObjectProxy``)."""
+
+
+class Layers:
+    """The wrapt layers one instrumentor installed, so that uninstrumenting takes out exactly those.
+
+    OpenTelemetry's ``unwrap`` replaces whatever is outermost, so with another
+    instrumentation wrapped on top of ours it would strip theirs and leave ours.
+    Here our own layer is found in the chain and spliced out; the others stay.
+    """
+
+    def __init__(self) -> None:
+        """Nothing installed yet."""
+        self._installed: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, module: str, target: str, wrapper: Callable[..., Any]) -> None:
+        """``wrapt.wrap_function_wrapper(module, target, wrapper)``, remembering the layer it added."""
+        wrapt.wrap_function_wrapper(module, target, wrapper)
+        owner: Any = importlib.import_module(module)
+        path, _, attr = target.rpartition(".")
+        for part in path.split(".") if path else ():
+            owner = getattr(owner, part)
+        self._installed.append((owner, attr, vars(owner)[attr]))
+
+    def remove(self) -> None:
+        """Take every layer this instance added out of its chain, newest first."""
+        while self._installed:
+            owner, attr, layer = self._installed.pop()
+            current = vars(owner).get(attr)
+            if current is layer:
+                setattr(owner, attr, layer.__wrapped__)
+                continue
+            while isinstance(current, PROXY):  # someone wrapped over ours: splice ours out
+                inner = current.__wrapped__
+                if inner is layer:
+                    current.__wrapped__ = layer.__wrapped__
+                    break
+                current = inner
 
 
 def tracer_for(library: str, tracer_provider: TracerProvider | None) -> Tracer:
@@ -125,6 +172,13 @@ def end_error(span: Span, exc: BaseException) -> None:
     except Exception as inner:  # pragma: no cover - the SDK does not raise here
         _log.debug("otel-replay: could not record an error on a span: %s", inner)
     span.end()
+
+
+def end_failed(started: Started | None, exc: BaseException) -> None:
+    """The call raised: detach the span's context (``started`` is ``(span, token)``) and end it as an error."""
+    if started is not None:
+        context.detach(started[1])
+        end_error(started[0], exc)
 
 
 def guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:

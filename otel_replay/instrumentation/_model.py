@@ -30,12 +30,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import wrapt
 from opentelemetry import context
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from otel_replay import semconv as sc
-from otel_replay.instrumentation._common import SUPPRESS_GENAI_KEY, Started, begin, end_error, guard
+from otel_replay.instrumentation._common import PROXY, SUPPRESS_GENAI_KEY, Started, begin, end_failed, guard
 from otel_replay.instrumentation._genai import request_attributes, write_content
 from otel_replay.instrumentation._seam import Call, through, through_async
 from otel_replay.instrumentation._streams import Accumulator, AsyncStreamProxy, StreamEnd, SyncStreamProxy
@@ -43,9 +42,6 @@ from otel_replay.instrumentation._streams import Accumulator, AsyncStreamProxy, 
 __all__ = ["ModelMethod", "async_wrapper", "sync_wrapper"]
 
 _log = logging.getLogger("otel_replay.instrumentation")
-
-_PROXY: Final = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
-"""What a wrapt wrapper is an instance of (wrapt 2 binds methods to proxies outside ``ObjectProxy``)."""
 
 _RAW_HEADER: Final = "X-Stainless-Raw-Response"
 HTTP_STATUS: Final = "http.response.status_code"
@@ -114,6 +110,20 @@ def _settle(span: Span, method: ModelMethod, kwargs: Mapping[str, Any], result: 
     return result
 
 
+def _span_for(
+    tracer: Tracer, method: ModelMethod, wrapped: Any, instance: Any, kwargs: dict[str, Any], capture: bool
+) -> Started | None:
+    """The call's span and context token, or ``None``.
+
+    ``None`` when another instrumentation wraps the method beneath ours (the call is recorded there) or
+    the span could not start (the call goes on unobserved).
+    """
+    if isinstance(wrapped, PROXY):
+        return None
+    started: Started | None = guard("span start", _start, tracer, method, instance, kwargs, capture)
+    return started
+
+
 def sync_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable[..., Any]:
     """A wrapt wrapper for a synchronous model-call method."""
 
@@ -121,20 +131,16 @@ def sync_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable
         if context.get_value(SUPPRESS_GENAI_KEY):
             return wrapped(*args, **kwargs)  # an outer layer of ours records this call
         call = Call("model", method.seam_name, kwargs)
-        if isinstance(wrapped, _PROXY):  # another instrumentation wraps the method beneath ours
-            return through(call, lambda: wrapped(*args, **kwargs))
-        started = guard("span start", _start, tracer, method, instance, kwargs, capture)
+        started = _span_for(tracer, method, wrapped, instance, kwargs, capture)
         if started is None:
             return through(call, lambda: wrapped(*args, **kwargs))
-        span, token = started
         try:
             result = through(call, lambda: wrapped(*args, **kwargs))
         except BaseException as exc:
-            context.detach(token)
-            end_error(span, exc)
+            end_failed(started, exc)
             raise
-        context.detach(token)
-        return _settle(span, method, kwargs, result, capture, aio=False)
+        context.detach(started[1])
+        return _settle(started[0], method, kwargs, result, capture, aio=False)
 
     return wrapper
 
@@ -146,19 +152,15 @@ def async_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callabl
         if context.get_value(SUPPRESS_GENAI_KEY):
             return await wrapped(*args, **kwargs)
         call = Call("model", method.seam_name, kwargs)
-        if isinstance(wrapped, _PROXY):
-            return await through_async(call, lambda: wrapped(*args, **kwargs))
-        started = guard("span start", _start, tracer, method, instance, kwargs, capture)
+        started = _span_for(tracer, method, wrapped, instance, kwargs, capture)
         if started is None:
             return await through_async(call, lambda: wrapped(*args, **kwargs))
-        span, token = started
         try:
             result = await through_async(call, lambda: wrapped(*args, **kwargs))
         except BaseException as exc:
-            context.detach(token)
-            end_error(span, exc)
+            end_failed(started, exc)
             raise
-        context.detach(token)
-        return _settle(span, method, kwargs, result, capture, aio=True)
+        context.detach(started[1])
+        return _settle(started[0], method, kwargs, result, capture, aio=True)
 
     return wrapper

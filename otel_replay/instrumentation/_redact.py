@@ -46,6 +46,15 @@ _RULES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
     (re.compile(_RUN + r"sk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"), REDACTED),
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
+    (re.compile(_RUN + r"AIza[0-9A-Za-z_-]{35}"), REDACTED),
+    # A URL query parameter named like a credential: ?key=, &sig=, X-Amz-Signature=, X-Amz-Credential= ...
+    (
+        re.compile(
+            r"(?i)([?&](?:[a-z0-9]+[_.-])*"
+            r"(?:key|apikey|sig|signature|credentials?|token|secret|password|passwd|pwd|auth|authorization|session[_-]?id)=)([^&#\s\"']{1,2048})"
+        ),
+        r"\1" + REDACTED,
+    ),
     (re.compile(_RUN + r"gh[pousr]_[A-Za-z0-9]{30,}"), REDACTED),
     (re.compile(_RUN + r"xox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
     (re.compile(_RUN + r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),

@@ -55,6 +55,21 @@ class StreamEnd:
             except Exception as exc:
                 _log.debug("otel-replay: stream chunk extraction failed; the stream proceeds: %r", exc)
 
+    def __enter__(self) -> StreamEnd:
+        """Guard one step of the stream: ``with end: chunk = next(it)``."""
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """The step ended the stream: exhausted (``StopIteration`` / ``StopAsyncIteration``) or failed."""
+        if exc is None:
+            return
+        if isinstance(exc, StopIteration | StopAsyncIteration):
+            self.finish("exhausted")
+        else:
+            self.finish("error", exc)
+
     def finish(self, how: str, exc: BaseException | None = None) -> None:
         """End the span (first call only), recording how the stream ended."""
         with self._lock:
@@ -69,7 +84,16 @@ class StreamEnd:
             self.span.end()
 
 
-class SyncStreamProxy(wrapt.ObjectProxy):
+class _Observed(wrapt.ObjectProxy):
+    """What both stream proxies share: a stream dropped unconsumed ends its span."""
+
+    def __del__(self) -> None:
+        end = getattr(self, "_self_end", None)
+        if end is not None:
+            end.finish("abandoned")
+
+
+class SyncStreamProxy(_Observed):
     """A client's synchronous stream, observed."""
 
     def __init__(self, wrapped: Any, end: StreamEnd) -> None:
@@ -81,14 +105,8 @@ class SyncStreamProxy(wrapt.ObjectProxy):
         return self
 
     def __next__(self) -> Any:
-        try:
+        with self._self_end:
             chunk = self._self_it.__next__()
-        except StopIteration:
-            self._self_end.finish("exhausted")
-            raise
-        except BaseException as exc:
-            self._self_end.finish("error", exc)
-            raise
         self._self_end.add(chunk)
         return chunk
 
@@ -116,13 +134,8 @@ class SyncStreamProxy(wrapt.ObjectProxy):
         finally:
             self._self_end.finish("closed")
 
-    def __del__(self) -> None:
-        end = getattr(self, "_self_end", None)
-        if end is not None:
-            end.finish("abandoned")
 
-
-class AsyncStreamProxy(wrapt.ObjectProxy):
+class AsyncStreamProxy(_Observed):
     """A client's asynchronous stream, observed."""
 
     def __init__(self, wrapped: Any, end: StreamEnd) -> None:
@@ -134,14 +147,8 @@ class AsyncStreamProxy(wrapt.ObjectProxy):
         return self
 
     async def __anext__(self) -> Any:
-        try:
+        with self._self_end:
             chunk = await self._self_it.__anext__()
-        except StopAsyncIteration:
-            self._self_end.finish("exhausted")
-            raise
-        except BaseException as exc:
-            self._self_end.finish("error", exc)
-            raise
         self._self_end.add(chunk)
         return chunk
 
@@ -168,8 +175,3 @@ class AsyncStreamProxy(wrapt.ObjectProxy):
                 await close()
         finally:
             self._self_end.finish("closed")
-
-    def __del__(self) -> None:
-        end = getattr(self, "_self_end", None)
-        if end is not None:
-            end.finish("abandoned")

@@ -19,10 +19,17 @@ from typing import Any, Final
 import wrapt
 from opentelemetry import context
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.trace import Span, Tracer
 
-from otel_replay.instrumentation._common import SUPPRESS_GENAI_KEY, content_enabled, end_error, guard, tracer_for
+from otel_replay.instrumentation._common import (
+    SUPPRESS_GENAI_KEY,
+    Layers,
+    Started,
+    content_enabled,
+    end_failed,
+    guard,
+    tracer_for,
+)
 from otel_replay.instrumentation._genai import ToolCall, write_response
 from otel_replay.instrumentation._model import ModelMethod, _start, async_wrapper, sync_wrapper
 from otel_replay.instrumentation._seam import Call, through, through_async
@@ -153,7 +160,7 @@ class _StreamManager(wrapt.ObjectProxy):
         super().__init__(wrapped)
         self._self_args = (tracer, instance, kwargs, capture)
 
-    def _begin(self) -> Any:
+    def _begin(self) -> Started | None:
         if context.get_value(SUPPRESS_GENAI_KEY):
             return None
         tracer, instance, kwargs, capture = self._self_args
@@ -165,21 +172,23 @@ class _StreamManager(wrapt.ObjectProxy):
         stream._raw_stream = AsyncStreamProxy(raw, end) if aio else SyncStreamProxy(raw, end)
         return True
 
+    def _entered(self, started: Started, stream: Any, *, aio: bool) -> None:
+        """The stream is open: its span (started) now follows the stream to its end."""
+        context.detach(started[1])
+        if not guard("stream hook", self._hook, started[0], stream, aio):
+            started[0].end()  # not a stream this helper knows: the span covers the request only
+
     def __enter__(self) -> Any:
         started = self._begin()
         call = Call("model", _STREAM.seam_name, self._self_args[2])
         if started is None:
             return through(call, self.__wrapped__.__enter__)
-        span, token = started
         try:
             stream = through(call, self.__wrapped__.__enter__)
         except BaseException as exc:
-            context.detach(token)
-            end_error(span, exc)
+            end_failed(started, exc)
             raise
-        context.detach(token)
-        if not guard("stream hook", self._hook, span, stream, False):
-            span.end()  # not a stream this helper knows: the span covers the request only
+        self._entered(started, stream, aio=False)
         return stream
 
     def __exit__(
@@ -192,16 +201,12 @@ class _StreamManager(wrapt.ObjectProxy):
         call = Call("model", _STREAM.seam_name, self._self_args[2])
         if started is None:
             return await through_async(call, self.__wrapped__.__aenter__)
-        span, token = started
         try:
             stream = await through_async(call, self.__wrapped__.__aenter__)
         except BaseException as exc:
-            context.detach(token)
-            end_error(span, exc)
+            end_failed(started, exc)
             raise
-        context.detach(token)
-        if not guard("stream hook", self._hook, span, stream, True):
-            span.end()
+        self._entered(started, stream, aio=True)
         return stream
 
     async def __aexit__(
@@ -233,15 +238,11 @@ class AnthropicInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         tracer = tracer_for("anthropic", kwargs.get("tracer_provider"))
         capture = content_enabled(kwargs.get("capture_content"))
-        wrapt.wrap_function_wrapper(_MODULE, "Messages.create", sync_wrapper(tracer, _CREATE, capture))
-        wrapt.wrap_function_wrapper(_MODULE, "AsyncMessages.create", async_wrapper(tracer, _CREATE, capture))
-        wrapt.wrap_function_wrapper(_MODULE, "Messages.stream", _stream_wrapper(tracer, capture))
-        wrapt.wrap_function_wrapper(_MODULE, "AsyncMessages.stream", _stream_wrapper(tracer, capture))
+        self._layers = Layers()
+        self._layers.wrap(_MODULE, "Messages.create", sync_wrapper(tracer, _CREATE, capture))
+        self._layers.wrap(_MODULE, "AsyncMessages.create", async_wrapper(tracer, _CREATE, capture))
+        self._layers.wrap(_MODULE, "Messages.stream", _stream_wrapper(tracer, capture))
+        self._layers.wrap(_MODULE, "AsyncMessages.stream", _stream_wrapper(tracer, capture))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import importlib
-
-        module = importlib.import_module(_MODULE)
-        for owner in ("Messages", "AsyncMessages"):
-            unwrap(getattr(module, owner), "create")
-            unwrap(getattr(module, owner), "stream")
+        self._layers.remove()

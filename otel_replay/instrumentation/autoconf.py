@@ -16,7 +16,6 @@ Registered in the ``opentelemetry_post_instrument`` entry-point group:
 
 from __future__ import annotations
 
-import importlib
 import logging
 
 from opentelemetry import trace
@@ -43,13 +42,9 @@ def add_correlation_processor() -> None:
 
 
 def _rehook_http() -> None:
-    from otel_replay.instrumentation.http_bodies import CONTRIB
+    from otel_replay.instrumentation.http_bodies import contrib_instrumentors
 
-    for module_name, class_name, hooks in CONTRIB:
-        try:
-            instrumentor = getattr(importlib.import_module(module_name), class_name)()
-        except ImportError:
-            continue
+    for instrumentor, hooks in contrib_instrumentors():
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
             instrumentor.instrument(**hooks(True))

@@ -22,7 +22,7 @@ hook re-instruments them with these hooks (:mod:`otel_replay.instrumentation.aut
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry.trace import Span, TracerProvider
@@ -30,17 +30,22 @@ from opentelemetry.trace import Span, TracerProvider
 from otel_replay import semconv as sc
 from otel_replay.instrumentation._common import content_enabled, guard
 from otel_replay.instrumentation._genai import write_content
+from otel_replay.instrumentation._redact import _SCAN_CHARS
 
-__all__ = ["CONTRIB", "httpx_hooks", "instrument_http", "requests_hooks", "uninstrument_http"]
+__all__ = ["CONTRIB", "contrib_instrumentors", "httpx_hooks", "instrument_http", "requests_hooks", "uninstrument_http"]
+
+
+_READ_LIMIT = 4 * _SCAN_CHARS
+"""Bytes of a body looked at: no more than redaction scans (UTF-8 is at most 4 bytes a character)."""
 
 
 def _text(body: Any) -> str | None:
     if body is None or body == b"" or body == "":
         return None
     if isinstance(body, bytes | bytearray):
-        return bytes(body).decode("utf-8", "replace")
+        return bytes(body[:_READ_LIMIT]).decode("utf-8", "replace")  # a huge body is never decoded whole
     if isinstance(body, str):
-        return body
+        return body[:_SCAN_CHARS]
     return None  # a generator or file: streamed, not ours to consume
 
 
@@ -92,6 +97,16 @@ CONTRIB: tuple[tuple[str, str, Callable[[bool | None], dict[str, Callable[..., A
 )
 
 
+def contrib_instrumentors() -> Iterator[tuple[Any, Callable[[bool | None], dict[str, Callable[..., Any]]]]]:
+    """Each contrib HTTP instrumentor that is installed, with its body hook factory (see :data:`CONTRIB`)."""
+    for module_name, class_name, hooks in CONTRIB:
+        try:
+            instrumentor = getattr(importlib.import_module(module_name), class_name)()
+        except ImportError:
+            continue
+        yield instrumentor, hooks
+
+
 def instrument_http(
     *, tracer_provider: TracerProvider | None = None, capture_content: bool | None = None
 ) -> list[str]:
@@ -102,23 +117,15 @@ def instrument_http(
     Returns the instrumentors turned on. One already on (e.g. by ``opentelemetry-instrument``) is left as it is.
     """
     done = []
-    for module_name, class_name, hooks in CONTRIB:
-        try:
-            instrumentor = getattr(importlib.import_module(module_name), class_name)()
-        except ImportError:
-            continue
+    for instrumentor, hooks in contrib_instrumentors():
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=tracer_provider, **hooks(capture_content))
-            done.append(class_name)
+            done.append(type(instrumentor).__name__)
     return done
 
 
 def uninstrument_http() -> None:
     """Turn the contrib ``requests`` and ``httpx`` instrumentations off."""
-    for module_name, class_name, _ in CONTRIB:
-        try:
-            instrumentor = getattr(importlib.import_module(module_name), class_name)()
-        except ImportError:
-            continue
+    for instrumentor, _ in contrib_instrumentors():
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()

@@ -16,12 +16,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
-import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.trace import Span
 
-from otel_replay.instrumentation._common import content_enabled, tracer_for
+from otel_replay.instrumentation._common import Layers, content_enabled, tracer_for
 from otel_replay.instrumentation._genai import ToolCall, write_response
 from otel_replay.instrumentation._model import ModelMethod, async_wrapper, sync_wrapper
 
@@ -241,13 +239,11 @@ class OpenAIInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         tracer = tracer_for("openai", kwargs.get("tracer_provider"))
         capture = content_enabled(kwargs.get("capture_content"))
+        self._layers = Layers()
         for module, owner, api, aio in _TARGETS:
             method = _METHODS[api]
             wrapper = async_wrapper(tracer, method, capture) if aio else sync_wrapper(tracer, method, capture)
-            wrapt.wrap_function_wrapper(module, f"{owner}.create", wrapper)
+            self._layers.wrap(module, f"{owner}.create", wrapper)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import importlib
-
-        for module, owner, _, _ in _TARGETS:
-            unwrap(getattr(importlib.import_module(module), owner), "create")
+        self._layers.remove()

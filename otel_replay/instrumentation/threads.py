@@ -15,9 +15,9 @@ import contextvars
 from collections.abc import Callable, Collection
 from typing import Any
 
-import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
+
+from otel_replay.instrumentation._common import Layers
 
 __all__ = ["ThreadContextInstrumentor"]
 
@@ -40,9 +40,8 @@ class ThreadContextInstrumentor(BaseInstrumentor):
         return ()
 
     def _instrument(self, **kwargs: Any) -> None:
-        wrapt.wrap_function_wrapper("concurrent.futures.thread", "ThreadPoolExecutor.submit", _submit)
+        self._layers = Layers()
+        self._layers.wrap("concurrent.futures.thread", "ThreadPoolExecutor.submit", _submit)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import concurrent.futures.thread
-
-        unwrap(concurrent.futures.thread.ThreadPoolExecutor, "submit")
+        self._layers.remove()

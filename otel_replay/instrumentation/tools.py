@@ -35,7 +35,7 @@ from otel_replay import semconv as sc
 from otel_replay.capture.audit import audit
 from otel_replay.errors import CaptureError
 from otel_replay.instrumentation import _toolcalls
-from otel_replay.instrumentation._common import begin, content_enabled, end_error, guard, scope_ids, tracer_for
+from otel_replay.instrumentation._common import begin, content_enabled, end_failed, guard, scope_ids, tracer_for
 from otel_replay.instrumentation._genai import write_content
 from otel_replay.instrumentation._seam import Call, through, through_async
 from otel_replay.records import Action, DependencySnapshot
@@ -136,9 +136,7 @@ class _Tool:
     # --- sync -----------------------------------------------------------------------------------
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], instance: Any = None) -> Any:
-        arguments = guard("tool arguments", self.arguments, args, kwargs, instance)
-        if arguments is None:
-            arguments = {}
+        arguments = guard("tool arguments", self.arguments, args, kwargs, instance) or {}
         if self.gate is not None:
             with audit(self.name, snapshot=self.snapshot_now()) as decision:
                 return self._observed(fn, args, kwargs, arguments, decision)
@@ -159,16 +157,9 @@ class _Tool:
             if decision is not None:
                 result = self._commit(decision, self.action_of(result))
         except BaseException as exc:
-            if started is not None:
-                context.detach(started[1])
-                end_error(started[0], exc)
+            end_failed(started, exc)
             raise
-        if started is not None:
-            context.detach(started[1])
-            if capture:
-                guard("tool result", write_content, started[0], sc.GEN_AI_TOOL_CALL_RESULT, result)
-            started[0].end()
-        return result
+        return _finished(started, capture, result)
 
     def _commit(self, decision: Any, action: Action) -> Any:
         decision.act(action)
@@ -184,9 +175,7 @@ class _Tool:
     async def arun(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], instance: Any = None
     ) -> Any:
-        arguments = guard("tool arguments", self.arguments, args, kwargs, instance)
-        if arguments is None:
-            arguments = {}
+        arguments = guard("tool arguments", self.arguments, args, kwargs, instance) or {}
         if self.gate is not None:
             with audit(self.name, snapshot=self.snapshot_now()) as decision:
                 return await self._aobserved(fn, args, kwargs, arguments, decision)
@@ -207,16 +196,19 @@ class _Tool:
             if decision is not None:
                 result = self._commit(decision, self.action_of(result))
         except BaseException as exc:
-            if started is not None:
-                context.detach(started[1])
-                end_error(started[0], exc)
+            end_failed(started, exc)
             raise
-        if started is not None:
-            context.detach(started[1])
-            if capture:
-                guard("tool result", write_content, started[0], sc.GEN_AI_TOOL_CALL_RESULT, result)
-            started[0].end()
-        return result
+        return _finished(started, capture, result)
+
+
+def _finished(started: tuple[Any, Any] | None, capture: bool, result: Any) -> Any:
+    """The tool returned: its span (if one started) gets the result (with capture on) and ends."""
+    if started is not None:
+        context.detach(started[1])
+        if capture:
+            guard("tool result", write_content, started[0], sc.GEN_AI_TOOL_CALL_RESULT, result)
+        started[0].end()
+    return result
 
 
 def _make(

@@ -9,7 +9,8 @@ Two encodings:
   object JSON cannot hold is named by its type only, so the hash never depends
   on a memory address.
 
-Redaction is one function applied at record time and at match time alike.
+Redaction is one function applied at record time and at match time alike; it builds on the
+instrumentation's :func:`~otel_replay.instrumentation._redact.redact` (one set of secret shapes).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
+
+from otel_replay.instrumentation._redact import REDACTED, redact
 
 __all__ = [
     "REDACTED",
@@ -35,7 +38,6 @@ __all__ = [
     "stable_json",
 ]
 
-REDACTED = "[REDACTED]"
 _SECRET_HEADER = re.compile(
     r"(proxy-)?authorization|(set-)?cookie|x-api-key|api-key|x-auth-token|.*-token|.*-secret|.*api-key",
     re.IGNORECASE,
@@ -44,10 +46,6 @@ _SECRET_KEY = re.compile(
     r"api[-_]?key|(access|refresh|id|auth|bearer)?[-_]?token|(client[-_])?secret|password|passwd"
     r"|authorization|private[-_]?key|session[-_]?id|cookie|signature|credentials?",
     re.IGNORECASE,
-)
-_SECRET_TEXT = re.compile(
-    r"(Bearer\s+[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{16,}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)"
 )
 _stable = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=lambda o: _opaque(o))
 
@@ -68,6 +66,8 @@ def stable_json(value: Any) -> str:
         return _stable.encode(value)
     except ValueError:  # circular reference
         return json.dumps({"$object": type(value).__qualname__})
+    except RecursionError:  # nested deeper than the encoder walks: named, never raised into the agent's call
+        return json.dumps({"$object": f"{type(value).__qualname__} nested too deeply to encode"})
 
 
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:
@@ -128,20 +128,17 @@ def redact_headers(headers: Any) -> list[list[str]]:
     for key, value in pairs:
         name = key.decode("latin-1") if isinstance(key, bytes) else str(key)
         text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-        out.append([name, REDACTED if _SECRET_HEADER.fullmatch(name) else _SECRET_TEXT.sub(REDACTED, text)])
+        out.append([name, REDACTED if _SECRET_HEADER.fullmatch(name) else redact(text)])
     return out
 
 
 def redact_url(url: str) -> str:
-    """``url`` with secret-looking query parameter values (``api_key=``, ``token=`` ...) redacted."""
-    if "?" not in url:
-        return url
-    base, _, query = url.partition("?")
-    parts = []
-    for item in query.split("&"):
-        key, eq, _value = item.partition("=")
-        parts.append(f"{key}={REDACTED}" if eq and _SECRET_KEY.fullmatch(key) else item)
-    return base + "?" + "&".join(parts)
+    """``url`` with its password and secret query parameter values redacted.
+
+    ``key=``, ``api_key=``, ``X-Amz-Signature=`` ...: the one redaction engine,
+    :func:`~otel_replay.instrumentation._redact.redact`, knows URLs.
+    """
+    return redact(url)
 
 
 def _redact_tree(value: Any) -> Any:
@@ -150,13 +147,16 @@ def _redact_tree(value: Any) -> Any:
     if isinstance(value, list):
         return [_redact_tree(v) for v in value]
     if isinstance(value, str):
-        return _SECRET_TEXT.sub(REDACTED, value)
+        return redact(value)
     return value
 
 
 _MAYBE_SECRET = re.compile(
-    r"key|token|secret|passw|authoriz|cookie|session|signature|credential|bearer|sk-|PRIVATE KEY", re.IGNORECASE
+    r"key|token|secret|passw|pwd|auth|cookie|session|signature|credential|bearer|basic|sk-|AKIA|ASIA|gh[pousr]_"
+    r"|xox|eyJ|://[^/\s]*@",
+    re.IGNORECASE,
 )
+"""Every text :func:`redact` could change matches this (the fast path: most bodies hold no secret)."""
 
 
 def redact_json_text(text: str) -> str:
@@ -169,11 +169,11 @@ def redact_json_text(text: str) -> str:
             tree = json.loads(text)
             redacted = _redact_tree(tree)
         except (ValueError, RecursionError):  # not JSON, or nested too deep to walk: redact by value shape
-            return _SECRET_TEXT.sub(REDACTED, text)
+            return redact(text)
         if redacted == tree:
             return text  # nothing secret: keep the exact bytes
         return json.dumps(redacted, ensure_ascii=False, separators=(",", ":"))
-    return _SECRET_TEXT.sub(REDACTED, text)
+    return redact(text)
 
 
 def encode_result(value: Any) -> Any:
@@ -193,6 +193,8 @@ def encode_result(value: Any) -> Any:
         return encode_value(value)
     except TypeError as exc:
         return {"$unrecordable": str(exc)}
+    except RecursionError:
+        return {"$unrecordable": f"{type(value).__qualname__} nested too deeply to record"}
 
 
 def decode_result(value: Any) -> Any:

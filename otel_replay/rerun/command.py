@@ -1,22 +1,25 @@
 """``otel-replay rerun``: rerun one recorded session, or all of them (Continuous Replay), from the dataset.
 
 Exit codes: 0 every rerun matched (and every gate action succeeded); 2 a rerun
-diverged, ended early or its entrypoint raised, or a gate action failed or was
-refused; 1 a user error (one line on stderr, no traceback).
+diverged (a strict one stopped at its divergence or leak, printed whole), ended
+early or its entrypoint raised, or a gate action failed or was refused; 1 a
+user error (one line on stderr, no traceback).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
-from otel_replay.errors import OtelReplayError
+from otel_replay.errors import OtelReplayError, RerunError
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -25,9 +28,13 @@ DIVERGED = 2
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in first)
+    return _first_line(str(exc)) or type(exc).__name__
+
+
+def _first_line(text: str) -> str:
+    """The first line of ``text``, control characters escaped (it may quote recorded data)."""
+    lines = text.strip().splitlines()
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in lines[0]) if lines else ""
 
 
 def _load_state(path: str) -> dict[str, Any]:
@@ -76,20 +83,7 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
 @click.option("--execute", is_flag=True, help="Compensate ROLLBACK/BLOCK verdicts' committed actions through --rail.")
 @click.option("--rail", "rail_ref", help="Rail factory as module:function (needed by --execute).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
-def rerun_command(
-    session_id: str | None,
-    entrypoint: str,
-    dataset: str,
-    all_sessions: bool,
-    pattern: str | None,
-    sessions_sql: str | None,
-    governance: str,
-    live_state: str | None,
-    policy_ref: str | None,
-    execute: bool,
-    rail_ref: str | None,
-    as_json: bool,
-) -> None:
+def rerun_command(**options: Any) -> None:
     """Rerun recorded session SESSION_ID (or --all) offline from the dataset and compare fingerprints.
 
     Every clock read, entropy draw, HTTP response, model output and tool
@@ -97,10 +91,7 @@ def rerun_command(
     Prints the first divergent step of a rerun that did not match.
     """
     try:
-        code = _main(
-            session_id, entrypoint, dataset, all_sessions, pattern, sessions_sql, governance,
-            live_state, policy_ref, execute, rail_ref, as_json,
-        )  # fmt: skip
+        code = _main(**options)  # the options, by name, as click parsed them
     except click.ClickException:
         raise
     except (OtelReplayError, OSError, ValueError) as exc:
@@ -125,6 +116,7 @@ def _main(
     from otel_replay.pipeline import configure
     from otel_replay.replay import load_callable
     from otel_replay.rerun.runner import RerunResult, rerun
+    from otel_replay.rerun.serve import Governance
     from otel_replay.store import Store
 
     if all_sessions == (session_id is not None):
@@ -158,13 +150,17 @@ def _main(
             raise click.ClickException(
                 f"no recorded sessions in {dataset}" + (" match the selection" if pattern or sessions_sql else "")
             )
+        one = functools.partial(
+            rerun, function, dataset=store, governance=cast(Governance, governance), live_state=state, policy=policy,
+            rail=rail,
+        )  # fmt: skip
         if all_sessions and not as_json:
             with click.progressbar(targets, label="rerunning", file=sys.stderr, show_pos=True) as bar:
                 for sid in bar:
-                    _one(rerun, function, store, sid, governance, state, policy, rail, results, errors, all_sessions)
+                    _one(one, sid, results, errors, all_sessions)
         else:
             for sid in targets:
-                _one(rerun, function, store, sid, governance, state, policy, rail, results, errors, all_sessions)
+                _one(one, sid, results, errors, all_sessions)
     if as_json:
         for result in results:
             click.echo(json.dumps(_as_json(result), sort_keys=True, default=str))
@@ -172,28 +168,22 @@ def _main(
             click.echo(json.dumps({"session_id": sid, "status": "errored", "error": message}, sort_keys=True))
     elif all_sessions:
         _table(results, errors)
-    else:
+    elif results:
         click.echo(results[0].report())
+    else:
+        click.echo(f"session {errors[0][0]}: {errors[0][1]}")
     failed = errors or any(not result.matched or any(g.error for g in result.gate) for result in results)
     return DIVERGED if failed else 0
 
 
 def _one(
-    rerun: Any, function: Any, store: Any, sid: str, governance: str, state: Any, policy: Any, rail: Any,
-    results: list[Any], errors: list[tuple[str, str]], keep_going: bool,
-) -> None:  # fmt: skip
+    rerun: Callable[..., Any], sid: str, results: list[Any], errors: list[tuple[str, str]], keep_going: bool
+) -> None:
+    """Rerun session ``sid``; with ``keep_going`` (``--all``) a refused session is noted and the rest go on."""
     try:
-        results.append(
-            rerun(
-                function,
-                dataset=store,
-                session_id=sid,
-                governance=governance,
-                live_state=state,
-                policy=policy,
-                rail=rail,
-            )
-        )
+        results.append(rerun(session_id=sid))
+    except RerunError as exc:  # a strict rerun stopped at a divergence or a leak: a finding, shown whole
+        errors.append((sid, str(exc)))
     except OtelReplayError as exc:
         if not keep_going:
             raise
@@ -217,7 +207,7 @@ def _as_json(result: Any) -> dict[str, Any]:
 
 def _table(results: list[Any], errors: list[tuple[str, str]]) -> None:
     rows = [(r.session_id, r.summary(), str(r.steps), f"{r.seconds * 1000:.1f}") for r in results]
-    rows += [(sid, f"errored: {message}", "-", "-") for sid, message in errors]
+    rows += [(sid, f"errored: {_first_line(message)}", "-", "-") for sid, message in errors]
     header = ("session", "result", "steps", "ms")
     widths = [min(60, max(len(h), *(len(row[i]) for row in rows))) for i, h in enumerate(header)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))

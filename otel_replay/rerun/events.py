@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,9 @@ class BoundaryCall(Call):
     """The canonical JSON of the (redacted) arguments, hashed to match steps."""
     is_async: bool = False
     """``invoke`` returns an awaitable."""
+    record_as: Callable[[Any], Any] | None = field(default=None, compare=False)
+    """Turns what ``invoke`` returned into what is stored (redacted, capped); the live value goes to the
+    agent unchanged, so recording never changes what the program sees. ``None``: stored as returned."""
 
     @property
     def args_hash(self) -> str:

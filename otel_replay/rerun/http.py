@@ -74,12 +74,40 @@ def _response_value(status: int, reason: str, headers: Any, raw: bytes, encoded:
     return value
 
 
+def _live(status: int, reason: str, headers: Any, raw: bytes, encoded: bool) -> dict[str, Any]:
+    """The response as it came: handed to the agent unchanged (stored through :func:`_stored`)."""
+    return {"status": status, "reason": reason, "headers": list(headers), "raw": raw, "encoded": encoded}
+
+
+def _stored(live: dict[str, Any]) -> dict[str, Any]:
+    """What is written for a live response: secrets redacted, the body capped."""
+    return _response_value(live["status"], live["reason"], live["headers"], live["raw"], live["encoded"])
+
+
 def response_body(value: dict[str, Any]) -> bytes:
-    """The body bytes of a recorded response."""
+    """The body bytes of a live or recorded response."""
+    if "raw" in value:
+        return bytes(value["raw"])
     body = value.get("body", "")
     if isinstance(body, dict):
         return base64.b64decode(body.get("$b64", ""))
     return str(body).encode("utf-8")
+
+
+def response_headers(value: dict[str, Any], body: bytes) -> list[tuple[Any, Any]]:
+    """The header pairs to answer with.
+
+    A recorded body may be shorter than it came (redacted, capped), so a stated
+    ``Content-Length`` is made to agree with the body actually served.
+    """
+    pairs = [(k, v) for k, v in value.get("headers", [])]
+    if "raw" in value:
+        return pairs
+    return [(k, str(len(body)) if _name(k) == "content-length" else v) for k, v in pairs]
+
+
+def _name(key: Any) -> str:
+    return (key.decode("latin-1") if isinstance(key, bytes) else str(key)).lower()
 
 
 def _call(method: str, url: str, body: bytes, *, is_async: bool = False) -> BoundaryCall:
@@ -90,6 +118,7 @@ def _call(method: str, url: str, body: bytes, *, is_async: bool = False) -> Boun
         stream=stream_key("http", name),
         arguments_text=request_arguments(method, url, body),
         is_async=is_async,
+        record_as=_stored,
     )
 
 
@@ -97,10 +126,11 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
     httpx: Any = importlib.import_module(module)
 
     def to_response(value: dict[str, Any], request: Any) -> Any:
+        body = response_body(value)
         return httpx.Response(
             int(value["status"]),
-            headers=[(k, v) for k, v in value.get("headers", [])],
-            stream=httpx.ByteStream(response_body(value)),
+            headers=response_headers(value, body),
+            stream=httpx.ByteStream(body),
             request=request,
             extensions={"reason_phrase": str(value.get("reason", "")).encode("latin-1", "replace")},
         )
@@ -118,7 +148,7 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
             finally:
                 response.close()
             encoded = "content-encoding" in response.headers
-            return _response_value(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
+            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
 
         return to_response(through(_call(request.method, str(request.url), body), invoke), request)
 
@@ -135,7 +165,7 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
             finally:
                 await response.aclose()
             encoded = "content-encoding" in response.headers
-            return _response_value(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
+            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
 
         value = await through(_call(request.method, str(request.url), body, is_async=True), invoke)
         return to_response(value, request)
@@ -154,8 +184,9 @@ def _install_requests(patches: PatchSet) -> None:
         response = requests.Response()
         response.status_code = int(value["status"])
         response.reason = str(value.get("reason", ""))
-        response.headers = CaseInsensitiveDict({k: v for k, v in value.get("headers", [])})
-        response._content = response_body(value)
+        body = response_body(value)
+        response.headers = CaseInsensitiveDict(dict(response_headers(value, body)))
+        response._content = body
         response._content_consumed = True
         response.url = request.url
         response.request = request
@@ -176,7 +207,7 @@ def _install_requests(patches: PatchSet) -> None:
             response = wrapped(*args, **kwargs)
             raw = response.content
             headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
-            return _response_value(response.status_code, response.reason or "", headers, raw, False)
+            return _live(response.status_code, response.reason or "", headers, raw, False)
 
         return to_response(through(_call(request.method, request.url, body), invoke), request, instance)
 
@@ -212,12 +243,13 @@ def _install_urllib3(patches: PatchSet) -> None:
             finally:
                 response.release_conn()
             encoded = "content-encoding" in response.headers
-            return _response_value(response.status, response.reason or "", list(response.headers.items()), raw, encoded)
+            return _live(response.status, response.reason or "", list(response.headers.items()), raw, encoded)
 
         value = through(_call(method, full, raw_body), invoke)
+        body = response_body(value)
         return HTTPResponse(
-            body=io.BytesIO(response_body(value)),
-            headers=urllib3.HTTPHeaderDict([(k, v) for k, v in value.get("headers", [])]),
+            body=io.BytesIO(body),
+            headers=urllib3.HTTPHeaderDict(response_headers(value, body)),
             status=int(value["status"]),
             reason=str(value.get("reason", "")),
             preload_content=preload,

@@ -67,6 +67,7 @@ def load_recording(store: Store, session_id: str) -> Recording:
                 f"({earlier[0]}, {rec.record_id}); recorded twice under one session id?"
             )
         chunks[index] = (rec.record_id, attrs)
+    _one_run(session_id, chunks)
     events: list[Event] = []
     complete = False
     fingerprint: str | None = None
@@ -98,6 +99,20 @@ def load_recording(store: Store, session_id: str) -> Recording:
             if index != max(chunks):
                 raise DatasetError(f"{where}: marked final, yet chunk {max(chunks)} follows it")
     return Recording(session_id, events, complete, fingerprint, outcome, len(chunks))
+
+
+def _one_run(session_id: str, chunks: dict[int, tuple[str, dict[str, object]]]) -> None:
+    """Every chunk must come from one recording run: a sealed chunk of another run is not spliced in."""
+    runs: dict[object, tuple[int, str]] = {}
+    for index in sorted(chunks):
+        record_id, attrs = chunks[index]
+        runs.setdefault(attrs.get(sc.RECORDING_ID), (index, record_id))
+    if len(runs) > 1:
+        (first, (i, a)), (other, (j, b)) = list(runs.items())[:2]
+        raise UntrustedRecord(
+            f"recording of session {session_id!r}: chunk {j} ({b}) belongs to another recording ({other}) than "
+            f"chunk {i} ({a}, recording {first}); a recording spliced from two runs is not rerun"
+        )
 
 
 def recorded_sessions(store: Store) -> list[dict[str, object]]:

@@ -52,6 +52,8 @@ class RecordMode:
     def __init__(self, session_id: str) -> None:
         """Record the boundary calls of ``session_id``."""
         self.session_id = session_id
+        self.recording_id = str(new_id())
+        """Stamped on every chunk: a chunk of another run under the same session id is refused, not spliced in."""
         self.fingerprint = Fingerprint()
         self._lock = threading.Lock()
         self._seq = 0
@@ -91,10 +93,7 @@ class RecordMode:
         INSIDE.reset(token)
         if inspect.isawaitable(result):
             return self._settle(call, stream, text, result, encode)  # type: ignore[return-value]
-        value: Any = result
-        if encode:
-            value = encode_result(result)
-        self._add(call.boundary, call.name, stream, text, value, None)
+        self._add_result(call, stream, text, result, encode)
         return result
 
     async def _settle(self, call: Call, stream: str, text: str, awaitable: Awaitable[Any], encode: bool) -> Any:
@@ -113,9 +112,24 @@ class RecordMode:
             raise
         finally:
             INSIDE.reset(token)
-        value = encode_result(result) if encode else result
-        self._add(call.boundary, call.name, call.stream, call.arguments_text, value, None)
+        self._add_result(call, call.stream, call.arguments_text, result, encode)
         return result
+
+    def _add_result(self, call: Call, stream: str, text: str, result: Any, encode: bool) -> None:
+        """Record what the call returned, in its stored form; the caller hands ``result`` itself on."""
+        try:
+            if encode:
+                value = encode_result(result)
+            elif isinstance(call, BoundaryCall) and call.record_as is not None:
+                value = call.record_as(result)
+            else:
+                value = result
+        except Exception:
+            with self._lock:
+                self.dropped += 1
+            _log.exception("otel-replay recording %s: dropped a result it could not store", self.session_id)
+            return
+        self._add(call.boundary, call.name, stream, text, value, None)
 
     async def around_async(self, call: Call, invoke: Callable[[], Awaitable[Any]]) -> Any:
         """The awaitable form of :meth:`around`, for async model and tool calls from the instrumentation."""
@@ -197,6 +211,7 @@ class RecordMode:
             sc.RECORD_SOURCE: "recording",
             sc.SESSION_ID: self.session_id,
             sc.RECORDING_FORMAT: FORMAT_VERSION,
+            sc.RECORDING_ID: self.recording_id,
             sc.RECORDING_CHUNK: self._chunk,
             sc.RECORDING_FIRST_SEQ: first,
             sc.RECORDING_EVENTS: canonical_json(events, where=f"recording {self.session_id} events"),

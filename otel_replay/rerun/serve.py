@@ -228,18 +228,7 @@ class RerunMode:
             self._miss(step, call, stream, text, digest)
             return "live", None
         if event.args_hash != digest:
-            recorded_args, actual_args = first_difference(event.arguments, text)
-            self._diverge(
-                step,
-                f"{call.boundary} {call.name} called with other arguments than recorded",
-                recorded_args,
-                actual_args,
-                call.boundary,
-                call.name,
-                stream,
-                text,
-                exclude=event,
-            )
+            self._other_arguments(step, call, stream, text, event)
             _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
         self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash())
         if event.error is not None:
@@ -277,18 +266,22 @@ class RerunMode:
         queue = self.notes.get(stream)
         event = queue.popleft() if queue else None
         if event is not None and event.args_hash != digest:
-            recorded_args, actual_args = first_difference(event.arguments, text)
-            self._diverge(
-                step,
-                f"{call.boundary} {call.name} called with other arguments than recorded",
-                recorded_args,
-                actual_args,
-                call.boundary,
-                call.name,
-                stream,
-                text,
-                exclude=event,
-            )
+            self._other_arguments(step, call, stream, text, event)
+
+    def _other_arguments(self, step: int, call: Call, stream: str, text: str, event: Event) -> None:
+        """The call matched a recorded step but not its arguments: show both around the first difference."""
+        recorded_args, actual_args = first_difference(event.arguments, text)
+        self._diverge(
+            step,
+            f"{call.boundary} {call.name} called with other arguments than recorded",
+            recorded_args,
+            actual_args,
+            call.boundary,
+            call.name,
+            stream,
+            text,
+            exclude=event,
+        )
 
     def decision(self, record: DecisionRecord) -> None:
         """A decision the rerun made: check it against the recorded one at this point."""
@@ -370,7 +363,10 @@ class RerunMode:
         exclude: Event | None = None,
         leak: bool = False,
     ) -> None:
-        candidates = self._candidates(boundary, name, stream, text, exclude)
+        # Only the divergence that is kept (the first) or raised (strict) is explained: the candidate
+        # search scans the recording, and a relaxed rerun diverging at every step must stay O(1) per step.
+        explain = self.divergence is None or self.governance == "strict"
+        candidates = self._candidates(boundary, name, stream, text, exclude) if explain else []
         found = Divergence(step, reason, expected, actual, tuple(candidates))
         with self._lock:
             if self.divergence is None:
@@ -391,7 +387,9 @@ class RerunMode:
     def _candidates(self, boundary: str, name: str, stream: str, text: str, exclude: Event | None) -> list[str]:
         scored: list[tuple[int, int, str]] = []
         pool: Iterable[Event] = itertools.islice(
-            (e for q in self.streams.values() for e in q if e.boundary == boundary), _CANDIDATE_SCAN
+            # list(q): a copy taken at once, as other threads may be consuming the same queues meanwhile
+            (e for q in self.streams.values() for e in list(q) if e.boundary == boundary),
+            _CANDIDATE_SCAN,
         )
         if exclude is not None:
             pool = itertools.chain([exclude], pool)
@@ -417,7 +415,8 @@ class RerunMode:
 
     def first_remaining(self) -> Event | None:
         """The earliest recorded event the rerun has not consumed."""
-        left = [q[0] for q in self.streams.values() if q]
+        # Copied first: a thread the entrypoint left running may still be consuming the queues.
+        left = [q[0] for q in (list(queue) for queue in self.streams.values()) if q]
         return min(left, key=lambda e: e.seq) if left else None
 
     def close(self) -> None:
@@ -427,7 +426,7 @@ class RerunMode:
         if left is None:
             return
         for queue in self.streams.values():
-            for event in queue:
+            for event in list(queue):
                 self.fingerprint.add(event.stream, event.boundary, event.name, event.args_hash, "not made")
         with self._lock:
             if self.divergence is None:

@@ -138,6 +138,8 @@ def test_with_capture_on_the_zero_code_agent_records_redacted_content(server, tm
     posts = store.rows("SELECT attributes FROM spans WHERE name = 'POST' AND attributes LIKE '%/ping%'")
     [post] = [{"body": json.loads(p["attributes"]).get("replay.http.request.body")} for p in posts]
     assert "api_key" in post["body"] and "abcdefghijklmnopqrst" not in post["body"] and "[REDACTED]" in post["body"]
-    prompts = store.rows("SELECT input_messages, output_messages FROM model_calls WHERE provider = 'openai'")
+    prompts = store.rows(
+        "SELECT input_messages, output_messages FROM model_calls WHERE provider = 'openai' ORDER BY start_time"
+    )
     assert [json.loads(p["input_messages"])["messages"] for p in prompts][0] == [{"role": "user", "content": "hi"}]
     assert "done" in prompts[0]["output_messages"]

@@ -91,3 +91,25 @@ def test_every_module_imports_and_instrument_works_without_the_client_libraries(
 def test_instrumentation_dependencies_name_the_client(instrumentor):
     [requirement] = instrumentor().instrumentation_dependencies()
     assert requirement.split()[0] in ("openai", "anthropic")
+
+
+def _foreign(wrapped, instance, args, kwargs):
+    return wrapped(*args, **kwargs)
+
+
+def test_uninstrument_takes_out_only_its_own_layer_when_another_wraps_on_top(pipeline):
+    import wrapt
+
+    before = originals()
+    instr.instrument(tracer_provider=pipeline.provider)
+    for module, owner, attr in TARGETS:  # a peer instrumentation installed after ours, on top of ours
+        wrapt.wrap_function_wrapper(module, f"{owner}.{attr}", _foreign)
+    foreign = originals()
+    instr.uninstrument()
+    after = originals()
+    for original, theirs, now in zip(before, foreign, after, strict=True):
+        assert now is theirs  # the peer's layer is still there ...
+        assert now.__wrapped__ is original  # ... directly over the original: ours is gone
+    for (module, owner, attr), original in zip(TARGETS, before, strict=True):
+        setattr(getattr(importlib.import_module(module), owner), attr, original)
+    assert originals() == before

@@ -27,6 +27,10 @@ from .conftest import Pipeline
             "MIIEvQIBADANBgkq",
         ),
         ("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIIrYSSNQFaA2Hwf1du (cut off, no END)", "MHcCAQEEIIrYSSNQ"),
+        ("GET https://maps.example/geo?key=Zz9-url-key-value&q=x", "Zz9-url-key-value"),
+        ("https://s3.example/o?X-Amz-Signature=abcdef0123456789&X-Amz-Credential=AKID%2F1", "abcdef0123456789"),
+        ("https://s3.example/o?X-Amz-Credential=AKID%2F20260101%2Fus&x=1", "AKID%2F20260101"),
+        ("a google key AIzaSyA-1234567890abcdefghijklmnopqrstu in text", "AIzaSyA-1234567890abcdefghij"),
         ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhYmMifQ.dBjftJeZ4CVPmB92K27uhbUJU1p1r", "dBjftJeZ4CVPmB92K27"),
     ],
 )

@@ -144,8 +144,9 @@ def test_rerun_ends_in_gate_execution_without_committing_again(dataset: Path) ->
     rerun_ledger = ReferenceLedger(balance=0)  # would refuse a commit: the rerun must not commit
     live = {"budget_remaining": 100, "allow_list": ["acme-supplies"]}
     telemetry = otel_replay.configure(dataset, set_global=False)
-    try:
-        result = rerun(
+
+    def rerun_under_live_state() -> Any:
+        done = rerun(
             lambda: _paying_agent(api, ActionGate(rerun_ledger, dataset=dataset)),
             dataset=dataset,
             session_id="pay",
@@ -154,19 +155,15 @@ def test_rerun_ends_in_gate_execution_without_committing_again(dataset: Path) ->
             rail=ledger,
         )
         telemetry.force_flush()
+        return done
+
+    try:
+        result = rerun_under_live_state()
         assert result.matched and result.output == original, result.report()
         assert rerun_ledger.entries == []  # nothing committed during the rerun
         assert [(g.fix, g.executed) for g in result.gate] == [("ROLLBACK", ("rolled_back",))], result.gate
         assert ledger.balance == 10_000  # the original commit was compensated
-        again = rerun(
-            lambda: _paying_agent(api, ActionGate(rerun_ledger, dataset=dataset)),
-            dataset=dataset,
-            session_id="pay",
-            live_state=live,
-            policy=budget_policy,
-            rail=ledger,
-        )
-        telemetry.force_flush()
+        again = rerun_under_live_state()
     finally:
         telemetry.shutdown()
     assert ledger.balance == 10_000  # at most once
@@ -247,3 +244,17 @@ def test_cli_all_keeps_going_past_a_tampered_session_and_names_it(
     assert out.exit_code == DIVERGED, out.output
     assert "1 matched, 0 diverged, 1 errored" in out.output
     assert "sess-b" in out.output and "hash mismatch" in out.output
+
+
+def test_cli_strict_divergence_shows_step_recorded_and_rerun(
+    two_sessions: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dataset, _, _ = two_sessions
+    monkeypatch.setenv("RERUN_EXAMPLE_SUFFIX", " Think twice.")
+    args = ["sess-a", "--entrypoint", "example_rerun_agent:agent_from_env", "-d", str(dataset)]
+    args += ["--governance", "strict"]
+    out = CliRunner().invoke(rerun_command, args)
+    assert out.exit_code == DIVERGED, out.output
+    assert "Traceback" not in out.output
+    assert "diverged at step" in out.output and "recorded:" in out.output and "rerun:" in out.output, out.output
+    assert "Think twice." in out.output

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import requests
 import requests.adapters
+import urllib3.connectionpool
 
 import otel_replay
 from otel_replay import semconv as sc
@@ -37,6 +39,7 @@ from otel_replay.errors import (
 )
 from otel_replay.instrumentation import _seam
 from otel_replay.rerun import recording, rerun
+from otel_replay.rerun.interceptor import Interceptor
 
 from .conftest import agent, record
 
@@ -55,7 +58,10 @@ def _originals() -> dict[str, Any]:
         "secrets.token_hex": secrets.token_hex,
         "httpx": httpx.HTTPTransport.__dict__["handle_request"],
         "httpx.async": httpx.AsyncHTTPTransport.__dict__["handle_async_request"],
+        "httpx2": httpx2.HTTPTransport.__dict__["handle_request"],
+        "httpx2.async": httpx2.AsyncHTTPTransport.__dict__["handle_async_request"],
         "requests": requests.adapters.HTTPAdapter.__dict__["send"],
+        "urllib3": urllib3.connectionpool.HTTPConnectionPool.__dict__["urlopen"],
         "open": builtins.open,
         "io.open": io.open,
         "getaddrinfo": socket.getaddrinfo,
@@ -64,6 +70,7 @@ def _originals() -> dict[str, Any]:
         "gate": otel_replay.ActionGate.__dict__["commit"],
         "seam": _seam.current(),
         "sink": get_recorder().sink,
+        "active": Interceptor._active,
     }
 
 
@@ -206,22 +213,27 @@ def test_a_tampered_recording_is_refused(dataset: Path) -> None:
         rerun(lambda: random.random(), dataset=dataset, session_id="s1")
 
 
-def test_a_recording_from_a_newer_format_is_refused(dataset: Path) -> None:
+def _emit_chunk(dataset: Path, session_id: str, record_id: str, *, version: int, events: str) -> None:
+    """Write one sealed, final recording chunk made by hand (a newer format, malformed events ...)."""
     telemetry = otel_replay.configure(dataset, set_global=False)
     try:
         attrs = {
             sc.KIND: sc.KIND_RECORDING,
-            sc.SESSION_ID: "future",
-            sc.RECORD_ID: "chunk-1",
-            sc.RECORDING_FORMAT: 99,
+            sc.SESSION_ID: session_id,
+            sc.RECORD_ID: record_id,
+            sc.RECORDING_FORMAT: version,
             sc.RECORDING_CHUNK: 0,
-            sc.RECORDING_EVENTS: "[]",
+            sc.RECORDING_EVENTS: events,
             sc.RECORDING_FINAL: True,
         }
-        get_recorder().emit(sc.SPAN_RECORDING, "chunk-1", attrs)
+        get_recorder().emit(sc.SPAN_RECORDING, record_id, attrs)
         telemetry.force_flush()
     finally:
         telemetry.shutdown()
+
+
+def test_a_recording_from_a_newer_format_is_refused(dataset: Path) -> None:
+    _emit_chunk(dataset, "future", "chunk-1", version=99, events="[]")
     with pytest.raises(DatasetError, match="format version 99.*upgrade otel-replay"):
         rerun(time.time, dataset=dataset, session_id="future")
 
@@ -484,21 +496,7 @@ def test_recording_without_a_pipeline_says_it_goes_nowhere(caplog: pytest.LogCap
 def test_a_sealed_but_malformed_recording_is_a_one_line_dataset_error(
     dataset: Path, events: str, expected: str
 ) -> None:
-    telemetry = otel_replay.configure(dataset, set_global=False)
-    try:
-        attrs = {
-            sc.KIND: sc.KIND_RECORDING,
-            sc.SESSION_ID: "bad",
-            sc.RECORD_ID: "chunk-bad",
-            sc.RECORDING_FORMAT: 1,
-            sc.RECORDING_CHUNK: 0,
-            sc.RECORDING_EVENTS: events,
-            sc.RECORDING_FINAL: True,
-        }
-        get_recorder().emit(sc.SPAN_RECORDING, "chunk-bad", attrs)
-        telemetry.force_flush()
-    finally:
-        telemetry.shutdown()
+    _emit_chunk(dataset, "bad", "chunk-bad", version=1, events=events)
     with pytest.raises(DatasetError, match=expected) as caught:
         rerun(time.time, dataset=dataset, session_id="bad")
     assert "\n" not in str(caught.value) and "chunk-bad" in str(caught.value)
