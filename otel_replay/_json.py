@@ -2,14 +2,100 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otel_replay.errors import CaptureError, PayloadError
 
+_orjson: Any
+try:  # the accelerator: it writes only values it encodes exactly as json does (tests/test_rows.py)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised only without orjson installed
+    _orjson = None
+
 _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _bytes_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not an attribute value")
+
+
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_bytes_default).encode
+
+# Types whose orjson bytes equal json's: exact classes only (a subclass may
+# override __repr__ or __str__), floats only where both print the same digits.
+_PLAIN = frozenset({str, int, bool, type(None)})
+_is_plain = _PLAIN.issuperset
+_str_keys = frozenset({str}).issuperset
+_CONTAINERS = (list, tuple)
+_DEPTH = 32
+
+
+def _same_bytes(value: Any, depth: int = 0) -> bool:
+    """True when orjson writes ``value`` exactly as ``json`` does.
+
+    Floats: both print the shortest round-trip digits, but orjson writes
+    exponents as ``1e16`` where json writes ``1e+16`` and turns NaN into
+    ``null``: only finite floats in ``[1e-4, 1e16)`` (and zero) qualify.
+    """
+    cls = value.__class__
+    if cls in _PLAIN:
+        return True
+    if cls is float:
+        return value == 0.0 or 1e-4 <= abs(value) < 1e16  # NaN fails both
+    if depth > _DEPTH:
+        return False
+    if cls is dict:
+        if not _str_keys(map(type, value)):
+            return False
+        value = value.values()
+    elif cls is not list and cls is not tuple:
+        return False
+    if _is_plain(map(type, value)):
+        return True
+    depth += 1
+    return all(_same_bytes(item, depth) for item in value)
+
+
+def _fast_encoder(sort_keys: bool) -> Callable[[Any], bytes] | None:
+    if _orjson is None:
+        return None
+    dumps, option = _orjson.dumps, _orjson.OPT_SORT_KEYS if sort_keys else 0
+    return lambda value: dumps(value, option=option)
+
+
+_fast_sorted = _fast_encoder(True)
+_fast_compact = _fast_encoder(False)
+
+
+def compact_json_bytes(values: dict[str, Any]) -> bytes:
+    """The stored form of an attribute mapping, as UTF-8: keys in insertion order, no spaces, bytes as base64.
+
+    Identical, byte for byte, to ``json`` with ``ensure_ascii=False`` and
+    compact separators: orjson writes it when every value is of a kind both
+    encode alike (see ``tests/test_rows.py``), ``json`` otherwise.
+    """
+    if _fast_compact is not None and _same_bytes(values):
+        try:
+            return _fast_compact(values)
+        except TypeError:  # a str subclass key, an int past 64 bits, a lone surrogate: json decides
+            pass
+    return _compact(values).encode()
+
+
+def compact_json(values: dict[str, Any]) -> str:
+    """:func:`compact_json_bytes` as text."""
+    if _fast_compact is not None and _same_bytes(values):
+        try:
+            return _fast_compact(values).decode()
+        except TypeError:
+            pass
+    return _compact(values)
 
 
 def canonical_json(value: Any, *, where: str) -> str:
@@ -20,6 +106,11 @@ def canonical_json(value: Any, *, where: str) -> str:
             cannot represent (an object, a set, NaN, a non-string key ...).
 
     """
+    if _fast_sorted is not None and _same_bytes(value):
+        try:
+            return _fast_sorted(value).decode()
+        except TypeError:  # json decides: it encodes or names what is wrong
+            pass
     try:
         return _encoder.encode(value)
     except (TypeError, ValueError) as exc:

@@ -35,7 +35,7 @@ from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay import settings
-from otel_replay._json import canonical_json
+from otel_replay._json import _orjson, canonical_json
 from otel_replay.errors import ConfigError, IntegrityError
 from otel_replay.records import Seal
 
@@ -68,9 +68,16 @@ class SigningKey:
         """A short, non-secret id stamped on every record signed with this key."""
         return hashlib.sha256(self.secret).hexdigest()[:16]
 
+    @functools.cached_property
+    def _keyed(self) -> Any:
+        # The key schedule done once; each signature copies it (half the cost of hmac.digest).
+        return hmac.new(self.secret, digestmod=hashlib.sha256)
+
     def sign(self, digest: str) -> str:
         """HMAC-SHA256 of a record hash, hex."""
-        return hmac.digest(self.secret, digest.encode(), "sha256").hex()
+        mac = self._keyed.copy()
+        mac.update(digest.encode())
+        return mac.hexdigest()
 
     def check(self, digest: str, signature: str) -> bool:
         """Constant-time check of a signature."""
@@ -132,12 +139,27 @@ def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
     type-tagged, so no two different records encode to the same bytes.
     """
     parts = [name, str(int(start_ns))]
-    for key in sorted(k for k in attributes if k.startswith("replay.") and k not in sc.INTEGRITY_FIELDS):
-        value = attributes[key]
-        parts.append(key)
-        parts.append("s" + value if value.__class__ is str else _encode(value))
-    # A JSON array of strings is an unambiguous framing, and json's C encoder is fast.
-    return hashlib.sha256(_frame(parts).encode()).hexdigest()
+    append = parts.append
+    for key in sorted(attributes):
+        if key.startswith("replay.") and key not in _UNHASHED:
+            value = attributes[key]
+            append(key)
+            append("s" + value if value.__class__ is str else _encode(value))
+    # A JSON array of strings is an unambiguous framing.
+    return hashlib.sha256(_frame_bytes(parts)).hexdigest()
+
+
+_UNHASHED = sc.INTEGRITY_FIELDS
+
+
+def _frame_bytes(parts: list[str]) -> bytes:
+    """``parts`` as compact JSON (UTF-8): orjson writes strings exactly as json does; json decides otherwise."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(parts)
+        except TypeError:  # a lone surrogate: json's encoding raises as it always did
+            pass
+    return _frame(parts).encode()
 
 
 class Chain:

@@ -71,7 +71,11 @@ def test_buffer_rolls_by_rows_not_per_batch(dataset):
     tracer = provider.get_tracer("t")
     for i in range(120):
         tracer.start_span(f"s{i}").end()
-    assert len(_files(dataset)) == 2  # 120 single-span batches -> 2 files of 50, 20 buffered
+    # 120 single-span batches -> 2 files of 50 (written by the writer thread), 20 buffered
+    deadline = time.monotonic() + 30
+    while len(_files(dataset)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(_files(dataset)) == 2
     assert exporter.writer.buffered_rows == 20
     provider.shutdown()
     assert len(_files(dataset)) == 3
@@ -133,6 +137,7 @@ def test_failed_writes_keep_rows_then_drop_and_count(dataset, caplog):
         assert exporter.stats.write_errors == 1 and exporter.writer.buffered_rows == 9
         for i in range(40):
             tracer.start_span(f"t{i}").end()
+        assert exporter.force_flush() is False  # 49 > 4 * max_rows still unwritable: dropped
     assert exporter.stats.rows_dropped > 0
     assert exporter.stats.rows_dropped + exporter.writer.buffered_rows == 49
     assert any("DROPPED" in r.getMessage() for r in caplog.records)
@@ -224,3 +229,92 @@ def test_export_after_shutdown_is_counted_as_dropped(dataset):
     exporter.shutdown()
     provider.get_tracer("t").start_span("late").end()  # SimpleSpanProcessor still hands it over
     assert exporter.stats.rows_dropped == 1 and exporter.stats.rows_written == 1
+
+
+def test_a_slow_write_never_backs_up_the_sdk_queue_and_loses_nothing(dataset, caplog):
+    """Issue 9: a large-file exporter whose write takes long must not make the SDK drop spans."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exporter = ParquetSpanExporter(dataset, max_rows=2_000, max_age_seconds=3600)
+    provider = TracerProvider(resource=Resource.create({"service.name": "slow-disk"}))
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_queue_size=256, max_export_batch_size=128, schedule_delay_millis=5)
+    )
+    tracer = provider.get_tracer("t")
+    bursts, per_burst = 40, 200
+    with caplog.at_level(logging.WARNING):
+        # Holding the writer's write lock stalls every Parquet write for as long as this block runs:
+        # a disk that takes seconds per file. Export must go on handing rows over regardless.
+        with exporter.writer._write_lock:
+            for burst in range(bursts):
+                for i in range(per_burst):
+                    tracer.start_span(f"s{burst}-{i}").end()
+                assert provider.force_flush(30_000)  # the SDK queue drains although nothing can be written
+            assert exporter.writer.buffered_rows == bursts * per_burst and not _files(dataset)
+        assert exporter.force_flush() is True  # durable in Parquet on return
+        provider.shutdown()
+    assert not [r.getMessage() for r in caplog.records if "Queue full" in r.getMessage()]
+    assert exporter.stats.rows_dropped == 0 and exporter.stats.rows_written == bursts * per_burst
+    with otel_replay.open(dataset) as store:
+        assert store.rows("SELECT count(DISTINCT span_id) AS n FROM spans")[0]["n"] == bursts * per_burst
+
+
+def test_the_hand_off_is_bounded_and_counts_what_it_drops(dataset, caplog):
+    from otel_replay.exporters.rows import RowBuilder
+
+    def table(n: int, offset: int):
+        builder = RowBuilder()
+        for i in range(offset, offset + n):
+            builder.add(
+                trace_id=f"{i:032x}", span_id=f"{i:016x}", parent_span_id=None, trace_state=None, name="s",
+                kind="INTERNAL", resource=("svc", "{}"), scope=(None, None), start=10**18 + i, end=10**18 + i,
+                status=("UNSET", None), attributes={}, events=[], links=[], dropped=(0, 0, 0),
+            )
+        return builder.table()
+
+    writer = ParquetSpanExporter(dataset, max_rows=10, max_age_seconds=3600).writer
+    offered = accepted = 0
+    with caplog.at_level(logging.ERROR), writer._write_lock:  # the disk is stuck
+        for batch in range(12):
+            offered += 5
+            accepted += 5 * writer.offer(table(5, batch * 5))
+    assert 40 <= accepted < offered  # four full files wait; then new rows are refused
+    assert writer.stats.rows_dropped == offered - accepted
+    assert sum("DROPPED" in r.getMessage() for r in caplog.records) == 1  # logged once, counted always
+    writer.close()
+    assert writer.stats.rows_written == accepted
+    with otel_replay.open(dataset) as store:
+        assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == accepted
+
+
+def test_a_batch_writer_waits_for_the_disk_instead_of_dropping(dataset):
+    import threading
+
+    from otel_replay.exporters.rows import RowBuilder
+    from otel_replay.exporters.writer import DatasetWriter
+
+    def table(offset: int):
+        builder = RowBuilder()
+        for i in range(offset, offset + 5):
+            builder.add(
+                trace_id=f"{i:032x}", span_id=f"{i:016x}", parent_span_id=None, trace_state=None, name="s",
+                kind="INTERNAL", resource=("svc", "{}"), scope=(None, None), start=10**18 + i, end=10**18 + i,
+                status=("UNSET", None), attributes={}, events=[], links=[], dropped=(0, 0, 0),
+            )  # fmt: skip
+        return builder.table()
+
+    writer = DatasetWriter(dataset, max_rows=10, max_age_seconds=3600)  # when_full="wait"
+    results: list[bool] = []
+    producer = threading.Thread(target=lambda: results.extend(writer.offer(table(5 * b)) for b in range(12)))
+    with writer._write_lock:  # the disk is stuck: the producer fills four files, then waits
+        producer.start()
+        deadline = time.monotonic() + 30
+        while writer.buffered_rows < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writer.buffered_rows == 40 and producer.is_alive() and writer.stats.rows_dropped == 0
+    producer.join(timeout=60)
+    assert not producer.is_alive() and results == [True] * 12
+    writer.close()
+    assert (writer.stats.rows_written, writer.stats.rows_dropped) == (60, 0)
+    with pytest.raises(ConfigError, match="when_full"):
+        DatasetWriter(dataset, when_full="block")

@@ -113,3 +113,163 @@ def test_otlp_reader_leaves_out_unstorable_spans_when_asked_and_refuses_otherwis
     assert "dropped counts" in rejected[1]
     with pytest.raises(PayloadError, match="start_time 18446744073709551615 ns is out of range"):
         request_to_table(request)
+
+
+def test_record_hash_and_signature_bytes_are_pinned():
+    """The fast framing (orjson) and the prepared HMAC write exactly what verify has always checked."""
+    from otel_replay.integrity import SigningKey, record_hash
+
+    attrs = {
+        "replay.s": "é\u2028\"\\\n", "replay.i": -5, "replay.big": 2**70, "replay.f": 1e20, "replay.g": 0.1,
+        "replay.b": True, "replay.l": ["a", 1, 2.5], "replay.t": ("x",), "replay.j": {"k": [1, None]},
+        "other": "ignored", "replay.record.hash": "h", "replay.record.signature": "s", "replay.record.seq": 3,
+    }  # fmt: skip
+    expected = "9b75ab8195446fe0e7d98ce966bcf39634d3dc7b8027bbde8cdcf5a9ceaf166b"
+    assert record_hash("replay.decision", 1_767_225_600_000_000_123, attrs) == expected
+    key = SigningKey(b"pinned-key-0123456789")
+    signature = "b66dce95e51b3d44b71ba2b0699325828fe11e5d90851bc59c58c65f24b0ffa9"
+    assert key.sign("ab" * 32) == signature and key.check("ab" * 32, signature)
+    assert not key.check("ab" * 32, "0" * 64)
+
+
+def _hostile_value(rnd, depth=0):
+    import struct
+
+    pick = rnd.random()
+    if depth < 3 and pick < 0.1:
+        keys = ["a", "é", "z", "\u2028", "A", "😀", "bbb", "\x00", "\ud800"]
+        return {
+            rnd.choice(keys) + str(rnd.randint(0, 9)): _hostile_value(rnd, depth + 1) for _ in range(rnd.randint(0, 4))
+        }
+    if depth < 3 and pick < 0.2:
+        return [_hostile_value(rnd, depth + 1) for _ in range(rnd.randint(0, 4))]
+    if depth < 3 and pick < 0.25:
+        return tuple(_hostile_value(rnd, depth + 1) for _ in range(rnd.randint(0, 3)))
+    choice = rnd.randint(0, 8)
+    if choice == 0:
+        return rnd.randint(-(2**70), 2**70)  # past 64 bits: orjson refuses, json writes it
+    if choice == 1:
+        return struct.unpack("d", rnd.getrandbits(64).to_bytes(8, "little"))[0]  # any double, NaN included
+    if choice == 2:
+        return rnd.random() * 10 ** rnd.randint(-8, 20)  # both sides of the exponent boundaries
+    if choice == 3:
+        return rnd.choice([True, False, None, float("nan"), float("inf"), -0.0, 1e16, 1e-4, 9.999e-5, 1e15])
+    if choice == 4:
+        ranges = [(0, 0x7F), (0x80, 0xFFFF), (0x10000, 0x10FFFF)]  # control chars, lone surrogates, astral
+        return "".join(chr(rnd.randint(*rnd.choice(ranges))) for _ in range(rnd.randint(0, 8)))
+    if choice == 5:
+        return b"\x00\xff" * rnd.randint(0, 3)
+    if choice == 6:
+        import enum
+
+        return enum.IntEnum("E", "A B")(1)  # an int subclass
+    if choice == 7:
+        return type("S", (str,), {})("sub")  # a str subclass
+    return "plain"
+
+
+def test_fast_json_writes_exactly_what_json_writes_or_fails_the_same_way():
+    """The stored attribute bytes and the canonical (hashed) form do not depend on whether orjson is present."""
+    import json
+    import random
+
+    from otel_replay import _json
+    from otel_replay.errors import CaptureError
+
+    assert _json._orjson is not None, "orjson is a dependency: the fast path must be the one tested"
+    compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json._bytes_default).encode
+    canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+    def outcome(fn, value):
+        try:
+            return fn(value)
+        except Exception as exc:
+            return type(exc)
+
+    rnd = random.Random(9)
+    fast_used = 0
+    for _ in range(20_000):
+        value = {f"k{j}": _hostile_value(rnd) for j in range(rnd.randint(0, 6))}
+        assert outcome(_json.compact_json, value) == outcome(compact, value), value
+        assert outcome(_json.compact_json_bytes, value) == outcome(lambda v: compact(v).encode(), value), value
+        expected = outcome(canonical, value)
+        got = outcome(lambda v: _json.canonical_json(v, where="fuzz"), value)
+        assert got == expected or (isinstance(expected, type) and got is CaptureError), (value, got, expected)
+        fast_used += _json._same_bytes(value)
+    assert fast_used > 5_000  # the fast path was exercised, not just the fallback
+
+
+def test_float_and_unicode_attributes_store_the_same_bytes_on_both_paths():
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc", "r": 1e16}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    values = {"big": 1e16, "small": 1e-5, "edge": 1e-4, "nan": float("nan"), "inf": float("-inf"), "neg0": -0.0,
+              "u": "\u2028\x00\x1f\"\\é😀", "floats": (1e300, 0.1), "bytes": b"\x00\xff", "i": 2**63 - 1}  # fmt: skip
+    tracer.start_span("floats", attributes=values).end()
+    provider.shutdown()
+    spans = memory.get_finished_spans()
+    direct, via_otlp = spans_to_table(spans), request_to_table(encode_spans(spans))
+    assert direct.equals(via_otlp)
+    text = direct.column("attributes")[0].as_py()
+    assert '"big":1e+16' in text and '"small":1e-05' in text and '"nan":NaN' in text and '"bytes":"AP8="' in text
+
+
+def test_a_bad_span_in_a_bulk_batch_is_refused_alone_on_the_sdk_path():
+    import pytest
+
+    from otel_replay.errors import PayloadError
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    for i in range(5):
+        span = tracer.start_span(f"ok{i}", attributes={"replay.correlation_id": f"c{i}"})
+        span.add_event("e", {"n": i})
+        span.end()
+    bad = tracer.start_span("bad")
+    bad.add_event("late", timestamp=2**64 - 1)
+    bad.end()
+    provider.shutdown()
+    spans = list(memory.get_finished_spans())
+    spans.insert(2, spans.pop())  # the bad one in the middle of the batch
+    rejected: list[str] = []
+    table = spans_to_table(spans, rejected)
+    assert table.column("name").to_pylist() == ["ok0", "ok1", "ok2", "ok3", "ok4"]
+    events = table.column("events").combine_chunks().flatten()
+    assert events.field("attributes").to_pylist() == [f'{{"n":{i}}}' for i in range(5)]
+    assert table.column("correlation_id").to_pylist() == [f"c{i}" for i in range(5)]
+    assert len(rejected) == 1 and "'bad'" in rejected[0] and "event 0 time 18446744073709551615" in rejected[0]
+    with pytest.raises(PayloadError, match="event 0 time"):
+        spans_to_table(spans)
+
+
+def test_row_builder_add_by_keyword_builds_typed_rows_with_dates_durations_events_links():
+    from otel_replay.exporters.rows import RowBuilder
+
+    def span(i):
+        return dict(
+            trace_id=f"{i:032x}", span_id=f"{i:016x}", parent_span_id=None if i % 2 else f"{i + 1:016x}",
+            trace_state=None, name=f"s{i}", kind="INTERNAL", resource=("svc", '{"service.name":"svc"}'),
+            scope=("sc", None), start=86_400 * 10**9 * (20_000 + i % 2), end=86_400 * 10**9 * 20_000 + 5 - i,
+            status=("OK", None), attributes={"replay.kind": "decision", "n": i, "replay.session_id": i},
+            events=[{"time": 7, "name": "e", "attributes": "{}"}] * (i % 3),
+            links=[{"trace_id": "ab" * 16, "span_id": "cd" * 8, "trace_state": "v=1", "attributes": "{}"}] * (i % 2),
+            dropped=(i, 0, 1),
+        )  # fmt: skip
+
+    one = RowBuilder()
+    for i in range(4):
+        assert one.add(**span(i))
+    table = one.table()
+    assert table.num_rows == 4 and len(one) == 4
+    rows = table.drop_columns(["start_time", "end_time", "events"]).to_pylist()
+    events = table.column("events").combine_chunks().flatten().field("name").to_pylist()
+    assert events == ["e"] * 3
+    assert [r["date"] for r in rows] == ["2024-10-04", "2024-10-05", "2024-10-04", "2024-10-05"]
+    assert [r["duration_ns"] for r in rows] == [5, None, 3, None]  # an end before its start: NULL
+    assert table.column("events").combine_chunks().value_lengths().to_pylist() == [0, 1, 2, 0]
+    assert [len(r["links"]) for r in rows] == [0, 1, 0, 1] and rows[1]["links"][0]["trace_state"] == "v=1"
+    assert rows[1]["replay_kind"] == "decision" and rows[1]["attributes"] == '{"n":1,"replay.session_id":1}'
+    assert rows[3]["dropped_attributes_count"] == 3 and rows[0]["parent_span_id"] == f"{1:016x}"

@@ -27,9 +27,14 @@ _log = logging.getLogger(__name__)
 _shut_down: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
+_any_shut_down = False  # lets ``Recorder.closed`` skip the WeakSet lookup until something was shut down
+
+
 def mark_shut_down(provider: TracerProvider) -> None:
     """Note that ``provider`` was shut down: records emitted through it are lost from now on."""
+    global _any_shut_down
     _shut_down.add(provider)
+    _any_shut_down = True
 
 
 class Pipeline(Protocol):
@@ -98,7 +103,7 @@ class Recorder:
         """True when spans emitted now would be lost: the pipeline behind the tracer was shut down."""
         if self._pipeline is not None:
             return self._pipeline.closed
-        return trace.get_tracer_provider() in _shut_down
+        return _any_shut_down and trace.get_tracer_provider() in _shut_down
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
         """Make every record emitted so far durable in the dataset; ``False`` if that failed.

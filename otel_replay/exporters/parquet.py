@@ -59,6 +59,13 @@ class ParquetSpanExporter(SpanExporter):
         max_age_seconds: roll rows older than this even if the buffer is small
             (``OTEL_REPLAY_MAX_FILE_AGE``, default 5 s).
 
+    ``export`` converts a batch to Arrow columns and hands it to the
+    :class:`~otel_replay.exporters.writer.DatasetWriter`, whose own thread
+    writes the Parquet files: the SDK's span queue never backs up behind a
+    slow write. If four full files are already waiting for the disk, further
+    spans are dropped and counted in ``stats.rows_dropped`` (logged once), not
+    queued without bound.
+
     Like every OpenTelemetry exporter it never raises into the application: a
     failure is logged and reported as ``SpanExportResult.FAILURE``. A span
     that cannot be stored (a time outside int64 nanoseconds, see
@@ -96,6 +103,7 @@ class ParquetSpanExporter(SpanExporter):
             max_age_seconds=float(
                 max_age_seconds if max_age_seconds is not None else settings.env_number(settings.MAX_FILE_AGE, 5.0)
             ),
+            when_full="drop",  # the SDK's processor thread must never wait for the disk
         )
         self._shutdown = False
         self._flushed_mark = 0
@@ -131,12 +139,10 @@ class ParquetSpanExporter(SpanExporter):
                 table = self._span_by_span(spans, rejected)
             if rejected:
                 self._reject(rejected, len(spans))
-            try:
-                self.writer.append(table)
-            except Exception:  # the rows stay buffered in the writer and are retried
-                _log.exception("otel-replay: writing %d spans failed; kept buffered for the next flush", len(spans))
-                return SpanExportResult.FAILURE
-            return SpanExportResult.FAILURE if rejected else SpanExportResult.SUCCESS
+            # Only a hand-off: the writer's own thread writes Parquet, so this
+            # thread (the SDK's BatchSpanProcessor) never waits for the disk.
+            accepted = self.writer.offer(table)
+            return SpanExportResult.SUCCESS if accepted and not rejected else SpanExportResult.FAILURE
         finally:
             detach(token)
 

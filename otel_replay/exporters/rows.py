@@ -16,20 +16,26 @@ the same process costs more than the whole row build (see benchmarks/).
 from __future__ import annotations
 
 import base64
-import json
+import collections
+import itertools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util import BoundedList
 
 from otel_replay import semconv as sc
+from otel_replay._json import compact_json, compact_json_bytes
 from otel_replay.errors import PayloadError
 
-from .schema import SPAN_SCHEMA
+from .schema import EVENT_TYPE, LINK_TYPE, SPAN_SCHEMA
 
 __all__ = [
     "DATE_COLUMN",
@@ -48,7 +54,6 @@ DATE_COLUMN = "date"
 _OTLP_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _OTLP_STATUS = ("UNSET", "OK", "ERROR")
 _DAY_NS = 86_400 * 1_000_000_000
-_PROMOTED_KEYS = tuple(sc.PROMOTED_COLUMNS)
 ROW_ORDER = (
     "trace_id",
     "span_id",
@@ -76,13 +81,7 @@ ROW_ORDER = (
 """The order of the values in a :class:`RowBuilder` row; equal to ``SPAN_SCHEMA`` (pinned by a test)."""
 
 
-def _bytes_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode()
-    raise TypeError(f"{type(value).__name__} is not an attribute value")
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_bytes_default).encode
+_dumps = compact_json
 
 TIME_LIMIT_NS = 2**63 - 1
 """Span, end and event times must be below this (int64 nanoseconds; 2262-04-11, DuckDB's "infinity")."""
@@ -114,7 +113,14 @@ def _span_label(trace_id: str, span_id: str, name: str) -> str:
 
 
 class RowBuilder:
-    """Accumulates spans as row tuples and turns them into one Arrow table.
+    """Accumulates spans column by column and turns them into one Arrow table.
+
+    Both span readers hand it whole batches through :meth:`extend` (plain
+    lists, one per field: the SDK reader per export batch, the OTLP reader per
+    ``ScopeSpans``); :meth:`add` takes one span by keyword. Everything that
+    decides what a row *is* happens once per batch in :meth:`table`:
+    promotion of attributes to typed columns, the attributes JSON (see
+    :func:`otel_replay._json.compact_json_bytes`), durations and partition dates.
 
     Args:
         rejected: where to note spans that cannot be stored (one line each,
@@ -125,9 +131,14 @@ class RowBuilder:
 
     def __init__(self, rejected: list[str] | None = None) -> None:
         """Start an empty batch."""
-        self.rows: list[tuple[Any, ...]] = []
-        self._days: dict[int, str] = {}
+        self._cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+        self._events: dict[str, list[Any]] = {name: [] for name in _EVENT_FIELDS}
+        self._links: dict[str, list[Any]] = {name: [] for name in _LINK_FIELDS}
         self._rejected = rejected
+
+    def __len__(self) -> int:
+        """Spans accepted so far."""
+        return len(self._cols["trace_id"])
 
     def _refuse(self, label: str, reason: str) -> None:
         if self._rejected is None:
@@ -155,7 +166,9 @@ class RowBuilder:
     ) -> bool:
         """Append one span; ``False`` when it was refused (see the class docstring).
 
-        ``attributes`` is consumed (promoted keys are removed).
+        ``attributes`` is consumed (promoted keys are removed when the table is built).
+        Each event is ``{"time", "name", "attributes"}`` and each link
+        ``{"trace_id", "span_id", "trace_state", "attributes"}``, attributes as JSON text.
         """
         # The hot path: inline comparisons (span_time_error says why, when one fails).
         bad = not (0 <= start < _TIME_LIMIT and 0 <= end < _TIME_LIMIT)
@@ -169,20 +182,8 @@ class RowBuilder:
         if (dropped[0] | dropped[1] | dropped[2]) > _COUNT_LIMIT:  # any above 2**31-1 (all are >= 0)
             self._refuse(_span_label(trace_id, span_id, name), f"dropped counts {dropped} exceed {_COUNT_LIMIT}")
             return False
-        promoted: list[str | None] = []
-        for key in _PROMOTED_KEYS:
-            value = attributes.get(key)
-            if value.__class__ is str:
-                del attributes[key]
-                promoted.append(value)
-            else:
-                promoted.append(None)
-        day = start // _DAY_NS
-        date = self._days.get(day)
-        if date is None:
-            date = self._days[day] = datetime.fromtimestamp(day * 86_400, tz=UTC).strftime("%Y-%m-%d")
-        # Order: the columns of SPAN_SCHEMA (a test pins it), then the partition date.
-        self.rows.append(
+        for column, value in zip(
+            _COLUMNS,
             (
                 trace_id,
                 span_id,
@@ -195,29 +196,190 @@ class RowBuilder:
                 scope[1],
                 start,
                 end,
-                end - start if end >= start else None,
                 status[0],
                 status[1],
-                *promoted,
-                _dumps(attributes),
+                attributes,
                 resource[1],
-                events,
-                links,
                 dropped[0],
                 dropped[1],
                 dropped[2],
-                date,
-            )
-        )
+                len(events),
+                len(links),
+            ),
+            strict=True,
+        ):
+            self._cols[column].append(value)
+        for ev in events:
+            for field in _EVENT_FIELDS:
+                self._events[field].append(ev[field])
+        for link in links:
+            for field in _LINK_FIELDS:
+                self._links[field].append(link[field])
         return True
 
-    def table(self) -> pa.Table:
-        """The batch as an Arrow table in :data:`SPAN_SCHEMA`, plus the ``date`` column."""
-        columns = list(zip(*self.rows, strict=True)) if self.rows else [()] * (len(SPAN_SCHEMA) + 1)
-        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, SPAN_SCHEMA, strict=False)]
-        table = pa.Table.from_arrays(arrays, schema=SPAN_SCHEMA)
-        return table.append_column(DATE_COLUMN, pa.array(columns[-1], pa.string()))
+    def extend(self, columns: dict[str, list[Any]], events: dict[str, list[Any]], links: dict[str, list[Any]]) -> None:
+        """Append a batch given as one list per field (the names of :meth:`add`'s columns; see ``_COLUMNS``).
 
+        ``events`` and ``links`` hold the batch's events and links flattened
+        in span order (``columns["event_count"]``/``["link_count"]`` say how
+        many each span has). The whole batch is checked at once; when a span
+        is unstorable, the batch goes through :meth:`add` span by span, so
+        exactly the bad ones are refused.
+        """
+        starts, ends, times = columns["start"], columns["end"], events["time"]
+        if not starts:
+            return
+        bad = min(starts) < 0 or max(starts) >= _TIME_LIMIT or min(ends) < 0 or max(ends) >= _TIME_LIMIT
+        bad = bad or (bool(times) and (min(times) < 0 or max(times) >= _TIME_LIMIT))
+        for key in ("dropped_attributes", "dropped_events", "dropped_links"):
+            bad = bad or max(columns[key]) > _COUNT_LIMIT
+        if not bad:
+            for name in _COLUMNS:
+                self._cols[name].extend(columns[name])
+            for name in _EVENT_FIELDS:
+                self._events[name].extend(events[name])
+            for name in _LINK_FIELDS:
+                self._links[name].extend(links[name])
+            return
+        ev_at = link_at = 0
+        for i in range(len(starts)):
+            ev_n, link_n = columns["event_count"][i], columns["link_count"][i]
+            self.add(
+                trace_id=columns["trace_id"][i],
+                span_id=columns["span_id"][i],
+                parent_span_id=columns["parent_span_id"][i],
+                trace_state=columns["trace_state"][i],
+                name=columns["name"][i],
+                kind=columns["kind"][i],
+                resource=(columns["service_name"][i], columns["resource_attributes"][i]),
+                scope=(columns["scope_name"][i], columns["scope_version"][i]),
+                start=starts[i],
+                end=ends[i],
+                status=(columns["status_code"][i], columns["status_message"][i]),
+                attributes=columns["attributes"][i],
+                events=[{f: events[f][j] for f in _EVENT_FIELDS} for j in range(ev_at, ev_at + ev_n)],
+                links=[{f: links[f][j] for f in _LINK_FIELDS} for j in range(link_at, link_at + link_n)],
+                dropped=(columns["dropped_attributes"][i], columns["dropped_events"][i], columns["dropped_links"][i]),
+            )
+            ev_at += ev_n
+            link_at += link_n
+
+    def table(self) -> pa.Table:
+        """The batch as an Arrow table in :data:`SPAN_SCHEMA`, plus the ``date`` column.
+
+        Call it once: promotion moves keys out of the attribute mappings it was given.
+        """
+        c = self._cols
+        attributes = c["attributes"]
+        promoted = {column: _promote(attributes, key) for key, column in sc.PROMOTED_COLUMNS.items()}
+        start = pa.array(c["start"], pa.int64())
+        end = pa.array(c["end"], pa.int64())
+        duration = pc.if_else(pc.greater_equal(end, start), pc.subtract(end, start), pa.scalar(None, pa.int64()))
+        arrays: dict[str, pa.Array] = {
+            "start_time": start.cast(_TS),
+            "end_time": end.cast(_TS),
+            "duration_ns": duration,
+            "attributes": _json_array(attributes),
+            "events": _list_array(
+                c["event_count"],
+                [pa.array(self._events["time"], pa.int64()).cast(_TS)]
+                + [pa.array(self._events[f], pa.string()) for f in _EVENT_FIELDS[1:]],
+                EVENT_TYPE,
+            ),
+            "links": _list_array(
+                c["link_count"], [pa.array(self._links[f], pa.string()) for f in _LINK_FIELDS], LINK_TYPE
+            ),
+            **promoted,
+        }
+        for field in SPAN_SCHEMA:
+            if field.name not in arrays:
+                arrays[field.name] = pa.array(c[_SOURCE.get(field.name, field.name)], field.type)
+        table = pa.Table.from_arrays([arrays[f.name] for f in SPAN_SCHEMA], schema=SPAN_SCHEMA)
+        return table.append_column(DATE_COLUMN, _dates(start))
+
+
+_TS = pa.timestamp("ns", tz="UTC")
+_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "trace_state",
+    "name",
+    "kind",
+    "service_name",
+    "scope_name",
+    "scope_version",
+    "start",
+    "end",
+    "status_code",
+    "status_message",
+    "attributes",
+    "resource_attributes",
+    "dropped_attributes",
+    "dropped_events",
+    "dropped_links",
+    "event_count",
+    "link_count",
+)
+_SOURCE = {
+    "dropped_attributes_count": "dropped_attributes",
+    "dropped_events_count": "dropped_events",
+    "dropped_links_count": "dropped_links",
+}
+_EVENT_FIELDS = ("time", "name", "attributes")
+_LINK_FIELDS = ("trace_id", "span_id", "trace_state", "attributes")
+
+
+def _promote(attributes: list[dict[str, Any]], key: str) -> pa.Array:
+    """Move ``key`` out of each mapping into a string column; a value that is not a string stays put."""
+    values = list(map(dict.get, attributes, itertools.repeat(key)))
+    if _only_str_or_none(map(type, values)):  # the common case: the key is absent or a string everywhere
+        holders = [a for a, v in zip(attributes, values, strict=True) if v is not None]
+        if holders:
+            collections.deque(map(dict.pop, holders, itertools.repeat(key)), maxlen=0)
+        return pa.array(values, pa.string())
+    kept = [v if v.__class__ is str else None for v in values]
+    for mapping, value in zip(attributes, kept, strict=True):
+        if value is not None:
+            del mapping[key]
+    return pa.array(kept, pa.string())
+
+
+_only_str_or_none = frozenset({str, type(None)}).issuperset
+
+
+def _json_array(mappings: list[dict[str, Any]]) -> pa.Array:
+    """One string column from the mappings' stored JSON, assembled from one joined buffer.
+
+    The bytes are valid UTF-8 by construction (orjson refuses lone
+    surrogates and json's text is encoded strictly), so Arrow need not check.
+    """
+    blobs = [compact_json_bytes(m) for m in mappings]
+    data = b"".join(blobs)
+    if len(data) >= _OFFSET_LIMIT:
+        return pa.array(blobs, pa.large_binary()).cast(pa.string())
+    offsets = pa.array(itertools.accumulate(map(len, blobs), initial=0), pa.int32())
+    return pa.StringArray.from_buffers(len(blobs), offsets.buffers()[1], pa.py_buffer(data))
+
+
+_OFFSET_LIMIT = 2**31 - 1
+
+
+def _list_array(counts: list[int], children: list[pa.Array], item: pa.StructType) -> pa.Array:
+    offsets = pa.array(itertools.accumulate(counts, initial=0), pa.int32())
+    values = pa.StructArray.from_arrays(children, fields=list(item))
+    return pa.ListArray.from_arrays(offsets, values, type=pa.list_(item))
+
+
+def _dates(start: pa.Array) -> pa.Array:
+    """``YYYY-MM-DD`` (UTC) of each start time, formatted once per distinct day."""
+    days = pc.divide(start, _DAY_NS)  # integer division: times are >= 0
+    unique = pc.unique(days)
+    names = pa.array(
+        [datetime.fromtimestamp(day * 86_400, tz=UTC).strftime("%Y-%m-%d") for day in unique.to_pylist()],
+        pa.string(),
+    )
+    return pc.take(names, pc.index_in(days, unique))
 
 def _resource(attributes: Mapping[str, Any]) -> tuple[str | None, str]:
     service = attributes.get(sc.SERVICE_NAME)
@@ -239,56 +401,85 @@ def any_value(value: Any) -> Any:
     return getattr(value, kind)
 
 
+_SCALAR_KINDS = frozenset({"string_value", "bool_value", "int_value", "double_value"})
+
+
 def _pb_attrs(kvs: Iterable[Any]) -> dict[str, Any]:
-    return {kv.key: any_value(kv.value) for kv in kvs}
+    out: dict[str, Any] = {}
+    for kv in kvs:  # scalars inline; arrays, kvlists and bytes through any_value
+        value = kv.value
+        kind = value.WhichOneof("value")
+        out[kv.key] = getattr(value, kind) if kind in _SCALAR_KINDS else any_value(value)
+    return out
+
+
+_OTLP_IDS = ("trace_id", "span_id", "parent_span_id", "trace_state")
+_OTLP_PLAIN = ("name", "kind", "start", "end", "status_code", "status_message")
+_OTLP_COUNTS = ("attributes", "dropped_attributes", "dropped_events", "dropped_links", "event_count", "link_count")
+
+
+def _otlp_name(names: tuple[str, ...], value: int) -> str:
+    return names[value] if 0 <= value < len(names) else str(value)
 
 
 def resource_spans_to_table(resource_spans: Sequence[ResourceSpans], rejected: list[str] | None = None) -> pa.Table:
     """Convert OTLP ``ResourceSpans`` messages to one Arrow table (plus ``date``).
 
+    Each ``ScopeSpans`` is read column by column into the :class:`RowBuilder`.
     A span that cannot be stored (see :func:`span_time_error`) is noted in
     ``rejected`` and left out; without ``rejected`` it raises ``PayloadError``.
     """
-    rows = RowBuilder(rejected)
+    builder = RowBuilder(rejected)
     for rs in resource_spans:
-        resource = _resource(_pb_attrs(rs.resource.attributes))
+        service, resource_json = _resource(_pb_attrs(rs.resource.attributes))
         for ss in rs.scope_spans:
-            scope = (ss.scope.name or None, ss.scope.version or None)
+            n = len(ss.spans)
+            if not n:
+                continue
+            cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+            events: dict[str, list[Any]] = {name: [] for name in _EVENT_FIELDS}
+            links: dict[str, list[Any]] = {name: [] for name in _LINK_FIELDS}
+            cols.update(
+                service_name=[service] * n,
+                resource_attributes=[resource_json] * n,
+                scope_name=[ss.scope.name or None] * n,
+                scope_version=[ss.scope.version or None] * n,
+            )
+            # One pass over the messages (each field read on a protobuf message costs a call).
+            trace_id, span_id, parent, state = (cols[k].append for k in _OTLP_IDS)
+            name, kind, start, end, code, message = (cols[k].append for k in _OTLP_PLAIN)
+            attrs, d_attrs, d_events, d_links, n_events, n_links = (cols[k].append for k in _OTLP_COUNTS)
             for span in ss.spans:
-                rows.add(
-                    trace_id=span.trace_id.hex(),
-                    span_id=span.span_id.hex(),
-                    parent_span_id=span.parent_span_id.hex() or None,
-                    trace_state=span.trace_state or None,
-                    name=span.name,
-                    kind=_OTLP_KINDS[span.kind] if span.kind < len(_OTLP_KINDS) else str(span.kind),
-                    resource=resource,
-                    scope=scope,
-                    start=span.start_time_unix_nano,
-                    end=span.end_time_unix_nano,
-                    status=(
-                        _OTLP_STATUS[span.status.code]
-                        if span.status.code < len(_OTLP_STATUS)
-                        else str(span.status.code),
-                        span.status.message or None,
-                    ),
-                    attributes=_pb_attrs(span.attributes),
-                    events=[
-                        {"time": ev.time_unix_nano, "name": ev.name, "attributes": _dumps(_pb_attrs(ev.attributes))}
-                        for ev in span.events
-                    ],
-                    links=[
-                        {
-                            "trace_id": link.trace_id.hex(),
-                            "span_id": link.span_id.hex(),
-                            "trace_state": link.trace_state or None,
-                            "attributes": _dumps(_pb_attrs(link.attributes)),
-                        }
-                        for link in span.links
-                    ],
-                    dropped=(span.dropped_attributes_count, span.dropped_events_count, span.dropped_links_count),
-                )
-    return rows.table()
+                trace_id(span.trace_id.hex())
+                span_id(span.span_id.hex())
+                parent(span.parent_span_id.hex() or None)
+                state(span.trace_state or None)
+                name(span.name)
+                kind(_otlp_name(_OTLP_KINDS, span.kind))
+                start(span.start_time_unix_nano)
+                end(span.end_time_unix_nano)
+                status = span.status
+                code(_otlp_name(_OTLP_STATUS, status.code))
+                message(status.message or None)
+                attrs(_pb_attrs(span.attributes))
+                d_attrs(span.dropped_attributes_count)
+                d_events(span.dropped_events_count)
+                d_links(span.dropped_links_count)
+                span_events = span.events
+                n_events(len(span_events))
+                for ev in span_events:
+                    events["time"].append(ev.time_unix_nano)
+                    events["name"].append(ev.name)
+                    events["attributes"].append(_dumps(_pb_attrs(ev.attributes)))
+                span_links = span.links
+                n_links(len(span_links))
+                for link in span_links:
+                    links["trace_id"].append(link.trace_id.hex())
+                    links["span_id"].append(link.span_id.hex())
+                    links["trace_state"].append(link.trace_state or None)
+                    links["attributes"].append(_dumps(_pb_attrs(link.attributes)))
+            builder.extend(cols, events, links)
+    return builder.table()
 
 
 def request_to_table(request: ExportTraceServiceRequest, rejected: list[str] | None = None) -> pa.Table:
@@ -298,66 +489,136 @@ def request_to_table(request: ExportTraceServiceRequest, rejected: list[str] | N
 
 # --- SDK span reader -----------------------------------------------------------
 
+_FIELDS = ("context", "parent", "name", "kind", "resource", "instrumentation_scope", "status", "start_time", "end_time")
+# ReadableSpan keeps each behind a property; its ``_``-prefixed attribute is read without a Python call.
+_FIELD_RAW = tuple(operator.attrgetter(f"_{name}") for name in _FIELDS)
+_FIELD_PUBLIC = tuple(operator.attrgetter(name) for name in _FIELDS)
+
+
+def _span_context_getters() -> tuple[Any, Any, Any]:
+    # SpanContext is a tuple (trace_id, span_id, is_remote, flags, state, ...): its items read in C,
+    # its properties through a Python call each. Checked once, in case a future API changes the layout.
+    from opentelemetry.trace import SpanContext, TraceState
+
+    state = TraceState([("k", "v")])
+    probe = SpanContext(0x1234, 0x56, is_remote=False, trace_state=state)
+    if isinstance(probe, tuple) and probe[0] == 0x1234 and probe[1] == 0x56 and probe[4] is state:
+        return operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(4)
+    return tuple(operator.attrgetter(n) for n in ("trace_id", "span_id", "trace_state"))  # type: ignore[return-value]
+
+
+_TRACE_ID, _SPAN_ID, _TRACE_STATE = _span_context_getters()
+
+
+def _fields(spans: Sequence[ReadableSpan]) -> list[list[Any]]:
+    """The values of ``_FIELDS`` across the batch, one list per field."""
+    try:
+        return [list(map(get, spans)) for get in _FIELD_RAW]
+    except AttributeError:  # a span object that is not an SDK ReadableSpan: its public properties
+        return [list(map(get, spans)) for get in _FIELD_PUBLIC]
+
+
+# The raw containers, not the copies the public properties make on every call
+# (ReadableSpan.__init__ sets these; a span object without them takes the public path).
+_RAW = tuple(operator.attrgetter(name) for name in ("_attributes", "_events", "_links"))
+_PUBLIC = tuple(operator.attrgetter(name) for name in ("attributes", "events", "links"))
+_HAS_DQ = hasattr(BoundedList(1), "_dq")
+_FAST_ATTRS = BoundedAttributes if hasattr(BoundedAttributes(), "_dict") else None  # its plain dict, copied in C
+
+
+def _containers(spans: Sequence[ReadableSpan]) -> list[list[Any]]:
+    """Each span's attributes, events and links containers, three lists across the batch."""
+    try:
+        return [list(map(get, spans)) for get in _RAW]
+    except AttributeError:
+        return [list(map(get, spans)) for get in _PUBLIC]
+
+
+def _lengths(containers: list[Any]) -> list[int]:
+    # BoundedList.__len__ is Python code taking a lock; its deque answers directly.
+    if _HAS_DQ:
+        return [len(c._dq) if c.__class__ is BoundedList else len(c) for c in containers]  # type: ignore[attr-defined]
+    return list(map(len, containers))
+
 
 def _sdk_attrs(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     # Tuples need no conversion: JSON encodes them as arrays, like OTLP arrays.
     if not attributes:
         return {}
-    # The SDK's BoundedAttributes keeps a plain dict; copying it directly skips
-    # a Python-level walk of the mapping (a fifth of the exporter's time).
+    # The SDK's BoundedAttributes keeps a plain dict: copying it skips a Python-level walk of the mapping.
     inner = getattr(attributes, "_dict", None)
     return dict(inner) if isinstance(inner, dict) else dict(attributes)
 
 
-def _span_attrs(span: ReadableSpan) -> dict[str, Any]:
-    # ``span.attributes`` is a read-only view over the span's BoundedAttributes.
-    return _sdk_attrs(getattr(span, "_attributes", None) or span.attributes)
+def _per_object(objects: list[Any], convert: Any) -> list[Any]:
+    """``convert(o)`` for each object, computed once per distinct object (resources and scopes repeat)."""
+    seen: dict[int, Any] = {}
+    for obj in objects:
+        if id(obj) not in seen:
+            seen[id(obj)] = convert(obj)
+    if len(seen) == 1:
+        return [next(iter(seen.values()))] * len(objects)
+    return [seen[id(obj)] for obj in objects]
+
+
+def _scope(scope: Any) -> tuple[str | None, str | None]:
+    return (scope.name or None, scope.version or None) if scope is not None else (None, None)
 
 
 def spans_to_table(spans: Sequence[ReadableSpan], rejected: list[str] | None = None) -> pa.Table:
     """Convert SDK spans to rows (the same rows OTLP-encoding them would give).
 
-    A span that cannot be stored (see :func:`span_time_error`) is noted in
-    ``rejected`` and left out; without ``rejected`` it raises ``PayloadError``.
+    Each field is pulled across the whole batch at once and handed to the
+    :class:`RowBuilder` as a list. A span that cannot be stored (see
+    :func:`span_time_error`) is noted in ``rejected`` and left out; without
+    ``rejected`` it raises ``PayloadError``.
     """
-    rows = RowBuilder(rejected)
-    resources: dict[int, tuple[str | None, str]] = {}
-    for span in spans:
-        ctx = span.context
-        parent = span.parent
-        res = span.resource
-        resource = resources.get(id(res))
-        if resource is None:
-            resource = resources[id(res)] = _resource(res.attributes)
-        scope = span.instrumentation_scope
-        status = span.status
-        header = ctx.trace_state.to_header() if ctx.trace_state else ""
-        rows.add(
-            trace_id=f"{ctx.trace_id:032x}",
-            span_id=f"{ctx.span_id:016x}",
-            parent_span_id=f"{parent.span_id:016x}" if parent is not None else None,
-            trace_state=header or None,
-            name=span.name,
-            kind=span.kind.name,
-            resource=resource,
-            scope=(scope.name or None, scope.version or None) if scope is not None else (None, None),
-            start=span.start_time or 0,
-            end=span.end_time or 0,
-            status=(status.status_code.name, status.description or None),
-            attributes=_span_attrs(span),
-            events=[
-                {"time": ev.timestamp, "name": ev.name, "attributes": _dumps(_sdk_attrs(ev.attributes))}
-                for ev in span.events
+    builder = RowBuilder(rejected)
+    if not spans:
+        return builder.table()
+    contexts, parents, names, kinds, resource_objs, scope_objs, statuses, starts, ends = _fields(spans)
+    resources = _per_object(resource_objs, lambda res: _resource(res.attributes))
+    scopes = _per_object(scope_objs, _scope)
+    attrs, events, links = _containers(spans)
+    columns: dict[str, list[Any]] = {
+        "trace_id": list(map(format, map(_TRACE_ID, contexts), itertools.repeat("032x"))),
+        "span_id": list(map(format, map(_SPAN_ID, contexts), itertools.repeat("016x"))),
+        "parent_span_id": [None if p is None else format(_SPAN_ID(p), "016x") for p in parents],
+        "trace_state": [(t.to_header() or None) if t else None for t in map(_TRACE_STATE, contexts)],
+        "name": names,
+        "kind": [k._name_ for k in kinds],  # Enum.name is a Python-level property
+        "service_name": [r[0] for r in resources],
+        "resource_attributes": [r[1] for r in resources],
+        "scope_name": [s[0] for s in scopes],
+        "scope_version": [s[1] for s in scopes],
+        "start": [t or 0 for t in starts],
+        "end": [t or 0 for t in ends],
+        "status_code": [s.status_code._name_ for s in statuses],
+        "status_message": [s.description or None for s in statuses],
+        "attributes": [dict(a._dict) if a.__class__ is _FAST_ATTRS else _sdk_attrs(a) for a in attrs],
+        "dropped_attributes": [a.dropped if isinstance(a, BoundedAttributes) else 0 for a in attrs],
+        "dropped_events": [e.dropped if isinstance(e, BoundedList) else 0 for e in events],
+        "dropped_links": [k.dropped if isinstance(k, BoundedList) else 0 for k in links],
+        "event_count": _lengths(events),
+        "link_count": _lengths(links),
+    }
+    flat_events = [ev for evs in events for ev in evs] if any(columns["event_count"]) else []
+    flat_links = [link for ls in links for link in ls] if any(columns["link_count"]) else []
+    builder.extend(
+        columns,
+        {
+            "time": [ev.timestamp for ev in flat_events],
+            "name": [ev.name for ev in flat_events],
+            "attributes": [_dumps(_sdk_attrs(ev.attributes)) for ev in flat_events],
+        },
+        {
+            "trace_id": [f"{link.context.trace_id:032x}" for link in flat_links],
+            "span_id": [f"{link.context.span_id:016x}" for link in flat_links],
+            "trace_state": [
+                (link.context.trace_state.to_header() or None) if link.context.trace_state else None
+                for link in flat_links
             ],
-            links=[
-                {
-                    "trace_id": f"{link.context.trace_id:032x}",
-                    "span_id": f"{link.context.span_id:016x}",
-                    "trace_state": (link.context.trace_state.to_header() or None) if link.context.trace_state else None,
-                    "attributes": _dumps(_sdk_attrs(link.attributes)),
-                }
-                for link in span.links
-            ],
-            dropped=(span.dropped_attributes, span.dropped_events, span.dropped_links),
-        )
-    return rows.table()
+            "attributes": [_dumps(_sdk_attrs(link.attributes)) for link in flat_links],
+        },
+    )
+    return builder.table()

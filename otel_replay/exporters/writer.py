@@ -2,13 +2,16 @@
 
 Rows are buffered in memory and rolled into one file per partition when the
 buffer reaches ``max_rows`` rows, ``max_bytes`` bytes or ``max_age_seconds``
-seconds. A file is written under a dot-prefixed temporary name, fsynced, then
+seconds; the writer's own thread writes the files, so appending never waits
+for the disk (until the bounded backlog is full, see ``DatasetWriter.offer``).
+A file is written under a dot-prefixed temporary name, fsynced, then
 renamed into place (and the directory fsynced), so a reader never sees a
 half-written file and a crash leaves at worst an ignorable ``.tmp`` file.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -93,13 +96,22 @@ class WriterStats:
 
 
 class DatasetWriter:
-    """Append Arrow tables (from :mod:`rows`) to a hive-partitioned dataset.
+    """Append Arrow tables (from :mod:`rows`) to a hive-partitioned dataset, writing on a thread of its own.
 
-    Thread-safe. ``flush()`` writes whatever is buffered; ``close()`` flushes and
-    stops the age timer. A failed write keeps its rows buffered and retries on
-    the next flush. Only when writes keep failing and the backlog passes four
-    times ``max_rows`` is it dropped, logged as an error and counted in
-    ``stats.rows_dropped``: never silently.
+    ``append`` only buffers: it never writes, so the caller (an exporter on
+    the ``BatchSpanProcessor`` thread) is never held up by a slow disk. When
+    the buffer reaches ``max_rows`` rows or ``max_bytes`` bytes it becomes one
+    pending file, which the writer thread writes; rows older than
+    ``max_age_seconds`` are rolled by the same thread. ``flush()`` writes
+    everything accepted so far on the calling thread and returns when it is
+    durable (or raises); ``close()`` flushes and stops the thread.
+
+    A failed write keeps its rows (first in line) and is retried on the next
+    roll, on a flush, or after a pause. Only when writes keep failing and the
+    backlog reaches four times ``max_rows`` is it dropped, logged as an error
+    and counted in ``stats.rows_dropped``: never silently. ``when_full`` says
+    what :meth:`offer` does while that many rows wait for the disk: ``"wait"``
+    (default) or ``"drop"`` (and count).
     """
 
     def __init__(
@@ -110,8 +122,11 @@ class DatasetWriter:
         max_bytes: int = 128 * 1024 * 1024,
         max_age_seconds: float = 5.0,
         file_prefix: str = "part",
+        when_full: str = "wait",
     ) -> None:
-        """Open (creating) ``dataset_dir``; see the class docstring for the roll rules."""
+        """Open (creating) ``dataset_dir``; see the class docstring for the roll rules and ``when_full``."""
+        if when_full not in ("wait", "drop"):
+            raise ConfigError(f"when_full={when_full!r} must be 'wait' or 'drop'")
         for name, value in (("max_rows", max_rows), ("max_bytes", max_bytes), ("max_age_seconds", max_age_seconds)):
             if not value > 0 or value != value or value == float("inf"):
                 raise ConfigError(f"{name}={value!r} must be a positive finite number")
@@ -125,15 +140,24 @@ class DatasetWriter:
         self.max_bytes = max_bytes
         self.max_age_seconds = max_age_seconds
         self.file_prefix = file_prefix
+        self.when_full = when_full
         self.stats = WriterStats()
-        self._lock = threading.RLock()
-        self._buffer: list[pa.Table] = []
-        self._rows = 0
+        self._lock = threading.Lock()  # the buffers and stats; never held during a write
+        self._write_lock = threading.Lock()  # one write at a time, oldest rows first
+        self._wake = threading.Condition(self._lock)
+        self._buffer: list[pa.Table] = []  # the file being filled
+        self._buffer_rows = 0
         self._bytes = 0
         self._oldest: float | None = None
+        self._pending: collections.deque[pa.Table] = collections.deque()  # full files waiting to be written
+        self._pending_rows = 0
+        self._inflight_rows = 0
+        self._failed = False  # the last write failed: retry on new rows, a flush, or after a pause
+        self._failed_at = 0.0
+        self._warned = False
         self._closed = threading.Event()
-        self._timer = threading.Thread(target=self._age_loop, name="otel-replay-writer", daemon=True)
-        self._timer.start()
+        self._thread = threading.Thread(target=self._run, name="otel-replay-writer", daemon=True)
+        self._thread.start()
 
     def count_dropped(self, rows: int, *, rejected: bool = False) -> None:
         """Count ``rows`` spans that will never be written (``rejected``: refused as unstorable)."""
@@ -144,72 +168,150 @@ class DatasetWriter:
 
     @property
     def buffered_rows(self) -> int:
-        """Rows accepted but not yet in a Parquet file."""
-        return self._rows
+        """Rows accepted but not yet in a Parquet file (including a file being written now)."""
+        with self._lock:
+            return self._buffer_rows + self._pending_rows + self._inflight_rows
 
     def append(self, table: pa.Table) -> list[Path]:
-        """Buffer ``table`` (with its ``date`` column); roll files when a limit is hit."""
+        """Buffer ``table`` (with its ``date`` column); see :meth:`offer`. Returns ``[]`` (no file is written here)."""
+        self.offer(table)
+        return []
+
+    def offer(self, table: pa.Table) -> bool:
+        """Buffer ``table`` (with its ``date`` column); ``False`` when it was dropped (and counted).
+
+        Never writes: a full buffer becomes a pending file for the writer
+        thread. The hand-off is bounded: while four full files
+        (``4 * max_rows`` rows) already wait for the disk, ``when_full="wait"``
+        (the default, for batch jobs) waits for the writer to catch up, and
+        ``when_full="drop"`` (the exporter, whose caller must never wait for
+        the disk) drops the new rows, logs that once and counts them in
+        ``stats.rows_dropped``. Memory stays bounded either way.
+        """
         if table.num_rows == 0:
-            return []
+            return True
         with self._lock:
-            self._buffer.append(table)
-            self._rows += table.num_rows
-            self._bytes += table.nbytes
-            self.stats.rows_buffered += table.num_rows
-            if self._oldest is None:
-                self._oldest = time.monotonic()
-            if self._rows >= self.max_rows or self._bytes >= self.max_bytes:
-                return self.flush()
-            return []
+            while self._pending_rows + self._inflight_rows >= 4 * self.max_rows:
+                if self.when_full == "drop":
+                    self.stats.rows_dropped += table.num_rows
+                    first, self._warned = not self._warned, True
+                    dropped = self.stats.rows_dropped
+                    break
+                self._wake.wait()
+            else:
+                self._buffer.append(table)
+                self._buffer_rows += table.num_rows
+                self._bytes += table.nbytes
+                self.stats.rows_buffered += table.num_rows
+                if self._oldest is None:
+                    self._oldest = time.monotonic()
+                if self._buffer_rows >= self.max_rows or self._bytes >= self.max_bytes:
+                    self._seal()
+                    self._failed = False
+                    self._wake.notify_all()
+                return True
+        if first:
+            _log.error(
+                "otel-replay: %d spans are waiting for %s to be written; DROPPED %d new spans "
+                "(%d dropped so far, counted in stats.rows_dropped; later drops are counted, not logged)",
+                self.buffered_rows,
+                self.spans_dir,
+                table.num_rows,
+                dropped,
+            )
+        return False
+
+    def _seal(self) -> None:
+        """Turn the buffer into one pending file (caller holds ``_lock``)."""
+        if self._buffer:
+            self._pending.append(pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0])
+            self._pending_rows += self._buffer_rows
+            self._buffer, self._buffer_rows, self._bytes, self._oldest = [], 0, 0, None
 
     def flush(self) -> list[Path]:
-        """Write every buffered row to new files, one per partition date."""
+        """Write every row accepted so far, one file per pending batch and partition date; durable on return.
+
+        Raises the first write error (those rows stay first in line, see the class docstring).
+        """
+        paths: list[Path] = []
+        with self._write_lock:
+            with self._lock:
+                self._seal()
+                self._failed = False
+            while self._write_next(paths):
+                pass
+        return paths
+
+    def _write_next(self, paths: list[Path]) -> bool:
+        """Write the oldest pending file (caller holds ``_write_lock``); ``False`` when none was left."""
         with self._lock:
-            if not self._buffer:
-                return []
-            table = pa.concat_tables(self._buffer)
-            try:
-                paths = self._write(table)
-            except Exception as exc:
-                self.stats.write_errors += 1
-                if table.num_rows > 4 * self.max_rows:
-                    self.stats.rows_dropped += table.num_rows
-                    _log.exception(
-                        "otel-replay: writing to %s keeps failing; DROPPED %d buffered spans (%d dropped so far)",
-                        self.spans_dir,
-                        table.num_rows,
-                        self.stats.rows_dropped,
-                    )
-                    self._buffer, self._rows, self._bytes, self._oldest = [], 0, 0, None
-                else:
-                    _log.exception(
-                        "otel-replay: writing %d spans to %s failed; kept buffered", table.num_rows, self.spans_dir
-                    )
-                    self._buffer = [self._unwritten(table, exc)]
-                raise
+            if not self._pending:
+                return False
+            table = self._pending.popleft()
+            self._pending_rows -= table.num_rows
+            self._inflight_rows = table.num_rows
+        try:
+            written = self._write(table)
+        except Exception as exc:
+            with self._lock:
+                self._inflight_rows = 0
+                self._failed_write(table, exc)
+                self._wake.notify_all()  # a waiting offer() sees the backlog it left (or that it was dropped)
+            raise
+        with self._lock:
+            self._inflight_rows = 0
             self.stats.rows_written += table.num_rows
-            self.stats.files_written += len(paths)
-            self._buffer = []
-            self._rows = 0
-            self._bytes = 0
-            self._oldest = None
-            return paths
+            self.stats.files_written += len(written)
+            self._wake.notify_all()
+        paths.extend(written)
+        return True
+
+    def _failed_write(self, table: pa.Table, error: Exception) -> None:
+        """Keep a failed file's unwritten rows first in line, or drop the whole backlog (caller holds ``_lock``)."""
+        self.stats.write_errors += 1
+        self._failed, self._failed_at = True, time.monotonic()
+        rest = self._unwritten(table, error)
+        backlog = rest.num_rows + self._pending_rows + self._buffer_rows
+        if backlog >= 4 * self.max_rows:
+            self.stats.rows_dropped += backlog
+            _log.error(
+                "otel-replay: writing to %s keeps failing; DROPPED %d buffered spans (%d dropped so far)",
+                self.spans_dir,
+                backlog,
+                self.stats.rows_dropped,
+                exc_info=error,
+            )
+            self._pending.clear()
+            self._pending_rows = 0
+            self._buffer, self._buffer_rows, self._bytes, self._oldest = [], 0, 0, None
+            return
+        _log.error(
+            "otel-replay: writing %d spans to %s failed; kept buffered", rest.num_rows, self.spans_dir, exc_info=error
+        )
+        if rest.num_rows:
+            self._pending.appendleft(rest)
+            self._pending_rows += rest.num_rows
 
     def _unwritten(self, table: pa.Table, error: Exception) -> pa.Table:
-        """``table`` less the partitions a failed flush did write (so a retry never duplicates them)."""
+        """``table`` less the partitions a failed write did write (so a retry never duplicates them)."""
         if not isinstance(error, PartialWriteError) or not error.dates:
             return table
         done = pc.is_in(table.column(DATE_COLUMN), value_set=pa.array(error.dates, pa.string()))
         rest = table.filter(pc.invert(done))
         self.stats.rows_written += table.num_rows - rest.num_rows
         self.stats.files_written += len(error.paths)
-        self._rows = rest.num_rows
         return rest
 
     def close(self) -> None:
-        """Flush and stop the age timer."""
+        """Flush and stop the writer thread."""
         self._closed.set()
-        self.flush()
+        with self._lock:
+            self._wake.notify_all()
+        try:
+            self.flush()
+        finally:
+            if self._thread is not threading.current_thread():
+                self._thread.join(timeout=60)
 
     def _write(self, table: pa.Table) -> list[Path]:
         stamp = time.time_ns()
@@ -217,12 +319,26 @@ class DatasetWriter:
             table, self.spans_dir, lambda date: f"{self.file_prefix}-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
         )
 
-    def _age_loop(self) -> None:
-        interval = max(0.05, self.max_age_seconds / 4)
-        while not self._closed.wait(interval):
-            oldest = self._oldest
-            if oldest is not None and time.monotonic() - oldest >= self.max_age_seconds:
+    def _run(self) -> None:
+        """The writer thread: write pending files as they come, roll the buffer by age."""
+        interval = max(0.05, min(self.max_age_seconds / 4, 1.0))
+        while not self._closed.is_set():
+            with self._lock:
+                if not self._pending or self._failed:
+                    self._wake.wait(interval)
+                if self._closed.is_set():
+                    return
+                if self._failed and time.monotonic() - self._failed_at >= max(1.0, self.max_age_seconds):
+                    self._failed = False
+                oldest = self._oldest
+                if oldest is not None and time.monotonic() - oldest >= self.max_age_seconds:
+                    self._seal()
+                    self._failed = False
+                ready = bool(self._pending) and not self._failed
+            if ready:
                 try:
-                    self.flush()
-                except Exception:  # logged in flush; retried next tick
+                    with self._write_lock:
+                        while self._write_next([]):
+                            pass
+                except Exception:  # logged in _failed_write; retried on the next roll, age tick or flush
                     pass
