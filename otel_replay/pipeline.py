@@ -140,7 +140,10 @@ def configure(
     exporter = ParquetSpanExporter(dataset, max_age_seconds=max_file_age_seconds)
     provider = TracerProvider(resource=_resource(service_name))
     provider.add_span_processor(CorrelationSpanProcessor())
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    # A deeper queue than the SDK's 2,048 unless the user set OTEL_BSP_MAX_QUEUE_SIZE: spans wait there
+    # (not dropped) while the exporter hands a large file to its writer thread.
+    queue = None if settings.env_text(settings.BSP_MAX_QUEUE_SIZE) else settings.CAPTURE_QUEUE_SIZE
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue))
     if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)
     telemetry = Telemetry(provider, exporter)

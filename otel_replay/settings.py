@@ -40,6 +40,8 @@ from typing import Final
 from otel_replay.errors import ConfigError
 
 __all__ = [
+    "BSP_MAX_QUEUE_SIZE",
+    "CAPTURE_QUEUE_SIZE",
     "CAPTURE_MESSAGE_CONTENT",
     "DATASET",
     "DEBUG",
@@ -76,6 +78,10 @@ RERUN_MAX_BODY: Final = "OTEL_REPLAY_RERUN_MAX_BODY"
 INGEST_MAX_LINE: Final = "OTEL_REPLAY_INGEST_MAX_LINE"
 INGEST_MAX_RATIO: Final = "OTEL_REPLAY_INGEST_MAX_RATIO"
 CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+BSP_MAX_QUEUE_SIZE: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
+"""The SDK's own batch-queue size; when unset, ``configure()`` uses :data:`CAPTURE_QUEUE_SIZE`."""
+CAPTURE_QUEUE_SIZE: Final = 65_536
+"""``configure()``'s span queue (the SDK default, 2,048, overflows while a large Parquet file is written)."""
 """The OpenTelemetry GenAI instrumentations' switch: record prompts, completions and tool arguments."""
 
 DEFAULT_DATASET: Final = "./traces"

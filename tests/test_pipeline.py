@@ -145,3 +145,28 @@ def test_records_emitted_after_shutdown_are_counted_and_logged_once(dataset, cap
     assert recorder.stats.dropped_after_shutdown == 3
     assert sum("after the telemetry pipeline was shut down" in r.getMessage() for r in caplog.records) == 1
     assert recorder.flush() is False
+
+
+def _queue_size(telemetry) -> int:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    processors = telemetry.provider._active_span_processor._span_processors
+    (batch,) = [p for p in processors if isinstance(p, BatchSpanProcessor)]
+    inner = getattr(batch, "_batch_processor", batch)
+    return inner._queue.maxlen
+
+
+def test_the_span_queue_is_deep_unless_the_user_sized_it(tmp_path, monkeypatch):
+    """configure() queues 65,536 spans (the SDK's 2,048 overflow during a large write); OTEL_BSP_MAX_QUEUE_SIZE wins."""
+    monkeypatch.delenv("OTEL_BSP_MAX_QUEUE_SIZE", raising=False)
+    telemetry = otel_replay.configure(tmp_path / "a", set_global=False)
+    try:
+        assert _queue_size(telemetry) == 65_536
+    finally:
+        telemetry.shutdown()
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4096")
+    telemetry = otel_replay.configure(tmp_path / "b", set_global=False)
+    try:
+        assert _queue_size(telemetry) == 4096
+    finally:
+        telemetry.shutdown()
