@@ -69,13 +69,6 @@ def test_sdk_reader_and_otlp_reader_give_identical_rows():
     assert {r["kind"] for r in rows.values()} == {"SERVER", "CLIENT", "PRODUCER", "CONSUMER"}
 
 
-def test_row_order_matches_the_schema():
-    from otel_replay.exporters.rows import ROW_ORDER
-    from otel_replay.exporters.schema import SPAN_SCHEMA
-
-    assert list(ROW_ORDER) == [f.name for f in SPAN_SCHEMA]
-
-
 def test_span_time_error_names_the_field_and_accepts_the_storable_range():
     from otel_replay.exporters import span_time_error
     from otel_replay.exporters.rows import TIME_LIMIT_NS

@@ -54,33 +54,6 @@ DATE_COLUMN = "date"
 _OTLP_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _OTLP_STATUS = ("UNSET", "OK", "ERROR")
 _DAY_NS = 86_400 * 1_000_000_000
-ROW_ORDER = (
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "trace_state",
-    "name",
-    "kind",
-    "service_name",
-    "scope_name",
-    "scope_version",
-    "start_time",
-    "end_time",
-    "duration_ns",
-    "status_code",
-    "status_message",
-    *sc.PROMOTED_COLUMNS.values(),
-    "attributes",
-    "resource_attributes",
-    "events",
-    "links",
-    "dropped_attributes_count",
-    "dropped_events_count",
-    "dropped_links_count",
-)
-"""The order of the values in a :class:`RowBuilder` row; equal to ``SPAN_SCHEMA`` (pinned by a test)."""
-
-
 _dumps = compact_json
 
 TIME_LIMIT_NS = 2**63 - 1

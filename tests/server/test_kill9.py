@@ -14,7 +14,7 @@ from pathlib import Path
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from .conftest import make_spans, parquet_rows
+from .conftest import make_spans, parquet_rows, stop_process
 
 _READY = re.compile(r"grpc 127\.0\.0\.1:(\d+) http 127\.0\.0\.1:(\d+)")
 
@@ -30,19 +30,6 @@ def start_server(dataset: Path, flush_seconds: float = 0.3) -> tuple[subprocess.
         stop_process(proc, signal.SIGKILL)
         raise AssertionError(f"server did not start: {line!r}")
     return proc, int(match.group(1))
-
-
-def stop_process(proc: subprocess.Popen[str], sig: int) -> int:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    try:
-        return proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def wait_for_rows(dataset: Path, count: int, deadline: float = 60.0) -> list[dict]:

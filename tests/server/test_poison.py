@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.server import Receiver
 
-from .conftest import make_spans, parquet_rows
+from .conftest import make_spans, parquet_rows, stop_process
 
 POISON = 2**64 - 1
 METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -115,18 +115,6 @@ def _start(dataset: Path, log: Path) -> tuple[subprocess.Popen[str], int, int]:
     return proc, int(match.group(1)), int(match.group(2))
 
 
-def _stop(proc: subprocess.Popen[str]) -> int:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-
-
 def _wait_rows(dataset: Path, count: int) -> set[tuple[str, str]]:
     end = time.monotonic() + 60
     while True:
@@ -163,7 +151,7 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path)
         assert got == expected
         metrics = _http_get(http_port, "/metrics")
     finally:
-        code = _stop(proc)
+        code = stop_process(proc, signal.SIGTERM)
     assert code == 0
     quarantined = wal / "quarantine" / "00000000000000000001-poison00.wal"
     assert f'otel_replay_quarantined_segment{{path="{quarantined}",state="salvaged"}} 1' in metrics
@@ -180,7 +168,7 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path)
     try:
         assert "state=\"salvaged\"" in _http_get(http_port, "/metrics")
     finally:
-        assert _stop(proc) == 0
+        assert stop_process(proc, signal.SIGTERM) == 0
     rows = parquet_rows(dataset)
     assert len(rows) == len(expected) == len({(r["trace_id"], r["span_id"]) for r in rows})
     assert os.path.exists(quarantined)
