@@ -21,6 +21,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import baggage, context, trace
@@ -34,9 +35,21 @@ from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
 from otel_replay.records import Action, DecisionRecord, DependencySnapshot, ModelCall, Report, SpanRef, new_id
 
-__all__ = ["Decision", "audit"]
+__all__ = ["Decision", "audit", "current_decision"]
 
 _log = logging.getLogger(__name__)
+
+
+_current: ContextVar[Decision | None] = ContextVar("otel_replay_current_decision", default=None)
+
+
+def current_decision() -> Decision | None:
+    """The decision whose ``audit()`` block encloses this code (``None`` outside one).
+
+    A gated tool called inside the block acts as that decision's action
+    instead of opening a decision of its own.
+    """
+    return _current.get()
 
 
 class Decision:
@@ -105,6 +118,11 @@ class Decision:
             attrs[sc.MODEL_OUTPUT] = canonical_json(call.output, where="model output")
         self._model_spans.append(self._child(sc.SPAN_MODEL, sc.KIND_MODEL, attrs))
         return self
+
+    @property
+    def acted(self) -> bool:
+        """Whether :meth:`act` was called (a decision has one action)."""
+        return self._action is not None
 
     def act(self, action: Action) -> Decision:
         """Record the action the agent executed (once per decision)."""
@@ -266,15 +284,18 @@ def audit(
     token = context.attach(trace.set_span_in_context(span, ctx))
     decision = Decision(record_id, action_type, span, base)
     target = sink if sink is not None else recorder.sink
+    current = _current.set(decision)
     try:
         yield decision
     except BaseException as exc:
+        _current.reset(current)
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, error))
         context.detach(token)
         _complete(decision, target, snapshot, error, start_ns)  # a failure here is logged, never raised
         raise  # the agent's own exception, unchanged
+    _current.reset(current)
     context.detach(token)
     failure = _complete(decision, target, snapshot, None, start_ns)
     if failure is not None:

@@ -32,7 +32,7 @@ from opentelemetry import context
 from opentelemetry.trace import Link, SpanKind, Tracer, TracerProvider
 
 from otel_replay import semconv as sc
-from otel_replay.capture.audit import audit
+from otel_replay.capture.audit import audit, current_decision
 from otel_replay.errors import CaptureError
 from otel_replay.instrumentation import _toolcalls
 from otel_replay.instrumentation._common import begin, content_enabled, end_failed, guard, scope_ids, tracer_for
@@ -46,6 +46,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SnapshotSource = DependencySnapshot | Callable[[], DependencySnapshot] | None
 
+
+
+def _enclosing_decision() -> Any:
+    """The enclosing ``audit()`` decision a gated tool acts for, if it has not acted yet."""
+    outer = current_decision()
+    return outer if outer is not None and not outer.acted else None
 
 class _Tool:
     """How one tool is observed (shared by the decorator and dotted-path wrapping)."""
@@ -138,6 +144,9 @@ class _Tool:
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], instance: Any = None) -> Any:
         arguments = guard("tool arguments", self.arguments, args, kwargs, instance) or {}
         if self.gate is not None:
+            outer = _enclosing_decision()
+            if outer is not None:
+                return self._observed(fn, args, kwargs, arguments, outer)
             with audit(self.name, snapshot=self.snapshot_now()) as decision:
                 return self._observed(fn, args, kwargs, arguments, decision)
         return self._observed(fn, args, kwargs, arguments, None)
@@ -177,6 +186,9 @@ class _Tool:
     ) -> Any:
         arguments = guard("tool arguments", self.arguments, args, kwargs, instance) or {}
         if self.gate is not None:
+            outer = _enclosing_decision()
+            if outer is not None:
+                return await self._aobserved(fn, args, kwargs, arguments, outer)
             with audit(self.name, snapshot=self.snapshot_now()) as decision:
                 return await self._aobserved(fn, args, kwargs, arguments, decision)
         return await self._aobserved(fn, args, kwargs, arguments, None)

@@ -214,3 +214,33 @@ def test_a_decorated_method_records_its_arguments_without_self(pipeline: Pipelin
 
     assert Desk().quote("EURUSD") == 1.25
     assert json.loads(pipeline.one("execute_tool").attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"pair": "EURUSD"}
+
+
+def test_a_gated_tool_inside_audit_is_that_decisions_act(pipeline: Pipeline):
+    """Inside an audit() block a gated tool acts for the enclosing decision: one decision, one act, one commit."""
+    from otel_replay import audit
+
+    ledger = ReferenceLedger(balance=10_000)
+    gate = ActionGate(ledger)
+
+    @tool(side_effect="financial", gate=gate, tracer_provider=pipeline.provider)
+    def pay_vendor(recipient: str, amount: float) -> Action:
+        return Action("vendor_payment", {"recipient": recipient}, cost=amount)
+
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.read(invoice="INV-1")
+        receipt = pay_vendor("acme-supplies", 4200)
+        assert d.acted
+        with pytest.raises(CaptureError, match="already called"):
+            d.act(Action("vendor_payment", {"recipient": "x"}, cost=1))
+        # a second gated call cannot be this decision's action too: it gets a decision of its own
+        pay_vendor("acme-supplies", 100)
+    decisions = pipeline.spans("replay.decision")
+    assert len(decisions) == 2 and ledger.balance == 5_700
+    (decision,) = [s for s in decisions if s.attributes[sc.RECORD_ID] == d.record_id]
+    assert decision.attributes[sc.RECORD_ID] == d.record_id
+    assert d.record_id in {g.attributes[sc.GATE_DECISION_ID] for g in pipeline.spans("replay.gate")}
+    assert d.record_id in {a.attributes[sc.RECORD_ID] for a in pipeline.spans("replay.act")}
+    assert receipt.amount == 4200
+    record = get_recorder().sink.get(d.record_id)
+    assert record.action.cost == 4200 and record.inputs == {"invoice": "INV-1"}
