@@ -6,6 +6,7 @@ Run (peers live in a separate venv, never in the project's own):
     /work/bench-venv/bin/pip install -e /work/main openai opentelemetry-instrumentation-openai-v2 \\
         opentelemetry-instrumentation-openai openinference-instrumentation-openai
     /work/bench-venv/bin/python benchmarks/bench_instrumentation.py [--calls 300] [--rounds 3]
+    .venv/bin/python benchmarks/bench_instrumentation.py --micro [--batch 200] [--micro-blocks 25]
 
 Each mode runs in its own subprocess (some instrumentors cannot be removed
 cleanly), against the same local scripted OpenAI-compatible server, with the
@@ -13,7 +14,13 @@ same SDK pipeline (TracerProvider + SimpleSpanProcessor + a null exporter)
 and content capture off. Modes alternate over several rounds so machine noise
 is spread across them. A peer that is not installed is skipped. Prints
 µs per call, µs added per call over the uninstrumented call, and ratios;
-asserts nothing. Target (issue 7): under 50 µs added per call and per stream,
+asserts nothing. ``--micro`` instead times, in this process, the wrapped call
+against a pre-built response and an in-memory transport, min and median of
+many blocks, next to a bare SDK span with the same attributes (the floor).
+The ``server`` columns are the noisiest: the scripted server is a thread of
+the worker process and shares its GIL, so on a busy machine they swing by
+hundreds of µs between identical runs; ``memory`` and ``--micro`` do not.
+Target (issue 7): under 50 µs added per call and per stream,
 under a third of the best peer.
 """
 
@@ -173,6 +180,158 @@ def run_mode(mode: str, calls: int, blocks: int) -> dict[str, list[float]]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# --- micro: in-process, min-of-N ----------------------------------------------------------------
+
+MICRO_MODES: dict[str, str] = {
+    "none": "uninstrumented",
+    "otel_replay": "otel-replay OpenAIInstrumentor",
+    "floor": "bare SDK span, same attributes (the floor)",
+}
+MICRO_KINDS = ("prebuilt/plain", "prebuilt/stream", "transport/plain", "transport/stream")
+
+
+def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[float]]]:
+    """Time the wrapped ``chat.completions.create`` in this process: µs per call per timed block.
+
+    ``prebuilt``: the client's ``post`` hands back a completion (or a fresh
+    iterator over six pre-built chunks) built once up front, so what is timed is
+    the SDK's request building plus the instrumentation; ``transport``: the
+    full client over an in-memory ``MockTransport`` (no socket). The modes
+    alternate block by block; the instrumentor is installed for its blocks and
+    removed after, the floor opens one plain SDK span per call around the
+    uninstrumented call and sets on it the attributes ours records.
+    """
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    try:  # the openai client's own HTTP library (openai 3 ships on httpx2)
+        import httpx2 as httpx
+    except ImportError:
+        import httpx
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind
+
+    from otel_replay.instrumentation import OpenAIInstrumentor, scripted
+
+    class Null(SpanExporter):
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Null()))
+    tracer = provider.get_tracer("bench.floor")
+    plain_reply = scripted.chat_completion("ok")
+    stream_reply = scripted.chat_stream(["a", "b", "c"], usage=(3, 2))
+    completion = ChatCompletion.model_validate(plain_reply.body)
+    chunks = [ChatCompletionChunk.model_validate(data) for _, data in stream_reply.events or () if data != "[DONE]"]
+    assert len(chunks) == 6, len(chunks)
+
+    class Prebuilt(openai.OpenAI):
+        def post(self, path: str, *, stream: bool = False, **kwargs: Any) -> Any:  # type: ignore[override]
+            return iter(chunks) if stream else completion
+
+    def in_memory(reply: scripted.Reply) -> Any:
+        body, kind = scripted.encode(reply)
+        return httpx.Client(
+            transport=httpx.MockTransport(
+                lambda request: httpx.Response(200, content=body, headers={"content-type": kind})
+            )
+        )
+
+    options: dict[str, Any] = {"base_url": "http://memory/v1", "api_key": "sk-bench", "max_retries": 0}
+    clients = {
+        "prebuilt/plain": Prebuilt(**options),
+        "prebuilt/stream": Prebuilt(**options),
+        "transport/plain": openai.OpenAI(**options, http_client=in_memory(plain_reply)),
+        "transport/stream": openai.OpenAI(**options, http_client=in_memory(stream_reply)),
+    }
+    messages = [{"role": "user", "content": "hello"}]
+
+    def plain(client: Any) -> None:
+        client.chat.completions.create(model="gpt-bench", messages=messages)
+
+    def streamed(client: Any) -> None:
+        stream = client.chat.completions.create(
+            model="gpt-bench", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+        for _ in stream:
+            pass
+
+    # the floor's attributes: exactly the ones ours records, split into known-at-start and known-at-end
+    def ours_attributes(kind: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        memory = InMemorySpanExporter()
+        probe = TracerProvider()
+        probe.add_span_processor(SimpleSpanProcessor(memory))
+        instrumentor = OpenAIInstrumentor()
+        instrumentor.instrument(tracer_provider=probe, capture_content=False)
+        try:
+            (plain if kind.endswith("plain") else streamed)(clients[kind])
+        finally:
+            instrumentor.uninstrument()
+        (span,) = memory.get_finished_spans()
+        attrs = dict(span.attributes or {})
+        late = {k: v for k, v in attrs.items() if k.startswith(("gen_ai.response.", "gen_ai.usage.", "replay.stream"))}
+        early = {k: v for k, v in attrs.items() if k not in late}
+        return span.name, early, late
+
+    floor_attrs = {kind: ours_attributes(kind) for kind in MICRO_KINDS}
+
+    def floor(kind: str, inner: Any) -> Any:
+        name, early, late = floor_attrs[kind]
+
+        def run(client: Any) -> None:
+            with tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=early) as span:
+                inner(client)
+                span.set_attributes(late)
+
+        return run
+
+    instrumentor = OpenAIInstrumentor()
+    samples: dict[str, dict[str, list[float]]] = {m: {k: [] for k in MICRO_KINDS} for m in MICRO_MODES}
+    for kind in MICRO_KINDS:
+        client = clients[kind]
+        inner = plain if kind.endswith("plain") else streamed
+        runs = {"none": inner, "otel_replay": inner, "floor": floor(kind, inner)}
+        for block in range(blocks + 1):  # block 0 is the warmup
+            for mode in MICRO_MODES:
+                if mode == "otel_replay":
+                    instrumentor.instrument(tracer_provider=provider, capture_content=False)
+                fn = runs[mode]
+                try:
+                    count = warmup if block == 0 else batch
+                    start = time.perf_counter_ns()
+                    for _ in range(count):
+                        fn(client)
+                    elapsed = time.perf_counter_ns() - start
+                finally:
+                    if mode == "otel_replay":
+                        instrumentor.uninstrument()
+                if block:
+                    samples[mode][kind].append(elapsed / batch / 1000)
+    for client in clients.values():
+        client.close()
+    return samples
+
+
+def print_micro(samples: dict[str, dict[str, list[float]]], batch: int, blocks: int) -> None:
+    """The micro table: min and median µs per call, and µs added over the uninstrumented call."""
+    print(f"micro: {blocks} blocks x {batch} calls per mode and kind, modes alternating block by block")
+    print("µs per call: min (median) over blocks; added = over the uninstrumented call, min (median)")
+    for kind in MICRO_KINDS:
+        print(f"\n  {kind}")
+        base_min = min(samples["none"][kind])
+        base_med = statistics.median(samples["none"][kind])
+        for mode, label in MICRO_MODES.items():
+            lo, mid = min(samples[mode][kind]), statistics.median(samples[mode][kind])
+            added = "" if mode == "none" else f"   added {lo - base_min:+7.1f} ({mid - base_med:+7.1f})"
+            print(f"    {label:<46}{lo:>9.1f} ({mid:>9.1f}){added}")
+        ours = min(samples["otel_replay"][kind]) - base_min
+        floor = min(samples["floor"][kind]) - base_min
+        print(f"    ours over the floor: {ours - floor:+.1f} µs")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments; run the workers (or be one); print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -180,7 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=3, help="timed blocks per mode per round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (modes alternate within a round)")
     parser.add_argument("--worker", choices=sorted(MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--micro", action="store_true", help="in-process min-of-N timing: none / ours / floor")
+    parser.add_argument("--batch", type=int, default=200, help="--micro: calls per timed block")
+    parser.add_argument("--micro-blocks", type=int, default=25, help="--micro: timed blocks per mode and kind")
     args = parser.parse_args(argv)
+    if args.micro:
+        print(f"python: {sys.executable}")
+        print_micro(micro(args.batch, args.micro_blocks, warmup=args.batch), args.batch, args.micro_blocks)
+        return 0
     if args.worker:
         print(json.dumps(worker(args.worker, args.calls, args.blocks)))
         return 0

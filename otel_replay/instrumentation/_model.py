@@ -37,6 +37,7 @@ from otel_replay import semconv as sc
 from otel_replay.instrumentation._common import PROXY, SUPPRESS_GENAI_KEY, Started, begin, end_failed, guard
 from otel_replay.instrumentation._genai import request_attributes, write_content
 from otel_replay.instrumentation._seam import Call, through, through_async
+from otel_replay.instrumentation._seam import current as current_mode
 from otel_replay.instrumentation._streams import Accumulator, AsyncStreamProxy, StreamEnd, SyncStreamProxy
 
 __all__ = ["ModelMethod", "async_wrapper", "sync_wrapper"]
@@ -120,22 +121,35 @@ def _span_for(
     """
     if isinstance(wrapped, PROXY):
         return None
-    started: Started | None = guard("span start", _start, tracer, method, instance, kwargs, capture)
-    return started
+    try:
+        return _start(tracer, method, instance, kwargs, capture)
+    except Exception as exc:
+        _log.debug("otel-replay: span start failed; the call proceeds unrecorded there: %r", exc)
+        return None
 
 
 def sync_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable[..., Any]:
-    """A wrapt wrapper for a synchronous model-call method."""
+    """A wrapt wrapper for a synchronous model-call method.
+
+    With no seam mode installed (the common case) the call is made directly: no :class:`Call` is built and no
+    closure allocated; under a mode it goes through :func:`through` exactly as before.
+    """
+    seam_name = method.seam_name
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if context.get_value(SUPPRESS_GENAI_KEY):
             return wrapped(*args, **kwargs)  # an outer layer of ours records this call
-        call = Call("model", method.seam_name, kwargs)
         started = _span_for(tracer, method, wrapped, instance, kwargs, capture)
+        seamed = current_mode() is not None
         if started is None:
-            return through(call, lambda: wrapped(*args, **kwargs))
+            if seamed:
+                return through(Call("model", seam_name, kwargs), lambda: wrapped(*args, **kwargs))
+            return wrapped(*args, **kwargs)
         try:
-            result = through(call, lambda: wrapped(*args, **kwargs))
+            if seamed:
+                result = through(Call("model", seam_name, kwargs), lambda: wrapped(*args, **kwargs))
+            else:
+                result = wrapped(*args, **kwargs)
         except BaseException as exc:
             end_failed(started, exc)
             raise
@@ -146,17 +160,23 @@ def sync_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable
 
 
 def async_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable[..., Any]:
-    """A wrapt wrapper for an ``async def`` model-call method."""
+    """A wrapt wrapper for an ``async def`` model-call method (the seam is skipped as in :func:`sync_wrapper`)."""
+    seam_name = method.seam_name
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if context.get_value(SUPPRESS_GENAI_KEY):
             return await wrapped(*args, **kwargs)
-        call = Call("model", method.seam_name, kwargs)
         started = _span_for(tracer, method, wrapped, instance, kwargs, capture)
+        seamed = current_mode() is not None
         if started is None:
-            return await through_async(call, lambda: wrapped(*args, **kwargs))
+            if seamed:
+                return await through_async(Call("model", seam_name, kwargs), lambda: wrapped(*args, **kwargs))
+            return await wrapped(*args, **kwargs)
         try:
-            result = await through_async(call, lambda: wrapped(*args, **kwargs))
+            if seamed:
+                result = await through_async(Call("model", seam_name, kwargs), lambda: wrapped(*args, **kwargs))
+            else:
+                result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             end_failed(started, exc)
             raise
