@@ -62,22 +62,27 @@ _TIME_LIMIT = TIME_LIMIT_NS
 _COUNT_LIMIT = 2**31 - 1  # the dropped_* columns are int32
 
 
-def span_time_error(start_ns: int, end_ns: int, event_times: Iterable[int] = ()) -> str | None:
+def span_time_error(start_ns: int, end_ns: int, event_times: Iterable[int] = (), *, otlp: bool = False) -> str | None:
     """Why a span's times cannot be stored, or ``None`` when they can.
 
     A time must be a whole number of nanoseconds in ``[0, TIME_LIMIT_NS)``: the
     dataset stores ``timestamp(ns)`` (int64), and OTLP's unsigned fields can
     carry up to ``2**64-1``. An end before the start is storable (its
     ``duration_ns`` is NULL), so it is not an error by itself. Both span
-    readers, the in-process exporter and the OTLP receiver call this per span,
-    so one bad span is refused alone instead of failing its whole batch.
+    readers, the in-process exporter and the OTLP receiver (at admission, and
+    again when it builds rows) call this per span, so one bad span is refused
+    alone instead of failing its whole batch. ``otlp`` names the fields as the
+    OTLP message does (``start_time_unix_nano``, ``events[0].time_unix_nano``).
     """
-    for label, value in (("start_time", start_ns), ("end_time", end_ns)):
+    start, end = ("start_time_unix_nano", "end_time_unix_nano") if otlp else ("start_time", "end_time")
+    unit = "" if otlp else " ns"
+    for label, value in ((start, start_ns), (end, end_ns)):
         if not 0 <= value < TIME_LIMIT_NS:
-            return f"{label} {value} ns is out of range (0 to {TIME_LIMIT_NS - 1})"
+            return f"{label} {value}{unit} is out of range (0 to {TIME_LIMIT_NS - 1})"
     for index, value in enumerate(event_times):
         if not 0 <= value < TIME_LIMIT_NS:
-            return f"event {index} time {value} ns is out of range (0 to {TIME_LIMIT_NS - 1})"
+            label = f"events[{index}].time_unix_nano" if otlp else f"event {index} time"
+            return f"{label} {value}{unit} is out of range (0 to {TIME_LIMIT_NS - 1})"
     return None
 
 

@@ -22,14 +22,13 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from otel_replay.exporters.rows import request_to_table
+from otel_replay.exporters.rows import request_to_table, span_time_error
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 
 from .wal import read_records
 
 __all__ = [
-    "MAX_TIME_NS",
     "Admission",
     "ChunkWriter",
     "Salvage",
@@ -44,10 +43,6 @@ CHUNK_ROWS = 100_000
 """Rows per output file (per date) before a new chunk starts."""
 
 
-MAX_TIME_NS = 2**63 - 1
-"""The latest time a span may carry: Arrow/Parquet nanosecond timestamps are signed 64-bit (year 2262)."""
-
-
 @dataclass
 class Admission:
     """What :func:`admit_spans` kept and dropped of one request."""
@@ -60,21 +55,17 @@ class Admission:
 
 
 def _time_problem(span: Span) -> str | None:
-    for field_name in ("start_time_unix_nano", "end_time_unix_nano"):
-        value = getattr(span, field_name)
-        if value > MAX_TIME_NS:
-            return f"{field_name} {value} is out of range (the largest storable time is {MAX_TIME_NS})"
-    for n, event in enumerate(span.events):
-        if event.time_unix_nano > MAX_TIME_NS:
-            return f"events[{n}].time_unix_nano {event.time_unix_nano} is out of range (largest {MAX_TIME_NS})"
-    return None
+    return span_time_error(
+        span.start_time_unix_nano, span.end_time_unix_nano, (e.time_unix_nano for e in span.events), otlp=True
+    )
 
 
 def admit_spans(request: ExportTraceServiceRequest) -> Admission:
     """Drop, in place, spans that cannot become rows; count them by reason.
 
     Refused: a trace id that is not 16 bytes or a span id that is not 8, and a
-    start, end or event time past :data:`MAX_TIME_NS`. ``message`` names the
+    start, end or event time the dataset cannot store (see
+    :func:`otel_replay.exporters.rows.span_time_error`). ``message`` names the
     first refused span and why.
     """
     result = Admission()

@@ -172,3 +172,21 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path)
     rows = parquet_rows(dataset)
     assert len(rows) == len(expected) == len({(r["trace_id"], r["span_id"]) for r in rows})
     assert os.path.exists(quarantined)
+
+
+def test_admission_and_the_row_builder_agree_on_the_last_storable_time() -> None:
+    """2**63-1 was acknowledged at admission, then refused when rows were built: one check now decides both."""
+    from otel_replay.exporters.rows import TIME_LIMIT_NS, request_to_table
+    from otel_replay.server.convert import admit_spans
+
+    request = encode_spans(make_spans(3))
+    total = len(_keys(request))
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].start_time_unix_nano = TIME_LIMIT_NS  # 2**63-1: not storable
+    spans[1].start_time_unix_nano = TIME_LIMIT_NS - 1  # the last storable time
+    spans[1].end_time_unix_nano = TIME_LIMIT_NS - 1
+    admission = admit_spans(request)
+    assert (admission.accepted, admission.bad_times) == (total - 1, 1)
+    assert f"start_time_unix_nano {TIME_LIMIT_NS} is out of range" in admission.message
+    rejected: list[str] = []
+    assert request_to_table(request, rejected).num_rows == total - 1 and rejected == []
