@@ -69,24 +69,16 @@ def _friendly(func: F) -> F:
         except (OtelReplayError, OSError, ValueError, RecursionError, OverflowError) as exc:
             if settings.env_flag(settings.DEBUG):
                 raise
-            raise click.ClickException(_one_line(exc)) from exc
+            raise click.ClickException(r.one_line(exc)) from exc
         except Exception as exc:
             if settings.env_flag(settings.DEBUG):
                 raise
             raise _InternalError(
-                f"internal error: {type(exc).__name__}: {_one_line(exc)} "
+                f"internal error: {type(exc).__name__}: {r.one_line(exc)} "
                 "(a bug in otel-replay; OTEL_REPLAY_DEBUG=1 shows the traceback)"
             ) from exc
 
     return wrapper  # type: ignore[return-value]
-
-
-def _one_line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message, control characters escaped (it may quote stored data)."""
-    text = str(exc).strip()
-    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
-        text = f"{exc.filename}: {exc.strerror}"
-    return r.clean(text.splitlines()[0]) if text else type(exc).__name__
 
 
 def _input_file(path: str, what: str) -> Path:

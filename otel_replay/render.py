@@ -86,6 +86,20 @@ def clean(text: str) -> str:
     return _CONTROLS.sub(_escape_one, text)
 
 
+def first_line(text: str) -> str:
+    """The first line of ``text``, control characters escaped (it may quote stored or recorded data)."""
+    lines = text.strip().splitlines()
+    return clean(lines[0]) if lines else ""
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as a one-line CLI error: its message's first line (``file: reason`` for an OSError), escaped."""
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{exc.filename}: {exc.strerror}"
+    return first_line(text) or type(exc).__name__
+
+
 def jsonable(value: Any) -> Any:
     """``value`` as strict JSON data: non-finite floats, bytes, times and decimals become strings."""
     if value is None or isinstance(value, (bool, int, str)):

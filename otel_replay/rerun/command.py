@@ -20,6 +20,7 @@ from typing import Any, cast
 import click
 
 from otel_replay.errors import OtelReplayError, RerunError
+from otel_replay.render import first_line, one_line
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -27,14 +28,6 @@ DIVERGED = 2
 """Exit code when a rerun did not match its recording."""
 
 
-def _one_line(exc: BaseException) -> str:
-    return _first_line(str(exc)) or type(exc).__name__
-
-
-def _first_line(text: str) -> str:
-    """The first line of ``text``, control characters escaped (it may quote recorded data)."""
-    lines = text.strip().splitlines()
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in lines[0]) if lines else ""
 
 
 def _load_state(path: str) -> dict[str, Any]:
@@ -95,7 +88,7 @@ def rerun_command(**options: Any) -> None:
     except click.ClickException:
         raise
     except (OtelReplayError, OSError, ValueError) as exc:
-        raise click.ClickException(_one_line(exc)) from exc
+        raise click.ClickException(one_line(exc)) from exc
     sys.exit(code)
 
 
@@ -187,7 +180,7 @@ def _one(
     except OtelReplayError as exc:
         if not keep_going:
             raise
-        errors.append((sid, _one_line(exc)))
+        errors.append((sid, one_line(exc)))
 
 
 def _as_json(result: Any) -> dict[str, Any]:
@@ -207,7 +200,7 @@ def _as_json(result: Any) -> dict[str, Any]:
 
 def _table(results: list[Any], errors: list[tuple[str, str]]) -> None:
     rows = [(r.session_id, r.summary(), str(r.steps), f"{r.seconds * 1000:.1f}") for r in results]
-    rows += [(sid, f"errored: {_first_line(message)}", "-", "-") for sid, message in errors]
+    rows += [(sid, f"errored: {first_line(message)}", "-", "-") for sid, message in errors]
     header = ("session", "result", "steps", "ms")
     widths = [min(60, max(len(h), *(len(row[i]) for row in rows))) for i, h in enumerate(header)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
