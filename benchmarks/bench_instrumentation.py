@@ -55,6 +55,33 @@ QUIET_CONTENT = {
 }
 
 
+
+def _httpx() -> Any:
+    """The openai client's own HTTP library (openai 3 ships on ``httpx2``)."""
+    try:
+        import httpx2
+
+        return httpx2
+    except ImportError:
+        import httpx
+
+        return httpx
+
+
+def _null_provider() -> Any:
+    """An SDK provider whose spans go through a SimpleSpanProcessor to an exporter that keeps nothing."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class Null(SpanExporter):
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Null()))
+    return provider
+
+
 def _instrumentor(mode: str) -> Any:
     if mode == "otel_replay":
         from otel_replay.instrumentation import OpenAIInstrumentor
@@ -88,22 +115,12 @@ def worker(mode: str, calls: int, blocks: int) -> dict[str, list[float]]:
     """Run in a child process: time plain and streamed chat calls under ``mode``; µs per call per block."""
     import openai
 
-    try:  # the openai client's own HTTP library (openai 3 ships on httpx2)
-        import httpx2 as httpx
-    except ImportError:
-        import httpx
+    httpx = _httpx()
     from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
     from otel_replay.instrumentation import scripted
 
-    class Null(SpanExporter):
-        def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(Null()))
+    provider = _null_provider()
     trace.set_tracer_provider(provider)
     instrumentor = _instrumentor(mode)
     if instrumentor is not None:
@@ -204,23 +221,15 @@ def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[floa
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    try:  # the openai client's own HTTP library (openai 3 ships on httpx2)
-        import httpx2 as httpx
-    except ImportError:
-        import httpx
+    httpx = _httpx()
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import SpanKind
 
     from otel_replay.instrumentation import OpenAIInstrumentor, scripted
 
-    class Null(SpanExporter):
-        def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(Null()))
+    provider = _null_provider()
     tracer = provider.get_tracer("bench.floor")
     plain_reply = scripted.chat_completion("ok")
     stream_reply = scripted.chat_stream(["a", "b", "c"], usage=(3, 2))
