@@ -188,7 +188,7 @@ class ActionGate:
     def claims(self) -> CompensationClaims:
         """The compensation claims this gate honours (resolved on first compensation)."""
         if self._claims is None:
-            dataset = self._dataset if self._dataset is not None else getattr(get_recorder(), "dataset", None)
+            dataset = self._dataset if self._dataset is not None else get_recorder().dataset
             if dataset is None:
                 _log.warning(
                     "otel-replay: ActionGate has no dataset, so compensation is deduplicated within this "
@@ -267,8 +267,7 @@ class ActionGate:
     @staticmethod
     def _flush(record_id: str) -> None:
         """Make the compensation's gate record durable before returning."""
-        flush = getattr(get_recorder(), "flush", None)
-        if flush is not None and not flush():
+        if not get_recorder().flush():
             _log.error(
                 "otel-replay: the gate record of decision %s's compensation could not be flushed to the dataset "
                 "yet (the compensation itself is done and recorded in its claim)",
