@@ -42,12 +42,12 @@ def add_correlation_processor() -> None:
 
 
 def _rehook_http() -> None:
-    from otel_replay.instrumentation.http_bodies import contrib_instrumentors
+    from otel_replay.instrumentation.http_bodies import contrib_instrumentors, instrument_with_hooks
 
     for instrumentor, hooks in contrib_instrumentors():
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
-            instrumentor.instrument(**hooks(True))
+            instrument_with_hooks(instrumentor, hooks, True)
 
 
 def after_instrument() -> None:

@@ -9,9 +9,14 @@ redacted and capped like every other captured content, as
 * ``requests``: request and response bodies (a response opened with
   ``stream=True`` and not yet read is left alone: reading it here would
   consume the caller's stream);
-* ``httpx`` / ``httpx2``: request bodies given as bytes, text, JSON or form
-  data. Response bodies are not read at the transport hook (the client reads
-  them after the hook runs; reading them first would consume the stream).
+* ``httpx``: request bodies given as bytes, text, JSON or form data, and the
+  response body of a call whose caller reads the whole body anyway
+  (``client.get(...)``, ``client.send(request)``; not ``client.stream(...)``
+  or ``send(stream=True)``, whose streams are never touched). The contrib
+  span ends before the client reads the body, so a small wrapper inside the
+  contrib one (:mod:`otel_replay.instrumentation._httpx_body`) buffers such a
+  body while the span is open and hands the client a fresh stream of the same
+  bytes.
 
 :func:`instrument_http` turns both contrib instrumentations on with these
 hooks. Under ``opentelemetry-instrument`` the contrib instrumentors load on
@@ -28,11 +33,20 @@ from typing import Any
 from opentelemetry.trace import Span, TracerProvider
 
 from otel_replay import semconv as sc
+from otel_replay.instrumentation import _httpx_body
 from otel_replay.instrumentation._common import content_enabled, guard
 from otel_replay.instrumentation._genai import write_content
 from otel_replay.instrumentation._redact import _SCAN_CHARS
 
-__all__ = ["CONTRIB", "contrib_instrumentors", "httpx_hooks", "instrument_http", "requests_hooks", "uninstrument_http"]
+__all__ = [
+    "CONTRIB",
+    "contrib_instrumentors",
+    "httpx_hooks",
+    "instrument_http",
+    "instrument_with_hooks",
+    "requests_hooks",
+    "uninstrument_http",
+]
 
 
 _READ_LIMIT = 4 * _SCAN_CHARS
@@ -88,7 +102,20 @@ def httpx_hooks(capture_content: bool | None = None) -> dict[str, Callable[..., 
     async def async_request_hook(span: Span, request: Any) -> None:
         request_hook(span, request)
 
-    return {"request_hook": request_hook, "async_request_hook": async_request_hook}
+    def response_hook(span: Span, request: Any, response: Any) -> None:
+        body = _httpx_body.buffered_body(response)
+        if capture and body is not None:
+            guard("http response body", _set, span, sc.HTTP_RESPONSE_BODY, body)
+
+    async def async_response_hook(span: Span, request: Any, response: Any) -> None:
+        response_hook(span, request, response)
+
+    return {
+        "request_hook": request_hook,
+        "async_request_hook": async_request_hook,
+        "response_hook": response_hook,
+        "async_response_hook": async_response_hook,
+    }
 
 
 CONTRIB: tuple[tuple[str, str, Callable[[bool | None], dict[str, Callable[..., Any]]]], ...] = (
@@ -107,9 +134,7 @@ def contrib_instrumentors() -> Iterator[tuple[Any, Callable[[bool | None], dict[
         yield instrumentor, hooks
 
 
-def instrument_http(
-    *, tracer_provider: TracerProvider | None = None, capture_content: bool | None = None
-) -> list[str]:
+def instrument_http(*, tracer_provider: TracerProvider | None = None, capture_content: bool | None = None) -> list[str]:
     """Turn on the contrib ``requests`` and ``httpx`` instrumentations (those installed) with the body hooks.
 
     The contrib instrumentor table is :data:`CONTRIB` (module, class, hook factory).
@@ -119,9 +144,25 @@ def instrument_http(
     done = []
     for instrumentor, hooks in contrib_instrumentors():
         if not instrumentor.is_instrumented_by_opentelemetry:
-            instrumentor.instrument(tracer_provider=tracer_provider, **hooks(capture_content))
+            instrument_with_hooks(instrumentor, hooks, capture_content, tracer_provider=tracer_provider)
             done.append(type(instrumentor).__name__)
     return done
+
+
+def instrument_with_hooks(
+    instrumentor: Any,
+    hooks: Callable[[bool | None], dict[str, Callable[..., Any]]],
+    capture_content: bool | None,
+    **kwargs: Any,
+) -> None:
+    """Instrument one contrib ``instrumentor`` with its body ``hooks``.
+
+    For httpx with content capture on, the body buffer goes in first, so that
+    it runs inside the contrib wrapper, while the contrib span is open.
+    """
+    if type(instrumentor).__name__ == "HTTPXClientInstrumentor" and content_enabled(capture_content):
+        _httpx_body.install()
+    instrumentor.instrument(**kwargs, **hooks(capture_content))
 
 
 def uninstrument_http() -> None:
@@ -129,3 +170,4 @@ def uninstrument_http() -> None:
     for instrumentor, _ in contrib_instrumentors():
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
+    _httpx_body.uninstall()  # after the contrib wrapper around it is gone
