@@ -1,9 +1,10 @@
 """``otel-replay rerun``: rerun one recorded session, or all of them (Continuous Replay), from the dataset.
 
-Exit codes: 0 every rerun matched (and every gate action succeeded); 2 a rerun
+Exit codes: 0 every rerun matched (and every gate action succeeded); 4 a rerun
 diverged (a strict one stopped at its divergence or leak, printed whole), ended
 early or its entrypoint raised, or a gate action failed or was refused; 1 a
-user error (one line on stderr, no traceback).
+user error (one line on stderr, no traceback); 2 a usage error (click's); 3 a bug.
+A script can tell a divergence from a mistyped option by the code alone.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from otel_replay.render import first_line, one_line
 
 __all__ = ["DIVERGED", "rerun_command"]
 
-DIVERGED = 2
-"""Exit code when a rerun did not match its recording."""
+DIVERGED = 4
+"""Exit code when a rerun did not match its recording (distinct from click's usage error, 2)."""
 
 
 
