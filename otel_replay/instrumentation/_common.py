@@ -73,6 +73,10 @@ class Layers:
         """Nothing installed yet."""
         self._installed: list[tuple[Any, str, Any]] = []
 
+    def __bool__(self) -> bool:
+        """Whether any layer is installed."""
+        return bool(self._installed)
+
     def wrap(self, module: str, target: str, wrapper: Callable[..., Any]) -> None:
         """``wrapt.wrap_function_wrapper(module, target, wrapper)``, remembering the layer it added."""
         wrapt.wrap_function_wrapper(module, target, wrapper)

@@ -22,16 +22,14 @@ raises from ``send`` as it would have from the client's own read.
 from __future__ import annotations
 
 import contextvars
-import logging
 from typing import Any
 
 from opentelemetry import trace
 
+from otel_replay.instrumentation._common import Layers
 from otel_replay.instrumentation._redact import _SCAN_CHARS
 
 __all__ = ["buffered_body", "install", "installed", "uninstall"]
-
-_log = logging.getLogger("otel_replay.instrumentation")
 
 _DECODED_LIMIT = 4 * _SCAN_CHARS
 """Decoded bytes kept for the span: no more than redaction scans (UTF-8 is at most 4 bytes a character)."""
@@ -40,12 +38,12 @@ _CALLER_READS_WHOLE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_replay_httpx_reads_whole", default=False
 )
 
-_installed: list[tuple[Any, str]] = []
+_layers = Layers()
 
 
 def installed() -> bool:
     """Whether the wrappers are in place."""
-    return bool(_installed)
+    return bool(_layers)
 
 
 def _decoded_start(httpx: Any, headers: Any, raw: bytes) -> bytes | None:
@@ -89,11 +87,10 @@ def buffered_body(response_info: Any) -> bytes | None:
 
 def install() -> None:
     """Wrap httpx's ``send`` and transports (once); call before the contrib instrumentor wraps them."""
-    if _installed:
+    if _layers:
         return
     try:
         import httpx
-        import wrapt
     except ImportError:
         return
     buffered = _buffered_stream_class(httpx)
@@ -132,26 +129,12 @@ def install() -> None:
             response.stream = buffered(raw, _decoded_start(httpx, response.headers, raw))
         return response
 
-    for owner, name, wrapper in (
-        (httpx.Client, "send", send),
-        (httpx.AsyncClient, "send", async_send),
-        (httpx.HTTPTransport, "handle_request", handle),
-        (httpx.AsyncHTTPTransport, "handle_async_request", async_handle),
-    ):
-        wrapt.wrap_function_wrapper(owner, name, wrapper)
-        _installed.append((owner, name))
+    _layers.wrap("httpx", "Client.send", send)
+    _layers.wrap("httpx", "AsyncClient.send", async_send)
+    _layers.wrap("httpx", "HTTPTransport.handle_request", handle)
+    _layers.wrap("httpx", "AsyncHTTPTransport.handle_async_request", async_handle)
 
 
 def uninstall() -> None:
-    """Remove the wrappers (after the contrib instrumentor has removed its own, which sits outside them)."""
-    while _installed:
-        owner, name = _installed.pop()
-        current = owner.__dict__.get(name)
-        if hasattr(current, "__wrapped__") and type(current).__name__ == "FunctionWrapper":
-            wrapper_fn = getattr(current, "_self_wrapper", None)
-            if getattr(wrapper_fn, "__module__", None) == __name__:
-                setattr(owner, name, current.__wrapped__)
-                continue
-        _log.debug(
-            "otel-replay: %s.%s is wrapped by someone else on top of the body buffer; left in place", owner, name
-        )
+    """Take the wrappers out (spliced out of the chain if the contrib instrumentor is still wrapped over them)."""
+    _layers.remove()
