@@ -121,6 +121,7 @@ GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
 GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_AGENT_ID: Final = "gen_ai.agent.id"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_AGENT_DESCRIPTION: Final = "gen_ai.agent.description"
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"  # JSON, only with content capture on
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"  # JSON, only with content capture on
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"

@@ -38,6 +38,7 @@ def test_public_api_is_pinned():
         "RecorderStats",
         "RecordingError",
         "get_recorder",
+        "invoke_agent",
         "set_recorder",
         "CHAIN_TYPES",
         "CaptureError",

@@ -14,7 +14,9 @@ loads them through the ``opentelemetry_instrumentor`` entry-point group, and
 ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=otel_replay_openai`` turns one off.
 In code, :func:`instrument` turns on every one whose client library is
 installed. Tools are declared with :func:`tool` or wrapped in place with
-:func:`wrap_tool`. No client library is imported until an instrumentor runs.
+:func:`wrap_tool`; :func:`invoke_agent` names the agent running (an
+``invoke_agent {name}`` span whose model and tool calls carry
+``gen_ai.agent.name``). No client library is imported until an instrumentor runs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from opentelemetry.trace import TracerProvider
 
+from otel_replay.instrumentation.agent import invoke_agent
 from otel_replay.instrumentation.anthropic_client import AnthropicInstrumentor
 from otel_replay.instrumentation.openai_client import OpenAIInstrumentor
 from otel_replay.instrumentation.threads import ThreadContextInstrumentor
@@ -34,6 +37,7 @@ __all__ = [
     "OpenAIInstrumentor",
     "ThreadContextInstrumentor",
     "instrument",
+    "invoke_agent",
     "tool",
     "uninstrument",
     "unwrap_tool",

@@ -31,6 +31,7 @@ from otel_replay import semconv as sc
 from otel_replay import settings
 
 __all__ = [
+    "AGENT_NAME_KEY",
     "SUPPRESS_GENAI_KEY",
     "PROXY",
     "Layers",
@@ -46,6 +47,9 @@ __all__ = [
 _log = logging.getLogger("otel_replay.instrumentation")
 
 VERSION: Final = "0.1.0"
+
+AGENT_NAME_KEY: Final = context.create_key("otel_replay-agent-name")
+"""Context key holding the name of the agent running (set by ``invoke_agent``), stamped as ``gen_ai.agent.name``."""
 
 SUPPRESS_GENAI_KEY: Final = context.create_key("otel_replay-suppress-genai")
 """Context key set while one of our model spans is current: inner layers add no second model span."""
@@ -147,12 +151,15 @@ def begin(
 
 
 def scope_ids(attributes: dict[str, Any]) -> None:
-    """Add the ids in scope: correlation/session/agent, and the GenAI conversation and agent ids.
+    """Add the ids in scope: correlation/session/agent, and the GenAI conversation, agent id and agent name.
 
     Stamped here as well as by ``CorrelationSpanProcessor``, so the ids are on
     the span even under ``opentelemetry-instrument``, where that processor is
-    not installed.
+    not installed. The agent name (from ``invoke_agent``) is a context value, not baggage.
     """
+    agent_name = context.get_value(AGENT_NAME_KEY)
+    if agent_name:
+        attributes[sc.GEN_AI_AGENT_NAME] = agent_name
     values = baggage.get_all()
     if not values:
         return

@@ -68,7 +68,9 @@ FROM spans WHERE replay_kind = 'read' AND unambiguous(attributes));
 
 -- model_calls: model spans from audit() (kind 'model', also the instrumentors'
 -- model spans) and any span carrying the OpenTelemetry GenAI conventions
--- (gen_ai.operation.name / gen_ai.request.model), tool executions excepted.
+-- (gen_ai.operation.name / gen_ai.request.model), tool executions and agent
+-- spans (invoke_agent, create_agent, invoke_workflow) excepted. agent_name is
+-- the agent running the call (gen_ai.agent.name, from invoke_agent).
 -- The GenAI columns (tokens, finish reasons, tool calls) come from the
 -- instrumentors and any other GenAI instrumentation; NULL where not recorded.
 CREATE OR REPLACE VIEW model_calls AS
@@ -91,13 +93,15 @@ SELECT
     COALESCE(TRY_CAST(attributes ->> '$."replay.model.streamed"' AS BOOLEAN), false) AS streamed,
     attributes ->> '$."error.type"'                                          AS error_type,
     attributes ->> '$."gen_ai.input.messages"'                               AS input_messages,
-    attributes ->> '$."gen_ai.output.messages"'                              AS output_messages
+    attributes ->> '$."gen_ai.output.messages"'                              AS output_messages,
+    attributes ->> '$."gen_ai.agent.name"'                                   AS agent_name
 FROM spans
 WHERE (replay_kind = 'model'
        OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
        OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL)
   AND replay_kind IS DISTINCT FROM 'tool'
-  AND attributes ->> '$."gen_ai.operation.name"' IS DISTINCT FROM 'execute_tool'
+  AND coalesce(attributes ->> '$."gen_ai.operation.name"', '')
+      NOT IN ('execute_tool', 'invoke_agent', 'create_agent', 'invoke_workflow')
   AND unambiguous(attributes));
 
 -- acts: the action each audited decision executed (source 'act'), and every
@@ -122,7 +126,8 @@ SELECT
     attributes ->> '$."replay.tool.side_effect"'                 AS side_effect,
     attributes ->> '$."gen_ai.tool.call.result"'                 AS tool_result,
     status_code,
-    attributes ->> '$."error.type"'                              AS error_type
+    attributes ->> '$."error.type"'                              AS error_type,
+    attributes ->> '$."gen_ai.agent.name"'                       AS agent_name
 FROM spans
 WHERE (replay_kind IN ('act', 'tool')
        OR (replay_kind IS NULL AND attributes ->> '$."gen_ai.operation.name"' = 'execute_tool'))
