@@ -243,6 +243,10 @@ class DecisionRecord:
 
     def to_attributes(self) -> Attributes:
         """The record's content as decision-span attributes (seal excluded)."""
+        return self._to_attributes(None)
+
+    def _to_attributes(self, inputs_json: str | None) -> Attributes:
+        # inputs_json: canonical_json(self.inputs) when the caller has it already (audit's read() does).
         attrs: Attributes = {
             sc.KIND: sc.KIND_DECISION,
             sc.RECORD_ID: self.record_id,
@@ -256,7 +260,7 @@ class DecisionRecord:
         _put(attrs, sc.DECISION_CONFIDENCE, self.confidence)
         _put(attrs, sc.RECORD_ERROR, self.error)
         if self.inputs:
-            attrs[sc.DECISION_INPUTS] = canonical_json(self.inputs, where="decision inputs")
+            attrs[sc.DECISION_INPUTS] = inputs_json or canonical_json(self.inputs, where="decision inputs")
         if self.models:
             attrs[sc.DECISION_MODELS] = canonical_json([m.to_json() for m in self.models], where="models")
         if self.reports:
