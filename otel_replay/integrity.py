@@ -176,28 +176,23 @@ class Chain:
 
     def seal(self, record_id: str, name: str, start_ns: int, attributes: dict[str, Any]) -> Seal:
         """Link ``attributes`` into the chain: adds the seal fields to it in place."""
-        with self._lock:
+        key = self.key
+        with self._lock:  # the link and the hash it feeds forward are taken in one step: seq order is link order
+            seq, prev_id, prev_hash = self._seq, self._prev_id, self._prev_hash
             attributes[sc.RECORD_CHAIN_ID] = self.chain_id
-            attributes[sc.RECORD_SEQ] = self._seq
-            attributes[sc.RECORD_PREV_ID] = self._prev_id
-            attributes[sc.RECORD_PREV_HASH] = self._prev_hash
-            attributes[sc.RECORD_KEY_ID] = self.key.key_id
+            attributes[sc.RECORD_SEQ] = seq
+            attributes[sc.RECORD_PREV_ID] = prev_id
+            attributes[sc.RECORD_PREV_HASH] = prev_hash
+            attributes[sc.RECORD_KEY_ID] = key.key_id
             digest = record_hash(name, start_ns, attributes)
-            seal = Seal(
-                chain_id=self.chain_id,
-                seq=self._seq,
-                prev_id=self._prev_id,
-                prev_hash=self._prev_hash,
-                hash=digest,
-                signature=self.key.sign(digest),
-                key_id=self.key.key_id,
-            )
-            attributes[sc.RECORD_HASH] = seal.hash
-            attributes[sc.RECORD_SIGNATURE] = seal.signature
-            self._seq += 1
+            signature = key.sign(digest)
+            # Advanced only once the record is fully sealed: a failure above leaves the chain as it was.
+            self._seq = seq + 1
             self._prev_id = record_id
             self._prev_hash = digest
-            return seal
+        attributes[sc.RECORD_HASH] = digest
+        attributes[sc.RECORD_SIGNATURE] = signature
+        return Seal(self.chain_id, seq, prev_id, prev_hash, digest, signature, key.key_id)
 
 
 @dataclass(frozen=True)

@@ -86,13 +86,14 @@ class Decision:
         base_attrs: dict[str, Any],
         ctx: Context | None = None,
         recorder: Recorder | None = None,
+        ids: dict[str, Any] | None = None,
     ) -> None:
         """Internal: created by :func:`audit`."""
         self.record_id = record_id
         self.decision_type = decision_type
         self._span = span
         self._base = base_attrs
-        self._ids: dict[str, Any] = {k: base_attrs[k] for k in _ID_KEYS if k in base_attrs}
+        self._ids: dict[str, Any] = ids if ids is not None else {k: base_attrs[k] for k in _ID_KEYS if k in base_attrs}
         # The context the block runs in (the decision span active): the children's parent.
         self._ctx = ctx if ctx is not None else trace.set_span_in_context(span)
         self._recorder = recorder if recorder is not None else get_recorder()
@@ -290,20 +291,21 @@ class _AuditBlock:
             sc.RECORD_SOURCE: "audit",
             sc.DECISION_TYPE: action_type,
         }
+        ids: dict[str, Any] = {}
         for key, explicit in zip(_ID_KEYS, (correlation_id, session_id, agent_id), strict=True):
             in_scope = scope.get(key)  # the baggage keys are the attribute keys (semconv.BAGGAGE_*)
             if explicit:
-                base[key] = explicit
+                base[key] = ids[key] = explicit
                 if explicit != in_scope:  # an explicit id is put in scope for everything inside the block
                     ctx = baggage.set_baggage(key, explicit, ctx)
             elif in_scope and isinstance(in_scope, str):
-                base[key] = in_scope
+                base[key] = ids[key] = in_scope
         start_ns = time.time_ns()
         span = recorder.tracer.start_span(sc.SPAN_DECISION, context=ctx, attributes=base, start_time=start_ns)
         ctx = trace.set_span_in_context(span, ctx)
         self._token = context.attach(ctx)
         self._start_ns = start_ns
-        decision = self._decision = Decision(record_id, action_type, span, base, ctx, recorder)
+        decision = self._decision = Decision(record_id, action_type, span, base, ctx, recorder, ids)
         self._reset = _current.set(decision)
         return decision
 
