@@ -140,8 +140,12 @@ def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
     """
     parts = [name, str(int(start_ns))]
     append = parts.append
+    hashed = _HASHED.get
     for key in sorted(attributes):
-        if key.startswith("replay.") and key not in _UNHASHED:
+        covered = hashed(key)
+        if covered is None:
+            covered = _covered(key)
+        if covered:
             value = attributes[key]
             append(key)
             append("s" + value if value.__class__ is str else _encode(value))
@@ -150,6 +154,16 @@ def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
 
 
 _UNHASHED = sc.INTEGRITY_FIELDS
+_HASHED: dict[str, bool] = {}
+"""Whether the hash covers an attribute key, remembered for the first keys seen (the schema's own, in practice)."""
+_HASHED_MAX = 4096  # stored spans can carry any keys: the memo stays bounded
+
+
+def _covered(key: str) -> bool:
+    covered = key.startswith("replay.") and key not in _UNHASHED
+    if len(_HASHED) < _HASHED_MAX and key.__class__ is str:
+        _HASHED[key] = covered
+    return covered
 
 
 def _frame_bytes(parts: list[str]) -> bytes:

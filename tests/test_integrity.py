@@ -274,3 +274,18 @@ def test_a_record_that_cannot_be_sealed_leaves_the_chain_unchanged():
     assert chain.key.check(seal.hash, seal.signature) and attrs[sc.RECORD_SIGNATURE] == seal.signature
     nxt = chain.seal("r2", sc.SPAN_DECISION, 3, {"replay.kind": "decision"})
     assert (nxt.seq, nxt.prev_id, nxt.prev_hash) == (1, "r1", seal.hash)
+
+
+def test_record_hash_covers_the_same_keys_however_many_were_seen(monkeypatch):
+    """The memo of covered keys is bounded; hashes do not depend on it (hostile rows can carry any keys)."""
+    import otel_replay.integrity as integrity
+
+    attrs = {"replay.kind": "decision", "replay.record.hash": "h", "other.key": "x", "replay.n": 1, "replay.f": 0.5}
+    before = record_hash("n", 5, attrs)
+    monkeypatch.setattr(integrity, "_HASHED", {})
+    for i in range(integrity._HASHED_MAX + 10):
+        record_hash("n", 5, {f"replay.junk{i}": "x", f"junk{i}": "y"})
+    assert len(integrity._HASHED) == integrity._HASHED_MAX
+    assert record_hash("n", 5, attrs) == before
+    assert record_hash("n", 5, {**attrs, "replay.record.signature": "s", "other": 1}) == before
+    assert record_hash("n", 5, {**attrs, "replay.kind": "edited"}) != before
