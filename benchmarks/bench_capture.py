@@ -20,6 +20,7 @@ import argparse
 import gc
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -292,9 +293,9 @@ def main() -> int:
               f"        {ow / bw:5.2f}x / {oc / bc:5.2f}x")
     if opts.runs > 1:
         walls, cpus = sorted(w for w, _ in ratios), sorted(c for _, c in ratios)
-        mid = len(ratios) // 2
-        print(f"  ratio over {opts.runs} runs: wall {walls[0]:.2f}-{walls[-1]:.2f}x (median {walls[mid]:.2f}x), "
-              f"CPU {cpus[0]:.2f}-{cpus[-1]:.2f}x (median {cpus[mid]:.2f}x)")
+        mw, mc = statistics.median(walls), statistics.median(cpus)
+        print(f"  ratio over {opts.runs} runs: wall {walls[0]:.2f}-{walls[-1]:.2f}x (median {mw:.2f}x), "
+              f"CPU {cpus[0]:.2f}-{cpus[-1]:.2f}x (median {mc:.2f}x)")
     if opts.capture_only:
         return 0
 
