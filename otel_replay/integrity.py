@@ -140,8 +140,12 @@ def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
     """
     parts = [name, str(int(start_ns))]
     append = parts.append
+    hashed = _HASHED.get
     for key in sorted(attributes):
-        if key.startswith("replay.") and key not in _UNHASHED:
+        covered = hashed(key)
+        if covered is None:
+            covered = _covered(key)
+        if covered:
             value = attributes[key]
             append(key)
             append("s" + value if value.__class__ is str else _encode(value))
@@ -150,6 +154,16 @@ def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
 
 
 _UNHASHED = sc.INTEGRITY_FIELDS
+_HASHED: dict[str, bool] = {}
+"""Whether the hash covers an attribute key, remembered for the first keys seen (the schema's own, in practice)."""
+_HASHED_MAX = 4096  # stored spans can carry any keys: the memo stays bounded
+
+
+def _covered(key: str) -> bool:
+    covered = key.startswith("replay.") and key not in _UNHASHED
+    if len(_HASHED) < _HASHED_MAX and key.__class__ is str:
+        _HASHED[key] = covered
+    return covered
 
 
 def _frame_bytes(parts: list[str]) -> bytes:
@@ -176,28 +190,23 @@ class Chain:
 
     def seal(self, record_id: str, name: str, start_ns: int, attributes: dict[str, Any]) -> Seal:
         """Link ``attributes`` into the chain: adds the seal fields to it in place."""
-        with self._lock:
+        key = self.key
+        with self._lock:  # the link and the hash it feeds forward are taken in one step: seq order is link order
+            seq, prev_id, prev_hash = self._seq, self._prev_id, self._prev_hash
             attributes[sc.RECORD_CHAIN_ID] = self.chain_id
-            attributes[sc.RECORD_SEQ] = self._seq
-            attributes[sc.RECORD_PREV_ID] = self._prev_id
-            attributes[sc.RECORD_PREV_HASH] = self._prev_hash
-            attributes[sc.RECORD_KEY_ID] = self.key.key_id
+            attributes[sc.RECORD_SEQ] = seq
+            attributes[sc.RECORD_PREV_ID] = prev_id
+            attributes[sc.RECORD_PREV_HASH] = prev_hash
+            attributes[sc.RECORD_KEY_ID] = key.key_id
             digest = record_hash(name, start_ns, attributes)
-            seal = Seal(
-                chain_id=self.chain_id,
-                seq=self._seq,
-                prev_id=self._prev_id,
-                prev_hash=self._prev_hash,
-                hash=digest,
-                signature=self.key.sign(digest),
-                key_id=self.key.key_id,
-            )
-            attributes[sc.RECORD_HASH] = seal.hash
-            attributes[sc.RECORD_SIGNATURE] = seal.signature
-            self._seq += 1
+            signature = key.sign(digest)
+            # Advanced only once the record is fully sealed: a failure above leaves the chain as it was.
+            self._seq = seq + 1
             self._prev_id = record_id
             self._prev_hash = digest
-            return seal
+        attributes[sc.RECORD_HASH] = digest
+        attributes[sc.RECORD_SIGNATURE] = signature
+        return Seal(self.chain_id, seq, prev_id, prev_hash, digest, signature, key.key_id)
 
 
 @dataclass(frozen=True)

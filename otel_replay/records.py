@@ -106,7 +106,7 @@ class Action:
     def __post_init__(self) -> None:
         if not isinstance(self.type, str) or not self.type:
             raise CaptureError("Action.type must be a non-empty string")
-        if not isinstance(self.arguments, Mapping):
+        if self.arguments.__class__ is not dict and not isinstance(self.arguments, Mapping):
             raise CaptureError(f"Action.arguments must be a mapping, got {type(self.arguments).__name__}")
         text, arguments = encode_mapping(self.arguments, where=f"Action({self.type}).arguments")
         object.__setattr__(self, "arguments_json", text)
@@ -243,32 +243,48 @@ class DecisionRecord:
 
     def to_attributes(self) -> Attributes:
         """The record's content as decision-span attributes (seal excluded)."""
+        return self._to_attributes(None)
+
+    def _to_attributes(self, inputs_json: str | None) -> Attributes:
+        # inputs_json: canonical_json(self.inputs) when the caller has it already (audit's read() does).
         attrs: Attributes = {
             sc.KIND: sc.KIND_DECISION,
             sc.RECORD_ID: self.record_id,
             sc.RECORD_SOURCE: self.source,
             sc.DECISION_TYPE: self.decision_type,
         }
-        _put(attrs, sc.CORRELATION_ID, self.correlation_id)
-        _put(attrs, sc.SESSION_ID, self.session_id)
-        _put(attrs, sc.AGENT_ID, self.agent_id)
-        _put(attrs, sc.DECISION_RATIONALE, self.rationale)
-        _put(attrs, sc.DECISION_CONFIDENCE, self.confidence)
-        _put(attrs, sc.RECORD_ERROR, self.error)
+        # Inline rather than _put(): this runs once per audit() on the agent's thread.
+        if self.correlation_id is not None:
+            attrs[sc.CORRELATION_ID] = self.correlation_id
+        if self.session_id is not None:
+            attrs[sc.SESSION_ID] = self.session_id
+        if self.agent_id is not None:
+            attrs[sc.AGENT_ID] = self.agent_id
+        if self.rationale is not None:
+            attrs[sc.DECISION_RATIONALE] = self.rationale
+        if self.confidence is not None:
+            attrs[sc.DECISION_CONFIDENCE] = self.confidence
+        if self.error is not None:
+            attrs[sc.RECORD_ERROR] = self.error
         if self.inputs:
-            attrs[sc.DECISION_INPUTS] = canonical_json(self.inputs, where="decision inputs")
+            attrs[sc.DECISION_INPUTS] = inputs_json or canonical_json(self.inputs, where="decision inputs")
         if self.models:
             attrs[sc.DECISION_MODELS] = canonical_json([m.to_json() for m in self.models], where="models")
         if self.reports:
             attrs[sc.DECISION_REPORTS] = canonical_json([r.to_json() for r in self.reports], where="reports")
-        if self.snapshot is not None:
-            attrs[sc.SNAPSHOT_STATE] = self.snapshot.state_json
-            _put(attrs, sc.SNAPSHOT_VERSION, self.snapshot.version)
-            _put(attrs, sc.SNAPSHOT_CAPTURED_AT, self.snapshot.captured_at)
-        if self.action is not None:
-            attrs[sc.ACTION_TYPE] = self.action.type
-            attrs[sc.ACTION_ARGUMENTS] = self.action.arguments_json
-            _put(attrs, sc.ACTION_COST, self.action.cost)
+        snapshot = self.snapshot
+        if snapshot is not None:
+            attrs[sc.SNAPSHOT_STATE] = snapshot.state_json
+            if snapshot.version is not None:
+                attrs[sc.SNAPSHOT_VERSION] = snapshot.version
+            if snapshot.captured_at is not None:
+                attrs[sc.SNAPSHOT_CAPTURED_AT] = snapshot.captured_at
+        action = self.action
+        if action is not None:
+            attrs[sc.ACTION_TYPE] = action.type
+            attrs[sc.ACTION_ARGUMENTS] = action.arguments_json
+            if action.cost is not None:
+                attrs[sc.ACTION_COST] = action.cost
         return attrs
 
     @classmethod

@@ -13,6 +13,7 @@ import otel_replay
 from otel_replay import CaptureError, DependencySnapshot, MemorySink, Report, audit, correlation, session
 from otel_replay import semconv as sc
 from otel_replay.capture import Recorder, get_recorder, set_recorder
+from otel_replay.capture.audit import current_decision
 from otel_replay.errors import RecordingError
 
 from ._support import payment, snapshot
@@ -263,3 +264,63 @@ def test_audit_refuses_to_start_on_a_shut_down_pipeline(dataset, caplog):
     assert closed.stats.dropped_after_shutdown == 2
     lost = [r for r in caplog.records if "after the telemetry pipeline was shut down" in r.getMessage()]
     assert len(lost) == 1  # warned once, counted every time
+
+
+def test_the_sealed_span_attributes_are_the_records_own(telemetry):
+    """audit() reuses read()'s JSON for the inputs: the seal must still cover exactly to_attributes()."""
+    from otel_replay.integrity import record_hash
+
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-9") as d:
+        d.read(b=2, a=[1, {"z": 1, "y": None}]).read(c="é")
+        with pytest.raises(CaptureError, match="read\\(\\) inputs is not JSON-serialisable"):
+            d.read(bad={1, 2})  # refused: the inputs already read are kept as they were
+        d.read(b=3)
+        d.model("gpt-x", decision_basis="PO", output={"approve": True})
+        d.act(payment())
+    record = d.record
+    assert record.inputs == {"a": [1, {"y": None, "z": 1}], "b": 3, "c": "é"}
+    attrs = {**record.to_attributes(), **record.seal.to_attributes()}
+    assert record_hash(sc.SPAN_DECISION, record.span.start_ns, attrs) == record.seal.hash
+    assert get_recorder().chain.key.check(record.seal.hash, record.seal.signature)
+
+
+def test_an_audit_block_is_entered_once(telemetry):
+    block = audit("x", snapshot=snapshot())
+    with block as d:
+        d.act(payment())
+    with pytest.raises(CaptureError, match="entered once"):
+        with block:
+            pass
+    assert d.record.seal is not None
+
+
+def test_a_bad_snapshot_is_refused_before_anything_is_recorded(telemetry):
+    sink = MemorySink()
+    for bad in ({"a": 1}, None):
+        with pytest.raises(CaptureError, match="snapshot must be a DependencySnapshot"):
+            with audit("x", snapshot=bad, sink=sink):  # type: ignore[arg-type]
+                pytest.fail("the block must not run")
+    assert len(sink) == 0 and current_decision() is None
+
+
+def test_explicit_ids_equal_to_the_scope_and_nested_blocks(telemetry, dataset):
+    with correlation("c-1", agent_id="ap"):
+        with audit("outer", snapshot=snapshot(), correlation_id="c-1") as outer:
+            with audit("inner", snapshot=snapshot(), correlation_id="c-2") as inner:
+                inner.act(payment())
+            outer.act(payment())
+    assert (outer.record.correlation_id, outer.record.agent_id) == ("c-1", "ap")
+    assert (inner.record.correlation_id, inner.record.agent_id) == ("c-2", "ap")
+    assert inner.record.seal.seq == outer.record.seal.seq - 1  # the inner block ends, and is sealed, first
+    assert outer.record.seal.prev_id == inner.record_id
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        rows = store.rows(
+            "SELECT name, correlation_id, parent_span_id, span_id, record_id FROM spans WHERE record_id IN (?, ?)",
+            [outer.record_id, inner.record_id],
+        )
+    by = {(r["record_id"], r["name"]): r for r in rows}
+    outer_span = by[(outer.record_id, sc.SPAN_DECISION)]
+    assert by[(inner.record_id, sc.SPAN_DECISION)]["parent_span_id"] == outer_span["span_id"]
+    assert {r["correlation_id"] for k, r in by.items() if k[0] == inner.record_id} == {"c-2"}
+    assert {r["correlation_id"] for k, r in by.items() if k[0] == outer.record_id} == {"c-1"}

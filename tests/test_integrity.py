@@ -259,3 +259,33 @@ def test_concurrent_capture_from_many_threads_forms_one_valid_chain(telemetry, d
         seqs = store.rows("SELECT count(DISTINCT attributes ->> '$.\"replay.record.seq\"') AS n FROM decisions d "
                           "JOIN spans s USING (span_id)")
     assert seqs[0]["n"] == 200
+
+
+def test_a_record_that_cannot_be_sealed_leaves_the_chain_unchanged():
+    from otel_replay.integrity import GENESIS_HASH, Chain, SigningKey
+
+    chain = Chain(SigningKey(b"k" * 32))
+    with pytest.raises(otel_replay.CaptureError):
+        chain.seal("bad", sc.SPAN_DECISION, 1, {"replay.kind": "decision", "replay.x": {1, 2}})
+    attrs = {"replay.kind": "decision", "replay.record.id": "r1"}
+    seal = chain.seal("r1", sc.SPAN_DECISION, 2, attrs)
+    assert (seal.seq, seal.prev_id, seal.prev_hash) == (0, "", GENESIS_HASH)
+    assert attrs[sc.RECORD_HASH] == seal.hash == record_hash(sc.SPAN_DECISION, 2, attrs)
+    assert chain.key.check(seal.hash, seal.signature) and attrs[sc.RECORD_SIGNATURE] == seal.signature
+    nxt = chain.seal("r2", sc.SPAN_DECISION, 3, {"replay.kind": "decision"})
+    assert (nxt.seq, nxt.prev_id, nxt.prev_hash) == (1, "r1", seal.hash)
+
+
+def test_record_hash_covers_the_same_keys_however_many_were_seen(monkeypatch):
+    """The memo of covered keys is bounded; hashes do not depend on it (hostile rows can carry any keys)."""
+    import otel_replay.integrity as integrity
+
+    attrs = {"replay.kind": "decision", "replay.record.hash": "h", "other.key": "x", "replay.n": 1, "replay.f": 0.5}
+    before = record_hash("n", 5, attrs)
+    monkeypatch.setattr(integrity, "_HASHED", {})
+    for i in range(integrity._HASHED_MAX + 10):
+        record_hash("n", 5, {f"replay.junk{i}": "x", f"junk{i}": "y"})
+    assert len(integrity._HASHED) == integrity._HASHED_MAX
+    assert record_hash("n", 5, attrs) == before
+    assert record_hash("n", 5, {**attrs, "replay.record.signature": "s", "other": 1}) == before
+    assert record_hash("n", 5, {**attrs, "replay.kind": "edited"}) != before

@@ -19,18 +19,18 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 from opentelemetry import baggage, context, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json, encode_mapping
-from otel_replay.capture.context import current_ids
-from otel_replay.capture.recorder import get_recorder
+from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
 from otel_replay.records import Action, DecisionRecord, DependencySnapshot, ModelCall, Report, SpanRef, new_id
@@ -52,19 +52,53 @@ def current_decision() -> Decision | None:
     return _current.get()
 
 
+_ID_KEYS = (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID)
+
+
 class Decision:
     """The handle :func:`audit` yields. Fill it in; read ``record`` after the block."""
 
-    def __init__(self, record_id: str, decision_type: str, span: Span, base_attrs: dict[str, Any]) -> None:
+    __slots__ = (
+        "_act_span",
+        "_action",
+        "_base",
+        "_ctx",
+        "_failure",
+        "_ids",
+        "_inputs",
+        "_inputs_json",
+        "_model_spans",
+        "_models",
+        "_read_span",
+        "_record",
+        "_recorder",
+        "_reports",
+        "_span",
+        "decision_type",
+        "record_id",
+    )
+
+    def __init__(
+        self,
+        record_id: str,
+        decision_type: str,
+        span: Span,
+        base_attrs: dict[str, Any],
+        ctx: Context | None = None,
+        recorder: Recorder | None = None,
+        ids: dict[str, Any] | None = None,
+    ) -> None:
         """Internal: created by :func:`audit`."""
         self.record_id = record_id
         self.decision_type = decision_type
         self._span = span
         self._base = base_attrs
-        id_keys = (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID)
-        self._ids: dict[str, Any] = {k: base_attrs[k] for k in id_keys if k in base_attrs}
-        self._ctx = trace.set_span_in_context(span)
+        self._ids: dict[str, Any] = ids if ids is not None else {k: base_attrs[k] for k in _ID_KEYS if k in base_attrs}
+        # The context the block runs in (the decision span active): the children's parent.
+        self._ctx = ctx if ctx is not None else trace.set_span_in_context(span)
+        self._recorder = recorder if recorder is not None else get_recorder()
         self._inputs: dict[str, Any] = {}
+        self._inputs_json: str | None = None
         self._models: list[ModelCall] = []
         self._reports: list[Report] = []
         self._action: Action | None = None
@@ -92,13 +126,14 @@ class Decision:
     def _child(self, name: str, kind: str, attrs: dict[str, Any]) -> Span:
         # The scope's ids go in up front, so the span processor has nothing left to add.
         attrs = {**self._ids, sc.KIND: kind, sc.RECORD_ID: self.record_id, **attrs}
-        return get_recorder().tracer.start_span(name, context=self._ctx, attributes=attrs)
+        return self._recorder.tracer.start_span(name, context=self._ctx, attributes=attrs)
 
     def read(self, **inputs: Any) -> Decision:
         """Record what the agent read; merged into the data span's inputs."""
         self._open("read")
         where = f"decision {self.record_id} read() inputs"
-        text, self._inputs = encode_mapping({**self._inputs, **inputs}, where=where)
+        text, self._inputs = encode_mapping({**self._inputs, **inputs} if self._inputs else inputs, where=where)
+        self._inputs_json = text
         if self._read_span is None:
             self._read_span = self._child(sc.SPAN_READ, sc.KIND_READ, {sc.READ_INPUTS: text})
         else:
@@ -127,7 +162,7 @@ class Decision:
     def act(self, action: Action) -> Decision:
         """Record the action the agent executed (once per decision)."""
         self._open("act")
-        if not isinstance(action, Action):
+        if action.__class__ is not Action and not isinstance(action, Action):
             raise CaptureError(f"decision {self.record_id}: act() takes an Action, got {type(action).__name__}")
         if self._action is not None:
             raise CaptureError(f"decision {self.record_id}: act() was already called; one action per decision")
@@ -159,29 +194,34 @@ class Decision:
         return self
 
     def _finish(self, snapshot: DependencySnapshot, error: str | None, start_ns: int) -> DecisionRecord:
-        for child in (self._read_span, *self._model_spans, self._act_span):
-            if child is not None:
-                child.end()
+        if self._read_span is not None:
+            self._read_span.end()
+        for child in self._model_spans:
+            child.end()
+        if self._act_span is not None:
+            self._act_span.end()
         ctx = self._span.get_span_context()
+        base = self._base
         record = DecisionRecord(
             record_id=self.record_id,
             source="audit",
             decision_type=self.decision_type,
             snapshot=snapshot,
             action=self._action,
-            inputs=dict(self._inputs),
+            inputs=self._inputs,  # replaced, never mutated, by read(), which is closed from here on
             models=tuple(self._models),
             reports=tuple(self._reports),
-            correlation_id=self._base.get(sc.CORRELATION_ID),
-            session_id=self._base.get(sc.SESSION_ID),
-            agent_id=self._base.get(sc.AGENT_ID),
+            correlation_id=base.get(sc.CORRELATION_ID),
+            session_id=base.get(sc.SESSION_ID),
+            agent_id=base.get(sc.AGENT_ID),
             error=error,
             span=SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns),
         )
-        attrs = record.to_attributes()
-        recorder = get_recorder()
+        attrs = record._to_attributes(self._inputs_json)
+        recorder = self._recorder
+        # Sealed before the span ends: a decision span that could not be sealed is never emitted.
         seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
-        self._span.set_attributes({k: v for k, v in attrs.items() if k not in self._base})
+        self._span.set_attributes({k: v for k, v in attrs.items() if k not in base})
         self._span.end()
         if recorder.closed:
             recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
@@ -202,7 +242,7 @@ def _complete(
         sink.append(record)
     except Exception as exc:
         decision._failure = f"{stage} failed: {type(exc).__name__}: {exc}"
-        get_recorder().note_capture_error()
+        decision._recorder.note_capture_error()
         _log.error(
             "otel-replay: decision %s (%s): %s%s",
             decision.record_id,
@@ -214,7 +254,89 @@ def _complete(
     return None
 
 
-@contextmanager
+class _AuditBlock:
+    """The context manager :func:`audit` returns: opens the decision on entry, seals it on exit."""
+
+    __slots__ = ("_args", "_decision", "_reset", "_sink", "_snapshot", "_start_ns", "_token")
+
+    def __init__(self, action_type: str, snapshot: DependencySnapshot, sink: Sink | None, ids: tuple[Any, ...]) -> None:
+        self._args = (action_type, ids)
+        self._snapshot = snapshot
+        self._sink = sink
+        self._decision: Decision | None = None
+
+    def __enter__(self) -> Decision:
+        action_type, (correlation_id, session_id, agent_id) = self._args
+        snapshot = self._snapshot
+        if snapshot.__class__ is not DependencySnapshot and not isinstance(snapshot, DependencySnapshot):
+            raise CaptureError(
+                f"audit({action_type!r}): snapshot must be a DependencySnapshot, got {type(snapshot).__name__}"
+            )
+        if not isinstance(action_type, str) or not action_type:
+            raise CaptureError("audit(): action_type must be a non-empty string")
+        if self._decision is not None:
+            raise CaptureError(f"audit({action_type!r}): an audit block can be entered once")
+        recorder = get_recorder()
+        if recorder.closed:
+            raise CaptureError(
+                f"audit({action_type!r}): the telemetry pipeline was shut down (Telemetry.shutdown()), so this "
+                "decision would be lost; call otel_replay.configure() again before capturing"
+            )
+        ctx = context.get_current()
+        scope = baggage.get_all(ctx)
+        record_id = new_id()
+        base: dict[str, Any] = {
+            sc.KIND: sc.KIND_DECISION,
+            sc.RECORD_ID: record_id,
+            sc.RECORD_SOURCE: "audit",
+            sc.DECISION_TYPE: action_type,
+        }
+        ids: dict[str, Any] = {}
+        for key, explicit in zip(_ID_KEYS, (correlation_id, session_id, agent_id), strict=True):
+            in_scope = scope.get(key)  # the baggage keys are the attribute keys (semconv.BAGGAGE_*)
+            if explicit:
+                base[key] = ids[key] = explicit
+                if explicit != in_scope:  # an explicit id is put in scope for everything inside the block
+                    ctx = baggage.set_baggage(key, explicit, ctx)
+            elif in_scope and isinstance(in_scope, str):
+                base[key] = ids[key] = in_scope
+        start_ns = time.time_ns()
+        span = recorder.tracer.start_span(sc.SPAN_DECISION, context=ctx, attributes=base, start_time=start_ns)
+        ctx = trace.set_span_in_context(span, ctx)
+        self._token = context.attach(ctx)
+        self._start_ns = start_ns
+        decision = self._decision = Decision(record_id, action_type, span, base, ctx, recorder, ids)
+        self._reset = _current.set(decision)
+        return decision
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        decision = self._decision
+        assert decision is not None
+        _current.reset(self._reset)
+        target = self._sink if self._sink is not None else decision._recorder.sink
+        if exc_type is not None:
+            if exc is None:  # pragma: no cover - the with statement always passes the instance
+                exc = exc_type()
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            decision._span.record_exception(exc)
+            decision._span.set_status(Status(StatusCode.ERROR, error))
+            context.detach(self._token)
+            _complete(decision, target, self._snapshot, error, self._start_ns)  # a failure is logged, never raised
+            return False  # the agent's own exception propagates, unchanged
+        context.detach(self._token)
+        failure = _complete(decision, target, self._snapshot, None, self._start_ns)
+        if failure is not None:
+            raise RecordingError(
+                f"decision {decision.record_id} ({decision.decision_type}): the block completed, so its action "
+                f"stands, but its record could not be kept: {decision._failure}",
+                decision.record_id,
+                decision._record,
+            ) from failure
+        return False
+
+
 def audit(
     action_type: str,
     *,
@@ -223,7 +345,7 @@ def audit(
     correlation_id: str | None = None,
     session_id: str | None = None,
     agent_id: str | None = None,
-) -> Iterator[Decision]:
+) -> AbstractContextManager[Decision]:
     """Capture one decision with the dependency state it relied on.
 
     Yields a :class:`Decision`; fill it with ``read``/``model``/``act``/``attach``.
@@ -245,63 +367,8 @@ def audit(
 
     Raises:
         CaptureError: bad arguments, or the pipeline was shut down (checked
-            before the block runs, so nothing has happened yet).
+            when the block is entered, so nothing has happened yet).
         RecordingError: the block completed but its record could not be kept.
 
     """
-    if not isinstance(snapshot, DependencySnapshot):
-        raise CaptureError(
-            f"audit({action_type!r}): snapshot must be a DependencySnapshot, got {type(snapshot).__name__}"
-        )
-    if not isinstance(action_type, str) or not action_type:
-        raise CaptureError("audit(): action_type must be a non-empty string")
-    recorder = get_recorder()
-    if recorder.closed:
-        raise CaptureError(
-            f"audit({action_type!r}): the telemetry pipeline was shut down (Telemetry.shutdown()), so this "
-            "decision would be lost; call otel_replay.configure() again before capturing"
-        )
-    scope = current_ids()
-    ids = {
-        sc.CORRELATION_ID: correlation_id or scope.correlation_id,
-        sc.SESSION_ID: session_id or scope.session_id,
-        sc.AGENT_ID: agent_id or scope.agent_id,
-    }
-    record_id = new_id()
-    base: dict[str, Any] = {
-        sc.KIND: sc.KIND_DECISION,
-        sc.RECORD_ID: record_id,
-        sc.RECORD_SOURCE: "audit",
-        sc.DECISION_TYPE: action_type,
-        **{k: v for k, v in ids.items() if v is not None},
-    }
-    ctx = context.get_current()
-    for key, value in ids.items():
-        if value is not None:
-            ctx = baggage.set_baggage(key, value, ctx)
-    start_ns = time.time_ns()
-    span = recorder.tracer.start_span(sc.SPAN_DECISION, context=ctx, attributes=base, start_time=start_ns)
-    token = context.attach(trace.set_span_in_context(span, ctx))
-    decision = Decision(record_id, action_type, span, base)
-    target = sink if sink is not None else recorder.sink
-    current = _current.set(decision)
-    try:
-        yield decision
-    except BaseException as exc:
-        _current.reset(current)
-        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        span.record_exception(exc)
-        span.set_status(Status(StatusCode.ERROR, error))
-        context.detach(token)
-        _complete(decision, target, snapshot, error, start_ns)  # a failure here is logged, never raised
-        raise  # the agent's own exception, unchanged
-    _current.reset(current)
-    context.detach(token)
-    failure = _complete(decision, target, snapshot, None, start_ns)
-    if failure is not None:
-        raise RecordingError(
-            f"decision {record_id} ({action_type}): the block completed, so its action stands, "
-            f"but its record could not be kept: {decision._failure}",
-            record_id,
-            decision._record,
-        ) from failure
+    return _AuditBlock(action_type, snapshot, sink, (correlation_id, session_id, agent_id))
