@@ -437,9 +437,8 @@ class Store:
             # DuckDB 2 warns that Arrow output from execute() copies the rows; a lookup's rows are few.
             warnings.simplefilter("ignore", UserWarning)
             result = self._con.execute(sql)
-            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table", None)
-            if fetch is None:  # DuckDB 1.x
-                fetch = result.arrow
+            # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table().
+            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
             if result.description is None:
                 return pa.table({})
             table: pa.Table = fetch()

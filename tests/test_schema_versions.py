@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_replay
 from otel_replay import semconv as sc
 from otel_replay.errors import DatasetError
-from otel_replay.integrity import load_signing_key
 from otel_replay.exporters.rows import request_to_table, spans_to_table
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA
+from otel_replay.integrity import load_signing_key
 from otel_replay.storage import compact, live_files
 from otel_replay.store import restore_attributes
 
@@ -135,7 +135,9 @@ def _answers(dataset: Path, ids: dict[int, str]) -> dict[str, Any]:
             ),
             "outcomes": sorted(
                 tuple(r.values())
-                for r in store.rows("SELECT outcome_id, decision_id, outcome_correct, note, correlation_id FROM outcomes")
+                for r in store.rows(
+                    "SELECT outcome_id, decision_id, outcome_correct, note, correlation_id FROM outcomes"
+                )
             ),
             "calibration": store.calibration(),
             "chains": [
@@ -146,8 +148,12 @@ def _answers(dataset: Path, ids: dict[int, str]) -> dict[str, Any]:
                 (r["layer"], json.loads(r["body"]).get("outcome_correct"), json.loads(r["body"]).get("confidence"))
                 for r in store.run("chains/trade", chain_id="trade-a", chain_limit=101)
             ],
-            "traces": [json.loads(t["body"]).get("outcome_correct") for t in store.run("traces", correlation_id="trade-b")],
-            "verified": {k: (v["outcome_correct"], v["note"]) for k, v in store.verified_outcomes(list(ids.values())).items()},
+            "traces": [
+                json.loads(t["body"]).get("outcome_correct") for t in store.run("traces", correlation_id="trade-b")
+            ],
+            "verified": {
+                k: (v["outcome_correct"], v["note"]) for k, v in store.verified_outcomes(list(ids.values())).items()
+            },
             "records": [store.record(i).confidence for i in ids.values()],
             "verify": _verify(store),
         }
@@ -166,7 +172,9 @@ def test_version_1_files_mixed_files_and_compaction_give_the_same_answers(datase
     ]
     assert ("raw-1", 0.55) in v2["decisions"]  # a string confidence stays in the JSON and reads as before
     assert v2["verified"][ids[1]] == (False, "note 1")
-    assert v2["verify"][0] == 12 and len(v2["verify"][1]) == 1 and "raw-1" in v2["verify"][1][0]  # only the unsealed one
+    assert (
+        v2["verify"][0] == 12 and len(v2["verify"][1]) == 1 and "raw-1" in v2["verify"][1][0]
+    )  # only the unsealed one
     assert all(c == "trade-a" for _, d, _, _, c in v2["outcomes"] if d in (ids[0], ids[1], ids[2]))
     # Mixed: the outcomes' file as version 1 (typed values back in its JSON), then every file.
     rewrite_as_version_1(files[1])

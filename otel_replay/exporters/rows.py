@@ -328,6 +328,7 @@ def _promote(attributes: list[dict[str, Any]], key: str) -> pa.Array:
         return pa.array(values, arrow_type)
     if values.count(None) == len(values):  # absent everywhere: most spans carry no outcome or confidence
         return pa.nulls(len(values), arrow_type)
+    kept: list[Any]
     if wanted is float:
         kept = [v if v.__class__ is float and math.isfinite(v) else None for v in values]
     else:
