@@ -26,7 +26,7 @@ FROM (
     SELECT * FROM claimed
     WHERE getvariable('decision_ids') IS NOT NULL
       AND replay_kind = 'outcome'
-      AND list_contains(getvariable('decision_ids'), outcome_decision_id)
+      AND outcome_decision_id = ANY(getvariable('decision_ids'))  -- (not list_contains: = ANY filters in the scan)
       AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
     UNION ALL
     SELECT * FROM claimed  -- a version 1 file's outcome: its decision id is in the JSON (see outcome_spans_for)

@@ -215,7 +215,7 @@ WITH chosen AS (
     SELECT * FROM spans
     WHERE replay_kind = 'outcome'
       AND (decision_ids IS NULL
-           OR list_contains(decision_ids, outcome_decision_id)
+           OR outcome_decision_id = ANY(decision_ids)
            OR (outcome_decision_id IS NULL
                AND list_contains(decision_ids, attributes ->> '$."replay.outcome.decision_id"')))
 )
