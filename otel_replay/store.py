@@ -235,6 +235,8 @@ class Store:
         self._bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
         self._analyst: duckdb.DuckDBPyConnection | None = None
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
+        self._pointed: list[str] | None = None  # the files the internal connection's variables name
+        self._current_source = False  # span_source defined for files that all have the current columns
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -333,10 +335,16 @@ class Store:
                 self._analyst = None
 
     def _define_views(self, con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+        if con is self._con:
+            self._pointed = None  # until the views are defined over ``files``
         try:
             if files:
                 self._point_at(con, files)
-                con.execute(load_sql("source"))
+                # Every file with the current columns: the cheaper source; any older file: the one that supplies them.
+                current = not self._legacy_outcomes(files)
+                con.execute(load_sql("source_current" if current else "source"))
+                if con is self._con:
+                    self._current_source = current
             else:
                 con.execute(f"SET VARIABLE {_FILES_VAR} = NULL")
                 con.execute(f"SET VARIABLE {_LEGACY_VAR} = false")
@@ -348,6 +356,8 @@ class Store:
                 con.register("otel_replay_empty_spans", empty)
                 con.execute(load_sql("empty_source"))
             con.execute(load_sql("views"))
+            if con is self._con:
+                self._pointed = list(files)
         except duckdb.Error as exc:
             raise QueryError(f"defining views over {self.dataset}: {exc}") from exc
 
@@ -517,14 +527,15 @@ class Store:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
             for key, value in values.items():
                 self._con.execute(f"SET VARIABLE {key} = ?", [value])
-            if scope is None:
-                return self._execute(sql)
             self._scope = scope
-            self._point_at(self._con, scope)
-            try:
-                return self._execute(sql)
-            finally:
-                self._point_at(self._con, self.files)
+            reading = self.files if scope is None else scope
+            if reading != self._pointed:  # the variables stay set between lookups of the same files
+                if self._current_source and self._legacy_outcomes(reading):
+                    # A file the views were not defined for (an older writer's, newer than the last refresh).
+                    self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
+                self._point_at(self._con, reading)
+                self._pointed = list(reading)
+            return self._execute(sql)
 
         with self._lock:
             try:

@@ -203,13 +203,13 @@ def test_version_1_files_mixed_files_and_compaction_give_the_same_answers(datase
         assert set(store.verified_outcomes(list(second.values()))) == {second[i] for i in range(5)}
 
 
-def _outcome_rows(dataset: Path) -> tuple[pa.Schema, list[dict[str, Any]]]:
-    """The outcome rows as plain values (times as int64 nanoseconds) and the file's schema."""
+def _outcome_rows(dataset: Path, kind: str | None = "outcome") -> tuple[pa.Schema, list[dict[str, Any]]]:
+    """The rows of ``kind`` (``None``: every row) as plain values (times as int64 ns) and the files' schema."""
     files = sorted((dataset / "spans").rglob("*.parquet"))
     table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in files], promote_options="default")
     plain = pa.schema([f.with_type(pa.int64()) if pa.types.is_timestamp(f.type) else f for f in table.schema])
     rows = table.drop_columns(["events"]).cast(plain.remove(plain.get_field_index("events"))).to_pylist()
-    return table.schema, [r for r in rows if r["replay_kind"] == "outcome"]
+    return table.schema, [r for r in rows if kind is None or r["replay_kind"] == kind]
 
 
 def _add(dataset: Path, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
@@ -273,3 +273,25 @@ def test_a_newer_major_version_beside_older_ones_is_refused_by_name(dataset: Pat
     future.unlink()
     with otel_replay.open(dataset) as store:
         assert len(store.files) == 2
+
+
+def test_an_older_file_arriving_after_open_is_read_by_a_narrowed_lookup(dataset: Path) -> None:
+    """Views defined over version 2 files only are redefined when a lookup reaches only version 1 files."""
+    ids = _capture(dataset)
+    compact(dataset, grace_seconds=0)  # a side index: run_for reads the indexed files plus newer arrivals
+    with otel_replay.open(dataset) as store:
+        assert len(store.run_for("chains/trade", {"correlation_id": "trade-a"}, chain_id="trade-a")) == 3
+        schema, rows = _outcome_rows(dataset, kind=None)
+        decision = next(r for r in rows if r["record_id"] == ids[0] and r["replay_kind"] == "decision")
+        outcome = next(r for r in rows if r["outcome_decision_id"] == ids[0])
+        late = [
+            dict(decision, span_id="b" * 16, record_id="late-decision", correlation_id="trade-c"),
+            dict(outcome, span_id="c" * 16, record_id="late-outcome", outcome_decision_id="late-decision"),
+        ]
+        _add(dataset, "part-9-late.parquet", late, schema)
+        rewrite_as_version_1(next((dataset / "spans").rglob("part-9-late.parquet")))
+        # Only the late version 1 file can hold trade-c: the lookup reads it alone.
+        found = store.run_for("chains/trade", {"correlation_id": "trade-c"}, chain_id="trade-c")
+        (body,) = [json.loads(r["body"]) for r in found]
+        assert body["record_id"] == "late-decision" and body["outcome_id"] == "late-outcome"
+        assert body["confidence"] == 0.05
