@@ -140,6 +140,13 @@ def _answers(dataset: Path, ids: dict[int, str]) -> dict[str, Any]:
                 )
             ),
             "calibration": store.calibration(),
+            "outcomes_of": store.rows(
+                "SELECT decision_id, outcome_correct FROM outcomes_of(?) ORDER BY decision_id", [[ids[0], ids[3]]]
+            ),
+            "outcome_spans_for": store.rows(
+                "WITH d AS (SELECT record_id FROM decisions WHERE correlation_id = 'trade-a') "
+                "SELECT count(*) AS n FROM outcome_spans_for('d')"
+            ),
             "chains": [
                 [(e["record_id"] if "record_id" in e else e["entry_id"], e.get("outcome_correct")) for e in c.events]
                 for c in (builder.build_trade_chain("trade-a"), builder.build_trade_chain("trade-b"))
@@ -172,6 +179,11 @@ def test_version_1_files_mixed_files_and_compaction_give_the_same_answers(datase
     ]
     assert ("raw-1", 0.55) in v2["decisions"]  # a string confidence stays in the JSON and reads as before
     assert v2["verified"][ids[1]] == (False, "note 1")
+    assert v2["outcomes_of"] == sorted(
+        [{"decision_id": ids[0], "outcome_correct": True}, {"decision_id": ids[3], "outcome_correct": True}],
+        key=lambda r: r["decision_id"],
+    )
+    assert v2["outcome_spans_for"] == [{"n": 3}]
     assert (
         v2["verify"][0] == 12 and len(v2["verify"][1]) == 1 and "raw-1" in v2["verify"][1][0]
     )  # only the unsealed one
@@ -295,3 +307,17 @@ def test_an_older_file_arriving_after_open_is_read_by_a_narrowed_lookup(dataset:
         (body,) = [json.loads(r["body"]) for r in found]
         assert body["record_id"] == "late-decision" and body["outcome_id"] == "late-outcome"
         assert body["confidence"] == 0.05
+
+
+def test_an_outcome_recorded_by_another_process_carries_its_decisions_correlation_id(dataset: Path) -> None:
+    ids = _capture(dataset)
+    telemetry = otel_replay.configure(dataset, service_name="later", set_global=False)
+    with otel_replay.open(dataset) as store:
+        tracer = otel_replay.DecisionTracer(store=store)  # the decision is known only from the dataset
+        with otel_replay.correlation("unrelated"):
+            tracer.record_outcome(ids[5], True, note="settled late")
+        telemetry.force_flush()
+        store.refresh()
+        (row,) = store.rows("SELECT correlation_id, outcome_correct FROM outcomes WHERE decision_id = ?", [ids[5]])
+        assert row == {"correlation_id": "trade-b", "outcome_correct": True}
+    telemetry.shutdown()
