@@ -321,3 +321,20 @@ def test_an_outcome_recorded_by_another_process_carries_its_decisions_correlatio
         (row,) = store.rows("SELECT correlation_id, outcome_correct FROM outcomes WHERE decision_id = ?", [ids[5]])
         assert row == {"correlation_id": "trade-b", "outcome_correct": True}
     telemetry.shutdown()
+
+
+def test_calibration_counts_a_retried_decision_once_and_leaves_out_an_ambiguous_one(dataset: Path) -> None:
+    ids = _capture(dataset)
+    before = _answers(dataset, ids)["calibration"]
+    schema, rows = _outcome_rows(dataset, kind="decision")
+    first = next(r for r in rows if r["record_id"] == ids[0])
+    second = next(r for r in rows if r["record_id"] == ids[3])
+    ambiguous = dict(second, span_id="a" * 16, record_id="twice", decision_confidence=None)
+    ambiguous["attributes"] = ambiguous["attributes"][:-1] + ',"replay.decision.confidence":0.5,"x":1,"x":2}'
+    _add(dataset, "retry-and-forged.parquet", [first, ambiguous], schema)  # an exact retry copy, and a dup-key row
+    outcome = dict(_outcome_rows(dataset)[1][0], span_id="b" * 16, record_id="o-twice", outcome_decision_id="twice")
+    _add(dataset, "its-outcome.parquet", [outcome], schema)
+    with otel_replay.open(dataset) as store:
+        assert store.calibration() == before
+        assert store.rows("SELECT count(*) AS n FROM decisions WHERE record_id = 'twice'") == [{"n": 0}]
+        assert store.rows("SELECT count(*) AS n FROM spans WHERE record_id = ?", [ids[0]]) == [{"n": 2}]
