@@ -517,6 +517,8 @@ class Store:
         for key in variables:
             if not _IDENT.fullmatch(key):
                 raise QueryError(f"bad variable name {key!r} for {name}.sql")
+            if key.startswith("otel_replay_"):
+                raise QueryError(f"variable {key!r} for {name}.sql is the store's own (it names the files read)")
         # The store's own variables (otel_replay_*) are set below, never reset to NULL.
         values = dict.fromkeys(name for name in _VARIABLE.findall(sql) if not name.startswith("otel_replay_"))
         values.update(variables)

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_replay
 from otel_replay import semconv as sc
-from otel_replay.errors import DatasetError
+from otel_replay.errors import DatasetError, QueryError
 from otel_replay.exporters.rows import request_to_table, spans_to_table
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA
 from otel_replay.integrity import load_signing_key
@@ -338,3 +338,13 @@ def test_calibration_counts_a_retried_decision_once_and_leaves_out_an_ambiguous_
         assert store.calibration() == before
         assert store.rows("SELECT count(*) AS n FROM decisions WHERE record_id = 'twice'") == [{"n": 0}]
         assert store.rows("SELECT count(*) AS n FROM spans WHERE record_id = ?", [ids[0]]) == [{"n": 2}]
+
+
+def test_the_stores_own_variables_cannot_be_set_by_a_caller(dataset: Path) -> None:
+    _capture(dataset)
+    with otel_replay.open(dataset) as store:
+        with pytest.raises(QueryError, match="otel_replay_legacy_outcomes"):
+            store.run("chains/trade", chain_id="trade-a", otel_replay_legacy_outcomes=False)
+        with pytest.raises(QueryError, match="otel_replay_files"):
+            store.run("record", record_id="x", otel_replay_files=["/etc/passwd"])
+        assert len(store.run("chains/trade", chain_id="trade-a")) == 3
