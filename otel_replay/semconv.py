@@ -15,8 +15,12 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = "1"
-"""Storage schema version written into every Parquet file's metadata."""
+SCHEMA_VERSION: Final = "2"
+"""Storage schema version written into every Parquet file's metadata.
+
+Version 2 added the typed columns ``outcome_decision_id``, ``outcome_correct``
+and ``decision_confidence``. Readers take files of every version up to this
+one's major (a column a file lacks reads as NULL) and refuse a newer major."""
 
 INSTRUMENTATION_NAME: Final = "otel_replay"
 
@@ -169,9 +173,20 @@ PROMOTED_COLUMNS: Final = {
     RECORD_ID: "record_id",
     KIND: "replay_kind",
     DECISION_TYPE: "decision_type",
+    OUTCOME_DECISION_ID: "outcome_decision_id",  # schema version 2 on
+    OUTCOME_CORRECT: "outcome_correct",  # schema version 2 on
+    DECISION_CONFIDENCE: "decision_confidence",  # schema version 2 on
 }
 """Attribute key -> column name. A promoted attribute is stored only in its
-column (when its value is a string) and restored from it on rehydration."""
+column (when its value is of the column's exact type, see :data:`PROMOTED_TYPES`)
+and restored from it on rehydration; any other value stays in the JSON."""
+
+PROMOTED_TYPES: Final[dict[str, type]] = {
+    OUTCOME_CORRECT: bool,
+    DECISION_CONFIDENCE: float,
+}
+"""The Python type a promoted attribute's value must have to move into its column
+(``bool`` -> BOOLEAN, ``float`` -> DOUBLE, finite only); a key not listed here is ``str``."""
 
 # --- record and rerun (otel_replay.rerun) -------------------------------------
 SPAN_RECORDING: Final = "replay.recording"

@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -57,6 +58,8 @@ _MAGIC = b"PAR1"
 _MAX_FOOTER = 64 * 2**20
 _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _UNION_VAR = "otel_replay_union_by_name"
+_LEGACY_VAR = "otel_replay_legacy_outcomes"
+_TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 Keys = SigningKey | Sequence[SigningKey] | None
 Params = Sequence[Any] | Mapping[str, Any] | None
@@ -162,10 +165,16 @@ def schema_version(footer: bytes) -> str | None:
     return None if raw is None else raw[:64].decode("ascii", "replace")
 
 
-def _check_version(path: str, footer: bytes) -> None:
+def _check_version(path: str, footer: bytes) -> int | None:
+    """The file's major storage schema version (``None``: not recorded).
+
+    Raises:
+        DatasetError: the version is unreadable, or newer than this otel-replay reads.
+
+    """
     version = schema_version(footer)
     if version is None:
-        return
+        return None
     major = version.split(".")[0]
     if not major.isdigit() or len(major) > 6:
         raise DatasetError(f"{path}: unreadable storage schema version {version!r}")
@@ -174,6 +183,7 @@ def _check_version(path: str, footer: bytes) -> None:
             f"{path}: written with storage schema version {version}, newer than this otel-replay reads "
             f"({sc.SCHEMA_VERSION}); upgrade otel-replay to read it"
         )
+    return int(major)
 
 
 class Store:
@@ -220,10 +230,13 @@ class Store:
         self.skipped: list[CorruptFileError] = []
         self._checked: dict[str, tuple[int, int]] = {}
         self._arrow_schema: dict[str, bytes | None] = {}  # the writer's Arrow schema, to skip union_by_name
+        self._major: dict[str, int | None] = {}  # each file's major storage schema version (None: not recorded)
         self._decoded: dict[str, tuple[int, int]] = {}
         self._bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
         self._analyst: duckdb.DuckDBPyConnection | None = None
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
+        self._pointed: list[str] | None = None  # the files the internal connection's variables name
+        self._current_source = False  # span_source defined for files that all have the current columns
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -276,7 +289,7 @@ class Store:
             return CorruptFileError(path, exc.strerror or str(exc))
         if isinstance(footer, str):
             return CorruptFileError(path, footer)
-        _check_version(path, footer)
+        self._major[path] = _check_version(path, footer)
         self._checked[path] = stamp
         self._arrow_schema[path] = footer_value(footer, _ARROW_SCHEMA_KEY)
         return None
@@ -289,6 +302,16 @@ class Store:
         """
         schemas = {self._arrow_schema.get(path) for path in files}
         return len(schemas) != 1 or None in schemas
+
+    def _legacy_outcomes(self, files: Sequence[str]) -> bool:
+        """Whether any of ``files`` may keep an outcome's decision id only in its JSON (schema version 1 or unknown)."""
+        return any((self._major.get(path) or 0) < _TYPED_OUTCOMES for path in files)
+
+    def _point_at(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> None:
+        """Set the variables the views read for ``files``: the list, union_by_name, and the legacy-outcome hint."""
+        con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [list(files) or None])
+        con.execute(f"SET VARIABLE {_UNION_VAR} = ?", [self._union_by_name(files)])
+        con.execute(f"SET VARIABLE {_LEGACY_VAR} = ?", [self._legacy_outcomes(files)])
 
     def refresh(self) -> None:
         """Rescan the dataset's files, validate new ones, and (re)define the views."""
@@ -312,13 +335,19 @@ class Store:
                 self._analyst = None
 
     def _define_views(self, con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+        if con is self._con:
+            self._pointed = None  # until the views are defined over ``files``
         try:
             if files:
-                con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [files])
-                con.execute(f"SET VARIABLE {_UNION_VAR} = ?", [self._union_by_name(files)])
-                con.execute(load_sql("source"))
+                self._point_at(con, files)
+                # Every file with the current columns: the cheaper source; any older file: the one that supplies them.
+                current = not self._legacy_outcomes(files)
+                con.execute(load_sql("source_current" if current else "source"))
+                if con is self._con:
+                    self._current_source = current
             else:
                 con.execute(f"SET VARIABLE {_FILES_VAR} = NULL")
+                con.execute(f"SET VARIABLE {_LEGACY_VAR} = false")
                 empty = (
                     SPAN_SCHEMA.empty_table()
                     .append_column("date", pa.array([], pa.date32()))
@@ -327,6 +356,8 @@ class Store:
                 con.register("otel_replay_empty_spans", empty)
                 con.execute(load_sql("empty_source"))
             con.execute(load_sql("views"))
+            if con is self._con:
+                self._pointed = list(files)
         except duckdb.Error as exc:
             raise QueryError(f"defining views over {self.dataset}: {exc}") from exc
 
@@ -405,6 +436,24 @@ class Store:
         table: pa.Table = fetch()
         return table
 
+    def _execute(self, sql: str) -> pa.Table:
+        """Run one shipped query on the internal connection; its rows as an Arrow table.
+
+        Executed directly rather than through ``con.sql(...)``: a relation binds
+        its query once to describe it and again to run it, and binding the
+        views costs more than a point lookup's scan.
+        """
+        with warnings.catch_warnings():
+            # DuckDB 2 warns that Arrow output from execute() copies the rows; a lookup's rows are few.
+            warnings.simplefilter("ignore", UserWarning)
+            result = self._con.execute(sql)
+            # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table().
+            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
+            if result.description is None:
+                return pa.table({})
+            table: pa.Table = fetch()
+        return table
+
     def query(self, sql: str, params: Params = None) -> pa.Table:
         """Run analyst ``sql`` read-only on the dataset's views; returns an Arrow table.
 
@@ -468,7 +517,10 @@ class Store:
         for key in variables:
             if not _IDENT.fullmatch(key):
                 raise QueryError(f"bad variable name {key!r} for {name}.sql")
-        values = dict.fromkeys(_VARIABLE.findall(sql))
+            if key.startswith("otel_replay_"):
+                raise QueryError(f"variable {key!r} for {name}.sql is the store's own (it names the files read)")
+        # The store's own variables (otel_replay_*) are set below, never reset to NULL.
+        values = dict.fromkeys(name for name in _VARIABLE.findall(sql) if not name.startswith("otel_replay_"))
         values.update(variables)
 
         def fetch() -> pa.Table:
@@ -477,16 +529,15 @@ class Store:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
             for key, value in values.items():
                 self._con.execute(f"SET VARIABLE {key} = ?", [value])
-            if scope is None:
-                return self._arrow(self._con.sql(sql))
             self._scope = scope
-            self._con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [scope])
-            self._con.execute(f"SET VARIABLE {_UNION_VAR} = ?", [self._union_by_name(scope)])
-            try:
-                return self._arrow(self._con.sql(sql))
-            finally:
-                self._con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [self.files or None])
-                self._con.execute(f"SET VARIABLE {_UNION_VAR} = ?", [self._union_by_name(self.files)])
+            reading = self.files if scope is None else scope
+            if reading != self._pointed:  # the variables stay set between lookups of the same files
+                if self._current_source and self._legacy_outcomes(reading):
+                    # A file the views were not defined for (an older writer's, newer than the last refresh).
+                    self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
+                self._point_at(self._con, reading)
+                self._pointed = list(reading)
+            return self._execute(sql)
 
         with self._lock:
             try:

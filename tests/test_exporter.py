@@ -48,7 +48,7 @@ def test_spans_land_as_typed_rows_with_events_links_and_metadata(dataset):
     assert len(files) == 1 and files[0].parent.name.startswith("date=")
     assert files[0].suffix == ".parquet" and not files[0].name.startswith(".")
     meta = pq.read_metadata(files[0])
-    assert meta.schema.to_arrow_schema().metadata[SCHEMA_METADATA_KEY] == b"1"
+    assert meta.schema.to_arrow_schema().metadata[SCHEMA_METADATA_KEY] == b"2"
     assert meta.row_group(0).column(0).compression == "ZSTD"
     with otel_replay.open(dataset) as store:
         rows = {r["name"]: r for r in store.rows("SELECT * FROM spans")}

@@ -239,17 +239,17 @@ def test_a_file_from_a_newer_major_schema_version_is_refused_by_name(telemetry, 
 
     record = _capture(telemetry)
     good = next((dataset / "spans").rglob("*.parquet"))
-    newer = _rewrite_version(good, good.with_name("part-from-the-future.parquet"), "2.0")
+    newer = _rewrite_version(good, good.with_name("part-from-the-future.parquet"), "3.0")
     with pytest.raises(DatasetError, match="part-from-the-future.parquet") as raised:
         otel_replay.open(dataset)
-    assert "2.0" in str(raised.value) and len(str(raised.value).splitlines()) == 1
+    assert "3.0" in str(raised.value) and len(str(raised.value).splitlines()) == 1
     with pytest.raises(DatasetError, match="part-from-the-future.parquet"):  # not a damaged file: never skipped
         otel_replay.open(dataset, skip_corrupt=True)
     for version in ("x.1", "99999999999", ""):
         _rewrite_version(good, newer, version)
         with pytest.raises(DatasetError, match="unreadable storage schema version"):
             otel_replay.open(dataset)
-    for version in ("1.9", "0", None):  # same major, older, or written before versions were recorded
+    for version in ("2.9", "1", "0", None):  # same major, older, or written before versions were recorded
         _rewrite_version(good, newer, version)
         with otel_replay.open(dataset) as store:
             assert str(newer) in store.files and store.record(record.record_id) == record

@@ -118,9 +118,12 @@ class DecisionTracer:
             if decision_id in self._outcomes:
                 raise OutcomeAlreadyRecorded(f"decision {decision_id} already has an outcome; outcomes are immutable")
             span = self._spans.get(decision_id)
+            decided = self._records.get(decision_id)
             if self._store is not None:
                 self._store.refresh()  # see what other processes wrote since the store was opened
-                span = span or self._store.decision_span(decision_id)
+                if decided is None:
+                    decided = self._stored_decision(decision_id)
+                span = span or (decided.span if decided is not None else None)
                 if self._store.has_outcome(decision_id):
                     _remember(self._outcomes, decision_id, None)
                     raise OutcomeAlreadyRecorded(
@@ -130,8 +133,10 @@ class DecisionTracer:
                 if span is None:
                     raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
             _remember(self._outcomes, decision_id, None)
-        scope = current_ids()
-        outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, scope.correlation_id)
+        # The decision's correlation id, so the outcome is stored (and compacted) beside its chain's spans;
+        # the scope's when the decision is not known here.
+        correlation_id = (decided.correlation_id if decided is not None else None) or current_ids().correlation_id
+        outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, correlation_id)
         link = link_to(span) if span is not None else None
         ref, seal = get_recorder().emit(
             sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []
@@ -141,6 +146,13 @@ class DecisionTracer:
             _remember(self._outcomes, decision_id, sealed)
         self._append(sealed)
         return sealed
+
+    def _stored_decision(self, decision_id: str) -> DecisionRecord | None:
+        assert self._store is not None
+        try:
+            return self._store.record(decision_id)
+        except RecordNotFound:
+            return None
 
     def query_traces(
         self, correlation_id: str | None = None, session_id: str | None = None, limit: int = 100

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import collections
 import itertools
+import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ from otel_replay import semconv as sc
 from otel_replay._json import compact_json, compact_json_bytes
 from otel_replay.errors import PayloadError
 
-from .schema import EVENT_TYPE, LINK_TYPE, SPAN_SCHEMA
+from .schema import EVENT_TYPE, LINK_TYPE, PROMOTED_ARROW_TYPES, SPAN_SCHEMA
 
 __all__ = [
     "DATE_COLUMN",
@@ -309,20 +310,36 @@ _LINK_FIELDS = ("trace_id", "span_id", "trace_state", "attributes")
 
 
 def _promote(attributes: list[dict[str, Any]], key: str) -> pa.Array:
-    """Move ``key`` out of each mapping into a string column; a value that is not a string stays put."""
+    """Move ``key`` out of each mapping into its typed column; a value of any other type stays put.
+
+    The column's type is ``semconv.PROMOTED_TYPES[key]`` (``str`` when not
+    listed): only a value of exactly that type moves (a bool is not promoted
+    to a string column, ``'0.9'`` or ``1`` not to a double column, ``1`` not to
+    a bool column), and a double column takes finite floats only, so the
+    attribute comes back from the column with its type and value unchanged.
+    """
+    wanted = sc.PROMOTED_TYPES.get(key, str)
+    arrow_type = _PROMOTED_ARROW[key]
     values = list(map(dict.get, attributes, itertools.repeat(key)))
-    if _only_str_or_none(map(type, values)):  # the common case: the key is absent or a string everywhere
+    if wanted is str and _only_str_or_none(map(type, values)):  # the common case: absent or a string everywhere
         holders = [a for a, v in zip(attributes, values, strict=True) if v is not None]
         if holders:
             collections.deque(map(dict.pop, holders, itertools.repeat(key)), maxlen=0)
-        return pa.array(values, pa.string())
-    kept = [v if v.__class__ is str else None for v in values]
+        return pa.array(values, arrow_type)
+    if values.count(None) == len(values):  # absent everywhere: most spans carry no outcome or confidence
+        return pa.nulls(len(values), arrow_type)
+    kept: list[Any]
+    if wanted is float:
+        kept = [v if v.__class__ is float and math.isfinite(v) else None for v in values]
+    else:
+        kept = [v if v.__class__ is wanted else None for v in values]
     for mapping, value in zip(attributes, kept, strict=True):
         if value is not None:
             del mapping[key]
-    return pa.array(kept, pa.string())
+    return pa.array(kept, arrow_type)
 
 
+_PROMOTED_ARROW = {key: PROMOTED_ARROW_TYPES[column] for key, column in sc.PROMOTED_COLUMNS.items()}
 _only_str_or_none = frozenset({str, type(None)}).issuperset
 
 

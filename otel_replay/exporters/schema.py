@@ -1,10 +1,14 @@
-"""The Arrow/Parquet schema of the ``spans`` dataset (storage schema version 1).
+"""The Arrow/Parquet schema of the ``spans`` dataset (storage schema version 2).
 
 One row per span. Ids are lowercase hex, times are UTC nanoseconds, the
 attributes that replay and the SQL need most are promoted to typed columns
 (see :data:`otel_replay.semconv.PROMOTED_COLUMNS`), and the rest stay in a JSON
 object column. Files live under ``<dataset>/spans/date=YYYY-MM-DD/`` (hive
 partitioning on the span's UTC start date).
+
+Version 2 added three typed columns (``outcome_decision_id`` string,
+``outcome_correct`` bool, ``decision_confidence`` double), after the version 1
+columns they follow; a version 1 file simply lacks them.
 """
 
 from __future__ import annotations
@@ -13,12 +17,18 @@ import pyarrow as pa
 
 from otel_replay import semconv as sc
 
-__all__ = ["EVENT_TYPE", "LINK_TYPE", "SCHEMA_METADATA_KEY", "SPAN_SCHEMA", "SPANS_DIR"]
+__all__ = ["EVENT_TYPE", "LINK_TYPE", "PROMOTED_ARROW_TYPES", "SCHEMA_METADATA_KEY", "SPAN_SCHEMA", "SPANS_DIR"]
 
 SPANS_DIR = "spans"
 SCHEMA_METADATA_KEY = b"otel_replay.schema_version"
 
 _TS = pa.timestamp("ns", tz="UTC")
+_ARROW = {str: pa.string(), bool: pa.bool_(), float: pa.float64()}
+
+PROMOTED_ARROW_TYPES: dict[str, pa.DataType] = {
+    column: _ARROW[sc.PROMOTED_TYPES.get(key, str)] for key, column in sc.PROMOTED_COLUMNS.items()
+}
+"""Promoted column name -> its Arrow type."""
 
 EVENT_TYPE = pa.struct(
     [
@@ -52,7 +62,7 @@ SPAN_SCHEMA = pa.schema(
         pa.field("duration_ns", pa.int64()),
         pa.field("status_code", pa.string()),
         pa.field("status_message", pa.string()),
-        *[pa.field(column, pa.string()) for column in sc.PROMOTED_COLUMNS.values()],
+        *[pa.field(column, kind) for column, kind in PROMOTED_ARROW_TYPES.items()],
         pa.field("attributes", pa.string()),
         pa.field("resource_attributes", pa.string()),
         pa.field("events", pa.list_(EVENT_TYPE)),

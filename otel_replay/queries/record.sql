@@ -7,8 +7,8 @@
 --   record_id         rows claiming this record id
 --   decision_ids      outcome rows for any of these decision ids (a list)
 --   gate_decision_id  gate rows for this decision id
--- Each filter is its own branch, so the record id (a promoted column) reaches
--- the Parquet scan and a branch whose variable is NULL reads nothing; a row
+-- Each filter is its own branch, so the record id and the outcome's decision id
+-- (promoted columns) reach the Parquet scan and a branch whose variable is NULL reads nothing; a row
 -- matching two filters is returned once (the later branches leave out the
 -- rows an earlier one returned).
 WITH claimed AS (
@@ -17,7 +17,8 @@ WITH claimed AS (
        OR name IN ('replay.decision', 'replay.outcome', 'replay.audit_entry', 'replay.gate')
 )
 SELECT record_id, name, trace_id, span_id, epoch_ns(start_time) AS start_ns, attributes,
-       correlation_id, session_id, agent_id, replay_kind, decision_type, filename
+       correlation_id, session_id, agent_id, replay_kind, decision_type,
+       outcome_decision_id, outcome_correct, decision_confidence, filename
 FROM (
     SELECT * FROM claimed
     WHERE getvariable('record_id') IS NOT NULL AND record_id = getvariable('record_id')
@@ -25,6 +26,14 @@ FROM (
     SELECT * FROM claimed
     WHERE getvariable('decision_ids') IS NOT NULL
       AND replay_kind = 'outcome'
+      AND outcome_decision_id = ANY(getvariable('decision_ids'))  -- (not list_contains: = ANY filters in the scan)
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+    UNION ALL
+    SELECT * FROM claimed  -- a version 1 file's outcome: its decision id is in the JSON (see outcome_spans_for)
+    WHERE getvariable('decision_ids') IS NOT NULL
+      AND coalesce(getvariable('otel_replay_legacy_outcomes'), true)
+      AND replay_kind = 'outcome'
+      AND outcome_decision_id IS NULL
       AND list_contains(getvariable('decision_ids'), attributes ->> '$."replay.outcome.decision_id"')
       AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
     UNION ALL

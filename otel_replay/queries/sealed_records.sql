@@ -3,7 +3,8 @@
 -- stored attributes, the promoted columns and the file each row came from.
 -- A record span without a seal is reported by verify as unsealed.
 SELECT record_id, name, trace_id, span_id, epoch_ns(start_time) AS start_ns, attributes,
-       correlation_id, session_id, agent_id, replay_kind, decision_type, filename
+       correlation_id, session_id, agent_id, replay_kind, decision_type,
+       outcome_decision_id, outcome_correct, decision_confidence, filename
 FROM spans
 WHERE replay_kind IN ('decision', 'outcome', 'audit_entry', 'gate')
    OR name IN ('replay.decision', 'replay.outcome', 'replay.audit_entry', 'replay.gate')

@@ -6,16 +6,14 @@ WITH chosen AS (
     SELECT * FROM decisions AS d
     WHERE (getvariable('correlation_id') IS NULL OR d.correlation_id = getvariable('correlation_id'))
       AND (getvariable('session_id') IS NULL OR d.session_id = getvariable('session_id'))
+), chosen_outcomes AS (
+    SELECT * FROM outcome_spans_for('chosen')  -- by the typed outcome_decision_id column
 )
 SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
 FROM (
     SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
     FROM chosen AS d
-    LEFT JOIN outcomes_of(
-        -- NULL (every outcome) when no id narrows the decisions: a list of all of them would only be slower
-        CASE WHEN getvariable('correlation_id') IS NULL AND getvariable('session_id') IS NULL THEN NULL
-             ELSE (SELECT coalesce(list(record_id), []) FROM chosen) END
-    ) AS o ON o.decision_id = d.record_id
+    LEFT JOIN outcomes_in('chosen_outcomes') AS o ON o.decision_id = d.record_id
 ) AS t
 ORDER BY t.created_at, t.record_id
 LIMIT coalesce(getvariable('trace_limit'), 100);

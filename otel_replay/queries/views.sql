@@ -8,8 +8,14 @@
 -- deduplication runs last, over the unpacked columns. A filter on a promoted
 -- column (correlation_id, session_id, agent_id, record_id) or on trace_id /
 -- span_id written against a view reaches the Parquet scan, so only row groups
--- that can hold the id are read. Outcomes are keyed by a decision id kept in the
--- JSON: `outcomes_of(decision_ids)` applies the ids before ranking.
+-- that can hold the id are read. Outcomes are keyed by their decision id (the
+-- typed column outcome_decision_id): `outcomes_of(decision_ids)` applies the
+-- ids before ranking.
+--
+-- Typed columns of schema version 2 (outcome_decision_id, outcome_correct,
+-- decision_confidence) are NULL in rows of version 1 files, and in a row whose
+-- value was not of the column's type; such a row keeps the value in its JSON,
+-- so each view reads coalesce(column, JSON) and shows the same values for both.
 
 -- unambiguous(attributes): false when the attributes JSON repeats a key. JSON
 -- readers disagree on which copy wins (DuckDB the first, Python the last), so
@@ -25,7 +31,9 @@ SELECT * FROM span_source;
 
 -- decisions: one row per decision span (source 'audit' from audit(), 'tracer'
 -- from DecisionTracer.decision), with the record's content unpacked.
-CREATE OR REPLACE VIEW decisions AS
+-- decisions_in('name'): the same over the rows of the table, view or CTE
+-- `name` (a chain filters its spans once and unpacks them through this).
+CREATE OR REPLACE MACRO decisions_in(source) AS TABLE
 SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
@@ -35,7 +43,8 @@ SELECT
     session_id,
     correlation_id,
     attributes ->> '$."replay.decision.rationale"'                  AS rationale,
-    TRY_CAST(attributes ->> '$."replay.decision.confidence"' AS DOUBLE) AS confidence,
+    coalesce(decision_confidence,
+             TRY_CAST(attributes ->> '$."replay.decision.confidence"' AS DOUBLE)) AS confidence,
     attributes ->> '$."replay.decision.inputs"'                     AS inputs,
     attributes ->> '$."replay.snapshot.state"'                      AS snapshot_state,
     attributes ->> '$."replay.snapshot.version"'                    AS snapshot_version,
@@ -54,7 +63,10 @@ SELECT
     trace_id,
     span_id,
     parent_span_id
-FROM spans WHERE replay_kind = 'decision' AND unambiguous(attributes));
+FROM query_table(source) WHERE replay_kind = 'decision' AND unambiguous(attributes));
+
+CREATE OR REPLACE VIEW decisions AS
+SELECT * FROM decisions_in('spans');
 
 -- reads: what each audited decision read (inputs merged across read() calls).
 CREATE OR REPLACE VIEW reads AS
@@ -135,7 +147,8 @@ WHERE (replay_kind IN ('act', 'tool')
 
 -- audit_entries: inter-agent messages and system actions. `created_at` is the
 -- writer's clock (chains sort on it); `recorded_at` is when the span was made.
-CREATE OR REPLACE VIEW audit_entries AS
+-- audit_entries_in('name'): the same over the rows of `name` (see decisions_in).
+CREATE OR REPLACE MACRO audit_entries_in(source) AS TABLE
 SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id                                                        AS entry_id,
@@ -149,34 +162,73 @@ SELECT
     start_time                                                       AS recorded_at,
     trace_id,
     span_id
-FROM spans WHERE replay_kind = 'audit_entry' AND unambiguous(attributes));
+FROM query_table(source) WHERE replay_kind = 'audit_entry' AND unambiguous(attributes));
 
--- outcomes_of(decision_ids): the first (and, by the immutability rule, only)
--- outcome of each decision in the list `decision_ids` (NULL: of every
--- decision). The list is applied before the window, so a chain ranks only its
--- own decisions' outcomes and checks only their JSON for duplicate keys.
-CREATE OR REPLACE MACRO outcomes_of(decision_ids) AS TABLE
+CREATE OR REPLACE VIEW audit_entries AS
+SELECT * FROM audit_entries_in('spans');
+
+-- outcomes_in('name'): the first (and, by the immutability rule, only)
+-- outcome of each decision among the rows of the table, view or CTE `name`
+-- (a chain passes just its decisions' outcome spans). The decision id and
+-- correctness come from the typed columns (schema version 2); a version 1
+-- file's rows have them in the JSON.
+CREATE OR REPLACE MACRO outcomes_in(source) AS TABLE
 SELECT outcome_id, decision_id, outcome_correct, note, correlation_id, recorded_at, trace_id, span_id
 FROM (
     SELECT
         record_id                                                        AS outcome_id,
-        attributes ->> '$."replay.outcome.decision_id"'                 AS decision_id,
-        TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN) AS outcome_correct,
+        coalesce(outcome_decision_id, attributes ->> '$."replay.outcome.decision_id"') AS decision_id,
+        coalesce(outcome_correct,
+                 TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN)) AS outcome_correct,
         attributes ->> '$."replay.outcome.note"'                        AS note,
         correlation_id,
         start_time                                                       AS recorded_at,
         trace_id,
         span_id,
         attributes
-    FROM spans
+    FROM query_table(source)
     WHERE replay_kind = 'outcome'
 )
-WHERE (decision_ids IS NULL OR list_contains(decision_ids, decision_id)) AND unambiguous(attributes)
+WHERE unambiguous(attributes)
 QUALIFY row_number() OVER (PARTITION BY decision_id ORDER BY recorded_at, span_id) = 1;
+
+-- outcome_spans_for('name'): every outcome span naming one of the decisions
+-- whose record_id is in the table, view or CTE `name`. The typed column
+-- outcome_decision_id is matched by a join, so the ids reach the Parquet scan
+-- (row-group statistics and bloom filters skip what cannot hold them). An
+-- outcome of a version 1 file keeps its decision id in the JSON: the second
+-- branch finds it, and reads nothing when the variable
+-- otel_replay_legacy_outcomes is false (the Store sets it when every file it
+-- reads is version 2 or later; unset, the branch runs).
+CREATE OR REPLACE MACRO outcome_spans_for(decisions) AS TABLE
+SELECT * FROM spans
+WHERE replay_kind = 'outcome'
+  AND outcome_decision_id IN (SELECT record_id FROM query_table(decisions))
+UNION ALL
+SELECT * FROM spans
+WHERE coalesce(getvariable('otel_replay_legacy_outcomes'), true)
+  AND replay_kind = 'outcome'
+  AND outcome_decision_id IS NULL
+  AND attributes ->> '$."replay.outcome.decision_id"' IN (SELECT record_id FROM query_table(decisions));
+
+-- outcomes_of(decision_ids): the first outcome of each decision in the list
+-- `decision_ids` (NULL: of every decision). The list is applied before the
+-- window, so a lookup ranks only its own decisions' outcomes and checks only
+-- their JSON for duplicate keys.
+CREATE OR REPLACE MACRO outcomes_of(decision_ids) AS TABLE
+WITH chosen AS (
+    SELECT * FROM spans
+    WHERE replay_kind = 'outcome'
+      AND (decision_ids IS NULL
+           OR outcome_decision_id = ANY(decision_ids)
+           OR (outcome_decision_id IS NULL
+               AND list_contains(decision_ids, attributes ->> '$."replay.outcome.decision_id"')))
+)
+SELECT * FROM outcomes_in('chosen');
 
 -- outcomes: the first outcome of every decision that has one.
 CREATE OR REPLACE VIEW outcomes AS
-SELECT * FROM outcomes_of(NULL);
+SELECT * FROM outcomes_in('spans');
 
 -- gates: what ActionGate did (commit, pre_commit, post_commit) and why.
 CREATE OR REPLACE VIEW gates AS

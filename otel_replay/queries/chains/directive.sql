@@ -2,12 +2,16 @@
 -- (the correlation id the directive was issued under). Same shape as the trade
 -- chain; directives span many sessions, so each layer defaults to 500 rows.
 -- Returns (layer, event_time, record_id, body). Variables: chain_id, chain_limit.
-WITH chain_decisions AS (
-    SELECT * FROM decisions AS d WHERE d.correlation_id = getvariable('chain_id')
+-- Reads the chain's spans once and its decisions' outcomes by the typed column (see chains/trade.sql).
+WITH chain_spans AS MATERIALIZED (
+    SELECT * FROM spans WHERE correlation_id = getvariable('chain_id')
+), chain_decisions AS MATERIALIZED (
+    SELECT * FROM decisions_in('chain_spans')
+), chain_outcome_spans AS (
+    SELECT * FROM outcome_spans_for('chain_decisions')
 ), audit AS (
     SELECT 'audit' AS layer, a.created_at AS event_time, a.entry_id AS record_id, to_json(a) AS body
-    FROM audit_entries AS a
-    WHERE a.correlation_id = getvariable('chain_id')
+    FROM audit_entries_in('chain_spans') AS a
     ORDER BY a.created_at, a.entry_id
     LIMIT coalesce(getvariable('chain_limit'), 500)
 ), traces AS (
@@ -15,8 +19,7 @@ WITH chain_decisions AS (
     FROM (
         SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
         FROM chain_decisions AS d
-        LEFT JOIN outcomes_of((SELECT coalesce(list(record_id), []) FROM chain_decisions)) AS o
-            ON o.decision_id = d.record_id
+        LEFT JOIN outcomes_in('chain_outcome_spans') AS o ON o.decision_id = d.record_id
     ) AS t
     ORDER BY t.created_at, t.record_id
     LIMIT coalesce(getvariable('chain_limit'), 500)

@@ -2,6 +2,9 @@
 -- Needs a temp view `spans` over the dataset's live files (otel_replay.storage.live_files), read with
 -- spark.sql.legacy.parquet.nanosAsLong=true: start_time and end_time are BIGINT nanoseconds there.
 -- Parameters (named markers): :chain_id, :chain_limit. Filters the chain's spans first, then unpacks.
+-- Storage schema version 2 columns (outcome_decision_id, outcome_correct, decision_confidence) are read
+-- first, the JSON where they are NULL (version 1 files); read a dataset that mixes versions with
+-- spark.read.option("mergeSchema", "true"), so every file's columns are in the frame.
 WITH chain_spans AS (
     SELECT * FROM spans
     WHERE correlation_id = :chain_id
@@ -35,29 +38,34 @@ WITH chain_spans AS (
         session_id,
         correlation_id,
         get_json_object(attributes, "$['replay.decision.rationale']")       AS rationale,
-        try_cast(get_json_object(attributes, "$['replay.decision.confidence']") AS DOUBLE) AS confidence,
+        coalesce(decision_confidence,
+                 try_cast(get_json_object(attributes, "$['replay.decision.confidence']") AS DOUBLE)) AS confidence,
         get_json_object(attributes, "$['replay.action.type']")              AS action_type,
         try_cast(get_json_object(attributes, "$['replay.action.cost']") AS DOUBLE) AS action_cost,
         timestamp_micros(start_time DIV 1000)                                AS created_at,
         trace_id,
         span_id
     FROM deduped WHERE replay_kind = 'decision'
+), outcome_spans AS (
+    SELECT *, coalesce(outcome_decision_id,
+                       get_json_object(attributes, "$['replay.outcome.decision_id']")) AS decision_id
+    FROM spans
+    WHERE replay_kind = 'outcome'
+      AND (outcome_decision_id IN (SELECT record_id FROM decisions)
+           OR (outcome_decision_id IS NULL
+               AND get_json_object(attributes, "$['replay.outcome.decision_id']") IN (SELECT record_id FROM decisions)))
+      AND (attributes IS NULL
+           OR size(json_object_keys(attributes)) = size(array_distinct(json_object_keys(attributes))))
 ), outcomes AS (
     SELECT * FROM (
         SELECT
             record_id                                                        AS outcome_id,
-            get_json_object(attributes, "$['replay.outcome.decision_id']")  AS decision_id,
-            try_cast(get_json_object(attributes, "$['replay.outcome.correct']") AS BOOLEAN) AS outcome_correct,
+            decision_id,
+            coalesce(outcome_correct,
+                     try_cast(get_json_object(attributes, "$['replay.outcome.correct']") AS BOOLEAN)) AS outcome_correct,
             get_json_object(attributes, "$['replay.outcome.note']")         AS outcome_note,
-            row_number() OVER (
-                PARTITION BY get_json_object(attributes, "$['replay.outcome.decision_id']")
-                ORDER BY start_time, span_id
-            ) AS rank_in_decision
-        FROM spans
-        WHERE replay_kind = 'outcome'
-          AND get_json_object(attributes, "$['replay.outcome.decision_id']") IN (SELECT record_id FROM decisions)
-          AND (attributes IS NULL
-               OR size(json_object_keys(attributes)) = size(array_distinct(json_object_keys(attributes))))
+            row_number() OVER (PARTITION BY decision_id ORDER BY start_time, span_id) AS rank_in_decision
+        FROM outcome_spans
     ) WHERE rank_in_decision = 1
 ), audit AS (
     SELECT 'audit' AS layer, created_at AS event_time, entry_id AS record_id, to_json(struct(a.*)) AS body,

@@ -3,12 +3,18 @@
 -- created_at (undoing arrival-order clock skew) and decisions (with their
 -- outcome) in time order; each layer capped at chain_limit rows (default 100).
 -- Variables: chain_id, chain_limit. (The library asks for chain_limit + 1 rows to tell a full layer from a truncated one.)
-WITH chain_decisions AS (
-    SELECT * FROM decisions AS d WHERE d.correlation_id = getvariable('chain_id')
+-- The chain's spans are read once (one scan, filtered by the promoted correlation_id) and
+-- unpacked from there; its decisions' outcomes, which may be stored under any correlation id,
+-- are found by the typed outcome_decision_id column (a version 1 file's outcome: by its JSON).
+WITH chain_spans AS MATERIALIZED (
+    SELECT * FROM spans WHERE correlation_id = getvariable('chain_id')
+), chain_decisions AS MATERIALIZED (
+    SELECT * FROM decisions_in('chain_spans')
+), chain_outcome_spans AS (
+    SELECT * FROM outcome_spans_for('chain_decisions')
 ), audit AS (
     SELECT 'audit' AS layer, a.created_at AS event_time, a.entry_id AS record_id, to_json(a) AS body
-    FROM audit_entries AS a
-    WHERE a.correlation_id = getvariable('chain_id')
+    FROM audit_entries_in('chain_spans') AS a
     ORDER BY a.created_at, a.entry_id
     LIMIT coalesce(getvariable('chain_limit'), 100)
 ), traces AS (
@@ -16,8 +22,7 @@ WITH chain_decisions AS (
     FROM (
         SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
         FROM chain_decisions AS d
-        LEFT JOIN outcomes_of((SELECT coalesce(list(record_id), []) FROM chain_decisions)) AS o
-            ON o.decision_id = d.record_id
+        LEFT JOIN outcomes_in('chain_outcome_spans') AS o ON o.decision_id = d.record_id
     ) AS t
     ORDER BY t.created_at, t.record_id
     LIMIT coalesce(getvariable('chain_limit'), 100)
