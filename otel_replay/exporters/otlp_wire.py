@@ -1,0 +1,151 @@
+"""A lean protobuf view of OTLP trace requests, for reading many spans quickly from Python.
+
+The generated OTLP classes make every ``KeyValue`` and ``AnyValue`` of every
+span a Python message object when it is read, and that, not decoding, is
+what converting a request costs (about 15 such objects per span). The
+messages here have the same field numbers and wire types as
+``opentelemetry/proto/trace/v1/trace.proto`` but declare the attribute lists
+as ``repeated bytes``: the parser (upb, in C) hands over each ``KeyValue``'s
+encoded bytes, and :data:`KEY_VALUES` decodes each distinct encoding once,
+with the real ``KeyValue`` class, and remembers the common scalar ones.
+
+Only bytes that the real ``ExportTraceServiceRequest`` parser has accepted
+are read this way (the callers decode with it first, or serialize a message
+it produced), so every limit and refusal of that parser still applies.
+Singular message fields that protobuf merges when they repeat on the wire
+(``status``, ``resource``, ``scope``) stay messages here, so they merge alike.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+__all__ = ["KEY_VALUES", "LiteRequest", "LiteResourceSpans", "any_value"]
+
+_F = descriptor_pb2.FieldDescriptorProto
+_PACKAGE = "otel_replay.otlp_wire"
+_BYTES, _STRING, _FIXED64, _UINT32, _INT32, _MESSAGE = (
+    _F.TYPE_BYTES,
+    _F.TYPE_STRING,
+    _F.TYPE_FIXED64,
+    _F.TYPE_UINT32,
+    _F.TYPE_INT32,
+    _F.TYPE_MESSAGE,
+)
+# (message, [(number, name, type, repeated, message type)]); numbers as in the OTLP protos.
+# Enums are read as int32 (their wire form); attribute lists as the raw bytes of each KeyValue.
+_MESSAGES: list[tuple[str, list[tuple[int, str, int, bool, str]]]] = [
+    ("Resource", [(1, "attributes", _BYTES, True, "")]),
+    ("Scope", [(1, "name", _STRING, False, ""), (2, "version", _STRING, False, "")]),
+    ("Status", [(2, "message", _STRING, False, ""), (3, "code", _INT32, False, "")]),
+    (
+        "Event",
+        [
+            (1, "time_unix_nano", _FIXED64, False, ""),
+            (2, "name", _STRING, False, ""),
+            (3, "attributes", _BYTES, True, ""),
+        ],
+    ),
+    (
+        "Link",
+        [
+            (1, "trace_id", _BYTES, False, ""),
+            (2, "span_id", _BYTES, False, ""),
+            (3, "trace_state", _STRING, False, ""),
+            (4, "attributes", _BYTES, True, ""),
+        ],
+    ),
+    (
+        "Span",
+        [
+            (1, "trace_id", _BYTES, False, ""),
+            (2, "span_id", _BYTES, False, ""),
+            (3, "trace_state", _STRING, False, ""),
+            (4, "parent_span_id", _BYTES, False, ""),
+            (5, "name", _STRING, False, ""),
+            (6, "kind", _INT32, False, ""),
+            (7, "start_time_unix_nano", _FIXED64, False, ""),
+            (8, "end_time_unix_nano", _FIXED64, False, ""),
+            (9, "attributes", _BYTES, True, ""),
+            (10, "dropped_attributes_count", _UINT32, False, ""),
+            (11, "events", _MESSAGE, True, "Event"),
+            (12, "dropped_events_count", _UINT32, False, ""),
+            (13, "links", _MESSAGE, True, "Link"),
+            (14, "dropped_links_count", _UINT32, False, ""),
+            (15, "status", _MESSAGE, False, "Status"),
+        ],
+    ),
+    ("ScopeSpans", [(1, "scope", _MESSAGE, False, "Scope"), (2, "spans", _MESSAGE, True, "Span")]),
+    ("ResourceSpans", [(1, "resource", _MESSAGE, False, "Resource"), (2, "scope_spans", _MESSAGE, True, "ScopeSpans")]),
+    ("Request", [(1, "resource_spans", _MESSAGE, True, "ResourceSpans")]),
+]
+
+
+def _classes() -> dict[str, Any]:
+    file = descriptor_pb2.FileDescriptorProto(name="otel_replay_otlp_wire.proto", package=_PACKAGE, syntax="proto3")
+    for name, fields in _MESSAGES:
+        message = file.message_type.add(name=name)
+        for number, field_name, kind, repeated, type_name in fields:
+            label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
+            field = message.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                field.type_name = f".{_PACKAGE}.{type_name}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    find = pool.FindMessageTypeByName
+    return {name: message_factory.GetMessageClass(find(f"{_PACKAGE}.{name}")) for name, _ in _MESSAGES}
+
+
+_CLASSES = _classes()
+LiteResourceSpans: Any = _CLASSES["ResourceSpans"]
+"""``ResourceSpans`` with attribute lists as raw ``KeyValue`` bytes."""
+LiteRequest: Any = _CLASSES["Request"]
+"""``ExportTraceServiceRequest`` with attribute lists as raw ``KeyValue`` bytes."""
+
+
+def any_value(value: Any) -> Any:
+    """Convert an OTLP ``AnyValue`` to a JSON-ready Python value (bytes become base64 text)."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    return getattr(value, kind)
+
+
+_SCALAR_KINDS = frozenset({"string_value", "bool_value", "int_value", "double_value"})
+_CACHE_ENTRIES = 1 << 15
+
+
+class _KeyValues(dict[bytes, tuple[str, Any]]):
+    """Encoded ``KeyValue`` -> ``(key, JSON-ready value)``; decodes on a miss.
+
+    Scalar values are remembered (immutable, so rows may share them), up to
+    ``_CACHE_ENTRIES`` encodings, after which the memory starts afresh: a
+    stream of unique values costs one decode each, never unbounded memory.
+    Arrays, kvlists and bytes are decoded every time (each row gets its own).
+    """
+
+    def __missing__(self, raw: bytes) -> tuple[str, Any]:
+        kv = KeyValue.FromString(raw)
+        value = kv.value
+        kind = value.WhichOneof("value")
+        if kind not in _SCALAR_KINDS:
+            return kv.key, any_value(value)
+        pair = (kv.key, getattr(value, kind))
+        if len(self) >= _CACHE_ENTRIES:
+            self.clear()
+        self[raw] = pair
+        return pair
+
+
+KEY_VALUES = _KeyValues()
+"""The process's decoded ``KeyValue`` memory; ``KEY_VALUES[raw]`` decodes ``raw`` (the real class) if unseen."""
