@@ -8,6 +8,9 @@ messages here have the same field numbers and wire types as
 as ``repeated bytes``: the parser (upb, in C) hands over each ``KeyValue``'s
 encoded bytes, and :data:`KEY_VALUES` decodes each distinct encoding once,
 with the real ``KeyValue`` class, and remembers the common scalar ones.
+Events arrive as bytes too: an event is its time followed by a name and
+attributes that usually repeat, so :func:`read_events` reads the time from
+the first nine bytes and decodes the rest once per distinct encoding.
 
 Only bytes that the real ``ExportTraceServiceRequest`` parser has accepted
 are read this way (the callers decode with it first, or serialize a message
@@ -19,12 +22,16 @@ Singular message fields that protobuf merges when they repeat on the wire
 from __future__ import annotations
 
 import base64
+import sys
+from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
-__all__ = ["KEY_VALUES", "LiteRequest", "LiteResourceSpans", "any_value"]
+from otel_replay._json import compact_json
+
+__all__ = ["KEY_VALUES", "LiteRequest", "LiteResourceSpans", "any_value", "read_events"]
 
 _F = descriptor_pb2.FieldDescriptorProto
 _PACKAGE = "otel_replay.otlp_wire"
@@ -46,6 +53,14 @@ _MESSAGES: list[tuple[str, list[tuple[int, str, int, bool, str]]]] = [
         "Event",
         [
             (1, "time_unix_nano", _FIXED64, False, ""),
+            (2, "name", _STRING, False, ""),
+            (3, "attributes", _BYTES, True, ""),
+        ],
+    ),
+    (  # an Event after its leading time field: a repeated time here means the split does not hold
+        "EventTail",
+        [
+            (1, "time_unix_nano", _FIXED64, True, ""),
             (2, "name", _STRING, False, ""),
             (3, "attributes", _BYTES, True, ""),
         ],
@@ -72,7 +87,7 @@ _MESSAGES: list[tuple[str, list[tuple[int, str, int, bool, str]]]] = [
             (8, "end_time_unix_nano", _FIXED64, False, ""),
             (9, "attributes", _BYTES, True, ""),
             (10, "dropped_attributes_count", _UINT32, False, ""),
-            (11, "events", _MESSAGE, True, "Event"),
+            (11, "events", _BYTES, True, ""),
             (12, "dropped_events_count", _UINT32, False, ""),
             (13, "links", _MESSAGE, True, "Link"),
             (14, "dropped_links_count", _UINT32, False, ""),
@@ -103,6 +118,8 @@ def _classes() -> dict[str, Any]:
 _CLASSES = _classes()
 LiteResourceSpans: Any = _CLASSES["ResourceSpans"]
 """``ResourceSpans`` with attribute lists as raw ``KeyValue`` bytes."""
+_Event: Any = _CLASSES["Event"]
+_EventTail: Any = _CLASSES["EventTail"]
 LiteRequest: Any = _CLASSES["Request"]
 """``ExportTraceServiceRequest`` with attribute lists as raw ``KeyValue`` bytes."""
 
@@ -140,7 +157,7 @@ class _KeyValues(dict[bytes, tuple[str, Any]]):
         kind = value.WhichOneof("value")
         if kind not in _SCALAR_KINDS:
             return kv.key, any_value(value)
-        pair = (kv.key, getattr(value, kind))
+        pair = (sys.intern(kv.key), getattr(value, kind))
         if len(self) >= _CACHE_ENTRIES:
             self.clear()
         self[raw] = pair
@@ -149,3 +166,50 @@ class _KeyValues(dict[bytes, tuple[str, Any]]):
 
 KEY_VALUES = _KeyValues()
 """The process's decoded ``KeyValue`` memory; ``KEY_VALUES[raw]`` decodes ``raw`` (the real class) if unseen."""
+_kv = KEY_VALUES.__getitem__
+
+
+def _attributes_json(raws: Any) -> str:
+    return compact_json(dict(map(_kv, raws)))
+
+
+class _EventTails(dict[bytes, tuple[str, str] | None]):
+    """An event's bytes after its time field -> ``(name, attributes JSON)``, or ``None`` when it holds a time too."""
+
+    def __missing__(self, tail: bytes) -> tuple[str, str] | None:
+        event = _EventTail.FromString(tail)
+        value = None if len(event.time_unix_nano) else (event.name, _attributes_json(event.attributes))
+        if len(self) >= _CACHE_ENTRIES:
+            self.clear()
+        self[tail] = value
+        return value
+
+
+_EVENT_TAILS = _EventTails()
+_TIME_TAG = b"\x09"  # field 1 (time_unix_nano), wire type 1: eight little-endian bytes follow
+
+
+def read_events(raws: Iterable[bytes]) -> tuple[list[int], list[str], list[str]]:
+    """Times, names and attributes JSON (``compact_json``) of encoded ``Span.Event`` messages.
+
+    An event that starts with its time field is split there: the time is read
+    from the bytes, the rest looked up in a bounded memory (decoded once per
+    distinct rest). Any other event, or one whose rest sets the time again
+    (protobuf keeps the last), is decoded whole.
+    """
+    times: list[int] = []
+    names: list[str] = []
+    texts: list[str] = []
+    tails = _EVENT_TAILS
+    for raw in raws:
+        found = tails[raw[9:]] if raw[:1] == _TIME_TAG and len(raw) >= 9 else None
+        if found is not None:
+            times.append(int.from_bytes(raw[1:9], "little"))
+            names.append(found[0])
+            texts.append(found[1])
+        else:
+            event = _Event.FromString(raw)
+            times.append(event.time_unix_nano)
+            names.append(event.name)
+            texts.append(_attributes_json(event.attributes))
+    return times, names, texts

@@ -34,7 +34,7 @@ from otel_replay import semconv as sc
 from otel_replay._json import compact_json, compact_json_bytes
 from otel_replay.errors import PayloadError
 
-from .otlp_wire import KEY_VALUES, LiteRequest, LiteResourceSpans, any_value
+from .otlp_wire import KEY_VALUES, LiteRequest, LiteResourceSpans, any_value, read_events
 from .schema import EVENT_TYPE, LINK_TYPE, SPAN_SCHEMA
 
 __all__ = [
@@ -437,16 +437,12 @@ _SPAN_FIELDS = operator.attrgetter(
     "links",
 )
 _STATUS_FIELDS = operator.attrgetter("code", "message")
-_PB_EVENT_FIELDS = operator.attrgetter("time_unix_nano", "name", "attributes")
 _PB_LINK_FIELDS = operator.attrgetter("trace_id", "span_id", "trace_state", "attributes")
 
 
 def _otlp_events(per_span: Sequence[Any]) -> dict[str, list[Any]]:
-    flat = list(itertools.chain.from_iterable(per_span))
-    if not flat:
-        return {name: [] for name in _EVENT_FIELDS}
-    times, names, attrs = zip(*map(_PB_EVENT_FIELDS, flat), strict=True)
-    return {"time": list(times), "name": list(names), "attributes": _json_texts(_attr_dicts(attrs))}
+    times, names, texts = read_events(itertools.chain.from_iterable(per_span))
+    return {"time": times, "name": names, "attributes": texts}
 
 
 def _otlp_links(per_span: Sequence[Any]) -> dict[str, list[Any]]:
