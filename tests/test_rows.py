@@ -450,3 +450,52 @@ def test_converter_refuses_what_the_real_parser_refuses_before_reading_rows(tmp_
     writer.add_payload(_request_of_spans([span]))
     writer.flush()
     assert writer.rows_written == 1
+
+
+def test_short_keyvalue_decoding_equals_the_real_class_on_mutated_encodings():
+    import math
+    import random
+    import struct
+
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from otel_replay.exporters.otlp_wire import _short_scalar
+
+    def real(raw):
+        kv = KeyValue.FromString(raw)
+        kind = kv.value.WhichOneof("value")
+        return kv.key, getattr(kv.value, kind) if kind else None
+
+    rnd = random.Random(7)
+    fast = 0
+    for _ in range(30_000):
+        key = "".join(chr(rnd.choice([rnd.randint(32, 126), rnd.randint(0x80, 0xD7FF), rnd.randint(0x10000, 0x10FFFF)]))
+                      for _ in range(rnd.randint(0, 50)))  # fmt: skip
+        value = rnd.choice([
+            AnyValue(string_value="".join(chr(rnd.randint(0, 0xD7FF)) for _ in range(rnd.randint(0, 70)))),
+            AnyValue(int_value=rnd.choice([0, 1, -1, 2**63 - 1, -(2**63), rnd.randint(-(2**63), 2**63 - 1)])),
+            AnyValue(bool_value=rnd.random() < 0.5),
+            AnyValue(double_value=struct.unpack("<d", rnd.getrandbits(64).to_bytes(8, "little"))[0]),
+            AnyValue(bytes_value=b"ab"), AnyValue(), AnyValue(array_value={"values": [AnyValue(int_value=1)]}),
+        ])  # fmt: skip
+        raw = bytearray(KeyValue(key=key, value=value).SerializeToString())
+        if rnd.random() < 0.3:
+            raw[rnd.randrange(len(raw))] = rnd.randrange(256)  # a flipped byte: length, tag or content
+        elif rnd.random() < 0.2:
+            raw += bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 3)))  # trailing fields or garbage
+        raw = bytes(raw)
+        try:
+            expected = real(raw)
+        except DecodeError:
+            continue  # the real parser refuses it: the readers never see such bytes (they are decoded first)
+        try:
+            got = _short_scalar(raw)
+        except UnicodeDecodeError:
+            got = None
+        if got is None:
+            continue  # left to the real class
+        fast += 1
+        assert got[0] == expected[0] and type(got[1]) is type(expected[1]), (raw, got, expected)
+        assert got[1] == expected[1] or (math.isnan(got[1]) and math.isnan(expected[1])), (raw, got, expected)
+    assert fast > 8_000

@@ -22,6 +22,7 @@ Singular message fields that protobuf merges when they repeat on the wire
 from __future__ import annotations
 
 import base64
+import struct
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -142,6 +143,48 @@ _SCALAR_KINDS = frozenset({"string_value", "bool_value", "int_value", "double_va
 _CACHE_ENTRIES = 1 << 15
 
 
+_DOUBLE = struct.Struct("<d")
+
+
+def _short_scalar(raw: bytes) -> tuple[str, Any] | None:
+    """Decode the common ``KeyValue`` shape directly, or ``None`` for the real class to decode.
+
+    The shape: ``key`` (field 1) then ``value`` (field 2), each shorter than
+    128 bytes, the value holding exactly one string, bool, int or double and
+    nothing else follows. Everything else (other fields, other order, repeated
+    fields, longer lengths, a bool that is not 0 or 1, an int past 64 bits)
+    is left to ``KeyValue.FromString``. Only bytes the real parser accepted
+    reach here, so its UTF-8 check has already passed (``tests/test_rows.py``
+    compares the two on mutated encodings).
+    """
+    size = len(raw)
+    if size < 6 or raw[0] != 0x0A or raw[1] > 0x7F:
+        return None
+    at = raw[1] + 2  # the value's tag
+    if at + 3 > size or raw[at] != 0x12 or at + 2 + raw[at + 1] != size:
+        return None
+    key = raw[2:at].decode()
+    tag, at = raw[at + 2], at + 3
+    if tag == 0x0A:  # string_value
+        if at < size and raw[at] <= 0x7F and at + 1 + raw[at] == size:
+            return key, raw[at + 1 :].decode()
+    elif tag == 0x18:  # int_value: a varint ending exactly at the end, at most 10 bytes
+        if size - at > 10 or raw[-1] > 0x7F or any(b <= 0x7F for b in raw[at:-1]):
+            return None
+        value = 0
+        for shift, byte in enumerate(raw[at:]):
+            value |= (byte & 0x7F) << (7 * shift)
+        if value >= 1 << 64:
+            return None
+        return key, value - (1 << 64) if value >= 1 << 63 else value
+    elif tag == 0x10:  # bool_value
+        if size == at + 1 and raw[at] <= 1:
+            return key, raw[at] == 1
+    elif tag == 0x21 and size == at + 8:  # double_value
+        return key, _DOUBLE.unpack_from(raw, at)[0]
+    return None
+
+
 class _KeyValues(dict[bytes, tuple[str, Any]]):
     """Encoded ``KeyValue`` -> ``(key, JSON-ready value)``; decodes on a miss.
 
@@ -152,6 +195,15 @@ class _KeyValues(dict[bytes, tuple[str, Any]]):
     """
 
     def __missing__(self, raw: bytes) -> tuple[str, Any]:
+        try:
+            pair = _short_scalar(raw)
+        except UnicodeDecodeError:  # not UTF-8: the real class says how it refuses
+            pair = None
+        if pair is not None:
+            if len(self) >= _CACHE_ENTRIES:
+                self.clear()
+            self[raw] = pair
+            return pair
         kv = KeyValue.FromString(raw)
         value = kv.value
         kind = value.WhichOneof("value")
