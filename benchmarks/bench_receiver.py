@@ -194,8 +194,10 @@ def phase(dataset: Path, total: int, clients: int, *, raw: bool, label: str, wor
     time.sleep(1.0)  # the converter pool starts its processes (imports) before the clients send
     server.sample()
     cpu_before = sum(server.converter_cpu.values())
+    server_cpu = cpu_seconds(server.proc.pid)
     start = time.perf_counter()
     sent, failed, secs = run_clients(f"127.0.0.1:{server.grpc}", total, clients, raw=raw)
+    server_cpu = cpu_seconds(server.proc.pid) - server_cpu  # the ack path (and the converter thread's waiting)
     server.sample()
     lag = server.wait_written(sent)
     landed = time.perf_counter() - start
@@ -203,6 +205,7 @@ def phase(dataset: Path, total: int, clients: int, *, raw: bool, label: str, wor
     server.stop()
     print(f"{label + ':':<34}{sent / secs:>10,.0f} spans/s  ({sent} acked, {failed} shed/failed, {secs:.1f}s)")
     print(f"{'  in Parquet (end to end):':<34}{sent / landed:>10,.0f} spans/s  (+{lag:.1f}s converter lag)")
+    print(f"{'  server CPU while acking:':<34}{server_cpu / sent * 1e6:>10.1f} µs/span  ({server_cpu:.1f} CPU-s)")
     if converter_cpu > 0:
         print(
             f"{'  per converter CPU-second:':<34}{sent / converter_cpu:>10,.0f} spans  "
