@@ -423,12 +423,16 @@ def test_otlp_reader_memory_stays_bounded_and_exact_with_unique_values(monkeypat
         span.attributes.add(key="step", value=AnyValue(int_value=i))
         span.attributes.add(key="same", value=AnyValue(string_value="x"))
         span.events.add(time_unix_nano=i + 1, name="e", attributes=[KeyValue(key="n", value=AnyValue(int_value=i))])
+        span.attributes.add(key="long", value=AnyValue(string_value="x" * 300))  # decoded each time, never kept
+        long_event = [KeyValue(key="t", value=AnyValue(string_value="y" * 300))]
+        span.events.add(time_unix_nano=i + 1, name="trace", attributes=long_event)
         spans.append(span.SerializeToString())
     payload = _request_of_spans(spans)
     table = payload_to_table(payload)
     assert table.equals(_reference_table(ExportTraceServiceRequest.FromString(payload)))
     assert len(otlp_wire.KEY_VALUES) <= 16 and len(otlp_wire._EVENT_TAILS) <= 16
-    assert table.column("attributes").to_pylist()[299] == '{"step":299,"same":"x"}'
+    assert all(len(raw) <= otlp_wire._CACHE_BYTES for raw in [*otlp_wire.KEY_VALUES, *otlp_wire._EVENT_TAILS])
+    assert table.column("attributes").to_pylist()[299] == '{"step":299,"same":"x","long":"' + "x" * 300 + '"}'
 
 
 def test_converter_refuses_what_the_real_parser_refuses_before_reading_rows(tmp_path):

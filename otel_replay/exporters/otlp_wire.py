@@ -140,7 +140,8 @@ def any_value(value: Any) -> Any:
 
 
 _SCALAR_KINDS = frozenset({"string_value", "bool_value", "int_value", "double_value"})
-_CACHE_ENTRIES = 1 << 15
+_CACHE_ENTRIES = 1 << 14
+_CACHE_BYTES = 256  # longer encodings are decoded every time: the memory stays under ~10 MB per table
 
 
 _DOUBLE = struct.Struct("<d")
@@ -188,9 +189,10 @@ def _short_scalar(raw: bytes) -> tuple[str, Any] | None:
 class _KeyValues(dict[bytes, tuple[str, Any]]):
     """Encoded ``KeyValue`` -> ``(key, JSON-ready value)``; decodes on a miss.
 
-    Scalar values are remembered (immutable, so rows may share them), up to
-    ``_CACHE_ENTRIES`` encodings, after which the memory starts afresh: a
-    stream of unique values costs one decode each, never unbounded memory.
+    Scalar values of short encodings (``_CACHE_BYTES``) are remembered
+    (immutable, so rows may share them), up to ``_CACHE_ENTRIES`` encodings,
+    after which the memory starts afresh: a stream of unique or long values
+    costs one decode each, never unbounded memory.
     Arrays, kvlists and bytes are decoded every time (each row gets its own).
     """
 
@@ -200,9 +202,7 @@ class _KeyValues(dict[bytes, tuple[str, Any]]):
         except UnicodeDecodeError:  # not UTF-8: the real class says how it refuses
             pair = None
         if pair is not None:
-            if len(self) >= _CACHE_ENTRIES:
-                self.clear()
-            self[raw] = pair
+            self._keep(raw, pair)
             return pair
         kv = KeyValue.FromString(raw)
         value = kv.value
@@ -210,10 +210,14 @@ class _KeyValues(dict[bytes, tuple[str, Any]]):
         if kind not in _SCALAR_KINDS:
             return kv.key, any_value(value)
         pair = (sys.intern(kv.key), getattr(value, kind))
-        if len(self) >= _CACHE_ENTRIES:
-            self.clear()
-        self[raw] = pair
+        self._keep(raw, pair)
         return pair
+
+    def _keep(self, raw: bytes, pair: tuple[str, Any]) -> None:
+        if len(raw) <= _CACHE_BYTES:
+            if len(self) >= _CACHE_ENTRIES:
+                self.clear()
+            self[raw] = pair
 
 
 KEY_VALUES = _KeyValues()
@@ -226,14 +230,18 @@ def _attributes_json(raws: Any) -> str:
 
 
 class _EventTails(dict[bytes, tuple[str, str] | None]):
-    """An event's bytes after its time field -> ``(name, attributes JSON)``, or ``None`` when it holds a time too."""
+    """An event's bytes after its time field -> ``(name, attributes JSON)``, or ``None`` when it holds a time too.
+
+    Bounded like :data:`KEY_VALUES` (short encodings only, so a stack trace is not kept).
+    """
 
     def __missing__(self, tail: bytes) -> tuple[str, str] | None:
         event = _EventTail.FromString(tail)
         value = None if len(event.time_unix_nano) else (event.name, _attributes_json(event.attributes))
-        if len(self) >= _CACHE_ENTRIES:
-            self.clear()
-        self[tail] = value
+        if len(tail) <= _CACHE_BYTES:
+            if len(self) >= _CACHE_ENTRIES:
+                self.clear()
+            self[tail] = value
         return value
 
 
