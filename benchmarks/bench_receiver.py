@@ -5,15 +5,17 @@ Prints, for N spans sent by P client processes:
   * durable:      spans/s acknowledged by `otel-replay serve` (fsynced to its WAL);
   * in Parquet:   spans/s until every span is a Parquet row (end to end);
   * raw capacity: pre-encoded requests (no SDK encoding) -> receiver, acknowledged;
-  * peak RSS of the server process and of its converter process.
+  * peak RSS of the server process and of its converter process(es), and the
+    converters' CPU seconds (spans per converter CPU-second: the per-process rate).
 
-    python benchmarks/bench_receiver.py --spans 200000 --clients 2
+    python benchmarks/bench_receiver.py --spans 200000 --clients 2 [--convert-workers W] [--raw-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import re
 import shutil
 import signal
@@ -142,10 +144,20 @@ def metric(port: int, name: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Server:
-    def __init__(self, dataset: Path) -> None:
+    def __init__(self, dataset: Path, convert_workers: int = 1) -> None:
         command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset)]
         command += ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--flush-seconds", "2"]
+        command += ["--convert-workers", str(convert_workers)]
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         match = re.search(r"grpc 127\.0\.0\.1:(\d+) http 127\.0\.0\.1:(\d+)", line)
@@ -153,17 +165,19 @@ class Server:
             raise SystemExit(f"server did not start: {line!r}")
         self.grpc, self.http = int(match.group(1)), int(match.group(2))
         self.peak_server = self.peak_converter = 0
+        self.converter_cpu: dict[int, float] = {}
 
     def sample(self) -> None:
         self.peak_server = max(self.peak_server, hwm_kib(self.proc.pid))
         for kid in children(self.proc.pid):
             self.peak_converter = max(self.peak_converter, hwm_kib(kid))
+            self.converter_cpu[kid] = max(self.converter_cpu.get(kid, 0.0), cpu_seconds(kid))
 
     def wait_written(self, total: int) -> float:
         start = time.perf_counter()
         while metric(self.http, "spans_written_total") < total:
             self.sample()
-            time.sleep(0.2)
+            time.sleep(0.1)
         self.sample()
         return time.perf_counter() - start
 
@@ -174,17 +188,29 @@ class Server:
         self.proc.stdout.close()  # type: ignore[union-attr]
 
 
-def phase(dataset: Path, total: int, clients: int, *, raw: bool, label: str) -> None:
+def phase(dataset: Path, total: int, clients: int, *, raw: bool, label: str, workers: int) -> None:
     """Send ``total`` spans to a fresh receiver; print the ack rate, the Parquet rate and peak RSS."""
-    server = Server(dataset)
+    server = Server(dataset, workers)
+    time.sleep(1.0)  # the converter pool starts its processes (imports) before the clients send
+    server.sample()
+    cpu_before = sum(server.converter_cpu.values())
+    server_cpu = cpu_seconds(server.proc.pid)
     start = time.perf_counter()
     sent, failed, secs = run_clients(f"127.0.0.1:{server.grpc}", total, clients, raw=raw)
+    server_cpu = cpu_seconds(server.proc.pid) - server_cpu  # the ack path (and the converter thread's waiting)
     server.sample()
     lag = server.wait_written(sent)
     landed = time.perf_counter() - start
+    converter_cpu = sum(server.converter_cpu.values()) - cpu_before
     server.stop()
     print(f"{label + ':':<34}{sent / secs:>10,.0f} spans/s  ({sent} acked, {failed} shed/failed, {secs:.1f}s)")
     print(f"{'  in Parquet (end to end):':<34}{sent / landed:>10,.0f} spans/s  (+{lag:.1f}s converter lag)")
+    print(f"{'  server CPU while acking:':<34}{server_cpu / sent * 1e6:>10.1f} µs/span  ({server_cpu:.1f} CPU-s)")
+    if converter_cpu > 0:
+        print(
+            f"{'  per converter CPU-second:':<34}{sent / converter_cpu:>10,.0f} spans  "
+            f"({converter_cpu:.1f} CPU-s in {workers} converter process(es))"
+        )
     print(f"  peak RSS: server {server.peak_server / 1024:.0f} MiB, converter {server.peak_converter / 1024:.0f} MiB")
 
 
@@ -193,20 +219,26 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=200_000, help="spans per phase (N)")
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--no-raw", action="store_true", help="skip the pre-encoded capacity phase")
+    parser.add_argument("--raw-only", action="store_true", help="only the pre-encoded phase (no SDK encoding)")
+    parser.add_argument("--convert-workers", type=int, default=1, help="serve --convert-workers")
     args = parser.parse_args()
     total = args.spans - args.spans % (BATCH * args.clients)
-    print(f"N={total} spans, {args.clients} client processes, batches of {BATCH}")
+    print(f"N={total} spans, {args.clients} client processes, batches of {BATCH}, {args.convert_workers} converter(s)")
 
-    sink, port = null_sink()
-    sent, _, secs = run_clients(f"127.0.0.1:{port}", total, args.clients, raw=False)
-    sink.stop(0)  # type: ignore[attr-defined]
-    print(f"SDK ceiling (null gRPC sink):    {sent / secs:>10,.0f} spans/s  ({sent} in {secs:.1f}s)")
+    if not args.raw_only:
+        sink, port = null_sink()
+        sent, _, secs = run_clients(f"127.0.0.1:{port}", total, args.clients, raw=False)
+        sink.stop(0)  # type: ignore[attr-defined]
+        print(f"SDK ceiling (null gRPC sink):    {sent / secs:>10,.0f} spans/s  ({sent} in {secs:.1f}s)")
 
     work = Path(tempfile.mkdtemp(prefix="bench-receiver-"))
+    workers = args.convert_workers
     try:
-        phase(work / "sdk", total, args.clients, raw=False, label="durable (acked, WAL fsynced)")
+        if not args.raw_only:
+            phase(work / "sdk", total, args.clients, raw=False, label="durable (acked, WAL fsynced)", workers=workers)
         if not args.no_raw:
-            phase(work / "raw", total, args.clients, raw=True, label="raw capacity (pre-encoded, acked)")
+            label = "raw capacity (pre-encoded, acked)"
+            phase(work / "raw", total, args.clients, raw=True, label=label, workers=workers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -266,3 +266,240 @@ def test_row_builder_add_by_keyword_builds_typed_rows_with_dates_durations_event
     assert [len(r["links"]) for r in rows] == [0, 1, 0, 1] and rows[1]["links"][0]["trace_state"] == "v=1"
     assert rows[1]["replay_kind"] == "decision" and rows[1]["attributes"] == '{"n":1,"replay.session_id":1}'
     assert rows[3]["dropped_attributes_count"] == 3 and rows[0]["parent_span_id"] == f"{1:016x}"
+
+
+# --- the OTLP reader (otlp_wire) against a plain message-by-message reference --------------------
+
+
+def _reference_table(request, rejected=None):
+    """The rows a plain reader makes of a decoded request: every field read from the real messages, span by span."""
+    from otel_replay._json import compact_json
+    from otel_replay.exporters.rows import RowBuilder, any_value
+
+    def attrs(kvs):
+        out = {}
+        for kv in kvs:
+            out[kv.key] = any_value(kv.value)
+        return out
+
+    def name(names, value):
+        return names[value] if 0 <= value < len(names) else str(value)
+
+    kinds = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+    builder = RowBuilder(rejected)
+    for rs in request.resource_spans:
+        resource = attrs(rs.resource.attributes)
+        service = resource.get("service.name")
+        resource_row = (service if isinstance(service, str) else None, compact_json(resource))
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                builder.add(
+                    trace_id=s.trace_id.hex(), span_id=s.span_id.hex(), parent_span_id=s.parent_span_id.hex() or None,
+                    trace_state=s.trace_state or None, name=s.name, kind=name(kinds, s.kind), resource=resource_row,
+                    scope=(ss.scope.name or None, ss.scope.version or None), start=s.start_time_unix_nano,
+                    end=s.end_time_unix_nano, status=(name(("UNSET", "OK", "ERROR"), s.status.code),
+                                                      s.status.message or None),
+                    attributes=attrs(s.attributes),
+                    events=[{"time": e.time_unix_nano, "name": e.name, "attributes": compact_json(attrs(e.attributes))}
+                            for e in s.events],
+                    links=[{"trace_id": k.trace_id.hex(), "span_id": k.span_id.hex(),
+                            "trace_state": k.trace_state or None, "attributes": compact_json(attrs(k.attributes))}
+                           for k in s.links],
+                    dropped=(s.dropped_attributes_count, s.dropped_events_count, s.dropped_links_count),
+                )  # fmt: skip
+    return builder.table()
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number, payload):
+    """A length-delimited field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _request_of_spans(span_bytes, resource=b"", scope=b""):
+    """A serialized request of one ResourceSpans and one ScopeSpans holding the given encoded spans."""
+    ss = (_field(1, scope) if scope else b"") + b"".join(_field(2, s) for s in span_bytes)
+    rs = (_field(1, resource) if resource else b"") + _field(2, ss)
+    return _field(1, rs)
+
+
+def _hostile_request():
+    """Spans exercising every reader path: all AnyValue kinds, repeated keys, odd enums, merges on the wire."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+    def kv(key, **value):
+        return KeyValue(key=key, value=AnyValue(**value))
+
+    nested = AnyValue(string_value="leaf")
+    for _ in range(40):  # deep, but inside the real parser's limit (it refuses about 47 levels in a request)
+        nested = AnyValue(array_value={"values": [nested, AnyValue(int_value=1)]})
+    attributes = [
+        kv("s", string_value="ünï\u2028\x00\"\\😀"), kv("i", int_value=-(2**63)), kv("b", bool_value=True),
+        kv("f", double_value=1e16), kv("nan", double_value=float("nan")), kv("small", double_value=1e-5),
+        kv("bytes", bytes_value=b"\x00\xff"), KeyValue(key="empty"), kv("s", int_value=2),  # "s" again: last wins
+        kv("arr", array_value={"values": [AnyValue(string_value="x"), AnyValue(double_value=0.5), AnyValue()]}),
+        kv("kv", kvlist_value={"values": [kv("a", bool_value=False), kv("a", string_value="again")]}),
+        kv("deep", **{"array_value": nested.array_value}), kv("replay.correlation_id", string_value="c-1"),
+        kv("replay.kind", int_value=5),  # a promoted key that is not a string: stays in the JSON
+        KeyValue(key="strindex", key_strindex=3, value=AnyValue(string_value="v")),
+    ]  # fmt: skip
+    spans = []
+    for i, (kind, code) in enumerate([(1, 0), (99, 7), (-1, 2), (5, 1), (0, 0)]):
+        span = Span(
+            trace_id=bytes([i + 1]) * 16, span_id=bytes([i + 1]) * 8, parent_span_id=b"\x09" * 8 if i % 2 else b"",
+            trace_state="k=v" if i == 1 else "", name=f"span-{i}", kind=kind, start_time_unix_nano=10**18 + i,
+            end_time_unix_nano=10**18 + i * 7 - 3, status=Status(code=code, message="boom" if code == 2 else ""),
+            attributes=attributes[i:] if i < 3 else [], dropped_attributes_count=i, dropped_events_count=2 * i,
+            dropped_links_count=3 * i,
+        )  # fmt: skip
+        if i in (0, 2):
+            span.events.add(time_unix_nano=10**18 + 5, name="ev", attributes=[kv("tool", string_value="search")])
+            span.events.add(time_unix_nano=10**18 + 6, name="ev", attributes=[kv("tool", string_value="search")])
+            span.events.add(time_unix_nano=0, name="at zero")  # no time field on the wire
+            span.events.add(time_unix_nano=7, name="odd", attributes=attributes[:9])
+        if i == 1:
+            span.links.add(trace_id=b"\x07" * 16, span_id=b"\x08" * 8, trace_state="a=b", attributes=attributes[:3])
+        raw = span.SerializeToString()
+        if i == 3:  # a second status on the wire: protobuf merges the two (code from this one, message from the first)
+            raw = (
+                Span(status=Status(code=2, message="first")).SerializeToString()
+                + raw
+                + Span(status=Status(code=1)).SerializeToString()
+            )
+        if i == 4:  # an event whose time field repeats after its name: the last one counts
+            event = Span.Event(time_unix_nano=11, name="twice").SerializeToString() + _varint(1 << 3 | 1)
+            raw += _field(11, event + (22).to_bytes(8, "little"))
+        spans.append(raw)
+    resource = b"".join(_field(1, kv(k, string_value=v).SerializeToString()) for k, v in [("service.name", "svc")])
+    resource += _field(1, kv("tags", array_value={"values": [AnyValue(string_value="a")]}).SerializeToString())
+    scope = _field(1, b"scope.name") + _field(2, b"9.9")
+    payload = _request_of_spans(spans[:3], resource, scope) + _request_of_spans(spans[3:], scope=_field(1, b"other"))
+    return payload, ExportTraceServiceRequest.FromString(payload)
+
+
+def test_otlp_reader_matches_a_plain_message_reader_on_hostile_spans():
+    from otel_replay.exporters.rows import payload_to_table, resource_spans_to_table
+
+    payload, request = _hostile_request()
+    expected = _reference_table(request)
+    assert expected.num_rows == 5
+    for _ in range(2):  # cold, then with every KeyValue and event remembered
+        assert request_to_table(request).equals(expected)
+        assert payload_to_table(payload).equals(expected)
+        assert resource_spans_to_table(request.resource_spans).equals(expected)
+    rows = {r["name"]: r for r in expected.drop_columns(["start_time", "end_time", "events"]).to_pylist()}
+    assert rows["span-3"]["status_code"] == "OK" and rows["span-3"]["status_message"] == "first"  # merged
+    events = expected.column("events").combine_chunks().flatten()
+    times = events.field("time").cast("int64").to_pylist()
+    assert list(zip(events.field("name").to_pylist(), times, strict=True))[-1] == ("twice", 22)
+    assert times[:4] == [10**18 + 5, 10**18 + 6, 0, 7]
+    assert rows["span-1"]["kind"] == "99" and rows["span-2"]["kind"] == "-1" and rows["span-1"]["status_code"] == "7"
+    assert '"s":2' in rows["span-0"]["attributes"] and '"kv":{"a":"again"}' in rows["span-0"]["attributes"]
+    assert rows["span-0"]["correlation_id"] == "c-1" and '"replay.kind":5' in rows["span-0"]["attributes"]
+
+
+def test_otlp_reader_memory_stays_bounded_and_exact_with_unique_values(monkeypatch):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from otel_replay.exporters import otlp_wire
+    from otel_replay.exporters.rows import payload_to_table
+
+    monkeypatch.setattr(otlp_wire, "_CACHE_ENTRIES", 16)
+    spans = []
+    for i in range(300):
+        span = Span(trace_id=b"\x01" * 16, span_id=i.to_bytes(8, "big"), name="s", start_time_unix_nano=i + 1)
+        span.attributes.add(key="step", value=AnyValue(int_value=i))
+        span.attributes.add(key="same", value=AnyValue(string_value="x"))
+        span.events.add(time_unix_nano=i + 1, name="e", attributes=[KeyValue(key="n", value=AnyValue(int_value=i))])
+        span.attributes.add(key="long", value=AnyValue(string_value="x" * 300))  # decoded each time, never kept
+        long_event = [KeyValue(key="t", value=AnyValue(string_value="y" * 300))]
+        span.events.add(time_unix_nano=i + 1, name="trace", attributes=long_event)
+        spans.append(span.SerializeToString())
+    payload = _request_of_spans(spans)
+    table = payload_to_table(payload)
+    assert table.equals(_reference_table(ExportTraceServiceRequest.FromString(payload)))
+    assert len(otlp_wire.KEY_VALUES) <= 16 and len(otlp_wire._EVENT_TAILS) <= 16
+    assert all(len(raw) <= otlp_wire._CACHE_BYTES for raw in [*otlp_wire.KEY_VALUES, *otlp_wire._EVENT_TAILS])
+    assert table.column("attributes").to_pylist()[299] == '{"step":299,"same":"x","long":"' + "x" * 300 + '"}'
+
+
+def test_converter_refuses_what_the_real_parser_refuses_before_reading_rows(tmp_path):
+    """The WAL reader converts from the bytes, but only after the real parser accepted them (its depth limit here)."""
+    import pytest
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from otel_replay.server.convert import ChunkWriter
+
+    value = b"\x0a\x01x"  # AnyValue{string_value: "x"}
+    for _ in range(60):
+        value = _field(5, _field(1, value))  # AnyValue{array_value: {values: [value]}}
+    kv = _field(1, b"deep") + _field(2, value)
+    span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="deep", start_time_unix_nano=1).SerializeToString()
+    writer = ChunkWriter(tmp_path, "t")
+    with pytest.raises(DecodeError):
+        writer.add_payload(_request_of_spans([span + _field(9, kv)]))
+    writer.add_payload(_request_of_spans([span]))
+    writer.flush()
+    assert writer.rows_written == 1
+
+
+def test_short_keyvalue_decoding_equals_the_real_class_on_mutated_encodings():
+    import math
+    import random
+    import struct
+
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from otel_replay.exporters.otlp_wire import _short_scalar
+
+    def real(raw):
+        kv = KeyValue.FromString(raw)
+        kind = kv.value.WhichOneof("value")
+        return kv.key, getattr(kv.value, kind) if kind else None
+
+    rnd = random.Random(7)
+    fast = 0
+    for _ in range(30_000):
+        key = "".join(chr(rnd.choice([rnd.randint(32, 126), rnd.randint(0x80, 0xD7FF), rnd.randint(0x10000, 0x10FFFF)]))
+                      for _ in range(rnd.randint(0, 50)))  # fmt: skip
+        value = rnd.choice([
+            AnyValue(string_value="".join(chr(rnd.randint(0, 0xD7FF)) for _ in range(rnd.randint(0, 70)))),
+            AnyValue(int_value=rnd.choice([0, 1, -1, 2**63 - 1, -(2**63), rnd.randint(-(2**63), 2**63 - 1)])),
+            AnyValue(bool_value=rnd.random() < 0.5),
+            AnyValue(double_value=struct.unpack("<d", rnd.getrandbits(64).to_bytes(8, "little"))[0]),
+            AnyValue(bytes_value=b"ab"), AnyValue(), AnyValue(array_value={"values": [AnyValue(int_value=1)]}),
+        ])  # fmt: skip
+        raw = bytearray(KeyValue(key=key, value=value).SerializeToString())
+        if rnd.random() < 0.3:
+            raw[rnd.randrange(len(raw))] = rnd.randrange(256)  # a flipped byte: length, tag or content
+        elif rnd.random() < 0.2:
+            raw += bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 3)))  # trailing fields or garbage
+        raw = bytes(raw)
+        try:
+            expected = real(raw)
+        except (DecodeError, UnicodeDecodeError):  # (the pure-Python protobuf raises the latter for bad UTF-8)
+            continue  # the real parser refuses it: the readers never see such bytes (they are decoded first)
+        try:
+            got = _short_scalar(raw)
+        except UnicodeDecodeError:
+            got = None
+        if got is None:
+            continue  # left to the real class
+        fast += 1
+        assert got[0] == expected[0] and type(got[1]) is type(expected[1]), (raw, got, expected)
+        assert got[1] == expected[1] or (math.isnan(got[1]) and math.isnan(expected[1])), (raw, got, expected)
+    assert fast > 8_000

@@ -15,7 +15,6 @@ the same process costs more than the whole row build (see benchmarks/).
 
 from __future__ import annotations
 
-import base64
 import collections
 import itertools
 import math
@@ -36,6 +35,7 @@ from otel_replay import semconv as sc
 from otel_replay._json import compact_json, compact_json_bytes
 from otel_replay.errors import PayloadError
 
+from .otlp_wire import KEY_VALUES, LiteRequest, LiteResourceSpans, any_value, read_events
 from .schema import EVENT_TYPE, LINK_TYPE, PROMOTED_ARROW_TYPES, SPAN_SCHEMA
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "TIME_LIMIT_NS",
     "RowBuilder",
     "any_value",
+    "payload_to_table",
     "request_to_table",
     "resource_spans_to_table",
     "span_time_error",
@@ -382,24 +383,25 @@ def _resource(attributes: Mapping[str, Any]) -> tuple[str | None, str]:
 
 
 # --- OTLP protobuf reader ------------------------------------------------------
-def any_value(value: Any) -> Any:
-    """Convert an OTLP ``AnyValue`` to a JSON-ready Python value (bytes become base64 text)."""
-    kind = value.WhichOneof("value")
-    if kind is None:
-        return None
-    if kind == "array_value":
-        return [any_value(v) for v in value.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
-    if kind == "bytes_value":
-        return base64.b64encode(value.bytes_value).decode()
-    return getattr(value, kind)
-
+# Column by column over the lean view of otlp_wire: each span's fields are read
+# with one C-level call (operator.attrgetter) and transposed, and each
+# attribute list becomes a dict of KEY_VALUES pairs (mostly remembered) in C.
 
 _SCALAR_KINDS = frozenset({"string_value", "bool_value", "int_value", "double_value"})
+# Value types whose JSON orjson writes byte for byte as json does, whatever the value
+# (a float's bytes depend on its value: those go through compact_json's check).
+_PLAIN_TYPES = frozenset({str, int, bool})
+_key_value = KEY_VALUES.__getitem__
+
+_orjson_dumps: Any
+try:
+    from orjson import dumps as _orjson_dumps
+except ImportError:  # pragma: no cover - orjson is a dependency; compact_json falls back to json without it
+    _orjson_dumps = None
 
 
 def _pb_attrs(kvs: Iterable[Any]) -> dict[str, Any]:
+    """Decoded ``KeyValue`` messages as a dict (a repeated key: first position, last value)."""
     out: dict[str, Any] = {}
     for kv in kvs:  # scalars inline; arrays, kvlists and bytes through any_value
         value = kv.value
@@ -408,78 +410,142 @@ def _pb_attrs(kvs: Iterable[Any]) -> dict[str, Any]:
     return out
 
 
-_OTLP_IDS = ("trace_id", "span_id", "parent_span_id", "trace_state")
-_OTLP_PLAIN = ("name", "kind", "start", "end", "status_code", "status_message")
-_OTLP_COUNTS = ("attributes", "dropped_attributes", "dropped_events", "dropped_links", "event_count", "link_count")
+def _attr_dicts(lists: Iterable[Any]) -> list[dict[str, Any]]:
+    """One dict per list of encoded ``KeyValue`` messages; a repeated key keeps its first position and last value."""
+    return list(map(dict, map(map, itertools.repeat(_key_value), lists)))
 
 
-def _otlp_name(names: tuple[str, ...], value: int) -> str:
-    return names[value] if 0 <= value < len(names) else str(value)
+def _json_texts(mappings: list[dict[str, Any]]) -> list[str]:
+    """Each mapping's stored JSON text: :func:`compact_json`, with its per-value check done once for the batch."""
+    if _orjson_dumps is not None and _PLAIN_TYPES.issuperset(
+        map(type, itertools.chain.from_iterable(map(dict.values, mappings)))
+    ):
+        try:
+            return [blob.decode() for blob in map(_orjson_dumps, mappings)]
+        except TypeError:  # defensive: compact_json decides (upb strings are valid UTF-8, ints 64-bit)
+            pass
+    return list(map(_dumps, mappings))
+
+
+class _EnumNames(dict[int, str]):
+    """Enum number -> name; a number the enum does not define reads as its digits."""
+
+    def __missing__(self, key: int) -> str:
+        return str(key)
+
+
+_KIND_NAME = _EnumNames(enumerate(_OTLP_KINDS)).__getitem__
+_STATUS_NAME = _EnumNames(enumerate(_OTLP_STATUS)).__getitem__
+_SPAN_FIELDS = operator.attrgetter(
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "trace_state",
+    "name",
+    "kind",
+    "start_time_unix_nano",
+    "end_time_unix_nano",
+    "status",
+    "attributes",
+    "dropped_attributes_count",
+    "dropped_events_count",
+    "dropped_links_count",
+    "events",
+    "links",
+)
+_STATUS_FIELDS = operator.attrgetter("code", "message")
+_PB_LINK_FIELDS = operator.attrgetter("trace_id", "span_id", "trace_state", "attributes")
+
+
+def _otlp_events(per_span: Sequence[Any]) -> dict[str, list[Any]]:
+    times, names, texts = read_events(itertools.chain.from_iterable(per_span))
+    return {"time": times, "name": names, "attributes": texts}
+
+
+def _otlp_links(per_span: Sequence[Any]) -> dict[str, list[Any]]:
+    flat = list(itertools.chain.from_iterable(per_span))
+    if not flat:
+        return {name: [] for name in _LINK_FIELDS}
+    trace_ids, span_ids, states, attrs = zip(*map(_PB_LINK_FIELDS, flat), strict=True)
+    return {
+        "trace_id": list(map(bytes.hex, trace_ids)),
+        "span_id": list(map(bytes.hex, span_ids)),
+        "trace_state": [state or None for state in states],
+        "attributes": _json_texts(_attr_dicts(attrs)),
+    }
+
+
+def _scope_columns(
+    spans: Sequence[Any], resource: tuple[str | None, str], scope: tuple[str | None, str | None]
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, list[Any]]]:
+    """The :meth:`RowBuilder.extend` columns of one ``ScopeSpans``' spans (``otlp_wire`` messages)."""
+    n = len(spans)
+    (trace_ids, span_ids, parents, states, names, kinds, starts, ends, statuses, attrs, d_attrs, d_events, d_links,
+     events, links) = zip(*map(_SPAN_FIELDS, spans), strict=True)  # fmt: skip
+    codes, messages = zip(*map(_STATUS_FIELDS, statuses), strict=True)
+    columns: dict[str, list[Any]] = {
+        "trace_id": list(map(bytes.hex, trace_ids)),
+        "span_id": list(map(bytes.hex, span_ids)),
+        "parent_span_id": [parent.hex() or None for parent in parents],
+        "trace_state": [state or None for state in states],
+        "name": list(names),
+        "kind": list(map(_KIND_NAME, kinds)),
+        "service_name": [resource[0]] * n,
+        "scope_name": [scope[0]] * n,
+        "scope_version": [scope[1]] * n,
+        "start": list(starts),
+        "end": list(ends),
+        "status_code": list(map(_STATUS_NAME, codes)),
+        "status_message": [message or None for message in messages],
+        "attributes": _attr_dicts(attrs),
+        "resource_attributes": [resource[1]] * n,
+        "dropped_attributes": list(d_attrs),
+        "dropped_events": list(d_events),
+        "dropped_links": list(d_links),
+        "event_count": list(map(len, events)),
+        "link_count": list(map(len, links)),
+    }
+    return columns, _otlp_events(events), _otlp_links(links)
+
+
+def _lite_resource_spans_to_builder(builder: RowBuilder, lite: Any) -> None:
+    resource = _resource(dict(map(_key_value, lite.resource.attributes)))
+    for ss in lite.scope_spans:
+        if ss.spans:
+            scope = ss.scope
+            builder.extend(*_scope_columns(ss.spans, resource, (scope.name or None, scope.version or None)))
 
 
 def resource_spans_to_table(resource_spans: Sequence[ResourceSpans], rejected: list[str] | None = None) -> pa.Table:
     """Convert OTLP ``ResourceSpans`` messages to one Arrow table (plus ``date``).
 
-    Each ``ScopeSpans`` is read column by column into the :class:`RowBuilder`.
+    Each ``ScopeSpans`` is read column by column into the :class:`RowBuilder`
+    (through the lean view of :mod:`otel_replay.exporters.otlp_wire`).
     A span that cannot be stored (see :func:`span_time_error`) is noted in
     ``rejected`` and left out; without ``rejected`` it raises ``PayloadError``.
     """
     builder = RowBuilder(rejected)
     for rs in resource_spans:
-        service, resource_json = _resource(_pb_attrs(rs.resource.attributes))
-        for ss in rs.scope_spans:
-            n = len(ss.spans)
-            if not n:
-                continue
-            cols: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-            events: dict[str, list[Any]] = {name: [] for name in _EVENT_FIELDS}
-            links: dict[str, list[Any]] = {name: [] for name in _LINK_FIELDS}
-            cols.update(
-                service_name=[service] * n,
-                resource_attributes=[resource_json] * n,
-                scope_name=[ss.scope.name or None] * n,
-                scope_version=[ss.scope.version or None] * n,
-            )
-            # One pass over the messages (each field read on a protobuf message costs a call).
-            trace_id, span_id, parent, state = (cols[k].append for k in _OTLP_IDS)
-            name, kind, start, end, code, message = (cols[k].append for k in _OTLP_PLAIN)
-            attrs, d_attrs, d_events, d_links, n_events, n_links = (cols[k].append for k in _OTLP_COUNTS)
-            for span in ss.spans:
-                trace_id(span.trace_id.hex())
-                span_id(span.span_id.hex())
-                parent(span.parent_span_id.hex() or None)
-                state(span.trace_state or None)
-                name(span.name)
-                kind(_otlp_name(_OTLP_KINDS, span.kind))
-                start(span.start_time_unix_nano)
-                end(span.end_time_unix_nano)
-                status = span.status
-                code(_otlp_name(_OTLP_STATUS, status.code))
-                message(status.message or None)
-                attrs(_pb_attrs(span.attributes))
-                d_attrs(span.dropped_attributes_count)
-                d_events(span.dropped_events_count)
-                d_links(span.dropped_links_count)
-                span_events = span.events
-                n_events(len(span_events))
-                for ev in span_events:
-                    events["time"].append(ev.time_unix_nano)
-                    events["name"].append(ev.name)
-                    events["attributes"].append(_dumps(_pb_attrs(ev.attributes)))
-                span_links = span.links
-                n_links(len(span_links))
-                for link in span_links:
-                    links["trace_id"].append(link.trace_id.hex())
-                    links["span_id"].append(link.span_id.hex())
-                    links["trace_state"].append(link.trace_state or None)
-                    links["attributes"].append(_dumps(_pb_attrs(link.attributes)))
-            builder.extend(cols, events, links)
+        _lite_resource_spans_to_builder(builder, LiteResourceSpans.FromString(rs.SerializeToString()))
     return builder.table()
 
 
 def request_to_table(request: ExportTraceServiceRequest, rejected: list[str] | None = None) -> pa.Table:
     """Convert a decoded OTLP ``ExportTraceServiceRequest`` to rows (``rejected``: as above)."""
-    return resource_spans_to_table(request.resource_spans, rejected)
+    return payload_to_table(request.SerializeToString(), rejected)
+
+
+def payload_to_table(payload: bytes, rejected: list[str] | None = None) -> pa.Table:
+    """Convert a serialized ``ExportTraceServiceRequest`` to rows (``rejected``: as above).
+
+    ``payload`` must be bytes the real ``ExportTraceServiceRequest`` parser
+    accepts (the receiver's WAL holds only such records; decode first when
+    unsure): this reader skips what that parser checks inside attribute values.
+    """
+    builder = RowBuilder(rejected)
+    for lite in LiteRequest.FromString(payload).resource_spans:
+        _lite_resource_spans_to_builder(builder, lite)
+    return builder.table()
 
 
 # --- SDK span reader -----------------------------------------------------------

@@ -9,7 +9,9 @@ writing the same source again replaces the same files instead of adding rows.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
+import gc
 import os
 import signal
 import threading
@@ -22,7 +24,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from otel_replay.exporters.rows import request_to_table, span_time_error
+from otel_replay.exporters.rows import payload_to_table, request_to_table, span_time_error
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 
@@ -133,6 +135,16 @@ class ChunkWriter:
         """Convert ``request`` with the shared row conversion and add it."""
         self.add(request_to_table(request))
 
+    def add_payload(self, payload: bytes) -> None:
+        """Decode a serialized ``ExportTraceServiceRequest`` (raising what the parser raises), convert it, add it.
+
+        The decode only checks: the rows are read from ``payload`` itself
+        (:func:`~otel_replay.exporters.rows.payload_to_table`), which gives
+        the rows :meth:`add_request` would and skips re-encoding the message.
+        """
+        ExportTraceServiceRequest.FromString(payload)
+        self.add(payload_to_table(payload))
+
     def flush(self) -> None:
         """Write the collected rows as the next chunk."""
         if not self._tables:
@@ -158,9 +170,7 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX)
         writer = ChunkWriter(dataset, prefix)
         for payload in read_records(Path(path)):
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(payload)
-            writer.add_request(request)
+            writer.add_payload(payload)
         writer.flush()
         return writer.rows_written
     finally:
@@ -258,7 +268,16 @@ def _watch_parent(parent: int) -> None:
 
 
 def worker_init() -> None:
-    """Converter-process initializer: ignore Ctrl-C/SIGTERM (the server drains us) and exit with the server."""
+    """Converter-process initializer: ignore Ctrl-C/SIGTERM (the server drains us) and exit with the server.
+
+    It also freezes what the imports allocated out of the garbage collector's
+    sight: conversion keeps a request's rows alive while it builds them, and
+    every collection that promotes them would otherwise walk every module
+    object of pyarrow and protobuf again (about 15% of the converter's CPU).
+    Unfrozen at exit, so the interpreter's final collection still sees everything.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+    gc.freeze()
+    atexit.register(gc.unfreeze)

@@ -8,7 +8,8 @@ cannot be stored, reported as partial success) -> WAL append + fsync ->
 acknowledge.
 
 Background: the active WAL segment is sealed every ``flush_seconds`` (or when
-full); sealed segments are converted to Parquet (in a converter process by
+full, or when the converters are idle and it holds ``EARLY_SEAL_BYTES``);
+sealed segments are converted to Parquet (in a converter process by
 default) under names derived from the segment id, then deleted. On start,
 segments left by a crash are converted the same way, so replay never adds rows
 twice: it rewrites the same files. A segment whose conversion fails for a
@@ -68,6 +69,13 @@ Python/upb objects, and the WAL copy another 1-2x.
 """
 JSON_EXPANSION = 3
 """In-flight bytes reserved per byte of an OTLP/JSON body (the text is 3-4x the protobuf size of the same spans)."""
+EARLY_SEAL_BYTES = 16 * MiB
+"""An idle converter gets the active WAL segment as soon as it holds this much (about 100k SDK spans).
+
+Conversion then runs alongside acknowledgement instead of after each
+``flush_seconds``; below this, segments are sealed by age only, so a quiet
+receiver does not write more, smaller files.
+"""
 _MAX_CONVERT_ATTEMPTS = 3
 _TRIM_AFTER_BYTES = 64 * MiB
 
@@ -304,6 +312,7 @@ class Receiver:
         if self.config.convert_workers:
             ctx = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(self.config.convert_workers, mp_context=ctx, initializer=worker_init)
+            self._pool.submit(os.getpid)  # start a converter (its imports) now, not when the first segment is due
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until stopped."""
@@ -412,6 +421,8 @@ class Receiver:
         while not self._stop.wait(0.2):
             try:
                 self.wal.rotate(min_age_seconds=self.config.flush_seconds)
+                if not self.wal.sealed():  # the converters are idle: hand them a chunk's worth without waiting
+                    self.wal.rotate(min_bytes=EARLY_SEAL_BYTES)
                 self._convert_pending(final=False)
             except Exception as exc:  # keep converting later; the WAL still holds everything
                 _log.error("otel-replay serve: converter error: %s: %s", type(exc).__name__, exc)

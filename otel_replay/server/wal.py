@@ -124,10 +124,10 @@ class WriteAheadLog:
         self._active_records = 0
         self._active_since = time.monotonic()
 
-    def rotate(self, *, min_age_seconds: float = 0.0, reopen: bool = True) -> bool:
-        """Seal the active segment if it holds records (and is at least ``min_age_seconds`` old)."""
+    def rotate(self, *, min_age_seconds: float = 0.0, min_bytes: int = 0, reopen: bool = True) -> bool:
+        """Seal the active segment if it holds records (at least ``min_bytes``, and is ``min_age_seconds`` old)."""
         with self._sync_lock, self._write_lock:
-            if self._fd < 0 or self._active_records == 0:
+            if self._fd < 0 or self._active_records == 0 or self._active_size < min_bytes:
                 return False
             if time.monotonic() - self._active_since < min_age_seconds:
                 return False

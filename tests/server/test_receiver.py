@@ -70,3 +70,28 @@ def test_chains_from_received_spans_equal_in_process_chains(make_receiver, tmp_p
             assert ReplayBuilder(theirs).build_trade_chain(cid) == expected
         assert theirs.verify(load_signing_key()).ok
     assert rows(receiver.config.dataset, "SELECT count(*) AS n FROM decisions")[0]["n"] == 3
+
+
+def test_an_idle_converter_takes_a_full_enough_segment_before_the_flush_interval(make_receiver, monkeypatch) -> None:
+    """Conversion keeps up with acknowledgement: with a long flush interval, spans still land while serving."""
+    import time
+
+    from otel_replay.server import server
+
+    monkeypatch.setattr(server, "EARLY_SEAL_BYTES", 1)  # any record is "a chunk's worth"
+    receiver = make_receiver(flush_seconds=3600.0)
+    spans = make_spans(40)
+    exporter = sdk_exporter(receiver, "grpc")
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    deadline = time.monotonic() + 30
+    while receiver.metrics.snapshot()["spans_written"] < len(spans) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert receiver.metrics.snapshot()["spans_written"] == len(spans)  # long before the hour is up
+    assert parquet_rows(receiver.config.dataset) == expected_rows(spans)
+    monkeypatch.setattr(server, "EARLY_SEAL_BYTES", 1 << 40)  # a quiet receiver: sealed by age only
+    assert exporter.export(spans[:4]) == SpanExportResult.SUCCESS
+    time.sleep(1.0)
+    assert receiver.metrics.snapshot()["spans_written"] == len(spans) and receiver.wal.active_records == 1
+    exporter.shutdown()
+    receiver.stop()
+    assert len(parquet_rows(receiver.config.dataset)) == len(spans) + 4
