@@ -27,6 +27,7 @@ __all__ = [
     "CorrelationSpanProcessor",
     "correlation",
     "current_ids",
+    "redacted_urls",
     "scope_attributes",
     "session",
 ]
@@ -109,20 +110,49 @@ def scope_attributes(existing: Mapping[str, Any] | None, ctx: Context | None = N
     return added
 
 
-class CorrelationSpanProcessor(SpanProcessor):
-    """Stamp the ids in scope onto every span as it starts.
+_URL_ATTRIBUTES = ("url.full", "http.url")
+"""Where HTTP client instrumentations put the request URL (current and older semantic conventions)."""
 
-    An id already set on the span (passed explicitly) is left alone. Add it to
-    your own ``TracerProvider`` with ``provider.add_span_processor(...)``;
-    :func:`otel_replay.configure` adds it for you.
+
+def redacted_urls(attributes: Mapping[str, Any] | None) -> dict[str, str]:
+    """The URL attributes of a span whose value holds a secret, with the secret replaced by ``[REDACTED]``.
+
+    The contrib HTTP instrumentations keep a query string such as
+    ``?api_key=...`` or ``?token=...`` in ``url.full`` (they redact only a
+    few signature parameters); this covers the rest with the one redaction
+    engine (:func:`otel_replay.instrumentation._redact.redact`).
+    """
+    if not attributes:
+        return {}
+    from otel_replay.instrumentation._redact import redact
+
+    out = {}
+    for key in _URL_ATTRIBUTES:
+        value = attributes.get(key)
+        if isinstance(value, str) and ("?" in value or "@" in value):
+            cleaned = redact(value)
+            if cleaned != value:
+                out[key] = cleaned
+    return out
+
+
+class CorrelationSpanProcessor(SpanProcessor):
+    """Stamp the ids in scope onto every span as it starts, and redact secrets from its URL attributes.
+
+    An id already set on the span (passed explicitly) is left alone. A secret
+    in ``url.full`` / ``http.url`` (``?api_key=``, ``?token=``, a password in
+    the authority) is replaced by ``[REDACTED]`` before the span is exported.
+    Add it to your own ``TracerProvider`` with ``provider.add_span_processor(...)``;
+    :func:`otel_replay.configure` and ``opentelemetry-instrument`` add it for you.
     """
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Copy the baggage ids into span attributes."""
+        """Copy the baggage ids into span attributes; redact secrets from URL attributes."""
         scope = span.instrumentation_scope
         if scope is not None and scope.name == sc.INSTRUMENTATION_NAME:
             return  # otel-replay's own spans are stamped when they are created
         added = scope_attributes(span.attributes, parent_context)
+        added.update(redacted_urls(span.attributes))
         if added:
             span.set_attributes(added)
 

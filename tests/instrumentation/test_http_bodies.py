@@ -159,3 +159,21 @@ def test_uninstrument_restores_the_httpx_originals_exactly(pipeline: Pipeline):
         httpx.HTTPTransport.__dict__["handle_request"],
         httpx.AsyncHTTPTransport.__dict__["handle_async_request"],
     ) == originals
+
+
+@pytest.mark.parametrize("http_on", [False], indirect=True)
+def test_secrets_in_request_urls_are_redacted_on_the_http_spans(server, http_on: Pipeline):
+    server.enqueue(s.Reply(200, {"a": 1}), s.Reply(200, {"b": 2}), s.Reply(200, {"c": 3}))
+    secret_url = f"{server.root_url}/rates?pair=EURUSD&api_key=sk-live-abcdefghijklmnopqrstu&token=tok_9f8e7d6c5b4a"
+    assert requests.get(secret_url, timeout=10).json() == {"a": 1}  # the request itself goes out unchanged
+    with httpx.Client() as c:
+        assert c.get(secret_url).json() == {"b": 2}
+        assert c.get(f"{server.root_url}/plain?pair=EURUSD").json() == {"c": 3}
+    first, second, plain = client_spans(http_on)
+    for span in (first, second):
+        url = span.attributes.get("url.full") or span.attributes.get("http.url")
+        assert "pair=EURUSD" in url and "[REDACTED]" in url, url
+        assert "abcdefghijklmnopqrstu" not in url and "tok_9f8e7d6c5b4a" not in url
+    assert (plain.attributes.get("url.full") or plain.attributes.get("http.url")).endswith("/plain?pair=EURUSD")
+    requests_seen = [r["path"] for r in server.requests]
+    assert any("api_key=sk-live-abcdefghijklmnopqrstu" in path for path in requests_seen)
