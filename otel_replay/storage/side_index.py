@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError, DatasetError
+from otel_replay.location import Location, resolve
 
 from .manifest import partition_dirs, partition_live_files
 
@@ -132,7 +133,7 @@ def _lookup(path: Path, wanted: list[tuple[str, str]]) -> set[str]:
 
 
 def files_for(
-    dataset: str | os.PathLike[str],
+    dataset: str | os.PathLike[str] | Location,
     *,
     correlation_id: str | None = None,
     trace_id: str | None = None,
@@ -155,9 +156,12 @@ def files_for(
     wanted = [(kind, str(key)) for kind, key in given.items() if key is not None]
     if not wanted:
         raise ConfigError("files_for needs at least one id (correlation_id, trace_id, session_id or record_id)")
+    location = resolve(dataset)
+    if location.remote:
+        return None  # object stores: every live file is read (the index is not consulted there yet)
     found: list[str] = []
     indexed = False
-    for partition in partition_dirs(dataset):
+    for partition in partition_dirs(location.root):
         manifest, live = partition_live_files(partition)
         if manifest is None or manifest.index is None:
             found.extend(str(p) for p in live)

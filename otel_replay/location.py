@@ -1,0 +1,271 @@
+"""Where a dataset lives: a local directory or an object-store URI, resolved to (pyarrow filesystem, path).
+
+Accepted: a local path (``./traces``, ``/data/traces``), ``file:///abs/path``,
+and ``s3://bucket/prefix`` (pyarrow's ``S3FileSystem``). The S3 endpoint,
+region and credentials come from the standard AWS variables:
+``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (an S3-compatible server such as
+MinIO), ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN`` or ``AWS_PROFILE``.
+
+Paths of a remote dataset are kept in URL form (``s3://bucket/key``): that
+string is what DuckDB reads (through :func:`register_with`), what messages
+name, and what :meth:`Location.fs_path` turns into a pyarrow path.
+
+A bad location fails at once with one line naming the URI: an unknown scheme,
+a missing bucket, no credentials, an unreachable endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from otel_replay.errors import ConfigError, DatasetError
+
+__all__ = ["Location", "is_remote", "register_with", "resolve", "s3_endpoint"]
+
+SUPPORTED = "a local path, file:///absolute/path or s3://bucket/prefix"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+
+
+def s3_endpoint() -> str | None:
+    """The S3 endpoint from ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (``None``: AWS itself)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def _region() -> str | None:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
+@lru_cache(maxsize=8)
+def _s3(endpoint: str | None, region: str | None, key: str | None, secret: str | None) -> pafs.S3FileSystem:
+    """One pyarrow S3 filesystem per (endpoint, region, key) seen in the environment."""
+    options: dict[str, Any] = {
+        "connect_timeout": 5.0,
+        "request_timeout": 60.0,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+    }
+    if endpoint:
+        options["endpoint_override"] = endpoint
+        if endpoint.startswith("http://"):
+            options["scheme"] = "http"
+    if region:
+        options["region"] = region
+    return pafs.S3FileSystem(**options)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A resolved dataset location: ``uri`` as given, the pyarrow ``fs``, and ``root`` in URL form.
+
+    ``root`` is a local path string for a local dataset, ``s3://bucket/prefix``
+    for a remote one. Every path this class hands out is in the same form.
+    """
+
+    uri: str
+    fs: pafs.FileSystem
+    root: str
+    remote: bool
+
+    def __str__(self) -> str:
+        return self.uri
+
+    @property
+    def bucket(self) -> str:
+        """The bucket of a remote dataset (``""`` for a local one)."""
+        return self.root[len("s3://") :].split("/", 1)[0] if self.remote else ""
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of a remote dataset inside its bucket (no slashes at either end; may be ``""``)."""
+        if not self.remote:
+            return ""
+        parts = self.root[len("s3://") :].split("/", 1)
+        return parts[1] if len(parts) > 1 else ""
+
+    def join(self, *parts: str) -> str:
+        """``root`` joined with ``parts`` (``/``-separated, in the location's URL form)."""
+        if not self.remote:
+            return os.path.join(self.root, *parts)
+        return "/".join([self.root, *(p.strip("/") for p in parts if p)])
+
+    def fs_path(self, path: str) -> str:
+        """The pyarrow path of ``path`` (``bucket/key`` for S3; the path itself for local files)."""
+        return path[len("s3://") :] if self.remote and path.startswith("s3://") else path
+
+    def key(self, path: str) -> str:
+        """The object key of the remote ``path`` (without the bucket)."""
+        return self.fs_path(path).split("/", 1)[1]
+
+    def local_root(self) -> Path:
+        """The root of a local dataset as a :class:`~pathlib.Path`."""
+        if self.remote:
+            raise DatasetError(f"dataset {self.uri} is not a local directory")
+        return Path(self.root)
+
+    # --- object operations (remote datasets) -----------------------------------
+    def files_under(self, path: str) -> list[pafs.FileInfo]:
+        """Every file below ``path``, recursively (one paginated listing); ``[]`` when nothing is there."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.fs_path(path), recursive=True, allow_not_found=True))
+        except (OSError, pa.ArrowException) as exc:
+            raise self.error(f"cannot list {path}", exc) from exc
+        return [info for info in infos if info.type == pafs.FileType.File]
+
+    def stat(self, path: str) -> tuple[int, int] | None:
+        """(size, mtime in ns) of the file at ``path``, ``None`` when it does not exist."""
+        try:
+            info = self.fs.get_file_info(self.fs_path(path))
+        except (OSError, pa.ArrowException) as exc:
+            raise self.error(f"cannot stat {path}", exc) from exc
+        if info.type != pafs.FileType.File:
+            return None
+        return int(info.size or 0), int(info.mtime_ns or 0)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """The content of ``path``, ``None`` when it does not exist."""
+        try:
+            with self.fs.open_input_stream(self.fs_path(path)) as stream:
+                return bytes(stream.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, pa.ArrowException) as exc:
+            if "NO_SUCH_KEY" in str(exc) or "does not exist" in str(exc):
+                return None
+            raise self.error(f"cannot read {path}", exc) from exc
+
+    def delete(self, path: str) -> bool:
+        """Delete the file at ``path``; ``False`` when it was already gone."""
+        try:
+            self.fs.delete_file(self.fs_path(path))
+        except FileNotFoundError:
+            return False
+        except (OSError, pa.ArrowException) as exc:
+            raise self.error(f"cannot delete {path}", exc) from exc
+        return True
+
+    def error(self, what: str, exc: BaseException) -> DatasetError:
+        """A one-line :class:`DatasetError` for a failed storage call, saying why in plain words."""
+        return DatasetError(f"dataset {self.uri}: {what}: {_why(str(exc), self)}")
+
+    def check(self) -> None:
+        """Fail now, in one line, when the dataset cannot be reached (remote: credentials, endpoint, bucket).
+
+        Raises:
+            DatasetError: no credentials, the endpoint does not answer, or the bucket does not exist.
+
+        """
+        if not self.remote:
+            return
+        _check_credentials(self)
+        try:
+            info = self.fs.get_file_info(self.bucket)
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"dataset {self.uri}: {_why(str(exc), self)}") from exc
+        if info.type == pafs.FileType.NotFound:
+            raise DatasetError(
+                f"dataset {self.uri}: bucket {self.bucket!r} does not exist at {s3_endpoint() or 'AWS S3'}"
+            )
+
+
+def _why(message: str, location: Location) -> str:
+    first = message.splitlines()[0] if message else "unknown error"
+    where = s3_endpoint() or "AWS S3"
+    if "NETWORK_CONNECTION" in first or "Could not connect" in first or "resolve host" in first:
+        return f"cannot reach the S3 endpoint {where} (set AWS_ENDPOINT_URL for an S3-compatible server): {first}"
+    if "ACCESS_DENIED" in first or "InvalidAccessKeyId" in first or "SignatureDoesNotMatch" in first:
+        return f"access denied by {where} (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE): {first}"
+    if "NO_SUCH_BUCKET" in first:
+        return f"bucket {location.bucket!r} does not exist at {where}"
+    return first
+
+
+def _check_credentials(location: Location) -> None:
+    """Refuse at once when the AWS credential chain finds nothing (boto3's chain, when boto3 is installed)."""
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        return
+    try:
+        import boto3
+    except ImportError:  # pyarrow's own chain decides; its error is translated by _why
+        return
+    if boto3.Session().get_credentials() is None:
+        raise DatasetError(
+            f"dataset {location.uri}: no AWS credentials found "
+            "(set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+        )
+
+
+def is_remote(dataset: str | os.PathLike[str] | Location) -> bool:
+    """Whether ``dataset`` names an object-store location (cheap: no filesystem is created)."""
+    if isinstance(dataset, Location):
+        return dataset.remote
+    if not isinstance(dataset, str):
+        return False
+    match = _SCHEME.fullmatch(dataset)
+    return match is not None and match.group(1).lower() != "file"
+
+
+def resolve(dataset: str | os.PathLike[str] | Location) -> Location:
+    """Resolve a dataset path or URI (see the module docstring); nothing is contacted yet (see :meth:`Location.check`).
+
+    Raises:
+        ConfigError: an unknown scheme, an ``s3://`` URI without a valid bucket,
+            or a ``file://`` URI that is not absolute.
+
+    """
+    if isinstance(dataset, Location):
+        return dataset
+    if not isinstance(dataset, str):
+        path = os.fspath(dataset)
+        return Location(path, pafs.LocalFileSystem(), path, False)
+    match = _SCHEME.fullmatch(dataset)
+    if match is None:
+        return Location(dataset, pafs.LocalFileSystem(), dataset, False)
+    scheme, rest = match.group(1).lower(), match.group(2)
+    if scheme == "file":
+        if not rest.startswith("/"):
+            raise ConfigError(f"dataset URI {dataset}: a file:// URI needs an absolute path (file:///data/traces)")
+        return Location(dataset, pafs.LocalFileSystem(), rest, False)
+    if scheme != "s3":
+        raise ConfigError(f"dataset URI {dataset}: unsupported scheme {scheme!r}; give {SUPPORTED}")
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ConfigError(f"dataset URI {dataset}: no bucket; expected s3://bucket/prefix")
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+        raise ConfigError(f"dataset URI {dataset}: {bucket!r} is not a valid S3 bucket name")
+    segments = [s for s in prefix.split("/") if s]
+    if any(s in (".", "..") or s.startswith(".") for s in segments) or "?" in prefix or "#" in prefix:
+        raise ConfigError(f"dataset URI {dataset}: the prefix may not hold '.', '..', dot-names, '?' or '#'")
+    root = "/".join(["s3:/", bucket, *segments])
+    fs = _s3(s3_endpoint(), _region(), os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"))
+    return Location(dataset, fs, root, True)
+
+
+def register_with(con: Any, location: Location) -> None:
+    """Let the DuckDB connection ``con`` read ``location``'s ``s3://`` paths through its pyarrow filesystem.
+
+    DuckDB's own ``httpfs`` extension is not needed (it is downloaded at run
+    time, which a closed network forbids): the pyarrow filesystem is wrapped
+    in ``fsspec``'s ``ArrowFSWrapper`` and registered.
+
+    Raises:
+        DatasetError: ``fsspec`` is not installed (``pip install 'otel-replay[s3]'``).
+
+    """
+    if not location.remote:
+        return
+    try:
+        from fsspec.implementations.arrow import ArrowFSWrapper
+    except ImportError as exc:
+        raise DatasetError(
+            f"dataset {location.uri}: reading s3:// datasets needs fsspec (pip install 'otel-replay[s3]')"
+        ) from exc
+    con.register_filesystem(ArrowFSWrapper(location.fs))
