@@ -29,7 +29,7 @@ from otel_replay.location import Location, resolve
 
 from .manifest import partition_dirs, partition_live_files
 
-__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "write_index"]
+__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "index_bytes", "write_index"]
 
 INDEX_KINDS = ("correlation_id", "trace_id", "session_id", "record_id")
 """The span columns the side index maps to files."""
@@ -78,19 +78,30 @@ def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
     return table.take(pc.sort_indices(table, [("kind", "ascending"), ("key", "ascending"), ("file", "ascending")]))
 
 
+def _write_to(table: pa.Table, sink: object) -> None:
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        row_group_size=_INDEX_ROW_GROUP,
+        use_dictionary=["kind", "file"],
+        write_statistics=True,
+    )
+
+
 def write_index(table: pa.Table, path: Path) -> None:
     """Write an index table to ``path`` (the caller renames it into place)."""
     with open(path, "wb") as handle:
-        pq.write_table(
-            table,
-            handle,
-            compression="zstd",
-            row_group_size=_INDEX_ROW_GROUP,
-            use_dictionary=["kind", "file"],
-            write_statistics=True,
-        )
+        _write_to(table, handle)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def index_bytes(table: pa.Table) -> bytes:
+    """An index table as the bytes of its Parquet file (for one object PUT)."""
+    sink = pa.BufferOutputStream()
+    _write_to(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 @lru_cache(maxsize=256)

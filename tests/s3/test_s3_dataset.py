@@ -20,7 +20,6 @@ import otel_replay.errors
 from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.location import resolve
-from otel_replay.storage import live_files
 from otel_replay.store import Store
 
 from .conftest import keys
