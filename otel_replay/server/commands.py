@@ -30,8 +30,15 @@ def _address(value: str) -> str | None:
 @click.option(
     "--dataset",
     default=None,
+    help=f"Dataset directory or s3://bucket/prefix to write [default: ${settings.DATASET}, "
+    f"else {settings.DEFAULT_DATASET}].",
+)
+@click.option(
+    "--wal-dir",
+    default=None,
     type=click.Path(file_okay=False),
-    help=f"Dataset directory to write [default: ${settings.DATASET}, else {settings.DEFAULT_DATASET}].",
+    help="Local directory of this receiver's write-ahead log [default: DATASET/_wal/INSTANCE; "
+    "required when DATASET is s3://].",
 )
 @click.option(
     "--grpc",
@@ -92,6 +99,7 @@ def _address(value: str) -> str | None:
 )
 def serve_command(
     dataset: str | None,
+    wal_dir: str | None,
     grpc_addr: str | None,
     http_addr: str | None,
     instance: str,
@@ -117,7 +125,8 @@ def serve_command(
     http_addr = http_addr if http_addr is not None else settings.env_text(settings.SERVE_HTTP, DEFAULT_HTTP)
     try:
         config = ServerConfig(
-            Path(dataset),
+            dataset,
+            wal_dir=Path(wal_dir) if wal_dir else None,
             grpc=_address(grpc_addr or ""),
             http=_address(http_addr or ""),
             instance=instance,

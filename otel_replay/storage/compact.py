@@ -596,8 +596,9 @@ def _compact_remote(
     options: dict[str, Any],
 ) -> CompactReport:
     """:func:`compact` on an object store (see :mod:`compact_s3`)."""
-    from .compact_s3 import compact_partition, partition_names
+    from .compact_s3 import compact_partition
     from .lease import ObjectLease
+    from .manifest import partition_names
 
     location.check()
     started = time.perf_counter()

@@ -41,21 +41,7 @@ from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, is_compacted_name, missing_error, parse_manifest, visible_names
 from .side_index import build_index, index_bytes
 
-__all__ = ["compact_partition", "partition_names", "read_partition"]
-
-
-def partition_names(location: Location) -> list[str]:
-    """The ``date=YYYY-MM-DD`` partitions of a remote dataset, oldest first (one listing)."""
-    from .manifest import _PARTITION
-
-    spans = location.join(SPANS_DIR)
-    prefix = location.fs_path(spans) + "/"
-    names = set()
-    for info in location.files_under(spans):
-        head = info.path[len(prefix) :].split("/", 1)[0]
-        if _PARTITION.fullmatch(head):
-            names.add(head)
-    return sorted(names)
+__all__ = ["compact_partition", "read_partition"]
 
 
 def read_partition(s3: object, location: Location, name: str) -> tuple[Manifest | None, str | None, list[str]]:

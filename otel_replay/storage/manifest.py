@@ -45,6 +45,7 @@ __all__ = [
     "partition_dirs",
     "parse_manifest",
     "partition_live_files",
+    "partition_names",
     "read_manifest",
     "visible_names",
     "write_manifest",
@@ -170,6 +171,21 @@ def partition_dirs(dataset: str | os.PathLike[str]) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and _PARTITION.fullmatch(p.name))
+
+
+def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
+    """The names (``date=YYYY-MM-DD``) of ``dataset``'s partitions, oldest first; a local path or ``s3://`` URI."""
+    location = resolve(dataset)
+    if not location.remote:
+        return [p.name for p in partition_dirs(location.root)]
+    spans = location.join(SPANS_DIR)
+    prefix = location.fs_path(spans) + "/"
+    names = set()
+    for info in location.files_under(spans):
+        head = info.path[len(prefix) :].split("/", 1)[0]
+        if _PARTITION.fullmatch(head):
+            names.add(head)
+    return sorted(names)
 
 
 def partition_date(partition: Path) -> str:
