@@ -142,16 +142,6 @@ class Location:
                 return None
             raise self.error(f"cannot read {path}", exc) from exc
 
-    def delete(self, path: str) -> bool:
-        """Delete the file at ``path``; ``False`` when it was already gone."""
-        try:
-            self.fs.delete_file(self.fs_path(path))
-        except FileNotFoundError:
-            return False
-        except (OSError, pa.ArrowException) as exc:
-            raise self.error(f"cannot delete {path}", exc) from exc
-        return True
-
     def error(self, what: str, exc: BaseException) -> DatasetError:
         """A one-line :class:`DatasetError` for a failed storage call, saying why in plain words."""
         return DatasetError(f"dataset {self.uri}: {what}: {_why(str(exc), self)}")

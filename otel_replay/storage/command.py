@@ -72,7 +72,7 @@ def compact_command(
     try:
         dropped = None
         if older_than is not None:
-            dropped = drop_older_than(root, older_than)
+            dropped = drop_older_than(root, older_than, grace_seconds=grace_seconds)
             say(
                 f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
                 f"({dropped.files} files, {dropped.rows} spans)"

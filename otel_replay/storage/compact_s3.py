@@ -70,15 +70,16 @@ def _clean(
     location: Location, name: str, manifest: Manifest, names: list[str], grace_seconds: float, now: float
 ) -> tuple[int, int, Manifest]:
     """Delete expired superseded objects and unnamed compaction outputs; (superseded, leftovers, manifest)."""
+    s3 = objects.client(location)
     url = location.join(SPANS_DIR, name)
     expired = [n for n, at in manifest.superseded.items() if now - at >= grace_seconds]
-    deleted = sum(location.delete(f"{url}/{n}") for n in expired)
+    deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
     keep = set(manifest.files) | set(manifest.superseded) | ({manifest.index} if manifest.index else set())
     leftovers = 0
     for n in names:
         orphan = is_compacted_name(n) or (n.startswith("_index-") and n.endswith(".pq"))
         if orphan and n not in keep:
-            leftovers += location.delete(f"{url}/{n}")
+            leftovers += objects.delete(s3, location, f"{url}/{n}")
     if expired:
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in expired}
     return deleted, leftovers, manifest

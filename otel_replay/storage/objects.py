@@ -17,7 +17,7 @@ from typing import Any
 from otel_replay.errors import DatasetError
 from otel_replay.location import Location, s3_endpoint
 
-__all__ = ["Conflict", "Stored", "client", "delete_if", "get", "put_if"]
+__all__ = ["Conflict", "Stored", "client", "delete", "delete_if", "get", "put_if"]
 
 
 class Conflict(Exception):
@@ -98,4 +98,24 @@ def delete_if(s3: Any, location: Location, key: str, etag: str) -> bool:
         if _lost(exc) or _code(exc) in ("NoSuchKey", "404"):
             return False
         raise location.error(f"cannot delete s3://{location.bucket}/{key}", exc) from exc
+    return True
+
+
+def delete(s3: Any, location: Location, path: str) -> bool:
+    """Delete the object at ``path`` (URL form); ``True`` when it was there.
+
+    Through boto3, not pyarrow: pyarrow's ``delete_file`` leaves an empty
+    "directory marker" object behind when a prefix becomes empty.
+    """
+    key = location.key(path)
+    try:
+        s3.head_object(Bucket=location.bucket, Key=key)
+    except Exception as exc:
+        if _code(exc) in ("NoSuchKey", "404", "NotFound"):
+            return False
+        raise location.error(f"cannot delete {path}", exc) from exc
+    try:
+        s3.delete_object(Bucket=location.bucket, Key=key)
+    except Exception as exc:
+        raise location.error(f"cannot delete {path}", exc) from exc
     return True
