@@ -12,6 +12,7 @@ import click
 
 from otel_replay import settings
 from otel_replay.errors import OtelReplayError
+from otel_replay.location import is_remote
 
 from .server import MiB, Receiver, ServerConfig
 
@@ -192,6 +193,8 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
     and reported with their line numbers.
     """
     dataset = str(settings.dataset_dir(dataset))
+    if is_remote(dataset):  # its dedup state and flock live beside the dataset: local only
+        raise click.ClickException(f"ingest writes a local dataset directory, not {dataset}; ingest locally and copy")
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
