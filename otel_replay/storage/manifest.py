@@ -47,6 +47,7 @@ __all__ = [
     "partition_live_files",
     "partition_names",
     "read_manifest",
+    "remote_partitions",
     "visible_names",
     "write_manifest",
 ]
@@ -247,8 +248,8 @@ def visible_names(names: Iterable[str], manifest: Manifest | None) -> list[str]:
     return _visible(names, manifest)
 
 
-def _remote_live_files(location: Location) -> list[str]:
-    """:func:`live_files` on an object store: manifests read, then one listing (no rename needed).
+def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | None, list[str]]], list[str]]:
+    """A remote dataset's partitions as (name, manifest, file names), and its files outside partitions.
 
     S3 is strongly consistent for GET, PUT and LIST. A first listing finds the
     partitions and their manifests; every manifest is read; a second listing
@@ -274,19 +275,28 @@ def _remote_live_files(location: Location) -> list[str]:
             data = location.read_bytes(where)
             manifests[head] = None if data is None else parse_manifest(data, where)
     by_partition: dict[str, list[str]] = {}
-    files: list[str] = []
+    loose: list[str] = []
     for info in location.files_under(spans):
         head, name = split(info.path)
         if _PARTITION.fullmatch(head):
             by_partition.setdefault(head, []).append(name)
         elif name.endswith(".parquet") and not name.startswith(".") and not _PARTITION.fullmatch(head.split("/")[-1]):
-            files.append(location.join(SPANS_DIR, head, name))  # hand-placed, outside date= directories
-    for head, names in by_partition.items():
-        manifest = manifests.get(head)
+            loose.append(location.join(SPANS_DIR, head, name))  # hand-placed, outside date= directories
+    found = []
+    for head in sorted(by_partition):
+        names, manifest = by_partition[head], manifests.get(head)
         if manifest is not None:
             problem = missing_error(location.join(SPANS_DIR, head, MANIFEST_NAME), manifest, names)
             if problem is not None:
                 raise problem
+        found.append((head, manifest, names))
+    return found, loose
+
+
+def _remote_live_files(location: Location) -> list[str]:
+    """:func:`live_files` on an object store (see :func:`remote_partitions`)."""
+    partitions, files = remote_partitions(location)
+    for head, manifest, names in partitions:
         files.extend(location.join(SPANS_DIR, head, name) for name in _visible(names, manifest))
     return sorted(files)
 

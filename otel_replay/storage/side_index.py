@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError, DatasetError
+from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
 from .manifest import partition_dirs, partition_live_files
@@ -107,7 +108,10 @@ def index_bytes(table: pa.Table) -> bytes:
 @lru_cache(maxsize=256)
 def _open_index(path: str, stamp: tuple[int, int]) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
     """An open index file and each row group's (min kind, min key, max kind, max key), cached by size and mtime."""
-    handle = pq.ParquetFile(path)
+    return _index_bounds(pq.ParquetFile(path))
+
+
+def _index_bounds(handle: pq.ParquetFile) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
     meta = handle.metadata
     kind_col, key_col = meta.schema.names.index("kind"), meta.schema.names.index("key")
     bounds = []
@@ -121,11 +125,28 @@ def _open_index(path: str, stamp: tuple[int, int]) -> tuple[pq.ParquetFile, list
     return handle, bounds
 
 
-def _lookup(path: Path, wanted: list[tuple[str, str]]) -> set[str]:
+_REMOTE_INDEXES: dict[str, tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]] = {}
+
+
+def _open_remote_index(location: Location, path: str) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
+    """A remote index file: its name is unique per compaction and objects are never rewritten, so cached by path."""
+    cached = _REMOTE_INDEXES.get(path)
+    if cached is None:
+        cached = _index_bounds(pq.ParquetFile(location.fs.open_input_file(location.fs_path(path))))
+        if len(_REMOTE_INDEXES) >= 256:
+            _REMOTE_INDEXES.pop(next(iter(_REMOTE_INDEXES)))
+        _REMOTE_INDEXES[path] = cached
+    return cached
+
+
+def _lookup(path: Path | str, wanted: list[tuple[str, str]], location: Location | None = None) -> set[str]:
     """File names the index at ``path`` maps any of ``wanted`` (kind, key) to."""
     try:
-        st = os.stat(path)
-        handle, bounds = _open_index(str(path), (st.st_size, st.st_mtime_ns))
+        if location is not None:
+            handle, bounds = _open_remote_index(location, str(path))
+        else:
+            st = os.stat(path)
+            handle, bounds = _open_index(str(path), (st.st_size, st.st_mtime_ns))
     except (OSError, pa.ArrowException) as exc:
         raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
     groups = [
@@ -169,7 +190,7 @@ def files_for(
         raise ConfigError("files_for needs at least one id (correlation_id, trace_id, session_id or record_id)")
     location = resolve(dataset)
     if location.remote:
-        return None  # object stores: every live file is read (the index is not consulted there yet)
+        return _remote_files_for(location, wanted)
     found: list[str] = []
     indexed = False
     for partition in partition_dirs(location.root):
@@ -181,4 +202,24 @@ def files_for(
         hits = _lookup(partition / manifest.index, wanted)
         covered = set(manifest.files)
         found.extend(str(p) for p in live if p.name not in covered or p.name in hits)
+    return sorted(found) if indexed else None
+
+
+def _remote_files_for(location: Location, wanted: list[tuple[str, str]]) -> list[str] | None:
+    """:func:`files_for` on an object store: the same rule over :func:`~.manifest.remote_partitions`."""
+    from .manifest import remote_partitions, visible_names
+
+    partitions, _ = remote_partitions(location)
+    found: list[str] = []
+    indexed = False
+    for head, manifest, names in partitions:
+        url = location.join(SPANS_DIR, head)
+        live = visible_names(names, manifest)
+        if manifest is None or manifest.index is None:
+            found.extend(f"{url}/{name}" for name in live)
+            continue
+        indexed = True
+        hits = _lookup(f"{url}/{manifest.index}", wanted, location)
+        covered = set(manifest.files)
+        found.extend(f"{url}/{name}" for name in live if name not in covered or name in hits)
     return sorted(found) if indexed else None

@@ -227,3 +227,30 @@ def test_compact_cli_on_s3(bucket: str) -> None:
     )
     assert bad.returncode == 1 and "s3://no-such-bucket-zz/x" in bad.stderr and "does not exist" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_side_index_narrows_lookups_on_s3_and_stays_complete(bucket: str) -> None:
+    from otel_replay.storage import files_for
+
+    uri, _ = _make(bucket)
+    assert files_for(uri, correlation_id="trade-000000001") is None  # nothing indexed yet
+    compact(uri, grace_seconds=3600)
+    every = live_files(uri)
+    con = duckdb.connect()
+    register_with(con, resolve(uri))
+    sql = "SELECT trace_id, span_id FROM read_parquet(?) WHERE correlation_id = ? ORDER BY ALL"
+    try:
+        for cid in ("trade-000000001", "trade-000000100", "no-such-id"):
+            narrowed = files_for(uri, correlation_id=cid)
+            assert narrowed is not None and set(narrowed) <= set(every) and len(narrowed) < len(every)
+            full = con.execute(sql, [every, cid]).fetchall()
+            assert (con.execute(sql, [narrowed, cid]).fetchall() if narrowed else []) == full
+    finally:
+        con.close()
+    # an arrival newer than the index is always searched
+    load_generator().generate(uri, spans=30, ids=3, days=1, rows_per_file=100, duplicates=0.0, seed=3)  # type: ignore[arg-type]
+    newer = set(live_files(uri)) - set(every)
+    assert newer and newer <= set(files_for(uri, correlation_id="no-such-id") or [])
+    with Store(uri) as store:
+        chain = store.run_for("chains/trade", {"correlation_id": "trade-000000001"}, chain_id="trade-000000001")
+        assert chain == store.run("chains/trade", chain_id="trade-000000001")
