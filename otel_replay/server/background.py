@@ -18,14 +18,18 @@ import datetime as dt
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from otel_replay.errors import OtelReplayError
 
-if TYPE_CHECKING:
-    from .server import Metrics
+__all__ = ["BackgroundCompactor", "Counters"]
 
-__all__ = ["BackgroundCompactor"]
+
+class Counters(Protocol):
+    """Where a compactor counts its runs: the receiver's ``Metrics``, or the exporter's ``CompactionStats``."""
+
+    def add(self, **deltas: int) -> None:
+        """Add to counters atomically."""
 
 _log = logging.getLogger("otel_replay.server")
 
@@ -33,7 +37,7 @@ _log = logging.getLogger("otel_replay.server")
 class BackgroundCompactor:
     """Compacts closed day partitions of ``dataset`` every ``every_seconds`` on a daemon thread."""
 
-    def __init__(self, dataset: Path | str, every_seconds: float, max_batch_rows: int, metrics: Metrics) -> None:
+    def __init__(self, dataset: Path | str, every_seconds: float, max_batch_rows: int, metrics: Counters) -> None:
         """Prepare (not start) the compactor; see the module docstring."""
         self.dataset = dataset
         self.every_seconds = every_seconds
