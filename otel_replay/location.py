@@ -17,8 +17,11 @@ a missing bucket, no credentials, an unreachable endpoint.
 
 from __future__ import annotations
 
+import collections
+import io
 import os
 import re
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -239,12 +242,158 @@ def resolve(dataset: str | os.PathLike[str] | Location) -> Location:
     return Location(dataset, fs, root, True)
 
 
+class _PositionalFile(io.RawIOBase):
+    """A read-only file over a pyarrow random-access file, safe for DuckDB's threads.
+
+    DuckDB reads a file registered through a Python filesystem as ``seek``
+    then ``read`` on one shared handle from several threads at once; with one
+    shared position, two threads reading two row groups interleave and one of
+    them decodes the other's bytes (DuckDB then fails with a Thrift error such
+    as "don't know what type"). Here each thread keeps its own position and
+    every read is a positional ``read_at``, which pyarrow makes thread-safe.
+    """
+
+    def __init__(self, native: Any) -> None:
+        super().__init__()
+        self._native = native
+        self._size = int(native.size())
+        self._where = threading.local()
+
+    def _pos(self) -> int:
+        return int(getattr(self._where, "pos", 0))
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    @property
+    def size(self) -> int:
+        """The file's size in bytes."""
+        return self._size
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos(), io.SEEK_END: self._size}[whence]
+        self._where.pos = max(0, base + offset)
+        return int(self._where.pos)
+
+    def tell(self) -> int:
+        return self._pos()
+
+    def read(self, size: int | None = -1) -> bytes:
+        pos = self._pos()
+        if size is None or size < 0:
+            size = max(0, self._size - pos)
+        data = self._native.read_at(size, pos)
+        self._where.pos = pos + len(data)
+        return bytes(data)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._native.close()
+        super().close()
+
+
+OBJECT_CACHE_BYTES = 256 * 2**20
+"""Bytes of whole Parquet objects a process keeps in memory for DuckDB (files above a quarter of it are not kept)."""
+
+_objects: collections.OrderedDict[tuple[str, int], pa.Buffer] = collections.OrderedDict()
+_objects_bytes = 0
+_objects_lock = threading.Lock()
+
+
+def _cached_object(fs: pafs.FileSystem, path: str, size: int | None = None) -> Any:
+    """A random-access reader over the object ``path``: the whole object in one GET, kept in an LRU cache.
+
+    DuckDB reads a Parquet file in many small ranges (footer, then column
+    chunks); as separate GETs each costs a round trip. Dataset objects are
+    written once under unique names, so a cached copy keyed by (path, size)
+    never goes stale. An object bigger than a quarter of
+    :data:`OBJECT_CACHE_BYTES` is read range by range instead.
+    """
+    global _objects_bytes
+    if size is not None:
+        with _objects_lock:
+            hit = _objects.get((path, size))
+            if hit is not None:
+                _objects.move_to_end((path, size))
+                return pa.BufferReader(hit)
+    native = fs.open_input_file(path)
+    size = int(native.size())
+    if size > OBJECT_CACHE_BYTES // 4:
+        return native
+    key = (path, size)
+    with _objects_lock:
+        cached = _objects.get(key)
+        if cached is not None:
+            _objects.move_to_end(key)
+    if cached is None:
+        cached = native.read_at(size, 0)
+        with _objects_lock:
+            if key not in _objects:
+                _objects[key] = cached
+                _objects_bytes += size
+                while _objects_bytes > OBJECT_CACHE_BYTES and _objects:
+                    _, dropped = _objects.popitem(last=False)
+                    _objects_bytes -= dropped.size
+    native.close()
+    return pa.BufferReader(cached)
+
+
+@lru_cache(maxsize=1)
+def _wrapper_class() -> Any:
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    class ThreadSafeArrowFS(ArrowFSWrapper):
+        """fsspec's wrapper of a pyarrow filesystem: positional reads, cached objects and object infos."""
+
+        def __init__(self, fs: pafs.FileSystem, **kwargs: Any) -> None:
+            super().__init__(fs, **kwargs)
+            self._infos: dict[str, pafs.FileInfo] = {}
+
+        def _info(self, path: str) -> pafs.FileInfo:
+            # Dataset objects are immutable: one HEAD per object, not one per DuckDB call (info, exists,
+            # size, modified, open). A deleted object (compaction's grace expired) fails at the read,
+            # and Store then refreshes its file list.
+            path = self._strip_protocol(path)
+            found = self._infos.get(path)
+            if found is None:
+                found = self.fs.get_file_info(path)
+                if found.type == pafs.FileType.File:
+                    if len(self._infos) > 200_000:
+                        self._infos.clear()
+                    self._infos[path] = found
+            return found
+
+        def info(self, path: str, **kwargs: Any) -> Any:
+            return self._make_entry(self._info(path))
+
+        def modified(self, path: str) -> Any:
+            return self._info(path).mtime
+
+        def _open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+            if mode != "rb":
+                return super()._open(path, mode, *args, **kwargs)
+            info = self._info(path)
+            return _PositionalFile(_cached_object(self.fs, info.path, info.size))
+
+    return ThreadSafeArrowFS
+
+
 def register_with(con: Any, location: Location) -> None:
     """Let the DuckDB connection ``con`` read ``location``'s ``s3://`` paths through its pyarrow filesystem.
 
     DuckDB's own ``httpfs`` extension is not needed (it is downloaded at run
     time, which a closed network forbids): the pyarrow filesystem is wrapped
-    in ``fsspec``'s ``ArrowFSWrapper`` and registered.
+    for ``fsspec`` and registered. Reads are positional (DuckDB's threads
+    share a handle), each object is fetched whole in one GET and kept in a
+    bounded in-memory cache (:data:`OBJECT_CACHE_BYTES`), and each object's
+    size is asked once: dataset objects are immutable.
 
     Raises:
         DatasetError: ``fsspec`` is not installed (``pip install 'otel-replay[s3]'``).
@@ -253,9 +402,9 @@ def register_with(con: Any, location: Location) -> None:
     if not location.remote:
         return
     try:
-        from fsspec.implementations.arrow import ArrowFSWrapper
+        wrapper = _wrapper_class()
     except ImportError as exc:
         raise DatasetError(
             f"dataset {location.uri}: reading s3:// datasets needs fsspec (pip install 'otel-replay[s3]')"
         ) from exc
-    con.register_filesystem(ArrowFSWrapper(location.fs))
+    con.register_filesystem(wrapper(location.fs))
