@@ -108,6 +108,10 @@ class Location:
         """The object key of the remote ``path`` (without the bucket)."""
         return self.fs_path(path).split("/", 1)[1]
 
+    def open_object(self, path: str, size: int | None = None) -> Any:
+        """A random-access reader over the remote object ``path`` (fetched whole and cached when not too big)."""
+        return _cached_object(self.fs, self.fs_path(path), size)
+
     def local_root(self) -> Path:
         """The root of a local dataset as a :class:`~pathlib.Path`."""
         if self.remote:

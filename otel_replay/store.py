@@ -122,7 +122,7 @@ def _read_footer(path: str, size: int, location: Location | None = None) -> byte
     """
     if size < 12:
         return f"{size} bytes, too short for Parquet"
-    opened = location.fs.open_input_file(location.fs_path(path)) if location else open(path, "rb")
+    opened = location.open_object(path, size) if location else open(path, "rb")
     with opened as handle:
         head = handle.read(4)
         handle.seek(size - 8)
