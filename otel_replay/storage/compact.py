@@ -198,22 +198,21 @@ def _repeated_keys(files: Sequence[Path | str], location: Location | None = None
 
 
 def _positions_of(table: pa.Table, repeated: pa.Table) -> list[int]:
-    """Row positions of ``table`` whose (trace_id, span_id) is in ``repeated``."""
-    keys = pa.table(
-        {
-            "i": pa.array(range(table.num_rows), pa.int64()),
-            "t": table.column("trace_id"),
-            "s": table.column("span_id"),
-        }
-    )
-    con = duckdb.connect()
-    try:
-        con.register("span_keys", keys)
-        con.register("repeated_keys", repeated)
-        found = con.sql("SELECT i FROM span_keys SEMI JOIN repeated_keys USING (t, s) ORDER BY i").to_arrow_table()
-    finally:
-        con.close()
-    return found.column(0).to_pylist()
+    """Row positions of ``table`` whose (trace_id, span_id) is in ``repeated`` (vectorized; nulls never match).
+
+    The pair is joined with a NUL between its parts; an id holding a NUL could
+    only add a candidate row, never hide one: duplicates are then decided on
+    the exact ids and content (:func:`_exact_duplicates`).
+    """
+    if repeated.num_rows == 0 or table.num_rows == 0:
+        return []
+    key = pc.binary_join_element_wise(table.column("trace_id"), table.column("span_id"), "\x00")
+    wanted = pc.binary_join_element_wise(repeated.column("t"), repeated.column("s"), "\x00")
+    if isinstance(wanted, pa.ChunkedArray):
+        wanted = wanted.combine_chunks()
+    mask = pc.fill_null(pc.is_in(key, value_set=wanted.cast(key.type)), False)
+    positions: list[int] = pc.indices_nonzero(mask).to_pylist()
+    return positions
 
 
 def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: dict[tuple[str, str], set[str]]) -> list[int]:
