@@ -43,7 +43,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
 from otel_replay.location import Location, register_with, resolve
 from otel_replay.records import DecisionRecord, SpanRef
-from otel_replay.storage.manifest import live_files
+from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import files_for
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
@@ -232,6 +232,7 @@ class Store:
         self._bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
         self._analyst: duckdb.DuckDBPyConnection | None = None
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
+        self._snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last refresh
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -247,6 +248,9 @@ class Store:
     def _scan(self) -> list[str]:
         try:
             # Through the partition manifests: a glob would also list files a compaction superseded.
+            if self.location.remote:  # one listing per refresh; lookups reuse it (see _narrow)
+                self._snapshot = remote_partitions(self.location)
+                return remote_live_files(self.location, self._snapshot)
             return live_files(self.location)
         except OSError as exc:
             root = self.location.join(SPANS_DIR)
@@ -513,7 +517,7 @@ class Store:
         if not self.files:
             return None  # the views stand on the empty source until refresh() finds files
         try:
-            found = files_for(self.location, **ids)
+            found = files_for(self.location, snapshot=self._snapshot, **ids)
         except DatasetError as exc:
             _log.warning("otel-replay: side index not used, reading every file: %s", exc)
             return None

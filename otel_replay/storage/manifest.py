@@ -47,6 +47,8 @@ __all__ = [
     "partition_live_files",
     "partition_names",
     "read_manifest",
+    "RemoteSnapshot",
+    "remote_live_files",
     "remote_partitions",
     "visible_names",
     "write_manifest",
@@ -293,12 +295,22 @@ def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | No
     return found, loose
 
 
-def _remote_live_files(location: Location) -> list[str]:
-    """:func:`live_files` on an object store (see :func:`remote_partitions`)."""
-    partitions, files = remote_partitions(location)
+RemoteSnapshot = tuple[list[tuple[str, "Manifest | None", list[str]]], list[str]]
+"""What :func:`remote_partitions` returns: (partition name, manifest, file names) per partition, loose files."""
+
+
+def _remote_live_files(location: Location, snapshot: RemoteSnapshot | None = None) -> list[str]:
+    """:func:`live_files` on an object store (see :func:`remote_partitions`), or over a snapshot of it."""
+    partitions, loose = snapshot if snapshot is not None else remote_partitions(location)
+    files = list(loose)
     for head, manifest, names in partitions:
         files.extend(location.join(SPANS_DIR, head, name) for name in _visible(names, manifest))
     return sorted(files)
+
+
+def remote_live_files(location: Location, snapshot: RemoteSnapshot) -> list[str]:
+    """The live files of a remote dataset as seen by ``snapshot`` (one :func:`remote_partitions` call)."""
+    return _remote_live_files(location, snapshot)
 
 
 def live_files(dataset: str | os.PathLike[str] | Location) -> list[str]:

@@ -28,7 +28,7 @@ from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
-from .manifest import partition_dirs, partition_live_files
+from .manifest import RemoteSnapshot, partition_dirs, partition_live_files
 
 __all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "index_bytes", "write_index"]
 
@@ -171,6 +171,7 @@ def files_for(
     trace_id: str | None = None,
     session_id: str | None = None,
     record_id: str | None = None,
+    snapshot: RemoteSnapshot | None = None,
 ) -> list[str] | None:
     """The live files that may hold rows with any of the given ids, or ``None`` when nothing is indexed.
 
@@ -178,6 +179,9 @@ def files_for(
     live files, and an indexed one its indexed files holding an id plus every
     live file newer than its index. ``None`` means no partition has a side
     index yet (query every file). An empty list means no file can hold the id.
+    ``snapshot`` (remote datasets only): answer over that listing, taken by
+    :func:`~.manifest.remote_partitions`, instead of listing the bucket again
+    (what :class:`~otel_replay.store.Store` does between refreshes).
 
     Raises:
         ConfigError: no id given.
@@ -190,7 +194,7 @@ def files_for(
         raise ConfigError("files_for needs at least one id (correlation_id, trace_id, session_id or record_id)")
     location = resolve(dataset)
     if location.remote:
-        return _remote_files_for(location, wanted)
+        return _remote_files_for(location, wanted, snapshot)
     found: list[str] = []
     indexed = False
     for partition in partition_dirs(location.root):
@@ -205,11 +209,13 @@ def files_for(
     return sorted(found) if indexed else None
 
 
-def _remote_files_for(location: Location, wanted: list[tuple[str, str]]) -> list[str] | None:
+def _remote_files_for(
+    location: Location, wanted: list[tuple[str, str]], snapshot: RemoteSnapshot | None
+) -> list[str] | None:
     """:func:`files_for` on an object store: the same rule over :func:`~.manifest.remote_partitions`."""
     from .manifest import remote_partitions, visible_names
 
-    partitions, _ = remote_partitions(location)
+    partitions, _ = snapshot if snapshot is not None else remote_partitions(location)
     found: list[str] = []
     indexed = False
     for head, manifest, names in partitions:

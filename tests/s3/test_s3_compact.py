@@ -254,3 +254,26 @@ def test_side_index_narrows_lookups_on_s3_and_stays_complete(bucket: str) -> Non
     with Store(uri) as store:
         chain = store.run_for("chains/trade", {"correlation_id": "trade-000000001"}, chain_id="trade-000000001")
         assert chain == store.run("chains/trade", chain_id="trade-000000001")
+
+
+def test_store_lookups_on_s3_reuse_the_listing_of_the_last_refresh(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain lookup reads the (cached) side index, not a fresh listing of the whole prefix."""
+    from otel_replay.location import Location
+
+    uri, _ = _make(bucket)
+    compact(uri, grace_seconds=3600)
+    listings: list[str] = []
+    real = Location.files_under
+    monkeypatch.setattr(Location, "files_under", lambda self, path: listings.append(path) or real(self, path))
+    with Store(uri) as store:
+        opened = len(listings)
+        assert opened == 2  # the two listings around the manifest reads
+        for n in range(5):
+            cid = f"trade-{n:09d}"
+            narrowed = store.run_for("chains/trade", {"correlation_id": cid}, chain_id=cid)
+            assert narrowed == store.run("chains/trade", chain_id=cid)
+        assert len(listings) == opened
+        store.refresh()
+        assert len(listings) == opened + 2
