@@ -197,6 +197,13 @@ def _repeated_keys(files: Sequence[Path | str], location: Location | None = None
         con.close()
 
 
+def _repeated_in(table: pa.Table) -> pa.Table:
+    """(t, s): every (trace_id, span_id) stored more than once in ``table`` (the rows of a whole schema group)."""
+    counts = table.select(["trace_id", "span_id"]).group_by(["trace_id", "span_id"]).aggregate([([], "count_all")])
+    many = counts.filter(pc.greater(counts.column("count_all"), 1))
+    return pa.table({"t": many.column("trace_id"), "s": many.column("span_id")})
+
+
 def _positions_of(table: pa.Table, repeated: pa.Table) -> list[int]:
     """Row positions of ``table`` whose (trace_id, span_id) is in ``repeated`` (vectorized; nulls never match).
 
@@ -415,13 +422,15 @@ def _compact_partition(
     written: list[tuple[str, pa.Table]] = []
     counter = 0
     for paths in groups:
-        repeated = _repeated_keys(paths)
+        batches = _batches(paths, max_batch_rows)
+        # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
+        repeated = _repeated_keys(paths) if len(batches) > 1 else None
         seen: dict[tuple[str, str], set[str]] = {}
-        for batch in _batches(paths, max_batch_rows):
+        for batch in batches:
             table = _read(batch)
             step("read")
             report.input_rows += table.num_rows
-            drop = _exact_duplicates(table, repeated, seen)
+            drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
             order = _order(table, drop)
             for start in range(0, len(order), target_rows):

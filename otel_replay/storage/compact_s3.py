@@ -33,6 +33,7 @@ from .compact import (
     _exact_duplicates,
     _order,
     _read,
+    _repeated_in,
     _repeated_keys,
     _schema_groups,
     _write_file,
@@ -129,13 +130,14 @@ def compact_partition(
     written: list[tuple[str, pa.Table]] = []
     counter = 0
     for paths in _schema_groups(live, location):
-        repeated = _repeated_keys(paths, location)
+        batches = _batches(paths, max_batch_rows, location)
+        repeated = _repeated_keys(paths, location) if len(batches) > 1 else None  # see compact._compact_partition
         seen: dict[tuple[str, str], set[str]] = {}
-        for batch in _batches(paths, max_batch_rows, location):
+        for batch in batches:
             table = _read(batch, location)
             step("read")
             report.input_rows += table.num_rows
-            drop = _exact_duplicates(table, repeated, seen)
+            drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
             order = _order(table, drop)
             for start in range(0, len(order), target_rows):

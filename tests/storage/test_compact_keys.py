@@ -30,3 +30,21 @@ def test_ids_forged_to_collide_when_joined_are_kept() -> None:
     repeated = pa.table({"t": pa.array(["a"], pa.string()), "s": pa.array(["b\x00c"], pa.string())})
     assert _positions_of(table, repeated) == [0, 1, 2]
     assert _exact_duplicates(table, repeated, {}) == [2]  # only the true copy of ("a", "b\x00c")
+
+
+def test_repeated_ids_in_memory_match_the_duckdb_pass(tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    from otel_replay.storage.compact import _repeated_in, _repeated_keys
+
+    table = _table(
+        [("t1", "s1"), ("t1", "s2"), (None, "s1"), (None, "s1"), ("t1", "s1"), ("t2", None), ("t2", None), ("t3", "s")],
+        list("abcdefgh"),
+    )
+    path = tmp_path / "x.parquet"
+    pq.write_table(table, path)
+
+    def pairs(t: pa.Table) -> set[tuple[object, object]]:
+        return set(zip(t.column("t").to_pylist(), t.column("s").to_pylist(), strict=True))
+
+    assert pairs(_repeated_in(table)) == pairs(_repeated_keys([path])) == {("t1", "s1"), (None, "s1"), ("t2", None)}
