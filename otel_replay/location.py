@@ -109,8 +109,8 @@ class Location:
         return self.fs_path(path).split("/", 1)[1]
 
     def open_object(self, path: str, size: int | None = None) -> Any:
-        """A random-access reader over the remote object ``path`` (fetched whole and cached when not too big)."""
-        return _cached_object(self.fs, self.fs_path(path), size)
+        """A file object (``read``, ``seek``) over the remote object ``path``, read through the process cache."""
+        return _PositionalFile(_cached_object(self.fs, self.fs_path(path), size))
 
     def local_root(self) -> Path:
         """The root of a local dataset as a :class:`~pathlib.Path`."""
@@ -304,49 +304,96 @@ class _PositionalFile(io.RawIOBase):
 
 
 OBJECT_CACHE_BYTES = 256 * 2**20
-"""Bytes of whole Parquet objects a process keeps in memory for DuckDB (files above a quarter of it are not kept)."""
+"""Bytes of object data a process keeps in memory for reads through DuckDB (an LRU of whole objects and blocks)."""
+WHOLE_OBJECT_BYTES = 8 * 2**20
+"""An object up to this size is fetched whole in one GET (arrival-order files); a bigger one by blocks."""
+BLOCK_BYTES = 2**20
+"""The block a bigger object is fetched in: a lookup reads its footer and one row group, not the whole object."""
 
-_objects: collections.OrderedDict[tuple[str, int], pa.Buffer] = collections.OrderedDict()
-_objects_bytes = 0
-_objects_lock = threading.Lock()
+_cache: collections.OrderedDict[tuple[str, int, int], pa.Buffer] = collections.OrderedDict()
+_cache_bytes = 0
+_cache_lock = threading.Lock()
+
+
+def _cached(key: tuple[str, int, int], fetch: Any) -> pa.Buffer:
+    """The cached buffer under ``key`` (path, size, block; -1: the whole object), fetched on a miss."""
+    global _cache_bytes
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    data: pa.Buffer = fetch()
+    with _cache_lock:
+        if key not in _cache and data.size <= OBJECT_CACHE_BYTES:
+            _cache[key] = data
+            _cache_bytes += data.size
+            while _cache_bytes > OBJECT_CACHE_BYTES and _cache:
+                _, dropped = _cache.popitem(last=False)
+                _cache_bytes -= dropped.size
+    return data
+
+
+class _Blocks:
+    """Random access to a big object through cached blocks (``read_at`` only; safe across threads)."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, size: int) -> None:
+        self._fs, self._path, self._size = fs, path, size
+        self._native: Any = None
+        self._lock = threading.Lock()
+
+    def size(self) -> int:
+        return self._size
+
+    def _block(self, index: int, block: int) -> pa.Buffer:
+        def fetch() -> pa.Buffer:
+            with self._lock:
+                if self._native is None:  # opened at the first block not in the cache
+                    self._native = self._fs.open_input_file(self._path)
+                native = self._native
+            start = index * block
+            return pa.py_buffer(native.read_at(min(block, self._size - start), start))
+
+        return _cached((self._path, self._size, index), fetch)
+
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        end = min(self._size, offset + max(0, nbytes))
+        if offset >= end:
+            return b""
+        block = BLOCK_BYTES
+        parts = []
+        for index in range(offset // block, (end - 1) // block + 1):
+            data = memoryview(self._block(index, block))
+            lo = max(offset, index * block) - index * block
+            hi = min(end, (index + 1) * block) - index * block
+            parts.append(data[lo:hi])
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
 
 
 def _cached_object(fs: pafs.FileSystem, path: str, size: int | None = None) -> Any:
-    """A random-access reader over the object ``path``: the whole object in one GET, kept in an LRU cache.
+    """A random-access reader (``read_at``, ``size``) over the object ``path``, through the process cache.
 
     DuckDB reads a Parquet file in many small ranges (footer, then column
     chunks); as separate GETs each costs a round trip. Dataset objects are
-    written once under unique names, so a cached copy keyed by (path, size)
-    never goes stale. An object bigger than a quarter of
-    :data:`OBJECT_CACHE_BYTES` is read range by range instead.
+    written once under unique names, so cached bytes keyed by (path, size)
+    never go stale. Objects up to :data:`WHOLE_OBJECT_BYTES` are fetched whole;
+    bigger ones in :data:`BLOCK_BYTES` blocks, so a point lookup in a large
+    compacted file reads its footer and the row group it needs, not all of it.
     """
-    global _objects_bytes
-    if size is not None:
-        with _objects_lock:
-            hit = _objects.get((path, size))
-            if hit is not None:
-                _objects.move_to_end((path, size))
-                return pa.BufferReader(hit)
-    native = fs.open_input_file(path)
-    size = int(native.size())
-    if size > OBJECT_CACHE_BYTES // 4:
-        return native
-    key = (path, size)
-    with _objects_lock:
-        cached = _objects.get(key)
-        if cached is not None:
-            _objects.move_to_end(key)
-    if cached is None:
-        cached = native.read_at(size, 0)
-        with _objects_lock:
-            if key not in _objects:
-                _objects[key] = cached
-                _objects_bytes += size
-                while _objects_bytes > OBJECT_CACHE_BYTES and _objects:
-                    _, dropped = _objects.popitem(last=False)
-                    _objects_bytes -= dropped.size
-    native.close()
-    return pa.BufferReader(cached)
+    if size is None:
+        size = int(fs.get_file_info(path).size or 0)
+    if size > WHOLE_OBJECT_BYTES:
+        return _Blocks(fs, path, size)
+
+    def fetch() -> pa.Buffer:
+        with fs.open_input_file(path) as native:
+            return pa.py_buffer(native.read_at(size, 0))
+
+    return pa.BufferReader(_cached((path, size, -1), fetch))
 
 
 @lru_cache(maxsize=1)
@@ -395,9 +442,9 @@ def register_with(con: Any, location: Location) -> None:
     DuckDB's own ``httpfs`` extension is not needed (it is downloaded at run
     time, which a closed network forbids): the pyarrow filesystem is wrapped
     for ``fsspec`` and registered. Reads are positional (DuckDB's threads
-    share a handle), each object is fetched whole in one GET and kept in a
-    bounded in-memory cache (:data:`OBJECT_CACHE_BYTES`), and each object's
-    size is asked once: dataset objects are immutable.
+    share a handle) and go through a bounded in-memory cache
+    (:data:`OBJECT_CACHE_BYTES`): small objects whole in one GET, big ones by
+    blocks; each object's size is asked once: dataset objects are immutable.
 
     Raises:
         DatasetError: ``fsspec`` is not installed (``pip install 'otel-replay[s3]'``).

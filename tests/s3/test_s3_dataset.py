@@ -218,7 +218,10 @@ def test_duckdb_threads_sharing_one_object_handle_read_correct_bytes(
     uri = f"s3://{bucket}/big"
     figures = load_generator().generate(uri, spans=20_000, ids=500, days=1, rows_per_file=5000, seed=4)  # type: ignore[arg-type]
     compact(uri, target_rows=1_000_000, row_group_rows=500, grace_seconds=0)  # few objects, many row groups
-    monkeypatch.setattr(loc_module, "OBJECT_CACHE_BYTES", 0)  # no whole-object cache: ranged reads only
+    # no whole objects: small blocks (reads span several), and a cache too small to keep them all
+    monkeypatch.setattr(loc_module, "WHOLE_OBJECT_BYTES", 0)
+    monkeypatch.setattr(loc_module, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(loc_module, "OBJECT_CACHE_BYTES", 64 * 4096)
     with Store(uri) as store:
         store._con.execute("SET threads = 8")
         for _ in range(5):
