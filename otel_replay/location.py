@@ -35,6 +35,7 @@ from otel_replay.errors import ConfigError, DatasetError
 __all__ = ["Location", "is_remote", "register_with", "resolve", "s3_endpoint"]
 
 SUPPORTED = "a local path, file:///absolute/path or s3://bucket/prefix"
+_listed: dict[str, tuple[int, int]] = {}  # remote object -> (size, mtime ns) from the latest listing
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 
@@ -125,7 +126,21 @@ class Location:
             infos = self.fs.get_file_info(pafs.FileSelector(self.fs_path(path), recursive=True, allow_not_found=True))
         except (OSError, pa.ArrowException) as exc:
             raise self.error(f"cannot list {path}", exc) from exc
-        return [info for info in infos if info.type == pafs.FileType.File]
+        files = [info for info in infos if info.type == pafs.FileType.File]
+        if self.remote:
+            if len(_listed) > 500_000:
+                _listed.clear()
+            _listed.update({info.path: (int(info.size or 0), int(info.mtime_ns or 0)) for info in files})
+        return files
+
+    def listed_stat(self, path: str) -> tuple[int, int] | None:
+        """Like :meth:`stat`, from the last listing that saw the object when there is one (no request).
+
+        For a remote object only: objects are immutable, so a listed size is
+        its size for as long as it exists (a deleted one fails when read).
+        """
+        found = _listed.get(self.fs_path(path)) if self.remote else None
+        return found if found is not None else self.stat(path)
 
     def stat(self, path: str) -> tuple[int, int] | None:
         """(size, mtime in ns) of the file at ``path``, ``None`` when it does not exist."""

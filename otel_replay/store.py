@@ -278,7 +278,7 @@ class Store:
         """
         if self.location.remote and path in self._checked:
             return None  # objects are written once and never rewritten under the same name
-        stamp = self._stamp(path)
+        stamp = self.location.listed_stat(path) if self.location.remote else self._stamp(path)
         if stamp is None:
             return CorruptFileError(path, "vanished while reading")
         bad = self._bad.get(path)
