@@ -23,6 +23,7 @@ from otel_replay import render as r
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
 from otel_replay.integrity import SigningKey, load_signing_key
+from otel_replay.location import resolve
 from otel_replay.store import Store
 
 __all__ = ["main"]
@@ -34,7 +35,7 @@ _dataset_option = click.option(
     "-d",
     default=lambda: settings.dataset_dir(),
     show_default="$OTEL_REPLAY_DATASET or ./traces",
-    help="Dataset directory.",
+    help="Dataset directory or s3://bucket/prefix.",
 )
 _skip_option = click.option("--skip-corrupt", is_flag=True, help="Leave unreadable Parquet files out (and list them).")
 INTERNAL_ERROR = 3
@@ -96,12 +97,15 @@ def _input_file(path: str, what: str) -> Path:
 @contextlib.contextmanager
 def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
     """Open the dataset; on the way out, name every file left out as corrupt (on stderr)."""
-    path = Path(dataset)
-    if not path.exists():
+    location = resolve(dataset)  # a bad URI: one ConfigError line naming it
+    path = Path(location.root)
+    if location.remote:
+        pass  # an object store: Store checks credentials, endpoint and bucket in one line
+    elif not path.exists():
         raise click.ClickException(f"dataset {dataset} does not exist (write spans there first, or pass --dataset)")
-    if not path.is_dir():
+    elif not path.is_dir():
         raise click.ClickException(f"dataset {dataset} is a file, not a directory")
-    if not os.access(path, os.R_OK | os.X_OK):
+    elif not os.access(path, os.R_OK | os.X_OK):
         raise click.ClickException(f"dataset {dataset} is not readable (permission denied)")
     quiet = _SkipNotices()
     store_log = logging.getLogger("otel_replay.store")

@@ -121,7 +121,7 @@ class CorruptFileError(DatasetError):
 class PartialWriteError(DatasetError, OSError):
     """Some partitions were written before one failed; ``dates`` lists the ones on disk."""
 
-    def __init__(self, paths: Sequence[Path], dates: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[Path | str], dates: Sequence[str]) -> None:
         super().__init__(f"wrote {len(paths)} partition file(s) before a write failed")
         self.paths = list(paths)
         self.dates = list(dates)

@@ -14,6 +14,7 @@ variable                          meaning                                     de
 ``OTEL_REPLAY_MAX_FILE_ROWS``     exporter: roll a file at this many rows     200000
 ``OTEL_REPLAY_MAX_FILE_BYTES``    exporter: roll a file at this many bytes    134217728
 ``OTEL_REPLAY_MAX_FILE_AGE``      exporter: roll buffered rows this old (s)   5
+``OTEL_REPLAY_COMPACT_EVERY``     exporter: compact past days every N s       off
 ``OTEL_REPLAY_DEBUG``             CLI: show tracebacks of unexpected errors   off
 ``OTEL_REPLAY_SERVE_GRPC``        ``serve``: gRPC ``HOST:PORT`` or ``off``    127.0.0.1:4317
 ``OTEL_REPLAY_SERVE_HTTP``        ``serve``: HTTP ``HOST:PORT`` or ``off``    127.0.0.1:4318
@@ -43,6 +44,7 @@ __all__ = [
     "BSP_MAX_QUEUE_SIZE",
     "CAPTURE_QUEUE_SIZE",
     "CAPTURE_MESSAGE_CONTENT",
+    "COMPACT_EVERY",
     "DATASET",
     "DEBUG",
     "INGEST_MAX_LINE",
@@ -68,6 +70,8 @@ KEY_FILE: Final = "OTEL_REPLAY_KEY_FILE"
 MAX_FILE_ROWS: Final = "OTEL_REPLAY_MAX_FILE_ROWS"
 MAX_FILE_BYTES: Final = "OTEL_REPLAY_MAX_FILE_BYTES"
 MAX_FILE_AGE: Final = "OTEL_REPLAY_MAX_FILE_AGE"
+COMPACT_EVERY: Final = "OTEL_REPLAY_COMPACT_EVERY"
+"""Exporter: compact the partitions of past days every N seconds on a background thread (unset: off)."""
 DEBUG: Final = "OTEL_REPLAY_DEBUG"
 SERVE_GRPC: Final = "OTEL_REPLAY_SERVE_GRPC"
 SERVE_HTTP: Final = "OTEL_REPLAY_SERVE_HTTP"

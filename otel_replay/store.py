@@ -42,8 +42,9 @@ from otel_replay.errors import (
 )
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS_DIR
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
+from otel_replay.location import Location, register_with, resolve
 from otel_replay.records import DecisionRecord, SpanRef
-from otel_replay.storage.manifest import live_files
+from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import files_for
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
@@ -117,11 +118,15 @@ def stored_record(row: Mapping[str, Any]) -> StoredRecord:
     )
 
 
-def _read_footer(path: str, size: int) -> bytes | str:
-    """The Thrift footer of the Parquet file ``path``, or what is wrong with its framing."""
+def _read_footer(path: str, size: int, location: Location | None = None) -> bytes | str:
+    """The Thrift footer of the Parquet file ``path``, or what is wrong with its framing.
+
+    ``location``: the remote dataset ``path`` (an ``s3://`` URL) belongs to.
+    """
     if size < 12:
         return f"{size} bytes, too short for Parquet"
-    with open(path, "rb") as handle:
+    opened = location.open_object(path, size) if location else open(path, "rb")
+    with opened as handle:
         head = handle.read(4)
         handle.seek(size - 8)
         tail = handle.read(8)
@@ -190,7 +195,8 @@ class Store:
     """An open dataset: DuckDB views over its Parquet files.
 
     Args:
-        dataset: the dataset directory (the one holding ``spans/``).
+        dataset: the dataset directory (the one holding ``spans/``), or an
+            ``s3://bucket/prefix`` URI (see :mod:`otel_replay.location`).
         skip_corrupt: leave unreadable Parquet files out (listed in
             :attr:`skipped`) instead of raising :class:`CorruptFileError`.
         database: a DuckDB database path, default in-memory.
@@ -219,12 +225,14 @@ class Store:
         require_signed: bool = True,
     ) -> None:
         """Open ``dataset``; see the class docstring."""
-        self.dataset = Path(dataset)
+        self.location = resolve(dataset)
+        self.dataset: Path | str = self.location.root if self.location.remote else Path(self.location.root)
         self._keys = keys
         self.require_signed = require_signed
         self._seal_check: SealCheck | None = None
-        if self.dataset.exists() and not self.dataset.is_dir():
+        if isinstance(self.dataset, Path) and self.dataset.exists() and not self.dataset.is_dir():
             raise DatasetError(f"dataset {self.dataset} is a file, not a directory")
+        self.location.check()
         self.skip_corrupt = skip_corrupt
         self.files: list[str] = []
         self.skipped: list[CorruptFileError] = []
@@ -237,9 +245,11 @@ class Store:
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
         self._pointed: list[str] | None = None  # the files the internal connection's variables name
         self._current_source = False  # span_source defined for files that all have the current columns
+        self._snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last refresh
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
+            register_with(self._con, self.location)
             self._con.execute("SET TimeZone = 'UTC'")
             # Footers are read once per file, not at every query (binding reads them all with union_by_name).
             self._con.execute("SET parquet_metadata_cache = true")
@@ -249,15 +259,19 @@ class Store:
 
     # --- files and views ----------------------------------------------------
     def _scan(self) -> list[str]:
-        root = self.dataset / SPANS_DIR
         try:
             # Through the partition manifests: a glob would also list files a compaction superseded.
-            return live_files(self.dataset)
+            if self.location.remote:  # one listing per refresh; lookups reuse it (see _narrow)
+                self._snapshot = remote_partitions(self.location)
+                return remote_live_files(self.location, self._snapshot)
+            return live_files(self.location)
         except OSError as exc:
+            root = self.location.join(SPANS_DIR)
             raise DatasetError(f"cannot list the files of {root}: {exc.strerror or exc}") from exc
 
-    @staticmethod
-    def _stamp(path: str) -> tuple[int, int] | None:
+    def _stamp(self, path: str) -> tuple[int, int] | None:
+        if self.location.remote:
+            return self.location.stat(path)
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -275,7 +289,9 @@ class Store:
             DatasetError: the file was written with a newer major storage schema version.
 
         """
-        stamp = self._stamp(path)
+        if self.location.remote and path in self._checked:
+            return None  # objects are written once and never rewritten under the same name
+        stamp = self.location.listed_stat(path) if self.location.remote else self._stamp(path)
         if stamp is None:
             return CorruptFileError(path, "vanished while reading")
         bad = self._bad.get(path)
@@ -284,7 +300,7 @@ class Store:
         if self._checked.get(path) == stamp:
             return None
         try:
-            footer = _read_footer(path, stamp[0])
+            footer = _read_footer(path, stamp[0], self.location if self.location.remote else None)
         except OSError as exc:
             return CorruptFileError(path, exc.strerror or str(exc))
         if isinstance(footer, str):
@@ -366,6 +382,7 @@ class Store:
         if self._analyst is None:
             try:
                 con = duckdb.connect(":memory:")
+                register_with(con, self.location)
                 con.execute("SET TimeZone = 'UTC'")
                 con.execute("SET python_enable_replacements = false")
             except duckdb.Error as exc:
@@ -551,7 +568,7 @@ class Store:
         if not self.files:
             return None  # the views stand on the empty source until refresh() finds files
         try:
-            found = files_for(self.dataset, **ids)
+            found = files_for(self.location, snapshot=self._snapshot, **ids)
         except DatasetError as exc:
             _log.warning("otel-replay: side index not used, reading every file: %s", exc)
             return None

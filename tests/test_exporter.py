@@ -73,7 +73,8 @@ def test_buffer_rolls_by_rows_not_per_batch(dataset):
         tracer.start_span(f"s{i}").end()
     # 120 single-span batches -> 2 files of 50 (written by the writer thread), 20 buffered
     deadline = time.monotonic() + 30
-    while len(_files(dataset)) < 2 and time.monotonic() < deadline:
+    # the writer thread renames a file into place, then updates its counters: wait for both
+    while (len(_files(dataset)) < 2 or exporter.writer.buffered_rows != 20) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(_files(dataset)) == 2
     assert exporter.writer.buffered_rows == 20

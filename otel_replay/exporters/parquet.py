@@ -7,6 +7,8 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
@@ -14,11 +16,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_replay import settings
+from otel_replay.errors import ConfigError
 
 from .rows import spans_to_table
 from .writer import DatasetWriter, WriterStats
 
-__all__ = ["ParquetSpanExporter", "flush_exporters"]
+__all__ = ["CompactionStats", "ParquetSpanExporter", "flush_exporters"]
 
 _log = logging.getLogger(__name__)
 
@@ -41,6 +44,23 @@ def flush_exporters(timeout_millis: int = 30_000) -> bool:
     return ok
 
 
+@dataclass
+class CompactionStats:
+    """What the exporter's background compaction did (``compact_every_seconds``)."""
+
+    compaction_runs: int = 0
+    partitions_compacted: int = 0
+    compaction_duplicates_removed: int = 0
+    compaction_errors: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: int) -> None:
+        """Add to counters atomically."""
+        with self.lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+
 def _label(span: ReadableSpan) -> str:
     ctx = span.context
     return f"span {span.name!r} (trace {ctx.trace_id:032x}, span {ctx.span_id:016x})"
@@ -58,6 +78,13 @@ class ParquetSpanExporter(SpanExporter):
             (``OTEL_REPLAY_MAX_FILE_BYTES``, default 128 MiB).
         max_age_seconds: roll rows older than this even if the buffer is small
             (``OTEL_REPLAY_MAX_FILE_AGE``, default 5 s).
+        compact_every_seconds: compact the partitions of past days (UTC) every
+            this many seconds on a background thread, as ``serve --compact-every``
+            does, under the same per-partition lease (``OTEL_REPLAY_COMPACT_EVERY``,
+            default off). Counted in :attr:`compaction`.
+
+    ``dataset_dir`` may be ``s3://bucket/prefix`` (see :mod:`otel_replay.location`):
+    each file is then one atomic PUT.
 
     ``export`` converts a batch to Arrow columns and hands it to the
     :class:`~otel_replay.exporters.writer.DatasetWriter`, whose own thread
@@ -88,6 +115,7 @@ class ParquetSpanExporter(SpanExporter):
         max_rows: int | None = None,
         max_bytes: int | None = None,
         max_age_seconds: float | None = None,
+        compact_every_seconds: float | None = None,
     ) -> None:
         """Create the exporter (and the dataset directory)."""
         self.writer = DatasetWriter(
@@ -108,6 +136,20 @@ class ParquetSpanExporter(SpanExporter):
         self._shutdown = False
         self._flushed_mark = 0
         self._mark_lock = threading.Lock()
+        every = (
+            compact_every_seconds
+            if compact_every_seconds is not None
+            else settings.env_number(settings.COMPACT_EVERY, 0.0)
+        )
+        if not 0 <= every < float("inf"):
+            raise ConfigError(f"compact_every_seconds={every!r} must be a finite number >= 0 (0: off)")
+        self.compaction = CompactionStats()
+        self._compactor: Any = None
+        if every:
+            from otel_replay.server.background import BackgroundCompactor  # the receiver's own, reused
+
+            self._compactor = BackgroundCompactor(self.writer.location.root, every, 200_000, self.compaction)
+            self._compactor.start()
         _live.add(self)
 
     @property
@@ -194,3 +236,5 @@ class ParquetSpanExporter(SpanExporter):
             self.writer.close()
         except Exception:
             _log.exception("otel-replay: final flush to %s failed", self.writer.spans_dir)
+        if self._compactor is not None:
+            self._compactor.stop()  # a run in progress finishes: a partition is never left half-swapped

@@ -7,6 +7,9 @@ for the disk (until the bounded backlog is full, see ``DatasetWriter.offer``).
 A file is written under a dot-prefixed temporary name, fsynced, then
 renamed into place (and the directory fsynced), so a reader never sees a
 half-written file and a crash leaves at worst an ignorable ``.tmp`` file.
+On an object store (``s3://bucket/prefix``, see
+:mod:`otel_replay.storage.location`) a file is one PUT (a multipart upload
+for a large one), which is atomic: the object appears whole or not at all.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
+from otel_replay.location import Location, is_remote, resolve
 
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
@@ -57,20 +61,38 @@ def write_atomic(table: pa.Table, path: Path, *, compression: str = "zstd") -> N
     fsync_dir(path.parent)
 
 
-def write_partitions(table: pa.Table, spans_dir: Path, file_name: Callable[[str], str]) -> list[Path]:
+def put_object(table: pa.Table, location: Location, path: str, *, compression: str = "zstd") -> None:
+    """Write ``table`` as the object ``path`` (URL form) of a remote ``location``: one atomic PUT or upload."""
+    try:
+        pq.write_table(table, location.fs_path(path), filesystem=location.fs, compression=compression)
+    except (OSError, pa.ArrowException) as exc:
+        raise location.error(f"cannot write {path}", exc) from exc
+
+
+def write_partitions(
+    table: pa.Table, spans_dir: str | os.PathLike[str], file_name: Callable[[str], str]
+) -> list[Path | str]:
     """Write rows (with their ``date`` column) as one file per date under ``spans_dir/date=…/``.
 
     ``file_name(date)`` names each file. Every file is written with
-    :func:`write_atomic` and carries the storage schema version.
+    :func:`write_atomic` (local: ``Path`` results) or, when ``spans_dir`` is an
+    ``s3://`` URL, as one object (URL-string results); each carries the
+    storage schema version.
     """
     dates = table.column(DATE_COLUMN)
     body = table.drop_columns([DATE_COLUMN]).replace_schema_metadata(SPAN_SCHEMA.metadata)
     unique = pc.unique(dates).to_pylist()
-    paths: list[Path] = []
+    location = resolve(spans_dir) if is_remote(spans_dir) else None
+    paths: list[Path | str] = []
     for date in unique:
         part = body if len(unique) == 1 else body.filter(pc.equal(dates, date))
-        path = spans_dir / f"date={date}" / file_name(date)
         try:
+            if location is not None:
+                url = location.join(f"date={date}", file_name(date))
+                put_object(part, location, url)
+                paths.append(url)
+                continue
+            path = Path(spans_dir) / f"date={date}" / file_name(date)
             write_atomic(part, path)
         except Exception as exc:
             raise PartialWriteError(paths, unique[: len(paths)]) from exc
@@ -130,12 +152,21 @@ class DatasetWriter:
         for name, value in (("max_rows", max_rows), ("max_bytes", max_bytes), ("max_age_seconds", max_age_seconds)):
             if not value > 0 or value != value or value == float("inf"):
                 raise ConfigError(f"{name}={value!r} must be a positive finite number")
-        self.root = Path(dataset_dir)
-        self.spans_dir = self.root / SPANS_DIR
-        try:
-            self.spans_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise DatasetError(f"cannot create the dataset directory {self.spans_dir}: {exc.strerror or exc}") from exc
+        self.location = resolve(dataset_dir)
+        self.root: Path | str
+        self.spans_dir: Path | str
+        if self.location.remote:
+            self.location.check()  # one clear line now, not a write error per file later
+            self.root, self.spans_dir = self.location.root, self.location.join(SPANS_DIR)
+        else:
+            self.root = Path(self.location.root)
+            self.spans_dir = self.root / SPANS_DIR
+            try:
+                self.spans_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DatasetError(
+                    f"cannot create the dataset directory {self.spans_dir}: {exc.strerror or exc}"
+                ) from exc
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.max_age_seconds = max_age_seconds
@@ -172,7 +203,7 @@ class DatasetWriter:
         with self._lock:
             return self._buffer_rows + self._pending_rows + self._inflight_rows
 
-    def append(self, table: pa.Table) -> list[Path]:
+    def append(self, table: pa.Table) -> list[Path | str]:
         """Buffer ``table`` (with its ``date`` column); see :meth:`offer`. Returns ``[]`` (no file is written here)."""
         self.offer(table)
         return []
@@ -228,12 +259,12 @@ class DatasetWriter:
             self._pending_rows += self._buffer_rows
             self._buffer, self._buffer_rows, self._bytes, self._oldest = [], 0, 0, None
 
-    def flush(self) -> list[Path]:
+    def flush(self) -> list[Path | str]:
         """Write every row accepted so far, one file per pending batch and partition date; durable on return.
 
         Raises the first write error (those rows stay first in line, see the class docstring).
         """
-        paths: list[Path] = []
+        paths: list[Path | str] = []
         with self._write_lock:
             with self._lock:
                 self._seal()
@@ -242,7 +273,7 @@ class DatasetWriter:
                 pass
         return paths
 
-    def _write_next(self, paths: list[Path]) -> bool:
+    def _write_next(self, paths: list[Path | str]) -> bool:
         """Write the oldest pending file (caller holds ``_write_lock``); ``False`` when none was left."""
         with self._lock:
             if not self._pending:
@@ -313,7 +344,7 @@ class DatasetWriter:
             if self._thread is not threading.current_thread():
                 self._thread.join(timeout=60)
 
-    def _write(self, table: pa.Table) -> list[Path]:
+    def _write(self, table: pa.Table) -> list[Path | str]:
         stamp = time.time_ns()
         return write_partitions(
             table, self.spans_dir, lambda date: f"{self.file_prefix}-{stamp}-{uuid.uuid4().hex[:12]}.parquet"

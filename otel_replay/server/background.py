@@ -18,14 +18,18 @@ import datetime as dt
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from otel_replay.errors import OtelReplayError
 
-if TYPE_CHECKING:
-    from .server import Metrics
+__all__ = ["BackgroundCompactor", "Counters"]
 
-__all__ = ["BackgroundCompactor"]
+
+class Counters(Protocol):
+    """Where a compactor counts its runs: the receiver's ``Metrics``, or the exporter's ``CompactionStats``."""
+
+    def add(self, **deltas: int) -> None:
+        """Add to counters atomically."""
 
 _log = logging.getLogger("otel_replay.server")
 
@@ -33,7 +37,7 @@ _log = logging.getLogger("otel_replay.server")
 class BackgroundCompactor:
     """Compacts closed day partitions of ``dataset`` every ``every_seconds`` on a daemon thread."""
 
-    def __init__(self, dataset: Path, every_seconds: float, max_batch_rows: int, metrics: Metrics) -> None:
+    def __init__(self, dataset: Path | str, every_seconds: float, max_batch_rows: int, metrics: Counters) -> None:
         """Prepare (not start) the compactor; see the module docstring."""
         self.dataset = dataset
         self.every_seconds = every_seconds
@@ -54,11 +58,10 @@ class BackgroundCompactor:
 
     def closed_partitions(self) -> list[str]:
         """The day partitions before today (UTC) present in the dataset."""
+        from otel_replay.storage.manifest import partition_names
+
         today = dt.datetime.now(dt.UTC).date().isoformat()
-        root = self.dataset / "spans"
-        if not root.is_dir():
-            return []
-        days = (p.name.removeprefix("date=") for p in root.iterdir() if p.is_dir() and p.name.startswith("date="))
+        days = (name.removeprefix("date=") for name in partition_names(self.dataset))
         return sorted(day for day in days if day < today)
 
     def run_once(self) -> None:

@@ -12,6 +12,7 @@ import click
 
 from otel_replay import settings
 from otel_replay.errors import OtelReplayError
+from otel_replay.location import is_remote
 
 from .server import MiB, Receiver, ServerConfig
 
@@ -30,8 +31,15 @@ def _address(value: str) -> str | None:
 @click.option(
     "--dataset",
     default=None,
+    help=f"Dataset directory or s3://bucket/prefix to write [default: ${settings.DATASET}, "
+    f"else {settings.DEFAULT_DATASET}].",
+)
+@click.option(
+    "--wal-dir",
+    default=None,
     type=click.Path(file_okay=False),
-    help=f"Dataset directory to write [default: ${settings.DATASET}, else {settings.DEFAULT_DATASET}].",
+    help="Local directory of this receiver's write-ahead log [default: DATASET/_wal/INSTANCE; "
+    "required when DATASET is s3://].",
 )
 @click.option(
     "--grpc",
@@ -92,6 +100,7 @@ def _address(value: str) -> str | None:
 )
 def serve_command(
     dataset: str | None,
+    wal_dir: str | None,
     grpc_addr: str | None,
     http_addr: str | None,
     instance: str,
@@ -117,7 +126,8 @@ def serve_command(
     http_addr = http_addr if http_addr is not None else settings.env_text(settings.SERVE_HTTP, DEFAULT_HTTP)
     try:
         config = ServerConfig(
-            Path(dataset),
+            dataset,
+            wal_dir=Path(wal_dir) if wal_dir else None,
             grpc=_address(grpc_addr or ""),
             http=_address(http_addr or ""),
             instance=instance,
@@ -183,6 +193,8 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
     and reported with their line numbers.
     """
     dataset = str(settings.dataset_dir(dataset))
+    if is_remote(dataset):  # its dedup state and flock live beside the dataset: local only
+        raise click.ClickException(f"ingest writes a local dataset directory, not {dataset}; ingest locally and copy")
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 

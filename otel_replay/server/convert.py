@@ -27,6 +27,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from otel_replay.exporters.rows import payload_to_table, request_to_table, span_time_error
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
+from otel_replay.location import resolve
 
 from .wal import read_records
 
@@ -113,11 +114,12 @@ class ChunkWriter:
 
     def __init__(self, dataset: str | os.PathLike[str], prefix: str, *, chunk_rows: int = CHUNK_ROWS) -> None:
         """Write under ``<dataset>/spans/date=*/``, names starting with ``prefix``."""
-        self.spans_dir = Path(dataset) / SPANS_DIR
+        location = resolve(dataset)  # a local directory or s3://bucket/prefix
+        self.spans_dir: Path | str = location.join(SPANS_DIR) if location.remote else Path(dataset) / SPANS_DIR
         self.prefix = prefix
         self.chunk_rows = chunk_rows
         self.rows_written = 0
-        self.paths: list[Path] = []
+        self.paths: list[Path | str] = []
         self._tables: list[pa.Table] = []
         self._rows = 0
         self._chunk = 0

@@ -684,7 +684,7 @@ class Ingestor:
                     "start": start,
                     "spans": report.spans,
                     "token": token,
-                    "files": [str(p.relative_to(self.dataset)) for p in writer.paths],
+                    "files": [str(Path(p).relative_to(self.dataset)) for p in writer.paths],
                     "ingested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
             )

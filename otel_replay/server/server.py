@@ -41,6 +41,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay.errors import ConfigError, DatasetError, Overloaded
 from otel_replay.exporters.writer import fsync_dir
+from otel_replay.location import resolve
 
 from .background import BackgroundCompactor
 from .convert import Salvage, admit_spans, convert_segment, salvage_segment, worker_init
@@ -119,7 +120,7 @@ class ServerConfig:
     is a 413) and ``bomb_delay_seconds`` (how late that 413 is sent).
     """
 
-    dataset: Path
+    dataset: Path | str
     grpc: str | None = "127.0.0.1:4317"
     http: str | None = "127.0.0.1:4318"
     instance: str = "default"
@@ -142,7 +143,13 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         """Validate the settings."""
-        self.dataset = Path(self.dataset)
+        location = resolve(self.dataset)  # a directory, or s3://bucket/prefix (a bad URI: ConfigError)
+        self.dataset = location.root if location.remote else Path(self.dataset)
+        if location.remote and self.wal_dir is None:
+            raise ConfigError(
+                f"dataset {location.uri}: give a local WAL directory (--wal-dir): the write-ahead log stays on "
+                "local disk, only Parquet files go to the object store"
+            )
         if not _INSTANCE.fullmatch(self.instance):
             raise ConfigError(f"instance name {self.instance!r} may use only letters, digits, '_', '.', '-'")
         for name in ("max_request_bytes", "max_inflight_bytes", "max_wal_backlog_bytes", "segment_bytes"):
@@ -160,7 +167,8 @@ class ServerConfig:
             if address is not None:
                 parse_address(address, what)
         if self.wal_dir is None:
-            self.wal_dir = self.dataset / "_wal" / self.instance
+            self.wal_dir = Path(self.dataset) / "_wal" / self.instance
+        self.wal_dir = Path(self.wal_dir)
 
 
 
@@ -225,6 +233,7 @@ class Receiver:
         self.config = config
         self.metrics = Metrics()
         assert config.wal_dir is not None
+        resolve(config.dataset).check()  # an object store: credentials, endpoint and bucket, in one line
         try:
             self.wal = WriteAheadLog(config.wal_dir, max_segment_bytes=config.segment_bytes)
         except OSError as exc:

@@ -9,6 +9,7 @@ import click
 
 from otel_replay import settings
 from otel_replay.errors import OtelReplayError
+from otel_replay.location import resolve
 
 from .compact import DEFAULT_GRACE_SECONDS, compact
 from .retention import drop_older_than
@@ -17,7 +18,7 @@ __all__ = ["compact_command"]
 
 
 @click.command("compact")
-@click.argument("dataset", required=False, type=click.Path(file_okay=False))
+@click.argument("dataset", required=False)
 @click.option("--partition", "partitions", multiple=True, metavar="date=YYYY-MM-DD", help="Only this partition.")
 @click.option(
     "--older-than",
@@ -55,18 +56,23 @@ def compact_command(
 ) -> None:
     """Sort a dataset's small arrival-order files into large indexed files (and drop old partitions).
 
-    DATASET defaults to $OTEL_REPLAY_DATASET or ./traces. Readers see the old
+    DATASET (a directory or s3://bucket/prefix) defaults to $OTEL_REPLAY_DATASET
+    or ./traces. Readers see the old
     files or the new ones, never both; exact duplicate spans are removed and
     counted; spans sharing ids with different content are kept.
     """
     root = settings.dataset_dir(dataset)
-    if not Path(root).is_dir():
+    try:
+        remote = resolve(root).remote
+    except OtelReplayError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not remote and not Path(root).is_dir():
         raise click.ClickException(f"dataset {root} does not exist")
     say = (lambda _line: None) if as_json else (lambda line: click.echo(line))
     try:
         dropped = None
         if older_than is not None:
-            dropped = drop_older_than(root, older_than)
+            dropped = drop_older_than(root, older_than, grace_seconds=grace_seconds)
             say(
                 f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
                 f"({dropped.files} files, {dropped.rows} spans)"

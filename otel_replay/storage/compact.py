@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -48,6 +49,7 @@ import pyarrow.parquet as pq
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.exporters.writer import fsync_dir
+from otel_replay.location import Location, register_with, resolve
 
 from .lease import PartitionLease
 from .manifest import (
@@ -63,6 +65,8 @@ from .manifest import (
 from .side_index import INDEX_KINDS, build_index, write_index
 
 __all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
+
+P = TypeVar("P", Path, str)
 
 SORT_KEY = ("correlation_id", "trace_id", "start_time", "span_id")
 """The order compacted files are written in."""
@@ -176,37 +180,46 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _repeated_keys(files: Sequence[Path]) -> pa.Table:
+def _repeated_keys(files: Sequence[Path | str], location: Location | None = None) -> pa.Table:
     """(t, s): every (trace_id, span_id) stored more than once across ``files`` (DuckDB reads only those columns)."""
     con = duckdb.connect()
     try:
+        if location is not None:
+            register_with(con, location)
         return con.sql(
             "SELECT trace_id AS t, span_id AS s FROM read_parquet($files) GROUP BY ALL HAVING count(*) > 1",
             params={"files": [str(p) for p in files]},
         ).to_arrow_table()
     except duckdb.Error as exc:
-        raise DatasetError(f"scanning span ids in {files[0].parent}: {str(exc).splitlines()[0]}") from exc
+        where = str(files[0]).rpartition("/")[0]
+        raise DatasetError(f"scanning span ids in {where}: {str(exc).splitlines()[0]}") from exc
     finally:
         con.close()
+
+
+def _repeated_in(table: pa.Table) -> pa.Table:
+    """(t, s): every (trace_id, span_id) stored more than once in ``table`` (the rows of a whole schema group)."""
+    counts = table.select(["trace_id", "span_id"]).group_by(["trace_id", "span_id"]).aggregate([([], "count_all")])
+    many = counts.filter(pc.greater(counts.column("count_all"), 1))
+    return pa.table({"t": many.column("trace_id"), "s": many.column("span_id")})
 
 
 def _positions_of(table: pa.Table, repeated: pa.Table) -> list[int]:
-    """Row positions of ``table`` whose (trace_id, span_id) is in ``repeated``."""
-    keys = pa.table(
-        {
-            "i": pa.array(range(table.num_rows), pa.int64()),
-            "t": table.column("trace_id"),
-            "s": table.column("span_id"),
-        }
-    )
-    con = duckdb.connect()
-    try:
-        con.register("span_keys", keys)
-        con.register("repeated_keys", repeated)
-        found = con.sql("SELECT i FROM span_keys SEMI JOIN repeated_keys USING (t, s) ORDER BY i").to_arrow_table()
-    finally:
-        con.close()
-    return found.column(0).to_pylist()
+    """Row positions of ``table`` whose (trace_id, span_id) is in ``repeated`` (vectorized; nulls never match).
+
+    The pair is joined with a NUL between its parts; an id holding a NUL could
+    only add a candidate row, never hide one: duplicates are then decided on
+    the exact ids and content (:func:`_exact_duplicates`).
+    """
+    if repeated.num_rows == 0 or table.num_rows == 0:
+        return []
+    key = pc.binary_join_element_wise(table.column("trace_id"), table.column("span_id"), "\x00")
+    wanted = pc.binary_join_element_wise(repeated.column("t"), repeated.column("s"), "\x00")
+    if isinstance(wanted, pa.ChunkedArray):
+        wanted = wanted.combine_chunks()
+    mask = pc.fill_null(pc.is_in(key, value_set=wanted.cast(key.type)), False)
+    positions: list[int] = pc.indices_nonzero(mask).to_pylist()
+    return positions
 
 
 def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: dict[tuple[str, str], set[str]]) -> list[int]:
@@ -232,14 +245,17 @@ def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: dict[tuple[str,
     return drop
 
 
-def _batches(files: Sequence[Path], max_rows: int) -> list[list[Path]]:
+def _batches(files: Sequence[P], max_rows: int, location: Location | None = None) -> list[list[P]]:
     """``files`` in consecutive batches of at most ``max_rows`` rows (a bigger file is a batch alone)."""
-    batches: list[list[Path]] = []
-    current: list[Path] = []
+    batches: list[list[P]] = []
+    current: list[P] = []
     rows = 0
     for path in files:
         try:
-            n = pq.read_metadata(path).num_rows
+            if location is not None:
+                n = pq.read_metadata(location.fs_path(str(path)), filesystem=location.fs).num_rows
+            else:
+                n = pq.read_metadata(path).num_rows
         except (pa.ArrowException, OSError) as exc:
             raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
         if current and rows + n > max_rows:
@@ -261,8 +277,20 @@ def _order(table: pa.Table, drop: list[int]) -> pa.Array:
     return order
 
 
-def _write_file(table: pa.Table, order: pa.Array, path: Path, row_group_rows: int, bloom: bool) -> pa.Table:
-    """Write ``table``'s rows at ``order`` to ``path``, one row group per slice; returns the indexed columns."""
+def _write_file(
+    table: pa.Table,
+    order: pa.Array,
+    path: Path | str,
+    row_group_rows: int,
+    bloom: bool,
+    location: Location | None = None,
+) -> pa.Table:
+    """Write ``table``'s rows at ``order`` to ``path``, one row group per slice; returns the indexed columns.
+
+    Locally ``path`` is a temp file, fsynced; on an object store it is the
+    final object (one upload, visible whole or not at all, and ignored by
+    readers until a manifest names it).
+    """
     columns = set(table.column_names)
     sorting = [
         pq.SortingColumn(table.column_names.index(name), nulls_first=False) for name in SORT_KEY if name in columns
@@ -273,7 +301,8 @@ def _write_file(table: pa.Table, order: pa.Array, path: Path, row_group_rows: in
         options["bloom_filter_options"] = {c: {"ndv": ndv, "fpp": 0.01} for c in BLOOM_COLUMNS if c in columns}
     kept = [c for c in (*INDEX_KINDS, "start_time") if c in columns]
     slim: list[pa.Table] = []
-    with open(path, "wb") as handle:
+    opened = location.fs.open_output_stream(location.fs_path(str(path))) if location else open(path, "wb")
+    with opened as handle:
         with pq.ParquetWriter(
             handle,
             table.schema,
@@ -287,8 +316,9 @@ def _write_file(table: pa.Table, order: pa.Array, path: Path, row_group_rows: in
                 piece = table.take(order.slice(start, row_group_rows))
                 writer.write_table(piece, row_group_size=row_group_rows)
                 slim.append(piece.select(kept))
-        handle.flush()
-        os.fsync(handle.fileno())
+        if location is None:
+            handle.flush()
+            os.fsync(handle.fileno())
     return pa.concat_tables(slim) if slim else table.select(kept).slice(0, 0)
 
 
@@ -297,31 +327,40 @@ def _schema_key(schema: pa.Schema) -> tuple[bytes, str]:
     return version, str(schema.remove_metadata())
 
 
-def _read_one(path: Path) -> pa.Table:
+def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
     try:
+        if location is not None:
+            return pq.read_table(location.fs_path(str(path)), filesystem=location.fs)
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
         raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
 
 
-def _schema_groups(files: Sequence[Path]) -> list[list[Path]]:
+def _schema_groups(files: Sequence[P], location: Location | None = None) -> list[list[P]]:
     """``files`` grouped by schema (storage version and columns): groups are never merged."""
-    groups: dict[tuple[bytes, str], list[Path]] = {}
+    groups: dict[tuple[bytes, str], list[P]] = {}
     for path in files:
         try:
-            schema = pq.read_schema(path)
+            if location is not None:
+                schema = pq.read_schema(location.fs_path(str(path)), filesystem=location.fs)
+            else:
+                schema = pq.read_schema(path)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
         groups.setdefault(_schema_key(schema), []).append(path)
     return list(groups.values())
 
 
-def _read(paths: Sequence[Path]) -> pa.Table:
+def _read(paths: Sequence[Path | str], location: Location | None = None) -> pa.Table:
     """The rows of ``paths`` (one schema) as one contiguous table."""
     try:  # one multi-threaded read over the files
-        table = pq.read_table([str(p) for p in paths], partitioning=None)
+        if location is not None:
+            fs_paths = [location.fs_path(str(p)) for p in paths]
+            table = pq.read_table(fs_paths, partitioning=None, filesystem=location.fs)
+        else:
+            table = pq.read_table([str(p) for p in paths], partitioning=None)
     except (pa.ArrowException, OSError):
-        table = pa.concat_tables([_read_one(p) for p in paths])  # names the unreadable file
+        table = pa.concat_tables([_read_one(p, location) for p in paths])  # names the unreadable file
     return table.combine_chunks()  # contiguous: take() per slice is cheaper
 
 
@@ -383,13 +422,15 @@ def _compact_partition(
     written: list[tuple[str, pa.Table]] = []
     counter = 0
     for paths in groups:
-        repeated = _repeated_keys(paths)
+        batches = _batches(paths, max_batch_rows)
+        # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
+        repeated = _repeated_keys(paths) if len(batches) > 1 else None
         seen: dict[tuple[str, str], set[str]] = {}
-        for batch in _batches(paths, max_batch_rows):
+        for batch in batches:
             table = _read(batch)
             step("read")
             report.input_rows += table.num_rows
-            drop = _exact_duplicates(table, repeated, seen)
+            drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
             order = _order(table, drop)
             for start in range(0, len(order), target_rows):
@@ -490,7 +531,23 @@ def compact(
             raise ConfigError(f"{name}={value!r} must be a positive integer")
     if not grace_seconds >= 0 or grace_seconds == float("inf"):
         raise ConfigError(f"grace_seconds={grace_seconds!r} must be a finite number >= 0")
-    root = Path(dataset)
+    location = resolve(dataset)
+    if location.remote:
+        return _compact_remote(
+            location,
+            partitions,
+            lease_wait=lease_wait,
+            progress=progress,
+            step=_on_step or (lambda _name: None),
+            options={
+                "target_rows": target_rows,
+                "row_group_rows": row_group_rows,
+                "max_batch_rows": max_batch_rows,
+                "bloom": bloom_filters,
+                "grace_seconds": grace_seconds,
+            },
+        )
+    root = Path(location.root)
     if not root.is_dir():
         raise DatasetError(f"dataset {root} does not exist or is not a directory")
     started = time.perf_counter()
@@ -516,17 +573,66 @@ def compact(
                 lease.release()
         part.seconds = time.perf_counter() - t0
         report.partitions.append(part)
-        if progress is not None:
-            progress(
-                f"{part.partition}: {part.status}"
-                + (
-                    f", {part.input_rows} rows in {part.input_files} files -> {part.output_rows} rows in "
-                    f"{part.output_files} files, {part.duplicates_removed} exact duplicates removed, "
-                    f"{part.conflicting_kept} same-id rows with different content kept ({part.seconds:.2f} s)"
-                    if part.status == "compacted"
-                    else ""
-                )
-            )
+        _say(progress, part)
+    report.seconds = time.perf_counter() - started
+    report.peak_rss_bytes = _peak_rss()
+    return report
+
+
+def _say(progress: Callable[[str], None] | None, part: PartitionReport) -> None:
+    if progress is None:
+        return
+    progress(
+        f"{part.partition}: {part.status}"
+        + (
+            f", {part.input_rows} rows in {part.input_files} files -> {part.output_rows} rows in "
+            f"{part.output_files} files, {part.duplicates_removed} exact duplicates removed, "
+            f"{part.conflicting_kept} same-id rows with different content kept ({part.seconds:.2f} s)"
+            if part.status == "compacted"
+            else ""
+        )
+    )
+
+
+def _compact_remote(
+    location: Location,
+    partitions: Iterable[str] | None,
+    *,
+    lease_wait: float,
+    progress: Callable[[str], None] | None,
+    step: Callable[[str], None],
+    options: dict[str, Any],
+) -> CompactReport:
+    """:func:`compact` on an object store (see :mod:`compact_s3`)."""
+    from .compact_s3 import compact_partition
+    from .lease import ObjectLease
+    from .manifest import partition_names
+
+    location.check()
+    started = time.perf_counter()
+    every = partition_names(location)
+    if partitions is None:
+        selected = every
+    else:
+        selected = []
+        for item in partitions:
+            name = f"date={item.removeprefix('date=')}"
+            if name not in every:
+                raise DatasetError(f"no partition {name} in {location.uri}")
+            selected.append(name)
+    report = CompactReport()
+    for name in selected:
+        part = PartitionReport(name, "busy")
+        lease = ObjectLease(location, name)
+        t0 = time.perf_counter()
+        if lease.acquire(wait=lease_wait):
+            try:
+                compact_partition(location, name, lease, part, step=step, **options)
+            finally:
+                lease.release()
+        part.seconds = time.perf_counter() - t0
+        report.partitions.append(part)
+        _say(progress, part)
     report.seconds = time.perf_counter() - started
     report.peak_rss_bytes = _peak_rss()
     return report

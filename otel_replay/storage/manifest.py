@@ -35,6 +35,7 @@ from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import fsync_dir
+from otel_replay.location import Location, is_remote, resolve
 
 __all__ = [
     "MANIFEST_NAME",
@@ -42,8 +43,14 @@ __all__ = [
     "is_compacted_name",
     "live_files",
     "partition_dirs",
+    "parse_manifest",
     "partition_live_files",
+    "partition_names",
     "read_manifest",
+    "RemoteSnapshot",
+    "remote_live_files",
+    "remote_partitions",
+    "visible_names",
     "write_manifest",
 ]
 
@@ -117,6 +124,16 @@ def _parsed(where: str, stamp: tuple[int, int, int]) -> Manifest:
         data = Path(where).read_bytes()
     except OSError as exc:
         raise DatasetError(f"cannot read {where}: {exc.strerror or exc}") from exc
+    return parse_manifest(data, where)
+
+
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    """Parse and check a manifest document read from ``where``.
+
+    Raises:
+        DatasetError: not a valid manifest (names ``where`` and the field).
+
+    """
     try:
         doc = strict_loads(data, where=where)
     except PayloadError as exc:
@@ -157,6 +174,21 @@ def partition_dirs(dataset: str | os.PathLike[str]) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and _PARTITION.fullmatch(p.name))
+
+
+def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
+    """The names (``date=YYYY-MM-DD``) of ``dataset``'s partitions, oldest first; a local path or ``s3://`` URI."""
+    location = resolve(dataset)
+    if not location.remote:
+        return [p.name for p in partition_dirs(location.root)]
+    spans = location.join(SPANS_DIR)
+    prefix = location.fs_path(spans) + "/"
+    names = set()
+    for info in location.files_under(spans):
+        head = info.path[len(prefix) :].split("/", 1)[0]
+        if _PARTITION.fullmatch(head):
+            names.add(head)
+    return sorted(names)
 
 
 def partition_date(partition: Path) -> str:
@@ -203,13 +235,95 @@ def partition_live_files(partition: Path) -> tuple[Manifest | None, list[Path]]:
     return manifest, [partition / name for name in live]
 
 
-def live_files(dataset: str | os.PathLike[str]) -> list[str]:
+def missing_error(where: str, manifest: Manifest, names: Iterable[str]) -> DatasetError | None:
+    """The error for a manifest naming compacted files that are not there (``None`` when all are)."""
+    missing = sorted(set(manifest.files) - set(names))
+    if not missing:
+        return None
+    return DatasetError(
+        f"{where} lists {len(missing)} compacted file(s) that are missing, e.g. {missing[0]}: spans in them are lost"
+    )
+
+
+def visible_names(names: Iterable[str], manifest: Manifest | None) -> list[str]:
+    """The reader rule over one partition's file ``names`` and its manifest (read before listing)."""
+    return _visible(names, manifest)
+
+
+def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | None, list[str]]], list[str]]:
+    """A remote dataset's partitions as (name, manifest, file names), and its files outside partitions.
+
+    S3 is strongly consistent for GET, PUT and LIST. A first listing finds the
+    partitions and their manifests; every manifest is read; a second listing
+    gives the files. Each partition is then seen through a manifest read
+    before its files were listed, which is the reader rule: an old manifest
+    names old files (still there for the grace period), a new one names files
+    written before it. A partition whose manifest appeared between the
+    listings is read without one: its arrival-order files (kept for the grace
+    period) and none of its compacted ones, i.e. the old state.
+    """
+    spans = location.join(SPANS_DIR)
+    prefix = location.fs_path(spans) + "/"
+
+    def split(path: str) -> tuple[str, str]:  # (directory below spans/, file name)
+        head, _, name = path[len(prefix) :].rpartition("/")
+        return head, name
+
+    manifests: dict[str, Manifest | None] = {}
+    for info in location.files_under(spans):
+        head, name = split(info.path)
+        if name == MANIFEST_NAME and _PARTITION.fullmatch(head):
+            where = location.join(SPANS_DIR, head, MANIFEST_NAME)
+            data = location.read_bytes(where)
+            manifests[head] = None if data is None else parse_manifest(data, where)
+    by_partition: dict[str, list[str]] = {}
+    loose: list[str] = []
+    for info in location.files_under(spans):
+        head, name = split(info.path)
+        if _PARTITION.fullmatch(head):
+            by_partition.setdefault(head, []).append(name)
+        elif name.endswith(".parquet") and not name.startswith(".") and not _PARTITION.fullmatch(head.split("/")[-1]):
+            loose.append(location.join(SPANS_DIR, head, name))  # hand-placed, outside date= directories
+    found = []
+    for head in sorted(by_partition):
+        names, manifest = by_partition[head], manifests.get(head)
+        if manifest is not None:
+            problem = missing_error(location.join(SPANS_DIR, head, MANIFEST_NAME), manifest, names)
+            if problem is not None:
+                raise problem
+        found.append((head, manifest, names))
+    return found, loose
+
+
+RemoteSnapshot = tuple[list[tuple[str, "Manifest | None", list[str]]], list[str]]
+"""What :func:`remote_partitions` returns: (partition name, manifest, file names) per partition, loose files."""
+
+
+def _remote_live_files(location: Location, snapshot: RemoteSnapshot | None = None) -> list[str]:
+    """:func:`live_files` on an object store (see :func:`remote_partitions`), or over a snapshot of it."""
+    partitions, loose = snapshot if snapshot is not None else remote_partitions(location)
+    files = list(loose)
+    for head, manifest, names in partitions:
+        files.extend(location.join(SPANS_DIR, head, name) for name in _visible(names, manifest))
+    return sorted(files)
+
+
+def remote_live_files(location: Location, snapshot: RemoteSnapshot) -> list[str]:
+    """The live files of a remote dataset as seen by ``snapshot`` (one :func:`remote_partitions` call)."""
+    return _remote_live_files(location, snapshot)
+
+
+def live_files(dataset: str | os.PathLike[str] | Location) -> list[str]:
     """Every live Parquet file of ``dataset``, sorted: what a reader should query.
 
     Use this instead of globbing ``spans/**/*.parquet``: a glob also returns
     the files a compaction superseded (kept for a grace period) and would
-    count their spans twice.
+    count their spans twice. ``dataset`` may be an ``s3://bucket/prefix`` URI
+    (the files are then ``s3://`` URLs).
     """
+    if is_remote(dataset):
+        return _remote_live_files(resolve(dataset))
+    dataset = resolve(dataset).root
     files: list[str] = []
     root = Path(dataset) / SPANS_DIR
     if not root.is_dir():

@@ -3,6 +3,13 @@
 A partition is dropped under its lease by one ``rename`` of its directory out
 of ``spans/`` (into ``<dataset>/.trash/``), so readers see all of it or none
 of it, then the moved directory is deleted. What is dropped is counted.
+
+On an object store (``s3://``) there is no rename: under the partition's
+lease the manifest is replaced, by compare-and-swap, with a tombstone that
+lists no live file and marks every file superseded, so readers stop seeing
+the whole partition at one instant; the objects are deleted once the grace
+period is over (at once with ``grace_seconds=0``, else by a later retention
+or compaction run), so a reader that listed them just before still finds them.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +26,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError
+from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.location import Location, resolve
 
-from .lease import PartitionLease
-from .manifest import partition_date, partition_dirs, partition_live_files
+from . import objects
+from .lease import ObjectLease, PartitionLease
+from .manifest import MANIFEST_NAME, Manifest, partition_date, partition_dirs, partition_live_files, visible_names
+
+DEFAULT_GRACE_SECONDS = 600.0
+"""On an object store: how long a dropped partition's objects stay for readers that listed them."""
 
 __all__ = ["RetentionReport", "drop_older_than"]
 
@@ -49,12 +63,14 @@ def drop_older_than(
     *,
     today: dt.date | None = None,
     lease_wait: float = 0.0,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
 ) -> RetentionReport:
     """Drop every partition whose date is more than ``days`` days before ``today`` (UTC).
 
     ``days=0`` keeps only today's (and future) partitions. A partition whose
     lease another process holds (a compaction in progress) is left and listed
-    in ``busy``.
+    in ``busy``. ``dataset`` may be an ``s3://`` URI (see the module
+    docstring; ``grace_seconds`` applies there only).
 
     Raises:
         ConfigError: ``days`` is not a whole number from 0 to 999999.
@@ -62,9 +78,14 @@ def drop_older_than(
     """
     if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days < 1_000_000:
         raise ConfigError(f"older than {days!r} days: give a whole number of days from 0 to 999999")
+    if not grace_seconds >= 0 or grace_seconds == float("inf"):
+        raise ConfigError(f"grace_seconds={grace_seconds!r} must be a finite number >= 0")
     today = today or dt.datetime.now(dt.UTC).date()
     cutoff = today - dt.timedelta(days=days)
-    root = Path(dataset)
+    location = resolve(dataset)
+    if location.remote:
+        return _drop_remote(location, cutoff, lease_wait, grace_seconds)
+    root = Path(location.root)
     report = RetentionReport()
     for partition in partition_dirs(root):
         if dt.date.fromisoformat(partition_date(partition)) >= cutoff:
@@ -87,3 +108,65 @@ def drop_older_than(
         report.rows += rows
         report.bytes += size
     return report
+
+
+def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_seconds: float) -> RetentionReport:
+    """:func:`drop_older_than` on an object store: a tombstone manifest, then deletion after the grace period."""
+    from .compact_s3 import _clean, _swap, read_partition
+    from .manifest import partition_names
+
+    location.check()
+    s3 = objects.client(location)
+    report = RetentionReport()
+    for name in partition_names(location):
+        if dt.date.fromisoformat(name.removeprefix("date=")) >= cutoff:
+            continue
+        lease = ObjectLease(location, name)
+        if not lease.acquire(wait=lease_wait):
+            report.busy.append(name)
+            continue
+        try:
+            found, etag, names = read_partition(s3, location, name)
+            url = location.join(SPANS_DIR, name)
+            live = visible_names(names, found)
+            now = time.time()
+            if live:
+                sizes = {info.path: int(info.size or 0) for info in location.files_under(url)}
+                report.dropped.append(name)
+                report.files += len(live)
+                report.bytes += sum(sizes.get(location.fs_path(f"{url}/{n}"), 0) for n in live)
+                report.rows += sum(_remote_rows(location, f"{url}/{n}") for n in live)
+                superseded = dict(found.superseded) if found else {}
+                superseded.update(dict.fromkeys(live, now))
+                if found is not None and found.index:
+                    superseded[found.index] = now
+                tombstone = Manifest((found.generation if found else 0) + 1, [], superseded, None, 0)
+                lease.confirm()
+                etag = _swap(s3, location, name, tombstone, etag)  # readers stop seeing the partition here
+                found, names = tombstone, [*names, MANIFEST_NAME]
+            if found is None:
+                continue
+            before = dict(found.superseded)
+            _, _, cleaned = _clean(location, name, found, names, grace_seconds, time.time())
+            remaining = [n for n in _names(location, url) if n != MANIFEST_NAME]
+            if remaining or cleaned.superseded:
+                if cleaned.superseded != before:
+                    _swap(s3, location, name, cleaned, etag)  # forget what was deleted
+                continue
+            if etag is not None:  # nothing left but the tombstone: the partition is gone
+                objects.delete_if(s3, location, location.key(f"{url}/{MANIFEST_NAME}"), etag)
+        finally:
+            lease.release()
+    return report
+
+
+def _names(location: Location, url: str) -> list[str]:
+    prefix = location.fs_path(url) + "/"
+    return [info.path[len(prefix) :] for info in location.files_under(url)]
+
+
+def _remote_rows(location: Location, path: str) -> int:
+    try:
+        return pq.read_metadata(location.fs_path(path), filesystem=location.fs).num_rows
+    except (pa.ArrowException, OSError):
+        return 0

@@ -25,10 +25,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError, DatasetError
+from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.location import Location, resolve
 
-from .manifest import partition_dirs, partition_live_files
+from .manifest import RemoteSnapshot, partition_dirs, partition_live_files
 
-__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "write_index"]
+__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "index_bytes", "write_index"]
 
 INDEX_KINDS = ("correlation_id", "trace_id", "session_id", "record_id")
 """The span columns the side index maps to files."""
@@ -77,25 +79,39 @@ def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
     return table.take(pc.sort_indices(table, [("kind", "ascending"), ("key", "ascending"), ("file", "ascending")]))
 
 
+def _write_to(table: pa.Table, sink: object) -> None:
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        row_group_size=_INDEX_ROW_GROUP,
+        use_dictionary=["kind", "file"],
+        write_statistics=True,
+    )
+
+
 def write_index(table: pa.Table, path: Path) -> None:
     """Write an index table to ``path`` (the caller renames it into place)."""
     with open(path, "wb") as handle:
-        pq.write_table(
-            table,
-            handle,
-            compression="zstd",
-            row_group_size=_INDEX_ROW_GROUP,
-            use_dictionary=["kind", "file"],
-            write_statistics=True,
-        )
+        _write_to(table, handle)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def index_bytes(table: pa.Table) -> bytes:
+    """An index table as the bytes of its Parquet file (for one object PUT)."""
+    sink = pa.BufferOutputStream()
+    _write_to(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 @lru_cache(maxsize=256)
 def _open_index(path: str, stamp: tuple[int, int]) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
     """An open index file and each row group's (min kind, min key, max kind, max key), cached by size and mtime."""
-    handle = pq.ParquetFile(path)
+    return _index_bounds(pq.ParquetFile(path))
+
+
+def _index_bounds(handle: pq.ParquetFile) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
     meta = handle.metadata
     kind_col, key_col = meta.schema.names.index("kind"), meta.schema.names.index("key")
     bounds = []
@@ -109,11 +125,28 @@ def _open_index(path: str, stamp: tuple[int, int]) -> tuple[pq.ParquetFile, list
     return handle, bounds
 
 
-def _lookup(path: Path, wanted: list[tuple[str, str]]) -> set[str]:
+_REMOTE_INDEXES: dict[str, tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]] = {}
+
+
+def _open_remote_index(location: Location, path: str) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
+    """A remote index file: its name is unique per compaction and objects are never rewritten, so cached by path."""
+    cached = _REMOTE_INDEXES.get(path)
+    if cached is None:
+        cached = _index_bounds(pq.ParquetFile(location.fs.open_input_file(location.fs_path(path))))
+        if len(_REMOTE_INDEXES) >= 256:
+            _REMOTE_INDEXES.pop(next(iter(_REMOTE_INDEXES)))
+        _REMOTE_INDEXES[path] = cached
+    return cached
+
+
+def _lookup(path: Path | str, wanted: list[tuple[str, str]], location: Location | None = None) -> set[str]:
     """File names the index at ``path`` maps any of ``wanted`` (kind, key) to."""
     try:
-        st = os.stat(path)
-        handle, bounds = _open_index(str(path), (st.st_size, st.st_mtime_ns))
+        if location is not None:
+            handle, bounds = _open_remote_index(location, str(path))
+        else:
+            st = os.stat(path)
+            handle, bounds = _open_index(str(path), (st.st_size, st.st_mtime_ns))
     except (OSError, pa.ArrowException) as exc:
         raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
     groups = [
@@ -132,12 +165,13 @@ def _lookup(path: Path, wanted: list[tuple[str, str]]) -> set[str]:
 
 
 def files_for(
-    dataset: str | os.PathLike[str],
+    dataset: str | os.PathLike[str] | Location,
     *,
     correlation_id: str | None = None,
     trace_id: str | None = None,
     session_id: str | None = None,
     record_id: str | None = None,
+    snapshot: RemoteSnapshot | None = None,
 ) -> list[str] | None:
     """The live files that may hold rows with any of the given ids, or ``None`` when nothing is indexed.
 
@@ -145,6 +179,9 @@ def files_for(
     live files, and an indexed one its indexed files holding an id plus every
     live file newer than its index. ``None`` means no partition has a side
     index yet (query every file). An empty list means no file can hold the id.
+    ``snapshot`` (remote datasets only): answer over that listing, taken by
+    :func:`~.manifest.remote_partitions`, instead of listing the bucket again
+    (what :class:`~otel_replay.store.Store` does between refreshes).
 
     Raises:
         ConfigError: no id given.
@@ -155,9 +192,12 @@ def files_for(
     wanted = [(kind, str(key)) for kind, key in given.items() if key is not None]
     if not wanted:
         raise ConfigError("files_for needs at least one id (correlation_id, trace_id, session_id or record_id)")
+    location = resolve(dataset)
+    if location.remote:
+        return _remote_files_for(location, wanted, snapshot)
     found: list[str] = []
     indexed = False
-    for partition in partition_dirs(dataset):
+    for partition in partition_dirs(location.root):
         manifest, live = partition_live_files(partition)
         if manifest is None or manifest.index is None:
             found.extend(str(p) for p in live)
@@ -166,4 +206,26 @@ def files_for(
         hits = _lookup(partition / manifest.index, wanted)
         covered = set(manifest.files)
         found.extend(str(p) for p in live if p.name not in covered or p.name in hits)
+    return sorted(found) if indexed else None
+
+
+def _remote_files_for(
+    location: Location, wanted: list[tuple[str, str]], snapshot: RemoteSnapshot | None
+) -> list[str] | None:
+    """:func:`files_for` on an object store: the same rule over :func:`~.manifest.remote_partitions`."""
+    from .manifest import remote_partitions, visible_names
+
+    partitions, _ = snapshot if snapshot is not None else remote_partitions(location)
+    found: list[str] = []
+    indexed = False
+    for head, manifest, names in partitions:
+        url = location.join(SPANS_DIR, head)
+        live = visible_names(names, manifest)
+        if manifest is None or manifest.index is None:
+            found.extend(f"{url}/{name}" for name in live)
+            continue
+        indexed = True
+        hits = _lookup(f"{url}/{manifest.index}", wanted, location)
+        covered = set(manifest.files)
+        found.extend(f"{url}/{name}" for name in live if name not in covered or name in hits)
     return sorted(found) if indexed else None

@@ -1,0 +1,93 @@
+"""Compaction throughput against its floors, in the same run.
+
+Usage: python benchmarks/bench_compact.py [--spans 300000] [--ids 30000]
+
+Generates a dataset (benchmarks/gen_dataset.py, 5,000-row arrival-order files)
+and prints spans/s for, on copies of the same files:
+
+- read: pyarrow reads every partition's files into memory (the input floor);
+- read + write: the same, then one zstd Parquet write per partition, unsorted
+  (what any rewrite costs with pyarrow);
+- read + sort + write: plus the sort compaction does;
+- compact: ``otel_replay.storage.compact`` (dedup, sort, row groups, bloom
+  filters, dictionary columns, side index, manifest swap).
+
+Nothing is asserted; the load average is printed beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+
+
+def _generator():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("gen_dataset", HERE / "gen_dataset.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _partitions(root: Path) -> list[list[str]]:
+    return [sorted(str(f) for f in p.glob("*.parquet")) for p in sorted((root / "spans").glob("date=*"))]
+
+
+def _floor(root: Path, out: Path, *, write: bool, sort: bool) -> int:
+    rows = 0
+    out.mkdir(parents=True, exist_ok=True)
+    for n, files in enumerate(_partitions(root)):
+        table = pq.read_table(files, partitioning=None).combine_chunks()
+        rows += table.num_rows
+        if sort:
+            keys = [(c, "ascending", "at_end") for c in ("correlation_id", "trace_id", "start_time", "span_id")]
+            table = table.take(pc.sort_indices(table, sort_keys=keys))
+        if write:
+            pq.write_table(table, out / f"p{n}.parquet", compression="zstd", row_group_size=16_384)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=300_000)
+    parser.add_argument("--ids", type=int, default=30_000)
+    args = parser.parse_args()
+    from otel_replay.storage import compact
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base"
+        _generator().generate(base, spans=args.spans, ids=args.ids, days=2, rows_per_file=5000, seed=7)
+        print(f"{args.spans} spans; load average {os.getloadavg()[0]:.2f}")
+        _floor(base, Path(tmp) / "warm", write=False, sort=False)  # page cache and pyarrow's thread pool
+        for label, kwargs in (
+            ("read", {"write": False, "sort": False}),
+            ("read + write", {"write": True, "sort": False}),
+            ("read + sort + write", {"write": True, "sort": True}),
+        ):
+            t0 = time.perf_counter()
+            rows = _floor(base, Path(tmp) / label.replace(" ", ""), **kwargs)
+            print(f"{label:22} {rows / (time.perf_counter() - t0):>10,.0f} spans/s")
+        work = Path(tmp) / "work"
+        shutil.copytree(base, work)
+        t0 = time.perf_counter()
+        report = compact(work, grace_seconds=0)
+        seconds = time.perf_counter() - t0
+        print(
+            f"{'compact':22} {report.input_rows / seconds:>10,.0f} spans/s (peak RSS {report.peak_rss_bytes >> 20} MiB)"
+        )
+        print(f"load average at end {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,279 @@
+"""Compaction on S3: the manifest swap is atomic for readers without a rename; leases are conditional PUTs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from otel_replay.errors import DatasetError
+from otel_replay.location import register_with, resolve
+from otel_replay.storage import compact, live_files
+from otel_replay.storage.lease import ObjectLease, lease_for
+from otel_replay.storage.manifest import is_compacted_name
+from otel_replay.store import Store
+
+from ..storage.conftest import load_generator
+from .conftest import keys
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _count(uri: str, files: list[str]) -> tuple[int, int]:
+    """(rows, distinct (trace_id, span_id)) over ``files`` read by DuckDB through the pyarrow S3 filesystem."""
+    if not files:
+        return 0, 0
+    con = duckdb.connect()
+    try:
+        register_with(con, resolve(uri))
+        row = con.execute(
+            "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)", [files]
+        ).fetchone()
+    finally:
+        con.close()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _make(bucket: str, name: str = "ds", spans: int = 2000) -> tuple[str, dict[str, Any]]:
+    uri = f"s3://{bucket}/{name}"
+    figures = load_generator().generate(
+        uri,
+        spans=spans,
+        ids=200,
+        days=2,
+        rows_per_file=150,
+        duplicates=0.03,
+        seed=5,  # type: ignore[arg-type]
+    )
+    return uri, figures
+
+
+def test_compact_on_s3_sorts_dedups_and_swaps(bucket: str, s3: Any) -> None:
+    uri, figures = _make(bucket)
+    before = live_files(uri)
+    assert _count(uri, before) == (figures["spans_written"], figures["unique_spans"])
+    report = compact(uri, grace_seconds=3600)
+    assert {p.status for p in report.partitions} == {"compacted"}
+    assert report.duplicates_removed == figures["duplicates_written"]
+    after = live_files(uri)
+    assert after and all(is_compacted_name(f.rpartition("/")[2]) for f in after)
+    assert _count(uri, after) == (figures["unique_spans"],) * 2
+    stored = keys(s3, bucket, "ds/")
+    assert all(
+        f"{bucket}/{k}" in {b.removeprefix("s3://") for b in before}
+        or not k.endswith(".parquet")
+        or is_compacted_name(k.rpartition("/")[2])
+        for k in stored
+    )
+    assert sum(k.endswith("_manifest.json") for k in stored) == len(report.partitions)
+    assert not [k for k in stored if ".locks/" in k]  # leases released
+    # superseded files stay for the grace period; a second run is current
+    assert set(before) <= {f"s3://{bucket}/{k}" for k in stored}
+    again = compact(uri, grace_seconds=3600)
+    assert {p.status for p in again.partitions} == {"current"}
+    # grace 0 deletes what was superseded
+    compact(uri, grace_seconds=0)
+    remaining = {f"s3://{bucket}/{k}" for k in keys(s3, bucket, "ds/spans/")}
+    assert not set(before) & remaining
+    with Store(uri) as store:
+        assert store.rows("SELECT count(*) AS n FROM spans") == [{"n": figures["unique_spans"]}]
+        # the compacted files carry bloom filters on the id columns
+        meta = store.rows(
+            "SELECT count(*) AS n FROM parquet_metadata(?) WHERE path_in_schema = 'correlation_id' "
+            "AND bloom_filter_offset IS NOT NULL",
+            [store.files[0]],
+        )
+        assert meta[0]["n"] >= 1
+
+
+def test_reader_during_s3_compaction_sees_old_or_new_never_both(bucket: str) -> None:
+    uri, figures = _make(bucket, spans=3000)
+    old = (figures["spans_written"], figures["unique_spans"])
+    new = (figures["unique_spans"],) * 2
+    seen: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(_count(uri, live_files(uri)))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    def slow(step: str) -> None:
+        if step in ("written", "indexed", "swapped"):
+            time.sleep(0.3)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        report = compact(uri, grace_seconds=3600, _on_step=slow)
+    finally:
+        time.sleep(0.3)
+        stop.set()
+        reader.join(timeout=60)
+    assert not errors, errors
+    assert {p.status for p in report.partitions} == {"compacted"}
+    # partitions swap one after the other, in order: each reading is a prefix of them swapped, never a
+    # partition half-swapped (a span missing, or counted in both its old and new files)
+    assert len(seen) >= 3 and seen[0] == old and seen[-1] == new
+    removed = [p.input_rows - p.output_rows for p in report.partitions]
+    allowed = {(old[0] - sum(removed[:k]), new[1]) for k in range(len(removed) + 1)}
+    assert set(seen) <= allowed, (set(seen) - allowed, allowed)
+
+
+def test_two_compactors_one_partition_one_wins(bucket: str) -> None:
+    uri, figures = _make(bucket)
+    first_partition = sorted({f.split("/spans/")[1].split("/")[0] for f in live_files(uri)})[0]
+    results: dict[str, Any] = {}
+    started = threading.Event()
+
+    def slow(step: str) -> None:
+        if step == "read":
+            started.set()
+            time.sleep(0.5)
+
+    def run(who: str, hook: Any) -> None:
+        results[who] = compact(uri, partitions=[first_partition], grace_seconds=3600, _on_step=hook)
+
+    a = threading.Thread(target=run, args=("a", slow))
+    a.start()
+    assert started.wait(30)
+    run("b", None)
+    a.join(timeout=120)
+    statuses = sorted(results[w].partitions[0].status for w in ("a", "b"))
+    assert statuses == ["busy", "compacted"]
+    winner = next(results[w].partitions[0] for w in ("a", "b") if results[w].partitions[0].status == "compacted")
+    expected = (figures["spans_written"] - winner.duplicates_removed, figures["unique_spans"])
+    assert _count(uri, live_files(uri)) == expected
+
+
+def test_expired_lease_is_taken_over_and_the_stale_holder_cannot_confirm(bucket: str) -> None:
+    uri = f"s3://{bucket}/ds"
+    crashed = ObjectLease(uri, "date=2026-01-01", ttl_seconds=1.0)
+    assert crashed.acquire()
+    crashed._stop.set()  # the holder stops renewing, as a crashed process would (and never releases)
+    assert crashed._thread is not None
+    crashed._thread.join(timeout=5)
+    other = lease_for(uri, "date=2026-01-01")
+    assert isinstance(other, ObjectLease)
+    assert not other.acquire(wait=0)  # not expired yet
+    time.sleep(2.2)  # S3's Last-Modified has one-second resolution
+    assert other.acquire(wait=0)
+    assert other.took_over == crashed.owner
+    with pytest.raises(DatasetError, match="was lost"):
+        crashed.confirm()
+    third = ObjectLease(uri, "date=2026-01-01")
+    assert not third.acquire(wait=0.3)  # the new holder renews: it is live
+    other.release()
+    assert third.acquire(wait=0)
+    third.release()
+
+
+def test_a_manifest_changed_during_compaction_fails_the_swap(bucket: str, s3: Any) -> None:
+    """Compare-and-swap on the manifest: even a compactor whose lease was misjudged cannot swap over another."""
+    uri, figures = _make(bucket)
+    compact(uri, grace_seconds=3600)
+    load_generator().generate(uri, spans=300, ids=30, days=2, rows_per_file=100, duplicates=0.0, seed=9)  # type: ignore[arg-type]
+    before = live_files(uri)
+    counted = _count(uri, before)
+
+    def meddle(step: str) -> None:
+        if step == "indexed":  # another process rewrites the first partition's manifest meanwhile
+            key = next(k for k in keys(s3, bucket, "ds/spans/") if k.endswith("_manifest.json"))
+            doc = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+            doc["superseded"]["part-never-existed.parquet"] = 1.0  # any change (the same bytes keep the ETag)
+            s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(doc).encode())
+
+    with pytest.raises(DatasetError, match="was changed by another process"):
+        compact(uri, grace_seconds=3600, _on_step=meddle)
+    assert live_files(uri) == before and _count(uri, before) == counted
+    # the next run deletes the unnamed outputs and compacts
+    report = compact(uri, grace_seconds=3600)
+    assert report.partitions[0].leftovers_deleted >= 1
+    assert _count(uri, live_files(uri))[1] == counted[1]
+
+
+def test_compact_cli_on_s3(bucket: str) -> None:
+    uri, figures = _make(bucket)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_replay", "compact", uri, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["output_rows"] == figures["unique_spans"] and doc["duplicates_removed"] == figures["duplicates_written"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "otel_replay", "compact", "s3://no-such-bucket-zz/x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert bad.returncode == 1 and "s3://no-such-bucket-zz/x" in bad.stderr and "does not exist" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_side_index_narrows_lookups_on_s3_and_stays_complete(bucket: str) -> None:
+    from otel_replay.storage import files_for
+
+    uri, _ = _make(bucket)
+    assert files_for(uri, correlation_id="trade-000000001") is None  # nothing indexed yet
+    compact(uri, grace_seconds=3600)
+    every = live_files(uri)
+    con = duckdb.connect()
+    register_with(con, resolve(uri))
+    sql = "SELECT trace_id, span_id FROM read_parquet(?) WHERE correlation_id = ? ORDER BY ALL"
+    try:
+        for cid in ("trade-000000001", "trade-000000100", "no-such-id"):
+            narrowed = files_for(uri, correlation_id=cid)
+            assert narrowed is not None and set(narrowed) <= set(every) and len(narrowed) < len(every)
+            full = con.execute(sql, [every, cid]).fetchall()
+            assert (con.execute(sql, [narrowed, cid]).fetchall() if narrowed else []) == full
+    finally:
+        con.close()
+    # an arrival newer than the index is always searched
+    load_generator().generate(uri, spans=30, ids=3, days=1, rows_per_file=100, duplicates=0.0, seed=3)  # type: ignore[arg-type]
+    newer = set(live_files(uri)) - set(every)
+    assert newer and newer <= set(files_for(uri, correlation_id="no-such-id") or [])
+    with Store(uri) as store:
+        chain = store.run_for("chains/trade", {"correlation_id": "trade-000000001"}, chain_id="trade-000000001")
+        assert chain == store.run("chains/trade", chain_id="trade-000000001")
+
+
+def test_store_lookups_on_s3_reuse_the_listing_of_the_last_refresh(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain lookup reads the (cached) side index, not a fresh listing of the whole prefix."""
+    from otel_replay.location import Location
+
+    uri, _ = _make(bucket)
+    compact(uri, grace_seconds=3600)
+    listings: list[str] = []
+    real = Location.files_under
+    monkeypatch.setattr(Location, "files_under", lambda self, path: listings.append(path) or real(self, path))
+    with Store(uri) as store:
+        opened = len(listings)
+        assert opened == 2  # the two listings around the manifest reads
+        for n in range(5):
+            cid = f"trade-{n:09d}"
+            narrowed = store.run_for("chains/trade", {"correlation_id": cid}, chain_id=cid)
+            assert narrowed == store.run("chains/trade", chain_id=cid)
+        assert len(listings) == opened
+        store.refresh()
+        assert len(listings) == opened + 2

@@ -1,0 +1,231 @@
+"""The exporter and DatasetWriter write an s3:// dataset; Store, `otel-replay chain` and `sql` read it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+import otel_replay
+import otel_replay.errors
+from otel_replay.errors import ConfigError, DatasetError
+from otel_replay.exporters import ParquetSpanExporter
+from otel_replay.location import resolve
+from otel_replay.store import Store
+
+from .conftest import keys
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "otel_replay", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_exporter_writes_spans_to_s3_and_store_reads_them(bucket: str, s3: Any) -> None:
+    uri = f"s3://{bucket}/team/traces"
+    exporter = ParquetSpanExporter(uri, max_age_seconds=60)
+    provider = TracerProvider(resource=Resource.create({"service.name": "s3-test"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    for i in range(50):
+        with tracer.start_as_current_span(f"op-{i}") as span:
+            span.set_attribute("i", i)
+    assert exporter.force_flush()
+    provider.shutdown()
+    assert exporter.stats.rows_written == 50 and exporter.stats.rows_dropped == 0
+    stored = keys(s3, bucket, "team/traces/")
+    assert stored and all(k.startswith("team/traces/spans/date=") and k.endswith(".parquet") for k in stored)
+    assert not [k for k in stored if ".tmp" in k]  # one PUT per file: no temp objects
+    with Store(uri) as store:
+        assert len(store.files) == len(stored) and all(f.startswith(f"s3://{bucket}/") for f in store.files)
+        rows = store.rows("SELECT count(*) AS n, count(DISTINCT name) AS names, min(service_name) AS s FROM spans")
+        assert rows == [{"n": 50, "names": 50, "s": "s3-test"}]
+        # the analyst sandbox still refuses everything but the dataset's files
+        with pytest.raises(otel_replay.errors.ReadOnlyViolation):
+            store.query("SELECT * FROM read_text('/etc/hostname')")
+
+
+_RECORD = """
+import sys
+from datetime import UTC, datetime, timedelta
+import otel_replay
+import otel_replay.errors
+from otel_replay import AuditLog, DecisionTracer, correlation
+T0 = datetime(2026, 3, 2, 14, 30, tzinfo=UTC)
+telemetry = otel_replay.configure(sys.argv[1], service_name="desk", set_global=False)
+log, tracer = AuditLog(), DecisionTracer()
+with correlation("trade-1"):
+    log.append("signal_received", source_agent="router", created_at=T0)
+    log.append("evaluation_sent", source_agent="foresight", created_at=T0 + timedelta(seconds=1))
+    first = tracer.decision("foresight", "signal_evaluation", "bullish", 0.74, {"signal": "S1"})
+    second = tracer.decision("sizer", "position_sizing", "1.4x", 0.68, {"mult": 1.4})
+with correlation("trade-2"):
+    log.append("unrelated", source_agent="x", created_at=T0)
+tracer.record_outcome(second, False)
+telemetry.force_flush()
+telemetry.shutdown()
+print(first, second)
+"""
+
+
+def _chain(dataset: str, cid: str) -> dict[str, Any]:
+    done = _cli("chain", "trade", cid, "--dataset", dataset, "--json")
+    assert done.returncode == 0, done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def _strip_files(value: Any) -> Any:
+    """The chain with file names and ids that differ between two recordings taken out."""
+    if isinstance(value, dict):
+        return {k: _strip_files(v) for k, v in value.items() if k not in ("filename", "file")}
+    if isinstance(value, list):
+        return [_strip_files(v) for v in value]
+    return value
+
+
+def test_trade_chain_and_sql_through_the_cli_on_s3(bucket: str, tmp_path: Path) -> None:
+    uri = f"s3://{bucket}/desk"
+    recorded = subprocess.run(
+        [sys.executable, "-c", _RECORD, uri],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    first, second = recorded.stdout.split()
+    chain = _chain(uri, "trade-1")
+    text = json.dumps(chain)
+    assert first in text and second in text and "signal_received" in text and "unrelated" not in text
+    done = _cli("sql", "SELECT count(*) AS n FROM decisions", "--dataset", uri, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) in ({"n": 2}, [{"n": 2}])
+    verified = _cli("verify", "--dataset", uri)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("gs://bucket/x", "unsupported scheme 'gs'"),
+        ("s3://", "no bucket"),
+        ("s3:///prefix", "no bucket"),
+        ("s3://Bad_Bucket/x", "not a valid S3 bucket name"),
+        ("s3://bucket/../x", "may not hold"),
+        ("file://relative/x", "absolute path"),
+    ],
+)
+def test_bad_uris_fail_in_one_line_naming_the_uri(uri: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(uri)
+    assert uri in str(caught.value) and message in str(caught.value) and "\n" not in str(caught.value)
+    done = _cli("sql", "SELECT 1", "--dataset", uri)
+    assert done.returncode == 1 and uri in done.stderr and message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_missing_bucket_unreachable_endpoint_and_no_credentials(
+    bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, aws_env: str
+) -> None:
+    with pytest.raises(DatasetError, match=r"bucket 'no-such-bucket-here' does not exist"):
+        ParquetSpanExporter("s3://no-such-bucket-here/x")
+    done = _cli("sql", "SELECT 1", "--dataset", "s3://no-such-bucket-here/x")
+    assert done.returncode == 1 and "s3://no-such-bucket-here/x" in done.stderr and "does not exist" in done.stderr
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{dead}")
+    with pytest.raises(DatasetError, match=rf"s3://{bucket}/x: cannot reach the S3 endpoint http://127.0.0.1:{dead}"):
+        Store(f"s3://{bucket}/x")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws_env)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(DatasetError, match=rf"s3://{bucket}/x: no AWS credentials found"):
+        ParquetSpanExporter(f"s3://{bucket}/x")
+
+
+def test_writers_sharing_a_prefix_never_overwrite_each_other(bucket: str, s3: Any) -> None:
+    """Many receivers, one dataset: every writer's files have names of their own."""
+    import pyarrow as pa
+
+    from otel_replay.exporters.rows import spans_to_table  # noqa: F401  (the writer's input format)
+    from otel_replay.exporters.writer import DatasetWriter
+
+    uri = f"s3://{bucket}/shared"
+    local_rows = _sample_rows()
+    writers = [DatasetWriter(uri, max_rows=10**6, max_age_seconds=3600) for _ in range(4)]
+    for _ in range(3):
+        for writer in writers:
+            writer.append(local_rows)
+            writer.flush()
+    for writer in writers:
+        writer.close()
+    names = keys(s3, bucket, "shared/spans/")
+    assert len(names) == 12 == len(set(names))
+    assert sum(pq.ParquetFile(resolve(uri).fs.open_input_file(f"{bucket}/{k}")).metadata.num_rows for k in names) == (
+        12 * local_rows.num_rows
+    )
+    with Store(uri) as store:
+        assert store.rows("SELECT count(*) AS n FROM spans") == [{"n": 12 * local_rows.num_rows}]
+    assert isinstance(local_rows, pa.Table)
+
+
+def _sample_rows() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_replay.exporters.rows import spans_to_table
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    for i in range(7):
+        with provider.get_tracer("t").start_as_current_span(f"s{i}"):
+            pass
+    provider.shutdown()
+    return spans_to_table(memory.get_finished_spans())
+
+
+def test_duckdb_threads_sharing_one_object_handle_read_correct_bytes(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large objects are read range by range from one handle by several DuckDB threads: positions never mix."""
+    from otel_replay import location as loc_module
+    from otel_replay.storage import compact
+
+    from ..storage.conftest import load_generator
+
+    uri = f"s3://{bucket}/big"
+    figures = load_generator().generate(uri, spans=20_000, ids=500, days=1, rows_per_file=5000, seed=4)  # type: ignore[arg-type]
+    compact(uri, target_rows=1_000_000, row_group_rows=500, grace_seconds=0)  # few objects, many row groups
+    # no whole objects: small blocks (reads span several), and a cache too small to keep them all
+    monkeypatch.setattr(loc_module, "WHOLE_OBJECT_BYTES", 0)
+    monkeypatch.setattr(loc_module, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(loc_module, "OBJECT_CACHE_BYTES", 64 * 4096)
+    with Store(uri) as store:
+        store._con.execute("SET threads = 8")
+        for _ in range(5):
+            got = store.rows(
+                "SELECT count(*) AS n, count(DISTINCT span_id) AS d, sum(length(attributes)) AS b FROM spans"
+            )
+            assert got[0]["n"] == got[0]["d"] == figures["unique_spans"]

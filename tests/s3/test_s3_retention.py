@@ -1,0 +1,74 @@
+"""Retention on S3: a partition disappears for readers at one instant (a tombstone manifest), then its objects."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from otel_replay.storage import compact, drop_older_than, live_files
+from otel_replay.storage.lease import ObjectLease
+from otel_replay.storage.manifest import partition_names
+
+from .conftest import keys
+from .test_s3_compact import _count, _make
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows_in(uri: str, partition: str) -> int:
+    return _count(uri, [f for f in live_files(uri) if f"/{partition}/" in f])[0]
+
+
+def test_drop_older_than_on_s3_hides_then_deletes_whole_partitions(bucket: str, s3: Any) -> None:
+    uri, _ = _make(bucket)
+    compact(uri, partitions=["2026-01-02"], grace_seconds=3600)  # one compacted partition, others arrival-order
+    names = partition_names(uri)
+    assert names[:2] == ["date=2026-01-01", "date=2026-01-02"]
+    first, second = _rows_in(uri, names[0]), _rows_in(uri, names[1])
+    total = _count(uri, live_files(uri))[0]
+    report = drop_older_than(uri, 0, today=dt.date(2026, 1, 3))
+    assert report.dropped == names[:2] and report.rows == first + second and report.busy == []
+    assert _count(uri, live_files(uri))[0] == total - first - second
+    # gone for readers at once; the objects stay for the grace period
+    assert any(k.startswith(f"ds/spans/{names[0]}/part-") for k in keys(s3, bucket))
+    assert drop_older_than(uri, 0, today=dt.date(2026, 1, 3)).dropped == []  # nothing live is left there
+    # grace over: the objects and then the tombstones go; the partitions are no more
+    assert drop_older_than(uri, 0, today=dt.date(2026, 1, 3), grace_seconds=0).dropped == []
+    left = keys(s3, bucket, "ds/spans/")
+    assert not [k for k in left if k.startswith((f"ds/spans/{names[0]}/", f"ds/spans/{names[1]}/"))]
+    assert partition_names(uri) == names[2:]
+    assert _count(uri, live_files(uri))[0] == total - first - second
+
+
+def test_a_partition_under_an_s3_lease_is_left_and_reported(bucket: str) -> None:
+    uri, _ = _make(bucket)
+    lease = ObjectLease(uri, "date=2026-01-01")
+    assert lease.acquire()
+    try:
+        report = drop_older_than(uri, 0, today=dt.date(2026, 1, 2), grace_seconds=0)
+    finally:
+        lease.release()
+    assert report.busy == ["date=2026-01-01"] and report.dropped == []
+    assert "date=2026-01-01" in partition_names(uri)
+
+
+def test_compact_older_than_cli_on_s3(bucket: str) -> None:
+    uri, figures = _make(bucket)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_replay", "compact", uri, "--older-than", "0", "--grace", "0", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert set(doc["retention"]["dropped"]) == {"date=2026-01-01", "date=2026-01-02", "date=2026-01-03"}
+    assert doc["retention"]["rows"] == figures["spans_written"]
+    assert live_files(uri) == [] and partition_names(uri) == []
