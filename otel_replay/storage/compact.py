@@ -71,8 +71,8 @@ P = TypeVar("P", Path, str)
 SORT_KEY = ("correlation_id", "trace_id", "start_time", "span_id")
 """The order compacted files are written in."""
 
-BLOOM_COLUMNS = ("trace_id", "span_id", "correlation_id", "session_id", "record_id")
-"""Id columns that get a Parquet bloom filter in compacted files."""
+BLOOM_COLUMNS = ("trace_id", "span_id", "correlation_id", "session_id", "record_id", "outcome_decision_id")
+"""Id columns with a Parquet bloom filter in compacted files (a chain finds its outcomes by outcome_decision_id)."""
 
 DICTIONARY_COLUMNS = (
     "name",

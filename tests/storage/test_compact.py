@@ -90,7 +90,7 @@ def test_layout_sorted_zstd_dictionary_and_bloom_filters(make_dataset) -> None:
         assert {m[1] for m in meta} == {"ZSTD"}
         assert max(m[4] for m in meta) <= 256
         blooms = {m[0] for m in meta if m[3] is not None}
-        assert {"trace_id", "span_id", "correlation_id", "session_id", "record_id"} <= blooms
+        assert {"trace_id", "span_id", "correlation_id", "session_id", "record_id", "outcome_decision_id"} <= blooms
         assert "attributes" not in blooms
         encodings = {m[0]: m[2] for m in meta}
         assert "DICTIONARY" in encodings["replay_kind"] and "DICTIONARY" not in encodings["attributes"]
