@@ -86,8 +86,10 @@ def test_a_chain_lookup_never_opens_the_files_the_index_rules_out(make_dataset) 
             assert store.run_for("chains/trade", {"correlation_id": chain_id}, chain_id=chain_id) == expected
             record_id = _record_ids(path, chain_id)[0]
             assert store.run_for("record", {"record_id": record_id}, record_id=record_id)
+            # a query that reads every page of every file finds the damage (the chain itself may skip the
+            # victim's pages by statistics and bloom filters even without the index)
             with pytest.raises(CorruptFileError, match=victim.name):
-                store.run("chains/trade", chain_id=chain_id)
+                store.rows("SELECT count(*) FROM spans WHERE length(attributes) >= 0 AND length(name) >= 0")
     finally:
         victim.write_bytes(original)
 
