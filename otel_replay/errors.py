@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "AlreadyCompensated",
@@ -70,6 +71,17 @@ __all__ = [
 
 class OtelReplayError(Exception):
     """Base class of every error otel-replay raises deliberately."""
+
+    def __reduce__(self) -> tuple[Any, tuple[type[OtelReplayError], tuple[Any, ...], dict[str, Any]]]:
+        """Pickle without calling ``__init__`` (whose arguments differ per class), e.g. from a converter process."""
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[OtelReplayError], args: tuple[Any, ...], state: dict[str, Any]) -> OtelReplayError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class CaptureError(OtelReplayError, ValueError):

@@ -191,6 +191,10 @@ def _check_version(path: str, footer: bytes) -> int | None:
     return int(major)
 
 
+_NOT_ABOUT_FILES = (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.InterruptException)
+"""DuckDB errors that a vanished or replaced file never causes (a vanished file is an IO or permission error)."""
+
+
 class Store:
     """An open dataset: DuckDB views over its Parquet files.
 
@@ -289,8 +293,13 @@ class Store:
             DatasetError: the file was written with a newer major storage schema version.
 
         """
-        if self.location.remote and path in self._checked:
-            return None  # objects are written once and never rewritten under the same name
+        if self.location.remote:
+            # objects are written once and never rewritten under the same name: a verdict on one stands
+            bad_object = self._bad.get(path)
+            if bad_object is not None:
+                return bad_object[1]
+            if path in self._checked:
+                return None
         stamp = self.location.listed_stat(path) if self.location.remote else self._stamp(path)
         if stamp is None:
             return CorruptFileError(path, "vanished while reading")
@@ -406,7 +415,8 @@ class Store:
             try:
                 return fetch()
             except duckdb.Error as exc:
-                if any(self._stamp(path) is None for path in self._reading()):
+                # a parse/bind/catalog error (a typo) never asks the files: on s3:// that would be a HEAD each
+                if not isinstance(exc, _NOT_ABOUT_FILES) and any(self._stamp(path) is None for path in self._reading()):
                     # A compaction replaced files this store had listed: read the live set instead.
                     self.refresh()
                     continue

@@ -134,3 +134,23 @@ def test_readme_error_tree_is_the_module_tree():
     names = set(re.findall(r"[─ ]([A-Z][A-Za-z]+)\s", shown + " ")) | {"OtelReplayError"}
     exported = {n for n in errors.__all__ if isinstance(getattr(errors, n), type)}
     assert exported <= names, exported - names
+
+
+def test_every_error_survives_pickling_with_its_fields():
+    """Errors cross process boundaries (the receiver's converter pool): each comes back whole, of its own class."""
+    import pickle
+
+    from otel_replay import errors as e
+
+    samples = [
+        e.PartialWriteError(["spans/date=2026-01-01/a.parquet", "s3://b/p/spans/x.parquet"], ["2026-01-01"]),
+        e.CorruptFileError("/d/spans/x.parquet", "bad page"),
+        e.RecordingError("lost", "rec-1", record={"k": 1}),
+        e.Overloaded("busy", 7, unavailable=True),
+        e.DeterminismLeakError("leak", step=3, call="time.time"),
+        e.ConfigError("bad value for OTEL_REPLAY_X"),
+    ]
+    for error in samples:
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error) and back.args == error.args
+        assert vars(back) == vars(error)

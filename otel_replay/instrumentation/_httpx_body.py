@@ -46,9 +46,24 @@ def installed() -> bool:
     return bool(_layers)
 
 
+_PROBE_CHUNK = 16 * 1024
+"""Compressed bytes fed to the decoder at a time: deflate expands at most ~1000:1, so one step stays ~16 MiB."""
+
+
+def _slices(raw: bytes) -> Any:
+    view = memoryview(raw)
+    for start in range(0, len(raw), _PROBE_CHUNK):
+        yield bytes(view[start : start + _PROBE_CHUNK])
+
+
 def _decoded_start(httpx: Any, headers: Any, raw: bytes) -> bytes | None:
-    """The first bytes of ``raw`` decoded by its Content-Encoding; ``None`` if it does not decode."""
-    probe = httpx.Response(200, headers=headers, stream=httpx.ByteStream(raw))
+    """The first bytes of ``raw`` decoded by its Content-Encoding; ``None`` if it does not decode.
+
+    The body is fed to httpx's decoder in small slices and decoding stops once
+    enough is decoded, so a compressed bomb is never inflated whole here.
+    """
+    stream = type("Slices", (httpx.SyncByteStream,), {"__iter__": lambda self: _slices(raw)})()
+    probe = httpx.Response(200, headers=headers, stream=stream)
     out = bytearray()
     try:
         for chunk in probe.iter_bytes():

@@ -121,7 +121,15 @@ def _main(
         raise click.ClickException("--live-state and --policy go together")
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
-    path = Path(dataset)
+    from otel_replay.location import resolve
+
+    try:
+        location = resolve(dataset)
+    except OtelReplayError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if location.remote:
+        raise click.ClickException(f"dataset {dataset}: rerun reads a local dataset (copy the session's files down)")
+    path = Path(location.root)
     if not path.is_dir():
         raise click.ClickException(f"dataset {dataset} does not exist or is not a directory")
     if os.getcwd() not in sys.path and "" not in sys.path:

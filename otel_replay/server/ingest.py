@@ -63,6 +63,7 @@ from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.exporters.rows import request_to_table
 from otel_replay.exporters.writer import fsync_dir
+from otel_replay.location import resolve
 from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, env_number
 
 from .convert import CHUNK_ROWS, ChunkWriter, sanitize
@@ -538,7 +539,10 @@ class Ingestor:
         ``OTEL_REPLAY_INGEST_MAX_RATIO``, else 1000) bounds decompression;
         ``chunk_rows`` rows are buffered before a Parquet file is written.
         """
-        self.dataset = Path(dataset)
+        location = resolve(dataset)
+        if location.remote:
+            raise DatasetError(f"dataset {location.uri}: ingest writes a local dataset (then compact or copy it up)")
+        self.dataset = Path(location.root)  # file:///abs -> /abs
         if self.dataset.exists() and not self.dataset.is_dir():
             raise DatasetError(f"dataset {self.dataset} is a file, not a directory")
         self.max_line = int(max_line or env_number(INGEST_MAX_LINE, DEFAULT_MAX_LINE, integer=True))

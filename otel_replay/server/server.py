@@ -144,7 +144,7 @@ class ServerConfig:
     def __post_init__(self) -> None:
         """Validate the settings."""
         location = resolve(self.dataset)  # a directory, or s3://bucket/prefix (a bad URI: ConfigError)
-        self.dataset = location.root if location.remote else Path(self.dataset)
+        self.dataset = location.root if location.remote else Path(location.root)  # file:///abs -> /abs
         if location.remote and self.wal_dir is None:
             raise ConfigError(
                 f"dataset {location.uri}: give a local WAL directory (--wal-dir): the write-ahead log stays on "

@@ -63,10 +63,10 @@ def compact_command(
     """
     root = settings.dataset_dir(dataset)
     try:
-        remote = resolve(root).remote
+        location = resolve(root)
     except OtelReplayError as exc:
         raise click.ClickException(str(exc)) from exc
-    if not remote and not Path(root).is_dir():
+    if not location.remote and not Path(location.root).is_dir():
         raise click.ClickException(f"dataset {root} does not exist")
     say = (lambda _line: None) if as_json else (lambda line: click.echo(line))
     try:

@@ -1,0 +1,39 @@
+"""A ``file:///abs/path`` dataset URI means the same directory to every command, not ``./file:/abs/path``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from otel_replay.rerun.command import rerun_command
+from otel_replay.server.ingest import Ingestor
+from otel_replay.server.server import ServerConfig
+from otel_replay.storage import live_files
+from otel_replay.storage.command import compact_command
+
+from .conftest import count_rows
+
+
+def test_compact_takes_a_file_uri(make_dataset) -> None:
+    path, _ = make_dataset(spans=600, ids=60)
+    before = count_rows(live_files(path))[1]
+    result = CliRunner().invoke(compact_command, [f"file://{path}", "--grace", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["output_rows"] == before
+    assert count_rows(live_files(path))[1] == before
+
+
+def test_serve_and_ingest_resolve_a_file_uri_to_the_directory(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "data"
+    assert ServerConfig(dataset=f"file://{target}").dataset == target
+    assert Ingestor(f"file://{target}").dataset == target
+    assert not (tmp_path / "file:").exists()
+
+
+def test_rerun_names_a_missing_file_uri_dataset_in_one_line(tmp_path: Path) -> None:
+    args = ["some-session", "--entrypoint", "agents:run", "--dataset", f"file://{tmp_path}/nope"]
+    result = CliRunner().invoke(rerun_command, args)
+    assert result.exit_code == 1 and "does not exist" in result.output and "Traceback" not in result.output
