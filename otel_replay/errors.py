@@ -11,6 +11,7 @@
     ├── DatasetError              the dataset on disk cannot be used
     │   ├── CorruptFileError      one Parquet file is unreadable (names the file)
     │   ├── PartialWriteError     some partition files of a batch were written, then a write failed
+    │   ├── LeaseLost             an object-store partition lease expired and another process took it
     │   └── WalBusyError          another receiver owns this write-ahead log directory
     ├── QueryError                DuckDB refused a query (cause kept)
     │   └── ReadOnlyViolation     analyst SQL tried to write, attach or read outside the dataset
@@ -46,10 +47,11 @@ __all__ = [
     "ConfigError",
     "ConflictingRecords",
     "CorruptFileError",
-    "DeterminismLeakError",
     "DatasetError",
+    "DeterminismLeakError",
     "GateError",
     "IntegrityError",
+    "LeaseLost",
     "OtelReplayError",
     "OutcomeAlreadyRecorded",
     "Overloaded",
@@ -137,6 +139,14 @@ class PartialWriteError(DatasetError, OSError):
         super().__init__(f"wrote {len(paths)} partition file(s) before a write failed")
         self.paths = list(paths)
         self.dates = list(dates)
+
+
+class LeaseLost(DatasetError):
+    """An object-store partition lease is no longer held: it expired and another process took it (or it was deleted).
+
+    Any other :class:`DatasetError` from ``ObjectLease.confirm`` is a failed
+    request (a network hiccup, a 5xx): the lease may well still be held.
+    """
 
 
 class WalBusyError(DatasetError):

@@ -9,6 +9,17 @@ unnamed (deleted as leftovers by a later run), so two compactors can never
 both swap one partition, even if a lease was misjudged. Before the swap the
 lease is confirmed by a conditional write (:meth:`ObjectLease.confirm`).
 
+Every manifest PUT carries a fresh random ``fence`` token, so no two writes
+have the same bytes (an ETag is the MD5 of the bytes): any write makes every
+ETag read before it stale. Two rules follow from that. A run that finds no
+manifest creates an empty one before uploading anything, so no run ever
+swaps with ``If-None-Match`` over outputs it uploaded (retention may delete a
+manifest, which would let such a swap through). And an unnamed output is
+deleted only after a conditional rewrite of the manifest (a *fence*): the
+output may be a stalled holder's that passed its last ``confirm()`` and still
+holds a current ETag; the fence makes its swap fail instead of naming
+deleted objects.
+
 Readers follow the same rule as on disk (:func:`manifest.live_files`): the
 manifest is read before the listing, S3 being strongly consistent for GET,
 PUT and LIST; superseded files stay for the grace period.
@@ -16,6 +27,7 @@ PUT and LIST; superseded files stay for the grace period.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -56,10 +68,17 @@ def read_partition(s3: object, location: Location, name: str) -> tuple[Manifest 
     return manifest, None if stored is None else stored.etag, [n for n in names if "/" not in n]
 
 
+def _document(manifest: Manifest) -> bytes:
+    """The manifest's JSON with a fresh ``fence`` token: no two writes have the same bytes, hence ETag."""
+    doc = json.loads(manifest.to_json())
+    doc["fence"] = uuid.uuid4().hex
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
 def _swap(s3: object, location: Location, name: str, manifest: Manifest, etag: str | None) -> str:
     key = location.key(location.join(SPANS_DIR, name, MANIFEST_NAME))
     try:
-        return objects.put_if(s3, location, key, manifest.to_json().encode(), etag)
+        return objects.put_if(s3, location, key, _document(manifest), etag)
     except objects.Conflict:
         raise DatasetError(
             f"s3://{location.bucket}/{key} was changed by another process during this compaction; "
@@ -67,23 +86,60 @@ def _swap(s3: object, location: Location, name: str, manifest: Manifest, etag: s
         ) from None
 
 
+def _fence(s3: object, location: Location, name: str, lease: ObjectLease, manifest: Manifest, etag: str | None) -> str:
+    """Rewrite the manifest as read (``etag``; create it when ``None``) with a new token; its new ETag.
+
+    Every ETag read before is then stale, so no other run (a stalled holder
+    whose lease was taken over) can swap any more.
+
+    Raises:
+        DatasetError: the lease was lost, or the manifest changed since it was read (nothing was written).
+
+    """
+    lease.confirm()
+    key = location.key(location.join(SPANS_DIR, name, MANIFEST_NAME))
+    try:
+        return objects.put_if(s3, location, key, _document(manifest), etag)
+    except objects.Conflict:
+        raise DatasetError(
+            f"s3://{location.bucket}/{key} was changed by another process since this run read it; "
+            "nothing was deleted or swapped"
+        ) from None
+
+
 def _clean(
-    location: Location, name: str, manifest: Manifest, names: list[str], grace_seconds: float, now: float
-) -> tuple[int, int, Manifest]:
-    """Delete expired superseded objects and unnamed compaction outputs; (superseded, leftovers, manifest)."""
-    s3 = objects.client(location)
+    s3: object,
+    location: Location,
+    name: str,
+    lease: ObjectLease,
+    manifest: Manifest,
+    etag: str | None,
+    names: list[str],
+    grace_seconds: float,
+    now: float,
+) -> tuple[int, int, Manifest, str | None]:
+    """Delete expired superseded objects and unnamed compaction outputs; (superseded, leftovers, manifest, ETag).
+
+    ``manifest`` and ``etag`` are as read before listing ``names``. Before an
+    unnamed output is deleted the manifest is fenced (:func:`_fence`; the
+    returned ETag is the fence's): the output may belong to a holder that
+    stalled past its lease and could otherwise still swap a manifest naming
+    it. Expired superseded objects are dropped from the returned manifest;
+    the caller swaps it to forget them.
+    """
     url = location.join(SPANS_DIR, name)
     expired = [n for n, at in manifest.superseded.items() if now - at >= grace_seconds]
-    deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
     keep = set(manifest.files) | set(manifest.superseded) | ({manifest.index} if manifest.index else set())
-    leftovers = 0
-    for n in names:
-        orphan = is_compacted_name(n) or (n.startswith("_index-") and n.endswith(".pq"))
-        if orphan and n not in keep:
-            leftovers += objects.delete(s3, location, f"{url}/{n}")
+    orphans = [
+        n for n in names if (is_compacted_name(n) or (n.startswith("_index-") and n.endswith(".pq"))) and n not in keep
+    ]
+    if orphans:
+        etag = _fence(s3, location, name, lease, manifest, etag)
+    deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
+    leftovers = sum(objects.delete(s3, location, f"{url}/{n}") for n in orphans)
     if expired:
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in expired}
-    return deleted, leftovers, manifest
+    return deleted, leftovers, manifest, etag
 
 
 def compact_partition(
@@ -110,9 +166,11 @@ def compact_partition(
             raise problem
     live = [f"{url}/{n}" for n in visible_names(names, found)]
     old_index = found.index if found else None
-    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(
-        location, name, found or Manifest(), names, grace_seconds, now
+    report.superseded_deleted, report.leftovers_deleted, manifest, fenced = _clean(
+        s3, location, name, lease, found or Manifest(), etag, names, grace_seconds, now
     )
+    if fenced != etag:  # the manifest exists now (the fence created it when there was none)
+        found, etag = manifest, fenced
     if report.superseded_deleted and found is not None:
         lease.confirm()
         etag = _swap(s3, location, name, manifest, etag)  # forget what is gone
@@ -122,6 +180,8 @@ def compact_partition(
     if manifest.files and all(p.rpartition("/")[2] in manifest.files for p in live):
         report.status = "current"
         return
+    if etag is None:  # a first compaction: create the manifest before uploading (see the module docstring)
+        etag = _fence(s3, location, name, lease, manifest, None)
     sizes = {info.path: info.size for info in location.files_under(url)}
     report.input_files = len(live)
     report.bytes_before = sum(int(sizes.get(location.fs_path(p)) or 0) for p in live)
@@ -175,7 +235,7 @@ def compact_partition(
     after = {info.path: info.size for info in location.files_under(url)}
     report.bytes_after = sum(int(after.get(location.fs_path(f"{url}/{n}")) or 0) for n, _ in written)
     if grace_seconds <= 0:
-        deleted, _, cleaned = _clean(location, name, new, [], grace_seconds, time.time())
+        deleted, _, cleaned, _ = _clean(s3, location, name, lease, new, etag, [], grace_seconds, time.time())
         report.superseded_deleted += deleted
         _swap(s3, location, name, cleaned, etag)
         step("deleted")

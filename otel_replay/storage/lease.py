@@ -23,12 +23,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from otel_replay.errors import DatasetError
+from otel_replay.errors import DatasetError, LeaseLost
 from otel_replay.location import Location, resolve
 
 from . import objects
 
-__all__ = ["DEFAULT_TTL_SECONDS", "ObjectLease", "PartitionLease", "lease_for"]
+__all__ = ["DEFAULT_TTL_SECONDS", "LeaseLost", "ObjectLease", "PartitionLease", "lease_for"]
 
 DEFAULT_TTL_SECONDS = 60.0
 """How long an object-store lease lasts without renewal (its holder renews it every third of that)."""
@@ -184,29 +184,46 @@ class ObjectLease:
     def confirm(self) -> None:
         """Re-assert the lease now (a conditional write); raise when it was lost (expired and taken over).
 
+        A write that failed ambiguously (it reached S3 but the answer did not
+        come back) leaves a stale ETag: when the condition fails, the lease
+        object is read, and if it still names this holder its ETag is adopted
+        and the write retried, so only a real takeover counts as lost.
+
         Raises:
-            DatasetError: the lease is no longer held by this process.
+            LeaseLost: the lease is no longer held by this process.
+            DatasetError: the request failed (the lease may still be held; try again).
 
         """
         with self._lock:
             if self._etag is None:
-                raise DatasetError(f"partition lease {self.path} is not held (it expired and was taken over)")
+                raise LeaseLost(f"partition lease {self.path} is not held (it expired and was taken over)")
             try:
                 self._etag = objects.put_if(self._s3, self.location, self.key, self._body(), self._etag)
+                return
             except objects.Conflict:
-                self._etag = None
-                raise DatasetError(
-                    f"partition lease {self.path} was lost: it expired and another process took it"
-                ) from None
+                pass
+            current = objects.get(self._s3, self.location, self.key)
+            if current is not None and _owner(current.body) == self.owner:
+                try:
+                    self._etag = objects.put_if(self._s3, self.location, self.key, self._body(), current.etag)
+                    return
+                except objects.Conflict:
+                    pass
+            self._etag = None
+            raise LeaseLost(f"partition lease {self.path} was lost: it expired and another process took it")
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl_seconds / 3):
+        """Renew every ``ttl_seconds / 3`` until released or lost; a failed request is retried sooner."""
+        delay = self.ttl_seconds / 3
+        while not self._stop.wait(delay):
             try:
                 self.confirm()
-            except DatasetError:
+            except LeaseLost:
                 return
-            except Exception:  # a network hiccup: try again at the next tick; the lease may still expire
-                continue
+            except Exception:  # a network hiccup or a 5xx: the lease may still be held, so keep trying
+                delay = max(0.05, self.ttl_seconds / 12)
+            else:
+                delay = self.ttl_seconds / 3
 
     def release(self) -> None:
         """Give the lease back (no-op when not held)."""
@@ -216,8 +233,13 @@ class ObjectLease:
         self._thread = None
         with self._lock:
             etag, self._etag = self._etag, None
-        if etag is not None:
-            objects.delete_if(self._s3, self.location, self.key, etag)
+        if etag is not None and not objects.delete_if(self._s3, self.location, self.key, etag):
+            try:  # the ETag may be stale (a renewal whose answer was lost): delete it if it is still ours
+                current = objects.get(self._s3, self.location, self.key)
+                if current is not None and _owner(current.body) == self.owner:
+                    objects.delete_if(self._s3, self.location, self.key, current.etag)
+            except DatasetError:
+                pass  # it expires after ttl_seconds
 
     def __enter__(self) -> ObjectLease:
         if not self.acquire():

@@ -77,14 +77,15 @@ def put_if(s3: Any, location: Location, key: str, body: bytes, etag: str | None)
     """Write ``body`` to ``key`` only if it is still as read (``etag``), or still absent (``None``); the new ETag.
 
     Raises:
-        Conflict: another writer created or changed the object first.
+        Conflict: another writer created or changed the object first (or, given ``etag``, deleted it).
+        DatasetError: any other failure (the write may or may not have happened).
 
     """
     condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
     try:
         response = s3.put_object(Bucket=location.bucket, Key=key, Body=body, **condition)
     except Exception as exc:
-        if _lost(exc):
+        if _lost(exc) or (etag is not None and _code(exc) in ("NoSuchKey", "404")):
             raise Conflict(key) from exc
         raise location.error(f"cannot write s3://{location.bucket}/{key}", exc) from exc
     return str(response["ETag"])

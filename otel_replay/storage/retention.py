@@ -10,6 +10,9 @@ lists no live file and marks every file superseded, so readers stop seeing
 the whole partition at one instant; the objects are deleted once the grace
 period is over (at once with ``grace_seconds=0``, else by a later retention
 or compaction run), so a reader that listed them just before still finds them.
+Unnamed compaction outputs are deleted only after a conditional rewrite of
+the manifest, so a compactor that stalled past its lease can no longer swap
+in a manifest naming them (see :mod:`compact_s3`).
 """
 
 from __future__ import annotations
@@ -147,7 +150,8 @@ def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_s
             if found is None:
                 continue
             before = dict(found.superseded)
-            _, _, cleaned = _clean(location, name, found, names, grace_seconds, time.time())
+            # unnamed compaction outputs are deleted only behind a fence (see compact_s3._clean)
+            _, _, cleaned, etag = _clean(s3, location, name, lease, found, etag, names, grace_seconds, time.time())
             remaining = [n for n in _names(location, url) if n != MANIFEST_NAME]
             if remaining or cleaned.superseded:
                 if cleaned.superseded != before:
