@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_replay import settings
+from otel_replay._counters import CompactionCounters
 from otel_replay.errors import ConfigError
 
 from .rows import spans_to_table
@@ -45,20 +46,8 @@ def flush_exporters(timeout_millis: int = 30_000) -> bool:
 
 
 @dataclass
-class CompactionStats:
+class CompactionStats(CompactionCounters):
     """What the exporter's background compaction did (``compact_every_seconds``)."""
-
-    compaction_runs: int = 0
-    partitions_compacted: int = 0
-    compaction_duplicates_removed: int = 0
-    compaction_errors: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **deltas: int) -> None:
-        """Add to counters atomically."""
-        with self.lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
 
 
 def _label(span: ReadableSpan) -> str:

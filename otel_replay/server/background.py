@@ -18,18 +18,12 @@ import datetime as dt
 import logging
 import threading
 from pathlib import Path
-from typing import Protocol
 
+from otel_replay._counters import CompactionCounters
 from otel_replay.errors import OtelReplayError
 
-__all__ = ["BackgroundCompactor", "Counters"]
+__all__ = ["BackgroundCompactor"]
 
-
-class Counters(Protocol):
-    """Where a compactor counts its runs: the receiver's ``Metrics``, or the exporter's ``CompactionStats``."""
-
-    def add(self, **deltas: int) -> None:
-        """Add to counters atomically."""
 
 _log = logging.getLogger("otel_replay.server")
 
@@ -37,7 +31,9 @@ _log = logging.getLogger("otel_replay.server")
 class BackgroundCompactor:
     """Compacts closed day partitions of ``dataset`` every ``every_seconds`` on a daemon thread."""
 
-    def __init__(self, dataset: Path | str, every_seconds: float, max_batch_rows: int, metrics: Counters) -> None:
+    def __init__(
+        self, dataset: Path | str, every_seconds: float, max_batch_rows: int, metrics: CompactionCounters
+    ) -> None:
         """Prepare (not start) the compactor; see the module docstring."""
         self.dataset = dataset
         self.every_seconds = every_seconds

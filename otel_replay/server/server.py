@@ -33,12 +33,13 @@ from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay._counters import CompactionCounters
 from otel_replay.errors import ConfigError, DatasetError, Overloaded
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
@@ -173,8 +174,8 @@ class ServerConfig:
 
 
 @dataclass
-class Metrics:
-    """Counters exposed at ``/metrics`` (Prometheus text format)."""
+class Metrics(CompactionCounters):
+    """Counters exposed at ``/metrics`` (Prometheus text format); the compaction ones and ``add`` are inherited."""
 
     requests: int = 0
     spans_received: int = 0
@@ -194,17 +195,6 @@ class Metrics:
     quarantine_spans_written: int = 0
     quarantine_spans_dropped: int = 0
     quarantine_records_dropped: int = 0
-    compaction_runs: int = 0
-    partitions_compacted: int = 0
-    compaction_duplicates_removed: int = 0
-    compaction_errors: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **deltas: int) -> None:
-        """Add to counters atomically."""
-        with self.lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
 
     def snapshot(self) -> dict[str, int]:
         """The counters as a dict."""

@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from otel_replay.errors import DatasetError, LeaseLost
 from otel_replay.location import Location, resolve
@@ -34,7 +34,29 @@ DEFAULT_TTL_SECONDS = 60.0
 """How long an object-store lease lasts without renewal (its holder renews it every third of that)."""
 
 
-class PartitionLease:
+class _Held:
+    """``with lease:`` takes it (``DatasetError`` when another process holds it) and gives it back on the way out."""
+
+    def acquire(self, wait: float = 0.0) -> bool:
+        """Take the lease; ``False`` when another process holds it (each lease kind says how)."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Give the lease back."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        if not self.acquire():
+            raise DatasetError(f"partition lease {getattr(self, 'path', '')} is held by another process")
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+class PartitionLease(_Held):
     """Exclusive lease on partition ``name`` (e.g. ``date=2026-01-31``) of ``dataset``.
 
     ``acquire(wait=0)`` returns ``False`` at once when another process holds
@@ -88,18 +110,9 @@ class PartitionLease:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def __enter__(self) -> PartitionLease:
-        if not self.acquire():
-            raise DatasetError(f"partition lease {self.path} is held by another process")
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
 
 
-class ObjectLease:
+class ObjectLease(_Held):
     """Exclusive lease on partition ``name`` of a dataset on S3: the object ``<prefix>/.locks/<name>.lease``.
 
     ``acquire`` creates the object with ``If-None-Match: *``: of two racing
@@ -241,15 +254,6 @@ class ObjectLease:
             except DatasetError:
                 pass  # it expires after ttl_seconds
 
-    def __enter__(self) -> ObjectLease:
-        if not self.acquire():
-            raise DatasetError(f"partition lease {self.path} is held by another process")
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
 
 
 def _owner(body: bytes) -> str:
