@@ -269,8 +269,12 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)  # the server died (kill -9); its restart converts the segment again
 
 
-def worker_init() -> None:
+def worker_init(server_pid: int | None = None) -> None:
     """Converter-process initializer: ignore Ctrl-C/SIGTERM (the server drains us) and exit with the server.
+
+    ``server_pid`` is the server's pid, passed in by the server: a server that
+    died while this process was still starting has already handed it to init,
+    so ``os.getppid()`` here would name init and the watch would never end.
 
     It also freezes what the imports allocated out of the garbage collector's
     sight: conversion keeps a request's rows alive while it builds them, and
@@ -280,6 +284,9 @@ def worker_init() -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+    parent = os.getppid() if server_pid is None else server_pid
+    if os.getppid() != parent:
+        os._exit(1)  # the server is already gone
+    threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch", daemon=True).start()
     gc.freeze()
     atexit.register(gc.unfreeze)

@@ -310,7 +310,9 @@ class Receiver:
             self._pool = None
         if self.config.convert_workers:
             ctx = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(self.config.convert_workers, mp_context=ctx, initializer=worker_init)
+            self._pool = ProcessPoolExecutor(
+                self.config.convert_workers, mp_context=ctx, initializer=worker_init, initargs=(os.getpid(),)
+            )
             self._pool.submit(os.getpid)  # start a converter (its imports) now, not when the first segment is due
 
     def wait(self, timeout: float | None = None) -> bool:
