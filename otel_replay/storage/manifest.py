@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -250,6 +251,30 @@ def visible_names(names: Iterable[str], manifest: Manifest | None) -> list[str]:
     return _visible(names, manifest)
 
 
+_MANIFEST_READS = 4
+"""Reads of a remote manifest before a damaged one is reported (see :func:`_read_remote_manifest`)."""
+
+
+def _read_remote_manifest(location: Location, where: str) -> Manifest | None:
+    """Read and parse the manifest at ``where`` (``None``: absent), re-reading one caught mid-rewrite.
+
+    pyarrow reads an object as a HEAD for its size, then ranged GETs: a
+    manifest rewritten between the two (a compaction's fence or swap) comes
+    back as the new content cut at the old size, which never parses. A PUT is
+    atomic, so reading again gets one whole version; a manifest that still
+    does not parse after a few reads is damaged and reported.
+    """
+    for attempt in range(_MANIFEST_READS):
+        try:
+            data = location.read_bytes(where)
+            return None if data is None else parse_manifest(data, where)
+        except DatasetError:
+            if attempt == _MANIFEST_READS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    return None  # pragma: no cover - the loop returns or raises
+
+
 def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | None, list[str]]], list[str]]:
     """A remote dataset's partitions as (name, manifest, file names), and its files outside partitions.
 
@@ -273,9 +298,7 @@ def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | No
     for info in location.files_under(spans):
         head, name = split(info.path)
         if name == MANIFEST_NAME and _PARTITION.fullmatch(head):
-            where = location.join(SPANS_DIR, head, MANIFEST_NAME)
-            data = location.read_bytes(where)
-            manifests[head] = None if data is None else parse_manifest(data, where)
+            manifests[head] = _read_remote_manifest(location, location.join(SPANS_DIR, head, MANIFEST_NAME))
     by_partition: dict[str, list[str]] = {}
     loose: list[str] = []
     for info in location.files_under(spans):
