@@ -51,7 +51,7 @@ from .compact import (
     _write_file,
 )
 from .lease import ObjectLease
-from .manifest import MANIFEST_NAME, Manifest, is_compacted_name, missing_error, parse_manifest, visible_names
+from .manifest import MANIFEST_NAME, Manifest, is_compacted_name, missing_error, read_remote_manifest, visible_names
 from .side_index import build_index, index_bytes
 
 __all__ = ["compact_partition", "read_partition"]
@@ -59,13 +59,11 @@ __all__ = ["compact_partition", "read_partition"]
 
 def read_partition(s3: object, location: Location, name: str) -> tuple[Manifest | None, str | None, list[str]]:
     """(manifest, its ETag, every object name directly in the partition): the manifest read first."""
-    key = location.key(location.join(SPANS_DIR, name, MANIFEST_NAME))
-    stored = objects.get(s3, location, key)
-    manifest = None if stored is None else parse_manifest(stored.body, f"s3://{location.bucket}/{key}")
+    manifest, etag = read_remote_manifest(s3, location, name)
     url = location.join(SPANS_DIR, name)
     prefix = location.fs_path(url) + "/"
     names = [info.path[len(prefix) :] for info in location.files_under(url)]
-    return manifest, None if stored is None else stored.etag, [n for n in names if "/" not in n]
+    return manifest, etag, [n for n in names if "/" not in n]
 
 
 def _document(manifest: Manifest) -> bytes:
@@ -75,15 +73,23 @@ def _document(manifest: Manifest) -> bytes:
     return json.dumps(doc, indent=1, sort_keys=True).encode()
 
 
-def _swap(s3: object, location: Location, name: str, manifest: Manifest, etag: str | None) -> str:
+_SWAP_CONFLICT = "during this compaction; nothing was swapped (this run's files are left for the next run to delete)"
+
+
+def _swap(
+    s3: object, location: Location, name: str, manifest: Manifest, etag: str | None, conflict: str = _SWAP_CONFLICT
+) -> str:
+    """Write ``manifest`` only if it is still as read (``etag``; absent when ``None``), with a fresh token; its ETag.
+
+    Raises:
+        DatasetError: another process changed the manifest first (``conflict`` says what was left undone).
+
+    """
     key = location.key(location.join(SPANS_DIR, name, MANIFEST_NAME))
     try:
         return objects.put_if(s3, location, key, _document(manifest), etag)
     except objects.Conflict:
-        raise DatasetError(
-            f"s3://{location.bucket}/{key} was changed by another process during this compaction; "
-            "nothing was swapped (this run's files are left for the next run to delete)"
-        ) from None
+        raise DatasetError(f"s3://{location.bucket}/{key} was changed by another process {conflict}") from None
 
 
 def _fence(s3: object, location: Location, name: str, lease: ObjectLease, manifest: Manifest, etag: str | None) -> str:
@@ -97,14 +103,7 @@ def _fence(s3: object, location: Location, name: str, lease: ObjectLease, manife
 
     """
     lease.confirm()
-    key = location.key(location.join(SPANS_DIR, name, MANIFEST_NAME))
-    try:
-        return objects.put_if(s3, location, key, _document(manifest), etag)
-    except objects.Conflict:
-        raise DatasetError(
-            f"s3://{location.bucket}/{key} was changed by another process since this run read it; "
-            "nothing was deleted or swapped"
-        ) from None
+    return _swap(s3, location, name, manifest, etag, "since this run read it; nothing was deleted or swapped")
 
 
 def _clean(
