@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -251,28 +250,20 @@ def visible_names(names: Iterable[str], manifest: Manifest | None) -> list[str]:
     return _visible(names, manifest)
 
 
-_MANIFEST_READS = 4
-"""Reads of a remote manifest before a damaged one is reported (see :func:`_read_remote_manifest`)."""
+def read_remote_manifest(s3: object, location: Location, partition: str) -> tuple[Manifest | None, str | None]:
+    """A remote partition's manifest and its ETag (``(None, None)``: none), read in one GET.
 
-
-def _read_remote_manifest(location: Location, where: str) -> Manifest | None:
-    """Read and parse the manifest at ``where`` (``None``: absent), re-reading one caught mid-rewrite.
-
-    pyarrow reads an object as a HEAD for its size, then ranged GETs: a
-    manifest rewritten between the two (a compaction's fence or swap) comes
-    back as the new content cut at the old size, which never parses. A PUT is
-    atomic, so reading again gets one whole version; a manifest that still
-    does not parse after a few reads is damaged and reported.
+    One GET returns one whole version of the object. pyarrow's own read is a
+    HEAD for the size, then ranged GETs, so a manifest rewritten in between (a
+    compaction's fence or swap) would come back cut at the old size.
     """
-    for attempt in range(_MANIFEST_READS):
-        try:
-            data = location.read_bytes(where)
-            return None if data is None else parse_manifest(data, where)
-        except DatasetError:
-            if attempt == _MANIFEST_READS - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
-    return None  # pragma: no cover - the loop returns or raises
+    from otel_replay.storage import objects
+
+    key = location.key(location.join(SPANS_DIR, partition, MANIFEST_NAME))
+    stored = objects.get(s3, location, key)
+    if stored is None:
+        return None, None
+    return parse_manifest(stored.body, f"s3://{location.bucket}/{key}"), stored.etag
 
 
 def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | None, list[str]]], list[str]]:
@@ -294,11 +285,14 @@ def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | No
         head, _, name = path[len(prefix) :].rpartition("/")
         return head, name
 
+    from otel_replay.storage import objects
+
+    s3 = objects.client(location)
     manifests: dict[str, Manifest | None] = {}
     for info in location.files_under(spans):
         head, name = split(info.path)
         if name == MANIFEST_NAME and _PARTITION.fullmatch(head):
-            manifests[head] = _read_remote_manifest(location, location.join(SPANS_DIR, head, MANIFEST_NAME))
+            manifests[head] = read_remote_manifest(s3, location, head)[0]
     by_partition: dict[str, list[str]] = {}
     loose: list[str] = []
     for info in location.files_under(spans):

@@ -45,7 +45,7 @@ def client(location: Location) -> Any:
         import boto3
     except ImportError as exc:
         raise DatasetError(
-            f"dataset {location.uri}: compaction and retention on s3:// need boto3 (pip install 'otel-replay[s3]')"
+            f"dataset {location.uri}: s3:// datasets need boto3 (pip install 'otel-replay[s3]')"
         ) from exc
     return boto3.client("s3", endpoint_url=s3_endpoint())
 
