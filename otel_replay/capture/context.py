@@ -124,12 +124,12 @@ def redacted_urls(attributes: Mapping[str, Any] | None) -> dict[str, str]:
     """
     if not attributes:
         return {}
-    from otel_replay.instrumentation._redact import redact
-
     out = {}
     for key in _URL_ATTRIBUTES:
         value = attributes.get(key)
         if isinstance(value, str) and ("?" in value or "@" in value):
+            from otel_replay.instrumentation._redact import redact  # only for a URL that may hold a secret
+
             cleaned = redact(value)
             if cleaned != value:
                 out[key] = cleaned

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import baggage, context
-from opentelemetry.trace import Span, SpanKind, TracerProvider
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, TracerProvider
 
 from otel_replay import semconv as sc
 from otel_replay.instrumentation._common import AGENT_NAME_KEY, begin, end_error, scope_ids, tracer_for
@@ -69,8 +69,6 @@ def invoke_agent(
             model_layer=False,
         )
         if started is None:  # suppressed: run the block unrecorded
-            from opentelemetry.trace import INVALID_SPAN
-
             yield INVALID_SPAN
             return
         span, span_token = started
