@@ -45,7 +45,8 @@ from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyRep
 from otel_replay.location import Location, register_with, resolve
 from otel_replay.records import DecisionRecord, SpanRef
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
-from otel_replay.storage.side_index import files_for
+from otel_replay.storage.side_index import indexed_and_tail
+from otel_replay.storage.tail_index import TailIndex
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
 __all__ = ["Store", "load_sql", "open_store", "restore_attributes", "stored_record"]
@@ -250,6 +251,7 @@ class Store:
         self._pointed: list[str] | None = None  # the files the internal connection's variables name
         self._current_source = False  # span_source defined for files that all have the current columns
         self._snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last refresh
+        self._tail = TailIndex(self.location)  # ids of the files no side index covers yet
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -354,6 +356,7 @@ class Store:
                 else:
                     raise problem
             self.files, self.skipped = files, skipped
+            self._tail.keep_only(files)
             self._define_views(self._con, files)
             if self._analyst is not None:
                 self._analyst.close()
@@ -574,16 +577,21 @@ class Store:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def _narrow(self, ids: Mapping[str, str]) -> list[str] | None:
-        """The checked files ``files_for`` names for ``ids``; ``None`` to read every file."""
+        """The checked files that may hold ``ids`` (see :func:`~.side_index.files_for`); ``None``: every file."""
         if not self.files:
             return None  # the views stand on the empty source until refresh() finds files
+        wanted = [(kind, value) for kind, value in ids.items()]
         try:
-            found = files_for(self.location, snapshot=self._snapshot, **ids)
+            split = indexed_and_tail(self.location, wanted, snapshot=self._snapshot)
         except DatasetError as exc:
             _log.warning("otel-replay: side index not used, reading every file: %s", exc)
             return None
-        if found is None:
+        if split is None:
             return None
+        hits, tail = split
+        # Files newer than the index: only those whose ids (read once each, by the stamp of their last
+        # check) may match; a file never checked yet is kept, checked below, and indexed next time.
+        found = sorted(hits + self._tail.holding(tail, wanted, self._checked))
         skipped = {problem.path for problem in self.skipped}
         scope = []
         for path in found:  # not intersected with self.files: that list may predate a compaction

@@ -30,7 +30,7 @@ from otel_replay.location import Location, resolve
 
 from .manifest import RemoteSnapshot, partition_dirs, partition_live_files
 
-__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "index_bytes", "write_index"]
+__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "index_bytes", "indexed_and_tail", "write_index"]
 
 INDEX_KINDS = ("correlation_id", "trace_id", "session_id", "record_id")
 """The span columns the side index maps to files."""
@@ -189,43 +189,75 @@ def files_for(
 
     """
     given = {"correlation_id": correlation_id, "trace_id": trace_id, "session_id": session_id, "record_id": record_id}
-    wanted = [(kind, str(key)) for kind, key in given.items() if key is not None]
+    split = indexed_and_tail(dataset, [(kind, str(key)) for kind, key in given.items() if key is not None], snapshot)
+    return None if split is None else sorted(split[0] + split[1])
+
+
+def indexed_and_tail(
+    dataset: str | os.PathLike[str] | Location,
+    wanted: Sequence[tuple[str, str]],
+    snapshot: RemoteSnapshot | None = None,
+) -> tuple[list[str], list[str]] | None:
+    """:func:`files_for` in two parts: (indexed files holding one of ``wanted``, live files no index covers).
+
+    ``wanted`` holds (kind, id) pairs, kind one of :data:`INDEX_KINDS`. The
+    second list is what :class:`~.tail_index.TailIndex` narrows further.
+    ``None`` when no partition has a side index.
+
+    Raises:
+        ConfigError: no id given, or an unknown kind.
+        DatasetError: a manifest or index cannot be read.
+
+    """
     if not wanted:
         raise ConfigError("files_for needs at least one id (correlation_id, trace_id, session_id or record_id)")
+    unknown = sorted({kind for kind, _ in wanted if kind not in INDEX_KINDS})
+    if unknown:
+        raise ConfigError(f"not an indexed id kind: {', '.join(unknown)} (one of {', '.join(INDEX_KINDS)})")
     location = resolve(dataset)
     if location.remote:
-        return _remote_files_for(location, wanted, snapshot)
-    found: list[str] = []
+        return _remote_indexed_and_tail(location, list(wanted), snapshot)
+    hits: list[str] = []
+    tail: list[str] = []
     indexed = False
     for partition in partition_dirs(location.root):
         manifest, live = partition_live_files(partition)
         if manifest is None or manifest.index is None:
-            found.extend(str(p) for p in live)
+            tail.extend(str(p) for p in live)
             continue
         indexed = True
-        hits = _lookup(partition / manifest.index, wanted)
+        found = _lookup(partition / manifest.index, list(wanted))
         covered = set(manifest.files)
-        found.extend(str(p) for p in live if p.name not in covered or p.name in hits)
-    return sorted(found) if indexed else None
+        for p in live:
+            if p.name not in covered:
+                tail.append(str(p))
+            elif p.name in found:
+                hits.append(str(p))
+    return (hits, tail) if indexed else None
 
 
-def _remote_files_for(
+def _remote_indexed_and_tail(
     location: Location, wanted: list[tuple[str, str]], snapshot: RemoteSnapshot | None
-) -> list[str] | None:
-    """:func:`files_for` on an object store: the same rule over :func:`~.manifest.remote_partitions`."""
+) -> tuple[list[str], list[str]] | None:
+    """:func:`indexed_and_tail` on an object store: the same rule over :func:`~.manifest.remote_partitions`."""
     from .manifest import remote_partitions, visible_names
 
     partitions, _ = snapshot if snapshot is not None else remote_partitions(location)
-    found: list[str] = []
+    hits: list[str] = []
+    tail: list[str] = []
     indexed = False
     for head, manifest, names in partitions:
         url = location.join(SPANS_DIR, head)
         live = visible_names(names, manifest)
         if manifest is None or manifest.index is None:
-            found.extend(f"{url}/{name}" for name in live)
+            tail.extend(f"{url}/{name}" for name in live)
             continue
         indexed = True
-        hits = _lookup(f"{url}/{manifest.index}", wanted, location)
+        found = _lookup(f"{url}/{manifest.index}", wanted, location)
         covered = set(manifest.files)
-        found.extend(f"{url}/{name}" for name in live if name not in covered or name in hits)
-    return sorted(found) if indexed else None
+        for name in live:
+            if name not in covered:
+                tail.append(f"{url}/{name}")
+            elif name in found:
+                hits.append(f"{url}/{name}")
+    return (hits, tail) if indexed else None

@@ -1,0 +1,118 @@
+"""The ids of the files a side index does not cover yet, read once per file and kept in memory.
+
+A partition's side index (written by compaction) names the compacted files
+holding an id; every file that arrived since is searched by every lookup
+(:func:`~.side_index.files_for`), so between two compactions a point lookup
+grows slower with each arrival: 240 five-second exporter files made a trade
+chain 20× slower in ``benchmarks/bench_fresh.py``. :class:`TailIndex` reads the
+four id columns of each such file once (a few hundred microseconds for an
+exporter's file), keeps each file's distinct ids as a set, and tells a lookup
+which of those files can hold its ids; the query then opens only those.
+
+It never narrows wrongly: a file whose ids cannot be read (damaged, foreign
+column types) or that arrives once the key budget is spent is always kept, so
+the answer is as complete as searching every file, and the query that reads a
+damaged file still names it. Entries are keyed by the file's (size, mtime) and
+dropped with :meth:`TailIndex.keep_only` when compaction retires a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from otel_replay.location import Location
+
+from .side_index import INDEX_KINDS
+
+__all__ = ["DEFAULT_KEY_BUDGET", "TailIndex"]
+
+DEFAULT_KEY_BUDGET = 500_000
+"""Distinct (kind, id) pairs a :class:`TailIndex` holds at most (about 150 bytes each)."""
+
+_SEP = "\x00"  # kinds are fixed names; an id holding NUL still maps only to its own kind
+
+
+class TailIndex:
+    """Which not-yet-indexed files hold an id; see the module docstring.
+
+    Not thread-safe on its own: the :class:`~otel_replay.store.Store` calls it
+    under its lock.
+    """
+
+    def __init__(self, location: Location, *, key_budget: int = DEFAULT_KEY_BUDGET) -> None:
+        """An empty tail index over ``location``'s files, holding at most ``key_budget`` keys."""
+        if key_budget < 0:
+            raise ValueError(f"key_budget must be >= 0, got {key_budget}")
+        self.location = location
+        self.key_budget = key_budget
+        self._files: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}
+        self._keys = 0
+        self.files_read = 0
+        """Files whose ids were read (a counter for tests and benchmarks)."""
+
+    @property
+    def keys(self) -> int:
+        """Distinct (kind, id) pairs held now."""
+        return self._keys
+
+    def holding(
+        self, paths: Sequence[str], wanted: Sequence[tuple[str, str]], stamps: Mapping[str, tuple[int, int]]
+    ) -> list[str]:
+        """The files of ``paths`` that may hold any of ``wanted`` ((kind, id) pairs), in their order.
+
+        ``stamps`` gives each path's (size, mtime); a path without one, or
+        whose ids cannot be read or held, is kept.
+        """
+        probes = [f"{kind}{_SEP}{key}" for kind, key in wanted]
+        kept = []
+        for path in paths:
+            ids = self._ids(path, stamps.get(path))
+            if ids is None or any(probe in ids for probe in probes):
+                kept.append(path)
+        return kept
+
+    def keep_only(self, live: Sequence[str]) -> None:
+        """Forget every file not in ``live`` (a compaction retired it)."""
+        alive = set(live)
+        for path in [p for p in self._files if p not in alive]:
+            self._keys -= len(self._files.pop(path)[1])
+
+    def _ids(self, path: str, stamp: tuple[int, int] | None) -> frozenset[str] | None:
+        if stamp is None:
+            return None
+        cached = self._files.get(path)
+        if cached is not None:
+            if cached[0] == stamp:
+                return cached[1]
+            self._keys -= len(self._files.pop(path)[1])
+        if self._keys >= self.key_budget:
+            return None
+        ids = self._read(path)
+        if ids is None or self._keys + len(ids) > self.key_budget:
+            return None
+        self._files[path] = (stamp, ids)
+        self._keys += len(ids)
+        return ids
+
+    def _read(self, path: str) -> frozenset[str] | None:
+        """The distinct (kind, id) keys of one file; ``None`` when they cannot be read as strings."""
+        try:
+            if self.location.remote:
+                handle = pq.ParquetFile(self.location.fs.open_input_file(self.location.fs_path(path)))
+            else:
+                handle = pq.ParquetFile(path)
+            names = set(handle.schema_arrow.names)
+            columns = [kind for kind in INDEX_KINDS if kind in names]
+            table = handle.read(columns=columns)
+            self.files_read += 1
+            keys: set[str] = set()
+            for kind in columns:
+                values = pc.unique(table.column(kind).cast(pa.string())).drop_null()
+                keys.update(f"{kind}{_SEP}{value}" for value in values.to_pylist())
+            return frozenset(keys)
+        except (OSError, pa.ArrowException, ValueError):
+            return None
