@@ -441,6 +441,11 @@ class Receiver:
                 for s in self.wal.sealed()
                 if s.segment_id not in tried and (final or self._retry_at.get(s.segment_id, 0.0) <= now)
             ]
+            if not ready and not final and tried and not self._stop.is_set():
+                # A conversion just finished and nothing waits: seal what arrived meanwhile now, rather
+                # than leave the converters idle until the next tick of the loop.
+                if self.wal.rotate(min_bytes=EARLY_SEAL_BYTES):
+                    continue
             batch = ready[: max(1, self.config.convert_workers)]
             if not batch:
                 break

@@ -12,7 +12,7 @@ WITH chain_spans AS MATERIALIZED (
 ), audit AS (
     SELECT 'audit' AS layer, a.created_at AS event_time, a.entry_id AS record_id, to_json(a) AS body
     FROM audit_entries_in('chain_spans') AS a
-    ORDER BY a.created_at, a.entry_id
+    ORDER BY a.created_at, a.entry_id, a.trace_id, a.span_id
     LIMIT coalesce(getvariable('chain_limit'), 500)
 ), traces AS (
     SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
@@ -21,10 +21,10 @@ WITH chain_spans AS MATERIALIZED (
         FROM chain_decisions AS d
         LEFT JOIN outcomes_in('chain_outcome_spans') AS o ON o.decision_id = d.record_id
     ) AS t
-    ORDER BY t.created_at, t.record_id
+    ORDER BY t.created_at, t.record_id, t.trace_id, t.span_id
     LIMIT coalesce(getvariable('chain_limit'), 500)
 )
 SELECT * FROM audit
 UNION ALL
 SELECT * FROM traces
-ORDER BY event_time, layer, record_id;
+ORDER BY event_time, layer, record_id, body;

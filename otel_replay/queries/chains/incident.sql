@@ -4,5 +4,5 @@
 SELECT 'audit' AS layer, a.created_at AS event_time, a.entry_id AS record_id, to_json(a) AS body
 FROM audit_entries AS a
 WHERE a.correlation_id = getvariable('chain_id')
-ORDER BY a.created_at, a.entry_id
+ORDER BY a.created_at, a.entry_id, a.trace_id, a.span_id
 LIMIT coalesce(getvariable('chain_limit'), 500);

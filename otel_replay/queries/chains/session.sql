@@ -15,5 +15,5 @@ FROM (
     FROM chain_decisions AS d
     LEFT JOIN outcomes_in('chain_outcome_spans') AS o ON o.decision_id = d.record_id
 ) AS t
-ORDER BY t.created_at, t.record_id
+ORDER BY t.created_at, t.record_id, t.trace_id, t.span_id
 LIMIT coalesce(getvariable('chain_limit'), 100);

@@ -69,11 +69,11 @@ WITH chain_spans AS (
     ) WHERE rank_in_decision = 1
 ), audit AS (
     SELECT 'audit' AS layer, created_at AS event_time, entry_id AS record_id, to_json(struct(a.*)) AS body,
-           row_number() OVER (ORDER BY created_at ASC NULLS LAST, entry_id) AS n
+           row_number() OVER (ORDER BY created_at ASC NULLS LAST, entry_id, trace_id, span_id) AS n
     FROM audit_entries AS a
 ), traces AS (
     SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(struct(t.*)) AS body,
-           row_number() OVER (ORDER BY t.created_at ASC NULLS LAST, t.record_id) AS n
+           row_number() OVER (ORDER BY t.created_at ASC NULLS LAST, t.record_id, t.trace_id, t.span_id) AS n
     FROM (
         SELECT d.*, o.outcome_id, o.outcome_correct, o.outcome_note
         FROM decisions AS d LEFT JOIN outcomes AS o ON o.decision_id = d.record_id
@@ -82,4 +82,4 @@ WITH chain_spans AS (
 SELECT layer, event_time, record_id, body FROM audit WHERE n <= coalesce(:chain_limit, 100)
 UNION ALL
 SELECT layer, event_time, record_id, body FROM traces WHERE n <= coalesce(:chain_limit, 100)
-ORDER BY event_time ASC NULLS LAST, layer, record_id
+ORDER BY event_time ASC NULLS LAST, layer, record_id, body

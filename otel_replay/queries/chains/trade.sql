@@ -6,6 +6,8 @@
 -- The chain's spans are read once (one scan, filtered by the promoted correlation_id) and
 -- unpacked from there; its decisions' outcomes, which may be stored under any correlation id,
 -- are found by the typed outcome_decision_id column (a version 1 file's outcome: by its JSON).
+-- Copies of one record under other span ids (a replayed or forged row) tie on time and id: they
+-- are ordered by trace and span id, so a chain comes back in the same order on every run.
 WITH chain_spans AS MATERIALIZED (
     SELECT * FROM spans WHERE correlation_id = getvariable('chain_id')
 ), chain_decisions AS MATERIALIZED (
@@ -15,7 +17,7 @@ WITH chain_spans AS MATERIALIZED (
 ), audit AS (
     SELECT 'audit' AS layer, a.created_at AS event_time, a.entry_id AS record_id, to_json(a) AS body
     FROM audit_entries_in('chain_spans') AS a
-    ORDER BY a.created_at, a.entry_id
+    ORDER BY a.created_at, a.entry_id, a.trace_id, a.span_id
     LIMIT coalesce(getvariable('chain_limit'), 100)
 ), traces AS (
     SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
@@ -24,10 +26,10 @@ WITH chain_spans AS MATERIALIZED (
         FROM chain_decisions AS d
         LEFT JOIN outcomes_in('chain_outcome_spans') AS o ON o.decision_id = d.record_id
     ) AS t
-    ORDER BY t.created_at, t.record_id
+    ORDER BY t.created_at, t.record_id, t.trace_id, t.span_id
     LIMIT coalesce(getvariable('chain_limit'), 100)
 )
 SELECT * FROM audit
 UNION ALL
 SELECT * FROM traces
-ORDER BY event_time, layer, record_id;
+ORDER BY event_time, layer, record_id, body;
