@@ -45,6 +45,7 @@ __all__ = [
     "partition_dirs",
     "parse_manifest",
     "partition_live_files",
+    "partition_live_names",
     "partition_names",
     "read_manifest",
     "RemoteSnapshot",
@@ -219,6 +220,17 @@ def partition_live_files(partition: Path) -> tuple[Manifest | None, list[Path]]:
         DatasetError: the manifest is invalid, or names a compacted file that is missing.
 
     """
+    manifest, live = partition_live_names(partition)
+    return manifest, [partition / name for name in live]
+
+
+def partition_live_names(partition: Path) -> tuple[Manifest | None, list[str]]:
+    """Like :func:`partition_live_files`, the live files' names (no path objects: a lookup lists every partition).
+
+    Raises:
+        DatasetError: the manifest is invalid, or names a compacted file that is missing.
+
+    """
     manifest = read_manifest(partition)
     try:
         names = os.listdir(partition)
@@ -226,13 +238,10 @@ def partition_live_files(partition: Path) -> tuple[Manifest | None, list[Path]]:
         return manifest, []
     live = _visible(names, manifest)
     if manifest is not None:
-        missing = sorted(set(manifest.files) - set(names))
-        if missing:
-            raise DatasetError(
-                f"{partition / MANIFEST_NAME} lists {len(missing)} compacted file(s) that are missing, "
-                f"e.g. {missing[0]}: spans in them are lost"
-            )
-    return manifest, [partition / name for name in live]
+        problem = missing_error(str(partition / MANIFEST_NAME), manifest, names)
+        if problem is not None:
+            raise problem
+    return manifest, live
 
 
 def missing_error(where: str, manifest: Manifest, names: Iterable[str]) -> DatasetError | None:

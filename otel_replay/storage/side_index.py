@@ -28,7 +28,7 @@ from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
-from .manifest import RemoteSnapshot, partition_dirs, partition_live_files
+from .manifest import RemoteSnapshot, partition_dirs, partition_live_names
 
 __all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "index_bytes", "indexed_and_tail", "write_index"]
 
@@ -221,18 +221,19 @@ def indexed_and_tail(
     tail: list[str] = []
     indexed = False
     for partition in partition_dirs(location.root):
-        manifest, live = partition_live_files(partition)
+        manifest, live = partition_live_names(partition)
+        head = f"{partition}{os.sep}"
         if manifest is None or manifest.index is None:
-            tail.extend(str(p) for p in live)
+            tail.extend(head + name for name in live)
             continue
         indexed = True
         found = _lookup(partition / manifest.index, list(wanted))
         covered = set(manifest.files)
-        for p in live:
-            if p.name not in covered:
-                tail.append(str(p))
-            elif p.name in found:
-                hits.append(str(p))
+        for name in live:
+            if name not in covered:
+                tail.append(head + name)
+            elif name in found:
+                hits.append(head + name)
     return (hits, tail) if indexed else None
 
 

@@ -6,13 +6,14 @@ holding an id; every file that arrived since is searched by every lookup
 grows slower with each arrival: 240 five-second exporter files made a trade
 chain 20× slower in ``benchmarks/bench_fresh.py``. :class:`TailIndex` reads the
 four id columns of each such file once (a few hundred microseconds for an
-exporter's file), keeps each file's distinct ids as a set, and tells a lookup
+exporter's file), keeps a hash of each of a file's distinct ids in a set, and tells a lookup
 which of those files can hold its ids; the query then opens only those.
 
 It never narrows wrongly: a file whose ids cannot be read (damaged, foreign
 column types) or that arrives once the key budget is spent is always kept, so
 the answer is as complete as searching every file, and the query that reads a
-damaged file still names it. Entries are keyed by the file's (size, mtime) and
+damaged file still names it. Such a file is not read again until it changes
+or :meth:`TailIndex.keep_only` makes room. Entries are keyed by the file's (size, mtime) and
 dropped with :meth:`TailIndex.keep_only` when compaction retires a file.
 """
 
@@ -30,8 +31,8 @@ from .side_index import INDEX_KINDS
 
 __all__ = ["DEFAULT_KEY_BUDGET", "TailIndex"]
 
-DEFAULT_KEY_BUDGET = 500_000
-"""Distinct (kind, id) pairs a :class:`TailIndex` holds at most (about 150 bytes each)."""
+DEFAULT_KEY_BUDGET = 1_000_000
+"""Distinct (kind, id) pairs a :class:`TailIndex` holds at most (each as a hash in a set, about 80 bytes)."""
 
 _SEP = "\x00"  # kinds are fixed names; an id holding NUL still maps only to its own kind
 
@@ -49,7 +50,8 @@ class TailIndex:
             raise ValueError(f"key_budget must be >= 0, got {key_budget}")
         self.location = location
         self.key_budget = key_budget
-        self._files: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}
+        self._files: dict[str, tuple[tuple[int, int], frozenset[int]]] = {}
+        self._passed: dict[str, tuple[int, int]] = {}  # files kept unread (over budget, unreadable), by stamp
         self._keys = 0
         self.files_read = 0
         """Files whose ids were read (a counter for tests and benchmarks)."""
@@ -67,7 +69,7 @@ class TailIndex:
         ``stamps`` gives each path's (size, mtime); a path without one, or
         whose ids cannot be read or held, is kept.
         """
-        probes = [f"{kind}{_SEP}{key}" for kind, key in wanted]
+        probes = [hash(f"{kind}{_SEP}{key}") for kind, key in wanted]
         kept = []
         for path in paths:
             ids = self._ids(path, stamps.get(path))
@@ -80,26 +82,29 @@ class TailIndex:
         alive = set(live)
         for path in [p for p in self._files if p not in alive]:
             self._keys -= len(self._files.pop(path)[1])
+        self._passed.clear()  # room may have been made: try the files kept unread again
 
-    def _ids(self, path: str, stamp: tuple[int, int] | None) -> frozenset[str] | None:
-        if stamp is None:
+    def _ids(self, path: str, stamp: tuple[int, int] | None) -> frozenset[int] | None:
+        if stamp is None or self._passed.get(path) == stamp:
             return None
         cached = self._files.get(path)
         if cached is not None:
             if cached[0] == stamp:
                 return cached[1]
             self._keys -= len(self._files.pop(path)[1])
-        if self._keys >= self.key_budget:
-            return None
-        ids = self._read(path)
+        ids = self._read(path) if self._keys < self.key_budget else None
         if ids is None or self._keys + len(ids) > self.key_budget:
+            self._passed[path] = stamp  # not read again until it changes or keep_only() makes room
             return None
         self._files[path] = (stamp, ids)
         self._keys += len(ids)
         return ids
 
-    def _read(self, path: str) -> frozenset[str] | None:
-        """The distinct (kind, id) keys of one file; ``None`` when they cannot be read as strings."""
+    def _read(self, path: str) -> frozenset[int] | None:
+        """Hashes of the distinct (kind, id) keys of one file; ``None`` when they cannot be read as strings.
+
+        A hash shared by two keys only keeps a file that need not be read; it never leaves one out.
+        """
         try:
             if self.location.remote:
                 handle = pq.ParquetFile(self.location.fs.open_input_file(self.location.fs_path(path)))
@@ -109,10 +114,10 @@ class TailIndex:
             columns = [kind for kind in INDEX_KINDS if kind in names]
             table = handle.read(columns=columns)
             self.files_read += 1
-            keys: set[str] = set()
+            keys: set[int] = set()
             for kind in columns:
                 values = pc.unique(table.column(kind).cast(pa.string())).drop_null()
-                keys.update(f"{kind}{_SEP}{value}" for value in values.to_pylist())
+                keys.update(hash(f"{kind}{_SEP}{value}") for value in values.to_pylist())
             return frozenset(keys)
         except (OSError, pa.ArrowException, ValueError):
             return None

@@ -137,6 +137,11 @@ def test_the_key_budget_keeps_what_it_cannot_hold(make_dataset) -> None:
     assert str(late[-1]) in kept  # CHAIN's file: held or over budget, it is never left out
     assert len(kept) < len(late)  # the files that fit the budget and miss the id are left out
     assert tail.holding([str(late[0])], [("correlation_id", CHAIN)], {}) == [str(late[0])]  # no stamp: kept
+    read = tail.files_read
+    assert tail.holding([str(p) for p in late], [("correlation_id", CHAIN)], stamps) == kept
+    assert tail.files_read == read  # what did not fit is not read again at every lookup
+    tail.keep_only([str(p) for p in late[-2:]])  # a compaction retired the rest: room to index the last two
+    assert tail.holding([str(p) for p in late[-2:]], [("correlation_id", CHAIN)], stamps) == [str(late[-1])]
 
 
 def test_ids_of_one_kind_never_match_another_and_hostile_ids_are_exact(tmp_path: Path) -> None:
