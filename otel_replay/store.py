@@ -18,6 +18,7 @@ import os
 import re
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -26,6 +27,8 @@ from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
 from otel_replay._corrupt import could_be_a_bad_file, find_corrupt
@@ -62,6 +65,9 @@ _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
+# A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
+_READS_OUTCOMES = re.compile(r"\b(?:outcome_spans_for|outcomes_of|outcomes_in)\s*\(|\b(?:FROM|JOIN)\s+outcomes\b", re.I)
+_OPEN_PARQUET = 256  # footers kept open for lookups (see Store._decisions_carrying)
 Keys = SigningKey | Sequence[SigningKey] | None
 Params = Sequence[Any] | Mapping[str, Any] | None
 T = TypeVar("T")
@@ -250,6 +256,8 @@ class Store:
         self._pointed: list[str] | None = None  # the files the internal connection's variables name
         self._current_source = False  # span_source defined for files that all have the current columns
         self._snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last refresh
+        self._vars: dict[str, tuple[type, Any]] = {}  # what each variable on the internal connection holds
+        self._parquet: OrderedDict[str, tuple[tuple[int, int], pq.ParquetFile, dict[str, int]]] = OrderedDict()
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -332,11 +340,25 @@ class Store:
         """Whether any of ``files`` may keep an outcome's decision id only in its JSON (schema version 1 or unknown)."""
         return any((self._major.get(path) or 0) < _TYPED_OUTCOMES for path in files)
 
+    def _set(self, con: duckdb.DuckDBPyConnection, name: str, value: Any) -> None:
+        """``SET VARIABLE name = value`` (bound, never formatted); skipped when the internal connection holds it.
+
+        A lookup sets a handful of variables; each ``SET`` is a round trip
+        into DuckDB, and most of them keep their value from one lookup to the
+        next (the limit, the files of a warm store).
+        """
+        held = (type(value), value)
+        if con is self._con and self._vars.get(name) == held:
+            return
+        con.execute(f"SET VARIABLE {name} = ?", [value])
+        if con is self._con:
+            self._vars[name] = held
+
     def _point_at(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> None:
         """Set the variables the views read for ``files``: the list, union_by_name, and the legacy-outcome hint."""
-        con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [list(files) or None])
-        con.execute(f"SET VARIABLE {_UNION_VAR} = ?", [self._union_by_name(files)])
-        con.execute(f"SET VARIABLE {_LEGACY_VAR} = ?", [self._legacy_outcomes(files)])
+        self._set(con, _FILES_VAR, list(files) or None)
+        self._set(con, _UNION_VAR, self._union_by_name(files))
+        self._set(con, _LEGACY_VAR, self._legacy_outcomes(files))
 
     def refresh(self) -> None:
         """Rescan the dataset's files, validate new ones, and (re)define the views."""
@@ -371,8 +393,8 @@ class Store:
                 if con is self._con:
                     self._current_source = current
             else:
-                con.execute(f"SET VARIABLE {_FILES_VAR} = NULL")
-                con.execute(f"SET VARIABLE {_LEGACY_VAR} = false")
+                self._set(con, _FILES_VAR, None)
+                self._set(con, _LEGACY_VAR, False)
                 empty = (
                     SPAN_SCHEMA.empty_table()
                     .append_column("date", pa.array([], pa.date32()))
@@ -532,9 +554,13 @@ class Store:
         (written by ``otel-replay compact``) names the compacted files holding
         it, and every file written since the index is read too. Without an
         index (or with no id that is not ``None``) every file is read. Use it
-        for a query whose every row comes from spans carrying one of ``ids``:
-        rows it joins from other spans (an outcome stored under another
-        correlation id) may be missing.
+        for a query whose rows come from spans carrying one of ``ids``, plus
+        the outcomes of the decisions among them: for a query that joins
+        outcomes (the chains, ``traces``), the files the side index names for
+        those decisions' outcomes are read too, wherever the outcomes are
+        stored and whatever correlation id they carry, so the rows are those
+        of :meth:`run`. A dataset holding storage schema version 1 files
+        (outcome decision ids only in the JSON) is read whole for such a query.
         """
         given = {key: str(value) for key, value in ids.items() if value is not None}
         return self._run(name, given or None, variables)
@@ -550,12 +576,14 @@ class Store:
         values = dict.fromkeys(name for name in _VARIABLE.findall(sql) if not name.startswith("otel_replay_"))
         values.update(variables)
 
+        outcomes = _READS_OUTCOMES.search(sql) is not None
+
         def fetch() -> pa.Table:
-            scope = self._narrow(ids) if ids else None
+            scope = self._narrow(ids, outcomes=outcomes) if ids else None
             if scope is not None and not scope:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
             for key, value in values.items():
-                self._con.execute(f"SET VARIABLE {key} = ?", [value])
+                self._set(self._con, key, value)
             self._scope = scope
             reading = self.files if scope is None else scope
             if reading != self._pointed:  # the variables stay set between lookups of the same files
@@ -573,8 +601,12 @@ class Store:
                 self._scope = None
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def _narrow(self, ids: Mapping[str, str]) -> list[str] | None:
-        """The checked files ``files_for`` names for ``ids``; ``None`` to read every file."""
+    def _narrow(self, ids: Mapping[str, str], *, outcomes: bool = False) -> list[str] | None:
+        """The checked files ``files_for`` names for ``ids``; ``None`` to read every file.
+
+        ``outcomes``: the query joins the outcomes of the decisions carrying
+        ``ids``; the files holding those outcomes are added (see :meth:`run_for`).
+        """
         if not self.files:
             return None  # the views stand on the empty source until refresh() finds files
         try:
@@ -584,6 +616,31 @@ class Store:
             return None
         if found is None:
             return None
+        scope = self._usable(found)
+        if not outcomes or not scope:
+            return scope
+        # Where an outcome could be when the index cannot say: every file, arrivals since the last refresh included.
+        every = sorted(set(self.files).union(scope))
+        if self._legacy_outcomes(every):
+            return every  # a version 1 outcome names its decision only in the JSON, which nothing indexes
+        decided = self._decisions_carrying(scope, ids)
+        if decided is None:
+            return every
+        if not decided:
+            return scope
+        try:
+            holding = files_for(self.location, snapshot=self._snapshot, outcome_decision_id=sorted(decided))
+        except DatasetError as exc:
+            _log.warning("otel-replay: side index not used for outcomes, reading every file: %s", exc)
+            return every
+        if holding is None:
+            return every
+        listed = set(scope)
+        more = self._usable([path for path in holding if path not in listed])
+        return sorted(listed.union(more)) if more else scope
+
+    def _usable(self, found: Sequence[str]) -> list[str]:
+        """``found`` less the files skipped as corrupt; newly seen files are checked first."""
         skipped = {problem.path for problem in self.skipped}
         scope = []
         for path in found:  # not intersected with self.files: that list may predate a compaction
@@ -598,6 +655,64 @@ class Store:
             else:
                 raise problem
         return scope
+
+    def _parquet_file(self, path: str) -> tuple[pq.ParquetFile, dict[str, int]]:
+        """``path`` opened by pyarrow (its footer parsed once per size and mtime) and its leaf column numbers."""
+        stamp = self._checked.get(path) or self._stamp(path)
+        if stamp is None:
+            raise FileNotFoundError(path)
+        cached = self._parquet.get(path)
+        if cached is not None and cached[0] == stamp:
+            self._parquet.move_to_end(path)
+            return cached[1], cached[2]
+        source = self.location.open_object(path, stamp[0]) if self.location.remote else path
+        handle = pq.ParquetFile(source)
+        schema = handle.metadata.schema
+        leaves = {schema.column(i).path: i for i in range(len(schema))}
+        self._parquet[path] = (stamp, handle, leaves)
+        while len(self._parquet) > _OPEN_PARQUET:
+            self._parquet.popitem(last=False)
+        return handle, leaves
+
+    def _decisions_carrying(self, files: Sequence[str], ids: Mapping[str, str]) -> set[str] | None:
+        """The record ids of the decision spans in ``files`` that carry one of ``ids`` (``None``: a file failed).
+
+        Read with pyarrow from the row groups whose statistics can hold an
+        id (a compacted file is sorted by correlation id: one row group), three
+        columns each. A superset of the decisions the query sees is enough: it
+        only widens the files read for their outcomes.
+        """
+        found: set[str] = set()
+        for path in files:
+            try:
+                handle, leaves = self._parquet_file(path)
+                wanted = [(column, value) for column, value in ids.items() if column in leaves]
+                if not wanted or "replay_kind" not in leaves or "record_id" not in leaves:
+                    continue
+                groups = []
+                meta = handle.metadata
+                for i in range(meta.num_row_groups):
+                    group = meta.row_group(i)
+                    for column, value in wanted:
+                        stats = group.column(leaves[column]).statistics
+                        if stats is None or not stats.has_min_max or stats.min <= value <= stats.max:
+                            groups.append(i)
+                            break
+                if not groups:
+                    continue
+                columns = [*dict.fromkeys(column for column, _ in wanted), "replay_kind", "record_id"]
+                table = handle.read_row_groups(groups, columns=columns, use_threads=False)
+                mask = pc.equal(table.column("replay_kind"), "decision")
+                hits = [pc.equal(table.column(column), value) for column, value in wanted]
+                carried = hits[0]
+                for hit in hits[1:]:
+                    carried = pc.or_(carried, hit)
+                decided = table.filter(pc.and_(mask, carried)).column("record_id")
+            except (OSError, pa.ArrowException, TypeError) as exc:  # the query itself names a damaged file
+                _log.debug("otel-replay: reading every file for outcomes: %s: %s", path, exc)
+                return None
+            found.update(str(v) for v in decided.to_pylist() if v is not None)
+        return found
 
     # --- records: only rows that pass the seal check act ----------------------
     @property
