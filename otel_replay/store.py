@@ -18,7 +18,6 @@ import os
 import re
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -28,7 +27,6 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
 from otel_replay._corrupt import could_be_a_bad_file, find_corrupt
@@ -67,7 +65,6 @@ _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 # A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
 _READS_OUTCOMES = re.compile(r"\b(?:outcome_spans_for|outcomes_of|outcomes_in)\s*\(|\b(?:FROM|JOIN)\s+outcomes\b", re.I)
-_OPEN_PARQUET = 256  # footers kept open for lookups (see Store._decisions_carrying)
 Keys = SigningKey | Sequence[SigningKey] | None
 Params = Sequence[Any] | Mapping[str, Any] | None
 T = TypeVar("T")
@@ -257,7 +254,6 @@ class Store:
         self._current_source = False  # span_source defined for files that all have the current columns
         self._snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last refresh
         self._vars: dict[str, tuple[type, Any]] = {}  # what each variable on the internal connection holds
-        self._parquet: OrderedDict[str, tuple[tuple[int, int], pq.ParquetFile, dict[str, int]]] = OrderedDict()
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -555,11 +551,13 @@ class Store:
         it, and every file written since the index is read too. Without an
         index (or with no id that is not ``None``) every file is read. Use it
         for a query whose rows come from spans carrying one of ``ids``, plus
-        the outcomes of the decisions among them: for a query that joins
-        outcomes (the chains, ``traces``), the files the side index names for
-        those decisions' outcomes are read too, wherever the outcomes are
-        stored and whatever correlation id they carry, so the rows are those
-        of :meth:`run`. A dataset holding storage schema version 1 files
+        the outcomes of the decisions among them. For a query that joins
+        outcomes (the chains, ``traces``), an outcome may be stored under any
+        correlation id and in any file: the side index also maps each
+        decision id to the files holding its outcomes, and when one of the
+        decisions in the result has an outcome in a file that was not read,
+        the query runs again with those files too. The rows are those of
+        :meth:`run`. A dataset holding storage schema version 1 files
         (outcome decision ids only in the JSON) is read whole for such a query.
         """
         given = {key: str(value) for key, value in ids.items() if value is not None}
@@ -584,15 +582,12 @@ class Store:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
             for key, value in values.items():
                 self._set(self._con, key, value)
-            self._scope = scope
-            reading = self.files if scope is None else scope
-            if reading != self._pointed:  # the variables stay set between lookups of the same files
-                if self._current_source and self._legacy_outcomes(reading):
-                    # A file the views were not defined for (an older writer's, newer than the last refresh).
-                    self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
-                self._point_at(self._con, reading)
-                self._pointed = list(reading)
-            return self._execute(sql)
+            table = self._execute_over(sql, scope)
+            if outcomes and scope is not None:
+                wider = self._with_outcomes(scope, table)
+                if wider is not None:  # an outcome of a decision shown is stored in a file not read
+                    table = self._execute_over(sql, wider)
+            return table
 
         with self._lock:
             try:
@@ -601,11 +596,22 @@ class Store:
                 self._scope = None
         return [dict(zip(names, row, strict=True)) for row in rows]
 
+    def _execute_over(self, sql: str, scope: list[str] | None) -> pa.Table:
+        """Run ``sql`` with the views pointed at ``scope`` (``None``: every file)."""
+        self._scope = scope
+        reading = self.files if scope is None else scope
+        if reading != self._pointed:  # the variables stay set between lookups of the same files
+            if self._current_source and self._legacy_outcomes(reading):
+                # A file the views were not defined for (an older writer's, newer than the last refresh).
+                self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
+            self._point_at(self._con, reading)
+            self._pointed = list(reading)
+        return self._execute(sql)
+
     def _narrow(self, ids: Mapping[str, str], *, outcomes: bool = False) -> list[str] | None:
         """The checked files ``files_for`` names for ``ids``; ``None`` to read every file.
 
-        ``outcomes``: the query joins the outcomes of the decisions carrying
-        ``ids``; the files holding those outcomes are added (see :meth:`run_for`).
+        ``outcomes``: the query joins decisions' outcomes (see :meth:`_with_outcomes`).
         """
         if not self.files:
             return None  # the views stand on the empty source until refresh() finds files
@@ -617,19 +623,33 @@ class Store:
         if found is None:
             return None
         scope = self._usable(found)
-        if not outcomes or not scope:
-            return scope
-        # Where an outcome could be when the index cannot say: every file, arrivals since the last refresh included.
+        if outcomes and scope and self._legacy_outcomes(self.files + scope):
+            # A version 1 outcome names its decision only in the JSON, which nothing indexes: every file,
+            # arrivals since the last refresh included.
+            return sorted(set(self.files).union(scope))
+        return scope
+
+    def _with_outcomes(self, scope: list[str], result: pa.Table) -> list[str] | None:
+        """``scope`` plus the files holding outcomes of the decisions in ``result``; ``None``: nothing to add.
+
+        An outcome can be stored under any correlation id (or none) and in any
+        file. What a chain shows of a decision's outcome depends only on that
+        decision's outcome spans, so it is exact when every file the side
+        index names for the shown decisions' outcomes was read (files newer
+        than the index always are). The result's ``record_id`` column holds
+        those decisions (a query without one is run again over every file).
+        """
         every = sorted(set(self.files).union(scope))
-        if self._legacy_outcomes(every):
-            return every  # a version 1 outcome names its decision only in the JSON, which nothing indexes
-        decided = self._decisions_carrying(scope, ids)
-        if decided is None:
+        if "record_id" not in result.column_names:
             return every
+        shown = result.column("record_id")
+        if "layer" in result.column_names:  # a chain: decisions are its 'trace' rows
+            shown = result.filter(pc.equal(result.column("layer"), "trace")).column("record_id")
+        decided = sorted({str(value) for value in shown.to_pylist() if value is not None})
         if not decided:
-            return scope
+            return None
         try:
-            holding = files_for(self.location, snapshot=self._snapshot, outcome_decision_id=sorted(decided))
+            holding = files_for(self.location, snapshot=self._snapshot, outcome_decision_id=decided)
         except DatasetError as exc:
             _log.warning("otel-replay: side index not used for outcomes, reading every file: %s", exc)
             return every
@@ -637,7 +657,7 @@ class Store:
             return every
         listed = set(scope)
         more = self._usable([path for path in holding if path not in listed])
-        return sorted(listed.union(more)) if more else scope
+        return sorted(listed.union(more)) if more else None
 
     def _usable(self, found: Sequence[str]) -> list[str]:
         """``found`` less the files skipped as corrupt; newly seen files are checked first."""
@@ -655,64 +675,6 @@ class Store:
             else:
                 raise problem
         return scope
-
-    def _parquet_file(self, path: str) -> tuple[pq.ParquetFile, dict[str, int]]:
-        """``path`` opened by pyarrow (its footer parsed once per size and mtime) and its leaf column numbers."""
-        stamp = self._checked.get(path) or self._stamp(path)
-        if stamp is None:
-            raise FileNotFoundError(path)
-        cached = self._parquet.get(path)
-        if cached is not None and cached[0] == stamp:
-            self._parquet.move_to_end(path)
-            return cached[1], cached[2]
-        source = self.location.open_object(path, stamp[0]) if self.location.remote else path
-        handle = pq.ParquetFile(source)
-        schema = handle.metadata.schema
-        leaves = {schema.column(i).path: i for i in range(len(schema))}
-        self._parquet[path] = (stamp, handle, leaves)
-        while len(self._parquet) > _OPEN_PARQUET:
-            self._parquet.popitem(last=False)
-        return handle, leaves
-
-    def _decisions_carrying(self, files: Sequence[str], ids: Mapping[str, str]) -> set[str] | None:
-        """The record ids of the decision spans in ``files`` that carry one of ``ids`` (``None``: a file failed).
-
-        Read with pyarrow from the row groups whose statistics can hold an
-        id (a compacted file is sorted by correlation id: one row group), three
-        columns each. A superset of the decisions the query sees is enough: it
-        only widens the files read for their outcomes.
-        """
-        found: set[str] = set()
-        for path in files:
-            try:
-                handle, leaves = self._parquet_file(path)
-                wanted = [(column, value) for column, value in ids.items() if column in leaves]
-                if not wanted or "replay_kind" not in leaves or "record_id" not in leaves:
-                    continue
-                groups = []
-                meta = handle.metadata
-                for i in range(meta.num_row_groups):
-                    group = meta.row_group(i)
-                    for column, value in wanted:
-                        stats = group.column(leaves[column]).statistics
-                        if stats is None or not stats.has_min_max or stats.min <= value <= stats.max:
-                            groups.append(i)
-                            break
-                if not groups:
-                    continue
-                columns = [*dict.fromkeys(column for column, _ in wanted), "replay_kind", "record_id"]
-                table = handle.read_row_groups(groups, columns=columns, use_threads=False)
-                mask = pc.equal(table.column("replay_kind"), "decision")
-                hits = [pc.equal(table.column(column), value) for column, value in wanted]
-                carried = hits[0]
-                for hit in hits[1:]:
-                    carried = pc.or_(carried, hit)
-                decided = table.filter(pc.and_(mask, carried)).column("record_id")
-            except (OSError, pa.ArrowException, TypeError) as exc:  # the query itself names a damaged file
-                _log.debug("otel-replay: reading every file for outcomes: %s: %s", path, exc)
-                return None
-            found.update(str(v) for v in decided.to_pylist() if v is not None)
-        return found
 
     # --- records: only rows that pass the seal check act ----------------------
     @property
