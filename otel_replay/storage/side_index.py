@@ -224,14 +224,11 @@ def _lookup(path: Path | str, wanted: list[tuple[str, str]], location: Location 
         table = handle.read_row_groups(groups, columns=["kind", "key", "file"], use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
-    by_kind: dict[str, list[str]] = {}
-    for kind, key in wanted:
-        by_kind.setdefault(kind, []).append(key)
-    mask = None
-    for kind, keys in by_kind.items():
-        hit = pc.and_(pc.equal(table.column("kind"), kind), pc.is_in(table.column("key"), pa.array(keys, pa.string())))
-        mask = hit if mask is None else pc.or_(mask, hit)
-    return set(table.filter(mask).column("file").to_pylist())
+    # One vectorised pass for the keys, then the few hits in Python for their kind.
+    hits = table.filter(pc.is_in(table.column("key"), pa.array([key for _, key in wanted], pa.string())))
+    pairs = set(wanted)
+    columns = (hits.column(name).to_pylist() for name in ("kind", "key", "file"))
+    return {file for kind, key, file in zip(*columns, strict=True) if (kind, key) in pairs}
 
 
 def files_for(
