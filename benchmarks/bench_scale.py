@@ -370,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         compacted = ns.compacted or compacted
     for path in {uncompacted, compacted} - {ns.dataset, ns.compacted}:
         shutil.rmtree(path, ignore_errors=True)
-    results: dict[str, Any] = {"spans": ns.spans, "ids": ns.ids, "cpus": os.cpu_count(), "load": os.getloadavg()}
+    spans = None if ns.dataset is not None else ns.spans  # a given dataset: as gen_dataset.py wrote it
+    results: dict[str, Any] = {"spans": spans, "ids": ns.ids, "cpus": os.cpu_count(), "load": os.getloadavg()}
     try:
         if ns.dataset is None:
             print(f"generating {ns.spans:,} spans across {ns.ids:,} correlation ids ...", file=sys.stderr)
