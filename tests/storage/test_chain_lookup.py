@@ -232,7 +232,7 @@ def test_the_binary_search_over_index_row_groups_finds_what_a_scan_finds(tmp_pat
     index = tmp_path / "_index-g1-aaaaaaaaaaaa.pq"
     write_index(build_index(parts), index)
     handle, bounds, regular, irregular, kinds = _index_bounds(pq.ParquetFile(index))
-    assert kinds == set(INDEX_KINDS) and len(bounds) > 50 and regular and irregular  # some groups span two kinds
+    assert kinds == set(INDEX_KINDS) and len(bounds) > 20 and regular and irregular  # some groups span two kinds
     table = pq.read_table(index, columns=["kind", "key"])
     pairs = list(zip(table.column("kind").to_pylist(), table.column("key").to_pylist(), strict=True))
     pairs = random.Random(1).sample(pairs, 2000)
