@@ -64,6 +64,7 @@ _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 # A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
+_Ids = Mapping[str, str | list[str]]  # id column -> value (outcome_decision_id: several)
 _READS_OUTCOMES = re.compile(r"\b(?:outcome_spans_for|outcomes_of|outcomes_in)\s*\(|\b(?:FROM|JOIN)\s+outcomes\b", re.I)
 Keys = SigningKey | Sequence[SigningKey] | None
 Params = Sequence[Any] | Mapping[str, Any] | None
@@ -563,7 +564,7 @@ class Store:
         given = {key: str(value) for key, value in ids.items() if value is not None}
         return self._run(name, given or None, variables)
 
-    def _run(self, name: str, ids: dict[str, str] | None, variables: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _run(self, name: str, ids: _Ids | None, variables: Mapping[str, Any]) -> list[dict[str, Any]]:
         sql = load_sql(name)
         for key in variables:
             if not _IDENT.fullmatch(key):
@@ -575,9 +576,11 @@ class Store:
         values.update(variables)
 
         outcomes = _READS_OUTCOMES.search(sql) is not None
+        # Outcomes looked up by decision id: a version 1 file keeps that id only in the JSON.
+        by_decision = outcomes or (ids is not None and "outcome_decision_id" in ids)
 
         def fetch() -> pa.Table:
-            scope = self._narrow(ids, outcomes=outcomes) if ids else None
+            scope = self._narrow(ids, outcomes=by_decision) if ids else None
             if scope is not None and not scope:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
             for key, value in values.items():
@@ -608,15 +611,15 @@ class Store:
             self._pointed = list(reading)
         return self._execute(sql)
 
-    def _narrow(self, ids: Mapping[str, str], *, outcomes: bool = False) -> list[str] | None:
+    def _narrow(self, ids: _Ids, *, outcomes: bool = False) -> list[str] | None:
         """The checked files ``files_for`` names for ``ids``; ``None`` to read every file.
 
-        ``outcomes``: the query joins decisions' outcomes (see :meth:`_with_outcomes`).
+        ``outcomes``: the query finds outcomes by their decision id (see :meth:`_with_outcomes`).
         """
         if not self.files:
             return None  # the views stand on the empty source until refresh() finds files
         try:
-            found = files_for(self.location, snapshot=self._snapshot, **ids)
+            found = files_for(self.location, snapshot=self._snapshot, **ids)  # type: ignore[arg-type]
         except DatasetError as exc:
             _log.warning("otel-replay: side index not used, reading every file: %s", exc)
             return None
@@ -688,8 +691,12 @@ class Store:
     def _record_rows(self, **filters: Any) -> list[StoredRecord]:
         if set(filters) == {"record_id"} and filters["record_id"] is not None:
             rows = self.run_for("record", {"record_id": str(filters["record_id"])}, **filters)
+        elif set(filters) == {"decision_ids"} and filters["decision_ids"]:
+            # the outcomes of these decisions, wherever stored: the side index maps decision ids to files
+            decided = [str(d) for d in filters["decision_ids"]]
+            rows = self._run("record", {"outcome_decision_id": decided}, {"decision_ids": decided})
         else:
-            rows = self.run("record", **filters)  # decision ids live in the JSON: not indexed
+            rows = self.run("record", **filters)  # a gate's decision id lives in the JSON: not indexed
         return [stored_record(row) for row in rows]
 
     def trusted_record(self, record_id: str, *, what: str = "record") -> TrustedRecord:

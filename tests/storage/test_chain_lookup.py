@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_replay import CorruptFileError
+from otel_replay import semconv as sc
 from otel_replay.storage import compact, files_for, live_files
 from otel_replay.storage.manifest import partition_dirs
 from otel_replay.storage.side_index import (
@@ -31,7 +32,7 @@ from otel_replay.storage.side_index import (
     build_index,
     write_index,
 )
-from otel_replay.store import Store
+from otel_replay.store import Store, stored_record
 
 from .._versions import rewrite_as_version_1
 from ..test_store import damage_pages
@@ -118,6 +119,14 @@ def _outcome_ids(rows: list[dict[str, Any]]) -> set[str]:
     return {json.loads(r["body"]).get("outcome_id") for r in rows if r["layer"] == "trace"} - {None}
 
 
+def _same_outcome_rows(store: Store, decision_ids: list[str]) -> int:
+    """The outcome rows Store's verified lookups read (narrowed by decision id) equal those over every file."""
+    narrowed = sorted(map(repr, store._record_rows(decision_ids=decision_ids)))  # noqa: SLF001
+    full = sorted(repr(stored_record(row)) for row in store.run("record", decision_ids=decision_ids))
+    assert narrowed == full
+    return len(full)
+
+
 def _same(store: Store, chain_id: str, query: str = "chains/trade", key: str = "correlation_id") -> list[dict]:
     full = store.run(query, chain_id=chain_id, chain_limit=101)
     narrowed = store.run_for(query, {key: chain_id}, chain_id=chain_id, chain_limit=101)
@@ -141,6 +150,7 @@ def test_outcomes_stored_anywhere_are_found_through_the_index(make_dataset) -> N
         assert hostile["ambiguous"] not in found  # duplicate keys: left out, the chain's own outcome stands
         assert len(found) == 3
         assert not any(r["record_id"] == "f" * 32 for r in chain)  # forged decision: ambiguous
+        assert _same_outcome_rows(store, _decision_ids(path)) == 4  # the chain's own, elsewhere, nowhere, ambiguous
         second = _same(store, SECOND)
         assert any(json.loads(r["body"]).get("outcome_correct") is not None for r in second)
         assert len(second) == len({r["record_id"] for r in second})  # retried spans count once
@@ -169,12 +179,22 @@ def test_a_warm_store_follows_new_outcomes_and_a_compaction(make_dataset) -> Non
 def test_a_version_1_file_is_searched_for_outcomes(make_dataset) -> None:
     """A version 1 outcome names its decision only in the JSON: nothing indexes it, so every file is read."""
     path, _ = make_dataset(spans=3000, ids=300)
+    decisions = _decision_ids(path)
+    rows, schema = _rows(path)  # an outcome whose decision id is only in its JSON, stored far from the chain
+    template = next(r for r in rows if r["replay_kind"] == "outcome")
+    decision = next(r for r in rows if r["record_id"] == decisions[1])
+    json_only = _outcome_like(template, decision, correlation_id=ELSEWHERE, outcome_decision_id=None)
+    json_only["attributes"] = json.dumps({**json.loads(template["attributes"]), sc.OUTCOME_DECISION_ID: decisions[1]})
+    _write(partition_dirs(path)[-1], "part-1900000000000000005-ffffffffffff.parquet", [json_only], schema)
     compact(path, grace_seconds=0, target_rows=300)
     late = rewrite_as_version_1(_late(path, TARGET, "part-1900000000000000004-eeeeeeeeeeee.parquet"))
     assert pq.read_metadata(late).metadata[b"otel_replay.schema_version"] == b"1"
     with Store(path) as store:
         chain = _same(store, TARGET)
-        assert len(_outcome_ids(chain)) == 2  # the chain's own outcome and the version 1 one, found by its JSON
+        # the chain's own outcome, the version 1 one and the JSON-only one (found by its JSON once a version 1
+        # file is there, in every file: the store reads them all)
+        assert json_only["record_id"] in _outcome_ids(chain) and len(_outcome_ids(chain)) == 3
+        assert _same_outcome_rows(store, decisions) == 3
         _same(store, SECOND)
 
 
