@@ -63,8 +63,8 @@ _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
-# A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
 _Ids = Mapping[str, str | list[str]]  # id column -> value (outcome_decision_id: several)
+# A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
 _READS_OUTCOMES = re.compile(r"\b(?:outcome_spans_for|outcomes_of|outcomes_in)\s*\(|\b(?:FROM|JOIN)\s+outcomes\b", re.I)
 Keys = SigningKey | Sequence[SigningKey] | None
 Params = Sequence[Any] | Mapping[str, Any] | None
@@ -642,6 +642,8 @@ class Store:
         than the index always are). The result's ``record_id`` column holds
         those decisions (a query without one is run again over every file).
         """
+        if result.num_columns == 0:
+            return None  # not a query that returns rows
         every = sorted(set(self.files).union(scope))
         if "record_id" not in result.column_names:
             return every
