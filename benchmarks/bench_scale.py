@@ -2,6 +2,9 @@
 
 Usage: python benchmarks/bench_scale.py [--spans 1000000] [--ids 100000] [--workdir DIR] [--keep]
        python benchmarks/bench_scale.py --ten-million        # 10M spans / 1M ids (takes a while)
+       python benchmarks/bench_scale.py --dataset DIR [--compacted DIR] --ids N [--skip sqlite,calibration,open]
+           # reuse a dataset gen_dataset.py wrote (read only; copied before compacting), or an already
+           # compacted copy of it; --skip leaves phases out (sqlite takes ~70 s to load at 10M)
 
 Phases run in child processes so each one's peak RSS is its own:
 
@@ -15,6 +18,8 @@ Phases run in child processes so each one's peak RSS is its own:
    narrowed by the side index (files_for); and SQLite (a B-tree index on
    correlation_id) for the raw rows; plus one cold process per layout that
    opens a Store and runs one chain;
+   the trade chain's floor: the same SQL over the chain's own rows in a DuckDB
+   table (no Parquet), and DuckDB's planning time for it (bind + optimize);
 4. calibration over all decisions, uncompacted and compacted;
 5. opening a Store over 2,000 small files (cold process), against the
    per-file footer validation Store did before (pyarrow's read_metadata of
@@ -180,7 +185,68 @@ def _sqlite(path: Path, files: list[str]) -> tuple[sqlite3.Connection, float]:
     return db, time.perf_counter() - started
 
 
-def lookups(uncompacted: Path, compacted: Path, ids: list[str], workdir: Path) -> dict[str, Any]:
+def chain_floor(compacted: Path, ids: list[str]) -> dict[str, Any]:
+    """What the trade chain costs in DuckDB with no Parquet at all: its SQL over the chain's rows in a table.
+
+    The rows of each id (and every outcome span) are copied into an in-memory
+    DuckDB table that stands in for ``span_source``; ``views.sql`` and
+    ``chains/trade.sql`` run on it unchanged. Also DuckDB's own profile of
+    the real lookup: planning (parse, bind, optimize) against execution.
+    """
+    import duckdb
+
+    from otel_replay.storage import files_for, live_files
+    from otel_replay.store import Store, load_sql
+
+    out: dict[str, Any] = {}
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    every = live_files(compacted)
+    con.execute("SET VARIABLE otel_replay_files = ?", [every])
+    source = "read_parquet(getvariable('otel_replay_files'), hive_partitioning = true, filename = true)"
+    con.execute(f"CREATE TABLE chain_rows AS SELECT * FROM {source} WHERE list_contains(?, correlation_id)", [ids])
+    con.execute(  # the chains' outcomes stored under other ids
+        f"INSERT INTO chain_rows SELECT * FROM {source} WHERE replay_kind = 'outcome' "
+        "AND NOT list_contains(?, coalesce(correlation_id, '')) AND outcome_decision_id IN "
+        "(SELECT record_id FROM chain_rows WHERE replay_kind = 'decision')",
+        [ids],
+    )
+    con.execute("CREATE VIEW span_source AS SELECT * FROM chain_rows")
+    con.execute("SET VARIABLE otel_replay_legacy_outcomes = false")
+    con.execute(load_sql("views"))
+    sql = load_sql("chains/trade")
+
+    def over_table(cid: str) -> int:
+        con.execute("SET VARIABLE chain_id = ?", [cid])
+        con.execute("SET VARIABLE chain_limit = 101")
+        return con.execute(sql).to_arrow_table().num_rows
+
+    out["chain_ms_sql_over_a_duckdb_table"], _ = _time(over_table, ids)
+    with Store(compacted) as store:
+        planning, total = [], []
+        profile = Path(tempfile.mkdtemp()) / "profile.json"
+        for cid in ids:
+            store._point_at(store._con, files_for(compacted, correlation_id=cid) or [])  # noqa: SLF001
+            store._con.execute("SET VARIABLE chain_id = ?", [cid])  # noqa: SLF001
+            store._con.execute("SET VARIABLE chain_limit = 101")  # noqa: SLF001
+            store._con.execute("PRAGMA enable_profiling = 'json'")  # noqa: SLF001
+            store._con.execute("PRAGMA profiling_mode = 'detailed'")  # noqa: SLF001
+            store._con.execute("SET profiling_output = ?", [str(profile)])  # noqa: SLF001
+            store._execute(sql)  # noqa: SLF001
+            store._con.execute("PRAGMA disable_profiling")  # noqa: SLF001
+            doc = json.loads(profile.read_text())
+            planning.append(
+                doc["planner"]["total_time"] + doc["optimizer"]["total_time"] + doc["physical_planner"]["total_time"]
+            )
+            total.append(doc["query"]["total_time"])
+        out["chain_duckdb_planning_ms"] = _median_ms(planning)
+        out["chain_duckdb_total_ms"] = _median_ms(total)
+    return out
+
+
+def lookups(
+    uncompacted: Path, compacted: Path, ids: list[str], workdir: Path, skip: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     import duckdb
 
     from otel_replay.storage import files_for, live_files
@@ -213,15 +279,15 @@ def lookups(uncompacted: Path, compacted: Path, ids: list[str], workdir: Path) -
         files_for(compacted, correlation_id=cid)
     out["files_for_ms"] = round((time.perf_counter() - t0) / len(ids) * 1000, 3)
 
-    chains: dict[str, list[int]] = {}
+    chains: dict[str, list[Any]] = {}
     for label, path in (("uncompacted", uncompacted), ("compacted", compacted)):
         with Store(path) as store:
-            ms, rows = _time(lambda cid, s=store: len(s.run("chains/trade", chain_id=cid, chain_limit=101)), ids)
+            ms, rows = _time(lambda cid, s=store: s.run("chains/trade", chain_id=cid, chain_limit=101), ids)
         out[f"chain_ms_{label}"] = ms
         chains[label] = rows
     with Store(compacted) as store:  # Store.run_for: the files the side index names, plus newer arrivals
         out["chain_ms_compacted+index"], chains["compacted+index"] = _time(
-            lambda cid: len(store.run_for("chains/trade", {"correlation_id": cid}, chain_id=cid, chain_limit=101)),
+            lambda cid: store.run_for("chains/trade", {"correlation_id": cid}, chain_id=cid, chain_limit=101),
             ids,
         )
         record_ids = [
@@ -236,22 +302,29 @@ def lookups(uncompacted: Path, compacted: Path, ids: list[str], workdir: Path) -
     with Store(uncompacted) as store:
         out["record_ms_uncompacted"], _ = _time(lambda rid: store.run("record", record_id=rid), record_ids)
 
-    db, load_seconds = _sqlite(workdir / "spans.sqlite", live_files(compacted))
-    out["sqlite_load_seconds"] = round(load_seconds, 1)
-    ms, rows = _time(lambda cid: len(db.execute("SELECT * FROM spans WHERE correlation_id = ?", [cid]).fetchall()), ids)
-    out["raw_rows_ms_sqlite"] = ms
-    counts["sqlite"] = rows
-    db.close()
-    out["sqlite_size_mb"] = round((workdir / "spans.sqlite").stat().st_size / 1e6, 1)
+    if "sqlite" not in skip:
+        db, load_seconds = _sqlite(workdir / "spans.sqlite", live_files(compacted))
+        out["sqlite_load_seconds"] = round(load_seconds, 1)
+        ms, rows = _time(
+            lambda cid: len(db.execute("SELECT * FROM spans WHERE correlation_id = ?", [cid]).fetchall()), ids
+        )
+        out["raw_rows_ms_sqlite"] = ms
+        counts["sqlite"] = rows
+        db.close()
+        out["sqlite_size_mb"] = round((workdir / "spans.sqlite").stat().st_size / 1e6, 1)
+        (workdir / "spans.sqlite").unlink()
     out["same_rows_everywhere"] = (
-        counts["compacted"] == counts["compacted+index"] == counts["sqlite"]
-        and chains["uncompacted"] == chains["compacted"] == chains["compacted+index"]
+        counts["compacted"] == counts["compacted+index"] == counts.get("sqlite", counts["compacted"])
+        and chains["uncompacted"] == chains["compacted"] == chains["compacted+index"]  # whole rows, JSON bodies
     )
     out["uncompacted_rows_include_duplicates"] = sum(counts["uncompacted"]) - sum(counts["compacted"])
     out["median_rows_per_id"] = statistics.median(counts["compacted"])
-    out["median_chain_rows"] = statistics.median(chains["compacted"])
+    out["median_chain_rows"] = statistics.median(len(rows) for rows in chains["compacted"])
+    out.update(chain_floor(compacted, ids))
 
     for label, path in (("uncompacted", uncompacted), ("compacted", compacted)):
+        if "calibration" in skip:
+            break
         with Store(path) as store:
             t0 = time.perf_counter()
             store.calibration()
@@ -268,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookups", type=int, default=20)
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the datasets")
+    parser.add_argument("--dataset", type=Path, help="an uncompacted dataset gen_dataset.py wrote (not generated)")
+    parser.add_argument("--compacted", type=Path, help="with --dataset: its compacted copy (not compacted again)")
+    parser.add_argument("--skip", default="", help="phases to leave out: sqlite, calibration, open, cold")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
@@ -287,34 +363,45 @@ def main(argv: list[str] | None = None) -> int:
         ns.spans, ns.ids = 10_000_000, 1_000_000
     workdir = ns.workdir or Path(tempfile.mkdtemp(prefix="otel-replay-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    skip = frozenset(filter(None, ns.skip.split(",")))
     uncompacted, compacted = workdir / "uncompacted", workdir / "compacted"
-    for path in (uncompacted, compacted):
+    if ns.dataset is not None:
+        uncompacted = ns.dataset  # read only: lookups and the cold process only read it
+        compacted = ns.compacted or compacted
+    for path in {uncompacted, compacted} - {ns.dataset, ns.compacted}:
         shutil.rmtree(path, ignore_errors=True)
-    results: dict[str, Any] = {"spans": ns.spans, "ids": ns.ids, "cpus": os.cpu_count()}
+    spans = None if ns.dataset is not None else ns.spans  # a given dataset: as gen_dataset.py wrote it
+    results: dict[str, Any] = {"spans": spans, "ids": ns.ids, "cpus": os.cpu_count(), "load": os.getloadavg()}
     try:
-        print(f"generating {ns.spans:,} spans across {ns.ids:,} correlation ids ...", file=sys.stderr)
-        results["generate"] = _child("generate", str(uncompacted), str(ns.spans), str(ns.ids))
+        if ns.dataset is None:
+            print(f"generating {ns.spans:,} spans across {ns.ids:,} correlation ids ...", file=sys.stderr)
+            results["generate"] = _child("generate", str(uncompacted), str(ns.spans), str(ns.ids))
         results["size_mb_uncompacted"] = round(_size(uncompacted) / 1e6, 1)
-        shutil.copytree(uncompacted, compacted)
-        print("compacting ...", file=sys.stderr)
-        results["compact"] = _child("compact", str(compacted), str(ns.row_group_rows))
+        if ns.compacted is None:
+            shutil.copytree(uncompacted, compacted)
+            print("compacting ...", file=sys.stderr)
+            results["compact"] = _child("compact", str(compacted), str(ns.row_group_rows))
         results["size_mb_compacted"] = round(_size(compacted) / 1e6, 1)
         rng = random.Random(20)
         ids = [f"trade-{rng.randrange(ns.ids):09d}" for _ in range(ns.lookups)]
         print("lookups ...", file=sys.stderr)
-        results["lookups"] = lookups(uncompacted, compacted, ids, workdir)
+        results["lookups"] = lookups(uncompacted, compacted, ids, workdir, skip)
         cold: dict[str, Any] = {}
         for label, path, narrowed in (
             ("uncompacted", uncompacted, "no"),
             ("compacted", compacted, "no"),
             ("compacted+index", compacted, "yes"),
         ):
-            cold[label] = _child("cold", str(path), ids[1], narrowed)
+            if "cold" not in skip:
+                cold[label] = _child("cold", str(path), ids[1], narrowed)
         results["cold_process_chain"] = cold
-        many = workdir / "many-files"
-        shutil.rmtree(many, ignore_errors=True)
-        make_many_files(uncompacted, many)
-        results["open_2000_files"] = _child("open", str(many))
+        if "open" not in skip:
+            many = workdir / "many-files"
+            shutil.rmtree(many, ignore_errors=True)
+            make_many_files(uncompacted, many)
+            results["open_2000_files"] = _child("open", str(many))
+            shutil.rmtree(many, ignore_errors=True)
+        results["load_after"] = os.getloadavg()
     finally:
         if not ns.keep and ns.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

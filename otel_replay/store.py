@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from otel_replay import semconv as sc
 from otel_replay._corrupt import could_be_a_bad_file, find_corrupt
@@ -63,6 +64,9 @@ _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
+_Ids = Mapping[str, str | list[str]]  # id column -> value (outcome_decision_id: several)
+# A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
+_READS_OUTCOMES = re.compile(r"\b(?:outcome_spans_for|outcomes_of|outcomes_in)\s*\(|\b(?:FROM|JOIN)\s+outcomes\b", re.I)
 Keys = SigningKey | Sequence[SigningKey] | None
 Params = Sequence[Any] | Mapping[str, Any] | None
 T = TypeVar("T")
@@ -252,6 +256,7 @@ class Store:
         self._current_source = False  # span_source defined for files that all have the current columns
         self._snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last refresh
         self._tail = TailIndex(self.location)  # ids of the files no side index covers yet
+        self._vars: dict[str, tuple[type, Any]] = {}  # what each variable on the internal connection holds
         self._lock = threading.RLock()
         try:
             self._con = duckdb.connect(database)
@@ -334,11 +339,25 @@ class Store:
         """Whether any of ``files`` may keep an outcome's decision id only in its JSON (schema version 1 or unknown)."""
         return any((self._major.get(path) or 0) < _TYPED_OUTCOMES for path in files)
 
+    def _set(self, con: duckdb.DuckDBPyConnection, name: str, value: Any) -> None:
+        """``SET VARIABLE name = value`` (bound, never formatted); skipped when the internal connection holds it.
+
+        A lookup sets a handful of variables; each ``SET`` is a round trip
+        into DuckDB, and most of them keep their value from one lookup to the
+        next (the limit, the files of a warm store).
+        """
+        held = (type(value), value)
+        if con is self._con and self._vars.get(name) == held:
+            return
+        con.execute(f"SET VARIABLE {name} = ?", [value])
+        if con is self._con:
+            self._vars[name] = held
+
     def _point_at(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> None:
         """Set the variables the views read for ``files``: the list, union_by_name, and the legacy-outcome hint."""
-        con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [list(files) or None])
-        con.execute(f"SET VARIABLE {_UNION_VAR} = ?", [self._union_by_name(files)])
-        con.execute(f"SET VARIABLE {_LEGACY_VAR} = ?", [self._legacy_outcomes(files)])
+        self._set(con, _FILES_VAR, list(files) or None)
+        self._set(con, _UNION_VAR, self._union_by_name(files))
+        self._set(con, _LEGACY_VAR, self._legacy_outcomes(files))
 
     def refresh(self) -> None:
         """Rescan the dataset's files, validate new ones, and (re)define the views."""
@@ -374,8 +393,8 @@ class Store:
                 if con is self._con:
                     self._current_source = current
             else:
-                con.execute(f"SET VARIABLE {_FILES_VAR} = NULL")
-                con.execute(f"SET VARIABLE {_LEGACY_VAR} = false")
+                self._set(con, _FILES_VAR, None)
+                self._set(con, _LEGACY_VAR, False)
                 empty = (
                     SPAN_SCHEMA.empty_table()
                     .append_column("date", pa.array([], pa.date32()))
@@ -535,14 +554,20 @@ class Store:
         (written by ``otel-replay compact``) names the compacted files holding
         it, and every file written since the index is read too. Without an
         index (or with no id that is not ``None``) every file is read. Use it
-        for a query whose every row comes from spans carrying one of ``ids``:
-        rows it joins from other spans (an outcome stored under another
-        correlation id) may be missing.
+        for a query whose rows come from spans carrying one of ``ids``, plus
+        the outcomes of the decisions among them. For a query that joins
+        outcomes (the chains, ``traces``), an outcome may be stored under any
+        correlation id and in any file: the side index also maps each
+        decision id to the files holding its outcomes, and when one of the
+        decisions in the result has an outcome in a file that was not read,
+        the query runs again with those files too. The rows are those of
+        :meth:`run`. A dataset holding storage schema version 1 files
+        (outcome decision ids only in the JSON) is read whole for such a query.
         """
         given = {key: str(value) for key, value in ids.items() if value is not None}
         return self._run(name, given or None, variables)
 
-    def _run(self, name: str, ids: dict[str, str] | None, variables: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _run(self, name: str, ids: _Ids | None, variables: Mapping[str, Any]) -> list[dict[str, Any]]:
         sql = load_sql(name)
         for key in variables:
             if not _IDENT.fullmatch(key):
@@ -553,21 +578,22 @@ class Store:
         values = dict.fromkeys(name for name in _VARIABLE.findall(sql) if not name.startswith("otel_replay_"))
         values.update(variables)
 
+        outcomes = _READS_OUTCOMES.search(sql) is not None
+        # Outcomes looked up by decision id: a version 1 file keeps that id only in the JSON.
+        by_decision = outcomes or (ids is not None and "outcome_decision_id" in ids)
+
         def fetch() -> pa.Table:
-            scope = self._narrow(ids) if ids else None
+            scope = self._narrow(ids, outcomes=by_decision) if ids else None
             if scope is not None and not scope:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
             for key, value in values.items():
-                self._con.execute(f"SET VARIABLE {key} = ?", [value])
-            self._scope = scope
-            reading = self.files if scope is None else scope
-            if reading != self._pointed:  # the variables stay set between lookups of the same files
-                if self._current_source and self._legacy_outcomes(reading):
-                    # A file the views were not defined for (an older writer's, newer than the last refresh).
-                    self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
-                self._point_at(self._con, reading)
-                self._pointed = list(reading)
-            return self._execute(sql)
+                self._set(self._con, key, value)
+            table = self._execute_over(sql, scope)
+            if outcomes and scope is not None:
+                wider = self._with_outcomes(scope, table)
+                if wider is not None:  # an outcome of a decision shown is stored in a file not read
+                    table = self._execute_over(sql, wider)
+            return table
 
         with self._lock:
             try:
@@ -576,22 +602,95 @@ class Store:
                 self._scope = None
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def _narrow(self, ids: Mapping[str, str]) -> list[str] | None:
-        """The checked files that may hold ``ids`` (see :func:`~.side_index.files_for`); ``None``: every file."""
-        if not self.files:
-            return None  # the views stand on the empty source until refresh() finds files
-        wanted = [(kind, value) for kind, value in ids.items()]
-        try:
-            split = indexed_and_tail(self.location, wanted, snapshot=self._snapshot)
-        except DatasetError as exc:
-            _log.warning("otel-replay: side index not used, reading every file: %s", exc)
-            return None
+    def _execute_over(self, sql: str, scope: list[str] | None) -> pa.Table:
+        """Run ``sql`` with the views pointed at ``scope`` (``None``: every file)."""
+        self._scope = scope
+        reading = self.files if scope is None else scope
+        if reading != self._pointed:  # the variables stay set between lookups of the same files
+            if self._current_source and self._legacy_outcomes(reading):
+                # A file the views were not defined for (an older writer's, newer than the last refresh).
+                self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
+            self._point_at(self._con, reading)
+            self._pointed = list(reading)
+        return self._execute(sql)
+
+    def _candidates(self, wanted: Sequence[tuple[str, str]]) -> list[str] | None:
+        """The live files that may hold one of ``wanted`` ((kind, id) pairs); ``None`` when nothing is indexed.
+
+        The side index names the compacted files; of the files newer than it,
+        only those whose own ids (read once each, by the stamp of their last
+        check: :class:`~.storage.tail_index.TailIndex`) may match. A file never
+        checked yet is kept, checked by :meth:`_usable`, and indexed next time.
+
+        Raises:
+            DatasetError: a manifest or index cannot be read.
+
+        """
+        split = indexed_and_tail(self.location, wanted, snapshot=self._snapshot)
         if split is None:
             return None
         hits, tail = split
-        # Files newer than the index: only those whose ids (read once each, by the stamp of their last
-        # check) may match; a file never checked yet is kept, checked below, and indexed next time.
-        found = sorted(hits + self._tail.holding(tail, wanted, self._checked))
+        return sorted(hits + self._tail.holding(tail, wanted, self._checked))
+
+    def _narrow(self, ids: _Ids, *, outcomes: bool = False) -> list[str] | None:
+        """The checked files that may hold ``ids`` (see :func:`~.side_index.files_for`); ``None``: every file.
+
+        ``outcomes``: the query finds outcomes by their decision id (see :meth:`_with_outcomes`).
+        """
+        if not self.files:
+            return None  # the views stand on the empty source until refresh() finds files
+        wanted = [
+            (kind, value) for kind, values in ids.items() for value in ([values] if isinstance(values, str) else values)
+        ]
+        try:
+            found = self._candidates(wanted)
+        except DatasetError as exc:
+            _log.warning("otel-replay: side index not used, reading every file: %s", exc)
+            return None
+        if found is None:
+            return None
+        scope = self._usable(found)
+        if outcomes and scope and self._legacy_outcomes(self.files + scope):
+            # A version 1 outcome names its decision only in the JSON, which nothing indexes: every file,
+            # arrivals since the last refresh included.
+            return sorted(set(self.files).union(scope))
+        return scope
+
+    def _with_outcomes(self, scope: list[str], result: pa.Table) -> list[str] | None:
+        """``scope`` plus the files holding outcomes of the decisions in ``result``; ``None``: nothing to add.
+
+        An outcome can be stored under any correlation id (or none) and in any
+        file. What a chain shows of a decision's outcome depends only on that
+        decision's outcome spans, so it is exact when every file the side
+        index names for the shown decisions' outcomes was read (of the files
+        newer than the index, every one that holds such an outcome). The
+        result's ``record_id`` column holds those decisions (a query without
+        one is run again over every file).
+        """
+        if result.num_columns == 0:
+            return None  # not a query that returns rows
+        every = sorted(set(self.files).union(scope))
+        if "record_id" not in result.column_names:
+            return every
+        shown = result.column("record_id")
+        if "layer" in result.column_names:  # a chain: decisions are its 'trace' rows
+            shown = result.filter(pc.equal(result.column("layer"), "trace")).column("record_id")
+        decided = sorted({str(value) for value in shown.to_pylist() if value is not None})
+        if not decided:
+            return None
+        try:
+            holding = self._candidates([("outcome_decision_id", decision) for decision in decided])
+        except DatasetError as exc:
+            _log.warning("otel-replay: side index not used for outcomes, reading every file: %s", exc)
+            return every
+        if holding is None:
+            return every
+        listed = set(scope)
+        more = self._usable([path for path in holding if path not in listed])
+        return sorted(listed.union(more)) if more else None
+
+    def _usable(self, found: Sequence[str]) -> list[str]:
+        """``found`` less the files skipped as corrupt; newly seen files are checked first."""
         skipped = {problem.path for problem in self.skipped}
         scope = []
         for path in found:  # not intersected with self.files: that list may predate a compaction
@@ -619,8 +718,12 @@ class Store:
     def _record_rows(self, **filters: Any) -> list[StoredRecord]:
         if set(filters) == {"record_id"} and filters["record_id"] is not None:
             rows = self.run_for("record", {"record_id": str(filters["record_id"])}, **filters)
+        elif set(filters) == {"decision_ids"} and filters["decision_ids"]:
+            # the outcomes of these decisions, wherever stored: the side index maps decision ids to files
+            decided = [str(d) for d in filters["decision_ids"]]
+            rows = self._run("record", {"outcome_decision_id": decided}, {"decision_ids": decided})
         else:
-            rows = self.run("record", **filters)  # decision ids live in the JSON: not indexed
+            rows = self.run("record", **filters)  # a gate's decision id lives in the JSON: not indexed
         return [stored_record(row) for row in rows]
 
     def trusted_record(self, record_id: str, *, what: str = "record") -> TrustedRecord:

@@ -3,9 +3,12 @@
 Compaction writes one small Parquet file per partition (``_index-g<gen>.pq``;
 the ``.pq`` suffix keeps it out of ``*.parquet`` globs) with one row per
 (id kind, id, file): ``kind`` (``correlation_id``, ``trace_id``,
-``session_id``, ``record_id``), ``key``, ``file`` (a name in the partition),
-``min_start``, ``max_start``, ``rows``; sorted by (kind, key) with small row
-groups, so a lookup reads one row group.
+``session_id``, ``record_id``, ``outcome_decision_id``), ``key``, ``file`` (a
+name in the partition), ``min_start``, ``max_start``, ``rows``; sorted by
+(kind, key) with small row groups, so a lookup reads one row group per id.
+The file's metadata lists the kinds it covers (``otel_replay.index_kinds``):
+an index written before a kind was added says nothing about it, so a lookup
+by that kind reads every file of the partition.
 
 :func:`files_for` answers "which files may hold this id": for each partition,
 the indexed files that hold it plus every live file the index does not cover
@@ -16,7 +19,7 @@ complete as one over every file.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,12 +31,23 @@ from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
-from .manifest import RemoteSnapshot, partition_dirs, partition_live_names
+from .manifest import Manifest, RemoteSnapshot, partition_dirs, partition_live_names
 
-__all__ = ["INDEX_KINDS", "INDEX_SCHEMA", "build_index", "files_for", "index_bytes", "indexed_and_tail", "write_index"]
+__all__ = [
+    "INDEX_KINDS",
+    "INDEX_SCHEMA",
+    "KINDS_METADATA_KEY",
+    "build_index",
+    "files_for",
+    "index_bytes",
+    "indexed_and_tail",
+    "write_index",
+]
 
-INDEX_KINDS = ("correlation_id", "trace_id", "session_id", "record_id")
-"""The span columns the side index maps to files."""
+INDEX_KINDS = ("correlation_id", "trace_id", "session_id", "record_id", "outcome_decision_id")
+"""The span columns the side index maps to files (``outcome_decision_id``: where a decision's outcomes are)."""
+KINDS_METADATA_KEY = b"otel_replay.index_kinds"
+_LEGACY_KINDS = frozenset(("correlation_id", "trace_id", "session_id", "record_id"))  # an index without the key
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -45,11 +59,17 @@ INDEX_SCHEMA = pa.schema(
         pa.field("rows", pa.int64(), nullable=False),
     ]
 )
-_INDEX_ROW_GROUP = 2048
+_INDEX_ROW_GROUP = 2048  # a lookup decodes one group per id (0.2 ms); fewer groups keep a cold open short
 
 
 def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
-    """The index rows of ``parts`` (file name, the rows written to it), sorted by (kind, key)."""
+    """The index rows of ``parts`` (file name, the rows written to it), sorted by (kind, key).
+
+    The table's metadata lists the kinds it covers: those that are a column
+    of every part (a version 1 file has no ``outcome_decision_id``).
+    """
+    covered = [kind for kind in INDEX_KINDS if all(kind in table.column_names for _, table in parts)]
+    metadata = {KINDS_METADATA_KEY: ",".join(covered).encode()}
     pieces: list[pa.Table] = []
     for name, table in parts:
         for kind in INDEX_KINDS:
@@ -74,9 +94,10 @@ def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
                 )
             )
     if not pieces:
-        return INDEX_SCHEMA.empty_table()
+        return INDEX_SCHEMA.empty_table().replace_schema_metadata(metadata)
     table = pa.concat_tables(pieces)
-    return table.take(pc.sort_indices(table, [("kind", "ascending"), ("key", "ascending"), ("file", "ascending")]))
+    table = table.take(pc.sort_indices(table, [("kind", "ascending"), ("key", "ascending"), ("file", "ascending")]))
+    return table.replace_schema_metadata(metadata)
 
 
 def _write_to(table: pa.Table, sink: object) -> None:
@@ -105,14 +126,24 @@ def index_bytes(table: pa.Table) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+_Bounds = list[tuple[str, str, str, str]]
+# handle, each group's bounds, the groups of one kind in (kind, key) order, the others, the kinds covered
+_Index = tuple[pq.ParquetFile, _Bounds, list[int], list[int], frozenset[str]]
+
+
 @lru_cache(maxsize=256)
-def _open_index(path: str, stamp: tuple[int, int]) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
-    """An open index file and each row group's (min kind, min key, max kind, max key), cached by size and mtime."""
+def _open_index(path: str, stamp: tuple[int, int]) -> _Index:
+    """An open index file, each row group's (min kind, min key, max kind, max key) and the kinds it covers.
+
+    Cached by size and mtime.
+    """
     return _index_bounds(pq.ParquetFile(path))
 
 
-def _index_bounds(handle: pq.ParquetFile) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
+def _index_bounds(handle: pq.ParquetFile) -> _Index:
     meta = handle.metadata
+    listed = (meta.metadata or {}).get(KINDS_METADATA_KEY)
+    kinds = frozenset(listed.decode("utf-8", "replace").split(",")) if listed is not None else _LEGACY_KINDS
     kind_col, key_col = meta.schema.names.index("kind"), meta.schema.names.index("key")
     bounds = []
     for i in range(meta.num_row_groups):
@@ -122,13 +153,28 @@ def _index_bounds(handle: pq.ParquetFile) -> tuple[pq.ParquetFile, list[tuple[st
             bounds.append(("", "", "\uffff", "\uffff"))
         else:
             bounds.append((ks.min, vs.min, ks.max, vs.max))
-    return handle, bounds
+    regular, irregular = _split(bounds)
+    return handle, bounds, regular, irregular, kinds
 
 
-_REMOTE_INDEXES: dict[str, tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]] = {}
+def _split(bounds: _Bounds) -> tuple[list[int], list[int]]:
+    """The row groups holding one kind, when their key ranges follow each other (binary search holds), and the rest.
+
+    A group that spans two kinds has bounds mixing both (its key range is
+    not its rows' range within a kind): it is checked on its own.
+    """
+    regular = [i for i, (kmin, _, kmax, _) in enumerate(bounds) if kmin == kmax and kmin != ""]
+    for a, b in zip(regular, regular[1:], strict=False):
+        if (bounds[a][2], bounds[a][3]) > (bounds[b][0], bounds[b][1]) or bounds[a][:2] > bounds[a][2:]:
+            return [], list(range(len(bounds)))
+    irregular = sorted(set(range(len(bounds))) - set(regular))
+    return regular, irregular
 
 
-def _open_remote_index(location: Location, path: str) -> tuple[pq.ParquetFile, list[tuple[str, str, str, str]]]:
+_REMOTE_INDEXES: dict[str, _Index] = {}
+
+
+def _open_remote_index(location: Location, path: str) -> _Index:
     """A remote index file: its name is unique per compaction and objects are never rewritten, so cached by path."""
     cached = _REMOTE_INDEXES.get(path)
     if cached is None:
@@ -139,29 +185,51 @@ def _open_remote_index(location: Location, path: str) -> tuple[pq.ParquetFile, l
     return cached
 
 
-def _lookup(path: Path | str, wanted: list[tuple[str, str]], location: Location | None = None) -> set[str]:
-    """File names the index at ``path`` maps any of ``wanted`` (kind, key) to."""
+def _groups_holding(bounds: _Bounds, regular: list[int], irregular: list[int], pair: tuple[str, str]) -> list[int]:
+    """The row groups whose (kind, key) range holds ``pair``: a binary search of ``regular``, a scan of the rest."""
+    found = [i for i in irregular if bounds[i][:2] <= pair <= bounds[i][2:]]
+    lo, hi = 0, len(regular)
+    while lo < hi:  # the first regular group whose max is not below the pair
+        mid = (lo + hi) // 2
+        if bounds[regular[mid]][2:] < pair:
+            lo = mid + 1
+        else:
+            hi = mid
+    for i in regular[lo:]:  # a key's rows (one per file) may run over several groups
+        if bounds[i][:2] > pair:
+            break
+        found.append(i)
+    return found
+
+
+def _lookup(path: Path | str, wanted: list[tuple[str, str]], location: Location | None = None) -> set[str] | None:
+    """File names the index at ``path`` maps any of ``wanted`` (kind, key) to.
+
+    ``None`` when the index does not cover one of the wanted kinds (written
+    before that kind was indexed): every file of the partition may hold it.
+    """
     try:
         if location is not None:
-            handle, bounds = _open_remote_index(location, str(path))
+            handle, bounds, regular, irregular, kinds = _open_remote_index(location, str(path))
         else:
             st = os.stat(path)
-            handle, bounds = _open_index(str(path), (st.st_size, st.st_mtime_ns))
+            handle, bounds, regular, irregular, kinds = _open_index(str(path), (st.st_size, st.st_mtime_ns))
     except (OSError, pa.ArrowException) as exc:
         raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
-    groups = [
-        i
-        for i, (kmin, vmin, kmax, vmax) in enumerate(bounds)
-        if any((kmin, vmin) <= (kind, key) <= (kmax, vmax) for kind, key in wanted)
-    ]
+    if any(kind not in kinds for kind, _ in wanted):
+        return None
+    groups = sorted({i for pair in wanted for i in _groups_holding(bounds, regular, irregular, pair)})
     if not groups:
         return set()
-    table = handle.read_row_groups(groups, columns=["kind", "key", "file"])
-    mask = None
-    for kind, key in wanted:
-        hit = pc.and_(pc.equal(table.column("kind"), kind), pc.equal(table.column("key"), key))
-        mask = hit if mask is None else pc.or_(mask, hit)
-    return set(table.filter(mask).column("file").to_pylist())
+    try:
+        table = handle.read_row_groups(groups, columns=["kind", "key", "file"], use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
+    # One vectorised pass for the keys, then the few hits in Python for their kind.
+    hits = table.filter(pc.is_in(table.column("key"), pa.array([key for _, key in wanted], pa.string())))
+    pairs = set(wanted)
+    columns = (hits.column(name).to_pylist() for name in ("kind", "key", "file"))
+    return {file for kind, key, file in zip(*columns, strict=True) if (kind, key) in pairs}
 
 
 def files_for(
@@ -171,9 +239,16 @@ def files_for(
     trace_id: str | None = None,
     session_id: str | None = None,
     record_id: str | None = None,
+    outcome_decision_id: str | Sequence[str] | None = None,
     snapshot: RemoteSnapshot | None = None,
 ) -> list[str] | None:
     """The live files that may hold rows with any of the given ids, or ``None`` when nothing is indexed.
+
+    ``outcome_decision_id`` (one decision id or several) asks for the files
+    holding outcome spans of those decisions (the typed column of storage
+    schema version 2; a version 1 file keeps it in its JSON and is never
+    indexed by it, nor is a partition whose index predates the kind: all its
+    files are returned).
 
     Complete at every moment: a partition without an index contributes all its
     live files, and an indexed one its indexed files holding an id plus every
@@ -189,7 +264,11 @@ def files_for(
 
     """
     given = {"correlation_id": correlation_id, "trace_id": trace_id, "session_id": session_id, "record_id": record_id}
-    split = indexed_and_tail(dataset, [(kind, str(key)) for kind, key in given.items() if key is not None], snapshot)
+    wanted = [(kind, str(key)) for kind, key in given.items() if key is not None]
+    if isinstance(outcome_decision_id, str):
+        outcome_decision_id = [outcome_decision_id]
+    wanted += [("outcome_decision_id", str(key)) for key in outcome_decision_id or () if key is not None]
+    split = indexed_and_tail(dataset, wanted, snapshot)
     return None if split is None else sorted(split[0] + split[1])
 
 
@@ -198,67 +277,57 @@ def indexed_and_tail(
     wanted: Sequence[tuple[str, str]],
     snapshot: RemoteSnapshot | None = None,
 ) -> tuple[list[str], list[str]] | None:
-    """:func:`files_for` in two parts: (indexed files holding one of ``wanted``, live files no index covers).
+    """:func:`files_for` in two parts: (indexed files that may hold one of ``wanted``, live files no index covers).
 
-    ``wanted`` holds (kind, id) pairs, kind one of :data:`INDEX_KINDS`. The
-    second list is what :class:`~.tail_index.TailIndex` narrows further.
+    ``wanted`` holds (kind, id) pairs, each kind one of :data:`INDEX_KINDS`.
+    The second list is what :class:`~.tail_index.TailIndex` narrows further.
     ``None`` when no partition has a side index.
 
     Raises:
-        ConfigError: no id given, or an unknown kind.
+        ConfigError: no id given, or a kind that is not indexed.
         DatasetError: a manifest or index cannot be read.
 
     """
     if not wanted:
-        raise ConfigError("files_for needs at least one id (correlation_id, trace_id, session_id or record_id)")
+        raise ConfigError(
+            "files_for needs at least one id (correlation_id, trace_id, session_id, record_id or outcome_decision_id)"
+        )
     unknown = sorted({kind for kind, _ in wanted if kind not in INDEX_KINDS})
     if unknown:
         raise ConfigError(f"not an indexed id kind: {', '.join(unknown)} (one of {', '.join(INDEX_KINDS)})")
     location = resolve(dataset)
-    if location.remote:
-        return _remote_indexed_and_tail(location, list(wanted), snapshot)
     hits: list[str] = []
     tail: list[str] = []
     indexed = False
-    for partition in partition_dirs(location.root):
-        manifest, live = partition_live_names(partition)
-        head = f"{partition}{os.sep}"
-        if manifest is None or manifest.index is None:
+    for head, manifest, live, index in _partitions(location, snapshot):
+        if manifest is None or index is None:
             tail.extend(head + name for name in live)
             continue
         indexed = True
-        found = _lookup(partition / manifest.index, list(wanted))
+        found = _lookup(index, list(wanted), location if location.remote else None)
         covered = set(manifest.files)
         for name in live:
             if name not in covered:
                 tail.append(head + name)
-            elif name in found:
+            elif found is None or name in found:
                 hits.append(head + name)
     return (hits, tail) if indexed else None
 
 
-def _remote_indexed_and_tail(
-    location: Location, wanted: list[tuple[str, str]], snapshot: RemoteSnapshot | None
-) -> tuple[list[str], list[str]] | None:
-    """:func:`indexed_and_tail` on an object store: the same rule over :func:`~.manifest.remote_partitions`."""
-    from .manifest import remote_partitions, visible_names
+def _partitions(
+    location: Location, snapshot: RemoteSnapshot | None
+) -> Iterator[tuple[str, Manifest | None, list[str], str | None]]:
+    """Each partition as (path prefix of its files, manifest, live file names, its index's path or ``None``)."""
+    if location.remote:
+        from .manifest import remote_partitions, visible_names
 
-    partitions, _ = snapshot if snapshot is not None else remote_partitions(location)
-    hits: list[str] = []
-    tail: list[str] = []
-    indexed = False
-    for head, manifest, names in partitions:
-        url = location.join(SPANS_DIR, head)
-        live = visible_names(names, manifest)
-        if manifest is None or manifest.index is None:
-            tail.extend(f"{url}/{name}" for name in live)
-            continue
-        indexed = True
-        found = _lookup(f"{url}/{manifest.index}", wanted, location)
-        covered = set(manifest.files)
-        for name in live:
-            if name not in covered:
-                tail.append(f"{url}/{name}")
-            elif name in found:
-                hits.append(f"{url}/{name}")
-    return (hits, tail) if indexed else None
+        partitions, _ = snapshot if snapshot is not None else remote_partitions(location)
+        for head, manifest, names in partitions:
+            url = location.join(SPANS_DIR, head)
+            index = f"{url}/{manifest.index}" if manifest is not None and manifest.index else None
+            yield f"{url}/", manifest, visible_names(names, manifest), index
+        return
+    for partition in partition_dirs(location.root):
+        manifest, live = partition_live_names(partition)
+        index = str(partition / manifest.index) if manifest is not None and manifest.index else None
+        yield f"{partition}{os.sep}", manifest, live, index

@@ -5,7 +5,7 @@ holding an id; every file that arrived since is searched by every lookup
 (:func:`~.side_index.files_for`), so between two compactions a point lookup
 grows slower with each arrival: 240 five-second exporter files made a trade
 chain 20× slower in ``benchmarks/bench_fresh.py``. :class:`TailIndex` reads the
-four id columns of each such file once (a few hundred microseconds for an
+id columns of each such file once (a few hundred microseconds for an
 exporter's file), keeps a hash of each of a file's distinct ids in a set, and tells a lookup
 which of those files can hold its ids; the query then opens only those.
 
