@@ -44,6 +44,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
 from otel_replay.location import Location, register_with, resolve
 from otel_replay.records import DecisionRecord, SpanRef
+from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import files_for
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
@@ -749,8 +750,40 @@ class Store:
         return self.run("causal_tree", root_span_id=span_id)
 
     def calibration(self, decision_type: str | None = None) -> list[dict[str, Any]]:
-        """Confidence buckets against outcome correctness."""
-        return self.run("calibration", decision_type=decision_type)
+        """Confidence buckets against outcome correctness (``queries/calibration.sql``).
+
+        Reads compaction's facts files for the partitions they cover and the
+        spans for everything else (:mod:`otel_replay.storage.facts`): the same
+        rows as joining the ``decisions`` and ``outcomes`` views.
+        """
+        return self._run_with_facts("calibration", decision_type=decision_type)
+
+    def decision_summary(self, decision_type: str | None = None) -> list[dict[str, Any]]:
+        """A scan of every decision: per type, count, count with a confidence, mean confidence.
+
+        ``queries/decision_summary.sql``; the same figures as grouping the
+        ``decisions`` view, read like :meth:`calibration`.
+        """
+        return self._run_with_facts("decision_summary", decision_type=decision_type)
+
+    def _run_with_facts(self, name: str, **variables: Any) -> list[dict[str, Any]]:
+        """:meth:`run` with ``span_facts`` pointed at the facts files usable for the files read."""
+        with self._lock:
+            local = not self.location.remote and self._pointed == self.files and bool(self.files)
+            sizes = {path: stamp[0] for path, stamp in self._checked.items()}
+            used = local and point_facts(self._con, self.files, sizes)
+            try:
+                return self._run(name, None, variables)
+            except QueryError:
+                if not used:
+                    raise
+                _log.warning("otel-replay: %s failed on the facts files; computing it from the spans", name)
+                unpoint_facts(self._con)
+                used = False
+                return self._run(name, None, variables)
+            finally:
+                if used:
+                    unpoint_facts(self._con)
 
     def verify(self, keys: Keys) -> VerifyReport:
         """Check every record span's seal: hash, signature (with ``keys``) and chain links.

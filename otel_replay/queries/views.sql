@@ -248,3 +248,93 @@ SELECT
     trace_id,
     span_id
 FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
+
+-- ---------------------------------------------------------------------------
+-- Decision and outcome facts: what `calibration` and a scan of decisions need,
+-- one narrow row per decision or outcome span. Compaction writes them per
+-- partition into `_facts-g<gen>-<token>.pq` (otel_replay/storage/facts.py,
+-- with these very macros over the rows it compacts); the views below read
+-- those files for the compacted files they cover and compute the rest live,
+-- so results are the same as the record views' at every moment.
+--
+-- fact_key(span_id): a 64-bit key for finding repeated (trace_id, span_id)
+-- pairs cheaply: the span id's own hex value, NULL when it is not hex. Equal
+-- pairs have equal keys; a shared key only sends rows to the exact check.
+CREATE OR REPLACE MACRO fact_key(span_id) AS TRY_CAST('0x' || span_id AS UBIGINT);
+
+-- decision_facts_in('name') / outcome_facts_in('name'): the facts of the rows
+-- of `name`, computed exactly as decisions_in / outcomes_in compute those
+-- columns (the duplicate-key check included), before deduplication.
+CREATE OR REPLACE MACRO decision_facts_in(source) AS TABLE
+SELECT
+    trace_id,
+    span_id,
+    record_id,
+    decision_type,
+    coalesce(decision_confidence,
+             TRY_CAST(attributes ->> '$."replay.decision.confidence"' AS DOUBLE)) AS confidence
+FROM query_table(source) WHERE replay_kind = 'decision' AND unambiguous(attributes);
+
+CREATE OR REPLACE MACRO outcome_facts_in(source) AS TABLE
+SELECT
+    trace_id,
+    span_id,
+    record_id                                                        AS outcome_id,
+    coalesce(outcome_decision_id, attributes ->> '$."replay.outcome.decision_id"') AS decision_id,
+    coalesce(outcome_correct,
+             TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN)) AS outcome_correct,
+    start_time                                                       AS recorded_at
+FROM query_table(source) WHERE replay_kind = 'outcome' AND unambiguous(attributes);
+
+-- span_facts: the stored facts rows. Empty here; the Store points it at the
+-- facts files it validated (queries/facts_source.sql), and fact_covered()
+-- then lists the span files those facts stand for.
+CREATE OR REPLACE VIEW span_facts AS
+SELECT CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS UBIGINT) AS key, CAST(NULL AS BOOLEAN) AS repeated,
+       CAST(NULL AS VARCHAR) AS trace_id, CAST(NULL AS VARCHAR) AS span_id, CAST(NULL AS VARCHAR) AS record_id,
+       CAST(NULL AS VARCHAR) AS decision_type, CAST(NULL AS DOUBLE) AS confidence,
+       CAST(NULL AS VARCHAR) AS decision_id, CAST(NULL AS BOOLEAN) AS outcome_correct,
+       CAST(NULL AS TIMESTAMPTZ_NS) AS recorded_at
+WHERE false;
+
+CREATE OR REPLACE MACRO fact_covered() AS CAST([] AS VARCHAR[]);
+
+-- spans_without_facts: the rows of the span files no facts file covers.
+CREATE OR REPLACE VIEW spans_without_facts AS
+SELECT * FROM spans WHERE NOT list_contains(fact_covered(), filename);
+
+-- decision_facts: one row per decision span (record_id, decision_type,
+-- confidence): the same rows as `decisions`. A stored row whose key no other
+-- row shares is taken as it is; the others (a key repeated in its file or in
+-- another facts file, or met among the live rows) are counted once per
+-- (trace_id, span_id) with the live rows, as `decisions` counts them.
+CREATE OR REPLACE VIEW decision_facts AS
+WITH live AS MATERIALIZED (
+    SELECT fact_key(span_id) AS key, trace_id, span_id, record_id, decision_type, confidence
+    FROM decision_facts_in('spans_without_facts')
+), suspect AS MATERIALIZED (
+    SELECT key FROM span_facts WHERE kind = 'decision' AND repeated AND key IS NOT NULL
+    UNION
+    SELECT key FROM live WHERE key IS NOT NULL
+)
+SELECT record_id, decision_type, confidence
+FROM span_facts
+WHERE kind = 'decision' AND NOT repeated AND key IS NOT NULL AND key NOT IN (SELECT key FROM suspect)
+UNION ALL
+SELECT record_id, decision_type, confidence FROM (
+    SELECT DISTINCT ON (trace_id, span_id) * FROM (
+        SELECT trace_id, span_id, record_id, decision_type, confidence FROM span_facts
+        WHERE kind = 'decision' AND (repeated OR key IS NULL OR key IN (SELECT key FROM suspect))
+        UNION ALL
+        SELECT trace_id, span_id, record_id, decision_type, confidence FROM live));
+
+-- first_outcomes: the first outcome of each decision (decision_id,
+-- outcome_correct), stored facts and live rows together: the same as
+-- `outcomes`' two columns.
+CREATE OR REPLACE VIEW first_outcomes AS
+SELECT decision_id, outcome_correct FROM (
+    SELECT decision_id, outcome_correct, recorded_at, span_id FROM span_facts WHERE kind = 'outcome'
+    UNION ALL
+    SELECT decision_id, outcome_correct, recorded_at, span_id FROM outcome_facts_in('spans_without_facts')
+)
+QUALIFY row_number() OVER (PARTITION BY decision_id ORDER BY recorded_at, span_id) = 1;
