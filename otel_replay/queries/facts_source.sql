@@ -1,13 +1,10 @@
 -- span_facts over compaction's facts files (otel_replay/storage/facts.py),
 -- and fact_covered() naming the span files they stand for. The Store runs
 -- this for calibration and decision_summary after checking each facts file
--- against the compacted files it lists; views.sql resets both.
+-- against the compacted files it lists; views.sql (and facts_none.sql) reset both.
 -- Variables: otel_replay_fact_files (the facts files), otel_replay_fact_covered
--- (the span files they cover), otel_replay_facts_unchecked (true when two facts
--- files were written without seeing each other: every stored decision row then
--- goes through the exact duplicate check).
+-- (the span files they cover).
 CREATE OR REPLACE VIEW span_facts AS
-SELECT * REPLACE (repeated OR coalesce(getvariable('otel_replay_facts_unchecked'), false) AS repeated)
-FROM read_parquet(getvariable('otel_replay_fact_files'));
+SELECT * FROM read_parquet(getvariable('otel_replay_fact_files'));
 
 CREATE OR REPLACE MACRO fact_covered() AS CAST(getvariable('otel_replay_fact_covered') AS VARCHAR[]);

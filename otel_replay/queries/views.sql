@@ -257,10 +257,11 @@ FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
 -- those files for the compacted files they cover and compute the rest live,
 -- so results are the same as the record views' at every moment.
 --
--- fact_key(span_id): a 64-bit key for finding repeated (trace_id, span_id)
--- pairs cheaply: the span id's own hex value, NULL when it is not hex. Equal
--- pairs have equal keys; a shared key only sends rows to the exact check.
-CREATE OR REPLACE MACRO fact_key(span_id) AS TRY_CAST('0x' || span_id AS UBIGINT);
+-- fact_key(id): a 64-bit key for finding rows that may repeat an id cheaply:
+-- the hex value of the id's first 16 characters, NULL when they are not hex.
+-- Decisions are keyed by span_id, outcomes by decision_id. Equal ids have
+-- equal keys; a key shared by different ids only sends rows to the exact check.
+CREATE OR REPLACE MACRO fact_key(id) AS TRY_CAST('0x' || left(id, 16) AS UBIGINT);
 
 -- decision_facts_in('name') / outcome_facts_in('name'): the facts of the rows
 -- of `name`, computed exactly as decisions_in / outcomes_in compute those
@@ -290,7 +291,8 @@ FROM query_table(source) WHERE replay_kind = 'outcome' AND unambiguous(attribute
 -- facts files it validated (queries/facts_source.sql), and fact_covered()
 -- then lists the span files those facts stand for.
 CREATE OR REPLACE VIEW span_facts AS
-SELECT CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS UBIGINT) AS key, CAST(NULL AS BOOLEAN) AS repeated,
+SELECT CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS UBIGINT) AS key,
+       CAST(NULL AS BOOLEAN) AS repeated, CAST(NULL AS BOOLEAN) AS shared,
        CAST(NULL AS VARCHAR) AS trace_id, CAST(NULL AS VARCHAR) AS span_id, CAST(NULL AS VARCHAR) AS record_id,
        CAST(NULL AS VARCHAR) AS decision_type, CAST(NULL AS DOUBLE) AS confidence,
        CAST(NULL AS VARCHAR) AS decision_id, CAST(NULL AS BOOLEAN) AS outcome_correct,
@@ -305,36 +307,56 @@ SELECT * FROM spans WHERE NOT list_contains(fact_covered(), filename);
 
 -- decision_facts: one row per decision span (record_id, decision_type,
 -- confidence): the same rows as `decisions`. A stored row whose key no other
--- row shares is taken as it is; the others (a key repeated in its file or in
--- another facts file, or met among the live rows) are counted once per
--- (trace_id, span_id) with the live rows, as `decisions` counts them.
+-- row can share (not `repeated` in its file, not `shared` by another facts
+-- file, not met among the live rows) is taken as it is; every other row is
+-- counted once per (trace_id, span_id), as `decisions` counts them.
 CREATE OR REPLACE VIEW decision_facts AS
 WITH live AS MATERIALIZED (
     SELECT fact_key(span_id) AS key, trace_id, span_id, record_id, decision_type, confidence
     FROM decision_facts_in('spans_without_facts')
-), suspect AS MATERIALIZED (
-    SELECT key FROM span_facts WHERE kind = 'decision' AND repeated AND key IS NOT NULL
+), others AS MATERIALIZED (
+    SELECT key FROM span_facts WHERE kind = 'decision' AND shared AND key IS NOT NULL
     UNION
     SELECT key FROM live WHERE key IS NOT NULL
 )
 SELECT record_id, decision_type, confidence
 FROM span_facts
-WHERE kind = 'decision' AND NOT repeated AND key IS NOT NULL AND key NOT IN (SELECT key FROM suspect)
+WHERE kind = 'decision' AND NOT repeated AND key IS NOT NULL AND key NOT IN (SELECT key FROM others)
 UNION ALL
 SELECT record_id, decision_type, confidence FROM (
     SELECT DISTINCT ON (trace_id, span_id) * FROM (
         SELECT trace_id, span_id, record_id, decision_type, confidence FROM span_facts
-        WHERE kind = 'decision' AND (repeated OR key IS NULL OR key IN (SELECT key FROM suspect))
+        WHERE kind = 'decision' AND repeated
+        UNION ALL
+        SELECT trace_id, span_id, record_id, decision_type, confidence FROM span_facts
+        WHERE kind = 'decision' AND NOT repeated AND key IN (SELECT key FROM others)
         UNION ALL
         SELECT trace_id, span_id, record_id, decision_type, confidence FROM live));
 
 -- first_outcomes: the first outcome of each decision (decision_id,
--- outcome_correct), stored facts and live rows together: the same as
--- `outcomes`' two columns.
+-- outcome_correct): the same as `outcomes`' two columns. A stored outcome
+-- whose decision key no other row can share is the first of its decision; the
+-- others are ranked as `outcomes` ranks them (recorded_at, then span_id).
 CREATE OR REPLACE VIEW first_outcomes AS
+WITH live AS MATERIALIZED (
+    SELECT fact_key(decision_id) AS key, decision_id, outcome_correct, recorded_at, span_id
+    FROM outcome_facts_in('spans_without_facts')
+), others AS MATERIALIZED (
+    SELECT key FROM span_facts WHERE kind = 'outcome' AND shared AND key IS NOT NULL
+    UNION
+    SELECT key FROM live WHERE key IS NOT NULL
+)
+SELECT decision_id, outcome_correct
+FROM span_facts
+WHERE kind = 'outcome' AND NOT repeated AND key IS NOT NULL AND key NOT IN (SELECT key FROM others)
+UNION ALL
 SELECT decision_id, outcome_correct FROM (
-    SELECT decision_id, outcome_correct, recorded_at, span_id FROM span_facts WHERE kind = 'outcome'
+    SELECT decision_id, outcome_correct, recorded_at, span_id FROM span_facts
+    WHERE kind = 'outcome' AND repeated
     UNION ALL
-    SELECT decision_id, outcome_correct, recorded_at, span_id FROM outcome_facts_in('spans_without_facts')
+    SELECT decision_id, outcome_correct, recorded_at, span_id FROM span_facts
+    WHERE kind = 'outcome' AND NOT repeated AND key IN (SELECT key FROM others)
+    UNION ALL
+    SELECT decision_id, outcome_correct, recorded_at, span_id FROM live
 )
 QUALIFY row_number() OVER (PARTITION BY decision_id ORDER BY recorded_at, span_id) = 1;

@@ -24,9 +24,10 @@ decision row carries ``key`` (the span id's hex value, ``fact_key``) and
 facts file of another partition that was current when this one was written
 (listed in ``otel_replay.facts.checked``). At query time only rows whose key
 is repeated, or shared with a row read from the spans, go through the
-``DISTINCT ON (trace_id, span_id)``; if two facts files in use were written
-without seeing each other (two compactors at once), :func:`plan` says so and
-every stored row goes through it.
+``DISTINCT ON (trace_id, span_id)``. Outcomes are keyed and flagged the same
+way by their decision id: only outcomes whose decision may have another one
+are ranked. If two facts files in use were written without seeing each other
+(two compactors at once), :func:`plan` says so and the Store reads the spans.
 
 Trust: the ambiguity check is ours: it runs on the real ``attributes`` JSON
 during compaction, never on a column a writer supplied. A facts file is data
@@ -35,7 +36,8 @@ dataset can forge either, and a forged facts file with a matching footer would
 change calibration figures (never what replay, the gate or compensation do:
 those act only on sealed, verified records). Stale or mismatched files,
 wrong schemas and unreadable footers are ignored (logged) and the spans read
-instead.
+instead. Flags are written non-NULL; a forged file with a NULL ``repeated``
+or ``key`` loses that row from the figures, like any other forged content.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ FACTS_SCHEMA = pa.schema(
         ("kind", pa.string()),
         ("key", pa.uint64()),
         ("repeated", pa.bool_()),
+        ("shared", pa.bool_()),
         ("trace_id", pa.string()),
         ("span_id", pa.string()),
         ("record_id", pa.string()),
@@ -166,12 +169,12 @@ def extract_facts(table: pa.Table) -> pa.Table | None:
     return facts.cast(FACTS_SCHEMA)
 
 
-def _other_keys(partition: Path) -> tuple[list[str], pa.Array]:
-    """Decision keys of the current facts files of the dataset's other partitions, and their names."""
-    from .manifest import read_manifest  # noqa: PLC0415 (manifest imports nothing of ours; kept local for clarity)
+def _other_keys(partition: Path) -> tuple[list[str], dict[str, pa.Array]]:
+    """Keys per kind in the current facts files of the dataset's other partitions, and those files' names."""
+    from .manifest import read_manifest  # noqa: PLC0415 (manifest imports this module's importer)
 
     names: list[str] = []
-    keys: list[pa.Array] = []
+    keys: dict[str, list[pa.Array]] = {"decision": [], "outcome": []}
     for other in sorted(partition.parent.iterdir()):
         if other == partition or not other.is_dir() or not other.name.startswith("date="):
             continue
@@ -186,26 +189,34 @@ def _other_keys(partition: Path) -> tuple[list[str], pa.Array]:
             table = pq.read_table(other / name, columns=["kind", "key"])
         except (OSError, pa.ArrowException):
             continue  # missing or damaged: a reader will not use it either (plan() checks it again)
-        decisions = table.filter(pc.equal(table.column("kind"), "decision")).column("key")
-        keys.append(decisions.combine_chunks().drop_null())
+        for kind, found in keys.items():
+            found.append(table.filter(pc.equal(table.column("kind"), kind)).column("key").combine_chunks().drop_null())
         names.append(f"{other.name}/{name}")
-    return names, pa.concat_arrays(keys) if keys else pa.array([], pa.uint64())
+    return names, {
+        kind: pa.concat_arrays(found).cast(pa.uint64()) if found else pa.array([], pa.uint64())
+        for kind, found in keys.items()
+    }
 
 
-def _flag_repeated(facts: pa.Table, elsewhere: pa.Array) -> pa.Table:
-    """``facts`` with ``repeated`` set on decision rows: a NULL key, a key met twice here, or one in ``elsewhere``."""
-    is_decision = pc.fill_null(pc.equal(facts.column("kind"), "decision"), False)
-    keys = facts.column("key")
-    decision_keys = pc.filter(keys, is_decision)
-    counts = pa.table({"key": decision_keys}).group_by("key").aggregate([([], "count_all")])
-    twice = counts.filter(pc.greater(counts.column("count_all"), 1)).column("key")
-    shared = pa.concat_arrays([twice.combine_chunks().cast(pa.uint64()), elsewhere.cast(pa.uint64())])
-    repeated = pc.or_(
-        pc.is_null(keys),
-        pc.fill_null(pc.is_in(keys, value_set=shared), False),
-    )
-    flag = pc.if_else(is_decision, repeated, pa.scalar(None, pa.bool_()))
-    return facts.set_column(facts.schema.get_field_index("repeated"), "repeated", flag)
+def _flagged(rows: pa.Table, elsewhere: pa.Array) -> pa.Table:
+    """``rows`` (one kind) with ``shared`` (key in ``elsewhere``) and ``repeated`` (shared, NULL, or met twice) set."""
+    keys = rows.column("key")
+    counts = pa.table({"key": keys}).group_by("key").aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts.column("count_all"), 1)).column("key").combine_chunks()
+    shared = pc.fill_null(pc.is_in(keys, value_set=elsewhere), False)
+    again = pc.fill_null(pc.is_in(keys, value_set=twice.cast(pa.uint64())), False)
+    repeated = pc.or_(pc.or_(pc.is_null(keys), again), shared)
+    rows = rows.set_column(rows.schema.get_field_index("repeated"), "repeated", repeated)
+    return rows.set_column(rows.schema.get_field_index("shared"), "shared", shared)
+
+
+def _flag_repeated(facts: pa.Table, elsewhere: Mapping[str, pa.Array]) -> pa.Table:
+    """``facts`` with every row's ``repeated`` and ``shared`` set, per kind (see the module docstring)."""
+    parts = [
+        _flagged(facts.filter(pc.fill_null(pc.equal(facts.column("kind"), kind), False)), keys)
+        for kind, keys in elsewhere.items()
+    ]
+    return pa.concat_tables(parts)
 
 
 def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | None], files: Sequence[str]) -> bool:
@@ -222,7 +233,10 @@ def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | None], fi
     facts = pa.concat_tables(tables) if tables else FACTS_SCHEMA.empty_table()
     checked, elsewhere = _other_keys(partition)
     facts = _flag_repeated(facts, elsewhere)
-    order = pc.sort_indices(facts, sort_keys=[("kind", "ascending"), ("key", "ascending")])
+    # flagged rows first within each kind: the exact check reads them from the first row group(s) only
+    order = pc.sort_indices(
+        facts, sort_keys=[("kind", "ascending"), ("repeated", "descending"), ("key", "ascending")]
+    )
     facts = facts.take(order)
     covered = [[file, (partition / file).stat().st_size] for file in files]
     metadata = {
@@ -236,7 +250,7 @@ def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | None], fi
             facts.replace_schema_metadata(metadata),
             handle,
             compression="zstd",
-            row_group_size=1 << 20,
+            row_group_size=1 << 16,
             use_dictionary=["kind", "decision_type"],
         )
         handle.flush()
@@ -251,7 +265,7 @@ class FactsPlan:
 
     fact_files: list[str] = field(default_factory=list)
     covered: list[str] = field(default_factory=list)
-    unchecked: bool = False
+    unchecked: list[tuple[str, str]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
 
@@ -324,7 +338,7 @@ def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None) -> FactsP
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             if b not in seen[a] and a not in seen[b]:
-                result.unchecked = True
+                result.unchecked.append((a, b))
     return result
 
 
@@ -335,11 +349,14 @@ def point_facts(con: duckdb.DuckDBPyConnection, files: Sequence[str], sizes: Map
     Undo with :func:`unpoint_facts`.
     """
     found = plan(files, sizes)
+    if found.unchecked:  # written without seeing each other: their shared keys are unknown
+        a, b = found.unchecked[0]
+        _log.info("otel-replay: facts files %s and %s were written concurrently; reading the spans", a, b)
+        return False
     if not found.fact_files:
         return False
     con.execute("SET VARIABLE otel_replay_fact_files = ?", [found.fact_files])
     con.execute("SET VARIABLE otel_replay_fact_covered = ?", [found.covered])
-    con.execute("SET VARIABLE otel_replay_facts_unchecked = ?", [found.unchecked])
     con.execute(_sql("facts_source"))
     return True
 
