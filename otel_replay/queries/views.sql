@@ -263,6 +263,16 @@ FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
 -- equal keys; a key shared by different ids only sends rows to the exact check.
 CREATE OR REPLACE MACRO fact_key(id) AS TRY_CAST('0x' || left(id, 16) AS UBIGINT);
 
+-- id_hi(id), id_lo(id), id_text(id): a record id as a join key of two 64-bit
+-- numbers. An id of 32 lowercase hex digits (what otel-replay writes) is its
+-- own value, so equal numbers mean equal ids; any other id is keyed by its
+-- MD5 and kept whole in id_text (NULL for a hex id), which the join compares
+-- too. A NULL id gives NULL numbers and matches nothing, as in a join on the id.
+CREATE OR REPLACE MACRO fact_hex(id) AS CASE WHEN regexp_full_match(id, '[0-9a-f]{32}') THEN id ELSE md5(id) END;
+CREATE OR REPLACE MACRO id_hi(id) AS CAST('0x' || left(fact_hex(id), 16) AS UBIGINT);
+CREATE OR REPLACE MACRO id_lo(id) AS CAST('0x' || right(fact_hex(id), 16) AS UBIGINT);
+CREATE OR REPLACE MACRO id_text(id) AS CASE WHEN regexp_full_match(id, '[0-9a-f]{32}') THEN NULL ELSE id END;
+
 -- decision_facts_in('name') / outcome_facts_in('name'): the facts of the rows
 -- of `name`, computed exactly as decisions_in / outcomes_in compute those
 -- columns (the duplicate-key check included), before deduplication.
@@ -294,6 +304,7 @@ CREATE OR REPLACE VIEW span_facts AS
 SELECT CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS UBIGINT) AS key,
        CAST(NULL AS BOOLEAN) AS repeated, CAST(NULL AS BOOLEAN) AS shared,
        CAST(NULL AS VARCHAR) AS trace_id, CAST(NULL AS VARCHAR) AS span_id, CAST(NULL AS VARCHAR) AS record_id,
+       CAST(NULL AS UBIGINT) AS id_hi, CAST(NULL AS UBIGINT) AS id_lo, CAST(NULL AS VARCHAR) AS id_text,
        CAST(NULL AS VARCHAR) AS decision_type, CAST(NULL AS DOUBLE) AS confidence,
        CAST(NULL AS VARCHAR) AS decision_id, CAST(NULL AS BOOLEAN) AS outcome_correct,
        CAST(NULL AS TIMESTAMPTZ_NS) AS recorded_at
@@ -305,58 +316,64 @@ CREATE OR REPLACE MACRO fact_covered() AS CAST([] AS VARCHAR[]);
 CREATE OR REPLACE VIEW spans_without_facts AS
 SELECT * FROM spans WHERE NOT list_contains(fact_covered(), filename);
 
--- decision_facts: one row per decision span (record_id, decision_type,
--- confidence): the same rows as `decisions`. A stored row whose key no other
--- row can share (not `repeated` in its file, not `shared` by another facts
--- file, not met among the live rows) is taken as it is; every other row is
--- counted once per (trace_id, span_id), as `decisions` counts them.
+-- decision_facts: one row per decision span (record_id, its join key
+-- id_hi/id_lo/id_text, decision_type, confidence): the same rows as
+-- `decisions`. A stored row whose key no other row can share (not `repeated`
+-- in its file, not `shared` by another facts file, not met among the live
+-- rows) is taken as it is; every other row is counted once per
+-- (trace_id, span_id), as `decisions` counts them.
 CREATE OR REPLACE VIEW decision_facts AS
 WITH live AS MATERIALIZED (
-    SELECT fact_key(span_id) AS key, trace_id, span_id, record_id, decision_type, confidence
+    SELECT fact_key(span_id) AS key, trace_id, span_id, record_id,
+           id_hi(record_id) AS id_hi, id_lo(record_id) AS id_lo, id_text(record_id) AS id_text,
+           decision_type, confidence
     FROM decision_facts_in('spans_without_facts')
 ), others AS MATERIALIZED (
     SELECT key FROM span_facts WHERE kind = 'decision' AND shared AND key IS NOT NULL
     UNION
     SELECT key FROM live WHERE key IS NOT NULL
 )
-SELECT record_id, decision_type, confidence
+SELECT record_id, id_hi, id_lo, id_text, decision_type, confidence
 FROM span_facts
 WHERE kind = 'decision' AND NOT repeated AND key IS NOT NULL AND key NOT IN (SELECT key FROM others)
 UNION ALL
-SELECT record_id, decision_type, confidence FROM (
+SELECT record_id, id_hi, id_lo, id_text, decision_type, confidence FROM (
     SELECT DISTINCT ON (trace_id, span_id) * FROM (
-        SELECT trace_id, span_id, record_id, decision_type, confidence FROM span_facts
+        SELECT trace_id, span_id, record_id, id_hi, id_lo, id_text, decision_type, confidence FROM span_facts
         WHERE kind = 'decision' AND repeated
         UNION ALL
-        SELECT trace_id, span_id, record_id, decision_type, confidence FROM span_facts
+        SELECT trace_id, span_id, record_id, id_hi, id_lo, id_text, decision_type, confidence FROM span_facts
         WHERE kind = 'decision' AND NOT repeated AND key IN (SELECT key FROM others)
         UNION ALL
-        SELECT trace_id, span_id, record_id, decision_type, confidence FROM live));
+        SELECT trace_id, span_id, record_id, id_hi, id_lo, id_text, decision_type, confidence FROM live));
 
--- first_outcomes: the first outcome of each decision (decision_id,
--- outcome_correct): the same as `outcomes`' two columns. A stored outcome
--- whose decision key no other row can share is the first of its decision; the
--- others are ranked as `outcomes` ranks them (recorded_at, then span_id).
+-- first_outcomes: the first outcome of each decision (decision_id, its join
+-- key id_hi/id_lo/id_text, outcome_correct): the same as `outcomes`' columns.
+-- A stored outcome whose decision key no other row can share is the first of
+-- its decision; the others are ranked as `outcomes` ranks them (recorded_at,
+-- then span_id).
 CREATE OR REPLACE VIEW first_outcomes AS
 WITH live AS MATERIALIZED (
-    SELECT fact_key(decision_id) AS key, decision_id, outcome_correct, recorded_at, span_id
+    SELECT fact_key(decision_id) AS key, decision_id,
+           id_hi(decision_id) AS id_hi, id_lo(decision_id) AS id_lo, id_text(decision_id) AS id_text,
+           outcome_correct, recorded_at, span_id
     FROM outcome_facts_in('spans_without_facts')
 ), others AS MATERIALIZED (
     SELECT key FROM span_facts WHERE kind = 'outcome' AND shared AND key IS NOT NULL
     UNION
     SELECT key FROM live WHERE key IS NOT NULL
 )
-SELECT decision_id, outcome_correct
+SELECT decision_id, id_hi, id_lo, id_text, outcome_correct
 FROM span_facts
 WHERE kind = 'outcome' AND NOT repeated AND key IS NOT NULL AND key NOT IN (SELECT key FROM others)
 UNION ALL
-SELECT decision_id, outcome_correct FROM (
-    SELECT decision_id, outcome_correct, recorded_at, span_id FROM span_facts
+SELECT decision_id, id_hi, id_lo, id_text, outcome_correct FROM (
+    SELECT decision_id, id_hi, id_lo, id_text, outcome_correct, recorded_at, span_id FROM span_facts
     WHERE kind = 'outcome' AND repeated
     UNION ALL
-    SELECT decision_id, outcome_correct, recorded_at, span_id FROM span_facts
+    SELECT decision_id, id_hi, id_lo, id_text, outcome_correct, recorded_at, span_id FROM span_facts
     WHERE kind = 'outcome' AND NOT repeated AND key IN (SELECT key FROM others)
     UNION ALL
-    SELECT decision_id, outcome_correct, recorded_at, span_id FROM live
+    SELECT decision_id, id_hi, id_lo, id_text, outcome_correct, recorded_at, span_id FROM live
 )
 QUALIFY row_number() OVER (PARTITION BY decision_id ORDER BY recorded_at, span_id) = 1;

@@ -73,7 +73,7 @@ __all__ = [
 
 _log = logging.getLogger("otel_replay")
 
-FORMAT = "1"
+FORMAT = "2"
 META_FORMAT = b"otel_replay.facts.format"
 META_FILES = b"otel_replay.facts.files"
 META_CHECKED = b"otel_replay.facts.checked"
@@ -87,6 +87,9 @@ FACTS_SCHEMA = pa.schema(
         ("trace_id", pa.string()),
         ("span_id", pa.string()),
         ("record_id", pa.string()),
+        ("id_hi", pa.uint64()),
+        ("id_lo", pa.uint64()),
+        ("id_text", pa.string()),
         ("decision_type", pa.string()),
         ("confidence", pa.float64()),
         ("decision_id", pa.string()),

@@ -401,3 +401,23 @@ def test_ids_sharing_a_key_or_without_one_take_the_exact_path(tmp_path: Path, pr
     with check_same(ds, facts_expected=True) as store:
         assert sum(r["decisions"] for r in store.calibration()) == 8
         assert sum(r["correct"] for r in store.calibration()) == 4
+
+
+def test_the_numeric_join_key_matches_exactly_what_the_string_join_matches(tmp_path: Path) -> None:
+    """Uppercase hex is not lowercase hex; an MD5-keyed id never meets a hex id; NULL meets nothing."""
+    ds = tmp_path / "ds"
+    upper, lower = "AB" * 16, "ab" * 16
+    rows = [
+        decision(1, 0.15, record=upper),
+        decision(2, 0.25, record=lower),
+        decision(3, 0.35, record="dec-3"),
+        decision(4, 0.45, record=__import__("hashlib").md5(b"dec-3").hexdigest()),  # the MD5 key of "dec-3"
+        span(101, "outcome", at=50, decision_id=lower, correct=True),
+        span(102, "outcome", at=51, decision_id="dec-3", correct=False),
+        span(103, "outcome", at=52, decision_id=None, correct=True, attrs={"replay.record.source": "audit"}),
+    ]
+    write(ds, 0, "0001", rows)
+    compact(ds, grace_seconds=0)
+    with check_same(ds, facts_expected=True) as store:
+        got = {(r["bucket"], r["decisions"], r["correct"]) for r in store.calibration()}
+    assert got == {(0.2, 1, 1), (0.3, 1, 0)}  # decision 2 (lower) and 3 ("dec-3") only
