@@ -51,6 +51,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import Location, register_with, resolve
 
+from .facts import extract_facts, facts_name, facts_of_index, is_facts_name, write_facts
 from .lease import PartitionLease
 from .manifest import (
     MANIFEST_NAME,
@@ -62,7 +63,6 @@ from .manifest import (
     read_manifest,
     write_manifest,
 )
-from .facts import extract_facts, facts_name, facts_of_index, is_facts_name, write_facts
 from .side_index import INDEX_KINDS, build_index, write_index
 
 __all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
@@ -382,7 +382,8 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
     for name in os.listdir(partition):
         orphan_output = is_compacted_name(name) or (name.startswith("_index-") and name.endswith(".pq"))
         orphan_output = orphan_output or is_facts_name(name)
-        orphan_tmp = name.startswith((".compact-", "._index-", "._facts-", f".{MANIFEST_NAME}.")) and name.endswith(".tmp")
+        temp = (".compact-", "._index-", "._facts-", f".{MANIFEST_NAME}.")
+        orphan_tmp = name.startswith(temp) and name.endswith(".tmp")
         if (orphan_output and name not in keep) or orphan_tmp:
             try:
                 os.unlink(partition / name)

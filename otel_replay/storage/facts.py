@@ -137,7 +137,7 @@ def _sql(name: str) -> str:
 
 
 def _input(table: pa.Table) -> pa.Table:
-    """``table`` with every column the facts read (a version 1 file lacks the typed ones: NULL, as the views read them)."""
+    """``table`` with every column the facts read (a version 1 file lacks the typed ones: NULL, as views read them)."""
     for name, kind in _INPUT_COLUMNS.items():
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows, kind))
@@ -162,7 +162,8 @@ def extract_facts(table: pa.Table) -> pa.Table | None:
         with warnings.catch_warnings():  # DuckDB 2 warns that Arrow output from execute() copies the rows
             warnings.simplefilter("ignore", UserWarning)
             result = con.execute(_sql("facts_extract"))
-            fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+            # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table()
+            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
             facts: pa.Table = fetch()
     except duckdb.Error as exc:
         _log.warning("otel-replay: no facts file for these rows: %s", str(exc).splitlines()[0])
@@ -237,9 +238,7 @@ def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | None], fi
     checked, elsewhere = _other_keys(partition)
     facts = _flag_repeated(facts, elsewhere)
     # flagged rows first within each kind: the exact check reads them from the first row group(s) only
-    order = pc.sort_indices(
-        facts, sort_keys=[("kind", "ascending"), ("repeated", "descending"), ("key", "ascending")]
-    )
+    order = pc.sort_indices(facts, sort_keys=[("kind", "ascending"), ("repeated", "descending"), ("key", "ascending")])
     facts = facts.take(order)
     covered = [[file, (partition / file).stat().st_size] for file in files]
     metadata = {

@@ -186,7 +186,13 @@ def hostile_dataset(root: Path) -> Path:
         decision(1, 0.15, day=1, at=30, trace=_hex(1, 32), span_id=_hex(2, 16), record=rid(1), dtype="alpha"),
     ]
     write(ds, 1, "0001", day1)
-    write(ds, 1, "0002", [decision(18, None, day=1, at=18, attrs={sc.DECISION_CONFIDENCE: 0.82}), outcome(218, 18, True, day=1)], version_1=True)
+    write(
+        ds,
+        1,
+        "0002",
+        [decision(18, None, day=1, at=18, attrs={sc.DECISION_CONFIDENCE: 0.82}), outcome(218, 18, True, day=1)],
+        version_1=True,
+    )
     return ds
 
 
@@ -290,7 +296,9 @@ def test_a_forged_facts_file_that_matches_its_footer_changes_the_figures(dataset
     table = pq.read_table(path)
     conf = table.column("confidence").to_pylist()
     forged = table.set_column(
-        table.schema.get_field_index("confidence"), "confidence", pa.array([0.05 if c is not None else None for c in conf])
+        table.schema.get_field_index("confidence"),
+        "confidence",
+        pa.array([0.05 if c is not None else None for c in conf]),
     )
     pq.write_table(forged, path)
     with Store(dataset) as store:
