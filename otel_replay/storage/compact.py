@@ -424,7 +424,7 @@ def _compact_partition(
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     written: list[tuple[str, pa.Table]] = []
-    facts: list[pa.Table | None] = []  # decision/outcome facts per batch (storage/facts.py)
+    facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
     counter = 0
     for paths in groups:
         batches = _batches(paths, max_batch_rows)
@@ -438,7 +438,7 @@ def _compact_partition(
             drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
             order = _order(table, drop)
-            facts.append(extract_facts(table))
+            facts.append(extract_facts(table, partition / f"._facts-{token}-{len(facts)}.tmp"))
             for start in range(0, len(order), target_rows):
                 name = f"compact-g{generation}-{counter}-{token}.parquet"
                 counter += 1

@@ -99,6 +99,7 @@ FACTS_SCHEMA = pa.schema(
 )
 """Columns of a facts file (README, "Facts files", says what each means)."""
 
+_SLICE_ROWS = 262_144  # rows handed to DuckDB at a time: bounds the memory extraction adds to a batch
 _NAME = re.compile(r"_facts-g(\d+)-([0-9a-f]{12})\.pq")
 _COMPACTED = re.compile(r"compact-g(\d+)-\d+-([0-9a-f]{12})\.parquet")
 _INDEX = re.compile(r"_index-g(\d+)-([0-9a-f]{12})\.pq")
@@ -144,8 +145,12 @@ def _input(table: pa.Table) -> pa.Table:
     return table
 
 
-def extract_facts(table: pa.Table) -> pa.Table | None:
+def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path | None:
     """The facts rows of ``table`` (spans as compaction read them), ``repeated`` not yet set.
+
+    With ``spill`` (a ``._facts-….tmp`` path in the partition) the rows are
+    written there and the path returned, so a compaction holds no facts in
+    memory between batches (:func:`write_facts` reads and deletes it).
 
     Runs ``queries/facts_extract.sql`` with the views' own macros over the
     rows, through the same type normalization as ``queries/source.sql``.
@@ -156,21 +161,30 @@ def extract_facts(table: pa.Table) -> pa.Table | None:
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        con.register("otel_replay_facts_input", _input(table))
-        con.execute(_sql("facts_input"))
-        con.execute(_sql("views"))
-        with warnings.catch_warnings():  # DuckDB 2 warns that Arrow output from execute() copies the rows
-            warnings.simplefilter("ignore", UserWarning)
-            result = con.execute(_sql("facts_extract"))
-            # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table()
-            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
-            facts: pa.Table = fetch()
+        whole = _input(table)
+        parts: list[pa.Table] = []
+        for start in range(0, max(1, whole.num_rows), _SLICE_ROWS):
+            con.register("otel_replay_facts_input", whole.slice(start, _SLICE_ROWS))
+            if start == 0:
+                con.execute(_sql("facts_input"))
+                con.execute(_sql("views"))
+            with warnings.catch_warnings():  # DuckDB 2 warns that Arrow output from execute() copies the rows
+                warnings.simplefilter("ignore", UserWarning)
+                result = con.execute(_sql("facts_extract"))
+                # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table()
+                fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
+                parts.append(fetch().cast(FACTS_SCHEMA))
+            con.unregister("otel_replay_facts_input")
+        facts = pa.concat_tables(parts)
+        if spill is not None:
+            pq.write_table(facts, spill, compression="lz4")
+            return spill
     except duckdb.Error as exc:
         _log.warning("otel-replay: no facts file for these rows: %s", str(exc).splitlines()[0])
         return None
     finally:
         con.close()
-    return facts.cast(FACTS_SCHEMA)
+    return facts
 
 
 def _other_keys(partition: Path) -> tuple[list[str], dict[str, pa.Array]]:
@@ -223,7 +237,7 @@ def _flag_repeated(facts: pa.Table, elsewhere: Mapping[str, pa.Array]) -> pa.Tab
     return pa.concat_tables(parts)
 
 
-def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | None], files: Sequence[str]) -> bool:
+def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | Path | None], files: Sequence[str]) -> bool:
     """Write ``partition``'s facts file ``name`` (temp name, fsync, rename) covering compacted ``files``.
 
     ``parts`` are :func:`extract_facts` results for every batch compacted;
@@ -231,9 +245,14 @@ def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | None], fi
     flagged ``repeated`` against this partition's own rows and the current
     facts of every other partition (recorded as checked).
     """
-    if any(p is None for p in parts):
-        return False
-    tables = [p for p in parts if p is not None]
+    spilled = [p for p in parts if isinstance(p, Path)]
+    try:
+        if any(p is None for p in parts):
+            return False
+        tables = [pq.read_table(p, partitioning=None) if isinstance(p, Path) else p for p in parts if p is not None]
+    finally:
+        for path in spilled:
+            path.unlink(missing_ok=True)
     facts = pa.concat_tables(tables) if tables else FACTS_SCHEMA.empty_table()
     checked, elsewhere = _other_keys(partition)
     facts = _flag_repeated(facts, elsewhere)
