@@ -769,7 +769,7 @@ class Store:
     def _run_with_facts(self, name: str, **variables: Any) -> list[dict[str, Any]]:
         """:meth:`run` with ``span_facts`` pointed at the facts files usable for the files read."""
         with self._lock:
-            local = not self.location.remote and self._pointed == self.files and bool(self.files)
+            local = not self.location.remote and bool(self.files)  # _run reads every file: the plan covers them
             sizes = {path: stamp[0] for path, stamp in self._checked.items()}
             used = local and point_facts(self._con, self.files, sizes)
             try:

@@ -429,3 +429,26 @@ def test_the_numeric_join_key_matches_exactly_what_the_string_join_matches(tmp_p
     with check_same(ds, facts_expected=True) as store:
         got = {(r["bucket"], r["decisions"], r["correct"]) for r in store.calibration()}
     assert got == {(0.2, 1, 1), (0.3, 1, 0)}  # decision 2 (lower) and 3 ("dec-3") only
+
+
+def test_the_store_uses_facts_after_a_narrowed_lookup_too(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup through the side index points the views at a few files; calibration still reads every file."""
+    import otel_replay.store as store_module
+
+    used: list[bool] = []
+    real = store_module.point_facts
+
+    def spy(*args: Any, **kwargs: Any) -> bool:
+        used.append(real(*args, **kwargs))
+        return used[-1]
+
+    monkeypatch.setattr(store_module, "point_facts", spy)
+    compact(dataset, grace_seconds=0)
+    with Store(dataset) as store:
+        everything = _norm(store.calibration())
+        store.run_for("record", {"record_id": rid(1)}, record_id=rid(1))
+        assert _norm(store.calibration()) == everything
+        assert _norm(store.rows(VIEWS_CALIBRATION, [None])) == everything
+        store.run_for("record", {"record_id": rid(2)}, record_id=rid(2))
+        assert _norm(store.decision_summary()) == _norm(store.rows(VIEWS_SUMMARY, [None]))
+    assert used == [True, True, True]
