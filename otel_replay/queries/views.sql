@@ -322,12 +322,12 @@ SELECT * FROM spans WHERE NOT list_contains(fact_covered(), filename);
 -- in its file, not `shared` by another facts file, not met among the live
 -- rows) is taken as it is; every other row is counted once per
 -- (trace_id, span_id), as `decisions` counts them.
-CREATE OR REPLACE VIEW decision_facts AS
+CREATE OR REPLACE MACRO decision_facts_over(live_spans) AS TABLE
 WITH live AS MATERIALIZED (
     SELECT fact_key(span_id) AS key, trace_id, span_id, record_id,
            id_hi(record_id) AS id_hi, id_lo(record_id) AS id_lo, id_text(record_id) AS id_text,
            decision_type, confidence
-    FROM decision_facts_in('spans_without_facts')
+    FROM decision_facts_in(live_spans)
 ), others AS MATERIALIZED (
     SELECT key FROM span_facts WHERE kind = 'decision' AND shared AND key IS NOT NULL
     UNION
@@ -347,21 +347,22 @@ SELECT record_id, id_hi, id_lo, id_text, decision_type, confidence FROM (
         UNION ALL
         SELECT trace_id, span_id, record_id, id_hi, id_lo, id_text, decision_type, confidence FROM live));
 
+CREATE OR REPLACE VIEW decision_facts AS
+SELECT * FROM decision_facts_over('spans_without_facts');
+
 -- first_outcomes: the first outcome of each decision (decision_id, its join
 -- key id_hi/id_lo/id_text, outcome_correct): the same as `outcomes`' columns.
 -- A stored outcome whose decision key no other row can share is the first of
 -- its decision; the others are ranked as `outcomes` ranks them (recorded_at,
 -- then span_id).
-CREATE OR REPLACE VIEW first_outcomes AS
-WITH live AS MATERIALIZED (
-    SELECT fact_key(decision_id) AS key, decision_id,
-           id_hi(decision_id) AS id_hi, id_lo(decision_id) AS id_lo, id_text(decision_id) AS id_text,
-           outcome_correct, recorded_at, span_id
-    FROM outcome_facts_in('spans_without_facts')
-), others AS MATERIALIZED (
+-- first_outcomes_over('name'): the same, with the live outcome facts taken
+-- from `name` (columns of live_outcome_facts below; materialize it, it is
+-- read twice).
+CREATE OR REPLACE MACRO first_outcomes_over(live_facts) AS TABLE
+WITH others AS MATERIALIZED (
     SELECT key FROM span_facts WHERE kind = 'outcome' AND shared AND key IS NOT NULL
     UNION
-    SELECT key FROM live WHERE key IS NOT NULL
+    SELECT key FROM query_table(live_facts) WHERE key IS NOT NULL
 )
 SELECT decision_id, id_hi, id_lo, id_text, outcome_correct
 FROM span_facts
@@ -374,6 +375,17 @@ SELECT decision_id, id_hi, id_lo, id_text, outcome_correct FROM (
     SELECT decision_id, id_hi, id_lo, id_text, outcome_correct, recorded_at, span_id FROM span_facts
     WHERE kind = 'outcome' AND NOT repeated AND key IN (SELECT key FROM others)
     UNION ALL
-    SELECT decision_id, id_hi, id_lo, id_text, outcome_correct, recorded_at, span_id FROM live
+    SELECT decision_id, id_hi, id_lo, id_text, outcome_correct, recorded_at, span_id FROM query_table(live_facts)
 )
 QUALIFY row_number() OVER (PARTITION BY decision_id ORDER BY recorded_at, span_id) = 1;
+
+-- live_outcome_facts: the outcome facts of the spans no facts file covers.
+CREATE OR REPLACE VIEW live_outcome_facts AS
+SELECT fact_key(decision_id) AS key, decision_id,
+       id_hi(decision_id) AS id_hi, id_lo(decision_id) AS id_lo, id_text(decision_id) AS id_text,
+       outcome_correct, recorded_at, span_id
+FROM outcome_facts_in('spans_without_facts');
+
+CREATE OR REPLACE VIEW first_outcomes AS
+WITH live AS MATERIALIZED (SELECT * FROM live_outcome_facts)
+SELECT * FROM first_outcomes_over('live');
