@@ -59,11 +59,14 @@ import pyarrow.parquet as pq
 
 from otel_replay.errors import DatasetError
 
+from .manifest import read_manifest
+
 __all__ = [
     "FACTS_SCHEMA",
     "FactsPlan",
     "extract_facts",
     "facts_name",
+    "facts_of_index",
     "is_facts_name",
     "plan",
     "point_facts",
@@ -189,8 +192,6 @@ def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path
 
 def _other_keys(partition: Path) -> tuple[list[str], dict[str, pa.Array]]:
     """Keys per kind in the current facts files of the dataset's other partitions, and those files' names."""
-    from .manifest import read_manifest  # noqa: PLC0415 (manifest imports this module's importer)
-
     names: list[str] = []
     keys: dict[str, list[pa.Array]] = {"decision": [], "outcome": []}
     for other in sorted(partition.parent.iterdir()):
