@@ -452,3 +452,21 @@ def test_the_store_uses_facts_after_a_narrowed_lookup_too(dataset: Path, monkeyp
         store.run_for("record", {"record_id": rid(2)}, record_id=rid(2))
         assert _norm(store.decision_summary()) == _norm(store.rows(VIEWS_SUMMARY, [None]))
     assert used == [True, True, True]
+
+
+@pytest.mark.parametrize("grace", [600.0, 0.0])
+def test_a_compaction_between_open_and_calibration_never_mixes_generations(dataset: Path, grace: float) -> None:
+    """The Store's listing predates the swap: old facts with old files (grace), or a refresh (files gone)."""
+    compact(dataset, grace_seconds=0)
+    late_files(dataset)
+    with Store(dataset) as fresh:
+        expected = _norm(fresh.rows(VIEWS_CALIBRATION, [None]))
+    with Store(dataset) as store:
+        listed = list(store.files)
+        compact(dataset, grace_seconds=grace)  # generation 2 swaps in while the store holds generation 1's list
+        assert _norm(store.calibration()) == expected
+        assert _norm(store.decision_summary()) == _norm(store.rows(VIEWS_SUMMARY, [None]))
+        if grace:
+            assert store.files == listed  # it used generation 1's facts with generation 1's files
+    with check_same(dataset, facts_expected=True) as store:
+        assert _norm(store.calibration()) == expected
