@@ -769,6 +769,15 @@ class Store:
     def _run_with_facts(self, name: str, **variables: Any) -> list[dict[str, Any]]:
         """:meth:`run` with ``span_facts`` pointed at the facts files usable for the files read."""
         with self._lock:
+            # the views over facts, apart from views.sql so that opening a dataset does not bind them
+            for attempt in range(2):
+                try:
+                    self._con.execute(load_sql("facts_views"))
+                    break
+                except duckdb.Error as exc:
+                    if attempt or isinstance(exc, _NOT_ABOUT_FILES):
+                        raise QueryError(f"defining the facts views over {self.dataset}: {exc}") from exc
+                    self.refresh()  # binding reads the files: a compaction may have replaced the listed ones
             local = not self.location.remote and bool(self.files)  # _run reads every file: the plan covers them
             sizes = {path: stamp[0] for path, stamp in self._checked.items()}
             used = local and point_facts(self._con, self.files, sizes)

@@ -3,7 +3,7 @@
 -- Returns (bucket, decisions, correct, accuracy, mean_confidence).
 -- Variables: decision_type (NULL for every type).
 -- The same rows as joining the `decisions` and `outcomes` views, cheaper: it
--- reads decision_facts and first_outcomes (views.sql), which take the
+-- reads decision_facts and first_outcomes (facts_views.sql), which take the
 -- compacted partitions' facts files where the Store points them at those
 -- and compute the rest from the spans. The join is on the decision id's
 -- numeric key (id_hi, id_lo, id_text in views.sql), the same match as

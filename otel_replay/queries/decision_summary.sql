@@ -3,7 +3,7 @@
 -- Returns (decision_type, decisions, with_confidence, mean_confidence).
 -- Variables: decision_type (NULL for every type).
 -- The same figures as grouping the `decisions` view; reads decision_facts
--- (views.sql), which uses compaction's facts files where the Store points it
+-- (facts_views.sql), which uses compaction's facts files where the Store points it
 -- at them.
 SELECT
     decision_type,

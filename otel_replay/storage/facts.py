@@ -377,9 +377,14 @@ def point_facts(con: duckdb.DuckDBPyConnection, files: Sequence[str], sizes: Map
         return False
     if not found.fact_files:
         return False
-    con.execute("SET VARIABLE otel_replay_fact_files = ?", [found.fact_files])
-    con.execute("SET VARIABLE otel_replay_fact_covered = ?", [found.covered])
-    con.execute(_sql("facts_source"))
+    try:
+        con.execute("SET VARIABLE otel_replay_fact_files = ?", [found.fact_files])
+        con.execute("SET VARIABLE otel_replay_fact_covered = ?", [found.covered])
+        con.execute(_sql("facts_source"))
+    except duckdb.Error as exc:  # a facts file gone or unreadable since the plan: read the spans
+        _log.warning("otel-replay: facts files not used: %s", str(exc).splitlines()[0])
+        unpoint_facts(con)
+        return False
     return True
 
 
