@@ -190,10 +190,9 @@ def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path
     return facts
 
 
-def _other_keys(partition: Path) -> tuple[list[str], dict[str, pa.Array]]:
-    """Keys per kind in the current facts files of the dataset's other partitions, and those files' names."""
-    names: list[str] = []
-    keys: dict[str, list[pa.Array]] = {"decision": [], "outcome": []}
+def _other_facts(partition: Path) -> list[tuple[str, Path]]:
+    """The current facts files of the dataset's other partitions whose footer reads: (``date=…/name``, path)."""
+    found: list[tuple[str, Path]] = []
     for other in sorted(partition.parent.iterdir()):
         if other == partition or not other.is_dir() or not other.name.startswith("date="):
             continue
@@ -202,19 +201,46 @@ def _other_keys(partition: Path) -> tuple[list[str], dict[str, pa.Array]]:
         except DatasetError:
             continue
         name = facts_of_index(manifest.index if manifest else None)
-        if name is None:
-            continue
-        try:
-            table = pq.read_table(other / name, columns=["kind", "key"])
-        except (OSError, pa.ArrowException):
-            continue  # missing or damaged: a reader will not use it either (plan() checks it again)
-        for kind, found in keys.items():
-            found.append(table.filter(pc.equal(table.column("kind"), kind)).column("key").combine_chunks().drop_null())
-        names.append(f"{other.name}/{name}")
-    return names, {
-        kind: pa.concat_arrays(found).cast(pa.uint64()) if found else pa.array([], pa.uint64())
-        for kind, found in keys.items()
+        if name is None or isinstance(_footer(str(other / name)), str):
+            continue  # missing or unusable: a reader will not use it either (plan() checks it again)
+        found.append((f"{other.name}/{name}", other / name))
+    return found
+
+
+def _other_keys(partition: Path, facts: pa.Table) -> tuple[list[str], dict[str, pa.Array]]:
+    """Names of the other partitions' current facts files, and per kind the keys of ``facts`` they also hold.
+
+    DuckDB streams the other files' ``kind`` and ``key`` columns against a hash
+    table of this partition's keys, so memory is bounded by this partition,
+    not by the dataset. When they cannot be read, no file is listed as
+    checked: readers then see an unchecked pair and read the spans.
+    """
+    none = {kind: pa.array([], pa.uint64()) for kind in ("decision", "outcome")}
+    others = _other_facts(partition)
+    if not others:
+        return [], none
+    con = duckdb.connect()
+    try:
+        con.register("otel_replay_mine", facts.select(["kind", "key"]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            result = con.execute(
+                "SELECT DISTINCT o.kind, o.key FROM read_parquet(?) AS o "
+                "SEMI JOIN otel_replay_mine AS m ON m.kind = o.kind AND m.key = o.key",
+                [[str(path) for _, path in others]],
+            )
+            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
+            shared: pa.Table = fetch()
+    except duckdb.Error as exc:
+        _log.warning("otel-replay: other partitions' facts not readable (%s); facts flagged unchecked", exc)
+        return [], none
+    finally:
+        con.close()
+    keys = {
+        kind: shared.filter(pc.equal(shared.column("kind"), kind)).column("key").combine_chunks().cast(pa.uint64())
+        for kind in none
     }
+    return [name for name, _ in others], keys
 
 
 def _flagged(rows: pa.Table, elsewhere: pa.Array) -> pa.Table:
@@ -255,7 +281,7 @@ def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | Path | No
         for path in spilled:
             path.unlink(missing_ok=True)
     facts = pa.concat_tables(tables) if tables else FACTS_SCHEMA.empty_table()
-    checked, elsewhere = _other_keys(partition)
+    checked, elsewhere = _other_keys(partition, facts)
     facts = _flag_repeated(facts, elsewhere)
     # flagged rows first within each kind: the exact check reads them from the first row group(s) only
     order = pc.sort_indices(facts, sort_keys=[("kind", "ascending"), ("repeated", "descending"), ("key", "ascending")])
