@@ -19,15 +19,18 @@ file missing, damaged or stale) is read from the spans: results are complete
 and the same at every moment.
 
 Deduplication stays exact without hashing every decision at query time. Each
-decision row carries ``key`` (the span id's hex value, ``fact_key``) and
-``repeated``: true when its key appears more than once in the file, or in a
-facts file of another partition that was current when this one was written
-(listed in ``otel_replay.facts.checked``). At query time only rows whose key
-is repeated, or shared with a row read from the spans, go through the
+decision row carries ``key`` (the hex value of its span id's first 16
+characters, ``fact_key``), ``shared`` (the key is also in the facts file of
+another partition that was current when this one was written, listed in
+``otel_replay.facts.checked``) and ``repeated`` (``shared``, a NULL key, or a
+key met twice in this file). At query time only repeated rows, and rows whose
+key is shared anywhere or met among rows read from the spans, go through the
 ``DISTINCT ON (trace_id, span_id)``. Outcomes are keyed and flagged the same
 way by their decision id: only outcomes whose decision may have another one
-are ranked. If two facts files in use were written without seeing each other
-(two compactors at once), :func:`plan` says so and the Store reads the spans.
+are ranked. Decisions join outcomes on ``id_hi``/``id_lo``/``id_text``, a
+numeric form of the decision id that matches exactly when the ids are equal.
+If two facts files in use were written without seeing each other (two
+compactors at once), :func:`plan` says so and the Store reads the spans.
 
 Trust: the ambiguity check is ours: it runs on the real ``attributes`` JSON
 during compaction, never on a column a writer supplied. A facts file is data
