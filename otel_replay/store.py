@@ -62,6 +62,7 @@ _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
+_FACTS_QUERIES = ("calibration", "decision_summary")  # read compaction's facts files (storage/facts.py)
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 Keys = SigningKey | Sequence[SigningKey] | None
 Params = Sequence[Any] | Mapping[str, Any] | None
@@ -399,6 +400,7 @@ class Store:
                 raise QueryError(f"cannot open the analyst database: {exc}") from exc
             try:
                 self._define_views(con, self.files)
+                con.execute(load_sql("facts_views"))  # decision_facts, first_outcomes: computed from the spans here
                 close_off(con, self.files)
             except QueryError:
                 con.close()
@@ -521,8 +523,11 @@ class Store:
 
         Every variable the file reads and the call does not give is set to
         NULL first: a variable persists on the connection, and a value left by
-        an earlier call must never leak into this one.
+        an earlier call must never leak into this one. ``calibration`` and
+        ``decision_summary`` read compaction's facts files, as :meth:`calibration` does.
         """
+        if name in _FACTS_QUERIES:
+            return self._run_with_facts(name, **variables)
         return self._run(name, None, variables)
 
     def run_for(self, name: str, ids: Mapping[str, str | None], **variables: Any) -> list[dict[str, Any]]:
