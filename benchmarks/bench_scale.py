@@ -23,7 +23,16 @@ Phases run in child processes so each one's peak RSS is its own:
 4. calibration over all decisions, uncompacted and compacted;
 5. opening a Store over 2,000 small files (cold process), against the
    per-file footer validation Store did before (pyarrow's read_metadata of
-   every file), measured in the same run.
+   every file), measured in the same run;
+6. calibration and the decision scan (``Store.calibration()``,
+   ``Store.decision_summary()``: compaction's facts files plus the spans they
+   do not cover), each in a child process of its own for its peak RSS,
+   against the same figures from the ``decisions`` / ``outcomes`` views
+   (results compared) and against SQLite doing the same computation (typed
+   columns, duplicate-key check, dedup, first outcome) over a copy of the
+   spans with an index on correlation_id, in the same run.
+
+``--calibration DATASET`` runs phase 6 alone on an existing (compacted) dataset.
 
 Figures are printed; nothing is asserted.
 """
@@ -142,6 +151,149 @@ def make_many_files(source: Path, target: Path, files: int = 2000, rows: int = 1
     for i in range(files):
         start = (i * rows) % max(1, table.num_rows - rows)
         pq.write_table(table.slice(start, rows), folder / f"part-{i:06d}-{i:012x}.parquet")
+
+
+VIEWS_CALIBRATION = """
+SELECT least(floor(d.confidence * 10) / 10, 0.9) AS bucket, count(*) AS decisions,
+       count(*) FILTER (WHERE o.outcome_correct) AS correct,
+       round(avg(CASE WHEN o.outcome_correct THEN 1.0 ELSE 0.0 END), 4) AS accuracy,
+       round(avg(d.confidence), 4) AS mean_confidence
+FROM decisions d JOIN outcomes o ON o.decision_id = d.record_id
+WHERE d.confidence IS NOT NULL GROUP BY bucket ORDER BY bucket
+"""
+VIEWS_SCAN = "SELECT count(*) AS decisions, round(avg(confidence), 4) AS mean_confidence FROM decisions"
+
+# The same computation in SQLite: the views' typed-or-JSON values, the duplicate-key check,
+# one row per (trace_id, span_id), the first outcome of each decision.
+_SQLITE_UNAMBIGUOUS = (
+    "(attributes IS NULL OR (SELECT count(*) FROM json_each(attributes)) = "
+    "(SELECT count(DISTINCT key) FROM json_each(attributes)))"
+)
+SQLITE_CALIBRATION = f"""
+WITH d AS (
+    SELECT record_id, coalesce(decision_confidence,
+           CAST(json_extract(attributes, '$."replay.decision.confidence"') AS REAL)) AS confidence
+    FROM spans WHERE replay_kind = 'decision' AND {_SQLITE_UNAMBIGUOUS}
+    GROUP BY trace_id, span_id
+), o AS (
+    SELECT decision_id, outcome_correct FROM (
+        SELECT coalesce(outcome_decision_id, json_extract(attributes, '$."replay.outcome.decision_id"')) AS decision_id,
+               coalesce(outcome_correct, json_extract(attributes, '$."replay.outcome.correct"')) AS outcome_correct,
+               row_number() OVER (
+                   PARTITION BY coalesce(outcome_decision_id,
+                                         json_extract(attributes, '$."replay.outcome.decision_id"'))
+                   ORDER BY start_ns, span_id) AS n
+        FROM spans WHERE replay_kind = 'outcome' AND {_SQLITE_UNAMBIGUOUS})
+    WHERE n = 1
+)
+SELECT min(floor(d.confidence * 10) / 10, 0.9) AS bucket, count(*) AS decisions,
+       sum(o.outcome_correct = 1) AS correct,
+       round(avg(CASE WHEN o.outcome_correct = 1 THEN 1.0 ELSE 0.0 END), 4) AS accuracy,
+       round(avg(d.confidence), 4) AS mean_confidence
+FROM d JOIN o ON o.decision_id = d.record_id
+WHERE d.confidence IS NOT NULL GROUP BY 1 ORDER BY 1
+"""
+SQLITE_SCAN = f"""
+SELECT count(*), round(avg(confidence), 4) FROM (
+    SELECT coalesce(decision_confidence,
+           CAST(json_extract(attributes, '$."replay.decision.confidence"') AS REAL)) AS confidence
+    FROM spans WHERE replay_kind = 'decision' AND {_SQLITE_UNAMBIGUOUS}
+    GROUP BY trace_id, span_id)
+"""
+
+
+def _best_of(fn: Any, times: int = 3) -> tuple[float, Any]:
+    samples, result = [], None
+    for _ in range(times):
+        t0 = time.perf_counter()
+        result = fn()
+        samples.append(time.perf_counter() - t0)
+    return round(min(samples), 3), result
+
+
+def phase_calibration(dataset: str, how: str) -> dict[str, Any]:
+    """One calibration/scan measurement in this (child) process: ``facts`` (the Store) or ``views``."""
+    from otel_replay.storage.facts import plan
+    from otel_replay.store import Store
+
+    started = time.perf_counter()
+    with Store(dataset) as store:
+        opened = time.perf_counter() - started
+        out: dict[str, Any] = {"open_s": round(opened, 3)}
+        if how == "facts":
+            found = plan(store.files)
+            out["facts_files"], out["files_covered"] = len(found.fact_files), len(found.covered)
+            out["files"] = len(store.files)
+            out["first_calibration_s"], _ = _best_of(store.calibration, 1)
+            out["calibration_s"], rows = _best_of(store.calibration)
+            out["decision_summary_s"], summary = _best_of(store.decision_summary)
+            out["scan"] = [sum(r["decisions"] for r in summary)]
+        else:
+            out["calibration_s"], rows = _best_of(lambda: store.rows(VIEWS_CALIBRATION), 1)
+            out["decisions_scan_s"], scan = _best_of(lambda: store.rows(VIEWS_SCAN), 1)
+            out["scan"] = [scan[0]["decisions"]]
+    out["rows"] = [[r["bucket"], r["decisions"], r["correct"], r["accuracy"], r["mean_confidence"]] for r in rows]
+    out["peak_rss_mb"] = round(_peak_mb())
+    return out
+
+
+def _sqlite_typed(path: Path, files: list[str]) -> tuple[sqlite3.Connection, float]:
+    """SQLite copy of the spans with the typed columns too, indexed on correlation_id (as in ``lookups``)."""
+    import duckdb
+
+    started = time.perf_counter()
+    path.unlink(missing_ok=True)
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE spans (trace_id TEXT, span_id TEXT, start_ns INTEGER, correlation_id TEXT, record_id TEXT, "
+        "replay_kind TEXT, decision_type TEXT, outcome_decision_id TEXT, outcome_correct INTEGER, "
+        "decision_confidence REAL, attributes TEXT)"
+    )
+    con = duckdb.connect()
+    reader = con.execute(
+        "SELECT trace_id, span_id, epoch_ns(start_time), correlation_id, record_id, replay_kind, decision_type, "
+        "outcome_decision_id, outcome_correct, decision_confidence, attributes FROM read_parquet(?)",
+        [files],
+    )
+    while True:
+        batch = reader.fetchmany(50_000)
+        if not batch:
+            break
+        db.executemany("INSERT INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch)
+    db.execute("CREATE INDEX spans_correlation ON spans (correlation_id)")
+    db.commit()
+    return db, time.perf_counter() - started
+
+
+def calibration(dataset: Path, workdir: Path, *, views: bool = True) -> dict[str, Any]:
+    """Phase 6: the Store (facts) and the views each in a child process, then SQLite here."""
+    from otel_replay.storage import live_files
+
+    out: dict[str, Any] = {"load_before": os.getloadavg()[0]}
+    out["store"] = _child("calibration", str(dataset), "facts")
+    if views:
+        out["views"] = _child("calibration", str(dataset), "views")
+        out["same_as_views"] = (
+            out["store"]["rows"] == out["views"]["rows"] and out["store"]["scan"] == out["views"]["scan"]
+        )
+    db, load_seconds = _sqlite_typed(workdir / "calibration.sqlite", live_files(dataset))
+    out["sqlite_load_s"] = round(load_seconds, 1)
+    out["sqlite_calibration_s"], rows = _best_of(lambda: db.execute(SQLITE_CALIBRATION).fetchall(), 1)
+    out["sqlite_scan_s"], scan = _best_of(lambda: db.execute(SQLITE_SCAN).fetchall(), 1)
+    # SQLite's floor without the duplicate-key check (json_each per row is most of its time): not the same
+    # computation, printed so the ratio above is not read as SQLite's scan speed alone
+    out["sqlite_calibration_without_key_check_s"], _ = _best_of(
+        lambda: db.execute(SQLITE_CALIBRATION.replace(_SQLITE_UNAMBIGUOUS, "1")).fetchall(), 1
+    )
+    db.close()
+    (workdir / "calibration.sqlite").unlink(missing_ok=True)
+    out["sqlite_same_rows"] = [list(r) for r in rows] == out["store"]["rows"] and scan[0][0] == out["store"]["scan"][0]
+    out["calibration_vs_sqlite"] = round(out["sqlite_calibration_s"] / max(out["store"]["calibration_s"], 1e-9), 1)
+    out["scan_vs_sqlite"] = round(out["sqlite_scan_s"] / max(out["store"]["decision_summary_s"], 1e-9), 1)
+    out["load_after"] = os.getloadavg()[0]
+    for part in ("store", "views"):
+        out.get(part, {}).pop("rows", None)
+    return out
 
 
 # --- lookups (parent process) ---------------------------------------------------
@@ -344,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", type=Path, help="an uncompacted dataset gen_dataset.py wrote (not generated)")
     parser.add_argument("--compacted", type=Path, help="with --dataset: its compacted copy (not compacted again)")
     parser.add_argument("--skip", default="", help="phases to leave out: sqlite, calibration, open, cold")
+    parser.add_argument("--calibration", type=Path, metavar="DATASET", help="phase 6 alone on an existing dataset")
+    parser.add_argument("--no-views", action="store_true", help="with --calibration: skip the views' reference run")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
@@ -358,6 +512,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if ns.phase == "cold":
         print(json.dumps(phase_cold(*ns.args)))
+        return 0
+    if ns.phase == "calibration":
+        print(json.dumps(phase_calibration(*ns.args)))
+        return 0
+    if ns.calibration is not None:
+        scratch = ns.workdir or Path(tempfile.mkdtemp(prefix="otel-replay-calibration-"))
+        scratch.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(calibration(ns.calibration, scratch, views=not ns.no_views), indent=2))
         return 0
     if ns.ten_million:
         ns.spans, ns.ids = 10_000_000, 1_000_000
@@ -401,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
             make_many_files(uncompacted, many)
             results["open_2000_files"] = _child("open", str(many))
             shutil.rmtree(many, ignore_errors=True)
+        if "calibration" not in skip:
+            print("calibration ...", file=sys.stderr)
+            results["calibration"] = calibration(compacted, workdir)
         results["load_after"] = os.getloadavg()
     finally:
         if not ns.keep and ns.workdir is None:

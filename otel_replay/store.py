@@ -45,6 +45,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
 from otel_replay.location import Location, register_with, resolve
 from otel_replay.records import DecisionRecord, SpanRef
+from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import indexed_and_tail
 from otel_replay.storage.tail_index import TailIndex
@@ -63,6 +64,7 @@ _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
+_FACTS_QUERIES = ("calibration", "decision_summary")  # read compaction's facts files (storage/facts.py)
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 _Ids = Mapping[str, str | list[str]]  # id column -> value (outcome_decision_id: several)
 # A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
@@ -420,6 +422,7 @@ class Store:
                 raise QueryError(f"cannot open the analyst database: {exc}") from exc
             try:
                 self._define_views(con, self.files)
+                con.execute(load_sql("facts_views"))  # decision_facts, first_outcomes: computed from the spans here
                 close_off(con, self.files)
             except QueryError:
                 con.close()
@@ -542,8 +545,11 @@ class Store:
 
         Every variable the file reads and the call does not give is set to
         NULL first: a variable persists on the connection, and a value left by
-        an earlier call must never leak into this one.
+        an earlier call must never leak into this one. ``calibration`` and
+        ``decision_summary`` read compaction's facts files, as :meth:`calibration` does.
         """
+        if name in _FACTS_QUERIES:
+            return self._run_with_facts(name, **variables)
         return self._run(name, None, variables)
 
     def run_for(self, name: str, ids: Mapping[str, str | None], **variables: Any) -> list[dict[str, Any]]:
@@ -860,8 +866,49 @@ class Store:
         return self.run("causal_tree", root_span_id=span_id)
 
     def calibration(self, decision_type: str | None = None) -> list[dict[str, Any]]:
-        """Confidence buckets against outcome correctness."""
-        return self.run("calibration", decision_type=decision_type)
+        """Confidence buckets against outcome correctness (``queries/calibration.sql``).
+
+        Reads compaction's facts files for the partitions they cover and the
+        spans for everything else (:mod:`otel_replay.storage.facts`): the same
+        rows as joining the ``decisions`` and ``outcomes`` views.
+        """
+        return self._run_with_facts("calibration", decision_type=decision_type)
+
+    def decision_summary(self, decision_type: str | None = None) -> list[dict[str, Any]]:
+        """A scan of every decision: per type, count, count with a confidence, mean confidence.
+
+        ``queries/decision_summary.sql``; the same figures as grouping the
+        ``decisions`` view, read like :meth:`calibration`.
+        """
+        return self._run_with_facts("decision_summary", decision_type=decision_type)
+
+    def _run_with_facts(self, name: str, **variables: Any) -> list[dict[str, Any]]:
+        """:meth:`run` with ``span_facts`` pointed at the facts files usable for the files read."""
+        with self._lock:
+            # the views over facts, apart from views.sql so that opening a dataset does not bind them
+            for attempt in range(2):
+                try:
+                    self._con.execute(load_sql("facts_views"))
+                    break
+                except duckdb.Error as exc:
+                    if attempt or isinstance(exc, _NOT_ABOUT_FILES):
+                        raise QueryError(f"defining the facts views over {self.dataset}: {exc}") from exc
+                    self.refresh()  # binding reads the files: a compaction may have replaced the listed ones
+            local = not self.location.remote and bool(self.files)  # _run reads every file: the plan covers them
+            sizes = {path: stamp[0] for path, stamp in self._checked.items()}
+            used = local and point_facts(self._con, self.files, sizes)
+            try:
+                return self._run(name, None, variables)
+            except QueryError:
+                if not used:
+                    raise
+                _log.warning("otel-replay: %s failed on the facts files; computing it from the spans", name)
+                unpoint_facts(self._con)
+                used = False
+                return self._run(name, None, variables)
+            finally:
+                if used:
+                    unpoint_facts(self._con)
 
     def verify(self, keys: Keys) -> VerifyReport:
         """Check every record span's seal: hash, signature (with ``keys``) and chain links.

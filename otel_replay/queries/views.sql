@@ -248,3 +248,66 @@ SELECT
     trace_id,
     span_id
 FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
+
+-- ---------------------------------------------------------------------------
+-- Decision and outcome facts: what `calibration` and a scan of decisions need,
+-- one narrow row per decision or outcome span. Compaction writes them per
+-- partition into `_facts-g<gen>-<token>.pq` (otel_replay/storage/facts.py,
+-- with these very macros over the rows it compacts); the views below read
+-- those files for the compacted files they cover and compute the rest live,
+-- so results are the same as the record views' at every moment.
+--
+-- fact_key(id): a 64-bit key for finding rows that may repeat an id cheaply:
+-- the hex value of the id's first 16 characters, NULL when they are not hex.
+-- Decisions are keyed by span_id, outcomes by decision_id. Equal ids have
+-- equal keys; a key shared by different ids only sends rows to the exact check.
+CREATE OR REPLACE MACRO fact_key(id) AS TRY_CAST('0x' || left(id, 16) AS UBIGINT);
+
+-- id_hi(id), id_lo(id), id_text(id): a record id as a join key of two 64-bit
+-- numbers. An id of 32 lowercase hex digits (what otel-replay writes) is its
+-- own value, so equal numbers mean equal ids; any other id is keyed by its
+-- MD5 and kept whole in id_text (NULL for a hex id), which the join compares
+-- too. A NULL id gives NULL numbers and matches nothing, as in a join on the id.
+CREATE OR REPLACE MACRO fact_hex(id) AS CASE WHEN regexp_full_match(id, '[0-9a-f]{32}') THEN id ELSE md5(id) END;
+CREATE OR REPLACE MACRO id_hi(id) AS CAST('0x' || left(fact_hex(id), 16) AS UBIGINT);
+CREATE OR REPLACE MACRO id_lo(id) AS CAST('0x' || right(fact_hex(id), 16) AS UBIGINT);
+CREATE OR REPLACE MACRO id_text(id) AS CASE WHEN regexp_full_match(id, '[0-9a-f]{32}') THEN NULL ELSE id END;
+
+-- decision_facts_in('name') / outcome_facts_in('name'): the facts of the rows
+-- of `name`, computed exactly as decisions_in / outcomes_in compute those
+-- columns (the duplicate-key check included), before deduplication.
+CREATE OR REPLACE MACRO decision_facts_in(source) AS TABLE
+SELECT
+    trace_id,
+    span_id,
+    record_id,
+    decision_type,
+    coalesce(decision_confidence,
+             TRY_CAST(attributes ->> '$."replay.decision.confidence"' AS DOUBLE)) AS confidence
+FROM query_table(source) WHERE replay_kind = 'decision' AND unambiguous(attributes);
+
+CREATE OR REPLACE MACRO outcome_facts_in(source) AS TABLE
+SELECT
+    trace_id,
+    span_id,
+    record_id                                                        AS outcome_id,
+    coalesce(outcome_decision_id, attributes ->> '$."replay.outcome.decision_id"') AS decision_id,
+    coalesce(outcome_correct,
+             TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN)) AS outcome_correct,
+    start_time                                                       AS recorded_at
+FROM query_table(source) WHERE replay_kind = 'outcome' AND unambiguous(attributes);
+
+-- span_facts: the stored facts rows. Empty here; the Store points it at the
+-- facts files it validated (queries/facts_source.sql), and fact_covered()
+-- then lists the span files those facts stand for.
+CREATE OR REPLACE VIEW span_facts AS
+SELECT CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS UBIGINT) AS key,
+       CAST(NULL AS BOOLEAN) AS repeated, CAST(NULL AS BOOLEAN) AS shared,
+       CAST(NULL AS VARCHAR) AS trace_id, CAST(NULL AS VARCHAR) AS span_id, CAST(NULL AS VARCHAR) AS record_id,
+       CAST(NULL AS UBIGINT) AS id_hi, CAST(NULL AS UBIGINT) AS id_lo, CAST(NULL AS VARCHAR) AS id_text,
+       CAST(NULL AS VARCHAR) AS decision_type, CAST(NULL AS DOUBLE) AS confidence,
+       CAST(NULL AS VARCHAR) AS decision_id, CAST(NULL AS BOOLEAN) AS outcome_correct,
+       CAST(NULL AS TIMESTAMPTZ_NS) AS recorded_at
+WHERE false;
+
+CREATE OR REPLACE MACRO fact_covered() AS CAST([] AS VARCHAR[]);

@@ -51,6 +51,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import Location, register_with, resolve
 
+from .facts import extract_facts, facts_name, facts_of_index, is_facts_name, write_facts
 from .lease import PartitionLease
 from .manifest import (
     MANIFEST_NAME,
@@ -376,10 +377,13 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
         except FileNotFoundError:
             pass
     keep = set(manifest.files) | set(manifest.superseded) | ({manifest.index} if manifest.index else set())
+    keep.add(facts_of_index(manifest.index) or "")  # facts: the current generation's file stays
     leftovers = 0
     for name in os.listdir(partition):
         orphan_output = is_compacted_name(name) or (name.startswith("_index-") and name.endswith(".pq"))
-        orphan_tmp = name.startswith((".compact-", "._index-", f".{MANIFEST_NAME}.")) and name.endswith(".tmp")
+        orphan_output = orphan_output or is_facts_name(name)
+        temp = (".compact-", "._index-", "._facts-", f".{MANIFEST_NAME}.")
+        orphan_tmp = name.startswith(temp) and name.endswith(".tmp")
         if (orphan_output and name not in keep) or orphan_tmp:
             try:
                 os.unlink(partition / name)
@@ -420,6 +424,7 @@ def _compact_partition(
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     written: list[tuple[str, pa.Table]] = []
+    facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
     counter = 0
     for paths in groups:
         batches = _batches(paths, max_batch_rows)
@@ -433,6 +438,7 @@ def _compact_partition(
             drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
             order = _order(table, drop)
+            facts.append(extract_facts(table, partition / f"._facts-{token}-{len(facts)}.tmp"))
             for start in range(0, len(order), target_rows):
                 name = f"compact-g{generation}-{counter}-{token}.parquet"
                 counter += 1
@@ -450,12 +456,14 @@ def _compact_partition(
     index_tmp = partition / f".{index_name}.tmp"
     write_index(build_index(written), index_tmp)
     os.replace(index_tmp, partition / index_name)
+    write_facts(partition, facts_name(generation, token), facts, [name for name, _ in written])
     step("indexed")
     superseded = dict(manifest.superseded)
     for path in live:
         superseded[path.name] = now
     if old_index:
         superseded[old_index] = now
+        superseded[facts_of_index(old_index) or old_index] = now
     write_manifest(
         partition,
         Manifest(
