@@ -28,9 +28,9 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from functools import lru_cache
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache, partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,12 +70,14 @@ INDEX_SCHEMA = pa.schema(
         pa.field("rows", pa.int64(), nullable=False),
     ]
 )
-HELD_KEYS_BYTES = 512 * 2**20
-"""The most bytes of index keys a process holds in memory (least recently used kinds dropped first).
+HELD_KEYS_BYTES = 256 * 2**20
+"""The most bytes of index keys a process holds in memory; one kind of one partition holds at most a quarter.
 
-10M spans across 1M trade ids hold about 120 MB for a chain lookup's two kinds.
+At 10M spans across 1M trade ids (four days) a chain lookup's two kinds
+hold 67 MB; record ids (100 MB a day there) stay on disk.
 """
 _HOLD_AFTER = 2  # the lookup of one kind in one index that loads its keys (the first reads row groups)
+_STALE_SECONDS = 60.0  # a held kind unused this long gives its room to another
 _INDEX_ROW_GROUP = 2048  # a lookup decodes one group per id (0.2 ms); fewer groups keep a cold open short
 
 
@@ -222,13 +224,14 @@ def _groups_holding(bounds: _Bounds, regular: list[int], irregular: list[int], p
 class _HeldKeys:
     """One kind's rows of one index file in memory: keys sorted as Arrow sorts them, each with its file."""
 
-    __slots__ = ("files", "keys", "names", "nbytes")
+    __slots__ = ("files", "keys", "names", "nbytes", "used")
 
     def __init__(self, keys: pa.Array, files: pa.DictionaryArray) -> None:
         self.keys = keys
         self.files = files.indices
         self.names: list[str] = files.dictionary.to_pylist()
         self.nbytes = keys.nbytes + files.nbytes
+        self.used = time.monotonic()
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -247,51 +250,96 @@ class _HeldKeys:
         return found
 
 
-def _hold(handle: pq.ParquetFile, bounds: _Bounds, kind: str) -> _HeldKeys:
-    """Read every row of ``kind`` from an index file: its keys (sorted if the file is not) and their files."""
-    groups = [i for i, (kmin, _, kmax, _) in enumerate(bounds) if kmin <= kind <= kmax]
+def _kind_groups(bounds: _Bounds, kind: str) -> list[int]:
+    return [i for i, (kmin, _, kmax, _) in enumerate(bounds) if kmin <= kind <= kmax]
+
+
+def _held_size(handle: pq.ParquetFile, groups: list[int]) -> int:
+    """About the bytes :func:`_hold` would take: the key column as Parquet stores it plain, and a file id a row."""
+    meta = handle.metadata
+    key_col = meta.schema.names.index("key")
+    size = 0
+    for i in groups:
+        group = meta.row_group(i)
+        size += group.column(key_col).total_uncompressed_size + 4 * group.num_rows
+    return size
+
+
+def _hold(handle: pq.ParquetFile, groups: list[int], kind: str) -> _HeldKeys:
+    """Read every row of ``kind`` from an index file: its keys (sorted if the file is not) and their files.
+
+    ``handle`` reads ``kind`` and ``file`` as dictionaries (as they are
+    stored): about half the time of decoding them as strings.
+    """
     table = handle.read_row_groups(groups, columns=["kind", "key", "file"], use_threads=False)
-    table = table.filter(pc.and_(pc.equal(table.column("kind"), kind), pc.is_valid(table.column("key"))))
+    table = table.unify_dictionaries().combine_chunks()
+    kinds = table.column("kind").combine_chunks()
+    known = kinds.dictionary.to_pylist()
+    mask = pc.equal(kinds.indices, known.index(kind)) if kind in known else pa.repeat(False, len(kinds))
+    if table.column("key").null_count:
+        mask = pc.and_(mask, pc.is_valid(table.column("key")))
+    if not pc.all(mask).as_py():
+        table = table.filter(mask)
     keys = table.column("key").combine_chunks()
     if len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py():
         order = pc.sort_indices(keys)  # an index compaction did not write: the binary search needs order
         table, keys = table.take(order), keys.take(order)
-    files = pc.dictionary_encode(table.column("file").combine_chunks())
-    return _HeldKeys(keys, files)
+    return _HeldKeys(keys, table.column("file").combine_chunks())
+
+
+_Where = tuple[str, object, str]  # (index path, its stamp, kind)
 
 
 class _Held:
-    """The kinds held in memory, by (index path, stamp, kind), least recently used first; lookups counted."""
+    """The kinds held in memory, by (index path, stamp, kind); how often each other one was looked up.
+
+    Every lookup reads every partition's index, so the kinds in use are all
+    needed at once: when they do not fit, the ones already held stay and the
+    rest keep reading row groups (evicting would reload at every lookup).
+    Only entries unused for :data:`_STALE_SECONDS` (an index a compaction
+    replaced, a kind no longer asked for) make room.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries: OrderedDict[tuple[str, object, str], _HeldKeys] = OrderedDict()
+        self.entries: dict[_Where, _HeldKeys] = {}
         self.nbytes = 0
-        self.seen: dict[tuple[str, object, str], int] = {}
+        self.seen: dict[_Where, int] = {}
+        self.declined: set[_Where] = set()
 
-    def get(self, where: tuple[str, object, str]) -> _HeldKeys | None:
+    def get(self, where: _Where) -> _HeldKeys | None:
         """The held keys of ``where``, or ``None`` (then this lookup is counted)."""
         with self.lock:
             held = self.entries.get(where)
             if held is not None:
-                self.entries.move_to_end(where)
+                held.used = time.monotonic()
                 return held
             if len(self.seen) > 4096:
                 self.seen.clear()
             self.seen[where] = self.seen.get(where, 0) + 1
             return None
 
-    def due(self, where: tuple[str, object, str]) -> bool:
-        """Whether ``where`` has been looked up often enough to be worth holding."""
+    def room_for(self, where: _Where, size_of: Callable[[], int]) -> bool:
+        """Whether ``where`` is due (looked up before) and its size fits, making room from stale entries."""
         with self.lock:
-            return self.seen.get(where, 0) >= _HOLD_AFTER
+            if where in self.declined or self.seen.get(where, 0) < _HOLD_AFTER:
+                return False
+            size = size_of()
+            if size <= HELD_KEYS_BYTES // 4:  # one kind of one partition: a bigger one (record ids) stays on disk
+                if self.nbytes + size > HELD_KEYS_BYTES:
+                    now = time.monotonic()
+                    for stale in [w for w, held in self.entries.items() if now - held.used > _STALE_SECONDS]:
+                        self.nbytes -= self.entries.pop(stale).nbytes
+                        self.declined.clear()  # room made: what was declined may fit now
+                if self.nbytes + size <= HELD_KEYS_BYTES:
+                    return True
+            if len(self.declined) > 4096:
+                self.declined.clear()
+            self.declined.add(where)
+            return False
 
-    def put(self, where: tuple[str, object, str], held: _HeldKeys) -> None:
+    def put(self, where: _Where, held: _HeldKeys) -> None:
         with self.lock:
-            if held.nbytes > HELD_KEYS_BYTES:
-                return
-            while self.entries and self.nbytes + held.nbytes > HELD_KEYS_BYTES:
-                self.nbytes -= self.entries.popitem(last=False)[1].nbytes
             previous = self.entries.pop(where, None)
             self.nbytes += held.nbytes - (previous.nbytes if previous is not None else 0)
             self.entries[where] = held
@@ -301,19 +349,25 @@ class _Held:
         with self.lock:
             self.entries.clear()
             self.seen.clear()
+            self.declined.clear()
             self.nbytes = 0
 
 
 _HELD = _Held()
 
 
-def _lookup(path: Path | str, wanted: list[tuple[str, str]], location: Location | None = None) -> set[str] | None:
+def _lookup(
+    path: Path | str, wanted: list[tuple[str, str]], location: Location | None = None, loads: list[int] | None = None
+) -> set[str] | None:
     """File names the index at ``path`` maps any of ``wanted`` (kind, key) to.
 
     ``None`` when the index does not cover one of the wanted kinds (written
     before that kind was indexed): every file of the partition may hold it.
     A kind looked up in this index before is answered from memory
-    (:class:`_HeldKeys`); otherwise the row groups that may hold each key are read.
+    (:class:`_HeldKeys`); otherwise the row groups that may hold each key are
+    read. ``loads`` (a one-item list, decremented): how many kinds this call
+    may still load into memory; ``None``: none (a lookup spreads the loads
+    of a warm store over its next lookups instead of stalling one).
     """
     try:
         if location is not None:
@@ -332,12 +386,17 @@ def _lookup(path: Path | str, wanted: list[tuple[str, str]], location: Location 
     for kind in sorted({kind for kind, _ in wanted}):
         where = (str(path), stamp, kind)
         held = _HELD.get(where)
-        if held is None and _HELD.due(where):
-            try:
-                held = _hold(handle, bounds, kind)
-            except (OSError, pa.ArrowException) as exc:
-                raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
-            _HELD.put(where, held)
+        if held is None and loads is not None and loads[0] > 0:
+            groups = _kind_groups(bounds, kind)
+            if _HELD.room_for(where, partial(_held_size, handle, groups)):
+                loads[0] -= 1
+                try:
+                    source = location.fs.open_input_file(location.fs_path(str(path))) if location else str(path)
+                    reader = pq.ParquetFile(source, read_dictionary=["kind", "file"], metadata=handle.metadata)
+                    held = _hold(reader, groups, kind)
+                except (OSError, pa.ArrowException) as exc:
+                    raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
+                _HELD.put(where, held)
         mine = [pair for pair in wanted if pair[0] == kind]
         if held is None:
             unheld.extend(mine)
@@ -439,12 +498,13 @@ def indexed_and_tail(
     hits: list[str] = []
     tail: list[str] = []
     indexed = False
+    loads = [1]  # one kind of one index loaded into memory per call: about 50 ms at 10M spans
     for head, manifest, live, index in _partitions(location, snapshot):
         if manifest is None or index is None:
             tail.extend(head + name for name in live)
             continue
         indexed = True
-        found = _lookup(index, list(wanted), location if location.remote else None)
+        found = _lookup(index, list(wanted), location if location.remote else None, loads)
         covered = set(manifest.files)
         for name in live:
             if name not in covered:
