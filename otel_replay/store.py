@@ -47,7 +47,7 @@ from otel_replay.location import Location, register_with, resolve
 from otel_replay.records import DecisionRecord, SpanRef
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
-from otel_replay.storage.side_index import indexed_and_tail
+from otel_replay.storage.side_index import Listing, indexed_and_tail, partition_listing
 from otel_replay.storage.tail_index import TailIndex
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
@@ -257,6 +257,7 @@ class Store:
         self._pointed: list[str] | None = None  # the files the internal connection's variables name
         self._current_source = False  # span_source defined for files that all have the current columns
         self._snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last refresh
+        self._listing: Listing | None = None  # the partitions the running lookup searches (listed once per lookup)
         self._tail = TailIndex(self.location)  # ids of the files no side index covers yet
         self._vars: dict[str, tuple[type, Any]] = {}  # what each variable on the internal connection holds
         self._lock = threading.RLock()
@@ -589,6 +590,7 @@ class Store:
         by_decision = outcomes or (ids is not None and "outcome_decision_id" in ids)
 
         def fetch() -> pa.Table:
+            self._listing = None  # list the partitions again on each attempt (a retry follows a refresh)
             scope = self._narrow(ids, outcomes=by_decision) if ids else None
             if scope is not None and not scope:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
@@ -606,6 +608,7 @@ class Store:
                 names, rows = table_rows(self._attempt(fetch))
             finally:
                 self._scope = None
+                self._listing = None
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def _execute_over(self, sql: str, scope: list[str] | None) -> pa.Table:
@@ -632,7 +635,9 @@ class Store:
             DatasetError: a manifest or index cannot be read.
 
         """
-        split = indexed_and_tail(self.location, wanted, snapshot=self._snapshot)
+        if self._listing is None:  # one listing per lookup: the chain's files and its outcomes' agree
+            self._listing = partition_listing(self.location, self._snapshot)
+        split = indexed_and_tail(self.location, wanted, snapshot=self._snapshot, listing=self._listing)
         if split is None:
             return None
         hits, tail = split

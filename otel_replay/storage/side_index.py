@@ -50,8 +50,10 @@ __all__ = [
     "KINDS_METADATA_KEY",
     "build_index",
     "files_for",
+    "Listing",
     "index_bytes",
     "indexed_and_tail",
+    "partition_listing",
     "write_index",
 ]
 
@@ -471,16 +473,34 @@ def files_for(
     return None if split is None else sorted(split[0] + split[1])
 
 
+Listing = list[tuple[str, Manifest | None, list[str], str | None]]
+"""Each partition as (path prefix of its files, manifest, live file names, its index's path or ``None``)."""
+
+
+def partition_listing(dataset: str | os.PathLike[str] | Location, snapshot: RemoteSnapshot | None = None) -> Listing:
+    """The partitions :func:`indexed_and_tail` searches, listed now (or from a remote ``snapshot``).
+
+    Raises:
+        DatasetError: a manifest cannot be read or names a missing file.
+
+    """
+    return list(_partitions(resolve(dataset), snapshot))
+
+
 def indexed_and_tail(
     dataset: str | os.PathLike[str] | Location,
     wanted: Sequence[tuple[str, str]],
     snapshot: RemoteSnapshot | None = None,
+    listing: Listing | None = None,
 ) -> tuple[list[str], list[str]] | None:
     """:func:`files_for` in two parts: (indexed files that may hold one of ``wanted``, live files no index covers).
 
     ``wanted`` holds (kind, id) pairs, each kind one of :data:`INDEX_KINDS`.
     The second list is what :class:`~.tail_index.TailIndex` narrows further.
-    ``None`` when no partition has a side index.
+    ``None`` when no partition has a side index. ``listing``: search the
+    partitions as :func:`partition_listing` listed them (a lookup that asks
+    twice, for a chain and then for its outcomes, answers both over one
+    listing) instead of listing them again.
 
     Raises:
         ConfigError: no id given, or a kind that is not indexed.
@@ -499,7 +519,7 @@ def indexed_and_tail(
     tail: list[str] = []
     indexed = False
     loads = [1]  # one kind of one index loaded into memory per call: about 50 ms at 10M spans
-    for head, manifest, live, index in _partitions(location, snapshot):
+    for head, manifest, live, index in listing if listing is not None else _partitions(location, snapshot):
         if manifest is None or index is None:
             tail.extend(head + name for name in live)
             continue
