@@ -587,6 +587,9 @@ class Store:
         the query runs again with those files too. The rows are those of
         :meth:`run`. A dataset holding storage schema version 1 files
         (outcome decision ids only in the JSON) is read whole for such a query.
+        A lookup the index narrowed to a few files is planned without DuckDB
+        optimizers that cost more planning than they save on a handful of
+        rows (``_LEAN_OPTIMIZERS``); the rows are the same.
         """
         given = {key: str(value) for key, value in ids.items() if value is not None}
         return self._run(name, given or None, variables)
