@@ -321,6 +321,11 @@ class _Held:
             self.seen[where] = self.seen.get(where, 0) + 1
             return None
 
+    def due(self, where: _Where) -> bool:
+        """Whether ``where`` was looked up often enough to load, and not declined (a cheap check first)."""
+        with self.lock:
+            return where not in self.declined and self.seen.get(where, 0) >= _HOLD_AFTER
+
     def room_for(self, where: _Where, size_of: Callable[[], int]) -> bool:
         """Whether ``where`` is due (looked up before) and its size fits, making room from stale entries."""
         with self.lock:
@@ -388,7 +393,7 @@ def _lookup(
     for kind in sorted({kind for kind, _ in wanted}):
         where = (str(path), stamp, kind)
         held = _HELD.get(where)
-        if held is None and loads is not None and loads[0] > 0:
+        if held is None and loads is not None and loads[0] > 0 and _HELD.due(where):
             groups = _kind_groups(bounds, kind)
             if _HELD.room_for(where, partial(_held_size, handle, groups)):
                 loads[0] -= 1
