@@ -19,7 +19,9 @@ Phases run in child processes so each one's peak RSS is its own:
    correlation_id) for the raw rows; plus one cold process per layout that
    opens a Store and runs one chain;
    the trade chain's floor: the same SQL over the chain's own rows in a DuckDB
-   table (no Parquet), and DuckDB's planning time for it (bind + optimize);
+   table (no Parquet), with every optimizer and with those a narrowed lookup
+   leaves out, and DuckDB's planning time for the real lookup (bind + optimize,
+   as ``Store.run_for`` plans it);
 4. calibration over all decisions, uncompacted and compacted;
 5. opening a Store over 2,000 small files (cold process), against the
    per-file footer validation Store did before (pyarrow's read_metadata of
@@ -375,6 +377,10 @@ def chain_floor(compacted: Path, ids: list[str]) -> dict[str, Any]:
 
     out["chain_ms_sql_over_a_duckdb_table"], _ = _time(over_table, ids)
     with Store(compacted) as store:
+        store._plan_lean(True)  # noqa: SLF001  (the optimizers a narrowed lookup plans with)
+        con.execute("SET disabled_optimizers = ?", [store._lean_names or ""])  # noqa: SLF001
+        out["chain_ms_sql_over_a_duckdb_table_lean_optimizers"], _ = _time(over_table, ids)
+        con.execute("RESET disabled_optimizers")
         planning, total = [], []
         profile = Path(tempfile.mkdtemp()) / "profile.json"
         for cid in ids:

@@ -69,11 +69,15 @@ class TailIndex:
         ``stamps`` gives each path's (size, mtime); a path without one, or
         whose ids cannot be read or held, is kept.
         """
-        probes = [hash(f"{kind}{_SEP}{key}") for kind, key in wanted]
+        probes = frozenset(hash(f"{kind}{_SEP}{key}") for kind, key in wanted)
         kept = []
-        for path in paths:
-            ids = self._ids(path, stamps.get(path))
-            if ids is None or any(probe in ids for probe in probes):
+        files = self._files
+        for path in paths:  # every file newer than the index, at every lookup: kept to a few dict operations
+            stamp = stamps.get(path)
+            cached = files.get(path)
+            fresh = cached is not None and stamp is not None and cached[0] == stamp
+            ids = cached[1] if fresh and cached is not None else self._ids(path, stamp)
+            if ids is None or not probes.isdisjoint(ids):
                 kept.append(path)
         return kept
 

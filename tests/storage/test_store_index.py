@@ -103,3 +103,27 @@ def test_a_compaction_after_open_is_followed_by_narrowed_lookups(make_dataset) -
         compact(path, grace_seconds=0, target_rows=300)
         assert not set(files_for(path, correlation_id=chain_id) or []) & set(store.files)
         assert store.run_for("chains/trade", {"correlation_id": chain_id}, chain_id=chain_id) == before
+
+
+def test_only_a_narrowed_lookup_plans_without_the_costly_optimizers(make_dataset) -> None:
+    """Point lookups skip optimizers not worth their planning time; a query over every file keeps them all."""
+    path, _ = make_dataset(spans=3000, ids=300)
+    compact(path, grace_seconds=0, target_rows=300)
+
+    def disabled(store: Store) -> str:
+        row = store._con.execute("SELECT current_setting('disabled_optimizers')").fetchone()  # noqa: SLF001
+        assert row is not None
+        return str(row[0])
+
+    with Store(path) as store:
+        chain_id = CHAINS[0]
+        full = store.run("chains/trade", chain_id=chain_id)
+        assert disabled(store) == ""
+        assert store.run_for("chains/trade", {"correlation_id": chain_id}, chain_id=chain_id) == full
+        assert "join_order" in disabled(store) and "filter_pushdown" not in disabled(store)
+        assert store.run_for("chains/trade", {"correlation_id": CHAINS[1]}, chain_id=CHAINS[1]) == store.run(
+            "chains/trade", chain_id=CHAINS[1]
+        )
+        assert disabled(store) == ""  # run() over every file: every optimizer again
+        store.calibration()
+        assert disabled(store) == ""
