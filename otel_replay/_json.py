@@ -122,6 +122,7 @@ def canonical_json(value: Any, *, where: str) -> str:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_is_scalar = frozenset(_SCALARS).issuperset  # exact classes, checked in C
 
 
 def encode_mapping(value: Mapping[str, Any], *, where: str) -> tuple[str, dict[str, Any]]:
@@ -131,7 +132,7 @@ def encode_mapping(value: Mapping[str, Any], *, where: str) -> tuple[str, dict[s
     directly; anything nested goes through a JSON round trip.
     """
     text = canonical_json(value, where=where)
-    if all(k.__class__ is str and v.__class__ in _SCALARS for k, v in value.items()):
+    if _str_keys(map(type, value)) and _is_scalar(map(type, value.values())):
         return text, dict(value)
     return text, json.loads(text)
 
