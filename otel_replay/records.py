@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, encode_mapping, loads, normalise
+from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json, loads, normalise
 from otel_replay.errors import CaptureError
 
 __all__ = [
@@ -106,11 +106,13 @@ class Action:
     def __post_init__(self) -> None:
         if not isinstance(self.type, str) or not self.type:
             raise CaptureError("Action.type must be a non-empty string")
-        if self.arguments.__class__ is not dict and not isinstance(self.arguments, Mapping):
-            raise CaptureError(f"Action.arguments must be a mapping, got {type(self.arguments).__name__}")
-        text, arguments = encode_mapping(self.arguments, where=f"Action({self.type}).arguments")
-        object.__setattr__(self, "arguments_json", text)
-        object.__setattr__(self, "arguments", arguments)
+        encoded = flat_mapping_json(self.arguments)
+        if encoded is None:
+            if not isinstance(self.arguments, Mapping):
+                raise CaptureError(f"Action.arguments must be a mapping, got {type(self.arguments).__name__}")
+            encoded = encode_mapping(self.arguments, where=f"Action({self.type}).arguments")
+        object.__setattr__(self, "arguments_json", encoded[0])
+        object.__setattr__(self, "arguments", encoded[1])
         cost = self.cost
         number = isinstance(cost, (int, float)) and not isinstance(cost, bool)
         if cost is not None and not (number and math.isfinite(cost)):

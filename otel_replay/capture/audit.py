@@ -30,7 +30,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, encode_mapping
+from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json
 from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
@@ -141,8 +141,9 @@ class Decision:
     def read(self, **inputs: Any) -> Decision:
         """Record what the agent read; merged into the data span's inputs."""
         self._open("read")
-        where = f"decision {self.record_id} read() inputs"
-        text, self._inputs = encode_mapping({**self._inputs, **inputs} if self._inputs else inputs, where=where)
+        merged = {**self._inputs, **inputs} if self._inputs else inputs
+        encoded = flat_mapping_json(merged) or encode_mapping(merged, where=f"decision {self.record_id} read() inputs")
+        text, self._inputs = encoded
         self._inputs_json = text
         if self._read_span is None:
             self._read_span = self._child(sc.SPAN_READ, sc.KIND_READ, {sc.READ_INPUTS: text})
