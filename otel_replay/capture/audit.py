@@ -21,7 +21,6 @@ import time
 import traceback
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from itertools import islice
 from types import TracebackType
 from typing import Any, Literal
 
@@ -232,8 +231,12 @@ class Decision:
         recorder = self._recorder
         # Sealed before the span ends: a decision span that could not be sealed is never emitted.
         seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
-        # The span started with ``base``, which _to_attributes() writes first, in the same order.
-        self._span.set_attributes(dict(islice(attrs.items(), len(base), None)))
+        # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
+        # base's keys is cheaper than filtering every key).
+        rest = attrs.copy()
+        for key in base:
+            rest.pop(key, None)
+        self._span.set_attributes(rest)
         self._span.end()
         if recorder.closed:
             recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
