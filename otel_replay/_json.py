@@ -122,6 +122,26 @@ def canonical_json(value: Any, *, where: str) -> str:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_is_scalar = frozenset(_SCALARS).issuperset  # exact classes, checked in C
+
+
+def flat_mapping_json(value: Any) -> tuple[str, dict[str, Any]] | None:
+    """:func:`encode_mapping` of a flat dict of strings, ints, bools and ``None`` (the common case); else ``None``.
+
+    The same text and copy, without the checks a nested or float value needs
+    (and without building the error context, which only a failure uses).
+    """
+    if (
+        value.__class__ is dict
+        and _fast_sorted is not None
+        and _str_keys(map(type, value))
+        and _is_plain(map(type, value.values()))
+    ):
+        try:
+            return _fast_sorted(value).decode(), value.copy()
+        except TypeError:  # an int past 64 bits, a lone surrogate: json decides
+            return None
+    return None
 
 
 def encode_mapping(value: Mapping[str, Any], *, where: str) -> tuple[str, dict[str, Any]]:
@@ -130,8 +150,11 @@ def encode_mapping(value: Mapping[str, Any], *, where: str) -> tuple[str, dict[s
     A flat mapping of string keys to scalars (the common case) is copied
     directly; anything nested goes through a JSON round trip.
     """
+    flat = flat_mapping_json(value)
+    if flat is not None:
+        return flat
     text = canonical_json(value, where=where)
-    if all(k.__class__ is str and v.__class__ in _SCALARS for k, v in value.items()):
+    if _str_keys(map(type, value)) and _is_scalar(map(type, value.values())):
         return text, dict(value)
     return text, json.loads(text)
 

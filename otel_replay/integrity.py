@@ -24,11 +24,12 @@ import functools
 import hashlib
 import hmac
 import json
+import operator
 import os
 import secrets
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from otel_replay import semconv as sc
 from otel_replay import settings
 from otel_replay._json import _orjson, canonical_json
 from otel_replay.errors import ConfigError, IntegrityError
-from otel_replay.records import Seal
+from otel_replay.records import Seal, _seal
 
 __all__ = [
     "GENESIS_HASH",
@@ -71,7 +72,9 @@ class SigningKey:
     @functools.cached_property
     def _keyed(self) -> Any:
         # The key schedule done once; each signature copies it (half the cost of hmac.digest).
-        return hmac.new(self.secret, digestmod=hashlib.sha256)
+        keyed = hmac.new(self.secret, digestmod=hashlib.sha256)
+        # OpenSSL's own HMAC object when hmac wraps one: copying it skips the Python wrapper (same bytes).
+        return getattr(keyed, "_hmac", None) or keyed
 
     def sign(self, digest: str) -> str:
         """HMAC-SHA256 of a record hash, hex."""
@@ -138,25 +141,41 @@ def record_hash(name: str, start_ns: int, attributes: Mapping[str, Any]) -> str:
     The parts are framed as a JSON array of strings and values are
     type-tagged, so no two different records encode to the same bytes.
     """
-    parts = [name, str(int(start_ns))]
-    append = parts.append
-    hashed = _HASHED.get
-    for key in sorted(attributes):
-        covered = hashed(key)
-        if covered is None:
-            covered = _covered(key)
-        if covered:
-            value = attributes[key]
-            append(key)
-            append("s" + value if value.__class__ is str else _encode(value))
+    keys = tuple(attributes)
+    layout = _LAYOUTS.get(keys)
+    if layout is None:
+        layout = _layout(attributes)
+        if len(_LAYOUTS) < _LAYOUTS_MAX:
+            _LAYOUTS[keys] = layout
+    frame, values = layout
+    parts = frame.copy()
+    parts[0] = name
+    parts[1] = str(int(start_ns))
+    # The covered keys' values, sorted by key, each after its key (already in the frame).
+    parts[3::2] = [
+        "s" + value if (cls := value.__class__) is str else f"i{value}" if cls is int else _encode(value)
+        for value in values(attributes)
+    ]
     # A JSON array of strings is an unambiguous framing.
-    return hashlib.sha256(_frame_bytes(parts)).hexdigest()
+    digest = _SHA256.copy()  # copying a ready context is cheaper than OpenSSL's per-call setup
+    digest.update(_frame_bytes(parts))
+    return digest.hexdigest()
 
 
+_SHA256 = hashlib.sha256()
 _UNHASHED = sc.INTEGRITY_FIELDS
 _HASHED: dict[str, bool] = {}
 """Whether the hash covers an attribute key, remembered for the first keys seen (the schema's own, in practice)."""
 _HASHED_MAX = 4096  # stored spans can carry any keys: the memo stays bounded
+
+_Layout = tuple[list[Any], Callable[[Mapping[str, Any]], Sequence[Any]]]
+_LAYOUTS: dict[tuple[str, ...], _Layout] = {}
+"""Per key set (in the mapping's order): the frame with the covered keys in place, and a getter of their values.
+
+A record type's spans carry the same keys each time, so sorting and
+filtering them is done once per shape rather than once per record.
+"""
+_LAYOUTS_MAX = 512  # stored rows can come in any shape: the memo stays bounded
 
 
 def _covered(key: str) -> bool:
@@ -164,6 +183,24 @@ def _covered(key: str) -> bool:
     if len(_HASHED) < _HASHED_MAX and key.__class__ is str:
         _HASHED[key] = covered
     return covered
+
+
+def _layout(attributes: Mapping[str, Any]) -> _Layout:
+    """The frame ``[name, start, key1, value1, ...]`` (values left empty) and the covered keys' value getter."""
+    hashed = _HASHED.get
+    order = []
+    for key in sorted(attributes):
+        covered = hashed(key)
+        if covered is None:
+            covered = _covered(key)
+        if covered:
+            order.append(key)
+    frame: list[Any] = [None, None]
+    for key in order:
+        frame += (key, None)
+    if len(order) > 1:
+        return frame, operator.itemgetter(*order)
+    return frame, lambda mapping: [mapping[key] for key in order]  # itemgetter of one key returns no tuple
 
 
 def _frame_bytes(parts: list[str]) -> bytes:
@@ -206,7 +243,7 @@ class Chain:
             self._prev_hash = digest
         attributes[sc.RECORD_HASH] = digest
         attributes[sc.RECORD_SIGNATURE] = signature
-        return Seal(self.chain_id, seq, prev_id, prev_hash, digest, signature, key.key_id)
+        return _seal(self.chain_id, seq, prev_id, prev_hash, digest, signature, key.key_id)
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,14 @@ equality survives the round trip.
 from __future__ import annotations
 
 import math
-import secrets
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, encode_mapping, loads, normalise
+from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json, loads, normalise
 from otel_replay.errors import CaptureError
 
 __all__ = [
@@ -42,7 +42,7 @@ Stage = Literal["data", "model", "harness"]
 
 def new_id() -> str:
     """A fresh 128-bit random record id, 32 lowercase hex."""
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()  # what secrets.token_hex(16) does, without its two calls
 
 
 def iso_utc(value: datetime | str | None) -> str | None:
@@ -106,11 +106,13 @@ class Action:
     def __post_init__(self) -> None:
         if not isinstance(self.type, str) or not self.type:
             raise CaptureError("Action.type must be a non-empty string")
-        if self.arguments.__class__ is not dict and not isinstance(self.arguments, Mapping):
-            raise CaptureError(f"Action.arguments must be a mapping, got {type(self.arguments).__name__}")
-        text, arguments = encode_mapping(self.arguments, where=f"Action({self.type}).arguments")
-        object.__setattr__(self, "arguments_json", text)
-        object.__setattr__(self, "arguments", arguments)
+        encoded = flat_mapping_json(self.arguments)
+        if encoded is None:
+            if not isinstance(self.arguments, Mapping):
+                raise CaptureError(f"Action.arguments must be a mapping, got {type(self.arguments).__name__}")
+            encoded = encode_mapping(self.arguments, where=f"Action({self.type}).arguments")
+        object.__setattr__(self, "arguments_json", encoded[0])
+        object.__setattr__(self, "arguments", encoded[1])
         cost = self.cost
         number = isinstance(cost, (int, float)) and not isinstance(cost, bool)
         if cost is not None and not (number and math.isfinite(cost)):
@@ -429,3 +431,68 @@ class GateRecord:
         if self.receipt is not None:
             attrs[sc.GATE_RECEIPT] = canonical_json(self.receipt, where="gate receipt")
         return attrs
+
+
+# Capture's hot path builds these frozen records field by field: the generated
+# __init__ of a frozen dataclass costs twice as much (keyword parsing, then the
+# same object.__setattr__ per field). They have no __post_init__ to skip;
+# tests/test_capture_fast.py checks each builder against the generated __init__.
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _span_ref(trace_id: str, span_id: str, start_ns: int) -> SpanRef:
+    """``SpanRef(trace_id, span_id, start_ns)``."""
+    ref = _new(SpanRef)
+    _set(ref, "trace_id", trace_id)
+    _set(ref, "span_id", span_id)
+    _set(ref, "start_ns", start_ns)
+    return ref
+
+
+def _seal(chain_id: str, seq: int, prev_id: str, prev_hash: str, digest: str, signature: str, key_id: str) -> Seal:
+    """``Seal(chain_id, seq, prev_id, prev_hash, digest, signature, key_id)``."""
+    seal = _new(Seal)
+    _set(seal, "chain_id", chain_id)
+    _set(seal, "seq", seq)
+    _set(seal, "prev_id", prev_id)
+    _set(seal, "prev_hash", prev_hash)
+    _set(seal, "hash", digest)
+    _set(seal, "signature", signature)
+    _set(seal, "key_id", key_id)
+    return seal
+
+
+def _audit_record(
+    record_id: str,
+    decision_type: str,
+    snapshot: DependencySnapshot,
+    action: Action | None,
+    inputs: Mapping[str, Any],
+    models: tuple[ModelCall, ...],
+    reports: tuple[Report, ...],
+    correlation_id: str | None,
+    session_id: str | None,
+    agent_id: str | None,
+    error: str | None,
+    span: SpanRef,
+) -> DecisionRecord:
+    """An ``audit()`` record: ``DecisionRecord(source="audit", ...)`` with no rationale, confidence or seal yet."""
+    record = _new(DecisionRecord)
+    _set(record, "record_id", record_id)
+    _set(record, "source", "audit")
+    _set(record, "decision_type", decision_type)
+    _set(record, "snapshot", snapshot)
+    _set(record, "action", action)
+    _set(record, "inputs", inputs)
+    _set(record, "models", models)
+    _set(record, "reports", reports)
+    _set(record, "rationale", None)
+    _set(record, "confidence", None)
+    _set(record, "correlation_id", correlation_id)
+    _set(record, "session_id", session_id)
+    _set(record, "agent_id", agent_id)
+    _set(record, "error", error)
+    _set(record, "span", span)
+    _set(record, "seal", None)
+    return record

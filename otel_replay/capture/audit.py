@@ -29,11 +29,20 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, encode_mapping
+from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json
 from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
-from otel_replay.records import Action, DecisionRecord, DependencySnapshot, ModelCall, Report, SpanRef, new_id
+from otel_replay.records import (
+    Action,
+    DecisionRecord,
+    DependencySnapshot,
+    ModelCall,
+    Report,
+    _audit_record,
+    _span_ref,
+    new_id,
+)
 
 __all__ = ["Decision", "audit", "current_decision"]
 
@@ -131,8 +140,9 @@ class Decision:
     def read(self, **inputs: Any) -> Decision:
         """Record what the agent read; merged into the data span's inputs."""
         self._open("read")
-        where = f"decision {self.record_id} read() inputs"
-        text, self._inputs = encode_mapping({**self._inputs, **inputs} if self._inputs else inputs, where=where)
+        merged = {**self._inputs, **inputs} if self._inputs else inputs
+        encoded = flat_mapping_json(merged) or encode_mapping(merged, where=f"decision {self.record_id} read() inputs")
+        text, self._inputs = encoded
         self._inputs_json = text
         if self._read_span is None:
             self._read_span = self._child(sc.SPAN_READ, sc.KIND_READ, {sc.READ_INPUTS: text})
@@ -202,26 +212,31 @@ class Decision:
             self._act_span.end()
         ctx = self._span.get_span_context()
         base = self._base
-        record = DecisionRecord(
-            record_id=self.record_id,
-            source="audit",
-            decision_type=self.decision_type,
-            snapshot=snapshot,
-            action=self._action,
-            inputs=self._inputs,  # replaced, never mutated, by read(), which is closed from here on
-            models=tuple(self._models),
-            reports=tuple(self._reports),
-            correlation_id=base.get(sc.CORRELATION_ID),
-            session_id=base.get(sc.SESSION_ID),
-            agent_id=base.get(sc.AGENT_ID),
-            error=error,
-            span=SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns),
+        ids = self._ids
+        record = _audit_record(
+            self.record_id,
+            self.decision_type,
+            snapshot,
+            self._action,
+            self._inputs,  # replaced, never mutated, by read(), which is closed from here on
+            tuple(self._models),
+            tuple(self._reports),
+            ids.get(sc.CORRELATION_ID),
+            ids.get(sc.SESSION_ID),
+            ids.get(sc.AGENT_ID),
+            error,
+            _span_ref(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns),
         )
         attrs = record._to_attributes(self._inputs_json)
         recorder = self._recorder
         # Sealed before the span ends: a decision span that could not be sealed is never emitted.
         seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
-        self._span.set_attributes({k: v for k, v in attrs.items() if k not in base})
+        # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
+        # base's keys is cheaper than filtering every key).
+        rest = attrs.copy()
+        for key in base:
+            rest.pop(key, None)
+        self._span.set_attributes(rest)
         self._span.end()
         if recorder.closed:
             recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
@@ -252,6 +267,19 @@ def _complete(
         )
         return exc
     return None
+
+
+_BAGGAGE_KEY = getattr(baggage, "_BAGGAGE_KEY", None)
+"""Where OpenTelemetry keeps baggage in a context (private to it, hence the fallback)."""
+
+
+def _with_baggage(values: dict[str, object], ctx: Context) -> Context:
+    """``ctx`` with its baggage replaced by ``values``: one new context, as a ``set_baggage`` call per key gives."""
+    if _BAGGAGE_KEY is not None:
+        return context.set_value(_BAGGAGE_KEY, values, ctx)
+    for key, value in values.items():  # pragma: no cover - an SDK that keeps baggage elsewhere
+        ctx = baggage.set_baggage(key, value, ctx)
+    return ctx
 
 
 class _AuditBlock:
@@ -292,14 +320,20 @@ class _AuditBlock:
             sc.DECISION_TYPE: action_type,
         }
         ids: dict[str, Any] = {}
+        scoped: dict[str, object] | None = None
         for key, explicit in zip(_ID_KEYS, (correlation_id, session_id, agent_id), strict=True):
             in_scope = scope.get(key)  # the baggage keys are the attribute keys (semconv.BAGGAGE_*)
             if explicit:
-                base[key] = ids[key] = explicit
+                ids[key] = explicit
                 if explicit != in_scope:  # an explicit id is put in scope for everything inside the block
-                    ctx = baggage.set_baggage(key, explicit, ctx)
+                    if scoped is None:
+                        scoped = dict(scope)
+                    scoped[key] = explicit
             elif in_scope and isinstance(in_scope, str):
-                base[key] = ids[key] = in_scope
+                ids[key] = in_scope
+        base.update(ids)
+        if scoped is not None:
+            ctx = _with_baggage(scoped, ctx)
         start_ns = time.time_ns()
         span = recorder.tracer.start_span(sc.SPAN_DECISION, context=ctx, attributes=base, start_time=start_ns)
         ctx = trace.set_span_in_context(span, ctx)

@@ -1,0 +1,157 @@
+"""The shortcuts on audit()'s hot path give exactly what the plain code gives (issue 9's capture cost)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from opentelemetry import baggage, context
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_replay import audit, correlation
+from otel_replay import semconv as sc
+from otel_replay._json import canonical_json
+from otel_replay.capture import Recorder, set_recorder
+from otel_replay.capture.context import CorrelationSpanProcessor
+from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, record_hash
+from otel_replay.records import DecisionRecord, Seal, SpanRef, _audit_record, _seal, _span_ref
+
+from ._support import payment, snapshot
+
+KEY = SigningKey(b"fast-path-key-0123456789")
+
+
+def _reference_hash(name: str, start_ns: int, attributes: Any) -> str:
+    """The record hash as specified: sorted covered keys, type-tagged values, framed as a JSON array."""
+    parts = [name, str(int(start_ns))]
+    for key in sorted(attributes):
+        if key.startswith("replay.") and key not in sc.INTEGRITY_FIELDS:
+            value = attributes[key]
+            if isinstance(value, str):
+                tagged = "s" + value
+            elif isinstance(value, bool):
+                tagged = "b1" if value else "b0"
+            elif isinstance(value, int):
+                tagged = f"i{value}"
+            elif isinstance(value, float):
+                tagged = f"f{value!r}"
+            elif isinstance(value, (list, tuple)):
+                tagged = "l" + canonical_json(list(value), where="t")
+            else:
+                tagged = "j" + canonical_json(value, where="t")
+            parts += (key, tagged)
+    frame = json.dumps(parts, ensure_ascii=False, separators=(",", ":")).encode()
+    return hashlib.sha256(frame).hexdigest()
+
+
+def test_fast_builders_equal_the_generated_init():
+    """A field added to a record type must be added to its builder too: this fails until it is."""
+    ref = SpanRef("t" * 32, "s" * 16, 7)
+    seal = Seal("c", 3, "p", "0" * 64, "h" * 64, "sig", "k")
+    record = DecisionRecord(
+        record_id="r",
+        source="audit",
+        decision_type="pay",
+        snapshot=snapshot(),
+        action=payment(),
+        inputs={"a": 1},
+        models=(),
+        reports=(),
+        correlation_id="c",
+        session_id=None,
+        agent_id="ap",
+        error="boom",
+        span=ref,
+    )
+    built = [
+        (ref, _span_ref("t" * 32, "s" * 16, 7)),
+        (seal, _seal("c", 3, "p", "0" * 64, "h" * 64, "sig", "k")),
+        (
+            record,
+            _audit_record("r", "pay", record.snapshot, record.action, {"a": 1}, (), (), "c", None, "ap", "boom", ref),
+        ),
+    ]
+    for plain, fast in built:
+        assert type(fast) is type(plain) and fast == plain
+        assert vars(fast) == vars(plain)
+        assert list(vars(fast)) == [f.name for f in dataclasses.fields(plain)]
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"replay.kind": "decision"},  # one covered key: the getter is not itemgetter's
+        {"other": "x", "replay.record.hash": "h"},  # none covered
+        {},
+        {"replay.b": "x", "replay.a": 1, "zzz": 2, "replay.record.signature": "s", "replay.c": 2.5},
+    ],
+)
+def test_record_hash_is_the_specified_hash_for_any_shape(attributes):
+    assert record_hash("n", 5, attributes) == _reference_hash("n", 5, attributes)
+    assert record_hash("n", 5, MappingProxyType(attributes)) == _reference_hash("n", 5, attributes)
+
+
+def test_record_hash_memo_keeps_no_values_and_stays_bounded(monkeypatch):
+    """The layout memo is per key set; each call hashes its own values, whatever their type."""
+    import otel_replay.integrity as integrity
+
+    rnd = random.Random(9)
+    values: list[Any] = ["x", "", "é\u2028", 0, -3, 2**70, True, False, 0.1, 1e20, ["a", 1], ("t",), {"k": [None]}]
+    keys = ["replay.a", "replay.b", "replay.record.seq", "other", "replay.record.hash"]
+    seen = set()
+    for _ in range(300):
+        shape = rnd.sample(keys, rnd.randint(0, len(keys)))  # the same keys come back in other orders
+        attrs = {k: rnd.choice(values) for k in shape}
+        digest = record_hash("replay.decision", 12, attrs)
+        assert digest == _reference_hash("replay.decision", 12, attrs), attrs
+        seen.add(digest)
+    assert len(seen) > 100
+    monkeypatch.setattr(integrity, "_LAYOUTS", {})
+    monkeypatch.setattr(integrity, "_LAYOUTS_MAX", 3)
+    for i in range(10):
+        attrs = {f"replay.k{i}": i, "replay.kind": "x"}
+        assert record_hash("n", 1, attrs) == _reference_hash("n", 1, attrs)
+    assert len(integrity._LAYOUTS) == 3
+
+
+def test_decision_span_carries_exactly_the_sealed_record_and_other_baggage_survives():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(CorrelationSpanProcessor())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    previous = set_recorder(Recorder(provider.get_tracer(sc.INSTRUMENTATION_NAME), KEY))
+    try:
+        token = context.attach(baggage.set_baggage("tenant", "t-9"))
+        try:
+            with correlation("c-1"), audit("pay", snapshot=snapshot(), agent_id="ap", session_id="s-2") as d:
+                inside = dict(baggage.get_all())
+                d.read(invoice="INV-1")
+                d.model("gpt-x", decision_basis="PO match")
+                d.act(payment())
+            after = dict(baggage.get_all())
+        finally:
+            context.detach(token)
+    finally:
+        set_recorder(previous)
+        provider.shutdown()
+    assert inside == {"tenant": "t-9", sc.BAGGAGE_CORRELATION_ID: "c-1", sc.BAGGAGE_AGENT_ID: "ap",
+                      sc.BAGGAGE_SESSION_ID: "s-2"}  # fmt: skip
+    assert after == {"tenant": "t-9"}
+    record = d.record
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == sc.SPAN_DECISION]
+    attrs = dict(span.attributes or {})
+    assert attrs == {**record.to_attributes(), **record.seal.to_attributes()}
+    assert (record.correlation_id, record.session_id, record.agent_id) == ("c-1", "s-2", "ap")
+    assert record.span == SpanRef(f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}", span.start_time)
+    assert record_hash(span.name, span.start_time, attrs) == record.seal.hash == _reference_hash(
+        span.name, span.start_time, attrs
+    )
+    stored = StoredRecord(record.record_id, span.name, span.start_time, attrs)
+    assert SealCheck(KEY).problem(stored) == (None, True)
