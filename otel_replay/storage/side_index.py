@@ -19,7 +19,7 @@ complete as one over every file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,9 +38,11 @@ __all__ = [
     "INDEX_SCHEMA",
     "KINDS_METADATA_KEY",
     "build_index",
+    "file_index_rows",
     "files_for",
     "index_bytes",
     "indexed_and_tail",
+    "merge_index",
     "write_index",
 ]
 
@@ -62,42 +64,79 @@ INDEX_SCHEMA = pa.schema(
 _INDEX_ROW_GROUP = 2048  # a lookup decodes one group per id (0.2 ms); fewer groups keep a cold open short
 
 
+def file_index_rows(name: str, table: pa.Table) -> list[pa.Table]:
+    """The index rows of one file ``name`` holding ``table``'s rows: one unsorted table per kind it has values of.
+
+    Compaction computes these per file as it writes it (:func:`merge_index`
+    puts them in order); :func:`build_index` is the same over whole files.
+    """
+    pieces: list[pa.Table] = []
+    for kind in INDEX_KINDS:
+        if kind not in table.column_names:
+            continue
+        sub = table.select([kind, "start_time"]).filter(pc.is_valid(table.column(kind)))
+        if sub.num_rows == 0:
+            continue
+        grouped = sub.group_by(kind).aggregate([("start_time", "min"), ("start_time", "max"), ([], "count_all")])
+        n = grouped.num_rows
+        pieces.append(
+            pa.table(
+                {
+                    "kind": pa.array([kind] * n, pa.string()),
+                    "key": grouped.column(kind).cast(pa.string()),
+                    "file": pa.array([name] * n, pa.string()),
+                    "min_start": grouped.column("start_time_min"),
+                    "max_start": grouped.column("start_time_max"),
+                    "rows": grouped.column("count_all").cast(pa.int64()),
+                },
+                schema=INDEX_SCHEMA,
+            )
+        )
+    return pieces
+
+
+def _covered(column_sets: Sequence[Collection[str]]) -> dict[bytes, bytes]:
+    """The index metadata: kinds that are a column of every file (a version 1 file has no ``outcome_decision_id``)."""
+    covered = [kind for kind in INDEX_KINDS if all(kind in columns for columns in column_sets)]
+    return {KINDS_METADATA_KEY: ",".join(covered).encode()}
+
+
 def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
-    """The index rows of ``parts`` (file name, the rows written to it), sorted by (kind, key).
+    """The index rows of ``parts`` (file name, the rows written to it), sorted by (kind, key, file).
 
     The table's metadata lists the kinds it covers: those that are a column
     of every part (a version 1 file has no ``outcome_decision_id``).
     """
-    covered = [kind for kind in INDEX_KINDS if all(kind in table.column_names for _, table in parts)]
-    metadata = {KINDS_METADATA_KEY: ",".join(covered).encode()}
-    pieces: list[pa.Table] = []
-    for name, table in parts:
-        for kind in INDEX_KINDS:
-            if kind not in table.column_names:
-                continue
-            sub = table.select([kind, "start_time"]).filter(pc.is_valid(table.column(kind)))
-            if sub.num_rows == 0:
-                continue
-            grouped = sub.group_by(kind).aggregate([("start_time", "min"), ("start_time", "max"), ([], "count_all")])
-            n = grouped.num_rows
-            pieces.append(
-                pa.table(
-                    {
-                        "kind": pa.array([kind] * n, pa.string()),
-                        "key": grouped.column(kind).cast(pa.string()),
-                        "file": pa.array([name] * n, pa.string()),
-                        "min_start": grouped.column("start_time_min"),
-                        "max_start": grouped.column("start_time_max"),
-                        "rows": grouped.column("count_all").cast(pa.int64()),
-                    },
-                    schema=INDEX_SCHEMA,
-                )
-            )
+    metadata = _covered([table.column_names for _, table in parts])
+    pieces = [piece for name, table in parts for piece in file_index_rows(name, table)]
     if not pieces:
         return INDEX_SCHEMA.empty_table().replace_schema_metadata(metadata)
     table = pa.concat_tables(pieces)
     table = table.take(pc.sort_indices(table, [("kind", "ascending"), ("key", "ascending"), ("file", "ascending")]))
     return table.replace_schema_metadata(metadata)
+
+
+def merge_index(parts: Sequence[tuple[str, Collection[str], Sequence[pa.Table]]]) -> pa.Table:
+    """:func:`build_index`'s table from per-file rows: (file name, the file's columns, its :func:`file_index_rows`).
+
+    Equal to :func:`build_index` of the files, row for row, but cheaper: a
+    table sort on three string keys is replaced by one stable sort on ``key``
+    per kind, over rows laid out in file name order (so ties on a key keep
+    (key, file) order), kinds concatenated in name order.
+    """
+    metadata = _covered([columns for _, columns, _ in parts])
+    by_kind: dict[str, list[pa.Table]] = {}
+    for _, _, pieces in sorted(parts, key=lambda part: part[0]):
+        for piece in pieces:
+            if piece.num_rows:
+                by_kind.setdefault(piece.column("kind")[0].as_py(), []).append(piece)
+    if not by_kind:
+        return INDEX_SCHEMA.empty_table().replace_schema_metadata(metadata)
+    ordered: list[pa.Table] = []
+    for kind in sorted(by_kind):
+        rows = pa.concat_tables(by_kind[kind]).combine_chunks()
+        ordered.append(rows.take(pc.sort_indices(rows.column("key"))))  # stable: file order kept within a key
+    return pa.concat_tables(ordered).replace_schema_metadata(metadata)
 
 
 def _write_to(table: pa.Table, sink: object) -> None:
