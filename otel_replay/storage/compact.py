@@ -462,22 +462,21 @@ def _write_indexed(
     table: pa.Table,
     order: pa.Array,
     tmp: Path,
-    name: str,
     row_group_rows: int,
     bloom: bool,
     step: Callable[[str], None],
-) -> tuple[int, list[pa.Table]]:
-    """Write one compacted file (a worker's task): (rows written, its side index rows)."""
+) -> tuple[int, dict[str, pa.Table]]:
+    """Write one compacted file (a worker's task): (rows written, its side index rows per kind)."""
     step("writing")
     slim = _write_file(table, order, tmp, row_group_rows, bloom)
-    return slim.num_rows, file_index_rows(name, slim)
+    return slim.num_rows, file_index_rows(slim)
 
 
 def _index_and_facts(
     partition: Path,
     workers: _Workers,
     written: list[tuple[str, int]],
-    index_parts: list[tuple[str, list[str], list[pa.Table]]],
+    index_parts: list[tuple[str, list[str], dict[str, pa.Table]]],
     facts: list[pa.Table | Path | None],
     generation: int,
     token: str,
@@ -608,7 +607,7 @@ def _write_groups(
     max_batch_rows: int,
     bloom: bool,
     step: Callable[[str], None],
-) -> tuple[list[tuple[str, int]], list[tuple[str, list[str], list[pa.Table]]], list[pa.Table | Path | None]]:
+) -> tuple[list[tuple[str, int]], list[tuple[str, list[str], dict[str, pa.Table]]], list[pa.Table | Path | None]]:
     """Write every schema group's rows as sorted temp files: (name and rows of each), their index rows, the facts.
 
     Per batch, the facts are extracted while the batch is deduplicated and
@@ -616,7 +615,7 @@ def _write_groups(
     only once they are all done, so memory stays bounded by one batch.
     """
     written: list[tuple[str, int]] = []
-    index_parts: list[tuple[str, list[str], list[pa.Table]]] = []
+    index_parts: list[tuple[str, list[str], dict[str, pa.Table]]] = []
     facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
     counter = 0
     for g, paths in enumerate(groups):
@@ -639,13 +638,13 @@ def _write_groups(
             drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
             order = _order(table, drop)
-            files: list[tuple[str, Future[tuple[int, list[pa.Table]]]]] = []
+            files: list[tuple[str, Future[tuple[int, dict[str, pa.Table]]]]] = []
             for start in range(0, len(order), target_rows):
                 name = f"compact-g{generation}-{counter}-{token}.parquet"
                 counter += 1
                 tmp = partition / f".{name}.tmp"
                 piece = order.slice(start, target_rows)
-                task = workers.submit(_write_indexed, table, piece, tmp, name, row_group_rows, bloom, step)
+                task = workers.submit(_write_indexed, table, piece, tmp, row_group_rows, bloom, step)
                 files.append((name, task))
             for name, future in files:
                 rows, index_rows = future.result()

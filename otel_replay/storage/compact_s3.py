@@ -187,7 +187,7 @@ def compact_partition(
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     written: list[tuple[str, int]] = []
-    index_parts: list[tuple[str, list[str], list[pa.Table]]] = []  # each file's side index rows (see compact.py)
+    index_parts: list[tuple[str, list[str], dict[str, pa.Table]]] = []  # each file's side index rows (see compact.py)
     counter = 0
     for paths in _schema_groups(live, location):
         batches = _batches(paths, max_batch_rows, location)
@@ -206,7 +206,7 @@ def compact_partition(
                 piece = order.slice(start, target_rows)
                 slim = _write_file(table, piece, f"{url}/{out}", row_group_rows, bloom, location)
                 written.append((out, slim.num_rows))
-                index_parts.append((out, table.column_names, file_index_rows(out, slim)))
+                index_parts.append((out, table.column_names, file_index_rows(slim)))
                 del slim
                 step("file")
             del table

@@ -19,7 +19,7 @@ complete as one over every file.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -64,13 +64,14 @@ INDEX_SCHEMA = pa.schema(
 _INDEX_ROW_GROUP = 2048  # a lookup decodes one group per id (0.2 ms); fewer groups keep a cold open short
 
 
-def file_index_rows(name: str, table: pa.Table) -> list[pa.Table]:
-    """The index rows of one file ``name`` holding ``table``'s rows: one unsorted table per kind it has values of.
+def file_index_rows(table: pa.Table) -> dict[str, pa.Table]:
+    """The index rows of one file holding ``table``'s rows, per kind with values: key, min_start, max_start, rows.
 
-    Compaction computes these per file as it writes it (:func:`merge_index`
-    puts them in order); :func:`build_index` is the same over whole files.
+    Unsorted, and without the ``kind`` and ``file`` columns (added once, by
+    :func:`build_index` or :func:`merge_index`): compaction holds these for
+    every file it wrote until the partition's index is merged.
     """
-    pieces: list[pa.Table] = []
+    found: dict[str, pa.Table] = {}
     for kind in INDEX_KINDS:
         if kind not in table.column_names:
             continue
@@ -78,21 +79,31 @@ def file_index_rows(name: str, table: pa.Table) -> list[pa.Table]:
         if sub.num_rows == 0:
             continue
         grouped = sub.group_by(kind).aggregate([("start_time", "min"), ("start_time", "max"), ([], "count_all")])
-        n = grouped.num_rows
-        pieces.append(
-            pa.table(
-                {
-                    "kind": pa.array([kind] * n, pa.string()),
-                    "key": grouped.column(kind).cast(pa.string()),
-                    "file": pa.array([name] * n, pa.string()),
-                    "min_start": grouped.column("start_time_min"),
-                    "max_start": grouped.column("start_time_max"),
-                    "rows": grouped.column("count_all").cast(pa.int64()),
-                },
-                schema=INDEX_SCHEMA,
-            )
+        found[kind] = pa.table(
+            {
+                "key": grouped.column(kind).cast(pa.string()),
+                "min_start": grouped.column("start_time_min"),
+                "max_start": grouped.column("start_time_max"),
+                "rows": grouped.column("count_all").cast(pa.int64()),
+            }
         )
-    return pieces
+    return found
+
+
+def _labelled(kind: str, name: str, rows: pa.Table) -> pa.Table:
+    """A file's rows of one kind (:func:`file_index_rows`) as index rows, with their ``kind`` and ``file``."""
+    n = rows.num_rows
+    return pa.table(
+        {
+            "kind": pa.repeat(pa.scalar(kind, pa.string()), n),
+            "key": rows.column("key"),
+            "file": pa.repeat(pa.scalar(name, pa.string()), n),
+            "min_start": rows.column("min_start"),
+            "max_start": rows.column("max_start"),
+            "rows": rows.column("rows"),
+        },
+        schema=INDEX_SCHEMA,
+    )
 
 
 def _covered(column_sets: Sequence[Collection[str]]) -> dict[bytes, bytes]:
@@ -108,7 +119,9 @@ def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
     of every part (a version 1 file has no ``outcome_decision_id``).
     """
     metadata = _covered([table.column_names for _, table in parts])
-    pieces = [piece for name, table in parts for piece in file_index_rows(name, table)]
+    pieces = [
+        _labelled(kind, name, rows) for name, table in parts for kind, rows in file_index_rows(table).items()
+    ]
     if not pieces:
         return INDEX_SCHEMA.empty_table().replace_schema_metadata(metadata)
     table = pa.concat_tables(pieces)
@@ -116,15 +129,19 @@ def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
     return table.replace_schema_metadata(metadata)
 
 
-def _in_key_order(pieces: list[pa.Table]) -> pa.Table:
-    """One kind's rows (laid out in file name order) sorted by key; the stable sort keeps file order within a key."""
-    rows = pa.concat_tables(pieces).combine_chunks()
+def _in_key_order(kind_and_files: tuple[str, list[tuple[str, pa.Table]]]) -> pa.Table:
+    """One kind's rows (files in name order) sorted by key; the stable sort keeps file order within a key."""
+    kind, files = kind_and_files
+    rows = pa.concat_tables([_labelled(kind, name, part) for name, part in files]).combine_chunks()
     return rows.take(pc.sort_indices(rows.column("key")))
 
 
 def merge_index(
-    parts: Sequence[tuple[str, Collection[str], Sequence[pa.Table]]],
-    map_each: Callable[[Callable[[list[pa.Table]], pa.Table], list[list[pa.Table]]], Iterable[pa.Table]] = map,
+    parts: Sequence[tuple[str, Collection[str], Mapping[str, pa.Table]]],
+    map_each: Callable[
+        [Callable[[tuple[str, list[tuple[str, pa.Table]]]], pa.Table], list[tuple[str, list[tuple[str, pa.Table]]]]],
+        Iterable[pa.Table],
+    ] = map,
 ) -> pa.Table:
     """:func:`build_index`'s table from per-file rows: (file name, the file's columns, its :func:`file_index_rows`).
 
@@ -136,14 +153,14 @@ def merge_index(
     returns their results in order).
     """
     metadata = _covered([columns for _, columns, _ in parts])
-    by_kind: dict[str, list[pa.Table]] = {}
-    for _, _, pieces in sorted(parts, key=lambda part: part[0]):
-        for piece in pieces:
-            if piece.num_rows:
-                by_kind.setdefault(piece.column("kind")[0].as_py(), []).append(piece)
+    by_kind: dict[str, list[tuple[str, pa.Table]]] = {}
+    for name, _, kinds in sorted(parts, key=lambda part: part[0]):
+        for kind, rows in kinds.items():
+            if rows.num_rows:
+                by_kind.setdefault(kind, []).append((name, rows))
     if not by_kind:
         return INDEX_SCHEMA.empty_table().replace_schema_metadata(metadata)
-    ordered = list(map_each(_in_key_order, [by_kind[kind] for kind in sorted(by_kind)]))
+    ordered = list(map_each(_in_key_order, [(kind, by_kind[kind]) for kind in sorted(by_kind)]))
     return pa.concat_tables(ordered).replace_schema_metadata(metadata)
 
 
