@@ -27,6 +27,14 @@ Per partition, under its lease (:mod:`lease`):
 
 A crash at any point leaves either the old manifest (the new files are
 ignored leftovers) or the new one (complete): readers see one or the other.
+
+Steps 3 to 5 run partly on ``threads`` worker threads (pyarrow and DuckDB
+release the GIL): a batch's columns are made contiguous, its facts extracted
+while it is sorted, its files written side by side, each file's side index
+rows grouped as it is written, and the index merged beside the facts file.
+Results are taken in submission order, so the output does not depend on the
+number of threads; an error on a worker is raised once every worker has
+stopped, after the run's own files are deleted.
 """
 
 from __future__ import annotations
