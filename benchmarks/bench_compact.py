@@ -1,6 +1,6 @@
 """Compaction throughput against its floors, in the same run.
 
-Usage: python benchmarks/bench_compact.py [--spans 300000] [--ids 30000]
+Usage: python benchmarks/bench_compact.py [--spans 300000] [--ids 30000] [--threads 2,1]
 
 Generates a dataset (benchmarks/gen_dataset.py, 5,000-row arrival-order files)
 and prints spans/s for, on copies of the same files:
@@ -10,7 +10,8 @@ and prints spans/s for, on copies of the same files:
   (what any rewrite costs with pyarrow);
 - read + sort + write: plus the sort compaction does;
 - compact: ``otel_replay.storage.compact`` (dedup, sort, row groups, bloom
-  filters, dictionary columns, side index, manifest swap).
+  filters, dictionary columns, side index, facts, manifest swap), once per
+  ``--threads`` value (its worker threads), each on a fresh copy.
 
 Nothing is asserted; the load average is printed beside the figures.
 """
@@ -61,6 +62,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=300_000)
     parser.add_argument("--ids", type=int, default=30_000)
+    parser.add_argument("--threads", default="2,1", help="compact's worker threads, one run per value")
     args = parser.parse_args()
     from otel_replay.storage import compact
 
@@ -77,14 +79,17 @@ def main() -> int:
             t0 = time.perf_counter()
             rows = _floor(base, Path(tmp) / label.replace(" ", ""), **kwargs)
             print(f"{label:22} {rows / (time.perf_counter() - t0):>10,.0f} spans/s")
-        work = Path(tmp) / "work"
-        shutil.copytree(base, work)
-        t0 = time.perf_counter()
-        report = compact(work, grace_seconds=0)
-        seconds = time.perf_counter() - t0
-        print(
-            f"{'compact':22} {report.input_rows / seconds:>10,.0f} spans/s (peak RSS {report.peak_rss_bytes >> 20} MiB)"
-        )
+        for threads in [int(t) for t in args.threads.split(",")]:
+            work = Path(tmp) / f"work{threads}"
+            shutil.copytree(base, work)
+            t0 = time.perf_counter()
+            report = compact(work, grace_seconds=0, threads=threads)
+            seconds = time.perf_counter() - t0
+            label = f"compact, {threads} thread{'s' if threads > 1 else ''}"
+            print(
+                f"{label:22} {report.input_rows / seconds:>10,.0f} spans/s "
+                f"(peak RSS {report.peak_rss_bytes >> 20} MiB, load {os.getloadavg()[0]:.2f})"
+            )
         print(f"load average at end {os.getloadavg()[0]:.2f}")
     return 0
 

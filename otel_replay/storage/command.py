@@ -11,7 +11,7 @@ from otel_replay import settings
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
 
-from .compact import DEFAULT_GRACE_SECONDS, compact
+from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, compact
 from .retention import drop_older_than
 
 __all__ = ["compact_command"]
@@ -43,6 +43,13 @@ __all__ = ["compact_command"]
     show_default=True,
     help="Seconds replaced files stay for readers that listed them (deleted by a later run).",
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=256),
+    default=DEFAULT_THREADS,
+    show_default=True,
+    help="Worker threads writing files, grouping index rows and extracting facts side by side (1: none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def compact_command(
     dataset: str | None,
@@ -52,6 +59,7 @@ def compact_command(
     row_group_rows: int,
     max_batch_rows: int,
     grace_seconds: float,
+    threads: int,
     as_json: bool,
 ) -> None:
     """Sort a dataset's small arrival-order files into large indexed files (and drop old partitions).
@@ -88,6 +96,7 @@ def compact_command(
             row_group_rows=row_group_rows,
             max_batch_rows=max_batch_rows,
             grace_seconds=grace_seconds,
+            threads=threads,
             progress=say,
         )
     except (OtelReplayError, OSError) as exc:

@@ -27,6 +27,14 @@ Per partition, under its lease (:mod:`lease`):
 
 A crash at any point leaves either the old manifest (the new files are
 ignored leftovers) or the new one (complete): readers see one or the other.
+
+Steps 3 to 5 run partly on ``threads`` worker threads (pyarrow and DuckDB
+release the GIL): a batch's columns are made contiguous, its facts extracted
+while it is sorted, its files written side by side, each file's side index
+rows grouped as it is written, and the index merged beside the facts file.
+Results are taken in submission order, so the output does not depend on the
+number of threads; an error on a worker is raised once every worker has
+stopped, after the run's own files are deleted.
 """
 
 from __future__ import annotations
@@ -37,9 +45,10 @@ import resource
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -63,11 +72,14 @@ from .manifest import (
     read_manifest,
     write_manifest,
 )
-from .side_index import INDEX_KINDS, build_index, write_index
+from .side_index import INDEX_KINDS, file_index_rows, merge_index, write_index
 
 __all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
 
 P = TypeVar("P", Path, str)
+R = TypeVar("R")
+T = TypeVar("T")
+A = ParamSpec("A")
 
 SORT_KEY = ("correlation_id", "trace_id", "start_time", "span_id")
 """The order compacted files are written in."""
@@ -92,6 +104,9 @@ DICTIONARY_COLUMNS = (
 
 DEFAULT_GRACE_SECONDS = 600.0
 """How long superseded files stay on disk for readers that listed them before a swap."""
+
+DEFAULT_THREADS = 2
+"""Worker threads per compaction: files written, index rows grouped and facts extracted side by side."""
 
 
 @dataclass
@@ -168,6 +183,39 @@ class CompactReport:
 
 def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class _Workers:
+    """Where compaction's independent work runs: a pool of ``threads`` threads, or inline when ``threads`` is 1.
+
+    pyarrow and DuckDB release the GIL while they encode, compress, group and
+    scan, so on several cores files are written, their index rows grouped and
+    the facts extracted at the same time as the next sort. Results are always
+    taken in submission order, so output does not depend on ``threads``.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="otel-replay-compact") if threads > 1 else None
+
+    def submit(self, fn: Callable[A, R], /, *args: A.args, **kwargs: A.kwargs) -> Future[R]:
+        """Run ``fn(*args, **kwargs)`` on a worker (inline with one thread: its error is raised at ``result()``)."""
+        if self._pool is not None:
+            return self._pool.submit(fn, *args, **kwargs)
+        done: Future[R] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # raised by result(), where a worker's would be
+            done.set_exception(exc)
+        return done
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """``fn`` of each of ``items`` on the workers, results in order."""
+        return [future.result() for future in [self.submit(fn, item) for item in items]]
+
+    def close(self, *, cancel: bool = False) -> None:
+        """Wait for every submitted task (dropping those not started when ``cancel``): none outlives a partition."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
 def _plain_type(t: pa.DataType) -> pa.DataType:
@@ -352,7 +400,7 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
     return list(groups.values())
 
 
-def _read(paths: Sequence[Path | str], location: Location | None = None) -> pa.Table:
+def _read(paths: Sequence[Path | str], location: Location | None = None, workers: _Workers | None = None) -> pa.Table:
     """The rows of ``paths`` (one schema) as one contiguous table."""
     try:  # one multi-threaded read over the files
         if location is not None:
@@ -362,7 +410,30 @@ def _read(paths: Sequence[Path | str], location: Location | None = None) -> pa.T
             table = pq.read_table([str(p) for p in paths], partitioning=None)
     except (pa.ArrowException, OSError):
         table = pa.concat_tables([_read_one(p, location) for p in paths])  # names the unreadable file
-    return table.combine_chunks()  # contiguous: take() per slice is cheaper
+    return _contiguous(table, workers or _Workers(1))
+
+
+def _contiguous(table: pa.Table, workers: _Workers) -> pa.Table:
+    """``table`` with each column in one chunk (take() per row group is several times cheaper than over chunks).
+
+    Columns are combined on the workers, biggest first, and each column's
+    chunks are dropped once combined: memory peaks at the batch plus the
+    columns in flight, not at twice the batch as ``combine_chunks()`` does.
+    """
+    schema = table.schema
+    columns: list[pa.ChunkedArray | None] = list(table.columns)
+    del table
+
+    def combine(i: int) -> pa.Array | pa.ChunkedArray:
+        column = columns[i]
+        assert column is not None
+        columns[i] = None
+        return column if column.num_chunks == 1 else column.combine_chunks()
+
+    sizes = [column.nbytes if column is not None else 0 for column in columns]
+    by_size = sorted(range(len(columns)), key=lambda i: -sizes[i])
+    futures = {i: workers.submit(combine, i) for i in by_size}
+    return pa.Table.from_arrays([futures[i].result() for i in range(len(schema))], schema=schema)
 
 
 def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now: float) -> tuple[int, int, Manifest]:
@@ -395,6 +466,54 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
     return deleted, leftovers, manifest
 
 
+def _write_indexed(
+    table: pa.Table,
+    order: pa.Array,
+    tmp: Path,
+    row_group_rows: int,
+    bloom: bool,
+    step: Callable[[str], None],
+) -> tuple[int, dict[str, pa.Table]]:
+    """Write one compacted file (a worker's task): (rows written, its side index rows per kind)."""
+    step("writing")
+    slim = _write_file(table, order, tmp, row_group_rows, bloom)
+    return slim.num_rows, file_index_rows(slim)
+
+
+def _index_and_facts(
+    partition: Path,
+    workers: _Workers,
+    written: list[tuple[str, int]],
+    index_parts: list[tuple[str, list[str], dict[str, pa.Table]]],
+    facts: list[pa.Table | Path | None],
+    generation: int,
+    token: str,
+) -> str:
+    """Write the side index and the facts file of the renamed ``written`` files, side by side; the index's name."""
+    index_name = f"_index-g{generation}-{token}.pq"
+
+    def index() -> None:
+        index_tmp = partition / f".{index_name}.tmp"
+        write_index(merge_index(index_parts, workers.map), index_tmp)
+        os.replace(index_tmp, partition / index_name)
+
+    names = [name for name, _ in written]
+    facts_written = workers.submit(write_facts, partition, facts_name(generation, token), facts, names)
+    index()  # here: its per-kind sorts go to the workers beside the facts
+    facts_written.result()
+    return index_name
+
+
+def _discard_outputs(partition: Path, token: str) -> None:
+    """Delete what a failed compaction wrote (its files carry ``token``; no manifest names them)."""
+    for name in os.listdir(partition):
+        if token in name and (name.endswith(".tmp") or is_compacted_name(name) or name.endswith(".pq")):
+            try:
+                os.unlink(partition / name)
+            except FileNotFoundError:
+                pass
+
+
 def _compact_partition(
     partition: Path,
     report: PartitionReport,
@@ -404,6 +523,7 @@ def _compact_partition(
     max_batch_rows: int,
     bloom: bool,
     grace_seconds: float,
+    threads: int,
     step: Callable[[str], None],
 ) -> None:
     now = time.time()
@@ -423,67 +543,126 @@ def _compact_partition(
     groups = _schema_groups(live)
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
-    written: list[tuple[str, pa.Table]] = []
-    facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
-    counter = 0
-    for paths in groups:
-        batches = _batches(paths, max_batch_rows)
-        # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
-        repeated = _repeated_keys(paths) if len(batches) > 1 else None
-        seen: dict[tuple[str, str], set[str]] = {}
-        for batch in batches:
-            table = _read(batch)
-            step("read")
-            report.input_rows += table.num_rows
-            drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
-            report.duplicates_removed += len(drop)
-            order = _order(table, drop)
-            facts.append(extract_facts(table, partition / f"._facts-{token}-{len(facts)}.tmp"))
-            for start in range(0, len(order), target_rows):
-                name = f"compact-g{generation}-{counter}-{token}.parquet"
-                counter += 1
-                tmp = partition / f".{name}.tmp"
-                written.append((name, _write_file(table, order.slice(start, target_rows), tmp, row_group_rows, bloom)))
-                step("file")
-            del table
-        report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
-    step("written")
-    for name, _ in written:
-        os.replace(partition / f".{name}.tmp", partition / name)
-    fsync_dir(partition)
-    step("renamed")
-    index_name = f"_index-g{generation}-{token}.pq"
-    index_tmp = partition / f".{index_name}.tmp"
-    write_index(build_index(written), index_tmp)
-    os.replace(index_tmp, partition / index_name)
-    write_facts(partition, facts_name(generation, token), facts, [name for name, _ in written])
-    step("indexed")
-    superseded = dict(manifest.superseded)
-    for path in live:
-        superseded[path.name] = now
-    if old_index:
-        superseded[old_index] = now
-        superseded[facts_of_index(old_index) or old_index] = now
-    write_manifest(
-        partition,
-        Manifest(
+    workers = _Workers(threads)
+    swapping = False
+    try:
+        written, index_parts, facts = _write_groups(
+            partition,
+            groups,
+            report,
+            workers,
             generation=generation,
-            files=[name for name, _ in written],
-            superseded=superseded,
-            index=index_name,
-            rows=sum(t.num_rows for _, t in written),
-        ),
-    )
+            token=token,
+            target_rows=target_rows,
+            row_group_rows=row_group_rows,
+            max_batch_rows=max_batch_rows,
+            bloom=bloom,
+            step=step,
+        )
+        step("written")
+        for name, _ in written:
+            os.replace(partition / f".{name}.tmp", partition / name)
+        fsync_dir(partition)
+        step("renamed")
+        index_name = _index_and_facts(partition, workers, written, index_parts, facts, generation, token)
+        step("indexed")
+        superseded = dict(manifest.superseded)
+        for path in live:
+            superseded[path.name] = now
+        if old_index:
+            superseded[old_index] = now
+            superseded[facts_of_index(old_index) or old_index] = now
+        swapping = True  # from here the new files may be live: never discarded
+        write_manifest(
+            partition,
+            Manifest(
+                generation=generation,
+                files=[name for name, _ in written],
+                superseded=superseded,
+                index=index_name,
+                rows=sum(rows for _, rows in written),
+            ),
+        )
+    except BaseException:
+        workers.close(cancel=True)  # no worker may still be writing once the error is raised
+        if not swapping:
+            _discard_outputs(partition, token)
+        raise
+    finally:
+        workers.close()
     step("swapped")
     report.status = "compacted"
     report.output_files = len(written)
-    report.output_rows = sum(t.num_rows for _, t in written)
+    report.output_rows = sum(rows for _, rows in written)
     report.bytes_after = sum((partition / name).stat().st_size for name, _ in written)
     if grace_seconds <= 0:
         deleted, _, cleaned = _clean(partition, read_manifest(partition), grace_seconds, time.time())
         report.superseded_deleted += deleted
         write_manifest(partition, cleaned)
         step("deleted")
+
+
+def _write_groups(
+    partition: Path,
+    groups: list[list[Path]],
+    report: PartitionReport,
+    workers: _Workers,
+    *,
+    generation: int,
+    token: str,
+    target_rows: int,
+    row_group_rows: int,
+    max_batch_rows: int,
+    bloom: bool,
+    step: Callable[[str], None],
+) -> tuple[list[tuple[str, int]], list[tuple[str, list[str], dict[str, pa.Table]]], list[pa.Table | Path | None]]:
+    """Write every schema group's rows as sorted temp files: (name and rows of each), their index rows, the facts.
+
+    Per batch, the facts are extracted while the batch is deduplicated and
+    sorted, and its files are written side by side; the batch is released
+    only once they are all done, so memory stays bounded by one batch.
+    """
+    written: list[tuple[str, int]] = []
+    index_parts: list[tuple[str, list[str], dict[str, pa.Table]]] = []
+    facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
+    counter = 0
+    for g, paths in enumerate(groups):
+        batches = _batches(paths, max_batch_rows)
+        # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
+        scan = workers.submit(_repeated_keys, paths) if len(batches) > 1 else None  # beside the first read
+        repeated: pa.Table | None = None
+        seen: dict[tuple[str, str], set[str]] = {}
+        for b, batch in enumerate(batches):
+            table = _read(batch, workers=workers)
+            if scan is not None and repeated is None:
+                repeated = scan.result()
+            step("read")
+            report.input_rows += table.num_rows
+            # The last batch's facts stay in memory (its rows are released before write_facts reads them);
+            # earlier ones are spilled, so memory stays bounded by one batch.
+            last = g == len(groups) - 1 and b == len(batches) - 1
+            spill = None if last else partition / f"._facts-{token}-{len(facts)}.tmp"
+            extracted = workers.submit(extract_facts, table, spill)
+            drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
+            report.duplicates_removed += len(drop)
+            order = _order(table, drop)
+            files: list[tuple[str, Future[tuple[int, dict[str, pa.Table]]]]] = []
+            for start in range(0, len(order), target_rows):
+                name = f"compact-g{generation}-{counter}-{token}.parquet"
+                counter += 1
+                tmp = partition / f".{name}.tmp"
+                piece = order.slice(start, target_rows)
+                task = workers.submit(_write_indexed, table, piece, tmp, row_group_rows, bloom, step)
+                files.append((name, task))
+            for name, future in files:
+                rows, index_rows = future.result()
+                written.append((name, rows))
+                index_parts.append((name, table.column_names, index_rows))
+                step("file")
+            facts.append(extracted.result())
+            del table, order, files
+        report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
+    return written, index_parts, facts
 
 
 def _selected(dataset: Path, partitions: Iterable[str] | None) -> list[Path]:
@@ -510,6 +689,7 @@ def compact(
     bloom_filters: bool = True,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     lease_wait: float = 0.0,
+    threads: int = DEFAULT_THREADS,
     progress: Callable[[str], None] | None = None,
     _on_step: Callable[[str], None] | None = None,
 ) -> CompactReport:
@@ -521,8 +701,11 @@ def compact(
     RSS per row); a bigger partition is written as several sorted runs.
     ``grace_seconds`` is how long replaced files stay on disk for readers that
     listed them before the swap (deleted by a later run; ``0`` deletes them
-    at once, only safe with no concurrent reader). ``progress`` gets one line
-    per partition.
+    at once, only safe with no concurrent reader). ``threads`` worker threads
+    write a batch's files, group their index rows and extract its facts side
+    by side (``1``: all in the calling thread); the output is the same for any
+    number, and memory grows only by the row group each writer holds.
+    ``progress`` gets one line per partition.
 
     Raises:
         ConfigError: a size or time argument is out of range.
@@ -534,6 +717,7 @@ def compact(
         ("target_rows", target_rows),
         ("row_group_rows", row_group_rows),
         ("max_batch_rows", max_batch_rows),
+        ("threads", threads),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}={value!r} must be a positive integer")
@@ -575,6 +759,7 @@ def compact(
                     max_batch_rows=max_batch_rows,
                     bloom=bloom_filters,
                     grace_seconds=grace_seconds,
+                    threads=threads,
                     step=step,
                 )
             finally:

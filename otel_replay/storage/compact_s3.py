@@ -52,7 +52,7 @@ from .compact import (
 )
 from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, is_compacted_name, missing_error, read_remote_manifest, visible_names
-from .side_index import build_index, index_bytes
+from .side_index import file_index_rows, index_bytes, merge_index
 
 __all__ = ["compact_partition", "read_partition"]
 
@@ -186,7 +186,8 @@ def compact_partition(
     report.bytes_before = sum(int(sizes.get(location.fs_path(p)) or 0) for p in live)
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
-    written: list[tuple[str, pa.Table]] = []
+    written: list[tuple[str, int]] = []
+    index_parts: list[tuple[str, list[str], dict[str, pa.Table]]] = []  # each file's side index rows (see compact.py)
     counter = 0
     for paths in _schema_groups(live, location):
         batches = _batches(paths, max_batch_rows, location)
@@ -204,14 +205,16 @@ def compact_partition(
                 counter += 1
                 piece = order.slice(start, target_rows)
                 slim = _write_file(table, piece, f"{url}/{out}", row_group_rows, bloom, location)
-                written.append((out, slim))
+                written.append((out, slim.num_rows))
+                index_parts.append((out, table.column_names, file_index_rows(slim)))
+                del slim
                 step("file")
             del table
         report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
     step("written")
     step("renamed")  # nothing to rename on an object store
     index_name = f"_index-g{generation}-{token}.pq"
-    _put(location, f"{url}/{index_name}", index_bytes(build_index(written)))
+    _put(location, f"{url}/{index_name}", index_bytes(merge_index(index_parts)))
     step("indexed")
     superseded = dict(manifest.superseded)
     for path in live:
@@ -223,7 +226,7 @@ def compact_partition(
         files=[n for n, _ in written],
         superseded=superseded,
         index=index_name,
-        rows=sum(t.num_rows for _, t in written),
+        rows=sum(rows for _, rows in written),
     )
     lease.confirm()  # a holder that stalled past its expiry must not swap
     etag = _swap(s3, location, name, new, etag)

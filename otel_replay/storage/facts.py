@@ -167,6 +167,8 @@ def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
+        # one DuckDB thread: compaction extracts facts on a worker beside others writing files (threads=...)
+        con.execute("SET threads = 1")
         whole = _input(table)
         parts: list[pa.Table] = []
         for start in range(0, max(1, whole.num_rows), _SLICE_ROWS):

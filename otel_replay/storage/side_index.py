@@ -29,7 +29,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache, partial
 from pathlib import Path
 
@@ -49,10 +49,12 @@ __all__ = [
     "INDEX_SCHEMA",
     "KINDS_METADATA_KEY",
     "build_index",
+    "file_index_rows",
     "files_for",
     "Listing",
     "index_bytes",
     "indexed_and_tail",
+    "merge_index",
     "partition_listing",
     "write_index",
 ]
@@ -83,42 +85,104 @@ _STALE_SECONDS = 60.0  # a held kind unused this long gives its room to another
 _INDEX_ROW_GROUP = 2048  # a lookup decodes one group per id (0.2 ms); fewer groups keep a cold open short
 
 
+def file_index_rows(table: pa.Table) -> dict[str, pa.Table]:
+    """The index rows of one file holding ``table``'s rows, per kind with values: key, min_start, max_start, rows.
+
+    Unsorted, and without the ``kind`` and ``file`` columns (added once, by
+    :func:`build_index` or :func:`merge_index`): compaction holds these for
+    every file it wrote until the partition's index is merged.
+    """
+    found: dict[str, pa.Table] = {}
+    for kind in INDEX_KINDS:
+        if kind not in table.column_names:
+            continue
+        sub = table.select([kind, "start_time"]).filter(pc.is_valid(table.column(kind)))
+        if sub.num_rows == 0:
+            continue
+        grouped = sub.group_by(kind).aggregate([("start_time", "min"), ("start_time", "max"), ([], "count_all")])
+        found[kind] = pa.table(
+            {
+                "key": grouped.column(kind).cast(pa.string()),
+                "min_start": grouped.column("start_time_min"),
+                "max_start": grouped.column("start_time_max"),
+                "rows": grouped.column("count_all").cast(pa.int64()),
+            }
+        )
+    return found
+
+
+def _labelled(kind: str, name: str, rows: pa.Table) -> pa.Table:
+    """A file's rows of one kind (:func:`file_index_rows`) as index rows, with their ``kind`` and ``file``."""
+    n = rows.num_rows
+    return pa.table(
+        {
+            "kind": pa.repeat(pa.scalar(kind, pa.string()), n),
+            "key": rows.column("key"),
+            "file": pa.repeat(pa.scalar(name, pa.string()), n),
+            "min_start": rows.column("min_start"),
+            "max_start": rows.column("max_start"),
+            "rows": rows.column("rows"),
+        },
+        schema=INDEX_SCHEMA,
+    )
+
+
+def _covered(column_sets: Sequence[Collection[str]]) -> dict[bytes, bytes]:
+    """The index metadata: kinds that are a column of every file (a version 1 file has no ``outcome_decision_id``)."""
+    covered = [kind for kind in INDEX_KINDS if all(kind in columns for columns in column_sets)]
+    return {KINDS_METADATA_KEY: ",".join(covered).encode()}
+
+
 def build_index(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
-    """The index rows of ``parts`` (file name, the rows written to it), sorted by (kind, key).
+    """The index rows of ``parts`` (file name, the rows written to it), sorted by (kind, key, file).
 
     The table's metadata lists the kinds it covers: those that are a column
     of every part (a version 1 file has no ``outcome_decision_id``).
     """
-    covered = [kind for kind in INDEX_KINDS if all(kind in table.column_names for _, table in parts)]
-    metadata = {KINDS_METADATA_KEY: ",".join(covered).encode()}
-    pieces: list[pa.Table] = []
-    for name, table in parts:
-        for kind in INDEX_KINDS:
-            if kind not in table.column_names:
-                continue
-            sub = table.select([kind, "start_time"]).filter(pc.is_valid(table.column(kind)))
-            if sub.num_rows == 0:
-                continue
-            grouped = sub.group_by(kind).aggregate([("start_time", "min"), ("start_time", "max"), ([], "count_all")])
-            n = grouped.num_rows
-            pieces.append(
-                pa.table(
-                    {
-                        "kind": pa.array([kind] * n, pa.string()),
-                        "key": grouped.column(kind).cast(pa.string()),
-                        "file": pa.array([name] * n, pa.string()),
-                        "min_start": grouped.column("start_time_min"),
-                        "max_start": grouped.column("start_time_max"),
-                        "rows": grouped.column("count_all").cast(pa.int64()),
-                    },
-                    schema=INDEX_SCHEMA,
-                )
-            )
+    metadata = _covered([table.column_names for _, table in parts])
+    pieces = [
+        _labelled(kind, name, rows) for name, table in parts for kind, rows in file_index_rows(table).items()
+    ]
     if not pieces:
         return INDEX_SCHEMA.empty_table().replace_schema_metadata(metadata)
     table = pa.concat_tables(pieces)
     table = table.take(pc.sort_indices(table, [("kind", "ascending"), ("key", "ascending"), ("file", "ascending")]))
     return table.replace_schema_metadata(metadata)
+
+
+def _in_key_order(kind_and_files: tuple[str, list[tuple[str, pa.Table]]]) -> pa.Table:
+    """One kind's rows (files in name order) sorted by key; the stable sort keeps file order within a key."""
+    kind, files = kind_and_files
+    rows = pa.concat_tables([_labelled(kind, name, part) for name, part in files]).combine_chunks()
+    return rows.take(pc.sort_indices(rows.column("key")))
+
+
+def merge_index(
+    parts: Sequence[tuple[str, Collection[str], Mapping[str, pa.Table]]],
+    map_each: Callable[
+        [Callable[[tuple[str, list[tuple[str, pa.Table]]]], pa.Table], list[tuple[str, list[tuple[str, pa.Table]]]]],
+        Iterable[pa.Table],
+    ] = map,
+) -> pa.Table:
+    """:func:`build_index`'s table from per-file rows: (file name, the file's columns, its :func:`file_index_rows`).
+
+    Equal to :func:`build_index` of the files, row for row, but cheaper: a
+    table sort on three string keys is replaced by one stable sort on ``key``
+    per kind, over rows laid out in file name order (so ties on a key keep
+    (key, file) order), kinds concatenated in name order. ``map_each`` runs
+    the per-kind sorts (``map``, or one that spreads them over threads and
+    returns their results in order).
+    """
+    metadata = _covered([columns for _, columns, _ in parts])
+    by_kind: dict[str, list[tuple[str, pa.Table]]] = {}
+    for name, _, kinds in sorted(parts, key=lambda part: part[0]):
+        for kind, rows in kinds.items():
+            if rows.num_rows:
+                by_kind.setdefault(kind, []).append((name, rows))
+    if not by_kind:
+        return INDEX_SCHEMA.empty_table().replace_schema_metadata(metadata)
+    ordered = list(map_each(_in_key_order, [(kind, by_kind[kind]) for kind in sorted(by_kind)]))
+    return pa.concat_tables(ordered).replace_schema_metadata(metadata)
 
 
 def _write_to(table: pa.Table, sink: object) -> None:

@@ -23,7 +23,7 @@ from otel_replay.store import Store
 
 from .conftest import count_rows
 
-CRASH_STEPS = ("read", "file", "written", "renamed", "indexed", "swapped", "deleted")
+CRASH_STEPS = ("read", "writing", "file", "written", "renamed", "indexed", "swapped", "deleted")
 
 _COMPACT_SCRIPT = """
 import json, os, sys, time
