@@ -64,6 +64,7 @@ _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
+_SCALARS = frozenset({str, int, float, bool, bytes})  # variable values Store._set may skip setting again
 _FACTS_QUERIES = ("calibration", "decision_summary")  # read compaction's facts files (storage/facts.py)
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 # DuckDB optimizers a point lookup does without. Over the few files the side index names, a chain's rows
@@ -275,6 +276,9 @@ class Store:
         self._listing: Listing | None = None  # the partitions the running lookup searches (listed once per lookup)
         self._lean: str | None = None  # the optimizers disabled on the internal connection now (None: not set yet)
         self._lean_names: str | None = None  # _LEAN_OPTIMIZERS this DuckDB knows, comma-separated
+        # DuckDB keeps disabled_optimizers per database, not per connection: only a database of the
+        # store's own (in memory) may be planned lean; a file database may be shared with other connections.
+        self._may_plan_lean = database in ("", ":memory:")
         self._tail = TailIndex(self.location)  # ids of the files no side index covers yet
         self._vars: dict[str, tuple[type, Any]] = {}  # what each variable on the internal connection holds
         self._lock = threading.RLock()
@@ -366,12 +370,16 @@ class Store:
         into DuckDB, and most of them keep their value from one lookup to the
         next (the limit, the files of a warm store).
         """
-        held = (type(value), value)
-        if con is self._con and self._vars.get(name) == held:
+        # Only immutable scalars are remembered: a list the caller passed may change before the next call.
+        held = (type(value), value) if value is None or type(value) in _SCALARS else None
+        if held is not None and con is self._con and self._vars.get(name) == held:
             return
         con.execute(f"SET VARIABLE {name} = ?", [value])
         if con is self._con:
-            self._vars[name] = held
+            if held is None:
+                self._vars.pop(name, None)
+            else:
+                self._vars[name] = held
 
     def _point_at(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> None:
         """Set the variables the views read for ``files``: the list, union_by_name, and the legacy-outcome hint."""
@@ -589,8 +597,12 @@ class Store:
         (outcome decision ids only in the JSON) is read whole for such a query.
         A lookup the index narrowed to a few files is planned without DuckDB
         optimizers that cost more planning than they save on a handful of
-        rows (``_LEAN_OPTIMIZERS``); the rows are the same.
+        rows (``_LEAN_OPTIMIZERS``; only on the default in-memory database,
+        as DuckDB keeps that setting per database); the rows are the same.
+        ``calibration`` and ``decision_summary`` read every decision, as in :meth:`run`.
         """
+        if name in _FACTS_QUERIES:  # every decision, whatever the ids: as run() reads them
+            return self._run_with_facts(name, **variables)
         given = {key: str(value) for key, value in ids.items() if value is not None}
         return self._run(name, given or None, variables)
 
@@ -641,7 +653,7 @@ class Store:
                 self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
             self._point_at(self._con, reading)
             self._pointed = list(reading)
-        self._plan_lean(scope is not None and len(scope) <= _LEAN_FILES)
+        self._plan_lean(self._may_plan_lean and scope is not None and len(scope) <= _LEAN_FILES)
         return self._execute(sql)
 
     def _plan_lean(self, lean: bool) -> None:
@@ -692,9 +704,10 @@ class Store:
         if found is None:
             return None
         scope = self._usable(found)
-        if outcomes and scope and self._legacy_outcomes(self.files + scope):
+        if outcomes and (scope or "outcome_decision_id" in ids) and self._legacy_outcomes(self.files + scope):
             # A version 1 outcome names its decision only in the JSON, which nothing indexes: every file,
-            # arrivals since the last refresh included.
+            # arrivals since the last refresh included. (With no file holding the chain's own ids, a chain
+            # is empty whatever the outcomes; a lookup by decision id is not.)
             return sorted(set(self.files).union(scope))
         return scope
 

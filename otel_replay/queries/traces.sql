@@ -15,5 +15,5 @@ FROM (
     FROM chosen AS d
     LEFT JOIN outcomes_in('chosen_outcomes') AS o ON o.decision_id = d.record_id
 ) AS t
-ORDER BY t.created_at, t.record_id
+ORDER BY t.created_at, t.record_id, t.trace_id, t.span_id, body  -- copies of one record in a fixed order
 LIMIT coalesce(getvariable('trace_limit'), 100);

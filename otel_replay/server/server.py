@@ -78,6 +78,8 @@ Conversion then runs alongside acknowledgement instead of after each
 ``flush_seconds``; below this, segments are sealed by age only, so a quiet
 receiver does not write more, smaller files.
 """
+_EARLY_SEALS_PER_PASS = 8
+"""Segments sealed early, one after another, before a pass ends (quarantined segments are salvaged between passes)."""
 _MAX_CONVERT_ATTEMPTS = 3
 _TRIM_AFTER_BYTES = 64 * MiB
 
@@ -434,6 +436,7 @@ class Receiver:
         With ``final`` every segment is tried once more, backoff or not.
         """
         tried: set[str] = set()
+        early = 0  # chunks sealed early in this pass: bounded, so a steady stream never keeps salvage waiting
         while True:
             now = time.monotonic()
             ready = [
@@ -444,7 +447,8 @@ class Receiver:
             if not ready and not final and tried and not self._stop.is_set():
                 # A conversion just finished and nothing waits: seal what arrived meanwhile now, rather
                 # than leave the converters idle until the next tick of the loop.
-                if self.wal.rotate(min_bytes=EARLY_SEAL_BYTES):
+                if early < _EARLY_SEALS_PER_PASS and self.wal.rotate(min_bytes=EARLY_SEAL_BYTES):
+                    early += 1
                     continue
             batch = ready[: max(1, self.config.convert_workers)]
             if not batch:

@@ -333,15 +333,18 @@ def _footer(path: str) -> tuple[list[tuple[str, int]], list[str]] | str:
     kv = meta.metadata or {}
     if kv.get(META_FORMAT) != FORMAT.encode():
         return f"unknown facts format {kv.get(META_FORMAT)!r}"
-    if not meta.schema.to_arrow_schema().remove_metadata().equals(FACTS_SCHEMA):
-        return "not the facts schema"
+    try:
+        if not meta.schema.to_arrow_schema().remove_metadata().equals(FACTS_SCHEMA):
+            return "not the facts schema"
+    except (pa.ArrowException, ValueError) as exc:  # a schema pyarrow cannot map to Arrow types
+        return f"unreadable schema ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
     try:
         covered = json.loads(kv.get(META_FILES, b""))
         checked = json.loads(kv.get(META_CHECKED, b""))
         files = [(str(name), int(size)) for name, size in covered]
         names = [str(n) for n in checked]
-    except (ValueError, TypeError) as exc:
-        return f"bad footer ({exc})"
+    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: a deeply nested footer
+        return f"bad footer ({type(exc).__name__}: {str(exc)[:200]})"
     return files, names
 
 

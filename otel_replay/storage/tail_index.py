@@ -37,6 +37,14 @@ DEFAULT_KEY_BUDGET = 1_000_000
 _SEP = "\x00"  # kinds are fixed names; an id holding NUL still maps only to its own kind
 
 
+_JSON_IN_OLDER_FILES = ("outcome_decision_id",)  # kinds a version 1 file keeps only in the attributes JSON
+
+
+def _absent(kind: str) -> int:
+    """The key a file holds for a kind whose column it lacks (no id can encode to it: ``_SEP`` is not there)."""
+    return hash(f"{kind}\x01absent")
+
+
 class TailIndex:
     """Which not-yet-indexed files hold an id; see the module docstring.
 
@@ -69,7 +77,9 @@ class TailIndex:
         ``stamps`` gives each path's (size, mtime); a path without one, or
         whose ids cannot be read or held, is kept.
         """
-        probes = frozenset(hash(f"{kind}{_SEP}{key}") for kind, key in wanted)
+        probes = frozenset(hash(f"{kind}{_SEP}{key}") for kind, key in wanted).union(
+            _absent(kind) for kind, _ in wanted if kind in _JSON_IN_OLDER_FILES
+        )
         kept = []
         files = self._files
         for path in paths:  # every file newer than the index, at every lookup: kept to a few dict operations
@@ -118,7 +128,10 @@ class TailIndex:
             columns = [kind for kind in INDEX_KINDS if kind in names]
             table = handle.read(columns=columns)
             self.files_read += 1
-            keys: set[int] = set()
+            # A file without the outcome decision id column (an older writer's: version 1 files keep that id
+            # only in the JSON) cannot be narrowed by it: its marker keeps it for every such lookup. (Another
+            # kind's missing column reads as NULL, which matches no id.)
+            keys: set[int] = {_absent(kind) for kind in _JSON_IN_OLDER_FILES if kind not in names}
             for kind in columns:
                 values = pc.unique(table.column(kind).cast(pa.string())).drop_null()
                 keys.update(hash(f"{kind}{_SEP}{value}") for value in values.to_pylist())
