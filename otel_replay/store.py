@@ -941,7 +941,8 @@ class Store:
                     break
                 except duckdb.Error as exc:
                     if attempt or isinstance(exc, _NOT_ABOUT_FILES):
-                        raise QueryError(f"defining the facts views over {self.dataset}: {exc}") from exc
+                        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                        raise QueryError(f"defining the facts views over {self.dataset}: {reason}") from exc
                     self.refresh()  # binding reads the files: a compaction may have replaced the listed ones
             local = not self.location.remote and bool(self.files)  # _run reads every file: the plan covers them
             sizes = {path: stamp[0] for path, stamp in self._checked.items()}

@@ -237,7 +237,8 @@ def _other_keys(partition: Path, facts: pa.Table) -> tuple[list[str], dict[str, 
             fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
             shared: pa.Table = fetch()
     except duckdb.Error as exc:
-        _log.warning("otel-replay: other partitions' facts not readable (%s); facts flagged unchecked", exc)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        _log.warning("otel-replay: other partitions' facts not readable (%s); facts flagged unchecked", reason)
         return [], none
     finally:
         con.close()
