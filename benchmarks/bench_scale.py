@@ -239,32 +239,62 @@ def phase_calibration(dataset: str, how: str) -> dict[str, Any]:
     return out
 
 
-def _sqlite_typed(path: Path, files: list[str]) -> tuple[sqlite3.Connection, float]:
-    """SQLite copy of the spans with the typed columns too, indexed on correlation_id (as in ``lookups``)."""
+_TYPED_COLUMNS = (
+    ("trace_id", "TEXT", "trace_id"),
+    ("span_id", "TEXT", "span_id"),
+    ("start_ns", "INTEGER", "epoch_ns(start_time)"),
+    ("correlation_id", "TEXT", "correlation_id"),
+    ("record_id", "TEXT", "record_id"),
+    ("replay_kind", "TEXT", "replay_kind"),
+    ("decision_type", "TEXT", "decision_type"),
+    ("outcome_decision_id", "TEXT", "outcome_decision_id"),
+    ("outcome_correct", "INTEGER", "outcome_correct"),
+    ("decision_confidence", "REAL", "decision_confidence"),
+    ("attributes", "TEXT", "attributes"),
+)
+_LOOKUP_COLUMNS = (
+    ("trace_id", "TEXT", "trace_id"),
+    ("span_id", "TEXT", "span_id"),
+    ("parent_span_id", "TEXT", "parent_span_id"),
+    ("name", "TEXT", "name"),
+    ("start_ns", "INTEGER", "epoch_ns(start_time)"),
+    ("end_ns", "INTEGER", "epoch_ns(end_time)"),
+    ("correlation_id", "TEXT", "correlation_id"),
+    ("session_id", "TEXT", "session_id"),
+    ("agent_id", "TEXT", "agent_id"),
+    ("record_id", "TEXT", "record_id"),
+    ("replay_kind", "TEXT", "replay_kind"),
+    ("decision_type", "TEXT", "decision_type"),
+    ("attributes", "TEXT", "attributes"),
+)
+
+
+def _sqlite_copy(
+    path: Path, files: list[str], columns: tuple[tuple[str, str, str], ...]
+) -> tuple[sqlite3.Connection, float]:
+    """A SQLite table ``spans`` of ``columns`` (name, SQLite type, DuckDB expression), indexed on correlation_id."""
     import duckdb
 
     started = time.perf_counter()
     path.unlink(missing_ok=True)
     db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TABLE spans (trace_id TEXT, span_id TEXT, start_ns INTEGER, correlation_id TEXT, record_id TEXT, "
-        "replay_kind TEXT, decision_type TEXT, outcome_decision_id TEXT, outcome_correct INTEGER, "
-        "decision_confidence REAL, attributes TEXT)"
-    )
+    db.execute(f"CREATE TABLE spans ({', '.join(f'{name} {kind}' for name, kind, _ in columns)})")
     con = duckdb.connect()
-    reader = con.execute(
-        "SELECT trace_id, span_id, epoch_ns(start_time), correlation_id, record_id, replay_kind, decision_type, "
-        "outcome_decision_id, outcome_correct, decision_confidence, attributes FROM read_parquet(?)",
-        [files],
-    )
+    reader = con.execute(f"SELECT {', '.join(expr for _, _, expr in columns)} FROM read_parquet(?)", [files])
+    insert = f"INSERT INTO spans VALUES ({','.join('?' * len(columns))})"
     while True:
         batch = reader.fetchmany(50_000)
         if not batch:
             break
-        db.executemany("INSERT INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch)
+        db.executemany(insert, batch)
     db.execute("CREATE INDEX spans_correlation ON spans (correlation_id)")
     db.commit()
     return db, time.perf_counter() - started
+
+
+def _sqlite_typed(path: Path, files: list[str]) -> tuple[sqlite3.Connection, float]:
+    """SQLite copy of the spans with the typed columns too, indexed on correlation_id (as in ``lookups``)."""
+    return _sqlite_copy(path, files, _TYPED_COLUMNS)
 
 
 def calibration(dataset: Path, workdir: Path, *, views: bool = True) -> dict[str, Any]:
@@ -314,29 +344,7 @@ def _time(fn: Any, ids: list[str]) -> tuple[float, list[Any]]:
 
 
 def _sqlite(path: Path, files: list[str]) -> tuple[sqlite3.Connection, float]:
-    import duckdb
-
-    started = time.perf_counter()
-    db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TABLE spans (trace_id TEXT, span_id TEXT, parent_span_id TEXT, name TEXT, start_ns INTEGER, "
-        "end_ns INTEGER, correlation_id TEXT, session_id TEXT, agent_id TEXT, record_id TEXT, replay_kind TEXT, "
-        "decision_type TEXT, attributes TEXT)"
-    )
-    con = duckdb.connect()
-    reader = con.execute(
-        "SELECT trace_id, span_id, parent_span_id, name, epoch_ns(start_time), epoch_ns(end_time), correlation_id, "
-        "session_id, agent_id, record_id, replay_kind, decision_type, attributes FROM read_parquet(?)",
-        [files],
-    )
-    while True:
-        batch = reader.fetchmany(50_000)
-        if not batch:
-            break
-        db.executemany("INSERT INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", batch)
-    db.execute("CREATE INDEX spans_correlation ON spans (correlation_id)")
-    db.commit()
-    return db, time.perf_counter() - started
+    return _sqlite_copy(path, files, _LOOKUP_COLUMNS)
 
 
 def chain_floor(compacted: Path, ids: list[str]) -> dict[str, Any]:
