@@ -1,5 +1,5 @@
 """``python -m otel_replay``: the same as the ``otel-replay`` command."""
 
-from otel_replay.cli import main
+from otel_replay.cli import run
 
-main()
+run()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+import pyarrow as pa
 
 from otel_replay import settings
 from otel_replay.errors import OtelReplayError
@@ -105,6 +106,7 @@ def compact_command(
         raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
     if as_json:
         doc = report.to_dict()
+        doc["memory_pool"] = pa.default_memory_pool().backend_name  # jemalloc when run as `otel-replay compact`
         if dropped is not None:
             doc["retention"] = vars(dropped)
         click.echo(json.dumps(doc, indent=2))

@@ -169,3 +169,33 @@ def test_threads_must_be_a_positive_integer_and_the_command_takes_it(make_datase
     result = CliRunner().invoke(compact_command, [str(path), "--threads", "1", "--grace", "0", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["output_rows"] == figures["unique_spans"]
+
+
+def test_the_compact_command_runs_under_jemalloc_unless_a_pool_was_chosen(make_dataset) -> None:
+    import subprocess
+    import sys
+
+    path, figures = make_dataset(spans=400, ids=40)
+    try:
+        pa.jemalloc_memory_pool()
+        expected = "jemalloc"
+    except NotImplementedError:  # a pyarrow built without it: the command keeps pyarrow's default
+        expected = pa.default_memory_pool().backend_name
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    pools = []
+    for chosen in (None, "system"):
+        run_env = env if chosen is None else {**env, "ARROW_DEFAULT_MEMORY_POOL": chosen}
+        done = subprocess.run(
+            [sys.executable, "-m", "otel_replay", "compact", str(path), "--grace", "0", "--json"],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        pools.append(report["memory_pool"])
+        if chosen is None:
+            assert report["output_rows"] == figures["unique_spans"]
+    assert pools == [expected, "system"]
