@@ -28,6 +28,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from otel_replay import _duck as duck
 from otel_replay import semconv as sc
 from otel_replay._corrupt import could_be_a_bad_file, find_corrupt
 from otel_replay._json import loads, strict_loads
@@ -283,7 +284,7 @@ class Store:
         self._vars: dict[str, tuple[type, Any]] = {}  # what each variable on the internal connection holds
         self._lock = threading.RLock()
         try:
-            self._con = duckdb.connect(database)
+            self._con = duck.connect(database)
             register_with(self._con, self.location)
             self._con.execute("SET TimeZone = 'UTC'")
             # Footers are read once per file, not at every query (binding reads them all with union_by_name).
@@ -440,7 +441,7 @@ class Store:
         """The closed-off database analyst SQL runs on (see :mod:`otel_replay.analyst`)."""
         if self._analyst is None:
             try:
-                con = duckdb.connect(":memory:")
+                con = duck.connect(":memory:")
                 register_with(con, self.location)
                 con.execute("SET TimeZone = 'UTC'")
                 con.execute("SET python_enable_replacements = false")

@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from otel_replay import _duck as duck
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.exporters.writer import fsync_dir
@@ -231,7 +232,7 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
 
 def _repeated_keys(files: Sequence[Path | str], location: Location | None = None) -> pa.Table:
     """(t, s): every (trace_id, span_id) stored more than once across ``files`` (DuckDB reads only those columns)."""
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         if location is not None:
             register_with(con, location)

@@ -60,6 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from otel_replay import _duck as duck
 from otel_replay.errors import DatasetError
 
 from .manifest import read_manifest
@@ -164,7 +165,7 @@ def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path
     foreign schema: the partition then gets no facts file and readers compute
     its facts from the spans; compaction itself goes on.
     """
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
         # one DuckDB thread: compaction extracts facts on a worker beside others writing files (threads=...)
@@ -224,7 +225,7 @@ def _other_keys(partition: Path, facts: pa.Table) -> tuple[list[str], dict[str, 
     others = _other_facts(partition)
     if not others:
         return [], none
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         con.register("otel_replay_mine", facts.select(["kind", "key"]))
         with warnings.catch_warnings():
