@@ -20,6 +20,10 @@ output may be a stalled holder's that passed its last ``confirm()`` and still
 holds a current ETag; the fence makes its swap fail instead of naming
 deleted objects.
 
+Each partition's facts file (:mod:`facts`) is uploaded the same way, after
+the side index and before the swap; a crash in between leaves an orphan that
+no reader uses (its compacted files are unnamed) and the next run deletes.
+
 Readers follow the same rule as on disk (:func:`manifest.live_files`): the
 manifest is read before the listing, S3 being strongly consistent for GET,
 PUT and LIST; superseded files stay for the grace period.

@@ -32,6 +32,12 @@ numeric form of the decision id that matches exactly when the ids are equal.
 If two facts files in use were written without seeing each other (two
 compactors at once), :func:`plan` says so and the Store reads the spans.
 
+On an object store (``s3://``) :mod:`compact_s3` uploads the same file
+(:func:`remote_facts_bytes`) under its final name before the manifest swap:
+its generation and token tie it to compacted files no reader uses before the
+swap. :func:`plan` then reads footers through the dataset's process cache and
+takes sizes from the listing.
+
 Trust: the ambiguity check is ours: it runs on the real ``attributes`` JSON
 during compaction, never on a column a writer supplied. A facts file is data
 in the dataset like the compacted files beside it: whoever can write the
