@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_replay import store as store_module
-from otel_replay.storage import compact
+from otel_replay.storage import compact, drop_older_than
 from otel_replay.storage.facts import plan
 from otel_replay.store import Store
 
@@ -172,3 +173,16 @@ def test_a_crash_between_the_facts_object_and_the_swap_leaves_right_answers(loca
     assert report.partitions[0].leftovers_deleted >= 1
     assert len(_facts_keys(s3, bucket)) == 2  # the crashed run's facts object deleted, each partition's written
     assert _check_same(uri, facts_expected=True) == expected
+
+
+def test_retention_on_s3_keeps_facts_for_the_grace_period_then_drops_them(local: Path, bucket: str, s3: Any) -> None:
+    uri = _upload(s3, bucket, local)
+    compact(uri, grace_seconds=0)
+    assert len(_facts_keys(s3, bucket)) == 2
+    # day 0 dropped with a grace period: its facts object stays (a reader may still use the old manifest) ...
+    assert drop_older_than(uri, 0, today=dt.date(2026, 1, 2), grace_seconds=3600).dropped == ["date=2026-01-01"]
+    assert len(_facts_keys(s3, bucket)) == 2
+    _check_same(uri, facts_expected=True)  # day 1's facts still used; day 0 no longer read
+    # ... and is deleted with the partition once the grace period is over
+    drop_older_than(uri, 0, today=dt.date(2026, 1, 2), grace_seconds=0)
+    assert [k.split("/")[2] for k in _facts_keys(s3, bucket)] == ["date=2026-01-02"]
