@@ -945,9 +945,9 @@ class Store:
                         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                         raise QueryError(f"defining the facts views over {self.dataset}: {reason}") from exc
                     self.refresh()  # binding reads the files: a compaction may have replaced the listed ones
-            local = not self.location.remote and bool(self.files)  # _run reads every file: the plan covers them
+            # _run reads every file: the plan covers them (remote ones with the sizes their listing gave)
             sizes = {path: stamp[0] for path, stamp in self._checked.items()}
-            used = local and point_facts(self._con, self.files, sizes)
+            used = bool(self.files) and point_facts(self._con, self.files, sizes, self.location)
             try:
                 return self._run(name, None, variables)
             except QueryError:

@@ -20,6 +20,10 @@ output may be a stalled holder's that passed its last ``confirm()`` and still
 holds a current ETag; the fence makes its swap fail instead of naming
 deleted objects.
 
+Each partition's facts file (:mod:`facts`) is uploaded the same way, after
+the side index and before the swap; a crash in between leaves an orphan that
+no reader uses (its compacted files are unnamed) and the next run deletes.
+
 Readers follow the same rule as on disk (:func:`manifest.live_files`): the
 manifest is read before the listing, S3 being strongly consistent for GET,
 PUT and LIST; superseded files stay for the grace period.
@@ -28,9 +32,11 @@ PUT and LIST; superseded files stay for the grace period.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -50,6 +56,7 @@ from .compact import (
     _schema_groups,
     _write_file,
 )
+from .facts import extract_facts, facts_name, facts_of_index, is_facts_name, remote_facts_bytes
 from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, is_compacted_name, missing_error, read_remote_manifest, visible_names
 from .side_index import file_index_rows, index_bytes, merge_index
@@ -129,8 +136,12 @@ def _clean(
     url = location.join(SPANS_DIR, name)
     expired = [n for n, at in manifest.superseded.items() if now - at >= grace_seconds]
     keep = set(manifest.files) | set(manifest.superseded) | ({manifest.index} if manifest.index else set())
+    keep.add(facts_of_index(manifest.index) or "")  # facts: the current generation's object stays
     orphans = [
-        n for n in names if (is_compacted_name(n) or (n.startswith("_index-") and n.endswith(".pq"))) and n not in keep
+        n
+        for n in names
+        if (is_compacted_name(n) or (n.startswith("_index-") and n.endswith(".pq")) or is_facts_name(n))
+        and n not in keep
     ]
     if orphans:
         etag = _fence(s3, location, name, lease, manifest, etag)
@@ -188,39 +199,52 @@ def compact_partition(
     token = uuid.uuid4().hex[:12]
     written: list[tuple[str, int]] = []
     index_parts: list[tuple[str, list[str], dict[str, pa.Table]]] = []  # each file's side index rows (see compact.py)
-    counter = 0
-    for paths in _schema_groups(live, location):
-        batches = _batches(paths, max_batch_rows, location)
-        repeated = _repeated_keys(paths, location) if len(batches) > 1 else None  # see compact._compact_partition
-        seen: dict[tuple[str, str], set[str]] = {}
-        for batch in batches:
-            table = _read(batch, location)
-            step("read")
-            report.input_rows += table.num_rows
-            drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
-            report.duplicates_removed += len(drop)
-            order = _order(table, drop)
-            for start in range(0, len(order), target_rows):
-                out = f"compact-g{generation}-{counter}-{token}.parquet"
-                counter += 1
-                piece = order.slice(start, target_rows)
-                slim = _write_file(table, piece, f"{url}/{out}", row_group_rows, bloom, location)
-                written.append((out, slim.num_rows))
-                index_parts.append((out, table.column_names, file_index_rows(slim)))
-                del slim
-                step("file")
-            del table
-        report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
-    step("written")
-    step("renamed")  # nothing to rename on an object store
-    index_name = f"_index-g{generation}-{token}.pq"
-    _put(location, f"{url}/{index_name}", index_bytes(merge_index(index_parts)))
+    # decision/outcome facts per batch (storage/facts.py), spilled to a local temp directory between batches
+    with tempfile.TemporaryDirectory(prefix="otel-replay-facts-") as spill_dir:
+        facts: list[pa.Table | Path | None] = []
+        counter = 0
+        for paths in _schema_groups(live, location):
+            batches = _batches(paths, max_batch_rows, location)
+            repeated = _repeated_keys(paths, location) if len(batches) > 1 else None  # see compact._compact_partition
+            seen: dict[tuple[str, str], set[str]] = {}
+            for batch in batches:
+                table = _read(batch, location)
+                step("read")
+                report.input_rows += table.num_rows
+                drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
+                report.duplicates_removed += len(drop)
+                order = _order(table, drop)
+                # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
+                facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
+                for start in range(0, len(order), target_rows):
+                    out = f"compact-g{generation}-{counter}-{token}.parquet"
+                    counter += 1
+                    piece = order.slice(start, target_rows)
+                    slim = _write_file(table, piece, f"{url}/{out}", row_group_rows, bloom, location)
+                    written.append((out, slim.num_rows))
+                    index_parts.append((out, table.column_names, file_index_rows(slim)))
+                    del slim
+                    step("file")
+                del table
+            report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
+        step("written")
+        step("renamed")  # nothing to rename on an object store
+        index_name = f"_index-g{generation}-{token}.pq"
+        _put(location, f"{url}/{index_name}", index_bytes(merge_index(index_parts)))
+        # The facts object, under its final name before the swap: its generation and token tie it to the files it
+        # covers, which no reader uses until the manifest names them (a crash here leaves an orphan, cleaned later).
+        listed = {info.path: int(info.size or 0) for info in location.files_under(url)}
+        covered = [(n, listed.get(location.fs_path(f"{url}/{n}"), -1)) for n, _ in written]
+        data = remote_facts_bytes(location, name, facts, covered)
+    if data is not None:
+        _put(location, f"{url}/{facts_name(generation, token)}", data)
     step("indexed")
     superseded = dict(manifest.superseded)
     for path in live:
         superseded[path.rpartition("/")[2]] = now
     if old_index:
         superseded[old_index] = now
+        superseded[facts_of_index(old_index) or old_index] = now
     new = Manifest(
         generation=generation,
         files=[n for n, _ in written],

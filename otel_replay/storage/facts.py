@@ -32,6 +32,12 @@ numeric form of the decision id that matches exactly when the ids are equal.
 If two facts files in use were written without seeing each other (two
 compactors at once), :func:`plan` says so and the Store reads the spans.
 
+On an object store (``s3://``) :mod:`compact_s3` uploads the same file
+(:func:`remote_facts_bytes`) under its final name before the manifest swap:
+its generation and token tie it to compacted files no reader uses before the
+swap. :func:`plan` then reads footers through the dataset's process cache and
+takes sizes from the listing.
+
 Trust: the ambiguity check is ours: it runs on the real ``attributes`` JSON
 during compaction, never on a column a writer supplied. A facts file is data
 in the dataset like the compacted files beside it: whoever can write the
@@ -54,6 +60,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -62,8 +69,10 @@ import pyarrow.parquet as pq
 
 from otel_replay import _duck as duck
 from otel_replay.errors import DatasetError
+from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.location import Location, register_with
 
-from .manifest import read_manifest
+from .manifest import read_manifest, remote_partitions
 
 __all__ = [
     "FACTS_SCHEMA",
@@ -72,6 +81,7 @@ __all__ = [
     "facts_name",
     "facts_of_index",
     "is_facts_name",
+    "remote_facts_bytes",
     "plan",
     "point_facts",
     "unpoint_facts",
@@ -196,9 +206,9 @@ def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path
     return facts
 
 
-def _other_facts(partition: Path) -> list[tuple[str, Path]]:
+def _other_facts(partition: Path) -> list[tuple[str, str]]:
     """The current facts files of the dataset's other partitions whose footer reads: (``date=…/name``, path)."""
-    found: list[tuple[str, Path]] = []
+    found: list[tuple[str, str]] = []
     for other in sorted(partition.parent.iterdir()):
         if other == partition or not other.is_dir() or not other.name.startswith("date="):
             continue
@@ -209,11 +219,28 @@ def _other_facts(partition: Path) -> list[tuple[str, Path]]:
         name = facts_of_index(manifest.index if manifest else None)
         if name is None or isinstance(_footer(str(other / name)), str):
             continue  # missing or unusable: a reader will not use it either (plan() checks it again)
-        found.append((f"{other.name}/{name}", other / name))
+        found.append((f"{other.name}/{name}", str(other / name)))
     return found
 
 
-def _other_keys(partition: Path, facts: pa.Table) -> tuple[list[str], dict[str, pa.Array]]:
+def _other_remote_facts(location: Location, partition: str) -> list[tuple[str, str]]:
+    """:func:`_other_facts` on an object store: the manifests read before the listing, as readers do."""
+    found: list[tuple[str, str]] = []
+    partitions, _ = remote_partitions(location)
+    for head, manifest, names in partitions:
+        name = facts_of_index(manifest.index if manifest else None)
+        if head == partition or name is None or name not in names:
+            continue
+        path = location.join(SPANS_DIR, head, name)
+        if isinstance(_footer(path, location), str):
+            continue  # missing or unusable: a reader will not use it either (plan() checks it again)
+        found.append((f"{head}/{name}", path))
+    return found
+
+
+def _other_keys(
+    others: Sequence[tuple[str, str]], facts: pa.Table, location: Location | None = None
+) -> tuple[list[str], dict[str, pa.Array]]:
     """Names of the other partitions' current facts files, and per kind the keys of ``facts`` they also hold.
 
     DuckDB streams the other files' ``kind`` and ``key`` columns against a hash
@@ -222,22 +249,23 @@ def _other_keys(partition: Path, facts: pa.Table) -> tuple[list[str], dict[str, 
     checked: readers then see an unchecked pair and read the spans.
     """
     none = {kind: pa.array([], pa.uint64()) for kind in ("decision", "outcome")}
-    others = _other_facts(partition)
     if not others:
         return [], none
     con = duck.connect()
     try:
+        if location is not None:
+            register_with(con, location)  # s3:// through the pyarrow filesystem, as the Store reads
         con.register("otel_replay_mine", facts.select(["kind", "key"]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             result = con.execute(
                 "SELECT DISTINCT o.kind, o.key FROM read_parquet(?) AS o "
                 "SEMI JOIN otel_replay_mine AS m ON m.kind = o.kind AND m.key = o.key",
-                [[str(path) for _, path in others]],
+                [[path for _, path in others]],
             )
             fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
             shared: pa.Table = fetch()
-    except duckdb.Error as exc:
+    except (duckdb.Error, DatasetError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         _log.warning("otel-replay: other partitions' facts not readable (%s); facts flagged unchecked", reason)
         return [], none
@@ -271,6 +299,40 @@ def _flag_repeated(facts: pa.Table, elsewhere: Mapping[str, pa.Array]) -> pa.Tab
     return pa.concat_tables(parts)
 
 
+def _collect(parts: Sequence[pa.Table | Path | None]) -> pa.Table | None:
+    """``parts`` (:func:`extract_facts` results) as one table, spilled ones read and deleted; ``None``: one failed."""
+    spilled = [p for p in parts if isinstance(p, Path)]
+    try:
+        if any(p is None for p in parts):
+            return None
+        tables = [pq.read_table(p, partitioning=None) if isinstance(p, Path) else p for p in parts if p is not None]
+    finally:
+        for path in spilled:
+            path.unlink(missing_ok=True)
+    return pa.concat_tables(tables) if tables else FACTS_SCHEMA.empty_table()
+
+
+def _finished(
+    facts: pa.Table, others: Sequence[tuple[str, str]], covered: list[list[Any]], location: Location | None = None
+) -> pa.Table:
+    """``facts`` flagged against ``others`` (see :func:`_other_keys`), sorted, with the footer naming ``covered``."""
+    checked, elsewhere = _other_keys(others, facts, location)
+    facts = _flag_repeated(facts, elsewhere)
+    # flagged rows first within each kind: the exact check reads them from the first row group(s) only
+    order = pc.sort_indices(facts, sort_keys=[("kind", "ascending"), ("repeated", "descending"), ("key", "ascending")])
+    facts = facts.take(order)
+    metadata = {
+        META_FORMAT: FORMAT.encode(),
+        META_FILES: json.dumps(covered).encode(),
+        META_CHECKED: json.dumps(checked).encode(),
+    }
+    return facts.replace_schema_metadata(metadata)
+
+
+def _write_to(facts: pa.Table, sink: Any) -> None:
+    pq.write_table(facts, sink, compression="zstd", row_group_size=1 << 16, use_dictionary=["kind", "decision_type"])
+
+
 def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | Path | None], files: Sequence[str]) -> bool:
     """Write ``partition``'s facts file ``name`` (temp name, fsync, rename) covering compacted ``files``.
 
@@ -279,39 +341,38 @@ def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | Path | No
     flagged ``repeated`` against this partition's own rows and the current
     facts of every other partition (recorded as checked).
     """
-    spilled = [p for p in parts if isinstance(p, Path)]
-    try:
-        if any(p is None for p in parts):
-            return False
-        tables = [pq.read_table(p, partitioning=None) if isinstance(p, Path) else p for p in parts if p is not None]
-    finally:
-        for path in spilled:
-            path.unlink(missing_ok=True)
-    facts = pa.concat_tables(tables) if tables else FACTS_SCHEMA.empty_table()
-    checked, elsewhere = _other_keys(partition, facts)
-    facts = _flag_repeated(facts, elsewhere)
-    # flagged rows first within each kind: the exact check reads them from the first row group(s) only
-    order = pc.sort_indices(facts, sort_keys=[("kind", "ascending"), ("repeated", "descending"), ("key", "ascending")])
-    facts = facts.take(order)
+    facts = _collect(parts)
+    if facts is None:
+        return False
     covered = [[file, (partition / file).stat().st_size] for file in files]
-    metadata = {
-        META_FORMAT: FORMAT.encode(),
-        META_FILES: json.dumps(covered).encode(),
-        META_CHECKED: json.dumps(checked).encode(),
-    }
+    facts = _finished(facts, _other_facts(partition), covered)
     tmp = partition / f".{name}.tmp"
     with open(tmp, "wb") as handle:
-        pq.write_table(
-            facts.replace_schema_metadata(metadata),
-            handle,
-            compression="zstd",
-            row_group_size=1 << 16,
-            use_dictionary=["kind", "decision_type"],
-        )
+        _write_to(facts, handle)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, partition / name)
     return True
+
+
+def remote_facts_bytes(
+    location: Location, partition: str, parts: Sequence[pa.Table | Path | None], files: Sequence[tuple[str, int]]
+) -> bytes | None:
+    """The facts file of remote ``partition`` (``date=…``) covering compacted ``files`` (name, size), as bytes.
+
+    What :func:`write_facts` writes on disk, for :mod:`compact_s3` to upload
+    under its final name before the manifest swap (an object PUT is atomic;
+    the file's generation and token tie it to the files it covers). The
+    other partitions' current facts are found through their manifests.
+    ``None`` when an extraction failed (no facts file for this partition).
+    """
+    facts = _collect(parts)
+    if facts is None:
+        return None
+    facts = _finished(facts, _other_remote_facts(location, partition), [list(f) for f in files], location)
+    sink = pa.BufferOutputStream()
+    _write_to(facts, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 @dataclass
@@ -324,14 +385,24 @@ class FactsPlan:
     ignored: list[str] = field(default_factory=list)
 
 
-def _footer(path: str) -> tuple[list[tuple[str, int]], list[str]] | str:
-    """(covered files with sizes, checked names) from a facts file's footer, or why it cannot be used."""
+def _footer(path: str, location: Location | None = None) -> tuple[list[tuple[str, int]], list[str]] | str:
+    """(covered files with sizes, checked names) from a facts file's footer, or why it cannot be used.
+
+    ``location``: the remote dataset ``path`` (an ``s3://`` URL) is in, read
+    through its process cache (a facts object is written once under its name).
+    """
     try:
-        meta = pq.read_metadata(path)
+        if location is not None and location.remote:
+            stamp = location.listed_stat(path)
+            if stamp is None:
+                return "missing"
+            meta = pq.read_metadata(location.open_object(path, stamp[0]))
+        else:
+            meta = pq.read_metadata(path)
     except FileNotFoundError:
         return "missing"
-    except (OSError, pa.ArrowException) as exc:
-        return f"unreadable ({str(exc).splitlines()[0]})"
+    except (OSError, pa.ArrowException, DatasetError) as exc:
+        return f"unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
     kv = meta.metadata or {}
     if kv.get(META_FORMAT) != FORMAT.encode():
         return f"unknown facts format {kv.get(META_FORMAT)!r}"
@@ -350,14 +421,16 @@ def _footer(path: str) -> tuple[list[tuple[str, int]], list[str]] | str:
     return files, names
 
 
-def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None) -> FactsPlan:
-    """The facts files usable for span ``files`` (local paths), and the files they cover.
+def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None, location: Location | None = None) -> FactsPlan:
+    """The facts files usable for span ``files``, and the files they cover.
 
     A partition's compacted files in ``files`` (one generation, one token)
     are covered by ``_facts-g<gen>-<token>.pq`` beside them when its footer
-    lists exactly those files with the sizes in ``sizes`` (or on disk).
+    lists exactly those files with the sizes in ``sizes`` (or on disk, or in
+    the listing of ``location`` when ``files`` are its ``s3://`` URLs).
     Anything else is left to be read from the spans.
     """
+    remote = location if location is not None and location.remote else None
     result = FactsPlan()
     groups: dict[tuple[str, int, str], list[str]] = {}
     for path in files:
@@ -369,7 +442,7 @@ def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None) -> FactsP
     for (head, generation, token), paths in groups.items():
         name = facts_name(generation, token)
         path = f"{head}/{name}"
-        footer = _footer(path)
+        footer = _footer(path, remote)
         if isinstance(footer, str):
             if footer != "missing":
                 _log.warning("otel-replay: facts file %s not used: %s", path, footer)
@@ -379,7 +452,13 @@ def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None) -> FactsP
         actual = {}
         for p in paths:
             size = sizes.get(p) if sizes else None
-            if size is None:
+            if size is None and remote is not None:
+                try:
+                    stamp = remote.listed_stat(p)
+                except DatasetError:
+                    stamp = None
+                size = stamp[0] if stamp else -1
+            elif size is None:
                 try:
                     size = os.stat(p).st_size
                 except OSError:
@@ -400,13 +479,19 @@ def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None) -> FactsP
     return result
 
 
-def point_facts(con: duckdb.DuckDBPyConnection, files: Sequence[str], sizes: Mapping[str, int] | None = None) -> bool:
+def point_facts(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[str],
+    sizes: Mapping[str, int] | None = None,
+    location: Location | None = None,
+) -> bool:
     """Point ``span_facts`` / ``fact_covered()`` on ``con`` at the facts usable for ``files``; whether any were.
 
-    ``con`` must have the views (``queries/views.sql``) defined over ``files``.
+    ``con`` must have the views (``queries/views.sql``) defined over ``files``
+    (and, for a remote ``location``, read its ``s3://`` URLs: ``register_with``).
     Undo with :func:`unpoint_facts`.
     """
-    found = plan(files, sizes)
+    found = plan(files, sizes, location)
     if found.unchecked:  # written without seeing each other: their shared keys are unknown
         a, b = found.unchecked[0]
         _log.info("otel-replay: facts files %s and %s were written concurrently; reading the spans", a, b)

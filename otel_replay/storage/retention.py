@@ -33,6 +33,7 @@ from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
 from . import objects
+from .facts import facts_of_index
 from .lease import ObjectLease, PartitionLease
 from .manifest import MANIFEST_NAME, Manifest, partition_date, partition_dirs, partition_live_files, visible_names
 
@@ -143,6 +144,7 @@ def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_s
                 superseded.update(dict.fromkeys(live, now))
                 if found is not None and found.index:
                     superseded[found.index] = now
+                    superseded[facts_of_index(found.index) or found.index] = now  # kept for the grace period too
                 tombstone = Manifest((found.generation if found else 0) + 1, [], superseded, None, 0)
                 lease.confirm()
                 etag = _swap(s3, location, name, tombstone, etag)  # readers stop seeing the partition here
