@@ -355,4 +355,5 @@ def _compact_under_jemalloc(args: list[str]) -> None:
     env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "otel_replay", *args], env)
+    # -P: the working directory is not put on sys.path, so the same installed package runs again.
+    os.execve(sys.executable, [sys.executable, "-P", "-m", "otel_replay", *args], env)
