@@ -49,7 +49,10 @@ __all__ = ["compact_command"]
     type=click.IntRange(min=1, max=256),
     default=DEFAULT_THREADS,
     show_default=True,
-    help="Worker threads writing files, grouping index rows and extracting facts side by side (1: none).",
+    help=(
+        "Worker threads writing files, grouping index rows and extracting facts side by side (1: none). "
+        "Local datasets: an s3:// dataset is compacted on one thread."
+    ),
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def compact_command(

@@ -403,15 +403,19 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
 
 def _read(paths: Sequence[Path | str], location: Location | None = None, workers: _Workers | None = None) -> pa.Table:
     """The rows of ``paths`` (one schema) as one contiguous table."""
-    try:  # one multi-threaded read over the files
+    # No name here may keep the chunked table: _contiguous frees its chunks column by column.
+    return _contiguous(_load(paths, location), workers or _Workers(1))
+
+
+def _load(paths: Sequence[Path | str], location: Location | None) -> pa.Table:
+    """The rows of ``paths`` as read (chunked): one multi-threaded read, or file by file to name a bad one."""
+    try:
         if location is not None:
             fs_paths = [location.fs_path(str(p)) for p in paths]
-            table = pq.read_table(fs_paths, partitioning=None, filesystem=location.fs)
-        else:
-            table = pq.read_table([str(p) for p in paths], partitioning=None)
+            return pq.read_table(fs_paths, partitioning=None, filesystem=location.fs)
+        return pq.read_table([str(p) for p in paths], partitioning=None)
     except (pa.ArrowException, OSError):
-        table = pa.concat_tables([_read_one(p, location) for p in paths])  # names the unreadable file
-    return _contiguous(table, workers or _Workers(1))
+        return pa.concat_tables([_read_one(p, location) for p in paths])  # names the unreadable file
 
 
 def _contiguous(table: pa.Table, workers: _Workers) -> pa.Table:
