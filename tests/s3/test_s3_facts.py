@@ -13,12 +13,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from otel_replay import store as store_module
 from otel_replay.storage import compact, drop_older_than
 from otel_replay.storage.facts import plan
 from otel_replay.store import Store
 
-from ..storage.test_facts import VIEWS_CALIBRATION, VIEWS_SUMMARY, _norm, hostile_dataset, late_files
+from ..storage.test_facts import (
+    VIEWS_CALIBRATION,
+    VIEWS_SUMMARY,
+    _norm,
+    hostile_dataset,
+    late_files,
+    watch_facts_use,
+)
 from .conftest import keys
 
 _DTYPES = (None, "alpha", "entry")
@@ -69,14 +75,7 @@ def test_s3_compaction_writes_facts_the_store_uses_with_the_local_figures(
     assert before == _figures(local)
     compact(uri, grace_seconds=0)
     assert len(_facts_keys(s3, bucket)) == 2
-    used: list[bool] = []
-    real = store_module.point_facts
-
-    def spy(*args: Any, **kwargs: Any) -> bool:
-        used.append(real(*args, **kwargs))
-        return used[-1]
-
-    monkeypatch.setattr(store_module, "point_facts", spy)
+    used = watch_facts_use(monkeypatch)
     assert _check_same(uri, facts_expected=True) == before
     assert used and all(used)  # every calibration / decision_summary read the facts objects
     # the same rows as the local compaction's facts files, and the same checked list (file names differ by token)

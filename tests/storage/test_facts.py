@@ -431,18 +431,24 @@ def test_the_numeric_join_key_matches_exactly_what_the_string_join_matches(tmp_p
     assert got == {(0.2, 1, 1), (0.3, 1, 0)}  # decision 2 (lower) and 3 ("dec-3") only
 
 
-def test_the_store_uses_facts_after_a_narrowed_lookup_too(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A lookup through the side index points the views at a few files; calibration still reads every file."""
+def watch_facts_use(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each calibration / decision summary from now on read facts files (the Store's own answer)."""
     import otel_replay.store as store_module
 
     used: list[bool] = []
     real = store_module.point_facts
 
-    def spy(*args: Any, **kwargs: Any) -> bool:
+    def watching(*args: Any, **kwargs: Any) -> bool:
         used.append(real(*args, **kwargs))
         return used[-1]
 
-    monkeypatch.setattr(store_module, "point_facts", spy)
+    monkeypatch.setattr(store_module, "point_facts", watching)
+    return used
+
+
+def test_the_store_uses_facts_after_a_narrowed_lookup_too(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup through the side index points the views at a few files; calibration still reads every file."""
+    used = watch_facts_use(monkeypatch)
     compact(dataset, grace_seconds=0)
     with Store(dataset) as store:
         everything = _norm(store.calibration())
