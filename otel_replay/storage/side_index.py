@@ -385,15 +385,18 @@ class _Held:
             self.seen[where] = self.seen.get(where, 0) + 1
             return None
 
+    def _due(self, where: _Where) -> bool:  # under self.lock
+        return where not in self.declined and self.seen.get(where, 0) >= _HOLD_AFTER
+
     def due(self, where: _Where) -> bool:
         """Whether ``where`` was looked up often enough to load, and not declined (a cheap check first)."""
         with self.lock:
-            return where not in self.declined and self.seen.get(where, 0) >= _HOLD_AFTER
+            return self._due(where)
 
     def room_for(self, where: _Where, size_of: Callable[[], int]) -> bool:
         """Whether ``where`` is due (looked up before) and its size fits, making room from stale entries."""
         with self.lock:
-            if where in self.declined or self.seen.get(where, 0) < _HOLD_AFTER:
+            if not self._due(where):
                 return False
             size = size_of()
             if size <= HELD_KEYS_BYTES // 4:  # one kind of one partition: a bigger one (record ids) stays on disk
