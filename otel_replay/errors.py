@@ -68,6 +68,7 @@ __all__ = [
     "RerunError",
     "UntrustedRecord",
     "WalBusyError",
+    "message_line",
 ]
 
 
@@ -239,3 +240,9 @@ class DeterminismLeakError(RerunError):
         super().__init__(message)
         self.step = step
         self.call = call
+
+
+def message_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (DuckDB's and Arrow's run to several), or its type's name when empty."""
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -41,6 +41,7 @@ from otel_replay.errors import (
     QueryError,
     ReadOnlyViolation,
     RecordNotFound,
+    message_line,
 )
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS_DIR
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
@@ -942,8 +943,7 @@ class Store:
                     break
                 except duckdb.Error as exc:
                     if attempt or isinstance(exc, _NOT_ABOUT_FILES):
-                        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                        raise QueryError(f"defining the facts views over {self.dataset}: {reason}") from exc
+                        raise QueryError(f"defining the facts views over {self.dataset}: {message_line(exc)}") from exc
                     self.refresh()  # binding reads the files: a compaction may have replaced the listed ones
             # _run reads every file: the plan covers them (remote ones with the sizes their listing gave)
             sizes = {path: stamp[0] for path, stamp in self._checked.items()}

@@ -9,7 +9,7 @@ import click
 import pyarrow as pa
 
 from otel_replay import settings
-from otel_replay.errors import OtelReplayError
+from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.location import resolve
 
 from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, compact
@@ -106,7 +106,7 @@ def compact_command(
     except (OtelReplayError, OSError) as exc:
         if settings.env_flag(settings.DEBUG):
             raise
-        raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        raise click.ClickException(message_line(exc)) from exc
     if as_json:
         doc = report.to_dict()
         doc["memory_pool"] = pa.default_memory_pool().backend_name  # jemalloc when run as `otel-replay compact`

@@ -68,7 +68,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from otel_replay import _duck as duck
-from otel_replay.errors import DatasetError
+from otel_replay.errors import DatasetError, message_line
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, register_with
 
@@ -266,8 +266,9 @@ def _other_keys(
             fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
             shared: pa.Table = fetch()
     except (duckdb.Error, DatasetError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        _log.warning("otel-replay: other partitions' facts not readable (%s); facts flagged unchecked", reason)
+        _log.warning(
+            "otel-replay: other partitions' facts not readable (%s); facts flagged unchecked", message_line(exc)
+        )
         return [], none
     finally:
         con.close()
@@ -402,7 +403,7 @@ def _footer(path: str, location: Location | None = None) -> tuple[list[tuple[str
     except FileNotFoundError:
         return "missing"
     except (OSError, pa.ArrowException, DatasetError) as exc:
-        return f"unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        return f"unreadable ({message_line(exc)})"
     kv = meta.metadata or {}
     if kv.get(META_FORMAT) != FORMAT.encode():
         return f"unknown facts format {kv.get(META_FORMAT)!r}"
@@ -410,7 +411,7 @@ def _footer(path: str, location: Location | None = None) -> tuple[list[tuple[str
         if not meta.schema.to_arrow_schema().remove_metadata().equals(FACTS_SCHEMA):
             return "not the facts schema"
     except (pa.ArrowException, ValueError) as exc:  # a schema pyarrow cannot map to Arrow types
-        return f"unreadable schema ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        return f"unreadable schema ({message_line(exc)})"
     try:
         covered = json.loads(kv.get(META_FILES, b""))
         checked = json.loads(kv.get(META_CHECKED, b""))
