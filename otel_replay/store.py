@@ -706,10 +706,10 @@ class Store:
         if found is None:
             return None
         scope = self._usable(found)
-        if outcomes and (scope or "outcome_decision_id" in ids) and self._legacy_outcomes(self.files + scope):
+        if outcomes and scope and self._legacy_outcomes(self.files + scope):
             # A version 1 outcome names its decision only in the JSON, which nothing indexes: every file,
-            # arrivals since the last refresh included. (With no file holding the chain's own ids, a chain
-            # is empty whatever the outcomes; a lookup by decision id is not.)
+            # arrivals since the last refresh included. (A version 1 file newer than the index is always in
+            # the scope of a lookup by decision id: the tail index cannot narrow it by that kind.)
             return sorted(set(self.files).union(scope))
         return scope
 
