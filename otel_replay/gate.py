@@ -26,11 +26,13 @@ compensation's own gate record is flushed to the dataset before
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import itertools
 import logging
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -146,7 +148,11 @@ class GateOutcome:
 
 
 def _process_claims_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="otel-replay-claims-"))
+    # The claims of a gate without a dataset live and die with this process: the
+    # directory is removed at exit, so each such process does not leave one behind.
+    path = Path(tempfile.mkdtemp(prefix="otel-replay-claims-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 _PROCESS_CLAIMS = functools.cache(_process_claims_dir)

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +118,28 @@ def test_rail_failures_are_recorded_then_raised(telemetry, dataset):
         ("post_commit", "compensation_failed"),
     ]
     assert "payments API unreachable" in rows[0]["detail"]
+
+
+_PROCESS_GATE = """
+import sys
+from otel_replay import ActionGate, Action, FixAction, ReferenceLedger, Verdict
+ledger = ReferenceLedger(100)
+gate = ActionGate(ledger)
+receipt = gate.commit(Action("pay", {"to": "a"}, cost=40))
+gate.enforce_post_commit(Verdict(FixAction.BLOCK, False, "no", "r-1"), receipt=receipt)
+assert ledger.balance == 100, ledger.balance
+print(gate.claims.directory.parent)
+"""
+
+
+def test_a_gate_without_a_dataset_leaves_no_claims_directory_behind(tmp_path):
+    # Its claims hold within the process only; a directory per process left in the
+    # temp folder would pile up (one per test run, per script run...).
+    env = {"TMPDIR": str(tmp_path), "PATH": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROCESS_GATE], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    used = Path(done.stdout.strip().splitlines()[-1])
+    assert used.is_relative_to(tmp_path), used
+    assert not used.exists() and list(tmp_path.iterdir()) == []
