@@ -61,7 +61,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import Location, register_with, resolve
 
-from .facts import extract_facts, facts_name, facts_of_index, is_facts_name, write_facts
+from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, is_facts_name, write_facts
 from .lease import PartitionLease
 from .manifest import (
     MANIFEST_NAME,
@@ -493,8 +493,12 @@ def _index_and_facts(
     facts: list[pa.Table | Path | None],
     generation: int,
     token: str,
-) -> str:
-    """Write the side index and the facts file of the renamed ``written`` files, side by side; the index's name."""
+    current: CurrentFacts,
+) -> tuple[str, bool]:
+    """Write the side index and the facts file of the renamed ``written`` files, side by side.
+
+    Returns the index's name and whether a facts file was written.
+    """
     index_name = f"_index-g{generation}-{token}.pq"
 
     def index() -> None:
@@ -503,10 +507,10 @@ def _index_and_facts(
         os.replace(index_tmp, partition / index_name)
 
     names = [name for name, _ in written]
-    facts_written = workers.submit(write_facts, partition, facts_name(generation, token), facts, names)
+    others = current.others(partition.name)  # here, not in the worker: the first call lists the dataset
+    facts_written = workers.submit(write_facts, partition, facts_name(generation, token), facts, names, others)
     index()  # here: its per-kind sorts go to the workers beside the facts
-    facts_written.result()
-    return index_name
+    return index_name, facts_written.result()
 
 
 def _discard_outputs(partition: Path, token: str) -> None:
@@ -530,6 +534,7 @@ def _compact_partition(
     grace_seconds: float,
     threads: int,
     step: Callable[[str], None],
+    current: CurrentFacts,
 ) -> None:
     now = time.time()
     manifest, live = partition_live_files(partition)
@@ -569,7 +574,9 @@ def _compact_partition(
             os.replace(partition / f".{name}.tmp", partition / name)
         fsync_dir(partition)
         step("renamed")
-        index_name = _index_and_facts(partition, workers, written, index_parts, facts, generation, token)
+        index_name, has_facts = _index_and_facts(
+            partition, workers, written, index_parts, facts, generation, token, current
+        )
         step("indexed")
         superseded = dict(manifest.superseded)
         for path in live:
@@ -596,6 +603,7 @@ def _compact_partition(
     finally:
         workers.close()
     step("swapped")
+    current.made_current(partition.name, facts_name(generation, token) if has_facts else None)
     report.status = "compacted"
     report.output_files = len(written)
     report.output_rows = sum(rows for _, rows in written)
@@ -750,6 +758,7 @@ def compact(
     started = time.perf_counter()
     report = CompactReport()
     step = _on_step or (lambda _name: None)
+    current = CurrentFacts(root)  # the other partitions' facts, found once for the run
     for partition in _selected(root, partitions):
         part = PartitionReport(partition.name, "busy")
         lease = PartitionLease(root, partition.name)
@@ -766,6 +775,7 @@ def compact(
                     grace_seconds=grace_seconds,
                     threads=threads,
                     step=step,
+                    current=current,
                 )
             finally:
                 lease.release()
@@ -819,13 +829,14 @@ def _compact_remote(
                 raise DatasetError(f"no partition {name} in {location.uri}")
             selected.append(name)
     report = CompactReport()
+    current = CurrentFacts(location)  # the other partitions' facts, found once for the run
     for name in selected:
         part = PartitionReport(name, "busy")
         lease = ObjectLease(location, name)
         t0 = time.perf_counter()
         if lease.acquire(wait=lease_wait):
             try:
-                compact_partition(location, name, lease, part, step=step, **options)
+                compact_partition(location, name, lease, part, step=step, current=current, **options)
             finally:
                 lease.release()
         part.seconds = time.perf_counter() - t0

@@ -56,7 +56,7 @@ from .compact import (
     _schema_groups,
     _write_file,
 )
-from .facts import extract_facts, facts_name, facts_of_index, is_facts_name, remote_facts_bytes
+from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, is_facts_name, remote_facts_bytes
 from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, is_compacted_name, missing_error, read_remote_manifest, visible_names
 from .side_index import file_index_rows, index_bytes, merge_index
@@ -164,8 +164,13 @@ def compact_partition(
     bloom: bool,
     grace_seconds: float,
     step: Callable[[str], None],
+    current: CurrentFacts | None = None,
 ) -> None:
-    """Compact partition ``name`` of a remote dataset under ``lease`` (held); see the module docstring."""
+    """Compact partition ``name`` of a remote dataset under ``lease`` (held); see the module docstring.
+
+    ``current``: the run's view of the other partitions' facts (found now when not given).
+    """
+    current = current or CurrentFacts(location)
     s3 = objects.client(location)
     url = location.join(SPANS_DIR, name)
     now = time.time()
@@ -235,7 +240,7 @@ def compact_partition(
         # covers, which no reader uses until the manifest names them (a crash here leaves an orphan, cleaned later).
         listed = {info.path: int(info.size or 0) for info in location.files_under(url)}
         covered = [(n, listed.get(location.fs_path(f"{url}/{n}"), -1)) for n, _ in written]
-        data = remote_facts_bytes(location, name, facts, covered)
+        data = remote_facts_bytes(location, name, facts, covered, current.others(name))
     if data is not None:
         _put(location, f"{url}/{facts_name(generation, token)}", data)
     step("indexed")
@@ -255,6 +260,7 @@ def compact_partition(
     lease.confirm()  # a holder that stalled past its expiry must not swap
     etag = _swap(s3, location, name, new, etag)
     step("swapped")
+    current.made_current(name, facts_name(generation, token) if data is not None else None)
     report.status = "compacted"
     report.output_files = len(written)
     report.output_rows = new.rows

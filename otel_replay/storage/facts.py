@@ -76,6 +76,7 @@ from .manifest import read_manifest, remote_partitions
 
 __all__ = [
     "FACTS_SCHEMA",
+    "CurrentFacts",
     "FactsPlan",
     "extract_facts",
     "facts_name",
@@ -206,11 +207,50 @@ def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path
     return facts
 
 
-def _other_facts(partition: Path) -> list[tuple[str, str]]:
-    """The current facts files of the dataset's other partitions whose footer reads: (``date=…/name``, path)."""
-    found: list[tuple[str, str]] = []
-    for other in sorted(partition.parent.iterdir()):
-        if other == partition or not other.is_dir() or not other.name.startswith("date="):
+class CurrentFacts:
+    """The dataset's current facts files per partition, found once per compaction run.
+
+    Each partition's facts are checked against the other partitions' current
+    ones (:func:`_other_keys`). Finding those reads every partition's manifest
+    (on an object store: a listing of the whole dataset and a GET per
+    manifest), so a run that compacts P partitions would do it P times;
+    instead it is done on first use and the run records each facts file it
+    makes current (:meth:`made_current`). A partition another compactor swaps
+    meanwhile keeps its older entry here: the pair is then unchecked in the
+    new footer, and readers read the spans for it, exactly as when that other
+    compaction had come just after this one.
+    """
+
+    def __init__(self, root: Path | Location) -> None:
+        """Facts of the local dataset directory ``root`` or of the remote dataset ``root``."""
+        self._root = root
+        self._found: dict[str, tuple[str, str]] | None = None
+
+    def others(self, partition: str) -> list[tuple[str, str]]:
+        """The usable current facts of every partition but ``partition`` (``date=…``): (``date=…/name``, path)."""
+        if self._found is None:
+            root = self._root
+            self._found = _local_facts(root) if isinstance(root, Path) else _remote_facts(root)
+        return [found for head, found in sorted(self._found.items()) if head != partition]
+
+    def made_current(self, partition: str, name: str | None) -> None:
+        """Record that ``partition``'s manifest now names facts file ``name`` (``None``: it has none)."""
+        if self._found is None:
+            return  # not looked up yet: the first lookup will see the manifest as it is now
+        if name is None:
+            self._found.pop(partition, None)
+        elif isinstance(self._root, Path):
+            self._found[partition] = (f"{partition}/{name}", str(self._root / SPANS_DIR / partition / name))
+        else:
+            self._found[partition] = (f"{partition}/{name}", self._root.join(SPANS_DIR, partition, name))
+
+
+def _local_facts(root: Path) -> dict[str, tuple[str, str]]:
+    """The current facts files of local dataset ``root`` whose footer reads, by partition."""
+    found: dict[str, tuple[str, str]] = {}
+    spans = root / SPANS_DIR
+    for other in sorted(spans.iterdir()) if spans.is_dir() else []:
+        if not other.is_dir() or not other.name.startswith("date="):
             continue
         try:
             manifest = read_manifest(other)
@@ -219,22 +259,22 @@ def _other_facts(partition: Path) -> list[tuple[str, str]]:
         name = facts_of_index(manifest.index if manifest else None)
         if name is None or isinstance(_footer(str(other / name)), str):
             continue  # missing or unusable: a reader will not use it either (plan() checks it again)
-        found.append((f"{other.name}/{name}", str(other / name)))
+        found[other.name] = (f"{other.name}/{name}", str(other / name))
     return found
 
 
-def _other_remote_facts(location: Location, partition: str) -> list[tuple[str, str]]:
-    """:func:`_other_facts` on an object store: the manifests read before the listing, as readers do."""
-    found: list[tuple[str, str]] = []
+def _remote_facts(location: Location) -> dict[str, tuple[str, str]]:
+    """:func:`_local_facts` on an object store: the manifests read before the listing, as readers do."""
+    found: dict[str, tuple[str, str]] = {}
     partitions, _ = remote_partitions(location)
     for head, manifest, names in partitions:
         name = facts_of_index(manifest.index if manifest else None)
-        if head == partition or name is None or name not in names:
+        if name is None or name not in names:
             continue
         path = location.join(SPANS_DIR, head, name)
         if isinstance(_footer(path, location), str):
             continue  # missing or unusable: a reader will not use it either (plan() checks it again)
-        found.append((f"{head}/{name}", path))
+        found[head] = (f"{head}/{name}", path)
     return found
 
 
@@ -334,19 +374,28 @@ def _write_to(facts: pa.Table, sink: Any) -> None:
     pq.write_table(facts, sink, compression="zstd", row_group_size=1 << 16, use_dictionary=["kind", "decision_type"])
 
 
-def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | Path | None], files: Sequence[str]) -> bool:
+def write_facts(
+    partition: Path,
+    name: str,
+    parts: Sequence[pa.Table | Path | None],
+    files: Sequence[str],
+    others: Sequence[tuple[str, str]] | None = None,
+) -> bool:
     """Write ``partition``'s facts file ``name`` (temp name, fsync, rename) covering compacted ``files``.
 
     ``parts`` are :func:`extract_facts` results for every batch compacted;
     when one is ``None`` nothing is written (``False``). Decision rows are
     flagged ``repeated`` against this partition's own rows and the current
-    facts of every other partition (recorded as checked).
+    facts of every other partition (``others``, see :meth:`CurrentFacts.others`;
+    found now when not given; recorded as checked).
     """
     facts = _collect(parts)
     if facts is None:
         return False
     covered = [[file, (partition / file).stat().st_size] for file in files]
-    facts = _finished(facts, _other_facts(partition), covered)
+    if others is None:
+        others = CurrentFacts(partition.parent.parent).others(partition.name)
+    facts = _finished(facts, others, covered)
     tmp = partition / f".{name}.tmp"
     with open(tmp, "wb") as handle:
         _write_to(facts, handle)
@@ -357,20 +406,26 @@ def write_facts(partition: Path, name: str, parts: Sequence[pa.Table | Path | No
 
 
 def remote_facts_bytes(
-    location: Location, partition: str, parts: Sequence[pa.Table | Path | None], files: Sequence[tuple[str, int]]
+    location: Location,
+    partition: str,
+    parts: Sequence[pa.Table | Path | None],
+    files: Sequence[tuple[str, int]],
+    others: Sequence[tuple[str, str]] | None = None,
 ) -> bytes | None:
     """The facts file of remote ``partition`` (``date=…``) covering compacted ``files`` (name, size), as bytes.
 
     What :func:`write_facts` writes on disk, for :mod:`compact_s3` to upload
     under its final name before the manifest swap (an object PUT is atomic;
     the file's generation and token tie it to the files it covers). The
-    other partitions' current facts are found through their manifests.
+    other partitions' current facts are ``others`` (:meth:`CurrentFacts.others`; found now when not given).
     ``None`` when an extraction failed (no facts file for this partition).
     """
     facts = _collect(parts)
     if facts is None:
         return None
-    facts = _finished(facts, _other_remote_facts(location, partition), [list(f) for f in files], location)
+    if others is None:
+        others = CurrentFacts(location).others(partition)
+    facts = _finished(facts, others, [list(f) for f in files], location)
     sink = pa.BufferOutputStream()
     _write_to(facts, sink)
     return bytes(sink.getvalue().to_pybytes())

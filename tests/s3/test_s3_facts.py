@@ -185,3 +185,25 @@ def test_retention_on_s3_keeps_facts_for_the_grace_period_then_drops_them(local:
     # ... and is deleted with the partition once the grace period is over
     drop_older_than(uri, 0, today=dt.date(2026, 1, 2), grace_seconds=0)
     assert [k.split("/")[2] for k in _facts_keys(s3, bucket)] == ["date=2026-01-02"]
+
+
+def test_one_s3_run_lists_the_dataset_once_for_the_other_partitions_facts(
+    tmp_path: Path, bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On S3 finding the other partitions' facts lists the whole dataset and GETs every manifest: once per run.
+    from otel_replay.storage import facts as facts_module
+
+    from ..storage.test_facts import count_calls, one_pair_a_day
+
+    local = tmp_path / "ds"
+    one_pair_a_day(local, 4)
+    uri = _upload(s3, bucket, local)
+    listings = count_calls(monkeypatch, facts_module, "remote_partitions")
+    compact(uri, grace_seconds=0)
+    assert listings[0] == 1
+    found = sorted(_facts_keys(s3, bucket))
+    for day, key in enumerate(found):
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        checked = json.loads(pq.read_schema(pa.BufferReader(body)).metadata[b"otel_replay.facts.checked"])
+        assert checked == [k.removeprefix("ds/spans/") for k in found[:day]]
+    _check_same(uri, facts_expected=True)

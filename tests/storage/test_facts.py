@@ -496,3 +496,41 @@ def test_a_facts_file_damaged_past_its_footer_falls_back_to_the_spans(
         assert _norm(store.calibration()) == expected
         assert _norm(store.decision_summary()) == summary
     assert "computing it from the spans" in caplog.text
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """Count the calls ``module`` makes to its ``name`` (the function still runs)."""
+    calls = [0]
+    real = getattr(module, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def one_pair_a_day(ds: Path, days: int) -> None:
+    """A decision and its outcome in each of ``days`` partitions."""
+    for day in range(days):
+        write(ds, day, "1", [decision(10 * day + 1, 0.5, day=day), outcome(10 * day + 2, 10 * day + 1, True, day=day)])
+
+
+def test_one_run_finds_the_other_partitions_facts_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each compacted partition's facts are checked against every other partition's: found once per run, not
+    # once per partition (P partitions would read P² manifests). Each later partition still checks the facts
+    # this run made current for the earlier ones.
+    from otel_replay.storage import facts as facts_module
+
+    ds = tmp_path / "ds"
+    one_pair_a_day(ds, 5)
+    compact(ds, partitions=["2026-01-01"], grace_seconds=0)
+    reads = count_calls(monkeypatch, facts_module, "read_manifest")
+    compact(ds, grace_seconds=0)
+    assert reads[0] == 5  # one listing of the five partitions
+    for day, path in enumerate(_facts_files(ds)):
+        checked = json.loads(pq.read_schema(path).metadata[b"otel_replay.facts.checked"])
+        # day 0 was current before the run (it names nobody); each later day names every earlier one's current facts
+        assert checked == [f"{p.parent.name}/{p.name}" for p in _facts_files(ds)[:day]] if day else checked == []
+    check_same(ds, facts_expected=True).close()
