@@ -4,13 +4,30 @@ DuckDB draws a progress bar on standard output for any query that runs
 longer than two seconds (``enable_progress_bar`` is on by default, also
 outside a terminal), which corrupted ``otel-replay compact --json`` output at
 10M spans on a loaded machine; a library must not write to its host's stdout.
+
+Arrow results of ``execute()`` come through :func:`arrow`: DuckDB 2 warns
+(``UserWarning``) on each such fetch that the rows are copied once, which the
+package does on purpose (a relation from ``con.sql()`` binds the views twice,
+which costs a point lookup more than copying its few rows). The warning must
+not reach the host, which may turn warnings into errors; but
+``warnings.catch_warnings`` swaps process-wide state, so two of our threads
+entering and leaving it interleaved could leave our filter installed for
+good, or drop one the host added. One lock keeps the package's own entries
+from interleaving (the fetch alone is under it, not the query).
 """
 
 from __future__ import annotations
 
-import duckdb
+import threading
+import warnings
+from typing import Any
 
-__all__ = ["connect"]
+import duckdb
+import pyarrow as pa
+
+__all__ = ["arrow", "connect"]
+
+_FILTERS = threading.Lock()
 
 
 def connect(database: str = ":memory:") -> duckdb.DuckDBPyConnection:
@@ -22,3 +39,13 @@ def connect(database: str = ":memory:") -> duckdb.DuckDBPyConnection:
         con.close()
         raise
     return con
+
+
+def arrow(result: duckdb.DuckDBPyConnection) -> pa.Table:
+    """The rows of ``result`` (what ``execute()`` returned) as an Arrow table, without DuckDB 2's copy warning."""
+    # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table() (which does not warn)
+    fetch: Any = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
+    with _FILTERS, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
+        table: pa.Table = fetch()
+    return table

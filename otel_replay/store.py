@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import threading
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -523,16 +522,10 @@ class Store:
         its query once to describe it and again to run it, and binding the
         views costs more than a point lookup's scan.
         """
-        with warnings.catch_warnings():
-            # DuckDB 2 warns that Arrow output from execute() copies the rows; a lookup's rows are few.
-            warnings.simplefilter("ignore", UserWarning)
-            result = self._con.execute(sql)
-            # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table().
-            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
-            if result.description is None:
-                return pa.table({})
-            table: pa.Table = fetch()
-        return table
+        result = self._con.execute(sql)
+        if result.description is None:
+            return pa.table({})
+        return duck.arrow(result)  # copies the rows once (DuckDB 2 warns so): a lookup's rows are few
 
     def query(self, sql: str, params: Params = None) -> pa.Table:
         """Run analyst ``sql`` read-only on the dataset's views; returns an Arrow table.

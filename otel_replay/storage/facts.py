@@ -55,7 +55,6 @@ import json
 import logging
 import os
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -188,12 +187,7 @@ def extract_facts(table: pa.Table, spill: Path | None = None) -> pa.Table | Path
             if start == 0:
                 con.execute(_sql("facts_input"))
                 con.execute(_sql("views"))
-            with warnings.catch_warnings():  # DuckDB 2 warns that Arrow output from execute() copies the rows
-                warnings.simplefilter("ignore", UserWarning)
-                result = con.execute(_sql("facts_extract"))
-                # DuckDB 2 names it to_arrow_table(), DuckDB 1.x fetch_arrow_table()
-                fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
-                parts.append(fetch().cast(FACTS_SCHEMA))
+            parts.append(duck.arrow(con.execute(_sql("facts_extract"))).cast(FACTS_SCHEMA))
             con.unregister("otel_replay_facts_input")
         facts = pa.concat_tables(parts)
         if spill is not None:
@@ -296,15 +290,12 @@ def _other_keys(
         if location is not None:
             register_with(con, location)  # s3:// through the pyarrow filesystem, as the Store reads
         con.register("otel_replay_mine", facts.select(["kind", "key"]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            result = con.execute(
-                "SELECT DISTINCT o.kind, o.key FROM read_parquet(?) AS o "
-                "SEMI JOIN otel_replay_mine AS m ON m.kind = o.kind AND m.key = o.key",
-                [[path for _, path in others]],
-            )
-            fetch = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table")  # noqa: B009
-            shared: pa.Table = fetch()
+        result = con.execute(
+            "SELECT DISTINCT o.kind, o.key FROM read_parquet(?) AS o "
+            "SEMI JOIN otel_replay_mine AS m ON m.kind = o.kind AND m.key = o.key",
+            [[path for _, path in others]],
+        )
+        shared = duck.arrow(result)
     except (duckdb.Error, DatasetError) as exc:
         _log.warning(
             "otel-replay: other partitions' facts not readable (%s); facts flagged unchecked", message_line(exc)
