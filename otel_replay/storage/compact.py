@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -108,6 +108,32 @@ DEFAULT_GRACE_SECONDS = 600.0
 
 DEFAULT_THREADS = 2
 """Worker threads per compaction: files written, index rows grouped and facts extracted side by side."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a compaction run writes (see :func:`compact`), checked once when made.
+
+    Raises:
+        ConfigError: a size, a thread count or the grace period is out of range.
+
+    """
+
+    target_rows: int = 131_072
+    row_group_rows: int = 16_384
+    max_batch_rows: int = 1_000_000
+    bloom: bool = True
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    threads: int = DEFAULT_THREADS
+
+    def __post_init__(self) -> None:
+        """Refuse sizes and counts below 1 (or not integers) and a negative or infinite grace period."""
+        for name in ("target_rows", "row_group_rows", "max_batch_rows", "threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if not self.grace_seconds >= 0 or self.grace_seconds == float("inf"):
+            raise ConfigError(f"grace_seconds={self.grace_seconds!r} must be a finite number >= 0")
 
 
 @dataclass
@@ -526,20 +552,16 @@ def _discard_outputs(partition: Path, token: str) -> None:
 def _compact_partition(
     partition: Path,
     report: PartitionReport,
+    options: Options,
     *,
-    target_rows: int,
-    row_group_rows: int,
-    max_batch_rows: int,
-    bloom: bool,
-    grace_seconds: float,
-    threads: int,
     step: Callable[[str], None],
     current: CurrentFacts,
 ) -> None:
     now = time.time()
     manifest, live = partition_live_files(partition)
     old_index = manifest.index if manifest else None
-    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(partition, manifest, grace_seconds, now)
+    grace = options.grace_seconds
+    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(partition, manifest, grace, now)
     if report.superseded_deleted and read_manifest(partition) is not None:
         write_manifest(partition, manifest)  # forget what is gone
     if not live:
@@ -553,7 +575,7 @@ def _compact_partition(
     groups = _schema_groups(live)
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
-    workers = _Workers(threads)
+    workers = _Workers(options.threads)
     swapping = False
     try:
         written, index_parts, facts = _write_groups(
@@ -561,12 +583,9 @@ def _compact_partition(
             groups,
             report,
             workers,
+            options,
             generation=generation,
             token=token,
-            target_rows=target_rows,
-            row_group_rows=row_group_rows,
-            max_batch_rows=max_batch_rows,
-            bloom=bloom,
             step=step,
         )
         step("written")
@@ -608,8 +627,8 @@ def _compact_partition(
     report.output_files = len(written)
     report.output_rows = sum(rows for _, rows in written)
     report.bytes_after = sum((partition / name).stat().st_size for name, _ in written)
-    if grace_seconds <= 0:
-        deleted, _, cleaned = _clean(partition, read_manifest(partition), grace_seconds, time.time())
+    if options.grace_seconds <= 0:
+        deleted, _, cleaned = _clean(partition, read_manifest(partition), options.grace_seconds, time.time())
         report.superseded_deleted += deleted
         write_manifest(partition, cleaned)
         step("deleted")
@@ -620,13 +639,10 @@ def _write_groups(
     groups: list[list[Path]],
     report: PartitionReport,
     workers: _Workers,
+    options: Options,
     *,
     generation: int,
     token: str,
-    target_rows: int,
-    row_group_rows: int,
-    max_batch_rows: int,
-    bloom: bool,
     step: Callable[[str], None],
 ) -> tuple[list[tuple[str, int]], list[tuple[str, list[str], dict[str, pa.Table]]], list[pa.Table | Path | None]]:
     """Write every schema group's rows as sorted temp files: (name and rows of each), their index rows, the facts.
@@ -640,7 +656,7 @@ def _write_groups(
     facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
     counter = 0
     for g, paths in enumerate(groups):
-        batches = _batches(paths, max_batch_rows)
+        batches = _batches(paths, options.max_batch_rows)
         # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
         scan = workers.submit(_repeated_keys, paths) if len(batches) > 1 else None  # beside the first read
         repeated: pa.Table | None = None
@@ -660,12 +676,12 @@ def _write_groups(
             report.duplicates_removed += len(drop)
             order = _order(table, drop)
             files: list[tuple[str, Future[tuple[int, dict[str, pa.Table]]]]] = []
-            for start in range(0, len(order), target_rows):
+            for start in range(0, len(order), options.target_rows):
                 name = f"compact-g{generation}-{counter}-{token}.parquet"
                 counter += 1
                 tmp = partition / f".{name}.tmp"
-                piece = order.slice(start, target_rows)
-                task = workers.submit(_write_indexed, table, piece, tmp, row_group_rows, bloom, step)
+                piece = order.slice(start, options.target_rows)
+                task = workers.submit(_write_indexed, table, piece, tmp, options.row_group_rows, options.bloom, step)
                 files.append((name, task))
             for name, future in files:
                 rows, index_rows = future.result()
@@ -726,31 +742,16 @@ def compact(
         CorruptFileError: a live file cannot be read (nothing is changed in its partition).
 
     """
-    for name, value in (
-        ("target_rows", target_rows),
-        ("row_group_rows", row_group_rows),
-        ("max_batch_rows", max_batch_rows),
-        ("threads", threads),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name}={value!r} must be a positive integer")
-    if not grace_seconds >= 0 or grace_seconds == float("inf"):
-        raise ConfigError(f"grace_seconds={grace_seconds!r} must be a finite number >= 0")
+    options = Options(target_rows, row_group_rows, max_batch_rows, bloom_filters, grace_seconds, threads)
     location = resolve(dataset)
     if location.remote:
         return _compact_remote(
             location,
             partitions,
+            options,
             lease_wait=lease_wait,
             progress=progress,
             step=_on_step or (lambda _name: None),
-            options={
-                "target_rows": target_rows,
-                "row_group_rows": row_group_rows,
-                "max_batch_rows": max_batch_rows,
-                "bloom": bloom_filters,
-                "grace_seconds": grace_seconds,
-            },
         )
     root = Path(location.root)
     if not root.is_dir():
@@ -765,18 +766,7 @@ def compact(
         t0 = time.perf_counter()
         if lease.acquire(wait=lease_wait):
             try:
-                _compact_partition(
-                    partition,
-                    part,
-                    target_rows=target_rows,
-                    row_group_rows=row_group_rows,
-                    max_batch_rows=max_batch_rows,
-                    bloom=bloom_filters,
-                    grace_seconds=grace_seconds,
-                    threads=threads,
-                    step=step,
-                    current=current,
-                )
+                _compact_partition(partition, part, options, step=step, current=current)
             finally:
                 lease.release()
         part.seconds = time.perf_counter() - t0
@@ -805,11 +795,11 @@ def _say(progress: Callable[[str], None] | None, part: PartitionReport) -> None:
 def _compact_remote(
     location: Location,
     partitions: Iterable[str] | None,
+    options: Options,
     *,
     lease_wait: float,
     progress: Callable[[str], None] | None,
     step: Callable[[str], None],
-    options: dict[str, Any],
 ) -> CompactReport:
     """:func:`compact` on an object store (see :mod:`compact_s3`)."""
     from .compact_s3 import compact_partition
@@ -836,7 +826,7 @@ def _compact_remote(
         t0 = time.perf_counter()
         if lease.acquire(wait=lease_wait):
             try:
-                compact_partition(location, name, lease, part, step=step, current=current, **options)
+                compact_partition(location, name, lease, part, options, step=step, current=current)
             finally:
                 lease.release()
         part.seconds = time.perf_counter() - t0

@@ -46,6 +46,7 @@ from otel_replay.location import Location
 
 from . import objects
 from .compact import (
+    Options,
     PartitionReport,
     _batches,
     _exact_duplicates,
@@ -157,17 +158,14 @@ def compact_partition(
     name: str,
     lease: ObjectLease,
     report: PartitionReport,
+    options: Options,
     *,
-    target_rows: int,
-    row_group_rows: int,
-    max_batch_rows: int,
-    bloom: bool,
-    grace_seconds: float,
     step: Callable[[str], None],
     current: CurrentFacts | None = None,
 ) -> None:
     """Compact partition ``name`` of a remote dataset under ``lease`` (held); see the module docstring.
 
+    ``options.threads`` is not used: a remote partition is compacted on one thread.
     ``current``: the run's view of the other partitions' facts (found now when not given).
     """
     current = current or CurrentFacts(location)
@@ -182,7 +180,7 @@ def compact_partition(
     live = [f"{url}/{n}" for n in visible_names(names, found)]
     old_index = found.index if found else None
     report.superseded_deleted, report.leftovers_deleted, manifest, fenced = _clean(
-        s3, location, name, lease, found or Manifest(), etag, names, grace_seconds, now
+        s3, location, name, lease, found or Manifest(), etag, names, options.grace_seconds, now
     )
     if fenced != etag:  # the manifest exists now (the fence created it when there was none)
         found, etag = manifest, fenced
@@ -209,7 +207,7 @@ def compact_partition(
         facts: list[pa.Table | Path | None] = []
         counter = 0
         for paths in _schema_groups(live, location):
-            batches = _batches(paths, max_batch_rows, location)
+            batches = _batches(paths, options.max_batch_rows, location)
             repeated = _repeated_keys(paths, location) if len(batches) > 1 else None  # see compact._compact_partition
             seen: dict[tuple[str, str], set[str]] = {}
             for batch in batches:
@@ -221,11 +219,11 @@ def compact_partition(
                 order = _order(table, drop)
                 # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
                 facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
-                for start in range(0, len(order), target_rows):
+                for start in range(0, len(order), options.target_rows):
                     out = f"compact-g{generation}-{counter}-{token}.parquet"
                     counter += 1
-                    piece = order.slice(start, target_rows)
-                    slim = _write_file(table, piece, f"{url}/{out}", row_group_rows, bloom, location)
+                    piece = order.slice(start, options.target_rows)
+                    slim = _write_file(table, piece, f"{url}/{out}", options.row_group_rows, options.bloom, location)
                     written.append((out, slim.num_rows))
                     index_parts.append((out, table.column_names, file_index_rows(slim)))
                     del slim
@@ -266,8 +264,8 @@ def compact_partition(
     report.output_rows = new.rows
     after = {info.path: info.size for info in location.files_under(url)}
     report.bytes_after = sum(int(after.get(location.fs_path(f"{url}/{n}")) or 0) for n, _ in written)
-    if grace_seconds <= 0:
-        deleted, _, cleaned, _ = _clean(s3, location, name, lease, new, etag, [], grace_seconds, time.time())
+    if options.grace_seconds <= 0:
+        deleted, _, cleaned, _ = _clean(s3, location, name, lease, new, etag, [], options.grace_seconds, time.time())
         report.superseded_deleted += deleted
         _swap(s3, location, name, cleaned, etag)
         step("deleted")

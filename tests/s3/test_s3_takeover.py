@@ -17,7 +17,7 @@ from botocore.exceptions import EndpointConnectionError
 from otel_replay.errors import DatasetError
 from otel_replay.location import resolve
 from otel_replay.storage import compact, drop_older_than, live_files
-from otel_replay.storage.compact import PartitionReport
+from otel_replay.storage.compact import Options, PartitionReport
 from otel_replay.storage.compact_s3 import compact_partition
 from otel_replay.storage.lease import LeaseLost, ObjectLease
 from otel_replay.storage.manifest import partition_names
@@ -26,13 +26,7 @@ from otel_replay.store import Store
 from ..storage.conftest import load_generator
 from .test_s3_compact import _count
 
-OPTIONS: dict[str, Any] = {
-    "target_rows": 10**6,
-    "row_group_rows": 16384,
-    "max_batch_rows": 200_000,
-    "bloom": False,
-    "grace_seconds": 3600,
-}
+OPTIONS = Options(target_rows=10**6, row_group_rows=16384, max_batch_rows=200_000, bloom=False, grace_seconds=3600)
 
 
 def _spans(uri: str) -> int:
@@ -106,7 +100,7 @@ def test_a_stalled_compactor_cannot_swap_after_its_successor_deleted_its_outputs
                 assert resume.wait(60)
 
         try:
-            compact_partition(location, name, lease, report, step=step, **OPTIONS)
+            compact_partition(location, name, lease, report, OPTIONS, step=step)
             results["b"] = report.status
         except DatasetError as exc:
             results["b"] = str(exc)
@@ -123,7 +117,7 @@ def test_a_stalled_compactor_cannot_swap_after_its_successor_deleted_its_outputs
     lease, step, _ = _stalled_holder(monkeypatch, uri, name, meanwhile)
     report = PartitionReport(name, "busy")
     try:
-        compact_partition(location, name, lease, report, step=step, **OPTIONS)
+        compact_partition(location, name, lease, report, OPTIONS, step=step)
         results["a"] = report.status
     except DatasetError as exc:
         results["a"] = str(exc)
@@ -155,7 +149,7 @@ def test_a_stalled_first_compactor_cannot_recreate_a_partition_retention_deleted
 
     lease, step, _ = _stalled_holder(monkeypatch, uri, first, meanwhile)
     try:
-        compact_partition(location, first, lease, PartitionReport(first, "busy"), step=step, **OPTIONS)
+        compact_partition(location, first, lease, PartitionReport(first, "busy"), OPTIONS, step=step)
         outcome = "compacted"
     except DatasetError as exc:
         outcome = str(exc)
