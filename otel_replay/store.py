@@ -905,9 +905,13 @@ class Store:
         rows = [r for r in self._record_rows(record_id=record_id) if r.name == sc.SPAN_DECISION]
         if not rows:
             raise RecordNotFound(f"no decision record {record_id!r} in {self.dataset}")
-        spans = {r.span_id for r in rows}
-        span_id = spans.pop() if len(spans) == 1 else self.record(record_id).span.span_id
-        return self.run("causal_tree", root_span_id=span_id)
+        places = {(r.trace_id, r.span_id) for r in rows}
+        if len(places) == 1:
+            trace_id, span_id = places.pop()
+        else:
+            span = self.record(record_id).span
+            trace_id, span_id = span.trace_id, span.span_id
+        return self.run("causal_tree", root_trace_id=trace_id, root_span_id=span_id)
 
     def calibration(self, decision_type: str | None = None) -> list[dict[str, Any]]:
         """Confidence buckets against outcome correctness (``queries/calibration.sql``).

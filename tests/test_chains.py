@@ -126,6 +126,47 @@ def test_causal_tree_and_calibration(telemetry, dataset):
     assert sum(c["decisions"] for c in everything) == 7
 
 
+
+def test_causal_tree_is_pinned_to_the_decisions_trace(telemetry, dataset):
+    # Span ids are unique only within a trace: another sender's trace reusing the decision's span id, with a
+    # child under it, written in a file that sorts first, must not take over the decision's tree.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from otel_replay import audit
+    from otel_replay.storage import compact
+
+    from ._support import snapshot
+
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-1") as d:
+        d.read(x=1)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        honest = [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)]
+        where = "WHERE record_id = ? AND name = 'replay.decision'"
+        (mine,) = store.rows(f"SELECT trace_id, span_id, filename FROM spans {where}", [d.record_id])
+    assert honest == [(0, "replay.decision"), (1, "replay.read")]
+    forged = pq.read_table(mine["filename"]).slice(0, 2)
+    for name, values in {
+        "trace_id": ["0" * 32] * 2,
+        "span_id": [mine["span_id"], "e" * 16],
+        "parent_span_id": [None, mine["span_id"]],
+        "name": ["other.root", "other.child"],
+        "record_id": [None, None],
+        "replay_kind": [None, None],
+        "attributes": ["{}", "{}"],
+    }.items():
+        i = forged.schema.get_field_index(name)
+        forged = forged.set_column(i, forged.schema.field(i), pa.array(values, forged.schema.field(i).type))
+    folder = mine["filename"].rpartition("/")[0]
+    pq.write_table(forged, f"{folder}/part-0000000000000000000-000.parquet")
+    with otel_replay.open(dataset) as store:
+        assert [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)] == honest
+    compact(dataset, grace_seconds=0)  # sorted: the other trace's rows come first
+    with otel_replay.open(dataset) as store:
+        assert [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)] == honest
+
+
 def test_audit_entry_timestamps_must_be_iso_with_offset():
     from otel_replay import CaptureError
 

@@ -1,13 +1,17 @@
--- causal tree: the span with span_id = root_span_id and all its descendants,
--- walked over parent_span_id with a recursive CTE, in depth-first order.
--- Each span counts once even if stored twice (an OTLP retry).
+-- causal tree: the span (root_trace_id, root_span_id) and all its descendants in
+-- that trace, walked over parent_span_id with a recursive CTE, in depth-first
+-- order. The root is pinned by trace and span id: span ids are unique only
+-- within a trace, and another trace reusing the decision's span id must not
+-- take over its tree. Each span counts once even if stored twice (an OTLP
+-- retry); copies that differ are picked in a fixed order, never by file order.
 -- Returns (depth, span_id, parent_span_id, name, replay_kind, record_id,
--- start_time, duration_ns, status_code, path). Variables: root_span_id.
+-- start_time, duration_ns, status_code, path). Variables: root_trace_id, root_span_id.
 WITH RECURSIVE trace_spans AS (
     SELECT DISTINCT ON (span_id) span_id, parent_span_id, name, replay_kind, record_id,
            start_time, duration_ns, status_code
     FROM spans
-    WHERE trace_id = (SELECT trace_id FROM spans WHERE span_id = getvariable('root_span_id') LIMIT 1)
+    WHERE trace_id = getvariable('root_trace_id')
+    ORDER BY span_id, start_time, name, parent_span_id, record_id, attributes
 ), tree AS (
     SELECT 0 AS depth, s.*, [epoch_ns(s.start_time)::VARCHAR || s.span_id] AS path
     FROM trace_spans AS s
