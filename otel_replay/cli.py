@@ -319,10 +319,16 @@ from otel_replay.rerun.command import rerun_command  # noqa: E402
 from otel_replay.server.commands import ingest_command, serve_command  # noqa: E402
 from otel_replay.storage.command import compact_command  # noqa: E402
 
-main.add_command(serve_command, "serve")
-main.add_command(ingest_command, "ingest")
-main.add_command(compact_command, "compact")
-main.add_command(rerun_command, "rerun")
+for _name, _command in (
+    ("serve", serve_command),
+    ("ingest", ingest_command),
+    ("compact", compact_command),
+    ("rerun", rerun_command),
+):
+    # the same guard as the commands above: one line for a user error, never a traceback
+    if _command.callback is not None:
+        _command.callback = _friendly(_command.callback)
+    main.add_command(_command, _name)
 
 
 def run() -> None:
