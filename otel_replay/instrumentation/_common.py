@@ -111,11 +111,34 @@ def tracer_for(library: str, tracer_provider: TracerProvider | None) -> Tracer:
     return trace.get_tracer(f"{sc.INSTRUMENTATION_SCOPE_PREFIX}.{library}", VERSION, tracer_provider)
 
 
+_CONTENT_ON: Final = frozenset({"true", "1", "yes", "on", "span_only", "span_and_event"})
+"""Values of the GenAI content switch that put content on spans: a yes, or upstream's span modes."""
+_CONTENT_OFF: Final = frozenset({"", "false", "0", "no", "off", "no_content", "event_only"})
+"""Values that keep content off spans (``event_only``: upstream puts it in log events, which we do not emit)."""
+_content_warned: set[str] = set()
+
+
 def content_enabled(explicit: bool | None) -> bool:
-    """Whether to capture content: the keyword argument if given, else the GenAI environment switch."""
+    """Whether to capture content: the keyword argument if given, else the GenAI environment switch.
+
+    A privacy switch fails closed: only an explicit yes (``true``, ``1``,
+    ``yes``, ``on``) or one of the OpenTelemetry GenAI utilities' span modes
+    (``SPAN_ONLY``, ``SPAN_AND_EVENT``) turns capture on; their ``NO_CONTENT``
+    and anything unknown keep it off (an unknown value is logged once).
+    """
     if explicit is not None:
         return bool(explicit)
-    return settings.env_flag(settings.CAPTURE_MESSAGE_CONTENT)
+    raw = (settings.env_text(settings.CAPTURE_MESSAGE_CONTENT) or "").strip().lower()
+    if raw in _CONTENT_ON:
+        return True
+    if raw not in _CONTENT_OFF and raw not in _content_warned:
+        _content_warned.add(raw)
+        _log.warning(
+            "otel-replay: %s=%r is not a known value; content is not captured (true or SPAN_ONLY turns it on)",
+            settings.CAPTURE_MESSAGE_CONTENT,
+            raw,
+        )
+    return False
 
 
 def begin(

@@ -251,17 +251,37 @@ def test_content_capture_redacts_secrets_before_anything_leaves(server, capturin
     assert "admin:[REDACTED]@db" in attrs[sc.GEN_AI_INPUT_MESSAGES]
 
 
-def test_content_capture_follows_the_environment_switch(server, pipeline: Pipeline, monkeypatch):
+@pytest.mark.parametrize(
+    ("value", "captured"),
+    [
+        ("true", True),
+        ("SPAN_ONLY", True),
+        ("span_and_event", True),
+        # a privacy switch fails closed: upstream's "off" values and anything unknown keep content out
+        ("NO_CONTENT", False),
+        ("EVENT_ONLY", False),
+        ("none", False),
+        ("disabled", False),
+        ("n", False),
+        ("false", False),
+    ],
+)
+def test_content_capture_follows_the_environment_switch(
+    server, pipeline: Pipeline, monkeypatch, value: str, captured: bool
+):
     from otel_replay.instrumentation import OpenAIInstrumentor
 
-    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", value)
     OpenAIInstrumentor().instrument(tracer_provider=pipeline.provider)
     try:
         server.enqueue(s.chat_completion("hello there"))
-        client(server).chat.completions.create(model="gpt-test", messages=MESSAGES)
+        with client(server) as c:
+            c.chat.completions.create(model="gpt-test", messages=MESSAGES)
     finally:
         OpenAIInstrumentor().uninstrument()
-    assert "hello there" in pipeline.one("chat").attributes[sc.GEN_AI_OUTPUT_MESSAGES]
+    attributes = pipeline.one("chat").attributes
+    assert ("hello there" in attributes.get(sc.GEN_AI_OUTPUT_MESSAGES, "")) is captured
+    assert (sc.GEN_AI_INPUT_MESSAGES in attributes) is captured
 
 
 def test_no_duplicate_when_another_wrapt_instrumentation_was_installed_first(server, pipeline: Pipeline):
