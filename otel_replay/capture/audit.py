@@ -230,6 +230,7 @@ class Decision:
         )
         attrs = record._to_attributes(self._inputs_json)
         recorder = self._recorder
+        recorder.check_destination(sc.SPAN_DECISION, self.record_id)
         # Sealed before the span ends: a decision span that could not be sealed is never emitted.
         seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
         # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less

@@ -256,12 +256,6 @@ class RecordMode:
 _active_lock = threading.Lock()
 
 
-def _goes_nowhere() -> bool:
-    """True when records would go to OpenTelemetry's no-op default: nothing configured a provider."""
-    tracer = get_recorder().tracer
-    return isinstance(tracer, trace.ProxyTracer) and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-
-
 @contextmanager
 def recording(session_id: str | None = None, *, agent_id: str | None = None) -> Iterator[RecordMode | None]:
     """Record every nondeterministic input of the code inside, as sealed spans of ``session_id``.
@@ -285,7 +279,7 @@ def recording(session_id: str | None = None, *, agent_id: str | None = None) -> 
         return
     sid = session_id or str(new_id())
     mode = RecordMode(sid)
-    if _goes_nowhere():
+    if get_recorder().goes_nowhere:
         _log.warning(
             "otel-replay recording %s: no tracer provider is configured, so the recording is not stored anywhere "
             "(call otel_replay.configure(...) first, or run under opentelemetry-instrument)",
