@@ -159,3 +159,27 @@ def test_a_decision_id_that_is_no_file_name_gets_a_hashed_claim(telemetry, datas
     assert len(names) == 1 and names[0].startswith("sha256-")
     with pytest.raises(OutcomeAlreadyRecorded):
         DecisionTracer().record_outcome("../x y", False)
+
+
+def test_a_decision_with_two_stored_outcomes_reads_as_conflicting_and_its_chain_still_reads(
+    telemetry, dataset, caplog
+):
+    tracer = DecisionTracer()
+    clean = tracer.decision("a", "t", "fine", correlation_id="loan-9")
+    torn = tracer.decision("a", "t", "torn", correlation_id="loan-9")
+    tracer.record_outcome(clean, True)
+    first = tracer.record_outcome(torn, True)
+    (dataset / "_outcomes" / f"{torn}.json").unlink()  # as in a dataset written before outcome claims
+    second = DecisionTracer().record_outcome(torn, False)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        outcomes = store.verified_outcomes([clean, torn])
+        assert outcomes[clean]["outcome_correct"] is True
+        assert outcomes[torn]["outcome_correct"] is None and outcomes[torn]["outcome_id"] is None
+        assert sorted(outcomes[torn]["conflicting"]) == sorted([first.record_id, second.record_id])
+        assert store.has_outcome(torn)  # a third outcome is still refused
+        traces = DecisionTracer(store=store).query_traces(correlation_id="loan-9")
+    by_id = {t["record_id"]: t for t in traces}
+    assert by_id[clean]["outcome_correct"] is True
+    assert by_id[torn]["outcome_correct"] is None and "conflicting outcomes" in by_id[torn]["outcome_note"]
+    assert any("2 verified outcomes" in r.getMessage() for r in caplog.records)
