@@ -87,13 +87,13 @@ class Recorder:
         self.tracer: Tracer = tracer or trace.get_tracer(sc.INSTRUMENTATION_NAME, _VERSION)
         self.sink = MemorySink()
         self.dataset = dataset
+        self._sealed_nowhere = False  # a record was sealed while it went nowhere (see check_destination)
         self.stats = RecorderStats()
         self._pipeline = pipeline
         self._key = key
         self._chain: Chain | None = None
         self._lock = threading.Lock()
         self._warned = False
-        self._sealed_nowhere = False
 
     @property
     def pipeline(self) -> Pipeline | None:
