@@ -33,7 +33,6 @@ from otel_replay._corrupt import could_be_a_bad_file, find_corrupt
 from otel_replay._json import loads, strict_loads
 from otel_replay.analyst import check_statements, close_off, table_rows
 from otel_replay.errors import (
-    ConflictingRecords,
     CorruptFileError,
     DatasetError,
     PayloadError,
@@ -812,8 +811,11 @@ class Store:
     def verified_outcomes(self, decision_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The verified outcome of each decision that has one (decision id -> outcome fields).
 
-        Outcomes are immutable, so two verified outcomes for one decision are a
-        :class:`~otel_replay.errors.ConflictingRecords` error.
+        Outcomes are immutable, so a decision with two verified outcomes (a
+        dataset written without outcome claims) has none that can be trusted:
+        its entry has ``outcome_id`` and ``outcome_correct`` ``None``, the
+        outcome ids in ``conflicting`` and a ``note`` naming them and their
+        files, and a warning is logged. The other decisions read as usual.
         """
         if not decision_ids:
             return {}
@@ -834,12 +836,10 @@ class Store:
                 "file": rec.file,
             }
             earlier = found.get(decision_id)
-            if earlier is not None and earlier["outcome_id"] != rec.record_id:
-                raise ConflictingRecords(
-                    f"decision {decision_id} has two verified outcomes, {earlier['outcome_id']} in "
-                    f"{earlier['file']} and {rec.record_id} in {rec.file}; outcomes are immutable"
-                )
-            found[decision_id] = outcome
+            if earlier is None:
+                found[decision_id] = outcome
+            elif earlier["outcome_id"] != rec.record_id and rec.record_id not in earlier.get("conflicting", ()):
+                found[decision_id] = _conflict(earlier, outcome)
         return found
 
     def has_outcome(self, decision_id: str) -> bool:
@@ -993,3 +993,22 @@ def open_store(
 ) -> Store:
     """Open ``dataset`` for querying (``otel_replay.open``); see :class:`Store` for the arguments."""
     return Store(dataset, skip_corrupt=skip_corrupt, keys=keys, require_signed=require_signed)
+
+
+def _conflict(earlier: dict[str, Any], outcome: dict[str, Any]) -> dict[str, Any]:
+    """A decision's entry once a second verified outcome was found: no outcome, the conflict named."""
+    ids = [*earlier.get("conflicting", [earlier["outcome_id"]]), outcome["outcome_id"]]
+    files = [*earlier.get("files", [earlier["file"]]), outcome["file"]]
+    where = ", ".join(f"{i} in {f}" for i, f in zip(ids, files, strict=True))
+    note = f"conflicting outcomes: {where}; outcomes are immutable, so none is shown"
+    _log.warning("otel-replay: decision %s has %d verified outcomes (%s)", outcome["decision_id"], len(ids), where)
+    return {
+        "outcome_id": None,
+        "decision_id": outcome["decision_id"],
+        "outcome_correct": None,
+        "note": note,
+        "recorded_at": None,
+        "file": None,
+        "conflicting": ids,
+        "files": files,
+    }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from types import TracebackType
@@ -229,6 +230,7 @@ class Decision:
         )
         attrs = record._to_attributes(self._inputs_json)
         recorder = self._recorder
+        recorder.check_destination(sc.SPAN_DECISION, self.record_id)
         # Sealed before the span ends: a decision span that could not be sealed is never emitted.
         seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
         # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
@@ -244,6 +246,20 @@ class Decision:
         object.__setattr__(record, "seal", seal)
         self._record = record
         return record
+
+
+_seam_current: Callable[[], Any] | None = None
+"""``otel_replay.instrumentation._seam.current``, imported on first use (that package imports this module)."""
+
+
+def _seam_mode() -> Any:
+    """The record or rerun mode installed at the seam here, or ``None``."""
+    global _seam_current
+    if _seam_current is None:
+        from otel_replay.instrumentation._seam import current
+
+        _seam_current = current
+    return _seam_current()
 
 
 def _complete(
@@ -267,6 +283,29 @@ def _complete(
         )
         return exc
     return None
+
+
+def _report(decision: Decision) -> None:
+    """Hand a sealed record to the record or rerun mode in force (its ``decision`` method), if any.
+
+    Straight from here, not through a sink: whatever sink the block was given
+    and whichever recorder sealed it (an agent that calls ``configure()``
+    itself has a recorder of its own), a recording holds every decision and
+    a rerun compares every one. A strict rerun's ``ReplayMismatchError`` from
+    here is the rerun stopping, not a recording failure.
+    """
+    mode = _seam_mode()
+    if mode is None:
+        return
+    record = decision._record
+    if record is not None:
+        hook = getattr(mode, "decision", None)
+        if hook is not None:
+            hook(record)
+    elif decision._failure is not None:  # never sealed: the mode must not take the run for a match
+        lost = getattr(mode, "decision_lost", None)
+        if lost is not None:
+            lost(decision.record_id, decision.decision_type, decision._failure)
 
 
 _BAGGAGE_KEY = getattr(baggage, "_BAGGAGE_KEY", None)
@@ -358,9 +397,14 @@ class _AuditBlock:
             decision._span.set_status(Status(StatusCode.ERROR, error))
             context.detach(self._token)
             _complete(decision, target, self._snapshot, error, self._start_ns)  # a failure is logged, never raised
+            try:
+                _report(decision)
+            except Exception as report_error:  # a strict rerun's mismatch: the mode keeps it as its divergence
+                _log.warning("otel-replay: decision %s: %s", decision.record_id, report_error)
             return False  # the agent's own exception propagates, unchanged
         context.detach(self._token)
         failure = _complete(decision, target, self._snapshot, None, self._start_ns)
+        _report(decision)
         if failure is not None:
             raise RecordingError(
                 f"decision {decision.record_id} ({decision.decision_type}): the block completed, so its action "

@@ -28,6 +28,7 @@ _shut_down: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 _any_shut_down = False  # lets ``Recorder.closed`` skip the WeakSet lookup until something was shut down
+_warned_nowhere = False  # one warning per process for records sealed with no pipeline to go to
 
 
 def mark_shut_down(provider: TracerProvider) -> None:
@@ -86,6 +87,7 @@ class Recorder:
         self.tracer: Tracer = tracer or trace.get_tracer(sc.INSTRUMENTATION_NAME, _VERSION)
         self.sink = MemorySink()
         self.dataset = dataset
+        self._sealed_nowhere = False  # a record was sealed while it went nowhere (see check_destination)
         self.stats = RecorderStats()
         self._pipeline = pipeline
         self._key = key
@@ -110,11 +112,12 @@ class Recorder:
 
         Without a pipeline from :func:`otel_replay.configure`, flushes the
         global SDK ``TracerProvider`` and then every open ``ParquetSpanExporter``
-        (``True`` when there is no SDK provider: nothing is buffered).
+        (``False`` when records were sealed while there was neither: they
+        went to OpenTelemetry's no-op tracer and are nowhere).
         """
         if self._pipeline is not None:
             return self._pipeline.force_flush(timeout_millis)
-        if self.closed:
+        if self.closed or (self._sealed_nowhere and self.goes_nowhere):
             return False
         flush = getattr(trace.get_tracer_provider(), "force_flush", None)
         if flush is None:
@@ -123,6 +126,30 @@ class Recorder:
 
         handed_over = bool(flush(timeout_millis))
         return flush_exporters(timeout_millis) and handed_over
+
+    @property
+    def goes_nowhere(self) -> bool:
+        """True when records go to OpenTelemetry's no-op default: no ``configure()`` and no SDK provider."""
+        return (
+            self._pipeline is None
+            and isinstance(self.tracer, trace.ProxyTracer)
+            and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        )
+
+    def check_destination(self, name: str, record_id: str) -> None:
+        """Before sealing a record: note (and warn once per process) when it would go nowhere."""
+        if self._sealed_nowhere or not self.goes_nowhere:
+            return
+        global _warned_nowhere
+        self._sealed_nowhere = True
+        if not _warned_nowhere:
+            _warned_nowhere = True
+            _log.warning(
+                "otel-replay: %s is sealed but not stored anywhere: no tracer provider is configured (call "
+                "otel_replay.configure(...) first, or run under opentelemetry-instrument); flush() returns False. "
+                "Further records are not warned about",
+                f"{name} record {record_id}",
+            )
 
     def note_capture_error(self) -> None:
         """Count an ``audit()`` record that could not be sealed, emitted or handed to its sink."""
@@ -165,6 +192,7 @@ class Recorder:
         # Stamp the scope's ids now, as the span processor would at start, so
         # the sealed hash covers exactly the attributes the span will carry.
         attributes.update(scope_attributes(attributes))
+        self.check_destination(name, record_id)
         start_ns = time.time_ns()
         seal = self.chain.seal(record_id, name, start_ns, attributes)
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)

@@ -3,7 +3,9 @@
 A traced decision is a ``replay.decision`` span with source ``tracer``: who
 decided, what type of decision, the rationale, the confidence and the inputs.
 An outcome is a ``replay.outcome`` span linked to its decision. Outcomes are
-immutable: a second outcome for one decision is refused.
+immutable: a second outcome for one decision is refused, across processes
+when there is a dataset (a durable claim per decision is taken before the
+outcome is emitted).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from otel_replay import semconv as sc
 from otel_replay._json import normalise
 from otel_replay.capture.context import current_ids
-from otel_replay.capture.recorder import get_recorder
+from otel_replay.capture.outcome_claims import claim_outcome
+from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
 from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, new_id
@@ -53,7 +56,10 @@ class DecisionTracer:
         sink: receives every sealed :class:`DecisionRecord` and
             :class:`OutcomeRecord` (default: the recorder's memory sink).
         store: an open :class:`otel_replay.Store`; when given, outcomes are also
-            checked against the dataset, so immutability holds across processes.
+            checked against the dataset, and the outcome claim is taken in
+            the store's dataset (without one, in the dataset
+            :func:`otel_replay.configure` writes to, if any), so immutability
+            holds across processes.
 
     """
 
@@ -107,13 +113,27 @@ class DecisionTracer:
     def record_outcome(self, decision_id: str, outcome_correct: bool, note: str | None = None) -> OutcomeRecord:
         """Record whether ``decision_id`` turned out correct. Allowed once per decision.
 
+        With a dataset (the store's, else the one :func:`otel_replay.configure`
+        writes to) the decision's outcome claim is taken there first
+        (:mod:`otel_replay.capture.outcome_claims`), so a second outcome is
+        refused in any process, also while the first is still unflushed.
+        When emitting fails, the claim is given back and the outcome can be
+        recorded again.
+
         Raises:
-            OutcomeAlreadyRecorded: an outcome exists for this decision already.
+            OutcomeAlreadyRecorded: an outcome exists (or is claimed) for this decision already.
             RecordNotFound: a store was given and holds no such decision.
+            CaptureError: the telemetry pipeline was shut down (the outcome would be lost).
 
         """
         if not isinstance(outcome_correct, bool):
             raise CaptureError(f"outcome for {decision_id}: outcome_correct must be True or False")
+        recorder = get_recorder()
+        if recorder.closed:
+            raise CaptureError(
+                f"outcome for {decision_id}: the telemetry pipeline was shut down (Telemetry.shutdown()), so it "
+                "would be lost; call otel_replay.configure() again before recording it"
+            )
         with self._lock:
             if decision_id in self._outcomes:
                 raise OutcomeAlreadyRecorded(f"decision {decision_id} already has an outcome; outcomes are immutable")
@@ -132,20 +152,48 @@ class DecisionTracer:
                     )
                 if span is None:
                     raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
+            # Reserved: a second call in this process is refused from here on; given back below on failure.
             _remember(self._outcomes, decision_id, None)
-        # The decision's correlation id, so the outcome is stored (and compacted) beside its chain's spans;
-        # the scope's when the decision is not known here.
-        correlation_id = (decided.correlation_id if decided is not None else None) or current_ids().correlation_id
-        outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, correlation_id)
-        link = link_to(span) if span is not None else None
-        ref, seal = get_recorder().emit(
-            sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []
-        )
-        sealed = replace(outcome, span=ref, seal=seal)
+        try:
+            sealed = self._emit_outcome(recorder, decision_id, outcome_correct, note, decided, span)
+        except OutcomeAlreadyRecorded:
+            raise  # claimed elsewhere: the reservation stands for it
+        except BaseException:
+            with self._lock:
+                if decision_id in self._outcomes and self._outcomes[decision_id] is None:
+                    del self._outcomes[decision_id]
+            raise
         with self._lock:
             _remember(self._outcomes, decision_id, sealed)
         self._append(sealed)
         return sealed
+
+    def _emit_outcome(
+        self,
+        recorder: Recorder,
+        decision_id: str,
+        outcome_correct: bool,
+        note: str | None,
+        decided: DecisionRecord | None,
+        span: SpanRef | None,
+    ) -> OutcomeRecord:
+        """Claim the decision's outcome in the dataset (if any), then seal and emit it; the sealed record."""
+        # The decision's correlation id, so the outcome is stored (and compacted) beside its chain's spans;
+        # the scope's when the decision is not known here.
+        correlation_id = (decided.correlation_id if decided is not None else None) or current_ids().correlation_id
+        outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, correlation_id)
+        dataset = self._store.dataset if self._store is not None else recorder.dataset
+        claim = claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct) if dataset else None
+        link = link_to(span) if span is not None else None
+        try:
+            ref, seal = recorder.emit(
+                sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []
+            )
+        except BaseException:
+            if claim is not None:
+                claim.release()  # nothing was emitted: the decision may still get its outcome
+            raise
+        return replace(outcome, span=ref, seal=seal)
 
     def _stored_decision(self, decision_id: str) -> DecisionRecord | None:
         assert self._store is not None

@@ -38,7 +38,7 @@ def start_process_recording(session_id: str | None = None) -> RecordMode:
         mode = RecordMode(sid)
         scope = session_scope(sid)
         scope.__enter__()  # the process's root context carries the session id from here on
-        interceptor = Interceptor(mode, decisions=mode.decision)
+        interceptor = Interceptor(mode)
         interceptor.__enter__()
         _running = (mode, interceptor, scope)
     atexit.register(stop_process_recording)

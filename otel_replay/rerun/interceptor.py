@@ -2,8 +2,9 @@
 
 One interceptor is active per process at a time. Entering it patches the
 clock, entropy and HTTP boundaries (and, for a rerun, the leak guards),
-installs the mode at the seam and tees the recorder's sink so decisions made
-inside are seen. Leaving it puts every original object back, also when the
+and installs the mode at the seam; ``audit()`` reports every decision it
+seals to that mode itself (its ``decision`` method), whatever sink or
+recorder the agent uses. Leaving it puts every original object back, also when the
 code inside raised.
 """
 
@@ -12,9 +13,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError
 from otel_replay.instrumentation import _seam
 from otel_replay.records import DecisionRecord
@@ -40,28 +40,6 @@ def decision_arguments(record: DecisionRecord) -> str:
     )
 
 
-class _Tee:
-    """A sink that forwards to the original sink and reports each decision record."""
-
-    def __init__(self, inner: Any, on_decision: Callable[[DecisionRecord], None]) -> None:
-        self.inner = inner
-        self.on_decision = on_decision
-
-    def append(self, record: Any) -> None:
-        self.inner.append(record)
-        if isinstance(record, DecisionRecord) and record.source == "audit":
-            self.on_decision(record)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def __iter__(self) -> Any:
-        return iter(self.inner)
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-
 class Interceptor:
     """Context manager: ``mode`` at the seam plus the boundary patches, removed exactly on exit."""
 
@@ -72,19 +50,15 @@ class Interceptor:
         self,
         mode: _seam.Mode,
         *,
-        decisions: Callable[[DecisionRecord], None] | None = None,
         guards: Callable[[PatchSet], None] | None = None,
         rerun: bool = False,
     ) -> None:
         """Prepare to install ``mode``; ``guards`` adds the rerun's leak guards."""
         self.mode = mode
         self.rerun = rerun
-        self._decisions = decisions
         self._guards = guards
         self._patches = PatchSet()
         self._previous_mode: _seam.Mode | None = None
-        self._recorder: Any = None
-        self._sink: Any = None
         self.http_clients: list[str] = []
         self._installed = False
 
@@ -105,10 +79,6 @@ class Interceptor:
             install_actions(self._patches)
             if self._guards is not None:
                 self._guards(self._patches)
-            if self._decisions is not None:
-                self._recorder = get_recorder()
-                self._sink = self._recorder.sink
-                self._recorder.sink = _Tee(self._sink, self._decisions)
             self._previous_mode = _seam.install(self.mode)
             self._installed = True
         except BaseException:
@@ -121,9 +91,6 @@ class Interceptor:
             if self._installed:
                 _seam.install(self._previous_mode)
                 self._installed = False
-            if self._recorder is not None:
-                self._recorder.sink = self._sink
-                self._recorder = None
             self._patches.remove()
         finally:
             with Interceptor._lock:

@@ -144,10 +144,22 @@ class RecordMode:
         return await invoke()
 
     def decision(self, record: DecisionRecord) -> None:
-        """A decision the agent made inside the recording (from the recorder's sink)."""
+        """A decision the agent made inside the recording (reported by ``audit()`` once sealed)."""
         text = decision_arguments(record)
         stream = stream_key("decision", record.decision_type)
         self._add("decision", record.decision_type, stream, text, None, None, ref=record.record_id)
+
+    def decision_lost(self, record_id: str, decision_type: str, why: str) -> None:
+        """A decision made inside the recording whose record could not be sealed: counted as dropped."""
+        with self._lock:
+            self.dropped += 1
+        _log.error(
+            "otel-replay recording %s: decision %s (%s) is not in the recording: %s",
+            self.session_id,
+            record_id,
+            decision_type,
+            why,
+        )
 
     # --- storing --------------------------------------------------------------
     def _add(self, *args: Any, **kwargs: Any) -> None:
@@ -244,12 +256,6 @@ class RecordMode:
 _active_lock = threading.Lock()
 
 
-def _goes_nowhere() -> bool:
-    """True when records would go to OpenTelemetry's no-op default: nothing configured a provider."""
-    tracer = get_recorder().tracer
-    return isinstance(tracer, trace.ProxyTracer) and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-
-
 @contextmanager
 def recording(session_id: str | None = None, *, agent_id: str | None = None) -> Iterator[RecordMode | None]:
     """Record every nondeterministic input of the code inside, as sealed spans of ``session_id``.
@@ -273,7 +279,7 @@ def recording(session_id: str | None = None, *, agent_id: str | None = None) -> 
         return
     sid = session_id or str(new_id())
     mode = RecordMode(sid)
-    if _goes_nowhere():
+    if get_recorder().goes_nowhere:
         _log.warning(
             "otel-replay recording %s: no tracer provider is configured, so the recording is not stored anywhere "
             "(call otel_replay.configure(...) first, or run under opentelemetry-instrument)",
@@ -282,7 +288,7 @@ def recording(session_id: str | None = None, *, agent_id: str | None = None) -> 
     if not _active_lock.acquire(blocking=False):
         raise ConfigError("a recording is already active in this process; recordings do not nest")
     try:
-        with session_scope(sid, agent_id=agent_id), Interceptor(mode, decisions=mode.decision):
+        with session_scope(sid, agent_id=agent_id), Interceptor(mode):
             outcome = "returned"
             try:
                 yield mode

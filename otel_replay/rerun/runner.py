@@ -188,7 +188,7 @@ def _run(
     started = time.perf_counter()
     with session_scope(rerun_session):
         try:
-            with Interceptor(mode, decisions=mode.decision, guards=install_guards, rerun=True):
+            with Interceptor(mode, guards=install_guards, rerun=True):
                 try:
                     output = function(*args, **kwargs)
                 except RerunError as exc:

@@ -321,6 +321,25 @@ class RerunMode:
         with self._lock:
             self.decisions.append((event.ref, record))
 
+    def decision_lost(self, record_id: str, decision_type: str, why: str) -> None:
+        """A decision the rerun made whose record could not be sealed: it cannot be compared, so no match."""
+        step = next(self._counter)
+        stream = stream_key("decision", decision_type)
+        queue = self.streams.get(stream)
+        if queue:  # it takes its recorded place, so the decisions after it are compared with theirs
+            queue.popleft()
+        actual = f"decision {decision_type} {record_id} ({why})"
+        self._diverge(
+            step,
+            "a decision whose record could not be sealed, so it was not compared",
+            "",
+            actual,
+            "decision",
+            decision_type,
+            stream,
+            "",
+        )
+
     # --- divergence -----------------------------------------------------------
     def _miss(self, step: int, call: Call, stream: str, text: str, digest: str) -> None:
         actual = _describe_call(call.boundary, call.name, stream, text)
