@@ -143,3 +143,12 @@ print("README OK")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "README OK" in out.stdout
     assert out.stderr.count("emitted after the telemetry pipeline was shut down") == 1, out.stderr
+
+
+def test_readme_gives_the_rerun_divergence_exit_code_the_command_uses():
+    from otel_replay.rerun.command import DIVERGED
+
+    text = README.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `otel-replay rerun "))
+    assert f"{DIVERGED} a rerun did not match" in row
+    assert "2 a rerun did not match" not in text
