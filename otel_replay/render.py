@@ -225,6 +225,8 @@ def _event_summary(event: Mapping[str, Any]) -> tuple[Text, Text, Text, Text, Te
         detail = f"{event['action_type']} {arguments} cost={_text(event.get('action_cost'))}"
     correct = event.get("outcome_correct")
     outcome = "" if correct is None else ("correct" if correct else "incorrect")
+    if correct is None and str(event.get("outcome_note") or "").startswith("conflicting outcomes"):
+        outcome = "conflicting"  # two verified outcomes: neither is shown (the note names them, --json)
     conf = f" ({event['confidence']:.2f})" if isinstance(event.get("confidence"), (int, float)) else ""
     what = _cell(f"{_text(event.get('decision_type'))}{conf}")
     return Text("decision"), what, _cell(event.get("agent_id")), _cell(detail, 100), Text(outcome)

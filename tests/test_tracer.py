@@ -6,10 +6,12 @@ import sys
 import textwrap
 
 import pytest
+from click.testing import CliRunner
 
 import otel_replay
 from otel_replay import CaptureError, DecisionTracer, OutcomeAlreadyRecorded, RecordNotFound
 from otel_replay.capture.recorder import Recorder, set_recorder
+from otel_replay.cli import main
 
 
 def test_outcome_is_recorded_once(telemetry, dataset):
@@ -183,3 +185,7 @@ def test_a_decision_with_two_stored_outcomes_reads_as_conflicting_and_its_chain_
     assert by_id[clean]["outcome_correct"] is True
     assert by_id[torn]["outcome_correct"] is None and "conflicting outcomes" in by_id[torn]["outcome_note"]
     assert any("2 verified outcomes" in r.getMessage() for r in caplog.records)
+    # the chain table says so rather than leaving the outcome cell empty
+    result = CliRunner().invoke(main, ["chain", "trade", "loan-9", "-d", str(dataset)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "conflicting" in result.output and "correct" in result.output
