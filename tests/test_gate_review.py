@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -293,3 +294,16 @@ def test_a_file_uri_dataset_keeps_its_claims_in_the_dataset(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     claims = CompensationClaims(f"file://{tmp_path}/traces")
     assert claims.directory == tmp_path / "traces" / "_compensations"
+
+
+def test_a_commit_whose_record_cannot_be_emitted_still_returns_the_receipt(dataset, caplog):
+    ledger = ReferenceLedger(10_000)
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    try:
+        receipt = ActionGate(ledger, dataset=dataset).commit(payment(), record_id=uuid.uuid4())  # type: ignore[arg-type]
+        errors = otel_replay.get_recorder().stats.capture_errors
+    finally:
+        telemetry.shutdown()
+    assert receipt.receipt_id == "rcpt-0001" and ledger.balance == 5_800  # returned: the caller does not pay again
+    assert errors == 1
+    assert "gate record of a commit (committed" in caplog.text and "rcpt-0001" in caplog.text
