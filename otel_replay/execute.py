@@ -4,7 +4,8 @@ A library user gets the same guarantees as the CLI: only a sealed, verified
 record is replayed (:meth:`Store.record`), only receipts from verified commit
 records are compensated (:meth:`Store.receipts_for`), each at most once
 (:class:`~otel_replay.gate.ActionGate`'s claims plus the dataset's own gate
-records), several in reverse commit order.
+records), several in reverse commit order; calling again finishes a decision
+compensated in part.
 """
 
 from __future__ import annotations

@@ -90,7 +90,11 @@ class Rail(Protocol):
     """Any commit/compensate backend: a payment rail, a record store, a ledger."""
 
     def commit(self, action: Action) -> Any:
-        """Execute ``action``; return a receipt."""
+        """Execute ``action``; return a receipt (a :class:`Receipt`, a dict, any JSON-like value).
+
+        The gate stores it (:func:`otel_replay.receipts.stored_receipt`) and a
+        later ``replay --execute`` hands the stored form back to ``compensate``.
+        """
 
     def compensate(self, receipt: Any, *, idempotency_key: str) -> None:
         """Reverse the action ``receipt`` proves.
@@ -184,11 +188,11 @@ class ActionGate:
 
     Args:
         rail: the backend that commits and compensates.
-        dataset: where compensation claims are kept (``<dataset>/_compensations``),
-            shared with every other gate and ``otel-replay replay --execute`` on
-            that dataset. Default: the dataset :func:`otel_replay.configure`
-            writes to; without one, claims hold within this process only (a
-            warning says so).
+        dataset: where compensation claims are kept (``<dataset>/_compensations``,
+            objects on an ``s3://`` dataset), shared with every other gate and
+            ``otel-replay replay --execute`` on that dataset, on any host.
+            Default: the dataset :func:`otel_replay.configure` writes to;
+            without one, claims hold within this process only (a warning says so).
 
     """
 
