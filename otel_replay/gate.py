@@ -49,6 +49,7 @@ from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.tracer import link_to
 from otel_replay.claims import ClaimState, CompensationClaims, idempotency_key
+from otel_replay.location import resolve
 from otel_replay.receipts import receipt_id_of, stored_receipt
 from otel_replay.records import Action, GateRecord, SpanRef, new_id
 from otel_replay.replay import FixAction, Verdict
@@ -199,6 +200,8 @@ class ActionGate:
     def __init__(self, rail: Rail, *, dataset: str | os.PathLike[str] | None = None) -> None:
         """Gate actions through ``rail``; see the class docstring."""
         self.rail = rail
+        if dataset is not None and not resolve(dataset).remote:
+            dataset = os.path.abspath(resolve(dataset).root)  # now: a later chdir must not move the claims
         self._dataset = dataset
         self._claims: CompensationClaims | None = None
         self._keyed = _takes_idempotency_key(rail)

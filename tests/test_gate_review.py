@@ -307,3 +307,16 @@ def test_a_commit_whose_record_cannot_be_emitted_still_returns_the_receipt(datas
     assert receipt.receipt_id == "rcpt-0001" and ledger.balance == 5_800  # returned: the caller does not pay again
     assert errors == 1
     assert "gate record of a commit (committed" in caplog.text and "rcpt-0001" in caplog.text
+
+
+def test_a_gate_on_a_relative_dataset_keeps_its_claims_there_after_chdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ledger = ReferenceLedger(10_000)
+    gate = ActionGate(ledger, dataset="traces")
+    receipt = gate.commit(payment())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the agent changes directory before the verdict comes in
+    gate.enforce_post_commit(otel_replay.Verdict(FixAction.BLOCK, False, "no", "decision-7"), receipt=receipt)
+    key = idempotency_key("decision-7", receipt.receipt_id)
+    assert CompensationClaims(tmp_path / "traces").state(key)["state"] == "done"
+    assert list((tmp_path / "elsewhere").iterdir()) == []
