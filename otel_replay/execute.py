@@ -28,6 +28,7 @@ def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any]
     return replay(store.record(record_id), live_state=live_state, policy=policy)
 
 
+_AGAIN = "; not compensating it again"
 _RECEIPT_FIELDS = frozenset({"receipt_id", "action_type", "amount", "details"})
 
 
@@ -99,7 +100,7 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
                 summary.append(f"receipt {rid}: {outcome.executed}")
                 continue
             except AlreadyCompensated as exc:  # its claim says done, or another claimant holds it right now
-                why = str(exc)
+                why = str(exc).removesuffix(_AGAIN)
             except Exception as exc:  # pending, or the rail raised: the other receipts are still tried
                 errors.append((rid, exc))
                 summary.append(f"receipt {rid}: {type(exc).__name__}: {exc}")
@@ -115,7 +116,6 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
         )
         raise first
     if len(done_before) == len(receipts):
-        raise AlreadyCompensated(
-            f"decision {verdict.record_id} was already compensated: {'; '.join(done_before)}; not compensating it again"
-        )
+        whys = "; ".join(done_before)
+        raise AlreadyCompensated(f"decision {verdict.record_id} was already compensated: {whys}{_AGAIN}")
     return outcomes
