@@ -263,9 +263,16 @@ def _load_rail(ref: str) -> Any:
 
     factory = load_callable(ref, "rail")
     try:
-        return factory()
+        rail = factory()
     except Exception as exc:
         raise click.ClickException(f"rail factory {ref} raised {type(exc).__name__}: {exc}") from exc
+    missing = [name for name in ("commit", "compensate") if not callable(getattr(rail, name, None))]
+    if missing:
+        raise click.ClickException(
+            f"--rail {ref}: the factory returned {type(rail).__name__}, not a rail "
+            f"(no {' or '.join(missing)} method)"
+        )
+    return rail
 
 
 @main.command()

@@ -12,6 +12,10 @@ BLOCK           blocked                 reversed (rail.compensate)
 (done before)   -                       AlreadyCompensated raised, rail untouched
 ==============  ======================  ==================================
 
+(:func:`otel_replay.execute_verdict`, which compensates every stored receipt
+of a decision, reports a receipt done before as an ``already_compensated``
+outcome and raises :class:`AlreadyCompensated` only when all of them were.)
+
 Every call emits a sealed ``replay.gate`` span linked to the decision span,
 so the dataset holds the whole story: decision, verdict, and what the gate did.
 
@@ -45,12 +49,17 @@ from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.tracer import link_to
 from otel_replay.claims import ClaimState, CompensationClaims, idempotency_key
+from otel_replay.location import resolve
+from otel_replay.receipts import receipt_id_of, stored_receipt
 from otel_replay.records import Action, GateRecord, SpanRef, new_id
 from otel_replay.replay import FixAction, Verdict
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["ActionGate", "GateOutcome", "Rail", "Receipt", "ReferenceLedger"]
+__all__ = ["ALREADY_COMPENSATED", "ActionGate", "GateOutcome", "Rail", "Receipt", "ReferenceLedger"]
+
+ALREADY_COMPENSATED = "already_compensated"
+"""``GateOutcome.executed`` of a receipt :func:`otel_replay.execute_verdict` skipped: compensated before."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,11 @@ class Rail(Protocol):
     """Any commit/compensate backend: a payment rail, a record store, a ledger."""
 
     def commit(self, action: Action) -> Any:
-        """Execute ``action``; return a receipt."""
+        """Execute ``action``; return a receipt (a :class:`Receipt`, a dict, any JSON-like value).
+
+        The gate stores it (:func:`otel_replay.receipts.stored_receipt`) and a
+        later ``replay --execute`` hands the stored form back to ``compensate``.
+        """
 
     def compensate(self, receipt: Any, *, idempotency_key: str) -> None:
         """Reverse the action ``receipt`` proves.
@@ -167,7 +180,8 @@ def _takes_idempotency_key(rail: Any) -> bool:
 
 
 def _receipt_id(receipt: Any) -> str:
-    return str(getattr(receipt, "receipt_id", receipt))
+    """The id claims and idempotency keys use: derived from the stored form, so ``replay --execute`` agrees."""
+    return receipt_id_of(stored_receipt(receipt))
 
 
 class ActionGate:
@@ -175,17 +189,19 @@ class ActionGate:
 
     Args:
         rail: the backend that commits and compensates.
-        dataset: where compensation claims are kept (``<dataset>/_compensations``),
-            shared with every other gate and ``otel-replay replay --execute`` on
-            that dataset. Default: the dataset :func:`otel_replay.configure`
-            writes to; without one, claims hold within this process only (a
-            warning says so).
+        dataset: where compensation claims are kept (``<dataset>/_compensations``,
+            objects on an ``s3://`` dataset), shared with every other gate and
+            ``otel-replay replay --execute`` on that dataset, on any host.
+            Default: the dataset :func:`otel_replay.configure` writes to;
+            without one, claims hold within this process only (a warning says so).
 
     """
 
     def __init__(self, rail: Rail, *, dataset: str | os.PathLike[str] | None = None) -> None:
         """Gate actions through ``rail``; see the class docstring."""
         self.rail = rail
+        if dataset is not None and not resolve(dataset).remote:
+            dataset = os.path.abspath(resolve(dataset).root)  # now: a later chdir must not move the claims
         self._dataset = dataset
         self._claims: CompensationClaims | None = None
         self._keyed = _takes_idempotency_key(rail)
@@ -207,15 +223,49 @@ class ActionGate:
     def commit(self, action: Action, *, record_id: str | None = None) -> Any:
         """Run ``action`` through the rail; returns the rail's receipt.
 
-        A rail that raises is recorded as a ``commit_failed`` gate span, then re-raised.
+        Once the rail has returned, this returns its receipt whatever happens
+        to the record: the ``committed`` gate span (the stored receipt a later
+        ``replay --execute`` compensates) is emitted and flushed to the
+        dataset first, and a failure to record it is logged and counted in
+        ``get_recorder().stats.capture_errors`` rather than raised, since a
+        caller that saw an error would commit again. A rail that raises is
+        recorded as a ``commit_failed`` gate span, then re-raised.
         """
         try:
             receipt = self.rail.commit(action)
         except Exception as exc:
-            self._emit("commit", None, "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None)
+            self._record("commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None)
             raise
-        self._emit("commit", None, "committed", f"{action.type} committed", record_id=record_id, receipt=receipt)
+        if self._record("commit", "committed", f"{action.type} committed", record_id=record_id, receipt=receipt):
+            recorder = get_recorder()
+            if not recorder.closed and not recorder.flush():
+                recorder.note_capture_error()
+                _log.error(
+                    "otel-replay: %s committed (receipt %s, decision %s) but its gate record could not be flushed "
+                    "to the dataset yet; until it is, the receipt returned to the caller is its only copy",
+                    action.type,
+                    _receipt_id(receipt),
+                    record_id,
+                )
         return receipt
+
+    def _record(self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any) -> bool:
+        """Emit a commit's gate record; ``False`` (logged and counted, not raised) when that failed."""
+        try:
+            self._emit(stage, None, executed, detail, record_id=record_id, receipt=receipt)
+        except Exception as exc:
+            get_recorder().note_capture_error()
+            _log.error(
+                "otel-replay: the gate record of a commit (%s, decision %s, receipt %s) could not be recorded: "
+                "%s: %s; the rail's answer stands and is returned to the caller",
+                executed,
+                record_id,
+                _receipt_id(receipt) if receipt is not None else None,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        return True
 
     def enforce_pre_commit(self, verdict: Verdict, action: Action) -> GateOutcome:
         """Before the action runs: ALLOW allows, HUMAN_REVIEW holds, ROLLBACK/BLOCK block."""
@@ -287,7 +337,6 @@ class ActionGate:
     def _emit(
         self, stage: str, verdict: Verdict | None, executed: str, detail: str, *, record_id: str | None, receipt: Any
     ) -> None:
-        receipt_json = receipt.to_json() if hasattr(receipt, "to_json") else None
         record = GateRecord(
             record_id=new_id(),
             decision_id=record_id,
@@ -297,7 +346,7 @@ class ActionGate:
             detail=detail,
             justified=verdict.justified if verdict else None,
             reason=verdict.reason if verdict else None,
-            receipt=receipt_json,
+            receipt=stored_receipt(receipt),
             correlation_id=(verdict.correlation_id if verdict else None) or current_ids().correlation_id,
         )
         link = link_to(SpanRef(verdict.trace_id, verdict.span_id)) if verdict else None

@@ -44,6 +44,7 @@ from otel_replay.errors import (
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS_DIR
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
 from otel_replay.location import Location, register_with, resolve
+from otel_replay.receipts import receipt_id_of
 from otel_replay.records import DecisionRecord, SpanRef
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
@@ -854,18 +855,23 @@ class Store:
         trusted = [r for r in trusted if r.attributes.get(sc.KIND) == sc.KIND_GATE]
         return sorted(trusted, key=lambda r: (r.start_ns, r.record_id))
 
-    def receipts_for(self, decision_id: str) -> list[dict[str, Any]]:
-        """The receipts of every verified commit of ``decision_id``'s action, in commit order."""
+    def receipts_for(self, decision_id: str) -> list[Any]:
+        """The receipts of every verified commit of ``decision_id``'s action, in commit order.
+
+        Each as stored (:func:`otel_replay.receipts.stored_receipt`): a dict for a
+        :class:`~otel_replay.gate.Receipt`, whatever JSON a rail's own receipt was.
+        A commit row stored twice gives its receipt twice.
+        """
         receipts = []
         for rec in self._gate_records(decision_id):
             attrs = rec.attributes
             if attrs.get(sc.GATE_STAGE) == "commit" and attrs.get(sc.GATE_RECEIPT) is not None:
                 receipt = loads(attrs[sc.GATE_RECEIPT], where=f"receipt of gate record {rec.record_id}")
-                if isinstance(receipt, dict):
+                if receipt is not None:
                     receipts.append(receipt)
         return receipts
 
-    def receipt_for(self, decision_id: str) -> dict[str, Any] | None:
+    def receipt_for(self, decision_id: str) -> Any:
         """The receipt of the latest verified commit of ``decision_id``'s action, or ``None``."""
         receipts = self.receipts_for(decision_id)
         return receipts[-1] if receipts else None
@@ -879,7 +885,7 @@ class Store:
                 continue
             if receipt_id is not None:
                 stored = loads(attrs.get(sc.GATE_RECEIPT), where=f"receipt of gate record {rec.record_id}")
-                if not isinstance(stored, dict) or stored.get("receipt_id") != receipt_id:
+                if stored is None or receipt_id_of(stored) != receipt_id:
                     continue
             return {
                 "executed": attrs[sc.GATE_EXECUTED],

@@ -62,8 +62,13 @@ class Rows(list):
 
 
 def _rows(dataset: Path) -> tuple[Path, Rows]:
-    (path,) = list((dataset / "spans").rglob("*.parquet"))
-    table = pq.read_table(path)
+    # The gate flushes its commit record at once, so a dataset may hold several files: merged into one here.
+    path, *others = sorted((dataset / "spans").rglob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(p) for p in (path, *others)])
+    if others:
+        pq.write_table(table, path)
+        for other in others:
+            other.unlink()
     rows = Rows(table.cast(pa.schema([f.with_type(_ints(f.type)) for f in table.schema])).to_pylist())
     rows.schema = table.schema
     return path, rows

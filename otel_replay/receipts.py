@@ -1,0 +1,121 @@
+"""The stored form of a rail's receipt, and the id that names it: both total functions.
+
+A rail's ``commit`` has already moved the money when the gate records its
+receipt, so recording must not fail on what the rail returned:
+:func:`stored_receipt` turns any receipt into JSON that canonical JSON accepts
+(a ``Decimal`` or ``datetime`` becomes its text, an object JSON cannot hold
+becomes ``{"receipt_id", "repr"}``), and :func:`receipt_id_of` names it the
+same way in the process that committed and in any later ``replay --execute``
+that reads it back, so both derive the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from otel_replay._json import canonical_json
+from otel_replay.errors import CaptureError
+
+__all__ = ["receipt_id_of", "stored_receipt"]
+
+_DEPTH = 32  # deeper receipts are cut (a receipt is a handful of fields; this only stops runaway nesting)
+_HUGE_INT_BITS = 13_000  # past ~4,000 digits str(int) raises (sys.int_info.str_digits_check_threshold)
+
+
+def _text(value: str) -> str:
+    """``value`` as text UTF-8 can hold (a lone surrogate would fail the seal's encoding)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode()
+    return value
+
+
+def _plain(value: Any, depth: int) -> Any:
+    """``value`` with everything JSON cannot hold replaced by its text."""
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        return _text(str.__str__(value))
+    if isinstance(value, bool):  # a bool subclass
+        return bool(value)
+    if isinstance(value, int):
+        return int(value) if value.bit_length() < _HUGE_INT_BITS else hex(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else str(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if depth >= _DEPTH:
+        return f"<cut: nested deeper than {_DEPTH} levels>"
+    if isinstance(value, Mapping):
+        return {(_text(k) if isinstance(k, str) else _safe_str(k)): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item, depth + 1) for item in value]
+    return _safe_str(value)
+
+
+def _safe_str(value: Any) -> str:
+    try:
+        return _text(str(value))
+    except Exception:  # a broken __str__: the type still says what it was
+        return f"<{type(value).__name__}>"
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return _text(repr(value))[:2000]
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def stored_receipt(receipt: Any) -> Any:
+    """The JSON value the gate stores for ``receipt``; never raises.
+
+    ``receipt.to_json()`` when the receipt has one (a :class:`~otel_replay.gate.Receipt`),
+    else the receipt itself when it is JSON-like (a mapping, list, string or
+    number), else a dataclass's fields; values JSON cannot hold are stored as
+    their text (dates as ISO 8601). Anything else is stored as
+    ``{"receipt_id": ..., "repr": repr(receipt)}``.
+    """
+    if receipt is None:
+        return None
+    value: Any = receipt
+    to_json = getattr(receipt, "to_json", None)
+    if callable(to_json):
+        try:
+            value = to_json()
+        except Exception:
+            value = receipt
+    elif dataclasses.is_dataclass(receipt) and not isinstance(receipt, type):
+        try:
+            value = dataclasses.asdict(receipt)
+        except Exception:
+            value = receipt
+    if isinstance(value, (Mapping, list, tuple, str, int, float)):
+        try:
+            plain = _plain(value, 0)
+            canonical_json(plain, where="gate receipt")
+            return plain
+        except (CaptureError, RecursionError, ValueError):
+            pass
+    rid = getattr(receipt, "receipt_id", None)
+    return {"receipt_id": _safe_str(rid) if rid is not None else None, "repr": _safe_repr(receipt)}
+
+
+def receipt_id_of(stored: Any) -> str:
+    """The id of a stored receipt (:func:`stored_receipt`): its ``receipt_id``, itself if a string or int, or a digest.
+
+    The digest (``sha256:`` and 32 hex) names a receipt that carries no id, the
+    same way before and after it was stored.
+    """
+    rid = stored.get("receipt_id") if isinstance(stored, Mapping) else stored
+    if isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)):
+        return str(rid)
+    text = canonical_json(stored, where="gate receipt")
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"sha256:{digest[:32]}"

@@ -1,0 +1,322 @@
+"""The gate never loses or doubles money: receipts of any shape are kept, commits are durable, retries finish."""
+
+from __future__ import annotations
+
+import glob
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import otel_replay
+from otel_replay import (
+    Action,
+    ActionGate,
+    AlreadyCompensated,
+    FixAction,
+    Receipt,
+    ReferenceLedger,
+    audit,
+    execute_verdict,
+    replay_stored,
+)
+from otel_replay.claims import CompensationClaims, idempotency_key
+from otel_replay.cli import main
+from otel_replay.errors import GateError
+
+from ._support import budget_policy, payment, snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+STALE = {"budget_remaining": 100, "allow_list": ["acme-supplies"]}  # the $4,200 payment is a ROLLBACK now
+
+
+class Bank:
+    """A payment API: its receipts carry a Decimal amount and a datetime, as real ones do."""
+
+    def __init__(self) -> None:
+        self.charges: list[float] = []
+        self.refunds: list[object] = []
+
+    def commit(self, action: Action) -> Receipt:
+        self.charges.append(action.cost)
+        return Receipt(f"ch_{len(self.charges)}", action.type, Decimal("4200.00"), {"at": datetime.now(UTC)})
+
+    def compensate(self, receipt: object, *, idempotency_key: str) -> None:
+        self.refunds.append(receipt)
+
+
+class DictRail(Bank):
+    """A rail whose receipts are plain dicts (no ``to_json``)."""
+
+    def commit(self, action: Action) -> dict:  # type: ignore[override]
+        self.charges.append(action.cost)
+        return {"receipt_id": f"ch_{len(self.charges)}", "amount": action.cost, "currency": "USD"}
+
+
+def _commit(dataset: Path, rail: object, *parts: float) -> str:
+    """One sealed decision with a commit per part through ``rail``; returns the decision id."""
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(rail, dataset=dataset)  # type: ignore[arg-type]
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.act(payment())
+        for part in parts or (4200,):
+            gate.commit(payment(cost=part), record_id=d.record_id)
+    telemetry.shutdown()
+    return d.record_id
+
+
+def _execute(dataset: Path, record_id: str, rail: object, *, resume: bool = False) -> list:
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    try:
+        with otel_replay.open(dataset) as store:
+            verdict = replay_stored(store, record_id, live_state=STALE, policy=budget_policy)
+            assert verdict.fix is FixAction.ROLLBACK
+            return execute_verdict(store, verdict, rail, resume=resume)  # type: ignore[arg-type]
+    finally:
+        telemetry.shutdown()
+
+
+def test_a_receipt_json_cannot_encode_is_returned_recorded_and_compensated(dataset):
+    bank = Bank()
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    receipt = ActionGate(bank, dataset=dataset).commit(payment(), record_id="d-1")
+    telemetry.shutdown()
+    assert receipt.receipt_id == "ch_1" and bank.charges == [4200]  # returned, so nobody commits again
+    assert otel_replay.get_recorder().stats.capture_errors == 0
+    with otel_replay.open(dataset) as store:
+        (stored,) = store.receipts_for("d-1")
+    assert stored["amount"] == "4200.00" and stored["details"]["at"] == receipt.details["at"].isoformat()
+
+
+def test_a_decimal_receipt_is_compensated_from_the_dataset(dataset):
+    bank = Bank()
+    record_id = _commit(dataset, bank)
+    (outcome,) = _execute(dataset, record_id, bank)
+    assert outcome.executed == "rolled_back"
+    (refunded,) = bank.refunds
+    assert isinstance(refunded, Receipt) and refunded.receipt_id == "ch_1" and refunded.amount == "4200.00"
+
+
+def test_a_dict_receipt_is_stored_and_handed_back_as_the_rail_returned_it(dataset):
+    rail = DictRail()
+    record_id = _commit(dataset, rail)
+    (outcome,) = _execute(dataset, record_id, rail)
+    assert outcome.executed == "rolled_back"
+    assert rail.refunds == [{"receipt_id": "ch_1", "amount": 4200, "currency": "USD"}]
+    with pytest.raises(AlreadyCompensated):
+        _execute(dataset, record_id, rail)
+    assert len(rail.refunds) == 1
+
+
+def test_the_in_process_gate_and_the_dataset_agree_on_a_dict_receipt_id(dataset):
+    """The id (so the claim and idempotency key) of a dict receipt is the same before and after storage."""
+    rail = DictRail()
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(rail, dataset=dataset)
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.act(payment())
+        receipt = gate.commit(payment(), record_id=d.record_id)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        verdict = replay_stored(store, d.record_id, live_state=STALE, policy=budget_policy)
+    assert gate.enforce_post_commit(verdict, receipt=receipt).executed == "rolled_back"
+    telemetry.shutdown()
+    with pytest.raises(AlreadyCompensated):
+        _execute(dataset, d.record_id, rail)
+    assert len(rail.refunds) == 1
+
+
+class Opaque:
+    """A receipt JSON cannot hold whose to_json and str break."""
+
+    receipt_id = "op-1"
+
+    def to_json(self) -> dict:
+        raise RuntimeError("broken to_json")
+
+    def __str__(self) -> str:
+        raise RuntimeError("broken str")
+
+
+def test_an_opaque_receipt_is_recorded_by_id_and_repr(dataset):
+    class OpaqueRail(Bank):
+        def commit(self, action):  # type: ignore[override]
+            return Opaque()
+
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    receipt = ActionGate(OpaqueRail(), dataset=dataset).commit(payment(), record_id="d-2")
+    telemetry.shutdown()
+    assert isinstance(receipt, Opaque)
+    with otel_replay.open(dataset) as store:
+        (stored,) = store.receipts_for("d-2")
+    assert stored["receipt_id"] == "op-1" and "Opaque" in stored["repr"]
+
+
+_CRASH_AFTER_COMMIT = """
+import os, sys
+import otel_replay
+from otel_replay import ActionGate, ReferenceLedger, audit
+from tests._support import payment, snapshot
+otel_replay.configure(sys.argv[1], set_global=False)
+gate = ActionGate(ReferenceLedger(10_000), dataset=sys.argv[1])
+with audit("vendor_payment", snapshot=snapshot()) as d:
+    d.act(payment())
+    receipt = gate.commit(payment(), record_id=d.record_id)
+    print(d.record_id, receipt.receipt_id, flush=True)
+    os._exit(9)  # killed right after the commit went through
+"""
+
+
+def test_the_commit_record_is_durable_when_commit_returns(dataset):
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASH_AFTER_COMMIT, str(dataset)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 9, done.stderr
+    record_id, receipt_id = done.stdout.split()
+    with otel_replay.open(dataset) as store:
+        assert [r["receipt_id"] for r in store.receipts_for(record_id)] == [receipt_id]
+
+
+class FlakyLedger(ReferenceLedger):
+    """Fails the first compensation of the receipts in ``fail``."""
+
+    def __init__(self, balance: float, fail: set[str]) -> None:
+        super().__init__(balance)
+        self.fail = fail
+
+    def compensate(self, receipt, *, idempotency_key=None):
+        if receipt.receipt_id in self.fail:
+            self.fail.discard(receipt.receipt_id)
+            raise ConnectionError("rail timeout")
+        super().compensate(receipt, idempotency_key=idempotency_key)
+
+
+def test_a_partly_compensated_decision_is_finished_by_resume(dataset):
+    ledger = FlakyLedger(10_000, {"rcpt-0001"})
+    record_id = _commit(dataset, ledger, 2100, 2100)
+    assert ledger.balance == 5_800
+    with pytest.raises(ConnectionError, match="rail timeout") as failed:
+        _execute(dataset, record_id, ledger)
+    assert ledger.balance == 7_900  # the newest receipt was refunded before the older one failed
+    assert any("rcpt-0002: rolled_back" in note for note in failed.value.__notes__)
+    outcomes = _execute(dataset, record_id, ledger, resume=True)
+    assert [o.executed for o in outcomes] == ["already_compensated", "rolled_back"]
+    assert ledger.balance == 10_000
+    with pytest.raises(AlreadyCompensated, match="rcpt-0002.*rcpt-0001"):
+        _execute(dataset, record_id, ledger, resume=True)
+    assert ledger.balance == 10_000
+
+
+def test_a_failure_on_the_newest_receipt_does_not_stop_the_older_ones(dataset):
+    ledger = FlakyLedger(10_000, {"rcpt-0002"})
+    record_id = _commit(dataset, ledger, 1000, 2000)
+    with pytest.raises(ConnectionError, match="rail timeout"):
+        _execute(dataset, record_id, ledger)
+    assert ledger.balance == 8_000  # rcpt-0001 (1,000) refunded all the same
+    outcomes = _execute(dataset, record_id, ledger, resume=True)
+    assert [o.executed for o in outcomes] == ["rolled_back", "already_compensated"]
+    assert ledger.balance == 10_000
+
+
+def test_a_commit_row_stored_twice_is_refunded_once_with_an_outcome(dataset):
+    ledger = ReferenceLedger(10_000)
+    record_id = _commit(dataset, ledger)
+    for path in glob.glob(str(dataset / "spans" / "*" / "*.parquet")):
+        shutil.copy(path, path.replace("part-", "part-9"))  # the exporter's files delivered twice
+    with otel_replay.open(dataset) as store:
+        assert len(store.receipts_for(record_id)) == 2
+    (outcome,) = _execute(dataset, record_id, ledger)
+    assert outcome.executed == "rolled_back" and ledger.balance == 10_000
+
+
+_RAILS = """
+def none():
+    return None
+
+def text():
+    return "ledger"
+"""
+
+
+@pytest.mark.parametrize(("factory", "kind"), [("none", "NoneType"), ("text", "str")])
+def test_a_rail_factory_that_returns_no_rail_is_a_one_line_error(dataset, tmp_path, monkeypatch, factory, kind):
+    record_id = _commit(dataset, ReferenceLedger(10_000))
+    (tmp_path / "bad_rails.py").write_text(_RAILS)
+    (tmp_path / "live.json").write_text(json.dumps(STALE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["replay", record_id, "-d", str(dataset), "--live-state", str(tmp_path / "live.json")]
+    args += ["--policy", "otel_replay.demo:budget_policy", "--execute", "--rail", f"bad_rails:{factory}"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert f"--rail bad_rails:{factory}: the factory returned {kind}, not a rail" in last
+    assert "a bug in otel-replay" not in result.output
+
+
+def test_a_damaged_done_claim_is_never_retried_even_with_resume(tmp_path):
+    ledger = ReferenceLedger(10_000)
+    gate = ActionGate(ledger, dataset=tmp_path)
+    receipt = gate.commit(payment())
+    verdict = otel_replay.Verdict(FixAction.ROLLBACK, False, "stale", "decision-9")
+    gate.enforce_post_commit(verdict, receipt=receipt)
+    key = idempotency_key("decision-9", receipt.receipt_id)
+    claims = CompensationClaims(tmp_path)
+    assert claims.state(key)["state"] == "done"
+    Path(claims.directory, f"{key}.json").write_bytes(b'{"state": "do\xff')  # a damaged disk block
+    for resume in (False, True):
+        with pytest.raises(GateError, match=f"compensation claim .*{key}.json .* is unreadable") as refused:
+            gate.enforce_post_commit(verdict, receipt=receipt, resume=resume)
+        assert not isinstance(refused.value, AlreadyCompensated)
+    assert ledger.balance == 10_000 and [e[0] for e in ledger.entries] == ["commit", "compensate"]
+
+
+def test_claims_of_a_relative_dataset_stay_put_after_chdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    claims = CompensationClaims("traces")
+    assert claims.directory == tmp_path / "traces" / "_compensations"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    claim = claims.claim("k" * 32, decision_id="d", receipt_id="r")
+    claims.release(claim)
+    assert (tmp_path / "traces" / "_compensations" / f"{'k' * 32}.json").exists()
+    assert not (tmp_path / "elsewhere" / "traces").exists()
+
+
+def test_a_file_uri_dataset_keeps_its_claims_in_the_dataset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    claims = CompensationClaims(f"file://{tmp_path}/traces")
+    assert claims.directory == tmp_path / "traces" / "_compensations"
+
+
+def test_a_commit_whose_record_cannot_be_emitted_still_returns_the_receipt(dataset, caplog):
+    ledger = ReferenceLedger(10_000)
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    try:
+        receipt = ActionGate(ledger, dataset=dataset).commit(payment(), record_id=uuid.uuid4())  # type: ignore[arg-type]
+        errors = otel_replay.get_recorder().stats.capture_errors
+    finally:
+        telemetry.shutdown()
+    assert receipt.receipt_id == "rcpt-0001" and ledger.balance == 5_800  # returned: the caller does not pay again
+    assert errors == 1
+    assert "gate record of a commit (committed" in caplog.text and "rcpt-0001" in caplog.text
+
+
+def test_a_gate_on_a_relative_dataset_keeps_its_claims_there_after_chdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ledger = ReferenceLedger(10_000)
+    gate = ActionGate(ledger, dataset="traces")
+    receipt = gate.commit(payment())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the agent changes directory before the verdict comes in
+    gate.enforce_post_commit(otel_replay.Verdict(FixAction.BLOCK, False, "no", "decision-7"), receipt=receipt)
+    key = idempotency_key("decision-7", receipt.receipt_id)
+    assert CompensationClaims(tmp_path / "traces").state(key)["state"] == "done"
+    assert list((tmp_path / "elsewhere").iterdir()) == []
