@@ -7,6 +7,12 @@ only when :class:`~otel_replay.integrity.SealCheck` accepts it (sealed,
 re-hashing to its seal, signed with a known key). Rows that fail are left out
 and reported; trusted rows that disagree about one record are a
 :class:`~otel_replay.errors.ConflictingRecords` error naming both files.
+
+The seal covers a record's content, not the trace and span it is stored in,
+so one sealed record found at two different spans is a copy made by someone
+(an OTLP retry or a copied file keeps the ids): neither place is trusted,
+since the span decides where a verdict links and which children form the
+decision's causal tree.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay.errors import ConflictingRecords, RecordNotFound, UntrustedRecord
-from otel_replay.integrity import SealCheck, StoredRecord, VerifyProblem
+from otel_replay.integrity import SealCheck, StoredRecord, VerifyProblem, copied_elsewhere
 from otel_replay.records import SpanRef
 
 __all__ = ["TrustedRecord", "select_trusted", "split_trusted"]
@@ -38,7 +44,20 @@ class TrustedRecord:
 def split_trusted(
     rows: Sequence[StoredRecord], check: SealCheck
 ) -> tuple[list[StoredRecord], list[VerifyProblem]]:
-    """Partition rows into those the check accepts and the problems of the rest."""
+    """Partition rows into those the check accepts and the problems of the rest.
+
+    A record whose trusted rows sit at different spans (copied to another
+    trace) is refused whole: each of its rows is reported, none is trusted.
+    """
+    trusted, refused = _check_each(rows, check)
+    copied = _copied(trusted)
+    if copied:
+        trusted = [rec for rec in trusted if id(rec) not in copied]
+        refused += copied.values()
+    return trusted, refused
+
+
+def _check_each(rows: Sequence[StoredRecord], check: SealCheck) -> tuple[list[StoredRecord], list[VerifyProblem]]:
     trusted: list[StoredRecord] = []
     refused: list[VerifyProblem] = []
     for rec in rows:
@@ -50,6 +69,29 @@ def split_trusted(
     return trusted, refused
 
 
+def _copied(trusted: Sequence[StoredRecord]) -> dict[int, VerifyProblem]:
+    """The rows (by ``id()``) of records stored at more than one span, each with its problem."""
+    first: dict[tuple[str, str], StoredRecord] = {}
+    moved: dict[tuple[str, str], StoredRecord] = {}
+    for rec in sorted(trusted, key=_place):
+        record = (rec.record_id, str(rec.attributes[sc.RECORD_HASH]))
+        seen = first.setdefault(record, rec)
+        if (seen.trace_id, seen.span_id) != (rec.trace_id, rec.span_id):
+            moved.setdefault(record, rec)
+    if not moved:
+        return {}
+    found: dict[int, VerifyProblem] = {}
+    for rec in trusted:
+        record = (rec.record_id, str(rec.attributes[sc.RECORD_HASH]))
+        if record in moved:
+            found[id(rec)] = VerifyProblem(rec.record_id, copied_elsewhere(first[record], moved[record]), rec.file)
+    return found
+
+
+def _place(rec: StoredRecord) -> tuple[str, str, str]:
+    return rec.file, rec.trace_id, rec.span_id
+
+
 def select_trusted(
     record_id: str, rows: Sequence[StoredRecord], check: SealCheck, *, where: str, what: str = "record"
 ) -> TrustedRecord:
@@ -58,12 +100,13 @@ def select_trusted(
     Raises:
         RecordNotFound: no row claims the id.
         UntrustedRecord: rows claim it, but none passes the seal check.
-        ConflictingRecords: trusted rows claim it with different content.
+        ConflictingRecords: trusted rows claim it with different content, or
+            with the same content at different spans (copied to another trace).
 
     """
     if not rows:
         raise RecordNotFound(f"no {what} {record_id!r} in {where}")
-    trusted, refused = split_trusted(rows, check)
+    trusted, refused = _check_each(rows, check)
     if not trusted:
         first = refused[0]
         more = f" (and {len(refused) - 1} more row(s) like it)" if len(refused) > 1 else ""
@@ -80,6 +123,11 @@ def select_trusted(
         raise ConflictingRecords(
             f"record {record_id} is stored with different content in {a.file} and {b.file}; "
             "refusing to pick one (run otel-replay verify)"
+        )
+    copied = _copied(trusted)
+    if copied:
+        raise ConflictingRecords(
+            f"record {record_id}: {next(iter(copied.values())).problem}; refusing to pick one (run otel-replay verify)"
         )
     chosen = next(iter(by_hash.values()))
     return TrustedRecord(
