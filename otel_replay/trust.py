@@ -10,9 +10,9 @@ and reported; trusted rows that disagree about one record are a
 
 The seal covers a record's content, not the trace and span it is stored in,
 so one sealed record found at two different spans is a copy made by someone
-(an OTLP retry or a copied file keeps the ids): neither place is trusted,
-since the span decides where a verdict links and which children form the
-decision's causal tree.
+(an OTLP retry or a copied file keeps the ids): :func:`select_trusted`, whose
+span decides where a verdict links and which children form the decision's
+causal tree, trusts neither place.
 """
 
 from __future__ import annotations
@@ -46,18 +46,13 @@ def split_trusted(
 ) -> tuple[list[StoredRecord], list[VerifyProblem]]:
     """Partition rows into those the check accepts and the problems of the rest.
 
-    A record whose trusted rows sit at different spans (copied to another
-    trace) is refused whole: each of its rows is reported, none is trusted.
+    For readers of sealed *content* (receipts, compensations, outcomes): a
+    record copied to another span is still the same sealed content, so its
+    rows stay trusted here (``verify`` names the copy). Refusing them would let
+    anyone who can drop a file hide a commit receipt (no refund) or a
+    compensation (a second refund). A reader of a record's *place* uses
+    :func:`select_trusted`, which refuses such a copy.
     """
-    trusted, refused = _check_each(rows, check)
-    copied = _copied(trusted)
-    if copied:
-        trusted = [rec for rec in trusted if id(rec) not in copied]
-        refused += copied.values()
-    return trusted, refused
-
-
-def _check_each(rows: Sequence[StoredRecord], check: SealCheck) -> tuple[list[StoredRecord], list[VerifyProblem]]:
     trusted: list[StoredRecord] = []
     refused: list[VerifyProblem] = []
     for rec in rows:
@@ -69,27 +64,14 @@ def _check_each(rows: Sequence[StoredRecord], check: SealCheck) -> tuple[list[St
     return trusted, refused
 
 
-def _copied(trusted: Sequence[StoredRecord]) -> dict[int, VerifyProblem]:
-    """The rows (by ``id()``) of records stored at more than one span, each with its problem."""
+def _copied(trusted: Sequence[StoredRecord]) -> str | None:
+    """The problem of a record whose trusted rows sit at more than one span, or ``None``."""
     first: dict[tuple[str, str], StoredRecord] = {}
-    moved: dict[tuple[str, str], StoredRecord] = {}
-    for rec in sorted(trusted, key=_place):
-        record = (rec.record_id, str(rec.attributes[sc.RECORD_HASH]))
-        seen = first.setdefault(record, rec)
+    for rec in sorted(trusted, key=lambda r: (r.file, r.trace_id, r.span_id)):
+        seen = first.setdefault((rec.record_id, str(rec.attributes[sc.RECORD_HASH])), rec)
         if (seen.trace_id, seen.span_id) != (rec.trace_id, rec.span_id):
-            moved.setdefault(record, rec)
-    if not moved:
-        return {}
-    found: dict[int, VerifyProblem] = {}
-    for rec in trusted:
-        record = (rec.record_id, str(rec.attributes[sc.RECORD_HASH]))
-        if record in moved:
-            found[id(rec)] = VerifyProblem(rec.record_id, copied_elsewhere(first[record], moved[record]), rec.file)
-    return found
-
-
-def _place(rec: StoredRecord) -> tuple[str, str, str]:
-    return rec.file, rec.trace_id, rec.span_id
+            return copied_elsewhere(seen, rec)
+    return None
 
 
 def select_trusted(
@@ -106,7 +88,7 @@ def select_trusted(
     """
     if not rows:
         raise RecordNotFound(f"no {what} {record_id!r} in {where}")
-    trusted, refused = _check_each(rows, check)
+    trusted, refused = split_trusted(rows, check)
     if not trusted:
         first = refused[0]
         more = f" (and {len(refused) - 1} more row(s) like it)" if len(refused) > 1 else ""
@@ -125,10 +107,8 @@ def select_trusted(
             "refusing to pick one (run otel-replay verify)"
         )
     copied = _copied(trusted)
-    if copied:
-        raise ConflictingRecords(
-            f"record {record_id}: {next(iter(copied.values())).problem}; refusing to pick one (run otel-replay verify)"
-        )
+    if copied is not None:
+        raise ConflictingRecords(f"record {record_id}: {copied}; refusing to pick one (run otel-replay verify)")
     chosen = next(iter(by_hash.values()))
     return TrustedRecord(
         record_id=record_id,

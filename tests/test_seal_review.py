@@ -25,7 +25,7 @@ from otel_replay.integrity import Chain, SealCheck, SigningKey, StoredRecord, lo
 from otel_replay.trust import select_trusted, split_trusted
 
 from ._support import payment, snapshot
-from .test_trust import _add_file, _decision_row, _replay_cli, _rows
+from .test_trust import Rows, _add_file, _decision_row, _ints, _replay_cli, _rows
 
 KEY = SigningKey(b"k" * 32)
 LIVE = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}
@@ -43,6 +43,20 @@ def decided(tmp_path, dataset):
     live = tmp_path / "live.json"
     live.write_text(json.dumps(LIVE))
     return d.record, live
+
+
+def _rows_all(dataset: Path) -> tuple[list[Path], Rows]:
+    """Every data file's rows (with times as int ns) and the first file's schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = sorted((dataset / "spans").rglob("*.parquet"))
+    rows = Rows()
+    for path in paths:
+        table = pq.read_table(path)
+        rows.extend(table.cast(pa.schema([f.with_type(_ints(f.type)) for f in table.schema])).to_pylist())
+        rows.schema = table.schema
+    return paths, rows
 
 
 def _sealed(record_id: str = "r1", **extra: object) -> tuple[str, int, dict]:
@@ -89,7 +103,7 @@ def test_the_same_record_stored_twice_at_the_same_span_still_verifies_once(decid
         assert store.record(record.record_id) == record
 
 
-def test_split_trusted_refuses_every_place_of_a_copied_record_and_keeps_the_others():
+def test_a_copied_record_conflicts_where_its_place_is_read_and_stays_content_elsewhere():
     name, start, attrs = _sealed("gate-1")
     _, _, other = _sealed("gate-2")
     rows = [
@@ -99,15 +113,37 @@ def test_split_trusted_refuses_every_place_of_a_copied_record_and_keeps_the_othe
         _stored(other, span="o" * 16),
     ]
     check = SealCheck(KEY)
-    trusted, refused = split_trusted(rows, check)
-    assert [r.record_id for r in trusted] == ["gate-2"]
-    assert {p.file for p in refused} == {"a.parquet", "b.parquet", "c.parquet"}
-    assert all("copied to another trace" in p.problem and "f" * 16 in p.problem for p in refused)
     with pytest.raises(ConflictingRecords, match="copied to another trace"):
         select_trusted("gate-1", rows[:3], check, where="here")
     assert select_trusted("gate-1", rows[:2], check, where="here").span.span_id == "s" * 16
+    # Readers of content only (receipts, compensations, outcomes) keep it: the sealed content is the same.
+    trusted, refused = split_trusted(rows, check)
+    assert len(trusted) == 4 and refused == []
     report = verify_records(rows, KEY)
     assert [p.file for p in report.problems] == ["c.parquet"] and report.records == 2
+    assert "copied to another trace" in report.problems[0].problem and "f" * 16 in report.problems[0].problem
+
+
+def test_a_commit_and_its_compensation_copied_into_another_trace_still_count(tmp_path, dataset):
+    """Hiding them would mean no refund (receipt gone) or a second one (compensation gone)."""
+    with otel_replay.configure(dataset, set_global=False):
+        ledger = ReferenceLedger(10_000)
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment())
+            gate = otel_replay.ActionGate(ledger, dataset=dataset)
+            receipt = gate.commit(payment(), record_id=d.record_id)
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps(LIVE))
+    result = _replay_cli(d.record_id, dataset, live, "--execute", "--rail", "otel_replay.demo:demo_ledger")
+    assert result.exit_code == 0 and "rolled_back" in result.output, result.output
+    _, table = _rows_all(dataset)
+    copies = [dict(r, trace_id="a" * 32, span_id=f"{i:016x}") for i, r in enumerate(table) if r["name"] == sc.SPAN_GATE]
+    assert {json.loads(r["attributes"])[sc.GATE_STAGE] for r in copies} >= {"commit", "post_commit"}
+    _add_file(dataset, copies, table.schema, name="part-0-copy.parquet")
+    with otel_replay.open(dataset) as store:
+        assert {r["receipt_id"] for r in store.receipts_for(d.record_id)} == {receipt.receipt_id}
+        assert store.compensation_for(d.record_id)["executed"] == "rolled_back"
+        assert any("copied to another trace" in p.problem for p in store.verify(load_signing_key()).problems)
 
 
 # --- finding 10: a row the hash cannot encode -------------------------------------------------------
