@@ -103,6 +103,7 @@ def _resource(service_name: str | None) -> Resource:
 
 SPAN_ATTRIBUTE_COUNT = 1024
 """``configure()``'s provider keeps at least this many attributes per span (the SDK's default is 128)."""
+_LENGTH_VARIABLES = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
 
 
 def _span_limits() -> SpanLimits:
@@ -126,9 +127,6 @@ def _span_limits() -> SpanLimits:
         max_attribute_length=SpanLimits.UNSET,
         max_span_attribute_length=SpanLimits.UNSET,
     )
-
-
-_LENGTH_VARIABLES = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
 
 
 def configure(
