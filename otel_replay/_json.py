@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -113,8 +114,13 @@ def canonical_json(value: Any, *, where: str) -> str:
             pass
     try:
         return _encoder.encode(value)
+    except RecursionError:
+        raise CaptureError(_too_deep(where)) from None
     except (TypeError, ValueError) as exc:
-        path, bad = _find_unserialisable(value, "$")
+        found = _find_unserialisable(value, "$")
+        if found is None:  # pragma: no cover - every encoder refusal has a cause found above
+            raise CaptureError(f"{where} is not JSON-serialisable: {exc}") from exc
+        path, bad = found
         raise CaptureError(
             f"{where} is not JSON-serialisable: {path} is {bad} "
             "(use str, int, float, bool, None, lists and dicts with string keys)"
@@ -156,14 +162,22 @@ def encode_mapping(value: Mapping[str, Any], *, where: str) -> tuple[str, dict[s
     text = canonical_json(value, where=where)
     if _str_keys(map(type, value)) and _is_scalar(map(type, value.values())):
         return text, dict(value)
-    return text, json.loads(text)
+    return text, _reload(text, where)
 
 
 def normalise(value: Any, *, where: str) -> Any:
     """Deep-copy ``value`` into plain JSON types (tuples become lists)."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
-    return json.loads(canonical_json(value, where=where))
+    return _reload(canonical_json(value, where=where), where)
+
+
+def _reload(text: str, where: str) -> Any:
+    """``text`` parsed back: the decoder can run out of stack a little before the encoder did."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise CaptureError(_too_deep(where)) from None
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -218,23 +232,66 @@ def loads(text: str | None, *, where: str = "stored JSON") -> Any:
     return None if text is None else strict_loads(text, where=where)
 
 
-def _find_unserialisable(value: Any, path: str) -> tuple[str, str]:
-    if isinstance(value, float) and not math.isfinite(value):
-        return path, repr(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return path, "fine"
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{path}[{key!r}]", f"a key of type {type(key).__name__}"
-            found = _find_unserialisable(item, f"{path}.{key}")
-            if found[1] != "fine":
-                return found
-        return path, "fine"
-    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-        for index, item in enumerate(value):
-            found = _find_unserialisable(item, f"{path}[{index}]")
-            if found[1] != "fine":
-                return found
-        return path, "fine"
-    return path, f"a {type(value).__name__}"
+_MAX_NESTING = 900
+"""Roughly where Python's JSON encoder runs out of recursion depth (the limit is 1,000 frames)."""
+
+
+def _find_unserialisable(value: Any, path: str) -> tuple[str, str] | None:
+    """The path of the first value JSON cannot represent and what it is, or ``None`` (depth-first, in order).
+
+    Iterative, so a deeply nested value cannot exhaust the stack while its
+    error message is being built.
+    """
+    stack: list[tuple[Any, str]] = [(value, path)]
+    open_ids: set[int] = set()  # containers on the path to the current one: a cycle leads back to one
+    exits: list[tuple[int, int]] = []  # (stack size at which a container is done, its id)
+    while stack:
+        while exits and len(stack) <= exits[-1][0]:
+            open_ids.discard(exits.pop()[1])
+        value, path = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return path, repr(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            digits = _too_many_digits(value)
+            if digits:
+                return path, digits
+            continue
+        if value is None or isinstance(value, (str, float, bool)):
+            continue
+        if isinstance(value, Mapping) or (isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray))):
+            if id(value) in open_ids:
+                return path, "a reference back to a value that contains it (a cycle)"
+            if len(exits) >= _MAX_NESTING:
+                return path, f"nested more than {_MAX_NESTING} levels deep"
+            children: list[tuple[Any, str]] = []
+            if isinstance(value, Mapping):
+                for key, item in value.items():
+                    if not isinstance(key, str):
+                        return f"{path}[{key!r}]", f"a key of type {type(key).__name__}"
+                    children.append((item, f"{path}.{key}"))
+            else:
+                children = [(item, f"{path}[{index}]") for index, item in enumerate(value)]
+            exits.append((len(stack), id(value)))
+            open_ids.add(id(value))
+            stack.extend(reversed(children))
+            continue
+        return path, f"a {type(value).__name__}"
+    return None
+
+
+def int_digits(value: int) -> int:
+    """About how many decimal digits ``value`` has (without converting it, which Python refuses past 4,300)."""
+    return int(abs(value).bit_length() * 0.30103) + 1
+
+
+def _too_deep(where: str) -> str:
+    return f"{where} is nested too deeply for JSON (Python's encoder stops near 1,000 levels)"
+
+
+def _too_many_digits(value: int) -> str | None:
+    """Why JSON cannot write the int ``value`` (more decimal digits than Python converts), or ``None``."""
+    try:
+        str(value)
+    except ValueError:  # sys.get_int_max_str_digits(): 4,300 by default
+        return f"an int of about {int_digits(value)} digits (more than {sys.get_int_max_str_digits()})"
+    return None

@@ -44,10 +44,12 @@ __all__ = [
     "GENESIS_HASH",
     "Chain",
     "SealCheck",
+    "UNREADABLE",
     "SigningKey",
     "StoredRecord",
     "VerifyProblem",
     "VerifyReport",
+    "copied_elsewhere",
     "load_signing_key",
     "record_hash",
     "verify_records",
@@ -299,6 +301,19 @@ class VerifyReport:
             raise IntegrityError(f"{len(self.unreadable_files)} file(s) could not be read: {self.unreadable_files[0]}")
 
 
+UNREADABLE = "unreadable attributes: "
+"""How :meth:`SealCheck.problem` starts the problem of a row whose attributes cannot be read or hashed."""
+
+
+def _unhashable(exc: BaseException) -> str:
+    """One line on why a stored row's attributes cannot be hashed (never the offending text itself)."""
+    if isinstance(exc, UnicodeError):
+        return "a value holds text that is not valid Unicode (a lone surrogate such as \\ud800)"
+    if isinstance(exc, RecursionError):
+        return "a value is nested too deeply to hash"
+    return f"a value cannot be hashed ({type(exc).__name__}: {str(exc)[:200]})"
+
+
 class SealCheck:
     """Decides whether one stored record is what its seal says: the single rule for verify, replay and the gate.
 
@@ -321,14 +336,23 @@ class SealCheck:
             )
 
     def problem(self, rec: StoredRecord) -> tuple[str | None, bool]:
-        """``(problem or None, whether the signature was checked)`` for one stored record."""
+        """``(problem or None, whether the signature was checked)`` for one stored record.
+
+        Never raises for what a row holds: a value the hash cannot encode (an
+        escaped lone surrogate, nesting too deep) is an unreadable row, refused
+        like any other, so one forged row cannot stop the others from verifying.
+        """
         if rec.unreadable is not None:
-            return f"unreadable attributes: {rec.unreadable}", False
+            return UNREADABLE + rec.unreadable, False
         attrs = rec.attributes
         stored = attrs.get(sc.RECORD_HASH)
         if stored is None:
             return f"unsealed {rec.name} span: no seal (forged, or not written by otel-replay)", False
-        if record_hash(rec.name, rec.start_ns, attrs) != stored:
+        try:
+            digest = record_hash(rec.name, rec.start_ns, attrs)
+        except (UnicodeError, ValueError, RecursionError) as exc:  # CaptureError is a ValueError
+            return UNREADABLE + _unhashable(exc), False
+        if digest != stored:
             return "content edited (hash mismatch)", False
         key = self.keys.get(str(attrs.get(sc.RECORD_KEY_ID)))
         if key is None:
@@ -350,28 +374,39 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
     successor names a predecessor that is absent) and reordering (a link
     points at the wrong record, or two different records claim one sequence
     number). A row is re-hashed before it is recognised as a copy of another:
-    the same record stored twice (an OTLP retry) counts once, a copy with
-    edited content is named. Deleting the newest records of a chain leaves no
-    successor to notice. With no ``keys``, hashes and links are checked and
-    signatures are not (counted in :attr:`VerifyReport.unsigned_checked`).
+    the same record stored twice at the same span (an OTLP retry, a copied
+    file) counts once, a copy with edited content is named, and so is a copy
+    at another trace or span id (the seal does not cover those ids, so
+    neither place can be trusted: see :func:`copied_elsewhere`). Deleting the
+    newest records of a chain leaves no successor to notice. With no ``keys``,
+    hashes and links are checked and signatures are not (counted in
+    :attr:`VerifyReport.unsigned_checked`).
     """
     check = SealCheck(keys, require_signed=False)
     report = VerifyReport()
     chains: dict[str, dict[int, list[StoredRecord]]] = {}
+    copies: set[tuple[str, str, str]] = set()  # (record id, trace id, span id) of copies already named
     for rec in records:
         problem, signed = check.problem(rec)
         attrs = rec.attributes
-        if problem is not None and (rec.unreadable is not None or sc.RECORD_HASH not in attrs):
+        if problem is not None and (problem.startswith(UNREADABLE) or sc.RECORD_HASH not in attrs):
             report.records += 1
             report.problems.append(VerifyProblem(rec.record_id, problem, rec.file))
             continue
         stored = attrs.get(sc.RECORD_HASH)
         chain = chains.setdefault(str(attrs.get(sc.RECORD_CHAIN_ID)), {})
         group = chain.setdefault(_seq(attrs), [])
-        if problem is None and any(
-            r.attributes.get(sc.RECORD_HASH) == stored and r.record_id == rec.record_id for r in group
-        ):
-            continue  # re-hashed and identical to a record already counted: the same record stored twice
+        if problem is None:
+            same = [r for r in group if r.attributes.get(sc.RECORD_HASH) == stored and r.record_id == rec.record_id]
+            if same:
+                # Re-hashed and identical to a record already counted: the same record stored twice,
+                # unless it sits at another span, which only a copy does (a retry keeps the ids).
+                place = (rec.record_id, rec.trace_id, rec.span_id)
+                other = next((r for r in same if (r.trace_id, r.span_id) != place[1:]), None)
+                if other is not None and place not in copies:
+                    copies.add(place)
+                    report.problems.append(VerifyProblem(rec.record_id, copied_elsewhere(other, rec), rec.file))
+                continue
         group.append(rec)
         report.records += 1
         if problem is None and not signed:
@@ -387,6 +422,22 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
     return report
 
 
+def copied_elsewhere(first: StoredRecord, other: StoredRecord) -> str:
+    """The problem of one sealed record stored at two different spans (trace id, span id).
+
+    The seal covers a record's content, not the span it is stored in, so a
+    verbatim copy in another trace passes every hash and signature check; an
+    OTLP retry or a copied file keeps the span's ids. Which place is the
+    original cannot be told from the dataset, so neither is trusted.
+    """
+    return (
+        f"copied to another trace: the same sealed record is stored at trace {first.trace_id or '?'} "
+        f"span {first.span_id or '?'} [{first.file}] and at trace {other.trace_id or '?'} "
+        f"span {other.span_id or '?'} [{other.file}]; its seal does not cover the span ids, "
+        "so neither place is trusted (remove the copy that is not yours)"
+    )
+
+
 def _seq(attrs: Mapping[str, Any]) -> int:
     try:
         return int(attrs.get(sc.RECORD_SEQ, -1))
@@ -395,6 +446,7 @@ def _seq(attrs: Mapping[str, Any]) -> int:
 
 
 def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) -> None:
+    first = min(by_seq)
     for seq in sorted(by_seq):
         group = by_seq[seq]
         if len(group) > 1:
@@ -418,10 +470,12 @@ def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) ->
             continue
         before = by_seq.get(seq - 1)
         if not before:
+            # With nothing earlier of its chain left, retention (compact --older-than) may have dropped the start.
+            retention = " (or dropped by retention: no earlier record of its chain is left)" if seq == first else ""
             report.problems.append(
                 VerifyProblem(
                     str(prev_id),
-                    f"deleted: missing from the dataset, yet record {rec.record_id} (seq {seq}) follows it",
+                    f"deleted{retention}: missing from the dataset, yet record {rec.record_id} (seq {seq}) follows it",
                     rec.file,
                 )
             )

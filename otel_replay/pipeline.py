@@ -8,7 +8,7 @@ from types import TracebackType
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_replay import semconv as sc
@@ -101,6 +101,34 @@ def _resource(service_name: str | None) -> Resource:
     return resource
 
 
+SPAN_ATTRIBUTE_COUNT = 1024
+"""``configure()``'s provider keeps at least this many attributes per span (the SDK's default is 128)."""
+_LENGTH_VARIABLES = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+
+
+def _span_limits() -> SpanLimits:
+    """The SDK's limits from the environment, less what would cut a sealed record after it was sealed.
+
+    Values are never cut (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` and
+    ``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`` do not apply to this provider)
+    and a span keeps at least :data:`SPAN_ATTRIBUTE_COUNT` attributes: a cut
+    value or a dropped attribute would make the record fail its hash check.
+    """
+    try:
+        env = SpanLimits()  # the SDK's reading of every OTEL_*_LIMIT variable
+    except ValueError as exc:  # the SDK's message names the variable
+        raise ConfigError(str(exc)) from None
+    ignored = [name for name in _LENGTH_VARIABLES if settings.env_text(name)]
+    if ignored:
+        _log.info("otel-replay: configure() ignores %s: sealed records are stored whole", " and ".join(ignored))
+    count = env.max_span_attributes
+    return SpanLimits(
+        max_span_attributes=SpanLimits.UNSET if count is None else max(count, SPAN_ATTRIBUTE_COUNT),
+        max_attribute_length=SpanLimits.UNSET,
+        max_span_attribute_length=SpanLimits.UNSET,
+    )
+
+
 def configure(
     dataset: str | os.PathLike[str] | None = None,
     service_name: str | None = None,
@@ -112,7 +140,8 @@ def configure(
     """Wire a ``TracerProvider`` + ``BatchSpanProcessor`` + :class:`ParquetSpanExporter`.
 
     Args:
-        dataset: dataset directory (``OTEL_REPLAY_DATASET``, default ``./traces``).
+        dataset: dataset directory (``OTEL_REPLAY_DATASET``, default ``./traces``);
+            a relative path is made absolute here, against the current directory.
         service_name: ``service.name`` resource attribute. Given, it wins;
             otherwise the SDK's order applies (``OTEL_SERVICE_NAME``, then
             ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``), then ``otel-replay``.
@@ -129,16 +158,22 @@ def configure(
             ``OTEL_REPLAY_*`` variable is invalid (one line naming it).
         DatasetError: the dataset directory cannot be created.
 
+    The provider stores sealed records whole: the SDK's attribute value
+    length limits do not apply to it and it keeps at least
+    :data:`SPAN_ATTRIBUTE_COUNT` attributes per span.
+
     Users with their own ``TracerProvider`` skip this and add
     ``CorrelationSpanProcessor()`` and ``BatchSpanProcessor(ParquetSpanExporter(dir))``.
 
     """
-    dataset = settings.dataset_dir(dataset)
+    # Absolute now: a later chdir must not move where this process's records, receipts and claims go.
+    dataset = settings.absolute_dataset(settings.dataset_dir(dataset))
     key = load_signing_key(signing_key)  # a bad or missing key fails here, not at the first seal
     if key is None:  # pragma: no cover - create=True makes a key when there is none
         raise ConfigError("no signing key could be found or created")
+    limits = _span_limits()
     exporter = ParquetSpanExporter(dataset, max_age_seconds=max_file_age_seconds)
-    provider = TracerProvider(resource=_resource(service_name))
+    provider = TracerProvider(resource=_resource(service_name), span_limits=limits)
     provider.add_span_processor(CorrelationSpanProcessor())
     # A deeper queue than the SDK's 2,048 unless the user set OTEL_BSP_MAX_QUEUE_SIZE: spans wait there
     # (not dropped) while the exporter hands a large file to its writer thread.

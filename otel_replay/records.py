@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json, loads, normalise
+from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json, int_digits, loads, normalise
 from otel_replay.errors import CaptureError
 
 __all__ = [
@@ -93,6 +93,14 @@ class DependencySnapshot:
             object.__setattr__(self, "version", str(self.version))
 
 
+def _finite(number: float) -> bool:
+    """``math.isfinite``, False for an int too large for a float (instead of OverflowError)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 @dataclass(frozen=True)
 class Action:
     """An action an agent takes: its type, arguments and optional cost."""
@@ -115,8 +123,9 @@ class Action:
         object.__setattr__(self, "arguments", encoded[1])
         cost = self.cost
         number = isinstance(cost, (int, float)) and not isinstance(cost, bool)
-        if cost is not None and not (number and math.isfinite(cost)):
-            raise CaptureError(f"Action({self.type}).cost must be a finite number, got {cost!r}")
+        if cost is not None and not (number and _finite(cost)):
+            shown = f"an int of about {int_digits(cost)} digits" if isinstance(cost, int) and number else repr(cost)
+            raise CaptureError(f"Action({self.type}).cost must be a finite number a float can hold, got {shown}")
 
     def to_json(self) -> dict[str, Any]:
         """The action as a plain dict."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Final
 
 from otel_replay.errors import ConfigError
@@ -58,6 +59,7 @@ __all__ = [
     "SERVE_GRPC",
     "SERVE_HTTP",
     "SIGNING_KEY",
+    "absolute_dataset",
     "dataset_dir",
     "env_flag",
     "env_number",
@@ -123,6 +125,18 @@ def env_flag(name: str) -> bool:
     """True when the variable is set to anything but empty, ``0``, ``false``, ``no`` or ``off``."""
     raw = env_text(name)
     return raw is not None and raw.strip().lower() not in ("0", "false", "no", "off")
+
+
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def absolute_dataset(dataset: str) -> str:
+    """A local dataset path made absolute against the current directory; a URI (``s3://``, ``file://``) as given.
+
+    A writer resolves its dataset once: a relative path kept as given would
+    follow later ``chdir`` calls and split one process's records over two datasets.
+    """
+    return dataset if _URI.match(dataset) else os.path.abspath(dataset)
 
 
 def dataset_dir(explicit: str | os.PathLike[str] | None = None) -> str:

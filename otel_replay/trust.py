@@ -7,6 +7,12 @@ only when :class:`~otel_replay.integrity.SealCheck` accepts it (sealed,
 re-hashing to its seal, signed with a known key). Rows that fail are left out
 and reported; trusted rows that disagree about one record are a
 :class:`~otel_replay.errors.ConflictingRecords` error naming both files.
+
+The seal covers a record's content, not the trace and span it is stored in,
+so one sealed record found at two different spans is a copy made by someone
+(an OTLP retry or a copied file keeps the ids): :func:`select_trusted`, whose
+span decides where a verdict links and which children form the decision's
+causal tree, trusts neither place.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay.errors import ConflictingRecords, RecordNotFound, UntrustedRecord
-from otel_replay.integrity import SealCheck, StoredRecord, VerifyProblem
+from otel_replay.integrity import SealCheck, StoredRecord, VerifyProblem, copied_elsewhere
 from otel_replay.records import SpanRef
 
 __all__ = ["TrustedRecord", "select_trusted", "split_trusted"]
@@ -38,7 +44,15 @@ class TrustedRecord:
 def split_trusted(
     rows: Sequence[StoredRecord], check: SealCheck
 ) -> tuple[list[StoredRecord], list[VerifyProblem]]:
-    """Partition rows into those the check accepts and the problems of the rest."""
+    """Partition rows into those the check accepts and the problems of the rest.
+
+    For readers of sealed *content* (receipts, compensations, outcomes): a
+    record copied to another span is still the same sealed content, so its
+    rows stay trusted here (``verify`` names the copy). Refusing them would let
+    anyone who can drop a file hide a commit receipt (no refund) or a
+    compensation (a second refund). A reader of a record's *place* uses
+    :func:`select_trusted`, which refuses such a copy.
+    """
     trusted: list[StoredRecord] = []
     refused: list[VerifyProblem] = []
     for rec in rows:
@@ -50,6 +64,16 @@ def split_trusted(
     return trusted, refused
 
 
+def _copied(trusted: Sequence[StoredRecord]) -> str | None:
+    """The problem of a record whose trusted rows sit at more than one span, or ``None``."""
+    first: dict[tuple[str, str], StoredRecord] = {}
+    for rec in sorted(trusted, key=lambda r: (r.file, r.trace_id, r.span_id)):
+        seen = first.setdefault((rec.record_id, str(rec.attributes[sc.RECORD_HASH])), rec)
+        if (seen.trace_id, seen.span_id) != (rec.trace_id, rec.span_id):
+            return copied_elsewhere(seen, rec)
+    return None
+
+
 def select_trusted(
     record_id: str, rows: Sequence[StoredRecord], check: SealCheck, *, where: str, what: str = "record"
 ) -> TrustedRecord:
@@ -58,7 +82,8 @@ def select_trusted(
     Raises:
         RecordNotFound: no row claims the id.
         UntrustedRecord: rows claim it, but none passes the seal check.
-        ConflictingRecords: trusted rows claim it with different content.
+        ConflictingRecords: trusted rows claim it with different content, or
+            with the same content at different spans (copied to another trace).
 
     """
     if not rows:
@@ -81,6 +106,9 @@ def select_trusted(
             f"record {record_id} is stored with different content in {a.file} and {b.file}; "
             "refusing to pick one (run otel-replay verify)"
         )
+    copied = _copied(trusted)
+    if copied is not None:
+        raise ConflictingRecords(f"record {record_id}: {copied}; refusing to pick one (run otel-replay verify)")
     chosen = next(iter(by_hash.values()))
     return TrustedRecord(
         record_id=record_id,

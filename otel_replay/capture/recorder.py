@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -16,6 +17,7 @@ from opentelemetry.trace import Link, Tracer, TracerProvider
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.sinks import MemorySink
+from otel_replay.errors import ConfigError
 from otel_replay.integrity import Chain, SigningKey, load_signing_key
 from otel_replay.records import Seal, SpanRef
 
@@ -36,6 +38,64 @@ def mark_shut_down(provider: TracerProvider) -> None:
     global _any_shut_down
     _shut_down.add(provider)
     _any_shut_down = True
+
+
+RECORD_ATTRIBUTE_ROOM: int = 64
+"""The fewest span attributes a provider must allow: a record carries up to about 35 (content, seal, scope ids)."""
+
+_LENGTH_VARIABLES = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT / OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+_COUNT_VARIABLES = "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT / OTEL_ATTRIBUTE_COUNT_LIMIT"
+
+
+def limits_problem(tracer: Tracer) -> tuple[str | None, bool]:
+    """Why spans from ``tracer`` could not hold a sealed record whole, or ``None``; and whether that is final.
+
+    The SDK cuts attribute values to its length limit and drops attributes
+    past its count limit *after* the record was sealed, so the stored record
+    would fail its hash check for good. A provider with any value length
+    limit is refused, since a record's size depends on its data: a limit that
+    fits today's snapshot cuts tomorrow's. Not final while ``tracer`` is the
+    API's proxy with no SDK provider behind it yet (it may get one later).
+    """
+    real: Any = tracer
+    if isinstance(tracer, trace.ProxyTracer):
+        real = tracer._tracer  # resolves to the global provider's tracer once one is installed
+        if isinstance(real, trace.NoOpTracer):
+            return None, False
+    limits = getattr(real, "_span_limits", None)  # the SDK's Tracer; other implementations have no known limits
+    length = getattr(limits, "max_span_attribute_length", None)
+    if length is not None:
+        return (
+            f"the TracerProvider cuts span attribute values to {length} characters ({_LENGTH_VARIABLES} "
+            "or its SpanLimits), so sealed records would be stored cut and fail verification: unset the "
+            "variable, build the provider with SpanLimits(max_span_attribute_length=SpanLimits.UNSET), "
+            "or use otel_replay.configure() (its provider has no length limit)"
+        ), True
+    count = getattr(limits, "max_span_attributes", None)
+    if count is not None and count < RECORD_ATTRIBUTE_ROOM:
+        return (
+            f"the TracerProvider keeps only {count} attributes per span ({_COUNT_VARIABLES} or its SpanLimits); "
+            f"a sealed record needs room for {RECORD_ATTRIBUTE_ROOM}: raise the limit or use otel_replay.configure()"
+        ), True
+    return None, True
+
+
+_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+def _new_chains_in_child() -> None:
+    """After ``fork()``, in the child: every recorder starts a new hash chain on its next record.
+
+    A child that kept its parent's chain (id, next sequence number,
+    predecessor) would seal other records than the parent's under the same
+    sequence numbers, and ``verify`` would report both as tampered.
+    """
+    for recorder in list(_recorders):
+        recorder._forked()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
+    os.register_at_fork(after_in_child=_new_chains_in_child)
 
 
 class Pipeline(Protocol):
@@ -92,8 +152,17 @@ class Recorder:
         self._pipeline = pipeline
         self._key = key
         self._chain: Chain | None = None
+        self._vetted: Tracer | None = None  # the tracer whose span limits were checked and found fine
         self._lock = threading.Lock()
         self._warned = False
+        _recorders.add(self)
+
+    def _forked(self) -> None:
+        # The parent's lock may have been held by another thread at fork time: the child gets its own.
+        self._lock = threading.Lock()
+        chain, self._chain = self._chain, None
+        if chain is not None and self._key is None:
+            self._key = chain.key  # the same key; only the chain is new
 
     @property
     def pipeline(self) -> Pipeline | None:
@@ -171,14 +240,34 @@ class Recorder:
 
     @property
     def chain(self) -> Chain:
-        """The hash chain this process seals records into."""
-        if self._chain is None:
-            with self._lock:
-                if self._chain is None:
-                    key = self._key or load_signing_key()
-                    assert key is not None
-                    self._chain = Chain(key)
-        return self._chain
+        """The hash chain this process seals records into.
+
+        Raises:
+            ConfigError: the tracer's provider would cut or drop a sealed
+                record's attributes (see :func:`limits_problem`); nothing is
+                sealed through it.
+
+        """
+        chain = self._chain
+        if chain is None or self._vetted is not self.tracer:
+            self._vet_tracer()
+            chain = self._chain
+            if chain is None:
+                with self._lock:
+                    if self._chain is None:
+                        key = self._key or load_signing_key()
+                        assert key is not None
+                        self._chain = Chain(key)
+                    chain = self._chain
+        return chain
+
+    def _vet_tracer(self) -> None:
+        tracer = self.tracer
+        problem, final = limits_problem(tracer)
+        if problem is not None:
+            raise ConfigError(f"otel-replay cannot record through this tracer: {problem}")
+        if final:
+            self._vetted = tracer
 
     def emit(
         self,
@@ -198,6 +287,16 @@ class Recorder:
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)
         ctx = span.get_span_context()
         span.end(end_time=start_ns)
+        if getattr(span, "dropped_attributes", 0):  # the SDK's count: what a span processor added pushed some out
+            self.note_capture_error()
+            _log.error(
+                "otel-replay: %s record %s lost %d attribute(s) to the span attribute count limit (%s) "
+                "and will fail verification",
+                name,
+                record_id,
+                span.dropped_attributes,  # type: ignore[attr-defined]
+                _COUNT_VARIABLES,
+            )
         if self.closed:
             self.note_lost(f"{name} record {record_id}")
         return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal

@@ -61,6 +61,7 @@ class ParquetSpanExporter(SpanExporter):
     Args:
         dataset_dir: dataset root; falls back to ``OTEL_REPLAY_DATASET`` and then
             ``./traces``. Files go to ``<dataset_dir>/spans/date=YYYY-MM-DD/``.
+            A relative path is made absolute at construction.
         max_rows: roll a file at this many buffered rows
             (``OTEL_REPLAY_MAX_FILE_ROWS``, default 200000).
         max_bytes: roll at this many buffered bytes
@@ -108,7 +109,7 @@ class ParquetSpanExporter(SpanExporter):
     ) -> None:
         """Create the exporter (and the dataset directory)."""
         self.writer = DatasetWriter(
-            settings.dataset_dir(dataset_dir),
+            settings.absolute_dataset(settings.dataset_dir(dataset_dir)),  # a later chdir must not move it
             max_rows=int(
                 max_rows if max_rows is not None else settings.env_number(settings.MAX_FILE_ROWS, 200_000, integer=True)
             ),
