@@ -25,7 +25,8 @@ variable                          meaning                                     de
 ================================  ==========================================  ===============
 
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (the OpenTelemetry GenAI
-instrumentations' own switch, read with :func:`env_flag`) turns on prompt,
+instrumentations' own switch; only a yes or ``SPAN_ONLY`` / ``SPAN_AND_EVENT`` counts, see
+:func:`otel_replay.instrumentation._common.content_enabled`) turns on prompt,
 completion and tool-argument capture in :mod:`otel_replay.instrumentation`.
 
 ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` are the OpenTelemetry
