@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from otel_replay.exporters.rows import payload_to_table, request_to_table, span_time_error
+from otel_replay.exporters.rows import payload_to_table, request_to_table, span_count_error, span_time_error
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 from otel_replay.location import resolve
@@ -32,6 +32,7 @@ from otel_replay.location import resolve
 from .wal import read_records
 
 __all__ = [
+    "MAX_DATES_PER_REQUEST",
     "Admission",
     "ChunkWriter",
     "Salvage",
@@ -42,19 +43,34 @@ __all__ = [
     "worker_init",
 ]
 
+_DAY_NS = 86_400 * 1_000_000_000
 CHUNK_ROWS = 100_000
 """Rows per output file (per date) before a new chunk starts."""
 
 
 @dataclass
 class Admission:
-    """What :func:`admit_spans` kept and dropped of one request."""
+    """What :func:`admit_spans` kept and dropped of one request (``rejected`` is the sum of the reasons)."""
 
     accepted: int = 0
     rejected: int = 0
     bad_ids: int = 0
     bad_times: int = 0
+    bad_counts: int = 0
+    too_many_dates: int = 0
     message: str = ""
+
+
+MAX_DATES_PER_REQUEST = 32
+"""Distinct start dates (UTC days) the receiver takes from one request; spans on further dates are refused.
+
+Each date is a partition: one Parquet file (and directory) per date and
+segment chunk. Without a bound, one small request with a span on each of
+thousands of days fans out into thousands of files and stalls conversion.
+"""
+
+_ZERO_TRACE_ID = bytes(16)
+_ZERO_SPAN_ID = bytes(8)
 
 
 def _time_problem(span: Span) -> str | None:
@@ -63,39 +79,69 @@ def _time_problem(span: Span) -> str | None:
     )
 
 
-def admit_spans(request: ExportTraceServiceRequest) -> Admission:
+def _id_problem(trace_id: bytes, span_id: bytes) -> str | None:
+    if len(trace_id) != 16 or len(span_id) != 8:
+        return f"trace_id must be 16 bytes and span_id 8 bytes (got {len(trace_id)} and {len(span_id)})"
+    if trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID:
+        return "an all-zero trace_id or span_id is invalid (OTLP)"
+    return None
+
+
+_COUNTERS = {"id": "bad_ids", "time": "bad_times", "count": "bad_counts", "dates": "too_many_dates"}
+
+
+def _span_problem(span: Span) -> tuple[str | None, str]:
+    """Why ``span`` cannot become a row (and which counter says so), or ``(None, "")``."""
+    problem = _id_problem(span.trace_id, span.span_id)
+    if problem is not None:
+        return problem, "id"
+    problem = _time_problem(span)
+    if problem is not None:
+        return problem, "time"
+    dropped = (span.dropped_attributes_count, span.dropped_events_count, span.dropped_links_count)
+    return span_count_error(dropped), "count"
+
+
+def admit_spans(request: ExportTraceServiceRequest, *, max_dates: int | None = None) -> Admission:
     """Drop, in place, spans that cannot become rows; count them by reason.
 
-    Refused: a trace id that is not 16 bytes or a span id that is not 8, and a
-    start, end or event time the dataset cannot store (see
-    :func:`otel_replay.exporters.rows.span_time_error`). ``message`` names the
-    first refused span and why.
+    Refused: a trace id that is not 16 bytes or a span id that is not 8 (or
+    either all zero), a start, end or event time the dataset cannot store
+    (:func:`otel_replay.exporters.rows.span_time_error`), dropped counts past
+    the int32 columns (:func:`~otel_replay.exporters.rows.span_count_error`)
+    and, with ``max_dates``, a span starting on a date (UTC day) beyond the
+    first ``max_dates`` distinct ones of the request. These are exactly the
+    spans the row conversion would refuse, so every span admitted converts.
+    ``message`` names the first refused span and why. The cost is linear in
+    the request: refused spans are removed by rebuilding each list once.
     """
     result = Admission()
+    days: set[int] = set()
     for rs in request.resource_spans:
         for ss in rs.scope_spans:
             spans = ss.spans
-            bad: list[int] = []
+            bad: set[int] = set()
             for i, span in enumerate(spans):
-                if len(span.trace_id) != 16 or len(span.span_id) != 8:
-                    problem = (
-                        f"trace_id must be 16 bytes and span_id 8 bytes "
-                        f"(got {len(span.trace_id)} and {len(span.span_id)})"
-                    )
-                    result.bad_ids += 1
-                else:
-                    time_problem = _time_problem(span)
-                    if time_problem is None:
-                        continue
-                    problem = time_problem
-                    result.bad_times += 1
-                bad.append(i)
+                problem, reason = _span_problem(span)
+                if problem is None and max_dates is not None:
+                    day = span.start_time_unix_nano // _DAY_NS
+                    if day not in days:
+                        if len(days) < max_dates:
+                            days.add(day)
+                        else:
+                            problem, reason = f"more than {max_dates} distinct start dates in one request", "dates"
+                if problem is None:
+                    continue
+                setattr(result, _COUNTERS[reason], getattr(result, _COUNTERS[reason]) + 1)
+                bad.add(i)
                 if not result.message:
-                    result.message = f"span {span.name!r} (span_id {span.span_id.hex() or '-'}): {problem}"
+                    result.message = f"span {span.name[:100]!r} (span_id {span.span_id.hex()[:16] or '-'}): {problem}"
             result.accepted += len(spans) - len(bad)
             result.rejected += len(bad)
-            for i in reversed(bad):
-                del spans[i]
+            if bad:  # one rebuild: deleting one at a time shifts the rest each time (quadratic)
+                good = [span for i, span in enumerate(spans) if i not in bad]
+                ss.ClearField("spans")
+                ss.spans.extend(good)
     return result
 
 
