@@ -29,7 +29,7 @@ from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 from otel_replay.location import resolve
 
-from .wal import read_records
+from .wal import Gap, read_records, scan_records
 
 __all__ = [
     "MAX_DATES_PER_REQUEST",
@@ -210,8 +210,9 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
 
     Holds an ``flock`` on the segment while converting, so a leftover converter
     of a killed server and the restarted one never write the same files at once.
-    Any record that cannot be decoded or converted fails the whole segment: the
-    receiver then quarantines it and calls :func:`salvage_segment`.
+    Any record that cannot be decoded or converted, or damage before the end
+    of the file (:class:`~.wal.CorruptSegmentError`), fails the whole segment:
+    the receiver then quarantines it and calls :func:`salvage_segment`.
     """
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -232,6 +233,7 @@ class Salvage:
     rows: int = 0
     spans_dropped: int = 0
     records_dropped: int = 0
+    bytes_skipped: int = 0
     reasons: list[str] = field(default_factory=list)
 
     def note(self, reason: str) -> None:
@@ -282,14 +284,29 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
     Every span that converts lands under the same file names
     :func:`convert_segment` would have used (so rerunning it, or a partial
     earlier attempt, adds nothing twice); undecodable records and
-    unconvertible spans are counted and named in the result.
+    unconvertible spans are counted and named in the result. Damaged bytes
+    are skipped up to the next whole record (:func:`~.wal.scan_records`);
+    each damaged stretch before the end counts as one dropped record.
     """
     fd = os.open(path, os.O_RDONLY)
     report = Salvage()
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         writer = ChunkWriter(dataset, prefix)
-        for record, payload in enumerate(read_records(Path(path))):
+        record = -1
+        for payload in scan_records(Path(path)):
+            if isinstance(payload, Gap):
+                report.bytes_skipped += payload.size
+                if payload.tail:  # a torn tail: never acknowledged, so nothing is lost; still reported
+                    report.note(f"bytes {payload.offset}-{payload.offset + payload.size}: torn tail, ignored")
+                else:  # acknowledged records were there: at least one is lost
+                    report.records_dropped += 1
+                    report.note(
+                        f"bytes {payload.offset}-{payload.offset + payload.size}: damaged, "
+                        "skipped to the next whole record"
+                    )
+                continue
+            record += 1
             request = ExportTraceServiceRequest()
             try:
                 request.ParseFromString(payload)

@@ -567,6 +567,7 @@ class Receiver:
                 "spans_written": report.rows,
                 "spans_dropped": report.spans_dropped,
                 "records_dropped": report.records_dropped,
+                "bytes_skipped": report.bytes_skipped,
                 "reasons": report.reasons,
             },
             indent=1,
