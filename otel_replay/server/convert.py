@@ -33,6 +33,7 @@ from .wal import Gap, read_records, scan_records
 
 __all__ = [
     "MAX_DATES_PER_REQUEST",
+    "MAX_SHARED_BYTES_PER_REQUEST",
     "Admission",
     "ChunkWriter",
     "Salvage",
@@ -46,6 +47,8 @@ __all__ = [
 _DAY_NS = 86_400 * 1_000_000_000
 CHUNK_ROWS = 100_000
 """Rows per output file (per date) before a new chunk starts."""
+CHUNK_BYTES = 128 * 1024 * 1024
+"""Arrow bytes collected before a new chunk starts (whichever of rows and bytes comes first)."""
 
 
 @dataclass
@@ -58,6 +61,7 @@ class Admission:
     bad_times: int = 0
     bad_counts: int = 0
     too_many_dates: int = 0
+    too_much_shared: int = 0
     message: str = ""
 
 
@@ -67,6 +71,16 @@ MAX_DATES_PER_REQUEST = 32
 Each date is a partition: one Parquet file (and directory) per date and
 segment chunk. Without a bound, one small request with a span on each of
 thousands of days fans out into thousands of files and stalls conversion.
+"""
+
+MAX_SHARED_BYTES_PER_REQUEST = 32 * 1024 * 1024
+"""Resource and scope bytes, counted once per span, the receiver takes from one request; further spans are refused.
+
+Every row carries its resource's attributes (JSON) and scope name and
+version, so a request's rows hold those bytes once per span: a 256 KiB
+resource over 6,000 spans is a 0.5 MiB request but 1.5 GB of rows. The
+bound keeps the converter's memory and work proportional to what it was sent
+(a 512-span batch may carry 64 KiB of resource and scope).
 """
 
 _ZERO_TRACE_ID = bytes(16)
@@ -87,7 +101,13 @@ def _id_problem(trace_id: bytes, span_id: bytes) -> str | None:
     return None
 
 
-_COUNTERS = {"id": "bad_ids", "time": "bad_times", "count": "bad_counts", "dates": "too_many_dates"}
+_COUNTERS = {
+    "id": "bad_ids",
+    "time": "bad_times",
+    "count": "bad_counts",
+    "dates": "too_many_dates",
+    "shared": "too_much_shared",
+}
 
 
 def _span_problem(span: Span) -> tuple[str | None, str]:
@@ -102,7 +122,9 @@ def _span_problem(span: Span) -> tuple[str | None, str]:
     return span_count_error(dropped), "count"
 
 
-def admit_spans(request: ExportTraceServiceRequest, *, max_dates: int | None = None) -> Admission:
+def admit_spans(
+    request: ExportTraceServiceRequest, *, max_dates: int | None = None, max_shared_bytes: int | None = None
+) -> Admission:
     """Drop, in place, spans that cannot become rows; count them by reason.
 
     Refused: a trace id that is not 16 bytes or a span id that is not 8 (or
@@ -110,16 +132,22 @@ def admit_spans(request: ExportTraceServiceRequest, *, max_dates: int | None = N
     (:func:`otel_replay.exporters.rows.span_time_error`), dropped counts past
     the int32 columns (:func:`~otel_replay.exporters.rows.span_count_error`)
     and, with ``max_dates``, a span starting on a date (UTC day) beyond the
-    first ``max_dates`` distinct ones of the request. These are exactly the
-    spans the row conversion would refuse, so every span admitted converts.
+    first ``max_dates`` distinct ones of the request. The first four are
+    exactly the spans the row conversion would refuse, so every span admitted
+    converts. With ``max_shared_bytes``, spans are refused once their
+    resources and scopes (serialized size, counted once per span: each row
+    repeats them) add up to more (see :data:`MAX_SHARED_BYTES_PER_REQUEST`).
     ``message`` names the first refused span and why. The cost is linear in
     the request: refused spans are removed by rebuilding each list once.
     """
     result = Admission()
     days: set[int] = set()
+    shared = 0
     for rs in request.resource_spans:
+        resource_bytes = rs.resource.ByteSize() if max_shared_bytes is not None else 0
         for ss in rs.scope_spans:
             spans = ss.spans
+            per_span = resource_bytes + ss.scope.ByteSize() if max_shared_bytes is not None else 0
             bad: set[int] = set()
             for i, span in enumerate(spans):
                 problem, reason = _span_problem(span)
@@ -130,6 +158,15 @@ def admit_spans(request: ExportTraceServiceRequest, *, max_dates: int | None = N
                             days.add(day)
                         else:
                             problem, reason = f"more than {max_dates} distinct start dates in one request", "dates"
+                if problem is None and max_shared_bytes is not None:
+                    if shared + per_span > max_shared_bytes:
+                        problem = (
+                            f"its resource and scope ({per_span} bytes) would take the request past "
+                            f"{max_shared_bytes} bytes of resource and scope repeated per span"
+                        )
+                        reason = "shared"
+                    else:
+                        shared += per_span
                 if problem is None:
                     continue
                 setattr(result, _COUNTERS[reason], getattr(result, _COUNTERS[reason]) + 1)
@@ -154,20 +191,30 @@ def sanitize(request: ExportTraceServiceRequest) -> tuple[int, int, str]:
 class ChunkWriter:
     """Collect row tables and write them as ``<prefix>-<chunk>.parquet`` per date partition.
 
-    Chunk boundaries depend only on the order and size of the tables added, so
-    the same input always produces the same file names and contents.
+    Chunk boundaries depend only on the order and size (rows, Arrow bytes) of
+    the tables added, so the same input always produces the same file names
+    and contents.
     """
 
-    def __init__(self, dataset: str | os.PathLike[str], prefix: str, *, chunk_rows: int = CHUNK_ROWS) -> None:
+    def __init__(
+        self,
+        dataset: str | os.PathLike[str],
+        prefix: str,
+        *,
+        chunk_rows: int = CHUNK_ROWS,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
         """Write under ``<dataset>/spans/date=*/``, names starting with ``prefix``."""
         location = resolve(dataset)  # a local directory or s3://bucket/prefix
         self.spans_dir: Path | str = location.join(SPANS_DIR) if location.remote else Path(dataset) / SPANS_DIR
         self.prefix = prefix
         self.chunk_rows = chunk_rows
+        self.chunk_bytes = chunk_bytes
         self.rows_written = 0
         self.paths: list[Path | str] = []
         self._tables: list[pa.Table] = []
         self._rows = 0
+        self._bytes = 0
         self._chunk = 0
 
     def add(self, table: pa.Table) -> None:
@@ -176,7 +223,8 @@ class ChunkWriter:
             return
         self._tables.append(table)
         self._rows += table.num_rows
-        if self._rows >= self.chunk_rows:
+        self._bytes += table.nbytes
+        if self._rows >= self.chunk_rows or self._bytes >= self.chunk_bytes:
             self.flush()
 
     def add_request(self, request: ExportTraceServiceRequest) -> None:
@@ -198,7 +246,7 @@ class ChunkWriter:
         if not self._tables:
             return
         table = pa.concat_tables(self._tables)
-        self._tables, self._rows = [], 0
+        self._tables, self._rows, self._bytes = [], 0, 0
         chunk = self._chunk
         self.paths += write_partitions(table, self.spans_dir, lambda date: f"{self.prefix}-{chunk:05d}.parquet")
         self.rows_written += table.num_rows

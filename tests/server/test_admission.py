@@ -201,3 +201,40 @@ def test_refused_spans_are_removed_keeping_the_order_of_the_rest() -> None:
     result = admit_spans(request)
     assert result.rejected == len(spans[::3]) and result.bad_ids == result.rejected
     assert [span.span_id for span in _spans(request)] == expected
+
+
+def test_resource_and_scope_repeated_per_span_are_bounded_per_request() -> None:
+    request = encode_spans(make_spans(30))
+    resource = request.resource_spans[0].resource
+    big = resource.attributes.add()
+    big.key, big.value.string_value = "blob", "x" * 4096
+    spans = _spans(request)
+    per_span = resource.ByteSize() + request.resource_spans[0].scope_spans[0].scope.ByteSize()
+    limit = per_span * 10 + per_span // 2  # room for ten spans
+    result = admit_spans(request, max_shared_bytes=limit)
+    assert result.accepted == 10 and result.too_much_shared == result.rejected == len(spans) - 10
+    assert "resource and scope" in result.message
+    assert len(_spans(request)) == 10
+
+
+def test_a_small_request_with_a_large_resource_is_cut_before_it_is_acknowledged(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    from otel_replay.server.convert import MAX_SHARED_BYTES_PER_REQUEST
+
+    receiver = make_receiver()
+    request = encode_spans(make_spans(1))
+    big = request.resource_spans[0].resource.attributes.add()
+    big.key, big.value.string_value = "blob", "x" * (MAX_SHARED_BYTES_PER_REQUEST // 8)
+    scope_spans = request.resource_spans[0].scope_spans[0]
+    template = scope_spans.spans[0]
+    for i in range(20):
+        span = scope_spans.spans.add()
+        span.CopyFrom(template)
+        span.span_id = (1000 + i).to_bytes(8, "big")
+    spans = len(_spans(request))
+    status, response = _post(receiver, request.SerializeToString())
+    assert status == 200 and response.partial_success.rejected_spans == spans - 7  # 8 x (1/8 + a few bytes) > limit
+    receiver.stop()
+    assert receiver.metrics.snapshot()["spans_rejected_resource_too_large"] == spans - 7
+    assert len(parquet_rows(receiver.config.dataset)) == 7
