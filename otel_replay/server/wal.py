@@ -77,28 +77,23 @@ class Gap:
 
 
 _REQUEST_TAG = 0x0A  # every record is an ExportTraceServiceRequest with spans: field 1, length-delimited, first
-_MAX_WALK = 1 << 16
+_MAX_WALK = 4096
 
 
-def _fields_fill(data: bytes | mmap.mmap, at: int, end: int) -> bool:
-    """Whether ``data[at:end]`` reads as a run of protobuf fields ending exactly at ``end`` (a cheap pre-check)."""
+def _requests_fill(data: bytes | mmap.mmap, at: int, end: int) -> bool:
+    """Whether ``data[at:end]`` reads as a run of ``resource_spans`` fields (tag, length, bytes) ending at ``end``.
+
+    A cheap pre-check before a candidate's checksum: a request holds nothing
+    else at its top level (past ``_MAX_WALK`` of them the checksum decides).
+    """
     for _ in range(_MAX_WALK):
-        if at >= end:
-            return at == end
-        key, at = _varint(data, at, end)
-        wire = key & 7
-        if key >> 3 == 0 or wire in (3, 4, 6, 7):
+        if at == end:
+            return True
+        if at > end or data[at] != _REQUEST_TAG:
             return False
-        if wire == 0:
-            _, at = _varint(data, at, end)
-        elif wire == 1:
-            at += 8
-        elif wire == 5:
-            at += 4
-        else:
-            length, at = _varint(data, at, end)
-            at += length
-    return True  # a very long walk: the checksum decides
+        length, at = _varint(data, at + 1, end)
+        at += length
+    return True
 
 
 def _varint(data: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
@@ -117,8 +112,10 @@ def _record_end(data: bytes | mmap.mmap, offset: int, size: int, *, strict: bool
     """End of the whole, checksummed record at ``offset``, or ``None``.
 
     ``strict`` (used while resynchronising, where any offset is a candidate)
-    also wants a non-empty request that reads as protobuf fields before the
-    checksum is computed, so a scan of a damaged region stays cheap.
+    also wants a non-empty run of ``resource_spans`` fields before the
+    checksum is computed, so a scan of a damaged region stays cheap (a record
+    whose request carries unknown top-level fields is not found this way: it
+    is counted in the gap).
     """
     if offset + _HEADER.size > size:
         return None
@@ -127,7 +124,7 @@ def _record_end(data: bytes | mmap.mmap, offset: int, size: int, *, strict: bool
     end = start + length
     if length > _MAX_RECORD or end > size:
         return None
-    if strict and (length == 0 or data[start] != _REQUEST_TAG or not _fields_fill(data, start, end)):
+    if strict and (length == 0 or not _requests_fill(data, start, end)):
         return None
     if zlib.crc32(data[start:end]) != crc:
         return None
