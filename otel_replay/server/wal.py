@@ -11,6 +11,9 @@ records after it is not a torn tail: :func:`read_records` raises
 :class:`CorruptSegmentError` (the receiver quarantines the segment), and
 :func:`scan_records` resumes at the next whole record, reporting the gap.
 
+A sealed segment ends with :data:`SEAL_MARK`; damage in its last record is
+then corruption too.
+
 Appends use group commit: many threads write, one of them fsyncs for all.
 """
 
@@ -36,6 +39,7 @@ __all__ = [
     "WAL_SUFFIX",
     "CorruptSegmentError",
     "Gap",
+    "SEAL_MARK",
     "Segment",
     "WalBusyError",
     "WriteAheadLog",
@@ -76,6 +80,11 @@ class Gap:
     tail: bool
 
 
+SEAL_MARK = _HEADER.pack(0, zlib.crc32(b""))
+"""An empty record, written last when a segment is sealed: only a segment without it can end in a torn tail.
+
+A reader that does not know it sees one empty request (no spans).
+"""
 _REQUEST_TAG = 0x0A  # every record is an ExportTraceServiceRequest with spans: field 1, length-delimited, first
 _MAX_WALK = 4096
 
@@ -148,23 +157,27 @@ def scan_records(path: Path) -> Iterator[bytes | Gap]:
 
     After a bad record the reader looks for the next offset where a whole
     record checks out and resumes there; when there is none the rest of the
-    file is a tail :class:`Gap` and the scan ends.
+    file is a :class:`Gap` and the scan ends: a tail one, unless the file
+    ends in :data:`SEAL_MARK` (sealed whole, so the damage came later).
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            sealed = size >= _HEADER.size and data[size - _HEADER.size :] == SEAL_MARK
+            body = size - _HEADER.size if sealed else size
             offset = 0
-            while offset < size:
-                end = _record_end(data, offset, size, strict=False)
+            while offset < body:
+                end = _record_end(data, offset, body, strict=False)
                 if end is not None:
-                    yield data[offset + _HEADER.size : end]
+                    if end > offset + _HEADER.size:  # an empty record holds nothing (a seal mark, or written by none)
+                        yield data[offset + _HEADER.size : end]
                     offset = end
                     continue
-                resume = _next_record(data, offset, size)
-                if resume is None:
-                    yield Gap(offset, size - offset, tail=True)
+                resume = _next_record(data, offset, body)
+                if resume is None:  # nothing whole follows: a torn tail, unless the segment was sealed whole
+                    yield Gap(offset, body - offset, tail=not sealed)
                     return
                 yield Gap(offset, resume - offset, tail=False)
                 offset = resume
@@ -255,6 +268,11 @@ class WriteAheadLog:
             return True
 
     def _seal_locked(self, *, reopen: bool) -> None:
+        try:  # the seal mark: damage to the last record of a sealed segment is then corruption, not a torn tail
+            if os.write(self._fd, SEAL_MARK) == len(SEAL_MARK):
+                self._active_size += len(SEAL_MARK)
+        except OSError:  # e.g. the disk is full: the segment reads as one that was never sealed
+            pass
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1

@@ -12,7 +12,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay.server import Receiver, ServerConfig
 from otel_replay.server.convert import convert_segment
-from otel_replay.server.wal import CorruptSegmentError, Gap, WalBusyError, WriteAheadLog, read_records, scan_records
+from otel_replay.server.wal import (
+    SEAL_MARK,
+    CorruptSegmentError,
+    Gap,
+    WalBusyError,
+    WriteAheadLog,
+    read_records,
+    scan_records,
+)
 
 from .conftest import expected_rows, make_spans, parquet_rows
 
@@ -21,15 +29,26 @@ def test_torn_tail_record_is_ignored(tmp_path: Path) -> None:
     wal = WriteAheadLog(tmp_path / "wal")
     for n in range(3):
         wal.append(f"record {n}".encode())
+    crashed = tmp_path / "crashed.wal"
+    shutil.copy(next((tmp_path / "wal").glob("*.wal")), crashed)  # the active segment as kill -9 leaves it
     wal.close()
-    (segment,) = wal.sealed()
-    with open(segment.path, "ab") as handle:
+    with open(crashed, "ab") as handle:
         handle.write(b"\x40\x00\x00\x00\x12\x34")  # a header cut short by a crash
-    assert list(read_records(segment.path)) == [b"record 0", b"record 1", b"record 2"]
-    with open(segment.path, "r+b") as handle:  # flip a payload byte of the last record: crc mismatch
+    assert list(read_records(crashed)) == [b"record 0", b"record 1", b"record 2"]
+    with open(crashed, "r+b") as handle:  # flip a payload byte of the last record: crc mismatch
         handle.seek(-7 - 6, 2)
         handle.write(b"X")
-    assert list(read_records(segment.path)) == [b"record 0", b"record 1"]
+    assert list(read_records(crashed)) == [b"record 0", b"record 1"]
+    # A segment sealed whole ends in the seal mark: damage to its last record is corruption, not a torn tail.
+    (segment,) = wal.sealed()
+    assert segment.path.read_bytes().endswith(SEAL_MARK)
+    assert list(read_records(segment.path)) == [b"record 0", b"record 1", b"record 2"]
+    with open(segment.path, "r+b") as handle:
+        handle.seek(-len(SEAL_MARK) - 3, 2)
+        handle.write(b"X")
+    with pytest.raises(CorruptSegmentError):
+        list(read_records(segment.path))
+    assert list(scan_records(segment.path))[-1] == Gap(2 * 16, 16, tail=False)
 
 
 def test_one_owner_per_wal_directory(tmp_path: Path) -> None:
