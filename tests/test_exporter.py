@@ -319,3 +319,26 @@ def test_a_batch_writer_waits_for_the_disk_instead_of_dropping(dataset):
     assert (writer.stats.rows_written, writer.stats.rows_dropped) == (60, 0)
     with pytest.raises(ConfigError, match="when_full"):
         DatasetWriter(dataset, when_full="block")
+
+
+def test_write_partitions_splits_interleaved_dates_keeping_row_order(tmp_path):
+    from otel_replay.exporters.rows import RowBuilder
+    from otel_replay.exporters.writer import write_partitions
+
+    day_ns = 86_400 * 10**9
+    n = 300
+    day_of = [i * 7 % 3 for i in range(n)]  # interleaved: 0, 1, 2, 0, ...
+    builder = RowBuilder()
+    for i in range(n):
+        builder.add(
+            trace_id=f"{i + 1:032x}", span_id=f"{i + 1:016x}", parent_span_id=None, trace_state=None, name=f"s{i}",
+            kind="INTERNAL", resource=("svc", "{}"), scope=(None, None), start=day_ns * (20_000 + day_of[i]) + i,
+            end=day_ns * (20_000 + day_of[i]) + i, status=("UNSET", None), attributes={}, events=[], links=[],
+            dropped=(0, 0, 0),
+        )  # fmt: skip
+    paths = write_partitions(builder.table(), tmp_path, lambda date: "f.parquet")
+    assert [p.parent.name for p in paths] == ["date=2024-10-04", "date=2024-10-05", "date=2024-10-06"]
+    for day, path in enumerate(paths):
+        got = pq.read_table(path, partitioning=None)
+        assert got.column("name").to_pylist() == [f"s{i}" for i in range(n) if day_of[i] == day]
+        assert got.schema.metadata[SCHEMA_METADATA_KEY] == SPAN_SCHEMA.metadata[SCHEMA_METADATA_KEY]

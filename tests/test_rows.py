@@ -503,3 +503,18 @@ def test_short_keyvalue_decoding_equals_the_real_class_on_mutated_encodings():
         assert got[0] == expected[0] and type(got[1]) is type(expected[1]), (raw, got, expected)
         assert got[1] == expected[1] or (math.isnan(got[1]) and math.isnan(expected[1])), (raw, got, expected)
     assert fast > 8_000
+
+
+def test_chunk_writer_starts_a_new_chunk_by_bytes_as_well_as_rows(tmp_path):
+    from pathlib import Path
+
+    from otel_replay.server.convert import ChunkWriter
+
+    table = request_to_table(encode_spans(_spans()))
+    writer = ChunkWriter(tmp_path, "t", chunk_rows=10**6, chunk_bytes=table.nbytes * 2 - 1)
+    for _ in range(5):
+        writer.add(table)
+    writer.flush()
+    names = sorted({Path(p).name for p in writer.paths})
+    assert names == ["t-00000.parquet", "t-00001.parquet", "t-00002.parquet"]  # 2 + 2 + 1 tables
+    assert writer.rows_written == 5 * table.num_rows

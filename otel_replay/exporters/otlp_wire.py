@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from otel_replay._json import compact_json
@@ -230,14 +231,22 @@ def _attributes_json(raws: Any) -> str:
 
 
 class _EventTails(dict[bytes, tuple[str, str] | None]):
-    """An event's bytes after its time field -> ``(name, attributes JSON)``, or ``None`` when it holds a time too.
+    """An event's bytes after its time field -> ``(name, attributes JSON)``, or ``None`` to decode the event whole.
+
+    ``None`` when the rest holds a time too, or does not parse as the rest of
+    an event (field 1 with another wire type, which the real parser keeps as
+    an unknown field but the repeated ``time_unix_nano`` here would read as packed).
 
     Bounded like :data:`KEY_VALUES` (short encodings only, so a stack trace is not kept).
     """
 
     def __missing__(self, tail: bytes) -> tuple[str, str] | None:
-        event = _EventTail.FromString(tail)
-        value = None if len(event.time_unix_nano) else (event.name, _attributes_json(event.attributes))
+        try:
+            event = _EventTail.FromString(tail)
+        except DecodeError:  # e.g. an unknown field 1 of another wire type: the whole event parses, the tail not
+            value = None
+        else:
+            value = None if len(event.time_unix_nano) else (event.name, _attributes_json(event.attributes))
         if len(tail) <= _CACHE_BYTES:
             if len(self) >= _CACHE_ENTRIES:
                 self.clear()

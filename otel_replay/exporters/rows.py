@@ -46,6 +46,7 @@ __all__ = [
     "payload_to_table",
     "request_to_table",
     "resource_spans_to_table",
+    "span_count_error",
     "span_time_error",
     "spans_to_table",
 ]
@@ -61,7 +62,9 @@ _dumps = compact_json
 TIME_LIMIT_NS = 2**63 - 1
 """Span, end and event times must be below this (int64 nanoseconds; 2262-04-11, DuckDB's "infinity")."""
 _TIME_LIMIT = TIME_LIMIT_NS
-_COUNT_LIMIT = 2**31 - 1  # the dropped_* columns are int32
+COUNT_LIMIT = 2**31 - 1
+"""The ``dropped_*_count`` columns are int32: a count must not exceed this (OTLP's fields are uint32)."""
+_COUNT_LIMIT = COUNT_LIMIT
 
 
 def span_time_error(start_ns: int, end_ns: int, event_times: Iterable[int] = (), *, otlp: bool = False) -> str | None:
@@ -85,6 +88,17 @@ def span_time_error(start_ns: int, end_ns: int, event_times: Iterable[int] = (),
         if not 0 <= value < TIME_LIMIT_NS:
             label = f"events[{index}].time_unix_nano" if otlp else f"event {index} time"
             return f"{label} {value}{unit} is out of range (0 to {TIME_LIMIT_NS - 1})"
+    return None
+
+
+def span_count_error(dropped: tuple[int, int, int]) -> str | None:
+    """Why a span's dropped (attributes, events, links) counts cannot be stored, or ``None`` when they can.
+
+    The receiver's admission and :class:`RowBuilder` both call this, so a span
+    the row conversion would refuse is refused before it is acknowledged.
+    """
+    if (dropped[0] | dropped[1] | dropped[2]) > _COUNT_LIMIT:  # any above 2**31-1 (all are >= 0)
+        return f"dropped counts {dropped} exceed {_COUNT_LIMIT}"
     return None
 
 
@@ -159,8 +173,9 @@ class RowBuilder:
             why = span_time_error(start, end, [ev["time"] for ev in events])
             self._refuse(_span_label(trace_id, span_id, name), why or "time out of range")
             return False
-        if (dropped[0] | dropped[1] | dropped[2]) > _COUNT_LIMIT:  # any above 2**31-1 (all are >= 0)
-            self._refuse(_span_label(trace_id, span_id, name), f"dropped counts {dropped} exceed {_COUNT_LIMIT}")
+        count_problem = span_count_error(dropped)
+        if count_problem is not None:
+            self._refuse(_span_label(trace_id, span_id, name), count_problem)
             return False
         for column, value in zip(
             _COLUMNS,

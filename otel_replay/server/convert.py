@@ -24,14 +24,23 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from otel_replay.exporters.rows import payload_to_table, request_to_table, span_time_error
+from otel_replay.exporters.rows import (
+    COUNT_LIMIT,
+    TIME_LIMIT_NS,
+    payload_to_table,
+    request_to_table,
+    span_count_error,
+    span_time_error,
+)
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 from otel_replay.location import resolve
 
-from .wal import read_records
+from .wal import Gap, read_records, scan_records
 
 __all__ = [
+    "MAX_DATES_PER_REQUEST",
+    "MAX_SHARED_BYTES_PER_REQUEST",
     "Admission",
     "ChunkWriter",
     "Salvage",
@@ -42,19 +51,47 @@ __all__ = [
     "worker_init",
 ]
 
+_DAY_NS = 86_400 * 1_000_000_000
 CHUNK_ROWS = 100_000
 """Rows per output file (per date) before a new chunk starts."""
+CHUNK_BYTES = 128 * 1024 * 1024
+"""Arrow bytes collected before a new chunk starts (whichever of rows and bytes comes first)."""
 
 
 @dataclass
 class Admission:
-    """What :func:`admit_spans` kept and dropped of one request."""
+    """What :func:`admit_spans` kept and dropped of one request (``rejected`` is the sum of the reasons)."""
 
     accepted: int = 0
     rejected: int = 0
     bad_ids: int = 0
     bad_times: int = 0
+    bad_counts: int = 0
+    too_many_dates: int = 0
+    too_much_shared: int = 0
     message: str = ""
+
+
+MAX_DATES_PER_REQUEST = 32
+"""Distinct start dates (UTC days) the receiver takes from one request; spans on further dates are refused.
+
+Each date is a partition: one Parquet file (and directory) per date and
+segment chunk. Without a bound, one small request with a span on each of
+thousands of days fans out into thousands of files and stalls conversion.
+"""
+
+MAX_SHARED_BYTES_PER_REQUEST = 32 * 1024 * 1024
+"""Resource and scope bytes, counted once per span, the receiver takes from one request; further spans are refused.
+
+Every row carries its resource's attributes (JSON) and scope name and
+version, so a request's rows hold those bytes once per span: a 256 KiB
+resource over 6,000 spans is a 0.5 MiB request but 1.5 GB of rows. The
+bound keeps the converter's memory and work proportional to what it was sent
+(a 512-span batch may carry 64 KiB of resource and scope).
+"""
+
+_ZERO_TRACE_ID = bytes(16)
+_ZERO_SPAN_ID = bytes(8)
 
 
 def _time_problem(span: Span) -> str | None:
@@ -63,39 +100,113 @@ def _time_problem(span: Span) -> str | None:
     )
 
 
-def admit_spans(request: ExportTraceServiceRequest) -> Admission:
+def _id_problem(trace_id: bytes, span_id: bytes) -> str | None:
+    if len(trace_id) != 16 or len(span_id) != 8:
+        return f"trace_id must be 16 bytes and span_id 8 bytes (got {len(trace_id)} and {len(span_id)})"
+    if trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID:
+        return "an all-zero trace_id or span_id is invalid (OTLP)"
+    return None
+
+
+_COUNTERS = {
+    "id": "bad_ids",
+    "time": "bad_times",
+    "count": "bad_counts",
+    "dates": "too_many_dates",
+    "shared": "too_much_shared",
+}
+
+
+def _span_problem(span: Span) -> tuple[str | None, str]:
+    """Why ``span`` cannot become a row (and which counter says so), or ``(None, "")``."""
+    problem = _id_problem(span.trace_id, span.span_id)
+    if problem is not None:
+        return problem, "id"
+    problem = _time_problem(span)
+    if problem is not None:
+        return problem, "time"
+    dropped = (span.dropped_attributes_count, span.dropped_events_count, span.dropped_links_count)
+    return span_count_error(dropped), "count"
+
+
+def admit_spans(
+    request: ExportTraceServiceRequest, *, max_dates: int | None = None, max_shared_bytes: int | None = None
+) -> Admission:
     """Drop, in place, spans that cannot become rows; count them by reason.
 
-    Refused: a trace id that is not 16 bytes or a span id that is not 8, and a
-    start, end or event time the dataset cannot store (see
-    :func:`otel_replay.exporters.rows.span_time_error`). ``message`` names the
-    first refused span and why.
+    Refused: a trace id that is not 16 bytes or a span id that is not 8 (or
+    either all zero), a start, end or event time the dataset cannot store
+    (:func:`otel_replay.exporters.rows.span_time_error`), dropped counts past
+    the int32 columns (:func:`~otel_replay.exporters.rows.span_count_error`)
+    and, with ``max_dates``, a span starting on a date (UTC day) beyond the
+    first ``max_dates`` distinct ones of the request. The first four are
+    exactly the spans the row conversion would refuse, so every span admitted
+    converts. With ``max_shared_bytes``, spans are refused once their
+    resources and scopes (serialized size, counted once per span: each row
+    repeats them) add up to more (see :data:`MAX_SHARED_BYTES_PER_REQUEST`).
+    ``message`` names the first refused span and why. The cost is linear in
+    the request: refused spans are removed by rebuilding each list once.
     """
     result = Admission()
+    days: set[int] = set()
+    shared = 0
     for rs in request.resource_spans:
+        resource_bytes = rs.resource.ByteSize() if max_shared_bytes is not None else 0
         for ss in rs.scope_spans:
             spans = ss.spans
-            bad: list[int] = []
+            per_span = resource_bytes + ss.scope.ByteSize() if max_shared_bytes is not None else 0
+            # Checked per span only when this list may not fit whole (the common case adds it at once below).
+            room = None
+            if max_shared_bytes is not None and shared + per_span * len(spans) > max_shared_bytes:
+                room = max_shared_bytes
+            bad: set[int] = set()
             for i, span in enumerate(spans):
-                if len(span.trace_id) != 16 or len(span.span_id) != 8:
-                    problem = (
-                        f"trace_id must be 16 bytes and span_id 8 bytes "
-                        f"(got {len(span.trace_id)} and {len(span.span_id)})"
-                    )
-                    result.bad_ids += 1
+                trace_id, span_id = span.trace_id, span.span_id
+                # The common case inline (one call per span, as before); _span_problem says why when it fails.
+                if (
+                    len(trace_id) == 16
+                    and len(span_id) == 8
+                    and trace_id != _ZERO_TRACE_ID
+                    and span_id != _ZERO_SPAN_ID
+                    and (span.dropped_attributes_count | span.dropped_events_count | span.dropped_links_count)
+                    <= COUNT_LIMIT
+                    and span.start_time_unix_nano < TIME_LIMIT_NS  # unsigned: never below 0
+                    and span.end_time_unix_nano < TIME_LIMIT_NS
+                    and (not span.events or _time_problem(span) is None)
+                ):
+                    problem, reason = None, ""
                 else:
-                    time_problem = _time_problem(span)
-                    if time_problem is None:
-                        continue
-                    problem = time_problem
-                    result.bad_times += 1
-                bad.append(i)
+                    problem, reason = _span_problem(span)
+                if problem is None and max_dates is not None:
+                    day = span.start_time_unix_nano // _DAY_NS
+                    if day not in days:
+                        if len(days) < max_dates:
+                            days.add(day)
+                        else:
+                            problem, reason = f"more than {max_dates} distinct start dates in one request", "dates"
+                if problem is None and room is not None:
+                    if shared + per_span > room:
+                        problem = (
+                            f"its resource and scope ({per_span} bytes) would take the request past "
+                            f"{max_shared_bytes} bytes of resource and scope repeated per span"
+                        )
+                        reason = "shared"
+                    else:
+                        shared += per_span
+                if problem is None:
+                    continue
+                setattr(result, _COUNTERS[reason], getattr(result, _COUNTERS[reason]) + 1)
+                bad.add(i)
                 if not result.message:
-                    result.message = f"span {span.name!r} (span_id {span.span_id.hex() or '-'}): {problem}"
+                    result.message = f"span {span.name[:100]!r} (span_id {span.span_id.hex()[:16] or '-'}): {problem}"
             result.accepted += len(spans) - len(bad)
             result.rejected += len(bad)
-            for i in reversed(bad):
-                del spans[i]
+            if room is None:
+                shared += per_span * (len(spans) - len(bad))
+            if bad:  # one rebuild: deleting one at a time shifts the rest each time (quadratic)
+                good = [span for i, span in enumerate(spans) if i not in bad]
+                ss.ClearField("spans")
+                ss.spans.extend(good)
     return result
 
 
@@ -108,20 +219,30 @@ def sanitize(request: ExportTraceServiceRequest) -> tuple[int, int, str]:
 class ChunkWriter:
     """Collect row tables and write them as ``<prefix>-<chunk>.parquet`` per date partition.
 
-    Chunk boundaries depend only on the order and size of the tables added, so
-    the same input always produces the same file names and contents.
+    Chunk boundaries depend only on the order and size (rows, Arrow bytes) of
+    the tables added, so the same input always produces the same file names
+    and contents.
     """
 
-    def __init__(self, dataset: str | os.PathLike[str], prefix: str, *, chunk_rows: int = CHUNK_ROWS) -> None:
+    def __init__(
+        self,
+        dataset: str | os.PathLike[str],
+        prefix: str,
+        *,
+        chunk_rows: int = CHUNK_ROWS,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
         """Write under ``<dataset>/spans/date=*/``, names starting with ``prefix``."""
         location = resolve(dataset)  # a local directory or s3://bucket/prefix
         self.spans_dir: Path | str = location.join(SPANS_DIR) if location.remote else Path(dataset) / SPANS_DIR
         self.prefix = prefix
         self.chunk_rows = chunk_rows
+        self.chunk_bytes = chunk_bytes
         self.rows_written = 0
         self.paths: list[Path | str] = []
         self._tables: list[pa.Table] = []
         self._rows = 0
+        self._bytes = 0
         self._chunk = 0
 
     def add(self, table: pa.Table) -> None:
@@ -130,7 +251,8 @@ class ChunkWriter:
             return
         self._tables.append(table)
         self._rows += table.num_rows
-        if self._rows >= self.chunk_rows:
+        self._bytes += table.nbytes
+        if self._rows >= self.chunk_rows or self._bytes >= self.chunk_bytes:
             self.flush()
 
     def add_request(self, request: ExportTraceServiceRequest) -> None:
@@ -152,7 +274,7 @@ class ChunkWriter:
         if not self._tables:
             return
         table = pa.concat_tables(self._tables)
-        self._tables, self._rows = [], 0
+        self._tables, self._rows, self._bytes = [], 0, 0
         chunk = self._chunk
         self.paths += write_partitions(table, self.spans_dir, lambda date: f"{self.prefix}-{chunk:05d}.parquet")
         self.rows_written += table.num_rows
@@ -164,8 +286,9 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
 
     Holds an ``flock`` on the segment while converting, so a leftover converter
     of a killed server and the restarted one never write the same files at once.
-    Any record that cannot be decoded or converted fails the whole segment: the
-    receiver then quarantines it and calls :func:`salvage_segment`.
+    Any record that cannot be decoded or converted, or damage before the end
+    of the file (:class:`~.wal.CorruptSegmentError`), fails the whole segment:
+    the receiver then quarantines it and calls :func:`salvage_segment`.
     """
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -186,6 +309,7 @@ class Salvage:
     rows: int = 0
     spans_dropped: int = 0
     records_dropped: int = 0
+    bytes_skipped: int = 0
     reasons: list[str] = field(default_factory=list)
 
     def note(self, reason: str) -> None:
@@ -236,14 +360,29 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
     Every span that converts lands under the same file names
     :func:`convert_segment` would have used (so rerunning it, or a partial
     earlier attempt, adds nothing twice); undecodable records and
-    unconvertible spans are counted and named in the result.
+    unconvertible spans are counted and named in the result. Damaged bytes
+    are skipped up to the next whole record (:func:`~.wal.scan_records`);
+    each damaged stretch before the end counts as one dropped record.
     """
     fd = os.open(path, os.O_RDONLY)
     report = Salvage()
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         writer = ChunkWriter(dataset, prefix)
-        for record, payload in enumerate(read_records(Path(path))):
+        record = -1
+        for payload in scan_records(Path(path)):
+            if isinstance(payload, Gap):
+                report.bytes_skipped += payload.size
+                if payload.tail:  # a torn tail: never acknowledged, so nothing is lost; still reported
+                    report.note(f"bytes {payload.offset}-{payload.offset + payload.size}: torn tail, ignored")
+                else:  # acknowledged records were there: at least one is lost
+                    report.records_dropped += 1
+                    report.note(
+                        f"bytes {payload.offset}-{payload.offset + payload.size}: damaged, "
+                        "skipped to the next whole record"
+                    )
+                continue
+            record += 1
             request = ExportTraceServiceRequest()
             try:
                 request.ParseFromString(payload)

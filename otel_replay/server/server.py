@@ -45,7 +45,15 @@ from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 
 from .background import BackgroundCompactor
-from .convert import Salvage, admit_spans, convert_segment, salvage_segment, worker_init
+from .convert import (
+    MAX_DATES_PER_REQUEST,
+    MAX_SHARED_BYTES_PER_REQUEST,
+    Salvage,
+    admit_spans,
+    convert_segment,
+    salvage_segment,
+    worker_init,
+)
 from .wal import WAL_SUFFIX, Segment, WriteAheadLog
 
 __all__ = [
@@ -186,6 +194,9 @@ class Metrics(CompactionCounters):
     spans_rejected: int = 0
     spans_rejected_bad_time: int = 0
     spans_rejected_bad_id: int = 0
+    spans_rejected_bad_count: int = 0
+    spans_rejected_too_many_dates: int = 0
+    spans_rejected_resource_too_large: int = 0
     requests_rejected: int = 0
     requests_too_large: int = 0
     requests_shed: int = 0
@@ -368,13 +379,18 @@ class Receiver:
 
     def accept(self, request: ExportTraceServiceRequest) -> tuple[int, str]:
         """Make ``request``'s storable spans durable; returns (rejected spans, message) for a partial success."""
-        result = admit_spans(request)
+        result = admit_spans(
+            request, max_dates=MAX_DATES_PER_REQUEST, max_shared_bytes=MAX_SHARED_BYTES_PER_REQUEST
+        )
         self.metrics.add(
             requests=1,
             spans_received=result.accepted + result.rejected,
             spans_rejected=result.rejected,
             spans_rejected_bad_time=result.bad_times,
             spans_rejected_bad_id=result.bad_ids,
+            spans_rejected_bad_count=result.bad_counts,
+            spans_rejected_too_many_dates=result.too_many_dates,
+            spans_rejected_resource_too_large=result.too_much_shared,
         )
         if result.accepted:
             self.wal.append(request.SerializeToString())
@@ -563,6 +579,7 @@ class Receiver:
                 "spans_written": report.rows,
                 "spans_dropped": report.spans_dropped,
                 "records_dropped": report.records_dropped,
+                "bytes_skipped": report.bytes_skipped,
                 "reasons": report.reasons,
             },
             indent=1,

@@ -6,7 +6,13 @@ each ``<u32 length><u32 crc32>`` followed by the serialized
 plus random suffix), so a segment's Parquet output can be named after it and
 rewritten idempotently. Only the active segment is appended to; after a crash
 every segment on disk is "sealed" and a torn tail record (never acknowledged,
-because its fsync never completed) is ignored when reading.
+because its fsync never completed) is ignored when reading. Damage with whole
+records after it is not a torn tail: :func:`read_records` raises
+:class:`CorruptSegmentError` (the receiver quarantines the segment), and
+:func:`scan_records` resumes at the next whole record, reporting the gap.
+
+A sealed segment ends with :data:`SEAL_MARK`; damage in its last record is
+then corruption too.
 
 Appends use group commit: many threads write, one of them fsyncs for all.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import mmap
 import os
 import secrets
 import struct
@@ -28,13 +35,22 @@ from pathlib import Path
 from otel_replay.errors import OtelReplayError, WalBusyError
 from otel_replay.exporters.writer import fsync_dir
 
-__all__ = ["WAL_SUFFIX", "Segment", "WalBusyError", "WriteAheadLog", "read_records"]
+__all__ = [
+    "WAL_SUFFIX",
+    "CorruptSegmentError",
+    "Gap",
+    "SEAL_MARK",
+    "Segment",
+    "WalBusyError",
+    "WriteAheadLog",
+    "read_records",
+    "scan_records",
+]
 
 WAL_SUFFIX = ".wal"
 _HEADER = struct.Struct("<II")
 _log = logging.getLogger("otel_replay.server")
 _MAX_RECORD = 1 << 31
-
 
 
 @dataclass(frozen=True)
@@ -46,32 +62,149 @@ class Segment:
     size: int
 
 
-def read_records(path: Path) -> Iterator[bytes]:
-    """Yield the payloads of ``path``'s complete, checksummed records; stop at a torn tail.
+class CorruptSegmentError(OtelReplayError, ValueError):
+    """A WAL segment is damaged before its end: whole records follow the damage (not a torn tail)."""
 
-    A torn tail was never acknowledged. A bad record with more data after it
-    is corruption, not a crash: it is logged with its offset before stopping.
+
+@dataclass(frozen=True)
+class Gap:
+    """Bytes of a segment that hold no whole, checksummed record.
+
+    ``tail``: nothing valid follows (a record torn by a crash, never
+    acknowledged, or damage to the last record); otherwise the reader resumed
+    at ``offset + size``, the next offset where a whole record checks out.
     """
-    size = path.stat().st_size
+
+    offset: int
+    size: int
+    tail: bool
+
+
+SEAL_MARK = _HEADER.pack(0, zlib.crc32(b""))
+"""An empty record, written last when a segment is sealed: only a segment without it can end in a torn tail.
+
+A reader that does not know it sees one empty request (no spans).
+"""
+_REQUEST_TAG = 0x0A  # every record is an ExportTraceServiceRequest with spans: field 1, length-delimited, first
+_MAX_WALK = 4096
+
+
+def _requests_fill(data: bytes | mmap.mmap, at: int, end: int) -> bool:
+    """Whether ``data[at:end]`` reads as a run of ``resource_spans`` fields (tag, length, bytes) ending at ``end``.
+
+    A cheap pre-check before a candidate's checksum: a request holds nothing
+    else at its top level (past ``_MAX_WALK`` of them the checksum decides).
+    """
+    for _ in range(_MAX_WALK):
+        if at == end:
+            return True
+        if at > end or data[at] != _REQUEST_TAG:
+            return False
+        length, at = _varint(data, at + 1, end)
+        at += length
+    return True
+
+
+def _varint(data: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while at < end and shift < 64:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    return 0, end + 1  # ran past the end: the walk fails
+
+
+def _record_end(data: bytes | mmap.mmap, offset: int, size: int, *, strict: bool) -> int | None:
+    """End of the whole, checksummed record at ``offset``, or ``None``.
+
+    ``strict`` (used while resynchronising, where any offset is a candidate)
+    also wants a non-empty run of ``resource_spans`` fields before the
+    checksum is computed, so a scan of a damaged region stays cheap (a record
+    whose request carries unknown top-level fields is not found this way: it
+    is counted in the gap).
+    """
+    if offset + _HEADER.size > size:
+        return None
+    length, crc = _HEADER.unpack_from(data, offset)
+    start = offset + _HEADER.size
+    end = start + length
+    if length > _MAX_RECORD or end > size:
+        return None
+    if strict and (length == 0 or not _requests_fill(data, start, end)):
+        return None
+    if zlib.crc32(data[start:end]) != crc:
+        return None
+    return end
+
+
+def _next_record(data: bytes | mmap.mmap, offset: int, size: int) -> int | None:
+    """The first offset after ``offset`` where a whole record checks out, or ``None``."""
+    at = offset + 1 + _HEADER.size  # a candidate's payload starts 8 bytes after it, with the request tag
+    while True:
+        at = data.find(bytes((_REQUEST_TAG,)), at)
+        if at < 0:
+            return None
+        if _record_end(data, at - _HEADER.size, size, strict=True) is not None:
+            return at - _HEADER.size
+        at += 1
+
+
+def scan_records(path: Path) -> Iterator[bytes | Gap]:
+    """Yield ``path``'s whole, checksummed records in order, and a :class:`Gap` for each damaged stretch.
+
+    After a bad record the reader looks for the next offset where a whole
+    record checks out and resumes there; when there is none the rest of the
+    file is a :class:`Gap` and the scan ends: a tail one, unless the file
+    ends in :data:`SEAL_MARK` (sealed whole, so the damage came later).
+    """
     with open(path, "rb") as handle:
-        while True:
-            offset = handle.tell()
-            header = handle.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                return
-            length, crc = _HEADER.unpack(header)
-            payload = handle.read(length) if length <= _MAX_RECORD else b""
-            if length > _MAX_RECORD or len(payload) < length or zlib.crc32(payload) != crc:
-                end = offset + _HEADER.size + length
-                if end < size:
-                    _log.error(
-                        "otel-replay: WAL segment %s is corrupt at byte %d; %d bytes after it are not readable",
-                        path,
-                        offset,
-                        size - offset,
-                    )
-                return
-            yield payload
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            sealed = size >= _HEADER.size and data[size - _HEADER.size :] == SEAL_MARK
+            body = size - _HEADER.size if sealed else size
+            offset = 0
+            while offset < body:
+                end = _record_end(data, offset, body, strict=False)
+                if end is not None:
+                    if end > offset + _HEADER.size:  # an empty record holds nothing (a seal mark, or written by none)
+                        yield data[offset + _HEADER.size : end]
+                    offset = end
+                    continue
+                resume = _next_record(data, offset, body)
+                if resume is None:  # nothing whole follows: a torn tail, unless the segment was sealed whole
+                    yield Gap(offset, body - offset, tail=not sealed)
+                    return
+                yield Gap(offset, resume - offset, tail=False)
+                offset = resume
+
+
+def read_records(path: Path) -> Iterator[bytes]:
+    """Yield the payloads of ``path``'s records; a torn tail is ignored, damage before the end raises.
+
+    A torn tail (nothing whole after the bad bytes) was never acknowledged: it
+    is logged and cut. Damage followed by whole records is corruption of
+    acknowledged data: :class:`CorruptSegmentError` (the receiver then
+    quarantines the segment and salvages it with :func:`scan_records`).
+    """
+    for item in scan_records(path):
+        if not isinstance(item, Gap):
+            yield item
+        elif item.tail:
+            _log.warning(
+                "otel-replay: WAL segment %s ends in %d bytes that hold no whole record (a torn tail); ignored",
+                path,
+                item.size,
+            )
+        else:
+            raise CorruptSegmentError(
+                f"WAL segment {path} is corrupt at byte {item.offset}: {item.size} bytes hold no whole record "
+                f"and whole records follow"
+            )
 
 
 def _new_segment_id() -> str:
@@ -135,6 +268,11 @@ class WriteAheadLog:
             return True
 
     def _seal_locked(self, *, reopen: bool) -> None:
+        try:  # the seal mark: damage to the last record of a sealed segment is then corruption, not a torn tail
+            if os.write(self._fd, SEAL_MARK) == len(SEAL_MARK):
+                self._active_size += len(SEAL_MARK)
+        except OSError:  # e.g. the disk is full: the segment reads as one that was never sealed
+            pass
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay.server import Receiver, ServerConfig
 from otel_replay.server.convert import convert_segment
-from otel_replay.server.wal import WalBusyError, WriteAheadLog, read_records
+from otel_replay.server.wal import (
+    SEAL_MARK,
+    CorruptSegmentError,
+    Gap,
+    WalBusyError,
+    WriteAheadLog,
+    read_records,
+    scan_records,
+)
 
 from .conftest import expected_rows, make_spans, parquet_rows
 
@@ -19,15 +29,26 @@ def test_torn_tail_record_is_ignored(tmp_path: Path) -> None:
     wal = WriteAheadLog(tmp_path / "wal")
     for n in range(3):
         wal.append(f"record {n}".encode())
+    crashed = tmp_path / "crashed.wal"
+    shutil.copy(next((tmp_path / "wal").glob("*.wal")), crashed)  # the active segment as kill -9 leaves it
     wal.close()
-    (segment,) = wal.sealed()
-    with open(segment.path, "ab") as handle:
+    with open(crashed, "ab") as handle:
         handle.write(b"\x40\x00\x00\x00\x12\x34")  # a header cut short by a crash
-    assert list(read_records(segment.path)) == [b"record 0", b"record 1", b"record 2"]
-    with open(segment.path, "r+b") as handle:  # flip a payload byte of the last record: crc mismatch
+    assert list(read_records(crashed)) == [b"record 0", b"record 1", b"record 2"]
+    with open(crashed, "r+b") as handle:  # flip a payload byte of the last record: crc mismatch
         handle.seek(-7 - 6, 2)
         handle.write(b"X")
-    assert list(read_records(segment.path)) == [b"record 0", b"record 1"]
+    assert list(read_records(crashed)) == [b"record 0", b"record 1"]
+    # A segment sealed whole ends in the seal mark: damage to its last record is corruption, not a torn tail.
+    (segment,) = wal.sealed()
+    assert segment.path.read_bytes().endswith(SEAL_MARK)
+    assert list(read_records(segment.path)) == [b"record 0", b"record 1", b"record 2"]
+    with open(segment.path, "r+b") as handle:
+        handle.seek(-len(SEAL_MARK) - 3, 2)
+        handle.write(b"X")
+    with pytest.raises(CorruptSegmentError):
+        list(read_records(segment.path))
+    assert list(scan_records(segment.path))[-1] == Gap(2 * 16, 16, tail=False)
 
 
 def test_one_owner_per_wal_directory(tmp_path: Path) -> None:
@@ -94,3 +115,64 @@ def test_failed_write_is_cut_off_so_later_records_survive(tmp_path: Path, monkey
     wal.close()
     (segment,) = wal.sealed()
     assert list(read_records(segment.path)) == [b"A" * 100, b"C" * 100, b"D" * 100]
+
+
+def _three_record_segment(tmp_path: Path) -> tuple[Path, list[bytes], list]:
+    dataset = tmp_path / "ds"
+    spans = make_spans(6)
+    payloads = [encode_spans(spans[i : i + 4]).SerializeToString() for i in range(0, 12, 4)]
+    wal = WriteAheadLog(dataset / "_wal" / "default")
+    for payload in payloads:
+        wal.append(payload)
+    wal.close()
+    (segment,) = wal.sealed()
+    return segment.path, payloads, spans
+
+
+@pytest.mark.parametrize("where", ["payload", "length", "crc"])
+def test_damage_before_the_end_is_corruption_not_a_torn_tail(tmp_path: Path, where: str) -> None:
+    path, payloads, _ = _three_record_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    second = 8 + len(payloads[0])
+    data[second + {"payload": 8 + 5, "length": 3, "crc": 5}[where]] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptSegmentError, match=f"corrupt at byte {second}"):
+        list(read_records(path))
+    items = list(scan_records(path))
+    assert items[0] == payloads[0] and items[-1] == payloads[2] and len(items) == 3
+    assert items[1] == Gap(second, 8 + len(payloads[1]), tail=False)
+
+
+def test_damaged_middle_record_quarantines_the_segment_and_keeps_the_records_after_it(tmp_path: Path) -> None:
+    path, payloads, _ = _three_record_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[8 + len(payloads[0]) + 8 + 5] ^= 0x01  # one flipped bit in the second record's payload
+    path.write_bytes(bytes(data))
+    dataset = tmp_path / "ds"
+    receiver = Receiver(ServerConfig(dataset, grpc=None, http=None, convert_workers=0)).start()
+    receiver.stop()
+    metrics = receiver.metrics.snapshot()
+    assert metrics["segments_quarantined"] == 1 and metrics["quarantine_records_dropped"] == 1
+    stored = {row["span_id"] for row in parquet_rows(dataset)}
+    intact: set[str] = set()
+    for payload in (payloads[0], payloads[2]):
+        request = ExportTraceServiceRequest.FromString(payload)
+        intact |= {s.span_id.hex() for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    assert stored == intact and len(stored) == metrics["spans_written"] == 8
+    report = json.loads(next((dataset / "_wal" / "default" / "quarantine").glob("*.report.json")).read_text())
+    assert report["records_dropped"] == 1 and report["bytes_skipped"] == 8 + len(payloads[1])
+
+
+def test_resync_scan_of_a_large_damaged_region_finds_the_next_record(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    big = encode_spans(make_spans(2000)).SerializeToString()
+    wal.append(big)
+    wal.append(encode_spans(make_spans(1)).SerializeToString())
+    wal.close()
+    (segment,) = wal.sealed()
+    with open(segment.path, "r+b") as handle:
+        handle.seek(4)
+        handle.write(b"\xff")  # the first record's crc: its whole payload becomes a damaged stretch
+    items = list(scan_records(segment.path))
+    assert isinstance(items[0], Gap) and not items[0].tail and items[0].size == 8 + len(big)
+    assert len(items) == 2 and not isinstance(items[1], Gap)
