@@ -34,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.errors import ConfigError, OtelReplayError
 
-from .server import PROTOBUF_EXPANSION, Overloaded
+from .server import Overloaded, decode_charge, decode_limit_error
 
 if TYPE_CHECKING:
     from .server import Receiver
@@ -53,7 +53,12 @@ class _TraceService:
         """``TraceService/Export`` on the message's bytes: charge them, then decode, then store."""
         receiver = self.receiver
         try:
-            with receiver.admit(PROTOBUF_EXPANSION * len(raw)):
+            charge = decode_charge(raw, as_json=False)
+            refused = decode_limit_error(charge, receiver.config.max_request_bytes)
+            if refused:
+                receiver.reject(too_large=True)
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            with receiver.admit(charge):
                 try:
                     request = ExportTraceServiceRequest.FromString(raw)
                 except (DecodeError, RecursionError) as exc:

@@ -50,7 +50,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from otel_replay.errors import ConfigError, OtelReplayError, PayloadError
 
 from .otlp_json import message_to_json, request_from_json
-from .server import JSON_EXPANSION, PROTOBUF_EXPANSION, Overloaded, Reservation
+from .server import JSON_EXPANSION, PROTOBUF_EXPANSION, Overloaded, Reservation, decode_charge, decode_limit_error
 
 if TYPE_CHECKING:
     from .server import Receiver
@@ -229,12 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         self.reader.start(self.server.receiver.config.read_timeout_seconds)
         self.rfile.head_left = MAX_HEADER_BYTES
+        self.command, self.requestline, self.request_version = "", "", ""  # an error before parse_request: HTTP/1.x
         try:
             super().handle_one_request()
         except _HeadTooLarge as exc:
             self.server.receiver.reject()
-            if not hasattr(self, "request_version"):  # cut off in the request line, before parse_request
-                self.command, self.requestline, self.request_version = "", "", self.default_request_version
             self.send_error(431, "Request Header Fields Too Large", str(exc))  # sends Connection: close
             self.close_connection = True
             self._linger()
@@ -356,7 +355,11 @@ class _Handler(BaseHTTPRequestHandler):
                     receiver.reject()
                     return
                 self.body_read = True
-                reservation.grow(max(0, factor * len(body) - reservation.held))
+                charge = decode_charge(body, as_json)
+                refused = decode_limit_error(charge, limit)
+                if refused:
+                    raise _Reply(413, refused)
+                reservation.grow(max(0, charge - reservation.held))
                 self.storing = True
                 try:
                     response = self._parse_and_accept(body, as_json)
