@@ -198,7 +198,9 @@ class ServerConfig:
     """Settings of one receiver (``otel-replay serve`` flags map onto these).
 
     Against hostile clients: ``read_timeout_seconds`` (a whole HTTP request,
-    headers and body, must arrive within it; idle connections close after it),
+    headers and body, must arrive within it; idle connections close after it;
+    a gRPC connection gets GOAWAY at this age and is closed, cancelling what is
+    still open on it, this much later),
     ``max_connections`` (HTTP connections served at once; the next gets 503),
     ``max_inflate_ratio`` (a gzip body inflating more than this, 0: no limit,
     is a 413) and ``bomb_delay_seconds`` (how late that 413 is sent).
