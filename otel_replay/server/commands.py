@@ -81,7 +81,8 @@ def _address(value: str) -> str | None:
     "--read-timeout",
     default=30.0,
     show_default=True,
-    help="Seconds a client has to send a whole request (slow and idle connections are closed).",
+    help="Seconds a client has to send a whole HTTP request (slow and idle connections are closed); gRPC "
+    "connections are closed at twice this age, cancelling calls still open on them.",
 )
 @click.option(
     "--max-connections", default=128, show_default=True, help="HTTP connections served at once (503 above)."

@@ -4,8 +4,16 @@ Status codes follow the OTLP specification: ``OK`` (with ``partial_success``
 when spans were dropped as invalid) only after the spans are durable,
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` when shedding load,
 ``UNAVAILABLE`` while shutting down or when the WAL cannot be written (both
-retryable). A message grpcio cannot decode is answered by grpcio itself with
-``INTERNAL`` before it reaches this service.
+retryable), ``INVALID_ARGUMENT`` for a message that is not an
+``ExportTraceServiceRequest``.
+
+The method is registered with no request deserializer: the service gets the
+message's bytes and charges them to the in-flight budget *before* decoding
+them, so concurrent large requests are shed before they are decoded, not
+after. A call whose message never comes cannot pin a worker thread for ever:
+every connection is closed ``read_timeout_seconds`` after it has reached the
+same age (``grpc.max_connection_age_ms`` + grace), which cancels its stuck
+calls and frees their threads.
 """
 
 from __future__ import annotations
@@ -16,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -26,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.errors import ConfigError, OtelReplayError
 
-from .server import PROTOBUF_EXPANSION, Overloaded
+from .server import Overloaded, decode_charge, decode_limit_error
 
 if TYPE_CHECKING:
     from .server import Receiver
@@ -34,18 +42,30 @@ if TYPE_CHECKING:
 __all__ = ["GrpcService"]
 
 _log = logging.getLogger("otel_replay.server")
+_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+class _TraceService:
     def __init__(self, receiver: Receiver) -> None:
         self.receiver = receiver
 
-    def Export(  # noqa: N802 - the generated servicer's method name
-        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
-    ) -> ExportTraceServiceResponse:
+    def export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+        """``TraceService/Export`` on the message's bytes: charge them, then decode, then store."""
         receiver = self.receiver
         try:
-            with receiver.admit(PROTOBUF_EXPANSION * request.ByteSize()):
+            charge = decode_charge(raw, as_json=False)
+            refused = decode_limit_error(charge, receiver.config.max_request_bytes)
+            if refused:
+                receiver.reject(too_large=True)
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            with receiver.admit(charge):
+                try:
+                    request = ExportTraceServiceRequest.FromString(raw)
+                except (DecodeError, RecursionError) as exc:
+                    receiver.reject()
+                    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ExportTraceServiceRequest: {reason}")
+                del raw
                 rejected, message = receiver.accept(request)
         except Overloaded as exc:
             delay = RetryInfo(retry_delay=Duration(seconds=exc.retry_after))
@@ -67,13 +87,25 @@ class GrpcService:
     def __init__(self, receiver: Receiver, host: str, port: int) -> None:
         """Bind and start serving."""
         config = receiver.config
+        # A call takes a worker thread before its message arrives; a client that never sends it would hold the
+        # thread for ever. Each connection is told to go away (GOAWAY) at read_timeout_seconds of age and closed,
+        # cancelling what is still open on it, read_timeout_seconds later: an idle or stuck call lives at most
+        # about twice the read timeout, while a call in flight at GOAWAY gets the read timeout to finish.
+        timeout_ms = max(1, round(config.read_timeout_seconds * 1000))
         options = [
             ("grpc.max_receive_message_length", config.max_request_bytes),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_connection_age_ms", timeout_ms),
+            ("grpc.max_connection_age_grace_ms", timeout_ms),
         ]
         self._pool = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="otel-replay-grpc")
         self.server = grpc.server(self._pool, options=options, maximum_concurrent_rpcs=config.grpc_workers * 8)
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(receiver), self.server)
+        export = grpc.unary_unary_rpc_method_handler(
+            _TraceService(receiver).export,
+            request_deserializer=None,  # the raw bytes: charged to the budget before they are decoded
+            response_serializer=ExportTraceServiceResponse.SerializeToString,
+        )
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             bound = self.server.add_insecure_port(target)

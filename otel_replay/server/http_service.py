@@ -7,13 +7,19 @@ use the request's content type: an ``ExportTraceServiceResponse`` (with
 otherwise. Codes: 400 malformed body or gzip, 411 no Content-Length, 413 body
 (or its inflated form, or its inflation ratio) over the limit, 415 unsupported
 content type or encoding, 429 shedding load and 503 shutting down or at the
-connection cap (both with ``Retry-After``), 404 other paths.
+connection cap (both with ``Retry-After``), 404 other paths, 431 (and close)
+request line and headers over ``MAX_HEADER_BYTES``. A ``Content-Length`` that
+is not ASCII digits, or given twice with different values, or a
+``Transfer-Encoding`` is a 400 (411 without a length) and closes the
+connection: the body's end would be ambiguous.
 
 Hostile clients: the in-flight budget is charged with the bytes actually read
 (and inflated, and decoded), never the declared ``Content-Length``; each
 request, from its first byte to its last, must arrive within
 ``read_timeout_seconds`` (slow and idle connections are closed and counted);
-at most ``max_connections`` connections are served at once.
+at most ``max_connections`` connections are served at once, and each holds
+at most ``MAX_HEADER_BYTES`` of request head plus one read buffer before its
+body is charged.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import io
 import json
 import logging
 import os
+import re
 import selectors
 import socket
 import sys
@@ -43,7 +50,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from otel_replay.errors import ConfigError, OtelReplayError, PayloadError
 
 from .otlp_json import message_to_json, request_from_json
-from .server import JSON_EXPANSION, PROTOBUF_EXPANSION, Overloaded, Reservation
+from .server import JSON_EXPANSION, PROTOBUF_EXPANSION, Overloaded, Reservation, decode_charge, decode_limit_error
 
 if TYPE_CHECKING:
     from .server import Receiver
@@ -66,6 +73,9 @@ _CHUNK = 64 * 1024
 """Bytes read from the socket (and inflated) per step; what a request holds before it is charged."""
 _RATIO_FLOOR = 64 * 1024
 """The inflation ratio is checked once this much has been inflated (gzip headers skew small bodies)."""
+MAX_HEADER_BYTES = 64 * 1024
+"""Request line plus headers, per request; more is a 431 (the stdlib alone allows 100 lines of 64 KiB)."""
+_DIGITS = re.compile(r"[0-9]+")
 _WRITE_TIMEOUT = 10.0
 _LINGER_SECONDS = 1.0
 _LINGER_BYTES = 2 * 1024 * 1024
@@ -116,6 +126,29 @@ class _DeadlineReader(io.RawIOBase):
             raise
         self.received += n
         return n
+
+
+class _HeadTooLarge(Exception):
+    """The request line and headers went past :data:`MAX_HEADER_BYTES`."""
+
+
+class _HeadReader(io.BufferedReader):
+    """The buffered socket stream; while ``head_left`` is set, lines read from it (the head) count against it."""
+
+    head_left: int | None = None
+
+    def readline(self, size: int | None = -1) -> bytes:
+        left = self.head_left
+        if left is None:
+            return super().readline(size)
+        if left <= 0:
+            raise _HeadTooLarge(f"request line and headers exceed {MAX_HEADER_BYTES} bytes")
+        cap = left + 1 if size is None or size < 0 else min(size, left + 1)
+        line = super().readline(cap)
+        self.head_left = left - len(line)
+        if self.head_left < 0:
+            raise _HeadTooLarge(f"request line and headers exceed {MAX_HEADER_BYTES} bytes")
+        return line
 
 
 def _gzip_members(
@@ -177,11 +210,12 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = None  # the deadline reader bounds every read
     server: _Server
     reader: _DeadlineReader
+    rfile: _HeadReader
 
     def setup(self) -> None:
         super().setup()
         self.reader = _DeadlineReader(self.connection)
-        self.rfile = io.BufferedReader(self.reader, _CHUNK)
+        self.rfile = _HeadReader(self.reader, _CHUNK)
         self.storing = False
         self.server.register(self)
 
@@ -194,13 +228,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self.reader.start(self.server.receiver.config.read_timeout_seconds)
+        self.rfile.head_left = MAX_HEADER_BYTES
+        self.command, self.requestline, self.request_version = "", "", ""  # an error before parse_request: HTTP/1.x
         try:
             super().handle_one_request()
+        except _HeadTooLarge as exc:
+            self.server.receiver.reject()
+            self.send_error(431, "Request Header Fields Too Large", str(exc))  # sends Connection: close
+            self.close_connection = True
+            self._linger()
         finally:
+            self.rfile.head_left = None
             if self.reader.timed_out:
                 self.close_connection = True
                 if self.reader.received:  # a slow client, not an idle keep-alive connection
                     self.server.receiver.metrics.add(connections_timed_out=1)
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()
+        finally:
+            self.rfile.head_left = None  # the head is read; the body is charged to the in-flight budget
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         _log.debug("http %s - %s", self.address_string(), format % args)
@@ -289,12 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding not in ("identity", "gzip"):
             raise _Reply(415, f"unsupported content encoding {encoding!r}; use gzip or none", close=True)
-        raw_length = self.headers.get("Content-Length")
-        if raw_length is None:
-            raise _Reply(411, "Content-Length is required", close=True)
-        if not raw_length.strip().isdigit():
-            raise _Reply(400, f"bad Content-Length {raw_length!r}", close=True)
-        length = int(raw_length)
+        length = self._content_length()
         limit = config.max_request_bytes
         if length > limit:
             raise _Reply(413, f"body of {length} bytes exceeds the {limit} byte limit", close=True)
@@ -312,7 +355,11 @@ class _Handler(BaseHTTPRequestHandler):
                     receiver.reject()
                     return
                 self.body_read = True
-                reservation.grow(max(0, factor * len(body) - reservation.held))
+                charge = decode_charge(body, as_json)
+                refused = decode_limit_error(charge, limit)
+                if refused:
+                    raise _Reply(413, refused)
+                reservation.grow(max(0, charge - reservation.held))
                 self.storing = True
                 try:
                     response = self._parse_and_accept(body, as_json)
@@ -322,6 +369,22 @@ class _Handler(BaseHTTPRequestHandler):
             status = 503 if exc.unavailable else 429
             raise _Reply(status, str(exc), close=True, retry_after=exc.retry_after) from None
         self._send_message(200, response, as_json)
+
+    def _content_length(self) -> int:
+        """The body's length, refusing anything that could make its end ambiguous (request smuggling)."""
+        values = {v.strip() for v in self.headers.get_all("Content-Length") or ()}
+        if self.headers.get("Transfer-Encoding") is not None:
+            status = 400 if values else 411
+            raise _Reply(status, "Transfer-Encoding is not supported; send the body with a Content-Length", close=True)
+        if not values:
+            raise _Reply(411, "Content-Length is required", close=True)
+        if len(values) > 1:
+            shown = ", ".join(sorted(repr(v[:20]) for v in values))
+            raise _Reply(400, f"conflicting Content-Length headers ({shown})", close=True)
+        (raw,) = values
+        if not _DIGITS.fullmatch(raw):
+            raise _Reply(400, f"bad Content-Length {raw[:40]!r} (ASCII digits expected)", close=True)
+        return int(raw)
 
     def _read_plain(self, length: int, reservation: Reservation, factor: int) -> bytearray | None:
         """Read the body step by step, charging ``factor`` x the bytes that arrived (never the declared length)."""

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -26,46 +27,99 @@ from otel_replay.errors import PayloadError
 
 __all__ = ["PayloadError", "message_to_json", "request_from_json", "request_from_obj", "request_to_obj"]
 
-_ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+_ID_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
+"""Fields of ``Span`` and ``Span.Link`` that OTLP/JSON spells as hex, not base64."""
+_HEX_ID_MESSAGES = frozenset({"opentelemetry.proto.trace.v1.Span", "opentelemetry.proto.trace.v1.Span.Link"})
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
+"""What protobuf's JSON parser would decode without dropping characters (standard or URL-safe alphabet)."""
+_INT32 = range(-(2**31), 2**31)
 _FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
+_FIELDS: dict[str, dict[str, FieldDescriptor]] = {}
 
 
-def _items(obj: dict[str, Any], *keys: str) -> list[Any]:
-    for key in keys:
-        value = obj.get(key)
-        if value is not None:
-            if not isinstance(value, list):
-                raise PayloadError(f"{key} must be a JSON array")
-            return value
-    return []
+def _fields(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
+    """A message's fields by both JSON spellings (``traceId`` and ``trace_id``)."""
+    fields = _FIELDS.get(descriptor.full_name)
+    if fields is None:
+        fields = {}
+        for field in descriptor.fields:
+            fields[field.name] = fields[field.json_name] = field
+        _FIELDS[descriptor.full_name] = fields
+    return fields
 
 
-def _fix_ids(obj: Any, where: str) -> None:
+def _check(obj: Any, descriptor: Descriptor, where: str) -> None:
+    """Refuse what ``json_format`` would silently get wrong; turn hex ids into the base64 it expects.
+
+    ``json_format`` keeps only the last of two spellings of one field
+    (``resourceSpans`` and ``resource_spans``), truncates an enum number to
+    32 bits and drops characters that are not base64; each is a one-line
+    :class:`PayloadError` naming the field and where it is.
+    """
     if not isinstance(obj, dict):
         raise PayloadError(f"{where} must be a JSON object")
-    for key in _ID_KEYS:
-        value = obj.get(key)
-        if isinstance(value, str) and value:
-            try:
-                obj[key] = base64.b64encode(bytes.fromhex(value)).decode()
-            except ValueError:
-                raise PayloadError(f"{where}.{key} is not a hex string: {value[:40]!r}") from None
+    fields = _fields(descriptor)
+    hex_ids = descriptor.full_name in _HEX_ID_MESSAGES
+    seen: dict[str, str] = {}
+    for key, value in obj.items():
+        field = fields.get(key)
+        if field is None:
+            continue  # unknown fields are ignored, per OTLP/JSON
+        if field.name in seen:
+            raise PayloadError(f"{where}: {seen[field.name]!r} and {key!r} are the same field; give it once")
+        seen[field.name] = key
+        if value is None:
+            continue
+        path = f"{where}.{key}"
+        if field.is_repeated:
+            if not isinstance(value, list):
+                raise PayloadError(f"{path} must be a JSON array")
+            for i, item in enumerate(value):
+                _check_value(obj, key, item, field, f"{path}[{i}]", hex_ids, value, i)
+        else:
+            _check_value(obj, key, value, field, path, hex_ids, None, 0)
+
+
+def _check_value(
+    obj: dict[str, Any],
+    key: str,
+    value: Any,
+    field: FieldDescriptor,
+    path: str,
+    hex_ids: bool,
+    items: list[Any] | None,
+    index: int,
+) -> None:
+    kind = field.type
+    if kind == FieldDescriptor.TYPE_MESSAGE:
+        if value is not None:
+            _check(value, field.message_type, path)
+    elif kind == FieldDescriptor.TYPE_ENUM:
+        if isinstance(value, int) and not isinstance(value, bool) and value not in _INT32:
+            raise PayloadError(f"{path}: enum value {value} is out of range")
+    elif kind == FieldDescriptor.TYPE_BYTES and isinstance(value, str):
+        if hex_ids and field.name in _ID_FIELDS:
+            if value:
+                try:
+                    encoded = base64.b64encode(bytes.fromhex(value)).decode()
+                except ValueError:
+                    raise PayloadError(f"{path} is not a hex string: {value[:40]!r}") from None
+                if items is None:
+                    obj[key] = encoded
+                else:
+                    items[index] = encoded
+        elif not _BASE64.fullmatch(value):
+            raise PayloadError(f"{path} is not base64: {value[:40]!r}")
 
 
 def request_from_obj(obj: Any) -> ExportTraceServiceRequest:
     """Build a request from decoded OTLP/JSON (``TracesData`` or an export request)."""
     if not isinstance(obj, dict):
         raise PayloadError("OTLP/JSON traces must be a JSON object with resourceSpans")
-    for rs in _items(obj, "resourceSpans", "resource_spans"):
-        if not isinstance(rs, dict):
-            raise PayloadError("resourceSpans[] must be objects")
-        for ss in _items(rs, "scopeSpans", "scope_spans"):
-            if not isinstance(ss, dict):
-                raise PayloadError("scopeSpans[] must be objects")
-            for span in _items(ss, "spans"):
-                _fix_ids(span, "span")
-                for link in _items(span, "links"):
-                    _fix_ids(link, "link")
+    try:
+        _check(obj, ExportTraceServiceRequest.DESCRIPTOR, "request")
+    except RecursionError:
+        raise PayloadError("invalid OTLP/JSON: nested too deeply") from None
     try:
         return json_format.ParseDict(obj, ExportTraceServiceRequest(), ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:

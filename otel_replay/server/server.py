@@ -62,6 +62,8 @@ __all__ = [
     "Receiver",
     "Reservation",
     "ServerConfig",
+    "decode_charge",
+    "decode_limit_error",
     "parse_address",
     "release_free_memory",
 ]
@@ -71,14 +73,91 @@ _INSTANCE = re.compile(r"[A-Za-z0-9_.-]+")
 MiB = 1024 * 1024
 QUARANTINE_DIR = "quarantine"
 PROTOBUF_EXPANSION = 7
-"""In-flight bytes reserved per byte of a protobuf body: the body, the decoded message, its re-encoding for the WAL.
+"""In-flight bytes reserved per byte of a protobuf body as it is read: the body, the decoded message, the WAL copy.
 
 Measured (``benchmarks/bench_hostile.py``, 25 MiB requests of SDK spans):
 decoding a protobuf ``ExportTraceServiceRequest`` takes about 5x its size in
-Python/upb objects, and the WAL copy another 1-2x.
+Python/upb objects, and the WAL copy another 1-2x. Before decoding, the charge
+is raised to :func:`decode_charge`, which also covers bodies of many tiny
+messages.
+"""
+PROTOBUF_MESSAGE_BYTES = 64
+"""In-flight bytes reserved per sub-message a protobuf body may hold (see :func:`decode_charge`).
+
+Measured (upb, protobuf 7): an empty ``AnyValue`` decodes to 42 bytes, an empty
+``KeyValue`` 54, ``Span.Event`` 62, ``ResourceSpans``/``ScopeSpans`` 64.
+"""
+PROTOBUF_SPAN_BYTES = 120
+"""Reserved on top of :data:`PROTOBUF_MESSAGE_BYTES` per possible ``Span`` (an empty one decodes to 177 bytes)."""
+MAX_DECODE_FACTOR = 24
+"""A request whose :func:`decode_charge` exceeds this many times ``max_request_bytes`` is refused (413).
+
+SDK spans are charged about 18x their protobuf size and 14x their OTLP/JSON
+size; a body of nothing but tiny messages, up to 92x. The cap keeps one
+request alone in flight (always let through) from taking more than this.
 """
 JSON_EXPANSION = 3
-"""In-flight bytes reserved per byte of an OTLP/JSON body (the text is 3-4x the protobuf size of the same spans)."""
+"""In-flight bytes reserved per byte of an OTLP/JSON body as it is read (before :func:`decode_charge`)."""
+JSON_NODE_BYTES = 192
+"""In-flight bytes reserved per JSON object, array or element of an OTLP/JSON body.
+
+Measured: parsed and converted, an OTLP/JSON node takes 114 bytes for SDK
+spans, 115 for an empty ``{}`` in an array, up to 200 for an object with many
+distinct keys (the dict, its keys, and the decoded message).
+"""
+
+
+def decode_limit_error(charge: int, max_request_bytes: int) -> str | None:
+    """Why a body charged ``charge`` by :func:`decode_charge` is refused (413), or None when it may be decoded."""
+    limit = MAX_DECODE_FACTOR * max_request_bytes
+    if charge <= limit:
+        return None
+    return (
+        f"body would decode to about {charge >> 20} MiB of objects, over the {limit >> 20} MiB limit "
+        f"({MAX_DECODE_FACTOR} x the request limit); send fewer, larger values per request"
+    )
+
+
+def _message_tags() -> bytes:
+    """The first byte of every tag of a message field in an OTLP trace request, minimal or padded (0x80 set)."""
+    tags: set[int] = set()
+    todo, seen = [ExportTraceServiceRequest.DESCRIPTOR], set()
+    while todo:
+        descriptor = todo.pop()
+        if descriptor.full_name in seen:
+            continue
+        seen.add(descriptor.full_name)
+        for field in descriptor.fields:
+            if field.message_type is not None:
+                if field.number > 15:  # a two-byte tag: its first byte would not identify it
+                    raise AssertionError(f"{descriptor.full_name}.{field.name} has a two-byte tag")
+                tag = field.number << 3 | 2
+                tags.update((tag, tag | 0x80))
+                todo.append(field.message_type)
+    return bytes(sorted(tags))
+
+
+_MESSAGE_TAGS = _message_tags()
+
+
+def decode_charge(body: bytes | bytearray, as_json: bool) -> int:
+    """An upper bound of the memory decoding ``body`` takes, cheap to compute (C-speed counts, no parsing).
+
+    Decoding costs per node, not per byte: 2 bytes of protobuf (an empty
+    sub-message) or 3 of JSON (``{},``) become a whole object. Every protobuf
+    sub-message starts with one of :data:`_MESSAGE_TAGS`, and every JSON node
+    with ``{``, ``[`` or follows a ``,``; counting those bytes over-counts (ids
+    and text hold them too), never under-counts.
+    """
+    if as_json:
+        nodes = body.count(b"{") + body.count(b"[") + body.count(b",")
+        return max(JSON_EXPANSION * len(body), 2 * len(body) + JSON_NODE_BYTES * nodes)
+    messages = len(body) - len(body.translate(None, _MESSAGE_TAGS))
+    spans = body.count(b"\x12") + body.count(b"\x92")  # ScopeSpans.spans is field 2: every Span starts so
+    charge = PROTOBUF_MESSAGE_BYTES * messages + PROTOBUF_SPAN_BYTES * spans
+    return max(PROTOBUF_EXPANSION * len(body), charge)
+
+
 EARLY_SEAL_BYTES = 16 * MiB
 """An idle converter gets the active WAL segment as soon as it holds this much (about 100k SDK spans).
 
@@ -88,6 +167,8 @@ receiver does not write more, smaller files.
 """
 _EARLY_SEALS_PER_PASS = 8
 """Segments sealed early, one after another, before a pass ends (quarantined segments are salvaged between passes)."""
+MAX_REPLY_MESSAGE = 1024
+"""Characters of a ``partial_success`` message sent back; the rest is cut."""
 _MAX_CONVERT_ATTEMPTS = 3
 _TRIM_AFTER_BYTES = 64 * MiB
 
@@ -125,7 +206,9 @@ class ServerConfig:
     """Settings of one receiver (``otel-replay serve`` flags map onto these).
 
     Against hostile clients: ``read_timeout_seconds`` (a whole HTTP request,
-    headers and body, must arrive within it; idle connections close after it),
+    headers and body, must arrive within it; idle connections close after it;
+    a gRPC connection gets GOAWAY at this age and is closed, cancelling what is
+    still open on it, this much later),
     ``max_connections`` (HTTP connections served at once; the next gets 503),
     ``max_inflate_ratio`` (a gzip body inflating more than this, 0: no limit,
     is a 413) and ``bomb_delay_seconds`` (how late that 413 is sent).
@@ -395,7 +478,10 @@ class Receiver:
         if result.accepted:
             self.wal.append(request.SerializeToString())
             self.metrics.add(spans_accepted=result.accepted)
-        return result.rejected, result.message
+        message = result.message
+        if len(message) > MAX_REPLY_MESSAGE:  # it quotes span names: a reply must not outgrow its request
+            message = message[:MAX_REPLY_MESSAGE] + f"... ({len(message) - MAX_REPLY_MESSAGE} more characters)"
+        return result.rejected, message
 
     def reject(self, spans: int = 0, *, too_large: bool = False) -> None:
         """Count a request refused as malformed (or, with ``too_large``, over a size limit)."""

@@ -51,7 +51,7 @@ HOSTILE: dict[str, tuple[str | bytes, str]] = {
         json.dumps(document({"startTimeUnixNano": 1})).replace(": 1,", ": " + "9" * 5000 + ","),
         "digits",
     ),
-    "non-hex span id": (json.dumps(document({"spanId": "not-hex!"})), "span.spanId is not a hex string"),
+    "non-hex span id": (json.dumps(document({"spanId": "not-hex!"})), "spans[0].spanId is not a hex string"),
     "root is a list": ("[1, 2]", "must be a JSON object"),
     "not UTF-8": (b'{"resourceSpans": "\xff"}', "not UTF-8"),
     "kvlist nested 200 deep": (json.dumps(document(value=nested_value(200))), "invalid OTLP/JSON"),
