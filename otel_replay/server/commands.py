@@ -76,14 +76,12 @@ def _address(value: str) -> str | None:
 @click.option(
     "--flush-seconds",
     default=5.0,
-    type=click.FloatRange(max=settings.MAX_WAIT_SECONDS),
     show_default=True,
     help="Seal the WAL segment and write Parquet at least this often.",
 )
 @click.option(
     "--read-timeout",
     default=30.0,
-    type=click.FloatRange(max=settings.MAX_WAIT_SECONDS),
     show_default=True,
     help="Seconds a client has to send a whole request (slow and idle connections are closed).",
 )
@@ -103,7 +101,6 @@ def _address(value: str) -> str | None:
 @click.option(
     "--compact-every",
     default=0.0,
-    type=click.FloatRange(max=settings.MAX_WAIT_SECONDS),
     show_default=True,
     help="Compact the partitions of past days every N seconds in the background (0: off).",
 )
