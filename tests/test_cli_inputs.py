@@ -208,10 +208,9 @@ def test_ingest_counts_an_unreadable_subdirectory_as_a_failure() -> None:
         (top / "in" / "inner" / "a.jsonl").write_text("{}\n")
         (top / "in").chmod(0o755)
         (top / "in" / "inner").chmod(0)
-        done = subprocess.run(
-            [*prefix, sys.executable, "-m", "otel_replay", "ingest", str(top / "in"), "--dataset", str(top / "ds"), "-q"],
-            capture_output=True, text=True, timeout=120, cwd=top,
-        )  # fmt: skip
+        command = [*prefix, sys.executable, "-m", "otel_replay", "ingest", str(top / "in")]
+        command += ["--dataset", str(top / "ds"), "-q"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=top)
         if done.returncode != 0 and "Permission denied" in done.stderr and "cannot ingest" not in done.stderr:
             pytest.skip(f"the unprivileged user cannot run this interpreter: {done.stderr.strip()[-200:]}")
         assert done.returncode == 1, (done.stdout, done.stderr)  # was: "ingested 0 spans from 0 file(s)", exit 0

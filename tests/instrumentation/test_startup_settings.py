@@ -53,7 +53,9 @@ def test_a_good_configuration_records_the_session(tmp_path: Path) -> None:
         ("OTEL_REPLAY_RERUN_MAX_BODY", "8MiB", "cannot record session sess-1: OTEL_REPLAY_RERUN_MAX_BODY='8MiB'"),
     ],
 )
-def test_a_malformed_setting_stops_the_process_at_start(tmp_path: Path, variable: str, value: str, message: str) -> None:
+def test_a_malformed_setting_stops_the_process_at_start(
+    tmp_path: Path, variable: str, value: str, message: str
+) -> None:
     done = instrumented(tmp_path, **{variable: value})
     assert done.returncode == 1, (done.stdout, done.stderr)  # was: 0, the agent ran unrecorded
     assert done.stdout == ""  # the agent never ran
