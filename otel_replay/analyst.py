@@ -32,7 +32,15 @@ import pyarrow as pa
 
 from otel_replay.errors import QueryError, ReadOnlyViolation
 
-__all__ = ["ALLOWED_STATEMENTS", "check_statements", "close_off", "column_values", "table_rows", "unique_names"]
+__all__ = [
+    "ALLOWED_STATEMENTS",
+    "check_statements",
+    "close_off",
+    "column_values",
+    "require_utf8",
+    "table_rows",
+    "unique_names",
+]
 
 ALLOWED_STATEMENTS = "SELECT, WITH, VALUES, FROM, DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of one of these"
 _EXPLAIN = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE | re.DOTALL)
@@ -58,14 +66,33 @@ def _kind(statement: duckdb.Statement) -> str:
     return str(statement.type).rsplit(".", 1)[-1]
 
 
+def require_utf8(text: str, what: str) -> None:
+    """Refuse text DuckDB cannot take: ``what`` (e.g. ``QUERY``) is named with the first bad byte.
+
+    A command-line argument that is not UTF-8 reaches Python as lone surrogates
+    (``surrogateescape``); DuckDB's parser refuses them with a ``TypeError``.
+
+    Raises:
+        QueryError: ``text`` does not encode as UTF-8.
+
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        bad = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
+        raise QueryError(f"{what} is not valid UTF-8 ({bad} at character {exc.start})") from None
+
+
 def check_statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement]:
     """Parse ``sql`` and return its statements when every one is a read-only query.
 
     Raises:
-        QueryError: the text does not parse, or holds no statement.
+        QueryError: the text does not parse, is not UTF-8, or holds no statement.
         ReadOnlyViolation: a statement is not a query (names its type).
 
     """
+    require_utf8(sql, "the SQL text")
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,13 +21,14 @@ import click
 
 from otel_replay import __version__, settings
 from otel_replay import render as r
+from otel_replay.analyst import require_utf8
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import resolve
 from otel_replay.store import Store
 
-__all__ = ["main", "run"]
+__all__ = ["LIVE_STATE_MAX_BYTES", "main", "read_input_file", "require_writable", "run"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +42,8 @@ _dataset_option = click.option(
 _skip_option = click.option("--skip-corrupt", is_flag=True, help="Leave unreadable Parquet files out (and list them).")
 INTERNAL_ERROR = 3
 """Exit code of an unexpected error (a bug in otel-replay); user errors exit with 1."""
+LIVE_STATE_MAX_BYTES = 64 * 1024 * 1024
+"""Largest ``--live-state`` file read (a bigger one is refused, never read until memory runs out)."""
 
 
 class _InternalError(click.ClickException):
@@ -51,6 +55,9 @@ def _friendly(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for name in ("dataset", "dataset_arg"):
+            if isinstance(kwargs.get(name), str) and not kwargs[name].strip():  # `-d "$UNSET"`: never the cwd
+                raise click.ClickException("the dataset is empty (--dataset ''); give a directory or s3:// URI")
         try:
             return func(*args, **kwargs)
         except click.ClickException as exc:
@@ -83,15 +90,34 @@ def _friendly(func: F) -> F:
 
 
 def _input_file(path: str, what: str) -> Path:
-    """``path`` as a readable regular file, or a one-line error naming it."""
+    """``path`` as a readable regular file (or a pipe, e.g. ``<(...)``), or a one-line error naming it."""
     file = Path(path)
     if not file.exists():
         raise click.ClickException(f"{what} {path} does not exist")
     if file.is_dir():
         raise click.ClickException(f"{what} {path} is a directory, not a file")
+    if not (stat.S_ISREG(file.stat().st_mode) or stat.S_ISFIFO(file.stat().st_mode)):
+        raise click.ClickException(f"{what} {path} is not a regular file (a device or socket)")
     if not os.access(file, os.R_OK):
         raise click.ClickException(f"{what} {path} is not readable (permission denied)")
     return file
+
+
+def read_input_file(path: str, what: str, limit: int) -> bytes:
+    """The bytes of input file ``path`` (see :func:`_input_file`); more than ``limit`` is a one-line error."""
+    with _input_file(path, what).open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise click.ClickException(f"{what} {path} is larger than {limit // (1024 * 1024)} MiB")
+    return data
+
+
+def require_writable(root: Path, why: str) -> None:
+    """A one-line error unless spans can be written under dataset ``root`` (``why`` says who needs it)."""
+    for directory in (root, root / "spans"):
+        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+            where = "" if directory == root else f" ({directory.name}/)"
+            raise click.ClickException(f"dataset {root} is not writable{where}: permission denied; {why}")
 
 
 @contextlib.contextmanager
@@ -107,6 +133,9 @@ def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
         raise click.ClickException(f"dataset {dataset} is a file, not a directory")
     elif not os.access(path, os.R_OK | os.X_OK):
         raise click.ClickException(f"dataset {dataset} is not readable (permission denied)")
+    elif not (path / "spans").is_dir() and not any((path / marker).is_dir() for marker in _NOT_YET_CONVERTED):
+        # DATASET/spans, a date= folder or an unrelated directory would read as an empty dataset ("OK, 0 records")
+        raise click.ClickException(f"dataset {dataset} has no spans/ directory (is this the dataset root?)")
     quiet = _SkipNotices()
     store_log = logging.getLogger("otel_replay.store")
     store_log.addFilter(quiet)  # the CLI names skipped files itself, once, below
@@ -120,6 +149,10 @@ def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
             store.close()
     finally:
         store_log.removeFilter(quiet)
+
+
+_NOT_YET_CONVERTED = ("_wal", "_ingest")
+"""A dataset root holding one of these is a dataset whose spans have not been written yet."""
 
 
 class _SkipNotices(logging.Filter):
@@ -159,7 +192,13 @@ def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
     table cuts long values; --format json or csv prints every value whole.
     """
     if query.endswith(".sql") and not any(c.isspace() for c in query):
-        query = _input_file(query, "SQL file").read_text(encoding="utf-8")
+        try:
+            query = _input_file(query, "SQL file").read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            bad = f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+            raise click.ClickException(f"SQL file {query} is not valid UTF-8 ({bad})") from None
+    else:
+        require_utf8(query, "QUERY")
     with _open(dataset, skip_corrupt) as store:
         r.print_table(store.query(query), fmt)
 
@@ -169,7 +208,11 @@ def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
 @click.argument("chain_id")
 @_dataset_option
 @_skip_option
-@click.option("--limit", type=click.IntRange(min=1), help="Rows per layer (default 100; 500 for directive/incident).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=2**31 - 1),
+    help="Rows per layer (default 100; 500 for directive/incident).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
 @_friendly
 def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limit: int | None, as_json: bool) -> None:
@@ -232,7 +275,9 @@ def replay_cmd(
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
     if execute and not require_signed:
         raise click.ClickException("--execute acts only on signed records; drop --no-require-signed")
-    state = strict_loads(_input_file(live_state, "live state file").read_bytes(), where=f"live state {live_state}")
+    state = strict_loads(
+        read_input_file(live_state, "live state file", LIVE_STATE_MAX_BYTES), where=f"live state {live_state}"
+    )
     if not isinstance(state, dict):
         raise click.ClickException(f"{live_state}: the live state must be a JSON object")
     policy = load_policy(policy_ref)
@@ -245,10 +290,15 @@ def replay_cmd(
             return
         from otel_replay.pipeline import configure
 
-        with configure(dataset, service_name="otel-replay-cli", set_global=False):
+        if not store.location.remote:
+            require_writable(Path(store.location.root), "--execute stores its compensation records there")
+        with configure(dataset, service_name="otel-replay-cli", set_global=False) as telemetry:
             outcomes = execute_verdict(store, verdict, rail, resume=resume)
+            stored = telemetry.force_flush()  # False: a record was not written (the exporter logged why)
     for outcome in outcomes:
         r.print_outcome(outcome)
+    if not stored:
+        raise click.ClickException(f"the compensation records could not be stored in {dataset} (see the errors above)")
 
 
 def _keys(key_files: tuple[str, ...]) -> list[SigningKey] | None:
@@ -369,4 +419,7 @@ def _compact_under_jemalloc(args: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     # -P: the working directory is not put on sys.path, so the same installed package runs again.
-    os.execve(sys.executable, [sys.executable, "-P", "-m", "otel_replay", *args], env)
+    try:
+        os.execve(sys.executable, [sys.executable, "-P", "-m", "otel_replay", *args], env)
+    except OSError:  # the interpreter cannot be run again (permissions): compact here, with the default pool
+        return

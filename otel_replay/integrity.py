@@ -107,7 +107,13 @@ def load_signing_key(
         return SigningKey(secret)
     path = Path(key_file).expanduser() if key_file is not None else DEFAULT_KEY_FILE.expanduser()
     if path.exists():
-        secret = path.read_bytes().strip()
+        if not (path.is_file() or path.is_fifo()):  # a directory or a device (/dev/zero never ends)
+            raise ConfigError(f"signing key file {path} is not a regular file")
+        with path.open("rb") as handle:
+            secret = handle.read(4097)  # a key is a few dozen bytes; 4 KiB bounds the read
+        if len(secret) > 4096:
+            raise ConfigError(f"signing key file {path} is larger than 4 KiB: not a key file")
+        secret = secret.strip()
         if len(secret) < 16:
             raise ConfigError(f"signing key file {path} holds fewer than 16 bytes")
         return SigningKey(secret)

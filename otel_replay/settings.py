@@ -55,6 +55,7 @@ __all__ = [
     "MAX_FILE_AGE",
     "MAX_FILE_BYTES",
     "MAX_FILE_ROWS",
+    "MAX_WAIT_SECONDS",
     "RECORD_SESSION",
     "RERUN_MAX_BODY",
     "SERVE_GRPC",
@@ -92,6 +93,8 @@ CAPTURE_QUEUE_SIZE: Final = 65_536
 """The OpenTelemetry GenAI instrumentations' switch: record prompts, completions and tool arguments."""
 
 DEFAULT_DATASET: Final = "./traces"
+MAX_WAIT_SECONDS: Final = 10_000_000.0
+"""Longest interval or timeout accepted (about 115 days): the OS's timers overflow near 1e10 s."""
 
 
 def env_text(name: str, default: str | None = None) -> str | None:
@@ -100,12 +103,14 @@ def env_text(name: str, default: str | None = None) -> str | None:
     return default if raw is None or raw.strip() == "" else raw
 
 
-def env_number(name: str, default: float, *, minimum: float = 0.0, integer: bool = False) -> float:
-    """The variable as a finite number above ``minimum``, or ``default`` when unset.
+def env_number(
+    name: str, default: float, *, minimum: float = 0.0, maximum: float | None = None, integer: bool = False
+) -> float:
+    """The variable as a finite number above ``minimum`` (and at most ``maximum``), or ``default`` when unset.
 
     Raises:
         ConfigError: the text is not a number, not finite, not above ``minimum``,
-            or not whole where ``integer`` is asked for.
+            above ``maximum``, or not whole where ``integer`` is asked for.
 
     """
     raw = env_text(name)
@@ -117,6 +122,8 @@ def env_number(name: str, default: float, *, minimum: float = 0.0, integer: bool
         raise ConfigError(f"{name}={raw!r} is not a number") from None
     if not math.isfinite(value) or value <= minimum:
         raise ConfigError(f"{name}={raw!r} must be a finite number above {minimum:g}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={raw!r} must be at most {maximum:g}")
     if integer and not value.is_integer():
         raise ConfigError(f"{name}={raw!r} must be a whole number")
     return value

@@ -119,7 +119,9 @@ class ParquetSpanExporter(SpanExporter):
                 else settings.env_number(settings.MAX_FILE_BYTES, 128 * 1024 * 1024, integer=True)
             ),
             max_age_seconds=float(
-                max_age_seconds if max_age_seconds is not None else settings.env_number(settings.MAX_FILE_AGE, 5.0)
+                max_age_seconds
+                if max_age_seconds is not None
+                else settings.env_number(settings.MAX_FILE_AGE, 5.0, maximum=settings.MAX_WAIT_SECONDS)
             ),
             when_full="drop",  # the SDK's processor thread must never wait for the disk
         )
@@ -129,10 +131,12 @@ class ParquetSpanExporter(SpanExporter):
         every = (
             compact_every_seconds
             if compact_every_seconds is not None
-            else settings.env_number(settings.COMPACT_EVERY, 0.0)
+            else settings.env_number(settings.COMPACT_EVERY, 0.0, maximum=settings.MAX_WAIT_SECONDS)
         )
-        if not 0 <= every < float("inf"):
-            raise ConfigError(f"compact_every_seconds={every!r} must be a finite number >= 0 (0: off)")
+        if not 0 <= every <= settings.MAX_WAIT_SECONDS:  # past it the compactor's wait overflows
+            raise ConfigError(
+                f"compact_every_seconds={every!r} must be a number from 0 (off) to {settings.MAX_WAIT_SECONDS:g}"
+            )
         self.compaction = CompactionStats()
         self._compactor: Any = None
         if every:

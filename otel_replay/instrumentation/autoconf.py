@@ -8,6 +8,10 @@ Registered in the ``opentelemetry_post_instrument`` entry-point group:
   baggage, e.g. propagated in from an upstream service), as it does after
   :func:`otel_replay.configure`. Without an SDK provider (no distro
   installed) there is nothing to add to, and nothing is done.
+* A malformed otel-replay setting met while the process starts (the
+  exporter's, the recording's) stops it with one line on stderr and exit
+  code 1 (:func:`refuse_start`): OpenTelemetry's start-up would log it and run
+  the application unrecorded.
 * With content capture on (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``),
   the contrib ``requests`` / ``httpx`` instrumentors that loaded on their own
   are re-instrumented with otel-replay's body hooks
@@ -16,16 +20,44 @@ Registered in the ``opentelemetry_post_instrument`` entry-point group:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
+from typing import NoReturn
 
 from opentelemetry import trace
 
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.instrumentation._common import content_enabled
 
-__all__ = ["add_correlation_processor", "after_instrument"]
+__all__ = ["STARTUP_ERROR", "add_correlation_processor", "after_instrument", "refuse_start", "starting_up"]
 
 _log = logging.getLogger("otel_replay.instrumentation")
+
+STARTUP_ERROR = 1
+"""Exit code of a process stopped at start by a malformed otel-replay setting (a user error, as in the CLI)."""
+
+
+def starting_up() -> bool:
+    """True while ``opentelemetry-instrument``'s ``sitecustomize`` runs: it logs errors and starts the application."""
+    module = sys.modules.get("sitecustomize")
+    initializing = getattr(getattr(module, "__spec__", None), "_initializing", False)  # set by importlib mid-import
+    return bool(initializing) and "auto_instrumentation" in str(getattr(module, "__file__", ""))
+
+
+def refuse_start(message: str) -> NoReturn:
+    """Stop the starting process: ``message`` as one line on stderr, exit :data:`STARTUP_ERROR`.
+
+    Raised during ``sitecustomize`` an exception is logged and the application
+    runs unrecorded, and ``SystemExit`` there is a fatal interpreter error with
+    a traceback: nothing of the application has run yet, so the process ends here.
+    """
+    line = " ".join(message.split())
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"otel-replay: {line}; not starting\n")
+        sys.stderr.flush()
+    os._exit(STARTUP_ERROR)
 
 
 def add_correlation_processor() -> None:

@@ -18,6 +18,9 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from otel_replay import settings
 from otel_replay.capture.context import session as session_scope
+from otel_replay.capture.recorder import get_recorder
+from otel_replay.errors import OtelReplayError
+from otel_replay.instrumentation.autoconf import refuse_start, starting_up
 from otel_replay.records import new_id
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.record import RecordMode
@@ -29,17 +32,28 @@ _running: tuple[RecordMode, Interceptor, Any] | None = None
 
 
 def start_process_recording(session_id: str | None = None) -> RecordMode:
-    """Start recording the whole process as ``session_id`` (a new id for ``None`` or ``auto``)."""
+    """Start recording the whole process as ``session_id`` (a new id for ``None`` or ``auto``).
+
+    Raises:
+        ConfigError: a malformed setting (the signing key, ``OTEL_REPLAY_RERUN_MAX_BODY``),
+            found now rather than when the last chunk is sealed at exit; nothing was started.
+
+    """
     global _running
     with _lock:
         if _running is not None:
             return _running[0]
+        get_recorder().chain  # noqa: B018 - resolves the signing key now: a bad one fails before the agent runs
         sid = new_id() if session_id in (None, "", "auto") else str(session_id)
         mode = RecordMode(sid)
         scope = session_scope(sid)
         scope.__enter__()  # the process's root context carries the session id from here on
         interceptor = Interceptor(mode)
-        interceptor.__enter__()
+        try:
+            interceptor.__enter__()  # reads OTEL_REPLAY_RERUN_MAX_BODY
+        except BaseException:
+            scope.__exit__(None, None, None)
+            raise
         _running = (mode, interceptor, scope)
     atexit.register(stop_process_recording)
     return mode
@@ -73,7 +87,12 @@ class RecordingInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         session_id = kwargs.get("session_id") or settings.env_text(settings.RECORD_SESSION)
         if session_id:
-            start_process_recording(str(session_id))
+            try:
+                start_process_recording(str(session_id))
+            except OtelReplayError as exc:
+                if not starting_up():
+                    raise
+                refuse_start(f"cannot record session {session_id}: {exc}")
 
     def _uninstrument(self, **kwargs: Any) -> None:
         stop_process_recording()

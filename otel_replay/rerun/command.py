@@ -9,6 +9,7 @@ A script can tell a divergence from a mistyped option by the code alone.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import json
@@ -21,7 +22,7 @@ from typing import Any, cast
 import click
 
 from otel_replay.errors import OtelReplayError, RerunError
-from otel_replay.render import first_line, one_line
+from otel_replay.render import clean, first_line, one_line
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -33,11 +34,9 @@ DIVERGED = 4
 
 def _load_state(path: str) -> dict[str, Any]:
     from otel_replay._json import strict_loads
+    from otel_replay.cli import LIVE_STATE_MAX_BYTES, read_input_file
 
-    file = Path(path)
-    if not file.is_file():
-        raise click.ClickException(f"live state file {path} does not exist or is not a file")
-    state = strict_loads(file.read_bytes(), where=f"live state {path}")
+    state = strict_loads(read_input_file(path, "live state file", LIVE_STATE_MAX_BYTES), where=f"live state {path}")
     if not isinstance(state, dict):
         raise click.ClickException(f"{path}: the live state must be a JSON object")
     return state
@@ -121,6 +120,10 @@ def _main(
         raise click.ClickException("--live-state and --policy go together")
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
+    if sessions_sql:
+        from otel_replay.analyst import require_utf8
+
+        require_utf8(sessions_sql, "--sessions-sql")
     from otel_replay.location import resolve
 
     try:
@@ -132,6 +135,9 @@ def _main(
     path = Path(location.root)
     if not path.is_dir():
         raise click.ClickException(f"dataset {dataset} does not exist or is not a directory")
+    from otel_replay.cli import require_writable
+
+    require_writable(path, "rerun stores its result there")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the project's modules import
     function = load_callable(entrypoint, "entrypoint")
@@ -146,7 +152,7 @@ def _main(
             raise click.ClickException(f"rail factory {rail_ref} raised {type(exc).__name__}: {exc}") from exc
     results: list[RerunResult] = []
     errors: list[tuple[str, str]] = []
-    with Store(dataset) as store, configure(dataset, service_name="otel-replay-rerun", set_global=False):
+    with Store(dataset) as store, configure(dataset, service_name="otel-replay-rerun", set_global=False) as telemetry:
         targets = _sessions(store, pattern, sessions_sql) if all_sessions else [str(session_id)]
         if all_sessions and not targets:
             raise click.ClickException(
@@ -163,6 +169,7 @@ def _main(
         else:
             for sid in targets:
                 _one(one, sid, results, errors, all_sessions)
+        stored = telemetry.force_flush()  # False: a write failed or spans were dropped (the exporter logged why)
     if as_json:
         for result in results:
             click.echo(json.dumps(_as_json(result), sort_keys=True, default=str))
@@ -171,9 +178,11 @@ def _main(
     elif all_sessions:
         _table(results, errors)
     elif results:
-        click.echo(results[0].report())
+        click.echo(_report(results[0]))
     else:
-        click.echo(f"session {errors[0][0]}: {errors[0][1]}")
+        click.echo(_lines(f"session {clean(errors[0][0])}: {errors[0][1]}"))
+    if not stored:
+        raise click.ClickException(f"the rerun's result could not be stored in {dataset} (see the errors above)")
     failed = errors or any(not result.matched or any(g.error for g in result.gate) for result in results)
     return DIVERGED if failed else 0
 
@@ -207,9 +216,20 @@ def _as_json(result: Any) -> dict[str, Any]:
     }
 
 
+def _lines(text: str) -> str:
+    """``text`` line by line with control characters escaped: recorded ids and messages are data."""
+    return "\n".join(clean(line) for line in text.splitlines())
+
+
+def _report(result: Any) -> str:
+    """``result.report()`` safe for a terminal: a session id or error with a newline cannot forge a line."""
+    error = None if result.error is None else clean(result.error)
+    return _lines(dataclasses.replace(result, session_id=clean(result.session_id), error=error).report())
+
+
 def _table(results: list[Any], errors: list[tuple[str, str]]) -> None:
-    rows = [(r.session_id, r.summary(), str(r.steps), f"{r.seconds * 1000:.1f}") for r in results]
-    rows += [(sid, f"errored: {first_line(message)}", "-", "-") for sid, message in errors]
+    rows = [(clean(r.session_id), clean(r.summary()), str(r.steps), f"{r.seconds * 1000:.1f}") for r in results]
+    rows += [(clean(sid), f"errored: {first_line(message)}", "-", "-") for sid, message in errors]
     header = ("session", "result", "steps", "ms")
     widths = [min(60, max(len(h), *(len(row[i]) for row in rows))) for i, h in enumerate(header)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
@@ -219,9 +239,9 @@ def _table(results: list[Any], errors: list[tuple[str, str]]) -> None:
     click.echo(f"{matched} matched, {len(results) - matched} diverged, {len(errors)} errored (of {len(rows)})")
     for result in results:
         if not result.matched:
-            click.echo(f"\n{result.report()}")
+            click.echo(f"\n{_report(result)}")
     for sid, message in errors:
-        click.echo(f"\n{sid}: errored: {message}")
+        click.echo(f"\n{_lines(f'{clean(sid)}: errored: {message}')}")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m otel_replay.rerun.command` before the CLI registers it

@@ -36,6 +36,10 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 """Default cap on a recorded response body (``OTEL_REPLAY_RERUN_MAX_BODY`` overrides)."""
 
 
+_cap = MAX_BODY_BYTES
+"""The cap in force: ``OTEL_REPLAY_RERUN_MAX_BODY`` as read (and checked) by :func:`install_http`."""
+
+
 def _max_body() -> int:
     return int(settings.env_number(settings.RERUN_MAX_BODY, MAX_BODY_BYTES, integer=True))
 
@@ -64,7 +68,7 @@ def request_arguments(method: str, url: str, body: bytes) -> str:
 
 
 def _response_value(status: int, reason: str, headers: Any, raw: bytes, encoded: bool) -> dict[str, Any]:
-    cap = _max_body()
+    cap = _cap
     capped = len(raw) > cap
     kept = raw[:cap]
     body: Any = {"$b64": base64.b64encode(kept).decode("ascii")} if encoded else _body_text(kept)
@@ -262,7 +266,15 @@ def _install_urllib3(patches: PatchSet) -> None:
 
 
 def install_http(patches: PatchSet) -> list[str]:
-    """Wrap the HTTP clients that are installed; returns the names of those wrapped."""
+    """Wrap the HTTP clients that are installed; returns the names of those wrapped.
+
+    Raises:
+        ConfigError: ``OTEL_REPLAY_RERUN_MAX_BODY`` is malformed: refused here, at
+            start, not per response (where each one would be dropped from the recording).
+
+    """
+    global _cap
+    _cap = _max_body()  # one interceptor at a time (they do not nest): the cap of the one installing
     wrapped = []
     for module in ("httpx", "httpx2"):  # httpx2: the fork newer openai releases ride on
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ import click
 from otel_replay import settings
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import is_remote
+from otel_replay.render import clean
 
 from .server import MiB, Receiver, ServerConfig
 
@@ -91,7 +93,11 @@ def _address(value: str) -> str | None:
     "--convert-workers", default=1, show_default=True, help="Converter processes (0: convert in the server process)."
 )
 @click.option(
-    "--metrics-interval", default=0.0, show_default=True, help="Print a metrics line every N seconds (0: only at exit)."
+    "--metrics-interval",
+    default=0.0,
+    type=click.FloatRange(max=settings.MAX_WAIT_SECONDS),
+    show_default=True,
+    help="Print a metrics line every N seconds (0: only at exit).",
 )
 @click.option(
     "--compact-every",
@@ -168,15 +174,18 @@ def serve_command(
     click.echo(f"otel-replay serve: stopped; {receiver.metrics_line()}")
 
 
-def _expand(paths: tuple[str, ...]) -> list[Path]:
+def _expand(paths: tuple[str, ...]) -> tuple[list[Path], list[OSError]]:
+    """The files to ingest (a directory's, hidden names left out) and the directories that could not be listed."""
     files: list[Path] = []
+    unlisted: list[OSError] = []  # Path.rglob would skip an unreadable directory without a word
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files.extend(p for p in sorted(path.rglob("*")) if p.is_file() and not p.name.startswith("."))
+            found = [Path(top, name) for top, _, names in os.walk(path, onerror=unlisted.append) for name in names]
+            files.extend(p for p in sorted(found) if p.is_file() and not p.name.startswith("."))
         else:
             files.append(path)
-    return files
+    return files, unlisted
 
 
 @click.command("ingest")
@@ -197,56 +206,61 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
     if is_remote(dataset):  # its dedup state and flock live beside the dataset: local only
         raise click.ClickException(f"ingest writes a local dataset directory, not {dataset}; ingest locally and copy")
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     from .ingest import Ingestor
 
-    files = _expand(paths)
+    files, unlisted = _expand(paths)
     try:
         ingestor = Ingestor(dataset)
     except OtelReplayError as exc:
         raise click.ClickException(str(exc)) from None
     console = Console(stderr=True)
     total = sum(p.stat().st_size for p in files)
-    failed = 0
+    failed = len(unlisted)
+    for error in unlisted:
+        why = error.strerror or error
+        click.echo(clean(f"{error.filename}: cannot ingest: the directory cannot be read: {why}"), err=True)
     reports = []
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
         task = progress.add_task("ingesting", total=total)
         for path in files:
-            progress.update(task, description=f"ingesting {path.name}")
+            progress.update(task, description=f"ingesting {escape(clean(path.name))}")
             try:
                 reports.append(ingestor.ingest(path, lambda n: progress.advance(task, n)))
             except (OSError, OtelReplayError) as exc:  # unreadable input, or a dataset that cannot be written
                 failed += 1
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                click.echo(f"{path}: cannot ingest: {reason}", err=True)
+                click.echo(clean(f"{path}: cannot ingest: {reason}"), err=True)
     spans = 0
     problems = 0
     for report in reports:
         spans += report.spans
+        # file names and reasons are data (a name may hold a newline or a terminal escape): escaped
         if report.status == "skipped":
-            click.echo(f"{report.path}: skipped, {report.message}")
+            click.echo(clean(f"{report.path}: skipped, {report.message}"))
             continue
         if report.status == "failed":
             problems += 1
-            click.echo(f"{report.path}: error: {report.error}", err=True)
+            click.echo(clean(f"{report.path}: error: {report.error}"), err=True)
             continue
         resumed = f" (new content from byte {report.start_offset})" if report.start_offset else ""
         bad = f", {len(report.malformed)} malformed record(s) skipped" if report.malformed else ""
-        click.echo(f"{report.path}: {report.spans} spans{resumed}{bad}")
+        click.echo(clean(f"{report.path}: {report.spans} spans{resumed}{bad}"))
         if report.message:
-            click.echo(f"  {report.path}: {report.message}")
+            click.echo(clean(f"  {report.path}: {report.message}"))
         if report.error:
-            click.echo(f"  {report.path}: error: {report.error}", err=True)
+            click.echo(clean(f"  {report.path}: error: {report.error}"), err=True)
         for where, reason in report.malformed[:_MAX_LISTED]:
-            click.echo(f"  {report.path}:{where}: {reason}", err=True)
+            click.echo(clean(f"  {report.path}:{where}: {reason}"), err=True)
         if len(report.malformed) > _MAX_LISTED:
             click.echo(f"  ... and {len(report.malformed) - _MAX_LISTED} more", err=True)
         problems += not report.clean
     for prefix in ingestor.recovered:
         click.echo(f"removed the files of an interrupted ingest ({prefix}-*); their input is read again")
-    click.echo(f"ingested {spans} spans from {len(reports)} file(s) into {dataset}")
+    click.echo(clean(f"ingested {spans} spans from {len(reports)} file(s) into {dataset}"))
     if failed or problems:
         raise click.ClickException(
             f"{problems} file(s) had skipped records or errors and {failed} could not be read; "

@@ -545,7 +545,8 @@ class Ingestor:
         self.dataset = Path(location.root)  # file:///abs -> /abs
         if self.dataset.exists() and not self.dataset.is_dir():
             raise DatasetError(f"dataset {self.dataset} is a file, not a directory")
-        self.max_line = int(max_line or env_number(INGEST_MAX_LINE, DEFAULT_MAX_LINE, integer=True))
+        # capped: a limit past 1 TiB means nothing here, and past 2**63 readline() cannot take it
+        self.max_line = int(max_line or env_number(INGEST_MAX_LINE, DEFAULT_MAX_LINE, maximum=2**40, integer=True))
         self.max_ratio = float(max_ratio or env_number(INGEST_MAX_RATIO, DEFAULT_MAX_RATIO))
         self.chunk_rows = chunk_rows
         self.dir = self.dataset / INGEST_DIR

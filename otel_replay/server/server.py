@@ -39,6 +39,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay import settings
 from otel_replay._counters import CompactionCounters
 from otel_replay.errors import ConfigError, DatasetError, Overloaded
 from otel_replay.exporters.writer import fsync_dir
@@ -257,6 +258,11 @@ class ServerConfig:
             raise ConfigError("compact_every_seconds must be >= 0 (0: off) and compact_max_batch_rows positive")
         if self.max_inflate_ratio < 0 or self.bomb_delay_seconds < 0:
             raise ConfigError("max_inflate_ratio and bomb_delay_seconds must be >= 0")
+        for name in ("flush_seconds", "drain_seconds", "read_timeout_seconds", "bomb_delay_seconds"):
+            if not getattr(self, name) <= settings.MAX_WAIT_SECONDS:  # past it a wait or deadline overflows
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be at most {settings.MAX_WAIT_SECONDS:g}")
+        if self.compact_every_seconds > settings.MAX_WAIT_SECONDS:
+            raise ConfigError(f"compact_every_seconds must be at most {settings.MAX_WAIT_SECONDS:g} (0: off)")
         for address, what in ((self.grpc, "gRPC"), (self.http, "HTTP")):
             if address is not None:
                 parse_address(address, what)

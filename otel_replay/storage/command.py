@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -12,7 +15,7 @@ from otel_replay import settings
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.location import resolve
 
-from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, compact
+from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, compact
 from .retention import drop_older_than
 
 __all__ = ["compact_command"]
@@ -27,11 +30,11 @@ __all__ = ["compact_command"]
     metavar="DAYS",
     help="First drop whole partitions older than DAYS days (UTC dates).",
 )
-@click.option("--target-rows", type=click.IntRange(min=1), default=131_072, show_default=True)
-@click.option("--row-group-rows", type=click.IntRange(min=1), default=16_384, show_default=True)
+@click.option("--target-rows", type=click.IntRange(min=1, max=MAX_ROWS), default=131_072, show_default=True)
+@click.option("--row-group-rows", type=click.IntRange(min=1, max=MAX_ROWS), default=16_384, show_default=True)
 @click.option(
     "--max-batch-rows",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_ROWS),
     default=1_000_000,
     show_default=True,
     help="Rows held in memory at once (about 1.6 KB each); a bigger partition becomes several sorted runs.",
@@ -80,7 +83,19 @@ def compact_command(
         raise click.ClickException(str(exc)) from exc
     if not location.remote and not Path(location.root).is_dir():
         raise click.ClickException(f"dataset {root} does not exist")
-    say = (lambda _line: None) if as_json else (lambda line: click.echo(line))
+    reader_gone = False
+
+    def say(line: str) -> None:
+        nonlocal reader_gone
+        if as_json or reader_gone:
+            return
+        try:
+            click.echo(line)
+        except BrokenPipeError:  # `compact | head`: stop printing, keep compacting (not caught as an OSError below)
+            reader_gone = True
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
     try:
         dropped = None
         if older_than is not None:
@@ -121,3 +136,5 @@ def compact_command(
     )
     if report.busy:
         say(f"busy (another compactor holds the lease), left for later: {', '.join(report.busy)}")
+    if reader_gone:
+        sys.exit(1)  # as every command does when its reader went away: quiet, exit 1

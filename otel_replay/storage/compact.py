@@ -109,6 +109,9 @@ DEFAULT_GRACE_SECONDS = 600.0
 DEFAULT_THREADS = 2
 """Worker threads per compaction: files written, index rows grouped and facts extracted side by side."""
 
+MAX_ROWS = 2**31 - 1
+"""Largest row count (file, row group, batch) or thread count :class:`Options` accepts."""
+
 
 @dataclass(frozen=True)
 class Options:
@@ -127,11 +130,13 @@ class Options:
     threads: int = DEFAULT_THREADS
 
     def __post_init__(self) -> None:
-        """Refuse sizes and counts below 1 (or not integers) and a negative or infinite grace period."""
+        """Refuse sizes and counts below 1, above :data:`MAX_ROWS` (or not integers) and a bad grace period."""
         for name in ("target_rows", "row_group_rows", "max_batch_rows", "threads"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
+            if value > MAX_ROWS:  # past this, Arrow and Parquet fail with a message naming no option
+                raise ConfigError(f"{name}={value!r} must be at most {MAX_ROWS}")
         if not self.grace_seconds >= 0 or self.grace_seconds == float("inf"):
             raise ConfigError(f"grace_seconds={self.grace_seconds!r} must be a finite number >= 0")
 

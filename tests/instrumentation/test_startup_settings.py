@@ -1,0 +1,74 @@
+"""A malformed otel-replay setting stops ``opentelemetry-instrument`` at start: one line, exit 1, agent not run.
+
+Before, OpenTelemetry's start-up logged the error with tracebacks and ran the
+agent unrecorded (exit 0, nothing stored), or the recording failed in an
+atexit hook after the agent had run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import otel_replay
+from otel_replay.errors import ConfigError
+from otel_replay.rerun import recording
+
+AGENT = "import time; time.time(); print('agent ran')"
+
+
+def instrumented(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    full = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "otel_replay",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_REPLAY_DATASET": str(tmp_path / "ds"),
+        "OTEL_REPLAY_RECORD_SESSION": "sess-1",
+        **env,
+    }
+    return subprocess.run(
+        [str(launcher), sys.executable, "-c", AGENT], env=full, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_a_good_configuration_records_the_session(tmp_path: Path) -> None:
+    done = instrumented(tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "agent ran", done.stderr
+    with otel_replay.open(tmp_path / "ds") as store:
+        assert store.rows("SELECT count(*) AS n FROM spans WHERE session_id = 'sess-1'")[0]["n"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("OTEL_REPLAY_MAX_FILE_AGE", "5s", "cannot export spans to the dataset: OTEL_REPLAY_MAX_FILE_AGE='5s'"),
+        ("OTEL_REPLAY_COMPACT_EVERY", "1e10", "OTEL_REPLAY_COMPACT_EVERY='1e10' must be at most"),
+        ("OTEL_REPLAY_SIGNING_KEY", "short", "cannot record session sess-1: signing key is too short"),
+        ("OTEL_REPLAY_RERUN_MAX_BODY", "8MiB", "cannot record session sess-1: OTEL_REPLAY_RERUN_MAX_BODY='8MiB'"),
+    ],
+)
+def test_a_malformed_setting_stops_the_process_at_start(
+    tmp_path: Path, variable: str, value: str, message: str
+) -> None:
+    done = instrumented(tmp_path, **{variable: value})
+    assert done.returncode == 1, (done.stdout, done.stderr)  # was: 0, the agent ran unrecorded
+    assert done.stdout == ""  # the agent never ran
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("otel-replay: ") and message in lines[0] and lines[0].endswith("; not starting")
+
+
+def test_in_process_a_bad_body_cap_fails_when_the_recording_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_REPLAY_RERUN_MAX_BODY", "8MiB")
+    with otel_replay.configure(tmp_path / "ds", set_global=False):
+        with pytest.raises(ConfigError, match="OTEL_REPLAY_RERUN_MAX_BODY='8MiB' is not a number"):
+            with recording("h1"):
+                pytest.fail("the recording started with a cap it cannot apply")  # was: every response dropped
