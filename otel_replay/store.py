@@ -216,6 +216,9 @@ def _check_version(path: str, footer: bytes) -> int | None:
     return int(major)
 
 
+_BIND_ATTEMPTS = 5
+"""Listings tried when files vanish between a refresh's listing and its binding (retention dropping partitions)."""
+
 VANISHED = CorruptFileError("", "vanished")
 """What :meth:`Store._check` returns for a listed file that is gone: not live (never reported as corrupt)."""
 
@@ -436,7 +439,7 @@ class Store:
         is simply not live: the dataset is listed again once.
         """
         with self._lock:
-            for attempt in range(3):
+            for attempt in range(_BIND_ATTEMPTS):
                 files, skipped = self._live()
                 self.files, self.skipped = files, skipped
                 self._tail.keep_only(files)
@@ -446,7 +449,7 @@ class Store:
                     vanished = isinstance(exc.__cause__, duckdb.IOException) or any(
                         self._stamp(path) is None for path in files
                     )
-                    if attempt == 2 or not vanished:
+                    if attempt == _BIND_ATTEMPTS - 1 or not vanished:
                         raise
                     continue  # a listed file went away before the views bound: list again
                 break

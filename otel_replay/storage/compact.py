@@ -622,6 +622,25 @@ def _discard_outputs(partition: Path, token: str) -> None:
                 pass
 
 
+def _forget_run(partition: Path, token: str, existed: bool) -> None:
+    """Take a failed run's token out of the manifest once its outputs are deleted (no manifest if it made it).
+
+    Best effort: a token left pending only makes the next run look for its outputs.
+    """
+    try:
+        current = read_manifest(partition)
+        if current is None or token not in current.pending:
+            return
+        if not existed and not current.files and not current.superseded and len(current.pending) == 1:
+            os.unlink(partition / MANIFEST_NAME)
+            fsync_dir(partition)
+            return
+        current.pending.pop(token)
+        write_manifest(partition, current)
+    except (OSError, DatasetError):
+        pass
+
+
 def _compact_partition(
     partition: Path,
     report: PartitionReport,
@@ -636,7 +655,8 @@ def _compact_partition(
     live = [partition / name for name in names]
     old_index = found.index if found else None
     grace = options.grace_seconds
-    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(partition, found, grace, now)
+    before = found.copy() if found else None
+    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(partition, before, grace, now)
     if found is not None and (report.superseded_deleted or found.pending):
         write_manifest(partition, manifest)  # forget what is gone
     if gone:
@@ -665,6 +685,7 @@ def _compact_partition(
     # Recorded before any output is written: a crash leaves files only a pending run's token marks as leftovers.
     manifest.pending[token] = now
     write_manifest(partition, manifest)
+    existed = found is not None
     workers = _Workers(options.threads)
     swapping = False
     try:
@@ -709,6 +730,7 @@ def _compact_partition(
         workers.close(cancel=True)  # no worker may still be writing once the error is raised
         if not swapping:
             _discard_outputs(partition, token)
+            _forget_run(partition, token, existed)
         raise
     finally:
         workers.close()

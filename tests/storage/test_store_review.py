@@ -17,7 +17,7 @@ import pytest
 from otel_replay.errors import CorruptFileError, DatasetError
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.compact import _exact_duplicates, _repeated_in, _Seen
-from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest
+from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest, write_manifest
 from otel_replay.storage.retention import drop_older_than
 from otel_replay.storage.side_index import files_for
 from otel_replay.store import Store
@@ -66,24 +66,55 @@ def test_compacted_files_copied_from_another_dataset_are_read_and_merged(make_da
     assert count_rows(live_files(a)) == after_copy
 
 
-def test_a_crashed_runs_outputs_are_recorded_hidden_and_deleted(make_dataset) -> None:
+def test_a_runs_outputs_are_recorded_as_pending_and_hidden_until_the_swap(make_dataset) -> None:
     path, figures = make_dataset(spans=600, ids=60)
-
-    def crash(step: str) -> None:
-        if step == "renamed":
-            raise KeyboardInterrupt("crash")
-
-    with pytest.raises(KeyboardInterrupt):
-        compact(path, grace_seconds=0, threads=1, _on_step=crash)
     partition = partition_dirs(path)[0]
-    manifest = read_manifest(partition)
-    assert manifest is not None and len(manifest.pending) == 1  # recorded before anything was written
-    assert count_rows(live_files(path)) == (figures["spans_written"], figures["unique_spans"])
-    compact(path, grace_seconds=0)
+    seen: list[tuple[int, tuple[int, int]]] = []
+
+    def look(step: str) -> None:
+        if step == "renamed" and not seen:  # the outputs are on disk under their final names, not yet swapped
+            manifest = read_manifest(partition)
+            assert manifest is not None
+            seen.append((len(manifest.pending), count_rows(live_files(path))))
+
+    compact(path, grace_seconds=0, threads=1, _on_step=look)
+    assert seen == [(1, (figures["spans_written"], figures["unique_spans"]))]  # recorded, and hidden
     manifest = read_manifest(partition)
     assert manifest is not None and manifest.pending == {}
-    assert set(_compacted(partition)) == set(manifest.files)
     assert count_rows(live_files(path)) == (figures["unique_spans"],) * 2
+
+
+def test_only_a_pending_runs_outputs_are_deleted_as_leftovers(make_dataset) -> None:
+    path, figures = make_dataset(spans=600, ids=60, duplicates=0.0)
+    compact(path, grace_seconds=0)
+    partition = partition_dirs(path)[0]
+    source = partition / _compacted(partition)[0]
+    dead = partition / "compact-g9-0-0123456789ab.parquet"  # a crashed run's output: its token is pending
+    shutil.copy(source, dead)
+    manifest = read_manifest(partition)
+    assert manifest is not None
+    manifest.pending["0123456789ab"] = 1.0
+    write_manifest(partition, manifest)
+    assert count_rows(live_files(path)) == (figures["unique_spans"],) * 2  # hidden
+    report = compact(path, grace_seconds=0)
+    assert not dead.exists() and report.partitions[0].leftovers_deleted == 1
+    manifest = read_manifest(partition)
+    assert manifest is not None and manifest.pending == {}
+    assert count_rows(live_files(path)) == (figures["unique_spans"],) * 2
+
+
+def test_a_failed_run_leaves_no_pending_token_and_no_new_manifest(make_dataset) -> None:
+    path, _ = make_dataset(spans=300, ids=30)
+    partition = partition_dirs(path)[0]
+    before = sorted(os.listdir(partition))
+
+    def fail(step: str) -> None:
+        if step == "renamed":
+            raise KeyboardInterrupt("stop")
+
+    with pytest.raises(KeyboardInterrupt):
+        compact(path, partitions=[partition.name], _on_step=fail)
+    assert sorted(os.listdir(partition)) == before
 
 
 def test_a_damaged_compacted_file_moved_aside_is_skipped_and_dropped_loudly(make_dataset, caplog) -> None:
@@ -221,6 +252,7 @@ def _drop_loop(dataset: str, sample: bytes, stop, drops) -> None:  # type: ignor
             (old / f".late-{i}.tmp").write_bytes(sample)
             (old / f".late-{i}.tmp").replace(old / f"late-{i}.parquet")  # atomic, as the writer
         drops.value += len(drop_older_than(dataset, 30, today=dt.date(2026, 1, 10)).dropped)
+        time.sleep(0.01)
 
 
 def test_opening_a_store_while_retention_drops_a_partition_never_fails(make_dataset) -> None:
