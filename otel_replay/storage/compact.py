@@ -884,7 +884,10 @@ def compact(
         t0 = time.perf_counter()
         if lease.acquire(wait=lease_wait):
             try:
-                _compact_partition(partition, part, options, step=step, current=current)
+                if partition.is_dir():  # retention may have dropped it since the partitions were listed
+                    _compact_partition(partition, part, options, step=step, current=current)
+                else:
+                    part.status = "empty"
             finally:
                 lease.release()
         part.seconds = time.perf_counter() - t0
