@@ -296,3 +296,21 @@ def test_the_duplicate_check_holds_only_digests_of_ids_in_flight() -> None:
     assert all(len(d) == 16 for _, held in seen.open.values() for d in held)
     assert _exact_duplicates(second, repeated, seen) == [1]  # the second "x" of t2
     assert seen.open == {} and seen.conflicting_kept() == 2  # t2: "x" and "y" kept
+
+
+def test_compact_command_drops_a_missing_file_loudly(make_dataset) -> None:
+    from click.testing import CliRunner
+
+    from otel_replay.storage.command import compact_command
+
+    path, _ = make_dataset(spans=300, ids=30, duplicates=0.0)
+    compact(path, grace_seconds=0, target_rows=100)
+    partition = partition_dirs(path)[0]
+    victim = partition / _compacted(partition)[0]
+    victim.unlink()
+    refused = CliRunner().invoke(compact_command, [str(path)])
+    assert refused.exit_code == 1 and "--drop-missing" in refused.output
+    done = CliRunner().invoke(compact_command, [str(path), "--drop-missing", "--grace", "0"])
+    assert done.exit_code == 0, done.output
+    assert "dropped 1 missing compacted file(s)" in done.output and victim.name in done.output
+    assert CliRunner().invoke(compact_command, [str(path)]).exit_code == 0
