@@ -9,15 +9,22 @@ reader sees the old or the new one) says:
 - ``superseded``: files that compaction has replaced and that are kept on
   disk for a grace period so a reader that listed them still finds them,
   with the time they were superseded,
-- ``index``: the side index file (see :mod:`side_index`) covering ``files``.
+- ``index``: the side index file (see :mod:`side_index`) covering ``files``,
+- ``pending``: the tokens of compaction runs that started (recorded before they
+  write anything) and have not swapped: their outputs (``…-<token>.parquet``)
+  are not live yet, or are leftovers of a crash.
 
 The reader rule (:func:`live_files`), which is the only thing a reader needs:
 read the manifest *first*, then list the directory; a visible ``*.parquet``
-file is live unless it is superseded, or is a compacted file the manifest does
-not list (a leftover of a compaction that crashed before its swap). Reading in
-that order makes the swap atomic: a manifest read before the swap names the
-old files (still on disk during the grace period), one read after it names
-the new files (written before the swap), and arrivals are always included.
+file is live unless it is superseded, or is a compacted file of a pending run
+the manifest does not list. Reading in that order makes the swap atomic: a
+manifest read before the swap names the old files (still on disk during the
+grace period), one read after it names the new files (written before the
+swap), and arrivals are always included. A compacted file the manifest knows
+nothing of was restored or copied in: it is live like an arrival (with a
+warning), once the manifest is read again after the listing and is unchanged
+(every manifest write carries a fresh ``fence``), so a run that recorded its
+token after the first read is never mistaken for one.
 """
 
 from __future__ import annotations
@@ -43,6 +50,11 @@ __all__ = [
     "MANIFEST_NAME",
     "Manifest",
     "is_compacted_name",
+    "is_partition_name",
+    "looks_like_partition",
+    "not_partition_names",
+    "output_token",
+    "unnamed_compacted",
     "live_files",
     "partition_dirs",
     "parse_manifest",
