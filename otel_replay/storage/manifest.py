@@ -77,6 +77,20 @@ _FORMAT = 1
 _log = logging.getLogger("otel_replay")
 
 
+_warned: set[tuple[object, ...]] = set()
+_WARNED_MAX = 4096
+
+
+def _warn_once(key: tuple[object, ...], message: str, *args: object) -> None:
+    """Log ``message`` once per process for ``key`` (a listing runs at every lookup; the state rarely changes)."""
+    if key in _warned:
+        return
+    if len(_warned) >= _WARNED_MAX:
+        _warned.clear()
+    _warned.add(key)
+    _log.warning(message, *args)
+
+
 def is_partition_name(name: str) -> bool:
     """Whether ``name`` is ``date=YYYY-MM-DD`` with ASCII digits and a real calendar date."""
     if _PARTITION.fullmatch(name) is None:
@@ -259,7 +273,8 @@ def partition_dirs(dataset: str | os.PathLike[str]) -> list[Path]:
 
 
 def _warn_not_partition(where: str) -> None:
-    _log.warning("otel-replay: %s is not a partition (no such date): skipped, its files are not read", where)
+    message = "otel-replay: %s is not a partition (no such date): skipped, its files are not read"
+    _warn_once(("odd", where), message, where)
 
 
 def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
@@ -392,7 +407,8 @@ def partition_live_names(partition: Path, *, missing: list[str] | None = None) -
 
 
 def _warn_unnamed(where: str, unnamed: list[str]) -> None:
-    _log.warning(
+    _warn_once(
+        ("unnamed", where, tuple(unnamed)),
         "otel-replay: %s holds %d compacted file(s) no manifest names (restored or copied in), e.g. %s: "
         "read like arrivals, the next compaction merges them",
         where,
@@ -516,7 +532,8 @@ def _remote_names(location: Location, partition: str) -> list[str]:
 
 def _warn_nested(nested: list[str]) -> None:
     if nested:
-        _log.warning(
+        _warn_once(
+            ("nested", tuple(nested)),
             "otel-replay: %d Parquet file(s) sit in a date= directory inside another directory, e.g. %s: "
             "not read (a nested copy of a partition? move the files up into the partition)",
             len(nested),
@@ -565,13 +582,27 @@ def live_files(dataset: str | os.PathLike[str] | Location, *, missing: list[str]
     for partition in partition_dirs(dataset):
         files.extend(str(partition / name) for name in partition_live_names(partition, missing=missing)[1])
     # Files outside date= directories (hand-placed) are read as they are, as Store always did.
-    nested: list[str] = []
-    for path in root.rglob("*.parquet"):
-        if path.name.startswith("."):
-            continue
-        if not looks_like_partition(path.parent.name):
-            files.append(str(path))
-        elif path.parent.parent != root:
-            nested.append(str(path))
+    loose, nested = _loose_files(root)
     _warn_nested(nested)
-    return sorted(files)
+    return sorted(files + loose)
+
+
+def _loose_files(root: Path) -> tuple[list[str], list[str]]:
+    """(Parquet files under ``root`` outside partitions, those inside a date= folder nested in another folder)."""
+    for attempt in range(3):
+        loose: list[str] = []
+        nested: list[str] = []
+        try:
+            for path in root.rglob("*.parquet"):
+                if path.name.startswith("."):
+                    continue
+                if not looks_like_partition(path.parent.name):
+                    loose.append(str(path))
+                elif path.parent.parent != root:
+                    nested.append(str(path))
+        except FileNotFoundError:  # a partition dropped by retention while it was walked: walk again
+            if attempt == 2:
+                raise
+            continue
+        return loose, nested
+    raise AssertionError("unreachable")
