@@ -50,15 +50,30 @@ def _family(t: pa.DataType) -> str:
 _EXPECTED = {f.name: _family(f.type) for f in SPAN_SCHEMA}
 
 
+def _nested(kind: str) -> bool:
+    return kind == "struct" or kind.startswith(("list<", "map<"))
+
+
 def schema_problem(schema: pa.Schema) -> str | None:
-    """What makes ``schema`` unreadable as spans (a missing id column, a span column of another kind), or ``None``."""
+    """What makes ``schema`` unreadable as spans, or ``None``.
+
+    A file must have the id and time columns with their types. Another span
+    column may hold another scalar type (DuckDB reads the column as text and
+    the views cast it, a bad value becoming NULL in that row only), but not a
+    nested value where the span schema has a scalar or the other way round:
+    no cast joins those, and every query over the dataset would fail.
+    """
     names = set(schema.names)
     for name in REQUIRED_COLUMNS:
         if name not in names:
             return f"not a span file: no {name} column"
     for f in schema:
         expected = _EXPECTED.get(f.name)
-        if expected is not None and _family(f.type) != expected:
+        if expected is None:
+            continue
+        actual = _family(f.type)
+        strict = f.name in REQUIRED_COLUMNS or _nested(actual) or _nested(expected)
+        if strict and actual != expected:
             return f"column {f.name} is {f.type}, not the span schema's {SPAN_SCHEMA.field(f.name).type}"
     return None
 
