@@ -125,9 +125,15 @@ class CorruptFileError(DatasetError):
     """A Parquet file in the dataset is truncated or unreadable."""
 
     def __init__(self, path: str, reason: str) -> None:
+        # A compacted file is listed by its partition's manifest: moved aside, it must also be dropped from it.
+        aside = (
+            "move it aside and run `otel-replay compact --drop-missing`"
+            if str(path).replace("\\", "/").rpartition("/")[2].startswith("compact-g")
+            else "move it aside"
+        )
         super().__init__(
             f"corrupt Parquet file {path}: {reason} "
-            "(move it aside, or open the dataset with skip_corrupt=True / --skip-corrupt)"
+            f"({aside}, or open the dataset with skip_corrupt=True / --skip-corrupt)"
         )
         self.path = path
         self.reason = reason

@@ -49,6 +49,7 @@ from otel_replay.records import DecisionRecord, SpanRef
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import Listing, indexed_and_tail, partition_listing
+from otel_replay.storage.span_columns import arrow_schema_problem, schema_problem
 from otel_replay.storage.tail_index import TailIndex
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
@@ -215,6 +216,12 @@ def _check_version(path: str, footer: bytes) -> int | None:
     return int(major)
 
 
+_BIND_ATTEMPTS = 5
+"""Listings tried when files vanish between a refresh's listing and its binding (retention dropping partitions)."""
+
+VANISHED = CorruptFileError("", "vanished")
+"""What :meth:`Store._check` returns for a listed file that is gone: not live (never reported as corrupt)."""
+
 _NOT_ABOUT_FILES = (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.InterruptException)
 """DuckDB errors that a vanished or replaced file never causes (a vanished file is an IO or permission error)."""
 
@@ -294,32 +301,37 @@ class Store:
         self.refresh()
 
     # --- files and views ----------------------------------------------------
-    def _scan(self) -> list[str]:
+    def _scan(self, missing: list[str] | None = None) -> list[str]:
+        """The live files; ``missing`` (skip_corrupt) collects compacted files a manifest lists that are gone."""
         try:
             # Through the partition manifests: a glob would also list files a compaction superseded.
             if self.location.remote:  # one listing per refresh; lookups reuse it (see _narrow)
-                self._snapshot = remote_partitions(self.location)
+                self._snapshot = remote_partitions(self.location, missing=missing)
                 return remote_live_files(self.location, self._snapshot)
-            return live_files(self.location)
+            return live_files(self.location, missing=missing)
         except OSError as exc:
             root = self.location.join(SPANS_DIR)
             raise DatasetError(f"cannot list the files of {root}: {exc.strerror or exc}") from exc
 
     def _stamp(self, path: str) -> tuple[int, int] | None:
+        """(size, mtime) of ``path``; ``None`` when it is gone or cannot be stat'ed (a symlink loop, no permission)."""
         if self.location.remote:
             return self.location.stat(path)
         try:
             st = os.stat(path)
-        except FileNotFoundError:
+        except OSError:
             return None
         return (st.st_size, st.st_mtime_ns)
 
     def _check(self, path: str) -> CorruptFileError | None:
         """The cheap check at open: Parquet magic at both ends, a footer that fits, a schema version we read.
 
-        Reads a file's first 4 bytes and its footer, about 20 µs a file; no
-        Thrift decoding. Cached by (size, mtime). A file damaged past its
-        footer is named by the query that reads it (:meth:`_attempt`).
+        Reads a file's first 4 bytes and its footer, about 20 µs a file; the
+        span columns' types are checked from the footer's Arrow schema (decoded
+        once per distinct writer schema). Cached by (size, mtime). A file
+        damaged past its footer is named by the query that reads it
+        (:meth:`_attempt`). A file that is gone is :data:`VANISHED` (not live,
+        not corrupt: retention or compaction removed it after the listing).
 
         Raises:
             DatasetError: the file was written with a newer major storage schema version.
@@ -332,9 +344,17 @@ class Store:
                 return bad_object[1]
             if path in self._checked:
                 return None
-        stamp = self.location.listed_stat(path) if self.location.remote else self._stamp(path)
+            stamp = self.location.listed_stat(path)
+        else:
+            try:
+                st = os.stat(path)
+                stamp = (st.st_size, st.st_mtime_ns)
+            except FileNotFoundError:
+                stamp = None
+            except OSError as exc:  # a symlink loop, no permission: a bad file, named
+                return CorruptFileError(path, exc.strerror or str(exc))
         if stamp is None:
-            return CorruptFileError(path, "vanished while reading")
+            return VANISHED
         bad = self._bad.get(path)
         if bad is not None and bad[0] == stamp:
             return bad[1]
@@ -342,14 +362,37 @@ class Store:
             return None
         try:
             footer = _read_footer(path, stamp[0], self.location if self.location.remote else None)
+        except FileNotFoundError:
+            return VANISHED
         except OSError as exc:
             return CorruptFileError(path, exc.strerror or str(exc))
         if isinstance(footer, str):
             return CorruptFileError(path, footer)
-        self._major[path] = _check_version(path, footer)
+        major = _check_version(path, footer)
+        arrow = footer_value(footer, _ARROW_SCHEMA_KEY)
+        problem = arrow_schema_problem(arrow) if arrow is not None else self._schema_problem(path)
+        if problem is not None:
+            self._bad[path] = (stamp, CorruptFileError(path, problem))
+            return self._bad[path][1]
+        self._major[path] = major
         self._checked[path] = stamp
-        self._arrow_schema[path] = footer_value(footer, _ARROW_SCHEMA_KEY)
+        self._arrow_schema[path] = arrow
         return None
+
+    def _schema_problem(self, path: str) -> str | None:
+        """:func:`schema_problem` of a file whose footer has no Arrow schema (another writer's): one footer parse."""
+        import pyarrow.parquet as pq
+
+        try:
+            if self.location.remote:
+                schema = pq.read_schema(self.location.fs_path(path), filesystem=self.location.fs)
+            else:
+                schema = pq.read_schema(path)
+        except FileNotFoundError:
+            return None  # gone: the query that reads it re-lists
+        except (OSError, pa.ArrowException) as exc:
+            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return schema_problem(schema)
 
     def _union_by_name(self, files: Sequence[str]) -> bool:
         """Whether ``files`` need DuckDB's union_by_name: not when one writer schema is recorded in every footer.
@@ -389,26 +432,54 @@ class Store:
         self._set(con, _LEGACY_VAR, self._legacy_outcomes(files))
 
     def refresh(self) -> None:
-        """Rescan the dataset's files, validate new ones, and (re)define the views."""
+        """Rescan the dataset's files, validate new ones, and (re)define the views.
+
+        A file that vanishes between the listing and the check or the binding
+        (retention dropped its partition, a compaction's grace period ended)
+        is simply not live: the dataset is listed again once.
+        """
         with self._lock:
-            files, skipped = [], []
-            known = {problem.path for problem in self.skipped}
-            for path in self._scan():
-                problem = self._check(path)
-                if problem is None:
-                    files.append(path)
-                elif self.skip_corrupt:
-                    if path not in known:
-                        _log.warning("otel-replay: skipping %s", problem)
-                    skipped.append(problem)
-                else:
-                    raise problem
-            self.files, self.skipped = files, skipped
-            self._tail.keep_only(files)
-            self._define_views(self._con, files)
+            for attempt in range(_BIND_ATTEMPTS):
+                files, skipped = self._live()
+                self.files, self.skipped = files, skipped
+                self._tail.keep_only(files)
+                try:
+                    self._define_views(self._con, files)
+                except QueryError as exc:
+                    vanished = isinstance(exc.__cause__, duckdb.IOException) or any(
+                        self._stamp(path) is None for path in files
+                    )
+                    if attempt == _BIND_ATTEMPTS - 1 or not vanished:
+                        raise
+                    continue  # a listed file went away before the views bound: list again
+                break
             if self._analyst is not None:
                 self._analyst.close()
                 self._analyst = None
+
+    def _live(self) -> tuple[list[str], list[CorruptFileError]]:
+        """(the readable live files, the ones skipped as corrupt); a file gone since the listing is not live."""
+        files, skipped = [], []
+        known = {problem.path for problem in self.skipped}
+        missing: list[str] | None = [] if self.skip_corrupt else None
+        for path in self._scan(missing):
+            problem = self._check(path)
+            if problem is None:
+                files.append(path)
+            elif problem is VANISHED:
+                continue
+            elif self.skip_corrupt:
+                if path not in known:
+                    _log.warning("otel-replay: skipping %s", problem)
+                skipped.append(problem)
+            else:
+                raise problem
+        for path in missing or ():
+            problem = CorruptFileError(path, "listed by its partition's _manifest.json but missing (spans lost)")
+            if path not in known:
+                _log.warning("otel-replay: skipping %s", problem)
+            skipped.append(problem)
+        return files, skipped
 
     def _define_views(self, con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
         if con is self._con:
@@ -749,6 +820,8 @@ class Store:
             problem = self._check(path)
             if problem is None:
                 scope.append(path)
+            elif problem is VANISHED:
+                scope.append(path)  # gone since the listing: the query fails on it, re-lists and retries (_attempt)
             elif self.skip_corrupt:
                 _log.warning("otel-replay: skipping %s", problem)
                 self.skipped.append(problem)

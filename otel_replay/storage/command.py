@@ -57,6 +57,14 @@ __all__ = ["compact_command"]
         "Local datasets: an s3:// dataset is compacted on one thread."
     ),
 )
+@click.option(
+    "--drop-missing",
+    is_flag=True,
+    help=(
+        "Drop compacted files the manifest lists but that are missing (a damaged one moved aside) from the "
+        "manifest, naming and counting them (their spans are lost), instead of failing."
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def compact_command(
     dataset: str | None,
@@ -67,6 +75,7 @@ def compact_command(
     max_batch_rows: int,
     grace_seconds: float,
     threads: int,
+    drop_missing: bool,
     as_json: bool,
 ) -> None:
     """Sort a dataset's small arrival-order files into large indexed files (and drop old partitions).
@@ -104,6 +113,12 @@ def compact_command(
                 f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
                 f"({dropped.files} files, {dropped.rows} spans)"
                 + (f"; busy, left for later: {', '.join(dropped.busy)}" if dropped.busy else "")
+                + (
+                    f"; {len(dropped.not_partitions)} date= folder(s) that are not dates skipped: "
+                    + ", ".join(dropped.not_partitions)
+                    if dropped.not_partitions
+                    else ""
+                )
             )
         selected = list(partitions) or None
         if selected and dropped:
@@ -116,6 +131,7 @@ def compact_command(
             max_batch_rows=max_batch_rows,
             grace_seconds=grace_seconds,
             threads=threads,
+            drop_missing=drop_missing,
             progress=say,
         )
     except (OtelReplayError, OSError) as exc:
@@ -134,6 +150,12 @@ def compact_command(
         f"{report.input_rows} -> {report.output_rows} spans, {report.duplicates_removed} exact duplicates removed, "
         f"{report.conflicting_kept} same-id rows with different content kept, {report.seconds:.2f} s"
     )
+    if report.dropped_missing:
+        click.echo(
+            f"dropped {len(report.dropped_missing)} missing compacted file(s) from their manifests "
+            f"(their spans are lost): {', '.join(report.dropped_missing)}",
+            err=True,
+        )
     if report.busy:
         say(f"busy (another compactor holds the lease), left for later: {', '.join(report.busy)}")
     if reader_gone:

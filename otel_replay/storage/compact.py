@@ -3,8 +3,10 @@
 Per partition, under its lease (:mod:`lease`):
 
 1. clean up: delete files superseded longer ago than the grace period, and
-   leftovers of a compaction that crashed (compacted files and an index no
-   manifest names, temp files);
+   leftovers of a compaction that crashed (the outputs carrying the token of a
+   run the manifest records as ``pending``, temp files). A compacted file no
+   manifest knows (restored, copied in) is never deleted: it is live, read
+   like an arrival and compacted in;
 2. group the live files (:func:`manifest.partition_live_files`) by schema
    (files of different storage schema versions are never merged) and find the
    (trace_id, span_id) pairs stored more than once (DuckDB reads only those
@@ -19,7 +21,9 @@ Per partition, under its lease (:mod:`lease`):
    at most ``target_rows`` rows: zstd, dictionary encoding on low-cardinality
    columns, row groups of ``row_group_rows`` for point lookups, Parquet bloom
    filters on the id columns, sorting columns recorded in the footer. Each file
-   is written under a dot temp name, fsynced, renamed to ``compact-g<gen>-…``;
+   is written under a dot temp name, fsynced, renamed to ``compact-g<gen>-…``
+   (the run's token is recorded in the manifest's ``pending`` before any
+   output is written, so readers hide them until the swap);
 5. write the side index (:mod:`side_index`) the same way;
 6. the swap: replace ``_manifest.json`` atomically. Its ``files`` are the new
    files, and everything read in step 2 is ``superseded`` (kept on disk, out
@@ -39,7 +43,9 @@ stopped, after the run's own files are deleted.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import resource
 import time
@@ -61,19 +67,21 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import Location, register_with, resolve
 
-from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, is_facts_name, write_facts
+from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, write_facts
 from .lease import PartitionLease
 from .manifest import (
     MANIFEST_NAME,
     Manifest,
     is_compacted_name,
+    output_token,
     partition_date,
     partition_dirs,
-    partition_live_files,
+    partition_live_names,
     read_manifest,
     write_manifest,
 )
 from .side_index import INDEX_KINDS, file_index_rows, merge_index, write_index
+from .span_columns import check_version, schema_problem
 
 __all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
 
@@ -81,6 +89,8 @@ P = TypeVar("P", Path, str)
 R = TypeVar("R")
 T = TypeVar("T")
 A = ParamSpec("A")
+
+_log = logging.getLogger("otel_replay")
 
 SORT_KEY = ("correlation_id", "trace_id", "start_time", "span_id")
 """The order compacted files are written in."""
@@ -128,6 +138,7 @@ class Options:
     bloom: bool = True
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     threads: int = DEFAULT_THREADS
+    drop_missing: bool = False
 
     def __post_init__(self) -> None:
         """Refuse sizes and counts below 1, above :data:`MAX_ROWS` (or not integers) and a bad grace period."""
@@ -161,6 +172,7 @@ class PartitionReport:
     bytes_after: int = 0
     superseded_deleted: int = 0
     leftovers_deleted: int = 0
+    dropped_missing: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -196,6 +208,11 @@ class CompactReport:
         return self._sum("conflicting_kept")
 
     @property
+    def dropped_missing(self) -> list[str]:
+        """Compacted files a manifest listed but that were missing, dropped from it (``drop_missing``): spans lost."""
+        return [f"{p.partition}/{name}" for p in self.partitions for name in p.dropped_missing]
+
+    @property
     def busy(self) -> list[str]:
         """Partitions skipped because another compactor held their lease."""
         return [p.partition for p in self.partitions if p.status == "busy"]
@@ -209,6 +226,7 @@ class CompactReport:
             "output_rows": self.output_rows,
             "duplicates_removed": self.duplicates_removed,
             "conflicting_kept": self.conflicting_kept,
+            "dropped_missing": self.dropped_missing,
             "partitions": [vars(p) for p in self.partitions],
         }
 
@@ -262,13 +280,16 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
 
 
 def _repeated_keys(files: Sequence[Path | str], location: Location | None = None) -> pa.Table:
-    """(t, s): every (trace_id, span_id) stored more than once across ``files`` (DuckDB reads only those columns)."""
+    """(t, s, n): every (trace_id, span_id) stored more than once across ``files``, and how many times.
+
+    DuckDB reads only those two columns.
+    """
     con = duck.connect()
     try:
         if location is not None:
             register_with(con, location)
         return con.sql(
-            "SELECT trace_id AS t, span_id AS s FROM read_parquet($files) GROUP BY ALL HAVING count(*) > 1",
+            "SELECT trace_id AS t, span_id AS s, count(*) AS n FROM read_parquet($files) GROUP BY ALL HAVING n > 1",
             params={"files": [str(p) for p in files]},
         ).to_arrow_table()
     except duckdb.Error as exc:
@@ -279,10 +300,17 @@ def _repeated_keys(files: Sequence[Path | str], location: Location | None = None
 
 
 def _repeated_in(table: pa.Table) -> pa.Table:
-    """(t, s): every (trace_id, span_id) stored more than once in ``table`` (the rows of a whole schema group)."""
+    """(t, s, n): every (trace_id, span_id) stored more than once in ``table`` (a schema group), how many times."""
     counts = table.select(["trace_id", "span_id"]).group_by(["trace_id", "span_id"]).aggregate([([], "count_all")])
     many = counts.filter(pc.greater(counts.column("count_all"), 1))
-    return pa.table({"t": many.column("trace_id"), "s": many.column("span_id")})
+    return pa.table(
+        {"t": many.column("trace_id"), "s": many.column("span_id"), "n": many.column("count_all").cast(pa.int64())}
+    )
+
+
+def _joined(trace_ids: pa.Array | pa.ChunkedArray, span_ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    joined = pc.binary_join_element_wise(trace_ids, span_ids, "\x00")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
 def _positions_of(table: pa.Table, repeated: pa.Table) -> list[int]:
@@ -294,19 +322,35 @@ def _positions_of(table: pa.Table, repeated: pa.Table) -> list[int]:
     """
     if repeated.num_rows == 0 or table.num_rows == 0:
         return []
-    key = pc.binary_join_element_wise(table.column("trace_id"), table.column("span_id"), "\x00")
-    wanted = pc.binary_join_element_wise(repeated.column("t"), repeated.column("s"), "\x00")
-    if isinstance(wanted, pa.ChunkedArray):
-        wanted = wanted.combine_chunks()
+    key = _joined(table.column("trace_id"), table.column("span_id"))
+    wanted = _joined(repeated.column("t"), repeated.column("s"))
     mask = pc.fill_null(pc.is_in(key, value_set=wanted.cast(key.type)), False)
     positions: list[int] = pc.indices_nonzero(mask).to_pylist()
     return positions
 
 
-def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: dict[tuple[str, str], set[str]]) -> list[int]:
+class _Seen:
+    """What the duplicate check holds for one schema group: bounded by the ids in flight, not the group.
+
+    For each repeated (trace_id, span_id) met but not yet met as many times as
+    it is stored, a 16-byte digest of each distinct content and how many of
+    its rows are still to come; the entry is dropped once its last row is met.
+    """
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, str], tuple[int, set[bytes]]] = {}
+        self.conflicting = 0  # rows kept that share their ids with a row of other content (closed entries)
+
+    def conflicting_kept(self) -> int:
+        """Rows kept although another row has the same ids with different content, over the group."""
+        return self.conflicting + sum(len(c) for _, c in self.open.values() if len(c) > 1)
+
+
+def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: _Seen) -> list[int]:
     """Positions of rows in ``table`` that exactly repeat a row seen before (in it, or in an earlier batch).
 
-    ``seen`` maps each repeated (trace_id, span_id) to the distinct contents met so far and is updated.
+    ``repeated`` holds every repeated (t, s) of the group and its count n;
+    ``seen`` is updated (see :class:`_Seen`).
     """
     if repeated.num_rows == 0:
         return []
@@ -314,15 +358,27 @@ def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: dict[tuple[str,
     if not positions:
         return []
     subset = table.take(positions)
+    wanted = _joined(repeated.column("t"), repeated.column("s"))
+    key = _joined(subset.column("trace_id"), subset.column("span_id"))
+    at = pc.index_in(key, value_set=wanted.cast(key.type))
+    counts = repeated.column("n").take(at).to_pylist() if "n" in repeated.column_names else [None] * len(positions)
     plain = subset.cast(pa.schema([f.with_type(_plain_type(f.type)) for f in subset.schema]))
     drop: list[int] = []
-    for position, row in zip(positions, plain.to_pylist(), strict=True):
-        content = json.dumps(row, sort_keys=True, default=repr)
-        contents = seen.setdefault((row["trace_id"], row["span_id"]), set())
-        if content in contents:
+    for position, row, n in zip(positions, plain.to_pylist(), counts, strict=True):
+        content = json.dumps(row, sort_keys=True, default=repr).encode("utf-8", "surrogatepass")
+        digest = hashlib.blake2b(content, digest_size=16).digest()
+        ids = (row["trace_id"], row["span_id"])
+        left, contents = seen.open.get(ids) or (n if n is not None else -1, set())
+        if digest in contents:
             drop.append(position)
         else:
-            contents.add(content)
+            contents.add(digest)
+        left -= 1
+        if left == 0:  # its last row: nothing later can repeat it
+            seen.open.pop(ids, None)
+            seen.conflicting += len(contents) if len(contents) > 1 else 0
+        else:
+            seen.open[ids] = (left, contents)
     return drop
 
 
@@ -418,7 +474,13 @@ def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
 
 
 def _schema_groups(files: Sequence[P], location: Location | None = None) -> list[list[P]]:
-    """``files`` grouped by schema (storage version and columns): groups are never merged."""
+    """``files`` grouped by schema (storage version and columns): groups are never merged.
+
+    Raises:
+        DatasetError: a file was written with a newer storage schema version than this otel-replay reads.
+        CorruptFileError: a file is unreadable or not a span file (no id columns, a span column of another type).
+
+    """
     groups: dict[tuple[bytes, str], list[P]] = {}
     for path in files:
         try:
@@ -428,6 +490,10 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
                 schema = pq.read_schema(path)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
+        check_version(str(path), (schema.metadata or {}).get(SCHEMA_METADATA_KEY))
+        problem = schema_problem(schema)
+        if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed
+            raise CorruptFileError(str(path), problem)
         groups.setdefault(_schema_key(schema), []).append(path)
     return list(groups.values())
 
@@ -473,7 +539,14 @@ def _contiguous(table: pa.Table, workers: _Workers) -> pa.Table:
 
 
 def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now: float) -> tuple[int, int, Manifest]:
-    """Delete expired superseded files and crash leftovers; (superseded deleted, leftovers deleted, manifest)."""
+    """Delete expired superseded files and crash leftovers; (superseded deleted, leftovers deleted, manifest).
+
+    A leftover is an output (compacted file, side index, facts file) carrying
+    the token of a run the manifest records as pending: that run crashed (the
+    lease is held, so it is not running). Its token is then forgotten. A
+    compacted file no manifest knows is never deleted here: it was restored or
+    copied in, and is read and compacted like an arrival.
+    """
     manifest = manifest or Manifest()
     expired = [name for name, at in manifest.superseded.items() if now - at >= grace_seconds]
     deleted = 0
@@ -487,11 +560,10 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
     keep.add(facts_of_index(manifest.index) or "")  # facts: the current generation's file stays
     leftovers = 0
     for name in os.listdir(partition):
-        orphan_output = is_compacted_name(name) or (name.startswith("_index-") and name.endswith(".pq"))
-        orphan_output = orphan_output or is_facts_name(name)
+        orphan_output = output_token(name) in manifest.pending and name not in keep
         temp = (".compact-", "._index-", "._facts-", f".{MANIFEST_NAME}.")
         orphan_tmp = name.startswith(temp) and name.endswith(".tmp")
-        if (orphan_output and name not in keep) or orphan_tmp:
+        if orphan_output or orphan_tmp:
             try:
                 os.unlink(partition / name)
                 leftovers += 1
@@ -499,6 +571,7 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
                 pass
     if expired:
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in expired}
+    manifest.pending = {}  # every pending run's outputs are gone now
     return deleted, leftovers, manifest
 
 
@@ -554,6 +627,25 @@ def _discard_outputs(partition: Path, token: str) -> None:
                 pass
 
 
+def _forget_run(partition: Path, token: str, existed: bool) -> None:
+    """Take a failed run's token out of the manifest once its outputs are deleted (no manifest if it made it).
+
+    Best effort: a token left pending only makes the next run look for its outputs.
+    """
+    try:
+        current = read_manifest(partition)
+        if current is None or token not in current.pending:
+            return
+        if not existed and not current.files and not current.superseded and len(current.pending) == 1:
+            os.unlink(partition / MANIFEST_NAME)
+            fsync_dir(partition)
+            return
+        current.pending.pop(token)
+        write_manifest(partition, current)
+    except (OSError, DatasetError):
+        pass
+
+
 def _compact_partition(
     partition: Path,
     report: PartitionReport,
@@ -563,16 +655,31 @@ def _compact_partition(
     current: CurrentFacts,
 ) -> None:
     now = time.time()
-    manifest, live = partition_live_files(partition)
-    old_index = manifest.index if manifest else None
+    gone: list[str] | None = [] if options.drop_missing else None
+    found, names = partition_live_names(partition, missing=gone)
+    live = [partition / name for name in names]
+    old_index = found.index if found else None
     grace = options.grace_seconds
-    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(partition, manifest, grace, now)
-    if report.superseded_deleted and read_manifest(partition) is not None:
+    before = found.copy() if found else None
+    report.superseded_deleted, report.leftovers_deleted, manifest = _clean(partition, before, grace, now)
+    if found is not None and (report.superseded_deleted or found.pending):
         write_manifest(partition, manifest)  # forget what is gone
+    if gone:
+        report.dropped_missing = [Path(path).name for path in gone]
+        _log.warning(
+            "otel-replay: %s: dropping %d compacted file(s) its manifest lists but that are missing (%s): "
+            "their spans are lost",
+            partition,
+            len(gone),
+            ", ".join(report.dropped_missing),
+        )
     if not live:
+        if gone:  # nothing left: the manifest must stop naming the missing files
+            manifest.files, manifest.index, manifest.rows = [], None, 0
+            write_manifest(partition, manifest)
         report.status = "empty"
         return
-    if manifest.files and all(p.name in manifest.files for p in live):
+    if manifest.files and all(p.name in manifest.files for p in live) and not gone:
         report.status = "current"
         return
     report.input_files = len(live)
@@ -580,6 +687,10 @@ def _compact_partition(
     groups = _schema_groups(live)
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
+    # Recorded before any output is written: a crash leaves files only a pending run's token marks as leftovers.
+    manifest.pending[token] = now
+    write_manifest(partition, manifest)
+    existed = found is not None
     workers = _Workers(options.threads)
     swapping = False
     try:
@@ -617,12 +728,14 @@ def _compact_partition(
                 superseded=superseded,
                 index=index_name,
                 rows=sum(rows for _, rows in written),
+                pending={k: v for k, v in manifest.pending.items() if k != token},
             ),
         )
     except BaseException:
         workers.close(cancel=True)  # no worker may still be writing once the error is raised
         if not swapping:
             _discard_outputs(partition, token)
+            _forget_run(partition, token, existed)
         raise
     finally:
         workers.close()
@@ -665,7 +778,7 @@ def _write_groups(
         # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
         scan = workers.submit(_repeated_keys, paths) if len(batches) > 1 else None  # beside the first read
         repeated: pa.Table | None = None
-        seen: dict[tuple[str, str], set[str]] = {}
+        seen = _Seen()
         for b, batch in enumerate(batches):
             table = _read(batch, workers=workers)
             if scan is not None and repeated is None:
@@ -695,7 +808,7 @@ def _write_groups(
                 step("file")
             facts.append(extracted.result())
             del table, order, files
-        report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
+        report.conflicting_kept += seen.conflicting_kept()
     return written, index_parts, facts
 
 
@@ -724,6 +837,7 @@ def compact(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     lease_wait: float = 0.0,
     threads: int = DEFAULT_THREADS,
+    drop_missing: bool = False,
     progress: Callable[[str], None] | None = None,
     _on_step: Callable[[str], None] | None = None,
 ) -> CompactReport:
@@ -739,6 +853,10 @@ def compact(
     write a batch's files, group their index rows and extract its facts side
     by side (``1``: all in the calling thread); the output is the same for any
     number, and memory grows only by the row group each writer holds.
+    ``drop_missing``: a compacted file the manifest lists but that is gone
+    (moved aside because it was damaged) is dropped from the manifest, named
+    in a warning and in :attr:`CompactReport.dropped_missing`, instead of
+    failing: its spans are lost, the rest of the partition is compacted again.
     ``progress`` gets one line per partition.
 
     Raises:
@@ -747,7 +865,7 @@ def compact(
         CorruptFileError: a live file cannot be read (nothing is changed in its partition).
 
     """
-    options = Options(target_rows, row_group_rows, max_batch_rows, bloom_filters, grace_seconds, threads)
+    options = Options(target_rows, row_group_rows, max_batch_rows, bloom_filters, grace_seconds, threads, drop_missing)
     location = resolve(dataset)
     if location.remote:
         return _compact_remote(
@@ -771,7 +889,10 @@ def compact(
         t0 = time.perf_counter()
         if lease.acquire(wait=lease_wait):
             try:
-                _compact_partition(partition, part, options, step=step, current=current)
+                if partition.is_dir():  # retention may have dropped it since the partitions were listed
+                    _compact_partition(partition, part, options, step=step, current=current)
+                else:
+                    part.status = "empty"
             finally:
                 lease.release()
         part.seconds = time.perf_counter() - t0

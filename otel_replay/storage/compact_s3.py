@@ -32,6 +32,7 @@ PUT and LIST; superseded files stay for the grace period.
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import time
 import uuid
@@ -55,14 +56,17 @@ from .compact import (
     _repeated_in,
     _repeated_keys,
     _schema_groups,
+    _Seen,
     _write_file,
 )
-from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, is_facts_name, remote_facts_bytes
+from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, remote_facts_bytes
 from .lease import ObjectLease
-from .manifest import MANIFEST_NAME, Manifest, is_compacted_name, missing_error, read_remote_manifest, visible_names
+from .manifest import MANIFEST_NAME, Manifest, missing_error, output_token, read_remote_manifest, visible_names
 from .side_index import file_index_rows, index_bytes, merge_index
 
 __all__ = ["compact_partition", "read_partition"]
+
+_log = logging.getLogger("otel_replay")
 
 
 def read_partition(s3: object, location: Location, name: str) -> tuple[Manifest | None, str | None, list[str]]:
@@ -80,6 +84,9 @@ def _document(manifest: Manifest) -> bytes:
     doc["fence"] = uuid.uuid4().hex
     return json.dumps(doc, indent=1, sort_keys=True).encode()
 
+
+PENDING_KEPT_SECONDS = 7 * 86400.0
+"""How long a dead run's token stays pending on S3: objects a stalled holder uploads late stay hidden, then deleted."""
 
 _SWAP_CONFLICT = "during this compaction; nothing was swapped (this run's files are left for the next run to delete)"
 
@@ -138,18 +145,16 @@ def _clean(
     expired = [n for n, at in manifest.superseded.items() if now - at >= grace_seconds]
     keep = set(manifest.files) | set(manifest.superseded) | ({manifest.index} if manifest.index else set())
     keep.add(facts_of_index(manifest.index) or "")  # facts: the current generation's object stays
-    orphans = [
-        n
-        for n in names
-        if (is_compacted_name(n) or (n.startswith("_index-") and n.endswith(".pq")) or is_facts_name(n))
-        and n not in keep
-    ]
+    # Only a pending (dead) run's outputs: a compacted object no manifest knows was restored or copied in, and is live.
+    orphans = [n for n in names if output_token(n) in manifest.pending and n not in keep]
     if orphans:
         etag = _fence(s3, location, name, lease, manifest, etag)
     deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
     leftovers = sum(objects.delete(s3, location, f"{url}/{n}") for n in orphans)
     if expired:
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in expired}
+    # A stalled holder of a dead run may still upload after this: its token stays pending (hidden) for a while.
+    manifest.pending = {k: at for k, at in manifest.pending.items() if now - at < PENDING_KEPT_SECONDS}
     return deleted, leftovers, manifest, etag
 
 
@@ -173,10 +178,21 @@ def compact_partition(
     url = location.join(SPANS_DIR, name)
     now = time.time()
     found, etag, names = read_partition(s3, location, name)
+    gone: list[str] = []
     if found is not None:
+        gone = sorted(set(found.files) - set(names))
         problem = missing_error(f"{url}/{MANIFEST_NAME}", found, names)
-        if problem is not None:
+        if problem is not None and not options.drop_missing:
             raise problem
+    if gone:
+        report.dropped_missing = gone
+        _log.warning(
+            "otel-replay: %s: dropping %d compacted file(s) its manifest lists but that are missing (%s): "
+            "their spans are lost",
+            url,
+            len(gone),
+            ", ".join(gone),
+        )
     live = [f"{url}/{n}" for n in visible_names(names, found)]
     old_index = found.index if found else None
     report.superseded_deleted, report.leftovers_deleted, manifest, fenced = _clean(
@@ -188,18 +204,24 @@ def compact_partition(
         lease.confirm()
         etag = _swap(s3, location, name, manifest, etag)  # forget what is gone
     if not live:
+        if gone:  # nothing left: the manifest must stop naming the missing files
+            manifest.files, manifest.index, manifest.rows = [], None, 0
+            lease.confirm()
+            _swap(s3, location, name, manifest, etag)
         report.status = "empty"
         return
-    if manifest.files and all(p.rpartition("/")[2] in manifest.files for p in live):
+    if manifest.files and all(p.rpartition("/")[2] in manifest.files for p in live) and not gone:
         report.status = "current"
         return
-    if etag is None:  # a first compaction: create the manifest before uploading (see the module docstring)
-        etag = _fence(s3, location, name, lease, manifest, None)
+    generation = manifest.generation + 1
+    token = uuid.uuid4().hex[:12]
+    # Record the run before uploading (creating the manifest when there is none, see the module docstring):
+    # readers hide its outputs until the swap, and only a recorded run's outputs are ever deleted as leftovers.
+    manifest.pending[token] = now
+    etag = _fence(s3, location, name, lease, manifest, etag)
     sizes = {info.path: info.size for info in location.files_under(url)}
     report.input_files = len(live)
     report.bytes_before = sum(int(sizes.get(location.fs_path(p)) or 0) for p in live)
-    generation = manifest.generation + 1
-    token = uuid.uuid4().hex[:12]
     written: list[tuple[str, int]] = []
     index_parts: list[tuple[str, list[str], dict[str, pa.Table]]] = []  # each file's side index rows (see compact.py)
     # decision/outcome facts per batch (storage/facts.py), spilled to a local temp directory between batches
@@ -209,7 +231,7 @@ def compact_partition(
         for paths in _schema_groups(live, location):
             batches = _batches(paths, options.max_batch_rows, location)
             repeated = _repeated_keys(paths, location) if len(batches) > 1 else None  # see compact._compact_partition
-            seen: dict[tuple[str, str], set[str]] = {}
+            seen = _Seen()
             for batch in batches:
                 table = _read(batch, location)
                 step("read")
@@ -229,7 +251,7 @@ def compact_partition(
                     del slim
                     step("file")
                 del table
-            report.conflicting_kept += sum(len(c) for c in seen.values() if len(c) > 1)
+            report.conflicting_kept += seen.conflicting_kept()
         step("written")
         step("renamed")  # nothing to rename on an object store
         index_name = f"_index-g{generation}-{token}.pq"
@@ -254,6 +276,7 @@ def compact_partition(
         superseded=superseded,
         index=index_name,
         rows=sum(rows for _, rows in written),
+        pending={k: at for k, at in manifest.pending.items() if k != token},
     )
     lease.confirm()  # a holder that stalled past its expiry must not swap
     etag = _swap(s3, location, name, new, etag)

@@ -260,7 +260,7 @@ def _local_facts(root: Path) -> dict[str, tuple[str, str]]:
 def _remote_facts(location: Location) -> dict[str, tuple[str, str]]:
     """:func:`_local_facts` on an object store: the manifests read before the listing, as readers do."""
     found: dict[str, tuple[str, str]] = {}
-    partitions, _ = remote_partitions(location)
+    partitions, _ = remote_partitions(location, missing=[])  # a missing span file is the readers' concern, not here
     for head, manifest, names in partitions:
         name = facts_of_index(manifest.index if manifest else None)
         if name is None or name not in names:

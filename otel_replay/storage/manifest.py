@@ -9,25 +9,34 @@ reader sees the old or the new one) says:
 - ``superseded``: files that compaction has replaced and that are kept on
   disk for a grace period so a reader that listed them still finds them,
   with the time they were superseded,
-- ``index``: the side index file (see :mod:`side_index`) covering ``files``.
+- ``index``: the side index file (see :mod:`side_index`) covering ``files``,
+- ``pending``: the tokens of compaction runs that started (recorded before they
+  write anything) and have not swapped: their outputs (``…-<token>.parquet``)
+  are not live yet, or are leftovers of a crash.
 
 The reader rule (:func:`live_files`), which is the only thing a reader needs:
 read the manifest *first*, then list the directory; a visible ``*.parquet``
-file is live unless it is superseded, or is a compacted file the manifest does
-not list (a leftover of a compaction that crashed before its swap). Reading in
-that order makes the swap atomic: a manifest read before the swap names the
-old files (still on disk during the grace period), one read after it names
-the new files (written before the swap), and arrivals are always included.
+file is live unless it is superseded, or is a compacted file of a pending run
+the manifest does not list. Reading in that order makes the swap atomic: a
+manifest read before the swap names the old files (still on disk during the
+grace period), one read after it names the new files (written before the
+swap), and arrivals are always included. A compacted file the manifest knows
+nothing of was restored or copied in: it is live like an arrival (with a
+warning), once the manifest is read again after the listing and is unchanged
+(every manifest write carries a fresh ``fence``), so a run that recorded its
+token after the first read is never mistaken for one.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import date
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,6 +50,11 @@ __all__ = [
     "MANIFEST_NAME",
     "Manifest",
     "is_compacted_name",
+    "is_partition_name",
+    "looks_like_partition",
+    "not_partition_names",
+    "output_token",
+    "unnamed_compacted",
     "live_files",
     "partition_dirs",
     "parse_manifest",
@@ -56,9 +70,47 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "_manifest.json"
-_COMPACTED = re.compile(r"compact-g(\d+)-\d+-[0-9a-f]{12}\.parquet")
-_PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
+_COMPACTED = re.compile(r"compact-g([0-9]+)-[0-9]+-([0-9a-f]{12})\.parquet")
+_OUTPUT_TOKEN = re.compile(r"_(?:index|facts)-g[0-9]+-([0-9a-f]{12})\.pq")
+_PARTITION = re.compile(r"date=([0-9]{4}-[0-9]{2}-[0-9]{2})", re.ASCII)
 _FORMAT = 1
+_log = logging.getLogger("otel_replay")
+
+
+_warned: set[tuple[object, ...]] = set()
+_WARNED_MAX = 4096
+
+
+def _warn_once(key: tuple[object, ...], message: str, *args: object) -> None:
+    """Log ``message`` once per process for ``key`` (a listing runs at every lookup; the state rarely changes)."""
+    if key in _warned:
+        return
+    if len(_warned) >= _WARNED_MAX:
+        _warned.clear()
+    _warned.add(key)
+    _log.warning(message, *args)
+
+
+def is_partition_name(name: str) -> bool:
+    """Whether ``name`` is ``date=YYYY-MM-DD`` with ASCII digits and a real calendar date."""
+    if _PARTITION.fullmatch(name) is None:
+        return False
+    try:
+        date.fromisoformat(name[5:])
+    except ValueError:
+        return False
+    return True
+
+
+def looks_like_partition(name: str) -> bool:
+    """Whether ``name`` looks like a partition (``date=`` and a date pattern) whether or not it is a real date."""
+    return re.fullmatch(r"date=\d{4}-\d{2}-\d{2}", name) is not None
+
+
+def output_token(name: str) -> str | None:
+    """The run token of a compaction output (compacted file, side index or facts file), ``None`` for other names."""
+    match = _COMPACTED.fullmatch(name) or _OUTPUT_TOKEN.fullmatch(name)
+    return match.group(match.re.groups) if match else None
 
 
 def is_compacted_name(name: str) -> bool:
@@ -75,20 +127,34 @@ class Manifest:
     superseded: dict[str, float] = field(default_factory=dict)
     index: str | None = None
     rows: int = 0
+    pending: dict[str, float] = field(default_factory=dict)
+    fence: str | None = None
 
-    def to_json(self) -> str:
-        """The manifest as the JSON document written to disk."""
-        return json.dumps(
-            {
-                "format": _FORMAT,
-                "generation": self.generation,
-                "files": self.files,
-                "superseded": self.superseded,
-                "index": self.index,
-                "rows": self.rows,
-            },
-            indent=1,
-            sort_keys=True,
+    def to_json(self, fence: str | None = None) -> str:
+        """The manifest as the JSON document written to disk (with ``fence``, a token making each write unique)."""
+        doc: dict[str, object] = {
+            "format": _FORMAT,
+            "generation": self.generation,
+            "files": self.files,
+            "superseded": self.superseded,
+            "index": self.index,
+            "rows": self.rows,
+            "pending": self.pending,
+        }
+        if fence is not None:
+            doc["fence"] = fence
+        return json.dumps(doc, indent=1, sort_keys=True)
+
+    def copy(self) -> Manifest:
+        """A copy whose lists and maps may be changed without changing this one."""
+        return Manifest(
+            self.generation,
+            list(self.files),
+            dict(self.superseded),
+            self.index,
+            self.rows,
+            dict(self.pending),
+            self.fence,
         )
 
 
@@ -115,8 +181,7 @@ def read_manifest(partition: Path) -> Manifest | None:
         return None
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    cached = _parsed(str(path), (st.st_ino, st.st_size, st.st_mtime_ns))
-    return Manifest(cached.generation, list(cached.files), dict(cached.superseded), cached.index, cached.rows)
+    return _parsed(str(path), (st.st_ino, st.st_size, st.st_mtime_ns)).copy()
 
 
 @lru_cache(maxsize=1024)
@@ -154,15 +219,33 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
         for k, v in superseded.items()
     ):
         raise DatasetError(f"{where}: superseded must map file names to times")
+    pending = doc.get("pending", {})
+    if not isinstance(pending, dict) or not all(
+        isinstance(k, str)
+        and re.fullmatch("[0-9a-f]{12}", k)
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        for k, v in pending.items()
+    ):
+        raise DatasetError(f"{where}: pending must map run tokens to times")
+    fence = doc.get("fence")
     files = _names(doc.get("files", []), where, "files")
-    return Manifest(generation, files, {k: float(v) for k, v in superseded.items()}, index, rows)
+    return Manifest(
+        generation,
+        files,
+        {k: float(v) for k, v in superseded.items()},
+        index,
+        rows,
+        {k: float(v) for k, v in pending.items()},
+        fence if isinstance(fence, str) else None,
+    )
 
 
 def write_manifest(partition: Path, manifest: Manifest) -> None:
     """Replace ``partition``'s manifest atomically (temp file, fsync, rename, fsync the directory)."""
     tmp = partition / f".{MANIFEST_NAME}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(manifest.to_json())
+        handle.write(manifest.to_json(fence=uuid.uuid4().hex))
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, partition / MANIFEST_NAME)
@@ -170,11 +253,28 @@ def write_manifest(partition: Path, manifest: Manifest) -> None:
 
 
 def partition_dirs(dataset: str | os.PathLike[str]) -> list[Path]:
-    """The dataset's partition directories (``spans/date=YYYY-MM-DD``), oldest first."""
+    """The dataset's partition directories (``spans/date=YYYY-MM-DD``), oldest first.
+
+    A directory named like a partition but not a real date (``date=2024-13-45``,
+    non-ASCII digits) is left out with a warning: it is not a partition.
+    """
     root = Path(dataset) / SPANS_DIR
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and _PARTITION.fullmatch(p.name))
+    found = []
+    for p in root.iterdir():
+        if not p.is_dir():
+            continue
+        if is_partition_name(p.name):
+            found.append(p)
+        elif _PARTITION.fullmatch(p.name) or looks_like_partition(p.name):
+            _warn_not_partition(str(p))
+    return sorted(found)
+
+
+def _warn_not_partition(where: str) -> None:
+    message = "otel-replay: %s is not a partition (no such date): skipped, its files are not read"
+    _warn_once(("odd", where), message, where)
 
 
 def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
@@ -184,12 +284,31 @@ def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
         return [p.name for p in partition_dirs(location.root)]
     spans = location.join(SPANS_DIR)
     prefix = location.fs_path(spans) + "/"
-    names = set()
+    names, odd = set(), set()
     for info in location.files_under(spans):
         head = info.path[len(prefix) :].split("/", 1)[0]
-        if _PARTITION.fullmatch(head):
+        if is_partition_name(head):
             names.add(head)
+        elif looks_like_partition(head):
+            odd.add(head)
+    for head in sorted(odd):
+        _warn_not_partition(location.join(SPANS_DIR, head))
     return sorted(names)
+
+
+def not_partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
+    """Folders under ``spans/`` named like a partition that are not one (no such date, non-ASCII digits), sorted."""
+    location = resolve(dataset)
+    if not location.remote:
+        root = Path(location.root) / SPANS_DIR
+        if not root.is_dir():
+            return []
+        heads = {p.name for p in root.iterdir() if p.is_dir()}
+    else:
+        spans = location.join(SPANS_DIR)
+        prefix = location.fs_path(spans) + "/"
+        heads = {info.path[len(prefix) :].split("/", 1)[0] for info in location.files_under(spans)}
+    return sorted(h for h in heads if looks_like_partition(h) and not is_partition_name(h))
 
 
 def partition_date(partition: Path) -> str:
@@ -203,14 +322,45 @@ def partition_date(partition: Path) -> str:
 def _visible(names: Iterable[str], manifest: Manifest | None) -> list[str]:
     listed = set(manifest.files) if manifest else set()
     superseded = manifest.superseded if manifest else {}
+    pending = manifest.pending if manifest else {}
     return sorted(
         name
         for name in names
         if name.endswith(".parquet")
         and not name.startswith(".")
         and name not in superseded
-        and (not is_compacted_name(name) or name in listed)
+        and (name in listed or output_token(name) not in pending)
     )
+
+
+def unnamed_compacted(names: Iterable[str], manifest: Manifest | None) -> list[str]:
+    """Compacted-named files that ``manifest`` neither lists, supersedes nor knows as a pending run's output.
+
+    No compaction of this partition wrote them while it had this manifest: they
+    were restored or copied in (or left by a crash of a version that did not
+    record its runs). They are read like arrivals and compacted in normally.
+    """
+    listed = set(manifest.files) if manifest else set()
+    superseded = manifest.superseded if manifest else {}
+    pending = manifest.pending if manifest else {}
+    return sorted(
+        name
+        for name in names
+        if is_compacted_name(name)
+        and name not in listed
+        and name not in superseded
+        and output_token(name) not in pending
+    )
+
+
+def _same(a: Manifest | None, b: Manifest | None) -> bool:
+    """Whether two reads of a manifest saw the same write (each write carries a fresh fence)."""
+    if a is None or b is None:
+        return a is None and b is None
+    return a.fence == b.fence and a.to_json() == b.to_json()
+
+
+_SETTLE_ATTEMPTS = 8
 
 
 def partition_live_files(partition: Path) -> tuple[Manifest | None, list[Path]]:
@@ -224,24 +374,47 @@ def partition_live_files(partition: Path) -> tuple[Manifest | None, list[Path]]:
     return manifest, [partition / name for name in live]
 
 
-def partition_live_names(partition: Path) -> tuple[Manifest | None, list[str]]:
+def partition_live_names(partition: Path, *, missing: list[str] | None = None) -> tuple[Manifest | None, list[str]]:
     """Like :func:`partition_live_files`, the live files' names (no path objects: a lookup lists every partition).
 
     Raises:
         DatasetError: the manifest is invalid, or names a compacted file that is missing.
 
     """
-    manifest = read_manifest(partition)
-    try:
-        names = os.listdir(partition)
-    except FileNotFoundError:  # dropped by retention meanwhile
-        return manifest, []
-    live = _visible(names, manifest)
-    if manifest is not None:
-        problem = missing_error(str(partition / MANIFEST_NAME), manifest, names)
-        if problem is not None:
-            raise problem
-    return manifest, live
+    for _ in range(_SETTLE_ATTEMPTS):
+        manifest = read_manifest(partition)
+        try:
+            names = os.listdir(partition)
+        except FileNotFoundError:  # dropped by retention meanwhile
+            return manifest, []
+        if manifest is not None:
+            gone = sorted(set(manifest.files) - set(names))
+            if gone and missing is not None:  # skip_corrupt: the reader counts them, the rest stays readable
+                missing.extend(str(partition / name) for name in gone)
+            elif gone:
+                problem = missing_error(str(partition / MANIFEST_NAME), manifest, names)
+                assert problem is not None
+                raise problem
+        unnamed = unnamed_compacted(names, manifest)
+        # A compaction records its run in the manifest before writing: if the manifest is unchanged after the
+        # listing, no run of this partition wrote these files since it was read, so they are read as arrivals.
+        if unnamed and not _same(manifest, read_manifest(partition)):
+            continue
+        if unnamed:
+            _warn_unnamed(str(partition), unnamed)
+        return manifest, _visible(names, manifest)
+    raise DatasetError(f"{partition}: its manifest kept changing while it was being listed; retry")
+
+
+def _warn_unnamed(where: str, unnamed: list[str]) -> None:
+    _warn_once(
+        ("unnamed", where, tuple(unnamed)),
+        "otel-replay: %s holds %d compacted file(s) no manifest names (restored or copied in), e.g. %s: "
+        "read like arrivals, the next compaction merges them",
+        where,
+        len(unnamed),
+        unnamed[0],
+    )
 
 
 def missing_error(where: str, manifest: Manifest, names: Iterable[str]) -> DatasetError | None:
@@ -250,7 +423,8 @@ def missing_error(where: str, manifest: Manifest, names: Iterable[str]) -> Datas
     if not missing:
         return None
     return DatasetError(
-        f"{where} lists {len(missing)} compacted file(s) that are missing, e.g. {missing[0]}: spans in them are lost"
+        f"{where} lists {len(missing)} compacted file(s) that are missing, e.g. {missing[0]}: spans in them are lost "
+        "(open with skip_corrupt to read the rest; `otel-replay compact --drop-missing` drops them from the manifest)"
     )
 
 
@@ -275,7 +449,9 @@ def read_remote_manifest(s3: object, location: Location, partition: str) -> tupl
     return parse_manifest(stored.body, f"s3://{location.bucket}/{key}"), stored.etag
 
 
-def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | None, list[str]]], list[str]]:
+def remote_partitions(
+    location: Location, *, missing: list[str] | None = None
+) -> tuple[list[tuple[str, Manifest | None, list[str]]], list[str]]:
     """A remote dataset's partitions as (name, manifest, file names), and its files outside partitions.
 
     S3 is strongly consistent for GET, PUT and LIST. A first listing finds the
@@ -285,7 +461,11 @@ def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | No
     names old files (still there for the grace period), a new one names files
     written before it. A partition whose manifest appeared between the
     listings is read without one: its arrival-order files (kept for the grace
-    period) and none of its compacted ones, i.e. the old state.
+    period) and none of its compacted ones, i.e. the old state. A partition
+    holding compacted files its manifest does not know is read again (manifest,
+    then listing) until the manifest stays the same across its listing.
+    ``missing``: collect the URLs of compacted files a manifest lists but that
+    are gone instead of raising (``skip_corrupt``).
     """
     spans = location.join(SPANS_DIR)
     prefix = location.fs_path(spans) + "/"
@@ -300,25 +480,65 @@ def remote_partitions(location: Location) -> tuple[list[tuple[str, Manifest | No
     manifests: dict[str, Manifest | None] = {}
     for info in location.files_under(spans):
         head, name = split(info.path)
-        if name == MANIFEST_NAME and _PARTITION.fullmatch(head):
+        if name == MANIFEST_NAME and is_partition_name(head):
             manifests[head] = read_remote_manifest(s3, location, head)[0]
     by_partition: dict[str, list[str]] = {}
     loose: list[str] = []
+    nested: list[str] = []
     for info in location.files_under(spans):
         head, name = split(info.path)
-        if _PARTITION.fullmatch(head):
+        if is_partition_name(head):
             by_partition.setdefault(head, []).append(name)
-        elif name.endswith(".parquet") and not name.startswith(".") and not _PARTITION.fullmatch(head.split("/")[-1]):
-            loose.append(location.join(SPANS_DIR, head, name))  # hand-placed, outside date= directories
+        elif name.endswith(".parquet") and not name.startswith("."):
+            if not looks_like_partition(head.split("/")[-1]):
+                loose.append(location.join(SPANS_DIR, head, name))  # hand-placed, outside date= directories
+            elif "/" in head:
+                nested.append(location.join(SPANS_DIR, head, name))
+    _warn_nested(nested)
     found = []
     for head in sorted(by_partition):
         names, manifest = by_partition[head], manifests.get(head)
+        for _ in range(_SETTLE_ATTEMPTS):
+            unnamed = unnamed_compacted(names, manifest)
+            if not unnamed or _same(manifest, read_remote_manifest(s3, location, head)[0]):
+                break
+            manifest = read_remote_manifest(s3, location, head)[0]
+            names = _remote_names(location, head)
+        else:
+            raise DatasetError(f"{location.join(SPANS_DIR, head)}: its manifest kept changing while listed; retry")
+        if unnamed:
+            _warn_unnamed(location.join(SPANS_DIR, head), unnamed)
         if manifest is not None:
-            problem = missing_error(location.join(SPANS_DIR, head, MANIFEST_NAME), manifest, names)
-            if problem is not None:
+            gone = sorted(set(manifest.files) - set(names))
+            if gone and missing is not None:
+                missing.extend(location.join(SPANS_DIR, head, n) for n in gone)
+                manifest = manifest.copy()
+                manifest.files = [n for n in manifest.files if n not in gone]
+            elif gone:
+                problem = missing_error(location.join(SPANS_DIR, head, MANIFEST_NAME), manifest, names)
+                assert problem is not None
                 raise problem
         found.append((head, manifest, names))
     return found, loose
+
+
+def _remote_names(location: Location, partition: str) -> list[str]:
+    """The object names directly in a remote partition (one listing)."""
+    url = location.join(SPANS_DIR, partition)
+    prefix = location.fs_path(url) + "/"
+    names = [info.path[len(prefix) :] for info in location.files_under(url)]
+    return [n for n in names if "/" not in n]
+
+
+def _warn_nested(nested: list[str]) -> None:
+    if nested:
+        _warn_once(
+            ("nested", tuple(nested)),
+            "otel-replay: %d Parquet file(s) sit in a date= directory inside another directory, e.g. %s: "
+            "not read (a nested copy of a partition? move the files up into the partition)",
+            len(nested),
+            nested[0],
+        )
 
 
 RemoteSnapshot = tuple[list[tuple[str, "Manifest | None", list[str]]], list[str]]
@@ -339,25 +559,50 @@ def remote_live_files(location: Location, snapshot: RemoteSnapshot) -> list[str]
     return _remote_live_files(location, snapshot)
 
 
-def live_files(dataset: str | os.PathLike[str] | Location) -> list[str]:
+def live_files(dataset: str | os.PathLike[str] | Location, *, missing: list[str] | None = None) -> list[str]:
     """Every live Parquet file of ``dataset``, sorted: what a reader should query.
 
     Use this instead of globbing ``spans/**/*.parquet``: a glob also returns
     the files a compaction superseded (kept for a grace period) and would
     count their spans twice. ``dataset`` may be an ``s3://bucket/prefix`` URI
-    (the files are then ``s3://`` URLs).
+    (the files are then ``s3://`` URLs). ``missing``: collect compacted files
+    a manifest lists but that are gone, instead of raising (``skip_corrupt``).
+
+    Raises:
+        DatasetError: a manifest is invalid, or (without ``missing``) names a compacted file that is gone.
+
     """
     if is_remote(dataset):
-        return _remote_live_files(resolve(dataset))
+        return _remote_live_files(resolve(dataset), remote_partitions(resolve(dataset), missing=missing))
     dataset = resolve(dataset).root
     files: list[str] = []
     root = Path(dataset) / SPANS_DIR
     if not root.is_dir():
         return files
     for partition in partition_dirs(dataset):
-        files.extend(str(p) for p in partition_live_files(partition)[1])
+        files.extend(str(partition / name) for name in partition_live_names(partition, missing=missing)[1])
     # Files outside date= directories (hand-placed) are read as they are, as Store always did.
-    for path in root.rglob("*.parquet"):
-        if not path.name.startswith(".") and not _PARTITION.fullmatch(path.parent.name):
-            files.append(str(path))
-    return sorted(files)
+    loose, nested = _loose_files(root)
+    _warn_nested(nested)
+    return sorted(files + loose)
+
+
+def _loose_files(root: Path) -> tuple[list[str], list[str]]:
+    """(Parquet files under ``root`` outside partitions, those inside a date= folder nested in another folder)."""
+    for attempt in range(3):
+        loose: list[str] = []
+        nested: list[str] = []
+        try:
+            for path in root.rglob("*.parquet"):
+                if path.name.startswith("."):
+                    continue
+                if not looks_like_partition(path.parent.name):
+                    loose.append(str(path))
+                elif path.parent.parent != root:
+                    nested.append(str(path))
+        except FileNotFoundError:  # a partition dropped by retention while it was walked: walk again
+            if attempt == 2:
+                raise
+            continue
+        return loose, nested
+    raise AssertionError("unreachable")

@@ -35,7 +35,15 @@ from otel_replay.location import Location, resolve
 from . import objects
 from .facts import facts_of_index
 from .lease import ObjectLease, PartitionLease
-from .manifest import MANIFEST_NAME, Manifest, partition_date, partition_dirs, partition_live_files, visible_names
+from .manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    not_partition_names,
+    partition_date,
+    partition_dirs,
+    partition_live_files,
+    visible_names,
+)
 
 DEFAULT_GRACE_SECONDS = 600.0
 """On an object store: how long a dropped partition's objects stay for readers that listed them."""
@@ -45,13 +53,18 @@ __all__ = ["RetentionReport", "drop_older_than"]
 
 @dataclass
 class RetentionReport:
-    """Partitions dropped (with their live files and rows) and partitions skipped as busy."""
+    """Partitions dropped (with their live files and rows), partitions skipped as busy, and odd folders.
+
+    ``not_partitions``: folders named ``date=…`` that are not a real date
+    (``date=2024-13-45``, non-ASCII digits): never dropped, warned about, left as they are.
+    """
 
     dropped: list[str] = field(default_factory=list)
     files: int = 0
     rows: int = 0
     bytes: int = 0
     busy: list[str] = field(default_factory=list)
+    not_partitions: list[str] = field(default_factory=list)
 
 
 def _rows(path: Path) -> int:
@@ -85,12 +98,13 @@ def drop_older_than(
     if not grace_seconds >= 0 or grace_seconds == float("inf"):
         raise ConfigError(f"grace_seconds={grace_seconds!r} must be a finite number >= 0")
     today = today or dt.datetime.now(dt.UTC).date()
-    cutoff = today - dt.timedelta(days=days)
+    # DAYS past year 1 keeps every partition (the subtraction would overflow)
+    cutoff = today - dt.timedelta(days=days) if days < (today - dt.date.min).days else dt.date.min
     location = resolve(dataset)
     if location.remote:
         return _drop_remote(location, cutoff, lease_wait, grace_seconds)
     root = Path(location.root)
-    report = RetentionReport()
+    report = RetentionReport(not_partitions=not_partition_names(root))
     for partition in partition_dirs(root):
         if dt.date.fromisoformat(partition_date(partition)) >= cutoff:
             continue
@@ -121,7 +135,7 @@ def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_s
 
     location.check()
     s3 = objects.client(location)
-    report = RetentionReport()
+    report = RetentionReport(not_partitions=not_partition_names(location))
     for name in partition_names(location):
         if dt.date.fromisoformat(name.removeprefix("date=")) >= cutoff:
             continue
@@ -146,6 +160,7 @@ def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_s
                     superseded[found.index] = now
                     superseded[facts_of_index(found.index) or found.index] = now  # kept for the grace period too
                 tombstone = Manifest((found.generation if found else 0) + 1, [], superseded, None, 0)
+                tombstone.pending = dict(found.pending) if found else {}  # a dead run's outputs stay hidden
                 lease.confirm()
                 etag = _swap(s3, location, name, tombstone, etag)  # readers stop seeing the partition here
                 found, names = tombstone, [*names, MANIFEST_NAME]

@@ -226,6 +226,17 @@ def _open_index(path: str, stamp: tuple[int, int]) -> _Index:
 
 
 def _index_bounds(handle: pq.ParquetFile) -> _Index:
+    """See :func:`_open_index`.
+
+    Raises:
+        DatasetError: the file is not a side index (its columns are not :data:`INDEX_SCHEMA`'s): the caller
+            then reads every file of the partition.
+
+    """
+    actual = {f.name: f.type for f in handle.schema_arrow}
+    for f in INDEX_SCHEMA:
+        if f.name in ("kind", "key", "file") and actual.get(f.name) not in (pa.string(), pa.large_string()):
+            raise DatasetError(f"not a side index: column {f.name} is {actual.get(f.name, 'missing')}, not string")
     meta = handle.metadata
     listed = (meta.metadata or {}).get(KINDS_METADATA_KEY)
     kinds = frozenset(listed.decode("utf-8", "replace").split(",")) if listed is not None else _LEGACY_KINDS
@@ -451,7 +462,7 @@ def _lookup(
             st = os.stat(path)
             stamp = (st.st_size, st.st_mtime_ns)
             handle, bounds, regular, irregular, kinds = _open_index(str(path), stamp)
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, pa.ArrowException, DatasetError) as exc:
         raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
     if any(kind not in kinds for kind, _ in wanted):
         return None

@@ -18,7 +18,7 @@ import pytest
 
 from otel_replay.exporters.writer import DatasetWriter
 from otel_replay.storage import PartitionLease, compact, live_files
-from otel_replay.storage.manifest import partition_dirs
+from otel_replay.storage.manifest import partition_dirs, read_manifest, write_manifest
 from otel_replay.store import Store
 
 from .conftest import count_rows
@@ -199,5 +199,10 @@ def test_superseded_files_are_hidden_during_the_grace_period(make_dataset) -> No
     assert not set(old) & set(live_files(path))
     assert count_rows(live_files(path)) == (figures["unique_spans"],) * 2
     assert count_rows(old) == (figures["spans_written"], figures["unique_spans"])  # the old view is whole too
-    shutil.copy(old[0], Path(old[0]).with_name("compact-g7-0-0123456789ab.parquet"))  # a crash leftover
+    leftover = Path(old[0]).with_name("compact-g7-0-0123456789ab.parquet")
+    shutil.copy(old[0], leftover)  # a crash leftover: its run is recorded as pending in the manifest
+    manifest = read_manifest(leftover.parent)
+    assert manifest is not None
+    manifest.pending["0123456789ab"] = 1.0
+    write_manifest(leftover.parent, manifest)
     assert count_rows(live_files(path))[0] == figures["unique_spans"]

@@ -358,8 +358,10 @@ def test_superseded_and_leftover_facts_are_cleaned_and_retention_drops_them(data
     assert {p.name for p in first} <= names and len(names) == 4  # the old ones wait out the grace period
     manifest = json.loads((first[0].parent / "_manifest.json").read_text())
     assert first[0].name in manifest["superseded"]
-    orphan = first[0].parent / "_facts-g9-0123456789ab.pq"  # a crashed compaction's leftover
+    orphan = first[0].parent / "_facts-g9-0123456789ab.pq"  # a crashed compaction's leftover (its run pending)
     shutil.copy(sorted(first[0].parent.glob("_facts-g2-*.pq"))[0], orphan)
+    manifest["pending"] = {"0123456789ab": 1.0}
+    (first[0].parent / "_manifest.json").write_text(json.dumps(manifest))
     compact(dataset, grace_seconds=0)
     assert not orphan.exists()
     assert len(_facts_files(dataset)) == 2
