@@ -39,6 +39,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +185,62 @@ def _receipt_id(receipt: Any) -> str:
     return receipt_id_of(stored_receipt(receipt))
 
 
+def _safe_receipt_id(receipt: Any) -> str:
+    """:func:`_receipt_id` for a log line, which must not raise after the money moved."""
+    try:
+        return _receipt_id(receipt)
+    except Exception:  # noqa: BLE001
+        return f"<{type(receipt).__name__}>"
+
+
+def _safe_text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        return f"<{type(exc).__name__}>"
+
+
+COMMIT_FLUSH_TIMEOUT = 2.0
+"""Seconds :meth:`ActionGate.commit` waits for its gate record to be flushed (an exporter retrying a
+collector that is down would otherwise hold the caller for the SDK's 30 s)."""
+
+_flushing: threading.Thread | None = None  # the commit flush still running, if one is (at most one is started at once)
+_flushing_lock = threading.Lock()
+
+
+def _bounded_flush(recorder: Any, timeout: float) -> bool | None:
+    """Flush ``recorder`` waiting at most ``timeout`` seconds: its answer, or ``None`` when it is still running.
+
+    The SDK's batch processor ignores a flush's timeout and exports in the
+    caller's thread, so the flush runs in a daemon thread that is left to
+    finish on its own. While one is still running no other is started: the
+    next commit waits (within its own ``timeout``) for it first.
+    """
+    global _flushing
+    deadline = time.monotonic() + timeout
+    with _flushing_lock:
+        busy = _flushing
+    if busy is not None and busy.is_alive():
+        busy.join(max(0.0, deadline - time.monotonic()))
+        if busy.is_alive():
+            return None
+    result: list[bool] = []
+
+    def run() -> None:
+        try:
+            result.append(bool(recorder.flush()))
+        except Exception as exc:  # noqa: BLE001 - reported by the caller as a flush that failed
+            _log.error("otel-replay: flushing a commit's gate record raised %s: %s", type(exc).__name__, exc)
+            result.append(False)
+
+    thread = threading.Thread(target=run, name="otel-replay-commit-flush", daemon=True)
+    with _flushing_lock:
+        _flushing = thread
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    return result[0] if result else None
+
+
 class ActionGate:
     """Route verdicts to a :class:`Rail`: commit, hold, block or compensate.
 
@@ -194,12 +251,22 @@ class ActionGate:
             ``otel-replay replay --execute`` on that dataset, on any host.
             Default: the dataset :func:`otel_replay.configure` writes to;
             without one, claims hold within this process only (a warning says so).
+        flush_timeout: how long :meth:`commit` waits for its gate record to be
+            flushed (:data:`COMMIT_FLUSH_TIMEOUT`); a flush still running then
+            is logged and counted, and the receipt is returned.
 
     """
 
-    def __init__(self, rail: Rail, *, dataset: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        rail: Rail,
+        *,
+        dataset: str | os.PathLike[str] | None = None,
+        flush_timeout: float = COMMIT_FLUSH_TIMEOUT,
+    ) -> None:
         """Gate actions through ``rail``; see the class docstring."""
         self.rail = rail
+        self.flush_timeout = flush_timeout
         if dataset is not None and not resolve(dataset).remote:
             dataset = os.path.abspath(resolve(dataset).root)  # now: a later chdir must not move the claims
         self._dataset = dataset
@@ -226,11 +293,19 @@ class ActionGate:
         Once the rail has returned, this returns its receipt whatever happens
         to the record: the ``committed`` gate span (the stored receipt a later
         ``replay --execute`` compensates) is emitted and flushed to the
-        dataset first, and a failure to record it is logged and counted in
+        dataset first (waiting at most ``flush_timeout`` seconds), and a
+        failure to record or flush it is logged and counted in
         ``get_recorder().stats.capture_errors`` rather than raised, since a
         caller that saw an error would commit again. A rail that raises is
         recorded as a ``commit_failed`` gate span, then re-raised.
+
+        Raises:
+            ConfigError: the tracer could not store the record whole (an
+                attribute length limit); checked before the rail is called,
+                so nothing was committed.
+
         """
+        get_recorder().check_tracer()  # before the money moves: a record that cannot be stored refuses the commit
         try:
             receipt = self.rail.commit(action)
         except Exception as exc:
@@ -238,14 +313,18 @@ class ActionGate:
             raise
         if self._record("commit", "committed", f"{action.type} committed", record_id=record_id, receipt=receipt):
             recorder = get_recorder()
-            if not recorder.closed and not recorder.flush():
+            flushed = None if recorder.closed else _bounded_flush(recorder, self.flush_timeout)
+            if flushed is not None and flushed is not True:
                 recorder.note_capture_error()
                 _log.error(
-                    "otel-replay: %s committed (receipt %s, decision %s) but its gate record could not be flushed "
-                    "to the dataset yet; until it is, the receipt returned to the caller is its only copy",
+                    "otel-replay: %s committed (receipt %s, decision %s) but its gate record %s; until it is "
+                    "flushed, the receipt returned to the caller is its only copy",
                     action.type,
-                    _receipt_id(receipt),
+                    _safe_receipt_id(receipt),
                     record_id,
+                    "could not be flushed to the dataset"
+                    if flushed is False
+                    else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
                 )
         return receipt
 
@@ -260,9 +339,9 @@ class ActionGate:
                 "%s: %s; the rail's answer stands and is returned to the caller",
                 executed,
                 record_id,
-                _receipt_id(receipt) if receipt is not None else None,
+                _safe_receipt_id(receipt) if receipt is not None else None,
                 type(exc).__name__,
-                exc,
+                _safe_text(exc),
             )
             return False
         return True
@@ -279,7 +358,9 @@ class ActionGate:
         """After the action committed: ALLOW stands, HUMAN_REVIEW holds, ROLLBACK/BLOCK compensate.
 
         Raises:
-            AlreadyCompensated: ``receipt`` was compensated before, or is being now.
+            AlreadyCompensated: ``receipt`` was compensated before.
+            CompensationInProgress: another claimant is compensating it right
+                now (an ``AlreadyCompensated`` that is not done yet).
             CompensationPending: an earlier attempt crashed or failed; pass
                 ``resume=True`` to retry it with the same idempotency key.
 
