@@ -313,8 +313,8 @@ class ActionGate:
             raise
         if self._record("commit", "committed", f"{action.type} committed", record_id=record_id, receipt=receipt):
             recorder = get_recorder()
-            flushed = None if recorder.closed else _bounded_flush(recorder, self.flush_timeout)
-            if flushed is not None and flushed is not True:
+            flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)  # closed: counted lost
+            if flushed is not True:
                 recorder.note_capture_error()
                 _log.error(
                     "otel-replay: %s committed (receipt %s, decision %s) but its gate record %s; until it is "
