@@ -40,6 +40,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,11 +201,13 @@ def _safe_text(exc: BaseException) -> str:
         return f"<{type(exc).__name__}>"
 
 
+_RETURNED_KEPT = 4096  # (decision, receipt id) pairs a gate remembers to warn about a repeated receipt id
+
 COMMIT_FLUSH_TIMEOUT = 2.0
 """Seconds :meth:`ActionGate.commit` waits for its gate record to be flushed (an exporter retrying a
 collector that is down would otherwise hold the caller for the SDK's 30 s)."""
 
-_flushing: threading.Thread | None = None  # the commit flush still running, if one is (at most one is started at once)
+_flushing: tuple[Any, threading.Thread] | None = None  # (recorder, its commit flush) while one may be running
 _flushing_lock = threading.Lock()
 
 
@@ -219,7 +222,7 @@ def _bounded_flush(recorder: Any, timeout: float) -> bool | None:
     global _flushing
     deadline = time.monotonic() + timeout
     with _flushing_lock:
-        busy = _flushing
+        busy = _flushing[1] if _flushing is not None and _flushing[0] is recorder else None
     if busy is not None and busy.is_alive():
         busy.join(max(0.0, deadline - time.monotonic()))
         if busy.is_alive():
@@ -235,7 +238,7 @@ def _bounded_flush(recorder: Any, timeout: float) -> bool | None:
 
     thread = threading.Thread(target=run, name="otel-replay-commit-flush", daemon=True)
     with _flushing_lock:
-        _flushing = thread
+        _flushing = (recorder, thread)
     thread.start()
     thread.join(max(0.0, deadline - time.monotonic()))
     return result[0] if result else None
@@ -267,6 +270,8 @@ class ActionGate:
         """Gate actions through ``rail``; see the class docstring."""
         self.rail = rail
         self.flush_timeout = flush_timeout
+        self._returned: OrderedDict[tuple[str, str], None] = OrderedDict()  # (decision, receipt id) committed lately
+        self._returned_lock = threading.Lock()
         if dataset is not None and not resolve(dataset).remote:
             dataset = os.path.abspath(resolve(dataset).root)  # now: a later chdir must not move the claims
         self._dataset = dataset
@@ -311,6 +316,8 @@ class ActionGate:
         except Exception as exc:
             self._record("commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None)
             raise
+        if record_id is not None:
+            self._note_returned(record_id, receipt)
         if self._record("commit", "committed", f"{action.type} committed", record_id=record_id, receipt=receipt):
             recorder = get_recorder()
             flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)  # closed: counted lost
@@ -327,6 +334,27 @@ class ActionGate:
                     else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
                 )
         return receipt
+
+    def _note_returned(self, record_id: str, receipt: Any) -> None:
+        """Log loudly when the rail returns, for one decision, a receipt id it returned before (never raises).
+
+        Two commits sharing a receipt id cannot be compensated apart (one
+        claim, one idempotency key), so ``replay --execute`` refuses both.
+        """
+        rid = _safe_receipt_id(receipt)
+        with self._returned_lock:
+            seen = (record_id, rid) in self._returned
+            self._returned[(record_id, rid)] = None
+            if len(self._returned) > _RETURNED_KEPT:
+                self._returned.popitem(last=False)
+        if seen:
+            _log.error(
+                "otel-replay: the rail returned receipt id %s again for decision %s: two commits with one receipt "
+                "id cannot be compensated apart (one idempotency key), so replay --execute will refuse both; "
+                "have the rail give each commit its own receipt id",
+                rid,
+                record_id,
+            )
 
     def _record(self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any) -> bool:
         """Emit a commit's gate record; ``False`` (logged and counted, not raised) when that failed."""

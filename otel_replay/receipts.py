@@ -100,7 +100,11 @@ def stored_receipt(receipt: Any) -> Any:
     ``receipt.to_json()`` when the receipt has one (a :class:`~otel_replay.gate.Receipt`),
     else the receipt itself when it is JSON-like (a mapping, list, string or
     number), else a dataclass's fields; values JSON cannot hold are stored as
-    their text (dates as ISO 8601). Anything else is stored as
+    their text (dates as ISO 8601), a back-reference to a container on the
+    path as ``"<cycle>"``, and values past the 10,000th are cut. A
+    :class:`~otel_replay.gate.Receipt` is marked (``"otel_replay.type":
+    "Receipt"``) so that only it is rebuilt as one at compensation. Anything
+    else, or a receipt whose conversion raises anything, is stored as
     ``{"receipt_id": ..., "repr": repr(receipt)}``.
     """
     if receipt is None:

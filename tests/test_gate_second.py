@@ -85,9 +85,10 @@ def _invoice(invoice: str, cost: float) -> Action:
     return Action("vendor_payment", {"recipient": "acme-supplies", "invoice": invoice}, cost=cost)
 
 
-def test_two_commits_sharing_a_receipt_id_are_refused_by_name_while_the_others_are_refunded(dataset):
+def test_two_commits_sharing_a_receipt_id_are_refused_by_name_while_the_others_are_refunded(dataset, caplog):
     rail = InvoiceRail()
     record_id = _commit(dataset, rail, _invoice("INV-1", 100), _invoice("INV-1", 4100), _invoice("INV-2", 7))
+    assert f"returned receipt id INV-1 again for decision {record_id}" in caplog.text  # said at commit time too
     with otel_replay.open(dataset) as store:
         gate_ids = [g for g, _ in store.commits_for(record_id)]
     with pytest.raises(GateError, match="2 different commits returned receipt id INV-1") as refused:
