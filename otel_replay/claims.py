@@ -7,8 +7,9 @@ replaced), so only one at a time looks at or changes a claim, and the lock is
 held while the rail runs and released by the kernel if the claimant dies. So:
 
 * a second claimant, in this process or another, finds the file and gets
-  :class:`~otel_replay.errors.AlreadyCompensated` ("being compensated by …"
-  while the lock is held, "already compensated by … at …" once done);
+  :class:`~otel_replay.errors.CompensationInProgress` ("being compensated by …",
+  not done yet) while the lock is held, or
+  :class:`~otel_replay.errors.AlreadyCompensated` ("already compensated by … at …") once done;
 * a claimant that crashed between its claim and the rail's answer leaves an
   unlocked claim in state ``claimed``: the next claimant gets
   :class:`~otel_replay.errors.CompensationPending` naming the crash, and may
@@ -48,7 +49,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from otel_replay._json import strict_loads
-from otel_replay.errors import AlreadyCompensated, CompensationPending, DatasetError, GateError, PayloadError
+from otel_replay.errors import (
+    AlreadyCompensated,
+    CompensationInProgress,
+    CompensationPending,
+    DatasetError,
+    GateError,
+    PayloadError,
+)
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import Location, resolve
 
@@ -189,7 +197,9 @@ class CompensationClaims:
         """Take the claim for ``key`` before calling the rail.
 
         Raises:
-            AlreadyCompensated: it is done, or another claimant holds it right now.
+            AlreadyCompensated: it is done.
+            CompensationInProgress: another claimant holds it right now (a
+                subclass of ``AlreadyCompensated``; not done yet).
             CompensationPending: an earlier claimant crashed or its rail raised;
                 pass ``resume=True`` to take it over (same idempotency key).
             GateError: the stored claim is damaged (it may record a refund
@@ -203,8 +213,9 @@ class CompensationClaims:
             who = "another claimant right now" if holder is None else (
                 f"{holder.get('claimant', 'another claimant')} since {holder.get('claimed_at', '?')}"
             )
-            raise AlreadyCompensated(
-                f"receipt {receipt_id} is being compensated by {who}; not compensating it again"
+            raise CompensationInProgress(
+                f"receipt {receipt_id} is being compensated by {who} (not done yet: run again once it "
+                "finished to see how it ended); not compensating it again"
             ) from None
         try:
             text, claim.etag = self._read(key)
@@ -293,7 +304,8 @@ class CompensationClaims:
                     ) from None
             # Changed under us: our lock expired (no renewal for ttl_seconds) and another claimant took over.
             current = self.state(claim.key) or {}
-            raise AlreadyCompensated(
+            done = current.get("state") == ClaimState.DONE.value
+            raise (AlreadyCompensated if done else CompensationInProgress)(
                 f"receipt {receipt_id}: its compensation claim {claim.path} was changed by "
                 f"{current.get('claimant', 'another claimant')} (state {current.get('state', '?')}) while this "
                 "claimant's lock had lapsed; not compensating it again"

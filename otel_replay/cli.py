@@ -293,12 +293,28 @@ def replay_cmd(
         if not store.location.remote:
             require_writable(Path(store.location.root), "--execute stores its compensation records there")
         with configure(dataset, service_name="otel-replay-cli", set_global=False) as telemetry:
-            outcomes = execute_verdict(store, verdict, rail, resume=resume)
+            try:
+                outcomes = execute_verdict(store, verdict, rail, resume=resume)
+            except Exception as exc:
+                if settings.env_flag(settings.DEBUG) or not _compensation_summary(exc):
+                    raise
+                # The rail's own refusal is not an otel-replay bug; say what this run did refund, too.
+                raise click.ClickException(
+                    f"compensating decision {record_id}: {_compensation_summary(exc)}"
+                ) from exc
             stored = telemetry.force_flush()  # False: a record was not written (the exporter logged why)
     for outcome in outcomes:
         r.print_outcome(outcome)
     if not stored:
         raise click.ClickException(f"the compensation records could not be stored in {dataset} (see the errors above)")
+
+
+def _compensation_summary(exc: BaseException) -> str | None:
+    """What happened to every receipt, from the note :func:`~otel_replay.execute.execute_verdict` adds to its error."""
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, str) and "every receipt of the decision: " in note:
+            return f"{note.split('every receipt of the decision: ', 1)[1]} (first failure: {type(exc).__name__})"
+    return None
 
 
 def _keys(key_files: tuple[str, ...]) -> list[SigningKey] | None:

@@ -192,6 +192,15 @@ class CompensationPending(GateError):
     """A compensation was claimed but never finished (the claimant crashed); resume it explicitly."""
 
 
+class CompensationInProgress(AlreadyCompensated):
+    """Another claimant is compensating the receipt right now: not done yet (it may still fail).
+
+    A subclass of :class:`AlreadyCompensated` so code that only needs "do not
+    call the rail again" keeps working; code that reports success must not
+    count it as done.
+    """
+
+
 class PayloadError(OtelReplayError, ValueError):
     """An input document (an OTLP request body, an ingested record, a JSON file) is malformed."""
 

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from otel_replay.errors import AlreadyCompensated
+from otel_replay._json import canonical_json
+from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError
 from otel_replay.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome, Rail, Receipt
-from otel_replay.receipts import receipt_id_of
+from otel_replay.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
 from otel_replay.replay import FixAction, Policy, Verdict, replay
 from otel_replay.store import Store
 
@@ -29,30 +30,54 @@ def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any]
 
 
 _AGAIN = "; not compensating it again"
-_RECEIPT_FIELDS = frozenset({"receipt_id", "action_type", "amount", "details"})
 
 
 def _receipt(stored: Any) -> Any:
-    """What the rail is handed: a :class:`Receipt` when one was stored (its four fields), else the stored JSON.
+    """What the rail is handed: a :class:`Receipt` when the commit returned one (its stored marker), else the JSON.
 
-    A rail whose ``commit`` returns its own receipts (a dict, say) gets back
-    what it returned, as stored; it never sees a type it did not make.
+    A rail whose ``commit`` returns its own receipts (a dict, say, even one
+    with ``Receipt``'s four keys) gets back what it returned, as stored; it
+    never sees a type it did not make.
     """
-    if isinstance(stored, Mapping) and set(stored) == _RECEIPT_FIELDS and isinstance(stored["details"], Mapping):
-        return Receipt.from_json(stored)
+    if isinstance(stored, Mapping) and stored.get(RECEIPT_TYPE_KEY) == RECEIPT_TYPE:
+        fields = {k: v for k, v in stored.items() if k != RECEIPT_TYPE_KEY}
+        if isinstance(fields.get("details", {}), Mapping) and {"receipt_id", "action_type", "amount"} <= set(fields):
+            return Receipt.from_json(fields)
     return stored
 
 
-def _unique(receipts: list[Any]) -> list[Any]:
-    """``receipts`` without repeats of one receipt id (a commit row stored twice: an OTLP retry, a copied file)."""
-    seen: set[str] = set()
-    kept = []
-    for stored in receipts:
+def _unique(commits: list[tuple[str, Any]], decision_id: str) -> tuple[list[Any], list[tuple[str, Exception]]]:
+    """The receipts to compensate, one per commit gate record (a record stored twice counts once); and refusals.
+
+    Two different commits whose receipts share one receipt id cannot both be
+    compensated: the claim and the rail's idempotency key name the receipt
+    id, so the second refund would be taken for a retry of the first. Each
+    such id is refused with a :class:`GateError` naming both gate records,
+    and neither receipt is compensated; nothing is dropped silently.
+    """
+    first: dict[str, tuple[str, Any]] = {}
+    clash: dict[str, list[tuple[str, Any]]] = {}
+    kept: list[Any] = []
+    for gate_id, stored in commits:
         rid = receipt_id_of(stored)
-        if rid not in seen:
-            seen.add(rid)
+        if rid not in first:
+            first[rid] = (gate_id, stored)
             kept.append(stored)
-    return kept
+        elif first[rid][0] != gate_id and all(g != gate_id for g, _ in clash.get(rid, [])):
+            clash.setdefault(rid, [first[rid]]).append((gate_id, stored))
+    refused: list[tuple[str, Exception]] = []
+    for rid, records in clash.items():
+        kept = [stored for stored in kept if receipt_id_of(stored) != rid]
+        named = "; ".join(f"gate record {g}: {canonical_json(r, where='receipt')[:200]}" for g, r in records)
+        refused.append((
+            rid,
+            GateError(
+                f"decision {decision_id}: {len(records)} different commits returned receipt id {rid} ({named}); "
+                "one idempotency key cannot refund them apart, so neither is compensated: refund them on the "
+                "rail by hand"
+            ),
+        ))
+    return kept, refused
 
 
 def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool = False) -> list[GateOutcome]:
@@ -64,27 +89,34 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
     ``compensation_unavailable`` outcome. A receipt compensated before (by any
     process) is an ``already_compensated`` outcome and is skipped, so a
     decision compensated in part is finished by calling this again. A receipt
-    whose compensation fails does not stop the others: they are tried, then
-    the first error is raised (its notes list what happened to the others).
+    being compensated by another claimant right now is not done: it is
+    reported as :class:`CompensationInProgress`. A receipt whose compensation
+    fails (or is in progress elsewhere, or whose id two different commits
+    share) does not stop the others: they are tried, then the first error is
+    raised (its notes list what happened to every receipt).
     Spans are emitted through the configured pipeline, so call this inside
     :func:`otel_replay.configure` for the outcomes to land in the dataset.
 
     Raises:
-        AlreadyCompensated: every receipt was compensated before this call (or is being compensated now).
+        AlreadyCompensated: every receipt was compensated before this call.
+        CompensationInProgress: another claimant is compensating a receipt right
+            now (not done: run again once it finished).
         CompensationPending: an earlier attempt never finished; retry with ``resume=True``.
+        GateError: two different commits returned the same receipt id (neither is compensated).
         Exception: what the rail raised for a receipt (the others were tried first).
 
     """
     gate = ActionGate(rail, dataset=store.dataset)
     if verdict.fix in (FixAction.ALLOW, FixAction.HUMAN_REVIEW):
         return [gate.enforce_post_commit(verdict)]
-    receipts = _unique(store.receipts_for(verdict.record_id))
-    if not receipts:
+    commits = store.commits_for(verdict.record_id)
+    if not commits:
         return [gate.enforce_post_commit(verdict)]
+    receipts, errors = _unique(commits, verdict.record_id)
     outcomes: list[GateOutcome] = []
     done_before: list[str] = []
-    errors: list[tuple[str, Exception]] = []
-    summary: list[str] = []  # what happened to each receipt, for the note on a raised error
+    # what happened to each receipt, for the note on a raised error
+    summary: list[str] = [f"receipt {rid}: {type(exc).__name__}: {exc}" for rid, exc in errors]
     for stored in reversed(receipts):
         rid = receipt_id_of(stored)
         receipt = _receipt(stored)
@@ -99,7 +131,11 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
                 outcomes.append(outcome)
                 summary.append(f"receipt {rid}: {outcome.executed}")
                 continue
-            except AlreadyCompensated as exc:  # its claim says done, or another claimant holds it right now
+            except CompensationInProgress as exc:  # held elsewhere right now: not done until that claimant finishes
+                errors.append((rid, exc))
+                summary.append(f"receipt {rid}: in progress elsewhere: {exc}")
+                continue
+            except AlreadyCompensated as exc:  # its claim says done
                 why = str(exc).removesuffix(_AGAIN)
             except Exception as exc:  # pending, or the rail raised: the other receipts are still tried
                 errors.append((rid, exc))
@@ -115,7 +151,7 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
             f"every receipt of the decision: {'; '.join(summary)}"
         )
         raise first
-    if len(done_before) == len(receipts):
+    if done_before and len(done_before) == len(receipts):
         whys = "; ".join(done_before)
         raise AlreadyCompensated(f"decision {verdict.record_id} was already compensated: {whys}{_AGAIN}")
     return outcomes

@@ -39,6 +39,8 @@ import os
 import shutil
 import tempfile
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +186,64 @@ def _receipt_id(receipt: Any) -> str:
     return receipt_id_of(stored_receipt(receipt))
 
 
+def _safe_receipt_id(receipt: Any) -> str:
+    """:func:`_receipt_id` for a log line, which must not raise after the money moved."""
+    try:
+        return _receipt_id(receipt)
+    except Exception:  # noqa: BLE001
+        return f"<{type(receipt).__name__}>"
+
+
+def _safe_text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        return f"<{type(exc).__name__}>"
+
+
+_RETURNED_KEPT = 4096  # (decision, receipt id) pairs a gate remembers to warn about a repeated receipt id
+
+COMMIT_FLUSH_TIMEOUT = 2.0
+"""Seconds :meth:`ActionGate.commit` waits for its gate record to be flushed (an exporter retrying a
+collector that is down would otherwise hold the caller for the SDK's 30 s)."""
+
+_flushing: tuple[Any, threading.Thread] | None = None  # (recorder, its commit flush) while one may be running
+_flushing_lock = threading.Lock()
+
+
+def _bounded_flush(recorder: Any, timeout: float) -> bool | None:
+    """Flush ``recorder`` waiting at most ``timeout`` seconds: its answer, or ``None`` when it is still running.
+
+    The SDK's batch processor ignores a flush's timeout and exports in the
+    caller's thread, so the flush runs in a daemon thread that is left to
+    finish on its own. While one is still running no other is started: the
+    next commit waits (within its own ``timeout``) for it first.
+    """
+    global _flushing
+    deadline = time.monotonic() + timeout
+    with _flushing_lock:
+        busy = _flushing[1] if _flushing is not None and _flushing[0] is recorder else None
+    if busy is not None and busy.is_alive():
+        busy.join(max(0.0, deadline - time.monotonic()))
+        if busy.is_alive():
+            return None
+    result: list[bool] = []
+
+    def run() -> None:
+        try:
+            result.append(bool(recorder.flush()))
+        except Exception as exc:  # noqa: BLE001 - reported by the caller as a flush that failed
+            _log.error("otel-replay: flushing a commit's gate record raised %s: %s", type(exc).__name__, exc)
+            result.append(False)
+
+    thread = threading.Thread(target=run, name="otel-replay-commit-flush", daemon=True)
+    with _flushing_lock:
+        _flushing = (recorder, thread)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    return result[0] if result else None
+
+
 class ActionGate:
     """Route verdicts to a :class:`Rail`: commit, hold, block or compensate.
 
@@ -194,12 +254,24 @@ class ActionGate:
             ``otel-replay replay --execute`` on that dataset, on any host.
             Default: the dataset :func:`otel_replay.configure` writes to;
             without one, claims hold within this process only (a warning says so).
+        flush_timeout: how long :meth:`commit` waits for its gate record to be
+            flushed (:data:`COMMIT_FLUSH_TIMEOUT`); a flush still running then
+            is logged and counted, and the receipt is returned.
 
     """
 
-    def __init__(self, rail: Rail, *, dataset: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        rail: Rail,
+        *,
+        dataset: str | os.PathLike[str] | None = None,
+        flush_timeout: float = COMMIT_FLUSH_TIMEOUT,
+    ) -> None:
         """Gate actions through ``rail``; see the class docstring."""
         self.rail = rail
+        self.flush_timeout = flush_timeout
+        self._returned: OrderedDict[tuple[str, str], None] = OrderedDict()  # (decision, receipt id) committed lately
+        self._returned_lock = threading.Lock()
         if dataset is not None and not resolve(dataset).remote:
             dataset = os.path.abspath(resolve(dataset).root)  # now: a later chdir must not move the claims
         self._dataset = dataset
@@ -226,28 +298,63 @@ class ActionGate:
         Once the rail has returned, this returns its receipt whatever happens
         to the record: the ``committed`` gate span (the stored receipt a later
         ``replay --execute`` compensates) is emitted and flushed to the
-        dataset first, and a failure to record it is logged and counted in
+        dataset first (waiting at most ``flush_timeout`` seconds), and a
+        failure to record or flush it is logged and counted in
         ``get_recorder().stats.capture_errors`` rather than raised, since a
         caller that saw an error would commit again. A rail that raises is
         recorded as a ``commit_failed`` gate span, then re-raised.
+
+        Raises:
+            ConfigError: the tracer could not store the record whole (an
+                attribute length limit); checked before the rail is called,
+                so nothing was committed.
+
         """
+        get_recorder().check_tracer()  # before the money moves: a record that cannot be stored refuses the commit
         try:
             receipt = self.rail.commit(action)
         except Exception as exc:
             self._record("commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None)
             raise
+        if record_id is not None:
+            self._note_returned(record_id, receipt)
         if self._record("commit", "committed", f"{action.type} committed", record_id=record_id, receipt=receipt):
             recorder = get_recorder()
-            if not recorder.closed and not recorder.flush():
+            flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)  # closed: counted lost
+            if flushed is not True:
                 recorder.note_capture_error()
                 _log.error(
-                    "otel-replay: %s committed (receipt %s, decision %s) but its gate record could not be flushed "
-                    "to the dataset yet; until it is, the receipt returned to the caller is its only copy",
+                    "otel-replay: %s committed (receipt %s, decision %s) but its gate record %s; until it is "
+                    "flushed, the receipt returned to the caller is its only copy",
                     action.type,
-                    _receipt_id(receipt),
+                    _safe_receipt_id(receipt),
                     record_id,
+                    "could not be flushed to the dataset"
+                    if flushed is False
+                    else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
                 )
         return receipt
+
+    def _note_returned(self, record_id: str, receipt: Any) -> None:
+        """Log loudly when the rail returns, for one decision, a receipt id it returned before (never raises).
+
+        Two commits sharing a receipt id cannot be compensated apart (one
+        claim, one idempotency key), so ``replay --execute`` refuses both.
+        """
+        rid = _safe_receipt_id(receipt)
+        with self._returned_lock:
+            seen = (record_id, rid) in self._returned
+            self._returned[(record_id, rid)] = None
+            if len(self._returned) > _RETURNED_KEPT:
+                self._returned.popitem(last=False)
+        if seen:
+            _log.error(
+                "otel-replay: the rail returned receipt id %s again for decision %s: two commits with one receipt "
+                "id cannot be compensated apart (one idempotency key), so replay --execute will refuse both; "
+                "have the rail give each commit its own receipt id",
+                rid,
+                record_id,
+            )
 
     def _record(self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any) -> bool:
         """Emit a commit's gate record; ``False`` (logged and counted, not raised) when that failed."""
@@ -260,9 +367,9 @@ class ActionGate:
                 "%s: %s; the rail's answer stands and is returned to the caller",
                 executed,
                 record_id,
-                _receipt_id(receipt) if receipt is not None else None,
+                _safe_receipt_id(receipt) if receipt is not None else None,
                 type(exc).__name__,
-                exc,
+                _safe_text(exc),
             )
             return False
         return True
@@ -279,7 +386,9 @@ class ActionGate:
         """After the action committed: ALLOW stands, HUMAN_REVIEW holds, ROLLBACK/BLOCK compensate.
 
         Raises:
-            AlreadyCompensated: ``receipt`` was compensated before, or is being now.
+            AlreadyCompensated: ``receipt`` was compensated before.
+            CompensationInProgress: another claimant is compensating it right
+                now (an ``AlreadyCompensated`` that is not done yet).
             CompensationPending: an earlier attempt crashed or failed; pass
                 ``resume=True`` to retry it with the same idempotency key.
 

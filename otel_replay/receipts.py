@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_replay._json import canonical_json
-from otel_replay.errors import CaptureError
 
-__all__ = ["receipt_id_of", "stored_receipt"]
+__all__ = ["RECEIPT_TYPE", "RECEIPT_TYPE_KEY", "receipt_id_of", "stored_receipt"]
 
 _DEPTH = 32  # deeper receipts are cut (a receipt is a handful of fields; this only stops runaway nesting)
+_NODES = 10_000  # containers and values past this many are cut: a shared sub-object is expanded at each use
 _HUGE_INT_BITS = 13_000  # past ~4,000 digits str(int) raises (sys.int_info.str_digits_check_threshold)
 
 
@@ -36,8 +36,19 @@ def _text(value: str) -> str:
     return value
 
 
-def _plain(value: Any, depth: int) -> Any:
-    """``value`` with everything JSON cannot hold replaced by its text."""
+def _plain(value: Any, depth: int, path: set[int] | None = None, budget: list[int] | None = None) -> Any:
+    """``value`` with everything JSON cannot hold replaced by its text.
+
+    A container already on the path from the root (a receipt that refers back
+    to itself) becomes ``"<cycle>"``, and past :data:`_NODES` values the rest
+    is cut, so an object graph with back-references or shared parts cannot
+    make this walk exponential.
+    """
+    if budget is None:
+        budget = [_NODES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        return f"<cut: more than {_NODES} values>"
     if value is None or value is True or value is False:
         return value
     if isinstance(value, str):
@@ -52,11 +63,21 @@ def _plain(value: Any, depth: int) -> Any:
         return value.isoformat()
     if depth >= _DEPTH:
         return f"<cut: nested deeper than {_DEPTH} levels>"
-    if isinstance(value, Mapping):
-        return {(_text(k) if isinstance(k, str) else _safe_str(k)): _plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item, depth + 1) for item in value]
-    return _safe_str(value)
+    if not isinstance(value, (Mapping, list, tuple)):
+        return _safe_str(value)
+    path = set() if path is None else path
+    if id(value) in path:
+        return "<cycle>"
+    path.add(id(value))
+    try:
+        if isinstance(value, Mapping):
+            return {
+                (_text(k) if isinstance(k, str) else _safe_str(k)): _plain(v, depth + 1, path, budget)
+                for k, v in value.items()
+            }
+        return [_plain(item, depth + 1, path, budget) for item in value]
+    finally:
+        path.discard(id(value))
 
 
 def _safe_str(value: Any) -> str:
@@ -79,32 +100,53 @@ def stored_receipt(receipt: Any) -> Any:
     ``receipt.to_json()`` when the receipt has one (a :class:`~otel_replay.gate.Receipt`),
     else the receipt itself when it is JSON-like (a mapping, list, string or
     number), else a dataclass's fields; values JSON cannot hold are stored as
-    their text (dates as ISO 8601). Anything else is stored as
+    their text (dates as ISO 8601), a back-reference to a container on the
+    path as ``"<cycle>"``, and values past the 10,000th are cut. A
+    :class:`~otel_replay.gate.Receipt` is marked (``"otel_replay.type":
+    "Receipt"``) so that only it is rebuilt as one at compensation. Anything
+    else, or a receipt whose conversion raises anything, is stored as
     ``{"receipt_id": ..., "repr": repr(receipt)}``.
     """
     if receipt is None:
         return None
+    try:
+        return _stored(receipt)
+    except Exception:  # noqa: BLE001 - whatever the receipt object does: the rail has already moved the money
+        pass
+    try:
+        rid = getattr(receipt, "receipt_id", None)
+    except Exception:  # noqa: BLE001 - a property that raises
+        rid = None
+    return {"receipt_id": _safe_str(rid) if rid is not None else None, "repr": _safe_repr(receipt)}
+
+
+def _stored(receipt: Any) -> Any:
+    """:func:`stored_receipt`'s JSON-like path; may raise (then the receipt is stored as id plus repr)."""
     value: Any = receipt
     to_json = getattr(receipt, "to_json", None)
     if callable(to_json):
-        try:
-            value = to_json()
-        except Exception:
-            value = receipt
+        value = to_json()
     elif dataclasses.is_dataclass(receipt) and not isinstance(receipt, type):
-        try:
-            value = dataclasses.asdict(receipt)
-        except Exception:
-            value = receipt
-    if isinstance(value, (Mapping, list, tuple, str, int, float)):
-        try:
-            plain = _plain(value, 0)
-            canonical_json(plain, where="gate receipt")
-            return plain
-        except (CaptureError, RecursionError, ValueError):
-            pass
-    rid = getattr(receipt, "receipt_id", None)
-    return {"receipt_id": _safe_str(rid) if rid is not None else None, "repr": _safe_repr(receipt)}
+        value = dataclasses.asdict(receipt)
+    if not isinstance(value, (Mapping, list, tuple, str, int, float)):
+        raise TypeError(f"not JSON-like: {type(value).__name__}")
+    plain = _plain(value, 0)
+    canonical_json(plain, where="gate receipt")
+    return _marked(receipt, plain)
+
+
+RECEIPT_TYPE_KEY = "otel_replay.type"
+"""Key of the marker :func:`stored_receipt` adds to a :class:`~otel_replay.gate.Receipt`'s stored form."""
+RECEIPT_TYPE = "Receipt"
+
+
+def _marked(receipt: Any, plain: Any) -> Any:
+    """``plain``, marked as made from otel-replay's ``Receipt`` when it was (so only then is one rebuilt)."""
+    from otel_replay.gate import Receipt  # the gate imports this module
+
+    if type(receipt) is Receipt and isinstance(plain, dict):
+        return {**plain, RECEIPT_TYPE_KEY: RECEIPT_TYPE}
+    return plain
 
 
 def receipt_id_of(stored: Any) -> str:

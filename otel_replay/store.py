@@ -935,14 +935,22 @@ class Store:
         :class:`~otel_replay.gate.Receipt`, whatever JSON a rail's own receipt was.
         A commit row stored twice gives its receipt twice.
         """
-        receipts = []
+        return [receipt for _, receipt in self.commits_for(decision_id)]
+
+    def commits_for(self, decision_id: str) -> list[tuple[str, Any]]:
+        """:meth:`receipts_for` with the id of the commit gate record each receipt comes from.
+
+        A commit row stored twice (a retried export, a copied file) gives one
+        gate record id twice; two commits give two.
+        """
+        commits = []
         for rec in self._gate_records(decision_id):
             attrs = rec.attributes
             if attrs.get(sc.GATE_STAGE) == "commit" and attrs.get(sc.GATE_RECEIPT) is not None:
                 receipt = loads(attrs[sc.GATE_RECEIPT], where=f"receipt of gate record {rec.record_id}")
                 if receipt is not None:
-                    receipts.append(receipt)
-        return receipts
+                    commits.append((rec.record_id, receipt))
+        return commits
 
     def receipt_for(self, decision_id: str) -> Any:
         """The receipt of the latest verified commit of ``decision_id``'s action, or ``None``."""

@@ -166,7 +166,7 @@ import otel_replay
 from otel_replay import ActionGate, ReferenceLedger, audit
 from tests._support import payment, snapshot
 otel_replay.configure(sys.argv[1], set_global=False)
-gate = ActionGate(ReferenceLedger(10_000), dataset=sys.argv[1])
+gate = ActionGate(ReferenceLedger(10_000), dataset=sys.argv[1], flush_timeout=120)  # durability, not the bound
 with audit("vendor_payment", snapshot=snapshot()) as d:
     d.act(payment())
     receipt = gate.commit(payment(), record_id=d.record_id)

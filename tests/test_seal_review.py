@@ -19,7 +19,7 @@ import otel_replay
 from otel_replay import Action, ConflictingRecords, DependencySnapshot, ReferenceLedger, audit, settings
 from otel_replay import semconv as sc
 from otel_replay.capture.recorder import Recorder, get_recorder, set_recorder
-from otel_replay.errors import CaptureError, ConfigError, RecordingError
+from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import Chain, SealCheck, SigningKey, StoredRecord, load_signing_key, verify_records
 from otel_replay.trust import select_trusted, split_trusted
@@ -247,13 +247,14 @@ def test_a_provider_that_would_cut_records_is_refused_before_anything_is_sealed(
     with pytest.raises(ConfigError, match=named):
         recorder.emit(sc.SPAN_OUTCOME, "o1", {sc.RECORD_ID: "o1"})
     previous = set_recorder(recorder)
+    ran = []
     try:
-        with pytest.raises(RecordingError, match=named):
+        with pytest.raises(ConfigError, match=named):  # refused when the block starts: its action never runs
             with audit("vendor_payment", snapshot=snapshot()) as d:
-                d.act(payment())
+                ran.append(d)
     finally:
         set_recorder(previous)
-    assert recorder.stats.capture_errors == 1
+    assert ran == [] and recorder.stats.capture_errors == 0
     assert [s.name for s in exported.get_finished_spans() if s.name == sc.SPAN_DECISION] == []  # nothing sealed
     provider.shutdown()
 

@@ -349,6 +349,7 @@ class _AuditBlock:
                 f"audit({action_type!r}): the telemetry pipeline was shut down (Telemetry.shutdown()), so this "
                 "decision would be lost; call otel_replay.configure() again before capturing"
             )
+        recorder.check_tracer()  # a provider that would cut the record: refused before the block's action runs
         ctx = context.get_current()
         scope = baggage.get_all(ctx)
         record_id = new_id()
@@ -446,6 +447,8 @@ def audit(
     Raises:
         CaptureError: bad arguments, or the pipeline was shut down (checked
             when the block is entered, so nothing has happened yet).
+        ConfigError: the tracer's provider would cut a sealed record (an
+            attribute length limit); also checked when the block is entered.
         RecordingError: the block completed but its record could not be kept.
 
     """

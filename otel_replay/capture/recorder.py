@@ -261,6 +261,16 @@ class Recorder:
                     chain = self._chain
         return chain
 
+    def check_tracer(self) -> None:
+        """Refuse now, before an action runs, a tracer whose provider could not hold a sealed record whole.
+
+        Raises:
+            ConfigError: see :func:`limits_problem` (the same check :attr:`chain` makes when sealing).
+
+        """
+        if self._vetted is not self.tracer:
+            self._vet_tracer()
+
     def _vet_tracer(self) -> None:
         tracer = self.tracer
         problem, final = limits_problem(tracer)
