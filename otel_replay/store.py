@@ -436,11 +436,16 @@ class Store:
 
         A file that vanishes between the listing and the check or the binding
         (retention dropped its partition, a compaction's grace period ended)
-        is simply not live: the dataset is listed again once.
+        is simply not live, and the listing that named it is stale (it may miss
+        what replaced the file): the dataset is listed again, up to five times.
         """
         with self._lock:
             for attempt in range(_BIND_ATTEMPTS):
-                files, skipped = self._live()
+                files, skipped, vanished = self._live()
+                if vanished and attempt < _BIND_ATTEMPTS - 1:
+                    # A listed file went away (a compaction swapped its partition, retention dropped it): the
+                    # listing is stale and may miss what replaced it, so list again rather than read less.
+                    continue
                 self.files, self.skipped = files, skipped
                 self._tail.keep_only(files)
                 try:
@@ -457,9 +462,10 @@ class Store:
                 self._analyst.close()
                 self._analyst = None
 
-    def _live(self) -> tuple[list[str], list[CorruptFileError]]:
-        """(the readable live files, the ones skipped as corrupt); a file gone since the listing is not live."""
+    def _live(self) -> tuple[list[str], list[CorruptFileError], bool]:
+        """(the readable live files, the ones skipped as corrupt, whether a listed file was gone when checked)."""
         files, skipped = [], []
+        vanished = False
         known = {problem.path for problem in self.skipped}
         missing: list[str] | None = [] if self.skip_corrupt else None
         for path in self._scan(missing):
@@ -467,7 +473,7 @@ class Store:
             if problem is None:
                 files.append(path)
             elif problem is VANISHED:
-                continue
+                vanished = True
             elif self.skip_corrupt:
                 if path not in known:
                     _log.warning("otel-replay: skipping %s", problem)
@@ -479,7 +485,7 @@ class Store:
             if path not in known:
                 _log.warning("otel-replay: skipping %s", problem)
             skipped.append(problem)
-        return files, skipped
+        return files, skipped, vanished
 
     def _define_views(self, con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
         if con is self._con:

@@ -314,3 +314,26 @@ def test_compact_command_drops_a_missing_file_loudly(make_dataset) -> None:
     assert done.exit_code == 0, done.output
     assert "dropped 1 missing compacted file(s)" in done.output and victim.name in done.output
     assert CliRunner().invoke(compact_command, [str(path)]).exit_code == 0
+
+
+def test_a_store_opened_while_a_grace_0_compaction_swaps_lists_again(make_dataset, monkeypatch) -> None:
+    # Third review: the reader lists the arrival files, a --grace 0 compaction swaps and deletes them, then the
+    # reader checks its (stale) listing: the files are gone and their replacements were never listed. The Store
+    # must list again, not bind the partition with nothing in it.
+    import otel_replay.store as store_module
+
+    path, figures = make_dataset(spans=2000, ids=200, duplicates=0.0)
+    real = store_module.live_files
+    fired: list[str] = []
+
+    def listing_then_compaction(*args, **kwargs):  # the real listing; the compaction lands right after it
+        files = real(*args, **kwargs)
+        if not fired:
+            fired.extend(p.status for p in compact(path, grace_seconds=0).partitions)
+        return files
+
+    monkeypatch.setattr(store_module, "live_files", listing_then_compaction)
+    with Store(path, keys=[], require_signed=False) as store:
+        assert fired and set(fired) == {"compacted"}
+        assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == figures["unique_spans"]
+        assert store.skipped == []
