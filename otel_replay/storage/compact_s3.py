@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from otel_replay.errors import DatasetError
+from otel_replay.errors import DatasetError, OtelReplayError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location
 
@@ -213,6 +213,9 @@ def compact_partition(
     if manifest.files and all(p.rpartition("/")[2] in manifest.files for p in live) and not gone:
         report.status = "current"
         return
+    # Every file's schema is checked first: a partition holding a file this version refuses (a newer schema
+    # version, a foreign file) is left exactly as it was, its manifest included.
+    groups = _schema_groups(live, location)
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     # Record the run before uploading (creating the manifest when there is none, see the module docstring):
@@ -228,30 +231,37 @@ def compact_partition(
     with tempfile.TemporaryDirectory(prefix="otel-replay-facts-") as spill_dir:
         facts: list[pa.Table | Path | None] = []
         counter = 0
-        for paths in _schema_groups(live, location):
-            batches = _batches(paths, options.max_batch_rows, location)
-            repeated = _repeated_keys(paths, location) if len(batches) > 1 else None  # see compact._compact_partition
-            seen = _Seen()
-            for batch in batches:
-                table = _read(batch, location)
-                step("read")
-                report.input_rows += table.num_rows
-                drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
-                report.duplicates_removed += len(drop)
-                order = _order(table, drop)
-                # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
-                facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
-                for start in range(0, len(order), options.target_rows):
-                    out = f"compact-g{generation}-{counter}-{token}.parquet"
-                    counter += 1
-                    piece = order.slice(start, options.target_rows)
-                    slim = _write_file(table, piece, f"{url}/{out}", options.row_group_rows, options.bloom, location)
-                    written.append((out, slim.num_rows))
-                    index_parts.append((out, table.column_names, file_index_rows(slim)))
-                    del slim
-                    step("file")
-                del table
-            report.conflicting_kept += seen.conflicting_kept()
+        try:
+            for paths in groups:
+                batches = _batches(paths, options.max_batch_rows, location)
+                # as in compact._compact_partition
+                repeated = _repeated_keys(paths, location) if len(batches) > 1 else None
+                seen = _Seen()
+                for batch in batches:
+                    table = _read(batch, location)
+                    step("read")
+                    report.input_rows += table.num_rows
+                    drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
+                    report.duplicates_removed += len(drop)
+                    order = _order(table, drop)
+                    # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
+                    facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
+                    for start in range(0, len(order), options.target_rows):
+                        out = f"compact-g{generation}-{counter}-{token}.parquet"
+                        counter += 1
+                        piece = order.slice(start, options.target_rows)
+                        where = f"{url}/{out}"
+                        slim = _write_file(table, piece, where, options.row_group_rows, options.bloom, location)
+                        written.append((out, slim.num_rows))
+                        index_parts.append((out, table.column_names, file_index_rows(slim)))
+                        del slim
+                        step("file")
+                    del table
+                report.conflicting_kept += seen.conflicting_kept()
+        except BaseException:
+            if not written:  # nothing uploaded: the run's token is taken back (later runs' tokens pile up otherwise)
+                _take_back(s3, location, name, lease, token)
+            raise
         step("written")
         step("renamed")  # nothing to rename on an object store
         index_name = f"_index-g{generation}-{token}.pq"
@@ -292,6 +302,22 @@ def compact_partition(
         report.superseded_deleted += deleted
         _swap(s3, location, name, cleaned, etag)
         step("deleted")
+
+
+def _take_back(s3: object, location: Location, name: str, lease: ObjectLease, token: str) -> None:
+    """Best effort: remove this run's pending ``token`` from the manifest (it uploaded nothing); logged if it fails.
+
+    A token left behind is harmless (it expires after the pending period), only clutter every reader fetches.
+    """
+    try:
+        manifest, etag, _ = read_partition(s3, location, name)
+        if manifest is None or token not in manifest.pending:
+            return
+        del manifest.pending[token]
+        lease.confirm()
+        _swap(s3, location, name, manifest, etag)
+    except (OtelReplayError, OSError) as exc:
+        _log.warning("otel-replay: %s: could not take back the failed run's token %s: %s", name, token, exc)
 
 
 def _put(location: Location, path: str, data: bytes) -> None:
