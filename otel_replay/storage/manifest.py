@@ -387,19 +387,20 @@ def partition_live_names(partition: Path, *, missing: list[str] | None = None) -
             names = os.listdir(partition)
         except FileNotFoundError:  # dropped by retention meanwhile
             return manifest, []
-        if manifest is not None:
-            gone = sorted(set(manifest.files) - set(names))
-            if gone and missing is not None:  # skip_corrupt: the reader counts them, the rest stays readable
-                missing.extend(str(partition / name) for name in gone)
-            elif gone:
-                problem = missing_error(str(partition / MANIFEST_NAME), manifest, names)
-                assert problem is not None
-                raise problem
+        gone = sorted(set(manifest.files) - set(names)) if manifest is not None else []
         unnamed = unnamed_compacted(names, manifest)
-        # A compaction records its run in the manifest before writing: if the manifest is unchanged after the
-        # listing, no run of this partition wrote these files since it was read, so they are read as arrivals.
-        if unnamed and not _same(manifest, read_manifest(partition)):
+        # A compaction records its run in the manifest before writing and swaps it before deleting: if the
+        # manifest is unchanged after the listing, no run of this partition wrote these files or deleted the
+        # named ones since it was read. Otherwise the listing is of another moment: list again.
+        if (gone or unnamed) and not _same(manifest, read_manifest(partition)):
             continue
+        if gone and missing is not None:  # skip_corrupt: the reader counts them, the rest stays readable
+            missing.extend(str(partition / name) for name in gone)
+        elif gone:
+            assert manifest is not None
+            problem = missing_error(str(partition / MANIFEST_NAME), manifest, names)
+            assert problem is not None
+            raise problem
         if unnamed:
             _warn_unnamed(str(partition), unnamed)
         return manifest, _visible(names, manifest)

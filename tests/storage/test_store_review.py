@@ -337,3 +337,35 @@ def test_a_store_opened_while_a_grace_0_compaction_swaps_lists_again(make_datase
         assert fired and set(fired) == {"compacted"}
         assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == figures["unique_spans"]
         assert store.skipped == []
+
+
+@pytest.mark.parametrize("skip_corrupt", [True, False])
+def test_a_swap_between_the_manifest_read_and_the_listing_is_not_a_missing_file(
+    make_dataset, monkeypatch, skip_corrupt: bool
+) -> None:
+    # Third review: the reader reads generation 1's manifest, a --grace 0 compaction swaps to generation 2 and
+    # deletes generation 1's file, then the reader lists: the file named is gone, but nothing is lost.
+    import otel_replay.storage.manifest as manifest_module
+
+    path, figures = make_dataset(spans=1000, ids=100, duplicates=0.0)
+    compact(path, grace_seconds=0)
+    partition = partition_dirs(path)[0]
+    extra = pq.read_table(next(partition.glob("compact-*.parquet"))).slice(0, 10)
+    ids = pa.array([f"{n:032x}" for n in range(10)])
+    extra = extra.set_column(extra.schema.get_field_index("trace_id"), "trace_id", ids)
+    pq.write_table(extra, partition / "part-extra.parquet")  # an arrival: the next compaction has work
+    real = manifest_module.read_manifest
+    armed = [True]
+
+    def read_then_swap(where: Path) -> object:
+        found = real(where)
+        if armed and where == partition:
+            armed.clear()
+            compact(path, partitions=[partition.name.removeprefix("date=")], grace_seconds=0)
+        return found
+
+    monkeypatch.setattr(manifest_module, "read_manifest", read_then_swap)
+    with Store(path, keys=[], require_signed=False, skip_corrupt=skip_corrupt) as store:
+        assert not armed  # the swap did land between the read and the listing
+        assert store.skipped == []
+        assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == figures["unique_spans"] + 10
