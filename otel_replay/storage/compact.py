@@ -627,18 +627,18 @@ def _discard_outputs(partition: Path, token: str) -> None:
                 pass
 
 
-def _forget_run(partition: Path, token: str, existed: bool) -> None:
-    """Take a failed run's token out of the manifest once its outputs are deleted (no manifest if it made it).
+def _forget_run(partition: Path, token: str) -> None:
+    """Take a failed run's token out of the manifest once its outputs are deleted.
 
-    Best effort: a token left pending only makes the next run look for its outputs.
+    The manifest is rewritten, never removed, even when this run created it:
+    a reader that read "no manifest" before the run and lists its outputs
+    must find the manifest changed and list again, rather than take the
+    outputs (deleted by now) for copied-in files. Best effort: a token left
+    pending only makes the next run look for its outputs.
     """
     try:
         current = read_manifest(partition)
         if current is None or token not in current.pending:
-            return
-        if not existed and not current.files and not current.superseded and len(current.pending) == 1:
-            os.unlink(partition / MANIFEST_NAME)
-            fsync_dir(partition)
             return
         current.pending.pop(token)
         write_manifest(partition, current)
@@ -690,7 +690,6 @@ def _compact_partition(
     # Recorded before any output is written: a crash leaves files only a pending run's token marks as leftovers.
     manifest.pending[token] = now
     write_manifest(partition, manifest)
-    existed = found is not None
     workers = _Workers(options.threads)
     swapping = False
     try:
@@ -735,7 +734,7 @@ def _compact_partition(
         workers.close(cancel=True)  # no worker may still be writing once the error is raised
         if not swapping:
             _discard_outputs(partition, token)
-            _forget_run(partition, token, existed)
+            _forget_run(partition, token)
         raise
     finally:
         workers.close()

@@ -103,8 +103,10 @@ def test_only_a_pending_runs_outputs_are_deleted_as_leftovers(make_dataset) -> N
     assert count_rows(live_files(path)) == (figures["unique_spans"],) * 2
 
 
-def test_a_failed_run_leaves_no_pending_token_and_no_new_manifest(make_dataset) -> None:
-    path, _ = make_dataset(spans=300, ids=30)
+def test_a_failed_run_leaves_no_pending_token_and_its_manifest_changed(make_dataset) -> None:
+    # The manifest the run created stays (empty, without the token): a reader that read "no manifest" before the
+    # run and listed its outputs then sees the manifest changed and lists again (third review).
+    path, figures = make_dataset(spans=300, ids=30, duplicates=0.0)
     partition = partition_dirs(path)[0]
     before = sorted(os.listdir(partition))
 
@@ -114,7 +116,10 @@ def test_a_failed_run_leaves_no_pending_token_and_no_new_manifest(make_dataset) 
 
     with pytest.raises(KeyboardInterrupt):
         compact(path, partitions=[partition.name], _on_step=fail)
-    assert sorted(os.listdir(partition)) == before
+    assert sorted(os.listdir(partition)) == sorted([*before, MANIFEST_NAME])
+    left = read_manifest(partition)
+    assert left is not None and left.pending == {} and left.files == []
+    assert count_rows(live_files(path))[0] == figures["unique_spans"]
 
 
 def test_a_damaged_compacted_file_moved_aside_is_skipped_and_dropped_loudly(make_dataset, caplog) -> None:
