@@ -29,7 +29,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.command import compact_command
 from otel_replay.storage.compact import SORT_KEY
-from otel_replay.storage.manifest import partition_dirs, read_manifest
+from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest
 from otel_replay.storage.side_index import KINDS_METADATA_KEY, build_index
 
 from .conftest import count_rows
@@ -152,7 +152,12 @@ def test_an_error_on_a_worker_is_raised_as_is_and_leaves_the_partition_as_it_was
     assert str(info.value) == "cannot write a compacted file: No space left on device"
     assert all(name.startswith("otel-replay-compact") for name in calls)  # it came from a worker thread
     time.sleep(0.3)  # a worker still running would write now
-    assert {p.name: sorted(os.listdir(p)) for p in partition_dirs(path)} == before
+    # as it was, but for the manifest the run created: left without its token (readers must see it changed)
+    after = {p.name: sorted(n for n in os.listdir(p) if n != MANIFEST_NAME) for p in partition_dirs(path)}
+    assert after == before
+    for partition in partition_dirs(path):
+        left = read_manifest(partition)
+        assert left is None or (left.files == [] and left.pending == {})
     assert live_files(path) == files_before
     report = compact(path, grace_seconds=0, target_rows=100, threads=3)  # the lease was released
     assert report.output_rows == figures["unique_spans"]
