@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay.errors import OutcomeAlreadyRecorded
+from otel_replay.exporters.writer import fsync_dir
 
 __all__ = ["OUTCOMES_DIR", "OutcomeClaim", "claim_outcome"]
 
@@ -129,7 +130,7 @@ def claim_outcome(
         os.unlink(path)
         raise
     os.close(fd)
-    _fsync_dir(directory)  # the claim's name must survive a crash too, or a second claimant could take it
+    fsync_dir(directory)  # the claim's name must survive a crash too, or a second claimant could take it
     return OutcomeClaim(str(path))
 
 
@@ -144,11 +145,3 @@ def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> Ou
         held = objects.get(s3, location, location.key(where))
         raise _refusal(decision_id, where, held.body if held is not None else None) from None
     return OutcomeClaim(where, etag, location)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -319,10 +319,15 @@ def partition_date(partition: Path) -> str:
     return match.group(1)
 
 
+def _known(manifest: Manifest | None) -> tuple[set[str], dict[str, float], dict[str, float]]:
+    """What ``manifest`` knows of its partition's files: (listed, superseded, pending run tokens)."""
+    if manifest is None:
+        return set(), {}, {}
+    return set(manifest.files), manifest.superseded, manifest.pending
+
+
 def _visible(names: Iterable[str], manifest: Manifest | None) -> list[str]:
-    listed = set(manifest.files) if manifest else set()
-    superseded = manifest.superseded if manifest else {}
-    pending = manifest.pending if manifest else {}
+    listed, superseded, pending = _known(manifest)
     return sorted(
         name
         for name in names
@@ -340,9 +345,7 @@ def unnamed_compacted(names: Iterable[str], manifest: Manifest | None) -> list[s
     were restored or copied in (or left by a crash of a version that did not
     record its runs). They are read like arrivals and compacted in normally.
     """
-    listed = set(manifest.files) if manifest else set()
-    superseded = manifest.superseded if manifest else {}
-    pending = manifest.pending if manifest else {}
+    listed, superseded, pending = _known(manifest)
     return sorted(
         name
         for name in names
