@@ -20,12 +20,9 @@ from otel_replay import (
     Action,
     ActionGate,
     AlreadyCompensated,
-    FixAction,
     Receipt,
     ReferenceLedger,
     audit,
-    execute_verdict,
-    replay_stored,
 )
 from otel_replay.capture.recorder import Recorder, set_recorder
 from otel_replay.claims import ClaimState, CompensationClaims, idempotency_key
@@ -34,7 +31,8 @@ from otel_replay.errors import CompensationInProgress, ConfigError, GateError
 from otel_replay.integrity import SigningKey
 from otel_replay.receipts import stored_receipt
 
-from ._support import budget_policy, payment, snapshot
+from ._support import payment, snapshot
+from .test_gate_review import _execute
 
 STALE = {"budget_remaining": 100, "allow_list": ["acme-supplies"]}  # every payment is a ROLLBACK now
 KEY = SigningKey(b"k" * 32)
@@ -50,17 +48,6 @@ def _commit(dataset: Path, rail: Any, *actions: Action) -> str:
             gate.commit(action, record_id=d.record_id)
     telemetry.shutdown()
     return d.record_id
-
-
-def _execute(dataset: Path, record_id: str, rail: Any, *, resume: bool = False) -> list:
-    telemetry = otel_replay.configure(dataset, set_global=False)
-    try:
-        with otel_replay.open(dataset) as store:
-            verdict = replay_stored(store, record_id, live_state=STALE, policy=budget_policy)
-            assert verdict.fix is FixAction.ROLLBACK
-            return execute_verdict(store, verdict, rail, resume=resume)
-    finally:
-        telemetry.shutdown()
 
 
 # --- 1: two different commits returning one receipt id are refused, never dropped --------------------------
