@@ -112,6 +112,7 @@ def compact_command(
             say(
                 f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
                 f"({dropped.files} files, {dropped.rows} spans)"
+                + (f"; {dropped.claims_expired} expired claim(s) deleted" if dropped.claims_expired else "")
                 + (f"; busy, left for later: {', '.join(dropped.busy)}" if dropped.busy else "")
                 + (
                     f"; {len(dropped.not_partitions)} date= folder(s) that are not dates skipped: "

@@ -13,6 +13,14 @@ or compaction run), so a reader that listed them just before still finds them.
 Unnamed compaction outputs are deleted only after a conditional rewrite of
 the manifest, so a compactor that stalled past its lease can no longer swap
 in a manifest naming them (see :mod:`compact_s3`).
+
+Outcome and compensation claims (``_outcomes/``, ``_compensations/``: one
+small file per outcome or compensated receipt, kept so that an outcome or a
+refund happens once) last written before the cutoff are deleted too, else
+they would pile up for ever. Only when every partition before the cutoff was
+dropped (none busy): a claim is newer than the decision and receipt it
+guards, which are then gone, so nothing is left it could protect. Lock files
+are never deleted (a claimant may hold one).
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ class RetentionReport:
     bytes: int = 0
     busy: list[str] = field(default_factory=list)
     not_partitions: list[str] = field(default_factory=list)
+    claims_expired: int = 0
+    """Outcome and compensation claim files deleted (written before the cutoff; see the module docstring)."""
 
 
 def _rows(path: Path) -> int:
@@ -102,8 +112,16 @@ def drop_older_than(
     cutoff = today - dt.timedelta(days=days) if days < (today - dt.date.min).days else dt.date.min
     location = resolve(dataset)
     if location.remote:
-        return _drop_remote(location, cutoff, lease_wait, grace_seconds)
-    root = Path(location.root)
+        report = _drop_remote(location, cutoff, lease_wait, grace_seconds)
+    else:
+        report = _drop_local(Path(location.root), cutoff, lease_wait)
+    if not report.busy:
+        report.claims_expired = _expire_claims(location, cutoff)
+    return report
+
+
+def _drop_local(root: Path, cutoff: dt.date, lease_wait: float) -> RetentionReport:
+    """:func:`drop_older_than` on a local dataset: each partition renamed out of ``spans/``, then deleted."""
     report = RetentionReport(not_partitions=not_partition_names(root))
     for partition in partition_dirs(root):
         if dt.date.fromisoformat(partition_date(partition)) >= cutoff:
@@ -179,6 +197,28 @@ def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_s
         finally:
             lease.release()
     return report
+
+
+def _expire_claims(location: Location, cutoff: dt.date) -> int:
+    """Delete the outcome and compensation claims last written before ``cutoff`` (midnight UTC); how many."""
+    from otel_replay.capture.outcome_claims import OUTCOMES_DIR
+    from otel_replay.claims import CLAIMS_DIR
+
+    before_ns = int(dt.datetime.combine(cutoff, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
+    expired = 0
+    for directory in (OUTCOMES_DIR, CLAIMS_DIR):
+        for info in location.files_under(location.join(directory)):
+            written = info.mtime_ns
+            if not info.base_name.endswith(".json") or written is None or written >= before_ns:
+                continue
+            try:
+                location.fs.delete_file(info.path)
+            except FileNotFoundError:
+                continue  # another retention run took it
+            except (OSError, pa.ArrowException) as exc:
+                raise location.error(f"cannot delete the expired claim {info.path}", exc) from exc
+            expired += 1
+    return expired
 
 
 def _names(location: Location, url: str) -> list[str]:

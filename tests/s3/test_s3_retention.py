@@ -14,6 +14,7 @@ from otel_replay.storage import compact, drop_older_than, live_files
 from otel_replay.storage.lease import ObjectLease
 from otel_replay.storage.manifest import partition_names
 
+from ..storage.conftest import load_generator
 from .conftest import keys
 from .test_s3_compact import _count, _make
 
@@ -72,3 +73,17 @@ def test_compact_older_than_cli_on_s3(bucket: str) -> None:
     assert set(doc["retention"]["dropped"]) == {"date=2026-01-01", "date=2026-01-02", "date=2026-01-03"}
     assert doc["retention"]["rows"] == figures["spans_written"]
     assert live_files(uri) == [] and partition_names(uri) == []
+
+
+def test_s3_retention_expires_outcome_claims_before_the_cutoff(bucket: str, s3: Any) -> None:
+    from otel_replay.capture.outcome_claims import claim_outcome
+
+    uri = f"s3://{bucket}/ds"
+    load_generator().generate(uri, spans=100, ids=10, days=1, rows_per_file=50, duplicates=0.0, seed=5)
+    claim_outcome(uri, "d-1", "o-1", True)
+    assert [k for k in keys(s3, bucket, "ds/") if "/_outcomes/" in k] == ["ds/_outcomes/d-1.json"]
+    kept = drop_older_than(uri, 1, today=dt.date.today())  # the claim was written today: kept
+    assert kept.claims_expired == 0 and [k for k in keys(s3, bucket, "ds/") if "/_outcomes/" in k]
+    report = drop_older_than(uri, 1, today=dt.date.today() + dt.timedelta(days=30), grace_seconds=0)
+    # (pyarrow may leave an empty directory marker, "ds/_outcomes/", where the last object was)
+    assert report.claims_expired == 1 and not [k for k in keys(s3, bucket, "ds/") if "/_outcomes/" in k[:-1]]

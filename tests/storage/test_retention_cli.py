@@ -95,3 +95,40 @@ def test_command_user_errors_are_one_line(make_dataset, args: list[str], message
 def test_command_missing_dataset(tmp_path) -> None:
     result = CliRunner().invoke(compact_command, [str(tmp_path / "nope")])
     assert result.exit_code == 1 and "does not exist" in result.output
+
+
+def _claims(path) -> list[str]:
+    return sorted(p.relative_to(path).as_posix() for d in ("_outcomes", "_compensations") for p in (path / d).glob("*"))
+
+
+def test_retention_expires_outcome_and_compensation_claims_older_than_the_cutoff(make_dataset) -> None:
+    # One claim file per outcome and per compensated receipt would pile up for ever; retention deletes those
+    # last written before the cutoff (their decisions and receipts are dropped with the partitions), never a
+    # lock file, and none while a partition before the cutoff is left busy.
+    import os
+
+    from otel_replay.capture.outcome_claims import claim_outcome
+    from otel_replay.claims import ClaimState, CompensationClaims
+
+    path, _ = make_dataset(spans=300, ids=30)
+    claim_outcome(path, "old-decision", "o-1", True)
+    claim_outcome(path, "new-decision", "o-2", False)
+    claims = CompensationClaims(path)
+    claims.finish(claims.claim("old-key", decision_id="old-decision", receipt_id="r-1"), ClaimState.DONE)
+    old = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC).timestamp()  # in the first partition's day
+    for name in ("_outcomes/old-decision.json", "_compensations/old-key.json", "_compensations/old-key.lock"):
+        os.utime(path / name, (old, old))
+    everything = _claims(path)
+    lease = PartitionLease(path, "date=2026-01-01")
+    assert lease.acquire()
+    try:
+        busy = drop_older_than(path, 1, today=dt.date(2026, 1, 3))
+    finally:
+        lease.release()
+    assert busy.busy == ["date=2026-01-01"] and busy.claims_expired == 0 and _claims(path) == everything
+    report = drop_older_than(path, 1, today=dt.date(2026, 1, 3))
+    assert report.dropped == ["date=2026-01-01"] and report.claims_expired == 2
+    assert _claims(path) == sorted(
+        n for n in everything if n not in ("_outcomes/old-decision.json", "_compensations/old-key.json")
+    )
+    assert "_compensations/old-key.lock" in _claims(path)
