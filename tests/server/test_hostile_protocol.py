@@ -151,7 +151,10 @@ def test_decode_charge_covers_bodies_of_tiny_messages() -> None:
     padded = values.replace(b"\x0a\x00" * 100_000, b"\x8a\x00\x00" * 100_000)
     assert decode_charge(padded, as_json=False) >= 14 * len(padded)
     sdk = encode_spans(make_spans(500)).SerializeToString()
-    assert PROTOBUF_EXPANSION * len(sdk) <= decode_charge(sdk, as_json=False) <= 20 * len(sdk)  # under the cap
+    # SDK spans stay under the cap (MAX_DECODE_FACTOR) with room: their random ids and values move the charge
+    # (17.9x-20.3x over 360 samples), so the bound is 22x, not the median
+    charge = decode_charge(sdk, as_json=False)
+    assert PROTOBUF_EXPANSION * len(sdk) <= charge <= 22 * len(sdk) < MAX_DECODE_FACTOR * len(sdk)
     empties = ("[" + ",".join(["{}"] * 100_000) + "]").encode()
     assert decode_charge(empties, as_json=True) >= 38 * len(empties)  # measured: 38x its size once parsed
 
