@@ -27,7 +27,7 @@ import pyarrow as pa
 
 __all__ = ["arrow", "connect"]
 
-_FILTERS = threading.Lock()
+_FILTERS = threading.RLock()  # re-entrant: a fetch that ends up fetching again on its thread must not deadlock
 
 
 def connect(database: str = ":memory:") -> duckdb.DuckDBPyConnection:
