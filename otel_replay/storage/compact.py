@@ -627,6 +627,37 @@ def _discard_outputs(partition: Path, token: str) -> None:
                 pass
 
 
+def swapped_manifest(
+    manifest: Manifest,
+    generation: int,
+    replaced: Sequence[str],
+    old_index: str | None,
+    written: Sequence[tuple[str, int]],
+    index_name: str,
+    token: str,
+    now: float,
+) -> Manifest:
+    """The manifest a run of ``generation`` swaps in over ``manifest`` (local and S3 alike).
+
+    It names the ``written`` files (name, rows) and their side index, marks
+    the ``replaced`` files and the old index and facts superseded at ``now``
+    (kept for the grace period), and no longer holds the run's ``token`` as pending.
+    """
+    superseded = dict(manifest.superseded)
+    superseded.update(dict.fromkeys(replaced, now))
+    if old_index:
+        superseded[old_index] = now
+        superseded[facts_of_index(old_index) or old_index] = now
+    return Manifest(
+        generation=generation,
+        files=[name for name, _ in written],
+        superseded=superseded,
+        index=index_name,
+        rows=sum(rows for _, rows in written),
+        pending={k: at for k, at in manifest.pending.items() if k != token},
+    )
+
+
 def _forget_run(partition: Path, token: str) -> None:
     """Take a failed run's token out of the manifest once its outputs are deleted.
 
@@ -712,24 +743,10 @@ def _compact_partition(
             partition, workers, written, index_parts, facts, generation, token, current
         )
         step("indexed")
-        superseded = dict(manifest.superseded)
-        for path in live:
-            superseded[path.name] = now
-        if old_index:
-            superseded[old_index] = now
-            superseded[facts_of_index(old_index) or old_index] = now
         swapping = True  # from here the new files may be live: never discarded
-        write_manifest(
-            partition,
-            Manifest(
-                generation=generation,
-                files=[name for name, _ in written],
-                superseded=superseded,
-                index=index_name,
-                rows=sum(rows for _, rows in written),
-                pending={k: v for k, v in manifest.pending.items() if k != token},
-            ),
-        )
+        replaced = [path.name for path in live]
+        new = swapped_manifest(manifest, generation, replaced, old_index, written, index_name, token, now)
+        write_manifest(partition, new)
     except BaseException:
         workers.close(cancel=True)  # no worker may still be writing once the error is raised
         if not swapping:

@@ -58,6 +58,7 @@ from .compact import (
     _schema_groups,
     _Seen,
     _write_file,
+    swapped_manifest,
 )
 from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, remote_facts_bytes
 from .lease import ObjectLease
@@ -274,20 +275,8 @@ def compact_partition(
     if data is not None:
         _put(location, f"{url}/{facts_name(generation, token)}", data)
     step("indexed")
-    superseded = dict(manifest.superseded)
-    for path in live:
-        superseded[path.rpartition("/")[2]] = now
-    if old_index:
-        superseded[old_index] = now
-        superseded[facts_of_index(old_index) or old_index] = now
-    new = Manifest(
-        generation=generation,
-        files=[n for n, _ in written],
-        superseded=superseded,
-        index=index_name,
-        rows=sum(rows for _, rows in written),
-        pending={k: at for k, at in manifest.pending.items() if k != token},
-    )
+    replaced = [path.rpartition("/")[2] for path in live]
+    new = swapped_manifest(manifest, generation, replaced, old_index, written, index_name, token, now)
     lease.confirm()  # a holder that stalled past its expiry must not swap
     etag = _swap(s3, location, name, new, etag)
     step("swapped")
