@@ -33,14 +33,19 @@ def test_drop_older_than_removes_whole_old_partitions_only(make_dataset) -> None
     assert drop_older_than(path, 1, today=dt.date(2026, 1, 3)).dropped == []  # idempotent
 
 
-def test_a_partition_under_lease_is_left_and_reported(make_dataset) -> None:
-    path, _ = make_dataset(spans=300, ids=30)
-    lease = PartitionLease(path, "date=2026-01-01")
+def _drop_while_leased(path, partition: str, days: int, today: dt.date):  # type: ignore[no-untyped-def]
+    """``drop_older_than`` while another holder has ``partition``'s lease."""
+    lease = PartitionLease(path, partition)
     assert lease.acquire()
     try:
-        report = drop_older_than(path, 0, today=dt.date(2027, 1, 1))
+        return drop_older_than(path, days, today=today)
     finally:
         lease.release()
+
+
+def test_a_partition_under_lease_is_left_and_reported(make_dataset) -> None:
+    path, _ = make_dataset(spans=300, ids=30)
+    report = _drop_while_leased(path, "date=2026-01-01", 0, dt.date(2027, 1, 1))
     assert report.busy == ["date=2026-01-01"]
     assert [p.name for p in partition_dirs(path)] == ["date=2026-01-01"]
 
@@ -119,12 +124,7 @@ def test_retention_expires_outcome_and_compensation_claims_older_than_the_cutoff
     for name in ("_outcomes/old-decision.json", "_compensations/old-key.json", "_compensations/old-key.lock"):
         os.utime(path / name, (old, old))
     everything = _claims(path)
-    lease = PartitionLease(path, "date=2026-01-01")
-    assert lease.acquire()
-    try:
-        busy = drop_older_than(path, 1, today=dt.date(2026, 1, 3))
-    finally:
-        lease.release()
+    busy = _drop_while_leased(path, "date=2026-01-01", 1, dt.date(2026, 1, 3))
     assert busy.busy == ["date=2026-01-01"] and busy.claims_expired == 0 and _claims(path) == everything
     report = drop_older_than(path, 1, today=dt.date(2026, 1, 3))
     assert report.dropped == ["date=2026-01-01"] and report.claims_expired == 2
