@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,9 +41,39 @@ Attributes = dict[str, Any]
 Stage = Literal["data", "model", "harness"]
 
 
+_ID_POOL_BYTES = 4096
+"""Random bytes read from the OS at a time: 256 record ids per ``getrandom`` call."""
+_id_lock = threading.Lock()
+_id_pool = b""
+_id_next = 0
+
+
 def new_id() -> str:
-    """A fresh 128-bit random record id, 32 lowercase hex."""
-    return os.urandom(16).hex()  # what secrets.token_hex(16) does, without its two calls
+    """A fresh 128-bit random record id, 32 lowercase hex (the OS's randomness, as ``secrets.token_hex(16)``).
+
+    The bytes are read 4 KiB at a time: one ``os.urandom`` call per id cost
+    about 15 us per decision in a process with an exporter thread (the call
+    gives up the interpreter lock, and taking it back waits on that thread),
+    against 0.4 us alone. A forked child drops the pool it inherited, so it
+    never hands out its parent's ids.
+    """
+    global _id_pool, _id_next
+    with _id_lock:
+        start = _id_next
+        if start >= len(_id_pool):
+            _id_pool, start = os.urandom(_ID_POOL_BYTES), 0
+        _id_next = start + 16
+        return _id_pool[start : start + 16].hex()
+
+
+def _new_pool_in_child() -> None:
+    global _id_lock, _id_pool, _id_next
+    _id_lock = threading.Lock()  # another thread may have held it at fork time
+    _id_pool, _id_next = b"", 0
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
+    os.register_at_fork(after_in_child=_new_pool_in_child)
 
 
 def iso_utc(value: datetime | str | None) -> str | None:

@@ -155,3 +155,43 @@ def test_decision_span_carries_exactly_the_sealed_record_and_other_baggage_survi
     )
     stored = StoredRecord(record.record_id, span.name, span.start_time, attrs)
     assert SealCheck(KEY).problem(stored) == (None, True)
+
+
+# --- record ids come from a pool of OS randomness --------------------------------------------------
+
+
+def test_record_ids_are_unique_across_threads_and_pool_refills():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from otel_replay.records import _ID_POOL_BYTES, new_id
+
+    per_thread = 3 * _ID_POOL_BYTES // 16  # every thread crosses pool refills
+    with ThreadPoolExecutor(8) as pool:
+        batches = list(pool.map(lambda _: [new_id() for _ in range(per_thread)], range(8)))
+    ids = [i for batch in batches for i in batch]
+    assert len(set(ids)) == len(ids) == 8 * per_thread
+    assert all(len(i) == 32 and int(i, 16) >= 0 and i == i.lower() for i in ids[:50])
+
+
+def test_a_forked_child_never_hands_out_its_parents_pooled_ids():
+    import os
+    import warnings
+
+    from otel_replay.records import new_id
+
+    new_id()  # the pool now holds 255 ids the parent has not handed out yet
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, json.dumps([new_id() for _ in range(100)]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        child = set(json.loads(pipe.read()))
+    parent = {new_id() for _ in range(100)}
+    assert len(child) == 100 and not child & parent
