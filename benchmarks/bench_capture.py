@@ -162,6 +162,7 @@ def bare(n: int, keep: deque[Any] | None = None) -> tuple[float, float]:
                 sc.RECORD_KEY_ID: "k" * 16,
                 sc.RECORD_HASH: "h" * 64,
                 sc.RECORD_SIGNATURE: "s" * 64,
+                sc.RECORD_SPAN: "t" * 32 + "-" + "u" * 16,
             }
         )
         root.end()

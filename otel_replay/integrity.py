@@ -6,7 +6,10 @@ hash of its predecessor, its own hash and an HMAC-SHA256 signature of that hash.
 
 The hash covers the span name, its start time and every ``replay.*`` attribute
 except the hash and signature themselves, so editing any stored field, or a
-timestamp, changes it. The signature makes a re-computed hash detectable: only
+timestamp, changes it. Among those attributes, ``replay.record.span`` names the
+trace and span the record was sealed in: a verbatim copy stored at another
+span fails the check as a copy (records sealed before that attribute existed
+lack it; ``verify`` names their copies by comparing places). The signature makes a re-computed hash detectable: only
 a holder of the key can sign. See README "Integrity and keys" for key handling.
 
 Key resolution (first match wins):
@@ -49,13 +52,37 @@ __all__ = [
     "StoredRecord",
     "VerifyProblem",
     "VerifyReport",
+    "MISPLACED",
+    "SEAL_KEYS",
     "copied_elsewhere",
     "load_signing_key",
+    "span_place",
     "record_hash",
     "verify_records",
 ]
 
 GENESIS_HASH = "0" * 64
+
+
+def span_place(trace_id: int, span_id: int) -> str:
+    """The ``replay.record.span`` value of a record stored in span ``span_id`` of trace ``trace_id``."""
+    return f"{trace_id:032x}-{span_id:016x}"
+
+
+SEAL_KEYS = (
+    sc.RECORD_SPAN,
+    sc.RECORD_CHAIN_ID,
+    sc.RECORD_SEQ,
+    sc.RECORD_PREV_ID,
+    sc.RECORD_PREV_HASH,
+    sc.RECORD_KEY_ID,
+    sc.RECORD_HASH,
+    sc.RECORD_SIGNATURE,
+)
+"""The attributes :meth:`Chain.seal` adds to a record sealed with its place."""
+
+MISPLACED = "stored at another span than it was sealed in: "
+"""How :meth:`SealCheck.problem` starts the problem of a verbatim copy of a record sealed with its place."""
 _frame = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 DEFAULT_KEY_FILE = Path("~/.config/otel-replay/signing.key")
 
@@ -233,9 +260,17 @@ class Chain:
         self._prev_id = ""
         self._prev_hash = GENESIS_HASH
 
-    def seal(self, record_id: str, name: str, start_ns: int, attributes: dict[str, Any]) -> Seal:
-        """Link ``attributes`` into the chain: adds the seal fields to it in place."""
+    def seal(
+        self, record_id: str, name: str, start_ns: int, attributes: dict[str, Any], place: str | None = None
+    ) -> Seal:
+        """Link ``attributes`` into the chain: adds the seal fields to it in place.
+
+        ``place``: the span the record is stored in (:func:`span_place`), sealed
+        with it as ``replay.record.span``; every record otel-replay emits has one.
+        """
         key = self.key
+        if place is not None:
+            attributes[sc.RECORD_SPAN] = place
         with self._lock:  # the link and the hash it feeds forward are taken in one step: seq order is link order
             seq, prev_id, prev_hash = self._seq, self._prev_id, self._prev_hash
             attributes[sc.RECORD_CHAIN_ID] = self.chain_id
@@ -251,7 +286,7 @@ class Chain:
             self._prev_hash = digest
         attributes[sc.RECORD_HASH] = digest
         attributes[sc.RECORD_SIGNATURE] = signature
-        return _seal(self.chain_id, seq, prev_id, prev_hash, digest, signature, key.key_id)
+        return _seal(self.chain_id, seq, prev_id, prev_hash, digest, signature, key.key_id, place)
 
 
 @dataclass(frozen=True)
@@ -360,14 +395,30 @@ class SealCheck:
             return UNREADABLE + _unhashable(exc), False
         if digest != stored:
             return "content edited (hash mismatch)", False
+        misplaced = _misplaced(rec)
         key = self.keys.get(str(attrs.get(sc.RECORD_KEY_ID)))
         if key is None:
             if self.require_signed:
                 return f"signed with key {attrs.get(sc.RECORD_KEY_ID)}, which is not a verification key", False
-            return None, False
+            return misplaced, False
         if not key.check(str(stored), str(attrs.get(sc.RECORD_SIGNATURE, ""))):
             return "signature invalid (hash recomputed without the key)", True
-        return None, True
+        return misplaced, True
+
+
+def _misplaced(rec: StoredRecord) -> str | None:
+    """The problem of a row stored at another span than its sealed ``replay.record.span``, or ``None``."""
+    sealed_in = rec.attributes.get(sc.RECORD_SPAN)
+    if sealed_in is None:  # sealed before places were sealed: verify_records compares the copies' places
+        return None
+    here = f"{rec.trace_id or '?'}-{rec.span_id or '?'}"
+    if sealed_in == here:
+        return None
+    shown = str(sealed_in)[:49]  # a forged value cannot get this far (it is hashed and signed); bounded anyway
+    return (
+        f"{MISPLACED}sealed in span {shown}, stored in {here}: a verbatim copy, not the record "
+        "(the row stored in the sealed span is the record; remove the copy)"
+    )
 
 
 def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[SigningKey] | None) -> VerifyReport:
@@ -382,8 +433,10 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
     number). A row is re-hashed before it is recognised as a copy of another:
     the same record stored twice at the same span (an OTLP retry, a copied
     file) counts once, a copy with edited content is named, and so is a copy
-    at another trace or span id (the seal does not cover those ids, so
-    neither place can be trusted: see :func:`copied_elsewhere`). Deleting the
+    at another trace or span id: a record sealed with its place
+    (``replay.record.span``) names the copy as stored in another span and
+    keeps the original; for older records, whose seal does not cover the ids,
+    neither place can be trusted (see :func:`copied_elsewhere`). Deleting the
     newest records of a chain leaves no successor to notice. With no ``keys``,
     hashes and links are checked and signatures are not (counted in
     :attr:`VerifyReport.unsigned_checked`).
@@ -395,7 +448,9 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
     for rec in records:
         problem, signed = check.problem(rec)
         attrs = rec.attributes
-        if problem is not None and (problem.startswith(UNREADABLE) or sc.RECORD_HASH not in attrs):
+        if problem is not None and (
+            problem.startswith((UNREADABLE, MISPLACED)) or sc.RECORD_HASH not in attrs
+        ):  # not the record: a misplaced copy takes no place in its chain (the original is there)
             report.records += 1
             report.problems.append(VerifyProblem(rec.record_id, problem, rec.file))
             continue
@@ -431,16 +486,17 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
 def copied_elsewhere(first: StoredRecord, other: StoredRecord) -> str:
     """The problem of one sealed record stored at two different spans (trace id, span id).
 
-    The seal covers a record's content, not the span it is stored in, so a
-    verbatim copy in another trace passes every hash and signature check; an
+    For records sealed before ``replay.record.span`` existed: their seal
+    covers the content, not the span it is stored in, so a verbatim copy in
+    another trace passes every hash and signature check; an
     OTLP retry or a copied file keeps the span's ids. Which place is the
     original cannot be told from the dataset, so neither is trusted.
     """
     return (
         f"copied to another trace: the same sealed record is stored at trace {first.trace_id or '?'} "
         f"span {first.span_id or '?'} [{first.file}] and at trace {other.trace_id or '?'} "
-        f"span {other.span_id or '?'} [{other.file}]; its seal does not cover the span ids, "
-        "so neither place is trusted (remove the copy that is not yours)"
+        f"span {other.span_id or '?'} [{other.file}]; its seal (an older record's) does not "
+        "cover the span ids, so neither place is trusted (remove the copy that is not yours)"
     )
 
 

@@ -200,7 +200,7 @@ class Report:
 
 @dataclass(frozen=True)
 class Seal:
-    """Integrity fields: the record's place in its hash chain and its signature."""
+    """Integrity fields: the record's place in its hash chain, the span it was sealed in, and its signature."""
 
     chain_id: str
     seq: int
@@ -209,10 +209,12 @@ class Seal:
     hash: str
     signature: str
     key_id: str
+    span: str | None = None
+    """``<trace id>-<span id>`` of the span the record was sealed in (``None``: sealed before places were)."""
 
     def to_attributes(self) -> Attributes:
         """The seal as span attributes."""
-        return {
+        attrs: Attributes = {
             sc.RECORD_CHAIN_ID: self.chain_id,
             sc.RECORD_SEQ: self.seq,
             sc.RECORD_PREV_ID: self.prev_id,
@@ -221,6 +223,9 @@ class Seal:
             sc.RECORD_SIGNATURE: self.signature,
             sc.RECORD_KEY_ID: self.key_id,
         }
+        if self.span is not None:
+            attrs[sc.RECORD_SPAN] = self.span
+        return attrs
 
     @classmethod
     def from_attributes(cls, attrs: Mapping[str, Any]) -> Seal | None:
@@ -235,6 +240,7 @@ class Seal:
             hash=attrs[sc.RECORD_HASH],
             signature=attrs[sc.RECORD_SIGNATURE],
             key_id=attrs[sc.RECORD_KEY_ID],
+            span=attrs.get(sc.RECORD_SPAN),
         )
 
 
@@ -490,8 +496,17 @@ def _span_ref(trace_id: str, span_id: str, start_ns: int) -> SpanRef:
     return ref
 
 
-def _seal(chain_id: str, seq: int, prev_id: str, prev_hash: str, digest: str, signature: str, key_id: str) -> Seal:
-    """``Seal(chain_id, seq, prev_id, prev_hash, digest, signature, key_id)``."""
+def _seal(
+    chain_id: str,
+    seq: int,
+    prev_id: str,
+    prev_hash: str,
+    digest: str,
+    signature: str,
+    key_id: str,
+    span: str | None = None,
+) -> Seal:
+    """``Seal(chain_id, seq, prev_id, prev_hash, digest, signature, key_id, span)``."""
     seal = _new(Seal)
     _set(seal, "chain_id", chain_id)
     _set(seal, "seq", seq)
@@ -500,6 +515,7 @@ def _seal(chain_id: str, seq: int, prev_id: str, prev_hash: str, digest: str, si
     _set(seal, "hash", digest)
     _set(seal, "signature", signature)
     _set(seal, "key_id", key_id)
+    _set(seal, "span", span)
     return seal
 
 

@@ -59,6 +59,13 @@ RECORD_HASH: Final = "replay.record.hash"
 RECORD_SIGNATURE: Final = "replay.record.signature"
 RECORD_KEY_ID: Final = "replay.record.key_id"
 RECORD_ERROR: Final = "replay.record.error"
+RECORD_SPAN: Final = "replay.record.span"
+"""Where the record was sealed: ``<trace id>-<span id>`` (32 and 16 lowercase hex), covered by its hash.
+
+A stored row whose own ids differ is a copy, not the record. Records sealed
+before this attribute existed do not carry it (``verify`` still names their
+copies by comparing places).
+"""
 
 INTEGRITY_FIELDS: Final = frozenset({RECORD_HASH, RECORD_SIGNATURE})
 """Attributes left out of the hashed body (they are computed from it)."""

@@ -8,11 +8,13 @@ re-hashing to its seal, signed with a known key). Rows that fail are left out
 and reported; trusted rows that disagree about one record are a
 :class:`~otel_replay.errors.ConflictingRecords` error naming both files.
 
-The seal covers a record's content, not the trace and span it is stored in,
-so one sealed record found at two different spans is a copy made by someone
-(an OTLP retry or a copied file keeps the ids): :func:`select_trusted`, whose
-span decides where a verdict links and which children form the decision's
-causal tree, trusts neither place.
+The seal covers the span a record was sealed in (``replay.record.span``), so
+a verbatim copy stored at another span fails the seal check and the original
+stays trusted. Records sealed before that attribute existed carry no place:
+one of them found at two different spans is a copy made by someone (an OTLP
+retry or a copied file keeps the ids), and :func:`select_trusted`, whose span
+decides where a verdict links and which children form the decision's causal
+tree, trusts neither place.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ def split_trusted(
 ) -> tuple[list[StoredRecord], list[VerifyProblem]]:
     """Partition rows into those the check accepts and the problems of the rest.
 
-    For readers of sealed *content* (receipts, compensations, outcomes): a
-    record copied to another span is still the same sealed content, so its
-    rows stay trusted here (``verify`` names the copy). Refusing them would let
-    anyone who can drop a file hide a commit receipt (no refund) or a
-    compensation (a second refund). A reader of a record's *place* uses
+    For readers of sealed *content* (receipts, compensations, outcomes). A
+    copy of a record sealed with its place is refused here like any failed
+    row (its original is trusted). A copy of an older record, sealed without
+    its place, is still the same sealed content, so its rows stay trusted
+    here (``verify`` names the copy): refusing both places would let anyone
+    who can drop a file hide a commit receipt (no refund) or a compensation
+    (a second refund). A reader of a record's *place* uses
     :func:`select_trusted`, which refuses such a copy.
     """
     trusted: list[StoredRecord] = []

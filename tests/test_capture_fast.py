@@ -153,8 +153,12 @@ def test_decision_span_carries_exactly_the_sealed_record_and_other_baggage_survi
     assert record_hash(span.name, span.start_time, attrs) == record.seal.hash == _reference_hash(
         span.name, span.start_time, attrs
     )
-    stored = StoredRecord(record.record_id, span.name, span.start_time, attrs)
+    here = (record.span.trace_id, record.span.span_id)
+    stored = StoredRecord(record.record_id, span.name, span.start_time, attrs, "", *here)
     assert SealCheck(KEY).problem(stored) == (None, True)
+    assert attrs[sc.RECORD_SPAN] == "-".join(here)  # the place is sealed with the record
+    moved = StoredRecord(record.record_id, span.name, span.start_time, attrs, "", here[0], "0" * 16)
+    assert SealCheck(KEY).problem(moved)[0].startswith("stored at another span than it was sealed in")
 
 
 # --- record ids come from a pool of OS randomness --------------------------------------------------

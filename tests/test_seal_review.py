@@ -21,7 +21,16 @@ from otel_replay import semconv as sc
 from otel_replay.capture.recorder import Recorder, get_recorder, set_recorder
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.exporters import ParquetSpanExporter
-from otel_replay.integrity import Chain, SealCheck, SigningKey, StoredRecord, load_signing_key, verify_records
+from otel_replay.integrity import (
+    MISPLACED,
+    Chain,
+    SealCheck,
+    SigningKey,
+    StoredRecord,
+    load_signing_key,
+    verify_records,
+)
+from otel_replay.store import restore_attributes
 from otel_replay.trust import select_trusted, split_trusted
 
 from ._support import payment, snapshot
@@ -72,7 +81,8 @@ def _stored(attrs: dict, *, trace: str = "t" * 32, span: str = "s" * 16, file: s
 # --- finding 8: a sealed record copied into another trace ------------------------------------------
 
 
-def test_a_decision_copied_into_another_trace_is_a_conflict_not_its_new_place(decided, dataset):
+def test_a_decision_copied_into_another_trace_is_named_a_copy_and_the_original_keeps_its_place(decided, dataset):
+    """The seal covers the span a record was sealed in (replay.record.span): the copy is refused, not both."""
     record, live = decided
     _, table = _rows(dataset)
     copy = dict(_decision_row(table, record.record_id))
@@ -80,17 +90,40 @@ def test_a_decision_copied_into_another_trace_is_a_conflict_not_its_new_place(de
     forged_child = dict(next(r for r in table if r["name"] == sc.SPAN_MODEL))
     forged_child.update(trace_id="a" * 32, span_id="c" * 16, parent_span_id="b" * 16, name="replay.model FORGED")
     path = _add_file(dataset, [copy, forged_child], table.schema, name="part-0-copy.parquet")
+    assert record.seal is not None and record.seal.span == f"{record.span.trace_id}-{record.span.span_id}"
     with otel_replay.open(dataset) as store:
         report = store.verify(load_signing_key())
-        assert not report.ok
-        (problem,) = [p for p in report.problems if "copied to another trace" in p.problem]
-        assert problem.record_id == record.record_id and "b" * 16 in problem.problem and str(path) in str(problem)
-        with pytest.raises(ConflictingRecords, match="copied to another trace"):
-            store.record(record.record_id)
-        with pytest.raises(ConflictingRecords, match="copied to another trace"):
-            store.causal_tree(record.record_id)
+        (problem,) = report.problems  # the copy alone: no "sequence number claimed twice" besides it
+        assert problem.record_id == record.record_id and problem.file == str(path)
+        assert problem.problem.startswith(MISPLACED) and f"{'a' * 32}-{'b' * 16}" in problem.problem
+        assert record.seal.span in problem.problem
+        assert store.record(record.record_id) == record  # the original, at its own span
+        tree = store.causal_tree(record.record_id)
+        assert tree[0]["span_id"] == record.span.span_id and not any("FORGED" in r["name"] for r in tree)
     result = _replay_cli(record.record_id, dataset, live)
-    assert result.exit_code != 0 and "copied to another trace" in result.output
+    assert result.exit_code == 0 and "ROLLBACK" in result.output, result.output
+
+
+def test_a_record_sealed_before_places_were_sealed_still_conflicts_when_copied(decided, dataset):
+    """An older record (no replay.record.span): its copy is still refused in both places, as before."""
+    record, _ = decided
+    _, table = _rows(dataset)
+    row = dict(_decision_row(table, record.record_id))
+    body = restore_attributes(row)
+    for key in (sc.RECORD_SPAN, sc.RECORD_HASH, sc.RECORD_SIGNATURE):
+        body.pop(key)
+    body[sc.RECORD_ID] = "older-1"
+    Chain(load_signing_key()).seal("older-1", row["name"], record.span.start_ns, body)  # sealed without a place
+    stored = {k: v for k, v in body.items() if k not in sc.PROMOTED_COLUMNS}
+    original = dict(row, record_id="older-1", trace_id="d" * 32, span_id="e" * 16, attributes=json.dumps(stored))
+    copy = dict(original, trace_id="a" * 32, span_id="b" * 16)
+    _add_file(dataset, [original, copy], table.schema, name="older.parquet")
+    with otel_replay.open(dataset) as store:
+        problems = store.verify(load_signing_key()).problems
+        assert [p.record_id for p in problems] == ["older-1"] and "copied to another trace" in problems[0].problem
+        with pytest.raises(ConflictingRecords, match="copied to another trace"):
+            store.record("older-1")
+        assert store.record(record.record_id) == record
 
 
 def test_the_same_record_stored_twice_at_the_same_span_still_verifies_once(decided, dataset):
@@ -143,7 +176,8 @@ def test_a_commit_and_its_compensation_copied_into_another_trace_still_count(tmp
     with otel_replay.open(dataset) as store:
         assert {r["receipt_id"] for r in store.receipts_for(d.record_id)} == {receipt.receipt_id}
         assert store.compensation_for(d.record_id)["executed"] == "rolled_back"
-        assert any("copied to another trace" in p.problem for p in store.verify(load_signing_key()).problems)
+        problems = store.verify(load_signing_key()).problems
+        assert len(problems) == len(copies) and all(p.problem.startswith(MISPLACED) for p in problems)
 
 
 # --- finding 10: a row the hash cannot encode -------------------------------------------------------

@@ -34,6 +34,7 @@ from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json
 from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
+from otel_replay.integrity import span_place
 from otel_replay.records import (
     Action,
     DecisionRecord,
@@ -232,7 +233,9 @@ class Decision:
         recorder = self._recorder
         recorder.check_destination(sc.SPAN_DECISION, self.record_id)
         # Sealed before the span ends: a decision span that could not be sealed is never emitted.
-        seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs)
+        seal = recorder.chain.seal(
+            self.record_id, sc.SPAN_DECISION, start_ns, attrs, span_place(ctx.trace_id, ctx.span_id)
+        )
         # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
         # base's keys is cheaper than filtering every key).
         rest = attrs.copy()

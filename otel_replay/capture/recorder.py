@@ -18,7 +18,7 @@ from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.sinks import MemorySink
 from otel_replay.errors import ConfigError
-from otel_replay.integrity import Chain, SigningKey, load_signing_key
+from otel_replay.integrity import SEAL_KEYS, Chain, SigningKey, load_signing_key, span_place
 from otel_replay.records import Seal, SpanRef
 
 __all__ = ["Pipeline", "Recorder", "RecorderStats", "get_recorder", "mark_shut_down", "set_recorder"]
@@ -292,10 +292,14 @@ class Recorder:
         # the sealed hash covers exactly the attributes the span will carry.
         attributes.update(scope_attributes(attributes))
         self.check_destination(name, record_id)
+        chain = self.chain  # a tracer that would cut the record is refused before a span starts
         start_ns = time.time_ns()
-        seal = self.chain.seal(record_id, name, start_ns, attributes)
+        # Started first, so the seal covers the span the record is stored in; a record that cannot be
+        # sealed leaves its span unended, and an unended span is never exported.
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)
         ctx = span.get_span_context()
+        seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
+        span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
         span.end(end_time=start_ns)
         if getattr(span, "dropped_attributes", 0):  # the SDK's count: what a span processor added pushed some out
             self.note_capture_error()
