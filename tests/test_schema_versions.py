@@ -238,11 +238,20 @@ def test_a_forged_typed_column_does_not_act(dataset: Path) -> None:
     schema, outcomes = _outcome_rows(dataset)
     first = next(r for r in outcomes if r["outcome_decision_id"] == ids[0])
     earlier = first["start_time"] - 10**9
-    flipped = dict(first, span_id="f" * 16, outcome_correct=False)  # seal kept, typed value changed
-    redirected = dict(first, span_id="e" * 16, outcome_decision_id=ids[5])  # now claims the undecided one
-    attrs = json.loads(first["attributes"])
-    attrs[sc.OUTCOME_CORRECT] = True
-    both = dict(first, span_id="c" * 16, outcome_correct=False, attributes=json.dumps(attrs))  # column and JSON
+
+
+    def placed(span_id: str, **changes: object) -> dict[str, object]:
+        """``first`` moved to ``span_id``, its sealed place rewritten to match (so the views show it)."""
+        attrs = json.loads(first["attributes"])
+        attrs[sc.RECORD_SPAN] = f"{first['trace_id']}-{span_id}"
+        return dict(first, span_id=span_id, attributes=json.dumps(attrs), **changes)
+
+    flipped = placed("f" * 16, outcome_correct=False)  # seal kept, typed value changed
+    redirected = placed("e" * 16, outcome_decision_id=ids[5])  # now claims the undecided one
+    both = placed("c" * 16, outcome_correct=False)  # the value in the column and in the JSON
+    both_attrs = json.loads(str(both["attributes"]))
+    both_attrs[sc.OUTCOME_CORRECT] = True
+    both["attributes"] = json.dumps(both_attrs)
     forged = [dict(r, start_time=earlier) for r in (flipped, redirected, both)]
     _add(dataset, "forged.parquet", forged, schema)
     with otel_replay.open(dataset) as store:
@@ -287,6 +296,13 @@ def test_a_newer_major_version_beside_older_ones_is_refused_by_name(dataset: Pat
         assert len(store.files) == 2
 
 
+def _unplaced(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without the sealed place (``replay.record.span``), as records were written before it existed."""
+    attrs = json.loads(row["attributes"])
+    attrs.pop(sc.RECORD_SPAN, None)
+    return dict(row, attributes=json.dumps(attrs))
+
+
 def test_an_older_file_arriving_after_open_is_read_by_a_narrowed_lookup(dataset: Path) -> None:
     """Views defined over version 2 files only are redefined when a lookup reaches only version 1 files."""
     ids = _capture(dataset)
@@ -296,9 +312,9 @@ def test_an_older_file_arriving_after_open_is_read_by_a_narrowed_lookup(dataset:
         schema, rows = _outcome_rows(dataset, kind=None)
         decision = next(r for r in rows if r["record_id"] == ids[0] and r["replay_kind"] == "decision")
         outcome = next(r for r in rows if r["outcome_decision_id"] == ids[0])
-        late = [
-            dict(decision, span_id="b" * 16, record_id="late-decision", correlation_id="trade-c"),
-            dict(outcome, span_id="c" * 16, record_id="late-outcome", outcome_decision_id="late-decision"),
+        late = [  # written by a version 1 writer, before records carried their sealed place
+            dict(_unplaced(decision), span_id="b" * 16, record_id="late-decision", correlation_id="trade-c"),
+            dict(_unplaced(outcome), span_id="c" * 16, record_id="late-outcome", outcome_decision_id="late-decision"),
         ]
         _add(dataset, "part-9-late.parquet", late, schema)
         rewrite_as_version_1(next((dataset / "spans").rglob("part-9-late.parquet")))

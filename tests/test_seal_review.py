@@ -98,6 +98,9 @@ def test_a_decision_copied_into_another_trace_is_named_a_copy_and_the_original_k
         assert problem.problem.startswith(MISPLACED) and f"{'a' * 32}-{'b' * 16}" in problem.problem
         assert record.seal.span in problem.problem
         assert store.record(record.record_id) == record  # the original, at its own span
+        shown = store.rows("SELECT trace_id, span_id FROM decisions WHERE record_id = ?", [record.record_id])
+        assert shown == [{"trace_id": record.span.trace_id, "span_id": record.span.span_id}]  # not the copy
+        assert len(store.rows("SELECT * FROM spans WHERE record_id = ?", [record.record_id])) >= 3
         tree = store.causal_tree(record.record_id)
         assert tree[0]["span_id"] == record.span.span_id and not any("FORGED" in r["name"] for r in tree)
     result = _replay_cli(record.record_id, dataset, live)
@@ -123,6 +126,7 @@ def test_a_record_sealed_before_places_were_sealed_still_conflicts_when_copied(d
         assert [p.record_id for p in problems] == ["older-1"] and "copied to another trace" in problems[0].problem
         with pytest.raises(ConflictingRecords, match="copied to another trace"):
             store.record("older-1")
+        assert len(store.rows("SELECT * FROM decisions WHERE record_id = 'older-1'")) == 2  # both shown, as before
         assert store.record(record.record_id) == record
 
 
@@ -178,6 +182,8 @@ def test_a_commit_and_its_compensation_copied_into_another_trace_still_count(tmp
         assert store.compensation_for(d.record_id)["executed"] == "rolled_back"
         problems = store.verify(load_signing_key()).problems
         assert len(problems) == len(copies) and all(p.problem.startswith(MISPLACED) for p in problems)
+        gates = store.rows("SELECT trace_id FROM gates WHERE decision_id = ?", [d.record_id])
+        assert gates and all(g["trace_id"] != "a" * 32 for g in gates)  # the copies are not in the view
 
 
 # --- finding 10: a row the hash cannot encode -------------------------------------------------------

@@ -24,6 +24,14 @@
 CREATE OR REPLACE MACRO unambiguous(attributes) AS
     attributes IS NULL OR len(json_keys(attributes)) = len(list_distinct(json_keys(attributes)));
 
+-- sealed_here(attributes, trace_id, span_id): false for a verbatim copy of a
+-- record stored at another span than the one it was sealed in (its sealed
+-- `replay.record.span` names another trace and span). Records written before
+-- that attribute existed do not carry it and pass. The record views below
+-- leave such a copy out; `spans` shows it, and `otel-replay verify` names it.
+CREATE OR REPLACE MACRO sealed_here(attributes, trace_id, span_id) AS
+    coalesce(attributes ->> '$."replay.record.span"' = trace_id || '-' || span_id, true);
+
 -- spans: one row per stored span, every column of the storage schema plus `date`
 -- and `filename`.
 CREATE OR REPLACE VIEW spans AS
@@ -63,7 +71,8 @@ SELECT
     trace_id,
     span_id,
     parent_span_id
-FROM query_table(source) WHERE replay_kind = 'decision' AND unambiguous(attributes));
+FROM query_table(source)
+WHERE replay_kind = 'decision' AND unambiguous(attributes) AND sealed_here(attributes, trace_id, span_id));
 
 CREATE OR REPLACE VIEW decisions AS
 SELECT * FROM decisions_in('spans');
@@ -162,7 +171,8 @@ SELECT
     start_time                                                       AS recorded_at,
     trace_id,
     span_id
-FROM query_table(source) WHERE replay_kind = 'audit_entry' AND unambiguous(attributes));
+FROM query_table(source)
+WHERE replay_kind = 'audit_entry' AND unambiguous(attributes) AND sealed_here(attributes, trace_id, span_id));
 
 CREATE OR REPLACE VIEW audit_entries AS
 SELECT * FROM audit_entries_in('spans');
@@ -189,7 +199,7 @@ FROM (
     FROM query_table(source)
     WHERE replay_kind = 'outcome'
 )
-WHERE unambiguous(attributes)
+WHERE unambiguous(attributes) AND sealed_here(attributes, trace_id, span_id)
 QUALIFY row_number() OVER (PARTITION BY decision_id ORDER BY recorded_at, span_id) = 1;
 
 -- outcome_spans_for('name'): every outcome span naming one of the decisions
@@ -247,7 +257,7 @@ SELECT
     start_time                                             AS recorded_at,
     trace_id,
     span_id
-FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes));
+FROM spans WHERE replay_kind = 'gate' AND unambiguous(attributes) AND sealed_here(attributes, trace_id, span_id));
 
 -- ---------------------------------------------------------------------------
 -- Decision and outcome facts: what `calibration` and a scan of decisions need,
@@ -284,7 +294,8 @@ SELECT
     decision_type,
     coalesce(decision_confidence,
              TRY_CAST(attributes ->> '$."replay.decision.confidence"' AS DOUBLE)) AS confidence
-FROM query_table(source) WHERE replay_kind = 'decision' AND unambiguous(attributes);
+FROM query_table(source)
+WHERE replay_kind = 'decision' AND unambiguous(attributes) AND sealed_here(attributes, trace_id, span_id);
 
 CREATE OR REPLACE MACRO outcome_facts_in(source) AS TABLE
 SELECT
@@ -295,7 +306,8 @@ SELECT
     coalesce(outcome_correct,
              TRY_CAST(attributes ->> '$."replay.outcome.correct"' AS BOOLEAN)) AS outcome_correct,
     start_time                                                       AS recorded_at
-FROM query_table(source) WHERE replay_kind = 'outcome' AND unambiguous(attributes);
+FROM query_table(source)
+WHERE replay_kind = 'outcome' AND unambiguous(attributes) AND sealed_here(attributes, trace_id, span_id);
 
 -- span_facts: the stored facts rows. Empty here; the Store points it at the
 -- facts files it validated (queries/facts_source.sql), and fact_covered()

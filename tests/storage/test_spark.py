@@ -103,3 +103,45 @@ def test_spark_reads_a_dataset_mixing_storage_schema_versions(make_dataset, spar
             assert [_comparable(r["body"]) for r in duck] == [_comparable(r["body"]) for r in rows], chain_id
             compared += sum(1 for r in rows if _comparable(r["body"]).get("outcome_id"))
     assert compared >= 2  # outcomes found in both versions' files
+
+
+def test_spark_and_duckdb_leave_out_copies_stored_at_another_span_than_sealed(make_dataset, spark: Any) -> None:
+    """A record row whose sealed ``replay.record.span`` names another span is a copy: neither engine shows it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from otel_replay import semconv as sc
+
+    path, _ = make_dataset(spans=1500, ids=150, duplicates=0)
+    chain_id = "trade-000000007"
+    tables = [pq.read_table(f, partitioning=None) for f in live_files(path)]
+    rows = [r for t in tables for r in t.to_pylist() if r["correlation_id"] == chain_id]
+    records = [r for r in rows if r["replay_kind"] in ("decision", "audit_entry", "outcome")]
+    assert {r["replay_kind"] for r in records} >= {"decision", "audit_entry"}
+    added = []
+    for i, row in enumerate(records):
+        attrs = json.loads(row["attributes"])
+        place = f"{row['trace_id']}-{row['span_id']}"
+        sealed = dict(row, attributes=json.dumps({**attrs, sc.RECORD_SPAN: place}))  # the record, in its place
+        copy = dict(sealed, trace_id=f"{i + 1:032x}", span_id=f"{i + 1:016x}")  # the same bytes, elsewhere
+        added += [sealed, copy]
+    schema = tables[0].schema
+    out = Path(live_files(path)[0]).parent / "sealed-and-copied.parquet"
+    pq.write_table(pa.Table.from_pylist(added, schema=schema), out)
+    files = live_files(path)
+    frame = spark.read.option("basePath", str(path / "spans")).parquet(*files)
+    frame.createOrReplaceTempView("spans")
+    chain_sql = resources.files("otel_replay.queries").joinpath("chains/trade.spark.sql").read_text()
+    wrapped = f"SELECT layer, unix_micros(event_time) AS t, record_id, body FROM ({chain_sql})"
+    with Store(path) as store:
+        duck = store.run("chains/trade", chain_id=chain_id, chain_limit=101)
+        spark_rows = spark.sql(wrapped, args={"chain_id": chain_id, "chain_limit": 101}).collect()
+    assert [(r["layer"], _micros(r["event_time"]), r["record_id"]) for r in duck] == [
+        (r["layer"], r["t"], r["record_id"]) for r in spark_rows
+    ]
+    shown = {(json.loads(r["body"])["trace_id"], json.loads(r["body"])["span_id"]) for r in duck}
+    copies = {(r["trace_id"], r["span_id"]) for r in added[1::2]}
+    assert shown and not shown & copies  # only the rows in their sealed place (or sealed before places were)
+    layers = [r["layer"] for r in duck]
+    decisions = sum(1 for r in records if r["replay_kind"] == "decision")
+    assert layers.count("trace") == decisions  # each decision once (its stored row and the sealed one share a span)

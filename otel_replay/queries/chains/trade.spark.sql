@@ -10,6 +10,7 @@ WITH chain_spans AS (
     WHERE correlation_id = :chain_id
       AND (attributes IS NULL
            OR size(json_object_keys(attributes)) = size(array_distinct(json_object_keys(attributes))))
+      AND coalesce(get_json_object(attributes, "$['replay.record.span']") = concat(trace_id, '-', span_id), true)
 ), deduped AS (
     SELECT * FROM (
         SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY start_time) AS copy_no
@@ -56,6 +57,7 @@ WITH chain_spans AS (
                AND get_json_object(attributes, "$['replay.outcome.decision_id']") IN (SELECT record_id FROM decisions)))
       AND (attributes IS NULL
            OR size(json_object_keys(attributes)) = size(array_distinct(json_object_keys(attributes))))
+      AND coalesce(get_json_object(attributes, "$['replay.record.span']") = concat(trace_id, '-', span_id), true)
 ), outcomes AS (
     SELECT * FROM (
         SELECT
