@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Final
+from typing import Any, Final
 
 from otel_replay.errors import ConfigError
 
@@ -62,6 +62,7 @@ __all__ = [
     "SERVE_HTTP",
     "SIGNING_KEY",
     "absolute_dataset",
+    "check_number",
     "dataset_dir",
     "env_flag",
     "env_number",
@@ -120,12 +121,37 @@ def env_number(
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
+    return _bounded(f"{name}={raw!r}", value, minimum, maximum, integer)
+
+
+def check_number(
+    name: str, value: Any, *, minimum: float = 0.0, maximum: float | None = None, integer: bool = False
+) -> float:
+    """An argument given from Python, checked as :func:`env_number` checks a variable: ``value`` as a float.
+
+    Raises:
+        ConfigError: ``name`` and the value, when it is not a number (a bool
+            is not), not finite, not above ``minimum``, above ``maximum``, or
+            not whole where ``integer`` is asked for.
+
+    """
+    shown = f"{name}={value!r}"[:120]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{shown} is not a number")
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range
+        raise ConfigError(f"{shown} must be at most {maximum if maximum is not None else 'a float'}") from None
+    return _bounded(shown, number, minimum, maximum, integer)
+
+
+def _bounded(shown: str, value: float, minimum: float, maximum: float | None, integer: bool) -> float:
     if not math.isfinite(value) or value <= minimum:
-        raise ConfigError(f"{name}={raw!r} must be a finite number above {minimum:g}")
+        raise ConfigError(f"{shown} must be a finite number above {minimum:g}")
     if maximum is not None and value > maximum:
-        raise ConfigError(f"{name}={raw!r} must be at most {maximum:g}")
+        raise ConfigError(f"{shown} must be at most {maximum:g}")
     if integer and not value.is_integer():
-        raise ConfigError(f"{name}={raw!r} must be a whole number")
+        raise ConfigError(f"{shown} must be a whole number")
     return value
 
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from otel_replay import settings
 from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
 from otel_replay.location import Location, is_remote, resolve
 
@@ -169,9 +170,10 @@ class DatasetWriter:
         """Open (creating) ``dataset_dir``; see the class docstring for the roll rules and ``when_full``."""
         if when_full not in ("wait", "drop"):
             raise ConfigError(f"when_full={when_full!r} must be 'wait' or 'drop'")
-        for name, value in (("max_rows", max_rows), ("max_bytes", max_bytes), ("max_age_seconds", max_age_seconds)):
-            if not value > 0 or value != value or value == float("inf"):
-                raise ConfigError(f"{name}={value!r} must be a positive finite number")
+        settings.check_number("max_rows", max_rows, integer=True, maximum=2**53)
+        settings.check_number("max_bytes", max_bytes, integer=True, maximum=2**53)
+        # past this the roll and the retry after a failed write would never come: spans would sit unwritten
+        settings.check_number("max_age_seconds", max_age_seconds, maximum=settings.MAX_WAIT_SECONDS)
         self.location = resolve(dataset_dir)
         self.root: Path | str
         self.spans_dir: Path | str
