@@ -35,7 +35,9 @@ SDK's own and are resolved by ``Resource.create``.
 
 from __future__ import annotations
 
+import decimal
 import math
+import numbers
 import os
 import re
 from typing import Any, Final
@@ -135,13 +137,17 @@ def check_number(
             not whole where ``integer`` is asked for.
 
     """
-    shown = f"{name}={value!r}"[:120]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        shown = f"{name}=<an int of {value.bit_length()} bits>"  # repr() of a long enough int raises
+    else:
+        shown = f"{name}={value!r}"[:120]
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, decimal.Decimal)):
         raise ConfigError(f"{shown} is not a number")
     try:
         number = float(value)
-    except OverflowError:  # an int past a float's range
-        raise ConfigError(f"{shown} must be at most {maximum if maximum is not None else 'a float'}") from None
+    except (OverflowError, ValueError, decimal.InvalidOperation):  # past a float's range
+        too_large = f"{shown} must be at most {maximum:g}" if maximum is not None else f"{shown} is too large"
+        raise ConfigError(too_large) from None
     return _bounded(shown, number, minimum, maximum, integer)
 
 

@@ -89,9 +89,14 @@ def test_a_bad_limit_argument_and_a_dataset_that_is_a_file_fail_at_configure(tmp
     for bad, message in ((1e300, "must be at most"), (float("nan"), "finite"), ("5", "not a number"), (True, "number")):
         with pytest.raises(ConfigError, match=f"max_age_seconds=.*{message}"):
             otel_replay.configure(tmp_path / "d", max_file_age_seconds=bad, set_global=False)  # type: ignore[arg-type]
-    for bad_rows in (0, 1.5, 10**30):
+    for bad_rows in (0, 1.5, 10**30, 10**5000):  # an int past 4300 digits has no repr(): named by its size
         with pytest.raises(ConfigError, match="max_rows="):
             ParquetSpanExporter(tmp_path / "d", max_rows=bad_rows)  # type: ignore[arg-type]
+    from decimal import Decimal
+
+    exporter = ParquetSpanExporter(tmp_path / "d", max_age_seconds=Decimal("2.5"))  # any real number, kept as a float
+    assert exporter.writer.max_age_seconds == 2.5 and isinstance(exporter.writer.max_age_seconds, float)
+    exporter.shutdown()
     (tmp_path / "f").write_text("x")
     with pytest.raises(DatasetError, match="cannot create the dataset directory"):
         otel_replay.configure(tmp_path / "f", set_global=False)
