@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
 from otel_replay import Action, DependencySnapshot
 
 
@@ -22,3 +28,20 @@ def payment(cost: float = 4200, recipient: str = "acme-supplies") -> Action:
 
 def snapshot() -> DependencySnapshot:
     return DependencySnapshot(SNAPSHOT_STATE, version="v7", captured_at="2026-01-01T00:00:00+00:00")
+
+
+def in_forked_child(work: Callable[[], Any]) -> Any:
+    """What ``work()`` returns when run in a forked child of this process (JSON through a pipe)."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, json.dumps(work()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        return json.loads(pipe.read())

@@ -178,24 +178,11 @@ def test_record_ids_are_unique_across_threads_and_pool_refills():
 
 
 def test_a_forked_child_never_hands_out_its_parents_pooled_ids():
-    import os
-    import warnings
-
     from otel_replay.records import new_id
 
+    from ._support import in_forked_child
+
     new_id()  # the pool now holds 255 ids the parent has not handed out yet
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            os.write(write, json.dumps([new_id() for _ in range(100)]).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    os.waitpid(pid, 0)
-    with os.fdopen(read) as pipe:
-        child = set(json.loads(pipe.read()))
+    child = set(in_forked_child(lambda: [new_id() for _ in range(100)]))
     parent = {new_id() for _ in range(100)}
     assert len(child) == 100 and not child & parent

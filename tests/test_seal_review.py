@@ -6,8 +6,6 @@ Also the capture-input errors (nesting, huge numbers) and relative dataset paths
 from __future__ import annotations
 
 import json
-import os
-import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,7 +32,7 @@ from otel_replay.integrity import (
 from otel_replay.store import restore_attributes
 from otel_replay.trust import select_trusted, split_trusted
 
-from ._support import payment, snapshot
+from ._support import in_forked_child, payment, snapshot
 from .test_trust import Rows, _add_file, _decision_row, _ints, _replay_cli, _rows
 
 KEY = SigningKey(b"k" * 32)
@@ -225,20 +223,12 @@ def test_seal_check_turns_unhashable_values_into_a_problem():
 def test_a_forked_child_seals_into_a_new_chain():
     recorder = Recorder(key=KEY)
     parent = recorder.chain.seal("p0", sc.SPAN_DECISION, 1, {sc.RECORD_ID: "p0"})
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            seal = recorder.chain.seal("c0", sc.SPAN_DECISION, 2, {sc.RECORD_ID: "c0"})
-            os.write(write, json.dumps([seal.chain_id, seal.seq, seal.prev_hash]).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    os.waitpid(pid, 0)
-    with os.fdopen(read) as pipe:
-        chain_id, seq, prev_hash = json.loads(pipe.read())
+
+    def child() -> list[object]:
+        seal = recorder.chain.seal("c0", sc.SPAN_DECISION, 2, {sc.RECORD_ID: "c0"})
+        return [seal.chain_id, seal.seq, seal.prev_hash]
+
+    chain_id, seq, prev_hash = in_forked_child(child)
     assert chain_id != parent.chain_id and seq == 0 and prev_hash == "0" * 64
     assert recorder.chain.seal("p1", sc.SPAN_DECISION, 3, {sc.RECORD_ID: "p1"}).seq == 1  # the parent goes on
 
