@@ -42,7 +42,6 @@ import hashlib
 import json
 import os
 import socket
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,7 +56,7 @@ from otel_replay.errors import (
     GateError,
     PayloadError,
 )
-from otel_replay.exporters.writer import fsync_dir
+from otel_replay.exporters.writer import write_bytes_atomic
 from otel_replay.location import Location, resolve
 
 if TYPE_CHECKING:
@@ -270,14 +269,8 @@ class CompensationClaims:
         if self.location.remote:
             self._put(claim, text.encode(), receipt_id=receipt_id, final=final)
             return
-        assert isinstance(self.directory, Path)
-        tmp = self.directory / f".{claim.key}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, claim.path)
-        fsync_dir(self.directory)
+        assert isinstance(self.directory, Path) and isinstance(claim.path, Path)
+        write_bytes_atomic(text.encode(), claim.path)
 
     def _put(self, claim: Claim, data: bytes, *, receipt_id: str, final: bool = False) -> None:
         """Write the claim object only if it is as this claimant last saw it (compare-and-swap on its ETag).

@@ -57,6 +57,7 @@ __all__ = [
     "copied_elsewhere",
     "load_signing_key",
     "span_place",
+    "unhashable",
     "record_hash",
     "verify_records",
 ]
@@ -327,6 +328,8 @@ class VerifyReport:
     problems: list[VerifyProblem] = field(default_factory=list)
     unreadable_files: list[str] = field(default_factory=list)
     """Files that could not be read at all, so their records were not checked."""
+    dropped_by_retention: int = 0
+    """Chains whose missing predecessor a signed retention checkpoint names (cut by retention, not deleted)."""
 
     @property
     def ok(self) -> bool:
@@ -346,7 +349,7 @@ UNREADABLE = "unreadable attributes: "
 """How :meth:`SealCheck.problem` starts the problem of a row whose attributes cannot be read or hashed."""
 
 
-def _unhashable(exc: BaseException) -> str:
+def unhashable(exc: BaseException) -> str:
     """One line on why a stored row's attributes cannot be hashed (never the offending text itself)."""
     if isinstance(exc, UnicodeError):
         return "a value holds text that is not valid Unicode (a lone surrogate such as \\ud800)"
@@ -392,7 +395,7 @@ class SealCheck:
         try:
             digest = record_hash(rec.name, rec.start_ns, attrs)
         except (UnicodeError, ValueError, RecursionError) as exc:  # CaptureError is a ValueError
-            return UNREADABLE + _unhashable(exc), False
+            return UNREADABLE + unhashable(exc), False
         if digest != stored:
             return "content edited (hash mismatch)", False
         misplaced = _misplaced(rec)
@@ -414,14 +417,19 @@ def _misplaced(rec: StoredRecord) -> str | None:
     here = f"{rec.trace_id or '?'}-{rec.span_id or '?'}"
     if sealed_in == here:
         return None
-    shown = str(sealed_in)[:49]  # a forged value cannot get this far (it is hashed and signed); bounded anyway
+    shown = _cap(str(sealed_in))  # a forged value cannot get this far (it is hashed and signed); bounded anyway
     return (
-        f"{MISPLACED}sealed in span {shown}, stored in {here}: a verbatim copy, not the record "
+        f"{MISPLACED}sealed in span {shown}, stored in {_cap(here)}: a verbatim copy, not the record "
         "(the row stored in the sealed span is the record; remove the copy)"
     )
 
 
-def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[SigningKey] | None) -> VerifyReport:
+def verify_records(
+    records: Iterable[StoredRecord],
+    keys: SigningKey | Sequence[SigningKey] | None,
+    *,
+    dropped: Mapping[tuple[str, int], tuple[str, str]] | None = None,
+) -> VerifyReport:
     """Check hashes, signatures and chain links of every record span.
 
     Detects a record span with no seal (forged, or written by another tool),
@@ -440,6 +448,12 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
     newest records of a chain leaves no successor to notice. With no ``keys``,
     hashes and links are checked and signatures are not (counted in
     :attr:`VerifyReport.unsigned_checked`).
+
+    ``dropped``: (chain id, sequence number) -> (record id, hash) of records
+    that retention dropped and vouched for in signed checkpoints
+    (:func:`otel_replay.storage.retention_marks.vouched_links`). A missing
+    predecessor that matches one is counted in
+    :attr:`VerifyReport.dropped_by_retention`, not reported.
     """
     check = SealCheck(keys, require_signed=False)
     report = VerifyReport()
@@ -478,8 +492,8 @@ def verify_records(records: Iterable[StoredRecord], keys: SigningKey | Sequence[
         if problem is not None:
             report.problems.append(VerifyProblem(rec.record_id, problem, rec.file))
     report.chains = len(chains)
-    for by_seq in chains.values():
-        _check_links(by_seq, report)
+    for chain_id, by_seq in chains.items():
+        _check_links(chain_id, by_seq, report, dropped or {})
     return report
 
 
@@ -493,11 +507,16 @@ def copied_elsewhere(first: StoredRecord, other: StoredRecord) -> str:
     original cannot be told from the dataset, so neither is trusted.
     """
     return (
-        f"copied to another trace: the same sealed record is stored at trace {first.trace_id or '?'} "
-        f"span {first.span_id or '?'} [{first.file}] and at trace {other.trace_id or '?'} "
-        f"span {other.span_id or '?'} [{other.file}]; its seal (an older record's) does not "
+        f"copied to another trace: the same sealed record is stored at trace {_cap(first.trace_id or '?')} "
+        f"span {_cap(first.span_id or '?')} [{first.file}] and at trace {_cap(other.trace_id or '?')} "
+        f"span {_cap(other.span_id or '?')} [{other.file}]; its seal (an older record's) does not "
         "cover the span ids, so neither place is trusted (remove the copy that is not yours)"
     )
+
+
+def _cap(text: str, limit: int = 49) -> str:
+    """``text`` cut to ``limit`` characters: stored ids are whatever a writer put there (a 32 + 1 + 16 id fits)."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _seq(attrs: Mapping[str, Any]) -> int:
@@ -507,7 +526,12 @@ def _seq(attrs: Mapping[str, Any]) -> int:
         return -1
 
 
-def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) -> None:
+def _check_links(
+    chain_id: str,
+    by_seq: dict[int, list[StoredRecord]],
+    report: VerifyReport,
+    dropped: Mapping[tuple[str, int], tuple[str, str]],
+) -> None:
     first = min(by_seq)
     for seq in sorted(by_seq):
         group = by_seq[seq]
@@ -531,6 +555,9 @@ def _check_links(by_seq: dict[int, list[StoredRecord]], report: VerifyReport) ->
                 )
             continue
         before = by_seq.get(seq - 1)
+        if not before and dropped.get((chain_id, seq - 1)) == (prev_id, prev_hash):
+            report.dropped_by_retention += 1  # the very predecessor a signed retention checkpoint names
+            continue
         if not before:
             # With nothing earlier of its chain left, retention (compact --older-than) may have dropped the start.
             retention = " (or dropped by retention: no earlier record of its chain is left)" if seq == first else ""

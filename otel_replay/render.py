@@ -284,6 +284,9 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     if report.unsigned_checked:
         why = "no signing key given" if not have_key else "no key given for them"
         unsigned = f" ({_count(report.unsigned_checked, 'signature')} not checked: {why})"
+    if report.dropped_by_retention:
+        cut = _count(report.dropped_by_retention, "chain")
+        unsigned += f"; {cut} starting where retention dropped its earlier records (signed checkpoints)"
     if report.ok:
         _print(
             f"[green]OK[/green] {where}: {_count(report.records, 'record')} in "

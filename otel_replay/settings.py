@@ -35,10 +35,12 @@ SDK's own and are resolved by ``Resource.create``.
 
 from __future__ import annotations
 
+import decimal
 import math
+import numbers
 import os
 import re
-from typing import Final
+from typing import Any, Final
 
 from otel_replay.errors import ConfigError
 
@@ -62,6 +64,7 @@ __all__ = [
     "SERVE_HTTP",
     "SIGNING_KEY",
     "absolute_dataset",
+    "check_number",
     "dataset_dir",
     "env_flag",
     "env_number",
@@ -120,12 +123,41 @@ def env_number(
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
+    return _bounded(f"{name}={raw!r}", value, minimum, maximum, integer)
+
+
+def check_number(
+    name: str, value: Any, *, minimum: float = 0.0, maximum: float | None = None, integer: bool = False
+) -> float:
+    """An argument given from Python, checked as :func:`env_number` checks a variable: ``value`` as a float.
+
+    Raises:
+        ConfigError: ``name`` and the value, when it is not a number (a bool
+            is not), not finite, not above ``minimum``, above ``maximum``, or
+            not whole where ``integer`` is asked for.
+
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        shown = f"{name}=<an int of {value.bit_length()} bits>"  # repr() of a long enough int raises
+    else:
+        shown = f"{name}={value!r}"[:120]
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, decimal.Decimal)):
+        raise ConfigError(f"{shown} is not a number")
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, decimal.InvalidOperation):  # past a float's range
+        too_large = f"{shown} must be at most {maximum:g}" if maximum is not None else f"{shown} is too large"
+        raise ConfigError(too_large) from None
+    return _bounded(shown, number, minimum, maximum, integer)
+
+
+def _bounded(shown: str, value: float, minimum: float, maximum: float | None, integer: bool) -> float:
     if not math.isfinite(value) or value <= minimum:
-        raise ConfigError(f"{name}={raw!r} must be a finite number above {minimum:g}")
+        raise ConfigError(f"{shown} must be a finite number above {minimum:g}")
     if maximum is not None and value > maximum:
-        raise ConfigError(f"{name}={raw!r} must be at most {maximum:g}")
+        raise ConfigError(f"{shown} must be at most {maximum:g}")
     if integer and not value.is_integer():
-        raise ConfigError(f"{name}={raw!r} must be a whole number")
+        raise ConfigError(f"{shown} must be a whole number")
     return value
 
 

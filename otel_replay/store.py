@@ -1062,7 +1062,13 @@ class Store:
             report = VerifyReport()
             report.unreadable_files = [problem.path for problem in self.skipped]
             return report
-        report = verify_records((stored_record(row) for row in self.run("sealed_records")), keys)
+        from otel_replay.storage.retention_marks import read_marks, vouched_links
+
+        marks, unreadable_marks = read_marks(self.location)
+        dropped, refused_marks = vouched_links(marks, keys)
+        rows = (stored_record(row) for row in self.run("sealed_records"))
+        report = verify_records(rows, keys, dropped=dropped)
+        report.problems += unreadable_marks + refused_marks
         report.unreadable_files = [problem.path for problem in self.skipped]
         return report
 

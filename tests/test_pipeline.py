@@ -9,6 +9,7 @@ import pytest
 import otel_replay
 from otel_replay import ActionGate, ConfigError, DatasetError, FixAction, ReferenceLedger, Store, audit, replay
 from otel_replay.capture import get_recorder
+from otel_replay.exporters import ParquetSpanExporter
 
 from ._support import budget_policy, payment, snapshot
 
@@ -84,6 +85,18 @@ def test_the_signing_key_is_checked_at_configure_not_at_the_first_seal(dataset):
 def test_a_bad_limit_argument_and_a_dataset_that_is_a_file_fail_at_configure(tmp_path):
     with pytest.raises(ConfigError, match="max_age_seconds=-1"):
         otel_replay.configure(tmp_path / "d", max_file_age_seconds=-1, set_global=False)
+    # Past the longest wait the roll and the retry after a failed write would never come.
+    for bad, message in ((1e300, "must be at most"), (float("nan"), "finite"), ("5", "not a number"), (True, "number")):
+        with pytest.raises(ConfigError, match=f"max_age_seconds=.*{message}"):
+            otel_replay.configure(tmp_path / "d", max_file_age_seconds=bad, set_global=False)  # type: ignore[arg-type]
+    for bad_rows in (0, 1.5, 10**30, 10**5000):  # an int past 4300 digits has no repr(): named by its size
+        with pytest.raises(ConfigError, match="max_rows="):
+            ParquetSpanExporter(tmp_path / "d", max_rows=bad_rows)  # type: ignore[arg-type]
+    from decimal import Decimal
+
+    exporter = ParquetSpanExporter(tmp_path / "d", max_age_seconds=Decimal("2.5"))  # any real number, kept as a float
+    assert exporter.writer.max_age_seconds == 2.5 and isinstance(exporter.writer.max_age_seconds, float)
+    exporter.shutdown()
     (tmp_path / "f").write_text("x")
     with pytest.raises(DatasetError, match="cannot create the dataset directory"):
         otel_replay.configure(tmp_path / "f", set_global=False)

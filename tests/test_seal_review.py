@@ -10,6 +10,7 @@ import os
 import warnings
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -377,3 +378,61 @@ def test_the_exporter_makes_local_paths_absolute_and_leaves_uris(tmp_path, monke
     assert settings.absolute_dataset("s3://bucket/prefix") == "s3://bucket/prefix"
     assert settings.absolute_dataset("file:///data/traces") == "file:///data/traces"
     assert settings.absolute_dataset("./x") == str(tmp_path / "x")
+
+
+# --- second reading of the sealed place ---------------------------------------------------------------
+
+
+def test_a_copy_without_ids_is_left_out_of_the_views_as_verify_refuses_it(decided, dataset):
+    """A NULL id read as '?' in SQL as in Python: the copy neither verifies nor shows (it used to count thrice)."""
+    record, _ = decided
+    _, table = _rows(dataset)
+    row = dict(_decision_row(table, record.record_id))
+    copies = [dict(row, trace_id=None), dict(row, span_id=None), dict(row, trace_id=None, span_id=None)]
+    loose = pa.schema([f.with_nullable(True) if f.name in ("trace_id", "span_id") else f for f in table.schema])
+    _add_file(dataset, copies, loose, name="no-ids.parquet")  # a foreign writer's schema lets ids be null
+    with otel_replay.open(dataset) as store:
+        assert len(store.rows("SELECT * FROM decisions WHERE record_id = ?", [record.record_id])) == 1
+        assert sum(r["decisions"] for r in store.decision_summary()) == 1
+        problems = store.verify(load_signing_key()).problems
+        assert len(problems) == 3 and all(p.problem.startswith(MISPLACED) for p in problems)
+
+
+def test_a_record_that_cannot_be_sealed_is_refused_before_its_span_starts():
+    """A span started and never ended would sit in every processor that tracks open spans."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    from otel_replay import AuditLog
+
+    class Open(SpanProcessor):
+        def __init__(self) -> None:
+            self.open: set[int] = set()
+
+        def on_start(self, span, parent_context=None):  # type: ignore[no-untyped-def]
+            self.open.add(span.context.span_id)
+
+        def on_end(self, span):  # type: ignore[no-untyped-def]
+            self.open.discard(span.context.span_id)
+
+    provider, tracking = TracerProvider(), Open()
+    provider.add_span_processor(tracking)
+    previous = set_recorder(Recorder(provider.get_tracer(sc.INSTRUMENTATION_NAME), key=KEY))
+    try:
+        for _ in range(5):
+            with pytest.raises(CaptureError, match="cannot be sealed: a value holds text that is not valid Unicode"):
+                AuditLog().append("evt", source_agent="agent\ud800")
+        AuditLog().append("evt", source_agent="agent")
+    finally:
+        set_recorder(previous)
+    assert tracking.open == set()
+
+
+def test_problem_messages_bound_the_ids_a_row_carries(decided, dataset):
+    """A forged id of 100 000 characters must not become 100 000 characters of verify output per row."""
+    record, _ = decided
+    _, table = _rows(dataset)
+    row = dict(_decision_row(table, record.record_id))
+    _add_file(dataset, [dict(row, trace_id="a" * 100_000)], table.schema, name="long-ids.parquet")
+    with otel_replay.open(dataset) as store:
+        (problem,) = store.verify(load_signing_key()).problems
+    assert problem.problem.startswith(MISPLACED) and len(str(problem)) < 600

@@ -17,8 +17,16 @@ from opentelemetry.trace import Link, Tracer, TracerProvider
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.sinks import MemorySink
-from otel_replay.errors import ConfigError
-from otel_replay.integrity import SEAL_KEYS, Chain, SigningKey, load_signing_key, span_place
+from otel_replay.errors import CaptureError, ConfigError
+from otel_replay.integrity import (
+    SEAL_KEYS,
+    Chain,
+    SigningKey,
+    load_signing_key,
+    record_hash,
+    span_place,
+    unhashable,
+)
 from otel_replay.records import Seal, SpanRef
 
 __all__ = ["Pipeline", "Recorder", "RecorderStats", "get_recorder", "mark_shut_down", "set_recorder"]
@@ -294,6 +302,12 @@ class Recorder:
         self.check_destination(name, record_id)
         chain = self.chain  # a tracer that would cut the record is refused before a span starts
         start_ns = time.time_ns()
+        # What would make sealing fail (text JSON cannot encode, nesting too deep) fails here, before a span
+        # starts: a span started and never ended would sit in span processors that track open spans.
+        try:
+            record_hash(name, start_ns, attributes)
+        except (UnicodeError, RecursionError) as exc:  # a CaptureError (not JSON) passes as it is
+            raise CaptureError(f"{name} record {record_id} cannot be sealed: {unhashable(exc)}") from None
         # Started first, so the seal covers the span the record is stored in; a record that cannot be
         # sealed leaves its span unended, and an unended span is never exported.
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)

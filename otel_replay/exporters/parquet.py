@@ -110,19 +110,16 @@ class ParquetSpanExporter(SpanExporter):
         """Create the exporter (and the dataset directory)."""
         self.writer = DatasetWriter(
             settings.absolute_dataset(settings.dataset_dir(dataset_dir)),  # a later chdir must not move it
-            max_rows=int(
-                max_rows if max_rows is not None else settings.env_number(settings.MAX_FILE_ROWS, 200_000, integer=True)
-            ),
-            max_bytes=int(
-                max_bytes
-                if max_bytes is not None
-                else settings.env_number(settings.MAX_FILE_BYTES, 128 * 1024 * 1024, integer=True)
-            ),
-            max_age_seconds=float(
-                max_age_seconds
-                if max_age_seconds is not None
-                else settings.env_number(settings.MAX_FILE_AGE, 5.0, maximum=settings.MAX_WAIT_SECONDS)
-            ),
+            # Given values are checked by the writer (one line naming the argument); the variables here.
+            max_rows=max_rows
+            if max_rows is not None
+            else int(settings.env_number(settings.MAX_FILE_ROWS, 200_000, integer=True)),
+            max_bytes=max_bytes
+            if max_bytes is not None
+            else int(settings.env_number(settings.MAX_FILE_BYTES, 128 * 1024 * 1024, integer=True)),
+            max_age_seconds=max_age_seconds
+            if max_age_seconds is not None
+            else settings.env_number(settings.MAX_FILE_AGE, 5.0, maximum=settings.MAX_WAIT_SECONDS),
             when_full="drop",  # the SDK's processor thread must never wait for the disk
         )
         self._shutdown = False

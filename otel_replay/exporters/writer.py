@@ -28,13 +28,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from otel_replay import settings
 from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
 from otel_replay.location import Location, is_remote, resolve
 
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
 
-__all__ = ["DatasetWriter", "PartialWriteError", "WriterStats", "fsync_dir", "write_atomic", "write_partitions"]
+__all__ = [
+    "DatasetWriter",
+    "PartialWriteError",
+    "WriterStats",
+    "fsync_dir",
+    "write_atomic",
+    "write_bytes_atomic",
+    "write_partitions",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -46,6 +55,18 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_bytes_atomic(data: bytes, path: Path) -> None:
+    """Write ``data`` to ``path`` via a temp file unique to this writer, fsync, rename, and a directory fsync."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def write_atomic(table: pa.Table, path: Path, *, compression: str = "zstd") -> None:
@@ -169,9 +190,10 @@ class DatasetWriter:
         """Open (creating) ``dataset_dir``; see the class docstring for the roll rules and ``when_full``."""
         if when_full not in ("wait", "drop"):
             raise ConfigError(f"when_full={when_full!r} must be 'wait' or 'drop'")
-        for name, value in (("max_rows", max_rows), ("max_bytes", max_bytes), ("max_age_seconds", max_age_seconds)):
-            if not value > 0 or value != value or value == float("inf"):
-                raise ConfigError(f"{name}={value!r} must be a positive finite number")
+        max_rows = int(settings.check_number("max_rows", max_rows, integer=True, maximum=2**53))
+        max_bytes = int(settings.check_number("max_bytes", max_bytes, integer=True, maximum=2**53))
+        # past this the roll and the retry after a failed write would never come: spans would sit unwritten
+        max_age_seconds = settings.check_number("max_age_seconds", max_age_seconds, maximum=settings.MAX_WAIT_SECONDS)
         self.location = resolve(dataset_dir)
         self.root: Path | str
         self.spans_dir: Path | str

@@ -7,7 +7,8 @@ WITH original AS (
            max(attributes ->> '$."replay.recording.fingerprint"') AS original_fingerprint,
            max(attributes ->> '$."replay.recording.outcome"')     AS original_outcome,
            min(start_time)                                         AS recorded_at
-    FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'recording')
+    FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans
+          WHERE replay_kind = 'recording' AND sealed_here(attributes, trace_id, span_id))
     GROUP BY session_id
 ), reruns AS (
     SELECT attributes ->> '$."replay.rerun.of_session"'                    AS session_id,
@@ -19,7 +20,8 @@ WITH original AS (
            attributes ->> '$."replay.rerun.divergence"'                    AS divergence,
            attributes ->> '$."replay.rerun.verdicts"'                      AS verdicts,
            start_time                                                      AS rerun_at
-    FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'rerun')
+    FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans
+          WHERE replay_kind = 'rerun' AND sealed_here(attributes, trace_id, span_id))
 )
 SELECT o.session_id, o.recorded_at, o.original_fingerprint, o.original_outcome,
        r.rerun_id, r.rerun_at, r.governance, r.matched, r.rerun_fingerprint, r.steps, r.divergence, r.verdicts

@@ -16,6 +16,7 @@ FROM (
     SELECT DISTINCT ON (trace_id, span_id) attributes
     FROM spans
     WHERE replay_kind = 'recording' AND session_id = getvariable('session_id')
+      AND sealed_here(attributes, trace_id, span_id)
 ) AS chunks,
 LATERAL unnest(json_extract(chunks.attributes ->> '$."replay.recording.events"', '$[*]')) AS t(e)
 ORDER BY seq;

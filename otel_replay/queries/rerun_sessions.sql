@@ -6,7 +6,8 @@ SELECT
     bool_or(TRY_CAST(attributes ->> '$."replay.recording.final"' AS BOOLEAN))    AS finished,
     max(attributes ->> '$."replay.recording.fingerprint"')                       AS fingerprint,
     min(start_time)                                                              AS recorded_at
-FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans WHERE replay_kind = 'recording')
+FROM (SELECT DISTINCT ON (trace_id, span_id) * FROM spans
+      WHERE replay_kind = 'recording' AND sealed_here(attributes, trace_id, span_id))
 WHERE session_id IS NOT NULL
 GROUP BY session_id
 ORDER BY recorded_at, session_id;

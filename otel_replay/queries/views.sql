@@ -27,10 +27,12 @@ CREATE OR REPLACE MACRO unambiguous(attributes) AS
 -- sealed_here(attributes, trace_id, span_id): false for a verbatim copy of a
 -- record stored at another span than the one it was sealed in (its sealed
 -- `replay.record.span` names another trace and span). Records written before
--- that attribute existed do not carry it and pass. The record views below
--- leave such a copy out; `spans` shows it, and `otel-replay verify` names it.
+-- that attribute existed do not carry it and pass. A missing id reads as '?',
+-- as `verify` reads it, so a copy without ids is left out too. The record views
+-- below leave such a copy out; `spans` shows it, and `otel-replay verify` names it.
 CREATE OR REPLACE MACRO sealed_here(attributes, trace_id, span_id) AS
-    coalesce(attributes ->> '$."replay.record.span"' = trace_id || '-' || span_id, true);
+    (attributes ->> '$."replay.record.span"') IS NULL
+    OR (attributes ->> '$."replay.record.span"') = coalesce(trace_id, '?') || '-' || coalesce(span_id, '?');
 
 -- spans: one row per stored span, every column of the storage schema plus `date`
 -- and `filename`.

@@ -64,7 +64,7 @@ from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.exporters.rows import request_to_table
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
-from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, env_number
+from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, check_number, env_number
 
 from .convert import CHUNK_ROWS, ChunkWriter, sanitize
 from .otlp_json import request_from_json
@@ -546,9 +546,17 @@ class Ingestor:
         if self.dataset.exists() and not self.dataset.is_dir():
             raise DatasetError(f"dataset {self.dataset} is a file, not a directory")
         # capped: a limit past 1 TiB means nothing here, and past 2**63 readline() cannot take it
-        self.max_line = int(max_line or env_number(INGEST_MAX_LINE, DEFAULT_MAX_LINE, maximum=2**40, integer=True))
-        self.max_ratio = float(max_ratio or env_number(INGEST_MAX_RATIO, DEFAULT_MAX_RATIO))
-        self.chunk_rows = chunk_rows
+        self.max_line = int(
+            env_number(INGEST_MAX_LINE, DEFAULT_MAX_LINE, maximum=2**40, integer=True)
+            if max_line is None
+            else check_number("max_line", max_line, maximum=2**40, integer=True)
+        )
+        self.max_ratio = (
+            env_number(INGEST_MAX_RATIO, DEFAULT_MAX_RATIO)
+            if max_ratio is None
+            else check_number("max_ratio", max_ratio, maximum=2**40)
+        )
+        self.chunk_rows = int(check_number("chunk_rows", chunk_rows, maximum=2**31, integer=True))
         self.dir = self.dataset / INGEST_DIR
         self.manifest_path = self.dir / MANIFEST
         self.pending_dir = self.dir / PENDING

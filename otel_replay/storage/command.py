@@ -113,6 +113,23 @@ def compact_command(
                 f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
                 f"({dropped.files} files, {dropped.rows} spans)"
                 + (f"; {dropped.claims_expired} expired claim(s) deleted" if dropped.claims_expired else "")
+                + (
+                    f"; {dropped.checkpoints} retention checkpoint(s) vouch for {dropped.links} chain cut(s)"
+                    if dropped.checkpoints
+                    else ""
+                )
+                + (
+                    f"; {dropped.unvouched} chain cut(s) not vouched for (a record failed its seal or a file "
+                    "could not be read): verify will report them"
+                    if dropped.unvouched
+                    else ""
+                )
+                + (
+                    "; no signing key (OTEL_REPLAY_SIGNING_KEY / OTEL_REPLAY_KEY_FILE): no retention checkpoint "
+                    "written, so verify reports the chains this cut"
+                    if dropped.no_key and dropped.dropped
+                    else ""
+                )
                 + (f"; busy, left for later: {', '.join(dropped.busy)}" if dropped.busy else "")
                 + (
                     f"; {len(dropped.not_partitions)} date= folder(s) that are not dates skipped: "

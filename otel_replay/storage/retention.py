@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError
 from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import Location, resolve
 
 from . import objects
@@ -52,6 +53,7 @@ from .manifest import (
     partition_live_files,
     visible_names,
 )
+from .retention_marks import dropped_links, write_mark
 
 DEFAULT_GRACE_SECONDS = 600.0
 """On an object store: how long a dropped partition's objects stay for readers that listed them."""
@@ -75,6 +77,14 @@ class RetentionReport:
     not_partitions: list[str] = field(default_factory=list)
     claims_expired: int = 0
     """Outcome and compensation claim files deleted (written before the cutoff; see the module docstring)."""
+    checkpoints: int = 0
+    """Retention checkpoints written (one per dropped partition; see :mod:`.retention_marks`)."""
+    links: int = 0
+    """Chain cuts the checkpoints vouch for, so ``verify`` tells them from deletions."""
+    unvouched: int = 0
+    """Newest records of a run that failed their seal check or sat in unreadable files: not vouched for."""
+    no_key: bool = False
+    """No signing key was found: no checkpoint written, ``verify`` reports the cut chains."""
 
 
 def _rows(path: Path) -> int:
@@ -91,13 +101,17 @@ def drop_older_than(
     today: dt.date | None = None,
     lease_wait: float = 0.0,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    key: SigningKey | None = None,
 ) -> RetentionReport:
     """Drop every partition whose date is more than ``days`` days before ``today`` (UTC).
 
     ``days=0`` keeps only today's (and future) partitions. A partition whose
     lease another process holds (a compaction in progress) is left and listed
     in ``busy``. ``dataset`` may be an ``s3://`` URI (see the module
-    docstring; ``grace_seconds`` applies there only).
+    docstring; ``grace_seconds`` applies there only). Before a partition is
+    dropped, a checkpoint signed with ``key`` (default: the signing key from
+    the environment or key file, if there is one) records where it cuts each
+    hash chain (:mod:`.retention_marks`).
 
     Raises:
         ConfigError: ``days`` is not a whole number from 0 to 999999.
@@ -111,17 +125,41 @@ def drop_older_than(
     # DAYS past year 1 keeps every partition (the subtraction would overflow)
     cutoff = today - dt.timedelta(days=days) if days < (today - dt.date.min).days else dt.date.min
     location = resolve(dataset)
+    checkpoint = _Checkpoint(location, key if key is not None else load_signing_key(create=False), cutoff)
     if location.remote:
-        report = _drop_remote(location, cutoff, lease_wait, grace_seconds)
+        report = _drop_remote(location, cutoff, lease_wait, grace_seconds, checkpoint)
     else:
-        report = _drop_local(Path(location.root), cutoff, lease_wait)
+        report = _drop_local(location, cutoff, lease_wait, checkpoint)
+    report.checkpoints, report.links, report.unvouched = checkpoint.written, checkpoint.links, checkpoint.unvouched
+    report.no_key = checkpoint.key is None
     if not report.busy:
         report.claims_expired = _expire_claims(location, cutoff)
     return report
 
 
-def _drop_local(root: Path, cutoff: dt.date, lease_wait: float) -> RetentionReport:
+class _Checkpoint:
+    """Writes each dropped partition's retention checkpoint, and counts what it vouched for."""
+
+    def __init__(self, location: Location, key: SigningKey | None, cutoff: dt.date) -> None:
+        self.location, self.key = location, key
+        self.before_ns = int(dt.datetime.combine(cutoff, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
+        self.written = self.links = self.unvouched = 0
+
+    def before_dropping(self, partition: str, files: list[str]) -> None:
+        """Record where ``partition`` (its live ``files``) cuts each chain; durable before the drop."""
+        if self.key is None:
+            return
+        found = dropped_links(self.location, files, self.key, self.before_ns)
+        self.unvouched += found.failed + len(found.unreadable)
+        if found.links:
+            write_mark(self.location, partition, found.links, self.key)
+            self.written += 1
+            self.links += len(found.links)
+
+
+def _drop_local(location: Location, cutoff: dt.date, lease_wait: float, checkpoint: _Checkpoint) -> RetentionReport:
     """:func:`drop_older_than` on a local dataset: each partition renamed out of ``spans/``, then deleted."""
+    root = Path(location.root)
     report = RetentionReport(not_partitions=not_partition_names(root))
     for partition in partition_dirs(root):
         if dt.date.fromisoformat(partition_date(partition)) >= cutoff:
@@ -133,6 +171,7 @@ def _drop_local(root: Path, cutoff: dt.date, lease_wait: float) -> RetentionRepo
         try:
             _, live = partition_live_files(partition)
             rows, size = sum(_rows(p) for p in live), sum(p.stat().st_size for p in live)
+            checkpoint.before_dropping(partition.name, [str(p) for p in live])
             trash = root / ".trash" / f"{partition.name}-{uuid.uuid4().hex[:8]}"
             trash.parent.mkdir(exist_ok=True)
             os.rename(partition, trash)
@@ -146,7 +185,9 @@ def _drop_local(root: Path, cutoff: dt.date, lease_wait: float) -> RetentionRepo
     return report
 
 
-def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_seconds: float) -> RetentionReport:
+def _drop_remote(
+    location: Location, cutoff: dt.date, lease_wait: float, grace_seconds: float, checkpoint: _Checkpoint
+) -> RetentionReport:
     """:func:`drop_older_than` on an object store: a tombstone manifest, then deletion after the grace period."""
     from .compact_s3 import _clean, _swap, read_partition
     from .manifest import partition_names
@@ -177,6 +218,7 @@ def _drop_remote(location: Location, cutoff: dt.date, lease_wait: float, grace_s
                 if found is not None and found.index:
                     superseded[found.index] = now
                     superseded[facts_of_index(found.index) or found.index] = now  # kept for the grace period too
+                checkpoint.before_dropping(name, [f"{url}/{n}" for n in live])
                 tombstone = Manifest((found.generation if found else 0) + 1, [], superseded, None, 0)
                 tombstone.pending = dict(found.pending) if found else {}  # a dead run's outputs stay hidden
                 lease.confirm()

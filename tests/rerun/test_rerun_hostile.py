@@ -410,3 +410,21 @@ def test_a_custom_rails_receipt_reaches_the_recorded_agent_unchanged(dataset: Pa
     with pytest.raises(ReplayMismatchError, match="could not be recorded"):
         rerun(lambda: _commits_through(rail), dataset=dataset, session_id="slip", governance="strict")
     assert rail.commits == 1  # the rerun never commits again
+
+
+def test_a_verbatim_copy_of_a_chunk_at_another_span_is_left_out_and_the_recording_reruns(dataset: Path) -> None:
+    """The copy's sealed place names the original's span: it is not the chunk, so it neither blocks nor counts."""
+    record(dataset, "s1", _clock_reads)
+    paths = sorted(dataset.rglob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(p) for p in paths])
+    plain = pa.schema([f.with_type(pa.int64()) if pa.types.is_timestamp(f.type) else f for f in table.schema])
+    chunk = next(r for r in table.cast(plain).to_pylist() if r["replay_kind"] == "recording")
+    copy = dict(chunk, trace_id="a" * 32, span_id="b" * 16)
+    pq.write_table(pa.Table.from_pylist([copy], schema=plain).cast(table.schema), paths[0].parent / "copy.parquet")
+    result = rerun(_clock_reads, dataset=dataset, session_id="s1")
+    assert result.matched, result
+    with otel_replay.open(dataset) as store:
+        (session,) = [r for r in store.run("rerun_sessions") if r["session_id"] == "s1"]
+        assert session["chunks"] == 1  # the analyst views leave the copy out too
+        events = store.run("rerun_event_list", session_id="s1")
+        assert len(events) == len({e["seq"] for e in events})

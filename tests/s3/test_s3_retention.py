@@ -87,3 +87,24 @@ def test_s3_retention_expires_outcome_claims_before_the_cutoff(bucket: str, s3: 
     report = drop_older_than(uri, 1, today=dt.date.today() + dt.timedelta(days=30), grace_seconds=0)
     # (pyarrow may leave an empty directory marker, "ds/_outcomes/", where the last object was)
     assert report.claims_expired == 1 and not [k for k in keys(s3, bucket, "ds/") if "/_outcomes/" in k[:-1]]
+
+
+def test_a_chain_cut_by_retention_on_s3_verifies_by_its_checkpoint(
+    tmp_path: Path, bucket: str, s3: Any, monkeypatch: Any
+) -> None:
+    import otel_replay
+    from otel_replay.integrity import load_signing_key
+
+    from ..storage.test_retention_marks import OLD, _chain_across_an_old_partition
+    from .test_s3_facts import _upload
+
+    local = tmp_path / "local"
+    _chain_across_an_old_partition(local, monkeypatch)
+    uri = _upload(s3, bucket, local)
+    report = drop_older_than(uri, 30, grace_seconds=0)
+    assert report.dropped == [OLD] and report.checkpoints == 1 and report.links == 1
+    assert [k for k in keys(s3, bucket, "ds/_retention/") if k.endswith(".json")]
+    with otel_replay.open(uri) as store:
+        verified = store.verify(load_signing_key(create=False))
+    assert verified.ok, verified.problems
+    assert verified.dropped_by_retention == 1

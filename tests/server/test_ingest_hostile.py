@@ -20,6 +20,7 @@ import pytest
 import zstandard
 from click.testing import CliRunner
 
+from otel_replay.errors import ConfigError
 from otel_replay.server.commands import ingest_command
 from otel_replay.server.ingest import MANIFEST, Ingestor
 
@@ -468,3 +469,21 @@ def test_an_oversized_json_lines_file_with_two_bad_first_lines_is_still_read_as_
     source.write_bytes(b"{\n[ broken\n" + lines(0, 40))
     report = Ingestor(tmp_path / "ds", max_line=3000).ingest(source)  # the file is past the document limit
     assert report.spans == 40 and [w for w, _ in report.malformed] == ["line 1", "line 2"]
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "message"),
+    [
+        ("max_line", 0, "max_line=0 must be a finite number above 0"),
+        ("max_line", -5, "above 0"),
+        ("max_line", 2**70, "max_line=.* must be at most"),
+        ("max_line", "32", "is not a number"),
+        ("max_ratio", float("inf"), "max_ratio=inf must be a finite number"),
+        ("chunk_rows", 0, "chunk_rows=0"),
+        ("chunk_rows", 10.5, "must be a whole number"),
+    ],
+)
+def test_ingestor_arguments_out_of_range_are_refused_by_name(tmp_path, argument, value, message):
+    """From Python as from the environment: 0 meant "the default" and 2**70 overflowed readline() later."""
+    with pytest.raises(ConfigError, match=message):
+        Ingestor(tmp_path / "ds", **{argument: value})

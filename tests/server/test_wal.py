@@ -172,7 +172,11 @@ def test_resync_scan_of_a_large_damaged_region_finds_the_next_record(tmp_path: P
     (segment,) = wal.sealed()
     with open(segment.path, "r+b") as handle:
         handle.seek(4)
-        handle.write(b"\xff")  # the first record's crc: its whole payload becomes a damaged stretch
+        crc = handle.read(1)[0]
+        handle.seek(4)
+        # the first record's crc: its whole payload becomes a damaged stretch (flipped, never written back
+        # unchanged: writing 0xff left the byte as it was once in 256 runs, when the crc already held it)
+        handle.write(bytes([crc ^ 0xFF]))
     items = list(scan_records(segment.path))
     assert isinstance(items[0], Gap) and not items[0].tail and items[0].size == 8 + len(big)
     assert len(items) == 2 and not isinstance(items[1], Gap)

@@ -10,7 +10,9 @@ WITH chain_spans AS (
     WHERE correlation_id = :chain_id
       AND (attributes IS NULL
            OR size(json_object_keys(attributes)) = size(array_distinct(json_object_keys(attributes))))
-      AND coalesce(get_json_object(attributes, "$['replay.record.span']") = concat(trace_id, '-', span_id), true)
+      AND (get_json_object(attributes, "$['replay.record.span']") IS NULL
+           OR get_json_object(attributes, "$['replay.record.span']")
+              = concat(coalesce(trace_id, '?'), '-', coalesce(span_id, '?')))
 ), deduped AS (
     SELECT * FROM (
         SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY start_time) AS copy_no
@@ -57,7 +59,9 @@ WITH chain_spans AS (
                AND get_json_object(attributes, "$['replay.outcome.decision_id']") IN (SELECT record_id FROM decisions)))
       AND (attributes IS NULL
            OR size(json_object_keys(attributes)) = size(array_distinct(json_object_keys(attributes))))
-      AND coalesce(get_json_object(attributes, "$['replay.record.span']") = concat(trace_id, '-', span_id), true)
+      AND (get_json_object(attributes, "$['replay.record.span']") IS NULL
+           OR get_json_object(attributes, "$['replay.record.span']")
+              = concat(coalesce(trace_id, '?'), '-', coalesce(span_id, '?')))
 ), outcomes AS (
     SELECT * FROM (
         SELECT
