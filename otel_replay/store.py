@@ -1065,7 +1065,9 @@ class Store:
         from otel_replay.storage.retention_marks import read_marks, vouched_links
 
         marks, unreadable_marks = read_marks(self.location)
-        dropped, refused_marks = vouched_links(marks, keys)
+        parts = (part for path in self.files for part in path.replace("\\", "/").split("/"))
+        present = {part for part in parts if part.startswith("date=")}  # partitions with live files
+        dropped, refused_marks = vouched_links(marks, keys, present)
         rows = (stored_record(row) for row in self.run("sealed_records"))
         report = verify_records(rows, keys, dropped=dropped)
         report.problems += unreadable_marks + refused_marks

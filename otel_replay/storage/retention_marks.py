@@ -287,13 +287,20 @@ def _parse(path: str, data: bytes) -> RetentionMark:
 
 
 def vouched_links(
-    marks: Sequence[RetentionMark], keys: SigningKey | Sequence[SigningKey] | None
+    marks: Sequence[RetentionMark],
+    keys: SigningKey | Sequence[SigningKey] | None,
+    present: Iterable[str] = (),
 ) -> tuple[dict[tuple[str, int], tuple[str, str]], list[VerifyProblem]]:
     """(chain id, seq) -> (record id, hash) from the checkpoints a key among ``keys`` signed; problems for the rest.
 
-    With no keys nothing is vouched for and nothing is reported (the cut
-    chains are then reported as before).
+    A checkpoint vouches only while its partition is gone from the dataset
+    (not among ``present``): while the partition is there its records are
+    too, and a checkpoint copied in from another dataset (or written by a run
+    that then failed to drop) must not cover a deletion from it. With no keys
+    nothing is vouched for and nothing is reported (the cut chains are then
+    reported as before).
     """
+    still_there = set(present)
     by_id = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
     vouched: dict[tuple[str, int], tuple[str, str]] = {}
     problems: list[VerifyProblem] = []
@@ -303,6 +310,8 @@ def vouched_links(
         wrong = mark.signed_by(by_id)
         if wrong is not None:
             problems.append(_problem(mark.path, wrong))
+            continue
+        if mark.partition in still_there:
             continue
         for link in mark.links:
             vouched[(link.chain_id, link.seq)] = (link.record_id, link.hash)

@@ -183,3 +183,18 @@ def _remove_record(dataset: Path, record_id: str) -> None:
             _write(path, kept, schema)
             return
     raise AssertionError(record_id)
+
+
+def test_a_checkpoint_copied_from_another_dataset_does_not_cover_a_deletion_from_a_partition_still_there(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Vouching holds only once the checkpoint's partition is gone: while it is there, so are its records."""
+    first, _ = _chain_across_an_old_partition(dataset, monkeypatch)
+    other = tmp_path / "copy"
+    shutil.copytree(dataset, other)
+    drop_older_than(other, 30)  # the copy's retention vouches for first[-1], the old partition's newest record
+    shutil.copytree(other / MARKS_DIR, dataset / MARKS_DIR)
+    _remove_record(dataset, first[-1])  # deleted from the partition that is still here
+    report = _verify(dataset, load_signing_key(create=False))
+    assert report.dropped_by_retention == 0
+    assert any(p.problem.startswith("deleted") for p in report.problems), report.problems
