@@ -14,6 +14,10 @@ Unnamed compaction outputs are deleted only after a conditional rewrite of
 the manifest, so a compactor that stalled past its lease can no longer swap
 in a manifest naming them (see :mod:`compact_s3`).
 
+Before a partition is dropped, a checkpoint signed with the signing key
+records where it cuts each hash chain (``_retention/``, see
+:mod:`.retention_marks`), so ``verify`` tells the cut from a deletion.
+
 Outcome and compensation claims (``_outcomes/``, ``_compensations/``: one
 small file per outcome or compensated receipt, kept so that an outcome or a
 refund happens once) last written before the cutoff are deleted too, else
