@@ -23,6 +23,7 @@ Key resolution (first match wins):
 
 from __future__ import annotations
 
+import datetime
 import functools
 import hashlib
 import hmac
@@ -428,7 +429,7 @@ def verify_records(
     records: Iterable[StoredRecord],
     keys: SigningKey | Sequence[SigningKey] | None,
     *,
-    dropped: Mapping[tuple[str, int], tuple[str, str]] | None = None,
+    dropped: Mapping[tuple[str, int], tuple[str, str, str]] | None = None,
 ) -> VerifyReport:
     """Check hashes, signatures and chain links of every record span.
 
@@ -449,11 +450,12 @@ def verify_records(
     hashes and links are checked and signatures are not (counted in
     :attr:`VerifyReport.unsigned_checked`).
 
-    ``dropped``: (chain id, sequence number) -> (record id, hash) of records
-    that retention dropped and vouched for in signed checkpoints
+    ``dropped``: (chain id, sequence number) -> (record id, hash, UTC day) of
+    records that retention dropped and vouched for in signed checkpoints
     (:func:`otel_replay.storage.retention_marks.vouched_links`). A missing
-    predecessor that matches one is counted in
-    :attr:`VerifyReport.dropped_by_retention`, not reported.
+    predecessor that matches one, in a chain that stores no record sealed on
+    that day any more, is counted in :attr:`VerifyReport.dropped_by_retention`,
+    not reported.
     """
     check = SealCheck(keys, require_signed=False)
     report = VerifyReport()
@@ -514,6 +516,14 @@ def copied_elsewhere(first: StoredRecord, other: StoredRecord) -> str:
     )
 
 
+def _utc_day(start_ns: int) -> str:
+    """The UTC day (``YYYY-MM-DD``) of a start time in nanoseconds (a time out of range reads as no day)."""
+    try:
+        return datetime.datetime.fromtimestamp(start_ns // 1_000_000_000, datetime.UTC).date().isoformat()
+    except (OverflowError, OSError, ValueError):
+        return ""
+
+
 def _cap(text: str, limit: int = 49) -> str:
     """``text`` cut to ``limit`` characters: stored ids are whatever a writer put there (a 32 + 1 + 16 id fits)."""
     return text if len(text) <= limit else text[:limit] + "…"
@@ -530,8 +540,9 @@ def _check_links(
     chain_id: str,
     by_seq: dict[int, list[StoredRecord]],
     report: VerifyReport,
-    dropped: Mapping[tuple[str, int], tuple[str, str]],
+    dropped: Mapping[tuple[str, int], tuple[str, str, str]],
 ) -> None:
+    days: set[str] | None = None  # the days this chain's stored records were sealed on, found when first needed
     first = min(by_seq)
     for seq in sorted(by_seq):
         group = by_seq[seq]
@@ -555,9 +566,13 @@ def _check_links(
                 )
             continue
         before = by_seq.get(seq - 1)
-        if not before and dropped.get((chain_id, seq - 1)) == (prev_id, prev_hash):
-            report.dropped_by_retention += 1  # the very predecessor a signed retention checkpoint names
-            continue
+        cut = dropped.get((chain_id, seq - 1)) if not before else None
+        if cut is not None and cut[:2] == (prev_id, prev_hash):
+            if days is None:
+                days = {_utc_day(r.start_ns) for group in by_seq.values() for r in group}
+            if cut[2] not in days:  # the very predecessor a signed checkpoint names, and its day is gone
+                report.dropped_by_retention += 1
+                continue
         if not before:
             # With nothing earlier of its chain left, retention (compact --older-than) may have dropped the start.
             retention = " (or dropped by retention: no earlier record of its chain is left)" if seq == first else ""

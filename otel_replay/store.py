@@ -1064,13 +1064,10 @@ class Store:
             return report
         from otel_replay.storage.retention_marks import read_marks, vouched_links
 
-        marks, unreadable_marks = read_marks(self.location)
-        parts = (part for path in self.files for part in path.replace("\\", "/").split("/"))
-        present = {part for part in parts if part.startswith("date=")}  # partitions with live files
-        dropped, refused_marks = vouched_links(marks, keys, present)
+        marks, refused_marks = read_marks(self.location, keys)
         rows = (stored_record(row) for row in self.run("sealed_records"))
-        report = verify_records(rows, keys, dropped=dropped)
-        report.problems += unreadable_marks + refused_marks
+        report = verify_records(rows, keys, dropped=vouched_links(marks))
+        report.problems += refused_marks
         report.unreadable_files = [problem.path for problem in self.skipped]
         return report
 

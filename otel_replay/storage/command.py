@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from otel_replay import settings
 from otel_replay.errors import OtelReplayError, message_line
+from otel_replay.integrity import load_signing_key
 from otel_replay.location import resolve
 
 from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, compact
@@ -65,6 +66,16 @@ __all__ = ["compact_command"]
         "manifest, naming and counting them (their spans are lost), instead of failing."
     ),
 )
+@click.option(
+    "--older-key-file",
+    "older_key_files",
+    multiple=True,
+    metavar="FILE",
+    help=(
+        "With --older-than: a key rotated out whose records are still in the dataset (repeatable). Retention "
+        "vouches for where it cuts their chains too; checkpoints are signed with the current signing key."
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def compact_command(
     dataset: str | None,
@@ -76,6 +87,7 @@ def compact_command(
     grace_seconds: float,
     threads: int,
     drop_missing: bool,
+    older_key_files: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Sort a dataset's small arrival-order files into large indexed files (and drop old partitions).
@@ -108,7 +120,8 @@ def compact_command(
     try:
         dropped = None
         if older_than is not None:
-            dropped = drop_older_than(root, older_than, grace_seconds=grace_seconds)
+            older = [k for k in (load_signing_key(key_file=f) for f in older_key_files) if k is not None]
+            dropped = drop_older_than(root, older_than, grace_seconds=grace_seconds, older_keys=older)
             say(
                 f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
                 f"({dropped.files} files, {dropped.rows} spans)"

@@ -34,6 +34,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +58,7 @@ from .manifest import (
     partition_live_files,
     visible_names,
 )
-from .retention_marks import dropped_links, write_mark
+from .retention_marks import dropped_links, write_marks
 
 DEFAULT_GRACE_SECONDS = 600.0
 """On an object store: how long a dropped partition's objects stay for readers that listed them."""
@@ -106,6 +107,7 @@ def drop_older_than(
     lease_wait: float = 0.0,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     key: SigningKey | None = None,
+    older_keys: Sequence[SigningKey] = (),
 ) -> RetentionReport:
     """Drop every partition whose date is more than ``days`` days before ``today`` (UTC).
 
@@ -115,7 +117,9 @@ def drop_older_than(
     docstring; ``grace_seconds`` applies there only). Before a partition is
     dropped, a checkpoint signed with ``key`` (default: the signing key from
     the environment or key file, if there is one) records where it cuts each
-    hash chain (:mod:`.retention_marks`).
+    hash chain (:mod:`.retention_marks`); records signed with one of
+    ``older_keys`` (keys rotated out, still verification keys) are vouched
+    for too.
 
     Raises:
         ConfigError: ``days`` is not a whole number from 0 to 999999.
@@ -129,7 +133,8 @@ def drop_older_than(
     # DAYS past year 1 keeps every partition (the subtraction would overflow)
     cutoff = today - dt.timedelta(days=days) if days < (today - dt.date.min).days else dt.date.min
     location = resolve(dataset)
-    checkpoint = _Checkpoint(location, key if key is not None else load_signing_key(create=False), cutoff)
+    signing = key if key is not None else load_signing_key(create=False)
+    checkpoint = _Checkpoint(location, signing, older_keys, cutoff)
     if location.remote:
         report = _drop_remote(location, cutoff, lease_wait, grace_seconds, checkpoint)
     else:
@@ -142,10 +147,13 @@ def drop_older_than(
 
 
 class _Checkpoint:
-    """Writes each dropped partition's retention checkpoint, and counts what it vouched for."""
+    """Writes each dropped partition's retention checkpoint(s), and counts what they vouch for."""
 
-    def __init__(self, location: Location, key: SigningKey | None, cutoff: dt.date) -> None:
+    def __init__(
+        self, location: Location, key: SigningKey | None, older_keys: Sequence[SigningKey], cutoff: dt.date
+    ) -> None:
         self.location, self.key = location, key
+        self.keys = [key, *older_keys] if key is not None else []  # records signed before a key rotation pass too
         self.before_ns = int(dt.datetime.combine(cutoff, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
         self.written = self.links = self.unvouched = 0
 
@@ -153,11 +161,11 @@ class _Checkpoint:
         """Record where ``partition`` (its live ``files``) cuts each chain; durable before the drop."""
         if self.key is None:
             return
-        found = dropped_links(self.location, files, self.key, self.before_ns)
+        day = dt.date.fromisoformat(partition.removeprefix("date="))
+        found = dropped_links(self.location, files, self.keys, day, self.before_ns)
         self.unvouched += found.failed + len(found.unreadable)
         if found.links:
-            write_mark(self.location, partition, found.links, self.key)
-            self.written += 1
+            self.written += len(write_marks(self.location, partition, found.links, self.key))
             self.links += len(found.links)
 
 

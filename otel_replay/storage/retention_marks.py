@@ -3,18 +3,25 @@
 Every record names its predecessor's id and hash. When retention drops a
 partition, the first records left of a long-lived chain name predecessors
 that are gone, which is exactly what a deletion looks like. Before it drops a
-partition, retention writes ``<dataset>/_retention/<partition>-<token>.json``:
+partition, retention writes ``<dataset>/_retention/<partition>-<time>-<token>[-<n>].json``:
 for each chain, the newest record of every run of that chain's records in the
 partition (chain id, sequence number, record id, hash), signed with the
-signing key. ``verify`` accepts a missing predecessor when a checkpoint signed
-with one of its keys names that very record (id and hash): nothing else is
-vouched for, and a checkpoint that fails its signature is reported.
+signing key.
 
-A record is written into a checkpoint only once its own seal passed with the
-key (hash, signature, place), so a forged row planted in a partition that
-retention then drops cannot make a later deletion look like retention. Without
-a signing key retention writes no checkpoint and says so; ``verify`` then
-reports the cut chains as before ("or dropped by retention").
+Only a record whose own seal passes with a verification key (hash,
+signature, place) and whose sealed start time falls on the partition's own
+day, before the cutoff, goes in: neither a forged row nor a copy of a
+record from another day (a kept partition's, a recent one's) placed in the
+partition is vouched for.
+
+``verify`` accepts a missing predecessor when a checkpoint signed with one
+of its keys names that very record (id and hash) and the dataset no longer
+stores any record of that chain sealed on that day (else the partition, or
+part of it, is still there: a checkpoint copied in from another dataset, or
+one left by a drop that then failed, covers nothing). A file holds a header
+line (format, key id, signature of the body's SHA-256) and the body: the
+signature is checked before the body is parsed. Without a signing key
+retention writes no checkpoint and says so.
 """
 
 from __future__ import annotations
@@ -22,10 +29,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import uuid
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,33 +39,36 @@ import pyarrow.parquet as pq
 from otel_replay import _duck as duck
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json, strict_loads
-from otel_replay.errors import PayloadError
+from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.integrity import SealCheck, SigningKey, VerifyProblem
 from otel_replay.location import Location
 
 __all__ = [
     "MARKS_DIR",
+    "MAX_LINKS_PER_FILE",
     "DroppedLink",
     "Links",
     "RetentionMark",
     "dropped_links",
     "read_marks",
     "vouched_links",
-    "write_mark",
+    "write_marks",
 ]
 
 MARKS_DIR = "_retention"
 """Where retention checkpoints live, beside ``spans/``."""
 
-MAX_MARK_BYTES = 32 * 1024 * 1024
-"""A checkpoint larger than this is refused unread (one entry per chain run: a few MB at most in practice)."""
+MAX_MARK_BYTES = 16 * 1024 * 1024
+"""A checkpoint file larger than this is refused unread (retention writes at most :data:`MAX_LINKS_PER_FILE`)."""
 
-_FORMAT = 1
-_COLUMNS = tuple(
-    dict.fromkeys(
-        ("record_id", "name", "trace_id", "span_id", "start_time", "attributes", *sc.PROMOTED_COLUMNS.values())
-    )
-)
+MAX_LINKS_PER_FILE = 50_000
+"""Links per checkpoint file (about 8 MB): a partition with more chains gets several files."""
+
+_HEADER_BYTES = 4096
+_FORMAT = 2
+_DAY_NS = 86_400 * 1_000_000_000
+_NEEDED = ("name", "trace_id", "span_id", "start_time", "attributes")
+_COLUMNS = tuple(dict.fromkeys(("record_id", *_NEEDED, *sc.PROMOTED_COLUMNS.values())))
 _HASH_NEEDLE = f'"{sc.RECORD_HASH}"'
 
 
@@ -76,67 +84,11 @@ class DroppedLink:
 
 @dataclass(frozen=True)
 class RetentionMark:
-    """One checkpoint as read back: the partition it was written for, its links and its signature."""
+    """One checkpoint file as read back (body parsed only after its signature checked out)."""
 
     path: str
-    partition: str
+    day: str
     links: tuple[DroppedLink, ...]
-    key_id: str
-    signature: str
-    body_digest: str = field(repr=False)
-
-    def signed_by(self, keys: Mapping[str, SigningKey]) -> str | None:
-        """``None`` when a key among ``keys`` (by key id) signed this checkpoint, else what is wrong."""
-        key = keys.get(self.key_id)
-        if key is None:
-            return f"signed with key {self.key_id}, which is not a verification key"
-        if not key.check(self.body_digest, self.signature):
-            return "signature invalid (edited, or signed without the key)"
-        return None
-
-
-def _body(partition: str, links: Sequence[DroppedLink], key_id: str) -> dict[str, Any]:
-    return {
-        "otel_replay_retention": _FORMAT,
-        "partition": partition,
-        "key_id": key_id,
-        "links": [[link.chain_id, link.seq, link.record_id, link.hash] for link in links],
-    }
-
-
-def _digest(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(dict(body), where="retention checkpoint").encode()).hexdigest()
-
-
-def _record_rows(location: Location, files: Iterable[str], unreadable: list[str]) -> pa.Table | None:
-    """The rows of ``files`` that carry a seal, with the columns the seal check and the links need.
-
-    A file that cannot be read is listed in ``unreadable`` and left out (its
-    records are not vouched for; retention still drops it).
-    """
-    parts: list[pa.Table] = []
-    for path in files:
-        try:
-            schema = pq.read_schema(location.open_object(path) if location.remote else path)
-            columns = [c for c in _COLUMNS if c in schema.names]
-            table = pq.read_table(
-                location.open_object(path) if location.remote else path, columns=columns, partitioning=None
-            )
-        except (OSError, pa.ArrowException):
-            unreadable.append(path)
-            continue
-        if "attributes" not in table.column_names or not pa.types.is_string(table.schema.field("attributes").type):
-            continue
-        table = table.filter(pc.fill_null(pc.match_substring(table["attributes"], _HASH_NEEDLE), False))
-        if "start_time" in table.column_names:  # as the seal hashes it: integer nanoseconds
-            table = table.append_column("start_ns", pc.cast(table["start_time"], pa.int64())).drop_columns(
-                ["start_time"]
-            )
-        if table.num_rows and {"name", "start_ns"} <= set(table.column_names):
-            parts.append(table.append_column("filename", pa.array([path] * table.num_rows, pa.string())))
-    if not parts:
-        return None
-    return pa.concat_tables(parts, promote_options="permissive")
 
 
 @dataclass
@@ -145,132 +97,264 @@ class Links:
 
     links: list[DroppedLink] = field(default_factory=list)
     failed: int = 0
-    """Newest rows of a run that failed their seal check (forged, edited, another key) and were passed over."""
+    """Runs whose newest record failed its seal check or its day (forged, edited, another key, moved in)."""
     unreadable: list[str] = field(default_factory=list)
-    """Files that could not be read: their records are not vouched for."""
+    """Files whose records could not be read: they are not vouched for."""
 
 
-def dropped_links(location: Location, files: Sequence[str], key: SigningKey, before_ns: int) -> Links:
-    """The links a checkpoint for a partition made of ``files`` vouches for.
+def _day_bounds(day: dt.date) -> tuple[int, int]:
+    start = int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
+    return start, start + _DAY_NS
+
+
+def _read(location: Location, path: str, columns: Sequence[str]) -> pa.Table:
+    source = location.open_object(path) if location.remote else path
+    return pq.read_table(source, columns=list(columns), partitioning=None)
+
+
+def _sealed_keys(location: Location, path: str, file_no: int) -> pa.Table | None:
+    """(chain id, seq, file, row) of the rows of ``path`` that carry a seal; ``None`` when it cannot be read."""
+    try:
+        source = location.open_object(path) if location.remote else path
+        names = set(pq.read_schema(source).names)
+        if not set(_NEEDED) <= names:
+            return None
+        table = _read(location, path, ["attributes"])
+        attributes = pc.cast(table["attributes"], pa.string())  # a large_string column reads the same
+        rows = pa.table({"row": pa.array(range(table.num_rows), pa.int64()), "attributes": attributes})
+        rows = rows.filter(pc.fill_null(pc.match_substring(rows["attributes"], _HASH_NEEDLE), False))
+        con = duck.connect()
+        try:
+            con.register("sealed", rows)
+            keys = duck.arrow(
+                con.execute(
+                    f"""
+                    SELECT chain_id, seq, {file_no}::INTEGER AS file_no, row FROM (
+                        SELECT row,
+                               attributes ->> '$."replay.record.chain_id"' AS chain_id,
+                               TRY_CAST(attributes ->> '$."replay.record.seq"' AS BIGINT) AS seq
+                        FROM sealed WHERE json_valid(attributes)
+                    ) WHERE chain_id IS NOT NULL AND seq >= 0
+                    """
+                )
+            )
+        finally:
+            con.close()
+    except (OSError, pa.ArrowException, ValueError, TypeError):  # a damaged or foreign file
+        return None
+    return keys
+
+
+MAX_STEPS = 64
+"""How far below a run's newest row retention looks for one that passes before it gives the run up (unvouched)."""
+
+
+def dropped_links(
+    location: Location,
+    files: Sequence[str],
+    keys: SigningKey | Sequence[SigningKey],
+    day: dt.date,
+    before_ns: int,
+) -> Links:
+    """The links a checkpoint for the partition of ``day`` (its live ``files``) vouches for.
 
     Per chain, the newest record of each run of consecutive sequence numbers
-    in ``files`` whose seal passes with ``key`` and whose sealed start time is
-    before ``before_ns`` (the retention cutoff). A run's newest row that fails
-    (forged, signed with another key, or a recent record moved into an old
-    partition so that retention would delete it) is passed over for the one
-    below it.
+    in ``files`` whose seal passes with one of ``keys`` and whose sealed start
+    time is on ``day`` and before ``before_ns`` (the retention cutoff). A run's
+    newest row that fails is passed over for the one below it (at most
+    :data:`MAX_STEPS` times). Memory: one file's ``attributes`` column at a
+    time, then four small columns per sealed row; each round reads the rows it
+    checks one file at a time.
     """
-    from otel_replay.store import stored_record  # the store imports this package
-
-    found_links = Links()
-    rows = _record_rows(location, files, found_links.unreadable)
-    if rows is None:
-        return found_links
+    found = Links()
+    parts = []
+    for file_no, path in enumerate(files):
+        keys_of_file = _sealed_keys(location, path, file_no)
+        if keys_of_file is None:
+            found.unreadable.append(path)
+        elif keys_of_file.num_rows:
+            parts.append(keys_of_file)
+    if not parts:
+        return found
+    start, end = _day_bounds(day)
+    window = (start, min(end, before_ns))
+    check = SealCheck(keys)
     con = duck.connect()
     try:
-        con.register("record_rows", rows)
-        found = con.execute(
+        con.register("sealed", pa.concat_tables(parts))
+        pending = con.execute(
             """
-            SELECT row_number() OVER () - 1 AS i,
-                   attributes ->> '$."replay.record.chain_id"' AS chain_id,
-                   TRY_CAST(attributes ->> '$."replay.record.seq"' AS BIGINT) AS seq
-            FROM record_rows
+            SELECT DISTINCT a.chain_id, a.seq FROM sealed AS a
+            WHERE NOT EXISTS (SELECT 1 FROM sealed AS b WHERE b.chain_id = a.chain_id AND b.seq = a.seq + 1)
             """
         ).fetchall()
+        for _ in range(MAX_STEPS):
+            if not pending:
+                break
+            con.register("wanted", pa.table({"chain_id": [c for c, _ in pending], "seq": [q for _, q in pending]}))
+            places = con.execute(
+                """
+                SELECT s.chain_id, s.seq, s.file_no, s.row FROM sealed AS s
+                JOIN wanted AS w ON s.chain_id = w.chain_id AND s.seq = w.seq
+                ORDER BY s.file_no, s.row
+                """
+            ).fetchall()
+            passed = _passing(location, files, places, check, window)
+            below = []
+            for chain_id, seq in pending:
+                link = passed.get((chain_id, seq))
+                if link is not None:
+                    found.links.append(link)
+                else:
+                    found.failed += 1
+                    below.append((chain_id, seq - 1))
+            pending = below
+            if pending:  # keep only the steps that stay inside a run
+                con.register("wanted", pa.table({"chain_id": [c for c, _ in pending], "seq": [q for _, q in pending]}))
+                pending = con.execute(
+                    "SELECT DISTINCT w.chain_id, w.seq FROM wanted AS w "
+                    "JOIN sealed AS s ON s.chain_id = w.chain_id AND s.seq = w.seq"
+                ).fetchall()
     finally:
         con.close()
-    by_chain: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for index, chain_id, seq in found:
-        if chain_id is not None and seq is not None and seq >= 0:
-            by_chain[chain_id][seq].append(index)
-    check = SealCheck(key)
-    for chain_id, seqs in by_chain.items():
-        for top in [s for s in seqs if s + 1 not in seqs]:
-            seq = top
-            while seq in seqs:
-                link = _passing(rows, seqs[seq], check, stored_record, chain_id, seq, before_ns)
-                if link is not None:
-                    found_links.links.append(link)
-                    break
-                found_links.failed += 1
-                seq -= 1
-    found_links.links.sort(key=lambda link: (link.chain_id, link.seq))
-    return found_links
+    found.links.sort(key=lambda link: (link.chain_id, link.seq))
+    return found
 
 
 def _passing(
-    rows: pa.Table, indices: list[int], check: SealCheck, stored_record: Any, chain_id: str, seq: int, before_ns: int
-) -> DroppedLink | None:
-    for index in indices:
-        row = {name: rows[name][index].as_py() for name in rows.column_names}
-        if row.get("start_ns") is None or row.get("name") is None or row["start_ns"] >= before_ns:
-            continue
-        stored = stored_record(row)
-        problem, signed = check.problem(stored)
-        if problem is None and signed:
-            digest = stored.attributes.get(sc.RECORD_HASH)
-            return DroppedLink(chain_id, seq, stored.record_id, str(digest))
-    return None
+    location: Location,
+    files: Sequence[str],
+    places: Sequence[tuple[str, int, int, int]],
+    check: SealCheck,
+    window: tuple[int, int],
+) -> dict[tuple[str, int], DroppedLink]:
+    """Per (chain id, seq) in ``places``: the link of its first row that passes the seal check, sealed in ``window``."""
+    from otel_replay.store import stored_record  # the store imports this package
 
-
-def write_mark(location: Location, partition: str, links: Sequence[DroppedLink], key: SigningKey) -> str:
-    """Write the signed checkpoint for ``partition`` (durably, before the partition is dropped); its path."""
-    body = _body(partition, links, key.key_id)
-    doc = {**body, "signature": key.sign(_digest(body))}
-    data = canonical_json(doc, where="retention checkpoint").encode()
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{partition}-{stamp}-{uuid.uuid4().hex[:8]}.json"
-    path = location.join(MARKS_DIR, name)
-    if location.remote:
+    passed: dict[tuple[str, int], DroppedLink] = {}
+    by_file: dict[int, list[tuple[str, int, int]]] = {}
+    for chain_id, seq, file_no, row_no in places:
+        by_file.setdefault(file_no, []).append((chain_id, seq, row_no))
+    for file_no, wanted in by_file.items():
+        path = files[file_no]
         try:
+            source = location.open_object(path) if location.remote else path
+            names = pq.read_schema(source).names
+            table = _read(location, path, [c for c in _COLUMNS if c in names]).take([r for _, _, r in wanted])
+            starts = pc.cast(pc.cast(table["start_time"], pa.timestamp("ns", "UTC")), pa.int64()).to_pylist()
+            rows = table.drop_columns(["start_time"]).to_pylist()
+        except (OSError, pa.ArrowException, ValueError, TypeError):
+            continue
+        for (chain_id, seq, _), row, start_ns in zip(wanted, rows, starts, strict=True):
+            if (chain_id, seq) in passed or not isinstance(row.get("name"), str) or start_ns is None:
+                continue
+            if not window[0] <= start_ns < window[1]:
+                continue  # sealed on another day: a copy placed here, not this partition's record
+            stored = stored_record({**row, "start_ns": start_ns, "filename": path})
+            problem, signed = check.problem(stored)
+            if problem is None and signed:
+                digest = str(stored.attributes.get(sc.RECORD_HASH))
+                passed[(chain_id, seq)] = DroppedLink(chain_id, seq, stored.record_id, digest)
+    return passed
+
+
+def write_marks(location: Location, partition: str, links: Sequence[DroppedLink], key: SigningKey) -> list[str]:
+    """Write the signed checkpoint(s) for ``partition`` (durably, before the partition is dropped); their paths."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    token = uuid.uuid4().hex[:8]
+    paths = []
+    for n, first in enumerate(range(0, len(links), MAX_LINKS_PER_FILE)):
+        part = links[first : first + MAX_LINKS_PER_FILE]
+        body = canonical_json(
+            {"day": partition.removeprefix("date="), "links": [[x.chain_id, x.seq, x.record_id, x.hash] for x in part]},
+            where="retention checkpoint",
+        ).encode()
+        digest = hashlib.sha256(body).hexdigest()
+        header = {"otel_replay_retention": _FORMAT, "key_id": key.key_id, "signature": key.sign(digest)}
+        data = canonical_json(header, where="retention checkpoint").encode() + b"\n" + body
+        path = location.join(MARKS_DIR, f"{partition}-{stamp}-{token}-{n}.json")
+        _put(location, path, data)
+        paths.append(path)
+    return paths
+
+
+def _put(location: Location, path: str, data: bytes) -> None:
+    try:
+        if location.remote:
             with location.fs.open_output_stream(location.fs_path(path)) as out:
                 out.write(data)
-        except (OSError, pa.ArrowException) as exc:
-            raise location.error(f"cannot write the retention checkpoint {path}", exc) from exc
-        return path
-    from pathlib import Path
+            return
+        from pathlib import Path
 
-    from otel_replay.exporters.writer import fsync_dir, write_bytes_atomic
+        from otel_replay.exporters.writer import fsync_dir, write_bytes_atomic
 
-    write_bytes_atomic(data, Path(path))
-    fsync_dir(location.local_root())  # the new _retention/ directory itself
-    return path
+        write_bytes_atomic(data, Path(path))
+        fsync_dir(location.local_root())  # the _retention/ directory itself, when it was just made
+    except (OSError, pa.ArrowException) as exc:
+        raise location.error(f"cannot write the retention checkpoint {path}", exc) from exc
 
 
-def read_marks(location: Location) -> tuple[list[RetentionMark], list[VerifyProblem]]:
-    """Every checkpoint under ``_retention/``, and a problem for each one that cannot be read as one."""
+def read_marks(
+    location: Location, keys: SigningKey | Sequence[SigningKey] | None
+) -> tuple[list[RetentionMark], list[VerifyProblem]]:
+    """The checkpoints under ``_retention/`` that a key among ``keys`` signed; a problem for each other one.
+
+    With no keys nothing is read (nothing could be trusted) and nothing is reported.
+    """
+    by_id = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
     marks: list[RetentionMark] = []
     problems: list[VerifyProblem] = []
-    for info in location.files_under(location.join(MARKS_DIR)):
+    if not by_id:
+        return marks, problems
+    try:
+        listed = location.files_under(location.join(MARKS_DIR))
+    except DatasetError as exc:  # e.g. a file named _retention where the directory should be
+        return marks, [_problem(location.join(MARKS_DIR), f"cannot be listed ({exc})")]
+    for info in listed:
         if not info.base_name.endswith(".json"):
             continue
         path = info.path if not location.remote else f"s3://{info.path}"
         if (info.size or 0) > MAX_MARK_BYTES:
-            problems.append(_problem(path, f"larger than {MAX_MARK_BYTES} bytes: not a retention checkpoint"))
+            problems.append(_problem(path, f"larger than {MAX_MARK_BYTES} bytes: not one otel-replay writes"))
             continue
-        data = location.read_bytes(path)
+        try:
+            data = location.read_bytes(path)
+        except DatasetError as exc:
+            problems.append(_problem(path, f"cannot be read ({exc})"))
+            continue
         if data is None:  # removed since the listing
             continue
         try:
-            marks.append(_parse(path, data))
+            marks.append(_parse(path, data, by_id))
         except (PayloadError, ValueError, TypeError) as exc:
-            problems.append(_problem(path, str(exc)))
+            problems.append(_problem(path, str(exc)[:300]))
     return marks, problems
 
 
 def _problem(path: str, what: str) -> VerifyProblem:
-    return VerifyProblem("-", f"retention checkpoint: {what}", path)
+    return VerifyProblem("-", f"retention checkpoint {what}", path)
 
 
-def _parse(path: str, data: bytes) -> RetentionMark:
-    doc = strict_loads(data, where="retention checkpoint")
-    if not isinstance(doc, dict) or doc.get("otel_replay_retention") != _FORMAT:
-        raise ValueError(f"not a version {_FORMAT} retention checkpoint")
-    partition, key_id, signature, raw = doc.get("partition"), doc.get("key_id"), doc.get("signature"), doc.get("links")
-    if not (isinstance(partition, str) and isinstance(key_id, str) and isinstance(signature, str)):
-        raise ValueError("partition, key_id and signature must be strings")
-    if not isinstance(raw, list):
-        raise ValueError("links must be a list")
+def _parse(path: str, data: bytes, keys: Mapping[str, SigningKey]) -> RetentionMark:
+    """One checkpoint file: the header's signature checked against the body's bytes, then the body parsed."""
+    head, newline, body = data.partition(b"\n")
+    if not newline or len(head) > _HEADER_BYTES:
+        raise ValueError("is not one: no header line")
+    header = strict_loads(head, where="its header")
+    if not isinstance(header, dict) or header.get("otel_replay_retention") != _FORMAT:
+        raise ValueError(f"is not a version {_FORMAT} retention checkpoint")
+    key_id, signature = header.get("key_id"), header.get("signature")
+    if not isinstance(key_id, str) or not isinstance(signature, str):
+        raise ValueError("has no key id or signature")
+    key = keys.get(key_id)
+    if key is None:
+        raise ValueError(f"is signed with key {key_id[:32]}, which is not a verification key")
+    if not key.check(hashlib.sha256(body).hexdigest(), signature):
+        raise ValueError("has an invalid signature (edited, or signed without the key)")
+    doc = strict_loads(body, where="its body")
+    day, raw = (doc.get("day"), doc.get("links")) if isinstance(doc, dict) else (None, None)
+    if not isinstance(day, str) or not isinstance(raw, list):
+        raise ValueError("has no day or links")
     links = []
     for item in raw:
         if (
@@ -280,39 +364,15 @@ def _parse(path: str, data: bytes) -> RetentionMark:
             or isinstance(item[1], bool)
             or not isinstance(item[1], int)
         ):
-            raise ValueError("each link must be [chain id, sequence number, record id, hash]")
+            raise ValueError("has a link that is not [chain id, sequence number, record id, hash]")
         links.append(DroppedLink(item[0], item[1], item[2], item[3]))
-    body = _body(partition, links, key_id)
-    return RetentionMark(path, partition, tuple(links), key_id, signature, _digest(body))
+    return RetentionMark(path, day, tuple(links))
 
 
-def vouched_links(
-    marks: Sequence[RetentionMark],
-    keys: SigningKey | Sequence[SigningKey] | None,
-    present: Iterable[str] = (),
-) -> tuple[dict[tuple[str, int], tuple[str, str]], list[VerifyProblem]]:
-    """(chain id, seq) -> (record id, hash) from the checkpoints a key among ``keys`` signed; problems for the rest.
-
-    A checkpoint vouches only while its partition is gone from the dataset
-    (not among ``present``): while the partition is there its records are
-    too, and a checkpoint copied in from another dataset (or written by a run
-    that then failed to drop) must not cover a deletion from it. With no keys
-    nothing is vouched for and nothing is reported (the cut chains are then
-    reported as before).
-    """
-    still_there = set(present)
-    by_id = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
-    vouched: dict[tuple[str, int], tuple[str, str]] = {}
-    problems: list[VerifyProblem] = []
-    if not by_id:
-        return vouched, problems
+def vouched_links(marks: Iterable[RetentionMark]) -> dict[tuple[str, int], tuple[str, str, str]]:
+    """(chain id, seq) -> (record id, hash, day) of every link in ``marks`` (already checked by :func:`read_marks`)."""
+    vouched: dict[tuple[str, int], tuple[str, str, str]] = {}
     for mark in marks:
-        wrong = mark.signed_by(by_id)
-        if wrong is not None:
-            problems.append(_problem(mark.path, wrong))
-            continue
-        if mark.partition in still_there:
-            continue
         for link in mark.links:
-            vouched[(link.chain_id, link.seq)] = (link.record_id, link.hash)
-    return vouched, problems
+            vouched[(link.chain_id, link.seq)] = (link.record_id, link.hash, mark.day)
+    return vouched

@@ -39,10 +39,10 @@ def _decide(n: int) -> list[str]:
 
 
 class _Clock:
-    """``time`` as ``audit()`` sees it, set back to ``OLD``'s day: its records land in that partition."""
+    """``time`` as ``audit()`` sees it, set back to January ``day`` 2020 (``OLD``): records land in that partition."""
 
-    def __init__(self) -> None:
-        self.now = int(dt.datetime(2020, 1, 1, 12, tzinfo=dt.UTC).timestamp()) * 10**9
+    def __init__(self, day: int = 1) -> None:
+        self.now = int(dt.datetime(2020, 1, day, 12, tzinfo=dt.UTC).timestamp()) * 10**9
 
     def time_ns(self) -> int:
         self.now += 1_000
@@ -131,32 +131,33 @@ def test_a_row_put_into_a_dropped_partition_cannot_hide_a_later_deletion(
     assert any(p.startswith("deleted") for p in problems), problems
 
 
-@pytest.mark.parametrize("edit", ["link", "signature", "key", "duplicate", "garbage"])
+@pytest.mark.parametrize("edit", ["link", "signature", "key", "duplicate", "garbage", "huge"])
 def test_a_forged_or_damaged_checkpoint_vouches_for_nothing_and_is_named(
     dataset: Path, monkeypatch: pytest.MonkeyPatch, edit: str
 ) -> None:
     _chain_across_an_old_partition(dataset, monkeypatch)
     drop_older_than(dataset, 30)
     (mark,) = list((dataset / MARKS_DIR).iterdir())
-    doc = json.loads(mark.read_text())
-    text = mark.read_text()
+    head, body = mark.read_text().split("\n", 1)
+    header, doc = json.loads(head), json.loads(body)
     if edit == "link":
         doc["links"][0][3] = "0" * 64
     elif edit == "signature":
-        doc["signature"] = "0" * 64
+        header["signature"] = "0" * 64
     elif edit == "key":
-        doc["key_id"] = SigningKey(b"another-key-of-sixteen-bytes").key_id
+        header["key_id"] = SigningKey(b"another-key-of-sixteen-bytes").key_id
+    text = json.dumps(header) + "\n" + json.dumps(doc)
     if edit == "duplicate":
-        text = text[:-1] + ',"partition":"date=1999-01-01"}'
+        text = head[:-1] + ',"key_id":"x"}\n' + body
     elif edit == "garbage":
         text = "\u0000not json"
-    else:
-        text = json.dumps(doc)
+    elif edit == "huge":  # refused unread: a forged 20 MB body is neither parsed nor held
+        text = head + "\n" + " " * (20 * 1024 * 1024)
     mark.write_text(text)
     report = _verify(dataset, load_signing_key(create=False))
     assert not report.ok and report.dropped_by_retention == 0
     named = [p for p in report.problems if p.problem.startswith("retention checkpoint")]
-    assert len(named) == 1 and named[0].file.endswith(mark.name)
+    assert len(named) == 1 and named[0].file.endswith(mark.name), report.problems
     assert any("dropped by retention" in p.problem for p in report.problems)
 
 
@@ -198,3 +199,109 @@ def test_a_checkpoint_copied_from_another_dataset_does_not_cover_a_deletion_from
     report = _verify(dataset, load_signing_key(create=False))
     assert report.dropped_by_retention == 0
     assert any(p.problem.startswith("deleted") for p in report.problems), report.problems
+
+
+# --- second reading ---------------------------------------------------------------------------------
+
+
+def _days(dataset: Path, monkeypatch: pytest.MonkeyPatch, plan: list[tuple[int | None, int]]) -> list[list[str]]:
+    """One chain: for each (day of January 2020, or None for today; how many), that many records sealed then."""
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    made = []
+    try:
+        for day, count in plan:
+            with monkeypatch.context() as patched:
+                if day is not None:
+                    patched.setattr(audit_module, "time", _Clock(day))
+                made.append(_decide(count))
+    finally:
+        telemetry.shutdown()
+    return made
+
+
+def test_a_copy_of_a_kept_partitions_record_is_not_vouched_for_by_an_older_partition(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept (busy) day's record copied into the dropped day, then deleted where it was: still a deletion."""
+    from otel_replay.storage import PartitionLease
+
+    _, kept, _ = _days(dataset, monkeypatch, [(1, 2), (2, 3), (None, 1)])
+    schema, victim = _row_of(dataset, kept[1])
+    _remove_record(dataset, kept[1])
+    _write(dataset / "spans" / OLD / "copied.parquet", [victim], schema)
+    lease = PartitionLease(dataset, "date=2020-01-02")
+    assert lease.acquire()
+    try:
+        report = drop_older_than(dataset, 30)
+    finally:
+        lease.release()
+    assert report.dropped == [OLD] and report.busy == ["date=2020-01-02"] and report.unvouched >= 1
+    problems = [p.problem for p in _verify(dataset, load_signing_key(create=False)).problems]
+    assert any(p.startswith("deleted") for p in problems), problems
+
+
+def test_a_late_row_in_a_dropped_days_folder_leaves_the_cut_vouched(dataset: Path, monkeypatch: pytest.MonkeyPatch):
+    _chain_across_an_old_partition(dataset, monkeypatch)
+    today = next(p for p in (dataset / "spans").iterdir() if p.name != OLD)
+    drop_older_than(dataset, 30)
+    late = next(today.glob("*.parquet"))
+    (dataset / "spans" / OLD).mkdir()
+    table = pq.read_table(late, partitioning=None)
+    pq.write_table(table.filter(pa.compute.is_null(table["record_id"])), dataset / "spans" / OLD / "late.parquet")
+    report = _verify(dataset, load_signing_key(create=False))  # no record of the chain on that day: still cut
+    assert report.ok and report.dropped_by_retention == 1, report.problems
+
+
+def test_damaged_and_foreign_files_in_a_dropped_partition_do_not_stop_retention(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _chain_across_an_old_partition(dataset, monkeypatch)
+    old = dataset / "spans" / OLD
+    schema, row = _read(next(old.glob("*.parquet")))
+    bad_json = dict(row[0], attributes='{"replay.record.hash": "x", oops')
+    _write(old / "bad-json.parquet", [bad_json], schema[0] if isinstance(schema, list) else schema)
+    pq.write_table(pa.table({"name": [1], "attributes": ['{"replay.record.hash":"x"}']}), old / "foreign.parquet")
+    (old / "damaged.parquet").write_bytes(b"PAR1 not parquet")
+    report = drop_older_than(dataset, 30)
+    assert report.dropped == [OLD] and report.links == 1 and report.unvouched >= 2
+    assert _verify(dataset, load_signing_key(create=False)).dropped_by_retention == 1
+
+
+def test_records_signed_before_a_key_rotation_are_vouched_for_with_the_older_key(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    older = load_signing_key(create=False)
+    _chain_across_an_old_partition(dataset, monkeypatch)
+    newer_file = tmp_path / "new.key"
+    newer_file.write_text("a-new-signing-key-after-rotation")
+    older_file = tmp_path / "old.key"
+    older_file.write_text(older.secret.decode())
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", "a-new-signing-key-after-rotation")
+    args = ["compact", str(dataset), "--older-than", "30", "--older-key-file", str(older_file)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0 and "vouch for 1 chain cut" in result.output, result.output
+    newer = load_signing_key(create=False)
+    report = _verify(dataset, [newer, older])  # type: ignore[arg-type]
+    assert report.ok and report.dropped_by_retention == 1, report.problems
+
+
+def test_a_file_where_the_checkpoint_folder_should_be_is_named_not_a_crash(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _chain_across_an_old_partition(dataset, monkeypatch)
+    (dataset / MARKS_DIR).write_text("not a folder")
+    report = _verify(dataset, load_signing_key(create=False))
+    assert any(p.problem.startswith("retention checkpoint") for p in report.problems), report.problems
+    result = CliRunner().invoke(main, ["compact", str(dataset), "--older-than", "30"])
+    assert result.exit_code == 1 and "Traceback" not in result.output and "retention checkpoint" in result.output
+
+
+def test_start_times_stored_in_microseconds_are_vouched_for(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _chain_across_an_old_partition(dataset, monkeypatch)
+    (path,) = (dataset / "spans" / OLD).glob("*.parquet")
+    table = pq.read_table(path, partitioning=None)
+    at = table.schema.get_field_index("start_time")
+    micro = table.set_column(at, "start_time", pa.compute.cast(table["start_time"], pa.timestamp("us", "UTC")))
+    pq.write_table(micro, path)  # lossless: the clock above moves in whole microseconds
+    report = drop_older_than(dataset, 30)
+    assert report.links == 1 and report.unvouched == 0
