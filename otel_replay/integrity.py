@@ -430,6 +430,7 @@ def verify_records(
     keys: SigningKey | Sequence[SigningKey] | None,
     *,
     dropped: Mapping[tuple[str, int], tuple[str, str, str]] | None = None,
+    expected: Sequence[tuple[str, int, str, str, str]] = (),
 ) -> VerifyReport:
     """Check hashes, signatures and chain links of every record span.
 
@@ -455,7 +456,11 @@ def verify_records(
     (:func:`otel_replay.storage.retention_marks.vouched_links`). A missing
     predecessor that matches one, in a chain that stores no record sealed on
     that day any more, is counted in :attr:`VerifyReport.dropped_by_retention`,
-    not reported.
+    not reported. ``expected``: (chain id, oldest seq, prev id, prev hash,
+    day) of each dropped run: the predecessor its oldest record named must
+    still be stored, or be a dropped record vouched for in ``dropped``, else it
+    is reported as deleted (its only successor was dropped, so nothing else
+    would notice).
     """
     check = SealCheck(keys, require_signed=False)
     report = VerifyReport()
@@ -496,7 +501,40 @@ def verify_records(
     report.chains = len(chains)
     for chain_id, by_seq in chains.items():
         _check_links(chain_id, by_seq, report, dropped or {})
+    _check_dropped_runs(chains, expected, dropped or {}, report)
     return report
+
+
+def _check_dropped_runs(
+    chains: Mapping[str, Mapping[int, list[StoredRecord]]],
+    expected: Sequence[tuple[str, int, str, str, str]],
+    dropped: Mapping[tuple[str, int], tuple[str, str, str]],
+    report: VerifyReport,
+) -> None:
+    """Report a predecessor a dropped run's oldest record named that is neither stored nor vouched for as dropped."""
+    days: dict[str, set[str]] = {}
+    for chain_id, bottom, prev_id, prev_hash, day in expected:
+        by_seq = chains.get(chain_id)
+        if by_seq is None or bottom <= 0:
+            continue  # nothing of the chain is stored any more, or the run started the chain
+        if chain_id not in days:
+            days[chain_id] = {_utc_day(r.start_ns) for group in by_seq.values() for r in group}
+        if day in days[chain_id]:
+            continue  # that day's records are still stored: their own links are checked
+        stored = any(
+            r.record_id == prev_id and r.attributes.get(sc.RECORD_HASH) == prev_hash
+            for r in by_seq.get(bottom - 1, ())
+        )
+        vouched = dropped.get((chain_id, bottom - 1))
+        if stored or (vouched is not None and vouched[:2] == (prev_id, prev_hash)):
+            continue
+        report.problems.append(
+            VerifyProblem(
+                _cap(prev_id),
+                f"deleted: missing from the dataset (seq {bottom - 1} of chain {_cap(chain_id)}), yet the record "
+                f"after it, dropped by retention on {day}, named it (its retention checkpoint says so)",
+            )
+        )
 
 
 def copied_elsewhere(first: StoredRecord, other: StoredRecord) -> str:

@@ -1062,11 +1062,11 @@ class Store:
             report = VerifyReport()
             report.unreadable_files = [problem.path for problem in self.skipped]
             return report
-        from otel_replay.storage.retention_marks import read_marks, vouched_links
+        from otel_replay.storage.retention_marks import expected_before, read_marks, vouched_links
 
         marks, refused_marks = read_marks(self.location, keys)
         rows = (stored_record(row) for row in self.run("sealed_records"))
-        report = verify_records(rows, keys, dropped=vouched_links(marks))
+        report = verify_records(rows, keys, dropped=vouched_links(marks), expected=expected_before(marks))
         report.problems += refused_marks
         report.unreadable_files = [problem.path for problem in self.skipped]
         return report

@@ -50,6 +50,7 @@ __all__ = [
     "Links",
     "RetentionMark",
     "dropped_links",
+    "expected_before",
     "read_marks",
     "vouched_links",
     "write_marks",
@@ -65,7 +66,7 @@ MAX_LINKS_PER_FILE = 50_000
 """Links per checkpoint file (about 8 MB): a partition with more chains gets several files."""
 
 _HEADER_BYTES = 4096
-_FORMAT = 2
+_FORMAT = 3
 _DAY_NS = 86_400 * 1_000_000_000
 _NEEDED = ("name", "trace_id", "span_id", "start_time", "attributes")
 _COLUMNS = tuple(dict.fromkeys(("record_id", *_NEEDED, *sc.PROMOTED_COLUMNS.values())))
@@ -74,12 +75,22 @@ _HASH_NEEDLE = f'"{sc.RECORD_HASH}"'
 
 @dataclass(frozen=True)
 class DroppedLink:
-    """The newest record of one run of a chain's records that retention dropped."""
+    """One run of a chain's records that retention dropped: its newest record, and what its oldest one follows.
+
+    ``seq``/``record_id``/``hash``: the newest record (a kept successor names
+    it). ``bottom_seq``/``prev_id``/``prev_hash``: the oldest record's place
+    and the predecessor it names, which ``verify`` still expects to find
+    (stored, or dropped and vouched for), so a kept record whose only
+    successor was dropped cannot be deleted unseen.
+    """
 
     chain_id: str
     seq: int
     record_id: str
     hash: str
+    bottom_seq: int
+    prev_id: str
+    prev_hash: str
 
 
 @dataclass(frozen=True)
@@ -145,10 +156,6 @@ def _sealed_keys(location: Location, path: str, file_no: int) -> pa.Table | None
     return keys
 
 
-MAX_STEPS = 64
-"""How far below a run's newest row retention looks for one that passes before it gives the run up (unvouched)."""
-
-
 def dropped_links(
     location: Location,
     files: Sequence[str],
@@ -156,15 +163,15 @@ def dropped_links(
     day: dt.date,
     before_ns: int,
 ) -> Links:
-    """The links a checkpoint for the partition of ``day`` (its live ``files``) vouches for.
+    """The runs a checkpoint for the partition of ``day`` (its live ``files``) vouches for.
 
-    Per chain, the newest record of each run of consecutive sequence numbers
-    in ``files`` whose seal passes with one of ``keys`` and whose sealed start
-    time is on ``day`` and before ``before_ns`` (the retention cutoff). A run's
-    newest row that fails is passed over for the one below it (at most
-    :data:`MAX_STEPS` times). Memory: one file's ``attributes`` column at a
-    time, then four small columns per sealed row; each round reads the rows it
-    checks one file at a time.
+    Per chain, each run of consecutive sequence numbers in ``files`` whose
+    newest and oldest records both pass the seal check with one of ``keys``
+    and were sealed on ``day``, before ``before_ns`` (the retention cutoff).
+    A run whose end row fails (forged, another day's record moved in, another
+    key) is not vouched for and counted: ``verify`` then reports the cut.
+    Memory: one file's ``attributes`` column at a time, then four small
+    columns per sealed row; the rows checked are read one file at a time.
     """
     found = Links()
     parts = []
@@ -177,47 +184,36 @@ def dropped_links(
     if not parts:
         return found
     start, end = _day_bounds(day)
-    window = (start, min(end, before_ns))
     check = SealCheck(keys)
     con = duck.connect()
     try:
         con.register("sealed", pa.concat_tables(parts))
-        pending = con.execute(
+        runs = con.execute(
             """
-            SELECT DISTINCT a.chain_id, a.seq FROM sealed AS a
-            WHERE NOT EXISTS (SELECT 1 FROM sealed AS b WHERE b.chain_id = a.chain_id AND b.seq = a.seq + 1)
+            WITH d AS (SELECT DISTINCT chain_id, seq FROM sealed),
+            g AS (SELECT chain_id, seq, seq - row_number() OVER (PARTITION BY chain_id ORDER BY seq) AS island FROM d)
+            SELECT chain_id, min(seq) AS bottom, max(seq) AS top FROM g GROUP BY chain_id, island
+            ORDER BY chain_id, top
             """
         ).fetchall()
-        for _ in range(MAX_STEPS):
-            if not pending:
-                break
-            con.register("wanted", pa.table({"chain_id": [c for c, _ in pending], "seq": [q for _, q in pending]}))
-            places = con.execute(
-                """
-                SELECT s.chain_id, s.seq, s.file_no, s.row FROM sealed AS s
-                JOIN wanted AS w ON s.chain_id = w.chain_id AND s.seq = w.seq
-                ORDER BY s.file_no, s.row
-                """
-            ).fetchall()
-            passed = _passing(location, files, places, check, window)
-            below = []
-            for chain_id, seq in pending:
-                link = passed.get((chain_id, seq))
-                if link is not None:
-                    found.links.append(link)
-                else:
-                    found.failed += 1
-                    below.append((chain_id, seq - 1))
-            pending = below
-            if pending:  # keep only the steps that stay inside a run
-                con.register("wanted", pa.table({"chain_id": [c for c, _ in pending], "seq": [q for _, q in pending]}))
-                pending = con.execute(
-                    "SELECT DISTINCT w.chain_id, w.seq FROM wanted AS w "
-                    "JOIN sealed AS s ON s.chain_id = w.chain_id AND s.seq = w.seq"
-                ).fetchall()
+        ends = {(c, q) for c, bottom, top in runs for q in (bottom, top)}
+        con.register("wanted", pa.table({"chain_id": [c for c, _ in ends], "seq": [q for _, q in ends]}))
+        places = con.execute(
+            """
+            SELECT s.chain_id, s.seq, s.file_no, s.row FROM sealed AS s
+            JOIN wanted AS w ON s.chain_id = w.chain_id AND s.seq = w.seq
+            ORDER BY s.file_no, s.row
+            """
+        ).fetchall()
     finally:
         con.close()
-    found.links.sort(key=lambda link: (link.chain_id, link.seq))
+    passed = _passing(location, files, places, check, (start, min(end, before_ns)))
+    for chain_id, bottom, top in runs:
+        newest, oldest = passed.get((chain_id, top)), passed.get((chain_id, bottom))
+        if newest is None or oldest is None:
+            found.failed += 1
+            continue
+        found.links.append(DroppedLink(chain_id, top, newest[0], newest[1], bottom, oldest[2], oldest[3]))
     return found
 
 
@@ -227,11 +223,14 @@ def _passing(
     places: Sequence[tuple[str, int, int, int]],
     check: SealCheck,
     window: tuple[int, int],
-) -> dict[tuple[str, int], DroppedLink]:
-    """Per (chain id, seq) in ``places``: the link of its first row that passes the seal check, sealed in ``window``."""
+) -> dict[tuple[str, int], tuple[str, str, str, str]]:
+    """Per (chain id, seq) in ``places``: (record id, hash, prev id, prev hash) of its first row that passes.
+
+    A row passes when its seal passes the check and it was sealed in ``window``.
+    """
     from otel_replay.store import stored_record  # the store imports this package
 
-    passed: dict[tuple[str, int], DroppedLink] = {}
+    passed: dict[tuple[str, int], tuple[str, str, str, str]] = {}
     by_file: dict[int, list[tuple[str, int, int]]] = {}
     for chain_id, seq, file_no, row_no in places:
         by_file.setdefault(file_no, []).append((chain_id, seq, row_no))
@@ -252,9 +251,14 @@ def _passing(
                 continue  # sealed on another day: a copy placed here, not this partition's record
             stored = stored_record({**row, "start_ns": start_ns, "filename": path})
             problem, signed = check.problem(stored)
-            if problem is None and signed:
-                digest = str(stored.attributes.get(sc.RECORD_HASH))
-                passed[(chain_id, seq)] = DroppedLink(chain_id, seq, stored.record_id, digest)
+            attrs = stored.attributes
+            if problem is None and signed and attrs.get(sc.RECORD_CHAIN_ID) == chain_id:
+                passed[(chain_id, seq)] = (
+                    stored.record_id,
+                    str(attrs.get(sc.RECORD_HASH)),
+                    str(attrs.get(sc.RECORD_PREV_ID, "")),
+                    str(attrs.get(sc.RECORD_PREV_HASH, "")),
+                )
     return passed
 
 
@@ -266,7 +270,10 @@ def write_marks(location: Location, partition: str, links: Sequence[DroppedLink]
     for n, first in enumerate(range(0, len(links), MAX_LINKS_PER_FILE)):
         part = links[first : first + MAX_LINKS_PER_FILE]
         body = canonical_json(
-            {"day": partition.removeprefix("date="), "links": [[x.chain_id, x.seq, x.record_id, x.hash] for x in part]},
+            {
+                "day": partition.removeprefix("date="),
+                "runs": [[x.chain_id, x.seq, x.record_id, x.hash, x.bottom_seq, x.prev_id, x.prev_hash] for x in part],
+            },
             where="retention checkpoint",
         ).encode()
         digest = hashlib.sha256(body).hexdigest()
@@ -352,27 +359,33 @@ def _parse(path: str, data: bytes, keys: Mapping[str, SigningKey]) -> RetentionM
     if not key.check(hashlib.sha256(body).hexdigest(), signature):
         raise ValueError("has an invalid signature (edited, or signed without the key)")
     doc = strict_loads(body, where="its body")
-    day, raw = (doc.get("day"), doc.get("links")) if isinstance(doc, dict) else (None, None)
+    day, raw = (doc.get("day"), doc.get("runs")) if isinstance(doc, dict) else (None, None)
     if not isinstance(day, str) or not isinstance(raw, list):
-        raise ValueError("has no day or links")
+        raise ValueError("has no day or runs")
     links = []
     for item in raw:
         if (
             not isinstance(item, list)
-            or len(item) != 4
-            or not all(isinstance(v, str) for v in (item[0], item[2], item[3]))
-            or isinstance(item[1], bool)
-            or not isinstance(item[1], int)
+            or len(item) != 7
+            or not all(isinstance(item[i], str) for i in (0, 2, 3, 5, 6))
+            or not all(isinstance(item[i], int) and not isinstance(item[i], bool) for i in (1, 4))
         ):
-            raise ValueError("has a link that is not [chain id, sequence number, record id, hash]")
-        links.append(DroppedLink(item[0], item[1], item[2], item[3]))
+            raise ValueError(
+                "has a run that is not [chain id, newest seq, record id, hash, oldest seq, prev id, prev hash]"
+            )
+        links.append(DroppedLink(*item))
     return RetentionMark(path, day, tuple(links))
 
 
 def vouched_links(marks: Iterable[RetentionMark]) -> dict[tuple[str, int], tuple[str, str, str]]:
-    """(chain id, seq) -> (record id, hash, day) of every link in ``marks`` (already checked by :func:`read_marks`)."""
+    """(chain id, seq) -> (record id, hash, day) of every dropped run's newest record in ``marks``."""
     vouched: dict[tuple[str, int], tuple[str, str, str]] = {}
     for mark in marks:
         for link in mark.links:
             vouched[(link.chain_id, link.seq)] = (link.record_id, link.hash, mark.day)
     return vouched
+
+
+def expected_before(marks: Iterable[RetentionMark]) -> list[tuple[str, int, str, str, str]]:
+    """(chain id, oldest seq, prev id, prev hash, day) of every dropped run: the predecessors verify must still find."""
+    return [(x.chain_id, x.bottom_seq, x.prev_id, x.prev_hash, mark.day) for mark in marks for x in mark.links]

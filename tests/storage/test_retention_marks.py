@@ -141,7 +141,7 @@ def test_a_forged_or_damaged_checkpoint_vouches_for_nothing_and_is_named(
     head, body = mark.read_text().split("\n", 1)
     header, doc = json.loads(head), json.loads(body)
     if edit == "link":
-        doc["links"][0][3] = "0" * 64
+        doc["runs"][0][3] = "0" * 64
     elif edit == "signature":
         header["signature"] = "0" * 64
     elif edit == "key":
@@ -305,3 +305,21 @@ def test_start_times_stored_in_microseconds_are_vouched_for(dataset: Path, monke
     pq.write_table(micro, path)  # lossless: the clock above moves in whole microseconds
     report = drop_older_than(dataset, 30)
     assert report.links == 1 and report.unvouched == 0
+
+
+def test_a_kept_record_whose_only_successor_was_dropped_cannot_be_deleted_unseen(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sequence order is not day order (a block started before midnight seals after one started after it).
+
+    Here seq 1 is kept (sealed today) and seq 2, started on the old day, is dropped: only seq 2 named seq 1,
+    so the checkpoint carries what its run's oldest record named, and verify still expects to find it.
+    """
+    _, kept, _, _ = _days(dataset, monkeypatch, [(1, 1), (None, 1), (1, 1), (None, 1)])
+    report = drop_older_than(dataset, 30)
+    assert report.dropped == [OLD] and report.links == 2
+    verified = _verify(dataset, load_signing_key(create=False))
+    assert verified.ok and verified.dropped_by_retention == 2, verified.problems
+    _remove_record(dataset, kept[0])
+    problems = [p for p in _verify(dataset, load_signing_key(create=False)).problems]
+    assert any(p.problem.startswith("deleted") and p.record_id == kept[0] for p in problems), problems
