@@ -97,6 +97,8 @@ def compact_command(
     files or the new ones, never both; exact duplicate spans are removed and
     counted; spans sharing ids with different content are kept.
     """
+    if older_key_files and older_than is None:
+        raise click.UsageError("--older-key-file applies to retention: give --older-than DAYS too")
     root = settings.dataset_dir(dataset)
     try:
         location = resolve(root)

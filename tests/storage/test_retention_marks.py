@@ -282,6 +282,8 @@ def test_records_signed_before_a_key_rotation_are_vouched_for_with_the_older_key
     assert result.exit_code == 0 and "vouch for 1 chain cut" in result.output, result.output
     newer = load_signing_key(create=False)
     report = _verify(dataset, [newer, older])  # type: ignore[arg-type]
+    alone = CliRunner().invoke(main, ["compact", str(dataset), "--older-key-file", str(older_file)])
+    assert alone.exit_code == 2 and "give --older-than" in alone.output  # not silently ignored
     assert report.ok and report.dropped_by_retention == 1, report.problems
 
 
