@@ -108,7 +108,7 @@ class Links:
 
     links: list[DroppedLink] = field(default_factory=list)
     failed: int = 0
-    """Runs whose newest record failed its seal check or its day (forged, edited, another key, moved in)."""
+    """Runs whose end records failed their seal check or their day (forged, edited, another key, moved in)."""
     unreadable: list[str] = field(default_factory=list)
     """Files whose records could not be read: they are not vouched for."""
 
