@@ -56,6 +56,7 @@ __all__ = [
     "MISPLACED",
     "SEAL_KEYS",
     "copied_elsewhere",
+    "keys_by_id",
     "load_signing_key",
     "span_place",
     "unhashable",
@@ -359,6 +360,11 @@ def unhashable(exc: BaseException) -> str:
     return f"a value cannot be hashed ({type(exc).__name__}: {str(exc)[:200]})"
 
 
+def keys_by_id(keys: SigningKey | Sequence[SigningKey] | None) -> dict[str, SigningKey]:
+    """``keys`` (one, several or none) by their key id: how a stored key id finds its key."""
+    return {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
+
+
 class SealCheck:
     """Decides whether one stored record is what its seal says: the single rule for verify, replay and the gate.
 
@@ -371,7 +377,7 @@ class SealCheck:
 
     def __init__(self, keys: SigningKey | Sequence[SigningKey] | None, *, require_signed: bool = True) -> None:
         """Check with ``keys`` (several for rotation); ``require_signed`` needs at least one key."""
-        self.keys = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
+        self.keys = keys_by_id(keys)
         self.require_signed = require_signed
         if require_signed and not self.keys:
             raise ConfigError(
@@ -518,7 +524,7 @@ def _check_dropped_runs(
         if by_seq is None or bottom <= 0:
             continue  # nothing of the chain is stored any more, or the run started the chain
         if chain_id not in days:
-            days[chain_id] = {_utc_day(r.start_ns) for group in by_seq.values() for r in group}
+            days[chain_id] = _sealed_days(by_seq)
         if day in days[chain_id]:
             continue  # that day's records are still stored: their own links are checked
         stored = any(
@@ -560,6 +566,11 @@ def _utc_day(start_ns: int) -> str:
         return datetime.datetime.fromtimestamp(start_ns // 1_000_000_000, datetime.UTC).date().isoformat()
     except (OverflowError, OSError, ValueError):
         return ""
+
+
+def _sealed_days(by_seq: Mapping[int, list[StoredRecord]]) -> set[str]:
+    """The UTC days a chain's stored records were sealed on."""
+    return {_utc_day(r.start_ns) for group in by_seq.values() for r in group}
 
 
 def _cap(text: str, limit: int = 49) -> str:
@@ -607,7 +618,7 @@ def _check_links(
         cut = dropped.get((chain_id, seq - 1)) if not before else None
         if cut is not None and cut[:2] == (prev_id, prev_hash):
             if days is None:
-                days = {_utc_day(r.start_ns) for group in by_seq.values() for r in group}
+                days = _sealed_days(by_seq)
             if cut[2] not in days:  # the very predecessor a signed checkpoint names, and its day is gone
                 report.dropped_by_retention += 1
                 continue

@@ -43,7 +43,7 @@ from pathlib import Path
 from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.exporters.schema import SPANS_DIR
-from otel_replay.exporters.writer import fsync_dir
+from otel_replay.exporters.writer import write_bytes_atomic
 from otel_replay.location import Location, is_remote, resolve
 
 __all__ = [
@@ -243,13 +243,7 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
 
 def write_manifest(partition: Path, manifest: Manifest) -> None:
     """Replace ``partition``'s manifest atomically (temp file, fsync, rename, fsync the directory)."""
-    tmp = partition / f".{MANIFEST_NAME}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(manifest.to_json(fence=uuid.uuid4().hex))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, partition / MANIFEST_NAME)
-    fsync_dir(partition)
+    write_bytes_atomic(manifest.to_json(fence=uuid.uuid4().hex).encode(), partition / MANIFEST_NAME)
 
 
 def partition_dirs(dataset: str | os.PathLike[str]) -> list[Path]:

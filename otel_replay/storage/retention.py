@@ -58,7 +58,7 @@ from .manifest import (
     partition_live_files,
     visible_names,
 )
-from .retention_marks import dropped_links, write_marks
+from .retention_marks import dropped_links, midnight_ns, write_marks
 
 DEFAULT_GRACE_SECONDS = 600.0
 """On an object store: how long a dropped partition's objects stay for readers that listed them."""
@@ -154,7 +154,7 @@ class _Checkpoint:
     ) -> None:
         self.location, self.key = location, key
         self.keys = [key, *older_keys] if key is not None else []  # records signed before a key rotation pass too
-        self.before_ns = int(dt.datetime.combine(cutoff, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
+        self.before_ns = midnight_ns(cutoff)
         self.written = self.links = self.unvouched = 0
 
     def before_dropping(self, partition: str, files: list[str]) -> None:
@@ -258,7 +258,7 @@ def _expire_claims(location: Location, cutoff: dt.date) -> int:
     from otel_replay.capture.outcome_claims import OUTCOMES_DIR
     from otel_replay.claims import CLAIMS_DIR
 
-    before_ns = int(dt.datetime.combine(cutoff, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
+    before_ns = midnight_ns(cutoff)
     expired = 0
     for directory in (OUTCOMES_DIR, CLAIMS_DIR):
         for info in location.files_under(location.join(directory)):

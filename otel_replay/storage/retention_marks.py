@@ -40,7 +40,7 @@ from otel_replay import _duck as duck
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json, strict_loads
 from otel_replay.errors import DatasetError, PayloadError
-from otel_replay.integrity import SealCheck, SigningKey, VerifyProblem
+from otel_replay.integrity import SealCheck, SigningKey, VerifyProblem, keys_by_id
 from otel_replay.location import Location
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "RetentionMark",
     "dropped_links",
     "expected_before",
+    "midnight_ns",
     "read_marks",
     "vouched_links",
     "write_marks",
@@ -113,8 +114,13 @@ class Links:
     """Files whose records could not be read: they are not vouched for."""
 
 
+def midnight_ns(day: dt.date) -> int:
+    """The start of ``day`` (UTC) in nanoseconds since the epoch."""
+    return int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
+
+
 def _day_bounds(day: dt.date) -> tuple[int, int]:
-    start = int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()) * 1_000_000_000
+    start = midnight_ns(day)
     return start, start + _DAY_NS
 
 
@@ -308,7 +314,7 @@ def read_marks(
 
     With no keys nothing is read (nothing could be trusted) and nothing is reported.
     """
-    by_id = {k.key_id: k for k in ([keys] if isinstance(keys, SigningKey) else keys or [])}
+    by_id = keys_by_id(keys)
     marks: list[RetentionMark] = []
     problems: list[VerifyProblem] = []
     if not by_id:
