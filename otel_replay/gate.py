@@ -254,9 +254,10 @@ class ActionGate:
             ``otel-replay replay --execute`` on that dataset, on any host.
             Default: the dataset :func:`otel_replay.configure` writes to;
             without one, claims hold within this process only (a warning says so).
-        flush_timeout: how long :meth:`commit` waits for its gate record to be
-            flushed (:data:`COMMIT_FLUSH_TIMEOUT`); a flush still running then
-            is logged and counted, and the receipt is returned.
+        flush_timeout: how long :meth:`commit` and a compensation wait for
+            their gate record to be flushed (:data:`COMMIT_FLUSH_TIMEOUT`); a
+            flush still running then is logged and counted, and the receipt
+            (or the compensation's outcome) is returned.
 
     """
 
@@ -429,14 +430,24 @@ class ActionGate:
         self._flush(verdict.record_id)
         return outcome
 
-    @staticmethod
-    def _flush(record_id: str) -> None:
-        """Make the compensation's gate record durable before returning."""
-        if not get_recorder().flush():
+    def _flush(self, record_id: str) -> None:
+        """Make the compensation's gate record durable before returning, waiting at most ``flush_timeout`` seconds.
+
+        The compensation is done and recorded in its claim either way: a record
+        not flushed in time is logged and counted (``capture_errors``), as
+        :meth:`commit` does, rather than holding the caller for the SDK's 30 s.
+        """
+        recorder = get_recorder()
+        flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)
+        if flushed is not True:
+            recorder.note_capture_error()
             _log.error(
-                "otel-replay: the gate record of decision %s's compensation could not be flushed to the dataset "
-                "yet (the compensation itself is done and recorded in its claim)",
+                "otel-replay: the gate record of decision %s's compensation %s (the compensation itself is done "
+                "and recorded in its claim)",
                 record_id,
+                "could not be flushed to the dataset"
+                if flushed is False
+                else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
             )
 
     def _outcome(self, stage: str, verdict: Verdict, executed: str, detail: str, receipt: Any = None) -> GateOutcome:

@@ -20,8 +20,10 @@ from otel_replay import (
     Action,
     ActionGate,
     AlreadyCompensated,
+    FixAction,
     Receipt,
     ReferenceLedger,
+    Verdict,
     audit,
 )
 from otel_replay.capture.recorder import Recorder, set_recorder
@@ -284,6 +286,29 @@ def test_a_commit_whose_flush_does_not_finish_returns_within_its_timeout(caplog)
     assert recorder.stats.capture_errors == 1
     assert "was not flushed to the dataset within 0.5 s" in caplog.text
 
+
+
+def test_a_compensation_whose_flush_does_not_finish_returns_within_the_gates_timeout(caplog, tmp_path):
+    exporter = StuckExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))  # exported by the flush
+    recorder = Recorder(provider.get_tracer("tests"), key=KEY, pipeline=ProviderPipeline(provider))
+    previous = set_recorder(recorder)
+    ledger = ReferenceLedger(10_000)
+    try:
+        receipt = ledger.commit(payment())
+        gate = ActionGate(ledger, dataset=tmp_path / "ds", flush_timeout=0.5)
+        started = time.monotonic()
+        outcome = gate.enforce_post_commit(Verdict(FixAction.ROLLBACK, False, "stale", "d-slow"), receipt=receipt)
+        took = time.monotonic() - started
+    finally:
+        set_recorder(previous)
+        exporter.release.set()
+        provider.shutdown()
+    assert outcome.executed == "rolled_back" and ledger.balance == 10_000  # the refund happened, once
+    assert took < 30  # not the SDK's 30 s flush (no timing claim beyond that: the machine is shared)
+    assert recorder.stats.capture_errors == 1
+    assert "compensation was not flushed to the dataset within 0.5 s" in caplog.text
 
 # --- 8: the CLI says what this run refunded and what the rail refused -------------------------------------------
 
