@@ -49,7 +49,12 @@ from otel_replay.records import DecisionRecord, SpanRef
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import Listing, indexed_and_tail, partition_listing
-from otel_replay.storage.span_columns import arrow_schema_problem, schema_problem
+from otel_replay.storage.span_columns import (
+    arrow_schema_coarse,
+    arrow_schema_problem,
+    schema_problem,
+    time_range_problem,
+)
 from otel_replay.storage.tail_index import TailIndex
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
@@ -370,7 +375,12 @@ class Store:
             return CorruptFileError(path, footer)
         major = _check_version(path, footer)
         arrow = footer_value(footer, _ARROW_SCHEMA_KEY)
-        problem = arrow_schema_problem(arrow) if arrow is not None else self._schema_problem(path)
+        if arrow is None:
+            problem = self._schema_problem(path)
+        else:
+            problem = arrow_schema_problem(arrow)
+            if problem is None and arrow_schema_coarse(arrow):  # not nanoseconds (never ours): check the range
+                problem = self._time_problem(path)
         if problem is not None:
             self._bad[path] = (stamp, CorruptFileError(path, problem))
             return self._bad[path][1]
@@ -380,19 +390,29 @@ class Store:
         return None
 
     def _schema_problem(self, path: str) -> str | None:
-        """:func:`schema_problem` of a file whose footer has no Arrow schema (another writer's): one footer parse."""
+        """:func:`schema_problem` and :func:`time_range_problem` of a file whose footer has no Arrow schema.
+
+        Another writer's file: one footer parse, and a read of a time column
+        only when it is coarser than nanoseconds and lacks statistics.
+        """
+        return self._parquet_problem(path, statistics=True, schema=True)
+
+    def _time_problem(self, path: str, *, statistics: bool = True) -> str | None:
+        """:func:`time_range_problem` of ``path`` (a file whose span times are not all nanoseconds)."""
+        return self._parquet_problem(path, statistics=statistics, schema=False)
+
+    def _parquet_problem(self, path: str, *, statistics: bool, schema: bool) -> str | None:
         import pyarrow.parquet as pq
 
         try:
-            if self.location.remote:
-                schema = pq.read_schema(self.location.fs_path(path), filesystem=self.location.fs)
-            else:
-                schema = pq.read_schema(path)
+            source = self.location.open_object(path) if self.location.remote else path
+            parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="ms")
+            problem = schema_problem(parquet.schema_arrow) if schema else None
+            return problem or time_range_problem(parquet, statistics=statistics)
         except FileNotFoundError:
             return None  # gone: the query that reads it re-lists
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, ValueError) as exc:
             return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return schema_problem(schema)
 
     def _union_by_name(self, files: Sequence[str]) -> bool:
         """Whether ``files`` need DuckDB's union_by_name: not when one writer schema is recorded in every footer.
@@ -571,6 +591,8 @@ class Store:
         stamps = {path: self._stamp(path) for path in reading}
         unproven = [path for path in reading if stamps[path] is None or self._decoded.get(path) != stamps[path]]
         found = find_corrupt(self._con, unproven)
+        if not found and isinstance(exc, duckdb.ConversionException):
+            found = self._find_out_of_range(reading)
         bad = {problem.path for problem in found}
         for path in unproven:
             stamp = stamps[path]
@@ -580,6 +602,20 @@ class Store:
             stamp = stamps[problem.path]
             if stamp is not None:
                 self._bad[problem.path] = (stamp, problem)
+        return found
+
+    def _find_out_of_range(self, reading: Sequence[str]) -> list[CorruptFileError]:
+        """The files of ``reading`` holding a span time that does not fit in nanoseconds, read past any statistics.
+
+        Admission decided from the footer (its Arrow schema, its statistics),
+        which another writer may have got wrong; a file that decodes alone but
+        not cast to nanoseconds with the others is named here, after the fact.
+        """
+        found = []
+        for path in reading:
+            problem = self._time_problem(path, statistics=False)
+            if problem is not None:
+                found.append(CorruptFileError(path, problem))
         return found
 
     # --- running SQL ----------------------------------------------------------
