@@ -280,6 +280,7 @@ class Store:
         self._arrow_schema: dict[str, bytes | None] = {}  # the writer's Arrow schema, to skip union_by_name
         self._major: dict[str, int | None] = {}  # each file's major storage schema version (None: not recorded)
         self._decoded: dict[str, tuple[int, int]] = {}
+        self._times_read: dict[str, tuple[int, int]] = {}  # files whose span times were read and fit in nanoseconds
         self._bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
         self._analyst: duckdb.DuckDBPyConnection | None = None
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
@@ -406,9 +407,9 @@ class Store:
 
         try:
             source = self.location.open_object(path) if self.location.remote else path
-            parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="ms")
+            parquet = pq.ParquetFile(source)
             problem = schema_problem(parquet.schema_arrow) if schema else None
-            return problem or time_range_problem(parquet, statistics=statistics)
+            return problem or time_range_problem(source, parquet.metadata, statistics=statistics)
         except FileNotFoundError:
             return None  # gone: the query that reads it re-lists
         except (OSError, pa.ArrowException, ValueError) as exc:
@@ -590,9 +591,13 @@ class Store:
             return []
         stamps = {path: self._stamp(path) for path in reading}
         unproven = [path for path in reading if stamps[path] is None or self._decoded.get(path) != stamps[path]]
-        found = find_corrupt(self._con, unproven)
-        if not found and isinstance(exc, duckdb.ConversionException):
-            found = self._find_out_of_range(reading)
+        # A time cast to nanoseconds that failed: reading the time columns (footers, for our files) costs less than
+        # decoding every file, and such a file decodes alone anyway.
+        found = self._find_out_of_range(reading, stamps) if isinstance(exc, duckdb.ConversionException) else []
+        if found:
+            unproven = []
+        else:
+            found = find_corrupt(self._con, unproven)
         bad = {problem.path for problem in found}
         for path in unproven:
             stamp = stamps[path]
@@ -604,18 +609,26 @@ class Store:
                 self._bad[problem.path] = (stamp, problem)
         return found
 
-    def _find_out_of_range(self, reading: Sequence[str]) -> list[CorruptFileError]:
+    def _find_out_of_range(
+        self, reading: Sequence[str], stamps: Mapping[str, tuple[int, int] | None]
+    ) -> list[CorruptFileError]:
         """The files of ``reading`` holding a span time that does not fit in nanoseconds, read past any statistics.
 
         Admission decided from the footer (its Arrow schema, its statistics),
         which another writer may have got wrong; a file that decodes alone but
         not cast to nanoseconds with the others is named here, after the fact.
+        Each file is read at most once per (size, mtime).
         """
         found = []
         for path in reading:
+            stamp = stamps.get(path)
+            if stamp is None or self._times_read.get(path) == stamp:
+                continue
             problem = self._time_problem(path, statistics=False)
             if problem is not None:
                 found.append(CorruptFileError(path, problem))
+            else:
+                self._times_read[path] = stamp
         return found
 
     # --- running SQL ----------------------------------------------------------

@@ -486,7 +486,7 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
     for path in files:
         try:
             source = location.open_object(str(path)) if location is not None else path
-            parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="ms")
+            parquet = pq.ParquetFile(source)
             schema = parquet.schema_arrow
         except (pa.ArrowException, OSError) as exc:
             raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
@@ -496,7 +496,7 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
             # A coarser time past nanoseconds would fail the side index's cast (naming no file) or, stored as
             # INT96, wrap round to another date when read. Read, not taken from statistics: compaction reads it all.
             try:
-                problem = time_range_problem(parquet, statistics=False)
+                problem = time_range_problem(source, parquet.metadata, statistics=False)
             except (pa.ArrowException, OSError, ValueError) as exc:
                 problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed

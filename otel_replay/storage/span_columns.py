@@ -200,8 +200,13 @@ def _statistics_range(metadata: pq.FileMetaData, i: int) -> tuple[int, int] | No
     return (0, 0) if low is None or high is None else (low, high)
 
 
-def _read_range(parquet: pq.ParquetFile, path: str) -> tuple[str, int, int]:
-    """(unit, min, max) of the leaf column ``path``, reading that column only (0, 0 when it holds no value)."""
+def _read_range(source: Any, metadata: pq.FileMetaData, path: str) -> tuple[str, int, int]:
+    """(unit, min, max) of the leaf column ``path``, reading that column only (0, 0 when it holds no value).
+
+    INT96 is read as milliseconds: any INT96 value fits, where pyarrow's
+    default, nanoseconds, wraps a far date round to another silently.
+    """
+    parquet = pq.ParquetFile(source, metadata=metadata, coerce_int96_timestamp_unit="ms")
     values: Any = parquet.read(columns=[path]).column(0)
     values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     while not pa.types.is_timestamp(values.type):
@@ -225,24 +230,20 @@ def _when(value: int, unit: str) -> str:
         return f"{value} {unit} since 1970-01-01"
 
 
-def time_range_problem(parquet: pq.ParquetFile, *, statistics: bool = True) -> str | None:
-    """What puts a span time of ``parquet`` outside nanoseconds (beyond 2262-04-11 or before 1677-09-21), or ``None``.
+def time_range_problem(source: Any, metadata: pq.FileMetaData, *, statistics: bool = True) -> str | None:
+    """What puts a span time of a Parquet file outside nanoseconds (after 2262-04-11, before 1677-09-21), or ``None``.
 
-    Only columns stored in a coarser unit are looked at (nanoseconds always
-    fit). Their range comes from the row groups' min/max statistics when
-    ``statistics`` and every row group has them, else from reading that
-    column alone. Legacy INT96 columns are always read (their statistics
-    have no defined order).
-
-    ``parquet`` must be opened with ``coerce_int96_timestamp_unit="ms"``
-    (any INT96 value fits in milliseconds; pyarrow's default, nanoseconds,
-    wraps a far date round to another silently).
+    ``source``: the file (a path or an open file object), ``metadata`` its
+    parsed footer. Only columns stored in a coarser unit are looked at
+    (nanoseconds always fit). Their range comes from the row groups' min/max
+    statistics when ``statistics`` and every row group has them, else from
+    reading that column alone. Legacy INT96 columns are always read (their
+    statistics have no defined order).
 
     Raises:
         OSError, pyarrow.ArrowException: the column cannot be read (a damaged file).
 
     """
-    metadata = parquet.metadata
     schema = metadata.schema
     for i in range(metadata.num_columns):
         column = schema.column(i)
@@ -254,7 +255,7 @@ def time_range_problem(parquet: pq.ParquetFile, *, statistics: bool = True) -> s
             continue
         found = _statistics_range(metadata, i) if statistics and unit != "int96" else None
         if found is None:
-            unit, low, high = _read_range(parquet, column.path)
+            unit, low, high = _read_range(source, metadata, column.path)
         else:
             low, high = found
         per = _NS_PER[unit]
