@@ -49,7 +49,12 @@ from otel_replay.records import DecisionRecord, SpanRef
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import Listing, indexed_and_tail, partition_listing
-from otel_replay.storage.span_columns import arrow_schema_problem, schema_problem
+from otel_replay.storage.span_columns import (
+    arrow_schema_coarse,
+    arrow_schema_problem,
+    schema_problem,
+    time_range_problem,
+)
 from otel_replay.storage.tail_index import TailIndex
 from otel_replay.trust import TrustedRecord, select_trusted, split_trusted
 
@@ -275,6 +280,7 @@ class Store:
         self._arrow_schema: dict[str, bytes | None] = {}  # the writer's Arrow schema, to skip union_by_name
         self._major: dict[str, int | None] = {}  # each file's major storage schema version (None: not recorded)
         self._decoded: dict[str, tuple[int, int]] = {}
+        self._times_read: dict[str, tuple[int, int]] = {}  # files whose span times were read and fit in nanoseconds
         self._bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
         self._analyst: duckdb.DuckDBPyConnection | None = None
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
@@ -370,7 +376,12 @@ class Store:
             return CorruptFileError(path, footer)
         major = _check_version(path, footer)
         arrow = footer_value(footer, _ARROW_SCHEMA_KEY)
-        problem = arrow_schema_problem(arrow) if arrow is not None else self._schema_problem(path)
+        if arrow is None:
+            problem = self._schema_problem(path)
+        else:
+            problem = arrow_schema_problem(arrow)
+            if problem is None and arrow_schema_coarse(arrow):  # not nanoseconds (never ours): check the range
+                problem = self._time_problem(path)
         if problem is not None:
             self._bad[path] = (stamp, CorruptFileError(path, problem))
             return self._bad[path][1]
@@ -380,19 +391,29 @@ class Store:
         return None
 
     def _schema_problem(self, path: str) -> str | None:
-        """:func:`schema_problem` of a file whose footer has no Arrow schema (another writer's): one footer parse."""
+        """:func:`schema_problem` and :func:`time_range_problem` of a file whose footer has no Arrow schema.
+
+        Another writer's file: one footer parse, and a read of a time column
+        only when it is coarser than nanoseconds and lacks statistics.
+        """
+        return self._parquet_problem(path, statistics=True, schema=True)
+
+    def _time_problem(self, path: str, *, statistics: bool = True) -> str | None:
+        """:func:`time_range_problem` of ``path`` (a file whose span times are not all nanoseconds)."""
+        return self._parquet_problem(path, statistics=statistics, schema=False)
+
+    def _parquet_problem(self, path: str, *, statistics: bool, schema: bool) -> str | None:
         import pyarrow.parquet as pq
 
         try:
-            if self.location.remote:
-                schema = pq.read_schema(self.location.fs_path(path), filesystem=self.location.fs)
-            else:
-                schema = pq.read_schema(path)
+            source = self.location.open_object(path) if self.location.remote else path
+            parquet = pq.ParquetFile(source)
+            problem = schema_problem(parquet.schema_arrow) if schema else None
+            return problem or time_range_problem(source, parquet.metadata, statistics=statistics)
         except FileNotFoundError:
             return None  # gone: the query that reads it re-lists
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, ValueError) as exc:
             return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return schema_problem(schema)
 
     def _union_by_name(self, files: Sequence[str]) -> bool:
         """Whether ``files`` need DuckDB's union_by_name: not when one writer schema is recorded in every footer.
@@ -570,7 +591,13 @@ class Store:
             return []
         stamps = {path: self._stamp(path) for path in reading}
         unproven = [path for path in reading if stamps[path] is None or self._decoded.get(path) != stamps[path]]
-        found = find_corrupt(self._con, unproven)
+        # A time cast to nanoseconds that failed: reading the time columns (footers, for our files) costs less than
+        # decoding every file, and such a file decodes alone anyway.
+        found = self._find_out_of_range(reading, stamps) if isinstance(exc, duckdb.ConversionException) else []
+        if found:
+            unproven = []
+        else:
+            found = find_corrupt(self._con, unproven)
         bad = {problem.path for problem in found}
         for path in unproven:
             stamp = stamps[path]
@@ -580,6 +607,28 @@ class Store:
             stamp = stamps[problem.path]
             if stamp is not None:
                 self._bad[problem.path] = (stamp, problem)
+        return found
+
+    def _find_out_of_range(
+        self, reading: Sequence[str], stamps: Mapping[str, tuple[int, int] | None]
+    ) -> list[CorruptFileError]:
+        """The files of ``reading`` holding a span time that does not fit in nanoseconds, read past any statistics.
+
+        Admission decided from the footer (its Arrow schema, its statistics),
+        which another writer may have got wrong; a file that decodes alone but
+        not cast to nanoseconds with the others is named here, after the fact.
+        Each file is read at most once per (size, mtime).
+        """
+        found = []
+        for path in reading:
+            stamp = stamps.get(path)
+            if stamp is None or self._times_read.get(path) == stamp:
+                continue
+            problem = self._time_problem(path, statistics=False)
+            if problem is not None:
+                found.append(CorruptFileError(path, problem))
+            else:
+                self._times_read[path] = stamp
         return found
 
     # --- running SQL ----------------------------------------------------------

@@ -81,7 +81,7 @@ from .manifest import (
     write_manifest,
 )
 from .side_index import INDEX_KINDS, file_index_rows, merge_index, write_index
-from .span_columns import check_version, schema_problem
+from .span_columns import check_version, schema_problem, time_range_problem
 
 __all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
 
@@ -478,20 +478,27 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
 
     Raises:
         DatasetError: a file was written with a newer storage schema version than this otel-replay reads.
-        CorruptFileError: a file is unreadable or not a span file (no id columns, a span column of another type).
+        CorruptFileError: a file is unreadable or not a span file (no id columns, a span column of another type,
+            a span time that does not fit in nanoseconds).
 
     """
     groups: dict[tuple[bytes, str], list[P]] = {}
     for path in files:
         try:
-            if location is not None:
-                schema = pq.read_schema(location.fs_path(str(path)), filesystem=location.fs)
-            else:
-                schema = pq.read_schema(path)
+            source = location.open_object(str(path)) if location is not None else path
+            parquet = pq.ParquetFile(source)
+            schema = parquet.schema_arrow
         except (pa.ArrowException, OSError) as exc:
             raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
         check_version(str(path), (schema.metadata or {}).get(SCHEMA_METADATA_KEY))
         problem = schema_problem(schema)
+        if problem is None:
+            # A coarser time past nanoseconds would fail the side index's cast (naming no file) or, stored as
+            # INT96, wrap round to another date when read. Read, not taken from statistics: compaction reads it all.
+            try:
+                problem = time_range_problem(source, parquet.metadata, statistics=False)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed
             raise CorruptFileError(str(path), problem)
         groups.setdefault(_schema_key(schema), []).append(path)

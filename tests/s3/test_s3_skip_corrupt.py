@@ -45,3 +45,37 @@ def test_a_damaged_object_is_named_then_skipped_and_listed(s3: Any, bucket: str)
         assert [r["name"] for r in rows] == [f"span-{i}" for i in range(5)]  # the good object's rows, once
         assert [problem.path for problem in store.skipped] == [f"s3://{bucket}/{bad}"]
         assert store.rows("SELECT count(*) AS n FROM spans") == [{"n": 5}]  # and it stays left out
+
+
+def test_an_object_with_times_past_nanoseconds_is_refused_skipped_and_stops_compaction(s3: Any, bucket: str) -> None:
+    """A foreign object whose start_time is microseconds at 9999-12-31: named at open, skipped, compaction refused."""
+    import pyarrow as pa
+
+    from otel_replay.storage import compact
+
+    uri = f"s3://{bucket}/traces"
+    exporter = ParquetSpanExporter(uri, max_age_seconds=60)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    for i in range(5):
+        with provider.get_tracer("t").start_as_current_span(f"span-{i}"):
+            pass
+    provider.shutdown()
+    [good] = [k for k in (o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]) if k.endswith(".parquet")]
+    table = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=good)["Body"].read()))
+    far = pa.array([253_402_300_799_000_000] * table.num_rows, pa.timestamp("us", "UTC"))
+    at = table.schema.get_field_index("start_time")
+    body = io.BytesIO()
+    pq.write_table(table.set_column(at, pa.field("start_time", far.type), far), body)
+    bad = good.rsplit("/", 1)[0] + "/part-far.parquet"
+    s3.put_object(Bucket=bucket, Key=bad, Body=body.getvalue())
+    before = {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+
+    with pytest.raises(CorruptFileError, match=r"part-far\.parquet: column start_time holds 9999-12-31T23:59:59Z"):
+        Store(uri)
+    with Store(uri, skip_corrupt=True) as store:
+        assert [problem.path for problem in store.skipped] == [f"s3://{bucket}/{bad}"]
+        assert store.rows("SELECT count(*) AS n FROM spans") == [{"n": 5}]
+    with pytest.raises(CorruptFileError, match=r"part-far\.parquet: column start_time holds 9999-12-31T23:59:59Z"):
+        compact(uri, grace_seconds=0)
+    assert {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]} == before
