@@ -124,17 +124,16 @@ class DatasetError(OtelReplayError):
 class CorruptFileError(DatasetError):
     """A Parquet file in the dataset is truncated or unreadable."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, *, skippable: bool = True) -> None:
+        """``skippable``: the reader that met it can leave it out (a query can; compaction cannot)."""
         # A compacted file is listed by its partition's manifest: moved aside, it must also be dropped from it.
         aside = (
             "move it aside and run `otel-replay compact --drop-missing`"
             if str(path).replace("\\", "/").rpartition("/")[2].startswith("compact-g")
             else "move it aside"
         )
-        super().__init__(
-            f"corrupt Parquet file {path}: {reason} "
-            f"({aside}, or open the dataset with skip_corrupt=True / --skip-corrupt)"
-        )
+        skip = ", or open the dataset with skip_corrupt=True / --skip-corrupt" if skippable else ""
+        super().__init__(f"corrupt Parquet file {path}: {reason} ({aside}{skip})")
         self.path = path
         self.reason = reason
 

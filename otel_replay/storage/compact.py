@@ -394,7 +394,7 @@ def _batches(files: Sequence[P], max_rows: int, location: Location | None = None
             else:
                 n = pq.read_metadata(path).num_rows
         except (pa.ArrowException, OSError) as exc:
-            raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
+            raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
         if current and rows + n > max_rows:
             batches.append(current)
             current, rows = [], 0
@@ -470,7 +470,7 @@ def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
             return pq.read_table(location.fs_path(str(path)), filesystem=location.fs)
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
-        raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
+        raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
 
 
 def _schema_groups(files: Sequence[P], location: Location | None = None) -> list[list[P]]:
@@ -489,7 +489,7 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
             parquet = pq.ParquetFile(source)
             schema = parquet.schema_arrow
         except (pa.ArrowException, OSError) as exc:
-            raise CorruptFileError(str(path), str(exc).splitlines()[0]) from exc
+            raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
         check_version(str(path), (schema.metadata or {}).get(SCHEMA_METADATA_KEY))
         problem = schema_problem(schema)
         if problem is None:
@@ -500,7 +500,7 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
             except (pa.ArrowException, OSError, ValueError) as exc:
                 problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed
-            raise CorruptFileError(str(path), problem)
+            raise CorruptFileError(str(path), problem, skippable=False)
         groups.setdefault(_schema_key(schema), []).append(path)
     return list(groups.values())
 
