@@ -9,7 +9,8 @@ from otel_replay import semconv as sc
 from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError, RecordNotFound, UntrustedRecord
 from otel_replay.integrity import MISPLACED
-from otel_replay.rerun.events import FORMAT_VERSION, Event
+from otel_replay.rerun.codec import RECORDING_FORMAT, codec_of_format
+from otel_replay.rerun.events import Event
 from otel_replay.store import Store, stored_record
 
 _log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ class Recording:
     """The original run's causal fingerprint (on the final chunk), ``None`` when it ended early."""
     outcome: str
     chunks: int
+    codec: int = 1
+    """The argument codec its hashes were made with (:func:`~otel_replay.rerun.codec.codec_of_format`)."""
 
 
 def load_recording(store: Store, session_id: str) -> Recording:
@@ -61,10 +64,10 @@ def load_recording(store: Store, session_id: str) -> Recording:
             )
         attrs = dict(rec.attributes)
         version = attrs.get(sc.RECORDING_FORMAT)
-        if not isinstance(version, int) or version > FORMAT_VERSION:
+        if not isinstance(version, int) or version > RECORDING_FORMAT:
             raise DatasetError(
                 f"recording of session {session_id!r} (chunk {rec.record_id}) has format version {version!r}; "
-                f"this otel-replay reads up to version {FORMAT_VERSION}: upgrade otel-replay to rerun it"
+                f"this otel-replay reads up to version {RECORDING_FORMAT}: upgrade otel-replay to rerun it"
             )
         index = attrs.get(sc.RECORDING_CHUNK)
         if not isinstance(index, int) or index < 0:
@@ -77,6 +80,9 @@ def load_recording(store: Store, session_id: str) -> Recording:
             )
         chunks[index] = (rec.record_id, attrs)
     _one_run(session_id, chunks)
+    formats = {attrs.get(sc.RECORDING_FORMAT) for _, attrs in chunks.values()}
+    if len(formats) > 1:
+        raise DatasetError(f"recording of session {session_id!r} mixes format versions {sorted(map(str, formats))}")
     events: list[Event] = []
     complete = False
     fingerprint: str | None = None
@@ -107,7 +113,9 @@ def load_recording(store: Store, session_id: str) -> Recording:
             outcome = str(attrs.get(sc.RECORDING_OUTCOME, ""))
             if index != max(chunks):
                 raise DatasetError(f"{where}: marked final, yet chunk {max(chunks)} follows it")
-    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks))
+    version = next(iter(formats), RECORDING_FORMAT)
+    codec = codec_of_format(version if isinstance(version, int) else RECORDING_FORMAT)
+    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks), codec)
 
 
 def _one_run(session_id: str, chunks: dict[int, tuple[str, dict[str, object]]]) -> None:

@@ -15,6 +15,7 @@ from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
 from otel_replay.records import new_id
 from otel_replay.replay import Policy, load_callable, replay
+from otel_replay.rerun.codec import arguments_codec
 from otel_replay.rerun.guards import install_guards
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, load_recording
@@ -186,7 +187,8 @@ def _run(
     output: Any = None
     error: str | None = None
     started = time.perf_counter()
-    with session_scope(rerun_session):
+    # An older recording is matched with the argument codec its hashes were made with.
+    with session_scope(rerun_session), arguments_codec(recording.codec):
         try:
             with Interceptor(mode, guards=install_guards, rerun=True):
                 try:
