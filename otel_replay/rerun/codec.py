@@ -320,6 +320,9 @@ def encode_value(value: Any) -> Any:
         return [encode_value(v) for v in value]
     if cls is dict:
         if all(k.__class__ is str and _text_ok(k) for k in value):
+            keys = list(value)
+            if keys != sorted(keys):  # stored JSON sorts keys: the order the program saw is kept as pairs
+                return {"$ordered": [[k, encode_value(v)] for k, v in value.items()]}
             if any(k.startswith("$") for k in value):
                 return {"$dict": {k: encode_value(v) for k, v in value.items()}}
             return {k: encode_value(v) for k, v in value.items()}
@@ -395,6 +398,7 @@ _DECODERS: dict[str, Any] = {
     "$str": lambda inner: bytes.fromhex(inner).decode("utf-8", "surrogatepass"),
     "$int": lambda inner: int(inner, 16),
     "$items": lambda inner: dict(_decode_pairs(inner)),
+    "$ordered": lambda inner: {k: decode_value(v) for k, v in inner},
     "$bytearray": lambda inner: bytearray(base64.b64decode(inner)),
     "$decimal": decimal.Decimal,
     "$datetime": _REAL_DATETIME.fromisoformat,

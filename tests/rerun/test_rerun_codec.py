@@ -162,6 +162,7 @@ RESULTS: dict[str, Any] = {
     "day": datetime.date(2026, 11, 26),
     "tags": frozenset({"a", "b"}),
     "ids": {3: "c", 1: "a"},
+    "unsorted": {"z": 1, "a": {"y": 2, "b": 3}},  # stored JSON sorts keys: the order seen is kept
     "huge": 7**9000,
     "name": os.fsdecode(b"invoice-\xff.pdf"),  # a lone surrogate, as os.listdir returns for a non-UTF-8 name
 }
@@ -184,6 +185,7 @@ def test_results_are_served_with_the_type_and_value_the_recorded_run_saw(dataset
     assert result.output == original
     assert [name for name, _ in result.output] == [type(v).__name__ for v in RESULTS.values()]
     assert list(result.output[2][1]) == ["b", "a"]  # OrderedDict keeps its order
+    assert json.dumps(result.output[9][1]) == '{"z": 1, "a": {"y": 2, "b": 3}}'  # and so does a plain dict
 
 
 @tool
