@@ -54,6 +54,7 @@ __all__ = [
     "decode_value",
     "encode_result",
     "encode_value",
+    "output_hash",
     "redact_headers",
     "redact_json_text",
     "redact_url",
@@ -269,6 +270,11 @@ def unmatchable(arguments_text: str) -> str | None:
         return str(found["$unmatchable"])
     except (ValueError, KeyError, TypeError):  # pragma: no cover - the tag is always complete JSON
         return "an argument"
+
+
+def output_hash(value: Any) -> str:
+    """The hash of what an entrypoint returned, compared by value between a recording and its rerun."""
+    return hashlib.sha256(stable_json(value).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:

@@ -31,6 +31,8 @@ class Recording:
     outcome: str
     chunks: int
     codec: int = 1
+    output: str | None = None
+    """The hash of what the recorded run returned, when the recording was told (``RecordMode.set_output``)."""
     """The argument codec its hashes were made with (:func:`~otel_replay.rerun.codec.codec_of_format`)."""
 
 
@@ -87,6 +89,7 @@ def load_recording(store: Store, session_id: str) -> Recording:
     complete = False
     fingerprint: str | None = None
     outcome = ""
+    output: str | None = None
     for expected, index in enumerate(sorted(chunks)):
         record_id, attrs = chunks[index]
         if index != expected:
@@ -111,11 +114,13 @@ def load_recording(store: Store, session_id: str) -> Recording:
             value = attrs.get(sc.RECORDING_FINGERPRINT)
             fingerprint = str(value) if value else None
             outcome = str(attrs.get(sc.RECORDING_OUTCOME, ""))
+            given = attrs.get(sc.RECORDING_OUTPUT)
+            output = str(given) if given else None
             if index != max(chunks):
                 raise DatasetError(f"{where}: marked final, yet chunk {max(chunks)} follows it")
     version = next(iter(formats), RECORDING_FORMAT)
     codec = codec_of_format(version if isinstance(version, int) else RECORDING_FORMAT)
-    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks), codec)
+    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks), codec, output)
 
 
 def _one_run(session_id: str, chunks: dict[int, tuple[str, dict[str, object]]]) -> None:

@@ -29,7 +29,7 @@ from otel_replay.errors import ConfigError
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord, new_id
 from otel_replay.rerun.callers import INSIDE
-from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_hash, encode_result, stable_json
+from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_hash, encode_result, output_hash, stable_json
 from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, stream_key
 from otel_replay.rerun.interceptor import Interceptor, decision_arguments
 
@@ -70,9 +70,18 @@ class RecordMode:
         self.events = 0
         self.dropped = 0
         self.chunks: list[str] = []
+        self._output: str | None = None
         self.finish_failed = False
         """The final chunk could not be written (logged): the stored recording ends early."""
         self._closed = False
+
+    def set_output(self, value: Any) -> None:
+        """What the recorded run returned: a rerun whose entrypoint returns another value does not match.
+
+        Compared by value (the argument codec's hash; only the hash is stored). A value with no value
+        representation makes every rerun of the recording a mismatch.
+        """
+        self._output = output_hash(value)
 
     # --- the seam -----------------------------------------------------------
     def around(self, call: Call, invoke: Callable[[], T]) -> T:
@@ -257,6 +266,8 @@ class RecordMode:
         if final:
             attrs[sc.RECORDING_FINGERPRINT] = self.fingerprint.hexdigest()
             attrs[sc.RECORDING_OUTCOME] = outcome
+            if self._output is not None:
+                attrs[sc.RECORDING_OUTPUT] = self._output
             if self.dropped:
                 attrs[sc.RECORDING_OUTCOME] = f"{outcome} (dropped {self.dropped} event(s) it could not store)"
         record_id = new_id()

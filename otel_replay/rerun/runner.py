@@ -15,7 +15,7 @@ from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
 from otel_replay.records import new_id
 from otel_replay.replay import Policy, load_callable, replay
-from otel_replay.rerun.codec import arguments_codec
+from otel_replay.rerun.codec import arguments_codec, output_hash, redact_json_text, stable_json
 from otel_replay.rerun.guards import install_guards
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, load_recording
@@ -201,6 +201,8 @@ def _run(
                     error = _one_line(exc)
         finally:
             mode.close()
+        if recording.output is not None and error is None and mode.divergence is None:
+            _compare_output(mode, recording.output, output)
     seconds = time.perf_counter() - started
     fingerprint = mode.fingerprint.hexdigest()
     matched = (
@@ -227,6 +229,19 @@ def _run(
         leaks=list(mode.leaks),
         decisions=[(original, record.record_id) for original, record in mode.decisions],
         seconds=seconds,
+    )
+
+
+def _compare_output(mode: RerunMode, recorded: str, output: Any) -> None:
+    """The recording holds what its run returned: another value (by value) is a divergence after the last step."""
+    if output_hash(output) == recorded:
+        return
+    shown = redact_json_text(stable_json(output))
+    mode.divergence = Divergence(
+        mode.steps,
+        "the entrypoint returned another value than the recorded run",
+        f"a value with hash {recorded}",
+        shown if len(shown) <= 160 else shown[:159] + "…",
     )
 
 

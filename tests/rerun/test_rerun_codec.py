@@ -466,3 +466,35 @@ def test_a_new_recording_is_format_2_and_compares_by_value(dataset: Path) -> Non
         assert not rerun(_legacy_agent, dataset=dataset, session_id="fresh").matched
     finally:
         AMOUNT[0] = decimal.Decimal("100.00")
+
+
+# --- lower: what the entrypoint returned, when the recording is told -------------------------------------
+
+
+@tool
+def quote(symbol: str) -> dict[str, float]:
+    """A price quote."""
+    return {"price": 101.5}
+
+
+def _orders() -> dict[str, float]:
+    return {"order_qty": round(10_000 / quote("ACME")["price"], 2)}
+
+
+def _orders_with_a_units_bug() -> dict[str, float]:
+    return {"order_qty": round(1_000_000 / quote("ACME")["price"], 2)}
+
+
+def test_a_rerun_returning_another_value_than_the_recorded_run_does_not_match(dataset: Path) -> None:
+    telemetry = otel_replay.configure(dataset, service_name="rerun-tests", set_global=False)
+    try:
+        with recording("output") as mode:
+            assert mode is not None
+            mode.set_output(_orders())
+        telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    assert rerun(_orders, dataset=dataset, session_id="output").matched
+    other = rerun(_orders_with_a_units_bug, dataset=dataset, session_id="output")
+    assert not other.matched and other.divergence is not None, other.report()
+    assert "returned another value" in other.divergence.reason and "9852.22" in other.divergence.actual
