@@ -264,6 +264,8 @@ class RecordMode:
             sc.RECORDING_FINAL: final,
         }
         if final:
+            # A lone surrogate in the message (a non-UTF-8 file name) would make the chunk unsealable: escaped.
+            outcome = outcome.encode("utf-8", "backslashreplace").decode("utf-8")
             attrs[sc.RECORDING_FINGERPRINT] = self.fingerprint.hexdigest()
             attrs[sc.RECORDING_OUTCOME] = outcome
             if self._output is not None:

@@ -498,3 +498,18 @@ def test_a_rerun_returning_another_value_than_the_recorded_run_does_not_match(da
     other = rerun(_orders_with_a_units_bug, dataset=dataset, session_id="output")
     assert not other.matched and other.divergence is not None, other.report()
     assert "returned another value" in other.divergence.reason and "9852.22" in other.divergence.actual
+
+
+def _opens_a_non_utf8_name() -> None:
+    time.time()
+    raise FileNotFoundError(os.fsdecode(b"invoice-\xff.pdf"))
+
+
+def test_a_run_ending_in_an_error_that_names_a_non_utf8_file_is_recorded_whole(dataset: Path) -> None:
+    # The outcome's lone surrogate made the final chunk unsealable: CaptureError replaced the agent's own error.
+    with pytest.raises(FileNotFoundError):
+        record(dataset, "name", _opens_a_non_utf8_name)
+    with Store(dataset) as store:
+        loaded = load_recording(store, "name")
+    assert loaded.complete and loaded.outcome == "raised FileNotFoundError: invoice-\\udcff.pdf"
+    assert rerun(_opens_a_non_utf8_name, dataset=dataset, session_id="name").matched
