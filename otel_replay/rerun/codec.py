@@ -132,6 +132,9 @@ _REAL_DATETIME, _REAL_DATE, _REAL_TIME, _REAL_TIMEDELTA = _dt.datetime, _dt.date
 _UNMATCHABLE = '{"$unmatchable":'
 
 
+_only_numbers = frozenset({float, bool, type(None)}).issuperset
+
+
 def _path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
@@ -164,6 +167,8 @@ def _canon(value: Any, depth: int) -> Any:
     depth += 1
     try:
         if cls is list or cls is tuple:
+            if _only_numbers(map(type, value)):  # a vector of floats (an embedding): no walk per element
+                return value
             return [_canon(v, depth) for v in value]
         if cls is dict:
             return _canon_dict(value, depth)

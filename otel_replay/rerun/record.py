@@ -234,7 +234,8 @@ class RecordMode:
             # an event that cannot be stored is dropped alone and leaves no gap in the sequence.
             event.seq = self._seq
             text = canonical_json(event.to_json(), where=where)
-            text.encode("utf-8")  # a lone surrogate would fail the whole chunk when written
+            if not text.isascii():
+                text.encode("utf-8")  # a lone surrogate would fail the whole chunk when written
             self._seq += 1
             if not event.transparent:  # a model call's note: its HTTP exchange below is what counts
                 self.fingerprint.add_event(event)
