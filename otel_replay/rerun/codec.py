@@ -241,7 +241,11 @@ def _canon_typed(value: Any, cls: type, depth: int) -> Any:
         return {"$type": _path(value)}
     if cls.__module__.startswith("numpy") and hasattr(value, "tolist"):
         return {"$numpy": [_path(cls), str(getattr(value, "dtype", "")), _canon(value.tolist(), depth)]}
-    bases: tuple[Any, ...] = (str, int, float, bytes, list, tuple, dict)
+    if isinstance(value, Mapping):  # a mappingproxy, a frozendict, a dict subclass: its items and its type
+        return {"$mapping": [_path(cls), _canon(dict(value.items()), depth)]}
+    if isinstance(value, collections.deque):
+        return {"$typed": [_path(cls), _canon(list(value), depth)]}
+    bases: tuple[Any, ...] = (str, int, float, bytes, list, tuple)
     for base in bases:  # a subclass of a value type: its value and its type
         if isinstance(value, base):
             return {"$typed": [_path(cls), _canon(base(value), depth)]}

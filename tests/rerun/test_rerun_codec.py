@@ -513,3 +513,13 @@ def test_a_run_ending_in_an_error_that_names_a_non_utf8_file_is_recorded_whole(d
         loaded = load_recording(store, "name")
     assert loaded.complete and loaded.outcome == "raised FileNotFoundError: invoice-\\udcff.pdf"
     assert rerun(_opens_a_non_utf8_name, dataset=dataset, session_id="name").matched
+
+
+def test_other_mappings_and_sequences_are_compared_by_value_with_their_type() -> None:
+    import types
+
+    proxy = stable_json({"m": types.MappingProxyType({"a": 1})})
+    assert proxy == stable_json({"m": types.MappingProxyType({"a": 1})}) != stable_json({"m": {"a": 1}})
+    assert proxy != stable_json({"m": types.MappingProxyType({"a": 2})})
+    assert stable_json(collections.deque([1, 2])) != stable_json(collections.deque([2, 1]))
+    assert "$unmatchable" not in proxy + stable_json(collections.deque([1]))
