@@ -123,6 +123,8 @@ def _indexed(name: str, kind: str) -> Wrapper:
             return wrapped(*args, **kwargs)  # no population: the call raises TypeError, nothing is drawn
         try:
             size = len(population)
+            if not hasattr(population, "__getitem__"):  # a set: the real call refuses it (TypeError)
+                raise TypeError
         except TypeError:
             drawn = wrapped(*args, **kwargs)  # raises for every population without a length ...
             if agent_module(sys._getframe(1).f_globals.get("__name__", "")):

@@ -112,6 +112,10 @@ def _entrypoint(entrypoint: Callable[..., Any] | str) -> Callable[..., Any]:
     return entrypoint
 
 
+_STOPPED = ("raised KeyboardInterrupt", "raised GeneratorExit")
+"""Outcomes of a run that was stopped, not one that ended (``SystemExit`` is an end: a rerun reproduces it)."""
+
+
 def _one_line(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -181,7 +185,10 @@ def _run(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> RerunResult:
-    mode = RerunMode(list(recording.events), governance, recording.complete)
+    # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
+    # that ended early does, rather than going on past the recorded calls.
+    complete = recording.complete and not recording.outcome.startswith(_STOPPED)
+    mode = RerunMode(list(recording.events), governance, complete)
     rerun_id = new_id()
     rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
     output: Any = None
@@ -206,7 +213,7 @@ def _run(
     seconds = time.perf_counter() - started
     fingerprint = mode.fingerprint.hexdigest()
     matched = (
-        recording.complete
+        complete
         and mode.divergence is None
         and fingerprint == recording.fingerprint
         and _same_outcome(recording.outcome, error)
@@ -222,9 +229,9 @@ def _run(
         divergence=mode.divergence,
         output=output,
         error=error,
-        recording_complete=recording.complete,
+        recording_complete=complete,
         original_outcome=recording.outcome,
-        ended_early=mode.ended_early or (not recording.complete and mode.divergence is None),
+        ended_early=mode.ended_early or (not complete and mode.divergence is None),
         warnings=list(mode.warnings),
         leaks=list(mode.leaks),
         decisions=[(original, record.record_id) for original, record in mode.decisions],

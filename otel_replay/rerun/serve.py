@@ -133,8 +133,10 @@ def first_difference(recorded: str, actual: str, width: int = 70) -> tuple[str, 
     return f"{cut(recorded)} (first difference at character {at})", cut(actual)
 
 
-_INTERRUPTS = frozenset({"builtins:KeyboardInterrupt", "builtins:SystemExit", "builtins:GeneratorExit"})
-"""Recorded errors that stopped the recorded run itself (Ctrl-C, exit): never raised again in a rerun."""
+_INTERRUPTS = frozenset({"builtins:KeyboardInterrupt", "builtins:GeneratorExit"})
+"""Recorded errors that stopped the recorded run itself (Ctrl-C): never raised again in a rerun, where they would
+stop ``rerun --all`` or a pytest session. ``SystemExit`` is raised again: ``rerun()`` takes it as the end of the
+entrypoint (and pytest as a failure), so a run that exits inside a call is reproduced and can match."""
 
 
 def _recorded_type(type_path: str) -> Any:

@@ -314,6 +314,38 @@ def test_an_interrupted_recording_ends_its_rerun_early_without_raising_keyboardi
         assert "interrupted here" in str(result.error) and "KeyboardInterrupt" in str(result.error)
 
 
+def _stopped_between_calls() -> str:
+    time.time()
+    if os.environ.get("RCODEC_INTERRUPT"):
+        raise KeyboardInterrupt  # Ctrl-C while the agent computes: no call is running
+    return wait_for_approval()
+
+
+def test_a_run_stopped_between_calls_reruns_up_to_where_it_stopped(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RCODEC_INTERRUPT", "1")
+    with pytest.raises(KeyboardInterrupt):
+        record(dataset, "between", _stopped_between_calls)
+    monkeypatch.delenv("RCODEC_INTERRUPT")
+    result = rerun(_stopped_between_calls, dataset=dataset, session_id="between", governance="strict")
+    assert result.ended_early and not result.matched, result.report()
+    assert "ended early" in str(result.error)  # not a tool call "the recording does not hold"
+
+
+@tool
+def shut_down() -> None:
+    """Ends the process, as some tools do."""
+    sys.exit(3)
+
+
+def test_a_tool_that_exits_is_reproduced_and_matches(dataset: Path) -> None:
+    with pytest.raises(SystemExit):
+        record(dataset, "exits", shut_down)
+    result = rerun(shut_down, dataset=dataset, session_id="exits")
+    assert result.matched and result.error == "SystemExit: 3", result.report()
+
+
 # --- finding 9: a whole-process recording keeps how the process ended -------------------------------------
 
 _PROCESS = """
