@@ -101,7 +101,7 @@ def load_recording(store: Store, session_id: str) -> Recording:
         try:
             data = strict_loads(str(attrs.get(sc.RECORDING_EVENTS, "[]")), where=where)
             batch = [Event.from_json(item) for item in data]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # 1e400 is inf
             if isinstance(exc, PayloadError):
                 raise DatasetError(str(exc)) from exc
             raise DatasetError(f"{where}: malformed event ({exc})") from exc

@@ -29,7 +29,14 @@ from otel_replay.errors import ConfigError
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord, new_id
 from otel_replay.rerun.callers import INSIDE
-from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_hash, encode_result, output_hash, stable_json
+from otel_replay.rerun.codec import (
+    RECORDING_FORMAT,
+    arguments_hash,
+    encode_result,
+    output_hash,
+    stable_json,
+    unmatchable,
+)
 from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, stream_key
 from otel_replay.rerun.interceptor import Interceptor, decision_arguments
 
@@ -71,6 +78,7 @@ class RecordMode:
         self.dropped = 0
         self.chunks: list[str] = []
         self._output: str | None = None
+        self._warned: set[tuple[str, str]] = set()
         self.finish_failed = False
         """The final chunk could not be written (logged): the stored recording ends early."""
         self._closed = False
@@ -95,10 +103,25 @@ class RecordMode:
         text = stable_json(dict(call.arguments))
         stream = stream_key(call.boundary, call.name)
         if call.boundary == "tool":
+            self._warn_unmatchable(call.name, text)
             return self._opaque(call, stream, text, invoke, encode=True)
         # model calls (and other instrumented spans) are transparent: their HTTP underneath is recorded
         self._add(call.boundary, call.name, stream, text, None, None, transparent=True)
         return invoke()
+
+    def _warn_unmatchable(self, name: str, text: str) -> None:
+        """Said when recording, once per tool and type: a rerun can never match such a call."""
+        what = unmatchable(text)
+        if what is None or (name, what) in self._warned:
+            return
+        self._warned.add((name, what))
+        _log.warning(
+            "otel-replay recording %s: tool %s was called with %s, which has no value representation; "
+            "a rerun cannot compare this call, so it will not match (pass a value type instead)",
+            self.session_id,
+            name,
+            what,
+        )
 
     def _opaque(self, call: Call, stream: str, text: str, invoke: Callable[[], T], *, encode: bool) -> T:
         token = INSIDE.set(True)
@@ -156,6 +179,7 @@ class RecordMode:
         text = stable_json(dict(call.arguments))
         stream = stream_key(call.boundary, call.name)
         if call.boundary == "tool":
+            self._warn_unmatchable(call.name, text)
             opaque = BoundaryCall(call.boundary, call.name, stream=stream, arguments_text=text)
             return await self._around_async(opaque, invoke, encode=True)
         self._add(call.boundary, call.name, stream, text, None, None, transparent=True)

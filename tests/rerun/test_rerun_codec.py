@@ -98,9 +98,12 @@ def test_a_typed_argument_is_compared_by_value(dataset: Path, recorded: Any, cha
     assert "other arguments" in other.divergence.reason
 
 
-def test_an_argument_with_no_value_representation_never_matches(dataset: Path) -> None:
+def test_an_argument_with_no_value_representation_never_matches(
+    dataset: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     ARGUMENT[0] = threading.Lock()  # no value to compare: two locks are never "the same argument"
     record(dataset, "opaque", _transfers)
+    assert "tool transfer was called with _thread:lock, which has no value representation" in caplog.text
     relaxed = rerun(_transfers, dataset=dataset, session_id="opaque")
     assert not relaxed.matched and relaxed.divergence is not None
     assert "no value representation" in relaxed.divergence.reason and "_thread" in relaxed.divergence.reason
@@ -555,3 +558,14 @@ def test_other_mappings_and_sequences_are_compared_by_value_with_their_type() ->
     assert proxy != stable_json({"m": types.MappingProxyType({"a": 2})})
     assert stable_json(collections.deque([1, 2])) != stable_json(collections.deque([2, 1]))
     assert "$unmatchable" not in proxy + stable_json(collections.deque([1]))
+
+
+def test_an_event_numbered_past_float_range_is_a_one_line_dataset_error(dataset: Path) -> None:
+    from otel_replay.errors import DatasetError
+
+    from .test_rerun_safety import _emit_chunk
+
+    events = '[{"q": 1e400, "b": "clock", "n": "time.time", "s": "x", "a": "[]", "h": "0"}]'
+    _emit_chunk(dataset, "inf", "chunk-inf", version=1, events=events)
+    with pytest.raises(DatasetError, match="recording chunk chunk-inf of session 'inf': malformed event"):
+        rerun(time.time, dataset=dataset, session_id="inf")
