@@ -221,7 +221,7 @@ def _canon_typed(value: Any, cls: type, depth: int) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": [_path(cls), hashlib.sha256(bytes(value)).hexdigest()]}
     if isinstance(value, (set, frozenset)):
-        items = sorted((_dumps(item), item) for item in (_canon(v, depth) for v in value))
+        items = sorted(((_dumps(item), item) for item in (_canon(v, depth) for v in value)), key=lambda p: p[0])
         return {"$set": [_path(cls), [item for _, item in items]]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: _canon(getattr(value, f.name), depth) for f in dataclasses.fields(value)}
@@ -245,7 +245,7 @@ def _canon_typed(value: Any, cls: type, depth: int) -> Any:
         return {"$mapping": [_path(cls), _canon(dict(value.items()), depth)]}
     if isinstance(value, collections.deque):
         return {"$typed": [_path(cls), _canon(list(value), depth)]}
-    bases: tuple[Any, ...] = (str, int, float, bytes, list, tuple)
+    bases: tuple[Any, ...] = (str, int, float, list, tuple)
     for base in bases:  # a subclass of a value type: its value and its type
         if isinstance(value, base):
             return {"$typed": [_path(cls), _canon(base(value), depth)]}
