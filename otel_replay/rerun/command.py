@@ -30,6 +30,8 @@ DIVERGED = 4
 """Exit code when a rerun did not match its recording (distinct from click's usage error, 2)."""
 
 
+
+
 def _load_state(path: str) -> dict[str, Any]:
     from otel_replay._json import strict_loads
     from otel_replay.cli import LIVE_STATE_MAX_BYTES, read_input_file
