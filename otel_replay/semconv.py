@@ -210,6 +210,7 @@ RECORDING_EVENTS: Final = "replay.recording.events"  # canonical JSON array of e
 RECORDING_FINAL: Final = "replay.recording.final"  # bool: the last chunk of a finished recording
 RECORDING_FINGERPRINT: Final = "replay.recording.fingerprint"  # on the final chunk: causal fingerprint
 RECORDING_OUTCOME: Final = "replay.recording.outcome"  # on the final chunk: "returned" | "raised: ..."
+RECORDING_OUTPUT: Final = "replay.recording.output"  # on the final chunk, if given: hash of what the run returned
 RERUN_ID: Final = "replay.rerun.id"
 RERUN_OF: Final = "replay.rerun.of_session"
 RERUN_GOVERNANCE: Final = "replay.rerun.governance"

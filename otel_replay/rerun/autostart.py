@@ -5,11 +5,17 @@ group ``opentelemetry_instrumentor``): when ``OTEL_REPLAY_RECORD_SESSION`` is
 set, instrumenting starts a recording of that session for the whole process
 (``auto`` picks a new id), and the recording is finished - its final, sealed
 chunk written - when the process exits or the instrumentor is uninstrumented.
+
+The recorded outcome is how the process ended: ``raised <Type>: <message>``
+when an uncaught exception reached ``sys.excepthook`` (chained, so the usual
+traceback is still printed) or the program called ``sys.exit`` with a non-zero
+code, ``returned`` otherwise.
 """
 
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
 from collections.abc import Collection
 from typing import Any
@@ -29,6 +35,41 @@ __all__ = ["RecordingInstrumentor", "start_process_recording", "stop_process_rec
 
 _lock = threading.Lock()
 _running: tuple[RecordMode, Interceptor, Any] | None = None
+_ended: str | None = None
+"""How the process is ending, as seen by the hooks below (``None``: no crash, no failing exit seen)."""
+_hooks: tuple[Any, Any, Any, Any] | None = None
+"""(previous excepthook, ours, previous sys.exit, ours), to put back exactly."""
+
+
+def _install_hooks() -> None:
+    global _hooks
+    previous_hook, previous_exit = sys.excepthook, sys.exit
+
+    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        global _ended
+        _ended = f"raised {exc_type.__name__}: {exc}"[:500]
+        previous_hook(exc_type, exc, tb)
+
+    def exit(status: object = None) -> None:  # noqa: A001 - stands in for sys.exit
+        global _ended
+        if status not in (None, 0):  # the exit code the process will end with (a caught one too: documented)
+            _ended = f"raised SystemExit: {status}"[:500]
+        previous_exit(status)  # type: ignore[arg-type]
+
+    sys.excepthook, sys.exit = excepthook, exit  # type: ignore[assignment]
+    _hooks = (previous_hook, excepthook, previous_exit, exit)
+
+
+def _remove_hooks() -> None:
+    global _hooks
+    if _hooks is None:
+        return
+    previous_hook, ours_hook, previous_exit, ours_exit = _hooks
+    _hooks = None
+    if sys.excepthook is ours_hook:  # someone chained after us: leave theirs (it calls ours, which is harmless)
+        sys.excepthook = previous_hook
+    if sys.exit is ours_exit:
+        sys.exit = previous_exit
 
 
 def start_process_recording(session_id: str | None = None) -> RecordMode:
@@ -55,20 +96,27 @@ def start_process_recording(session_id: str | None = None) -> RecordMode:
             scope.__exit__(None, None, None)
             raise
         _running = (mode, interceptor, scope)
+        _install_hooks()
     atexit.register(stop_process_recording)
     return mode
 
 
-def stop_process_recording(outcome: str = "returned") -> str | None:
-    """Finish the process recording (write its final chunk); returns its fingerprint, ``None`` if none ran."""
-    global _running
+def stop_process_recording(outcome: str | None = None) -> str | None:
+    """Finish the process recording (write its final chunk); returns its fingerprint, ``None`` if none ran.
+
+    ``outcome`` defaults to how the process is ending: ``raised <Type>: <message>`` after an uncaught
+    exception or a non-zero ``sys.exit``, else ``returned``.
+    """
+    global _running, _ended
     with _lock:
         running, _running = _running, None
+        ended, _ended = _ended, None
+        _remove_hooks()
     if running is None:
         return None
     mode, interceptor, scope = running
     try:
-        return mode.finish(outcome)
+        return mode.finish(outcome if outcome is not None else ended or "returned")
     finally:
         interceptor.__exit__(None, None, None)
         try:

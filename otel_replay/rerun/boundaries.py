@@ -7,12 +7,15 @@ Patched, while a recording or a rerun is active, by module attribute:
   wait), ``datetime.datetime.now`` / ``utcnow`` / ``today`` and ``datetime.date.today``
   (the ``datetime.datetime`` and ``datetime.date`` names are swapped for subclasses
   whose ``isinstance`` checks still accept every real instance);
-* entropy: the ``random`` module's functions, ``uuid.uuid4``, ``os.urandom`` and
-  the ``secrets`` functions.
+* entropy: the ``random`` module's functions (every ``*variate`` too), ``uuid.uuid4``,
+  ``os.urandom`` and the ``secrets`` functions.
 
 Sequence functions (``choice``, ``choices``, ``sample``, ``shuffle``) record the
 *indices* they drew, never the elements, so any object can be chosen; the
-draw consumes the generator exactly as the original function would.
+draw consumes the generator exactly as the original function would (the
+population passed by keyword, ``sample(counts=...)`` and ``choices(weights=...)``
+included). An agent's draw that still reaches the real generator in a rerun is
+reported as a leak.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from otel_replay.instrumentation import _seam
 from otel_replay.instrumentation._seam import through
 from otel_replay.rerun.callers import INSIDE, agent_module
 from otel_replay.rerun.codec import decode_value, encode_value, stable_json
@@ -47,6 +51,12 @@ RANDOM_FUNCTIONS = (
     "expovariate",
     "triangular",
     "betavariate",
+    "lognormvariate",
+    "gammavariate",
+    "paretovariate",
+    "weibullvariate",
+    "vonmisesvariate",
+    *(("binomialvariate",) if hasattr(random, "binomialvariate") else ()),  # Python 3.12+
     "randbytes",
     "seed",
 )
@@ -86,19 +96,40 @@ def _plain(boundary: str, name: str) -> Wrapper:
     return wrapper
 
 
+_POPULATION = {"choice": "seq", "choices": "population", "sample": "population", "shuffle": "x"}
+"""The keyword each sequence function takes its population by."""
+
+
+def _leaked(name: str) -> None:
+    """An agent's draw that went to the real generator: in a rerun, a leak (a strict rerun refuses it)."""
+    leak = getattr(_seam.current(), "leak", None)
+    if leak is not None:
+        leak(f"entropy {name} drawn unrecorded")
+
+
 def _indexed(name: str, kind: str) -> Wrapper:
     """``choice``/``choices``/``sample``/``shuffle``: record the indices drawn, return the elements."""
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if INSIDE.get() or not args:
+        if INSIDE.get():
             return wrapped(*args, **kwargs)
-        population, rest = args[0], args[1:]
-        if kind == "sample" and kwargs.get("counts") is not None:
-            return wrapped(*args, **kwargs)
+        keyword = _POPULATION[kind]
+        if args:
+            population, rest, options = args[0], args[1:], kwargs
+        elif keyword in kwargs:
+            options = dict(kwargs)
+            population, rest = options.pop(keyword), ()
+        else:
+            return wrapped(*args, **kwargs)  # no population: the call raises TypeError, nothing is drawn
         try:
             size = len(population)
+            if not hasattr(population, "__getitem__"):  # a set: the real call refuses it (TypeError)
+                raise TypeError
         except TypeError:
-            return wrapped(*args, **kwargs)
+            drawn = wrapped(*args, **kwargs)  # raises for every population without a length ...
+            if agent_module(sys._getframe(1).f_globals.get("__name__", "")):
+                _leaked(name)  # ... but if it drew anyway, the draw is not in the recording
+            return drawn
         rng = getattr(wrapped, "__self__", None)
 
         def draw() -> Any:
@@ -109,11 +140,13 @@ def _indexed(name: str, kind: str) -> Wrapper:
                 return rng._randbelow(size)
             if kind == "shuffle":
                 order = list(range(size))
-                wrapped(order, *rest, **kwargs)
+                wrapped(order, *rest, **options)
                 return order
-            return wrapped(range(size), *rest, **kwargs)
+            # Drawn over the indices, with the same options (counts=, weights=, k=): the generator is
+            # consumed exactly as by the call on the population itself.
+            return wrapped(range(size), *rest, **options)
 
-        arguments = [size, [a for a in rest if not callable(a)], kwargs]
+        arguments = [size, [a for a in rest if not callable(a)], options]
         value = _cross("entropy", name, 1, arguments, lambda: encode_value(draw()))
         if value is _DIRECT:
             return wrapped(*args, **kwargs)

@@ -3,11 +3,20 @@
 Two encodings:
 
 * :func:`encode_value` / :func:`decode_value` round-trip the values a boundary
-  returns (numbers, text, bytes, UUIDs, lists, dicts) exactly, so a rerun
-  serves back what the original run received;
-* :func:`stable_json` turns call arguments into canonical JSON for hashing; an
-  object JSON cannot hold is named by its type only, so the hash never depends
-  on a memory address.
+  returns exactly, so a rerun serves back what the original run received: only
+  exact types are accepted (a subclass could carry more than its base holds);
+  named tuples, enums, ``OrderedDict``, ``bytearray``, ``Decimal``, sets and the
+  ``datetime`` values carry a tag that rebuilds them; anything else raises
+  ``TypeError`` (stored as ``$unrecordable``, which a rerun refuses to serve);
+* :func:`stable_json` turns call arguments into canonical JSON for hashing. Value
+  types JSON cannot hold are encoded by value (``Decimal``, ``datetime``, enums,
+  UUIDs, dataclasses, pydantic models, sets ...); a value with no stable value
+  representation becomes ``{"$unmatchable": what}``, found by :func:`unmatchable`,
+  and a rerun never matches such a call. One bad value never hides the others.
+
+The argument encoding is versioned (:data:`ARGUMENTS_CODEC`, implied by the
+recording's format): a recording made with codec 1 is rerun with codec 1, so
+its hashes still match (:func:`arguments_codec`).
 
 Redaction is one function applied at record time and at match time alike; it builds on the
 instrumentation's :func:`~otel_replay.instrumentation._redact.redact` (one set of secret shapes).
@@ -16,27 +25,68 @@ instrumentation's :func:`~otel_replay.instrumentation._redact.redact` (one set o
 from __future__ import annotations
 
 import base64
+import collections
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import fractions
 import hashlib
 import json
+import pathlib
 import re
+import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from otel_replay.instrumentation._redact import REDACTED, redact
 
 __all__ = [
+    "ARGUMENTS_CODEC",
+    "RECORDING_FORMAT",
     "REDACTED",
+    "arguments_codec",
     "arguments_hash",
+    "codec_of_format",
     "decode_result",
     "decode_value",
     "encode_result",
     "encode_value",
+    "output_hash",
     "redact_headers",
     "redact_json_text",
     "redact_url",
     "stable_json",
+    "unmatchable",
 ]
+
+ARGUMENTS_CODEC = 2
+"""The argument and value encoding new recordings use (1: unknown objects named by type only)."""
+RECORDING_FORMAT = 2
+"""The recording format written: format 2 is format 1's events with codec 2 (old readers refuse it)."""
+
+
+def codec_of_format(version: int) -> int:
+    """The argument codec a recording of format ``version`` was hashed with."""
+    return 1 if version < 2 else ARGUMENTS_CODEC
+
+
+_codec = ARGUMENTS_CODEC
+"""The codec :func:`stable_json` uses now: process-wide, as one recording or rerun runs at a time."""
+
+
+@contextmanager
+def arguments_codec(version: int) -> Iterator[None]:
+    """Hash arguments and values with codec ``version`` inside (a rerun of an older recording)."""
+    global _codec
+    previous, _codec = _codec, version
+    try:
+        yield
+    finally:
+        _codec = previous
+
 
 _SECRET_HEADER = re.compile(
     r"(proxy-)?authorization|(set-)?cookie|x-api-key|api-key|x-auth-token|.*-token|.*-secret|.*api-key",
@@ -47,27 +97,193 @@ _SECRET_KEY = re.compile(
     r"|authorization|private[-_]?key|session[-_]?id|cookie|signature|credentials?",
     re.IGNORECASE,
 )
-_stable = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=lambda o: _opaque(o))
+
+# --- codec 1: kept byte for byte, for recordings made with it -------------------------------------------
+_stable_v1 = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=lambda o: _opaque_v1(o)
+)
 
 
-def _opaque(value: Any) -> Any:
+def _opaque_v1(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": hashlib.sha256(bytes(value)).hexdigest()}
     if isinstance(value, (set, frozenset)):
-        return sorted(stable_json(v) for v in value)
+        return sorted(_stable_json_v1(v) for v in value)
     if isinstance(value, uuid.UUID):
         return {"$uuid": value.hex}
     return {"$object": f"{type(value).__module__}.{type(value).__qualname__}"}
 
 
-def stable_json(value: Any) -> str:
-    """Canonical JSON of call arguments; unknown objects by type name, NaN as text."""
+def _stable_json_v1(value: Any) -> str:
     try:
-        return _stable.encode(value)
-    except ValueError:  # circular reference
+        return _stable_v1.encode(value)
+    except (ValueError, TypeError):  # circular reference; a non-string key (never in a codec-1 recording)
         return json.dumps({"$object": type(value).__qualname__})
-    except RecursionError:  # nested deeper than the encoder walks: named, never raised into the agent's call
+    except RecursionError:
         return json.dumps({"$object": f"{type(value).__qualname__} nested too deeply to encode"})
+
+
+# --- codec 2: every value by value, or marked unmatchable ---------------------------------------------
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_MAX_DEPTH = 256
+_BIG_INT_BITS = 13_000
+"""Ints wider than this (about 3,900 digits) are written in hex: ``int``'s decimal form stops at 4,300 digits."""
+_REAL_DATETIME, _REAL_DATE, _REAL_TIME, _REAL_TIMEDELTA = _dt.datetime, _dt.date, _dt.time, _dt.timedelta
+_UNMATCHABLE = '{"$unmatchable":'
+
+
+_only_numbers = frozenset({float, bool, type(None)}).issuperset
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _text_ok(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (os.fsdecode of a non-UTF-8 name): not storable as is
+        return False
+    return True
+
+
+def _surrogates(text: str) -> dict[str, str]:
+    return {"$surrogates": text.encode("utf-8", "surrogatepass").hex()}
+
+
+def _canon(value: Any, depth: int) -> Any:
+    """``value`` as plain JSON that only an equal value maps to (one failing value is marked, not raised)."""
+    cls = value.__class__
+    if value is None or cls is bool or cls is float:
+        return value
+    if cls is str:
+        return value if _text_ok(value) else _surrogates(value)
+    if cls is int:
+        return value if value.bit_length() <= _BIG_INT_BITS else {"$int": format(value, "x")}
+    if depth > _MAX_DEPTH:
+        return {"$unmatchable": f"a value nested deeper than {_MAX_DEPTH} levels"}
+    depth += 1
+    try:
+        if cls is list or cls is tuple:
+            if _only_numbers(map(type, value)):  # a vector of floats (an embedding): no walk per element
+                return value
+            return [_canon(v, depth) for v in value]
+        if cls is dict:
+            return _canon_dict(value, depth)
+        return _canon_typed(value, cls, depth)
+    except RecursionError:
+        return {"$unmatchable": f"{_path(cls)} nested too deeply to encode"}
+    except Exception as exc:  # a broken __eq__, model_dump, property ...: this value only, named
+        return {"$unmatchable": f"{_path(cls)} ({type(exc).__name__} while encoding it)"}
+
+
+def _canon_dict(value: Mapping[Any, Any], depth: int) -> Any:
+    if all(k.__class__ is str for k in value):
+        # "$" keys are ours (tags): a caller's own "$x" key is written "$$x", so no argument forges a tag
+        return {
+            ("$" + k if k.startswith("$") else k) if _text_ok(k) else "$surrogates:" + _surrogates(k)["$surrogates"]: (
+                _canon(v, depth)
+            )
+            for k, v in value.items()
+        }
+    pairs = [(_dumps(_canon(k, depth)), _canon(v, depth)) for k, v in value.items()]
+    return {"$items": sorted(pairs, key=lambda pair: pair[0])}
+
+
+def _zone(tzinfo: Any) -> Any:
+    if tzinfo is None:
+        return None
+    text = repr(tzinfo)
+    if " at 0x" in text:  # a default repr names a memory address: no value to compare
+        return {"$unmatchable": f"time zone {_path(type(tzinfo))}"}
+    return text
+
+
+def _canon_typed(value: Any, cls: type, depth: int) -> Any:
+    if isinstance(value, enum.Enum):
+        return {"$enum": [_path(cls), _canon(value.value, depth)]}
+    if isinstance(value, tuple) and hasattr(cls, "_fields"):
+        return {"$namedtuple": [_path(cls), _canon(dict(zip(cls._fields, value, strict=False)), depth)]}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, _REAL_DATETIME):
+        return {"$datetime": value.isoformat(), "tz": _zone(value.tzinfo)}
+    if isinstance(value, _REAL_DATE):
+        return {"$date": value.isoformat()}
+    if isinstance(value, _REAL_TIME):
+        return {"$time": value.isoformat(), "tz": _zone(value.tzinfo)}
+    if isinstance(value, _REAL_TIMEDELTA):
+        return {"$timedelta": [value.days, value.seconds, value.microseconds]}
+    if isinstance(value, uuid.UUID):
+        return {"$uuid": value.hex}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": [_path(cls), hashlib.sha256(bytes(value)).hexdigest()]}
+    if isinstance(value, (set, frozenset)):
+        items = sorted(((_dumps(item), item) for item in (_canon(v, depth) for v in value)), key=lambda p: p[0])
+        return {"$set": [_path(cls), [item for _, item in items]]}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _canon(getattr(value, f.name), depth) for f in dataclasses.fields(value)}
+        return {"$dataclass": [_path(cls), fields]}
+    if hasattr(cls, "model_fields") and hasattr(value, "model_dump"):  # pydantic 2
+        return {"$model": [_path(cls), _canon(value.model_dump(), depth)]}
+    if hasattr(cls, "__attrs_attrs__"):
+        fields = {a.name: _canon(getattr(value, a.name), depth) for a in cls.__attrs_attrs__}
+        return {"$attrs": [_path(cls), fields]}
+    if isinstance(value, (fractions.Fraction, complex)):
+        return {"$number": [_path(cls), str(value)]}
+    if isinstance(value, pathlib.PurePath):
+        return {"$path": [_path(cls), str(value)]}
+    if isinstance(value, range):
+        return {"$range": [value.start, value.stop, value.step]}
+    if isinstance(value, type):
+        return {"$type": _path(value)}
+    if cls.__module__.startswith("numpy") and hasattr(value, "tolist"):
+        return {"$numpy": [_path(cls), str(getattr(value, "dtype", "")), _canon(value.tolist(), depth)]}
+    if isinstance(value, Mapping):  # a mappingproxy, a frozendict, a dict subclass: its items and its type
+        return {"$mapping": [_path(cls), _canon(dict(value.items()), depth)]}
+    if isinstance(value, collections.deque):
+        return {"$typed": [_path(cls), _canon(list(value), depth)]}
+    bases: tuple[Any, ...] = (str, int, float, list, tuple)
+    for base in bases:  # a subclass of a value type: its value and its type
+        if isinstance(value, base):
+            return {"$typed": [_path(cls), _canon(base(value), depth)]}
+    # An object with no value representation (a client, a lock, a closure, a generator ...): never matched.
+    return {"$unmatchable": _path(cls)}
+
+
+def stable_json(value: Any) -> str:
+    """Canonical JSON of call arguments, for hashing (codec :data:`ARGUMENTS_CODEC` unless told otherwise).
+
+    Never raises: a value with no stable value representation is written
+    ``{"$unmatchable": what}`` (see :func:`unmatchable`), the others as they are.
+    """
+    if _codec == 1:
+        return _stable_json_v1(value)
+    try:
+        return _dumps(_canon(value, 0))
+    except (RecursionError, ValueError) as exc:  # the caller's stack was already nearly full
+        return _dumps({"$unmatchable": f"{_path(type(value))} ({type(exc).__name__} while encoding it)"})
+
+
+def unmatchable(arguments_text: str) -> str | None:
+    """What in :func:`stable_json` text has no value representation (``None``: every value has one)."""
+    if _codec == 1:
+        return None
+    at = arguments_text.find(_UNMATCHABLE)
+    if at < 0:
+        return None
+    try:
+        found, _ = json.JSONDecoder().raw_decode(arguments_text, at)
+        return str(found["$unmatchable"])
+    except (ValueError, KeyError, TypeError):  # pragma: no cover - the tag is always complete JSON
+        return "an argument"
+
+
+def output_hash(value: Any) -> str:
+    """The hash of what an entrypoint returned, compared by value between a recording and its rerun."""
+    return hashlib.sha256(stable_json(value).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:
@@ -77,48 +293,139 @@ def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:
     return hashlib.sha256((head + arguments_text).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def _resolve(path: str) -> Any:
+    """The class at ``module:qualname``, looked up in modules already imported (a rerun never imports code)."""
+    module_name, _, qualname = path.partition(":")
+    found: Any = sys.modules.get(module_name)
+    for part in qualname.split(".") if found is not None else ("",):
+        found = getattr(found, part, None)
+    if not isinstance(found, type):
+        raise LookupError(f"cannot rebuild a recorded {path}: the class is not loaded in this run")
+    return found
+
+
+def _exact_time(value: Any, parse: Any) -> str:
+    """The ISO text of a datetime or time that parses back to the same value, zone and fold; else TypeError."""
+    text = value.isoformat()
+    back = parse(text)
+    if back != value or back.fold != value.fold or repr(back.tzinfo) != repr(value.tzinfo):
+        raise TypeError(f"{_path(type(value))} with time zone {value.tzinfo!r} cannot be recorded exactly")
+    return str(text)
+
+
 def encode_value(value: Any) -> Any:
-    """A returned value as plain JSON that :func:`decode_value` turns back into an equal value."""
-    if value is None or isinstance(value, (str, bool, int)):
+    """A returned value as plain JSON that :func:`decode_value` turns back into an equal value of the same type.
+
+    Exact types only: a subclass of ``dict``, ``tuple``, ``int`` ... is not taken
+    for its base (the program would get another type back); the subclasses it
+    knows carry a tag. Raises ``TypeError`` naming a type it cannot rebuild.
+    """
+    cls = value.__class__
+    if value is None or cls is bool:
         return value
-    if isinstance(value, float):
+    if cls is str:
+        return value if _text_ok(value) else {"$str": value.encode("utf-8", "surrogatepass").hex()}
+    if cls is int:
+        return value if value.bit_length() <= _BIG_INT_BITS else {"$int": format(value, "x")}
+    if cls is float:
         if value != value or value in (float("inf"), float("-inf")):
             return {"$float": repr(value)}
         return value
-    if isinstance(value, (bytes, bytearray)):
-        return {"$b64": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, uuid.UUID):
-        return {"$uuid": str(value)}
-    if isinstance(value, tuple):
-        return {"$tuple": [encode_value(v) for v in value]}
-    if isinstance(value, list):
+    if cls is list:
         return [encode_value(v) for v in value]
-    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        if any(k.startswith("$") for k in value):
-            return {"$dict": {k: encode_value(v) for k, v in value.items()}}
-        return {k: encode_value(v) for k, v in value.items()}
-    raise TypeError(f"{type(value).__module__}.{type(value).__qualname__} cannot be recorded")
+    if cls is dict:
+        if all(k.__class__ is str and _text_ok(k) for k in value):
+            keys = list(value)
+            if keys != sorted(keys):  # stored JSON sorts keys: the order the program saw is kept as pairs
+                return {"$ordered": [[k, encode_value(v)] for k, v in value.items()]}
+            if any(k.startswith("$") for k in value):
+                return {"$dict": {k: encode_value(v) for k, v in value.items()}}
+            return {k: encode_value(v) for k, v in value.items()}
+        return {"$items": [[encode_value(k), encode_value(v)] for k, v in value.items()]}
+    if cls is tuple:
+        return {"$tuple": [encode_value(v) for v in value]}
+    if cls is bytes:
+        return {"$b64": base64.b64encode(value).decode("ascii")}
+    return _encode_typed(value, cls)
+
+
+def _encode_typed(value: Any, cls: type) -> Any:
+    if cls is bytearray:
+        return {"$bytearray": base64.b64encode(value).decode("ascii")}
+    if cls is uuid.UUID:
+        return {"$uuid": str(value)}
+    if cls is decimal.Decimal:
+        return {"$decimal": str(value)}
+    if cls is _REAL_DATETIME:
+        return {"$datetime": _exact_time(value, _REAL_DATETIME.fromisoformat)}
+    if cls is _REAL_DATE:
+        return {"$date": value.isoformat()}
+    if cls is _REAL_TIME:
+        return {"$time": _exact_time(value, _REAL_TIME.fromisoformat)}
+    if cls is _REAL_TIMEDELTA:
+        return {"$timedelta": [value.days, value.seconds, value.microseconds]}
+    if cls is set or cls is frozenset:
+        return {"$" + cls.__name__: [encode_value(v) for v in value]}
+    if cls is collections.OrderedDict:
+        return {"$ordereddict": [[encode_value(k), encode_value(v)] for k, v in value.items()]}
+    if isinstance(value, enum.Enum) and "<locals>" not in cls.__qualname__:
+        return {"$enum": [_path(cls), encode_value(value.value)]}
+    named = isinstance(value, tuple) and isinstance(getattr(cls, "_fields", None), tuple)
+    if named and "<locals>" not in cls.__qualname__:
+        return {"$namedtuple": [_path(cls), [encode_value(v) for v in value]]}
+    # defaultdict (its factory is code), dataclasses, models, other subclasses: no faithful rebuild.
+    raise TypeError(f"{cls.__module__}.{cls.__qualname__} cannot be recorded")
 
 
 def decode_value(value: Any) -> Any:
-    """Inverse of :func:`encode_value`."""
+    """Inverse of :func:`encode_value` (``LookupError`` when a tagged class is not loaded in this run)."""
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if isinstance(value, dict):
         if len(value) == 1:
             ((tag, inner),) = value.items()
-            if tag == "$b64":
-                return base64.b64decode(inner)
-            if tag == "$uuid":
-                return uuid.UUID(inner)
-            if tag == "$tuple":
-                return tuple(decode_value(v) for v in inner)
-            if tag == "$float":
-                return float(inner)
-            if tag == "$dict":
-                return {k: decode_value(v) for k, v in inner.items()}
+            if tag[:1] == "$":
+                decoder = _DECODERS.get(tag)
+                if decoder is not None:
+                    return decoder(inner)
         return {k: decode_value(v) for k, v in value.items()}
     return value
+
+
+def _decode_pairs(inner: Any) -> Any:
+    return [(decode_value(k), decode_value(v)) for k, v in inner]
+
+
+def _decode_enum(inner: Any) -> Any:
+    return _resolve(inner[0])(decode_value(inner[1]))
+
+
+def _decode_namedtuple(inner: Any) -> Any:
+    return _resolve(inner[0])._make(decode_value(v) for v in inner[1])
+
+
+_DECODERS: dict[str, Any] = {
+    "$b64": base64.b64decode,
+    "$uuid": uuid.UUID,
+    "$tuple": lambda inner: tuple(decode_value(v) for v in inner),
+    "$float": float,
+    "$dict": lambda inner: {k: decode_value(v) for k, v in inner.items()},
+    "$str": lambda inner: bytes.fromhex(inner).decode("utf-8", "surrogatepass"),
+    "$int": lambda inner: int(inner, 16),
+    "$items": lambda inner: dict(_decode_pairs(inner)),
+    "$ordered": lambda inner: {k: decode_value(v) for k, v in inner},
+    "$bytearray": lambda inner: bytearray(base64.b64decode(inner)),
+    "$decimal": decimal.Decimal,
+    "$datetime": _REAL_DATETIME.fromisoformat,
+    "$date": _REAL_DATE.fromisoformat,
+    "$time": _REAL_TIME.fromisoformat,
+    "$timedelta": lambda inner: _REAL_TIMEDELTA(*inner),
+    "$set": lambda inner: {decode_value(v) for v in inner},
+    "$frozenset": lambda inner: frozenset(decode_value(v) for v in inner),
+    "$ordereddict": lambda inner: collections.OrderedDict(_decode_pairs(inner)),
+    "$enum": _decode_enum,
+    "$namedtuple": _decode_namedtuple,
+}
 
 
 def redact_headers(headers: Any) -> list[list[str]]:

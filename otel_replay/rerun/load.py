@@ -9,7 +9,8 @@ from otel_replay import semconv as sc
 from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError, RecordNotFound, UntrustedRecord
 from otel_replay.integrity import MISPLACED
-from otel_replay.rerun.events import FORMAT_VERSION, Event
+from otel_replay.rerun.codec import RECORDING_FORMAT, codec_of_format
+from otel_replay.rerun.events import Event
 from otel_replay.store import Store, stored_record
 
 _log = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ class Recording:
     """The original run's causal fingerprint (on the final chunk), ``None`` when it ended early."""
     outcome: str
     chunks: int
+    codec: int = 1
+    output: str | None = None
+    """The hash of what the recorded run returned, when the recording was told (``RecordMode.set_output``)."""
+    """The argument codec its hashes were made with (:func:`~otel_replay.rerun.codec.codec_of_format`)."""
 
 
 def load_recording(store: Store, session_id: str) -> Recording:
@@ -61,10 +66,10 @@ def load_recording(store: Store, session_id: str) -> Recording:
             )
         attrs = dict(rec.attributes)
         version = attrs.get(sc.RECORDING_FORMAT)
-        if not isinstance(version, int) or version > FORMAT_VERSION:
+        if not isinstance(version, int) or version > RECORDING_FORMAT:
             raise DatasetError(
                 f"recording of session {session_id!r} (chunk {rec.record_id}) has format version {version!r}; "
-                f"this otel-replay reads up to version {FORMAT_VERSION}: upgrade otel-replay to rerun it"
+                f"this otel-replay reads up to version {RECORDING_FORMAT}: upgrade otel-replay to rerun it"
             )
         index = attrs.get(sc.RECORDING_CHUNK)
         if not isinstance(index, int) or index < 0:
@@ -77,10 +82,14 @@ def load_recording(store: Store, session_id: str) -> Recording:
             )
         chunks[index] = (rec.record_id, attrs)
     _one_run(session_id, chunks)
+    formats = {attrs.get(sc.RECORDING_FORMAT) for _, attrs in chunks.values()}
+    if len(formats) > 1:
+        raise DatasetError(f"recording of session {session_id!r} mixes format versions {sorted(map(str, formats))}")
     events: list[Event] = []
     complete = False
     fingerprint: str | None = None
     outcome = ""
+    output: str | None = None
     for expected, index in enumerate(sorted(chunks)):
         record_id, attrs = chunks[index]
         if index != expected:
@@ -92,7 +101,7 @@ def load_recording(store: Store, session_id: str) -> Recording:
         try:
             data = strict_loads(str(attrs.get(sc.RECORDING_EVENTS, "[]")), where=where)
             batch = [Event.from_json(item) for item in data]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # 1e400 is inf
             if isinstance(exc, PayloadError):
                 raise DatasetError(str(exc)) from exc
             raise DatasetError(f"{where}: malformed event ({exc})") from exc
@@ -105,9 +114,13 @@ def load_recording(store: Store, session_id: str) -> Recording:
             value = attrs.get(sc.RECORDING_FINGERPRINT)
             fingerprint = str(value) if value else None
             outcome = str(attrs.get(sc.RECORDING_OUTCOME, ""))
+            given = attrs.get(sc.RECORDING_OUTPUT)
+            output = str(given) if given else None
             if index != max(chunks):
                 raise DatasetError(f"{where}: marked final, yet chunk {max(chunks)} follows it")
-    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks))
+    version = next(iter(formats), RECORDING_FORMAT)
+    codec = codec_of_format(version if isinstance(version, int) else RECORDING_FORMAT)
+    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks), codec, output)
 
 
 def _one_run(session_id: str, chunks: dict[int, tuple[str, dict[str, object]]]) -> None:

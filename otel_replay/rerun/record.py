@@ -29,8 +29,15 @@ from otel_replay.errors import ConfigError
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord, new_id
 from otel_replay.rerun.callers import INSIDE
-from otel_replay.rerun.codec import arguments_hash, encode_result, stable_json
-from otel_replay.rerun.events import FORMAT_VERSION, BoundaryCall, Event, Fingerprint, stream_key
+from otel_replay.rerun.codec import (
+    RECORDING_FORMAT,
+    arguments_hash,
+    encode_result,
+    output_hash,
+    stable_json,
+    unmatchable,
+)
+from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, stream_key
 from otel_replay.rerun.interceptor import Interceptor, decision_arguments
 
 __all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "RecordMode", "recording"]
@@ -43,7 +50,13 @@ CHUNK_BYTES = 4 * 1024 * 1024
 
 def error_of(exc: BaseException) -> dict[str, str]:
     """How a raised exception is stored: its type's import path and its message."""
-    return {"type": f"{type(exc).__module__}:{type(exc).__qualname__}", "message": str(exc)}
+    try:
+        message = str(exc)
+    except Exception as failed:  # a broken __str__ must not cost the event
+        message = f"({type(failed).__name__} while reading the message)"
+    # A lone surrogate (a non-UTF-8 file name in the message) cannot be stored: escaped, visibly.
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": f"{type(exc).__module__}:{type(exc).__qualname__}", "message": message}
 
 
 class RecordMode:
@@ -58,12 +71,25 @@ class RecordMode:
         self._lock = threading.Lock()
         self._seq = 0
         self._chunk = 0
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[str] = []
+        """Each pending event as its canonical JSON text."""
         self._pending_bytes = 0
         self.events = 0
         self.dropped = 0
         self.chunks: list[str] = []
+        self._output: str | None = None
+        self._warned: set[tuple[str, str]] = set()
+        self.finish_failed = False
+        """The final chunk could not be written (logged): the stored recording ends early."""
         self._closed = False
+
+    def set_output(self, value: Any) -> None:
+        """What the recorded run returned: a rerun whose entrypoint returns another value does not match.
+
+        Compared by value (the argument codec's hash; only the hash is stored). A value with no value
+        representation makes every rerun of the recording a mismatch.
+        """
+        self._output = output_hash(value)
 
     # --- the seam -----------------------------------------------------------
     def around(self, call: Call, invoke: Callable[[], T]) -> T:
@@ -77,10 +103,25 @@ class RecordMode:
         text = stable_json(dict(call.arguments))
         stream = stream_key(call.boundary, call.name)
         if call.boundary == "tool":
+            self._warn_unmatchable(call.name, text)
             return self._opaque(call, stream, text, invoke, encode=True)
         # model calls (and other instrumented spans) are transparent: their HTTP underneath is recorded
         self._add(call.boundary, call.name, stream, text, None, None, transparent=True)
         return invoke()
+
+    def _warn_unmatchable(self, name: str, text: str) -> None:
+        """Said when recording, once per tool and type: a rerun can never match such a call."""
+        what = unmatchable(text)
+        if what is None or (name, what) in self._warned:
+            return
+        self._warned.add((name, what))
+        _log.warning(
+            "otel-replay recording %s: tool %s was called with %s, which has no value representation; "
+            "a rerun cannot compare this call, so it will not match (pass a value type instead)",
+            self.session_id,
+            name,
+            what,
+        )
 
     def _opaque(self, call: Call, stream: str, text: str, invoke: Callable[[], T], *, encode: bool) -> T:
         token = INSIDE.set(True)
@@ -138,6 +179,7 @@ class RecordMode:
         text = stable_json(dict(call.arguments))
         stream = stream_key(call.boundary, call.name)
         if call.boundary == "tool":
+            self._warn_unmatchable(call.name, text)
             opaque = BoundaryCall(call.boundary, call.name, stream=stream, arguments_text=text)
             return await self._around_async(opaque, invoke, encode=True)
         self._add(call.boundary, call.name, stream, text, None, None, transparent=True)
@@ -162,15 +204,22 @@ class RecordMode:
         )
 
     # --- storing --------------------------------------------------------------
-    def _add(self, *args: Any, **kwargs: Any) -> None:
-        # Recording must never change the program's behaviour: a failure here drops the event,
-        # counted and logged, and the final chunk says how many were dropped.
+    def _add(self, boundary: str, name: str, *args: Any, **kwargs: Any) -> None:
+        # Recording must never change the program's behaviour: a failure here drops this one event,
+        # named, counted and logged, and the final chunk says how many were dropped.
         try:
-            self._store_event(*args, **kwargs)
-        except Exception:
+            self._store_event(boundary, name, *args, **kwargs)
+        except Exception as exc:
             with self._lock:
                 self.dropped += 1
-            _log.exception("otel-replay recording %s: dropped an event it could not store", self.session_id)
+            _log.error(
+                "otel-replay recording %s: dropped the %s %s event, which cannot be stored: %s: %s",
+                self.session_id,
+                boundary,
+                name,
+                type(exc).__name__,
+                str(exc)[:300],
+            )
 
     def _store_event(
         self,
@@ -200,56 +249,87 @@ class RecordMode:
             thread=threading.current_thread().name,
             ref=ref,
         )
+        event.value_hash()  # may refuse the value: before the event takes a sequence number
+        where = f"recording {self.session_id} event {boundary} {name}"
         with self._lock:
             if self._closed:
                 return
+            # Serialised (and checked storable) here, under the lock, before the number is taken for good:
+            # an event that cannot be stored is dropped alone and leaves no gap in the sequence.
             event.seq = self._seq
+            text = canonical_json(event.to_json(), where=where)
+            if not text.isascii():
+                text.encode("utf-8")  # a lone surrogate would fail the whole chunk when written
             self._seq += 1
             if not event.transparent:  # a model call's note: its HTTP exchange below is what counts
                 self.fingerprint.add_event(event)
-            data = event.to_json()
-            self._pending.append(data)
-            self._pending_bytes += len(event.arguments) + len(str(value)) + 64
+            self._pending.append(text)
+            self._pending_bytes += len(text)
             self.events += 1
             if len(self._pending) >= CHUNK_EVENTS or self._pending_bytes >= CHUNK_BYTES:
-                self._flush(final=False)
+                try:
+                    self._flush(final=False)
+                except Exception:  # the events stay pending, in order, and go with the next chunk
+                    _log.exception("otel-replay recording %s: a chunk could not be written yet", self.session_id)
 
     def _flush(self, *, final: bool, outcome: str = "") -> None:
-        # Called with the lock held, so chunks are sealed in order.
-        events, self._pending, self._pending_bytes = self._pending, [], 0
-        first = events[0]["q"] if events else self._seq
+        # Called with the lock held, so chunks are sealed in order. Each event is already canonical JSON:
+        # the chunk is their array, byte for byte what canonical_json of the list would write.
+        events = self._pending
+        first = self._seq - len(events)
         attrs: dict[str, Any] = {
             sc.KIND: sc.KIND_RECORDING,
             sc.RECORD_SOURCE: "recording",
             sc.SESSION_ID: self.session_id,
-            sc.RECORDING_FORMAT: FORMAT_VERSION,
+            sc.RECORDING_FORMAT: RECORDING_FORMAT,
             sc.RECORDING_ID: self.recording_id,
             sc.RECORDING_CHUNK: self._chunk,
             sc.RECORDING_FIRST_SEQ: first,
-            sc.RECORDING_EVENTS: canonical_json(events, where=f"recording {self.session_id} events"),
+            sc.RECORDING_EVENTS: "[" + ",".join(events) + "]",
             sc.RECORDING_FINAL: final,
         }
         if final:
+            # A lone surrogate in the message (a non-UTF-8 file name) would make the chunk unsealable: escaped.
+            outcome = outcome.encode("utf-8", "backslashreplace").decode("utf-8")
             attrs[sc.RECORDING_FINGERPRINT] = self.fingerprint.hexdigest()
             attrs[sc.RECORDING_OUTCOME] = outcome
+            if self._output is not None:
+                attrs[sc.RECORDING_OUTPUT] = self._output
             if self.dropped:
                 attrs[sc.RECORDING_OUTCOME] = f"{outcome} (dropped {self.dropped} event(s) it could not store)"
         record_id = new_id()
         attrs[sc.RECORD_ID] = record_id
         token = INSIDE.set(True)
         try:
+            # On failure the events stay pending (the next flush retries them): nothing is lost in between.
             get_recorder().emit(sc.SPAN_RECORDING, record_id, attrs)
         finally:
             INSIDE.reset(token)
+        self._pending, self._pending_bytes = [], 0
         self.chunks.append(record_id)
         self._chunk += 1
 
     def finish(self, outcome: str) -> str:
-        """Write the final chunk; returns the session's causal fingerprint."""
+        """Write the final chunk; returns the session's causal fingerprint.
+
+        Never raises: the agent's run is over and its result is the caller's. A final chunk that
+        cannot be written is logged, its events counted in :attr:`dropped`, and the recording reads
+        as ended early.
+        """
         with self._lock:
             if not self._closed:
-                self._flush(final=True, outcome=outcome)
                 self._closed = True
+                try:
+                    self._flush(final=True, outcome=outcome)
+                except Exception:
+                    self.dropped += len(self._pending)
+                    self.finish_failed = True
+                    _log.exception(
+                        "otel-replay recording %s: its final chunk (%d event(s)) could not be written; "
+                        "the recording ends early",
+                        self.session_id,
+                        len(self._pending),
+                    )
             return self.fingerprint.hexdigest()
 
 

@@ -15,6 +15,7 @@ from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
 from otel_replay.records import new_id
 from otel_replay.replay import Policy, load_callable, replay
+from otel_replay.rerun.codec import arguments_codec, output_hash, redact_json_text, stable_json
 from otel_replay.rerun.guards import install_guards
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, load_recording
@@ -111,6 +112,10 @@ def _entrypoint(entrypoint: Callable[..., Any] | str) -> Callable[..., Any]:
     return entrypoint
 
 
+_STOPPED = ("raised KeyboardInterrupt", "raised GeneratorExit")
+"""Outcomes of a run that was stopped, not one that ended (``SystemExit`` is an end: a rerun reproduces it)."""
+
+
 def _one_line(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -180,13 +185,17 @@ def _run(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> RerunResult:
-    mode = RerunMode(list(recording.events), governance, recording.complete)
+    # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
+    # that ended early does, rather than going on past the recorded calls.
+    complete = recording.complete and not recording.outcome.startswith(_STOPPED)
+    mode = RerunMode(list(recording.events), governance, complete)
     rerun_id = new_id()
     rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
     output: Any = None
     error: str | None = None
     started = time.perf_counter()
-    with session_scope(rerun_session):
+    # An older recording is matched with the argument codec its hashes were made with.
+    with session_scope(rerun_session), arguments_codec(recording.codec):
         try:
             with Interceptor(mode, guards=install_guards, rerun=True):
                 try:
@@ -199,10 +208,12 @@ def _run(
                     error = _one_line(exc)
         finally:
             mode.close()
+        if recording.output is not None and error is None and mode.divergence is None:
+            _compare_output(mode, recording.output, output)
     seconds = time.perf_counter() - started
     fingerprint = mode.fingerprint.hexdigest()
     matched = (
-        recording.complete
+        complete
         and mode.divergence is None
         and fingerprint == recording.fingerprint
         and _same_outcome(recording.outcome, error)
@@ -218,13 +229,26 @@ def _run(
         divergence=mode.divergence,
         output=output,
         error=error,
-        recording_complete=recording.complete,
+        recording_complete=complete,
         original_outcome=recording.outcome,
-        ended_early=mode.ended_early or (not recording.complete and mode.divergence is None),
+        ended_early=mode.ended_early or (not complete and mode.divergence is None),
         warnings=list(mode.warnings),
         leaks=list(mode.leaks),
         decisions=[(original, record.record_id) for original, record in mode.decisions],
         seconds=seconds,
+    )
+
+
+def _compare_output(mode: RerunMode, recorded: str, output: Any) -> None:
+    """The recording holds what its run returned: another value (by value) is a divergence after the last step."""
+    if output_hash(output) == recorded:
+        return
+    shown = redact_json_text(stable_json(output))
+    mode.divergence = Divergence(
+        mode.steps,
+        "the entrypoint returned another value than the recorded run",
+        f"a value with hash {recorded}",
+        shown if len(shown) <= 160 else shown[:159] + "…",
     )
 
 

@@ -27,7 +27,7 @@ from otel_replay.errors import DeterminismLeakError, ReplayMismatchError
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.callers import INSIDE
-from otel_replay.rerun.codec import arguments_hash, decode_result, stable_json
+from otel_replay.rerun.codec import arguments_hash, decode_result, stable_json, unmatchable
 from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, describe_event, stream_key, value_hash
 from otel_replay.rerun.interceptor import decision_arguments
 
@@ -133,23 +133,47 @@ def first_difference(recorded: str, actual: str, width: int = 70) -> tuple[str, 
     return f"{cut(recorded)} (first difference at character {at})", cut(actual)
 
 
-def _raise_recorded(error: dict[str, str] | Any) -> None:
-    """Raise the exception the recorded call raised (same type when it can be rebuilt)."""
-    type_path = str(error.get("type", ""))
-    message = str(error.get("message", ""))
+_INTERRUPTS = frozenset({"builtins:KeyboardInterrupt", "builtins:GeneratorExit"})
+"""Recorded errors that stopped the recorded run itself (Ctrl-C): never raised again in a rerun, where they would
+stop ``rerun --all`` or a pytest session. ``SystemExit`` is raised again: ``rerun()`` takes it as the end of the
+entrypoint (and pytest as a failure), so a run that exits inside a call is reproduced and can match."""
+
+
+def _recorded_type(type_path: str) -> Any:
     module_name, _, qualname = type_path.partition(":")
     # Only a module the program already imported is looked in: a recording never makes the rerun import code.
     exc_type: Any = sys.modules.get(module_name)
     for part in qualname.split(".") if exc_type is not None else ():
         exc_type = getattr(exc_type, part, None)
-    if isinstance(exc_type, type) and issubclass(exc_type, BaseException):
-        try:
-            exc = exc_type(message)
-        except Exception:
-            exc = None
-        if exc is not None:
-            raise exc
+    return exc_type if isinstance(exc_type, type) and issubclass(exc_type, BaseException) else None
+
+
+def _raise_recorded(error: dict[str, str] | Any) -> None:
+    """Raise the exception the recorded call raised (same type when it can be rebuilt)."""
+    type_path = str(error.get("type", ""))
+    message = str(error.get("message", ""))
+    exc_type = _recorded_type(type_path)
+    exc = _rebuilt(exc_type, type_path, message) if exc_type is not None else None
+    if exc is not None:
+        raise exc
     raise RuntimeError(f"recorded call raised {type_path}: {message}")
+
+
+def _rebuilt(exc_type: Any, type_path: str, message: str) -> BaseException | None:
+    try:
+        built: BaseException = exc_type(message)
+        return built
+    except Exception:
+        pass
+    # A class that needs more than a message (httpx.HTTPStatusError, an error with fields): built without its
+    # __init__, so the agent's `except` clauses still match; its other attributes are missing, and a note says so.
+    try:
+        exc: BaseException = exc_type.__new__(exc_type, message)
+    except Exception:
+        return None
+    exc.args = (message,)
+    exc.add_note(f"otel-replay: rebuilt from the recording ({type_path}); only its message was recorded")
+    return exc
 
 
 @dataclass
@@ -227,11 +251,34 @@ class RerunMode:
         if event is None:
             self._miss(step, call, stream, text, digest)
             return "live", None
-        if event.args_hash != digest:
+        opaque_value = None if call.boundary == "http" else unmatchable(text)
+        if opaque_value is not None:
+            self._diverge(
+                step,
+                f"{call.boundary} {call.name} was called with {opaque_value}, which has no value representation, "
+                "so the call cannot be compared with the recorded one",
+                _describe(event),
+                describe_event(call.boundary, call.name, text),
+                call.boundary,
+                call.name,
+                stream,
+                text,
+                exclude=event,
+            )
+        elif event.args_hash != digest:
             self._other_arguments(step, call, stream, text, event)
             _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
         self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash())
         if event.error is not None:
+            if str(event.error.get("type", "")) in _INTERRUPTS:
+                self.ended_early = True
+                raise ReplayMismatchError(
+                    f"step {step}: the recorded run was interrupted here ({event.error.get('type')}) during "
+                    f"{_describe(event)}; the rerun stops where the recording does",
+                    step=step,
+                    expected=_describe(event),
+                    actual=describe_event(call.boundary, call.name, text),
+                )
             _raise_recorded(event.error)
         if event.transparent or not opaque:
             return "invoke", None
@@ -259,7 +306,15 @@ class RerunMode:
                 expected=_describe(event),
                 actual=describe_event(call.boundary, call.name, text),
             )
-        return "value", decode_result(value)
+        try:
+            return "value", decode_result(value)
+        except (LookupError, TypeError, ValueError) as exc:
+            raise ReplayMismatchError(
+                f"step {step}: {call.boundary} {call.name}: the recorded result cannot be rebuilt ({exc})",
+                step=step,
+                expected=_describe(event),
+                actual=describe_event(call.boundary, call.name, text),
+            ) from None
 
     def _note(self, step: int, call: Call, stream: str, text: str, digest: str) -> None:
         """A model call (run for real; its HTTP is served): check it against the recorded note, if any."""
@@ -305,10 +360,13 @@ class RerunMode:
                 text,
             )
             return
-        if event.args_hash != digest:
+        opaque_value = unmatchable(text)
+        if event.args_hash != digest or opaque_value is not None:
             self._diverge(
                 step,
-                "the decision differs from the recorded one",
+                "the decision differs from the recorded one"
+                if opaque_value is None
+                else f"the decision holds {opaque_value}, which has no value representation, so it cannot be compared",
                 describe_event("decision", event.name, event.arguments, limit=400),
                 actual,
                 "decision",
