@@ -25,7 +25,7 @@ from typing import Any
 
 from otel_replay import settings
 from otel_replay.instrumentation._seam import through
-from otel_replay.rerun.callers import INSIDE, suppressed
+from otel_replay.rerun.callers import INSIDE, exporters_traffic
 from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_url
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.patching import PatchSet
@@ -141,7 +141,7 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
 
     def sync_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
-        if INSIDE.get() or suppressed():
+        if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
         body = request.read()
 
@@ -158,7 +158,7 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
 
     async def async_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
-        if INSIDE.get() or suppressed():
+        if INSIDE.get() or exporters_traffic():
             return await wrapped(*args, **kwargs)
         body = await request.aread()
 
@@ -200,7 +200,7 @@ def _install_requests(patches: PatchSet) -> None:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
-        if INSIDE.get() or suppressed():
+        if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
         body = request.body or b""
         body = body.encode("utf-8") if isinstance(body, str) else body
@@ -226,7 +226,7 @@ def _install_urllib3(patches: PatchSet) -> None:
     from urllib3.response import HTTPResponse
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if INSIDE.get() or suppressed() or len(args) < 2 and ("method" not in kwargs or "url" not in kwargs):
+        if INSIDE.get() or exporters_traffic() or len(args) < 2 and ("method" not in kwargs or "url" not in kwargs):
             return wrapped(*args, **kwargs)
         method = str(args[0] if args else kwargs["method"])
         url = str(args[1] if len(args) > 1 else kwargs["url"])
