@@ -28,9 +28,11 @@ from otel_replay.instrumentation._seam import through
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
 from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_url
 from otel_replay.rerun.events import BoundaryCall, stream_key
+from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder, urllib3_decoder
+from otel_replay.rerun.http_raw import over_bytes, read_undecoded
 from otel_replay.rerun.patching import PatchSet
 
-__all__ = ["MAX_BODY_BYTES", "install_http", "request_arguments"]
+__all__ = ["MAX_BODY_BYTES", "RESPONSE_FORMAT", "install_http", "request_arguments"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Default cap on a recorded response body (``OTEL_REPLAY_RERUN_MAX_BODY`` overrides)."""
@@ -67,25 +69,61 @@ def request_arguments(method: str, url: str, body: bytes) -> str:
     )
 
 
-def _response_value(status: int, reason: str, headers: Any, raw: bytes, encoded: bool) -> dict[str, Any]:
+RESPONSE_FORMAT = 2
+"""Shape of a stored HTTP response (its ``"format"``; absent in recordings made before it was added, which are 1).
+
+2: the body is stored decoded (never the compressed bytes) and the headers are stored as they are to be
+served: ``Content-Encoding`` dropped from a decoded body, ``Content-Length`` made the stored body's length
+only when the body was changed (redacted, capped or decoded). 1: the headers are as the server sent them."""
+
+
+def _response_value(
+    status: int, reason: str, headers: Any, raw: bytes, decode: Decoder | None = None
+) -> dict[str, Any]:
     cap = _cap
-    capped = len(raw) > cap
-    kept = raw[:cap]
-    body: Any = {"$b64": base64.b64encode(kept).decode("ascii")} if encoded else _body_text(kept)
-    value: dict[str, Any] = {"status": status, "reason": reason, "headers": redact_headers(headers), "body": body}
-    if capped:
-        value["capped"] = {"recorded_bytes": cap, "original_bytes": len(raw)}
+    pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
+    value: dict[str, Any] = {"format": RESPONSE_FORMAT, "status": status, "reason": reason}
+    capped: dict[str, Any] | None = None
+    if decode is not None and raw:
+        try:
+            decoded = decode_bounded(decode(raw), cap)
+        except Exception as exc:  # the client raises this to the agent when it reads the body
+            kept = b""
+            why = f"{type(exc).__name__}: {exc}"[:200]
+            capped = {"recorded_bytes": 0, "original_bytes": len(raw), "undecodable": why}
+        else:
+            kept = decoded.kept
+            if decoded.total > cap:
+                capped = {"recorded_bytes": cap, "original_bytes": decoded.total}
+                if not decoded.complete:
+                    capped["at_least"] = True
+        pairs = [(k, v) for k, v in pairs if _name(k) != "content-encoding"]
+    else:
+        kept = raw[:cap]
+        if len(raw) > cap:
+            capped = {"recorded_bytes": cap, "original_bytes": len(raw)}
+    value["body"] = _body_text(kept)
+    served = response_body(value)
+    if served != raw:  # redacted, capped or decoded: the stated length is the served body's
+        pairs = [(k, str(len(served)) if _name(k) == "content-length" else v) for k, v in pairs]
+    value["headers"] = redact_headers(pairs)
+    if capped is not None:
+        value["capped"] = capped
     return value
 
 
-def _live(status: int, reason: str, headers: Any, raw: bytes, encoded: bool) -> dict[str, Any]:
-    """The response as it came: handed to the agent unchanged (stored through :func:`_stored`)."""
-    return {"status": status, "reason": reason, "headers": list(headers), "raw": raw, "encoded": encoded}
+def _live(status: int, reason: str, headers: Any, raw: bytes, decode: Decoder | None, **rest: Any) -> dict[str, Any]:
+    """The response as it came: handed to the agent unchanged (stored through :func:`_stored`).
+
+    ``decode`` decodes ``raw`` as the client does (``None``: not encoded); ``rest`` carries what only the
+    live side uses (the client's own response object).
+    """
+    return {"status": status, "reason": reason, "headers": list(headers), "raw": raw, "decode": decode, **rest}
 
 
 def _stored(live: dict[str, Any]) -> dict[str, Any]:
-    """What is written for a live response: secrets redacted, the body capped."""
-    return _response_value(live["status"], live["reason"], live["headers"], live["raw"], live["encoded"])
+    """What is written for a live response: decoded, secrets redacted, the body capped."""
+    return _response_value(live["status"], live["reason"], live["headers"], live["raw"], live["decode"])
 
 
 def response_body(value: dict[str, Any]) -> bytes:
@@ -101,11 +139,14 @@ def response_body(value: dict[str, Any]) -> bytes:
 def response_headers(value: dict[str, Any], body: bytes) -> list[tuple[Any, Any]]:
     """The header pairs to answer with.
 
-    A recorded body may be shorter than it came (redacted, capped), so a stated
-    ``Content-Length`` is made to agree with the body actually served.
+    A live response and a stored one of format 2 are answered as they are. In
+    format 1 the headers are as the server sent them while the body may be
+    shorter (redacted, capped), so a stated ``Content-Length`` is made to agree
+    with the body served, except for an empty body that was not capped: a HEAD
+    or 304 answer, whose length is that of a body never sent.
     """
     pairs = [(k, v) for k, v in value.get("headers", [])]
-    if "raw" in value:
+    if "raw" in value or value.get("format", 1) >= 2 or (not body and "capped" not in value):
         return pairs
     return [(k, str(len(body)) if _name(k) == "content-length" else v) for k, v in pairs]
 
@@ -151,8 +192,8 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
                 raw = b"".join(response.iter_raw())
             finally:
                 response.close()
-            encoded = "content-encoding" in response.headers
-            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
+            decode = httpx_decoder(httpx, response.headers.raw) if "content-encoding" in response.headers else None
+            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, decode)
 
         return to_response(through(_call(request.method, str(request.url), body), invoke), request)
 
@@ -168,8 +209,8 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
                 raw = b"".join([chunk async for chunk in response.aiter_raw()])
             finally:
                 await response.aclose()
-            encoded = "content-encoding" in response.headers
-            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
+            decode = httpx_decoder(httpx, response.headers.raw) if "content-encoding" in response.headers else None
+            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, decode)
 
         value = await through(_call(request.method, str(request.url), body, is_async=True), invoke)
         return to_response(value, request)
@@ -181,15 +222,21 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
 def _install_requests(patches: PatchSet) -> None:
     import requests
     import requests.adapters
+    import urllib3
     from requests.structures import CaseInsensitiveDict
     from requests.utils import get_encoding_from_headers
+    from urllib3.response import HTTPResponse
 
     def to_response(value: dict[str, Any], request: Any, adapter: Any) -> requests.Response:
         response = requests.Response()
         response.status_code = int(value["status"])
         response.reason = str(value.get("reason", ""))
         body = response_body(value)
-        response.headers = CaseInsensitiveDict(dict(response_headers(value, body)))
+        headers = urllib3.HTTPHeaderDict(response_headers(value, body))  # repeats joined, as for a live answer
+        response.headers = CaseInsensitiveDict(headers)
+        response.raw = over_bytes(
+            body, headers, status=response.status_code, reason=response.reason, method=request.method, url=request.url
+        )
         response._content = body
         response._content_consumed = True
         response.url = request.url
@@ -209,11 +256,31 @@ def _install_requests(patches: PatchSet) -> None:
 
         def invoke() -> dict[str, Any]:
             response = wrapped(*args, **kwargs)
-            raw = response.content
-            headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
-            return _live(response.status_code, response.reason or "", headers, raw, False)
+            original = response.raw
+            status, reason = response.status_code, response.reason or ""
+            if not isinstance(original, HTTPResponse):  # an adapter of another kind: its body, decoded
+                headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
+                return _live(status, reason, headers, response.content, None, response=response)
+            try:
+                raw = read_undecoded(original)
+            finally:
+                original.release_conn()
+            # The agent gets the real response, its raw body readable again (cookies, r.raw, iter_content).
+            response.raw = over_bytes(
+                raw,
+                original.headers,
+                status=status,
+                reason=reason,
+                method=request.method,
+                url=request.url,
+                original=original,
+            )
+            headers = list(original.headers.items())
+            decode = urllib3_decoder(headers) if "content-encoding" in original.headers else None
+            return _live(status, reason, headers, raw, decode, response=response)
 
-        return to_response(through(_call(request.method, request.url, body), invoke), request, instance)
+        value = through(_call(request.method, request.url, body), invoke)
+        return value["response"] if "response" in value else to_response(value, request, instance)
 
     patches.wrap(requests.adapters.HTTPAdapter, "send", wrapper)
 
@@ -246,8 +313,9 @@ def _install_urllib3(patches: PatchSet) -> None:
                 raw = response.read(decode_content=False)
             finally:
                 response.release_conn()
-            encoded = "content-encoding" in response.headers
-            return _live(response.status, response.reason or "", list(response.headers.items()), raw, encoded)
+            headers = list(response.headers.items())
+            decode = urllib3_decoder(headers) if "content-encoding" in response.headers else None
+            return _live(response.status, response.reason or "", headers, raw, decode)
 
         value = through(_call(method, full, raw_body), invoke)
         body = response_body(value)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import gzip
+import io
 import itertools
+import json
+import shutil
 import socket
 import threading
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 import requests
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -20,8 +28,14 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+import otel_replay
 from otel_replay.errors import DeterminismLeakError
 from otel_replay.rerun import rerun
+from otel_replay.rerun.codec import arguments_hash
+from otel_replay.rerun.events import Event, Fingerprint, stream_key
+from otel_replay.rerun.http import request_arguments
+from otel_replay.rerun.interceptor import Interceptor
+from otel_replay.rerun.serve import RerunMode
 
 from .conftest import record
 
@@ -154,3 +168,185 @@ def test_an_exporter_exporting_during_a_recording_is_neither_recorded_nor_a_leak
             provider.shutdown()
     assert sorted(exported) == ["/custom", "/custom", "/v1/batch", "/v1/batch", "/v1/traces", "/v1/traces"]
     assert result.output == 7 and result.matched and not result.leaks, result.report()
+
+
+# --- finding 3: compressed bodies are stored decoded and redacted ---------------------------------
+
+_SECRET = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+_TOKEN = json.dumps({"access_token": _SECRET, "token_type": "bearer", "pad": "x" * 300}).encode()
+
+
+def _encoded(h: BaseHTTPRequestHandler) -> None:
+    coding = h.path.rsplit("/", 1)[-1]
+    if coding == "gzip":
+        body = gzip.compress(_TOKEN)
+    elif coding == "deflate":
+        body = zlib.compress(_TOKEN)
+    elif coding == "br":  # a coding none of the clients here decode: the agent gets these bytes as they are
+        body = zlib.compress(_TOKEN)
+    else:  # "broken": says gzip, is not
+        body, coding = b"\x1f\x8b\x08\x00garbage-that-does-not-inflate", "gzip"
+    _reply(h, 200, body, [("Content-Type", "application/json"), ("Content-Encoding", coding)])
+
+
+def _tokens(base: str) -> list[Any]:
+    import urllib3
+
+    async def via_async() -> Any:
+        async with httpx.AsyncClient() as client:
+            return (await client.post(f"{base}/token/deflate")).json()
+
+    out: list[Any] = [
+        httpx.post(f"{base}/token/gzip").json(),
+        asyncio.run(via_async()),
+        requests.post(f"{base}/token/gzip", timeout=5).json(),
+        json.loads(urllib3.PoolManager().request("POST", f"{base}/token/deflate").data),
+        len(httpx.post(f"{base}/token/br").content),
+    ]
+    try:
+        httpx.post(f"{base}/token/broken").read()
+    except httpx.DecodingError as exc:
+        out.append(type(exc).__name__)
+    return out
+
+
+def _stored_events(dataset: Path, session_id: str) -> list[dict[str, Any]]:
+    with otel_replay.open(dataset) as store:
+        rows = store.run("rerun_event_list", session_id=session_id)
+    return [{**row, "value": json.loads(row["value"])} for row in rows]
+
+
+def test_compressed_bodies_are_stored_decoded_and_redacted_and_served_as_the_agent_read_them(dataset: Path) -> None:
+    with _server(_encoded) as base:
+        original, _, _ = record(dataset, "gz", lambda: _tokens(base))
+        assert [o["access_token"] for o in original[:4]] == [_SECRET] * 4  # recording changes nothing seen
+        assert original[4] == len(zlib.compress(_TOKEN)) and original[5] == "DecodingError"
+        stored = "".join(str(pq.read_table(p, columns=["attributes"]).to_pylist()) for p in dataset.rglob("*.parquet"))
+        assert "AbCdEfGhIjKl" not in stored and base64.b64encode(gzip.compress(_TOKEN))[:40].decode() not in stored
+        events = _stored_events(dataset, "gz")
+        assert len(events) == 6
+        for event in events:
+            value = event["value"]
+            assert value["format"] == 2 and isinstance(value["body"], str)  # never base64'd compressed bytes
+            assert "content-encoding" not in {k.lower() for k, _ in value["headers"]}
+            length = dict((k.lower(), v) for k, v in value["headers"])["content-length"]
+            assert int(length) == len(value["body"].encode())
+        decoded = [e["value"] for e in events[:4]]
+        assert all(json.loads(v["body"])["access_token"] == "[REDACTED]" for v in decoded)
+        assert all("capped" not in v for v in decoded)
+        for undecodable in events[4:]:  # not decodable as the client would: nothing of it is stored
+            assert undecodable["value"]["body"] == "" and undecodable["value"]["capped"]["recorded_bytes"] == 0
+            assert undecodable["value"]["capped"]["undecodable"]
+        result = rerun(lambda: _tokens(base)[:4], dataset=dataset, session_id="gz")
+    assert [r["token_type"] for r in result.output] == ["bearer"] * 4
+    assert [r["access_token"] for r in result.output] == ["[REDACTED]"] * 4
+    assert [r["pad"] for r in result.output] == ["x" * 300] * 4
+    assert result.divergence is not None  # the two undecodable answers are not served faithfully: named
+
+
+# --- finding 4: requests keeps cookies and r.raw while recording, and in a rerun ----------------
+
+
+def _cookies(h: BaseHTTPRequestHandler) -> None:
+    if h.path == "/login":
+        _reply(h, 200, b"ok", [("Set-Cookie", "sid=abc123; Path=/")])
+    elif h.path == "/file":
+        _reply(h, 200, gzip.compress(b"file-bytes" * 100), [("Content-Encoding", "gzip")])
+    else:
+        known = "sid=" in (h.headers.get("Cookie") or "")
+        _reply(h, 200 if known else 401, b"secret-data" if known else b"login first")
+
+
+def _session(base: str) -> tuple[Any, ...]:
+    with requests.Session() as session:
+        session.post(f"{base}/login", timeout=5)
+        data = session.get(f"{base}/data", timeout=5)
+        with session.get(f"{base}/file", stream=True, timeout=5) as download:
+            copied = io.BytesIO()
+            shutil.copyfileobj(download.raw, copied)  # the body as it came over the wire
+            raw_length = len(copied.getvalue())
+        return data.status_code, data.text, sorted(session.cookies.keys()), raw_length
+
+
+def test_a_requests_session_keeps_its_cookies_and_raw_body_while_recorded_and_rerun(dataset: Path) -> None:
+    with _server(_cookies) as base:
+        plain = _session(base)
+        assert plain == (200, "secret-data", ["sid"], len(gzip.compress(b"file-bytes" * 100)))
+        original, _, events = record(dataset, "jar", lambda: _session(base))
+        assert original == plain and events == 3  # recording changes nothing the program sees
+        result = rerun(lambda: _session(base), dataset=dataset, session_id="jar", governance="strict")
+    # Served: the login's Set-Cookie is stored redacted, and still reaches the session's cookie jar; the
+    # download is stored decoded (never the compressed bytes), so r.raw gives the decoded file.
+    assert result.output[:2] == (200, "secret-data") and len(result.output[2]) == 1
+    assert result.output[3] == len(b"file-bytes" * 100)
+    assert result.matched, result.report()
+
+
+# --- finding 6b: the length of a body never sent (HEAD, 304) is served as recorded -----------------
+
+
+def _sizes(h: BaseHTTPRequestHandler) -> None:
+    if h.path == "/cached":
+        h.send_response(304)
+        h.send_header("Content-Length", "512")
+        h.send_header("ETag", '"v1"')
+        h.end_headers()
+    else:
+        _reply(h, 200, b"", [("Content-Length", "7340032")])
+
+
+def _heads(base: str) -> list[Any]:
+    import urllib3
+
+    return [
+        httpx.head(f"{base}/report.pdf").headers["content-length"],
+        requests.head(f"{base}/report.pdf", timeout=5).headers["content-length"],
+        urllib3.PoolManager().request("HEAD", f"{base}/report.pdf").headers["content-length"],
+        httpx.get(f"{base}/cached").headers["content-length"],
+    ]
+
+
+def test_head_and_304_answers_keep_their_content_length(dataset: Path) -> None:
+    with _server(_sizes) as base:
+        original, _, _ = record(dataset, "head", lambda: _heads(base))
+        assert original == ["7340032"] * 3 + ["512"]
+        result = rerun(lambda: _heads(base), dataset=dataset, session_id="head", governance="strict")
+    assert result.output == original and result.matched, result.report()
+
+
+# --- recordings made before the response format was versioned ------------------------------------
+
+
+def _format_1_event(seq: int, method: str, url: str, value: dict[str, Any]) -> Event:
+    """An HTTP event as recordings made before RESPONSE_FORMAT 2 hold it (no "format" key)."""
+    name = f"{method} {url}"
+    text = request_arguments(method, url, b"")
+    return Event(seq, "http", name, stream_key("http", name), text, arguments_hash("http", name, text), value)
+
+
+def _old_calls(base: str) -> list[Any]:
+    out: list[Any] = []
+    for get in (httpx.request, lambda method, url: requests.request(method, url, timeout=5)):
+        redacted = get("GET", f"{base}/redacted")
+        out.append([redacted.headers["content-length"], redacted.json()])
+        out.append(get("HEAD", f"{base}/big").headers["content-length"])
+    out.append(httpx.get(f"{base}/gz").json())
+    return out
+
+
+def test_a_recording_of_the_first_response_format_still_reruns(dataset: Path) -> None:
+    base = "http://old.example"
+    redacted = {"status": 200, "reason": "OK", "body": '{"password":"[REDACTED]"}'}
+    redacted["headers"] = [["Content-Type", "application/json"], ["Content-Length", "31"]]  # as the server sent
+    head = {"status": 200, "reason": "OK", "headers": [["Content-Length", "7340032"]], "body": ""}
+    gz = gzip.compress(b'{"n": 1}')
+    encoded = {"status": 200, "reason": "OK", "body": {"$b64": base64.b64encode(gz).decode()}}
+    encoded["headers"] = [["Content-Encoding", "gzip"], ["Content-Length", str(len(gz))]]
+    values = [("GET", "/redacted", redacted), ("HEAD", "/big", head)] * 2 + [("GET", "/gz", encoded)]
+    events = [_format_1_event(i, m, f"{base}{path}", v) for i, (m, path, v) in enumerate(values)]
+    mode = RerunMode(events, governance="strict")
+    with Interceptor(mode, rerun=True):
+        served = _old_calls(base)
+    mode.close()
+    assert served == [["25", {"password": "[REDACTED]"}], "7340032"] * 2 + [{"n": 1}]
+    assert mode.divergence is None and mode.fingerprint.hexdigest() == Fingerprint.of(events).hexdigest()
