@@ -9,7 +9,7 @@ from otel_replay import semconv as sc
 from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError, RecordNotFound, UntrustedRecord
 from otel_replay.integrity import MISPLACED
-from otel_replay.rerun.events import FORMAT_VERSION, Event
+from otel_replay.rerun.events import FORMAT_VERSION, Event, Fingerprint
 from otel_replay.store import Store, stored_record
 
 _log = logging.getLogger(__name__)
@@ -107,7 +107,22 @@ def load_recording(store: Store, session_id: str) -> Recording:
             outcome = str(attrs.get(sc.RECORDING_OUTCOME, ""))
             if index != max(chunks):
                 raise DatasetError(f"{where}: marked final, yet chunk {max(chunks)} follows it")
-    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks))
+    return Recording(session_id, events, complete, _current_fingerprint(fingerprint, events), outcome, len(chunks))
+
+
+def _current_fingerprint(stored: str | None, events: list[Event]) -> str | None:
+    """The recording's fingerprint as a rerun computes it now.
+
+    A recording made before fingerprint version 2 stores a version-1 digest: when it is exactly the
+    version-1 digest of the recorded events, the recording is compared by its version-2 digest. Anything
+    else is kept as stored (a rerun then does not match it, as before).
+    """
+    if stored is None:
+        return None
+    current = Fingerprint.of(events).hexdigest()
+    if stored != current and stored == Fingerprint.of(events, version=1).hexdigest():
+        return current
+    return stored
 
 
 def _one_run(session_id: str, chunks: dict[int, tuple[str, dict[str, object]]]) -> None:
