@@ -21,6 +21,7 @@ import base64
 import hashlib
 import importlib
 import json
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from otel_replay import settings
@@ -29,7 +30,8 @@ from otel_replay.rerun.callers import INSIDE, exporters_traffic
 from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_url
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder, urllib3_decoder
-from otel_replay.rerun.http_raw import over_bytes, read_undecoded
+from otel_replay.rerun.http_raw import over_bytes, read_head, release
+from otel_replay.rerun.http_stream import ChainReader, head_async, head_sync
 from otel_replay.rerun.patching import PatchSet
 
 __all__ = ["MAX_BODY_BYTES", "RESPONSE_FORMAT", "install_http", "request_arguments"]
@@ -78,8 +80,9 @@ only when the body was changed (redacted, capped or decoded). 1: the headers are
 
 
 def _response_value(
-    status: int, reason: str, headers: Any, raw: bytes, decode: Decoder | None = None
+    status: int, reason: str, headers: Any, raw: bytes, decode: Decoder | None = None, complete: bool = True
 ) -> dict[str, Any]:
+    """The stored form of a response; ``complete=False``: ``raw`` is only the head of a longer body."""
     cap = _cap
     pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
     value: dict[str, Any] = {"format": RESPONSE_FORMAT, "status": status, "reason": reason}
@@ -93,15 +96,17 @@ def _response_value(
             capped = {"recorded_bytes": 0, "original_bytes": len(raw), "undecodable": why}
         else:
             kept = decoded.kept
-            if decoded.total > cap:
-                capped = {"recorded_bytes": cap, "original_bytes": decoded.total}
-                if not decoded.complete:
+            if decoded.total > cap or not complete:
+                capped = {"recorded_bytes": len(kept), "original_bytes": decoded.total}
+                if not (decoded.complete and complete):
                     capped["at_least"] = True
         pairs = [(k, v) for k, v in pairs if _name(k) != "content-encoding"]
     else:
         kept = raw[:cap]
-        if len(raw) > cap:
-            capped = {"recorded_bytes": cap, "original_bytes": len(raw)}
+        if len(raw) > cap or not complete:
+            capped = {"recorded_bytes": len(kept), "original_bytes": len(raw)}
+            if not complete:
+                capped["at_least"] = True
     value["body"] = _body_text(kept)
     served = response_body(value)
     if served != raw:  # redacted, capped or decoded: the stated length is the served body's
@@ -116,14 +121,16 @@ def _live(status: int, reason: str, headers: Any, raw: bytes, decode: Decoder | 
     """The response as it came: handed to the agent unchanged (stored through :func:`_stored`).
 
     ``decode`` decodes ``raw`` as the client does (``None``: not encoded); ``rest`` carries what only the
-    live side uses (the client's own response object).
+    live side uses: the client's own response object (``response``), or, when ``raw`` is only the head of
+    a longer body, the live rest of it (``rest``) and how the live response is let go (``close``).
     """
     return {"status": status, "reason": reason, "headers": list(headers), "raw": raw, "decode": decode, **rest}
 
 
 def _stored(live: dict[str, Any]) -> dict[str, Any]:
     """What is written for a live response: decoded, secrets redacted, the body capped."""
-    return _response_value(live["status"], live["reason"], live["headers"], live["raw"], live["decode"])
+    complete = live.get("rest") is None
+    return _response_value(live["status"], live["reason"], live["headers"], live["raw"], live["decode"], complete)
 
 
 def response_body(value: dict[str, Any]) -> bytes:
@@ -170,12 +177,44 @@ def _call(method: str, url: str, body: bytes, *, is_async: bool = False) -> Boun
 def _install_httpx(patches: PatchSet, module: str) -> None:
     httpx: Any = importlib.import_module(module)
 
-    def to_response(value: dict[str, Any], request: Any) -> Any:
+    class Tee(httpx.SyncByteStream):
+        """The head read for the recording, then the rest of the body as it arrives."""
+
+        def __init__(self, head: bytes, rest: Any, close: Any) -> None:
+            self._head, self._rest, self._close = head, rest, close
+
+        def __iter__(self) -> Iterator[bytes]:
+            head, self._head = self._head, b""
+            if head:
+                yield head
+            yield from self._rest
+
+        def close(self) -> None:
+            self._close()
+
+    class AsyncTee(httpx.AsyncByteStream):
+        """The async form of ``Tee``."""
+
+        def __init__(self, head: bytes, rest: Any, close: Any) -> None:
+            self._head, self._rest, self._close = head, rest, close
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            head, self._head = self._head, b""
+            if head:
+                yield head
+            async for chunk in self._rest:
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self._close()
+
+    def to_response(value: dict[str, Any], request: Any, tee: Any = None) -> Any:
         body = response_body(value)
+        rest = value.get("rest")
         return httpx.Response(
             int(value["status"]),
             headers=response_headers(value, body),
-            stream=httpx.ByteStream(body),
+            stream=httpx.ByteStream(body) if rest is None else tee(body, rest, value["close"]),
             request=request,
             extensions={"reason_phrase": str(value.get("reason", "")).encode("latin-1", "replace")},
         )
@@ -189,13 +228,17 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         def invoke() -> dict[str, Any]:
             response = wrapped(*args, **kwargs)
             try:
-                raw = b"".join(response.iter_raw())
-            finally:
+                raw, rest = head_sync(response.iter_raw(), _cap)
+            except BaseException:
+                response.close()
+                raise
+            if rest is None:
                 response.close()
             decode = httpx_decoder(httpx, response.headers.raw) if "content-encoding" in response.headers else None
-            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, decode)
+            status, reason, headers = response.status_code, response.reason_phrase, response.headers.raw
+            return _live(status, reason, headers, raw, decode, rest=rest, close=response.close)
 
-        return to_response(through(_call(request.method, str(request.url), body), invoke), request)
+        return to_response(through(_call(request.method, str(request.url), body), invoke), request, Tee)
 
     async def async_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
@@ -206,14 +249,18 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         async def invoke() -> dict[str, Any]:
             response = await wrapped(*args, **kwargs)
             try:
-                raw = b"".join([chunk async for chunk in response.aiter_raw()])
-            finally:
+                raw, rest = await head_async(response.aiter_raw(), _cap)
+            except BaseException:
+                await response.aclose()
+                raise
+            if rest is None:
                 await response.aclose()
             decode = httpx_decoder(httpx, response.headers.raw) if "content-encoding" in response.headers else None
-            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, decode)
+            status, reason, headers = response.status_code, response.reason_phrase, response.headers.raw
+            return _live(status, reason, headers, raw, decode, rest=rest, close=response.aclose)
 
         value = await through(_call(request.method, str(request.url), body, is_async=True), invoke)
-        return to_response(value, request)
+        return to_response(value, request, AsyncTee)
 
     patches.wrap(httpx.HTTPTransport, "handle_request", sync_wrapper)
     patches.wrap(httpx.AsyncHTTPTransport, "handle_async_request", async_wrapper)
@@ -262,8 +309,11 @@ def _install_requests(patches: PatchSet) -> None:
                 headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
                 return _live(status, reason, headers, response.content, None, response=response)
             try:
-                raw = read_undecoded(original)
-            finally:
+                raw, rest = read_head(original, _cap)
+            except BaseException:
+                original.release_conn()
+                raise
+            if rest is None:
                 original.release_conn()
             # The agent gets the real response, its raw body readable again (cookies, r.raw, iter_content).
             response.raw = over_bytes(
@@ -274,10 +324,11 @@ def _install_requests(patches: PatchSet) -> None:
                 method=request.method,
                 url=request.url,
                 original=original,
+                rest=rest,
             )
             headers = list(original.headers.items())
             decode = urllib3_decoder(headers) if "content-encoding" in original.headers else None
-            return _live(status, reason, headers, raw, decode, response=response)
+            return _live(status, reason, headers, raw, decode, response=response, rest=rest)
 
         value = through(_call(request.method, request.url, body), invoke)
         return value["response"] if "response" in value else to_response(value, request, instance)
@@ -310,17 +361,23 @@ def _install_urllib3(patches: PatchSet) -> None:
         def invoke() -> dict[str, Any]:
             response = wrapped(*call_args, **{**call_kwargs, "preload_content": False})
             try:
-                raw = response.read(decode_content=False)
-            finally:
+                raw, rest = head_sync(response.stream(64 * 1024, decode_content=False), _cap)
+            except BaseException:
+                response.release_conn()
+                raise
+            if rest is None:
                 response.release_conn()
             headers = list(response.headers.items())
             decode = urllib3_decoder(headers) if "content-encoding" in response.headers else None
-            return _live(response.status, response.reason or "", headers, raw, decode)
+            return _live(
+                response.status, response.reason or "", headers, raw, decode, rest=rest, close=release(response)
+            )
 
         value = through(_call(method, full, raw_body), invoke)
         body = response_body(value)
+        rest = value.get("rest")
         return HTTPResponse(
-            body=io.BytesIO(body),
+            body=io.BytesIO(body) if rest is None else io.BufferedReader(ChainReader(body, rest, value["close"])),
             headers=urllib3.HTTPHeaderDict(response_headers(value, body)),
             status=int(value["status"]),
             reason=str(value.get("reason", "")),

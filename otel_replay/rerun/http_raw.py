@@ -13,24 +13,29 @@ from __future__ import annotations
 
 import http.client
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+from otel_replay.rerun.http_stream import ChainReader, head_sync
 
 if TYPE_CHECKING:
     from urllib3.response import HTTPResponse
 
-__all__ = ["over_bytes", "read_undecoded"]
+__all__ = ["over_bytes", "read_head", "release"]
 
 _READ = 64 * 1024
 
 
-def read_undecoded(raw: HTTPResponse) -> bytes:
-    """The whole body of ``raw`` as it came (still compressed), its errors raised as ``requests`` raises them."""
+def read_head(raw: HTTPResponse, cap: int) -> tuple[bytes, Iterator[bytes] | None]:
+    """The body of ``raw`` as it came (still compressed), up to the cap (see :func:`head_sync`), and the rest.
+
+    Errors while reading the head are raised as ``requests`` raises them.
+    """
     import requests.exceptions
     import urllib3.exceptions
 
     try:
-        return b"".join(raw.stream(_READ, decode_content=False))
+        return head_sync(raw.stream(_READ, decode_content=False), cap)
     except urllib3.exceptions.ProtocolError as exc:
         raise requests.exceptions.ChunkedEncodingError(exc) from exc
     except urllib3.exceptions.DecodeError as exc:
@@ -39,6 +44,17 @@ def read_undecoded(raw: HTTPResponse) -> bytes:
         raise requests.exceptions.ConnectionError(exc) from exc
     except urllib3.exceptions.SSLError as exc:
         raise requests.exceptions.SSLError(exc) from exc
+
+
+def release(raw: HTTPResponse) -> Callable[[bool], None]:
+    """How a live urllib3 response is let go once its body was handed on: reused when read to the end."""
+
+    def done(finished: bool) -> None:
+        if not finished:
+            raw.close()  # unread bytes are left on the connection: never reused
+        raw.release_conn()
+
+    return done
 
 
 class _Sent:
@@ -66,18 +82,21 @@ def over_bytes(
     method: str,
     url: str,
     original: HTTPResponse | None = None,
+    rest: Iterator[bytes] | None = None,
 ) -> HTTPResponse:
     """A urllib3 response reading ``body``, as ``requests`` builds its own (undecoded until asked).
 
     ``original``: the live response whose body was read, for its ``http.client`` response (cookies) and
-    settings; without it (a rerun) the headers stand in for that response.
+    settings; without it (a rerun) the headers stand in for that response. ``rest``: the live rest of the
+    body after ``body`` (a long body, read on as the agent reads), ``original`` released when it is done.
     """
     import urllib3
     from urllib3.response import HTTPResponse
 
     pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
+    chained = ChainReader(body, rest, release(original)) if original is not None and rest is not None else None
     return HTTPResponse(
-        body=io.BytesIO(body),
+        body=io.BytesIO(body) if chained is None else io.BufferedReader(chained),
         headers=urllib3.HTTPHeaderDict(pairs),
         status=status,
         version=original.version if original is not None else 11,

@@ -359,3 +359,102 @@ def test_a_recording_of_the_first_response_format_still_reruns(dataset: Path) ->
     mode.close()
     assert served == [["25", {"password": "[REDACTED]"}], "7340032"] * 2 + [{"n": 1}]
     assert mode.divergence is None and mode.fingerprint.hexdigest() == Fingerprint.of(events).hexdigest()
+
+
+# --- finding 10: a long or endless stream reaches the agent after at most the cap -----------------
+
+_LINE = b"data: " + b"x" * 1017 + b"\n"  # 1 KiB a line
+
+
+def _endless(release: threading.Event, served: list[str]) -> Handler:
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        try:
+            for _ in range(16):  # 16 KiB now, four times the cap of these tests
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(_LINE), _LINE))
+            h.wfile.flush()
+            release.wait(20)  # ... and the rest only when the test says so: a watch that stays open
+            served.append("rest")
+            h.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(_LINE), _LINE))
+        except OSError:
+            served.append("closed early")
+
+    return handle
+
+
+def _first_lines(base: str) -> list[bytes]:
+    import urllib3
+
+    async def via_async() -> bytes:
+        async with httpx.AsyncClient() as client, client.stream("GET", f"{base}/async") as r:
+            async for line in r.aiter_lines():
+                return line.encode()
+        return b""
+
+    out = []
+    with httpx.Client() as client, client.stream("GET", f"{base}/sync") as r:
+        out.append(next(r.iter_lines()).encode())
+    out.append(asyncio.run(via_async()))
+    with requests.get(f"{base}/requests", stream=True, timeout=20) as r:
+        out.append(next(r.iter_lines()))
+    direct = urllib3.PoolManager().request("GET", f"{base}/urllib3", preload_content=False)
+    out.append(direct.readline().rstrip(b"\n"))
+    direct.release_conn()
+    direct.close()
+    return out
+
+
+def test_a_stream_longer_than_the_cap_reaches_the_agent_before_it_ends(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_REPLAY_RERUN_MAX_BODY", "4096")
+    release = threading.Event()
+    served: list[str] = []
+    with _server(_endless(release, served)) as base:
+        try:
+            original, _, events = record(dataset, "watch", lambda: _first_lines(base))
+            ended_before = list(served)
+        finally:
+            release.set()
+    assert original == [_LINE.rstrip(b"\n")] * 4
+    assert "rest" not in ended_before  # the agent had its lines while every stream was still open
+    stored = [e["value"] for e in _stored_events(dataset, "watch")]
+    assert len(stored) == events == 4
+    for value in stored:
+        assert len(value["body"].encode()) == 4096
+        assert value["capped"]["recorded_bytes"] == 4096 and value["capped"]["at_least"] is True
+        assert value["capped"]["original_bytes"] > 4096
+
+
+def _whole(base: str) -> list[bytes]:
+    import urllib3
+
+    async def via_async() -> bytes:
+        async with httpx.AsyncClient() as client:
+            return (await client.get(f"{base}/async")).content
+
+    return [
+        httpx.get(f"{base}/sync").content,
+        asyncio.run(via_async()),
+        requests.get(f"{base}/requests", timeout=20).content,
+        urllib3.PoolManager().request("GET", f"{base}/urllib3").data,
+    ]
+
+
+def test_a_body_longer_than_the_cap_is_read_whole_by_the_agent_and_recorded_cut(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_REPLAY_RERUN_MAX_BODY", "4096")
+    release = threading.Event()
+    release.set()
+    served: list[str] = []
+    with _server(_endless(release, served)) as base:
+        plain = _whole(base)
+        original, _, _ = record(dataset, "long", lambda: _whole(base))
+        result = rerun(lambda: _whole(base), dataset=dataset, session_id="long")
+    assert original == plain == [_LINE * 17] * 4  # recording changes nothing the agent reads
+    assert result.output == [_LINE * 4] * 4  # served cut short, and said so
+    assert result.divergence is not None and "capped at 4096 of" in result.divergence.reason
