@@ -9,7 +9,7 @@ from otel_replay import semconv as sc
 from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError, RecordNotFound, UntrustedRecord
 from otel_replay.integrity import MISPLACED
-from otel_replay.rerun.events import FORMAT_VERSION, Event, Fingerprint
+from otel_replay.rerun.events import FORMAT_VERSION, Event, Fingerprint, value_hash
 from otel_replay.store import Store, stored_record
 
 _log = logging.getLogger(__name__)
@@ -119,10 +119,20 @@ def _current_fingerprint(stored: str | None, events: list[Event]) -> str | None:
     """
     if stored is None:
         return None
-    current = Fingerprint.of(events).hexdigest()
-    if stored != current and stored == Fingerprint.of(events, version=1).hexdigest():
+    current = _digest(events, 2)
+    if stored != current and stored == _digest(events, 1):
         return current
     return stored
+
+
+def _digest(events: list[Event], version: int) -> str:
+    # Value hashes are computed here without caching them on the events: the rerun hashes them itself,
+    # in its own setting, and must not be handed values hashed at load.
+    fp = Fingerprint(version=version)
+    for event in events:
+        if not event.transparent:
+            fp.add(event.stream, event.boundary, event.name, event.args_hash, value_hash(event.value, event.error))
+    return fp.hexdigest()
 
 
 def _one_run(session_id: str, chunks: dict[int, tuple[str, dict[str, object]]]) -> None:
