@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import sys
 from contextvars import ContextVar
+from types import FrameType
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
 
-__all__ = ["INSIDE", "agent_module", "suppressed"]
+__all__ = ["INSIDE", "agent_module", "exporters_traffic", "suppressed"]
 
 INSIDE: ContextVar[bool] = ContextVar("otel_replay_rerun_inside", default=False)
 """True while a boundary call is in progress: nested crossings belong to it and pass straight through."""
@@ -75,3 +76,42 @@ def agent_module(module: str) -> bool:
 def suppressed() -> bool:
     """OpenTelemetry's 'suppress instrumentation' flag (set by exporters while they send) is on."""
     return bool(get_value(_SUPPRESS_INSTRUMENTATION_KEY))
+
+
+_EXPORT_MODULES = ("opentelemetry.sdk.", "opentelemetry.exporter.", "otel_replay.exporters.")
+"""Where exports run from: the SDK's span, log and metric processors (batch threads, and ``on_end`` on the
+caller's thread), the exporters themselves, and otel-replay's own writer."""
+
+
+def _exporter_method(frame: FrameType) -> bool:
+    """``frame`` runs ``export`` of an object whose class derives from an SDK exporter (custom ones included)."""
+    if frame.f_code.co_name != "export":
+        return False
+    owner = frame.f_locals.get("self")
+    return owner is not None and any(
+        base.__name__.endswith("Exporter") and base.__module__.startswith("opentelemetry.sdk.")
+        for base in type(owner).__mro__
+    )
+
+
+def exporters_traffic() -> bool:
+    """Whether the call being made is telemetry export traffic, which is never recorded, served or guarded.
+
+    The suppression flag alone does not say so: exporters set it, but so do agents and frameworks that
+    keep noisy spans out (``suppress_instrumentation()``), and their calls must be recorded. So a call is
+    the exporter's only when the flag is on *and* either an SDK processor, an exporter module or the
+    ``export`` method of an SDK exporter subclass (a custom exporter in the agent's own package) is on the
+    stack, or no frame on the stack is the agent's (an exporter thread: only the standard library,
+    OpenTelemetry and otel-replay).
+    """
+    if not get_value(_SUPPRESS_INSTRUMENTATION_KEY):
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    agents = False
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith(_EXPORT_MODULES) or _exporter_method(frame):
+            return True
+        agents = agents or agent_module(module)
+        frame = frame.f_back
+    return not agents

@@ -16,7 +16,7 @@ from otel_replay.instrumentation._seam import Call
 from otel_replay.rerun.codec import arguments_hash, stable_json
 
 __all__ = [
-    "FORMAT_VERSION",
+    "FINGERPRINT_VERSION",
     "BoundaryCall",
     "Event",
     "Fingerprint",
@@ -24,9 +24,6 @@ __all__ = [
     "stream_key",
     "value_hash",
 ]
-
-FORMAT_VERSION = 1
-"""Version of the recorded event format; a rerun refuses a recording made by a newer one."""
 
 _frame = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -148,6 +145,13 @@ def describe_event(boundary: str, name: str, arguments: str, limit: int = 160) -
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+FINGERPRINT_VERSION = 2
+"""How the fingerprint folds streams: 2 keeps one running SHA-256 and a count per stream (bounded memory);
+1 (recordings made before 2026-11-26) kept every step's framed text until the end, as the digest needs
+each stream's count before its steps. A rerun verifies a version-1 fingerprint against the recorded events
+and compares in version 2 (see :func:`otel_replay.rerun.load.load_recording`)."""
+
+
 @dataclass
 class Fingerprint:
     """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value) sequence.
@@ -156,16 +160,28 @@ class Fingerprint:
     the fingerprint is independent of how threads and tasks interleave, and
     of every volatile field (timestamps, span and trace ids, host paths,
     durations). Parts are framed as JSON arrays, like the record hash.
+    Version 2 (the default) hashes each stream as its steps come and keeps only
+    that hash and a count; ``version=1`` is the older form, kept to check
+    fingerprints stored by recordings made before it.
     """
 
-    _streams: dict[str, list[str]] = field(default_factory=dict)
+    version: int = FINGERPRINT_VERSION
+    _streams: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str) -> None:
         """Fold one step into its stream."""
-        part = _frame([boundary, name, args_hash, value_hash])
+        part = _frame([boundary, name, args_hash, value_hash]).encode()
         with self._lock:
-            self._streams.setdefault(stream, []).append(part)
+            entry = self._streams.get(stream)
+            if self.version == 1:
+                self._streams.setdefault(stream, []).append(part)
+                return
+            if entry is None:
+                entry = self._streams[stream] = [hashlib.sha256(), 0]
+            entry[0].update(part)
+            entry[0].update(b"\n")
+            entry[1] += 1
 
     def add_event(self, event: Event) -> None:
         """Fold one recorded event."""
@@ -173,19 +189,26 @@ class Fingerprint:
 
     def hexdigest(self) -> str:
         """The fingerprint."""
-        digest = hashlib.sha256(b"otel-replay causal fingerprint v1\n")
         with self._lock:
+            if self.version == 1:
+                digest = hashlib.sha256(b"otel-replay causal fingerprint v1\n")
+                for stream in sorted(self._streams):
+                    digest.update(_frame([stream, len(self._streams[stream])]).encode())
+                    for part in self._streams[stream]:
+                        digest.update(part)
+                        digest.update(b"\n")
+                return digest.hexdigest()
+            digest = hashlib.sha256(b"otel-replay causal fingerprint v2\n")
             for stream in sorted(self._streams):
-                digest.update(_frame([stream, len(self._streams[stream])]).encode())
-                for part in self._streams[stream]:
-                    digest.update(part.encode())
-                    digest.update(b"\n")
-        return digest.hexdigest()
+                running, count = self._streams[stream]
+                digest.update(_frame([stream, count, running.hexdigest()]).encode())
+                digest.update(b"\n")
+            return digest.hexdigest()
 
     @classmethod
-    def of(cls, events: Iterable[Event]) -> Fingerprint:
+    def of(cls, events: Iterable[Event], version: int = FINGERPRINT_VERSION) -> Fingerprint:
         """The fingerprint of a recorded event sequence."""
-        fp = cls()
+        fp = cls(version=version)
         for event in events:
             if not event.transparent:
                 fp.add_event(event)

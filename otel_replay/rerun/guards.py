@@ -4,7 +4,9 @@ Installed only while a rerun runs. A call is the agent's when the first frame
 above it that is not the standard library's belongs to the agent (see
 :mod:`otel_replay.rerun.callers`); imports never pass through ``open`` and
 are not seen. A call made inside a boundary the rerun runs live (a relaxed
-fallback) or by an exporter (OpenTelemetry's suppression flag) is allowed.
+fallback) or by an exporter (OpenTelemetry's suppression flag with an export on
+the stack: see :func:`~otel_replay.rerun.callers.exporters_traffic`) is allowed;
+the agent's own calls under ``suppress_instrumentation()`` are still guarded.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from typing import Any
 
 from otel_replay.instrumentation import _seam
-from otel_replay.rerun.callers import INSIDE, agent_module, suppressed
+from otel_replay.rerun.callers import INSIDE, agent_module, exporters_traffic
 from otel_replay.rerun.patching import PatchSet, Wrapper
 
 __all__ = ["install_guards"]
@@ -38,7 +40,7 @@ def _agent_caller() -> bool:
 
 def _guard(what: str) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not INSIDE.get() and not suppressed() and _agent_caller():
+        if not INSIDE.get() and _agent_caller() and not exporters_traffic():
             mode = _seam.current()
             leak = getattr(mode, "leak", None)
             if leak is not None:

@@ -21,16 +21,20 @@ import base64
 import hashlib
 import importlib
 import json
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from otel_replay import settings
 from otel_replay.instrumentation._seam import through
-from otel_replay.rerun.callers import INSIDE, suppressed
+from otel_replay.rerun.callers import INSIDE, exporters_traffic
 from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_url
 from otel_replay.rerun.events import BoundaryCall, stream_key
+from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder, urllib3_decoder
+from otel_replay.rerun.http_raw import over_bytes, read_head, release
+from otel_replay.rerun.http_stream import ChainReader, head_async, head_sync
 from otel_replay.rerun.patching import PatchSet
 
-__all__ = ["MAX_BODY_BYTES", "install_http", "request_arguments"]
+__all__ = ["MAX_BODY_BYTES", "RESPONSE_FORMAT", "install_http", "request_arguments"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Default cap on a recorded response body (``OTEL_REPLAY_RERUN_MAX_BODY`` overrides)."""
@@ -67,25 +71,66 @@ def request_arguments(method: str, url: str, body: bytes) -> str:
     )
 
 
-def _response_value(status: int, reason: str, headers: Any, raw: bytes, encoded: bool) -> dict[str, Any]:
+RESPONSE_FORMAT = 2
+"""Shape of a stored HTTP response (its ``"format"``; absent in recordings made before it was added, which are 1).
+
+2: the body is stored decoded (never the compressed bytes) and the headers are stored as they are to be
+served: ``Content-Encoding`` dropped from a decoded body, ``Content-Length`` made the stored body's length
+only when the body was changed (redacted, capped or decoded). 1: the headers are as the server sent them."""
+
+
+def _response_value(
+    status: int, reason: str, headers: Any, raw: bytes, decode: Decoder | None = None, complete: bool = True
+) -> dict[str, Any]:
+    """The stored form of a response; ``complete=False``: ``raw`` is only the head of a longer body."""
     cap = _cap
-    capped = len(raw) > cap
-    kept = raw[:cap]
-    body: Any = {"$b64": base64.b64encode(kept).decode("ascii")} if encoded else _body_text(kept)
-    value: dict[str, Any] = {"status": status, "reason": reason, "headers": redact_headers(headers), "body": body}
-    if capped:
-        value["capped"] = {"recorded_bytes": cap, "original_bytes": len(raw)}
+    pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
+    value: dict[str, Any] = {"format": RESPONSE_FORMAT, "status": status, "reason": reason}
+    capped: dict[str, Any] | None = None
+    if decode is not None and raw:
+        try:
+            decoded = decode_bounded(decode(raw), cap)
+        except Exception as exc:  # the client raises this to the agent when it reads the body
+            kept = b""
+            why = f"{type(exc).__name__}: {exc}"[:200]
+            capped = {"recorded_bytes": 0, "original_bytes": len(raw), "undecodable": why}
+        else:
+            kept = decoded.kept
+            if decoded.total > cap or not complete:
+                capped = {"recorded_bytes": len(kept), "original_bytes": decoded.total}
+                if not (decoded.complete and complete):
+                    capped["at_least"] = True
+        pairs = [(k, v) for k, v in pairs if _name(k) != "content-encoding"]
+    else:
+        kept = raw[:cap]
+        if len(raw) > cap or not complete:
+            capped = {"recorded_bytes": len(kept), "original_bytes": len(raw)}
+            if not complete:
+                capped["at_least"] = True
+    value["body"] = _body_text(kept)
+    served = response_body(value)
+    if served != raw:  # redacted, capped or decoded: the stated length is the served body's
+        pairs = [(k, str(len(served)) if _name(k) == "content-length" else v) for k, v in pairs]
+    value["headers"] = redact_headers(pairs)
+    if capped is not None:
+        value["capped"] = capped
     return value
 
 
-def _live(status: int, reason: str, headers: Any, raw: bytes, encoded: bool) -> dict[str, Any]:
-    """The response as it came: handed to the agent unchanged (stored through :func:`_stored`)."""
-    return {"status": status, "reason": reason, "headers": list(headers), "raw": raw, "encoded": encoded}
+def _live(status: int, reason: str, headers: Any, raw: bytes, decode: Decoder | None, **rest: Any) -> dict[str, Any]:
+    """The response as it came: handed to the agent unchanged (stored through :func:`_stored`).
+
+    ``decode`` decodes ``raw`` as the client does (``None``: not encoded); ``rest`` carries what only the
+    live side uses: the client's own response object (``response``), or, when ``raw`` is only the head of
+    a longer body, the live rest of it (``rest``) and how the live response is let go (``close``).
+    """
+    return {"status": status, "reason": reason, "headers": list(headers), "raw": raw, "decode": decode, **rest}
 
 
 def _stored(live: dict[str, Any]) -> dict[str, Any]:
-    """What is written for a live response: secrets redacted, the body capped."""
-    return _response_value(live["status"], live["reason"], live["headers"], live["raw"], live["encoded"])
+    """What is written for a live response: decoded, secrets redacted, the body capped."""
+    complete = live.get("rest") is None
+    return _response_value(live["status"], live["reason"], live["headers"], live["raw"], live["decode"], complete)
 
 
 def response_body(value: dict[str, Any]) -> bytes:
@@ -101,11 +146,14 @@ def response_body(value: dict[str, Any]) -> bytes:
 def response_headers(value: dict[str, Any], body: bytes) -> list[tuple[Any, Any]]:
     """The header pairs to answer with.
 
-    A recorded body may be shorter than it came (redacted, capped), so a stated
-    ``Content-Length`` is made to agree with the body actually served.
+    A live response and a stored one of format 2 are answered as they are. In
+    format 1 the headers are as the server sent them while the body may be
+    shorter (redacted, capped), so a stated ``Content-Length`` is made to agree
+    with the body served, except for an empty body that was not capped: a HEAD
+    or 304 answer, whose length is that of a body never sent.
     """
     pairs = [(k, v) for k, v in value.get("headers", [])]
-    if "raw" in value:
+    if "raw" in value or value.get("format", 1) >= 2 or (not body and "capped" not in value):
         return pairs
     return [(k, str(len(body)) if _name(k) == "content-length" else v) for k, v in pairs]
 
@@ -129,50 +177,90 @@ def _call(method: str, url: str, body: bytes, *, is_async: bool = False) -> Boun
 def _install_httpx(patches: PatchSet, module: str) -> None:
     httpx: Any = importlib.import_module(module)
 
-    def to_response(value: dict[str, Any], request: Any) -> Any:
+    class Tee(httpx.SyncByteStream):
+        """The head read for the recording, then the rest of the body as it arrives."""
+
+        def __init__(self, head: bytes, rest: Any, close: Any) -> None:
+            self._head, self._rest, self._close = head, rest, close
+
+        def __iter__(self) -> Iterator[bytes]:
+            head, self._head = self._head, b""
+            if head:
+                yield head
+            yield from self._rest
+
+        def close(self) -> None:
+            self._close()
+
+    class AsyncTee(httpx.AsyncByteStream):
+        """The async form of ``Tee``."""
+
+        def __init__(self, head: bytes, rest: Any, close: Any) -> None:
+            self._head, self._rest, self._close = head, rest, close
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            head, self._head = self._head, b""
+            if head:
+                yield head
+            async for chunk in self._rest:
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self._close()
+
+    def to_response(value: dict[str, Any], request: Any, tee: Any = None) -> Any:
         body = response_body(value)
+        rest = value.get("rest")
         return httpx.Response(
             int(value["status"]),
             headers=response_headers(value, body),
-            stream=httpx.ByteStream(body),
+            stream=httpx.ByteStream(body) if rest is None else tee(body, rest, value["close"]),
             request=request,
             extensions={"reason_phrase": str(value.get("reason", "")).encode("latin-1", "replace")},
         )
 
     def sync_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
-        if INSIDE.get() or suppressed():
+        if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
         body = request.read()
 
         def invoke() -> dict[str, Any]:
             response = wrapped(*args, **kwargs)
             try:
-                raw = b"".join(response.iter_raw())
-            finally:
+                raw, rest = head_sync(response.iter_raw(), _cap)
+            except BaseException:
                 response.close()
-            encoded = "content-encoding" in response.headers
-            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
+                raise
+            if rest is None:
+                response.close()
+            decode = httpx_decoder(httpx, response.headers.raw) if "content-encoding" in response.headers else None
+            status, reason, headers = response.status_code, response.reason_phrase, response.headers.raw
+            return _live(status, reason, headers, raw, decode, rest=rest, close=response.close)
 
-        return to_response(through(_call(request.method, str(request.url), body), invoke), request)
+        return to_response(through(_call(request.method, str(request.url), body), invoke), request, Tee)
 
     async def async_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
-        if INSIDE.get() or suppressed():
+        if INSIDE.get() or exporters_traffic():
             return await wrapped(*args, **kwargs)
         body = await request.aread()
 
         async def invoke() -> dict[str, Any]:
             response = await wrapped(*args, **kwargs)
             try:
-                raw = b"".join([chunk async for chunk in response.aiter_raw()])
-            finally:
+                raw, rest = await head_async(response.aiter_raw(), _cap)
+            except BaseException:
                 await response.aclose()
-            encoded = "content-encoding" in response.headers
-            return _live(response.status_code, response.reason_phrase, response.headers.raw, raw, encoded)
+                raise
+            if rest is None:
+                await response.aclose()
+            decode = httpx_decoder(httpx, response.headers.raw) if "content-encoding" in response.headers else None
+            status, reason, headers = response.status_code, response.reason_phrase, response.headers.raw
+            return _live(status, reason, headers, raw, decode, rest=rest, close=response.aclose)
 
         value = await through(_call(request.method, str(request.url), body, is_async=True), invoke)
-        return to_response(value, request)
+        return to_response(value, request, AsyncTee)
 
     patches.wrap(httpx.HTTPTransport, "handle_request", sync_wrapper)
     patches.wrap(httpx.AsyncHTTPTransport, "handle_async_request", async_wrapper)
@@ -181,15 +269,21 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
 def _install_requests(patches: PatchSet) -> None:
     import requests
     import requests.adapters
+    import urllib3
     from requests.structures import CaseInsensitiveDict
     from requests.utils import get_encoding_from_headers
+    from urllib3.response import HTTPResponse
 
     def to_response(value: dict[str, Any], request: Any, adapter: Any) -> requests.Response:
         response = requests.Response()
         response.status_code = int(value["status"])
         response.reason = str(value.get("reason", ""))
         body = response_body(value)
-        response.headers = CaseInsensitiveDict(dict(response_headers(value, body)))
+        headers = urllib3.HTTPHeaderDict(response_headers(value, body))  # repeats joined, as for a live answer
+        response.headers = CaseInsensitiveDict(headers)
+        response.raw = over_bytes(
+            body, headers, status=response.status_code, reason=response.reason, method=request.method, url=request.url
+        )
         response._content = body
         response._content_consumed = True
         response.url = request.url
@@ -200,7 +294,7 @@ def _install_requests(patches: PatchSet) -> None:
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
-        if INSIDE.get() or suppressed():
+        if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
         body = request.body or b""
         body = body.encode("utf-8") if isinstance(body, str) else body
@@ -209,11 +303,35 @@ def _install_requests(patches: PatchSet) -> None:
 
         def invoke() -> dict[str, Any]:
             response = wrapped(*args, **kwargs)
-            raw = response.content
-            headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
-            return _live(response.status_code, response.reason or "", headers, raw, False)
+            original = response.raw
+            status, reason = response.status_code, response.reason or ""
+            if not isinstance(original, HTTPResponse):  # an adapter of another kind: its body, decoded
+                headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
+                return _live(status, reason, headers, response.content, None, response=response)
+            try:
+                raw, rest = read_head(original, _cap)
+            except BaseException:
+                original.release_conn()
+                raise
+            if rest is None:
+                original.release_conn()
+            # The agent gets the real response, its raw body readable again (cookies, r.raw, iter_content).
+            response.raw = over_bytes(
+                raw,
+                original.headers,
+                status=status,
+                reason=reason,
+                method=request.method,
+                url=request.url,
+                original=original,
+                rest=rest,
+            )
+            headers = list(original.headers.items())
+            decode = urllib3_decoder(headers) if "content-encoding" in original.headers else None
+            return _live(status, reason, headers, raw, decode, response=response, rest=rest)
 
-        return to_response(through(_call(request.method, request.url, body), invoke), request, instance)
+        value = through(_call(request.method, request.url, body), invoke)
+        return value["response"] if "response" in value else to_response(value, request, instance)
 
     patches.wrap(requests.adapters.HTTPAdapter, "send", wrapper)
 
@@ -226,7 +344,7 @@ def _install_urllib3(patches: PatchSet) -> None:
     from urllib3.response import HTTPResponse
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if INSIDE.get() or suppressed() or len(args) < 2 and ("method" not in kwargs or "url" not in kwargs):
+        if INSIDE.get() or exporters_traffic() or len(args) < 2 and ("method" not in kwargs or "url" not in kwargs):
             return wrapped(*args, **kwargs)
         method = str(args[0] if args else kwargs["method"])
         url = str(args[1] if len(args) > 1 else kwargs["url"])
@@ -243,16 +361,23 @@ def _install_urllib3(patches: PatchSet) -> None:
         def invoke() -> dict[str, Any]:
             response = wrapped(*call_args, **{**call_kwargs, "preload_content": False})
             try:
-                raw = response.read(decode_content=False)
-            finally:
+                raw, rest = head_sync(response.stream(64 * 1024, decode_content=False), _cap)
+            except BaseException:
                 response.release_conn()
-            encoded = "content-encoding" in response.headers
-            return _live(response.status, response.reason or "", list(response.headers.items()), raw, encoded)
+                raise
+            if rest is None:
+                response.release_conn()
+            headers = list(response.headers.items())
+            decode = urllib3_decoder(headers) if "content-encoding" in response.headers else None
+            return _live(
+                response.status, response.reason or "", headers, raw, decode, rest=rest, close=release(response)
+            )
 
         value = through(_call(method, full, raw_body), invoke)
         body = response_body(value)
+        rest = value.get("rest")
         return HTTPResponse(
-            body=io.BytesIO(body),
+            body=io.BytesIO(body) if rest is None else io.BufferedReader(ChainReader(body, rest, value["close"])),
             headers=urllib3.HTTPHeaderDict(response_headers(value, body)),
             status=int(value["status"]),
             reason=str(value.get("reason", "")),

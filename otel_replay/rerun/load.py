@@ -9,8 +9,8 @@ from otel_replay import semconv as sc
 from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError, RecordNotFound, UntrustedRecord
 from otel_replay.integrity import MISPLACED
-from otel_replay.rerun.codec import RECORDING_FORMAT, codec_of_format
-from otel_replay.rerun.events import Event
+from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_codec, codec_of_format
+from otel_replay.rerun.events import Event, Fingerprint, value_hash
 from otel_replay.store import Store, stored_record
 
 _log = logging.getLogger(__name__)
@@ -120,7 +120,35 @@ def load_recording(store: Store, session_id: str) -> Recording:
                 raise DatasetError(f"{where}: marked final, yet chunk {max(chunks)} follows it")
     version = next(iter(formats), RECORDING_FORMAT)
     codec = codec_of_format(version if isinstance(version, int) else RECORDING_FORMAT)
-    return Recording(session_id, events, complete, fingerprint, outcome, len(chunks), codec, output)
+    current = _current_fingerprint(fingerprint, events, codec)
+    return Recording(session_id, events, complete, current, outcome, len(chunks), codec, output)
+
+
+def _current_fingerprint(stored: str | None, events: list[Event], codec: int) -> str | None:
+    """The recording's fingerprint as a rerun computes it now.
+
+    A recording made before fingerprint version 2 stores a version-1 digest: when it is exactly the
+    version-1 digest of the recorded events, the recording is compared by its version-2 digest. Anything
+    else is kept as stored (a rerun then does not match it, as before). Values are hashed with the
+    recording's own argument ``codec``, as its rerun hashes them.
+    """
+    if stored is None:
+        return None
+    with arguments_codec(codec):
+        current = _digest(events, 2)
+        if stored != current and stored == _digest(events, 1):
+            return current
+    return stored
+
+
+def _digest(events: list[Event], version: int) -> str:
+    # Value hashes are computed here without caching them on the events: the rerun hashes them itself,
+    # in its own setting, and must not be handed values hashed at load.
+    fp = Fingerprint(version=version)
+    for event in events:
+        if not event.transparent:
+            fp.add(event.stream, event.boundary, event.name, event.args_hash, value_hash(event.value, event.error))
+    return fp.hexdigest()
 
 
 def _one_run(session_id: str, chunks: dict[int, tuple[str, dict[str, object]]]) -> None:
