@@ -435,8 +435,31 @@ def redact_headers(headers: Any) -> list[list[str]]:
     for key, value in pairs:
         name = key.decode("latin-1") if isinstance(key, bytes) else str(key)
         text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-        out.append([name, REDACTED if _SECRET_HEADER.fullmatch(name) else redact(text)])
+        if name.lower() == "set-cookie":
+            out.append([name, _redact_set_cookie(text)])
+        else:
+            out.append([name, REDACTED if _SECRET_HEADER.fullmatch(name) else redact(text)])
     return out
+
+
+def _redact_set_cookie(text: str) -> str:
+    """A ``Set-Cookie`` value with the cookie's value redacted and its name and attributes kept.
+
+    A rerun's cookie jar then holds the cookie under its own name (``sid=[REDACTED]; Path=/``), as
+    the recorded run's did; the attributes (path, domain, expiry, flags) carry no secret.
+    """
+    return ", ".join(_redact_one_cookie(piece) for piece in _NEXT_COOKIE.split(text))
+
+
+_NEXT_COOKIE = re.compile(r",\s*(?=[^;,=\s]+=)")  # repeated headers joined by ", " (an Expires date's comma is not)
+
+
+def _redact_one_cookie(text: str) -> str:
+    first, sep, attributes = text.partition(";")
+    name, eq, _ = first.partition("=")
+    if not eq or not name.strip():
+        return REDACTED
+    return f"{name.strip()}={REDACTED}{sep}{redact(attributes) if sep else ''}"
 
 
 def redact_url(url: str) -> str:

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 import otel_replay
 from otel_replay.errors import DeterminismLeakError
 from otel_replay.rerun import rerun
-from otel_replay.rerun.codec import arguments_hash
+from otel_replay.rerun.codec import arguments_hash, redact_headers
 from otel_replay.rerun.events import Event, Fingerprint, stream_key
 from otel_replay.rerun.http import request_arguments
 from otel_replay.rerun.interceptor import Interceptor
@@ -284,9 +284,10 @@ def test_a_requests_session_keeps_its_cookies_and_raw_body_while_recorded_and_re
         original, _, events = record(dataset, "jar", lambda: _session(base))
         assert original == plain and events == 3  # recording changes nothing the program sees
         result = rerun(lambda: _session(base), dataset=dataset, session_id="jar", governance="strict")
-    # Served: the login's Set-Cookie is stored redacted, and still reaches the session's cookie jar; the
-    # download is stored decoded (never the compressed bytes), so r.raw gives the decoded file.
-    assert result.output[:2] == (200, "secret-data") and len(result.output[2]) == 1
+    # Served: the login's Set-Cookie is stored with its value redacted, and reaches the session's cookie jar
+    # under its own name; the download is stored decoded (never the compressed bytes), so r.raw gives the
+    # decoded file.
+    assert result.output[:2] == (200, "secret-data") and result.output[2] == ["sid"]
     assert result.output[3] == len(b"file-bytes" * 100)
     assert result.matched, result.report()
 
@@ -458,3 +459,13 @@ def test_a_body_longer_than_the_cap_is_read_whole_by_the_agent_and_recorded_cut(
     assert original == plain == [_LINE * 17] * 4  # recording changes nothing the agent reads
     assert result.output == [_LINE * 4] * 4  # served cut short, and said so
     assert result.divergence is not None and "capped at 4096 of" in result.divergence.reason
+
+
+def test_set_cookie_values_are_redacted_and_names_kept_also_when_headers_are_joined() -> None:
+    joined = "sid=abc123; Path=/; Expires=Wed, 21 Oct 2015 07:28:00 GMT, refresh=zzz999; HttpOnly"
+    stored = redact_headers([("Set-Cookie", joined), ("set-cookie", "no-equals-sign"), ("Set-Cookie", "k=v")])
+    assert stored == [
+        ["Set-Cookie", "sid=[REDACTED]; Path=/; Expires=Wed, 21 Oct 2015 07:28:00 GMT, refresh=[REDACTED]; HttpOnly"],
+        ["set-cookie", "[REDACTED]"],
+        ["Set-Cookie", "k=[REDACTED]"],
+    ]
