@@ -287,8 +287,7 @@ class RerunMode:
             if capped:
                 self._diverge(
                     step,
-                    f"the recorded response was capped at {capped.get('recorded_bytes')} of "
-                    f"{capped.get('original_bytes')} bytes (OTEL_REPLAY_RERUN_MAX_BODY); it is served cut short",
+                    _capped_reason(capped),
                     _describe(event),
                     describe_event(call.boundary, call.name, text),
                     call.boundary,
@@ -525,3 +524,17 @@ async def _live_async(invoke: Callable[[], Awaitable[Any]]) -> Any:
         return await invoke()
     finally:
         INSIDE.reset(token)
+
+
+def _capped_reason(capped: dict[str, Any]) -> str:
+    """Why a recorded response cannot be served as it came (a divergence's reason)."""
+    if capped.get("undecodable"):
+        return (
+            f"the recorded response's {capped.get('original_bytes')} encoded bytes could not be decoded "
+            f"({capped['undecodable']}); its body was not stored and is served empty"
+        )
+    total = f"at least {capped.get('original_bytes')}" if capped.get("at_least") else f"{capped.get('original_bytes')}"
+    return (
+        f"the recorded response was capped at {capped.get('recorded_bytes')} of {total} bytes "
+        "(OTEL_REPLAY_RERUN_MAX_BODY); it is served cut short"
+    )

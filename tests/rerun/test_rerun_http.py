@@ -251,6 +251,7 @@ def test_compressed_bodies_are_stored_decoded_and_redacted_and_served_as_the_age
     assert [r["access_token"] for r in result.output] == ["[REDACTED]"] * 4
     assert [r["pad"] for r in result.output] == ["x" * 300] * 4
     assert result.divergence is not None  # the two undecodable answers are not served faithfully: named
+    assert "could not be decoded" in result.divergence.reason and "served empty" in result.divergence.reason
 
 
 # --- finding 4: requests keeps cookies and r.raw while recording, and in a rerun ----------------
