@@ -1,0 +1,91 @@
+"""Reviewer rg's gate and replay findings: a receipt's identity, policy answers, untrusted commits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import otel_replay
+from otel_replay import Action, ActionGate, FixAction, audit
+from otel_replay.errors import AlreadyCompensated, CompensationPending
+from otel_replay.execute import execute_verdict
+from otel_replay.replay import replay
+
+from ._support import payment, snapshot
+
+STALE = {"budget_remaining": 0, "allow_list": ["acme-supplies"]}
+
+
+def _budget(state: dict, action: Action) -> tuple[bool, str]:
+    return action.cost <= state["budget_remaining"], "budget"
+
+
+class ChargeRail:
+    """A rail that notes the refund on the receipt it is handed, then times out once (the refund went through)."""
+
+    def __init__(self, receipt: dict[str, Any]) -> None:
+        self.receipt = receipt
+        self.refunds: list[str] = []
+        self.keys: set[str] = set()
+
+    def commit(self, action: Action) -> dict[str, Any]:
+        return dict(self.receipt, amount=action.cost)
+
+    def compensate(self, receipt: Any, *, idempotency_key: str) -> None:
+        if idempotency_key in self.keys:  # an idempotent rail: a repeated key is a no-op
+            return
+        self.keys.add(idempotency_key)
+        receipt["refund_requested"] = True
+        self.refunds.append(idempotency_key)
+        if len(self.refunds) == 1:
+            raise TimeoutError("refund API timed out (the refund went through)")
+
+
+def _committed(dataset: Path, rail: Any) -> tuple[ActionGate, Any, Any]:
+    gate = ActionGate(rail, dataset=dataset)
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.act(payment())
+        receipt = gate.commit(payment(), record_id=d.record_id)
+    verdict = replay(d.record, live_state=STALE, policy=_budget)
+    assert verdict.fix is FixAction.ROLLBACK
+    return gate, receipt, verdict
+
+
+@pytest.mark.parametrize("shape", [{"id": "ch_3Q1", "currency": "usd"}, {"charge": "ch_3Q1", "currency": "usd"}])
+def test_a_receipt_the_rail_marks_while_refunding_is_refunded_once_under_one_key(telemetry, dataset, shape):
+    rail = ChargeRail(shape)
+    gate, receipt, verdict = _committed(dataset, rail)
+    before = dict(receipt)
+    with pytest.raises(TimeoutError):
+        gate.enforce_post_commit(verdict, receipt=receipt)
+    assert receipt == before  # the rail was handed a copy: the caller's receipt is as committed
+    with pytest.raises(CompensationPending):  # the same receipt, the same claim: not a fresh refund
+        gate.enforce_post_commit(verdict, receipt=receipt)
+    gate.enforce_post_commit(verdict, receipt=receipt, resume=True)
+    assert len(rail.refunds) == 1 and len(rail.keys) == 1
+
+
+def test_a_receipt_without_an_id_keeps_its_commit_identity_when_the_caller_annotates_it(telemetry, dataset):
+    rail = ChargeRail({"charge": "ch_9", "currency": "usd"})
+    gate, receipt, verdict = _committed(dataset, rail)
+    with pytest.raises(TimeoutError):
+        gate.enforce_post_commit(verdict, receipt=receipt)
+    receipt["note"] = "retrying after a timeout"  # the caller annotates its receipt between attempts
+    gate.enforce_post_commit(verdict, receipt=receipt, resume=True)
+    assert len(rail.refunds) == 1
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:  # the dataset agrees: the stored commit is the one compensated
+        with pytest.raises(AlreadyCompensated):
+            execute_verdict(store, verdict, rail)
+    assert len(rail.refunds) == 1
+
+
+def test_a_stripe_like_id_names_the_receipt(telemetry, dataset):
+    rail = ChargeRail({"id": "ch_3Q1"})
+    _, _, verdict = _committed(dataset, rail)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store, pytest.raises(TimeoutError) as raised:
+        execute_verdict(store, verdict, rail)
+    assert "receipt ch_3Q1 of decision" in "".join(raised.value.__notes__)
