@@ -9,7 +9,7 @@ import pytest
 
 import otel_replay
 from otel_replay import Action, ActionGate, FixAction, audit
-from otel_replay.errors import AlreadyCompensated, CompensationPending
+from otel_replay.errors import AlreadyCompensated, CompensationPending, PayloadError, PolicyError
 from otel_replay.execute import execute_verdict
 from otel_replay.replay import replay
 
@@ -89,3 +89,48 @@ def test_a_stripe_like_id_names_the_receipt(telemetry, dataset):
     with otel_replay.open(dataset) as store, pytest.raises(TimeoutError) as raised:
         execute_verdict(store, verdict, rail)
     assert "receipt ch_3Q1 of decision" in "".join(raised.value.__notes__)
+
+
+# --- 4: a policy's answer is a bool and a str, never coerced -------------------------------------------------
+
+
+def _paid() -> Any:
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.act(payment())
+    return d.record
+
+
+def _swapped(state: dict, action: Action) -> Any:
+    return "amount exceeds the remaining budget", False
+
+
+@pytest.mark.parametrize(
+    ("policy", "shown"),
+    [
+        (_swapped, "('amount exceeds the remaining budget', False) (str, bool)"),
+        (lambda s, a: "no", "'no'"),
+        (lambda s, a: (1, "ok"), "(1, 'ok') (int, str)"),
+        (lambda s, a: (None, "ok"), "(None, 'ok') (NoneType, str)"),
+        (lambda s, a: (True, None), "(True, None) (bool, NoneType)"),
+    ],
+)
+def test_a_policy_answer_that_is_not_a_bool_and_a_str_is_refused_naming_the_policy(policy, shown):
+    with pytest.raises(PolicyError) as raised:
+        replay(_paid(), live_state=STALE, policy=policy)
+    assert shown in str(raised.value) and policy.__qualname__ in str(raised.value)
+
+
+def test_a_real_bool_answer_still_decides():
+    verdict = replay(_paid(), live_state=STALE, policy=lambda s, a: (a.cost <= s["budget_remaining"], "budget"))
+    assert verdict.fix is FixAction.ROLLBACK  # a list answer (JSON from a service) is accepted too:
+    assert replay(_paid(), live_state=STALE, policy=lambda s, a: [True, "fine"]).fix is FixAction.ALLOW
+
+
+def test_a_live_state_nested_too_deeply_is_named_not_blamed_on_the_policy():
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5000):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(PayloadError, match="the live state is nested too deeply"):
+        replay(_paid(), live_state=deep, policy=_budget)
