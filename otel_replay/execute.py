@@ -80,6 +80,18 @@ def _unique(commits: list[tuple[str, Any]], decision_id: str) -> tuple[list[Any]
     return kept, refused
 
 
+def _untrusted_commits(store: Store, decision_id: str) -> GateError | None:
+    """The error naming ``decision_id``'s sealed commit records this store cannot trust, or ``None``."""
+    refused = store.refused_commits_for(decision_id)
+    if not refused:
+        return None
+    rows = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
+    return GateError(
+        f"decision {decision_id} has {len(refused)} commit record(s) this run cannot trust ({rows}); their "
+        "receipts were not compensated: pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE) and run again"
+    )
+
+
 def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool = False) -> list[GateOutcome]:
     """Apply ``verdict`` post-commit through ``rail``, compensating the decision's stored receipts.
 
@@ -102,15 +114,20 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
         CompensationInProgress: another claimant is compensating a receipt right
             now (not done: run again once it finished).
         CompensationPending: an earlier attempt never finished; retry with ``resume=True``.
-        GateError: two different commits returned the same receipt id (neither is compensated).
+        GateError: two different commits returned the same receipt id (neither is compensated), or a
+            sealed commit record of the decision cannot be trusted (signed with a key not given, edited):
+            its receipt is not "no receipt", so after the trusted receipts were tried this names it.
         Exception: what the rail raised for a receipt (the others were tried first).
 
     """
     gate = ActionGate(rail, dataset=store.dataset)
     if verdict.fix in (FixAction.ALLOW, FixAction.HUMAN_REVIEW):
         return [gate.enforce_post_commit(verdict)]
+    untrusted = _untrusted_commits(store, verdict.record_id)
     commits = store.commits_for(verdict.record_id)
     if not commits:
+        if untrusted is not None:  # a receipt this run cannot read is not "no receipt"
+            raise untrusted
         return [gate.enforce_post_commit(verdict)]
     receipts, errors = _unique(commits, verdict.record_id)
     outcomes: list[GateOutcome] = []
@@ -144,6 +161,9 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
         done_before.append(why)
         summary.append(f"receipt {rid}: {ALREADY_COMPENSATED}")
         outcomes.append(GateOutcome(verdict.fix, ALREADY_COMPENSATED, why, receipt))
+    if untrusted is not None:  # the trusted receipts were handled; the untrusted ones still stand
+        untrusted.add_note(f"otel-replay: the trusted receipts of the decision: {'; '.join(summary)}")
+        raise untrusted
     if errors:
         rid, first = errors[0]
         first.add_note(

@@ -42,7 +42,15 @@ from otel_replay.errors import (
     message_line,
 )
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS_DIR
-from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
+from otel_replay.integrity import (
+    SealCheck,
+    SigningKey,
+    StoredRecord,
+    VerifyProblem,
+    VerifyReport,
+    load_signing_key,
+    verify_records,
+)
 from otel_replay.location import Location, register_with, resolve
 from otel_replay.receipts import receipt_id_of
 from otel_replay.records import DecisionRecord, SpanRef
@@ -957,6 +965,27 @@ class Store:
                 if receipt is not None:
                     commits.append((rec.record_id, receipt))
         return commits
+
+    def refused_commits_for(self, decision_id: str) -> list[VerifyProblem]:
+        """The sealed commit gate rows of ``decision_id`` this store cannot trust, and why.
+
+        A commit signed with a key not given (a payment service's own key, a
+        key rotated since) or edited claims a receipt that :meth:`commits_for`
+        leaves out: a caller about to compensate must not take its absence for
+        "nothing was charged". Not listed: an unsealed row (otel-replay seals
+        every commit it writes, so it can only be forged; ``verify`` names it)
+        and a refused copy of a record whose original is trusted.
+        """
+        rows = [
+            r
+            for r in self._record_rows(gate_decision_id=decision_id)
+            if r.attributes.get(sc.KIND) == sc.KIND_GATE
+            and r.attributes.get(sc.GATE_STAGE) == "commit"
+            and r.attributes.get(sc.RECORD_HASH) is not None
+        ]
+        trusted, refused = split_trusted(rows, self.seal_check)
+        kept = {r.record_id for r in trusted}
+        return [problem for problem in refused if problem.record_id not in kept]
 
     def receipt_for(self, decision_id: str) -> Any:
         """The receipt of the latest verified commit of ``decision_id``'s action, or ``None``."""

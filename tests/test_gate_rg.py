@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import otel_replay
-from otel_replay import Action, ActionGate, FixAction, audit
-from otel_replay.errors import AlreadyCompensated, CompensationPending, PayloadError, PolicyError
+from otel_replay import Action, ActionGate, FixAction, ReferenceLedger, audit
+from otel_replay.cli import main
+from otel_replay.errors import AlreadyCompensated, CompensationPending, GateError, PayloadError, PolicyError
 from otel_replay.execute import execute_verdict
+from otel_replay.integrity import SigningKey
 from otel_replay.replay import replay
 
 from ._support import payment, snapshot
@@ -134,3 +138,72 @@ def test_a_live_state_nested_too_deeply_is_named_not_blamed_on_the_policy():
         node = node["x"]
     with pytest.raises(PayloadError, match="the live state is nested too deeply"):
         replay(_paid(), live_state=deep, policy=_budget)
+
+
+# --- 7: a commit signed with a key not given is not "no receipt" -----------------------------------------------
+
+AGENT_KEY = "agent-key-0123456789abcdef-agent"
+PAYMENTS_KEY = "payments-key-0123456789abcdef-pay"
+
+
+def _charged_by_another_service(dataset: Path) -> Any:
+    """A decision sealed with the agent's key; its commit sealed by a payment service with its own key."""
+    telemetry = otel_replay.configure(dataset, set_global=False, signing_key=AGENT_KEY)
+    record = _paid()
+    telemetry.shutdown()
+    telemetry = otel_replay.configure(dataset, set_global=False, signing_key=PAYMENTS_KEY)
+    ActionGate(ReferenceLedger(10_000), dataset=dataset).commit(payment(), record_id=record.record_id)
+    telemetry.shutdown()
+    return record
+
+
+def test_a_commit_signed_with_a_key_not_given_refuses_execution_naming_the_row(dataset):
+    record = _charged_by_another_service(dataset)
+    verdict = replay(record, live_state=STALE, policy=_budget)
+    ledger = ReferenceLedger(0)
+    with otel_replay.open(dataset, keys=[SigningKey(AGENT_KEY.encode())]) as store:
+        gate_id = store.query("SELECT gate_id FROM gates WHERE stage = 'commit'").to_pylist()[0]["gate_id"]
+        with pytest.raises(GateError) as raised:
+            execute_verdict(store, verdict, ledger)
+    message = str(raised.value)
+    assert f"decision {record.record_id} has 1 commit record(s) this run cannot trust" in message
+    assert f"gate record {gate_id}: signed with key" in message and "--key-file" in message
+    assert ledger.entries == []
+    with otel_replay.open(dataset, keys=[SigningKey(AGENT_KEY.encode()), SigningKey(PAYMENTS_KEY.encode())]) as store:
+        assert [o.executed for o in execute_verdict(store, verdict, ReferenceLedger(0))] == ["rolled_back"]
+
+
+def test_the_cli_exits_1_rather_than_report_no_receipt(dataset, tmp_path):
+    record = _charged_by_another_service(dataset)
+    key = tmp_path / "agent.key"
+    key.write_text(AGENT_KEY)
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps(STALE))
+    out = CliRunner().invoke(
+        main,
+        [
+            "replay", record.record_id, "-d", str(dataset), "--live-state", str(live), "--policy",
+            "tests._support:budget_policy", "--execute", "--rail", "otel_replay.demo:demo_ledger",
+            "--key-file", str(key),
+        ],
+    )  # fmt: skip
+    assert out.exit_code == 1, out.output
+    assert "compensation_unavailable" not in out.output and "cannot trust" in out.output
+
+
+def test_trusted_receipts_are_still_refunded_and_then_the_untrusted_commit_is_named(dataset):
+    record = _charged_by_another_service(dataset)
+    telemetry = otel_replay.configure(dataset, set_global=False, signing_key=AGENT_KEY)
+    ActionGate(ReferenceLedger(10_000), dataset=dataset).commit(payment(100), record_id=record.record_id)
+    telemetry.shutdown()
+    verdict = replay(record, live_state=STALE, policy=_budget)
+    ledger = ReferenceLedger(0)
+    with otel_replay.open(dataset, keys=[SigningKey(AGENT_KEY.encode())]) as store:
+        telemetry = otel_replay.configure(dataset, set_global=False, signing_key=AGENT_KEY)
+        try:
+            with pytest.raises(GateError, match="1 commit record.s. this run cannot trust") as raised:
+                execute_verdict(store, verdict, ledger)
+        finally:
+            telemetry.shutdown()
+    assert ledger.balance == 100  # the trusted receipt was refunded; a forged-looking row cannot hold it back
+    assert "the trusted receipts of the decision: receipt rcpt-0001: rolled_back" in "".join(raised.value.__notes__)
