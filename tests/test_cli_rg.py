@@ -1,0 +1,45 @@
+"""Reviewer rg's CLI findings: each bad input is one line naming the argument, variable or file; nothing lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import otel_replay
+from otel_replay.cli import main
+
+from .test_cli_inputs import error_line, run
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The demo dataset and its decision's record id."""
+    path = tmp_path_factory.mktemp("demo") / "ds"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_REPLAY_SIGNING_KEY", "test-signing-key-0123456789abcdef")
+        mp.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+        result = CliRunner().invoke(main, ["demo", "--dataset", str(path)])
+        assert result.exit_code == 0, result.output
+        with otel_replay.open(path) as store:
+            record_id = store.query("SELECT record_id FROM decisions").to_pylist()[0]["record_id"]
+    return path, record_id
+
+
+def _replay(demo: tuple[Path, str], live: Path, *extra: str):
+    dataset, record_id = demo
+    policy = "otel_replay.demo:budget_policy"
+    return run("replay", record_id, "-d", str(dataset), "--live-state", str(live), "--policy", policy, *extra)
+
+
+# --- 8: a number too large for a float is not infinity ----------------------------------------------------------
+
+
+def test_a_live_state_number_too_large_for_a_float_is_refused_naming_file_line_and_column(demo, tmp_path):
+    live = tmp_path / "live.json"
+    live.write_text('{"allow_list": ["acme-supplies"],\n "budget_remaining": 1e999}')
+    result = _replay(demo, live)  # was: read as infinity, so the over-budget payment was ALLOWed, exit 0
+    assert result.exit_code == 1 and "ALLOW" not in result.output
+    line = error_line(result)
+    assert f"live state {live}: the number 1e999 is too large for a float (line 2, column 22" in line
