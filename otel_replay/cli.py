@@ -25,7 +25,7 @@ from otel_replay.analyst import require_utf8
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
 from otel_replay.integrity import SigningKey, load_signing_key
-from otel_replay.location import resolve
+from otel_replay.location import local_root_problem, resolve
 from otel_replay.store import Store
 
 __all__ = ["LIVE_STATE_MAX_BYTES", "main", "read_input_file", "require_writable", "run"]
@@ -124,18 +124,10 @@ def require_writable(root: Path, why: str) -> None:
 def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
     """Open the dataset; on the way out, name every file left out as corrupt (on stderr)."""
     location = resolve(dataset)  # a bad URI: one ConfigError line naming it
-    path = Path(location.root)
-    if location.remote:
-        pass  # an object store: Store checks credentials, endpoint and bucket in one line
-    elif not path.exists():
-        raise click.ClickException(f"dataset {dataset} does not exist (write spans there first, or pass --dataset)")
-    elif not path.is_dir():
-        raise click.ClickException(f"dataset {dataset} is a file, not a directory")
-    elif not os.access(path, os.R_OK | os.X_OK):
-        raise click.ClickException(f"dataset {dataset} is not readable (permission denied)")
-    elif not (path / "spans").is_dir() and not any((path / marker).is_dir() for marker in _NOT_YET_CONVERTED):
-        # DATASET/spans, a date= folder or an unrelated directory would read as an empty dataset ("OK, 0 records")
-        raise click.ClickException(f"dataset {dataset} has no spans/ directory (is this the dataset root?)")
+    # An object store: Store checks credentials, endpoint and bucket in one line.
+    why = None if location.remote else local_root_problem(dataset, Path(location.root))
+    if why is not None:
+        raise click.ClickException(why)
     quiet = _SkipNotices()
     store_log = logging.getLogger("otel_replay.store")
     store_log.addFilter(quiet)  # the CLI names skipped files itself, once, below
@@ -149,10 +141,6 @@ def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
             store.close()
     finally:
         store_log.removeFilter(quiet)
-
-
-_NOT_YET_CONVERTED = ("_wal", "_ingest")
-"""A dataset root holding one of these is a dataset whose spans have not been written yet."""
 
 
 class _SkipNotices(logging.Filter):

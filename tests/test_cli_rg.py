@@ -43,3 +43,20 @@ def test_a_live_state_number_too_large_for_a_float_is_refused_naming_file_line_a
     assert result.exit_code == 1 and "ALLOW" not in result.output
     line = error_line(result)
     assert f"live state {live}: the number 1e999 is too large for a float (line 2, column 22" in line
+
+
+# --- 9: compact on a directory that is not the dataset root --------------------------------------------------
+
+
+def test_compact_on_a_wrong_directory_is_refused_not_reported_as_done(demo, tmp_path):
+    dataset, _ = demo
+    spans = dataset / "spans"
+    for wrong, said in (
+        (spans, f"dataset {spans} has no spans/ directory (is this the dataset root?)"),
+        (tmp_path, f"dataset {tmp_path} has no spans/ directory"),
+    ):
+        result = run("compact", str(wrong), "--older-than", "30")  # was: "retention: dropped 0 partition(s)", exit 0
+        assert result.exit_code == 1 and said in error_line(result) and "dropped" not in result.output
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert f"dataset {a_file} is a file, not a directory" in error_line(run("compact", str(a_file)))
