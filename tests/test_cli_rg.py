@@ -60,3 +60,16 @@ def test_compact_on_a_wrong_directory_is_refused_not_reported_as_done(demo, tmp_
     a_file = tmp_path / "file"
     a_file.write_text("x")
     assert f"dataset {a_file} is a file, not a directory" in error_line(run("compact", str(a_file)))
+
+
+# --- 10: tree prints every stored field escaped, the span id too ---------------------------------------------
+
+
+@pytest.mark.parametrize("hostile", ["\x1b]0;PWNED\x1b\\", "\x1b[2K\rOK no problems found\x1b[8m", "\u202eevil"])
+def test_tree_escapes_a_stored_span_id(capsys, hostile):
+    from otel_replay.render import print_tree
+
+    print_tree([{"depth": 1, "name": "tool.call", "replay_kind": None, "duration_ns": 1, "span_id": hostile}])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
+    assert "span=\\x1b" in out or "span=\\u202e" in out
