@@ -205,6 +205,7 @@ def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
 @_friendly
 def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limit: int | None, as_json: bool) -> None:
     """Rebuild the CHAIN_TYPE chain for CHAIN_ID (a correlation, session, directive or incident id)."""
+    require_utf8(chain_id, "CHAIN_ID")  # DuckDB refuses it with a conversion error that names nothing
     with _open(dataset, skip_corrupt) as store:
         result = ReplayBuilder(store).build(chain_type, chain_id, limit)
     if result.empty:
@@ -259,8 +260,12 @@ def replay_cmd(
     from otel_replay.execute import execute_verdict, replay_stored
     from otel_replay.replay import load_policy
 
+    if not execute and (rail_ref or resume):  # silently ignored, it would look like a compensation that ran
+        given = " and ".join(name for name, on in (("--rail", rail_ref), ("--resume", resume)) if on)
+        raise click.UsageError(f"{given} only apply with --execute (without it nothing is compensated)")
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
+    require_utf8(record_id, "RECORD_ID")
     if execute and not require_signed:
         raise click.ClickException("--execute acts only on signed records; drop --no-require-signed")
     state = strict_loads(
@@ -360,6 +365,7 @@ def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_files:
 @_friendly
 def tree(record_id: str, dataset: str, skip_corrupt: bool) -> None:
     """Print the causal tree of spans under decision RECORD_ID."""
+    require_utf8(record_id, "RECORD_ID")
     with _open(dataset, skip_corrupt) as store:
         r.print_tree(store.causal_tree(record_id))
 
@@ -371,6 +377,8 @@ def tree(record_id: str, dataset: str, skip_corrupt: bool) -> None:
 @_friendly
 def calibration(dataset: str, skip_corrupt: bool, decision_type: str | None) -> None:
     """Confidence buckets against outcome correctness."""
+    if decision_type is not None:
+        require_utf8(decision_type, "--decision-type")
     with _open(dataset, skip_corrupt) as store:
         r.print_rows(store.calibration(decision_type), "calibration")
 

@@ -142,6 +142,10 @@ def load_callable(reference: str, what: str = "policy") -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise PolicyLoadError(f"{what} {reference!r}: cannot import module {module_name!r}: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # a relative name (".mod"), an empty one (".."): no package to resolve it
+        raise PolicyLoadError(
+            f"{what} {reference!r}: cannot import module {module_name!r}: give its absolute name ({exc})"
+        ) from None
     target: Any = module
     for part in attr.split("."):
         try:

@@ -73,3 +73,42 @@ def test_tree_escapes_a_stored_span_id(capsys, hostile):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
     assert "span=\\x1b" in out or "span=\\u202e" in out
+
+
+# --- minor b: every bad argument is one line naming it -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["--policy", "--rail"])
+def test_a_relative_module_reference_names_the_option_not_a_bug(demo, tmp_path, option):
+    live = tmp_path / "live.json"
+    live.write_text('{"budget_remaining": 0, "allow_list": []}')
+    extra = ["--execute", "--rail", ".rails:ledger"] if option == "--rail" else []
+    dataset, record_id = demo
+    policy = ".policies:p" if option == "--policy" else "otel_replay.demo:budget_policy"
+    result = run("replay", record_id, "-d", str(dataset), "--live-state", str(live), "--policy", policy, *extra)
+    line = error_line(result)  # was: "internal error: TypeError: the 'package' argument is required", exit 3
+    assert result.exit_code == 1 and "cannot import module" in line and "give its absolute name" in line
+
+
+def test_rail_or_resume_without_execute_is_a_usage_error(demo, tmp_path):
+    live = tmp_path / "live.json"
+    live.write_text('{"budget_remaining": 0, "allow_list": []}')
+    for extra, said in (
+        (["--rail", "otel_replay.demo:demo_ledger"], "--rail only apply"),
+        (["--resume"], "--resume only apply"),
+        (["--rail", "otel_replay.demo:demo_ledger", "--resume"], "--rail and --resume only apply with --execute"),
+    ):
+        result = _replay(demo, live, *extra)  # was: exit 0, the verdict printed, nothing compensated, nothing said
+        assert result.exit_code == 2 and said in error_line(result)
+
+
+def test_ids_that_are_not_utf8_name_the_argument(demo):
+    dataset, record_id = demo
+    for args, named in (
+        (["replay", "\udce9" + record_id, "--live-state", "x", "--policy", "m:f"], "RECORD_ID"),
+        (["tree", "\udce9" + record_id], "RECORD_ID"),
+        (["chain", "trade", "\udce9x"], "CHAIN_ID"),
+        (["calibration", "--decision-type", "\udce9x"], "--decision-type"),
+    ):
+        result = run(*args, "-d", str(dataset))  # was: "InvalidInputException: ... Python Conversion Failure"
+        assert f"{named} is not valid UTF-8 (byte 0xe9 at character 0)" in error_line(result)
