@@ -10,23 +10,73 @@ compensated in part.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from otel_replay._json import canonical_json
-from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError
+from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError, RecordNotFound
 from otel_replay.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome, Rail, Receipt
 from otel_replay.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
+from otel_replay.records import DecisionRecord
 from otel_replay.replay import FixAction, Policy, Verdict, replay
 from otel_replay.store import Store
 
-__all__ = ["execute_verdict", "replay_stored"]
+__all__ = ["execute_verdict", "judge_stored", "replay_stored"]
 
 
 def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any], policy: Policy) -> Verdict:
-    """Replay the verified decision ``record_id`` of ``store`` against ``live_state``."""
-    return replay(store.record(record_id), live_state=live_state, policy=policy)
+    """Replay the verified decision ``record_id`` of ``store`` against ``live_state``, and every action it committed.
+
+    See :func:`judge_stored`.
+
+    Raises:
+        RecordNotFound: no decision ``record_id``; when commits name it (a
+            process killed inside ``audit()`` after ``gate.commit()``), the
+            message names their receipts, to compensate by hand.
+
+    """
+    try:
+        record = store.record(record_id)
+    except RecordNotFound as exc:
+        orphans = store.commits_for(record_id)
+        if not orphans:
+            raise
+        receipts = ", ".join(f"{receipt_id_of(r)} (gate record {g})" for g, r in orphans)
+        raise RecordNotFound(
+            f"decision {record_id} was never recorded, but {len(orphans)} commit(s) were made for it: {receipts} "
+            "(a process killed inside its audit() block?); nothing can replay it: review and compensate by hand"
+        ) from exc
+    return judge_stored(store, record, live_state=live_state, policy=policy)
+
+
+_SEVERITY = {FixAction.ALLOW: 0, FixAction.HUMAN_REVIEW: 1, FixAction.ROLLBACK: 2, FixAction.BLOCK: 3}
+
+
+def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Policy) -> Verdict:
+    """The verdict on ``record``'s audited action and on every different action its commits stored: the worst.
+
+    ``gate.commit(action, record_id=...)`` may commit another action than the
+    block's ``act()`` (a bug, an edited action, a second payment): a verdict
+    on the audited action alone would ALLOW a $9,000 commit under a $100
+    decision. Each committed action that differs is replayed too, and the
+    most severe verdict wins (ALLOW < HUMAN_REVIEW < ROLLBACK < BLOCK), its
+    reason naming the commit; ROLLBACK and BLOCK compensate every receipt of
+    the decision, as for any decision.
+    """
+    verdict = replay(record, live_state=live_state, policy=policy)
+    for gate_id, action in store.committed_actions_for(record.record_id):
+        if action == record.action:
+            continue
+        other = replay(dataclasses.replace(record, action=action), live_state=live_state, policy=policy)
+        if _SEVERITY[other.fix] > _SEVERITY[verdict.fix]:
+            shown = canonical_json(action.to_json(), where="committed action")[:200]
+            verdict = dataclasses.replace(
+                other, reason=f"commit {gate_id} committed another action than the decision audited ({shown}): "
+                f"{other.reason}"
+            )
+    return verdict
 
 
 _AGAIN = "; not compensating it again"

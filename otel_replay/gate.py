@@ -332,12 +332,15 @@ class ActionGate:
         try:
             receipt = self.rail.commit(action)
         except Exception as exc:
-            self._record("commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None)
+            self._record(
+                "commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None, action=action
+            )
             raise
         stored = self._remember(receipt)
         if record_id is not None:
             self._note_returned(record_id, receipt)
-        if self._record("commit", "committed", f"{action.type} committed", record_id=record_id, receipt=stored):
+        committed = f"{action.type} committed"
+        if self._record("commit", "committed", committed, record_id=record_id, receipt=stored, action=action):
             recorder = get_recorder()
             flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)  # closed: counted lost
             if flushed is not True:
@@ -407,10 +410,12 @@ class ActionGate:
                 record_id,
             )
 
-    def _record(self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any) -> bool:
-        """Emit a commit's gate record; ``False`` (logged and counted, not raised) when that failed."""
+    def _record(
+        self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any, action: Action
+    ) -> bool:
+        """Emit a commit's gate record, with the action committed; ``False`` (logged and counted) when that failed."""
         try:
-            self._emit(stage, None, executed, detail, record_id=record_id, receipt=receipt)
+            self._emit(stage, None, executed, detail, record_id=record_id, receipt=receipt, action=action)
         except Exception as exc:
             get_recorder().note_capture_error()
             _log.error(
@@ -514,7 +519,15 @@ class ActionGate:
         return GateOutcome(verdict.fix, executed, detail, receipt)
 
     def _emit(
-        self, stage: str, verdict: Verdict | None, executed: str, detail: str, *, record_id: str | None, receipt: Any
+        self,
+        stage: str,
+        verdict: Verdict | None,
+        executed: str,
+        detail: str,
+        *,
+        record_id: str | None,
+        receipt: Any,
+        action: Action | None = None,
     ) -> None:
         record = GateRecord(
             record_id=new_id(),
@@ -527,6 +540,7 @@ class ActionGate:
             reason=verdict.reason if verdict else None,
             receipt=stored_receipt(receipt),
             correlation_id=(verdict.correlation_id if verdict else None) or current_ids().correlation_id,
+            action=action.to_json() if action is not None else None,
         )
         link = link_to(SpanRef(verdict.trace_id, verdict.span_id)) if verdict else None
         get_recorder().emit(sc.SPAN_GATE, record.record_id, record.to_attributes(), links=[link] if link else [])

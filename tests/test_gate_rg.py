@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +14,19 @@ from click.testing import CliRunner
 import otel_replay
 from otel_replay import Action, ActionGate, FixAction, ReferenceLedger, audit
 from otel_replay.cli import main
-from otel_replay.errors import AlreadyCompensated, CompensationPending, GateError, PayloadError, PolicyError
-from otel_replay.execute import execute_verdict
+from otel_replay.errors import (
+    AlreadyCompensated,
+    CompensationPending,
+    GateError,
+    PayloadError,
+    PolicyError,
+    RecordNotFound,
+)
+from otel_replay.execute import execute_verdict, replay_stored
 from otel_replay.integrity import SigningKey
 from otel_replay.replay import replay
 
-from ._support import payment, snapshot
+from ._support import budget_policy, payment, snapshot
 
 STALE = {"budget_remaining": 0, "allow_list": ["acme-supplies"]}
 
@@ -207,3 +216,68 @@ def test_trusted_receipts_are_still_refunded_and_then_the_untrusted_commit_is_na
             telemetry.shutdown()
     assert ledger.balance == 100  # the trusted receipt was refunded; a forged-looking row cannot hold it back
     assert "the trusted receipts of the decision: receipt rcpt-0001: rolled_back" in "".join(raised.value.__notes__)
+
+
+# --- 2: the action committed is judged, not only the one audited ----------------------------------------------
+
+LIVE_500 = {"budget_remaining": 500, "allow_list": ["acme-supplies"]}
+
+
+def _committed_other(dataset: Path, audited: Action, committed: Action) -> tuple[Any, ReferenceLedger]:
+    ledger = ReferenceLedger(100_000)
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.act(audited)
+        ActionGate(ledger, dataset=dataset).commit(committed, record_id=d.record_id)
+    telemetry.shutdown()
+    return d.record, ledger
+
+
+def test_a_commit_of_another_action_than_audited_is_judged_on_its_own_action(dataset):
+    record, ledger = _committed_other(dataset, payment(100), payment(9000))
+    assert ledger.balance == 91_000
+    with otel_replay.open(dataset) as store:
+        [(gate_id, action)] = store.committed_actions_for(record.record_id)
+        assert action == payment(9000)  # the commit record stores what was committed
+        assert replay(record, live_state=LIVE_500, policy=budget_policy).fix is FixAction.ALLOW  # $100 fits
+        verdict = replay_stored(store, record.record_id, live_state=LIVE_500, policy=budget_policy)
+        assert verdict.fix is FixAction.ROLLBACK  # was: ALLOW, and the $9,000 stood
+        assert f"commit {gate_id} committed another action than the decision audited" in verdict.reason
+        telemetry = otel_replay.configure(dataset, set_global=False)
+        try:
+            assert [o.executed for o in execute_verdict(store, verdict, ledger)] == ["rolled_back"]
+        finally:
+            telemetry.shutdown()
+    assert ledger.balance == 100_000
+
+
+def test_a_commit_of_the_audited_action_keeps_its_verdict(dataset):
+    record, _ = _committed_other(dataset, payment(100), payment(100))
+    with otel_replay.open(dataset) as store:
+        verdict = replay_stored(store, record.record_id, live_state=LIVE_500, policy=budget_policy)
+    assert verdict.fix is FixAction.ALLOW and verdict.reason == "within budget"
+
+
+# --- 6: a commit whose decision was never recorded is named ----------------------------------------------------
+
+
+def test_a_commit_made_by_a_process_killed_inside_audit_is_named_by_replay(dataset):
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child dies inside the block, as a killed agent would
+        otel_replay.configure(dataset, set_global=False)
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment())
+            ActionGate(ReferenceLedger(10_000), dataset=dataset).commit(payment(), record_id=d.record_id)
+            os.write(write, d.record_id.encode())
+            os._exit(9)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        record_id = pipe.read()
+    assert os.WEXITSTATUS(status) == 9 and record_id
+    with otel_replay.open(dataset) as store, pytest.raises(RecordNotFound) as raised:
+        replay_stored(store, record_id, live_state=STALE, policy=budget_policy)
+    assert f"decision {record_id} was never recorded, but 1 commit(s) were made for it: rcpt-0001" in str(raised.value)
