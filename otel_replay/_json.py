@@ -202,8 +202,10 @@ def strict_loads(data: str | bytes, *, where: str) -> Any:
 
     Refused: duplicate object keys (parsers disagree on which one wins, so a
     document with them has no single meaning), nesting too deep for the
-    parser, ``NaN``/``Infinity``, and anything that is not UTF-8 JSON. The
-    message is one line: ``where``, what is wrong, and the line and column.
+    parser, ``NaN``/``Infinity``, a number too large for a float (``1e999``,
+    which Python would read as infinity), and anything that is not UTF-8
+    JSON. The message is one line: ``where``, what is wrong, and the line and
+    column.
     """
     try:
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
@@ -216,15 +218,47 @@ def strict_loads(data: str | bytes, *, where: str) -> Any:
         raise PayloadError(f"{where}: not UTF-8 (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise PayloadError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except _Overflow as exc:
+        number = exc.literal[:40]
+        raise PayloadError(f"{where}: the number {number} is too large for a float{_at(text, exc.literal)}") from None
     except ValueError as exc:  # NaN / Infinity constants
         raise PayloadError(f"{where}: {exc}") from None
+
+
+def _at(text: str, literal: str) -> str:
+    """`` (line L, column C)`` of the first ``literal`` in ``text``, for an error that has no position of its own."""
+    index = text.find(literal)
+    if index < 0:  # pragma: no cover - the literal came from the text
+        return ""
+    line = text.count("\n", 0, index) + 1
+    column = index - text.rfind("\n", 0, index)
+    return f" (line {line}, column {column}; it would be read as infinity)"
 
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_STRICT = json.JSONDecoder(object_pairs_hook=_refuse_duplicates, parse_constant=_no_constants)
+class _Overflow(ValueError):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+_INF = math.inf
+
+
+def _finite_float(literal: str) -> float:
+    """``float(literal)``, refusing a number past a float's range (``1e999``), which would become infinity."""
+    value = float(literal)
+    if value == _INF or value == -_INF:
+        raise _Overflow(literal)
+    return value
+
+
+_STRICT = json.JSONDecoder(
+    object_pairs_hook=_refuse_duplicates, parse_constant=_no_constants, parse_float=_finite_float
+)
 
 
 def loads(text: str | None, *, where: str = "stored JSON") -> Any:

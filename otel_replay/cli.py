@@ -25,7 +25,7 @@ from otel_replay.analyst import require_utf8
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
 from otel_replay.integrity import SigningKey, load_signing_key
-from otel_replay.location import resolve
+from otel_replay.location import local_root_problem, resolve
 from otel_replay.store import Store
 
 __all__ = ["LIVE_STATE_MAX_BYTES", "main", "read_input_file", "require_writable", "run"]
@@ -124,18 +124,10 @@ def require_writable(root: Path, why: str) -> None:
 def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
     """Open the dataset; on the way out, name every file left out as corrupt (on stderr)."""
     location = resolve(dataset)  # a bad URI: one ConfigError line naming it
-    path = Path(location.root)
-    if location.remote:
-        pass  # an object store: Store checks credentials, endpoint and bucket in one line
-    elif not path.exists():
-        raise click.ClickException(f"dataset {dataset} does not exist (write spans there first, or pass --dataset)")
-    elif not path.is_dir():
-        raise click.ClickException(f"dataset {dataset} is a file, not a directory")
-    elif not os.access(path, os.R_OK | os.X_OK):
-        raise click.ClickException(f"dataset {dataset} is not readable (permission denied)")
-    elif not (path / "spans").is_dir() and not any((path / marker).is_dir() for marker in _NOT_YET_CONVERTED):
-        # DATASET/spans, a date= folder or an unrelated directory would read as an empty dataset ("OK, 0 records")
-        raise click.ClickException(f"dataset {dataset} has no spans/ directory (is this the dataset root?)")
+    # An object store: Store checks credentials, endpoint and bucket in one line.
+    why = None if location.remote else local_root_problem(dataset, Path(location.root))
+    if why is not None:
+        raise click.ClickException(why)
     quiet = _SkipNotices()
     store_log = logging.getLogger("otel_replay.store")
     store_log.addFilter(quiet)  # the CLI names skipped files itself, once, below
@@ -149,10 +141,6 @@ def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
             store.close()
     finally:
         store_log.removeFilter(quiet)
-
-
-_NOT_YET_CONVERTED = ("_wal", "_ingest")
-"""A dataset root holding one of these is a dataset whose spans have not been written yet."""
 
 
 class _SkipNotices(logging.Filter):
@@ -217,6 +205,7 @@ def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
 @_friendly
 def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limit: int | None, as_json: bool) -> None:
     """Rebuild the CHAIN_TYPE chain for CHAIN_ID (a correlation, session, directive or incident id)."""
+    require_utf8(chain_id, "CHAIN_ID")  # DuckDB refuses it with a conversion error that names nothing
     with _open(dataset, skip_corrupt) as store:
         result = ReplayBuilder(store).build(chain_type, chain_id, limit)
     if result.empty:
@@ -271,8 +260,12 @@ def replay_cmd(
     from otel_replay.execute import execute_verdict, replay_stored
     from otel_replay.replay import load_policy
 
+    if not execute and (rail_ref or resume):  # silently ignored, it would look like a compensation that ran
+        given = " and ".join(name for name, on in (("--rail", rail_ref), ("--resume", resume)) if on)
+        raise click.UsageError(f"{given} only apply with --execute (without it nothing is compensated)")
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
+    require_utf8(record_id, "RECORD_ID")
     if execute and not require_signed:
         raise click.ClickException("--execute acts only on signed records; drop --no-require-signed")
     state = strict_loads(
@@ -372,6 +365,7 @@ def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_files:
 @_friendly
 def tree(record_id: str, dataset: str, skip_corrupt: bool) -> None:
     """Print the causal tree of spans under decision RECORD_ID."""
+    require_utf8(record_id, "RECORD_ID")
     with _open(dataset, skip_corrupt) as store:
         r.print_tree(store.causal_tree(record_id))
 
@@ -383,6 +377,8 @@ def tree(record_id: str, dataset: str, skip_corrupt: bool) -> None:
 @_friendly
 def calibration(dataset: str, skip_corrupt: bool, decision_type: str | None) -> None:
     """Confidence buckets against outcome correctness."""
+    if decision_type is not None:
+        require_utf8(decision_type, "--decision-type")
     with _open(dataset, skip_corrupt) as store:
         r.print_rows(store.calibration(decision_type), "calibration")
 

@@ -10,23 +10,73 @@ compensated in part.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from otel_replay._json import canonical_json
-from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError
+from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError, RecordNotFound
 from otel_replay.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome, Rail, Receipt
 from otel_replay.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
+from otel_replay.records import DecisionRecord
 from otel_replay.replay import FixAction, Policy, Verdict, replay
 from otel_replay.store import Store
 
-__all__ = ["execute_verdict", "replay_stored"]
+__all__ = ["execute_verdict", "judge_stored", "replay_stored"]
 
 
 def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any], policy: Policy) -> Verdict:
-    """Replay the verified decision ``record_id`` of ``store`` against ``live_state``."""
-    return replay(store.record(record_id), live_state=live_state, policy=policy)
+    """Replay the verified decision ``record_id`` of ``store`` against ``live_state``, and every action it committed.
+
+    See :func:`judge_stored`.
+
+    Raises:
+        RecordNotFound: no decision ``record_id``; when commits name it (a
+            process killed inside ``audit()`` after ``gate.commit()``), the
+            message names their receipts, to compensate by hand.
+
+    """
+    try:
+        record = store.record(record_id)
+    except RecordNotFound as exc:
+        orphans = store.commits_for(record_id)
+        if not orphans:
+            raise
+        receipts = ", ".join(f"{receipt_id_of(r)} (gate record {g})" for g, r in orphans)
+        raise RecordNotFound(
+            f"decision {record_id} was never recorded, but {len(orphans)} commit(s) were made for it: {receipts} "
+            "(a process killed inside its audit() block?); nothing can replay it: review and compensate by hand"
+        ) from exc
+    return judge_stored(store, record, live_state=live_state, policy=policy)
+
+
+_SEVERITY = {FixAction.ALLOW: 0, FixAction.HUMAN_REVIEW: 1, FixAction.ROLLBACK: 2, FixAction.BLOCK: 3}
+
+
+def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Policy) -> Verdict:
+    """The verdict on ``record``'s audited action and on every different action its commits stored: the worst.
+
+    ``gate.commit(action, record_id=...)`` may commit another action than the
+    block's ``act()`` (a bug, an edited action, a second payment): a verdict
+    on the audited action alone would ALLOW a $9,000 commit under a $100
+    decision. Each committed action that differs is replayed too, and the
+    most severe verdict wins (ALLOW < HUMAN_REVIEW < ROLLBACK < BLOCK), its
+    reason naming the commit; ROLLBACK and BLOCK compensate every receipt of
+    the decision, as for any decision.
+    """
+    verdict = replay(record, live_state=live_state, policy=policy)
+    for gate_id, action in store.committed_actions_for(record.record_id):
+        if action == record.action:
+            continue
+        other = replay(dataclasses.replace(record, action=action), live_state=live_state, policy=policy)
+        if _SEVERITY[other.fix] > _SEVERITY[verdict.fix]:
+            shown = canonical_json(action.to_json(), where="committed action")[:200]
+            verdict = dataclasses.replace(
+                other, reason=f"commit {gate_id} committed another action than the decision audited ({shown}): "
+                f"{other.reason}"
+            )
+    return verdict
 
 
 _AGAIN = "; not compensating it again"
@@ -80,6 +130,18 @@ def _unique(commits: list[tuple[str, Any]], decision_id: str) -> tuple[list[Any]
     return kept, refused
 
 
+def _untrusted_commits(store: Store, decision_id: str) -> GateError | None:
+    """The error naming ``decision_id``'s sealed commit records this store cannot trust, or ``None``."""
+    refused = store.refused_commits_for(decision_id)
+    if not refused:
+        return None
+    rows = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
+    return GateError(
+        f"decision {decision_id} has {len(refused)} commit record(s) this run cannot trust ({rows}); their "
+        "receipts were not compensated: pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE) and run again"
+    )
+
+
 def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool = False) -> list[GateOutcome]:
     """Apply ``verdict`` post-commit through ``rail``, compensating the decision's stored receipts.
 
@@ -102,15 +164,20 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
         CompensationInProgress: another claimant is compensating a receipt right
             now (not done: run again once it finished).
         CompensationPending: an earlier attempt never finished; retry with ``resume=True``.
-        GateError: two different commits returned the same receipt id (neither is compensated).
+        GateError: two different commits returned the same receipt id (neither is compensated), or a
+            sealed commit record of the decision cannot be trusted (signed with a key not given, edited):
+            its receipt is not "no receipt", so after the trusted receipts were tried this names it.
         Exception: what the rail raised for a receipt (the others were tried first).
 
     """
     gate = ActionGate(rail, dataset=store.dataset)
     if verdict.fix in (FixAction.ALLOW, FixAction.HUMAN_REVIEW):
         return [gate.enforce_post_commit(verdict)]
+    untrusted = _untrusted_commits(store, verdict.record_id)
     commits = store.commits_for(verdict.record_id)
     if not commits:
+        if untrusted is not None:  # a receipt this run cannot read is not "no receipt"
+            raise untrusted
         return [gate.enforce_post_commit(verdict)]
     receipts, errors = _unique(commits, verdict.record_id)
     outcomes: list[GateOutcome] = []
@@ -144,6 +211,9 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
         done_before.append(why)
         summary.append(f"receipt {rid}: {ALREADY_COMPENSATED}")
         outcomes.append(GateOutcome(verdict.fix, ALREADY_COMPENSATED, why, receipt))
+    if untrusted is not None:  # the trusted receipts were handled; the untrusted ones still stand
+        untrusted.add_note(f"otel-replay: the trusted receipts of the decision: {'; '.join(summary)}")
+        raise untrusted
     if errors:
         rid, first = errors[0]
         first.add_note(

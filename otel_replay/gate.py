@@ -31,6 +31,7 @@ compensation's own gate record is flushed to the dataset before
 from __future__ import annotations
 
 import atexit
+import copy
 import functools
 import inspect
 import itertools
@@ -186,6 +187,18 @@ def _receipt_id(receipt: Any) -> str:
     return receipt_id_of(stored_receipt(receipt))
 
 
+def _handed(receipt: Any) -> Any:
+    """What the rail's ``compensate`` is handed: a deep copy of ``receipt`` (itself if it cannot be copied).
+
+    A rail that notes the refund on what it was handed cannot change the
+    caller's receipt, whose identity a retry must find unchanged.
+    """
+    try:
+        return copy.deepcopy(receipt)
+    except Exception:  # noqa: BLE001 - an object that refuses copying: its id was taken before the rail runs
+        return receipt
+
+
 def _safe_receipt_id(receipt: Any) -> str:
     """:func:`_receipt_id` for a log line, which must not raise after the money moved."""
     try:
@@ -273,6 +286,10 @@ class ActionGate:
         self.flush_timeout = flush_timeout
         self._returned: OrderedDict[tuple[str, str], None] = OrderedDict()  # (decision, receipt id) committed lately
         self._returned_lock = threading.Lock()
+        # id(receipt) -> (receipt, its stored form at commit), newest _RETURNED_KEPT: a receipt this gate returned
+        # keeps the identity it was committed under, however the caller changes it before compensating it.
+        self._committed: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+        self._warned_content_id = False
         if dataset is not None and not resolve(dataset).remote:
             dataset = os.path.abspath(resolve(dataset).root)  # now: a later chdir must not move the claims
         self._dataset = dataset
@@ -315,11 +332,15 @@ class ActionGate:
         try:
             receipt = self.rail.commit(action)
         except Exception as exc:
-            self._record("commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None)
+            self._record(
+                "commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None, action=action
+            )
             raise
+        stored = self._remember(receipt)
         if record_id is not None:
             self._note_returned(record_id, receipt)
-        if self._record("commit", "committed", f"{action.type} committed", record_id=record_id, receipt=receipt):
+        committed = f"{action.type} committed"
+        if self._record("commit", "committed", committed, record_id=record_id, receipt=stored, action=action):
             recorder = get_recorder()
             flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)  # closed: counted lost
             if flushed is not True:
@@ -335,6 +356,38 @@ class ActionGate:
                     else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
                 )
         return receipt
+
+    def _remember(self, receipt: Any) -> Any:
+        """Note ``receipt``'s stored form and return it (never raises).
+
+        Warns once per gate when the receipt's identity is its content (no id field).
+        """
+        stored = stored_receipt(receipt)
+        try:
+            named_by_content = receipt is not None and receipt_id_of(stored).startswith("sha256:")
+        except Exception:  # noqa: BLE001 - the rail has moved the money: nothing here may raise
+            named_by_content = False
+        with self._returned_lock:
+            self._committed[id(receipt)] = (receipt, stored)  # the receipt is held, so its id() is not reused
+            if len(self._committed) > _RETURNED_KEPT:
+                self._committed.popitem(last=False)
+            warn = named_by_content and not self._warned_content_id
+            self._warned_content_id = self._warned_content_id or warn
+        if warn:
+            _log.warning(
+                "otel-replay: the rail's receipt has no receipt_id or id field, so its identity is a digest of its "
+                "content: it must not change before replay --execute compensates it (this gate remembers it "
+                "as committed); have the rail return an id"
+            )
+        return stored
+
+    def _committed_form(self, receipt: Any) -> Any:
+        """The stored form ``receipt`` was committed under when this gate returned it; else its stored form now."""
+        with self._returned_lock:
+            kept = self._committed.get(id(receipt))
+        if kept is not None and kept[0] is receipt:
+            return kept[1]
+        return stored_receipt(receipt)
 
     def _note_returned(self, record_id: str, receipt: Any) -> None:
         """Log loudly when the rail returns, for one decision, a receipt id it returned before (never raises).
@@ -357,10 +410,12 @@ class ActionGate:
                 record_id,
             )
 
-    def _record(self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any) -> bool:
-        """Emit a commit's gate record; ``False`` (logged and counted, not raised) when that failed."""
+    def _record(
+        self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any, action: Action
+    ) -> bool:
+        """Emit a commit's gate record, with the action committed; ``False`` (logged and counted) when that failed."""
         try:
-            self._emit(stage, None, executed, detail, record_id=record_id, receipt=receipt)
+            self._emit(stage, None, executed, detail, record_id=record_id, receipt=receipt, action=action)
         except Exception as exc:
             get_recorder().note_capture_error()
             _log.error(
@@ -407,26 +462,31 @@ class ActionGate:
                 "compensation_unavailable",
                 f"{verdict.fix.value} routed but no receipt to compensate: {verdict.reason}",
             )
-        rid = _receipt_id(receipt)
+        # The identity it was committed under (this gate returned it), so a retry finds the same claim and key
+        # however the receipt changed since; the rail gets a copy, so it cannot change the caller's.
+        stored = self._committed_form(receipt)
+        rid = receipt_id_of(stored)
         key = idempotency_key(verdict.record_id, rid)
         claim = self.claims.claim(key, decision_id=verdict.record_id, receipt_id=rid, resume=resume)
         try:
             if self._keyed:
-                self.rail.compensate(receipt, idempotency_key=key)
+                self.rail.compensate(_handed(receipt), idempotency_key=key)
             else:
                 _log.warning("otel-replay: rail %s takes no idempotency_key; it cannot deduplicate retries", self.rail)
                 legacy: Any = self.rail
-                legacy.compensate(receipt)
+                legacy.compensate(_handed(receipt))
         except Exception as exc:
             self.claims.finish(claim, ClaimState.FAILED, error=f"{type(exc).__name__}: {exc}")
-            self._outcome("post_commit", verdict, "compensation_failed", f"{verdict.fix.value}: {exc}", receipt)
+            failed = f"{verdict.fix.value}: {exc}"
+            self._outcome("post_commit", verdict, "compensation_failed", failed, receipt, stored=stored)
             raise
         except BaseException:
             self.claims.release(claim)  # interrupted: the claim stays "claimed", visible and resumable
             raise
         executed = "rolled_back" if verdict.fix is FixAction.ROLLBACK else "reversed"
         self.claims.finish(claim, ClaimState.DONE, executed=executed)
-        outcome = self._outcome("post_commit", verdict, executed, f"compensated {rid}: {verdict.reason}", receipt)
+        detail = f"compensated {rid}: {verdict.reason}"
+        outcome = self._outcome("post_commit", verdict, executed, detail, receipt, stored=stored)
         self._flush(verdict.record_id)
         return outcome
 
@@ -450,12 +510,24 @@ class ActionGate:
                 else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
             )
 
-    def _outcome(self, stage: str, verdict: Verdict, executed: str, detail: str, receipt: Any = None) -> GateOutcome:
-        self._emit(stage, verdict, executed, detail, record_id=verdict.record_id, receipt=receipt)
+    def _outcome(
+        self, stage: str, verdict: Verdict, executed: str, detail: str, receipt: Any = None, *, stored: Any = None
+    ) -> GateOutcome:
+        # ``stored``: the receipt's stored form as committed, so the record names the receipt the commit stored.
+        kept = receipt if stored is None else stored
+        self._emit(stage, verdict, executed, detail, record_id=verdict.record_id, receipt=kept)
         return GateOutcome(verdict.fix, executed, detail, receipt)
 
     def _emit(
-        self, stage: str, verdict: Verdict | None, executed: str, detail: str, *, record_id: str | None, receipt: Any
+        self,
+        stage: str,
+        verdict: Verdict | None,
+        executed: str,
+        detail: str,
+        *,
+        record_id: str | None,
+        receipt: Any,
+        action: Action | None = None,
     ) -> None:
         record = GateRecord(
             record_id=new_id(),
@@ -468,6 +540,7 @@ class ActionGate:
             reason=verdict.reason if verdict else None,
             receipt=stored_receipt(receipt),
             correlation_id=(verdict.correlation_id if verdict else None) or current_ids().correlation_id,
+            action=action.to_json() if action is not None else None,
         )
         link = link_to(SpanRef(verdict.trace_id, verdict.span_id)) if verdict else None
         get_recorder().emit(sc.SPAN_GATE, record.record_id, record.to_attributes(), links=[link] if link else [])

@@ -23,6 +23,7 @@ Key resolution (first match wins):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import hashlib
@@ -31,7 +32,9 @@ import json
 import operator
 import os
 import secrets
+import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,35 +130,100 @@ def load_signing_key(
     With ``create=False`` a missing default key file yields ``None`` instead
     of a new key (``verify`` uses this: it must not invent a key).
     """
-    if key is None and key_file is None:
+    from_env = key is None and key_file is None
+    if from_env:
         key = settings.env_text(settings.SIGNING_KEY)
         key_file = settings.env_text(settings.KEY_FILE)
     if key is not None:
-        secret = key.encode() if isinstance(key, str) else key
+        named = settings.SIGNING_KEY if from_env else "the signing_key argument"
+        try:
+            secret = key.encode() if isinstance(key, str) else key
+        except UnicodeEncodeError:  # bytes that are not UTF-8 in the environment arrive as lone surrogates
+            raise ConfigError(f"signing key is not valid UTF-8 text ({named}): use printable characters") from None
         if len(secret) < 16:
             raise ConfigError("signing key is too short: use at least 16 characters (OTEL_REPLAY_SIGNING_KEY)")
         return SigningKey(secret)
     path = Path(key_file).expanduser() if key_file is not None else DEFAULT_KEY_FILE.expanduser()
     if path.exists():
-        if not (path.is_file() or path.is_fifo()):  # a directory or a device (/dev/zero never ends)
-            raise ConfigError(f"signing key file {path} is not a regular file")
-        with path.open("rb") as handle:
-            secret = handle.read(4097)  # a key is a few dozen bytes; 4 KiB bounds the read
-        if len(secret) > 4096:
-            raise ConfigError(f"signing key file {path} is larger than 4 KiB: not a key file")
-        secret = secret.strip()
-        if len(secret) < 16:
-            raise ConfigError(f"signing key file {path} holds fewer than 16 bytes")
-        return SigningKey(secret)
+        return _key_from_file(path)
     if key_file is not None:
         raise ConfigError(f"signing key file {path} does not exist")
     if not create:
         return None
+    return _create_key_file(path)
+
+
+def _key_from_file(path: Path) -> SigningKey:
+    """The key stored in ``path`` (one line, 16 bytes to 4 KiB)."""
+    if not (path.is_file() or path.is_fifo()):  # a directory or a device (/dev/zero never ends)
+        raise ConfigError(f"signing key file {path} is not a regular file")
+    with path.open("rb") as handle:
+        secret = handle.read(4097)  # a key is a few dozen bytes; 4 KiB bounds the read
+    if len(secret) > 4096:
+        raise ConfigError(f"signing key file {path} is larger than 4 KiB: not a key file")
+    secret = secret.strip()
+    if len(secret) < 16:
+        raise ConfigError(f"signing key file {path} holds fewer than 16 bytes")
+    return SigningKey(secret)
+
+
+def _create_key_file(path: Path) -> SigningKey:
+    """Create the default key file at ``path``, or use the one another process created first.
+
+    Processes that start together on a fresh machine (a forked worker pool)
+    all find no key: each writes its key to a temporary file beside ``path``
+    and hard-links it into place, so the file appears whole or not at all and
+    exactly one process's key wins; the others read the winner's (never a
+    half-written file, never a second key).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_hex(32))
-    return SigningKey(path.read_bytes().strip())
+    secret = secrets.token_hex(32).encode()
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secret)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp, path)  # never replaces a key another process linked first
+        except FileExistsError:
+            return _key_from_file(path)
+        except OSError:  # a filesystem without hard links: exclusive create, then write (readers wait for it)
+            return _create_exclusive(path, secret)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    _fsync_dir(path.parent)  # records are signed with this key from now on: it must survive a crash
+    return SigningKey(secret)
+
+
+def _create_exclusive(path: Path, secret: bytes) -> SigningKey:
+    """:func:`_create_key_file` where hard links fail: ``O_EXCL``; a loser waits up to 2 s for the key to be written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                return _key_from_file(path)
+            except ConfigError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(secret)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return SigningKey(secret)
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not every platform opens directories
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _encode(value: Any) -> str:

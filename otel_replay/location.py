@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 
 from otel_replay.errors import ConfigError, DatasetError
 
-__all__ = ["Location", "is_remote", "register_with", "resolve", "s3_endpoint"]
+__all__ = ["Location", "is_remote", "local_root_problem", "register_with", "resolve", "s3_endpoint"]
 
 SUPPORTED = "a local path, file:///absolute/path or s3://bucket/prefix"
 _listed: dict[str, tuple[int, int]] = {}  # remote object -> (size, mtime ns) from the latest listing
@@ -213,6 +213,29 @@ def _check_credentials(location: Location) -> None:
             f"dataset {location.uri}: no AWS credentials found "
             "(set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
         )
+
+
+_NOT_YET_CONVERTED = ("_wal", "_ingest")
+"""A dataset root holding one of these is a dataset whose spans have not been written yet."""
+
+
+def local_root_problem(dataset: str | os.PathLike[str], path: Path) -> str | None:
+    """Why the local directory ``path`` (given as ``dataset``) is not a dataset root a command may use, or ``None``.
+
+    ``DATASET/spans``, a ``date=`` folder or an unrelated directory would
+    read as an empty dataset ("OK, 0 records") and compact as one ("dropped
+    0 partitions"): a root has ``spans/``, or ``_wal``/``_ingest`` while its
+    spans are not written yet.
+    """
+    if not path.exists():
+        return f"dataset {dataset} does not exist (write spans there first, or pass --dataset)"
+    if not path.is_dir():
+        return f"dataset {dataset} is a file, not a directory"
+    if not os.access(path, os.R_OK | os.X_OK):
+        return f"dataset {dataset} is not readable (permission denied)"
+    if not (path / "spans").is_dir() and not any((path / marker).is_dir() for marker in _NOT_YET_CONVERTED):
+        return f"dataset {dataset} has no spans/ directory (is this the dataset root?)"
+    return None
 
 
 def is_remote(dataset: str | os.PathLike[str] | Location) -> bool:

@@ -15,6 +15,7 @@ from otel_replay import semconv as sc
 from otel_replay import settings
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
+from otel_replay.capture.sampling import RecordSampler
 from otel_replay.errors import ConfigError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
@@ -160,10 +161,13 @@ def configure(
 
     The provider stores sealed records whole: the SDK's attribute value
     length limits do not apply to it and it keeps at least
-    :data:`SPAN_ATTRIBUTE_COUNT` attributes per span.
+    :data:`SPAN_ATTRIBUTE_COUNT` attributes per span. It samples with
+    :class:`~otel_replay.RecordSampler`: every record span is kept, under an
+    unsampled parent too; other spans are sampled as ``OTEL_TRACES_SAMPLER`` says.
 
     Users with their own ``TracerProvider`` skip this and add
-    ``CorrelationSpanProcessor()`` and ``BatchSpanProcessor(ParquetSpanExporter(dir))``.
+    ``CorrelationSpanProcessor()`` and ``BatchSpanProcessor(ParquetSpanExporter(dir))``,
+    and build it with ``sampler=RecordSampler(their sampler)``.
 
     """
     # Absolute now: a later chdir must not move where this process's records, receipts and claims go.
@@ -173,7 +177,8 @@ def configure(
         raise ConfigError("no signing key could be found or created")
     limits = _span_limits()
     exporter = ParquetSpanExporter(dataset, max_age_seconds=max_file_age_seconds)
-    provider = TracerProvider(resource=_resource(service_name), span_limits=limits)
+    # Every record span is sampled (audit data must not be sampled away); other spans follow OTEL_TRACES_SAMPLER.
+    provider = TracerProvider(resource=_resource(service_name), span_limits=limits, sampler=RecordSampler())
     provider.add_span_processor(CorrelationSpanProcessor())
     # A deeper queue than the SDK's 2,048 unless the user set OTEL_BSP_MAX_QUEUE_SIZE: spans wait there
     # (not dropped) while the exporter hands a large file to its writer thread.

@@ -149,15 +149,27 @@ def _marked(receipt: Any, plain: Any) -> Any:
     return plain
 
 
-def receipt_id_of(stored: Any) -> str:
-    """The id of a stored receipt (:func:`stored_receipt`): its ``receipt_id``, itself if a string or int, or a digest.
+def _id_field(value: Any) -> str | None:
+    return str(value) if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)) else None
 
-    The digest (``sha256:`` and 32 hex) names a receipt that carries no id, the
-    same way before and after it was stored.
+
+def receipt_id_of(stored: Any) -> str:
+    """The id of a stored receipt (:func:`stored_receipt`): ``receipt_id``, ``id``, itself, or a digest.
+
+    A string or int ``receipt_id`` names it; without one, a string or int
+    ``id``, what most payment APIs name a charge by (Stripe's ``{"id": "ch_..."}``);
+    a string or int receipt names itself.
+    The digest (``sha256:`` and 32 hex) names a receipt that carries neither,
+    the same way before and after it was stored: its identity is its content.
     """
-    rid = stored.get("receipt_id") if isinstance(stored, Mapping) else stored
-    if isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)):
-        return str(rid)
+    if isinstance(stored, Mapping):
+        rid = _id_field(stored.get("receipt_id"))
+        if rid is None and stored.get("receipt_id") is None:
+            rid = _id_field(stored.get("id"))
+    else:
+        rid = _id_field(stored)
+    if rid is not None:
+        return rid
     text = canonical_json(stored, where="gate receipt")
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return f"sha256:{digest[:32]}"

@@ -458,6 +458,8 @@ class GateRecord:
     receipt: Mapping[str, Any] | None = None
     correlation_id: str | None = None
     seal: Seal | None = None
+    action: Mapping[str, Any] | None = None
+    """A commit's action (:meth:`Action.to_json`): what was committed, which replay judges too."""
 
     def to_attributes(self) -> Attributes:
         """The gate outcome as span attributes."""
@@ -476,6 +478,8 @@ class GateRecord:
         _put(attrs, sc.CORRELATION_ID, self.correlation_id)
         if self.receipt is not None:
             attrs[sc.GATE_RECEIPT] = canonical_json(self.receipt, where="gate receipt")
+        if self.action is not None:
+            attrs[sc.GATE_ACTION] = canonical_json(self.action, where="committed action")
         return attrs
 
 

@@ -307,7 +307,8 @@ def print_tree(rows: Sequence[Mapping[str, Any]]) -> None:
     for row in rows:
         ms = (row.get("duration_ns") or 0) / 1e6
         kind = f" [{row['replay_kind']}]" if row.get("replay_kind") else ""
-        line = f"{'  ' * row['depth']}{clean(_text(row['name']))}{clean(kind)} {ms:.3f} ms  span={row['span_id']}"
+        span = clean(_text(row["span_id"]))  # stored data like the name: a dropped file may put escapes in it
+        line = f"{'  ' * row['depth']}{clean(_text(row['name']))}{clean(kind)} {ms:.3f} ms  span={span}"
         _print(Text(line))
 
 

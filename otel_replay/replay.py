@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from otel_replay.errors import PolicyError, PolicyLoadError, ReplayUndecidable
+from otel_replay.errors import PayloadError, PolicyError, PolicyLoadError, ReplayUndecidable
 from otel_replay.records import Action, DecisionRecord
 
 __all__ = ["FixAction", "Policy", "Verdict", "load_callable", "load_policy", "replay"]
@@ -58,19 +58,47 @@ class Verdict:
     correlation_id: str | None = None
 
 
-def _ask(policy: Policy, state: Mapping[str, Any], action: Action) -> tuple[bool, str]:
+def _is_bool(value: Any) -> bool:
+    """True for ``True``/``False`` and numpy's bool (a policy computing over arrays returns one)."""
+    return isinstance(value, bool) or (type(value).__name__ == "bool_" and type(value).__module__ == "numpy")
+
+
+def _ask(policy: Policy, state: Mapping[str, Any], action: Action, what: str = "live state") -> tuple[bool, str]:
+    """The policy's ``(justified, reason)`` for ``action`` under ``state`` (``what`` names the state in errors).
+
+    Fails closed: anything but a real bool and a str (a swapped tuple, a bare
+    string, ``1``, ``None``) is a :class:`PolicyError` naming the policy and what
+    it returned, never coerced into a verdict.
+    """
     name = getattr(policy, "__qualname__", repr(policy))
     try:
-        result = policy(copy.deepcopy(dict(state)), copy.deepcopy(action))
+        state_copy, action_copy = copy.deepcopy(dict(state)), copy.deepcopy(action)
+    except RecursionError:
+        raise PayloadError(f"the {what} is nested too deeply to replay (Python's recursion limit)") from None
+    try:
+        result = policy(state_copy, action_copy)
     except ReplayUndecidable:
         raise
     except Exception as exc:
         raise PolicyError(f"policy {name} raised {type(exc).__name__}: {exc}") from exc
-    try:
-        justified, reason = result
-    except (TypeError, ValueError):
-        raise PolicyError(f"policy {name} must return (justified, reason), got {result!r}") from None
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise PolicyError(f"policy {name} must return (justified, reason), got {_shown(result)}")
+    justified, reason = result
+    if not _is_bool(justified) or not isinstance(reason, str):
+        raise PolicyError(
+            f"policy {name} must return (justified, reason) with justified a bool and reason a str, got "
+            f"{_shown(result)} ({type(justified).__name__}, {type(reason).__name__})"
+        )
     return bool(justified), str(reason)
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for an error line, cut to 200 characters (never raises)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Policy) -> Verdict:
@@ -78,6 +106,8 @@ def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Pol
 
     Raises:
         ValueError: the record has no snapshot or no action (nothing to replay).
+        PolicyError: the policy raised, or returned anything but ``(bool, str)``.
+        PayloadError: a state is nested too deeply to copy for the policy.
 
     """
     if record.snapshot is None or record.action is None:
@@ -95,7 +125,7 @@ def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Pol
         live_ok, live_reason = _ask(policy, live_state, record.action)
         if live_ok:
             return verdict(FixAction.ALLOW, True, live_reason)
-        snap_ok, snap_reason = _ask(policy, record.snapshot.state, record.action)
+        snap_ok, snap_reason = _ask(policy, record.snapshot.state, record.action, "recorded snapshot state")
     except ReplayUndecidable as exc:
         return verdict(FixAction.HUMAN_REVIEW, False, str(exc) or "policy could not decide")
     if snap_ok:
@@ -112,6 +142,10 @@ def load_callable(reference: str, what: str = "policy") -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise PolicyLoadError(f"{what} {reference!r}: cannot import module {module_name!r}: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # a relative name (".mod"), an empty one (".."): no package to resolve it
+        raise PolicyLoadError(
+            f"{what} {reference!r}: cannot import module {module_name!r}: give its absolute name ({exc})"
+        ) from None
     target: Any = module
     for part in attr.split("."):
         try:

@@ -114,6 +114,7 @@ GATE_JUSTIFIED: Final = "replay.gate.justified"
 GATE_REASON: Final = "replay.gate.reason"
 GATE_RECEIPT: Final = "replay.gate.receipt"  # canonical JSON
 GATE_DECISION_ID: Final = "replay.gate.decision_id"
+GATE_ACTION: Final = "replay.gate.action"  # a commit's action, canonical JSON {"type", "arguments", "cost"}
 
 # --- OpenTelemetry GenAI semantic conventions (model spans) ------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"

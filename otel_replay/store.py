@@ -42,10 +42,18 @@ from otel_replay.errors import (
     message_line,
 )
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA, SPANS_DIR
-from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, VerifyReport, load_signing_key, verify_records
+from otel_replay.integrity import (
+    SealCheck,
+    SigningKey,
+    StoredRecord,
+    VerifyProblem,
+    VerifyReport,
+    load_signing_key,
+    verify_records,
+)
 from otel_replay.location import Location, register_with, resolve
 from otel_replay.receipts import receipt_id_of
-from otel_replay.records import DecisionRecord, SpanRef
+from otel_replay.records import Action, DecisionRecord, SpanRef
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.side_index import Listing, indexed_and_tail, partition_listing
@@ -1006,6 +1014,47 @@ class Store:
                 if receipt is not None:
                     commits.append((rec.record_id, receipt))
         return commits
+
+    def refused_commits_for(self, decision_id: str) -> list[VerifyProblem]:
+        """The sealed commit gate rows of ``decision_id`` this store cannot trust, and why.
+
+        A commit signed with a key not given (a payment service's own key, a
+        key rotated since) or edited claims a receipt that :meth:`commits_for`
+        leaves out: a caller about to compensate must not take its absence for
+        "nothing was charged". Not listed: an unsealed row (otel-replay seals
+        every commit it writes, so it can only be forged; ``verify`` names it)
+        and a refused copy of a record whose original is trusted.
+        """
+        rows = [
+            r
+            for r in self._record_rows(gate_decision_id=decision_id)
+            if r.attributes.get(sc.KIND) == sc.KIND_GATE
+            and r.attributes.get(sc.GATE_STAGE) == "commit"
+            and r.attributes.get(sc.RECORD_HASH) is not None
+        ]
+        trusted, refused = split_trusted(rows, self.seal_check)
+        kept = {r.record_id for r in trusted}
+        return [problem for problem in refused if problem.record_id not in kept]
+
+    def committed_actions_for(self, decision_id: str) -> list[tuple[str, Action]]:
+        """The action each verified commit of ``decision_id`` stored, with its gate record id, in commit order.
+
+        What was committed, which may differ from the decision's audited
+        action (:func:`otel_replay.execute.replay_stored` judges both). A
+        commit recorded before gate records stored their action is left out.
+        """
+        actions: dict[str, Action] = {}
+        for rec in self._gate_records(decision_id):
+            attrs = rec.attributes
+            text = attrs.get(sc.GATE_ACTION)
+            if attrs.get(sc.GATE_STAGE) != "commit" or attrs.get(sc.GATE_EXECUTED) != "committed" or text is None:
+                continue
+            data = loads(text, where=f"action of gate record {rec.record_id}")
+            try:
+                actions[rec.record_id] = Action(data["type"], data.get("arguments") or {}, data.get("cost"))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DatasetError(f"gate record {rec.record_id} stores an action that is not one: {exc}") from None
+        return list(actions.items())
 
     def receipt_for(self, decision_id: str) -> Any:
         """The receipt of the latest verified commit of ``decision_id``'s action, or ``None``."""

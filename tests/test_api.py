@@ -35,6 +35,7 @@ def test_public_api_is_pinned():
         "PayloadError",
         "ReadOnlyViolation",
         "Recorder",
+        "RecordSampler",
         "RecorderStats",
         "RecordingError",
         "get_recorder",

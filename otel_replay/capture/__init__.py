@@ -6,6 +6,7 @@ from otel_replay.capture.audit import Decision, audit
 from otel_replay.capture.audit_log import AuditLog
 from otel_replay.capture.context import CorrelationIds, CorrelationSpanProcessor, correlation, current_ids, session
 from otel_replay.capture.recorder import Recorder, RecorderStats, get_recorder, set_recorder
+from otel_replay.capture.sampling import RecordSampler
 from otel_replay.capture.sinks import MemorySink, Sink
 from otel_replay.capture.tracer import DecisionTracer
 
@@ -17,6 +18,7 @@ __all__ = [
     "DecisionTracer",
     "MemorySink",
     "Recorder",
+    "RecordSampler",
     "RecorderStats",
     "Sink",
     "audit",

@@ -32,6 +32,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json
 from otel_replay.capture.recorder import Recorder, get_recorder
+from otel_replay.capture.sampling import exported
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
 from otel_replay.integrity import span_place
@@ -379,6 +380,13 @@ class _AuditBlock:
             ctx = _with_baggage(scoped, ctx)
         start_ns = time.time_ns()
         span = recorder.tracer.start_span(sc.SPAN_DECISION, context=ctx, attributes=base, start_time=start_ns)
+        if not exported(span) and not recorder.goes_nowhere:  # check_tracer() could not ask this tracer's sampler
+            span.end()
+            raise CaptureError(
+                f"audit({action_type!r}): the tracer's sampler did not sample the decision span, so this decision "
+                "would be lost; build the provider with sampler=otel_replay.RecordSampler(...) or use "
+                "otel_replay.configure()"
+            )
         ctx = trace.set_span_in_context(span, ctx)
         self._token = context.attach(ctx)
         self._start_ns = start_ns
@@ -448,10 +456,12 @@ def audit(
     explicit ones are put in scope for everything inside the block.
 
     Raises:
-        CaptureError: bad arguments, or the pipeline was shut down (checked
-            when the block is entered, so nothing has happened yet).
+        CaptureError: bad arguments, the pipeline was shut down, or the
+            tracer's sampler did not sample the decision span (checked when
+            the block is entered, so nothing has happened yet).
         ConfigError: the tracer's provider would cut a sealed record (an
-            attribute length limit); also checked when the block is entered.
+            attribute length limit) or its sampler would drop it here (an
+            unsampled parent, a ratio sampler); also checked on entry.
         RecordingError: the block completed but its record could not be kept.
 
     """

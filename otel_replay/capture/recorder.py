@@ -16,6 +16,7 @@ from opentelemetry.trace import Link, Tracer, TracerProvider
 
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
+from otel_replay.capture.sampling import always_samples, exported, sampling_problem
 from otel_replay.capture.sinks import MemorySink
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.integrity import (
@@ -124,7 +125,7 @@ class RecorderStats:
     dropped_after_shutdown: int = 0
     """Records emitted after their pipeline was shut down (their spans are lost)."""
     capture_errors: int = 0
-    """``audit()`` blocks whose record could not be sealed, emitted or handed to the sink."""
+    """Records that could not be sealed, emitted, stored or handed to the sink (``audit()`` blocks, gate records)."""
 
 
 class Recorder:
@@ -161,6 +162,8 @@ class Recorder:
         self._key = key
         self._chain: Chain | None = None
         self._vetted: Tracer | None = None  # the tracer whose span limits were checked and found fine
+        self._samples_all: Tracer | None = None  # the tracer whose sampler samples every record (no probe needed)
+        self._unrecorded = 0  # records refused since the last flush() because their span would not be exported
         self._lock = threading.Lock()
         self._warned = False
         _recorders.add(self)
@@ -191,7 +194,15 @@ class Recorder:
         global SDK ``TracerProvider`` and then every open ``ParquetSpanExporter``
         (``False`` when records were sealed while there was neither: they
         went to OpenTelemetry's no-op tracer and are nowhere).
+
+        ``False`` also when, since the previous flush, a record was refused
+        because the tracer's sampler did not sample its span (see :meth:`emit`).
         """
+        with self._lock:
+            unrecorded, self._unrecorded = self._unrecorded, 0
+        return self._flush(timeout_millis) and not unrecorded
+
+    def _flush(self, timeout_millis: int) -> bool:
         if self._pipeline is not None:
             return self._pipeline.force_flush(timeout_millis)
         if self.closed or (self._sealed_nowhere and self.goes_nowhere):
@@ -270,14 +281,46 @@ class Recorder:
         return chain
 
     def check_tracer(self) -> None:
-        """Refuse now, before an action runs, a tracer whose provider could not hold a sealed record whole.
+        """Refuse now, before an action runs, a tracer that could not store a sealed record made here.
 
         Raises:
-            ConfigError: see :func:`limits_problem` (the same check :attr:`chain` makes when sealing).
+            ConfigError: the provider would cut the record (see
+                :func:`limits_problem`, the same check :attr:`chain` makes when
+                sealing), or its sampler would drop a record span started in
+                the current context (see
+                :func:`~otel_replay.capture.sampling.sampling_problem`).
 
         """
-        if self._vetted is not self.tracer:
+        tracer = self.tracer
+        if self._vetted is not tracer:
             self._vet_tracer()
+        if self._samples_all is tracer or self.goes_nowhere:
+            return
+        if always_samples(tracer):
+            self._samples_all = tracer
+            return
+        problem = sampling_problem(tracer)
+        if problem is not None:
+            raise ConfigError(f"otel-replay cannot record through this tracer here: {problem}")
+
+    def refuse_unexported(self, span: Any, name: str, record_id: str) -> None:
+        """Refuse (``CaptureError``, counted for :meth:`flush`) a record whose ``span`` will not be exported.
+
+        Called right after the span starts and before the record is sealed, so
+        a record the sampler dropped uses no chain sequence number (``verify``
+        would report a gap) and is never silently lost. A recorder that goes
+        nowhere (no provider at all) is left to :meth:`check_destination`.
+        """
+        if exported(span) or self.goes_nowhere:
+            return
+        span.end()  # a RECORD_ONLY span is not exported either; ending it frees what processors hold for it
+        with self._lock:
+            self._unrecorded += 1
+        raise CaptureError(
+            f"{name} record {record_id} was not recorded: the tracer's sampler did not sample its span "
+            "(an unsampled parent, or a ratio sampler); build the provider with "
+            "sampler=otel_replay.RecordSampler(...) or use otel_replay.configure()"
+        )
 
     def _vet_tracer(self) -> None:
         tracer = self.tracer
@@ -295,7 +338,15 @@ class Recorder:
         *,
         links: Sequence[Link] = (),
     ) -> tuple[SpanRef, Seal]:
-        """Emit a finished record as one sealed span under the current context."""
+        """Emit a finished record as one sealed span under the current context.
+
+        Raises:
+            CaptureError: the record cannot be sealed, or the tracer's sampler
+                did not sample its span (nothing sealed; :meth:`flush` then
+                returns ``False``).
+            ConfigError: the tracer would cut the record (see :attr:`chain`).
+
+        """
         # Stamp the scope's ids now, as the span processor would at start, so
         # the sealed hash covers exactly the attributes the span will carry.
         attributes.update(scope_attributes(attributes))
@@ -311,6 +362,7 @@ class Recorder:
         # Started first, so the seal covers the span the record is stored in; a record that cannot be
         # sealed leaves its span unended, and an unended span is never exported.
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)
+        self.refuse_unexported(span, name, record_id)  # before sealing: a dropped record takes no sequence number
         ctx = span.get_span_context()
         seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
         span.set_attributes({key: attributes[key] for key in SEAL_KEYS})

@@ -281,8 +281,10 @@ def _gate(
             outcomes.append(
                 GateResult(original_id, verdict.fix.value, verdict.reason, tuple(o.executed for o in executed))
             )
-        except OtelReplayError as exc:
-            outcomes.append(GateResult(original_id, verdict.fix.value, verdict.reason, (), _one_line(exc)))
+        except Exception as exc:  # noqa: BLE001 - a rail's own refusal too: recorded, and the next decision still gated
+            notes = "; ".join(str(note) for note in getattr(exc, "__notes__", ()))  # what happened to every receipt
+            error = _one_line(exc) + (f" ({notes[:1000]})" if notes else "")
+            outcomes.append(GateResult(original_id, verdict.fix.value, verdict.reason, (), error))
     return outcomes
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 from otel_replay import settings
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key
-from otel_replay.location import resolve
+from otel_replay.location import local_root_problem, resolve
 
 from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, compact
 from .retention import drop_older_than
@@ -104,8 +104,9 @@ def compact_command(
         location = resolve(root)
     except OtelReplayError as exc:
         raise click.ClickException(str(exc)) from exc
-    if not location.remote and not Path(location.root).is_dir():
-        raise click.ClickException(f"dataset {root} does not exist")
+    problem = None if location.remote else local_root_problem(root, Path(location.root))
+    if problem is not None:  # a wrong directory would compact as an empty dataset: "dropped 0", exit 0
+        raise click.ClickException(problem)
     reader_gone = False
 
     def say(line: str) -> None:
