@@ -14,7 +14,7 @@ from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
 from otel_replay.records import new_id
-from otel_replay.replay import Policy, load_callable, replay
+from otel_replay.replay import Policy, load_callable
 from otel_replay.rerun.codec import arguments_codec, output_hash, redact_json_text, stable_json
 from otel_replay.rerun.guards import install_guards
 from otel_replay.rerun.interceptor import Interceptor
@@ -261,7 +261,7 @@ def _same_outcome(recorded: str, error: str | None) -> bool:
 def _gate(
     store: Store, result: RerunResult, live_state: Mapping[str, Any], policy: Policy, rail: Any
 ) -> list[GateResult]:
-    from otel_replay.execute import execute_verdict
+    from otel_replay.execute import execute_verdict, judge_stored
 
     outcomes = []
     for original_id, _ in result.decisions:
@@ -269,7 +269,7 @@ def _gate(
             record = store.record(original_id)
             if record.action is None or record.snapshot is None:
                 continue
-            verdict = replay(record, live_state=live_state, policy=policy)
+            verdict = judge_stored(store, record, live_state=live_state, policy=policy)  # its commits' actions too
         except (OtelReplayError, ValueError) as exc:
             outcomes.append(GateResult(original_id, "error", "", (), _one_line(exc)))
             continue

@@ -91,3 +91,23 @@ def test_the_cli_goes_on_and_exits_diverged_naming_the_refusal(dataset: Path, tm
     assert out.exit_code == DIVERGED, out.output
     assert "card network declined the refund" in out.output and "internal error" not in out.output
     assert REFUNDED == [("rcpt-0002", 1300.0)]
+
+
+def paid_more_than_audited(gate: ActionGate | None = None) -> str:
+    """Audits a 100 payment, then commits 9,000 under the same decision (a bug the gate must judge)."""
+    gate = gate or ActionGate(ReferenceLedger(balance=0))
+    with otel_replay.audit("vendor_payment", snapshot=DependencySnapshot({"budget_remaining": 10_000})) as d:
+        d.act(Action("vendor_payment", {"invoice": "INV-9"}, cost=100))
+        receipt = gate.commit(Action("vendor_payment", {"invoice": "INV-9"}, cost=9_000), record_id=d.record_id)
+    return str(receipt.receipt_id)
+
+
+def test_the_rerun_gate_judges_a_commit_of_another_action_than_audited(dataset: Path) -> None:
+    record(dataset, "s9", lambda: paid_more_than_audited(ActionGate(ReferenceLedger(balance=100_000), dataset=dataset)))
+    result = rerun(
+        paid_more_than_audited, dataset=dataset, session_id="s9", live_state={"budget_remaining": 5_000},
+        policy=over_budget,
+    )  # fmt: skip
+    (gated,) = result.gate
+    assert gated.fix != "allow"  # the audited 100 fits the budget; the 9,000 committed does not
+    assert "committed another action than the decision audited" in gated.reason
