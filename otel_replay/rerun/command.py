@@ -120,6 +120,8 @@ def _main(
         raise click.ClickException("--live-state and --policy go together")
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
+    if rail_ref and not execute:
+        raise click.UsageError("--rail only applies with --execute (without it nothing is compensated)")
     if sessions_sql:
         from otel_replay.analyst import require_utf8
 

@@ -197,6 +197,8 @@ def test_cli_rerun_ends_in_execution_on_the_rail(
     dry = CliRunner().invoke(rerun_command, args)
     assert dry.exit_code == 0, dry.output
     assert "ROLLBACK" in dry.output and not ledger.exists()  # verdicts only: nothing executed
+    forgot = CliRunner().invoke(rerun_command, [*args, "--rail", "tests.rails:file_ledger"])  # no --execute
+    assert forgot.exit_code == 2 and "--rail only applies with --execute" in forgot.output and not ledger.exists()
     done = CliRunner().invoke(rerun_command, [*args, "--execute", "--rail", "tests.rails:file_ledger"])
     assert done.exit_code == 0, done.output
     assert "rolled_back" in done.output
