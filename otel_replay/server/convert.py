@@ -377,10 +377,12 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
                     report.note(f"bytes {payload.offset}-{payload.offset + payload.size}: torn tail, ignored")
                 else:  # acknowledged records were there: at least one is lost
                     report.records_dropped += 1
-                    report.note(
-                        f"bytes {payload.offset}-{payload.offset + payload.size}: damaged, "
-                        "skipped to the next whole record"
+                    then = (
+                        "the search for a whole record after them gave up (too costly), so records in them are lost"
+                        if payload.gave_up
+                        else "skipped to the next whole record"
                     )
+                    report.note(f"bytes {payload.offset}-{payload.offset + payload.size}: damaged, {then}")
                 continue
             record += 1
             request = ExportTraceServiceRequest()

@@ -180,3 +180,56 @@ def test_resync_scan_of_a_large_damaged_region_finds_the_next_record(tmp_path: P
     items = list(scan_records(segment.path))
     assert isinstance(items[0], Gap) and not items[0].tail and items[0].size == 8 + len(big)
     assert len(items) == 2 and not isinstance(items[1], Gap)
+
+
+def test_a_record_ending_in_eight_zero_bytes_is_not_taken_for_the_seal_mark(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"first")
+    wal.append(b"ends in zeros" + bytes(8))
+    crashed = tmp_path / "crashed.wal"
+    shutil.copy(next((tmp_path / "wal").glob("*.wal")), crashed)  # the active segment as kill -9 leaves it
+    wal.close()
+    assert list(scan_records(crashed)) == [b"first", b"ends in zeros" + bytes(8)]
+    (segment,) = wal.sealed()  # sealed: the same records, then the mark
+    assert list(read_records(segment.path)) == [b"first", b"ends in zeros" + bytes(8)]
+
+
+def _tag_dense_request() -> bytes:
+    """A valid request of one span plus 1M empty ResourceSpans: every other byte is a request tag."""
+    return encode_spans(make_spans(1)).SerializeToString() + b"\x0a\x00" * 1_000_000
+
+
+def test_a_record_torn_mid_write_is_a_torn_tail_without_a_scan(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00whole")
+    payload = _tag_dense_request()
+    ExportTraceServiceRequest.FromString(payload)
+    wal.append(payload)
+    crashed = tmp_path / "crashed.wal"
+    shutil.copy(next((tmp_path / "wal").glob("*.wal")), crashed)
+    wal.close()
+    with open(crashed, "r+b") as handle:  # the crash cut the write in the record's middle
+        handle.truncate(crashed.stat().st_size - len(payload) // 2)
+    items = list(scan_records(crashed))
+    assert items[0] == b"\x0a\x00whole"
+    assert items[1] == Gap(15, crashed.stat().st_size - 15, tail=True)
+
+
+def test_a_resync_gives_up_within_its_budget_and_never_calls_what_it_skipped_a_tail(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00first")
+    wal.append(_tag_dense_request())
+    wal.append(b"\x0a\x00last")
+    wal.close()
+    (segment,) = wal.sealed()
+    with open(segment.path, "r+b") as handle:  # damage the dense record's checksum: a resync starts there
+        handle.seek(15 + 4)
+        crc = handle.read(1)[0]
+        handle.seek(15 + 4)
+        handle.write(bytes([crc ^ 0xFF]))
+    items = list(scan_records(segment.path))
+    # Every tag in the dense record is a candidate claiming ~640 KiB: checking them all costs minutes of CPU.
+    assert items[0] == b"\x0a\x00first"
+    assert items[1] == Gap(15, segment.size - 8 - 15, tail=False, gave_up=True)
+    with pytest.raises(CorruptSegmentError, match="gave up"):
+        list(read_records(segment.path))
