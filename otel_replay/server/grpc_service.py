@@ -2,7 +2,8 @@
 
 Status codes follow the OTLP specification: ``OK`` (with ``partial_success``
 when spans were dropped as invalid) only after the spans are durable,
-``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` when shedding load,
+``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` in the status details
+(and, for the Python SDK, a bare ``RetryInfo`` trailer) when shedding load,
 ``UNAVAILABLE`` while shutting down or when the WAL cannot be written (both
 retryable), ``INVALID_ARGUMENT`` for a message that is not an
 ``ExportTraceServiceRequest``.
@@ -23,9 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import grpc
+from google.protobuf.any_pb2 import Any
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -39,10 +42,33 @@ from .server import Overloaded, decode_charge, decode_limit_error
 if TYPE_CHECKING:
     from .server import Receiver
 
-__all__ = ["GrpcService"]
+__all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailers"]
 
 _log = logging.getLogger("otel_replay.server")
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""The trailer gRPC clients read a rich status from (a ``google.rpc.Status``; grpc-go's ``status.Details()``)."""
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+"""A bare ``google.rpc.RetryInfo`` trailer: what the OpenTelemetry Python SDK's gRPC exporter reads."""
+
+
+def retry_trailers(code: grpc.StatusCode, message: str, retry_after: int) -> tuple[tuple[str, bytes], ...]:
+    """Trailing metadata telling a client to retry after ``retry_after`` seconds, in both places clients look.
+
+    OTLP makes ``RESOURCE_EXHAUSTED`` retryable only "by returning a status
+    containing RetryInfo": the Collector's ``otlp`` exporter looks for it in
+    the status details (``grpc-status-details-bin``, a ``google.rpc.Status``
+    whose ``code`` and ``message`` must match the call's, as grpcio-status's
+    ``rpc_status.to_status`` builds it) and drops the batch without it; the
+    Python SDK reads the bare ``RetryInfo`` trailer.
+    """
+    info = RetryInfo(retry_delay=Duration(seconds=retry_after))
+    detail = Any()
+    detail.Pack(info)
+    status = Status(code=code.value[0], message=message, details=[detail])
+    return ((STATUS_DETAILS_KEY, status.SerializeToString()), (RETRY_INFO_KEY, info.SerializeToString()))
 
 
 class _TraceService:
@@ -68,9 +94,8 @@ class _TraceService:
                 del raw
                 rejected, message = receiver.accept(request)
         except Overloaded as exc:
-            delay = RetryInfo(retry_delay=Duration(seconds=exc.retry_after))
-            context.set_trailing_metadata((("google.rpc.retryinfo-bin", delay.SerializeToString()),))
             code = grpc.StatusCode.UNAVAILABLE if exc.unavailable else grpc.StatusCode.RESOURCE_EXHAUSTED
+            context.set_trailing_metadata(retry_trailers(code, str(exc), exc.retry_after))
             context.abort(code, str(exc))
         except (OSError, OtelReplayError) as exc:  # disk full, WAL closed at the end of a drain
             _log.error("otel-replay serve: WAL append failed: %s", exc)

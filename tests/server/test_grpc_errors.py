@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -80,3 +81,24 @@ def test_shedding_is_resource_exhausted_with_retry_info(make_receiver) -> None:
     retry = RetryInfo()
     retry.ParseFromString(dict(info.value.trailing_metadata())["google.rpc.retryinfo-bin"])
     assert retry.retry_delay.seconds == 1
+
+
+def test_shedding_carries_retry_info_in_the_grpc_status_details(make_receiver) -> None:
+    """What the Collector's otlp exporter reads (grpc-go ``status.Details()``): without it, it drops the batch."""
+    receiver = make_receiver(max_wal_backlog_bytes=1, flush_seconds=3600, retry_after_seconds=3)
+    send = _export_for(receiver)
+    body = encode_spans(make_spans(1)).SerializeToString()
+    try:
+        send(body)
+        with pytest.raises(grpc.RpcError) as info:
+            send(body)
+    finally:
+        send.close()
+    trailers = dict(info.value.trailing_metadata())
+    status = Status.FromString(trailers["grpc-status-details-bin"])
+    assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] == info.value.code().value[0]
+    assert status.message == info.value.details() == "write-ahead log backlog is full; retry later"
+    (detail,) = status.details
+    retry = RetryInfo()
+    assert detail.Unpack(retry) and retry.retry_delay.seconds == 3
+    assert RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"]) == retry  # the Python SDK's trailer, kept
