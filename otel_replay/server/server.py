@@ -600,8 +600,11 @@ class Receiver:
             return
         self._failures.pop(segment.segment_id, None)
         self._retry_at.pop(segment.segment_id, None)
-        self.wal.release(segment)
         self.metrics.add(spans_written=rows, segments_converted=1)
+        try:
+            self.wal.release(segment)
+        except OSError as exc:  # the rows are in Parquet; a segment left behind is converted again, idempotently
+            _log.error("otel-replay serve: releasing converted WAL segment %s failed: %s", segment.path, exc)
 
     def _failed(self, segment: Segment, reason: str, *, quarantine: bool) -> None:
         count = self._failures[segment.segment_id] = self._failures.get(segment.segment_id, 0) + 1

@@ -297,17 +297,50 @@ class WriteAheadLog:
 
     # --- segments -------------------------------------------------------------
     def _open_segment(self) -> None:
-        self._active_id = _new_segment_id()
-        path = self.directory / f"{self._active_id}{WAL_SUFFIX}"
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        fsync_dir(self.directory)
+        """Start a new active segment; on failure there is none (``_fd`` -1) and the next append tries again."""
+        self._fd = -1
         self._active_size = 0
         self._active_records = 0
+        segment_id = _new_segment_id()
+        path = self.directory / f"{segment_id}{WAL_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            fsync_dir(self.directory)  # without it the segment's name may not survive a power loss
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        self._fd = fd
+        self._active_id = segment_id
         self._active_since = time.monotonic()
 
+    def _ensure_open_locked(self) -> None:
+        """Reopen an active segment that an earlier failure (disk full, out of inodes or fds) left missing."""
+        if self._fd < 0 and not self._closed:
+            self._open_segment()
+
+    @property
+    def writable(self) -> bool:
+        """Whether an append can be tried now: not closed, and an active segment is open (opening one if missing)."""
+        with self._write_lock:
+            try:
+                self._ensure_open_locked()
+            except OSError:
+                return False
+            return self._fd >= 0
+
     def rotate(self, *, min_age_seconds: float = 0.0, min_bytes: int = 0, reopen: bool = True) -> bool:
-        """Seal the active segment if it holds records (at least ``min_bytes``, and is ``min_age_seconds`` old)."""
+        """Seal the active segment if it holds records (at least ``min_bytes``, and is ``min_age_seconds`` old).
+
+        With ``reopen``, a missing active segment (its opening failed earlier) is opened again.
+        """
         with self._sync_lock, self._write_lock:
+            if reopen and self._fd < 0:
+                try:
+                    self._ensure_open_locked()
+                except OSError as exc:
+                    _log.error("otel-replay: cannot open a new WAL segment in %s: %s", self.directory, exc)
+                return False
             if self._fd < 0 or self._active_records == 0 or self._active_size < min_bytes:
                 return False
             if time.monotonic() - self._active_since < min_age_seconds:
@@ -338,17 +371,20 @@ class WriteAheadLog:
             return list(self._sealed)
 
     def release(self, segment: Segment) -> None:
-        """Delete a segment whose rows are safely in Parquet."""
+        """Delete a segment whose rows are safely in Parquet.
+
+        Once the file is gone the segment leaves the queue, even if the
+        directory fsync after it fails (raised): a crash may then bring the
+        file back, and converting it again rewrites the same Parquet files.
+        """
         segment.path.unlink(missing_ok=True)
-        fsync_dir(self.directory)
-        with self._write_lock:
-            self._sealed = [s for s in self._sealed if s.segment_id != segment.segment_id]
+        self.forget(segment)
 
     def forget(self, segment: Segment) -> None:
         """Drop a segment from the queue without deleting it (it was moved aside, e.g. quarantined)."""
-        fsync_dir(self.directory)
         with self._write_lock:
             self._sealed = [s for s in self._sealed if s.segment_id != segment.segment_id]
+        fsync_dir(self.directory)
 
     @property
     def pending_bytes(self) -> int:
@@ -373,8 +409,9 @@ class WriteAheadLog:
         if full:
             self._rotate_full(size)
         with self._write_lock:
-            if self._closed or self._fd < 0:
+            if self._closed:
                 raise OtelReplayError("write-ahead log is closed")
+            self._ensure_open_locked()  # an OSError here is the request's 503; the next one tries again
             try:
                 for piece in (header, payload):
                     view = memoryview(piece)

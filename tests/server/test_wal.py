@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import resource
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -233,3 +238,52 @@ def test_a_resync_gives_up_within_its_budget_and_never_calls_what_it_skipped_a_t
     assert items[1] == Gap(15, segment.size - 8 - 15, tail=False, gave_up=True)
     with pytest.raises(CorruptSegmentError, match="gave up"):
         list(read_records(segment.path))
+
+
+@contextmanager
+def _no_free_fds() -> Iterator[None]:
+    """Every file descriptor in use (EMFILE for the next open) until the block ends; then the limit is restored."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 16, hard))
+    fillers = []
+    try:
+        while True:
+            try:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError as exc:
+                assert exc.errno == errno.EMFILE
+                break
+        yield
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_failed_segment_open_is_retried_by_the_next_append(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00first")
+    with _no_free_fds():
+        with pytest.raises(OSError):  # sealing frees the old fd; the new segment's directory fsync finds none
+            wal.rotate()
+        assert not wal.writable
+        with pytest.raises(OSError):
+            wal.append(b"\x0a\x00refused")
+    assert wal.writable  # once fds are free again, without a restart
+    wal.append(b"\x0a\x00second")
+    wal.close()
+    segments = wal.sealed()
+    assert [list(read_records(s.path)) for s in segments] == [[b"\x0a\x00first"], [b"\x0a\x00second"]]
+    assert sorted(p.name for p in (tmp_path / "wal").glob("*.wal")) == [s.path.name for s in segments]
+
+
+def test_a_failed_directory_fsync_on_release_leaves_no_phantom_segment(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00first")
+    wal.rotate()
+    (segment,) = wal.sealed()
+    with _no_free_fds(), pytest.raises(OSError):
+        wal.release(segment)
+    assert not segment.path.exists()
+    assert wal.sealed() == [] and wal.pending_bytes == 0  # nothing left to convert, nothing counted
+    wal.close()
