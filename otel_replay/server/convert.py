@@ -385,24 +385,58 @@ def _salvage_request(request: ExportTraceServiceRequest, record: int, report: Sa
     return pa.concat_tables(tables) if tables else None
 
 
+def _salvage_record(payload: bytes, record: int, writer: ChunkWriter, report: Salvage) -> None:
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(payload)
+    except DecodeError as exc:
+        report.records_dropped += 1
+        report.note(f"record {record}: not an ExportTraceServiceRequest ({exc})")
+        return
+    table = _salvage_request(request, record, report)
+    rows = 0 if table is None else table.num_rows
+    report.spans_dropped += max(0, _span_count(request) - rows)
+    if table is not None:
+        writer.add(table)
+
+
 def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
-    """Convert a quarantined segment record by record and, where a record fails, span by span.
+    """Convert a quarantined segment in :func:`convert_segment`'s runs; where a run fails, record by record, span by span.
 
     Every span that converts lands under the same file names
-    :func:`convert_segment` would have used (so rerunning it, or a partial
-    earlier attempt, adds nothing twice); undecodable records and
-    unconvertible spans are counted and named in the result. Damaged bytes
-    are skipped up to the next whole record (:func:`~.wal.scan_records`);
-    each damaged stretch before the end counts as one dropped record.
+    :func:`convert_segment` would have used: up to the first run that fails,
+    the same runs give the same chunks, so what a failed conversion (or a
+    partial earlier salvage) wrote is replaced, never added twice.
+    Undecodable records and unconvertible spans are counted and named in the
+    result. Damaged bytes are skipped up to the next whole record
+    (:func:`~.wal.scan_records`); each damaged stretch before the end counts
+    as one dropped record.
     """
     fd = os.open(path, os.O_RDONLY)
     report = Salvage()
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         writer = ChunkWriter(dataset, prefix)
-        record = -1
+        run: list[bytes] = []
+        size = 0
+        record = 0  # number of the run's first record
+
+        def take_run() -> None:
+            nonlocal record, size
+            if not run:
+                return
+            try:
+                writer.add_payload(b"".join(run))
+            except Exception:  # noqa: BLE001 - one record or span spoils it: record by record, span by span
+                for n, payload in enumerate(run):
+                    _salvage_record(payload, record + n, writer, report)
+            record += len(run)
+            run.clear()
+            size = 0
+
         for payload in scan_records(Path(path)):
             if isinstance(payload, Gap):
+                take_run()
                 report.bytes_skipped += payload.size
                 if payload.tail:  # a torn tail: never acknowledged, so nothing is lost; still reported
                     report.note(f"bytes {payload.offset}-{payload.offset + payload.size}: torn tail, ignored")
@@ -415,19 +449,11 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
                     )
                     report.note(f"bytes {payload.offset}-{payload.offset + payload.size}: damaged, {then}")
                 continue
-            record += 1
-            request = ExportTraceServiceRequest()
-            try:
-                request.ParseFromString(payload)
-            except DecodeError as exc:
-                report.records_dropped += 1
-                report.note(f"record {record}: not an ExportTraceServiceRequest ({exc})")
-                continue
-            table = _salvage_request(request, record, report)
-            rows = 0 if table is None else table.num_rows
-            report.spans_dropped += max(0, _span_count(request) - rows)
-            if table is not None:
-                writer.add(table)
+            if run and size + len(payload) > BATCH_BYTES:  # the runs _batches makes
+                take_run()
+            run.append(payload)
+            size += len(payload)
+        take_run()
         writer.flush()
         report.rows = writer.rows_written
         return report
