@@ -401,7 +401,7 @@ def _salvage_record(payload: bytes, record: int, writer: ChunkWriter, report: Sa
 
 
 def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
-    """Convert a quarantined segment in :func:`convert_segment`'s runs; where a run fails, record by record, span by span.
+    """Convert a quarantined segment in convert_segment's runs; a run that fails: record by record, span by span.
 
     Every span that converts lands under the same file names
     :func:`convert_segment` would have used: up to the first run that fails,
