@@ -591,8 +591,8 @@ class Receiver:
             self._new_pool()
             self._failed(segment, f"the converter process died ({exc})", quarantine=False)
             return
-        except OSError as exc:  # disk full, permissions: the data is fine, retry later
-            self._failed(segment, f"{type(exc).__name__}: {exc}", quarantine=False)
+        except OSError as exc:  # disk full, permissions: the data is fine, retry later (never quarantined)
+            self._failed(segment, f"{type(exc).__name__}: {exc}", quarantine=False, io=True)
             return
         except Exception as exc:  # the segment's content cannot be converted as a whole
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -606,10 +606,10 @@ class Receiver:
         except OSError as exc:  # the rows are in Parquet; a segment left behind is converted again, idempotently
             _log.error("otel-replay serve: releasing converted WAL segment %s failed: %s", segment.path, exc)
 
-    def _failed(self, segment: Segment, reason: str, *, quarantine: bool) -> None:
+    def _failed(self, segment: Segment, reason: str, *, quarantine: bool, io: bool = False) -> None:
         count = self._failures[segment.segment_id] = self._failures.get(segment.segment_id, 0) + 1
         self.metrics.add(convert_errors=1)
-        if quarantine or count >= _MAX_CONVERT_ATTEMPTS:
+        if quarantine or (count >= _MAX_CONVERT_ATTEMPTS and not io):  # I/O errors: backoff only
             try:
                 self._quarantine(segment, reason)
                 return
