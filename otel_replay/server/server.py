@@ -22,6 +22,7 @@ counted and named in ``<segment>.report.json``; the segments behind it never wai
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import logging
 import multiprocessing
@@ -67,6 +68,7 @@ __all__ = [
     "decode_limit_error",
     "parse_address",
     "release_free_memory",
+    "stranded_wal_dirs",
 ]
 
 _log = logging.getLogger("otel_replay.server")
@@ -304,6 +306,46 @@ class Metrics(CompactionCounters):
             return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
+def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
+    """Other instances' WAL directories under ``<dataset>/_wal/`` holding segments while no serve owns them.
+
+    Acknowledged spans wait there until a serve runs with that instance name
+    (a restart under another ``--instance`` or ``--wal-dir`` leaves them).
+    A directory whose ``LOCK`` is held belongs to a running serve: not listed.
+    """
+    if resolve(config.dataset).remote:
+        return []
+    root = Path(config.dataset) / "_wal"
+    own = Path(config.wal_dir or "").resolve()
+    found: list[tuple[Path, int]] = []
+    try:
+        candidates = sorted(p for p in root.iterdir() if p.is_dir() and p.resolve() != own)
+    except OSError:  # no _wal yet, or unreadable: nothing to say
+        return []
+    for directory in candidates:
+        count = len(list(directory.glob(f"*{WAL_SUFFIX}")))
+        if count and not _locked(directory / "LOCK"):
+            found.append((directory, count))
+    return found
+
+
+def _locked(lock: Path) -> bool:
+    """Whether a serve holds ``lock`` (an ``flock``); a missing or unreadable one counts as not held."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
+
+
 class Reservation:
     """In-flight bytes held by one request; grows as the request is read and decoded."""
 
@@ -335,6 +377,17 @@ class Receiver:
                 f"{exc.strerror or exc}"
             ) from None
         self.recovered_segments = len(self.wal.sealed())
+        self.stranded = stranded_wal_dirs(config)
+        for directory, count in self.stranded:
+            _log.warning(
+                "otel-replay serve: WAL directory %s holds %d unconverted segment(s) of another instance that no "
+                "serve is running; they reach Parquet only when a serve uses that directory (--instance %s, or "
+                "--wal-dir %s)",
+                directory,
+                count,
+                directory.name,
+                directory,
+            )
         self.quarantine_dir = config.wal_dir / QUARANTINE_DIR
         self.quarantined: dict[str, str] = {}  # segment file -> "pending" | "salvaged"
         self._to_salvage: list[Path] = []

@@ -287,3 +287,23 @@ def test_a_failed_directory_fsync_on_release_leaves_no_phantom_segment(tmp_path:
     assert not segment.path.exists()
     assert wal.sealed() == [] and wal.pending_bytes == 0  # nothing left to convert, nothing counted
     wal.close()
+
+
+def test_a_start_under_another_instance_warns_about_the_stranded_wal(tmp_path: Path, caplog) -> None:
+    dataset = tmp_path / "ds"
+    old = WriteAheadLog(dataset / "_wal" / "default")  # a serve killed with unconverted segments
+    old.append(encode_spans(make_spans(2)).SerializeToString())
+    old.close()
+    busy = WriteAheadLog(dataset / "_wal" / "running")  # another serve, alive: its WAL is its own business
+    busy.append(encode_spans(make_spans(1)).SerializeToString())
+    try:
+        with caplog.at_level("WARNING", logger="otel_replay.server"):
+            receiver = Receiver(ServerConfig(dataset, grpc=None, http=None, convert_workers=0, instance="other"))
+    finally:
+        busy.close()
+    try:
+        assert receiver.stranded == [(dataset / "_wal" / "default", 1)]
+        (warning,) = [r.getMessage() for r in caplog.records if "another instance" in r.getMessage()]
+        assert str(dataset / "_wal" / "default") in warning and "--instance default" in warning
+    finally:
+        receiver.start().stop()
