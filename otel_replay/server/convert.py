@@ -82,6 +82,8 @@ class Admission:
     too_many_dates: int = 0
     too_much_shared: int = 0
     message: str = ""
+    days: set[int] = field(default_factory=set)
+    """The start dates (days since the epoch, UTC) of the spans kept; filled only with ``max_dates``."""
 
 
 MAX_DATES_PER_REQUEST = 32
@@ -219,6 +221,7 @@ def admit_spans(
                 good = [span for i, span in enumerate(spans) if i not in bad]
                 ss.ClearField("spans")
                 ss.spans.extend(good)
+    result.days = days
     return result
 
 

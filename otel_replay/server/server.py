@@ -59,6 +59,7 @@ from .convert import (
 from .wal import WAL_SUFFIX, Segment, WriteAheadLog
 
 __all__ = [
+    "MAX_DATES_PER_SEGMENT",
     "Metrics",
     "Overloaded",
     "Receiver",
@@ -161,6 +162,18 @@ def decode_charge(body: bytes | bytearray, as_json: bool) -> int:
     return max(PROTOBUF_EXPANSION * len(body), charge)
 
 
+MAX_DATES_PER_SEGMENT = 64
+"""Distinct start dates (UTC days, other than yesterday, today and tomorrow) one WAL segment takes; more: 429.
+
+Each date of a segment becomes a Parquet file (and maybe a new partition
+directory) when it is converted. The per-request cap alone
+(:data:`~.convert.MAX_DATES_PER_REQUEST`) let 250 small requests fan out into
+8,001 partitions and stall conversion for 52 s. Shed, not refused: the
+client retries once the segment is sealed (every ``flush_seconds``), so a
+backfill across many days slows down to this many new dates per segment,
+and loses nothing. A request alone in an empty segment is always taken.
+"""
+
 EARLY_SEAL_BYTES = 16 * MiB
 """An idle converter gets the active WAL segment as soon as it holds this much (about 100k SDK spans).
 
@@ -174,6 +187,7 @@ MAX_REPLY_MESSAGE = 1024
 """Characters of a ``partial_success`` message sent back; the rest is cut."""
 _MAX_CONVERT_ATTEMPTS = 3
 _TRIM_AFTER_BYTES = 64 * MiB
+_DAY_NS = 86_400 * 1_000_000_000
 
 
 def _malloc_trim() -> Any:
@@ -401,6 +415,9 @@ class Receiver:
         self._inflight = 0
         self._inflight_peak = 0
         self._admit_lock = threading.Lock()
+        self._dates_lock = threading.Lock()
+        self._dates_segment = ""
+        self._segment_dates: set[int] = set()
         self._draining = False
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -520,10 +537,15 @@ class Receiver:
             self._inflight_peak = max(self._inflight_peak, self._inflight)
 
     def accept(self, request: ExportTraceServiceRequest) -> tuple[int, str]:
-        """Make ``request``'s storable spans durable; returns (rejected spans, message) for a partial success."""
+        """Make ``request``'s storable spans durable; returns (rejected spans, message) for a partial success.
+
+        Raises :class:`Overloaded` (retryable) when its spans would take the
+        active WAL segment past :data:`MAX_DATES_PER_SEGMENT` start dates.
+        """
         result = admit_spans(
             request, max_dates=MAX_DATES_PER_REQUEST, max_shared_bytes=MAX_SHARED_BYTES_PER_REQUEST
         )
+        self._claim_dates(result.days)
         self.metrics.add(
             requests=1,
             spans_received=result.accepted + result.rejected,
@@ -541,6 +563,30 @@ class Receiver:
         if len(message) > MAX_REPLY_MESSAGE:  # it quotes span names: a reply must not outgrow its request
             message = message[:MAX_REPLY_MESSAGE] + f"... ({len(message) - MAX_REPLY_MESSAGE} more characters)"
         return result.rejected, message
+
+    def _claim_dates(self, days: set[int]) -> None:
+        """Count ``days`` against the active segment's dates, or shed the request (429) when they do not fit.
+
+        Yesterday, today and tomorrow (UTC, by this host's clock) are free:
+        whatever another client sends, live spans are never shed for their dates.
+        """
+        today = time.time_ns() // _DAY_NS
+        days = {day for day in days if abs(day - today) > 1}  # live traffic is never shed for its dates
+        if not days:
+            return
+        segment = self.wal.active_segment
+        with self._dates_lock:
+            if segment != self._dates_segment:
+                self._dates_segment, self._segment_dates = segment, set()
+            new = days - self._segment_dates
+            if new and self._segment_dates and len(self._segment_dates) + len(new) > MAX_DATES_PER_SEGMENT:
+                self.metrics.add(requests_shed=1)
+                raise Overloaded(
+                    f"spans on more than {MAX_DATES_PER_SEGMENT} distinct start dates arrived within one "
+                    "write-ahead log segment; retry later",
+                    self.config.retry_after_seconds,
+                )
+            self._segment_dates |= new
 
     def reject(self, spans: int = 0, *, too_large: bool = False) -> None:
         """Count a request refused as malformed (or, with ``too_large``, over a size limit)."""

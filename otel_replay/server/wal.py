@@ -393,6 +393,12 @@ class WriteAheadLog:
             return self._active_size + sum(s.size for s in self._sealed)
 
     @property
+    def active_segment(self) -> str:
+        """The id of the segment appends go to now ("" while none is open)."""
+        with self._write_lock:
+            return self._active_id if self._fd >= 0 else ""
+
+    @property
     def active_records(self) -> int:
         """Records in the active segment."""
         return self._active_records
