@@ -11,20 +11,26 @@ retryable), ``INVALID_ARGUMENT`` for a message that is not an
 The method is registered with no request deserializer: the service gets the
 message's bytes and charges them to the in-flight budget *before* decoding
 them, so concurrent large requests are shed before they are decoded, not
-after. A call whose message never comes cannot pin a worker thread for ever:
-every connection is closed ``read_timeout_seconds`` after it has reached the
-same age (``grpc.max_connection_age_ms`` + grace), which cancels its stuck
-calls and frees their threads.
+after. The server is ``grpc.aio``: a call waiting for its message is a
+coroutine, and takes one of the ``grpc_workers`` threads only once its whole
+message has arrived and been admitted, so calls that never send theirs
+neither pin the workers nor fill a concurrent-call cap (grpcio's answers
+``RESOURCE_EXHAUSTED`` without ``RetryInfo``, which a Collector drops). Every
+connection is still closed ``read_timeout_seconds`` after it has reached the
+same age (``grpc.max_connection_age_ms`` + grace), which cancels its stuck calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf.any_pb2 import Any
+import grpc.aio
+from google.protobuf.any_pb2 import Any as AnyMessage
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
@@ -65,41 +71,75 @@ def retry_trailers(code: grpc.StatusCode, message: str, retry_after: int) -> tup
     Python SDK reads the bare ``RetryInfo`` trailer.
     """
     info = RetryInfo(retry_delay=Duration(seconds=retry_after))
-    detail = Any()
+    detail = AnyMessage()
     detail.Pack(info)
     status = Status(code=code.value[0], message=message, details=[detail])
     return ((STATUS_DETAILS_KEY, status.SerializeToString()), (RETRY_INFO_KEY, info.SerializeToString()))
 
 
-class _TraceService:
-    def __init__(self, receiver: Receiver) -> None:
-        self.receiver = receiver
+class _Refused(Exception):
+    """How a call ends when it is not ``OK``: raised in the worker thread or the handler, aborted in the handler."""
 
-    def export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
-        """``TraceService/Export`` on the message's bytes: charge them, then decode, then store."""
+    def __init__(self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, bytes], ...] = ()) -> None:
+        super().__init__(message)
+        self.code, self.message, self.trailers = code, message, trailers
+
+
+class _TraceService:
+    def __init__(self, receiver: Receiver, pool: ThreadPoolExecutor) -> None:
+        self.receiver = receiver
+        self.pool = pool
+
+    async def export(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
+        """``TraceService/Export`` on the message's bytes: charge them, then decode and store them in a worker thread.
+
+        The handler runs only once the whole message has arrived, as a
+        coroutine: a call whose message never comes costs no thread.
+        """
+        box = [raw]
+        del raw  # the worker thread drops the bytes once decoded
+        try:
+            return await self._export(box)
+        except _Refused as refusal:
+            await context.abort(refusal.code, refusal.message, trailing_metadata=refusal.trailers)
+            raise  # not reached: abort raises
+
+    async def _export(self, box: list[bytes]) -> ExportTraceServiceResponse:
         receiver = self.receiver
         try:
-            charge = decode_charge(raw, as_json=False)
+            charge = decode_charge(box[0], as_json=False)
             refused = decode_limit_error(charge, receiver.config.max_request_bytes)
             if refused:
                 receiver.reject(too_large=True)
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-            with receiver.admit(charge):
-                try:
-                    request = ExportTraceServiceRequest.FromString(raw)
-                except (DecodeError, RecursionError) as exc:
-                    receiver.reject()
-                    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ExportTraceServiceRequest: {reason}")
-                del raw
-                rejected, message = receiver.accept(request)
+                raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            admission = receiver.admit(charge)
+            admission.__enter__()  # Overloaded: shed now, before the message waits for a thread
+            try:
+                work = self.pool.submit(self._store, box)
+            except BaseException:
+                admission.__exit__(None, None, None)
+                raise
+            # Released when the thread is done with the message, even if this call is cancelled meanwhile.
+            work.add_done_callback(lambda _: admission.__exit__(None, None, None))
+            return await asyncio.wrap_future(work)
         except Overloaded as exc:
             code = grpc.StatusCode.UNAVAILABLE if exc.unavailable else grpc.StatusCode.RESOURCE_EXHAUSTED
-            context.set_trailing_metadata(retry_trailers(code, str(exc), exc.retry_after))
-            context.abort(code, str(exc))
+            raise _Refused(code, str(exc), retry_trailers(code, str(exc), exc.retry_after)) from None
         except (OSError, OtelReplayError) as exc:  # disk full, WAL closed at the end of a drain
             _log.error("otel-replay serve: WAL append failed: %s", exc)
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}")
+            raise _Refused(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}") from None
+
+    def _store(self, box: list[bytes]) -> ExportTraceServiceResponse:
+        """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes."""
+        receiver = self.receiver
+        try:
+            request = ExportTraceServiceRequest.FromString(box[0])
+        except (DecodeError, RecursionError) as exc:
+            receiver.reject()
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ExportTraceServiceRequest: {reason}") from None
+        box.clear()  # the bytes are no longer needed: free them while the request is stored
+        rejected, message = receiver.accept(request)
         if rejected:
             partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
             return ExportTraceServiceResponse(partial_success=partial)
@@ -107,15 +147,21 @@ class _TraceService:
 
 
 class GrpcService:
-    """A grpcio server bound to ``host:port`` (port 0 picks a free one; see :attr:`address`)."""
+    """A ``grpc.aio`` server bound to ``host:port`` (port 0 picks a free one; see :attr:`address`).
+
+    Its event loop runs in a thread of its own; decoding and storing run in
+    a pool of ``grpc_workers`` threads, so a call costs a thread only once its
+    whole message has arrived and been admitted.
+    """
 
     def __init__(self, receiver: Receiver, host: str, port: int) -> None:
         """Bind and start serving."""
         config = receiver.config
-        # A call takes a worker thread before its message arrives; a client that never sends it would hold the
-        # thread for ever. Each connection is told to go away (GOAWAY) at read_timeout_seconds of age and closed,
-        # cancelling what is still open on it, read_timeout_seconds later: an idle or stuck call lives at most
-        # about twice the read timeout, while a call in flight at GOAWAY gets the read timeout to finish.
+        # A call waiting for its message is a coroutine, not a thread; still, each connection is told to go away
+        # (GOAWAY) at read_timeout_seconds of age and closed, cancelling what is still open on it,
+        # read_timeout_seconds later: an idle or stuck call lives at most about twice the read timeout.
+        # No concurrent-call cap: grpcio's answers RESOURCE_EXHAUSTED without RetryInfo, which the Collector
+        # treats as permanent (it drops the batch); memory is bounded by admission instead.
         timeout_ms = max(1, round(config.read_timeout_seconds * 1000))
         options = [
             ("grpc.max_receive_message_length", config.max_request_bytes),
@@ -124,24 +170,45 @@ class GrpcService:
             ("grpc.max_connection_age_grace_ms", timeout_ms),
         ]
         self._pool = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="otel-replay-grpc")
-        self.server = grpc.server(self._pool, options=options, maximum_concurrent_rpcs=config.grpc_workers * 8)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="otel-replay-grpc-loop", daemon=True)
+        self._thread.start()
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = asyncio.run_coroutine_threadsafe(
+                self._start(_TraceService(receiver, self._pool), options, target), self._loop
+            ).result()
+        except BaseException:
+            self._close_loop()
+            raise
+        self.address = (host, bound)
+
+    async def _start(self, service: _TraceService, options: list[tuple[str, Any]], target: str) -> int:
+        self.server = grpc.aio.server(options=options)
         export = grpc.unary_unary_rpc_method_handler(
-            _TraceService(receiver).export,
+            service.export,
             request_deserializer=None,  # the raw bytes: charged to the budget before they are decoded
             response_serializer=ExportTraceServiceResponse.SerializeToString,
         )
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             bound = self.server.add_insecure_port(target)
         except RuntimeError as exc:
             raise ConfigError(f"cannot listen for gRPC on {target}: {exc}") from None
         if not bound:
             raise ConfigError(f"cannot listen for gRPC on {target} (address in use?)")
-        self.address = (host, bound)
-        self.server.start()
+        await self.server.start()
+        return bound
 
     def stop(self, grace: float) -> None:
         """Stop accepting RPCs and wait up to ``grace`` seconds for in-flight ones."""
-        self.server.stop(grace).wait()
-        self._pool.shutdown(wait=True)
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(grace), self._loop).result()
+        finally:
+            self._pool.shutdown(wait=True)  # a message already admitted is stored (or refused) before the WAL closes
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()

@@ -102,3 +102,36 @@ def test_shedding_carries_retry_info_in_the_grpc_status_details(make_receiver) -
     retry = RetryInfo()
     assert detail.Unpack(retry) and retry.retry_delay.seconds == 3
     assert RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"]) == retry  # the Python SDK's trailer, kept
+
+
+def test_calls_that_never_send_their_message_neither_pin_workers_nor_fill_a_cap(make_receiver) -> None:
+    """grpcio's concurrent-call cap answered RESOURCE_EXHAUSTED without RetryInfo (a Collector drops the batch)."""
+    import threading
+    import time
+
+    receiver = make_receiver(grpc_workers=2, http=None)  # the old cap: 8 x 2 = 16 calls; 2 worker threads
+    assert receiver.grpc_address is not None
+    target = f"127.0.0.1:{receiver.grpc_address[1]}"
+    hold = threading.Event()
+
+    def never():  # a request stream that never yields its message
+        hold.wait()
+        yield from ()
+
+    idle_channel = grpc.insecure_channel(target)
+    idle = [idle_channel.stream_unary(METHOD).future(never()) for _ in range(40)]
+    send = _export_for(receiver)
+    try:
+        time.sleep(1.0)  # let the idle calls reach the server first (not an assertion on time)
+        assert not any(call.done() for call in idle)  # none refused
+        body = encode_spans(make_spans(1)).SerializeToString()
+        for _ in range(3):
+            assert send(body) == ExportTraceServiceResponse()
+    finally:
+        hold.set()
+        for call in idle:
+            call.cancel()
+        idle_channel.close()
+        send.close()
+    receiver.stop()
+    assert len(parquet_rows(receiver.config.dataset)) == 6
