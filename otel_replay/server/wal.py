@@ -293,6 +293,7 @@ class WriteAheadLog:
         self._written = 0  # records written (all segments), monotonically increasing
         self._synced = 0
         self._closed = False
+        self._open_failure_logged = -1e9
         self._open_segment()
 
     # --- segments -------------------------------------------------------------
@@ -339,7 +340,10 @@ class WriteAheadLog:
                 try:
                     self._ensure_open_locked()
                 except OSError as exc:
-                    _log.error("otel-replay: cannot open a new WAL segment in %s: %s", self.directory, exc)
+                    now = time.monotonic()
+                    if now - self._open_failure_logged >= 30.0:  # the converter retries every 0.2 s: log seldom
+                        self._open_failure_logged = now
+                        _log.error("otel-replay: cannot open a new WAL segment in %s: %s", self.directory, exc)
                 return False
             if self._fd < 0 or self._active_records == 0 or self._active_size < min_bytes:
                 return False
