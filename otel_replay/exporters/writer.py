@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -36,10 +37,12 @@ from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
 
 __all__ = [
+    "TEMP_NAME",
     "DatasetWriter",
     "PartialWriteError",
     "WriterStats",
     "fsync_dir",
+    "temp_path",
     "write_atomic",
     "write_bytes_atomic",
     "write_partitions",
@@ -57,28 +60,44 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+TEMP_NAME = re.compile(r"\..+\.\d+-[0-9a-f]{8}\.tmp")
+"""The name :func:`temp_path` gives: ``.<name>.<pid>-<8 hex>.tmp``."""
+
+
+def temp_path(path: Path) -> Path:
+    """A temp file next to ``path``, unique per writer: two processes writing the same path never share one."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+
+
 def write_bytes_atomic(data: bytes, path: Path) -> None:
     """Write ``data`` to ``path`` via a temp file unique to this writer, fsync, rename, and a directory fsync."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # e.g. the disk is full: leave no partial file behind
+        raise
     fsync_dir(path.parent)
 
 
 def write_atomic(table: pa.Table, path: Path, *, compression: str = "zstd") -> None:
     """Write ``table`` to ``path`` via temp file + fsync + rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Unique per writer: two processes writing the same path never share a temp file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as handle:
-        pq.write_table(table, handle, compression=compression)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as handle:
+            pq.write_table(table, handle, compression=compression)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # e.g. the disk is full: leave no partial file behind
+        raise
     fsync_dir(path.parent)
 
 

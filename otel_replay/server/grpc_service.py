@@ -2,7 +2,8 @@
 
 Status codes follow the OTLP specification: ``OK`` (with ``partial_success``
 when spans were dropped as invalid) only after the spans are durable,
-``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` when shedding load,
+``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` in the status details
+(and, for the Python SDK, a bare ``RetryInfo`` trailer) when shedding load,
 ``UNAVAILABLE`` while shutting down or when the WAL cannot be written (both
 retryable), ``INVALID_ARGUMENT`` for a message that is not an
 ``ExportTraceServiceRequest``.
@@ -10,22 +11,30 @@ retryable), ``INVALID_ARGUMENT`` for a message that is not an
 The method is registered with no request deserializer: the service gets the
 message's bytes and charges them to the in-flight budget *before* decoding
 them, so concurrent large requests are shed before they are decoded, not
-after. A call whose message never comes cannot pin a worker thread for ever:
-every connection is closed ``read_timeout_seconds`` after it has reached the
-same age (``grpc.max_connection_age_ms`` + grace), which cancels its stuck
-calls and frees their threads.
+after. The server is ``grpc.aio``: a call waiting for its message is a
+coroutine, and takes one of the ``grpc_workers`` threads only once its whole
+message has arrived and been admitted, so calls that never send theirs
+neither pin the workers nor fill a concurrent-call cap (grpcio's answers
+``RESOURCE_EXHAUSTED`` without ``RetryInfo``, which a Collector drops). Every
+connection is still closed ``read_timeout_seconds`` after it has reached the
+same age (``grpc.max_connection_age_ms`` + grace), which cancels its stuck calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
+import grpc.aio
+from google.protobuf.any_pb2 import Any as AnyMessage
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -39,42 +48,98 @@ from .server import Overloaded, decode_charge, decode_limit_error
 if TYPE_CHECKING:
     from .server import Receiver
 
-__all__ = ["GrpcService"]
+__all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailers"]
 
 _log = logging.getLogger("otel_replay.server")
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
-class _TraceService:
-    def __init__(self, receiver: Receiver) -> None:
-        self.receiver = receiver
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""The trailer gRPC clients read a rich status from (a ``google.rpc.Status``; grpc-go's ``status.Details()``)."""
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+"""A bare ``google.rpc.RetryInfo`` trailer: what the OpenTelemetry Python SDK's gRPC exporter reads."""
 
-    def export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
-        """``TraceService/Export`` on the message's bytes: charge them, then decode, then store."""
+
+def retry_trailers(code: grpc.StatusCode, message: str, retry_after: int) -> tuple[tuple[str, bytes], ...]:
+    """Trailing metadata telling a client to retry after ``retry_after`` seconds, in both places clients look.
+
+    OTLP makes ``RESOURCE_EXHAUSTED`` retryable only "by returning a status
+    containing RetryInfo": the Collector's ``otlp`` exporter looks for it in
+    the status details (``grpc-status-details-bin``, a ``google.rpc.Status``
+    whose ``code`` and ``message`` must match the call's, as grpcio-status's
+    ``rpc_status.to_status`` builds it) and drops the batch without it; the
+    Python SDK reads the bare ``RetryInfo`` trailer.
+    """
+    info = RetryInfo(retry_delay=Duration(seconds=retry_after))
+    detail = AnyMessage()
+    detail.Pack(info)
+    status = Status(code=code.value[0], message=message, details=[detail])
+    return ((STATUS_DETAILS_KEY, status.SerializeToString()), (RETRY_INFO_KEY, info.SerializeToString()))
+
+
+class _Refused(Exception):
+    """How a call ends when it is not ``OK``: raised in the worker thread or the handler, aborted in the handler."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, bytes], ...] = ()) -> None:
+        super().__init__(message)
+        self.code, self.message, self.trailers = code, message, trailers
+
+
+class _TraceService:
+    def __init__(self, receiver: Receiver, pool: ThreadPoolExecutor) -> None:
+        self.receiver = receiver
+        self.pool = pool
+
+    async def export(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
+        """``TraceService/Export`` on the message's bytes: charge them, then decode and store them in a worker thread.
+
+        The handler runs only once the whole message has arrived, as a
+        coroutine: a call whose message never comes costs no thread.
+        """
+        box = [raw]
+        del raw  # the worker thread drops the bytes once decoded
+        try:
+            return await self._export(box)
+        except _Refused as refusal:
+            await context.abort(refusal.code, refusal.message, trailing_metadata=refusal.trailers)
+            raise  # not reached: abort raises
+
+    async def _export(self, box: list[bytes]) -> ExportTraceServiceResponse:
         receiver = self.receiver
         try:
-            charge = decode_charge(raw, as_json=False)
+            charge = decode_charge(box[0], as_json=False)
             refused = decode_limit_error(charge, receiver.config.max_request_bytes)
             if refused:
                 receiver.reject(too_large=True)
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-            with receiver.admit(charge):
-                try:
-                    request = ExportTraceServiceRequest.FromString(raw)
-                except (DecodeError, RecursionError) as exc:
-                    receiver.reject()
-                    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ExportTraceServiceRequest: {reason}")
-                del raw
-                rejected, message = receiver.accept(request)
+                raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            admission = receiver.admit(charge)
+            admission.__enter__()  # Overloaded: shed now, before the message waits for a thread
+            try:
+                work = self.pool.submit(self._store, box)
+            except BaseException:
+                admission.__exit__(None, None, None)
+                raise
+            # Released when the thread is done with the message, even if this call is cancelled meanwhile.
+            work.add_done_callback(lambda _: admission.__exit__(None, None, None))
+            return await asyncio.wrap_future(work)
         except Overloaded as exc:
-            delay = RetryInfo(retry_delay=Duration(seconds=exc.retry_after))
-            context.set_trailing_metadata((("google.rpc.retryinfo-bin", delay.SerializeToString()),))
             code = grpc.StatusCode.UNAVAILABLE if exc.unavailable else grpc.StatusCode.RESOURCE_EXHAUSTED
-            context.abort(code, str(exc))
+            raise _Refused(code, str(exc), retry_trailers(code, str(exc), exc.retry_after)) from None
         except (OSError, OtelReplayError) as exc:  # disk full, WAL closed at the end of a drain
             _log.error("otel-replay serve: WAL append failed: %s", exc)
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}")
+            raise _Refused(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}") from None
+
+    def _store(self, box: list[bytes]) -> ExportTraceServiceResponse:
+        """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes."""
+        receiver = self.receiver
+        try:
+            request = ExportTraceServiceRequest.FromString(box[0])
+        except (DecodeError, RecursionError) as exc:
+            receiver.reject()
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ExportTraceServiceRequest: {reason}") from None
+        box.clear()  # the bytes are no longer needed: free them while the request is stored
+        rejected, message = receiver.accept(request)
         if rejected:
             partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
             return ExportTraceServiceResponse(partial_success=partial)
@@ -82,15 +147,21 @@ class _TraceService:
 
 
 class GrpcService:
-    """A grpcio server bound to ``host:port`` (port 0 picks a free one; see :attr:`address`)."""
+    """A ``grpc.aio`` server bound to ``host:port`` (port 0 picks a free one; see :attr:`address`).
+
+    Its event loop runs in a thread of its own; decoding and storing run in
+    a pool of ``grpc_workers`` threads, so a call costs a thread only once its
+    whole message has arrived and been admitted.
+    """
 
     def __init__(self, receiver: Receiver, host: str, port: int) -> None:
         """Bind and start serving."""
         config = receiver.config
-        # A call takes a worker thread before its message arrives; a client that never sends it would hold the
-        # thread for ever. Each connection is told to go away (GOAWAY) at read_timeout_seconds of age and closed,
-        # cancelling what is still open on it, read_timeout_seconds later: an idle or stuck call lives at most
-        # about twice the read timeout, while a call in flight at GOAWAY gets the read timeout to finish.
+        # A call waiting for its message is a coroutine, not a thread; still, each connection is told to go away
+        # (GOAWAY) at read_timeout_seconds of age and closed, cancelling what is still open on it,
+        # read_timeout_seconds later: an idle or stuck call lives at most about twice the read timeout.
+        # No concurrent-call cap: grpcio's answers RESOURCE_EXHAUSTED without RetryInfo, which the Collector
+        # treats as permanent (it drops the batch); memory is bounded by admission instead.
         timeout_ms = max(1, round(config.read_timeout_seconds * 1000))
         options = [
             ("grpc.max_receive_message_length", config.max_request_bytes),
@@ -99,24 +170,45 @@ class GrpcService:
             ("grpc.max_connection_age_grace_ms", timeout_ms),
         ]
         self._pool = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="otel-replay-grpc")
-        self.server = grpc.server(self._pool, options=options, maximum_concurrent_rpcs=config.grpc_workers * 8)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="otel-replay-grpc-loop", daemon=True)
+        self._thread.start()
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = asyncio.run_coroutine_threadsafe(
+                self._start(_TraceService(receiver, self._pool), options, target), self._loop
+            ).result()
+        except BaseException:
+            self._close_loop()
+            raise
+        self.address = (host, bound)
+
+    async def _start(self, service: _TraceService, options: list[tuple[str, Any]], target: str) -> int:
+        self.server = grpc.aio.server(options=options)
         export = grpc.unary_unary_rpc_method_handler(
-            _TraceService(receiver).export,
+            service.export,
             request_deserializer=None,  # the raw bytes: charged to the budget before they are decoded
             response_serializer=ExportTraceServiceResponse.SerializeToString,
         )
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             bound = self.server.add_insecure_port(target)
         except RuntimeError as exc:
             raise ConfigError(f"cannot listen for gRPC on {target}: {exc}") from None
         if not bound:
             raise ConfigError(f"cannot listen for gRPC on {target} (address in use?)")
-        self.address = (host, bound)
-        self.server.start()
+        await self.server.start()
+        return bound
 
     def stop(self, grace: float) -> None:
         """Stop accepting RPCs and wait up to ``grace`` seconds for in-flight ones."""
-        self.server.stop(grace).wait()
-        self._pool.shutdown(wait=True)
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(grace), self._loop).result()
+        finally:
+            self._pool.shutdown(wait=True)  # a message already admitted is stored (or refused) before the WAL closes
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()

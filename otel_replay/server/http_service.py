@@ -278,9 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
         receiver = self.server.receiver
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
-            draining = receiver._draining
-            body = json.dumps({"status": "draining" if draining else "ok", "metrics": receiver.metrics_line()})
-            self._send(503 if draining else 200, body.encode(), _JSON)
+            status = "draining" if receiver._draining else "ok" if receiver.wal.writable else "wal-unwritable"
+            body = json.dumps({"status": status, "metrics": receiver.metrics_line()})
+            self._send(200 if status == "ok" else 503, body.encode(), _JSON)
         elif path == "/metrics":
             self._send(200, receiver.metrics_text().encode(), "text/plain; version=0.0.4")
         else:

@@ -66,7 +66,7 @@ from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, check_number, env_number
 
-from .convert import CHUNK_ROWS, ChunkWriter, sanitize
+from .convert import CHUNK_ROWS, ChunkWriter, sanitize, split_request
 from .otlp_json import request_from_json
 
 __all__ = ["DEFAULT_MAX_LINE", "DEFAULT_MAX_RATIO", "IngestReport", "Ingestor"]
@@ -720,14 +720,18 @@ class Ingestor:
             report.malformed.append((item.where, f"{rejected} span(s) dropped: {message}"))
         if not accepted:
             return
-        try:
-            table = request_to_table(item.request)
+        rows = 0
+        try:  # in pieces when its resources and scopes, repeated per row, would take too much memory at once
+            for piece in split_request(item.request):
+                table = request_to_table(piece)
+                writer.add(table)
+                rows += table.num_rows
         except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
-            report.rejected += accepted
-            report.malformed.append((item.where, f"{accepted} span(s) cannot be stored: {exc}"))
+            report.rejected += accepted - rows
+            report.malformed.append((item.where, f"{accepted - rows} span(s) cannot be stored: {exc}"))
+            report.spans += rows
             return
-        if table.num_rows < accepted:
-            report.rejected += accepted - table.num_rows
-            report.malformed.append((item.where, f"{accepted - table.num_rows} span(s) dropped by the row conversion"))
-        writer.add(table)
-        report.spans += table.num_rows
+        if rows < accepted:
+            report.rejected += accepted - rows
+            report.malformed.append((item.where, f"{accepted - rows} span(s) dropped by the row conversion"))
+        report.spans += rows

@@ -95,8 +95,7 @@ def _check_value(
         if value is not None:
             _check(value, field.message_type, path)
     elif kind == FieldDescriptor.TYPE_ENUM:
-        if isinstance(value, int) and not isinstance(value, bool) and value not in _INT32:
-            raise PayloadError(f"{path}: enum value {value} is out of range")
+        _check_enum(value, field, path)
     elif kind == FieldDescriptor.TYPE_BYTES and isinstance(value, str):
         if hex_ids and field.name in _ID_FIELDS:
             if value:
@@ -110,6 +109,32 @@ def _check_value(
                     items[index] = encoded
         elif not _BASE64.fullmatch(value):
             raise PayloadError(f"{path} is not base64: {value[:40]!r}")
+
+
+def _check_enum(value: Any, field: FieldDescriptor, path: str) -> None:
+    """Refuse an enum value the parser would wrap into another (it applies ``int()``, the store keeps 32 bits).
+
+    Accepted: a value name, or an integer within int32 (a JSON number, an
+    integral float such as ``2.0``, or a numeric string such as ``"2"``).
+    Refused: ``true``/``false``, fractions (``1.9``) and anything past int32
+    (``4294967298``, ``"4294967297"``, ``4294967298.0``): each would be stored
+    as some other value.
+    """
+    if isinstance(value, bool):
+        raise PayloadError(f"{path}: enum value {value!r} must be a number or a name, not a boolean")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise PayloadError(f"{path}: enum value {value!r} is not an integer")
+        value = int(value)
+    elif isinstance(value, str):
+        if value in field.enum_type.values_by_name:
+            return
+        try:
+            value = int(value)
+        except ValueError:
+            return  # not a number: the parser names it as an invalid enum value
+    if isinstance(value, int) and value not in _INT32:
+        raise PayloadError(f"{path}: enum value {value} is out of range")
 
 
 def request_from_obj(obj: Any) -> ExportTraceServiceRequest:

@@ -22,6 +22,7 @@ counted and named in ``<segment>.report.json``; the segments behind it never wai
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import logging
 import multiprocessing
@@ -58,6 +59,7 @@ from .convert import (
 from .wal import WAL_SUFFIX, Segment, WriteAheadLog
 
 __all__ = [
+    "MAX_DATES_PER_SEGMENT",
     "Metrics",
     "Overloaded",
     "Receiver",
@@ -67,6 +69,7 @@ __all__ = [
     "decode_limit_error",
     "parse_address",
     "release_free_memory",
+    "stranded_wal_dirs",
 ]
 
 _log = logging.getLogger("otel_replay.server")
@@ -159,6 +162,18 @@ def decode_charge(body: bytes | bytearray, as_json: bool) -> int:
     return max(PROTOBUF_EXPANSION * len(body), charge)
 
 
+MAX_DATES_PER_SEGMENT = 64
+"""Distinct start dates (UTC days, other than yesterday, today and tomorrow) one WAL segment takes; more: 429.
+
+Each date of a segment becomes a Parquet file (and maybe a new partition
+directory) when it is converted. The per-request cap alone
+(:data:`~.convert.MAX_DATES_PER_REQUEST`) let 250 small requests fan out into
+8,001 partitions and stall conversion for 52 s. Shed, not refused: the
+client retries once the segment is sealed (every ``flush_seconds``), so a
+backfill across many days slows down to this many new dates per segment,
+and loses nothing. A request alone in an empty segment is always taken.
+"""
+
 EARLY_SEAL_BYTES = 16 * MiB
 """An idle converter gets the active WAL segment as soon as it holds this much (about 100k SDK spans).
 
@@ -172,6 +187,7 @@ MAX_REPLY_MESSAGE = 1024
 """Characters of a ``partial_success`` message sent back; the rest is cut."""
 _MAX_CONVERT_ATTEMPTS = 3
 _TRIM_AFTER_BYTES = 64 * MiB
+_DAY_NS = 86_400 * 1_000_000_000
 
 
 def _malloc_trim() -> Any:
@@ -304,6 +320,46 @@ class Metrics(CompactionCounters):
             return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
+def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
+    """Other instances' WAL directories under ``<dataset>/_wal/`` holding segments while no serve owns them.
+
+    Acknowledged spans wait there until a serve runs with that instance name
+    (a restart under another ``--instance`` or ``--wal-dir`` leaves them).
+    A directory whose ``LOCK`` is held belongs to a running serve: not listed.
+    """
+    if resolve(config.dataset).remote:
+        return []
+    root = Path(config.dataset) / "_wal"
+    own = Path(config.wal_dir or "").resolve()
+    found: list[tuple[Path, int]] = []
+    try:
+        candidates = sorted(p for p in root.iterdir() if p.is_dir() and p.resolve() != own)
+    except OSError:  # no _wal yet, or unreadable: nothing to say
+        return []
+    for directory in candidates:
+        count = len(list(directory.glob(f"*{WAL_SUFFIX}")))
+        if count and not _locked(directory / "LOCK"):
+            found.append((directory, count))
+    return found
+
+
+def _locked(lock: Path) -> bool:
+    """Whether a serve holds ``lock`` (an ``flock``); a missing or unreadable one counts as not held."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
+
+
 class Reservation:
     """In-flight bytes held by one request; grows as the request is read and decoded."""
 
@@ -335,6 +391,17 @@ class Receiver:
                 f"{exc.strerror or exc}"
             ) from None
         self.recovered_segments = len(self.wal.sealed())
+        self.stranded = stranded_wal_dirs(config)
+        for directory, count in self.stranded:
+            _log.warning(
+                "otel-replay serve: WAL directory %s holds %d unconverted segment(s) of another instance that no "
+                "serve is running; they reach Parquet only when a serve uses that directory (--instance %s, or "
+                "--wal-dir %s)",
+                directory,
+                count,
+                directory.name,
+                directory,
+            )
         self.quarantine_dir = config.wal_dir / QUARANTINE_DIR
         self.quarantined: dict[str, str] = {}  # segment file -> "pending" | "salvaged"
         self._to_salvage: list[Path] = []
@@ -348,6 +415,9 @@ class Receiver:
         self._inflight = 0
         self._inflight_peak = 0
         self._admit_lock = threading.Lock()
+        self._dates_lock = threading.Lock()
+        self._dates_segment = ""
+        self._segment_dates: set[int] = set()
         self._draining = False
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -467,10 +537,15 @@ class Receiver:
             self._inflight_peak = max(self._inflight_peak, self._inflight)
 
     def accept(self, request: ExportTraceServiceRequest) -> tuple[int, str]:
-        """Make ``request``'s storable spans durable; returns (rejected spans, message) for a partial success."""
+        """Make ``request``'s storable spans durable; returns (rejected spans, message) for a partial success.
+
+        Raises :class:`Overloaded` (retryable) when its spans would take the
+        active WAL segment past :data:`MAX_DATES_PER_SEGMENT` start dates.
+        """
         result = admit_spans(
             request, max_dates=MAX_DATES_PER_REQUEST, max_shared_bytes=MAX_SHARED_BYTES_PER_REQUEST
         )
+        self._claim_dates(result.days)
         self.metrics.add(
             requests=1,
             spans_received=result.accepted + result.rejected,
@@ -488,6 +563,30 @@ class Receiver:
         if len(message) > MAX_REPLY_MESSAGE:  # it quotes span names: a reply must not outgrow its request
             message = message[:MAX_REPLY_MESSAGE] + f"... ({len(message) - MAX_REPLY_MESSAGE} more characters)"
         return result.rejected, message
+
+    def _claim_dates(self, days: set[int]) -> None:
+        """Count ``days`` against the active segment's dates, or shed the request (429) when they do not fit.
+
+        Yesterday, today and tomorrow (UTC, by this host's clock) are free:
+        whatever another client sends, live spans are never shed for their dates.
+        """
+        today = time.time_ns() // _DAY_NS
+        days = {day for day in days if abs(day - today) > 1}  # live traffic is never shed for its dates
+        if not days:
+            return
+        segment = self.wal.active_segment
+        with self._dates_lock:
+            if segment != self._dates_segment:
+                self._dates_segment, self._segment_dates = segment, set()
+            new = days - self._segment_dates
+            if new and self._segment_dates and len(self._segment_dates) + len(new) > MAX_DATES_PER_SEGMENT:
+                self.metrics.add(requests_shed=1)
+                raise Overloaded(
+                    f"spans on more than {MAX_DATES_PER_SEGMENT} distinct start dates arrived within one "
+                    "write-ahead log segment; retry later",
+                    self.config.retry_after_seconds,
+                )
+            self._segment_dates |= new
 
     def reject(self, spans: int = 0, *, too_large: bool = False) -> None:
         """Count a request refused as malformed (or, with ``too_large``, over a size limit)."""
@@ -591,8 +690,8 @@ class Receiver:
             self._new_pool()
             self._failed(segment, f"the converter process died ({exc})", quarantine=False)
             return
-        except OSError as exc:  # disk full, permissions: the data is fine, retry later
-            self._failed(segment, f"{type(exc).__name__}: {exc}", quarantine=False)
+        except OSError as exc:  # disk full, permissions: the data is fine, retry later (never quarantined)
+            self._failed(segment, f"{type(exc).__name__}: {exc}", quarantine=False, io=True)
             return
         except Exception as exc:  # the segment's content cannot be converted as a whole
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -600,13 +699,16 @@ class Receiver:
             return
         self._failures.pop(segment.segment_id, None)
         self._retry_at.pop(segment.segment_id, None)
-        self.wal.release(segment)
         self.metrics.add(spans_written=rows, segments_converted=1)
+        try:
+            self.wal.release(segment)
+        except OSError as exc:  # the rows are in Parquet; a segment left behind is converted again, idempotently
+            _log.error("otel-replay serve: releasing converted WAL segment %s failed: %s", segment.path, exc)
 
-    def _failed(self, segment: Segment, reason: str, *, quarantine: bool) -> None:
+    def _failed(self, segment: Segment, reason: str, *, quarantine: bool, io: bool = False) -> None:
         count = self._failures[segment.segment_id] = self._failures.get(segment.segment_id, 0) + 1
         self.metrics.add(convert_errors=1)
-        if quarantine or count >= _MAX_CONVERT_ATTEMPTS:
+        if quarantine or (count >= _MAX_CONVERT_ATTEMPTS and not io):  # I/O errors: backoff only
             try:
                 self._quarantine(segment, reason)
                 return

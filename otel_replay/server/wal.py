@@ -11,8 +11,10 @@ records after it is not a torn tail: :func:`read_records` raises
 :class:`CorruptSegmentError` (the receiver quarantines the segment), and
 :func:`scan_records` resumes at the next whole record, reporting the gap.
 
-A sealed segment ends with :data:`SEAL_MARK`; damage in its last record is
-then corruption too.
+A sealed segment ends with :data:`SEAL_MARK`, an empty record that ends the
+chain of records read from offset 0; damage in its last record is then
+corruption too. (The mark is 8 zero bytes, which a request may also end in:
+a segment is read to its end either way, so such a request is never cut.)
 
 Appends use group commit: many threads write, one of them fsyncs for all.
 """
@@ -72,12 +74,16 @@ class Gap:
 
     ``tail``: nothing valid follows (a record torn by a crash, never
     acknowledged, or damage to the last record); otherwise the reader resumed
-    at ``offset + size``, the next offset where a whole record checks out.
+    at ``offset + size``, the next offset where a whole record checks out, or
+    (``gave_up``) the search stopped and the gap runs to the end: whole
+    records may be in it, so it is never called a tail.
     """
 
     offset: int
     size: int
     tail: bool
+    gave_up: bool = False
+    """The search for the next whole record stopped at its work bound (:data:`_RESYNC_BUDGET_FACTOR`)."""
 
 
 SEAL_MARK = _HEADER.pack(0, zlib.crc32(b""))
@@ -86,11 +92,22 @@ SEAL_MARK = _HEADER.pack(0, zlib.crc32(b""))
 A reader that does not know it sees one empty request (no spans).
 """
 _REQUEST_TAG = 0x0A  # every record is an ExportTraceServiceRequest with spans: field 1, length-delimited, first
-_MAX_WALK = 4096
+_MAX_WALK = 16
+_CANDIDATE_COST = 64
+"""Resync work charged per candidate offset examined (a ``find``, a header, up to :data:`_MAX_WALK` field steps)."""
+_RESYNC_BUDGET_FACTOR = 8
+"""A resync may spend this many work units (checksummed bytes, :data:`_CANDIDATE_COST` per candidate) per byte
+it searches, plus :data:`_RESYNC_BUDGET_FLOOR`: past that it stops, as if nothing whole followed.
+
+Without a bound, a region dense in request tags whose headers claim long
+records (1M empty ``ResourceSpans``, torn by a crash) costs a checksum of
+hundreds of KiB per byte: minutes of CPU per MiB.
+"""
+_RESYNC_BUDGET_FLOOR = 1 << 20
 
 
 def _requests_fill(data: bytes | mmap.mmap, at: int, end: int) -> bool:
-    """Whether ``data[at:end]`` reads as a run of ``resource_spans`` fields (tag, length, bytes) ending at ``end``.
+    """Whether ``data[at:end]`` starts as a run of ``resource_spans`` fields (tag, length, bytes) ending at ``end``.
 
     A cheap pre-check before a candidate's checksum: a request holds nothing
     else at its top level (past ``_MAX_WALK`` of them the checksum decides).
@@ -140,25 +157,49 @@ def _record_end(data: bytes | mmap.mmap, offset: int, size: int, *, strict: bool
     return end
 
 
+def _runs_past_end(data: bytes | mmap.mmap, offset: int, size: int) -> bool:
+    """Whether the record at ``offset`` claims more bytes than the file holds (a header cut short counts)."""
+    if offset + _HEADER.size > size:
+        return True
+    length, _ = _HEADER.unpack_from(data, offset)
+    return offset + _HEADER.size + length > size
+
+
 def _next_record(data: bytes | mmap.mmap, offset: int, size: int) -> int | None:
-    """The first offset after ``offset`` where a whole record checks out, or ``None``."""
+    """The first offset after ``offset`` where a whole record checks out, ``None`` if none, -1 if the search gave up.
+
+    It gives up once it has spent its budget (see :data:`_RESYNC_BUDGET_FACTOR`).
+    """
+    budget = _RESYNC_BUDGET_FACTOR * (size - offset) + _RESYNC_BUDGET_FLOOR
+    tag = bytes((_REQUEST_TAG,))
     at = offset + 1 + _HEADER.size  # a candidate's payload starts 8 bytes after it, with the request tag
-    while True:
-        at = data.find(bytes((_REQUEST_TAG,)), at)
+    while budget > 0:
+        at = data.find(tag, at)
         if at < 0:
             return None
-        if _record_end(data, at - _HEADER.size, size, strict=True) is not None:
-            return at - _HEADER.size
+        budget -= _CANDIDATE_COST
+        candidate = at - _HEADER.size
+        length, _ = _HEADER.unpack_from(data, candidate)
+        if 0 < length and at + length <= size and _requests_fill(data, at, at + length):
+            budget -= length  # the checksum
+            if _record_end(data, candidate, size, strict=False) is not None:
+                return candidate
         at += 1
+    return -1
 
 
 def scan_records(path: Path) -> Iterator[bytes | Gap]:
     """Yield ``path``'s whole, checksummed records in order, and a :class:`Gap` for each damaged stretch.
 
-    After a bad record the reader looks for the next offset where a whole
-    record checks out and resumes there; when there is none the rest of the
-    file is a :class:`Gap` and the scan ends: a tail one, unless the file
-    ends in :data:`SEAL_MARK` (sealed whole, so the damage came later).
+    Records are read as a chain from offset 0 to the end of the file; the
+    seal mark is the chain's last, empty record. (Judging "sealed" from the
+    last 8 bytes alone is ambiguous: a request can end in 8 zero bytes, e.g.
+    an attribute ``doubleValue`` 0.) After a bad record the reader looks for
+    the next offset where a whole record checks out and resumes there; when
+    there is none the rest of the file is a :class:`Gap` and the scan ends: a
+    tail one, unless the file ends in :data:`SEAL_MARK` (sealed whole, so the
+    damage came later). A bad record whose header claims more bytes than an
+    unsealed file holds is a torn tail at once: a crash cut its write short.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -166,16 +207,22 @@ def scan_records(path: Path) -> Iterator[bytes | Gap]:
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             sealed = size >= _HEADER.size and data[size - _HEADER.size :] == SEAL_MARK
-            body = size - _HEADER.size if sealed else size
             offset = 0
-            while offset < body:
-                end = _record_end(data, offset, body, strict=False)
+            while offset < size:
+                end = _record_end(data, offset, size, strict=False)
                 if end is not None:
                     if end > offset + _HEADER.size:  # an empty record holds nothing (a seal mark, or written by none)
                         yield data[offset + _HEADER.size : end]
                     offset = end
                     continue
-                resume = _next_record(data, offset, body)
+                body = size - _HEADER.size if sealed and offset <= size - _HEADER.size else size
+                if not sealed and _runs_past_end(data, offset, size):  # the write a crash cut short
+                    yield Gap(offset, size - offset, tail=True)
+                    return
+                resume = _next_record(data, offset, size)
+                if resume == -1:  # too costly to search further: whole records may follow, so not a tail
+                    yield Gap(offset, body - offset, tail=False, gave_up=True)
+                    return
                 if resume is None:  # nothing whole follows: a torn tail, unless the segment was sealed whole
                     yield Gap(offset, body - offset, tail=not sealed)
                     return
@@ -201,9 +248,10 @@ def read_records(path: Path) -> Iterator[bytes]:
                 item.size,
             )
         else:
+            follow = "the search for whole records after them gave up" if item.gave_up else "whole records follow"
             raise CorruptSegmentError(
                 f"WAL segment {path} is corrupt at byte {item.offset}: {item.size} bytes hold no whole record "
-                f"and whole records follow"
+                f"and {follow}"
             )
 
 
@@ -245,21 +293,58 @@ class WriteAheadLog:
         self._written = 0  # records written (all segments), monotonically increasing
         self._synced = 0
         self._closed = False
+        self._open_failure_logged = -1e9
         self._open_segment()
 
     # --- segments -------------------------------------------------------------
     def _open_segment(self) -> None:
-        self._active_id = _new_segment_id()
-        path = self.directory / f"{self._active_id}{WAL_SUFFIX}"
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        fsync_dir(self.directory)
+        """Start a new active segment; on failure there is none (``_fd`` -1) and the next append tries again."""
+        self._fd = -1
         self._active_size = 0
         self._active_records = 0
+        segment_id = _new_segment_id()
+        path = self.directory / f"{segment_id}{WAL_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            fsync_dir(self.directory)  # without it the segment's name may not survive a power loss
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        self._fd = fd
+        self._active_id = segment_id
         self._active_since = time.monotonic()
 
+    def _ensure_open_locked(self) -> None:
+        """Reopen an active segment that an earlier failure (disk full, out of inodes or fds) left missing."""
+        if self._fd < 0 and not self._closed:
+            self._open_segment()
+
+    @property
+    def writable(self) -> bool:
+        """Whether an append can be tried now: not closed, and an active segment is open (opening one if missing)."""
+        with self._write_lock:
+            try:
+                self._ensure_open_locked()
+            except OSError:
+                return False
+            return self._fd >= 0
+
     def rotate(self, *, min_age_seconds: float = 0.0, min_bytes: int = 0, reopen: bool = True) -> bool:
-        """Seal the active segment if it holds records (at least ``min_bytes``, and is ``min_age_seconds`` old)."""
+        """Seal the active segment if it holds records (at least ``min_bytes``, and is ``min_age_seconds`` old).
+
+        With ``reopen``, a missing active segment (its opening failed earlier) is opened again.
+        """
         with self._sync_lock, self._write_lock:
+            if reopen and self._fd < 0:
+                try:
+                    self._ensure_open_locked()
+                except OSError as exc:
+                    now = time.monotonic()
+                    if now - self._open_failure_logged >= 30.0:  # the converter retries every 0.2 s: log seldom
+                        self._open_failure_logged = now
+                        _log.error("otel-replay: cannot open a new WAL segment in %s: %s", self.directory, exc)
+                return False
             if self._fd < 0 or self._active_records == 0 or self._active_size < min_bytes:
                 return False
             if time.monotonic() - self._active_since < min_age_seconds:
@@ -290,23 +375,32 @@ class WriteAheadLog:
             return list(self._sealed)
 
     def release(self, segment: Segment) -> None:
-        """Delete a segment whose rows are safely in Parquet."""
+        """Delete a segment whose rows are safely in Parquet.
+
+        Once the file is gone the segment leaves the queue, even if the
+        directory fsync after it fails (raised): a crash may then bring the
+        file back, and converting it again rewrites the same Parquet files.
+        """
         segment.path.unlink(missing_ok=True)
-        fsync_dir(self.directory)
-        with self._write_lock:
-            self._sealed = [s for s in self._sealed if s.segment_id != segment.segment_id]
+        self.forget(segment)
 
     def forget(self, segment: Segment) -> None:
         """Drop a segment from the queue without deleting it (it was moved aside, e.g. quarantined)."""
-        fsync_dir(self.directory)
         with self._write_lock:
             self._sealed = [s for s in self._sealed if s.segment_id != segment.segment_id]
+        fsync_dir(self.directory)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes in the log not yet converted (sealed segments plus the active one)."""
         with self._write_lock:
             return self._active_size + sum(s.size for s in self._sealed)
+
+    @property
+    def active_segment(self) -> str:
+        """The id of the segment appends go to now ("" while none is open)."""
+        with self._write_lock:
+            return self._active_id if self._fd >= 0 else ""
 
     @property
     def active_records(self) -> int:
@@ -325,8 +419,9 @@ class WriteAheadLog:
         if full:
             self._rotate_full(size)
         with self._write_lock:
-            if self._closed or self._fd < 0:
+            if self._closed:
                 raise OtelReplayError("write-ahead log is closed")
+            self._ensure_open_locked()  # an OSError here is the request's 503; the next one tries again
             try:
                 for piece in (header, payload):
                     view = memoryview(piece)

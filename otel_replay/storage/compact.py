@@ -64,7 +64,7 @@ import pyarrow.parquet as pq
 from otel_replay import _duck as duck
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
-from otel_replay.exporters.writer import fsync_dir
+from otel_replay.exporters.writer import TEMP_NAME, fsync_dir
 from otel_replay.location import Location, register_with, resolve
 
 from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, write_facts
@@ -545,12 +545,25 @@ def _contiguous(table: pa.Table, workers: _Workers) -> pa.Table:
     return pa.Table.from_arrays([futures[i].result() for i in range(len(schema))], schema=schema)
 
 
+STALE_TEMP_SECONDS = 3600.0
+"""A writer's temp file (``.<name>.<pid>-<hex>.tmp``) this old (or older than the grace period) is a leftover."""
+
+
+def _older_than(path: Path, seconds: float, now: float) -> bool:
+    try:
+        return now - path.stat().st_mtime >= seconds
+    except FileNotFoundError:
+        return False
+
+
 def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now: float) -> tuple[int, int, Manifest]:
     """Delete expired superseded files and crash leftovers; (superseded deleted, leftovers deleted, manifest).
 
     A leftover is an output (compacted file, side index, facts file) carrying
     the token of a run the manifest records as pending: that run crashed (the
     lease is held, so it is not running). Its token is then forgotten. A
+    writer's temp file older than the grace period and
+    :data:`STALE_TEMP_SECONDS` (a failed write's) is a leftover too. A
     compacted file no manifest knows is never deleted here: it was restored or
     copied in, and is read and compacted like an arrival.
     """
@@ -570,6 +583,10 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
         orphan_output = output_token(name) in manifest.pending and name not in keep
         temp = (".compact-", "._index-", "._facts-", f".{MANIFEST_NAME}.")
         orphan_tmp = name.startswith(temp) and name.endswith(".tmp")
+        if not (orphan_output or orphan_tmp) and TEMP_NAME.fullmatch(name):
+            # A writer's temp file (exporter, receiver, ingest): one may be in flight now, so only a stale one,
+            # left by a failed write or a crash, is removed.
+            orphan_tmp = _older_than(partition / name, max(grace_seconds, STALE_TEMP_SECONDS), now)
         if orphan_output or orphan_tmp:
             try:
                 os.unlink(partition / name)

@@ -234,6 +234,13 @@ def test_one_field_spelled_twice_is_refused() -> None:
     [
         ({"kind": 2**40}, "spans[0].kind: enum value 1099511627776 is out of range"),
         ({"status": {"code": -(2**31) - 1}}, "status.code: enum value"),
+        # Not JSON integers: json_format applies int() and the 32-bit store wraps (200, stored as another value)
+        ({"status": {"code": "4294967297"}}, "spans[0].status.code: enum value 4294967297 is out of range"),
+        ({"status": {"code": 4294967298.0}}, "spans[0].status.code: enum value 4294967298 is out of range"),
+        ({"kind": "1099511627776"}, "spans[0].kind: enum value 1099511627776 is out of range"),
+        ({"kind": 4294967298.0}, "spans[0].kind: enum value 4294967298 is out of range"),
+        ({"kind": 1.9}, "spans[0].kind: enum value 1.9 is not an integer"),
+        ({"status": {"code": True}}, "spans[0].status.code: enum value True must be a number or a name"),
         ({"attributes": [{"key": "b", "value": {"bytesValue": "!!!"}}]}, "bytesValue is not base64: '!!!'"),
         ({"attributes": [{"key": "b", "value": {"bytesValue": "QUJD="}}]}, "is not base64"),
     ],
@@ -249,6 +256,9 @@ def test_valid_enum_names_and_base64_spellings_still_decode() -> None:
     request = request_from_json(json.dumps(document({"kind": "SPAN_KIND_SERVER", "attributes": values})))
     span = request.resource_spans[0].scope_spans[0].spans[0]
     assert span.kind == 2
+    for spelling in (3, 3.0, "3", "SPAN_KIND_CLIENT"):  # in range, integral: what json_format reads as it is
+        decoded = request_from_json(json.dumps(document({"kind": spelling})))
+        assert decoded.resource_spans[0].scope_spans[0].spans[0].kind == 3
     assert [a.value.bytes_value for a in span.attributes] == [b"\xfb\xff", b"\xfb\xff", b""]
     assert span.trace_id.hex() == "0102030405060708090a0b0c0d0e0f10"
 

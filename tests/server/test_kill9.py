@@ -84,3 +84,57 @@ def test_sigkill_loses_nothing_acknowledged_and_duplicates_nothing(tmp_path: Pat
     final = parquet_rows(dataset)
     assert len(final) == len(got)
     assert not list((dataset / "_wal" / "default").glob("*.wal"))
+
+
+def _post_json(port: int, body: dict) -> int:
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", "/v1/traces", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_sigkill_keeps_an_acknowledged_request_that_ends_in_eight_zero_bytes(tmp_path: Path) -> None:
+    """The seal mark is 8 zero bytes: the active segment's last record may end so too, and must not be cut."""
+    dataset = tmp_path / "ds"
+    command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset), "--grpc", "off"]
+    command += ["--http", "127.0.0.1:0", "--flush-seconds", "3600"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    acked = []
+    try:
+        assert proc.stdout is not None
+        match = re.search(r"http 127\.0\.0\.1:(\d+)", proc.stdout.readline())
+        assert match is not None
+        port = int(match.group(1))
+        for i, cost in enumerate([0.25, 0.5, 0.0]):  # the last span's last attribute: doubleValue 0 -> 8 zero bytes
+            span = {
+                "traceId": f"{i + 1:032x}",
+                "spanId": f"{i + 1:016x}",
+                "name": f"call-{i}",
+                "startTimeUnixNano": "1700000000000000000",
+                "endTimeUnixNano": "1700000001000000000",
+                "attributes": [{"key": "llm.cost_usd", "value": {"doubleValue": cost}}],
+            }
+            if _post_json(port, {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}) == 200:
+                acked.append(f"{i + 1:032x}")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        stop_process(proc, signal.SIGKILL)
+    assert len(acked) == 3
+    (active,) = (dataset / "_wal" / "default").glob("*.wal")
+    assert active.read_bytes().endswith(bytes(8))  # the unsealed segment looks like a sealed one by its end
+
+    restarted, _ = start_server(dataset)
+    try:
+        got = wait_for_rows(dataset, 3)
+    finally:
+        assert stop_process(restarted, signal.SIGTERM) == 0
+    assert sorted(r["trace_id"] for r in got) == acked
+    assert not (dataset / "_wal" / "default" / "quarantine").exists()

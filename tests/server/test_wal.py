@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import resource
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -180,3 +185,125 @@ def test_resync_scan_of_a_large_damaged_region_finds_the_next_record(tmp_path: P
     items = list(scan_records(segment.path))
     assert isinstance(items[0], Gap) and not items[0].tail and items[0].size == 8 + len(big)
     assert len(items) == 2 and not isinstance(items[1], Gap)
+
+
+def test_a_record_ending_in_eight_zero_bytes_is_not_taken_for_the_seal_mark(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"first")
+    wal.append(b"ends in zeros" + bytes(8))
+    crashed = tmp_path / "crashed.wal"
+    shutil.copy(next((tmp_path / "wal").glob("*.wal")), crashed)  # the active segment as kill -9 leaves it
+    wal.close()
+    assert list(scan_records(crashed)) == [b"first", b"ends in zeros" + bytes(8)]
+    (segment,) = wal.sealed()  # sealed: the same records, then the mark
+    assert list(read_records(segment.path)) == [b"first", b"ends in zeros" + bytes(8)]
+
+
+def _tag_dense_request() -> bytes:
+    """A valid request of one span plus 1M empty ResourceSpans: every other byte is a request tag."""
+    return encode_spans(make_spans(1)).SerializeToString() + b"\x0a\x00" * 1_000_000
+
+
+def test_a_record_torn_mid_write_is_a_torn_tail_without_a_scan(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00whole")
+    payload = _tag_dense_request()
+    ExportTraceServiceRequest.FromString(payload)
+    wal.append(payload)
+    crashed = tmp_path / "crashed.wal"
+    shutil.copy(next((tmp_path / "wal").glob("*.wal")), crashed)
+    wal.close()
+    with open(crashed, "r+b") as handle:  # the crash cut the write in the record's middle
+        handle.truncate(crashed.stat().st_size - len(payload) // 2)
+    items = list(scan_records(crashed))
+    assert items[0] == b"\x0a\x00whole"
+    assert items[1] == Gap(15, crashed.stat().st_size - 15, tail=True)
+
+
+def test_a_resync_gives_up_within_its_budget_and_never_calls_what_it_skipped_a_tail(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00first")
+    wal.append(_tag_dense_request())
+    wal.append(b"\x0a\x00last")
+    wal.close()
+    (segment,) = wal.sealed()
+    with open(segment.path, "r+b") as handle:  # damage the dense record's checksum: a resync starts there
+        handle.seek(15 + 4)
+        crc = handle.read(1)[0]
+        handle.seek(15 + 4)
+        handle.write(bytes([crc ^ 0xFF]))
+    items = list(scan_records(segment.path))
+    # Every tag in the dense record is a candidate claiming ~640 KiB: checking them all costs minutes of CPU.
+    assert items[0] == b"\x0a\x00first"
+    assert items[1] == Gap(15, segment.size - 8 - 15, tail=False, gave_up=True)
+    with pytest.raises(CorruptSegmentError, match="gave up"):
+        list(read_records(segment.path))
+
+
+@contextmanager
+def _no_free_fds() -> Iterator[None]:
+    """Every file descriptor in use (EMFILE for the next open) until the block ends; then the limit is restored."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 16, hard))
+    fillers = []
+    try:
+        while True:
+            try:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError as exc:
+                assert exc.errno == errno.EMFILE
+                break
+        yield
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_failed_segment_open_is_retried_by_the_next_append(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00first")
+    with _no_free_fds():
+        with pytest.raises(OSError):  # sealing frees the old fd; the new segment's directory fsync finds none
+            wal.rotate()
+        assert not wal.writable
+        with pytest.raises(OSError):
+            wal.append(b"\x0a\x00refused")
+    assert wal.writable  # once fds are free again, without a restart
+    wal.append(b"\x0a\x00second")
+    wal.close()
+    segments = wal.sealed()
+    assert [list(read_records(s.path)) for s in segments] == [[b"\x0a\x00first"], [b"\x0a\x00second"]]
+    assert sorted(p.name for p in (tmp_path / "wal").glob("*.wal")) == [s.path.name for s in segments]
+
+
+def test_a_failed_directory_fsync_on_release_leaves_no_phantom_segment(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0a\x00first")
+    wal.rotate()
+    (segment,) = wal.sealed()
+    with _no_free_fds(), pytest.raises(OSError):
+        wal.release(segment)
+    assert not segment.path.exists()
+    assert wal.sealed() == [] and wal.pending_bytes == 0  # nothing left to convert, nothing counted
+    wal.close()
+
+
+def test_a_start_under_another_instance_warns_about_the_stranded_wal(tmp_path: Path, caplog) -> None:
+    dataset = tmp_path / "ds"
+    old = WriteAheadLog(dataset / "_wal" / "default")  # a serve killed with unconverted segments
+    old.append(encode_spans(make_spans(2)).SerializeToString())
+    old.close()
+    busy = WriteAheadLog(dataset / "_wal" / "running")  # another serve, alive: its WAL is its own business
+    busy.append(encode_spans(make_spans(1)).SerializeToString())
+    try:
+        with caplog.at_level("WARNING", logger="otel_replay.server"):
+            receiver = Receiver(ServerConfig(dataset, grpc=None, http=None, convert_workers=0, instance="other"))
+    finally:
+        busy.close()
+    try:
+        assert receiver.stranded == [(dataset / "_wal" / "default", 1)]
+        (warning,) = [r.getMessage() for r in caplog.records if "another instance" in r.getMessage()]
+        assert str(dataset / "_wal" / "default") in warning and "--instance default" in warning
+    finally:
+        receiver.start().stop()
