@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,27 +72,21 @@ def temp_path(path: Path) -> Path:
 
 def write_bytes_atomic(data: bytes, path: Path) -> None:
     """Write ``data`` to ``path`` via a temp file unique to this writer, fsync, rename, and a directory fsync."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # e.g. the disk is full: leave no partial file behind
-        raise
-    fsync_dir(path.parent)
+    _replace_atomic(path, lambda handle: handle.write(data))
 
 
 def write_atomic(table: pa.Table, path: Path, *, compression: str = "zstd") -> None:
     """Write ``table`` to ``path`` via temp file + fsync + rename."""
+    _replace_atomic(path, lambda handle: pq.write_table(table, handle, compression=compression))
+
+
+def _replace_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write`` into a temp file unique to this writer, fsync it, rename it to ``path``, fsync the directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     try:
         with open(tmp, "wb") as handle:
-            pq.write_table(table, handle, compression=compression)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

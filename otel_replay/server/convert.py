@@ -252,12 +252,7 @@ def split_request(
                 yield piece
                 piece, shared, target = ExportTraceServiceRequest(), 0, None
             if target is None:
-                resource_spans = piece.resource_spans.add()
-                resource_spans.resource.CopyFrom(rs.resource)
-                resource_spans.schema_url = rs.schema_url
-                target = resource_spans.scope_spans.add()
-                target.scope.CopyFrom(ss.scope)
-                target.schema_url = ss.schema_url
+                target = _scope_in(piece, rs, ss)
             target.spans.add().CopyFrom(span)
             shared += per_span
     if piece.resource_spans:
@@ -396,14 +391,19 @@ _MAX_REASONS = 20
 
 def _one_span_request(rs: ResourceSpans, ss: ScopeSpans, span: Span) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
+    _scope_in(request, rs, ss).spans.add().CopyFrom(span)
+    return request
+
+
+def _scope_in(request: ExportTraceServiceRequest, rs: ResourceSpans, ss: ScopeSpans) -> ScopeSpans:
+    """A new, empty copy of ``ss`` (its scope and schema) under a new copy of ``rs``'s resource in ``request``."""
     resource_spans = request.resource_spans.add()
     resource_spans.resource.CopyFrom(rs.resource)
     resource_spans.schema_url = rs.schema_url
     scope_spans = resource_spans.scope_spans.add()
     scope_spans.scope.CopyFrom(ss.scope)
     scope_spans.schema_url = ss.schema_url
-    scope_spans.spans.add().CopyFrom(span)
-    return request
+    return scope_spans
 
 
 def _span_count(request: ExportTraceServiceRequest) -> int:
