@@ -307,7 +307,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-hostile-"))
     command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(work / "ds"), "--grpc", "off"]
     command += ["--http", "127.0.0.1:0", "--max-inflight-mib", str(budget_mib), "--flush-seconds", "1"]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # run from the checkout this script belongs to: `-m` imports the package from the working directory first
+    checkout = Path(__file__).resolve().parent.parent
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=checkout)
     try:
         assert server.stdout is not None
         match = _READY.search(server.stdout.readline())

@@ -27,6 +27,7 @@ import urllib.request
 from concurrent import futures
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
 BATCH = 512
 POOL = 4096  # distinct spans each client builds, then sends repeatedly
 
@@ -158,7 +159,9 @@ class Server:
         command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset)]
         command += ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--flush-seconds", "2"]
         command += ["--convert-workers", str(convert_workers)]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        # `-m` imports the package from the working directory first: run the server from the checkout this
+        # script belongs to, so an A/B run of another checkout's script measures that checkout's server.
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=HERE.parent)
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         match = re.search(r"grpc 127\.0\.0\.1:(\d+) http 127\.0\.0\.1:(\d+)", line)
         if not match:
