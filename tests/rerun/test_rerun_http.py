@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import gzip
 import io
 import itertools
@@ -13,6 +14,7 @@ import socket
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -106,6 +108,37 @@ def test_http_the_agent_makes_under_suppress_instrumentation_is_recorded_and_ser
         assert original == ("pay", 1000, 2000) and events == 2
         result = rerun(lambda: _balances(base), dataset=dataset, session_id="quiet", governance="strict")
     assert len(hits) == 2  # the rerun never reached the server: both answers were served
+    assert result.output == original and result.matched and not result.leaks, result.report()
+
+
+def _balances_from_workers(base: str) -> tuple[int, int]:
+    """The agent's HTTP under the flag, sent from worker threads that carry the context (no agent frame there)."""
+
+    async def via_to_thread() -> int:
+        with suppress_instrumentation():
+            response = await asyncio.to_thread(requests.get, f"{base}/balance", timeout=5)
+        return int(response.json()["balance"])
+
+    first = asyncio.run(via_to_thread())
+    with suppress_instrumentation(), ThreadPoolExecutor(1) as pool:
+        context = contextvars.copy_context()  # what ThreadContextInstrumentor does for submit()
+        second = pool.submit(context.run, httpx.get, f"{base}/balance").result().json()["balance"]
+    return first, int(second)
+
+
+def test_http_the_agent_sends_from_a_worker_thread_under_suppress_instrumentation_is_recorded(dataset: Path) -> None:
+    counter = itertools.count(1)
+    hits: list[str] = []
+
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        hits.append(h.path)
+        _reply(h, 200, b'{"balance": %d}' % (next(counter) * 1000), [("Content-Type", "application/json")])
+
+    with _server(handle) as base:
+        original, _, events = record(dataset, "workers", lambda: _balances_from_workers(base))
+        assert original == (1000, 2000) and events == 2
+        result = rerun(lambda: _balances_from_workers(base), dataset=dataset, session_id="workers", governance="strict")
+    assert len(hits) == 2  # both answers were served in the rerun
     assert result.output == original and result.matched and not result.leaks, result.report()
 
 
