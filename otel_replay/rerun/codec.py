@@ -126,6 +126,11 @@ def _stable_json_v1(value: Any) -> str:
 # --- codec 2: every value by value, or marked unmatchable ---------------------------------------------
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 _MAX_DEPTH = 256
+_MAX_NODES = 1_000_000
+"""Values one :func:`stable_json` call walks at most; past it the whole value is unmatchable (a DAG that
+fans out, a huge nested structure: hashing it must not cost the agent seconds)."""
+_BIG_ARRAY = 4096
+"""NumPy arrays with more elements than this are hashed (dtype, shape, content digest), not listed."""
 _BIG_INT_BITS = 13_000
 """Ints wider than this (about 3,900 digits) are written in hex: ``int``'s decimal form stops at 4,300 digits."""
 _REAL_DATETIME, _REAL_DATE, _REAL_TIME, _REAL_TIMEDELTA = _dt.datetime, _dt.date, _dt.time, _dt.timedelta
@@ -153,43 +158,87 @@ def _surrogates(text: str) -> dict[str, str]:
     return {"$surrogates": text.encode("utf-8", "surrogatepass").hex()}
 
 
-def _canon(value: Any, depth: int) -> Any:
+class _Walk:
+    """The state of one :func:`stable_json` walk: the containers on the current path, and the values seen."""
+
+    __slots__ = ("nodes", "on_path")
+
+    def __init__(self) -> None:
+        self.on_path: dict[int, int] = {}
+        """``id()`` of each value on the path from the root to here, with its level (for back-references)."""
+        self.nodes = 0
+
+
+class _TooBig(Exception):
+    """The walk went over :data:`_MAX_NODES`: the whole value is marked, not a piece of it."""
+
+
+def _canon(value: Any, walk: _Walk) -> Any:
     """``value`` as plain JSON that only an equal value maps to (one failing value is marked, not raised)."""
     cls = value.__class__
+    walk.nodes += 1
     if value is None or cls is bool or cls is float:
         return value
     if cls is str:
         return value if _text_ok(value) else _surrogates(value)
     if cls is int:
         return value if value.bit_length() <= _BIG_INT_BITS else {"$int": format(value, "x")}
-    if depth > _MAX_DEPTH:
+    if walk.nodes > _MAX_NODES:
+        raise _TooBig
+    key, level = id(value), len(walk.on_path)
+    back = walk.on_path.get(key)
+    if back is not None:  # a value that contains itself (a parent pointer): how many levels up, stably
+        return {"$cycle": level - back}
+    if level > _MAX_DEPTH:
         return {"$unmatchable": f"a value nested deeper than {_MAX_DEPTH} levels"}
-    depth += 1
+    if cls is list or cls is tuple:
+        if _only_numbers(map(type, value)):  # a vector of floats (an embedding): no walk per element
+            return value
+        if walk.nodes + len(value) > _MAX_NODES:
+            raise _TooBig
+    elif cls is dict and walk.nodes + len(value) > _MAX_NODES:
+        raise _TooBig
+    walk.on_path[key] = level
     try:
         if cls is list or cls is tuple:
-            if _only_numbers(map(type, value)):  # a vector of floats (an embedding): no walk per element
-                return value
-            return [_canon(v, depth) for v in value]
+            return [_canon(v, walk) for v in value]
         if cls is dict:
-            return _canon_dict(value, depth)
-        return _canon_typed(value, cls, depth)
+            return _canon_dict(value, walk)
+        return _canon_typed(value, cls, walk)
+    except _TooBig:
+        raise
     except RecursionError:
         return {"$unmatchable": f"{_path(cls)} nested too deeply to encode"}
     except Exception as exc:  # a broken __eq__, model_dump, property ...: this value only, named
         return {"$unmatchable": f"{_path(cls)} ({type(exc).__name__} while encoding it)"}
+    finally:
+        del walk.on_path[key]
 
 
-def _canon_dict(value: Mapping[Any, Any], depth: int) -> Any:
+def _canon_dict(value: Mapping[Any, Any], walk: _Walk) -> Any:
     if all(k.__class__ is str for k in value):
         # "$" keys are ours (tags): a caller's own "$x" key is written "$$x", so no argument forges a tag
         return {
             ("$" + k if k.startswith("$") else k) if _text_ok(k) else "$surrogates:" + _surrogates(k)["$surrogates"]: (
-                _canon(v, depth)
+                _canon(v, walk)
             )
             for k, v in value.items()
         }
-    pairs = [(_dumps(_canon(k, depth)), _canon(v, depth)) for k, v in value.items()]
+    pairs = [(_dumps(_canon(k, walk)), _canon(v, walk)) for k, v in value.items()]
     return {"$items": sorted(pairs, key=lambda pair: pair[0])}
+
+
+def _canon_numpy(value: Any, cls: type, walk: _Walk) -> Any:
+    """A NumPy array or scalar: small ones by value; a large array of plain numbers by dtype, shape and digest."""
+    dtype = getattr(value, "dtype", None)
+    size = getattr(value, "size", 1)
+    if dtype is not None and not dtype.hasobject and isinstance(size, int) and size > _BIG_ARRAY:
+        digest = hashlib.sha256(value.tobytes(order="C")).hexdigest()  # tobytes: C order whatever the strides
+        return {"$numpy": [_path(cls), dtype.str, list(value.shape), digest]}
+    walk.nodes += size if isinstance(size, int) else 0
+    if walk.nodes > _MAX_NODES:
+        raise _TooBig
+    return {"$numpy": [_path(cls), str(dtype if dtype is not None else ""), _canon(value.tolist(), walk)]}
 
 
 def _zone(tzinfo: Any) -> Any:
@@ -201,11 +250,11 @@ def _zone(tzinfo: Any) -> Any:
     return text
 
 
-def _canon_typed(value: Any, cls: type, depth: int) -> Any:
+def _canon_typed(value: Any, cls: type, walk: _Walk) -> Any:
     if isinstance(value, enum.Enum):
-        return {"$enum": [_path(cls), _canon(value.value, depth)]}
+        return {"$enum": [_path(cls), _canon(value.value, walk)]}
     if isinstance(value, tuple) and hasattr(cls, "_fields"):
-        return {"$namedtuple": [_path(cls), _canon(dict(zip(cls._fields, value, strict=False)), depth)]}
+        return {"$namedtuple": [_path(cls), _canon(dict(zip(cls._fields, value, strict=False)), walk)]}
     if isinstance(value, decimal.Decimal):
         return {"$decimal": str(value)}
     if isinstance(value, _REAL_DATETIME):
@@ -221,15 +270,15 @@ def _canon_typed(value: Any, cls: type, depth: int) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": [_path(cls), hashlib.sha256(bytes(value)).hexdigest()]}
     if isinstance(value, (set, frozenset)):
-        items = sorted(((_dumps(item), item) for item in (_canon(v, depth) for v in value)), key=lambda p: p[0])
+        items = sorted(((_dumps(item), item) for item in (_canon(v, walk) for v in value)), key=lambda p: p[0])
         return {"$set": [_path(cls), [item for _, item in items]]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _canon(getattr(value, f.name), depth) for f in dataclasses.fields(value)}
+        fields = {f.name: _canon(getattr(value, f.name), walk) for f in dataclasses.fields(value)}
         return {"$dataclass": [_path(cls), fields]}
     if hasattr(cls, "model_fields") and hasattr(value, "model_dump"):  # pydantic 2
-        return {"$model": [_path(cls), _canon(value.model_dump(), depth)]}
+        return {"$model": [_path(cls), _canon(value.model_dump(), walk)]}
     if hasattr(cls, "__attrs_attrs__"):
-        fields = {a.name: _canon(getattr(value, a.name), depth) for a in cls.__attrs_attrs__}
+        fields = {a.name: _canon(getattr(value, a.name), walk) for a in cls.__attrs_attrs__}
         return {"$attrs": [_path(cls), fields]}
     if isinstance(value, (fractions.Fraction, complex)):
         return {"$number": [_path(cls), str(value)]}
@@ -240,15 +289,15 @@ def _canon_typed(value: Any, cls: type, depth: int) -> Any:
     if isinstance(value, type):
         return {"$type": _path(value)}
     if cls.__module__.startswith("numpy") and hasattr(value, "tolist"):
-        return {"$numpy": [_path(cls), str(getattr(value, "dtype", "")), _canon(value.tolist(), depth)]}
+        return _canon_numpy(value, cls, walk)
     if isinstance(value, Mapping):  # a mappingproxy, a frozendict, a dict subclass: its items and its type
-        return {"$mapping": [_path(cls), _canon(dict(value.items()), depth)]}
+        return {"$mapping": [_path(cls), _canon(dict(value.items()), walk)]}
     if isinstance(value, collections.deque):
-        return {"$typed": [_path(cls), _canon(list(value), depth)]}
+        return {"$typed": [_path(cls), _canon(list(value), walk)]}
     bases: tuple[Any, ...] = (str, int, float, list, tuple)
     for base in bases:  # a subclass of a value type: its value and its type
         if isinstance(value, base):
-            return {"$typed": [_path(cls), _canon(base(value), depth)]}
+            return {"$typed": [_path(cls), _canon(base(value), walk)]}
     # An object with no value representation (a client, a lock, a closure, a generator ...): never matched.
     return {"$unmatchable": _path(cls)}
 
@@ -262,7 +311,9 @@ def stable_json(value: Any) -> str:
     if _codec == 1:
         return _stable_json_v1(value)
     try:
-        return _dumps(_canon(value, 0))
+        return _dumps(_canon(value, _Walk()))
+    except _TooBig:
+        return _dumps({"$unmatchable": f"{_path(type(value))} holding more than {_MAX_NODES} values"})
     except (RecursionError, ValueError) as exc:  # the caller's stack was already nearly full
         return _dumps({"$unmatchable": f"{_path(type(value))} ({type(exc).__name__} while encoding it)"})
 
