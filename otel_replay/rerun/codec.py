@@ -57,6 +57,7 @@ __all__ = [
     "output_hash",
     "redact_headers",
     "redact_json_text",
+    "redact_partial_json",
     "redact_url",
     "stable_json",
     "unmatchable",
@@ -540,6 +541,23 @@ _MAYBE_SECRET = re.compile(
 """Every text :func:`redact` could change matches this (the fast path: most bodies hold no secret)."""
 
 
+_JSON_STRING_MEMBER = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:\s*)"(?:[^"\\]|\\.)*("|\Z)', re.DOTALL)
+"""``"key": "value"`` in JSON text that need not parse (a capped head): the value may run to the end."""
+
+
+def redact_partial_json(text: str) -> str:
+    """JSON-like text that does not parse, redacted: string values of secret-named keys whole, the rest by shape."""
+
+    def member(match: re.Match[str]) -> str:
+        if not _SECRET_KEY.fullmatch(match.group(1)):
+            return match.group(0)
+        return f'"{match.group(1)}"{match.group(2)}"{REDACTED}{match.group(3)}'
+
+    if "{" in text:
+        text = _JSON_STRING_MEMBER.sub(member, text)
+    return redact(text)
+
+
 def redact_json_text(text: str) -> str:
     """A body with secrets redacted: JSON by key name and value shape, other text by value shape."""
     if not _MAYBE_SECRET.search(text):
@@ -549,8 +567,8 @@ def redact_json_text(text: str) -> str:
         try:
             tree = json.loads(text)
             redacted = _redact_tree(tree)
-        except (ValueError, RecursionError):  # not JSON, or nested too deep to walk: redact by value shape
-            return redact(text)
+        except (ValueError, RecursionError):  # a capped head, not JSON, nested too deep: by key pattern and shape
+            return redact_partial_json(text)
         if redacted == tree:
             return text  # nothing secret: keep the exact bytes
         return json.dumps(redacted, ensure_ascii=False, separators=(",", ":"))

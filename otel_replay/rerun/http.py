@@ -27,7 +27,7 @@ from typing import Any
 from otel_replay import settings
 from otel_replay.instrumentation._seam import through
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
-from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_url
+from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_partial_json, redact_url
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder, urllib3_decoder
 from otel_replay.rerun.http_raw import over_bytes, read_head, release
@@ -52,7 +52,15 @@ def _body_text(raw: bytes) -> Any:
     try:
         return redact_json_text(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        return {"$b64": base64.b64encode(raw).decode("ascii")}
+        pass
+    # Not UTF-8 as stored (a head capped inside a character, Latin-1, a multipart upload with a file):
+    # redacted over a view that keeps every other byte as it is (surrogateescape), and stored as bytes.
+    view = raw.decode("utf-8", "surrogateescape")
+    try:
+        kept = redact_json_text(view).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # re-serialised JSON wrote an escaped lone surrogate raw: by value shape only
+        kept = redact_partial_json(view).encode("utf-8", "surrogateescape")
+    return {"$b64": base64.b64encode(kept).decode("ascii")}
 
 
 def request_arguments(method: str, url: str, body: bytes) -> str:
