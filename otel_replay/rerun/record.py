@@ -26,6 +26,7 @@ from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError
+from otel_replay.instrumentation._redact import redact
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord, new_id
 from otel_replay.rerun.callers import INSIDE
@@ -34,6 +35,7 @@ from otel_replay.rerun.codec import (
     arguments_hash,
     encode_result,
     output_hash,
+    redact_json_text,
     stable_json,
     unmatchable,
 )
@@ -56,6 +58,9 @@ def error_of(exc: BaseException) -> dict[str, str]:
         message = f"({type(failed).__name__} while reading the message)"
     # A lone surrogate (a non-UTF-8 file name in the message) cannot be stored: escaped, visibly.
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    # Messages name URLs and values (requests' "Max retries exceeded with url: /v1?api_key=…"): redacted
+    # as the call's arguments are; the rerun raises the redacted message.
+    message = redact(message)
     return {"type": f"{type(exc).__module__}:{type(exc).__qualname__}", "message": message}
 
 
@@ -239,7 +244,9 @@ class RecordMode:
             boundary=boundary,
             name=name,
             stream=stream,
-            arguments=arguments,
+            # Stored redacted; matched on the hash of the arguments as the call had them (HTTP arguments are
+            # redacted before both, as a body is matched redacted).
+            arguments=arguments if boundary == "http" else redact_json_text(arguments),
             args_hash=arguments_hash(boundary, name, arguments),
             value=value,
             error=error,
@@ -290,7 +297,7 @@ class RecordMode:
         }
         if final:
             # A lone surrogate in the message (a non-UTF-8 file name) would make the chunk unsealable: escaped.
-            outcome = outcome.encode("utf-8", "backslashreplace").decode("utf-8")
+            outcome = redact(outcome.encode("utf-8", "backslashreplace").decode("utf-8"))
             attrs[sc.RECORDING_FINGERPRINT] = self.fingerprint.hexdigest()
             attrs[sc.RECORDING_OUTCOME] = outcome
             if self._output is not None:

@@ -13,6 +13,7 @@ from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
+from otel_replay.instrumentation._redact import redact
 from otel_replay.records import new_id
 from otel_replay.replay import Policy, load_callable
 from otel_replay.rerun.codec import arguments_codec, output_hash, redact_json_text, stable_json
@@ -119,7 +120,7 @@ _STOPPED = ("raised KeyboardInterrupt", "raised GeneratorExit")
 def _one_line(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:500]
+    return redact(first[:500])  # shown and sealed: a message naming a URL with its key is redacted
 
 
 def rerun(

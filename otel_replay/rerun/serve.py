@@ -27,7 +27,7 @@ from otel_replay.errors import DeterminismLeakError, ReplayMismatchError
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.callers import INSIDE
-from otel_replay.rerun.codec import arguments_hash, decode_result, stable_json, unmatchable
+from otel_replay.rerun.codec import arguments_hash, decode_result, redact_json_text, stable_json, unmatchable
 from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, describe_event, stream_key, value_hash
 from otel_replay.rerun.interceptor import decision_arguments
 
@@ -243,6 +243,8 @@ class RerunMode:
             stream = stream_key(call.boundary, call.name)
             digest = arguments_hash(call.boundary, call.name, text)
             opaque = call.boundary == "tool"
+        if call.boundary != "http":  # shown and sealed redacted, as recorded; matched above on the digest
+            text = redact_json_text(text)
         if not opaque and not isinstance(call, BoundaryCall):
             self._note(step, call, stream, text, digest)
             return "invoke", None
@@ -343,6 +345,7 @@ class RerunMode:
         text = decision_arguments(record)
         stream = stream_key("decision", record.decision_type)
         digest = arguments_hash("decision", record.decision_type, text)
+        text = redact_json_text(text)  # shown and sealed redacted, as recorded
         self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None))
         queue = self.streams.get(stream)
         event = queue.popleft() if queue else None

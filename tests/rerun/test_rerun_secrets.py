@@ -1,8 +1,9 @@
-"""Nothing secret is written in clear: bodies that are not UTF-8, capped JSON heads (rev-rr2 finding 3)."""
+"""Nothing is written in clear: bodies not UTF-8, capped JSON heads, tool arguments, errors (rev-rr2 3-5)."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -12,7 +13,11 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from otel_replay.rerun import rerun
+import otel_replay
+from otel_replay.instrumentation import tool
+from otel_replay.rerun import recording, rerun
+from otel_replay.rerun.load import load_recording
+from otel_replay.store import Store
 
 from .conftest import record
 from .test_rerun_http import _reply, _server, _stored_events
@@ -75,3 +80,77 @@ def test_an_upload_whose_body_is_not_utf8_matches_with_its_key_redacted_on_both_
         assert _KEY.encode() not in request and b"[REDACTED]" in request
         result = rerun(lambda: _calls(base)[1:], dataset=dataset, session_id="upload", governance="strict")
     assert result.matched and result.output[2] == original[2] == {"text": "hello"}, result.report()
+
+
+# --- findings 4 and 5: tool arguments, error messages and outcomes are stored redacted -----------
+
+
+@dataclasses.dataclass(frozen=True)
+class DbLogin:
+    user: str
+    password: str
+
+
+_GH = "ghp_" + "T" * 36
+PASSWORD = ["hunter2-Very-Secret!"]
+
+
+@tool
+def connect(login: DbLogin, token: str) -> str:
+    """Connects with credentials passed as arguments."""
+    return "connected"
+
+
+@tool
+def search(q: str) -> str:
+    """Fails naming the URL with its key, as raise_for_status() does."""
+    raise ValueError(f"Client error '404 Not Found' for url 'https://api.x/v1/search?q={q}&api_key={_KEY}'")
+
+
+def _connects() -> str:
+    return connect(DbLogin("svc", PASSWORD[0]), token=_GH)
+
+
+def _searches() -> str:
+    return search("acme")
+
+
+def _stored_recording(dataset: Path, session_id: str) -> Any:
+    with Store(dataset) as store:
+        return load_recording(store, session_id)
+
+
+def test_tool_arguments_are_stored_redacted_and_matched_on_their_unredacted_hash(dataset: Path) -> None:
+    record(dataset, "login", _connects)
+    (event,) = _stored_recording(dataset, "login").events
+    assert PASSWORD[0] not in event.arguments and _GH not in event.arguments
+    assert '"password":"[REDACTED]"' in event.arguments and '"token":"[REDACTED]"' in event.arguments
+    assert rerun(_connects, dataset=dataset, session_id="login", governance="strict").matched
+    PASSWORD[0] = "another-password-entirely"  # differs only in a secret: still another argument
+    try:
+        other = rerun(_connects, dataset=dataset, session_id="login")
+    finally:
+        PASSWORD[0] = "hunter2-Very-Secret!"
+    assert not other.matched and other.divergence is not None and "other arguments" in other.divergence.reason
+    assert "another-password" not in other.report() and "hunter2" not in other.report()
+
+
+def test_error_messages_and_the_outcome_are_stored_redacted(dataset: Path) -> None:
+    telemetry = otel_replay.configure(dataset, service_name="rerun-tests", set_global=False)
+    try:
+        with pytest.raises(ValueError, match="QQQQ"), recording("failed"):
+            _searches()  # the agent itself still sees the real message
+        telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    stored = _stored_recording(dataset, "failed")
+    (event,) = stored.events
+    assert (
+        event.error is not None
+        and _KEY not in event.error["message"]
+        and "api_key=[REDACTED]" in event.error["message"]
+    )
+    assert stored.outcome.startswith("raised ValueError:") and _KEY not in stored.outcome
+    assert "api_key=[REDACTED]" in stored.outcome
+    result = rerun(_searches, dataset=dataset, session_id="failed", governance="strict")
+    assert result.matched and result.error is not None and "api_key=[REDACTED]" in result.error, result.report()
