@@ -97,7 +97,7 @@ def _response_value(
     capped: dict[str, Any] | None = None
     if decode is not None and raw:
         try:
-            decoded = decode_bounded(decode(raw), cap)
+            decoded = decode_bounded(decode(raw, cap), cap)
         except Exception as exc:  # the client raises this to the agent when it reads the body
             kept = b""
             why = f"{type(exc).__name__}: {exc}"[:200]

@@ -503,3 +503,60 @@ def test_set_cookie_values_are_redacted_and_names_kept_also_when_headers_are_joi
         ["set-cookie", "[REDACTED]"],
         ["Set-Cookie", "k=[REDACTED]"],
     ]
+
+
+# --- rev-rr2 finding 6: a chained Content-Encoding is decoded one bounded layer at a time ---------
+
+
+def _gzip_bomb(mib: int) -> bytes:
+    """``mib`` MiB of zeros, gzipped (about 1000:1)."""
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    return b"".join(squeeze.compress(zeros) for _ in range(mib)) + squeeze.flush()
+
+
+@pytest.mark.parametrize("client", ["httpx", "urllib3"])
+def test_a_chained_encoding_is_decoded_a_bounded_slice_at_a_time(client: str) -> None:
+    from otel_replay.rerun.http_decode import COUNT_LIMIT, decode_bounded, httpx_decoder, urllib3_decoder
+
+    body = gzip.compress(_gzip_bomb(96))  # 96 MiB inside, 100 KB inside that, a few hundred bytes on the wire
+    header = "gzip, gzip"
+    decode = (
+        httpx_decoder(httpx, [(b"content-encoding", header.encode())])
+        if client == "httpx"
+        else urllib3_decoder([("content-encoding", header)])
+    )
+    biggest = [0]
+
+    def watched(pieces: Any) -> Any:
+        for piece in pieces:
+            biggest[0] = max(biggest[0], len(piece))
+            yield piece
+
+    cap = 4096
+    decoded = decode_bounded(watched(decode(body, cap)), cap)
+    assert decoded.kept == bytes(cap) and not decoded.complete
+    assert decoded.total <= 16 * 1024 * COUNT_LIMIT + (17 << 20)  # stopped near the limit, not at 96 MiB
+    assert biggest[0] <= 17 << 20  # the inner layer was fed slices: its whole 96 MiB never came at once
+
+
+def _chained(h: BaseHTTPRequestHandler) -> None:
+    _reply(
+        h,
+        200,
+        gzip.compress(gzip.compress(_TOKEN)),
+        [("Content-Type", "application/json"), ("Content-Encoding", "gzip, gzip")],
+    )
+
+
+def test_a_chained_encoding_is_stored_decoded_and_redacted_through_both_clients(dataset: Path) -> None:
+    def fetch(base: str) -> list[Any]:
+        return [httpx.get(f"{base}/t").json(), requests.get(f"{base}/t", timeout=5).json()]
+
+    with _server(_chained) as base:
+        original, _, _ = record(dataset, "chain", lambda: fetch(base))
+        assert [o["access_token"] for o in original] == [_SECRET, _SECRET]
+        for event in _stored_events(dataset, "chain"):
+            assert json.loads(event["value"]["body"])["access_token"] == "[REDACTED]" and "capped" not in event["value"]
+        result = rerun(lambda: fetch(base), dataset=dataset, session_id="chain", governance="strict")
+    assert result.matched and [o["pad"] for o in result.output] == ["x" * 300] * 2, result.report()
