@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,8 +118,15 @@ _STOPPED = ("raised KeyboardInterrupt", "raised GeneratorExit")
 """Outcomes of a run that was stopped, not one that ended (``SystemExit`` is an end: a rerun reproduces it)."""
 
 
+def _cancelled(outcome: str) -> bool:
+    return outcome.startswith("raised CancelledError")
+
+
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception as failed:  # an error whose __str__ raises (fields it never got) still ends the rerun, named
+        text = f"{type(exc).__name__}: ({type(failed).__name__} while reading the message)"
     first = text.splitlines()[0] if text else type(exc).__name__
     return redact(first[:500])  # shown and sealed: a message naming a URL with its key is redacted
 
@@ -189,7 +197,7 @@ def _run(
     # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
     # that ended early does, rather than going on past the recorded calls.
     complete = recording.complete and not recording.outcome.startswith(_STOPPED)
-    mode = RerunMode(list(recording.events), governance, complete)
+    mode = RerunMode(list(recording.events), governance, complete, cancelled_run=_cancelled(recording.outcome))
     rerun_id = new_id()
     rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
     output: Any = None
@@ -205,7 +213,8 @@ def _run(
                     if governance == "strict" and not mode.ended_early:
                         raise
                     error = _one_line(exc)
-                except (Exception, SystemExit) as exc:  # an agent calling sys.exit() ends its rerun, not ours
+                # An agent calling sys.exit() ends its rerun, not ours; so does a CancelledError it raises itself.
+                except (Exception, SystemExit, asyncio.CancelledError) as exc:
                     error = _one_line(exc)
         finally:
             mode.close()
