@@ -1,8 +1,10 @@
-"""Limits of the argument encoder: values that contain themselves, huge values, large arrays (rev-rr2 finding 2)."""
+"""Limits: arguments that contain themselves, huge values, large arrays (rev-rr2 2); unwritable chunks (9)."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +125,47 @@ def test_a_large_array_is_hashed_by_dtype_shape_and_content_not_listed(dataset: 
     assert stable_json(np.ascontiguousarray(_image(np, 1).transpose(1, 0, 2))) == stable_json(
         _image(np, 1).transpose(1, 0, 2)
     )  # the digest is of the values in C order, whatever the memory layout
+
+
+# --- rev-rr2 finding 9: a tracer that cannot hold the chunks ---------------------------------------
+
+
+def test_recording_through_a_tracer_that_would_cut_its_chunks_is_refused_up_front(dataset: Path) -> None:
+    script = """
+import os, time
+os.environ["OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"] = "4096"
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+trace.set_tracer_provider(TracerProvider())
+from otel_replay.errors import ConfigError
+from otel_replay.rerun import recording
+try:
+    with recording("cut"):
+        time.time()
+except ConfigError as exc:
+    print("refused:", exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert "refused: otel-replay cannot record through this tracer" in done.stdout, done.stderr
+    assert "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT" in done.stdout
+
+
+def test_chunks_that_cannot_be_written_are_retried_with_backoff_not_per_event() -> None:
+    script = """
+import logging, os, time
+logging.basicConfig(level=logging.ERROR)
+from otel_replay.rerun import recording
+with recording("late") as mode:
+    # A provider set up after the recording started, with a length limit: every chunk write now fails.
+    os.environ["OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"] = "4096"
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+    for _ in range(8000):
+        time.time()
+    print("pending", len(mode._pending))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert "pending 8000" in done.stdout, done.stderr  # nothing lost: still pending, in order
+    assert done.stderr.count("Traceback") <= 2  # one for the first failed write (and the final chunk's), not 7,700
+    assert 3 <= done.stderr.count("a chunk still cannot be written") <= 6  # at 512, 1024, 2048, 4096 events pending
