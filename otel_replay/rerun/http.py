@@ -279,6 +279,7 @@ def _install_requests(patches: PatchSet) -> None:
     import requests.adapters
     import urllib3
     from requests.structures import CaseInsensitiveDict
+    from requests.cookies import extract_cookies_to_jar
     from requests.utils import get_encoding_from_headers
     from urllib3.response import HTTPResponse
 
@@ -298,6 +299,8 @@ def _install_requests(patches: PatchSet) -> None:
         response.request = request
         response.connection = adapter
         response.encoding = get_encoding_from_headers(response.headers)
+        # As adapter.build_response does: the response's own jar (`"sid" in r.cookies`) from its Set-Cookie.
+        extract_cookies_to_jar(response.cookies, request, response.raw)
         return response
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

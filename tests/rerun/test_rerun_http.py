@@ -302,19 +302,19 @@ def _cookies(h: BaseHTTPRequestHandler) -> None:
 
 def _session(base: str) -> tuple[Any, ...]:
     with requests.Session() as session:
-        session.post(f"{base}/login", timeout=5)
+        login = session.post(f"{base}/login", timeout=5)
         data = session.get(f"{base}/data", timeout=5)
         with session.get(f"{base}/file", stream=True, timeout=5) as download:
             copied = io.BytesIO()
             shutil.copyfileobj(download.raw, copied)  # the body as it came over the wire
             raw_length = len(copied.getvalue())
-        return data.status_code, data.text, sorted(session.cookies.keys()), raw_length
+        return data.status_code, data.text, sorted(session.cookies.keys()), raw_length, sorted(login.cookies.keys())
 
 
 def test_a_requests_session_keeps_its_cookies_and_raw_body_while_recorded_and_rerun(dataset: Path) -> None:
     with _server(_cookies) as base:
         plain = _session(base)
-        assert plain == (200, "secret-data", ["sid"], len(gzip.compress(b"file-bytes" * 100)))
+        assert plain == (200, "secret-data", ["sid"], len(gzip.compress(b"file-bytes" * 100)), ["sid"])
         original, _, events = record(dataset, "jar", lambda: _session(base))
         assert original == plain and events == 3  # recording changes nothing the program sees
         result = rerun(lambda: _session(base), dataset=dataset, session_id="jar", governance="strict")
@@ -323,6 +323,7 @@ def test_a_requests_session_keeps_its_cookies_and_raw_body_while_recorded_and_re
     # decoded file.
     assert result.output[:2] == (200, "secret-data") and result.output[2] == ["sid"]
     assert result.output[3] == len(b"file-bytes" * 100)
+    assert result.output[4] == ["sid"]  # the login response's own jar (r.cookies) too, not only the session's
     assert result.matched, result.report()
 
 
