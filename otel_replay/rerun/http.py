@@ -278,8 +278,8 @@ def _install_requests(patches: PatchSet) -> None:
     import requests
     import requests.adapters
     import urllib3
-    from requests.structures import CaseInsensitiveDict
     from requests.cookies import extract_cookies_to_jar
+    from requests.structures import CaseInsensitiveDict
     from requests.utils import get_encoding_from_headers
     from urllib3.response import HTTPResponse
 

@@ -262,8 +262,15 @@ def _compare_output(mode: RerunMode, recorded: str, output: Any) -> None:
     )
 
 
+_CLEAN_EXITS = frozenset({"SystemExit", "SystemExit: ", "SystemExit: 0", "SystemExit: None"})
+"""A run ending in ``sys.exit(0)`` / ``sys.exit()`` returned: the whole-process recording says ``returned`` for it,
+``recording()`` says ``raised SystemExit: 0``, and a rerun of either ends in ``SystemExit: 0``."""
+
+
 def _same_outcome(recorded: str, error: str | None) -> bool:
-    if error is None:
+    if recorded.removeprefix("raised ") in _CLEAN_EXITS:
+        recorded = "returned"
+    if error is None or error in _CLEAN_EXITS:
         return recorded in ("", "returned")
     return recorded.startswith("raised ") and recorded[len("raised ") :].split(":")[0] == error.split(":")[0]
 

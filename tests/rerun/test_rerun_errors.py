@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ import otel_replay
 from otel_replay.errors import ReplayMismatchError
 from otel_replay.instrumentation import tool
 from otel_replay.rerun import recording, rerun
+from otel_replay.rerun.load import load_recording
+from otel_replay.store import Store
 
 from .conftest import record
 
@@ -125,3 +128,66 @@ def _quota_shown() -> tuple[str, bool]:
     except QuotaError as exc:
         return str(exc), repr(exc).startswith("QuotaError(")
     return "", False
+
+
+# --- rev-rr2 finding 8: how a whole process ended, with its own excepthook or sys.exit(0) ------------
+
+_AGENT = """
+import random, sys
+
+CRASH = True
+
+
+def main() -> None:
+    random.random()
+    if sys.argv[-1] == "own-hook" and CRASH:
+        sys.excepthook = lambda *exc_info: print("the agent's own hook", file=sys.stderr)  # not chained
+        raise RuntimeError("agent crashed")
+    if sys.argv[-1] == "exit0":
+        sys.exit(0)  # click's standalone mode, sys.exit(main()) scripts
+"""
+
+_WHOLE = """
+import sys, otel_replay
+from otel_replay.rerun.autostart import RecordingInstrumentor
+otel_replay.configure(sys.argv[1], service_name="whole-process", set_global=True)
+RecordingInstrumentor().instrument()
+sys.path.insert(0, sys.argv[2])
+import agent_whole
+agent_whole.main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "outcome"), [("own-hook", 1, "raised RuntimeError: agent crashed"), ("exit0", 0, "returned")]
+)
+def test_a_whole_process_outcome_survives_its_own_excepthook_and_a_clean_exit_matches(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, code: int, outcome: str
+) -> None:
+    (tmp_path / "agent_whole.py").write_text(_AGENT)
+    env = {**os.environ, "OTEL_REPLAY_RECORD_SESSION": "whole"}
+    done = subprocess.run(
+        [sys.executable, "-c", _WHOLE, str(dataset), str(tmp_path), how],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == code, done.stderr
+    with Store(dataset) as store:
+        assert load_recording(store, "whole").outcome == outcome  # 'returned' for the crash before
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["agent_whole", how])
+    monkeypatch.delitem(sys.modules, "agent_whole", raising=False)
+    import agent_whole  # type: ignore[import-not-found]
+
+    try:
+        if how == "own-hook":
+            agent_whole.CRASH = False  # a changed agent that no longer crashes: not the recorded run
+            fixed = rerun(agent_whole.main, dataset=dataset, session_id="whole")
+            assert not fixed.matched and "outcome differs" in fixed.report(), fixed.report()
+        else:  # the same program ends in SystemExit: 0 again: it returned, as recorded
+            same = rerun(agent_whole.main, dataset=dataset, session_id="whole")
+            assert same.matched and same.error == "SystemExit: 0", same.report()
+    finally:
+        sys.modules.pop("agent_whole", None)
