@@ -573,3 +573,30 @@ def test_an_event_numbered_past_float_range_is_a_one_line_dataset_error(dataset:
     _emit_chunk(dataset, "inf", "chunk-inf", version=1, events=events)
     with pytest.raises(DatasetError, match="recording chunk chunk-inf of session 'inf': malformed event"):
         rerun(time.time, dataset=dataset, session_id="inf")
+
+
+# --- rev-rr2: an Action whose type is a StrEnum --------------------------------------------------------
+
+
+class Kind(enum.StrEnum):
+    PAY = "pay"
+
+
+_LEDGER = otel_replay.ReferenceLedger(balance=1_000)
+
+
+@tool(side_effect="financial", gate=otel_replay.ActionGate(_LEDGER), snapshot=otel_replay.DependencySnapshot({"b": 1}))
+def pay_enum(amount: float) -> otel_replay.Action:
+    """A gated tool whose action type is an enum member."""
+    return otel_replay.Action(Kind.PAY, {"to": "acme"}, cost=amount)
+
+
+def _pays_enum() -> str:
+    return str(pay_enum(12.5).receipt_id)
+
+
+def test_an_action_typed_by_a_str_enum_reruns_to_a_match(dataset: Path) -> None:
+    assert type(otel_replay.Action(Kind.PAY).type) is str  # kept as the plain string it is stored as
+    original, _, _ = record(dataset, "enum", _pays_enum)
+    result = rerun(_pays_enum, dataset=dataset, session_id="enum", governance="strict")
+    assert result.matched and result.output == original, result.report()
