@@ -166,6 +166,10 @@ def response_headers(value: dict[str, Any], body: bytes) -> list[tuple[Any, Any]
     return [(k, str(len(body)) if _name(k) == "content-length" else v) for k, v in pairs]
 
 
+def _latin1(text: Any) -> bytes:
+    return text if isinstance(text, bytes) else str(text).encode("latin-1", "replace")
+
+
 def _name(key: Any) -> str:
     return (key.decode("latin-1") if isinstance(key, bytes) else str(key)).lower()
 
@@ -221,7 +225,9 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         rest = value.get("rest")
         return httpx.Response(
             int(value["status"]),
-            headers=response_headers(value, body),
+            # As bytes: stored headers are Latin-1 text, and httpx encodes str headers as ASCII (a raw UTF-8
+            # `filename="résumé.pdf"` would raise UnicodeEncodeError in the agent).
+            headers=[(_latin1(k), _latin1(v)) for k, v in response_headers(value, body)],
             stream=httpx.ByteStream(body) if rest is None else tee(body, rest, value["close"]),
             request=request,
             extensions={"reason_phrase": str(value.get("reason", "")).encode("latin-1", "replace")},

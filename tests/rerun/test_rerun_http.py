@@ -561,3 +561,23 @@ def test_a_chained_encoding_is_stored_decoded_and_redacted_through_both_clients(
             assert json.loads(event["value"]["body"])["access_token"] == "[REDACTED]" and "capped" not in event["value"]
         result = rerun(lambda: fetch(base), dataset=dataset, session_id="chain", governance="strict")
     assert result.matched and [o["pad"] for o in result.output] == ["x" * 300] * 2, result.report()
+
+
+# --- rev-rr2: a response header that is not ASCII (raw UTF-8) ------------------------------------
+
+
+def _download(h: BaseHTTPRequestHandler) -> None:
+    disposition = 'attachment; filename="résumé.pdf"'.encode().decode("latin-1")  # sent as raw UTF-8 bytes
+    _reply(h, 200, b"%PDF-1.4 ...", [("Content-Type", "application/pdf"), ("Content-Disposition", disposition)])
+
+
+def test_a_response_header_with_raw_utf8_bytes_is_served_as_it_came_through_httpx(dataset: Path) -> None:
+    def fetch(base: str) -> tuple[int, str, bytes]:
+        response = httpx.get(f"{base}/cv")
+        return response.status_code, response.headers["content-disposition"], response.content
+
+    with _server(_download) as base:
+        original, _, _ = record(dataset, "utf8", lambda: fetch(base))
+        assert "sum" in original[1] and original[2] == b"%PDF-1.4 ..."
+        result = rerun(lambda: fetch(base), dataset=dataset, session_id="utf8", governance="strict")
+    assert result.matched and result.output == original, result.report()  # UnicodeEncodeError in the agent before
