@@ -37,7 +37,7 @@ import pathlib
 import re
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -251,6 +251,17 @@ def _zone(tzinfo: Any) -> Any:
     return text
 
 
+_BASE_VALUES: tuple[tuple[type, Callable[[Any], Any]], ...] = (
+    (str, str.__str__),
+    (int, int.__int__),
+    (float, float.__float__),
+    (list, list.copy),
+    (tuple, lambda value: tuple.__getitem__(value, slice(None))),
+)
+"""The value a subclass of a JSON type holds, read through the base type's own method: ``str(v)`` would call an
+overriding ``__str__`` (a masking string type), and two different values would hash the same."""
+
+
 def _canon_typed(value: Any, cls: type, walk: _Walk) -> Any:
     if isinstance(value, enum.Enum):
         return {"$enum": [_path(cls), _canon(value.value, walk)]}
@@ -295,10 +306,9 @@ def _canon_typed(value: Any, cls: type, walk: _Walk) -> Any:
         return {"$mapping": [_path(cls), _canon(dict(value.items()), walk)]}
     if isinstance(value, collections.deque):
         return {"$typed": [_path(cls), _canon(list(value), walk)]}
-    bases: tuple[Any, ...] = (str, int, float, list, tuple)
-    for base in bases:  # a subclass of a value type: its value and its type
+    for base, plain in _BASE_VALUES:  # a subclass of a value type: its value (not its own __str__ ...) and its type
         if isinstance(value, base):
-            return {"$typed": [_path(cls), _canon(base(value), walk)]}
+            return {"$typed": [_path(cls), _canon(plain(value), walk)]}
     # An object with no value representation (a client, a lock, a closure, a generator ...): never matched.
     return {"$unmatchable": _path(cls)}
 

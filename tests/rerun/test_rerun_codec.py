@@ -600,3 +600,21 @@ def test_an_action_typed_by_a_str_enum_reruns_to_a_match(dataset: Path) -> None:
     original, _, _ = record(dataset, "enum", _pays_enum)
     result = rerun(_pays_enum, dataset=dataset, session_id="enum", governance="strict")
     assert result.matched and result.output == original, result.report()
+
+
+class _Masked(str):
+    """A string type that masks itself when printed."""
+
+    def __str__(self) -> str:
+        return "***"
+
+
+class _Hidden(list[int]):
+    def __iter__(self) -> Any:
+        return iter([])
+
+
+def test_a_subclass_of_a_value_type_is_compared_by_its_value_not_its_own_str_or_iter() -> None:
+    assert stable_json(_Masked("key-a")) != stable_json(_Masked("key-b"))  # once both '***': the same argument
+    assert stable_json(_Hidden([1])) != stable_json(_Hidden([2]))
+    assert stable_json(_Masked("x")) == '{"$typed":["' + __name__ + ':_Masked","x"]}'
