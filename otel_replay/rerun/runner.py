@@ -225,6 +225,7 @@ def _run(
     matched = (
         complete
         and mode.divergence is None
+        and not mode.ended_early  # stopped where the recording was interrupted, even if the agent went on
         and fingerprint == recording.fingerprint
         and _same_outcome(recording.outcome, error)
     )

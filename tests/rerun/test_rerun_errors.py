@@ -191,3 +191,33 @@ def test_a_whole_process_outcome_survives_its_own_excepthook_and_a_clean_exit_ma
             assert same.matched and same.error == "SystemExit: 0", same.report()
     finally:
         sys.modules.pop("agent_whole", None)
+
+
+# --- rev-rr2 (suspected): an interruption the agent caught, then the rerun's stop it caught too --------
+
+
+@tool
+def interrupted() -> str:
+    """Interrupted while recorded (Ctrl-C during the call)."""
+    raise KeyboardInterrupt
+
+
+@tool
+def after() -> str:
+    """A call made after the agent swallowed the interruption."""
+    return "after"
+
+
+def _swallows() -> str:
+    try:
+        interrupted()
+    except (KeyboardInterrupt, Exception):  # a broad handler: also takes the rerun's ReplayMismatchError
+        pass
+    return after()
+
+
+def test_a_rerun_stopped_where_the_recording_was_interrupted_never_matches(dataset: Path) -> None:
+    output, _, events = record(dataset, "swallowed", _swallows)
+    assert output == "after" and events == 2
+    result = rerun(_swallows, dataset=dataset, session_id="swallowed")
+    assert result.ended_early and not result.matched, result.report()  # ended early and matched, before
