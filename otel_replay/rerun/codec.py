@@ -591,11 +591,18 @@ def encode_result(value: Any) -> Any:
     A value that cannot be recorded becomes ``{"$unrecordable": why}``: a rerun
     refuses to serve it rather than run the tool again.
     """
+    from otel_replay._json import canonical_json
+    from otel_replay.errors import CaptureError
     from otel_replay.gate import Receipt
     from otel_replay.records import Action
 
     if isinstance(value, Receipt):
-        return {"$receipt": value.to_json()}
+        data = value.to_json()
+        try:  # a Decimal amount or an object in its details: stored as unrecordable, not dropped when written
+            canonical_json(data, where="the Receipt")
+        except CaptureError as exc:
+            return {"$unrecordable": str(exc)}
+        return {"$receipt": data}
     if isinstance(value, Action):
         return {"$action": {"type": value.type, "arguments": dict(value.arguments), "cost": value.cost}}
     try:

@@ -618,3 +618,21 @@ def test_a_subclass_of_a_value_type_is_compared_by_its_value_not_its_own_str_or_
     assert stable_json(_Masked("key-a")) != stable_json(_Masked("key-b"))  # once both '***': the same argument
     assert stable_json(_Hidden([1])) != stable_json(_Hidden([2]))
     assert stable_json(_Masked("x")) == '{"$typed":["' + __name__ + ':_Masked","x"]}'
+
+
+@tool
+def settle() -> Any:
+    """A tool handing back a receipt whose amount JSON cannot hold."""
+    from otel_replay.gate import Receipt
+
+    return Receipt("r-1", "vendor_payment", decimal.Decimal("12.50"))  # type: ignore[arg-type]
+
+
+def test_a_receipt_json_cannot_hold_is_stored_unrecordable_not_dropped(dataset: Path) -> None:
+    output, _, events = record(dataset, "receipt", lambda: settle().receipt_id)
+    assert output == "r-1" and events == 1  # the event was dropped when written, before
+    with Store(dataset) as store:
+        (event,) = load_recording(store, "receipt").events
+    assert "$.amount is a Decimal" in event.value["$unrecordable"]
+    with pytest.raises(ReplayMismatchError, match="could not hold"):
+        rerun(lambda: settle().receipt_id, dataset=dataset, session_id="receipt", governance="strict")
