@@ -8,8 +8,9 @@ chunk written - when the process exits or the instrumentor is uninstrumented.
 
 The recorded outcome is how the process ended: ``raised <Type>: <message>``
 when an uncaught exception reached ``sys.excepthook`` (chained, so the usual
-traceback is still printed) or the program called ``sys.exit`` with a non-zero
-code, ``returned`` otherwise.
+traceback is still printed; ``sys.last_value`` when the program's own hook
+replaced ours) or the program called ``sys.exit`` with a non-zero code,
+``returned`` otherwise.
 """
 
 from __future__ import annotations
