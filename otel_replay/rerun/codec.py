@@ -60,6 +60,7 @@ __all__ = [
     "redact_partial_json",
     "redact_url",
     "stable_json",
+    "text_hash",
     "unmatchable",
 ]
 
@@ -345,7 +346,12 @@ def unmatchable(arguments_text: str) -> str | None:
 
 def output_hash(value: Any) -> str:
     """The hash of what an entrypoint returned, compared by value between a recording and its rerun."""
-    return hashlib.sha256(stable_json(value).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return text_hash(stable_json(value))
+
+
+def text_hash(text: str) -> str:
+    """:func:`output_hash` of the value whose :func:`stable_json` text is ``text`` (not walked again)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:

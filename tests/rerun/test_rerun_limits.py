@@ -169,3 +169,39 @@ with recording("late") as mode:
     assert "pending 8000" in done.stdout, done.stderr  # nothing lost: still pending, in order
     assert done.stderr.count("Traceback") <= 2  # one for the first failed write (and the final chunk's), not 7,700
     assert 3 <= done.stderr.count("a chunk still cannot be written") <= 6  # at 512, 1024, 2048, 4096 events pending
+
+
+# --- an output past the budget (or with no value representation) is not compared as equal ---------
+
+ROWS: list[int] = [0]
+
+
+@tool
+def rows() -> int:
+    """How many rows to return."""
+    return 1_100_000
+
+
+def _big_output() -> list[list[int]]:
+    return [[ROWS[0]] for _ in range(rows())]  # 1.1 M values: past the encoder's budget
+
+
+def test_an_output_that_cannot_be_compared_is_a_divergence_not_a_match(dataset: Path) -> None:
+    import otel_replay
+    from otel_replay.rerun import recording
+
+    telemetry = otel_replay.configure(dataset, service_name="rerun-tests", set_global=False)
+    try:
+        with recording("big") as mode:
+            assert mode is not None
+            mode.set_output(_big_output())
+        telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    ROWS[0] = 1  # another output: it hashed the same as the recorded one, and matched
+    try:
+        result = rerun(_big_output, dataset=dataset, session_id="big")
+    finally:
+        ROWS[0] = 0
+    assert not result.matched and result.divergence is not None
+    assert "no value representation" in result.divergence.reason and "1000000 values" in result.divergence.reason
