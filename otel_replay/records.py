@@ -145,6 +145,8 @@ class Action:
     def __post_init__(self) -> None:
         if not isinstance(self.type, str) or not self.type:
             raise CaptureError("Action.type must be a non-empty string")
+        if type(self.type) is not str:  # a StrEnum member: stored and served as the plain string it is, so kept as one
+            object.__setattr__(self, "type", str.__str__(self.type))
         encoded = flat_mapping_json(self.arguments)
         if encoded is None:
             if not isinstance(self.arguments, Mapping):

@@ -8,8 +8,9 @@ chunk written - when the process exits or the instrumentor is uninstrumented.
 
 The recorded outcome is how the process ended: ``raised <Type>: <message>``
 when an uncaught exception reached ``sys.excepthook`` (chained, so the usual
-traceback is still printed) or the program called ``sys.exit`` with a non-zero
-code, ``returned`` otherwise.
+traceback is still printed; ``sys.last_value`` when the program's own hook
+replaced ours) or the program called ``sys.exit`` with a non-zero code,
+``returned`` otherwise.
 """
 
 from __future__ import annotations
@@ -101,6 +102,18 @@ def start_process_recording(session_id: str | None = None) -> RecordMode:
     return mode
 
 
+def _uncaught() -> str | None:
+    """The exception that ended the process, when our chained excepthook never saw it.
+
+    A program that installs its own ``sys.excepthook`` without chaining (``rich.traceback.install()``)
+    replaces ours; the interpreter still sets ``sys.last_exc`` / ``sys.last_value`` before calling any hook.
+    """
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if not isinstance(exc, BaseException):
+        return None
+    return f"raised {type(exc).__name__}: {exc}"[:500]
+
+
 def stop_process_recording(outcome: str | None = None) -> str | None:
     """Finish the process recording (write its final chunk); returns its fingerprint, ``None`` if none ran.
 
@@ -116,7 +129,7 @@ def stop_process_recording(outcome: str | None = None) -> str | None:
         return None
     mode, interceptor, scope = running
     try:
-        return mode.finish(outcome if outcome is not None else ended or "returned")
+        return mode.finish(outcome if outcome is not None else ended or _uncaught() or "returned")
     finally:
         interceptor.__exit__(None, None, None)
         try:

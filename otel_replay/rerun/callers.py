@@ -99,19 +99,18 @@ def exporters_traffic() -> bool:
 
     The suppression flag alone does not say so: exporters set it, but so do agents and frameworks that
     keep noisy spans out (``suppress_instrumentation()``), and their calls must be recorded. So a call is
-    the exporter's only when the flag is on *and* either an SDK processor, an exporter module or the
-    ``export`` method of an SDK exporter subclass (a custom exporter in the agent's own package) is on the
-    stack, or no frame on the stack is the agent's (an exporter thread: only the standard library,
-    OpenTelemetry and otel-replay).
+    the exporter's only when the flag is on *and* an SDK processor, an exporter module or the ``export``
+    method of an SDK exporter subclass (a custom exporter in the agent's own package) is on the stack.
+    A stack with no frame of the agent's is not enough: ``asyncio.to_thread(requests.get, url)`` under
+    the flag runs in a worker whose stack is the standard library's and requests' alone, and that call is
+    the agent's.
     """
     if not get_value(_SUPPRESS_INSTRUMENTATION_KEY):
         return False
     frame: FrameType | None = sys._getframe(1)
-    agents = False
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith(_EXPORT_MODULES) or _exporter_method(frame):
             return True
-        agents = agents or agent_module(module)
         frame = frame.f_back
-    return not agents
+    return False

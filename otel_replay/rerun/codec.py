@@ -37,7 +37,7 @@ import pathlib
 import re
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,8 +57,10 @@ __all__ = [
     "output_hash",
     "redact_headers",
     "redact_json_text",
+    "redact_partial_json",
     "redact_url",
     "stable_json",
+    "text_hash",
     "unmatchable",
 ]
 
@@ -126,6 +128,11 @@ def _stable_json_v1(value: Any) -> str:
 # --- codec 2: every value by value, or marked unmatchable ---------------------------------------------
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 _MAX_DEPTH = 256
+_MAX_NODES = 1_000_000
+"""Values one :func:`stable_json` call walks at most; past it the whole value is unmatchable (a DAG that
+fans out, a huge nested structure: hashing it must not cost the agent seconds)."""
+_BIG_ARRAY = 4096
+"""NumPy arrays with more elements than this are hashed (dtype, shape, content digest), not listed."""
 _BIG_INT_BITS = 13_000
 """Ints wider than this (about 3,900 digits) are written in hex: ``int``'s decimal form stops at 4,300 digits."""
 _REAL_DATETIME, _REAL_DATE, _REAL_TIME, _REAL_TIMEDELTA = _dt.datetime, _dt.date, _dt.time, _dt.timedelta
@@ -153,43 +160,87 @@ def _surrogates(text: str) -> dict[str, str]:
     return {"$surrogates": text.encode("utf-8", "surrogatepass").hex()}
 
 
-def _canon(value: Any, depth: int) -> Any:
+class _Walk:
+    """The state of one :func:`stable_json` walk: the containers on the current path, and the values seen."""
+
+    __slots__ = ("nodes", "on_path")
+
+    def __init__(self) -> None:
+        self.on_path: dict[int, int] = {}
+        """``id()`` of each value on the path from the root to here, with its level (for back-references)."""
+        self.nodes = 0
+
+
+class _TooBig(Exception):
+    """The walk went over :data:`_MAX_NODES`: the whole value is marked, not a piece of it."""
+
+
+def _canon(value: Any, walk: _Walk) -> Any:
     """``value`` as plain JSON that only an equal value maps to (one failing value is marked, not raised)."""
     cls = value.__class__
+    walk.nodes += 1
     if value is None or cls is bool or cls is float:
         return value
     if cls is str:
         return value if _text_ok(value) else _surrogates(value)
     if cls is int:
         return value if value.bit_length() <= _BIG_INT_BITS else {"$int": format(value, "x")}
-    if depth > _MAX_DEPTH:
+    if walk.nodes > _MAX_NODES:
+        raise _TooBig
+    key, level = id(value), len(walk.on_path)
+    back = walk.on_path.get(key)
+    if back is not None:  # a value that contains itself (a parent pointer): how many levels up, stably
+        return {"$cycle": level - back}
+    if level > _MAX_DEPTH:
         return {"$unmatchable": f"a value nested deeper than {_MAX_DEPTH} levels"}
-    depth += 1
+    if cls is list or cls is tuple:
+        if _only_numbers(map(type, value)):  # a vector of floats (an embedding): no walk per element
+            return value
+        if walk.nodes + len(value) > _MAX_NODES:
+            raise _TooBig
+    elif cls is dict and walk.nodes + len(value) > _MAX_NODES:
+        raise _TooBig
+    walk.on_path[key] = level
     try:
         if cls is list or cls is tuple:
-            if _only_numbers(map(type, value)):  # a vector of floats (an embedding): no walk per element
-                return value
-            return [_canon(v, depth) for v in value]
+            return [_canon(v, walk) for v in value]
         if cls is dict:
-            return _canon_dict(value, depth)
-        return _canon_typed(value, cls, depth)
+            return _canon_dict(value, walk)
+        return _canon_typed(value, cls, walk)
+    except _TooBig:
+        raise
     except RecursionError:
         return {"$unmatchable": f"{_path(cls)} nested too deeply to encode"}
     except Exception as exc:  # a broken __eq__, model_dump, property ...: this value only, named
         return {"$unmatchable": f"{_path(cls)} ({type(exc).__name__} while encoding it)"}
+    finally:
+        del walk.on_path[key]
 
 
-def _canon_dict(value: Mapping[Any, Any], depth: int) -> Any:
+def _canon_dict(value: Mapping[Any, Any], walk: _Walk) -> Any:
     if all(k.__class__ is str for k in value):
         # "$" keys are ours (tags): a caller's own "$x" key is written "$$x", so no argument forges a tag
         return {
             ("$" + k if k.startswith("$") else k) if _text_ok(k) else "$surrogates:" + _surrogates(k)["$surrogates"]: (
-                _canon(v, depth)
+                _canon(v, walk)
             )
             for k, v in value.items()
         }
-    pairs = [(_dumps(_canon(k, depth)), _canon(v, depth)) for k, v in value.items()]
+    pairs = [(_dumps(_canon(k, walk)), _canon(v, walk)) for k, v in value.items()]
     return {"$items": sorted(pairs, key=lambda pair: pair[0])}
+
+
+def _canon_numpy(value: Any, cls: type, walk: _Walk) -> Any:
+    """A NumPy array or scalar: small ones by value; a large array of plain numbers by dtype, shape and digest."""
+    dtype = getattr(value, "dtype", None)
+    size = getattr(value, "size", 1)
+    if dtype is not None and not dtype.hasobject and isinstance(size, int) and size > _BIG_ARRAY:
+        digest = hashlib.sha256(value.tobytes(order="C")).hexdigest()  # tobytes: C order whatever the strides
+        return {"$numpy": [_path(cls), dtype.str, list(value.shape), digest]}
+    walk.nodes += size if isinstance(size, int) else 0
+    if walk.nodes > _MAX_NODES:
+        raise _TooBig
+    return {"$numpy": [_path(cls), str(dtype if dtype is not None else ""), _canon(value.tolist(), walk)]}
 
 
 def _zone(tzinfo: Any) -> Any:
@@ -201,11 +252,22 @@ def _zone(tzinfo: Any) -> Any:
     return text
 
 
-def _canon_typed(value: Any, cls: type, depth: int) -> Any:
+_BASE_VALUES: tuple[tuple[type, Callable[[Any], Any]], ...] = (
+    (str, str.__str__),
+    (int, int.__int__),
+    (float, float.__float__),
+    (list, list.copy),
+    (tuple, lambda value: tuple.__getitem__(value, slice(None))),
+)
+"""The value a subclass of a JSON type holds, read through the base type's own method: ``str(v)`` would call an
+overriding ``__str__`` (a masking string type), and two different values would hash the same."""
+
+
+def _canon_typed(value: Any, cls: type, walk: _Walk) -> Any:
     if isinstance(value, enum.Enum):
-        return {"$enum": [_path(cls), _canon(value.value, depth)]}
+        return {"$enum": [_path(cls), _canon(value.value, walk)]}
     if isinstance(value, tuple) and hasattr(cls, "_fields"):
-        return {"$namedtuple": [_path(cls), _canon(dict(zip(cls._fields, value, strict=False)), depth)]}
+        return {"$namedtuple": [_path(cls), _canon(dict(zip(cls._fields, value, strict=False)), walk)]}
     if isinstance(value, decimal.Decimal):
         return {"$decimal": str(value)}
     if isinstance(value, _REAL_DATETIME):
@@ -221,15 +283,15 @@ def _canon_typed(value: Any, cls: type, depth: int) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": [_path(cls), hashlib.sha256(bytes(value)).hexdigest()]}
     if isinstance(value, (set, frozenset)):
-        items = sorted(((_dumps(item), item) for item in (_canon(v, depth) for v in value)), key=lambda p: p[0])
+        items = sorted(((_dumps(item), item) for item in (_canon(v, walk) for v in value)), key=lambda p: p[0])
         return {"$set": [_path(cls), [item for _, item in items]]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _canon(getattr(value, f.name), depth) for f in dataclasses.fields(value)}
+        fields = {f.name: _canon(getattr(value, f.name), walk) for f in dataclasses.fields(value)}
         return {"$dataclass": [_path(cls), fields]}
     if hasattr(cls, "model_fields") and hasattr(value, "model_dump"):  # pydantic 2
-        return {"$model": [_path(cls), _canon(value.model_dump(), depth)]}
+        return {"$model": [_path(cls), _canon(value.model_dump(), walk)]}
     if hasattr(cls, "__attrs_attrs__"):
-        fields = {a.name: _canon(getattr(value, a.name), depth) for a in cls.__attrs_attrs__}
+        fields = {a.name: _canon(getattr(value, a.name), walk) for a in cls.__attrs_attrs__}
         return {"$attrs": [_path(cls), fields]}
     if isinstance(value, (fractions.Fraction, complex)):
         return {"$number": [_path(cls), str(value)]}
@@ -240,15 +302,14 @@ def _canon_typed(value: Any, cls: type, depth: int) -> Any:
     if isinstance(value, type):
         return {"$type": _path(value)}
     if cls.__module__.startswith("numpy") and hasattr(value, "tolist"):
-        return {"$numpy": [_path(cls), str(getattr(value, "dtype", "")), _canon(value.tolist(), depth)]}
+        return _canon_numpy(value, cls, walk)
     if isinstance(value, Mapping):  # a mappingproxy, a frozendict, a dict subclass: its items and its type
-        return {"$mapping": [_path(cls), _canon(dict(value.items()), depth)]}
+        return {"$mapping": [_path(cls), _canon(dict(value.items()), walk)]}
     if isinstance(value, collections.deque):
-        return {"$typed": [_path(cls), _canon(list(value), depth)]}
-    bases: tuple[Any, ...] = (str, int, float, list, tuple)
-    for base in bases:  # a subclass of a value type: its value and its type
+        return {"$typed": [_path(cls), _canon(list(value), walk)]}
+    for base, plain in _BASE_VALUES:  # a subclass of a value type: its value (not its own __str__ ...) and its type
         if isinstance(value, base):
-            return {"$typed": [_path(cls), _canon(base(value), depth)]}
+            return {"$typed": [_path(cls), _canon(plain(value), walk)]}
     # An object with no value representation (a client, a lock, a closure, a generator ...): never matched.
     return {"$unmatchable": _path(cls)}
 
@@ -262,7 +323,9 @@ def stable_json(value: Any) -> str:
     if _codec == 1:
         return _stable_json_v1(value)
     try:
-        return _dumps(_canon(value, 0))
+        return _dumps(_canon(value, _Walk()))
+    except _TooBig:
+        return _dumps({"$unmatchable": f"{_path(type(value))} holding more than {_MAX_NODES} values"})
     except (RecursionError, ValueError) as exc:  # the caller's stack was already nearly full
         return _dumps({"$unmatchable": f"{_path(type(value))} ({type(exc).__name__} while encoding it)"})
 
@@ -283,7 +346,12 @@ def unmatchable(arguments_text: str) -> str | None:
 
 def output_hash(value: Any) -> str:
     """The hash of what an entrypoint returned, compared by value between a recording and its rerun."""
-    return hashlib.sha256(stable_json(value).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return text_hash(stable_json(value))
+
+
+def text_hash(text: str) -> str:
+    """:func:`output_hash` of the value whose :func:`stable_json` text is ``text`` (not walked again)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:
@@ -489,6 +557,23 @@ _MAYBE_SECRET = re.compile(
 """Every text :func:`redact` could change matches this (the fast path: most bodies hold no secret)."""
 
 
+_JSON_STRING_MEMBER = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:\s*)"(?:[^"\\]|\\.)*("|\Z)', re.DOTALL)
+"""``"key": "value"`` in JSON text that need not parse (a capped head): the value may run to the end."""
+
+
+def redact_partial_json(text: str) -> str:
+    """JSON-like text that does not parse, redacted: string values of secret-named keys whole, the rest by shape."""
+
+    def member(match: re.Match[str]) -> str:
+        if not _SECRET_KEY.fullmatch(match.group(1)):
+            return match.group(0)
+        return f'"{match.group(1)}"{match.group(2)}"{REDACTED}{match.group(3)}'
+
+    if "{" in text:
+        text = _JSON_STRING_MEMBER.sub(member, text)
+    return redact(text)
+
+
 def redact_json_text(text: str) -> str:
     """A body with secrets redacted: JSON by key name and value shape, other text by value shape."""
     if not _MAYBE_SECRET.search(text):
@@ -498,8 +583,8 @@ def redact_json_text(text: str) -> str:
         try:
             tree = json.loads(text)
             redacted = _redact_tree(tree)
-        except (ValueError, RecursionError):  # not JSON, or nested too deep to walk: redact by value shape
-            return redact(text)
+        except (ValueError, RecursionError):  # a capped head, not JSON, nested too deep: by key pattern and shape
+            return redact_partial_json(text)
         if redacted == tree:
             return text  # nothing secret: keep the exact bytes
         return json.dumps(redacted, ensure_ascii=False, separators=(",", ":"))
@@ -512,11 +597,18 @@ def encode_result(value: Any) -> Any:
     A value that cannot be recorded becomes ``{"$unrecordable": why}``: a rerun
     refuses to serve it rather than run the tool again.
     """
+    from otel_replay._json import canonical_json
+    from otel_replay.errors import CaptureError
     from otel_replay.gate import Receipt
     from otel_replay.records import Action
 
     if isinstance(value, Receipt):
-        return {"$receipt": value.to_json()}
+        data = value.to_json()
+        try:  # a Decimal amount or an object in its details: stored as unrecordable, not dropped when written
+            canonical_json(data, where="the Receipt")
+        except CaptureError as exc:
+            return {"$unrecordable": str(exc)}
+        return {"$receipt": data}
     if isinstance(value, Action):
         return {"$action": {"type": value.type, "arguments": dict(value.arguments), "cost": value.cost}}
     try:

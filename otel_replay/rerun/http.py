@@ -27,7 +27,7 @@ from typing import Any
 from otel_replay import settings
 from otel_replay.instrumentation._seam import through
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
-from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_url
+from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_partial_json, redact_url
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder, urllib3_decoder
 from otel_replay.rerun.http_raw import over_bytes, read_head, release
@@ -52,7 +52,15 @@ def _body_text(raw: bytes) -> Any:
     try:
         return redact_json_text(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        return {"$b64": base64.b64encode(raw).decode("ascii")}
+        pass
+    # Not UTF-8 as stored (a head capped inside a character, Latin-1, a multipart upload with a file):
+    # redacted over a view that keeps every other byte as it is (surrogateescape), and stored as bytes.
+    view = raw.decode("utf-8", "surrogateescape")
+    try:
+        kept = redact_json_text(view).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # re-serialised JSON wrote an escaped lone surrogate raw: by value shape only
+        kept = redact_partial_json(view).encode("utf-8", "surrogateescape")
+    return {"$b64": base64.b64encode(kept).decode("ascii")}
 
 
 def request_arguments(method: str, url: str, body: bytes) -> str:
@@ -89,7 +97,7 @@ def _response_value(
     capped: dict[str, Any] | None = None
     if decode is not None and raw:
         try:
-            decoded = decode_bounded(decode(raw), cap)
+            decoded = decode_bounded(decode(raw, cap), cap)
         except Exception as exc:  # the client raises this to the agent when it reads the body
             kept = b""
             why = f"{type(exc).__name__}: {exc}"[:200]
@@ -158,6 +166,10 @@ def response_headers(value: dict[str, Any], body: bytes) -> list[tuple[Any, Any]
     return [(k, str(len(body)) if _name(k) == "content-length" else v) for k, v in pairs]
 
 
+def _latin1(text: Any) -> bytes:
+    return text if isinstance(text, bytes) else str(text).encode("latin-1", "replace")
+
+
 def _name(key: Any) -> str:
     return (key.decode("latin-1") if isinstance(key, bytes) else str(key)).lower()
 
@@ -213,7 +225,9 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         rest = value.get("rest")
         return httpx.Response(
             int(value["status"]),
-            headers=response_headers(value, body),
+            # As bytes: stored headers are Latin-1 text, and httpx encodes str headers as ASCII (a raw UTF-8
+            # `filename="résumé.pdf"` would raise UnicodeEncodeError in the agent).
+            headers=[(_latin1(k), _latin1(v)) for k, v in response_headers(value, body)],
             stream=httpx.ByteStream(body) if rest is None else tee(body, rest, value["close"]),
             request=request,
             extensions={"reason_phrase": str(value.get("reason", "")).encode("latin-1", "replace")},
@@ -270,6 +284,7 @@ def _install_requests(patches: PatchSet) -> None:
     import requests
     import requests.adapters
     import urllib3
+    from requests.cookies import extract_cookies_to_jar
     from requests.structures import CaseInsensitiveDict
     from requests.utils import get_encoding_from_headers
     from urllib3.response import HTTPResponse
@@ -290,6 +305,8 @@ def _install_requests(patches: PatchSet) -> None:
         response.request = request
         response.connection = adapter
         response.encoding = get_encoding_from_headers(response.headers)
+        # As adapter.build_response does: the response's own jar (`"sid" in r.cookies`) from its Set-Cookie.
+        extract_cookies_to_jar(response.cookies, request, response.raw)
         return response
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

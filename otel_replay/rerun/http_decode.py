@@ -24,8 +24,8 @@ _SLICE = 16 * 1024
 COUNT_LIMIT = 64
 """Decoded bytes are counted up to this many times the cap; past it the original size is a lower bound."""
 
-Decoder = Callable[[bytes], Iterator[bytes]]
-"""Compressed body → its decoded bytes, piece by piece (raises :class:`Undecodable` or the client's error)."""
+Decoder = Callable[[bytes, int], Iterator[bytes]]
+"""(compressed body, cap) → its decoded bytes, piece by piece (raises :class:`Undecodable` or the client's error)."""
 
 
 class Undecodable(Exception):
@@ -48,14 +48,55 @@ def decode_bounded(pieces: Iterator[bytes], cap: int) -> Decoded:
     """Keep at most ``cap`` bytes of ``pieces`` and count the rest, up to :data:`COUNT_LIMIT` × ``cap``."""
     out = bytearray()
     total = 0
-    limit = max(cap, _SLICE) * COUNT_LIMIT
+    limit = _limit(cap)
+    try:
+        for piece in pieces:
+            total += len(piece)
+            if len(out) < cap:
+                out += piece[: cap - len(out)]
+            if total > limit:
+                return Decoded(bytes(out), total, False)
+    except _LayerCut:  # an inner layer of a chained encoding went past the limit: what came out so far
+        return Decoded(bytes(out), total, False)
+    return Decoded(bytes(out), total, True)
+
+
+def _limit(cap: int) -> int:
+    return max(cap, _SLICE) * COUNT_LIMIT
+
+
+class _LayerCut(Exception):
+    """An intermediate layer of a chained Content-Encoding decoded past the limit: decoding stops there."""
+
+
+def _resliced(pieces: Iterator[bytes], limit: int | None) -> Iterator[bytes]:
+    """``pieces`` again in slices of at most :data:`_SLICE` (the next layer never gets a large piece at once).
+
+    ``limit``: raise :class:`_LayerCut` once more than this many bytes came through (an inner layer's output).
+    """
+    total = 0
     for piece in pieces:
         total += len(piece)
-        if len(out) < cap:
-            out += piece[: cap - len(out)]
-        if total > limit:
-            return Decoded(bytes(out), total, False)
-    return Decoded(bytes(out), total, True)
+        if limit is not None and total > limit:
+            raise _LayerCut
+        yield from _slices(piece)
+
+
+def _layered(
+    raw: bytes, cap: int, codings: list[str], one: Callable[[str, Iterator[bytes]], Iterator[bytes]]
+) -> Iterator[bytes]:
+    """Decode ``raw`` one coding at a time (the last applied first), each layer fed slices of the one below.
+
+    A client decoding ``gzip, gzip`` itself inflates the inner layer whole from each piece of the outer one
+    (16 KiB in, 1 GiB out); here every layer gets at most :data:`_SLICE` bytes at a time and stops once its
+    output passes the limit, so no step yields more than about a slice × the coding's ratio.
+    """
+    pieces: Iterator[bytes] = _slices(raw)
+    for inner in range(len(codings) - 1, -1, -1):
+        pieces = one(codings[inner], pieces)
+        if inner:  # an intermediate layer: bounded as the final output is (which decode_bounded bounds)
+            pieces = _resliced(pieces, _limit(cap))
+    return pieces
 
 
 def _slices(raw: bytes) -> Iterator[bytes]:
@@ -84,12 +125,36 @@ def httpx_decoder(httpx: Any, headers: Any) -> Decoder:
     """Decode as ``httpx`` (or the ``httpx2`` fork, passed as ``httpx``) decodes a response with ``headers``."""
     supported = getattr(getattr(httpx, "_decoders", None), "SUPPORTED_DECODERS", ("gzip", "deflate"))
 
-    def decode(raw: bytes) -> Iterator[bytes]:
+    def one(coding: str, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        stream = type("Pieces", (httpx.SyncByteStream,), {"__iter__": lambda self: pieces})()
+        return iter(httpx.Response(200, headers=[("content-encoding", coding)], stream=stream).iter_bytes())
+
+    def decode(raw: bytes, cap: int) -> Iterator[bytes]:
         _check(headers, supported)
-        stream = type("Slices", (httpx.SyncByteStream,), {"__iter__": lambda self: _slices(raw)})()
-        return iter(httpx.Response(200, headers=headers, stream=stream).iter_bytes())
+        return _layered(raw, cap, _codings(headers), one)
 
     return decode
+
+
+class _PiecesReader(io.RawIOBase):
+    """A file over an iterator of pieces (urllib3 reads the body from a file)."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._head = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._head:
+            self._head = next(self._pieces, b"")
+            if not self._head:
+                return 0
+        n = min(len(buffer), len(self._head))
+        buffer[:n] = self._head[:n]
+        self._head = self._head[n:]
+        return n
 
 
 def urllib3_decoder(headers: Any) -> Decoder:
@@ -97,16 +162,19 @@ def urllib3_decoder(headers: Any) -> Decoder:
     import urllib3
     from urllib3.response import HTTPResponse
 
-    def decode(raw: bytes) -> Iterator[bytes]:
-        _check(headers, HTTPResponse.CONTENT_DECODERS)
+    def one(coding: str, pieces: Iterator[bytes]) -> Iterator[bytes]:
         response = HTTPResponse(
-            body=io.BytesIO(raw),
-            headers=urllib3.HTTPHeaderDict(headers),
+            body=_PiecesReader(pieces),
+            headers=urllib3.HTTPHeaderDict({"content-encoding": coding}),
             preload_content=False,
             decode_content=True,
             enforce_content_length=False,
         )
         while piece := response.read(_SLICE):
             yield piece
+
+    def decode(raw: bytes, cap: int) -> Iterator[bytes]:
+        _check(headers, HTTPResponse.CONTENT_DECODERS)
+        return _layered(raw, cap, _codings(headers), one)
 
     return decode

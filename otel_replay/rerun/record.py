@@ -26,6 +26,7 @@ from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError
+from otel_replay.instrumentation._redact import redact
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord, new_id
 from otel_replay.rerun.callers import INSIDE
@@ -34,6 +35,7 @@ from otel_replay.rerun.codec import (
     arguments_hash,
     encode_result,
     output_hash,
+    redact_json_text,
     stable_json,
     unmatchable,
 )
@@ -56,6 +58,9 @@ def error_of(exc: BaseException) -> dict[str, str]:
         message = f"({type(failed).__name__} while reading the message)"
     # A lone surrogate (a non-UTF-8 file name in the message) cannot be stored: escaped, visibly.
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    # Messages name URLs and values (requests' "Max retries exceeded with url: /v1?api_key=…"): redacted
+    # as the call's arguments are; the rerun raises the redacted message.
+    message = redact(message)
     return {"type": f"{type(exc).__module__}:{type(exc).__qualname__}", "message": message}
 
 
@@ -74,6 +79,9 @@ class RecordMode:
         self._pending: list[str] = []
         """Each pending event as its canonical JSON text."""
         self._pending_bytes = 0
+        self._flush_events, self._flush_bytes = CHUNK_EVENTS, CHUNK_BYTES
+        """Pending size at which a chunk is written: doubled after each failed write (see :meth:`_flush_failed`)."""
+        self._flush_failures = 0
         self.events = 0
         self.dropped = 0
         self.chunks: list[str] = []
@@ -239,7 +247,9 @@ class RecordMode:
             boundary=boundary,
             name=name,
             stream=stream,
-            arguments=arguments,
+            # Stored redacted; matched on the hash of the arguments as the call had them (HTTP arguments are
+            # redacted before both, as a body is matched redacted).
+            arguments=arguments if boundary == "http" else redact_json_text(arguments),
             args_hash=arguments_hash(boundary, name, arguments),
             value=value,
             error=error,
@@ -266,11 +276,30 @@ class RecordMode:
             self._pending.append(text)
             self._pending_bytes += len(text)
             self.events += 1
-            if len(self._pending) >= CHUNK_EVENTS or self._pending_bytes >= CHUNK_BYTES:
+            if len(self._pending) >= self._flush_events or self._pending_bytes >= self._flush_bytes:
                 try:
                     self._flush(final=False)
-                except Exception:  # the events stay pending, in order, and go with the next chunk
-                    _log.exception("otel-replay recording %s: a chunk could not be written yet", self.session_id)
+                except Exception as exc:  # the events stay pending, in order, and go with the next chunk
+                    self._flush_failed(exc)
+                else:
+                    self._flush_events, self._flush_bytes = CHUNK_EVENTS, CHUNK_BYTES
+
+    def _flush_failed(self, exc: Exception) -> None:
+        """A chunk could not be written: retried once twice as much is pending (linear cost), logged briefly."""
+        self._flush_failures += 1
+        self._flush_events = 2 * len(self._pending)
+        self._flush_bytes = 2 * max(self._pending_bytes, CHUNK_BYTES)
+        if self._flush_failures == 1:
+            _log.exception("otel-replay recording %s: a chunk could not be written yet", self.session_id)
+        else:
+            _log.error(
+                "otel-replay recording %s: a chunk still cannot be written (%d tries, %d events pending): %s: %s",
+                self.session_id,
+                self._flush_failures,
+                len(self._pending),
+                type(exc).__name__,
+                str(exc)[:300],
+            )
 
     def _flush(self, *, final: bool, outcome: str = "") -> None:
         # Called with the lock held, so chunks are sealed in order. Each event is already canonical JSON:
@@ -290,7 +319,7 @@ class RecordMode:
         }
         if final:
             # A lone surrogate in the message (a non-UTF-8 file name) would make the chunk unsealable: escaped.
-            outcome = outcome.encode("utf-8", "backslashreplace").decode("utf-8")
+            outcome = redact(outcome.encode("utf-8", "backslashreplace").decode("utf-8"))
             attrs[sc.RECORDING_FINGERPRINT] = self.fingerprint.hexdigest()
             attrs[sc.RECORDING_OUTCOME] = outcome
             if self._output is not None:
@@ -351,7 +380,9 @@ def recording(session_id: str | None = None, *, agent_id: str | None = None) -> 
     this recording's values, not making a new one.
 
     Raises:
-        ConfigError: another recording is already active in this process.
+        ConfigError: another recording is already active in this process, or the tracer's provider would
+            cut the sealed chunks (an attribute length limit) or the signing key is malformed: checked
+            before the code inside runs.
 
     """
     if Interceptor.current_rerun() is not None:
@@ -365,6 +396,9 @@ def recording(session_id: str | None = None, *, agent_id: str | None = None) -> 
             "(call otel_replay.configure(...) first, or run under opentelemetry-instrument)",
             sid,
         )
+    # Resolves the signing key and vets the tracer now, as the whole-process recording does: a provider that
+    # would cut the sealed chunks (an attribute length limit) is refused before the agent runs, not per event.
+    get_recorder().chain  # noqa: B018
     if not _active_lock.acquire(blocking=False):
         raise ConfigError("a recording is already active in this process; recordings do not nest")
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -13,9 +14,10 @@ from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
+from otel_replay.instrumentation._redact import redact
 from otel_replay.records import new_id
 from otel_replay.replay import Policy, load_callable
-from otel_replay.rerun.codec import arguments_codec, output_hash, redact_json_text, stable_json
+from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
 from otel_replay.rerun.guards import install_guards
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, load_recording
@@ -116,10 +118,17 @@ _STOPPED = ("raised KeyboardInterrupt", "raised GeneratorExit")
 """Outcomes of a run that was stopped, not one that ended (``SystemExit`` is an end: a rerun reproduces it)."""
 
 
+def _cancelled(outcome: str) -> bool:
+    return outcome.startswith("raised CancelledError")
+
+
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception as failed:  # an error whose __str__ raises (fields it never got) still ends the rerun, named
+        text = f"{type(exc).__name__}: ({type(failed).__name__} while reading the message)"
     first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:500]
+    return redact(first[:500])  # shown and sealed: a message naming a URL with its key is redacted
 
 
 def rerun(
@@ -188,7 +197,7 @@ def _run(
     # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
     # that ended early does, rather than going on past the recorded calls.
     complete = recording.complete and not recording.outcome.startswith(_STOPPED)
-    mode = RerunMode(list(recording.events), governance, complete)
+    mode = RerunMode(list(recording.events), governance, complete, cancelled_run=_cancelled(recording.outcome))
     rerun_id = new_id()
     rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
     output: Any = None
@@ -204,7 +213,8 @@ def _run(
                     if governance == "strict" and not mode.ended_early:
                         raise
                     error = _one_line(exc)
-                except (Exception, SystemExit) as exc:  # an agent calling sys.exit() ends its rerun, not ours
+                # An agent calling sys.exit() ends its rerun, not ours; so does a CancelledError it raises itself.
+                except (Exception, SystemExit, asyncio.CancelledError) as exc:
                     error = _one_line(exc)
         finally:
             mode.close()
@@ -215,6 +225,7 @@ def _run(
     matched = (
         complete
         and mode.divergence is None
+        and not mode.ended_early  # stopped where the recording was interrupted, even if the agent went on
         and fingerprint == recording.fingerprint
         and _same_outcome(recording.outcome, error)
     )
@@ -241,19 +252,31 @@ def _run(
 
 def _compare_output(mode: RerunMode, recorded: str, output: Any) -> None:
     """The recording holds what its run returned: another value (by value) is a divergence after the last step."""
-    if output_hash(output) == recorded:
+    text = stable_json(output)
+    what = unmatchable(text)
+    if what is None and text_hash(text) == recorded:
         return
-    shown = redact_json_text(stable_json(output))
+    shown = redact_json_text(text)
     mode.divergence = Divergence(
         mode.steps,
-        "the entrypoint returned another value than the recorded run",
+        "the entrypoint returned another value than the recorded run"
+        if what is None
+        # Two such values hash the same whatever they hold (a lock, a value past the encoder's budget).
+        else f"the entrypoint returned {what}, which has no value representation, so it cannot be compared",
         f"a value with hash {recorded}",
         shown if len(shown) <= 160 else shown[:159] + "…",
     )
 
 
+_CLEAN_EXITS = frozenset({"SystemExit", "SystemExit: ", "SystemExit: 0", "SystemExit: None"})
+"""A run ending in ``sys.exit(0)`` / ``sys.exit()`` returned: the whole-process recording says ``returned`` for it,
+``recording()`` says ``raised SystemExit: 0``, and a rerun of either ends in ``SystemExit: 0``."""
+
+
 def _same_outcome(recorded: str, error: str | None) -> bool:
-    if error is None:
+    if recorded.removeprefix("raised ") in _CLEAN_EXITS:
+        recorded = "returned"
+    if error is None or error in _CLEAN_EXITS:
         return recorded in ("", "returned")
     return recorded.startswith("raised ") and recorded[len("raised ") :].split(":")[0] == error.split(":")[0]
 

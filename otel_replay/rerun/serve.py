@@ -27,7 +27,7 @@ from otel_replay.errors import DeterminismLeakError, ReplayMismatchError
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.callers import INSIDE
-from otel_replay.rerun.codec import arguments_hash, decode_result, stable_json, unmatchable
+from otel_replay.rerun.codec import arguments_hash, decode_result, redact_json_text, stable_json, unmatchable
 from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, describe_event, stream_key, value_hash
 from otel_replay.rerun.interceptor import decision_arguments
 
@@ -139,6 +139,12 @@ stop ``rerun --all`` or a pytest session. ``SystemExit`` is raised again: ``reru
 entrypoint (and pytest as a failure), so a run that exits inside a call is reproduced and can match."""
 
 
+_CANCELLED = "asyncio.exceptions:CancelledError"
+"""A recorded cancellation (a timeout, a cancelled task) is never raised again: nothing cancels in a rerun, so the
+agent's ``except TimeoutError`` would not see it and it would end ``rerun()`` itself. See
+:meth:`RerunMode._cancelled`."""
+
+
 def _recorded_type(type_path: str) -> Any:
     module_name, _, qualname = type_path.partition(":")
     # Only a module the program already imported is looked in: a recording never makes the rerun import code.
@@ -165,12 +171,27 @@ def _rebuilt(exc_type: Any, type_path: str, message: str) -> BaseException | Non
         return built
     except Exception:
         pass
-    # A class that needs more than a message (httpx.HTTPStatusError, an error with fields): built without its
-    # __init__, so the agent's `except` clauses still match; its other attributes are missing, and a note says so.
+    # A class that needs more than a message (httpx.HTTPStatusError, CalledProcessError, an error with fields):
+    # built without its __init__, as a subclass made here whose str() and repr() are the recorded message (its
+    # own __str__ reads fields that are not there), so the agent's `except` clauses still match and printing it
+    # works; its other attributes are missing, and a note says so.
     try:
-        exc: BaseException = exc_type.__new__(exc_type, message)
+        shown: Any = type(
+            exc_type.__name__,
+            (exc_type,),
+            {
+                "__module__": exc_type.__module__,
+                "__qualname__": exc_type.__qualname__,
+                "__str__": lambda self: message,
+                "__repr__": lambda self: f"{exc_type.__name__}({message!r})",
+            },
+        )
+        exc: BaseException = shown.__new__(shown, message)
     except Exception:
-        return None
+        try:
+            exc = exc_type.__new__(exc_type, message)
+        except Exception:
+            return None
     exc.args = (message,)
     exc.add_note(f"otel-replay: rebuilt from the recording ({type_path}); only its message was recorded")
     return exc
@@ -190,6 +211,8 @@ class RerunMode:
     decisions: list[tuple[str, DecisionRecord]] = field(default_factory=list)
     """(original record id, the rerun's record) for each decision the rerun reproduced."""
     ended_early: bool = False
+    cancelled_run: bool = False
+    """The recorded run itself ended cancelled (its outcome is ``raised CancelledError``)."""
 
     def __post_init__(self) -> None:
         self.streams: dict[str, deque[Event]] = {}
@@ -243,6 +266,8 @@ class RerunMode:
             stream = stream_key(call.boundary, call.name)
             digest = arguments_hash(call.boundary, call.name, text)
             opaque = call.boundary == "tool"
+        if call.boundary != "http":  # shown and sealed redacted, as recorded; matched above on the digest
+            text = redact_json_text(text)
         if not opaque and not isinstance(call, BoundaryCall):
             self._note(step, call, stream, text, digest)
             return "invoke", None
@@ -270,6 +295,8 @@ class RerunMode:
             _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
         self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash())
         if event.error is not None:
+            if str(event.error.get("type", "")) == _CANCELLED:
+                self._cancelled(step, call, stream, text, event)
             if str(event.error.get("type", "")) in _INTERRUPTS:
                 self.ended_early = True
                 raise ReplayMismatchError(
@@ -315,6 +342,33 @@ class RerunMode:
                 actual=describe_event(call.boundary, call.name, text),
             ) from None
 
+    def _cancelled(self, step: int, call: Call, stream: str, text: str, event: Event) -> None:
+        """The recorded call was cancelled: the rerun stops here, as it cannot cancel anything.
+
+        When the cancellation ended the recorded run (nobody caught it), it is an interruption, as Ctrl-C is:
+        the rerun ended early where the recording did. When the recorded run caught it and went on (a timeout
+        turned into ``TimeoutError``), what the agent did next depended on timing the rerun cannot reproduce:
+        a divergence, so the run never counts as matched.
+        """
+        where = _describe(event)
+        if self.cancelled_run:
+            self.ended_early = True
+            raise ReplayMismatchError(
+                f"step {step}: the recorded run was cancelled here (CancelledError) during {where}; "
+                "the rerun stops where the recording does",
+                step=step,
+                expected=where,
+                actual=describe_event(call.boundary, call.name, text),
+            )
+        reason = (
+            "the recorded call was cancelled (a timeout or a cancelled task) and the recorded run went on; "
+            "a rerun cannot reproduce the cancellation"
+        )
+        self._diverge(
+            step, reason, where, describe_event(call.boundary, call.name, text), call.boundary, call.name, stream, text
+        )
+        raise ReplayMismatchError(f"step {step}: {reason}", step=step, expected=where)
+
     def _note(self, step: int, call: Call, stream: str, text: str, digest: str) -> None:
         """A model call (run for real; its HTTP is served): check it against the recorded note, if any."""
         queue = self.notes.get(stream)
@@ -343,6 +397,7 @@ class RerunMode:
         text = decision_arguments(record)
         stream = stream_key("decision", record.decision_type)
         digest = arguments_hash("decision", record.decision_type, text)
+        text = redact_json_text(text)  # shown and sealed redacted, as recorded
         self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None))
         queue = self.streams.get(stream)
         event = queue.popleft() if queue else None

@@ -573,3 +573,66 @@ def test_an_event_numbered_past_float_range_is_a_one_line_dataset_error(dataset:
     _emit_chunk(dataset, "inf", "chunk-inf", version=1, events=events)
     with pytest.raises(DatasetError, match="recording chunk chunk-inf of session 'inf': the number 1e400 is too large"):
         rerun(time.time, dataset=dataset, session_id="inf")
+
+
+# --- rev-rr2: an Action whose type is a StrEnum --------------------------------------------------------
+
+
+class Kind(enum.StrEnum):
+    PAY = "pay"
+
+
+_LEDGER = otel_replay.ReferenceLedger(balance=1_000)
+
+
+@tool(side_effect="financial", gate=otel_replay.ActionGate(_LEDGER), snapshot=otel_replay.DependencySnapshot({"b": 1}))
+def pay_enum(amount: float) -> otel_replay.Action:
+    """A gated tool whose action type is an enum member."""
+    return otel_replay.Action(Kind.PAY, {"to": "acme"}, cost=amount)
+
+
+def _pays_enum() -> str:
+    return str(pay_enum(12.5).receipt_id)
+
+
+def test_an_action_typed_by_a_str_enum_reruns_to_a_match(dataset: Path) -> None:
+    assert type(otel_replay.Action(Kind.PAY).type) is str  # kept as the plain string it is stored as
+    original, _, _ = record(dataset, "enum", _pays_enum)
+    result = rerun(_pays_enum, dataset=dataset, session_id="enum", governance="strict")
+    assert result.matched and result.output == original, result.report()
+
+
+class _Masked(str):
+    """A string type that masks itself when printed."""
+
+    def __str__(self) -> str:
+        return "***"
+
+
+class _Hidden(list[int]):
+    def __iter__(self) -> Any:
+        return iter([])
+
+
+def test_a_subclass_of_a_value_type_is_compared_by_its_value_not_its_own_str_or_iter() -> None:
+    assert stable_json(_Masked("key-a")) != stable_json(_Masked("key-b"))  # once both '***': the same argument
+    assert stable_json(_Hidden([1])) != stable_json(_Hidden([2]))
+    assert stable_json(_Masked("x")) == '{"$typed":["' + __name__ + ':_Masked","x"]}'
+
+
+@tool
+def settle() -> Any:
+    """A tool handing back a receipt whose amount JSON cannot hold."""
+    from otel_replay.gate import Receipt
+
+    return Receipt("r-1", "vendor_payment", decimal.Decimal("12.50"))  # type: ignore[arg-type]
+
+
+def test_a_receipt_json_cannot_hold_is_stored_unrecordable_not_dropped(dataset: Path) -> None:
+    output, _, events = record(dataset, "receipt", lambda: settle().receipt_id)
+    assert output == "r-1" and events == 1  # the event was dropped when written, before
+    with Store(dataset) as store:
+        (event,) = load_recording(store, "receipt").events
+    assert "$.amount is a Decimal" in event.value["$unrecordable"]
+    with pytest.raises(ReplayMismatchError, match="could not hold"):
+        rerun(lambda: settle().receipt_id, dataset=dataset, session_id="receipt", governance="strict")

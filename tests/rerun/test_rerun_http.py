@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import gzip
 import io
 import itertools
@@ -13,6 +14,7 @@ import socket
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -106,6 +108,37 @@ def test_http_the_agent_makes_under_suppress_instrumentation_is_recorded_and_ser
         assert original == ("pay", 1000, 2000) and events == 2
         result = rerun(lambda: _balances(base), dataset=dataset, session_id="quiet", governance="strict")
     assert len(hits) == 2  # the rerun never reached the server: both answers were served
+    assert result.output == original and result.matched and not result.leaks, result.report()
+
+
+def _balances_from_workers(base: str) -> tuple[int, int]:
+    """The agent's HTTP under the flag, sent from worker threads that carry the context (no agent frame there)."""
+
+    async def via_to_thread() -> int:
+        with suppress_instrumentation():
+            response = await asyncio.to_thread(requests.get, f"{base}/balance", timeout=5)
+        return int(response.json()["balance"])
+
+    first = asyncio.run(via_to_thread())
+    with suppress_instrumentation(), ThreadPoolExecutor(1) as pool:
+        context = contextvars.copy_context()  # what ThreadContextInstrumentor does for submit()
+        second = pool.submit(context.run, httpx.get, f"{base}/balance").result().json()["balance"]
+    return first, int(second)
+
+
+def test_http_the_agent_sends_from_a_worker_thread_under_suppress_instrumentation_is_recorded(dataset: Path) -> None:
+    counter = itertools.count(1)
+    hits: list[str] = []
+
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        hits.append(h.path)
+        _reply(h, 200, b'{"balance": %d}' % (next(counter) * 1000), [("Content-Type", "application/json")])
+
+    with _server(handle) as base:
+        original, _, events = record(dataset, "workers", lambda: _balances_from_workers(base))
+        assert original == (1000, 2000) and events == 2
+        result = rerun(lambda: _balances_from_workers(base), dataset=dataset, session_id="workers", governance="strict")
+    assert len(hits) == 2  # both answers were served in the rerun
     assert result.output == original and result.matched and not result.leaks, result.report()
 
 
@@ -269,19 +302,19 @@ def _cookies(h: BaseHTTPRequestHandler) -> None:
 
 def _session(base: str) -> tuple[Any, ...]:
     with requests.Session() as session:
-        session.post(f"{base}/login", timeout=5)
+        login = session.post(f"{base}/login", timeout=5)
         data = session.get(f"{base}/data", timeout=5)
         with session.get(f"{base}/file", stream=True, timeout=5) as download:
             copied = io.BytesIO()
             shutil.copyfileobj(download.raw, copied)  # the body as it came over the wire
             raw_length = len(copied.getvalue())
-        return data.status_code, data.text, sorted(session.cookies.keys()), raw_length
+        return data.status_code, data.text, sorted(session.cookies.keys()), raw_length, sorted(login.cookies.keys())
 
 
 def test_a_requests_session_keeps_its_cookies_and_raw_body_while_recorded_and_rerun(dataset: Path) -> None:
     with _server(_cookies) as base:
         plain = _session(base)
-        assert plain == (200, "secret-data", ["sid"], len(gzip.compress(b"file-bytes" * 100)))
+        assert plain == (200, "secret-data", ["sid"], len(gzip.compress(b"file-bytes" * 100)), ["sid"])
         original, _, events = record(dataset, "jar", lambda: _session(base))
         assert original == plain and events == 3  # recording changes nothing the program sees
         result = rerun(lambda: _session(base), dataset=dataset, session_id="jar", governance="strict")
@@ -290,6 +323,7 @@ def test_a_requests_session_keeps_its_cookies_and_raw_body_while_recorded_and_re
     # decoded file.
     assert result.output[:2] == (200, "secret-data") and result.output[2] == ["sid"]
     assert result.output[3] == len(b"file-bytes" * 100)
+    assert result.output[4] == ["sid"]  # the login response's own jar (r.cookies) too, not only the session's
     assert result.matched, result.report()
 
 
@@ -470,3 +504,80 @@ def test_set_cookie_values_are_redacted_and_names_kept_also_when_headers_are_joi
         ["set-cookie", "[REDACTED]"],
         ["Set-Cookie", "k=[REDACTED]"],
     ]
+
+
+# --- rev-rr2 finding 6: a chained Content-Encoding is decoded one bounded layer at a time ---------
+
+
+def _gzip_bomb(mib: int) -> bytes:
+    """``mib`` MiB of zeros, gzipped (about 1000:1)."""
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    return b"".join(squeeze.compress(zeros) for _ in range(mib)) + squeeze.flush()
+
+
+@pytest.mark.parametrize("client", ["httpx", "urllib3"])
+def test_a_chained_encoding_is_decoded_a_bounded_slice_at_a_time(client: str) -> None:
+    from otel_replay.rerun.http_decode import COUNT_LIMIT, decode_bounded, httpx_decoder, urllib3_decoder
+
+    body = gzip.compress(_gzip_bomb(96))  # 96 MiB inside, 100 KB inside that, a few hundred bytes on the wire
+    header = "gzip, gzip"
+    decode = (
+        httpx_decoder(httpx, [(b"content-encoding", header.encode())])
+        if client == "httpx"
+        else urllib3_decoder([("content-encoding", header)])
+    )
+    biggest = [0]
+
+    def watched(pieces: Any) -> Any:
+        for piece in pieces:
+            biggest[0] = max(biggest[0], len(piece))
+            yield piece
+
+    cap = 4096
+    decoded = decode_bounded(watched(decode(body, cap)), cap)
+    assert decoded.kept == bytes(cap) and not decoded.complete
+    assert decoded.total <= 16 * 1024 * COUNT_LIMIT + (17 << 20)  # stopped near the limit, not at 96 MiB
+    assert biggest[0] <= 17 << 20  # the inner layer was fed slices: its whole 96 MiB never came at once
+
+
+def _chained(h: BaseHTTPRequestHandler) -> None:
+    _reply(
+        h,
+        200,
+        gzip.compress(gzip.compress(_TOKEN)),
+        [("Content-Type", "application/json"), ("Content-Encoding", "gzip, gzip")],
+    )
+
+
+def test_a_chained_encoding_is_stored_decoded_and_redacted_through_both_clients(dataset: Path) -> None:
+    def fetch(base: str) -> list[Any]:
+        return [httpx.get(f"{base}/t").json(), requests.get(f"{base}/t", timeout=5).json()]
+
+    with _server(_chained) as base:
+        original, _, _ = record(dataset, "chain", lambda: fetch(base))
+        assert [o["access_token"] for o in original] == [_SECRET, _SECRET]
+        for event in _stored_events(dataset, "chain"):
+            assert json.loads(event["value"]["body"])["access_token"] == "[REDACTED]" and "capped" not in event["value"]
+        result = rerun(lambda: fetch(base), dataset=dataset, session_id="chain", governance="strict")
+    assert result.matched and [o["pad"] for o in result.output] == ["x" * 300] * 2, result.report()
+
+
+# --- rev-rr2: a response header that is not ASCII (raw UTF-8) ------------------------------------
+
+
+def _download(h: BaseHTTPRequestHandler) -> None:
+    disposition = 'attachment; filename="résumé.pdf"'.encode().decode("latin-1")  # sent as raw UTF-8 bytes
+    _reply(h, 200, b"%PDF-1.4 ...", [("Content-Type", "application/pdf"), ("Content-Disposition", disposition)])
+
+
+def test_a_response_header_with_raw_utf8_bytes_is_served_as_it_came_through_httpx(dataset: Path) -> None:
+    def fetch(base: str) -> tuple[int, str, bytes]:
+        response = httpx.get(f"{base}/cv")
+        return response.status_code, response.headers["content-disposition"], response.content
+
+    with _server(_download) as base:
+        original, _, _ = record(dataset, "utf8", lambda: fetch(base))
+        assert "sum" in original[1] and original[2] == b"%PDF-1.4 ..."
+        result = rerun(lambda: fetch(base), dataset=dataset, session_id="utf8", governance="strict")
+    assert result.matched and result.output == original, result.report()  # UnicodeEncodeError in the agent before
