@@ -198,8 +198,10 @@ def scan_records(path: Path) -> Iterator[bytes | Gap]:
     the next offset where a whole record checks out and resumes there; when
     there is none the rest of the file is a :class:`Gap` and the scan ends: a
     tail one, unless the file ends in :data:`SEAL_MARK` (sealed whole, so the
-    damage came later). A bad record whose header claims more bytes than an
-    unsealed file holds is a torn tail at once: a crash cut its write short.
+    damage came later). The search is bounded (:func:`_next_record`'s work
+    budget); when it gives up on a bad record of an unsealed file whose header
+    claims more bytes than the file holds, that record is a torn tail (a crash
+    cut its write short), otherwise the rest is damage, never a tail.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -216,10 +218,12 @@ def scan_records(path: Path) -> Iterator[bytes | Gap]:
                     offset = end
                     continue
                 body = size - _HEADER.size if sealed and offset <= size - _HEADER.size else size
-                if not sealed and _runs_past_end(data, offset, size):  # the write a crash cut short
-                    yield Gap(offset, size - offset, tail=True)
-                    return
+                # Whole records after a bad one make it damage, not a torn tail, even when its header claims
+                # more bytes than the file holds (a length field flipped upward after a crash): search first.
                 resume = _next_record(data, offset, size)
+                if resume == -1 and not sealed and _runs_past_end(data, offset, size):
+                    yield Gap(offset, size - offset, tail=True)  # the write a crash cut short, too costly to search
+                    return
                 if resume == -1:  # too costly to search further: whole records may follow, so not a tail
                     yield Gap(offset, body - offset, tail=False, gave_up=True)
                     return

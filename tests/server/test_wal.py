@@ -307,3 +307,20 @@ def test_a_start_under_another_instance_warns_about_the_stranded_wal(tmp_path: P
         assert str(dataset / "_wal" / "default") in warning and "--instance default" in warning
     finally:
         receiver.start().stop()
+
+
+def test_a_length_flipped_upward_in_an_unsealed_segment_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    bodies = [encode_spans(make_spans(2)).SerializeToString() for _ in range(3)]
+    for body in bodies:
+        wal.append(body)
+    crashed = tmp_path / "crashed.wal"  # copied before close: unsealed, as kill -9 leaves the active segment
+    shutil.copy(next((tmp_path / "wal").glob("*.wal")), crashed)
+    wal.close()
+    with open(crashed, "r+b") as handle:  # one bit of the first record's length flipped: it now claims ~16 MiB
+        handle.seek(2)
+        handle.write(bytes([handle.read(1)[0] ^ 0x01]))
+    items = list(scan_records(crashed))
+    # The acknowledged records after it are still read; the damaged one is a gap that is not a tail.
+    assert items[1:] == bodies[1:]
+    assert isinstance(items[0], Gap) and not items[0].tail
