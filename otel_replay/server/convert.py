@@ -330,9 +330,10 @@ class ChunkWriter:
         if not self._tables:
             return
         table = pa.concat_tables(self._tables)
-        self._tables, self._merged, self._rows, self._bytes = [], 0, 0, 0
         chunk = self._chunk
         self.paths += write_partitions(table, self.spans_dir, lambda date: f"{self.prefix}-{chunk:05d}.parquet")
+        # Emptied only once written: a write that fails leaves the rows here, never silently gone.
+        self._tables, self._merged, self._rows, self._bytes = [], 0, 0, 0
         self.rows_written += table.num_rows
         self._chunk += 1
 
@@ -469,11 +470,15 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
             nonlocal record, size
             if not run:
                 return
+            joined = b"".join(run)
             try:
-                writer.add_payload(b"".join(run))
+                ExportTraceServiceRequest.FromString(joined)
+                table = payload_to_table(joined)
             except Exception:  # noqa: BLE001 - one record or span spoils it: record by record, span by span
                 for n, payload in enumerate(run):
                     _salvage_record(payload, record + n, writer, report)
+            else:
+                writer.add(table)  # outside the try: a failed write escapes (salvage is retried), never "bad spans"
             record += len(run)
             run.clear()
             size = 0
