@@ -291,6 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
         ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         as_json = ctype == _JSON
         self.body_read = False
+        self.stored = False  # set once the request's spans are in the WAL: what fails after that is no refusal
         try:
             self._export(ctype)
         except _Reply as reply:
@@ -304,8 +305,9 @@ class _Handler(BaseHTTPRequestHandler):
             if not self.body_read:
                 self._linger()
         except (ConnectionError, TimeoutError):
-            self.close_connection = True  # the client went away or stalled: nothing was stored
-            receiver.reject()
+            self.close_connection = True  # the client went away or stalled
+            if not self.stored:  # nothing was stored: a refused request (else only the reply was lost)
+                receiver.reject()
         except (OSError, OtelReplayError) as exc:  # disk full, WAL closed at the end of a drain
             _log.error("otel-replay serve: WAL append failed: %s", exc)
             status = Status(code=code_pb2.UNAVAILABLE, message=f"cannot persist spans: {exc}")
@@ -363,6 +365,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.storing = True
                 try:
                     response = self._parse_and_accept(body, as_json)
+                    self.stored = True
                 finally:
                     self.storing = False
         except Overloaded as exc:
