@@ -18,11 +18,24 @@ neither pin the workers nor fill a concurrent-call cap (grpcio's answers
 ``RESOURCE_EXHAUSTED`` without ``RetryInfo``, which a Collector drops). Every
 connection is still closed ``read_timeout_seconds`` after it has reached the
 same age (``grpc.max_connection_age_ms`` + grace), which cancels its stuck calls.
+
+grpc core does not inflate compressed messages (``grpc.per_message_decompression``
+is off): it would inflate each one whole, up to ``max_request_bytes``, before
+any budget applies (48 calls of 31 KiB took the server to 1.6 GiB). A gzip
+message reaches the service as its compressed bytes and is inflated here step
+by step, as on OTLP/HTTP, each step charged to the in-flight budget and the
+inflation ratio checked as it goes. Only identity and gzip are enabled: gzip
+is told from a plain message by its magic ``1f 8b`` (a protobuf message never
+starts with ``0x1f``, wire type 7 does not exist; grpcio does not show the
+``grpc-encoding`` header to the handler, and a client that asked for gzip still
+sends a message plain when compressing would not shrink it), while a zlib
+(``deflate``) stream could read as protobuf.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -43,15 +56,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.errors import ConfigError, OtelReplayError
 
-from .server import Overloaded, decode_charge, decode_limit_error
+from .http_service import _gzip_members, _Reply
+from .server import PROTOBUF_EXPANSION, Overloaded, decode_charge, decode_limit_error
 
 if TYPE_CHECKING:
-    from .server import Receiver
+    from .server import Receiver, Reservation
 
 __all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailers"]
 
 _log = logging.getLogger("otel_replay.server")
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_GZIP_MAGIC = b"\x1f\x8b"
+_IDENTITY_AND_GZIP = 1 << 0 | 1 << 2
+"""grpc core's ``grpc_compression_algorithm`` bits: identity (0) and gzip (2); deflate (1) is answered UNIMPLEMENTED."""
 
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -80,9 +97,11 @@ def retry_trailers(code: grpc.StatusCode, message: str, retry_after: int) -> tup
 class _Refused(Exception):
     """How a call ends when it is not ``OK``: raised in the worker thread or the handler, aborted in the handler."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, bytes], ...] = ()) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, bytes], ...] = (), delay: float = 0.0
+    ) -> None:
         super().__init__(message)
-        self.code, self.message, self.trailers = code, message, trailers
+        self.code, self.message, self.trailers, self.delay = code, message, trailers, delay
 
 
 class _TraceService:
@@ -101,21 +120,25 @@ class _TraceService:
         try:
             return await self._export(box)
         except _Refused as refusal:
+            if refusal.delay:  # a decompression bomb: nothing is held any more, and a waiting coroutine costs no thread
+                await asyncio.sleep(refusal.delay)
             await context.abort(refusal.code, refusal.message, trailing_metadata=refusal.trailers)
             raise  # not reached: abort raises
 
     async def _export(self, box: list[bytes]) -> ExportTraceServiceResponse:
         receiver = self.receiver
         try:
-            charge = decode_charge(box[0], as_json=False)
+            gzipped = box[0][:2] == _GZIP_MAGIC
+            # A gzip message is charged its compressed bytes now and the rest as it is inflated (in the thread).
+            charge = len(box[0]) if gzipped else decode_charge(box[0], as_json=False)
             refused = decode_limit_error(charge, receiver.config.max_request_bytes)
             if refused:
                 receiver.reject(too_large=True)
                 raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
             admission = receiver.admit(charge)
-            admission.__enter__()  # Overloaded: shed now, before the message waits for a thread
+            reservation = admission.__enter__()  # Overloaded: shed now, before the message waits for a thread
             try:
-                work = self.pool.submit(self._store, box)
+                work = self.pool.submit(self._store, box, reservation if gzipped else None)
             except BaseException:
                 admission.__exit__(None, None, None)
                 raise
@@ -129,9 +152,15 @@ class _TraceService:
             _log.error("otel-replay serve: WAL append failed: %s", exc)
             raise _Refused(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}") from None
 
-    def _store(self, box: list[bytes]) -> ExportTraceServiceResponse:
-        """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes."""
+    def _store(self, box: list[bytes], gzipped: Reservation | None) -> ExportTraceServiceResponse:
+        """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes.
+
+        ``gzipped`` is the call's reservation when the message is gzip: it is
+        inflated first, charged as it grows.
+        """
         receiver = self.receiver
+        if gzipped is not None:
+            box[0] = self._inflate(box[0], gzipped)
         try:
             request = ExportTraceServiceRequest.FromString(box[0])
         except (DecodeError, RecursionError) as exc:
@@ -144,6 +173,38 @@ class _TraceService:
             partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
             return ExportTraceServiceResponse(partial_success=partial)
         return ExportTraceServiceResponse()
+
+    def _inflate(self, compressed: bytes, reservation: Reservation) -> bytes:
+        """Inflate a gzip message with OTLP/HTTP's step-wise inflater, then charge what decoding it will take.
+
+        Inflating past ``max_request_bytes`` is ``RESOURCE_EXHAUSTED`` (as
+        grpc core answers a plain message over the limit); past
+        ``max_inflate_ratio``, or not gzip after all, ``INVALID_ARGUMENT``: a
+        bomb is never retried (the Collector drops ``RESOURCE_EXHAUSTED``
+        without ``RetryInfo`` too, but the Python SDK retries it).
+        """
+        receiver = self.receiver
+        config = receiver.config
+        ratio, limit = config.max_inflate_ratio, config.max_request_bytes
+        try:
+            body = _gzip_members(
+                io.BytesIO(compressed).read1, len(compressed), limit, ratio, reservation, PROTOBUF_EXPANSION
+            )
+        except _Reply as reply:
+            delay = config.bomb_delay_seconds if reply.bomb else 0.0
+            too_large = reply.bomb and f"more than {ratio}:1" not in str(reply)
+            receiver.reject(too_large=reply.bomb)
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if too_large else grpc.StatusCode.INVALID_ARGUMENT
+            raise _Refused(code, f"gzip message: {reply}".replace(" body", " message"), delay=delay) from None
+        if body is None:  # cannot happen: every byte is in memory
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "gzip message: truncated")
+        charge = decode_charge(body, as_json=False)
+        refused = decode_limit_error(charge, limit)
+        if refused:
+            receiver.reject(too_large=True)
+            raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+        reservation.grow(max(0, charge - reservation.held))
+        return bytes(body)
 
 
 class GrpcService:
@@ -168,6 +229,9 @@ class GrpcService:
             ("grpc.so_reuseport", 0),
             ("grpc.max_connection_age_ms", timeout_ms),
             ("grpc.max_connection_age_grace_ms", timeout_ms),
+            # Hand gzip messages over compressed: _TraceService inflates them within the budget (see above).
+            ("grpc.per_message_decompression", 0),
+            ("grpc.compression_enabled_algorithms_bitset", _IDENTITY_AND_GZIP),
         ]
         self._pool = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="otel-replay-grpc")
         self._loop = asyncio.new_event_loop()
