@@ -222,8 +222,11 @@ class GrpcService:
         # (GOAWAY) at read_timeout_seconds of age and closed, cancelling what is still open on it,
         # read_timeout_seconds later: an idle or stuck call lives at most about twice the read timeout.
         # No concurrent-call cap: grpcio's answers RESOURCE_EXHAUSTED without RetryInfo, which the Collector
-        # treats as permanent (it drops the batch); memory is bounded by admission instead.
+        # treats as permanent (it drops the batch). grpc core buffers a call's message before admission sees it,
+        # so each connection gets only as many streams as the budget holds requests of the largest size (HTTP/2
+        # SETTINGS_MAX_CONCURRENT_STREAMS: clients queue further calls, they are not refused).
         timeout_ms = max(1, round(config.read_timeout_seconds * 1000))
+        streams = max(1, config.max_inflight_bytes // config.max_request_bytes)
         options = [
             ("grpc.max_receive_message_length", config.max_request_bytes),
             ("grpc.so_reuseport", 0),
@@ -232,6 +235,7 @@ class GrpcService:
             # Hand gzip messages over compressed: _TraceService inflates them within the budget (see above).
             ("grpc.per_message_decompression", 0),
             ("grpc.compression_enabled_algorithms_bitset", _IDENTITY_AND_GZIP),
+            ("grpc.max_concurrent_streams", streams),
         ]
         self._pool = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="otel-replay-grpc")
         self._loop = asyncio.new_event_loop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 
 import grpc
 import pytest
@@ -87,3 +88,41 @@ def test_deflate_is_unimplemented(receiver: Receiver) -> None:
     with pytest.raises(grpc.RpcError) as info:
         _call(receiver, encode_spans(make_spans(50)).SerializeToString(), grpc.Compression.Deflate)
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def _advertised_settings(receiver: Receiver) -> dict[int, int]:
+    """The HTTP/2 SETTINGS the gRPC port sends a new connection (read with a raw socket)."""
+    assert receiver.grpc_address is not None
+    with socket.create_connection(("127.0.0.1", receiver.grpc_address[1]), timeout=10) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        stream = sock.makefile("rb")
+        while True:
+            head = stream.read(9)
+            assert len(head) == 9, "connection closed before the server's SETTINGS"
+            length, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+            payload = stream.read(length)
+            if kind == 4 and not flags & 1:  # SETTINGS, not an ACK
+                return {
+                    int.from_bytes(payload[i : i + 2], "big"): int.from_bytes(payload[i + 2 : i + 6], "big")
+                    for i in range(0, len(payload), 6)
+                }
+
+
+def test_each_connection_gets_as_many_streams_as_the_budget_holds_largest_requests(make_receiver) -> None:
+    # grpc core buffers a message before admission charges it: the stream cap bounds that per connection.
+    receiver = make_receiver(http=None, max_request_bytes=4 * MiB, max_inflight_bytes=13 * MiB)
+    assert _advertised_settings(receiver).get(3) == 3  # SETTINGS_MAX_CONCURRENT_STREAMS
+
+
+def test_calls_over_the_stream_cap_queue_in_the_client_and_all_succeed(make_receiver) -> None:
+    receiver = make_receiver(http=None, max_request_bytes=1 * MiB, max_inflight_bytes=1 * MiB)  # one stream
+    assert receiver.grpc_address is not None
+    bodies = [encode_spans(make_spans(20, service=f"s{i}")).SerializeToString() for i in range(8)]
+    with grpc.insecure_channel(f"127.0.0.1:{receiver.grpc_address[1]}") as channel:
+        call = channel.unary_unary(
+            METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
+        )
+        futures = [call.future(body, timeout=30) for body in bodies]
+        assert [f.result() for f in futures] == [ExportTraceServiceResponse()] * 8
+    receiver.stop()
+    assert len(parquet_rows(receiver.config.dataset)) == 8 * 40
