@@ -24,12 +24,13 @@ is off): it would inflate each one whole, up to ``max_request_bytes``, before
 any budget applies (48 calls of 31 KiB took the server to 1.6 GiB). A gzip
 message reaches the service as its compressed bytes and is inflated here step
 by step, as on OTLP/HTTP, each step charged to the in-flight budget and the
-inflation ratio checked as it goes. Only identity and gzip are enabled: gzip
-is told from a plain message by its magic ``1f 8b`` (a protobuf message never
-starts with ``0x1f``, wire type 7 does not exist; grpcio does not show the
-``grpc-encoding`` header to the handler, and a client that asked for gzip still
-sends a message plain when compressing would not shrink it), while a zlib
-(``deflate``) stream could read as protobuf.
+inflation ratio checked as it goes. grpcio does not show the ``grpc-encoding``
+header to the handler, and a client that asked for compression still sends a
+message plain when compressing would not shrink it, so the bytes tell: gzip by
+its magic ``1f 8b`` (a protobuf message never starts with ``0x1f``: wire type 7
+does not exist), ``deflate`` (the Python SDK offers it) by a zlib header
+(``78``, a multiple of 31 with the next byte). A real ``ExportTraceServiceRequest``
+starts with ``0x0a`` (field 1); ``0x78`` would be an unknown field 15.
 """
 
 from __future__ import annotations
@@ -67,8 +68,15 @@ __all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailer
 _log = logging.getLogger("otel_replay.server")
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _GZIP_MAGIC = b"\x1f\x8b"
-_IDENTITY_AND_GZIP = 1 << 0 | 1 << 2
-"""grpc core's ``grpc_compression_algorithm`` bits: identity (0) and gzip (2); deflate (1) is answered UNIMPLEMENTED."""
+
+
+def _wbits(message: bytes | bytearray) -> int:
+    """``zlib`` window bits to inflate ``message`` with: 31 for gzip, 15 for a zlib stream, 0 when it is plain."""
+    if message[:2] == _GZIP_MAGIC:
+        return 31
+    if len(message) >= 2 and message[0] == 0x78 and (message[0] << 8 | message[1]) % 31 == 0:
+        return 15
+    return 0
 
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -115,7 +123,7 @@ class _TraceService:
         The handler runs only once the whole message has arrived, as a
         coroutine: a call whose message never comes costs no thread.
         """
-        box = [raw]
+        box: list[bytes | bytearray] = [raw]
         del raw  # the worker thread drops the bytes once decoded
         try:
             return await self._export(box)
@@ -125,12 +133,12 @@ class _TraceService:
             await context.abort(refusal.code, refusal.message, trailing_metadata=refusal.trailers)
             raise  # not reached: abort raises
 
-    async def _export(self, box: list[bytes]) -> ExportTraceServiceResponse:
+    async def _export(self, box: list[bytes | bytearray]) -> ExportTraceServiceResponse:
         receiver = self.receiver
         try:
-            gzipped = box[0][:2] == _GZIP_MAGIC
-            # A gzip message is charged its compressed bytes now and the rest as it is inflated (in the thread).
-            charge = len(box[0]) if gzipped else decode_charge(box[0], as_json=False)
+            wbits = _wbits(box[0])
+            # A compressed message is charged its compressed bytes now and the rest as it is inflated (in the thread).
+            charge = len(box[0]) if wbits else decode_charge(box[0], as_json=False)
             refused = decode_limit_error(charge, receiver.config.max_request_bytes)
             if refused:
                 receiver.reject(too_large=True)
@@ -138,7 +146,7 @@ class _TraceService:
             admission = receiver.admit(charge)
             reservation = admission.__enter__()  # Overloaded: shed now, before the message waits for a thread
             try:
-                work = self.pool.submit(self._store, box, reservation if gzipped else None)
+                work = self.pool.submit(self._store, box, reservation, wbits)
             except BaseException:
                 admission.__exit__(None, None, None)
                 raise
@@ -152,15 +160,15 @@ class _TraceService:
             _log.error("otel-replay serve: WAL append failed: %s", exc)
             raise _Refused(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}") from None
 
-    def _store(self, box: list[bytes], gzipped: Reservation | None) -> ExportTraceServiceResponse:
+    def _store(self, box: list[bytes | bytearray], reservation: Reservation, wbits: int) -> ExportTraceServiceResponse:
         """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes.
 
-        ``gzipped`` is the call's reservation when the message is gzip: it is
-        inflated first, charged as it grows.
+        A compressed message (``wbits`` not 0) is inflated first, charged to
+        ``reservation`` as it grows.
         """
         receiver = self.receiver
-        if gzipped is not None:
-            box[0] = self._inflate(box[0], gzipped)
+        if wbits:
+            box[0] = self._inflate(box[0], reservation, wbits)
         try:
             request = ExportTraceServiceRequest.FromString(box[0])
         except (DecodeError, RecursionError) as exc:
@@ -174,12 +182,12 @@ class _TraceService:
             return ExportTraceServiceResponse(partial_success=partial)
         return ExportTraceServiceResponse()
 
-    def _inflate(self, compressed: bytes, reservation: Reservation) -> bytes:
-        """Inflate a gzip message with OTLP/HTTP's step-wise inflater, then charge what decoding it will take.
+    def _inflate(self, compressed: bytes | bytearray, reservation: Reservation, wbits: int) -> bytearray:
+        """Inflate a gzip or zlib message with OTLP/HTTP's step-wise inflater, then charge what decoding it will take.
 
         Inflating past ``max_request_bytes`` is ``RESOURCE_EXHAUSTED`` (as
         grpc core answers a plain message over the limit); past
-        ``max_inflate_ratio``, or not gzip after all, ``INVALID_ARGUMENT``: a
+        ``max_inflate_ratio``, or not compressed after all, ``INVALID_ARGUMENT``: a
         bomb is never retried (the Collector drops ``RESOURCE_EXHAUSTED``
         without ``RetryInfo`` too, but the Python SDK retries it).
         """
@@ -188,23 +196,25 @@ class _TraceService:
         ratio, limit = config.max_inflate_ratio, config.max_request_bytes
         try:
             body = _gzip_members(
-                io.BytesIO(compressed).read1, len(compressed), limit, ratio, reservation, PROTOBUF_EXPANSION
+                io.BytesIO(compressed).read1, len(compressed), limit, ratio, reservation, PROTOBUF_EXPANSION, wbits
             )
         except _Reply as reply:
             delay = config.bomb_delay_seconds if reply.bomb else 0.0
             too_large = reply.bomb and f"more than {ratio}:1" not in str(reply)
             receiver.reject(too_large=reply.bomb)
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if too_large else grpc.StatusCode.INVALID_ARGUMENT
-            raise _Refused(code, f"gzip message: {reply}".replace(" body", " message"), delay=delay) from None
+            kind = "gzip" if wbits == 31 else "deflate"
+            message = f"{kind} message: {reply}".replace("gzip body", f"{kind} message").replace(" body", " message")
+            raise _Refused(code, message, delay=delay) from None
         if body is None:  # cannot happen: every byte is in memory
-            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "gzip message: truncated")
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "compressed message: truncated")
         charge = decode_charge(body, as_json=False)
         refused = decode_limit_error(charge, limit)
         if refused:
             receiver.reject(too_large=True)
             raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
         reservation.grow(max(0, charge - reservation.held))
-        return bytes(body)
+        return body  # no copy: protobuf parses a bytearray
 
 
 class GrpcService:
@@ -232,9 +242,8 @@ class GrpcService:
             ("grpc.so_reuseport", 0),
             ("grpc.max_connection_age_ms", timeout_ms),
             ("grpc.max_connection_age_grace_ms", timeout_ms),
-            # Hand gzip messages over compressed: _TraceService inflates them within the budget (see above).
+            # Hand gzip and deflate messages over compressed: _TraceService inflates them within the budget.
             ("grpc.per_message_decompression", 0),
-            ("grpc.compression_enabled_algorithms_bitset", _IDENTITY_AND_GZIP),
             ("grpc.max_concurrent_streams", streams),
         ]
         self._pool = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="otel-replay-grpc")
