@@ -18,11 +18,25 @@ neither pin the workers nor fill a concurrent-call cap (grpcio's answers
 ``RESOURCE_EXHAUSTED`` without ``RetryInfo``, which a Collector drops). Every
 connection is still closed ``read_timeout_seconds`` after it has reached the
 same age (``grpc.max_connection_age_ms`` + grace), which cancels its stuck calls.
+
+grpc core does not inflate compressed messages (``grpc.per_message_decompression``
+is off): it would inflate each one whole, up to ``max_request_bytes``, before
+any budget applies (48 calls of 31 KiB took the server to 1.6 GiB). A gzip
+message reaches the service as its compressed bytes and is inflated here step
+by step, as on OTLP/HTTP, each step charged to the in-flight budget and the
+inflation ratio checked as it goes. grpcio does not show the ``grpc-encoding``
+header to the handler, and a client that asked for compression still sends a
+message plain when compressing would not shrink it, so the bytes tell: gzip by
+its magic ``1f 8b`` (a protobuf message never starts with ``0x1f``: wire type 7
+does not exist), ``deflate`` (the Python SDK offers it) by a zlib header
+(``78``, a multiple of 31 with the next byte). A real ``ExportTraceServiceRequest``
+starts with ``0x0a`` (field 1); ``0x78`` would be an unknown field 15.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -43,15 +57,26 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.errors import ConfigError, OtelReplayError
 
-from .server import Overloaded, decode_charge, decode_limit_error
+from .http_service import _gzip_members, _Reply
+from .server import PROTOBUF_EXPANSION, Overloaded, decode_charge, decode_limit_error
 
 if TYPE_CHECKING:
-    from .server import Receiver
+    from .server import Receiver, Reservation
 
 __all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailers"]
 
 _log = logging.getLogger("otel_replay.server")
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _wbits(message: bytes | bytearray) -> int:
+    """``zlib`` window bits to inflate ``message`` with: 31 for gzip, 15 for a zlib stream, 0 when it is plain."""
+    if message[:2] == _GZIP_MAGIC:
+        return 31
+    if len(message) >= 2 and message[0] == 0x78 and (message[0] << 8 | message[1]) % 31 == 0:
+        return 15
+    return 0
 
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -80,9 +105,11 @@ def retry_trailers(code: grpc.StatusCode, message: str, retry_after: int) -> tup
 class _Refused(Exception):
     """How a call ends when it is not ``OK``: raised in the worker thread or the handler, aborted in the handler."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, bytes], ...] = ()) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, bytes], ...] = (), delay: float = 0.0
+    ) -> None:
         super().__init__(message)
-        self.code, self.message, self.trailers = code, message, trailers
+        self.code, self.message, self.trailers, self.delay = code, message, trailers, delay
 
 
 class _TraceService:
@@ -96,26 +123,30 @@ class _TraceService:
         The handler runs only once the whole message has arrived, as a
         coroutine: a call whose message never comes costs no thread.
         """
-        box = [raw]
+        box: list[bytes | bytearray] = [raw]
         del raw  # the worker thread drops the bytes once decoded
         try:
             return await self._export(box)
         except _Refused as refusal:
+            if refusal.delay:  # a decompression bomb: nothing is held any more, and a waiting coroutine costs no thread
+                await asyncio.sleep(refusal.delay)
             await context.abort(refusal.code, refusal.message, trailing_metadata=refusal.trailers)
             raise  # not reached: abort raises
 
-    async def _export(self, box: list[bytes]) -> ExportTraceServiceResponse:
+    async def _export(self, box: list[bytes | bytearray]) -> ExportTraceServiceResponse:
         receiver = self.receiver
         try:
-            charge = decode_charge(box[0], as_json=False)
+            wbits = _wbits(box[0])
+            # A compressed message is charged its compressed bytes now and the rest as it is inflated (in the thread).
+            charge = len(box[0]) if wbits else decode_charge(box[0], as_json=False)
             refused = decode_limit_error(charge, receiver.config.max_request_bytes)
             if refused:
                 receiver.reject(too_large=True)
                 raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
             admission = receiver.admit(charge)
-            admission.__enter__()  # Overloaded: shed now, before the message waits for a thread
+            reservation = admission.__enter__()  # Overloaded: shed now, before the message waits for a thread
             try:
-                work = self.pool.submit(self._store, box)
+                work = self.pool.submit(self._store, box, reservation, wbits)
             except BaseException:
                 admission.__exit__(None, None, None)
                 raise
@@ -129,9 +160,15 @@ class _TraceService:
             _log.error("otel-replay serve: WAL append failed: %s", exc)
             raise _Refused(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}") from None
 
-    def _store(self, box: list[bytes]) -> ExportTraceServiceResponse:
-        """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes."""
+    def _store(self, box: list[bytes | bytearray], reservation: Reservation, wbits: int) -> ExportTraceServiceResponse:
+        """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes.
+
+        A compressed message (``wbits`` not 0) is inflated first, charged to
+        ``reservation`` as it grows.
+        """
         receiver = self.receiver
+        if wbits:
+            box[0] = self._inflate(box[0], reservation, wbits)
         try:
             request = ExportTraceServiceRequest.FromString(box[0])
         except (DecodeError, RecursionError) as exc:
@@ -144,6 +181,40 @@ class _TraceService:
             partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
             return ExportTraceServiceResponse(partial_success=partial)
         return ExportTraceServiceResponse()
+
+    def _inflate(self, compressed: bytes | bytearray, reservation: Reservation, wbits: int) -> bytearray:
+        """Inflate a gzip or zlib message with OTLP/HTTP's step-wise inflater, then charge what decoding it will take.
+
+        Inflating past ``max_request_bytes`` is ``RESOURCE_EXHAUSTED`` (as
+        grpc core answers a plain message over the limit); past
+        ``max_inflate_ratio``, or not compressed after all, ``INVALID_ARGUMENT``: a
+        bomb is never retried (the Collector drops ``RESOURCE_EXHAUSTED``
+        without ``RetryInfo`` too, but the Python SDK retries it).
+        """
+        receiver = self.receiver
+        config = receiver.config
+        ratio, limit = config.max_inflate_ratio, config.max_request_bytes
+        try:
+            body = _gzip_members(
+                io.BytesIO(compressed).read1, len(compressed), limit, ratio, reservation, PROTOBUF_EXPANSION, wbits
+            )
+        except _Reply as reply:
+            delay = config.bomb_delay_seconds if reply.bomb else 0.0
+            too_large = reply.bomb and f"more than {ratio}:1" not in str(reply)
+            receiver.reject(too_large=reply.bomb)
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if too_large else grpc.StatusCode.INVALID_ARGUMENT
+            kind = "gzip" if wbits == 31 else "deflate"
+            message = f"{kind} message: {reply}".replace("gzip body", f"{kind} message").replace(" body", " message")
+            raise _Refused(code, message, delay=delay) from None
+        if body is None:  # cannot happen: every byte is in memory
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "compressed message: truncated")
+        charge = decode_charge(body, as_json=False)
+        refused = decode_limit_error(charge, limit)
+        if refused:
+            receiver.reject(too_large=True)
+            raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+        reservation.grow(max(0, charge - reservation.held))
+        return body  # no copy: protobuf parses a bytearray
 
 
 class GrpcService:
@@ -161,13 +232,19 @@ class GrpcService:
         # (GOAWAY) at read_timeout_seconds of age and closed, cancelling what is still open on it,
         # read_timeout_seconds later: an idle or stuck call lives at most about twice the read timeout.
         # No concurrent-call cap: grpcio's answers RESOURCE_EXHAUSTED without RetryInfo, which the Collector
-        # treats as permanent (it drops the batch); memory is bounded by admission instead.
+        # treats as permanent (it drops the batch). grpc core buffers a call's message before admission sees it,
+        # so each connection gets only as many streams as the budget holds requests of the largest size (HTTP/2
+        # SETTINGS_MAX_CONCURRENT_STREAMS: clients queue further calls, they are not refused).
         timeout_ms = max(1, round(config.read_timeout_seconds * 1000))
+        streams = max(1, config.max_inflight_bytes // config.max_request_bytes)
         options = [
             ("grpc.max_receive_message_length", config.max_request_bytes),
             ("grpc.so_reuseport", 0),
             ("grpc.max_connection_age_ms", timeout_ms),
             ("grpc.max_connection_age_grace_ms", timeout_ms),
+            # Hand gzip and deflate messages over compressed: _TraceService inflates them within the budget.
+            ("grpc.per_message_decompression", 0),
+            ("grpc.max_concurrent_streams", streams),
         ]
         self._pool = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="otel-replay-grpc")
         self._loop = asyncio.new_event_loop()

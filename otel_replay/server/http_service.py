@@ -152,16 +152,17 @@ class _HeadReader(io.BufferedReader):
 
 
 def _gzip_members(
-    read: Any, length: int, limit: int, ratio: int, reservation: Reservation, factor: int
+    read: Any, length: int, limit: int, ratio: int, reservation: Reservation, factor: int, wbits: int = 31
 ) -> bytearray | None:
     """Inflate a gzip body of ``length`` bytes read through ``read``, charging ``factor`` x each inflated byte.
 
     Every member is inflated (``gzip.compress(a) + gzip.compress(b)`` is
     ``a + b``). Nothing beyond ``limit`` inflated bytes is ever produced.
-    Returns None when the client went away mid-body.
+    Returns None when the client went away mid-body. ``wbits`` 15 reads
+    zlib streams instead (gRPC's ``deflate``).
     """
     out = bytearray()
-    inflater = zlib.decompressobj(wbits=31)
+    inflater = zlib.decompressobj(wbits=wbits)
     pending = b""
     consumed = 0  # compressed bytes handed to zlib and used
     remaining = length
@@ -176,7 +177,7 @@ def _gzip_members(
                 return None
             remaining -= len(pending)
         if not member_open:
-            inflater = zlib.decompressobj(wbits=31)
+            inflater = zlib.decompressobj(wbits=wbits)
             member_open = True
         before = len(pending)
         try:

@@ -118,7 +118,9 @@ def test_calls_that_never_send_their_message_neither_pin_workers_nor_fill_a_cap(
         hold.wait()
         yield from ()
 
-    idle_channel = grpc.insecure_channel(target)
+    # Another client, on a connection of its own: on one connection calls past the stream cap
+    # (max_inflight_bytes // max_request_bytes) wait in the client for a stream, so they are not refused either.
+    idle_channel = grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
     idle = [idle_channel.stream_unary(METHOD).future(never()) for _ in range(40)]
     send = _export_for(receiver)
     try:
