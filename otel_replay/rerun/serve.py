@@ -278,16 +278,14 @@ class RerunMode:
             return "live", None
         opaque_value = None if call.boundary == "http" else unmatchable(text)
         if opaque_value is not None:
-            self._diverge(
+            self._diverge_call(
                 step,
                 f"{call.boundary} {call.name} was called with {opaque_value}, which has no value representation, "
                 "so the call cannot be compared with the recorded one",
-                _describe(event),
-                describe_event(call.boundary, call.name, text),
-                call.boundary,
-                call.name,
+                call,
                 stream,
                 text,
+                event,
                 exclude=event,
             )
         elif event.args_hash != digest:
@@ -312,16 +310,7 @@ class RerunMode:
         if isinstance(call, BoundaryCall):
             capped = event.value.get("capped") if call.boundary == "http" and isinstance(event.value, dict) else None
             if capped:
-                self._diverge(
-                    step,
-                    _capped_reason(capped),
-                    _describe(event),
-                    describe_event(call.boundary, call.name, text),
-                    call.boundary,
-                    call.name,
-                    stream,
-                    text,
-                )
+                self._diverge_call(step, _capped_reason(capped), call, stream, text, event)
             return "value", event.value
         value = event.value
         if isinstance(value, dict) and "$unrecordable" in value:
@@ -479,6 +468,13 @@ class RerunMode:
             )
         _log.warning("otel-replay rerun: step %d is not recorded (%s); running it live", step, actual)
         self.fingerprint.add(stream, call.boundary, call.name, digest, "live")
+
+    def _diverge_call(
+        self, step: int, reason: str, call: Call, stream: str, text: str, event: Event, *, exclude: Event | None = None
+    ) -> None:
+        """:meth:`_diverge` at a served call: the recorded ``event`` against the call made (``text``)."""
+        expected, actual = _describe(event), describe_event(call.boundary, call.name, text)
+        self._diverge(step, reason, expected, actual, call.boundary, call.name, stream, text, exclude=exclude)
 
     def _diverge(
         self,
