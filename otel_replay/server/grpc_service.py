@@ -194,18 +194,24 @@ class _TraceService:
         receiver = self.receiver
         config = receiver.config
         ratio, limit = config.max_inflate_ratio, config.max_request_bytes
+        kind = "gzip" if wbits == 31 else "deflate"
         try:
             body = _gzip_members(
-                io.BytesIO(compressed).read1, len(compressed), limit, ratio, reservation, PROTOBUF_EXPANSION, wbits
+                io.BytesIO(compressed).read1,
+                len(compressed),
+                limit,
+                ratio,
+                reservation,
+                PROTOBUF_EXPANSION,
+                wbits,
+                what=f"{kind} message",
             )
         except _Reply as reply:
             delay = config.bomb_delay_seconds if reply.bomb else 0.0
-            too_large = reply.bomb and f"more than {ratio}:1" not in str(reply)
+            too_large = reply.bomb and not reply.over_ratio
             receiver.reject(too_large=reply.bomb)
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if too_large else grpc.StatusCode.INVALID_ARGUMENT
-            kind = "gzip" if wbits == 31 else "deflate"
-            message = f"{kind} message: {reply}".replace("gzip body", f"{kind} message").replace(" body", " message")
-            raise _Refused(code, message, delay=delay) from None
+            raise _Refused(code, f"{kind} message: {reply}", delay=delay) from None
         if body is None:  # cannot happen: every byte is in memory
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "compressed message: truncated")
         charge = decode_charge(body, as_json=False)

@@ -85,13 +85,21 @@ class _Reply(Exception):
     """Finish the request with an error status."""
 
     def __init__(
-        self, status: int, message: str, *, close: bool = False, retry_after: int | None = None, bomb: bool = False
+        self,
+        status: int,
+        message: str,
+        *,
+        close: bool = False,
+        retry_after: int | None = None,
+        bomb: bool = False,
+        over_ratio: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.close = close
         self.retry_after = retry_after
-        self.bomb = bomb
+        self.bomb = bomb  # the reply is delayed (bomb_delay_seconds)
+        self.over_ratio = over_ratio  # refused for the inflation ratio (not for the size limit)
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -152,14 +160,22 @@ class _HeadReader(io.BufferedReader):
 
 
 def _gzip_members(
-    read: Any, length: int, limit: int, ratio: int, reservation: Reservation, factor: int, wbits: int = 31
+    read: Any,
+    length: int,
+    limit: int,
+    ratio: int,
+    reservation: Reservation,
+    factor: int,
+    wbits: int = 31,
+    what: str = "gzip body",
 ) -> bytearray | None:
     """Inflate a gzip body of ``length`` bytes read through ``read``, charging ``factor`` x each inflated byte.
 
     Every member is inflated (``gzip.compress(a) + gzip.compress(b)`` is
     ``a + b``). Nothing beyond ``limit`` inflated bytes is ever produced.
     Returns None when the client went away mid-body. ``wbits`` 15 reads
-    zlib streams instead (gRPC's ``deflate``).
+    zlib streams instead (gRPC's ``deflate``); ``what`` names the input in
+    refusals. A refusal for the inflation ratio has ``over_ratio`` set.
     """
     out = bytearray()
     inflater = zlib.decompressobj(wbits=wbits)
@@ -183,7 +199,7 @@ def _gzip_members(
         try:
             piece = inflater.decompress(pending, _CHUNK)
         except zlib.error as exc:
-            raise _Reply(400, f"invalid gzip body at compressed byte {length - remaining - before}: {exc}") from None
+            raise _Reply(400, f"invalid {what} at compressed byte {length - remaining - before}: {exc}") from None
         pending = inflater.unconsumed_tail
         if inflater.eof:
             pending = inflater.unused_data + pending
@@ -191,17 +207,21 @@ def _gzip_members(
         consumed += before - len(pending)
         if piece:
             if len(out) + len(piece) > limit:
-                raise _Reply(413, f"gzip body inflates past the {limit} byte limit", close=True, bomb=True)
+                raise _Reply(413, f"{what} inflates past the {limit} byte limit", close=True, bomb=True)
             reservation.grow(factor * len(piece))
             out += piece
             if ratio and len(out) > _RATIO_FLOOR and len(out) > ratio * max(1, consumed):
                 raise _Reply(
-                    413, f"gzip body inflates more than {ratio}:1 (a decompression bomb?)", close=True, bomb=True
+                    413,
+                    f"{what} inflates more than {ratio}:1 (a decompression bomb?)",
+                    close=True,
+                    bomb=True,
+                    over_ratio=True,
                 )
     if member_open:
-        raise _Reply(400, "truncated gzip body (the last gzip member has no end)")
+        raise _Reply(400, f"truncated {what} (the last gzip member has no end)")
     if length == 0:
-        raise _Reply(400, "empty gzip body")
+        raise _Reply(400, f"empty {what}")
     return out
 
 
