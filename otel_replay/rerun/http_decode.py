@@ -11,10 +11,11 @@ memory and time.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from otel_replay.rerun.http_stream import ChainReader
 
 __all__ = ["COUNT_LIMIT", "Decoded", "Undecodable", "decode_bounded", "httpx_decoder", "urllib3_decoder"]
 
@@ -136,27 +137,6 @@ def httpx_decoder(httpx: Any, headers: Any) -> Decoder:
     return decode
 
 
-class _PiecesReader(io.RawIOBase):
-    """A file over an iterator of pieces (urllib3 reads the body from a file)."""
-
-    def __init__(self, pieces: Iterator[bytes]) -> None:
-        self._pieces = pieces
-        self._head = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._head:
-            self._head = next(self._pieces, b"")
-            if not self._head:
-                return 0
-        n = min(len(buffer), len(self._head))
-        buffer[:n] = self._head[:n]
-        self._head = self._head[n:]
-        return n
-
-
 def urllib3_decoder(headers: Any) -> Decoder:
     """Decode as ``urllib3`` (and so ``requests``) decodes a response with ``headers``."""
     import urllib3
@@ -164,7 +144,7 @@ def urllib3_decoder(headers: Any) -> Decoder:
 
     def one(coding: str, pieces: Iterator[bytes]) -> Iterator[bytes]:
         response = HTTPResponse(
-            body=_PiecesReader(pieces),
+            body=ChainReader(b"", pieces, _keep),  # urllib3 reads the body from a file
             headers=urllib3.HTTPHeaderDict({"content-encoding": coding}),
             preload_content=False,
             decode_content=True,
@@ -178,3 +158,7 @@ def urllib3_decoder(headers: Any) -> Decoder:
         return _layered(raw, cap, _codings(headers), one)
 
     return decode
+
+
+def _keep(finished: bool) -> None:
+    """Nothing to release: the pieces are in memory."""
