@@ -297,12 +297,13 @@ class RerunMode:
                 self._cancelled(step, call, stream, text, event)
             if str(event.error.get("type", "")) in _INTERRUPTS:
                 self.ended_early = True
-                raise ReplayMismatchError(
-                    f"step {step}: the recorded run was interrupted here ({event.error.get('type')}) during "
+                raise _mismatch_at(
+                    step,
+                    f"the recorded run was interrupted here ({event.error.get('type')}) during "
                     f"{_describe(event)}; the rerun stops where the recording does",
-                    step=step,
-                    expected=_describe(event),
-                    actual=describe_event(call.boundary, call.name, text),
+                    call,
+                    text,
+                    event,
                 )
             _raise_recorded(event.error)
         if event.transparent or not opaque:
@@ -314,22 +315,19 @@ class RerunMode:
             return "value", event.value
         value = event.value
         if isinstance(value, dict) and "$unrecordable" in value:
-            raise ReplayMismatchError(
-                f"step {step}: {call.boundary} {call.name} returned a value the recording could not hold "
+            raise _mismatch_at(
+                step,
+                f"{call.boundary} {call.name} returned a value the recording could not hold "
                 f"({value['$unrecordable']}); it cannot be served without running it",
-                step=step,
-                expected=_describe(event),
-                actual=describe_event(call.boundary, call.name, text),
+                call,
+                text,
+                event,
             )
         try:
             return "value", decode_result(value)
         except (LookupError, TypeError, ValueError) as exc:
-            raise ReplayMismatchError(
-                f"step {step}: {call.boundary} {call.name}: the recorded result cannot be rebuilt ({exc})",
-                step=step,
-                expected=_describe(event),
-                actual=describe_event(call.boundary, call.name, text),
-            ) from None
+            reason = f"{call.boundary} {call.name}: the recorded result cannot be rebuilt ({exc})"
+            raise _mismatch_at(step, reason, call, text, event) from None
 
     def _cancelled(self, step: int, call: Call, stream: str, text: str, event: Event) -> None:
         """The recorded call was cancelled: the rerun stops here, as it cannot cancel anything.
@@ -588,4 +586,14 @@ def _capped_reason(capped: dict[str, Any]) -> str:
     return (
         f"the recorded response was capped at {capped.get('recorded_bytes')} of {total} bytes "
         "(OTEL_REPLAY_RERUN_MAX_BODY); it is served cut short"
+    )
+
+
+def _mismatch_at(step: int, reason: str, call: Call, text: str, event: Event) -> ReplayMismatchError:
+    """The error at step ``step`` of a served call: ``reason``, the recorded ``event`` against the call made."""
+    return ReplayMismatchError(
+        f"step {step}: {reason}",
+        step=step,
+        expected=_describe(event),
+        actual=describe_event(call.boundary, call.name, text),
     )
