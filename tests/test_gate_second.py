@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -266,49 +267,47 @@ class ProviderPipeline:
         return self.provider.force_flush(timeout_millis)
 
 
-def test_a_commit_whose_flush_does_not_finish_returns_within_its_timeout(caplog):
+@contextmanager
+def stuck_recorder() -> Iterator[Recorder]:
+    """The active recorder, on a provider whose exporter does not answer until the block ends."""
     exporter = StuckExporter()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))  # exported by the flush
     recorder = Recorder(provider.get_tracer("tests"), key=KEY, pipeline=ProviderPipeline(provider))
     previous = set_recorder(recorder)
-    ledger = ReferenceLedger(10_000)
     try:
-        started = time.monotonic()
-        receipt = ActionGate(ledger, flush_timeout=0.5).commit(payment(), record_id="d-slow")
-        took = time.monotonic() - started
+        yield recorder
     finally:
         set_recorder(previous)
         exporter.release.set()
         provider.shutdown()
+
+
+def test_a_commit_whose_flush_does_not_finish_returns_within_its_timeout(caplog):
+    ledger = ReferenceLedger(10_000)
+    with stuck_recorder() as recorder:
+        started = time.monotonic()
+        receipt = ActionGate(ledger, flush_timeout=0.5).commit(payment(), record_id="d-slow")
+        took = time.monotonic() - started
     assert receipt.receipt_id == "rcpt-0001" and ledger.balance == 5_800
     assert took < 30  # not the SDK's 30 s flush (no timing claim beyond that: the machine is shared)
     assert recorder.stats.capture_errors == 1
     assert "was not flushed to the dataset within 0.5 s" in caplog.text
 
 
-
 def test_a_compensation_whose_flush_does_not_finish_returns_within_the_gates_timeout(caplog, tmp_path):
-    exporter = StuckExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))  # exported by the flush
-    recorder = Recorder(provider.get_tracer("tests"), key=KEY, pipeline=ProviderPipeline(provider))
-    previous = set_recorder(recorder)
     ledger = ReferenceLedger(10_000)
-    try:
+    with stuck_recorder() as recorder:
         receipt = ledger.commit(payment())
         gate = ActionGate(ledger, dataset=tmp_path / "ds", flush_timeout=0.5)
         started = time.monotonic()
         outcome = gate.enforce_post_commit(Verdict(FixAction.ROLLBACK, False, "stale", "d-slow"), receipt=receipt)
         took = time.monotonic() - started
-    finally:
-        set_recorder(previous)
-        exporter.release.set()
-        provider.shutdown()
     assert outcome.executed == "rolled_back" and ledger.balance == 10_000  # the refund happened, once
     assert took < 30  # not the SDK's 30 s flush (no timing claim beyond that: the machine is shared)
     assert recorder.stats.capture_errors == 1
     assert "compensation was not flushed to the dataset within 0.5 s" in caplog.text
+
 
 # --- 8: the CLI says what this run refunded and what the rail refused -------------------------------------------
 
