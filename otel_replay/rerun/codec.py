@@ -50,6 +50,7 @@ __all__ = [
     "arguments_codec",
     "arguments_hash",
     "codec_of_format",
+    "current_codec",
     "decode_result",
     "decode_value",
     "encode_result",
@@ -64,15 +65,23 @@ __all__ = [
     "unmatchable",
 ]
 
-ARGUMENTS_CODEC = 2
-"""The argument and value encoding new recordings use (1: unknown objects named by type only)."""
-RECORDING_FORMAT = 2
-"""The recording format written: format 2 is format 1's events with codec 2 (old readers refuse it)."""
+ARGUMENTS_CODEC = 3
+"""The argument and value encoding new recordings use (1: unknown objects named by type only; 2: values
+compared by value; 3: also the rules of a rerun whose "matched" means the same actions in the same order,
+see :func:`codec_of_format`)."""
+RECORDING_FORMAT = 3
+"""The recording format written. Format 2 is format 1's events with codec 2; format 3 is format 2's
+events with codec 3 (old readers refuse it). A recording is rerun with the rules of its own format."""
 
 
 def codec_of_format(version: int) -> int:
-    """The argument codec a recording of format ``version`` was hashed with."""
-    return 1 if version < 2 else ARGUMENTS_CODEC
+    """The argument codec (and so the matching rules) a recording of format ``version`` was made with."""
+    return 1 if version < 2 else min(version, ARGUMENTS_CODEC)
+
+
+def current_codec() -> int:
+    """The codec (and matching rules) in force now: a rerun of an older recording uses that recording's."""
+    return _codec
 
 
 _codec = ARGUMENTS_CODEC
