@@ -32,6 +32,7 @@ import decimal
 import enum
 import fractions
 import hashlib
+import hmac
 import json
 import pathlib
 import re
@@ -49,6 +50,9 @@ __all__ = [
     "REDACTED",
     "arguments_codec",
     "arguments_hash",
+    "arguments_key",
+    "keyed_digest",
+    "match_key",
     "codec_of_format",
     "current_codec",
     "decode_result",
@@ -363,11 +367,52 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+_key: bytes | None = None
+"""The key :func:`arguments_hash` is keyed with now (codec 3 and later): the key of the recording being made or
+rerun (see :func:`match_key`), installed for its length by the interceptor; ``None``: a plain SHA-256."""
+
+_MATCH_KEY_LABEL = b"otel-replay argument match key v1"
+
+
+def match_key(secret: bytes) -> bytes:
+    """The argument-hash key of a recording sealed with the signing key ``secret``.
+
+    Derived (HMAC of a fixed label) rather than the signing secret itself, so a hash of arguments can never
+    be taken for a record signature or the other way round. A reader of the dataset has the seals and the
+    hashes but not the secret, so a short or guessable argument cannot be tested against its hash offline;
+    a rerun verifies each chunk's seal with that signing key, so it derives the same key.
+    """
+    return hmac.new(secret, _MATCH_KEY_LABEL, hashlib.sha256).digest()
+
+
+@contextmanager
+def arguments_key(key: bytes | None) -> Iterator[None]:
+    """Key the argument hashes with ``key`` inside (process-wide, as one recording or rerun runs at a time)."""
+    global _key
+    previous, _key = _key, key
+    try:
+        yield
+    finally:
+        _key = previous
+
+
+def keyed_digest(data: bytes) -> str:
+    """A hex digest of ``data``: HMAC-SHA256 under the key in force (codec 3 and later), else plain SHA-256."""
+    if _codec >= 3 and _key is not None:
+        return hmac.new(_key, data, hashlib.sha256).hexdigest()
+    return hashlib.sha256(data).hexdigest()
+
+
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:
-    """The short hash that matches a rerun step against a recorded one."""
+    """The short hash that matches a rerun step against a recorded one.
+
+    Keyed (HMAC-SHA256 under the recording's :func:`match_key`) with codec 3 and later, so the stored hash of
+    arguments that held a secret does not let anyone test guesses of that secret offline; codecs 1 and 2
+    keep their plain SHA-256, so their recordings still match.
+    """
     # Length-prefixed framing: unambiguous, and no escaping pass over a large body.
     head = f"{len(boundary)}:{boundary}{len(name)}:{name}"
-    return hashlib.sha256((head + arguments_text).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return keyed_digest((head + arguments_text).encode("utf-8", "surrogatepass"))[:32]
 
 
 def _resolve(path: str) -> Any:

@@ -39,19 +39,30 @@ class BoundaryCall(Call):
     stream: str = ""
     """Which recorded stream serves this call (boundary, name, consumer, correlation id)."""
     arguments_text: str = ""
-    """The canonical JSON of the (redacted) arguments, hashed to match steps."""
+    """The canonical JSON of the arguments as stored (and shown); hashed to match steps unless ``match_text``."""
     is_async: bool = False
     """``invoke`` returns an awaitable."""
     record_as: Callable[[Any], Any] | None = field(default=None, compare=False)
     """Turns what ``invoke`` returned into what is stored (redacted, capped); the live value goes to the
     agent unchanged, so recording never changes what the program sees. ``None``: stored as returned."""
+    match_text: str = field(default="", repr=False)
+    """What the call is matched on when it is not the stored text: the unredacted canonical form (an HTTP
+    request's method, full URL, headers and body digest). Only its keyed hash is ever stored."""
+    later: Callable[[], tuple[str, str]] | None = field(default=None, compare=False, repr=False)
+    """For a call whose arguments are complete only once it ran (a request body streamed to the server while
+    it is recorded): returns ``(arguments_text, match_text)``, read after ``invoke``."""
+
+    def stored_arguments(self) -> str:
+        """The arguments text to store (for a ``later`` call: once ``invoke`` ran)."""
+        return self.later()[0] if self.later is not None else self.arguments_text
 
     @property
     def args_hash(self) -> str:
-        """The hash matched against the recorded step (computed once per call)."""
+        """The hash matched against the recorded step (computed once per call; a ``later`` call's after it ran)."""
         cached = self.__dict__.get("_args_hash")
         if cached is None:
-            cached = arguments_hash(self.boundary, self.name, self.arguments_text)
+            text = self.later()[1] if self.later is not None else self.match_text or self.arguments_text
+            cached = arguments_hash(self.boundary, self.name, text)
             object.__setattr__(self, "_args_hash", cached)
         return cached
 

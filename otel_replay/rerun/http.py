@@ -8,9 +8,15 @@ urllib3 used directly; under requests the adapter is the boundary), and the same
 the httpx fork recent ``openai`` releases use. The OpenAI and Anthropic clients ride on
 httpx, so a recorded model call reruns by serving its HTTP responses.
 
-A call is matched on method, URL and body (secrets redacted first, at record
-time and at match time alike). Headers are recorded (redacted) but not
-matched: clients put per-attempt values in them (retry counts, idempotency keys).
+A call is matched on everything that decides what it does: the method, the
+full URL with its query, the headers except the volatile ones
+(:data:`VOLATILE_HEADERS`: what the client adds on its own per run or per attempt)
+and the body, all unredacted, through a keyed hash (see
+:func:`~otel_replay.rerun.codec.arguments_hash`); only the stored text is
+redacted. A request body the agent streams (a generator, an iterator, a file) is
+hashed as it goes, never held whole (:mod:`~otel_replay.rerun.http_body`).
+Recordings of codec 2 and before are matched as they were made: method, URL and
+body, redacted, with no headers.
 
 httpx and requests are imported only when the boundary is installed.
 """
@@ -18,23 +24,38 @@ httpx and requests are imported only when the boundary is installed.
 from __future__ import annotations
 
 import base64
-import hashlib
 import importlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from otel_replay import settings
 from otel_replay.instrumentation._seam import through
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
-from otel_replay.rerun.codec import redact_headers, redact_json_text, redact_partial_json, redact_url
+from otel_replay.rerun.codec import (
+    current_codec,
+    keyed_digest,
+    redact_headers,
+    redact_json_text,
+    redact_partial_json,
+    redact_url,
+)
 from otel_replay.rerun.events import BoundaryCall, stream_key
+from otel_replay.rerun.http_body import BodySeen, chunks_of, drain, drain_async, read_spool, tee, tee_async
 from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder, urllib3_decoder
 from otel_replay.rerun.http_raw import over_bytes, read_head, release
 from otel_replay.rerun.http_stream import ChainReader, head_async, head_sync
 from otel_replay.rerun.patching import PatchSet
 
-__all__ = ["MAX_BODY_BYTES", "RESPONSE_FORMAT", "install_http", "request_arguments"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "RESPONSE_FORMAT",
+    "VOLATILE_HEADERS",
+    "compared_headers",
+    "install_http",
+    "request_arguments",
+    "request_texts",
+]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Default cap on a recorded response body (``OTEL_REPLAY_RERUN_MAX_BODY`` overrides)."""
@@ -63,20 +84,105 @@ def _body_text(raw: bytes) -> Any:
     return {"$b64": base64.b64encode(kept).decode("ascii")}
 
 
-def request_arguments(method: str, url: str, body: bytes) -> str:
-    """The canonical, redacted arguments of one request: what a rerun step is matched on."""
-    if not body:
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+
+VOLATILE_HEADERS = frozenset(
+    {
+        "user-agent",  # the client library and its version
+        "traceparent",  # trace context: new ids every run
+        "tracestate",
+        "baggage",
+        "date",
+        "content-length",  # implied by the body, which is compared
+        "transfer-encoding",  # how the body is framed, not what it is
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "accept-encoding",  # the client decodes the answer whatever the encoding
+        "te",
+        "cookie",  # the server's own Set-Cookie values, sent back (see below)
+    }
+)
+"""Request headers left out of the match: what the client adds per run or per attempt, not what the agent asked.
+
+Also every ``x-stainless-*`` header (the OpenAI and Anthropic clients' telemetry: their OS, runtime and
+package versions, retry count, timeouts). ``Cookie`` sends back what the server set: a recording stores
+``Set-Cookie`` values redacted, so a rerun's jar holds other values, and among concurrent requests whether a
+cookie is there yet depends on which answer came first. Every other header is compared, credentials included
+(through the keyed hash, never stored)."""
+
+_VOLATILE_PREFIXES = ("x-stainless-",)
+
+
+def _text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+def compared_headers(headers: Any) -> list[list[str]]:
+    """The request headers a call is matched on: names lowercased, the volatile ones left out, sorted by name.
+
+    Repeats of one name keep their order (it can matter).
+    """
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    kept = []
+    for key, value in pairs:
+        name = _text(key).lower()
+        if name in VOLATILE_HEADERS or name.startswith(_VOLATILE_PREFIXES):
+            continue
+        kept.append([name, _text(value)])
+    kept.sort(key=lambda pair: pair[0])  # stable: repeats stay in order
+    return kept
+
+
+def _legacy_text(method: str, url: str, body: BodySeen) -> str:
+    """The arguments of codec 1 and 2 (stored and matched): method, redacted URL and body, no headers."""
+    if not body.size:
         shown: Any = ""
-    elif len(body) > 65_536:
-        shown = {"$sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)}
+    elif body.size > 65_536:
+        shown = {"$sha256": body.hexdigest(), "bytes": body.size}
     else:
-        shown = _body_text(body)
+        shown = _body_text(body.head)
     return json.dumps(
         {"method": method.upper(), "url": redact_url(url), "body": shown},
         sort_keys=True,
         ensure_ascii=False,
         separators=(",", ":"),
     )
+
+
+def request_texts(method: str, url: str, headers: Any, body: BodySeen, *, streamed: bool = False) -> tuple[str, str]:
+    """``(stored, matched)`` arguments of one request, under the codec in force.
+
+    Codec 3: stored is the redacted method, URL, compared headers and body (its length and a keyed digest
+    when longer than 64 KiB); matched is the unredacted method, full URL, compared headers and the body's
+    digest and length, never stored (only its keyed hash is). Codecs 1 and 2: both are the redacted text of
+    method, URL and body, as they were made (``streamed``: a requests/urllib3 body that was not bytes,
+    which they matched as empty).
+    """
+    if current_codec() < 3:
+        text = _legacy_text(method, url, BodySeen.of(b"") if streamed else body)
+        return text, text
+    kept = compared_headers(headers)
+    shown: Any
+    if not body.size and body.complete:
+        shown = ""
+    elif body.size <= 65_536 and body.complete:
+        shown = _body_text(body.head)
+    else:
+        shown = {"bytes": body.size, "digest": keyed_digest(body.hexdigest().encode())[:32]}
+        if not body.complete:
+            shown["unfinished"] = True  # the server answered (or the call failed) before it was all sent
+    stored = _canonical(
+        {"method": method.upper(), "url": redact_url(url), "headers": redact_headers(kept), "body": shown}
+    )
+    digest: dict[str, Any] = {"sha256": body.hexdigest(), "bytes": body.size, "complete": body.complete}
+    matched = _canonical({"method": method.upper(), "url": url, "headers": kept, "body": digest})
+    return stored, matched
+
+
+def request_arguments(method: str, url: str, body: bytes, headers: Any = ()) -> str:
+    """The stored (redacted) arguments of one request with a body given whole."""
+    return request_texts(method, url, headers, BodySeen.of(body))[0]
 
 
 RESPONSE_FORMAT = 2
@@ -174,16 +280,53 @@ def _name(key: Any) -> str:
     return (key.decode("latin-1") if isinstance(key, bytes) else str(key)).lower()
 
 
-def _call(method: str, url: str, body: bytes, *, is_async: bool = False) -> BoundaryCall:
+def _call(
+    method: str,
+    url: str,
+    headers: Any,
+    body: BodySeen,
+    *,
+    is_async: bool = False,
+    streamed: bool = False,
+    sending: bool = False,
+) -> BoundaryCall:
+    """The boundary call of one request; ``sending``: its body is still on its way (texts read after the call)."""
     name = f"{method.upper()} {redact_url(url).partition('?')[0]}"
+    kept = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+    if sending:
+        texts: list[tuple[str, str]] = []
+
+        def later() -> tuple[str, str]:
+            if not texts:
+                texts.append(request_texts(method, url, kept, body, streamed=streamed))
+            return texts[0]
+
+        return BoundaryCall(
+            "http", name, stream=stream_key("http", name), is_async=is_async, record_as=_stored, later=later
+        )
+    stored, matched = request_texts(method, url, kept, body, streamed=streamed)
     return BoundaryCall(
         "http",
         name,
         stream=stream_key("http", name),
-        arguments_text=request_arguments(method, url, body),
+        arguments_text=stored,
         is_async=is_async,
         record_as=_stored,
+        match_text=matched,
     )
+
+
+def _recording() -> bool:
+    """The mode at the seam records (a streamed body is hashed on its way), rather than serving a rerun."""
+    from otel_replay.instrumentation import _seam
+    from otel_replay.rerun.record import RecordMode
+
+    return isinstance(_seam.current(), RecordMode)
+
+
+def _streamed(body: Any) -> bool:
+    """A requests/urllib3 body read as it is sent (a file or an iterable), not one given whole."""
+    return body is not None and not isinstance(body, (bytes, str, bytearray, memoryview))
 
 
 def _install_httpx(patches: PatchSet, module: str) -> None:
@@ -233,11 +376,63 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
             extensions={"reason_phrase": str(value.get("reason", "")).encode("latin-1", "replace")},
         )
 
+    class BodyTee(httpx.SyncByteStream):
+        """The agent's streamed request body, sent as it comes and seen on its way (recording)."""
+
+        def __init__(self, stream: Any, seen: BodySeen) -> None:
+            self._stream, self._seen = stream, seen
+
+        def __iter__(self) -> Iterator[bytes]:
+            return tee(self._stream, self._seen)
+
+        def close(self) -> None:
+            self._stream.close()
+
+    class AsyncBodyTee(httpx.AsyncByteStream):
+        """The async form of ``BodyTee``."""
+
+        def __init__(self, stream: Any, seen: BodySeen) -> None:
+            self._stream, self._seen = stream, seen
+
+        def __aiter__(self) -> AsyncIterator[bytes]:
+            return tee_async(self._stream, self._seen)
+
+        async def aclose(self) -> None:
+            await self._stream.aclose()
+
+    class Spooled(httpx.SyncByteStream, httpx.AsyncByteStream):
+        """A body a rerun read to compare it, sent from its spool if the call runs live."""
+
+        def __init__(self, spool: Any) -> None:
+            self._spool = spool
+
+        def __iter__(self) -> Iterator[bytes]:
+            return read_spool(self._spool)
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for block in read_spool(self._spool):
+                yield block
+
+    def request_body(request: Any, is_async: bool) -> tuple[BodySeen, Any]:
+        """What a request's body is, and the stream to send in its place (``None``: its own, given whole)."""
+        stream = request.stream
+        if isinstance(stream, httpx.ByteStream):  # bytes given whole: no copy, no wrapping
+            return BodySeen.of(b"".join(stream)), None
+        seen = BodySeen()
+        return seen, (AsyncBodyTee if is_async else BodyTee)(stream, seen)
+
     def sync_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
         if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
-        body = request.read()
+        original, spool = request.stream, None
+        body, sending = request_body(request, False)
+        if sending is not None and not _recording():  # a rerun reads the body to compare it, sends nothing
+            body, spool = drain(original)
+            sending = Spooled(spool)
+        call = _call(
+            request.method, str(request.url), request.headers.raw, body, sending=spool is None and sending is not None
+        )
 
         def invoke() -> dict[str, Any]:
             response = wrapped(*args, **kwargs)
@@ -252,13 +447,32 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
             status, reason, headers = response.status_code, response.reason_phrase, response.headers.raw
             return _live(status, reason, headers, raw, decode, rest=rest, close=response.close)
 
-        return to_response(through(_call(request.method, str(request.url), body), invoke), request, Tee)
+        if sending is not None:
+            request.stream = sending
+        try:
+            return to_response(through(call, invoke), request, Tee)
+        finally:
+            request.stream = original
+            if spool is not None:
+                spool.close()
 
     async def async_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs["request"]
         if INSIDE.get() or exporters_traffic():
             return await wrapped(*args, **kwargs)
-        body = await request.aread()
+        original, spool = request.stream, None
+        body, sending = request_body(request, True)
+        if sending is not None and not _recording():
+            body, spool = await drain_async(original)
+            sending = Spooled(spool)
+        call = _call(
+            request.method,
+            str(request.url),
+            request.headers.raw,
+            body,
+            is_async=True,
+            sending=spool is None and sending is not None,
+        )
 
         async def invoke() -> dict[str, Any]:
             response = await wrapped(*args, **kwargs)
@@ -273,7 +487,14 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
             status, reason, headers = response.status_code, response.reason_phrase, response.headers.raw
             return _live(status, reason, headers, raw, decode, rest=rest, close=response.aclose)
 
-        value = await through(_call(request.method, str(request.url), body, is_async=True), invoke)
+        if sending is not None:
+            request.stream = sending
+        try:
+            value = await through(call, invoke)
+        finally:
+            request.stream = original
+            if spool is not None:
+                spool.close()
         return to_response(value, request, AsyncTee)
 
     patches.wrap(httpx.HTTPTransport, "handle_request", sync_wrapper)
@@ -313,10 +534,20 @@ def _install_requests(patches: PatchSet) -> None:
         request = args[0] if args else kwargs["request"]
         if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
-        body = request.body or b""
-        body = body.encode("utf-8") if isinstance(body, str) else body
-        if not isinstance(body, bytes):  # a file or generator body: matched on its absence
-            body = b""
+        original, spool = request.body, None
+        streamed = _streamed(original)
+        if not streamed:
+            given = original or b""
+            body = BodySeen.of(given.encode("utf-8") if isinstance(given, str) else bytes(given))
+        elif _recording():  # sent as it comes, seen on its way
+            body = BodySeen()
+            request.body = tee(chunks_of(original), body)
+        else:  # a rerun reads it to compare it, and sends it from the spool only if the call runs live
+            body, spool = drain(chunks_of(original))
+            request.body = spool
+        call = _call(
+            request.method, request.url, request.headers, body, streamed=streamed, sending=streamed and spool is None
+        )
 
         def invoke() -> dict[str, Any]:
             response = wrapped(*args, **kwargs)
@@ -347,7 +578,12 @@ def _install_requests(patches: PatchSet) -> None:
             decode = urllib3_decoder(headers) if "content-encoding" in original.headers else None
             return _live(status, reason, headers, raw, decode, response=response, rest=rest)
 
-        value = through(_call(request.method, request.url, body), invoke)
+        try:
+            value = through(call, invoke)
+        finally:
+            request.body = original  # as the agent gave it (a redirect rewinds its own file)
+            if spool is not None:
+                spool.close()
         return value["response"] if "response" in value else to_response(value, request, instance)
 
     patches.wrap(requests.adapters.HTTPAdapter, "send", wrapper)
@@ -366,14 +602,37 @@ def _install_urllib3(patches: PatchSet) -> None:
         method = str(args[0] if args else kwargs["method"])
         url = str(args[1] if len(args) > 1 else kwargs["url"])
         body = args[2] if len(args) > 2 else kwargs.get("body")
-        raw_body = body.encode("utf-8") if isinstance(body, str) else body if isinstance(body, bytes) else b""
+        headers = args[3] if len(args) > 3 else kwargs.get("headers")
         full = url if "://" in url else f"{instance.scheme}://{instance.host}:{instance.port}{url}"
         if len(args) > 12:  # preload_content and decode_content given by position: move them to keywords
             kwargs = {**kwargs, "preload_content": args[12], **({"decode_content": args[13]} if len(args) > 13 else {})}
             args = args[:12]
         preload = kwargs.get("preload_content", True)
         decode = kwargs.get("decode_content", True)
+        streamed, spool = _streamed(body), None
+        if not streamed:
+            seen = BodySeen.of(body.encode("utf-8") if isinstance(body, str) else bytes(body or b""))
+            sent = body
+        elif _recording():
+            seen = BodySeen()
+            sent = tee(chunks_of(body), seen)
+        else:
+            seen, spool = drain(chunks_of(body))
+            sent = spool
+        if sent is not body:  # the body handed on in the agent's place, where it was given
+            if len(args) > 2:
+                args = (*args[:2], sent, *args[3:])
+            else:
+                kwargs = {**kwargs, "body": sent}
         call_args, call_kwargs = args, kwargs
+        call = _call(
+            method,
+            full,
+            instance.headers if headers is None else headers,
+            seen,
+            streamed=streamed,
+            sending=streamed and spool is None,
+        )
 
         def invoke() -> dict[str, Any]:
             response = wrapped(*call_args, **{**call_kwargs, "preload_content": False})
@@ -390,7 +649,11 @@ def _install_urllib3(patches: PatchSet) -> None:
                 response.status, response.reason or "", headers, raw, decode, rest=rest, close=release(response)
             )
 
-        value = through(_call(method, full, raw_body), invoke)
+        try:
+            value = through(call, invoke)
+        finally:
+            if spool is not None:
+                spool.close()
         body = response_body(value)
         rest = value.get("rest")
         return HTTPResponse(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import ClassVar
 
@@ -20,7 +21,7 @@ from otel_replay.instrumentation import _seam
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.actions import install_actions
 from otel_replay.rerun.boundaries import install_clock_and_entropy
-from otel_replay.rerun.codec import stable_json
+from otel_replay.rerun.codec import arguments_key, stable_json
 from otel_replay.rerun.http import install_http
 from otel_replay.rerun.patching import PatchSet
 
@@ -61,6 +62,7 @@ class Interceptor:
         self._previous_mode: _seam.Mode | None = None
         self.http_clients: list[str] = []
         self._installed = False
+        self._key: AbstractContextManager[None] | None = None
 
     @classmethod
     def current_rerun(cls) -> Interceptor | None:
@@ -79,6 +81,9 @@ class Interceptor:
             install_actions(self._patches)
             if self._guards is not None:
                 self._guards(self._patches)
+            # The mode's argument-hash key (its recording's), in force while it is installed.
+            self._key = arguments_key(getattr(self.mode, "arguments_key", None))
+            self._key.__enter__()
             self._previous_mode = _seam.install(self.mode)
             self._installed = True
         except BaseException:
@@ -93,6 +98,9 @@ class Interceptor:
                 self._installed = False
             self._patches.remove()
         finally:
+            key, self._key = self._key, None
+            if key is not None:
+                key.__exit__(None, None, None)
             with Interceptor._lock:
                 Interceptor._active = None
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from otel_replay import semconv as sc
 from otel_replay._json import strict_loads
-from otel_replay.errors import DatasetError, PayloadError, RecordNotFound, UntrustedRecord
+from otel_replay.errors import ConfigError, DatasetError, PayloadError, RecordNotFound, UntrustedRecord
 from otel_replay.integrity import MISPLACED
-from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_codec, codec_of_format
+from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_codec, codec_of_format, match_key
 from otel_replay.rerun.events import Event, Fingerprint, value_hash
 from otel_replay.store import Store, stored_record
 
@@ -34,6 +34,8 @@ class Recording:
     output: str | None = None
     """The hash of what the recorded run returned, when the recording was told (``RecordMode.set_output``)."""
     """The argument codec its hashes were made with (:func:`~otel_replay.rerun.codec.codec_of_format`)."""
+    match_key: bytes | None = field(default=None, repr=False)
+    """The key its argument hashes are keyed with (codec 3 and later; see :func:`_match_key`)."""
 
 
 def load_recording(store: Store, session_id: str) -> Recording:
@@ -121,7 +123,25 @@ def load_recording(store: Store, session_id: str) -> Recording:
     version = next(iter(formats), RECORDING_FORMAT)
     codec = codec_of_format(version if isinstance(version, int) else RECORDING_FORMAT)
     current = _current_fingerprint(fingerprint, events, codec)
-    return Recording(session_id, events, complete, current, outcome, len(chunks), codec, output)
+    key = _match_key(store, session_id, chunks[0][1]) if codec >= 3 else None
+    return Recording(session_id, events, complete, current, outcome, len(chunks), codec, output, key)
+
+
+def _match_key(store: Store, session_id: str, first: dict[str, object]) -> bytes:
+    """The argument-hash key of a recording: derived from the signing key its first chunk is sealed with.
+
+    The rerun checked that seal, so it holds the key; a chunk accepted without its key (signature checks
+    off) leaves the rerun unable to compare any argument, and is refused here, naming the key to supply.
+    """
+    key_id = str(first.get(sc.RECORD_KEY_ID, ""))
+    signing = store.seal_check.keys.get(key_id)
+    if signing is None:
+        raise ConfigError(
+            f"recording of session {session_id!r} is sealed with key {key_id}, which is not a verification key "
+            "here; a rerun needs that key, as the recorded arguments are hashed with a key derived from it "
+            "(set OTEL_REPLAY_SIGNING_KEY or OTEL_REPLAY_KEY_FILE, or pass --key-file)"
+        )
+    return match_key(signing.secret)
 
 
 def _current_fingerprint(stored: str | None, events: list[Event], codec: int) -> str | None:

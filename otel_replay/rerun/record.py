@@ -34,6 +34,7 @@ from otel_replay.rerun.codec import (
     RECORDING_FORMAT,
     arguments_hash,
     encode_result,
+    match_key,
     output_hash,
     redact_json_text,
     stable_json,
@@ -70,6 +71,8 @@ class RecordMode:
     def __init__(self, session_id: str) -> None:
         """Record the boundary calls of ``session_id``."""
         self.session_id = session_id
+        self.arguments_key: bytes | None = match_key(get_recorder().chain.key.secret)
+        """Argument hashes are keyed with this, derived from the key that seals the chunks (see codec.match_key)."""
         self.recording_id = str(new_id())
         """Stamped on every chunk: a chunk of another run under the same session id is refused, not spliced in."""
         self.fingerprint = Fingerprint()
@@ -114,7 +117,7 @@ class RecordMode:
             self._warn_unmatchable(call.name, text)
             return self._opaque(call, stream, text, invoke, encode=True)
         # model calls (and other instrumented spans) are transparent: their HTTP underneath is recorded
-        self._add(call.boundary, call.name, stream, text, None, None, transparent=True)
+        self._add(call.boundary, call.name, stream, text, None, None, None, transparent=True)
         return invoke()
 
     def _warn_unmatchable(self, name: str, text: str) -> None:
@@ -137,7 +140,7 @@ class RecordMode:
             result = invoke()
         except BaseException as exc:
             INSIDE.reset(token)
-            self._add(call.boundary, call.name, stream, text, None, error_of(exc))
+            self._add(call.boundary, call.name, stream, *_arguments_of(call, text), None, error_of(exc))
             raise
         INSIDE.reset(token)
         if inspect.isawaitable(result):
@@ -157,7 +160,8 @@ class RecordMode:
         try:
             result = await invoke()
         except BaseException as exc:
-            self._add(call.boundary, call.name, call.stream, call.arguments_text, None, error_of(exc))
+            stored, digest = _arguments_of(call, call.arguments_text)
+            self._add(call.boundary, call.name, call.stream, stored, digest, None, error_of(exc))
             raise
         finally:
             INSIDE.reset(token)
@@ -178,7 +182,7 @@ class RecordMode:
                 self.dropped += 1
             _log.exception("otel-replay recording %s: dropped a result it could not store", self.session_id)
             return
-        self._add(call.boundary, call.name, stream, text, value, None)
+        self._add(call.boundary, call.name, stream, *_arguments_of(call, text), value, None)
 
     async def around_async(self, call: Call, invoke: Callable[[], Awaitable[Any]]) -> Any:
         """The awaitable form of :meth:`around`, for async model and tool calls from the instrumentation."""
@@ -190,14 +194,14 @@ class RecordMode:
             self._warn_unmatchable(call.name, text)
             opaque = BoundaryCall(call.boundary, call.name, stream=stream, arguments_text=text)
             return await self._around_async(opaque, invoke, encode=True)
-        self._add(call.boundary, call.name, stream, text, None, None, transparent=True)
+        self._add(call.boundary, call.name, stream, text, None, None, None, transparent=True)
         return await invoke()
 
     def decision(self, record: DecisionRecord) -> None:
         """A decision the agent made inside the recording (reported by ``audit()`` once sealed)."""
         text = decision_arguments(record)
         stream = stream_key("decision", record.decision_type)
-        self._add("decision", record.decision_type, stream, text, None, None, ref=record.record_id)
+        self._add("decision", record.decision_type, stream, text, None, None, None, ref=record.record_id)
 
     def decision_lost(self, record_id: str, decision_type: str, why: str) -> None:
         """A decision made inside the recording whose record could not be sealed: counted as dropped."""
@@ -235,6 +239,7 @@ class RecordMode:
         name: str,
         stream: str,
         arguments: str,
+        digest: str | None,
         value: Any,
         error: dict[str, str] | None,
         *,
@@ -250,7 +255,7 @@ class RecordMode:
             # Stored redacted; matched on the hash of the arguments as the call had them (HTTP arguments are
             # redacted before both, as a body is matched redacted).
             arguments=arguments if boundary == "http" else redact_json_text(arguments),
-            args_hash=arguments_hash(boundary, name, arguments),
+            args_hash=digest if digest is not None else arguments_hash(boundary, name, arguments),
             value=value,
             error=error,
             transparent=transparent,
@@ -360,6 +365,13 @@ class RecordMode:
                         len(self._pending),
                     )
             return self.fingerprint.hexdigest()
+
+
+def _arguments_of(call: Call, text: str) -> tuple[str, str | None]:
+    """The arguments text to store for ``call`` and its match hash (``None``: the hash of that text)."""
+    if isinstance(call, BoundaryCall):
+        return call.stored_arguments(), call.args_hash
+    return text, None
 
 
 _active_lock = threading.Lock()

@@ -197,7 +197,13 @@ def _run(
     # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
     # that ended early does, rather than going on past the recorded calls.
     complete = recording.complete and not recording.outcome.startswith(_STOPPED)
-    mode = RerunMode(list(recording.events), governance, complete, cancelled_run=_cancelled(recording.outcome))
+    mode = RerunMode(
+        list(recording.events),
+        governance,
+        complete,
+        cancelled_run=_cancelled(recording.outcome),
+        arguments_key=recording.match_key,
+    )
     rerun_id = new_id()
     rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
     output: Any = None

@@ -213,6 +213,8 @@ class RerunMode:
     ended_early: bool = False
     cancelled_run: bool = False
     """The recorded run itself ended cancelled (its outcome is ``raised CancelledError``)."""
+    arguments_key: bytes | None = None
+    """The recording's argument-hash key (:func:`~otel_replay.rerun.codec.match_key`), in force while serving."""
 
     def __post_init__(self) -> None:
         self.streams: dict[str, deque[Event]] = {}

@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 import otel_replay
 from otel_replay.errors import DeterminismLeakError
 from otel_replay.rerun import rerun
-from otel_replay.rerun.codec import arguments_hash, redact_headers
+from otel_replay.rerun.codec import arguments_codec, arguments_hash, redact_headers
 from otel_replay.rerun.events import Event, Fingerprint, stream_key
 from otel_replay.rerun.http import request_arguments
 from otel_replay.rerun.interceptor import Interceptor
@@ -388,11 +388,12 @@ def test_a_recording_of_the_first_response_format_still_reruns(dataset: Path) ->
     encoded = {"status": 200, "reason": "OK", "body": {"$b64": base64.b64encode(gz).decode()}}
     encoded["headers"] = [["Content-Encoding", "gzip"], ["Content-Length", str(len(gz))]]
     values = [("GET", "/redacted", redacted), ("HEAD", "/big", head)] * 2 + [("GET", "/gz", encoded)]
-    events = [_format_1_event(i, m, f"{base}{path}", v) for i, (m, path, v) in enumerate(values)]
-    mode = RerunMode(events, governance="strict")
-    with Interceptor(mode, rerun=True):
-        served = _old_calls(base)
-    mode.close()
+    with arguments_codec(2):  # made before format 3, they rerun with the rules of codec 2
+        events = [_format_1_event(i, m, f"{base}{path}", v) for i, (m, path, v) in enumerate(values)]
+        mode = RerunMode(events, governance="strict")
+        with Interceptor(mode, rerun=True):
+            served = _old_calls(base)
+        mode.close()
     assert served == [["25", {"password": "[REDACTED]"}], "7340032"] * 2 + [{"n": 1}]
     assert mode.divergence is None and mode.fingerprint.hexdigest() == Fingerprint.of(events).hexdigest()
 
