@@ -95,19 +95,40 @@ class _Tool:
     # --- pieces ---------------------------------------------------------------------------------
 
     def arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], instance: Any = None) -> dict[str, Any]:
-        """The call's arguments by parameter name (``self``/``cls`` left out)."""
+        """The call's arguments by parameter name (``self``/``cls`` left out: see :meth:`compared`)."""
         if self.signature is None:
             return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
+        first = next(iter(self.signature.parameters), None)
+        receiver = first in ("self", "cls")
         try:
-            bound = self.signature.bind(*args, **kwargs)
+            # A method wrapped in place (wrap_tool) gets its instance apart: bound in its place, not shifted.
+            given = (instance, *args) if instance is not None and receiver else args
+            bound = self.signature.bind(*given, **kwargs)
         except TypeError:
             return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
         named = dict(bound.arguments)  # as passed (defaults left out, as the model's tool call leaves them out)
-        first = next(iter(self.signature.parameters), None)
-        if instance is not None or first in ("self", "cls"):
+        if instance is not None or receiver:
             named.pop("self", None)
             named.pop("cls", None)
         return named
+
+    def compared(self, arguments: dict[str, Any], args: tuple[Any, ...], instance: Any = None) -> dict[str, Any]:
+        """What a rerun compares of a call: its arguments and, under codec 3, the receiver of a method.
+
+        ``Account("treasury").pay(...)`` and ``Account("escrow").pay(...)`` are different actions: the
+        receiver is compared by its value representation, like any argument, and one without any (a client,
+        a lock) makes the call unmatchable. Not shown on the span, nor matched against the model's tool call.
+        """
+        from otel_replay.rerun.codec import current_codec
+
+        if current_codec() < 3:
+            return arguments
+        first = next(iter(self.signature.parameters), None) if self.signature is not None else None
+        if instance is not None:
+            return {first if first in ("self", "cls") else "self": instance, **arguments}
+        if first in ("self", "cls") and args:
+            return {first: args[0], **arguments}
+        return arguments
 
     def snapshot_now(self) -> DependencySnapshot:
         source = self.snapshot
@@ -143,13 +164,14 @@ class _Tool:
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], instance: Any = None) -> Any:
         arguments = guard("tool arguments", self.arguments, args, kwargs, instance) or {}
+        compared = self.compared(arguments, args, instance)
         if self.gate is not None:
             outer = _enclosing_decision()
             if outer is not None:
-                return self._observed(fn, args, kwargs, arguments, outer)
+                return self._observed(fn, args, kwargs, arguments, outer, compared)
             with audit(self.name, snapshot=self.snapshot_now()) as decision:
-                return self._observed(fn, args, kwargs, arguments, decision)
-        return self._observed(fn, args, kwargs, arguments, None)
+                return self._observed(fn, args, kwargs, arguments, decision, compared)
+        return self._observed(fn, args, kwargs, arguments, None, compared)
 
     def _observed(
         self,
@@ -158,11 +180,12 @@ class _Tool:
         kwargs: dict[str, Any],
         arguments: dict[str, Any],
         decision: Any,
+        compared: dict[str, Any],
     ) -> Any:
         capture = content_enabled(self.capture)
         started = guard("tool span start", self.start, arguments, capture)
         try:
-            result = through(Call("tool", self.name, arguments), lambda: fn(*args, **kwargs))
+            result = through(Call("tool", self.name, compared), lambda: fn(*args, **kwargs))
             if decision is not None:
                 result = self._commit(decision, self.action_of(result))
         except BaseException as exc:
@@ -185,13 +208,14 @@ class _Tool:
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], instance: Any = None
     ) -> Any:
         arguments = guard("tool arguments", self.arguments, args, kwargs, instance) or {}
+        compared = self.compared(arguments, args, instance)
         if self.gate is not None:
             outer = _enclosing_decision()
             if outer is not None:
-                return await self._aobserved(fn, args, kwargs, arguments, outer)
+                return await self._aobserved(fn, args, kwargs, arguments, outer, compared)
             with audit(self.name, snapshot=self.snapshot_now()) as decision:
-                return await self._aobserved(fn, args, kwargs, arguments, decision)
-        return await self._aobserved(fn, args, kwargs, arguments, None)
+                return await self._aobserved(fn, args, kwargs, arguments, decision, compared)
+        return await self._aobserved(fn, args, kwargs, arguments, None, compared)
 
     async def _aobserved(
         self,
@@ -200,11 +224,12 @@ class _Tool:
         kwargs: dict[str, Any],
         arguments: dict[str, Any],
         decision: Any,
+        compared: dict[str, Any],
     ) -> Any:
         capture = content_enabled(self.capture)
         started = guard("tool span start", self.start, arguments, capture)
         try:
-            result = await through_async(Call("tool", self.name, arguments), lambda: fn(*args, **kwargs))
+            result = await through_async(Call("tool", self.name, compared), lambda: fn(*args, **kwargs))
             if decision is not None:
                 result = self._commit(decision, self.action_of(result))
         except BaseException as exc:

@@ -1,0 +1,304 @@
+"""What a rerun compares: everything that decides an action, through a keyed hash, stored redacted.
+
+A method's receiver, an HTTP request's method, full URL with its query, headers (minus the volatile ones) and
+body, all by their real values; the stored text stays redacted and the stored hashes are keyed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pyarrow.parquet as pq
+import pytest
+import requests
+import urllib3
+
+import otel_replay
+from otel_replay.errors import ConfigError
+from otel_replay.instrumentation.scripted import ScriptedServer, anthropic_message, chat_completion
+from otel_replay.rerun import rerun
+from otel_replay.rerun.codec import stable_json
+from otel_replay.rerun.http import VOLATILE_HEADERS, compared_headers
+
+from .conftest import record
+
+# --- the receiver of a method tool ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+
+    @otel_replay.tool(side_effect="financial")
+    def pay(self, to: str, amount: int) -> str:
+        return f"{self.name} paid {to} {amount}"
+
+
+class Client:
+    """A receiver with no value representation (a live client holding a lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    @otel_replay.tool
+    def send(self, to: str) -> str:
+        return f"sent to {to}"
+
+
+def test_a_method_tool_is_compared_with_its_receiver(dataset: Path) -> None:
+    original, _, _ = record(dataset, "pay", lambda: Account("treasury").pay("vendor-7", 5000))
+    same = rerun(lambda: Account("treasury").pay("vendor-7", 5000), dataset=dataset, session_id="pay")
+    assert same.matched and same.output == original, same.report()
+    other = rerun(lambda: Account("customer-escrow").pay("vendor-7", 5000), dataset=dataset, session_id="pay")
+    assert not other.matched and other.divergence is not None
+    assert other.divergence.step == 0 and "other arguments" in other.divergence.reason
+
+
+def test_a_receiver_with_no_value_representation_makes_the_call_unmatchable(dataset: Path) -> None:
+    record(dataset, "send", lambda: Client().send("vendor-7"))
+    result = rerun(lambda: Client().send("vendor-7"), dataset=dataset, session_id="send")
+    assert not result.matched and result.divergence is not None
+    assert "no value representation" in result.divergence.reason and "Client" in result.divergence.reason
+
+
+# --- HTTP: the real values of every part that decides the action ------------------------------------
+
+
+@contextmanager
+def _server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local server answering every request with 200 and what it received (SHA-256 and length of the body)."""
+    seen: list[dict[str, Any]] = []
+
+    class _H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _body(self) -> tuple[str, int]:
+            digest, size = hashlib.sha256(), 0
+            if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+                while True:
+                    length = int(self.rfile.readline().split(b";")[0], 16)
+                    if not length:
+                        self.rfile.readline()
+                        break
+                    left = length
+                    while left:
+                        piece = self.rfile.read(min(left, 1 << 20))
+                        digest.update(piece)
+                        left -= len(piece)
+                    size += length
+                    self.rfile.readline()
+            else:
+                left = int(self.headers.get("Content-Length") or 0)
+                size = left
+                while left:
+                    piece = self.rfile.read(min(left, 1 << 20))
+                    digest.update(piece)
+                    left -= len(piece)
+            return digest.hexdigest(), size
+
+        def do_GET(self) -> None:
+            digest, size = self._body()
+            seen.append({"method": self.command, "path": self.path, "sha256": digest, "bytes": size})
+            out = json.dumps({"ok": True}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        do_POST = do_DELETE = do_PUT = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _H)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _send(
+    client: str, method: str, url: str, *, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> int:
+    if client == "httpx":
+        return httpx.request(method, url, content=body, headers=headers).status_code
+    if client == "requests":
+        return requests.request(method, url, data=body, headers=headers, timeout=5).status_code
+    return urllib3.PoolManager().request(method, url, body=body, headers=headers).status
+
+
+_CLIENTS = ["httpx", "requests", "urllib3"]
+
+
+def _matched(dataset: Path, session: str, before: Callable[[str], Any], after: Callable[[str], Any]) -> Any:
+    """Record ``before`` against a live server, rerun ``after`` (the server is gone): the rerun's result."""
+    with _server() as (base, _):
+        record(dataset, session, lambda: before(base))
+    return rerun(lambda: after(base), dataset=dataset, session_id=session)
+
+
+def _stored_text(dataset: Path) -> str:
+    return "".join(str(pq.read_table(p, columns=["attributes"]).to_pylist()) for p in dataset.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("client", _CLIENTS)
+def test_a_json_value_behind_a_secret_looking_key_is_compared_while_stored_redacted(dataset: Path, client: str) -> None:
+    def swap(token: str) -> Callable[[str], Any]:
+        return lambda base: _send(client, "POST", f"{base}/swap", body=json.dumps({"token": token}).encode())
+
+    same = _matched(dataset, "swap", swap("USDC"), swap("USDC"))
+    assert same.matched, same.report()
+    base = _base_of(dataset)  # the recorded server's (gone now): only the body differs
+    other = rerun(lambda: swap("WBTC")(base), dataset=dataset, session_id="swap")
+    assert not other.matched and other.divergence is not None and other.divergence.step == 0
+    stored = _stored_text(dataset)
+    assert "USDC" not in stored and "[REDACTED]" in stored  # `token` looks secret: stored redacted
+
+
+@pytest.mark.parametrize("client", _CLIENTS)
+def test_a_query_value_change_diverges_though_the_query_is_stored_redacted(dataset: Path, client: str) -> None:
+    def delete(name: str) -> Callable[[str], Any]:
+        return lambda base: _send(client, "DELETE", f"{base}/objects?key={name}")
+
+    same = _matched(dataset, "del", delete("invoice-17.pdf"), delete("invoice-17.pdf"))
+    assert same.matched, same.report()
+    base = _base_of(dataset)
+    result = rerun(lambda: delete("invoice-18.pdf")(base), dataset=dataset, session_id="del")
+    assert not result.matched and result.divergence is not None and result.divergence.step == 0
+    assert "invoice-17" not in _stored_text(dataset)  # `key=` is redacted in what is stored
+
+
+def _base_of(dataset: Path) -> str:
+    """The server URL the recording in ``dataset`` was made against (from its stored, redacted text)."""
+    text = _stored_text(dataset)
+    at = text.index("http://127.0.0.1:")
+    return text[at : text.index("/", at + len("http://"))]
+
+
+@pytest.mark.parametrize("client", _CLIENTS)
+def test_a_header_change_diverges(dataset: Path, client: str) -> None:
+    def pay(account: str) -> Callable[[str], Any]:
+        return lambda base: _send(client, "POST", f"{base}/pay", body=b"{}", headers={"X-Account": account})
+
+    same = _matched(dataset, "hdr", pay("treasury"), pay("treasury"))
+    assert same.matched, same.report()
+    base = _base_of(dataset)
+    result = rerun(lambda: pay("escrow")(base), dataset=dataset, session_id="hdr")
+    assert not result.matched and result.divergence is not None and result.divergence.step == 0
+
+
+@pytest.mark.parametrize("client", _CLIENTS)
+def test_a_volatile_header_change_still_matches(dataset: Path, client: str) -> None:
+    def call(agent: str, trace: str) -> Callable[[str], Any]:
+        headers = {"User-Agent": agent, "traceparent": trace, "X-Stainless-Retry-Count": agent[-1]}
+        return lambda base: _send(client, "GET", f"{base}/status", headers=headers)
+
+    first = call("agent/1.0", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    second = call("agent/2.1", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    result = _matched(dataset, "vol", first, second)
+    assert result.matched, result.report()
+
+
+def test_compared_headers_leave_out_the_volatile_ones_and_keep_the_rest() -> None:
+    headers = [
+        (b"Host", b"api.example"),
+        (b"User-Agent", b"x"),
+        (b"x-stainless-os", b"Linux"),
+        (b"Authorization", b"Bearer sk-1"),
+        (b"X-Account", b"treasury"),
+        (b"X-Account", b"second"),
+        (b"Content-Length", b"12"),
+        (b"Traceparent", b"00-1-2-01"),
+    ]
+    assert compared_headers(headers) == [
+        ["authorization", "Bearer sk-1"],
+        ["host", "api.example"],
+        ["x-account", "treasury"],
+        ["x-account", "second"],
+    ]
+    assert {"user-agent", "traceparent", "content-length", "accept-encoding", "date"} <= VOLATILE_HEADERS
+
+
+# --- the real model clients, unchanged, still rerun matched ------------------------------------------
+
+
+def _model_agent(server: ScriptedServer) -> list[str]:
+    chat = openai.OpenAI(base_url=server.base_url, api_key="sk-test-0123456789abcdef", max_retries=0)
+    claude = anthropic.Anthropic(base_url=server.root_url, api_key="sk-ant-test-0123456789", max_retries=0)
+    first = chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "quote?"}])
+    second = claude.messages.create(model="claude", max_tokens=32, messages=[{"role": "user", "content": "ok?"}])
+    return [str(first.choices[0].message.content), str(second.content[0].text)]  # type: ignore[union-attr]
+
+
+def test_unchanged_openai_and_anthropic_agents_rerun_matched(dataset: Path) -> None:
+    with ScriptedServer([chat_completion("101.5"), anthropic_message("yes")]) as server:
+        original, _, _ = record(dataset, "models", lambda: _model_agent(server))
+        result = rerun(lambda: _model_agent(server), dataset=dataset, session_id="models", governance="strict")
+    assert original == ["101.5", "yes"]
+    assert result.matched and result.output == original, result.report()
+
+
+# --- keyed: nothing stored lets a reader test a guess -------------------------------------------------
+
+
+@otel_replay.tool
+def _charge(api_key: str, amount: int) -> str:
+    return f"charged {amount}"
+
+
+def _plain_hash(boundary: str, name: str, text: str) -> str:
+    """The hash codec 2 stored: a plain SHA-256 anyone can recompute from a guess."""
+    head = f"{len(boundary)}:{boundary}{len(name)}:{name}"
+    return hashlib.sha256((head + text).encode()).hexdigest()[:32]
+
+
+def test_the_recording_holds_neither_a_secret_nor_a_plain_hash_of_it(dataset: Path) -> None:
+    secret = "sk-live-TREASURY-0123456789abcdef"
+    body = json.dumps({"api_key": secret}).encode()
+
+    def agent(base: str) -> Any:
+        _send("httpx", "POST", f"{base}/charge", body=body, headers={"Authorization": f"Bearer {secret}"})
+        return _charge(secret, 5)
+
+    with _server() as (base, _):
+        record(dataset, "keyed", lambda: agent(base))
+        stored = b"".join(p.read_bytes() for p in dataset.rglob("*.parquet"))
+        text = _stored_text(dataset)
+        guesses = [
+            hashlib.sha256(secret.encode()).hexdigest(),
+            hashlib.sha256(body).hexdigest(),
+            _plain_hash("tool", "_charge", stable_json({"api_key": secret, "amount": 5})),
+        ]
+        assert secret not in text and secret.encode() not in stored
+        for guess in guesses:
+            assert guess[:32] not in text and guess[:32].encode() not in stored
+        same = rerun(lambda: agent(base), dataset=dataset, session_id="keyed")
+    assert same.matched, same.report()
+
+
+def test_a_rerun_without_the_recording_s_key_is_refused_naming_it(dataset: Path, monkeypatch: Any) -> None:
+    record(dataset, "k", lambda: Account("treasury").pay("vendor-7", 1))
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", "another-key-0123456789abcdef")
+    store = otel_replay.open(dataset, require_signed=False)
+    try:
+        with pytest.raises(ConfigError, match="not a verification key here; a rerun needs that key"):
+            rerun(lambda: Account("treasury").pay("vendor-7", 1), dataset=store, session_id="k")
+    finally:
+        store.close()
