@@ -6,8 +6,12 @@ body, all by their real values; the stored text stays redacted and the stored ha
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +34,7 @@ from otel_replay.instrumentation.scripted import ScriptedServer, anthropic_messa
 from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import stable_json
 from otel_replay.rerun.http import VOLATILE_HEADERS, compared_headers
+from otel_replay.rerun.load import load_recording
 
 from .conftest import record
 
@@ -302,3 +307,138 @@ def test_a_rerun_without_the_recording_s_key_is_refused_naming_it(dataset: Path,
             rerun(lambda: Account("treasury").pay("vendor-7", 1), dataset=store, session_id="k")
     finally:
         store.close()
+
+
+# --- a streamed upload: hashed on its way, compared in a rerun, never held whole --------------------
+
+
+def _upload(client: str, base: str, chunks: list[bytes]) -> int:
+    def gen() -> Iterator[bytes]:
+        yield from chunks
+
+    if client == "httpx":
+        return httpx.post(f"{base}/upload", content=gen()).status_code
+    if client == "httpx-async":
+
+        async def agen() -> Any:
+            for chunk in chunks:
+                yield chunk
+
+        async def go() -> int:
+            async with httpx.AsyncClient() as http:
+                return (await http.post(f"{base}/upload", content=agen())).status_code
+
+        return asyncio.run(go())
+    if client == "requests":
+        return requests.post(f"{base}/upload", data=gen(), timeout=5).status_code
+    return urllib3.PoolManager().request("POST", f"{base}/upload", body=gen(), chunked=True).status
+
+
+@pytest.mark.parametrize("client", ["httpx", "httpx-async", "requests", "urllib3"])
+def test_a_streamed_upload_reaches_the_server_unchanged_and_a_changed_one_diverges(dataset: Path, client: str) -> None:
+    chunks = [bytes([i]) * 100_000 for i in range(30)]  # 3 MB, past the stored head
+    changed = [*chunks[:-1], chunks[-1][:-1] + b"!"]
+    with _server() as (base, seen):
+        record(dataset, "up", lambda: _upload(client, base, chunks))
+    whole = b"".join(chunks)
+    assert seen == [
+        {"method": "POST", "path": "/upload", "sha256": hashlib.sha256(whole).hexdigest(), "bytes": 3_000_000}
+    ]
+    same = rerun(lambda: _upload(client, base, chunks), dataset=dataset, session_id="up")
+    assert same.matched and same.output == 200, same.report()
+    other = rerun(lambda: _upload(client, base, changed), dataset=dataset, session_id="up")
+    assert not other.matched and other.divergence is not None and other.divergence.step == 0
+    with otel_replay.open(dataset) as store:
+        (event,) = load_recording(store, "up").events
+    body = json.loads(event.arguments)["body"]  # stored: its length and a keyed digest, never the bytes
+    assert body["bytes"] == 3_000_000 and body["digest"] not in (hashlib.sha256(whole).hexdigest()[:32], "")
+
+
+_MEASURE = r"""
+import asyncio, json, sys, threading, tracemalloc
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import otel_replay
+from otel_replay.rerun import recording, rerun
+
+client, mib, dataset = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        while True:  # chunked: read and drop
+            size = int(self.rfile.readline().split(b";")[0], 16)
+            left = size
+            while left:
+                left -= len(self.rfile.read(min(left, 1 << 20)))
+            self.rfile.readline()
+            if not size:
+                break
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+server.daemon_threads = True
+threading.Thread(target=server.serve_forever, daemon=True).start()
+url = f"http://127.0.0.1:{server.server_address[1]}/upload"
+CHUNK = b"x" * (1 << 20)
+
+def upload():
+    import httpx, requests, urllib3
+    def gen():
+        for _ in range(mib):
+            yield CHUNK
+    if client == "httpx":
+        return httpx.post(url, content=gen(), timeout=60).status_code
+    if client == "httpx-async":
+        async def agen():
+            for _ in range(mib):
+                yield CHUNK
+        async def go():
+            async with httpx.AsyncClient(timeout=60) as http:
+                return (await http.post(url, content=agen())).status_code
+        return asyncio.run(go())
+    if client == "requests":
+        return requests.post(url, data=gen(), timeout=60).status_code
+    return urllib3.PoolManager().request("POST", url, body=gen(), chunked=True).status
+
+def measured(run):
+    # The peak of what Python holds over the run (tracemalloc: exact, no sampling, and no file read that a
+    # rerun's guards would see, as reading the RSS would be).
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    out = run()
+    return out, (tracemalloc.get_traced_memory()[1] - base) / 2**20
+
+tracemalloc.start()
+telemetry = otel_replay.configure(dataset, service_name="memory", set_global=False)
+def record():
+    with recording("upload"):
+        return upload()
+status, recorded = measured(record)
+telemetry.force_flush()
+result, replayed = measured(lambda: rerun(upload, dataset=dataset, session_id="upload"))
+telemetry.shutdown()
+out = {"status": status, "matched": result.matched, "report": result.report()}
+print(json.dumps({**out, "record_mib": recorded, "rerun_mib": replayed}))
+
+"""
+
+
+@pytest.mark.parametrize("client", ["httpx", "httpx-async", "requests", "urllib3"])
+def test_a_streamed_upload_costs_bounded_memory_to_record_and_to_rerun(dataset: Path, client: str) -> None:
+    # 64 MiB through a 1 MiB cap: what is held stays near the cap (a rerun's spool keeps 1 MiB in memory, the
+    # rest on disk); holding the body whole, as before, costs at least its size.
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "OTEL_REPLAY_RERUN_MAX_BODY": str(1 << 20)}
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, client, "64", str(dataset)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["status"] == 200 and out["matched"], out["report"]
+    print(f"{client}: 64 MiB upload: peak +{out['record_mib']:.1f} MiB recording, +{out['rerun_mib']:.1f} MiB rerun")
+    assert out["record_mib"] < 24 and out["rerun_mib"] < 24, out
