@@ -13,6 +13,7 @@ already written; a rerun uses them and says the recording ended early.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -368,10 +369,16 @@ class RecordMode:
 
 
 def _arguments_of(call: Call, text: str) -> tuple[str, str | None]:
-    """The arguments text to store for ``call`` and its match hash (``None``: the hash of that text)."""
-    if isinstance(call, BoundaryCall):
+    """The arguments text to store for ``call`` and its match hash (``None``: the hash of that text).
+
+    Never raises (the call already ran): arguments that cannot be read are stored as unmatchable, named.
+    """
+    if not isinstance(call, BoundaryCall):
+        return text, None
+    try:
         return call.stored_arguments(), call.args_hash
-    return text, None
+    except Exception as exc:
+        return json.dumps({"$unmatchable": f"its arguments ({type(exc).__name__} while reading them)"}), None
 
 
 _active_lock = threading.Lock()

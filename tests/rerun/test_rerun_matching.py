@@ -77,6 +77,30 @@ def test_a_receiver_with_no_value_representation_makes_the_call_unmatchable(data
     assert "no value representation" in result.divergence.reason and "Client" in result.divergence.reason
 
 
+@dataclass(frozen=True)
+class Ledger:
+    name: str
+
+    def transfer(self, to: str, amount: int = 1) -> str:
+        return f"{self.name} sent {to} {amount}"
+
+
+def test_a_method_made_a_tool_in_place_is_compared_with_its_receiver_and_its_own_arguments(dataset: Path) -> None:
+    otel_replay.wrap_tool(f"{__name__}:Ledger.transfer")
+    try:
+        record(dataset, "moved", lambda: Ledger("treasury").transfer("vendor-7", 5))
+        same = rerun(lambda: Ledger("treasury").transfer("vendor-7", 5), dataset=dataset, session_id="moved")
+        assert same.matched and same.output == "treasury sent vendor-7 5", same.report()
+        for changed in (
+            lambda: Ledger("escrow").transfer("vendor-7", 5),
+            lambda: Ledger("treasury").transfer("v-8", 5),
+        ):
+            result = rerun(changed, dataset=dataset, session_id="moved")
+            assert not result.matched and result.divergence is not None and result.divergence.step == 0
+    finally:
+        otel_replay.unwrap_tool(f"{__name__}:Ledger.transfer")
+
+
 # --- HTTP: the real values of every part that decides the action ------------------------------------
 
 
