@@ -26,8 +26,8 @@ from __future__ import annotations
 import base64
 import importlib
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from otel_replay import settings
 from otel_replay.instrumentation._seam import through
@@ -46,6 +46,8 @@ from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder
 from otel_replay.rerun.http_raw import over_bytes, read_head, release
 from otel_replay.rerun.http_stream import ChainReader, head_async, head_sync
 from otel_replay.rerun.patching import PatchSet
+
+T = TypeVar("T")
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -150,17 +152,17 @@ def _legacy_text(method: str, url: str, body: BodySeen) -> str:
     )
 
 
-def request_texts(method: str, url: str, headers: Any, body: BodySeen, *, streamed: bool = False) -> tuple[str, str]:
+def request_texts(method: str, url: str, headers: Any, body: BodySeen, *, unread: bool = False) -> tuple[str, str]:
     """``(stored, matched)`` arguments of one request, under the codec in force.
 
     Codec 3: stored is the redacted method, URL, compared headers and body (its length and a keyed digest
     when longer than 64 KiB); matched is the unredacted method, full URL, compared headers and the body's
     digest and length, never stored (only its keyed hash is). Codecs 1 and 2: both are the redacted text of
-    method, URL and body, as they were made (``streamed``: a requests/urllib3 body that was not bytes,
+    method, URL and body, as they were made (``unread``: a requests/urllib3 body that was not bytes or text,
     which they matched as empty).
     """
     if current_codec() < 3:
-        text = _legacy_text(method, url, BodySeen.of(b"") if streamed else body)
+        text = _legacy_text(method, url, BodySeen.of(b"") if unread else body)
         return text, text
     kept = compared_headers(headers)
     shown: Any
@@ -287,7 +289,7 @@ def _call(
     body: BodySeen,
     *,
     is_async: bool = False,
-    streamed: bool = False,
+    unread: bool = False,
     sending: bool = False,
 ) -> BoundaryCall:
     """The boundary call of one request; ``sending``: its body is still on its way (texts read after the call)."""
@@ -298,13 +300,13 @@ def _call(
 
         def later() -> tuple[str, str]:
             if not texts:
-                texts.append(request_texts(method, url, kept, body, streamed=streamed))
+                texts.append(request_texts(method, url, kept, body, unread=unread))
             return texts[0]
 
         return BoundaryCall(
             "http", name, stream=stream_key("http", name), is_async=is_async, record_as=_stored, later=later
         )
-    stored, matched = request_texts(method, url, kept, body, streamed=streamed)
+    stored, matched = request_texts(method, url, kept, body, unread=unread)
     return BoundaryCall(
         "http",
         name,
@@ -314,6 +316,28 @@ def _call(
         record_as=_stored,
         match_text=matched,
     )
+
+
+def _raising(error: Exception | None, invoke: Callable[[], T]) -> Callable[[], T]:
+    """``invoke``, or, when the agent's body failed while a rerun read it, a call that raises that failure."""
+    if error is None:
+        return invoke
+
+    def fail() -> T:
+        raise error
+
+    return fail
+
+
+def _raising_async(error: Exception | None, invoke: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+    """The async form of :func:`_raising`."""
+    if error is None:
+        return invoke
+
+    async def fail() -> T:
+        raise error
+
+    return fail
 
 
 def _recording() -> bool:
@@ -425,10 +449,10 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         request = args[0] if args else kwargs["request"]
         if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
-        original, spool = request.stream, None
+        original, spool, failed = request.stream, None, None
         body, sending = request_body(request, False)
         if sending is not None and not _recording():  # a rerun reads the body to compare it, sends nothing
-            body, spool = drain(original)
+            body, spool, failed = drain(original)
             sending = Spooled(spool)
         call = _call(
             request.method, str(request.url), request.headers.raw, body, sending=spool is None and sending is not None
@@ -450,7 +474,7 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         if sending is not None:
             request.stream = sending
         try:
-            return to_response(through(call, invoke), request, Tee)
+            return to_response(through(call, _raising(failed, invoke)), request, Tee)
         finally:
             request.stream = original
             if spool is not None:
@@ -460,10 +484,10 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         request = args[0] if args else kwargs["request"]
         if INSIDE.get() or exporters_traffic():
             return await wrapped(*args, **kwargs)
-        original, spool = request.stream, None
+        original, spool, failed = request.stream, None, None
         body, sending = request_body(request, True)
         if sending is not None and not _recording():
-            body, spool = await drain_async(original)
+            body, spool, failed = await drain_async(original)
             sending = Spooled(spool)
         call = _call(
             request.method,
@@ -490,7 +514,7 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
         if sending is not None:
             request.stream = sending
         try:
-            value = await through(call, invoke)
+            value = await through(call, _raising_async(failed, invoke))
         finally:
             request.stream = original
             if spool is not None:
@@ -534,7 +558,7 @@ def _install_requests(patches: PatchSet) -> None:
         request = args[0] if args else kwargs["request"]
         if INSIDE.get() or exporters_traffic():
             return wrapped(*args, **kwargs)
-        original, spool = request.body, None
+        original, spool, failed = request.body, None, None
         streamed = _streamed(original)
         if not streamed:
             given = original or b""
@@ -543,10 +567,15 @@ def _install_requests(patches: PatchSet) -> None:
             body = BodySeen()
             request.body = tee(chunks_of(original), body)
         else:  # a rerun reads it to compare it, and sends it from the spool only if the call runs live
-            body, spool = drain(chunks_of(original))
+            body, spool, failed = drain(chunks_of(original))
             request.body = spool
         call = _call(
-            request.method, request.url, request.headers, body, streamed=streamed, sending=streamed and spool is None
+            request.method,
+            request.url,
+            request.headers,
+            body,
+            unread=not isinstance(original, (bytes, str, type(None))),
+            sending=streamed and spool is None,
         )
 
         def invoke() -> dict[str, Any]:
@@ -579,7 +608,7 @@ def _install_requests(patches: PatchSet) -> None:
             return _live(status, reason, headers, raw, decode, response=response, rest=rest)
 
         try:
-            value = through(call, invoke)
+            value = through(call, _raising(failed, invoke))
         finally:
             request.body = original  # as the agent gave it (a redirect rewinds its own file)
             if spool is not None:
@@ -609,7 +638,7 @@ def _install_urllib3(patches: PatchSet) -> None:
             args = args[:12]
         preload = kwargs.get("preload_content", True)
         decode = kwargs.get("decode_content", True)
-        streamed, spool = _streamed(body), None
+        streamed, spool, failed = _streamed(body), None, None
         if not streamed:
             seen = BodySeen.of(body.encode("utf-8") if isinstance(body, str) else bytes(body or b""))
             sent = body
@@ -617,7 +646,7 @@ def _install_urllib3(patches: PatchSet) -> None:
             seen = BodySeen()
             sent = tee(chunks_of(body), seen)
         else:
-            seen, spool = drain(chunks_of(body))
+            seen, spool, failed = drain(chunks_of(body))
             sent = spool
         if sent is not body:  # the body handed on in the agent's place, where it was given
             if len(args) > 2:
@@ -630,7 +659,7 @@ def _install_urllib3(patches: PatchSet) -> None:
             full,
             instance.headers if headers is None else headers,
             seen,
-            streamed=streamed,
+            unread=not isinstance(body, (bytes, str, type(None))),
             sending=streamed and spool is None,
         )
 
@@ -650,7 +679,7 @@ def _install_urllib3(patches: PatchSet) -> None:
             )
 
         try:
-            value = through(call, invoke)
+            value = through(call, _raising(failed, invoke))
         finally:
             if spool is not None:
                 spool.close()

@@ -108,30 +108,39 @@ def _spool() -> IO[bytes]:
     return tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)  # noqa: SIM115 - the caller closes it
 
 
-def drain(chunks: Iterable[Any]) -> tuple[BodySeen, IO[bytes]]:
-    """Read a body to its end (a rerun, which sends nothing): what it was, and a spooled copy at its start."""
+def drain(chunks: Iterable[Any]) -> tuple[BodySeen, IO[bytes], Exception | None]:
+    """Read a body to its end (a rerun, which sends nothing): what it was, a spooled copy, and how it failed.
+
+    A body that raises part way (the agent's generator failing) is what was read until then, and the error:
+    the call is still matched (the recorded one failed the same way, the client raising it) and the error is
+    raised where the client would have raised it.
+    """
     seen, spool = BodySeen(), _spool()
     try:
         for data in tee(chunks, seen):
             spool.write(data)
+    except Exception as exc:
+        return seen, spool, exc
     except BaseException:
         spool.close()
         raise
     spool.seek(0)
-    return seen, spool
+    return seen, spool, None
 
 
-async def drain_async(chunks: AsyncIterable[Any]) -> tuple[BodySeen, IO[bytes]]:
+async def drain_async(chunks: AsyncIterable[Any]) -> tuple[BodySeen, IO[bytes], Exception | None]:
     """The async form of :func:`drain`."""
     seen, spool = BodySeen(), _spool()
     try:
         async for data in tee_async(chunks, seen):
             spool.write(data)
+    except Exception as exc:
+        return seen, spool, exc
     except BaseException:
         spool.close()
         raise
     spool.seek(0)
-    return seen, spool
+    return seen, spool, None
 
 
 def read_spool(spool: IO[bytes]) -> Iterator[bytes]:

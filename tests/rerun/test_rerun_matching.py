@@ -378,6 +378,33 @@ def test_a_streamed_upload_reaches_the_server_unchanged_and_a_changed_one_diverg
     assert body["bytes"] == 3_000_000 and body["digest"] not in (hashlib.sha256(whole).hexdigest()[:32], "")
 
 
+def _broken_upload(client: str, base: str) -> str:
+    def gen() -> Iterator[bytes]:
+        yield b"first reading;"
+        yield b"second reading;"
+        raise ValueError("sensor unplugged")
+
+    try:
+        if client == "httpx":
+            httpx.post(f"{base}/upload", content=gen())
+        elif client == "requests":
+            requests.post(f"{base}/upload", data=gen(), timeout=5)
+        else:
+            urllib3.PoolManager().request("POST", f"{base}/upload", body=gen(), chunked=True)
+    except ValueError as exc:
+        return f"failed: {exc}"
+    return "sent"
+
+
+@pytest.mark.parametrize("client", ["httpx", "requests", "urllib3"])
+def test_an_upload_whose_body_fails_part_way_reruns_matched_with_the_same_error(dataset: Path, client: str) -> None:
+    with _server() as (base, _):
+        original, _, _ = record(dataset, "broken", lambda: _broken_upload(client, base))
+    assert original == "failed: sensor unplugged"
+    result = rerun(lambda: _broken_upload(client, base), dataset=dataset, session_id="broken", governance="strict")
+    assert result.matched and result.output == original, result.report()
+
+
 _MEASURE = r"""
 import asyncio, json, sys, threading, tracemalloc
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
