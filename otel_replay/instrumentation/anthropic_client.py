@@ -168,7 +168,7 @@ class _StreamManager(wrapt.ObjectProxy):
 
     def _hook(self, span: Span, stream: Any, aio: bool) -> bool:
         raw = stream._raw_stream  # read lazily by the helper's own iterator, so it can be observed here
-        end = StreamEnd(span, _Events(self._self_args[3]))
+        end = StreamEnd(span, _Events(self._self_args[3]), capture=self._self_args[3])
         stream._raw_stream = AsyncStreamProxy(raw, end) if aio else SyncStreamProxy(raw, end)
         return True
 
@@ -186,7 +186,7 @@ class _StreamManager(wrapt.ObjectProxy):
         try:
             stream = through(call, self.__wrapped__.__enter__)
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, self._self_args[3])
             raise
         self._entered(started, stream, aio=False)
         return stream
@@ -204,7 +204,7 @@ class _StreamManager(wrapt.ObjectProxy):
         try:
             stream = await through_async(call, self.__wrapped__.__aenter__)
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, self._self_args[3])
             raise
         self._entered(started, stream, aio=True)
         return stream
