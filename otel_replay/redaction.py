@@ -109,6 +109,8 @@ _KEY_PLAIN: Final = frozenset(
     }
 )  # fmt: skip
 """``key`` after one of these names data, not a credential (``primary_key``, ``idempotency_key``)."""
+_KEY_NAMING: Final = frozenset({"id", "ids", "name", "names", "type", "version", "prefix", "alias", "arn"})
+"""``key`` followed by one of these names a key without holding it (``access_key_id``, ``key_name``)."""
 _AUTH_PLAIN: Final = frozenset(
     {
         "type", "method", "methods", "url", "uri", "endpoint", "scheme", "schemes", "mode", "provider",
@@ -137,6 +139,8 @@ def _builtin_secret(words: tuple[str, ...]) -> bool:
             if before in _TOKENS_SECRET:
                 return True
         elif word in ("key", "keys"):
+            if after in _KEY_NAMING:
+                continue
             if before in _KEY_QUALIFIED or (i == last and before not in _KEY_PLAIN):
                 return True
         elif word == "auth":
@@ -363,27 +367,38 @@ def _is_card(digits: str) -> bool:
 
 
 def _card_spans(text: str) -> list[tuple[int, int]]:
+    """Where card numbers are: a group of 13 to 19 digits, or groups of 3+ digits adding up to that.
+
+    ``4111 1111 1111 1111``, ``3782-822463-10005``; a window is tried only from a group starting 2 to 6.
+    """
     spans: list[tuple[int, int]] = []
     for run in _DIGITS.finditer(text):
         if run.end() - run.start() < 13:
             continue
-        groups = [(g.start() + run.start(), g.end() + run.start()) for g in _GROUP.finditer(run.group())]
+        base = run.start()
+        groups = [(g.start() + base, g.end() + base) for g in _GROUP.finditer(run.group())]
         i = 0
         while i < len(groups):
             best = -1
-            digits = ""
-            for j in range(i, len(groups)):
-                digits += text[groups[j][0] : groups[j][1]]
-                if len(digits) > 19:
-                    break
-                if _is_card(digits):
-                    best = j
+            if "2" <= text[groups[i][0]] <= "6":
+                digits = ""
+                for j in range(i, len(groups)):
+                    start, stop = groups[j]
+                    if j > i and stop - start < 3 or len(digits) + stop - start > 19:
+                        break
+                    digits += text[start:stop]
+                    if len(digits) >= 13 and _is_card(digits):
+                        best = j
             if best >= 0:
                 spans.append((groups[i][0], groups[best][1]))
                 i = best + 1
             else:
                 i += 1
     return spans
+
+
+_SCHEMES: Final = frozenset({"bearer", "basic"})
+_AFTER_SCHEME: Final = " " + REDACTED
 
 
 def _named_spans(text: str) -> list[tuple[int, int]]:
@@ -394,7 +409,9 @@ def _named_spans(text: str) -> list[tuple[int, int]]:
         if found.start() < end or not _secret_name(found.group(1), names):
             continue
         value = _VALUE.match(text, found.end())
-        if value is not None:
+        if value is not None and value.group().lower() in _SCHEMES and text.startswith(_AFTER_SCHEME, value.end()):
+            end = value.end() + len(_AFTER_SCHEME)  # "Authorization: Bearer [REDACTED]": already redacted
+        elif value is not None:
             spans.append((value.start(), value.end()))
             end = value.end()
     return spans

@@ -34,6 +34,7 @@ from otel_replay.instrumentation._genai import ToolCall, write_response
 from otel_replay.instrumentation._model import ModelMethod, _start, async_wrapper, sync_wrapper
 from otel_replay.instrumentation._seam import Call, through, through_async
 from otel_replay.instrumentation._streams import AsyncStreamProxy, StreamEnd, SyncStreamProxy
+from otel_replay.redaction import check_settings
 
 __all__ = ["AnthropicInstrumentor"]
 
@@ -238,6 +239,7 @@ class AnthropicInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         tracer = tracer_for("anthropic", kwargs.get("tracer_provider"))
         capture = content_enabled(kwargs.get("capture_content"))
+        check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first captured call
         self._layers = Layers()
         self._layers.wrap(_MODULE, "Messages.create", sync_wrapper(tracer, _CREATE, capture))
         self._layers.wrap(_MODULE, "AsyncMessages.create", async_wrapper(tracer, _CREATE, capture))
