@@ -87,13 +87,13 @@ def _agent(api: s.ScriptedServer, model: s.ScriptedServer, provider: Any) -> Non
         pass
     with httpx.Client() as client:
         client.post(f"{api.root_url}/forms?{QUERY[0]}={QUERY[1]}&q=ok", json={"form": FORM, "note": NOTE})
-    oai = openai.OpenAI(base_url=model.base_url, api_key="sk-test-key", max_retries=0)
     prompt = [{"role": "user", "content": f"{NOTE} {PAIRS}"}]
-    oai.chat.completions.create(model="gpt-test", messages=prompt, extra_headers=dict([HEADER]))
-    try:
-        oai.chat.completions.create(model="gpt-test", messages=prompt)
-    except openai.BadRequestError:
-        pass
+    with openai.OpenAI(base_url=model.base_url, api_key="sk-test-key", max_retries=0) as oai:
+        oai.chat.completions.create(model="gpt-test", messages=prompt, extra_headers=dict([HEADER]))
+        try:
+            oai.chat.completions.create(model="gpt-test", messages=prompt)
+        except openai.BadRequestError:
+            pass
     raise RuntimeError(f"run failed: {NOTE} {PAIRS}")
 
 

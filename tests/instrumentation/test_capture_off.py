@@ -90,16 +90,18 @@ def _raise_everywhere(pipeline: Pipeline, server: s.ScriptedServer, capture: boo
         raise ValueError(LEAKY_MESSAGE)
 
     server.enqueue(s.error(400, LEAKY_MESSAGE), s.error(400, LEAKY_MESSAGE))
-    oai = openai.OpenAI(base_url=server.base_url, api_key="sk-test-key", max_retries=0)
     try:
         charge(12)
     except ValueError:
         pass
-    for stream in (False, True):
-        try:
-            oai.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}], stream=stream)
-        except openai.BadRequestError:
-            pass
+    with openai.OpenAI(base_url=server.base_url, api_key="sk-test-key", max_retries=0) as oai:
+        for stream in (False, True):
+            try:
+                oai.chat.completions.create(
+                    model="gpt-test", messages=[{"role": "user", "content": "x"}], stream=stream
+                )
+            except openai.BadRequestError:
+                pass
 
 
 def test_with_capture_off_a_failed_tool_or_model_span_keeps_the_error_type_only(
