@@ -356,9 +356,14 @@ _SHAPES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 
 _NAMED = re.compile(r"(?<![A-Za-z0-9_.+-])([A-Za-z_][A-Za-z0-9_.-]{0,127})(\\?[\"']?[ \t]*[:=][ \t]*(?:\\?[\"'])?)")
 """``name=``, ``name:``, ``"name": "``, ``\\"name\\":\\"`` (JSON in a JSON string), ``?name=``: a value follows."""
-_VALUE = re.compile(r"(?<=\")[^\"\n\\]{1,8192}|(?<=')[^'\n\\]{1,8192}|(?![{\[])(?:[^\s\"',;}&\\]|\\(?![\"'])){1,8192}")
-"""The value after :data:`_NAMED`: to the closing quote when quoted, else to a space or a separator (a nested
-``{`` or ``[`` is not a value: what is inside it is looked at on its own)."""
+_VALUE = re.compile(
+    r"(?<=\")(?:[^\"\\\n]|\\.){1,8192}|(?<=')(?:[^'\\\n]|\\.){1,8192}"
+    r"|(?![{\[])(?:[^\s\"',;}&\\]|\\(?![\"'])){1,8192}"
+)
+"""The value after :data:`_NAMED`: to the closing quote when quoted (over escapes: ``"a\\"b c"``), else to a
+space or a separator (a nested ``{`` or ``[`` is not a value: what is inside it is looked at on its own)."""
+_ESCAPED_VALUE = re.compile(r"[^\"'\n\\]{1,8192}")
+"""The value after an escaped quote (``\\"name\\":\\"value\\"``, JSON inside a JSON string): to the next backslash."""
 _DIGITS = re.compile(r"(?<![0-9])[0-9]+(?:[ -][0-9]+)*")
 """A run of digit groups (spaces or dashes between): card numbers are looked for inside it."""
 _GROUP = re.compile(r"[0-9]+")
@@ -420,7 +425,8 @@ def _named_spans(text: str, names: tuple[tuple[str, ...], ...]) -> list[tuple[in
     for found in _NAMED.finditer(text):
         if found.start() < end or not _secret_name(found.group(1), names):
             continue
-        value = _VALUE.match(text, found.end())
+        escaped = found.group(2).endswith(('\\"', "\\'"))
+        value = (_ESCAPED_VALUE if escaped else _VALUE).match(text, found.end())
         if value is not None and value.group().lower() in _SCHEMES and text.startswith(_AFTER_SCHEME, value.end()):
             end = value.end() + len(_AFTER_SCHEME)  # "Authorization: Bearer [REDACTED]": already redacted
         elif value is not None:

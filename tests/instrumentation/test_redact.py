@@ -172,6 +172,7 @@ def test_a_name_that_only_contains_a_secret_word_is_not_secret(name: str):
         ("amex 378282246310005.", "378282246310005"),
         ("https://api.example/v1?q=x&api_key=zq-url-11&page=2", "zq-url-11"),
         ("password: zq-colon-12", "zq-colon-12"),
+        ('{"token": "a\\"b zq-escaped-13"}', "zq-escaped-13"),
     ],
 )
 def test_each_shape_the_one_engine_knows_is_redacted(text: str, secret: str):
