@@ -7,9 +7,10 @@ from typing import Any
 
 import anthropic
 import openai
+import pytest
 
+from otel_replay.instrumentation import invoke_agent, tool, unwrap_tool, wrap_tool
 from otel_replay.instrumentation import scripted as s
-from otel_replay.instrumentation import tool, unwrap_tool, wrap_tool
 
 from .conftest import Pipeline
 
@@ -131,3 +132,18 @@ def test_with_capture_on_a_failed_tool_or_model_span_keeps_the_message_redacted(
         assert "exception.stacktrace" not in dict(span.events[0].attributes or {})
     text = _everything(capturing)
     assert "1111" not in text and BEARER not in text
+
+
+def test_with_capture_off_a_failed_agent_span_keeps_the_error_type_only(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    with pytest.raises(ValueError), invoke_agent("payer", tracer_provider=pipeline.provider):
+        raise ValueError(LEAKY_MESSAGE)
+    (span,) = _errors(pipeline)
+    assert span.status.description == "ValueError" and span.attributes["error.type"] == "ValueError"
+    assert "refused" not in _everything(pipeline) and BEARER not in _everything(pipeline)
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    with pytest.raises(ValueError), invoke_agent("payer", tracer_provider=pipeline.provider):
+        raise ValueError(LEAKY_MESSAGE)
+    assert "card [REDACTED] refused" in _everything(pipeline) and BEARER not in _everything(pipeline)
