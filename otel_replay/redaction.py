@@ -469,10 +469,16 @@ def _redact(text: str, rules: _Rules) -> str:
 def redact_value(value: Any) -> Any:
     """A JSON-like value (dicts, lists, text, numbers) with secrets redacted: by key name, then by shape.
 
-    The value under a secret key is replaced whole (a dict or list too); text is :func:`redact`-ed; an int
-    that is a card number becomes ``[REDACTED]``. Anything else is returned as it is.
+    The value under a secret key is replaced whole (a dict or list too; ``null`` and booleans are kept);
+    text is :func:`redact`-ed; an int that is a card number becomes ``[REDACTED]``. Anything else is
+    returned as it is.
     """
     return _tree(value, _rules())
+
+
+def _holds(value: Any) -> bool:
+    """Whether a value under a secret name can hold a secret (``null``, ``true`` and ``false`` cannot)."""
+    return value is not None and value.__class__ is not bool
 
 
 def _tree(value: Any, rules: _Rules) -> Any:
@@ -482,7 +488,8 @@ def _tree(value: Any, rules: _Rules) -> Any:
     if isinstance(value, dict):
         names = rules.names
         return {
-            k: REDACTED if k.__class__ is str and _secret_name(k, names) else _tree(v, rules) for k, v in value.items()
+            k: REDACTED if _holds(v) and k.__class__ is str and _secret_name(k, names) else _tree(v, rules)
+            for k, v in value.items()
         }
     if isinstance(value, list | tuple):
         return [_tree(v, rules) for v in value]

@@ -194,6 +194,11 @@ def test_numbers_and_words_that_are_not_secrets_are_left_alone(text: str):
     assert redact(text) == text
 
 
+def test_null_and_booleans_under_a_secret_name_are_kept_and_the_text_left_as_it_was():
+    text = '{"auth": false, "token": null, "max_tokens": 5}'
+    assert redaction.redact_json_text(text) == text
+
+
 def test_a_card_number_held_as_a_json_number_is_redacted():
     assert redaction.redact_json_text('{"amount": 12, "pan": 4111111111111111}') == '{"amount":12,"pan":"[REDACTED]"}'
 
