@@ -11,8 +11,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_replay import redaction, settings
 from otel_replay import semconv as sc
-from otel_replay import settings
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
 from otel_replay.capture.sampling import RecordSampler
@@ -172,6 +172,7 @@ def configure(
     """
     # Absolute now: a later chdir must not move where this process's records, receipts and claims go.
     dataset = settings.absolute_dataset(settings.dataset_dir(dataset))
+    redaction.check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first write
     key = load_signing_key(signing_key)  # a bad or missing key fails here, not at the first seal
     if key is None:  # pragma: no cover - create=True makes a key when there is none
         raise ConfigError("no signing key could be found or created")

@@ -22,6 +22,8 @@ variable                          meaning                                     de
 ``OTEL_REPLAY_INGEST_MAX_RATIO``  ``ingest``: largest decompression ratio    1000
 ``OTEL_REPLAY_RECORD_SESSION``    record the whole process as this session    -
 ``OTEL_REPLAY_RERUN_MAX_BODY``    recording: largest HTTP body kept (bytes)   8388608
+``OTEL_REPLAY_REDACT_NAMES``      more secret names, comma-separated          -
+``OTEL_REPLAY_REDACT_PATTERNS``   more secret regexes, one per line           -
 ================================  ==========================================  ===============
 
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (the OpenTelemetry GenAI
@@ -59,6 +61,8 @@ __all__ = [
     "MAX_FILE_ROWS",
     "MAX_WAIT_SECONDS",
     "RECORD_SESSION",
+    "REDACT_NAMES",
+    "REDACT_PATTERNS",
     "RERUN_MAX_BODY",
     "SERVE_GRPC",
     "SERVE_HTTP",
@@ -86,6 +90,10 @@ RECORD_SESSION: Final = "OTEL_REPLAY_RECORD_SESSION"
 """Record the whole process as this rerun session (under ``opentelemetry-instrument``); ``auto`` picks a new id."""
 RERUN_MAX_BODY: Final = "OTEL_REPLAY_RERUN_MAX_BODY"
 """Recording: cap on one recorded HTTP response body, in bytes (default 8 MiB); a capped body is marked."""
+REDACT_NAMES: Final = "OTEL_REPLAY_REDACT_NAMES"
+"""More names whose values are redacted everywhere, comma-separated (:func:`otel_replay.redaction.is_secret_name`)."""
+REDACT_PATTERNS: Final = "OTEL_REPLAY_REDACT_PATTERNS"
+"""More regular expressions whose matches are redacted everywhere, one per line (:mod:`otel_replay.redaction`)."""
 INGEST_MAX_LINE: Final = "OTEL_REPLAY_INGEST_MAX_LINE"
 INGEST_MAX_RATIO: Final = "OTEL_REPLAY_INGEST_MAX_RATIO"
 CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

@@ -120,7 +120,7 @@ def redacted_urls(attributes: Mapping[str, Any] | None) -> dict[str, str]:
     The contrib HTTP instrumentations keep a query string such as
     ``?api_key=...`` or ``?token=...`` in ``url.full`` (they redact only a
     few signature parameters); this covers the rest with the one redaction
-    engine (:func:`otel_replay.instrumentation._redact.redact`).
+    engine (:func:`otel_replay.redaction.redact`).
     """
     if not attributes:
         return {}
@@ -128,7 +128,7 @@ def redacted_urls(attributes: Mapping[str, Any] | None) -> dict[str, str]:
     for key in _URL_ATTRIBUTES:
         value = attributes.get(key)
         if isinstance(value, str) and ("?" in value or "@" in value):
-            from otel_replay.instrumentation._redact import redact  # only for a URL that may hold a secret
+            from otel_replay.redaction import redact  # only for a URL that may hold a secret
 
             cleaned = redact(value)
             if cleaned != value:

@@ -29,6 +29,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from otel_replay import semconv as sc
 from otel_replay import settings
+from otel_replay.redaction import redact_error
 
 __all__ = [
     "AGENT_NAME_KEY",
@@ -197,22 +198,37 @@ def scope_ids(attributes: dict[str, Any]) -> None:
         attributes[sc.AGENT_ID] = attributes[sc.GEN_AI_AGENT_ID] = str(agent_id)
 
 
-def end_error(span: Span, exc: BaseException) -> None:
-    """Mark ``span`` as failed by ``exc`` (``error.type``, status, exception event) and end it."""
+def end_error(span: Span, exc: BaseException, capture: bool = False) -> None:
+    """Mark ``span`` as failed by ``exc`` and end it.
+
+    ``error.type`` and status ERROR always. The message is content (a tool's ``ValueError`` can carry the
+    card number it refused, a client's error the header it sent): with content capture off (``capture``
+    false) only the type is kept, in an ``exception`` event holding ``exception.type`` alone, as the GenAI
+    conventions advise; with capture on, the message is kept redacted (:func:`otel_replay.redaction.redact_error`)
+    and the stack trace is not stored.
+    """
     try:
-        span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
-        span.record_exception(exc)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+        kind = type(exc)
+        span.set_attribute(sc.ERROR_TYPE, kind.__qualname__)
+        message = redact_error(exc, capture=capture)
+        event: dict[str, Any] = {"exception.type": kind.__qualname__}
+        if message is not None:
+            event["exception.message"] = message
+        span.add_event("exception", event)
+        span.set_status(Status(StatusCode.ERROR, kind.__name__ if message is None else f"{kind.__name__}: {message}"))
     except Exception as inner:  # pragma: no cover - the SDK does not raise here
         _log.debug("otel-replay: could not record an error on a span: %s", inner)
     span.end()
 
 
-def end_failed(started: Started | None, exc: BaseException) -> None:
-    """The call raised: detach the span's context (``started`` is ``(span, token)``) and end it as an error."""
+def end_failed(started: Started | None, exc: BaseException, capture: bool = False) -> None:
+    """The call raised: detach the span's context (``started`` is ``(span, token)``) and end it as an error.
+
+    ``capture``: content capture is on, the error's message is kept redacted (see :func:`end_error`).
+    """
     if started is not None:
         context.detach(started[1])
-        end_error(started[0], exc)
+        end_error(started[0], exc, capture)
 
 
 def guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:

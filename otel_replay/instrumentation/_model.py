@@ -89,7 +89,7 @@ def _settle(span: Span, method: ModelMethod, kwargs: Mapping[str, Any], result: 
     mode = _raw_mode(kwargs)
     if mode is None and method.streams(kwargs):
         try:
-            end = StreamEnd(span, method.accumulator(capture))
+            end = StreamEnd(span, method.accumulator(capture), capture=capture)
             return AsyncStreamProxy(result, end) if aio else SyncStreamProxy(result, end)
         except Exception as exc:
             _log.debug("otel-replay: the stream could not be observed; it is returned as is: %r", exc)
@@ -151,7 +151,7 @@ def sync_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable
             else:
                 result = wrapped(*args, **kwargs)
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, capture)
             raise
         context.detach(started[1])
         return _settle(started[0], method, kwargs, result, capture, aio=False)
@@ -178,7 +178,7 @@ def async_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callabl
             else:
                 result = await wrapped(*args, **kwargs)
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, capture)
             raise
         context.detach(started[1])
         return _settle(started[0], method, kwargs, result, capture, aio=True)

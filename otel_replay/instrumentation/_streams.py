@@ -39,10 +39,12 @@ class Accumulator(Protocol):
 class StreamEnd:
     """Ends one stream's span once: the first of exhaustion, close, ``with`` exit, error, or drop."""
 
-    __slots__ = ("_done", "_lock", "accumulator", "span")
+    __slots__ = ("_done", "_lock", "accumulator", "capture", "span")
 
-    def __init__(self, span: Span, accumulator: Accumulator) -> None:
+    def __init__(self, span: Span, accumulator: Accumulator, *, capture: bool = False) -> None:
         self.span = span
+        self.capture = capture
+        """Content capture on: an error's message is kept (redacted); off: its type only."""
         self.accumulator = accumulator
         self._done = False
         self._lock = threading.Lock()
@@ -81,7 +83,7 @@ class StreamEnd:
         guard("stream aggregate extraction", self.accumulator.finish, self.span)
         self.span.set_attribute(sc.STREAM_END, how)
         if exc is not None:
-            end_error(self.span, exc)
+            end_error(self.span, exc, self.capture)
         else:
             self.span.end()
 

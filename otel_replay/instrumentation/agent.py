@@ -13,8 +13,8 @@ inside — in this thread, in asyncio tasks, and in pool threads under
 ``gen_ai.agent.name``; an agent id given here is put in scope like
 ``otel_replay.session(agent_id=...)``, so decisions and other spans get it as
 ``replay.agent_id``. Agents nest: the innermost name is the one stamped. An
-exception leaving the block marks the span as an error and propagates
-unchanged.
+exception leaving the block marks the span as an error (its message kept,
+redacted, only with content capture on) and propagates unchanged.
 
 The name stays in this process (a context value, not baggage): it is not sent
 to the services the agent calls.
@@ -30,7 +30,7 @@ from opentelemetry import baggage, context
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, TracerProvider
 
 from otel_replay import semconv as sc
-from otel_replay.instrumentation._common import AGENT_NAME_KEY, begin, end_error, scope_ids, tracer_for
+from otel_replay.instrumentation._common import AGENT_NAME_KEY, begin, content_enabled, end_error, scope_ids, tracer_for
 
 __all__ = ["invoke_agent"]
 
@@ -65,7 +65,10 @@ def invoke_agent(
         if description:
             attributes[sc.GEN_AI_AGENT_DESCRIPTION] = description
         started = begin(
-            tracer_for("agent", tracer_provider), f"{INVOKE_AGENT} {name}", SpanKind.INTERNAL, attributes,
+            tracer_for("agent", tracer_provider),
+            f"{INVOKE_AGENT} {name}",
+            SpanKind.INTERNAL,
+            attributes,
             model_layer=False,
         )
         if started is None:  # suppressed: run the block unrecorded
@@ -76,7 +79,7 @@ def invoke_agent(
             yield span
         except BaseException as exc:
             context.detach(span_token)
-            end_error(span, exc)
+            end_error(span, exc, content_enabled(None))  # the message is content: redacted, or type only
             raise
         context.detach(span_token)
         span.end()

@@ -34,6 +34,7 @@ from otel_replay.instrumentation._genai import ToolCall, write_response
 from otel_replay.instrumentation._model import ModelMethod, _start, async_wrapper, sync_wrapper
 from otel_replay.instrumentation._seam import Call, through, through_async
 from otel_replay.instrumentation._streams import AsyncStreamProxy, StreamEnd, SyncStreamProxy
+from otel_replay.redaction import check_settings
 
 __all__ = ["AnthropicInstrumentor"]
 
@@ -168,7 +169,7 @@ class _StreamManager(wrapt.ObjectProxy):
 
     def _hook(self, span: Span, stream: Any, aio: bool) -> bool:
         raw = stream._raw_stream  # read lazily by the helper's own iterator, so it can be observed here
-        end = StreamEnd(span, _Events(self._self_args[3]))
+        end = StreamEnd(span, _Events(self._self_args[3]), capture=self._self_args[3])
         stream._raw_stream = AsyncStreamProxy(raw, end) if aio else SyncStreamProxy(raw, end)
         return True
 
@@ -186,7 +187,7 @@ class _StreamManager(wrapt.ObjectProxy):
         try:
             stream = through(call, self.__wrapped__.__enter__)
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, self._self_args[3])
             raise
         self._entered(started, stream, aio=False)
         return stream
@@ -204,7 +205,7 @@ class _StreamManager(wrapt.ObjectProxy):
         try:
             stream = await through_async(call, self.__wrapped__.__aenter__)
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, self._self_args[3])
             raise
         self._entered(started, stream, aio=True)
         return stream
@@ -238,6 +239,7 @@ class AnthropicInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         tracer = tracer_for("anthropic", kwargs.get("tracer_provider"))
         capture = content_enabled(kwargs.get("capture_content"))
+        check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first captured call
         self._layers = Layers()
         self._layers.wrap(_MODULE, "Messages.create", sync_wrapper(tracer, _CREATE, capture))
         self._layers.wrap(_MODULE, "AsyncMessages.create", async_wrapper(tracer, _CREATE, capture))

@@ -22,6 +22,7 @@ from opentelemetry.trace import Span
 from otel_replay.instrumentation._common import Layers, content_enabled, tracer_for
 from otel_replay.instrumentation._genai import ToolCall, write_response
 from otel_replay.instrumentation._model import ModelMethod, async_wrapper, sync_wrapper
+from otel_replay.redaction import check_settings
 
 __all__ = ["OpenAIInstrumentor"]
 
@@ -239,6 +240,7 @@ class OpenAIInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         tracer = tracer_for("openai", kwargs.get("tracer_provider"))
         capture = content_enabled(kwargs.get("capture_content"))
+        check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first captured call
         self._layers = Layers()
         for module, owner, api, aio in _TARGETS:
             method = _METHODS[api]

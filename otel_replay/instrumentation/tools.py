@@ -47,11 +47,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 SnapshotSource = DependencySnapshot | Callable[[], DependencySnapshot] | None
 
 
-
 def _enclosing_decision() -> Any:
     """The enclosing ``audit()`` decision a gated tool acts for, if it has not acted yet."""
     outer = current_decision()
     return outer if outer is not None and not outer.acted else None
+
 
 class _Tool:
     """How one tool is observed (shared by the decorator and dotted-path wrapping)."""
@@ -189,7 +189,7 @@ class _Tool:
             if decision is not None:
                 result = self._commit(decision, self.action_of(result))
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, capture)
             raise
         return _finished(started, capture, result)
 
@@ -233,7 +233,7 @@ class _Tool:
             if decision is not None:
                 result = self._commit(decision, self.action_of(result))
         except BaseException as exc:
-            end_failed(started, exc)
+            end_failed(started, exc, capture)
             raise
         return _finished(started, capture, result)
 

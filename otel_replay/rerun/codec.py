@@ -18,8 +18,9 @@ The argument encoding is versioned (:data:`ARGUMENTS_CODEC`, implied by the
 recording's format): a recording made with codec 1 is rerun with codec 1, so
 its hashes still match (:func:`arguments_codec`).
 
-Redaction is one function applied at record time and at match time alike; it builds on the
-instrumentation's :func:`~otel_replay.instrumentation._redact.redact` (one set of secret shapes).
+Redaction is :mod:`otel_replay.redaction`'s, applied at record time and at match time alike. A rerun of
+a recording made before codec 3 redacts with the rules it was recorded with (its HTTP arguments were
+matched redacted), kept here frozen.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from otel_replay.instrumentation._redact import REDACTED, redact
+from otel_replay import redaction
+from otel_replay.redaction import REDACTED, redact_headers
 
 __all__ = [
     "ARGUMENTS_CODEC",
@@ -102,16 +104,6 @@ def arguments_codec(version: int) -> Iterator[None]:
     finally:
         _codec = previous
 
-
-_SECRET_HEADER = re.compile(
-    r"(proxy-)?authorization|(set-)?cookie|x-api-key|api-key|x-auth-token|.*-token|.*-secret|.*api-key",
-    re.IGNORECASE,
-)
-_SECRET_KEY = re.compile(
-    r"api[-_]?key|(access|refresh|id|auth|bearer)?[-_]?token|(client[-_])?secret|password|passwd"
-    r"|authorization|private[-_]?key|session[-_]?id|cookie|signature|credentials?",
-    re.IGNORECASE,
-)
 
 # --- codec 1: kept byte for byte, for recordings made with it -------------------------------------------
 _stable_v1 = json.JSONEncoder(
@@ -550,99 +542,109 @@ _DECODERS: dict[str, Any] = {
 }
 
 
-def redact_headers(headers: Any) -> list[list[str]]:
-    """Header pairs with secret-bearing values replaced by ``[REDACTED]`` (order and repeats kept)."""
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    out = []
-    for key, value in pairs:
-        name = key.decode("latin-1") if isinstance(key, bytes) else str(key)
-        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-        if name.lower() == "set-cookie":
-            out.append([name, _redact_set_cookie(text)])
-        else:
-            out.append([name, REDACTED if _SECRET_HEADER.fullmatch(name) else redact(text)])
-    return out
-
-
-def _redact_set_cookie(text: str) -> str:
-    """A ``Set-Cookie`` value with the cookie's value redacted and its name and attributes kept.
-
-    A rerun's cookie jar then holds the cookie under its own name (``sid=[REDACTED]; Path=/``), as
-    the recorded run's did; the attributes (path, domain, expiry, flags) carry no secret.
-    """
-    return ", ".join(_redact_one_cookie(piece) for piece in _NEXT_COOKIE.split(text))
-
-
-_NEXT_COOKIE = re.compile(r",\s*(?=[^;,=\s]+=)")  # repeated headers joined by ", " (an Expires date's comma is not)
-
-
-def _redact_one_cookie(text: str) -> str:
-    first, sep, attributes = text.partition(";")
-    name, eq, _ = first.partition("=")
-    if not eq or not name.strip():
-        return REDACTED
-    return f"{name.strip()}={REDACTED}{sep}{redact(attributes) if sep else ''}"
-
-
 def redact_url(url: str) -> str:
-    """``url`` with its password and secret query parameter values redacted.
-
-    ``key=``, ``api_key=``, ``X-Amz-Signature=`` ...: the one redaction engine,
-    :func:`~otel_replay.instrumentation._redact.redact`, knows URLs.
-    """
-    return redact(url)
+    """``url`` with its password and secret query values redacted (:func:`otel_replay.redaction.redact_url`)."""
+    return redaction.redact_url(url) if _codec >= 3 else _redact_v2(url)
 
 
-def _redact_tree(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: REDACTED if _SECRET_KEY.fullmatch(k) else _redact_tree(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_tree(v) for v in value]
-    if isinstance(value, str):
-        return redact(value)
-    return value
+def redact_partial_json(text: str) -> str:
+    """JSON-like text that does not parse, redacted (:func:`otel_replay.redaction.redact_partial_json`)."""
+    return redaction.redact_partial_json(text) if _codec >= 3 else _redact_partial_json_v2(text)
 
 
-_MAYBE_SECRET = re.compile(
+def redact_json_text(text: str) -> str:
+    """A body or arguments text with secrets redacted (:func:`otel_replay.redaction.redact_json_text`)."""
+    return redaction.redact_json_text(text) if _codec >= 3 else _redact_json_text_v2(text)
+
+
+# --- the redaction of codecs 1 and 2, frozen: a format-2 recording's HTTP arguments were matched redacted -----
+_V2_RUN = r"(?<![A-Za-z0-9_.+-])"
+_V2_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(
+            r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]{0,40}PRIVATE KEY-----|.*\Z)", re.DOTALL
+        ),
+        REDACTED,
+    ),
+    (
+        re.compile(_V2_RUN + r"([a-zA-Z][a-zA-Z0-9+.-]{1,20}://)([^\s:/@\"']{1,256}):([^\s@/\"']{1,256})@"),
+        r"\1\2:" + REDACTED + "@",
+    ),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    (re.compile(_V2_RUN + r"sk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"), REDACTED),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
+    (re.compile(_V2_RUN + r"AIza[0-9A-Za-z_-]{35}"), REDACTED),
+    (
+        re.compile(
+            r"(?i)([?&](?:[a-z0-9]+[_.-])*"
+            r"(?:key|apikey|sig|signature|credentials?|token|secret|password|passwd|pwd|auth|authorization|session[_-]?id)=)([^&#\s\"']{1,2048})"
+        ),
+        r"\1" + REDACTED,
+    ),
+    (re.compile(_V2_RUN + r"gh[pousr]_[A-Za-z0-9]{30,}"), REDACTED),
+    (re.compile(_V2_RUN + r"xox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
+    (re.compile(_V2_RUN + r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
+    (
+        re.compile(
+            r"(?i)(" + _V2_RUN + r"(?:[a-z0-9]+[_-])*(?:api[_-]?key|secret|password|passwd|pwd|token|access[_-]?key|"
+            r"auth(?:orization)?|private[_-]?key)\b[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}&]{3,})"
+        ),
+        r"\1" + REDACTED,
+    ),
+)
+_V2_SECRET_KEY = re.compile(
+    r"api[-_]?key|(access|refresh|id|auth|bearer)?[-_]?token|(client[-_])?secret|password|passwd"
+    r"|authorization|private[-_]?key|session[-_]?id|cookie|signature|credentials?",
+    re.IGNORECASE,
+)
+_V2_MAYBE_SECRET = re.compile(
     r"key|token|secret|passw|pwd|auth|cookie|session|signature|credential|bearer|basic|sk-|AKIA|ASIA|gh[pousr]_"
     r"|xox|eyJ|://[^/\s]*@",
     re.IGNORECASE,
 )
-"""Every text :func:`redact` could change matches this (the fast path: most bodies hold no secret)."""
+_V2_JSON_STRING_MEMBER = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:\s*)"(?:[^"\\]|\\.)*("|\Z)', re.DOTALL)
 
 
-_JSON_STRING_MEMBER = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:\s*)"(?:[^"\\]|\\.)*("|\Z)', re.DOTALL)
-"""``"key": "value"`` in JSON text that need not parse (a capped head): the value may run to the end."""
+def _redact_v2(text: str) -> str:
+    for pattern, replacement in _V2_RULES:
+        text = pattern.sub(replacement, text)
+    return text
 
 
-def redact_partial_json(text: str) -> str:
-    """JSON-like text that does not parse, redacted: string values of secret-named keys whole, the rest by shape."""
+def _redact_tree_v2(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: REDACTED if _V2_SECRET_KEY.fullmatch(k) else _redact_tree_v2(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_tree_v2(v) for v in value]
+    if isinstance(value, str):
+        return _redact_v2(value)
+    return value
 
+
+def _redact_partial_json_v2(text: str) -> str:
     def member(match: re.Match[str]) -> str:
-        if not _SECRET_KEY.fullmatch(match.group(1)):
+        if not _V2_SECRET_KEY.fullmatch(match.group(1)):
             return match.group(0)
         return f'"{match.group(1)}"{match.group(2)}"{REDACTED}{match.group(3)}'
 
     if "{" in text:
-        text = _JSON_STRING_MEMBER.sub(member, text)
-    return redact(text)
+        text = _V2_JSON_STRING_MEMBER.sub(member, text)
+    return _redact_v2(text)
 
 
-def redact_json_text(text: str) -> str:
-    """A body with secrets redacted: JSON by key name and value shape, other text by value shape."""
-    if not _MAYBE_SECRET.search(text):
-        return text  # the common case: nothing that could be a secret, no parsing
-    stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
+def _redact_json_text_v2(text: str) -> str:
+    if not _V2_MAYBE_SECRET.search(text):
+        return text
+    if text.lstrip()[:1] in ("{", "["):
         try:
             tree = json.loads(text)
-            redacted = _redact_tree(tree)
-        except (ValueError, RecursionError):  # a capped head, not JSON, nested too deep: by key pattern and shape
-            return redact_partial_json(text)
+            redacted = _redact_tree_v2(tree)
+        except (ValueError, RecursionError):
+            return _redact_partial_json_v2(text)
         if redacted == tree:
-            return text  # nothing secret: keep the exact bytes
+            return text
         return json.dumps(redacted, ensure_ascii=False, separators=(",", ":"))
-    return redact(text)
+    return _redact_v2(text)
 
 
 def encode_result(value: Any) -> Any:

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import ClassVar
 
+from otel_replay import redaction
 from otel_replay.errors import ConfigError
 from otel_replay.instrumentation import _seam
 from otel_replay.records import DecisionRecord
@@ -76,6 +77,7 @@ class Interceptor:
                 raise ConfigError("a recording or rerun is already active in this process; they do not nest")
             Interceptor._active = self
         try:
+            redaction.check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first write
             install_clock_and_entropy(self._patches)
             self.http_clients = install_http(self._patches)
             install_actions(self._patches)

@@ -16,6 +16,8 @@ import pytest
 import otel_replay
 from otel_replay.instrumentation import tool
 from otel_replay.rerun import recording, rerun
+from otel_replay.rerun.codec import arguments_codec
+from otel_replay.rerun.http import request_arguments
 from otel_replay.rerun.load import load_recording
 from otel_replay.store import Store
 
@@ -154,3 +156,21 @@ def test_error_messages_and_the_outcome_are_stored_redacted(dataset: Path) -> No
     assert "api_key=[REDACTED]" in stored.outcome
     result = rerun(_searches, dataset=dataset, session_id="failed", governance="strict")
     assert result.matched and result.error is not None and "api_key=[REDACTED]" in result.error, result.report()
+
+
+_BODY = b'{"clientSecret":"zq3","db_password":"zq4","card":"4111 1111 1111 1111","password":"zq5"}'
+_URL = "https://api.example/v1/token?subscription-key=zq1&api_key=zq2"
+# What the code before the one engine stored and hashed for this request (format 2 matched HTTP redacted).
+_AS_FORMAT_2 = (
+    '{"body":"{\\"clientSecret\\":\\"zq3\\",\\"db_password\\":\\"zq4\\",\\"card\\":\\"4111 1111 1111 1111\\",'
+    '\\"password\\":\\"[REDACTED]\\"}","method":"POST",'
+    '"url":"https://api.example/v1/token?subscription-key=[REDACTED]&api_key=[REDACTED]"}'
+)
+
+
+def test_a_format_2_rerun_redacts_http_arguments_by_the_rules_it_was_recorded_with() -> None:
+    """A format-2 recording's HTTP steps were matched on their redacted text: the same text, so they still match."""
+    with arguments_codec(2):
+        assert request_arguments("post", _URL, _BODY) == _AS_FORMAT_2
+    now = request_arguments("post", _URL, _BODY)
+    assert not any(value in now for value in ("zq1", "zq2", "zq3", "zq4", "zq5", "1111"))
