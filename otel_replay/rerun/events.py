@@ -17,10 +17,13 @@ from otel_replay.rerun.codec import arguments_hash, stable_json
 
 __all__ = [
     "FINGERPRINT_VERSION",
+    "UNORDERED",
     "BoundaryCall",
     "Event",
     "Fingerprint",
     "describe_event",
+    "is_ordered",
+    "scope_of",
     "stream_key",
     "value_hash",
 ]
@@ -145,32 +148,60 @@ def describe_event(boundary: str, name: str, arguments: str, limit: int = 160) -
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-FINGERPRINT_VERSION = 2
-"""How the fingerprint folds streams: 2 keeps one running SHA-256 and a count per stream (bounded memory);
-1 (recordings made before 2026-11-26) kept every step's framed text until the end, as the digest needs
-each stream's count before its steps. A rerun verifies a version-1 fingerprint against the recorded events
-and compares in version 2 (see :func:`otel_replay.rerun.load.load_recording`)."""
+FINGERPRINT_VERSION = 3
+"""How the fingerprint folds a run. 3 (format-3 recordings) adds the order of the ordered calls of each
+correlation scope (:func:`is_ordered`) to version 2. 2 keeps one running SHA-256 and a count per stream
+(bounded memory) and no order across streams. 1 (recordings made before 2026-11-26) kept every step's framed
+text until the end. A rerun compares a recording by the version of its own format (see
+:func:`otel_replay.rerun.load.load_recording`)."""
+
+UNORDERED = frozenset({"clock", "entropy"})
+"""Boundaries whose calls are served and compared per consumer only, not in order with the rest: a clock read
+or a random draw changes nothing outside the process, and reads made by helpers, loggers and libraries move
+around freely between two runs of the same agent."""
+
+
+def is_ordered(boundary: str) -> bool:
+    """A call whose place among the scope's other ordered calls is part of the run (tools, HTTP, decisions, acts)."""
+    return boundary not in UNORDERED
+
+
+def scope_of(stream: str, boundary: str, name: str) -> str:
+    """The correlation scope of a stream key (``boundary|name|consumer|correlation id``): its last part.
+
+    Parsed from the known boundary and name, so a ``|`` in a name does not move it; a consumer is a
+    function's qualified name, which holds no ``|``.
+    """
+    prefix = f"{boundary}|{name}|"
+    if stream.startswith(prefix):
+        return stream[len(prefix) :].partition("|")[2]
+    return stream.rpartition("|")[2]
 
 
 @dataclass
 class Fingerprint:
-    """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value) sequence.
+    """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value) sequence, and the order.
 
     Streams are ordered by key and events within a stream by call order, so
-    the fingerprint is independent of how threads and tasks interleave, and
-    of every volatile field (timestamps, span and trace ids, host paths,
-    durations). Parts are framed as JSON arrays, like the record hash.
-    Version 2 (the default) hashes each stream as its steps come and keeps only
-    that hash and a count; ``version=1`` is the older form, kept to check
-    fingerprints stored by recordings made before it.
+    the fingerprint is independent of every volatile field (timestamps, span
+    and trace ids, host paths, durations). Parts are framed as JSON arrays,
+    like the record hash. Version 3 (the default) also folds, per correlation
+    scope, the sequence of streams its ordered calls took (:func:`is_ordered`):
+    a tool called before another, an HTTP request sent before a decision, gives
+    another fingerprint; calls in two scopes (threads each in their own
+    :func:`otel_replay.correlation`) are folded apart, so how threads interleave
+    does not count. Version 2 hashes the streams only (no order across them);
+    ``version=1`` is the older form, kept to check fingerprints stored by
+    recordings made before it.
     """
 
     version: int = FINGERPRINT_VERSION
     _streams: dict[str, Any] = field(default_factory=dict)
+    _scopes: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str) -> None:
-        """Fold one step into its stream."""
+        """Fold one step into its stream (and, version 3, its place in its scope's order)."""
         part = _frame([boundary, name, args_hash, value_hash]).encode()
         with self._lock:
             entry = self._streams.get(stream)
@@ -182,6 +213,15 @@ class Fingerprint:
             entry[0].update(part)
             entry[0].update(b"\n")
             entry[1] += 1
+            if self.version >= 3 and is_ordered(boundary):
+                scope = scope_of(stream, boundary, name)
+                order = self._scopes.get(scope)
+                if order is None:
+                    order = self._scopes[scope] = [hashlib.sha256(), 0]
+                # The stream's key is enough: what each stream's steps hold is hashed above, in their order.
+                order[0].update(_frame([stream]).encode())
+                order[0].update(b"\n")
+                order[1] += 1
 
     def add_event(self, event: Event) -> None:
         """Fold one recorded event."""
@@ -198,10 +238,14 @@ class Fingerprint:
                         digest.update(part)
                         digest.update(b"\n")
                 return digest.hexdigest()
-            digest = hashlib.sha256(b"otel-replay causal fingerprint v2\n")
+            digest = hashlib.sha256(f"otel-replay causal fingerprint v{min(self.version, 3)}\n".encode())
             for stream in sorted(self._streams):
                 running, count = self._streams[stream]
                 digest.update(_frame([stream, count, running.hexdigest()]).encode())
+                digest.update(b"\n")
+            for scope in sorted(self._scopes):
+                running, count = self._scopes[scope]
+                digest.update(_frame(["order", scope, count, running.hexdigest()]).encode())
                 digest.update(b"\n")
             return digest.hexdigest()
 

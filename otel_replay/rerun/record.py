@@ -42,7 +42,7 @@ from otel_replay.rerun.codec import (
 from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, stream_key
 from otel_replay.rerun.interceptor import Interceptor, decision_arguments
 
-__all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "RecordMode", "recording"]
+__all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "RecordMode", "outcome_of", "recording"]
 
 T = TypeVar("T")
 _log = logging.getLogger("otel_replay.rerun")
@@ -62,6 +62,29 @@ def error_of(exc: BaseException) -> dict[str, str]:
     # as the call's arguments are; the rerun raises the redacted message.
     message = redact(message)
     return {"type": f"{type(exc).__module__}:{type(exc).__qualname__}", "message": message}
+
+
+_OUTCOME_LIMIT = 2000
+"""Characters of an outcome kept (and compared): the message of a huge error is cut, the same on both sides."""
+
+
+def outcome_of(exc: BaseException) -> str:
+    """How a run that raised ``exc`` ended, as stored and compared: ``raised <module>:<qualname>: <message>``.
+
+    The class is named by its import path, so ``requests.exceptions:ConnectionError`` is not
+    ``builtins:ConnectionError``; the message is redacted (as recorded messages are); a ``SystemExit``'s
+    message is its exit status (``sys.exit(2)``: ``raised builtins:SystemExit: 2``).
+    """
+    kind = type(exc)
+    if isinstance(exc, SystemExit):
+        message = str(exc.code)
+    else:
+        try:
+            message = str(exc)
+        except Exception as failed:  # a broken __str__ still ends the run, named
+            message = f"({type(failed).__name__} while reading the message)"
+    message = redact(message.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return f"raised {kind.__module__}:{kind.__qualname__}: {message}"[:_OUTCOME_LIMIT]
 
 
 class RecordMode:
@@ -407,7 +430,7 @@ def recording(session_id: str | None = None, *, agent_id: str | None = None) -> 
             try:
                 yield mode
             except BaseException as exc:
-                outcome = f"raised {type(exc).__name__}: {exc}"[:500]
+                outcome = outcome_of(exc)
                 raise
             finally:
                 mode.finish(outcome)
