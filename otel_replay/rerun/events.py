@@ -83,6 +83,9 @@ class Event:
     thread: str = ""
     ref: str = ""
     """The original record id of a decision event (volatile: not fingerprinted)."""
+    after: int | None = None
+    """An ordered call of a format-3 recording: how many ordered calls of its correlation scope had completed
+    when it started (those came before it; ones that overlapped it did not). ``None`` for the rest."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (short keys: a recording holds thousands)."""
@@ -105,12 +108,15 @@ class Event:
             out["th"] = self.thread
         if self.ref:
             out["r"] = self.ref
+        if self.after is not None:
+            out["o"] = self.after
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Event:
         """Inverse of :meth:`to_json`; ``KeyError``/``TypeError`` on a malformed event."""
         error = data.get("e")
+        after = data.get("o")
         return cls(
             seq=int(data["q"]),
             boundary=str(data["b"]),
@@ -125,6 +131,7 @@ class Event:
             span_id=str(data.get("si", "")),
             thread=str(data.get("th", "")),
             ref=str(data.get("r", "")),
+            after=None if after is None else int(after),
         )
 
     def value_hash(self) -> str:
@@ -149,8 +156,8 @@ def describe_event(boundary: str, name: str, arguments: str, limit: int = 160) -
 
 
 FINGERPRINT_VERSION = 3
-"""How the fingerprint folds a run. 3 (format-3 recordings) adds the order of the ordered calls of each
-correlation scope (:func:`is_ordered`) to version 2. 2 keeps one running SHA-256 and a count per stream
+"""How the fingerprint folds a run. 3 (format-3 recordings) adds to version 2 the place of each ordered call
+(:func:`is_ordered`) in its correlation scope's order. 2 keeps one running SHA-256 and a count per stream
 (bounded memory) and no order across streams. 1 (recordings made before 2026-11-26) kept every step's framed
 text until the end. A rerun compares a recording by the version of its own format (see
 :func:`otel_replay.rerun.load.load_recording`)."""
@@ -180,29 +187,34 @@ def scope_of(stream: str, boundary: str, name: str) -> str:
 
 @dataclass
 class Fingerprint:
-    """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value) sequence, and the order.
+    """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value, order) sequence.
 
     Streams are ordered by key and events within a stream by call order, so
     the fingerprint is independent of every volatile field (timestamps, span
     and trace ids, host paths, durations). Parts are framed as JSON arrays,
-    like the record hash. Version 3 (the default) also folds, per correlation
-    scope, the sequence of streams its ordered calls took (:func:`is_ordered`):
-    a tool called before another, an HTTP request sent before a decision, gives
-    another fingerprint; calls in two scopes (threads each in their own
-    :func:`otel_replay.correlation`) are folded apart, so how threads interleave
-    does not count. Version 2 hashes the streams only (no order across them);
-    ``version=1`` is the older form, kept to check fingerprints stored by
-    recordings made before it.
+    like the record hash. Version 3 (the default) also folds, with each
+    ordered call (:func:`is_ordered`), how many ordered calls of its
+    correlation scope came before it (:attr:`Event.after`): a tool called
+    before another, or an HTTP request sent before a decision, gives another
+    fingerprint, while calls that overlapped (``asyncio.gather``) and calls in
+    two scopes (threads each in their own :func:`otel_replay.correlation`)
+    may interleave either way. Version 2 hashes the streams only (no order
+    across them); ``version=1`` is the older form, kept to check fingerprints
+    stored by recordings made before it.
     """
 
     version: int = FINGERPRINT_VERSION
     _streams: dict[str, Any] = field(default_factory=dict)
-    _scopes: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str) -> None:
-        """Fold one step into its stream (and, version 3, its place in its scope's order)."""
-        part = _frame([boundary, name, args_hash, value_hash]).encode()
+    def add(
+        self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str, after: int | None = None
+    ) -> None:
+        """Fold one step into its stream (``after``: its place in its scope's order, version 3 only)."""
+        parts: list[Any] = [boundary, name, args_hash, value_hash]
+        if self.version >= 3 and is_ordered(boundary):
+            parts.append(after)
+        part = _frame(parts).encode()
         with self._lock:
             entry = self._streams.get(stream)
             if self.version == 1:
@@ -213,19 +225,10 @@ class Fingerprint:
             entry[0].update(part)
             entry[0].update(b"\n")
             entry[1] += 1
-            if self.version >= 3 and is_ordered(boundary):
-                scope = scope_of(stream, boundary, name)
-                order = self._scopes.get(scope)
-                if order is None:
-                    order = self._scopes[scope] = [hashlib.sha256(), 0]
-                # The stream's key is enough: what each stream's steps hold is hashed above, in their order.
-                order[0].update(_frame([stream]).encode())
-                order[0].update(b"\n")
-                order[1] += 1
 
     def add_event(self, event: Event) -> None:
         """Fold one recorded event."""
-        self.add(event.stream, event.boundary, event.name, event.args_hash, event.value_hash())
+        self.add(event.stream, event.boundary, event.name, event.args_hash, event.value_hash(), event.after)
 
     def hexdigest(self) -> str:
         """The fingerprint."""
@@ -242,10 +245,6 @@ class Fingerprint:
             for stream in sorted(self._streams):
                 running, count = self._streams[stream]
                 digest.update(_frame([stream, count, running.hexdigest()]).encode())
-                digest.update(b"\n")
-            for scope in sorted(self._scopes):
-                running, count = self._scopes[scope]
-                digest.update(_frame(["order", scope, count, running.hexdigest()]).encode())
                 digest.update(b"\n")
             return digest.hexdigest()
 

@@ -249,13 +249,15 @@ class RerunMode:
             target = self.notes if event.transparent else self.streams
             target.setdefault(event.stream, deque()).append(event)
         self._recorded = {stream: len(queue) for stream, queue in self.streams.items()}
-        self._order: dict[str, deque[Event]] = {}
-        """Per correlation scope, its recorded ordered events, in recorded order (format 3)."""
-        self._taken: set[int] = set()
-        """Recorded ordered events taken out of order: skipped when they reach the head of their scope."""
+        self._order: dict[str, list[Event]] = {}
+        """Per correlation scope, its recorded ordered events, in recorded (completion) order (format 3)."""
+        self._done: dict[str, int] = {}
+        """Per scope, how many of its first recorded ordered events the rerun has all made."""
+        self._served: set[int] = set()
+        """Recorded ordered events made beyond that prefix (dropped from here as the prefix passes them)."""
         for event in self.events:
             if self.ordered and not event.transparent and is_ordered(event.boundary):
-                self._order.setdefault(scope_of(event.stream, event.boundary, event.name), deque()).append(event)
+                self._order.setdefault(scope_of(event.stream, event.boundary, event.name), []).append(event)
         self._reached = 0
         """One past the highest recorded step served: where a call the recording does not hold is placed."""
         self._counter = itertools.count()
@@ -313,7 +315,7 @@ class RerunMode:
             self._miss(call, stream, text, digest)
             return "live", None
         step = self._take(event)
-        self._check_order(event, call.boundary, call.name, stream, text)
+        after = self._check_order(event, call.boundary, call.name, stream, text)
         opaque_value = None if call.boundary == "http" else unmatchable(text)
         if opaque_value is not None:
             self._diverge_call(
@@ -329,7 +331,7 @@ class RerunMode:
         elif event.args_hash != digest:
             self._other_arguments(step, call, stream, text, event)
             _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
-        self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash())
+        self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash(), after)
         if event.error is not None:
             if str(event.error.get("type", "")) == _CANCELLED:
                 self._cancelled(step, call, stream, text, event)
@@ -377,42 +379,57 @@ class RerunMode:
             self._reached = max(self._reached, event.seq + 1)
         return event.seq
 
-    def _head(self, scope: str) -> Event | None:
-        """The next recorded ordered event of ``scope`` not served yet (call with the lock held)."""
-        queue = self._order.get(scope)
-        while queue and queue[0].seq in self._taken:
-            self._taken.discard(queue.popleft().seq)
-        return queue[0] if queue else None
+    def _prefix(self, scope: str) -> int:
+        """How many of ``scope``'s first recorded ordered events the rerun has all made (lock held)."""
+        events, done = self._order.get(scope, ()), self._done.get(scope, 0)
+        while done < len(events) and events[done].seq in self._served:
+            self._served.discard(events[done].seq)
+            done += 1
+        self._done[scope] = done
+        return done
 
     def _position(self, boundary: str, name: str, stream: str) -> int:
         """The step of a call the recording does not hold: where its scope's recorded order had reached."""
+        if self.ordered and is_ordered(boundary):
+            scope = scope_of(stream, boundary, name)
+            with self._lock:
+                done, events = self._prefix(scope), self._order.get(scope, [])
+                if done < len(events):
+                    return events[done].seq
         with self._lock:
-            head = self._head(scope_of(stream, boundary, name)) if self.ordered and is_ordered(boundary) else None
-            return head.seq if head is not None else self._reached
+            return self._reached
 
-    def _place(self, event: Event) -> Event | None:
-        """Take ``event`` from its scope's order: the recorded event that should have come first, if another."""
+    def _place(self, event: Event) -> tuple[Event | None, int | None]:
+        """Make ``event`` in its scope's order: (the event that had to come first or ``None``, the order folded).
+
+        The recording completed ``event.after`` ordered calls of the scope before ``event`` started: the rerun
+        must have made all of those. Calls that overlapped it in the recording may come either side.
+        """
         if not self.ordered or event.transparent or not is_ordered(event.boundary):
-            return None
+            return None, event.after
+        scope = scope_of(event.stream, event.boundary, event.name)
         with self._lock:
-            head = self._head(scope_of(event.stream, event.boundary, event.name))
-            if head is None or head is event:
-                if head is not None:
-                    self._order[scope_of(event.stream, event.boundary, event.name)].popleft()
-                return None
-            self._taken.add(event.seq)
-            return head
+            done = self._prefix(scope)
+            self._served.add(event.seq)
+            self._prefix(scope)
+            need = event.after or 0
+            if done >= need:
+                return None, event.after
+            return self._order[scope][done], done
 
-    def _check_order(self, event: Event, boundary: str, name: str, stream: str, text: str) -> None:
-        """A served ordered ``event`` must be the next recorded one of its scope: else the order diverged."""
-        before = self._place(event)
+    def _check_order(self, event: Event, boundary: str, name: str, stream: str, text: str) -> int | None:
+        """A served ordered ``event`` must follow every call the recording completed before it started.
+
+        Else the order diverged. Returns the order folded into the fingerprint.
+        """
+        before, after = self._place(event)
         if before is None:
-            return
+            return after
         made, first = describe_event(boundary, name, ""), describe_event(before.boundary, before.name, "")
         self._diverge(
             before.seq,
             f"called out of order: the rerun made {made} (recorded step {event.seq}) before {first} "
-            f"(recorded step {before.seq}), which the recording made first",
+            f"(recorded step {before.seq}), which the recording had made before {made} began",
             _describe(before),
             _describe_call(boundary, name, stream, text),
             boundary,
@@ -421,6 +438,7 @@ class RerunMode:
             text,
             exclude=event,
         )
+        return after
 
     def _refuse(self, found: Divergence) -> NoReturn:
         """Raise the divergence ``found`` into the agent (relaxed too: the call cannot be served)."""
@@ -501,11 +519,11 @@ class RerunMode:
         stream = stream_key("decision", record.decision_type)
         digest = arguments_hash("decision", record.decision_type, text)
         text = redact_json_text(text)  # shown and sealed redacted, as recorded
-        self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None))
         queue = self.streams.get(stream)
         event = queue.popleft() if queue else None
         actual = describe_event("decision", record.decision_type, text, limit=400)
         if event is None:
+            self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None))
             self._diverge(
                 self._position("decision", record.decision_type, stream),
                 "a decision the recording does not hold",
@@ -518,7 +536,8 @@ class RerunMode:
             )
             return
         step = self._take(event)
-        self._check_order(event, "decision", record.decision_type, stream, text)
+        after = self._check_order(event, "decision", record.decision_type, stream, text)
+        self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None), after)
         opaque_value = unmatchable(text)
         if event.args_hash != digest or opaque_value is not None:
             self._diverge(
@@ -677,7 +696,7 @@ class RerunMode:
             return
         for queue in self.streams.values():
             for event in list(queue):
-                self.fingerprint.add(event.stream, event.boundary, event.name, event.args_hash, "not made")
+                self.fingerprint.add(event.stream, event.boundary, event.name, event.args_hash, "not made", event.after)
         with self._lock:
             if self.divergence is None:
                 self.divergence = Divergence(

@@ -366,7 +366,11 @@ if sys.argv[2] == "exit":
 
 @pytest.mark.parametrize(
     ("how", "code", "outcome"),
-    [("crash", 1, "raised builtins:RuntimeError: agent crashed"), ("exit", 3, "raised builtins:SystemExit: 3"), ("ok", 0, "returned")],
+    [
+        ("crash", 1, "raised builtins:RuntimeError: agent crashed"),
+        ("exit", 3, "raised builtins:SystemExit: 3"),
+        ("ok", 0, "returned"),
+    ],
 )
 def test_a_whole_process_recording_records_how_the_process_ended(
     dataset: Path, how: str, code: int, outcome: str
