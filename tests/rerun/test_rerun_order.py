@@ -171,6 +171,38 @@ def test_threads_in_their_own_correlation_scopes_match_under_any_interleaving(
     assert result.matched and result.fingerprint == recorded, result.report()
 
 
+def _in_scope(scope: str, swap: bool) -> None:
+    with otel_replay.correlation(scope):
+        if swap:
+            refund("o-1", 100)
+        fraud_check("o-1")
+        if not swap:
+            refund("o-1", 100)
+
+
+@pytest.mark.parametrize("scope", ["tenant|7", "tenant||🦊|", "", "x" * 5000])
+def test_order_holds_in_a_correlation_scope_whatever_its_id(dataset: Path, scope: str) -> None:
+    # A "|" in the id does not split the scope (stream keys are "boundary|name|consumer|correlation id").
+    record(dataset, "scoped", lambda: _in_scope(scope, False))
+    assert rerun(lambda: _in_scope(scope, False), dataset=dataset, session_id="scoped").matched
+    result = rerun(lambda: _in_scope(scope, True), dataset=dataset, session_id="scoped")
+    assert not result.matched and result.divergence is not None and "out of order" in result.divergence.reason
+
+
+def _two_scopes_sharing_a_suffix(first: int) -> None:
+    """Two threads whose correlation ids end alike ("a|shared", "b|shared"), one after the other."""
+    for index in (first, 1 - first):
+        thread = threading.Thread(target=_in_scope, args=(f"{'ab'[index]}|shared", False))
+        thread.start()
+        thread.join(10)
+
+
+def test_scopes_whose_ids_end_alike_are_still_two_scopes(dataset: Path) -> None:
+    record(dataset, "suffix", lambda: _two_scopes_sharing_a_suffix(0))
+    result = rerun(lambda: _two_scopes_sharing_a_suffix(1), dataset=dataset, session_id="suffix")
+    assert result.matched, result.report()
+
+
 @tool
 async def slow_quote(symbol: str) -> str:
     """A slow lookup."""
