@@ -93,14 +93,16 @@ class RerunResult:
             return "matched"
         if self.divergence is not None:
             return f"diverged at step {self.divergence.step}"
-        if self.outcome_matched and self.error is not None:
+        if not self.outcome_matched:
+            return (
+                f"outcome differs: the original {_cut(self.original_outcome) or 'ended differently'}, "
+                f"the rerun {_cut(self.outcome) or 'ended differently'}"
+            )
+        if self.error is not None:
             return f"errored: {self.error}"
-        if self.outcome_matched:
+        if self.fingerprint != self.original_fingerprint:
             return "differs: the fingerprints are not the same"
-        return (
-            f"outcome differs: the original {self.original_outcome or 'ended differently'}, "
-            f"the rerun {self.outcome or 'ended differently'}"
-        )
+        return "not matched"
 
     def report(self) -> str:
         """A readable, multi-line account (what the CLI prints)."""
@@ -121,6 +123,12 @@ class RerunResult:
             done = ", ".join(outcome.executed) or "nothing executed"
             lines.append(f"  gate {outcome.record_id}: {outcome.fix} ({done}) {outcome.error or ''}".rstrip())
         return "\n".join(lines)
+
+
+def _cut(outcome: str, limit: int = 200) -> str:
+    """An outcome on one short line (a summary is one row of the ``--all`` table)."""
+    line = outcome.splitlines()[0] if outcome else ""
+    return line if len(line) <= limit and line == outcome else line[: limit - 1] + "…"
 
 
 def _entrypoint(entrypoint: Callable[..., Any] | str) -> Callable[..., Any]:

@@ -520,3 +520,23 @@ def test_a_new_recording_is_compared_in_full_and_says_nothing_of_older_rules(dat
     record(dataset, "v3", _v2_refund_agent)
     result = rerun(_v2_refund_agent, dataset=dataset, session_id="v3")
     assert result.matched and result.rules == "" and "recorded in format" not in result.report()
+
+
+MESSAGE = {"text": "first line\n" + "x" * 5000}
+
+
+def _fails_with_a_long_message() -> None:
+    fraud_check("o-1")
+    raise ValueError(MESSAGE["text"])
+
+
+def test_a_long_multi_line_outcome_is_compared_whole_and_summarised_on_one_line(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _record_raising(dataset, "long", _fails_with_a_long_message)
+    assert rerun(_fails_with_a_long_message, dataset=dataset, session_id="long").matched
+    monkeypatch.setitem(MESSAGE, "text", "first line\n" + "x" * 1000 + "y" + "x" * 3999)  # differs far in
+    result = rerun(_fails_with_a_long_message, dataset=dataset, session_id="long")
+    summary = result.summary()
+    assert not result.matched and "\n" not in summary and len(summary) < 500, summary
+    assert summary.startswith("outcome differs: the original raised builtins:ValueError: first line…")
