@@ -194,7 +194,9 @@ def matcher(steps: int) -> float:
         stream = f"http|GET http://api/{i % 7}||"
         text = json.dumps({"method": "GET", "url": f"http://api/{i % 7}", "body": str(i)})
         calls.append(BoundaryCall("http", f"GET http://api/{i % 7}", stream=stream, arguments_text=text))
-        events.append(Event(i, "http", calls[-1].name, stream, text, arguments_hash("http", calls[-1].name, text), i))
+        digest = arguments_hash("http", calls[-1].name, text)
+        # after=i: a sequential run, every call after all the ones before it (its order is checked)
+        events.append(Event(i, "http", calls[-1].name, stream, text, digest, i, after=i))
     mode = RerunMode(events)
     from otel_replay.instrumentation import _seam
 

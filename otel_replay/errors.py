@@ -232,9 +232,10 @@ class RerunError(OtelReplayError):
 class ReplayMismatchError(RerunError):
     """The rerun made a call the recording does not hold, or holds with other arguments.
 
-    ``step`` is the rerun's step index (0-based), ``expected`` what the
-    recording holds there, ``actual`` what the rerun did, ``candidates`` the
-    closest recorded calls with the matchers each passed and failed.
+    ``step`` is the recorded step (the recording's 0-based number of the call, as the
+    closest recorded calls are numbered), ``expected`` what the recording holds there,
+    ``actual`` what the rerun did, ``candidates`` the closest recorded calls with the
+    matchers each passed and failed.
     """
 
     def __init__(

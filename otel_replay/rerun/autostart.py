@@ -6,7 +6,7 @@ set, instrumenting starts a recording of that session for the whole process
 (``auto`` picks a new id), and the recording is finished - its final, sealed
 chunk written - when the process exits or the instrumentor is uninstrumented.
 
-The recorded outcome is how the process ended: ``raised <Type>: <message>``
+The recorded outcome is how the process ended: ``raised <module>:<qualname>: <message>``
 when an uncaught exception reached ``sys.excepthook`` (chained, so the usual
 traceback is still printed; ``sys.last_value`` when the program's own hook
 replaced ours) or the program called ``sys.exit`` with a non-zero code,
@@ -30,7 +30,7 @@ from otel_replay.errors import OtelReplayError
 from otel_replay.instrumentation.autoconf import refuse_start, starting_up
 from otel_replay.records import new_id
 from otel_replay.rerun.interceptor import Interceptor
-from otel_replay.rerun.record import RecordMode
+from otel_replay.rerun.record import RecordMode, outcome_of
 
 __all__ = ["RecordingInstrumentor", "start_process_recording", "stop_process_recording"]
 
@@ -48,13 +48,13 @@ def _install_hooks() -> None:
 
     def excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         global _ended
-        _ended = f"raised {exc_type.__name__}: {exc}"[:500]
+        _ended = outcome_of(exc)
         previous_hook(exc_type, exc, tb)
 
     def exit(status: object = None) -> None:  # noqa: A001 - stands in for sys.exit
         global _ended
         if status not in (None, 0):  # the exit code the process will end with (a caught one too: documented)
-            _ended = f"raised SystemExit: {status}"[:500]
+            _ended = outcome_of(SystemExit(status))
         previous_exit(status)  # type: ignore[arg-type]
 
     sys.excepthook, sys.exit = excepthook, exit  # type: ignore[assignment]
@@ -111,13 +111,13 @@ def _uncaught() -> str | None:
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     if not isinstance(exc, BaseException):
         return None
-    return f"raised {type(exc).__name__}: {exc}"[:500]
+    return outcome_of(exc)
 
 
 def stop_process_recording(outcome: str | None = None) -> str | None:
     """Finish the process recording (write its final chunk); returns its fingerprint, ``None`` if none ran.
 
-    ``outcome`` defaults to how the process is ending: ``raised <Type>: <message>`` after an uncaught
+    ``outcome`` defaults to how the process is ending: ``raised <module>:<qualname>: <message>`` after an uncaught
     exception or a non-zero ``sys.exit``, else ``returned``.
     """
     global _running, _ended

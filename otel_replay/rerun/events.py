@@ -17,10 +17,13 @@ from otel_replay.rerun.codec import arguments_hash, stable_json
 
 __all__ = [
     "FINGERPRINT_VERSION",
+    "UNORDERED",
     "BoundaryCall",
     "Event",
     "Fingerprint",
     "describe_event",
+    "is_ordered",
+    "scope_of",
     "stream_key",
     "value_hash",
 ]
@@ -91,6 +94,9 @@ class Event:
     thread: str = ""
     ref: str = ""
     """The original record id of a decision event (volatile: not fingerprinted)."""
+    after: int | None = None
+    """An ordered call of a format-3 recording: how many ordered calls of its correlation scope had completed
+    when it started (those came before it; ones that overlapped it did not). ``None`` for the rest."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (short keys: a recording holds thousands)."""
@@ -113,12 +119,15 @@ class Event:
             out["th"] = self.thread
         if self.ref:
             out["r"] = self.ref
+        if self.after is not None:
+            out["o"] = self.after
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Event:
         """Inverse of :meth:`to_json`; ``KeyError``/``TypeError`` on a malformed event."""
         error = data.get("e")
+        after = data.get("o")
         return cls(
             seq=int(data["q"]),
             boundary=str(data["b"]),
@@ -133,6 +142,7 @@ class Event:
             span_id=str(data.get("si", "")),
             thread=str(data.get("th", "")),
             ref=str(data.get("r", "")),
+            after=None if after is None else int(after),
         )
 
     def value_hash(self) -> str:
@@ -156,33 +166,66 @@ def describe_event(boundary: str, name: str, arguments: str, limit: int = 160) -
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-FINGERPRINT_VERSION = 2
-"""How the fingerprint folds streams: 2 keeps one running SHA-256 and a count per stream (bounded memory);
-1 (recordings made before 2026-11-26) kept every step's framed text until the end, as the digest needs
-each stream's count before its steps. A rerun verifies a version-1 fingerprint against the recorded events
-and compares in version 2 (see :func:`otel_replay.rerun.load.load_recording`)."""
+FINGERPRINT_VERSION = 3
+"""How the fingerprint folds a run. 3 (format-3 recordings) adds to version 2 the place of each ordered call
+(:func:`is_ordered`) in its correlation scope's order. 2 keeps one running SHA-256 and a count per stream
+(bounded memory) and no order across streams. 1 (recordings made before 2026-11-26) kept every step's framed
+text until the end. A rerun compares a recording by the version of its own format (see
+:func:`otel_replay.rerun.load.load_recording`)."""
+
+UNORDERED = frozenset({"clock", "entropy"})
+"""Boundaries whose calls are served and compared per consumer only, not in order with the rest: a clock read
+or a random draw changes nothing outside the process, and reads made by helpers, loggers and libraries move
+around freely between two runs of the same agent."""
+
+
+def is_ordered(boundary: str) -> bool:
+    """A call whose place among the scope's other ordered calls is part of the run (tools, HTTP, decisions, acts)."""
+    return boundary not in UNORDERED
+
+
+def scope_of(stream: str, boundary: str, name: str) -> str:
+    """The correlation scope of a stream key (``boundary|name|consumer|correlation id``): its last part.
+
+    Parsed from the known boundary and name, so a ``|`` in a name does not move it; a consumer is a
+    function's qualified name, which holds no ``|``.
+    """
+    prefix = f"{boundary}|{name}|"
+    if stream.startswith(prefix):
+        return stream[len(prefix) :].partition("|")[2]
+    return stream.rpartition("|")[2]
 
 
 @dataclass
 class Fingerprint:
-    """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value) sequence.
+    """The causal fingerprint: SHA-256 over each stream's (kind, name, arguments, value, order) sequence.
 
     Streams are ordered by key and events within a stream by call order, so
-    the fingerprint is independent of how threads and tasks interleave, and
-    of every volatile field (timestamps, span and trace ids, host paths,
-    durations). Parts are framed as JSON arrays, like the record hash.
-    Version 2 (the default) hashes each stream as its steps come and keeps only
-    that hash and a count; ``version=1`` is the older form, kept to check
-    fingerprints stored by recordings made before it.
+    the fingerprint is independent of every volatile field (timestamps, span
+    and trace ids, host paths, durations). Parts are framed as JSON arrays,
+    like the record hash. Version 3 (the default) also folds, with each
+    ordered call (:func:`is_ordered`), how many ordered calls of its
+    correlation scope came before it (:attr:`Event.after`): a tool called
+    before another, or an HTTP request sent before a decision, gives another
+    fingerprint, while calls that overlapped (``asyncio.gather``) and calls in
+    two scopes (threads each in their own :func:`otel_replay.correlation`)
+    may interleave either way. Version 2 hashes the streams only (no order
+    across them); ``version=1`` is the older form, kept to check fingerprints
+    stored by recordings made before it.
     """
 
     version: int = FINGERPRINT_VERSION
     _streams: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str) -> None:
-        """Fold one step into its stream."""
-        part = _frame([boundary, name, args_hash, value_hash]).encode()
+    def add(
+        self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str, after: int | None = None
+    ) -> None:
+        """Fold one step into its stream (``after``: its place in its scope's order, version 3 only)."""
+        parts: list[Any] = [boundary, name, args_hash, value_hash]
+        if self.version >= 3 and is_ordered(boundary):
+            parts.append(after)
+        part = _frame(parts).encode()
         with self._lock:
             entry = self._streams.get(stream)
             if self.version == 1:
@@ -196,7 +239,7 @@ class Fingerprint:
 
     def add_event(self, event: Event) -> None:
         """Fold one recorded event."""
-        self.add(event.stream, event.boundary, event.name, event.args_hash, event.value_hash())
+        self.add(event.stream, event.boundary, event.name, event.args_hash, event.value_hash(), event.after)
 
     def hexdigest(self) -> str:
         """The fingerprint."""
@@ -209,7 +252,7 @@ class Fingerprint:
                         digest.update(part)
                         digest.update(b"\n")
                 return digest.hexdigest()
-            digest = hashlib.sha256(b"otel-replay causal fingerprint v2\n")
+            digest = hashlib.sha256(f"otel-replay causal fingerprint v{min(self.version, 3)}\n".encode())
             for stream in sorted(self._streams):
                 running, count = self._streams[stream]
                 digest.update(_frame([stream, count, running.hexdigest()]).encode())

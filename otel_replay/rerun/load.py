@@ -10,12 +10,12 @@ from otel_replay._json import strict_loads
 from otel_replay.errors import ConfigError, DatasetError, PayloadError, RecordNotFound, UntrustedRecord
 from otel_replay.integrity import MISPLACED
 from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_codec, codec_of_format, match_key
-from otel_replay.rerun.events import Event, Fingerprint, value_hash
+from otel_replay.rerun.events import FINGERPRINT_VERSION, Event, Fingerprint, value_hash
 from otel_replay.store import Store, stored_record
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["Recording", "load_recording", "recorded_sessions"]
+__all__ = ["Recording", "fingerprint_version", "load_recording", "recorded_sessions"]
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,23 @@ class Recording:
     outcome: str
     chunks: int
     codec: int = 1
+    """The argument codec its hashes were made with, and so the rules it is rerun by
+    (:func:`~otel_replay.rerun.codec.codec_of_format`)."""
     output: str | None = None
     """The hash of what the recorded run returned, when the recording was told (``RecordMode.set_output``)."""
-    """The argument codec its hashes were made with (:func:`~otel_replay.rerun.codec.codec_of_format`)."""
     match_key: bytes | None = field(default=None, repr=False)
     """The key its argument hashes are keyed with (codec 3 and later; see :func:`_match_key`)."""
+
+    @property
+    def rules(self) -> str:
+        """What a rerun of this recording compares, when it is less than a recording made now (else ``""``)."""
+        if self.codec >= 3:
+            return ""
+        return (
+            f"recorded in format {max(self.codec, 1)}: order across calls not compared, nor HTTP headers, the full "
+            "unredacted URL and body, or a method's receiver, and outcomes by exception name only; record again "
+            "to compare them"
+        )
 
 
 def load_recording(store: Store, session_id: str) -> Recording:
@@ -144,16 +156,22 @@ def _match_key(store: Store, session_id: str, first: dict[str, object]) -> bytes
     return match_key(signing.secret)
 
 
+def fingerprint_version(codec: int) -> int:
+    """The fingerprint version a recording of argument ``codec`` is compared by: 3 (order too) from codec 3 on."""
+    return FINGERPRINT_VERSION if codec >= 3 else 2
+
+
 def _current_fingerprint(stored: str | None, events: list[Event], codec: int) -> str | None:
     """The recording's fingerprint as a rerun computes it now.
 
-    A recording made before fingerprint version 2 stores a version-1 digest: when it is exactly the
-    version-1 digest of the recorded events, the recording is compared by its version-2 digest. Anything
-    else is kept as stored (a rerun then does not match it, as before). Values are hashed with the
-    recording's own argument ``codec``, as its rerun hashes them.
+    A format-3 recording stores its version-3 digest (order included), kept as stored. A recording made
+    before fingerprint version 2 stores a version-1 digest: when it is exactly the version-1 digest of the
+    recorded events, the recording is compared by its version-2 digest. Anything else is kept as stored (a
+    rerun then does not match it, as before). Values are hashed with the recording's own argument ``codec``,
+    as its rerun hashes them.
     """
-    if stored is None:
-        return None
+    if stored is None or codec >= 3:
+        return stored
     with arguments_codec(codec):
         current = _digest(events, 2)
         if stored != current and stored == _digest(events, 1):

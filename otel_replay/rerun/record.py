@@ -41,10 +41,10 @@ from otel_replay.rerun.codec import (
     stable_json,
     unmatchable,
 )
-from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, stream_key
+from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, is_ordered, scope_of, stream_key
 from otel_replay.rerun.interceptor import Interceptor, decision_arguments
 
-__all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "RecordMode", "recording"]
+__all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "RecordMode", "outcome_of", "recording"]
 
 T = TypeVar("T")
 _log = logging.getLogger("otel_replay.rerun")
@@ -64,6 +64,29 @@ def error_of(exc: BaseException) -> dict[str, str]:
     # as the call's arguments are; the rerun raises the redacted message.
     message = redact(message)
     return {"type": f"{type(exc).__module__}:{type(exc).__qualname__}", "message": message}
+
+
+_OUTCOME_LIMIT = 2000
+"""Characters of an outcome kept (and compared): the message of a huge error is cut, the same on both sides."""
+
+
+def outcome_of(exc: BaseException) -> str:
+    """How a run that raised ``exc`` ended, as stored and compared: ``raised <module>:<qualname>: <message>``.
+
+    The class is named by its import path, so ``requests.exceptions:ConnectionError`` is not
+    ``builtins:ConnectionError``; the message is redacted (as recorded messages are); a ``SystemExit``'s
+    message is its exit status (``sys.exit(2)``: ``raised builtins:SystemExit: 2``).
+    """
+    kind = type(exc)
+    if isinstance(exc, SystemExit):
+        message = str(exc.code)
+    else:
+        try:
+            message = str(exc)
+        except Exception as failed:  # a broken __str__ still ends the run, named
+            message = f"({type(failed).__name__} while reading the message)"
+    message = redact(message.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return f"raised {kind.__module__}:{kind.__qualname__}: {message}"[:_OUTCOME_LIMIT]
 
 
 class RecordMode:
@@ -90,6 +113,8 @@ class RecordMode:
         self.dropped = 0
         self.chunks: list[str] = []
         self._output: str | None = None
+        self._completed: dict[str, int] = {}
+        """Per correlation scope, how many ordered calls have completed (been recorded) so far."""
         self._warned: set[tuple[str, str]] = set()
         self.finish_failed = False
         """The final chunk could not be written (logged): the stored recording ends early."""
@@ -135,18 +160,30 @@ class RecordMode:
             what,
         )
 
+    def _after(self, boundary: str, name: str, stream: str) -> int | None:
+        """At a call's start: how many ordered calls of its scope had completed (``None``: not an ordered call).
+
+        A rerun must have made those before this one; calls that overlapped (``asyncio.gather``, parallel tools)
+        may come in either order, as their completion order was a race.
+        """
+        if not is_ordered(boundary):
+            return None
+        with self._lock:
+            return self._completed.get(scope_of(stream, boundary, name), 0)
+
     def _opaque(self, call: Call, stream: str, text: str, invoke: Callable[[], T], *, encode: bool) -> T:
+        after = self._after(call.boundary, call.name, stream)
         token = INSIDE.set(True)
         try:
             result = invoke()
         except BaseException as exc:
             INSIDE.reset(token)
-            self._add(call.boundary, call.name, stream, *_arguments_of(call, text), None, error_of(exc))
+            self._add(call.boundary, call.name, stream, *_arguments_of(call, text), None, error_of(exc), after=after)
             raise
         INSIDE.reset(token)
         if inspect.isawaitable(result):
             return self._settle(call, stream, text, result, encode)  # type: ignore[return-value]
-        self._add_result(call, stream, text, result, encode)
+        self._add_result(call, stream, text, result, encode, after)
         return result
 
     async def _settle(self, call: Call, stream: str, text: str, awaitable: Awaitable[Any], encode: bool) -> Any:
@@ -157,19 +194,20 @@ class RecordMode:
     async def _around_async(
         self, call: BoundaryCall, invoke: Callable[[], Awaitable[Any]], encode: bool = False
     ) -> Any:
+        after = self._after(call.boundary, call.name, call.stream)
         token = INSIDE.set(True)
         try:
             result = await invoke()
         except BaseException as exc:
             stored, digest = _arguments_of(call, call.arguments_text)
-            self._add(call.boundary, call.name, call.stream, stored, digest, None, error_of(exc))
+            self._add(call.boundary, call.name, call.stream, stored, digest, None, error_of(exc), after=after)
             raise
         finally:
             INSIDE.reset(token)
-        self._add_result(call, call.stream, call.arguments_text, result, encode)
+        self._add_result(call, call.stream, call.arguments_text, result, encode, after)
         return result
 
-    def _add_result(self, call: Call, stream: str, text: str, result: Any, encode: bool) -> None:
+    def _add_result(self, call: Call, stream: str, text: str, result: Any, encode: bool, after: int | None) -> None:
         """Record what the call returned, in its stored form; the caller hands ``result`` itself on."""
         try:
             if encode:
@@ -183,7 +221,7 @@ class RecordMode:
                 self.dropped += 1
             _log.exception("otel-replay recording %s: dropped a result it could not store", self.session_id)
             return
-        self._add(call.boundary, call.name, stream, *_arguments_of(call, text), value, None)
+        self._add(call.boundary, call.name, stream, *_arguments_of(call, text), value, None, after=after)
 
     async def around_async(self, call: Call, invoke: Callable[[], Awaitable[Any]]) -> Any:
         """The awaitable form of :meth:`around`, for async model and tool calls from the instrumentation."""
@@ -202,7 +240,8 @@ class RecordMode:
         """A decision the agent made inside the recording (reported by ``audit()`` once sealed)."""
         text = decision_arguments(record)
         stream = stream_key("decision", record.decision_type)
-        self._add("decision", record.decision_type, stream, text, None, None, None, ref=record.record_id)
+        after = self._after("decision", record.decision_type, stream)
+        self._add("decision", record.decision_type, stream, text, None, None, None, ref=record.record_id, after=after)
 
     def decision_lost(self, record_id: str, decision_type: str, why: str) -> None:
         """A decision made inside the recording whose record could not be sealed: counted as dropped."""
@@ -246,6 +285,7 @@ class RecordMode:
         *,
         transparent: bool = False,
         ref: str = "",
+        after: int | None = None,
     ) -> None:
         ctx = trace.get_current_span().get_span_context()
         event = Event(
@@ -264,6 +304,7 @@ class RecordMode:
             span_id=f"{ctx.span_id:016x}" if ctx.is_valid else "",
             thread=threading.current_thread().name,
             ref=ref,
+            after=None if transparent else after,
         )
         event.value_hash()  # may refuse the value: before the event takes a sequence number
         where = f"recording {self.session_id} event {boundary} {name}"
@@ -277,6 +318,9 @@ class RecordMode:
             if not text.isascii():
                 text.encode("utf-8")  # a lone surrogate would fail the whole chunk when written
             self._seq += 1
+            if event.after is not None:
+                scope = scope_of(stream, boundary, name)
+                self._completed[scope] = self._completed.get(scope, 0) + 1
             if not event.transparent:  # a model call's note: its HTTP exchange below is what counts
                 self.fingerprint.add_event(event)
             self._pending.append(text)
@@ -426,7 +470,7 @@ def recording(session_id: str | None = None, *, agent_id: str | None = None) -> 
             try:
                 yield mode
             except BaseException as exc:
-                outcome = f"raised {type(exc).__name__}: {exc}"[:500]
+                outcome = outcome_of(exc)
                 raise
             finally:
                 mode.finish(outcome)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +19,11 @@ from otel_replay.instrumentation._redact import redact
 from otel_replay.records import new_id
 from otel_replay.replay import Policy, load_callable
 from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
+from otel_replay.rerun.events import Fingerprint
 from otel_replay.rerun.guards import install_guards
 from otel_replay.rerun.interceptor import Interceptor
-from otel_replay.rerun.load import Recording, load_recording
+from otel_replay.rerun.load import Recording, fingerprint_version, load_recording
+from otel_replay.rerun.record import outcome_of
 from otel_replay.rerun.serve import Divergence, Governance, RerunMode
 from otel_replay.store import Store
 
@@ -67,7 +70,14 @@ class RerunResult:
     recording_complete: bool = True
     ended_early: bool = False
     original_outcome: str = ""
-    """How the recorded run ended: ``returned`` or ``raised <Type>: <message>``."""
+    """How the recorded run ended: ``returned`` or ``raised <module>:<qualname>: <message>`` (format 3;
+    ``raised <Type>: <message>`` before)."""
+    outcome: str = ""
+    """How the rerun ended, in the same form (compared with ``original_outcome`` under the recording's rules)."""
+    outcome_matched: bool = True
+    """The rerun ended as the recorded run did (compared under the recording's rules)."""
+    rules: str = ""
+    """What this rerun did not compare because the recording is older (``""`` for a format-3 recording)."""
     warnings: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     decisions: list[tuple[str, str]] = field(default_factory=list)
@@ -83,9 +93,16 @@ class RerunResult:
             return "matched"
         if self.divergence is not None:
             return f"diverged at step {self.divergence.step}"
+        if not self.outcome_matched:
+            return (
+                f"outcome differs: the original {_cut(self.original_outcome) or 'ended differently'}, "
+                f"the rerun {_cut(self.outcome) or 'ended differently'}"
+            )
         if self.error is not None:
             return f"errored: {self.error}"
-        return f"outcome differs: the original {self.original_outcome or 'ended differently'}"
+        if self.fingerprint != self.original_fingerprint:
+            return "differs: the fingerprints are not the same"
+        return "not matched"
 
     def report(self) -> str:
         """A readable, multi-line account (what the CLI prints)."""
@@ -95,6 +112,8 @@ class RerunResult:
             f"  rerun fingerprint:    {self.fingerprint}",
             f"  steps: {self.steps}",
         ]
+        if self.rules:
+            lines.append(f"  {self.rules}")
         if self.divergence is not None:
             lines.extend("  " + line for line in str(self.divergence).splitlines())
         if self.error is not None:
@@ -106,6 +125,12 @@ class RerunResult:
         return "\n".join(lines)
 
 
+def _cut(outcome: str, limit: int = 200) -> str:
+    """An outcome on one short line (a summary is one row of the ``--all`` table)."""
+    line = outcome.splitlines()[0] if outcome else ""
+    return line if len(line) <= limit and line == outcome else line[: limit - 1] + "…"
+
+
 def _entrypoint(entrypoint: Callable[..., Any] | str) -> Callable[..., Any]:
     if isinstance(entrypoint, str):
         return load_callable(entrypoint, "entrypoint")
@@ -114,12 +139,17 @@ def _entrypoint(entrypoint: Callable[..., Any] | str) -> Callable[..., Any]:
     return entrypoint
 
 
-_STOPPED = ("raised KeyboardInterrupt", "raised GeneratorExit")
+_STOPPED = (
+    "raised KeyboardInterrupt",
+    "raised GeneratorExit",
+    "raised builtins:KeyboardInterrupt",
+    "raised builtins:GeneratorExit",
+)
 """Outcomes of a run that was stopped, not one that ended (``SystemExit`` is an end: a rerun reproduces it)."""
 
 
 def _cancelled(outcome: str) -> bool:
-    return outcome.startswith("raised CancelledError")
+    return outcome.startswith(("raised CancelledError", "raised asyncio.exceptions:CancelledError"))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -197,17 +227,21 @@ def _run(
     # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
     # that ended early does, rather than going on past the recorded calls.
     complete = recording.complete and not recording.outcome.startswith(_STOPPED)
+    # An older recording is rerun by its own rules: no order across calls before format 3.
     mode = RerunMode(
         list(recording.events),
         governance,
         complete,
+        fingerprint=Fingerprint(version=fingerprint_version(recording.codec)),
         cancelled_run=_cancelled(recording.outcome),
+        ordered=recording.codec >= 3,
         arguments_key=recording.match_key,
     )
     rerun_id = new_id()
     rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
     output: Any = None
     error: str | None = None
+    ended = "returned"
     started = time.perf_counter()
     # An older recording is matched with the argument codec its hashes were made with.
     with session_scope(rerun_session), arguments_codec(recording.codec):
@@ -217,15 +251,18 @@ def _run(
                     output = function(*args, **kwargs)
                 except RerunError as exc:
                     if governance == "strict" and not mode.ended_early:
-                        raise
-                    error = _one_line(exc)
+                        # The first divergence is the verdict, not a later one the agent ran into after catching it.
+                        raise (mode.first_error or exc) from None
+                    error, ended = _one_line(exc), _as_stored(exc)
                 # An agent calling sys.exit() ends its rerun, not ours; so does a CancelledError it raises itself.
                 except (Exception, SystemExit, asyncio.CancelledError) as exc:
-                    error = _one_line(exc)
+                    error, ended = _one_line(exc), _as_stored(exc)
         finally:
             mode.close()
+        if governance == "strict" and mode.first_error is not None and not mode.ended_early:
+            raise mode.first_error from None  # the agent (or its framework) caught it and went on
         if recording.output is not None and error is None and mode.divergence is None:
-            _compare_output(mode, recording.output, output)
+            _compare_output(mode, recording.output, output, len(recording.events))
     seconds = time.perf_counter() - started
     fingerprint = mode.fingerprint.hexdigest()
     matched = (
@@ -233,7 +270,7 @@ def _run(
         and mode.divergence is None
         and not mode.ended_early  # stopped where the recording was interrupted, even if the agent went on
         and fingerprint == recording.fingerprint
-        and _same_outcome(recording.outcome, error)
+        and _same_outcome(recording.outcome, error, ended, recording.codec)
     )
     return RerunResult(
         session_id=recording.session_id,
@@ -248,6 +285,9 @@ def _run(
         error=error,
         recording_complete=complete,
         original_outcome=recording.outcome,
+        outcome=ended,
+        outcome_matched=_same_outcome(recording.outcome, error, ended, recording.codec),
+        rules=recording.rules,
         ended_early=mode.ended_early or (not complete and mode.divergence is None),
         warnings=list(mode.warnings),
         leaks=list(mode.leaks),
@@ -256,15 +296,18 @@ def _run(
     )
 
 
-def _compare_output(mode: RerunMode, recorded: str, output: Any) -> None:
-    """The recording holds what its run returned: another value (by value) is a divergence after the last step."""
+def _compare_output(mode: RerunMode, recorded: str, output: Any, end: int) -> None:
+    """The recording holds what its run returned: another value (by value) is a divergence after the last step.
+
+    ``end`` is the step after the recording's last one (its event count), where this divergence is placed.
+    """
     text = stable_json(output)
     what = unmatchable(text)
     if what is None and text_hash(text) == recorded:
         return
     shown = redact_json_text(text)
     mode.divergence = Divergence(
-        mode.steps,
+        end,
         "the entrypoint returned another value than the recorded run"
         if what is None
         # Two such values hash the same whatever they hold (a lock, a value past the encoder's budget).
@@ -279,7 +322,26 @@ _CLEAN_EXITS = frozenset({"SystemExit", "SystemExit: ", "SystemExit: 0", "System
 ``recording()`` says ``raised SystemExit: 0``, and a rerun of either ends in ``SystemExit: 0``."""
 
 
-def _same_outcome(recorded: str, error: str | None) -> bool:
+_DROPPED = re.compile(r" \(dropped \d+ event\(s\) it could not store\)\Z")
+"""What a recording that lost events appends to its outcome (said in the report, not part of how it ended)."""
+_RETURNED = frozenset({"", "returned", "raised builtins:SystemExit: 0", "raised builtins:SystemExit: None"})
+
+
+def _as_stored(exc: BaseException) -> str:
+    """The rerun's outcome as a recording stores its own (the final chunk redacts it once more)."""
+    return redact(outcome_of(exc).encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def _same_outcome(recorded: str, error: str | None, ended: str, codec: int) -> bool:
+    """Whether the rerun ended as the recorded run did, by the rules of the recording's ``codec``.
+
+    From format 3, by what the outcome is: returned (``sys.exit(0)`` included), the exit status of a
+    ``SystemExit``, or the exception's class by its import path and its redacted message. Older
+    recordings stored only the class's name, and are compared by it.
+    """
+    if codec >= 3:
+        recorded = _DROPPED.sub("", recorded)
+        return (recorded in _RETURNED and ended in _RETURNED) or recorded == ended
     if recorded.removeprefix("raised ") in _CLEAN_EXITS:
         recorded = "returned"
     if error is None or error in _CLEAN_EXITS:

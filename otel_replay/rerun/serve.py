@@ -8,6 +8,14 @@ it. The event's argument hash must equal the call's; when it does not, or the
 stream is empty, the step is a divergence: ``strict`` raises, ``relaxed``
 warns, keeps the first divergence for the result, and goes on (serving the
 recorded value on an argument mismatch, running the call live on a miss).
+
+A format-3 recording is also served in order: an ordered call (tool, HTTP,
+decision, act: not a clock read or a random draw) must take the next recorded
+ordered event of its correlation scope, or the step is a divergence saying
+what was called before what. Steps are numbered as the recording numbers its
+events, everywhere. The first divergence is the verdict: an error raised into
+the agent is recorded as the divergence before it is raised, and a strict
+rerun whose agent caught it still ends in that first error.
 """
 
 from __future__ import annotations
@@ -20,15 +28,24 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
-from otel_replay.errors import DeterminismLeakError, ReplayMismatchError
+from otel_replay.errors import DeterminismLeakError, ReplayMismatchError, RerunError
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.callers import INSIDE
 from otel_replay.rerun.codec import arguments_hash, decode_result, redact_json_text, stable_json, unmatchable
-from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, describe_event, stream_key, value_hash
+from otel_replay.rerun.events import (
+    BoundaryCall,
+    Event,
+    Fingerprint,
+    describe_event,
+    is_ordered,
+    scope_of,
+    stream_key,
+    value_hash,
+)
 from otel_replay.rerun.interceptor import decision_arguments
 
 __all__ = ["Divergence", "Governance", "RerunMode"]
@@ -41,7 +58,12 @@ _CANDIDATE_SCAN = 20_000
 
 @dataclass(frozen=True)
 class Divergence:
-    """The first step where the rerun did not do what the recording holds."""
+    """The first step where the rerun did not do what the recording holds.
+
+    ``step`` is numbered as the recording numbers its events (the ``step N`` of the closest recorded calls):
+    the recorded event the call took, the one the recording made at that point when the call came out of
+    order, or, for a call the recording does not hold, where the rerun had reached.
+    """
 
     step: int
     reason: str
@@ -111,7 +133,8 @@ def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments:
     else:
         checks = [
             ("name", candidate.name == name, candidate.name),
-            ("consumer", _who(candidate.stream) == _who(stream), _who(candidate.stream)),
+            # clock and entropy reads are served per consumer: the function that made the call
+            ("consumer", _who(candidate.stream) == _who(stream), _who(candidate.stream) or "(none)"),
             ("arguments", candidate.arguments == arguments, candidate.arguments),
         ]
     passed = sum(ok for _, ok, _ in checks)
@@ -215,6 +238,10 @@ class RerunMode:
     """The recorded run itself ended cancelled (its outcome is ``raised CancelledError``)."""
     arguments_key: bytes | None = None
     """The recording's argument-hash key (:func:`~otel_replay.rerun.codec.match_key`), in force while serving."""
+    ordered: bool = True
+    """Compare the order of ordered calls within each correlation scope (a format-3 recording)."""
+    first_error: RerunError | None = None
+    """The first error raised into the agent: a strict rerun ends in it even when the agent caught it."""
 
     def __post_init__(self) -> None:
         self.streams: dict[str, deque[Event]] = {}
@@ -224,6 +251,17 @@ class RerunMode:
             target = self.notes if event.transparent else self.streams
             target.setdefault(event.stream, deque()).append(event)
         self._recorded = {stream: len(queue) for stream, queue in self.streams.items()}
+        self._order: dict[str, list[Event]] = {}
+        """Per correlation scope, its recorded ordered events, in recorded (completion) order (format 3)."""
+        self._done: dict[str, int] = {}
+        """Per scope, how many of its first recorded ordered events the rerun has all made."""
+        self._served: set[int] = set()
+        """Recorded ordered events made beyond that prefix (dropped from here as the prefix passes them)."""
+        for event in self.events:
+            if self.ordered and not event.transparent and is_ordered(event.boundary):
+                self._order.setdefault(scope_of(event.stream, event.boundary, event.name), []).append(event)
+        self._reached = 0
+        """One past the highest recorded step served: where a call the recording does not hold is placed."""
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self.steps = 0
@@ -260,7 +298,7 @@ class RerunMode:
 
     def _serve(self, call: Call) -> tuple[str, Any]:
         """Match one call: ``("value", v)`` to serve, ``("invoke", None)`` to run it, ``("live", None)`` on a miss."""
-        step = next(self._counter)
+        next(self._counter)
         if isinstance(call, BoundaryCall):
             stream, text, digest, opaque = call.stream, call.arguments_text, call.args_hash, True
         else:
@@ -271,13 +309,15 @@ class RerunMode:
         if call.boundary != "http":  # shown and sealed redacted, as recorded; matched above on the digest
             text = redact_json_text(text)
         if not opaque and not isinstance(call, BoundaryCall):
-            self._note(step, call, stream, text, digest)
+            self._note(call, stream, text, digest)
             return "invoke", None
         queue = self.streams.get(stream)
         event = queue.popleft() if queue else None
         if event is None:
-            self._miss(step, call, stream, text, digest)
+            self._miss(call, stream, text, digest)
             return "live", None
+        step = self._take(event)
+        after = self._check_order(event, call.boundary, call.name, stream, text)
         opaque_value = None if call.boundary == "http" else unmatchable(text)
         if opaque_value is not None:
             self._diverge_call(
@@ -293,7 +333,7 @@ class RerunMode:
         elif event.args_hash != digest:
             self._other_arguments(step, call, stream, text, event)
             _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
-        self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash())
+        self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash(), after)
         if event.error is not None:
             if str(event.error.get("type", "")) == _CANCELLED:
                 self._cancelled(step, call, stream, text, event)
@@ -310,26 +350,112 @@ class RerunMode:
             _raise_recorded(event.error)
         if event.transparent or not opaque:
             return "invoke", None
+        value = event.value
+        if isinstance(value, dict) and "$unrecordable" in value and call.boundary != "http":
+            # Recorded as the divergence before it is raised: an agent that catches it cannot end matched.
+            self._refuse(
+                self._diverge_call(
+                    step,
+                    f"{call.boundary} {call.name} returned a value the recording could not hold "
+                    f"({value['$unrecordable']}); it cannot be served without running it",
+                    call,
+                    stream,
+                    text,
+                    event,
+                )
+            )
         if isinstance(call, BoundaryCall):
             capped = event.value.get("capped") if call.boundary == "http" and isinstance(event.value, dict) else None
             if capped:
                 self._diverge_call(step, _capped_reason(capped), call, stream, text, event)
             return "value", event.value
-        value = event.value
-        if isinstance(value, dict) and "$unrecordable" in value:
-            raise _mismatch_at(
-                step,
-                f"{call.boundary} {call.name} returned a value the recording could not hold "
-                f"({value['$unrecordable']}); it cannot be served without running it",
-                call,
-                text,
-                event,
-            )
         try:
             return "value", decode_result(value)
         except (LookupError, TypeError, ValueError) as exc:
             reason = f"{call.boundary} {call.name}: the recorded result cannot be rebuilt ({exc})"
-            raise _mismatch_at(step, reason, call, text, event) from None
+        self._refuse(self._diverge_call(step, reason, call, stream, text, event))
+
+    def _take(self, event: Event) -> int:
+        """The recorded step of a served ``event`` (its sequence number); the rerun has reached past it."""
+        with self._lock:
+            self._reached = max(self._reached, event.seq + 1)
+        return event.seq
+
+    def _prefix(self, scope: str) -> int:
+        """How many of ``scope``'s first recorded ordered events the rerun has all made (lock held)."""
+        events, done = self._order.get(scope, ()), self._done.get(scope, 0)
+        while done < len(events) and events[done].seq in self._served:
+            self._served.discard(events[done].seq)
+            done += 1
+        self._done[scope] = done
+        return done
+
+    def _position(self, boundary: str, name: str, stream: str) -> int:
+        """The step of a call the recording does not hold: where its scope's recorded order had reached."""
+        if self.ordered and is_ordered(boundary):
+            scope = scope_of(stream, boundary, name)
+            with self._lock:
+                done, events = self._prefix(scope), self._order.get(scope, [])
+                if done < len(events):
+                    return events[done].seq
+        with self._lock:
+            return self._reached
+
+    def _place(self, event: Event) -> tuple[Event | None, int | None]:
+        """Make ``event`` in its scope's order: (the event that had to come first or ``None``, the order folded).
+
+        The recording completed ``event.after`` ordered calls of the scope before ``event`` started: the rerun
+        must have made all of those. Calls that overlapped it in the recording may come either side.
+        """
+        if not self.ordered or event.transparent or not is_ordered(event.boundary):
+            return None, event.after
+        scope = scope_of(event.stream, event.boundary, event.name)
+        with self._lock:
+            done = self._prefix(scope)
+            self._served.add(event.seq)
+            self._prefix(scope)
+            need = event.after or 0
+            if done >= need:
+                return None, event.after
+            return self._order[scope][done], done
+
+    def _check_order(self, event: Event, boundary: str, name: str, stream: str, text: str) -> int | None:
+        """A served ordered ``event`` must follow every call the recording completed before it started.
+
+        Else the order diverged. Returns the order folded into the fingerprint.
+        """
+        before, after = self._place(event)
+        if before is None:
+            return after
+        made, first = describe_event(boundary, name, ""), describe_event(before.boundary, before.name, "")
+        self._diverge(
+            before.seq,
+            f"called out of order: the rerun made {made} (recorded step {event.seq}) before {first} "
+            f"(recorded step {before.seq}), which the recording had made before {made} began",
+            _describe(before),
+            _describe_call(boundary, name, stream, text),
+            boundary,
+            name,
+            stream,
+            text,
+            exclude=event,
+        )
+        return after
+
+    def _refuse(self, found: Divergence) -> NoReturn:
+        """Raise the divergence ``found`` into the agent (relaxed too: the call cannot be served)."""
+        self._raise(
+            ReplayMismatchError(
+                str(found), step=found.step, expected=found.expected, actual=found.actual, candidates=found.candidates
+            )
+        )
+
+    def _raise(self, error: RerunError) -> NoReturn:
+        """Raise ``error`` into the agent, remembering the first: it stays the verdict if the agent catches it."""
+        with self._lock:
+            if self.first_error is None:
+                self.first_error = error
+        raise error
 
     def _cancelled(self, step: int, call: Call, stream: str, text: str, event: Event) -> None:
         """The recorded call was cancelled: the rerun stops here, as it cannot cancel anything.
@@ -353,17 +479,25 @@ class RerunMode:
             "the recorded call was cancelled (a timeout or a cancelled task) and the recorded run went on; "
             "a rerun cannot reproduce the cancellation"
         )
-        self._diverge(
-            step, reason, where, describe_event(call.boundary, call.name, text), call.boundary, call.name, stream, text
+        self._refuse(
+            self._diverge(
+                step,
+                reason,
+                where,
+                describe_event(call.boundary, call.name, text),
+                call.boundary,
+                call.name,
+                stream,
+                text,
+            )
         )
-        raise ReplayMismatchError(f"step {step}: {reason}", step=step, expected=where)
 
-    def _note(self, step: int, call: Call, stream: str, text: str, digest: str) -> None:
+    def _note(self, call: Call, stream: str, text: str, digest: str) -> None:
         """A model call (run for real; its HTTP is served): check it against the recorded note, if any."""
         queue = self.notes.get(stream)
         event = queue.popleft() if queue else None
         if event is not None and event.args_hash != digest:
-            self._other_arguments(step, call, stream, text, event)
+            self._other_arguments(event.seq, call, stream, text, event)
 
     def _other_arguments(self, step: int, call: Call, stream: str, text: str, event: Event) -> None:
         """The call matched a recorded step but not its arguments: show both around the first difference."""
@@ -382,18 +516,18 @@ class RerunMode:
 
     def decision(self, record: DecisionRecord) -> None:
         """A decision the rerun made: check it against the recorded one at this point."""
-        step = next(self._counter)
+        next(self._counter)
         text = decision_arguments(record)
         stream = stream_key("decision", record.decision_type)
         digest = arguments_hash("decision", record.decision_type, text)
         text = redact_json_text(text)  # shown and sealed redacted, as recorded
-        self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None))
         queue = self.streams.get(stream)
         event = queue.popleft() if queue else None
         actual = describe_event("decision", record.decision_type, text, limit=400)
         if event is None:
+            self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None))
             self._diverge(
-                step,
+                self._position("decision", record.decision_type, stream),
                 "a decision the recording does not hold",
                 "",
                 actual,
@@ -403,6 +537,9 @@ class RerunMode:
                 text,
             )
             return
+        step = self._take(event)
+        after = self._check_order(event, "decision", record.decision_type, stream, text)
+        self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None), after)
         opaque_value = unmatchable(text)
         if event.args_hash != digest or opaque_value is not None:
             self._diverge(
@@ -424,11 +561,15 @@ class RerunMode:
 
     def decision_lost(self, record_id: str, decision_type: str, why: str) -> None:
         """A decision the rerun made whose record could not be sealed: it cannot be compared, so no match."""
-        step = next(self._counter)
+        next(self._counter)
         stream = stream_key("decision", decision_type)
         queue = self.streams.get(stream)
-        if queue:  # it takes its recorded place, so the decisions after it are compared with theirs
-            queue.popleft()
+        event = queue.popleft() if queue else None
+        if event is not None:  # it takes its recorded place, so the decisions after it are compared with theirs
+            step = self._take(event)
+            self._place(event)
+        else:
+            step = self._position("decision", decision_type, stream)
         actual = f"decision {decision_type} {record_id} ({why})"
         self._diverge(
             step,
@@ -442,7 +583,8 @@ class RerunMode:
         )
 
     # --- divergence -----------------------------------------------------------
-    def _miss(self, step: int, call: Call, stream: str, text: str, digest: str) -> None:
+    def _miss(self, call: Call, stream: str, text: str, digest: str) -> None:
+        step = self._position(call.boundary, call.name, stream)
         actual = _describe_call(call.boundary, call.name, stream, text)
         if not self.complete and self.remaining() == 0:
             self.ended_early = True
@@ -457,24 +599,32 @@ class RerunMode:
         if held:
             reason += f" (it holds {held} such call(s) and this is call {held + 1})"
         leak = call.boundary in ("clock", "entropy")
-        self._diverge(step, reason, "", actual, call.boundary, call.name, stream, text, leak=leak)
+        if leak:
+            reason += (
+                f"; {call.boundary} reads are served per consumer, the function that makes them "
+                f"({_who(stream) or 'unknown'}), and the recording holds no more such reads by it"
+            )
+        found = self._diverge(step, reason, "", actual, call.boundary, call.name, stream, text, leak=leak)
         if call.boundary in ("act", "tool"):
             # Running it live would act on the world: never, in either governance level.
-            raise ReplayMismatchError(
-                f"step {step}: {actual} is not recorded, and a rerun does not run tools or commit actions for real",
-                step=step,
-                actual=actual,
-                candidates=self.divergence.candidates if self.divergence is not None else (),
+            self._refuse(
+                Divergence(
+                    step,
+                    f"{reason}; a rerun does not run tools or commit actions for real",
+                    "",
+                    actual,
+                    found.candidates,
+                )
             )
         _log.warning("otel-replay rerun: step %d is not recorded (%s); running it live", step, actual)
         self.fingerprint.add(stream, call.boundary, call.name, digest, "live")
 
     def _diverge_call(
         self, step: int, reason: str, call: Call, stream: str, text: str, event: Event, *, exclude: Event | None = None
-    ) -> None:
+    ) -> Divergence:
         """:meth:`_diverge` at a served call: the recorded ``event`` against the call made (``text``)."""
         expected, actual = _describe(event), describe_event(call.boundary, call.name, text)
-        self._diverge(step, reason, expected, actual, call.boundary, call.name, stream, text, exclude=exclude)
+        return self._diverge(step, reason, expected, actual, call.boundary, call.name, stream, text, exclude=exclude)
 
     def _diverge(
         self,
@@ -489,7 +639,7 @@ class RerunMode:
         *,
         exclude: Event | None = None,
         leak: bool = False,
-    ) -> None:
+    ) -> Divergence:
         # Only the divergence that is kept (the first) or raised (strict) is explained: the candidate
         # search scans the recording, and a relaxed rerun diverging at every step must stay O(1) per step.
         explain = self.divergence is None or self.governance == "strict"
@@ -501,15 +651,9 @@ class RerunMode:
             self.warnings.append(f"step {step}: {reason}: {actual}")
         if self.governance == "strict":
             if leak:
-                raise DeterminismLeakError(
-                    f"strict rerun: step {step} drew unrecorded {boundary} ({actual}); nothing recorded can serve it"
-                    + (f"; closest recorded: {candidates[0]}" if candidates else ""),
-                    step=step,
-                    call=actual,
-                )
-            raise ReplayMismatchError(
-                f"strict rerun: {found}", step=step, expected=expected, actual=actual, candidates=candidates
-            )
+                self._raise(DeterminismLeakError(str(found), step=step, call=actual))
+            self._refuse(found)
+        return found
 
     def _candidates(self, boundary: str, name: str, stream: str, text: str, exclude: Event | None) -> list[str]:
         scored: list[tuple[int, int, str]] = []
@@ -554,12 +698,13 @@ class RerunMode:
             return
         for queue in self.streams.values():
             for event in list(queue):
-                self.fingerprint.add(event.stream, event.boundary, event.name, event.args_hash, "not made")
+                self.fingerprint.add(event.stream, event.boundary, event.name, event.args_hash, "not made", event.after)
         with self._lock:
             if self.divergence is None:
                 self.divergence = Divergence(
-                    self.steps,
-                    f"the rerun stopped after {self.steps} steps; the recording holds {self.remaining()} more call(s)",
+                    left.seq,
+                    f"the rerun ended; the recording holds {self.remaining()} more call(s), "
+                    f"the first at step {left.seq}",
                     _describe(left),
                     "",
                 )

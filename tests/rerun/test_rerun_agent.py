@@ -68,7 +68,9 @@ def test_strict_raises_on_the_divergent_call_with_step_and_candidates(dataset: P
         )
     err = caught.value
     assert err.step > 0 and "Think twice." in err.actual and err.candidates
-    assert "strict rerun" in str(err) and "/v1/chat/completions" in str(err)
+    # One message, numbered as the recording numbers its steps (the closest recorded call is that very step).
+    assert str(err).startswith(f"diverged at step {err.step}: ") and "/v1/chat/completions" in str(err)
+    assert str(err).count("diverged at step") == 1 and err.candidates[0].startswith(f"step {err.step}: ")
 
 
 def _extra_entropy(api: str, model: str) -> dict:

@@ -110,7 +110,8 @@ def test_pytest_plugin_turns_sessions_into_tests(two_sessions: tuple[Path, str, 
     dataset, _, _ = two_sessions
     # Block the installed entry point (if any) and load the module itself: works installed or not.
     plugin = ["-p", "no:otel_replay", "-p", "otel_replay.rerun.pytest_plugin"]
-    env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
+    # This checkout first: the sessions were recorded by its code, and are rerun by it.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXAMPLES)])}
     base = [sys.executable, "-m", "pytest", *plugin, "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
     opts = ["--otel-replay-dataset", str(dataset), "--otel-replay-entrypoint", "example_rerun_agent:agent_from_env"]
     ok = subprocess.run(

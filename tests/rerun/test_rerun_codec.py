@@ -366,7 +366,11 @@ if sys.argv[2] == "exit":
 
 @pytest.mark.parametrize(
     ("how", "code", "outcome"),
-    [("crash", 1, "raised RuntimeError: agent crashed"), ("exit", 3, "raised SystemExit: 3"), ("ok", 0, "returned")],
+    [
+        ("crash", 1, "raised builtins:RuntimeError: agent crashed"),
+        ("exit", 3, "raised builtins:SystemExit: 3"),
+        ("ok", 0, "returned"),
+    ],
 )
 def test_a_whole_process_recording_records_how_the_process_ended(
     dataset: Path, how: str, code: int, outcome: str
@@ -550,7 +554,7 @@ def test_a_run_ending_in_an_error_that_names_a_non_utf8_file_is_recorded_whole(d
         record(dataset, "name", _opens_a_non_utf8_name)
     with Store(dataset) as store:
         loaded = load_recording(store, "name")
-    assert loaded.complete and loaded.outcome == "raised FileNotFoundError: invoice-\\udcff.pdf"
+    assert loaded.complete and loaded.outcome == "raised builtins:FileNotFoundError: invoice-\\udcff.pdf"
     assert rerun(_opens_a_non_utf8_name, dataset=dataset, session_id="name").matched
 
 

@@ -159,7 +159,8 @@ agent_whole.main()
 
 
 @pytest.mark.parametrize(
-    ("how", "code", "outcome"), [("own-hook", 1, "raised RuntimeError: agent crashed"), ("exit0", 0, "returned")]
+    ("how", "code", "outcome"),
+    [("own-hook", 1, "raised builtins:RuntimeError: agent crashed"), ("exit0", 0, "returned")],
 )
 def test_a_whole_process_outcome_survives_its_own_excepthook_and_a_clean_exit_matches(
     dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, code: int, outcome: str

@@ -59,6 +59,7 @@ def test_a_recording_with_a_version_1_fingerprint_still_reruns_and_matches(
     # The record mode of before 2026-11-26: the final chunk carries the version-1 digest.
     with monkeypatch.context() as patch:
         patch.setattr(record_module, "Fingerprint", functools.partial(Fingerprint, version=1))
+        patch.setattr(record_module, "RECORDING_FORMAT", 2)  # a recording of then was format 2 at most
         original, stored, _ = record(dataset, "v1", _agent)
     result = rerun(_agent, dataset=dataset, session_id="v1", governance="strict")
     assert result.output == original and result.matched, result.report()

@@ -152,7 +152,7 @@ def test_error_messages_and_the_outcome_are_stored_redacted(dataset: Path) -> No
         and _KEY not in event.error["message"]
         and "api_key=[REDACTED]" in event.error["message"]
     )
-    assert stored.outcome.startswith("raised ValueError:") and _KEY not in stored.outcome
+    assert stored.outcome.startswith("raised builtins:ValueError:") and _KEY not in stored.outcome
     assert "api_key=[REDACTED]" in stored.outcome
     result = rerun(_searches, dataset=dataset, session_id="failed", governance="strict")
     assert result.matched and result.error is not None and "api_key=[REDACTED]" in result.error, result.report()
