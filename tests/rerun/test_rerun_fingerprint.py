@@ -12,6 +12,7 @@ import pytest
 
 from otel_replay.rerun import record as record_module
 from otel_replay.rerun import rerun
+from otel_replay.rerun.codec import arguments_codec
 from otel_replay.rerun.events import Fingerprint
 
 from .conftest import record
@@ -60,7 +61,8 @@ def test_a_recording_with_a_version_1_fingerprint_still_reruns_and_matches(
     with monkeypatch.context() as patch:
         patch.setattr(record_module, "Fingerprint", functools.partial(Fingerprint, version=1))
         patch.setattr(record_module, "RECORDING_FORMAT", 2)  # a recording of then was format 2 at most
-        original, stored, _ = record(dataset, "v1", _agent)
+        with arguments_codec(2):  # and hashed its arguments with codec 2
+            original, stored, _ = record(dataset, "v1", _agent)
     result = rerun(_agent, dataset=dataset, session_id="v1", governance="strict")
     assert result.output == original and result.matched, result.report()
     assert result.fingerprint != stored  # compared in version 2, after checking the stored one
