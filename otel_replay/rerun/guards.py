@@ -102,6 +102,8 @@ def _entry(entry: Any) -> tuple[str, int | None]:
     if not isinstance(entry, str):
         raise ConfigError(f"allow_live entry {entry!r} must be a 'host:port' string, not {type(entry).__name__}")
     shown = entry if len(entry) <= 100 else entry[:100] + "…"
+    if not entry.isprintable() or any(c.isspace() for c in entry):
+        raise ConfigError(f"allow_live entry {shown!r} holds a space or control character")
     host, sep, port = entry.rpartition(":")
     if not sep or not host or not port:
         raise ConfigError(f"allow_live entry {shown!r} must look like 'host:port' or 'host:*'")
@@ -113,7 +115,7 @@ def _entry(entry: Any) -> tuple[str, int | None]:
     elif ":" in host:
         raise ConfigError(f"allow_live entry {shown!r}: write an IPv6 address in brackets, as '[::1]:443'")
     elif len(host) > 253 or not _HOST_NAME.fullmatch(host):
-        raise ConfigError(f"allow_live entry {shown!r}: {host!r} is not a host name or IP address")
+        raise ConfigError(f"allow_live entry {shown!r}: the host is not a host name or IP address")
     if port == "*":
         return host.lower().rstrip("."), None
     if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
@@ -264,7 +266,7 @@ def _process(event: str, args: tuple[Any, ...]) -> str:
     if event == "subprocess.Popen":
         return f"subprocess {args[1]!r}" if len(args) > 1 else "subprocess"
     if event == "os.system":
-        return f"os.system {args[0]!r}" if args else "os.system"
+        return f"os.system {_text(args[0])!r}" if args else "os.system"
     if event in ("os.exec", "os.posix_spawn"):
         return f"{event} {args[1]!r}" if len(args) > 1 else event
     if event == "os.spawn":
@@ -281,6 +283,11 @@ def _machine_probe(frame: FrameType | None) -> bool:
     while frame is not None and frame.f_globals.get("__name__") in ("subprocess", "os"):
         frame = frame.f_back
     return frame is not None and frame.f_globals.get("__name__") in _PROBES
+
+
+def _text(value: Any) -> Any:
+    """A command given as bytes, shown as text."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
 
 
 def _read_only(mode: Any, flags: Any) -> bool:
