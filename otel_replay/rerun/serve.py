@@ -7,7 +7,8 @@ responses, and one added ``random`` call does not shift every ``uuid4`` after
 it. The event's argument hash must equal the call's; when it does not, or the
 stream is empty, the step is a divergence: ``strict`` raises, ``relaxed``
 warns, keeps the first divergence for the result, and goes on (serving the
-recorded value on an argument mismatch, running the call live on a miss).
+recorded value on an argument mismatch; on a miss an HTTP call is refused as a
+leak unless ``allow_live`` names its host and port, a clock or entropy read runs live).
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import json
 import os
+import platform
 import re
 import socket
 import subprocess
@@ -365,3 +367,66 @@ def test_policy_rail_and_entrypoint_modules_in_the_current_directory_load(tmp_pa
         block = shown.split(f"  {option} ", 1)[1]
         text = " ".join(re.split(r"\n  -", block, maxsplit=1)[0].split())
         assert "current directory first" in text, (command, option, text)
+
+
+async def _dial(host: str, port: int) -> None:
+    _, writer = await asyncio.open_connection(host, port)
+    writer.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"], ids=["address", "name-resolved-on-the-loops-pool"])
+def test_asyncio_connections_are_refused_too(dataset: Path, host: str) -> None:
+    record(dataset, "quiet", lambda: None)
+
+    def agent() -> str:
+        try:
+            asyncio.run(_dial(host, port))
+        except DeterminismLeakError:
+            return "refused"
+        return "connected"
+
+    with _listener(socket.SOCK_STREAM) as sock:
+        port = sock.getsockname()[1]
+        result = rerun(agent, dataset=dataset, session_id="quiet")
+        assert _nothing_arrived(sock)
+    assert result.output == "refused" and len(result.leaks) == 1 and not result.matched, result.report()
+
+
+def test_an_openai_agent_reruns_strict_and_matched_in_a_fresh_process(dataset: Path, tmp_path: Path) -> None:
+    """The client is built in the rerun: it reads its packages' metadata and probes the platform (``uname -p``)."""
+    from .conftest import EXAMPLES, agent
+
+    with agent.scripted_server() as api, agent.scripted_server() as model:
+        env = {**os.environ, "RERUN_EXAMPLE_API": api, "RERUN_EXAMPLE_MODEL": model}
+        os.environ.update(RERUN_EXAMPLE_API=api, RERUN_EXAMPLE_MODEL=model)
+        try:
+            record(dataset, "llm", agent.agent_from_env)
+        finally:
+            del os.environ["RERUN_EXAMPLE_API"], os.environ["RERUN_EXAMPLE_MODEL"]
+    env["PYTHONPATH"] = str(ROOT)
+    command = [sys.executable, "-P", "-m", "otel_replay", "rerun", "llm", "--entrypoint",
+               "example_rerun_agent:agent_from_env", "-d", str(dataset), "--governance", "strict"]  # fmt: skip
+    out = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "(strict): matched" in out.stdout, out.stdout + out.stderr
+    assert "leak" not in out.stdout
+
+
+def _platform_probe() -> str:
+    platform._uname_cache = None  # type: ignore[attr-defined]  # asked afresh: `uname -p` runs again
+    return platform.platform()
+
+
+def test_the_standard_library_asking_about_this_machine_is_not_a_leak(dataset: Path) -> None:
+    original, _, _ = record(dataset, "probe", _platform_probe)
+    result = rerun(_platform_probe, dataset=dataset, session_id="probe", governance="strict")
+    assert result.output == original and result.matched and not result.leaks, result.report()
+
+
+def test_the_libraries_added_in_codec_3_are_the_agents_in_an_older_recordings_rerun() -> None:
+    from otel_replay.rerun.callers import agent_module
+    from otel_replay.rerun.codec import arguments_codec
+
+    assert not agent_module("httpcore2._sync.connection_pool")
+    with arguments_codec(2):  # a format-2 recording recorded httpcore2's clock reads: its rerun still serves them
+        assert agent_module("httpcore2._sync.connection_pool")
+    assert not agent_module("typing_extensions") and agent_module("my_agent.tools")
