@@ -135,7 +135,7 @@ def exporters_traffic() -> bool:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if module.startswith(_EXPORT_MODULES) or _exporter_method(frame):
+        if (isinstance(module, str) and module.startswith(_EXPORT_MODULES)) or _exporter_method(frame):
             return True
         frame = frame.f_back
     return False

@@ -280,9 +280,15 @@ _PROBES = frozenset({"platform", "uuid", "ctypes.util"})
 
 def _machine_probe(frame: FrameType | None) -> bool:
     """Whether the process is started by the standard library asking about the machine (not leaving it)."""
-    while frame is not None and frame.f_globals.get("__name__") in ("subprocess", "os"):
+    while frame is not None and _module(frame) in ("subprocess", "os"):
         frame = frame.f_back
-    return frame is not None and frame.f_globals.get("__name__") in _PROBES
+    return frame is not None and _module(frame) in _PROBES
+
+
+def _module(frame: FrameType) -> str:
+    """The frame's module name ("" when its globals hold no string there: exec'd code can set anything)."""
+    name = frame.f_globals.get("__name__")
+    return name if isinstance(name, str) else ""
 
 
 def _text(value: Any) -> Any:
@@ -303,7 +309,7 @@ def _agents(frame: FrameType | None) -> bool:
     system or ``linecache`` below that frame is code being loaded, not data.
     """
     while frame is not None:
-        module = frame.f_globals.get("__name__", "") or ""
+        module = _module(frame)
         if module in _CODE_READERS:
             return False
         if module.partition(".")[0] not in _STDLIB:

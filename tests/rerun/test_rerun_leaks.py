@@ -430,3 +430,18 @@ def test_the_libraries_added_in_codec_3_are_the_agents_in_an_older_recordings_re
     with arguments_codec(2):  # a format-2 recording recorded httpcore2's clock reads: its rerun still serves them
         assert agent_module("httpcore2._sync.connection_pool")
     assert not agent_module("typing_extensions") and agent_module("my_agent.tools")
+
+
+def test_code_whose_module_name_is_not_a_string_is_still_guarded(dataset: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("x")
+    record(dataset, "quiet", lambda: None)
+    code = (
+        "open(path).close()\n"
+        "try:\n    socket.getaddrinfo('payments.example', 443)\nexcept Exception as e:\n    out.append(e)"
+    )
+    out: list[BaseException] = []
+    scope = {"__name__": ["not", "a", "name"], "path": str(secret), "socket": socket, "out": out}
+    result = rerun(lambda: exec(code, scope), dataset=dataset, session_id="quiet")
+    assert result.error is None and [type(e) for e in out] == [DeterminismLeakError], result.report()
+    assert len(result.leaks) == 2 and result.leaks[0].startswith("file open"), result.leaks
