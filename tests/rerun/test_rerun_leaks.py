@@ -104,6 +104,11 @@ def test_a_urllib_payment_is_made_once_when_recorded_and_never_again_by_a_rerun(
                        governance, port=port)  # fmt: skip
             assert out.returncode == DIVERGED, out.stdout + out.stderr
             assert "outside the recording" in out.stdout and "matched" not in out.stdout.replace("not matched", "")
+        as_json = _cli(tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset), "--json",
+                       port=port)  # fmt: skip
+        line = json.loads(as_json.stdout)
+        assert as_json.returncode == DIVERGED and line["matched"] is False and line["live"] == [], as_json.stdout
+        assert line["leaks"] == [f"DNS lookup '127.0.0.1' port {port} outside the recording"], as_json.stdout
         assert len(paid) == 1, "the CLI rerun paid again"
         allowed = _cli(tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset), "--allow-live",
                        f"127.0.0.1:{port}", port=port)  # fmt: skip
