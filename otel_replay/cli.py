@@ -26,6 +26,7 @@ from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import local_root_problem, resolve
+from otel_replay.replay import IMPORT_HELP
 from otel_replay.store import Store
 
 __all__ = ["LIVE_STATE_MAX_BYTES", "main", "read_input_file", "require_writable", "run"]
@@ -218,11 +219,11 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
 @main.command("replay")
 @click.argument("record_id")
 @click.option("--live-state", required=True, help="JSON file of the live state.")
-@click.option("--policy", "policy_ref", required=True, help="Policy as module:function.")
+@click.option("--policy", "policy_ref", required=True, help=f"Policy as module:function, {IMPORT_HELP}.")
 @click.option(
     "--execute", is_flag=True, help="Apply the verdict post-commit through --rail, compensating the stored receipt."
 )
-@click.option("--rail", "rail_ref", help="Rail factory as module:function (needed by --execute).")
+@click.option("--rail", "rail_ref", help=f"Rail factory as module:function (needed by --execute), {IMPORT_HELP}.")
 @click.option(
     "--require-signed/--no-require-signed",
     default=True,

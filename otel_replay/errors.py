@@ -249,7 +249,10 @@ class ReplayMismatchError(RerunError):
 
 
 class DeterminismLeakError(RerunError):
-    """A strict rerun read the world outside the recording (file, DNS, raw socket, unrecorded entropy)."""
+    """A rerun reached outside the recording: refused (network, DNS, processes, unrecorded HTTP), or strict.
+
+    ``step`` is -1 for a leak (leaks are not steps) and the step of an unrecorded clock or entropy draw.
+    """
 
     def __init__(self, message: str, *, step: int = -1, call: str = "") -> None:
         super().__init__(message)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import enum
 import importlib
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -133,11 +135,36 @@ def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Pol
     return verdict(FixAction.BLOCK, False, f"not justified even on its own snapshot: {snap_reason}")
 
 
+IMPORT_HELP = "imported with the current directory first on the path, as `python -m` does"
+"""How :func:`load_callable` finds a module (said in the help of every option taking a reference)."""
+
+
+def _current_directory_on_path() -> None:
+    """Put the current directory first on ``sys.path`` when it is not on it (as ``python -m`` does).
+
+    So ``--entrypoint``, ``--policy`` and ``--rail`` find a module of the project they are run from,
+    whichever way the program was started (the console script puts only its own directory there).
+    """
+    try:
+        here = os.getcwd()
+    except OSError:  # the directory was removed under us: nothing to add
+        return
+    if "" not in sys.path and here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def load_callable(reference: str, what: str = "policy") -> Any:
-    """Import a callable from ``"package.module:function"``; ``what`` names it in errors."""
+    """Import a callable from ``"package.module:function"``; ``what`` names it in errors.
+
+    The module is imported with the current directory first on ``sys.path`` (added there when
+    missing, as ``python -m`` does), so a module of the project in that directory is found.
+    """
+    if not isinstance(reference, str):
+        raise PolicyLoadError(f"{what} must be a 'package.module:function' string, got {type(reference).__name__}")
     module_name, sep, attr = reference.partition(":")
     if not sep or not module_name or not attr:
         raise PolicyLoadError(f"{what} {reference!r} must look like 'package.module:function'")
+    _current_directory_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

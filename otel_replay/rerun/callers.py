@@ -16,6 +16,8 @@ from types import FrameType
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
 
+from otel_replay.rerun.codec import current_codec
+
 __all__ = ["INSIDE", "agent_module", "exporters_traffic", "suppressed"]
 
 INSIDE: ContextVar[bool] = ContextVar("otel_replay_rerun_inside", default=False)
@@ -54,22 +56,45 @@ _LIBRARIES = (
     "vcr",
     "tqdm",
 )
+"""The libraries of codec 1 and 2 recordings (a rerun of one attributes calls with this list, as it was recorded)."""
+_LIBRARIES_3 = (
+    *_LIBRARIES,
+    "httpcore2",  # the fork httpx2 (and so openai) imports: reads its version and the clock at call time
+    "truststore",
+    "typing_extensions",
+    "typing_inspection",
+    "annotated_types",
+    "docstring_parser",
+    "zstandard",
+    "brotli",
+    "brotlicffi",
+    "socksio",
+    "hpack",
+    "hyperframe",
+    "exceptiongroup",
+    "_distutils_hack",
+)
+"""Codec 3 on: also what the installed openai, anthropic and httpx stacks run at call time."""
 _RECORDED_INTERNALS = ("otel_replay.demo", "otel_replay.capture.context")
 """otel-replay modules whose draws are the agent's: a correlation or session id made up by
 ``otel_replay.correlation()`` must come back the same in a rerun (streams are keyed on it)."""
-_cache: dict[str, bool] = {}
+_cache: dict[tuple[str, bool], bool] = {}
 _stdlib = frozenset(sys.stdlib_module_names) - {"__main__"}
 
 
 def agent_module(module: str) -> bool:
     """Whether a call made from ``module`` is the agent's (recorded) rather than a library's."""
-    known = _cache.get(module)
+    recent = current_codec() >= 3
+    known = _cache.get((module, recent))
     if known is not None:
         return known
     top = module.partition(".")[0]
-    mine = module in _RECORDED_INTERNALS or not (top in _stdlib or top in _LIBRARIES)
+    libraries = _LIBRARIES_3 if recent else _LIBRARIES
+    mine = module in _RECORDED_INTERNALS or not (
+        top in _stdlib or top in libraries or (recent and top.startswith(("namedtuple_", "__editable__")))
+    )
     if len(_cache) < 100_000:
-        _cache[module] = mine
+        _cache[(module, recent)] = mine
     return mine
 
 
@@ -110,7 +135,7 @@ def exporters_traffic() -> bool:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if module.startswith(_EXPORT_MODULES) or _exporter_method(frame):
+        if (isinstance(module, str) and module.startswith(_EXPORT_MODULES)) or _exporter_method(frame):
             return True
         frame = frame.f_back
     return False

@@ -13,7 +13,6 @@ import dataclasses
 import fnmatch
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ import click
 
 from otel_replay.errors import OtelReplayError, RerunError
 from otel_replay.render import clean, first_line, one_line
+from otel_replay.replay import IMPORT_HELP
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -59,7 +59,11 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
 
 @click.command("rerun")
 @click.argument("session_id", required=False)
-@click.option("--entrypoint", required=True, help="The agent to rerun, as module:function (called with no arguments).")
+@click.option(
+    "--entrypoint",
+    required=True,
+    help=f"The agent to rerun, as module:function (called with no arguments), {IMPORT_HELP}.",
+)
 @click.option(
     "--dataset",
     "-d",
@@ -72,16 +76,25 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
 @click.option("--sessions-sql", help="With --all: a read-only query returning the session_id column to rerun.")
 @click.option("--governance", type=click.Choice(["relaxed", "strict"]), default="relaxed", show_default=True)
 @click.option("--live-state", help="JSON file of the live state: replay each reproduced decision under it.")
-@click.option("--policy", "policy_ref", help="Policy as module:function (with --live-state).")
+@click.option("--policy", "policy_ref", help=f"Policy as module:function (with --live-state), {IMPORT_HELP}.")
 @click.option("--execute", is_flag=True, help="Compensate ROLLBACK/BLOCK verdicts' committed actions through --rail.")
-@click.option("--rail", "rail_ref", help="Rail factory as module:function (needed by --execute).")
+@click.option("--rail", "rail_ref", help=f"Rail factory as module:function (needed by --execute), {IMPORT_HELP}.")
+@click.option(
+    "--allow-live",
+    "allow_live",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Let calls to HOST:PORT (or HOST:*) run live instead of being refused as leaks (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
 def rerun_command(**options: Any) -> None:
     """Rerun recorded session SESSION_ID (or --all) offline from the dataset and compare fingerprints.
 
     Every clock read, entropy draw, HTTP response, model output and tool
-    result is served from the sealed recording; nothing goes to the network.
-    Prints the first divergent step of a rerun that did not match.
+    result is served from the sealed recording; nothing goes to the network:
+    any other connection, DNS lookup or process start is a leak, refused
+    (except to a --allow-live HOST:PORT), and a rerun with a leak does not
+    match. Prints the first divergent step of a rerun that did not match.
     """
     try:
         code = _main(**options)  # the options, by name, as click parsed them
@@ -104,10 +117,12 @@ def _main(
     policy_ref: str | None,
     execute: bool,
     rail_ref: str | None,
+    allow_live: tuple[str, ...],
     as_json: bool,
 ) -> int:
     from otel_replay.pipeline import configure
     from otel_replay.replay import load_callable
+    from otel_replay.rerun.guards import parse_allow_live
     from otel_replay.rerun.runner import RerunResult, rerun
     from otel_replay.rerun.serve import Governance
     from otel_replay.store import Store
@@ -140,8 +155,7 @@ def _main(
     from otel_replay.cli import require_writable
 
     require_writable(path, "rerun stores its result there")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`: the project's modules import
+    parse_allow_live(allow_live)  # a bad entry is named before anything runs
     function = load_callable(entrypoint, "entrypoint")
     state = _load_state(live_state) if live_state else None
     policy = load_callable(policy_ref, "policy") if policy_ref else None
@@ -162,7 +176,7 @@ def _main(
             )
         one = functools.partial(
             rerun, function, dataset=store, governance=cast(Governance, governance), live_state=state, policy=policy,
-            rail=rail,
+            rail=rail, allow_live=allow_live,
         )  # fmt: skip
         if all_sessions and not as_json:
             with click.progressbar(targets, label="rerunning", file=sys.stderr, show_pos=True) as bar:
@@ -213,6 +227,8 @@ def _as_json(result: Any) -> dict[str, Any]:
         "original_fingerprint": result.original_fingerprint,
         "steps": result.steps,
         "divergence": result.divergence.to_json() if result.divergence else None,
+        "leaks": list(result.leaks),
+        "live": list(result.live),
         "error": result.error,
         "gate": [g.to_json() for g in result.gate],
     }

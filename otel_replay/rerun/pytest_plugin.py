@@ -28,11 +28,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Declare the ``--otel-replay-*`` options."""
     group = parser.getgroup("otel-replay", "rerun recorded agent sessions as tests")
     group.addoption("--otel-replay-dataset", metavar="DIR", help="Dataset whose recorded sessions become tests.")
-    group.addoption("--otel-replay-entrypoint", metavar="MODULE:FUNCTION", help="The agent to rerun (no arguments).")
+    group.addoption(
+        "--otel-replay-entrypoint",
+        metavar="MODULE:FUNCTION",
+        help="The agent to rerun (no arguments), imported with the current directory first on the path.",
+    )
     group.addoption(
         "--otel-replay-governance", choices=("relaxed", "strict"), default="relaxed", help="Rerun governance level."
     )
     group.addoption("--otel-replay-match", metavar="GLOB", help="Only sessions whose id matches this glob.")
+    group.addoption(
+        "--otel-replay-allow-live",
+        metavar="HOST:PORT",
+        action="append",
+        default=[],
+        help="Let calls to HOST:PORT (or HOST:*) run live instead of being refused as leaks (repeatable).",
+    )
 
 
 @functools.cache
@@ -43,12 +54,22 @@ def recorded_session_item() -> type[pytest.Item]:
     class RecordedSession(pytest.Item):
         """One recorded session, rerun as a test."""
 
-        def __init__(self, *, session_id: str, dataset: str, entrypoint: str, governance: str, **kwargs: Any) -> None:
+        def __init__(
+            self,
+            *,
+            session_id: str,
+            dataset: str,
+            entrypoint: str,
+            governance: str,
+            allow_live: tuple[str, ...] = (),
+            **kwargs: Any,
+        ) -> None:
             super().__init__(**kwargs)
             self.session_id = session_id
             self.dataset = dataset
             self.entrypoint = entrypoint
             self.governance = governance
+            self.allow_live = allow_live
 
         def runtest(self) -> None:
             """Rerun the session; fail with the divergence report when it does not match."""
@@ -60,6 +81,7 @@ def recorded_session_item() -> type[pytest.Item]:
                 session_id=self.session_id,
                 governance=self.governance,  # type: ignore[arg-type]
                 write=False,
+                allow_live=self.allow_live,
             )
             if not result.matched:
                 raise RerunDiverged(result.report())
@@ -91,6 +113,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         raise pytest.UsageError(f"--otel-replay-dataset {dataset} does not exist or is not a directory")
     import fnmatch
 
+    from otel_replay.errors import ConfigError
+    from otel_replay.rerun.guards import parse_allow_live
     from otel_replay.rerun.load import recorded_sessions
     from otel_replay.store import Store
 
@@ -100,6 +124,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if pattern:
         sessions = [s for s in sessions if fnmatch.fnmatchcase(s, pattern)]
     governance = config.getoption("otel_replay_governance")
+    allow_live = tuple(config.getoption("otel_replay_allow_live") or ())
+    try:
+        parse_allow_live(allow_live)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"--otel-replay-allow-live: {exc}") from None
     for sid in sessions:
         items.append(
             recorded_session_item().from_parent(
@@ -109,5 +138,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 dataset=str(dataset),
                 entrypoint=entrypoint,
                 governance=governance,
+                allow_live=allow_live,
             )
         )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from otel_replay.records import new_id
 from otel_replay.replay import Policy, load_callable
 from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
 from otel_replay.rerun.events import Fingerprint
-from otel_replay.rerun.guards import install_guards
+from otel_replay.rerun.guards import LiveAllowList, install_guards, parse_allow_live
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, fingerprint_version, load_recording
 from otel_replay.rerun.record import outcome_of
@@ -80,6 +81,9 @@ class RerunResult:
     """What this rerun did not compare because the recording is older (``""`` for a format-3 recording)."""
     warnings: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
+    """What reached outside the recording (each once); any leak means not matched."""
+    live: list[str] = field(default_factory=list)
+    """What ``allow_live`` let run live (each once): not leaks, but not served from the recording either."""
     decisions: list[tuple[str, str]] = field(default_factory=list)
     """(original record id, rerun record id) for each decision reproduced."""
     gate: list[GateResult] = field(default_factory=list)
@@ -119,6 +123,11 @@ class RerunResult:
         if self.error is not None:
             lines.append(f"  the entrypoint raised: {self.error}")
         lines.extend(f"  leak: {leak}" for leak in self.leaks[:10])
+        if len(self.leaks) > 10:
+            lines.append(f"  … and {len(self.leaks) - 10} more leak(s)")
+        lines.extend(f"  ran live (allowed): {what}" for what in self.live[:10])
+        if len(self.live) > 10:
+            lines.append(f"  … and {len(self.live) - 10} more live call(s)")
         for outcome in self.gate:
             done = ", ".join(outcome.executed) or "nothing executed"
             lines.append(f"  gate {outcome.record_id}: {outcome.fix} ({done}) {outcome.error or ''}".rstrip())
@@ -173,6 +182,7 @@ def rerun(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     write: bool = True,
+    allow_live: Iterable[str] = (),
 ) -> RerunResult:
     """Rerun ``entrypoint`` offline from the recording of ``session_id`` and compare it with the original.
 
@@ -186,16 +196,26 @@ def rerun(
     most once, the latest first). The rerun's summary is written to the
     dataset as a sealed ``replay.rerun`` record (``write=False`` skips it).
 
+    Nothing leaves the process while it runs: a network connection, DNS lookup,
+    process start or HTTP call the recording does not hold is a leak, refused
+    where it is made (:class:`DeterminismLeakError`), in either governance level;
+    a file the agent opens is a leak too (reported when relaxed, refused when
+    strict). ``allow_live`` names the ``"host:port"`` (or ``"host:*"``) pairs
+    that may be reached live instead: those calls run, are listed in the
+    result's ``live`` and are not leaks. A rerun with a leak never matches.
+
     Raises:
         RecordNotFound: the session has no recording.
         UntrustedRecord: a recording chunk fails its seal check.
         DatasetError: the recording is from a newer format version or is cut in the middle.
         PolicyLoadError: ``entrypoint`` or ``policy`` is a reference that cannot be imported.
         ReplayMismatchError, DeterminismLeakError: ``governance="strict"`` and the rerun diverged or leaked.
+        ConfigError: a bad ``governance`` or ``allow_live`` entry (named), or options that do not go together.
 
     """
     if governance not in ("relaxed", "strict"):
         raise ConfigError(f"governance must be 'relaxed' or 'strict', got {governance!r}")
+    allowed = parse_allow_live(allow_live)
     function = _entrypoint(entrypoint)
     resolved_policy: Policy | None = load_callable(policy, "policy") if isinstance(policy, str) else policy
     if (live_state is None) != (resolved_policy is None):
@@ -206,7 +226,7 @@ def rerun(
     store = Store(dataset) if not isinstance(dataset, Store) else dataset
     try:
         recording = load_recording(store, session_id)
-        result = _run(function, recording, governance, tuple(args), dict(kwargs or {}))
+        result = _run(function, recording, governance, tuple(args), dict(kwargs or {}), allowed)
         if resolved_policy is not None and live_state is not None:
             result.gate = _gate(store, result, live_state, resolved_policy, rail)
         if write:
@@ -223,6 +243,7 @@ def _run(
     governance: Governance,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    allowed: LiveAllowList,
 ) -> RerunResult:
     # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
     # that ended early does, rather than going on past the recorded calls.
@@ -236,7 +257,9 @@ def _run(
         cancelled_run=_cancelled(recording.outcome),
         ordered=recording.codec >= 3,
         arguments_key=recording.match_key,
+        allow_live=allowed,
     )
+    guards = functools.partial(install_guards, mode=mode, allow_live=allowed)
     rerun_id = new_id()
     rerun_session = f"{recording.session_id}~rerun~{rerun_id}"
     output: Any = None
@@ -246,7 +269,7 @@ def _run(
     # An older recording is matched with the argument codec its hashes were made with.
     with session_scope(rerun_session), arguments_codec(recording.codec):
         try:
-            with Interceptor(mode, guards=install_guards, rerun=True):
+            with Interceptor(mode, guards=guards, rerun=True):
                 try:
                     output = function(*args, **kwargs)
                 except RerunError as exc:
@@ -271,6 +294,7 @@ def _run(
         and not mode.ended_early  # stopped where the recording was interrupted, even if the agent went on
         and fingerprint == recording.fingerprint
         and _same_outcome(recording.outcome, error, ended, recording.codec)
+        and not mode.leaks  # it reached outside the recording: what it did is not all in the fingerprint
     )
     return RerunResult(
         session_id=recording.session_id,
@@ -290,7 +314,8 @@ def _run(
         rules=recording.rules,
         ended_early=mode.ended_early or (not complete and mode.divergence is None),
         warnings=list(mode.warnings),
-        leaks=list(mode.leaks),
+        leaks=list(mode.leaks) + ([f"{mode.more_leaks} more leak(s) not listed"] if mode.more_leaks else []),
+        live=list(mode.live),
         decisions=[(original, record.record_id) for original, record in mode.decisions],
         seconds=seconds,
     )

@@ -7,7 +7,8 @@ responses, and one added ``random`` call does not shift every ``uuid4`` after
 it. The event's argument hash must equal the call's; when it does not, or the
 stream is empty, the step is a divergence: ``strict`` raises, ``relaxed``
 warns, keeps the first divergence for the result, and goes on (serving the
-recorded value on an argument mismatch, running the call live on a miss).
+recorded value on an argument mismatch; on a miss an HTTP call is refused as a
+leak unless ``allow_live`` names its host and port, a clock or entropy read runs live).
 
 A format-3 recording is also served in order: an ordered call (tool, HTTP,
 decision, act: not a clock read or a random draw) must take the next recorded
@@ -46,6 +47,7 @@ from otel_replay.rerun.events import (
     stream_key,
     value_hash,
 )
+from otel_replay.rerun.guards import LiveAllowList
 from otel_replay.rerun.interceptor import decision_arguments
 
 __all__ = ["Divergence", "Governance", "RerunMode"]
@@ -54,6 +56,12 @@ T = TypeVar("T")
 Governance = Literal["relaxed", "strict"]
 _log = logging.getLogger("otel_replay.rerun")
 _CANDIDATE_SCAN = 20_000
+_LISTED = 1000
+"""Distinct leaks (and live calls) a rerun lists; more are counted (``more_leaks``), so memory stays bounded."""
+
+
+def _networked(what: str) -> bool:
+    return what.startswith(("unrecorded HTTP ", "socket connect", "UDP send", "DNS lookup"))
 
 
 @dataclass(frozen=True)
@@ -242,6 +250,12 @@ class RerunMode:
     """Compare the order of ordered calls within each correlation scope (a format-3 recording)."""
     first_error: RerunError | None = None
     """The first error raised into the agent: a strict rerun ends in it even when the agent caught it."""
+    allow_live: LiveAllowList | None = None
+    """``host:port`` pairs an HTTP call the recording does not hold may reach live (none: refused, a leak)."""
+    live: list[str] = field(default_factory=list)
+    """What ran live because ``allow_live`` allowed it (each once)."""
+    more_leaks: int = 0
+    """Leaks past the first :data:`_LISTED` distinct ones: counted, not listed."""
 
     def __post_init__(self) -> None:
         self.streams: dict[str, deque[Event]] = {}
@@ -264,6 +278,7 @@ class RerunMode:
         """One past the highest recorded step served: where a call the recording does not hold is placed."""
         self._counter = itertools.count()
         self._lock = threading.Lock()
+        self._leak_set: set[str] = set()
         self.steps = 0
 
     # --- the seam -----------------------------------------------------------
@@ -616,8 +631,24 @@ class RerunMode:
                     found.candidates,
                 )
             )
+        if call.boundary == "http" and not self._allowed_live(call):
+            # Nothing leaves the process unless allowed: refused in relaxed too, an error where the call was made.
+            self.leak(f"unrecorded HTTP {call.name}", refuse=True)
+        if call.boundary == "http":
+            self.ran_live(f"unrecorded HTTP {call.name}")
         _log.warning("otel-replay rerun: step %d is not recorded (%s); running it live", step, actual)
         self.fingerprint.add(stream, call.boundary, call.name, digest, "live")
+
+    def _allowed_live(self, call: Call) -> bool:
+        """Whether ``allow_live`` lets this unrecorded HTTP call go to its host and port."""
+        if not self.allow_live:
+            return False
+        url = urlsplit(call.name.partition(" ")[2])
+        try:
+            port = url.port or {"http": 80, "https": 443}.get(url.scheme.lower())
+        except ValueError:
+            return False
+        return self.allow_live.allows(url.hostname, port)
 
     def _diverge_call(
         self, step: int, reason: str, call: Call, stream: str, text: str, event: Event, *, exclude: Event | None = None
@@ -670,15 +701,30 @@ class RerunMode:
         scored.sort()
         return [line for _, _, line in scored[:3]]
 
-    def leak(self, what: str) -> None:
-        """The rerun touched the world outside the recording (a file, DNS, a socket)."""
-        step = next(self._counter)
-        message = f"step {step}: {what} outside the recording"
+    def leak(self, what: str, *, refuse: bool = False) -> None:
+        """The rerun reached outside the recording (a file, DNS, a socket, a process, an unrecorded HTTP call).
+
+        Kept once per distinct ``what`` (a leak is not a step: it takes no step number), and raised as a
+        :class:`DeterminismLeakError` where the call was made when ``refuse`` is set or the rerun is strict.
+        """
+        message = f"{what} outside the recording"
         with self._lock:
-            self.leaks.append(message)
-        if self.governance == "strict":
-            raise DeterminismLeakError(f"strict rerun: {message}", step=step, call=what)
-        _log.warning("otel-replay rerun: %s", message)
+            if message not in self._leak_set:
+                if len(self.leaks) < _LISTED:
+                    self._leak_set.add(message)
+                    self.leaks.append(message)
+                    _log.debug("otel-replay rerun: %s", message)
+                else:
+                    self.more_leaks += 1
+        if refuse or self.governance == "strict":
+            hint = "; allow_live=['host:port'] lets a host through" if refuse and _networked(what) else ""
+            raise DeterminismLeakError(f"{self.governance} rerun: {message}; refused{hint}", call=what)
+
+    def ran_live(self, what: str) -> None:
+        """Something ``allow_live`` allowed ran live (listed once, not a leak)."""
+        with self._lock:
+            if what not in self.live and len(self.live) < _LISTED:
+                self.live.append(what)
 
     def remaining(self) -> int:
         """Recorded events not consumed yet."""

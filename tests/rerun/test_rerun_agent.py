@@ -127,14 +127,20 @@ def _quote_three_times(api: str) -> list[float]:
     return [*_quote_twice(api), httpx.get(f"{api}/quote").json()["price"]]
 
 
-def test_an_unrecorded_request_is_a_mismatch_in_strict_and_goes_live_in_relaxed(dataset: Path) -> None:
+def test_an_unrecorded_request_is_a_mismatch_in_strict_and_refused_as_a_leak_in_relaxed(dataset: Path) -> None:
     with agent.scripted_server() as api:
         record(dataset, "s1", lambda: _quote_twice(api))
         relaxed = rerun(lambda: _quote_three_times(api), dataset=dataset, session_id="s1")
-        assert relaxed.error is None and not relaxed.matched
+        assert relaxed.error is not None and relaxed.error.startswith("DeterminismLeakError") and not relaxed.matched
+        assert relaxed.leaks == [f"unrecorded HTTP GET {api}/quote outside the recording"], relaxed.report()
         assert relaxed.divergence is not None and relaxed.divergence.step == 2
         assert "GET" in relaxed.divergence.actual
         assert "holds 2 such call(s) and this is call 3" in relaxed.divergence.reason
+        # Allowed, it runs live (a divergence still, as the recording does not hold it), and is not a leak.
+        host_port = api.removeprefix("http://")
+        allowed = rerun(lambda: _quote_three_times(api), dataset=dataset, session_id="s1", allow_live=[host_port])
+        assert allowed.error is None and not allowed.matched and not allowed.leaks, allowed.report()
+        assert allowed.live == [f"unrecorded HTTP GET {api}/quote"] and len(allowed.output) == 3
     with pytest.raises(ReplayMismatchError, match="step 2"):
         rerun(lambda: _quote_three_times(api), dataset=dataset, session_id="s1", governance="strict")
 

@@ -220,8 +220,11 @@ def test_an_unrecorded_action_is_never_committed_in_a_rerun(dataset: Path) -> No
     with agent.scripted_server() as api:
         record(dataset, "pay1", lambda: _paying_agent(api, ActionGate(ledger, dataset=dataset)))
         rerun_ledger = ReferenceLedger(balance=10_000)
-        # relaxed: the second quote is fetched live (the server is up), but the second payment is never made
-        result = rerun(lambda: _paying_twice(api, ActionGate(rerun_ledger)), dataset=dataset, session_id="pay1")
+        # relaxed, the quote's host allowed live: the second quote is fetched live, but the second payment is never made
+        allowed = [api.removeprefix("http://")]
+        result = rerun(
+            lambda: _paying_twice(api, ActionGate(rerun_ledger)), dataset=dataset, session_id="pay1", allow_live=allowed
+        )
     assert result.error is not None and "does not run tools or commit actions" in result.error
     assert rerun_ledger.entries == [] and not result.matched
 
