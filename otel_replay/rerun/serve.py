@@ -718,7 +718,8 @@ class RerunMode:
                     self.more_leaks += 1
         if refuse or self.governance == "strict":
             hint = "; allow_live=['host:port'] lets a host through" if refuse and _networked(what) else ""
-            raise DeterminismLeakError(f"{self.governance} rerun: {message}; refused{hint}", call=what)
+            # Remembered like any error raised into the agent: a leak the agent catches stays the verdict.
+            self._raise(DeterminismLeakError(f"{self.governance} rerun: {message}; refused{hint}", call=what))
 
     def ran_live(self, what: str) -> None:
         """Something ``allow_live`` allowed ran live (listed once, not a leak)."""
