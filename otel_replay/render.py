@@ -287,6 +287,8 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     if report.dropped_by_retention:
         cut = _count(report.dropped_by_retention, "chain")
         unsigned += f"; {cut} starting where retention dropped its earlier records (signed checkpoints)"
+    for problem in report.unknown_commits:
+        _print(f"[yellow]unknown[/yellow] {escape(clean(str(problem)))}", soft_wrap=True)
     if report.ok:
         _print(
             f"[green]OK[/green] {where}: {_count(report.records, 'record')} in "

@@ -459,8 +459,12 @@ class WriteAheadLog:
                 os.fdatasync(fd)
             self._synced = max(self._synced, target)
 
-    def close(self) -> None:
-        """Seal the active segment (an empty one is removed) and release the directory lock."""
+    def close(self, *, unlock: bool = True) -> None:
+        """Seal the active segment (an empty one is removed) and release the directory lock.
+
+        With ``unlock=False`` the lock is kept (appends are refused all the
+        same) until :meth:`unlock`: the owner converts the sealed segments first.
+        """
         with self._sync_lock, self._write_lock:
             if self._closed:
                 return
@@ -472,4 +476,13 @@ class WriteAheadLog:
                     os.close(self._fd)
                     self._fd = -1
                     (self.directory / f"{self._active_id}{WAL_SUFFIX}").unlink(missing_ok=True)
-        os.close(self._lock_fd)
+        if unlock:
+            self.unlock()
+
+    def unlock(self) -> None:
+        """Release the directory lock of a closed log (once)."""
+        with self._write_lock:
+            if not self._closed or self._lock_fd < 0:
+                return
+            fd, self._lock_fd = self._lock_fd, -1
+        os.close(fd)
