@@ -1,0 +1,196 @@
+"""Issue 20: a gated commit is write-ahead; a process killed at any step leaves nothing half-said.
+
+A child process does a gated refund inside ``audit()`` (a read, a model call,
+the act, ``gate.commit``) on a rail that notes each refund in a file, and
+dies (``os._exit(0)`` or SIGKILL) at one step: before the rail, inside it,
+right after ``commit()`` returned, or inside the conversion of the
+write-ahead log to Parquet. The dataset is then reopened and checked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import otel_replay
+from otel_replay import FixAction, replay_stored
+from otel_replay.errors import RecordNotFound
+
+KEY = "write-ahead-test-key-0123456789abcdef"
+
+_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, DependencySnapshot, audit
+
+    dataset, step, how, executed = sys.argv[1:5]
+
+    def die():
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+
+    class Rail:
+        def commit(self, action):
+            with open(executed, "a") as handle:  # the rail's own book: what really happened
+                handle.write(action.arguments["order"] + "\\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            if step == "inside_rail":
+                die()
+            return {"receipt_id": "refund-" + action.arguments["order"], "amount": action.cost}
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    if step == "converting":
+        import otel_replay.server.convert as convert
+        real = convert.ChunkWriter.flush
+
+        def flush_then_die(self):
+            real(self)  # the segment's Parquet file is written, the segment not yet released
+            if self.paths:
+                die()
+
+        convert.ChunkWriter.flush = flush_then_die
+
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    gate = ActionGate(Rail(), dataset=dataset)
+    with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1")) as d:
+        print(d.record_id, flush=True)
+        d.read(order="o-1", customer="c\\u00e9-9")
+        d.model("gpt-x", decision_basis="refund policy", output={"refund": True})
+        action = Action("refund", {"order": "o-1"}, cost=25.0)
+        d.act(action)
+        if step == "before_rail":
+            die()
+        gate.commit(action, record_id=d.record_id)
+        print("acknowledged", flush=True)
+        if step == "after_commit":
+            die()
+        if step == "converting":
+            telemetry.force_flush()
+    telemetry.shutdown()
+    """
+)
+
+
+def _run(tmp_path: Path, step: str, how: str) -> tuple[Path, str, list[str], list[str]]:
+    """Run the child to its death at ``step``: (dataset, decision id, its output lines, the rail's book)."""
+    dataset = tmp_path / "traces"
+    executed = tmp_path / "rail.txt"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(dataset), step, how, str(executed)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode in (0, -9), child.stderr
+    lines = child.stdout.split()
+    book = executed.read_text().split() if executed.exists() else []
+    return dataset, lines[0], lines[1:], book
+
+
+def _reopen(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the next agent does: ``configure()`` on the dataset (converting what the dead one left), then shut down."""
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    otel_replay.configure(dataset, set_global=False).shutdown()
+
+
+def _gates(store: otel_replay.Store, decision_id: str) -> list[str]:
+    rows = store.rows("SELECT executed FROM gates WHERE decision_id = ? ORDER BY recorded_at", [decision_id])
+    return [row["executed"] for row in rows]
+
+
+def _no_row_twice(store: otel_replay.Store) -> None:
+    twice = store.rows("SELECT span_id, count(*) AS n FROM spans GROUP BY span_id HAVING count(*) > 1")
+    assert twice == []
+
+
+STALE = {"balance": 0}
+
+
+def _policy(state, action):
+    return state["balance"] >= action.cost, "balance covers it" if state["balance"] >= action.cost else "no balance"
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_before_the_rail_leaves_nothing_executed_and_no_commit(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "before_rail", how)
+    _reopen(dataset, monkeypatch)
+    assert book == [] and said == []
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == []
+        assert store.commits_for(decision_id) == []
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_inside_the_rail_leaves_an_intent_shown_as_executed_unknown(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "inside_rail", how)
+    assert book == ["o-1"] and said == []  # the rail refunded; commit() never returned
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent"]  # never silently absent
+        assert store.commits_for(decision_id) == []
+        [(intent_id, action)] = store.unknown_commits_for(decision_id)
+        assert action.type == "refund" and action.arguments == {"order": "o-1"}
+        report = store.verify(None)
+        assert [p.record_id for p in report.unknown_commits] == [intent_id]
+        assert "executed? unknown - check the rail" in str(report.unknown_commits[0])
+        verdict = replay_stored(store, decision_id, live_state={"balance": 100}, policy=_policy)
+    assert verdict.fix is FixAction.HUMAN_REVIEW  # the policy alone would allow it: a human checks the rail
+    assert "executed? unknown - check the rail" in verdict.reason and intent_id in verdict.reason
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "after_commit", how)
+    assert book == ["o-1"] and said == ["acknowledged"]
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]  # the acknowledged record is there
+        assert [r["receipt_id"] for r in store.receipts_for(decision_id)] == ["refund-o-1"]
+        assert store.unknown_commits_for(decision_id) == []
+        with pytest.raises(RecordNotFound):
+            store.record(decision_id)  # the decision span itself was still in the batch queue
+        acted = store.intent_decision(decision_id)
+        assert acted is not None and acted.record_id == decision_id
+        assert acted.snapshot is not None and dict(acted.snapshot.state) == {"balance": 100}
+        assert dict(acted.inputs) == {"order": "o-1", "customer": "c\u00e9-9"}
+        assert [m.model_id for m in acted.models] == ["gpt-x"] and acted.action is not None
+        assert acted.action.cost == 25.0
+        verdict = replay_stored(store, decision_id, live_state=STALE, policy=_policy)  # was: RecordNotFound
+        assert store.verify(None).unknown_commits == []
+        _no_row_twice(store)
+    assert verdict.fix is FixAction.ROLLBACK and verdict.record_id == decision_id
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_while_converting_its_log_leaves_every_record_once(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "converting", how)
+    assert said == ["acknowledged"] and book == ["o-1"]
+    written = sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet"))
+    assert written  # the conversion had written its file when the process died
+    _reopen(dataset, monkeypatch)
+    assert sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet")) == written  # rewritten, not added
+    assert not list((dataset / "_wal").glob("capture-*"))  # converted and removed
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+        _no_row_twice(store)
+        assert store.verify(None).problems == []
+
+
+def test_without_a_gate_nothing_is_written_ahead(tmp_path):
+    dataset = tmp_path / "traces"
+    with otel_replay.configure(dataset, set_global=False):
+        with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({})) as d:
+            d.act(otel_replay.Action("refund", {"order": "o-2"}))
+        assert not (dataset / "_wal").exists()  # no log directory, no fsync: nothing waits on the disk
