@@ -194,3 +194,80 @@ def test_without_a_gate_nothing_is_written_ahead(tmp_path):
         with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({})) as d:
             d.act(otel_replay.Action("refund", {"order": "o-2"}))
         assert not (dataset / "_wal").exists()  # no log directory, no fsync: nothing waits on the disk
+
+
+def _left_behind(tmp_path: Path) -> tuple[Path, str]:
+    """A dataset whose only copy of an acknowledged commit is the write-ahead log of a process that died."""
+    dataset, decision_id, said, _ = _run(tmp_path, "after_commit", "kill")
+    assert said == ["acknowledged"] and list((dataset / "_wal").glob("capture-*/*.wal"))
+    return dataset, decision_id
+
+
+def test_compact_converts_the_log_a_dead_process_left(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from otel_replay.cli import main
+
+    dataset, decision_id = _left_behind(tmp_path)
+    result = CliRunner().invoke(main, ["compact", str(dataset)])
+    assert result.exit_code == 0, result.output
+    assert "recovered 2 span(s) from write-ahead logs left by processes that died" in result.output
+    assert not list((dataset / "_wal").glob("capture-*"))
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+
+
+def test_serve_converts_the_log_a_dead_process_left_instead_of_calling_it_stranded(tmp_path):
+    from otel_replay.server import Receiver, ServerConfig
+    from otel_replay.server.server import stranded_wal_dirs
+
+    dataset, decision_id = _left_behind(tmp_path)
+    config = ServerConfig(dataset, grpc=None, http=None, convert_workers=0)
+    receiver = Receiver(config)
+    try:
+        assert receiver.recovered_capture_spans == 2
+        assert receiver.stranded == [] and stranded_wal_dirs(config) == []
+    finally:
+        receiver.stop()
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+
+
+_FORKED = textwrap.dedent(
+    """
+    import os, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, ReferenceLedger
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(ReferenceLedger(1000), dataset=dataset)
+    gate.commit(Action("refund", {"order": "parent-1"}, cost=1.0), record_id="parent-1")
+    pid = os.fork()
+    if pid == 0:
+        gate.commit(Action("refund", {"order": "child-1"}, cost=1.0), record_id="child-1")
+        telemetry.shutdown()  # the child's own log: the parent's is neither sealed nor removed
+        os._exit(0)
+    os.waitpid(pid, 0)
+    gate.commit(Action("refund", {"order": "parent-2"}, cost=1.0), record_id="parent-2")
+    telemetry.shutdown()
+    """
+)
+
+
+def test_a_forked_child_commits_through_a_log_of_its_own(tmp_path):
+    dataset = tmp_path / "traces"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORKED, str(dataset)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    assert "write-ahead log" not in child.stderr
+    with otel_replay.open(dataset) as store:
+        for decision_id in ("parent-1", "child-1", "parent-2"):
+            assert _gates(store, decision_id) == ["intent", "committed"], decision_id
+        _no_row_twice(store)

@@ -33,6 +33,7 @@ import os
 import secrets
 import shutil
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,23 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     return rows
 
 
+_logs: weakref.WeakSet[SpanLog] = weakref.WeakSet()
+
+
+def _fresh_logs_in_child() -> None:
+    """After ``fork()``, in the child: every log starts a directory of its own on its next append.
+
+    The parent's log (its file, its lock, its converter) stays the
+    parent's: the child never appends to it, seals it or converts it.
+    """
+    for log in list(_logs):
+        log._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_logs_in_child)
+
+
 class SpanLog:
     """The write-ahead log of spans of this process for one dataset; see the module docstring.
 
@@ -104,6 +122,15 @@ class SpanLog:
         self.appended = 0
         self.converted_rows = 0
         self.convert_errors = 0
+        _logs.add(self)
+
+    def _forked(self) -> None:
+        self._wal = None  # the parent's: left open, never closed here (closing would seal the parent's segment)
+        self._thread = None
+        self._open_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.directory = self.directory.with_name(f"{CAPTURE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
 
     def _opened(self) -> Any:
         wal = self._wal
