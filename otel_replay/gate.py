@@ -413,6 +413,17 @@ class ActionGate:
         )
         _, _, durable = get_recorder().emit_durable(sc.SPAN_GATE, record.record_id, record.to_attributes())
         if durable is False:
+            # The intent still reaches Parquet the usual way: answer it, so it never reads as "executed? unknown".
+            self._record(
+                "commit",
+                "commit_refused",
+                f"{action.type} not committed: its intent could not be made durable; the rail was not called",
+                record_id=record_id,
+                receipt=None,
+                action=action,
+                intent_id=record.record_id,
+                durable=False,
+            )
             raise GateError(
                 f"{action.type} (decision {record_id}) was not committed: its intent could not be written to the "
                 "write-ahead log (see the error logged before this)"
@@ -482,11 +493,13 @@ class ActionGate:
         receipt: Any,
         action: Action,
         intent_id: str | None = None,
+        durable: bool = True,
     ) -> bool | None:
-        """Emit a commit's gate record durably, with the action committed; whether it is durable.
+        """Emit a commit's gate record (durably by default), with the action committed; whether it is durable.
 
         ``True``: fsynced in the write-ahead log; ``None``: emitted, but the
-        pipeline has no log; ``False`` (logged and counted) when emitting failed.
+        pipeline has no log (or not ``durable``); ``False`` (logged and
+        counted) when emitting failed.
         """
         try:
             return self._emit(
@@ -498,7 +511,7 @@ class ActionGate:
                 receipt=receipt,
                 action=action,
                 intent_id=intent_id,
-                durable=True,
+                durable=durable,
             )
         except Exception as exc:
             get_recorder().note_capture_error()

@@ -271,3 +271,43 @@ def test_a_forked_child_commits_through_a_log_of_its_own(tmp_path):
         for decision_id in ("parent-1", "child-1", "parent-2"):
             assert _gates(store, decision_id) == ["intent", "committed"], decision_id
         _no_row_twice(store)
+
+
+_DISK_FULL = textwrap.dedent(
+    """
+    import resource, signal, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, ReferenceLedger
+    from otel_replay.errors import GateError
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    ledger = ReferenceLedger(1000)
+    gate = ActionGate(ledger, dataset=dataset)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard))  # the log cannot take the intent
+    try:
+        gate.commit(Action("refund", {"order": "o-3"}, cost=5.0), record_id="full-1")
+    except GateError as exc:
+        print("refused:", exc)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    telemetry.shutdown()
+    print("balance", ledger.balance)
+    """
+)
+
+
+def test_a_commit_whose_intent_cannot_be_made_durable_is_refused_before_the_rail(tmp_path):
+    dataset = tmp_path / "traces"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, str(dataset)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr
+    assert "refused: refund (decision full-1) was not committed: its intent could not be written" in child.stdout
+    assert "balance 1000.0" in child.stdout  # the rail was never called
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, "full-1") == ["intent", "commit_refused"]  # the intent is answered: not "unknown"
+        assert store.unknown_commits_for("full-1") == []
+        assert store.commits_for("full-1") == []

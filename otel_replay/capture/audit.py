@@ -231,7 +231,11 @@ class Decision:
             None,
             _span_ref("", "", 0),
         )
-        return record._to_attributes(self._inputs_json)
+        attrs = record._to_attributes(self._inputs_json)
+        if self._snapshot is None:  # a Decision made without one (not by audit()): none is claimed
+            for key in (sc.SNAPSHOT_STATE, sc.SNAPSHOT_VERSION, sc.SNAPSHOT_CAPTURED_AT):
+                attrs.pop(key, None)
+        return attrs
 
     def _finish(self, snapshot: DependencySnapshot, error: str | None, start_ns: int) -> DecisionRecord:
         if self._read_span is not None:
