@@ -97,6 +97,34 @@ def fsync_cost(count: int = 200) -> float:
         return (time.perf_counter() - start) / count
 
 
+def log_floor(commits: int, threads: int) -> float:
+    """Commits/s of the write-ahead log alone: per commit two fsynced appends (intent, then commit) of 1 KiB.
+
+    The floor a gated commit stands on (``threads`` share fsyncs by group commit), with no capture work.
+    """
+    from otel_replay.server.wal import WriteAheadLog
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wal = WriteAheadLog(tmp)
+        record = b"\x0a" + b"r" * 1023
+        per = commits // threads
+
+        def run() -> None:
+            for _ in range(per):
+                wal.append(record)
+                wal.append(record)
+
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - start
+        wal.close()
+        return per * threads / elapsed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=2_000)
@@ -122,6 +150,8 @@ def main() -> int:
         target = "target <= 2x" if threads == 1 else "target >= 5,000 commits/s"
         print(f"  gated / ungated: {ratio:.2f}x; durable commits/s: {gated['n'] / gated['wall']:,.0f}  ({target}; "
               "<= 10 files for 2,000 gated trades)")
+        floor = log_floor(min(opts.trades, 400 * threads), threads)
+        print(f"  peer: the write-ahead log alone (2 fsynced appends per commit, {label}): {floor:,.0f} commits/s")
     return 0
 
 
