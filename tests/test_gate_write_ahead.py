@@ -311,3 +311,47 @@ def test_a_commit_whose_intent_cannot_be_made_durable_is_refused_before_the_rail
         assert _gates(store, "full-1") == ["intent", "commit_refused"]  # the intent is answered: not "unknown"
         assert store.unknown_commits_for("full-1") == []
         assert store.commits_for("full-1") == []
+
+
+def test_a_damaged_log_left_behind_is_salvaged_record_by_record(tmp_path, caplog):
+    dataset, decision_id = _left_behind(tmp_path)
+    (segment,) = (dataset / "_wal").glob("capture-*/*.wal")
+    data = bytearray(segment.read_bytes())
+    data[40] ^= 0xFF  # inside the first record (the intent); the commit record after it is whole
+    segment.write_bytes(bytes(data))
+    with otel_replay.open(dataset) as store:  # was: the log kept failing, and the commit never reached Parquet
+        assert _gates(store, decision_id) == ["committed"]
+    assert "could not be converted whole" in caplog.text and "dropped 0 span(s) and 1 record(s)" in caplog.text
+    assert not list((dataset / "_wal").glob("capture-*"))
+
+
+def test_a_process_that_exits_without_shutdown_converts_its_log_at_exit(tmp_path):
+    dataset = tmp_path / "traces"
+    code = textwrap.dedent(
+        """
+        import sys
+        import otel_replay
+        from otel_replay import Action, ActionGate, ReferenceLedger
+
+        otel_replay.configure(sys.argv[1], set_global=False)
+        ActionGate(ReferenceLedger(10), dataset=sys.argv[1]).commit(Action("refund", {"o": 1}), record_id="d-9")
+        """
+    )
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run([sys.executable, "-c", code, str(dataset)], env=env, capture_output=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert not list((dataset / "_wal").glob("capture-*"))  # converted by the process itself, at exit
+    assert list((dataset / "spans").rglob("wal-capture-*.parquet"))
+
+
+def test_an_empty_log_directory_is_left_alone_until_it_is_old(tmp_path, monkeypatch):
+    from otel_replay.capture.write_ahead import recover
+
+    dataset = tmp_path / "traces"
+    young = dataset / "_wal" / "capture-1-0000abcd"  # maybe a log opening right now, before it takes its lock
+    young.mkdir(parents=True)
+    recover(str(dataset))
+    assert young.is_dir()
+    os.utime(young, (1_000_000_000, 1_000_000_000))  # a dead process's empty leftover
+    recover(str(dataset))
+    assert not young.exists()

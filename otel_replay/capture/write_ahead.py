@@ -26,6 +26,7 @@ path as before and nothing waits on the disk.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import logging
@@ -33,6 +34,7 @@ import os
 import secrets
 import shutil
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +48,9 @@ from otel_replay.location import resolve
 __all__ = ["CAPTURE_PREFIX", "SpanLog", "WriteAheadProcessor", "log_root", "recover"]
 
 _log = logging.getLogger(__name__)
+
+_EMPTY_GRACE_SECONDS = 60.0
+"""A log directory with no segment is removed by :func:`recover` only this long after it changed."""
 
 CAPTURE_PREFIX = "capture-"
 """How a capture process's log directory under the log root is named (the receiver's are named by instance)."""
@@ -73,12 +78,36 @@ def _prefix(directory: Path, segment_id: str) -> str:
 
 
 def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
-    """Convert ``segments`` (oldest first) of the log in ``directory``; deletes each once written. Rows written."""
-    from otel_replay.server.convert import convert_segment
+    """Convert ``segments`` (oldest first) of the log in ``directory``; deletes each once written. Rows written.
+
+    A segment that cannot be converted whole (damage with whole records
+    after it) is salvaged as the receiver salvages a quarantined one
+    (:func:`otel_replay.server.convert.salvage_segment`, same file names):
+    every record that checks out lands, and what was lost is logged as an
+    error. An ``OSError`` (disk full) is raised: the segment stays for the next try.
+    """
+    from otel_replay.server.convert import convert_segment, salvage_segment
 
     rows = 0
     for segment in segments:
-        rows += convert_segment(str(segment.path), dataset, _prefix(directory, segment.segment_id))
+        prefix = _prefix(directory, segment.segment_id)
+        try:
+            rows += convert_segment(str(segment.path), dataset, prefix)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - damaged content: salvage what checks out, say what did not
+            report = salvage_segment(str(segment.path), dataset, prefix)
+            rows += report.rows
+            _log.error(
+                "otel-replay: capture write-ahead log segment %s could not be converted whole (%s); salvaged %d "
+                "span(s), dropped %d span(s) and %d record(s)%s",
+                segment.path,
+                exc,
+                report.rows,
+                report.spans_dropped,
+                report.records_dropped,
+                f"; first: {report.reasons[0]}" if report.reasons else "",
+            )
         segment.path.unlink(missing_ok=True)
     return rows
 
@@ -98,6 +127,16 @@ def _fresh_logs_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_logs_in_child)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """At interpreter exit, convert what every open log holds (a process that never called ``shutdown()``)."""
+    for log in list(_logs):
+        try:
+            log.close()
+        except Exception as exc:  # noqa: BLE001 - kept on disk: the next configure() converts it
+            _log.error("otel-replay: closing the capture write-ahead log %s at exit failed: %s", log.directory, exc)
 
 
 class SpanLog:
@@ -249,6 +288,8 @@ def recover(dataset: str) -> int:
             except BlockingIOError:
                 continue  # a live process's log
             paths = sorted(directory.glob(f"*{WAL_SUFFIX}"))
+            if not paths and time.time() - directory.stat().st_mtime < _EMPTY_GRACE_SECONDS:
+                continue  # nothing to convert, and maybe a log being opened right now (before its lock)
             try:
                 rows += _convert_dir(directory, dataset, [Segment(p.stem, p, p.stat().st_size) for p in paths])
             except Exception as exc:  # noqa: BLE001 - kept for the next try, never dropped
