@@ -355,3 +355,56 @@ def test_an_empty_log_directory_is_left_alone_until_it_is_old(tmp_path, monkeypa
     os.utime(young, (1_000_000_000, 1_000_000_000))  # a dead process's empty leftover
     recover(str(dataset))
     assert not young.exists()
+
+
+def test_a_gated_tool_seals_its_decision_in_the_intent_before_the_rail(tmp_path, monkeypatch):
+    from otel_replay.instrumentation import tool
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    ledger = otel_replay.ReferenceLedger(100)
+    seen: list[str] = []
+
+    class Rail:
+        def commit(self, action):
+            seen.extend(_logged_executed(dataset))  # what is durable when the rail is called
+            return ledger.commit(action)
+
+        def compensate(self, receipt, *, idempotency_key):
+            ledger.compensate(receipt, idempotency_key=idempotency_key)
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    state = otel_replay.DependencySnapshot({"limit": 50}, version="v2")
+
+    @tool(side_effect="financial", gate=gate, snapshot=state)
+    def refund(order: str, amount: float) -> otel_replay.Action:
+        return otel_replay.Action("refund", {"order": order}, cost=amount)
+
+    with otel_replay.configure(dataset, set_global=False):
+        receipt = refund("o-7", 20.0)
+    assert seen == ["intent"]  # the intent was fsynced before the rail ran
+    with otel_replay.open(dataset) as store:
+        (decision_id,) = [r["decision_id"] for r in store.rows("SELECT decision_id FROM gates WHERE executed='intent'")]
+        acted = store.intent_decision(decision_id)
+        assert acted is not None and acted.decision_type == "refund"
+        assert acted.snapshot is not None and acted.snapshot.version == "v2"
+        assert acted.action == otel_replay.Action("refund", {"order": "o-7"}, cost=20.0)
+        assert store.record(decision_id).action == acted.action  # the block ended: its own record agrees
+        assert [r["receipt_id"] for r in store.receipts_for(decision_id)] == [receipt.receipt_id]
+
+
+def _logged_executed(dataset: Path) -> list[str]:
+    """``replay.gate.executed`` of every gate span fsynced in the dataset's capture write-ahead logs now."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from otel_replay.server.wal import read_records
+
+    found = []
+    for segment in sorted((dataset / "_wal").glob("capture-*/*.wal")):
+        for payload in read_records(segment):
+            request = ExportTraceServiceRequest.FromString(payload)
+            for span in (s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans):
+                attrs = {kv.key: kv.value.string_value for kv in span.attributes}
+                if "replay.gate.executed" in attrs:
+                    found.append(attrs["replay.gate.executed"])
+    return found
