@@ -408,3 +408,17 @@ def _logged_executed(dataset: Path) -> list[str]:
                 if "replay.gate.executed" in attrs:
                     found.append(attrs["replay.gate.executed"])
     return found
+
+
+def test_verify_names_an_intent_without_a_commit_record_as_executed_unknown(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from otel_replay.cli import main
+
+    dataset, decision_id, _, book = _run(tmp_path, "inside_rail", "kill")
+    assert book == ["o-1"]
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    result = CliRunner().invoke(main, ["verify", str(dataset)])
+    assert result.exit_code == 0, result.output  # not an integrity failure: every record verified
+    assert "commit intent of 'refund' for decision " + decision_id in result.output
+    assert "has no commit record: executed? unknown - check the rail" in result.output
