@@ -261,6 +261,9 @@ class ReplayBuilder:
             body = _body(row, f"{chain_type} chain {chain_id} row {row['record_id']}")
             (traces if row["layer"] == "trace" else audits).append(body)
         verified = _attach_verified_outcomes(self.store, traces[:cap])
+        unknown = self.store.unknown_commits_of([t["record_id"] for t in traces[:cap]])
+        for trace in traces:
+            trace["unknown_commits"] = [intent_id for intent_id, _ in unknown.get(trace["record_id"], [])]
         return traces, audits, verified
 
     def _in_process(
@@ -273,6 +276,8 @@ class ReplayBuilder:
                 raise OtelReplayError(f"a {chain_type} chain needs a DecisionTracer")
             by = {"session_id": chain_id} if chain_type == "session" else {"correlation_id": chain_id}
             traces = self.tracer.query_traces(**by, limit=cap + 1)
+            for trace in traces:
+                trace.setdefault("unknown_commits", [])  # no gate in process: the field a dataset's chain has
         if "audit" in layers:
             if self.audit_log is None:
                 raise OtelReplayError(f"a {chain_type} chain needs an AuditLog")

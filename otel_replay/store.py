@@ -1088,9 +1088,21 @@ class Store:
         alone means the process died inside the rail (or before its record
         was stored), so whether the action happened is known to the rail only.
         """
-        records = self._gate_records(decision_id)
+        return self.unknown_commits_of([decision_id]).get(decision_id, [])
+
+    def unknown_commits_of(self, decision_ids: Sequence[str]) -> dict[str, list[tuple[str, Action]]]:
+        """:meth:`unknown_commits_for` of several decisions in one read: decision id -> its unanswered intents."""
+        if not decision_ids:
+            return {}
+        rows = self._record_rows(gate_decision_ids=[str(d) for d in decision_ids])
+        trusted, refused = split_trusted(rows, self.seal_check)
+        for problem in refused:
+            _log.warning("otel-replay: ignoring an untrusted gate row %s", problem)
+        records = sorted(
+            (r for r in trusted if r.attributes.get(sc.KIND) == sc.KIND_GATE), key=lambda r: (r.start_ns, r.record_id)
+        )
         answered = {r.attributes.get(sc.GATE_INTENT_ID) for r in records}
-        unknown: list[tuple[str, Action]] = []
+        unknown: dict[str, list[tuple[str, Action]]] = {}
         for rec in records:
             attrs = rec.attributes
             if attrs.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or rec.record_id in answered:
@@ -1100,8 +1112,9 @@ class Store:
                 action = Action(data["type"], data.get("arguments") or {}, data.get("cost"))
             except (KeyError, TypeError, ValueError) as exc:
                 raise DatasetError(f"intent record {rec.record_id} stores an action that is not one: {exc}") from None
-            if all(r != rec.record_id for r, _ in unknown):
-                unknown.append((rec.record_id, action))
+            found = unknown.setdefault(str(attrs.get(sc.GATE_DECISION_ID)), [])
+            if all(r != rec.record_id for r, _ in found):
+                found.append((rec.record_id, action))
         return unknown
 
     def receipt_for(self, decision_id: str) -> Any:

@@ -422,3 +422,32 @@ def test_verify_names_an_intent_without_a_commit_record_as_executed_unknown(tmp_
     assert result.exit_code == 0, result.output  # not an integrity failure: every record verified
     assert "commit intent of 'refund' for decision " + decision_id in result.output
     assert "has no commit record: executed? unknown - check the rail" in result.output
+
+
+def test_a_rail_call_interrupted_shows_in_the_trade_chain_as_executed_unknown(tmp_path, monkeypatch, capsys):
+    from otel_replay.render import print_chain
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+
+    class Rail:
+        def commit(self, action):
+            raise KeyboardInterrupt  # Ctrl-C while the payment call was in flight: did it go through?
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    with otel_replay.configure(dataset, set_global=False):
+        with pytest.raises(KeyboardInterrupt):
+            with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({}), correlation_id="t-1") as d:
+                action = otel_replay.Action("refund", {"order": "o-8"}, cost=3.0)
+                d.act(action)
+                gate.commit(action, record_id=d.record_id)
+    with otel_replay.open(dataset) as store:
+        chain = otel_replay.ReplayBuilder(store).build_trade_chain("t-1")
+        [(intent_id, _)] = store.unknown_commits_for(d.record_id)
+    [trace] = chain.traces
+    assert trace["record_id"] == d.record_id and trace["unknown_commits"] == [intent_id]
+    print_chain(chain)
+    assert "executed? unknown" in capsys.readouterr().out  # the outcome column (--json: the intent ids)
