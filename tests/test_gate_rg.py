@@ -171,7 +171,8 @@ def test_a_commit_signed_with_a_key_not_given_refuses_execution_naming_the_row(d
     verdict = replay(record, live_state=STALE, policy=_budget)
     ledger = ReferenceLedger(0)
     with otel_replay.open(dataset, keys=[SigningKey(AGENT_KEY.encode())]) as store:
-        gate_id = store.query("SELECT gate_id FROM gates WHERE stage = 'commit'").to_pylist()[0]["gate_id"]
+        committed = "SELECT gate_id FROM gates WHERE stage = 'commit' AND executed = 'committed'"
+        gate_id = store.query(committed).to_pylist()[0]["gate_id"]
         with pytest.raises(GateError) as raised:
             execute_verdict(store, verdict, ledger)
     message = str(raised.value)
