@@ -15,10 +15,12 @@ A thread of the log's own seals the active segment once it is
 receiver's converter (:func:`otel_replay.server.convert.convert_segment`),
 under names derived from the segment (``wal-capture-...-<segment>-NNNNN``),
 then deletes them: converting a segment again, after a crash, rewrites the
-same files. :meth:`SpanLog.close` (at ``Telemetry.shutdown()``) converts the
-rest. A process that died leaves its directory behind; :func:`recover` (run by
-the next :func:`otel_replay.configure` on the dataset) converts the
-directories no live process holds, and removes them.
+same files. :meth:`SpanLog.close` (at ``Telemetry.shutdown()``, else at
+interpreter exit) converts the rest. A process that died leaves its directory
+behind; :func:`recover` (run by the next :func:`otel_replay.configure`,
+:func:`otel_replay.open`, ``otel-replay compact`` or ``serve`` on the dataset)
+converts the directories no live process holds, salvaging a damaged segment
+record by record, and removes them.
 
 Without a gate nothing is appended here: spans take the ``BatchSpanProcessor``
 path as before and nothing waits on the disk.
