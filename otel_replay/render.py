@@ -227,6 +227,8 @@ def _event_summary(event: Mapping[str, Any]) -> tuple[Text, Text, Text, Text, Te
     outcome = "" if correct is None else ("correct" if correct else "incorrect")
     if correct is None and str(event.get("outcome_note") or "").startswith("conflicting outcomes"):
         outcome = "conflicting"  # two verified outcomes: neither is shown (the note names them, --json)
+    if event.get("from_intent"):  # its process died inside the audit() block: the decision as its intent sealed it
+        outcome = f"{outcome}; decision from its commit intent" if outcome else "decision from its commit intent"
     if event.get("unknown_commits"):  # a commit intent with no commit record (--json names the intents)
         outcome = f"{outcome}; executed? unknown - check the rail" if outcome else "executed? unknown - check the rail"
     conf = f" ({event['confidence']:.2f})" if isinstance(event.get("confidence"), (int, float)) else ""

@@ -1079,6 +1079,29 @@ class Store:
             found = DecisionRecord.from_attributes(data, SpanRef(rec.trace_id, rec.span_id, rec.start_ns))
         return found
 
+    def intent_decisions(self, correlation_id: str) -> list[DecisionRecord]:
+        """The decisions of ``correlation_id`` as their verified commit intents sealed them, oldest first.
+
+        What a chain shows for a decision whose process died inside its
+        ``audit()`` block after a commit (no decision span was stored). One
+        per decision: its latest intent.
+        """
+        rows = self.run_for("record", {"correlation_id": correlation_id}, intent_correlation_id=correlation_id)
+        trusted, _ = split_trusted([stored_record(row) for row in rows], self.seal_check)
+        found: dict[str, DecisionRecord] = {}
+        for rec in sorted(trusted, key=lambda r: (r.start_ns, r.record_id)):
+            text = rec.attributes.get(sc.GATE_DECISION_RECORD)
+            if rec.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or text is None:
+                continue
+            data = loads(text, where=f"decision of intent record {rec.record_id}")
+            decision_id = rec.attributes.get(sc.GATE_DECISION_ID)
+            if not isinstance(data, dict) or data.get(sc.RECORD_ID) != decision_id:
+                raise DatasetError(f"intent record {rec.record_id} holds another decision than {decision_id}")
+            found[str(decision_id)] = DecisionRecord.from_attributes(
+                data, SpanRef(rec.trace_id, rec.span_id, rec.start_ns)
+            )
+        return list(found.values())
+
     def unknown_commits_for(self, decision_id: str) -> list[tuple[str, Action]]:
         """The commit intents of ``decision_id`` no commit record answers: executed? unknown - check the rail.
 

@@ -62,7 +62,7 @@ _CHILD = textwrap.dedent(
 
     telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
     gate = ActionGate(Rail(), dataset=dataset)
-    with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1")) as d:
+    with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="trade-9") as d:
         print(d.record_id, flush=True)
         d.read(order="o-1", customer="c\\u00e9-9")
         d.model("gpt-x", decision_basis="refund policy", output={"refund": True})
@@ -451,3 +451,16 @@ def test_a_rail_call_interrupted_shows_in_the_trade_chain_as_executed_unknown(tm
     assert trace["record_id"] == d.record_id and trace["unknown_commits"] == [intent_id]
     print_chain(chain)
     assert "executed? unknown" in capsys.readouterr().out  # the outcome column (--json: the intent ids)
+
+
+@pytest.mark.parametrize(("step", "unknown"), [("inside_rail", True), ("after_commit", False)])
+def test_the_trade_chain_shows_a_decision_lost_with_its_process_from_its_intent(tmp_path, monkeypatch, step, unknown):
+    dataset, decision_id, _, _ = _run(tmp_path, step, "kill")
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    with otel_replay.open(dataset) as store:
+        chain = otel_replay.ReplayBuilder(store).build_trade_chain("trade-9")
+        intents = [gate_id for gate_id, _ in store.unknown_commits_for(decision_id)]
+    [trace] = chain.traces  # was: an empty chain, the refund nowhere in it
+    assert trace["record_id"] == decision_id and trace["from_intent"] is True
+    assert trace["action_type"] == "refund" and trace["snapshot_state"] == {"balance": 100}
+    assert trace["unknown_commits"] == intents and bool(intents) is unknown
