@@ -156,6 +156,23 @@ def trace_body(record: DecisionRecord, outcome: OutcomeRecord | None = None) -> 
     }
 
 
+def _with_lost_decisions(store: Store, correlation_id: str, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``traces`` plus each decision of ``correlation_id`` stored only in a commit intent, in time order.
+
+    A process that died inside its ``audit()`` block after ``gate.commit()``
+    left no decision span; the intent sealed the decision as it was acted on.
+    Such a trace has ``from_intent`` True (and no ``record_hash``: the
+    intent's seal covers it).
+    """
+    shown = {t["record_id"] for t in traces}
+    lost = [trace_body(record) for record in store.intent_decisions(correlation_id) if record.record_id not in shown]
+    if not lost:
+        return traces
+    for body in lost:
+        body["from_intent"] = True
+    return sorted([*traces, *lost], key=lambda t: (t.get("created_at") or "", t["record_id"]))
+
+
 def _audit_body(entry: Mapping[str, Any]) -> dict[str, Any]:
     body = dict(entry)
     for key in _TIME_FIELDS:
@@ -260,7 +277,13 @@ class ReplayBuilder:
         for row in rows:
             body = _body(row, f"{chain_type} chain {chain_id} row {row['record_id']}")
             (traces if row["layer"] == "trace" else audits).append(body)
+        if chain_type != "session" and "trace" in _LAYERS[chain_type]:
+            traces = _with_lost_decisions(self.store, chain_id, traces)
         verified = _attach_verified_outcomes(self.store, traces[:cap])
+        unknown = self.store.unknown_commits_of([t["record_id"] for t in traces[:cap]])
+        for trace in traces:
+            trace["unknown_commits"] = [intent_id for intent_id, _ in unknown.get(trace["record_id"], [])]
+            trace.setdefault("from_intent", False)
         return traces, audits, verified
 
     def _in_process(
@@ -273,6 +296,9 @@ class ReplayBuilder:
                 raise OtelReplayError(f"a {chain_type} chain needs a DecisionTracer")
             by = {"session_id": chain_id} if chain_type == "session" else {"correlation_id": chain_id}
             traces = self.tracer.query_traces(**by, limit=cap + 1)
+            for trace in traces:
+                trace.setdefault("unknown_commits", [])  # no gate in process: the fields a dataset's chain has
+                trace.setdefault("from_intent", False)
         if "audit" in layers:
             if self.audit_log is None:
                 raise OtelReplayError(f"a {chain_type} chain needs an AuditLog")

@@ -11,6 +11,7 @@ compensated in part.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -25,21 +26,35 @@ from otel_replay.store import Store
 
 __all__ = ["execute_verdict", "judge_stored", "replay_stored"]
 
+_log = logging.getLogger(__name__)
+
 
 def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any], policy: Policy) -> Verdict:
     """Replay the verified decision ``record_id`` of ``store`` against ``live_state``, and every action it committed.
 
     See :func:`judge_stored`.
 
+    A process killed inside ``audit()`` after ``gate.commit()`` leaves no
+    decision span, but the commit's intent holds the decision as it was
+    acted on: that is what is judged then (a warning says so).
+
     Raises:
-        RecordNotFound: no decision ``record_id``; when commits name it (a
-            process killed inside ``audit()`` after ``gate.commit()``), the
+        RecordNotFound: no decision ``record_id`` nor an intent holding it;
+            when commits name it (a dataset written before intents), the
             message names their receipts, to compensate by hand.
 
     """
     try:
         record = store.record(record_id)
     except RecordNotFound as exc:
+        acted = store.intent_decision(record_id)
+        if acted is not None:
+            _log.warning(
+                "otel-replay: decision %s has no decision record (its process died inside the audit() block); "
+                "judging it as its commit intent sealed it before the rail was called",
+                record_id,
+            )
+            return judge_stored(store, acted, live_state=live_state, policy=policy)
         orphans = store.commits_for(record_id)
         if not orphans:
             raise
@@ -50,6 +65,9 @@ def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any]
         ) from exc
     return judge_stored(store, record, live_state=live_state, policy=policy)
 
+
+UNKNOWN = "executed? unknown - check the rail"
+"""What replay and verify say of a commit intent with no commit record (the process died inside the rail)."""
 
 _SEVERITY = {FixAction.ALLOW: 0, FixAction.HUMAN_REVIEW: 1, FixAction.ROLLBACK: 2, FixAction.BLOCK: 3}
 
@@ -66,6 +84,12 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     the decision, as for any decision.
     """
     verdict = replay(record, live_state=live_state, policy=policy)
+    unknown = store.unknown_commits_for(record.record_id)
+    if unknown:
+        named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
+        reason = f"{UNKNOWN}: {named} has no commit record; {verdict.reason}"
+        fix = verdict.fix if _SEVERITY[verdict.fix] >= _SEVERITY[FixAction.HUMAN_REVIEW] else FixAction.HUMAN_REVIEW
+        verdict = dataclasses.replace(verdict, fix=fix, reason=reason)
     for gate_id, action in store.committed_actions_for(record.record_id):
         if action == record.action:
             continue

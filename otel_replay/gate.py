@@ -48,10 +48,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from otel_replay import semconv as sc
+from otel_replay.capture.audit import current_decision
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.tracer import link_to
 from otel_replay.claims import ClaimState, CompensationClaims, idempotency_key
+from otel_replay.errors import GateError
 from otel_replay.location import resolve
 from otel_replay.receipts import receipt_id_of, stored_receipt
 from otel_replay.records import Action, GateRecord, SpanRef, new_id
@@ -313,49 +315,120 @@ class ActionGate:
     def commit(self, action: Action, *, record_id: str | None = None) -> Any:
         """Run ``action`` through the rail; returns the rail's receipt.
 
+        Write-ahead: before the rail is called, an ``intent`` gate record is
+        sealed and made durable: the action and, inside the ``audit()`` block
+        of decision ``record_id``, the decision as it stands (snapshot, reads,
+        model calls, action). Once the rail has returned, the ``committed``
+        gate record (the stored receipt a later ``replay --execute``
+        compensates) is made durable before this returns. Durable means
+        fsynced in the pipeline's write-ahead log (one fsync shared by
+        concurrent commits; :func:`otel_replay.configure` sets it up and
+        turns it into Parquet in the background); with a provider of the
+        user's own there is no log: the commit record is flushed instead
+        (waiting at most ``flush_timeout`` seconds) and the intent is not
+        waited for. A process that dies inside the rail leaves the intent
+        without a commit record: ``replay`` and ``verify`` report it as
+        "executed? unknown - check the rail".
+
         Once the rail has returned, this returns its receipt whatever happens
-        to the record: the ``committed`` gate span (the stored receipt a later
-        ``replay --execute`` compensates) is emitted and flushed to the
-        dataset first (waiting at most ``flush_timeout`` seconds), and a
-        failure to record or flush it is logged and counted in
-        ``get_recorder().stats.capture_errors`` rather than raised, since a
-        caller that saw an error would commit again. A rail that raises is
+        to the record: a failure to record or store it is logged and counted
+        in ``get_recorder().stats.capture_errors`` rather than raised, since
+        a caller that saw an error would commit again. A rail that raises is
         recorded as a ``commit_failed`` gate span, then re-raised.
 
         Raises:
             ConfigError: the tracer could not store the record whole (an
                 attribute length limit); checked before the rail is called,
                 so nothing was committed.
+            GateError: the intent could not be made durable (the log's disk
+                failed); nothing was committed.
 
         """
         get_recorder().check_tracer()  # before the money moves: a record that cannot be stored refuses the commit
+        intent_id = self._intent(action, record_id)
         try:
             receipt = self.rail.commit(action)
         except Exception as exc:
             self._record(
-                "commit", "commit_failed", f"{action.type}: {exc}", record_id=record_id, receipt=None, action=action
+                "commit",
+                "commit_failed",
+                f"{action.type}: {exc}",
+                record_id=record_id,
+                receipt=None,
+                action=action,
+                intent_id=intent_id,
             )
             raise
         stored = self._remember(receipt)
         if record_id is not None:
             self._note_returned(record_id, receipt)
         committed = f"{action.type} committed"
-        if self._record("commit", "committed", committed, record_id=record_id, receipt=stored, action=action):
+        durable = self._record(
+            "commit", "committed", committed, record_id=record_id, receipt=stored, action=action, intent_id=intent_id
+        )
+        if durable is None:  # no write-ahead log (a provider of the user's own): flush the dataset instead
             recorder = get_recorder()
-            flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)  # closed: counted lost
-            if flushed is not True:
-                recorder.note_capture_error()
-                _log.error(
-                    "otel-replay: %s committed (receipt %s, decision %s) but its gate record %s; until it is "
-                    "flushed, the receipt returned to the caller is its only copy",
-                    action.type,
-                    _safe_receipt_id(receipt),
-                    record_id,
-                    "could not be flushed to the dataset"
-                    if flushed is False
-                    else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
-                )
+            durable = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)  # closed: counted
+        if durable is not True:
+            get_recorder().note_capture_error()
+            _log.error(
+                "otel-replay: %s committed (receipt %s, decision %s) but its gate record %s; until it is "
+                "stored, the receipt returned to the caller is its only copy",
+                action.type,
+                _safe_receipt_id(receipt),
+                record_id,
+                "could not be made durable"
+                if durable is False
+                else f"was not flushed to the dataset within {self.flush_timeout:g} s (still trying)",
+            )
         return receipt
+
+    def _intent(self, action: Action, record_id: str | None) -> str:
+        """Seal the commit's intent and make it durable before the rail runs; its gate record id.
+
+        Inside the ``audit()`` block of decision ``record_id`` the intent
+        carries the decision as it stands, so it survives a process that dies
+        before the block ends.
+
+        Raises:
+            GateError: the pipeline has a write-ahead log and the intent
+                could not be written to it (nothing was committed).
+
+        """
+        decision = current_decision()
+        acted = None
+        if decision is not None and record_id is not None and decision.record_id == record_id:
+            acted = decision._as_acted()
+        detail = f"{action.type} about to be committed: executed? unknown until its commit record - check the rail"
+        record = GateRecord(
+            record_id=new_id(),
+            decision_id=record_id,
+            stage="commit",
+            fix=None,
+            executed=sc.GATE_INTENT,
+            detail=detail,
+            correlation_id=current_ids().correlation_id,
+            action=action.to_json(),
+            decision=acted,
+        )
+        _, _, durable = get_recorder().emit_durable(sc.SPAN_GATE, record.record_id, record.to_attributes())
+        if durable is False:
+            # The intent still reaches Parquet the usual way: answer it, so it never reads as "executed? unknown".
+            self._record(
+                "commit",
+                "commit_refused",
+                f"{action.type} not committed: its intent could not be made durable; the rail was not called",
+                record_id=record_id,
+                receipt=None,
+                action=action,
+                intent_id=record.record_id,
+                durable=False,
+            )
+            raise GateError(
+                f"{action.type} (decision {record_id}) was not committed: its intent could not be written to the "
+                "write-ahead log (see the error logged before this)"
+            )
+        return record.record_id
 
     def _remember(self, receipt: Any) -> Any:
         """Note ``receipt``'s stored form and return it (never raises).
@@ -411,11 +484,35 @@ class ActionGate:
             )
 
     def _record(
-        self, stage: str, executed: str, detail: str, *, record_id: str | None, receipt: Any, action: Action
-    ) -> bool:
-        """Emit a commit's gate record, with the action committed; ``False`` (logged and counted) when that failed."""
+        self,
+        stage: str,
+        executed: str,
+        detail: str,
+        *,
+        record_id: str | None,
+        receipt: Any,
+        action: Action,
+        intent_id: str | None = None,
+        durable: bool = True,
+    ) -> bool | None:
+        """Emit a commit's gate record (durably by default), with the action committed; whether it is durable.
+
+        ``True``: fsynced in the write-ahead log; ``None``: emitted, but the
+        pipeline has no log (or not ``durable``); ``False`` (logged and
+        counted) when emitting failed.
+        """
         try:
-            self._emit(stage, None, executed, detail, record_id=record_id, receipt=receipt, action=action)
+            return self._emit(
+                stage,
+                None,
+                executed,
+                detail,
+                record_id=record_id,
+                receipt=receipt,
+                action=action,
+                intent_id=intent_id,
+                durable=durable,
+            )
         except Exception as exc:
             get_recorder().note_capture_error()
             _log.error(
@@ -428,7 +525,6 @@ class ActionGate:
                 _safe_text(exc),
             )
             return False
-        return True
 
     def enforce_pre_commit(self, verdict: Verdict, action: Action) -> GateOutcome:
         """Before the action runs: ALLOW allows, HUMAN_REVIEW holds, ROLLBACK/BLOCK block."""
@@ -486,19 +582,26 @@ class ActionGate:
         executed = "rolled_back" if verdict.fix is FixAction.ROLLBACK else "reversed"
         self.claims.finish(claim, ClaimState.DONE, executed=executed)
         detail = f"compensated {rid}: {verdict.reason}"
-        outcome = self._outcome("post_commit", verdict, executed, detail, receipt, stored=stored)
-        self._flush(verdict.record_id)
-        return outcome
+        kept = stored if stored is not None else receipt
+        durable = self._emit(
+            "post_commit", verdict, executed, detail, record_id=verdict.record_id, receipt=kept, durable=True
+        )
+        self._flush(verdict.record_id, durable)
+        return GateOutcome(verdict.fix, executed, detail, receipt)
 
-    def _flush(self, record_id: str) -> None:
-        """Make the compensation's gate record durable before returning, waiting at most ``flush_timeout`` seconds.
+    def _flush(self, record_id: str, durable: bool | None) -> None:
+        """Make the compensation's gate record durable before returning (see :meth:`commit`).
 
-        The compensation is done and recorded in its claim either way: a record
-        not flushed in time is logged and counted (``capture_errors``), as
-        :meth:`commit` does, rather than holding the caller for the SDK's 30 s.
+        Written to the write-ahead log when the pipeline has one (``durable``
+        says how that went), else flushed, waiting at most ``flush_timeout``
+        seconds. The compensation is done and recorded in its claim either
+        way: a record not stored is logged and counted (``capture_errors``),
+        as :meth:`commit` does, rather than holding the caller for the SDK's 30 s.
         """
         recorder = get_recorder()
-        flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)
+        flushed = durable
+        if flushed is None:
+            flushed = True if recorder.closed else _bounded_flush(recorder, self.flush_timeout)
         if flushed is not True:
             recorder.note_capture_error()
             _log.error(
@@ -528,7 +631,10 @@ class ActionGate:
         record_id: str | None,
         receipt: Any,
         action: Action | None = None,
-    ) -> None:
+        intent_id: str | None = None,
+        durable: bool = False,
+    ) -> bool | None:
+        """Emit a gate record; with ``durable``, made durable first (see :meth:`Recorder.emit_durable`)."""
         record = GateRecord(
             record_id=new_id(),
             decision_id=record_id,
@@ -541,6 +647,12 @@ class ActionGate:
             receipt=stored_receipt(receipt),
             correlation_id=(verdict.correlation_id if verdict else None) or current_ids().correlation_id,
             action=action.to_json() if action is not None else None,
+            intent_id=intent_id,
         )
         link = link_to(SpanRef(verdict.trace_id, verdict.span_id)) if verdict else None
-        get_recorder().emit(sc.SPAN_GATE, record.record_id, record.to_attributes(), links=[link] if link else [])
+        recorder = get_recorder()
+        links = [link] if link else []
+        if durable:
+            return recorder.emit_durable(sc.SPAN_GATE, record.record_id, record.to_attributes(), links=links)[2]
+        recorder.emit(sc.SPAN_GATE, record.record_id, record.to_attributes(), links=links)
+        return None

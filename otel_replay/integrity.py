@@ -400,6 +400,8 @@ class VerifyReport:
     """Files that could not be read at all, so their records were not checked."""
     dropped_by_retention: int = 0
     """Chains whose missing predecessor a signed retention checkpoint names (cut by retention, not deleted)."""
+    unknown_commits: list[VerifyProblem] = field(default_factory=list)
+    """Commit intents no commit record answers: executed? unknown - check the rail (not an integrity failure)."""
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ from otel_replay import semconv as sc
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
 from otel_replay.capture.sampling import RecordSampler
+from otel_replay.capture.write_ahead import SpanLog, WriteAheadProcessor, recover
 from otel_replay.errors import ConfigError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
@@ -32,13 +33,52 @@ class Telemetry:
     while this pipeline is open (``recorder.flush()`` flushes this pipeline).
     """
 
-    def __init__(self, provider: TracerProvider, exporter: ParquetSpanExporter) -> None:
+    def __init__(
+        self,
+        provider: TracerProvider,
+        exporter: ParquetSpanExporter,
+        log: SpanLog | None = None,
+        ahead: WriteAheadProcessor | None = None,
+    ) -> None:
         """Internal: made by :func:`configure`."""
         self.provider = provider
         self.exporter = exporter
+        self.log = log
+        self._ahead = ahead
         self.recorder: Recorder | None = None
         self._previous: Recorder | None = None
         self._closed = False
+
+    def claim(self, span_id: int) -> bool:
+        """Keep the span ``span_id`` out of the batch queue, for :meth:`write_ahead`; ``False``: no log here."""
+        if self._ahead is None or self.log is None or self._closed:
+            return False
+        self._ahead.claim(span_id)
+        return True
+
+    def write_ahead(self, span_id: int) -> bool:
+        """Append the claimed, ended span ``span_id`` to the write-ahead log; ``True`` once it is fsynced.
+
+        ``False`` when it could not be (logged): the span is then handed to
+        the batch queue after all, to reach Parquet the usual way.
+        """
+        assert self._ahead is not None and self.log is not None
+        span = self._ahead.take(span_id)
+        if span is None:
+            return False
+        try:
+            self.log.append([span])
+        except Exception as exc:  # noqa: BLE001 - the span still goes to Parquet; the caller reports it
+            _log.error(
+                "otel-replay: span %016x could not be written to the write-ahead log %s: %s: %s",
+                span_id,
+                self.log.directory,
+                type(exc).__name__,
+                exc,
+            )
+            self._ahead.release(span)
+            return False
+        return True
 
     @property
     def dataset(self) -> str:
@@ -59,7 +99,14 @@ class Telemetry:
         if self._closed:
             return False
         ok = self.provider.force_flush(timeout_millis)
-        return self.exporter.force_flush(timeout_millis) and ok
+        ok = self.exporter.force_flush(timeout_millis) and ok
+        if self.log is not None:
+            try:
+                self.log.convert(seal=True)  # records already durable in the log: to Parquet too, for readers
+            except Exception as exc:  # noqa: BLE001 - still in the log, converted later; reported as a failed flush
+                _log.error("otel-replay: converting the write-ahead log %s failed: %s", self.log.directory, exc)
+                return False
+        return ok
 
     def shutdown(self) -> None:
         """Flush everything, stop the pipeline and restore the recorder that was current before.
@@ -75,6 +122,8 @@ class Telemetry:
         self._closed = True
         mark_shut_down(self.provider)
         self.provider.shutdown()
+        if self.log is not None:
+            self.log.close()  # what the gate made durable reaches Parquet too
         if get_recorder() is self.recorder:
             # Skip recorders whose pipelines were shut down meanwhile (configure() calls closed out of order).
             previous = self._previous
@@ -184,10 +233,16 @@ def configure(
     # A deeper queue than the SDK's 2,048 unless the user set OTEL_BSP_MAX_QUEUE_SIZE: spans wait there
     # (not dropped) while the exporter hands a large file to its writer thread.
     queue = None if settings.env_text(settings.BSP_MAX_QUEUE_SIZE) else settings.CAPTURE_QUEUE_SIZE
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue))
+    # Records a gate must have durable before it returns skip the batch queue: they go to a write-ahead log of
+    # this process (fsynced, group commit), converted to Parquet in the background. Logs a crashed process
+    # left on this dataset are converted first.
+    recover(dataset)
+    log = SpanLog(dataset, seal_seconds=exporter.writer.max_age_seconds)
+    ahead = WriteAheadProcessor(BatchSpanProcessor(exporter, max_queue_size=queue))
+    provider.add_span_processor(ahead)
     if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)
-    telemetry = Telemetry(provider, exporter)
+    telemetry = Telemetry(provider, exporter, log, ahead)
     telemetry.recorder = Recorder(
         provider.get_tracer(sc.INSTRUMENTATION_NAME), key=key, dataset=dataset, pipeline=telemetry
     )

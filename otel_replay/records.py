@@ -462,6 +462,14 @@ class GateRecord:
     seal: Seal | None = None
     action: Mapping[str, Any] | None = None
     """A commit's action (:meth:`Action.to_json`): what was committed, which replay judges too."""
+    intent_id: str | None = None
+    """A commit's (or failed commit's) intent: the gate record written, durably, before the rail was called."""
+    decision: Mapping[str, Any] | None = None
+    """An intent's decision as it stood when its action was committed (its decision-span attributes, unsealed).
+
+    Sealed with the intent, so a process that dies inside its ``audit()``
+    block after the commit still leaves the decision its commit executed.
+    """
 
     def to_attributes(self) -> Attributes:
         """The gate outcome as span attributes."""
@@ -482,6 +490,9 @@ class GateRecord:
             attrs[sc.GATE_RECEIPT] = canonical_json(self.receipt, where="gate receipt")
         if self.action is not None:
             attrs[sc.GATE_ACTION] = canonical_json(self.action, where="committed action")
+        _put(attrs, sc.GATE_INTENT_ID, self.intent_id)
+        if self.decision is not None:
+            attrs[sc.GATE_DECISION_RECORD] = canonical_json(self.decision, where="intent decision")
         return attrs
 
 

@@ -227,6 +227,10 @@ def _event_summary(event: Mapping[str, Any]) -> tuple[Text, Text, Text, Text, Te
     outcome = "" if correct is None else ("correct" if correct else "incorrect")
     if correct is None and str(event.get("outcome_note") or "").startswith("conflicting outcomes"):
         outcome = "conflicting"  # two verified outcomes: neither is shown (the note names them, --json)
+    if event.get("from_intent"):  # its process died inside the audit() block: the decision as its intent sealed it
+        outcome = f"{outcome}; decision from its commit intent" if outcome else "decision from its commit intent"
+    if event.get("unknown_commits"):  # a commit intent with no commit record (--json names the intents)
+        outcome = f"{outcome}; executed? unknown - check the rail" if outcome else "executed? unknown - check the rail"
     conf = f" ({event['confidence']:.2f})" if isinstance(event.get("confidence"), (int, float)) else ""
     what = _cell(f"{_text(event.get('decision_type'))}{conf}")
     return Text("decision"), what, _cell(event.get("agent_id")), _cell(detail, 100), Text(outcome)
@@ -287,6 +291,8 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     if report.dropped_by_retention:
         cut = _count(report.dropped_by_retention, "chain")
         unsigned += f"; {cut} starting where retention dropped its earlier records (signed checkpoints)"
+    for problem in report.unknown_commits:
+        _print(f"[yellow]unknown[/yellow] {escape(clean(str(problem)))}", soft_wrap=True)
     if report.ok:
         _print(
             f"[green]OK[/green] {where}: {_count(report.records, 'record')} in "

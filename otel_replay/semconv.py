@@ -115,6 +115,9 @@ GATE_REASON: Final = "replay.gate.reason"
 GATE_RECEIPT: Final = "replay.gate.receipt"  # canonical JSON
 GATE_DECISION_ID: Final = "replay.gate.decision_id"
 GATE_ACTION: Final = "replay.gate.action"  # a commit's action, canonical JSON {"type", "arguments", "cost"}
+GATE_INTENT_ID: Final = "replay.gate.intent_id"  # a commit's (or failed commit's) intent record
+GATE_DECISION_RECORD: Final = "replay.gate.decision_record"  # an intent's decision as acted on: its attributes, JSON
+GATE_INTENT: Final = "intent"  # replay.gate.executed of the record written (durably) before the rail is called
 
 # --- OpenTelemetry GenAI semantic conventions (model spans) ------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"

@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -312,6 +312,7 @@ class Store:
             self._con.execute("SET parquet_metadata_cache = true")
         except duckdb.Error as exc:
             raise DatasetError(f"cannot open DuckDB database {database}: {exc}") from exc
+        _recover_logs(self.location.root)
         self.refresh()
 
     # --- files and views ----------------------------------------------------
@@ -1030,6 +1031,7 @@ class Store:
             for r in self._record_rows(gate_decision_id=decision_id)
             if r.attributes.get(sc.KIND) == sc.KIND_GATE
             and r.attributes.get(sc.GATE_STAGE) == "commit"
+            and r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT  # an intent claims no receipt
             and r.attributes.get(sc.RECORD_HASH) is not None
         ]
         trusted, refused = split_trusted(rows, self.seal_check)
@@ -1055,6 +1057,88 @@ class Store:
             except (KeyError, TypeError, ValueError) as exc:
                 raise DatasetError(f"gate record {rec.record_id} stores an action that is not one: {exc}") from None
         return list(actions.items())
+
+    def intent_decision(self, decision_id: str) -> DecisionRecord | None:
+        """Decision ``decision_id`` as a verified commit intent sealed it before the rail ran, or ``None``.
+
+        A process that dies inside its ``audit()`` block after
+        ``gate.commit()`` leaves no decision span; the gate's intent record
+        holds the decision as it stood (snapshot, reads, model calls, action)
+        under the intent's own seal. The latest such intent is returned, at
+        the intent's span, without a seal of its own (``record.seal`` is ``None``).
+        """
+        found = None
+        for rec in self._gate_records(decision_id):
+            attrs = rec.attributes
+            text = attrs.get(sc.GATE_DECISION_RECORD)
+            if attrs.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or text is None:
+                continue
+            data = loads(text, where=f"decision of intent record {rec.record_id}")
+            if not isinstance(data, dict) or data.get(sc.RECORD_ID) != decision_id:
+                raise DatasetError(f"intent record {rec.record_id} holds another decision than {decision_id}")
+            found = DecisionRecord.from_attributes(data, SpanRef(rec.trace_id, rec.span_id, rec.start_ns))
+        return found
+
+    def intent_decisions(self, correlation_id: str) -> list[DecisionRecord]:
+        """The decisions of ``correlation_id`` as their verified commit intents sealed them, oldest first.
+
+        What a chain shows for a decision whose process died inside its
+        ``audit()`` block after a commit (no decision span was stored). One
+        per decision: its latest intent.
+        """
+        rows = self.run_for("record", {"correlation_id": correlation_id}, intent_correlation_id=correlation_id)
+        trusted, _ = split_trusted([stored_record(row) for row in rows], self.seal_check)
+        found: dict[str, DecisionRecord] = {}
+        for rec in sorted(trusted, key=lambda r: (r.start_ns, r.record_id)):
+            text = rec.attributes.get(sc.GATE_DECISION_RECORD)
+            if rec.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or text is None:
+                continue
+            data = loads(text, where=f"decision of intent record {rec.record_id}")
+            decision_id = rec.attributes.get(sc.GATE_DECISION_ID)
+            if not isinstance(data, dict) or data.get(sc.RECORD_ID) != decision_id:
+                raise DatasetError(f"intent record {rec.record_id} holds another decision than {decision_id}")
+            found[str(decision_id)] = DecisionRecord.from_attributes(
+                data, SpanRef(rec.trace_id, rec.span_id, rec.start_ns)
+            )
+        return list(found.values())
+
+    def unknown_commits_for(self, decision_id: str) -> list[tuple[str, Action]]:
+        """The commit intents of ``decision_id`` no commit record answers: executed? unknown - check the rail.
+
+        Each as (intent gate record id, action). The gate seals an intent
+        durably before it calls the rail and a ``committed`` or
+        ``commit_failed`` record naming it after the rail answered: an intent
+        alone means the process died inside the rail (or before its record
+        was stored), so whether the action happened is known to the rail only.
+        """
+        return self.unknown_commits_of([decision_id]).get(decision_id, [])
+
+    def unknown_commits_of(self, decision_ids: Sequence[str]) -> dict[str, list[tuple[str, Action]]]:
+        """:meth:`unknown_commits_for` of several decisions in one read: decision id -> its unanswered intents."""
+        if not decision_ids:
+            return {}
+        rows = self._record_rows(gate_decision_ids=[str(d) for d in decision_ids])
+        trusted, refused = split_trusted(rows, self.seal_check)
+        for problem in refused:
+            _log.warning("otel-replay: ignoring an untrusted gate row %s", problem)
+        records = sorted(
+            (r for r in trusted if r.attributes.get(sc.KIND) == sc.KIND_GATE), key=lambda r: (r.start_ns, r.record_id)
+        )
+        answered = {r.attributes.get(sc.GATE_INTENT_ID) for r in records}
+        unknown: dict[str, list[tuple[str, Action]]] = {}
+        for rec in records:
+            attrs = rec.attributes
+            if attrs.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or rec.record_id in answered:
+                continue
+            data = loads(attrs.get(sc.GATE_ACTION), where=f"action of intent record {rec.record_id}") or {}
+            try:
+                action = Action(data["type"], data.get("arguments") or {}, data.get("cost"))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DatasetError(f"intent record {rec.record_id} stores an action that is not one: {exc}") from None
+            found = unknown.setdefault(str(attrs.get(sc.GATE_DECISION_ID)), [])
+            if all(r != rec.record_id for r, _ in found):
+                found.append((rec.record_id, action))
+        return unknown
 
     def receipt_for(self, decision_id: str) -> Any:
         """The receipt of the latest verified commit of ``decision_id``'s action, or ``None``."""
@@ -1163,9 +1247,18 @@ class Store:
         from otel_replay.storage.retention_marks import expected_before, read_marks, vouched_links
 
         marks, refused_marks = read_marks(self.location, keys)
-        rows = (stored_record(row) for row in self.run("sealed_records"))
-        report = verify_records(rows, keys, dropped=vouched_links(marks), expected=expected_before(marks))
+        gates: list[StoredRecord] = []
+
+        def rows() -> Iterator[StoredRecord]:
+            for row in self.run("sealed_records"):
+                rec = stored_record(row)
+                if rec.attributes.get(sc.KIND) == sc.KIND_GATE:
+                    gates.append(rec)  # kept for the commit intents no commit record answers
+                yield rec
+
+        report = verify_records(rows(), keys, dropped=vouched_links(marks), expected=expected_before(marks))
         report.problems += refused_marks
+        report.unknown_commits = _unknown_commits(gates)
         report.unreadable_files = [problem.path for problem in self.skipped]
         return report
 
@@ -1182,6 +1275,42 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unknown_commits(rows: Sequence[StoredRecord]) -> list[VerifyProblem]:
+    """The commit intents among ``rows`` that no gate row answers (names as its intent): executed? unknown."""
+    gates = [r for r in rows if r.attributes.get(sc.KIND) == sc.KIND_GATE]
+    answered = {r.attributes.get(sc.GATE_INTENT_ID) for r in gates}
+    unknown: dict[str, VerifyProblem] = {}
+    for rec in gates:
+        attrs = rec.attributes
+        if attrs.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or rec.record_id in answered or rec.record_id in unknown:
+            continue
+        action = loads(attrs.get(sc.GATE_ACTION), where=f"action of intent record {rec.record_id}") or {}
+        what = action.get("type") if isinstance(action, dict) else None
+        unknown[rec.record_id] = VerifyProblem(
+            rec.record_id,
+            f"commit intent of {what!r} for decision {attrs.get(sc.GATE_DECISION_ID)} has no commit record: "
+            "executed? unknown - check the rail",
+            rec.file,
+        )
+    return list(unknown.values())
+
+
+def _recover_logs(dataset: str) -> None:
+    """Convert capture write-ahead logs a crashed process left on ``dataset`` (best effort: a reader may not write).
+
+    Their records were acknowledged durable (a gate's intent and commit
+    records): a reader must see them, not only the next ``configure()``.
+    """
+    from otel_replay.capture.write_ahead import log_root, recover
+
+    try:
+        if not log_root(dataset).is_dir():
+            return
+        recover(dataset)
+    except Exception as exc:  # noqa: BLE001 - the logs stay on disk for the next configure() to convert
+        _log.warning("otel-replay: could not convert the write-ahead logs left in %s: %s", dataset, exc)
 
 
 def open_store(

@@ -74,7 +74,7 @@ def test_sql_formats(demo_dataset):
     assert result.exit_code == 0
     assert json.loads(result.output.strip()) == {"decision_type": "vendor_payment", "action_cost": 4200.0}
     csv_out = run("sql", "SELECT executed FROM gates ORDER BY recorded_at", "-d", str(demo_dataset), "--format", "csv")
-    assert csv_out.output.splitlines() == ["executed", "committed", "rolled_back"]
+    assert csv_out.output.splitlines() == ["executed", "intent", "committed", "rolled_back"]
 
 
 def test_sql_from_a_file(demo_dataset, tmp_path):
@@ -213,6 +213,7 @@ def test_replay_execute_compensates_a_stored_receipt_once(tmp_path, monkeypatch)
     assert second.exit_code == 1 and "already compensated" in second.output
     with otel_replay.open(dataset) as store:
         assert [g["executed"] for g in store.rows("SELECT executed FROM gates ORDER BY recorded_at")] == [
+            "intent",
             "committed",
             "rolled_back",
         ]

@@ -84,14 +84,18 @@ def test_gate_outcomes_are_spans_linked_to_the_decision(telemetry, dataset):
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:
         gates = store.rows("SELECT * FROM gates WHERE decision_id = ? ORDER BY recorded_at", [d.record_id])
-        links = store.rows("SELECT links FROM spans WHERE record_id = ?", [gates[1]["gate_id"]])[0]["links"]
+        links = store.rows("SELECT links FROM spans WHERE record_id = ?", [gates[2]["gate_id"]])[0]["links"]
         stored_receipt = store.receipt_for(d.record_id)
-    assert [(g["stage"], g["executed"]) for g in gates] == [("commit", "committed"), ("post_commit", "rolled_back")]
-    assert gates[1]["fix"] == "ROLLBACK" and gates[1]["justified"] is False
+    assert [(g["stage"], g["executed"]) for g in gates] == [
+        ("commit", "intent"),
+        ("commit", "committed"),
+        ("post_commit", "rolled_back"),
+    ]
+    assert gates[2]["fix"] == "ROLLBACK" and gates[2]["justified"] is False
     assert all(g["correlation_id"] == "pay-1" for g in gates)
     assert links[0]["span_id"] == d.record.span.span_id and links[0]["trace_id"] == d.record.span.trace_id
     assert Receipt.from_json(stored_receipt) == receipt
-    assert json.loads(gates[0]["receipt"])["amount"] == 4200.0
+    assert json.loads(gates[1]["receipt"])["amount"] == 4200.0
 
 
 class FlakyRail:
@@ -114,10 +118,11 @@ def test_rail_failures_are_recorded_then_raised(telemetry, dataset):
     with otel_replay.open(dataset) as store:
         rows = store.rows("SELECT stage, executed, detail FROM gates WHERE decision_id = 'r-9' ORDER BY recorded_at")
     assert [(r["stage"], r["executed"]) for r in rows] == [
+        ("commit", "intent"),
         ("commit", "commit_failed"),
         ("post_commit", "compensation_failed"),
     ]
-    assert "payments API unreachable" in rows[0]["detail"]
+    assert "payments API unreachable" in rows[1]["detail"]
 
 
 _PROCESS_GATE = """

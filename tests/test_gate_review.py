@@ -29,7 +29,7 @@ from otel_replay import (
 )
 from otel_replay.claims import CompensationClaims, idempotency_key
 from otel_replay.cli import main
-from otel_replay.errors import GateError
+from otel_replay.errors import CaptureError, GateError
 
 from ._support import budget_policy, payment, snapshot
 
@@ -231,7 +231,7 @@ def test_a_commit_row_stored_twice_is_refunded_once_with_an_outcome(dataset):
     ledger = ReferenceLedger(10_000)
     record_id = _commit(dataset, ledger)
     for path in glob.glob(str(dataset / "spans" / "*" / "*.parquet")):
-        shutil.copy(path, path.replace("part-", "part-9"))  # the exporter's files delivered twice
+        shutil.copy(path, path[: -len(".parquet")] + "-9.parquet")  # the files delivered twice
     with otel_replay.open(dataset) as store:
         assert len(store.receipts_for(record_id)) == 2
     (outcome,) = _execute(dataset, record_id, ledger)
@@ -297,17 +297,15 @@ def test_a_file_uri_dataset_keeps_its_claims_in_the_dataset(tmp_path, monkeypatc
     assert claims.directory == tmp_path / "traces" / "_compensations"
 
 
-def test_a_commit_whose_record_cannot_be_emitted_still_returns_the_receipt(dataset, caplog):
+def test_a_commit_whose_record_cannot_be_sealed_is_refused_before_the_rail(dataset):
     ledger = ReferenceLedger(10_000)
     telemetry = otel_replay.configure(dataset, set_global=False)
     try:
-        receipt = ActionGate(ledger, dataset=dataset).commit(payment(), record_id=uuid.uuid4())  # type: ignore[arg-type]
-        errors = otel_replay.get_recorder().stats.capture_errors
+        with pytest.raises(CaptureError, match="UUID"):  # the intent, sealed before the rail, cannot hold it
+            ActionGate(ledger, dataset=dataset).commit(payment(), record_id=uuid.uuid4())  # type: ignore[arg-type]
     finally:
         telemetry.shutdown()
-    assert receipt.receipt_id == "rcpt-0001" and ledger.balance == 5_800  # returned: the caller does not pay again
-    assert errors == 1
-    assert "gate record of a commit (committed" in caplog.text and "rcpt-0001" in caplog.text
+    assert ledger.balance == 10_000 and ledger.entries == []  # nothing was committed
 
 
 def test_a_gate_on_a_relative_dataset_keeps_its_claims_there_after_chdir(tmp_path, monkeypatch):

@@ -128,11 +128,31 @@ def test_a_rollback_is_in_the_dataset_when_enforce_post_commit_returns(dataset):
         assert verdict.fix is FixAction.ROLLBACK
         outcome = gate.enforce_post_commit(verdict, receipt=receipt)
         assert outcome.executed == "rolled_back"
-        with Store(dataset) as fresh:
-            gates = fresh.rows("SELECT executed FROM gates WHERE decision_id = ?", [d.record_id])
-        assert sorted(g["executed"] for g in gates) == ["committed", "rolled_back"]
-        assert (dataset / "_compensations").is_dir()  # claims live in the configured dataset
+        # Durable on return: fsynced in this process's write-ahead log (Parquet follows in the background).
+        assert sorted(_logged_gates(dataset, d.record_id)) == ["committed", "intent", "rolled_back"]
+    with Store(dataset) as fresh:
+        gates = fresh.rows("SELECT executed FROM gates WHERE decision_id = ?", [d.record_id])
+    assert sorted(g["executed"] for g in gates) == ["committed", "intent", "rolled_back"]
+    assert (dataset / "_compensations").is_dir()  # claims live in the configured dataset
     assert ledger.balance == 10_000
+
+
+def _logged_gates(dataset, decision_id: str) -> list[str]:
+    """``replay.gate.executed`` of the gate spans of ``decision_id`` in the dataset's capture write-ahead logs."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from otel_replay.capture.write_ahead import log_root
+    from otel_replay.server.wal import read_records
+
+    found = []
+    for segment in log_root(str(dataset)).glob("capture-*/*.wal"):
+        for payload in read_records(segment):
+            request = ExportTraceServiceRequest.FromString(payload)
+            for span in (s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans):
+                attrs = {kv.key: kv.value.string_value for kv in span.attributes}
+                if attrs.get("replay.gate.decision_id") == decision_id:
+                    found.append(attrs["replay.gate.executed"])
+    return found
 
 
 def test_shutting_down_out_of_order_never_restores_a_closed_recorder(tmp_path):
@@ -164,7 +184,7 @@ def _queue_size(telemetry) -> int:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     processors = telemetry.provider._active_span_processor._span_processors
-    (batch,) = [p for p in processors if isinstance(p, BatchSpanProcessor)]
+    (batch,) = [getattr(p, "inner", p) for p in processors if isinstance(getattr(p, "inner", p), BatchSpanProcessor)]
     inner = getattr(batch, "_batch_processor", batch)
     return inner._queue.maxlen
 

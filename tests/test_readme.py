@@ -66,7 +66,7 @@ assert chain.traces and chain.traces[0]["decision_type"] == "position_sizing", c
 assert get_recorder().stats.dropped_after_shutdown == 0
 with Store("./traces") as fresh:
     gates = fresh.rows("SELECT executed FROM gates WHERE decision_id = ?", [record.record_id])
-    assert sorted(g["executed"] for g in gates) == ["committed", "rolled_back"], gates
+    assert sorted(g["executed"] for g in gates) == ["committed", "intent", "rolled_back"], gates
     assert fresh.record(record.record_id) == record
 print("README OK")
 """

@@ -85,6 +85,7 @@ class Decision:
         "_record",
         "_recorder",
         "_reports",
+        "_snapshot",
         "_span",
         "decision_type",
         "record_id",
@@ -99,8 +100,10 @@ class Decision:
         ctx: Context | None = None,
         recorder: Recorder | None = None,
         ids: dict[str, Any] | None = None,
+        snapshot: DependencySnapshot | None = None,
     ) -> None:
         """Internal: created by :func:`audit`."""
+        self._snapshot = snapshot
         self.record_id = record_id
         self.decision_type = decision_type
         self._span = span
@@ -205,6 +208,34 @@ class Decision:
             {sc.REPORT_STAGE: report.stage, sc.REPORT_BODY: canonical_json(report.to_json(), where="report")},
         )
         return self
+
+    def _as_acted(self) -> dict[str, Any]:
+        """The decision as it stands now (snapshot, reads, model calls, action, reports): its span's attributes.
+
+        What a gate seals in its intent before the rail is called
+        (:class:`~otel_replay.records.GateRecord` ``decision``), for when the
+        block never ends.
+        """
+        ids = self._ids
+        record = _audit_record(
+            self.record_id,
+            self.decision_type,
+            self._snapshot if self._snapshot is not None else DependencySnapshot({}),
+            self._action,
+            self._inputs,
+            tuple(self._models),
+            tuple(self._reports),
+            ids.get(sc.CORRELATION_ID),
+            ids.get(sc.SESSION_ID),
+            ids.get(sc.AGENT_ID),
+            None,
+            _span_ref("", "", 0),
+        )
+        attrs = record._to_attributes(self._inputs_json)
+        if self._snapshot is None:  # a Decision made without one (not by audit()): none is claimed
+            for key in (sc.SNAPSHOT_STATE, sc.SNAPSHOT_VERSION, sc.SNAPSHOT_CAPTURED_AT):
+                attrs.pop(key, None)
+        return attrs
 
     def _finish(self, snapshot: DependencySnapshot, error: str | None, start_ns: int) -> DecisionRecord:
         if self._read_span is not None:
@@ -390,7 +421,7 @@ class _AuditBlock:
         ctx = trace.set_span_in_context(span, ctx)
         self._token = context.attach(ctx)
         self._start_ns = start_ns
-        decision = self._decision = Decision(record_id, action_type, span, base, ctx, recorder, ids)
+        decision = self._decision = Decision(record_id, action_type, span, base, ctx, recorder, ids, snapshot)
         self._reset = _current.set(decision)
         return decision
 

@@ -347,6 +347,30 @@ class Recorder:
             ConfigError: the tracer would cut the record (see :attr:`chain`).
 
         """
+        ref, seal, _ = self._emit(name, record_id, attributes, links, durable=False)
+        return ref, seal
+
+    def emit_durable(
+        self,
+        name: str,
+        record_id: str,
+        attributes: dict[str, Any],
+        *,
+        links: Sequence[Link] = (),
+    ) -> tuple[SpanRef, Seal, bool | None]:
+        """:meth:`emit`, then make the record durable before returning, through the pipeline's write-ahead log.
+
+        The third value: ``True`` once the record is fsynced in the log,
+        ``False`` when that failed (logged; the span then goes the usual way,
+        to Parquet later), ``None`` when the pipeline has no log (a provider
+        not made by :func:`otel_replay.configure`, or one shut down): the
+        caller decides whether to :meth:`flush`. Raises as :meth:`emit` does.
+        """
+        return self._emit(name, record_id, attributes, links, durable=True)
+
+    def _emit(
+        self, name: str, record_id: str, attributes: dict[str, Any], links: Sequence[Link], *, durable: bool
+    ) -> tuple[SpanRef, Seal, bool | None]:
         # Stamp the scope's ids now, as the span processor would at start, so
         # the sealed hash covers exactly the attributes the span will carry.
         attributes.update(scope_attributes(attributes))
@@ -366,6 +390,8 @@ class Recorder:
         ctx = span.get_span_context()
         seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
         span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
+        claim = getattr(self._pipeline, "claim", None) if durable else None
+        logged = claim is not None and claim(ctx.span_id)  # kept from the batch queue: it goes to the log
         span.end(end_time=start_ns)
         if getattr(span, "dropped_attributes", 0):  # the SDK's count: what a span processor added pushed some out
             self.note_capture_error()
@@ -379,7 +405,8 @@ class Recorder:
             )
         if self.closed:
             self.note_lost(f"{name} record {record_id}")
-        return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal
+        written = self._pipeline.write_ahead(ctx.span_id) if logged else None  # type: ignore[union-attr]
+        return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal, written
 
 
 _current = Recorder()

@@ -7,6 +7,8 @@
 --   record_id         rows claiming this record id
 --   decision_ids      outcome rows for any of these decision ids (a list)
 --   gate_decision_id  gate rows for this decision id
+--   gate_decision_ids gate rows for any of these decision ids (a list)
+--   intent_correlation_id  commit intent rows (gate) of this correlation id
 -- Each filter is its own branch, so the record id and the outcome's decision id
 -- (promoted columns) reach the Parquet scan and a branch whose variable is NULL reads nothing; a row
 -- matching two filters is returned once (the later branches leave out the
@@ -42,5 +44,21 @@ FROM (
       AND replay_kind = 'gate'
       AND attributes ->> '$."replay.gate.decision_id"' = getvariable('gate_decision_id')
       AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+    UNION ALL
+    SELECT * FROM claimed
+    WHERE getvariable('gate_decision_ids') IS NOT NULL
+      AND replay_kind = 'gate'
+      AND list_contains(getvariable('gate_decision_ids'), attributes ->> '$."replay.gate.decision_id"')
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+      AND (getvariable('gate_decision_id') IS NULL
+           OR (attributes ->> '$."replay.gate.decision_id"') IS DISTINCT FROM getvariable('gate_decision_id'))
+    UNION ALL
+    SELECT * FROM claimed
+    WHERE getvariable('intent_correlation_id') IS NOT NULL
+      AND replay_kind = 'gate'
+      AND correlation_id = getvariable('intent_correlation_id')
+      AND attributes ->> '$."replay.gate.executed"' = 'intent'
+      AND getvariable('record_id') IS NULL AND getvariable('gate_decision_id') IS NULL
+      AND getvariable('gate_decision_ids') IS NULL
 )
 ORDER BY filename, trace_id, span_id;

@@ -42,6 +42,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay import settings
 from otel_replay._counters import CompactionCounters
+from otel_replay.capture.write_ahead import CAPTURE_PREFIX
+from otel_replay.capture.write_ahead import recover as recover_capture_logs
 from otel_replay.errors import ConfigError, DatasetError, Overloaded
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
@@ -325,7 +327,9 @@ def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
 
     Acknowledged spans wait there until a serve runs with that instance name
     (a restart under another ``--instance`` or ``--wal-dir`` leaves them).
-    A directory whose ``LOCK`` is held belongs to a running serve: not listed.
+    A directory whose ``LOCK`` is held belongs to a running serve: not listed;
+    nor are the capture logs of agents' processes (``capture-*``), which the
+    receiver converts itself when it starts (see :class:`Receiver`).
     """
     if resolve(config.dataset).remote:
         return []
@@ -333,7 +337,9 @@ def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
     own = Path(config.wal_dir or "").resolve()
     found: list[tuple[Path, int]] = []
     try:
-        candidates = sorted(p for p in root.iterdir() if p.is_dir() and p.resolve() != own)
+        candidates = sorted(
+            p for p in root.iterdir() if p.is_dir() and p.resolve() != own and not p.name.startswith(CAPTURE_PREFIX)
+        )
     except OSError:  # no _wal yet, or unreadable: nothing to say
         return []
     for directory in candidates:
@@ -391,6 +397,8 @@ class Receiver:
                 f"{exc.strerror or exc}"
             ) from None
         self.recovered_segments = len(self.wal.sealed())
+        # What agents' processes that died left in their own write-ahead logs on this dataset (gate records).
+        self.recovered_capture_spans = recover_capture_logs(str(config.dataset))
         self.stranded = stranded_wal_dirs(config)
         for directory, count in self.stranded:
             _log.warning(

@@ -285,7 +285,9 @@ class WriteAheadLog:
             os.close(self._lock_fd)
             raise WalBusyError(f"WAL directory {self.directory} is in use by another otel-replay serve") from None
         self._write_lock = threading.Lock()
-        self._sync_lock = threading.Lock()
+        self._sync_lock = threading.Lock()  # held by an fsync in flight, a seal and close
+        self._leader = threading.Condition()  # who fsyncs next; the others wait here for its fsync to cover them
+        self._leading = False
         self._sealed: list[Segment] = [
             Segment(p.stem, p, p.stat().st_size) for p in sorted(self.directory.glob(f"*{WAL_SUFFIX}"))
         ]
@@ -448,19 +450,43 @@ class WriteAheadLog:
                 self._seal_locked(reopen=True)
 
     def _sync(self, ticket: int) -> None:
+        """Return once record ``ticket`` is fsynced: one thread (the leader) fsyncs for everything written so far.
+
+        The others wait on a condition, not in line for the lock, so one
+        fsync releases every record it covered at once (waiting in line, each
+        waiter woke in turn and, in a busy process, waited for the GIL in
+        turn: 17 ms per append at 8 threads against 2.4 ms per fsync). A
+        failed fsync raises in its leader; a waiter it did not cover becomes
+        the next leader and tries again, so no record is reported durable
+        that was not fsynced.
+        """
         if self._synced >= ticket:
             return
-        with self._sync_lock:
-            if self._synced >= ticket:
-                return  # another thread's fsync covered this record
-            with self._write_lock:
-                target, fd = self._written, self._fd
-            if fd >= 0:
-                os.fdatasync(fd)
-            self._synced = max(self._synced, target)
+        with self._leader:
+            while self._leading:
+                self._leader.wait()
+                if self._synced >= ticket:
+                    return  # another thread's fsync covered this record
+            self._leading = True
+        try:
+            with self._sync_lock:
+                if self._synced < ticket:
+                    with self._write_lock:
+                        target, fd = self._written, self._fd
+                    if fd >= 0:
+                        os.fdatasync(fd)
+                    self._synced = max(self._synced, target)
+        finally:
+            with self._leader:
+                self._leading = False
+                self._leader.notify_all()
 
-    def close(self) -> None:
-        """Seal the active segment (an empty one is removed) and release the directory lock."""
+    def close(self, *, unlock: bool = True) -> None:
+        """Seal the active segment (an empty one is removed) and release the directory lock.
+
+        With ``unlock=False`` the lock is kept (appends are refused all the
+        same) until :meth:`unlock`: the owner converts the sealed segments first.
+        """
         with self._sync_lock, self._write_lock:
             if self._closed:
                 return
@@ -472,4 +498,13 @@ class WriteAheadLog:
                     os.close(self._fd)
                     self._fd = -1
                     (self.directory / f"{self._active_id}{WAL_SUFFIX}").unlink(missing_ok=True)
-        os.close(self._lock_fd)
+        if unlock:
+            self.unlock()
+
+    def unlock(self) -> None:
+        """Release the directory lock of a closed log (once)."""
+        with self._write_lock:
+            if not self._closed or self._lock_fd < 0:
+                return
+            fd, self._lock_fd = self._lock_fd, -1
+        os.close(fd)

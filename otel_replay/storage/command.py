@@ -12,6 +12,7 @@ import click
 import pyarrow as pa
 
 from otel_replay import settings
+from otel_replay.capture.write_ahead import recover as recover_capture_logs
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key
 from otel_replay.location import local_root_problem, resolve
@@ -154,6 +155,9 @@ def compact_command(
                     else ""
                 )
             )
+        recovered = recover_capture_logs(root)  # gate records a crashed agent left in its write-ahead log
+        if recovered:
+            say(f"recovered {recovered} span(s) from write-ahead logs left by processes that died")
         selected = list(partitions) or None
         if selected and dropped:
             selected = [p for p in selected if f"date={p.removeprefix('date=')}" not in dropped.dropped] or []

@@ -111,7 +111,8 @@ def test_gated_tool_commits_through_the_rail_as_one_decision(pipeline: Pipeline)
     record_id = decision.attributes[sc.RECORD_ID]
     tool_span = pipeline.one("execute_tool")
     act = pipeline.one("replay.act")
-    gate_span = pipeline.one("replay.gate")
+    intent, gate_span = pipeline.spans("replay.gate")  # the intent (before the rail), then the commit record
+    assert intent.attributes[sc.GATE_EXECUTED] == "intent" and intent.attributes[sc.GATE_DECISION_ID] == record_id
     assert tool_span.parent.span_id == decision.context.span_id
     assert tool_span.attributes[sc.RECORD_ID] == record_id and act.attributes[sc.RECORD_ID] == record_id
     assert tool_span.attributes[sc.TOOL_SIDE_EFFECT] == "financial"
@@ -152,7 +153,7 @@ def test_a_rail_refusal_is_recorded_and_reraised(pipeline: Pipeline):
 
     with pytest.raises(ValueError, match="exceeds the balance"):
         pay(50)
-    assert pipeline.one("replay.gate").attributes[sc.GATE_EXECUTED] == "commit_failed"
+    assert [g.attributes[sc.GATE_EXECUTED] for g in pipeline.spans("replay.gate")] == ["intent", "commit_failed"]
     assert pipeline.one("execute_tool").status.status_code is StatusCode.ERROR
 
 

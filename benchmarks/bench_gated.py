@@ -1,0 +1,159 @@
+"""Gated commits through the real write path: ``configure()`` + ``audit()`` + ``ActionGate.commit()``.
+
+Run: python benchmarks/bench_gated.py [--trades N] [--threads N] [--rounds N]
+
+A trade is one ``audit()`` block with a read, a model call and an act; the
+gated trade also commits its action through ``ActionGate.commit()`` on an
+in-process rail (:class:`otel_replay.ReferenceLedger`) inside the block, as
+``demo.py`` does. Each round writes a fresh dataset through
+:func:`otel_replay.configure` and shuts it down; the best of ``--rounds`` is
+kept, ungated and gated run alternately in the same process. Shown per
+variant: ms per trade, the gated / ungated ratio, commits per second (single
+thread and ``--threads`` threads) and the Parquet files the round left in the
+dataset (after shutdown: everything is there).
+
+Prints figures; asserts nothing. Targets (issue 20): a gated trade <= 2x an
+ungated one single-threaded; 8 threads >= 5,000 durable commits/s; <= 10
+Parquet files for 2,000 gated trades with default settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
+
+import otel_replay  # noqa: E402
+from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit  # noqa: E402
+
+STATE = {"budget_remaining": 10_000, "allow_list": ["acme-supplies", "globex"], "policy_id": "ap-7"}
+ARGS = {"recipient": "acme-supplies", "invoice": "INV-4471"}
+
+
+def trades(n: int, gate: ActionGate | None, offset: int = 0) -> None:
+    """``n`` audited trades (read, model, act), each committed through ``gate`` when one is given."""
+    snapshot = DependencySnapshot(STATE, version="v7")
+    for i in range(offset, offset + n):
+        with audit("vendor_payment", snapshot=snapshot, correlation_id=f"c-{i % 97}", agent_id="ap") as d:
+            d.read(invoice=f"INV-{i}")
+            d.model("gpt-x", decision_basis="PO match", output={"pay": True})
+            action = Action("vendor_payment", ARGS, cost=1.0)
+            d.act(action)
+            if gate is not None:
+                gate.commit(action, record_id=d.record_id)
+
+
+def round_(n: int, threads: int, gated: bool) -> dict[str, float]:
+    """One round on a fresh dataset: wall seconds of the trades alone, then the files shutdown left."""
+    with tempfile.TemporaryDirectory() as tmp:
+        telemetry = otel_replay.configure(tmp, set_global=False)
+        gate = ActionGate(ReferenceLedger(balance=10.0 * n), dataset=tmp) if gated else None
+        gc.collect()
+        start = time.perf_counter()
+        if threads == 1:
+            trades(n, gate)
+        else:
+            per = n // threads
+            workers = [threading.Thread(target=trades, args=(per, gate, t * per)) for t in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            n = per * threads
+        wall = time.perf_counter() - start
+        shut = time.perf_counter()
+        telemetry.shutdown()
+        shutdown = time.perf_counter() - shut
+        files = list(Path(tmp, "spans").rglob("*.parquet"))
+        errors = telemetry.recorder.stats.capture_errors if telemetry.recorder is not None else -1
+        return {"n": n, "wall": wall, "shutdown": shutdown, "files": len(files), "capture_errors": errors}
+
+
+def best(n: int, threads: int, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Ungated and gated rounds alternately; the fastest of each."""
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for _ in range(rounds):
+        for gated in (False, True):
+            runs[gated].append(round_(n, threads, gated))
+    return min(runs[False], key=lambda r: r["wall"]), min(runs[True], key=lambda r: r["wall"])
+
+
+def fsync_cost(count: int = 200) -> float:
+    """Seconds per fsync of a small append on the disk the datasets go to (the floor of a durable commit)."""
+    with tempfile.NamedTemporaryFile() as handle:
+        fd = handle.fileno()
+        start = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, b"x" * 64)
+            os.fsync(fd)
+        return (time.perf_counter() - start) / count
+
+
+def log_floor(commits: int, threads: int) -> float:
+    """Commits/s of the write-ahead log alone: per commit two fsynced appends (intent, then commit) of 1 KiB.
+
+    The floor a gated commit stands on (``threads`` share fsyncs by group commit), with no capture work.
+    """
+    from otel_replay.server.wal import WriteAheadLog
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wal = WriteAheadLog(tmp)
+        record = b"\x0a" + b"r" * 1023
+        per = commits // threads
+
+        def run() -> None:
+            for _ in range(per):
+                wal.append(record)
+                wal.append(record)
+
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - start
+        wal.close()
+        return per * threads / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trades", type=int, default=2_000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    opts = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+
+    round_(200, 1, False), round_(200, 1, True)  # warm up imports and caches
+    print(f"fsync of a small append here: {fsync_cost() * 1e3:.3f} ms")
+    for threads in (1, opts.threads):
+        plain, gated = best(opts.trades, threads, opts.rounds)
+        label = "1 thread" if threads == 1 else f"{threads} threads"
+        print(f"{label}: {gated['n']:.0f} trades (read, model, act) per round, best of {opts.rounds}")
+        for name, r in (("ungated", plain), ("gated", gated)):
+            per = r["wall"] / r["n"] * 1e3
+            print(
+                f"  {name:8s} {per:7.3f} ms/trade  {r['n'] / r['wall']:9,.0f} trades/s  "
+                f"{r['files']:6.0f} Parquet files  (shutdown {r['shutdown'] * 1e3:.0f} ms, "
+                f"capture_errors {r['capture_errors']:.0f})"
+            )
+        ratio = (gated["wall"] / gated["n"]) / (plain["wall"] / plain["n"])
+        target = "target <= 2x" if threads == 1 else "target >= 5,000 commits/s"
+        print(f"  gated / ungated: {ratio:.2f}x; durable commits/s: {gated['n'] / gated['wall']:,.0f}  ({target}; "
+              "<= 10 files for 2,000 gated trades)")
+        floor = log_floor(min(opts.trades, 400 * threads), threads)
+        print(f"  peer: the write-ahead log alone (2 fsynced appends per commit, {label}): {floor:,.0f} commits/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""Issue 20: a gated commit is write-ahead; a process killed at any step leaves nothing half-said.
+
+A child process does a gated refund inside ``audit()`` (a read, a model call,
+the act, ``gate.commit``) on a rail that notes each refund in a file, and
+dies (``os._exit(0)`` or SIGKILL) at one step: before the rail, inside it,
+right after ``commit()`` returned, or inside the conversion of the
+write-ahead log to Parquet. The dataset is then reopened and checked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import otel_replay
+from otel_replay import FixAction, replay_stored
+from otel_replay.errors import RecordNotFound
+
+KEY = "write-ahead-test-key-0123456789abcdef"
+
+_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, DependencySnapshot, audit
+
+    dataset, step, how, executed = sys.argv[1:5]
+
+    def die():
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+
+    class Rail:
+        def commit(self, action):
+            with open(executed, "a") as handle:  # the rail's own book: what really happened
+                handle.write(action.arguments["order"] + "\\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            if step == "inside_rail":
+                die()
+            return {"receipt_id": "refund-" + action.arguments["order"], "amount": action.cost}
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    if step == "converting":
+        import otel_replay.server.convert as convert
+        real = convert.ChunkWriter.flush
+
+        def flush_then_die(self):
+            real(self)  # the segment's Parquet file is written, the segment not yet released
+            if self.paths:
+                die()
+
+        convert.ChunkWriter.flush = flush_then_die
+
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    gate = ActionGate(Rail(), dataset=dataset)
+    with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="trade-9") as d:
+        print(d.record_id, flush=True)
+        d.read(order="o-1", customer="c\\u00e9-9")
+        d.model("gpt-x", decision_basis="refund policy", output={"refund": True})
+        action = Action("refund", {"order": "o-1"}, cost=25.0)
+        d.act(action)
+        if step == "before_rail":
+            die()
+        gate.commit(action, record_id=d.record_id)
+        print("acknowledged", flush=True)
+        if step == "after_commit":
+            die()
+        if step == "converting":
+            telemetry.force_flush()
+    telemetry.shutdown()
+    """
+)
+
+
+def _run(tmp_path: Path, step: str, how: str) -> tuple[Path, str, list[str], list[str]]:
+    """Run the child to its death at ``step``: (dataset, decision id, its output lines, the rail's book)."""
+    dataset = tmp_path / "traces"
+    executed = tmp_path / "rail.txt"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(dataset), step, how, str(executed)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode in (0, -9), child.stderr
+    lines = child.stdout.split()
+    book = executed.read_text().split() if executed.exists() else []
+    return dataset, lines[0], lines[1:], book
+
+
+def _reopen(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the next agent does: ``configure()`` on the dataset (converting what the dead one left), then shut down."""
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    otel_replay.configure(dataset, set_global=False).shutdown()
+
+
+def _gates(store: otel_replay.Store, decision_id: str) -> list[str]:
+    rows = store.rows("SELECT executed FROM gates WHERE decision_id = ? ORDER BY recorded_at", [decision_id])
+    return [row["executed"] for row in rows]
+
+
+def _no_row_twice(store: otel_replay.Store) -> None:
+    twice = store.rows("SELECT span_id, count(*) AS n FROM spans GROUP BY span_id HAVING count(*) > 1")
+    assert twice == []
+
+
+STALE = {"balance": 0}
+
+
+def _policy(state, action):
+    return state["balance"] >= action.cost, "balance covers it" if state["balance"] >= action.cost else "no balance"
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_before_the_rail_leaves_nothing_executed_and_no_commit(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "before_rail", how)
+    _reopen(dataset, monkeypatch)
+    assert book == [] and said == []
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == []
+        assert store.commits_for(decision_id) == []
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_inside_the_rail_leaves_an_intent_shown_as_executed_unknown(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "inside_rail", how)
+    assert book == ["o-1"] and said == []  # the rail refunded; commit() never returned
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent"]  # never silently absent
+        assert store.commits_for(decision_id) == []
+        [(intent_id, action)] = store.unknown_commits_for(decision_id)
+        assert action.type == "refund" and action.arguments == {"order": "o-1"}
+        report = store.verify(None)
+        assert [p.record_id for p in report.unknown_commits] == [intent_id]
+        assert "executed? unknown - check the rail" in str(report.unknown_commits[0])
+        verdict = replay_stored(store, decision_id, live_state={"balance": 100}, policy=_policy)
+    assert verdict.fix is FixAction.HUMAN_REVIEW  # the policy alone would allow it: a human checks the rail
+    assert "executed? unknown - check the rail" in verdict.reason and intent_id in verdict.reason
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "after_commit", how)
+    assert book == ["o-1"] and said == ["acknowledged"]
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]  # the acknowledged record is there
+        assert [r["receipt_id"] for r in store.receipts_for(decision_id)] == ["refund-o-1"]
+        assert store.unknown_commits_for(decision_id) == []
+        with pytest.raises(RecordNotFound):
+            store.record(decision_id)  # the decision span itself was still in the batch queue
+        acted = store.intent_decision(decision_id)
+        assert acted is not None and acted.record_id == decision_id
+        assert acted.snapshot is not None and dict(acted.snapshot.state) == {"balance": 100}
+        assert dict(acted.inputs) == {"order": "o-1", "customer": "c\u00e9-9"}
+        assert [m.model_id for m in acted.models] == ["gpt-x"] and acted.action is not None
+        assert acted.action.cost == 25.0
+        verdict = replay_stored(store, decision_id, live_state=STALE, policy=_policy)  # was: RecordNotFound
+        assert store.verify(None).unknown_commits == []
+        _no_row_twice(store)
+    assert verdict.fix is FixAction.ROLLBACK and verdict.record_id == decision_id
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_process_dying_while_converting_its_log_leaves_every_record_once(tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(tmp_path, "converting", how)
+    assert said == ["acknowledged"] and book == ["o-1"]
+    written = sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet"))
+    assert written  # the conversion had written its file when the process died
+    _reopen(dataset, monkeypatch)
+    assert sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet")) == written  # rewritten, not added
+    assert not list((dataset / "_wal").glob("capture-*"))  # converted and removed
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+        _no_row_twice(store)
+        assert store.verify(None).problems == []
+
+
+def test_without_a_gate_nothing_is_written_ahead(tmp_path):
+    dataset = tmp_path / "traces"
+    with otel_replay.configure(dataset, set_global=False):
+        with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({})) as d:
+            d.act(otel_replay.Action("refund", {"order": "o-2"}))
+        assert not (dataset / "_wal").exists()  # no log directory, no fsync: nothing waits on the disk
+
+
+def _left_behind(tmp_path: Path) -> tuple[Path, str]:
+    """A dataset whose only copy of an acknowledged commit is the write-ahead log of a process that died."""
+    dataset, decision_id, said, _ = _run(tmp_path, "after_commit", "kill")
+    assert said == ["acknowledged"] and list((dataset / "_wal").glob("capture-*/*.wal"))
+    return dataset, decision_id
+
+
+def test_compact_converts_the_log_a_dead_process_left(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from otel_replay.cli import main
+
+    dataset, decision_id = _left_behind(tmp_path)
+    result = CliRunner().invoke(main, ["compact", str(dataset)])
+    assert result.exit_code == 0, result.output
+    assert "recovered 2 span(s) from write-ahead logs left by processes that died" in result.output
+    assert not list((dataset / "_wal").glob("capture-*"))
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+
+
+def test_serve_converts_the_log_a_dead_process_left_instead_of_calling_it_stranded(tmp_path):
+    from otel_replay.server import Receiver, ServerConfig
+    from otel_replay.server.server import stranded_wal_dirs
+
+    dataset, decision_id = _left_behind(tmp_path)
+    config = ServerConfig(dataset, grpc=None, http=None, convert_workers=0)
+    receiver = Receiver(config)
+    try:
+        assert receiver.recovered_capture_spans == 2
+        assert receiver.stranded == [] and stranded_wal_dirs(config) == []
+    finally:
+        receiver.stop()
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+
+
+_FORKED = textwrap.dedent(
+    """
+    import os, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, ReferenceLedger
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(ReferenceLedger(1000), dataset=dataset)
+    gate.commit(Action("refund", {"order": "parent-1"}, cost=1.0), record_id="parent-1")
+    pid = os.fork()
+    if pid == 0:
+        gate.commit(Action("refund", {"order": "child-1"}, cost=1.0), record_id="child-1")
+        telemetry.shutdown()  # the child's own log: the parent's is neither sealed nor removed
+        os._exit(0)
+    os.waitpid(pid, 0)
+    gate.commit(Action("refund", {"order": "parent-2"}, cost=1.0), record_id="parent-2")
+    telemetry.shutdown()
+    """
+)
+
+
+def test_a_forked_child_commits_through_a_log_of_its_own(tmp_path):
+    dataset = tmp_path / "traces"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORKED, str(dataset)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    assert "write-ahead log" not in child.stderr
+    with otel_replay.open(dataset) as store:
+        for decision_id in ("parent-1", "child-1", "parent-2"):
+            assert _gates(store, decision_id) == ["intent", "committed"], decision_id
+        _no_row_twice(store)
+
+
+_DISK_FULL = textwrap.dedent(
+    """
+    import resource, signal, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, ReferenceLedger
+    from otel_replay.errors import GateError
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    ledger = ReferenceLedger(1000)
+    gate = ActionGate(ledger, dataset=dataset)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard))  # the log cannot take the intent
+    try:
+        gate.commit(Action("refund", {"order": "o-3"}, cost=5.0), record_id="full-1")
+    except GateError as exc:
+        print("refused:", exc)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    telemetry.shutdown()
+    print("balance", ledger.balance)
+    """
+)
+
+
+def test_a_commit_whose_intent_cannot_be_made_durable_is_refused_before_the_rail(tmp_path):
+    dataset = tmp_path / "traces"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, str(dataset)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr
+    assert "refused: refund (decision full-1) was not committed: its intent could not be written" in child.stdout
+    assert "balance 1000.0" in child.stdout  # the rail was never called
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, "full-1") == ["intent", "commit_refused"]  # the intent is answered: not "unknown"
+        assert store.unknown_commits_for("full-1") == []
+        assert store.commits_for("full-1") == []
+
+
+def test_a_damaged_log_left_behind_is_salvaged_record_by_record(tmp_path, caplog):
+    dataset, decision_id = _left_behind(tmp_path)
+    (segment,) = (dataset / "_wal").glob("capture-*/*.wal")
+    data = bytearray(segment.read_bytes())
+    data[40] ^= 0xFF  # inside the first record (the intent); the commit record after it is whole
+    segment.write_bytes(bytes(data))
+    with otel_replay.open(dataset) as store:  # was: the log kept failing, and the commit never reached Parquet
+        assert _gates(store, decision_id) == ["committed"]
+    assert "could not be converted whole" in caplog.text and "dropped 0 span(s) and 1 record(s)" in caplog.text
+    assert not list((dataset / "_wal").glob("capture-*"))
+
+
+def test_a_process_that_exits_without_shutdown_converts_its_log_at_exit(tmp_path):
+    dataset = tmp_path / "traces"
+    code = textwrap.dedent(
+        """
+        import sys
+        import otel_replay
+        from otel_replay import Action, ActionGate, ReferenceLedger
+
+        otel_replay.configure(sys.argv[1], set_global=False)
+        ActionGate(ReferenceLedger(10), dataset=sys.argv[1]).commit(Action("refund", {"o": 1}), record_id="d-9")
+        """
+    )
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = subprocess.run([sys.executable, "-c", code, str(dataset)], env=env, capture_output=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert not list((dataset / "_wal").glob("capture-*"))  # converted by the process itself, at exit
+    assert list((dataset / "spans").rglob("wal-capture-*.parquet"))
+
+
+def test_an_empty_log_directory_is_left_alone_until_it_is_old(tmp_path, monkeypatch):
+    from otel_replay.capture.write_ahead import recover
+
+    dataset = tmp_path / "traces"
+    young = dataset / "_wal" / "capture-1-0000abcd"  # maybe a log opening right now, before it takes its lock
+    young.mkdir(parents=True)
+    recover(str(dataset))
+    assert young.is_dir()
+    os.utime(young, (1_000_000_000, 1_000_000_000))  # a dead process's empty leftover
+    recover(str(dataset))
+    assert not young.exists()
+
+
+def test_a_gated_tool_seals_its_decision_in_the_intent_before_the_rail(tmp_path, monkeypatch):
+    from otel_replay.instrumentation import tool
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    ledger = otel_replay.ReferenceLedger(100)
+    seen: list[str] = []
+
+    class Rail:
+        def commit(self, action):
+            seen.extend(_logged_executed(dataset))  # what is durable when the rail is called
+            return ledger.commit(action)
+
+        def compensate(self, receipt, *, idempotency_key):
+            ledger.compensate(receipt, idempotency_key=idempotency_key)
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    state = otel_replay.DependencySnapshot({"limit": 50}, version="v2")
+
+    @tool(side_effect="financial", gate=gate, snapshot=state)
+    def refund(order: str, amount: float) -> otel_replay.Action:
+        return otel_replay.Action("refund", {"order": order}, cost=amount)
+
+    with otel_replay.configure(dataset, set_global=False):
+        receipt = refund("o-7", 20.0)
+    assert seen == ["intent"]  # the intent was fsynced before the rail ran
+    with otel_replay.open(dataset) as store:
+        (decision_id,) = [r["decision_id"] for r in store.rows("SELECT decision_id FROM gates WHERE executed='intent'")]
+        acted = store.intent_decision(decision_id)
+        assert acted is not None and acted.decision_type == "refund"
+        assert acted.snapshot is not None and acted.snapshot.version == "v2"
+        assert acted.action == otel_replay.Action("refund", {"order": "o-7"}, cost=20.0)
+        assert store.record(decision_id).action == acted.action  # the block ended: its own record agrees
+        assert [r["receipt_id"] for r in store.receipts_for(decision_id)] == [receipt.receipt_id]
+
+
+def _logged_executed(dataset: Path) -> list[str]:
+    """``replay.gate.executed`` of every gate span fsynced in the dataset's capture write-ahead logs now."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from otel_replay.server.wal import read_records
+
+    found = []
+    for segment in sorted((dataset / "_wal").glob("capture-*/*.wal")):
+        for payload in read_records(segment):
+            request = ExportTraceServiceRequest.FromString(payload)
+            for span in (s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans):
+                attrs = {kv.key: kv.value.string_value for kv in span.attributes}
+                if "replay.gate.executed" in attrs:
+                    found.append(attrs["replay.gate.executed"])
+    return found
+
+
+def test_verify_names_an_intent_without_a_commit_record_as_executed_unknown(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from otel_replay.cli import main
+
+    dataset, decision_id, _, book = _run(tmp_path, "inside_rail", "kill")
+    assert book == ["o-1"]
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    result = CliRunner().invoke(main, ["verify", str(dataset)])
+    assert result.exit_code == 0, result.output  # not an integrity failure: every record verified
+    assert "commit intent of 'refund' for decision " + decision_id in result.output
+    assert "has no commit record: executed? unknown - check the rail" in result.output
+
+
+def test_a_rail_call_interrupted_shows_in_the_trade_chain_as_executed_unknown(tmp_path, monkeypatch, capsys):
+    from otel_replay.render import print_chain
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+
+    class Rail:
+        def commit(self, action):
+            raise KeyboardInterrupt  # Ctrl-C while the payment call was in flight: did it go through?
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    with otel_replay.configure(dataset, set_global=False):
+        with pytest.raises(KeyboardInterrupt):
+            with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({}), correlation_id="t-1") as d:
+                action = otel_replay.Action("refund", {"order": "o-8"}, cost=3.0)
+                d.act(action)
+                gate.commit(action, record_id=d.record_id)
+    with otel_replay.open(dataset) as store:
+        chain = otel_replay.ReplayBuilder(store).build_trade_chain("t-1")
+        [(intent_id, _)] = store.unknown_commits_for(d.record_id)
+    [trace] = chain.traces
+    assert trace["record_id"] == d.record_id and trace["unknown_commits"] == [intent_id]
+    print_chain(chain)
+    assert "executed? unknown" in capsys.readouterr().out  # the outcome column (--json: the intent ids)
+
+
+@pytest.mark.parametrize(("step", "unknown"), [("inside_rail", True), ("after_commit", False)])
+def test_the_trade_chain_shows_a_decision_lost_with_its_process_from_its_intent(tmp_path, monkeypatch, step, unknown):
+    dataset, decision_id, _, _ = _run(tmp_path, step, "kill")
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    with otel_replay.open(dataset) as store:
+        chain = otel_replay.ReplayBuilder(store).build_trade_chain("trade-9")
+        intents = [gate_id for gate_id, _ in store.unknown_commits_for(decision_id)]
+    [trace] = chain.traces  # was: an empty chain, the refund nowhere in it
+    assert trace["record_id"] == decision_id and trace["from_intent"] is True
+    assert trace["action_type"] == "refund" and trace["snapshot_state"] == {"balance": 100}
+    assert trace["unknown_commits"] == intents and bool(intents) is unknown
