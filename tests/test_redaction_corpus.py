@@ -159,7 +159,8 @@ def test_no_corpus_secret_is_stored_on_any_write_path(tmp_path: Path, caplog: py
     with Store(dataset) as store:
         recorded = load_recording(store, "corpus")
     assert {event.boundary for event in recorded.events} >= {"http", "tool", "model"}
-    assert any(event.error is not None for event in recorded.events) and "raised builtins:RuntimeError" in recorded.outcome
+    assert any(event.error is not None for event in recorded.events)
+    assert "raised builtins:RuntimeError" in recorded.outcome
     assert "[REDACTED]" in stored and "run failed" in stored and "could not file" in stored
     # ... and no corpus value is anywhere in it, nor in the logs.
     assert _found(stored) == []
