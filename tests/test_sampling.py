@@ -158,21 +158,20 @@ def test_a_dropped_gate_record_is_counted_logged_and_flush_says_false_and_no_seq
     ledger = ReferenceLedger(10_000)
     gate = ActionGate(ledger)
     try:
-        gate.commit(payment(1))  # stored: sequence 0
+        gate.commit(payment(1))  # stored: its intent (sequence 0) and its commit record (1)
         sampler.drop = True
-        receipt = gate.commit(payment(2))  # the rail ran (the probe passed): its record is refused, loudly
-        assert receipt.receipt_id == "rcpt-0002"  # the caller still gets the receipt, as for any record failure
-        assert recorder.stats.capture_errors == 1
-        assert "was not recorded: the tracer's sampler did not sample its span" in caplog.text
-        assert recorder.flush() is False
-        assert recorder.flush() is True  # said once, for the flush that covers the loss
+        # Write-ahead: the intent is written before the rail is called, so a record the sampler drops now
+        # refuses the commit before any money moves (it used to run the rail and lose the commit record).
+        with pytest.raises(CaptureError, match="the tracer's sampler did not sample its span"):
+            gate.commit(payment(2))
+        assert ledger.balance == 10_000 - 1  # the rail never ran for payment(2)
         sampler.drop = False
         gate.commit(payment(3))
     finally:
         set_recorder(previous)
     gates = [span for span in exporter.get_finished_spans() if span.name == "replay.gate"]
     seqs = [span.attributes["replay.record.seq"] for span in gates]
-    assert seqs == [0, 1]  # the refused record took no sequence number: verify sees no gap
+    assert seqs == [0, 1, 2, 3]  # the refused record took no sequence number: verify sees no gap
 
 
 def test_an_audit_block_whose_decision_span_is_not_sampled_is_refused_before_its_body():
@@ -207,4 +206,6 @@ def test_a_random_user_sampler_wrapped_in_record_sampler_keeps_every_record():
     finally:
         set_recorder(previous)
     assert recorder.stats.capture_errors == 0
-    assert len([s for s in exporter.get_finished_spans() if s.name == "replay.gate"]) == 10
+    gates = [s for s in exporter.get_finished_spans() if s.name == "replay.gate"]
+    assert len(gates) == 20  # each commit: its intent, then its commit record
+    assert sum(s.attributes["replay.gate.executed"] == "committed" for s in gates) == 10
