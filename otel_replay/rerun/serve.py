@@ -391,9 +391,7 @@ class RerunMode:
                 digest = event.args_hash  # the same call, with other credentials: folded as the recorded one
             else:
                 self._other_arguments(step, call, stream, text, event)
-                _log.warning(
-                    "otel-replay rerun: step %d called with other arguments; serving the recorded value", step
-                )
+                _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
         self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash(), after)
         if event.error is not None:
             if str(event.error.get("type", "")) == _CANCELLED:
