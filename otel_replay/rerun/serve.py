@@ -185,8 +185,9 @@ def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments:
 def first_difference(recorded: str, actual: str, width: int = 70, redacted: str = "") -> tuple[str, str]:
     """Both texts cut to a window around their first differing character, so the change is visible.
 
-    ``redacted``: the parts that differ, in words, for when the texts shown are equal because what differs
-    is redacted in them (said instead of pointing at a character).
+    ``redacted``: the parts that differ, in words (from an HTTP call's part digests): said instead of
+    pointing at a character when the texts shown are equal because what differs is redacted in them, and
+    after the character otherwise.
     """
     if redacted and recorded == actual:
         cut_text = recorded if len(recorded) <= width else recorded[: width - 1] + "…"
@@ -199,7 +200,8 @@ def first_difference(recorded: str, actual: str, width: int = 70, redacted: str 
         piece = text[start : start + width]
         return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
 
-    return f"{cut(recorded)} (first difference at character {at})", cut(actual)
+    parts = f"; the parts that differ: {redacted}" if redacted else ""
+    return f"{cut(recorded)} (first difference at character {at}{parts})", cut(actual)
 
 
 _INTERRUPTS = frozenset({"builtins:KeyboardInterrupt", "builtins:GeneratorExit"})
