@@ -232,7 +232,7 @@ def _parts(method: str, url: str, headers: list[list[str]], body: dict[str, Any]
         values.setdefault(name, []).append(value)
     schemes = {}
     for name in sorted(_SCHEME_HEADERS.intersection(values)):
-        schemes[name] = _scheme(values[name][0])
+        schemes[name] = ",".join(_scheme(value) for value in values[name])  # each repeat's, in order
     return {
         "method": _part("method", method.upper()),
         "host": _part("host", f"{split.scheme}://{split.netloc}"),
@@ -277,7 +277,7 @@ def _header_differences(recorded: dict[str, Any], actual: dict[str, Any]) -> lis
 def _scheme_shown(scheme: Any) -> str:
     if not scheme:
         return "none"
-    return "another" if str(scheme).startswith("#") else str(scheme)
+    return ",".join("another" if one.startswith("#") else one or "none" for one in str(scheme).split(","))
 
 
 _SIMPLE_PARTS = ("method", "host", "path", "query", "body")

@@ -129,19 +129,23 @@ def _describe_call(boundary: str, name: str, stream: str, arguments: str) -> str
     return f"{text} (in {who})" if who and boundary in ("clock", "entropy") else text
 
 
-def _http_parts(arguments: str) -> dict[str, Any]:
+def _http_parts(arguments: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The shown parts of stored HTTP arguments, and their part digests (``None``: codec 1 and 2 hold none)."""
     try:
         data = json.loads(arguments)
         url = urlsplit(str(data.get("url", "")))
     except (ValueError, AttributeError):
-        return {}
+        return {}, None
+    digests = data.get("digests")
+    if not isinstance(digests, dict) or not isinstance(digests.get("headers"), dict):
+        digests = None
     return {
         "method": data.get("method"),
         "host": f"{url.scheme}://{url.netloc}",
         "path": url.path,
         "query": url.query,
         "body": stable_json(data.get("body")),
-    }
+    }, digests
 
 
 def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments: str) -> tuple[int, str]:
@@ -151,9 +155,7 @@ def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments:
     stored text is redacted (a credential, a secret query value) still shows where it differs.
     """
     if boundary == "http":
-        shown_have, recorded = split_parts(candidate.arguments)
-        shown_want, made = split_parts(arguments)
-        have, want = _http_parts(shown_have), _http_parts(shown_want)
+        (have, recorded), (want, made) = _http_parts(candidate.arguments), _http_parts(arguments)
         if recorded is not None and made is not None:
             differ = part_differences(recorded, made)
             headers = [word.removeprefix("header ") for word in differ if word.startswith("header ")]
