@@ -6,6 +6,7 @@ keyed per-part digests the recording holds, never by pointing at a character of 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -278,3 +279,61 @@ def test_stored_rows_hold_the_part_digests_but_neither_the_secret_nor_a_plain_ha
     for guess in plain:
         for size in (16, 32):
             assert guess[:size] not in text and guess[:size].encode() not in stored, guess
+
+
+# --- a recording of format 2 keeps its own rules ----------------------------------------------------------
+
+
+def test_a_format_2_recording_holds_no_part_digests_and_is_explained_as_before(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from otel_replay.rerun import record as record_module
+    from otel_replay.rerun.codec import arguments_codec
+    from otel_replay.rerun.events import Fingerprint
+
+    with _server() as (base, _), monkeypatch.context() as patch:  # the record mode of format 2, as it was
+        patch.setattr(record_module, "RECORDING_FORMAT", 2)
+        patch.setattr(record_module, "Fingerprint", functools.partial(Fingerprint, version=2))
+        with arguments_codec(2):
+            record(dataset, "pay", lambda: _pay("httpx")(base))
+    assert "digests" not in _stored_text(dataset)
+    # Codec 2 matched no headers: another key matches by value too; another body is pointed at, as it was.
+    other_key = _rerun(dataset, base, _pay("httpx", auth=f"Bearer {KEY_B}"))
+    assert other_key.matched, other_key.report()
+    result = _rerun(dataset, base, _pay("httpx", amount=5000), credentials="presence")
+    assert result.divergence is not None and "first difference at character" in result.divergence.expected
+    assert "the parts that differ" not in result.divergence.expected
+    assert "[✓ method ✓ host ✓ path ✓ query ✗ body]" in result.divergence.candidates[0], result.divergence.candidates
+
+
+# --- hostile stored texts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"digests": 1}', '["digests":', '{"digests": {"headers": []}}', "[1, 2]", '"\\"digests\\":"', "", "\udcff"],
+)
+def test_stored_arguments_without_well_formed_digests_are_shown_as_they_are(text: str) -> None:
+    from otel_replay.rerun.http import split_parts
+
+    assert split_parts(text) == (text, None)
+
+
+def test_only_credential_headers_sent_on_both_sides_with_one_scheme_count_as_credentials_only() -> None:
+    from otel_replay.rerun.http import credentials_only, part_differences
+
+    def parts(headers: dict[str, str], schemes: dict[str, str] | None = None, **rest: str) -> dict[str, Any]:
+        return {"method": "m", "host": "h", "path": "p", "query": "q", "body": "b", **rest,
+                "headers": headers, "schemes": schemes or {}}  # fmt: skip
+
+    recorded = parts({"authorization": "1", "x-api-key": "2", "x-account": "3"}, {"authorization": "bearer"})
+    keys = parts({"authorization": "4", "x-api-key": "5", "x-account": "3"}, {"authorization": "bearer"})
+    assert credentials_only(recorded, keys) == ["authorization", "x-api-key"]
+    assert part_differences(recorded, keys) == ["header authorization", "header x-api-key"]
+    assert credentials_only(recorded, recorded) == []  # nothing differs: not a credential difference
+    repeated = parts({**keys["headers"]}, {"authorization": "bearer,basic"})
+    assert credentials_only(recorded, repeated) == []  # a repeat sent with another scheme
+    assert credentials_only(recorded, parts({**keys["headers"], "x-account": "6"}, {"authorization": "bearer"})) == []
+    assert credentials_only(recorded, {**keys, "path": "other"}) == []
+    added = parts({**keys["headers"], "x-auth-token": "7"}, {"authorization": "bearer"})
+    assert credentials_only(recorded, added) == []  # a credential the recorded call did not send
