@@ -53,6 +53,7 @@ __all__ = [
     "arguments_codec",
     "arguments_hash",
     "arguments_key",
+    "keyed",
     "keyed_digest",
     "match_key",
     "codec_of_format",
@@ -393,6 +394,11 @@ def keyed_digest(data: bytes) -> str:
     if _codec >= 3 and _key is not None:
         return hmac.new(_key, data, hashlib.sha256).hexdigest()
     return hashlib.sha256(data).hexdigest()
+
+
+def keyed() -> bool:
+    """Whether :func:`keyed_digest` is keyed now (codec 3 and later, under a recording's key)."""
+    return _codec >= 3 and _key is not None
 
 
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:

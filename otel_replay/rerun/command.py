@@ -86,6 +86,14 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
     metavar="HOST:PORT",
     help="Let calls to HOST:PORT (or HOST:*) run live instead of being refused as leaks (repeatable).",
 )
+@click.option(
+    "--credentials",
+    default="value",
+    show_default=True,
+    metavar="value|presence",
+    help="How HTTP credential headers (Authorization, X-Api-Key ...) are compared: by value, or by presence "
+    "(the same header sent with the same scheme, any value: for a rerun without the recorded run's keys).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
 def rerun_command(**options: Any) -> None:
     """Rerun recorded session SESSION_ID (or --all) offline from the dataset and compare fingerprints.
@@ -118,15 +126,18 @@ def _main(
     execute: bool,
     rail_ref: str | None,
     allow_live: tuple[str, ...],
+    credentials: str,
     as_json: bool,
 ) -> int:
     from otel_replay.pipeline import configure
     from otel_replay.replay import load_callable
     from otel_replay.rerun.guards import parse_allow_live
     from otel_replay.rerun.runner import RerunResult, rerun
-    from otel_replay.rerun.serve import Governance
+    from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
     from otel_replay.store import Store
 
+    if credentials not in CREDENTIALS:
+        raise click.ClickException(f"--credentials must be 'value' or 'presence', got {clean(credentials)[:80]!r}")
     if all_sessions == (session_id is not None):
         raise click.ClickException("give one SESSION_ID, or --all (not both)")
     if (pattern or sessions_sql) and not all_sessions:
@@ -176,7 +187,7 @@ def _main(
             )
         one = functools.partial(
             rerun, function, dataset=store, governance=cast(Governance, governance), live_state=state, policy=policy,
-            rail=rail, allow_live=allow_live,
+            rail=rail, allow_live=allow_live, credentials=cast(Credentials, credentials),
         )  # fmt: skip
         if all_sessions and not as_json:
             with click.progressbar(targets, label="rerunning", file=sys.stderr, show_pos=True) as bar:
@@ -226,6 +237,7 @@ def _as_json(result: Any) -> dict[str, Any]:
         "fingerprint": result.fingerprint,
         "original_fingerprint": result.original_fingerprint,
         "steps": result.steps,
+        "credentials": result.credentials,
         "divergence": result.divergence.to_json() if result.divergence else None,
         "leaks": list(result.leaks),
         "live": list(result.live),

@@ -26,14 +26,18 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from otel_replay import settings
 from otel_replay.instrumentation._seam import through
+from otel_replay.redaction import is_secret_name
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
 from otel_replay.rerun.codec import (
     current_codec,
+    keyed,
     keyed_digest,
     redact_headers,
     redact_json_text,
@@ -54,9 +58,12 @@ __all__ = [
     "RESPONSE_FORMAT",
     "VOLATILE_HEADERS",
     "compared_headers",
+    "credentials_only",
     "install_http",
+    "part_differences",
     "request_arguments",
     "request_texts",
+    "split_parts",
 ]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -111,7 +118,8 @@ Also every ``x-stainless-*`` header (the OpenAI and Anthropic clients' telemetry
 package versions, retry count, timeouts). ``Cookie`` sends back what the server set: a recording stores
 ``Set-Cookie`` values redacted, so a rerun's jar holds other values, and among concurrent requests whether a
 cookie is there yet depends on which answer came first. Every other header is compared, credentials included
-(through the keyed hash, never stored)."""
+(through the keyed hash, never stored; a rerun may compare them by presence only:
+``rerun(credentials="presence")``)."""
 
 _VOLATILE_PREFIXES = ("x-stainless-",)
 
@@ -174,12 +182,139 @@ def request_texts(method: str, url: str, headers: Any, body: BodySeen, *, unread
         shown = {"bytes": body.size, "digest": keyed_digest(body.hexdigest().encode())[:32]}
         if not body.complete:
             shown["unfinished"] = True  # the server answered (or the call failed) before it was all sent
-    stored = _canonical(
-        {"method": method.upper(), "url": redact_url(url), "headers": redact_headers(kept), "body": shown}
-    )
+    fields = {"method": method.upper(), "url": redact_url(url), "headers": redact_headers(kept), "body": shown}
     digest: dict[str, Any] = {"sha256": body.hexdigest(), "bytes": body.size, "complete": body.complete}
+    if keyed():  # never a plain SHA-256 of a part: a short secret could be found by trying guesses
+        fields["digests"] = _parts(method, url, kept, digest)
+    stored = _canonical(fields)
     matched = _canonical({"method": method.upper(), "url": url, "headers": kept, "body": digest})
     return stored, matched
+
+
+_PART_LABEL = "otel-replay http part v1"
+_PART_HEX = 16
+_SCHEME_HEADERS = frozenset({"authorization", "proxy-authorization"})
+_SCHEME = re.compile(r"([A-Za-z0-9!#$%&'*+.^_`|~-]+) +\S")
+"""An auth scheme (RFC 9110 ``token``) followed by its credentials."""
+_KNOWN_SCHEMES = frozenset(
+    "basic bearer digest token negotiate ntlm hoba mutual oauth dpop hawk mac signature apikey key "
+    "aws4-hmac-sha256 scram-sha-1 scram-sha-256 vapid ssws privatetoken concealed".split()
+)
+"""Schemes stored in clear (lowercased); any other first word is stored as a keyed digest, as it could be a key."""
+
+
+def _scheme(value: str) -> str:
+    found = _SCHEME.match(value)
+    if found is None:
+        return ""  # no scheme: the whole value is the credential
+    word = found.group(1).lower()
+    return word if word in _KNOWN_SCHEMES else "#" + _part("scheme", word)
+
+
+def _part(kind: str, data: str) -> str:
+    """A short keyed digest of one part of a request (framed by ``kind``, so two parts never share one)."""
+    framed = f"{_PART_LABEL}\0{len(kind)}:{kind}\0{data}"
+    return keyed_digest(framed.encode("utf-8", "surrogatepass"))[:_PART_HEX]
+
+
+def _parts(method: str, url: str, headers: list[list[str]], body: dict[str, Any]) -> dict[str, Any]:
+    """The keyed digest of each compared part of a request: what a divergence names when its text is redacted.
+
+    ``host``, ``path`` and ``query`` (with any fragment) split the full URL; ``headers`` holds one digest per
+    compared header name (the values of repeats joined in order); ``schemes`` the auth scheme of an
+    ``Authorization`` or ``Proxy-Authorization`` header (``bearer``: a known scheme is not secret, so it is
+    stored in clear; an unknown first word is digested like the rest).
+    """
+    split = urlsplit(url)
+    query = split.query + (f"#{split.fragment}" if split.fragment else "")
+    values: dict[str, list[str]] = {}
+    for name, value in headers:
+        values.setdefault(name, []).append(value)
+    schemes = {}
+    for name in sorted(_SCHEME_HEADERS.intersection(values)):
+        schemes[name] = ",".join(_scheme(value) for value in values[name])  # each repeat's, in order
+    return {
+        "method": _part("method", method.upper()),
+        "host": _part("host", f"{split.scheme}://{split.netloc}"),
+        "path": _part("path", split.path),
+        "query": _part("query", query),
+        "headers": {name: _part(f"header {name}", _canonical(shown)) for name, shown in values.items()},
+        "schemes": schemes,
+        "body": _part("body", _canonical(body)),
+    }
+
+
+def split_parts(text: str) -> tuple[str, dict[str, Any] | None]:
+    """Stored HTTP arguments as ``(text shown, part digests)``; ``None``: a recording without them (codec 1, 2)."""
+    if '"digests":' not in text:
+        return text, None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text, None
+    parts = data.pop("digests", None) if isinstance(data, dict) else None
+    if not isinstance(parts, dict) or not isinstance(parts.get("headers"), dict):
+        return text, None
+    return _canonical(data), parts
+
+
+def _header_differences(recorded: dict[str, Any], actual: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(name, how)`` per compared header that differs; how: value, scheme, missing (not sent), added."""
+    have, want = recorded.get("headers") or {}, actual.get("headers") or {}
+    have_schemes, want_schemes = recorded.get("schemes") or {}, actual.get("schemes") or {}
+    found = []
+    for name in sorted(set(have) | set(want)):
+        if name not in want:
+            found.append((name, "missing"))
+        elif name not in have:
+            found.append((name, "added"))
+        elif have[name] != want[name]:
+            same = have_schemes.get(name, "") == want_schemes.get(name, "")
+            found.append((name, "value" if same else "scheme"))
+    return found
+
+
+def _scheme_shown(scheme: Any) -> str:
+    if not scheme:
+        return "none"
+    return ",".join("another" if one.startswith("#") else one or "none" for one in str(scheme).split(","))
+
+
+_SIMPLE_PARTS = ("method", "host", "path", "query", "body")
+
+
+def part_differences(recorded: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """Which parts of two requests differ, in words (header names, never values): ``["header authorization"]``."""
+    words = [key for key in _SIMPLE_PARTS[:4] if recorded.get(key) != actual.get(key)]
+    for name, how in _header_differences(recorded, actual):
+        if how == "missing":
+            words.append(f"header {name} (recorded, not sent by the rerun)")
+        elif how == "added":
+            words.append(f"header {name} (sent by the rerun, not recorded)")
+        elif how == "scheme":
+            before = _scheme_shown((recorded.get("schemes") or {}).get(name))
+            after = _scheme_shown((actual.get("schemes") or {}).get(name))
+            words.append(f"header {name} (its scheme: recorded {before}, rerun {after})")
+        else:
+            words.append(f"header {name}")
+    if recorded.get("body") != actual.get("body"):
+        words.append("body")
+    return words
+
+
+def credentials_only(recorded: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """The credential headers that alone make two requests differ, each sent on both sides with one scheme.
+
+    A credential header is a compared header whose name :func:`~otel_replay.redaction.is_secret_name`.
+    Empty when anything else differs (method, URL, body, another header, a credential header missing on one
+    side or sent with another scheme), or nothing does.
+    """
+    if any(recorded.get(key) != actual.get(key) for key in _SIMPLE_PARTS):
+        return []
+    found = _header_differences(recorded, actual)
+    if all(how == "value" and is_secret_name(name) for name, how in found):
+        return [name for name, _ in found]
+    return []
 
 
 def request_arguments(method: str, url: str, body: bytes, headers: Any = ()) -> str:

@@ -44,6 +44,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         help="Let calls to HOST:PORT (or HOST:*) run live instead of being refused as leaks (repeatable).",
     )
+    group.addoption(
+        "--otel-replay-credentials",
+        choices=("value", "presence"),
+        default="value",
+        help="Compare HTTP credential headers by value (default) or by presence and scheme only.",
+    )
 
 
 @functools.cache
@@ -62,6 +68,7 @@ def recorded_session_item() -> type[pytest.Item]:
             entrypoint: str,
             governance: str,
             allow_live: tuple[str, ...] = (),
+            credentials: str = "value",
             **kwargs: Any,
         ) -> None:
             super().__init__(**kwargs)
@@ -70,6 +77,7 @@ def recorded_session_item() -> type[pytest.Item]:
             self.entrypoint = entrypoint
             self.governance = governance
             self.allow_live = allow_live
+            self.credentials = credentials
 
         def runtest(self) -> None:
             """Rerun the session; fail with the divergence report when it does not match."""
@@ -82,6 +90,7 @@ def recorded_session_item() -> type[pytest.Item]:
                 governance=self.governance,  # type: ignore[arg-type]
                 write=False,
                 allow_live=self.allow_live,
+                credentials=self.credentials,  # type: ignore[arg-type]
             )
             if not result.matched:
                 raise RerunDiverged(result.report())
@@ -139,5 +148,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 entrypoint=entrypoint,
                 governance=governance,
                 allow_live=allow_live,
+                credentials=config.getoption("otel_replay_credentials"),
             )
         )

@@ -25,7 +25,7 @@ from otel_replay.rerun.guards import LiveAllowList, install_guards, parse_allow_
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, fingerprint_version, load_recording
 from otel_replay.rerun.record import outcome_of
-from otel_replay.rerun.serve import Divergence, Governance, RerunMode
+from otel_replay.rerun.serve import CREDENTIALS, Credentials, Divergence, Governance, RerunMode
 from otel_replay.store import Store
 
 __all__ = ["GateResult", "RerunResult", "rerun"]
@@ -79,6 +79,8 @@ class RerunResult:
     """The rerun ended as the recorded run did (compared under the recording's rules)."""
     rules: str = ""
     """What this rerun did not compare because the recording is older (``""`` for a format-3 recording)."""
+    credentials: str = "value"
+    """How credential headers of HTTP calls were compared: ``value`` (the default) or ``presence`` only."""
     warnings: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     """What reached outside the recording (each once); any leak means not matched."""
@@ -118,6 +120,8 @@ class RerunResult:
         ]
         if self.rules:
             lines.append(f"  {self.rules}")
+        if self.credentials == "presence":
+            lines.append("  credentials compared by presence only")
         if self.divergence is not None:
             lines.extend("  " + line for line in str(self.divergence).splitlines())
         if self.error is not None:
@@ -183,6 +187,7 @@ def rerun(
     kwargs: Mapping[str, Any] | None = None,
     write: bool = True,
     allow_live: Iterable[str] = (),
+    credentials: Credentials = "value",
 ) -> RerunResult:
     """Rerun ``entrypoint`` offline from the recording of ``session_id`` and compare it with the original.
 
@@ -204,17 +209,27 @@ def rerun(
     that may be reached live instead: those calls run, are listed in the
     result's ``live`` and are not leaks. A rerun with a leak never matches.
 
+    HTTP credential headers (``Authorization``, ``X-Api-Key``: a compared header whose name is a secret's)
+    are compared by value, so a rerun must send the recorded run's credentials. ``credentials="presence"``
+    compares them by presence only: such a header then matches when the recorded call sent it too, with the
+    same auth scheme (``Bearer``), whatever its value; everything else is still compared by value. Use it
+    when the rerun cannot hold the recorded run's credentials (a CI job), knowing that a change that sends
+    another account's key then passes. Recordings before format 3 always compare them by value.
+
     Raises:
         RecordNotFound: the session has no recording.
         UntrustedRecord: a recording chunk fails its seal check.
         DatasetError: the recording is from a newer format version or is cut in the middle.
         PolicyLoadError: ``entrypoint`` or ``policy`` is a reference that cannot be imported.
         ReplayMismatchError, DeterminismLeakError: ``governance="strict"`` and the rerun diverged or leaked.
-        ConfigError: a bad ``governance`` or ``allow_live`` entry (named), or options that do not go together.
+        ConfigError: a bad ``governance``, ``credentials`` or ``allow_live`` entry (named), or options that
+            do not go together.
 
     """
     if governance not in ("relaxed", "strict"):
         raise ConfigError(f"governance must be 'relaxed' or 'strict', got {governance!r}")
+    if not isinstance(credentials, str) or credentials not in CREDENTIALS:
+        raise ConfigError(f"credentials must be 'value' or 'presence', got {credentials!r:.80}")
     allowed = parse_allow_live(allow_live)
     function = _entrypoint(entrypoint)
     resolved_policy: Policy | None = load_callable(policy, "policy") if isinstance(policy, str) else policy
@@ -226,7 +241,7 @@ def rerun(
     store = Store(dataset) if not isinstance(dataset, Store) else dataset
     try:
         recording = load_recording(store, session_id)
-        result = _run(function, recording, governance, tuple(args), dict(kwargs or {}), allowed)
+        result = _run(function, recording, governance, tuple(args), dict(kwargs or {}), allowed, credentials)
         if resolved_policy is not None and live_state is not None:
             result.gate = _gate(store, result, live_state, resolved_policy, rail)
         if write:
@@ -244,6 +259,7 @@ def _run(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     allowed: LiveAllowList,
+    credentials: Credentials = "value",
 ) -> RerunResult:
     # A run stopped by Ctrl-C ended where it was stopped: its rerun ends there too, as a recording
     # that ended early does, rather than going on past the recorded calls.
@@ -258,6 +274,7 @@ def _run(
         ordered=recording.codec >= 3,
         arguments_key=recording.match_key,
         allow_live=allowed,
+        credentials=credentials,
     )
     guards = functools.partial(install_guards, mode=mode, allow_live=allowed)
     rerun_id = new_id()
@@ -312,6 +329,7 @@ def _run(
         outcome=ended,
         outcome_matched=_same_outcome(recording.outcome, error, ended, recording.codec),
         rules=recording.rules,
+        credentials=credentials,
         ended_early=mode.ended_early or (not complete and mode.divergence is None),
         warnings=list(mode.warnings),
         leaks=list(mode.leaks) + ([f"{mode.more_leaks} more leak(s) not listed"] if mode.more_leaks else []),

@@ -48,12 +48,16 @@ from otel_replay.rerun.events import (
     value_hash,
 )
 from otel_replay.rerun.guards import LiveAllowList
+from otel_replay.rerun.http import credentials_only, part_differences, split_parts
 from otel_replay.rerun.interceptor import decision_arguments
 
-__all__ = ["Divergence", "Governance", "RerunMode"]
+__all__ = ["CREDENTIALS", "Credentials", "Divergence", "Governance", "RerunMode"]
 
 T = TypeVar("T")
 Governance = Literal["relaxed", "strict"]
+Credentials = Literal["value", "presence"]
+CREDENTIALS: tuple[Credentials, ...] = ("value", "presence")
+"""How a rerun compares an HTTP call's credential headers: by value (the default), or by presence only."""
 _log = logging.getLogger("otel_replay.rerun")
 _CANDIDATE_SCAN = 20_000
 _LISTED = 1000
@@ -110,34 +114,59 @@ def _describe(event: Event) -> str:
     return _describe_call(event.boundary, event.name, event.stream, event.arguments)
 
 
+def _shown(boundary: str, arguments: str) -> str:
+    """The arguments as shown: an HTTP call's without its part digests."""
+    return split_parts(arguments)[0] if boundary == "http" else arguments
+
+
+def _describe_text(boundary: str, name: str, arguments: str) -> str:
+    return describe_event(boundary, name, _shown(boundary, arguments))
+
+
 def _describe_call(boundary: str, name: str, stream: str, arguments: str) -> str:
     who = _who(stream)
-    text = describe_event(boundary, name, arguments)
+    text = _describe_text(boundary, name, arguments)
     return f"{text} (in {who})" if who and boundary in ("clock", "entropy") else text
 
 
-def _http_parts(arguments: str) -> dict[str, Any]:
+def _http_parts(arguments: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The shown parts of stored HTTP arguments, and their part digests (``None``: codec 1 and 2 hold none)."""
     try:
         data = json.loads(arguments)
         url = urlsplit(str(data.get("url", "")))
     except (ValueError, AttributeError):
-        return {}
+        return {}, None
+    digests = data.get("digests")
+    if not isinstance(digests, dict) or not isinstance(digests.get("headers"), dict):
+        digests = None
     return {
         "method": data.get("method"),
         "host": f"{url.scheme}://{url.netloc}",
         "path": url.path,
         "query": url.query,
         "body": stable_json(data.get("body")),
-    }
+    }, digests
 
 
 def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments: str) -> tuple[int, str]:
-    """Score a recorded candidate against the rerun's call; text lists the matchers passed (✓) and failed (✗)."""
+    """Score a recorded candidate against the rerun's call; text lists the matchers passed (✓) and failed (✗).
+
+    An HTTP call recorded with part digests (codec 3) is judged by them, headers included, so a part whose
+    stored text is redacted (a credential, a secret query value) still shows where it differs.
+    """
     if boundary == "http":
-        have, want = _http_parts(candidate.arguments), _http_parts(arguments)
-        checks = [
-            (key, have.get(key) == want.get(key), have.get(key)) for key in ("method", "host", "path", "query", "body")
-        ]
+        (have, recorded), (want, made) = _http_parts(candidate.arguments), _http_parts(arguments)
+        if recorded is not None and made is not None:
+            differ = part_differences(recorded, made)
+            headers = [word.removeprefix("header ") for word in differ if word.startswith("header ")]
+            checks = [(key, key not in differ, have.get(key)) for key in ("method", "host", "path", "query")]
+            checks.append(("headers", not headers, "differing: " + ", ".join(headers)))
+            checks.append(("body", "body" not in differ, have.get("body")))
+        else:
+            checks = [
+                (key, have.get(key) == want.get(key), have.get(key))
+                for key in ("method", "host", "path", "query", "body")
+            ]
     else:
         checks = [
             ("name", candidate.name == name, candidate.name),
@@ -147,12 +176,24 @@ def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments:
         ]
     passed = sum(ok for _, ok, _ in checks)
     marks = " ".join(f"{'✓' if ok else '✗'} {key}" for key, ok, _ in checks)
-    failed = "; ".join(f"{key} recorded {str(value)[:80]!r}" for key, ok, value in checks if not ok)
+    failed = "; ".join(
+        f"{key} {value}" if key == "headers" else f"{key} recorded {str(value)[:80]!r}"
+        for key, ok, value in checks
+        if not ok
+    )
     return passed, f"step {candidate.seq}: {_describe(candidate)} [{marks}]" + (f" ({failed})" if failed else "")
 
 
-def first_difference(recorded: str, actual: str, width: int = 70) -> tuple[str, str]:
-    """Both texts cut to a window around their first differing character, so the change is visible."""
+def first_difference(recorded: str, actual: str, width: int = 70, redacted: str = "") -> tuple[str, str]:
+    """Both texts cut to a window around their first differing character, so the change is visible.
+
+    ``redacted``: the parts that differ, in words (from an HTTP call's part digests): said instead of
+    pointing at a character when the texts shown are equal because what differs is redacted in them, and
+    after the character otherwise.
+    """
+    if redacted and recorded == actual:
+        cut_text = recorded if len(recorded) <= width else recorded[: width - 1] + "…"
+        return f"{cut_text} (the difference is in a redacted value: {redacted})", cut_text
     limit = min(len(recorded), len(actual))
     at = next((i for i in range(limit) if recorded[i] != actual[i]), limit)
     start = max(0, at - width // 2)
@@ -161,7 +202,8 @@ def first_difference(recorded: str, actual: str, width: int = 70) -> tuple[str, 
         piece = text[start : start + width]
         return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
 
-    return f"{cut(recorded)} (first difference at character {at})", cut(actual)
+    parts = f"; the parts that differ: {redacted}" if redacted else ""
+    return f"{cut(recorded)} (first difference at character {at}{parts})", cut(actual)
 
 
 _INTERRUPTS = frozenset({"builtins:KeyboardInterrupt", "builtins:GeneratorExit"})
@@ -256,6 +298,9 @@ class RerunMode:
     """What ran live because ``allow_live`` allowed it (each once)."""
     more_leaks: int = 0
     """Leaks past the first :data:`_LISTED` distinct ones: counted, not listed."""
+    credentials: Credentials = "value"
+    """``"presence"``: an HTTP call whose only differences are the values of credential headers (sent on both
+    sides, with one scheme) matches its recorded step (codec 3, which stores the part digests)."""
 
     def __post_init__(self) -> None:
         self.streams: dict[str, deque[Event]] = {}
@@ -346,8 +391,11 @@ class RerunMode:
                 exclude=event,
             )
         elif event.args_hash != digest:
-            self._other_arguments(step, call, stream, text, event)
-            _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
+            if self.credentials == "presence" and self._credentials_differ(event, text):
+                digest = event.args_hash  # the same call, with other credentials: folded as the recorded one
+            else:
+                self._other_arguments(step, call, stream, text, event)
+                _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
         self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash(), after)
         if event.error is not None:
             if str(event.error.get("type", "")) == _CANCELLED:
@@ -488,7 +536,7 @@ class RerunMode:
                 "the rerun stops where the recording does",
                 step=step,
                 expected=where,
-                actual=describe_event(call.boundary, call.name, text),
+                actual=_describe_text(call.boundary, call.name, text),
             )
         reason = (
             "the recorded call was cancelled (a timeout or a cancelled task) and the recorded run went on; "
@@ -499,7 +547,7 @@ class RerunMode:
                 step,
                 reason,
                 where,
-                describe_event(call.boundary, call.name, text),
+                _describe_text(call.boundary, call.name, text),
                 call.boundary,
                 call.name,
                 stream,
@@ -514,12 +562,41 @@ class RerunMode:
         if event is not None and event.args_hash != digest:
             self._other_arguments(event.seq, call, stream, text, event)
 
+    @staticmethod
+    def _credentials_differ(event: Event, text: str) -> list[str]:
+        """The credential headers that alone tell an HTTP call from its recorded ``event`` (else empty)."""
+        if event.boundary != "http":
+            return []
+        recorded, made = split_parts(event.arguments)[1], split_parts(text)[1]
+        if recorded is None or made is None:
+            return []
+        return credentials_only(recorded, made)
+
     def _other_arguments(self, step: int, call: Call, stream: str, text: str, event: Event) -> None:
-        """The call matched a recorded step but not its arguments: show both around the first difference."""
-        recorded_args, actual_args = first_difference(event.arguments, text)
+        """The call matched a recorded step but not its arguments: show both around the first difference.
+
+        When what differs is redacted in the text shown (an HTTP call recorded with part digests), the parts
+        that differ are named instead; a difference in credential headers alone says how to rerun.
+        """
+        reason = f"{call.boundary} {call.name} called with other arguments than recorded"
+        redacted = ""
+        recorded_text, actual_text = event.arguments, text
+        if call.boundary == "http":
+            recorded_text, recorded = split_parts(event.arguments)
+            actual_text, made = split_parts(text)
+            if recorded is not None and made is not None:
+                redacted = ", ".join(part_differences(recorded, made))
+                names = credentials_only(recorded, made)
+                if names:
+                    reason += (
+                        f": only a credential header differs ({', '.join(names)}): the rerun sent other "
+                        "credentials than the recorded run; rerun with the recorded run's credentials, or with "
+                        'credentials="presence" (--credentials presence) to compare credentials by presence only'
+                    )
+        recorded_args, actual_args = first_difference(recorded_text, actual_text, redacted=redacted)
         self._diverge(
             step,
-            f"{call.boundary} {call.name} called with other arguments than recorded",
+            reason,
             recorded_args,
             actual_args,
             call.boundary,
@@ -654,7 +731,7 @@ class RerunMode:
         self, step: int, reason: str, call: Call, stream: str, text: str, event: Event, *, exclude: Event | None = None
     ) -> Divergence:
         """:meth:`_diverge` at a served call: the recorded ``event`` against the call made (``text``)."""
-        expected, actual = _describe(event), describe_event(call.boundary, call.name, text)
+        expected, actual = _describe(event), _describe_text(call.boundary, call.name, text)
         return self._diverge(step, reason, expected, actual, call.boundary, call.name, stream, text, exclude=exclude)
 
     def _diverge(
@@ -789,5 +866,5 @@ def _mismatch_at(step: int, reason: str, call: Call, text: str, event: Event) ->
         f"step {step}: {reason}",
         step=step,
         expected=_describe(event),
-        actual=describe_event(call.boundary, call.name, text),
+        actual=_describe_text(call.boundary, call.name, text),
     )
