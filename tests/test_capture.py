@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 
+import duckdb
 import pytest
 from opentelemetry.trace import StatusCode
 
@@ -324,3 +325,27 @@ def test_explicit_ids_equal_to_the_scope_and_nested_blocks(telemetry, dataset):
     assert by[(inner.record_id, sc.SPAN_DECISION)]["parent_span_id"] == outer_span["span_id"]
     assert {r["correlation_id"] for k, r in by.items() if k[0] == inner.record_id} == {"c-2"}
     assert {r["correlation_id"] for k, r in by.items() if k[0] == outer.record_id} == {"c-1"}
+
+
+def test_a_failed_decision_stores_its_error_redacted_in_the_record_and_the_span(tmp_path):
+    card, token = "4111 1111 1111 1111", "Bearer abcdefghijklmnopqrstuvwxyz012345"
+    sink = MemorySink()
+    with otel_replay.configure(tmp_path / "ds", set_global=False):
+        with pytest.raises(ValueError):
+            with audit("refund", snapshot=snapshot(), sink=sink) as d:
+                d.act(payment())
+                raise ValueError(f"charge of card {card} refused; sent Authorization: {token}")
+    record = d.record
+    assert record.error is not None and record.error.startswith("ValueError: charge of card")
+    assert card not in record.error and "abcdefghijklmnop" not in record.error and "[REDACTED]" in record.error
+    stored = b"".join(path.read_bytes() for path in (tmp_path / "ds").rglob("*.parquet"))
+    text = "".join(
+        str(row)
+        for p in (tmp_path / "ds").rglob("*.parquet")
+        for row in duckdb.sql(
+            f"SELECT attributes, status_message, events::VARCHAR FROM read_parquet('{p}')"  # events hold ns times
+        ).fetchall()
+    )
+    assert "charge of card" in text  # the error and its exception event are stored, redacted
+    for secret in (card, "abcdefghijklmnopqrstuvwxyz012345"):
+        assert secret.encode() not in stored and secret not in text

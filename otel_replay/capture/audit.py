@@ -46,6 +46,7 @@ from otel_replay.records import (
     _span_ref,
     new_id,
 )
+from otel_replay.redaction import redact
 
 __all__ = ["Decision", "audit", "current_decision"]
 
@@ -297,6 +298,14 @@ def _seam_mode() -> Any:
     return _seam_current()
 
 
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or a note when its ``__str__`` raises (a broken error still ends its decision, named)."""
+    try:
+        return str(exc)
+    except Exception as failed:
+        return f"({type(failed).__name__} while reading the message)"
+
+
 def _complete(
     decision: Decision, sink: Sink, snapshot: DependencySnapshot, error: str | None, start_ns: int
 ) -> BaseException | None:
@@ -435,8 +444,16 @@ class _AuditBlock:
         if exc_type is not None:
             if exc is None:  # pragma: no cover - the with statement always passes the instance
                 exc = exc_type()
-            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            decision._span.record_exception(exc)
+            # Stored (the decision's error, its span's status and exception event) through the one redaction
+            # engine: a tool that failed with a card number or a bearer token in its message leaks neither.
+            error = redact("".join(traceback.format_exception_only(type(exc), exc)).strip())
+            decision._span.record_exception(
+                exc,
+                attributes={
+                    "exception.message": redact(_message(exc)),
+                    "exception.stacktrace": redact("".join(traceback.format_exception(exc))),
+                },
+            )
             decision._span.set_status(Status(StatusCode.ERROR, error))
             context.detach(self._token)
             _complete(decision, target, self._snapshot, error, self._start_ns)  # a failure is logged, never raised
