@@ -55,6 +55,7 @@ _NETWORK = "network"
 _DNS = "dns"
 _PROCESS = "process"
 _FILE = "file"
+_WORLD = "world"
 _EVENTS = {
     "socket.connect": _NETWORK,
     "socket.sendto": _NETWORK,
@@ -72,6 +73,19 @@ _EVENTS = {
     "os.forkpty": _PROCESS,
     "pty.spawn": _PROCESS,
     "open": _FILE,
+    # Changes to the world outside the process that need no open file: followed like file access (reported;
+    # strict refuses), and any of them means the rerun is not matched.
+    "os.remove": _WORLD,
+    "os.rmdir": _WORLD,
+    "os.rename": _WORLD,
+    "os.truncate": _WORLD,
+    "os.chmod": _WORLD,
+    "os.link": _WORLD,
+    "os.symlink": _WORLD,
+    "shutil.rmtree": _WORLD,
+    "os.kill": _WORLD,
+    "os.killpg": _WORLD,
+    "sqlite3.connect": _WORLD,
 }
 """The audit events guarded, by kind."""
 
@@ -203,6 +217,9 @@ class _Guard:
         if kind == _FILE:
             self._file(args)
             return
+        if kind == _WORLD:
+            self._world(event, args)
+            return
         if kind == _NETWORK or kind == _DNS:
             what, host, port = _network(event, args)
             if host is not None and self.allow.allows(host, port):
@@ -230,6 +247,16 @@ class _Guard:
         if not _agents(sys._getframe(3)) or exporters_traffic():
             return
         self._leak(f"file open {name!r}", refuse=False)
+
+    def _world(self, event: str, args: tuple[Any, ...]) -> None:
+        """A file removed, renamed or changed, a signal sent, a database opened: followed as file access is."""
+        target = args[0] if args else None
+        if event == "sqlite3.connect" and target in (":memory:", b":memory:", ""):
+            return  # a database that lives in the process
+        if not _agents(sys._getframe(3)) or exporters_traffic():
+            return
+        shown = os.fsdecode(target) if isinstance(target, bytes) else target
+        self._leak(f"{event} {shown!r}", refuse=False)
 
     def _live(self, what: str) -> None:
         mode = self.leaks_to()

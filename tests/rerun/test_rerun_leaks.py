@@ -450,3 +450,45 @@ def test_code_whose_module_name_is_not_a_string_is_still_guarded(dataset: Path, 
     result = rerun(lambda: exec(code, scope), dataset=dataset, session_id="quiet")
     assert result.error is None and [type(e) for e in out] == [DeterminismLeakError], result.report()
     assert len(result.leaks) == 2 and result.leaks[0].startswith("file open"), result.leaks
+
+
+def _changes_the_world(ledger: str, victim: int) -> str:
+    import os as _os
+    import signal as _signal
+    import sqlite3 as _sqlite3
+
+    _os.remove(ledger)
+    _os.kill(victim, _signal.SIGTERM)
+    with _sqlite3.connect(ledger + ".db") as db:
+        db.execute("CREATE TABLE IF NOT EXISTS t (x)")
+    return "done"
+
+
+def test_removing_files_signalling_processes_and_opening_databases_are_leaks_never_matched(
+    dataset: Path, tmp_path: Path
+) -> None:
+    import signal as _signal
+    import subprocess as _subprocess
+
+    ledger = tmp_path / "ledger.txt"
+    victim = _subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record(dataset, "world", lambda: "done")  # the recorded agent touched nothing
+        ledger.write_text("x")
+        relaxed = rerun(lambda: _changes_the_world(str(ledger), victim.pid), dataset=dataset, session_id="world")
+        assert not relaxed.matched
+        assert any("os.remove" in leak for leak in relaxed.leaks), relaxed.leaks
+        assert any("os.kill" in leak for leak in relaxed.leaks), relaxed.leaks
+        assert any("sqlite3.connect" in leak for leak in relaxed.leaks), relaxed.leaks
+        ledger.write_text("x")
+        with pytest.raises(DeterminismLeakError, match="os.remove"):
+            rerun(
+                lambda: _changes_the_world(str(ledger), victim.pid),
+                dataset=dataset,
+                session_id="world",
+                governance="strict",
+            )
+        assert ledger.exists()  # strict refused the removal before it happened
+    finally:
+        victim.send_signal(_signal.SIGKILL)
+        victim.wait()
