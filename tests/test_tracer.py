@@ -1,17 +1,44 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import otel_replay
 from otel_replay import CaptureError, DecisionTracer, OutcomeAlreadyRecorded, RecordNotFound
+from otel_replay.capture import outcome_claims
+from otel_replay.capture.outcome_claims import _name, claim_outcome
 from otel_replay.capture.recorder import Recorder, set_recorder
 from otel_replay.cli import main
+from otel_replay.errors import DatasetError
+
+
+def _forget_stores() -> None:
+    """Close this process's claim stores, so the next claim opens its file as a new process would."""
+    for store in outcome_claims._stores.values():
+        if store._con is not None:
+            store._con.close()
+            store._con = None
+    outcome_claims._stores.clear()
+
+
+def _claimed(dataset) -> list[str]:
+    """The decision ids the dataset's claim store holds, sorted."""
+    with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
+        return sorted(row[0] for row in con.execute("SELECT decision_id FROM outcome_claims"))
+
+
+def _drop_claim(dataset, decision_id: str) -> None:
+    """Remove a decision's claim by hand, as the refusal tells an operator to (or as a dataset older than claims)."""
+    with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con, con:
+        assert con.execute("DELETE FROM outcome_claims WHERE decision_id = ?", (decision_id,)).rowcount == 1
 
 
 def test_outcome_is_recorded_once(telemetry, dataset):
@@ -52,7 +79,7 @@ def test_outcomes_view_keeps_only_the_first_outcome(telemetry, dataset):
     # the view still shows one.
     decision = DecisionTracer().decision("a", "t", "r")
     DecisionTracer().record_outcome(decision, True)
-    (dataset / "_outcomes" / f"{decision}.json").unlink()
+    _drop_claim(dataset, decision)
     DecisionTracer().record_outcome(decision, False)
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:
@@ -106,7 +133,7 @@ def test_an_unflushed_outcome_of_another_process_still_refuses_a_second(telemetr
 def test_two_tracers_in_one_process_share_the_datasets_claim(telemetry, dataset):
     decision = DecisionTracer().decision("a", "t", "r")
     DecisionTracer().record_outcome(decision, True)
-    with pytest.raises(OutcomeAlreadyRecorded, match=f"{decision}.json"):
+    with pytest.raises(OutcomeAlreadyRecorded, match=f"{decision} already has .* in .*_outcomes/claims.sqlite3"):
         DecisionTracer().record_outcome(decision, False)
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:
@@ -125,7 +152,7 @@ def test_an_outcome_whose_emit_failed_can_be_recorded_again(telemetry, dataset, 
     finally:
         set_recorder(previous)
         monkeypatch.undo()
-    assert not (dataset / "_outcomes" / f"{decision}.json").exists()  # the claim was given back
+    assert _claimed(dataset) == []  # the claim was given back
     assert tracer.record_outcome(decision, True).outcome_correct is True
     with pytest.raises(OutcomeAlreadyRecorded):
         tracer.record_outcome(decision, False)
@@ -157,8 +184,8 @@ def test_a_decision_id_that_is_no_file_name_gets_a_hashed_claim(telemetry, datas
         with otel_replay.open(dataset) as store:
             DecisionTracer(store=store).record_outcome("../../etc/passwd", True)
     tracer.record_outcome("../x y", True)  # no store: an id the tracer has not seen is still claimed
-    names = os.listdir(dataset / "_outcomes")
-    assert len(names) == 1 and names[0].startswith("sha256-")
+    assert _claimed(dataset) == ["../x y"]  # a row keyed by the id itself, no file named after it
+    assert sorted(os.listdir(dataset / "_outcomes")) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
     with pytest.raises(OutcomeAlreadyRecorded):
         DecisionTracer().record_outcome("../x y", False)
 
@@ -171,7 +198,7 @@ def test_a_decision_with_two_stored_outcomes_reads_as_conflicting_and_its_chain_
     torn = tracer.decision("a", "t", "torn", correlation_id="loan-9")
     tracer.record_outcome(clean, True)
     first = tracer.record_outcome(torn, True)
-    (dataset / "_outcomes" / f"{torn}.json").unlink()  # as in a dataset written before outcome claims
+    _drop_claim(dataset, torn)  # as in a dataset written before outcome claims
     second = DecisionTracer().record_outcome(torn, False)
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:
@@ -189,3 +216,232 @@ def test_a_decision_with_two_stored_outcomes_reads_as_conflicting_and_its_chain_
     result = CliRunner().invoke(main, ["chain", "trade", "loan-9", "-d", str(dataset)], terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "conflicting" in result.output and "correct" in result.output
+
+
+# --- the local claim store (_outcomes/claims.sqlite3): exactly once across processes, no file per outcome ---
+
+_RACER = textwrap.dedent("""
+    import os, sys, time
+    from otel_replay.capture.outcome_claims import claim_outcome
+    from otel_replay.errors import OutcomeAlreadyRecorded
+    dataset, go, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    for i in range(count):
+        try:
+            claim_outcome(dataset, f"decision-{i}", f"outcome-{os.getpid()}-{i}", True)
+            print("won", i, flush=True)
+        except OutcomeAlreadyRecorded as e:
+            assert f"claimed by pid" in str(e) and "claims.sqlite3" in str(e), e
+""")
+
+
+def test_processes_racing_to_claim_the_same_decisions_win_each_exactly_once(dataset):
+    # Four real processes start at one signal and claim the same 300 decisions: every decision is won by exactly
+    # one of them, none twice, none lost (the store is created by whichever comes first).
+    go = dataset.parent / "go"
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(dataset), str(go), "300"], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    go.touch()
+    outputs = [racer.communicate(timeout=120)[0] for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0, 0, 0]
+    won = sorted(int(line.split()[1]) for out in outputs for line in out.splitlines())
+    assert won == list(range(300))
+    assert len(_claimed(dataset)) == 300
+
+
+def test_a_claim_survives_its_claimant_being_killed_right_after_it_returned(dataset):
+    child = textwrap.dedent(f"""
+        import os, time
+        from otel_replay.capture.outcome_claims import claim_outcome
+        claim_outcome({str(dataset)!r}, "killed-decision", "outcome-k", False)
+        print(os.getpid(), flush=True)
+        time.sleep(600)
+    """)
+    claimant = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    assert claimant.stdout is not None
+    pid = int(claimant.stdout.readline())
+    claimant.kill()  # SIGKILL: no exit handler, no close, no checkpoint
+    claimant.wait(timeout=30)
+    claimant.stdout.close()
+    with pytest.raises(OutcomeAlreadyRecorded, match=rf"claimed by pid {pid} on .* \(outcome outcome-k\) in "):
+        claim_outcome(dataset, "killed-decision", "outcome-2", True)
+    assert _second_process_claim(dataset, "killed-decision") == "refused"
+
+
+def test_a_claim_file_written_by_an_older_version_still_refuses(telemetry, dataset):
+    # Older versions wrote one claim file per outcome (the id as its name, or a hash of an id that is no file name).
+    tracer = DecisionTracer()
+    plain, odd = tracer.decision("a", "t", "r"), "loan/7 ünïcode"
+    tracer.record_outcome(tracer.decision("a", "t", "the store exists already"), True)
+    old = dataset / "_outcomes"
+    body = '{"claimant": "pid 42 on old-host", "claimed_at": "2026-01-02T03:04:05+00:00", "outcome_id": "o-old"}'
+    (old / f"{plain}.json").write_text(body)
+    (old / _name(odd)).write_text("{torn")
+    with pytest.raises(
+        OutcomeAlreadyRecorded, match=rf"claimed by pid 42 on old-host at 2026-01-02T03:04:05\+00:00 \(outcome o-old\) "
+        rf"in .*_outcomes/{plain}\.json"
+    ):
+        tracer.record_outcome(plain, False)
+    with pytest.raises(OutcomeAlreadyRecorded, match=r"already has an outcome: claimed in .*_outcomes/sha256-"):
+        tracer.record_outcome(odd, False)  # an unreadable old claim still refuses
+    assert plain not in _claimed(dataset) and odd not in _claimed(dataset)
+
+
+def test_a_released_claim_can_be_taken_again_and_an_old_release_frees_no_newer_claim(dataset):
+    first = claim_outcome(dataset, "d-1", "o-1", True)
+    first.release()
+    assert _claimed(dataset) == []
+    second = claim_outcome(dataset, "d-1", "o-2", False)
+    first.release()  # late or repeated: it was o-1's claim, not o-2's
+    with pytest.raises(OutcomeAlreadyRecorded, match=r"\(outcome o-2\)"):
+        claim_outcome(dataset, "d-1", "o-3", True)
+    second.release()
+    claim_outcome(dataset, "d-1", "o-4", True)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "ünïcødé-决定-🙂",
+        "x" * 10_000,
+        "a\x00b",
+        "../../etc/passwd",
+        "C:\\windows\\system32",
+        "'; DROP TABLE outcome_claims; --",
+        "\ud800 lone surrogate",
+        " ",
+    ],
+    ids=["unicode", "10k-chars", "nul", "slashes", "backslashes", "sql-quote", "surrogate", "space"],
+)
+def test_a_hostile_decision_id_is_claimed_exactly_once_and_apart_from_its_neighbours(dataset, hostile):
+    claim_outcome(dataset, "a", "o-a", True)  # the store exists, and a prefix of some ids is taken
+    claim_outcome(dataset, hostile, "o-1", True)
+    with pytest.raises(OutcomeAlreadyRecorded, match="claimed by pid"):
+        claim_outcome(dataset, hostile, "o-2", False)
+    for neighbour in (hostile + "x", hostile[:-1] or "y", hostile.replace("\x00", "\x01")):
+        if neighbour != hostile:
+            claim_outcome(dataset, neighbour, "o-3", True)
+    assert sorted(os.listdir(dataset / "_outcomes")) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
+    assert not (dataset.parent / "etc").exists()
+
+
+def test_5000_outcomes_leave_three_files_in_the_outcomes_directory(telemetry, dataset):
+    tracer = DecisionTracer()
+    decisions = [tracer.decision("a", "t", f"r{i}") for i in range(5_000)]
+    for decision in decisions:
+        tracer.record_outcome(decision, True)
+    telemetry.force_flush()
+    assert sorted(os.listdir(dataset / "_outcomes")) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
+    assert len(_claimed(dataset)) == 5_000
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"", b"this is no SQLite database, it was overwritten" * 100, b"SQLite format 3\x00" + b"\xff" * 4000],
+    ids=["emptied", "overwritten", "torn-header"],
+)
+def test_a_damaged_claim_store_is_a_one_line_error_naming_it_and_is_never_replaced(telemetry, dataset, damage):
+    tracer = DecisionTracer()
+    first = tracer.decision("a", "t", "r")
+    tracer.record_outcome(first, True)
+    store = dataset / "_outcomes" / "claims.sqlite3"
+    _forget_stores()  # damaged while closed (a disk fault, a stray write), as the next process finds it
+    for sidecar in ("-wal", "-shm"):
+        Path(f"{store}{sidecar}").unlink(missing_ok=True)
+    store.write_bytes(damage)
+    second = DecisionTracer().decision("a", "t", "r2")
+    for _ in range(2):  # twice: a failed open leaves nothing behind that would pass the second time
+        with pytest.raises(DatasetError) as raised:
+            DecisionTracer().record_outcome(second, True)
+        message = str(raised.value)
+        assert f"outcome claim store {store} is damaged (" in message and "\n" not in message
+        assert store.read_bytes() == damage  # never recreated over the claims it may hold
+    child = _second_process_claim(dataset, first, check=False)
+    assert f"DatasetError: outcome claim store {store} is damaged" in child
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store_:
+        assert [r["decision_id"] for r in store_.rows("SELECT * FROM outcomes")] == [first]  # nothing emitted
+
+
+def test_an_unopenable_claim_store_is_a_one_line_error_and_the_outcome_can_be_recorded_once_fixed(
+    telemetry, dataset
+):
+    tracer = DecisionTracer()
+    decision = tracer.decision("a", "t", "r")
+    (dataset / "_outcomes").write_text("a file where the claims directory belongs")
+    with pytest.raises(
+        DatasetError, match=r"^outcome claim store .*_outcomes/claims.sqlite3: cannot open it \(.*Not a directory"
+    ):
+        tracer.record_outcome(decision, True)
+    (dataset / "_outcomes").unlink()
+    (dataset / "_outcomes" / "claims.sqlite3").mkdir(parents=True)  # a directory where the database belongs
+    with pytest.raises(DatasetError, match=r"^outcome claim store .*claims.sqlite3: cannot open it \(unable to open"):
+        tracer.record_outcome(decision, True)
+    (dataset / "_outcomes" / "claims.sqlite3").rmdir()
+    assert tracer.record_outcome(decision, True).outcome_correct is True  # nothing was claimed or emitted before
+    with pytest.raises(OutcomeAlreadyRecorded):
+        DecisionTracer().record_outcome(decision, False)
+
+
+def test_a_claim_store_removed_by_hand_is_not_written_through_a_stale_connection(dataset):
+    claim_outcome(dataset, "d-1", "o-1", True)
+    for name in ("claims.sqlite3", "claims.sqlite3-wal", "claims.sqlite3-shm"):
+        (dataset / "_outcomes" / name).unlink(missing_ok=True)  # an operator starts an empty store
+    claim_outcome(dataset, "d-1", "o-2", True)
+    assert _claimed(dataset) == ["d-1"]  # in the file now at that path, where other processes look
+    assert _second_process_claim(dataset, "d-1") == "refused"
+
+
+def _second_process_claim(dataset, decision_id: str, check: bool = True) -> str:
+    """Another process claims ``decision_id``: "claimed", "refused", or (``check=False``) what it printed on stderr."""
+    child = textwrap.dedent(f"""
+        from otel_replay.capture.outcome_claims import claim_outcome
+        from otel_replay.errors import OutcomeAlreadyRecorded
+        try:
+            claim_outcome({str(dataset)!r}, {decision_id!r}, "o-child", True)
+            print("claimed")
+        except OutcomeAlreadyRecorded:
+            print("refused")
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=check)
+    return done.stdout.strip() or done.stderr
+
+
+def test_a_forked_child_claims_through_its_own_connection(dataset):
+    claim_outcome(dataset, "parent", "o-1", True)
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's connection must not be used (SQLite forbids it across fork)
+        code = 1
+        try:
+            claim_outcome(dataset, "child", "o-2", True)
+            try:
+                claim_outcome(dataset, "parent", "o-3", True)
+            except OutcomeAlreadyRecorded:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _claimed(dataset) == ["child", "parent"]
+
+
+def test_verify_compact_and_reads_pass_over_the_claim_store(telemetry, dataset):
+    tracer = DecisionTracer()
+    decisions = [tracer.decision("a", "t", f"r{i}", correlation_id="c-1") for i in range(20)]
+    for decision in decisions:
+        tracer.record_outcome(decision, True)
+    telemetry.force_flush()
+    for command in (["verify", str(dataset)], ["compact", str(dataset), "--grace", "0"], ["verify", str(dataset)]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 0, result.output
+        assert "claims.sqlite3" not in result.output
+    with otel_replay.open(dataset) as store:
+        assert len(store.verified_outcomes(decisions)) == 20
+    assert len(_claimed(dataset)) == 20
+    with pytest.raises(OutcomeAlreadyRecorded, match="claims.sqlite3"):
+        DecisionTracer().record_outcome(decisions[0], False)

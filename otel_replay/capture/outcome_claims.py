@@ -4,11 +4,37 @@ An outcome still in another process's export buffer is invisible to a check
 of the dataset, so "is there an outcome already?" read from the dataset
 cannot keep outcomes immutable on its own. Before it emits an outcome,
 :class:`~otel_replay.DecisionTracer` therefore takes the decision's claim in
-the dataset: ``<dataset>/_outcomes/<decision id>.json``, created with
-``O_CREAT | O_EXCL`` and fsynced (file and directory) on a local dataset, or
-put with ``If-None-Match: *`` on an ``s3://`` one. Exactly one of two racing
-claimants creates it; the other is refused with
-:class:`~otel_replay.errors.OutcomeAlreadyRecorded` naming the claim.
+the dataset; exactly one of two racing claimants gets it, the other is
+refused with :class:`~otel_replay.errors.OutcomeAlreadyRecorded` naming where
+the claim is, who took it, when, and for which outcome.
+
+On a local dataset every claim is a row of one SQLite database,
+``<dataset>/_outcomes/claims.sqlite3`` (WAL journal, the decision id its
+primary key), so 5,000 outcomes leave three files there, not 5,000. The
+insert is the claim: of two processes inserting the same decision id, SQLite
+lets exactly one commit. The database is written with ``synchronous=NORMAL``:
+a committed claim is in the WAL before the insert returns, so it survives the
+claimant being killed (``kill -9``); only a crash of the machine itself can
+lose the last claims before a checkpoint, and with them, nearly always, the
+outcomes they guard, which sit unflushed in the exporter's buffer anyway (an
+outcome that did reach a Parquet file still refuses a second one through a
+tracer with a store, and two stored outcomes read as conflicting, never as
+one silently). Writers wait up to :data:`BUSY_SECONDS` for one another. The
+database is created under a temporary name and linked into place, so a file
+at its path is always a claim store: one that cannot be read as such (not a
+database, no claims table, unreadable) is an error naming it, and is never
+replaced. SQLite's locks need a local file system (not NFS).
+
+A claim file ``_outcomes/<decision id>.json`` left by an older version
+(``O_CREAT | O_EXCL``, one per outcome) still refuses a second outcome: before
+its insert a claim looks for that one file (one ``stat``). Old files are not
+moved into the database: they cost nothing to leave, retention expires them
+as before, and a moved file would stop refusing in a process of the older
+version still running. (Two versions claiming the same decision *at the same
+moment* are not excluded from each other: upgrade every writer of a dataset.)
+
+On an ``s3://`` dataset the claim is the object ``_outcomes/<decision id>.json``
+put with ``If-None-Match: *``, as before.
 
 A claim is released only by the process that took it, when emitting its
 outcome raised (nothing was emitted). A process that dies between its claim
@@ -19,23 +45,41 @@ removed by hand (the outcome is then recorded again).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import socket
+import sqlite3
+import threading
+import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from otel_replay.errors import OutcomeAlreadyRecorded
+from otel_replay.errors import DatasetError, OutcomeAlreadyRecorded
 from otel_replay.exporters.writer import fsync_dir
 
-__all__ = ["OUTCOMES_DIR", "OutcomeClaim", "claim_outcome"]
+__all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OUTCOMES_DIR", "OutcomeClaim", "claim_outcome", "expire_outcome_claims"]
 
 OUTCOMES_DIR = "_outcomes"
+CLAIMS_DB = "claims.sqlite3"
+"""The local claim store's file name in :data:`OUTCOMES_DIR` (beside it SQLite keeps ``-wal`` and ``-shm``)."""
+BUSY_SECONDS = 60.0
+"""How long a claim waits for other writers of the claim store before it fails (naming the store)."""
+
 _SAFE = re.compile(r"[0-9A-Za-z_-]{1,128}")
+_TABLE = "outcome_claims"
+_SCHEMA = (
+    f"CREATE TABLE {_TABLE} ("
+    "decision_id PRIMARY KEY NOT NULL, "  # TEXT, or the id's UTF-8 (surrogatepass) BLOB when it holds lone surrogates
+    "outcome_id TEXT NOT NULL, outcome_correct INTEGER NOT NULL, "
+    "claimant TEXT NOT NULL, claimed_at TEXT NOT NULL, claimed_ns INTEGER NOT NULL) WITHOUT ROWID"
+)
+_INSERT = f"INSERT INTO {_TABLE} VALUES (?, ?, ?, ?, ?, ?)"
 
 
 def _name(decision_id: str) -> str:
@@ -45,6 +89,15 @@ def _name(decision_id: str) -> str:
     return f"sha256-{hashlib.sha256(decision_id.encode('utf-8', 'surrogatepass')).hexdigest()[:40]}.json"
 
 
+def _key(decision_id: str) -> str | bytes:
+    """The decision id as the claim store's key: itself, or its bytes when SQLite cannot take it as text."""
+    try:
+        decision_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return decision_id.encode("utf-8", "surrogatepass")
+    return decision_id
+
+
 @dataclass
 class OutcomeClaim:
     """A claim this process holds; :meth:`release` gives it back (only when its outcome was never emitted)."""
@@ -52,9 +105,16 @@ class OutcomeClaim:
     where: str
     _etag: str | None = None
     _location: Any = None
+    _store: _ClaimStore | None = None
+    _key: str | bytes | None = None
+    _outcome_id: str | None = None
 
     def release(self) -> None:
         """Remove the claim: the outcome it stood for was not emitted, so the decision may get one later."""
+        if self._store is not None:
+            assert self._key is not None and self._outcome_id is not None
+            self._store.release(self._key, self._outcome_id)
+            return
         if self._location is None:
             try:
                 os.unlink(self.where)
@@ -68,30 +128,193 @@ class OutcomeClaim:
         objects.delete_if(objects.client(location), location, location.key(self.where), self._etag)
 
 
+def _claimant() -> tuple[str, str, int]:
+    now = time.time_ns()
+    at = datetime.fromtimestamp(now / 1e9, UTC).isoformat()
+    return f"pid {os.getpid()} on {socket.gethostname()}", at, now
+
+
 def _body(decision_id: str, outcome_id: str, outcome_correct: bool) -> bytes:
+    claimant, at, _ = _claimant()
     return json.dumps(
         {
             "decision_id": decision_id,
             "outcome_id": outcome_id,
             "outcome_correct": outcome_correct,
-            "claimant": f"pid {os.getpid()} on {socket.gethostname()}",
-            "claimed_at": datetime.now(UTC).isoformat(),
+            "claimant": claimant,
+            "claimed_at": at,
         },
         sort_keys=True,
     ).encode()
 
 
-def _refusal(decision_id: str, where: str, held: bytes | None) -> OutcomeAlreadyRecorded:
+def _refusal(
+    decision_id: str, where: str, body: dict[str, Any], remedy: str = "remove the claim"
+) -> OutcomeAlreadyRecorded:
+    who = f" by {body.get('claimant', '?')} at {body.get('claimed_at', '?')} (outcome {body.get('outcome_id', '?')})"
+    return OutcomeAlreadyRecorded(
+        f"decision {decision_id} already has an outcome: claimed{who if body else ''} in {where}; outcomes are "
+        f"immutable (if that claimant died before its outcome reached the dataset, {remedy} to record one)"
+    )
+
+
+def _held(held: bytes | None) -> dict[str, Any]:
     try:
         body = json.loads(held) if held else {}
     except ValueError:
         body = {}
-    body = body if isinstance(body, dict) else {}
-    who = f" by {body.get('claimant', '?')} at {body.get('claimed_at', '?')} (outcome {body.get('outcome_id', '?')})"
-    return OutcomeAlreadyRecorded(
-        f"decision {decision_id} already has an outcome: claimed{who if body else ''} in {where}; outcomes are "
-        "immutable (if that claimant died before its outcome reached the dataset, remove the claim to record one)"
-    )
+    return body if isinstance(body, dict) else {}
+
+
+class _ClaimStore:
+    """One dataset's claim database as this process has it open; one thread at a time uses it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / CLAIMS_DB
+        self.lock = threading.Lock()
+        self._con: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] | None = None
+
+    def _error(self, doing: str, exc: BaseException) -> DatasetError:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
+        if damaged or "malformed" in first or "not a database" in first:
+            return DatasetError(
+                f"outcome claim store {self.path} is damaged ({first}); it is never replaced "
+                "automatically, as it holds the claims that keep outcomes once: restore it, or move it aside "
+                "(with its -wal and -shm files) to start an empty one"
+            )
+        return DatasetError(f"outcome claim store {self.path}: cannot {doing} ({first})")
+
+    def _create(self) -> None:
+        """Create the database under a temporary name and link it into place (an existing one wins)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._error("create its directory", exc) from exc
+        temp = self.directory / f".{CLAIMS_DB}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            con = sqlite3.connect(temp, isolation_level=None)
+            try:
+                con.execute("PRAGMA journal_mode=WAL")
+                con.execute(_SCHEMA)
+            finally:
+                con.close()  # the last connection: its WAL is checkpointed and removed
+            fd = os.open(temp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(FileExistsError):  # another process created it first: use that one
+                os.link(temp, self.path)
+            fsync_dir(self.directory)
+        except (OSError, sqlite3.Error) as exc:
+            raise self._error("create it", exc) from exc
+        finally:
+            for leftover in (temp, Path(f"{temp}-wal"), Path(f"{temp}-shm")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+
+    def connection(self) -> sqlite3.Connection:
+        """The open connection, (re)opened when the file at :attr:`path` is not the one it has open."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise self._error("open it", exc) from exc
+        if self._con is not None and st is not None and (st.st_dev, st.st_ino) == self._ident:
+            return self._con
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        if st is None:
+            self._create()
+            st = os.stat(self.path)
+        try:
+            con = sqlite3.connect(
+                self.path.as_uri() + "?mode=rw",
+                uri=True,
+                timeout=BUSY_SECONDS,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise self._error("open it", exc) from exc
+        try:
+            con.execute("PRAGMA synchronous=NORMAL")
+            tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        except sqlite3.Error as exc:
+            con.close()
+            raise self._error("open it", exc) from exc
+        if (_TABLE,) not in tables:
+            con.close()
+            raise self._error("open it", sqlite3.DatabaseError(f"no {_TABLE} table in it"))
+        self._con, self._ident = con, (st.st_dev, st.st_ino)
+        return con
+
+    def claim(self, decision_id: str, outcome_id: str, outcome_correct: bool) -> OutcomeClaim:
+        key = _key(decision_id)
+        claimant, at, now = _claimant()
+        with self.lock:
+            con = self.connection()
+            try:
+                con.execute(_INSERT, (key, outcome_id, int(outcome_correct), claimant, at, now))
+            except sqlite3.IntegrityError:
+                held = self._held(con, key)
+                raise _refusal(decision_id, str(self.path), held, f"delete its row from {_TABLE}") from None
+            except sqlite3.Error as exc:
+                raise self._error(f"record the claim for decision {decision_id[:200]!r}", exc) from exc
+        return OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=outcome_id)
+
+    def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
+        try:
+            row = con.execute(
+                f"SELECT claimant, claimed_at, outcome_id FROM {_TABLE} WHERE decision_id = ?", (key,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error("read a claim", exc) from exc
+        return {} if row is None else {"claimant": row[0], "claimed_at": row[1], "outcome_id": row[2]}
+
+    def release(self, key: str | bytes, outcome_id: str) -> None:
+        with self.lock:
+            con = self.connection()
+            try:
+                con.execute(f"DELETE FROM {_TABLE} WHERE decision_id = ? AND outcome_id = ?", (key, outcome_id))
+            except sqlite3.Error as exc:
+                raise self._error("release a claim", exc) from exc
+
+    def expire(self, before_ns: int) -> int:
+        with self.lock:
+            con = self.connection()
+            try:
+                return con.execute(f"DELETE FROM {_TABLE} WHERE claimed_ns < ?", (before_ns,)).rowcount
+            except sqlite3.Error as exc:
+                raise self._error("delete expired claims", exc) from exc
+
+
+_stores: dict[tuple[int, str], _ClaimStore] = {}
+_stores_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    global _stores_lock
+    _stores_lock = threading.Lock()  # a thread of the parent may have held it; its connections stay unused here
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _store(root: str) -> _ClaimStore:
+    """The claim store of the local dataset at ``root`` in this process (a connection never crosses a fork)."""
+    directory = os.path.join(root if os.path.isabs(root) else os.path.abspath(root), OUTCOMES_DIR)
+    key = (os.getpid(), directory)
+    store = _stores.get(key)
+    if store is None:
+        with _stores_lock:
+            store = _stores.setdefault(key, _ClaimStore(Path(directory)))
+    return store
 
 
 def claim_outcome(
@@ -100,38 +323,43 @@ def claim_outcome(
     """Take the one claim ``dataset`` holds for ``decision_id``'s outcome.
 
     Raises:
-        OutcomeAlreadyRecorded: another claimant (this process or another) took it first.
-        OSError, DatasetError: the claim could not be written (nothing is claimed then).
+        OutcomeAlreadyRecorded: another claimant (this process or another, or a
+            claim file of an older version) took it first.
+        DatasetError: the claim could not be written, or the claim store is
+            damaged (nothing is claimed then).
 
+    """
+    root = os.fspath(dataset)
+    name = _name(decision_id)
+    if not isinstance(root, str) or "://" in root:  # a plain local path skips resolve() (this is per outcome)
+        from otel_replay.location import resolve
+
+        location = resolve(dataset)
+        if location.remote:
+            return _claim_remote(location, decision_id, name, _body(decision_id, outcome_id, outcome_correct))
+        root = location.root
+    legacy = os.path.join(root, OUTCOMES_DIR, name)
+    if os.path.lexists(legacy):
+        try:
+            held = Path(legacy).read_bytes()
+        except OSError:
+            held = None
+        raise _refusal(decision_id, legacy, _held(held))
+    return _store(root).claim(decision_id, outcome_id, outcome_correct)
+
+
+def expire_outcome_claims(dataset: Any, before_ns: int) -> int:
+    """Delete the claim store's claims taken before ``before_ns`` (ns since the epoch); how many.
+
+    Only for a local dataset that has a claim store (0 otherwise); claim files
+    (older versions', and ``s3://`` claim objects) are expired by retention itself.
     """
     from otel_replay.location import resolve
 
     location = resolve(dataset)
-    name = _name(decision_id)
-    body = _body(decision_id, outcome_id, outcome_correct)
-    if location.remote:
-        return _claim_remote(location, decision_id, name, body)
-    directory = Path(location.root) / OUTCOMES_DIR
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        try:
-            held = path.read_bytes()
-        except OSError:
-            held = None
-        raise _refusal(decision_id, str(path), held) from None
-    try:
-        os.write(fd, body)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
-    fsync_dir(directory)  # the claim's name must survive a crash too, or a second claimant could take it
-    return OutcomeClaim(str(path))
+    if location.remote or not os.path.lexists(os.path.join(location.root, OUTCOMES_DIR, CLAIMS_DB)):
+        return 0
+    return _store(location.root).expire(before_ns)
 
 
 def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> OutcomeClaim:
@@ -143,5 +371,5 @@ def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> Ou
         etag = objects.put_if(s3, location, location.key(where), body, None)
     except objects.Conflict:
         held = objects.get(s3, location, location.key(where))
-        raise _refusal(decision_id, where, held.body if held is not None else None) from None
+        raise _refusal(decision_id, where, _held(held.body if held is not None else None)) from None
     return OutcomeClaim(where, etag, location)

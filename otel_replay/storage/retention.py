@@ -19,7 +19,8 @@ records where it cuts each hash chain (``_retention/``, see
 :mod:`.retention_marks`), so ``verify`` tells the cut from a deletion.
 
 Outcome and compensation claims (``_outcomes/``, ``_compensations/``: one
-small file per outcome or compensated receipt, kept so that an outcome or a
+small file per outcome or compensated receipt, or a row of the local outcome
+claim store ``_outcomes/claims.sqlite3``, kept so that an outcome or a
 refund happens once) last written before the cutoff are deleted too, else
 they would pile up for ever. Only when every partition before the cutoff was
 dropped (none busy): a claim is newer than the decision and receipt it
@@ -255,11 +256,11 @@ def _drop_remote(
 
 def _expire_claims(location: Location, cutoff: dt.date) -> int:
     """Delete the outcome and compensation claims last written before ``cutoff`` (midnight UTC); how many."""
-    from otel_replay.capture.outcome_claims import OUTCOMES_DIR
+    from otel_replay.capture.outcome_claims import OUTCOMES_DIR, expire_outcome_claims
     from otel_replay.claims import CLAIMS_DIR
 
     before_ns = midnight_ns(cutoff)
-    expired = 0
+    expired = expire_outcome_claims(location, before_ns)  # the rows of a local claim store
     for directory in (OUTCOMES_DIR, CLAIMS_DIR):
         for info in location.files_under(location.join(directory)):
             written = info.mtime_ns

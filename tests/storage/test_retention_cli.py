@@ -110,25 +110,34 @@ def test_retention_expires_outcome_and_compensation_claims_older_than_the_cutoff
     # One claim file per outcome and per compensated receipt would pile up for ever; retention deletes those
     # last written before the cutoff (their decisions and receipts are dropped with the partitions), never a
     # lock file, and none while a partition before the cutoff is left busy.
+    import contextlib
     import os
+    import sqlite3
 
     from otel_replay.capture.outcome_claims import claim_outcome
     from otel_replay.claims import ClaimState, CompensationClaims
 
     path, _ = make_dataset(spans=300, ids=30)
+    old = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC).timestamp()  # in the first partition's day
     claim_outcome(path, "old-decision", "o-1", True)
     claim_outcome(path, "new-decision", "o-2", False)
+    store = path / "_outcomes" / "claims.sqlite3"
+    with contextlib.closing(sqlite3.connect(store)) as con, con:  # as if claimed on that day
+        con.execute("UPDATE outcome_claims SET claimed_ns = ? WHERE decision_id = 'old-decision'", (int(old * 1e9),))
+    # a claim file an older version wrote (one file per outcome), on that day too
+    (path / "_outcomes" / "older-version.json").write_text('{"claimant": "pid 1 on old"}')
     claims = CompensationClaims(path)
     claims.finish(claims.claim("old-key", decision_id="old-decision", receipt_id="r-1"), ClaimState.DONE)
-    old = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC).timestamp()  # in the first partition's day
-    for name in ("_outcomes/old-decision.json", "_compensations/old-key.json", "_compensations/old-key.lock"):
+    for name in ("_outcomes/older-version.json", "_compensations/old-key.json", "_compensations/old-key.lock"):
         os.utime(path / name, (old, old))
     everything = _claims(path)
     busy = _drop_while_leased(path, "date=2026-01-01", 1, dt.date(2026, 1, 3))
     assert busy.busy == ["date=2026-01-01"] and busy.claims_expired == 0 and _claims(path) == everything
     report = drop_older_than(path, 1, today=dt.date(2026, 1, 3))
-    assert report.dropped == ["date=2026-01-01"] and report.claims_expired == 2
+    assert report.dropped == ["date=2026-01-01"] and report.claims_expired == 3
     assert _claims(path) == sorted(
-        n for n in everything if n not in ("_outcomes/old-decision.json", "_compensations/old-key.json")
+        n for n in everything if n not in ("_outcomes/older-version.json", "_compensations/old-key.json")
     )
-    assert "_compensations/old-key.lock" in _claims(path)
+    assert "_compensations/old-key.lock" in _claims(path)  # the store's files stay; only its old rows went
+    with contextlib.closing(sqlite3.connect(store)) as con:
+        assert con.execute("SELECT decision_id FROM outcome_claims").fetchall() == [("new-decision",)]
