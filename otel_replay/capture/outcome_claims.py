@@ -77,9 +77,9 @@ _SCHEMA = (
     f"CREATE TABLE {_TABLE} ("
     "decision_id PRIMARY KEY NOT NULL, "  # TEXT, or the id's UTF-8 (surrogatepass) BLOB when it holds lone surrogates
     "outcome_id TEXT NOT NULL, outcome_correct INTEGER NOT NULL, "
-    "claimant TEXT NOT NULL, claimed_at TEXT NOT NULL, claimed_ns INTEGER NOT NULL) WITHOUT ROWID"
+    "claimant TEXT NOT NULL, claimed_ns INTEGER NOT NULL) WITHOUT ROWID"  # ns since the epoch, UTC
 )
-_INSERT = f"INSERT INTO {_TABLE} VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT = f"INSERT INTO {_TABLE} VALUES (?, ?, ?, ?, ?)"
 
 
 def _name(decision_id: str) -> str:
@@ -128,21 +128,30 @@ class OutcomeClaim:
         objects.delete_if(objects.client(location), location, location.key(self.where), self._etag)
 
 
-def _claimant() -> tuple[str, str, int]:
-    now = time.time_ns()
-    at = datetime.fromtimestamp(now / 1e9, UTC).isoformat()
-    return f"pid {os.getpid()} on {socket.gethostname()}", at, now
+_claimant_of: tuple[int, str] = (-1, "")
+
+
+def _claimant() -> str:
+    """``pid N on HOST`` for this process (the host name asked once per process: it is per outcome)."""
+    global _claimant_of
+    pid = os.getpid()
+    if _claimant_of[0] != pid:
+        _claimant_of = (pid, f"pid {pid} on {socket.gethostname()}")
+    return _claimant_of[1]
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat()
 
 
 def _body(decision_id: str, outcome_id: str, outcome_correct: bool) -> bytes:
-    claimant, at, _ = _claimant()
     return json.dumps(
         {
             "decision_id": decision_id,
             "outcome_id": outcome_id,
             "outcome_correct": outcome_correct,
-            "claimant": claimant,
-            "claimed_at": at,
+            "claimant": _claimant(),
+            "claimed_at": _iso(time.time_ns()),
         },
         sort_keys=True,
     ).encode()
@@ -172,6 +181,7 @@ class _ClaimStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / CLAIMS_DB
+        self.legacy = f"{directory}{os.sep}"  # + a claim file's name: where an older version put that claim
         self.lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
@@ -185,6 +195,8 @@ class _ClaimStore:
                 "automatically, as it holds the claims that keep outcomes once: restore it, or move it aside "
                 "(with its -wal and -shm files) to start an empty one"
             )
+        if "locked" in first or "busy" in first:
+            first += f": other processes kept it busy for {BUSY_SECONDS:g} s"
         return DatasetError(f"outcome claim store {self.path}: cannot {doing} ({first})")
 
     def _create(self) -> None:
@@ -255,12 +267,19 @@ class _ClaimStore:
         return con
 
     def claim(self, decision_id: str, outcome_id: str, outcome_correct: bool) -> OutcomeClaim:
+        legacy = self.legacy + _name(decision_id)
+        if os.path.lexists(legacy):  # a claim file an older version wrote
+            try:
+                written: bytes | None = Path(legacy).read_bytes()
+            except OSError:
+                written = None
+            raise _refusal(decision_id, legacy, _held(written))
         key = _key(decision_id)
-        claimant, at, now = _claimant()
+        row = (key, outcome_id, int(outcome_correct), _claimant(), time.time_ns())
         with self.lock:
             con = self.connection()
             try:
-                con.execute(_INSERT, (key, outcome_id, int(outcome_correct), claimant, at, now))
+                con.execute(_INSERT, row)
             except sqlite3.IntegrityError:
                 held = self._held(con, key)
                 raise _refusal(decision_id, str(self.path), held, f"delete its row from {_TABLE}") from None
@@ -271,11 +290,14 @@ class _ClaimStore:
     def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
         try:
             row = con.execute(
-                f"SELECT claimant, claimed_at, outcome_id FROM {_TABLE} WHERE decision_id = ?", (key,)
+                f"SELECT claimant, claimed_ns, outcome_id FROM {_TABLE} WHERE decision_id = ?", (key,)
             ).fetchone()
         except sqlite3.Error as exc:
             raise self._error("read a claim", exc) from exc
-        return {} if row is None else {"claimant": row[0], "claimed_at": row[1], "outcome_id": row[2]}
+        if row is None:
+            return {}
+        at = _iso(row[1]) if isinstance(row[1], int) else row[1]
+        return {"claimant": row[0], "claimed_at": at, "outcome_id": row[2]}
 
     def release(self, key: str | bytes, outcome_id: str) -> None:
         with self.lock:
@@ -308,12 +330,11 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 def _store(root: str) -> _ClaimStore:
     """The claim store of the local dataset at ``root`` in this process (a connection never crosses a fork)."""
-    directory = os.path.join(root if os.path.isabs(root) else os.path.abspath(root), OUTCOMES_DIR)
-    key = (os.getpid(), directory)
+    key = (os.getpid(), root if os.path.isabs(root) else os.path.abspath(root))
     store = _stores.get(key)
     if store is None:
         with _stores_lock:
-            store = _stores.setdefault(key, _ClaimStore(Path(directory)))
+            store = _stores.setdefault(key, _ClaimStore(Path(key[1], OUTCOMES_DIR)))
     return store
 
 
@@ -330,21 +351,14 @@ def claim_outcome(
 
     """
     root = os.fspath(dataset)
-    name = _name(decision_id)
     if not isinstance(root, str) or "://" in root:  # a plain local path skips resolve() (this is per outcome)
         from otel_replay.location import resolve
 
         location = resolve(dataset)
         if location.remote:
-            return _claim_remote(location, decision_id, name, _body(decision_id, outcome_id, outcome_correct))
+            body = _body(decision_id, outcome_id, outcome_correct)
+            return _claim_remote(location, decision_id, _name(decision_id), body)
         root = location.root
-    legacy = os.path.join(root, OUTCOMES_DIR, name)
-    if os.path.lexists(legacy):
-        try:
-            held = Path(legacy).read_bytes()
-        except OSError:
-            held = None
-        raise _refusal(decision_id, legacy, _held(held))
     return _store(root).claim(decision_id, outcome_id, outcome_correct)
 
 
