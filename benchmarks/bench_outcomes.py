@@ -16,7 +16,8 @@ best of ``--rounds`` each:
 * ``no claim``: the same path with the claim left out (what the claim costs).
 
 Shown per variant: ms per outcome, outcomes/s, and the files left in
-``_outcomes/``. Prints figures; asserts nothing. Target (issue 20): >= 5,000
+``_outcomes/``; then the claims alone (``claim_outcome()`` called directly,
+no telemetry) for the two claim variants: claims/s. Prints figures; asserts nothing. Target (issue 20): >= 5,000
 outcomes/s from one process.
 """
 
@@ -96,6 +97,17 @@ def round_(n: int, claim: Callable[..., Any]) -> dict[str, float]:
         tracer_module.claim_outcome = saved
 
 
+def claims_alone(n: int, claim: Callable[..., Any]) -> float:
+    """Claims per second of ``claim`` called directly on a fresh local dataset (no telemetry, no emit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        claim(tmp, "warm-up", "o", True)
+        ids = [f"decision-{i:08d}-{os.urandom(8).hex()}" for i in range(n)]
+        start = time.perf_counter()
+        for i, decision in enumerate(ids):
+            claim(tmp, decision, f"outcome-{i}", True)
+        return n / (time.perf_counter() - start)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outcomes", type=int, default=5_000)
@@ -124,6 +136,15 @@ def main() -> int:
             f"  {name:12s} {r['wall'] / r['n'] * 1e3:7.3f} ms/outcome  {r['n'] / r['wall']:9,.0f} outcomes/s  "
             f"{r['files']:6.0f} files in _outcomes/"
         )
+    alone = {
+        name: max(claims_alone(opts.outcomes, claim) for _ in range(opts.rounds))
+        for name, claim in variants.items()
+        if name != "no claim"
+    }
+    print(
+        "  the claims alone (claim_outcome() called directly): "
+        + ", ".join(f"{name} {rate:,.0f} claims/s" for name, rate in alone.items())
+    )
     return 0
 
 

@@ -445,3 +445,33 @@ def test_verify_compact_and_reads_pass_over_the_claim_store(telemetry, dataset):
     assert len(_claimed(dataset)) == 20
     with pytest.raises(OutcomeAlreadyRecorded, match="claims.sqlite3"):
         DecisionTracer().record_outcome(decisions[0], False)
+
+
+def test_a_replaced_claim_store_keeps_the_claims_another_process_put_in_its_successor(dataset):
+    # An operator moves the store aside while this process has it open; another process creates the new one and
+    # claims in it (its claim still only in the new WAL). This process then reopens, closing its old connection,
+    # which must neither checkpoint into nor delete "claims.sqlite3-wal" by name: that is the new store's WAL now.
+    claim_outcome(dataset, "before", "o-1", True)
+    outcomes = dataset / "_outcomes"
+    aside = dataset / "aside"
+    aside.mkdir()
+    for name in ("claims.sqlite3", "claims.sqlite3-wal", "claims.sqlite3-shm"):
+        if (outcomes / name).exists():
+            os.rename(outcomes / name, aside / name)
+    child = textwrap.dedent(f"""
+        import time
+        from otel_replay.capture.outcome_claims import claim_outcome
+        claim_outcome({str(dataset)!r}, "in-the-new-store", "o-2", True)
+        print("claimed", flush=True)
+        time.sleep(600)
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "claimed"
+    try:
+        claim_outcome(dataset, "after", "o-3", True)  # this process finds the new store
+    finally:
+        holder.kill()  # dies holding the new store open: its claim is in the WAL alone
+        holder.wait(timeout=30)
+        holder.stdout.close()
+    assert _second_process_claim(dataset, "in-the-new-store") == "refused"
+    assert _claimed(dataset) == ["after", "in-the-new-store"]

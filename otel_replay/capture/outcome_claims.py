@@ -242,11 +242,16 @@ class _ClaimStore:
         if self._con is not None and st is not None and (st.st_dev, st.st_ino) == self._ident:
             return self._con
         if self._con is not None:
+            # SQLite neither checkpoints a moved or unlinked database on close nor deletes its "-wal" by name
+            # (now the WAL of the store that replaced it); a test holds it to that.
             self._con.close()
             self._con = None
         if st is None:
             self._create()
-            st = os.stat(self.path)
+            try:
+                st = os.stat(self.path)
+            except OSError as exc:
+                raise self._error("open it", exc) from exc
         try:
             con = sqlite3.connect(
                 self.path.as_uri() + "?mode=rw",
