@@ -475,3 +475,31 @@ def test_a_replaced_claim_store_keeps_the_claims_another_process_put_in_its_succ
         holder.stdout.close()
     assert _second_process_claim(dataset, "in-the-new-store") == "refused"
     assert _claimed(dataset) == ["after", "in-the-new-store"]
+
+
+def test_a_claim_waits_for_another_writer_of_the_store_and_names_the_store_when_it_waits_too_long(
+    dataset, monkeypatch
+):
+    import threading
+
+    claim_outcome(dataset, "first", "o-1", True)
+    store = dataset / "_outcomes" / "claims.sqlite3"
+    other = sqlite3.connect(store, isolation_level=None, check_same_thread=False)  # another process's writer
+    try:
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        threading.Timer(0.3, other.execute, ("COMMIT",)).start()
+        claim_outcome(dataset, "waited", "o-2", True)  # waits for the writer instead of failing
+        _forget_stores()
+        monkeypatch.setattr(outcome_claims, "BUSY_SECONDS", 0.2)
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(DatasetError) as raised:
+            claim_outcome(dataset, "too-long", "o-3", True)
+        assert str(raised.value) == (
+            f"outcome claim store {store}: cannot record the claim for decision 'too-long' "
+            "(database is locked: other processes kept it busy for 0.2 s)"
+        )
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    claim_outcome(dataset, "too-long", "o-4", True)  # nothing was claimed by the one that gave up
+    assert _claimed(dataset) == ["first", "too-long", "waited"]
