@@ -184,8 +184,10 @@ def main() -> int:
             )
         ratio = (gated["wall"] / gated["n"]) / (plain["wall"] / plain["n"])
         target = "target <= 2x" if threads == 1 else "target >= 5,000 commits/s"
-        print(f"  gated / ungated: {ratio:.2f}x; durable commits/s: {gated['n'] / gated['wall']:,.0f}  ({target}; "
-              "<= 10 files for 2,000 gated trades)")
+        print(
+            f"  gated / ungated: {ratio:.2f}x; durable commits/s: {gated['n'] / gated['wall']:,.0f}  ({target}; "
+            "<= 10 files for 2,000 gated trades)"
+        )
         alone = commits_alone(min(opts.trades, 400 * threads), threads)
         print(f"  peer: gate.commit() alone, no audit() block ({label}): {alone:,.0f} durable commits/s")
         floor = log_floor(min(opts.trades, 400 * threads), threads)

@@ -20,6 +20,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.server import Receiver, ServerConfig
 from otel_replay.server.convert import convert_segment
 from otel_replay.server.wal import (
@@ -464,3 +465,38 @@ def test_every_acknowledged_record_of_eight_threads_survives_a_kill_once(tmp_pat
             stored.append(name)
     assert len(stored) == len(set(stored))  # no record twice
     assert set(acknowledged) <= set(stored)  # no acknowledged record lost
+
+
+QUEUED = b"\x0aqueued " + "\u00e9".encode()
+
+
+def test_a_record_queued_when_the_log_closes_is_sealed_in_it_and_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    _slow_first_fsync(monkeypatch, lambda: wal._queued == 2)
+    outcome: dict[bytes, str] = {}
+
+    def append(record: bytes) -> None:
+        try:
+            wal.append(record)
+            outcome[record] = "durable"
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome[record] = repr(exc)
+
+    threads = [threading.Thread(target=append, args=(b"\x0afirst",))]
+    threads[0].start()
+    while wal._queued < 1:
+        time.sleep(0.001)
+    threads.append(threading.Thread(target=append, args=(QUEUED,)))
+    threads[1].start()
+    while wal._queued < 2:
+        time.sleep(0.001)
+    wal.close()  # while the second record waits in the queue (or its own write)
+    for thread in threads:
+        thread.join(30)
+    with pytest.raises(OtelReplayError, match="closed"):
+        wal.append(b"\x0alate")
+    assert outcome == {b"\x0afirst": "durable", QUEUED: "durable"}
+    (segment,) = wal.sealed()
+    assert list(read_records(segment.path)) == [b"\x0afirst", QUEUED]
