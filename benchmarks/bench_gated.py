@@ -1,6 +1,6 @@
 """Gated commits through the real write path: ``configure()`` + ``audit()`` + ``ActionGate.commit()``.
 
-Run: python benchmarks/bench_gated.py [--trades N] [--threads N] [--rounds N]
+Run: python benchmarks/bench_gated.py [--trades N] [--threads N] [--rounds N] [--dir PATH]
 
 A trade is one ``audit()`` block with a read, a model call and an act; the
 gated trade also commits its action through ``ActionGate.commit()`` on an
@@ -10,7 +10,11 @@ in-process rail (:class:`otel_replay.ReferenceLedger`) inside the block, as
 kept, ungated and gated run alternately in the same process. Shown per
 variant: ms per trade, the gated / ungated ratio, commits per second (single
 thread and ``--threads`` threads) and the Parquet files the round left in the
-dataset (after shutdown: everything is there).
+dataset (after shutdown: everything is there). Then, as peers: ``gate.commit()``
+alone (no ``audit()`` block: an intent and a commit record per commit, each
+fsynced) on ``--threads`` threads, and the write-ahead log alone. ``--dir``
+puts the datasets elsewhere (``/dev/shm``: fsyncs cost nothing, which leaves
+the CPU of a gated trade).
 
 Prints figures; asserts nothing. Targets (issue 20): a gated trade <= 2x an
 ungated one single-threaded; 8 threads >= 5,000 durable commits/s; <= 10
@@ -51,9 +55,12 @@ def trades(n: int, gate: ActionGate | None, offset: int = 0) -> None:
                 gate.commit(action, record_id=d.record_id)
 
 
+WHERE: str | None = None  # --dir: where datasets and logs go (None: the system's temporary directory)
+
+
 def round_(n: int, threads: int, gated: bool) -> dict[str, float]:
     """One round on a fresh dataset: wall seconds of the trades alone, then the files shutdown left."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=WHERE) as tmp:
         telemetry = otel_replay.configure(tmp, set_global=False)
         gate = ActionGate(ReferenceLedger(balance=10.0 * n), dataset=tmp) if gated else None
         gc.collect()
@@ -88,7 +95,7 @@ def best(n: int, threads: int, rounds: int) -> tuple[dict[str, float], dict[str,
 
 def fsync_cost(count: int = 200) -> float:
     """Seconds per fsync of a small append on the disk the datasets go to (the floor of a durable commit)."""
-    with tempfile.NamedTemporaryFile() as handle:
+    with tempfile.NamedTemporaryFile(dir=WHERE) as handle:
         fd = handle.fileno()
         start = time.perf_counter()
         for _ in range(count):
@@ -104,7 +111,7 @@ def log_floor(commits: int, threads: int) -> float:
     """
     from otel_replay.server.wal import WriteAheadLog
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=WHERE) as tmp:
         wal = WriteAheadLog(tmp)
         record = b"\x0a" + b"r" * 1023
         per = commits // threads
@@ -125,12 +132,41 @@ def log_floor(commits: int, threads: int) -> float:
         return per * threads / elapsed
 
 
+def commits_alone(commits: int, threads: int) -> float:
+    """Durable commits/s of ``gate.commit()`` alone on ``threads`` threads: no ``audit()`` block around it.
+
+    Each commit still seals and fsyncs its intent before the rail, and its commit record before it returns.
+    """
+    with tempfile.TemporaryDirectory(dir=WHERE) as tmp:
+        telemetry = otel_replay.configure(tmp, set_global=False)
+        gate = ActionGate(ReferenceLedger(balance=10.0 * commits), dataset=tmp)
+        per = commits // threads
+        action = Action("vendor_payment", ARGS, cost=1.0)
+
+        def run() -> None:
+            for _ in range(per):
+                gate.commit(action)
+
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - start
+        telemetry.shutdown()
+        return per * threads / elapsed
+
+
 def main() -> int:
+    global WHERE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=2_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dir", default=None, help="where datasets go (default: the temporary directory)")
     opts = parser.parse_args()
+    WHERE = opts.dir
     logging.basicConfig(level=logging.ERROR)
 
     round_(200, 1, False), round_(200, 1, True)  # warm up imports and caches
@@ -148,8 +184,12 @@ def main() -> int:
             )
         ratio = (gated["wall"] / gated["n"]) / (plain["wall"] / plain["n"])
         target = "target <= 2x" if threads == 1 else "target >= 5,000 commits/s"
-        print(f"  gated / ungated: {ratio:.2f}x; durable commits/s: {gated['n'] / gated['wall']:,.0f}  ({target}; "
-              "<= 10 files for 2,000 gated trades)")
+        print(
+            f"  gated / ungated: {ratio:.2f}x; durable commits/s: {gated['n'] / gated['wall']:,.0f}  ({target}; "
+            "<= 10 files for 2,000 gated trades)"
+        )
+        alone = commits_alone(min(opts.trades, 400 * threads), threads)
+        print(f"  peer: gate.commit() alone, no audit() block ({label}): {alone:,.0f} durable commits/s")
         floor = log_floor(min(opts.trades, 400 * threads), threads)
         print(f"  peer: the write-ahead log alone (2 fsynced appends per commit, {label}): {floor:,.0f} commits/s")
     return 0

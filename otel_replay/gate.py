@@ -361,10 +361,17 @@ class ActionGate:
             raise
         stored = self._remember(receipt)
         if record_id is not None:
-            self._note_returned(record_id, receipt)
+            self._note_returned(record_id, stored)
         committed = f"{action.type} committed"
         durable = self._record(
-            "commit", "committed", committed, record_id=record_id, receipt=stored, action=action, intent_id=intent_id
+            "commit",
+            "committed",
+            committed,
+            record_id=record_id,
+            receipt=stored,
+            action=action,
+            intent_id=intent_id,
+            stored=True,
         )
         if durable is None:  # no write-ahead log (a provider of the user's own): flush the dataset instead
             recorder = get_recorder()
@@ -462,13 +469,18 @@ class ActionGate:
             return kept[1]
         return stored_receipt(receipt)
 
-    def _note_returned(self, record_id: str, receipt: Any) -> None:
+    def _note_returned(self, record_id: str, stored: Any) -> None:
         """Log loudly when the rail returns, for one decision, a receipt id it returned before (never raises).
 
-        Two commits sharing a receipt id cannot be compensated apart (one
-        claim, one idempotency key), so ``replay --execute`` refuses both.
+        ``stored``: the receipt's stored form (:func:`stored_receipt`, which
+        names it as the receipt itself). Two commits sharing a receipt id
+        cannot be compensated apart (one claim, one idempotency key), so
+        ``replay --execute`` refuses both.
         """
-        rid = _safe_receipt_id(receipt)
+        try:
+            rid = receipt_id_of(stored)
+        except Exception:  # noqa: BLE001 - the rail has moved the money: nothing here may raise
+            rid = f"<{type(stored).__name__}>"
         with self._returned_lock:
             seen = (record_id, rid) in self._returned
             self._returned[(record_id, rid)] = None
@@ -494,12 +506,14 @@ class ActionGate:
         action: Action,
         intent_id: str | None = None,
         durable: bool = True,
+        stored: bool = False,
     ) -> bool | None:
         """Emit a commit's gate record (durably by default), with the action committed; whether it is durable.
 
         ``True``: fsynced in the write-ahead log; ``None``: emitted, but the
         pipeline has no log (or not ``durable``); ``False`` (logged and
-        counted) when emitting failed.
+        counted) when emitting failed. ``stored``: ``receipt`` is already
+        its stored form (:func:`stored_receipt`), kept as it is.
         """
         try:
             return self._emit(
@@ -512,6 +526,7 @@ class ActionGate:
                 action=action,
                 intent_id=intent_id,
                 durable=durable,
+                stored=stored,
             )
         except Exception as exc:
             get_recorder().note_capture_error()
@@ -633,8 +648,12 @@ class ActionGate:
         action: Action | None = None,
         intent_id: str | None = None,
         durable: bool = False,
+        stored: bool = False,
     ) -> bool | None:
-        """Emit a gate record; with ``durable``, made durable first (see :meth:`Recorder.emit_durable`)."""
+        """Emit a gate record; with ``durable``, made durable first (see :meth:`Recorder.emit_durable`).
+
+        ``stored``: ``receipt`` is already its stored form, not converted again.
+        """
         record = GateRecord(
             record_id=new_id(),
             decision_id=record_id,
@@ -644,7 +663,7 @@ class ActionGate:
             detail=detail,
             justified=verdict.justified if verdict else None,
             reason=verdict.reason if verdict else None,
-            receipt=stored_receipt(receipt),
+            receipt=receipt if stored else stored_receipt(receipt),
             correlation_id=(verdict.correlation_id if verdict else None) or current_ids().correlation_id,
             action=action.to_json() if action is not None else None,
             intent_id=intent_id,

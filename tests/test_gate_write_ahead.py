@@ -464,3 +464,116 @@ def test_the_trade_chain_shows_a_decision_lost_with_its_process_from_its_intent(
     assert trace["record_id"] == decision_id and trace["from_intent"] is True
     assert trace["action_type"] == "refund" and trace["snapshot_state"] == {"balance": 100}
     assert trace["unknown_commits"] == intents and bool(intents) is unknown
+
+
+def _spans_of_every_kind() -> list:
+    """Finished SDK spans with every field and attribute type OTLP carries, hostile values included."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import (
+        Link,
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceState,
+        set_span_in_context,
+    )
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "caf\u00e9 \U0001f600", "n": 3, "z": 0.0}, schema_url="https://r/1"),
+        span_limits=SpanLimits(max_attributes=40, max_events=2, max_links=2),
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("scope \u00e9", "1.2", schema_url="https://s/2", attributes={"scope.attr": 1})
+    values = {
+        "text": "r\u00e9sum\u00e9 \U0001f600 \x00 nul",
+        "empty": "",
+        "no": False,
+        "yes": True,
+        "zero": 0,
+        "negative": -5,
+        "int64 max": (1 << 63) - 1,
+        "int64 min": -(1 << 63),
+        "past 64 bits": 1 << 70,  # the SDK's encoder drops it (and logs): the log's record must do the same
+        "lone surrogate": "\ud800",  # likewise
+        "float zero": 0.0,
+        "negative zero": -0.0,
+        "nan": float("nan"),
+        "inf": float("-inf"),
+        "tiny": 5e-324,
+        "strings": ("a", "", "\U0001f600"),
+        "ints": [1, -2, 0],
+        "bools": [True, False],
+        "floats": (1.5, 0.0),
+        "with none": ["a", None],
+        "empty list": [],
+        "long": "x" * 70_000,  # lengths past the one- and two-byte varints
+        "\u00e9 key": "v",
+    }
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_state=TraceState([("k", "v"), ("k2", "v2")]))
+    with tracer.start_as_current_span("parent", kind=SpanKind.SERVER) as parent:
+        span = tracer.start_span(
+            "child \u00e9", kind=SpanKind.CLIENT, attributes=values, links=[Link(parent.get_span_context(), {"l": 1})]
+        )
+        for i in range(3):  # one more than the limit: a dropped event is counted
+            span.add_event(f"event {i}", {"i": i, "s": "x"}, timestamp=1000 + i)
+        span.add_event("", {})
+        span.set_status(Status(StatusCode.ERROR, "boom \u00e9"))
+        span.end()
+        tracer.start_span("", kind=SpanKind.PRODUCER, start_time=0).end(end_time=1)
+        for extra in range(3):
+            span = tracer.start_span("links", links=[Link(remote, {"x": extra}), Link(remote), Link(remote)])
+            span.end()
+    with tracer.start_as_current_span("remote parent", context=set_span_in_context(NonRecordingSpan(remote))):
+        tracer.start_span("consumer", kind=SpanKind.CONSUMER).end()
+    many = tracer.start_span("many", attributes={f"a{i}": i for i in range(50)})  # past the attribute limit
+    many.set_status(Status(StatusCode.OK))
+    many.end()
+    return list(exporter.get_finished_spans())
+
+
+def test_log_records_hold_the_message_the_sdk_encoder_makes_for_every_kind_of_span(caplog):
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from otel_replay.capture.write_ahead import _RequestEncoder
+
+    spans = _spans_of_every_kind()
+    encoder = _RequestEncoder()
+    groups = [[span] for span in spans] + [spans, spans[:3]]  # one record may hold several spans
+    for group in groups:
+        ours = ExportTraceServiceRequest.FromString(encoder.encode(group))
+        theirs = encode_spans(group)
+        assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True), group
+    child = spans[0]
+    assert child.name == "child \u00e9" and child.dropped_events == 2 and child.dropped_links == 0
+    [request] = [ExportTraceServiceRequest.FromString(encoder.encode([child]))]
+    kept = {kv.key for kv in request.resource_spans[0].scope_spans[0].spans[0].attributes}
+    assert "text" in kept and "past 64 bits" not in kept and "lone surrogate" not in kept  # as the SDK does
+
+
+def test_log_records_of_spans_from_two_providers_each_keep_their_own_resource():
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_replay.capture.write_ahead import _RequestEncoder
+
+    spans = []
+    for name in ("one", "two"):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(resource=Resource.create({"service.name": name}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        provider.get_tracer(name).start_span("s").end()
+        spans += exporter.get_finished_spans()
+    encoder = _RequestEncoder()
+    for group in ([spans[0]], [spans[1]], [spans[0]], spans):  # the second resource is not served the first's
+        ours = type(encode_spans(group)).FromString(encoder.encode(group))
+        assert ours.SerializeToString(deterministic=True) == encode_spans(group).SerializeToString(deterministic=True)

@@ -35,6 +35,7 @@ import logging
 import os
 import secrets
 import shutil
+import struct
 import threading
 import time
 import weakref
@@ -44,6 +45,7 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanKind
 
 from otel_replay.location import resolve
 
@@ -114,6 +116,227 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     return rows
 
 
+# --- the log's record encoding --------------------------------------------------------------------------
+# A record is an OTLP ExportTraceServiceRequest. The SDK's encoder builds one protobuf object per attribute
+# (0.2 ms for a gate record, on the committing thread); this writes the same message's wire bytes directly,
+# with the resource and scope encoded once per (resource, scope). Anything it does not know how to write the
+# same way (an int past 64 bits, a lone surrogate, a value of another type) goes to the SDK's encoder, which
+# then decides (tests/test_gate_write_ahead.py compares both on hostile spans).
+
+_pack_double = struct.Struct("<d").pack
+_pack_fixed64 = struct.Struct("<Q").pack
+_pack_fixed32 = struct.Struct("<I").pack
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_HAS_IS_REMOTE = 0x100  # SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+
+
+class _Unencodable(Exception):
+    """A span this encoder leaves to the SDK's."""
+
+
+def _varint_of(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = tuple(_varint_of(n) for n in range(1 << 12))  # the varints of lengths and counts up to 4 KiB, made once
+
+
+def _varint(value: int) -> bytes:
+    return _SMALL[value] if value < 4096 else _varint_of(value)
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: ``tag`` (its key byte(s)), the length, ``payload``."""
+    return tag + _varint(len(payload)) + payload
+
+
+def _any_value(value: Any) -> bytes:
+    """An ``AnyValue``'s bytes (its oneof is written even when it holds a default, as protobuf does)."""
+    cls = value.__class__
+    if cls is str:
+        return _field(b"\x0a", value.encode())  # a lone surrogate raises: left to the SDK
+    if cls is bool:
+        return b"\x10\x01" if value else b"\x10\x00"
+    if cls is int:
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise _Unencodable("int past 64 bits")
+        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)
+    if cls is float:
+        return b"\x21" + _pack_double(value)
+    if value is None:
+        return b""
+    if cls is bytes:
+        return _field(b"\x3a", value)
+    if cls is tuple or cls is list:
+        return _field(b"\x2a", b"".join(_field(b"\x0a", _any_value(item)) for item in value))
+    raise _Unencodable(f"attribute value of type {cls.__name__}")
+
+
+_KEYS: dict[str, bytes] = {}  # an attribute key's field 1 of ``KeyValue``: the same few dozen keys every time
+
+
+def _key_field(key: str) -> bytes:
+    if key.__class__ is not str:
+        raise _Unencodable("attribute key that is not a str")
+    field = _field(b"\x0a", key.encode()) if key else b""
+    if len(_KEYS) < 4096:
+        _KEYS[key] = field
+    return field
+
+
+def _key_values(tag: bytes, attributes: Any) -> bytes:
+    """Repeated ``KeyValue`` fields under ``tag`` for ``attributes`` (in their order)."""
+    if not attributes:
+        return b""
+    parts = []
+    small, keys = _SMALL, _KEYS
+    for key, value in attributes.items():
+        head = keys.get(key) if key.__class__ is str else None
+        if head is None:
+            head = _key_field(key)
+        if value.__class__ is str:  # most of a record: its content is JSON text
+            raw = value.encode()
+            size = len(raw)
+            any_value = b"\x0a" + (small[size] if size < 4096 else _varint_of(size)) + raw
+        else:
+            any_value = _any_value(value)
+        size = len(any_value)
+        body = head + b"\x12" + (small[size] if size < 4096 else _varint_of(size)) + any_value
+        size = len(body)
+        parts.append(tag + (small[size] if size < 4096 else _varint_of(size)) + body)
+    return b"".join(parts)
+
+
+def _flags(context: Any) -> bytes:
+    return _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if context is not None and context.is_remote else 0))
+
+
+def _trace_state(state: Any) -> bytes:
+    if state is None:
+        return b""
+    text = ",".join(f"{key}={value}" for key, value in state.items())
+    return _field(b"\x1a", text.encode()) if text else b""
+
+
+def _count(tag: bytes, count: int) -> bytes:
+    return tag + _varint(count) if count else b""
+
+
+_SPAN_KIND = {kind: kind.value + 1 for kind in SpanKind}  # OTLP numbers kinds from 1 (0 is "unspecified")
+
+
+def _span_bytes(span: ReadableSpan) -> bytes:
+    """The OTLP ``Span`` message of ``span``."""
+    ctx = span.get_span_context()
+    if ctx is None:
+        raise _Unencodable("span without a context")
+    parent = span.parent
+    out = [
+        b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big"),
+        b"\x12\x08" + ctx.span_id.to_bytes(8, "big"),
+        _trace_state(ctx.trace_state),
+        b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b"",
+        _field(b"\x2a", span.name.encode()) if span.name else b"",
+        _count(b"\x30", _SPAN_KIND[span.kind]),
+        b"\x39" + _pack_fixed64(span.start_time) if span.start_time else b"",
+        b"\x41" + _pack_fixed64(span.end_time) if span.end_time else b"",
+        _key_values(b"\x4a", span.attributes),
+        _count(b"\x50", span.dropped_attributes),
+    ]
+    for event in span.events:
+        out.append(
+            _field(
+                b"\x5a",
+                (b"\x09" + _pack_fixed64(event.timestamp) if event.timestamp else b"")
+                + (_field(b"\x12", event.name.encode()) if event.name else b"")
+                + _key_values(b"\x1a", event.attributes)
+                + _count(b"\x20", event.dropped_attributes),
+            )
+        )
+    out.append(_count(b"\x60", span.dropped_events))
+    for link in span.links:
+        out.append(
+            _field(
+                b"\x6a",
+                b"\x0a\x10"
+                + link.context.trace_id.to_bytes(16, "big")
+                + b"\x12\x08"
+                + link.context.span_id.to_bytes(8, "big")
+                + _key_values(b"\x22", link.attributes)
+                + _count(b"\x28", link.dropped_attributes)
+                + b"\x35"
+                + _flags(link.context),
+            )
+        )
+    out.append(_count(b"\x70", span.dropped_links))
+    status = span.status
+    if status is not None:
+        message = status.description
+        out.append(
+            _field(
+                b"\x7a",
+                (_field(b"\x12", message.encode()) if message else b"") + _count(b"\x18", status.status_code.value),
+            )
+        )
+    out.append(b"\x85\x01" + _flags(parent))
+    return b"".join(out)
+
+
+class _RequestEncoder:
+    """Encodes spans as one ``ExportTraceServiceRequest``'s bytes; the resource and scope parts once each."""
+
+    def __init__(self) -> None:
+        self._frames: dict[tuple[int, int], tuple[Any, Any, tuple[bytes, bytes, bytes, bytes]]] = {}
+
+    def _frame(self, span: ReadableSpan) -> tuple[bytes, bytes, bytes, bytes]:
+        """``span``'s resource and scope fields, and the schema URL fields of ``ResourceSpans`` and ``ScopeSpans``."""
+        resource, scope = span.resource, span.instrumentation_scope
+        kept = self._frames.get((id(resource), id(scope)))
+        if kept is not None and kept[0] is resource and kept[1] is scope:
+            return kept[2]
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        # The SDK's encoding of this span's resource and scope, kept (with the objects, so an id is not reused).
+        group = encode_spans([span]).resource_spans[0]
+        scoped = group.scope_spans[0]
+        resource_part = _field(b"\x0a", group.resource.SerializeToString())
+        scope_part = _field(b"\x0a", scoped.scope.SerializeToString())
+        resource_url = _field(b"\x1a", group.schema_url.encode()) if group.schema_url else b""
+        scope_url = _field(b"\x1a", scoped.schema_url.encode()) if scoped.schema_url else b""
+        frame = (resource_part, scope_part, resource_url, scope_url)
+        if len(self._frames) >= 64:  # a process has a provider or two: a runaway number is not all kept
+            self._frames.clear()
+        self._frames[(id(resource), id(scope))] = (resource, scope, frame)
+        return frame
+
+    def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
+        """The serialized request holding ``spans``."""
+        try:
+            return self._encode(spans)
+        except Exception:  # noqa: BLE001 - what this does not write as the SDK does, the SDK writes
+            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+            return encode_spans(spans).SerializeToString()
+
+    def _encode(self, spans: Sequence[ReadableSpan]) -> bytes:
+        if not spans:
+            raise _Unencodable("no spans")
+        first = spans[0]
+        resource, scope = first.resource, first.instrumentation_scope
+        if scope is None or any(s.resource is not resource or s.instrumentation_scope is not scope for s in spans):
+            raise _Unencodable("spans of several resources or scopes")
+        resource_part, scope_part, resource_url, scope_url = self._frame(first)
+        scoped = scope_part + b"".join(_field(b"\x12", _span_bytes(s)) for s in spans) + scope_url
+        group = resource_part + _field(b"\x12", scoped) + resource_url
+        return _field(b"\x0a", group)
+
+
 _logs: weakref.WeakSet[SpanLog] = weakref.WeakSet()
 
 
@@ -179,14 +402,12 @@ class SpanLog:
             return wal
         with self._open_lock:
             if self._wal is None:
-                from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
                 from otel_replay.errors import OtelReplayError
                 from otel_replay.server.wal import WriteAheadLog
 
                 if self._closed:
                     raise OtelReplayError(f"the write-ahead log {self.directory} is closed")
-                self._encode = encode_spans
+                self._encode = _RequestEncoder().encode
                 self._wal = WriteAheadLog(self.directory)
                 self._thread = threading.Thread(target=self._loop, name="otel-replay-capture-wal", daemon=True)
                 self._thread.start()
@@ -195,7 +416,7 @@ class SpanLog:
     def append(self, spans: Sequence[ReadableSpan]) -> None:
         """Append ``spans`` as one record; returns once it is fsynced (raises when it could not be)."""
         wal = self._opened()
-        wal.append(self._encode(spans).SerializeToString())
+        wal.append(self._encode(spans))
         self.appended += len(spans)
 
     def convert(self, *, seal: bool = False) -> int:

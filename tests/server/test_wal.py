@@ -7,7 +7,12 @@ import json
 import os
 import resource
 import shutil
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,6 +20,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.server import Receiver, ServerConfig
 from otel_replay.server.convert import convert_segment
 from otel_replay.server.wal import (
@@ -324,3 +330,173 @@ def test_a_length_flipped_upward_in_an_unsealed_segment_is_damage_not_a_torn_tai
     # The acknowledged records after it are still read; the damaged one is a gap that is not a tail.
     assert items[1:] == bodies[1:]
     assert isinstance(items[0], Gap) and not items[0].tail
+
+
+def _slow_first_fsync(monkeypatch: pytest.MonkeyPatch, until: Callable[[], bool]) -> list[int]:
+    """Make the first ``os.fdatasync`` wait until ``until()`` holds (others queue meanwhile); count the calls."""
+    real = os.fdatasync
+    calls: list[int] = []
+
+    def held(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            deadline = time.monotonic() + 30
+            while not until() and time.monotonic() < deadline:
+                time.sleep(0.005)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held)
+    return calls
+
+
+def test_appends_queued_during_an_fsync_share_one_write_and_one_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    fsyncs = _slow_first_fsync(monkeypatch, lambda: wal._queued == 9)  # the first record's fsync waits for 8 more
+    real_write = os.write
+    writes: list[int] = []
+
+    def counted(fd: int, data: bytes) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counted)
+    first = threading.Thread(target=wal.append, args=(b"\x0afirst",))
+    first.start()
+    while not fsyncs:
+        time.sleep(0.001)
+    records = [b"\x0a" + f"r{i}-\u00e9".encode() * (i + 1) for i in range(8)]
+    threads = [threading.Thread(target=wal.append, args=(record,)) for record in records]
+    for thread in threads:
+        thread.start()
+    for thread in [first, *threads]:
+        thread.join(30)
+    assert len(writes) == 2 and len(fsyncs) == 2  # the 8 queued records: one write, one fsync
+    wal.close()
+    (segment,) = wal.sealed()
+    stored = list(read_records(segment.path))
+    assert stored[0] == b"\x0afirst" and sorted(stored[1:]) == sorted(records)
+
+
+def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    _slow_first_fsync(monkeypatch, lambda: wal._queued == 4)
+    real_write = os.write
+    state = {"calls": 0}
+
+    def full_on_the_batch(fd: int, data: bytes) -> int:
+        state["calls"] += 1
+        if state["calls"] == 2:  # the batch of the three records queued during the first fsync
+            real_write(fd, bytes(data)[:5])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_on_the_batch)
+    outcome: dict[bytes, str] = {}
+
+    def append(record: bytes) -> None:
+        try:
+            wal.append(record)
+            outcome[record] = "durable"
+        except OSError as exc:
+            outcome[record] = exc.strerror or ""
+
+    first = threading.Thread(target=append, args=(b"\x0afirst",))
+    first.start()
+    while state["calls"] == 0:
+        time.sleep(0.001)
+    batch = [b"\x0ab1", b"\x0ab2", b"\x0ab3"]
+    threads = [threading.Thread(target=append, args=(record,)) for record in batch]
+    for thread in threads:
+        thread.start()
+    for thread in [first, *threads]:
+        thread.join(30)
+    assert outcome == {b"\x0afirst": "durable", **{record: "No space left on device" for record in batch}}
+    assert wal._failed == {}  # each appender was told, and the failure forgotten
+    wal.append(b"\x0aafter")
+    wal.close()
+    (segment,) = wal.sealed()
+    assert list(read_records(segment.path)) == [b"\x0afirst", b"\x0aafter"]  # the partial batch was cut off
+
+
+_APPENDER = """
+import sys, threading
+from otel_replay.server.wal import WriteAheadLog
+
+wal = WriteAheadLog(sys.argv[1])
+lock = threading.Lock()
+
+def run(t):
+    for i in range(100_000):
+        record = b"\\x0a" + f"{t}-{i}|".encode() * (1 + i % 7)
+        wal.append(record)
+        with lock:  # acknowledged: the append returned
+            sys.stdout.write(f"{t}-{i}\\n")
+            sys.stdout.flush()
+
+for t in range(8):
+    threading.Thread(target=run, args=(t,)).start()
+"""
+
+
+def test_every_acknowledged_record_of_eight_threads_survives_a_kill_once(tmp_path: Path) -> None:
+    directory = tmp_path / "wal"
+    acknowledged = []
+    with subprocess.Popen(
+        [sys.executable, "-c", _APPENDER, str(directory)], stdout=subprocess.PIPE, text=True, bufsize=1
+    ) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            acknowledged.append(line.strip())
+            if len(acknowledged) == 400:
+                break
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        acknowledged += [line.strip() for line in child.stdout.read().splitlines() if line.strip()]
+    assert len(acknowledged) >= 400
+    stored = []
+    for path in sorted(directory.glob("*.wal")):
+        for record in read_records(path):
+            name, *rest = record[1:].decode().split("|")[:-1]
+            assert set(rest) <= {name}  # whole
+            stored.append(name)
+    assert len(stored) == len(set(stored))  # no record twice
+    assert set(acknowledged) <= set(stored)  # no acknowledged record lost
+
+
+QUEUED = b"\x0aqueued " + "\u00e9".encode()
+
+
+def test_a_record_queued_when_the_log_closes_is_sealed_in_it_and_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    _slow_first_fsync(monkeypatch, lambda: wal._queued == 2)
+    outcome: dict[bytes, str] = {}
+
+    def append(record: bytes) -> None:
+        try:
+            wal.append(record)
+            outcome[record] = "durable"
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome[record] = repr(exc)
+
+    threads = [threading.Thread(target=append, args=(b"\x0afirst",))]
+    threads[0].start()
+    while wal._queued < 1:
+        time.sleep(0.001)
+    threads.append(threading.Thread(target=append, args=(QUEUED,)))
+    threads[1].start()
+    while wal._queued < 2:
+        time.sleep(0.001)
+    wal.close()  # while the second record waits in the queue (or its own write)
+    for thread in threads:
+        thread.join(30)
+    with pytest.raises(OtelReplayError, match="closed"):
+        wal.append(b"\x0alate")
+    assert outcome == {b"\x0afirst": "durable", QUEUED: "durable"}
+    (segment,) = wal.sealed()
+    assert list(read_records(segment.path)) == [b"\x0afirst", QUEUED]
