@@ -364,7 +364,7 @@ def decoded_json_text(value: Any) -> str | None:
         len(text) >= _MAX_NODES  # every value takes a character at least: fewer characters, fewer values
         or '"$' in text  # a "$" key, or (needlessly, but safely) a string that starts with "$"
         or text.count("[") + text.count("{") > _MAX_DEPTH  # no deeper than there are brackets at all
-        or _LONG_DIGITS.search(text) is not None
+        or (len(text) >= 3900 and _LONG_DIGITS.search(text) is not None)
         or not _text_ok(text)
     ):
         return None
@@ -440,9 +440,20 @@ def digest_key() -> bytes | None:
 
 def digest_with(key: bytes | None, data: bytes) -> str:
     """:func:`keyed_digest` under ``key`` (from :func:`digest_key`): HMAC-SHA256, or SHA-256 when ``None``."""
-    if key is not None:
-        return hmac.digest(key, data, "sha256").hex()  # one call into OpenSSL, the same digest as hmac.new
-    return hashlib.sha256(data).hexdigest()
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    keyed_state = _keyed_states.get(key)
+    if keyed_state is None:
+        if len(_keyed_states) >= 4:  # one recording's key at a time, in practice
+            _keyed_states.clear()
+        keyed_state = _keyed_states[key] = hmac.new(key, digestmod=hashlib.sha256)
+    mac = keyed_state.copy()  # the key's padded state, copied: not derived again for each digest
+    mac.update(data)
+    return mac.hexdigest()
+
+
+_keyed_states: dict[bytes, hmac.HMAC] = {}
+"""An HMAC-SHA256 with nothing fed yet, per key in use: the copy of one is a fresh HMAC under that key."""
 
 
 def keyed() -> bool:

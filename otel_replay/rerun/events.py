@@ -259,8 +259,7 @@ class Fingerprint:
                 return
             if entry is None:
                 entry = self._streams[stream] = [hashlib.sha256(), 0]
-            entry[0].update(part)
-            entry[0].update(b"\n")
+            entry[0].update(part + b"\n")
             entry[1] += 1
 
     def add_event(self, event: Event) -> None:
