@@ -179,8 +179,8 @@ def _texts(
     """:func:`request_texts` as ``(matched, a function building stored)``: the stored text only when needed.
 
     The matched text is all a call that matches needs; the stored text (redaction, part digests: a dozen
-    keyed digests) is built for a recording, or for a rerun's divergence, under the codec and key in force
-    now, whenever it is asked for.
+    keyed digests) is built when a recording stores it or a rerun's divergence shows it, with the digest key
+    in force when the call was made.
     """
     if current_codec() < 3:
         text = _legacy_text(method, url, BodySeen.of(b"") if unread else body)
