@@ -21,6 +21,12 @@ run, on the same servers:
 * matcher alone: the seam -> stream -> ``popleft`` -> hash check path, per call,
   at 5x the step counts (flat = O(1)).
 
+Wall time is what a user waits, but on a machine shared with other jobs it swings with their load; so the
+rerun, vcrpy and the floor are also measured in CPU time (``cpu`` columns: the agent thread's CPU for the
+rerun and the floor, the vcrpy process's for vcrpy; all three are single-threaded), whose ratio holds
+steady when the wall-time ratio does not. The live run's CPU is not comparable (its servers are threads of
+this process) and is not shown.
+
 Usage: ``python benchmarks/bench_rerun.py [--steps 200 2000] [--vcr-max 400]``.
 """
 
@@ -68,12 +74,12 @@ def run():
     return out
 with vcr.use_cassette(cassette, record_mode="all"):
     recorded = run()
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 with vcr.use_cassette(cassette, record_mode="none"):
     replayed = run()
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 assert replayed == recorded, "vcrpy replay differs"
-print(json.dumps({"seconds": seconds}))
+print(json.dumps({"seconds": seconds, "cpu": cpu}))
 """
 
 
@@ -107,15 +113,15 @@ def agent_http(api: str, model: str, steps: int) -> list[Any]:
     return agent(api, model, steps, plain_http=True)
 
 
-def floor(steps: int) -> float:
-    """µs per step of the plain-httpx agent's calls against ``httpx.MockTransport``: the client's own cost,
-    no network, no recording - the floor any replay through the httpx client sits on."""
+def floor(steps: int) -> tuple[float, float]:
+    """µs per step (wall, CPU) of the plain-httpx agent's calls against ``httpx.MockTransport``: the client's
+    own cost, no network, no recording - the floor any replay through the httpx client sits on."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"price": 1.0, "ticket": "T1", "id": "c1"}, headers={"Set-Cookie": "a=b"})
 
     with httpx.Client(base_url="http://127.0.0.1:1", transport=httpx.MockTransport(handler)) as client:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         for i in range(steps):
             now = time.time()
             draw = random.random()
@@ -123,13 +129,13 @@ def floor(steps: int) -> float:
             client.post("/orders", json={"i": i, "price": quote["price"], "draw": draw}).json()
             body = {"model": "m", "messages": [{"role": "user", "content": f"{i} {now}"}]}
             client.post("http://127.0.0.1:2/v1/chat/completions", json=body).json()
-        return (time.perf_counter() - start) * 1e6 / steps
+        return (time.perf_counter() - start) * 1e6 / steps, (time.thread_time() - cpu) * 1e6 / steps
 
 
 def _measure(
     fn: Any, api: str, model: str, steps: int, dataset: str, session: str
-) -> tuple[float, float, float, float]:
-    """(live, record, rerun serve, rerun with loading) seconds for one agent."""
+) -> tuple[float, float, float, float, float]:
+    """(live, record, rerun serve, rerun with loading, the agent thread's CPU in the rerun) seconds for one agent."""
     fn(api, model, 5)  # warm up imports and connections
     start = time.perf_counter()
     fn(api, model, steps)
@@ -141,31 +147,41 @@ def _measure(
     recorded = time.perf_counter() - start
     telemetry.force_flush()
     telemetry.shutdown()
+    cpu: list[float] = []
+
+    def entrypoint() -> Any:
+        began = time.thread_time()  # not a clock the rerun serves: the agent's CPU, measured from outside
+        try:
+            return fn(api, model, steps)
+        finally:
+            cpu.append(time.thread_time() - began)
+
     start = time.perf_counter()
-    result = rerun(lambda: fn(api, model, steps), dataset=dataset, session_id=session, write=False)
+    result = rerun(entrypoint, dataset=dataset, session_id=session, write=False)
     total = time.perf_counter() - start
     assert result.matched and result.output == original, result.report()
-    return live, recorded, result.seconds, total
+    return live, recorded, result.seconds, total, cpu[0]
 
 
-def _vcr(python: str, api: str, model: str, steps: int) -> float | None:
+def _vcr(python: str, api: str, model: str, steps: int) -> tuple[float, float] | None:
     proc = subprocess.run(
         [python, "-c", VCR_SCRIPT, api, model, str(steps)], capture_output=True, text=True, timeout=3600
     )
     if proc.returncode != 0:
         print(f"  vcrpy failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["seconds"])
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return float(found["seconds"]), float(found["cpu"])
 
 
 def bench(steps: int, vcr_python: str | None, vcr_max: int) -> dict[str, Any]:
     """Measure one session size; returns µs per step for each contender."""
     dataset = tempfile.mkdtemp(prefix="bench-rerun-")
     with example.scripted_server() as api, example.scripted_server() as model:
-        live, recorded, serve, total = _measure(agent, api, model, steps, dataset, "openai")
-        http_live, _, http_serve, http_total = _measure(agent_http, api, model, steps, dataset, "httpx")
-        vcr_seconds = _vcr(vcr_python, api, model, steps) if vcr_python and steps <= vcr_max else None
-    client_floor = floor(steps)
+        live, recorded, serve, total, _ = _measure(agent, api, model, steps, dataset, "openai")
+        http_live, _, http_serve, http_total, http_cpu = _measure(agent_http, api, model, steps, dataset, "httpx")
+        vcr = _vcr(vcr_python, api, model, steps) if vcr_python and steps <= vcr_max else None
+    client_floor, floor_cpu = floor(steps)
     per = 1e6 / steps
     return {
         "steps": steps,
@@ -176,8 +192,11 @@ def bench(steps: int, vcr_python: str | None, vcr_max: int) -> dict[str, Any]:
         "http_live": http_live * per,
         "http_serve": http_serve * per,
         "http_total": http_total * per,
-        "vcrpy": vcr_seconds * per if vcr_seconds is not None else None,
+        "vcrpy": vcr[0] * per if vcr is not None else None,
         "floor": client_floor,
+        "http_cpu": http_cpu * per,
+        "vcrpy_cpu": vcr[1] * per if vcr is not None else None,
+        "floor_cpu": floor_cpu,
     }
 
 
@@ -246,6 +265,13 @@ def main() -> None:
             line += f" ({row['vcrpy'] / row['http_total']:.1f}x with loading)"
         print(line)
     print("floor: the plain-httpx calls against httpx.MockTransport (the client's own cost, nothing recorded)")
+    print("CPU µs per step (httpx agent; load-independent):")
+    print(f"{'steps':>6} {'rerun':>10} {'vcrpy':>10} {'floor':>10}  rerun faster than vcrpy")
+    for row in rows:
+        vcr_cpu = row["vcrpy_cpu"]
+        shown = f"{vcr_cpu:>10.0f}" if vcr_cpu is not None else f"{'skipped':>10}"
+        ratio = f"{vcr_cpu / row['http_cpu']:.1f}x" if vcr_cpu is not None else "-"
+        print(f"{row['steps']:>6} {row['http_cpu']:>10.0f} {shown} {row['floor_cpu']:>10.0f}  {ratio}")
     for n in args.steps:
         print(f"matcher alone, {n * 5} calls: {matcher(n):.1f} µs/call")
     if len(rows) > 1:
@@ -253,7 +279,7 @@ def main() -> None:
         growth, http_growth = last["serve"] / first["serve"], last["http_serve"] / first["http_serve"]
         print(
             f"per-step rerun cost, {last['steps']} vs {first['steps']} steps: {growth:.2f}x openai, "
-            f"{http_growth:.2f}x httpx (1.00 = flat)"
+            f"{http_growth:.2f}x httpx (1.00 = flat); CPU: {last['http_cpu'] / first['http_cpu']:.2f}x httpx"
         )
 
 

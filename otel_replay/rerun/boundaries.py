@@ -75,7 +75,11 @@ def _cross(boundary: str, name: str, depth: int, arguments: Any, invoke: Callabl
     module = frame.f_globals.get("__name__", "")
     if not agent_module(module):
         return _DIRECT
-    who = f"{module}:{frame.f_code.co_qualname}"
+    return _through(boundary, name, f"{module}:{frame.f_code.co_qualname}", arguments, invoke)
+
+
+def _through(boundary: str, name: str, who: str, arguments: Any, invoke: Callable[[], Any]) -> Any:
+    """Send the call of consumer ``who`` (``module:qualname``) through the seam."""
     text = stable_json(arguments)
     call = BoundaryCall(boundary, name, stream=stream_key(boundary, name, who), arguments_text=text)
     return through(call, invoke)
@@ -88,10 +92,16 @@ def _plain(boundary: str, name: str) -> Wrapper:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if INSIDE.get():
             return wrapped(*args, **kwargs)
-        value = _cross(boundary, name, 1, [args, kwargs], lambda: encode_value(wrapped(*args, **kwargs)))
-        if value is _DIRECT:
+        # Whose call it is, first: a library's read (a cookie jar's, a client's timer: most reads in a
+        # rerun) runs directly, before anything is built for the seam.
+        frame = sys._getframe(1)
+        module = frame.f_globals.get("__name__", "")
+        if not agent_module(module):
             return wrapped(*args, **kwargs)
-        return decode_value(value)
+        who = f"{module}:{frame.f_code.co_qualname}"
+        return decode_value(
+            _through(boundary, name, who, [args, kwargs], lambda: encode_value(wrapped(*args, **kwargs)))
+        )
 
     return wrapper
 

@@ -60,6 +60,9 @@ __all__ = [
     "current_codec",
     "decode_result",
     "decode_value",
+    "decoded_json_text",
+    "digest_key",
+    "digest_with",
     "encode_result",
     "encode_value",
     "output_hash",
@@ -336,6 +339,38 @@ def stable_json(value: Any) -> str:
         return _dumps({"$unmatchable": f"{_path(type(value))} ({type(exc).__name__} while encoding it)"})
 
 
+_LONG_DIGITS = re.compile(r"[0-9]{3900}")
+"""A run of digits as long as an int too wide for :func:`stable_json`'s decimal form (it writes those in hex)."""
+
+
+def decoded_json_text(value: Any) -> str | None:
+    """:func:`stable_json` of a value decoded from JSON text, by the C encoder in one pass (or ``None``).
+
+    ``None`` when that text could differ from :func:`stable_json`'s: then call it. Only for values made of the
+    exact types ``json.loads`` returns (``dict`` with ``str`` keys, ``list``, ``str``, ``int``, ``float``,
+    ``bool``, ``None``), as a loaded recording's values are: the encoder would take a subclass (an ``IntEnum``)
+    for its base. For such values :func:`stable_json`'s walk changes nothing unless the value has a ``"$"`` key
+    (escaped), a string with a lone surrogate (tagged), an int wider than :data:`_BIG_INT_BITS` (hex), nesting
+    deeper than :data:`_MAX_DEPTH` or more than :data:`_MAX_NODES` values (unmatchable); the text is returned
+    only when it shows none of them.
+    """
+    if _codec == 1:
+        return None
+    try:
+        text = _dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if (
+        len(text) >= _MAX_NODES  # every value takes a character at least: fewer characters, fewer values
+        or '"$' in text  # a "$" key, or (needlessly, but safely) a string that starts with "$"
+        or text.count("[") + text.count("{") > _MAX_DEPTH  # no deeper than there are brackets at all
+        or (len(text) >= 3900 and _LONG_DIGITS.search(text) is not None)
+        or not _text_ok(text)
+    ):
+        return None
+    return text
+
+
 def unmatchable(arguments_text: str) -> str | None:
     """What in :func:`stable_json` text has no value representation (``None``: every value has one)."""
     if _codec == 1:
@@ -391,9 +426,34 @@ def arguments_key(key: bytes | None) -> Iterator[None]:
 
 def keyed_digest(data: bytes) -> str:
     """A hex digest of ``data``: HMAC-SHA256 under the key in force (codec 3 and later), else plain SHA-256."""
-    if _codec >= 3 and _key is not None:
-        return hmac.new(_key, data, hashlib.sha256).hexdigest()
-    return hashlib.sha256(data).hexdigest()
+    return digest_with(digest_key(), data)
+
+
+def digest_key() -> bytes | None:
+    """The key :func:`keyed_digest` uses now (``None``: a plain SHA-256), for a digest computed later.
+
+    A text built after the call that needs it (an HTTP request's stored text, read only when a divergence
+    shows it) is digested with the key of the moment the call was made, through :func:`digest_with`.
+    """
+    return _key if _codec >= 3 else None
+
+
+def digest_with(key: bytes | None, data: bytes) -> str:
+    """:func:`keyed_digest` under ``key`` (from :func:`digest_key`): HMAC-SHA256, or SHA-256 when ``None``."""
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    keyed_state = _keyed_states.get(key)
+    if keyed_state is None:
+        if len(_keyed_states) >= 4:  # one recording's key at a time, in practice
+            _keyed_states.clear()
+        keyed_state = _keyed_states[key] = hmac.new(key, digestmod=hashlib.sha256)
+    mac = keyed_state.copy()  # the key's padded state, copied: not derived again for each digest
+    mac.update(data)
+    return mac.hexdigest()
+
+
+_keyed_states: dict[bytes, hmac.HMAC] = {}
+"""An HMAC-SHA256 with nothing fed yet, per key in use: the copy of one is a fresh HMAC under that key."""
 
 
 def keyed() -> bool:

@@ -13,7 +13,7 @@ from opentelemetry import baggage
 
 from otel_replay import semconv as sc
 from otel_replay.instrumentation._seam import Call
-from otel_replay.rerun.codec import arguments_hash, stable_json
+from otel_replay.rerun.codec import arguments_hash, decoded_json_text, stable_json
 
 __all__ = [
     "FINGERPRINT_VERSION",
@@ -54,10 +54,22 @@ class BoundaryCall(Call):
     later: Callable[[], tuple[str, str]] | None = field(default=None, compare=False, repr=False)
     """For a call whose arguments are complete only once it ran (a request body streamed to the server while
     it is recorded): returns ``(arguments_text, match_text)``, read after ``invoke``."""
+    shown: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    """Builds the stored text when it is first needed, in place of ``arguments_text`` (an HTTP request's
+    redacted text and part digests: a recording stores it, a rerun reads it only to show a divergence, so a
+    call that matches never builds it). Matching never reads it: ``match_text`` is given at once."""
 
     def stored_arguments(self) -> str:
-        """The arguments text to store (for a ``later`` call: once ``invoke`` ran)."""
-        return self.later()[0] if self.later is not None else self.arguments_text
+        """The arguments text to store and show (for a ``later`` call: once ``invoke`` ran; built once)."""
+        if self.later is not None:
+            return self.later()[0]
+        if self.shown is None:
+            return self.arguments_text
+        cached = self.__dict__.get("_shown_text")
+        if cached is None:
+            cached = self.shown()
+            object.__setattr__(self, "_shown_text", cached)
+        return cached
 
     @property
     def args_hash(self) -> str:
@@ -97,6 +109,9 @@ class Event:
     after: int | None = None
     """An ordered call of a format-3 recording: how many ordered calls of its correlation scope had completed
     when it started (those came before it; ones that overlapped it did not). ``None`` for the rest."""
+    decoded: bool = field(default=False, repr=False, compare=False)
+    """``value`` and ``error`` were decoded from JSON text (a loaded recording's): exact JSON types only, which
+    :meth:`value_hash` hashes in one pass of the C encoder."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (short keys: a recording holds thousands)."""
@@ -124,8 +139,12 @@ class Event:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Event:
-        """Inverse of :meth:`to_json`; ``KeyError``/``TypeError`` on a malformed event."""
+    def from_json(cls, data: Mapping[str, Any], *, decoded: bool = False) -> Event:
+        """Inverse of :meth:`to_json`; ``KeyError``/``TypeError`` on a malformed event.
+
+        ``decoded``: ``data`` was just parsed from JSON text (``json.loads``), so its values hold the exact
+        JSON types only (see :attr:`decoded`).
+        """
         error = data.get("e")
         after = data.get("o")
         return cls(
@@ -143,19 +162,26 @@ class Event:
             thread=str(data.get("th", "")),
             ref=str(data.get("r", "")),
             after=None if after is None else int(after),
+            decoded=decoded,
         )
 
     def value_hash(self) -> str:
         """Hash of what the call returned (or raised), computed once."""
         cached = self.__dict__.get("_value_hash")
         if cached is None:
-            cached = self.__dict__["_value_hash"] = value_hash(self.value, self.error)
+            text = decoded_json_text([self.value, self.error]) if self.decoded else None
+            cached = _text_hash(text) if text is not None else value_hash(self.value, self.error)
+            self.__dict__["_value_hash"] = cached
         return cached
 
 
 def value_hash(value: Any, error: Any = None) -> str:
     """Hash of a returned value (or raised error) as it is folded into the fingerprint."""
-    return hashlib.sha256(stable_json([value, error]).encode()).hexdigest()[:32]
+    return _text_hash(stable_json([value, error]))
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def describe_event(boundary: str, name: str, arguments: str, limit: int = 160) -> str:
@@ -233,8 +259,7 @@ class Fingerprint:
                 return
             if entry is None:
                 entry = self._streams[stream] = [hashlib.sha256(), 0]
-            entry[0].update(part)
-            entry[0].update(b"\n")
+            entry[0].update(part + b"\n")
             entry[1] += 1
 
     def add_event(self, event: Event) -> None:

@@ -37,8 +37,8 @@ from otel_replay.redaction import is_secret_name
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
 from otel_replay.rerun.codec import (
     current_codec,
-    keyed,
-    keyed_digest,
+    digest_key,
+    digest_with,
     redact_headers,
     redact_json_text,
     redact_partial_json,
@@ -169,26 +169,50 @@ def request_texts(method: str, url: str, headers: Any, body: BodySeen, *, unread
     method, URL and body, as they were made (``unread``: a requests/urllib3 body that was not bytes or text,
     which they matched as empty).
     """
+    matched, stored = _texts(method, url, headers, body, unread=unread)
+    return stored(), matched
+
+
+def _texts(
+    method: str, url: str, headers: Any, body: BodySeen, *, unread: bool = False
+) -> tuple[str, Callable[[], str]]:
+    """:func:`request_texts` as ``(matched, a function building stored)``: the stored text only when needed.
+
+    The matched text is all a call that matches needs; the stored text (redaction, part digests: a dozen
+    keyed digests) is built when a recording stores it or a rerun's divergence shows it, with the digest key
+    in force when the call was made.
+    """
     if current_codec() < 3:
         text = _legacy_text(method, url, BodySeen.of(b"") if unread else body)
-        return text, text
+        return text, lambda: text
     kept = compared_headers(headers)
+    digest: dict[str, Any] = {"sha256": body.hexdigest(), "bytes": body.size, "complete": body.complete}
+    matched = _canonical({"method": method.upper(), "url": url, "headers": kept, "body": digest})
+    key = digest_key()
+
+    def stored() -> str:
+        return _stored_text(key, method, url, kept, body, digest)
+
+    return matched, stored
+
+
+def _stored_text(
+    key: bytes | None, method: str, url: str, kept: list[list[str]], body: BodySeen, digest: dict[str, Any]
+) -> str:
+    """The stored (redacted) arguments of a codec-3 request, with its part digests when keyed (``key``)."""
     shown: Any
     if not body.size and body.complete:
         shown = ""
     elif body.size <= 65_536 and body.complete:
         shown = _body_text(body.head)
     else:
-        shown = {"bytes": body.size, "digest": keyed_digest(body.hexdigest().encode())[:32]}
+        shown = {"bytes": body.size, "digest": digest_with(key, digest["sha256"].encode())[:32]}
         if not body.complete:
             shown["unfinished"] = True  # the server answered (or the call failed) before it was all sent
     fields = {"method": method.upper(), "url": redact_url(url), "headers": redact_headers(kept), "body": shown}
-    digest: dict[str, Any] = {"sha256": body.hexdigest(), "bytes": body.size, "complete": body.complete}
-    if keyed():  # never a plain SHA-256 of a part: a short secret could be found by trying guesses
-        fields["digests"] = _parts(method, url, kept, digest)
-    stored = _canonical(fields)
-    matched = _canonical({"method": method.upper(), "url": url, "headers": kept, "body": digest})
-    return stored, matched
+    if key is not None:  # never a plain SHA-256 of a part: a short secret could be found by trying guesses
+        fields["digests"] = _parts(key, method, url, kept, digest)
+    return _canonical(fields)
 
 
 _PART_LABEL = "otel-replay http part v1"
@@ -203,22 +227,22 @@ _KNOWN_SCHEMES = frozenset(
 """Schemes stored in clear (lowercased); any other first word is stored as a keyed digest, as it could be a key."""
 
 
-def _scheme(value: str) -> str:
+def _scheme(key: bytes, value: str) -> str:
     found = _SCHEME.match(value)
     if found is None:
         return ""  # no scheme: the whole value is the credential
     word = found.group(1).lower()
-    return word if word in _KNOWN_SCHEMES else "#" + _part("scheme", word)
+    return word if word in _KNOWN_SCHEMES else "#" + _part(key, "scheme", word)
 
 
-def _part(kind: str, data: str) -> str:
+def _part(key: bytes, kind: str, data: str) -> str:
     """A short keyed digest of one part of a request (framed by ``kind``, so two parts never share one)."""
     framed = f"{_PART_LABEL}\0{len(kind)}:{kind}\0{data}"
-    return keyed_digest(framed.encode("utf-8", "surrogatepass"))[:_PART_HEX]
+    return digest_with(key, framed.encode("utf-8", "surrogatepass"))[:_PART_HEX]
 
 
-def _parts(method: str, url: str, headers: list[list[str]], body: dict[str, Any]) -> dict[str, Any]:
-    """The keyed digest of each compared part of a request: what a divergence names when its text is redacted.
+def _parts(key: bytes, method: str, url: str, headers: list[list[str]], body: dict[str, Any]) -> dict[str, Any]:
+    """The digest under ``key`` of each compared part of a request: what a divergence names when text is redacted.
 
     ``host``, ``path`` and ``query`` (with any fragment) split the full URL; ``headers`` holds one digest per
     compared header name (the values of repeats joined in order); ``schemes`` the auth scheme of an
@@ -232,15 +256,15 @@ def _parts(method: str, url: str, headers: list[list[str]], body: dict[str, Any]
         values.setdefault(name, []).append(value)
     schemes = {}
     for name in sorted(_SCHEME_HEADERS.intersection(values)):
-        schemes[name] = ",".join(_scheme(value) for value in values[name])  # each repeat's, in order
+        schemes[name] = ",".join(_scheme(key, value) for value in values[name])  # each repeat's, in order
     return {
-        "method": _part("method", method.upper()),
-        "host": _part("host", f"{split.scheme}://{split.netloc}"),
-        "path": _part("path", split.path),
-        "query": _part("query", query),
-        "headers": {name: _part(f"header {name}", _canonical(shown)) for name, shown in values.items()},
+        "method": _part(key, "method", method.upper()),
+        "host": _part(key, "host", f"{split.scheme}://{split.netloc}"),
+        "path": _part(key, "path", split.path),
+        "query": _part(key, "query", query),
+        "headers": {name: _part(key, f"header {name}", _canonical(shown)) for name, shown in values.items()},
         "schemes": schemes,
-        "body": _part("body", _canonical(body)),
+        "body": _part(key, "body", _canonical(body)),
     }
 
 
@@ -441,15 +465,15 @@ def _call(
         return BoundaryCall(
             "http", name, stream=stream_key("http", name), is_async=is_async, record_as=_stored, later=later
         )
-    stored, matched = request_texts(method, url, kept, body, unread=unread)
+    matched, stored = _texts(method, url, kept, body, unread=unread)
     return BoundaryCall(
         "http",
         name,
         stream=stream_key("http", name),
-        arguments_text=stored,
         is_async=is_async,
         record_as=_stored,
         match_text=matched,
+        shown=stored,  # built when a recording stores it or a divergence shows it: a matched call never does
     )
 
 

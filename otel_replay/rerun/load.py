@@ -114,7 +114,7 @@ def load_recording(store: Store, session_id: str) -> Recording:
         where = f"recording chunk {record_id} of session {session_id!r}"
         try:
             data = strict_loads(str(attrs.get(sc.RECORDING_EVENTS, "[]")), where=where)
-            batch = [Event.from_json(item) for item in data]
+            batch = [Event.from_json(item, decoded=True) for item in data]
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # 1e400 is inf
             if isinstance(exc, PayloadError):
                 raise DatasetError(str(exc)) from exc

@@ -359,8 +359,14 @@ class RerunMode:
     def _serve(self, call: Call) -> tuple[str, Any]:
         """Match one call: ``("value", v)`` to serve, ``("invoke", None)`` to run it, ``("live", None)`` on a miss."""
         next(self._counter)
+        # An HTTP call is matched on its digest alone: its stored text (redacted, with the part digests that
+        # name what differs) is built only when a divergence shows it (``shown``).
+        lazy = call if isinstance(call, BoundaryCall) and call.boundary == "http" else None
+        text = ""
         if isinstance(call, BoundaryCall):
-            stream, text, digest, opaque = call.stream, call.arguments_text, call.args_hash, True
+            stream, digest, opaque = call.stream, call.args_hash, True
+            if lazy is None:
+                text = call.arguments_text
         else:
             text = stable_json(dict(call.arguments))
             stream = stream_key(call.boundary, call.name)
@@ -368,17 +374,21 @@ class RerunMode:
             opaque = call.boundary == "tool"
         if call.boundary != "http":  # shown and sealed redacted, as recorded; matched above on the digest
             text = redact_json_text(text)
+
+        def shown() -> str:
+            return lazy.stored_arguments() if lazy is not None else text
+
         if not opaque and not isinstance(call, BoundaryCall):
-            self._note(call, stream, text, digest)
+            self._note(call, stream, shown(), digest)
             return "invoke", None
         queue = self.streams.get(stream)
         event = queue.popleft() if queue else None
         if event is None:
-            self._miss(call, stream, text, digest)
+            self._miss(call, stream, shown(), digest)
             return "live", None
         step = self._take(event)
-        after = self._check_order(event, call.boundary, call.name, stream, text)
-        opaque_value = None if call.boundary == "http" else unmatchable(text)
+        after = self._check_order(event, call.boundary, call.name, stream, shown)
+        opaque_value = None if call.boundary == "http" else unmatchable(shown())
         if opaque_value is not None:
             self._diverge_call(
                 step,
@@ -386,20 +396,20 @@ class RerunMode:
                 "so the call cannot be compared with the recorded one",
                 call,
                 stream,
-                text,
+                shown(),
                 event,
                 exclude=event,
             )
         elif event.args_hash != digest:
-            if self.credentials == "presence" and self._credentials_differ(event, text):
+            if self.credentials == "presence" and self._credentials_differ(event, shown()):
                 digest = event.args_hash  # the same call, with other credentials: folded as the recorded one
             else:
-                self._other_arguments(step, call, stream, text, event)
+                self._other_arguments(step, call, stream, shown(), event)
                 _log.warning("otel-replay rerun: step %d called with other arguments; serving the recorded value", step)
         self.fingerprint.add(stream, call.boundary, call.name, digest, event.value_hash(), after)
         if event.error is not None:
             if str(event.error.get("type", "")) == _CANCELLED:
-                self._cancelled(step, call, stream, text, event)
+                self._cancelled(step, call, stream, shown(), event)
             if str(event.error.get("type", "")) in _INTERRUPTS:
                 self.ended_early = True
                 raise _mismatch_at(
@@ -407,7 +417,7 @@ class RerunMode:
                     f"the recorded run was interrupted here ({event.error.get('type')}) during "
                     f"{_describe(event)}; the rerun stops where the recording does",
                     call,
-                    text,
+                    shown(),
                     event,
                 )
             _raise_recorded(event.error)
@@ -423,20 +433,20 @@ class RerunMode:
                     f"({value['$unrecordable']}); it cannot be served without running it",
                     call,
                     stream,
-                    text,
+                    shown(),
                     event,
                 )
             )
         if isinstance(call, BoundaryCall):
             capped = event.value.get("capped") if call.boundary == "http" and isinstance(event.value, dict) else None
             if capped:
-                self._diverge_call(step, _capped_reason(capped), call, stream, text, event)
+                self._diverge_call(step, _capped_reason(capped), call, stream, shown(), event)
             return "value", event.value
         try:
             return "value", decode_result(value)
         except (LookupError, TypeError, ValueError) as exc:
             reason = f"{call.boundary} {call.name}: the recorded result cannot be rebuilt ({exc})"
-        self._refuse(self._diverge_call(step, reason, call, stream, text, event))
+        self._refuse(self._diverge_call(step, reason, call, stream, shown(), event))
 
     def _take(self, event: Event) -> int:
         """The recorded step of a served ``event`` (its sequence number); the rerun has reached past it."""
@@ -482,14 +492,16 @@ class RerunMode:
                 return None, event.after
             return self._order[scope][done], done
 
-    def _check_order(self, event: Event, boundary: str, name: str, stream: str, text: str) -> int | None:
+    def _check_order(self, event: Event, boundary: str, name: str, stream: str, shown: Callable[[], str]) -> int | None:
         """A served ordered ``event`` must follow every call the recording completed before it started.
 
-        Else the order diverged. Returns the order folded into the fingerprint.
+        Else the order diverged (``shown`` gives the call's text for it). Returns the order folded into the
+        fingerprint.
         """
         before, after = self._place(event)
         if before is None:
             return after
+        text = shown()
         made, first = describe_event(boundary, name, ""), describe_event(before.boundary, before.name, "")
         self._diverge(
             before.seq,
@@ -630,7 +642,7 @@ class RerunMode:
             )
             return
         step = self._take(event)
-        after = self._check_order(event, "decision", record.decision_type, stream, text)
+        after = self._check_order(event, "decision", record.decision_type, stream, lambda: text)
         self.fingerprint.add(stream, "decision", record.decision_type, digest, value_hash(None), after)
         opaque_value = unmatchable(text)
         if event.args_hash != digest or opaque_value is not None:

@@ -32,7 +32,7 @@ from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ReplayMismatchError
 from otel_replay.instrumentation import tool
 from otel_replay.rerun import recording, rerun
-from otel_replay.rerun.codec import decode_value, encode_value, stable_json
+from otel_replay.rerun.codec import decode_value, decoded_json_text, encode_value, stable_json
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.load import load_recording
 from otel_replay.store import Store
@@ -640,3 +640,52 @@ def test_a_receipt_json_cannot_hold_is_stored_unrecordable_not_dropped(dataset: 
     assert "$.amount is a Decimal" in event.value["$unrecordable"]
     with pytest.raises(ReplayMismatchError, match="could not hold"):
         rerun(lambda: settle().receipt_id, dataset=dataset, session_id="receipt", governance="strict")
+
+
+# --- a loaded value's text in one pass ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stored", "one_pass"),
+    [
+        ('{"b":1,"a":[1,2.5,null,true,"é","😀"]}', True),
+        ('{"status":200,"body":"{\\"q\\": 1}","headers":[["a","b"]]}', True),
+        ("[" * 256 + "]" * 256, True),
+        ('{"$b64":"AAEC"}', False),  # a "$" key: stable_json escapes it as "$$b64"
+        ('["$5.00"]', False),  # text starting with "$": declined too (safe, not needed)
+        ('{"k":"\\ud800"}', False),  # a lone surrogate: tagged by stable_json
+        ('{"\\udc00":1}', False),
+        ("[" * 258 + "]" * 258, False),  # deeper than stable_json goes: unmatchable there
+        ("[" + "9" * 3950 + "]", False),  # an int wider than 13,000 bits: written in hex there
+        ('{"a":1e308,"b":-0.0,"c":' + "9" * 3000 + "}", True),
+    ],
+)
+def test_a_decoded_values_text_is_stable_jsons_or_declined(stored: str, one_pass: bool) -> None:
+    value = json.loads(stored)
+    text = decoded_json_text(value)
+    assert (text is not None) == one_pass
+    if text is not None:
+        assert text == stable_json(value)
+
+
+def test_a_decoded_values_text_is_never_other_than_stable_jsons_on_random_hostile_values() -> None:
+    pieces = ["a", "$", '"', "\\", "{", "[", "é", "\udcff", " ", "0"]
+    rng = random.Random(19)
+
+    def value(depth: int = 0) -> Any:
+        roll = rng.random()
+        if depth > 4 or roll < 0.3:
+            choices = [None, True, False, rng.randint(-(10**20), 10**20), rng.random() * 1e6]
+            return rng.choice([*choices, "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))])
+        if roll < 0.65:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {"".join(rng.choice(pieces) for _ in range(rng.randint(0, 3))): value(depth + 1) for _ in range(3)}
+
+    taken = 0
+    for _ in range(3000):
+        made = value()
+        text = decoded_json_text(made)
+        if text is not None:
+            taken += 1
+            assert text == stable_json(made), made
+    assert taken > 500  # most values are taken in one pass

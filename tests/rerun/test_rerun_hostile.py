@@ -23,6 +23,8 @@ import otel_replay
 from otel_replay import semconv as sc
 from otel_replay.errors import ReplayMismatchError, UntrustedRecord
 from otel_replay.instrumentation import _seam, tool
+from otel_replay.rerun import events as rerun_events
+from otel_replay.rerun import http as rerun_http
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.codec import encode_result, redact_url, stable_json
 from otel_replay.rerun.interceptor import Interceptor
@@ -336,6 +338,74 @@ def test_a_relaxed_rerun_diverging_at_every_step_looks_for_candidates_once(
     assert result.divergence is not None and result.divergence.step == 0 and result.divergence.candidates
     assert len(result.warnings) == 60
     assert len(searches) == 1  # only the divergence that is kept is explained; the rest stay O(1)
+
+
+def _posts_one_changed(api: str, changed: int | None) -> list[int]:
+    with httpx.Client() as client:
+        return [
+            client.post(f"{api}/orders", json={"n": i, "m": "b" if i == changed else "a"}).status_code
+            for i in range(60)
+        ]
+
+
+def test_a_rerun_builds_an_http_calls_stored_text_only_when_the_call_diverges(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with agent.scripted_server() as api:
+        record(dataset, "texts", lambda: _posts_one_changed(api, None))
+    built: list[str] = []
+    real = rerun_http._parts
+
+    def counted(*args: Any) -> dict[str, Any]:
+        built.append(str(args[-3]))  # the URL
+        return real(*args)
+
+    monkeypatch.setattr(rerun_http, "_parts", counted)
+    same = rerun(lambda: _posts_one_changed(api, None), dataset=dataset, session_id="texts", write=False)
+    assert same.matched, same.report()
+    assert built == []  # 60 requests matched on their keyed digests: nothing redacted, no part digests
+    other = rerun(lambda: _posts_one_changed(api, 31), dataset=dataset, session_id="texts", write=False)
+    assert not other.matched and other.divergence is not None
+    assert other.divergence.step == 31 and "called with other arguments" in other.divergence.reason
+    assert "the parts that differ: body" in other.divergence.expected  # still named, from the digests built
+    assert len(built) == 1  # for the one call that diverged
+
+
+def _hostile_results() -> list[Any]:
+    @tool
+    def lookup(kind: str) -> Any:
+        return {
+            "plain": {"name": "ACME é", "none": None, "ok": True, "price": 101.5, "tags": ["a", "b"]},
+            "dollar key": {"$ref": "#/x", "n": 1},
+            "dollar text": "$5.00",
+            "wide int": 2**13_001,
+            "surrogate": "name-\udcff",
+            "deep": json.loads("[" * 300 + "1" + "]" * 300),
+        }[kind]
+
+    kinds = ["plain", "dollar key", "plain", "dollar text", "wide int", "plain", "surrogate", "deep", "plain"]
+    return [lookup(kind) for kind in kinds]
+
+
+def test_a_loaded_recordings_values_hash_in_one_pass_unless_stable_json_would_write_them_otherwise(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original, _, events = record(dataset, "values", _hostile_results)
+    walked: list[Any] = []
+    real = rerun_events.value_hash
+
+    def counted(value: Any, error: Any = None) -> str:
+        walked.append(value)
+        return real(value, error)
+
+    monkeypatch.setattr(rerun_events, "value_hash", counted)
+    result = rerun(_hostile_results, dataset=dataset, session_id="values", write=False)
+    # Same fingerprint: every value hashed in one pass gave the hash the recording made by walking it.
+    assert result.matched and result.output == original, result.report()
+    assert events == 9
+    # Walked as stable_json walks them: a "$" key (and text starting with "$"), a wide int, a lone surrogate
+    # (the last three stored tagged, with "$" keys) and nesting past stable_json's depth; the plain four not.
+    assert len(walked) == 5
 
 
 def test_recording_twice_at_once_in_one_process_is_a_clear_error(dataset: Path) -> None:
