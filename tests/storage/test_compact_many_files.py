@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import importlib
 import os
-import weakref
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -17,28 +15,9 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.manifest import MANIFEST_NAME, is_compacted_name, partition_dirs
 
-from .conftest import count_rows
+from .conftest import ReadWatch, count_rows
 
 compact_module = importlib.import_module("otel_replay.storage.compact")
-
-
-class _Watch:
-    """Counts the single-file tables compaction reads and the most of them alive at once."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.refs: list[weakref.ref[pa.Table]] = []
-        self.peak = 0
-        self.read: list[str] = []
-        real = compact_module._read_one
-
-        def reading(path: Any, location: Any = None) -> pa.Table:
-            table = real(path, location)
-            self.read.append(str(path))
-            self.refs.append(weakref.ref(table))
-            self.peak = max(self.peak, sum(ref() is not None for ref in self.refs))
-            return table
-
-        monkeypatch.setattr(compact_module, "_read_one", reading)
 
 
 def _many(make_dataset: Any, files: int = 1000) -> tuple[Path, dict[str, Any]]:
@@ -49,7 +28,7 @@ def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_da
     path, figures = _many(make_dataset)
     inputs = live_files(path)
     assert len(inputs) >= 1000
-    watch = _Watch(monkeypatch)
+    watch = ReadWatch(monkeypatch)
     report = compact(path, grace_seconds=0, threads=2)
     assert sorted(watch.read) == sorted(inputs)  # every file read once, on its own
     # a batch of ~500 files never holds them all as tables: a gathered piece, the files read ahead, the one in hand
