@@ -312,7 +312,7 @@ def _name_unreadable_ids(files: Sequence[Path | str], location: Location | None)
     """
     for path in files:
         try:
-            source = location.open_object(str(path)) if location is not None else str(path)
+            source = _remote(location, path) if location is not None else str(path)
             reader = ParquetReader()
             reader.open(source, pre_buffer=False)
             names = reader.schema_arrow.names
@@ -493,6 +493,12 @@ def _schema_key(schema: pa.Schema) -> tuple[bytes, str]:
     return version, str(schema.remove_metadata())
 
 
+def _remote(location: Location, path: Path | str) -> object:
+    """The remote object ``path`` through the process cache, its size taken from the partition's listing (no HEAD)."""
+    listed = location.listed_stat(str(path))
+    return location.open_object(str(path), listed[0] if listed is not None else None)
+
+
 def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
     """One file's rows, read on the calling thread (a small file gains nothing from pyarrow's threads).
 
@@ -505,7 +511,7 @@ def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
 
     """
     try:
-        source = location.open_object(str(path)) if location is not None else str(path)
+        source = _remote(location, path) if location is not None else str(path)
         reader = ParquetReader()
         reader.open(source, pre_buffer=False)
         return reader.read_all(use_threads=False)
@@ -560,7 +566,7 @@ class _Checks:
 def _inspect(path: P, location: Location | None, checks: _Checks) -> _Inspected:
     """One file's footer, parsed once: its schema group, its row count, or what makes compaction refuse it."""
     try:
-        source = location.open_object(str(path)) if location is not None else str(path)
+        source = _remote(location, path) if location is not None else str(path)
         reader = ParquetReader()
         reader.open(source, pre_buffer=False)
         schema = reader.schema_arrow
