@@ -11,11 +11,13 @@ Per partition, under its lease (:mod:`lease`):
    (files of different storage schema versions are never merged) and find the
    (trace_id, span_id) pairs stored more than once (DuckDB reads only those
    two columns);
-3. read each group in batches of at most ``max_batch_rows`` rows (memory is
-   bounded by the batch, not the partition) and remove exact duplicate rows
-   (same trace id, span id and identical content, as an OTLP client retry
-   stores them), across batches too, counting them; rows sharing ids with
-   different content are kept, they are evidence for the trust checks;
+3. read each group in batches of at most ``max_batch_rows`` rows, file by
+   file (each footer was parsed once in step 2; see :func:`_read`), so memory
+   is bounded by the batch, not the partition nor its number of files, and
+   remove exact duplicate rows (same trace id, span id and identical
+   content, as an OTLP client retry stores them), across batches too,
+   counting them; rows sharing ids with different content are kept, they
+   are evidence for the trust checks;
 4. sort each batch by (correlation_id, trace_id, start_time, span_id) (one
    sorted run per batch; the side index finds an id's runs) and write files of
    at most ``target_rows`` rows: zstd, dictionary encoding on low-cardinality
@@ -48,9 +50,11 @@ import json
 import logging
 import os
 import resource
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +64,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow._parquet import ParquetReader
 
 from otel_replay import _duck as duck
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
@@ -81,7 +86,7 @@ from .manifest import (
     write_manifest,
 )
 from .side_index import INDEX_KINDS, file_index_rows, merge_index, write_index
-from .span_columns import check_version, schema_problem, time_range_problem
+from .span_columns import check_version, has_coarse_times, schema_problem, time_range_problem
 
 __all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
 
@@ -293,10 +298,29 @@ def _repeated_keys(files: Sequence[Path | str], location: Location | None = None
             params={"files": [str(p) for p in files]},
         ).to_arrow_table()
     except duckdb.Error as exc:
+        _name_unreadable_ids(files, location)  # a damaged file: named, rather than the partition
         where = str(files[0]).rpartition("/")[0]
         raise DatasetError(f"scanning span ids in {where}: {str(exc).splitlines()[0]}") from exc
     finally:
         con.close()
+
+
+def _name_unreadable_ids(files: Sequence[Path | str], location: Location | None) -> None:
+    """Raise :class:`CorruptFileError` for the first of ``files`` whose id columns cannot be read (else nothing).
+
+    Raises:
+        CorruptFileError: that file, named.
+
+    """
+    for path in files:
+        try:
+            source = _remote(location, path) if location is not None else str(path)
+            reader = ParquetReader()
+            reader.open(source, pre_buffer=False)
+            names = reader.schema_arrow.names
+            reader.read_all(column_indices=[names.index("trace_id"), names.index("span_id")], use_threads=False)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
 
 
 def _repeated_in(table: pa.Table) -> pa.Table:
@@ -382,24 +406,31 @@ def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: _Seen) -> list[
     return drop
 
 
-def _batches(files: Sequence[P], max_rows: int, location: Location | None = None) -> list[list[P]]:
-    """``files`` in consecutive batches of at most ``max_rows`` rows (a bigger file is a batch alone)."""
+def _batches(
+    files: Sequence[P], max_rows: int, location: Location | None = None, rows: Mapping[P, int] | None = None
+) -> list[list[P]]:
+    """``files`` in consecutive batches of at most ``max_rows`` rows (a bigger file is a batch alone).
+
+    ``rows``: each file's row count as :func:`_schema_groups` found it (no footer is read again).
+    """
     batches: list[list[P]] = []
     current: list[P] = []
-    rows = 0
+    total = 0
     for path in files:
-        try:
-            if location is not None:
-                n = pq.read_metadata(location.fs_path(str(path)), filesystem=location.fs).num_rows
-            else:
-                n = pq.read_metadata(path).num_rows
-        except (pa.ArrowException, OSError) as exc:
-            raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
-        if current and rows + n > max_rows:
+        n = rows.get(path) if rows is not None else None
+        if n is None:
+            try:
+                if location is not None:
+                    n = pq.read_metadata(location.fs_path(str(path)), filesystem=location.fs).num_rows
+                else:
+                    n = pq.read_metadata(path).num_rows
+            except (pa.ArrowException, OSError) as exc:
+                raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
+        if current and total + n > max_rows:
             batches.append(current)
-            current, rows = [], 0
+            current, total = [], 0
         current.append(path)
-        rows += n
+        total += n
     if current:
         batches.append(current)
     return batches
@@ -464,17 +495,111 @@ def _schema_key(schema: pa.Schema) -> tuple[bytes, str]:
     return version, str(schema.remove_metadata())
 
 
+def _remote(location: Location, path: Path | str) -> object:
+    """The remote object ``path`` through the process cache, its size taken from the partition's listing (no HEAD)."""
+    listed = location.listed_stat(str(path))
+    return location.open_object(str(path), listed[0] if listed is not None else None)
+
+
 def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
+    """One file's rows, read on the calling thread (a small file gains nothing from pyarrow's threads).
+
+    An object of a remote dataset is read through the process's object cache
+    (:meth:`Location.open_object`): one GET for a small object, which the
+    schema check before may already have made.
+
+    Raises:
+        CorruptFileError: the file cannot be read (named).
+
+    """
     try:
-        if location is not None:
-            return pq.read_table(location.fs_path(str(path)), filesystem=location.fs)
-        return pq.read_table(path)
+        source = _remote(location, path) if location is not None else str(path)
+        reader = ParquetReader()
+        reader.open(source, pre_buffer=False)
+        return reader.read_all(use_threads=False)
     except (pa.ArrowException, OSError) as exc:
         raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
 
 
-def _schema_groups(files: Sequence[P], location: Location | None = None) -> list[list[P]]:
+class _Inspected:
+    """What :func:`_schema_groups` learns of one file from its footer: its group key, rows, or why it is refused."""
+
+    __slots__ = ("key", "rows", "problem")
+
+    def __init__(self, key: tuple[bytes, str], rows: int, problem: CorruptFileError | DatasetError | None) -> None:
+        self.key, self.rows, self.problem = key, rows, problem
+
+
+class _Checks:
+    """The per-schema checks of one :func:`_schema_groups` call, made once per distinct schema (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.problems: dict[tuple[bytes, str], str | None] = {}  # schema_problem of each distinct Arrow schema
+        self.nanoseconds: list[pq.ParquetSchema] = []  # Parquet schemas whose time columns are all nanoseconds
+        self.lock = threading.Lock()
+
+    def schema_problem(self, key: tuple[bytes, str], schema: pa.Schema) -> str | None:
+        with self.lock:
+            if key in self.problems:
+                return self.problems[key]
+        problem = schema_problem(schema)
+        with self.lock:
+            self.problems[key] = problem
+        return problem
+
+    def time_problem(self, source: object, metadata: pq.FileMetaData) -> str | None:
+        parquet_schema = metadata.schema
+        with self.lock:
+            if any(parquet_schema.equals(known) for known in self.nanoseconds):
+                return None  # no time column coarser than nanoseconds: nothing can be out of range
+        if not has_coarse_times(parquet_schema):
+            with self.lock:
+                if len(self.nanoseconds) < 64:
+                    self.nanoseconds.append(parquet_schema)
+            return None
+        # A coarser time past nanoseconds would fail the side index's cast (naming no file) or, stored as
+        # INT96, wrap round to another date when read. Read, not taken from statistics: compaction reads it all.
+        try:
+            return time_range_problem(source, metadata, statistics=False)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _inspect(path: P, location: Location | None, checks: _Checks) -> _Inspected:
+    """One file's footer, parsed once: its schema group, its row count, or what makes compaction refuse it."""
+    try:
+        source = _remote(location, path) if location is not None else str(path)
+        reader = ParquetReader()
+        reader.open(source, pre_buffer=False)
+        schema = reader.schema_arrow
+        metadata = reader.metadata
+    except (pa.ArrowException, OSError) as exc:
+        error = CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False)
+        return _Inspected((b"", ""), 0, error)
+    key = _schema_key(schema)
+    try:
+        check_version(str(path), (schema.metadata or {}).get(SCHEMA_METADATA_KEY))
+    except DatasetError as exc:
+        return _Inspected(key, 0, exc)
+    problem = checks.schema_problem(key, schema) or checks.time_problem(source, metadata)
+    if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed
+        return _Inspected(key, 0, CorruptFileError(str(path), problem, skippable=False))
+    return _Inspected(key, metadata.num_rows, None)
+
+
+def _schema_groups(
+    files: Sequence[P],
+    location: Location | None = None,
+    rows: dict[P, int] | None = None,
+    workers: _Workers | None = None,
+) -> list[list[P]]:
     """``files`` grouped by schema (storage version and columns): groups are never merged.
+
+    Each file's footer is parsed once (on ``workers``, a few files ahead);
+    ``rows``, when given, receives each file's row count (for
+    :func:`_batches`, which then reads no footer again). The span columns are
+    checked once per distinct schema. The first refused file in ``files``'
+    order is raised.
 
     Raises:
         DatasetError: a file was written with a newer storage schema version than this otel-replay reads.
@@ -482,44 +607,126 @@ def _schema_groups(files: Sequence[P], location: Location | None = None) -> list
             a span time that does not fit in nanoseconds).
 
     """
+    checks = _Checks()
     groups: dict[tuple[bytes, str], list[P]] = {}
-    for path in files:
-        try:
-            source = location.open_object(str(path)) if location is not None else path
-            parquet = pq.ParquetFile(source)
-            schema = parquet.schema_arrow
-        except (pa.ArrowException, OSError) as exc:
-            raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
-        check_version(str(path), (schema.metadata or {}).get(SCHEMA_METADATA_KEY))
-        problem = schema_problem(schema)
-        if problem is None:
-            # A coarser time past nanoseconds would fail the side index's cast (naming no file) or, stored as
-            # INT96, wrap round to another date when read. Read, not taken from statistics: compaction reads it all.
-            try:
-                problem = time_range_problem(source, parquet.metadata, statistics=False)
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed
-            raise CorruptFileError(str(path), problem, skippable=False)
-        groups.setdefault(_schema_key(schema), []).append(path)
+    found = _ahead(lambda path: _inspect(path, location, checks), files, workers or _Workers(1))
+    for path, inspected in zip(files, found, strict=True):
+        if inspected.problem is not None:
+            found.close()
+            raise inspected.problem
+        if rows is not None:
+            rows[path] = inspected.rows
+        groups.setdefault(inspected.key, []).append(path)
     return list(groups.values())
 
 
+READ_AHEAD = 8
+"""Files read ahead of the one being gathered into a batch (on the workers)."""
+
+GATHER_FILES = 64
+"""Single-file tables made one contiguous piece at a time (a file's table keeps about 50 KB of buffers, however few
+its rows: 3,000 of them held at once were 301 MB of RSS for a 17 MB table)."""
+
+GATHER_ROWS = 65_536
+"""Rows of such pieces made one contiguous piece of the batch (so a batch is a few dozen chunks per column)."""
+
+
 def _read(paths: Sequence[Path | str], location: Location | None = None, workers: _Workers | None = None) -> pa.Table:
-    """The rows of ``paths`` (one schema) as one contiguous table."""
+    """The rows of ``paths`` (one schema) as one contiguous table, read file by file.
+
+    At most :data:`READ_AHEAD` files are being read at once, and the files
+    read are gathered into contiguous pieces (:data:`GATHER_FILES` files,
+    then :data:`GATHER_ROWS` rows): memory is the batch plus a few files,
+    whatever the number of files (a batch of 20,000 small files is neither
+    20,000 chunks per column, each with its own buffers, nor 20,000 files
+    read at once).
+    """
+    workers = workers or _Workers(1)
     # No name here may keep the chunked table: _contiguous frees its chunks column by column.
-    return _contiguous(_load(paths, location), workers or _Workers(1))
+    return _contiguous(_load(paths, location, workers), workers)
 
 
-def _load(paths: Sequence[Path | str], location: Location | None) -> pa.Table:
-    """The rows of ``paths`` as read (chunked): one multi-threaded read, or file by file to name a bad one."""
+def _ahead(fn: Callable[[T], R], items: Iterable[T], workers: _Workers, depth: int = 0) -> Generator[R, None, None]:
+    """``fn`` of each of ``items`` in order, run on ``workers`` at most ``depth`` (:data:`READ_AHEAD`) items ahead.
+
+    On an error (or when the consumer stops) the calls in flight are waited for, not left running.
+    """
+    ahead: deque[Future[R]] = deque()
+    rest = iter(items)
     try:
-        if location is not None:
-            fs_paths = [location.fs_path(str(p)) for p in paths]
-            return pq.read_table(fs_paths, partitioning=None, filesystem=location.fs)
-        return pq.read_table([str(p) for p in paths], partitioning=None)
-    except (pa.ArrowException, OSError):
-        return pa.concat_tables([_read_one(p, location) for p in paths])  # names the unreadable file
+        for item in rest:
+            ahead.append(workers.submit(fn, item))
+            if len(ahead) >= (depth or READ_AHEAD):
+                break
+        while ahead:
+            result = ahead.popleft().result()
+            for item in rest:
+                ahead.append(workers.submit(fn, item))
+                break
+            yield result
+    finally:
+        for future in ahead:
+            future.cancel()
+            if not future.cancelled():
+                future.exception()
+
+
+def _file_tables(paths: Sequence[Path | str], location: Location | None, workers: _Workers) -> Iterator[pa.Table]:
+    """Each file's table in order, read on ``workers`` at most :data:`READ_AHEAD` files ahead."""
+    return _ahead(lambda path: _read_one(path, location), paths, workers)
+
+
+class _Gather:
+    """Tables appended one by one, made contiguous every ``files`` tables or ``rows`` rows (see :func:`_read`)."""
+
+    def __init__(self, files: int, rows: int) -> None:
+        self.files, self.rows = files, rows
+        self.held: list[pa.Table] = []
+        self.held_rows = 0
+        self.done: list[pa.Table] = []
+
+    def add(self, table: pa.Table) -> pa.Table | None:
+        """Hold ``table``; the contiguous piece made of what is held when a bound is reached, else ``None``."""
+        self.held.append(table)
+        self.held_rows += table.num_rows
+        if len(self.held) >= self.files or self.held_rows >= self.rows:
+            return self.flush()
+        return None
+
+    def flush(self) -> pa.Table | None:
+        """What is held as one contiguous piece (``None`` when nothing is)."""
+        if not self.held:
+            return None
+        piece = self.held[0] if len(self.held) == 1 else pa.concat_tables(self.held).combine_chunks()
+        self.held, self.held_rows = [], 0
+        return piece
+
+
+def _load(paths: Sequence[Path | str], location: Location | None, workers: _Workers) -> pa.Table:
+    """The rows of ``paths`` as read: a few contiguous pieces (see :func:`_read`) in one chunked table."""
+    schema: pa.Schema | None = None
+    files = _Gather(GATHER_FILES, GATHER_ROWS)
+    runs = _Gather(MAX_ROWS, GATHER_ROWS)
+    pieces: list[pa.Table] = []
+
+    def run(piece: pa.Table | None) -> None:
+        made = runs.add(piece) if piece is not None else None
+        if made is not None:
+            pieces.append(made)
+
+    for table in _file_tables(paths, location, workers):
+        if schema is None:
+            schema = table.schema
+        elif table.schema.metadata != schema.metadata:
+            table = table.replace_schema_metadata(schema.metadata)  # one schema group: only metadata may differ
+        run(files.add(table))
+    run(files.flush())
+    last = runs.flush()
+    if last is not None:
+        pieces.append(last)
+    if not pieces:
+        raise DatasetError("no file to read")
+    return pa.concat_tables(pieces)
 
 
 def _contiguous(table: pa.Table, workers: _Workers) -> pa.Table:
@@ -594,7 +801,8 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
             except FileNotFoundError:
                 pass
     if expired:
-        manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in expired}
+        gone = set(expired)  # a set: a partition of 20,000 arrivals made this a quadratic minute
+        manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in gone}
     manifest.pending = {}  # every pending run's outputs are gone now
     return deleted, leftovers, manifest
 
@@ -734,12 +942,13 @@ def _compact_partition(
             write_manifest(partition, manifest)
         report.status = "empty"
         return
-    if manifest.files and all(p.name in manifest.files for p in live) and not gone:
+    if manifest.files and set(manifest.files).issuperset(p.name for p in live) and not gone:
         report.status = "current"
         return
     report.input_files = len(live)
     report.bytes_before = sum(p.stat().st_size for p in live)
-    groups = _schema_groups(live)
+    counts: dict[Path, int] = {}
+    groups = _schema_groups(live, rows=counts)  # on this thread: parsing a footer holds the GIL most of the time
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     # Recorded before any output is written: a crash leaves files only a pending run's token marks as leftovers.
@@ -754,6 +963,7 @@ def _compact_partition(
             report,
             workers,
             options,
+            counts=counts,
             generation=generation,
             token=token,
             step=step,
@@ -799,6 +1009,7 @@ def _write_groups(
     workers: _Workers,
     options: Options,
     *,
+    counts: Mapping[Path, int],
     generation: int,
     token: str,
     step: Callable[[str], None],
@@ -814,7 +1025,7 @@ def _write_groups(
     facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
     counter = 0
     for g, paths in enumerate(groups):
-        batches = _batches(paths, options.max_batch_rows)
+        batches = _batches(paths, options.max_batch_rows, rows=counts)
         # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
         scan = workers.submit(_repeated_keys, paths) if len(batches) > 1 else None  # beside the first read
         repeated: pa.Table | None = None

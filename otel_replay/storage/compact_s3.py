@@ -57,6 +57,7 @@ from .compact import (
     _repeated_keys,
     _schema_groups,
     _Seen,
+    _Workers,
     _write_file,
     swapped_manifest,
 )
@@ -68,6 +69,9 @@ from .side_index import file_index_rows, index_bytes, merge_index
 __all__ = ["compact_partition", "read_partition"]
 
 _log = logging.getLogger("otel_replay")
+
+REMOTE_READERS = 8
+"""Objects fetched and read at once (each a GET: latency, not CPU); a batch holds at most this many beyond its rows."""
 
 
 def read_partition(s3: object, location: Location, name: str) -> tuple[Manifest | None, str | None, list[str]]:
@@ -153,7 +157,8 @@ def _clean(
     deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
     leftovers = sum(objects.delete(s3, location, f"{url}/{n}") for n in orphans)
     if expired:
-        manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in expired}
+        gone = set(expired)  # a set: a partition of 20,000 arrivals made this a quadratic minute
+        manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in gone}
     # A stalled holder of a dead run may still upload after this: its token stays pending (hidden) for a while.
     manifest.pending = {k: at for k, at in manifest.pending.items() if now - at < PENDING_KEPT_SECONDS}
     return deleted, leftovers, manifest, etag
@@ -171,7 +176,8 @@ def compact_partition(
 ) -> None:
     """Compact partition ``name`` of a remote dataset under ``lease`` (held); see the module docstring.
 
-    ``options.threads`` is not used: a remote partition is compacted on one thread.
+    ``options.threads`` is not used: a remote partition is sorted and written on one thread; its objects are
+    fetched and read :data:`REMOTE_READERS` at a time, one by one into the batch (memory does not grow per object).
     ``current``: the run's view of the other partitions' facts (found now when not given).
     """
     current = current or CurrentFacts(location)
@@ -211,12 +217,17 @@ def compact_partition(
             _swap(s3, location, name, manifest, etag)
         report.status = "empty"
         return
-    if manifest.files and all(p.rpartition("/")[2] in manifest.files for p in live) and not gone:
+    if manifest.files and set(manifest.files).issuperset(p.rpartition("/")[2] for p in live) and not gone:
         report.status = "current"
         return
     # Every file's schema is checked first: a partition holding a file this version refuses (a newer schema
     # version, a foreign file) is left exactly as it was, its manifest included.
-    groups = _schema_groups(live, location)
+    counts: dict[str, int] = {}
+    inspecting = _Workers(REMOTE_READERS)  # footers fetched side by side (each GET waits on the network)
+    try:
+        groups = _schema_groups(live, location, rows=counts, workers=inspecting)
+    finally:
+        inspecting.close(cancel=True)
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     # Record the run before uploading (creating the manifest when there is none, see the module docstring):
@@ -232,14 +243,15 @@ def compact_partition(
     with tempfile.TemporaryDirectory(prefix="otel-replay-facts-") as spill_dir:
         facts: list[pa.Table | Path | None] = []
         counter = 0
+        readers = _Workers(REMOTE_READERS)
         try:
             for paths in groups:
-                batches = _batches(paths, options.max_batch_rows, location)
+                batches = _batches(paths, options.max_batch_rows, location, rows=counts)
                 # as in compact._compact_partition
                 repeated = _repeated_keys(paths, location) if len(batches) > 1 else None
                 seen = _Seen()
                 for batch in batches:
-                    table = _read(batch, location)
+                    table = _read(batch, location, readers)
                     step("read")
                     report.input_rows += table.num_rows
                     drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
@@ -260,9 +272,11 @@ def compact_partition(
                     del table
                 report.conflicting_kept += seen.conflicting_kept()
         except BaseException:
+            readers.close(cancel=True)
             if not written:  # nothing uploaded: the run's token is taken back (later runs' tokens pile up otherwise)
                 _take_back(s3, location, name, lease, token)
             raise
+        readers.close()
         step("written")
         step("renamed")  # nothing to rename on an object store
         index_name = f"_index-g{generation}-{token}.pq"

@@ -230,6 +230,18 @@ def _when(value: int, unit: str) -> str:
         return f"{value} {unit} since 1970-01-01"
 
 
+def has_coarse_times(schema: pq.ParquetSchema) -> bool:
+    """Whether a span time column of the Parquet ``schema`` is stored coarser than nanoseconds (or as INT96).
+
+    Only such a file can hold a span time outside nanoseconds (see :func:`time_range_problem`).
+    """
+    for i in range(len(schema)):
+        column = schema.column(i)
+        if _time_leaf(column.path) is not None and _parquet_unit(column) not in (None, "ns"):
+            return True
+    return False
+
+
 def time_range_problem(source: Any, metadata: pq.FileMetaData, *, statistics: bool = True) -> str | None:
     """What puts a span time of a Parquet file outside nanoseconds (after 2262-04-11, before 1677-09-21), or ``None``.
 

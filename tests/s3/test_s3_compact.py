@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -277,3 +278,44 @@ def test_store_lookups_on_s3_reuse_the_listing_of_the_last_refresh(
         assert len(listings) == opened
         store.refresh()
         assert len(listings) == opened + 2
+
+
+def _many_objects(bucket: str, name: str, objects: int = 200) -> tuple[str, dict[str, Any]]:
+    uri = f"s3://{bucket}/{name}"
+    figures = load_generator().generate(
+        uri,
+        spans=3 * objects,
+        ids=objects,
+        days=1,
+        rows_per_file=3,
+        duplicates=0.02,
+        seed=5,  # type: ignore[arg-type]
+    )
+    return uri, figures
+
+
+def test_objects_are_read_one_by_one_into_the_batch_never_all_at_once(bucket: str, monkeypatch) -> None:
+    from otel_replay.storage import compact_s3
+
+    from ..storage.conftest import ReadWatch
+
+    uri, figures = _many_objects(bucket, "many")
+    inputs = live_files(uri)
+    assert len(inputs) >= 200
+    watch = ReadWatch(monkeypatch)
+    report = compact(uri, grace_seconds=0)  # every object in one batch
+    assert sorted(watch.read) == sorted(inputs)  # each object read once, on its own
+    compact_module = importlib.import_module("otel_replay.storage.compact")
+    assert watch.peak <= compact_module.GATHER_FILES + compact_s3.REMOTE_READERS + 2  # not one table per object
+    assert report.duplicates_removed == figures["duplicates_written"]
+    assert _count(uri, live_files(uri)) == (figures["unique_spans"],) * 2
+
+
+def test_a_tiny_batch_over_many_objects_keeps_every_span_once(bucket: str) -> None:
+    uri, figures = _many_objects(bucket, "tiny")
+    report = compact(uri, grace_seconds=0, max_batch_rows=40, target_rows=25)
+    assert report.duplicates_removed == figures["duplicates_written"]
+    after = live_files(uri)
+    assert all(is_compacted_name(f.rpartition("/")[2]) for f in after)
+    assert len({f.rpartition("/")[2].split("-")[2] for f in after}) > 10  # one sorted run per batch
+    assert _count(uri, after) == (figures["unique_spans"],) * 2

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,3 +57,23 @@ def count_rows(files: list[str]) -> tuple[int, int]:
         con.close()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+class ReadWatch:
+    """Counts the single-file tables compaction reads (``_read_one``) and the most of them alive at once."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        module = importlib.import_module("otel_replay.storage.compact")
+        self.refs: list[weakref.ref[pa.Table]] = []
+        self.peak = 0
+        self.read: list[str] = []
+        real = module._read_one
+
+        def reading(path: Any, location: Any = None) -> pa.Table:
+            table = real(path, location)
+            self.read.append(str(path))
+            self.refs.append(weakref.ref(table))
+            self.peak = max(self.peak, sum(ref() is not None for ref in self.refs))
+            return table
+
+        monkeypatch.setattr(module, "_read_one", reading)

@@ -1,0 +1,124 @@
+"""Many small files: compaction and a cold chain on a day no compaction has touched yet.
+
+Usage: python benchmarks/bench_many_files.py DIR [--files 20654] [--rows-per-file 10] [--skip-generate]
+
+Generates (once, in ``DIR/day``) a day of ``--files`` arrival-order files of
+``--rows-per-file`` spans each through the project's row builder and
+DatasetWriter (benchmarks/gen_dataset.py, one flush per file: what many
+short-lived processes or a flush per commit leave), then, each in a fresh
+child process (peak RSS from ``getrusage`` of the child):
+
+- ``chain``: ``otel-replay chain trade <id> -d DIR/day`` on the uncompacted day
+  (the first process to open it: no side index, no tail index yet);
+- ``compact``: ``otel-replay compact`` of a copy of the day (``--grace 0``),
+  spans/s and peak RSS;
+- ``chain after``: the same chain on the compacted copy.
+
+Issue 20's targets: compaction of 20,000 small files under 1 GB peak RSS at
+>= 100k spans/s; the cold chain under 2 s. Nothing is asserted; the load
+average is printed beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def _generator():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("gen_dataset", HERE / "gen_dataset.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _child(*args: str) -> dict[str, Any]:
+    """Run ``otel-replay ARGS`` in a child process: wall and CPU seconds, the child's peak RSS (MB), its exit code.
+
+    CPU seconds (user + system) are the fairer figure on a machine shared with other work.
+    """
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu0 = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "otel_replay", *args], capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime - cpu0
+    if done.returncode != 0:
+        print(done.stderr[-2000:], file=sys.stderr)
+    # ru_maxrss of children is the largest of any child so far: each phase must peak above the ones before
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu, 2),
+        "peak_rss_mb": round(peak / 1024) if peak > before else None,
+        "rc": done.returncode,
+        "out": done.stdout,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--files", type=int, default=20_654)
+    parser.add_argument("--rows-per-file", type=int, default=10)
+    parser.add_argument("--skip-generate", action="store_true", help="reuse DIR/day")
+    parser.add_argument("--phases", default="chain,compact,after")
+    args = parser.parse_args()
+    day = args.dir / "day"
+    if not args.skip_generate:
+        shutil.rmtree(day, ignore_errors=True)
+        spans = args.files * args.rows_per_file
+        made = _generator().generate(
+            day, spans=spans, ids=args.files, days=1, rows_per_file=args.rows_per_file, duplicates=0.001, seed=7
+        )
+        print("generated", json.dumps(made))
+    files = sum(1 for _ in (day / "spans").rglob("*.parquet"))
+    size = sum(p.stat().st_size for p in (day / "spans").rglob("*.parquet"))
+    print(f"{files} files, {size / 2**20:.0f} MiB; load average {os.getloadavg()[0]:.2f}")
+    chain_id = f"trade-{args.files // 2:09d}"
+    phases = args.phases.split(",")
+    if "chain" in phases:
+        # A copy: the chain must be the first process to open these files (no tail index held anywhere).
+        cold = args.dir / "cold"
+        shutil.rmtree(cold, ignore_errors=True)
+        shutil.copytree(day, cold)
+        result = _child("chain", "trade", chain_id, "-d", str(cold), "--json")
+        rows = len(json.loads(result.pop("out") or "{}").get("traces", [])) if result["rc"] == 0 else None
+        print("cold chain on the uncompacted day", json.dumps(result), "decisions", rows)
+    work = args.dir / "compacted"
+    if "compact" in phases:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(day, work)
+        result = _child("compact", str(work), "--grace", "0", "--json")
+        report = json.loads(result.pop("out") or "{}")
+        spans = report.get("input_rows") or 0
+        rate = round(spans / result["seconds"]) if result["seconds"] else None
+        per_cpu = round(spans / result["cpu_seconds"]) if result["cpu_seconds"] else None
+        print(
+            "compact",
+            json.dumps(result),
+            f"input_rows {spans}, {rate} spans/s wall, {per_cpu} spans per CPU second (process start included)",
+        )
+        print("  reported", json.dumps({k: report.get(k) for k in ("seconds", "peak_rss_bytes", "output_rows")}))
+    if "after" in phases and work.exists():
+        result = _child("chain", "trade", chain_id, "-d", str(work), "--json")
+        result.pop("out")
+        print("chain after compaction", json.dumps(result))
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
