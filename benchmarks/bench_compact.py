@@ -19,7 +19,6 @@ Nothing is asserted; the load average is printed beside the figures.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import tempfile
@@ -28,16 +27,9 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from _support import generator  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-
-
-def _generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gen_dataset", HERE / "gen_dataset.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _partitions(root: Path) -> list[list[str]]:
@@ -68,7 +60,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
-        _generator().generate(base, spans=args.spans, ids=args.ids, days=2, rows_per_file=5000, seed=7)
+        generator().generate(base, spans=args.spans, ids=args.ids, days=2, rows_per_file=5000, seed=7)
         print(f"{args.spans} spans; load average {os.getloadavg()[0]:.2f}")
         _floor(base, Path(tmp) / "warm", write=False, sort=False)  # page cache and pyarrow's thread pool
         for label, kwargs in (

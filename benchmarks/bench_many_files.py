@@ -22,7 +22,6 @@ average is printed beside the figures.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -33,15 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _support import generator  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-
-
-def _generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gen_dataset", HERE / "gen_dataset.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _child(*args: str) -> dict[str, Any]:
@@ -80,7 +73,7 @@ def main() -> int:
     if not args.skip_generate:
         shutil.rmtree(day, ignore_errors=True)
         spans = args.files * args.rows_per_file
-        made = _generator().generate(
+        made = generator().generate(
             day, spans=spans, ids=args.files, days=1, rows_per_file=args.rows_per_file, duplicates=0.001, seed=7
         )
         print("generated", json.dumps(made))

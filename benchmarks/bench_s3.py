@@ -24,9 +24,7 @@ not a real network or a real object store. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -34,15 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _support import generator, local_s3  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-
-
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_dataset", HERE / "gen_dataset.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
@@ -57,7 +49,7 @@ def _measure(dataset: str, spans: int, ids: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     seconds, figures = _timed(
-        lambda: _generator().generate(dataset, spans=spans, ids=ids, days=2, rows_per_file=5000, seed=7)
+        lambda: generator().generate(dataset, spans=spans, ids=ids, days=2, rows_per_file=5000, seed=7)
     )
     out["write spans/s"] = round(figures["spans_written"] / seconds)
     out["files"] = figures["files"]
@@ -107,25 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ids", type=int, default=10_000)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE.parent))
-    from moto.server import ThreadedMotoServer
+    with local_s3(OTEL_REPLAY_SIGNING_KEY=os.environ.get("OTEL_REPLAY_SIGNING_KEY", "bench-signing-key-0123456789")):
+        import boto3
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_EC2_METADATA_DISABLED="true",
-        OTEL_REPLAY_SIGNING_KEY=os.environ.get("OTEL_REPLAY_SIGNING_KEY", "bench-signing-key-0123456789"),
-    )
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket="bench")
-    try:
+        boto3.client("s3").create_bucket(Bucket="bench")
         print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.spans} spans, {args.ids} ids")
         with tempfile.TemporaryDirectory() as tmp:
             local = _measure(str(Path(tmp) / "ds"), args.spans, args.ids)
@@ -138,8 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         alternative = _arrow_scan("s3://bench/ds")
         print(f"alternative S3 read path (pyarrow dataset -> DuckDB Arrow scan), compacted scan: {alternative} s")
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    finally:
-        server.stop()
     return 0
 
 

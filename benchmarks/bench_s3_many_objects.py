@@ -16,25 +16,17 @@ before, for an A/B in the same run). Issue 20's baseline: 10,000 spans in
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from _support import generator, local_s3  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-
-
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_dataset", HERE / "gen_dataset.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _compact(uri: str, pythonpath: str) -> dict[str, Any]:
@@ -75,37 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--objects", default="2000,20")
     parser.add_argument("--pythonpath", action="append", default=[], help="a checkout to compact with (repeatable)")
     args = parser.parse_args(argv)
-    from moto.server import ThreadedMotoServer
+    with local_s3():
+        import boto3
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_EC2_METADATA_DISABLED="true",
-    )
-    import boto3
-
-    checkouts = args.pythonpath or [str(HERE.parent)]
-    boto3.client("s3").create_bucket(Bucket="bench")
-    try:
+        checkouts = args.pythonpath or [str(HERE.parent)]
+        boto3.client("s3").create_bucket(Bucket="bench")
         print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.spans} spans")
         for objects in sorted(int(n) for n in args.objects.split(",")):
             for n, checkout in enumerate(checkouts):
                 uri = f"s3://bench/o{objects}-{n}"
-                made = _generator().generate(
+                made = generator().generate(
                     uri, spans=args.spans, ids=objects, days=1, rows_per_file=max(1, args.spans // objects)
                 )
                 result = _compact(uri, checkout)
                 print(f"{made['files']} objects, {checkout}: {result}", flush=True)
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    finally:
-        server.stop()
     return 0
 
 
