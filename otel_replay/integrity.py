@@ -59,6 +59,7 @@ __all__ = [
     "MISPLACED",
     "SEAL_KEYS",
     "copied_elsewhere",
+    "hashes_plainly",
     "keys_by_id",
     "load_signing_key",
     "span_place",
@@ -317,6 +318,34 @@ def _frame_bytes(parts: list[str]) -> bytes:
         except TypeError:  # a lone surrogate: json's encoding raises as it always did
             pass
     return _frame(parts).encode()
+
+
+_INT_PLAIN = 1 << 64  # an int this small prints well within the interpreter's digit limit
+
+
+def hashes_plainly(name: str, attributes: Mapping[str, Any]) -> bool:
+    """True when :func:`record_hash` cannot fail on ``name`` and ``attributes`` (a quick look, no hashing).
+
+    So when every key and text is an ASCII ``str`` (no lone surrogate to
+    refuse) and every value a ``str``, ``bool``, ``float`` or an ``int`` of
+    at most 64 bits (nothing to serialise as JSON). ``False`` says nothing:
+    the record may still hash; :func:`record_hash` decides.
+    """
+    if name.__class__ is not str or not name.isascii():
+        return False
+    for key, value in attributes.items():
+        if key.__class__ is not str or not key.isascii():
+            return False
+        cls = value.__class__
+        if cls is str:
+            if not value.isascii():
+                return False
+        elif cls is int:
+            if not -_INT_PLAIN < value < _INT_PLAIN:
+                return False
+        elif cls is not bool and cls is not float:
+            return False
+    return True
 
 
 class Chain:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
@@ -51,6 +52,13 @@ def _plain(value: Any, depth: int, path: set[int] | None = None, budget: list[in
         return f"<cut: more than {_NODES} values>"
     if value is None or value is True or value is False:
         return value
+    cls = value.__class__
+    if cls is str:  # the exact built-in types first: what a receipt holds, without an ABC check each
+        return _text(value)
+    if cls is int:
+        return value if value.bit_length() < _HUGE_INT_BITS else hex(value)
+    if cls is float:
+        return value if math.isfinite(value) else str(value)
     if isinstance(value, str):
         return _text(str.__str__(value))
     if isinstance(value, bool):  # a bool subclass
@@ -63,14 +71,14 @@ def _plain(value: Any, depth: int, path: set[int] | None = None, budget: list[in
         return value.isoformat()
     if depth >= _DEPTH:
         return f"<cut: nested deeper than {_DEPTH} levels>"
-    if not isinstance(value, (Mapping, list, tuple)):
+    if cls is not dict and cls is not list and not isinstance(value, (Mapping, list, tuple)):
         return _safe_str(value)
     path = set() if path is None else path
     if id(value) in path:
         return "<cycle>"
     path.add(id(value))
     try:
-        if isinstance(value, Mapping):
+        if cls is dict or isinstance(value, Mapping):
             return {
                 (_text(k) if isinstance(k, str) else _safe_str(k)): _plain(v, depth + 1, path, budget)
                 for k, v in value.items()
@@ -140,11 +148,17 @@ RECEIPT_TYPE_KEY = "otel_replay.type"
 RECEIPT_TYPE = "Receipt"
 
 
+@functools.cache
+def _receipt_class() -> type:
+    """:class:`otel_replay.gate.Receipt`, imported on first use (the gate imports this module)."""
+    from otel_replay.gate import Receipt
+
+    return Receipt
+
+
 def _marked(receipt: Any, plain: Any) -> Any:
     """``plain``, marked as made from otel-replay's ``Receipt`` when it was (so only then is one rebuilt)."""
-    from otel_replay.gate import Receipt  # the gate imports this module
-
-    if type(receipt) is Receipt and isinstance(plain, dict):
+    if type(receipt) is _receipt_class() and isinstance(plain, dict):
         return {**plain, RECEIPT_TYPE_KEY: RECEIPT_TYPE}
     return plain
 

@@ -367,3 +367,50 @@ def test_a_receipt_object_is_still_rebuilt_for_the_reference_ledger(dataset):
     assert ledger.balance == 10_000
     with pytest.raises(AlreadyCompensated):
         _execute(dataset, record_id, ledger)
+
+
+def test_a_receipt_of_built_in_and_subclassed_values_is_stored_as_their_plain_json():
+    """The exact built-in types take a shorter path; subclasses, odd numbers and odd text are stored as before."""
+    import enum
+    import math
+
+    class Code(enum.IntEnum):
+        OK = 7
+
+    class Text(str):
+        def __str__(self) -> str:
+            return "overridden"
+
+    receipt = {
+        "receipt_id": "ch_3",
+        "text": "r\u00e9sum\u00e9 \U0001f600",
+        "lone": "a\ud800b",
+        "int": 42,
+        "huge": 1 << 20_000,
+        "float": 2.5,
+        "nan": float("nan"),
+        "inf": float("inf"),
+        "flag": True,
+        "none": None,
+        "code": Code.OK,
+        "subtext": Text("kept"),
+        "nested": [{"x": (1, 2.0, "y")}],
+    }
+    stored = stored_receipt(receipt)
+    assert stored == {
+        "receipt_id": "ch_3",
+        "text": "r\u00e9sum\u00e9 \U0001f600",
+        "lone": "a\\ud800b",
+        "int": 42,
+        "huge": hex(1 << 20_000),
+        "float": 2.5,
+        "nan": "nan",
+        "inf": "inf",
+        "flag": True,
+        "none": None,
+        "code": 7,
+        "subtext": "kept",
+        "nested": [{"x": [1, 2.0, "y"]}],
+    }
+    assert type(stored["code"]) is int and type(stored["subtext"]) is str
+    assert not math.isnan(stored["float"])

@@ -577,3 +577,36 @@ def test_log_records_of_spans_from_two_providers_each_keep_their_own_resource():
     for group in ([spans[0]], [spans[1]], [spans[0]], spans):  # the second resource is not served the first's
         ours = type(encode_spans(group)).FromString(encoder.encode(group))
         assert ours.SerializeToString(deterministic=True) == encode_spans(group).SerializeToString(deterministic=True)
+
+
+def test_log_records_of_spans_made_by_hand_with_plain_attribute_mappings_hold_the_sdk_encoders_message():
+    """The log reads an SDK span's attribute dict directly; a span holding another mapping is read as it is."""
+    from types import MappingProxyType
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext
+
+    from otel_replay.capture.write_ahead import _RequestEncoder
+
+    resource, scope = Resource.create({"service.name": "hand"}), InstrumentationScope("hand", "1")
+    values = {"text": "r\u00e9sum\u00e9 \U0001f600", "n": 3, "long": "x" * 5_000, "flags": (True, False), "f": 0.5}
+    spans = [
+        ReadableSpan(
+            name=f"by hand {i}",
+            context=SpanContext(0xABC + i, 0xDEF + i, is_remote=False),
+            resource=resource,
+            attributes=attributes,
+            instrumentation_scope=scope,
+            start_time=10,
+            end_time=20,
+        )
+        for i, attributes in enumerate([values, MappingProxyType(values), {}, None])
+    ]
+    encoder = _RequestEncoder()
+    for group in [[span] for span in spans] + [spans]:
+        assert encoder._encode(group)  # written by the log's own encoder, not handed to the SDK's
+        ours = type(encode_spans(group)).FromString(encoder.encode(group))
+        assert ours.SerializeToString(deterministic=True) == encode_spans(group).SerializeToString(deterministic=True)

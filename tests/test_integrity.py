@@ -289,3 +289,59 @@ def test_record_hash_covers_the_same_keys_however_many_were_seen(monkeypatch):
     assert record_hash("n", 5, attrs) == before
     assert record_hash("n", 5, {**attrs, "replay.record.signature": "s", "other": 1}) == before
     assert record_hash("n", 5, {**attrs, "replay.kind": "edited"}) != before
+
+
+_PLAIN_RECORD = {
+    sc.KIND: "gate",
+    sc.RECORD_ID: "a" * 32,
+    "replay.gate.detail": "vendor_payment committed",
+    "replay.gate.justified": True,
+    sc.RECORD_SEQ: (1 << 64) - 1,
+    "replay.n": -(1 << 64) + 1,
+    "replay.cost": 1.5,
+    "replay.nan": float("nan"),
+    "replay.inf": float("-inf"),
+    "replay.empty": "",
+    "other.key": "not covered, still plain",
+}
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("replay.gate \u00e9", {}),
+        ("replay.gate \ud800", {}),
+        ("replay.gate", {"replay.text": "r\u00e9sum\u00e9"}),
+        ("replay.gate", {"replay.text": "lone \ud800"}),
+        ("replay.gate", {"other.text": "\ud800 even where the hash does not look"}),
+        ("replay.gate", {"replay.big": 1 << 64}),
+        ("replay.gate", {"replay.big": -(1 << 64)}),
+        ("replay.gate", {"replay.huge": 10**5000}),
+        ("replay.gate", {"replay.list": ["a", 1]}),
+        ("replay.gate", {"replay.tuple": ("a",)}),
+        ("replay.gate", {"replay.dict": {"a": 1}}),
+        ("replay.gate", {"replay.none": None}),
+        ("replay.gate", {"replay.bytes": b"x"}),
+        ("replay.gate", {"replay.subclass": _Text("x")}),
+        ("replay.gate", {"replay.subclass": _Number(3)}),
+        ("replay.gate", {3: "a key that is no str"}),
+        ("replay.gate", {_Text("replay.k"): "a key of a str subclass"}),
+        ("replay.gate", {"replay.\u00e9": "a key that is not ASCII"}),
+        (_Text("replay.gate"), {}),
+    ],
+)
+def test_a_record_is_hashed_once_only_when_nothing_in_it_can_make_hashing_fail(name, extra):
+    """The gate's records skip the hash made to fail early before a span starts only when it cannot fail."""
+    from otel_replay.integrity import hashes_plainly
+
+    assert hashes_plainly("replay.gate", _PLAIN_RECORD)
+    assert len(record_hash("replay.gate", 1, _PLAIN_RECORD)) == 64
+    assert not hashes_plainly(name, {**_PLAIN_RECORD, **extra})

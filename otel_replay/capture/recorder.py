@@ -23,6 +23,7 @@ from otel_replay.integrity import (
     SEAL_KEYS,
     Chain,
     SigningKey,
+    hashes_plainly,
     load_signing_key,
     record_hash,
     span_place,
@@ -380,7 +381,8 @@ class Recorder:
         # What would make sealing fail (text JSON cannot encode, nesting too deep) fails here, before a span
         # starts: a span started and never ended would sit in span processors that track open spans.
         try:
-            record_hash(name, start_ns, attributes)
+            if not hashes_plainly(name, attributes):  # a record of plain ASCII values is not hashed twice
+                record_hash(name, start_ns, attributes)
         except (UnicodeError, RecursionError) as exc:  # a CaptureError (not JSON) passes as it is
             raise CaptureError(f"{name} record {record_id} cannot be sealed: {unhashable(exc)}") from None
         # Started first, so the seal covers the span the record is stored in; a record that cannot be

@@ -191,10 +191,16 @@ def _key_field(key: str) -> bytes:
 
 
 def _key_values(tag: bytes, attributes: Any) -> bytes:
-    """Repeated ``KeyValue`` fields under ``tag`` for ``attributes`` (in their order)."""
+    """Repeated ``KeyValue`` fields under ``tag`` for ``attributes`` (in their order).
+
+    The pieces of every field go into one list joined once (a record's
+    content is a few long JSON texts: each is copied once, not once per
+    enclosing length prefix).
+    """
     if not attributes:
         return b""
-    parts = []
+    parts: list[bytes] = []
+    extend = parts.extend
     small, keys = _SMALL, _KEYS
     for key, value in attributes.items():
         head = keys.get(key) if key.__class__ is str else None
@@ -203,14 +209,31 @@ def _key_values(tag: bytes, attributes: Any) -> bytes:
         if value.__class__ is str:  # most of a record: its content is JSON text
             raw = value.encode()
             size = len(raw)
-            any_value = b"\x0a" + (small[size] if size < 4096 else _varint_of(size)) + raw
+            raw_size = small[size] if size < 4096 else _varint_of(size)
+            size += 1 + len(raw_size)  # the AnyValue: its string field
+            any_size = small[size] if size < 4096 else _varint_of(size)
+            size += len(head) + 1 + len(any_size)  # the KeyValue: key, then the AnyValue field
+            extend(
+                (tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, b"\x0a", raw_size, raw)
+            )
         else:
             any_value = _any_value(value)
-        size = len(any_value)
-        body = head + b"\x12" + (small[size] if size < 4096 else _varint_of(size)) + any_value
-        size = len(body)
-        parts.append(tag + (small[size] if size < 4096 else _varint_of(size)) + body)
+            size = len(any_value)
+            any_size = small[size] if size < 4096 else _varint_of(size)
+            size += len(head) + 1 + len(any_size)
+            extend((tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, any_value))
     return b"".join(parts)
+
+
+def _attributes_of(span: ReadableSpan) -> Any:
+    """``span``'s attributes to read: the SDK's own dict when the span keeps one, else ``span.attributes``.
+
+    ``span.attributes`` is a read-only view of the SDK's ``BoundedAttributes``,
+    which reads each attribute through two Python calls; an ended span's
+    dict behind it holds the same items in the same order.
+    """
+    inner = getattr(getattr(span, "_attributes", None), "_dict", None)
+    return inner if inner.__class__ is dict else span.attributes
 
 
 def _flags(context: Any) -> bytes:
@@ -246,7 +269,7 @@ def _span_bytes(span: ReadableSpan) -> bytes:
         _count(b"\x30", _SPAN_KIND[span.kind]),
         b"\x39" + _pack_fixed64(span.start_time) if span.start_time else b"",
         b"\x41" + _pack_fixed64(span.end_time) if span.end_time else b"",
-        _key_values(b"\x4a", span.attributes),
+        _key_values(b"\x4a", _attributes_of(span)),
         _count(b"\x50", span.dropped_attributes),
     ]
     for event in span.events:
