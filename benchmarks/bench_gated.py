@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
@@ -104,6 +105,17 @@ def fsync_cost(count: int = 200) -> float:
         return (time.perf_counter() - start) / count
 
 
+def on_threads(run: Callable[[], None], threads: int) -> float:
+    """Seconds for ``threads`` threads each running ``run`` once, all started together."""
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - start
+
+
 def log_floor(commits: int, threads: int) -> float:
     """Commits/s of the write-ahead log alone: per commit two fsynced appends (intent, then commit) of 1 KiB.
 
@@ -121,13 +133,7 @@ def log_floor(commits: int, threads: int) -> float:
                 wal.append(record)
                 wal.append(record)
 
-        workers = [threading.Thread(target=run) for _ in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - start
+        elapsed = on_threads(run, threads)
         wal.close()
         return per * threads / elapsed
 
@@ -147,13 +153,7 @@ def commits_alone(commits: int, threads: int) -> float:
             for _ in range(per):
                 gate.commit(action)
 
-        workers = [threading.Thread(target=run) for _ in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - start
+        elapsed = on_threads(run, threads)
         telemetry.shutdown()
         return per * threads / elapsed
 
