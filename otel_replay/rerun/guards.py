@@ -28,7 +28,9 @@ reading source for a traceback are not leaks. A relaxed rerun reports a file
 open; a strict one refuses it.
 
 Not seen: C code with sockets or processes of its own (gRPC's core, libcurl,
-database drivers in C), which never passes through Python's audit events.
+database drivers in C), which never passes through Python's audit events, and
+code that took its own reference to ``_posixsubprocess.fork_exec`` before the
+rerun began and calls it directly (that call raises no audit event).
 """
 
 from __future__ import annotations
