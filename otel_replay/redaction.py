@@ -44,6 +44,7 @@ __all__ = [
     "add_secret_patterns",
     "check_settings",
     "is_secret_name",
+    "message_of",
     "redact",
     "redact_error",
     "redact_headers",
@@ -606,6 +607,17 @@ def _redact_one_cookie(text: str) -> str:
     return f"{name.strip()}={REDACTED}{sep}{redact(attributes) if sep else ''}"
 
 
+def message_of(exc: BaseException) -> str:
+    """``str(exc)``, or a note naming what its ``__str__`` raised (a broken error is still stored, named).
+
+    Not redacted: each caller redacts it as it stores it.
+    """
+    try:
+        return str(exc)
+    except Exception as failed:  # an error whose __str__ reads fields it never got
+        return f"({type(failed).__name__} while reading the message)"
+
+
 def redact_error(exc: BaseException, *, capture: bool) -> str | None:
     """What an error span keeps of ``exc``'s message, redacted and cut to 500 characters.
 
@@ -613,10 +625,7 @@ def redact_error(exc: BaseException, *, capture: bool) -> str | None:
     """
     if not capture:
         return None
-    try:
-        text = str(exc)
-    except Exception as failed:  # a broken __str__
-        text = f"({type(failed).__name__} while reading the message)"
+    text = message_of(exc)
     return redact(text[:_SCAN_CHARS].encode("utf-8", "backslashreplace").decode("utf-8"))[:500]
 
 

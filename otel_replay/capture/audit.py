@@ -46,7 +46,7 @@ from otel_replay.records import (
     _span_ref,
     new_id,
 )
-from otel_replay.redaction import redact
+from otel_replay.redaction import message_of, redact
 
 __all__ = ["Decision", "audit", "current_decision"]
 
@@ -298,14 +298,6 @@ def _seam_mode() -> Any:
     return _seam_current()
 
 
-def _message(exc: BaseException) -> str:
-    """``str(exc)``, or a note when its ``__str__`` raises (a broken error still ends its decision, named)."""
-    try:
-        return str(exc)
-    except Exception as failed:
-        return f"({type(failed).__name__} while reading the message)"
-
-
 def _complete(
     decision: Decision, sink: Sink, snapshot: DependencySnapshot, error: str | None, start_ns: int
 ) -> BaseException | None:
@@ -450,7 +442,7 @@ class _AuditBlock:
             decision._span.record_exception(
                 exc,
                 attributes={
-                    "exception.message": redact(_message(exc)),
+                    "exception.message": redact(message_of(exc)),
                     "exception.stacktrace": redact("".join(traceback.format_exception(exc))),
                 },
             )

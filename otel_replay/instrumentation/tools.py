@@ -113,7 +113,10 @@ class _Tool:
         return named
 
     def compared(self, arguments: dict[str, Any], args: tuple[Any, ...], instance: Any = None) -> dict[str, Any]:
-        """What a rerun compares of a call: its arguments and, under codec 3, the receiver of a method.
+        """What a rerun compares of a call: its arguments and, from codec 3, the receiver of a method.
+
+        From codec 4 the defaults of the parameters the call left out are compared too (see
+        :meth:`with_defaults`): a tool whose ``currency="USD"`` became ``currency="EUR"`` acts differently.
 
         ``Account("treasury").pay(...)`` and ``Account("escrow").pay(...)`` are different actions: the
         receiver is compared by its value representation, like any argument, and one without any (a client,
@@ -121,14 +124,36 @@ class _Tool:
         """
         from otel_replay.rerun.codec import current_codec
 
-        if current_codec() < 3:
+        codec = current_codec()
+        if codec < 3:
             return arguments
+        if codec >= 4:
+            arguments = self.with_defaults(arguments)
         first = next(iter(self.signature.parameters), None) if self.signature is not None else None
         if instance is not None:
             return {first if first in ("self", "cls") else "self": instance, **arguments}
         if first in ("self", "cls") and args:
             return {first: args[0], **arguments}
         return arguments
+
+    def with_defaults(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` with the default of each parameter the call left out (``*args``/``**kwargs`` excepted).
+
+        A callable with no signature (a builtin, a C function) or arguments its signature could not bind
+        (named ``arg0``, ...) are left as given. A default with no value representation makes the call
+        unmatchable, as the same value passed would.
+        """
+        if self.signature is None or not set(arguments) <= set(self.signature.parameters):
+            return arguments  # no signature, or one the call did not bind to (its arguments named by position)
+        defaults = {
+            name: parameter.default
+            for name, parameter in self.signature.parameters.items()
+            if parameter.default is not inspect.Parameter.empty
+            and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            and name not in arguments
+            and name not in ("self", "cls")
+        }
+        return {**arguments, **defaults} if defaults else arguments
 
     def snapshot_now(self) -> DependencySnapshot:
         source = self.snapshot

@@ -75,13 +75,14 @@ __all__ = [
     "unmatchable",
 ]
 
-ARGUMENTS_CODEC = 3
+ARGUMENTS_CODEC = 4
 """The argument and value encoding new recordings use (1: unknown objects named by type only; 2: values
 compared by value; 3: also the rules of a rerun whose "matched" means the same actions in the same order,
-see :func:`codec_of_format`)."""
-RECORDING_FORMAT = 3
+see :func:`codec_of_format`; 4: also the default values of the parameters a tool call left out)."""
+RECORDING_FORMAT = 4
 """The recording format written. Format 2 is format 1's events with codec 2; format 3 is format 2's
-events with codec 3 (old readers refuse it). A recording is rerun with the rules of its own format."""
+events with codec 3; format 4 is format 3's events with codec 4 (old readers refuse each newer one).
+A recording is rerun with the rules of its own format."""
 
 
 def codec_of_format(version: int) -> int:

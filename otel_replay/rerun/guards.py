@@ -5,7 +5,9 @@ rerun and a no-op (one global read) whenever no rerun is active: audit hooks
 cannot be removed. While a rerun runs it sees every network connection
 (``socket.connect``, UDP ``sendto``/``sendmsg``), DNS lookup and process
 start (``subprocess``, ``os.system``, ``os.exec*``, ``os.posix_spawn``,
-``os.spawn*``, ``os.fork``) made from Python, at any depth and on any thread
+``os.spawn*``, ``os.fork``, and ``multiprocessing`` children of every start
+method, which raise no audit event of their own when spawned: their start is
+patched for the rerun) made from Python, at any depth and on any thread
 (the agent's own, its pools', the event loop's resolver), whichever library
 makes it: urllib, http.client, aiohttp, raw sockets. Each is a leak, and
 refused in both governance levels (a :class:`DeterminismLeakError` raised where
@@ -26,12 +28,16 @@ reading source for a traceback are not leaks. A relaxed rerun reports a file
 open; a strict one refuses it.
 
 Not seen: C code with sockets or processes of its own (gRPC's core, libcurl,
-database drivers in C), which never passes through Python's audit events.
+database drivers in C), which never passes through Python's audit events, and
+code that took its own reference to ``_posixsubprocess.fork_exec`` before the
+rerun began and calls it directly (that call raises no audit event).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import multiprocessing
+import multiprocessing.process
 import os
 import re
 import site
@@ -42,6 +48,11 @@ import threading
 from collections.abc import Iterable, Sequence
 from types import FrameType
 from typing import Any, Protocol
+
+try:
+    import _posixsubprocess
+except ImportError:  # pragma: no cover - Windows has no fork_exec
+    _posixsubprocess = None  # type: ignore[assignment]
 
 from otel_replay.errors import ConfigError
 from otel_replay.instrumentation import _seam
@@ -56,6 +67,8 @@ _DNS = "dns"
 _PROCESS = "process"
 _FILE = "file"
 _WORLD = "world"
+_MP_START = "otel_replay.multiprocessing.start"
+_FORK_EXEC = "otel_replay._posixsubprocess.fork_exec"
 _EVENTS = {
     "socket.connect": _NETWORK,
     "socket.sendto": _NETWORK,
@@ -72,6 +85,10 @@ _EVENTS = {
     "os.fork": _PROCESS,
     "os.forkpty": _PROCESS,
     "pty.spawn": _PROCESS,
+    # Not audit events: raised by the patches on multiprocessing's Process.start and _posixsubprocess.fork_exec
+    # (what multiprocessing's spawn and forkserver start methods call, with no audit event in CPython).
+    _MP_START: _PROCESS,
+    _FORK_EXEC: _PROCESS,
     "open": _FILE,
     # Changes to the world outside the process that need no open file: followed like file access (reported;
     # strict refuses), and any of them means the rerun is not matched.
@@ -296,6 +313,10 @@ def _process(event: str, args: tuple[Any, ...]) -> str:
         return f"os.system {_text(args[0])!r}" if args else "os.system"
     if event in ("os.exec", "os.posix_spawn"):
         return f"{event} {args[1]!r}" if len(args) > 1 else event
+    if event == _MP_START:
+        return f"multiprocessing process start ({args[0]})" if args else "multiprocessing process start"
+    if event == _FORK_EXEC:
+        return f"process start {args[0]!r}" if args else "process start"
     if event == "os.spawn":
         return f"os.spawn {args[2]!r}" if len(args) > 2 else event
     return f"{event} (a child process)"
@@ -414,7 +435,26 @@ def install_guards(
     guard = _Guard(mode, allow)
     if allow:
         patches.wrap(socket, "getaddrinfo", _remembering(allow))
+    patches.wrap(multiprocessing.process.BaseProcess, "start", _starting)
+    if _posixsubprocess is not None:
+        patches.wrap(_posixsubprocess, "fork_exec", _fork_exec)
     patches.replace(sys.modules[__name__], "_active", guard)
+
+
+def _starting(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``Process.start`` of any start method: a process start, checked before anything is set up."""
+    method = getattr(instance, "_start_method", None) or multiprocessing.get_start_method(allow_none=True)
+    _audit(_MP_START, (method or "default",))
+    return wrapped(*args, **kwargs)
+
+
+def _fork_exec(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``_posixsubprocess.fork_exec`` called by name (multiprocessing's ``spawnv_passfds``): a process start.
+
+    ``subprocess`` holds its own reference, taken at import, and raises ``subprocess.Popen`` first.
+    """
+    _audit(_FORK_EXEC, args[:1])
+    return wrapped(*args, **kwargs)
 
 
 def _remembering(allow: LiveAllowList) -> Any:

@@ -41,12 +41,17 @@ class Recording:
     @property
     def rules(self) -> str:
         """What a rerun of this recording compares, when it is less than a recording made now (else ``""``)."""
-        if self.codec >= 3:
+        if self.codec >= 4:
             return ""
+        if self.codec == 3:
+            return (
+                "recorded in format 3: a tool's default argument values (of the parameters a call left out) not "
+                "compared; record again to compare them"
+            )
         return (
             f"recorded in format {max(self.codec, 1)}: order across calls not compared, nor HTTP headers, the full "
-            "unredacted URL and body, or a method's receiver, and outcomes by exception name only; record again "
-            "to compare them"
+            "unredacted URL and body, a method's receiver, or a tool's default argument values, and outcomes by "
+            "exception name only; record again to compare them"
         )
 
 

@@ -30,6 +30,7 @@ from otel_replay.errors import ConfigError
 from otel_replay.instrumentation._redact import redact
 from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord, new_id
+from otel_replay.redaction import message_of
 from otel_replay.rerun.callers import INSIDE
 from otel_replay.rerun.codec import (
     RECORDING_FORMAT,
@@ -54,10 +55,7 @@ CHUNK_BYTES = 4 * 1024 * 1024
 
 def error_of(exc: BaseException) -> dict[str, str]:
     """How a raised exception is stored: its type's import path and its message."""
-    try:
-        message = str(exc)
-    except Exception as failed:  # a broken __str__ must not cost the event
-        message = f"({type(failed).__name__} while reading the message)"
+    message = message_of(exc)  # a broken __str__ must not cost the event
     # A lone surrogate (a non-UTF-8 file name in the message) cannot be stored: escaped, visibly.
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     # Messages name URLs and values (requests' "Max retries exceeded with url: /v1?api_key=…"): redacted
@@ -81,10 +79,7 @@ def outcome_of(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         message = str(exc.code)
     else:
-        try:
-            message = str(exc)
-        except Exception as failed:  # a broken __str__ still ends the run, named
-            message = f"({type(failed).__name__} while reading the message)"
+        message = message_of(exc)  # a broken __str__ still ends the run, named
     message = redact(message.encode("utf-8", "backslashreplace").decode("utf-8"))
     return f"raised {kind.__module__}:{kind.__qualname__}: {message}"[:_OUTCOME_LIMIT]
 

@@ -18,6 +18,7 @@ from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
 from otel_replay.instrumentation._redact import redact
 from otel_replay.records import new_id
+from otel_replay.redaction import message_of
 from otel_replay.replay import Policy, load_callable
 from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
 from otel_replay.rerun.events import Fingerprint
@@ -166,10 +167,7 @@ def _cancelled(outcome: str) -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
-    try:
-        text = f"{type(exc).__name__}: {exc}"
-    except Exception as failed:  # an error whose __str__ raises (fields it never got) still ends the rerun, named
-        text = f"{type(exc).__name__}: ({type(failed).__name__} while reading the message)"
+    text = f"{type(exc).__name__}: {message_of(exc)}"  # a broken __str__ still ends the rerun, named
     first = text.splitlines()[0] if text else type(exc).__name__
     return redact(first[:500])  # shown and sealed: a message naming a URL with its key is redacted
 

@@ -498,12 +498,12 @@ def test_a_codec_1_recording_still_reruns_and_matches(dataset: Path) -> None:
         AMOUNT[0] = decimal.Decimal("100.00")
 
 
-def test_a_new_recording_is_format_3_and_compares_by_value(dataset: Path) -> None:
+def test_a_new_recording_is_format_4_and_compares_by_value(dataset: Path) -> None:
     record(dataset, "fresh", _legacy_agent)
     with Store(dataset) as store:
         rows = store.run("rerun_events", session_id="fresh")
-        assert load_recording(store, "fresh").codec == 3
-    assert {json.loads(r["attributes"])[sc.RECORDING_FORMAT] for r in rows} == {3}
+        assert load_recording(store, "fresh").codec == 4
+    assert {json.loads(r["attributes"])[sc.RECORDING_FORMAT] for r in rows} == {4}
     AMOUNT[0] = decimal.Decimal("1000000.00")
     try:
         assert not rerun(_legacy_agent, dataset=dataset, session_id="fresh").matched

@@ -222,3 +222,58 @@ def test_a_rerun_stopped_where_the_recording_was_interrupted_never_matches(datas
     assert output == "after" and events == 2
     result = rerun(_swallows, dataset=dataset, session_id="swallowed")
     assert result.ended_early and not result.matched, result.report()  # ended early and matched, before
+
+
+# --- an error whose __str__ is broken: one reading, the same note everywhere -------------------------------
+
+
+class _Unprintable(Exception):
+    """An error whose ``__str__`` raises (fields it never got)."""
+
+    def __str__(self) -> str:
+        raise KeyError("missing field")
+
+
+class _NotText(Exception):
+    """An error whose ``__str__`` returns no string at all."""
+
+    def __str__(self) -> str:
+        return 42  # type: ignore[return-value]
+
+
+class _Secretive(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "note"),
+    [(_Unprintable(), "(KeyError while reading the message)"), (_NotText(), "(TypeError while reading the message)")],
+)
+def test_a_broken_error_message_reads_the_same_through_every_writer(
+    dataset: Path, error: BaseException, note: str
+) -> None:
+    from otel_replay.redaction import message_of, redact_error
+    from otel_replay.rerun.record import error_of, outcome_of
+
+    assert message_of(error) == note
+    assert redact_error(error, capture=True) == note and redact_error(error, capture=False) is None
+    assert error_of(error)["message"] == note
+    assert outcome_of(error).endswith(f":{type(error).__qualname__}: {note}")
+
+    def fails() -> None:
+        raise error
+
+    record(dataset, "broken", lambda: None)
+    result = rerun(fails, dataset=dataset, session_id="broken")
+    assert result.error == f"{type(error).__name__}: {note}", result.report()
+
+
+def test_a_readable_error_message_is_read_as_is_and_redacted_only_where_it_is_stored() -> None:
+    from otel_replay.redaction import message_of, redact_error
+    from otel_replay.rerun.record import error_of
+
+    secret = "Authorization: Bearer sk-live-0123456789abcdef0123456789"
+    error = _Secretive(f"declined ✗ {secret}")
+    assert message_of(error) == f"declined ✗ {secret}"
+    for stored in (redact_error(error, capture=True), error_of(error)["message"]):
+        assert stored is not None and stored.startswith("declined ✗") and "sk-live" not in stored, stored

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.metadata
 import json
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import platform
 import re
@@ -211,6 +214,8 @@ def _touch(marker: Path) -> Callable[[], Any]:
         ("subprocess", "subprocess ['touch'"),
         ("os.system", "os.system 'touch"),
         ("os.posix_spawn", "os.posix_spawn ['touch'"),
+        ("os.posix_spawnp", "os.posix_spawn ['touch'"),
+        ("os.fork", "os.fork (a child process)"),
         ("os.execv", "os.exec ['x']"),
     ],
 )
@@ -224,6 +229,8 @@ def test_lookups_and_processes_are_refused_at_any_depth_and_from_the_agents_thre
         "subprocess": _touch(marker),
         "os.system": lambda: os.system(f"touch {marker}"),
         "os.posix_spawn": lambda: os.posix_spawn("/usr/bin/touch", ["touch", str(marker)], dict(os.environ)),
+        "os.posix_spawnp": lambda: os.posix_spawnp("touch", ["touch", str(marker)], dict(os.environ)),
+        "os.fork": lambda: _fork_touching(marker),
         # A path that does not exist: should the guard fail, exec fails too, and the test process survives.
         "os.execv": lambda: os.execv("/nonexistent/otel-replay-test", ["x"]),
     }
@@ -232,6 +239,55 @@ def test_lookups_and_processes_are_refused_at_any_depth_and_from_the_agents_thre
     assert not marker.exists(), f"{name} ran"
     assert len(result.leaks) == 1 and result.leaks[0].startswith(expected), result.leaks
     assert not result.matched and result.error is None, result.report()
+
+
+def _fork_touching(marker: Path) -> None:
+    """Fork a child that leaves ``marker`` (and exits at once, should the guard let the fork through)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child of a guard that failed
+        try:
+            marker.touch()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _child_pays(port: int) -> None:
+    """A multiprocessing child's target: one live payment."""
+    _pay("127.0.0.1", port)
+
+
+def _pool_pays(method: str, port: int) -> None:
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(method)) as pool:
+        pool.submit(_child_pays, port).result(60)
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["process", "pool"])
+@pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
+def test_a_multiprocessing_child_of_every_start_method_is_refused_and_pays_nothing(
+    dataset: Path, method: str, pool: bool
+) -> None:
+    server = multiprocessing.forkserver._forkserver
+    running = server._forkserver_pid  # type: ignore[attr-defined]
+
+    def agent(port: int) -> None:
+        if pool:
+            _pool_pays(method, port)
+            return
+        child = multiprocessing.get_context(method).Process(target=_child_pays, args=(port,))
+        child.start()
+        child.join(60)
+
+    with _payments() as (port, paid):
+        record(dataset, "quiet", lambda: None)
+        result = rerun(lambda: agent(port), dataset=dataset, session_id="quiet")
+        assert paid == [], f"a {method} child paid during the rerun"
+    # A pool's queues start multiprocessing's resource tracker first (a process start of its own: refused too).
+    first = "process start [" if pool and method != "fork" else f"multiprocessing process start ({method})"
+    assert len(result.leaks) == 1 and result.leaks[0].startswith(first), result.leaks
+    assert not result.matched and result.summary() != "matched", result.report()
+    assert result.error is not None and result.error.startswith("DeterminismLeakError"), result.report()
+    assert server._forkserver_pid == running, "a fork server was started during the rerun"  # type: ignore[attr-defined]
 
 
 def test_allow_live_lets_exactly_the_listed_host_and_port_through(dataset: Path) -> None:

@@ -35,6 +35,7 @@ from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import stable_json
 from otel_replay.rerun.http import VOLATILE_HEADERS, compared_headers
 from otel_replay.rerun.load import load_recording
+from otel_replay.store import Store
 
 from .conftest import record
 
@@ -99,6 +100,90 @@ def test_a_method_made_a_tool_in_place_is_compared_with_its_receiver_and_its_own
             assert not result.matched and result.divergence is not None and result.divergence.step == 0
     finally:
         otel_replay.unwrap_tool(f"{__name__}:Ledger.transfer")
+
+
+# --- a tool's default argument values --------------------------------------------------------------
+
+
+@otel_replay.tool("pay", side_effect="financial")
+def pay_in_usd(to: str, amount: int, currency: str = "USD") -> str:
+    return f"paid {to} {amount} {currency}"
+
+
+@otel_replay.tool("pay", side_effect="financial")
+def pay_in_eur(to: str, amount: int, currency: str = "EUR") -> str:
+    return f"paid {to} {amount} {currency}"
+
+
+@otel_replay.tool("note")
+def note_v1(*lines: str, level: str = "info", **tags: Any) -> str:
+    return f"{level}: {lines} {tags}"
+
+
+@otel_replay.tool("note")
+def note_v2(*lines: str, level: str = "error", **tags: Any) -> str:
+    return f"{level}: {lines} {tags}"
+
+
+@otel_replay.tool("send")
+def send_locked(to: str, lock: Any = threading.Lock()) -> str:  # noqa: B008 - a default with no value representation
+    return f"sent to {to}"
+
+
+def test_a_changed_default_argument_value_of_a_tool_is_a_divergence(dataset: Path) -> None:
+    original, _, _ = record(dataset, "pay", lambda: pay_in_usd("vendor-7", 5000))
+    same = rerun(lambda: pay_in_usd("vendor-7", 5000), dataset=dataset, session_id="pay")
+    assert same.matched and same.output == original and same.rules == "", same.report()
+    other = rerun(lambda: pay_in_eur("vendor-7", 5000), dataset=dataset, session_id="pay")
+    assert not other.matched and other.divergence is not None, other.report()
+    assert other.divergence.step == 0 and "other arguments" in other.divergence.reason, other.report()
+    # The same action, the currency now passed by hand instead of taken from the default: matched.
+    passed = rerun(lambda: pay_in_eur("vendor-7", 5000, currency="USD"), dataset=dataset, session_id="pay")
+    assert passed.matched, passed.report()
+
+
+def test_defaults_beside_star_args_and_star_star_kwargs_are_compared(dataset: Path) -> None:
+    record(dataset, "note", lambda: note_v1("a", "b", who="x"))
+    assert rerun(lambda: note_v1("a", "b", who="x"), dataset=dataset, session_id="note").matched
+    changed = rerun(lambda: note_v2("a", "b", who="x"), dataset=dataset, session_id="note")
+    assert not changed.matched and changed.divergence is not None and changed.divergence.step == 0
+    assert rerun(lambda: note_v2("a", "b", level="info", who="x"), dataset=dataset, session_id="note").matched
+
+
+def test_a_default_with_no_value_representation_makes_the_call_unmatchable(dataset: Path) -> None:
+    record(dataset, "send", lambda: send_locked("vendor-7"))
+    result = rerun(lambda: send_locked("vendor-7"), dataset=dataset, session_id="send")
+    assert not result.matched and result.divergence is not None
+    assert "no value representation" in result.divergence.reason and "lock" in result.divergence.reason.lower()
+
+
+def test_a_builtin_tool_without_a_signature_still_reruns_matched(dataset: Path) -> None:
+    as_int = otel_replay.tool("as_int")(int)
+    record(dataset, "int", lambda: as_int("42"))
+    result = rerun(lambda: as_int("42"), dataset=dataset, session_id="int")
+    assert result.matched and result.output == 42, result.report()
+    assert not rerun(lambda: as_int("43"), dataset=dataset, session_id="int").matched
+
+
+def test_a_format_3_recording_reruns_by_its_rules_and_says_defaults_are_not_compared(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from otel_replay.rerun import record as record_module
+    from otel_replay.rerun.codec import arguments_codec
+
+    with monkeypatch.context() as patch:  # the record mode of format 3, as it was
+        patch.setattr(record_module, "RECORDING_FORMAT", 3)
+        with arguments_codec(3):
+            record(dataset, "pay3", lambda: pay_in_usd("vendor-7", 5000))
+    with Store(dataset) as store:
+        assert load_recording(store, "pay3").codec == 3
+    same = rerun(lambda: pay_in_usd("vendor-7", 5000), dataset=dataset, session_id="pay3", governance="strict")
+    assert same.matched, same.report()
+    rules = "recorded in format 3: a tool's default argument values"
+    assert same.rules.startswith(rules) and rules in same.report() and "record again" in same.report()
+    # Its rules: defaults were not compared then, so the changed default still matches it (and says why).
+    assert rerun(lambda: pay_in_eur("vendor-7", 5000), dataset=dataset, session_id="pay3").matched
+    assert not rerun(lambda: pay_in_usd("vendor-8", 5000), dataset=dataset, session_id="pay3").matched
 
 
 # --- HTTP: the real values of every part that decides the action ------------------------------------
