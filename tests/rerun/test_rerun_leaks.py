@@ -262,6 +262,22 @@ def _pool_pays(method: str, port: int) -> None:
         pool.submit(_child_pays, port).result(60)
 
 
+@contextmanager
+def _semaphores_removed() -> Iterator[None]:
+    """Unlink the named semaphores the block leaves in /dev/shm.
+
+    A pool's queue creates its semaphore, then asks the resource tracker (a process refused in a rerun) to
+    unlink it later; refused, nobody does. The test cleans up after itself.
+    """
+    shm = Path("/dev/shm")
+    before = set(shm.glob("sem.mp-*")) if shm.is_dir() else set()
+    try:
+        yield
+    finally:
+        for left in (set(shm.glob("sem.mp-*")) if shm.is_dir() else set()) - before:
+            left.unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize("pool", [False, True], ids=["process", "pool"])
 @pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
 def test_a_multiprocessing_child_of_every_start_method_is_refused_and_pays_nothing(
@@ -278,7 +294,7 @@ def test_a_multiprocessing_child_of_every_start_method_is_refused_and_pays_nothi
         child.start()
         child.join(60)
 
-    with _payments() as (port, paid):
+    with _payments() as (port, paid), _semaphores_removed():
         record(dataset, "quiet", lambda: None)
         result = rerun(lambda: agent(port), dataset=dataset, session_id="quiet")
         assert paid == [], f"a {method} child paid during the rerun"
