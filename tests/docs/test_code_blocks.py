@@ -162,6 +162,13 @@ _ALONE = sorted(
 )
 
 
+def test_python_blocks_are_fenced_as_python() -> None:
+    """A ```py or ```python3 fence would be shown but never run: every Python block says ```python."""
+    for path in md_files():
+        fences = re.findall(r"^```(\S+)", path.read_text(encoding="utf-8"), re.MULTILINE)
+        assert not {"py", "python3", "pycon", "SQL", "duckdb"} & set(fences), (path, fences)
+
+
 def test_every_page_with_python_is_run() -> None:
     assert set(_ALONE) >= {"guides/instrumenting.md", "guides/record-and-rerun.md"}, _ALONE
 
