@@ -173,8 +173,13 @@ def api_reference() -> str:
     out = []
     for name in sorted(otel_replay.__all__, key=str.lower):
         obj = getattr(otel_replay, name)
-        if isinstance(obj, (type, Callable)) and getattr(obj, "__module__", "").startswith("otel_replay"):  # type: ignore[arg-type]
-            out += [f"::: otel_replay.{name}", ""]
+        module = getattr(obj, "__module__", None) or ""
+        if isinstance(obj, (type, Callable)) and module.startswith("otel_replay"):  # type: ignore[arg-type]
+            # Where it is defined, not the re-export: ``otel_replay.audit`` would find the
+            # module ``otel_replay.capture.audit`` before the function of that name.
+            if getattr(obj, "__name__", name) != name:  # exported under another name (open = open_store)
+                out += [f"`otel_replay.{name}` is `{module}.{obj.__qualname__}`:", ""]
+            out += [f"::: {module}.{obj.__qualname__}", "    options:", "      show_root_full_path: false", ""]
         else:
             out += [f"### `{name}`", "", f"`otel_replay.{name}` = `{obj!r}`", ""]
     return "\n".join(out)

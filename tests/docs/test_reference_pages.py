@@ -61,7 +61,10 @@ def test_every_error_is_in_the_error_tree(hooks: ModuleType) -> None:
 def test_every_public_name_is_in_the_api_reference(hooks: ModuleType) -> None:
     page = hooks.api_reference()
     for name in otel_replay.__all__:
-        assert f"::: otel_replay.{name}\n" in page or f"### `{name}`" in page, name
+        obj = getattr(otel_replay, name)
+        assert f"::: {getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}\n" in page or (
+            f"### `{name}`" in page
+        ), name
 
 
 def test_the_readme_on_the_site_links_inside_the_site(hooks: ModuleType) -> None:
