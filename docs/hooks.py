@@ -44,6 +44,8 @@ def _param_row(param: click.Parameter, ctx: click.Context) -> str:
     assert isinstance(param, click.Option)
     names = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
     kind = "flag" if param.is_flag else f"`{param.type.name.upper()}`"
+    if isinstance(param.type, click.Choice):
+        kind = "`" + "\\|".join(str(choice) for choice in param.type.choices) + "`"
     if param.multiple:
         kind += ", repeatable"
     default = ""
@@ -213,6 +215,21 @@ GENERATORS: dict[str, Callable[[], str]] = {
 }
 
 
+def _table_code_pipes(markdown: str) -> str:
+    r"""``\|`` inside a code span of a table row as ``|``.
+
+    GitHub needs the backslash there to keep the pipe out of the cell split; Python-Markdown
+    never splits inside a code span and would show the backslash.
+    """
+    lines = []
+    for line in markdown.split("\n"):
+        if line.startswith("|") and "\\|" in line:
+            parts = line.split("`")
+            line = "`".join(p.replace("\\|", "|") if i % 2 else p for i, p in enumerate(parts))
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Replace each ``<!-- generated: NAME -->`` line with what ``GENERATORS[NAME]`` makes."""
-    return MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown)
+    return _table_code_pipes(MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown))
