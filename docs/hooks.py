@@ -162,7 +162,13 @@ def errors_reference() -> str:
             walk(child, depth + 1)
 
     walk(errors.OtelReplayError, 0)
-    return "\n".join(lines) + "\n"
+    doc = errors.__doc__ or ""
+    tree, _, after = doc.split("::\n\n", 1)[1].partition("\n\n")
+    tree = "\n".join(line[4:] for line in tree.splitlines()).replace("``", "")
+    return "\n".join(
+        ["## The tree", "", "```text", tree, "```", "", _rst_to_md(inspect.cleandoc(after)), "",
+         "## Every class", "", "From the classes themselves, with the first line of each docstring:", "", *lines, ""]
+    )
 
 
 # --- Python API --------------------------------------------------------------------------------

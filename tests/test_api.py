@@ -122,13 +122,18 @@ def test_exporter_is_importable_from_the_package():
     assert ParquetSpanExporter is otel_replay.ParquetSpanExporter
 
 
-def test_readme_error_tree_is_the_module_tree():
-    """README's Errors section shows exactly the tree errors.py documents, and every exported class is in it."""
+def test_docs_error_tree_is_the_module_tree():
+    """The manual's error page shows exactly the tree errors.py documents, and every exported class is in it."""
+    import importlib.util
+
     import otel_replay.errors as errors
 
     root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text()
-    shown = readme.split("## Errors\n\n```\n", 1)[1].split("```", 1)[0].strip()
+    spec = importlib.util.spec_from_file_location("otel_replay_docs_hooks", root / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    shown = hooks.errors_reference().split("```text\n", 1)[1].split("```", 1)[0].strip()
     documented = errors.__doc__.split("::\n\n", 1)[1].split("\n\nForeign", 1)[0]
     documented = "\n".join(line[4:] for line in documented.splitlines()).replace("``", "").strip()
     assert shown == documented
