@@ -207,7 +207,7 @@ def benchmarks_history() -> str:
 def readme() -> str:
     """README.md (the tutorial is tested there), its links into docs/ made relative to this site."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    text = text.replace("](docs/index.md)", "](index.md)").replace("](docs/", "](")
+    text = text.replace("](docs/)", "](index.md)").replace("](docs/", "](")
     return text.replace("](benchmarks/README.md)", "](benchmarks/history.md)")
 
 
