@@ -146,7 +146,7 @@ print("README OK")
 
 
 def test_readme_gives_the_rerun_divergence_exit_code_the_command_uses():
-    from otel_replay.rerun.command import DIVERGED
+    from otel_replay.cli.rerun import DIVERGED
 
     text = README.read_text(encoding="utf-8")
     row = next(line for line in text.splitlines() if line.startswith("| `otel-replay rerun "))

@@ -10,13 +10,17 @@ from pathlib import Path
 from types import FrameType
 
 import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from otel_replay import settings
+from otel_replay.cli._inputs import friendly
+from otel_replay.cli.render import clean
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import is_remote
-from otel_replay.render import clean
-
-from .server import MiB, Receiver, ServerConfig
+from otel_replay.server.ingest import Ingestor
+from otel_replay.server.server import MiB, Receiver, ServerConfig
 
 __all__ = ["ingest_command", "serve_command"]
 
@@ -86,9 +90,7 @@ def _address(value: str) -> str | None:
     help="Seconds a client has to send a whole HTTP request (slow and idle connections are closed); gRPC "
     "connections are closed at twice this age, cancelling calls still open on them.",
 )
-@click.option(
-    "--max-connections", default=128, show_default=True, help="HTTP connections served at once (503 above)."
-)
+@click.option("--max-connections", default=128, show_default=True, help="HTTP connections served at once (503 above).")
 @click.option(
     "--convert-workers", default=1, show_default=True, help="Converter processes (0: convert in the server process)."
 )
@@ -105,6 +107,7 @@ def _address(value: str) -> str | None:
     show_default=True,
     help="Compact the partitions of past days every N seconds in the background (0: off).",
 )
+@friendly
 def serve_command(
     dataset: str | None,
     wal_dir: str | None,
@@ -196,6 +199,7 @@ def _expand(paths: tuple[str, ...]) -> tuple[list[Path], list[OSError]]:
     help="Dataset directory to write (default $OTEL_REPLAY_DATASET or ./traces).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@friendly
 def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> None:
     """Load Collector file-exporter output (JSON lines or proto, plain, gzip or zstd) and OTLP/JSON files.
 
@@ -205,12 +209,6 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
     dataset = str(settings.dataset_dir(dataset))
     if is_remote(dataset):  # its dedup state and flock live beside the dataset: local only
         raise click.ClickException(f"ingest writes a local dataset directory, not {dataset}; ingest locally and copy")
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from .ingest import Ingestor
-
     files, unlisted = _expand(paths)
     try:
         ingestor = Ingestor(dataset)

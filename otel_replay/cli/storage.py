@@ -13,12 +13,12 @@ import pyarrow as pa
 
 from otel_replay import settings
 from otel_replay.capture.write_ahead import recover as recover_capture_logs
+from otel_replay.cli._inputs import friendly
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key
 from otel_replay.location import local_root_problem, resolve
-
-from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, compact
-from .retention import drop_older_than
+from otel_replay.storage.compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, compact
+from otel_replay.storage.retention import drop_older_than
 
 __all__ = ["compact_command"]
 
@@ -78,6 +78,7 @@ __all__ = ["compact_command"]
     ),
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@friendly
 def compact_command(
     dataset: str | None,
     partitions: tuple[str, ...],

@@ -20,9 +20,19 @@ from typing import Any, cast
 
 import click
 
+from otel_replay import settings
+from otel_replay.analyst import require_utf8
+from otel_replay.cli._inputs import friendly, read_live_state, require_writable
+from otel_replay.cli.render import clean, first_line, one_line
 from otel_replay.errors import OtelReplayError, RerunError
-from otel_replay.render import clean, first_line, one_line
-from otel_replay.replay import IMPORT_HELP
+from otel_replay.location import resolve
+from otel_replay.pipeline import configure
+from otel_replay.replay import IMPORT_HELP, load_callable
+from otel_replay.rerun.guards import parse_allow_live
+from otel_replay.rerun.load import recorded_sessions
+from otel_replay.rerun.runner import RerunResult, rerun
+from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
+from otel_replay.store import Store
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -30,21 +40,7 @@ DIVERGED = 4
 """Exit code when a rerun did not match its recording (distinct from click's usage error, 2)."""
 
 
-
-
-def _load_state(path: str) -> dict[str, Any]:
-    from otel_replay._json import strict_loads
-    from otel_replay.cli import LIVE_STATE_MAX_BYTES, read_input_file
-
-    state = strict_loads(read_input_file(path, "live state file", LIVE_STATE_MAX_BYTES), where=f"live state {path}")
-    if not isinstance(state, dict):
-        raise click.ClickException(f"{path}: the live state must be a JSON object")
-    return state
-
-
 def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list[str]:
-    from otel_replay.rerun.load import recorded_sessions
-
     recorded = [str(row["session_id"]) for row in recorded_sessions(store)]
     if sessions_sql:
         table = store.query(sessions_sql)
@@ -67,7 +63,7 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
 @click.option(
     "--dataset",
     "-d",
-    default=lambda: __import__("otel_replay.settings", fromlist=["dataset_dir"]).dataset_dir(),
+    default=lambda: settings.dataset_dir(),
     show_default="$OTEL_REPLAY_DATASET or ./traces",
     help="Dataset directory.",
 )
@@ -95,6 +91,7 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
     "(the same header sent with the same scheme, any value: for a rerun without the recorded run's keys).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
+@friendly
 def rerun_command(**options: Any) -> None:
     """Rerun recorded session SESSION_ID (or --all) offline from the dataset and compare fingerprints.
 
@@ -129,13 +126,6 @@ def _main(
     credentials: str,
     as_json: bool,
 ) -> int:
-    from otel_replay.pipeline import configure
-    from otel_replay.replay import load_callable
-    from otel_replay.rerun.guards import parse_allow_live
-    from otel_replay.rerun.runner import RerunResult, rerun
-    from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
-    from otel_replay.store import Store
-
     if credentials not in CREDENTIALS:
         raise click.ClickException(f"--credentials must be 'value' or 'presence', got {clean(credentials)[:80]!r}")
     if all_sessions == (session_id is not None):
@@ -149,11 +139,7 @@ def _main(
     if rail_ref and not execute:
         raise click.UsageError("--rail only applies with --execute (without it nothing is compensated)")
     if sessions_sql:
-        from otel_replay.analyst import require_utf8
-
         require_utf8(sessions_sql, "--sessions-sql")
-    from otel_replay.location import resolve
-
     try:
         location = resolve(dataset)
     except OtelReplayError as exc:
@@ -163,12 +149,10 @@ def _main(
     path = Path(location.root)
     if not path.is_dir():
         raise click.ClickException(f"dataset {dataset} does not exist or is not a directory")
-    from otel_replay.cli import require_writable
-
     require_writable(path, "rerun stores its result there")
     parse_allow_live(allow_live)  # a bad entry is named before anything runs
     function = load_callable(entrypoint, "entrypoint")
-    state = _load_state(live_state) if live_state else None
+    state = read_live_state(live_state) if live_state else None
     policy = load_callable(policy_ref, "policy") if policy_ref else None
     rail = None
     if execute and rail_ref:
@@ -272,7 +256,3 @@ def _table(results: list[Any], errors: list[tuple[str, str]]) -> None:
             click.echo(f"\n{_report(result)}")
     for sid, message in errors:
         click.echo(f"\n{_lines(f'{clean(sid)}: errored: {message}')}")
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m otel_replay.rerun.command` before the CLI registers it
-    rerun_command()
