@@ -69,18 +69,14 @@ def friendly(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        for name in ("dataset", "dataset_arg"):
-            if isinstance(kwargs.get(name), str) and not kwargs[name].strip():  # `-d "$UNSET"`: never the cwd
-                raise click.ClickException("the dataset is empty (--dataset ''); give a directory or s3:// URI")
+        _refuse_empty_dataset(kwargs)
         try:
             return func(*args, **kwargs)
         except click.ClickException as exc:
-            # Our own messages may quote data (ids, file names): one line, controls escaped.
-            lines = exc.message.strip().splitlines()
-            cleaned = r.clean(lines[0]) if lines else exc.message
-            if cleaned == exc.message or type(exc) not in (click.ClickException, _InternalError):
+            cleaned = _one_line_of(exc)
+            if cleaned is None:
                 raise
-            raise type(exc)(cleaned) from exc.__cause__
+            raise cleaned from exc.__cause__
         except (click.exceptions.Exit, click.Abort):
             raise
         except BrokenPipeError:
@@ -101,6 +97,25 @@ def friendly(func: F) -> F:
             ) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _refuse_empty_dataset(options: dict[str, Any]) -> None:
+    for name in ("dataset", "dataset_arg"):
+        if isinstance(options.get(name), str) and not options[name].strip():  # `-d "$UNSET"`: never the cwd
+            raise click.ClickException("the dataset is empty (--dataset ''); give a directory or s3:// URI")
+
+
+def _one_line_of(exc: click.ClickException) -> click.ClickException | None:
+    """``exc`` again with its message cut to one line, controls escaped; ``None`` when it is one already.
+
+    Our own messages may quote data (ids, file names). Only plain errors are
+    rebuilt: a subclass (a usage error) may need more than its message.
+    """
+    lines = exc.message.strip().splitlines()
+    cleaned = r.clean(lines[0]) if lines else exc.message
+    if cleaned == exc.message or type(exc) not in (click.ClickException, _InternalError):
+        return None
+    return type(exc)(cleaned)
 
 
 def input_file(path: str, what: str) -> Path:

@@ -20,9 +20,11 @@ from otel_replay.cli._inputs import (
     skip_option,
 )
 from otel_replay.execute import execute_verdict, replay_stored
+from otel_replay.gate import GateOutcome, Rail
 from otel_replay.integrity import SigningKey
 from otel_replay.pipeline import configure
-from otel_replay.replay import IMPORT_HELP, load_callable, load_policy
+from otel_replay.replay import IMPORT_HELP, Verdict, load_callable, load_policy
+from otel_replay.store import Store
 
 __all__ = ["replay_cmd"]
 
@@ -68,14 +70,7 @@ def replay_cmd(
     Only a sealed record whose signature verifies is replayed; with --execute,
     each stored receipt is compensated at most once, across processes.
     """
-    if not execute and (rail_ref or resume):  # silently ignored, it would look like a compensation that ran
-        given = " and ".join(name for name, on in (("--rail", rail_ref), ("--resume", resume)) if on)
-        raise click.UsageError(f"{given} only apply with --execute (without it nothing is compensated)")
-    if execute and not rail_ref:
-        raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
-    require_utf8(record_id, "RECORD_ID")
-    if execute and not require_signed:
-        raise click.ClickException("--execute acts only on signed records; drop --no-require-signed")
+    _check(record_id, execute, rail_ref, resume, require_signed)
     state = read_live_state(live_state)
     policy = load_policy(policy_ref)
     rail = _load_rail(rail_ref) if execute and rail_ref else None
@@ -85,21 +80,41 @@ def replay_cmd(
         r.print_verdict(verdict)
         if rail is None:
             return
-        if not store.location.remote:
-            require_writable(Path(store.location.root), "--execute stores its compensation records there")
-        with configure(dataset, service_name="otel-replay-cli", set_global=False) as telemetry:
-            try:
-                outcomes = execute_verdict(store, verdict, rail, resume=resume)
-            except Exception as exc:
-                if settings.env_flag(settings.DEBUG) or not _compensation_summary(exc):
-                    raise
-                # The rail's own refusal is not an otel-replay bug; say what this run did refund, too.
-                raise click.ClickException(f"compensating decision {record_id}: {_compensation_summary(exc)}") from exc
-            stored = telemetry.force_flush()  # False: a record was not written (the exporter logged why)
+        outcomes, stored = _compensate(store, verdict, rail, resume=resume, dataset=dataset, record_id=record_id)
     for outcome in outcomes:
         r.print_outcome(outcome)
     if not stored:
         raise click.ClickException(f"the compensation records could not be stored in {dataset} (see the errors above)")
+
+
+def _check(record_id: str, execute: bool, rail_ref: str | None, resume: bool, require_signed: bool) -> None:
+    """A one-line error for options that do not go together (before anything is read)."""
+    if not execute and (rail_ref or resume):  # silently ignored, it would look like a compensation that ran
+        given = " and ".join(name for name, on in (("--rail", rail_ref), ("--resume", resume)) if on)
+        raise click.UsageError(f"{given} only apply with --execute (without it nothing is compensated)")
+    if execute and not rail_ref:
+        raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
+    require_utf8(record_id, "RECORD_ID")
+    if execute and not require_signed:
+        raise click.ClickException("--execute acts only on signed records; drop --no-require-signed")
+
+
+def _compensate(
+    store: Store, verdict: Verdict, rail: Rail, *, resume: bool, dataset: str, record_id: str
+) -> tuple[list[GateOutcome], bool]:
+    """Apply ``verdict`` through ``rail``: the gate's outcomes, and whether their records were all stored."""
+    if not store.location.remote:
+        require_writable(Path(store.location.root), "--execute stores its compensation records there")
+    with configure(dataset, service_name="otel-replay-cli", set_global=False) as telemetry:
+        try:
+            outcomes = execute_verdict(store, verdict, rail, resume=resume)
+        except Exception as exc:
+            if settings.env_flag(settings.DEBUG) or not _compensation_summary(exc):
+                raise
+            # The rail's own refusal is not an otel-replay bug; say what this run did refund, too.
+            raise click.ClickException(f"compensating decision {record_id}: {_compensation_summary(exc)}") from exc
+        stored = telemetry.force_flush()  # False: a record was not written (the exporter logged why)
+    return outcomes, stored
 
 
 def _compensation_summary(exc: BaseException) -> str | None:
