@@ -202,7 +202,7 @@ def bench(steps: int, vcr_python: str | None, vcr_max: int) -> dict[str, Any]:
 
 def matcher(steps: int) -> float:
     """µs per call spent in the rerun matcher alone (seam -> stream lookup -> popleft -> hash check), no client."""
-    from otel_replay.instrumentation._seam import through
+    from otel_replay._seam import through
     from otel_replay.rerun.codec import arguments_hash
     from otel_replay.rerun.events import BoundaryCall, Event
     from otel_replay.rerun.serve import RerunMode
@@ -217,7 +217,7 @@ def matcher(steps: int) -> float:
         # after=i: a sequential run, every call after all the ones before it (its order is checked)
         events.append(Event(i, "http", calls[-1].name, stream, text, digest, i, after=i))
     mode = RerunMode(events)
-    from otel_replay.instrumentation import _seam
+    from otel_replay import _seam
 
     previous = _seam.install(mode)
     try:

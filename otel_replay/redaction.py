@@ -39,6 +39,7 @@ from otel_replay.errors import ConfigError
 __all__ = [
     "MAX_CONTENT_CHARS",
     "REDACTED",
+    "SCAN_CHARS",
     "ContentStats",
     "add_secret_names",
     "add_secret_patterns",
@@ -62,7 +63,7 @@ _log = logging.getLogger("otel_replay.redaction")
 REDACTED: Final = "[REDACTED]"
 MAX_CONTENT_CHARS: Final = 32_768
 """Captured content longer than this is cut, with a marker saying how much was cut."""
-_SCAN_CHARS: Final = 4 * MAX_CONTENT_CHARS
+SCAN_CHARS: Final = 4 * MAX_CONTENT_CHARS
 """Only this much captured content is scanned for secrets; the rest is cut before scanning (so a cut never
 splits a secret that was then left unredacted: the cut to MAX_CONTENT_CHARS happens after redaction)."""
 
@@ -626,7 +627,7 @@ def redact_error(exc: BaseException, *, capture: bool) -> str | None:
     if not capture:
         return None
     text = message_of(exc)
-    return redact(text[:_SCAN_CHARS].encode("utf-8", "backslashreplace").decode("utf-8"))[:500]
+    return redact(text[:SCAN_CHARS].encode("utf-8", "backslashreplace").decode("utf-8"))[:500]
 
 
 # --- captured content --------------------------------------------------------------------------------------
@@ -673,7 +674,7 @@ def scrub(value: Any) -> str | None:
     try:
         if not isinstance(value, str):
             value = redact_value(value)  # a dict's secret-named keys by name, whatever their values
-        text = redact(_render(value)[:_SCAN_CHARS])
+        text = redact(_render(value)[:SCAN_CHARS])
         if len(text) > MAX_CONTENT_CHARS:
             cut = len(text) - MAX_CONTENT_CHARS
             text = f"{text[:MAX_CONTENT_CHARS]}…[{cut}+ chars cut]"

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 import otel_replay
 from otel_replay.analyst import check_statements
-from otel_replay.cli import LIVE_STATE_MAX_BYTES, main
+from otel_replay.cli import main
+from otel_replay.cli._inputs import LIVE_STATE_MAX_BYTES
 from otel_replay.errors import ConfigError, QueryError
 from otel_replay.integrity import load_signing_key
 from otel_replay.server.server import ServerConfig

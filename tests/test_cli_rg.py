@@ -67,7 +67,7 @@ def test_compact_on_a_wrong_directory_is_refused_not_reported_as_done(demo, tmp_
 
 @pytest.mark.parametrize("hostile", ["\x1b]0;PWNED\x1b\\", "\x1b[2K\rOK no problems found\x1b[8m", "\u202eevil"])
 def test_tree_escapes_a_stored_span_id(capsys, hostile):
-    from otel_replay.render import print_tree
+    from otel_replay.cli.render import print_tree
 
     print_tree([{"depth": 1, "name": "tool.call", "replay_kind": None, "duration_ns": 1, "span_id": hostile}])
     out = capsys.readouterr().out

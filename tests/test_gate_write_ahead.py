@@ -425,7 +425,7 @@ def test_verify_names_an_intent_without_a_commit_record_as_executed_unknown(tmp_
 
 
 def test_a_rail_call_interrupted_shows_in_the_trade_chain_as_executed_unknown(tmp_path, monkeypatch, capsys):
-    from otel_replay.render import print_chain
+    from otel_replay.cli.render import print_chain
 
     monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
     dataset = tmp_path / "traces"

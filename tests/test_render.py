@@ -9,9 +9,9 @@ import json
 import duckdb
 import pytest
 
-from otel_replay import render
 from otel_replay.analyst import table_rows, unique_names
 from otel_replay.chains import ReplayChain
+from otel_replay.cli import render
 from otel_replay.integrity import VerifyReport
 
 HOSTILE = [

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from types import TracebackType
@@ -31,6 +30,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json
+from otel_replay._seam import current as _seam_mode  # the record or rerun mode installed here, or None
 from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sampling import exported
 from otel_replay.capture.sinks import Sink
@@ -282,20 +282,6 @@ class Decision:
         object.__setattr__(record, "seal", seal)
         self._record = record
         return record
-
-
-_seam_current: Callable[[], Any] | None = None
-"""``otel_replay.instrumentation._seam.current``, imported on first use (that package imports this module)."""
-
-
-def _seam_mode() -> Any:
-    """The record or rerun mode installed at the seam here, or ``None``."""
-    global _seam_current
-    if _seam_current is None:
-        from otel_replay.instrumentation._seam import current
-
-        _seam_current = current
-    return _seam_current()
 
 
 def _complete(

@@ -15,7 +15,7 @@ from opentelemetry.trace import Span
 from otel_replay import semconv as sc
 from otel_replay.instrumentation import _toolcalls
 from otel_replay.instrumentation._common import scope_ids
-from otel_replay.instrumentation._redact import scrub
+from otel_replay.redaction import scrub
 
 __all__ = ["ToolCall", "request_attributes", "write_content", "write_response"]
 

@@ -27,7 +27,7 @@ from typing import Any
 from opentelemetry import trace
 
 from otel_replay.instrumentation._common import Layers
-from otel_replay.instrumentation._redact import _SCAN_CHARS
+from otel_replay.redaction import SCAN_CHARS as _SCAN_CHARS
 
 __all__ = ["buffered_body", "install", "installed", "uninstall"]
 

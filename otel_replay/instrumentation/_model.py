@@ -5,7 +5,7 @@ the request, the response and a stream); the wrappers here do the rest:
 
 1. start a CLIENT span ``{operation} {model}`` as a child of the current span
    (inheriting the decision's record id), unless suppressed;
-2. run the call through the seam (:func:`otel_replay.instrumentation._seam.through`);
+2. run the call through the seam (:func:`otel_replay._seam.through`);
 3. on an exception: ``error.type``, status ERROR, the exception event, re-raise;
 4. on a result: a stream comes back wrapped so the span ends when the stream
    does; a raw response (``with_raw_response``) is parsed through the client's
@@ -34,10 +34,10 @@ from opentelemetry import context
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from otel_replay import semconv as sc
+from otel_replay._seam import Call, through, through_async
+from otel_replay._seam import current as current_mode
 from otel_replay.instrumentation._common import PROXY, SUPPRESS_GENAI_KEY, Started, begin, end_failed, guard
 from otel_replay.instrumentation._genai import request_attributes, write_content
-from otel_replay.instrumentation._seam import Call, through, through_async
-from otel_replay.instrumentation._seam import current as current_mode
 from otel_replay.instrumentation._streams import Accumulator, AsyncStreamProxy, StreamEnd, SyncStreamProxy
 
 __all__ = ["ModelMethod", "async_wrapper", "sync_wrapper"]

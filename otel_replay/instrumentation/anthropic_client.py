@@ -21,6 +21,7 @@ from opentelemetry import context
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.trace import Span, Tracer
 
+from otel_replay._seam import Call, through, through_async
 from otel_replay.instrumentation._common import (
     SUPPRESS_GENAI_KEY,
     Layers,
@@ -32,7 +33,6 @@ from otel_replay.instrumentation._common import (
 )
 from otel_replay.instrumentation._genai import ToolCall, write_response
 from otel_replay.instrumentation._model import ModelMethod, _start, async_wrapper, sync_wrapper
-from otel_replay.instrumentation._seam import Call, through, through_async
 from otel_replay.instrumentation._streams import AsyncStreamProxy, StreamEnd, SyncStreamProxy
 from otel_replay.redaction import check_settings
 

@@ -36,7 +36,7 @@ from otel_replay import semconv as sc
 from otel_replay.instrumentation import _httpx_body
 from otel_replay.instrumentation._common import content_enabled, guard
 from otel_replay.instrumentation._genai import write_content
-from otel_replay.instrumentation._redact import _SCAN_CHARS
+from otel_replay.redaction import SCAN_CHARS as _SCAN_CHARS
 
 __all__ = [
     "CONTRIB",

@@ -32,12 +32,12 @@ from opentelemetry import context
 from opentelemetry.trace import Link, SpanKind, Tracer, TracerProvider
 
 from otel_replay import semconv as sc
+from otel_replay._seam import Call, through, through_async
 from otel_replay.capture.audit import audit, current_decision
 from otel_replay.errors import CaptureError
 from otel_replay.instrumentation import _toolcalls
 from otel_replay.instrumentation._common import begin, content_enabled, end_failed, guard, scope_ids, tracer_for
 from otel_replay.instrumentation._genai import write_content
-from otel_replay.instrumentation._seam import Call, through, through_async
 from otel_replay.records import Action, DependencySnapshot
 
 __all__ = ["tool", "unwrap_tool", "wrap_tool"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from otel_replay._seam import through
 from otel_replay.errors import ReplayMismatchError
 from otel_replay.gate import ActionGate
-from otel_replay.instrumentation._seam import through
 from otel_replay.rerun.callers import INSIDE
 from otel_replay.rerun.codec import decode_result, encode_result, stable_json
 from otel_replay.rerun.events import BoundaryCall, stream_key

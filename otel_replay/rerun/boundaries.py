@@ -30,8 +30,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from otel_replay.instrumentation import _seam
-from otel_replay.instrumentation._seam import through
+from otel_replay import _seam
+from otel_replay._seam import through
 from otel_replay.rerun.callers import INSIDE, agent_module
 from otel_replay.rerun.codec import decode_value, encode_value, stable_json
 from otel_replay.rerun.events import BoundaryCall, stream_key

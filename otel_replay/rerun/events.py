@@ -12,7 +12,7 @@ from typing import Any
 from opentelemetry import baggage
 
 from otel_replay import semconv as sc
-from otel_replay.instrumentation._seam import Call
+from otel_replay._seam import Call
 from otel_replay.rerun.codec import arguments_hash, decoded_json_text, stable_json
 
 __all__ = [

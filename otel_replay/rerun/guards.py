@@ -54,9 +54,9 @@ try:
 except ImportError:  # pragma: no cover - Windows has no fork_exec
     _posixsubprocess = None  # type: ignore[assignment]
 
+from otel_replay import _seam
 from otel_replay.errors import ConfigError
-from otel_replay.instrumentation import _seam
-from otel_replay.instrumentation._redact import redact
+from otel_replay.redaction import redact
 from otel_replay.rerun.callers import INSIDE, agent_module, exporters_traffic
 from otel_replay.rerun.patching import PatchSet
 

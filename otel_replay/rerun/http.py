@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from otel_replay import settings
-from otel_replay.instrumentation._seam import through
+from otel_replay._seam import through
 from otel_replay.redaction import is_secret_name
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
 from otel_replay.rerun.codec import (
@@ -501,7 +501,7 @@ def _raising_async(error: Exception | None, invoke: Callable[[], Awaitable[T]]) 
 
 def _recording() -> bool:
     """The mode at the seam records (a streamed body is hashed on its way), rather than serving a rerun."""
-    from otel_replay.instrumentation import _seam
+    from otel_replay import _seam
     from otel_replay.rerun.record import RecordMode
 
     return isinstance(_seam.current(), RecordMode)

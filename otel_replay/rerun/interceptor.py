@@ -16,9 +16,8 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import ClassVar
 
-from otel_replay import redaction
+from otel_replay import _seam, redaction
 from otel_replay.errors import ConfigError
-from otel_replay.instrumentation import _seam
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.actions import install_actions
 from otel_replay.rerun.boundaries import install_clock_and_entropy

@@ -24,13 +24,12 @@ from opentelemetry import trace
 
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json
+from otel_replay._seam import Call
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError
-from otel_replay.instrumentation._redact import redact
-from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord, new_id
-from otel_replay.redaction import message_of
+from otel_replay.redaction import message_of, redact
 from otel_replay.rerun.callers import INSIDE
 from otel_replay.rerun.codec import (
     RECORDING_FORMAT,

@@ -16,9 +16,8 @@ from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
-from otel_replay.instrumentation._redact import redact
 from otel_replay.records import new_id
-from otel_replay.redaction import message_of
+from otel_replay.redaction import message_of, redact
 from otel_replay.replay import Policy, load_callable
 from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
 from otel_replay.rerun.events import Fingerprint

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
+from otel_replay._seam import Call
 from otel_replay.errors import DeterminismLeakError, ReplayMismatchError, RerunError
-from otel_replay.instrumentation._seam import Call
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.callers import INSIDE
 from otel_replay.rerun.codec import arguments_hash, decode_result, redact_json_text, stable_json, unmatchable

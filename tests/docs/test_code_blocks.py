@@ -231,7 +231,7 @@ except CaptureError as exc:
 
 
 def test_the_cli_reference_gives_the_rerun_divergence_exit_code_the_command_uses() -> None:
-    from otel_replay.rerun.command import DIVERGED
+    from otel_replay.cli.rerun import DIVERGED
 
     text = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
     row = next(line for line in text.splitlines() if line.startswith("| `otel-replay rerun "))

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 import openai
 
+from otel_replay import _seam
 from otel_replay import semconv as sc
-from otel_replay.instrumentation import _seam
 from otel_replay.instrumentation import scripted as s
 
 from .conftest import Pipeline

@@ -10,7 +10,7 @@ from otel_replay import redaction, settings
 from otel_replay import semconv as sc
 from otel_replay.errors import ConfigError
 from otel_replay.instrumentation import OpenAIInstrumentor, tool
-from otel_replay.instrumentation._redact import MAX_CONTENT_CHARS, REDACTED, redact, scrub, stats
+from otel_replay.redaction import MAX_CONTENT_CHARS, REDACTED, redact, scrub, stats
 
 from .conftest import Pipeline
 

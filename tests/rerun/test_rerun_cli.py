@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 import otel_replay
 from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger
+from otel_replay.cli.rerun import DIVERGED, rerun_command
 from otel_replay.integrity import load_signing_key
 from otel_replay.rerun import rerun
-from otel_replay.rerun.command import DIVERGED, rerun_command
 
 from .._support import budget_policy
 from .conftest import EXAMPLES, agent, record
@@ -90,7 +90,7 @@ def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path:
     ]
     for args, expected in cases:
         out = subprocess.run(
-            [sys.executable, "-m", "otel_replay.rerun.command", *args],
+            [sys.executable, "-m", "otel_replay", "rerun", *args],
             capture_output=True,
             text=True,
             env=env,

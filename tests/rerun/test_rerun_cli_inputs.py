@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from otel_replay.rerun.command import DIVERGED, rerun_command
+from otel_replay.cli.rerun import DIVERGED, rerun_command
 
 from .conftest import record
 

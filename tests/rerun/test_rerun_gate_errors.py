@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 import otel_replay
 from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger
+from otel_replay.cli.rerun import DIVERGED, rerun_command
 from otel_replay.rerun import rerun
-from otel_replay.rerun.command import DIVERGED, rerun_command
 
 from .conftest import record
 

@@ -20,9 +20,10 @@ import requests
 import urllib3
 
 import otel_replay
+from otel_replay import _seam
 from otel_replay import semconv as sc
 from otel_replay.errors import ReplayMismatchError, UntrustedRecord
-from otel_replay.instrumentation import _seam, tool
+from otel_replay.instrumentation import tool
 from otel_replay.rerun import events as rerun_events
 from otel_replay.rerun import http as rerun_http
 from otel_replay.rerun import recording, rerun

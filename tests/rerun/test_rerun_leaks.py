@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from otel_replay.cli.rerun import DIVERGED
 from otel_replay.errors import ConfigError, DeterminismLeakError
 from otel_replay.rerun import rerun
-from otel_replay.rerun.command import DIVERGED
 
 from .conftest import record
 

@@ -26,6 +26,7 @@ import requests.adapters
 import urllib3.connectionpool
 
 import otel_replay
+from otel_replay import _seam
 from otel_replay import semconv as sc
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import (
@@ -37,7 +38,6 @@ from otel_replay.errors import (
     ReplayMismatchError,
     UntrustedRecord,
 )
-from otel_replay.instrumentation import _seam
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.interceptor import Interceptor
 

@@ -14,9 +14,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import otel_replay
+from otel_replay.cli.serve import serve_command
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.server import Receiver
-from otel_replay.server.commands import serve_command
 
 PAST = int(datetime(2026, 1, 5, 12, tzinfo=UTC).timestamp() * 1e9)
 

@@ -10,7 +10,7 @@ import zstandard
 from click.testing import CliRunner
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from otel_replay.server.commands import ingest_command
+from otel_replay.cli.serve import ingest_command
 from otel_replay.server.ingest import Ingestor
 from otel_replay.server.otlp_json import request_to_obj
 

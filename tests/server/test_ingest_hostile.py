@@ -20,8 +20,8 @@ import pytest
 import zstandard
 from click.testing import CliRunner
 
+from otel_replay.cli.serve import ingest_command
 from otel_replay.errors import ConfigError
-from otel_replay.server.commands import ingest_command
 from otel_replay.server.ingest import MANIFEST, Ingestor
 
 ROOT = Path(__file__).resolve().parents[2]

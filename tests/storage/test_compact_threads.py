@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from otel_replay.cli.storage import compact_command
 from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.storage import compact, live_files
-from otel_replay.storage.command import compact_command
 from otel_replay.storage.compact import SORT_KEY
 from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest
 from otel_replay.storage.side_index import KINDS_METADATA_KEY, build_index

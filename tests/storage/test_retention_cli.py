@@ -8,9 +8,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from otel_replay.cli.storage import compact_command
 from otel_replay.errors import ConfigError
 from otel_replay.storage import PartitionLease, drop_older_than, live_files
-from otel_replay.storage.command import compact_command
 from otel_replay.storage.manifest import partition_dirs
 
 from .conftest import count_rows

@@ -306,7 +306,7 @@ def test_the_duplicate_check_holds_only_digests_of_ids_in_flight() -> None:
 def test_compact_command_drops_a_missing_file_loudly(make_dataset) -> None:
     from click.testing import CliRunner
 
-    from otel_replay.storage.command import compact_command
+    from otel_replay.cli.storage import compact_command
 
     path, _ = make_dataset(spans=300, ids=30, duplicates=0.0)
     compact(path, grace_seconds=0, target_rows=100)

@@ -13,12 +13,12 @@ import pyarrow as pa
 
 from otel_replay import settings
 from otel_replay.capture.write_ahead import recover as recover_capture_logs
+from otel_replay.cli._inputs import friendly
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key
 from otel_replay.location import local_root_problem, resolve
-
-from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, compact
-from .retention import drop_older_than
+from otel_replay.storage.compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, CompactReport, compact
+from otel_replay.storage.retention import RetentionReport, drop_older_than
 
 __all__ = ["compact_command"]
 
@@ -78,6 +78,7 @@ __all__ = ["compact_command"]
     ),
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@friendly
 def compact_command(
     dataset: str | None,
     partitions: tuple[str, ...],
@@ -101,69 +102,20 @@ def compact_command(
     if older_key_files and older_than is None:
         raise click.UsageError("--older-key-file applies to retention: give --older-than DAYS too")
     root = settings.dataset_dir(dataset)
-    try:
-        location = resolve(root)
-    except OtelReplayError as exc:
-        raise click.ClickException(str(exc)) from exc
-    problem = None if location.remote else local_root_problem(root, Path(location.root))
-    if problem is not None:  # a wrong directory would compact as an empty dataset: "dropped 0", exit 0
-        raise click.ClickException(problem)
-    reader_gone = False
-
-    def say(line: str) -> None:
-        nonlocal reader_gone
-        if as_json or reader_gone:
-            return
-        try:
-            click.echo(line)
-        except BrokenPipeError:  # `compact | head`: stop printing, keep compacting (not caught as an OSError below)
-            reader_gone = True
-            with contextlib.suppress(OSError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
+    _check_dataset(root)
+    say = _Say(quiet=as_json)
     try:
         dropped = None
         if older_than is not None:
             older = [k for k in (load_signing_key(key_file=f) for f in older_key_files) if k is not None]
             dropped = drop_older_than(root, older_than, grace_seconds=grace_seconds, older_keys=older)
-            say(
-                f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
-                f"({dropped.files} files, {dropped.rows} spans)"
-                + (f"; {dropped.claims_expired} expired claim(s) deleted" if dropped.claims_expired else "")
-                + (
-                    f"; {dropped.checkpoints} retention checkpoint(s) vouch for {dropped.links} chain cut(s)"
-                    if dropped.checkpoints
-                    else ""
-                )
-                + (
-                    f"; {dropped.unvouched} chain cut(s) not vouched for (a record failed its seal or a file "
-                    "could not be read): verify will report them"
-                    if dropped.unvouched
-                    else ""
-                )
-                + (
-                    "; no signing key (OTEL_REPLAY_SIGNING_KEY / OTEL_REPLAY_KEY_FILE): no retention checkpoint "
-                    "written, so verify reports the chains this cut"
-                    if dropped.no_key and dropped.dropped
-                    else ""
-                )
-                + (f"; busy, left for later: {', '.join(dropped.busy)}" if dropped.busy else "")
-                + (
-                    f"; {len(dropped.not_partitions)} date= folder(s) that are not dates skipped: "
-                    + ", ".join(dropped.not_partitions)
-                    if dropped.not_partitions
-                    else ""
-                )
-            )
+            say(_retention_line(dropped, older_than))
         recovered = recover_capture_logs(root)  # gate records a crashed agent left in its write-ahead log
         if recovered:
             say(f"recovered {recovered} span(s) from write-ahead logs left by processes that died")
-        selected = list(partitions) or None
-        if selected and dropped:
-            selected = [p for p in selected if f"date={p.removeprefix('date=')}" not in dropped.dropped] or []
         report = compact(
             root,
-            partitions=selected,
+            partitions=_selected(partitions, dropped),
             target_rows=target_rows,
             row_group_rows=row_group_rows,
             max_batch_rows=max_batch_rows,
@@ -183,6 +135,80 @@ def compact_command(
             doc["retention"] = vars(dropped)
         click.echo(json.dumps(doc, indent=2))
         return
+    _print_report(report, say)
+    if say.reader_gone:
+        sys.exit(1)  # as every command does when its reader went away: quiet, exit 1
+
+
+def _check_dataset(root: str) -> None:
+    """A one-line error for a bad URI or a local dataset directory that is not there (or not a dataset)."""
+    try:
+        location = resolve(root)
+    except OtelReplayError as exc:
+        raise click.ClickException(str(exc)) from exc
+    problem = None if location.remote else local_root_problem(root, Path(location.root))
+    if problem is not None:  # a wrong directory would compact as an empty dataset: "dropped 0", exit 0
+        raise click.ClickException(problem)
+
+
+class _Say:
+    """Print one progress line on stdout; nothing with ``--json``, and nothing more once the reader went away."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self.reader_gone = False
+
+    def __call__(self, line: str) -> None:
+        if self.quiet or self.reader_gone:
+            return
+        try:
+            click.echo(line)
+        except BrokenPipeError:  # `compact | head`: stop printing, keep compacting (not caught as an OSError above)
+            self.reader_gone = True
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _retention_line(dropped: RetentionReport, older_than: int) -> str:
+    """What retention did, on one line."""
+    parts = [
+        f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
+        f"({dropped.files} files, {dropped.rows} spans)"
+    ]
+    if dropped.claims_expired:
+        parts.append(f"; {dropped.claims_expired} expired claim(s) deleted")
+    if dropped.checkpoints:
+        parts.append(f"; {dropped.checkpoints} retention checkpoint(s) vouch for {dropped.links} chain cut(s)")
+    if dropped.unvouched:
+        parts.append(
+            f"; {dropped.unvouched} chain cut(s) not vouched for (a record failed its seal or a file "
+            "could not be read): verify will report them"
+        )
+    if dropped.no_key and dropped.dropped:
+        parts.append(
+            "; no signing key (OTEL_REPLAY_SIGNING_KEY / OTEL_REPLAY_KEY_FILE): no retention checkpoint "
+            "written, so verify reports the chains this cut"
+        )
+    if dropped.busy:
+        parts.append(f"; busy, left for later: {', '.join(dropped.busy)}")
+    if dropped.not_partitions:
+        parts.append(
+            f"; {len(dropped.not_partitions)} date= folder(s) that are not dates skipped: "
+            + ", ".join(dropped.not_partitions)
+        )
+    return "".join(parts)
+
+
+def _selected(partitions: tuple[str, ...], dropped: RetentionReport | None) -> list[str] | None:
+    """The ``--partition`` values (``None``: every partition), less those retention just dropped."""
+    selected = list(partitions) or None
+    if selected and dropped:
+        selected = [p for p in selected if f"date={p.removeprefix('date=')}" not in dropped.dropped] or []
+    return selected
+
+
+def _print_report(report: CompactReport, say: _Say) -> None:
+    """What compaction did: totals, files dropped from manifests (on stderr), partitions left for later."""
     say(
         f"compacted {sum(p.status == 'compacted' for p in report.partitions)} partition(s): "
         f"{report.input_rows} -> {report.output_rows} spans, {report.duplicates_removed} exact duplicates removed, "
@@ -196,5 +222,3 @@ def compact_command(
         )
     if report.busy:
         say(f"busy (another compactor holds the lease), left for later: {', '.join(report.busy)}")
-    if reader_gone:
-        sys.exit(1)  # as every command does when its reader went away: quiet, exit 1

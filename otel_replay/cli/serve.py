@@ -10,13 +10,17 @@ from pathlib import Path
 from types import FrameType
 
 import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from otel_replay import settings
+from otel_replay.cli._inputs import friendly
+from otel_replay.cli.render import clean
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import is_remote
-from otel_replay.render import clean
-
-from .server import MiB, Receiver, ServerConfig
+from otel_replay.server.ingest import Ingestor, IngestReport
+from otel_replay.server.server import MiB, Receiver, ServerConfig
 
 __all__ = ["ingest_command", "serve_command"]
 
@@ -86,9 +90,7 @@ def _address(value: str) -> str | None:
     help="Seconds a client has to send a whole HTTP request (slow and idle connections are closed); gRPC "
     "connections are closed at twice this age, cancelling calls still open on them.",
 )
-@click.option(
-    "--max-connections", default=128, show_default=True, help="HTTP connections served at once (503 above)."
-)
+@click.option("--max-connections", default=128, show_default=True, help="HTTP connections served at once (503 above).")
 @click.option(
     "--convert-workers", default=1, show_default=True, help="Converter processes (0: convert in the server process)."
 )
@@ -105,6 +107,7 @@ def _address(value: str) -> str | None:
     show_default=True,
     help="Compact the partitions of past days every N seconds in the background (0: off).",
 )
+@friendly
 def serve_command(
     dataset: str | None,
     wal_dir: str | None,
@@ -196,6 +199,7 @@ def _expand(paths: tuple[str, ...]) -> tuple[list[Path], list[OSError]]:
     help="Dataset directory to write (default $OTEL_REPLAY_DATASET or ./traces).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@friendly
 def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> None:
     """Load Collector file-exporter output (JSON lines or proto, plain, gzip or zstd) and OTLP/JSON files.
 
@@ -205,23 +209,33 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
     dataset = str(settings.dataset_dir(dataset))
     if is_remote(dataset):  # its dedup state and flock live beside the dataset: local only
         raise click.ClickException(f"ingest writes a local dataset directory, not {dataset}; ingest locally and copy")
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from .ingest import Ingestor
-
     files, unlisted = _expand(paths)
     try:
         ingestor = Ingestor(dataset)
     except OtelReplayError as exc:
         raise click.ClickException(str(exc)) from None
-    console = Console(stderr=True)
     total = sum(p.stat().st_size for p in files)
-    failed = len(unlisted)
     for error in unlisted:
         why = error.strerror or error
         click.echo(clean(f"{error.filename}: cannot ingest: the directory cannot be read: {why}"), err=True)
+    reports, unread = _ingest_all(ingestor, files, total, quiet)
+    failed = len(unlisted) + unread
+    spans = sum(report.spans for report in reports)
+    problems = sum(_print_report(report) for report in reports)
+    for prefix in ingestor.recovered:
+        click.echo(f"removed the files of an interrupted ingest ({prefix}-*); their input is read again")
+    click.echo(clean(f"ingested {spans} spans from {len(reports)} file(s) into {dataset}"))
+    if failed or problems:
+        raise click.ClickException(
+            f"{problems} file(s) had skipped records or errors and {failed} could not be read; "
+            "everything else was ingested"
+        )
+
+
+def _ingest_all(ingestor: Ingestor, files: list[Path], total: int, quiet: bool) -> tuple[list[IngestReport], int]:
+    """Ingest ``files`` (``total`` bytes) under a progress bar on stderr: their reports, and how many failed."""
+    console = Console(stderr=True)
+    failed = 0
     reports = []
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
@@ -234,35 +248,27 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
                 failed += 1
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 click.echo(clean(f"{path}: cannot ingest: {reason}"), err=True)
-    spans = 0
-    problems = 0
-    for report in reports:
-        spans += report.spans
-        # file names and reasons are data (a name may hold a newline or a terminal escape): escaped
-        if report.status == "skipped":
-            click.echo(clean(f"{report.path}: skipped, {report.message}"))
-            continue
-        if report.status == "failed":
-            problems += 1
-            click.echo(clean(f"{report.path}: error: {report.error}"), err=True)
-            continue
-        resumed = f" (new content from byte {report.start_offset})" if report.start_offset else ""
-        bad = f", {len(report.malformed)} malformed record(s) skipped" if report.malformed else ""
-        click.echo(clean(f"{report.path}: {report.spans} spans{resumed}{bad}"))
-        if report.message:
-            click.echo(clean(f"  {report.path}: {report.message}"))
-        if report.error:
-            click.echo(clean(f"  {report.path}: error: {report.error}"), err=True)
-        for where, reason in report.malformed[:_MAX_LISTED]:
-            click.echo(clean(f"  {report.path}:{where}: {reason}"), err=True)
-        if len(report.malformed) > _MAX_LISTED:
-            click.echo(f"  ... and {len(report.malformed) - _MAX_LISTED} more", err=True)
-        problems += not report.clean
-    for prefix in ingestor.recovered:
-        click.echo(f"removed the files of an interrupted ingest ({prefix}-*); their input is read again")
-    click.echo(clean(f"ingested {spans} spans from {len(reports)} file(s) into {dataset}"))
-    if failed or problems:
-        raise click.ClickException(
-            f"{problems} file(s) had skipped records or errors and {failed} could not be read; "
-            "everything else was ingested"
-        )
+    return reports, failed
+
+
+def _print_report(report: IngestReport) -> bool:
+    """Print what ingesting one file did; whether it had a problem (skipped records or an error)."""
+    # file names and reasons are data (a name may hold a newline or a terminal escape): escaped
+    if report.status == "skipped":
+        click.echo(clean(f"{report.path}: skipped, {report.message}"))
+        return False
+    if report.status == "failed":
+        click.echo(clean(f"{report.path}: error: {report.error}"), err=True)
+        return True
+    resumed = f" (new content from byte {report.start_offset})" if report.start_offset else ""
+    bad = f", {len(report.malformed)} malformed record(s) skipped" if report.malformed else ""
+    click.echo(clean(f"{report.path}: {report.spans} spans{resumed}{bad}"))
+    if report.message:
+        click.echo(clean(f"  {report.path}: {report.message}"))
+    if report.error:
+        click.echo(clean(f"  {report.path}: error: {report.error}"), err=True)
+    for where, reason in report.malformed[:_MAX_LISTED]:
+        click.echo(clean(f"  {report.path}:{where}: {reason}"), err=True)
+    if len(report.malformed) > _MAX_LISTED:
+        click.echo(f"  ... and {len(report.malformed) - _MAX_LISTED} more", err=True)
+    return not report.clean

@@ -20,9 +20,19 @@ from typing import Any, cast
 
 import click
 
+from otel_replay import settings
+from otel_replay.analyst import require_utf8
+from otel_replay.cli._inputs import friendly, read_live_state, require_writable
+from otel_replay.cli.render import clean, first_line, one_line
 from otel_replay.errors import OtelReplayError, RerunError
-from otel_replay.render import clean, first_line, one_line
-from otel_replay.replay import IMPORT_HELP
+from otel_replay.location import resolve
+from otel_replay.pipeline import configure
+from otel_replay.replay import IMPORT_HELP, load_callable
+from otel_replay.rerun.guards import parse_allow_live
+from otel_replay.rerun.load import recorded_sessions
+from otel_replay.rerun.runner import RerunResult, rerun
+from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
+from otel_replay.store import Store
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -30,21 +40,7 @@ DIVERGED = 4
 """Exit code when a rerun did not match its recording (distinct from click's usage error, 2)."""
 
 
-
-
-def _load_state(path: str) -> dict[str, Any]:
-    from otel_replay._json import strict_loads
-    from otel_replay.cli import LIVE_STATE_MAX_BYTES, read_input_file
-
-    state = strict_loads(read_input_file(path, "live state file", LIVE_STATE_MAX_BYTES), where=f"live state {path}")
-    if not isinstance(state, dict):
-        raise click.ClickException(f"{path}: the live state must be a JSON object")
-    return state
-
-
 def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list[str]:
-    from otel_replay.rerun.load import recorded_sessions
-
     recorded = [str(row["session_id"]) for row in recorded_sessions(store)]
     if sessions_sql:
         table = store.query(sessions_sql)
@@ -67,7 +63,7 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
 @click.option(
     "--dataset",
     "-d",
-    default=lambda: __import__("otel_replay.settings", fromlist=["dataset_dir"]).dataset_dir(),
+    default=lambda: settings.dataset_dir(),
     show_default="$OTEL_REPLAY_DATASET or ./traces",
     help="Dataset directory.",
 )
@@ -95,6 +91,7 @@ def _sessions(store: Any, pattern: str | None, sessions_sql: str | None) -> list
     "(the same header sent with the same scheme, any value: for a rerun without the recorded run's keys).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
+@friendly
 def rerun_command(**options: Any) -> None:
     """Rerun recorded session SESSION_ID (or --all) offline from the dataset and compare fingerprints.
 
@@ -105,7 +102,7 @@ def rerun_command(**options: Any) -> None:
     match. Prints the first divergent step of a rerun that did not match.
     """
     try:
-        code = _main(**options)  # the options, by name, as click parsed them
+        code = _main(_Options(**options))  # the options, by name, as click parsed them
     except click.ClickException:
         raise
     except (OtelReplayError, OSError, ValueError) as exc:
@@ -113,47 +110,80 @@ def rerun_command(**options: Any) -> None:
     sys.exit(code)
 
 
-def _main(
-    session_id: str | None,
-    entrypoint: str,
-    dataset: str,
-    all_sessions: bool,
-    pattern: str | None,
-    sessions_sql: str | None,
-    governance: str,
-    live_state: str | None,
-    policy_ref: str | None,
-    execute: bool,
-    rail_ref: str | None,
-    allow_live: tuple[str, ...],
-    credentials: str,
-    as_json: bool,
-) -> int:
-    from otel_replay.pipeline import configure
-    from otel_replay.replay import load_callable
-    from otel_replay.rerun.guards import parse_allow_live
-    from otel_replay.rerun.runner import RerunResult, rerun
-    from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
-    from otel_replay.store import Store
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """The options of one ``otel-replay rerun``, as click parsed them."""
 
-    if credentials not in CREDENTIALS:
-        raise click.ClickException(f"--credentials must be 'value' or 'presence', got {clean(credentials)[:80]!r}")
-    if all_sessions == (session_id is not None):
+    session_id: str | None
+    entrypoint: str
+    dataset: str
+    all_sessions: bool
+    pattern: str | None
+    sessions_sql: str | None
+    governance: str
+    live_state: str | None
+    policy_ref: str | None
+    execute: bool
+    rail_ref: str | None
+    allow_live: tuple[str, ...]
+    credentials: str
+    as_json: bool
+
+
+def _main(options: _Options) -> int:
+    """Rerun the selected sessions and print the results; the exit code (0, or :data:`DIVERGED`)."""
+    _check(options)
+    _check_dataset(options.dataset)
+    parse_allow_live(options.allow_live)  # a bad entry is named before anything runs
+    function = load_callable(options.entrypoint, "entrypoint")
+    state = read_live_state(options.live_state) if options.live_state else None
+    policy = load_callable(options.policy_ref, "policy") if options.policy_ref else None
+    rail = _rail(options.rail_ref) if options.execute and options.rail_ref else None
+    results: list[RerunResult] = []
+    errors: list[tuple[str, str]] = []
+    dataset = options.dataset
+    with Store(dataset) as store, configure(dataset, service_name="otel-replay-rerun", set_global=False) as telemetry:
+        targets = _targets(store, options)
+        one = functools.partial(
+            rerun, function, dataset=store, governance=cast(Governance, options.governance), live_state=state,
+            policy=policy, rail=rail, allow_live=options.allow_live, credentials=cast(Credentials, options.credentials),
+        )  # fmt: skip
+        if options.all_sessions and not options.as_json:
+            with click.progressbar(targets, label="rerunning", file=sys.stderr, show_pos=True) as bar:
+                for sid in bar:
+                    _one(one, sid, results, errors, options.all_sessions)
+        else:
+            for sid in targets:
+                _one(one, sid, results, errors, options.all_sessions)
+        stored = telemetry.force_flush()  # False: a write failed or spans were dropped (the exporter logged why)
+    _print_results(results, errors, options)
+    if not stored:
+        raise click.ClickException(f"the rerun's result could not be stored in {dataset} (see the errors above)")
+    failed = errors or any(not result.matched or any(g.error for g in result.gate) for result in results)
+    return DIVERGED if failed else 0
+
+
+def _check(options: _Options) -> None:
+    """A one-line error for options that do not go together (before anything is read or run)."""
+    if options.credentials not in CREDENTIALS:
+        got = clean(options.credentials)[:80]
+        raise click.ClickException(f"--credentials must be 'value' or 'presence', got {got!r}")
+    if options.all_sessions == (options.session_id is not None):
         raise click.ClickException("give one SESSION_ID, or --all (not both)")
-    if (pattern or sessions_sql) and not all_sessions:
+    if (options.pattern or options.sessions_sql) and not options.all_sessions:
         raise click.ClickException("--match and --sessions-sql select sessions for --all")
-    if (live_state is None) != (policy_ref is None):
+    if (options.live_state is None) != (options.policy_ref is None):
         raise click.ClickException("--live-state and --policy go together")
-    if execute and not rail_ref:
+    if options.execute and not options.rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
-    if rail_ref and not execute:
+    if options.rail_ref and not options.execute:
         raise click.UsageError("--rail only applies with --execute (without it nothing is compensated)")
-    if sessions_sql:
-        from otel_replay.analyst import require_utf8
+    if options.sessions_sql:
+        require_utf8(options.sessions_sql, "--sessions-sql")
 
-        require_utf8(sessions_sql, "--sessions-sql")
-    from otel_replay.location import resolve
 
+def _check_dataset(dataset: str) -> None:
+    """A one-line error unless ``dataset`` is a local directory the rerun can store its result in."""
     try:
         location = resolve(dataset)
     except OtelReplayError as exc:
@@ -163,55 +193,42 @@ def _main(
     path = Path(location.root)
     if not path.is_dir():
         raise click.ClickException(f"dataset {dataset} does not exist or is not a directory")
-    from otel_replay.cli import require_writable
-
     require_writable(path, "rerun stores its result there")
-    parse_allow_live(allow_live)  # a bad entry is named before anything runs
-    function = load_callable(entrypoint, "entrypoint")
-    state = _load_state(live_state) if live_state else None
-    policy = load_callable(policy_ref, "policy") if policy_ref else None
-    rail = None
-    if execute and rail_ref:
-        factory = load_callable(rail_ref, "rail")
-        try:
-            rail = factory()
-        except Exception as exc:
-            raise click.ClickException(f"rail factory {rail_ref} raised {type(exc).__name__}: {exc}") from exc
-    results: list[RerunResult] = []
-    errors: list[tuple[str, str]] = []
-    with Store(dataset) as store, configure(dataset, service_name="otel-replay-rerun", set_global=False) as telemetry:
-        targets = _sessions(store, pattern, sessions_sql) if all_sessions else [str(session_id)]
-        if all_sessions and not targets:
-            raise click.ClickException(
-                f"no recorded sessions in {dataset}" + (" match the selection" if pattern or sessions_sql else "")
-            )
-        one = functools.partial(
-            rerun, function, dataset=store, governance=cast(Governance, governance), live_state=state, policy=policy,
-            rail=rail, allow_live=allow_live, credentials=cast(Credentials, credentials),
-        )  # fmt: skip
-        if all_sessions and not as_json:
-            with click.progressbar(targets, label="rerunning", file=sys.stderr, show_pos=True) as bar:
-                for sid in bar:
-                    _one(one, sid, results, errors, all_sessions)
-        else:
-            for sid in targets:
-                _one(one, sid, results, errors, all_sessions)
-        stored = telemetry.force_flush()  # False: a write failed or spans were dropped (the exporter logged why)
-    if as_json:
+
+
+def _rail(ref: str) -> Any:
+    """The rail the ``--rail`` factory ``ref`` makes; its error is one line naming the factory."""
+    factory = load_callable(ref, "rail")
+    try:
+        return factory()
+    except Exception as exc:
+        raise click.ClickException(f"rail factory {ref} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _targets(store: Store, options: _Options) -> list[str]:
+    """The sessions to rerun: the one given, or every recorded one the selection keeps."""
+    if not options.all_sessions:
+        return [str(options.session_id)]
+    targets = _sessions(store, options.pattern, options.sessions_sql)
+    if not targets:
+        selected = " match the selection" if options.pattern or options.sessions_sql else ""
+        raise click.ClickException(f"no recorded sessions in {options.dataset}{selected}")
+    return targets
+
+
+def _print_results(results: list[RerunResult], errors: list[tuple[str, str]], options: _Options) -> None:
+    """JSON lines, the table of ``--all``, or the one rerun's report."""
+    if options.as_json:
         for result in results:
             click.echo(json.dumps(_as_json(result), sort_keys=True, default=str))
         for sid, message in errors:
             click.echo(json.dumps({"session_id": sid, "status": "errored", "error": message}, sort_keys=True))
-    elif all_sessions:
+    elif options.all_sessions:
         _table(results, errors)
     elif results:
         click.echo(_report(results[0]))
     else:
         click.echo(_lines(f"session {clean(errors[0][0])}: {errors[0][1]}"))
-    if not stored:
-        raise click.ClickException(f"the rerun's result could not be stored in {dataset} (see the errors above)")
-    failed = errors or any(not result.matched or any(g.error for g in result.gate) for result in results)
-    return DIVERGED if failed else 0
 
 
 def _one(
@@ -272,7 +289,3 @@ def _table(results: list[Any], errors: list[tuple[str, str]]) -> None:
             click.echo(f"\n{_report(result)}")
     for sid, message in errors:
         click.echo(f"\n{_lines(f'{clean(sid)}: errored: {message}')}")
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m otel_replay.rerun.command` before the CLI registers it
-    rerun_command()
