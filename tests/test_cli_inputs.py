@@ -23,7 +23,7 @@ from otel_replay.analyst import check_statements
 from otel_replay.cli import LIVE_STATE_MAX_BYTES, main
 from otel_replay.errors import ConfigError, QueryError
 from otel_replay.integrity import load_signing_key
-from otel_replay.server.server import ServerConfig
+from otel_replay.server.config import ServerConfig
 from otel_replay.settings import MAX_WAIT_SECONDS, env_number
 from otel_replay.storage.compact import MAX_ROWS, Options
 

@@ -16,7 +16,8 @@ from otel_replay.errors import OtelReplayError
 from otel_replay.location import is_remote
 from otel_replay.render import clean
 
-from .server import MiB, Receiver, ServerConfig
+from .config import MiB, ServerConfig
+from .server import Receiver
 
 __all__ = ["ingest_command", "serve_command"]
 

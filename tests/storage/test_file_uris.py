@@ -8,8 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from otel_replay.rerun.command import rerun_command
+from otel_replay.server.config import ServerConfig
 from otel_replay.server.ingest import Ingestor
-from otel_replay.server.server import ServerConfig
 from otel_replay.storage import live_files
 from otel_replay.storage.command import compact_command
 
