@@ -17,7 +17,8 @@ from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key
 from otel_replay.location import local_root_problem, resolve
 
-from .compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, compact
+from .compact import compact
+from .compact_steps import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS
 from .retention import drop_older_than
 
 __all__ = ["compact_command"]
