@@ -42,9 +42,9 @@ from otel_replay.capture.write_ahead import recover as recover_capture_logs
 from otel_replay.errors import DatasetError
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
+from otel_replay.storage.background import BackgroundCompactor
 
 from .admission import Overloaded, Reservation, release_free_memory
-from .background import BackgroundCompactor
 from .config import Metrics, MiB, ServerConfig, parse_address
 from .convert import (
     MAX_DATES_PER_REQUEST,
