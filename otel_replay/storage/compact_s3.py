@@ -46,6 +46,7 @@ from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location
 
 from . import objects
+from .backend import ObjectBackend
 from .compact_steps import (
     Options,
     PartitionReport,
@@ -325,7 +326,6 @@ def _take_back(s3: object, location: Location, name: str, lease: ObjectLease, to
 
 def _put(location: Location, path: str, data: bytes) -> None:
     try:
-        with location.fs.open_output_stream(location.fs_path(path)) as out:
-            out.write(data)
+        ObjectBackend(location).write_atomic(path, data)
     except (OSError, pa.ArrowException) as exc:
         raise location.error(f"cannot write {path}", exc) from exc
