@@ -24,9 +24,9 @@ from otel_replay.cli import main
 from otel_replay.cli._inputs import LIVE_STATE_MAX_BYTES
 from otel_replay.errors import ConfigError, QueryError
 from otel_replay.integrity import load_signing_key
-from otel_replay.server.server import ServerConfig
+from otel_replay.server.config import ServerConfig
 from otel_replay.settings import MAX_WAIT_SECONDS, env_number
-from otel_replay.storage.compact import MAX_ROWS, Options
+from otel_replay.storage.compact_steps import MAX_ROWS, Options
 
 OTEL_REPLAY = str(Path(sys.executable).with_name("otel-replay"))
 

@@ -61,11 +61,11 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay.errors import DatasetError, OutcomeAlreadyRecorded
+from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.exporters.writer import fsync_dir
 
-__all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OUTCOMES_DIR", "OutcomeClaim", "claim_outcome", "expire_outcome_claims"]
+__all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OutcomeClaim", "claim_outcome", "expire_outcome_claims"]
 
-OUTCOMES_DIR = "_outcomes"
 CLAIMS_DB = "claims.sqlite3"
 """The local claim store's file name in :data:`OUTCOMES_DIR` (beside it SQLite keeps ``-wal`` and ``-shm``)."""
 BUSY_SECONDS = 60.0

@@ -19,8 +19,9 @@ from otel_replay.cli._inputs import friendly
 from otel_replay.cli.render import clean
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import is_remote
+from otel_replay.server.config import MiB, ServerConfig
 from otel_replay.server.ingest import Ingestor, IngestReport
-from otel_replay.server.server import MiB, Receiver, ServerConfig
+from otel_replay.server.server import Receiver
 
 __all__ = ["ingest_command", "serve_command"]
 

@@ -17,7 +17,8 @@ from otel_replay.cli._inputs import friendly
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key
 from otel_replay.location import local_root_problem, resolve
-from otel_replay.storage.compact import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, CompactReport, compact
+from otel_replay.storage.compact import compact
+from otel_replay.storage.compact_steps import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, CompactReport
 from otel_replay.storage.retention import RetentionReport, drop_older_than
 
 __all__ = ["compact_command"]

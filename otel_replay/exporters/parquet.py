@@ -137,7 +137,7 @@ class ParquetSpanExporter(SpanExporter):
         self.compaction = CompactionStats()
         self._compactor: Any = None
         if every:
-            from otel_replay.server.background import BackgroundCompactor  # the receiver's own, reused
+            from otel_replay.storage.background import BackgroundCompactor  # start-up cost: compaction loads DuckDB
 
             self._compactor = BackgroundCompactor(self.writer.location.root, every, 200_000, self.compaction)
             self._compactor.start()

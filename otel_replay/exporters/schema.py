@@ -17,9 +17,20 @@ import pyarrow as pa
 
 from otel_replay import semconv as sc
 
-__all__ = ["EVENT_TYPE", "LINK_TYPE", "PROMOTED_ARROW_TYPES", "SCHEMA_METADATA_KEY", "SPAN_SCHEMA", "SPANS_DIR"]
+__all__ = [
+    "EVENT_TYPE",
+    "LINK_TYPE",
+    "OUTCOMES_DIR",
+    "PROMOTED_ARROW_TYPES",
+    "SCHEMA_METADATA_KEY",
+    "SPAN_SCHEMA",
+    "SPANS_DIR",
+]
 
 SPANS_DIR = "spans"
+"""The dataset's span files: ``<dataset>/spans/date=YYYY-MM-DD/``."""
+OUTCOMES_DIR = "_outcomes"
+"""Outcome claims beside the spans: ``<dataset>/_outcomes/`` (claim files, or the local claim store)."""
 SCHEMA_METADATA_KEY = b"otel_replay.schema_version"
 
 _TS = pa.timestamp("ns", tz="UTC")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from .server import Metrics, Overloaded, Receiver, ServerConfig
+from .admission import Overloaded
+from .config import Metrics, ServerConfig
+from .server import Receiver
 
 __all__ = ["Metrics", "Overloaded", "Receiver", "ServerConfig"]

@@ -40,7 +40,7 @@ import io
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -57,11 +57,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.errors import ConfigError, OtelReplayError
 
-from .http_service import _gzip_members, _Reply
-from .server import PROTOBUF_EXPANSION, Overloaded, decode_charge, decode_limit_error
-
-if TYPE_CHECKING:
-    from .server import Receiver, Reservation
+from .admission import PROTOBUF_EXPANSION, Intake, Overloaded, Reservation, decode_charge, decode_limit_error
+from .inflate import Reply, inflate_members
 
 __all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailers"]
 
@@ -113,7 +110,7 @@ class _Refused(Exception):
 
 
 class _TraceService:
-    def __init__(self, receiver: Receiver, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, receiver: Intake, pool: ThreadPoolExecutor) -> None:
         self.receiver = receiver
         self.pool = pool
 
@@ -196,7 +193,7 @@ class _TraceService:
         ratio, limit = config.max_inflate_ratio, config.max_request_bytes
         kind = "gzip" if wbits == 31 else "deflate"
         try:
-            body = _gzip_members(
+            body = inflate_members(
                 io.BytesIO(compressed).read1,
                 len(compressed),
                 limit,
@@ -206,7 +203,7 @@ class _TraceService:
                 wbits,
                 what=f"{kind} message",
             )
-        except _Reply as reply:
+        except Reply as reply:
             delay = config.bomb_delay_seconds if reply.bomb else 0.0
             too_large = reply.bomb and not reply.over_ratio
             receiver.reject(too_large=reply.bomb)
@@ -231,7 +228,7 @@ class GrpcService:
     whole message has arrived and been admitted.
     """
 
-    def __init__(self, receiver: Receiver, host: str, port: int) -> None:
+    def __init__(self, receiver: Intake, host: str, port: int) -> None:
         """Bind and start serving."""
         config = receiver.config
         # A call waiting for its message is a coroutine, not a thread; still, each connection is told to go away

@@ -34,9 +34,8 @@ import socket
 import sys
 import threading
 import time
-import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2
@@ -49,11 +48,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.errors import ConfigError, OtelReplayError, PayloadError
 
+from .admission import (
+    JSON_EXPANSION,
+    PROTOBUF_EXPANSION,
+    Intake,
+    Overloaded,
+    Reservation,
+    decode_charge,
+    decode_limit_error,
+)
+from .inflate import CHUNK, Reply, inflate_members
 from .otlp_json import message_to_json, request_from_json
-from .server import JSON_EXPANSION, PROTOBUF_EXPANSION, Overloaded, Reservation, decode_charge, decode_limit_error
-
-if TYPE_CHECKING:
-    from .server import Receiver
 
 __all__ = ["HttpService"]
 
@@ -69,37 +74,12 @@ _GRPC_CODES = {
     429: code_pb2.RESOURCE_EXHAUSTED,
     503: code_pb2.UNAVAILABLE,
 }
-_CHUNK = 64 * 1024
-"""Bytes read from the socket (and inflated) per step; what a request holds before it is charged."""
-_RATIO_FLOOR = 64 * 1024
-"""The inflation ratio is checked once this much has been inflated (gzip headers skew small bodies)."""
 MAX_HEADER_BYTES = 64 * 1024
 """Request line plus headers, per request; more is a 431 (the stdlib alone allows 100 lines of 64 KiB)."""
 _DIGITS = re.compile(r"[0-9]+")
 _WRITE_TIMEOUT = 10.0
 _LINGER_SECONDS = 1.0
 _LINGER_BYTES = 2 * 1024 * 1024
-
-
-class _Reply(Exception):
-    """Finish the request with an error status."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        close: bool = False,
-        retry_after: int | None = None,
-        bomb: bool = False,
-        over_ratio: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.close = close
-        self.retry_after = retry_after
-        self.bomb = bomb  # the reply is delayed (bomb_delay_seconds)
-        self.over_ratio = over_ratio  # refused for the inflation ratio (not for the size limit)
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -159,72 +139,6 @@ class _HeadReader(io.BufferedReader):
         return line
 
 
-def _gzip_members(
-    read: Any,
-    length: int,
-    limit: int,
-    ratio: int,
-    reservation: Reservation,
-    factor: int,
-    wbits: int = 31,
-    what: str = "gzip body",
-) -> bytearray | None:
-    """Inflate a gzip body of ``length`` bytes read through ``read``, charging ``factor`` x each inflated byte.
-
-    Every member is inflated (``gzip.compress(a) + gzip.compress(b)`` is
-    ``a + b``). Nothing beyond ``limit`` inflated bytes is ever produced.
-    Returns None when the client went away mid-body. ``wbits`` 15 reads
-    zlib streams instead (gRPC's ``deflate``); ``what`` names the input in
-    refusals. A refusal for the inflation ratio has ``over_ratio`` set.
-    """
-    out = bytearray()
-    inflater = zlib.decompressobj(wbits=wbits)
-    pending = b""
-    consumed = 0  # compressed bytes handed to zlib and used
-    remaining = length
-    member_open = False
-    reservation.grow(_CHUNK)  # the read buffer
-    while True:
-        if not pending:
-            if remaining == 0:
-                break
-            pending = read(min(_CHUNK, remaining))
-            if not pending:
-                return None
-            remaining -= len(pending)
-        if not member_open:
-            inflater = zlib.decompressobj(wbits=wbits)
-            member_open = True
-        before = len(pending)
-        try:
-            piece = inflater.decompress(pending, _CHUNK)
-        except zlib.error as exc:
-            raise _Reply(400, f"invalid {what} at compressed byte {length - remaining - before}: {exc}") from None
-        pending = inflater.unconsumed_tail
-        if inflater.eof:
-            pending = inflater.unused_data + pending
-            member_open = False
-        consumed += before - len(pending)
-        if piece:
-            if len(out) + len(piece) > limit:
-                raise _Reply(413, f"{what} inflates past the {limit} byte limit", close=True, bomb=True)
-            reservation.grow(factor * len(piece))
-            out += piece
-            if ratio and len(out) > _RATIO_FLOOR and len(out) > ratio * max(1, consumed):
-                raise _Reply(
-                    413,
-                    f"{what} inflates more than {ratio}:1 (a decompression bomb?)",
-                    close=True,
-                    bomb=True,
-                    over_ratio=True,
-                )
-    if member_open:
-        raise _Reply(400, f"truncated {what} (the last gzip member has no end)")
-    if length == 0:
-        raise _Reply(400, f"empty {what}")
-    return out
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-replay"
@@ -236,7 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.reader = _DeadlineReader(self.connection)
-        self.rfile = _HeadReader(self.reader, _CHUNK)
+        self.rfile = _HeadReader(self.reader, CHUNK)
         self.storing = False
         self.server.register(self)
 
@@ -299,7 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
         receiver = self.server.receiver
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
-            status = "draining" if receiver._draining else "ok" if receiver.wal.writable else "wal-unwritable"
+            status = "draining" if receiver.draining else "ok" if receiver.wal.writable else "wal-unwritable"
             body = json.dumps({"status": status, "metrics": receiver.metrics_line()})
             self._send(200 if status == "ok" else 503, body.encode(), _JSON)
         elif path == "/metrics":
@@ -315,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.stored = False  # set once the request's spans are in the WAL: what fails after that is no refusal
         try:
             self._export(ctype)
-        except _Reply as reply:
+        except Reply as reply:
             if reply.status in (400, 413):
                 receiver.reject(too_large=reply.status == 413)
             status = Status(code=_GRPC_CODES.get(reply.status, code_pb2.UNKNOWN), message=str(reply))
@@ -342,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.reader.start(_LINGER_SECONDS)
             budget = _LINGER_BYTES
             while budget > 0:
-                chunk = self.rfile.read1(_CHUNK)
+                chunk = self.rfile.read1(CHUNK)
                 if not chunk:
                     break
                 budget -= len(chunk)
@@ -354,23 +268,23 @@ class _Handler(BaseHTTPRequestHandler):
         receiver = self.server.receiver
         config = receiver.config
         if self.path.split("?", 1)[0] != "/v1/traces":
-            raise _Reply(404, f"no such endpoint {self.path}; OTLP traces go to /v1/traces", close=True)
+            raise Reply(404, f"no such endpoint {self.path}; OTLP traces go to /v1/traces", close=True)
         if ctype not in (_PROTOBUF, _JSON):
-            raise _Reply(415, f"unsupported content type {ctype!r}; use {_PROTOBUF} or {_JSON}", close=True)
+            raise Reply(415, f"unsupported content type {ctype!r}; use {_PROTOBUF} or {_JSON}", close=True)
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding not in ("identity", "gzip"):
-            raise _Reply(415, f"unsupported content encoding {encoding!r}; use gzip or none", close=True)
+            raise Reply(415, f"unsupported content encoding {encoding!r}; use gzip or none", close=True)
         length = self._content_length()
         limit = config.max_request_bytes
         if length > limit:
-            raise _Reply(413, f"body of {length} bytes exceeds the {limit} byte limit", close=True)
+            raise Reply(413, f"body of {length} bytes exceeds the {limit} byte limit", close=True)
         as_json = ctype == _JSON
         try:
             with receiver.admit() as reservation:
                 factor = JSON_EXPANSION if as_json else PROTOBUF_EXPANSION
                 if encoding == "gzip":
                     ratio = config.max_inflate_ratio
-                    body = _gzip_members(self.rfile.read1, length, limit, ratio, reservation, factor)
+                    body = inflate_members(self.rfile.read1, length, limit, ratio, reservation, factor)
                 else:
                     body = self._read_plain(length, reservation, factor)
                 if body is None:
@@ -381,7 +295,7 @@ class _Handler(BaseHTTPRequestHandler):
                 charge = decode_charge(body, as_json)
                 refused = decode_limit_error(charge, limit)
                 if refused:
-                    raise _Reply(413, refused)
+                    raise Reply(413, refused)
                 reservation.grow(max(0, charge - reservation.held))
                 self.storing = True
                 try:
@@ -391,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.storing = False
         except Overloaded as exc:
             status = 503 if exc.unavailable else 429
-            raise _Reply(status, str(exc), close=True, retry_after=exc.retry_after) from None
+            raise Reply(status, str(exc), close=True, retry_after=exc.retry_after) from None
         self._send_message(200, response, as_json)
 
     def _content_length(self) -> int:
@@ -399,22 +313,22 @@ class _Handler(BaseHTTPRequestHandler):
         values = {v.strip() for v in self.headers.get_all("Content-Length") or ()}
         if self.headers.get("Transfer-Encoding") is not None:
             status = 400 if values else 411
-            raise _Reply(status, "Transfer-Encoding is not supported; send the body with a Content-Length", close=True)
+            raise Reply(status, "Transfer-Encoding is not supported; send the body with a Content-Length", close=True)
         if not values:
-            raise _Reply(411, "Content-Length is required", close=True)
+            raise Reply(411, "Content-Length is required", close=True)
         if len(values) > 1:
             shown = ", ".join(sorted(repr(v[:20]) for v in values))
-            raise _Reply(400, f"conflicting Content-Length headers ({shown})", close=True)
+            raise Reply(400, f"conflicting Content-Length headers ({shown})", close=True)
         (raw,) = values
         if not _DIGITS.fullmatch(raw):
-            raise _Reply(400, f"bad Content-Length {raw[:40]!r} (ASCII digits expected)", close=True)
+            raise Reply(400, f"bad Content-Length {raw[:40]!r} (ASCII digits expected)", close=True)
         return int(raw)
 
     def _read_plain(self, length: int, reservation: Reservation, factor: int) -> bytearray | None:
         """Read the body step by step, charging ``factor`` x the bytes that arrived (never the declared length)."""
         body = bytearray()
         while len(body) < length:
-            chunk = self.rfile.read1(min(_CHUNK, length - len(body)))
+            chunk = self.rfile.read1(min(CHUNK, length - len(body)))
             if not chunk:
                 return None
             reservation.grow(factor * len(chunk))
@@ -430,9 +344,9 @@ class _Handler(BaseHTTPRequestHandler):
                 request.ParseFromString(body)
         except (DecodeError, PayloadError) as exc:
             kind = "OTLP/JSON" if as_json else "protobuf"
-            raise _Reply(400, f"malformed {kind} ExportTraceServiceRequest: {str(exc)[:300]}") from None
+            raise Reply(400, f"malformed {kind} ExportTraceServiceRequest: {str(exc)[:300]}") from None
         except RecursionError:
-            raise _Reply(400, "malformed ExportTraceServiceRequest: nested too deeply") from None
+            raise Reply(400, "malformed ExportTraceServiceRequest: nested too deeply") from None
         del body[:]
         rejected, message = self.server.receiver.accept(request)
         if rejected:
@@ -445,7 +359,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
-    receiver: Receiver
+    receiver: Intake
     service: HttpService
 
     def server_activate(self) -> None:
@@ -516,7 +430,7 @@ def _refuse(sock: socket.socket, retry_after: int) -> None:
 class HttpService:
     """A threading HTTP server bound to ``host:port`` (port 0 picks a free one; see :attr:`address`)."""
 
-    def __init__(self, receiver: Receiver, host: str, port: int) -> None:
+    def __init__(self, receiver: Intake, host: str, port: int) -> None:
         """Bind and start serving in a background thread."""
         server_cls = _Server6 if ":" in host else _Server
         try:

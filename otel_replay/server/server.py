@@ -1,4 +1,4 @@
-"""The receiver: admission control, the write-ahead log, the Parquet converter and both services.
+"""The receiver: admission control (see :mod:`.admission`), the write-ahead log, the Parquet converter, both services.
 
 Ack path (any service): admission (a bounded in-flight memory reservation that
 grows with the bytes actually read and decoded, and a bounded WAL backlog;
@@ -21,34 +21,31 @@ counted and named in ``<segment>.report.json``; the segments behind it never wai
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import logging
 import multiprocessing
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay import settings
-from otel_replay._counters import CompactionCounters
 from otel_replay.capture.write_ahead import CAPTURE_PREFIX
 from otel_replay.capture.write_ahead import recover as recover_capture_logs
-from otel_replay.errors import ConfigError, DatasetError, Overloaded
+from otel_replay.errors import DatasetError
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
+from otel_replay.storage.background import BackgroundCompactor
 
-from .background import BackgroundCompactor
+from .admission import Overloaded, Reservation, release_free_memory
+from .config import Metrics, MiB, ServerConfig, parse_address
 from .convert import (
     MAX_DATES_PER_REQUEST,
     MAX_SHARED_BYTES_PER_REQUEST,
@@ -58,112 +55,14 @@ from .convert import (
     salvage_segment,
     worker_init,
 )
+from .grpc_service import GrpcService
+from .http_service import HttpService
 from .wal import WAL_SUFFIX, Segment, WriteAheadLog
 
-__all__ = [
-    "MAX_DATES_PER_SEGMENT",
-    "Metrics",
-    "Overloaded",
-    "Receiver",
-    "Reservation",
-    "ServerConfig",
-    "decode_charge",
-    "decode_limit_error",
-    "parse_address",
-    "release_free_memory",
-    "stranded_wal_dirs",
-]
+__all__ = ["MAX_DATES_PER_SEGMENT", "Receiver", "stranded_wal_dirs"]
 
 _log = logging.getLogger("otel_replay.server")
-_INSTANCE = re.compile(r"[A-Za-z0-9_.-]+")
-MiB = 1024 * 1024
 QUARANTINE_DIR = "quarantine"
-PROTOBUF_EXPANSION = 7
-"""In-flight bytes reserved per byte of a protobuf body as it is read: the body, the decoded message, the WAL copy.
-
-Measured (``benchmarks/bench_hostile.py``, 25 MiB requests of SDK spans):
-decoding a protobuf ``ExportTraceServiceRequest`` takes about 5x its size in
-Python/upb objects, and the WAL copy another 1-2x. Before decoding, the charge
-is raised to :func:`decode_charge`, which also covers bodies of many tiny
-messages.
-"""
-PROTOBUF_MESSAGE_BYTES = 64
-"""In-flight bytes reserved per sub-message a protobuf body may hold (see :func:`decode_charge`).
-
-Measured (upb, protobuf 7): an empty ``AnyValue`` decodes to 42 bytes, an empty
-``KeyValue`` 54, ``Span.Event`` 62, ``ResourceSpans``/``ScopeSpans`` 64.
-"""
-PROTOBUF_SPAN_BYTES = 120
-"""Reserved on top of :data:`PROTOBUF_MESSAGE_BYTES` per possible ``Span`` (an empty one decodes to 177 bytes)."""
-MAX_DECODE_FACTOR = 24
-"""A request whose :func:`decode_charge` exceeds this many times ``max_request_bytes`` is refused (413).
-
-SDK spans are charged about 18x their protobuf size and 14x their OTLP/JSON
-size; a body of nothing but tiny messages, up to 92x. The cap keeps one
-request alone in flight (always let through) from taking more than this.
-"""
-JSON_EXPANSION = 3
-"""In-flight bytes reserved per byte of an OTLP/JSON body as it is read (before :func:`decode_charge`)."""
-JSON_NODE_BYTES = 192
-"""In-flight bytes reserved per JSON object, array or element of an OTLP/JSON body.
-
-Measured: parsed and converted, an OTLP/JSON node takes 114 bytes for SDK
-spans, 115 for an empty ``{}`` in an array, up to 200 for an object with many
-distinct keys (the dict, its keys, and the decoded message).
-"""
-
-
-def decode_limit_error(charge: int, max_request_bytes: int) -> str | None:
-    """Why a body charged ``charge`` by :func:`decode_charge` is refused (413), or None when it may be decoded."""
-    limit = MAX_DECODE_FACTOR * max_request_bytes
-    if charge <= limit:
-        return None
-    return (
-        f"body would decode to about {charge >> 20} MiB of objects, over the {limit >> 20} MiB limit "
-        f"({MAX_DECODE_FACTOR} x the request limit); send fewer, larger values per request"
-    )
-
-
-def _message_tags() -> bytes:
-    """The first byte of every tag of a message field in an OTLP trace request, minimal or padded (0x80 set)."""
-    tags: set[int] = set()
-    todo, seen = [ExportTraceServiceRequest.DESCRIPTOR], set()
-    while todo:
-        descriptor = todo.pop()
-        if descriptor.full_name in seen:
-            continue
-        seen.add(descriptor.full_name)
-        for field in descriptor.fields:
-            if field.message_type is not None:
-                if field.number > 15:  # a two-byte tag: its first byte would not identify it
-                    raise AssertionError(f"{descriptor.full_name}.{field.name} has a two-byte tag")
-                tag = field.number << 3 | 2
-                tags.update((tag, tag | 0x80))
-                todo.append(field.message_type)
-    return bytes(sorted(tags))
-
-
-_MESSAGE_TAGS = _message_tags()
-
-
-def decode_charge(body: bytes | bytearray, as_json: bool) -> int:
-    """An upper bound of the memory decoding ``body`` takes, cheap to compute (C-speed counts, no parsing).
-
-    Decoding costs per node, not per byte: 2 bytes of protobuf (an empty
-    sub-message) or 3 of JSON (``{},``) become a whole object. Every protobuf
-    sub-message starts with one of :data:`_MESSAGE_TAGS`, and every JSON node
-    with ``{``, ``[`` or follows a ``,``; counting those bytes over-counts (ids
-    and text hold them too), never under-counts.
-    """
-    if as_json:
-        nodes = body.count(b"{") + body.count(b"[") + body.count(b",")
-        return max(JSON_EXPANSION * len(body), 2 * len(body) + JSON_NODE_BYTES * nodes)
-    messages = len(body) - len(body.translate(None, _MESSAGE_TAGS))
-    spans = body.count(b"\x12") + body.count(b"\x92")  # ScopeSpans.spans is field 2: every Span starts so
-    charge = PROTOBUF_MESSAGE_BYTES * messages + PROTOBUF_SPAN_BYTES * spans
-    return max(PROTOBUF_EXPANSION * len(body), charge)
-
-
 MAX_DATES_PER_SEGMENT = 64
 """Distinct start dates (UTC days, other than yesterday, today and tomorrow) one WAL segment takes; more: 429.
 
@@ -190,136 +89,6 @@ MAX_REPLY_MESSAGE = 1024
 _MAX_CONVERT_ATTEMPTS = 3
 _TRIM_AFTER_BYTES = 64 * MiB
 _DAY_NS = 86_400 * 1_000_000_000
-
-
-def _malloc_trim() -> Any:
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-_TRIM = _malloc_trim()
-
-
-def release_free_memory() -> None:
-    """Give memory freed by a large request back to the OS (glibc keeps it per thread arena otherwise).
-
-    Without this, every thread that once decoded a large request keeps that
-    much RSS, and the memory bound would grow with the number of threads.
-    """
-    if _TRIM is not None:
-        _TRIM(0)
-
-
-def parse_address(text: str, what: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); raises :class:`ConfigError`."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{what} address {text!r} must look like HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-@dataclass
-class ServerConfig:
-    """Settings of one receiver (``otel-replay serve`` flags map onto these).
-
-    Against hostile clients: ``read_timeout_seconds`` (a whole HTTP request,
-    headers and body, must arrive within it; idle connections close after it;
-    a gRPC connection gets GOAWAY at this age and is closed, cancelling what is
-    still open on it, this much later),
-    ``max_connections`` (HTTP connections served at once; the next gets 503),
-    ``max_inflate_ratio`` (a gzip body inflating more than this, 0: no limit,
-    is a 413) and ``bomb_delay_seconds`` (how late that 413 is sent).
-    """
-
-    dataset: Path | str
-    grpc: str | None = "127.0.0.1:4317"
-    http: str | None = "127.0.0.1:4318"
-    instance: str = "default"
-    wal_dir: Path | None = None
-    max_request_bytes: int = 32 * MiB
-    max_inflight_bytes: int = 128 * MiB
-    max_wal_backlog_bytes: int = 1024 * MiB
-    segment_bytes: int = 64 * MiB
-    flush_seconds: float = 5.0
-    convert_workers: int = 1
-    grpc_workers: int = 16
-    retry_after_seconds: int = 1
-    drain_seconds: float = 30.0
-    read_timeout_seconds: float = 30.0
-    max_connections: int = 128
-    max_inflate_ratio: int = 200
-    bomb_delay_seconds: float = 3.0
-    compact_every_seconds: float = 0.0
-    compact_max_batch_rows: int = 200_000
-
-    def __post_init__(self) -> None:
-        """Validate the settings."""
-        location = resolve(self.dataset)  # a directory, or s3://bucket/prefix (a bad URI: ConfigError)
-        self.dataset = location.root if location.remote else Path(location.root)  # file:///abs -> /abs
-        if location.remote and self.wal_dir is None:
-            raise ConfigError(
-                f"dataset {location.uri}: give a local WAL directory (--wal-dir): the write-ahead log stays on "
-                "local disk, only Parquet files go to the object store"
-            )
-        if not _INSTANCE.fullmatch(self.instance):
-            raise ConfigError(f"instance name {self.instance!r} may use only letters, digits, '_', '.', '-'")
-        for name in ("max_request_bytes", "max_inflight_bytes", "max_wal_backlog_bytes", "segment_bytes"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive")
-        if self.flush_seconds <= 0 or self.convert_workers < 0 or self.grpc_workers <= 0:
-            raise ConfigError("flush_seconds and grpc_workers must be positive, convert_workers >= 0")
-        if self.read_timeout_seconds <= 0 or self.max_connections <= 0:
-            raise ConfigError("read_timeout_seconds and max_connections must be positive")
-        if not 0 <= self.compact_every_seconds < float("inf") or self.compact_max_batch_rows < 1:
-            raise ConfigError("compact_every_seconds must be >= 0 (0: off) and compact_max_batch_rows positive")
-        if self.max_inflate_ratio < 0 or self.bomb_delay_seconds < 0:
-            raise ConfigError("max_inflate_ratio and bomb_delay_seconds must be >= 0")
-        for name in ("flush_seconds", "drain_seconds", "read_timeout_seconds", "bomb_delay_seconds"):
-            if not getattr(self, name) <= settings.MAX_WAIT_SECONDS:  # past it a wait or deadline overflows
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be at most {settings.MAX_WAIT_SECONDS:g}")
-        if self.compact_every_seconds > settings.MAX_WAIT_SECONDS:
-            raise ConfigError(f"compact_every_seconds must be at most {settings.MAX_WAIT_SECONDS:g} (0: off)")
-        for address, what in ((self.grpc, "gRPC"), (self.http, "HTTP")):
-            if address is not None:
-                parse_address(address, what)
-        if self.wal_dir is None:
-            self.wal_dir = Path(self.dataset) / "_wal" / self.instance
-        self.wal_dir = Path(self.wal_dir)
-
-
-
-@dataclass
-class Metrics(CompactionCounters):
-    """Counters exposed at ``/metrics`` (Prometheus text format); the compaction ones and ``add`` are inherited."""
-
-    requests: int = 0
-    spans_received: int = 0
-    spans_accepted: int = 0
-    spans_written: int = 0
-    spans_rejected: int = 0
-    spans_rejected_bad_time: int = 0
-    spans_rejected_bad_id: int = 0
-    spans_rejected_bad_count: int = 0
-    spans_rejected_too_many_dates: int = 0
-    spans_rejected_resource_too_large: int = 0
-    requests_rejected: int = 0
-    requests_too_large: int = 0
-    requests_shed: int = 0
-    connections_timed_out: int = 0
-    connections_refused: int = 0
-    segments_converted: int = 0
-    convert_errors: int = 0
-    segments_quarantined: int = 0
-    quarantine_spans_written: int = 0
-    quarantine_spans_dropped: int = 0
-    quarantine_records_dropped: int = 0
-
-    def snapshot(self) -> dict[str, int]:
-        """The counters as a dict."""
-        with self.lock:
-            return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
 def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
@@ -364,19 +133,6 @@ def _locked(lock: Path) -> bool:
     finally:
         os.close(fd)  # closing drops a lock taken here
     return False
-
-
-class Reservation:
-    """In-flight bytes held by one request; grows as the request is read and decoded."""
-
-    def __init__(self, receiver: Receiver) -> None:
-        """An empty reservation against ``receiver``'s budget."""
-        self._receiver = receiver
-        self.held = 0
-
-    def grow(self, nbytes: int) -> None:
-        """Reserve ``nbytes`` more, or raise :class:`Overloaded` (counted as shed)."""
-        self._receiver._grow(self, nbytes)
 
 
 class Receiver:
@@ -443,9 +199,6 @@ class Receiver:
     # --- lifecycle ------------------------------------------------------------
     def start(self) -> Receiver:
         """Start the converter and the gRPC/HTTP services."""
-        from .grpc_service import GrpcService
-        from .http_service import HttpService
-
         self._new_pool()
         self._converter.start()
         if self._compactor is not None:
@@ -505,6 +258,11 @@ class Receiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`stop` has begun: new requests are refused (503 / ``UNAVAILABLE``)."""
+        return self._draining
+
     # --- ack path -------------------------------------------------------------
     @contextmanager
     def admit(self, nbytes: int = 0) -> Iterator[Reservation]:
@@ -521,7 +279,7 @@ class Receiver:
         if self.wal.pending_bytes > self.config.max_wal_backlog_bytes:
             self.metrics.add(requests_shed=1)
             raise Overloaded("write-ahead log backlog is full; retry later", retry)
-        reservation = Reservation(self)
+        reservation = Reservation(self._grow)
         try:
             if nbytes:
                 reservation.grow(nbytes)

@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from .compact import CompactReport, PartitionReport, compact
+from .compact import compact
+from .compact_steps import CompactReport, PartitionReport
 from .lease import PartitionLease
 from .manifest import live_files
 from .retention import RetentionReport, drop_older_than

@@ -12,7 +12,7 @@ Per partition, under its lease (:mod:`lease`):
    (trace_id, span_id) pairs stored more than once (DuckDB reads only those
    two columns);
 3. read each group in batches of at most ``max_batch_rows`` rows, file by
-   file (each footer was parsed once in step 2; see :func:`_read`), so memory
+   file (each footer was parsed once in step 2; see :func:`.compact_steps.read_files`), so memory
    is bounded by the batch, not the partition nor its number of files, and
    remove exact duplicate rows (same trace id, span id and identical
    content, as an OTLP client retry stores them), across batches too,
@@ -45,35 +45,42 @@ stopped, after the run's own files are deleted.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import resource
-import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
-from typing import ParamSpec, TypeVar
 
-import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyarrow._parquet import ParquetReader
 
-from otel_replay import _duck as duck
-from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
-from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
+from otel_replay.errors import DatasetError
 from otel_replay.exporters.writer import TEMP_NAME, fsync_dir
-from otel_replay.location import Location, register_with, resolve
+from otel_replay.location import Location, resolve
 
+from .compact_s3 import compact_partition
+from .compact_steps import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_THREADS,
+    CompactReport,
+    Options,
+    PartitionReport,
+    Seen,
+    Workers,
+    exact_duplicates,
+    peak_rss,
+    plan_batches,
+    read_files,
+    repeated_in,
+    repeated_keys,
+    schema_groups,
+    sort_order,
+    swapped_manifest,
+    write_file,
+)
 from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, write_facts
-from .lease import PartitionLease
+from .lease import ObjectLease, PartitionLease
 from .manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -82,675 +89,15 @@ from .manifest import (
     partition_date,
     partition_dirs,
     partition_live_names,
+    partition_names,
     read_manifest,
     write_manifest,
 )
-from .side_index import INDEX_KINDS, file_index_rows, merge_index, write_index
-from .span_columns import check_version, has_coarse_times, schema_problem, time_range_problem
+from .side_index import file_index_rows, merge_index, write_index
 
-__all__ = ["CompactReport", "PartitionReport", "compact", "SORT_KEY"]
-
-P = TypeVar("P", Path, str)
-R = TypeVar("R")
-T = TypeVar("T")
-A = ParamSpec("A")
+__all__ = ["compact"]
 
 _log = logging.getLogger("otel_replay")
-
-SORT_KEY = ("correlation_id", "trace_id", "start_time", "span_id")
-"""The order compacted files are written in."""
-
-BLOOM_COLUMNS = ("trace_id", "span_id", "correlation_id", "session_id", "record_id", "outcome_decision_id")
-"""Id columns with a Parquet bloom filter in compacted files (a chain finds its outcomes by outcome_decision_id)."""
-
-DICTIONARY_COLUMNS = (
-    "name",
-    "kind",
-    "service_name",
-    "scope_name",
-    "scope_version",
-    "status_code",
-    "status_message",
-    "agent_id",
-    "replay_kind",
-    "decision_type",
-    "resource_attributes",
-)
-"""Low-cardinality columns written with dictionary encoding (the rest plain)."""
-
-DEFAULT_GRACE_SECONDS = 600.0
-"""How long superseded files stay on disk for readers that listed them before a swap."""
-
-DEFAULT_THREADS = 2
-"""Worker threads per compaction: files written, index rows grouped and facts extracted side by side."""
-
-MAX_ROWS = 2**31 - 1
-"""Largest row count (file, row group, batch) or thread count :class:`Options` accepts."""
-
-
-@dataclass(frozen=True)
-class Options:
-    """How a compaction run writes (see :func:`compact`), checked once when made.
-
-    Raises:
-        ConfigError: a size, a thread count or the grace period is out of range.
-
-    """
-
-    target_rows: int = 131_072
-    row_group_rows: int = 16_384
-    max_batch_rows: int = 1_000_000
-    bloom: bool = True
-    grace_seconds: float = DEFAULT_GRACE_SECONDS
-    threads: int = DEFAULT_THREADS
-    drop_missing: bool = False
-
-    def __post_init__(self) -> None:
-        """Refuse sizes and counts below 1, above :data:`MAX_ROWS` (or not integers) and a bad grace period."""
-        for name in ("target_rows", "row_group_rows", "max_batch_rows", "threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive integer")
-            if value > MAX_ROWS:  # past this, Arrow and Parquet fail with a message naming no option
-                raise ConfigError(f"{name}={value!r} must be at most {MAX_ROWS}")
-        if not self.grace_seconds >= 0 or self.grace_seconds == float("inf"):
-            raise ConfigError(f"grace_seconds={self.grace_seconds!r} must be a finite number >= 0")
-
-
-@dataclass
-class PartitionReport:
-    """What compaction did to one partition.
-
-    ``status``: ``compacted``; ``current`` (already one compacted layout, nothing
-    new); ``busy`` (another compactor holds its lease); ``empty``.
-    """
-
-    partition: str
-    status: str
-    input_files: int = 0
-    input_rows: int = 0
-    output_files: int = 0
-    output_rows: int = 0
-    duplicates_removed: int = 0
-    conflicting_kept: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    superseded_deleted: int = 0
-    leftovers_deleted: int = 0
-    dropped_missing: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-@dataclass
-class CompactReport:
-    """What :func:`compact` did, per partition, plus totals."""
-
-    partitions: list[PartitionReport] = field(default_factory=list)
-    seconds: float = 0.0
-    peak_rss_bytes: int = 0
-
-    def _sum(self, name: str) -> int:
-        return sum(int(getattr(p, name)) for p in self.partitions)
-
-    @property
-    def input_rows(self) -> int:
-        """Rows read, over every compacted partition."""
-        return self._sum("input_rows")
-
-    @property
-    def output_rows(self) -> int:
-        """Rows written, over every compacted partition."""
-        return self._sum("output_rows")
-
-    @property
-    def duplicates_removed(self) -> int:
-        """Exact duplicate rows removed, over every partition."""
-        return self._sum("duplicates_removed")
-
-    @property
-    def conflicting_kept(self) -> int:
-        """Rows kept although another row has the same ids with different content."""
-        return self._sum("conflicting_kept")
-
-    @property
-    def dropped_missing(self) -> list[str]:
-        """Compacted files a manifest listed but that were missing, dropped from it (``drop_missing``): spans lost."""
-        return [f"{p.partition}/{name}" for p in self.partitions for name in p.dropped_missing]
-
-    @property
-    def busy(self) -> list[str]:
-        """Partitions skipped because another compactor held their lease."""
-        return [p.partition for p in self.partitions if p.status == "busy"]
-
-    def to_dict(self) -> dict[str, object]:
-        """A JSON-ready summary."""
-        return {
-            "seconds": round(self.seconds, 3),
-            "peak_rss_bytes": self.peak_rss_bytes,
-            "input_rows": self.input_rows,
-            "output_rows": self.output_rows,
-            "duplicates_removed": self.duplicates_removed,
-            "conflicting_kept": self.conflicting_kept,
-            "dropped_missing": self.dropped_missing,
-            "partitions": [vars(p) for p in self.partitions],
-        }
-
-
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-class _Workers:
-    """Where compaction's independent work runs: a pool of ``threads`` threads, or inline when ``threads`` is 1.
-
-    pyarrow and DuckDB release the GIL while they encode, compress, group and
-    scan, so on several cores files are written, their index rows grouped and
-    the facts extracted at the same time as the next sort. Results are always
-    taken in submission order, so output does not depend on ``threads``.
-    """
-
-    def __init__(self, threads: int) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="otel-replay-compact") if threads > 1 else None
-
-    def submit(self, fn: Callable[A, R], /, *args: A.args, **kwargs: A.kwargs) -> Future[R]:
-        """Run ``fn(*args, **kwargs)`` on a worker (inline with one thread: its error is raised at ``result()``)."""
-        if self._pool is not None:
-            return self._pool.submit(fn, *args, **kwargs)
-        done: Future[R] = Future()
-        try:
-            done.set_result(fn(*args, **kwargs))
-        except Exception as exc:  # raised by result(), where a worker's would be
-            done.set_exception(exc)
-        return done
-
-    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        """``fn`` of each of ``items`` on the workers, results in order."""
-        return [future.result() for future in [self.submit(fn, item) for item in items]]
-
-    def close(self, *, cancel: bool = False) -> None:
-        """Wait for every submitted task (dropping those not started when ``cancel``): none outlives a partition."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=cancel)
-
-
-def _plain_type(t: pa.DataType) -> pa.DataType:
-    """``t`` with timestamps as int64 (so rows compare as Python values without losing nanoseconds)."""
-    if pa.types.is_timestamp(t):
-        return pa.int64()
-    if pa.types.is_list(t):
-        return pa.list_(_plain_type(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
-    return t
-
-
-def _repeated_keys(files: Sequence[Path | str], location: Location | None = None) -> pa.Table:
-    """(t, s, n): every (trace_id, span_id) stored more than once across ``files``, and how many times.
-
-    DuckDB reads only those two columns.
-    """
-    con = duck.connect()
-    try:
-        if location is not None:
-            register_with(con, location)
-        return con.sql(
-            "SELECT trace_id AS t, span_id AS s, count(*) AS n FROM read_parquet($files) GROUP BY ALL HAVING n > 1",
-            params={"files": [str(p) for p in files]},
-        ).to_arrow_table()
-    except duckdb.Error as exc:
-        _name_unreadable_ids(files, location)  # a damaged file: named, rather than the partition
-        where = str(files[0]).rpartition("/")[0]
-        raise DatasetError(f"scanning span ids in {where}: {str(exc).splitlines()[0]}") from exc
-    finally:
-        con.close()
-
-
-def _name_unreadable_ids(files: Sequence[Path | str], location: Location | None) -> None:
-    """Raise :class:`CorruptFileError` for the first of ``files`` whose id columns cannot be read (else nothing).
-
-    Raises:
-        CorruptFileError: that file, named.
-
-    """
-    for path in files:
-        try:
-            source = _remote(location, path) if location is not None else str(path)
-            reader = ParquetReader()
-            reader.open(source, pre_buffer=False)
-            names = reader.schema_arrow.names
-            reader.read_all(column_indices=[names.index("trace_id"), names.index("span_id")], use_threads=False)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
-
-
-def _repeated_in(table: pa.Table) -> pa.Table:
-    """(t, s, n): every (trace_id, span_id) stored more than once in ``table`` (a schema group), how many times."""
-    counts = table.select(["trace_id", "span_id"]).group_by(["trace_id", "span_id"]).aggregate([([], "count_all")])
-    many = counts.filter(pc.greater(counts.column("count_all"), 1))
-    return pa.table(
-        {"t": many.column("trace_id"), "s": many.column("span_id"), "n": many.column("count_all").cast(pa.int64())}
-    )
-
-
-def _joined(trace_ids: pa.Array | pa.ChunkedArray, span_ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-    joined = pc.binary_join_element_wise(trace_ids, span_ids, "\x00")
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
-
-
-def _positions_of(table: pa.Table, repeated: pa.Table) -> list[int]:
-    """Row positions of ``table`` whose (trace_id, span_id) is in ``repeated`` (vectorized; nulls never match).
-
-    The pair is joined with a NUL between its parts; an id holding a NUL could
-    only add a candidate row, never hide one: duplicates are then decided on
-    the exact ids and content (:func:`_exact_duplicates`).
-    """
-    if repeated.num_rows == 0 or table.num_rows == 0:
-        return []
-    key = _joined(table.column("trace_id"), table.column("span_id"))
-    wanted = _joined(repeated.column("t"), repeated.column("s"))
-    mask = pc.fill_null(pc.is_in(key, value_set=wanted.cast(key.type)), False)
-    positions: list[int] = pc.indices_nonzero(mask).to_pylist()
-    return positions
-
-
-class _Seen:
-    """What the duplicate check holds for one schema group: bounded by the ids in flight, not the group.
-
-    For each repeated (trace_id, span_id) met but not yet met as many times as
-    it is stored, a 16-byte digest of each distinct content and how many of
-    its rows are still to come; the entry is dropped once its last row is met.
-    """
-
-    def __init__(self) -> None:
-        self.open: dict[tuple[str, str], tuple[int, set[bytes]]] = {}
-        self.conflicting = 0  # rows kept that share their ids with a row of other content (closed entries)
-
-    def conflicting_kept(self) -> int:
-        """Rows kept although another row has the same ids with different content, over the group."""
-        return self.conflicting + sum(len(c) for _, c in self.open.values() if len(c) > 1)
-
-
-def _exact_duplicates(table: pa.Table, repeated: pa.Table, seen: _Seen) -> list[int]:
-    """Positions of rows in ``table`` that exactly repeat a row seen before (in it, or in an earlier batch).
-
-    ``repeated`` holds every repeated (t, s) of the group and its count n;
-    ``seen`` is updated (see :class:`_Seen`).
-    """
-    if repeated.num_rows == 0:
-        return []
-    positions = _positions_of(table, repeated)
-    if not positions:
-        return []
-    subset = table.take(positions)
-    wanted = _joined(repeated.column("t"), repeated.column("s"))
-    key = _joined(subset.column("trace_id"), subset.column("span_id"))
-    at = pc.index_in(key, value_set=wanted.cast(key.type))
-    counts = repeated.column("n").take(at).to_pylist() if "n" in repeated.column_names else [None] * len(positions)
-    plain = subset.cast(pa.schema([f.with_type(_plain_type(f.type)) for f in subset.schema]))
-    drop: list[int] = []
-    for position, row, n in zip(positions, plain.to_pylist(), counts, strict=True):
-        content = json.dumps(row, sort_keys=True, default=repr).encode("utf-8", "surrogatepass")
-        digest = hashlib.blake2b(content, digest_size=16).digest()
-        ids = (row["trace_id"], row["span_id"])
-        left, contents = seen.open.get(ids) or (n if n is not None else -1, set())
-        if digest in contents:
-            drop.append(position)
-        else:
-            contents.add(digest)
-        left -= 1
-        if left == 0:  # its last row: nothing later can repeat it
-            seen.open.pop(ids, None)
-            seen.conflicting += len(contents) if len(contents) > 1 else 0
-        else:
-            seen.open[ids] = (left, contents)
-    return drop
-
-
-def _batches(
-    files: Sequence[P], max_rows: int, location: Location | None = None, rows: Mapping[P, int] | None = None
-) -> list[list[P]]:
-    """``files`` in consecutive batches of at most ``max_rows`` rows (a bigger file is a batch alone).
-
-    ``rows``: each file's row count as :func:`_schema_groups` found it (no footer is read again).
-    """
-    batches: list[list[P]] = []
-    current: list[P] = []
-    total = 0
-    for path in files:
-        n = rows.get(path) if rows is not None else None
-        if n is None:
-            try:
-                if location is not None:
-                    n = pq.read_metadata(location.fs_path(str(path)), filesystem=location.fs).num_rows
-                else:
-                    n = pq.read_metadata(path).num_rows
-            except (pa.ArrowException, OSError) as exc:
-                raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
-        if current and total + n > max_rows:
-            batches.append(current)
-            current, total = [], 0
-        current.append(path)
-        total += n
-    if current:
-        batches.append(current)
-    return batches
-
-
-def _order(table: pa.Table, drop: list[int]) -> pa.Array:
-    """Row positions in compaction order, less ``drop``."""
-    keys = [(name, "ascending", "at_end") for name in SORT_KEY if name in table.column_names]
-    order = pc.sort_indices(table, sort_keys=keys)
-    if drop:
-        order = order.filter(pc.invert(pc.is_in(order, value_set=pa.array(drop, order.type))))
-    return order
-
-
-def _write_file(
-    table: pa.Table,
-    order: pa.Array,
-    path: Path | str,
-    row_group_rows: int,
-    bloom: bool,
-    location: Location | None = None,
-) -> pa.Table:
-    """Write ``table``'s rows at ``order`` to ``path``, one row group per slice; returns the indexed columns.
-
-    Locally ``path`` is a temp file, fsynced; on an object store it is the
-    final object (one upload, visible whole or not at all, and ignored by
-    readers until a manifest names it).
-    """
-    columns = set(table.column_names)
-    sorting = [
-        pq.SortingColumn(table.column_names.index(name), nulls_first=False) for name in SORT_KEY if name in columns
-    ]
-    ndv = max(1, min(row_group_rows, len(order)))
-    options: dict[str, object] = {}
-    if bloom:
-        options["bloom_filter_options"] = {c: {"ndv": ndv, "fpp": 0.01} for c in BLOOM_COLUMNS if c in columns}
-    kept = [c for c in (*INDEX_KINDS, "start_time") if c in columns]
-    slim: list[pa.Table] = []
-    opened = location.fs.open_output_stream(location.fs_path(str(path))) if location else open(path, "wb")
-    with opened as handle:
-        with pq.ParquetWriter(
-            handle,
-            table.schema,
-            compression="zstd",
-            use_dictionary=[c for c in DICTIONARY_COLUMNS if c in columns],
-            write_statistics=True,
-            sorting_columns=sorting,
-            **options,
-        ) as writer:
-            for start in range(0, len(order), row_group_rows):
-                piece = table.take(order.slice(start, row_group_rows))
-                writer.write_table(piece, row_group_size=row_group_rows)
-                slim.append(piece.select(kept))
-        if location is None:
-            handle.flush()
-            os.fsync(handle.fileno())
-    return pa.concat_tables(slim) if slim else table.select(kept).slice(0, 0)
-
-
-def _schema_key(schema: pa.Schema) -> tuple[bytes, str]:
-    version = (schema.metadata or {}).get(SCHEMA_METADATA_KEY, b"")
-    return version, str(schema.remove_metadata())
-
-
-def _remote(location: Location, path: Path | str) -> object:
-    """The remote object ``path`` through the process cache, its size taken from the partition's listing (no HEAD)."""
-    listed = location.listed_stat(str(path))
-    return location.open_object(str(path), listed[0] if listed is not None else None)
-
-
-def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
-    """One file's rows, read on the calling thread (a small file gains nothing from pyarrow's threads).
-
-    An object of a remote dataset is read through the process's object cache
-    (:meth:`Location.open_object`): one GET for a small object, which the
-    schema check before may already have made.
-
-    Raises:
-        CorruptFileError: the file cannot be read (named).
-
-    """
-    try:
-        source = _remote(location, path) if location is not None else str(path)
-        reader = ParquetReader()
-        reader.open(source, pre_buffer=False)
-        return reader.read_all(use_threads=False)
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
-
-
-class _Inspected:
-    """What :func:`_schema_groups` learns of one file from its footer: its group key, rows, or why it is refused."""
-
-    __slots__ = ("key", "rows", "problem")
-
-    def __init__(self, key: tuple[bytes, str], rows: int, problem: CorruptFileError | DatasetError | None) -> None:
-        self.key, self.rows, self.problem = key, rows, problem
-
-
-class _Checks:
-    """The per-schema checks of one :func:`_schema_groups` call, made once per distinct schema (thread-safe)."""
-
-    def __init__(self) -> None:
-        self.problems: dict[tuple[bytes, str], str | None] = {}  # schema_problem of each distinct Arrow schema
-        self.nanoseconds: list[pq.ParquetSchema] = []  # Parquet schemas whose time columns are all nanoseconds
-        self.lock = threading.Lock()
-
-    def schema_problem(self, key: tuple[bytes, str], schema: pa.Schema) -> str | None:
-        with self.lock:
-            if key in self.problems:
-                return self.problems[key]
-        problem = schema_problem(schema)
-        with self.lock:
-            self.problems[key] = problem
-        return problem
-
-    def time_problem(self, source: object, metadata: pq.FileMetaData) -> str | None:
-        parquet_schema = metadata.schema
-        with self.lock:
-            if any(parquet_schema.equals(known) for known in self.nanoseconds):
-                return None  # no time column coarser than nanoseconds: nothing can be out of range
-        if not has_coarse_times(parquet_schema):
-            with self.lock:
-                if len(self.nanoseconds) < 64:
-                    self.nanoseconds.append(parquet_schema)
-            return None
-        # A coarser time past nanoseconds would fail the side index's cast (naming no file) or, stored as
-        # INT96, wrap round to another date when read. Read, not taken from statistics: compaction reads it all.
-        try:
-            return time_range_problem(source, metadata, statistics=False)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def _inspect(path: P, location: Location | None, checks: _Checks) -> _Inspected:
-    """One file's footer, parsed once: its schema group, its row count, or what makes compaction refuse it."""
-    try:
-        source = _remote(location, path) if location is not None else str(path)
-        reader = ParquetReader()
-        reader.open(source, pre_buffer=False)
-        schema = reader.schema_arrow
-        metadata = reader.metadata
-    except (pa.ArrowException, OSError) as exc:
-        error = CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False)
-        return _Inspected((b"", ""), 0, error)
-    key = _schema_key(schema)
-    try:
-        check_version(str(path), (schema.metadata or {}).get(SCHEMA_METADATA_KEY))
-    except DatasetError as exc:
-        return _Inspected(key, 0, exc)
-    problem = checks.schema_problem(key, schema) or checks.time_problem(source, metadata)
-    if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed
-        return _Inspected(key, 0, CorruptFileError(str(path), problem, skippable=False))
-    return _Inspected(key, metadata.num_rows, None)
-
-
-def _schema_groups(
-    files: Sequence[P],
-    location: Location | None = None,
-    rows: dict[P, int] | None = None,
-    workers: _Workers | None = None,
-) -> list[list[P]]:
-    """``files`` grouped by schema (storage version and columns): groups are never merged.
-
-    Each file's footer is parsed once (on ``workers``, a few files ahead);
-    ``rows``, when given, receives each file's row count (for
-    :func:`_batches`, which then reads no footer again). The span columns are
-    checked once per distinct schema. The first refused file in ``files``'
-    order is raised.
-
-    Raises:
-        DatasetError: a file was written with a newer storage schema version than this otel-replay reads.
-        CorruptFileError: a file is unreadable or not a span file (no id columns, a span column of another type,
-            a span time that does not fit in nanoseconds).
-
-    """
-    checks = _Checks()
-    groups: dict[tuple[bytes, str], list[P]] = {}
-    found = _ahead(lambda path: _inspect(path, location, checks), files, workers or _Workers(1))
-    for path, inspected in zip(files, found, strict=True):
-        if inspected.problem is not None:
-            found.close()
-            raise inspected.problem
-        if rows is not None:
-            rows[path] = inspected.rows
-        groups.setdefault(inspected.key, []).append(path)
-    return list(groups.values())
-
-
-READ_AHEAD = 8
-"""Files read ahead of the one being gathered into a batch (on the workers)."""
-
-GATHER_FILES = 64
-"""Single-file tables made one contiguous piece at a time (a file's table keeps about 50 KB of buffers, however few
-its rows: 3,000 of them held at once were 301 MB of RSS for a 17 MB table)."""
-
-GATHER_ROWS = 65_536
-"""Rows of such pieces made one contiguous piece of the batch (so a batch is a few dozen chunks per column)."""
-
-
-def _read(paths: Sequence[Path | str], location: Location | None = None, workers: _Workers | None = None) -> pa.Table:
-    """The rows of ``paths`` (one schema) as one contiguous table, read file by file.
-
-    At most :data:`READ_AHEAD` files are being read at once, and the files
-    read are gathered into contiguous pieces (:data:`GATHER_FILES` files,
-    then :data:`GATHER_ROWS` rows): memory is the batch plus a few files,
-    whatever the number of files (a batch of 20,000 small files is neither
-    20,000 chunks per column, each with its own buffers, nor 20,000 files
-    read at once).
-    """
-    workers = workers or _Workers(1)
-    # No name here may keep the chunked table: _contiguous frees its chunks column by column.
-    return _contiguous(_load(paths, location, workers), workers)
-
-
-def _ahead(fn: Callable[[T], R], items: Iterable[T], workers: _Workers, depth: int = 0) -> Generator[R, None, None]:
-    """``fn`` of each of ``items`` in order, run on ``workers`` at most ``depth`` (:data:`READ_AHEAD`) items ahead.
-
-    On an error (or when the consumer stops) the calls in flight are waited for, not left running.
-    """
-    ahead: deque[Future[R]] = deque()
-    rest = iter(items)
-    try:
-        for item in rest:
-            ahead.append(workers.submit(fn, item))
-            if len(ahead) >= (depth or READ_AHEAD):
-                break
-        while ahead:
-            result = ahead.popleft().result()
-            for item in rest:
-                ahead.append(workers.submit(fn, item))
-                break
-            yield result
-    finally:
-        for future in ahead:
-            future.cancel()
-            if not future.cancelled():
-                future.exception()
-
-
-def _file_tables(paths: Sequence[Path | str], location: Location | None, workers: _Workers) -> Iterator[pa.Table]:
-    """Each file's table in order, read on ``workers`` at most :data:`READ_AHEAD` files ahead."""
-    return _ahead(lambda path: _read_one(path, location), paths, workers)
-
-
-class _Gather:
-    """Tables appended one by one, made contiguous every ``files`` tables or ``rows`` rows (see :func:`_read`)."""
-
-    def __init__(self, files: int, rows: int) -> None:
-        self.files, self.rows = files, rows
-        self.held: list[pa.Table] = []
-        self.held_rows = 0
-        self.done: list[pa.Table] = []
-
-    def add(self, table: pa.Table) -> pa.Table | None:
-        """Hold ``table``; the contiguous piece made of what is held when a bound is reached, else ``None``."""
-        self.held.append(table)
-        self.held_rows += table.num_rows
-        if len(self.held) >= self.files or self.held_rows >= self.rows:
-            return self.flush()
-        return None
-
-    def flush(self) -> pa.Table | None:
-        """What is held as one contiguous piece (``None`` when nothing is)."""
-        if not self.held:
-            return None
-        piece = self.held[0] if len(self.held) == 1 else pa.concat_tables(self.held).combine_chunks()
-        self.held, self.held_rows = [], 0
-        return piece
-
-
-def _load(paths: Sequence[Path | str], location: Location | None, workers: _Workers) -> pa.Table:
-    """The rows of ``paths`` as read: a few contiguous pieces (see :func:`_read`) in one chunked table."""
-    schema: pa.Schema | None = None
-    files = _Gather(GATHER_FILES, GATHER_ROWS)
-    runs = _Gather(MAX_ROWS, GATHER_ROWS)
-    pieces: list[pa.Table] = []
-
-    def run(piece: pa.Table | None) -> None:
-        made = runs.add(piece) if piece is not None else None
-        if made is not None:
-            pieces.append(made)
-
-    for table in _file_tables(paths, location, workers):
-        if schema is None:
-            schema = table.schema
-        elif table.schema.metadata != schema.metadata:
-            table = table.replace_schema_metadata(schema.metadata)  # one schema group: only metadata may differ
-        run(files.add(table))
-    run(files.flush())
-    last = runs.flush()
-    if last is not None:
-        pieces.append(last)
-    if not pieces:
-        raise DatasetError("no file to read")
-    return pa.concat_tables(pieces)
-
-
-def _contiguous(table: pa.Table, workers: _Workers) -> pa.Table:
-    """``table`` with each column in one chunk (take() per row group is several times cheaper than over chunks).
-
-    Columns are combined on the workers, biggest first, and each column's
-    chunks are dropped once combined: memory peaks at the batch plus the
-    columns in flight, not at twice the batch as ``combine_chunks()`` does.
-    """
-    schema = table.schema
-    columns: list[pa.ChunkedArray | None] = list(table.columns)
-    del table
-
-    def combine(i: int) -> pa.Array | pa.ChunkedArray:
-        column = columns[i]
-        assert column is not None
-        columns[i] = None
-        return column if column.num_chunks == 1 else column.combine_chunks()
-
-    sizes = [column.nbytes if column is not None else 0 for column in columns]
-    by_size = sorted(range(len(columns)), key=lambda i: -sizes[i])
-    futures = {i: workers.submit(combine, i) for i in by_size}
-    return pa.Table.from_arrays([futures[i].result() for i in range(len(schema))], schema=schema)
-
 
 STALE_TEMP_SECONDS = 3600.0
 """A writer's temp file (``.<name>.<pid>-<hex>.tmp``) this old (or older than the grace period) is a leftover."""
@@ -817,13 +164,13 @@ def _write_indexed(
 ) -> tuple[int, dict[str, pa.Table]]:
     """Write one compacted file (a worker's task): (rows written, its side index rows per kind)."""
     step("writing")
-    slim = _write_file(table, order, tmp, row_group_rows, bloom)
+    slim = write_file(table, order, tmp, row_group_rows, bloom)
     return slim.num_rows, file_index_rows(slim)
 
 
 def _index_and_facts(
     partition: Path,
-    workers: _Workers,
+    workers: Workers,
     written: list[tuple[str, int]],
     index_parts: list[tuple[str, list[str], dict[str, pa.Table]]],
     facts: list[pa.Table | Path | None],
@@ -857,37 +204,6 @@ def _discard_outputs(partition: Path, token: str) -> None:
                 os.unlink(partition / name)
             except FileNotFoundError:
                 pass
-
-
-def swapped_manifest(
-    manifest: Manifest,
-    generation: int,
-    replaced: Sequence[str],
-    old_index: str | None,
-    written: Sequence[tuple[str, int]],
-    index_name: str,
-    token: str,
-    now: float,
-) -> Manifest:
-    """The manifest a run of ``generation`` swaps in over ``manifest`` (local and S3 alike).
-
-    It names the ``written`` files (name, rows) and their side index, marks
-    the ``replaced`` files and the old index and facts superseded at ``now``
-    (kept for the grace period), and no longer holds the run's ``token`` as pending.
-    """
-    superseded = dict(manifest.superseded)
-    superseded.update(dict.fromkeys(replaced, now))
-    if old_index:
-        superseded[old_index] = now
-        superseded[facts_of_index(old_index) or old_index] = now
-    return Manifest(
-        generation=generation,
-        files=[name for name, _ in written],
-        superseded=superseded,
-        index=index_name,
-        rows=sum(rows for _, rows in written),
-        pending={k: at for k, at in manifest.pending.items() if k != token},
-    )
 
 
 def _forget_run(partition: Path, token: str) -> None:
@@ -948,13 +264,13 @@ def _compact_partition(
     report.input_files = len(live)
     report.bytes_before = sum(p.stat().st_size for p in live)
     counts: dict[Path, int] = {}
-    groups = _schema_groups(live, rows=counts)  # on this thread: parsing a footer holds the GIL most of the time
+    groups = schema_groups(live, rows=counts)  # on this thread: parsing a footer holds the GIL most of the time
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     # Recorded before any output is written: a crash leaves files only a pending run's token marks as leftovers.
     manifest.pending[token] = now
     write_manifest(partition, manifest)
-    workers = _Workers(options.threads)
+    workers = Workers(options.threads)
     swapping = False
     try:
         written, index_parts, facts = _write_groups(
@@ -1006,7 +322,7 @@ def _write_groups(
     partition: Path,
     groups: list[list[Path]],
     report: PartitionReport,
-    workers: _Workers,
+    workers: Workers,
     options: Options,
     *,
     counts: Mapping[Path, int],
@@ -1025,13 +341,13 @@ def _write_groups(
     facts: list[pa.Table | Path | None] = []  # decision/outcome facts per batch, spilled (storage/facts.py)
     counter = 0
     for g, paths in enumerate(groups):
-        batches = _batches(paths, options.max_batch_rows, rows=counts)
+        batches = plan_batches(paths, options.max_batch_rows, rows=counts)
         # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
-        scan = workers.submit(_repeated_keys, paths) if len(batches) > 1 else None  # beside the first read
+        scan = workers.submit(repeated_keys, paths) if len(batches) > 1 else None  # beside the first read
         repeated: pa.Table | None = None
-        seen = _Seen()
+        seen = Seen()
         for b, batch in enumerate(batches):
-            table = _read(batch, workers=workers)
+            table = read_files(batch, workers=workers)
             if scan is not None and repeated is None:
                 repeated = scan.result()
             step("read")
@@ -1041,9 +357,9 @@ def _write_groups(
             last = g == len(groups) - 1 and b == len(batches) - 1
             spill = None if last else partition / f"._facts-{token}-{len(facts)}.tmp"
             extracted = workers.submit(extract_facts, table, spill)
-            drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
+            drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
-            order = _order(table, drop)
+            order = sort_order(table, drop)
             files: list[tuple[str, Future[tuple[int, dict[str, pa.Table]]]]] = []
             for start in range(0, len(order), options.target_rows):
                 name = f"compact-g{generation}-{counter}-{token}.parquet"
@@ -1150,7 +466,7 @@ def compact(
         report.partitions.append(part)
         _say(progress, part)
     report.seconds = time.perf_counter() - started
-    report.peak_rss_bytes = _peak_rss()
+    report.peak_rss_bytes = peak_rss()
     return report
 
 
@@ -1179,10 +495,6 @@ def _compact_remote(
     step: Callable[[str], None],
 ) -> CompactReport:
     """:func:`compact` on an object store (see :mod:`compact_s3`)."""
-    from .compact_s3 import compact_partition
-    from .lease import ObjectLease
-    from .manifest import partition_names
-
     location.check()
     started = time.perf_counter()
     every = partition_names(location)
@@ -1210,5 +522,5 @@ def _compact_remote(
         report.partitions.append(part)
         _say(progress, part)
     report.seconds = time.perf_counter() - started
-    report.peak_rss_bytes = _peak_rss()
+    report.peak_rss_bytes = peak_rss()
     return report

@@ -46,20 +46,21 @@ from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location
 
 from . import objects
-from .compact import (
+from .backend import ObjectBackend
+from .compact_steps import (
     Options,
     PartitionReport,
-    _batches,
-    _exact_duplicates,
-    _order,
-    _read,
-    _repeated_in,
-    _repeated_keys,
-    _schema_groups,
-    _Seen,
-    _Workers,
-    _write_file,
+    Seen,
+    Workers,
+    exact_duplicates,
+    plan_batches,
+    read_files,
+    repeated_in,
+    repeated_keys,
+    schema_groups,
+    sort_order,
     swapped_manifest,
+    write_file,
 )
 from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, remote_facts_bytes
 from .lease import ObjectLease
@@ -223,9 +224,9 @@ def compact_partition(
     # Every file's schema is checked first: a partition holding a file this version refuses (a newer schema
     # version, a foreign file) is left exactly as it was, its manifest included.
     counts: dict[str, int] = {}
-    inspecting = _Workers(REMOTE_READERS)  # footers fetched side by side (each GET waits on the network)
+    inspecting = Workers(REMOTE_READERS)  # footers fetched side by side (each GET waits on the network)
     try:
-        groups = _schema_groups(live, location, rows=counts, workers=inspecting)
+        groups = schema_groups(live, location, rows=counts, workers=inspecting)
     finally:
         inspecting.close(cancel=True)
     generation = manifest.generation + 1
@@ -243,20 +244,20 @@ def compact_partition(
     with tempfile.TemporaryDirectory(prefix="otel-replay-facts-") as spill_dir:
         facts: list[pa.Table | Path | None] = []
         counter = 0
-        readers = _Workers(REMOTE_READERS)
+        readers = Workers(REMOTE_READERS)
         try:
             for paths in groups:
-                batches = _batches(paths, options.max_batch_rows, location, rows=counts)
+                batches = plan_batches(paths, options.max_batch_rows, location, rows=counts)
                 # as in compact._compact_partition
-                repeated = _repeated_keys(paths, location) if len(batches) > 1 else None
-                seen = _Seen()
+                repeated = repeated_keys(paths, location) if len(batches) > 1 else None
+                seen = Seen()
                 for batch in batches:
-                    table = _read(batch, location, readers)
+                    table = read_files(batch, location, readers)
                     step("read")
                     report.input_rows += table.num_rows
-                    drop = _exact_duplicates(table, _repeated_in(table) if repeated is None else repeated, seen)
+                    drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
                     report.duplicates_removed += len(drop)
-                    order = _order(table, drop)
+                    order = sort_order(table, drop)
                     # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
                     facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
                     for start in range(0, len(order), options.target_rows):
@@ -264,7 +265,7 @@ def compact_partition(
                         counter += 1
                         piece = order.slice(start, options.target_rows)
                         where = f"{url}/{out}"
-                        slim = _write_file(table, piece, where, options.row_group_rows, options.bloom, location)
+                        slim = write_file(table, piece, where, options.row_group_rows, options.bloom, location)
                         written.append((out, slim.num_rows))
                         index_parts.append((out, table.column_names, file_index_rows(slim)))
                         del slim
@@ -325,7 +326,6 @@ def _take_back(s3: object, location: Location, name: str, lease: ObjectLease, to
 
 def _put(location: Location, path: str, data: bytes) -> None:
     try:
-        with location.fs.open_output_stream(location.fs_path(path)) as out:
-            out.write(data)
+        ObjectBackend(location).write_atomic(path, data)
     except (OSError, pa.ArrowException) as exc:
         raise location.error(f"cannot write {path}", exc) from exc

@@ -71,6 +71,7 @@ from otel_replay.errors import DatasetError, message_line
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, register_with
 
+from .backend import backend_for, local_size
 from .manifest import read_manifest, remote_partitions
 
 __all__ = [
@@ -439,13 +440,7 @@ def _footer(path: str, location: Location | None = None) -> tuple[list[tuple[str
     through its process cache (a facts object is written once under its name).
     """
     try:
-        if location is not None and location.remote:
-            stamp = location.listed_stat(path)
-            if stamp is None:
-                return "missing"
-            meta = pq.read_metadata(location.open_object(path, stamp[0]))
-        else:
-            meta = pq.read_metadata(path)
+        meta = pq.read_metadata(backend_for(location).source(path) if location is not None else path)
     except FileNotFoundError:
         return "missing"
     except (OSError, pa.ArrowException, DatasetError) as exc:
@@ -477,7 +472,6 @@ def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None, location:
     the listing of ``location`` when ``files`` are its ``s3://`` URLs).
     Anything else is left to be read from the spans.
     """
-    remote = location if location is not None and location.remote else None
     result = FactsPlan()
     groups: dict[tuple[str, int, str], list[str]] = {}
     for path in files:
@@ -489,7 +483,7 @@ def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None, location:
     for (head, generation, token), paths in groups.items():
         name = facts_name(generation, token)
         path = f"{head}/{name}"
-        footer = _footer(path, remote)
+        footer = _footer(path, location)
         if isinstance(footer, str):
             if footer != "missing":
                 _log.warning("otel-replay: facts file %s not used: %s", path, footer)
@@ -499,17 +493,9 @@ def plan(files: Sequence[str], sizes: Mapping[str, int] | None = None, location:
         actual = {}
         for p in paths:
             size = sizes.get(p) if sizes else None
-            if size is None and remote is not None:
-                try:
-                    stamp = remote.listed_stat(p)
-                except DatasetError:
-                    stamp = None
-                size = stamp[0] if stamp else -1
-            elif size is None:
-                try:
-                    size = os.stat(p).st_size
-                except OSError:
-                    size = -1
+            if size is None:
+                stored = backend_for(location).size(p) if location is not None else local_size(p)
+                size = -1 if stored is None else stored
             actual[p.rpartition("/")[2]] = size
         if dict(covered) != actual or len(covered) != len(actual):
             _log.warning("otel-replay: facts file %s not used: it covers other files than the partition's", path)

@@ -46,6 +46,8 @@ from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_bytes_atomic
 from otel_replay.location import Location, is_remote, resolve
 
+from .backend import backend_for
+
 __all__ = [
     "MANIFEST_NAME",
     "Manifest",
@@ -293,15 +295,7 @@ def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
 def not_partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
     """Folders under ``spans/`` named like a partition that are not one (no such date, non-ASCII digits), sorted."""
     location = resolve(dataset)
-    if not location.remote:
-        root = Path(location.root) / SPANS_DIR
-        if not root.is_dir():
-            return []
-        heads = {p.name for p in root.iterdir() if p.is_dir()}
-    else:
-        spans = location.join(SPANS_DIR)
-        prefix = location.fs_path(spans) + "/"
-        heads = {info.path[len(prefix) :].split("/", 1)[0] for info in location.files_under(spans)}
+    heads = backend_for(location).subdirectories(location.join(SPANS_DIR))
     return sorted(h for h in heads if looks_like_partition(h) and not is_partition_name(h))
 
 

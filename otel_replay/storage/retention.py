@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError
-from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.exporters.schema import OUTCOMES_DIR, SPANS_DIR
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import Location, resolve
 
@@ -256,7 +256,7 @@ def _drop_remote(
 
 def _expire_claims(location: Location, cutoff: dt.date) -> int:
     """Delete the outcome and compensation claims last written before ``cutoff`` (midnight UTC); how many."""
-    from otel_replay.capture.outcome_claims import OUTCOMES_DIR, expire_outcome_claims
+    from otel_replay.capture.outcome_claims import expire_outcome_claims
     from otel_replay.claims import CLAIMS_DIR
 
     before_ns = midnight_ns(cutoff)

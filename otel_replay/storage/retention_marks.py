@@ -43,6 +43,8 @@ from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.integrity import SealCheck, SigningKey, VerifyProblem, keys_by_id
 from otel_replay.location import Location
 
+from .backend import backend_for
+
 __all__ = [
     "MARKS_DIR",
     "MAX_LINKS_PER_FILE",
@@ -125,15 +127,13 @@ def _day_bounds(day: dt.date) -> tuple[int, int]:
 
 
 def _read(location: Location, path: str, columns: Sequence[str]) -> pa.Table:
-    source = location.open_object(path) if location.remote else path
-    return pq.read_table(source, columns=list(columns), partitioning=None)
+    return pq.read_table(backend_for(location).source(path), columns=list(columns), partitioning=None)
 
 
 def _sealed_keys(location: Location, path: str, file_no: int) -> pa.Table | None:
     """(chain id, seq, file, row) of the rows of ``path`` that carry a seal; ``None`` when it cannot be read."""
     try:
-        source = location.open_object(path) if location.remote else path
-        names = set(pq.read_schema(source).names)
+        names = set(pq.read_schema(backend_for(location).source(path)).names)
         if not set(_NEEDED) <= names:
             return None
         table = _read(location, path, ["attributes"])
@@ -243,8 +243,7 @@ def _passing(
     for file_no, wanted in by_file.items():
         path = files[file_no]
         try:
-            source = location.open_object(path) if location.remote else path
-            names = pq.read_schema(source).names
+            names = pq.read_schema(backend_for(location).source(path)).names
             table = _read(location, path, [c for c in _COLUMNS if c in names]).take([r for _, _, r in wanted])
             starts = pc.cast(pc.cast(table["start_time"], pa.timestamp("ns", "UTC")), pa.int64()).to_pylist()
             rows = table.drop_columns(["start_time"]).to_pylist()
@@ -293,16 +292,7 @@ def write_marks(location: Location, partition: str, links: Sequence[DroppedLink]
 
 def _put(location: Location, path: str, data: bytes) -> None:
     try:
-        if location.remote:
-            with location.fs.open_output_stream(location.fs_path(path)) as out:
-                out.write(data)
-            return
-        from pathlib import Path
-
-        from otel_replay.exporters.writer import fsync_dir, write_bytes_atomic
-
-        write_bytes_atomic(data, Path(path))
-        fsync_dir(location.local_root())  # the _retention/ directory itself, when it was just made
+        backend_for(location).write_atomic(path, data)  # locally, _retention/ itself is made durable too
     except (OSError, pa.ArrowException) as exc:
         raise location.error(f"cannot write the retention checkpoint {path}", exc) from exc
 
@@ -319,19 +309,20 @@ def read_marks(
     problems: list[VerifyProblem] = []
     if not by_id:
         return marks, problems
+    backend = backend_for(location)
     try:
-        listed = location.files_under(location.join(MARKS_DIR))
+        listed = backend.files_under(location.join(MARKS_DIR))
     except DatasetError as exc:  # e.g. a file named _retention where the directory should be
         return marks, [_problem(location.join(MARKS_DIR), f"cannot be listed ({exc})")]
     for info in listed:
         if not info.base_name.endswith(".json"):
             continue
-        path = info.path if not location.remote else f"s3://{info.path}"
+        path = backend.path_of(info)
         if (info.size or 0) > MAX_MARK_BYTES:
             problems.append(_problem(path, f"larger than {MAX_MARK_BYTES} bytes: not one otel-replay writes"))
             continue
         try:
-            data = location.read_bytes(path)
+            data = backend.read_bytes(path)
         except DatasetError as exc:
             problems.append(_problem(path, f"cannot be read ({exc})"))
             continue

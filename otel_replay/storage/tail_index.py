@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from otel_replay.location import Location
 
+from .backend import backend_for
 from .side_index import INDEX_KINDS
 
 __all__ = ["DEFAULT_KEY_BUDGET", "TailIndex"]
@@ -120,10 +121,7 @@ class TailIndex:
         A hash shared by two keys only keeps a file that need not be read; it never leaves one out.
         """
         try:
-            if self.location.remote:
-                handle = pq.ParquetFile(self.location.fs.open_input_file(self.location.fs_path(path)))
-            else:
-                handle = pq.ParquetFile(path)
+            handle = pq.ParquetFile(backend_for(self.location).open_input(path))
             names = set(handle.schema_arrow.names)
             columns = [kind for kind in INDEX_KINDS if kind in names]
             table = handle.read(columns=columns)

@@ -305,7 +305,7 @@ def test_objects_are_read_one_by_one_into_the_batch_never_all_at_once(bucket: st
     watch = ReadWatch(monkeypatch)
     report = compact(uri, grace_seconds=0)  # every object in one batch
     assert sorted(watch.read) == sorted(inputs)  # each object read once, on its own
-    compact_module = importlib.import_module("otel_replay.storage.compact")
+    compact_module = importlib.import_module("otel_replay.storage.compact_steps")
     assert watch.peak <= compact_module.GATHER_FILES + compact_s3.REMOTE_READERS + 2  # not one table per object
     assert report.duplicates_removed == figures["duplicates_written"]
     assert _count(uri, live_files(uri)) == (figures["unique_spans"],) * 2

@@ -20,7 +20,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from otel_replay.server import Receiver
-from otel_replay.server.server import PROTOBUF_EXPANSION
+from otel_replay.server.admission import PROTOBUF_EXPANSION
 
 from .conftest import make_spans, parquet_rows
 from .test_http_errors import get, payload, post

@@ -16,9 +16,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay.errors import PayloadError
 from otel_replay.server import Receiver
+from otel_replay.server.admission import MAX_DECODE_FACTOR, PROTOBUF_EXPANSION, decode_charge
 from otel_replay.server.http_service import MAX_HEADER_BYTES
 from otel_replay.server.otlp_json import request_from_json
-from otel_replay.server.server import MAX_DECODE_FACTOR, MAX_REPLY_MESSAGE, PROTOBUF_EXPANSION, decode_charge
+from otel_replay.server.server import MAX_REPLY_MESSAGE
 
 from .conftest import make_spans, parquet_rows
 from .test_http_errors import payload, post

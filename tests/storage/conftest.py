@@ -63,7 +63,7 @@ class ReadWatch:
     """Counts the single-file tables compaction reads (``_read_one``) and the most of them alive at once."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        module = importlib.import_module("otel_replay.storage.compact")
+        module = importlib.import_module("otel_replay.storage.compact_steps")
         self.refs: list[weakref.ref[pa.Table]] = []
         self.peak = 0
         self.read: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from otel_replay.storage.compact import _exact_duplicates, _positions_of, _repeated_in, _Seen
+from otel_replay.storage.compact_steps import Seen, _positions_of, exact_duplicates, repeated_in
 
 
 def _table(pairs: list[tuple[str | None, str | None]], names: list[str]) -> pa.Table:
@@ -21,7 +21,7 @@ def test_positions_match_pairs_only_and_skip_nulls() -> None:
     table = _table([("t1", "s1"), ("t1", "s2"), (None, "s1"), ("t1", None), ("t1", "s1")], ["a", "b", "c", "d", "a"])
     repeated = pa.table({"t": pa.array(["t1"], pa.string()), "s": pa.array(["s1"], pa.string())})
     assert _positions_of(table, repeated) == [0, 4]
-    assert _exact_duplicates(table, _repeated_in(table), _Seen()) == [4]
+    assert exact_duplicates(table, repeated_in(table), Seen()) == [4]
 
 
 def test_ids_forged_to_collide_when_joined_are_kept() -> None:
@@ -29,13 +29,13 @@ def test_ids_forged_to_collide_when_joined_are_kept() -> None:
     table = _table([("a\x00b", "c"), ("a", "b\x00c"), ("a", "b\x00c")], ["x", "x", "x"])
     repeated = pa.table({"t": pa.array(["a"], pa.string()), "s": pa.array(["b\x00c"], pa.string())})
     assert _positions_of(table, repeated) == [0, 1, 2]
-    assert _exact_duplicates(table, _repeated_in(table), _Seen()) == [2]  # only the true copy of ("a", "b\x00c")
+    assert exact_duplicates(table, repeated_in(table), Seen()) == [2]  # only the true copy of ("a", "b\x00c")
 
 
 def test_repeated_ids_in_memory_match_the_duckdb_pass(tmp_path) -> None:
     import pyarrow.parquet as pq
 
-    from otel_replay.storage.compact import _repeated_keys
+    from otel_replay.storage.compact_steps import repeated_keys
 
     table = _table(
         [("t1", "s1"), ("t1", "s2"), (None, "s1"), (None, "s1"), ("t1", "s1"), ("t2", None), ("t2", None), ("t3", "s")],
@@ -47,4 +47,4 @@ def test_repeated_ids_in_memory_match_the_duckdb_pass(tmp_path) -> None:
     def pairs(t: pa.Table) -> set[tuple[object, object]]:
         return set(zip(t.column("t").to_pylist(), t.column("s").to_pylist(), strict=True))
 
-    assert pairs(_repeated_in(table)) == pairs(_repeated_keys([path])) == {("t1", "s1"), (None, "s1"), ("t2", None)}
+    assert pairs(repeated_in(table)) == pairs(repeated_keys([path])) == {("t1", "s1"), (None, "s1"), ("t2", None)}

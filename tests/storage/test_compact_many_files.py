@@ -17,7 +17,7 @@ from otel_replay.storage.manifest import MANIFEST_NAME, is_compacted_name, parti
 
 from .conftest import ReadWatch, count_rows
 
-compact_module = importlib.import_module("otel_replay.storage.compact")
+compact_module = importlib.import_module("otel_replay.storage.compact_steps")
 
 
 def _many(make_dataset: Any, files: int = 1000) -> tuple[Path, dict[str, Any]]:

@@ -28,7 +28,7 @@ from otel_replay.cli.storage import compact_command
 from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.storage import compact, live_files
-from otel_replay.storage.compact import SORT_KEY
+from otel_replay.storage.compact_steps import SORT_KEY
 from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest
 from otel_replay.storage.side_index import KINDS_METADATA_KEY, build_index
 
@@ -209,21 +209,21 @@ def test_the_compact_command_runs_under_jemalloc_unless_a_pool_was_chosen(make_d
 def test_a_batch_is_never_held_twice_while_its_columns_are_combined(tmp_path: Path, monkeypatch) -> None:
     import importlib
 
-    compact_module = importlib.import_module("otel_replay.storage.compact")  # the package re-exports compact()
+    steps = importlib.import_module("otel_replay.storage.compact_steps")
     paths = []
     for i in range(8):
         table = pa.table({f"c{j}": pa.array(range(i * 100_000, (i + 1) * 100_000), pa.int64()) for j in range(8)})
         paths.append(tmp_path / f"f{i}.parquet")
         pq.write_table(table, paths[-1])
     peak = [0]
-    submit = compact_module._Workers.submit
+    submit = steps.Workers.submit
 
     def watching(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         peak[0] = max(peak[0], pa.total_allocated_bytes())  # while a column is being combined
         return submit(self, fn, *args, **kwargs)
 
-    monkeypatch.setattr(compact_module._Workers, "submit", watching)
+    monkeypatch.setattr(steps.Workers, "submit", watching)
     base = pa.total_allocated_bytes()
-    batch = compact_module._read(paths)
+    batch = steps.read_files(paths)
     assert batch.num_rows == 800_000
     assert peak[0] - base < 1.5 * batch.nbytes  # the chunked read is freed column by column, not kept whole

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from otel_replay.cli.rerun import rerun_command
 from otel_replay.cli.storage import compact_command
+from otel_replay.server.config import ServerConfig
 from otel_replay.server.ingest import Ingestor
-from otel_replay.server.server import ServerConfig
 from otel_replay.storage import live_files
 
 from .conftest import count_rows

@@ -16,7 +16,7 @@ import pytest
 
 from otel_replay.errors import CorruptFileError, DatasetError
 from otel_replay.storage import compact, live_files
-from otel_replay.storage.compact import _exact_duplicates, _repeated_in, _Seen
+from otel_replay.storage.compact_steps import Seen, exact_duplicates, repeated_in
 from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest, write_manifest
 from otel_replay.storage.retention import drop_older_than
 from otel_replay.storage.side_index import files_for
@@ -293,13 +293,13 @@ def test_the_duplicate_check_holds_only_digests_of_ids_in_flight() -> None:
             "name": ["a", "a", "x", "y", "x", "z"],
         }
     )
-    seen = _Seen()
+    seen = Seen()
     first, second = table.slice(0, 3), table.slice(3)
-    repeated = _repeated_in(table)
-    assert _exact_duplicates(first, repeated, seen) == [1]  # the second "a" of t1
+    repeated = repeated_in(table)
+    assert exact_duplicates(first, repeated, seen) == [1]  # the second "a" of t1
     assert list(seen.open) == [("t2", "s")]  # t1's two rows are both seen: dropped at once
     assert all(len(d) == 16 for _, held in seen.open.values() for d in held)
-    assert _exact_duplicates(second, repeated, seen) == [1]  # the second "x" of t2
+    assert exact_duplicates(second, repeated, seen) == [1]  # the second "x" of t2
     assert seen.open == {} and seen.conflicting_kept() == 2  # t2: "x" and "y" kept
 
 

@@ -1,7 +1,7 @@
-"""Background compaction inside ``otel-replay serve`` (``--compact-every``).
+"""Background compaction inside ``otel-replay serve`` (``--compact-every``) and the Parquet exporter.
 
-Every interval the receiver compacts the partitions of days before today (UTC),
-through :func:`otel_replay.storage.compact` and its per-partition lease, so a
+Every interval the receiver (or exporter) compacts the partitions of days before today (UTC),
+through :func:`.compact.compact` and its per-partition lease, so a
 long-running receiver keeps its dataset in the clustered layout without a cron
 job. Today's partition is left to an explicit ``otel-replay compact``: it is
 still being written, and rewriting it every interval would redo the same work.
@@ -21,6 +21,9 @@ from pathlib import Path
 
 from otel_replay._counters import CompactionCounters
 from otel_replay.errors import OtelReplayError
+
+from .compact import compact
+from .manifest import partition_names
 
 __all__ = ["BackgroundCompactor"]
 
@@ -54,16 +57,12 @@ class BackgroundCompactor:
 
     def closed_partitions(self) -> list[str]:
         """The day partitions before today (UTC) present in the dataset."""
-        from otel_replay.storage.manifest import partition_names
-
         today = dt.datetime.now(dt.UTC).date().isoformat()
         days = (name.removeprefix("date=") for name in partition_names(self.dataset))
         return sorted(day for day in days if day < today)
 
     def run_once(self) -> None:
         """Compact every closed partition once; count the outcome in the receiver's metrics."""
-        from otel_replay.storage import compact
-
         partitions = self.closed_partitions()
         if not partitions:
             return

@@ -1,0 +1,194 @@
+"""The storage backend seam: file operations on a dataset, local or on an object store, behind one interface.
+
+Storage code asks a :class:`Backend` (from :func:`backend_for`) to list,
+read, write or delete a file, and never asks where the dataset lives:
+
+- :class:`LocalBackend`: a directory. A write goes to a temp file that is
+  fsynced, renamed over the target, and the directory fsynced (the
+  directory above as well, for a directory the write just made);
+- :class:`ObjectBackend`: ``s3://bucket/prefix``, through pyarrow's S3
+  filesystem (one ``PUT`` writes an object whole: there is nothing to
+  rename) and boto3 for deletes (pyarrow leaves directory markers behind).
+  Conditional writes, the compare-and-swap of manifests and leases, stay in
+  :mod:`.objects`: they have no local counterpart but ``flock`` and ``rename``.
+
+Paths are in the location's form: a local path, or an ``s3://`` URL.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow.fs as pafs
+
+from otel_replay.errors import DatasetError
+from otel_replay.exporters.writer import fsync_dir, write_bytes_atomic
+from otel_replay.location import Location
+
+from . import objects
+
+__all__ = ["Backend", "LocalBackend", "ObjectBackend", "backend_for", "local_size"]
+
+
+def local_size(path: str) -> int | None:
+    """The size of the local file ``path``, ``None`` when it cannot be found or read."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+class Backend(Protocol):
+    """File operations on one dataset (see the module docstring)."""
+
+    location: Location
+
+    def files_under(self, path: str) -> list[pafs.FileInfo]:
+        """Every file below ``path``, recursively; ``[]`` when nothing is there."""
+
+    def path_of(self, info: pafs.FileInfo) -> str:
+        """The path, in the location's form, of a file :meth:`files_under` listed."""
+
+    def subdirectories(self, path: str) -> set[str]:
+        """The names of the directories right below ``path`` (on an object store: the prefixes holding objects)."""
+
+    def source(self, path: str) -> Any:
+        """What pyarrow's Parquet readers take for ``path``: the path itself, or a file over the cached object.
+
+        Raises ``FileNotFoundError`` (an ``OSError``) when ``path`` does not exist.
+        """
+
+    def open_input(self, path: str) -> Any:
+        """``path`` opened for random access, uncached (for a file read once, whole)."""
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """The content of ``path``, ``None`` when it does not exist."""
+
+    def size(self, path: str) -> int | None:
+        """The size of ``path`` in bytes (on an object store, from the last listing if any); ``None``: not found."""
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` so that readers see the old content or the new, never part of it; durable.
+
+        Raises ``OSError`` or ``pyarrow.ArrowException`` when the write fails.
+        """
+
+    def delete(self, path: str) -> bool:
+        """Delete the file at ``path``; ``True`` when it was there."""
+
+
+class LocalBackend:
+    """A dataset in a local directory."""
+
+    def __init__(self, location: Location) -> None:
+        """The backend of the local ``location``."""
+        self.location = location
+
+    def files_under(self, path: str) -> list[pafs.FileInfo]:
+        """Every file below ``path``, recursively; ``[]`` when nothing is there."""
+        return self.location.files_under(path)
+
+    def path_of(self, info: pafs.FileInfo) -> str:
+        """The local path of a listed file."""
+        return str(info.path)
+
+    def subdirectories(self, path: str) -> set[str]:
+        """The names of the directories right below ``path`` (none when it is not a directory)."""
+        root = Path(path)
+        if not root.is_dir():
+            return set()
+        return {p.name for p in root.iterdir() if p.is_dir()}
+
+    def source(self, path: str) -> Any:
+        """The path itself (pyarrow opens and memory-maps local files on its own)."""
+        return path
+
+    def open_input(self, path: str) -> Any:
+        """The path itself."""
+        return path
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """The content of ``path``, ``None`` when it does not exist."""
+        return self.location.read_bytes(path)
+
+    def size(self, path: str) -> int | None:
+        """The size of ``path``, ``None`` when it cannot be found or read."""
+        return local_size(path)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Temp file, fsync, rename, fsync of the directory and of the one above (it may have just been made)."""
+        target = Path(path)
+        write_bytes_atomic(data, target)
+        fsync_dir(target.parent.parent)
+
+    def delete(self, path: str) -> bool:
+        """Unlink ``path``; ``True`` when it was there."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+
+class ObjectBackend:
+    """A dataset on an S3-compatible object store."""
+
+    def __init__(self, location: Location) -> None:
+        """The backend of the remote ``location``."""
+        self.location = location
+
+    def files_under(self, path: str) -> list[pafs.FileInfo]:
+        """Every object below ``path`` (one paginated listing, remembered for :meth:`source`)."""
+        return self.location.files_under(path)
+
+    def path_of(self, info: pafs.FileInfo) -> str:
+        """The ``s3://`` URL of a listed object."""
+        return f"s3://{info.path}"
+
+    def subdirectories(self, path: str) -> set[str]:
+        """The first path segment of every object below ``path``, when it has more than one."""
+        prefix = self.location.fs_path(path) + "/"
+        heads = (info.path[len(prefix) :].split("/", 1) for info in self.location.files_under(path))
+        return {parts[0] for parts in heads if len(parts) > 1}
+
+    def source(self, path: str) -> Any:
+        """A file over the object read through the process cache (its size from the last listing, if any)."""
+        stamp = self.location.listed_stat(path)
+        if stamp is None:
+            raise FileNotFoundError(path)
+        return self.location.open_object(path, stamp[0])
+
+    def open_input(self, path: str) -> Any:
+        """The object opened for random access through pyarrow's S3 filesystem."""
+        return self.location.fs.open_input_file(self.location.fs_path(path))
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """The object's content, ``None`` when it does not exist."""
+        return self.location.read_bytes(path)
+
+    def size(self, path: str) -> int | None:
+        """The object's size from the last listing that saw it (else one request); ``None`` when not found."""
+        try:
+            stamp = self.location.listed_stat(path)
+        except DatasetError:
+            return None
+        return stamp[0] if stamp else None
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """One ``PUT``: an object is replaced whole or not at all."""
+        with self.location.fs.open_output_stream(self.location.fs_path(path)) as out:
+            out.write(data)
+
+    def delete(self, path: str) -> bool:
+        """Delete the object (through boto3: no directory marker left); ``True`` when it was there."""
+        return objects.delete(objects.client(self.location), self.location, path)
+
+
+def backend_for(location: Location) -> Backend:
+    """The backend of ``location``: the one place that asks whether a dataset is local or on an object store."""
+    if location.remote:
+        return ObjectBackend(location)
+    return LocalBackend(location)
+

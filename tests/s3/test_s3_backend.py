@@ -1,0 +1,52 @@
+"""The storage backend seam on an object store (a local S3-compatible server): the local backend's operations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from otel_replay.location import resolve
+from otel_replay.storage.backend import ObjectBackend, backend_for
+
+from .conftest import keys
+
+
+def test_an_s3_dataset_gets_the_object_backend(bucket: str) -> None:
+    assert isinstance(backend_for(resolve(f"s3://{bucket}/data")), ObjectBackend)
+
+
+def test_write_read_size_and_delete_leave_no_marker_behind(s3: Any, bucket: str) -> None:
+    location = resolve(f"s3://{bucket}/data")
+    backend = backend_for(location)
+    path = location.join("_retention", "mark.json")
+    assert backend.read_bytes(path) is None
+    assert backend.size(path) is None
+    backend.write_atomic(path, b"first")
+    backend.write_atomic(path, b"second")
+    assert backend.read_bytes(path) == b"second"
+    assert backend.size(path) == len(b"second")
+    assert keys(s3, bucket) == ["data/_retention/mark.json"]
+    assert backend.delete(path) is True
+    assert backend.delete(path) is False
+    assert keys(s3, bucket) == []  # no directory marker left for the empty prefix
+
+
+def test_listing_names_objects_as_urls_and_prefixes_as_directories(s3: Any, bucket: str) -> None:
+    location = resolve(f"s3://{bucket}/data")
+    backend = backend_for(location)
+    spans = location.join("spans")
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"x": [1, 2, 3]}), sink)
+    backend.write_atomic(location.join("spans", "date=2026-01-01", "a.parquet"), sink.getvalue().to_pybytes())
+    backend.write_atomic(location.join("spans", "date=2026-01-02", "b.parquet"), sink.getvalue().to_pybytes())
+    backend.write_atomic(location.join("spans", "stray.txt"), b"not a prefix")
+    assert backend.subdirectories(spans) == {"date=2026-01-01", "date=2026-01-02"}
+    listed = [backend.path_of(info) for info in backend.files_under(location.join("spans", "date=2026-01-01"))]
+    assert listed == [f"s3://{bucket}/data/spans/date=2026-01-01/a.parquet"]
+    assert pq.read_table(backend.source(listed[0]))["x"].to_pylist() == [1, 2, 3]
+    assert pq.ParquetFile(backend.open_input(listed[0])).metadata.num_rows == 3
+    with pytest.raises(FileNotFoundError):
+        backend.source(location.join("spans", "date=2026-01-01", "missing.parquet"))
