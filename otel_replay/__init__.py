@@ -51,9 +51,10 @@ from otel_replay.errors import (
     RerunError,
     UntrustedRecord,
 )
-from otel_replay.execute import execute_verdict, replay_stored
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.gate import ActionGate, GateOutcome, Rail, Receipt, ReferenceLedger
+from otel_replay.gate.execute import execute_verdict, replay_stored
+from otel_replay.gate.policy import FixAction, Policy, Verdict, load_policy, replay
 from otel_replay.instrumentation import (
     AnthropicInstrumentor,
     OpenAIInstrumentor,
@@ -77,7 +78,6 @@ from otel_replay.records import (
     Seal,
     SpanRef,
 )
-from otel_replay.replay import FixAction, Policy, Verdict, load_policy, replay
 from otel_replay.rerun import Divergence, GateResult, RerunResult, recording, rerun
 from otel_replay.store import Store
 from otel_replay.store import open_store as open

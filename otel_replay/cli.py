@@ -24,9 +24,9 @@ from otel_replay import render as r
 from otel_replay.analyst import require_utf8
 from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
+from otel_replay.gate.policy import IMPORT_HELP
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import local_root_problem, resolve
-from otel_replay.replay import IMPORT_HELP
 from otel_replay.store import Store
 
 __all__ = ["LIVE_STATE_MAX_BYTES", "main", "read_input_file", "require_writable", "run"]
@@ -258,8 +258,8 @@ def replay_cmd(
     each stored receipt is compensated at most once, across processes.
     """
     from otel_replay._json import strict_loads
-    from otel_replay.execute import execute_verdict, replay_stored
-    from otel_replay.replay import load_policy
+    from otel_replay.gate.execute import execute_verdict, replay_stored
+    from otel_replay.gate.policy import load_policy
 
     if not execute and (rail_ref or resume):  # silently ignored, it would look like a compensation that ran
         given = " and ".join(name for name, on in (("--rail", rail_ref), ("--resume", resume)) if on)
@@ -304,7 +304,7 @@ def replay_cmd(
 
 
 def _compensation_summary(exc: BaseException) -> str | None:
-    """What happened to every receipt, from the note :func:`~otel_replay.execute.execute_verdict` adds to its error."""
+    """What happened to every receipt, from the note :func:`~otel_replay.gate.execute_verdict` adds to its error."""
     for note in getattr(exc, "__notes__", ()):
         if isinstance(note, str) and "every receipt of the decision: " in note:
             return f"{note.split('every receipt of the decision: ', 1)[1]} (first failure: {type(exc).__name__})"
@@ -319,7 +319,7 @@ def _keys(key_files: tuple[str, ...]) -> list[SigningKey] | None:
 
 
 def _load_rail(ref: str) -> Any:
-    from otel_replay.replay import load_callable
+    from otel_replay.gate.policy import load_callable
 
     factory = load_callable(ref, "rail")
     try:

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from otel_replay.chains import ReplayChain
     from otel_replay.demo import DemoResult
     from otel_replay.gate import GateOutcome
+    from otel_replay.gate.policy import Verdict
     from otel_replay.integrity import VerifyReport
-    from otel_replay.replay import Verdict
 
 __all__ = [
     "CELL_WIDTH",

@@ -52,7 +52,6 @@ from otel_replay.integrity import (
     verify_records,
 )
 from otel_replay.location import Location, register_with, resolve
-from otel_replay.receipts import receipt_id_of
 from otel_replay.records import Action, DecisionRecord, SpanRef
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
@@ -902,7 +901,12 @@ class Store:
             self._seal_check = SealCheck(keys, require_signed=self.require_signed)
         return self._seal_check
 
-    def _record_rows(self, **filters: Any) -> list[StoredRecord]:
+    def record_rows(self, **filters: Any) -> list[StoredRecord]:
+        """Every stored row of ``queries/record.sql`` matching ``filters`` as the seal check sees it (none trusted yet).
+
+        ``record_id=`` and ``decision_ids=`` (a decision's outcomes) are narrowed by the side index;
+        other filters (a gate record's decision id lives in the JSON) read every file.
+        """
         if set(filters) == {"record_id"} and filters["record_id"] is not None:
             rows = self.run_for("record", {"record_id": str(filters["record_id"])}, **filters)
         elif set(filters) == {"decision_ids"} and filters["decision_ids"]:
@@ -922,7 +926,7 @@ class Store:
             ConflictingRecords: verified rows claim it with different content.
 
         """
-        rows = self._record_rows(record_id=record_id)
+        rows = self.record_rows(record_id=record_id)
         found = select_trusted(record_id, rows, self.seal_check, where=str(self.dataset), what=what)
         for problem in found.ignored:
             _log.warning("otel-replay: ignoring an untrusted row claiming %s", problem)
@@ -957,7 +961,7 @@ class Store:
         """
         if not decision_ids:
             return {}
-        rows = self._record_rows(decision_ids=list(decision_ids))
+        rows = self.record_rows(decision_ids=list(decision_ids))
         trusted, _ = split_trusted(rows, self.seal_check)
         found: dict[str, dict[str, Any]] = {}
         for rec in trusted:
@@ -983,101 +987,6 @@ class Store:
     def has_outcome(self, decision_id: str) -> bool:
         """Whether a verified outcome for ``decision_id`` is stored."""
         return decision_id in self.verified_outcomes([decision_id])
-
-    def _gate_records(self, decision_id: str) -> list[StoredRecord]:
-        rows = self._record_rows(gate_decision_id=decision_id)
-        trusted, refused = split_trusted(rows, self.seal_check)
-        for problem in refused:
-            _log.warning("otel-replay: ignoring an untrusted gate row %s", problem)
-        trusted = [r for r in trusted if r.attributes.get(sc.KIND) == sc.KIND_GATE]
-        return sorted(trusted, key=lambda r: (r.start_ns, r.record_id))
-
-    def receipts_for(self, decision_id: str) -> list[Any]:
-        """The receipts of every verified commit of ``decision_id``'s action, in commit order.
-
-        Each as stored (:func:`otel_replay.receipts.stored_receipt`): a dict for a
-        :class:`~otel_replay.gate.Receipt`, whatever JSON a rail's own receipt was.
-        A commit row stored twice gives its receipt twice.
-        """
-        return [receipt for _, receipt in self.commits_for(decision_id)]
-
-    def commits_for(self, decision_id: str) -> list[tuple[str, Any]]:
-        """:meth:`receipts_for` with the id of the commit gate record each receipt comes from.
-
-        A commit row stored twice (a retried export, a copied file) gives one
-        gate record id twice; two commits give two.
-        """
-        commits = []
-        for rec in self._gate_records(decision_id):
-            attrs = rec.attributes
-            if attrs.get(sc.GATE_STAGE) == "commit" and attrs.get(sc.GATE_RECEIPT) is not None:
-                receipt = loads(attrs[sc.GATE_RECEIPT], where=f"receipt of gate record {rec.record_id}")
-                if receipt is not None:
-                    commits.append((rec.record_id, receipt))
-        return commits
-
-    def refused_commits_for(self, decision_id: str) -> list[VerifyProblem]:
-        """The sealed commit gate rows of ``decision_id`` this store cannot trust, and why.
-
-        A commit signed with a key not given (a payment service's own key, a
-        key rotated since) or edited claims a receipt that :meth:`commits_for`
-        leaves out: a caller about to compensate must not take its absence for
-        "nothing was charged". Not listed: an unsealed row (otel-replay seals
-        every commit it writes, so it can only be forged; ``verify`` names it)
-        and a refused copy of a record whose original is trusted.
-        """
-        rows = [
-            r
-            for r in self._record_rows(gate_decision_id=decision_id)
-            if r.attributes.get(sc.KIND) == sc.KIND_GATE
-            and r.attributes.get(sc.GATE_STAGE) == "commit"
-            and r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT  # an intent claims no receipt
-            and r.attributes.get(sc.RECORD_HASH) is not None
-        ]
-        trusted, refused = split_trusted(rows, self.seal_check)
-        kept = {r.record_id for r in trusted}
-        return [problem for problem in refused if problem.record_id not in kept]
-
-    def committed_actions_for(self, decision_id: str) -> list[tuple[str, Action]]:
-        """The action each verified commit of ``decision_id`` stored, with its gate record id, in commit order.
-
-        What was committed, which may differ from the decision's audited
-        action (:func:`otel_replay.execute.replay_stored` judges both). A
-        commit recorded before gate records stored their action is left out.
-        """
-        actions: dict[str, Action] = {}
-        for rec in self._gate_records(decision_id):
-            attrs = rec.attributes
-            text = attrs.get(sc.GATE_ACTION)
-            if attrs.get(sc.GATE_STAGE) != "commit" or attrs.get(sc.GATE_EXECUTED) != "committed" or text is None:
-                continue
-            data = loads(text, where=f"action of gate record {rec.record_id}")
-            try:
-                actions[rec.record_id] = Action(data["type"], data.get("arguments") or {}, data.get("cost"))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise DatasetError(f"gate record {rec.record_id} stores an action that is not one: {exc}") from None
-        return list(actions.items())
-
-    def intent_decision(self, decision_id: str) -> DecisionRecord | None:
-        """Decision ``decision_id`` as a verified commit intent sealed it before the rail ran, or ``None``.
-
-        A process that dies inside its ``audit()`` block after
-        ``gate.commit()`` leaves no decision span; the gate's intent record
-        holds the decision as it stood (snapshot, reads, model calls, action)
-        under the intent's own seal. The latest such intent is returned, at
-        the intent's span, without a seal of its own (``record.seal`` is ``None``).
-        """
-        found = None
-        for rec in self._gate_records(decision_id):
-            attrs = rec.attributes
-            text = attrs.get(sc.GATE_DECISION_RECORD)
-            if attrs.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or text is None:
-                continue
-            data = loads(text, where=f"decision of intent record {rec.record_id}")
-            if not isinstance(data, dict) or data.get(sc.RECORD_ID) != decision_id:
-                raise DatasetError(f"intent record {rec.record_id} holds another decision than {decision_id}")
-            found = DecisionRecord.from_attributes(data, SpanRef(rec.trace_id, rec.span_id, rec.start_ns))
-        return found
 
     def intent_decisions(self, correlation_id: str) -> list[DecisionRecord]:
         """The decisions of ``correlation_id`` as their verified commit intents sealed them, oldest first.
@@ -1117,7 +1026,7 @@ class Store:
         """:meth:`unknown_commits_for` of several decisions in one read: decision id -> its unanswered intents."""
         if not decision_ids:
             return {}
-        rows = self._record_rows(gate_decision_ids=[str(d) for d in decision_ids])
+        rows = self.record_rows(gate_decision_ids=[str(d) for d in decision_ids])
         trusted, refused = split_trusted(rows, self.seal_check)
         for problem in refused:
             _log.warning("otel-replay: ignoring an untrusted gate row %s", problem)
@@ -1140,30 +1049,6 @@ class Store:
                 found.append((rec.record_id, action))
         return unknown
 
-    def receipt_for(self, decision_id: str) -> Any:
-        """The receipt of the latest verified commit of ``decision_id``'s action, or ``None``."""
-        receipts = self.receipts_for(decision_id)
-        return receipts[-1] if receipts else None
-
-    def compensation_for(self, decision_id: str, *, receipt_id: str | None = None) -> dict[str, Any] | None:
-        """The verified gate record that already compensated ``decision_id``'s action (that receipt), or ``None``."""
-        for rec in self._gate_records(decision_id):
-            attrs = rec.attributes
-            compensated = attrs.get(sc.GATE_EXECUTED) in ("rolled_back", "reversed")
-            if attrs.get(sc.GATE_STAGE) != "post_commit" or not compensated:
-                continue
-            if receipt_id is not None:
-                stored = loads(attrs.get(sc.GATE_RECEIPT), where=f"receipt of gate record {rec.record_id}")
-                if stored is None or receipt_id_of(stored) != receipt_id:
-                    continue
-            return {
-                "executed": attrs[sc.GATE_EXECUTED],
-                "recorded_at": rec.start_ns,
-                "detail": attrs.get(sc.GATE_DETAIL),
-                "gate_id": rec.record_id,
-            }
-        return None
-
     def audit_entries(self, correlation_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Audit entries (all, or for one correlation id) in the order they were recorded."""
         rows = self.run("audit_entries", correlation_id=correlation_id, entry_limit=limit)
@@ -1177,7 +1062,7 @@ class Store:
         A description, not an action: when one span claims the id it is used
         as stored (no key needed); when several do, only the verified one is.
         """
-        rows = [r for r in self._record_rows(record_id=record_id) if r.name == sc.SPAN_DECISION]
+        rows = [r for r in self.record_rows(record_id=record_id) if r.name == sc.SPAN_DECISION]
         if not rows:
             raise RecordNotFound(f"no decision record {record_id!r} in {self.dataset}")
         places = {(r.trace_id, r.span_id) for r in rows}

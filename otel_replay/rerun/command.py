@@ -21,8 +21,8 @@ from typing import Any, cast
 import click
 
 from otel_replay.errors import OtelReplayError, RerunError
+from otel_replay.gate.policy import IMPORT_HELP
 from otel_replay.render import clean, first_line, one_line
-from otel_replay.replay import IMPORT_HELP
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -129,8 +129,8 @@ def _main(
     credentials: str,
     as_json: bool,
 ) -> int:
+    from otel_replay.gate.policy import load_callable
     from otel_replay.pipeline import configure
-    from otel_replay.replay import load_callable
     from otel_replay.rerun.guards import parse_allow_live
     from otel_replay.rerun.runner import RerunResult, rerun
     from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance

@@ -121,7 +121,7 @@ def _outcome_ids(rows: list[dict[str, Any]]) -> set[str]:
 
 def _same_outcome_rows(store: Store, decision_ids: list[str]) -> int:
     """The outcome rows Store's verified lookups read (narrowed by decision id) equal those over every file."""
-    narrowed = sorted(map(repr, store._record_rows(decision_ids=decision_ids)))  # noqa: SLF001
+    narrowed = sorted(map(repr, store.record_rows(decision_ids=decision_ids)))
     full = sorted(repr(stored_record(row)) for row in store.run("record", decision_ids=decision_ids))
     assert narrowed == full
     return len(full)
