@@ -25,7 +25,6 @@ from otel_replay.capture import (
     session,
     set_recorder,
 )
-from otel_replay.chains import CHAIN_TYPES, ReplayBuilder, ReplayChain
 from otel_replay.errors import (
     AlreadyCompensated,
     CaptureError,
@@ -66,6 +65,9 @@ from otel_replay.instrumentation import (
 )
 from otel_replay.integrity import SealCheck, SigningKey, VerifyReport, load_signing_key
 from otel_replay.pipeline import Telemetry, configure
+from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder, ReplayChain
+from otel_replay.query.store import Store
+from otel_replay.query.store import open_store as open
 from otel_replay.records import (
     Action,
     AuditEntry,
@@ -79,8 +81,6 @@ from otel_replay.records import (
     SpanRef,
 )
 from otel_replay.rerun import Divergence, GateResult, RerunResult, recording, rerun
-from otel_replay.store import Store
-from otel_replay.store import open_store as open
 
 __version__ = "0.1.0"
 

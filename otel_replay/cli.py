@@ -21,13 +21,13 @@ import click
 
 from otel_replay import __version__, settings
 from otel_replay import render as r
-from otel_replay.analyst import require_utf8
-from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.errors import OtelReplayError
 from otel_replay.gate.policy import IMPORT_HELP
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import local_root_problem, resolve
-from otel_replay.store import Store
+from otel_replay.query.analyst import require_utf8
+from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
+from otel_replay.query.store import Store
 
 __all__ = ["LIVE_STATE_MAX_BYTES", "main", "read_input_file", "require_writable", "run"]
 
@@ -130,7 +130,7 @@ def _open(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Store]:
     if why is not None:
         raise click.ClickException(why)
     quiet = _SkipNotices()
-    store_log = logging.getLogger("otel_replay.store")
+    store_log = logging.getLogger("otel_replay.query.files")
     store_log.addFilter(quiet)  # the CLI names skipped files itself, once, below
     try:
         store = Store(dataset, skip_corrupt=skip_corrupt, **trust)

@@ -28,10 +28,10 @@ from otel_replay.integrity import (
     SigningKey,
     StoredRecord,
     load_signing_key,
+    restore_attributes,
     verify_records,
 )
-from otel_replay.store import restore_attributes
-from otel_replay.trust import select_trusted, split_trusted
+from otel_replay.query.trust import select_trusted, split_trusted
 
 from ._support import in_forked_child, payment, snapshot
 from .test_trust import Rows, _add_file, _decision_row, _ints, _replay_cli, _rows

@@ -24,8 +24,7 @@ from otel_replay import (
 from otel_replay import semconv as sc
 from otel_replay.cli import main
 from otel_replay.gate import reads
-from otel_replay.integrity import SigningKey, load_signing_key, record_hash
-from otel_replay.store import restore_attributes
+from otel_replay.integrity import SigningKey, load_signing_key, record_hash, restore_attributes
 
 from ._support import budget_policy, payment, snapshot
 

@@ -20,7 +20,7 @@ from otel_replay.capture.sinks import Sink
 from otel_replay.records import AuditEntry, iso_utc, new_id
 
 if TYPE_CHECKING:
-    from otel_replay.store import Store
+    from otel_replay.query.store import Store
 
 __all__ = ["AuditLog"]
 

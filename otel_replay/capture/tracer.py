@@ -26,7 +26,7 @@ from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFo
 from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, new_id
 
 if TYPE_CHECKING:
-    from otel_replay.store import Store
+    from otel_replay.query.store import Store
 
 __all__ = ["DecisionTracer", "link_to"]
 
@@ -214,7 +214,7 @@ class DecisionTracer:
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
             raise CaptureError(f"query_traces: limit must be a positive integer, got {limit!r}")
-        from otel_replay.chains import stored_traces, trace_body
+        from otel_replay.query.chains import stored_traces, trace_body
 
         if self._store is not None:
             self._store.refresh()

@@ -23,8 +23,8 @@ from otel_replay.gate.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome
 from otel_replay.gate.policy import FixAction, Policy, Verdict, replay
 from otel_replay.gate.rails import Rail, Receipt
 from otel_replay.gate.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
+from otel_replay.query.store import Store
 from otel_replay.records import DecisionRecord
-from otel_replay.store import Store
 
 __all__ = ["execute_verdict", "judge_stored", "replay_stored"]
 

@@ -1,8 +1,8 @@
 """The gate's reads of a dataset's stored commits: receipts, committed actions, intents, compensations.
 
-Functions over an open :class:`~otel_replay.store.Store` (the read side
+Functions over an open :class:`~otel_replay.query.store.Store` (the read side
 knows nothing of the gate): each reads the dataset's gate records and uses
-only those that pass the store's seal check (:mod:`otel_replay.trust`).
+only those that pass the store's seal check (:mod:`otel_replay.query.trust`).
 :mod:`otel_replay.gate.execute` acts on what they return.
 """
 
@@ -16,9 +16,9 @@ from otel_replay._json import loads
 from otel_replay.errors import DatasetError
 from otel_replay.gate.receipts import receipt_id_of
 from otel_replay.integrity import StoredRecord, VerifyProblem
+from otel_replay.query.store import Store
+from otel_replay.query.trust import split_trusted
 from otel_replay.records import Action, DecisionRecord, SpanRef
-from otel_replay.store import Store
-from otel_replay.trust import split_trusted
 
 __all__ = [
     "commits_for",

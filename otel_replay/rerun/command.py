@@ -131,10 +131,10 @@ def _main(
 ) -> int:
     from otel_replay.gate.policy import load_callable
     from otel_replay.pipeline import configure
+    from otel_replay.query.store import Store
     from otel_replay.rerun.guards import parse_allow_live
     from otel_replay.rerun.runner import RerunResult, rerun
     from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
-    from otel_replay.store import Store
 
     if credentials not in CREDENTIALS:
         raise click.ClickException(f"--credentials must be 'value' or 'presence', got {clean(credentials)[:80]!r}")
@@ -149,7 +149,7 @@ def _main(
     if rail_ref and not execute:
         raise click.UsageError("--rail only applies with --execute (without it nothing is compensated)")
     if sessions_sql:
-        from otel_replay.analyst import require_utf8
+        from otel_replay.query.analyst import require_utf8
 
         require_utf8(sessions_sql, "--sessions-sql")
     from otel_replay.location import resolve

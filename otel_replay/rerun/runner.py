@@ -18,6 +18,7 @@ from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
 from otel_replay.gate.policy import Policy, load_callable
 from otel_replay.instrumentation._redact import redact
+from otel_replay.query.store import Store
 from otel_replay.records import new_id
 from otel_replay.redaction import message_of
 from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
@@ -27,7 +28,6 @@ from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, fingerprint_version, load_recording
 from otel_replay.rerun.record import outcome_of
 from otel_replay.rerun.serve import CREDENTIALS, Credentials, Divergence, Governance, RerunMode
-from otel_replay.store import Store
 
 __all__ = ["GateResult", "RerunResult", "rerun"]
 

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_replay import CorruptFileError, ReplayBuilder
-from otel_replay.chains import stored_traces
+from otel_replay.query.chains import stored_traces
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, files_for, live_files
 from otel_replay.storage.manifest import partition_dirs
-from otel_replay.store import Store
 
 from ..test_store import damage_pages
 
@@ -111,7 +111,7 @@ def test_only_a_narrowed_lookup_plans_without_the_costly_optimizers(make_dataset
     compact(path, grace_seconds=0, target_rows=300)
 
     def disabled(store: Store) -> str:
-        row = store._con.execute("SELECT current_setting('disabled_optimizers')").fetchone()  # noqa: SLF001
+        row = store.engine._con.execute("SELECT current_setting('disabled_optimizers')").fetchone()  # noqa: SLF001
         assert row is not None
         return str(row[0])
 

@@ -3,14 +3,15 @@
 A chain merges two layers of one event: reasoning traces (decisions, with the
 outcome each turned out to have) and audit entries (inter-agent messages,
 sorted by their writers' ``created_at``). :class:`ReplayBuilder` builds chains
-either from a dataset (each chain type is one SQL file in ``queries/chains/``)
+either from a dataset (each chain type is one entry in
+:data:`~otel_replay.query.chain_types.REGISTRY` and one SQL file in ``queries/chains/``)
 or from in-process objects (a :class:`~otel_replay.DecisionTracer` and an
 :class:`~otel_replay.AuditLog`), with the same fields and order either way.
 
 Each layer is capped (100 rows for trade and session chains, 500 for directive
 and incident chains, or ``limit``); a chain that hit the cap says so in
 :attr:`ReplayChain.truncated_layers` instead of silently ending early. Outcome
-fields come only from verified outcome records (see :mod:`otel_replay.trust`).
+fields come only from verified outcome records (see :mod:`otel_replay.query.trust`).
 """
 
 from __future__ import annotations
@@ -23,19 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 from otel_replay._json import loads
 from otel_replay.errors import ConfigError, OtelReplayError
+from otel_replay.query.chain_types import CHAIN_TYPES, DEFAULT_LIMITS, REGISTRY
+from otel_replay.query.store import Store
 
 if TYPE_CHECKING:
     from otel_replay.capture.audit_log import AuditLog
     from otel_replay.capture.tracer import DecisionTracer
     from otel_replay.records import DecisionRecord, OutcomeRecord
-    from otel_replay.store import Store
 
 __all__ = ["CHAIN_TYPES", "DEFAULT_LIMITS", "ReplayBuilder", "ReplayChain", "stored_traces", "trace_body"]
 
-CHAIN_TYPES = ("trade", "session", "directive", "incident")
-DEFAULT_LIMITS = {"trade": 100, "session": 100, "directive": 500, "incident": 500}
-"""Rows per layer when no limit is given (seed 002's defaults)."""
-_LAYERS = {"trade": ("audit", "trace"), "session": ("trace",), "directive": ("audit", "trace"), "incident": ("audit",)}
 _JSON_FIELDS = ("inputs", "snapshot_state", "action_arguments", "models", "payload")
 _TIME_FIELDS = ("created_at", "end_time", "recorded_at")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -236,8 +234,6 @@ class ReplayBuilder:
 
     def __init__(self, source: Store | DecisionTracer, audit_log: AuditLog | None = None) -> None:
         """Build chains over a :class:`Store`, or over a tracer and an audit log."""
-        from otel_replay.store import Store
-
         self.store: Store | None = source if isinstance(source, Store) else None
         self.tracer: DecisionTracer | None = None if self.store is not None else source  # type: ignore[assignment]
         self.audit_log = audit_log
@@ -248,8 +244,9 @@ class ReplayBuilder:
             raise OtelReplayError(f"unknown chain type {chain_type!r}; expected one of {', '.join(CHAIN_TYPES)}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
             raise OtelReplayError(f"chain limit must be a positive integer, got {limit!r}")
-        cap = DEFAULT_LIMITS[chain_type] if limit is None else limit
-        layers = _LAYERS[chain_type]
+        kind = REGISTRY[chain_type]
+        cap = kind.default_limit if limit is None else limit
+        layers = kind.layers
         if self.store is not None:
             traces, audits, verified = self._from_store(chain_type, chain_id, cap)
         else:
@@ -270,14 +267,14 @@ class ReplayBuilder:
         assert self.store is not None
         # One row past the cap tells a full layer from a truncated one. Every row of a chain carries its id, so
         # only the files the side index names for it are read; outcome fields come from verified_outcomes below.
-        key = "session_id" if chain_type == "session" else "correlation_id"
-        rows = self.store.run_for(f"chains/{chain_type}", {key: chain_id}, chain_id=chain_id, chain_limit=cap + 1)
+        kind = REGISTRY[chain_type]
+        rows = self.store.run_for(kind.query, {kind.key: chain_id}, chain_id=chain_id, chain_limit=cap + 1)
         traces: list[dict[str, Any]] = []
         audits: list[dict[str, Any]] = []
         for row in rows:
             body = _body(row, f"{chain_type} chain {chain_id} row {row['record_id']}")
             (traces if row["layer"] == "trace" else audits).append(body)
-        if chain_type != "session" and "trace" in _LAYERS[chain_type]:
+        if kind.finds_lost_decisions:
             traces = _with_lost_decisions(self.store, chain_id, traces)
         verified = _attach_verified_outcomes(self.store, traces[:cap])
         unknown = self.store.unknown_commits_of([t["record_id"] for t in traces[:cap]])
@@ -294,7 +291,7 @@ class ReplayBuilder:
         if "trace" in layers:
             if self.tracer is None:
                 raise OtelReplayError(f"a {chain_type} chain needs a DecisionTracer")
-            by = {"session_id": chain_id} if chain_type == "session" else {"correlation_id": chain_id}
+            by = {REGISTRY[chain_type].key: chain_id}
             traces = self.tracer.query_traces(**by, limit=cap + 1)
             for trace in traces:
                 trace.setdefault("unknown_commits", [])  # no gate in process: the fields a dataset's chain has
