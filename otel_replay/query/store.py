@@ -222,6 +222,19 @@ class Store:
         """:meth:`unknown_commits_for` of several decisions in one read: decision id -> its unanswered intents."""
         return stored.unknown_commits_of(self.engine, self.seal_check, decision_ids)
 
+    def traces(
+        self, *, correlation_id: str | None = None, session_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Decisions by correlation and/or session id (``None`` matches any), oldest first, at most ``limit``.
+
+        Each is a dict with the ``decisions`` view's fields plus its verified
+        outcome (``outcome_id``, ``outcome_correct``, ``outcome_note``; empty
+        when no key can verify it): what ``DecisionTracer(store=...).query_traces`` returns.
+        """
+        return stored.traces(
+            self.engine, self.verified_outcomes, correlation_id=correlation_id, session_id=session_id, limit=limit
+        )
+
     def audit_entries(self, correlation_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Audit entries (all, or for one correlation id) in the order they were recorded."""
         return stored.audit_entries(self.engine, correlation_id, limit)

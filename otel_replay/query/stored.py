@@ -12,29 +12,37 @@ the same names call these. Rows as the seal check sees them
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay._json import loads
-from otel_replay.errors import DatasetError, RecordNotFound
+from otel_replay.errors import ConfigError, DatasetError, RecordNotFound
 from otel_replay.integrity import SealCheck, StoredRecord, stored_record
 from otel_replay.query.engine import Engine
 from otel_replay.query.trust import TrustedRecord, select_trusted, split_trusted
-from otel_replay.records import Action, DecisionRecord, SpanRef
+from otel_replay.records import Action, DecisionRecord, SpanRef, iso_time
 
 __all__ = [
+    "TIME_FIELDS",
+    "attach_outcomes",
     "audit_entries",
     "causal_tree",
     "intent_decisions",
     "record",
     "record_rows",
+    "row_body",
+    "traces",
     "trusted_record",
     "unknown_commits_of",
     "verified_outcomes",
 ]
 
 _log = logging.getLogger(__name__)
+_JSON_FIELDS = ("inputs", "snapshot_state", "action_arguments", "models", "payload")
+TIME_FIELDS = ("created_at", "end_time", "recorded_at")
+"""The time fields of a chain row or an audit entry, shown as ISO-8601 UTC text."""
+Verified = Callable[[Sequence[str]], dict[str, dict[str, Any]]]
 
 
 def record_rows(engine: Engine, **filters: Any) -> list[StoredRecord]:
@@ -212,3 +220,58 @@ def _conflict(earlier: dict[str, Any], outcome: dict[str, Any]) -> dict[str, Any
         "conflicting": ids,
         "files": files,
     }
+
+
+def row_body(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A chain or trace row's ``body`` JSON as a dict: its JSON fields parsed, its times ISO-8601 UTC."""
+    body: dict[str, Any] = loads(row["body"], where=where)
+    for key in _JSON_FIELDS:
+        if isinstance(body.get(key), str):
+            body[key] = loads(body[key], where=f"{where} field {key}")
+    for key in TIME_FIELDS:
+        if key in body:
+            body[key] = iso_time(body[key])
+    body["layer"] = row["layer"]
+    return body
+
+
+def attach_outcomes(traces: list[dict[str, Any]], verified_outcomes: Verified) -> bool:
+    """Replace each trace's outcome fields with its verified outcome; False if none could be verified.
+
+    ``verified_outcomes``: :meth:`~otel_replay.query.store.Store.verified_outcomes` of the store read.
+    """
+    try:
+        verified = verified_outcomes([t["record_id"] for t in traces]) if traces else {}
+        ok = True
+    except ConfigError:  # no key to verify with: show no outcome rather than an unverified one
+        verified, ok = {}, False
+    for trace in traces:
+        outcome = verified.get(trace["record_id"])
+        trace["outcome_id"] = None if outcome is None else outcome["outcome_id"]
+        trace["outcome_correct"] = None if outcome is None else outcome["outcome_correct"]
+        trace["outcome_note"] = None if outcome is None else outcome["note"]
+    return ok
+
+
+def traces(
+    engine: Engine,
+    verified_outcomes: Verified,
+    *,
+    correlation_id: str | None = None,
+    session_id: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Decisions from a dataset by correlation and/or session id, in time order, verified outcomes attached."""
+    # Every row carries the id it was asked by, so the side index narrows the files; outcome fields are replaced
+    # by verified ones below. With neither id, every file is read.
+    key = "correlation_id" if correlation_id is not None else "session_id"
+    rows = engine.run_for(
+        "traces",
+        {key: correlation_id if correlation_id is not None else session_id},
+        correlation_id=correlation_id,
+        session_id=session_id,
+        trace_limit=limit,
+    )
+    found = [row_body(row, f"trace {row['record_id']}") for row in rows]
+    attach_outcomes(found, verified_outcomes)
+    return found
