@@ -39,8 +39,8 @@ from gen_dataset import _BASE_NS, _SECOND, _chain, generate  # noqa: E402
 
 from otel_replay.exporters.rows import RowBuilder  # noqa: E402
 from otel_replay.exporters.writer import DatasetWriter  # noqa: E402
+from otel_replay.query.store import Store  # noqa: E402
 from otel_replay.storage import compact, live_files  # noqa: E402
-from otel_replay.store import Store  # noqa: E402
 
 
 def _append_tail(dataset: Path, first_id: int, files: int, rows_per_file: int, days: int, seed: int) -> list[str]:

@@ -44,8 +44,8 @@ def _timed(fn: Any) -> tuple[float, Any]:
 
 
 def _measure(dataset: str, spans: int, ids: int) -> dict[str, Any]:
+    from otel_replay.query.store import Store
     from otel_replay.storage import compact
-    from otel_replay.store import Store
 
     out: dict[str, Any] = {}
     seconds, figures = _timed(

@@ -105,7 +105,7 @@ def phase_compact(dataset: str, row_group_rows: int) -> dict[str, Any]:
 
 def phase_cold(dataset: str, chain_id: str, narrowed: str) -> dict[str, Any]:
     started = time.perf_counter()
-    from otel_replay.store import Store
+    from otel_replay.query.store import Store
 
     imported = time.perf_counter()
     with Store(dataset) as store:
@@ -120,8 +120,8 @@ def phase_cold(dataset: str, chain_id: str, narrowed: str) -> dict[str, Any]:
 def phase_open(dataset: str) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
+    from otel_replay.query.store import Store
     from otel_replay.storage import live_files
-    from otel_replay.store import Store
 
     started = time.perf_counter()
     with Store(dataset) as store:
@@ -215,8 +215,8 @@ def _best_of(fn: Any, times: int = 3) -> tuple[float, Any]:
 
 def phase_calibration(dataset: str, how: str) -> dict[str, Any]:
     """One calibration/scan measurement in this (child) process: ``facts`` (the Store) or ``views``."""
+    from otel_replay.query.store import Store
     from otel_replay.storage.facts import plan
-    from otel_replay.store import Store
 
     started = time.perf_counter()
     with Store(dataset) as store:
@@ -357,8 +357,9 @@ def chain_floor(compacted: Path, ids: list[str]) -> dict[str, Any]:
     """
     import duckdb
 
+    from otel_replay.query.engine import load_sql
+    from otel_replay.query.store import Store
     from otel_replay.storage import files_for, live_files
-    from otel_replay.store import Store, load_sql
 
     out: dict[str, Any] = {}
     con = duckdb.connect()
@@ -385,21 +386,21 @@ def chain_floor(compacted: Path, ids: list[str]) -> dict[str, Any]:
 
     out["chain_ms_sql_over_a_duckdb_table"], _ = _time(over_table, ids)
     with Store(compacted) as store:
-        store._plan_lean(True)  # noqa: SLF001  (the optimizers a narrowed lookup plans with)
-        con.execute("SET disabled_optimizers = ?", [store._lean_names or ""])  # noqa: SLF001
+        store.engine._plan_lean(True)  # noqa: SLF001  (the optimizers a narrowed lookup plans with)
+        con.execute("SET disabled_optimizers = ?", [store.engine._lean_names or ""])  # noqa: SLF001
         out["chain_ms_sql_over_a_duckdb_table_lean_optimizers"], _ = _time(over_table, ids)
         con.execute("RESET disabled_optimizers")
         planning, total = [], []
         profile = Path(tempfile.mkdtemp()) / "profile.json"
         for cid in ids:
-            store._point_at(store._con, files_for(compacted, correlation_id=cid) or [])  # noqa: SLF001
-            store._con.execute("SET VARIABLE chain_id = ?", [cid])  # noqa: SLF001
-            store._con.execute("SET VARIABLE chain_limit = 101")  # noqa: SLF001
-            store._con.execute("PRAGMA enable_profiling = 'json'")  # noqa: SLF001
-            store._con.execute("PRAGMA profiling_mode = 'detailed'")  # noqa: SLF001
-            store._con.execute("SET profiling_output = ?", [str(profile)])  # noqa: SLF001
-            store._execute(sql)  # noqa: SLF001
-            store._con.execute("PRAGMA disable_profiling")  # noqa: SLF001
+            store.engine._point_at(store.engine._con, files_for(compacted, correlation_id=cid) or [])  # noqa: SLF001
+            store.engine._con.execute("SET VARIABLE chain_id = ?", [cid])  # noqa: SLF001
+            store.engine._con.execute("SET VARIABLE chain_limit = 101")  # noqa: SLF001
+            store.engine._con.execute("PRAGMA enable_profiling = 'json'")  # noqa: SLF001
+            store.engine._con.execute("PRAGMA profiling_mode = 'detailed'")  # noqa: SLF001
+            store.engine._con.execute("SET profiling_output = ?", [str(profile)])  # noqa: SLF001
+            store.engine._execute(sql)  # noqa: SLF001
+            store.engine._con.execute("PRAGMA disable_profiling")  # noqa: SLF001
             doc = json.loads(profile.read_text())
             planning.append(
                 doc["planner"]["total_time"] + doc["optimizer"]["total_time"] + doc["physical_planner"]["total_time"]
@@ -415,8 +416,8 @@ def lookups(
 ) -> dict[str, Any]:
     import duckdb
 
+    from otel_replay.query.store import Store
     from otel_replay.storage import files_for, live_files
-    from otel_replay.store import Store
 
     out: dict[str, Any] = {}
     raw_sql = "SELECT * FROM read_parquet(?, union_by_name = true) WHERE correlation_id = ?"

@@ -25,7 +25,6 @@ from otel_replay.capture import (
     session,
     set_recorder,
 )
-from otel_replay.chains import CHAIN_TYPES, ReplayBuilder, ReplayChain
 from otel_replay.errors import (
     AlreadyCompensated,
     CaptureError,
@@ -51,9 +50,10 @@ from otel_replay.errors import (
     RerunError,
     UntrustedRecord,
 )
-from otel_replay.execute import execute_verdict, replay_stored
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.gate import ActionGate, GateOutcome, Rail, Receipt, ReferenceLedger
+from otel_replay.gate.execute import execute_verdict, replay_stored
+from otel_replay.gate.policy import FixAction, Policy, Verdict, load_policy, replay
 from otel_replay.instrumentation import (
     AnthropicInstrumentor,
     OpenAIInstrumentor,
@@ -65,6 +65,9 @@ from otel_replay.instrumentation import (
 )
 from otel_replay.integrity import SealCheck, SigningKey, VerifyReport, load_signing_key
 from otel_replay.pipeline import Telemetry, configure
+from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder, ReplayChain
+from otel_replay.query.store import Store
+from otel_replay.query.store import open_store as open
 from otel_replay.records import (
     Action,
     AuditEntry,
@@ -77,10 +80,7 @@ from otel_replay.records import (
     Seal,
     SpanRef,
 )
-from otel_replay.replay import FixAction, Policy, Verdict, load_policy, replay
 from otel_replay.rerun import Divergence, GateResult, RerunResult, recording, rerun
-from otel_replay.store import Store
-from otel_replay.store import open_store as open
 
 __version__ = "0.1.0"
 

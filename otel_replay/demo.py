@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay.capture import AuditLog, audit, correlation
-from otel_replay.chains import ReplayBuilder, ReplayChain
 from otel_replay.gate import ActionGate, GateOutcome, ReferenceLedger
+from otel_replay.gate.policy import Verdict, replay
 from otel_replay.integrity import VerifyReport, load_signing_key
 from otel_replay.pipeline import configure
+from otel_replay.query.chains import ReplayBuilder, ReplayChain
+from otel_replay.query.store import Store
 from otel_replay.records import Action, DecisionRecord, DependencySnapshot, Report
-from otel_replay.replay import Verdict, replay
-from otel_replay.store import Store
 
 __all__ = ["DemoResult", "budget_policy", "demo_ledger", "run_demo"]
 

@@ -43,8 +43,8 @@ from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay import settings
-from otel_replay._json import _orjson, canonical_json
-from otel_replay.errors import ConfigError, IntegrityError
+from otel_replay._json import _orjson, canonical_json, strict_loads
+from otel_replay.errors import ConfigError, IntegrityError, PayloadError
 from otel_replay.records import Seal, _seal
 
 __all__ = [
@@ -65,6 +65,8 @@ __all__ = [
     "span_place",
     "unhashable",
     "record_hash",
+    "restore_attributes",
+    "stored_record",
     "verify_records",
 ]
 
@@ -402,6 +404,46 @@ class StoredRecord:
     span_id: str = ""
     unreadable: str | None = None
     """Why the stored attributes could not be read (duplicate keys, bad JSON), or ``None``."""
+
+
+def restore_attributes(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A span's full attribute dict: the JSON column plus the promoted columns.
+
+    Raises:
+        PayloadError: the JSON is not one unambiguous object (duplicate keys,
+            too deep, not an object), or an attribute is stored both in its
+            promoted column and in the JSON (two places could disagree).
+
+    """
+    where = f"attributes of span {row.get('span_id') or '?'}"
+    attrs: dict[str, Any] = strict_loads(row["attributes"], where=where) if row.get("attributes") else {}
+    if not isinstance(attrs, dict):
+        raise PayloadError(f"{where}: not a JSON object")
+    for key, column in sc.PROMOTED_COLUMNS.items():
+        value = row.get(column)
+        if value is not None:
+            if key in attrs:
+                raise PayloadError(f"{where}: {key!r} is stored both in column {column} and in the JSON")
+            attrs[key] = value
+    return attrs
+
+
+def stored_record(row: Mapping[str, Any]) -> StoredRecord:
+    """A record row as the seal check sees it; unreadable attributes are marked, not raised."""
+    try:
+        attrs, unreadable = restore_attributes(row), None
+    except PayloadError as exc:
+        attrs, unreadable = {}, str(exc)
+    return StoredRecord(
+        str(row.get("record_id") or "?"),
+        row["name"],
+        int(row["start_ns"]),
+        attrs,
+        str(row.get("filename") or ""),
+        row.get("trace_id") or "",
+        row.get("span_id") or "",
+        unreadable,
+    )
 
 
 @dataclass(frozen=True)

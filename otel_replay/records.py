@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from otel_replay import semconv as sc
@@ -74,6 +75,36 @@ def _new_pool_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
     os.register_at_fork(after_in_child=_new_pool_in_child)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DUCKDB_TIME = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d(?::?\d\d)?)?$")
+
+
+def iso_time(value: Any) -> str | None:
+    """A stored or in-process time as ISO-8601 UTC text with microseconds (``None`` stays ``None``).
+
+    Accepts datetimes, nanoseconds since the epoch, and DuckDB's timestamp text
+    (``2026-03-02 14:30:01.123456789+00``), so both chain sources print alike.
+    """
+    if value is None:
+        return None
+    if isinstance(value, int):
+        moment = _EPOCH + timedelta(microseconds=value // 1000)
+    elif isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+    else:
+        match = _DUCKDB_TIME.match(str(value))
+        if match is None:
+            return str(value)
+        day, clock, fraction, offset = match.groups()
+        offset = "+00:00" if offset in (None, "Z") else offset
+        if len(offset) == 3:
+            offset += ":00"
+        elif ":" not in offset:
+            offset = f"{offset[:3]}:{offset[3:]}"
+        moment = datetime.fromisoformat(f"{day}T{clock}.{(fraction or '0')[:6].ljust(6, '0')}{offset}")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def iso_utc(value: datetime | str | None) -> str | None:

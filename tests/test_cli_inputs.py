@@ -19,11 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 import otel_replay
-from otel_replay.analyst import check_statements
 from otel_replay.cli import main
 from otel_replay.cli._inputs import LIVE_STATE_MAX_BYTES
 from otel_replay.errors import ConfigError, QueryError
 from otel_replay.integrity import load_signing_key
+from otel_replay.query.analyst import check_statements
 from otel_replay.server.config import ServerConfig
 from otel_replay.settings import MAX_WAIT_SECONDS, env_number
 from otel_replay.storage.compact_steps import MAX_ROWS, Options
@@ -175,7 +175,7 @@ def test_sql_that_is_not_utf8_names_the_argument(demo: Path, tmp_path: Path) -> 
                                                                                                 "-d", str(demo)))
     with otel_replay.open(demo) as store:
         with pytest.raises(QueryError, match="not valid UTF-8"):
-            check_statements(store._analyst_con(), latin1)
+            check_statements(store.engine._analyst_con(), latin1)
 
 
 # --- ingest ----------------------------------------------------------------------------------------------

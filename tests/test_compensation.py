@@ -20,7 +20,7 @@ from otel_replay import (
     audit,
     replay,
 )
-from otel_replay.claims import CompensationClaims, idempotency_key
+from otel_replay.gate.claims import CompensationClaims, idempotency_key
 
 from ._support import budget_policy, payment, snapshot
 from .rails import FileLedger

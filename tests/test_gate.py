@@ -9,6 +9,7 @@ import pytest
 
 import otel_replay
 from otel_replay import ActionGate, FixAction, Receipt, ReferenceLedger, Verdict, audit, replay
+from otel_replay.gate import reads
 
 from ._support import budget_policy, payment, snapshot
 
@@ -85,7 +86,7 @@ def test_gate_outcomes_are_spans_linked_to_the_decision(telemetry, dataset):
     with otel_replay.open(dataset) as store:
         gates = store.rows("SELECT * FROM gates WHERE decision_id = ? ORDER BY recorded_at", [d.record_id])
         links = store.rows("SELECT links FROM spans WHERE record_id = ?", [gates[2]["gate_id"]])[0]["links"]
-        stored_receipt = store.receipt_for(d.record_id)
+        stored_receipt = reads.receipt_for(store, d.record_id)
     assert [(g["stage"], g["executed"]) for g in gates] == [
         ("commit", "intent"),
         ("commit", "committed"),

@@ -27,9 +27,10 @@ from otel_replay import (
     execute_verdict,
     replay_stored,
 )
-from otel_replay.claims import CompensationClaims, idempotency_key
 from otel_replay.cli import main
 from otel_replay.errors import CaptureError, GateError
+from otel_replay.gate import reads
+from otel_replay.gate.claims import CompensationClaims, idempotency_key
 
 from ._support import budget_policy, payment, snapshot
 
@@ -92,7 +93,7 @@ def test_a_receipt_json_cannot_encode_is_returned_recorded_and_compensated(datas
     telemetry.shutdown()
     assert receipt.receipt_id == "ch_1" and bank.charges == [4200]  # returned, so nobody commits again
     with otel_replay.open(dataset) as store:
-        (stored,) = store.receipts_for("d-1")
+        (stored,) = reads.receipts_for(store, "d-1")
     assert stored["amount"] == "4200.00" and stored["details"]["at"] == receipt.details["at"].isoformat()
 
 
@@ -156,7 +157,7 @@ def test_an_opaque_receipt_is_recorded_by_id_and_repr(dataset):
     telemetry.shutdown()
     assert isinstance(receipt, Opaque)
     with otel_replay.open(dataset) as store:
-        (stored,) = store.receipts_for("d-2")
+        (stored,) = reads.receipts_for(store, "d-2")
     assert stored["receipt_id"] == "op-1" and "Opaque" in stored["repr"]
 
 
@@ -183,7 +184,7 @@ def test_the_commit_record_is_durable_when_commit_returns(dataset):
     assert done.returncode == 9, done.stderr
     record_id, receipt_id = done.stdout.split()
     with otel_replay.open(dataset) as store:
-        assert [r["receipt_id"] for r in store.receipts_for(record_id)] == [receipt_id]
+        assert [r["receipt_id"] for r in reads.receipts_for(store, record_id)] == [receipt_id]
 
 
 class FlakyLedger(ReferenceLedger):
@@ -233,7 +234,7 @@ def test_a_commit_row_stored_twice_is_refunded_once_with_an_outcome(dataset):
     for path in glob.glob(str(dataset / "spans" / "*" / "*.parquet")):
         shutil.copy(path, path[: -len(".parquet")] + "-9.parquet")  # the files delivered twice
     with otel_replay.open(dataset) as store:
-        assert len(store.receipts_for(record_id)) == 2
+        assert len(reads.receipts_for(store, record_id)) == 2
     (outcome,) = _execute(dataset, record_id, ledger)
     assert outcome.executed == "rolled_back" and ledger.balance == 10_000
 

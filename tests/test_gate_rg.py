@@ -22,9 +22,10 @@ from otel_replay.errors import (
     PolicyError,
     RecordNotFound,
 )
-from otel_replay.execute import execute_verdict, replay_stored
+from otel_replay.gate import reads
+from otel_replay.gate.execute import execute_verdict, replay_stored
+from otel_replay.gate.policy import replay
 from otel_replay.integrity import SigningKey
-from otel_replay.replay import replay
 
 from ._support import budget_policy, payment, snapshot
 
@@ -238,7 +239,7 @@ def test_a_commit_of_another_action_than_audited_is_judged_on_its_own_action(dat
     record, ledger = _committed_other(dataset, payment(100), payment(9000))
     assert ledger.balance == 91_000
     with otel_replay.open(dataset) as store:
-        [(gate_id, action)] = store.committed_actions_for(record.record_id)
+        [(gate_id, action)] = reads.committed_actions_for(store, record.record_id)
         assert action == payment(9000)  # the commit record stores what was committed
         assert replay(record, live_state=LIVE_500, policy=budget_policy).fix is FixAction.ALLOW  # $100 fits
         verdict = replay_stored(store, record.record_id, live_state=LIVE_500, policy=budget_policy)
@@ -283,6 +284,6 @@ def test_a_commit_made_by_a_process_killed_inside_audit_is_judged_from_its_inten
         with pytest.raises(RecordNotFound):
             store.record(record_id)  # the decision span was still in the batch queue
         verdict = replay_stored(store, record_id, live_state=STALE, policy=budget_policy)  # was: RecordNotFound
-        receipts = store.receipts_for(record_id)
+        receipts = reads.receipts_for(store, record_id)
     assert verdict.record_id == record_id and verdict.fix is FixAction.ROLLBACK
     assert [r["receipt_id"] for r in receipts] == ["rcpt-0001"]

@@ -28,11 +28,12 @@ from otel_replay import (
     audit,
 )
 from otel_replay.capture.recorder import Recorder, set_recorder
-from otel_replay.claims import ClaimState, CompensationClaims, idempotency_key
 from otel_replay.cli import main
 from otel_replay.errors import CompensationInProgress, ConfigError, GateError
+from otel_replay.gate import reads
+from otel_replay.gate.claims import ClaimState, CompensationClaims, idempotency_key
+from otel_replay.gate.receipts import stored_receipt
 from otel_replay.integrity import SigningKey
-from otel_replay.receipts import stored_receipt
 
 from ._support import payment, snapshot
 from .test_gate_review import _execute
@@ -80,7 +81,7 @@ def test_two_commits_sharing_a_receipt_id_are_refused_by_name_while_the_others_a
     record_id = _commit(dataset, rail, _invoice("INV-1", 100), _invoice("INV-1", 4100), _invoice("INV-2", 7))
     assert f"returned receipt id INV-1 again for decision {record_id}" in caplog.text  # said at commit time too
     with otel_replay.open(dataset) as store:
-        gate_ids = [g for g, _ in store.commits_for(record_id)]
+        gate_ids = [g for g, _ in reads.commits_for(store, record_id)]
     with pytest.raises(GateError, match="2 different commits returned receipt id INV-1") as refused:
         _execute(dataset, record_id, rail)
     assert all(g in str(refused.value) for g in gate_ids[:2])  # both commits named, with their content
@@ -126,7 +127,7 @@ def test_a_receipt_whose_conversion_raises_is_returned_and_recorded_by_repr(data
         telemetry.shutdown()
     assert isinstance(receipt, LazyReceipt) and rail.charges == [42]  # returned once: nobody charges again
     with otel_replay.open(dataset) as store:
-        (stored,) = store.receipts_for("d-lazy")
+        (stored,) = reads.receipts_for(store, "d-lazy")
     assert "LazyReceipt" in stored["repr"]
 
 
@@ -160,7 +161,7 @@ def test_a_self_referencing_receipt_is_committed_and_stored_with_its_cycles_mark
         telemetry.shutdown()
     assert receipt["receipt_id"] == "ch_1" and rail.charged == [42]
     with otel_replay.open(dataset) as store:
-        (stored,) = store.receipts_for("d-cycle")
+        (stored,) = reads.receipts_for(store, "d-cycle")
     assert stored == {"receipt_id": "ch_1", "amount": 42, "self": "<cycle>", "parent": "<cycle>"}
 
 
@@ -201,7 +202,7 @@ def test_the_cli_exits_non_zero_while_a_receipt_is_being_compensated_elsewhere(d
 
     record_id = _commit(dataset, file_ledger(), payment(4200))
     with otel_replay.open(dataset) as store:
-        (stored,) = store.receipts_for(record_id)
+        (stored,) = reads.receipts_for(store, record_id)
     claims = CompensationClaims(dataset)
     held = claims.claim(idempotency_key(record_id, stored["receipt_id"]), decision_id=record_id, receipt_id="r")
     try:

@@ -20,6 +20,7 @@ import pytest
 import otel_replay
 from otel_replay import FixAction, replay_stored
 from otel_replay.errors import RecordNotFound
+from otel_replay.gate import reads
 
 KEY = "write-ahead-test-key-0123456789abcdef"
 
@@ -129,7 +130,7 @@ def test_a_process_dying_before_the_rail_leaves_nothing_executed_and_no_commit(t
     assert book == [] and said == []
     with otel_replay.open(dataset) as store:
         assert _gates(store, decision_id) == []
-        assert store.commits_for(decision_id) == []
+        assert reads.commits_for(store, decision_id) == []
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
@@ -139,7 +140,7 @@ def test_a_process_dying_inside_the_rail_leaves_an_intent_shown_as_executed_unkn
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
         assert _gates(store, decision_id) == ["intent"]  # never silently absent
-        assert store.commits_for(decision_id) == []
+        assert reads.commits_for(store, decision_id) == []
         [(intent_id, action)] = store.unknown_commits_for(decision_id)
         assert action.type == "refund" and action.arguments == {"order": "o-1"}
         report = store.verify(None)
@@ -157,11 +158,11 @@ def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(tmp_p
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
         assert _gates(store, decision_id) == ["intent", "committed"]  # the acknowledged record is there
-        assert [r["receipt_id"] for r in store.receipts_for(decision_id)] == ["refund-o-1"]
+        assert [r["receipt_id"] for r in reads.receipts_for(store, decision_id)] == ["refund-o-1"]
         assert store.unknown_commits_for(decision_id) == []
         with pytest.raises(RecordNotFound):
             store.record(decision_id)  # the decision span itself was still in the batch queue
-        acted = store.intent_decision(decision_id)
+        acted = reads.intent_decision(store, decision_id)
         assert acted is not None and acted.record_id == decision_id
         assert acted.snapshot is not None and dict(acted.snapshot.state) == {"balance": 100}
         assert dict(acted.inputs) == {"order": "o-1", "customer": "c\u00e9-9"}
@@ -310,7 +311,7 @@ def test_a_commit_whose_intent_cannot_be_made_durable_is_refused_before_the_rail
     with otel_replay.open(dataset) as store:
         assert _gates(store, "full-1") == ["intent", "commit_refused"]  # the intent is answered: not "unknown"
         assert store.unknown_commits_for("full-1") == []
-        assert store.commits_for("full-1") == []
+        assert reads.commits_for(store, "full-1") == []
 
 
 def test_a_damaged_log_left_behind_is_salvaged_record_by_record(tmp_path, caplog):
@@ -385,12 +386,12 @@ def test_a_gated_tool_seals_its_decision_in_the_intent_before_the_rail(tmp_path,
     assert seen == ["intent"]  # the intent was fsynced before the rail ran
     with otel_replay.open(dataset) as store:
         (decision_id,) = [r["decision_id"] for r in store.rows("SELECT decision_id FROM gates WHERE executed='intent'")]
-        acted = store.intent_decision(decision_id)
+        acted = reads.intent_decision(store, decision_id)
         assert acted is not None and acted.decision_type == "refund"
         assert acted.snapshot is not None and acted.snapshot.version == "v2"
         assert acted.action == otel_replay.Action("refund", {"order": "o-7"}, cost=20.0)
         assert store.record(decision_id).action == acted.action  # the block ended: its own record agrees
-        assert [r["receipt_id"] for r in store.receipts_for(decision_id)] == [receipt.receipt_id]
+        assert [r["receipt_id"] for r in reads.receipts_for(store, decision_id)] == [receipt.receipt_id]
 
 
 def _logged_executed(dataset: Path) -> list[str]:

@@ -10,8 +10,7 @@ import pytest
 import otel_replay
 from otel_replay import AuditLog, ConfigError, DecisionTracer, audit
 from otel_replay import semconv as sc
-from otel_replay.integrity import load_signing_key, record_hash
-from otel_replay.store import restore_attributes
+from otel_replay.integrity import load_signing_key, record_hash, restore_attributes
 
 from ._support import payment, snapshot
 

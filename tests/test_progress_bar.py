@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from otel_replay import _duck
-from otel_replay.store import Store
+from otel_replay.query.store import Store
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otel_replay"
 
@@ -17,8 +17,8 @@ def _bar(con) -> bool:  # type: ignore[no-untyped-def]
 
 def test_every_connection_the_package_opens_has_the_bar_off(tmp_path: Path) -> None:
     store = Store(tmp_path / "empty")
-    assert _bar(store._con) is False
-    assert _bar(store._analyst_con()) is False
+    assert _bar(store.engine._con) is False
+    assert _bar(store.engine._analyst_con()) is False
     assert _bar(_duck.connect()) is False
     store.close()
 
@@ -47,7 +47,7 @@ def test_arrow_fetches_leave_the_warning_filters_as_they_were_across_threads(tmp
     def lookups(store: Store) -> None:
         try:
             for _ in range(200):
-                assert store._execute("SELECT 1 AS a").num_rows == 1  # pytest turns warnings into errors here
+                assert store.engine._execute("SELECT 1 AS a").num_rows == 1  # pytest turns warnings into errors here
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

@@ -23,9 +23,9 @@ import pytest
 import otel_replay
 from otel_replay.instrumentation import OpenAIInstrumentor, tool
 from otel_replay.instrumentation import scripted as s
+from otel_replay.query.store import Store
 from otel_replay.rerun import recording
 from otel_replay.rerun.load import load_recording
-from otel_replay.store import Store
 
 NAMED: list[tuple[str, str]] = [
     ("db_password", "zqc01dbpw"),

@@ -9,10 +9,10 @@ import json
 import duckdb
 import pytest
 
-from otel_replay.analyst import table_rows, unique_names
-from otel_replay.chains import ReplayChain
 from otel_replay.cli import render
 from otel_replay.integrity import VerifyReport
+from otel_replay.query.analyst import table_rows, unique_names
+from otel_replay.query.chains import ReplayChain
 
 HOSTILE = [
     "\x1b[31mred\x1b[0m",

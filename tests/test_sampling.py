@@ -25,6 +25,7 @@ import otel_replay
 from otel_replay import ActionGate, RecordSampler, ReferenceLedger, audit
 from otel_replay.capture.recorder import Recorder, get_recorder, set_recorder
 from otel_replay.errors import CaptureError, ConfigError
+from otel_replay.gate import reads
 from otel_replay.integrity import SigningKey
 
 from ._support import payment, snapshot
@@ -59,7 +60,7 @@ def test_a_decision_under_an_unsampled_parent_and_its_receipt_are_stored(dataset
     telemetry.shutdown()
     with otel_replay.open(dataset) as store:
         assert store.record(d.record_id).action == payment()
-        assert [r["receipt_id"] for r in store.receipts_for(d.record_id)] == ["rcpt-0001"]
+        assert [r["receipt_id"] for r in reads.receipts_for(store, d.record_id)] == ["rcpt-0001"]
 
 
 def test_a_ratio_sampler_in_the_environment_samples_other_spans_but_never_a_record(dataset, monkeypatch):

@@ -30,9 +30,8 @@ from otel_replay import semconv as sc
 from otel_replay.errors import DatasetError, QueryError
 from otel_replay.exporters.rows import request_to_table, spans_to_table
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA
-from otel_replay.integrity import load_signing_key
+from otel_replay.integrity import load_signing_key, restore_attributes
 from otel_replay.storage import compact, live_files
-from otel_replay.store import restore_attributes
 
 from ._versions import V2_COLUMNS, rewrite_as_version_1
 

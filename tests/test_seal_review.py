@@ -20,6 +20,7 @@ from otel_replay import semconv as sc
 from otel_replay.capture.recorder import Recorder, get_recorder, set_recorder
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.exporters import ParquetSpanExporter
+from otel_replay.gate import reads
 from otel_replay.integrity import (
     MISPLACED,
     Chain,
@@ -27,10 +28,10 @@ from otel_replay.integrity import (
     SigningKey,
     StoredRecord,
     load_signing_key,
+    restore_attributes,
     verify_records,
 )
-from otel_replay.store import restore_attributes
-from otel_replay.trust import select_trusted, split_trusted
+from otel_replay.query.trust import select_trusted, split_trusted
 
 from ._support import in_forked_child, payment, snapshot
 from .test_trust import Rows, _add_file, _decision_row, _ints, _replay_cli, _rows
@@ -177,8 +178,8 @@ def test_a_commit_and_its_compensation_copied_into_another_trace_still_count(tmp
     assert {json.loads(r["attributes"])[sc.GATE_STAGE] for r in copies} >= {"commit", "post_commit"}
     _add_file(dataset, copies, table.schema, name="part-0-copy.parquet")
     with otel_replay.open(dataset) as store:
-        assert {r["receipt_id"] for r in store.receipts_for(d.record_id)} == {receipt.receipt_id}
-        assert store.compensation_for(d.record_id)["executed"] == "rolled_back"
+        assert {r["receipt_id"] for r in reads.receipts_for(store, d.record_id)} == {receipt.receipt_id}
+        assert reads.compensation_for(store, d.record_id)["executed"] == "rolled_back"
         problems = store.verify(load_signing_key()).problems
         assert len(problems) == len(copies) and all(p.problem.startswith(MISPLACED) for p in problems)
         gates = store.rows("SELECT trace_id FROM gates WHERE decision_id = ?", [d.record_id])

@@ -235,7 +235,7 @@ def _rewrite_version(source: Path, target: Path, version: str | None, *, name: s
 
 
 def test_a_file_from_a_newer_major_schema_version_is_refused_by_name(telemetry, dataset):
-    from otel_replay.store import schema_version
+    from otel_replay.query.files import schema_version
 
     record = _capture(telemetry)
     good = next((dataset / "spans").rglob("*.parquet"))

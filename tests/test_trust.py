@@ -23,8 +23,8 @@ from otel_replay import (
 )
 from otel_replay import semconv as sc
 from otel_replay.cli import main
-from otel_replay.integrity import SigningKey, load_signing_key, record_hash
-from otel_replay.store import restore_attributes
+from otel_replay.gate import reads
+from otel_replay.integrity import SigningKey, load_signing_key, record_hash, restore_attributes
 
 from ._support import budget_policy, payment, snapshot
 
@@ -176,7 +176,7 @@ def test_unsealed_gate_commit_posted_over_otlp_is_never_compensated(paid, datase
         receiver.stop()
     with otel_replay.open(dataset) as store:
         assert store.rows("SELECT count(*) AS n FROM gates WHERE gate_id = 'evil-gate'")[0]["n"] == 1  # it is stored
-        assert [r["receipt_id"] for r in store.receipts_for(record.record_id)] == ["rcpt-0001"]
+        assert [r["receipt_id"] for r in reads.receipts_for(store, record.record_id)] == ["rcpt-0001"]
         assert store.record(record.record_id) == record
     ledger_calls = []
 
@@ -237,8 +237,8 @@ def test_exact_duplicate_rows_of_one_record_count_once(paid, dataset):
     with otel_replay.open(dataset) as store:
         assert store.verify(load_signing_key()).ok
         assert store.record(record.record_id) == record
-        assert len(store.receipts_for(record.record_id)) == 2  # the commit row twice: same receipt
-        assert {r["receipt_id"] for r in store.receipts_for(record.record_id)} == {"rcpt-0001"}
+        assert len(reads.receipts_for(store, record.record_id)) == 2  # the commit row twice: same receipt
+        assert {r["receipt_id"] for r in reads.receipts_for(store, record.record_id)} == {"rcpt-0001"}
 
 
 def test_run_never_reuses_a_variable_from_an_earlier_call(dataset):

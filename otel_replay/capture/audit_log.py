@@ -10,17 +10,15 @@ import threading
 from collections import deque
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay._json import normalise
 from otel_replay.capture.context import current_ids
+from otel_replay.capture.reader import DatasetReader
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.records import AuditEntry, iso_utc, new_id
-
-if TYPE_CHECKING:
-    from otel_replay.store import Store
 
 __all__ = ["AuditLog"]
 
@@ -37,7 +35,7 @@ class AuditLog:
 
     """
 
-    def __init__(self, sink: Sink | None = None, store: Store | None = None) -> None:
+    def __init__(self, sink: Sink | None = None, store: DatasetReader | None = None) -> None:
         """Create a log; see the class docstring."""
         self._sink = sink
         self._store = store

@@ -64,7 +64,7 @@ from otel_replay.errors import DatasetError, OutcomeAlreadyRecorded
 from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.exporters.writer import fsync_dir
 
-__all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OutcomeClaim", "claim_outcome", "expire_outcome_claims"]
+__all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OutcomeClaim", "claim_outcome", "claimant", "expire_outcome_claims"]
 
 CLAIMS_DB = "claims.sqlite3"
 """The local claim store's file name in :data:`OUTCOMES_DIR` (beside it SQLite keeps ``-wal`` and ``-shm``)."""
@@ -134,8 +134,8 @@ class OutcomeClaim:
 _claimant_of: tuple[int, str] = (-1, "")
 
 
-def _claimant() -> str:
-    """``pid N on HOST`` for this process (the host name asked once per process: it is per outcome)."""
+def claimant() -> str:
+    """``pid N on HOST``: who holds a claim (outcome or compensation); the host name is asked once per process."""
     global _claimant_of
     pid = os.getpid()
     if _claimant_of[0] != pid:
@@ -153,7 +153,7 @@ def _body(decision_id: str, outcome_id: str, outcome_correct: bool) -> bytes:
             "decision_id": decision_id,
             "outcome_id": outcome_id,
             "outcome_correct": outcome_correct,
-            "claimant": _claimant(),
+            "claimant": claimant(),
             "claimed_at": _iso(time.time_ns()),
         },
         sort_keys=True,
@@ -284,7 +284,7 @@ class _ClaimStore:
                 written = None
             raise _refusal(decision_id, legacy, _held(written))
         key = _key(decision_id)
-        row = (key, outcome_id, int(outcome_correct), _claimant(), time.time_ns())
+        row = (key, outcome_id, int(outcome_correct), claimant(), time.time_ns())
         with self.lock:
             con = self.connection()
             try:

@@ -26,7 +26,8 @@ from otel_replay.cli import render as r
 from otel_replay.errors import OtelReplayError
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import local_root_problem, resolve
-from otel_replay.store import Store
+from otel_replay.query import files as query_files
+from otel_replay.query.store import Store
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -171,7 +172,7 @@ def open_dataset(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Sto
     if why is not None:
         raise click.ClickException(why)
     quiet = _SkipNotices()
-    store_log = logging.getLogger("otel_replay.store")
+    store_log = logging.getLogger(query_files.__name__)  # where the read side says it skips a file
     store_log.addFilter(quiet)  # the CLI names skipped files itself, once, below
     try:
         store = Store(dataset, skip_corrupt=skip_corrupt, **trust)

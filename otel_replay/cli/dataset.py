@@ -6,11 +6,11 @@ import sys
 
 import click
 
-from otel_replay.analyst import require_utf8
-from otel_replay.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.cli import render as r
 from otel_replay.cli._inputs import dataset_option, friendly, input_file, key_file_keys, open_dataset, skip_option
 from otel_replay.integrity import load_signing_key
+from otel_replay.query.analyst import require_utf8
+from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
 
 __all__ = ["calibration", "chain", "sql", "tree", "verify"]
 

@@ -29,14 +29,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from otel_replay.analyst import table_rows
+from otel_replay.query.analyst import table_rows
 
 if TYPE_CHECKING:
-    from otel_replay.chains import ReplayChain
     from otel_replay.demo import DemoResult
     from otel_replay.gate import GateOutcome
+    from otel_replay.gate.policy import Verdict
     from otel_replay.integrity import VerifyReport
-    from otel_replay.replay import Verdict
+    from otel_replay.query.chains import ReplayChain
 
 __all__ = [
     "CELL_WIDTH",

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from otel_replay import settings
-from otel_replay.analyst import require_utf8
 from otel_replay.cli import render as r
 from otel_replay.cli._inputs import (
     dataset_option,
@@ -19,12 +18,13 @@ from otel_replay.cli._inputs import (
     require_writable,
     skip_option,
 )
-from otel_replay.execute import execute_verdict, replay_stored
 from otel_replay.gate import GateOutcome, Rail
+from otel_replay.gate.execute import execute_verdict, replay_stored
+from otel_replay.gate.policy import IMPORT_HELP, Verdict, load_callable, load_policy
 from otel_replay.integrity import SigningKey
 from otel_replay.pipeline import configure
-from otel_replay.replay import IMPORT_HELP, Verdict, load_callable, load_policy
-from otel_replay.store import Store
+from otel_replay.query.analyst import require_utf8
+from otel_replay.query.store import Store
 
 __all__ = ["replay_cmd"]
 
@@ -118,7 +118,7 @@ def _compensate(
 
 
 def _compensation_summary(exc: BaseException) -> str | None:
-    """What happened to every receipt, from the note :func:`~otel_replay.execute.execute_verdict` adds to its error."""
+    """What happened to every receipt, from the note :func:`~otel_replay.gate.execute_verdict` adds to its error."""
     for note in getattr(exc, "__notes__", ()):
         if isinstance(note, str) and "every receipt of the decision: " in note:
             return f"{note.split('every receipt of the decision: ', 1)[1]} (first failure: {type(exc).__name__})"

@@ -21,18 +21,18 @@ from typing import Any, cast
 import click
 
 from otel_replay import settings
-from otel_replay.analyst import require_utf8
 from otel_replay.cli._inputs import friendly, read_live_state, require_writable
 from otel_replay.cli.render import clean, first_line, one_line
 from otel_replay.errors import OtelReplayError, RerunError
+from otel_replay.gate.policy import IMPORT_HELP, load_callable
 from otel_replay.location import resolve
 from otel_replay.pipeline import configure
-from otel_replay.replay import IMPORT_HELP, load_callable
+from otel_replay.query.analyst import require_utf8
+from otel_replay.query.store import Store
 from otel_replay.rerun.guards import parse_allow_live
 from otel_replay.rerun.load import recorded_sessions
 from otel_replay.rerun.runner import RerunResult, rerun
 from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
-from otel_replay.store import Store
 
 __all__ = ["DIVERGED", "rerun_command"]
 

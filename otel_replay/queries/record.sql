@@ -1,7 +1,7 @@
 -- record rows: every stored row that claims to be a record (decision, outcome,
 -- audit entry, gate) and matches one of the filters below, with what the seal
 -- check and rehydration need. Rows are returned, never chosen: the caller
--- re-hashes and verifies each one (otel_replay.trust), so a copied, edited or
+-- re-hashes and verifies each one (otel_replay.query.trust), so a copied, edited or
 -- unsealed row cannot win by sorting first.
 -- Variables (NULL to leave a filter off):
 --   record_id         rows claiming this record id

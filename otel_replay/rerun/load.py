@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from otel_replay import semconv as sc
 from otel_replay._json import strict_loads
 from otel_replay.errors import ConfigError, DatasetError, PayloadError, RecordNotFound, UntrustedRecord
-from otel_replay.integrity import MISPLACED
+from otel_replay.integrity import MISPLACED, stored_record
+from otel_replay.query.store import Store
 from otel_replay.rerun.codec import RECORDING_FORMAT, arguments_codec, codec_of_format, match_key
 from otel_replay.rerun.events import FINGERPRINT_VERSION, Event, Fingerprint, value_hash
-from otel_replay.store import Store, stored_record
 
 _log = logging.getLogger(__name__)
 

@@ -123,9 +123,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     import fnmatch
 
     from otel_replay.errors import ConfigError
+    from otel_replay.query.store import Store
     from otel_replay.rerun.guards import parse_allow_live
     from otel_replay.rerun.load import recorded_sessions
-    from otel_replay.store import Store
 
     with Store(dataset) as store:
         sessions = [str(row["session_id"]) for row in recorded_sessions(store)]

@@ -16,9 +16,10 @@ from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
+from otel_replay.gate.policy import Policy, load_callable
+from otel_replay.query.store import Store
 from otel_replay.records import new_id
 from otel_replay.redaction import message_of, redact
-from otel_replay.replay import Policy, load_callable
 from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
 from otel_replay.rerun.events import Fingerprint
 from otel_replay.rerun.guards import LiveAllowList, install_guards, parse_allow_live
@@ -26,7 +27,6 @@ from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, fingerprint_version, load_recording
 from otel_replay.rerun.record import outcome_of
 from otel_replay.rerun.serve import CREDENTIALS, Credentials, Divergence, Governance, RerunMode
-from otel_replay.store import Store
 
 __all__ = ["GateResult", "RerunResult", "rerun"]
 
@@ -392,7 +392,7 @@ def _same_outcome(recorded: str, error: str | None, ended: str, codec: int) -> b
 def _gate(
     store: Store, result: RerunResult, live_state: Mapping[str, Any], policy: Policy, rail: Any
 ) -> list[GateResult]:
-    from otel_replay.execute import execute_verdict, judge_stored
+    from otel_replay.gate.execute import execute_verdict, judge_stored
 
     outcomes = []
     for original_id, _ in result.decisions:

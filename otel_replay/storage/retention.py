@@ -257,7 +257,7 @@ def _drop_remote(
 def _expire_claims(location: Location, cutoff: dt.date) -> int:
     """Delete the outcome and compensation claims last written before ``cutoff`` (midnight UTC); how many."""
     from otel_replay.capture.outcome_claims import expire_outcome_claims
-    from otel_replay.claims import CLAIMS_DIR
+    from otel_replay.gate.claims import CLAIMS_DIR
 
     before_ns = midnight_ns(cutoff)
     expired = expire_outcome_claims(location, before_ns)  # the rows of a local claim store

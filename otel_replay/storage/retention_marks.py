@@ -40,7 +40,7 @@ from otel_replay import _duck as duck
 from otel_replay import semconv as sc
 from otel_replay._json import canonical_json, strict_loads
 from otel_replay.errors import DatasetError, PayloadError
-from otel_replay.integrity import SealCheck, SigningKey, VerifyProblem, keys_by_id
+from otel_replay.integrity import SealCheck, SigningKey, VerifyProblem, keys_by_id, stored_record
 from otel_replay.location import Location
 
 from .backend import backend_for
@@ -234,8 +234,6 @@ def _passing(
 
     A row passes when its seal passes the check and it was sealed in ``window``.
     """
-    from otel_replay.store import stored_record  # the store imports this package
-
     passed: dict[tuple[str, int], tuple[str, str, str, str]] = {}
     by_file: dict[int, list[tuple[str, int, int]]] = {}
     for chain_id, seq, file_no, row_no in places:

@@ -16,7 +16,7 @@ the indexed files that hold it plus every live file the index does not cover
 complete as one over every file.
 
 A process that looks up one kind in one index again (a warm
-:class:`~otel_replay.store.Store`) holds that kind's sorted keys in memory
+:class:`~otel_replay.query.store.Store`) holds that kind's sorted keys in memory
 (:class:`_HeldKeys`, within :data:`HELD_KEYS_BYTES`), so each later lookup
 is a binary search of an Arrow array, microseconds instead of decoding an
 index row group (about 3 ms at 10M spans). The first lookup reads row groups
@@ -540,7 +540,7 @@ def files_for(
     index yet (query every file). An empty list means no file can hold the id.
     ``snapshot`` (remote datasets only): answer over that listing, taken by
     :func:`~.manifest.remote_partitions`, instead of listing the bucket again
-    (what :class:`~otel_replay.store.Store` does between refreshes).
+    (what :class:`~otel_replay.query.store.Store` does between refreshes).
 
     Raises:
         ConfigError: no id given.

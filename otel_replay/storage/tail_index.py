@@ -49,7 +49,7 @@ def _absent(kind: str) -> int:
 class TailIndex:
     """Which not-yet-indexed files hold an id; see the module docstring.
 
-    Not thread-safe on its own: the :class:`~otel_replay.store.Store` calls it
+    Not thread-safe on its own: the :class:`~otel_replay.query.store.Store` calls it
     under its lock.
     """
 

@@ -31,11 +31,11 @@ from otel_replay import semconv as sc
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ReplayMismatchError
 from otel_replay.instrumentation import tool
+from otel_replay.query.store import Store
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.codec import decode_value, decoded_json_text, encode_value, stable_json
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.load import load_recording
-from otel_replay.store import Store
 
 from .conftest import record
 

@@ -13,9 +13,9 @@ import pytest
 import otel_replay
 from otel_replay.errors import ReplayMismatchError
 from otel_replay.instrumentation import tool
+from otel_replay.query.store import Store
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.load import load_recording
-from otel_replay.store import Store
 
 from .conftest import record
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from otel_replay.instrumentation import tool
+from otel_replay.query.store import Store
 from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import stable_json, unmatchable
 from otel_replay.rerun.load import load_recording
-from otel_replay.store import Store
 
 from .conftest import record
 

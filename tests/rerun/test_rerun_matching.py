@@ -31,11 +31,11 @@ import urllib3
 import otel_replay
 from otel_replay.errors import ConfigError
 from otel_replay.instrumentation.scripted import ScriptedServer, anthropic_message, chat_completion
+from otel_replay.query.store import Store
 from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import stable_json
 from otel_replay.rerun.http import VOLATILE_HEADERS, compared_headers
 from otel_replay.rerun.load import load_recording
-from otel_replay.store import Store
 
 from .conftest import record
 

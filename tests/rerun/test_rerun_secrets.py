@@ -15,11 +15,11 @@ import pytest
 
 import otel_replay
 from otel_replay.instrumentation import tool
+from otel_replay.query.store import Store
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.codec import arguments_codec
 from otel_replay.rerun.http import request_arguments
 from otel_replay.rerun.load import load_recording
-from otel_replay.store import Store
 
 from .conftest import record
 from .test_rerun_http import _reply, _server, _stored_events

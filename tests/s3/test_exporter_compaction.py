@@ -12,9 +12,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_replay.errors import ConfigError
 from otel_replay.exporters import ParquetSpanExporter
+from otel_replay.query.store import Store
 from otel_replay.storage import live_files
 from otel_replay.storage.manifest import is_compacted_name
-from otel_replay.store import Store
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])

@@ -14,7 +14,7 @@ import pytest
 
 import otel_replay
 from otel_replay import ActionGate, AlreadyCompensated, CompensationPending, audit
-from otel_replay.claims import ClaimState, CompensationClaims
+from otel_replay.gate.claims import ClaimState, CompensationClaims
 
 from ..rails import FileLedger
 from .conftest import keys
@@ -84,7 +84,7 @@ def test_claim_states_on_s3_refuse_a_second_claimant(bucket: str) -> None:
 
 _CRASHING_CLAIMANT = """
 import os, sys
-from otel_replay.claims import CompensationClaims
+from otel_replay.gate.claims import CompensationClaims
 CompensationClaims(sys.argv[1], ttl_seconds=1.0).claim("b" * 32, decision_id="d", receipt_id="r-2")
 os._exit(17)  # dies between its claim and the rail's answer, lock and all
 """

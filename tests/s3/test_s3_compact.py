@@ -17,10 +17,10 @@ import pytest
 
 from otel_replay.errors import DatasetError
 from otel_replay.location import register_with, resolve
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.lease import ObjectLease, lease_for
 from otel_replay.storage.manifest import is_compacted_name
-from otel_replay.store import Store
 
 from ..storage.conftest import load_generator
 from .conftest import keys

@@ -20,7 +20,7 @@ import otel_replay.errors
 from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.location import resolve
-from otel_replay.store import Store
+from otel_replay.query.store import Store
 
 from .conftest import keys
 
@@ -223,7 +223,7 @@ def test_duckdb_threads_sharing_one_object_handle_read_correct_bytes(
     monkeypatch.setattr(loc_module, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(loc_module, "OBJECT_CACHE_BYTES", 64 * 4096)
     with Store(uri) as store:
-        store._con.execute("SET threads = 8")
+        store.engine._con.execute("SET threads = 8")
         for _ in range(5):
             got = store.rows(
                 "SELECT count(*) AS n, count(DISTINCT span_id) AS d, sum(length(attributes)) AS b FROM spans"

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, drop_older_than
 from otel_replay.storage.facts import plan
-from otel_replay.store import Store
 
 from ..storage.test_facts import (
     VIEWS_CALIBRATION,
@@ -48,7 +48,7 @@ def _figures(ds: str | Path) -> list[Any]:
 def _check_same(ds: str, *, facts_expected: bool) -> list[Any]:
     """The facts queries equal the views' figures on the S3 dataset; whether facts files were planned as expected."""
     with Store(ds) as store:
-        sizes = {path: stamp[0] for path, stamp in store._checked.items()}
+        sizes = {path: stamp[0] for path, stamp in store.engine.triage.checked.items()}
         found = plan(store.files, sizes, store.location)
         assert bool(found.fact_files) == facts_expected, found
         assert all(f.startswith("s3://") for f in found.fact_files)

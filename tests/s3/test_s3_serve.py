@@ -12,8 +12,8 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_replay.errors import ConfigError
+from otel_replay.query.store import Store
 from otel_replay.server import Receiver, ServerConfig
-from otel_replay.store import Store
 
 from ..server.conftest import make_spans, sdk_exporter
 from .conftest import keys

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_replay.errors import CorruptFileError
 from otel_replay.exporters import ParquetSpanExporter
-from otel_replay.store import Store
+from otel_replay.query.store import Store
 
 
 def _damaged_copy(s3: Any, bucket: str, key: str) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from otel_replay.errors import DatasetError
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
-from otel_replay.store import Store
 
 from ..storage.conftest import load_generator
 from .conftest import keys

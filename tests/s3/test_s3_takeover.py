@@ -16,12 +16,12 @@ from botocore.exceptions import EndpointConnectionError
 
 from otel_replay.errors import DatasetError
 from otel_replay.location import resolve
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, drop_older_than, live_files
 from otel_replay.storage.compact_s3 import compact_partition
 from otel_replay.storage.compact_steps import Options, PartitionReport
 from otel_replay.storage.lease import LeaseLost, ObjectLease
 from otel_replay.storage.manifest import partition_names
-from otel_replay.store import Store
 
 from ..storage.conftest import load_generator
 from .test_s3_compact import _count

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_replay.exporters.writer import DatasetWriter
+from otel_replay.query.store import Store
 from otel_replay.storage import PartitionLease, compact, live_files
 from otel_replay.storage.manifest import partition_dirs, read_manifest, write_manifest
-from otel_replay.store import Store
 
 from .conftest import count_rows
 

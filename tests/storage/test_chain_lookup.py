@@ -22,6 +22,8 @@ import pytest
 
 from otel_replay import CorruptFileError
 from otel_replay import semconv as sc
+from otel_replay.integrity import stored_record
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, files_for, live_files
 from otel_replay.storage.manifest import partition_dirs
 from otel_replay.storage.side_index import (
@@ -32,7 +34,6 @@ from otel_replay.storage.side_index import (
     build_index,
     write_index,
 )
-from otel_replay.store import Store, stored_record
 
 from .._versions import rewrite_as_version_1
 from ..test_store import damage_pages
@@ -121,7 +122,7 @@ def _outcome_ids(rows: list[dict[str, Any]]) -> set[str]:
 
 def _same_outcome_rows(store: Store, decision_ids: list[str]) -> int:
     """The outcome rows Store's verified lookups read (narrowed by decision id) equal those over every file."""
-    narrowed = sorted(map(repr, store._record_rows(decision_ids=decision_ids)))  # noqa: SLF001
+    narrowed = sorted(map(repr, store.record_rows(decision_ids=decision_ids)))
     full = sorted(repr(stored_record(row)) for row in store.run("record", decision_ids=decision_ids))
     assert narrowed == full
     return len(full)

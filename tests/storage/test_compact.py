@@ -13,9 +13,9 @@ import pytest
 
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs
-from otel_replay.store import Store
 
 from .conftest import count_rows
 

@@ -25,9 +25,9 @@ import pytest
 
 from otel_replay import semconv as sc
 from otel_replay.exporters.schema import SPAN_SCHEMA
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, drop_older_than, live_files
 from otel_replay.storage.facts import FACTS_SCHEMA, plan
-from otel_replay.store import Store
 
 from .._versions import version_1_table
 
@@ -435,7 +435,7 @@ def test_the_numeric_join_key_matches_exactly_what_the_string_join_matches(tmp_p
 
 def watch_facts_use(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each calibration / decision summary from now on read facts files (the Store's own answer)."""
-    import otel_replay.store as store_module
+    import otel_replay.query.engine as store_module
 
     used: list[bool] = []
     real = store_module.point_facts

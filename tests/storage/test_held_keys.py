@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, files_for
 from otel_replay.storage import side_index as si
 from otel_replay.storage.manifest import partition_dirs
 from otel_replay.storage.side_index import INDEX_KINDS, build_index, write_index
-from otel_replay.store import Store
 
 from .test_chain_lookup import ELSEWHERE, SECOND, TARGET, _hostile, _late, _outcome_ids, _rows, _same, _write
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from otel_replay.query.store import Store
 from otel_replay.storage import compact
-from otel_replay.store import Store
 
 from .test_facts import decision, outcome, rid, write
 
@@ -95,7 +95,7 @@ def test_a_shared_database_file_is_never_planned_lean(tmp_path: Path) -> None:
     store.close()
     memory = Store(ds)
     memory.run_for("chains/trade", {"correlation_id": "c-1"}, chain_id="c-1")
-    assert memory._con.execute("SELECT current_setting('disabled_optimizers')").fetchone()[0] != ""
+    assert memory.engine._con.execute("SELECT current_setting('disabled_optimizers')").fetchone()[0] != ""
 
 
 def test_a_deeply_nested_facts_footer_falls_back_to_the_spans(tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def test_retention_expires_outcome_and_compensation_claims_older_than_the_cutoff
     import sqlite3
 
     from otel_replay.capture.outcome_claims import claim_outcome
-    from otel_replay.claims import ClaimState, CompensationClaims
+    from otel_replay.gate.claims import ClaimState, CompensationClaims
 
     path, _ = make_dataset(spans=300, ids=30)
     old = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC).timestamp()  # in the first partition's day

@@ -136,7 +136,8 @@ def test_partitions_without_an_index_contribute_every_file(make_dataset) -> None
 
 def test_trade_chain_over_files_for_equals_the_store_chain(make_dataset) -> None:
     """What Store will do: point the views at files_for's answer; the chain must not change."""
-    from otel_replay.store import Store, load_sql
+    from otel_replay.query.engine import load_sql
+    from otel_replay.query.store import Store
 
     path, _ = make_dataset(spans=3000, ids=300)
     compact(path, grace_seconds=0, target_rows=300)

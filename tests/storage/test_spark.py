@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.manifest import partition_dirs
-from otel_replay.store import Store
 
 pyspark = pytest.importorskip("pyspark")
 if shutil.which("java") is None:

@@ -10,10 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_replay import CorruptFileError, ReplayBuilder
-from otel_replay.chains import stored_traces
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, files_for, live_files
 from otel_replay.storage.manifest import partition_dirs
-from otel_replay.store import Store
 
 from ..test_store import damage_pages
 
@@ -57,7 +56,7 @@ def test_lookups_over_the_index_equal_lookups_over_every_file(make_dataset, tmp_
             assert store.run_for("chains/trade", {"correlation_id": None}, chain_id=chain_id) == full  # no id
             built = ReplayBuilder(store).build("trade", chain_id).to_json()
             assert built == ReplayBuilder(unindexed).build("trade", chain_id).to_json()
-            assert stored_traces(store, correlation_id=chain_id) == stored_traces(unindexed, correlation_id=chain_id)
+            assert store.traces(correlation_id=chain_id) == unindexed.traces(correlation_id=chain_id)
             for record_id in _record_ids(path, chain_id)[:4]:
                 rows = store.run("record", record_id=record_id)
                 assert rows and store.run_for("record", {"record_id": record_id}, record_id=record_id) == rows
@@ -111,7 +110,7 @@ def test_only_a_narrowed_lookup_plans_without_the_costly_optimizers(make_dataset
     compact(path, grace_seconds=0, target_rows=300)
 
     def disabled(store: Store) -> str:
-        row = store._con.execute("SELECT current_setting('disabled_optimizers')").fetchone()  # noqa: SLF001
+        row = store.engine._con.execute("SELECT current_setting('disabled_optimizers')").fetchone()  # noqa: SLF001
         assert row is not None
         return str(row[0])
 

@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_replay.errors import CorruptFileError, DatasetError
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.compact_steps import Seen, exact_duplicates, repeated_in
 from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest, write_manifest
 from otel_replay.storage.retention import drop_older_than
 from otel_replay.storage.side_index import files_for
-from otel_replay.store import Store
 
 from .conftest import count_rows, load_generator
 
@@ -325,7 +325,7 @@ def test_a_store_opened_while_a_grace_0_compaction_swaps_lists_again(make_datase
     # Third review: the reader lists the arrival files, a --grace 0 compaction swaps and deletes them, then the
     # reader checks its (stale) listing: the files are gone and their replacements were never listed. The Store
     # must list again, not bind the partition with nothing in it.
-    import otel_replay.store as store_module
+    import otel_replay.query.files as store_module
 
     path, figures = make_dataset(spans=2000, ids=200, duplicates=0.0)
     real = store_module.live_files

@@ -10,11 +10,11 @@ import pytest
 
 from otel_replay import CorruptFileError
 from otel_replay.location import resolve
+from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.manifest import partition_dirs
 from otel_replay.storage.side_index import INDEX_KINDS, indexed_and_tail
 from otel_replay.storage.tail_index import TailIndex
-from otel_replay.store import Store
 
 from ..test_store import damage_pages
 
@@ -61,7 +61,7 @@ def test_lookups_with_a_tail_equal_lookups_over_every_file(make_dataset) -> None
                 assert (len(full) > 0) == (chain_id != "absent")
         split = indexed_and_tail(path, [("correlation_id", CHAIN)])
         assert split is not None and len(split[1]) == 30
-        assert store._tail.files_read == 30  # each arrival's ids read once, over ten lookups
+        assert store.engine._tail.files_read == 30  # each arrival's ids read once, over ten lookups
 
 
 def test_a_tail_file_that_cannot_hold_the_id_is_not_opened(make_dataset) -> None:
@@ -119,10 +119,10 @@ def test_compaction_retires_tail_entries_and_lookups_stay_equal(make_dataset) ->
     with Store(path) as store:
         first = store.run_for("chains/trade", {"correlation_id": CHAIN}, chain_id=CHAIN)
         store.run_for("chains/trade", {"correlation_id": CHAIN}, chain_id=CHAIN)
-        assert store._tail.keys > 0
+        assert store.engine._tail.keys > 0
         compact(path, grace_seconds=0, target_rows=300)
         store.refresh()
-        assert store._tail.keys == 0  # every arrival was folded into the compacted files
+        assert store.engine._tail.keys == 0  # every arrival was folded into the compacted files
         assert store.run_for("chains/trade", {"correlation_id": CHAIN}, chain_id=CHAIN) == first
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from otel_replay._json import canonical_json
+from otel_replay.gate.rails import Receipt
 
 __all__ = ["RECEIPT_TYPE", "RECEIPT_TYPE_KEY", "receipt_id_of", "stored_receipt"]
 
@@ -105,12 +105,12 @@ def _safe_repr(value: Any) -> str:
 def stored_receipt(receipt: Any) -> Any:
     """The JSON value the gate stores for ``receipt``; never raises.
 
-    ``receipt.to_json()`` when the receipt has one (a :class:`~otel_replay.gate.Receipt`),
+    ``receipt.to_json()`` when the receipt has one (a :class:`~otel_replay.gate.rails.Receipt`),
     else the receipt itself when it is JSON-like (a mapping, list, string or
     number), else a dataclass's fields; values JSON cannot hold are stored as
     their text (dates as ISO 8601), a back-reference to a container on the
     path as ``"<cycle>"``, and values past the 10,000th are cut. A
-    :class:`~otel_replay.gate.Receipt` is marked (``"otel_replay.type":
+    :class:`~otel_replay.gate.rails.Receipt` is marked (``"otel_replay.type":
     "Receipt"``) so that only it is rebuilt as one at compensation. Anything
     else, or a receipt whose conversion raises anything, is stored as
     ``{"receipt_id": ..., "repr": repr(receipt)}``.
@@ -144,21 +144,13 @@ def _stored(receipt: Any) -> Any:
 
 
 RECEIPT_TYPE_KEY = "otel_replay.type"
-"""Key of the marker :func:`stored_receipt` adds to a :class:`~otel_replay.gate.Receipt`'s stored form."""
+"""Key of the marker :func:`stored_receipt` adds to a :class:`~otel_replay.gate.rails.Receipt`'s stored form."""
 RECEIPT_TYPE = "Receipt"
-
-
-@functools.cache
-def _receipt_class() -> type:
-    """:class:`otel_replay.gate.Receipt`, imported on first use (the gate imports this module)."""
-    from otel_replay.gate import Receipt
-
-    return Receipt
 
 
 def _marked(receipt: Any, plain: Any) -> Any:
     """``plain``, marked as made from otel-replay's ``Receipt`` when it was (so only then is one rebuilt)."""
-    if type(receipt) is _receipt_class() and isinstance(plain, dict):
+    if type(receipt) is Receipt and isinstance(plain, dict):
         return {**plain, RECEIPT_TYPE_KEY: RECEIPT_TYPE}
     return plain
 

@@ -41,13 +41,13 @@ import fcntl
 import hashlib
 import json
 import os
-import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from otel_replay._json import strict_loads
+from otel_replay.capture.outcome_claims import claimant
 from otel_replay.errors import (
     AlreadyCompensated,
     CompensationInProgress,
@@ -58,9 +58,8 @@ from otel_replay.errors import (
 )
 from otel_replay.exporters.writer import write_bytes_atomic
 from otel_replay.location import Location, resolve
-
-if TYPE_CHECKING:
-    from otel_replay.storage.lease import ObjectLease
+from otel_replay.storage import objects
+from otel_replay.storage.lease import ObjectLease
 
 __all__ = ["CLAIMS_DIR", "Claim", "ClaimState", "CompensationClaims", "idempotency_key"]
 
@@ -95,10 +94,6 @@ class Claim:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
-
-
-def _claimant() -> str:
-    return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
 LEASE_TTL_SECONDS = 60.0
@@ -137,8 +132,6 @@ class CompensationClaims:
     # --- storage: a file per claim locally, an object per claim on S3 ------------------
 
     def _client(self) -> Any:
-        from otel_replay.storage import objects
-
         if self._s3 is None:
             self._s3 = objects.client(self.location)
         return self._s3
@@ -149,8 +142,6 @@ class CompensationClaims:
     def _read(self, key: str) -> tuple[str | None, str | None]:
         """The stored claim's text and (object store) ETag; ``(None, None)`` when there is none."""
         if self.location.remote:
-            from otel_replay.storage import objects
-
             stored = objects.get(self._client(), self.location, self._object_key(key))
             if stored is None:
                 return None, None
@@ -175,8 +166,6 @@ class CompensationClaims:
     def _lock(self, key: str) -> Claim | None:
         """Take ``key``'s lock; ``None`` when another claimant holds it."""
         if self.location.remote:
-            from otel_replay.storage.lease import ObjectLease
-
             lease = ObjectLease(self.location, f"compensation-{key}", ttl_seconds=self.ttl_seconds)
             if not lease.acquire():
                 return None
@@ -224,7 +213,7 @@ class CompensationClaims:
                 "key": key,
                 "decision_id": decision_id,
                 "receipt_id": receipt_id,
-                "claimant": _claimant(),
+                "claimant": claimant(),
                 "claimed_at": _now(),
             }
             if held is not None:
@@ -278,8 +267,6 @@ class CompensationClaims:
         ``final``: the rail has answered, so how it ended is recorded even over
         a claim changed meanwhile (once, on the ETag read again).
         """
-        from otel_replay.storage import objects
-
         s3, key = self._client(), self._object_key(claim.key)
         try:
             claim.etag = objects.put_if(s3, self.location, key, data, claim.etag)

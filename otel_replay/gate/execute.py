@@ -2,8 +2,8 @@
 
 A library user gets the same guarantees as the CLI: only a sealed, verified
 record is replayed (:meth:`Store.record`), only receipts from verified commit
-records are compensated (:meth:`Store.receipts_for`), each at most once
-(:class:`~otel_replay.gate.ActionGate`'s claims plus the dataset's own gate
+records are compensated (:func:`otel_replay.gate.reads.receipts_for`), each at most once
+(:class:`~otel_replay.gate.gate.ActionGate`'s claims plus the dataset's own gate
 records), several in reverse commit order; calling again finishes a decision
 compensated in part.
 """
@@ -18,11 +18,13 @@ from typing import Any
 
 from otel_replay._json import canonical_json
 from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError, RecordNotFound
-from otel_replay.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome, Rail, Receipt
-from otel_replay.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
+from otel_replay.gate import reads
+from otel_replay.gate.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome
+from otel_replay.gate.policy import FixAction, Policy, Verdict, replay
+from otel_replay.gate.rails import Rail, Receipt
+from otel_replay.gate.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
+from otel_replay.query.store import Store
 from otel_replay.records import DecisionRecord
-from otel_replay.replay import FixAction, Policy, Verdict, replay
-from otel_replay.store import Store
 
 __all__ = ["execute_verdict", "judge_stored", "replay_stored"]
 
@@ -47,7 +49,7 @@ def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any]
     try:
         record = store.record(record_id)
     except RecordNotFound as exc:
-        acted = store.intent_decision(record_id)
+        acted = reads.intent_decision(store, record_id)
         if acted is not None:
             _log.warning(
                 "otel-replay: decision %s has no decision record (its process died inside the audit() block); "
@@ -55,7 +57,7 @@ def replay_stored(store: Store, record_id: str, *, live_state: Mapping[str, Any]
                 record_id,
             )
             return judge_stored(store, acted, live_state=live_state, policy=policy)
-        orphans = store.commits_for(record_id)
+        orphans = reads.commits_for(store, record_id)
         if not orphans:
             raise
         receipts = ", ".join(f"{receipt_id_of(r)} (gate record {g})" for g, r in orphans)
@@ -90,7 +92,7 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
         reason = f"{UNKNOWN}: {named} has no commit record; {verdict.reason}"
         fix = verdict.fix if _SEVERITY[verdict.fix] >= _SEVERITY[FixAction.HUMAN_REVIEW] else FixAction.HUMAN_REVIEW
         verdict = dataclasses.replace(verdict, fix=fix, reason=reason)
-    for gate_id, action in store.committed_actions_for(record.record_id):
+    for gate_id, action in reads.committed_actions_for(store, record.record_id):
         if action == record.action:
             continue
         other = replay(dataclasses.replace(record, action=action), live_state=live_state, policy=policy)
@@ -156,7 +158,7 @@ def _unique(commits: list[tuple[str, Any]], decision_id: str) -> tuple[list[Any]
 
 def _untrusted_commits(store: Store, decision_id: str) -> GateError | None:
     """The error naming ``decision_id``'s sealed commit records this store cannot trust, or ``None``."""
-    refused = store.refused_commits_for(decision_id)
+    refused = reads.refused_commits_for(store, decision_id)
     if not refused:
         return None
     rows = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
@@ -198,7 +200,7 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
     if verdict.fix in (FixAction.ALLOW, FixAction.HUMAN_REVIEW):
         return [gate.enforce_post_commit(verdict)]
     untrusted = _untrusted_commits(store, verdict.record_id)
-    commits = store.commits_for(verdict.record_id)
+    commits = reads.commits_for(store, verdict.record_id)
     if not commits:
         if untrusted is not None:  # a receipt this run cannot read is not "no receipt"
             raise untrusted
@@ -211,7 +213,7 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
     for stored in reversed(receipts):
         rid = receipt_id_of(stored)
         receipt = _receipt(stored)
-        done = store.compensation_for(verdict.record_id, receipt_id=rid)
+        done = reads.compensation_for(store, verdict.record_id, receipt_id=rid)
         if done is not None:
             # The dataset says so even where no claim file does (claims deleted, or another dataset copy).
             at = datetime.fromtimestamp(done["recorded_at"] / 1e9, tz=UTC).isoformat()

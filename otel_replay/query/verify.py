@@ -1,0 +1,69 @@
+"""Verify a dataset: every record span's seal (hash, signature, chain links) and the retention marks.
+
+What ``otel-replay verify`` and :meth:`~otel_replay.query.store.Store.verify`
+report: records dropped by retention are vouched for by its signed marks
+(:mod:`otel_replay.storage.retention_marks`), and a commit intent no gate
+record answers is named (executed? unknown - check the rail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from otel_replay import semconv as sc
+from otel_replay._json import loads
+from otel_replay.integrity import SigningKey, StoredRecord, VerifyProblem, VerifyReport, stored_record, verify_records
+from otel_replay.query.engine import Engine
+from otel_replay.storage.retention_marks import expected_before, read_marks, vouched_links
+
+__all__ = ["Keys", "verify"]
+
+Keys = SigningKey | Sequence[SigningKey] | None
+
+
+def verify(engine: Engine, keys: Keys) -> VerifyReport:
+    """Check every record span's seal: hash, signature (with ``keys``) and chain links.
+
+    Files left out as corrupt (``skip_corrupt``) are listed in
+    :attr:`VerifyReport.unreadable_files`, and the report is then not ok:
+    what could not be read was not checked.
+    """
+    if not engine.files:
+        report = VerifyReport()
+        report.unreadable_files = [problem.path for problem in engine.skipped]
+        return report
+    marks, refused_marks = read_marks(engine.location, keys)
+    gates: list[StoredRecord] = []
+
+    def rows() -> Iterator[StoredRecord]:
+        for row in engine.run("sealed_records"):
+            rec = stored_record(row)
+            if rec.attributes.get(sc.KIND) == sc.KIND_GATE:
+                gates.append(rec)  # kept for the commit intents no commit record answers
+            yield rec
+
+    report = verify_records(rows(), keys, dropped=vouched_links(marks), expected=expected_before(marks))
+    report.problems += refused_marks
+    report.unknown_commits = _unknown_commits(gates)
+    report.unreadable_files = [problem.path for problem in engine.skipped]
+    return report
+
+
+def _unknown_commits(rows: Sequence[StoredRecord]) -> list[VerifyProblem]:
+    """The commit intents among ``rows`` that no gate row answers (names as its intent): executed? unknown."""
+    gates = [r for r in rows if r.attributes.get(sc.KIND) == sc.KIND_GATE]
+    answered = {r.attributes.get(sc.GATE_INTENT_ID) for r in gates}
+    unknown: dict[str, VerifyProblem] = {}
+    for rec in gates:
+        attrs = rec.attributes
+        if attrs.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or rec.record_id in answered or rec.record_id in unknown:
+            continue
+        action = loads(attrs.get(sc.GATE_ACTION), where=f"action of intent record {rec.record_id}") or {}
+        what = action.get("type") if isinstance(action, dict) else None
+        unknown[rec.record_id] = VerifyProblem(
+            rec.record_id,
+            f"commit intent of {what!r} for decision {attrs.get(sc.GATE_DECISION_ID)} has no commit record: "
+            "executed? unknown - check the rail",
+            rec.file,
+        )
+    return list(unknown.values())
