@@ -17,7 +17,7 @@ import otel_replay
 from otel_replay.instrumentation import tool
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.codec import arguments_codec
-from otel_replay.rerun.http import request_arguments
+from otel_replay.rerun.http_match import request_arguments
 from otel_replay.rerun.load import load_recording
 from otel_replay.store import Store
 
