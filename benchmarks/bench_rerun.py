@@ -27,7 +27,8 @@ rerun and the floor, the vcrpy process's for vcrpy; all three are single-threade
 steady when the wall-time ratio does not. The live run's CPU is not comparable (its servers are threads of
 this process) and is not shown.
 
-Usage: ``python benchmarks/bench_rerun.py [--steps 200 2000] [--vcr-max 400]``.
+Usage: ``python benchmarks/bench_rerun.py [--steps 200 2000] [--vcr-max 400] [--repeat 3]`` (``--repeat``: every
+size measured again, round after round, each row printed; the load average is printed before and after).
 """
 
 from __future__ import annotations
@@ -241,11 +242,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[200, 2000])
     parser.add_argument("--vcr-python", default="/work/rerun-bench-venv/bin/python")
     parser.add_argument("--vcr-max", type=int, default=400, help="vcrpy is O(n) per request: skip it above this size")
+    parser.add_argument("--repeat", type=int, default=1, help="measure each size this many times, interleaved")
     args = parser.parse_args()
     vcr_python = args.vcr_python if Path(args.vcr_python).exists() else None
     if vcr_python is None:
         print(f"vcrpy: {args.vcr_python} not found, vcrpy column skipped", file=sys.stderr)
-    rows = [bench(n, vcr_python, args.vcr_max) for n in args.steps]
+    print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    rows = [bench(n, vcr_python, args.vcr_max) for _ in range(max(1, args.repeat)) for n in args.steps]
+    print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print("µs per step (clock + random + GET + POST + model call):")
     print(f"{'':>6} {'--- openai client agent ---':^45}  {'--- same calls, plain httpx ---':^45}")
     head = f"{'steps':>6} {'live':>10} {'record':>10} {'rerun':>10} {'+load':>10}  {'live':>10} {'rerun':>10}"
@@ -274,8 +278,8 @@ def main() -> None:
         print(f"{row['steps']:>6} {row['http_cpu']:>10.0f} {shown} {row['floor_cpu']:>10.0f}  {ratio}")
     for n in args.steps:
         print(f"matcher alone, {n * 5} calls: {matcher(n):.1f} µs/call")
-    if len(rows) > 1:
-        first, last = rows[0], rows[-1]
+    if len(args.steps) > 1:
+        first, last = rows[0], rows[len(args.steps) - 1]  # the first round's smallest and largest sizes
         growth, http_growth = last["serve"] / first["serve"], last["http_serve"] / first["http_serve"]
         print(
             f"per-step rerun cost, {last['steps']} vs {first['steps']} steps: {growth:.2f}x openai, "

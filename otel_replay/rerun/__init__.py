@@ -13,11 +13,12 @@ rerun starts, so this package imports without them.
 
 from __future__ import annotations
 
+from otel_replay.rerun.divergence import Divergence
 from otel_replay.rerun.events import Fingerprint
 from otel_replay.rerun.load import Recording, load_recording, recorded_sessions
 from otel_replay.rerun.record import RecordMode, recording
 from otel_replay.rerun.runner import GateResult, RerunResult, rerun
-from otel_replay.rerun.serve import Divergence, RerunMode
+from otel_replay.rerun.serve import RerunMode
 
 __all__ = [
     "Divergence",

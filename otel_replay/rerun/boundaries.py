@@ -33,7 +33,14 @@ from typing import Any
 from otel_replay import _seam
 from otel_replay._seam import through
 from otel_replay.rerun.callers import INSIDE, agent_module
-from otel_replay.rerun.codec import decode_value, encode_value, stable_json
+from otel_replay.rerun.codec import (
+    ARGUMENTS_CODEC,
+    current_codec,
+    decode_value,
+    encode_value,
+    stable_json,
+    stable_json_in,
+)
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.patching import PatchSet, Wrapper
 
@@ -80,12 +87,20 @@ def _cross(boundary: str, name: str, depth: int, arguments: Any, invoke: Callabl
 
 def _through(boundary: str, name: str, who: str, arguments: Any, invoke: Callable[[], Any]) -> Any:
     """Send the call of consumer ``who`` (``module:qualname``) through the seam."""
-    text = stable_json(arguments)
+    # A read with no arguments (``time.time()``, ``random.random()``: most of an agent's reads) has one text
+    # per codec, written once rather than walked for each read.
+    text = _NO_ARGUMENTS_TEXT.get(current_codec()) if arguments is _NO_ARGUMENTS else None
+    if text is None:
+        text = stable_json(arguments)
     call = BoundaryCall(boundary, name, stream=stream_key(boundary, name, who), arguments_text=text)
     return through(call, invoke)
 
 
 _DIRECT: Any = object()
+_NO_ARGUMENTS: list[Any] = [(), {}]
+"""The ``[args, kwargs]`` of a call made with none (passed as this very object)."""
+_NO_ARGUMENTS_TEXT = {codec: stable_json_in(codec, [(), {}]) for codec in range(1, ARGUMENTS_CODEC + 1)}
+"""Its :func:`stable_json` text under each codec."""
 
 
 def _plain(boundary: str, name: str) -> Wrapper:
@@ -100,7 +115,13 @@ def _plain(boundary: str, name: str) -> Wrapper:
             return wrapped(*args, **kwargs)
         who = f"{module}:{frame.f_code.co_qualname}"
         return decode_value(
-            _through(boundary, name, who, [args, kwargs], lambda: encode_value(wrapped(*args, **kwargs)))
+            _through(
+                boundary,
+                name,
+                who,
+                [args, kwargs] if args or kwargs else _NO_ARGUMENTS,
+                lambda: encode_value(wrapped(*args, **kwargs)),
+            )
         )
 
     return wrapper

@@ -340,6 +340,12 @@ def stable_json(value: Any) -> str:
         return _dumps({"$unmatchable": f"{_path(type(value))} ({type(exc).__name__} while encoding it)"})
 
 
+def stable_json_in(codec: int, value: Any) -> str:
+    """:func:`stable_json` of ``value`` under argument ``codec`` (whatever codec is in force now)."""
+    with arguments_codec(codec):
+        return stable_json(value)
+
+
 _LONG_DIGITS = re.compile(r"[0-9]{3900}")
 """A run of digits as long as an int too wide for :func:`stable_json`'s decimal form (it writes those in hex)."""
 

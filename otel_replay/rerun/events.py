@@ -13,6 +13,7 @@ from opentelemetry import baggage
 
 from otel_replay import semconv as sc
 from otel_replay._seam import Call
+from otel_replay.records import DecisionRecord
 from otel_replay.rerun.codec import arguments_hash, decoded_json_text, stable_json
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "BoundaryCall",
     "Event",
     "Fingerprint",
+    "decision_arguments",
     "describe_event",
     "is_ordered",
     "scope_of",
@@ -182,6 +184,19 @@ def value_hash(value: Any, error: Any = None) -> str:
 
 def _text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def decision_arguments(record: DecisionRecord) -> str:
+    """What of a decision is compared between runs: type, action, the state it relied on, its inputs."""
+    return stable_json(
+        {
+            "decision_type": record.decision_type,
+            "action": record.action.to_json() if record.action is not None else None,
+            "state": record.snapshot.state if record.snapshot is not None else None,
+            "inputs": record.inputs,
+            "error": record.error,
+        }
+    )
 
 
 def describe_event(boundary: str, name: str, arguments: str, limit: int = 160) -> str:

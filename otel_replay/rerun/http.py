@@ -8,15 +8,10 @@ urllib3 used directly; under requests the adapter is the boundary), and the same
 the httpx fork recent ``openai`` releases use. The OpenAI and Anthropic clients ride on
 httpx, so a recorded model call reruns by serving its HTTP responses.
 
-A call is matched on everything that decides what it does: the method, the
-full URL with its query, the headers except the volatile ones
-(:data:`VOLATILE_HEADERS`: what the client adds on its own per run or per attempt)
-and the body, all unredacted, through a keyed hash (see
-:func:`~otel_replay.rerun.codec.arguments_hash`); only the stored text is
-redacted. A request body the agent streams (a generator, an iterator, a file) is
+A call is matched on everything that decides what it does (method, full URL, compared headers, body),
+unredacted, through a keyed hash; only the stored text is redacted (the texts:
+:mod:`~otel_replay.rerun.http_match`). A request body the agent streams (a generator, an iterator, a file) is
 hashed as it goes, never held whole (:mod:`~otel_replay.rerun.http_body`).
-Recordings of codec 2 and before are matched as they were made: method, URL and
-body, redacted, with no headers.
 
 httpx and requests are imported only when the boundary is installed.
 """
@@ -25,46 +20,24 @@ from __future__ import annotations
 
 import base64
 import importlib
-import json
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-from otel_replay import settings
+from otel_replay import _seam, settings
 from otel_replay._seam import through
-from otel_replay.redaction import is_secret_name
 from otel_replay.rerun.callers import INSIDE, exporters_traffic
-from otel_replay.rerun.codec import (
-    current_codec,
-    digest_key,
-    digest_with,
-    redact_headers,
-    redact_json_text,
-    redact_partial_json,
-    redact_url,
-)
+from otel_replay.rerun.codec import redact_headers, redact_url
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.http_body import BodySeen, chunks_of, drain, drain_async, read_spool, tee, tee_async
 from otel_replay.rerun.http_decode import Decoder, decode_bounded, httpx_decoder, urllib3_decoder
+from otel_replay.rerun.http_match import body_text, request_texts, request_texts_lazy
 from otel_replay.rerun.http_raw import over_bytes, read_head, release
 from otel_replay.rerun.http_stream import ChainReader, head_async, head_sync
 from otel_replay.rerun.patching import PatchSet
 
 T = TypeVar("T")
 
-__all__ = [
-    "MAX_BODY_BYTES",
-    "RESPONSE_FORMAT",
-    "VOLATILE_HEADERS",
-    "compared_headers",
-    "credentials_only",
-    "install_http",
-    "part_differences",
-    "request_arguments",
-    "request_texts",
-    "split_parts",
-]
+__all__ = ["MAX_BODY_BYTES", "RESPONSE_FORMAT", "install_http"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Default cap on a recorded response body (``OTEL_REPLAY_RERUN_MAX_BODY`` overrides)."""
@@ -76,274 +49,6 @@ _cap = MAX_BODY_BYTES
 
 def _max_body() -> int:
     return int(settings.env_number(settings.RERUN_MAX_BODY, MAX_BODY_BYTES, integer=True))
-
-
-def _body_text(raw: bytes) -> Any:
-    try:
-        return redact_json_text(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        pass
-    # Not UTF-8 as stored (a head capped inside a character, Latin-1, a multipart upload with a file):
-    # redacted over a view that keeps every other byte as it is (surrogateescape), and stored as bytes.
-    view = raw.decode("utf-8", "surrogateescape")
-    try:
-        kept = redact_json_text(view).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # re-serialised JSON wrote an escaped lone surrogate raw: by value shape only
-        kept = redact_partial_json(view).encode("utf-8", "surrogateescape")
-    return {"$b64": base64.b64encode(kept).decode("ascii")}
-
-
-_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
-
-VOLATILE_HEADERS = frozenset(
-    {
-        "user-agent",  # the client library and its version
-        "traceparent",  # trace context: new ids every run
-        "tracestate",
-        "baggage",
-        "date",
-        "content-length",  # implied by the body, which is compared
-        "transfer-encoding",  # how the body is framed, not what it is
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "accept-encoding",  # the client decodes the answer whatever the encoding
-        "te",
-        "cookie",  # the server's own Set-Cookie values, sent back (see below)
-    }
-)
-"""Request headers left out of the match: what the client adds per run or per attempt, not what the agent asked.
-
-Also every ``x-stainless-*`` header (the OpenAI and Anthropic clients' telemetry: their OS, runtime and
-package versions, retry count, timeouts). ``Cookie`` sends back what the server set: a recording stores
-``Set-Cookie`` values redacted, so a rerun's jar holds other values, and among concurrent requests whether a
-cookie is there yet depends on which answer came first. Every other header is compared, credentials included
-(through the keyed hash, never stored; a rerun may compare them by presence only:
-``rerun(credentials="presence")``)."""
-
-_VOLATILE_PREFIXES = ("x-stainless-",)
-
-
-def _text(value: Any) -> str:
-    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
-
-
-def compared_headers(headers: Any) -> list[list[str]]:
-    """The request headers a call is matched on: names lowercased, the volatile ones left out, sorted by name.
-
-    Repeats of one name keep their order (it can matter).
-    """
-    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
-    kept = []
-    for key, value in pairs:
-        name = _text(key).lower()
-        if name in VOLATILE_HEADERS or name.startswith(_VOLATILE_PREFIXES):
-            continue
-        kept.append([name, _text(value)])
-    kept.sort(key=lambda pair: pair[0])  # stable: repeats stay in order
-    return kept
-
-
-def _legacy_text(method: str, url: str, body: BodySeen) -> str:
-    """The arguments of codec 1 and 2 (stored and matched): method, redacted URL and body, no headers."""
-    if not body.size:
-        shown: Any = ""
-    elif body.size > 65_536:
-        shown = {"$sha256": body.hexdigest(), "bytes": body.size}
-    else:
-        shown = _body_text(body.head)
-    return json.dumps(
-        {"method": method.upper(), "url": redact_url(url), "body": shown},
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-
-
-def request_texts(method: str, url: str, headers: Any, body: BodySeen, *, unread: bool = False) -> tuple[str, str]:
-    """``(stored, matched)`` arguments of one request, under the codec in force.
-
-    Codec 3: stored is the redacted method, URL, compared headers and body (its length and a keyed digest
-    when longer than 64 KiB); matched is the unredacted method, full URL, compared headers and the body's
-    digest and length, never stored (only its keyed hash is). Codecs 1 and 2: both are the redacted text of
-    method, URL and body, as they were made (``unread``: a requests/urllib3 body that was not bytes or text,
-    which they matched as empty).
-    """
-    matched, stored = _texts(method, url, headers, body, unread=unread)
-    return stored(), matched
-
-
-def _texts(
-    method: str, url: str, headers: Any, body: BodySeen, *, unread: bool = False
-) -> tuple[str, Callable[[], str]]:
-    """:func:`request_texts` as ``(matched, a function building stored)``: the stored text only when needed.
-
-    The matched text is all a call that matches needs; the stored text (redaction, part digests: a dozen
-    keyed digests) is built when a recording stores it or a rerun's divergence shows it, with the digest key
-    in force when the call was made.
-    """
-    if current_codec() < 3:
-        text = _legacy_text(method, url, BodySeen.of(b"") if unread else body)
-        return text, lambda: text
-    kept = compared_headers(headers)
-    digest: dict[str, Any] = {"sha256": body.hexdigest(), "bytes": body.size, "complete": body.complete}
-    matched = _canonical({"method": method.upper(), "url": url, "headers": kept, "body": digest})
-    key = digest_key()
-
-    def stored() -> str:
-        return _stored_text(key, method, url, kept, body, digest)
-
-    return matched, stored
-
-
-def _stored_text(
-    key: bytes | None, method: str, url: str, kept: list[list[str]], body: BodySeen, digest: dict[str, Any]
-) -> str:
-    """The stored (redacted) arguments of a codec-3 request, with its part digests when keyed (``key``)."""
-    shown: Any
-    if not body.size and body.complete:
-        shown = ""
-    elif body.size <= 65_536 and body.complete:
-        shown = _body_text(body.head)
-    else:
-        shown = {"bytes": body.size, "digest": digest_with(key, digest["sha256"].encode())[:32]}
-        if not body.complete:
-            shown["unfinished"] = True  # the server answered (or the call failed) before it was all sent
-    fields = {"method": method.upper(), "url": redact_url(url), "headers": redact_headers(kept), "body": shown}
-    if key is not None:  # never a plain SHA-256 of a part: a short secret could be found by trying guesses
-        fields["digests"] = _parts(key, method, url, kept, digest)
-    return _canonical(fields)
-
-
-_PART_LABEL = "otel-replay http part v1"
-_PART_HEX = 16
-_SCHEME_HEADERS = frozenset({"authorization", "proxy-authorization"})
-_SCHEME = re.compile(r"([A-Za-z0-9!#$%&'*+.^_`|~-]+) +\S")
-"""An auth scheme (RFC 9110 ``token``) followed by its credentials."""
-_KNOWN_SCHEMES = frozenset(
-    "basic bearer digest token negotiate ntlm hoba mutual oauth dpop hawk mac signature apikey key "
-    "aws4-hmac-sha256 scram-sha-1 scram-sha-256 vapid ssws privatetoken concealed".split()
-)
-"""Schemes stored in clear (lowercased); any other first word is stored as a keyed digest, as it could be a key."""
-
-
-def _scheme(key: bytes, value: str) -> str:
-    found = _SCHEME.match(value)
-    if found is None:
-        return ""  # no scheme: the whole value is the credential
-    word = found.group(1).lower()
-    return word if word in _KNOWN_SCHEMES else "#" + _part(key, "scheme", word)
-
-
-def _part(key: bytes, kind: str, data: str) -> str:
-    """A short keyed digest of one part of a request (framed by ``kind``, so two parts never share one)."""
-    framed = f"{_PART_LABEL}\0{len(kind)}:{kind}\0{data}"
-    return digest_with(key, framed.encode("utf-8", "surrogatepass"))[:_PART_HEX]
-
-
-def _parts(key: bytes, method: str, url: str, headers: list[list[str]], body: dict[str, Any]) -> dict[str, Any]:
-    """The digest under ``key`` of each compared part of a request: what a divergence names when text is redacted.
-
-    ``host``, ``path`` and ``query`` (with any fragment) split the full URL; ``headers`` holds one digest per
-    compared header name (the values of repeats joined in order); ``schemes`` the auth scheme of an
-    ``Authorization`` or ``Proxy-Authorization`` header (``bearer``: a known scheme is not secret, so it is
-    stored in clear; an unknown first word is digested like the rest).
-    """
-    split = urlsplit(url)
-    query = split.query + (f"#{split.fragment}" if split.fragment else "")
-    values: dict[str, list[str]] = {}
-    for name, value in headers:
-        values.setdefault(name, []).append(value)
-    schemes = {}
-    for name in sorted(_SCHEME_HEADERS.intersection(values)):
-        schemes[name] = ",".join(_scheme(key, value) for value in values[name])  # each repeat's, in order
-    return {
-        "method": _part(key, "method", method.upper()),
-        "host": _part(key, "host", f"{split.scheme}://{split.netloc}"),
-        "path": _part(key, "path", split.path),
-        "query": _part(key, "query", query),
-        "headers": {name: _part(key, f"header {name}", _canonical(shown)) for name, shown in values.items()},
-        "schemes": schemes,
-        "body": _part(key, "body", _canonical(body)),
-    }
-
-
-def split_parts(text: str) -> tuple[str, dict[str, Any] | None]:
-    """Stored HTTP arguments as ``(text shown, part digests)``; ``None``: a recording without them (codec 1, 2)."""
-    if '"digests":' not in text:
-        return text, None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text, None
-    parts = data.pop("digests", None) if isinstance(data, dict) else None
-    if not isinstance(parts, dict) or not isinstance(parts.get("headers"), dict):
-        return text, None
-    return _canonical(data), parts
-
-
-def _header_differences(recorded: dict[str, Any], actual: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(name, how)`` per compared header that differs; how: value, scheme, missing (not sent), added."""
-    have, want = recorded.get("headers") or {}, actual.get("headers") or {}
-    have_schemes, want_schemes = recorded.get("schemes") or {}, actual.get("schemes") or {}
-    found = []
-    for name in sorted(set(have) | set(want)):
-        if name not in want:
-            found.append((name, "missing"))
-        elif name not in have:
-            found.append((name, "added"))
-        elif have[name] != want[name]:
-            same = have_schemes.get(name, "") == want_schemes.get(name, "")
-            found.append((name, "value" if same else "scheme"))
-    return found
-
-
-def _scheme_shown(scheme: Any) -> str:
-    if not scheme:
-        return "none"
-    return ",".join("another" if one.startswith("#") else one or "none" for one in str(scheme).split(","))
-
-
-_SIMPLE_PARTS = ("method", "host", "path", "query", "body")
-
-
-def part_differences(recorded: dict[str, Any], actual: dict[str, Any]) -> list[str]:
-    """Which parts of two requests differ, in words (header names, never values): ``["header authorization"]``."""
-    words = [key for key in _SIMPLE_PARTS[:4] if recorded.get(key) != actual.get(key)]
-    for name, how in _header_differences(recorded, actual):
-        if how == "missing":
-            words.append(f"header {name} (recorded, not sent by the rerun)")
-        elif how == "added":
-            words.append(f"header {name} (sent by the rerun, not recorded)")
-        elif how == "scheme":
-            before = _scheme_shown((recorded.get("schemes") or {}).get(name))
-            after = _scheme_shown((actual.get("schemes") or {}).get(name))
-            words.append(f"header {name} (its scheme: recorded {before}, rerun {after})")
-        else:
-            words.append(f"header {name}")
-    if recorded.get("body") != actual.get("body"):
-        words.append("body")
-    return words
-
-
-def credentials_only(recorded: dict[str, Any], actual: dict[str, Any]) -> list[str]:
-    """The credential headers that alone make two requests differ, each sent on both sides with one scheme.
-
-    A credential header is a compared header whose name :func:`~otel_replay.redaction.is_secret_name`.
-    Empty when anything else differs (method, URL, body, another header, a credential header missing on one
-    side or sent with another scheme), or nothing does.
-    """
-    if any(recorded.get(key) != actual.get(key) for key in _SIMPLE_PARTS):
-        return []
-    found = _header_differences(recorded, actual)
-    if all(how == "value" and is_secret_name(name) for name, how in found):
-        return [name for name, _ in found]
-    return []
-
-
-def request_arguments(method: str, url: str, body: bytes, headers: Any = ()) -> str:
-    """The stored (redacted) arguments of one request with a body given whole."""
-    return request_texts(method, url, headers, BodySeen.of(body))[0]
 
 
 RESPONSE_FORMAT = 2
@@ -382,7 +87,7 @@ def _response_value(
             capped = {"recorded_bytes": len(kept), "original_bytes": len(raw)}
             if not complete:
                 capped["at_least"] = True
-    value["body"] = _body_text(kept)
+    value["body"] = body_text(kept)
     served = response_body(value)
     if served != raw:  # redacted, capped or decoded: the stated length is the served body's
         pairs = [(k, str(len(served)) if _name(k) == "content-length" else v) for k, v in pairs]
@@ -465,7 +170,7 @@ def _call(
         return BoundaryCall(
             "http", name, stream=stream_key("http", name), is_async=is_async, record_as=_stored, later=later
         )
-    matched, stored = _texts(method, url, kept, body, unread=unread)
+    matched, stored = request_texts_lazy(method, url, kept, body, unread=unread)
     return BoundaryCall(
         "http",
         name,
@@ -500,11 +205,12 @@ def _raising_async(error: Exception | None, invoke: Callable[[], Awaitable[T]]) 
 
 
 def _recording() -> bool:
-    """The mode at the seam records (a streamed body is hashed on its way), rather than serving a rerun."""
-    from otel_replay import _seam
-    from otel_replay.rerun.record import RecordMode
+    """The mode at the seam records (a streamed body is hashed on its way), rather than serving a rerun.
 
-    return isinstance(_seam.current(), RecordMode)
+    Said by the mode itself (``records``: :class:`~otel_replay.rerun.record.RecordMode` sets it), so the
+    boundary does not import the mode that installs it.
+    """
+    return getattr(_seam.current(), "records", False) is True
 
 
 def _streamed(body: Any) -> bool:

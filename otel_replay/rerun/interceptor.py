@@ -18,27 +18,13 @@ from typing import ClassVar
 
 from otel_replay import _seam, redaction
 from otel_replay.errors import ConfigError
-from otel_replay.records import DecisionRecord
 from otel_replay.rerun.actions import install_actions
 from otel_replay.rerun.boundaries import install_clock_and_entropy
-from otel_replay.rerun.codec import arguments_key, stable_json
+from otel_replay.rerun.codec import arguments_key
 from otel_replay.rerun.http import install_http
 from otel_replay.rerun.patching import PatchSet
 
-__all__ = ["Interceptor", "decision_arguments"]
-
-
-def decision_arguments(record: DecisionRecord) -> str:
-    """What of a decision is compared between runs: type, action, the state it relied on, its inputs."""
-    return stable_json(
-        {
-            "decision_type": record.decision_type,
-            "action": record.action.to_json() if record.action is not None else None,
-            "state": record.snapshot.state if record.snapshot is not None else None,
-            "inputs": record.inputs,
-            "error": record.error,
-        }
-    )
+__all__ = ["Interceptor"]
 
 
 class Interceptor:

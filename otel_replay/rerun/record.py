@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from opentelemetry import trace
 
@@ -41,8 +41,16 @@ from otel_replay.rerun.codec import (
     stable_json,
     unmatchable,
 )
-from otel_replay.rerun.events import BoundaryCall, Event, Fingerprint, is_ordered, scope_of, stream_key
-from otel_replay.rerun.interceptor import Interceptor, decision_arguments
+from otel_replay.rerun.events import (
+    BoundaryCall,
+    Event,
+    Fingerprint,
+    decision_arguments,
+    is_ordered,
+    scope_of,
+    stream_key,
+)
+from otel_replay.rerun.interceptor import Interceptor
 
 __all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "RecordMode", "outcome_of", "recording"]
 
@@ -85,6 +93,9 @@ def outcome_of(exc: BaseException) -> str:
 
 class RecordMode:
     """The seam mode of a recording: run every call for real and keep what it returned."""
+
+    records: ClassVar[bool] = True
+    """This mode runs calls and stores them (the HTTP boundary then hashes a streamed body on its way)."""
 
     def __init__(self, session_id: str) -> None:
         """Record the boundary calls of ``session_id``."""

@@ -21,12 +21,13 @@ from otel_replay.query.store import Store
 from otel_replay.records import new_id
 from otel_replay.redaction import message_of, redact
 from otel_replay.rerun.codec import arguments_codec, redact_json_text, stable_json, text_hash, unmatchable
+from otel_replay.rerun.divergence import Divergence
 from otel_replay.rerun.events import Fingerprint
 from otel_replay.rerun.guards import LiveAllowList, install_guards, parse_allow_live
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.load import Recording, fingerprint_version, load_recording
 from otel_replay.rerun.record import outcome_of
-from otel_replay.rerun.serve import CREDENTIALS, Credentials, Divergence, Governance, RerunMode
+from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance, RerunMode
 
 __all__ = ["GateResult", "RerunResult", "rerun"]
 

@@ -22,7 +22,6 @@ rerun whose agent caught it still ends in that first error.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import sys
 import threading
@@ -37,10 +36,22 @@ from otel_replay.errors import DeterminismLeakError, ReplayMismatchError, RerunE
 from otel_replay.records import DecisionRecord
 from otel_replay.rerun.callers import INSIDE
 from otel_replay.rerun.codec import arguments_hash, decode_result, redact_json_text, stable_json, unmatchable
+from otel_replay.rerun.divergence import (
+    Divergence,
+    capped_reason,
+    compare_candidate,
+    consumer,
+    describe,
+    describe_call,
+    describe_text,
+    first_difference,
+    mismatch_at,
+)
 from otel_replay.rerun.events import (
     BoundaryCall,
     Event,
     Fingerprint,
+    decision_arguments,
     describe_event,
     is_ordered,
     scope_of,
@@ -48,8 +59,7 @@ from otel_replay.rerun.events import (
     value_hash,
 )
 from otel_replay.rerun.guards import LiveAllowList
-from otel_replay.rerun.http import credentials_only, part_differences, split_parts
-from otel_replay.rerun.interceptor import decision_arguments
+from otel_replay.rerun.http_match import credentials_only, part_differences, split_parts
 
 __all__ = ["CREDENTIALS", "Credentials", "Divergence", "Governance", "RerunMode"]
 
@@ -66,144 +76,6 @@ _LISTED = 1000
 
 def _networked(what: str) -> bool:
     return what.startswith(("unrecorded HTTP ", "socket connect", "UDP send", "DNS lookup"))
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """The first step where the rerun did not do what the recording holds.
-
-    ``step`` is numbered as the recording numbers its events (the ``step N`` of the closest recorded calls):
-    the recorded event the call took, the one the recording made at that point when the call came out of
-    order, or, for a call the recording does not hold, where the rerun had reached.
-    """
-
-    step: int
-    reason: str
-    expected: str
-    actual: str
-    candidates: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        lines = [
-            f"diverged at step {self.step}: {self.reason}",
-            f"  recorded: {self.expected or '(nothing: the recording holds no such call)'}",
-            f"  rerun:    {self.actual or '(nothing: the rerun never made this call)'}",
-        ]
-        if self.candidates:
-            lines.append("  closest recorded calls:")
-            lines.extend(f"    {c}" for c in self.candidates)
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON form (stored with the rerun record)."""
-        return {
-            "step": self.step,
-            "reason": self.reason,
-            "expected": self.expected,
-            "actual": self.actual,
-            "candidates": list(self.candidates),
-        }
-
-
-def _who(stream: str) -> str:
-    parts = stream.split("|")
-    return parts[2] if len(parts) > 2 else ""
-
-
-def _describe(event: Event) -> str:
-    return _describe_call(event.boundary, event.name, event.stream, event.arguments)
-
-
-def _shown(boundary: str, arguments: str) -> str:
-    """The arguments as shown: an HTTP call's without its part digests."""
-    return split_parts(arguments)[0] if boundary == "http" else arguments
-
-
-def _describe_text(boundary: str, name: str, arguments: str) -> str:
-    return describe_event(boundary, name, _shown(boundary, arguments))
-
-
-def _describe_call(boundary: str, name: str, stream: str, arguments: str) -> str:
-    who = _who(stream)
-    text = _describe_text(boundary, name, arguments)
-    return f"{text} (in {who})" if who and boundary in ("clock", "entropy") else text
-
-
-def _http_parts(arguments: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The shown parts of stored HTTP arguments, and their part digests (``None``: codec 1 and 2 hold none)."""
-    try:
-        data = json.loads(arguments)
-        url = urlsplit(str(data.get("url", "")))
-    except (ValueError, AttributeError):
-        return {}, None
-    digests = data.get("digests")
-    if not isinstance(digests, dict) or not isinstance(digests.get("headers"), dict):
-        digests = None
-    return {
-        "method": data.get("method"),
-        "host": f"{url.scheme}://{url.netloc}",
-        "path": url.path,
-        "query": url.query,
-        "body": stable_json(data.get("body")),
-    }, digests
-
-
-def _compare(candidate: Event, boundary: str, name: str, stream: str, arguments: str) -> tuple[int, str]:
-    """Score a recorded candidate against the rerun's call; text lists the matchers passed (✓) and failed (✗).
-
-    An HTTP call recorded with part digests (codec 3) is judged by them, headers included, so a part whose
-    stored text is redacted (a credential, a secret query value) still shows where it differs.
-    """
-    if boundary == "http":
-        (have, recorded), (want, made) = _http_parts(candidate.arguments), _http_parts(arguments)
-        if recorded is not None and made is not None:
-            differ = part_differences(recorded, made)
-            headers = [word.removeprefix("header ") for word in differ if word.startswith("header ")]
-            checks = [(key, key not in differ, have.get(key)) for key in ("method", "host", "path", "query")]
-            checks.append(("headers", not headers, "differing: " + ", ".join(headers)))
-            checks.append(("body", "body" not in differ, have.get("body")))
-        else:
-            checks = [
-                (key, have.get(key) == want.get(key), have.get(key))
-                for key in ("method", "host", "path", "query", "body")
-            ]
-    else:
-        checks = [
-            ("name", candidate.name == name, candidate.name),
-            # clock and entropy reads are served per consumer: the function that made the call
-            ("consumer", _who(candidate.stream) == _who(stream), _who(candidate.stream) or "(none)"),
-            ("arguments", candidate.arguments == arguments, candidate.arguments),
-        ]
-    passed = sum(ok for _, ok, _ in checks)
-    marks = " ".join(f"{'✓' if ok else '✗'} {key}" for key, ok, _ in checks)
-    failed = "; ".join(
-        f"{key} {value}" if key == "headers" else f"{key} recorded {str(value)[:80]!r}"
-        for key, ok, value in checks
-        if not ok
-    )
-    return passed, f"step {candidate.seq}: {_describe(candidate)} [{marks}]" + (f" ({failed})" if failed else "")
-
-
-def first_difference(recorded: str, actual: str, width: int = 70, redacted: str = "") -> tuple[str, str]:
-    """Both texts cut to a window around their first differing character, so the change is visible.
-
-    ``redacted``: the parts that differ, in words (from an HTTP call's part digests): said instead of
-    pointing at a character when the texts shown are equal because what differs is redacted in them, and
-    after the character otherwise.
-    """
-    if redacted and recorded == actual:
-        cut_text = recorded if len(recorded) <= width else recorded[: width - 1] + "…"
-        return f"{cut_text} (the difference is in a redacted value: {redacted})", cut_text
-    limit = min(len(recorded), len(actual))
-    at = next((i for i in range(limit) if recorded[i] != actual[i]), limit)
-    start = max(0, at - width // 2)
-
-    def cut(text: str) -> str:
-        piece = text[start : start + width]
-        return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
-
-    parts = f"; the parts that differ: {redacted}" if redacted else ""
-    return f"{cut(recorded)} (first difference at character {at}{parts})", cut(actual)
 
 
 _INTERRUPTS = frozenset({"builtins:KeyboardInterrupt", "builtins:GeneratorExit"})
@@ -412,10 +284,10 @@ class RerunMode:
                 self._cancelled(step, call, stream, shown(), event)
             if str(event.error.get("type", "")) in _INTERRUPTS:
                 self.ended_early = True
-                raise _mismatch_at(
+                raise mismatch_at(
                     step,
                     f"the recorded run was interrupted here ({event.error.get('type')}) during "
-                    f"{_describe(event)}; the rerun stops where the recording does",
+                    f"{describe(event)}; the rerun stops where the recording does",
                     call,
                     shown(),
                     event,
@@ -440,7 +312,7 @@ class RerunMode:
         if isinstance(call, BoundaryCall):
             capped = event.value.get("capped") if call.boundary == "http" and isinstance(event.value, dict) else None
             if capped:
-                self._diverge_call(step, _capped_reason(capped), call, stream, shown(), event)
+                self._diverge_call(step, capped_reason(capped), call, stream, shown(), event)
             return "value", event.value
         try:
             return "value", decode_result(value)
@@ -507,8 +379,8 @@ class RerunMode:
             before.seq,
             f"called out of order: the rerun made {made} (recorded step {event.seq}) before {first} "
             f"(recorded step {before.seq}), which the recording had made before {made} began",
-            _describe(before),
-            _describe_call(boundary, name, stream, text),
+            describe(before),
+            describe_call(boundary, name, stream, text),
             boundary,
             name,
             stream,
@@ -540,7 +412,7 @@ class RerunMode:
         turned into ``TimeoutError``), what the agent did next depended on timing the rerun cannot reproduce:
         a divergence, so the run never counts as matched.
         """
-        where = _describe(event)
+        where = describe(event)
         if self.cancelled_run:
             self.ended_early = True
             raise ReplayMismatchError(
@@ -548,7 +420,7 @@ class RerunMode:
                 "the rerun stops where the recording does",
                 step=step,
                 expected=where,
-                actual=_describe_text(call.boundary, call.name, text),
+                actual=describe_text(call.boundary, call.name, text),
             )
         reason = (
             "the recorded call was cancelled (a timeout or a cancelled task) and the recorded run went on; "
@@ -559,7 +431,7 @@ class RerunMode:
                 step,
                 reason,
                 where,
-                _describe_text(call.boundary, call.name, text),
+                describe_text(call.boundary, call.name, text),
                 call.boundary,
                 call.name,
                 stream,
@@ -689,7 +561,7 @@ class RerunMode:
     # --- divergence -----------------------------------------------------------
     def _miss(self, call: Call, stream: str, text: str, digest: str) -> None:
         step = self._position(call.boundary, call.name, stream)
-        actual = _describe_call(call.boundary, call.name, stream, text)
+        actual = describe_call(call.boundary, call.name, stream, text)
         if not self.complete and self.remaining() == 0:
             self.ended_early = True
             raise ReplayMismatchError(
@@ -706,7 +578,7 @@ class RerunMode:
         if leak:
             reason += (
                 f"; {call.boundary} reads are served per consumer, the function that makes them "
-                f"({_who(stream) or 'unknown'}), and the recording holds no more such reads by it"
+                f"({consumer(stream) or 'unknown'}), and the recording holds no more such reads by it"
             )
         found = self._diverge(step, reason, "", actual, call.boundary, call.name, stream, text, leak=leak)
         if call.boundary in ("act", "tool"):
@@ -743,7 +615,7 @@ class RerunMode:
         self, step: int, reason: str, call: Call, stream: str, text: str, event: Event, *, exclude: Event | None = None
     ) -> Divergence:
         """:meth:`_diverge` at a served call: the recorded ``event`` against the call made (``text``)."""
-        expected, actual = _describe(event), _describe_text(call.boundary, call.name, text)
+        expected, actual = describe(event), describe_text(call.boundary, call.name, text)
         return self._diverge(step, reason, expected, actual, call.boundary, call.name, stream, text, exclude=exclude)
 
     def _diverge(
@@ -785,7 +657,7 @@ class RerunMode:
         if exclude is not None:
             pool = itertools.chain([exclude], pool)
         for event in pool:
-            score, line = _compare(event, boundary, name, stream, text)
+            score, line = compare_candidate(event, boundary, name, stream, text)
             scored.append((-score, event.seq, line))
         scored.sort()
         return [line for _, _, line in scored[:3]]
@@ -841,7 +713,7 @@ class RerunMode:
                     left.seq,
                     f"the rerun ended; the recording holds {self.remaining()} more call(s), "
                     f"the first at step {left.seq}",
-                    _describe(left),
+                    describe(left),
                     "",
                 )
 
@@ -856,27 +728,3 @@ async def _live_async(invoke: Callable[[], Awaitable[Any]]) -> Any:
         return await invoke()
     finally:
         INSIDE.reset(token)
-
-
-def _capped_reason(capped: dict[str, Any]) -> str:
-    """Why a recorded response cannot be served as it came (a divergence's reason)."""
-    if capped.get("undecodable"):
-        return (
-            f"the recorded response's {capped.get('original_bytes')} encoded bytes could not be decoded "
-            f"({capped['undecodable']}); its body was not stored and is served empty"
-        )
-    total = f"at least {capped.get('original_bytes')}" if capped.get("at_least") else f"{capped.get('original_bytes')}"
-    return (
-        f"the recorded response was capped at {capped.get('recorded_bytes')} of {total} bytes "
-        "(OTEL_REPLAY_RERUN_MAX_BODY); it is served cut short"
-    )
-
-
-def _mismatch_at(step: int, reason: str, call: Call, text: str, event: Event) -> ReplayMismatchError:
-    """The error at step ``step`` of a served call: ``reason``, the recorded ``event`` against the call made."""
-    return ReplayMismatchError(
-        f"step {step}: {reason}",
-        step=step,
-        expected=_describe(event),
-        actual=_describe_text(call.boundary, call.name, text),
-    )

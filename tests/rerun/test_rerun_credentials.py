@@ -314,13 +314,13 @@ def test_a_format_2_recording_holds_no_part_digests_and_is_explained_as_before(
     ['{"digests": 1}', '["digests":', '{"digests": {"headers": []}}', "[1, 2]", '"\\"digests\\":"', "", "\udcff"],
 )
 def test_stored_arguments_without_well_formed_digests_are_shown_as_they_are(text: str) -> None:
-    from otel_replay.rerun.http import split_parts
+    from otel_replay.rerun.http_match import split_parts
 
     assert split_parts(text) == (text, None)
 
 
 def test_only_credential_headers_sent_on_both_sides_with_one_scheme_count_as_credentials_only() -> None:
-    from otel_replay.rerun.http import credentials_only, part_differences
+    from otel_replay.rerun.http_match import credentials_only, part_differences
 
     def parts(headers: dict[str, str], schemes: dict[str, str] | None = None, **rest: str) -> dict[str, Any]:
         return {"method": "m", "host": "h", "path": "p", "query": "q", "body": "b", **rest,

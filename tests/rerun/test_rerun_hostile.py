@@ -25,8 +25,7 @@ from otel_replay import semconv as sc
 from otel_replay.errors import ReplayMismatchError, UntrustedRecord
 from otel_replay.instrumentation import tool
 from otel_replay.rerun import events as rerun_events
-from otel_replay.rerun import http as rerun_http
-from otel_replay.rerun import recording, rerun
+from otel_replay.rerun import http_match, recording, rerun
 from otel_replay.rerun.codec import encode_result, redact_url, stable_json
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.record import RecordMode
@@ -355,13 +354,13 @@ def test_a_rerun_builds_an_http_calls_stored_text_only_when_the_call_diverges(
     with agent.scripted_server() as api:
         record(dataset, "texts", lambda: _posts_one_changed(api, None))
     built: list[str] = []
-    real = rerun_http._parts
+    real = http_match._parts
 
     def counted(*args: Any) -> dict[str, Any]:
         built.append(str(args[-3]))  # the URL
         return real(*args)
 
-    monkeypatch.setattr(rerun_http, "_parts", counted)
+    monkeypatch.setattr(http_match, "_parts", counted)
     same = rerun(lambda: _posts_one_changed(api, None), dataset=dataset, session_id="texts", write=False)
     assert same.matched, same.report()
     assert built == []  # 60 requests matched on their keyed digests: nothing redacted, no part digests

@@ -35,7 +35,7 @@ from otel_replay.errors import DeterminismLeakError
 from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import arguments_codec, arguments_hash, redact_headers
 from otel_replay.rerun.events import Event, Fingerprint, stream_key
-from otel_replay.rerun.http import request_arguments
+from otel_replay.rerun.http_match import request_arguments
 from otel_replay.rerun.interceptor import Interceptor
 from otel_replay.rerun.serve import RerunMode
 

@@ -34,7 +34,7 @@ from otel_replay.instrumentation.scripted import ScriptedServer, anthropic_messa
 from otel_replay.query.store import Store
 from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import stable_json
-from otel_replay.rerun.http import VOLATILE_HEADERS, compared_headers
+from otel_replay.rerun.http_match import VOLATILE_HEADERS, compared_headers
 from otel_replay.rerun.load import load_recording
 
 from .conftest import record
@@ -348,6 +348,17 @@ def test_compared_headers_leave_out_the_volatile_ones_and_keep_the_rest() -> Non
         ["x-account", "second"],
     ]
     assert {"user-agent", "traceparent", "content-length", "accept-encoding", "date"} <= VOLATILE_HEADERS
+
+
+def test_compared_headers_are_the_same_on_every_request_whatever_form_the_names_come_in() -> None:
+    # Each name is worked out once and remembered: the second, third ... request must compare exactly as the
+    # first, volatile names still left out, bytes and text names alike, and a new name still worked out.
+    first = [(b"X-Account", b"treasury"), (b"User-Agent", b"a"), ("Idempotency-Key", "k-1"), ("Traceparent", "t")]
+    expected = [["idempotency-key", "k-1"], ["x-account", "treasury"]]
+    for _ in range(3):
+        assert compared_headers(first) == expected
+        assert compared_headers({"x-account": "escrow", "USER-AGENT": "b"}) == [["x-account", "escrow"]]
+    assert compared_headers([(b"X-Brand-New", b"1"), (b"x-stainless-arch", b"arm64")]) == [["x-brand-new", "1"]]
 
 
 # --- the real model clients, unchanged, still rerun matched ------------------------------------------

@@ -28,7 +28,8 @@ from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ReplayMismatchError
 from otel_replay.instrumentation import tool
 from otel_replay.query.store import Store
-from otel_replay.rerun import recording, rerun
+from otel_replay.rerun import boundaries, recording, rerun
+from otel_replay.rerun.codec import ARGUMENTS_CODEC, arguments_codec, stable_json
 from otel_replay.rerun.load import load_recording
 
 from .conftest import agent, record
@@ -540,3 +541,34 @@ def test_a_long_multi_line_outcome_is_compared_whole_and_summarised_on_one_line(
     summary = result.summary()
     assert not result.matched and "\n" not in summary and len(summary) < 500, summary
     assert summary.startswith("outcome differs: the original raised builtins:ValueError: first line…")
+
+
+# --- a read's arguments -----------------------------------------------------------------------------------
+
+
+def _seed(value: int | None) -> Callable[[], float]:
+    def agent() -> float:
+        random.seed() if value is None else random.seed(value)
+        return random.random()
+
+    return agent
+
+
+@pytest.mark.parametrize(("recorded", "made"), [(None, 7), (7, None), (7, 8)])
+def test_a_read_made_with_other_arguments_than_recorded_diverges(
+    dataset: Path, recorded: int | None, made: int | None
+) -> None:
+    # A read with no arguments is matched on a text written once per codec: one with arguments must never
+    # be taken for it, either way round.
+    record(dataset, "seed", _seed(recorded))
+    assert rerun(_seed(recorded), dataset=dataset, session_id="seed").matched
+    result = rerun(_seed(made), dataset=dataset, session_id="seed")
+    assert not result.matched and result.divergence is not None, result.report()
+    assert "called with other arguments" in result.divergence.reason
+
+
+def test_the_text_of_a_read_with_no_arguments_is_stable_json_s_under_every_codec() -> None:
+    assert set(boundaries._NO_ARGUMENTS_TEXT) == set(range(1, ARGUMENTS_CODEC + 1))
+    for codec, text in boundaries._NO_ARGUMENTS_TEXT.items():
+        with arguments_codec(codec):
+            assert stable_json([(), {}]) == text

@@ -18,7 +18,7 @@ from otel_replay.instrumentation import tool
 from otel_replay.query.store import Store
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.codec import arguments_codec
-from otel_replay.rerun.http import request_arguments
+from otel_replay.rerun.http_match import request_arguments
 from otel_replay.rerun.load import load_recording
 
 from .conftest import record
