@@ -13,11 +13,11 @@ from click.testing import CliRunner
 
 import otel_replay
 from otel_replay import CaptureError, DecisionTracer, OutcomeAlreadyRecorded, RecordNotFound
-from otel_replay.capture import outcome_claims
-from otel_replay.capture.outcome_claims import _name, claim_outcome
 from otel_replay.capture.recorder import Recorder, set_recorder
 from otel_replay.cli import main
 from otel_replay.errors import DatasetError
+from otel_replay.storage import outcome_claims
+from otel_replay.storage.outcome_claims import _name, claim_outcome
 
 
 def _forget_stores() -> None:
@@ -222,7 +222,7 @@ def test_a_decision_with_two_stored_outcomes_reads_as_conflicting_and_its_chain_
 
 _RACER = textwrap.dedent("""
     import os, sys, time
-    from otel_replay.capture.outcome_claims import claim_outcome
+    from otel_replay.storage.outcome_claims import claim_outcome
     from otel_replay.errors import OutcomeAlreadyRecorded
     dataset, go, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     while not os.path.exists(go):
@@ -257,7 +257,7 @@ def test_processes_racing_to_claim_the_same_decisions_win_each_exactly_once(data
 def test_a_claim_survives_its_claimant_being_killed_right_after_it_returned(dataset):
     child = textwrap.dedent(f"""
         import os, time
-        from otel_replay.capture.outcome_claims import claim_outcome
+        from otel_replay.storage.outcome_claims import claim_outcome
         claim_outcome({str(dataset)!r}, "killed-decision", "outcome-k", False)
         print(os.getpid(), flush=True)
         time.sleep(600)
@@ -400,7 +400,7 @@ def test_a_claim_store_removed_by_hand_is_not_written_through_a_stale_connection
 def _second_process_claim(dataset, decision_id: str, check: bool = True) -> str:
     """Another process claims ``decision_id``: "claimed", "refused", or (``check=False``) what it printed on stderr."""
     child = textwrap.dedent(f"""
-        from otel_replay.capture.outcome_claims import claim_outcome
+        from otel_replay.storage.outcome_claims import claim_outcome
         from otel_replay.errors import OutcomeAlreadyRecorded
         try:
             claim_outcome({str(dataset)!r}, {decision_id!r}, "o-child", True)
@@ -460,7 +460,7 @@ def test_a_replaced_claim_store_keeps_the_claims_another_process_put_in_its_succ
             os.rename(outcomes / name, aside / name)
     child = textwrap.dedent(f"""
         import time
-        from otel_replay.capture.outcome_claims import claim_outcome
+        from otel_replay.storage.outcome_claims import claim_outcome
         claim_outcome({str(dataset)!r}, "in-the-new-store", "o-2", True)
         print("claimed", flush=True)
         time.sleep(600)

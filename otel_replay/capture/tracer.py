@@ -19,12 +19,12 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from otel_replay import semconv as sc
 from otel_replay._json import loads, normalise
 from otel_replay.capture.context import current_ids
-from otel_replay.capture.outcome_claims import claim_outcome
 from otel_replay.capture.reader import DatasetReader
 from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
 from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, iso_time, new_id
+from otel_replay.storage.outcome_claims import claim_outcome
 
 __all__ = ["DecisionTracer", "link_to", "trace_body"]
 
@@ -145,7 +145,7 @@ class DecisionTracer:
 
         With a dataset (the store's, else the one :func:`otel_replay.configure`
         writes to) the decision's outcome claim is taken there first
-        (:mod:`otel_replay.capture.outcome_claims`), so a second outcome is
+        (:mod:`otel_replay.storage.outcome_claims`), so a second outcome is
         refused in any process, also while the first is still unflushed.
         When emitting fails, the claim is given back and the outcome can be
         recorded again.

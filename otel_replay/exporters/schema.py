@@ -20,6 +20,7 @@ from otel_replay import semconv as sc
 __all__ = [
     "EVENT_TYPE",
     "LINK_TYPE",
+    "COMPENSATIONS_DIR",
     "OUTCOMES_DIR",
     "PROMOTED_ARROW_TYPES",
     "SCHEMA_METADATA_KEY",
@@ -29,6 +30,8 @@ __all__ = [
 
 SPANS_DIR = "spans"
 """The dataset's span files: ``<dataset>/spans/date=YYYY-MM-DD/``."""
+COMPENSATIONS_DIR = "_compensations"
+"""Compensation claims beside the spans: ``<dataset>/_compensations/`` (one claim file per receipt)."""
 OUTCOMES_DIR = "_outcomes"
 """Outcome claims beside the spans: ``<dataset>/_outcomes/`` (claim files, or the local claim store)."""
 SCHEMA_METADATA_KEY = b"otel_replay.schema_version"

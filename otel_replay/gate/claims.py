@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay._json import strict_loads
-from otel_replay.capture.outcome_claims import claimant
 from otel_replay.errors import (
     AlreadyCompensated,
     CompensationInProgress,
@@ -56,14 +55,16 @@ from otel_replay.errors import (
     GateError,
     PayloadError,
 )
+from otel_replay.exporters.schema import COMPENSATIONS_DIR
 from otel_replay.exporters.writer import write_bytes_atomic
 from otel_replay.location import Location, resolve
 from otel_replay.storage import objects
 from otel_replay.storage.lease import ObjectLease
+from otel_replay.storage.outcome_claims import claimant
 
 __all__ = ["CLAIMS_DIR", "Claim", "ClaimState", "CompensationClaims", "idempotency_key"]
 
-CLAIMS_DIR = "_compensations"
+CLAIMS_DIR = COMPENSATIONS_DIR
 
 
 class ClaimState(enum.StrEnum):

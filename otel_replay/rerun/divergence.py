@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from otel_replay.errors import ReplayMismatchError
 from otel_replay._seam import Call
+from otel_replay.errors import ReplayMismatchError
 from otel_replay.rerun.codec import stable_json
 from otel_replay.rerun.events import Event, describe_event
 from otel_replay.rerun.http_match import part_differences, split_parts

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError
-from otel_replay.exporters.schema import OUTCOMES_DIR, SPANS_DIR
+from otel_replay.exporters.schema import COMPENSATIONS_DIR, OUTCOMES_DIR, SPANS_DIR
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import Location, resolve
 
@@ -59,6 +59,7 @@ from .manifest import (
     partition_live_files,
     visible_names,
 )
+from .outcome_claims import expire_outcome_claims
 from .retention_marks import dropped_links, midnight_ns, write_marks
 
 DEFAULT_GRACE_SECONDS = 600.0
@@ -256,12 +257,9 @@ def _drop_remote(
 
 def _expire_claims(location: Location, cutoff: dt.date) -> int:
     """Delete the outcome and compensation claims last written before ``cutoff`` (midnight UTC); how many."""
-    from otel_replay.capture.outcome_claims import expire_outcome_claims
-    from otel_replay.gate.claims import CLAIMS_DIR
-
     before_ns = midnight_ns(cutoff)
     expired = expire_outcome_claims(location, before_ns)  # the rows of a local claim store
-    for directory in (OUTCOMES_DIR, CLAIMS_DIR):
+    for directory in (OUTCOMES_DIR, COMPENSATIONS_DIR):
         for info in location.files_under(location.join(directory)):
             written = info.mtime_ns
             if not info.base_name.endswith(".json") or written is None or written >= before_ns:

@@ -8,7 +8,7 @@ import pytest
 
 import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
-from otel_replay.capture.outcome_claims import claim_outcome
+from otel_replay.storage.outcome_claims import claim_outcome
 
 from .conftest import keys
 

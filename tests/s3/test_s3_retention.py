@@ -76,7 +76,7 @@ def test_compact_older_than_cli_on_s3(bucket: str) -> None:
 
 
 def test_s3_retention_expires_outcome_claims_before_the_cutoff(bucket: str, s3: Any) -> None:
-    from otel_replay.capture.outcome_claims import claim_outcome
+    from otel_replay.storage.outcome_claims import claim_outcome
 
     uri = f"s3://{bucket}/ds"
     load_generator().generate(uri, spans=100, ids=10, days=1, rows_per_file=50, duplicates=0.0, seed=5)

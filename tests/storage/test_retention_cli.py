@@ -114,8 +114,8 @@ def test_retention_expires_outcome_and_compensation_claims_older_than_the_cutoff
     import os
     import sqlite3
 
-    from otel_replay.capture.outcome_claims import claim_outcome
     from otel_replay.gate.claims import ClaimState, CompensationClaims
+    from otel_replay.storage.outcome_claims import claim_outcome
 
     path, _ = make_dataset(spans=300, ids=30)
     old = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC).timestamp()  # in the first partition's day
