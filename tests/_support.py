@@ -6,9 +6,23 @@ import json
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from otel_replay import Action, DependencySnapshot
+
+TEST_KEY = "test-signing-key-0123456789abcdef"
+"""The one signing key of the tests (set for every test by ``tests/conftest.py``)."""
+
+
+@dataclass(frozen=True)
+class Demo:
+    """The dataset ``otel-replay demo`` writes, and the ids of its one decision."""
+
+    path: Path
+    record_id: str
+    correlation_id: str
 
 
 def budget_policy(state, action):

@@ -46,15 +46,10 @@ def error_line(result) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("demo") / "ds"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_REPLAY_SIGNING_KEY", "test-signing-key-0123456789abcdef")
-        mp.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-        result = CliRunner().invoke(main, ["demo", "--dataset", str(path)])
-    assert result.exit_code == 0, result.output
-    return path
+@pytest.fixture
+def demo(demo_dataset: Path) -> Path:
+    """The shared demo dataset (read-only)."""
+    return demo_dataset
 
 
 # --- verify (and every read command) on a directory that is not a dataset root ---------------------------
