@@ -18,11 +18,13 @@ TEST_KEY = "test-signing-key-0123456789abcdef"
 
 @dataclass(frozen=True)
 class Demo:
-    """The dataset ``otel-replay demo`` writes, and the ids of its one decision."""
+    """The dataset ``otel-replay demo`` writes, and the ids of its one decision (and of the decision's span)."""
 
     path: Path
     record_id: str
     correlation_id: str
+    trace_id: str
+    span_id: str
 
 
 def budget_policy(state, action):

@@ -78,7 +78,9 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     for entry in [path, *path.rglob("*")]:
         if not entry.is_symlink():
             entry.chmod(stat.S_IMODE(entry.stat().st_mode) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    return Demo(path, result.record.record_id, result.correlation_id)
+    with otel_replay.open(path) as store:
+        (span,) = store.rows("SELECT trace_id, span_id FROM decisions")
+    return Demo(path, result.record.record_id, result.correlation_id, span["trace_id"], span["span_id"])
 
 
 @pytest.fixture
