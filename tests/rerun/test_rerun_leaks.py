@@ -475,11 +475,10 @@ def test_an_openai_agent_reruns_strict_and_matched_in_a_fresh_process(dataset: P
 
     with agent.scripted_server() as api, agent.scripted_server() as model:
         env = {**os.environ, "RERUN_EXAMPLE_API": api, "RERUN_EXAMPLE_MODEL": model}
-        os.environ.update(RERUN_EXAMPLE_API=api, RERUN_EXAMPLE_MODEL=model)
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("RERUN_EXAMPLE_API", api)
+            mp.setenv("RERUN_EXAMPLE_MODEL", model)
             record(dataset, "llm", agent.agent_from_env)
-        finally:
-            del os.environ["RERUN_EXAMPLE_API"], os.environ["RERUN_EXAMPLE_MODEL"]
     env["PYTHONPATH"] = str(ROOT)
     command = [sys.executable, "-P", "-m", "otel_replay", "rerun", "llm", "--entrypoint",
                "example_rerun_agent:agent_from_env", "-d", str(dataset), "--governance", "strict"]  # fmt: skip
