@@ -76,6 +76,7 @@ def test_cli_all_reports_a_table_and_fails_on_divergence(
     assert refused.exit_code == 1 and "Traceback" not in refused.output and not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.slow
 def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path: Path) -> None:
     record(dataset, "s1", lambda: None)
     env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
@@ -106,6 +107,7 @@ def test_pyproject_registers_the_pytest_plugin() -> None:
     assert data["project"]["entry-points"]["pytest11"]["otel_replay"] == "otel_replay.rerun.pytest_plugin"
 
 
+@pytest.mark.slow
 def test_pytest_plugin_turns_sessions_into_tests(two_sessions: tuple[Path, str, str], tmp_path: Path) -> None:
     dataset, _, _ = two_sessions
     # Block the installed entry point (if any) and load the module itself: works installed or not.

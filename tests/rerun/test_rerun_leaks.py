@@ -88,6 +88,7 @@ def _cli(cwd: Path, *args: str, port: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_urllib_payment_is_made_once_when_recorded_and_never_again_by_a_rerun(dataset: Path, tmp_path: Path) -> None:
     with _payments() as (port, paid):
         original, _, _ = record(dataset, "pay", lambda: _pay("127.0.0.1", port))
@@ -363,6 +364,7 @@ def test_a_bad_allow_live_entry_is_a_one_line_error_naming_it(dataset: Path, ent
     assert len(message) < 400
 
 
+@pytest.mark.slow
 def test_a_bad_allow_live_option_is_a_one_line_error_from_the_cli_and_the_pytest_plugin(
     dataset: Path, tmp_path: Path
 ) -> None:
@@ -424,6 +426,7 @@ _RAIL = (
 )
 
 
+@pytest.mark.slow
 def test_policy_rail_and_entrypoint_modules_in_the_current_directory_load(tmp_path: Path) -> None:
     (tmp_path / "projpolicy.py").write_text(_POLICY)
     (tmp_path / "projrail.py").write_text(_RAIL)
