@@ -1,4 +1,4 @@
-"""Review "store": unnamed compacted files are read and never deleted; bad files are named; memory stays bounded."""
+"""Files the store did not expect: unnamed compacted files are read, never deleted; bad files are named."""
 
 from __future__ import annotations
 

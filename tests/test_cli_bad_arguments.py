@@ -1,4 +1,4 @@
-"""Reviewer rg's CLI findings: each bad input is one line naming the argument, variable or file; nothing lost."""
+"""Bad CLI arguments: each is one line naming the argument, variable or file; nothing is lost or misreported."""
 
 from __future__ import annotations
 
