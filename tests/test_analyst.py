@@ -145,6 +145,7 @@ def test_the_database_is_closed_off_as_measured(captured):
     assert settings == {"ext": False, "locked": True, "py": False}
 
 
+@pytest.mark.slow
 def test_sql_command_refuses_hostile_sql_with_one_line(captured, tmp_path):
     dataset, key_file = captured
     before = _snapshot_files(tmp_path, Path.home())

@@ -232,6 +232,7 @@ def _entry_point() -> str:
     return str(script)
 
 
+@pytest.mark.slow
 def test_the_real_entry_point_reports_user_errors_in_one_line(demo_dataset, tmp_path):
     """The installed ``otel-replay`` script, not CliRunner: stderr must hold one line and no traceback."""
     deep = tmp_path / "deep.json"

@@ -472,6 +472,7 @@ def test_asyncio_connections_are_refused_too(dataset: Path, host: str) -> None:
     assert result.output == "refused" and len(result.leaks) == 1 and not result.matched, result.report()
 
 
+@pytest.mark.slow
 def test_an_openai_agent_reruns_strict_and_matched_in_a_fresh_process(dataset: Path, tmp_path: Path) -> None:
     """The client is built in the rerun: it reads its packages' metadata and probes the platform (``uname -p``)."""
     from .conftest import EXAMPLES, agent
