@@ -6,9 +6,25 @@ import json
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from otel_replay import Action, DependencySnapshot
+
+TEST_KEY = "test-signing-key-0123456789abcdef"
+"""The one signing key of the tests (set for every test by ``tests/conftest.py``)."""
+
+
+@dataclass(frozen=True)
+class Demo:
+    """The dataset ``otel-replay demo`` writes, and the ids of its one decision (and of the decision's span)."""
+
+    path: Path
+    record_id: str
+    correlation_id: str
+    trace_id: str
+    span_id: str
 
 
 def budget_policy(state, action):

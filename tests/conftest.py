@@ -1,7 +1,9 @@
-"""Shared fixtures: a signing key, a dataset directory, and a configured pipeline."""
+"""Shared fixtures: a signing key, a dataset directory, a configured pipeline, and the demo's dataset."""
 
 from __future__ import annotations
 
+import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +12,9 @@ from opentelemetry import trace
 
 import otel_replay
 from otel_replay import Telemetry
+from otel_replay.demo import run_demo
 
-TEST_KEY = "test-signing-key-0123456789abcdef"
+from ._support import TEST_KEY, Demo  # tests/test_readme.py takes the key from here too
 
 
 @pytest.fixture(autouse=True)
@@ -46,3 +49,54 @@ def no_global_tracer_provider() -> Iterator[None]:
     yield
     after = trace.get_tracer_provider()
     assert after is before, f"this test installed a global TracerProvider ({after!r}); use set_global=False"
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Relative path -> (mode, size, mtime in ns) of everything under ``root``."""
+    found = {}
+    for path in [root, *root.rglob("*")]:
+        info = path.lstat()
+        found[path.relative_to(root).as_posix()] = (info.st_mode, info.st_size, info.st_mtime_ns)
+    return found
+
+
+@pytest.fixture(scope="session")
+def demo_build(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """The demo's dataset, written once per test process (once per xdist worker) and then made read-only.
+
+    Tests read it through ``demo_dataset`` (checked unchanged after each test) or
+    write to their own copy (``demo_copy``).
+    """
+    path = tmp_path_factory.mktemp("demo") / "ds"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_REPLAY_SIGNING_KEY", TEST_KEY)
+        mp.setenv("HOME", str(tmp_path_factory.mktemp("demo-home")))
+        mp.delenv("OTEL_REPLAY_KEY_FILE", raising=False)
+        mp.delenv("OTEL_REPLAY_DATASET", raising=False)
+        result = run_demo(path)
+    assert result.verify.ok, result.verify
+    for entry in [path, *path.rglob("*")]:
+        if not entry.is_symlink():
+            entry.chmod(stat.S_IMODE(entry.stat().st_mode) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    with otel_replay.open(path) as store:
+        (span,) = store.rows("SELECT trace_id, span_id FROM decisions")
+    return Demo(path, result.record.record_id, result.correlation_id, span["trace_id"], span["span_id"])
+
+
+@pytest.fixture
+def demo_dataset(demo_build: Demo) -> Iterator[Path]:
+    """The shared demo dataset, read-only: the test fails if it changed anything in it (root ignores file modes)."""
+    before = _tree(demo_build.path)
+    yield demo_build.path
+    assert _tree(demo_build.path) == before, "this test changed the shared demo dataset: use demo_copy"
+
+
+@pytest.fixture
+def demo_copy(demo_build: Demo, tmp_path: Path) -> Path:
+    """A writable copy of the demo dataset, the test's own."""
+    copy = tmp_path / "demo"
+    shutil.copytree(demo_build.path, copy, symlinks=True)
+    for entry in [copy, *copy.rglob("*")]:
+        if not entry.is_symlink():
+            entry.chmod(stat.S_IMODE(entry.stat().st_mode) | stat.S_IWUSR)
+    return copy

@@ -7,8 +7,10 @@ the dataset is byte-identical and no file appeared anywhere we can see.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -19,7 +21,7 @@ from otel_replay import audit
 from otel_replay.cli import main
 from otel_replay.errors import QueryError, ReadOnlyViolation
 
-from ._support import payment, snapshot
+from ._support import Demo, payment, snapshot
 
 SECRET = "super-secret-signing-key-0123456789"
 
@@ -143,6 +145,7 @@ def test_the_database_is_closed_off_as_measured(captured):
     assert settings == {"ext": False, "locked": True, "py": False}
 
 
+@pytest.mark.slow
 def test_sql_command_refuses_hostile_sql_with_one_line(captured, tmp_path):
     dataset, key_file = captured
     before = _snapshot_files(tmp_path, Path.home())
@@ -179,31 +182,83 @@ SHIPPED = sorted(  # the DuckDB files (a `name.spark.sql` variant is for Spark)
 )
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        n
-        for n in SHIPPED
-        if n
-        not in (
-            "source",
-            "source_current",
-            "empty_source",
-            "views",
-            "probe_file",
-            "facts_views",
-            "facts_source",
-            "facts_none",
-            "facts_input",
-        )
-    ],
+DEFINITIONS = (  # files that define views and sources: not queries an analyst runs
+    "source",
+    "source_current",
+    "empty_source",
+    "views",
+    "probe_file",
+    "facts_views",
+    "facts_source",
+    "facts_none",
+    "facts_input",
 )
-def test_shipped_queries_run_as_analyst_sql_and_through_store_run(captured, name):
-    dataset, _ = captured
+AUDIT_EVENTS = ["invoice_received", "budget_revised", "payment_reversed"]
+
+
+def _names(rows: list[dict[str, Any]]) -> list[str]:
+    return [r["name"] for r in rows]
+
+
+def _layers(rows: list[dict[str, Any]]) -> list[str]:
+    return [r["layer"] for r in rows]
+
+
+def _pairs(first: str, second: str) -> Callable[[list[dict[str, Any]]], list[tuple[Any, Any]]]:
+    return lambda rows: [(r[first], r[second]) for r in rows]
+
+
+def _shipped_expectations(demo: Demo) -> dict[str, tuple[dict[str, Any], Callable[[list[dict[str, Any]]], Any], Any]]:
+    """Per shipped query on the demo's dataset: (variables, what of the rows to compare, what it must be)."""
+    cid, rid = demo.correlation_id, demo.record_id
+    gates = ["replay.gate"] * 3  # intent, committed, rolled back
+    return {
+        "audit_entries": (
+            {"correlation_id": cid},
+            _pairs("event_type", "correlation_id"),
+            [(event, cid) for event in AUDIT_EVENTS],
+        ),
+        "calibration": ({"decision_type": "vendor_payment"}, list, []),  # the demo's decision has no confidence
+        "causal_tree": (
+            {"root_trace_id": demo.trace_id, "root_span_id": demo.span_id},
+            lambda rows: sorted((r["depth"], r["name"]) for r in rows),
+            [(0, "replay.decision"), (1, "replay.act"), (1, "replay.gate"), (1, "replay.gate"), (1, "replay.model"),
+             (1, "replay.read")],
+        ),  # fmt: skip
+        "decision_summary": (
+            {"decision_type": "vendor_payment"},
+            list,
+            [{"decision_type": "vendor_payment", "decisions": 1, "with_confidence": 0, "mean_confidence": None}],
+        ),
+        "facts_extract": ({}, _pairs("kind", "record_id"), [("decision", rid)]),
+        "record": ({"record_id": rid}, _pairs("name", "record_id"), [("replay.decision", rid)]),
+        "rerun_compare": ({"session_id": cid}, list, []),  # the demo records no rerun session
+        "rerun_event_list": ({"session_id": cid}, list, []),
+        "rerun_events": ({"session_id": cid}, list, []),
+        "rerun_sessions": ({}, list, []),
+        "sealed_records": (
+            {},
+            lambda rows: sorted(_names(rows)),
+            sorted(["replay.audit_entry"] * 3 + ["replay.decision"] + gates),
+        ),
+        "traces": ({"correlation_id": cid}, _pairs("layer", "record_id"), [("trace", rid)]),
+        "chains/trade": ({"chain_id": cid}, _layers, ["audit", "trace", "audit", "audit"]),
+        "chains/directive": ({"chain_id": cid}, _layers, ["audit", "trace", "audit", "audit"]),
+        "chains/incident": ({"chain_id": cid}, _layers, ["audit", "audit", "audit"]),
+        "chains/session": ({"chain_id": cid}, list, []),  # the demo's records carry no session id
+    }
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in DEFINITIONS])
+def test_shipped_queries_give_the_demo_answers_as_analyst_sql_and_through_store_run(demo_dataset, demo_build, name):
+    expectations = _shipped_expectations(demo_build)
+    assert name in expectations, f"queries/{name}.sql is shipped: say here what it answers on the demo"
+    variables, seen, expected = expectations[name]
     sql = (_QUERIES / f"{name}.sql").read_text()
-    with otel_replay.open(dataset) as store:
-        store.query(sql)  # variables unset read as NULL: it runs, read-only
-        store.run(name)
+    with otel_replay.open(demo_dataset) as store:
+        unset = store.rows(sql)  # variables unset read as NULL: it runs, read-only
+        assert unset == store.run(name)  # the same rows as the store's own run with no variables
+        assert seen(store.run(name, **variables)) == expected
 
 
 def test_definition_files_are_refused_as_analyst_sql(captured):

@@ -14,14 +14,6 @@ from otel_replay.cli import main
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def demo_dataset(tmp_path):
-    path = tmp_path / "demo"
-    result = CliRunner().invoke(main, ["demo", "--dataset", str(path)])
-    assert result.exit_code == 0, result.output
-    return path
-
-
 def replay_args(record_id, dataset, live, *extra: str) -> list[str]:
     """``otel-replay replay`` arguments with the demo's budget policy."""
     return [
@@ -157,37 +149,37 @@ def test_user_errors_are_one_line_without_traceback(demo_dataset, tmp_path, args
         assert result.exit_code == 1 and message in result.stderr and len(result.stderr.splitlines()) == 1
 
 
-def test_missing_dataset_and_corrupt_file(tmp_path, demo_dataset):
+def test_missing_dataset_and_corrupt_file(tmp_path, demo_copy):
     missing = run("sql", "SELECT 1", "-d", str(tmp_path / "absent"))
     assert missing.exit_code == 1 and "does not exist" in missing.output
-    bad = next((demo_dataset / "spans").rglob("*.parquet")).with_name("part-bad.parquet")
+    bad = next((demo_copy / "spans").rglob("*.parquet")).with_name("part-bad.parquet")
     bad.write_bytes(b"PAR1garbage")
-    corrupt = run("sql", "SELECT count(*) AS n FROM spans", "-d", str(demo_dataset))
+    corrupt = run("sql", "SELECT count(*) AS n FROM spans", "-d", str(demo_copy))
     assert (
         corrupt.exit_code == 1
         and "part-bad.parquet" in corrupt.output
         and len(corrupt.output.strip().splitlines()) == 1
     )
     skipped = run(
-        "sql", "SELECT count(*) AS n FROM spans", "-d", str(demo_dataset), "--skip-corrupt", "--format", "json"
+        "sql", "SELECT count(*) AS n FROM spans", "-d", str(demo_copy), "--skip-corrupt", "--format", "json"
     )
     assert skipped.exit_code == 0 and "skipped" in skipped.output and "part-bad.parquet" in skipped.output
 
 
-def test_verify_fails_with_exit_1_on_tamper(demo_dataset):
+def test_verify_fails_with_exit_1_on_tamper(demo_copy):
     import pyarrow.parquet as pq
 
     # Delete the decision record from the file holding it (the demo may write several files).
     path = next(
         p
-        for p in (demo_dataset / "spans").rglob("*.parquet")
+        for p in (demo_copy / "spans").rglob("*.parquet")
         if "replay.decision" in pq.read_table(p)["name"].to_pylist()
     )
     table = pq.read_table(path)
     names = table.column("name").to_pylist()
     keep = [i for i, n in enumerate(names) if not (n == "replay.decision")]
     pq.write_table(table.take(keep), path)
-    result = run("verify", str(demo_dataset))
+    result = run("verify", str(demo_copy))
     assert result.exit_code == 1 and "FAILED" in result.output and "deleted" in result.output
 
 
@@ -240,6 +232,7 @@ def _entry_point() -> str:
     return str(script)
 
 
+@pytest.mark.slow
 def test_the_real_entry_point_reports_user_errors_in_one_line(demo_dataset, tmp_path):
     """The installed ``otel-replay`` script, not CliRunner: stderr must hold one line and no traceback."""
     deep = tmp_path / "deep.json"
@@ -322,36 +315,36 @@ def test_deeply_nested_live_state_is_one_line(demo_dataset, tmp_path):
     assert result.exit_code == 1 and "deep.json" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
-def test_damaged_page_is_named_by_every_read_command_and_skipped_on_request(demo_dataset):
+def test_damaged_page_is_named_by_every_read_command_and_skipped_on_request(demo_copy):
     from .test_store import damage_pages
 
-    good = max((demo_dataset / "spans").rglob("*.parquet"), key=lambda p: p.stat().st_size)  # holds the decision
+    good = max((demo_copy / "spans").rglob("*.parquet"), key=lambda p: p.stat().st_size)  # holds the decision
     bad = damage_pages(good, good.with_name("part-damaged.parquet"))
     rid = json.loads(
         run(
-            "sql", "SELECT record_id FROM decisions", "-d", str(demo_dataset), "--skip-corrupt", "--format", "json"
+            "sql", "SELECT record_id FROM decisions", "-d", str(demo_copy), "--skip-corrupt", "--format", "json"
         ).stdout
     )["record_id"]
     cid = json.loads(
         run(
-            "sql", "SELECT correlation_id FROM decisions", "-d", str(demo_dataset), "--skip-corrupt", "--format", "json"
+            "sql", "SELECT correlation_id FROM decisions", "-d", str(demo_copy), "--skip-corrupt", "--format", "json"
         ).stdout
     )["correlation_id"]
     commands = [
         ["sql", "SELECT * FROM spans"],
         ["chain", "trade", cid],
         ["tree", rid],
-        replay_args(rid, demo_dataset, demo_dataset / "demo-live-state.json")[:],
+        replay_args(rid, demo_copy, demo_copy / "demo-live-state.json")[:],
     ]
     for command in commands:
-        failed = run(*command, "-d", str(demo_dataset))
+        failed = run(*command, "-d", str(demo_copy))
         assert failed.exit_code == 1 and "part-damaged.parquet" in failed.stderr, (command, failed.output)
-        skipped = run(*command, "-d", str(demo_dataset), "--skip-corrupt")
+        skipped = run(*command, "-d", str(demo_copy), "--skip-corrupt")
         assert skipped.exit_code == 0, (command, skipped.output)
         assert f"warning: skipped {bad}" in skipped.stderr, command
-    verify = run("verify", str(demo_dataset))
+    verify = run("verify", str(demo_copy))
     assert verify.exit_code == 1 and "part-damaged.parquet" in verify.stderr
-    partial = run("verify", str(demo_dataset), "--skip-corrupt")
+    partial = run("verify", str(demo_copy), "--skip-corrupt")
     assert partial.exit_code == 1 and partial.stdout.startswith("FAILED")
     assert f"not checked: {bad}" in partial.stdout and "1 unreadable file" in partial.stdout
 

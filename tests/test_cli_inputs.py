@@ -28,6 +28,8 @@ from otel_replay.server.config import ServerConfig
 from otel_replay.settings import MAX_WAIT_SECONDS, env_number
 from otel_replay.storage.compact_steps import MAX_ROWS, Options
 
+from ._support import in_forked_child
+
 OTEL_REPLAY = str(Path(sys.executable).with_name("otel-replay"))
 
 
@@ -47,15 +49,10 @@ def error_line(result) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("demo") / "ds"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_REPLAY_SIGNING_KEY", "test-signing-key-0123456789abcdef")
-        mp.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-        result = CliRunner().invoke(main, ["demo", "--dataset", str(path)])
-    assert result.exit_code == 0, result.output
-    return path
+@pytest.fixture
+def demo(demo_dataset: Path) -> Path:
+    """The shared demo dataset (read-only)."""
+    return demo_dataset
 
 
 # --- verify (and every read command) on a directory that is not a dataset root ---------------------------
@@ -190,33 +187,49 @@ def test_ingest_prints_file_names_escaped(tmp_path: Path) -> None:
     assert "x\\x1b]0;pwned\\x07\\nALL GOOD.jsonl" in result.output
 
 
-def _as_nobody() -> list[str] | None:
-    """The command prefix that runs as an unprivileged user; ``None`` when not possible here."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"] if setpriv else None
+NOBODY = 65534
 
 
-def test_ingest_counts_an_unreadable_subdirectory_as_a_failure() -> None:
-    prefix = _as_nobody()
-    if prefix is None:
-        pytest.skip("running as root without setpriv: no directory is unreadable")
-    top = Path(tempfile.mkdtemp(prefix="otel-replay-unreadable-"))  # under /tmp: reachable by the other user
+def _ingest_in_a_child(top: Path, source: Path, as_nobody: bool) -> dict[str, object]:
+    """``otel-replay ingest source`` run in a forked child of this process, as user nobody when asked.
+
+    The child has every module this process imported, so nothing is read from the checkout as the other
+    user: where the checkout lives (a private parent directory) does not matter.
+    """
+
+    def work() -> dict[str, object]:
+        try:
+            if as_nobody:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            os.chdir(top)
+        except PermissionError as exc:
+            return {"refused": str(exc)}
+        result = CliRunner().invoke(main, ["ingest", str(source), "--dataset", str(top / "ds"), "-q"])
+        return {"exit_code": result.exit_code, "stderr": result.stderr, "exception": repr(result.exception)}
+
+    return in_forked_child(work)
+
+
+def test_ingest_counts_an_unreadable_subdirectory_as_a_failure(tmp_path: Path) -> None:
+    as_nobody = os.geteuid() == 0  # root reads every directory: the child drops to user nobody
+    top = Path(tempfile.mkdtemp(prefix="otel-replay-unreadable-"))  # under /tmp: reachable by user nobody
     try:
         top.chmod(0o777)
         (top / "in" / "inner").mkdir(parents=True)
         (top / "in" / "inner" / "a.jsonl").write_text("{}\n")
         (top / "in").chmod(0o755)
+        # Here first, readable: this process loads every module the command needs, and the child inherits them.
+        assert run("ingest", str(top / "in"), "--dataset", str(tmp_path / "ds"), "-q").exit_code == 0
         (top / "in" / "inner").chmod(0)
-        command = [*prefix, sys.executable, "-m", "otel_replay", "ingest", str(top / "in")]
-        command += ["--dataset", str(top / "ds"), "-q"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=top)
-        if done.returncode != 0 and "Permission denied" in done.stderr and "cannot ingest" not in done.stderr:
-            pytest.skip(f"the unprivileged user cannot run this interpreter: {done.stderr.strip()[-200:]}")
-        assert done.returncode == 1, (done.stdout, done.stderr)  # was: "ingested 0 spans from 0 file(s)", exit 0
-        assert f"{top / 'in' / 'inner'}: cannot ingest: the directory cannot be read: Permission denied" in done.stderr
-        assert "1 could not be read" in done.stderr and "Traceback" not in done.stderr
+        done = _ingest_in_a_child(top, top / "in", as_nobody)
+        if "refused" in done:
+            pytest.skip(f"this system does not let root run a process as user nobody: {done['refused']}")
+        stderr = str(done["stderr"])
+        assert done["exit_code"] == 1, done  # was: "ingested 0 spans from 0 file(s)", exit 0
+        assert f"{top / 'in' / 'inner'}: cannot ingest: the directory cannot be read: Permission denied" in stderr
+        assert "1 could not be read" in stderr and "Traceback" not in stderr
     finally:
         for root, _, _ in os.walk(top):
             os.chmod(root, 0o755)

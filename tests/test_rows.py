@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -161,6 +162,7 @@ def _hostile_value(rnd, depth=0):
     return "plain"
 
 
+@pytest.mark.slow
 def test_fast_json_writes_exactly_what_json_writes_or_fails_the_same_way():
     """The stored attribute bytes and the canonical (hashed) form do not depend on whether orjson is present."""
     import json
@@ -456,6 +458,7 @@ def test_converter_refuses_what_the_real_parser_refuses_before_reading_rows(tmp_
     assert writer.rows_written == 1
 
 
+@pytest.mark.slow
 def test_short_keyvalue_decoding_equals_the_real_class_on_mutated_encodings():
     import math
     import random

@@ -236,6 +236,7 @@ _RACER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_processes_racing_to_claim_the_same_decisions_win_each_exactly_once(dataset):
     # Four real processes start at one signal and claim the same 300 decisions: every decision is won by exactly
     # one of them, none twice, none lost (the store is created by whichever comes first).
@@ -254,6 +255,7 @@ def test_processes_racing_to_claim_the_same_decisions_win_each_exactly_once(data
     assert len(_claimed(dataset)) == 300
 
 
+@pytest.mark.slow
 def test_a_claim_survives_its_claimant_being_killed_right_after_it_returned(dataset):
     child = textwrap.dedent(f"""
         import os, time
@@ -330,6 +332,7 @@ def test_a_hostile_decision_id_is_claimed_exactly_once_and_apart_from_its_neighb
     assert not (dataset.parent / "etc").exists()
 
 
+@pytest.mark.slow
 def test_5000_outcomes_leave_three_files_in_the_outcomes_directory(telemetry, dataset):
     tracer = DecisionTracer()
     decisions = [tracer.decision("a", "t", f"r{i}") for i in range(5_000)]

@@ -99,6 +99,7 @@ def run_agent(tmp_path: Path, server: scripted.ScriptedServer, dataset: Path, **
     return done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_an_unmodified_agent_under_opentelemetry_instrument_lands_its_model_spans(server, tmp_path, dataset):
     server.enqueue(
         scripted.Reply(200, {"pong": True}),
@@ -122,6 +123,7 @@ def test_an_unmodified_agent_under_opentelemetry_instrument_lands_its_model_span
     assert {r["service"] for r in rows} == {"zero-code-agent"}
 
 
+@pytest.mark.slow
 def test_disabling_our_instrumentor_by_name_leaves_no_model_spans(server, tmp_path, dataset):
     server.enqueue(scripted.Reply(200, {}), scripted.chat_completion("a"), scripted.chat_stream(["b"]))
     assert run_agent(tmp_path, server, dataset, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="otel_replay_openai") == "ab"
@@ -130,6 +132,7 @@ def test_disabling_our_instrumentor_by_name_leaves_no_model_spans(server, tmp_pa
     assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] > 0  # the HTTP client's spans still land
 
 
+@pytest.mark.slow
 def test_with_capture_on_the_zero_code_agent_records_redacted_content(server, tmp_path, dataset):
     server.enqueue(scripted.Reply(200, {}), scripted.chat_completion("done"), scripted.chat_stream(["!"]))
     env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}

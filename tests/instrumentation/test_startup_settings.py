@@ -37,6 +37,7 @@ def instrumented(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.slow
 def test_a_good_configuration_records_the_session(tmp_path: Path) -> None:
     done = instrumented(tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "agent ran", done.stderr

@@ -182,6 +182,7 @@ def test_the_recording_is_attributed_to_the_current_span(dataset: Path) -> None:
     assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
 
 
+@pytest.mark.slow
 def test_the_example_script_runs_end_to_end(tmp_path: Path) -> None:
     import subprocess
     import sys

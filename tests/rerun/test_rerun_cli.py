@@ -55,7 +55,7 @@ def test_cli_reruns_one_session_and_prints_the_match(two_sessions: tuple[Path, s
 
 
 def test_cli_all_reports_a_table_and_fails_on_divergence(
-    two_sessions: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+    two_sessions: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     dataset, _, _ = two_sessions
     args = ["--all", "--entrypoint", "example_rerun_agent:agent_from_env", "-d", str(dataset)]
@@ -72,10 +72,11 @@ def test_cli_all_reports_a_table_and_fails_on_divergence(
     assert [line["session_id"] for line in lines] == ["sess-a"] and lines[0]["divergence"]["step"] > 0
     picked = CliRunner().invoke(rerun_command, [*args, "--sessions-sql", "SELECT 'sess-b' AS session_id", "--json"])
     assert [json.loads(line)["session_id"] for line in picked.output.splitlines() if line.startswith("{")] == ["sess-b"]
-    refused = CliRunner().invoke(rerun_command, [*args, "--sessions-sql", "COPY spans TO '/tmp/x.csv'"])
-    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    refused = CliRunner().invoke(rerun_command, [*args, "--sessions-sql", f"COPY spans TO '{tmp_path / 'x.csv'}'"])
+    assert refused.exit_code == 1 and "Traceback" not in refused.output and not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.slow
 def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path: Path) -> None:
     record(dataset, "s1", lambda: None)
     env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
@@ -106,6 +107,7 @@ def test_pyproject_registers_the_pytest_plugin() -> None:
     assert data["project"]["entry-points"]["pytest11"]["otel_replay"] == "otel_replay.rerun.pytest_plugin"
 
 
+@pytest.mark.slow
 def test_pytest_plugin_turns_sessions_into_tests(two_sessions: tuple[Path, str, str], tmp_path: Path) -> None:
     dataset, _, _ = two_sessions
     # Block the installed entry point (if any) and load the module itself: works installed or not.

@@ -364,6 +364,7 @@ if sys.argv[2] == "exit":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "code", "outcome"),
     [

@@ -220,6 +220,7 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_the_cli_takes_credentials_says_it_in_json_and_refuses_another_value_in_one_line(
     dataset: Path, tmp_path: Path
 ) -> None:
@@ -238,6 +239,7 @@ def test_the_cli_takes_credentials_says_it_in_json_and_refuses_another_value_in_
     assert "credentials compared by presence only" in presence.stdout, presence.stdout
 
 
+@pytest.mark.slow
 def test_the_pytest_plugin_passes_credentials_on(dataset: Path, tmp_path: Path) -> None:
     with _server() as (base, _):
         record(dataset, "pay", lambda: _pay("httpx")(base))

@@ -88,6 +88,7 @@ def _cli(cwd: Path, *args: str, port: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_urllib_payment_is_made_once_when_recorded_and_never_again_by_a_rerun(dataset: Path, tmp_path: Path) -> None:
     with _payments() as (port, paid):
         original, _, _ = record(dataset, "pay", lambda: _pay("127.0.0.1", port))
@@ -363,6 +364,7 @@ def test_a_bad_allow_live_entry_is_a_one_line_error_naming_it(dataset: Path, ent
     assert len(message) < 400
 
 
+@pytest.mark.slow
 def test_a_bad_allow_live_option_is_a_one_line_error_from_the_cli_and_the_pytest_plugin(
     dataset: Path, tmp_path: Path
 ) -> None:
@@ -424,6 +426,7 @@ _RAIL = (
 )
 
 
+@pytest.mark.slow
 def test_policy_rail_and_entrypoint_modules_in_the_current_directory_load(tmp_path: Path) -> None:
     (tmp_path / "projpolicy.py").write_text(_POLICY)
     (tmp_path / "projrail.py").write_text(_RAIL)
@@ -469,17 +472,17 @@ def test_asyncio_connections_are_refused_too(dataset: Path, host: str) -> None:
     assert result.output == "refused" and len(result.leaks) == 1 and not result.matched, result.report()
 
 
+@pytest.mark.slow
 def test_an_openai_agent_reruns_strict_and_matched_in_a_fresh_process(dataset: Path, tmp_path: Path) -> None:
     """The client is built in the rerun: it reads its packages' metadata and probes the platform (``uname -p``)."""
     from .conftest import EXAMPLES, agent
 
     with agent.scripted_server() as api, agent.scripted_server() as model:
         env = {**os.environ, "RERUN_EXAMPLE_API": api, "RERUN_EXAMPLE_MODEL": model}
-        os.environ.update(RERUN_EXAMPLE_API=api, RERUN_EXAMPLE_MODEL=model)
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("RERUN_EXAMPLE_API", api)
+            mp.setenv("RERUN_EXAMPLE_MODEL", model)
             record(dataset, "llm", agent.agent_from_env)
-        finally:
-            del os.environ["RERUN_EXAMPLE_API"], os.environ["RERUN_EXAMPLE_MODEL"]
     env["PYTHONPATH"] = str(ROOT)
     command = [sys.executable, "-P", "-m", "otel_replay", "rerun", "llm", "--entrypoint",
                "example_rerun_agent:agent_from_env", "-d", str(dataset), "--governance", "strict"]  # fmt: skip

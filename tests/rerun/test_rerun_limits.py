@@ -80,6 +80,7 @@ def test_a_back_reference_says_how_far_up_so_different_graphs_differ() -> None:
     assert "$cycle" not in stable_json([shared, shared])  # seen twice, not inside itself: by value both times
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_value_past_the_node_budget_is_unmatchable_not_walked_whole() -> None:
     fan: list[Any] = [0]
@@ -150,6 +151,7 @@ except ConfigError as exc:
     assert "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT" in done.stdout
 
 
+@pytest.mark.slow
 def test_chunks_that_cannot_be_written_are_retried_with_backoff_not_per_event() -> None:
     script = """
 import logging, os, time
@@ -186,6 +188,7 @@ def _big_output() -> list[list[int]]:
     return [[ROWS[0]] for _ in range(rows())]  # 1.1 M values: past the encoder's budget
 
 
+@pytest.mark.slow
 def test_an_output_that_cannot_be_compared_is_a_divergence_not_a_match(dataset: Path) -> None:
     import otel_replay
     from otel_replay.rerun import recording

@@ -571,6 +571,7 @@ print(json.dumps({**out, "record_mib": recorded, "rerun_mib": replayed}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", ["httpx", "httpx-async", "requests", "urllib3"])
 def test_a_streamed_upload_costs_bounded_memory_to_record_and_to_rerun(dataset: Path, client: str) -> None:
     # 64 MiB through a 1 MiB cap: what is held stays near the cap (a rerun's spool keeps 1 MiB in memory, the

@@ -10,6 +10,8 @@ import os
 import random
 import secrets
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -476,14 +478,21 @@ def test_an_agent_calling_sys_exit_ends_its_rerun_not_the_caller(dataset: Path) 
     assert result.error == "SystemExit: 3" and result.matched, result.report()
 
 
-def test_recording_without_a_pipeline_says_it_goes_nowhere(caplog: pytest.LogCaptureFixture) -> None:
-    from opentelemetry import trace
-
-    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        pytest.skip("a global tracer provider was installed by an earlier test in this process")
-    with caplog.at_level("WARNING", logger="otel_replay.rerun"), recording("nowhere"):
-        time.time()
-    assert "not stored anywhere" in caplog.text and "otel_replay.configure" in caplog.text
+def test_recording_without_a_pipeline_says_it_goes_nowhere(tmp_path: Path) -> None:
+    # In a fresh interpreter: whatever ran earlier in this process, no tracer provider is installed there.
+    code = (
+        "import logging, time\n"
+        "logging.basicConfig(format='%(name)s: %(message)s')\n"
+        "from otel_replay.rerun import recording\n"
+        "with recording('nowhere'):\n"
+        "    time.time()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") or k.startswith("OTEL_REPLAY_")}
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "otel_replay.rerun" in done.stderr and "not stored anywhere" in done.stderr
+    assert "otel_replay.configure" in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ def _cli(record_id: str, uri: str, live: Path, ledger: FileLedger, cwd: Path) ->
     return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_two_hosts_executing_one_verdict_on_s3_refund_once(bucket: str, s3: Any, tmp_path: Path) -> None:
     uri = f"s3://{bucket}/prod"
     ledger = FileLedger(tmp_path / "ledger.json")
@@ -90,6 +91,7 @@ os._exit(17)  # dies between its claim and the rail's answer, lock and all
 """
 
 
+@pytest.mark.slow
 def test_a_crashed_claimant_on_s3_is_pending_then_resumable(bucket: str) -> None:
     uri = f"s3://{bucket}/ds"
     done = subprocess.run(

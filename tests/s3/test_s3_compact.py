@@ -58,6 +58,7 @@ def _make(bucket: str, name: str = "ds", spans: int = 2000) -> tuple[str, dict[s
     return uri, figures
 
 
+@pytest.mark.slow
 def test_compact_on_s3_sorts_dedups_and_swaps(bucket: str, s3: Any) -> None:
     uri, figures = _make(bucket)
     before = live_files(uri)
@@ -96,6 +97,7 @@ def test_compact_on_s3_sorts_dedups_and_swaps(bucket: str, s3: Any) -> None:
         assert meta[0]["n"] >= 1
 
 
+@pytest.mark.slow
 def test_reader_during_s3_compaction_sees_old_or_new_never_both(bucket: str) -> None:
     uri, figures = _make(bucket, spans=3000)
     old = (figures["spans_written"], figures["unique_spans"])
@@ -182,6 +184,7 @@ def test_expired_lease_is_taken_over_and_the_stale_holder_cannot_confirm(bucket:
     third.release()
 
 
+@pytest.mark.slow
 def test_a_manifest_changed_during_compaction_fails_the_swap(bucket: str, s3: Any) -> None:
     """Compare-and-swap on the manifest: even a compactor whose lease was misjudged cannot swap over another."""
     uri, figures = _make(bucket)
@@ -206,6 +209,7 @@ def test_a_manifest_changed_during_compaction_fails_the_swap(bucket: str, s3: An
     assert _count(uri, live_files(uri))[1] == counted[1]
 
 
+@pytest.mark.slow
 def test_compact_cli_on_s3(bucket: str) -> None:
     uri, figures = _make(bucket)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -257,6 +261,7 @@ def test_side_index_narrows_lookups_on_s3_and_stays_complete(bucket: str) -> Non
         assert chain == store.run("chains/trade", chain_id="trade-000000001")
 
 
+@pytest.mark.slow
 def test_store_lookups_on_s3_reuse_the_listing_of_the_last_refresh(
     bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,6 +299,7 @@ def _many_objects(bucket: str, name: str, objects: int = 200) -> tuple[str, dict
     return uri, figures
 
 
+@pytest.mark.slow
 def test_objects_are_read_one_by_one_into_the_batch_never_all_at_once(bucket: str, monkeypatch) -> None:
     from otel_replay.storage import compact_s3
 
@@ -311,6 +317,7 @@ def test_objects_are_read_one_by_one_into_the_batch_never_all_at_once(bucket: st
     assert _count(uri, live_files(uri)) == (figures["unique_spans"],) * 2
 
 
+@pytest.mark.slow
 def test_a_tiny_batch_over_many_objects_keeps_every_span_once(bucket: str) -> None:
     uri, figures = _many_objects(bucket, "tiny")
     report = compact(uri, grace_seconds=0, max_batch_rows=40, target_rows=25)

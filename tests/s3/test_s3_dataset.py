@@ -97,6 +97,7 @@ def _strip_files(value: Any) -> Any:
     return value
 
 
+@pytest.mark.slow
 def test_trade_chain_and_sql_through_the_cli_on_s3(bucket: str, tmp_path: Path) -> None:
     uri = f"s3://{bucket}/desk"
     recorded = subprocess.run(
@@ -206,6 +207,7 @@ def _sample_rows() -> Any:
     return spans_to_table(memory.get_finished_spans())
 
 
+@pytest.mark.slow
 def test_duckdb_threads_sharing_one_object_handle_read_correct_bytes(
     bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

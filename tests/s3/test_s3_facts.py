@@ -124,6 +124,7 @@ def test_arrivals_after_s3_compaction_are_read_from_the_spans(local: Path, bucke
     assert len(_facts_keys(s3, bucket)) == 2  # the superseded generation's facts deleted with grace 0
 
 
+@pytest.mark.slow
 def test_stale_forged_or_damaged_facts_objects_are_ignored(
     local: Path, bucket: str, s3: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -32,6 +32,7 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
             "convert_workers": 0,
             "flush_seconds": 0.2,
             "drain_seconds": 5.0,
+            "bomb_delay_seconds": 0.0,  # the late 413 to a decompression bomb (3 s by default): a test asks for one
         }
         settings.update(overrides)
         receiver = Receiver(ServerConfig(dataset or tmp_path / "received", **settings)).start()

@@ -11,6 +11,7 @@ import http.client
 import random
 from collections.abc import Callable
 
+import pytest
 from google.protobuf.message import DecodeError
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -118,6 +119,7 @@ def _mutate_bytes(payload: bytes, rnd: random.Random) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 def test_every_admitted_span_of_mutated_requests_converts() -> None:
     base = encode_spans(make_spans(3))
     rnd = random.Random(20261126)

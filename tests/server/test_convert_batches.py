@@ -9,6 +9,7 @@ import sys
 import zlib
 from pathlib import Path
 
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from otel_replay.server.convert import convert_segment
@@ -42,6 +43,7 @@ def _convert_in_a_fresh_process(segment: Path, dataset: Path) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_many_one_span_records_cost_about_what_one_request_of_them_costs(tmp_path: Path) -> None:
     spans = make_spans(2500)  # 5000 spans
     one = _convert_in_a_fresh_process(

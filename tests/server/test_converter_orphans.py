@@ -36,6 +36,7 @@ def test_a_converter_of_a_live_server_works() -> None:
         pool.shutdown(wait=True)
 
 
+@pytest.mark.slow
 def test_killing_the_server_while_its_converter_starts_leaves_no_orphan(tmp_path) -> None:
     import signal
     import subprocess

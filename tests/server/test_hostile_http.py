@@ -145,6 +145,7 @@ def _zeros_gzip(total: int) -> bytes:
     return b"".join(parts) + packer.flush()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ratio", [200, 0], ids=["ratio-limit", "size-limit-only"])
 def test_gzip_bomb_is_413_without_inflating_past_the_limit(make_receiver, ratio: int) -> None:
     limit = 4 * MiB

@@ -84,6 +84,7 @@ def test_a_zstd_bomb_is_refused_without_inflating_it(tmp_path: Path, byte: bytes
     assert manifest(dataset) == [] and span_ids(dataset) == []
 
 
+@pytest.mark.slow
 def test_bomb_memory_stays_bounded(tmp_path: Path) -> None:
     """In a fresh process (its own peak RSS), a 1 GiB-expanding line costs far less than 1 GiB."""
     source = tmp_path / "bomb.zst"
@@ -132,6 +133,7 @@ def test_an_over_long_length_prefixed_record_stops_the_file_with_an_error(tmp_pa
     assert again.start_offset == 4 + len(payload) and again.spans == 0 and again.error.startswith("record 1:")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["zstd", "gzip"])
 def test_a_truncated_compressed_file_is_an_error_and_not_recorded(tmp_path: Path, kind: str) -> None:
     whole = lines(0, 200)
@@ -193,6 +195,7 @@ def test_appends_during_the_run_are_left_for_the_next_run(tmp_path: Path) -> Non
     assert len(ids) == len(set(ids)) == written
 
 
+@pytest.mark.slow
 def test_a_concurrent_writer_never_causes_duplicates_or_loss(tmp_path: Path) -> None:
     source = tmp_path / "growing.jsonl"
     source.write_bytes(lines(0, 2000))
@@ -349,6 +352,7 @@ def _child(dataset: Path, source: Path, mode: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 def test_an_ingest_killed_mid_file_is_redone_not_duplicated(tmp_path: Path) -> None:
     source = tmp_path / "traces.jsonl"
     source.write_bytes(lines(0, 3000))
@@ -395,6 +399,7 @@ def test_a_torn_manifest_line_does_not_swallow_the_next_entry(tmp_path: Path) ->
     assert len(span_ids(dataset)) == 12
 
 
+@pytest.mark.slow
 def test_concurrent_ingest_processes_on_one_dataset_take_turns(tmp_path: Path) -> None:
     source = tmp_path / "traces.jsonl"
     source.write_bytes(lines(0, 2000))

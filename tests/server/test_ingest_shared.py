@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay.server.convert import split_request
@@ -38,6 +39,7 @@ def _line(spans: int, blob: int) -> str:
     return json.dumps({"resourceSpans": [{"resource": {"attributes": attributes}, "scopeSpans": [scope]}]})
 
 
+@pytest.mark.slow
 def test_a_large_shared_resource_is_converted_in_pieces_and_every_span_lands(tmp_path: Path) -> None:
     source = tmp_path / "big.jsonl"
     source.write_text(_line(3000, 128 * 1024) + "\n")  # 0.4 MiB of JSON; 375 MiB of rows, each with the resource

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -41,6 +42,7 @@ def wait_for_rows(dataset: Path, count: int, deadline: float = 60.0) -> list[dic
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_sigkill_loses_nothing_acknowledged_and_duplicates_nothing(tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     spans = make_spans(600)  # 1200 spans
@@ -100,6 +102,7 @@ def _post_json(port: int, body: dict) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_sigkill_keeps_an_acknowledged_request_that_ends_in_eight_zero_bytes(tmp_path: Path) -> None:
     """The seal mark is 8 zero bytes: the active segment's last record may end so too, and must not be cut."""
     dataset = tmp_path / "ds"

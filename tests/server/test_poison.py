@@ -124,6 +124,7 @@ def _wait_rows(dataset: Path, count: int) -> set[tuple[str, str]]:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     wal = dataset / "_wal" / "default"

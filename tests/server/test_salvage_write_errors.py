@@ -49,6 +49,7 @@ def _request(spans: int, seed: int) -> bytes:
     return request.SerializeToString()
 
 
+@pytest.mark.slow
 def test_salvage_lets_a_failed_write_escape_instead_of_dropping_earlier_runs(tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     dataset.mkdir()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from otel_replay.cli import main
@@ -47,6 +48,7 @@ def test_unusable_dataset_under_the_cli_runner() -> None:
     assert "/proc/nope" in result.output
 
 
+@pytest.mark.slow
 def test_serve_falls_back_to_otel_replay_settings(tmp_path: Path) -> None:
     dataset = tmp_path / "from-env"
     env = {
@@ -67,6 +69,7 @@ def test_serve_falls_back_to_otel_replay_settings(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
 
 
+@pytest.mark.slow
 def test_flags_win_over_the_environment(tmp_path: Path) -> None:
     env = {"OTEL_REPLAY_DATASET": str(tmp_path / "env"), "OTEL_REPLAY_SERVE_HTTP": "not-an-address"}
     flag = tmp_path / "flag"

@@ -61,6 +61,7 @@ def _fresh_rows(template: pa.Table, date: str) -> pa.Table:
     return table.append_column("date", pa.array([date] * template.num_rows, pa.string()))
 
 
+@pytest.mark.slow
 def test_concurrent_reader_sees_old_or_new_never_both_never_neither(make_dataset) -> None:
     path, figures = make_dataset(duplicates=0, spans=4000, ids=400)
     base = figures["unique_spans"]

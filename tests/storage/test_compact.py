@@ -147,7 +147,8 @@ def test_different_schema_versions_are_never_merged(make_dataset) -> None:
     path, _ = make_dataset(duplicates=0)
     partition = partition_dirs(path)[0]
     sample = pq.read_table(next(partition.glob("part-*.parquet"))).slice(0, 3)
-    older = sample.replace_schema_metadata({SCHEMA_METADATA_KEY: b"1"})  # a newer one is refused (test_store_review)
+    # a newer schema version is refused (tests/storage/test_unexpected_files.py)
+    older = sample.replace_schema_metadata({SCHEMA_METADATA_KEY: b"1"})
     pq.write_table(older, partition / "part-2-cccccccccccc.parquet")
     compact(path, grace_seconds=0, partitions=[partition.name])
     versions = sorted(pq.read_schema(f).metadata[SCHEMA_METADATA_KEY] for f in live_files(path) if partition.name in f)

@@ -24,6 +24,7 @@ def _many(make_dataset: Any, files: int = 1000) -> tuple[Path, dict[str, Any]]:
     return make_dataset(spans=3 * files, ids=files, rows_per_file=3, duplicates=0.02)
 
 
+@pytest.mark.slow
 def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_dataset, monkeypatch) -> None:
     path, figures = _many(make_dataset)
     inputs = live_files(path)
@@ -39,6 +40,7 @@ def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_da
     assert count_rows(after) == (figures["unique_spans"],) * 2
 
 
+@pytest.mark.slow
 def test_each_footer_is_parsed_once_before_the_rows_are_read(make_dataset, monkeypatch) -> None:
     path, _ = make_dataset(spans=1200, ids=300, rows_per_file=4, duplicates=0)
     inputs = live_files(path)
@@ -59,6 +61,7 @@ def test_each_footer_is_parsed_once_before_the_rows_are_read(make_dataset, monke
     assert sorted(opened) == sorted(inputs * 2)  # once for the schema check, once for the rows
 
 
+@pytest.mark.slow
 def test_a_tiny_batch_over_many_files_keeps_every_span_once(make_dataset) -> None:
     path, figures = _many(make_dataset, files=600)
     report = compact(path, grace_seconds=0, max_batch_rows=40, target_rows=25)
@@ -69,6 +72,7 @@ def test_a_tiny_batch_over_many_files_keeps_every_span_once(make_dataset) -> Non
     assert len({Path(f).name.split("-")[2] for f in after}) > 20  # one sorted run per batch
 
 
+@pytest.mark.slow
 def test_a_truncated_file_among_a_thousand_changes_nothing_and_is_named(make_dataset) -> None:
     path, _ = _many(make_dataset)
     partition = partition_dirs(path)[0]
@@ -99,6 +103,7 @@ def test_a_file_damaged_past_its_footer_fails_the_run_naming_it_and_leaves_no_ou
     assert MANIFEST_NAME not in left or '"pending": {}' in (partition / MANIFEST_NAME).read_text().replace("\n", "")
 
 
+@pytest.mark.slow
 def test_older_schema_versions_among_many_small_files_stay_apart_and_complete(make_dataset) -> None:
     path, figures = _many(make_dataset, files=500)
     partition = partition_dirs(path)[0]

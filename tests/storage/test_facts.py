@@ -382,6 +382,7 @@ def test_a_facts_file_is_never_read_as_spans(dataset: Path) -> None:
     assert total == rows
 
 
+@pytest.mark.slow
 def test_big_enough_to_span_row_groups(make_dataset: Any) -> None:
     """The generator's trade chains (retries included), compacted in several batches: same figures, facts used."""
     ds, _ = make_dataset(spans=20_000, ids=2_000, rows_per_file=700, duplicates=0.02)

@@ -1,4 +1,4 @@
-"""A second reading of the gate's money path: commit() always returns, no receipt is dropped or called done early."""
+"""The gate's money path: commit() always returns, no receipt is dropped or called done early."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from otel_replay.gate.receipts import stored_receipt
 from otel_replay.integrity import SigningKey
 
 from ._support import payment, snapshot
-from .test_gate_review import _execute
+from .test_gate_compensation import _execute
 
 STALE = {"budget_remaining": 100, "allow_list": ["acme-supplies"]}  # every payment is a ROLLBACK now
 KEY = SigningKey(b"k" * 32)

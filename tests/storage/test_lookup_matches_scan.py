@@ -1,4 +1,4 @@
-"""Regressions from the 2026-11-26 read of the lookup path: each case answered differently from a full scan.
+"""A lookup answers as a full scan does: each case below once answered differently.
 
 - an outcome stored only in a version 1 file that arrived after compaction (its decision id only in the
   JSON) was missed by a lookup by decision id;

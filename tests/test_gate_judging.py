@@ -1,4 +1,4 @@
-"""Reviewer rg's gate and replay findings: a receipt's identity, policy answers, untrusted commits."""
+"""What the gate and replay judge: a receipt's identity, a policy's answer, the action committed, untrusted commits."""
 
 from __future__ import annotations
 

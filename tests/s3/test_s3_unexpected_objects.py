@@ -1,4 +1,4 @@
-"""Review "store" on S3: compacted objects no manifest knows are read and merged, never deleted."""
+"""Objects the store did not expect on S3: compacted objects no manifest knows are read and merged, never deleted."""
 
 from __future__ import annotations
 

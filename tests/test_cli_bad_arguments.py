@@ -1,30 +1,19 @@
-"""Reviewer rg's CLI findings: each bad input is one line naming the argument, variable or file; nothing lost."""
+"""Bad CLI arguments: each is one line naming the argument, variable or file; nothing is lost or misreported."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-import otel_replay
-from otel_replay.cli import main
-
+from ._support import Demo
 from .test_cli_inputs import error_line, run
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The demo dataset and its decision's record id."""
-    path = tmp_path_factory.mktemp("demo") / "ds"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_REPLAY_SIGNING_KEY", "test-signing-key-0123456789abcdef")
-        mp.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-        result = CliRunner().invoke(main, ["demo", "--dataset", str(path)])
-        assert result.exit_code == 0, result.output
-        with otel_replay.open(path) as store:
-            record_id = store.query("SELECT record_id FROM decisions").to_pylist()[0]["record_id"]
-    return path, record_id
+@pytest.fixture
+def demo(demo_dataset: Path, demo_build: Demo) -> tuple[Path, str]:
+    """The shared demo dataset (read-only) and its decision's record id."""
+    return demo_dataset, demo_build.record_id
 
 
 def _replay(demo: tuple[Path, str], live: Path, *extra: str):

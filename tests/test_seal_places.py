@@ -1,4 +1,4 @@
-"""Seals hold where the review "trust" broke them: copies in other traces, unhashable rows, forks, SDK limits.
+"""Seals hold: records copied into other traces, rows the hash cannot encode, forked processes, SDK limits.
 
 Also the capture-input errors (nesting, huge numbers) and relative dataset paths.
 """

@@ -1,4 +1,4 @@
-"""Review "store": unnamed compacted files are read and never deleted; bad files are named; memory stays bounded."""
+"""Files the store did not expect: unnamed compacted files are read, never deleted; bad files are named."""
 
 from __future__ import annotations
 
@@ -260,6 +260,7 @@ def _drop_loop(dataset: str, sample: bytes, stop, drops) -> None:  # type: ignor
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_opening_a_store_while_retention_drops_a_partition_never_fails(make_dataset) -> None:
     path, figures = make_dataset(spans=200, ids=20, duplicates=0.0)
     sample = sorted((path / "spans").glob("date=*/*.parquet"))[0].read_bytes()
