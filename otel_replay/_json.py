@@ -12,7 +12,7 @@ from typing import Any
 from otel_replay.errors import CaptureError, PayloadError
 
 _orjson: Any
-try:  # the accelerator: it writes only values it encodes exactly as json does (tests/test_rows.py)
+try:  # the accelerator: it writes only values it encodes exactly as json does (tests/exporters/test_rows.py)
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised only without orjson installed
     _orjson = None
@@ -79,7 +79,7 @@ def compact_json_bytes(values: dict[str, Any]) -> bytes:
 
     Identical, byte for byte, to ``json`` with ``ensure_ascii=False`` and
     compact separators: orjson writes it when every value is of a kind both
-    encode alike (see ``tests/test_rows.py``), ``json`` otherwise.
+    encode alike (see ``tests/exporters/test_rows.py``), ``json`` otherwise.
     """
     if _fast_compact is not None and _same_bytes(values):
         try:

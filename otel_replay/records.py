@@ -530,7 +530,7 @@ class GateRecord:
 # Capture's hot path builds these frozen records field by field: the generated
 # __init__ of a frozen dataclass costs twice as much (keyword parsing, then the
 # same object.__setattr__ per field). They have no __post_init__ to skip;
-# tests/test_capture_fast.py checks each builder against the generated __init__.
+# tests/capture/test_capture_fast.py checks each builder against the generated __init__.
 _new = object.__new__
 _set = object.__setattr__
 

@@ -14,7 +14,7 @@ import otel_replay
 from otel_replay import Telemetry
 from otel_replay.demo import run_demo
 
-from ._support import TEST_KEY, Demo  # tests/test_readme.py takes the key from here too
+from ._support import TEST_KEY, Demo
 
 
 @pytest.fixture(autouse=True)

@@ -156,7 +156,7 @@ def _short_scalar(raw: bytes) -> tuple[str, Any] | None:
     nothing else follows. Everything else (other fields, other order, repeated
     fields, longer lengths, a bool that is not 0 or 1, an int past 64 bits)
     is left to ``KeyValue.FromString``. Only bytes the real parser accepted
-    reach here, so its UTF-8 check has already passed (``tests/test_rows.py``
+    reach here, so its UTF-8 check has already passed (``tests/exporters/test_rows.py``
     compares the two on mutated encodings).
     """
     size = len(raw)

@@ -6,7 +6,7 @@ date) lives in :class:`RowBuilder`. Two thin readers feed it: one walks SDK
 ``ReadableSpan`` objects (the in-process exporter), the other walks decoded
 OTLP ``ResourceSpans`` (the OTLP receiver, ``ingest``). Both hand the builder
 the same plain values, so a span exported in-process and the same span sent
-over OTLP become byte-identical rows; ``tests/test_rows.py`` pins that by
+over OTLP become byte-identical rows; ``tests/exporters/test_rows.py`` pins that by
 pushing one set of spans through both (the SDK's own OTLP encoder on one side).
 
 The SDK reader exists because encoding to protobuf and decoding it again in

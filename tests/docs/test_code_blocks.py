@@ -31,7 +31,7 @@ import pytest
 import otel_replay
 from otel_replay.storage import live_files
 
-from ..conftest import TEST_KEY
+from .._support import TEST_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

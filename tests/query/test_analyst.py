@@ -21,7 +21,7 @@ from otel_replay import audit
 from otel_replay.cli import main
 from otel_replay.errors import QueryError, ReadOnlyViolation
 
-from ._support import Demo, payment, snapshot
+from .._support import Demo, payment, snapshot
 
 SECRET = "super-secret-signing-key-0123456789"
 

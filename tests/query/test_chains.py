@@ -101,7 +101,7 @@ def test_audit_log_query_in_process_and_from_store(telemetry, dataset):
 def test_causal_tree_and_calibration(telemetry, dataset):
     from otel_replay import audit
 
-    from ._support import payment, snapshot
+    from .._support import payment, snapshot
 
     with audit("vendor_payment", snapshot=snapshot()) as d:
         d.read(x=1)
@@ -136,7 +136,7 @@ def test_causal_tree_is_pinned_to_the_decisions_trace(telemetry, dataset):
     from otel_replay import audit
     from otel_replay.storage import compact
 
-    from ._support import snapshot
+    from .._support import snapshot
 
     with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-1") as d:
         d.read(x=1)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from otel_replay.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def replay_args(record_id, dataset, live, *extra: str) -> list[str]:
@@ -316,7 +316,7 @@ def test_deeply_nested_live_state_is_one_line(demo_dataset, tmp_path):
 
 
 def test_damaged_page_is_named_by_every_read_command_and_skipped_on_request(demo_copy):
-    from .test_store import damage_pages
+    from ..query.test_store import damage_pages
 
     good = max((demo_copy / "spans").rglob("*.parquet"), key=lambda p: p.stat().st_size)  # holds the decision
     bad = damage_pages(good, good.with_name("part-damaged.parquet"))
@@ -353,7 +353,7 @@ def test_hostile_agent_ids_and_event_types_reach_no_terminal(tmp_path):
     import otel_replay
     from otel_replay import AuditLog, audit
 
-    from ._support import payment, snapshot
+    from .._support import payment, snapshot
 
     dataset = tmp_path / "ds"
     telemetry = otel_replay.configure(dataset, set_global=False)

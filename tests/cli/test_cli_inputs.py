@@ -28,7 +28,7 @@ from otel_replay.server.config import ServerConfig
 from otel_replay.settings import MAX_WAIT_SECONDS, env_number
 from otel_replay.storage.compact_steps import MAX_ROWS, Options
 
-from ._support import in_forked_child
+from .._support import in_forked_child
 
 OTEL_REPLAY = str(Path(sys.executable).with_name("otel-replay"))
 

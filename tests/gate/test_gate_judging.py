@@ -27,7 +27,7 @@ from otel_replay.gate.execute import execute_verdict, replay_stored
 from otel_replay.gate.policy import replay
 from otel_replay.integrity import SigningKey
 
-from ._support import budget_policy, payment, snapshot
+from .._support import budget_policy, payment, snapshot
 
 STALE = {"budget_remaining": 0, "allow_list": ["acme-supplies"]}
 

@@ -28,7 +28,7 @@ from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.gate import reads
 from otel_replay.integrity import SigningKey
 
-from ._support import payment, snapshot
+from .._support import payment, snapshot
 
 KEY = SigningKey(b"s" * 32)
 

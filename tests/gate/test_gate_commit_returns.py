@@ -35,7 +35,7 @@ from otel_replay.gate.claims import ClaimState, CompensationClaims, idempotency_
 from otel_replay.gate.receipts import stored_receipt
 from otel_replay.integrity import SigningKey
 
-from ._support import payment, snapshot
+from .._support import payment, snapshot
 from .test_gate_compensation import _execute
 
 STALE = {"budget_remaining": 100, "allow_list": ["acme-supplies"]}  # every payment is a ROLLBACK now
@@ -198,7 +198,7 @@ def test_a_receipt_being_compensated_elsewhere_is_pending_not_done(dataset):
 def test_the_cli_exits_non_zero_while_a_receipt_is_being_compensated_elsewhere(dataset, tmp_path, monkeypatch):
     ledger_file = tmp_path / "ledger.json"
     monkeypatch.setenv("OTEL_REPLAY_TEST_LEDGER", str(ledger_file))
-    from .rails import file_ledger
+    from ..rails import file_ledger
 
     record_id = _commit(dataset, file_ledger(), payment(4200))
     with otel_replay.open(dataset) as store:

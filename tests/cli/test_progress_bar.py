@@ -8,7 +8,7 @@ from pathlib import Path
 from otel_replay import _duck
 from otel_replay.query.store import Store
 
-PACKAGE = Path(__file__).resolve().parents[1] / "otel_replay"
+PACKAGE = Path(__file__).resolve().parents[2] / "otel_replay"
 
 
 def _bar(con) -> bool:  # type: ignore[no-untyped-def]

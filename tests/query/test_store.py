@@ -12,9 +12,9 @@ import otel_replay
 from otel_replay import CorruptFileError, RecordNotFound, audit, replay
 from otel_replay.errors import DatasetError, QueryError
 
-from ._support import budget_policy, payment, snapshot
+from .._support import budget_policy, payment, snapshot
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _capture(telemetry):

@@ -4,7 +4,7 @@ import pytest
 
 from otel_replay import Action, FixAction, ReplayUndecidable, audit, replay
 
-from ._support import budget_policy, payment, snapshot
+from .._support import budget_policy, payment, snapshot
 
 
 def _record(action: Action | None = None):

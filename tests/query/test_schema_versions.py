@@ -33,7 +33,7 @@ from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPAN_SCHEMA
 from otel_replay.integrity import load_signing_key, restore_attributes
 from otel_replay.storage import compact, live_files
 
-from ._versions import V2_COLUMNS, rewrite_as_version_1
+from .._versions import V2_COLUMNS, rewrite_as_version_1
 
 # --- rows ---------------------------------------------------------------------------------------
 # attributes -> (outcome_decision_id, outcome_correct, decision_confidence) columns they must give

@@ -26,7 +26,7 @@ from otel_replay.cli import main
 from otel_replay.gate import reads
 from otel_replay.integrity import SigningKey, load_signing_key, record_hash, restore_attributes
 
-from ._support import budget_policy, payment, snapshot
+from .._support import budget_policy, payment, snapshot
 
 LIVE = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}
 
@@ -184,10 +184,10 @@ def test_unsealed_gate_commit_posted_over_otlp_is_never_compensated(paid, datase
         def compensate(self, receipt, *, idempotency_key=None):
             ledger_calls.append(receipt.receipt_id)
 
-    import tests.test_trust as here
+    import tests.query.test_trust as here
 
     here.recording_rail = lambda: Recording(10_000)
-    result = _replay_cli(record.record_id, dataset, live, "--execute", "--rail", "tests.test_trust:recording_rail")
+    result = _replay_cli(record.record_id, dataset, live, "--execute", "--rail", "tests.query.test_trust:recording_rail")
     assert result.exit_code == 0, result.output
     assert "ROLLBACK" in result.output and ledger_calls == ["rcpt-0001"]
 

@@ -22,10 +22,10 @@ from otel_replay import (
 )
 from otel_replay.gate.claims import CompensationClaims, idempotency_key
 
-from ._support import budget_policy, payment, snapshot
-from .rails import FileLedger
+from .._support import budget_policy, payment, snapshot
+from ..rails import FileLedger
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LIVE = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}
 
 

@@ -11,7 +11,7 @@ import otel_replay
 from otel_replay import ActionGate, FixAction, Receipt, ReferenceLedger, Verdict, audit, replay
 from otel_replay.gate import reads
 
-from ._support import budget_policy, payment, snapshot
+from .._support import budget_policy, payment, snapshot
 
 
 def _verdict(fix: FixAction, record_id: str = "r-1") -> Verdict:

@@ -23,7 +23,7 @@ from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, record_hash
 from otel_replay.records import DecisionRecord, Seal, SpanRef, _audit_record, _seal, _span_ref
 
-from ._support import payment, snapshot
+from .._support import payment, snapshot
 
 KEY = SigningKey(b"fast-path-key-0123456789")
 
@@ -180,7 +180,7 @@ def test_record_ids_are_unique_across_threads_and_pool_refills():
 def test_a_forked_child_never_hands_out_its_parents_pooled_ids():
     from otel_replay.records import new_id
 
-    from ._support import in_forked_child
+    from .._support import in_forked_child
 
     new_id()  # the pool now holds 255 ids the parent has not handed out yet
     child = set(in_forked_child(lambda: [new_id() for _ in range(100)]))

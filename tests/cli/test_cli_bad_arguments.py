@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ._support import Demo
+from .._support import Demo
 from .test_cli_inputs import error_line, run
 
 

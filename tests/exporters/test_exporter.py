@@ -16,7 +16,7 @@ from otel_replay import ConfigError, DatasetError, audit
 from otel_replay.exporters import SPAN_SCHEMA, ParquetSpanExporter
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 
-from ._support import payment, snapshot
+from .._support import payment, snapshot
 
 
 def _provider(exporter: ParquetSpanExporter) -> TracerProvider:

@@ -17,7 +17,7 @@ from otel_replay.capture import Recorder, get_recorder, set_recorder
 from otel_replay.capture.audit import current_decision
 from otel_replay.errors import RecordingError
 
-from ._support import payment, snapshot
+from .._support import payment, snapshot
 
 
 def test_audit_builds_sealed_record_and_hands_it_to_sink(telemetry):

@@ -32,9 +32,9 @@ from otel_replay.errors import CaptureError, GateError
 from otel_replay.gate import reads
 from otel_replay.gate.claims import CompensationClaims, idempotency_key
 
-from ._support import budget_policy, payment, snapshot
+from .._support import budget_policy, payment, snapshot
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STALE = {"budget_remaining": 100, "allow_list": ["acme-supplies"]}  # the $4,200 payment is a ROLLBACK now
 
 
