@@ -34,7 +34,7 @@ from otel_replay.integrity import (
 from otel_replay.query.trust import select_trusted, split_trusted
 
 from ._support import in_forked_child, payment, snapshot
-from .test_trust import Rows, _add_file, _decision_row, _ints, _replay_cli, _rows
+from .query.test_trust import Rows, _add_file, _decision_row, _ints, _replay_cli, _rows
 
 KEY = SigningKey(b"k" * 32)
 LIVE = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}

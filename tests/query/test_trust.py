@@ -187,7 +187,8 @@ def test_unsealed_gate_commit_posted_over_otlp_is_never_compensated(paid, datase
     import tests.query.test_trust as here
 
     here.recording_rail = lambda: Recording(10_000)
-    result = _replay_cli(record.record_id, dataset, live, "--execute", "--rail", "tests.query.test_trust:recording_rail")
+    rail = "tests.query.test_trust:recording_rail"
+    result = _replay_cli(record.record_id, dataset, live, "--execute", "--rail", rail)
     assert result.exit_code == 0, result.output
     assert "ROLLBACK" in result.output and ledger_calls == ["rcpt-0001"]
 

@@ -36,7 +36,7 @@ from otel_replay.storage.side_index import (
 )
 
 from .._versions import rewrite_as_version_1
-from ..test_store import damage_pages
+from ..query.test_store import damage_pages
 
 TARGET = "trade-000000042"  # the chain the hostile rows aim at
 ELSEWHERE = "trade-000000007"  # another chain: its compacted file is not the target's

@@ -22,7 +22,7 @@ from otel_replay.storage import drop_older_than
 from otel_replay.storage.retention_marks import MARKS_DIR
 
 from .._support import payment, snapshot
-from ..test_trust import _ints, _write
+from ..query.test_trust import _ints, _write
 
 audit_module = importlib.import_module("otel_replay.capture.audit")  # the package exports the function
 

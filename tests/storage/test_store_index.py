@@ -14,7 +14,7 @@ from otel_replay.query.store import Store
 from otel_replay.storage import compact, files_for, live_files
 from otel_replay.storage.manifest import partition_dirs
 
-from ..test_store import damage_pages
+from ..query.test_store import damage_pages
 
 CHAINS = ("trade-000000000", "trade-000000042", "trade-000000123", "trade-000000299", "absent")
 

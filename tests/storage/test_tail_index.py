@@ -16,7 +16,7 @@ from otel_replay.storage.manifest import partition_dirs
 from otel_replay.storage.side_index import INDEX_KINDS, indexed_and_tail
 from otel_replay.storage.tail_index import TailIndex
 
-from ..test_store import damage_pages
+from ..query.test_store import damage_pages
 
 CHAIN = "trade-000000042"
 
