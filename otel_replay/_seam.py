@@ -97,3 +97,31 @@ def active(mode: Mode) -> Iterator[Mode]:
         yield mode
     finally:
         _context_mode.reset(token)
+
+
+# --- the rules a boundary call is compared by ------------------------------------------------------------
+ARGUMENTS_CODEC = 4
+"""The argument and value encoding new recordings use (1: unknown objects named by type only; 2: values
+compared by value; 3: also the rules of a rerun whose "matched" means the same actions in the same order,
+see :func:`otel_replay.rerun.codec.codec_of_format`; 4: also the default values of the parameters a tool
+call left out). Kept here, below instrumentation and rerun, because a tool wrapper decides what of a call
+is compared under the codec in force, and record and rerun set it."""
+
+_codec = ARGUMENTS_CODEC
+"""The codec in force now: process-wide, as one recording or rerun runs at a time."""
+
+
+def current_codec() -> int:
+    """The codec (and matching rules) in force now: a rerun of an older recording uses that recording's."""
+    return _codec
+
+
+@contextmanager
+def arguments_codec(version: int) -> Iterator[None]:
+    """Hash and compare arguments and values with codec ``version`` inside (a rerun of an older recording)."""
+    global _codec
+    previous, _codec = _codec, version
+    try:
+        yield
+    finally:
+        _codec = previous

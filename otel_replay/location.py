@@ -205,6 +205,7 @@ def _check_credentials(location: Location) -> None:
     if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
         return
     try:
+        # optional dependency: boto3 (the `s3` extra)
         import boto3
     except ImportError:  # pyarrow's own chain decides; its error is translated by _why
         return
@@ -436,6 +437,7 @@ def _cached_object(fs: pafs.FileSystem, path: str, size: int | None = None) -> A
 
 @lru_cache(maxsize=1)
 def _wrapper_class() -> Any:
+    # optional dependency: fsspec (the `s3` extra)
     from fsspec.implementations.arrow import ArrowFSWrapper
 
     class ThreadSafeArrowFS(ArrowFSWrapper):

@@ -90,6 +90,7 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     every record that checks out lands, and what was lost is logged as an
     error. An ``OSError`` (disk full) is raised: the segment stays for the next try.
     """
+    # start-up cost: the receiver's converter loads only when a gate's log is converted
     from otel_replay.server.convert import convert_segment, salvage_segment
 
     rows = 0
@@ -323,6 +324,7 @@ class _RequestEncoder:
         kept = self._frames.get((id(resource), id(scope)))
         if kept is not None and kept[0] is resource and kept[1] is scope:
             return kept[2]
+        # start-up cost: the SDK's OTLP encoder (protobuf) loads with the first sealed record
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
         # The SDK's encoding of this span's resource and scope, kept (with the objects, so an id is not reused).
@@ -343,6 +345,7 @@ class _RequestEncoder:
         try:
             return self._encode(spans)
         except Exception:  # noqa: BLE001 - what this does not write as the SDK does, the SDK writes
+            # start-up cost: the SDK's OTLP encoder (protobuf) loads with the first sealed record
             from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
             return encode_spans(spans).SerializeToString()
@@ -425,6 +428,7 @@ class SpanLog:
             return wal
         with self._open_lock:
             if self._wal is None:
+                # start-up cost: the log loads when a gate first writes ahead; an agent without a gate never pays for it
                 from otel_replay.errors import OtelReplayError
                 from otel_replay.server.wal import WriteAheadLog
 
@@ -452,6 +456,7 @@ class SpanLog:
 
     def _convert_sealed(self) -> int:
         """Convert every sealed segment, oldest first, releasing each once written (caller holds ``_lock``)."""
+        # start-up cost: the receiver's converter loads only when a gate's log is converted
         from otel_replay.server.convert import convert_segment
 
         rows = 0
@@ -520,6 +525,7 @@ def recover(dataset: str) -> int:
         candidates = sorted(p for p in root.iterdir() if p.name.startswith(CAPTURE_PREFIX) and p.is_dir())
     except OSError:
         return 0
+    # start-up cost: the log's format loads only when a log is left to recover
     from otel_replay.server.wal import WAL_SUFFIX, Segment
 
     rows = 0

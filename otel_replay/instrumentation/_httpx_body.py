@@ -105,6 +105,7 @@ def install() -> None:
     if _layers:
         return
     try:
+        # optional dependency: httpx (the `http` extra)
         import httpx
     except ImportError:
         return

@@ -74,6 +74,7 @@ def add_correlation_processor() -> None:
 
 
 def _rehook_http() -> None:
+    # optional dependency: the contrib HTTP instrumentors, looked up only when hooks are re-applied
     from otel_replay.instrumentation.http_bodies import contrib_instrumentors, instrument_with_hooks
 
     for instrumentor, hooks in contrib_instrumentors():

@@ -32,7 +32,7 @@ from opentelemetry import context
 from opentelemetry.trace import Link, SpanKind, Tracer, TracerProvider
 
 from otel_replay import semconv as sc
-from otel_replay._seam import Call, through, through_async
+from otel_replay._seam import Call, current_codec, through, through_async
 from otel_replay.capture.audit import audit, current_decision
 from otel_replay.errors import CaptureError
 from otel_replay.instrumentation import _toolcalls
@@ -122,8 +122,6 @@ class _Tool:
         receiver is compared by its value representation, like any argument, and one without any (a client,
         a lock) makes the call unmatchable. Not shown on the span, nor matched against the model's tool call.
         """
-        from otel_replay.rerun.codec import current_codec
-
         codec = current_codec()
         if codec < 3:
             return arguments

@@ -44,6 +44,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from otel_replay import redaction
+from otel_replay._json import canonical_json
+from otel_replay._seam import ARGUMENTS_CODEC, arguments_codec, current_codec
+from otel_replay.errors import CaptureError
+from otel_replay.gate import Receipt
+from otel_replay.records import Action
 from otel_replay.redaction import REDACTED, redact_headers
 
 __all__ = [
@@ -75,10 +80,6 @@ __all__ = [
     "unmatchable",
 ]
 
-ARGUMENTS_CODEC = 4
-"""The argument and value encoding new recordings use (1: unknown objects named by type only; 2: values
-compared by value; 3: also the rules of a rerun whose "matched" means the same actions in the same order,
-see :func:`codec_of_format`; 4: also the default values of the parameters a tool call left out)."""
 RECORDING_FORMAT = 4
 """The recording format written. Format 2 is format 1's events with codec 2; format 3 is format 2's
 events with codec 3; format 4 is format 3's events with codec 4 (old readers refuse each newer one).
@@ -88,26 +89,6 @@ A recording is rerun with the rules of its own format."""
 def codec_of_format(version: int) -> int:
     """The argument codec (and so the matching rules) a recording of format ``version`` was made with."""
     return 1 if version < 2 else min(version, ARGUMENTS_CODEC)
-
-
-def current_codec() -> int:
-    """The codec (and matching rules) in force now: a rerun of an older recording uses that recording's."""
-    return _codec
-
-
-_codec = ARGUMENTS_CODEC
-"""The codec :func:`stable_json` uses now: process-wide, as one recording or rerun runs at a time."""
-
-
-@contextmanager
-def arguments_codec(version: int) -> Iterator[None]:
-    """Hash arguments and values with codec ``version`` inside (a rerun of an older recording)."""
-    global _codec
-    previous, _codec = _codec, version
-    try:
-        yield
-    finally:
-        _codec = previous
 
 
 # --- codec 1: kept byte for byte, for recordings made with it -------------------------------------------
@@ -330,7 +311,7 @@ def stable_json(value: Any) -> str:
     Never raises: a value with no stable value representation is written
     ``{"$unmatchable": what}`` (see :func:`unmatchable`), the others as they are.
     """
-    if _codec == 1:
+    if current_codec() == 1:
         return _stable_json_v1(value)
     try:
         return _dumps(_canon(value, _Walk()))
@@ -361,7 +342,7 @@ def decoded_json_text(value: Any) -> str | None:
     deeper than :data:`_MAX_DEPTH` or more than :data:`_MAX_NODES` values (unmatchable); the text is returned
     only when it shows none of them.
     """
-    if _codec == 1:
+    if current_codec() == 1:
         return None
     try:
         text = _dumps(value)
@@ -380,7 +361,7 @@ def decoded_json_text(value: Any) -> str | None:
 
 def unmatchable(arguments_text: str) -> str | None:
     """What in :func:`stable_json` text has no value representation (``None``: every value has one)."""
-    if _codec == 1:
+    if current_codec() == 1:
         return None
     at = arguments_text.find(_UNMATCHABLE)
     if at < 0:
@@ -442,7 +423,7 @@ def digest_key() -> bytes | None:
     A text built after the call that needs it (an HTTP request's stored text, read only when a divergence
     shows it) is digested with the key of the moment the call was made, through :func:`digest_with`.
     """
-    return _key if _codec >= 3 else None
+    return _key if current_codec() >= 3 else None
 
 
 def digest_with(key: bytes | None, data: bytes) -> str:
@@ -465,7 +446,7 @@ _keyed_states: dict[bytes, hmac.HMAC] = {}
 
 def keyed() -> bool:
     """Whether :func:`keyed_digest` is keyed now (codec 3 and later, under a recording's key)."""
-    return _codec >= 3 and _key is not None
+    return current_codec() >= 3 and _key is not None
 
 
 def arguments_hash(boundary: str, name: str, arguments_text: str) -> str:
@@ -617,17 +598,17 @@ _DECODERS: dict[str, Any] = {
 
 def redact_url(url: str) -> str:
     """``url`` with its password and secret query values redacted (:func:`otel_replay.redaction.redact_url`)."""
-    return redaction.redact_url(url) if _codec >= 3 else _redact_v2(url)
+    return redaction.redact_url(url) if current_codec() >= 3 else _redact_v2(url)
 
 
 def redact_partial_json(text: str) -> str:
     """JSON-like text that does not parse, redacted (:func:`otel_replay.redaction.redact_partial_json`)."""
-    return redaction.redact_partial_json(text) if _codec >= 3 else _redact_partial_json_v2(text)
+    return redaction.redact_partial_json(text) if current_codec() >= 3 else _redact_partial_json_v2(text)
 
 
 def redact_json_text(text: str) -> str:
     """A body or arguments text with secrets redacted (:func:`otel_replay.redaction.redact_json_text`)."""
-    return redaction.redact_json_text(text) if _codec >= 3 else _redact_json_text_v2(text)
+    return redaction.redact_json_text(text) if current_codec() >= 3 else _redact_json_text_v2(text)
 
 
 # --- the redaction of codecs 1 and 2, frozen: a format-2 recording's HTTP arguments were matched redacted -----
@@ -726,11 +707,6 @@ def encode_result(value: Any) -> Any:
     A value that cannot be recorded becomes ``{"$unrecordable": why}``: a rerun
     refuses to serve it rather than run the tool again.
     """
-    from otel_replay._json import canonical_json
-    from otel_replay.errors import CaptureError
-    from otel_replay.gate import Receipt
-    from otel_replay.records import Action
-
     if isinstance(value, Receipt):
         data = value.to_json()
         try:  # a Decimal amount or an object in its details: stored as unrecordable, not dropped when written
@@ -751,12 +727,8 @@ def encode_result(value: Any) -> Any:
 def decode_result(value: Any) -> Any:
     """Inverse of :func:`encode_result` (``$unrecordable`` is the caller's to refuse)."""
     if isinstance(value, dict) and len(value) == 1 and "$receipt" in value:
-        from otel_replay.gate import Receipt
-
         return Receipt.from_json(value["$receipt"])
     if isinstance(value, dict) and len(value) == 1 and "$action" in value:
-        from otel_replay.records import Action
-
         data = value["$action"]
         return Action(data["type"], data.get("arguments") or {}, cost=data.get("cost"))
     return decode_value(value)

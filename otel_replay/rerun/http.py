@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import io
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -391,6 +392,7 @@ def _install_httpx(patches: PatchSet, module: str) -> None:
 
 
 def _install_requests(patches: PatchSet) -> None:
+    # optional dependency: requests and urllib3 are patched only where installed
     import requests
     import requests.adapters
     import urllib3
@@ -484,8 +486,7 @@ def _install_requests(patches: PatchSet) -> None:
 
 
 def _install_urllib3(patches: PatchSet) -> None:
-    import io
-
+    # optional dependency: urllib3 is patched only where installed
     import urllib3
     import urllib3.connectionpool
     from urllib3.response import HTTPResponse

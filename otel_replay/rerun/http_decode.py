@@ -139,6 +139,7 @@ def httpx_decoder(httpx: Any, headers: Any) -> Decoder:
 
 def urllib3_decoder(headers: Any) -> Decoder:
     """Decode as ``urllib3`` (and so ``requests``) decodes a response with ``headers``."""
+    # optional dependency: urllib3, only when its responses are served
     import urllib3
     from urllib3.response import HTTPResponse
 

@@ -31,6 +31,7 @@ def read_head(raw: HTTPResponse, cap: int) -> tuple[bytes, Iterator[bytes] | Non
 
     Errors while reading the head are raised as ``requests`` raises them.
     """
+    # optional dependency: requests and urllib3, only when their calls are served
     import requests.exceptions
     import urllib3.exceptions
 
@@ -90,6 +91,7 @@ def over_bytes(
     settings; without it (a rerun) the headers stand in for that response. ``rest``: the live rest of the
     body after ``body`` (a long body, read on as the agent reads), ``original`` released when it is done.
     """
+    # optional dependency: urllib3, only when its responses are served
     import urllib3
     from urllib3.response import HTTPResponse
 

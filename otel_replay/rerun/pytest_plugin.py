@@ -55,6 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @functools.cache
 def recorded_session_item() -> type[pytest.Item]:
     """The test item class (built on first use, so importing this module never needs pytest)."""
+    # pytest is there whenever it loads this plugin; the module imports without it (the wheel has no pytest)
     import pytest
 
     class RecordedSession(pytest.Item):
@@ -81,6 +82,7 @@ def recorded_session_item() -> type[pytest.Item]:
 
         def runtest(self) -> None:
             """Rerun the session; fail with the divergence report when it does not match."""
+            # start-up cost: loaded in every pytest run of a project with otel-replay; a rerun loads when asked
             from otel_replay.rerun.runner import rerun
 
             result = rerun(
@@ -110,6 +112,7 @@ def recorded_session_item() -> type[pytest.Item]:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Append one test item per recorded session of the dataset."""
+    # pytest is there whenever it loads this plugin; the module imports without it (the wheel has no pytest)
     import pytest
 
     dataset = config.getoption("otel_replay_dataset", default=None)
@@ -120,6 +123,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         raise pytest.UsageError("--otel-replay-dataset needs --otel-replay-entrypoint module:function")
     if not Path(dataset).is_dir():
         raise pytest.UsageError(f"--otel-replay-dataset {dataset} does not exist or is not a directory")
+    # start-up cost: the plugin loads in every pytest run of a project with otel-replay; a rerun loads when asked
     import fnmatch
 
     from otel_replay.errors import ConfigError

@@ -16,6 +16,7 @@ from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.errors import ConfigError, OtelReplayError, RerunError
+from otel_replay.gate.execute import execute_verdict, judge_stored
 from otel_replay.gate.policy import Policy, load_callable
 from otel_replay.query.store import Store
 from otel_replay.records import new_id
@@ -393,8 +394,6 @@ def _same_outcome(recorded: str, error: str | None, ended: str, codec: int) -> b
 def _gate(
     store: Store, result: RerunResult, live_state: Mapping[str, Any], policy: Policy, rail: Any
 ) -> list[GateResult]:
-    from otel_replay.gate.execute import execute_verdict, judge_stored
-
     outcomes = []
     for original_id, _ in result.decisions:
         try:

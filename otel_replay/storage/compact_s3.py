@@ -67,7 +67,7 @@ from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, missing_error, output_token, read_remote_manifest, visible_names
 from .side_index import file_index_rows, index_bytes, merge_index
 
-__all__ = ["compact_partition", "read_partition"]
+__all__ = ["clean_partition", "compact_partition", "read_partition", "swap_manifest"]
 
 _log = logging.getLogger("otel_replay")
 
@@ -97,7 +97,7 @@ PENDING_KEPT_SECONDS = 7 * 86400.0
 _SWAP_CONFLICT = "during this compaction; nothing was swapped (this run's files are left for the next run to delete)"
 
 
-def _swap(
+def swap_manifest(
     s3: object, location: Location, name: str, manifest: Manifest, etag: str | None, conflict: str = _SWAP_CONFLICT
 ) -> str:
     """Write ``manifest`` only if it is still as read (``etag``; absent when ``None``), with a fresh token; its ETag.
@@ -124,10 +124,10 @@ def _fence(s3: object, location: Location, name: str, lease: ObjectLease, manife
 
     """
     lease.confirm()
-    return _swap(s3, location, name, manifest, etag, "since this run read it; nothing was deleted or swapped")
+    return swap_manifest(s3, location, name, manifest, etag, "since this run read it; nothing was deleted or swapped")
 
 
-def _clean(
+def clean_partition(
     s3: object,
     location: Location,
     name: str,
@@ -203,19 +203,19 @@ def compact_partition(
         )
     live = [f"{url}/{n}" for n in visible_names(names, found)]
     old_index = found.index if found else None
-    report.superseded_deleted, report.leftovers_deleted, manifest, fenced = _clean(
+    report.superseded_deleted, report.leftovers_deleted, manifest, fenced = clean_partition(
         s3, location, name, lease, found or Manifest(), etag, names, options.grace_seconds, now
     )
     if fenced != etag:  # the manifest exists now (the fence created it when there was none)
         found, etag = manifest, fenced
     if report.superseded_deleted and found is not None:
         lease.confirm()
-        etag = _swap(s3, location, name, manifest, etag)  # forget what is gone
+        etag = swap_manifest(s3, location, name, manifest, etag)  # forget what is gone
     if not live:
         if gone:  # nothing left: the manifest must stop naming the missing files
             manifest.files, manifest.index, manifest.rows = [], None, 0
             lease.confirm()
-            _swap(s3, location, name, manifest, etag)
+            swap_manifest(s3, location, name, manifest, etag)
         report.status = "empty"
         return
     if manifest.files and set(manifest.files).issuperset(p.rpartition("/")[2] for p in live) and not gone:
@@ -293,7 +293,7 @@ def compact_partition(
     replaced = [path.rpartition("/")[2] for path in live]
     new = swapped_manifest(manifest, generation, replaced, old_index, written, index_name, token, now)
     lease.confirm()  # a holder that stalled past its expiry must not swap
-    etag = _swap(s3, location, name, new, etag)
+    etag = swap_manifest(s3, location, name, new, etag)
     step("swapped")
     current.made_current(name, facts_name(generation, token) if data is not None else None)
     report.status = "compacted"
@@ -302,9 +302,10 @@ def compact_partition(
     after = {info.path: info.size for info in location.files_under(url)}
     report.bytes_after = sum(int(after.get(location.fs_path(f"{url}/{n}")) or 0) for n, _ in written)
     if options.grace_seconds <= 0:
-        deleted, _, cleaned, _ = _clean(s3, location, name, lease, new, etag, [], options.grace_seconds, time.time())
+        grace = options.grace_seconds
+        deleted, _, cleaned, _ = clean_partition(s3, location, name, lease, new, etag, [], grace, time.time())
         report.superseded_deleted += deleted
-        _swap(s3, location, name, cleaned, etag)
+        swap_manifest(s3, location, name, cleaned, etag)
         step("deleted")
 
 
@@ -319,7 +320,7 @@ def _take_back(s3: object, location: Location, name: str, lease: ObjectLease, to
             return
         del manifest.pending[token]
         lease.confirm()
-        _swap(s3, location, name, manifest, etag)
+        swap_manifest(s3, location, name, manifest, etag)
     except (OtelReplayError, OSError) as exc:
         _log.warning("otel-replay: %s: could not take back the failed run's token %s: %s", name, token, exc)
 

@@ -45,6 +45,7 @@ from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_bytes_atomic
 from otel_replay.location import Location, is_remote, resolve
+from otel_replay.storage import objects
 
 from .backend import backend_for
 
@@ -432,8 +433,6 @@ def read_remote_manifest(s3: object, location: Location, partition: str) -> tupl
     HEAD for the size, then ranged GETs, so a manifest rewritten in between (a
     compaction's fence or swap) would come back cut at the old size.
     """
-    from otel_replay.storage import objects
-
     key = location.key(location.join(SPANS_DIR, partition, MANIFEST_NAME))
     stored = objects.get(s3, location, key)
     if stored is None:
@@ -465,8 +464,6 @@ def remote_partitions(
     def split(path: str) -> tuple[str, str]:  # (directory below spans/, file name)
         head, _, name = path[len(prefix) :].rpartition("/")
         return head, name
-
-    from otel_replay.storage import objects
 
     s3 = objects.client(location)
     manifests: dict[str, Manifest | None] = {}

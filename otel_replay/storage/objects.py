@@ -42,6 +42,7 @@ def client(location: Location) -> Any:
 
     """
     try:
+        # optional dependency: boto3 (the `s3` extra)
         import boto3
     except ImportError as exc:
         raise DatasetError(

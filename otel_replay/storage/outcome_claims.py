@@ -63,6 +63,8 @@ from typing import Any
 from otel_replay.errors import DatasetError, OutcomeAlreadyRecorded
 from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.exporters.writer import fsync_dir
+from otel_replay.location import resolve
+from otel_replay.storage import objects
 
 __all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OutcomeClaim", "claim_outcome", "claimant", "expire_outcome_claims"]
 
@@ -124,7 +126,6 @@ class OutcomeClaim:
             except FileNotFoundError:
                 pass
             return
-        from otel_replay.storage import objects
 
         assert self._etag is not None
         location = self._location
@@ -361,7 +362,6 @@ def claim_outcome(
     """
     root = os.fspath(dataset)
     if not isinstance(root, str) or "://" in root:  # a plain local path skips resolve() (this is per outcome)
-        from otel_replay.location import resolve
 
         location = resolve(dataset)
         if location.remote:
@@ -377,8 +377,6 @@ def expire_outcome_claims(dataset: Any, before_ns: int) -> int:
     Only for a local dataset that has a claim store (0 otherwise); claim files
     (older versions', and ``s3://`` claim objects) are expired by retention itself.
     """
-    from otel_replay.location import resolve
-
     location = resolve(dataset)
     if location.remote or not os.path.lexists(os.path.join(location.root, OUTCOMES_DIR, CLAIMS_DB)):
         return 0
@@ -386,8 +384,6 @@ def expire_outcome_claims(dataset: Any, before_ns: int) -> int:
 
 
 def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> OutcomeClaim:
-    from otel_replay.storage import objects
-
     where = location.join(OUTCOMES_DIR, name)
     s3 = objects.client(location)
     try:

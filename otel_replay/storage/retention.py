@@ -48,6 +48,7 @@ from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import Location, resolve
 
 from . import objects
+from .compact_s3 import clean_partition, read_partition, swap_manifest
 from .facts import facts_of_index
 from .lease import ObjectLease, PartitionLease
 from .manifest import (
@@ -57,6 +58,7 @@ from .manifest import (
     partition_date,
     partition_dirs,
     partition_live_files,
+    partition_names,
     visible_names,
 )
 from .outcome_claims import expire_outcome_claims
@@ -203,9 +205,6 @@ def _drop_remote(
     location: Location, cutoff: dt.date, lease_wait: float, grace_seconds: float, checkpoint: _Checkpoint
 ) -> RetentionReport:
     """:func:`drop_older_than` on an object store: a tombstone manifest, then deletion after the grace period."""
-    from .compact_s3 import _clean, _swap, read_partition
-    from .manifest import partition_names
-
     location.check()
     s3 = objects.client(location)
     report = RetentionReport(not_partitions=not_partition_names(location))
@@ -236,17 +235,18 @@ def _drop_remote(
                 tombstone = Manifest((found.generation if found else 0) + 1, [], superseded, None, 0)
                 tombstone.pending = dict(found.pending) if found else {}  # a dead run's outputs stay hidden
                 lease.confirm()
-                etag = _swap(s3, location, name, tombstone, etag)  # readers stop seeing the partition here
+                etag = swap_manifest(s3, location, name, tombstone, etag)  # readers stop seeing the partition here
                 found, names = tombstone, [*names, MANIFEST_NAME]
             if found is None:
                 continue
             before = dict(found.superseded)
-            # unnamed compaction outputs are deleted only behind a fence (see compact_s3._clean)
-            _, _, cleaned, etag = _clean(s3, location, name, lease, found, etag, names, grace_seconds, time.time())
+            # unnamed compaction outputs are deleted only behind a fence (see compact_s3.clean_partition)
+            now = time.time()
+            _, _, cleaned, etag = clean_partition(s3, location, name, lease, found, etag, names, grace_seconds, now)
             remaining = [n for n in _names(location, url) if n != MANIFEST_NAME]
             if remaining or cleaned.superseded:
                 if cleaned.superseded != before:
-                    _swap(s3, location, name, cleaned, etag)  # forget what was deleted
+                    swap_manifest(s3, location, name, cleaned, etag)  # forget what was deleted
                 continue
             if etag is not None:  # nothing left but the tombstone: the partition is gone
                 objects.delete_if(s3, location, location.key(f"{url}/{MANIFEST_NAME}"), etag)

@@ -41,7 +41,7 @@ from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
-from .manifest import Manifest, RemoteSnapshot, partition_dirs, partition_live_names
+from .manifest import Manifest, RemoteSnapshot, partition_dirs, partition_live_names, remote_partitions, visible_names
 
 __all__ = [
     "HELD_KEYS_BYTES",
@@ -622,8 +622,6 @@ def _partitions(
 ) -> Iterator[tuple[str, Manifest | None, list[str], str | None]]:
     """Each partition as (path prefix of its files, manifest, live file names, its index's path or ``None``)."""
     if location.remote:
-        from .manifest import remote_partitions, visible_names
-
         partitions, _ = snapshot if snapshot is not None else remote_partitions(location)
         for head, manifest, names in partitions:
             url = location.join(SPANS_DIR, head)
