@@ -47,6 +47,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
 
 __all__ = ["CAPTURE_PREFIX", "SpanLog", "WriteAheadProcessor", "log_root", "recover"]
@@ -429,7 +430,6 @@ class SpanLog:
         with self._open_lock:
             if self._wal is None:
                 # start-up cost: the log loads when a gate first writes ahead; an agent without a gate never pays for it
-                from otel_replay.errors import OtelReplayError
                 from otel_replay.server.wal import WriteAheadLog
 
                 if self._closed:

@@ -8,7 +8,7 @@ A file is written under a dot-prefixed temporary name, fsynced, then
 renamed into place (and the directory fsynced), so a reader never sees a
 half-written file and a crash leaves at worst an ignorable ``.tmp`` file.
 On an object store (``s3://bucket/prefix``, see
-:mod:`otel_replay.storage.location`) a file is one PUT (a multipart upload
+:mod:`otel_replay.location`) a file is one PUT (a multipart upload
 for a large one), which is atomic: the object appears whole or not at all.
 """
 

@@ -457,7 +457,7 @@ class Engine:
 
         The side index names the compacted files; of the files newer than it,
         only those whose own ids (read once each, by the stamp of their last
-        check: :class:`~.storage.tail_index.TailIndex`) may match. A file never
+        check: :class:`~otel_replay.storage.tail_index.TailIndex`) may match. A file never
         checked yet is kept, checked by :meth:`_usable`, and indexed next time.
 
         Raises:
@@ -473,7 +473,7 @@ class Engine:
         return sorted(hits + self._tail.holding(tail, wanted, self.triage.checked))
 
     def _narrow(self, ids: Ids, *, outcomes: bool = False) -> list[str] | None:
-        """The checked files that may hold ``ids`` (see :func:`~.side_index.files_for`); ``None``: every file.
+        """The checked files that may hold ``ids``; ``None``: every file (see :func:`~otel_replay.storage.files_for`).
 
         ``outcomes``: the query finds outcomes by their decision id (see :meth:`_with_outcomes`).
         """

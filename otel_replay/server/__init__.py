@@ -1,4 +1,7 @@
-"""``otel-replay serve`` and ``otel-replay ingest``: OTLP in, the same Parquet dataset out."""
+"""The OTLP receiver and the ingester behind ``otel-replay serve`` and ``ingest`` (:mod:`otel_replay.cli.serve`).
+
+OTLP in, the same Parquet dataset out.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Storage engine upkeep: compaction, the side index, retention and partition leases.
+"""Dataset files: the backend seam, compaction, the side index, retention, leases, outcome claims.
 
 - :func:`compact` rewrites partitions into large sorted files (atomic swap via a per-partition manifest);
 - :func:`live_files` is the reader rule: the files a query should read;
