@@ -366,25 +366,10 @@ class Engine:
     def run_for(self, name: str, ids: Mapping[str, str | None], **variables: Any) -> list[dict[str, Any]]:
         """Like :meth:`run`, reading only the files that may hold rows carrying one of ``ids``.
 
-        ``ids`` maps an indexed column (``correlation_id``, ``trace_id``,
-        ``session_id``, ``record_id``) to a value; the dataset's side index
-        (written by ``otel-replay compact``) names the compacted files holding
-        it, and every file written since the index is read too. Without an
-        index (or with no id that is not ``None``) every file is read. Use it
-        for a query whose rows come from spans carrying one of ``ids``, plus
-        the outcomes of the decisions among them. For a query that joins
-        outcomes (the chains, ``traces``), an outcome may be stored under any
-        correlation id and in any file: the side index also maps each
-        decision id to the files holding its outcomes, and when one of the
-        decisions in the result has an outcome in a file that was not read,
-        the query runs again with those files too. The rows are those of
-        :meth:`run`. A dataset holding storage schema version 1 files
-        (outcome decision ids only in the JSON) is read whole for such a query.
-        A lookup the index narrowed to a few files is planned without DuckDB
-        optimizers that cost more planning than they save on a handful of
-        rows (``_LEAN_OPTIMIZERS``; only on the default in-memory database,
-        as DuckDB keeps that setting per database); the rows are the same.
-        ``calibration`` and ``decision_summary`` read every decision, as in :meth:`run`.
+        What is read and why is told once, at :meth:`otel_replay.query.store.Store.run_for` (the public
+        method over this one). Here: a lookup the index narrowed to a few files is planned without the DuckDB
+        optimizers that cost more planning than they save (``_LEAN_OPTIMIZERS``, default in-memory database
+        only); ``calibration`` and ``decision_summary`` read every decision, as in :meth:`run`.
         """
         if name in _FACTS_QUERIES:  # every decision, whatever the ids: as run() reads them
             return self.run_with_facts(name, **variables)

@@ -144,7 +144,9 @@ class Store:
         query that joins outcomes (the chains, ``traces``), an outcome may be
         stored under any correlation id and in any file: the side index also
         maps each decision id to the files holding its outcomes, and the
-        query runs again with those files when one was not read. The rows are
+        query runs again with those files when one was not read; a dataset
+        holding storage schema version 1 files (outcome decision ids only in
+        the JSON) is read whole for such a query. The rows are
         those of :meth:`run` (see :meth:`Engine.run_for
         <otel_replay.query.engine.Engine.run_for>` for the planning).
         """
