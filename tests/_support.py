@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from otel_replay import Action, DependencySnapshot
 
 TEST_KEY = "test-signing-key-0123456789abcdef"
@@ -61,3 +63,14 @@ def in_forked_child(work: Callable[[], Any]) -> Any:
     os.waitpid(pid, 0)
     with os.fdopen(read) as pipe:
         return json.loads(pipe.read())
+
+
+def timestamps_as_ints(t: pa.DataType) -> pa.DataType:
+    """``t`` with every timestamp (also inside lists and structs) as int64: a table cast to it keeps raw ns values."""
+    if pa.types.is_timestamp(t):
+        return pa.int64()
+    if pa.types.is_list(t):
+        return pa.list_(timestamps_as_ints(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(timestamps_as_ints(f.type)) for f in t])
+    return t

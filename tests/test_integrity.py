@@ -12,7 +12,7 @@ from otel_replay import AuditLog, ConfigError, DecisionTracer, audit
 from otel_replay import semconv as sc
 from otel_replay.integrity import load_signing_key, record_hash, restore_attributes
 
-from ._support import payment, snapshot
+from ._support import payment, snapshot, timestamps_as_ints
 
 
 @pytest.fixture
@@ -36,21 +36,11 @@ def _verify(dataset):
         return store.verify(load_signing_key())
 
 
-def _ints(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_timestamp(t):
-        return pa.int64()
-    if pa.types.is_list(t):
-        return pa.list_(_ints(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_ints(f.type)) for f in t])
-    return t
-
-
 def _rewrite(dataset: Path, edit) -> None:
     """Apply ``edit(rows) -> rows`` to the dataset's single data file (times as int ns)."""
     (path,) = list((dataset / "spans").rglob("*.parquet"))
     table = pq.read_table(path)
-    plain = pa.schema([f.with_type(_ints(f.type)) for f in table.schema])
+    plain = pa.schema([f.with_type(timestamps_as_ints(f.type)) for f in table.schema])
     rows = edit(table.cast(plain).to_pylist())
     pq.write_table(pa.Table.from_pylist(rows, schema=plain).cast(table.schema), path)
 

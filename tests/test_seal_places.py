@@ -33,8 +33,8 @@ from otel_replay.integrity import (
 )
 from otel_replay.query.trust import select_trusted, split_trusted
 
-from ._support import in_forked_child, payment, snapshot
-from .query.test_trust import Rows, _add_file, _decision_row, _ints, _replay_cli, _rows
+from ._support import in_forked_child, payment, snapshot, timestamps_as_ints
+from .query.test_trust import Rows, _add_file, _decision_row, _replay_cli, _rows
 
 KEY = SigningKey(b"k" * 32)
 LIVE = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}
@@ -63,7 +63,7 @@ def _rows_all(dataset: Path) -> tuple[list[Path], Rows]:
     rows = Rows()
     for path in paths:
         table = pq.read_table(path)
-        rows.extend(table.cast(pa.schema([f.with_type(_ints(f.type)) for f in table.schema])).to_pylist())
+        rows.extend(table.cast(pa.schema([f.with_type(timestamps_as_ints(f.type)) for f in table.schema])).to_pylist())
         rows.schema = table.schema
     return paths, rows
 

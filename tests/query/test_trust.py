@@ -26,7 +26,7 @@ from otel_replay.cli import main
 from otel_replay.gate import reads
 from otel_replay.integrity import SigningKey, load_signing_key, record_hash, restore_attributes
 
-from .._support import budget_policy, payment, snapshot
+from .._support import budget_policy, payment, snapshot, timestamps_as_ints
 
 LIVE = {"budget_remaining": 3_000, "allow_list": ["acme-supplies"]}
 
@@ -45,16 +45,6 @@ def paid(tmp_path, dataset):
     return d.record, live
 
 
-def _ints(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_timestamp(t):
-        return pa.int64()
-    if pa.types.is_list(t):
-        return pa.list_(_ints(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_ints(f.type)) for f in t])
-    return t
-
-
 class Rows(list):
     """A data file's rows with times as int ns, and the schema to write them back with."""
 
@@ -69,13 +59,13 @@ def _rows(dataset: Path) -> tuple[Path, Rows]:
         pq.write_table(table, path)
         for other in others:
             other.unlink()
-    rows = Rows(table.cast(pa.schema([f.with_type(_ints(f.type)) for f in table.schema])).to_pylist())
+    rows = Rows(table.cast(pa.schema([f.with_type(timestamps_as_ints(f.type)) for f in table.schema])).to_pylist())
     rows.schema = table.schema
     return path, rows
 
 
 def _write(path: Path, rows: list[dict], schema: pa.Schema) -> Path:
-    plain = pa.schema([f.with_type(_ints(f.type)) for f in schema])
+    plain = pa.schema([f.with_type(timestamps_as_ints(f.type)) for f in schema])
     pq.write_table(pa.Table.from_pylist(rows, schema=plain).cast(schema), path)
     return path
 

@@ -21,8 +21,8 @@ from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.storage import drop_older_than
 from otel_replay.storage.retention_marks import MARKS_DIR
 
-from .._support import payment, snapshot
-from ..query.test_trust import _ints, _write
+from .._support import payment, snapshot, timestamps_as_ints
+from ..query.test_trust import _write
 
 audit_module = importlib.import_module("otel_replay.capture.audit")  # the package exports the function
 
@@ -163,7 +163,8 @@ def test_a_forged_or_damaged_checkpoint_vouches_for_nothing_and_is_named(
 
 def _read(path: Path) -> tuple[pa.Schema, list[dict[str, object]]]:
     table = pq.read_table(path, partitioning=None)
-    return table.schema, table.cast(pa.schema([f.with_type(_ints(f.type)) for f in table.schema])).to_pylist()
+    plain = pa.schema([f.with_type(timestamps_as_ints(f.type)) for f in table.schema])
+    return table.schema, table.cast(plain).to_pylist()
 
 
 def _row_of(dataset: Path, record_id: str) -> tuple[pa.Schema, dict[str, object]]:
