@@ -26,9 +26,13 @@
     ├── PolicyLoadError           ``module:function`` could not be imported
     ├── PolicyError               a policy raised, or returned something other than (bool, str)
     ├── ConfigError               a setting or environment variable is invalid
-    └── RerunError                a deterministic rerun cannot go on as recorded
-        ├── ReplayMismatchError   the rerun made a call the recording does not hold (step, expected, candidates)
-        └── DeterminismLeakError  strict rerun: a file, DNS, socket or entropy read outside the recording
+    ├── RerunError                a deterministic rerun cannot go on as recorded
+    │   ├── ReplayMismatchError   the rerun made a call the recording does not hold (step, expected, candidates)
+    │   └── DeterminismLeakError  strict rerun: a file, DNS, socket or entropy read outside the recording
+    └── ContractError             contract governance (govern())
+        ├── ContractLoadError     a contract file is invalid (every problem: file, line, field)
+        ├── ReplayContractError   a model response asked for tool calls the contracts forbid (decision, failures)
+        └── ReplayKillError       the governed session was killed (kill() or its circuit breaker)
 
 Foreign exceptions (DuckDB, pyarrow, json, grpc) are converted at the storage,
 capture and server boundaries with ``raise ... from exc`` so the cause is kept.
@@ -46,6 +50,8 @@ __all__ = [
     "CompensationPending",
     "ConfigError",
     "ConflictingRecords",
+    "ContractError",
+    "ContractLoadError",
     "CorruptFileError",
     "DatasetError",
     "DeterminismLeakError",
@@ -63,6 +69,8 @@ __all__ = [
     "ReadOnlyViolation",
     "RecordNotFound",
     "RecordingError",
+    "ReplayContractError",
+    "ReplayKillError",
     "ReplayMismatchError",
     "ReplayUndecidable",
     "RerunError",
@@ -258,6 +266,44 @@ class DeterminismLeakError(RerunError):
         super().__init__(message)
         self.step = step
         self.call = call
+
+
+class ContractError(OtelReplayError):
+    """Base of the errors of contract governance (``otel_replay.govern``)."""
+
+
+class ContractLoadError(ContractError, ValueError):
+    """A contract file (or the directory) is invalid: the message names the file, line and field.
+
+    ``problems`` holds every problem found (one line each, ``file:line: field: what``); the message is the first,
+    with a count of the others, so one bad directory reports everything wrong in it at once.
+    """
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems) or [message]
+
+
+class ReplayContractError(ContractError):
+    """A model response asked for tool calls the contracts forbid, and the gate mode rejects it.
+
+    ``decision`` is the enforcement decision (:class:`otel_replay.contracts.Decision`), ``failures`` its
+    contract failures, each naming the tool, the rule and the contract file and line it came from.
+    """
+
+    def __init__(self, message: str, *, decision: Any = None, failures: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.decision = decision
+        self.failures = list(failures)
+
+
+class ReplayKillError(ContractError):
+    """The governed session was killed (by ``kill()`` or its circuit breaker): every later call raises this."""
+
+    def __init__(self, message: str, *, session_id: str = "", killed_at: float | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.killed_at = killed_at
 
 
 def message_line(exc: BaseException) -> str:
