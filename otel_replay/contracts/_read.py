@@ -14,7 +14,7 @@ from typing import Any, Final, Literal
 
 from yaml.nodes import Node, ScalarNode
 
-from otel_replay.contracts._yaml import INVALID, NodeReader
+from otel_replay.contracts._yaml import INVALID, NodeReader, Problem, did_you_mean
 from otel_replay.contracts.model import (
     SIDE_EFFECTS,
     ArgumentInvariant,
@@ -136,6 +136,8 @@ class SessionRead:
 
     contract: SessionContract | None
     references: list[Reference] = field(default_factory=list)
+    phase_names: frozenset[str] | None = None
+    """The phases defined, when the phase list could be read (even if another part of the file could not)."""
 
 
 def _line(node: Node) -> int:
@@ -176,11 +178,11 @@ def read_tool(reader: NodeReader, root: Node) -> ToolRead:
     assert isinstance(entries, dict)
     refs: list[Reference] = []
     file = reader.file
+    name_node = entries["tool"][1] if "tool" in entries else root
     if "tool" not in entries:
-        reader.fail(root, "tool", "missing: every tool contract names its tool (tool: <name>)")
-        return ToolRead(None)
-    name_node = entries["tool"][1]
-    name = reader.string(name_node, "tool")
+        name: Any = reader.fail(root, "tool", "missing: every tool contract names its tool (tool: <name>)")
+    else:
+        name = reader.string(name_node, "tool")
     if isinstance(name, str) and not TOOL_NAME.fullmatch(name):
         name = reader.fail(name_node, "tool", f"{name[:60]!r} is not a tool name (1-128 letters, digits, _ or -)")
     values: dict[str, Any] = {}
@@ -426,18 +428,42 @@ def read_session(reader: NodeReader, root: Node) -> SessionRead:
         at = entries["provider_constraints"][1]
         shape = reader.mapping(at, "provider_constraints")
         values["provider_constraints"] = reader.plain(at, "provider_constraints") if shape is not INVALID else INVALID
-    if any(value is INVALID for value in values.values()):
-        return SessionRead(None, refs)
-    limits = values.get("session_limits")
-    if isinstance(limits, SessionLimits) and limits.max_cost_per_session is not None and not values.get("prices"):
-        at = entries["session_limits"][1]
+    _check_phase_names(reader, values, refs)
+    tool_refs = [ref for ref in refs if ref.kind == "tool"]
+    limits, prices = values.get("session_limits"), values.get("prices")
+    if isinstance(limits, SessionLimits) and limits.max_cost_per_session is not None and not prices:
         reader.fail(
-            at,
+            entries["session_limits"][1],
             "session_limits.max_cost_per_session",
             "a cost cap needs a price table: add prices: {<model>: {input_per_million: ..., output_per_million: ...}}",
         )
-        return SessionRead(None, refs)
-    return SessionRead(SessionContract(source=Source(reader.file, _line(root)), **values), refs)
+    phases = values.get("phases", ())
+    names = None if phases is INVALID else frozenset(phase.name for phase in phases)
+    if reader.problems or any(value is INVALID for value in values.values()):
+        return SessionRead(None, tool_refs, names)
+    return SessionRead(SessionContract(source=Source(reader.file, _line(root)), **values), tool_refs, names)
+
+
+def _check_phase_names(reader: NodeReader, values: dict[str, Any], refs: list[Reference]) -> None:
+    """Phases named in session.yaml's transitions must be among its phases; a terminal phase has no way out."""
+    phases = values.get("phases", ())
+    if phases is INVALID:
+        return
+    names = {phase.name for phase in phases}
+    for ref in refs:
+        if ref.kind == "phase" and ref.name not in names:
+            hint = did_you_mean(ref.name, names) if names else " (no phases are defined)"
+            reader.problems.append(
+                Problem(ref.file, ref.line, ref.field, f"phase {ref.name!r} is not defined in phases{hint}")
+            )
+    transitions = values.get("transitions", {})
+    if transitions is INVALID:
+        return
+    for phase in phases:
+        if phase.terminal and transitions.get(phase.name):
+            reader.problems.append(
+                Problem(reader.file, phase.source.line, f"transitions.{phase.name}", "a terminal phase has no way out")
+            )
 
 
 def _phases(reader: NodeReader, node: Node) -> tuple[Phase, ...] | Any:

@@ -73,8 +73,7 @@ def load_contracts(directory: str | os.PathLike[str]) -> ContractSet:
     reads: list[tuple[str, ToolRead]] = []
     for name in tool_names:
         read = _read(root / name, "tool", problems, contents)
-        if isinstance(read, ToolRead):
-            reads.append((name, read))
+        reads.append((name, read if isinstance(read, ToolRead) else ToolRead(None)))
     for name, read in reads:
         contract = read.contract
         if contract is None:
@@ -156,7 +155,7 @@ def _read(
     if reader.problems and result is not None:
         # Carry on with the references (so a cross-file problem is reported too), but never with the contract.
         result = (
-            SessionRead(None, result.references)
+            SessionRead(None, result.references, result.phase_names)
             if isinstance(result, SessionRead)
             else ToolRead(None, result.references, result.name_line)
         )
@@ -172,7 +171,7 @@ def _check_references(session: SessionRead, reads: list[ToolRead], tools: set[st
     """The problems of names used in one file and defined in another (phases, tools), and unreachable advances."""
     problems: list[Problem] = []
     contract: SessionContract | None = session.contract
-    phases = {phase.name for phase in contract.phases} if contract is not None else None
+    phases = session.phase_names
     references = [*session.references, *(ref for read in reads for ref in read.references)]
     for ref in references:
         if ref.kind == "tool" and ref.name not in tools:
@@ -191,17 +190,9 @@ def _check_references(session: SessionRead, reads: list[ToolRead], tools: set[st
 
 
 def _phase_machine(session: SessionContract, tools: list[ToolContract]) -> list[Problem]:
-    """Terminal phases with ways out, and tools whose phase advance no transition allows from any phase they run in."""
+    """Tools whose phase advance no transition allows from any phase they may be called in."""
     problems: list[Problem] = []
     by_name = {phase.name: phase for phase in session.phases}
-    for name, targets in session.transitions.items():
-        phase = by_name.get(name)
-        if phase is not None and phase.terminal and targets:
-            problems.append(
-                Problem(
-                    session.source.file, phase.source.line, f"transitions.{name}", "a terminal phase has no way out"
-                )
-            )
     for tool in tools:
         target = tool.transitions.advances_to
         valid = tool.transitions.valid_in_phases
