@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from yaml.nodes import Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from otel_replay.contracts._yaml import INVALID, NodeReader, Problem, did_you_mean
 from otel_replay.contracts.model import (
@@ -213,9 +213,7 @@ def read_tool(reader: NodeReader, root: Node) -> ToolRead:
     extra: dict[str, Any] = {}
     for key, kind in EXTRA_FIELDS.items():
         if key in entries:
-            node = entries[key][1]
-            check = reader.mapping(node, key) if kind == "mapping" else reader.sequence(node, key)
-            value = reader.plain(node, key) if check is not INVALID else INVALID
+            value = _kept(reader, entries[key][1], key, kind)
             if value is INVALID:
                 ok = False
             extra[key] = value
@@ -224,6 +222,15 @@ def read_tool(reader: NodeReader, root: Node) -> ToolRead:
     assert isinstance(name, str)
     contract = ToolContract(tool=name, source=Source(file, _line(name_node)), extra=extra, **values)
     return ToolRead(contract, refs, _line(name_node))
+
+
+def _kept(reader: NodeReader, node: Node, where: str, kind: str) -> Any:
+    """A field kept as read (not enforced): any JSON-like value of the given kind, ``mapping`` or ``list``."""
+    if kind == "mapping" and not isinstance(node, MappingNode):
+        return reader.mapping(node, where)  # records why it is not a mapping
+    if kind == "list" and not isinstance(node, SequenceNode):
+        return reader.sequence(node, where)  # records why it is not a list
+    return reader.plain(node, where)
 
 
 def _tool_transitions(reader: NodeReader, node: Node, refs: list[Reference]) -> Transitions | Any:
@@ -330,9 +337,11 @@ def _invariant(reader: NodeReader, node: Node, where: str) -> ArgumentInvariant 
     if entries is INVALID:
         return INVALID
     assert isinstance(entries, dict)
+    values: dict[str, Any] = {}
     if "path" not in entries:
-        return reader.fail(node, f"{where}.path", "missing: the argument this checks ($.name)")
-    values: dict[str, Any] = {"path": _path(reader, entries["path"][1], f"{where}.path")}
+        values["path"] = reader.fail(node, f"{where}.path", "missing: the argument this checks ($.name)")
+    else:
+        values["path"] = _path(reader, entries["path"][1], f"{where}.path")
     for bound in ("gte", "gt", "lte", "lt"):
         if bound in entries:
             values[bound] = reader.number(entries[bound][1], f"{where}.{bound}")
@@ -425,9 +434,9 @@ def read_session(reader: NodeReader, root: Node) -> SessionRead:
     if "prices" in entries:
         values["prices"] = _prices(reader, entries["prices"][1])
     if "provider_constraints" in entries:
-        at = entries["provider_constraints"][1]
-        shape = reader.mapping(at, "provider_constraints")
-        values["provider_constraints"] = reader.plain(at, "provider_constraints") if shape is not INVALID else INVALID
+        values["provider_constraints"] = _kept(
+            reader, entries["provider_constraints"][1], "provider_constraints", "mapping"
+        )
     _check_phase_names(reader, values, refs)
     tool_refs = [ref for ref in refs if ref.kind == "tool"]
     limits, prices = values.get("session_limits"), values.get("prices")

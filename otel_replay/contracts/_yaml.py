@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -38,7 +38,6 @@ __all__ = [
     "compose_file",
     "compose_text",
     "did_you_mean",
-    "iter_items",
 ]
 
 MAX_FILE_BYTES: Final = 256 * 1024
@@ -431,11 +430,3 @@ def _to_number(node: ScalarNode) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def iter_items(reader: NodeReader, node: Node, field: str) -> Iterator[tuple[int, Node]]:
-    """The ``(index, node)`` items of a list node (nothing, with a problem, when it is not a list)."""
-    items = reader.sequence(node, field)
-    if isinstance(items, _Invalid):
-        return
-    yield from enumerate(items)

@@ -357,3 +357,12 @@ def test_validate_file_takes_the_kind_from_the_name(tmp_path: Path) -> None:
         f"{session}:1: tool: unknown field (a tool's contract goes in its own file, not in session.yaml)"
     ]
     assert validate_file(session, kind="tool") == []
+
+
+def test_a_duplicate_key_inside_a_kept_field_is_reported_once(tmp_path: Path) -> None:
+    file = tmp_path / "issue_refund.yaml"
+    file.write_text("tool: issue_refund\ntimeouts: {total_ms: 1, total_ms: 2}\n")
+    assert validate_file(file) == [f"{file}:2: timeouts.total_ms: duplicate key (first at line 2)"]
+    session = tmp_path / "session.yaml"
+    session.write_text("provider_constraints: [openai]\n")
+    assert validate_file(session) == [f"{session}:1: provider_constraints: expected a mapping, got a list"]
