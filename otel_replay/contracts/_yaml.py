@@ -67,7 +67,12 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line > 0 else self.file
-        return f"{where}: {self.field}: {self.what}" if self.field else f"{where}: {self.what}"
+        text = f"{where}: {self.field}: {self.what}" if self.field else f"{where}: {self.what}"
+        return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters that would break a problem's one line (a key or a file name may hold them): shown escaped."""
 
 
 class FileProblem(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -366,3 +367,17 @@ def test_a_duplicate_key_inside_a_kept_field_is_reported_once(tmp_path: Path) ->
     session = tmp_path / "session.yaml"
     session.write_text("provider_constraints: [openai]\n")
     assert validate_file(session) == [f"{session}:1: provider_constraints: expected a mapping, got a list"]
+
+
+def test_a_problem_stays_on_one_line_whatever_the_key_holds(tmp_path: Path) -> None:
+    file = tmp_path / "issue_refund.yaml"
+    file.write_text('tool: issue_refund\n"gate\\nforged: line\\u2028": block\n')
+    (problem,) = validate_file(file)
+    assert "\n" not in problem and "\u2028" not in problem
+    assert problem == f"{file}:2: gate\\u000aforged: line\\u2028: unknown field"
+
+
+def test_a_fifo_named_like_a_contract_is_refused_without_blocking(contracts: Path) -> None:
+    os.mkfifo(contracts / "pipe.yaml")
+    assert _problems(contracts) == [f"{contracts / 'pipe.yaml'}: not a regular file"]
+    assert validate_file(contracts / "pipe.yaml") == [f"{contracts / 'pipe.yaml'}: is not a file"]
