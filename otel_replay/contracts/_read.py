@@ -439,10 +439,15 @@ def read_session(reader: NodeReader, root: Node) -> SessionRead:
         )
     _check_phase_names(reader, values, refs)
     tool_refs = [ref for ref in refs if ref.kind == "tool"]
-    limits, prices = values.get("session_limits"), values.get("prices")
-    if isinstance(limits, SessionLimits) and limits.max_cost_per_session is not None and not prices:
+    limits_node = entries["session_limits"][1] if "session_limits" in entries else None
+    caps = (
+        [key for key, _ in limits_node.value if getattr(key, "value", None) == "max_cost_per_session"]
+        if isinstance(limits_node, MappingNode)
+        else []
+    )
+    if caps and not values.get("prices"):
         reader.fail(
-            entries["session_limits"][1],
+            caps[0],
             "session_limits.max_cost_per_session",
             "a cost cap needs a price table: add prices: {<model>: {input_per_million: ..., output_per_million: ...}}",
         )

@@ -381,3 +381,13 @@ def test_a_fifo_named_like_a_contract_is_refused_without_blocking(contracts: Pat
     os.mkfifo(contracts / "pipe.yaml")
     assert _problems(contracts) == [f"{contracts / 'pipe.yaml'}: not a regular file"]
     assert validate_file(contracts / "pipe.yaml") == [f"{contracts / 'pipe.yaml'}: is not a file"]
+
+
+def test_a_cost_cap_without_prices_is_reported_beside_another_limit_problem(tmp_path: Path) -> None:
+    session = tmp_path / "session.yaml"
+    session.write_text("session_limits:\n  max_steps: 0\n  max_cost_per_session: 2\n")
+    assert validate_file(session) == [
+        f"{session}:2: session_limits.max_steps: must be at least 1, got 0",
+        f"{session}:3: session_limits.max_cost_per_session: a cost cap needs a price table: "
+        "add prices: {<model>: {input_per_million: ..., output_per_million: ...}}",
+    ]
