@@ -181,7 +181,7 @@ def compose_text(data: bytes, *, fast: bool = True) -> Node | None:
 
 def did_you_mean(word: str, choices: Collection[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ``""`` when none is close."""
-    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.7)
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

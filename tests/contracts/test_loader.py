@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from otel_replay.contracts import ContractSet, _yaml
+from otel_replay.contracts._read import INVARIANT_CHECKS, LIMIT_FIELDS, SESSION_FIELDS, TOOL_FIELDS
 from otel_replay.contracts._yaml import INVALID, FileProblem, NodeReader
 from otel_replay.contracts.loader import load_contracts, validate_file
 from otel_replay.errors import ContractLoadError
@@ -391,3 +392,28 @@ def test_a_cost_cap_without_prices_is_reported_beside_another_limit_problem(tmp_
         f"{session}:3: session_limits.max_cost_per_session: a cost cap needs a price table: "
         "add prices: {<model>: {input_per_million: ..., output_per_million: ...}}",
     ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "prefix", "field", "value"),
+    [
+        *[("tool", "", name, "x") for name in sorted(TOOL_FIELDS)],
+        *[("session", "", name, "x") for name in sorted(SESSION_FIELDS)],
+        *[("session", "session_limits", name, "1") for name in sorted(LIMIT_FIELDS)],
+        *[("tool", "argument_value_invariants", name, "1") for name in ("path", "optional", *INVARIANT_CHECKS)],
+    ],
+)
+def test_a_field_with_its_last_letter_doubled_is_named_with_the_field_it_meant(
+    tmp_path: Path, kind: str, prefix: str, field: str, value: str
+) -> None:
+    typo = field + field[-1]
+    if kind == "tool" and prefix:
+        body = f"tool: issue_refund\n{prefix}:\n  - {typo}: {value}\n"
+    elif prefix:
+        body = f"{prefix}:\n  {typo}: {value}\n"
+    else:
+        body = ("tool: issue_refund\n" if kind == "tool" and field != "tool" else "") + f"{typo}: {value}\n"
+    file = tmp_path / ("session.yaml" if kind == "session" else "issue_refund.yaml")
+    file.write_text(body)
+    dotted = f"{prefix}[0].{typo}" if kind == "tool" and prefix else f"{prefix}.{typo}" if prefix else typo
+    assert f"{dotted}: unknown field (did you mean {field!r}?)" in "\n".join(validate_file(file))
