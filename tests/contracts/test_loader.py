@@ -181,7 +181,7 @@ def test_a_phase_a_tool_names_must_be_defined_in_session_yaml(contracts: Path) -
     _edit(contracts / "check_eligibility.yaml", "advances_to: eligibility_checked", "advances_to: checked_eligibility")
     assert _problems(contracts) == [
         f"{contracts / 'check_eligibility.yaml'}:7: transitions.valid_in_phases: "
-        "phase 'identified' is not defined in session.yaml",
+        "phase 'identified' is not defined in session.yaml (did you mean 'customer_identified'?)",
         f"{contracts / 'check_eligibility.yaml'}:8: transitions.advances_to: "
         "phase 'checked_eligibility' is not defined in session.yaml",
     ]
