@@ -33,8 +33,12 @@ from otel_replay.contracts.model import (
 from otel_replay.contracts.paths import parse_path
 
 __all__ = [
+    "COMMIT_REQUIREMENTS",
+    "EVIDENCE_CLASSES",
     "EXTRA_FIELDS",
+    "GATES",
     "INVARIANT_CHECKS",
+    "LIMIT_FIELDS",
     "SCHEMA_VERSIONS",
     "SESSION_FIELDS",
     "TOOL_FIELDS",

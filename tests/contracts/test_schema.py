@@ -13,8 +13,20 @@ from typing import Any
 
 import pytest
 
+from otel_replay.contracts._read import (
+    COMMIT_REQUIREMENTS,
+    EVIDENCE_CLASSES,
+    GATES,
+    INVARIANT_CHECKS,
+    LIMIT_FIELDS,
+    SCHEMA_VERSIONS,
+    SESSION_FIELDS,
+    TOOL_FIELDS,
+    TOOL_NAME,
+)
 from otel_replay.contracts._yaml import INVALID, FileProblem, NodeReader, compose_text
 from otel_replay.contracts.loader import validate_file
+from otel_replay.contracts.model import SIDE_EFFECTS
 
 from ._corpus import BadCase, bad_cases, good_files
 
@@ -72,12 +84,22 @@ def test_each_schema_is_a_valid_2020_12_schema_with_an_id_and_a_description_on_e
     assert missing == []
 
 
-@pytest.mark.parametrize("kind", ["tool", "session"])
-def test_the_schema_lists_exactly_the_fields_the_loader_reads(kind: str) -> None:
-    from otel_replay.contracts._read import SESSION_FIELDS, TOOL_FIELDS  # the loader's own field lists
-
-    fields = TOOL_FIELDS if kind == "tool" else SESSION_FIELDS
-    assert set(_schema(kind)["properties"]) == set(fields)
+def test_the_schemas_list_exactly_the_fields_the_loader_reads() -> None:
+    tool, session = _schema("tool"), _schema("session")
+    assert set(tool["properties"]) == set(TOOL_FIELDS)
+    assert set(session["properties"]) == set(SESSION_FIELDS)
+    assert set(session["properties"]["session_limits"]["properties"]) == set(LIMIT_FIELDS)
+    assert set(tool["$defs"]["invariant"]["properties"]) == {"path", "optional", *INVARIANT_CHECKS}
+    assert [set(choice["required"]) for choice in tool["$defs"]["invariant"]["anyOf"]] == [
+        {check} for check in INVARIANT_CHECKS
+    ]
+    assert tuple(tool["properties"]["side_effect"]["enum"]) == SIDE_EFFECTS
+    assert set(session["properties"]["risk_defaults"]["properties"]) == set(SIDE_EFFECTS)
+    assert set(tool["properties"]["evidence_class"]["enum"]) == set(EVIDENCE_CLASSES)
+    assert set(tool["properties"]["commit_requirement"]["enum"]) == set(COMMIT_REQUIREMENTS)
+    assert set(tool["properties"]["gate"]["enum"]) == set(GATES) == set(session["$defs"]["gate"]["enum"])
+    assert session["properties"]["schema_version"]["const"] in SCHEMA_VERSIONS
+    assert tool["properties"]["tool"]["pattern"] == f"^{TOOL_NAME.pattern}$"
 
 
 @pytest.mark.parametrize("file", good_files(), ids=lambda file: f"{file.parent.name}/{file.name}")
