@@ -34,14 +34,10 @@ from typing import Any, Final
 
 from otel_replay.contracts.checks import compile_regex, invariant_problems, json_equal
 from otel_replay.contracts.model import ContractSet, Source, ToolContract
+from otel_replay.contracts.paths import read_path
 from otel_replay.contracts.state import SessionState
 from otel_replay.errors import ContractError, ContractLoadError
 from otel_replay.redaction import redact
-
-try:  # TEMPORARY until the loader's path reader is merged; then only the import stays
-    from otel_replay.contracts.paths import read_path  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - removed when otel_replay.contracts.paths lands
-    from otel_replay.contracts._paths_interim import read_path  # type: ignore[assignment,unused-ignore]
 
 __all__ = [
     "GATE_MODES",
