@@ -121,9 +121,8 @@ class SessionState:
 
     def to_json(self) -> str:
         """The whole state as JSON text (with ``"format"``), read back by :meth:`from_json`."""
-        body: dict[str, Any] = {"format": STATE_FORMAT}
-        for f in fields(self):
-            body[f.name] = getattr(self, f.name)
+        body: dict[str, Any] = {name: getattr(self, name) for name in _FIELD_NAMES}
+        body["format"] = STATE_FORMAT
         return json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
     def copy(self) -> SessionState:
@@ -153,8 +152,7 @@ class SessionState:
                 f"{where}: state format {fmt} was written by a newer otel-replay (this one reads up to "
                 f"{STATE_FORMAT}); upgrade otel-replay"
             )
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(body) - known)
+        unknown = sorted(set(body) - _FIELD_SET)
         if unknown:
             raise SessionStateError(f"{where}: corrupt state: unknown field {unknown[0]!r}")
         if not isinstance(body.get("session_id"), str):
@@ -164,6 +162,10 @@ class SessionState:
             if problem:
                 raise SessionStateError(f"{where}: corrupt state: {name!r} {problem}")
         return cls(**body)
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
+_FIELD_SET = frozenset(_FIELD_NAMES)
 
 
 def _is_int(value: Any) -> bool:
