@@ -16,9 +16,13 @@ from typing import Any
 from otel_replay.contracts.model import ArgumentInvariant
 from otel_replay.contracts.paths import read_path
 
-__all__ = ["InvariantCheck", "compile_regex", "json_equal", "kind_of"]
+__all__ = ["REGEX_MAX_CHARS", "InvariantCheck", "compile_regex", "json_equal", "kind_of"]
 
 _SHOWN_NUMBER_CHARS = 40
+
+REGEX_MAX_CHARS = 8192
+"""Longer text fails a ``regex`` invariant unmatched: an unanchored pattern can take time quadratic in the
+text, and a model's argument must not stall the gate (a 16,000-character argument can already cost seconds)."""
 
 
 def kind_of(value: Any) -> str:
@@ -114,9 +118,10 @@ class InvariantCheck:
 
         A missing argument is one problem unless the invariant is ``optional``. Bounds (``gte``, ``gt``,
         ``lte``, ``lt``) need a finite number: text, booleans, NaN and infinities fail them. ``equals`` and
-        ``one_of`` use :func:`json_equal`. ``regex`` needs text and is searched (anchor it with ``^``/``$``
-        to match whole). ``max_length`` counts the characters of text or the items of an array or object.
-        Messages name numbers, never text values (which can be personal data).
+        ``one_of`` use :func:`json_equal`. ``regex`` needs text of at most :data:`REGEX_MAX_CHARS` characters
+        and is searched (anchor it with ``^``/``$`` to match whole). ``max_length`` counts the characters of
+        text or the items of an array or object. Messages name numbers, never text values (which can be
+        personal data).
         """
         invariant = self.invariant
         path = self.path
@@ -140,6 +145,8 @@ class InvariantCheck:
         if regex is not None:
             if not isinstance(value, str):
                 problems.append(f"{path} must be text to match /{regex.pattern}/, got {kind_of(value)}")
+            elif len(value) > REGEX_MAX_CHARS:
+                problems.append(f"{path} is {len(value)} characters, over {REGEX_MAX_CHARS} to match /{regex.pattern}/")
             elif regex.search(value) is None:
                 problems.append(f"{path} does not match /{regex.pattern}/")
         if invariant.max_length is not None:
