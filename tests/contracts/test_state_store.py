@@ -218,3 +218,30 @@ def test_the_store_of_a_dataset_sits_in_the_dataset_and_an_s3_one_stays_local(tm
     store = FileStateStore.for_dataset(tmp_path)
     store.update("s", _bump)
     assert store.session_ids() == ["s"]
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    ["", "a\x00b", "x" * 10_000, "conv-\u00e9\U0001f600", "'; DROP TABLE sessions; --", "\ud800"],
+)
+def test_any_session_id_is_a_key_and_nothing_else(store: StateStore, session_id: str) -> None:
+    if "\ud800" in session_id and isinstance(store, FileStateStore):
+        with pytest.raises(SessionStateError, match="session '\\\\ud800': the id is not valid Unicode text"):
+            store.update(session_id, lambda _state: SessionState(session_id=session_id))
+        with pytest.raises(SessionStateError, match="not valid Unicode"):
+            store.load(session_id)
+        return
+    store.update(session_id, lambda _state: SessionState(session_id=session_id, total_tool_calls=3))
+    store.update("other", lambda _state: SessionState(session_id="other"))
+    loaded = store.load(session_id)
+    assert loaded is not None and loaded.session_id == session_id and loaded.total_tool_calls == 3
+    assert store.load("other") is not None
+
+
+def test_a_store_that_cannot_be_created_names_its_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(
+        SessionStateError, match=f"session store {blocker}/sessions.sqlite3: cannot create its directory"
+    ):
+        FileStateStore(blocker / "sessions.sqlite3")
