@@ -21,7 +21,7 @@ from otel_replay.contracts.store import (
 )
 
 from ._engine_support import call, refund_bot, run_step
-from ._store_race import one_refund_contracts, race
+from ._store_race import hold_the_lock, one_refund_contracts, race
 
 ROUNDS = 40
 
@@ -148,6 +148,24 @@ def test_two_processes_never_both_take_the_last_allowed_refund(tmp_path: Path) -
         assert state.tool_call_counts == {"refund": 1}
         assert (state.total_step_count, state.total_block_count) == (2, 1)
         assert engine.narrow(state, ["refund"]).kept == ()
+
+
+def test_a_process_killed_holding_the_lock_loses_its_change_and_blocks_nobody(tmp_path: Path) -> None:
+    path = str(tmp_path / "sessions.sqlite3")
+    store = FileStateStore(path)
+    store.update("conv-1", lambda _state: SessionState(session_id="conv-1", total_tool_calls=1))
+    context = multiprocessing.get_context("spawn")
+    holding = context.Event()
+    child = context.Process(target=hold_the_lock, args=(path, "conv-1", holding))
+    child.start()
+    try:
+        assert holding.wait(timeout=600), "the child never took the lock"
+    finally:
+        child.kill()
+        child.join(timeout=60)
+    after = store.update("conv-1", _bump)  # the dead process's lock is gone, its change never landed
+    assert (after.total_tool_calls, after.total_step_count, after.state_version) == (1, 1, 1)
+    assert store.load("conv-1") == after
 
 
 def test_a_file_that_is_not_a_database_is_refused_naming_it(tmp_path: Path) -> None:
