@@ -46,7 +46,9 @@ put with ``If-None-Match: *``, as before.
 
 A claim is released only by the process that took it, when emitting its
 outcome raised (nothing was emitted), or when the claim could not be synced
-(it is then not known to be on disk, and the caller sees an error). The
+(it is then not known to be on disk, and the caller sees an error). A
+release is not synced: a machine crash right after one may bring the claim
+back, which then refuses like any claim without an outcome. The
 tracer makes its outcome durable before ``record_outcome()`` returns (see
 :meth:`~otel_replay.DecisionTracer.record_outcome`), so only a process that
 dies inside that call, between its claim and its outcome's sync, leaves a
@@ -194,7 +196,7 @@ def _held(held: bytes | None) -> dict[str, Any]:
 
 
 class _ClaimStore:
-    """One dataset's claim database as this process has it open; one thread at a time uses it."""
+    """One dataset's claim database as this process has it open: one insert at a time, syncs shared (group commit)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
