@@ -52,9 +52,10 @@ def _patch(variant: str) -> None:
     # imported here: the worker imports the package of the tree its variant names, after sys.path is set
     from otel_replay.capture import tracer as tracer_module
     from otel_replay.capture.recorder import Recorder
-    from otel_replay.storage import outcome_claims
 
     if variant == "this, claim not synced":
+        from otel_replay.storage import outcome_claims  # only this checkout's claim store syncs
+
         outcome_claims._ClaimStore._sync = lambda self, ticket: None  # type: ignore[attr-defined]
     if variant == "no claim, queued":
         tracer_module.claim_outcome = lambda *_: None  # type: ignore[assignment]
@@ -112,7 +113,11 @@ def worker_outcomes(variant: str, n: int, threads: int) -> dict[str, float]:
 
 def worker_claims(n: int, threads: int) -> float:
     """Claims per second of ``claim_outcome()`` called directly by ``threads`` threads on a fresh local dataset."""
-    from otel_replay.storage.outcome_claims import claim_outcome  # imported here: see worker_outcomes
+    # imported here: see worker_outcomes; before the claim store moved to storage/ it was in capture/
+    try:
+        from otel_replay.storage.outcome_claims import claim_outcome
+    except ImportError:
+        from otel_replay.capture.outcome_claims import claim_outcome  # type: ignore[no-redef]
 
     with tempfile.TemporaryDirectory() as tmp:
         claim_outcome(tmp, "warm-up", "o", True)
