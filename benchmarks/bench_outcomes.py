@@ -1,23 +1,29 @@
 """Outcomes through the real write path: ``configure()`` + ``audit()`` decisions + ``DecisionTracer.record_outcome()``.
 
-Run: python benchmarks/bench_outcomes.py [--outcomes N] [--rounds N] [--base COMMIT]
+Run: python benchmarks/bench_outcomes.py [--outcomes N] [--rounds N] [--threads 1,8] [--base COMMIT]
 
-Each round writes a fresh dataset through :func:`otel_replay.configure`:
-``--outcomes`` audited decisions (a read and a model call each), then one
-outcome per decision through ``DecisionTracer().record_outcome()``, which
-takes the decision's claim in the dataset before it emits the outcome. Only
-the outcomes are timed. Three variants run alternately in the same process,
-best of ``--rounds`` each:
+Each round runs in a fresh process on a fresh dataset written through
+:func:`otel_replay.configure`: ``--outcomes`` audited decisions (a read and a
+model call each), flushed, then one outcome per decision through one
+``DecisionTracer().record_outcome()`` shared by ``--threads`` threads. Only
+the outcomes are timed, twice: until every call has returned ("returned"),
+and until ``force_flush()`` has put every outcome in Parquet ("stored", what
+the calls left to the exporter included). Variants run alternately, best of
+``--rounds`` each:
 
-* ``claim store``: this checkout (one SQLite claim store per dataset);
-* ``claim files``: the claim module of ``--base`` (default: the commit before
-  the claim store, one fsynced ``_outcomes/<id>.json`` per outcome), read with
-  ``git show`` and put in place of this one for its rounds;
-* ``no claim``: the same path with the claim left out (what the claim costs).
+* ``this``: this checkout (the claim synced in the claim store, the outcome
+  written ahead: both durable when the call returns);
+* ``base``: the package as of ``--base`` (default ``s4-start``: the claim
+  committed but not synced, the outcome queued for the exporter), extracted
+  with ``git archive`` and put first on the worker's path;
+* ``this, claim not synced``: this checkout with the claim store's sync left
+  out (what syncing the claim costs);
+* ``no claim, queued``: this checkout with no claim and the outcome queued
+  like any span (the floor: sealing and emitting alone).
 
-Shown per variant: ms per outcome, outcomes/s, and the files left in
-``_outcomes/``; then the claims alone (``claim_outcome()`` called directly,
-no telemetry) for the two claim variants: claims/s. Prints figures; asserts nothing. Target (issue 20): >= 5,000
+Then the claims alone (``claim_outcome()`` called directly, no telemetry),
+this checkout against the base, on 1 thread and on the most threads given.
+Prints figures and ratios; asserts nothing. Target (issue 20): >= 5,000
 outcomes/s from one process.
 """
 
@@ -25,126 +31,196 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
+import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
+import threading
 import time
-import types
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
-
-import otel_replay  # noqa: E402
-from otel_replay import DecisionTracer, DependencySnapshot, audit  # noqa: E402
-from otel_replay.capture import tracer as tracer_module  # noqa: E402
-
-BASE = "bba12d0"  # the last commit with one claim file per outcome
 ROOT = Path(__file__).resolve().parent.parent
+BASE = "s4-start"
+VARIANTS = ("this", "base", "this, claim not synced", "no claim, queued")
 
 
-def old_claims(base: str) -> Callable[..., Any] | None:
-    """``claim_outcome`` as of ``base`` (one claim file per outcome), or None when git cannot show it."""
+def _patch(variant: str) -> None:
+    """Leave out what ``variant`` leaves out (benchmark only: the path is otherwise the package's own)."""
+    # imported here: the worker imports the package of the tree its variant names, after sys.path is set
+    from otel_replay.capture import tracer as tracer_module
+    from otel_replay.capture.recorder import Recorder
+
+    if variant == "this, claim not synced":
+        from otel_replay.storage import outcome_claims  # only this checkout's claim store syncs
+
+        outcome_claims._ClaimStore._sync = lambda self, ticket: None  # type: ignore[attr-defined]
+    if variant == "no claim, queued":
+        tracer_module.claim_outcome = lambda *_: None  # type: ignore[assignment]
+
+        def queued(self: Any, name: str, record_id: str, attributes: Any, *, links: Any = ()) -> Any:
+            return (*self.emit(name, record_id, attributes, links=links), None)
+
+        Recorder.emit_durable = queued  # type: ignore[method-assign]
+
+
+def worker_outcomes(variant: str, n: int, threads: int) -> dict[str, float]:
+    """One round in this process: seconds until the calls returned and until the outcomes were stored."""
+    os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
+    import otel_replay  # imported here: after the worker's sys.path names the tree to measure
+    from otel_replay import DecisionTracer, DependencySnapshot, audit
+
+    _patch(variant)
+    with tempfile.TemporaryDirectory() as tmp:
+        telemetry = otel_replay.configure(tmp, set_global=False)
+        snapshot = DependencySnapshot({"limit": 100}, version="v1")
+        decisions = []
+        for i in range(n):
+            with audit("approve", snapshot=snapshot, correlation_id=f"c-{i % 97}", agent_id="ap") as d:
+                d.read(invoice=f"INV-{i}")
+                d.model("gpt-x", decision_basis="PO match", output={"ok": True})
+            decisions.append((i, d.record_id))
+        telemetry.force_flush()
+        tracer = DecisionTracer()
+        failed: list[BaseException] = []
+
+        def record(part: list[tuple[int, str]]) -> None:
+            try:
+                for i, decision in part:
+                    tracer.record_outcome(decision, i % 3 != 0)
+            except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                failed.append(exc)
+
+        workers = [threading.Thread(target=record, args=(decisions[k::threads],)) for k in range(threads)]
+        gc.collect()
+        cpu, start = time.process_time(), time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        returned = time.perf_counter() - start
+        telemetry.force_flush()
+        stored = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        telemetry.shutdown()
+        if failed:
+            raise failed[0]
+        files = len(os.listdir(Path(tmp, "_outcomes"))) if Path(tmp, "_outcomes").is_dir() else 0
+    return {"returned": returned, "stored": stored, "cpu": cpu, "files": files}
+
+
+def worker_claims(n: int, threads: int) -> float:
+    """Claims per second of ``claim_outcome()`` called directly by ``threads`` threads on a fresh local dataset."""
+    # imported here: see worker_outcomes; before the claim store moved to storage/ it was in capture/
     try:
-        source = subprocess.run(
-            ["git", "show", f"{base}:otel_replay/capture/outcome_claims.py"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
+        from otel_replay.storage.outcome_claims import claim_outcome
+    except ImportError:
+        from otel_replay.capture.outcome_claims import claim_outcome  # type: ignore[no-redef]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        claim_outcome(tmp, "warm-up", "o", True)
+        ids = [f"decision-{i:08d}-{os.urandom(8).hex()}" for i in range(n)]
+
+        def claim(part: list[str]) -> None:
+            for i, decision in enumerate(part):
+                claim_outcome(tmp, decision, f"outcome-{i}", True)
+
+        workers = [threading.Thread(target=claim, args=(ids[k::threads],)) for k in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return n / (time.perf_counter() - start)
+
+
+def _run(tree: Path, *args: str) -> Any:
+    """Run this script as a worker with ``tree``'s package first on the path; its JSON answer."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", *args], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"worker {args} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _extract(base: str, into: Path) -> Path | None:
+    """The package as of ``base`` under ``into`` (``git archive``), or None when git cannot give it."""
+    try:
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", base, "otel_replay"], cwd=ROOT, capture_output=True, check=True
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
-    module = types.ModuleType("outcome_claims_as_of_base")
-    sys.modules[module.__name__] = module  # dataclasses look their module up there
-    exec(compile(source, f"{base}:outcome_claims.py", "exec"), module.__dict__)  # noqa: S102 - our own file
-    return module.claim_outcome  # type: ignore[no-any-return]
+    path = into / "archive.tar"
+    path.write_bytes(archive)
+    with tarfile.open(path) as tar:
+        tar.extractall(into, filter="data")
+    return into
 
 
-def no_claim(*_: Any) -> None:
-    """The claim left out: ``record_outcome`` emits without one."""
-    return None
-
-
-def round_(n: int, claim: Callable[..., Any]) -> dict[str, float]:
-    """One round on a fresh dataset with ``claim`` as the tracer's claim; the outcomes' wall seconds and files."""
-    saved = tracer_module.claim_outcome
-    tracer_module.claim_outcome = claim
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            telemetry = otel_replay.configure(tmp, set_global=False)
-            snapshot = DependencySnapshot({"limit": 100}, version="v1")
-            decisions = []
-            for i in range(n):
-                with audit("approve", snapshot=snapshot, correlation_id=f"c-{i % 97}", agent_id="ap") as d:
-                    d.read(invoice=f"INV-{i}")
-                    d.model("gpt-x", decision_basis="PO match", output={"ok": True})
-                decisions.append(d.record_id)
-            tracer = DecisionTracer()
-            gc.collect()
-            start = time.perf_counter()
-            for i, decision in enumerate(decisions):
-                tracer.record_outcome(decision, i % 3 != 0)
-            wall = time.perf_counter() - start
-            telemetry.shutdown()
-            claims = Path(tmp, "_outcomes")
-            files = len(list(claims.iterdir())) if claims.is_dir() else 0
-            return {"n": n, "wall": wall, "files": files}
-    finally:
-        tracer_module.claim_outcome = saved
-
-
-def claims_alone(n: int, claim: Callable[..., Any]) -> float:
-    """Claims per second of ``claim`` called directly on a fresh local dataset (no telemetry, no emit)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        claim(tmp, "warm-up", "o", True)
-        ids = [f"decision-{i:08d}-{os.urandom(8).hex()}" for i in range(n)]
-        start = time.perf_counter()
-        for i, decision in enumerate(ids):
-            claim(tmp, decision, f"outcome-{i}", True)
-        return n / (time.perf_counter() - start)
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} cores"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outcomes", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", default="1,8", help="comma-separated thread counts")
     parser.add_argument("--base", default=BASE)
+    parser.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     opts = parser.parse_args()
-    logging.basicConfig(level=logging.ERROR)
+    if opts.worker is not None:
+        kind, *rest = opts.worker
+        if kind == "outcomes":
+            print(json.dumps(worker_outcomes(rest[0], int(rest[1]), int(rest[2]))))
+        else:
+            print(json.dumps(worker_claims(int(rest[0]), int(rest[1]))))
+        return 0
 
-    variants: dict[str, Callable[..., Any]] = {"claim store": tracer_module.claim_outcome}
-    old = old_claims(opts.base)
-    if old is not None:
-        variants["claim files"] = old
-    else:
-        print(f"(no peer: git cannot show {opts.base}:otel_replay/capture/outcome_claims.py)")
-    variants["no claim"] = no_claim
-    for claim in variants.values():
-        round_(200, claim)  # warm up imports and caches
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
-    for _ in range(opts.rounds):
-        for name, claim in variants.items():
-            runs[name].append(round_(opts.outcomes, claim))
-    print(f"{opts.outcomes:,} outcomes per round (after as many audited decisions), best of {opts.rounds}")
-    for name, results in runs.items():
-        r = min(results, key=lambda x: x["wall"])
-        print(
-            f"  {name:12s} {r['wall'] / r['n'] * 1e3:7.3f} ms/outcome  {r['n'] / r['wall']:9,.0f} outcomes/s  "
-            f"{r['files']:6.0f} files in _outcomes/"
-        )
-    alone = {
-        name: max(claims_alone(opts.outcomes, claim) for _ in range(opts.rounds))
-        for name, claim in variants.items()
-        if name != "no claim"
-    }
-    print(
-        "  the claims alone (claim_outcome() called directly): "
-        + ", ".join(f"{name} {rate:,.0f} claims/s" for name, rate in alone.items())
-    )
+    counts = [int(t) for t in opts.threads.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _extract(opts.base, Path(tmp))
+        trees = {name: ROOT for name in VARIANTS}
+        if base is None:
+            print(f"(no peer: git cannot archive {opts.base})")
+            del trees["base"]
+        else:
+            trees["base"] = base
+        print(f"start: {_load()}")
+        runs: dict[tuple[str, int], list[dict[str, float]]] = {(v, t): [] for v in trees for t in counts}
+        for _ in range(opts.rounds):
+            for threads in counts:
+                for variant, tree in trees.items():
+                    runs[variant, threads].append(_run(tree, "outcomes", variant, str(opts.outcomes), str(threads)))
+        print(f"{opts.outcomes:,} outcomes per round (after as many audited decisions), best of {opts.rounds}")
+        n = opts.outcomes
+        for threads in counts:
+            best = {v: min(runs[v, threads], key=lambda r: r["stored"]) for v in trees}
+            print(f" {threads} thread(s):")
+            for variant, r in best.items():
+                ratio = f"  {r['stored'] / best['base']['stored']:5.2f}x base" if "base" in best else ""
+                print(
+                    f"  {variant:24s} returned {n / r['returned']:7,.0f}/s ({r['returned'] / n * 1e3:6.3f} ms)  "
+                    f"stored {n / r['stored']:7,.0f}/s ({r['stored'] / n * 1e3:6.3f} ms){ratio}  "
+                    f"cpu {r['cpu'] / n * 1e3:.3f} ms/outcome  {r['files']:.0f} files in _outcomes/"
+                )
+        claim_trees = {v: trees[v] for v in ("this", "base") if v in trees}
+        for threads in sorted({1, max(counts)}):
+            alone = {
+                v: max(_run(tree, "claims", str(n), str(threads)) for _ in range(opts.rounds))
+                for v, tree in claim_trees.items()
+            }
+            print(
+                f" the claims alone (claim_outcome() called directly, {threads} thread(s)): "
+                + ", ".join(f"{v} {rate:,.0f}/s" for v, rate in alone.items())
+            )
+        print(f"end: {_load()}")
     return 0
 
 

@@ -5,11 +5,13 @@ decided, what type of decision, the rationale, the confidence and the inputs.
 An outcome is a ``replay.outcome`` span linked to its decision. Outcomes are
 immutable: a second outcome for one decision is refused, across processes
 when there is a dataset (a durable claim per decision is taken before the
-outcome is emitted).
+outcome is emitted), and an outcome is durable when ``record_outcome()``
+returns (written ahead, as a gate's commit records are).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import replace
 from typing import Any
@@ -27,6 +29,8 @@ from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, iso_time
 from otel_replay.storage.outcome_claims import claim_outcome
 
 __all__ = ["DecisionTracer", "link_to", "trace_body"]
+
+_log = logging.getLogger(__name__)
 
 
 def link_to(span: SpanRef, attributes: dict[str, Any] | None = None) -> Link | None:
@@ -150,6 +154,13 @@ class DecisionTracer:
         When emitting fails, the claim is given back and the outcome can be
         recorded again.
 
+        Durable on return: the claim is synced in the claim store, and the
+        outcome, when the pipeline is one :func:`otel_replay.configure` made,
+        is synced in its write-ahead log (converted to Parquet in the
+        background, recovered by the next ``configure()`` after a crash).
+        Concurrent calls share those syncs. Through a provider of your own the
+        outcome is queued like any span: call ``flush()`` where you need it stored.
+
         Raises:
             OutcomeAlreadyRecorded: an outcome exists (or is claimed) for this decision already.
             RecordNotFound: a store was given and holds no such decision.
@@ -216,13 +227,21 @@ class DecisionTracer:
         claim = claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct) if dataset else None
         link = link_to(span) if span is not None else None
         try:
-            ref, seal = recorder.emit(
+            ref, seal, durable = recorder.emit_durable(
                 sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []
             )
         except BaseException:
             if claim is not None:
                 claim.release()  # nothing was emitted: the decision may still get its outcome
             raise
+        if durable is False:  # logged by the pipeline; the outcome still reaches Parquet the usual way
+            recorder.note_capture_error()
+            _log.error(
+                "otel-replay: outcome %s of decision %s is claimed and emitted, but could not be made durable "
+                "before record_outcome() returned; a crash before the next flush loses it (its claim stays)",
+                outcome.record_id,
+                decision_id,
+            )
         return replace(outcome, span=ref, seal=seal)
 
     def _stored_decision(self, decision_id: str) -> DecisionRecord | None:

@@ -12,18 +12,26 @@ On a local dataset every claim is a row of one SQLite database,
 ``<dataset>/_outcomes/claims.sqlite3`` (WAL journal, the decision id its
 primary key), so 5,000 outcomes leave three files there, not 5,000. The
 insert is the claim: of two processes inserting the same decision id, SQLite
-lets exactly one commit. The database is written with ``synchronous=NORMAL``:
-a committed claim is in the WAL before the insert returns, so it survives the
-claimant being killed (``kill -9``); only a crash of the machine itself can
-lose the last claims before a checkpoint, and with them, nearly always, the
-outcomes they guard, which sit unflushed in the exporter's buffer anyway (an
-outcome that did reach a Parquet file still refuses a second one through a
-tracer with a store, and two stored outcomes read as conflicting, never as
-one silently). Writers wait up to :data:`BUSY_SECONDS` for one another. The
-database is created under a temporary name and linked into place, so a file
-at its path is always a claim store: one that cannot be read as such (not a
-database, no claims table, unreadable) is an error naming it, and is never
-replaced. SQLite's locks need a local file system (not NFS).
+lets exactly one commit. A claim is durable when :func:`claim_outcome`
+returns, also across a crash of the machine: the insert commits into the WAL
+(``synchronous=NORMAL``: SQLite syncs nothing at commit, so such a commit
+alone survives the process being killed but not the machine losing power),
+then the WAL file is ``fdatasync``-ed, which puts that commit and every one
+before it on disk. Claimants in one process share that sync (group commit):
+one syncs everything committed so far while the others insert, and a claim
+whose commit a sync already covered returns without a system call. SQLite's
+``synchronous=FULL`` promises the same but syncs inside each commit, under
+the database's write lock, so no two claims ever share a sync. The WAL is
+checkpointed into the database every 1,000 pages (~700 claims; the
+checkpoint syncs both files) and then rewritten from its start, so once it
+has reached its size a claim's sync overwrites blocks already allocated: a
+sync of a file that grows also commits its new size and blocks to the file
+system's journal, 5-10x slower on this project's test machine. Writers
+wait up to :data:`BUSY_SECONDS` for one another. The database is created
+under a temporary name and linked into place, so a file at its path is
+always a claim store: one that cannot be read as such (not a database, no
+claims table, unreadable) is an error naming it, and is never replaced.
+SQLite's locks need a local file system (not NFS).
 
 A claim file ``_outcomes/<decision id>.json`` left by an older version
 (``O_CREAT | O_EXCL``, one per outcome) still refuses a second outcome: before
@@ -37,10 +45,16 @@ On an ``s3://`` dataset the claim is the object ``_outcomes/<decision id>.json``
 put with ``If-None-Match: *``, as before.
 
 A claim is released only by the process that took it, when emitting its
-outcome raised (nothing was emitted). A process that dies between its claim
-and the flush of its outcome leaves the claim and may leave no outcome; the
-refusal says where the claim is and who took it, so it can be checked and
-removed by hand (the outcome is then recorded again).
+outcome raised (nothing was emitted), or when the claim could not be synced
+(it is then not known to be on disk, and the caller sees an error). A
+release is not synced: a machine crash right after one may bring the claim
+back, which then refuses like any claim without an outcome. The
+tracer makes its outcome durable before ``record_outcome()`` returns (see
+:meth:`~otel_replay.DecisionTracer.record_outcome`), so only a process that
+dies inside that call, between its claim and its outcome's sync, leaves a
+claim without an outcome; the refusal says where the claim is and who took
+it, so it can be checked and removed by hand (the outcome is then recorded
+again).
 """
 
 from __future__ import annotations
@@ -73,9 +87,11 @@ CLAIMS_DB = "claims.sqlite3"
 BUSY_SECONDS = 60.0
 """How long a claim waits for other writers of the claim store before it fails (naming the store)."""
 
-_CHECKPOINT_PAGES = 10_000
-"""WAL pages (4 KiB, about one per claim) between checkpoints. A checkpoint fsyncs (20-40 ms under load), so it is
-a claim's slow step; SQLite's default (1,000) put one in every ~1,000 claims. The WAL stays under ~40 MB."""
+_CHECKPOINT_PAGES = 1_000
+"""WAL pages (4 KiB, one or two per claim) between checkpoints (SQLite's default). A checkpoint syncs the WAL and
+the database (a few ms; 20-40 ms under load), once per ~700 claims. Once the WAL has reached its size (~4 MB) it is
+rewritten in place, so each claim's ``fdatasync`` allocates nothing; a larger WAL (10,000 pages were tried) spends
+its first ~7,000 claims on a growing file, where each sync costs 5-10x more."""
 _SAFE = re.compile(r"[0-9A-Za-z_-]{1,128}")
 _TABLE = "outcome_claims"
 _SCHEMA = (
@@ -180,15 +196,23 @@ def _held(held: bytes | None) -> dict[str, Any]:
 
 
 class _ClaimStore:
-    """One dataset's claim database as this process has it open; one thread at a time uses it."""
+    """One dataset's claim database as this process has it open: one insert at a time, syncs shared (group commit)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / CLAIMS_DB
         self.legacy = f"{directory}{os.sep}"  # + a claim file's name: where an older version put that claim
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one insert at a time through the connection
         self._con: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
+        # Group commit: ``_committed`` counts commits (under ``lock``). One claimant at a time syncs the WAL
+        # (``_syncing``), outside every lock, for all commits counted when it began, then moves ``_synced`` up
+        # and wakes the others waiting on ``_synced``: those it covered return, one of the rest syncs next.
+        self._synced_changed = threading.Condition(threading.Lock())
+        self._syncing = False
+        self._wal_fd: int | None = None  # the open connection's WAL file
+        self._committed = 0
+        self._synced = 0
 
     def _error(self, doing: str, exc: BaseException) -> DatasetError:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -247,6 +271,7 @@ class _ClaimStore:
             # (now the WAL of the store that replaced it); a test holds it to that.
             self._con.close()
             self._con = None
+            self._swap_wal(None)
         if st is None:
             self._create()
             try:
@@ -273,8 +298,50 @@ class _ClaimStore:
         if (_TABLE,) not in tables:
             con.close()
             raise self._error("open it", sqlite3.DatabaseError(f"no {_TABLE} table in it"))
+        try:
+            # Reading the schema opened (or made) the WAL, and this open connection keeps SQLite from deleting it.
+            wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            con.close()
+            raise self._error("open its WAL", exc) from exc
+        self._swap_wal(wal)
         self._con, self._ident = con, (st.st_dev, st.st_ino)
         return con
+
+    def _swap_wal(self, fd: int | None) -> None:
+        """Sync and close the WAL file the claims so far went to; ``fd`` is the one to sync from now on."""
+        with self._synced_changed:
+            while self._syncing:  # not while a sync uses it
+                self._synced_changed.wait()
+            old, self._wal_fd = self._wal_fd, fd
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    os.fdatasync(old)  # the last claims through the old connection: as durable as the rest
+                os.close(old)
+            self._synced = self._committed
+            self._synced_changed.notify_all()
+
+    def _sync(self, ticket: int) -> None:
+        """Return once commit number ``ticket`` is on disk: synced by this thread, or by one syncing meanwhile."""
+        with self._synced_changed:
+            while self._synced < ticket and self._syncing:
+                self._synced_changed.wait()
+            if self._synced >= ticket:
+                return  # a sync that began after this commit covered it
+            self._syncing = True
+            upto = self._committed  # every commit counted so far is in the WAL file already
+            fd = self._wal_fd
+        synced = False
+        try:
+            assert fd is not None
+            os.fdatasync(fd)
+            synced = True
+        finally:
+            with self._synced_changed:
+                self._syncing = False
+                if synced:
+                    self._synced = max(self._synced, upto)
+                self._synced_changed.notify_all()
 
     def claim(self, decision_id: str, outcome_id: str, outcome_correct: bool) -> OutcomeClaim:
         legacy = self.legacy + _name(decision_id)
@@ -295,7 +362,17 @@ class _ClaimStore:
                 raise _refusal(decision_id, str(self.path), held, f"delete its row from {_TABLE}") from None
             except sqlite3.Error as exc:
                 raise self._error(f"record the claim for decision {decision_id[:200]!r}", exc) from exc
-        return OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=outcome_id)
+            self._committed += 1
+            ticket = self._committed
+        claim = OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=outcome_id)
+        try:
+            self._sync(ticket)
+        except OSError as exc:
+            # Not known to be on disk: given back (as far as that goes), so the caller's retry is not refused.
+            with contextlib.suppress(DatasetError):
+                claim.release()
+            raise self._error(f"make the claim for decision {decision_id[:200]!r} durable", exc) from exc
+        return claim
 
     def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
         try:
