@@ -31,6 +31,10 @@ class Telemetry:
 
     ``recorder`` is the :class:`~otel_replay.capture.Recorder` capture uses
     while this pipeline is open (``recorder.flush()`` flushes this pipeline).
+    ``bare_processors``: the provider's span processors as :func:`configure`
+    set them up (``None`` without a write-ahead log); while they are all the
+    provider has, a gate record bound for the log is built without the SDK's
+    span (:mod:`otel_replay.capture.direct_spans`).
     """
 
     def __init__(
@@ -45,8 +49,6 @@ class Telemetry:
         self.exporter = exporter
         self.log = log
         self._ahead = ahead
-        # The provider's span processors as this pipeline set them up: while they are all it has, a record
-        # for the log can skip the SDK's span (see otel_replay.capture.direct_spans).
         processors = getattr(provider._active_span_processor, "_span_processors", None)
         self.bare_processors = processors if log is not None and ahead is not None else None
         self.recorder: Recorder | None = None
