@@ -8,9 +8,14 @@ in-process rail (:class:`otel_replay.ReferenceLedger`) inside the block, as
 ``demo.py`` does. Each round writes a fresh dataset through
 :func:`otel_replay.configure` and shuts it down; the best of ``--rounds`` is
 kept, ungated and gated run alternately in the same process. Shown per
-variant: ms per trade, the gated / ungated ratio, commits per second (single
-thread and ``--threads`` threads) and the Parquet files the round left in the
-dataset (after shutdown: everything is there). Then, as peers: ``gate.commit()``
+variant: ms per trade (and, on one thread, the CPU of the agent's thread per
+trade), the gated / ungated ratio, commits per second (single thread and
+``--threads`` threads) and the Parquet files the round left in the dataset
+(after shutdown: everything is there). On one thread a third variant runs
+in turn with them: gated, with a no-op span processor of the user's added,
+so the gate's records are made as SDK spans, the way every gate record was
+made before they were built directly (see
+:mod:`otel_replay.capture.direct_spans`). Then, as peers: ``gate.commit()``
 alone (no ``audit()`` block: an intent and a commit record per commit, each
 fsynced) on ``--threads`` threads, and the write-ahead log alone. ``--dir``
 puts the datasets elsewhere (``/dev/shm``: fsyncs cost nothing, which leaves
@@ -33,6 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from opentelemetry.sdk.trace import SpanProcessor
 
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
 
@@ -59,13 +66,24 @@ def trades(n: int, gate: ActionGate | None, offset: int = 0) -> None:
 WHERE: str | None = None  # --dir: where datasets and logs go (None: the system's temporary directory)
 
 
-def round_(n: int, threads: int, gated: bool) -> dict[str, float]:
-    """One round on a fresh dataset: wall seconds of the trades alone, then the files shutdown left."""
+class _UsersProcessor(SpanProcessor):
+    """A span processor of the user's that does nothing: with it, a gate record's span goes through the SDK."""
+
+
+def round_(n: int, threads: int, gated: bool, through_sdk: bool = False) -> dict[str, float]:
+    """One round on a fresh dataset: wall (and, on 1 thread, CPU) seconds of the trades alone, then the files left.
+
+    ``through_sdk``: a span processor of the user's is added, so the gate's records are made as SDK spans (the
+    path every gate record took before they were built directly).
+    """
     with tempfile.TemporaryDirectory(dir=WHERE) as tmp:
         telemetry = otel_replay.configure(tmp, set_global=False)
+        if through_sdk:
+            telemetry.provider.add_span_processor(_UsersProcessor())
         gate = ActionGate(ReferenceLedger(balance=10.0 * n), dataset=tmp) if gated else None
         gc.collect()
         start = time.perf_counter()
+        cpu = time.thread_time()
         if threads == 1:
             trades(n, gate)
         else:
@@ -77,21 +95,26 @@ def round_(n: int, threads: int, gated: bool) -> dict[str, float]:
                 w.join()
             n = per * threads
         wall = time.perf_counter() - start
+        cpu = time.thread_time() - cpu  # the agent thread's own CPU (on 8 threads: the main thread's, meaningless)
         shut = time.perf_counter()
         telemetry.shutdown()
         shutdown = time.perf_counter() - shut
         files = list(Path(tmp, "spans").rglob("*.parquet"))
         errors = telemetry.recorder.stats.capture_errors if telemetry.recorder is not None else -1
-        return {"n": n, "wall": wall, "shutdown": shutdown, "files": len(files), "capture_errors": errors}
+        return {"n": n, "wall": wall, "cpu": cpu, "shutdown": shutdown, "files": len(files), "capture_errors": errors}
 
 
-def best(n: int, threads: int, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Ungated and gated rounds alternately; the fastest of each."""
-    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+VARIANTS = {"ungated": (False, False), "gated": (True, False), "gated, SDK spans": (True, True)}
+
+
+def best(n: int, threads: int, rounds: int, names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """The variants ``names`` (of :data:`VARIANTS`) alternately, ``rounds`` times; the fastest round of each."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for _ in range(rounds):
-        for gated in (False, True):
-            runs[gated].append(round_(n, threads, gated))
-    return min(runs[False], key=lambda r: r["wall"]), min(runs[True], key=lambda r: r["wall"])
+        for name in names:
+            gated, through_sdk = VARIANTS[name]
+            runs[name].append(round_(n, threads, gated, through_sdk))
+    return {name: min(found, key=lambda r: r["wall"]) for name, found in runs.items()}
 
 
 def fsync_cost(count: int = 200) -> float:
@@ -172,21 +195,25 @@ def main() -> int:
     round_(200, 1, False), round_(200, 1, True)  # warm up imports and caches
     print(f"fsync of a small append here: {fsync_cost() * 1e3:.3f} ms")
     for threads in (1, opts.threads):
-        plain, gated = best(opts.trades, threads, opts.rounds)
+        names = ("ungated", "gated", "gated, SDK spans") if threads == 1 else ("ungated", "gated")
+        found = best(opts.trades, threads, opts.rounds, names)
+        plain, gated = found["ungated"], found["gated"]
         label = "1 thread" if threads == 1 else f"{threads} threads"
         print(f"{label}: {gated['n']:.0f} trades (read, model, act) per round, best of {opts.rounds}")
-        for name, r in (("ungated", plain), ("gated", gated)):
+        for name, r in found.items():
             per = r["wall"] / r["n"] * 1e3
+            cpu = f"  CPU {r['cpu'] / r['n'] * 1e3:6.3f} ms/trade" if threads == 1 else ""
             print(
-                f"  {name:8s} {per:7.3f} ms/trade  {r['n'] / r['wall']:9,.0f} trades/s  "
+                f"  {name:17s} {per:7.3f} ms/trade{cpu}  {r['n'] / r['wall']:9,.0f} trades/s  "
                 f"{r['files']:6.0f} Parquet files  (shutdown {r['shutdown'] * 1e3:.0f} ms, "
                 f"capture_errors {r['capture_errors']:.0f})"
             )
         ratio = (gated["wall"] / gated["n"]) / (plain["wall"] / plain["n"])
         target = "target <= 2x" if threads == 1 else "target >= 5,000 commits/s"
+        cpu_ratio = f"; CPU {gated['cpu'] / plain['cpu']:.2f}x" if threads == 1 else ""
         print(
-            f"  gated / ungated: {ratio:.2f}x; durable commits/s: {gated['n'] / gated['wall']:,.0f}  ({target}; "
-            "<= 10 files for 2,000 gated trades)"
+            f"  gated / ungated: {ratio:.2f}x{cpu_ratio}; durable commits/s: {gated['n'] / gated['wall']:,.0f}  "
+            f"({target}; <= 10 files for 2,000 gated trades)"
         )
         alone = commits_alone(min(opts.trades, 400 * threads), threads)
         print(f"  peer: gate.commit() alone, no audit() block ({label}): {alone:,.0f} durable commits/s")

@@ -8,7 +8,7 @@ from types import TracebackType
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_replay import redaction, settings
@@ -31,6 +31,10 @@ class Telemetry:
 
     ``recorder`` is the :class:`~otel_replay.capture.Recorder` capture uses
     while this pipeline is open (``recorder.flush()`` flushes this pipeline).
+    ``bare_processors``: the provider's span processors as :func:`configure`
+    set them up (``None`` without a write-ahead log); while they are all the
+    provider has, a gate record bound for the log is built without the SDK's
+    span (:mod:`otel_replay.capture.direct_spans`).
     """
 
     def __init__(
@@ -45,6 +49,8 @@ class Telemetry:
         self.exporter = exporter
         self.log = log
         self._ahead = ahead
+        processors = getattr(provider._active_span_processor, "_span_processors", None)
+        self.bare_processors = processors if log is not None and ahead is not None else None
         self.recorder: Recorder | None = None
         self._previous: Recorder | None = None
         self._closed = False
@@ -62,10 +68,20 @@ class Telemetry:
         ``False`` when it could not be (logged): the span is then handed to
         the batch queue after all, to reach Parquet the usual way.
         """
-        assert self._ahead is not None and self.log is not None
+        assert self._ahead is not None
         span = self._ahead.take(span_id)
         if span is None:
             return False
+        return self.log_span(span)
+
+    def log_span(self, span: ReadableSpan) -> bool:
+        """Append the ended ``span`` to the write-ahead log; ``True`` once it is fsynced.
+
+        ``False`` when it could not be (logged): the span is handed to the
+        batch queue instead, to reach Parquet the usual way.
+        """
+        assert self._ahead is not None and self.log is not None
+        span_id = span.context.span_id if span.context is not None else 0
         try:
             self.log.append([span])
         except Exception as exc:  # noqa: BLE001 - the span still goes to Parquet; the caller reports it

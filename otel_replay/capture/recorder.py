@@ -16,6 +16,7 @@ from opentelemetry.trace import Link, Tracer, TracerProvider
 
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
+from otel_replay.capture.direct_spans import bare_tracer, ended_record_span, record_context
 from otel_replay.capture.sampling import always_samples, exported, sampling_problem
 from otel_replay.capture.sinks import MemorySink
 from otel_replay.errors import CaptureError, ConfigError
@@ -385,6 +386,10 @@ class Recorder:
                 record_hash(name, start_ns, attributes)
         except (UnicodeError, RecursionError) as exc:  # a CaptureError (not JSON) passes as it is
             raise CaptureError(f"{name} record {record_id} cannot be sealed: {unhashable(exc)}") from None
+        if durable:
+            direct = self._direct(name, record_id, attributes, links, start_ns, chain)
+            if direct is not None:
+                return direct
         # Started first, so the seal covers the span the record is stored in; a record that cannot be
         # sealed leaves its span unended, and an unended span is never exported.
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)
@@ -408,6 +413,33 @@ class Recorder:
         if self.closed:
             self.note_lost(f"{name} record {record_id}")
         written = self._pipeline.write_ahead(ctx.span_id) if logged else None  # type: ignore[union-attr]
+        return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal, written
+
+    def _direct(
+        self,
+        name: str,
+        record_id: str,
+        attributes: dict[str, Any],
+        links: Sequence[Link],
+        start_ns: int,
+        chain: Chain,
+    ) -> tuple[SpanRef, Seal, bool | None] | None:
+        """A durable record sealed into a span built here and appended to the log; ``None``: take the SDK's path.
+
+        Where the SDK would add nothing to the span (see
+        :mod:`otel_replay.capture.direct_spans`), the span it would end as is
+        made directly: same ids, same stored bytes, a fraction of the CPU.
+        """
+        pipeline = self._pipeline
+        log_span = getattr(pipeline, "log_span", None)
+        if log_span is None or pipeline.closed:  # type: ignore[union-attr]
+            return None
+        tracer = self.tracer
+        if not bare_tracer(tracer, getattr(pipeline, "bare_processors", None), attributes, links):
+            return None
+        parent, ctx = record_context(tracer)
+        seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
+        written = log_span(ended_record_span(tracer, parent, ctx, name, start_ns, attributes))
         return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal, written
 
 

@@ -232,9 +232,13 @@ def _attributes_of(span: ReadableSpan) -> Any:
 
     ``span.attributes`` is a read-only view of the SDK's ``BoundedAttributes``,
     which reads each attribute through two Python calls; an ended span's
-    dict behind it holds the same items in the same order.
+    dict behind it holds the same items in the same order. A span built
+    without the SDK's (:mod:`otel_replay.capture.direct_spans`) holds a plain dict.
     """
-    inner = getattr(getattr(span, "_attributes", None), "_dict", None)
+    held = getattr(span, "_attributes", None)
+    if held.__class__ is dict:
+        return held
+    inner = getattr(held, "_dict", None)
     return inner if inner.__class__ is dict else span.attributes
 
 
