@@ -1,0 +1,132 @@
+"""The value checks of a contract: argument invariants and ``with_output`` conditions, one failure each.
+
+Pure functions over parsed JSON values; the engine calls them and turns what
+they return into failures. Equality is JSON equality: ``true`` is not ``1``,
+``1`` is ``1.0``, ``NaN`` equals nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from otel_replay.contracts.model import ArgumentInvariant
+
+try:  # TEMPORARY until the loader's path reader is merged; then only the import stays
+    from otel_replay.contracts.paths import read_path  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - removed when otel_replay.contracts.paths lands
+    from otel_replay.contracts._paths_interim import read_path  # type: ignore[assignment,unused-ignore]
+
+__all__ = ["compile_regex", "invariant_problems", "json_equal", "kind_of"]
+
+_SHOWN_NUMBER_CHARS = 40
+
+
+def kind_of(value: Any) -> str:
+    """The JSON name of ``value``'s type, for messages (never the value itself)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """JSON equality, deep for objects and arrays.
+
+    Booleans equal only booleans, numbers compare by value (NaN equals nothing), text only text.
+    """
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left is right
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return bool(left == right)
+    if isinstance(left, str) or isinstance(right, str):
+        return isinstance(left, str) and isinstance(right, str) and left == right
+    if left is None or right is None:
+        return left is None and right is None
+    if isinstance(left, Mapping) and isinstance(right, Mapping):
+        if len(left) != len(right):
+            return False
+        return all(key in right and json_equal(value, right[key]) for key, value in left.items())
+    if isinstance(left, list | tuple) and isinstance(right, list | tuple):
+        return len(left) == len(right) and all(json_equal(a, b) for a, b in zip(left, right, strict=True))
+    return False
+
+
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled (raises :class:`re.error` for a bad one; the loader reports those first)."""
+    return re.compile(pattern)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite number, or ``None`` (booleans, text, NaN and infinities are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range: compare as the infinity it exceeds
+        return math.inf if value > 0 else -math.inf
+    return number if not math.isnan(number) else None
+
+
+def _shown(value: float) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_NUMBER_CHARS else text[:_SHOWN_NUMBER_CHARS] + "..."
+
+
+def invariant_problems(
+    arguments: Mapping[str, Any], invariant: ArgumentInvariant, regex: re.Pattern[str] | None
+) -> list[str]:
+    """Every way the argument at ``invariant.path`` breaks the invariant, one line each (empty: it holds).
+
+    A missing argument is one problem unless the invariant is ``optional``. Bounds (``gte``, ``gt``,
+    ``lte``, ``lt``) need a finite number: text, booleans, NaN and infinities fail them. ``regex`` needs
+    text and is searched (anchor it with ``^``/``$`` to match whole). ``max_length`` counts the characters
+    of text or the items of an array or object. Messages name numbers, never text values (which can be
+    personal data).
+    """
+    found, value = read_path(arguments, invariant.path)
+    path = invariant.path
+    if not found:
+        return [] if invariant.optional else [f"{path} is missing"]
+    problems: list[str] = []
+    bounds = (
+        ("gte", invariant.gte, lambda v, b: v >= b, "below the minimum"),
+        ("gt", invariant.gt, lambda v, b: v > b, "not above"),
+        ("lte", invariant.lte, lambda v, b: v <= b, "above the maximum"),
+        ("lt", invariant.lt, lambda v, b: v < b, "not below"),
+    )
+    if any(bound is not None for _, bound, _, _ in bounds):
+        number = _number(value)
+        if number is None or math.isinf(number):
+            problems.append(f"{path} must be a finite number, got {kind_of(value)}")
+        else:
+            for name, bound, holds, words in bounds:
+                if bound is not None and not holds(number, bound):
+                    problems.append(f"{path} = {_shown(value)} is {words} ({name} {_shown(bound)})")
+    if invariant.has_equals and not json_equal(value, invariant.equals):
+        problems.append(f"{path} does not equal the required value")
+    if invariant.one_of is not None and not any(json_equal(value, option) for option in invariant.one_of):
+        problems.append(f"{path} is not one of the {len(invariant.one_of)} allowed values")
+    if regex is not None:
+        if not isinstance(value, str):
+            problems.append(f"{path} must be text to match /{regex.pattern}/, got {kind_of(value)}")
+        elif regex.search(value) is None:
+            problems.append(f"{path} does not match /{regex.pattern}/")
+    if invariant.max_length is not None:
+        if isinstance(value, str | list | tuple | Mapping):
+            if len(value) > invariant.max_length:
+                problems.append(f"{path} is {len(value)} long, over max_length {invariant.max_length}")
+        else:
+            problems.append(f"{path} must be text or an array for max_length, got {kind_of(value)}")
+    return problems

@@ -1,0 +1,774 @@
+"""The enforcement engine: what a model may see, whether its tool calls pass, and what they change.
+
+One :class:`Engine` per :class:`~otel_replay.contracts.model.ContractSet` and set of options. It holds
+nothing per session: every method takes the session's :class:`~otel_replay.contracts.state.SessionState`.
+:meth:`Engine.narrow`, :meth:`Engine.precheck` and :meth:`Engine.evaluate` only read the state, so any
+number of threads may call them at once; the methods that change a state (:meth:`Engine.finalize`,
+:meth:`Engine.charge`, :meth:`Engine.observe_output`, :meth:`Engine.observe_error`, :meth:`Engine.kill`,
+:meth:`Engine.restrict`, :meth:`Engine.widen`, :meth:`Engine.note_narrowing`) must not run on one state
+from two threads at once: run them inside :meth:`otel_replay.contracts.store.StateStore.update`.
+
+The pipeline of one model call, and the rule each step applies:
+
+1. :meth:`Engine.narrow`: the tools offered to the model, less those a call would fail on now.
+2. :meth:`Engine.precheck`: before the model is called: the kill switch, ``max_steps``, the cost cap.
+3. :meth:`Engine.evaluate`: each tool call of the response, in order, against a simulated state (a later
+   call sees an earlier allowed call's phase advance, forbids and counts); the gate mode turns the
+   verdicts into an outcome. Nothing is changed.
+4. :meth:`Engine.finalize`: the decision is applied to the state.
+
+The engine never raises on what a model sends (malformed or non-object arguments, thousands of calls,
+huge or deeply nested arguments, NaN): each such call gets a :class:`Failure`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from otel_replay.contracts.checks import compile_regex, invariant_problems, json_equal
+from otel_replay.contracts.model import ContractSet, Source, ToolContract
+from otel_replay.contracts.state import SessionState
+from otel_replay.errors import ContractError, ContractLoadError
+from otel_replay.redaction import redact
+
+try:  # TEMPORARY until the loader's path reader is merged; then only the import stays
+    from otel_replay.contracts.paths import read_path  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - removed when otel_replay.contracts.paths lands
+    from otel_replay.contracts._paths_interim import read_path  # type: ignore[assignment,unused-ignore]
+
+__all__ = [
+    "GATE_MODES",
+    "ON_ERROR",
+    "OUTCOMES",
+    "RULES",
+    "UNMATCHED_POLICIES",
+    "CallVerdict",
+    "Decision",
+    "Engine",
+    "Failure",
+    "Narrowing",
+    "StaleDecisionError",
+    "ToolCallView",
+    "parse_arguments",
+]
+
+GATE_MODES: Final = ("reject_all", "strip_partial", "strip_blocked")
+UNMATCHED_POLICIES: Final = ("block", "allow")
+ON_ERROR: Final = ("block", "allow")
+OUTCOMES: Final = ("allow", "reject", "strip", "text_only")
+RULES: Final = (
+    "kill",
+    "max_steps",
+    "max_cost",
+    "max_tool_calls",
+    "max_calls_per_tool",
+    "loop",
+    "unmatched",
+    "narrowed",
+    "malformed_arguments",
+    "argument_invariant",
+    "precondition",
+    "forbidden",
+    "phase",
+    "tool_error",
+    "internal_error",
+)
+"""Every ``Failure.rule``. ``narrowed``: a call of a tool outside a manual :meth:`Engine.restrict`;
+``internal_error``: evaluating the call failed and ``on_error="block"``; ``tool_error``: for a tool
+executor's own error (the session's wrapped tools report it)."""
+
+_MAX_DETAIL_CHARS = 300
+_MAX_NAME_CHARS = 200
+_MAX_TOKENS = 10**15
+
+
+class StaleDecisionError(ContractError):
+    """:meth:`Engine.finalize` was given a decision evaluated on an older version of the state."""
+
+
+def _strict_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_arguments(text: str) -> Mapping[str, Any] | None:
+    """A tool call's arguments text as a JSON object, or ``None`` when it is not one.
+
+    ``None``: not JSON, not an object, ``NaN`` or ``Infinity`` in it, or nested too deep to read. Never raises.
+    """
+    if not isinstance(text, str | bytes | bytearray):
+        return None
+    try:
+        value = json.loads(text, parse_constant=_strict_constant)
+    except (ValueError, RecursionError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class ToolCallView:
+    """One tool call of a model response, provider-neutral.
+
+    ``arguments`` is the parsed object, ``None`` when ``arguments_text`` is not a JSON object (the call then
+    fails ``malformed_arguments``). :meth:`parse` builds one from the text.
+    """
+
+    index: int
+    call_id: str
+    name: str
+    arguments_text: str
+    arguments: Mapping[str, Any] | None
+
+    @classmethod
+    def parse(cls, index: int, call_id: str, name: str, arguments_text: str) -> ToolCallView:
+        """A view with ``arguments`` parsed by :func:`parse_arguments` (an empty text is ``{}``)."""
+        text = arguments_text if isinstance(arguments_text, str) else str(arguments_text)
+        arguments = {} if text.strip() == "" else parse_arguments(text)
+        return cls(index, call_id, name, text, arguments)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why one call (or the model call, for a pre-check) was blocked.
+
+    ``rule`` is one of :data:`RULES`; ``detail`` one line that names numbers, paths, tools and phases but
+    never text argument values, passed through :func:`otel_replay.redaction.redact`; ``source`` the
+    contract file and line of the rule.
+    """
+
+    rule: str
+    detail: str
+    tool: str | None = None
+    call_id: str | None = None
+    path: str | None = None
+    source: Source | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The failure as JSON-ready values (``source`` as ``"file:line"``)."""
+        return {
+            "rule": self.rule,
+            "tool": self.tool,
+            "call_id": self.call_id,
+            "path": self.path,
+            "detail": self.detail,
+            "source": None if self.source is None else str(self.source),
+        }
+
+
+@dataclass(frozen=True)
+class CallVerdict:
+    """The verdict on one call: ``allowed`` when no rule failed.
+
+    ``escalated``: it failed and its tool's effective gate is ``block``, so the whole response is
+    rejected whatever the gate mode. ``unguarded``: evaluating it raised and ``on_error="allow"`` let it
+    through unchecked. ``digest``: ``"tool:hash"`` of the tool and its canonical arguments (loop detection).
+    """
+
+    call: ToolCallView
+    allowed: bool
+    failures: tuple[Failure, ...]
+    escalated: bool
+    unguarded: bool = False
+    digest: str = ""
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """The tools ``offered`` to the model, those ``kept``, and each one ``removed`` with the reason."""
+
+    offered: tuple[str, ...]
+    kept: tuple[str, ...]
+    removed: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The narrowing as JSON-ready values."""
+        return {"offered": list(self.offered), "kept": list(self.kept), "removed": dict(self.removed)}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The engine's decision on one model response.
+
+    ``outcome``: ``allow`` (every call passed), ``reject`` (raise :class:`~otel_replay.errors.ReplayContractError`;
+    nothing reaches the caller), ``strip`` (the allowed calls reach the caller, the blocked ones are removed),
+    ``text_only`` (every call removed, the text kept). ``failures`` are all the verdicts' failures in order.
+    ``phase_after`` is the phase once the decision is finalized; ``state_version`` the version of the state it
+    was evaluated on (:meth:`Engine.finalize` refuses it on any other).
+    """
+
+    step: int
+    verdicts: tuple[CallVerdict, ...]
+    outcome: str
+    failures: tuple[Failure, ...]
+    phase_before: str | None
+    phase_after: str | None
+    state_version: int
+
+    @property
+    def allowed(self) -> tuple[CallVerdict, ...]:
+        """The calls that reach the caller: the passing ones, none when the outcome is ``reject``."""
+        if self.outcome == "reject":
+            return ()
+        return tuple(v for v in self.verdicts if v.allowed)
+
+    @property
+    def blocked(self) -> tuple[CallVerdict, ...]:
+        """The calls that failed a rule (under ``reject`` the passing ones do not run either)."""
+        return tuple(v for v in self.verdicts if not v.allowed)
+
+
+def _line(text: str) -> str:
+    """One redacted line, capped."""
+    flat = " ".join(text.split())
+    if len(flat) > _MAX_DETAIL_CHARS:
+        flat = flat[: _MAX_DETAIL_CHARS - 3] + "..."
+    return redact(flat)
+
+
+def _shown_name(name: Any) -> str:
+    text = name if isinstance(name, str) else repr(name)
+    return text if len(text) <= _MAX_NAME_CHARS else text[:_MAX_NAME_CHARS] + "..."
+
+
+def _digest(call: ToolCallView) -> str:
+    """``"tool:hash"`` of the tool and its canonical arguments (the raw text when they do not parse)."""
+    body: str | None = None
+    if call.arguments is not None:
+        try:
+            body = json.dumps(call.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            body = None
+    if body is None:
+        body = "\x00raw:" + (call.arguments_text if isinstance(call.arguments_text, str) else repr(call.arguments_text))
+    digest = hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{_shown_name(call.name)}:{digest}"
+
+
+class _Simulation:
+    """The state as the calls of one response see it: earlier allowed calls applied, nothing saved."""
+
+    def __init__(self, state: SessionState, window: int) -> None:
+        self.phase = state.current_phase
+        self.forbidden = set(state.forbidden_tools)
+        self.counts = dict(state.tool_call_counts)
+        self.total_calls = state.total_tool_calls
+        earlier = state.recent_calls[-(window - 1) :] if window > 1 else []
+        self.window: deque[str] = deque(earlier, maxlen=max(window - 1, 0))
+        self.window_counts = Counter(self.window)
+
+    def see(self, digest: str) -> int:
+        """How many times ``digest`` is in the loop window counting this call; then the call enters it."""
+        seen = self.window_counts[digest] + 1
+        if self.window.maxlen:
+            if len(self.window) == self.window.maxlen:
+                oldest = self.window[0]
+                self.window_counts[oldest] -= 1
+            self.window.append(digest)
+            self.window_counts[digest] += 1
+        return seen
+
+    def commit(self, name: str, contract: ToolContract | None) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+        self.total_calls += 1
+        if contract is not None:
+            if contract.transitions.advances_to:
+                self.phase = contract.transitions.advances_to
+            self.forbidden.update(contract.forbids_after)
+
+
+class Engine:
+    """Enforces one :class:`~otel_replay.contracts.model.ContractSet` (see the module docstring for the pipeline).
+
+    ``gate``: what a failing call does to its response (see :meth:`evaluate`); ``unmatched_policy``: a call of
+    a tool with no contract fails ``unmatched`` (``block``) or passes the contract rules unchecked
+    (``allow``; the session rules still apply); ``on_error``: when evaluating a call raises (a bug, a path
+    that cannot be read), ``block`` fails it ``internal_error``, ``allow`` lets it through and counts it in
+    ``total_unguarded_calls``.
+    """
+
+    def __init__(
+        self,
+        contracts: ContractSet,
+        *,
+        gate: str = "reject_all",
+        unmatched_policy: str = "block",
+        on_error: str = "block",
+    ) -> None:
+        """Check the options and compile every regular expression once (a bad one: :class:`ContractLoadError`)."""
+        for name, value, allowed in (
+            ("gate", gate, GATE_MODES),
+            ("unmatched_policy", unmatched_policy, UNMATCHED_POLICIES),
+            ("on_error", on_error, ON_ERROR),
+        ):
+            if value not in allowed:
+                raise ContractError(f"{name}={value!r}: expected one of {', '.join(allowed)}")
+        self.contracts = contracts
+        self.gate = gate
+        self.unmatched_policy = unmatched_policy
+        self.on_error = on_error
+        limits = contracts.session.session_limits
+        self._limits = limits
+        loop = limits.loop_detection
+        self._window = loop.window if loop is not None else 0
+        self._regexes: dict[tuple[str, int], re.Pattern[str]] = {}
+        output_paths: dict[str, list[str]] = {}
+        for tool in contracts.tools.values():
+            for index, invariant in enumerate(tool.argument_value_invariants):
+                if invariant.regex is not None:
+                    try:
+                        self._regexes[(tool.tool, index)] = compile_regex(invariant.regex)
+                    except re.error as exc:
+                        where = f"{invariant.source}: argument_value_invariants: regex"
+                        raise ContractLoadError(f"{where}: {exc}") from None
+            for pre in tool.preconditions:
+                paths = output_paths.setdefault(pre.requires_prior_tool, [])
+                paths.extend(c.path for c in pre.with_output if c.path not in paths)
+        self._output_paths = {tool: tuple(paths) for tool, paths in output_paths.items()}
+
+    # -- state ------------------------------------------------------------------------------------------------
+
+    def new_state(self, session_id: str, agent: str | None) -> SessionState:
+        """A fresh state in the session's initial phase (``agent`` defaults to the session contract's)."""
+        return SessionState(
+            session_id=session_id,
+            agent=agent if agent is not None else self.contracts.session.agent,
+            current_phase=self.contracts.session.initial_phase,
+        )
+
+    def cost(self, model: str | None, usage: tuple[int, int] | None) -> float:
+        """Dollars of one model call: input and output tokens times the session's ``prices[model]`` per million.
+
+        0.0 when there is no usage or no price for ``model``; token counts that are not non-negative integers
+        count as 0, counts above 10**15 as 10**15 (a provider's usage is input like any other; the cost stays
+        finite).
+        """
+        if usage is None or model is None:
+            return 0.0
+        price = self.contracts.session.prices.get(model)
+        if price is None:
+            return 0.0
+        try:
+            tokens_in, tokens_out = usage
+        except (TypeError, ValueError):
+            return 0.0
+        tokens_in = min(tokens_in, _MAX_TOKENS) if type(tokens_in) is int and tokens_in > 0 else 0
+        tokens_out = min(tokens_out, _MAX_TOKENS) if type(tokens_out) is int and tokens_out > 0 else 0
+        return (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1_000_000
+
+    # -- before the model call ------------------------------------------------------------------------------
+
+    def narrow(self, state: SessionState, offered: Sequence[str]) -> Narrowing:
+        """The tools of ``offered`` the model may see now, and why each other one was removed.
+
+        Removed, first reason wins: outside a manual :meth:`restrict`; no contract while
+        ``unmatched_policy="block"``; forbidden by an earlier call's ``forbids_after``; ``max_tool_calls``
+        reached; its ``max_calls_per_tool`` reached; the current phase not in its ``valid_in_phases``; its
+        ``advances_to`` not reachable from the current phase; its ``requires_prior_tool`` never allowed.
+        (A ``with_output`` condition does not narrow: the output may arrive with this very request.)
+        Duplicates in ``offered`` are kept once. Reads the state only; see :meth:`note_narrowing`.
+        """
+        kept: list[str] = []
+        removed: dict[str, str] = {}
+        seen: set[str] = set()
+        for name in offered:
+            if not isinstance(name, str) or name in seen:
+                continue
+            seen.add(name)
+            why = self._narrow_reason(state, name)
+            if why is None:
+                kept.append(name)
+            else:
+                removed[name] = why
+        return Narrowing(tuple(_seen_in_order(offered)), tuple(kept), removed)
+
+    def _narrow_reason(self, state: SessionState, name: str) -> str | None:
+        limits = self._limits
+        if state.narrowed_to is not None and name not in state.narrowed_to:
+            return "not in the manual narrowing"
+        contract = self.contracts.tool(name)
+        if contract is None and self.unmatched_policy == "block":
+            return "no contract (unmatched_policy block)"
+        if name in state.forbidden_tools:
+            return "forbidden by an earlier call's forbids_after"
+        if limits.max_tool_calls is not None and state.total_tool_calls >= limits.max_tool_calls:
+            return f"max_tool_calls {limits.max_tool_calls} reached"
+        cap = limits.max_calls_per_tool.get(name)
+        if cap is not None and state.tool_call_counts.get(name, 0) >= cap:
+            return f"max_calls_per_tool {cap} reached"
+        if contract is None:
+            return None
+        problem = self._phase_problem(state.current_phase, contract)
+        if problem is not None:
+            return problem
+        for pre in contract.preconditions:
+            if state.tool_call_counts.get(pre.requires_prior_tool, 0) == 0:
+                return f"requires {pre.requires_prior_tool} first"
+        return None
+
+    def precheck(self, state: SessionState, model: str | None) -> tuple[Failure, ...]:
+        """The failures that stop a model call before it is made (empty: go ahead).
+
+        ``kill``: the session was killed. ``max_steps``: ``total_step_count`` has reached it. ``max_cost``:
+        ``actual_cost`` has reached the cap, or a cap is set and ``model`` has no price in the session's
+        ``prices`` (named in the detail: a cap that cannot be computed is not a cap).
+        """
+        session = self.contracts.session
+        limits = self._limits
+        if state.killed:
+            reason = f" ({state.kill_reason})" if state.kill_reason else ""
+            return (Failure("kill", _line(f"session {state.session_id} was killed{reason}"), source=None),)
+        failures: list[Failure] = []
+        if limits.max_steps is not None and state.total_step_count >= limits.max_steps:
+            failures.append(Failure("max_steps", f"max_steps {limits.max_steps} reached", source=session.source))
+        cap = limits.max_cost_per_session
+        if cap is not None:
+            if model is None or model not in session.prices:
+                named = "no model named" if model is None else f"model {_shown_name(model)!r} has no price"
+                detail = _line(f"{named}: max_cost_per_session needs one in prices")
+                failures.append(Failure("max_cost", detail, source=session.source))
+            elif state.actual_cost >= cap:
+                failures.append(
+                    Failure(
+                        "max_cost",
+                        f"max_cost_per_session {cap:g} reached (spent {state.actual_cost:.6g})",
+                        source=session.source,
+                    )
+                )
+        return tuple(failures)
+
+    # -- the response ----------------------------------------------------------------------------------------
+
+    def evaluate(self, state: SessionState, calls: Sequence[ToolCallView]) -> Decision:
+        """Every call of one response, in order, and the outcome under the gate mode. Changes nothing.
+
+        Each call is checked against the state as it would be once the earlier ALLOWED calls of the same
+        response ran (their phase advance, forbids and counts). Rules, all reported for each call:
+
+        * ``kill``: the session is killed (the only failure reported then);
+        * ``narrowed``: outside a manual :meth:`restrict`;
+        * ``unmatched``: no contract and ``unmatched_policy="block"``;
+        * ``malformed_arguments``: the arguments are not a JSON object (their invariants are then not read);
+        * ``forbidden``: an allowed call of a tool T made it illegal (T's ``forbids_after``);
+        * ``max_tool_calls`` / ``max_calls_per_tool``: allowed calls would exceed the limit;
+        * ``loop``: the same tool with the same canonical arguments ``threshold`` times among the last
+          ``window`` calls the model proposed (blocked ones count: a model retrying a blocked call loops);
+        * ``phase``: the current phase is not in the tool's ``valid_in_phases``, or its ``advances_to`` is
+          neither the current phase nor in the session's ``transitions`` from it;
+        * ``precondition``: ``requires_prior_tool`` not allowed before (earlier step, or earlier in this
+          response), or a ``with_output`` path not observed (:meth:`observe_output`) or not equal;
+        * ``argument_invariant``: see :func:`otel_replay.contracts.checks.invariant_problems`.
+
+        Outcome: no failing call -> ``allow``. A failing call of a tool whose effective gate
+        (:meth:`~otel_replay.contracts.model.ContractSet.effective_gate`) is ``block`` -> ``reject``
+        whatever the mode. Else ``reject_all`` -> ``reject``; ``strip_partial`` -> ``strip``, or ``reject``
+        when every call failed; ``strip_blocked`` -> ``strip``, or ``text_only`` when every call failed.
+        """
+        sim = _Simulation(state, self._window)
+        verdicts: list[CallVerdict] = []
+        for position, call in enumerate(calls):
+            verdicts.append(self._judge(state, sim, call, position))
+        failures = tuple(f for v in verdicts for f in v.failures)
+        outcome = self._outcome(verdicts)
+        return Decision(
+            step=state.total_step_count + 1,
+            verdicts=tuple(verdicts),
+            outcome=outcome,
+            failures=failures,
+            phase_before=state.current_phase,
+            phase_after=state.current_phase if outcome == "reject" else sim.phase,
+            state_version=state.state_version,
+        )
+
+    def _outcome(self, verdicts: Sequence[CallVerdict]) -> str:
+        failing = sum(1 for v in verdicts if not v.allowed)
+        if failing == 0:
+            return "allow"
+        if self.gate == "reject_all" or any(v.escalated for v in verdicts):
+            return "reject"
+        if failing < len(verdicts):
+            return "strip"
+        return "reject" if self.gate == "strip_partial" else "text_only"
+
+    def _judge(self, state: SessionState, sim: _Simulation, call: ToolCallView, position: int) -> CallVerdict:
+        """One call's verdict; commits it to ``sim`` when it passes. Never raises."""
+        try:
+            digest = _digest(call)
+        except Exception:  # noqa: BLE001 - hostile input must give a verdict, never an exception
+            digest = f"?:{position}"
+        contract: ToolContract | None = None
+        try:
+            contract = self.contracts.tool(call.name) if isinstance(call.name, str) else None
+            failures = self._failures(state, sim, call, contract, sim.see(digest))
+        except Exception as exc:  # noqa: BLE001 - on_error decides: fail closed or let it through unguarded
+            if self.on_error == "block":
+                failure = Failure(
+                    "internal_error",
+                    _line(f"evaluating {_shown_name(call.name)} failed: {type(exc).__name__}"),
+                    tool=_shown_name(call.name),
+                    call_id=_call_id(call),
+                )
+                return CallVerdict(call, False, (failure,), False, False, digest)
+            try:
+                sim.commit(_shown_name(call.name), contract)
+            except Exception:  # noqa: BLE001, S110 - the call is unguarded already; nothing more to apply
+                pass
+            return CallVerdict(call, True, (), False, True, digest)
+        if failures:
+            escalated = contract is not None and self.contracts.effective_gate(contract) == "block"
+            return CallVerdict(call, False, tuple(failures), escalated, False, digest)
+        sim.commit(call.name, contract)
+        return CallVerdict(call, True, (), False, False, digest)
+
+    def _failures(
+        self, state: SessionState, sim: _Simulation, call: ToolCallView, contract: ToolContract | None, seen: int
+    ) -> list[Failure]:
+        name = _shown_name(call.name)
+        call_id = _call_id(call)
+        session = self.contracts.session
+        limits = self._limits
+
+        def fail(rule: str, detail: str, *, path: str | None = None, source: Source | None = None) -> None:
+            failures.append(Failure(rule, _line(detail), tool=name, call_id=call_id, path=path, source=source))
+
+        failures: list[Failure] = []
+        if state.killed:
+            fail("kill", f"session {state.session_id} was killed")
+            return failures
+        if state.narrowed_to is not None and name not in state.narrowed_to:
+            fail("narrowed", f"{name} is outside the manual narrowing")
+        if contract is None and self.unmatched_policy == "block":
+            fail("unmatched", f"{name} has no contract (unmatched_policy block)")
+        if call.arguments is None:
+            fail("malformed_arguments", f"the arguments of {name} are not a JSON object")
+        if name in sim.forbidden:
+            fail("forbidden", f"{name} is forbidden by an earlier call's forbids_after", source=session.source)
+        if limits.max_tool_calls is not None and sim.total_calls >= limits.max_tool_calls:
+            fail("max_tool_calls", f"max_tool_calls {limits.max_tool_calls} reached", source=session.source)
+        cap = limits.max_calls_per_tool.get(name)
+        if cap is not None and sim.counts.get(name, 0) >= cap:
+            fail("max_calls_per_tool", f"max_calls_per_tool {cap} for {name} reached", source=session.source)
+        loop = limits.loop_detection
+        if loop is not None and seen >= loop.threshold:
+            fail(
+                "loop",
+                f"{name} called with the same arguments {seen} times in the last {loop.window} calls "
+                f"(threshold {loop.threshold})",
+                source=loop.source,
+            )
+        if contract is None:
+            return failures
+        problem = self._phase_problem(sim.phase, contract)
+        if problem is not None:
+            fail("phase", f"{name}: {problem}", source=contract.source)
+        for pre in contract.preconditions:
+            prior = pre.requires_prior_tool
+            if sim.counts.get(prior, 0) == 0:
+                fail("precondition", f"{name} requires {prior} to have run first", source=pre.source)
+                continue
+            recorded = state.satisfied_preconditions.get(prior)
+            for condition in pre.with_output:
+                if recorded is None or condition.path not in recorded:
+                    fail(
+                        "precondition",
+                        f"{name} requires the output of {prior} at {condition.path}, not observed",
+                        path=condition.path,
+                        source=condition.source,
+                    )
+                elif not json_equal(recorded[condition.path], condition.equals):
+                    fail(
+                        "precondition",
+                        f"{name} requires {prior}'s output {condition.path} to equal the contract's value",
+                        path=condition.path,
+                        source=condition.source,
+                    )
+        if call.arguments is not None:
+            for index, invariant in enumerate(contract.argument_value_invariants):
+                regex = self._regexes.get((contract.tool, index))
+                for problem_text in invariant_problems(call.arguments, invariant, regex):
+                    fail("argument_invariant", f"{name}: {problem_text}", path=invariant.path, source=invariant.source)
+        return failures
+
+    def _phase_problem(self, phase: str | None, contract: ToolContract) -> str | None:
+        """Why ``contract``'s tool cannot be called in ``phase`` (``None``: it can)."""
+        valid = contract.transitions.valid_in_phases
+        if valid is not None and phase not in valid:
+            return f"not valid in phase {phase} (valid in {', '.join(valid) or 'none'})"
+        target = contract.transitions.advances_to
+        if target is not None and target != phase:
+            allowed = self.contracts.session.transitions.get(phase, ()) if phase is not None else ()
+            if target not in allowed:
+                return f"cannot advance from phase {phase} to {target}"
+        return None
+
+    # -- after the response ----------------------------------------------------------------------------------
+
+    def finalize(
+        self, state: SessionState, decision: Decision, *, model: str | None, usage: tuple[int, int] | None
+    ) -> None:
+        """Apply ``decision`` to ``state``; call it for every evaluated response, whatever its outcome.
+
+        Always: ``total_step_count`` +1; the call's cost (:meth:`cost`) added to ``actual_cost``; every
+        proposed call enters the loop window; ``total_block_count`` += the failing calls, and
+        ``consecutive_block_count`` grows by them or resets to 0 when none failed; ``state_version`` +1.
+        Unless the outcome is ``reject``: the cost is added to ``total_cost``; each call that reaches the
+        caller is counted (``total_tool_calls``, ``tool_call_counts``), its ``forbids_after`` tools become
+        forbidden, and the phase becomes ``decision.phase_after``; unguarded ones add to
+        ``total_unguarded_calls``. Then the circuit breaker: ``consecutive_blocks`` reached -> :meth:`kill`.
+
+        Raises:
+            StaleDecisionError: the state changed since the decision was evaluated (evaluate again on the
+                current state: another thread or process took a step in between).
+
+        """
+        if decision.state_version != state.state_version:
+            raise StaleDecisionError(
+                f"session {state.session_id}: decision evaluated on state version {decision.state_version}, "
+                f"the state is at {state.state_version}"
+            )
+        cost = self.cost(model, usage)
+        state.total_step_count += 1
+        state.actual_cost += cost
+        if decision.outcome != "reject":
+            state.total_cost += cost
+            forbidden = set(state.forbidden_tools)
+            for verdict in decision.allowed:
+                name = _shown_name(verdict.call.name)
+                state.tool_call_counts[name] = state.tool_call_counts.get(name, 0) + 1
+                state.total_tool_calls += 1
+                if verdict.unguarded:
+                    state.total_unguarded_calls += 1
+                contract = self.contracts.tool(name)
+                if contract is not None:
+                    for tool in contract.forbids_after:
+                        if tool not in forbidden:
+                            forbidden.add(tool)
+                            state.forbidden_tools.append(tool)
+            state.current_phase = decision.phase_after
+        if self._window:
+            state.recent_calls.extend(v.digest for v in decision.verdicts[-self._window :])
+            del state.recent_calls[: -self._window]
+        failing = len(decision.blocked)
+        state.total_block_count += failing
+        state.consecutive_block_count = state.consecutive_block_count + failing if failing else 0
+        state.last_step = {
+            "step": decision.step,
+            "outcome": decision.outcome,
+            "phase_before": decision.phase_before,
+            "phase_after": state.current_phase,
+            "allowed": [_shown_name(v.call.name) for v in decision.allowed],
+            "blocked": [_shown_name(v.call.name) for v in decision.blocked],
+            "rules": sorted({f.rule for f in decision.failures}),
+        }
+        state.state_version += 1
+        breaker = self._limits.circuit_breaker
+        blocks = breaker.consecutive_blocks if breaker is not None else None
+        if blocks and state.consecutive_block_count >= blocks:
+            self.kill(state, f"circuit breaker: {state.consecutive_block_count} consecutive blocked calls")
+
+    def charge(self, state: SessionState, *, model: str | None, usage: tuple[int, int] | None) -> None:
+        """Add the cost of a model call that is not finalized to ``actual_cost``; ``state_version`` +1.
+
+        For a response that could not be read or was retried; a finalized response is charged by :meth:`finalize`.
+        """
+        state.actual_cost += self.cost(model, usage)
+        state.state_version += 1
+
+    def observe_output(self, state: SessionState, tool: str, output: Any) -> None:
+        """Record a tool's result for the ``with_output`` conditions that name it; a tool error streak ends.
+
+        ``output`` is the value, or JSON text (a tool message's content), parsed when it parses. For each
+        ``with_output`` path of a precondition requiring ``tool``, the value found there replaces the one
+        recorded before (a path not found is dropped: the condition then fails as not observed). Tools no
+        precondition names are not recorded. ``consecutive_error_count`` resets; ``state_version`` +1.
+        Never raises.
+        """
+        paths = self._output_paths.get(tool) if isinstance(tool, str) else None
+        if paths is not None:
+            value = output
+            if isinstance(output, str | bytes | bytearray):
+                try:
+                    value = json.loads(output, parse_constant=_strict_constant)
+                except (ValueError, RecursionError, TypeError):
+                    value = output
+            recorded: dict[str, Any] = {}
+            for path in paths:
+                try:
+                    found, at = read_path(value, path)
+                    if found:
+                        json.dumps(at, allow_nan=False)  # only JSON values are kept (the state is saved as JSON)
+                        recorded[path] = at
+                except Exception:  # noqa: BLE001, S112 - an unreadable output satisfies nothing
+                    continue
+            state.satisfied_preconditions[tool] = recorded
+        state.consecutive_error_count = 0
+        state.state_version += 1
+
+    def observe_error(self, state: SessionState, tool: str, error: BaseException) -> None:
+        """Count a tool's error in ``total_error_count`` and ``consecutive_error_count``; ``state_version`` +1.
+
+        The circuit breaker's ``consecutive_errors`` reached -> :meth:`kill`.
+        """
+        state.total_error_count += 1
+        state.consecutive_error_count += 1
+        state.state_version += 1
+        breaker = self._limits.circuit_breaker
+        errors = breaker.consecutive_errors if breaker is not None else None
+        if errors and state.consecutive_error_count >= errors:
+            self.kill(
+                state,
+                f"circuit breaker: {state.consecutive_error_count} consecutive tool errors "
+                f"(last: {_shown_name(tool)} {type(error).__name__})",
+            )
+
+    def kill(self, state: SessionState, reason: str) -> None:
+        """Kill the session: every later :meth:`precheck` and call fails ``kill``.
+
+        A second kill keeps the first time and reason; ``state_version`` +1 only on the first.
+        """
+        if state.killed:
+            return
+        state.killed = True
+        state.killed_at = time.time()
+        state.kill_reason = _line(reason)
+        state.state_version += 1
+
+    def restrict(self, state: SessionState, names: Sequence[str]) -> None:
+        """Manually narrow the session to ``names``, on top of every other rule.
+
+        ``control_revision`` and ``state_version`` +1.
+        """
+        state.narrowed_to = list(_seen_in_order(names))
+        state.control_revision += 1
+        state.state_version += 1
+
+    def widen(self, state: SessionState) -> None:
+        """Undo :meth:`restrict`; ``control_revision`` and ``state_version`` +1."""
+        state.narrowed_to = None
+        state.control_revision += 1
+        state.state_version += 1
+
+    def note_narrowing(self, state: SessionState, narrowing: Narrowing) -> None:
+        """Keep ``narrowing`` as the state's ``last_narrowing`` (shown by ``SessionState.public``); version +1."""
+        state.last_narrowing = narrowing.as_dict()
+        state.state_version += 1
+
+
+def _seen_in_order(names: Sequence[Any]) -> list[str]:
+    """The text names of ``names``, each once, in order."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for name in names:
+        if isinstance(name, str) and name not in seen:
+            seen.add(name)
+            out.append(name)
+    return out
+
+
+def _call_id(call: ToolCallView) -> str:
+    return call.call_id if isinstance(call.call_id, str) else repr(call.call_id)

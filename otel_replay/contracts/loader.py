@@ -1,0 +1,238 @@
+"""Load a contracts directory into a checked :class:`ContractSet`, or report everything wrong with it at once.
+
+A contracts directory holds ``session.yaml`` (the phase machine, limits, risk defaults and
+prices) and one YAML file per tool, named after the tool (``issue_refund.yaml`` holds
+``tool: issue_refund``; ``.yml`` works too). Other files (a README, hidden files, sub
+directories) are not read. The JSON Schemas in ``otel_replay/contracts/schema/`` describe the
+same two file kinds for editors.
+
+Every problem is reported, each as ``file:line: field: what``: a file that is not UTF-8, empty,
+not valid YAML or over 1 MiB; an unknown field (with the nearest known one, so a typo never
+silently switches a rule off); a wrong type; an unknown side effect, gate or evidence class; a
+bad regex or path; bounds that no value can pass; a limit below 1; a loop window smaller than
+its threshold; a cost cap without prices; a phase named but not defined in ``session.yaml``; a
+tool named (in preconditions, ``forbids_after`` or ``max_calls_per_tool``) that has no contract
+file, since a rule about a tool nobody wrote a contract for is almost always a misspelt name;
+a file whose name does not match its tool; no initial phase or two; a missing ``session.yaml``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal, NoReturn
+
+from otel_replay.contracts._read import SessionRead, ToolRead, read_session, read_tool
+from otel_replay.contracts._yaml import FileProblem, NodeReader, Problem, compose_file, did_you_mean
+from otel_replay.contracts.model import ContractSet, SessionContract, ToolContract
+from otel_replay.errors import ContractLoadError
+
+__all__ = ["SESSION_FILES", "load_contracts", "validate_file"]
+
+SESSION_FILES = ("session.yaml", "session.yml")
+"""The names of the session contract in a contracts directory."""
+
+_SUFFIXES = (".yaml", ".yml")
+
+
+def load_contracts(directory: str | os.PathLike[str]) -> ContractSet:
+    """Read and check every contract in ``directory``; :class:`ContractLoadError` lists every problem found.
+
+    The error's message is the first problem and how many more there are; ``problems`` holds
+    them all, one ``file:line: field: what`` line each, in file and line order.
+    """
+    root = Path(directory)
+    if not root.exists():
+        _raise([Problem(str(root), 0, "", "the contracts directory does not exist")])
+    if not root.is_dir():
+        _raise(
+            [Problem(str(root), 0, "", "is a file, not a directory of contracts (session.yaml and one file per tool)")]
+        )
+    try:
+        names = sorted(entry.name for entry in root.iterdir())
+    except OSError as exc:
+        _raise([Problem(str(root), 0, "", f"cannot list the directory: {exc.strerror or exc}")])
+    problems: list[Problem] = []
+    contents: list[tuple[str, bytes]] = []
+    session_names = [name for name in names if name in SESSION_FILES]
+    tool_names = [name for name in names if _is_contract(name) and name not in SESSION_FILES]
+    session: ToolRead | SessionRead | None = None
+    if not session_names:
+        problems.append(
+            Problem(
+                str(root / "session.yaml"), 0, "", "missing: a contracts directory needs session.yaml (phases, limits)"
+            )
+        )
+    for extra in session_names[1:]:
+        problems.append(Problem(str(root / extra), 0, "", f"a second session contract beside {session_names[0]}"))
+    if session_names:
+        session = _read(root / session_names[0], "session", problems, contents)
+    tools: dict[str, tuple[ToolRead, str]] = {}
+    reads: list[tuple[str, ToolRead]] = []
+    for name in tool_names:
+        read = _read(root / name, "tool", problems, contents)
+        if isinstance(read, ToolRead):
+            reads.append((name, read))
+    for name, read in reads:
+        contract = read.contract
+        if contract is None:
+            continue
+        file = str(root / name)
+        stem = name.rsplit(".", 1)[0]
+        if contract.tool == "session":
+            problems.append(
+                Problem(file, read.name_line, "tool", "no tool can be named 'session' (session.yaml is the session)")
+            )
+        elif stem != contract.tool:
+            problems.append(
+                Problem(
+                    file, read.name_line, "tool", f"tool {contract.tool!r} must be in a file named {contract.tool}.yaml"
+                )
+            )
+        if contract.tool in tools:
+            first = tools[contract.tool][1]
+            problems.append(Problem(file, read.name_line, "tool", f"tool {contract.tool!r} is also defined in {first}"))
+            continue
+        tools[contract.tool] = (read, file)
+    defined_tools = {read.contract.tool for read, _ in tools.values() if read.contract is not None}
+    # A tool file that failed to read still defines its name for the checks of the others.
+    defined_tools.update(_declared_names(reads))
+    if isinstance(session, SessionRead):
+        problems.extend(_check_references(session, [read for _, read in reads], defined_tools))
+    if problems:
+        _raise(problems)
+    assert isinstance(session, SessionRead) and session.contract is not None
+    contracts = {name: read.contract for name, (read, _) in tools.items() if read.contract is not None}
+    return ContractSet(directory=root, session=session.contract, tools=contracts, digest=_digest(contents))
+
+
+def validate_file(path: str | os.PathLike[str], *, kind: Literal["tool", "session"] | None = None) -> list[str]:
+    """Every problem of one contract file alone, ``file:line: field: what`` each (``[]`` when it is valid).
+
+    ``kind`` defaults to the file's name (``session.yaml`` or ``session.yml``: the session, anything
+    else: a tool). What needs the rest of the directory (phases and tools named here but defined
+    elsewhere, the file name matching its tool) is checked by :func:`load_contracts` only.
+    """
+    file = Path(path)
+    chosen = kind or ("session" if file.name in SESSION_FILES else "tool")
+    problems: list[Problem] = []
+    if not file.is_file():
+        what = "does not exist" if not file.exists() else "is not a file"
+        problems.append(Problem(str(file), 0, "", what))
+    else:
+        _read(file, chosen, problems, [])
+    return [str(problem) for problem in sorted(problems)]
+
+
+def _is_contract(name: str) -> bool:
+    """Whether a directory entry is read as a contract file (a visible ``*.yaml``/``*.yml``)."""
+    return not name.startswith(".") and name.lower().endswith(_SUFFIXES)
+
+
+def _read(
+    file: Path, kind: Literal["tool", "session"], problems: list[Problem], contents: list[tuple[str, bytes]]
+) -> ToolRead | SessionRead | None:
+    """Read one file, adding its problems to ``problems`` and its bytes to ``contents``."""
+    where = str(file)
+    if not file.is_file():
+        problems.append(Problem(where, 0, "", "not a regular file"))
+        return None
+    try:
+        data, node = compose_file(file)
+    except FileProblem as exc:
+        problems.append(Problem(where, exc.line, "", exc.what))
+        return None
+    contents.append((file.name, data))
+    if node is None:
+        problems.append(Problem(where, 1, "", "the file is empty (no YAML value in it)"))
+        return None
+    reader = NodeReader(where)
+    result: ToolRead | SessionRead | None = None
+    with reader.guarded():
+        result = read_session(reader, node) if kind == "session" else read_tool(reader, node)
+    problems.extend(reader.problems)
+    if reader.problems and result is not None:
+        # Carry on with the references (so a cross-file problem is reported too), but never with the contract.
+        result = (
+            SessionRead(None, result.references)
+            if isinstance(result, SessionRead)
+            else ToolRead(None, result.references, result.name_line)
+        )
+    return result
+
+
+def _declared_names(reads: Iterable[tuple[str, ToolRead]]) -> set[str]:
+    """The tool names of files that failed to read, taken from their file names (so others' references resolve)."""
+    return {name.rsplit(".", 1)[0] for name, read in reads if read.contract is None}
+
+
+def _check_references(session: SessionRead, reads: list[ToolRead], tools: set[str]) -> list[Problem]:
+    """The problems of names used in one file and defined in another (phases, tools), and unreachable advances."""
+    problems: list[Problem] = []
+    contract: SessionContract | None = session.contract
+    phases = {phase.name for phase in contract.phases} if contract is not None else None
+    references = [*session.references, *(ref for read in reads for ref in read.references)]
+    for ref in references:
+        if ref.kind == "tool" and ref.name not in tools:
+            hint = did_you_mean(ref.name, tools)
+            problems.append(
+                Problem(ref.file, ref.line, ref.field, f"tool {ref.name!r} has no contract ({ref.name}.yaml){hint}")
+            )
+        elif ref.kind == "phase" and phases is not None and ref.name not in phases:
+            hint = did_you_mean(ref.name, phases) if phases else " (session.yaml defines no phases)"
+            problems.append(
+                Problem(ref.file, ref.line, ref.field, f"phase {ref.name!r} is not defined in session.yaml{hint}")
+            )
+    if contract is not None and phases is not None:
+        problems.extend(_phase_machine(contract, [read.contract for read in reads if read.contract is not None]))
+    return problems
+
+
+def _phase_machine(session: SessionContract, tools: list[ToolContract]) -> list[Problem]:
+    """Terminal phases with ways out, and tools whose phase advance no transition allows from any phase they run in."""
+    problems: list[Problem] = []
+    by_name = {phase.name: phase for phase in session.phases}
+    for name, targets in session.transitions.items():
+        phase = by_name.get(name)
+        if phase is not None and phase.terminal and targets:
+            problems.append(
+                Problem(
+                    session.source.file, phase.source.line, f"transitions.{name}", "a terminal phase has no way out"
+                )
+            )
+    for tool in tools:
+        target = tool.transitions.advances_to
+        valid = tool.transitions.valid_in_phases
+        if target is None or valid is None or target not in by_name or not set(valid) <= set(by_name):
+            continue
+        if not any(phase == target or target in session.transitions.get(phase, ()) for phase in valid):
+            listed = ", ".join(valid)
+            problems.append(
+                Problem(
+                    tool.source.file,
+                    tool.source.line,
+                    "transitions.advances_to",
+                    f"no transition in session.yaml leads from {listed} to {target!r}: every call would be blocked",
+                )
+            )
+    return problems
+
+
+def _digest(contents: list[tuple[str, bytes]]) -> str:
+    """sha256 over the files' names and bytes, in name order (each name and body length-prefixed)."""
+    digest = hashlib.sha256()
+    for name, data in sorted(contents):
+        encoded = name.encode("utf-8")
+        digest.update(len(encoded).to_bytes(8, "big") + encoded + len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _raise(problems: list[Problem]) -> NoReturn:
+    """Raise :class:`ContractLoadError` with every problem, the first one in the message."""
+    lines = [str(problem) for problem in sorted(problems)]
+    more = len(lines) - 1
+    suffix = "" if not more else f" (and {more} more problem{'s' if more > 1 else ''})"
+    raise ContractLoadError(lines[0] + suffix, problems=lines)

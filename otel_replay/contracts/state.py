@@ -1,0 +1,205 @@
+"""The state of one governed session: phase, counts, forbidden tools, costs, the kill switch.
+
+A :class:`SessionState` is the only thing the engine changes: the engine itself
+(:mod:`otel_replay.contracts.engine`) holds nothing per session, so one engine
+serves any number of sessions and threads. A state is saved and resumed as JSON
+(:meth:`SessionState.to_json` / :meth:`SessionState.from_json`) by a store
+(:mod:`otel_replay.contracts.store`); :meth:`SessionState.public` is the snapshot
+safe to log (no principal, no recorded tool output values).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from otel_replay.errors import ContractError
+from otel_replay.redaction import REDACTED
+
+__all__ = ["STATE_FORMAT", "SessionState", "SessionStateError"]
+
+STATE_FORMAT = 1
+"""The version of the JSON form :meth:`SessionState.to_json` writes; a newer one is refused, never guessed at."""
+
+
+class SessionStateError(ContractError, ValueError):
+    """A saved session state cannot be used: corrupt, of the wrong shape, or written by a newer version."""
+
+
+@dataclass
+class SessionState:
+    """Everything the engine knows about one session; mutable, changed only by the engine's methods.
+
+    Counters (see :class:`otel_replay.contracts.engine.Engine` for the rule that moves each):
+
+    * ``state_version``: +1 on every change (finalize, charge, observe, kill, restrict/widen); a store
+      saves a state only if nobody saved a newer version in between.
+    * ``control_revision``: +1 on every manual restriction or widening (``narrowed_to``).
+    * ``total_step_count``: model responses finalized (committed or rejected).
+    * ``total_tool_calls`` / ``tool_call_counts``: tool calls that reached the caller (allowed), in all /
+      per tool.
+    * ``total_cost``: the cost of committed responses; ``actual_cost``: of every model call, blocked and
+      rejected ones included (the cost cap uses this one).
+    * ``forbidden_tools``: tools made illegal by an allowed call's ``forbids_after``, for the rest of the session.
+    * ``satisfied_preconditions``: tool -> the values at the ``with_output`` paths of its last observed output.
+    * ``total_block_count`` / ``consecutive_block_count``: calls that failed a rule; the consecutive count
+      resets on a response with no failing call.
+    * ``consecutive_error_count`` / ``total_error_count``: tool errors (``observe_error``); the consecutive
+      count resets on a tool output (``observe_output``).
+    * ``total_unguarded_calls``: calls let through unchecked because evaluating them failed and
+      ``on_error="allow"``.
+    * ``recent_calls``: the loop window, ``"tool:digest"`` of the last calls the model proposed.
+    * ``narrowed_to``: the manual restriction (``None``: none).
+    """
+
+    session_id: str
+    agent: str | None = None
+    current_phase: str | None = None
+    state_version: int = 0
+    control_revision: int = 0
+    total_step_count: int = 0
+    total_tool_calls: int = 0
+    total_cost: float = 0.0
+    actual_cost: float = 0.0
+    tool_call_counts: dict[str, int] = field(default_factory=dict)
+    forbidden_tools: list[str] = field(default_factory=list)
+    satisfied_preconditions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    killed: bool = False
+    killed_at: float | None = None
+    kill_reason: str | None = None
+    total_block_count: int = 0
+    consecutive_block_count: int = 0
+    consecutive_error_count: int = 0
+    total_error_count: int = 0
+    total_unguarded_calls: int = 0
+    recent_calls: list[str] = field(default_factory=list)
+    narrowed_to: list[str] | None = None
+    last_step: dict[str, Any] | None = None
+    last_narrowing: dict[str, Any] | None = None
+    started_at: float = field(default_factory=time.time)
+
+    def public(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot safe to log: the seed's ``getState()`` fields in snake_case.
+
+        ``principal`` is always ``None`` (the caller's identity never leaves the session) and
+        ``satisfied_preconditions`` keeps each tool's recorded paths with every value replaced by
+        ``[REDACTED]`` (tool outputs can hold customer data). ``started_at`` is ISO 8601 in UTC.
+        """
+        return {
+            "session_id": self.session_id,
+            "agent": self.agent,
+            "current_phase": self.current_phase,
+            "state_version": self.state_version,
+            "control_revision": self.control_revision,
+            "total_step_count": self.total_step_count,
+            "total_tool_calls": self.total_tool_calls,
+            "total_cost": self.total_cost,
+            "actual_cost": self.actual_cost,
+            "tool_call_counts": dict(self.tool_call_counts),
+            "forbidden_tools": list(self.forbidden_tools),
+            "satisfied_preconditions": {
+                tool: dict.fromkeys(values, REDACTED) for tool, values in self.satisfied_preconditions.items()
+            },
+            "killed": self.killed,
+            "killed_at": self.killed_at,
+            "kill_reason": self.kill_reason,
+            "total_block_count": self.total_block_count,
+            "consecutive_block_count": self.consecutive_block_count,
+            "consecutive_error_count": self.consecutive_error_count,
+            "total_error_count": self.total_error_count,
+            "total_unguarded_calls": self.total_unguarded_calls,
+            "narrowed_to": None if self.narrowed_to is None else list(self.narrowed_to),
+            "last_step": json.loads(json.dumps(self.last_step)) if self.last_step is not None else None,
+            "last_narrowing": json.loads(json.dumps(self.last_narrowing)) if self.last_narrowing is not None else None,
+            "started_at": datetime.fromtimestamp(self.started_at, UTC).isoformat(),
+            "principal": None,
+        }
+
+    def to_json(self) -> str:
+        """The whole state as JSON text (with ``"format"``), read back by :meth:`from_json`."""
+        body: dict[str, Any] = {"format": STATE_FORMAT}
+        for f in fields(self):
+            body[f.name] = getattr(self, f.name)
+        return json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+    def copy(self) -> SessionState:
+        """A deep, independent copy (what shadow mode evaluates on)."""
+        return SessionState.from_json(self.to_json())
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, where: str = "session state") -> SessionState:
+        """The state :meth:`to_json` wrote; ``where`` names the source in errors (a file and session).
+
+        Raises:
+            SessionStateError: the text is not JSON, a field is missing its type or unknown, or the
+                format is newer than this version reads (never a silent reset to a fresh state).
+
+        """
+        try:
+            body = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise SessionStateError(f"{where}: corrupt state: not JSON ({exc})") from None
+        if not isinstance(body, dict):
+            raise SessionStateError(f"{where}: corrupt state: a JSON object expected, got {type(body).__name__}")
+        fmt = body.pop("format", None)
+        if type(fmt) is not int:
+            raise SessionStateError(f"{where}: corrupt state: no integer 'format'")
+        if fmt > STATE_FORMAT:
+            raise SessionStateError(
+                f"{where}: state format {fmt} was written by a newer otel-replay (this one reads up to "
+                f"{STATE_FORMAT}); upgrade otel-replay"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise SessionStateError(f"{where}: corrupt state: unknown field {unknown[0]!r}")
+        if not isinstance(body.get("session_id"), str):
+            raise SessionStateError(f"{where}: corrupt state: 'session_id' must be text")
+        for name, value in body.items():
+            problem = _check_field(name, value)
+            if problem:
+                raise SessionStateError(f"{where}: corrupt state: {name!r} {problem}")
+        return cls(**body)
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+
+
+def _check_field(name: str, value: Any) -> str | None:
+    """What is wrong with ``value`` for field ``name``, or ``None``."""
+    if name in ("session_id",):
+        return None
+    if name in ("agent", "current_phase", "kill_reason"):
+        return None if value is None or isinstance(value, str) else "must be text or null"
+    if name in ("killed_at",):
+        return None if value is None or _is_number(value) else "must be a number or null"
+    if name == "started_at":
+        return None if _is_number(value) else "must be a number"
+    if name in ("total_cost", "actual_cost"):
+        return None if _is_number(value) else "must be a non-negative number"
+    if name == "killed":
+        return None if type(value) is bool else "must be true or false"
+    if name in ("tool_call_counts",):
+        ok = isinstance(value, dict) and all(_is_int(v) for v in value.values())
+        return None if ok else "must map tool names to counts"
+    if name in ("forbidden_tools", "recent_calls"):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of text"
+    if name == "narrowed_to":
+        ok = value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        return None if ok else "must be a list of text or null"
+    if name == "satisfied_preconditions":
+        ok = isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+        return None if ok else "must map tool names to objects"
+    if name in ("last_step", "last_narrowing"):
+        return None if value is None or isinstance(value, dict) else "must be an object or null"
+    return None if _is_int(value) else "must be a non-negative integer"

@@ -1,0 +1,136 @@
+"""Hostile model output never crashes the engine: each bad call gets a verdict and a Failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from otel_replay.contracts.engine import Engine, ToolCallView, parse_arguments
+from otel_replay.contracts.model import Price, SessionLimits, Source
+
+from ._engine_support import call, refund_bot, run_step
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"customer_email": ',
+        "not json",
+        "[1, 2]",
+        '"a string"',
+        "42",
+        "null",
+        '{"v": NaN}',
+        '{"v": Infinity}',
+        '{"v": -Infinity}',
+        '{"a": ' * 50_000 + "1" + "}" * 50_000,
+        DEEP,
+        "\udcff",
+        '{"a": 1} trailing',
+    ],
+)
+def test_arguments_that_are_not_a_json_object_fail_malformed_arguments(text: str) -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    view = ToolCallView.parse(0, "c", "lookup_customer", text)
+    assert view.arguments is None
+    decision = run_step(engine, state, [view])
+    assert decision.outcome == "reject"
+    assert [f.rule for f in decision.failures] == ["malformed_arguments"]
+    assert state.total_block_count == 1
+
+
+def test_empty_arguments_text_is_an_empty_object() -> None:
+    assert ToolCallView.parse(0, "c", "add_note", "  ").arguments == {}
+
+
+@pytest.mark.parametrize("value", [None, 12, b"\xff\xfe", ["{}"]])
+def test_parse_arguments_never_raises(value: Any) -> None:
+    assert parse_arguments(value) is None
+
+
+def test_ten_thousand_tool_calls_get_ten_thousand_verdicts() -> None:
+    limits = SessionLimits(max_tool_calls=8, max_calls_per_tool={"add_note": 5})
+    engine = Engine(refund_bot(limits=limits), gate="strip_blocked")
+    state = engine.new_state("s", None)
+    views = [call("add_note", {"n": i}, index=i) for i in range(10_000)]
+    decision = run_step(engine, state, views)
+    assert len(decision.verdicts) == 10_000
+    assert sum(v.allowed for v in decision.verdicts) == 5
+    assert decision.outcome == "strip"
+    assert state.tool_call_counts == {"add_note": 5}
+    assert state.total_block_count == 9_995
+    assert state.to_json()  # still saves
+
+
+def test_a_one_mebibyte_argument_is_checked_not_choked_on() -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    huge = "x" * (1 << 20)
+    decision = engine.evaluate(state, [call("lookup_customer", {"customer_email": huge + "@example.test"})])
+    assert decision.outcome == "allow"
+    refund = engine.evaluate(state, [call("issue_refund", {"amount": 1, "customer_id": huge})])
+    details = [f.detail for f in refund.failures]
+    assert any("over max_length 32" in d for d in details)
+    assert all(len(d) <= 300 for d in details)
+
+
+def test_nan_and_infinite_arguments_passed_as_values_fail_the_bounds() -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    state.current_phase = "eligibility_checked"
+    for bad in (float("nan"), float("inf")):
+        view = ToolCallView(0, "c", "issue_refund", "{}", {"amount": bad, "customer_id": "c"})
+        rules = [f.rule for f in engine.evaluate(state, [view]).failures]
+        assert "argument_invariant" in rules
+
+
+def test_deeply_nested_arguments_given_as_values_are_evaluated() -> None:
+    nested: Any = 1
+    for _ in range(5_000):
+        nested = {"a": nested}
+    engine = Engine(refund_bot(limits=SessionLimits(loop_detection=None)))
+    state = engine.new_state("s", None)
+    decision = run_step(engine, state, [ToolCallView(0, "c", "add_note", "{}", {"deep": nested})])
+    assert decision.outcome == "allow"
+
+
+@pytest.mark.parametrize("name", ["", " ", "a" * 100_000, "lookup_customer\n", "ISSUE_REFUND"])
+def test_odd_tool_names_are_unmatched_and_the_detail_stays_short(name: str) -> None:
+    engine = Engine(refund_bot())
+    decision = engine.evaluate(engine.new_state("s", None), [call(name, {})])
+    assert [f.rule for f in decision.failures] == ["unmatched"]
+    assert len(decision.failures[0].detail) <= 300
+
+
+def test_a_non_text_tool_name_or_call_id_from_a_careless_caller_is_a_verdict() -> None:
+    engine = Engine(refund_bot())
+    view = ToolCallView(0, None, ["x"], "{}", {})  # type: ignore[arg-type]
+    decision = engine.evaluate(engine.new_state("s", None), [view])
+    assert decision.outcome == "reject"
+    assert len(decision.verdicts) == 1
+
+
+@pytest.mark.parametrize("output", ["not json", DEEP, '{"eligible": NaN}', b"\xff", None, 12, {"eligible": {1, 2}}])
+def test_an_unreadable_tool_output_satisfies_nothing_and_never_raises(output: Any) -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    engine.observe_output(state, "check_eligibility", output)
+    assert state.satisfied_preconditions == {"check_eligibility": {}}
+    assert state.to_json()
+
+
+@pytest.mark.parametrize(
+    "usage", [(-5, 10), (True, 3), ("100", 1), None, (1,), (10**30, 0), (10**400, 10**400), (1.5, 2)]
+)
+def test_hostile_usage_counts_never_raise_and_never_lower_the_cost(usage: Any) -> None:
+    engine = Engine(refund_bot(prices={"m": Price(1.0, 2.0, Source("session.yaml", 30))}))
+    cost = engine.cost("m", usage)
+    assert 0.0 <= cost < float("inf")
+    state = engine.new_state("s", None)
+    engine.charge(state, model="m", usage=usage)
+    assert state.actual_cost == cost
+    assert state.to_json()

@@ -1,0 +1,146 @@
+"""Argument invariants: bounds, equals, one_of, regex, max_length, optional; failures name path and source."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from otel_replay.contracts.checks import json_equal
+from otel_replay.contracts.engine import Engine, ToolCallView
+from otel_replay.contracts.model import ArgumentInvariant, ToolContract
+
+from ._engine_support import call, refund_bot, src
+
+
+def _engine(*invariants: ArgumentInvariant) -> Engine:
+    tool = ToolContract(tool="t", source=src("t.yaml"), argument_value_invariants=invariants)
+    return Engine(refund_bot(extra_tools=[tool]))
+
+
+def _inv(**kwargs: Any) -> ArgumentInvariant:
+    return ArgumentInvariant(path=kwargs.pop("path", "$.v"), source=src("t.yaml", 9), **kwargs)
+
+
+def _details(engine: Engine, arguments: Any) -> list[str]:
+    view = ToolCallView(0, "c", "t", "{}", arguments)
+    decision = engine.evaluate(engine.new_state("s", None), [view])
+    assert all(f.rule == "argument_invariant" for f in decision.failures), decision.failures
+    return [f.detail for f in decision.failures]
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        (0, False),
+        (0.0001, True),
+        (500, True),
+        (500.0001, False),
+        (-1, False),
+        (True, False),
+        ("5", False),
+        (None, False),
+        (math.nan, False),
+        (math.inf, False),
+        (-math.inf, False),
+        (10**400, False),
+        ([5], False),
+    ],
+)
+def test_bounds_need_a_finite_number_in_range(value: Any, ok: bool) -> None:
+    engine = _engine(_inv(gt=0, lte=500))
+    assert (_details(engine, {"v": value}) == []) is ok
+
+
+def test_each_bound_is_reported_with_its_name_and_the_number() -> None:
+    engine = _engine(_inv(gte=10, lt=20))
+    assert _details(engine, {"v": 9}) == ["t: $.v = 9 is below the minimum (gte 10)"]
+    assert _details(engine, {"v": 20}) == ["t: $.v = 20 is not below (lt 20)"]
+
+
+def test_a_missing_argument_fails_unless_optional() -> None:
+    assert _details(_engine(_inv(gte=1)), {}) == ["t: $.v is missing"]
+    assert _details(_engine(_inv(gte=1, optional=True)), {}) == []
+    assert _details(_engine(_inv(gte=1, optional=True)), {"v": 0}) != []
+
+
+def test_equals_and_one_of_use_json_equality() -> None:
+    engine = _engine(_inv(equals=True, has_equals=True))
+    assert _details(engine, {"v": True}) == []
+    assert _details(engine, {"v": 1}) == ["t: $.v does not equal the required value"]
+    none_required = _engine(_inv(equals=None, has_equals=True))
+    assert _details(none_required, {"v": None}) == []
+    assert _details(none_required, {"v": 0}) != []
+    choice = _engine(_inv(one_of=("usd", "eur", 1)))
+    assert _details(choice, {"v": "eur"}) == []
+    assert _details(choice, {"v": 1.0}) == []
+    assert _details(choice, {"v": True}) == ["t: $.v is not one of the 3 allowed values"]
+
+
+def test_regex_is_searched_in_text_and_never_shows_the_value() -> None:
+    engine = _engine(_inv(path="$.email", regex="^.+@.+"))
+    assert _details(engine, {"email": "a@b"}) == []
+    details = _details(engine, {"email": "secret-customer-name"})
+    assert details == ["t: $.email does not match /^.+@.+/"]
+    assert _details(engine, {"email": 42}) == ["t: $.email must be text to match /^.+@.+/, got number"]
+
+
+def test_max_length_counts_text_and_arrays() -> None:
+    engine = _engine(_inv(max_length=3))
+    assert _details(engine, {"v": "abc"}) == []
+    assert _details(engine, {"v": "abcd"}) == ["t: $.v is 4 long, over max_length 3"]
+    assert _details(engine, {"v": [1, 2, 3, 4]}) == ["t: $.v is 4 long, over max_length 3"]
+    assert _details(engine, {"v": 12345}) == ["t: $.v must be text or an array for max_length, got number"]
+
+
+def test_nested_paths_and_every_problem_of_a_call_are_reported() -> None:
+    engine = _engine(_inv(path="$.order.items[1].qty", gte=1, lte=5), _inv(path="$.order.id", regex="^O"))
+    arguments = {"order": {"id": "X", "items": [{"qty": 1}, {"qty": 9}]}}
+    assert _details(engine, arguments) == [
+        "t: $.order.items[1].qty = 9 is above the maximum (lte 5)",
+        "t: $.order.id does not match /^O/",
+    ]
+    assert _details(engine, {"order": {"id": "O1", "items": [{"qty": 1}]}}) == ["t: $.order.items[1].qty is missing"]
+
+
+def test_a_failure_carries_path_tool_call_id_and_the_rule_source() -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    decision = engine.evaluate(state, [call("lookup_customer", {"customer_email": "nobody"}, call_id="abc")])
+    (failure,) = decision.failures
+    assert (failure.rule, failure.tool, failure.call_id, failure.path) == (
+        "argument_invariant",
+        "lookup_customer",
+        "abc",
+        "$.customer_email",
+    )
+    assert str(failure.source) == "lookup_customer.yaml:12"
+    assert failure.as_dict()["source"] == "lookup_customer.yaml:12"
+
+
+def test_secrets_in_a_detail_are_redacted() -> None:
+    # A tool named like a key (model output is hostile): the detail never carries it.
+    engine = Engine(refund_bot())
+    name = "sk-proj-" + "A" * 40
+    decision = engine.evaluate(engine.new_state("s", None), [call(name, {})])
+    assert name not in decision.failures[0].detail
+    assert "[REDACTED]" in decision.failures[0].detail
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "equal"),
+    [
+        (True, 1, False),
+        (1, 1.0, True),
+        (math.nan, math.nan, False),
+        ({"a": [1]}, {"a": [1.0]}, True),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+        ("1", 1, False),
+        (None, False, False),
+        ([1, 2], [2, 1], False),
+    ],
+)
+def test_json_equality(left: Any, right: Any, equal: bool) -> None:
+    assert json_equal(left, right) is equal
+    assert json_equal(right, left) is equal

@@ -1,0 +1,112 @@
+"""SessionState: the JSON round trip, the refusal of corrupt or newer states, and the redacted public snapshot."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from otel_replay.contracts.engine import Engine
+from otel_replay.contracts.state import STATE_FORMAT, SessionState, SessionStateError
+
+from ._engine_support import call, calls, refund_bot, run_step
+
+
+def _busy_state() -> SessionState:
+    engine = Engine(refund_bot(), gate="strip_blocked")
+    state = engine.new_state("sess-1", None)
+    run_step(
+        engine,
+        state,
+        calls(("lookup_customer", {"customer_email": "a@b.test"}), ("check_eligibility", {"order_id": "ORD-1"})),
+    )
+    engine.observe_output(state, "check_eligibility", {"eligible": True, "email": "jane@example.test"})
+    run_step(engine, state, [call("issue_refund", {"amount": 10, "customer_id": "C"})])
+    engine.restrict(state, ["add_note"])
+    engine.note_narrowing(state, engine.narrow(state, ["add_note", "issue_refund"]))
+    engine.kill(state, "operator stop")
+    return state
+
+
+def test_a_state_round_trips_through_json_exactly() -> None:
+    state = _busy_state()
+    again = SessionState.from_json(state.to_json())
+    assert again == state
+    assert again.to_json() == state.to_json()
+    assert state.copy() == state and state.copy() is not state
+
+
+def test_public_snapshot_has_the_seed_fields_with_principal_none_and_values_redacted() -> None:
+    state = _busy_state()
+    public = state.public()
+    assert public["principal"] is None
+    assert public["satisfied_preconditions"] == {"check_eligibility": {"$.eligible": "[REDACTED]"}}
+    assert "jane@example.test" not in json.dumps(public)
+    for name in (
+        "session_id",
+        "agent",
+        "current_phase",
+        "state_version",
+        "control_revision",
+        "total_step_count",
+        "total_tool_calls",
+        "total_cost",
+        "actual_cost",
+        "tool_call_counts",
+        "forbidden_tools",
+        "killed",
+        "total_block_count",
+        "consecutive_block_count",
+        "total_unguarded_calls",
+        "last_step",
+        "last_narrowing",
+        "started_at",
+    ):
+        assert name in public, name
+    assert public["current_phase"] == "refund_issued"
+    assert public["killed"] is True and public["kill_reason"] == "operator stop"
+    assert public["started_at"].endswith("+00:00")
+    assert public["last_step"]["allowed"] == ["issue_refund"]
+    json.dumps(public)  # serialisable
+    public["tool_call_counts"]["x"] = 1
+    assert "x" not in state.tool_call_counts  # a snapshot, not a view
+
+
+def _body(**changes: Any) -> str:
+    body = json.loads(SessionState(session_id="s").to_json())
+    body.update(changes)
+    return json.dumps(body)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not JSON"),
+        ("[]", "a JSON object expected"),
+        (json.dumps({"session_id": "s"}), "no integer 'format'"),
+        (_body(format=STATE_FORMAT + 1), "written by a newer otel-replay"),
+        (_body(surprise=1), "unknown field 'surprise'"),
+        (_body(session_id=5), "'session_id' must be text"),
+        (_body(total_tool_calls=-1), "'total_tool_calls' must be a non-negative integer"),
+        (_body(total_tool_calls=True), "'total_tool_calls'"),
+        (_body(actual_cost="1"), "'actual_cost'"),
+        (_body(tool_call_counts={"a": "1"}), "'tool_call_counts'"),
+        (_body(forbidden_tools="issue_refund"), "'forbidden_tools'"),
+        (_body(killed=1), "'killed'"),
+        (_body(narrowed_to=[1]), "'narrowed_to'"),
+        (_body(satisfied_preconditions={"t": 1}), "'satisfied_preconditions'"),
+        ('{"format": 1, "session_id": "s", "actual_cost": NaN}', "'actual_cost'"),
+    ],
+)
+def test_a_corrupt_or_newer_state_is_refused_naming_where(text: str, message: str) -> None:
+    with pytest.raises(SessionStateError, match="^sessions.sqlite3 session 's'.*") as caught:
+        SessionState.from_json(text, where="sessions.sqlite3 session 's'")
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_state_with_nan_cost_cannot_be_saved() -> None:
+    state = SessionState(session_id="s", actual_cost=float("nan"))
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        state.to_json()
