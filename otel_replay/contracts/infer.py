@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_replay.contracts._read import TOOL_NAME
 from otel_replay.contracts.recorded import REDACTED, RecordedCall, RecordedSession
 from otel_replay.errors import ContractError
 
@@ -46,7 +47,6 @@ LOOP_WINDOW = 10
 """The window of the drafted loop detection (calls)."""
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_SHAPE_RUNS = 8  # a string of more runs than this is free text: a length, not a pattern
-_FILE_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,14 @@ def infer_contracts(
     files: dict[str, str] = {}
     used: set[str] = {"session.yaml"}
     for name in sorted(tools):
-        file = _file_name(name, used)
+        file = f"{name}.yaml"
+        if not TOOL_NAME.fullmatch(name) or name == "session":
+            notes.append(f"tool {name[:80]!r}: not a name a contract can have (letters, digits, _ and -): no draft")
+            continue
+        if file.lower() in used:  # a file system that ignores case could not hold both
+            notes.append(f"tool {name!r}: another tool's file differs only in case: no draft")
+            continue
+        used.add(file.lower())
         files[file] = _tool_yaml(tools[name], phase_of, margin, bool(milestones), notes)
     agents = {s.agent for s in sessions} - {None}
     files["session.yaml"] = _session_yaml(
@@ -469,12 +476,3 @@ def _number(value: float) -> str:
         return str(int(value))
     text = f"{value:.6f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
-
-
-def _file_name(tool: str, used: set[str]) -> str:
-    base = _FILE_SAFE.sub("_", tool).strip("._") or "tool"
-    name, n = f"{base}.yaml", 2
-    while name.lower() in used:
-        name, n = f"{base}_{n}.yaml", n + 1
-    used.add(name.lower())
-    return name

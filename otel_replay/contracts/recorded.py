@@ -131,7 +131,7 @@ def _session(rows: list[Mapping[str, Any]]) -> RecordedSession:
         steps.append(
             RecordedStep(
                 number=number,
-                model=first["response_model"] or first["model"],
+                model=first["model"],  # the model asked for, as the price table names it (not the dated reply)
                 usage=usage,
                 calls=calls,
                 trace_id=first["trace_id"],

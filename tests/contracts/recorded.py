@@ -17,18 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 
 import otel_replay
 from otel_replay.instrumentation import OpenAIInstrumentor, scripted, tool
+from tests._support import TEST_KEY
 
 Call = tuple[str, Any]
 Step = Sequence[Call]
 
 
+class ToolFailed(Exception):
+    """What a scripted tool raises (the tool named ``broken_*`` always does)."""
+
+
 def _refund_results(name: str, arguments: Mapping[str, Any]) -> Any:
     """What the refund bot's tools return (the eligibility check says no for order ORD-0)."""
+    if name.startswith("broken"):
+        raise ToolFailed(f"{name} is down")
     if name == "lookup_customer":
-        return {"customer_id": "C-1", "name": "Ada"}
+        return {"customer_id": "C1", "name": "Ada"}
     if name == "check_eligibility":
         return {"eligible": arguments.get("order_id") != "ORD-0", "reason": "delivered"}
     if name == "issue_refund":
@@ -43,9 +51,13 @@ def record(
     capture: bool = True,
     results: Callable[[str, Mapping[str, Any]], Any] = _refund_results,
     side_effects: Mapping[str, str] | None = None,
-    model: str = "gpt-test",
+    model: str = "gpt-4o-mini",
+    correlation: bool = False,
 ) -> None:
-    """Record ``sessions`` (session id -> steps) into ``dataset``, each ending with a text-only answer."""
+    """Record ``sessions`` (id -> steps) into ``dataset``, each ending with a text-only answer.
+
+    ``correlation``: the ids are correlation ids (``otel_replay.correlation``), not session ids.
+    """
     telemetry = otel_replay.configure(dataset, service_name="refund-bot", set_global=False)
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=telemetry.provider, capture_content=capture)
@@ -79,7 +91,12 @@ def record(
         with scripted.ScriptedServer(replies) as server:
             client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
             for session_id, steps in sessions.items():
-                with otel_replay.session(session_id, agent_id="refund-bot"):
+                scope = (
+                    otel_replay.correlation(session_id)
+                    if correlation
+                    else otel_replay.session(session_id, agent_id="refund-bot")
+                )
+                with scope:
                     messages: list[Any] = [{"role": "user", "content": "refund order"}]
                     for _ in range(len(steps) + 1):
                         reply = client.chat.completions.create(model=model, messages=messages)
@@ -90,9 +107,12 @@ def record(
                                 arguments = json.loads(call.function.arguments)
                             except ValueError:
                                 arguments = None
-                            output = None
-                            if isinstance(arguments, dict):
-                                output = executor(call.function.name, tuple(arguments))(**arguments)
+                            output: Any = None
+                            try:
+                                if isinstance(arguments, dict):
+                                    output = executor(call.function.name, tuple(arguments))(**arguments)
+                            except ToolFailed as exc:
+                                output = {"error": str(exc)}
                             messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(output)})
     finally:
         instrumentor.uninstrument()
@@ -104,5 +124,19 @@ def refund_session(amount: float = 40.0, *, email: str = "ada@example.com", orde
     return [
         [("lookup_customer", {"customer_email": email})],
         [("check_eligibility", {"order_id": order})],
-        [("issue_refund", {"customer_id": "C-1", "order_id": order, "amount": amount})],
+        [("issue_refund", {"customer_id": "C1", "order_id": order, "amount": amount, "currency": "USD"})],
     ]
+
+
+def recorded_dataset(
+    factory: pytest.TempPathFactory, name: str, sessions: Mapping[str, Sequence[Step]], **options: Any
+) -> Path:
+    """A dataset of ``sessions`` recorded once for a module's tests, with the tests' signing key and home."""
+    path = factory.mktemp(name) / "traces"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_REPLAY_SIGNING_KEY", TEST_KEY)
+        mp.setenv("HOME", str(factory.mktemp(f"{name}-home")))
+        mp.delenv("OTEL_REPLAY_KEY_FILE", raising=False)
+        mp.delenv("OTEL_REPLAY_DATASET", raising=False)
+        record(path, sessions, **options)
+    return path
