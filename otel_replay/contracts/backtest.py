@@ -247,9 +247,7 @@ def _relaxed(contracts: ContractSet, left_out: frozenset[tuple[str, ...]]) -> Co
             dataclasses.replace(pre, with_output=()) if ("output", pre.requires_prior_tool) in left_out else pre
             for pre in contract.preconditions
         )
-        tools[name] = dataclasses.replace(
-            contract, argument_value_invariants=invariants, preconditions=preconditions
-        )
+        tools[name] = dataclasses.replace(contract, argument_value_invariants=invariants, preconditions=preconditions)
     session = contracts.session
     if ("loop",) in left_out:
         limits: SessionLimits = dataclasses.replace(session.session_limits, loop_detection=None)
@@ -270,9 +268,7 @@ def _session(engines: _Engines, session: RecordedSession) -> SessionResult:
             notes.append(f"step {step.number}: {step.dropped_calls} tool calls were not recorded (not checked)")
         refused = engine.precheck(state, step.model)
         if refused:
-            calls = tuple(
-                CallResult(step.number, c.index, c.call_id, c.name, False, refused) for c in step.calls
-            )
+            calls = tuple(CallResult(step.number, c.index, c.call_id, c.name, False, refused) for c in step.calls)
             steps.append(StepResult(step.number, step.model, "refused", refused, state.current_phase, None, calls))
             continue
         steps.append(_step(engines, state, step, unobserved, notes))
@@ -325,7 +321,7 @@ def _step(
 def _views(
     contracts: ContractSet, calls: Sequence[RecordedCall], unobserved: set[str]
 ) -> tuple[list[ToolCallView], set[tuple[str, ...]], dict[int, tuple[str, ...]]]:
-    """The calls as the engine sees them, the rules to leave out for this step, and what each call was not checked on."""
+    """The calls as the engine sees them, the rules this step leaves out, and what each call was not checked on."""
     views: list[ToolCallView] = []
     left_out: set[tuple[str, ...]] = set()
     unchecked: dict[int, tuple[str, ...]] = {}
