@@ -46,6 +46,7 @@ DEFAULT_MARGIN = 0.25
 LOOP_WINDOW = 10
 """The window of the drafted loop detection (calls)."""
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_EXACT = 10**15  # numbers below this are written as they are; larger ones as floats with an exponent
 _MAX_SHAPE_RUNS = 8  # a string of more runs than this is free text: a length, not a pattern
 
 
@@ -90,21 +91,22 @@ def infer_contracts(
         raise ContractError(f"none of the {len(sessions)} recorded sessions holds a tool call: nothing to draft from")
     notes: list[str] = []
     tools = _observe(sessions, notes)
+    folded: set[str] = set()
+    for name in sorted(tools):
+        if not TOOL_NAME.fullmatch(name) or name == "session":
+            notes.append(f"tool {name[:80]!r}: not a name a contract can have (letters, digits, _ and -): no draft")
+            del tools[name]
+        elif name.lower() in folded:  # a file system that ignores case could not hold both files
+            notes.append(f"tool {name!r}: another tool's name differs only in case: no draft")
+            del tools[name]
+        else:
+            folded.add(name.lower())
     milestones = sorted(t.name for t in tools.values() if t.max_per_session == 1)
     phase_of = _phase_names(milestones)
     transitions = _walk(sessions, tools, phase_of)
     files: dict[str, str] = {}
-    used: set[str] = {"session.yaml"}
     for name in sorted(tools):
-        file = f"{name}.yaml"
-        if not TOOL_NAME.fullmatch(name) or name == "session":
-            notes.append(f"tool {name[:80]!r}: not a name a contract can have (letters, digits, _ and -): no draft")
-            continue
-        if file.lower() in used:  # a file system that ignores case could not hold both
-            notes.append(f"tool {name!r}: another tool's file differs only in case: no draft")
-            continue
-        used.add(file.lower())
-        files[file] = _tool_yaml(tools[name], phase_of, margin, bool(milestones), notes)
+        files[f"{name}.yaml"] = _tool_yaml(tools[name], phase_of, margin, bool(milestones), notes)
     agents = {s.agent for s in sessions} - {None}
     files["session.yaml"] = _session_yaml(
         sessions, tools, phase_of, transitions, margin, agent or (agents.pop() if len(agents) == 1 else None), notes
@@ -203,7 +205,7 @@ def _walk(
         earlier: dict[str, Any] = {}  # milestone -> its output (None when not recorded)
         first_seen: set[str] = set()
         for call in session.calls:
-            if not call.name:
+            if call.name not in tools:  # no name, or one no contract can have
                 continue
             tool = tools[call.name]
             tool.phases[phase] += 1
@@ -225,7 +227,7 @@ def _walk(
 def _tool_yaml(tool: _Tool, phase_of: Mapping[str, str], margin: float, phased: bool, notes: list[str]) -> str:
     lines = [
         f"# Drafted by `otel-replay contracts infer` from {tool.calls} calls of {_q(tool.name)} "
-        f"in {tool.sessions} sessions. Review every rule before use.",
+        f"in {_n(tool.sessions, 'session')}. Review every rule before use.",
         f"tool: {_q(tool.name)}",
     ]
     if len(tool.side_effects) == 1:
@@ -238,11 +240,13 @@ def _tool_yaml(tool: _Tool, phase_of: Mapping[str, str], margin: float, phased: 
         phases = sorted(tool.phases)
         lines.append(f"  valid_in_phases: {_flow(phases)}  # where it was called ({tool.calls} calls)")
         if tool.name in phase_of:
-            once = f"called at most once in each of its {tool.sessions} sessions"
+            once = f"called at most once in each of its {_n(tool.sessions, 'session')}"
             lines.append(f"  advances_to: {_q(phase_of[tool.name])}  # {once}")
     lines += _preconditions(tool, phase_of)
     if tool.max_per_session == 1:
-        lines.append(f"forbids_after: [{_q(tool.name)}]  # never called twice in a session ({tool.sessions} sessions)")
+        lines.append(
+            f"forbids_after: [{_q(tool.name)}]  # never called twice in a session ({_n(tool.sessions, 'session')})"
+        )
     lines += _invariants(tool, margin, notes)
     return "\n".join(lines) + "\n"
 
@@ -257,14 +261,16 @@ def _preconditions(tool: _Tool, phase_of: Mapping[str, str]) -> list[str]:
     for prior in sorted(always):
         lines.append(
             f"  - requires_prior_tool: {_q(prior)}  # called before it in {len(tool.before)} of "
-            f"{len(tool.before)} sessions"
+            f"{_n(len(tool.before), 'session')}"
         )
         conditions = _common_flags([outputs.get(prior) for outputs in tool.prior_outputs])
         if conditions:
             lines.append("    with_output:")
             for key, value in conditions:
                 lines.append(f"      - path: {_q('$.' + key)}")
-                lines.append(f"        equals: {_scalar(value)}  # its result in {len(tool.prior_outputs)} sessions")
+                lines.append(
+                    f"        equals: {_scalar(value)}  # its result in {_n(len(tool.prior_outputs), 'session')}"
+                )
     return lines
 
 
@@ -285,7 +291,7 @@ def _invariants(tool: _Tool, margin: float, notes: list[str]) -> list[str]:
     calls = tool.argument_calls
     if not calls:
         return []
-    support = f"{len(calls)} calls in {len(tool.argument_sessions)} sessions"
+    support = f"{_n(len(calls), 'call')} in {_n(len(tool.argument_sessions), 'session')}"
     rules: list[str] = []
     keys = sorted({key for arguments in calls for key in arguments})
     for key in keys:
@@ -315,11 +321,12 @@ def _rule_for(values: Sequence[Any], margin: float) -> list[str] | None:
         lower, upper = low - reach, high + reach
         if low >= 0:
             lower = max(0, lower)
-        if all(isinstance(v, int) for v in values):
+        if all(isinstance(v, int) for v in values) and max(abs(lower), abs(upper)) < _EXACT:
             lower, upper = math.floor(lower), math.ceil(upper)
-        else:  # written with six decimals: rounded outwards, so the bounds still hold every value seen
+        elif max(abs(lower), abs(upper)) < _EXACT:  # six decimals, rounded outwards: still around every value seen
             lower, upper = math.floor(lower * 1e6) / 1e6, math.ceil(upper * 1e6) / 1e6
-        return [f"gte: {_number(lower)}", f"lte: {_number(upper)}"]
+        bounds = [f"gte: {_number(lower)}"] if math.isfinite(lower) else []
+        return bounds + ([f"lte: {_number(upper)}"] if math.isfinite(upper) else []) or None
     if all(isinstance(v, str) for v in values):
         pattern = _pattern(values)
         if pattern is not None:
@@ -396,7 +403,7 @@ def _session_yaml(
         lines.append("  - name: start  # where every session begins")
         lines.append("    initial: true")
         for tool, phase in sorted(phase_of.items(), key=lambda item: item[1]):
-            lines.append(f"  - name: {_q(phase)}  # after {_q(tool)} ({tools[tool].sessions} sessions)")
+            lines.append(f"  - name: {_q(phase)}  # after {_q(tool)} ({_n(tools[tool].sessions, 'session')})")
         lines.append("transitions:")
         for source in ["start", *sorted(phase_of.values())]:
             moves = transitions.get(source)
@@ -406,7 +413,9 @@ def _session_yaml(
     steps = max(len(s.steps) for s in sessions)
     calls = max(len(s.calls) for s in sessions)
     lines.append("session_limits:")
-    lines.append(f"  max_steps: {_limit(steps, margin)}  # at most {steps} model calls in a session ({count} sessions)")
+    lines.append(
+        f"  max_steps: {_limit(steps, margin)}  # at most {steps} model calls in a session ({_n(count, 'session')})"
+    )
     lines.append(f"  max_tool_calls: {_limit(calls, margin)}  # at most {calls} tool calls in a session")
     repeated = {name: t for name, t in tools.items() if t.max_per_session > 1}
     if repeated:
@@ -414,7 +423,7 @@ def _session_yaml(
         for name, seen in sorted(repeated.items()):
             lines.append(
                 f"    {_q(name)}: {_limit(seen.max_per_session, margin)}  # at most {seen.max_per_session} "
-                f"in one session ({seen.sessions} sessions)"
+                f"in one session ({_n(seen.sessions, 'session')})"
             )
     loops = _most_identical(sessions)
     if loops is not None:
@@ -449,6 +458,10 @@ def _identity(call: RecordedCall) -> str | None:
 # --- YAML text -------------------------------------------------------------------------------------
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _limit(observed: int, margin: float) -> int:
     return max(observed + 1, math.ceil(observed * (1 + margin)))
 
@@ -471,8 +484,12 @@ def _scalar(value: Any) -> str:
 
 
 def _number(value: float) -> str:
-    """A number YAML reads back as the same number (a float always with a point, never an exponent)."""
-    if isinstance(value, int) or float(value).is_integer():
+    """A number YAML reads back as the same number: an integer, or a float with a point (and a signed exponent)."""
+    if abs(value) < _EXACT and (isinstance(value, int) or float(value).is_integer()):
         return str(int(value))
-    text = f"{value:.6f}".rstrip("0")
-    return text + "0" if text.endswith(".") else text
+    if abs(value) < _EXACT:
+        text = f"{value:.6f}".rstrip("0")
+        return text + "0" if text.endswith(".") else text
+    mantissa, _, exponent = repr(float(value)).partition("e")
+    mantissa = mantissa if "." in mantissa else mantissa + ".0"
+    return f"{mantissa}e{exponent}" if exponent else mantissa

@@ -47,7 +47,8 @@ class RecordedCall:
     arguments: Mapping[str, Any] | None
     """The arguments parsed, or ``None`` when they were not recorded or are not a JSON object."""
     missing: str | None
-    """Why the arguments are unknown (``None``: recorded); malformed arguments are recorded, not missing."""
+    """Why the arguments are unknown (``None``: recorded); malformed arguments are recorded, not missing, unless
+    redaction is what broke them (a secret replaced by a bare ``[REDACTED]``)."""
     output: Any
     """The tool's result as its span recorded it (parsed when it is JSON), or ``None``."""
     output_recorded: bool
@@ -162,6 +163,8 @@ def _call(row: Mapping[str, Any]) -> RecordedCall:
             parsed = json.loads(text)
         except (ValueError, RecursionError):
             parsed = None
+            if REDACTED in text:  # redaction replaced a value with a bare marker: the model's JSON was not kept
+                text, missing = None, "arguments redacted when recorded (no longer JSON)"
         arguments = parsed if isinstance(parsed, dict) else None
     output = row["tool_result"]
     if isinstance(output, str):

@@ -109,7 +109,7 @@ def record(
                                 arguments = None
                             output: Any = None
                             try:
-                                if isinstance(arguments, dict):
+                                if isinstance(arguments, dict) and all(k.isidentifier() for k in arguments):
                                     output = executor(call.function.name, tuple(arguments))(**arguments)
                             except ToolFailed as exc:
                                 output = {"error": str(exc)}
