@@ -13,11 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_replay.contracts.model import ArgumentInvariant
-
-try:  # TEMPORARY until the loader's path reader is merged; then only the import stays
-    from otel_replay.contracts.paths import read_path  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - removed when otel_replay.contracts.paths lands
-    from otel_replay.contracts._paths_interim import read_path  # type: ignore[assignment,unused-ignore]
+from otel_replay.contracts.paths import read_path
 
 __all__ = ["compile_regex", "invariant_problems", "json_equal", "kind_of"]
 

@@ -28,20 +28,29 @@ import json
 import re
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any
 
 from otel_replay.contracts.checks import compile_regex, invariant_problems, json_equal
+from otel_replay.contracts.decisions import (
+    GATE_MODES,
+    ON_ERROR,
+    OUTCOMES,
+    RULES,
+    UNMATCHED_POLICIES,
+    CallVerdict,
+    Decision,
+    Failure,
+    Narrowing,
+    ToolCallView,
+    parse_arguments,
+    strict_json,
+)
 from otel_replay.contracts.model import ContractSet, Source, ToolContract
+from otel_replay.contracts.paths import read_path
 from otel_replay.contracts.state import SessionState
 from otel_replay.errors import ContractError, ContractLoadError
 from otel_replay.redaction import redact
-
-try:  # TEMPORARY until the loader's path reader is merged; then only the import stays
-    from otel_replay.contracts.paths import read_path  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - removed when otel_replay.contracts.paths lands
-    from otel_replay.contracts._paths_interim import read_path  # type: ignore[assignment,unused-ignore]
 
 __all__ = [
     "GATE_MODES",
@@ -59,31 +68,6 @@ __all__ = [
     "parse_arguments",
 ]
 
-GATE_MODES: Final = ("reject_all", "strip_partial", "strip_blocked")
-UNMATCHED_POLICIES: Final = ("block", "allow")
-ON_ERROR: Final = ("block", "allow")
-OUTCOMES: Final = ("allow", "reject", "strip", "text_only")
-RULES: Final = (
-    "kill",
-    "max_steps",
-    "max_cost",
-    "max_tool_calls",
-    "max_calls_per_tool",
-    "loop",
-    "unmatched",
-    "narrowed",
-    "malformed_arguments",
-    "argument_invariant",
-    "precondition",
-    "forbidden",
-    "phase",
-    "tool_error",
-    "internal_error",
-)
-"""Every ``Failure.rule``. ``narrowed``: a call of a tool outside a manual :meth:`Engine.restrict`;
-``internal_error``: evaluating the call failed and ``on_error="block"``; ``tool_error``: for a tool
-executor's own error (the session's wrapped tools report it)."""
-
 _MAX_DETAIL_CHARS = 300
 _MAX_NAME_CHARS = 200
 _MAX_TOKENS = 10**15
@@ -91,136 +75,6 @@ _MAX_TOKENS = 10**15
 
 class StaleDecisionError(ContractError):
     """:meth:`Engine.finalize` was given a decision evaluated on an older version of the state."""
-
-
-def _strict_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_arguments(text: str) -> Mapping[str, Any] | None:
-    """A tool call's arguments text as a JSON object, or ``None`` when it is not one.
-
-    ``None``: not JSON, not an object, ``NaN`` or ``Infinity`` in it, or nested too deep to read. Never raises.
-    """
-    if not isinstance(text, str | bytes | bytearray):
-        return None
-    try:
-        value = json.loads(text, parse_constant=_strict_constant)
-    except (ValueError, RecursionError, TypeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-@dataclass(frozen=True)
-class ToolCallView:
-    """One tool call of a model response, provider-neutral.
-
-    ``arguments`` is the parsed object, ``None`` when ``arguments_text`` is not a JSON object (the call then
-    fails ``malformed_arguments``). :meth:`parse` builds one from the text.
-    """
-
-    index: int
-    call_id: str
-    name: str
-    arguments_text: str
-    arguments: Mapping[str, Any] | None
-
-    @classmethod
-    def parse(cls, index: int, call_id: str, name: str, arguments_text: str) -> ToolCallView:
-        """A view with ``arguments`` parsed by :func:`parse_arguments` (an empty text is ``{}``)."""
-        text = arguments_text if isinstance(arguments_text, str) else str(arguments_text)
-        arguments = {} if text.strip() == "" else parse_arguments(text)
-        return cls(index, call_id, name, text, arguments)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why one call (or the model call, for a pre-check) was blocked.
-
-    ``rule`` is one of :data:`RULES`; ``detail`` one line that names numbers, paths, tools and phases but
-    never text argument values, passed through :func:`otel_replay.redaction.redact`; ``source`` the
-    contract file and line of the rule.
-    """
-
-    rule: str
-    detail: str
-    tool: str | None = None
-    call_id: str | None = None
-    path: str | None = None
-    source: Source | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The failure as JSON-ready values (``source`` as ``"file:line"``)."""
-        return {
-            "rule": self.rule,
-            "tool": self.tool,
-            "call_id": self.call_id,
-            "path": self.path,
-            "detail": self.detail,
-            "source": None if self.source is None else str(self.source),
-        }
-
-
-@dataclass(frozen=True)
-class CallVerdict:
-    """The verdict on one call: ``allowed`` when no rule failed.
-
-    ``escalated``: it failed and its tool's effective gate is ``block``, so the whole response is
-    rejected whatever the gate mode. ``unguarded``: evaluating it raised and ``on_error="allow"`` let it
-    through unchecked. ``digest``: ``"tool:hash"`` of the tool and its canonical arguments (loop detection).
-    """
-
-    call: ToolCallView
-    allowed: bool
-    failures: tuple[Failure, ...]
-    escalated: bool
-    unguarded: bool = False
-    digest: str = ""
-
-
-@dataclass(frozen=True)
-class Narrowing:
-    """The tools ``offered`` to the model, those ``kept``, and each one ``removed`` with the reason."""
-
-    offered: tuple[str, ...]
-    kept: tuple[str, ...]
-    removed: dict[str, str] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The narrowing as JSON-ready values."""
-        return {"offered": list(self.offered), "kept": list(self.kept), "removed": dict(self.removed)}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The engine's decision on one model response.
-
-    ``outcome``: ``allow`` (every call passed), ``reject`` (raise :class:`~otel_replay.errors.ReplayContractError`;
-    nothing reaches the caller), ``strip`` (the allowed calls reach the caller, the blocked ones are removed),
-    ``text_only`` (every call removed, the text kept). ``failures`` are all the verdicts' failures in order.
-    ``phase_after`` is the phase once the decision is finalized; ``state_version`` the version of the state it
-    was evaluated on (:meth:`Engine.finalize` refuses it on any other).
-    """
-
-    step: int
-    verdicts: tuple[CallVerdict, ...]
-    outcome: str
-    failures: tuple[Failure, ...]
-    phase_before: str | None
-    phase_after: str | None
-    state_version: int
-
-    @property
-    def allowed(self) -> tuple[CallVerdict, ...]:
-        """The calls that reach the caller: the passing ones, none when the outcome is ``reject``."""
-        if self.outcome == "reject":
-            return ()
-        return tuple(v for v in self.verdicts if v.allowed)
-
-    @property
-    def blocked(self) -> tuple[CallVerdict, ...]:
-        """The calls that failed a rule (under ``reject`` the passing ones do not run either)."""
-        return tuple(v for v in self.verdicts if not v.allowed)
 
 
 def _line(text: str) -> str:
@@ -693,7 +547,7 @@ class Engine:
             value = output
             if isinstance(output, str | bytes | bytearray):
                 try:
-                    value = json.loads(output, parse_constant=_strict_constant)
+                    value = strict_json(output)
                 except (ValueError, RecursionError, TypeError):
                     value = output
             recorded: dict[str, Any] = {}
