@@ -17,7 +17,7 @@ import click
 from otel_replay.cli import render as r
 from otel_replay.cli._inputs import dataset_option, friendly, open_dataset, skip_option
 from otel_replay.contracts.backtest import BacktestReport, backtest
-from otel_replay.contracts.engine import GATE_MODES, UNMATCHED_POLICIES
+from otel_replay.contracts.decisions import GATE_MODES, UNMATCHED_POLICIES
 from otel_replay.contracts.infer import DEFAULT_MARGIN, infer_contracts, write_draft
 from otel_replay.contracts.loader import load_contracts
 from otel_replay.contracts.model import ContractSet

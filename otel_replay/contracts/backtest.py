@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_replay.contracts.engine import Decision, Engine, Failure, ToolCallView
+from otel_replay.contracts.decisions import Decision, Failure, ToolCallView
+from otel_replay.contracts.engine import Engine
 from otel_replay.contracts.model import ContractSet, SessionLimits, ToolContract
 from otel_replay.contracts.paths import read_path
 from otel_replay.contracts.recorded import REDACTED, RecordedCall, RecordedSession, RecordedStep, recorded_sessions
