@@ -71,7 +71,7 @@ class StepResult:
     number: int
     model: str | None
     outcome: str
-    """``allow``, ``reject``, ``strip`` or ``text_only`` (see :class:`~otel_replay.contracts.engine.Decision`),
+    """``allow``, ``reject``, ``strip`` or ``text_only`` (see :class:`~otel_replay.contracts.decisions.Decision`),
     or ``refused``: the pre-check stopped the model call before it was made."""
     refused: tuple[Failure, ...]
     """The pre-check failures of a refused step."""

@@ -45,7 +45,7 @@ DEFAULT_MARGIN = 0.25
 """How far drafted limits and ranges reach beyond what was observed (a quarter of it)."""
 LOOP_WINDOW = 10
 """The window of the drafted loop detection (calls)."""
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEMBER = re.compile(r"[A-Za-z0-9_-]+")  # a member a path spells as .name (paths.py); others as ["name"]
 _EXACT = 10**15  # numbers below this are written as they are; larger ones as floats with an exponent
 _MAX_SHAPE_RUNS = 8  # a string of more runs than this is free text: a length, not a pattern
 
@@ -267,7 +267,7 @@ def _preconditions(tool: _Tool, phase_of: Mapping[str, str]) -> list[str]:
         if conditions:
             lines.append("    with_output:")
             for key, value in conditions:
-                lines.append(f"      - path: {_q('$.' + key)}")
+                lines.append(f"      - path: {_q(_path(key))}")
                 lines.append(
                     f"        equals: {_scalar(value)}  # its result in {_n(len(tool.prior_outputs), 'session')}"
                 )
@@ -282,7 +282,7 @@ def _common_flags(outputs: Sequence[Any]) -> list[tuple[str, bool]]:
     found = []
     for key in sorted(keys):
         values = {o[key] for o in outputs if isinstance(o[key], bool)}
-        if _KEY.fullmatch(key) and len(values) == 1 and all(isinstance(o[key], bool) for o in outputs):
+        if len(values) == 1 and all(isinstance(o[key], bool) for o in outputs):
             found.append((key, values.pop()))
     return found
 
@@ -295,9 +295,6 @@ def _invariants(tool: _Tool, margin: float, notes: list[str]) -> list[str]:
     rules: list[str] = []
     keys = sorted({key for arguments in calls for key in arguments})
     for key in keys:
-        if not _KEY.fullmatch(key):
-            notes.append(f"{tool.name}: argument {key!r} has no $.path spelling: no rule drafted for it")
-            continue
         values = [arguments[key] for arguments in calls if key in arguments]
         if any(isinstance(v, str) and REDACTED in v for v in values):
             notes.append(f"{tool.name}: argument {key!r} was redacted when recorded: no rule drafted for it")
@@ -306,7 +303,7 @@ def _invariants(tool: _Tool, margin: float, notes: list[str]) -> list[str]:
         if body is None:
             continue
         optional = len(values) < len(calls)
-        head = f"  - path: {_q('$.' + key)}  # {_summary(values)}; {len(values)} of {support}"
+        head = f"  - path: {_q(_path(key))}  # {_summary(values)}; {len(values)} of {support}"
         rules.append(head)
         rules += [f"    {line}" for line in body]
         if optional:
@@ -456,6 +453,13 @@ def _identity(call: RecordedCall) -> str | None:
 
 
 # --- YAML text -------------------------------------------------------------------------------------
+
+
+def _path(key: str) -> str:
+    """The ``$`` path of a top-level member (see :mod:`otel_replay.contracts.paths`)."""
+    if _MEMBER.fullmatch(key):
+        return "$." + key
+    return '$["' + key.replace("\\", "\\\\").replace('"', '\\"') + '"]'
 
 
 def _n(count: int, noun: str) -> str:
