@@ -268,7 +268,10 @@ def _session(engines: _Engines, session: RecordedSession) -> SessionResult:
         if step.dropped_calls:
             notes.append(f"step {step.number}: {step.dropped_calls} tool calls were not recorded (not checked)")
         refused = engine.precheck(state, step.model)
-        if refused:
+        if refused:  # the model call is not made; a governed session counts it as one block, as here
+            state.total_block_count += 1
+            state.consecutive_block_count += 1
+            state.state_version += 1
             calls = tuple(CallResult(step.number, c.index, c.call_id, c.name, False, refused) for c in step.calls)
             steps.append(StepResult(step.number, step.model, "refused", refused, state.current_phase, None, calls))
             continue
