@@ -36,7 +36,7 @@ class SessionState:
 
     Counters (see :class:`otel_replay.contracts.engine.Engine` for the rule that moves each):
 
-    * ``state_version``: +1 on every change (finalize, charge, observe, kill, restrict/widen); a store
+    * ``state_version``: +1 on every change (finalize, charge, observe, kill, restrict, widen, note_narrowing); a store
       saves a state only if nobody saved a newer version in between.
     * ``control_revision``: +1 on every manual restriction or widening (``narrowed_to``).
     * ``total_step_count``: model responses finalized (committed or rejected).

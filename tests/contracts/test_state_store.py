@@ -1,0 +1,209 @@
+"""The state stores: atomic updates across threads and processes, resume after restart, refusal of bad files."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from otel_replay.contracts.engine import Engine
+from otel_replay.contracts.state import SessionState, SessionStateError
+from otel_replay.contracts.store import (
+    STORE_FORMAT,
+    FileStateStore,
+    MemoryStateStore,
+    StateStore,
+    governance_store_path,
+)
+
+from ._engine_support import call, refund_bot, run_step
+from ._store_race import one_refund_contracts, race
+
+ROUNDS = 40
+
+
+@pytest.fixture(params=["memory", "file"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
+    return MemoryStateStore() if request.param == "memory" else FileStateStore(tmp_path / "s.sqlite3")
+
+
+def _bump(state: SessionState | None) -> SessionState:
+    current = state if state is not None else SessionState(session_id="s")
+    current.total_step_count += 1
+    return current
+
+
+def test_update_creates_then_changes_and_load_returns_a_copy(store: StateStore) -> None:
+    assert store.load("s") is None
+    first = store.update("s", _bump)
+    assert (first.total_step_count, first.state_version) == (1, 0)
+    second = store.update("s", _bump)
+    assert (second.total_step_count, second.state_version) == (2, 1)  # the store raised the version
+    loaded = store.load("s")
+    assert loaded == second and loaded is not second
+    loaded.total_step_count = 99  # type: ignore[union-attr]
+    assert store.load("s").total_step_count == 2  # type: ignore[union-attr]
+
+
+def test_a_change_that_raises_saves_nothing(store: StateStore) -> None:
+    store.update("s", _bump)
+
+    def broken(state: SessionState | None) -> SessionState:
+        assert state is not None
+        state.total_step_count = 1000
+        raise RuntimeError("agent crashed mid-change")
+
+    with pytest.raises(RuntimeError, match="mid-change"):
+        store.update("s", broken)
+    assert store.load("s").total_step_count == 1  # type: ignore[union-attr]
+    assert store.update("s", _bump).total_step_count == 2
+
+
+def test_a_change_must_return_the_same_sessions_state(store: StateStore) -> None:
+    with pytest.raises(ValueError, match="a change of session 's' returned the state of 'other'"):
+        store.update("s", lambda _state: SessionState(session_id="other"))
+    with pytest.raises(TypeError, match="must return a SessionState"):
+        store.update("s", lambda _state: None)  # type: ignore[arg-type, return-value]
+    assert store.load("s") is None
+
+
+def test_threads_never_lose_an_update(store: StateStore) -> None:
+    def work() -> None:
+        for _ in range(50):
+            store.update("s", _bump)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    final = store.load("s")
+    assert final is not None and final.total_step_count == 300
+    assert final.state_version == 299
+
+
+def test_a_restarted_process_resumes_phase_counts_and_forbidden_tools(tmp_path: Path) -> None:
+    path = tmp_path / "governance" / "sessions.sqlite3"
+    engine = Engine(refund_bot())
+    store = FileStateStore(path)
+
+    def step(calls_: list, output: dict | None = None):  # type: ignore[no-untyped-def,type-arg]
+        def change(state: SessionState | None) -> SessionState:
+            current = state if state is not None else engine.new_state("conv-1", None)
+            run_step(engine, current, calls_)
+            if output is not None:
+                engine.observe_output(current, calls_[0].name, output)
+            return current
+
+        return change
+
+    store.update("conv-1", step([call("lookup_customer", {"customer_email": "a@b.test"})]))
+    store.update("conv-1", step([call("check_eligibility", {"order_id": "ORD-9"})], {"eligible": True}))
+    store.update("conv-1", step([call("issue_refund", {"amount": 3, "customer_id": "C1"})]))
+    store.close()
+    resumed = FileStateStore(path).load("conv-1")
+    assert resumed is not None
+    assert resumed.current_phase == "refund_issued"
+    assert resumed.forbidden_tools == ["issue_refund"]
+    assert resumed.tool_call_counts == {"lookup_customer": 1, "check_eligibility": 1, "issue_refund": 1}
+    assert resumed.satisfied_preconditions == {"check_eligibility": {"$.eligible": True}}
+    again = engine.evaluate(resumed, [call("issue_refund", {"amount": 3, "customer_id": "C1"})])
+    assert "forbidden" in [f.rule for f in again.failures]
+
+
+def test_two_processes_never_both_take_the_last_allowed_refund(tmp_path: Path) -> None:
+    path = str(tmp_path / "race.sqlite3")
+    FileStateStore(path).close()
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    results = context.Queue()
+    workers = [context.Process(target=race, args=(path, ROUNDS, barrier, results, n)) for n in range(2)]
+    for worker in workers:
+        worker.start()
+    won = dict(results.get(timeout=600) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert sorted(won[0] + won[1]) == list(range(ROUNDS))  # each round won exactly once, never twice
+    store = FileStateStore(path)
+    engine = Engine(one_refund_contracts())
+    for number in range(ROUNDS):
+        state = store.load(f"round-{number}")
+        assert state is not None
+        assert state.tool_call_counts == {"refund": 1}
+        assert (state.total_step_count, state.total_block_count) == (2, 1)
+        assert engine.narrow(state, ["refund"]).kept == ()
+
+
+def test_a_file_that_is_not_a_database_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    path.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(SessionStateError, match=f"session store {path}: not a readable SQLite session store"):
+        FileStateStore(path)
+    assert path.read_bytes().startswith(b"this is not sqlite")  # untouched
+
+
+def test_another_database_is_not_taken_over(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER)")
+    with pytest.raises(SessionStateError, match="not a session store \\(it holds tables invoices\\)"):
+        FileStateStore(path)
+
+
+def test_a_store_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    FileStateStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {STORE_FORMAT + 1}")
+    with pytest.raises(SessionStateError, match="layout version 2 was written by a newer otel-replay"):
+        FileStateStore(path)
+
+
+def _poke(path: Path, session_id: str, state: str, version: int = 0) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE sessions SET state = ?, state_version = ? WHERE session_id = ?", (state, version, session_id)
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{broken", "corrupt state: not JSON"),
+        (json.dumps({"format": 99, "session_id": "conv-7"}), "state format 99 was written by a newer otel-replay"),
+        (json.dumps({"format": 1, "session_id": "conv-7", "total_tool_calls": "many"}), "'total_tool_calls'"),
+        (json.dumps({"format": 1, "session_id": "someone-else"}), "its id or version disagrees"),
+    ],
+)
+def test_a_corrupt_or_newer_state_is_an_error_naming_file_and_session_never_a_reset(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    store = FileStateStore(path)
+    store.update("conv-7", lambda _state: SessionState(session_id="conv-7", total_tool_calls=5))
+    _poke(path, "conv-7", text)
+    where = f"session store {path} session 'conv-7'"
+    with pytest.raises(SessionStateError, match="^" + where.replace("(", "\\(")) as caught:
+        store.load("conv-7")
+    assert message in str(caught.value)
+    with pytest.raises(SessionStateError, match=message.replace("(", "\\(").replace("'", "'")):
+        store.update("conv-7", _bump)
+    with sqlite3.connect(path) as conn:  # the row was left as it was: nothing reset it
+        assert conn.execute("SELECT state FROM sessions").fetchone()[0] == text
+
+
+def test_the_store_of_a_dataset_sits_in_the_dataset_and_an_s3_one_stays_local(tmp_path: Path) -> None:
+    assert governance_store_path(tmp_path) == tmp_path / "_governance" / "sessions.sqlite3"
+    remote = governance_store_path("s3://bucket/prefix")
+    assert not str(remote).startswith("s3:")
+    assert remote.parts[-4:-2] == ("otel-replay", "governance")
+    assert remote.name == "sessions.sqlite3"
+    assert governance_store_path("s3://bucket/other") != remote
+    store = FileStateStore.for_dataset(tmp_path)
+    store.update("s", _bump)
+    assert store.session_ids() == ["s"]
