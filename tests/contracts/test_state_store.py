@@ -26,9 +26,20 @@ from ._store_race import one_refund_contracts, race
 ROUNDS = 40
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "file-no-fsync"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    return MemoryStateStore() if request.param == "memory" else FileStateStore(tmp_path / "s.sqlite3")
+    if request.param == "memory":
+        return MemoryStateStore()
+    return FileStateStore(tmp_path / "s.sqlite3", fsync=request.param == "file")
+
+
+def test_a_file_store_is_in_write_ahead_log_mode_and_syncs_as_asked(tmp_path: Path) -> None:
+    durable = FileStateStore(tmp_path / "a.sqlite3")
+    lax = FileStateStore(tmp_path / "b.sqlite3", fsync=False)
+    with sqlite3.connect(tmp_path / "a.sqlite3") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert durable._connection().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert lax._connection().execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
 
 
 def _bump(state: SessionState | None) -> SessionState:
