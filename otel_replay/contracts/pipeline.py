@@ -377,7 +377,10 @@ class Governor:
 
     def direct(self, tool: str, arguments: Mapping[str, Any]) -> Decision:
         """Gate a call the model did not ask for (the application calls a session tool itself): one step."""
-        text = json.dumps(dict(arguments), default=str)
+        try:
+            text = json.dumps(dict(arguments), default=str)
+        except Exception:  # noqa: BLE001 - not encodable (an object whose str() raises...): malformed arguments
+            text = "<arguments that are not JSON>"
         call = ToolCallView.parse(0, "", tool, text)
         if self.mode == "shadow":
             with self._lock:
@@ -420,13 +423,24 @@ class Governor:
 
 
 def canonical(arguments: Mapping[str, Any] | None) -> str:
-    """The arguments as canonical JSON (sorted keys): how a model's call and an executor's call are matched."""
+    """The arguments as canonical JSON (sorted keys): how a model's call and an executor's call are matched.
+
+    Arguments that cannot be encoded get a text no model call has (they then match nothing).
+    """
     if arguments is None:
         return "null"
     try:
         return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
-    except (TypeError, ValueError, RecursionError):
-        return repr(sorted(arguments.items(), key=lambda item: str(item[0])))
+    except Exception:  # noqa: BLE001 - hostile values (a str() that raises, cycles, deep nesting) match nothing
+        return "<arguments that are not JSON>"
+
+
+def _shown(name: str | None) -> str:
+    """A tool name as a one-line message shows it (a name with control characters quoted, long ones cut)."""
+    text = name if isinstance(name, str) else repr(name)
+    if not text.isprintable():
+        text = repr(text)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _rejection(session_id: str, decision: Decision) -> str:
@@ -435,6 +449,6 @@ def _rejection(session_id: str, decision: Decision) -> str:
         return f"session {session_id}: step {decision.step} rejected"
     first = failures[0]
     where = f" ({first.source})" if first.source is not None else ""
-    tool = f"{first.tool}: " if first.tool else ""
+    tool = f"{_shown(first.tool)}: " if first.tool else ""
     more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
     return f"session {session_id}: step {decision.step} rejected: {tool}{first.rule}: {first.detail}{where}{more}"
