@@ -3,10 +3,13 @@
 -- spans. Needs `spans` (views.sql) first; the Store defines these views with
 -- the others.
 --
--- contract_decisions: the decision of one model response. `outcome` is allow,
+-- contract_decisions: the decision of one model response (or of one call of a
+-- session tool the model did not ask for: api 'tools'). `outcome` is allow,
 -- reject (the call raised ReplayContractError), strip (the blocked calls were
--- removed) or text_only (every call was removed, the text kept); `mode` is
--- enforce, shadow (nothing was blocked: what would have been) or log-only.
+-- removed), text_only (every call was removed, the text kept) or logged
+-- (log-only: nothing checked); `mode` is enforce, shadow (nothing was
+-- blocked: what would have been) or log-only. `tools_dropped` counts calls
+-- past the span's cap (decided, not listed).
 -- `tools` is the JSON list of the response's calls ({call_id, name, allowed,
 -- arguments}, arguments redacted), `failures` the JSON list of the rules that
 -- failed ({rule, tool, call_id, path, detail, source}), `narrowed` the JSON
@@ -26,6 +29,10 @@ SELECT
     attributes ->> '$."replay.contract.tools"'                                      AS tools,
     attributes ->> '$."replay.contract.failures"'                                   AS failures,
     attributes ->> '$."replay.contract.narrowed"'                                   AS narrowed,
+    attributes ->> '$."replay.contract.provider"'                                   AS provider,
+    attributes ->> '$."replay.contract.api"'                                        AS api,
+    coalesce(TRY_CAST(attributes ->> '$."replay.contract.streamed"' AS BOOLEAN), false) AS streamed,
+    coalesce(TRY_CAST(attributes ->> '$."replay.contract.tools.dropped"' AS BIGINT), 0) AS tools_dropped,
     CASE WHEN json_valid(attributes ->> '$."replay.contract.tools"')
          THEN json_array_length(attributes ->> '$."replay.contract.tools"') END     AS tool_calls,
     CASE WHEN json_valid(attributes ->> '$."replay.contract.tools"')

@@ -43,6 +43,10 @@ def test_each_decision_is_a_row_and_each_failure_a_row(telemetry: Telemetry, dat
                 "replay.contract.tools": json.dumps(TOOLS),
                 "replay.contract.failures": json.dumps(FAILURES),
                 "replay.contract.narrowed": json.dumps(["drop_table"]),
+                "replay.contract.provider": "openai",
+                "replay.contract.api": "chat.completions",
+                "replay.contract.streamed": True,
+                "replay.contract.tools.dropped": 5,
             },
         )
         decision(telemetry, **{"replay.contract.step": 4, "replay.contract.outcome": "allow",
@@ -55,6 +59,10 @@ def test_each_decision_is_a_row_and_each_failure_a_row(telemetry: Telemetry, dat
     assert (first["session_id"], first["agent"], first["step"], first["outcome"]) == ("s-1", "refund-bot", 3, "reject")
     assert (first["tool_calls"], first["blocked_calls"], first["state_version"]) == (2, 1, 7)
     assert json.loads(first["narrowed"]) == ["drop_table"] and first["contracts_digest"] == "abc"
+    assert (first["provider"], first["api"], first["streamed"], first["tools_dropped"]) == (
+        "openai", "chat.completions", True, 5,
+    )  # fmt: skip
+    assert (second["streamed"], second["tools_dropped"]) == (False, 0)
     assert second["session_id"] == "s-1"  # from the span's session id when the attribute is absent
     assert (second["tool_calls"], second["blocked_calls"]) == (0, 0)
     assert [(f["rule"], f["path"], f["source"]) for f in failures] == [
