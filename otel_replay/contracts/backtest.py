@@ -370,9 +370,9 @@ def _observe(
     """Each allowed call's recorded result or error, as the governed session would have seen it after the step."""
     if decision.outcome == "reject":
         return
-    by_index = {id(verdict): call for verdict, call in zip(decision.verdicts, calls, strict=True)}
-    for verdict in decision.allowed:
-        call = by_index[id(verdict)]
+    for verdict, call in zip(decision.verdicts, calls, strict=True):
+        if not verdict.allowed:
+            continue
         if call.failed:
             engine.observe_error(state, call.name, _RecordedToolError(call.name))
         elif call.output_recorded:

@@ -32,7 +32,8 @@ dropped AS (
     SELECT trace_id, span_id,
            TRY_CAST(attributes ->> '$."replay.model.tool_calls.dropped"' AS BIGINT) AS dropped_calls
     FROM spans
-    WHERE attributes ->> '$."replay.model.tool_calls.dropped"' IS NOT NULL
+    WHERE replay_kind = 'model'  -- only the instrumentors write the count, on their model spans
+      AND attributes ->> '$."replay.model.tool_calls.dropped"' IS NOT NULL
 ),
 steps AS (
     SELECT c.*, d.dropped_calls,
