@@ -74,8 +74,10 @@ def record(dataset: Path, sessions: int) -> None:
             replies.append(scripted.chat_completion(None, tool_calls=calls, model="gpt-4o-mini"))
         replies.append(scripted.chat_completion("done", model="gpt-4o-mini"))
     try:
-        with scripted.ScriptedServer(replies, keep=False) as server:
-            client = openai.OpenAI(base_url=server.base_url, api_key="sk-bench", max_retries=0)
+        with (
+            scripted.ScriptedServer(replies, keep=False) as server,
+            openai.OpenAI(base_url=server.base_url, api_key="sk-bench", max_retries=0) as client,
+        ):
             for number, plan in enumerate(plans):
                 with otel_replay.session(f"s{number:05d}"):
                     for _ in range(len(plan) + 1):

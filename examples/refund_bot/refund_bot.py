@@ -124,6 +124,7 @@ def run_agent(dataset: str) -> None:
         )
         print(f"ledger balance {ledger.balance:,.2f} (one refund committed through the gate)")
         session.restore()
+        client.close()
 
 
 def main(dataset: str) -> int:

@@ -107,6 +107,10 @@ def infer_command(dataset: str, skip_corrupt: bool, out: str, force: bool, margi
         click.echo(r.clean(f"  {path.name}"))
     for note in draft.notes:
         click.echo(r.clean(f"note: {note}"), err=True)
+    others = sorted(p.name for p in target.iterdir() if p.suffix in (".yaml", ".yml") and p.name not in draft.files)
+    if others:
+        shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+        click.echo(r.clean(f"note: {out} also holds {shown}, not from this draft: they load with it"), err=True)
     click.echo("review every rule, then: otel-replay contracts check --contracts " + r.clean(out))
 
 

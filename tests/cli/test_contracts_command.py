@@ -172,8 +172,11 @@ def test_infer_refuses_to_overwrite_unless_forced(dataset: Path, tmp_path: Path)
     line = error_line(run("infer", "-d", str(dataset), "--out", str(out)))
     assert "not overwritten" in line and "--force" in line
     assert (out / "session.yaml").read_text() == "# my own\n" and len(list(out.iterdir())) == 1
-    assert run("infer", "-d", str(dataset), "--out", str(out), "--force").exit_code == 0
+    (out / "old_tool.yaml").write_text("tool: old_tool\n")
+    forced = run("infer", "-d", str(dataset), "--out", str(out), "--force")
+    assert forced.exit_code == 0
     assert (out / "session.yaml").read_text() != "# my own\n"
+    assert "also holds old_tool.yaml, not from this draft" in forced.stderr
 
 
 def test_infer_out_that_is_a_file(dataset: Path, tmp_path: Path) -> None:

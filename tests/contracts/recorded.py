@@ -88,8 +88,10 @@ def record(
                 calls = [(f"call_{number}_{i}", name, args) for i, (name, args) in enumerate(step)]
                 replies.append(scripted.chat_completion(None, tool_calls=calls, model=model, usage=(100, 20)))
             replies.append(scripted.chat_completion("done", model=model, usage=(100, 5)))
-        with scripted.ScriptedServer(replies) as server:
-            client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        with (
+            scripted.ScriptedServer(replies) as server,
+            openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0) as client,
+        ):
             for session_id, steps in sessions.items():
                 scope = (
                     otel_replay.correlation(session_id)
