@@ -200,6 +200,16 @@ class FileStateStore:
     def _where(self, session_id: str) -> str:
         return f"session store {self.path} session {session_id!r}"
 
+    def _key(self, session_id: str) -> str:
+        """``session_id`` as SQLite can store it (UTF-8 text), else a clear error."""
+        if not isinstance(session_id, str):
+            raise SessionStateError(f"session store {self.path}: a session id is text, not {type(session_id).__name__}")
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SessionStateError(f"{self._where(session_id)}: the id is not valid Unicode text") from None
+        return session_id
+
     def _read(self, conn: sqlite3.Connection, session_id: str) -> tuple[int, SessionState] | None:
         row = conn.execute("SELECT state_version, state FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
         if row is None:
@@ -216,6 +226,7 @@ class FileStateStore:
 
     def load(self, session_id: str) -> SessionState | None:
         """See :meth:`StateStore.load`."""
+        self._key(session_id)
         conn = self._connection()
         try:
             found = self._read(conn, session_id)
@@ -225,6 +236,7 @@ class FileStateStore:
 
     def update(self, session_id: str, change: Change) -> SessionState:
         """See :meth:`StateStore.update`: the whole read-change-save holds the file's write lock."""
+        self._key(session_id)
         conn = self._connection()
         for _attempt in range(_MAX_ATTEMPTS):
             try:

@@ -154,3 +154,14 @@ def test_hostile_usage_counts_never_raise_and_never_lower_the_cost(usage: Any) -
     engine.charge(state, model="m", usage=usage)
     assert state.actual_cost == cost
     assert state.to_json()
+
+
+def test_narrowing_odd_offers_keeps_text_names_once_and_ignores_the_rest() -> None:
+    engine = Engine(refund_bot(), unmatched_policy="allow")
+    state = engine.new_state("s", None)
+    offered: list[Any] = ["add_note", None, 3, "add_note", "x" * 10_000, *(f"t{n}" for n in range(10_000))]
+    narrowing = engine.narrow(state, offered)
+    assert narrowing.kept[:2] == ("add_note", "x" * 10_000)
+    assert len(narrowing.kept) == 10_002
+    engine.restrict(state, ["add_note", None, "add_note", 7])  # type: ignore[list-item]
+    assert state.narrowed_to == ["add_note"]
