@@ -11,7 +11,7 @@ import pytest
 
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import govern
-from otel_replay.errors import ContractError, ReplayContractError
+from otel_replay.errors import ContractError, ReplayContractError, ReplayKillError
 from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
@@ -272,3 +272,35 @@ def test_an_async_client_is_governed(spans: Spans) -> None:
         response, error = asyncio.run(run(server))
     assert [c.id for c in response.choices[0].message.tool_calls] == ["c2"]
     assert isinstance(error, ReplayContractError)
+
+
+def test_the_circuit_breaker_kills_the_session_after_three_blocked_responses(spans: Spans) -> None:
+    refund = s.chat_completion(None, model=GPT, tool_calls=[("c1", "issue_refund", {"amount": 1})])
+    with s.ScriptedServer(default=refund) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        for _ in range(3):
+            with pytest.raises(ReplayContractError):
+                session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+        asked = len(server.requests)
+        with pytest.raises(ReplayKillError, match="circuit breaker"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+        assert len(server.requests) == asked  # the killed session never reached the model
+    assert session.get_health()["killed"] is True
+
+
+def test_max_steps_stops_the_eleventh_call_before_the_model_is_asked(spans: Spans) -> None:
+    with s.ScriptedServer(default=s.chat_completion("ok", model=GPT)) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        for _ in range(10):
+            session.client.chat.completions.create(model=GPT, messages=HELLO)
+        with pytest.raises(ReplayContractError, match="max_steps"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO)
+        assert len(server.requests) == 10
+
+
+def test_a_method_govern_does_not_cover_is_reported_as_a_bypass_not_silently_ungoverned(spans: Spans) -> None:
+    with s.ScriptedServer([s.chat_completion("a", model=GPT)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with session.client.chat.completions.with_streaming_response.create(model=GPT, messages=HELLO) as raw:
+            raw.read()
+    assert session.get_health()["bypass_detected"] is True
