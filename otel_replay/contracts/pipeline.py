@@ -122,7 +122,8 @@ class Governor:
         """Apply ``change`` to the stored state atomically (the state is created on first use)."""
 
         def apply(current: SessionState | None) -> SessionState:
-            state = current.copy() if current is not None else self.engine.new_state(self.session_id, self.agent)
+            # the store hands ``change`` a fresh copy of what it saved: it is changed in place
+            state = current if current is not None else self.engine.new_state(self.session_id, self.agent)
             change(state)
             return state
 
