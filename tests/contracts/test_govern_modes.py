@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 
 from otel_replay import semconv as sc
@@ -296,6 +297,10 @@ def test_max_steps_stops_the_eleventh_call_before_the_model_is_asked(spans: Span
         with pytest.raises(ReplayContractError, match="max_steps"):
             session.client.chat.completions.create(model=GPT, messages=HELLO)
         assert len(server.requests) == 10
+    last = decisions(spans)[-1]  # the refusal before the call is a decision too
+    assert last[sc.CONTRACT_OUTCOME] == "reject" and last[sc.CONTRACT_TOOLS] == []
+    assert [f["rule"] for f in last[sc.CONTRACT_FAILURES]] == ["max_steps"]
+    assert session.get_state()["total_block_count"] == 1
 
 
 def test_a_method_govern_does_not_cover_is_reported_as_a_bypass_not_silently_ungoverned(spans: Spans) -> None:
@@ -304,3 +309,12 @@ def test_a_method_govern_does_not_cover_is_reported_as_a_bypass_not_silently_ung
         with session.client.chat.completions.with_streaming_response.create(model=GPT, messages=HELLO) as raw:
             raw.read()
     assert session.get_health()["bypass_detected"] is True
+
+
+def test_an_error_of_the_model_api_reaches_the_caller_as_the_clients_own_exception(spans: Spans) -> None:
+    with s.ScriptedServer([s.error(500, "scripted outage", "server_error")]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with pytest.raises(openai.InternalServerError, match="scripted outage"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    assert session.get_state()["total_step_count"] == 0
+    assert decisions(spans) == []

@@ -11,6 +11,7 @@ import pytest
 
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import GovernedSession, govern
+from otel_replay.contracts.store import MemoryStateStore
 from otel_replay.errors import ContractError, ReplayContractError, ReplayKillError
 from otel_replay.gate import ActionGate, Receipt, ReferenceLedger
 from otel_replay.instrumentation import scripted as s
@@ -236,8 +237,6 @@ def test_kill_makes_every_later_call_raise_and_restore_hands_the_plain_client_ba
 def test_a_killed_session_stays_killed_for_another_session_object_on_the_same_store(
     spans: Spans, ledger: ReferenceLedger
 ) -> None:
-    from otel_replay.contracts.store import MemoryStateStore  # noqa: PLC0415 - the store under test, here only
-
     store = MemoryStateStore()
     with s.ScriptedServer([]) as server:
         first = _session(server, spans, ledger, store=store, session_id="shared")
