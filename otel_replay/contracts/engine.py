@@ -31,7 +31,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
-from otel_replay.contracts.checks import compile_regex, invariant_problems, json_equal
+from otel_replay.contracts.checks import InvariantCheck, json_equal
 from otel_replay.contracts.decisions import (
     GATE_MODES,
     ON_ERROR,
@@ -114,17 +114,19 @@ class _Simulation:
         self.total_calls = state.total_tool_calls
         earlier = state.recent_calls[-(window - 1) :] if window > 1 else []
         self.window: deque[str] = deque(earlier, maxlen=max(window - 1, 0))
-        self.window_counts = Counter(self.window)
+        self.window_counts: dict[str, int] = dict(Counter(self.window))
 
     def see(self, digest: str) -> int:
         """How many times ``digest`` is in the loop window counting this call; then the call enters it."""
-        seen = self.window_counts[digest] + 1
-        if self.window.maxlen:
-            if len(self.window) == self.window.maxlen:
-                oldest = self.window[0]
-                self.window_counts[oldest] -= 1
-            self.window.append(digest)
-            self.window_counts[digest] += 1
+        counts = self.window_counts
+        seen = counts.get(digest, 0) + 1
+        window = self.window
+        if window.maxlen:
+            if len(window) == window.maxlen:
+                oldest = window[0]
+                counts[oldest] -= 1
+            window.append(digest)
+            counts[digest] = counts.get(digest, 0) + 1
         return seen
 
     def commit(self, name: str, contract: ToolContract | None) -> None:
@@ -170,16 +172,18 @@ class Engine:
         self._limits = limits
         loop = limits.loop_detection
         self._window = loop.window if loop is not None else 0
-        self._regexes: dict[tuple[str, int], re.Pattern[str]] = {}
+        self._checks: dict[str, tuple[InvariantCheck, ...]] = {}
         output_paths: dict[str, list[str]] = {}
         for tool in contracts.tools.values():
-            for index, invariant in enumerate(tool.argument_value_invariants):
-                if invariant.regex is not None:
-                    try:
-                        self._regexes[(tool.tool, index)] = compile_regex(invariant.regex)
-                    except re.error as exc:
-                        where = f"{invariant.source}: argument_value_invariants: regex"
-                        raise ContractLoadError(f"{where}: {exc}") from None
+            checks: list[InvariantCheck] = []
+            for invariant in tool.argument_value_invariants:
+                try:
+                    checks.append(InvariantCheck(invariant))
+                except re.error as exc:
+                    raise ContractLoadError(f"{invariant.source}: argument_value_invariants: regex: {exc}") from None
+                except ValueError as exc:
+                    raise ContractLoadError(f"{invariant.source}: argument_value_invariants: path: {exc}") from None
+            self._checks[tool.tool] = tuple(checks)
             for pre in tool.preconditions:
                 paths = output_paths.setdefault(pre.requires_prior_tool, [])
                 paths.extend(c.path for c in pre.with_output if c.path not in paths)
@@ -316,7 +320,7 @@ class Engine:
           neither the current phase nor in the session's ``transitions`` from it;
         * ``precondition``: ``requires_prior_tool`` not allowed before (earlier step, or earlier in this
           response), or a ``with_output`` path not observed (:meth:`observe_output`) or not equal;
-        * ``argument_invariant``: see :func:`otel_replay.contracts.checks.invariant_problems`.
+        * ``argument_invariant``: see :meth:`otel_replay.contracts.checks.InvariantCheck.problems`.
 
         Outcome: no failing call -> ``allow``. A failing call of a tool whose effective gate
         (:meth:`~otel_replay.contracts.model.ContractSet.effective_gate`) is ``block`` -> ``reject``
@@ -442,10 +446,11 @@ class Engine:
                         source=condition.source,
                     )
         if call.arguments is not None:
-            for index, invariant in enumerate(contract.argument_value_invariants):
-                regex = self._regexes.get((contract.tool, index))
-                for problem_text in invariant_problems(call.arguments, invariant, regex):
-                    fail("argument_invariant", f"{name}: {problem_text}", path=invariant.path, source=invariant.source)
+            for check in self._checks.get(contract.tool, ()):
+                for problem_text in check.problems(call.arguments):
+                    fail(
+                        "argument_invariant", f"{name}: {problem_text}", path=check.path, source=check.invariant.source
+                    )
         return failures
 
     def _phase_problem(self, phase: str | None, contract: ToolContract) -> str | None:

@@ -121,14 +121,23 @@ class SessionState:
 
     def to_json(self) -> str:
         """The whole state as JSON text (with ``"format"``), read back by :meth:`from_json`."""
-        body: dict[str, Any] = {"format": STATE_FORMAT}
-        for f in fields(self):
-            body[f.name] = getattr(self, f.name)
+        body: dict[str, Any] = {name: getattr(self, name) for name in _FIELD_NAMES}
+        body["format"] = STATE_FORMAT
         return json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
     def copy(self) -> SessionState:
         """A deep, independent copy (what shadow mode evaluates on)."""
         return SessionState.from_json(self.to_json())
+
+    @classmethod
+    def from_trusted_json(cls, text: str) -> SessionState:
+        """A state from text :meth:`to_json` wrote in this process (a memory store's copy), not checked again.
+
+        Anything read from outside the process (a file, a database) goes through :meth:`from_json`.
+        """
+        body = json.loads(text)
+        del body["format"]
+        return cls(**body)
 
     @classmethod
     def from_json(cls, text: str | bytes, *, where: str = "session state") -> SessionState:
@@ -153,8 +162,7 @@ class SessionState:
                 f"{where}: state format {fmt} was written by a newer otel-replay (this one reads up to "
                 f"{STATE_FORMAT}); upgrade otel-replay"
             )
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(body) - known)
+        unknown = sorted(set(body) - _FIELD_SET)
         if unknown:
             raise SessionStateError(f"{where}: corrupt state: unknown field {unknown[0]!r}")
         if not isinstance(body.get("session_id"), str):
@@ -164,6 +172,10 @@ class SessionState:
             if problem:
                 raise SessionStateError(f"{where}: corrupt state: {name!r} {problem}")
         return cls(**body)
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
+_FIELD_SET = frozenset(_FIELD_NAMES)
 
 
 def _is_int(value: Any) -> bool:

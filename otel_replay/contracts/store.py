@@ -79,13 +79,13 @@ class MemoryStateStore:
         """See :meth:`StateStore.load`."""
         with self._lock:
             text = self._saved.get(session_id)
-        return None if text is None else SessionState.from_json(text, where=f"session {session_id!r}")
+        return None if text is None else SessionState.from_trusted_json(text)
 
     def update(self, session_id: str, change: Change) -> SessionState:
         """See :meth:`StateStore.update`; updates of one store run one at a time."""
         with self._lock:
             text = self._saved.get(session_id)
-            current = None if text is None else SessionState.from_json(text, where=f"session {session_id!r}")
+            current = None if text is None else SessionState.from_trusted_json(text)
             result = _checked(session_id, change(current), None if current is None else current.state_version)
             self._saved[session_id] = result.to_json()
             return result
@@ -116,9 +116,14 @@ class FileStateStore:
     ``state_version`` compare-and-swap, so two processes racing for the last allowed call cannot both get it.
     A writer waits up to 60 seconds for another's lock. Open one per process; it keeps one connection per
     thread (and opens new ones in a forked child).
+
+    The file is in SQLite's write-ahead-log mode (it needs a local file system, as every SQLite lock does).
+    ``fsync=True`` (the default) makes each update durable before it returns, one ``fsync`` per update (a
+    power cut never forgets a refund taken); ``fsync=False`` leaves that to the operating system: an update
+    survives the process crashing, the last ones may be lost if the machine does, for far less time per update.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
         """Open (creating it and its directory if needed) the store at ``path``.
 
         Raises:
@@ -126,6 +131,7 @@ class FileStateStore:
 
         """
         self.path = Path(path)
+        self.fsync = fsync
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
@@ -136,9 +142,9 @@ class FileStateStore:
         self._prepare(self._connection())
 
     @classmethod
-    def for_dataset(cls, dataset: str | os.PathLike[str]) -> FileStateStore:
+    def for_dataset(cls, dataset: str | os.PathLike[str], *, fsync: bool = True) -> FileStateStore:
         """The store of ``dataset`` (see :func:`governance_store_path`)."""
-        return cls(governance_store_path(dataset))
+        return cls(governance_store_path(dataset), fsync=fsync)
 
     def _error(self, what: str, exc: BaseException | None = None) -> SessionStateError:
         tail = f": {exc}" if exc is not None else ""
@@ -151,6 +157,11 @@ class FileStateStore:
                 conn = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None, check_same_thread=False)
             except sqlite3.Error as exc:
                 raise self._error("cannot open", exc) from None
+            try:
+                conn.execute(f"PRAGMA synchronous = {'FULL' if self.fsync else 'NORMAL'}")
+            except sqlite3.Error as exc:
+                conn.close()
+                raise self._error("not a readable SQLite session store", exc) from None
             local.conn, local.pid = conn, os.getpid()
             with self._lock:
                 self._connections.append(conn)
@@ -182,11 +193,22 @@ class FileStateStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            conn.execute("PRAGMA journal_mode = WAL")  # outside a transaction; kept in the file from now on
         except sqlite3.DatabaseError as exc:
             raise self._error("not a readable SQLite session store", exc) from None
 
     def _where(self, session_id: str) -> str:
         return f"session store {self.path} session {session_id!r}"
+
+    def _key(self, session_id: str) -> str:
+        """``session_id`` as SQLite can store it (UTF-8 text), else a clear error."""
+        if not isinstance(session_id, str):
+            raise SessionStateError(f"session store {self.path}: a session id is text, not {type(session_id).__name__}")
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SessionStateError(f"{self._where(session_id)}: the id is not valid Unicode text") from None
+        return session_id
 
     def _read(self, conn: sqlite3.Connection, session_id: str) -> tuple[int, SessionState] | None:
         row = conn.execute("SELECT state_version, state FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
@@ -204,6 +226,7 @@ class FileStateStore:
 
     def load(self, session_id: str) -> SessionState | None:
         """See :meth:`StateStore.load`."""
+        self._key(session_id)
         conn = self._connection()
         try:
             found = self._read(conn, session_id)
@@ -213,6 +236,7 @@ class FileStateStore:
 
     def update(self, session_id: str, change: Change) -> SessionState:
         """See :meth:`StateStore.update`: the whole read-change-save holds the file's write lock."""
+        self._key(session_id)
         conn = self._connection()
         for _attempt in range(_MAX_ATTEMPTS):
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from otel_replay.contracts.store import FileStateStore
 
 from ._engine_support import call
 
-__all__ = ["one_refund_contracts", "race"]
+__all__ = ["hold_the_lock", "one_refund_contracts", "race"]
 
 
 def one_refund_contracts() -> ContractSet:
@@ -49,3 +50,17 @@ def race(path: str, rounds: int, barrier: Barrier, results: Any, worker: int) ->
             won.append(number)
     store.close()
     results.put((worker, won))
+
+
+def hold_the_lock(path: str, session_id: str, holding: Any) -> None:
+    """Start an update of ``session_id``, signal ``holding`` from inside it, then hang until killed."""
+    store = FileStateStore(path)
+
+    def change(state: SessionState | None) -> SessionState:
+        assert state is not None
+        state.total_tool_calls = 999  # never saved: the process dies first
+        holding.set()
+        threading.Event().wait()  # hang, holding the write lock, until the parent kills this process
+        return state
+
+    store.update(session_id, change)

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from otel_replay.contracts.checks import REGEX_MAX_CHARS
 from otel_replay.contracts.engine import Engine, ToolCallView, parse_arguments
-from otel_replay.contracts.model import Price, SessionLimits, Source
+from otel_replay.contracts.model import ArgumentInvariant, Price, SessionLimits, Source, ToolContract
 
 from ._engine_support import call, refund_bot, run_step
 
@@ -71,11 +72,30 @@ def test_a_one_mebibyte_argument_is_checked_not_choked_on() -> None:
     state = engine.new_state("s", None)
     huge = "x" * (1 << 20)
     decision = engine.evaluate(state, [call("lookup_customer", {"customer_email": huge + "@example.test"})])
-    assert decision.outcome == "allow"
+    (failure,) = decision.failures
+    assert (
+        failure.detail
+        == f"lookup_customer: $.customer_email is {len(huge) + 13} characters, over 8192 to match /^.+@.+/"
+    )
     refund = engine.evaluate(state, [call("issue_refund", {"amount": 1, "customer_id": huge})])
     details = [f.detail for f in refund.failures]
     assert any("over max_length 32" in d for d in details)
     assert all(len(d) <= 300 for d in details)
+
+
+def test_a_long_argument_cannot_stall_an_unanchored_regex() -> None:
+    """``[a-z]+@`` searched in 1 MiB of letters would take hours; the text is refused unmatched instead."""
+    tool = ToolContract(
+        tool="t",
+        source=Source("t.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.v", source=Source("t.yaml", 3), regex="[a-z]+@"),),
+    )
+    engine = Engine(refund_bot(extra_tools=[tool]))
+    state = engine.new_state("s", None)
+    assert engine.evaluate(state, [call("t", {"v": "a" * REGEX_MAX_CHARS + "@"})]).outcome == "reject"
+    assert engine.evaluate(state, [call("t", {"v": "a" * (REGEX_MAX_CHARS - 1) + "@"})]).outcome == "allow"
+    decision = engine.evaluate(state, [call("t", {"v": "a" * (1 << 20)})])
+    assert "over 8192 to match" in decision.failures[0].detail
 
 
 def test_nan_and_infinite_arguments_passed_as_values_fail_the_bounds() -> None:
@@ -134,3 +154,14 @@ def test_hostile_usage_counts_never_raise_and_never_lower_the_cost(usage: Any) -
     engine.charge(state, model="m", usage=usage)
     assert state.actual_cost == cost
     assert state.to_json()
+
+
+def test_narrowing_odd_offers_keeps_text_names_once_and_ignores_the_rest() -> None:
+    engine = Engine(refund_bot(), unmatched_policy="allow")
+    state = engine.new_state("s", None)
+    offered: list[Any] = ["add_note", None, 3, "add_note", "x" * 10_000, *(f"t{n}" for n in range(10_000))]
+    narrowing = engine.narrow(state, offered)
+    assert narrowing.kept[:2] == ("add_note", "x" * 10_000)
+    assert len(narrowing.kept) == 10_002
+    engine.restrict(state, ["add_note", None, "add_note", 7])  # type: ignore[list-item]
+    assert state.narrowed_to == ["add_note"]

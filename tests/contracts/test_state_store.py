@@ -21,14 +21,25 @@ from otel_replay.contracts.store import (
 )
 
 from ._engine_support import call, refund_bot, run_step
-from ._store_race import one_refund_contracts, race
+from ._store_race import hold_the_lock, one_refund_contracts, race
 
 ROUNDS = 40
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "file-no-fsync"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    return MemoryStateStore() if request.param == "memory" else FileStateStore(tmp_path / "s.sqlite3")
+    if request.param == "memory":
+        return MemoryStateStore()
+    return FileStateStore(tmp_path / "s.sqlite3", fsync=request.param == "file")
+
+
+def test_a_file_store_is_in_write_ahead_log_mode_and_syncs_as_asked(tmp_path: Path) -> None:
+    durable = FileStateStore(tmp_path / "a.sqlite3")
+    lax = FileStateStore(tmp_path / "b.sqlite3", fsync=False)
+    with sqlite3.connect(tmp_path / "a.sqlite3") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert durable._connection().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert lax._connection().execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
 
 
 def _bump(state: SessionState | None) -> SessionState:
@@ -139,6 +150,24 @@ def test_two_processes_never_both_take_the_last_allowed_refund(tmp_path: Path) -
         assert engine.narrow(state, ["refund"]).kept == ()
 
 
+def test_a_process_killed_holding_the_lock_loses_its_change_and_blocks_nobody(tmp_path: Path) -> None:
+    path = str(tmp_path / "sessions.sqlite3")
+    store = FileStateStore(path)
+    store.update("conv-1", lambda _state: SessionState(session_id="conv-1", total_tool_calls=1))
+    context = multiprocessing.get_context("spawn")
+    holding = context.Event()
+    child = context.Process(target=hold_the_lock, args=(path, "conv-1", holding))
+    child.start()
+    try:
+        assert holding.wait(timeout=600), "the child never took the lock"
+    finally:
+        child.kill()
+        child.join(timeout=60)
+    after = store.update("conv-1", _bump)  # the dead process's lock is gone, its change never landed
+    assert (after.total_tool_calls, after.total_step_count, after.state_version) == (1, 1, 1)
+    assert store.load("conv-1") == after
+
+
 def test_a_file_that_is_not_a_database_is_refused_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "sessions.sqlite3"
     path.write_bytes(b"this is not sqlite at all" * 100)
@@ -207,3 +236,30 @@ def test_the_store_of_a_dataset_sits_in_the_dataset_and_an_s3_one_stays_local(tm
     store = FileStateStore.for_dataset(tmp_path)
     store.update("s", _bump)
     assert store.session_ids() == ["s"]
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    ["", "a\x00b", "x" * 10_000, "conv-\u00e9\U0001f600", "'; DROP TABLE sessions; --", "\ud800"],
+)
+def test_any_session_id_is_a_key_and_nothing_else(store: StateStore, session_id: str) -> None:
+    if "\ud800" in session_id and isinstance(store, FileStateStore):
+        with pytest.raises(SessionStateError, match="session '\\\\ud800': the id is not valid Unicode text"):
+            store.update(session_id, lambda _state: SessionState(session_id=session_id))
+        with pytest.raises(SessionStateError, match="not valid Unicode"):
+            store.load(session_id)
+        return
+    store.update(session_id, lambda _state: SessionState(session_id=session_id, total_tool_calls=3))
+    store.update("other", lambda _state: SessionState(session_id="other"))
+    loaded = store.load(session_id)
+    assert loaded is not None and loaded.session_id == session_id and loaded.total_tool_calls == 3
+    assert store.load("other") is not None
+
+
+def test_a_store_that_cannot_be_created_names_its_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(
+        SessionStateError, match=f"session store {blocker}/sessions.sqlite3: cannot create its directory"
+    ):
+        FileStateStore(blocker / "sessions.sqlite3")
