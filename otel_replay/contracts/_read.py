@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from yaml.nodes import Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from otel_replay.contracts._yaml import INVALID, NodeReader
+from otel_replay.contracts._yaml import INVALID, NodeReader, Problem, did_you_mean
 from otel_replay.contracts.model import (
     SIDE_EFFECTS,
     ArgumentInvariant,
@@ -33,8 +33,12 @@ from otel_replay.contracts.model import (
 from otel_replay.contracts.paths import parse_path
 
 __all__ = [
+    "COMMIT_REQUIREMENTS",
+    "EVIDENCE_CLASSES",
     "EXTRA_FIELDS",
+    "GATES",
     "INVARIANT_CHECKS",
+    "LIMIT_FIELDS",
     "SCHEMA_VERSIONS",
     "SESSION_FIELDS",
     "TOOL_FIELDS",
@@ -136,6 +140,8 @@ class SessionRead:
 
     contract: SessionContract | None
     references: list[Reference] = field(default_factory=list)
+    phase_names: frozenset[str] | None = None
+    """The phases defined, when the phase list could be read (even if another part of the file could not)."""
 
 
 def _line(node: Node) -> int:
@@ -176,11 +182,11 @@ def read_tool(reader: NodeReader, root: Node) -> ToolRead:
     assert isinstance(entries, dict)
     refs: list[Reference] = []
     file = reader.file
+    name_node = entries["tool"][1] if "tool" in entries else root
     if "tool" not in entries:
-        reader.fail(root, "tool", "missing: every tool contract names its tool (tool: <name>)")
-        return ToolRead(None)
-    name_node = entries["tool"][1]
-    name = reader.string(name_node, "tool")
+        name: Any = reader.fail(root, "tool", "missing: every tool contract names its tool (tool: <name>)")
+    else:
+        name = reader.string(name_node, "tool")
     if isinstance(name, str) and not TOOL_NAME.fullmatch(name):
         name = reader.fail(name_node, "tool", f"{name[:60]!r} is not a tool name (1-128 letters, digits, _ or -)")
     values: dict[str, Any] = {}
@@ -211,9 +217,7 @@ def read_tool(reader: NodeReader, root: Node) -> ToolRead:
     extra: dict[str, Any] = {}
     for key, kind in EXTRA_FIELDS.items():
         if key in entries:
-            node = entries[key][1]
-            check = reader.mapping(node, key) if kind == "mapping" else reader.sequence(node, key)
-            value = reader.plain(node, key) if check is not INVALID else INVALID
+            value = _kept(reader, entries[key][1], key, kind)
             if value is INVALID:
                 ok = False
             extra[key] = value
@@ -222,6 +226,15 @@ def read_tool(reader: NodeReader, root: Node) -> ToolRead:
     assert isinstance(name, str)
     contract = ToolContract(tool=name, source=Source(file, _line(name_node)), extra=extra, **values)
     return ToolRead(contract, refs, _line(name_node))
+
+
+def _kept(reader: NodeReader, node: Node, where: str, kind: str) -> Any:
+    """A field kept as read (not enforced): any JSON-like value of the given kind, ``mapping`` or ``list``."""
+    if kind == "mapping" and not isinstance(node, MappingNode):
+        return reader.mapping(node, where)  # records why it is not a mapping
+    if kind == "list" and not isinstance(node, SequenceNode):
+        return reader.sequence(node, where)  # records why it is not a list
+    return reader.plain(node, where)
 
 
 def _tool_transitions(reader: NodeReader, node: Node, refs: list[Reference]) -> Transitions | Any:
@@ -328,9 +341,11 @@ def _invariant(reader: NodeReader, node: Node, where: str) -> ArgumentInvariant 
     if entries is INVALID:
         return INVALID
     assert isinstance(entries, dict)
+    values: dict[str, Any] = {}
     if "path" not in entries:
-        return reader.fail(node, f"{where}.path", "missing: the argument this checks ($.name)")
-    values: dict[str, Any] = {"path": _path(reader, entries["path"][1], f"{where}.path")}
+        values["path"] = reader.fail(node, f"{where}.path", "missing: the argument this checks ($.name)")
+    else:
+        values["path"] = _path(reader, entries["path"][1], f"{where}.path")
     for bound in ("gte", "gt", "lte", "lt"):
         if bound in entries:
             values[bound] = reader.number(entries[bound][1], f"{where}.{bound}")
@@ -423,21 +438,50 @@ def read_session(reader: NodeReader, root: Node) -> SessionRead:
     if "prices" in entries:
         values["prices"] = _prices(reader, entries["prices"][1])
     if "provider_constraints" in entries:
-        at = entries["provider_constraints"][1]
-        shape = reader.mapping(at, "provider_constraints")
-        values["provider_constraints"] = reader.plain(at, "provider_constraints") if shape is not INVALID else INVALID
-    if any(value is INVALID for value in values.values()):
-        return SessionRead(None, refs)
-    limits = values.get("session_limits")
-    if isinstance(limits, SessionLimits) and limits.max_cost_per_session is not None and not values.get("prices"):
-        at = entries["session_limits"][1]
+        values["provider_constraints"] = _kept(
+            reader, entries["provider_constraints"][1], "provider_constraints", "mapping"
+        )
+    _check_phase_names(reader, values, refs)
+    tool_refs = [ref for ref in refs if ref.kind == "tool"]
+    limits_node = entries["session_limits"][1] if "session_limits" in entries else None
+    caps = (
+        [key for key, _ in limits_node.value if getattr(key, "value", None) == "max_cost_per_session"]
+        if isinstance(limits_node, MappingNode)
+        else []
+    )
+    if caps and not values.get("prices"):
         reader.fail(
-            at,
+            caps[0],
             "session_limits.max_cost_per_session",
             "a cost cap needs a price table: add prices: {<model>: {input_per_million: ..., output_per_million: ...}}",
         )
-        return SessionRead(None, refs)
-    return SessionRead(SessionContract(source=Source(reader.file, _line(root)), **values), refs)
+    phases = values.get("phases", ())
+    names = None if phases is INVALID else frozenset(phase.name for phase in phases)
+    if reader.problems or any(value is INVALID for value in values.values()):
+        return SessionRead(None, tool_refs, names)
+    return SessionRead(SessionContract(source=Source(reader.file, _line(root)), **values), tool_refs, names)
+
+
+def _check_phase_names(reader: NodeReader, values: dict[str, Any], refs: list[Reference]) -> None:
+    """Phases named in session.yaml's transitions must be among its phases; a terminal phase has no way out."""
+    phases = values.get("phases", ())
+    if phases is INVALID:
+        return
+    names = {phase.name for phase in phases}
+    for ref in refs:
+        if ref.kind == "phase" and ref.name not in names:
+            hint = did_you_mean(ref.name, names) if names else " (no phases are defined)"
+            reader.problems.append(
+                Problem(ref.file, ref.line, ref.field, f"phase {ref.name!r} is not defined in phases{hint}")
+            )
+    transitions = values.get("transitions", {})
+    if transitions is INVALID:
+        return
+    for phase in phases:
+        if phase.terminal and transitions.get(phase.name):
+            reader.problems.append(
+                Problem(reader.file, phase.source.line, f"transitions.{phase.name}", "a terminal phase has no way out")
+            )
 
 
 def _phases(reader: NodeReader, node: Node) -> tuple[Phase, ...] | Any:

@@ -1,13 +1,13 @@
 """Reading one contract file as a YAML node tree, safely, and typed reads of its nodes that report every problem.
 
-The file is read whole but never more than :data:`MAX_FILE_BYTES`, must be UTF-8, and is
-composed (never constructed) with PyYAML's safe loader, so every node keeps its line and no
-tag can run code. Scalars resolve as in YAML 1.2's core schema, which is what editors
-validating against the JSON Schema see: only ``true``/``false`` are booleans (``yes``,
-``no``, ``on``, ``off`` stay strings), dates stay strings, and only ``null``, ``~`` or
-nothing is null. Any tag other than the core ones is refused. Aliases are expanded while
-reading, with a budget of :data:`MAX_VALUES` values per file and :data:`MAX_DEPTH` levels, so a
-small file cannot expand into a huge one.
+The file is read whole but never more than :data:`MAX_FILE_BYTES` (a contract file is a few KiB,
+and parsing time grows with the size), must be UTF-8, and is composed (never constructed) with
+PyYAML's safe loader, so every node keeps its line and no tag can run code. Scalars resolve as
+in YAML 1.2's core schema, which is what editors validating against the JSON Schema see: only
+``true``/``false`` are booleans (``yes``, ``no``, ``on``, ``off`` stay strings), dates stay
+strings, and only ``null``, ``~`` or nothing is null. Any tag other than the core ones is
+refused. Aliases are expanded while reading, with a budget of :data:`MAX_VALUES` values per file
+and :data:`MAX_DEPTH` levels, so a small file cannot expand into a huge one.
 
 :class:`NodeReader` reads a node as the type a field wants and, when it is not, records a
 :class:`Problem` (file, line, field, what) and returns :data:`INVALID`, so the caller carries on
@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -38,10 +38,9 @@ __all__ = [
     "compose_file",
     "compose_text",
     "did_you_mean",
-    "iter_items",
 ]
 
-MAX_FILE_BYTES: Final = 1024 * 1024
+MAX_FILE_BYTES: Final = 256 * 1024
 MAX_VALUES: Final = 100_000
 MAX_DEPTH: Final = 64
 
@@ -68,7 +67,12 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line > 0 else self.file
-        return f"{where}: {self.field}: {self.what}" if self.field else f"{where}: {self.what}"
+        text = f"{where}: {self.field}: {self.what}" if self.field else f"{where}: {self.what}"
+        return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters that would break a problem's one line (a key or a file name may hold them): shown escaped."""
 
 
 class FileProblem(Exception):
@@ -89,6 +93,25 @@ class _CoreLoader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 core-schema resolution of plain scalars (see the module docstring)."""
 
     yaml_implicit_resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
+    _depth = 0
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        """Refuse ``[`` or ``{`` nested too deeply before the scanner's work on it grows with the depth."""
+        if self.flow_level >= MAX_DEPTH:
+            raise FileProblem(self.get_mark().line + 1, f"values are nested deeper than {MAX_DEPTH} levels")
+        super().fetch_flow_collection_start(token_class)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """Refuse a node nested deeper than :data:`MAX_DEPTH` levels (block style) instead of recursing on."""
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH + 1:
+                raise FileProblem(
+                    self.peek_event().start_mark.line + 1, f"values are nested deeper than {MAX_DEPTH} levels"
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _CoreLoader.add_implicit_resolver(_NULL, re.compile(r"^(?:~|null|Null|NULL|)\Z"), ["~", "n", "N", ""])
@@ -103,6 +126,17 @@ _CoreLoader.add_implicit_resolver(
 )
 
 
+_FastLoader: Any = None
+if getattr(yaml, "__with_libyaml__", False):
+
+    class _CoreFastLoader(yaml.CSafeLoader):  # type: ignore[misc,name-defined,unused-ignore]
+        """The same resolution on libyaml's parser: linear time, and libyaml refuses nesting over 1000 levels."""
+
+        yaml_implicit_resolvers = _CoreLoader.yaml_implicit_resolvers
+
+    _FastLoader = _CoreFastLoader
+
+
 def compose_file(path: Path) -> tuple[bytes, Node | None]:
     """The bytes of ``path`` and its YAML node tree (``None``: empty); :class:`FileProblem` when unreadable."""
     try:
@@ -115,8 +149,11 @@ def compose_file(path: Path) -> tuple[bytes, Node | None]:
     return data, compose_text(data)
 
 
-def compose_text(data: bytes) -> Node | None:
-    """The YAML node tree of ``data`` (UTF-8, one document); ``None`` when it holds no value."""
+def compose_text(data: bytes, *, fast: bool = True) -> Node | None:
+    """The YAML node tree of ``data`` (UTF-8, one document); ``None`` when it holds no value.
+
+    libyaml parses when PyYAML has it (``fast``); the pure-Python parser otherwise, with depth limits of its own.
+    """
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     try:
         text = body.decode("utf-8")
@@ -126,7 +163,8 @@ def compose_text(data: bytes) -> Node | None:
             line, f"not UTF-8: byte 0x{body[exc.start]:02x} cannot start or continue a character"
         ) from exc
     try:
-        return yaml.compose(text, Loader=_CoreLoader)  # noqa: S506 - compose builds nodes only, never objects
+        loader = _FastLoader if fast and _FastLoader is not None else _CoreLoader
+        return yaml.compose(text, Loader=loader)  # compose builds nodes only, never objects
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or "cannot parse"
@@ -143,7 +181,7 @@ def compose_text(data: bytes) -> Node | None:
 
 def did_you_mean(word: str, choices: Collection[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ``""`` when none is close."""
-    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.7)
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -276,15 +314,19 @@ class NodeReader:
         return str(scalar.value).lower() == "true"
 
     def integer(self, node: Node, field: str, *, minimum: int | None = None) -> int | _Invalid:
-        """An integer, at least ``minimum`` when given."""
-        scalar = self._scalar(node, field, (_INT,), "an integer")
+        """An integer (``10.0`` counts, as in JSON Schema), at least ``minimum`` when given."""
+        scalar = self._scalar(node, field, (_INT, _FLOAT), "an integer")
         if isinstance(scalar, _Invalid):
             return INVALID
-        value = _to_int(scalar.value)
+        if scalar.tag == _INT:
+            value = _to_int(scalar.value)
+        else:
+            number = _to_number(scalar)
+            value = int(number) if number is not None and number.is_integer() and abs(number) < 2**63 else None
         if value is None:
-            return self.fail(node, field, f"{scalar.value[:40]!r} is not an integer this reader accepts")
+            return self.fail(node, field, f"expected an integer, got {scalar.value[:40]}")
         if minimum is not None and value < minimum:
-            return self.fail(node, field, f"must be at least {minimum}, got {value}")
+            return self.fail(node, field, f"must be at least {minimum}, got {scalar.value}")
         return value
 
     def number(
@@ -313,11 +355,12 @@ class NodeReader:
             return self.fail(node, field, f"unknown value {value!r}{did_you_mean(value, options)}; one of: {listed}")
         return value
 
-    def plain(self, node: Node, field: str, depth: int = 0) -> Any:
+    def plain(self, node: Node, field: str, depth: int = 0, top: str | None = None) -> Any:
         """The JSON-like value of ``node`` (mappings with string keys, lists, finite numbers, strings, bools, null)."""
         self._visit(node)
+        top = field if top is None else top
         if depth > MAX_DEPTH:
-            return self.fail(node, field, f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)")
+            return self.fail(node, top, f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)")
         if not self._tag_ok(node, field):
             return INVALID
         if isinstance(node, MappingNode):
@@ -326,7 +369,7 @@ class NodeReader:
                 return INVALID
             result: dict[str, Any] = {}
             for key, (_, value_node) in entries.items():
-                value = self.plain(value_node, f"{field}.{key}", depth + 1)
+                value = self.plain(value_node, f"{field}.{key}", depth + 1, top)
                 if value is INVALID:
                     return INVALID
                 result[key] = value
@@ -334,7 +377,7 @@ class NodeReader:
         if isinstance(node, SequenceNode):
             items = []
             for index, item_node in enumerate(node.value):
-                item = self.plain(item_node, f"{field}[{index}]", depth + 1)
+                item = self.plain(item_node, f"{field}[{index}]", depth + 1, top)
                 if item is INVALID:
                     return INVALID
                 items.append(item)
@@ -392,11 +435,3 @@ def _to_number(node: ScalarNode) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def iter_items(reader: NodeReader, node: Node, field: str) -> Iterator[tuple[int, Node]]:
-    """The ``(index, node)`` items of a list node (nothing, with a problem, when it is not a list)."""
-    items = reader.sequence(node, field)
-    if isinstance(items, _Invalid):
-        return
-    yield from enumerate(items)

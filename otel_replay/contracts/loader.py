@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, NoReturn
 
@@ -69,43 +68,43 @@ def load_contracts(directory: str | os.PathLike[str]) -> ContractSet:
         problems.append(Problem(str(root / extra), 0, "", f"a second session contract beside {session_names[0]}"))
     if session_names:
         session = _read(root / session_names[0], "session", problems, contents)
-    tools: dict[str, tuple[ToolRead, str]] = {}
     reads: list[tuple[str, ToolRead]] = []
     for name in tool_names:
         read = _read(root / name, "tool", problems, contents)
-        if isinstance(read, ToolRead):
-            reads.append((name, read))
+        reads.append((name, read if isinstance(read, ToolRead) else ToolRead(None)))
+    tools = _one_file_per_tool(root, reads, problems)
+    # A tool file that could not be read still defines its name (its file's name) for the checks of the others.
+    defined = set(tools) | {name.rsplit(".", 1)[0] for name, read in reads if read.contract is None}
+    if isinstance(session, SessionRead):
+        problems.extend(_check_references(session, [read for _, read in reads], defined))
+    if problems:
+        _raise(problems)
+    assert isinstance(session, SessionRead) and session.contract is not None
+    return ContractSet(directory=root, session=session.contract, tools=tools, digest=_digest(contents))
+
+
+def _one_file_per_tool(
+    root: Path, reads: list[tuple[str, ToolRead]], problems: list[Problem]
+) -> dict[str, ToolContract]:
+    """The contracts read, by tool; a file not named after its tool, or a tool in two files, is a problem."""
+    tools: dict[str, ToolContract] = {}
     for name, read in reads:
         contract = read.contract
         if contract is None:
             continue
         file = str(root / name)
-        stem = name.rsplit(".", 1)[0]
         if contract.tool == "session":
-            problems.append(
-                Problem(file, read.name_line, "tool", "no tool can be named 'session' (session.yaml is the session)")
-            )
-        elif stem != contract.tool:
-            problems.append(
-                Problem(
-                    file, read.name_line, "tool", f"tool {contract.tool!r} must be in a file named {contract.tool}.yaml"
-                )
-            )
+            what = "no tool can be named 'session' (session.yaml is the session)"
+            problems.append(Problem(file, read.name_line, "tool", what))
+        elif name.rsplit(".", 1)[0] != contract.tool:
+            what = f"tool {contract.tool!r} must be in a file named {contract.tool}.yaml"
+            problems.append(Problem(file, read.name_line, "tool", what))
         if contract.tool in tools:
-            first = tools[contract.tool][1]
-            problems.append(Problem(file, read.name_line, "tool", f"tool {contract.tool!r} is also defined in {first}"))
+            what = f"tool {contract.tool!r} is also defined in {tools[contract.tool].source.file}"
+            problems.append(Problem(file, read.name_line, "tool", what))
             continue
-        tools[contract.tool] = (read, file)
-    defined_tools = {read.contract.tool for read, _ in tools.values() if read.contract is not None}
-    # A tool file that failed to read still defines its name for the checks of the others.
-    defined_tools.update(_declared_names(reads))
-    if isinstance(session, SessionRead):
-        problems.extend(_check_references(session, [read for _, read in reads], defined_tools))
-    if problems:
-        _raise(problems)
-    assert isinstance(session, SessionRead) and session.contract is not None
-    contracts = {name: read.contract for name, (read, _) in tools.items() if read.contract is not None}
-    return ContractSet(directory=root, session=session.contract, tools=contracts, digest=_digest(contents))
+        tools[contract.tool] = contract
+    return tools
 
 
 def validate_file(path: str | os.PathLike[str], *, kind: Literal["tool", "session"] | None = None) -> list[str]:
@@ -156,23 +155,18 @@ def _read(
     if reader.problems and result is not None:
         # Carry on with the references (so a cross-file problem is reported too), but never with the contract.
         result = (
-            SessionRead(None, result.references)
+            SessionRead(None, result.references, result.phase_names)
             if isinstance(result, SessionRead)
             else ToolRead(None, result.references, result.name_line)
         )
     return result
 
 
-def _declared_names(reads: Iterable[tuple[str, ToolRead]]) -> set[str]:
-    """The tool names of files that failed to read, taken from their file names (so others' references resolve)."""
-    return {name.rsplit(".", 1)[0] for name, read in reads if read.contract is None}
-
-
 def _check_references(session: SessionRead, reads: list[ToolRead], tools: set[str]) -> list[Problem]:
     """The problems of names used in one file and defined in another (phases, tools), and unreachable advances."""
     problems: list[Problem] = []
     contract: SessionContract | None = session.contract
-    phases = {phase.name for phase in contract.phases} if contract is not None else None
+    phases = session.phase_names
     references = [*session.references, *(ref for read in reads for ref in read.references)]
     for ref in references:
         if ref.kind == "tool" and ref.name not in tools:
@@ -191,17 +185,9 @@ def _check_references(session: SessionRead, reads: list[ToolRead], tools: set[st
 
 
 def _phase_machine(session: SessionContract, tools: list[ToolContract]) -> list[Problem]:
-    """Terminal phases with ways out, and tools whose phase advance no transition allows from any phase they run in."""
+    """Tools whose phase advance no transition allows from any phase they may be called in."""
     problems: list[Problem] = []
     by_name = {phase.name: phase for phase in session.phases}
-    for name, targets in session.transitions.items():
-        phase = by_name.get(name)
-        if phase is not None and phase.terminal and targets:
-            problems.append(
-                Problem(
-                    session.source.file, phase.source.line, f"transitions.{name}", "a terminal phase has no way out"
-                )
-            )
     for tool in tools:
         target = tool.transitions.advances_to
         valid = tool.transitions.valid_in_phases
