@@ -403,7 +403,13 @@ class GovernedStream(wrapt.ObjectProxy):
 
     def _release(self) -> None:
         self._self_released = True
-        self._self_queue.extend(self._self_filter.release(self._self_decide))
+        try:
+            self._self_queue.extend(self._self_filter.release(self._self_decide))
+        except BaseException:  # rejected: nothing more of this response is read; its connection is let go
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                close()
+            raise
 
     def __enter__(self) -> GovernedStream:
         enter = getattr(self.__wrapped__, "__enter__", None)
@@ -441,16 +447,22 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
             try:
                 chunk = await self._self_it.__anext__()
             except StopAsyncIteration:
-                self._release()
+                await self._release()
                 continue
             queue.extend(self._self_filter.take(chunk))
             if self._self_filter.complete:
-                self._release()
+                await self._release()
         return queue.popleft()
 
-    def _release(self) -> None:
+    async def _release(self) -> None:
         self._self_released = True
-        self._self_queue.extend(self._self_filter.release(self._self_decide))
+        try:
+            self._self_queue.extend(self._self_filter.release(self._self_decide))
+        except BaseException:  # rejected: nothing more of this response is read; its connection is let go
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                await close()
+            raise
 
     async def __aenter__(self) -> AsyncGovernedStream:
         enter = getattr(self.__wrapped__, "__aenter__", None)

@@ -243,3 +243,27 @@ def test_responses_stream_completed_event_drops_the_refused_call(spans: Spans) -
     assert [item.type for item in completed.response.output] == ["message"]
     assert not any(e.type.startswith("response.function_call") for e in events)
     assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "text_only"
+
+
+def test_a_raw_streamed_response_parses_to_the_governed_stream(spans: Spans) -> None:
+    reply = s.chat_stream(("ok",), model=GPT, tool_calls=[("c1", "lookup_customer", BAD)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        raw = session.client.chat.completions.with_raw_response.create(
+            model=GPT, messages=[{"role": "user", "content": "hi"}], tools=CHAT_TOOLS, stream=True
+        )
+        assert raw.status_code == 200
+        stream = raw.parse()
+        assert raw.parse() is stream
+        chunks = list(stream)
+    assert not any(choice.delta.tool_calls for chunk in chunks for choice in chunk.choices)
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "text_only"
+
+
+def test_a_rejected_stream_lets_its_connection_go(spans: Spans) -> None:
+    reply = s.chat_stream(("x",), model=GPT, tool_calls=[("c1", "issue_refund", {"amount": 1})])
+    with s.ScriptedServer([reply]) as server:
+        _, stream = _chat_stream(server, spans, gate="reject_all")
+        with pytest.raises(ReplayContractError):
+            list(stream)
+        assert stream.response.is_closed
