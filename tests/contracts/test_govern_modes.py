@@ -318,3 +318,12 @@ def test_an_error_of_the_model_api_reaches_the_caller_as_the_clients_own_excepti
             session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
     assert session.get_state()["total_step_count"] == 0
     assert decisions(spans) == []
+
+
+def test_a_request_that_generates_nothing_on_the_original_client_is_not_a_bypass(spans: Spans) -> None:
+    models = s.Reply(200, {"object": "list", "data": [{"id": GPT, "object": "model", "created": 1, "owned_by": "x"}]})
+    with s.ScriptedServer([models]) as server:
+        original = openai_client(server)
+        session = govern(original, REFUND_BOT, tracer_provider=spans.provider)
+        assert [m.id for m in original.models.list()] == [GPT]
+    assert session.get_health()["bypass_detected"] is False
