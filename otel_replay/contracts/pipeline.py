@@ -122,7 +122,8 @@ class Governor:
         """Apply ``change`` to the stored state atomically (the state is created on first use)."""
 
         def apply(current: SessionState | None) -> SessionState:
-            state = current.copy() if current is not None else self.engine.new_state(self.session_id, self.agent)
+            # the store hands ``change`` a fresh copy of what it saved: it is changed in place
+            state = current if current is not None else self.engine.new_state(self.session_id, self.agent)
             change(state)
             return state
 
@@ -172,7 +173,7 @@ class Governor:
         self._raise_if_killed(state)
         failures = self.engine.precheck(state, model)
         if failures:
-            self._reject_precheck(failures)
+            self._reject_precheck(adapter, failures)
         offered = adapter.offered(kwargs)
         narrowing = None
         if offered is not None:
@@ -189,13 +190,31 @@ class Governor:
                 f"session {self.session_id} was killed{reason}", session_id=self.session_id, killed_at=state.killed_at
             )
 
-    def _reject_precheck(self, failures: tuple[Failure, ...]) -> None:
+    def _reject_precheck(self, adapter: Adapter, failures: tuple[Failure, ...]) -> None:
+        """A limit stops the call before the model is asked: counted as a block, recorded, raised."""
+
         def count(state: SessionState) -> None:
             state.total_block_count += 1
-            state.consecutive_block_count += 1
             state.state_version += 1
 
-        self.update(count)
+        state = self.update(count)
+        self.evidence.emit(
+            DecisionEvidence(
+                "enforce",
+                adapter.provider,
+                adapter.api,
+                False,
+                "reject",
+                state.total_step_count + 1,
+                state.state_version,
+                state.current_phase,
+                state.current_phase,
+                (),
+                {},
+                failures,
+                (),
+            )
+        )
         first = failures[0]
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise ReplayContractError(

@@ -111,7 +111,7 @@ class GovernedSession:
         if aio:
 
             async def request(*args: Any, **kwargs: Any) -> Any:
-                if not GOVERNED.get() and session._active:
+                if not GOVERNED.get() and session._active and _generates(args, kwargs):
                     session._bypassed()
                 return await original(*args, **kwargs)
 
@@ -119,7 +119,7 @@ class GovernedSession:
         else:
 
             def request(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-                if not GOVERNED.get() and session._active:
+                if not GOVERNED.get() and session._active and _generates(args, kwargs):
                     session._bypassed()
                 return original(*args, **kwargs)
 
@@ -214,6 +214,22 @@ class GovernedSession:
         provider = self.governor.evidence.tracer_provider or trace.get_tracer_provider()
         flush = getattr(provider, "force_flush", None)
         return bool(flush(timeout_millis)) if flush is not None else True
+
+
+_GENERATING: Final = frozenset({"/chat/completions", "/responses", "/messages", "/completions"})
+"""The endpoints that make a model generate (and so propose tool calls): a request to one of them that no
+governed call made is a bypass. Others (listing models, counting tokens, retrieving a response) are not."""
+
+
+def _generates(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a client ``request(cast_to, options, ...)`` asks a model to generate (unknown: assume it does)."""
+    options = args[1] if len(args) > 1 else kwargs.get("options")
+    url = getattr(options, "url", None)
+    method = getattr(options, "method", None)
+    if not isinstance(url, str) or not isinstance(method, str):
+        return True
+    path = url.split("?", 1)[0].rstrip("/")
+    return method.lower() == "post" and any(path.endswith(end) for end in _GENERATING)
 
 
 def _default_store() -> StateStore:

@@ -19,13 +19,21 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import wrapt
 
 from otel_replay.contracts.engine import ToolCallView
 
-__all__ = ["AnthropicFilter", "AsyncGovernedStream", "ChatFilter", "Decide", "GovernedStream", "StreamFilter"]
+__all__ = [
+    "AnthropicFilter",
+    "AsyncGovernedStream",
+    "ChatFilter",
+    "Decide",
+    "GovernedStream",
+    "ResponsesFilter",
+    "StreamFilter",
+]
 
 Decide = Callable[[list[ToolCallView], "str | None", "tuple[int, int] | None"], frozenset[int]]
 """``decide(calls, model, usage) -> indexes of the calls allowed`` (raises when the response is rejected)."""
@@ -259,6 +267,107 @@ def _renumbered(event: Any, number: int) -> Any:
     return event if event.index == number else event.model_copy(update={"index": number})
 
 
+# --- openai responses -----------------------------------------------------------------------------------
+
+_RESPONSE_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponsesFilter:
+    """``responses`` stream events: message items pass (renumbered), ``function_call`` items and the end held."""
+
+    def __init__(self) -> None:
+        """An empty filter."""
+        self.complete = False
+        self._out_index = 0
+        self._map: dict[int, int] = {}  # passed items: output_index in -> out
+        self._held: dict[int, list[Any]] = {}  # function_call items: output_index in -> their events
+        self._ending: list[Any] = []
+
+    def take(self, event: Any) -> list[Any]:
+        """Pass what is not a function call; hold function calls' events and the final ``response.*`` event."""
+        kind = getattr(event, "type", None)
+        if kind in _RESPONSE_ENDS:
+            self._ending.append(event)
+            self.complete = True
+            return []
+        index = getattr(event, "output_index", None)
+        if not isinstance(index, int):
+            return [event]
+        if kind == "response.output_item.added" and getattr(event.item, "type", None) == "function_call":
+            self._held[index] = [event]
+            return []
+        held = self._held.get(index)
+        if held is not None:
+            held.append(event)
+            return []
+        if index not in self._map:
+            self._map[index] = self._out_index
+            self._out_index += 1
+        return [_at_output(event, self._map[index])]
+
+    def views(self) -> list[ToolCallView]:
+        """The held function calls, in order, with their complete arguments."""
+        views = []
+        for ordinal, index in enumerate(sorted(self._held)):
+            events = self._held[index]
+            item = events[0].item
+            arguments: str | None = None
+            parts: list[str] = []
+            for event in events[1:]:
+                if event.type == "response.function_call_arguments.delta":
+                    parts.append(event.delta or "")
+                elif event.type == "response.function_call_arguments.done":
+                    arguments = event.arguments
+                elif event.type == "response.output_item.done":
+                    item = event.item
+                    arguments = getattr(item, "arguments", arguments)
+            text = arguments if isinstance(arguments, str) else "".join(parts)
+            views.append(ToolCallView.parse(ordinal, item.call_id or "", item.name or "", text))
+        return views
+
+    def _usage(self) -> tuple[str | None, tuple[int, int] | None]:
+        for event in self._ending:
+            response = getattr(event, "response", None)
+            usage = getattr(response, "usage", None)
+            if usage is not None:
+                tokens = (int(usage.input_tokens or 0), int(usage.output_tokens or 0))
+                return getattr(response, "model", None), tokens
+        return None, None
+
+    def release(self, decide: Decide) -> list[Any]:
+        """Gate the held calls; release the allowed ones, then the final event with the refused ones removed."""
+        views = self.views()
+        model, usage = self._usage()
+        keep = decide(views, model, usage)
+        out: list[Any] = []
+        for ordinal, index in enumerate(sorted(self._held)):
+            if ordinal not in keep:
+                continue
+            number = self._out_index
+            self._out_index += 1
+            out.extend(_at_output(event, number) for event in self._held[index])
+        for event in self._ending:
+            response = getattr(event, "response", None)
+            if response is not None and self._held:
+                calls = 0
+                output = []
+                for item in response.output or ():
+                    if getattr(item, "type", None) == "function_call":
+                        calls += 1
+                        if calls - 1 not in keep:
+                            continue
+                    output.append(item)
+                event = event.model_copy(update={"response": response.model_copy(update={"output": output})})
+            out.append(event)
+        self._held.clear()
+        self._ending.clear()
+        return out
+
+
+def _at_output(event: Any, number: int) -> Any:
+    return event if event.output_index == number else event.model_copy(update={"output_index": number})
+
+
 # --- the stream proxies ---------------------------------------------------------------------------------
 
 
@@ -294,7 +403,13 @@ class GovernedStream(wrapt.ObjectProxy):
 
     def _release(self) -> None:
         self._self_released = True
-        self._self_queue.extend(self._self_filter.release(self._self_decide))
+        try:
+            self._self_queue.extend(self._self_filter.release(self._self_decide))
+        except BaseException:  # rejected: nothing more of this response is read; its connection is let go
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                close()
+            raise
 
     def __enter__(self) -> GovernedStream:
         enter = getattr(self.__wrapped__, "__enter__", None)
@@ -332,16 +447,22 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
             try:
                 chunk = await self._self_it.__anext__()
             except StopAsyncIteration:
-                self._release()
+                await self._release()
                 continue
             queue.extend(self._self_filter.take(chunk))
             if self._self_filter.complete:
-                self._release()
+                await self._release()
         return queue.popleft()
 
-    def _release(self) -> None:
+    async def _release(self) -> None:
         self._self_released = True
-        self._self_queue.extend(self._self_filter.release(self._self_decide))
+        try:
+            self._self_queue.extend(self._self_filter.release(self._self_decide))
+        except BaseException:  # rejected: nothing more of this response is read; its connection is let go
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                await close()
+            raise
 
     async def __aenter__(self) -> AsyncGovernedStream:
         enter = getattr(self.__wrapped__, "__aenter__", None)

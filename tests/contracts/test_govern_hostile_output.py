@@ -129,3 +129,21 @@ def test_hostile_arguments_given_to_a_session_tool_get_a_verdict_not_an_exceptio
         run = session.tools.lookup_customer({"customer_email": Unprintable()})
     assert run.result is None and not run.constraint_verdict.passed
     assert run.constraint_verdict.failures[0]["rule"] == "malformed_arguments"
+
+
+def test_with_several_choices_no_choice_carries_an_unchecked_call(spans: Spans) -> None:
+    reply = s.chat_completion(None, model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)])
+    body = dict(reply.body)
+    second = json.loads(json.dumps(body["choices"][0]))
+    second["index"] = 1
+    second["message"]["tool_calls"][0].update(
+        id="c2", function={"name": "lookup_customer", "arguments": '{"customer_email": "nope"}'}
+    )
+    body["choices"] = [body["choices"][0], second]
+    with s.ScriptedServer([s.Reply(200, body)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, n=2)
+    first, other = response.choices
+    assert [c.id for c in first.message.tool_calls] == ["c1"]
+    assert other.message.tool_calls is None and other.finish_reason == "stop"
+    assert [t["call_id"] for t in decisions(spans)[0][sc.CONTRACT_TOOLS]] == ["c1", "c2"]

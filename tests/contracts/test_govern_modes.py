@@ -7,11 +7,12 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import govern
-from otel_replay.errors import ContractError, ReplayContractError
+from otel_replay.errors import ContractError, ReplayContractError, ReplayKillError
 from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
@@ -272,3 +273,57 @@ def test_an_async_client_is_governed(spans: Spans) -> None:
         response, error = asyncio.run(run(server))
     assert [c.id for c in response.choices[0].message.tool_calls] == ["c2"]
     assert isinstance(error, ReplayContractError)
+
+
+def test_the_circuit_breaker_kills_the_session_after_three_blocked_responses(spans: Spans) -> None:
+    refund = s.chat_completion(None, model=GPT, tool_calls=[("c1", "issue_refund", {"amount": 1})])
+    with s.ScriptedServer(default=refund) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        for _ in range(3):
+            with pytest.raises(ReplayContractError):
+                session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+        asked = len(server.requests)
+        with pytest.raises(ReplayKillError, match="circuit breaker"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+        assert len(server.requests) == asked  # the killed session never reached the model
+    assert session.get_health()["killed"] is True
+
+
+def test_max_steps_stops_the_eleventh_call_before_the_model_is_asked(spans: Spans) -> None:
+    with s.ScriptedServer(default=s.chat_completion("ok", model=GPT)) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        for _ in range(10):
+            session.client.chat.completions.create(model=GPT, messages=HELLO)
+        with pytest.raises(ReplayContractError, match="max_steps"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO)
+        assert len(server.requests) == 10
+    last = decisions(spans)[-1]  # the refusal before the call is a decision too
+    assert last[sc.CONTRACT_OUTCOME] == "reject" and last[sc.CONTRACT_TOOLS] == []
+    assert [f["rule"] for f in last[sc.CONTRACT_FAILURES]] == ["max_steps"]
+    assert session.get_state()["total_block_count"] == 1
+
+
+def test_a_method_govern_does_not_cover_is_reported_as_a_bypass_not_silently_ungoverned(spans: Spans) -> None:
+    with s.ScriptedServer([s.chat_completion("a", model=GPT)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with session.client.chat.completions.with_streaming_response.create(model=GPT, messages=HELLO) as raw:
+            raw.read()
+    assert session.get_health()["bypass_detected"] is True
+
+
+def test_an_error_of_the_model_api_reaches_the_caller_as_the_clients_own_exception(spans: Spans) -> None:
+    with s.ScriptedServer([s.error(500, "scripted outage", "server_error")]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with pytest.raises(openai.InternalServerError, match="scripted outage"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    assert session.get_state()["total_step_count"] == 0
+    assert decisions(spans) == []
+
+
+def test_a_request_that_generates_nothing_on_the_original_client_is_not_a_bypass(spans: Spans) -> None:
+    models = s.Reply(200, {"object": "list", "data": [{"id": GPT, "object": "model", "created": 1, "owned_by": "x"}]})
+    with s.ScriptedServer([models]) as server:
+        original = openai_client(server)
+        session = govern(original, REFUND_BOT, tracer_provider=spans.provider)
+        assert [m.id for m in original.models.list()] == [GPT]
+    assert session.get_health()["bypass_detected"] is False

@@ -3,6 +3,7 @@ refund forbidden, each gate mode, kill and restore. Real ``openai`` client, scri
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import GovernedSession, govern
+from otel_replay.contracts.store import MemoryStateStore
 from otel_replay.errors import ContractError, ReplayContractError, ReplayKillError
 from otel_replay.gate import ActionGate, Receipt, ReferenceLedger
 from otel_replay.instrumentation import scripted as s
@@ -236,8 +238,6 @@ def test_kill_makes_every_later_call_raise_and_restore_hands_the_plain_client_ba
 def test_a_killed_session_stays_killed_for_another_session_object_on_the_same_store(
     spans: Spans, ledger: ReferenceLedger
 ) -> None:
-    from otel_replay.contracts.store import MemoryStateStore  # noqa: PLC0415 - the store under test, here only
-
     store = MemoryStateStore()
     with s.ScriptedServer([]) as server:
         first = _session(server, spans, ledger, store=store, session_id="shared")
@@ -263,3 +263,47 @@ def test_a_call_the_model_did_not_ask_for_is_gated_on_its_own_and_a_refused_one_
     assert not run.constraint_verdict.passed
     assert {f["rule"] for f in run.constraint_verdict.failures} >= {"phase", "precondition"}
     assert ledger.balance == 1000.0
+
+
+def test_a_tool_that_keeps_failing_trips_the_circuit_breaker_and_its_error_reaches_the_caller(
+    spans: Spans,
+) -> None:
+    def send_survey() -> None:
+        raise ConnectionError("mailer down")
+
+    with s.ScriptedServer([]) as server:
+        session = govern(
+            openai_client(server),
+            REFUND_BOT,
+            unmatched_policy="allow",  # a tool with no contract: it may run any number of times
+            tools={"send_survey": send_survey},
+            tracer_provider=spans.provider,
+        )
+        for _ in range(2):
+            with pytest.raises(ConnectionError, match="mailer down"):
+                session.tools.send_survey()
+        with pytest.raises(ReplayKillError, match="consecutive tool errors"):
+            _ask(session, [{"role": "user", "content": "go"}])
+    assert session.get_state()["total_error_count"] == 2
+
+
+def test_an_async_executor_is_awaited_and_its_result_satisfies_with_output(spans: Spans) -> None:
+    async def check_eligibility(order_id: str) -> dict[str, Any]:
+        return {"eligible": True}
+
+    async def run(session: GovernedSession) -> Any:
+        return await session.tools.check_eligibility(ORDER)
+
+    replies = [_reply("c1", "lookup_customer", ALICE), _reply("c2", "check_eligibility", ORDER)]
+    with s.ScriptedServer(replies) as server:
+        session = govern(
+            openai_client(server),
+            REFUND_BOT,
+            tools={"check_eligibility": check_eligibility},
+            tracer_provider=spans.provider,
+        )
+        _ask(session, [{"role": "user", "content": "go"}])
+        _ask(session, [{"role": "user", "content": "go"}])
+        run_result = asyncio.run(run(session))
+    assert run_result.result == {"eligible": True} and run_result.constraint_verdict.matched_model_call
+    assert "check_eligibility" in session.get_state()["satisfied_preconditions"]

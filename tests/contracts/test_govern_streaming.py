@@ -22,6 +22,7 @@ from .govern_support import (
     CLAUDE,
     GPT,
     REFUND_BOT,
+    RESPONSES_TOOLS,
     Spans,
     anthropic_client,
     close_clients,
@@ -213,3 +214,56 @@ def test_async_streams_are_governed_the_same_way(spans: Spans) -> None:
         chunks, final = asyncio.run(run(server))
     assert not any(choice.delta.tool_calls for chunk in chunks for choice in chunk.choices)
     assert [block.type for block in final.content] == ["text", "tool_use"]
+
+
+def test_responses_stream_holds_function_calls_and_the_completed_response_lists_only_allowed_ones(
+    spans: Spans,
+) -> None:
+    reply = s.responses_call_stream(
+        "Looking.", model=GPT, tool_calls=[("f1", "lookup_customer", BAD), ("f2", "lookup_customer", GOOD)]
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.responses.create(model=GPT, input="hi", tools=RESPONSES_TOOLS, stream=True)
+        seen = [(event.type, getattr(event, "output_index", None), len(decisions(spans))) for event in stream]
+    texts = [e for e in seen if e[0] == "response.output_text.delta"]
+    assert texts == [("response.output_text.delta", 0, 0)]  # text before the decision
+    added = [e for e in seen if e[0] == "response.output_item.added"]
+    assert [(e[1], e[2]) for e in added] == [(0, 0), (1, 1)]  # the refused call gone, the allowed one renumbered
+    assert seen[-1][0] == "response.completed"
+
+
+def test_responses_stream_completed_event_drops_the_refused_call(spans: Spans) -> None:
+    reply = s.responses_call_stream("x", model=GPT, tool_calls=[("f1", "lookup_customer", BAD)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        events = list(session.client.responses.create(model=GPT, input="hi", tools=RESPONSES_TOOLS, stream=True))
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    assert [item.type for item in completed.response.output] == ["message"]
+    assert not any(e.type.startswith("response.function_call") for e in events)
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "text_only"
+
+
+def test_a_raw_streamed_response_parses_to_the_governed_stream(spans: Spans) -> None:
+    reply = s.chat_stream(("ok",), model=GPT, tool_calls=[("c1", "lookup_customer", BAD)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        raw = session.client.chat.completions.with_raw_response.create(
+            model=GPT, messages=[{"role": "user", "content": "hi"}], tools=CHAT_TOOLS, stream=True
+        )
+        assert raw.status_code == 200
+        stream = raw.parse()
+        assert raw.parse() is stream
+        chunks = list(stream)
+    assert not any(choice.delta.tool_calls for chunk in chunks for choice in chunk.choices)
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "text_only"
+
+
+def test_a_rejected_stream_lets_its_connection_go(spans: Spans) -> None:
+    reply = s.chat_stream(("x",), model=GPT, tool_calls=[("c1", "issue_refund", {"amount": 1})])
+    with s.ScriptedServer([reply]) as server:
+        _, stream = _chat_stream(server, spans, gate="reject_all")
+        with pytest.raises(ReplayContractError):
+            list(stream)
+        assert stream.response.is_closed

@@ -36,6 +36,7 @@ from otel_replay.contracts.streams import (
     ChatFilter,
     Decide,
     GovernedStream,
+    ResponsesFilter,
     StreamFilter,
 )
 from otel_replay.errors import ContractError, ReplayContractError
@@ -50,12 +51,12 @@ _RESPONSES = ResponsesAdapter()
 _MESSAGES = MessagesAdapter()
 
 
-def _filter_for(adapter: Adapter) -> StreamFilter | None:
+def _filter_for(adapter: Adapter) -> StreamFilter:
     if adapter is _CHAT:
         return ChatFilter()
     if adapter is _MESSAGES:
         return AnthropicFilter()
-    return None
+    return ResponsesFilter()
 
 
 def _decider(session: GovernedSession, adapter: Adapter, request: Request) -> Decide:
@@ -67,9 +68,6 @@ def _decider(session: GovernedSession, adapter: Adapter, request: Request) -> De
 
 def _governed_stream(session: GovernedSession, adapter: Adapter, request: Request, stream: Any, aio: bool) -> Any:
     filter = _filter_for(adapter)
-    if filter is None:  # a responses stream: its tool calls cannot be held yet (see the session docs)
-        session.governor.unguarded(f"{adapter.api} stream: tool calls not gated")
-        return stream
     decide = _decider(session, adapter, request)
     return AsyncGovernedStream(stream, filter, decide) if aio else GovernedStream(stream, filter, decide)
 

@@ -98,17 +98,21 @@ class ChatAdapter:
         return model if isinstance(model, str) else None
 
     def calls(self, response: Any) -> list[ToolCallView]:
-        """The first choice's ``message.tool_calls`` (function calls), in order."""
+        """The ``message.tool_calls`` of every choice, in order (choice, then call), numbered across choices.
+
+        With ``n`` > 1 the choices' calls are checked in that order as one response: stricter than judging
+        each alternative alone, never looser (no choice's call reaches the caller unchecked).
+        """
         views: list[ToolCallView] = []
-        choices = getattr(response, "choices", None) or ()
-        if not choices:
-            return views
-        for index, call in enumerate(getattr(choices[0].message, "tool_calls", None) or ()):
-            function = getattr(call, "function", None)
-            if function is None:
-                continue
-            text = function.arguments if isinstance(function.arguments, str) else json.dumps(function.arguments)
-            views.append(ToolCallView.parse(index, call.id or "", function.name or "", text))
+        index = 0
+        for choice in getattr(response, "choices", None) or ():
+            for call in getattr(choice.message, "tool_calls", None) or ():
+                function = getattr(call, "function", None)
+                name = getattr(function, "name", None) if function is not None else None
+                arguments = getattr(function, "arguments", None) if function is not None else None
+                text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+                views.append(ToolCallView.parse(index, call.id or "", name or "", text))
+                index += 1
         return views
 
     def usage(self, response: Any) -> tuple[int, int] | None:
@@ -119,16 +123,17 @@ class ChatAdapter:
         return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
 
     def strip(self, response: Any, keep: frozenset[int]) -> None:
-        """Drop the refused calls from the first choice; with none left, ``finish_reason`` becomes ``stop``."""
-        choices = getattr(response, "choices", None) or ()
-        if not choices:
-            return
-        choice = choices[0]
-        calls = list(choice.message.tool_calls or ())
-        kept = [call for index, call in enumerate(calls) if index in keep]
-        choice.message.tool_calls = kept or None
-        if not kept and choice.finish_reason == "tool_calls":
-            choice.finish_reason = "stop"
+        """Drop the refused calls from every choice; a choice left with none finishes ``stop``."""
+        index = 0
+        for choice in getattr(response, "choices", None) or ():
+            calls = list(choice.message.tool_calls or ())
+            if not calls:
+                continue
+            kept = [call for offset, call in enumerate(calls) if index + offset in keep]
+            index += len(calls)
+            choice.message.tool_calls = kept or None
+            if not kept and choice.finish_reason == "tool_calls":
+                choice.finish_reason = "stop"
 
 
 class ResponsesAdapter:
