@@ -12,7 +12,8 @@ What is redacted:
   ``max_tokens`` / ``input_tokens`` / ``token_count`` (see :func:`is_secret_name`);
 * **values shaped like secrets**, wherever they are: API keys (``sk-``, ``AKIA``, ``AIza``, ``gh*_``,
   ``xox*-`` ...), JWTs, PEM private keys, ``Bearer`` / ``Basic`` credentials, a password in a URL
-  (``postgres://user:pw@host``), ``Password=`` / ``AccountKey=`` in a connection string, and card numbers
+  (``postgres://user:pw@host``), ``Password=`` / ``AccountKey=`` in a connection string, e-mail addresses
+  (``ana@example.com``), and card numbers
   (13 to 19 digits, spaces or dashes between, Luhn-valid, starting 2 to 6: a long number failing
   that is left alone);
 * what the user adds: :func:`add_secret_names`, :func:`add_secret_patterns`, or the variables
@@ -354,6 +355,11 @@ _SHAPES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(_RUN + r"(?:hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{36})"), REDACTED),
     (re.compile(_RUN + r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"), REDACTED),
     (re.compile(_RUN + r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
+    # An e-mail address: a local part of up to 64 characters, then a dotted domain (every repeat bounded).
+    (
+        re.compile(_RUN + r"[A-Za-z0-9_.+-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63}){1,8}"),
+        REDACTED,
+    ),
 )
 
 _NAMED = re.compile(r"(?<![A-Za-z0-9_.+-])([A-Za-z_][A-Za-z0-9_.-]{0,127})(\\?[\"']?[ \t]*[:=][ \t]*(?:\\?[\"'])?)")
@@ -517,7 +523,7 @@ def _might_hold_secret(text: str, rules: _Rules) -> bool:
     if rules.patterns:
         return True
     lowered = text.lower()
-    if _MAYBE_SECRET.search(lowered) or ("@" in text and "://" in text):
+    if _MAYBE_SECRET.search(lowered) or "@" in text:  # an e-mail address, or a password in a URL
         return True
     return any(run[0] in lowered for run in rules.names)
 

@@ -168,6 +168,25 @@ TOOL_CONTENT_DROPPED: Final = "replay.content.dropped"  # int: content attribute
 HTTP_REQUEST_BODY: Final = "replay.http.request.body"  # redacted, capped; only with content capture on
 HTTP_RESPONSE_BODY: Final = "replay.http.response.body"  # redacted, capped; only with content capture on
 
+# --- contract governance (otel_replay.contracts: one span per enforcement decision) ---------
+SPAN_CONTRACT_DECISION: Final = "replay.contract.decision"
+CONTRACT_SESSION_ID: Final = "replay.contract.session_id"
+CONTRACT_AGENT: Final = "replay.contract.agent"
+CONTRACT_STEP: Final = "replay.contract.step"
+CONTRACT_MODE: Final = "replay.contract.mode"  # "enforce" | "shadow" | "log-only"
+CONTRACT_OUTCOME: Final = "replay.contract.outcome"  # "allow" | "reject" | "strip" | "text_only" | "logged"
+CONTRACT_PHASE_BEFORE: Final = "replay.contract.phase_before"
+CONTRACT_PHASE_AFTER: Final = "replay.contract.phase_after"
+CONTRACT_STATE_VERSION: Final = "replay.contract.state_version"
+CONTRACT_DIGEST: Final = "replay.contract.digest"  # the contracts' digest (ContractSet.digest)
+CONTRACT_TOOLS: Final = "replay.contract.tools"  # JSON array of {call_id, name, allowed, arguments (redacted JSON)}
+CONTRACT_TOOLS_DROPPED: Final = "replay.contract.tools.dropped"  # int: tool calls past the per-span cap
+CONTRACT_FAILURES: Final = "replay.contract.failures"  # JSON array of {rule, tool, call_id, path, detail, source}
+CONTRACT_NARROWED: Final = "replay.contract.narrowed"  # JSON array of the tool names narrowing removed
+CONTRACT_PROVIDER: Final = "replay.contract.provider"  # "openai" | "anthropic"
+CONTRACT_API: Final = "replay.contract.api"  # "chat.completions" | "responses" | "messages" | "tools"
+CONTRACT_STREAMED: Final = "replay.contract.streamed"  # bool
+
 # --- OpenTelemetry resource --------------------------------------------------
 SERVICE_NAME: Final = "service.name"
 

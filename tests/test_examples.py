@@ -38,3 +38,20 @@ def test_the_demo_leaves_no_global_tracer_provider_behind(tmp_path):
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
+
+def test_the_governed_refund_bot_refuses_the_second_refund_and_its_backtest_agrees(tmp_path):
+    script = EXAMPLES / "refund_bot" / "refund_bot.py"
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ds")], capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "blocked before it ran: issue_refund (forbidden, loop, phase)" in lines
+    assert (
+        "tools the model was shown, per request: [['lookup_customer'], ['check_eligibility'], ['issue_refund'], [], []]"
+        in lines
+    )
+    assert "ledger balance 965.00 (one refund committed through the gate)" in lines
+    assert "evidence: step 1 allow, step 2 allow, step 3 allow, step 4 reject, step 5 allow" in lines
+    assert "backtest: step 4 issue_refund would have been blocked (forbidden, loop, phase)" in lines
+    assert "Traceback" not in out.stderr

@@ -1,7 +1,7 @@
 """The ``otel-replay`` command: a thin layer over the library.
 
 One module per family of commands (``dataset``, ``replay``, ``demo``,
-``serve``, ``storage``, ``rerun``), the terminal rendering in ``render``, and
+``serve``, ``storage``, ``rerun``, ``contracts``), the terminal rendering in ``render``, and
 what they share in ``_inputs``. Every user error ends in one line on stderr and
 exit code 1; an unexpected error (a bug) ends in one line and exit code 3. Set
 ``OTEL_REPLAY_DEBUG=1`` to see the traceback instead.
@@ -16,6 +16,7 @@ import click
 import pyarrow as pa
 
 from otel_replay import __version__
+from otel_replay.cli.contracts import contracts_group
 from otel_replay.cli.dataset import calibration, chain, sql, tree, verify
 from otel_replay.cli.demo import demo
 from otel_replay.cli.replay import replay_cmd
@@ -44,6 +45,7 @@ for _command in (
     ingest_command,
     compact_command,
     rerun_command,
+    contracts_group,
 ):
     main.add_command(_command)
 

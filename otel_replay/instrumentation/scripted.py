@@ -31,6 +31,7 @@ __all__ = [
     "chat_stream",
     "error",
     "response_object",
+    "responses_call_stream",
     "responses_stream",
 ]
 
@@ -429,4 +430,71 @@ def anthropic_stream(
         )
     )
     events.append(("message_stop", {"type": "message_stop"}))
+    return Reply(200, events=events, cut_after=cut_after)
+
+
+def responses_call_stream(
+    text: str = "ok",
+    *,
+    tool_calls: Sequence[tuple[str, str, Any]] = (),
+    model: str = "gpt-test",
+    usage: tuple[int, int] = (13, 5),
+    response_id: str = "resp_s1",
+    cut_after: int | None = None,
+) -> Reply:
+    """A streamed ``responses`` answer with every item's events, then ``response.completed``.
+
+    The text message (added, part, delta, done), then each function call (added, argument deltas in two
+    halves, arguments done, item done).
+    """
+    final = response_object(text, model=model, tool_calls=tool_calls, usage=usage, response_id=response_id)
+    created = {**final, "status": "in_progress", "output": [], "usage": None}
+    events: list[tuple[str | None, Any]] = []
+
+    def add(kind: str, **fields: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+    add("response.created", response=created)
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            add("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+            part = {"type": "output_text", "text": "", "annotations": []}
+            add("response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part)
+            add(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+            add(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+            done_part = {**part, "text": text}
+            add("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=done_part)
+        else:
+            arguments = item["arguments"]
+            add(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
+            half = len(arguments) // 2
+            for piece in (arguments[:half], arguments[half:]):
+                add("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=piece)
+            add(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=arguments,
+            )
+        add("response.output_item.done", output_index=index, item=item)
+    add("response.completed", response=final)
     return Reply(200, events=events, cut_after=cut_after)

@@ -185,6 +185,7 @@ class Engine:
                 con.register("otel_replay_empty_spans", empty)
                 con.execute(load_sql("empty_source"))
             con.execute(load_sql("views"))
+            con.execute(load_sql("contract_verdicts"))  # the governance evidence views, over `spans`
             if con is self._con:
                 self._pointed = list(files)
         except duckdb.Error as exc:

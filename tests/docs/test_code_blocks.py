@@ -332,10 +332,11 @@ def test_the_cli_recipe_runs_in_the_duckdb_cli(where: str, code: str, demo: Path
 
 
 # Building blocks a query runs on, not queries of their own: the recipe loads the first
-# three, the Store the rest (its facts files, its probes); trade.spark.sql is Spark's.
+# three, the Store the rest (its facts files, its probes, the contract evidence views); trade.spark.sql is Spark's.
 _BUILDING_BLOCKS = {
     "source.sql", "views.sql", "facts_views.sql", "source_current.sql", "empty_source.sql", "facts_source.sql",
     "facts_none.sql", "facts_extract.sql", "facts_input.sql", "probe_file.sql", "chains/trade.spark.sql",
+    "contract_verdicts.sql",
 }
 _SHIPPED = sorted(
     q.relative_to(QUERIES).as_posix()

@@ -192,6 +192,7 @@ DEFINITIONS = (  # files that define views and sources: not queries an analyst r
     "facts_source",
     "facts_none",
     "facts_input",
+    "contract_verdicts",
 )
 AUDIT_EVENTS = ["invoice_received", "budget_revised", "payment_reversed"]
 
@@ -225,6 +226,11 @@ def _shipped_expectations(demo: Demo) -> dict[str, tuple[dict[str, Any], Callabl
             [(0, "replay.decision"), (1, "replay.act"), (1, "replay.gate"), (1, "replay.gate"), (1, "replay.model"),
              (1, "replay.read")],
         ),  # fmt: skip
+        "contract_tool_calls": (  # the demo's one model call, under its correlation id, asked for no tool
+            {"session_id": cid},
+            lambda rows: [(r["session_id"], r["session_key_kind"], r["step"], r["call_index"]) for r in rows],
+            [(cid, "correlation", 1, None)],
+        ),
         "decision_summary": (
             {"decision_type": "vendor_payment"},
             list,

@@ -1,0 +1,198 @@
+"""Evidence: one ``replay.contract.decision`` span per enforcement decision, redacted, or none at all.
+
+The span goes to the global tracer provider, so the dataset ``configure()`` set up stores it beside the
+model and tool spans of the same session (``replay.session_id``). It holds the tool names, the tool
+calls' arguments (redacted by :mod:`otel_replay.redaction`: API keys, bearer tokens, PEM keys,
+connection strings, e-mail addresses, card numbers, values under secret names), the verdict and its
+failures, the phases before and after and the state version. Never the prompt or any message text.
+
+If redaction fails on anything the span would hold, no span is written: :attr:`Evidence.dropped` counts
+it and the session's ``diagnostics`` callback is told.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, TracerProvider
+
+from otel_replay import semconv as sc
+from otel_replay.contracts.engine import Decision, Failure, ToolCallView
+from otel_replay.redaction import redact, redact_value
+
+__all__ = ["MAX_ARGUMENT_CHARS", "MAX_TOOLS", "DecisionEvidence", "Evidence", "failure_json"]
+
+_log = logging.getLogger("otel_replay.contracts")
+
+MAX_TOOLS: Final = 256
+"""Tool calls listed on one span; the rest are counted (``replay.contract.tools.dropped``)."""
+MAX_ARGUMENT_CHARS: Final = 4096
+"""A tool call's redacted arguments are cut to this many characters on the span (with a marker)."""
+
+_SCOPE: Final = "otel_replay.contracts"
+_VERSION: Final = "0.1.0"
+
+
+@dataclass(frozen=True)
+class DecisionEvidence:
+    """What one decision's span says (everything but the session's identity)."""
+
+    mode: str
+    provider: str
+    api: str
+    streamed: bool
+    outcome: str
+    step: int
+    state_version: int
+    phase_before: str | None
+    phase_after: str | None
+    calls: Sequence[ToolCallView]
+    allowed: Mapping[int, bool]
+    """Call index -> allowed (log-only: every call, unchecked, ``True``)."""
+    failures: Sequence[Failure]
+    narrowed: Sequence[str]
+
+
+def failure_json(failure: Failure) -> dict[str, Any]:
+    """A failure as the span (and a shadow delta) lists it; its detail redacted."""
+    return {
+        "rule": failure.rule,
+        "tool": failure.tool,
+        "call_id": failure.call_id,
+        "path": failure.path,
+        "detail": redact(failure.detail),
+        "source": str(failure.source) if failure.source is not None else None,
+    }
+
+
+def _arguments(call: ToolCallView) -> str:
+    if call.arguments is not None:
+        text = json.dumps(redact_value(dict(call.arguments)), separators=(",", ":"), default=str, sort_keys=True)
+    else:  # not a JSON object: the text itself, redacted
+        text = redact(call.arguments_text[: 4 * MAX_ARGUMENT_CHARS])
+    if len(text) > MAX_ARGUMENT_CHARS:
+        text = text[:MAX_ARGUMENT_CHARS] + f"...[cut {len(text) - MAX_ARGUMENT_CHARS} chars]"
+    return text
+
+
+def attributes_of(evidence: DecisionEvidence, *, session_id: str, agent: str | None, digest: str) -> dict[str, Any]:
+    """The span attributes of one decision (raises if redaction fails: the caller drops the span)."""
+    tools = [
+        {
+            "call_id": call.call_id,
+            "name": call.name,
+            "allowed": evidence.allowed.get(call.index, False),
+            "arguments": _arguments(call),
+        }
+        for call in evidence.calls[:MAX_TOOLS]
+    ]
+    attrs: dict[str, Any] = {
+        sc.SESSION_ID: session_id,
+        sc.CONTRACT_SESSION_ID: session_id,
+        sc.CONTRACT_STEP: evidence.step,
+        sc.CONTRACT_MODE: evidence.mode,
+        sc.CONTRACT_OUTCOME: evidence.outcome,
+        sc.CONTRACT_STATE_VERSION: evidence.state_version,
+        sc.CONTRACT_DIGEST: digest,
+        sc.CONTRACT_PROVIDER: evidence.provider,
+        sc.CONTRACT_API: evidence.api,
+        sc.CONTRACT_STREAMED: evidence.streamed,
+        sc.CONTRACT_TOOLS: json.dumps(tools, separators=(",", ":")),
+        sc.CONTRACT_FAILURES: json.dumps([failure_json(f) for f in evidence.failures], separators=(",", ":")),
+        sc.CONTRACT_NARROWED: json.dumps(list(evidence.narrowed), separators=(",", ":")),
+    }
+    if agent is not None:
+        attrs[sc.CONTRACT_AGENT] = agent
+        attrs[sc.AGENT_ID] = agent
+    if evidence.phase_before is not None:
+        attrs[sc.CONTRACT_PHASE_BEFORE] = evidence.phase_before
+    if evidence.phase_after is not None:
+        attrs[sc.CONTRACT_PHASE_AFTER] = evidence.phase_after
+    if len(evidence.calls) > MAX_TOOLS:
+        attrs[sc.CONTRACT_TOOLS_DROPPED] = len(evidence.calls) - MAX_TOOLS
+    return attrs
+
+
+def of_decision(
+    decision: Decision,
+    calls: Sequence[ToolCallView],
+    *,
+    mode: str,
+    provider: str,
+    api: str,
+    streamed: bool,
+    narrowed: Sequence[str],
+) -> DecisionEvidence:
+    """The evidence of an engine decision."""
+    delivered = {verdict.call.index for verdict in decision.allowed}  # none under "reject"
+    allowed = {call.index: call.index in delivered for call in calls}
+    return DecisionEvidence(
+        mode=mode,
+        provider=provider,
+        api=api,
+        streamed=streamed,
+        outcome=decision.outcome,
+        step=decision.step,
+        state_version=decision.state_version,
+        phase_before=decision.phase_before,
+        phase_after=decision.phase_after,
+        calls=calls,
+        allowed=allowed,
+        failures=decision.failures,
+        narrowed=narrowed,
+    )
+
+
+class Evidence:
+    """Writes one session's decision spans; counts what it wrote and what it dropped."""
+
+    def __init__(
+        self,
+        session_id: str,
+        agent: str | None,
+        digest: str,
+        diagnostics: Callable[[dict[str, Any]], None],
+        *,
+        enabled: bool = True,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        """Evidence for session ``session_id`` under the contracts with ``digest`` (``enabled=False``: none).
+
+        The spans go to ``tracer_provider`` (default: the global one, as ``configure()`` sets it).
+        """
+        self.enabled = enabled
+        self.tracer_provider = tracer_provider
+        self._tracer = trace.get_tracer(_SCOPE, _VERSION, tracer_provider)
+        self.session_id = session_id
+        self.agent = agent
+        self.digest = digest
+        self._diagnostics = diagnostics
+        self._lock = threading.Lock()
+        self.emitted = 0
+        """Spans written."""
+        self.dropped = 0
+        """Spans not written because redaction (or building the span) failed."""
+
+    def emit(self, evidence: DecisionEvidence) -> bool:
+        """Write the span of one decision; ``False`` (and counted) when it had to be dropped."""
+        if not self.enabled:
+            return False
+        try:
+            attrs = attributes_of(evidence, session_id=self.session_id, agent=self.agent, digest=self.digest)
+        except Exception as exc:  # noqa: BLE001 - fail closed: no span rather than an unredacted one
+            with self._lock:
+                self.dropped += 1
+            _log.warning("otel-replay: a contract decision span was dropped: redaction failed (%s)", type(exc).__name__)
+            self._diagnostics({"event": "evidence_dropped", "step": evidence.step, "error": type(exc).__name__})
+            return False
+        span = self._tracer.start_span(sc.SPAN_CONTRACT_DECISION, kind=SpanKind.INTERNAL, attributes=attrs)
+        span.end()
+        with self._lock:
+            self.emitted += 1
+        return True

@@ -1,0 +1,311 @@
+"""The governed client: ``session.client``, a chain of proxies over the original client.
+
+Everything is the original client's (attributes, options, the HTTP connection, exceptions, return types)
+except the governed methods, which run each call through the session's pipeline
+(:class:`~otel_replay.contracts.pipeline.Governor`):
+
+* ``openai``: ``chat.completions.create`` and ``responses.create`` (plain, ``stream=True``, and through
+  ``with_raw_response``), sync and async;
+* ``anthropic``: ``messages.create`` (plain, ``stream=True``, ``with_raw_response``) and
+  ``messages.stream(...)``, sync and async.
+
+A response's refused tool calls are stripped from the very object the client returned (so a raw
+response's ``parse()`` shows the same); a rejected one raises
+:class:`~otel_replay.errors.ReplayContractError`. ``with_options()`` and ``copy()`` return governed clients
+of the same session. Other methods (``chat.completions.stream``, ``with_streaming_response``, ``beta``) are
+not governed: a call through them reaches the original client unguarded, and the session's bypass
+detection reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+
+from otel_replay.contracts.engine import ToolCallView
+from otel_replay.contracts.pipeline import GOVERNED, Request
+from otel_replay.contracts.providers.anthropic import MessagesAdapter
+from otel_replay.contracts.providers.base import Adapter
+from otel_replay.contracts.providers.openai import ChatAdapter, ResponsesAdapter
+from otel_replay.contracts.streams import (
+    AnthropicFilter,
+    AsyncGovernedStream,
+    ChatFilter,
+    Decide,
+    GovernedStream,
+    ResponsesFilter,
+    StreamFilter,
+)
+from otel_replay.errors import ContractError, ReplayContractError
+
+if TYPE_CHECKING:  # the session imports this module; the proxies only call back into it
+    from otel_replay.contracts.session import GovernedSession
+
+__all__ = ["governed_client"]
+
+_CHAT = ChatAdapter()
+_RESPONSES = ResponsesAdapter()
+_MESSAGES = MessagesAdapter()
+
+
+def _filter_for(adapter: Adapter) -> StreamFilter:
+    if adapter is _CHAT:
+        return ChatFilter()
+    if adapter is _MESSAGES:
+        return AnthropicFilter()
+    return ResponsesFilter()
+
+
+def _decider(session: GovernedSession, adapter: Adapter, request: Request) -> Decide:
+    def decide(calls: list[ToolCallView], model: str | None, usage: tuple[int, int] | None) -> frozenset[int]:
+        return session.governor.decide(adapter, request, calls, usage, streamed=True)
+
+    return decide
+
+
+def _governed_stream(session: GovernedSession, adapter: Adapter, request: Request, stream: Any, aio: bool) -> Any:
+    filter = _filter_for(adapter)
+    decide = _decider(session, adapter, request)
+    return AsyncGovernedStream(stream, filter, decide) if aio else GovernedStream(stream, filter, decide)
+
+
+def _read(session: GovernedSession, adapter: Adapter, response: Any) -> tuple[list[ToolCallView], Any] | None:
+    """The response's tool calls and usage; ``None`` (counted unguarded) when unreadable and ``on_error=allow``."""
+    try:
+        return adapter.calls(response), adapter.usage(response)
+    except Exception as exc:
+        if session.governor.engine.on_error == "allow":
+            session.governor.unguarded(f"response unreadable: {type(exc).__name__}")
+            return None
+        raise ContractError(
+            f"session {session.session_id}: the {adapter.api} response could not be read for its tool calls "
+            f"({type(exc).__name__}); on_error='block' refuses it"
+        ) from exc
+
+
+def _gate(session: GovernedSession, adapter: Adapter, request: Request, response: Any) -> None:
+    read = _read(session, adapter, response)
+    if read is None:
+        return
+    calls, usage = read
+    keep = session.governor.decide(adapter, request, calls, usage, streamed=False)
+    if len(keep) < len(calls):
+        adapter.strip(response, keep)
+
+
+def _retrying(session: GovernedSession, attempt: int, exc: ReplayContractError) -> bool:
+    return exc.decision is not None and attempt < session.max_retries and not session.governor.state().killed
+
+
+def _run(
+    session: GovernedSession, adapter: Adapter, method: Callable[..., Any], args: Any, kwargs: Any, raw: bool
+) -> Any:
+    if not session.active:
+        return method(*args, **kwargs)
+    attempt = 0
+    while True:
+        request = session.governor.before(adapter, dict(kwargs))
+        token = GOVERNED.set(True)
+        try:
+            result = method(*args, **request.kwargs)
+        finally:
+            GOVERNED.reset(token)
+        if request.kwargs.get("stream") is True:
+            if raw:
+                return _RawStreamResponse(result, session, adapter, request, False)
+            return _governed_stream(session, adapter, request, result, False)
+        try:
+            _gate(session, adapter, request, result.parse() if raw else result)
+        except ReplayContractError as exc:
+            if _retrying(session, attempt, exc):
+                attempt += 1
+                continue
+            raise
+        return result
+
+
+async def _arun(
+    session: GovernedSession, adapter: Adapter, method: Callable[..., Any], args: Any, kwargs: Any, raw: bool
+) -> Any:
+    if not session.active:
+        return await method(*args, **kwargs)
+    attempt = 0
+    while True:
+        request = session.governor.before(adapter, dict(kwargs))
+        token = GOVERNED.set(True)
+        try:
+            result = await method(*args, **request.kwargs)
+        finally:
+            GOVERNED.reset(token)
+        if request.kwargs.get("stream") is True:
+            if raw:
+                return _RawStreamResponse(result, session, adapter, request, True)
+            return _governed_stream(session, adapter, request, result, True)
+        try:
+            _gate(session, adapter, request, (await result.parse()) if raw else result)
+        except ReplayContractError as exc:
+            if _retrying(session, attempt, exc):
+                attempt += 1
+                continue
+            raise
+        return result
+
+
+class _RawStreamResponse(wrapt.ObjectProxy):
+    """``with_raw_response.create(stream=True)``: the raw response, whose ``parse()`` gives the governed stream."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, adapter: Adapter, request: Request, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, adapter, request, aio)
+        self._self_parsed: Any = None
+
+    def parse(self, *args: Any, **kwargs: Any) -> Any:
+        session, adapter, request, aio = self._self_args
+        if aio:
+            return self._aparse(*args, **kwargs)
+        if self._self_parsed is None:
+            self._self_parsed = _governed_stream(
+                session, adapter, request, self.__wrapped__.parse(*args, **kwargs), False
+            )
+        return self._self_parsed
+
+    async def _aparse(self, *args: Any, **kwargs: Any) -> Any:
+        session, adapter, request, _ = self._self_args
+        if self._self_parsed is None:
+            stream = await self.__wrapped__.parse(*args, **kwargs)
+            self._self_parsed = _governed_stream(session, adapter, request, stream, True)
+        return self._self_parsed
+
+
+class _StreamManager(wrapt.ObjectProxy):
+    """``messages.stream(...)``'s manager: the stream it opens reads its events through the governed filter."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, request: Request) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, request)
+
+    def _govern(self, stream: Any, aio: bool) -> Any:
+        session, request = self._self_args
+        decide = _decider(session, _MESSAGES, request)
+        raw = stream._raw_stream  # the helper reads its raw events lazily, through this attribute
+        stream._raw_stream = (
+            AsyncGovernedStream(raw, AnthropicFilter(), decide)
+            if aio
+            else GovernedStream(raw, AnthropicFilter(), decide)
+        )
+        return stream
+
+    def __enter__(self) -> Any:
+        token = GOVERNED.set(True)
+        try:
+            stream = self.__wrapped__.__enter__()
+        finally:
+            GOVERNED.reset(token)
+        return self._govern(stream, False)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        return self.__wrapped__.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Any:
+        token = GOVERNED.set(True)
+        try:
+            stream = await self.__wrapped__.__aenter__()
+        finally:
+            GOVERNED.reset(token)
+        return self._govern(stream, True)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        return await self.__wrapped__.__aexit__(exc_type, exc, tb)
+
+
+class _Raw(wrapt.ObjectProxy):
+    """``<resource>.with_raw_response``: its ``create`` governed."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, adapter: Adapter, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, adapter, aio)
+
+    def create(self, *args: Any, **kwargs: Any) -> Any:
+        session, adapter, aio = self._self_args
+        if aio:
+            return _arun(session, adapter, self.__wrapped__.create, args, kwargs, True)
+        return _run(session, adapter, self.__wrapped__.create, args, kwargs, True)
+
+
+class _Resource(wrapt.ObjectProxy):
+    """A governed API resource (``chat.completions``, ``responses``, ``messages``)."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, adapter: Adapter, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, adapter, aio)
+
+    def create(self, *args: Any, **kwargs: Any) -> Any:
+        session, adapter, aio = self._self_args
+        if aio:
+            return _arun(session, adapter, self.__wrapped__.create, args, kwargs, False)
+        return _run(session, adapter, self.__wrapped__.create, args, kwargs, False)
+
+    @property
+    def with_raw_response(self) -> Any:
+        session, adapter, aio = self._self_args
+        return _Raw(self.__wrapped__.with_raw_response, session, adapter, aio)
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        session, adapter, _ = self._self_args
+        if adapter is not _MESSAGES or not session.active:
+            return self.__wrapped__.stream(*args, **kwargs)
+        request = session.governor.before(adapter, dict(kwargs))
+        return _StreamManager(self.__wrapped__.stream(*args, **request.kwargs), session, request)
+
+
+class _Chat(wrapt.ObjectProxy):
+    """``client.chat``: its ``completions`` governed."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, aio)
+
+    @property
+    def completions(self) -> Any:
+        session, aio = self._self_args
+        return _Resource(self.__wrapped__.completions, session, _CHAT, aio)
+
+
+class _Client(wrapt.ObjectProxy):
+    """``session.client``."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, provider: str, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, provider, aio)
+
+    def __getattr__(self, name: str) -> Any:
+        session, provider, aio = self._self_args
+        value = getattr(self.__wrapped__, name)
+        if provider == "openai":
+            if name == "chat":
+                return _Chat(value, session, aio)
+            if name == "responses":
+                return _Resource(value, session, _RESPONSES, aio)
+        elif name == "messages":
+            return _Resource(value, session, _MESSAGES, aio)
+        return value
+
+    def with_options(self, *args: Any, **kwargs: Any) -> Any:
+        session, provider, aio = self._self_args
+        return _Client(self.__wrapped__.with_options(*args, **kwargs), session, provider, aio)
+
+    def copy(self, *args: Any, **kwargs: Any) -> Any:
+        session, provider, aio = self._self_args
+        return _Client(self.__wrapped__.copy(*args, **kwargs), session, provider, aio)
+
+
+def governed_client(client: Any, session: GovernedSession, provider: str, aio: bool) -> Any:
+    """``client`` governed by ``session`` (a proxy: ``isinstance`` and every other attribute are the client's)."""
+    return _Client(client, session, provider, aio)

@@ -1,0 +1,199 @@
+"""The ``openai`` client's two APIs as governance sees them: ``chat.completions`` and ``responses``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from otel_replay.contracts.engine import ToolCallView
+from otel_replay.contracts.providers.base import (
+    ToolResultSeen,
+    decode_output,
+    field,
+    named_tools,
+    narrowed_tools,
+)
+
+__all__ = ["ChatAdapter", "ResponsesAdapter", "chat_tool_name", "responses_tool_name"]
+
+
+def chat_tool_name(entry: Any) -> str | None:
+    """The name of a ``chat.completions`` tool entry (``{"type": "function", "function": {"name": ...}}``)."""
+    function = field(entry, "function")
+    name = field(function, "name") if function is not None else None
+    return name if isinstance(name, str) else None
+
+
+def responses_tool_name(entry: Any) -> str | None:
+    """The name of a ``responses`` tool entry (``{"type": "function", "name": ...}``; built-in tools have none)."""
+    if field(entry, "type") not in (None, "function"):
+        return None
+    name = field(entry, "name")
+    return name if isinstance(name, str) else None
+
+
+def _choice_names(choice: Any, name_of: Any) -> str | None:
+    """The tool a ``tool_choice`` forces, if it names one."""
+    if isinstance(choice, Mapping) or hasattr(choice, "type"):
+        return name_of(choice)
+    return None
+
+
+def _narrow(kwargs: dict[str, Any], kept: frozenset[str], name_of: Any) -> dict[str, Any]:
+    tools = kwargs.get("tools")
+    if not isinstance(tools, list | tuple):
+        return kwargs
+    out = dict(kwargs)
+    remaining = narrowed_tools(tools, kept, name_of)
+    if remaining:
+        out["tools"] = remaining
+    else:  # the API refuses an empty tools list, and a tool choice without tools
+        out.pop("tools", None)
+        out.pop("tool_choice", None)
+        out.pop("parallel_tool_calls", None)
+    forced = _choice_names(out.get("tool_choice"), name_of)
+    if forced is not None and forced not in kept:
+        out.pop("tool_choice", None)
+    return out
+
+
+class ChatAdapter:
+    """``chat.completions.create``."""
+
+    provider = "openai"
+    api = "chat.completions"
+
+    def offered(self, kwargs: Mapping[str, Any]) -> list[str] | None:
+        """The function names in ``tools``."""
+        return named_tools(kwargs.get("tools"), chat_tool_name)
+
+    def narrow(self, kwargs: dict[str, Any], kept: frozenset[str]) -> dict[str, Any]:
+        """``tools`` cut to ``kept``; left out when none remain (with ``tool_choice``)."""
+        return _narrow(kwargs, kept, chat_tool_name)
+
+    def results(self, kwargs: Mapping[str, Any]) -> list[ToolResultSeen]:
+        """``role: tool`` messages, each named by the assistant tool call it answers (when in the messages)."""
+        messages = kwargs.get("messages")
+        if not isinstance(messages, list | tuple):
+            return []
+        names: dict[str, str] = {}
+        seen: list[ToolResultSeen] = []
+        for message in messages:
+            role = field(message, "role")
+            if role == "assistant":
+                for call in field(message, "tool_calls") or ():
+                    call_id, name = field(call, "id"), chat_tool_name(call)
+                    if isinstance(call_id, str) and name is not None:
+                        names[call_id] = name
+            elif role == "tool":
+                call_id = field(message, "tool_call_id")
+                if isinstance(call_id, str):
+                    seen.append(ToolResultSeen(call_id, names.get(call_id), decode_output(field(message, "content"))))
+        return seen
+
+    def model(self, kwargs: Mapping[str, Any]) -> str | None:
+        """``model``."""
+        model = kwargs.get("model")
+        return model if isinstance(model, str) else None
+
+    def calls(self, response: Any) -> list[ToolCallView]:
+        """The ``message.tool_calls`` of every choice, in order (choice, then call), numbered across choices.
+
+        With ``n`` > 1 the choices' calls are checked in that order as one response: stricter than judging
+        each alternative alone, never looser (no choice's call reaches the caller unchecked).
+        """
+        views: list[ToolCallView] = []
+        index = 0
+        for choice in getattr(response, "choices", None) or ():
+            for call in getattr(choice.message, "tool_calls", None) or ():
+                function = getattr(call, "function", None)
+                name = getattr(function, "name", None) if function is not None else None
+                arguments = getattr(function, "arguments", None) if function is not None else None
+                text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+                views.append(ToolCallView.parse(index, call.id or "", name or "", text))
+                index += 1
+        return views
+
+    def usage(self, response: Any) -> tuple[int, int] | None:
+        """``usage.prompt_tokens`` and ``usage.completion_tokens``."""
+        usage = getattr(response, "usage", None)
+        if usage is None:
+            return None
+        return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+
+    def strip(self, response: Any, keep: frozenset[int]) -> None:
+        """Drop the refused calls from every choice; a choice left with none finishes ``stop``."""
+        index = 0
+        for choice in getattr(response, "choices", None) or ():
+            calls = list(choice.message.tool_calls or ())
+            if not calls:
+                continue
+            kept = [call for offset, call in enumerate(calls) if index + offset in keep]
+            index += len(calls)
+            choice.message.tool_calls = kept or None
+            if not kept and choice.finish_reason == "tool_calls":
+                choice.finish_reason = "stop"
+
+
+class ResponsesAdapter:
+    """``responses.create``."""
+
+    provider = "openai"
+    api = "responses"
+
+    def offered(self, kwargs: Mapping[str, Any]) -> list[str] | None:
+        """The function names in ``tools`` (built-in tools have none and are never narrowed)."""
+        return named_tools(kwargs.get("tools"), responses_tool_name)
+
+    def narrow(self, kwargs: dict[str, Any], kept: frozenset[str]) -> dict[str, Any]:
+        """``tools`` cut to ``kept``; left out when none remain (with ``tool_choice``)."""
+        return _narrow(kwargs, kept, responses_tool_name)
+
+    def results(self, kwargs: Mapping[str, Any]) -> list[ToolResultSeen]:
+        """``function_call_output`` input items, named by the ``function_call`` items beside them (when there)."""
+        items = kwargs.get("input")
+        if not isinstance(items, list | tuple):
+            return []
+        names: dict[str, str] = {}
+        seen: list[ToolResultSeen] = []
+        for item in items:
+            kind = field(item, "type")
+            if kind == "function_call":
+                call_id, name = field(item, "call_id"), field(item, "name")
+                if isinstance(call_id, str) and isinstance(name, str):
+                    names[call_id] = name
+            elif kind == "function_call_output":
+                call_id = field(item, "call_id")
+                if isinstance(call_id, str):
+                    seen.append(ToolResultSeen(call_id, names.get(call_id), decode_output(field(item, "output"))))
+        return seen
+
+    def model(self, kwargs: Mapping[str, Any]) -> str | None:
+        """``model``."""
+        model = kwargs.get("model")
+        return model if isinstance(model, str) else None
+
+    def calls(self, response: Any) -> list[ToolCallView]:
+        """The ``function_call`` output items, in order."""
+        views: list[ToolCallView] = []
+        for index, item in enumerate(getattr(response, "output", None) or ()):
+            if getattr(item, "type", None) != "function_call":
+                continue
+            text = item.arguments if isinstance(item.arguments, str) else json.dumps(item.arguments)
+            views.append(ToolCallView.parse(index, item.call_id or "", item.name or "", text))
+        return views
+
+    def usage(self, response: Any) -> tuple[int, int] | None:
+        """``usage.input_tokens`` and ``usage.output_tokens``."""
+        usage = getattr(response, "usage", None)
+        if usage is None:
+            return None
+        return int(usage.input_tokens or 0), int(usage.output_tokens or 0)
+
+    def strip(self, response: Any, keep: frozenset[int]) -> None:
+        """Drop the refused ``function_call`` items from ``output`` (indexes are positions in ``output``)."""
+        output = list(getattr(response, "output", None) or ())
+        response.output = [
+            item for index, item in enumerate(output) if getattr(item, "type", None) != "function_call" or index in keep
+        ]

@@ -1,0 +1,477 @@
+"""Streaming, enforced: text flows as it arrives; tool calls are held until complete, gated, then released.
+
+A governed stream wraps the client's stream (``openai.Stream``, ``anthropic.Stream`` and their async
+forms, and the raw stream under ``messages.stream()``'s helper). A per-API *filter* looks at each chunk:
+
+* text (and the role, and the message start) passes at once;
+* a tool call's pieces (its id and name, then its argument fragments) are held;
+* the end of the response (the finish reason and usage) is held too, until the whole response is in.
+
+When the model's response is complete the held calls go to the session's ``decide`` callback (the same
+pipeline as a non-streamed response). What it allows is released, renumbered so the caller's own
+accumulator sees calls ``0..n-1`` (or content blocks in order); what it refuses never reaches the caller;
+a rejection raises :class:`~otel_replay.errors.ReplayContractError` from the iteration, after the text.
+If the stream breaks before the response is complete, the held calls are never delivered.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, Protocol
+
+import wrapt
+
+from otel_replay.contracts.engine import ToolCallView
+
+__all__ = [
+    "AnthropicFilter",
+    "AsyncGovernedStream",
+    "ChatFilter",
+    "Decide",
+    "GovernedStream",
+    "ResponsesFilter",
+    "StreamFilter",
+]
+
+Decide = Callable[[list[ToolCallView], "str | None", "tuple[int, int] | None"], frozenset[int]]
+"""``decide(calls, model, usage) -> indexes of the calls allowed`` (raises when the response is rejected)."""
+
+
+class StreamFilter(Protocol):
+    """What one API's stream holds back and releases."""
+
+    complete: bool
+    """The response is complete: release now (else at the end of the stream)."""
+
+    def take(self, chunk: Any) -> list[Any]:
+        """The chunks to hand the caller now for ``chunk`` (none while it is held)."""
+        ...
+
+    def release(self, decide: Decide) -> list[Any]:
+        """Gate the held calls and return what the caller gets: the allowed calls, then the held ending."""
+        ...
+
+
+# --- openai chat.completions ----------------------------------------------------------------------------
+
+
+class _HeldCall:
+    __slots__ = ("call_id", "name", "parts", "pieces")
+
+    def __init__(self) -> None:
+        self.call_id: str | None = None
+        self.name: str | None = None
+        self.parts: list[str] = []
+        self.pieces: list[tuple[Any, Any, Any]] = []  # (chunk, choice, tool call delta)
+
+
+class ChatFilter:
+    """``ChatCompletionChunk`` streams: content passes, ``delta.tool_calls`` and the ending are held."""
+
+    def __init__(self) -> None:
+        """An empty filter."""
+        self.complete = False
+        self._calls: dict[tuple[int, int], _HeldCall] = {}
+        self._ending: list[Any] = []
+        self._model: str | None = None
+        self._usage: tuple[int, int] | None = None
+
+    def take(self, chunk: Any) -> list[Any]:
+        """Pass content, hold tool-call deltas, finish reasons and the usage chunk."""
+        if self._model is None:
+            self._model = getattr(chunk, "model", None)
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self._usage = (int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+        choices = list(getattr(chunk, "choices", None) or ())
+        if not choices:
+            if usage is not None:
+                self._ending.append(chunk)
+                return []
+            return [chunk]
+        held_any = False
+        passed = []
+        for choice in choices:
+            delta = choice.delta
+            calls = getattr(delta, "tool_calls", None) if delta is not None else None
+            if calls:
+                held_any = True
+                for call in calls:
+                    held = self._calls.setdefault((choice.index, call.index), _HeldCall())
+                    if call.id:
+                        held.call_id = call.id
+                    function = call.function
+                    if function is not None:
+                        if function.name:
+                            held.name = function.name
+                        if function.arguments:
+                            held.parts.append(function.arguments)
+                    held.pieces.append((chunk, choice, call))
+                delta = delta.model_copy(update={"tool_calls": None})
+                choice = choice.model_copy(update={"delta": delta})
+            if choice.finish_reason is not None:
+                held_any = True
+                self._ending.append(chunk.model_copy(update={"choices": [choice]}))
+                continue
+            passed.append(choice)
+        if not held_any:
+            return [chunk]
+        out = [chunk.model_copy(update={"choices": passed})] if any(_has_content(c) for c in passed) else []
+        return out
+
+    def views(self) -> list[ToolCallView]:
+        """The held calls, in order (choice, then call index), complete."""
+        views = []
+        for ordinal, key in enumerate(sorted(self._calls)):
+            held = self._calls[key]
+            text = "".join(held.parts)
+            views.append(ToolCallView.parse(ordinal, held.call_id or "", held.name or "", text))
+        return views
+
+    def release(self, decide: Decide) -> list[Any]:
+        """Gate the held calls; release each allowed one renumbered per choice, then the ending."""
+        views = self.views()
+        keep = decide(views, self._model, self._usage)
+        out: list[Any] = []
+        kept_per_choice: dict[int, int] = {}
+        for ordinal, key in enumerate(sorted(self._calls)):
+            if ordinal not in keep:
+                continue
+            number = kept_per_choice.get(key[0], 0)
+            kept_per_choice[key[0]] = number + 1
+            for chunk, choice, call in self._calls[key].pieces:
+                renumbered = call.model_copy(update={"index": number})
+                delta = choice.delta.model_copy(update={"tool_calls": [renumbered], "content": None, "role": None})
+                piece = choice.model_copy(update={"delta": delta, "finish_reason": None})
+                out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
+        had_calls = {key[0] for key in self._calls}
+        for chunk in self._ending:
+            choices = []
+            for choice in getattr(chunk, "choices", None) or ():
+                if (
+                    choice.finish_reason == "tool_calls"
+                    and choice.index in had_calls
+                    and not kept_per_choice.get(choice.index)
+                ):
+                    choice = choice.model_copy(update={"finish_reason": "stop"})
+                choices.append(choice)
+            out.append(chunk.model_copy(update={"choices": choices}) if choices else chunk)
+        self._calls.clear()
+        self._ending.clear()
+        return out
+
+
+def _has_content(choice: Any) -> bool:
+    delta = choice.delta
+    return delta is not None and (delta.content is not None or delta.role is not None or bool(delta.refusal))
+
+
+# --- anthropic messages ---------------------------------------------------------------------------------
+
+
+class AnthropicFilter:
+    """Raw ``messages`` stream events: text blocks pass (renumbered), ``tool_use`` blocks and the ending held."""
+
+    def __init__(self) -> None:
+        """An empty filter."""
+        self.complete = False
+        self._out_index = 0
+        self._map: dict[int, int] = {}  # passed blocks: their index in -> index out
+        self._held: dict[int, list[Any]] = {}  # held tool_use blocks: index in -> their events
+        self._ending: list[Any] = []
+        self._model: str | None = None
+        self._input = 0
+        self._output = 0
+        self._stop: str | None = None
+
+    def take(self, event: Any) -> list[Any]:
+        """Pass the message start and text blocks, hold ``tool_use`` blocks, ``message_delta`` and ``message_stop``."""
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            message = event.message
+            self._model = getattr(message, "model", None)
+            usage = getattr(message, "usage", None)
+            if usage is not None:
+                self._input = int(getattr(usage, "input_tokens", 0) or 0)
+                for extra in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+                    self._input += int(getattr(usage, extra, 0) or 0)
+                self._output = int(getattr(usage, "output_tokens", 0) or 0)
+            return [event]
+        if kind == "content_block_start":
+            if getattr(event.content_block, "type", None) == "tool_use":
+                self._held[event.index] = [event]
+                return []
+            self._map[event.index] = self._out_index
+            self._out_index += 1
+            return [_renumbered(event, self._map[event.index])]
+        if kind in ("content_block_delta", "content_block_stop"):
+            held = self._held.get(event.index)
+            if held is not None:
+                held.append(event)
+                return []
+            number = self._map.get(event.index)
+            return [event if number is None else _renumbered(event, number)]
+        if kind == "message_delta":
+            self._stop = getattr(event.delta, "stop_reason", None) or self._stop
+            output = getattr(getattr(event, "usage", None), "output_tokens", None)
+            if isinstance(output, int):
+                self._output = output
+            self._ending.append(event)
+            return []
+        if kind == "message_stop":
+            self._ending.append(event)
+            self.complete = True
+            return []
+        return [event]
+
+    def views(self) -> list[ToolCallView]:
+        """The held ``tool_use`` blocks, in order, with their input assembled."""
+        views = []
+        for ordinal, index in enumerate(sorted(self._held)):
+            events = self._held[index]
+            block = events[0].content_block
+            parts = [
+                e.delta.partial_json
+                for e in events[1:]
+                if e.type == "content_block_delta" and getattr(e.delta, "type", None) == "input_json_delta"
+            ]
+            text = "".join(parts) or "{}"
+            views.append(ToolCallView.parse(ordinal, block.id or "", block.name or "", text))
+        return views
+
+    def release(self, decide: Decide) -> list[Any]:
+        """Gate the held blocks; release the allowed ones after the passed blocks, then the ending."""
+        views = self.views()
+        keep = decide(views, self._model, (self._input, self._output))
+        out: list[Any] = []
+        kept = 0
+        for ordinal, index in enumerate(sorted(self._held)):
+            if ordinal not in keep:
+                continue
+            number = self._out_index
+            self._out_index += 1
+            kept += 1
+            out.extend(_renumbered(event, number) for event in self._held[index])
+        for event in self._ending:
+            if event.type == "message_delta" and self._held and not kept and event.delta.stop_reason == "tool_use":
+                event = event.model_copy(update={"delta": event.delta.model_copy(update={"stop_reason": "end_turn"})})
+            out.append(event)
+        self._held.clear()
+        self._ending.clear()
+        return out
+
+
+def _renumbered(event: Any, number: int) -> Any:
+    return event if event.index == number else event.model_copy(update={"index": number})
+
+
+# --- openai responses -----------------------------------------------------------------------------------
+
+_RESPONSE_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponsesFilter:
+    """``responses`` stream events: message items pass (renumbered), ``function_call`` items and the end held."""
+
+    def __init__(self) -> None:
+        """An empty filter."""
+        self.complete = False
+        self._out_index = 0
+        self._map: dict[int, int] = {}  # passed items: output_index in -> out
+        self._held: dict[int, list[Any]] = {}  # function_call items: output_index in -> their events
+        self._ending: list[Any] = []
+
+    def take(self, event: Any) -> list[Any]:
+        """Pass what is not a function call; hold function calls' events and the final ``response.*`` event."""
+        kind = getattr(event, "type", None)
+        if kind in _RESPONSE_ENDS:
+            self._ending.append(event)
+            self.complete = True
+            return []
+        index = getattr(event, "output_index", None)
+        if not isinstance(index, int):
+            return [event]
+        if kind == "response.output_item.added" and getattr(event.item, "type", None) == "function_call":
+            self._held[index] = [event]
+            return []
+        held = self._held.get(index)
+        if held is not None:
+            held.append(event)
+            return []
+        if index not in self._map:
+            self._map[index] = self._out_index
+            self._out_index += 1
+        return [_at_output(event, self._map[index])]
+
+    def views(self) -> list[ToolCallView]:
+        """The held function calls, in order, with their complete arguments."""
+        views = []
+        for ordinal, index in enumerate(sorted(self._held)):
+            events = self._held[index]
+            item = events[0].item
+            arguments: str | None = None
+            parts: list[str] = []
+            for event in events[1:]:
+                if event.type == "response.function_call_arguments.delta":
+                    parts.append(event.delta or "")
+                elif event.type == "response.function_call_arguments.done":
+                    arguments = event.arguments
+                elif event.type == "response.output_item.done":
+                    item = event.item
+                    arguments = getattr(item, "arguments", arguments)
+            text = arguments if isinstance(arguments, str) else "".join(parts)
+            views.append(ToolCallView.parse(ordinal, item.call_id or "", item.name or "", text))
+        return views
+
+    def _usage(self) -> tuple[str | None, tuple[int, int] | None]:
+        for event in self._ending:
+            response = getattr(event, "response", None)
+            usage = getattr(response, "usage", None)
+            if usage is not None:
+                tokens = (int(usage.input_tokens or 0), int(usage.output_tokens or 0))
+                return getattr(response, "model", None), tokens
+        return None, None
+
+    def release(self, decide: Decide) -> list[Any]:
+        """Gate the held calls; release the allowed ones, then the final event with the refused ones removed."""
+        views = self.views()
+        model, usage = self._usage()
+        keep = decide(views, model, usage)
+        out: list[Any] = []
+        for ordinal, index in enumerate(sorted(self._held)):
+            if ordinal not in keep:
+                continue
+            number = self._out_index
+            self._out_index += 1
+            out.extend(_at_output(event, number) for event in self._held[index])
+        for event in self._ending:
+            response = getattr(event, "response", None)
+            if response is not None and self._held:
+                calls = 0
+                output = []
+                for item in response.output or ():
+                    if getattr(item, "type", None) == "function_call":
+                        calls += 1
+                        if calls - 1 not in keep:
+                            continue
+                    output.append(item)
+                event = event.model_copy(update={"response": response.model_copy(update={"output": output})})
+            out.append(event)
+        self._held.clear()
+        self._ending.clear()
+        return out
+
+
+def _at_output(event: Any, number: int) -> Any:
+    return event if event.output_index == number else event.model_copy(update={"output_index": number})
+
+
+# --- the stream proxies ---------------------------------------------------------------------------------
+
+
+class GovernedStream(wrapt.ObjectProxy):
+    """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too)."""
+
+    def __init__(self, wrapped: Any, filter: StreamFilter, decide: Decide) -> None:
+        """Govern ``wrapped`` through ``filter``, gating with ``decide``."""
+        super().__init__(wrapped)
+        self._self_it = wrapped if hasattr(wrapped, "__next__") else iter(wrapped)
+        self._self_filter = filter
+        self._self_decide = decide
+        self._self_queue: deque[Any] = deque()
+        self._self_released = False
+
+    def __iter__(self) -> GovernedStream:
+        return self
+
+    def __next__(self) -> Any:
+        queue = self._self_queue
+        while not queue:
+            if self._self_released:
+                raise StopIteration
+            try:
+                chunk = self._self_it.__next__()
+            except StopIteration:
+                self._release()
+                continue
+            queue.extend(self._self_filter.take(chunk))
+            if self._self_filter.complete:
+                self._release()
+        return queue.popleft()
+
+    def _release(self) -> None:
+        self._self_released = True
+        try:
+            self._self_queue.extend(self._self_filter.release(self._self_decide))
+        except BaseException:  # rejected: nothing more of this response is read; its connection is let go
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                close()
+            raise
+
+    def __enter__(self) -> GovernedStream:
+        enter = getattr(self.__wrapped__, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        leave = getattr(self.__wrapped__, "__exit__", None)
+        return leave(exc_type, exc, tb) if leave is not None else None
+
+
+class AsyncGovernedStream(wrapt.ObjectProxy):
+    """A client's asynchronous stream, governed (``async for``, ``async with``, ``await close()``)."""
+
+    def __init__(self, wrapped: Any, filter: StreamFilter, decide: Decide) -> None:
+        """Govern ``wrapped`` through ``filter``, gating with ``decide`` (called in the event loop's thread)."""
+        super().__init__(wrapped)
+        self._self_it = wrapped if hasattr(wrapped, "__anext__") else wrapped.__aiter__()
+        self._self_filter = filter
+        self._self_decide = decide
+        self._self_queue: deque[Any] = deque()
+        self._self_released = False
+
+    def __aiter__(self) -> AsyncGovernedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        queue = self._self_queue
+        while not queue:
+            if self._self_released:
+                raise StopAsyncIteration
+            try:
+                chunk = await self._self_it.__anext__()
+            except StopAsyncIteration:
+                await self._release()
+                continue
+            queue.extend(self._self_filter.take(chunk))
+            if self._self_filter.complete:
+                await self._release()
+        return queue.popleft()
+
+    async def _release(self) -> None:
+        self._self_released = True
+        try:
+            self._self_queue.extend(self._self_filter.release(self._self_decide))
+        except BaseException:  # rejected: nothing more of this response is read; its connection is let go
+            close = getattr(self.__wrapped__, "close", None)
+            if close is not None:
+                await close()
+            raise
+
+    async def __aenter__(self) -> AsyncGovernedStream:
+        enter = getattr(self.__wrapped__, "__aenter__", None)
+        if enter is not None:
+            await enter()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        leave = getattr(self.__wrapped__, "__aexit__", None)
+        return (await leave(exc_type, exc, tb)) if leave is not None else None

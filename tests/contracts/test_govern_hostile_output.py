@@ -1,0 +1,149 @@
+"""Hostile model output through the governed client: malformed tool-call JSON, 2,000 tool calls, 1 MiB of
+arguments, odd names. Each gets a clear verdict; the agent never sees a crash of ours."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from otel_replay import semconv as sc
+from otel_replay.contracts.evidence import MAX_ARGUMENT_CHARS, MAX_TOOLS
+from otel_replay.contracts.session import govern
+from otel_replay.errors import ReplayContractError
+from otel_replay.instrumentation import scripted as s
+
+from .govern_support import (
+    ANTHROPIC_TOOLS,
+    CHAT_TOOLS,
+    CLAUDE,
+    GPT,
+    REFUND_BOT,
+    Spans,
+    anthropic_client,
+    close_clients,
+    decisions,
+    openai_client,
+)
+
+HELLO = [{"role": "user", "content": "hi"}]
+GOOD = {"customer_email": "ana@example.com"}
+
+
+@pytest.fixture
+def spans() -> Iterator[Spans]:
+    kept = Spans()
+    yield kept
+    close_clients()
+    kept.close()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"customer_email": "ana@example.com"', "not json at all", "[1, 2]", '{"a": NaN}', "", "null"],
+    ids=["truncated", "prose", "array", "nan", "empty", "null"],
+)
+def test_malformed_tool_call_arguments_get_a_malformed_arguments_verdict(spans: Spans, arguments: str) -> None:
+    reply = s.chat_completion(None, model=GPT, tool_calls=[("c1", "lookup_customer", arguments)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError) as caught:
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    rules = {f.rule for f in caught.value.failures}
+    # An empty text reads as {} (no arguments): the email invariant then fails, not the JSON.
+    assert rules == ({"argument_invariant"} if arguments == "" else {"malformed_arguments"})
+    assert "lookup_customer" in str(caught.value)
+
+
+def test_malformed_arguments_in_a_stream_are_refused_and_never_reach_the_caller(spans: Spans) -> None:
+    reply = s.chat_stream(("ok",), model=GPT, tool_calls=[("c1", "lookup_customer", '{"customer_email": ')])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        chunks = list(stream)
+    assert not any(choice.delta.tool_calls for chunk in chunks for choice in chunk.choices)
+    assert decisions(spans)[0][sc.CONTRACT_FAILURES][0]["rule"] == "malformed_arguments"
+
+
+def test_two_thousand_tool_calls_in_one_response_get_one_decision_with_a_capped_span(spans: Spans) -> None:
+    calls = [(f"c{i}", "lookup_customer", GOOD) for i in range(2000)]
+    with s.ScriptedServer([s.chat_completion(None, model=GPT, tool_calls=calls)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    kept = response.choices[0].message.tool_calls
+    assert [c.id for c in kept] == ["c0"]  # the first advances the phase; the rest are out of phase or limited
+    (span,) = decisions(spans)
+    assert span[sc.CONTRACT_OUTCOME] == "strip"
+    assert len(span[sc.CONTRACT_TOOLS]) == MAX_TOOLS
+    assert span[sc.CONTRACT_TOOLS_DROPPED] == 2000 - MAX_TOOLS
+    assert session.get_state()["tool_call_counts"] == {"lookup_customer": 1}
+
+
+def test_two_thousand_streamed_anthropic_tool_uses_are_gated_once(spans: Spans) -> None:
+    uses = [(f"t{i}", "lookup_customer", GOOD) for i in range(2000)]
+    with s.ScriptedServer([s.anthropic_stream(("x",), model=CLAUDE, tool_uses=uses)]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        with session.client.messages.stream(
+            model=CLAUDE, max_tokens=10, messages=HELLO, tools=ANTHROPIC_TOOLS
+        ) as stream:
+            final = stream.get_final_message()
+    assert [b.id for b in final.content if b.type == "tool_use"] == ["t0"]
+    assert len(decisions(spans)) == 1
+
+
+def test_one_mebibyte_of_arguments_gets_a_verdict_and_a_cut_redacted_span(spans: Spans) -> None:
+    huge = {"customer_email": "ana@example.com", "blob": "sk-proj-" + "z" * (1 << 20)}
+    reply = s.chat_completion(None, model=GPT, tool_calls=[("c1", "lookup_customer", huge)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    assert json.loads(response.choices[0].message.tool_calls[0].function.arguments) == huge  # passed whole
+    shown = decisions(spans)[0][sc.CONTRACT_TOOLS][0]["arguments"]
+    assert len(shown) < MAX_ARGUMENT_CHARS + 64
+    assert "zzzzzzzzzzzzzzzz" not in shown and "ana@example.com" not in shown
+
+
+def test_a_call_of_a_tool_nobody_offered_or_contracted_is_unmatched(spans: Spans) -> None:
+    reply = s.chat_completion(None, model=GPT, tool_calls=[("c1", "rm_rf_everything\n\x00", {"path": "/"})])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError) as caught:
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    assert [f.rule for f in caught.value.failures] == ["unmatched"]
+    assert "\n" not in str(caught.value)
+
+
+def test_hostile_arguments_given_to_a_session_tool_get_a_verdict_not_an_exception(spans: Spans) -> None:
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    with s.ScriptedServer([]) as server:
+        session = govern(
+            openai_client(server),
+            REFUND_BOT,
+            tools={"lookup_customer": lambda **kw: "ran"},
+            tracer_provider=spans.provider,
+        )
+        run = session.tools.lookup_customer({"customer_email": Unprintable()})
+    assert run.result is None and not run.constraint_verdict.passed
+    assert run.constraint_verdict.failures[0]["rule"] == "malformed_arguments"
+
+
+def test_with_several_choices_no_choice_carries_an_unchecked_call(spans: Spans) -> None:
+    reply = s.chat_completion(None, model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)])
+    body = dict(reply.body)
+    second = json.loads(json.dumps(body["choices"][0]))
+    second["index"] = 1
+    second["message"]["tool_calls"][0].update(
+        id="c2", function={"name": "lookup_customer", "arguments": '{"customer_email": "nope"}'}
+    )
+    body["choices"] = [body["choices"][0], second]
+    with s.ScriptedServer([s.Reply(200, body)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, n=2)
+    first, other = response.choices
+    assert [c.id for c in first.message.tool_calls] == ["c1"]
+    assert other.message.tool_calls is None and other.finish_reason == "stop"
+    assert [t["call_id"] for t in decisions(spans)[0][sc.CONTRACT_TOOLS]] == ["c1", "c2"]
