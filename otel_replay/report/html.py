@@ -208,9 +208,8 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     lanes = []
     for lane in view.lanes:
         marks = "".join(
-            f'<a href="#ev-{e.index}"><rect class="dot-{"audit" if e.layer == "audit" else "decision"}" '
-            f'x="{_x(e.offset)}" y="3" width="7" height="12" rx="2"><title>{esc(e.time)} {esc(e.title)}</title>'
-            "</rect></a>"
+            f'<a href="#ev-{e.index}"><rect class="{"a" if e.layer == "audit" else "d"}" x="{_x(e.offset)}">'
+            f"<title>{esc(e.clock)} {esc(e.title)}</title></rect></a>"
             for e in view.events
             if e.lane == lane
         )
@@ -223,14 +222,18 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     for e in view.events:
         layer = "audit" if e.layer == "audit" else "decision"
         href = links.decision(e.record_id) if layer == "decision" else None
+        line = (
+            f'<span class="when">{esc(e.clock)}</span><span class="who">{esc(e.lane)}</span>'
+            f'<span class="what"><b>{esc(e.title)}</b>{esc(e.summary)}</span>{_pill(e.outcome)}'
+        )
+        if not e.sections:
+            events.append(f'<div class="event plain {layer}" id="ev-{e.index}">{line}</div>')
+            continue
         more = f"<p>{_link(href, 'open the decision’s causal tree')}</p>" if href else ""
         events.append(
-            f'<details class="event {layer}" id="ev-{e.index}" data-record="{esc(e.record_id)}">'
-            f'<summary><span class="when" title="{esc(e.time)}">{esc(e.clock)}</span>'
-            f'<span class="who">{esc(e.lane)}</span>'
-            f'<span class="what"><b>{esc(e.title)}</b>{esc(e.summary)}</span>{_pill(e.outcome)}</summary>'
-            f'<div class="body"><p class="id">{esc(layer)} {esc(e.record_id)}</p>{_sections(e.sections)}{more}'
-            "</div></details>"
+            f'<details class="event {layer}" id="ev-{e.index}" data-record="{esc(e.record_id)}"><summary>{line}'
+            f'</summary><div class="body"><p class="id">{esc(layer)} {esc(e.record_id)}</p>{_sections(e.sections)}'
+            f"{more}</div></details>"
         )
     body = (
         f'<h1>{esc(view.chain_type)} chain <span class="id">{esc(view.chain_id)}</span></h1>'
@@ -321,7 +324,7 @@ def rerun_page(view: RerunView, links: Links | None = None) -> str:
             f'<h2>First divergence: step {esc(d.step)}</h2><div class="box bad divergence"><p>{esc(d.reason)}</p>'
             '<div class="side"><div><h3>expected (recorded)</h3>'
             f'<p class="mono">{esc(d.expected or "(nothing: the recording holds no such call)")}</p></div>'
-            '<div><h3>actual (rerun)</h3>'
+            "<div><h3>actual (rerun)</h3>"
             f'<p class="mono">{esc(d.actual or "(nothing: the rerun never made this call)")}'
             "</p></div></div>"
             f"{'<h3>closest recorded calls</h3><ul>' + candidates + '</ul>' if candidates else ''}</div>"
@@ -349,7 +352,7 @@ def index_page(view: IndexView, links: Links) -> str:
     """The UI's front page."""
     decisions = "".join(
         f'<tr><td class="mono">{esc(d["created_at"])}</td>'
-        f'<td>{_link(links.decision(d["record_id"]), d["record_id"], "mono")}</td>'
+        f"<td>{_link(links.decision(d['record_id']), d['record_id'], 'mono')}</td>"
         f"<td>{esc(d['decision_type'])}</td><td>{esc(d['agent_id'])}</td>"
         f"<td>{_link(links.chain('trade', d['correlation_id']), d['correlation_id'], 'mono')}</td>"
         f"<td>{_link(links.chain('session', d['session_id']), d['session_id'], 'mono')}</td>"
@@ -358,7 +361,7 @@ def index_page(view: IndexView, links: Links) -> str:
     )
     sessions = "".join(
         f'<tr><td class="mono">{esc(s["recorded_at"])}</td>'
-        f'<td>{_link(links.rerun(s["session_id"]), s["session_id"], "mono")}</td>'
+        f"<td>{_link(links.rerun(s['session_id']), s['session_id'], 'mono')}</td>"
         f'<td class="mono">{esc(s["rerun_id"] or "not rerun")}</td><td>{_pill(s["result"])}</td></tr>'
         for s in view.sessions
     )

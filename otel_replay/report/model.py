@@ -32,6 +32,7 @@ from otel_replay.rerun.load import Recording, load_recording
 from otel_replay.rerun.runner import RerunResult
 
 __all__ = [
+    "DETAIL_LIMIT",
     "GATE_READS_LIMIT",
     "INDEX_LIMIT",
     "MAX_STEPS",
@@ -61,8 +62,10 @@ MAX_TEXT = 2000
 """Characters of one value shown on a page; the rest is left out and counted."""
 MAX_STEPS = 2000
 """Recorded steps shown on a rerun page; the rest are left out and counted."""
-GATE_READS_LIMIT = 100
-"""Decisions of a chain whose gate records (receipts, compensations) are read for its page."""
+GATE_READS_LIMIT = 20
+"""Decisions of a chain whose gate records (receipts, compensations) are read for its page (each is a read)."""
+DETAIL_LIMIT = 500
+"""Events of a chain shown with what they hold (expandable); the rest by their one-line summary only."""
 
 
 def text(value: Any, limit: int = MAX_TEXT) -> str:
@@ -328,23 +331,21 @@ def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
             target = text(event.get("target_agent"), 80) or "*"
             title = text(event.get("event_type"), 200)
             summary = f"→ {target}: {text(event.get('payload'), 300)}"
-            fields = tuple(
-                Field(k, text(event.get(k)))
-                for k in ("entry_id", "source_agent", "target_agent", "payload", "recorded_at")
-            )
-            sections: tuple[Section, ...] = (Section("audit entry", fields),)
+            fields = tuple(Field(k, text(event.get(k))) for k in ("target_agent", "payload", "recorded_at"))
+            sections: tuple[Section, ...] = (Section("audit entry", fields),) if i < DETAIL_LIMIT else ()
             record_id = text(event.get("entry_id"), 200)
             outcome = ""
         else:
             decisions += 1
             record_id = text(event.get("record_id"), 200)
-            gate = gate_sections(store, record_id) if store is not None and decisions <= GATE_READS_LIMIT else ()
+            read_gate = store is not None and decisions <= GATE_READS_LIMIT and i < DETAIL_LIMIT
+            gate = gate_sections(store, record_id) if store is not None and read_gate else ()
             conf = event.get("confidence")
             title = text(event.get("decision_type"), 200) + (f" ({conf:.2f})" if isinstance(conf, float) else "")
             summary = text(event.get("rationale"), 300) or (
                 f"{text(event.get('action_type'), 100)} {text(event.get('action_arguments'), 200)}".strip()
             )
-            sections = _decision_sections(event, gate)
+            sections = _decision_sections(event, gate) if i < DETAIL_LIMIT else ()
             outcome = _outcome_word(event)
         events.append(
             TimelineEvent(
@@ -367,8 +368,16 @@ def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
         notes.append(f"truncated: the {layers} layer had more than {chain.limit} rows; the newest are left out")
     if not chain.outcomes_verified:
         notes.append("outcomes not shown: no verification key to check them with")
+    if len(events) > DETAIL_LIMIT:
+        notes.append(
+            f"the first {DETAIL_LIMIT} of {len(events)} events open to what they hold; the rest show one line each "
+            "(a decision's own page shows it whole; --limit narrows the chain)"
+        )
     if store is not None and decisions > GATE_READS_LIMIT:
-        notes.append(f"gate records shown for the first {GATE_READS_LIMIT} of {decisions} decisions")
+        notes.append(
+            f"gate records shown for the first {GATE_READS_LIMIT} of {decisions} decisions (each decision's page "
+            "shows its own)"
+        )
     known = [t for t in times if t is not None]
     entries = "audit entry" if len(chain.audit_entries) == 1 else "audit entries"
     counts = f"{len(chain.traces)} decision(s), {len(chain.audit_entries)} {entries}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import otel_replay
 from otel_replay.demo import budget_policy
 from otel_replay.gate.execute import replay_stored
@@ -104,3 +106,19 @@ def test_repr_html_of_chain_verdict_and_rerun_result_embeds_the_page_in_a_sandbo
         inner = Page(str(frame["srcdoc"]))
         assert expected in " ".join(inner.text)
         assert any("Content-Security-Policy" == m.get("http-equiv") for m in inner.all("meta"))
+
+
+def test_past_the_detail_limit_events_show_one_line_and_the_page_says_so(
+    demo_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, cid = _demo_ids(demo_dataset)
+    monkeypatch.setattr(model, "DETAIL_LIMIT", 2)
+    with otel_replay.open(demo_dataset) as store:
+        view = model.chain_view(ReplayBuilder(store).build("trade", cid), store)
+    assert [bool(e.sections) for e in view.events] == [True, True, False, False]
+    page = Page(html.chain_page(view))
+    assert len(page.all("details")) == 2 and [d["id"] for d in page.all("div") if "plain" in str(d.get("class"))] == [
+        "ev-2",
+        "ev-3",
+    ]
+    assert "the first 2 of 4 events open to what they hold" in " ".join(page.text)
