@@ -132,3 +132,28 @@ def test_ui_on_port_zero_prints_its_address_and_serves_the_index(demo_dataset: P
         finally:
             proc.terminate()
             proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_report_rerun_with_an_entrypoint_reruns_for_the_page_and_stores_nothing(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ..rerun.conftest import agent, record  # here: the rerun tests' scripted servers, for this test only
+
+    with agent.scripted_server() as api, agent.scripted_server() as llm:
+        monkeypatch.setenv("RERUN_EXAMPLE_API", api)
+        monkeypatch.setenv("RERUN_EXAMPLE_MODEL", llm)
+        record(dataset, "sess-cli", agent.agent_from_env)
+    monkeypatch.setenv("RERUN_EXAMPLE_SUFFIX", " Think twice.")
+    before = sorted(p.relative_to(dataset) for p in dataset.rglob("*"))
+    out = tmp_path / "rerun.html"
+    code, text = _run(
+        "report", "rerun", "sess-cli", "-d", str(dataset), "-o", str(out),
+        "--entrypoint", "example_rerun_agent:agent_from_env",
+    )  # fmt: skip
+    assert code == 0, text
+    page = out.read_text()
+    assert 'class="diverged"' in page and "Think twice." in page and "First divergence" in page
+    assert sorted(p.relative_to(dataset) for p in dataset.rglob("*")) == before  # nothing stored
+    code, text = _run("report", "rerun", "sess-cli", "-d", str(dataset), "-o", str(tmp_path / "stored.html"))
+    assert code == 0 and "this session was never rerun" in (tmp_path / "stored.html").read_text()
