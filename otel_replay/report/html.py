@@ -58,6 +58,7 @@ SCRIPT = _ASSETS.joinpath("report.js").read_text(encoding="utf-8")
 # C0 and C1 controls but tab and newline, DEL, bidirectional controls, line and paragraph separators.
 _HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _KINDS = frozenset({"decision", "read", "model", "act", "gate", "audit_entry"})
+_STEP_CLASS = {"diverged": "diverged", "not reached": "notreached"}
 _PILLS = frozenset({"ALLOW", "ROLLBACK", "BLOCK", "HUMAN_REVIEW", "matched", "diverged", "correct", "incorrect"})
 
 
@@ -330,7 +331,7 @@ def rerun_page(view: RerunView, links: Links | None = None) -> str:
             f"{'<h3>closest recorded calls</h3><ul>' + candidates + '</ul>' if candidates else ''}</div>"
         )
     steps = "".join(
-        f'<tr class="{"diverged" if s.state == "diverged" else ("notreached" if s.state == "not reached" else "")}" '
+        f'<tr class="{_STEP_CLASS.get(s.state, "")}" '
         f'id="step-{esc(s.seq)}"><td class="mono">{esc(s.seq)}</td><td class="mono">{esc(s.recorded)}</td>'
         f'<td class="mono">{esc(s.rerun)}</td><td>{esc(s.state)}</td></tr>'
         for s in view.steps
