@@ -20,9 +20,11 @@ from otel_replay.cli.contracts import contracts_group
 from otel_replay.cli.dataset import calibration, chain, sql, tree, verify
 from otel_replay.cli.demo import demo
 from otel_replay.cli.replay import replay_cmd
+from otel_replay.cli.report import report
 from otel_replay.cli.rerun import rerun_command
 from otel_replay.cli.serve import ingest_command, serve_command
 from otel_replay.cli.storage import compact_command
+from otel_replay.cli.ui import ui_command
 
 __all__ = ["main", "run"]
 
@@ -46,6 +48,8 @@ for _command in (
     compact_command,
     rerun_command,
     contracts_group,
+    report,
+    ui_command,
 ):
     main.add_command(_command)
 

@@ -59,6 +59,12 @@ class Verdict:
     span_id: str = ""
     correlation_id: str | None = None
 
+    def _repr_html_(self) -> str:
+        """The verdict as a report page in a sandboxed frame (a notebook shows it; see :mod:`otel_replay.report`)."""
+        from otel_replay.report import html, model  # here: report/ imports the gate (a circle at the top)
+
+        return html.embed(html.verdict_page(model.verdict_view(self)), height=320)
+
 
 def _is_bool(value: Any) -> bool:
     """True for ``True``/``False`` and numpy's bool (a policy computing over arrays returns one)."""

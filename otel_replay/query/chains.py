@@ -61,6 +61,12 @@ class ReplayChain:
         """True when a layer had more rows than :attr:`limit`."""
         return bool(self.truncated_layers)
 
+    def _repr_html_(self) -> str:
+        """The chain's report page in a sandboxed frame (a notebook shows it; see :mod:`otel_replay.report`)."""
+        from otel_replay.report import html, model  # here: report/ imports query/ (a circle at the top)
+
+        return html.embed(html.chain_page(model.chain_view(self)))
+
     def to_json(self) -> dict[str, Any]:
         """The chain as a JSON-ready dict (what ``otel-replay chain --json`` prints)."""
         return {

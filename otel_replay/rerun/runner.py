@@ -112,6 +112,12 @@ class RerunResult:
             return "differs: the fingerprints are not the same"
         return "not matched"
 
+    def _repr_html_(self) -> str:
+        """The rerun as a report page in a sandboxed frame (a notebook shows it; see :mod:`otel_replay.report`)."""
+        from otel_replay.report import html, model  # here: report/ imports rerun/ (a circle at the top)
+
+        return html.embed(html.rerun_page(model.rerun_view(self)))
+
     def report(self) -> str:
         """A readable, multi-line account (what the CLI prints)."""
         lines = [

@@ -1,0 +1,173 @@
+"""``otel-replay ui``: the report pages served over loopback, read-only, GET only.
+
+A :class:`~http.server.ThreadingHTTPServer` over one open
+:class:`~otel_replay.query.store.Store`. It runs only the shipped queries
+(through the same model builders the ``report`` command uses): an id from a
+path or the search box is checked against :data:`ID_PATTERN` and only ever
+bound as a query parameter. It serves no file, so no path can reach one.
+Every response carries the page's Content-Security-Policy as a header too.
+
+Routes: ``/`` (index), ``/chain/TYPE/ID``, ``/decision/ID``,
+``/rerun/SESSION_ID``, ``/search?id=ID`` (a redirect to the page of what the
+id names). Anything else is 404; a method other than GET is 405.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from otel_replay import semconv as sc
+from otel_replay.errors import OtelReplayError, RecordNotFound
+from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
+from otel_replay.query.store import Store
+from otel_replay.report import html, model
+
+__all__ = ["ID_PATTERN", "LOOPBACK", "ReportServer", "find", "make_server"]
+
+_log = logging.getLogger(__name__)
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+=~-]{1,256}")
+"""What an id in a path or the search box may be: letters, digits and ``._:@+=~-``, at most 256."""
+LOOPBACK = "127.0.0.1"
+"""The address the UI binds to unless told otherwise."""
+_LINKS = html.UiLinks()
+
+
+class ReportServer(ThreadingHTTPServer):
+    """The UI's HTTP server: one store, read under a lock (one DuckDB connection serves every page)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], store: Store) -> None:
+        """Bind ``address`` and serve pages of ``store``."""
+        super().__init__(address, _Handler)
+        self.store = store
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        host, port = self.server_address[:2]
+        return f"http://{host if isinstance(host, str) else host.decode()}:{port}/"
+
+
+def make_server(store: Store, host: str = LOOPBACK, port: int = 0) -> ReportServer:
+    """A :class:`ReportServer` for ``store`` bound to ``host:port`` (port 0: a free one); not yet serving."""
+    return ReportServer((host, port), store)
+
+
+def find(store: Store, ident: str) -> str | None:
+    """The UI path of what ``ident`` names: a decision, a recorded session, a session's or a trade's chain."""
+    if any(row.name == sc.SPAN_DECISION for row in store.record_rows(record_id=ident)):
+        return _LINKS.decision(ident)
+    if any(str(row.get("session_id")) == ident for row in store.run("rerun_sessions")):
+        return _LINKS.rerun(ident)
+    if store.traces(session_id=ident, limit=1):
+        return _LINKS.chain("session", ident)
+    if store.traces(correlation_id=ident, limit=1) or store.audit_entries(ident, limit=1):
+        return _LINKS.chain("trade", ident)
+    return None
+
+
+class _NotFound(Exception):
+    pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ReportServer
+    server_version = "otel-replay-ui"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        _log.debug("otel-replay ui: " + format, *args)
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's naming
+        parts = urlsplit(self.path)
+        try:
+            segments = [unquote(s, errors="strict") for s in parts.path.split("/")[1:]]
+            status, body, location = self._route(segments, parts.query)
+        except _NotFound as exc:
+            status, body, location = HTTPStatus.NOT_FOUND, html.message_page("not found", str(exc), _LINKS), None
+        except UnicodeDecodeError:
+            status, body, location = HTTPStatus.NOT_FOUND, html.message_page("not found", "bad path", _LINKS), None
+        except RecordNotFound as exc:
+            status, body, location = HTTPStatus.NOT_FOUND, html.message_page("not found", str(exc), _LINKS), None
+        except OtelReplayError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            status, body, location = (
+                HTTPStatus.UNPROCESSABLE_ENTITY,
+                html.message_page("cannot show", first, _LINKS),
+                None,
+            )
+        except Exception:  # noqa: BLE001 - a bug: one line to the browser, the traceback to the log
+            _log.exception("otel-replay ui: %s failed", self.path)
+            status, body = HTTPStatus.INTERNAL_SERVER_ERROR, html.message_page("internal error", "see the log", _LINKS)
+            location = None
+        self._send(status, body, location)
+
+    def _route(self, segments: list[str], query: str) -> tuple[HTTPStatus, str, str | None]:
+        store = self.server.store
+        with self.server.lock:
+            if segments in ([""], []):
+                store.refresh()
+                return HTTPStatus.OK, html.index_page(model.index_view(store), _LINKS), None
+            if segments == ["search"]:
+                values = parse_qs(query, keep_blank_values=True).get("id", [""])
+                ident = _checked(values[0].strip())
+                where = find(store, ident)
+                if where is None:
+                    raise _NotFound(f"nothing in this dataset is named {ident!r}")
+                return HTTPStatus.SEE_OTHER, "", where
+            if len(segments) == 3 and segments[0] == "chain" and segments[1] in CHAIN_TYPES:
+                chain = ReplayBuilder(store).build(segments[1], _checked(segments[2]))
+                if chain.empty:
+                    raise _NotFound(f"no {segments[1]} chain {segments[2]!r}: nothing was recorded under that id")
+                return HTTPStatus.OK, html.chain_page(model.chain_view(chain, store), _LINKS), None
+            if len(segments) == 2 and segments[0] == "decision":
+                view = model.decision_view(store, _checked(segments[1]))
+                return HTTPStatus.OK, html.decision_page(view, _LINKS), None
+            if len(segments) == 2 and segments[0] == "rerun":
+                view_r = model.session_rerun_view(store, _checked(segments[1]))
+                return HTTPStatus.OK, html.rerun_page(view_r, _LINKS), None
+        raise _NotFound("no such page")
+
+    def _send(self, status: HTTPStatus, body: str, location: str | None) -> None:
+        data = body.encode("utf-8")
+        self.send_response(status)
+        if location is not None:
+            self.send_header("Location", location)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Security-Policy", html.csp(form=True))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _refuse(self) -> None:
+        data = html.message_page("method not allowed", "this server is read-only: GET only", _LINKS).encode()
+        self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
+        self.send_header("Allow", "GET")
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _refuse
+
+
+def _checked(ident: str) -> str:
+    """``ident`` when it is a well-formed id, else a 404 naming nothing of it but its length."""
+    if not ID_PATTERN.fullmatch(ident):
+        raise _NotFound(f"not an id (letters, digits and ._:@+=~- only, at most 256; got {len(ident)} characters)")
+    return ident
