@@ -8,6 +8,8 @@ The public API is re-exported here; see README.md for the manual.
 
 from __future__ import annotations
 
+from otel_replay import report as _report  # noqa: F401  (registers the notebook pages of chains, verdicts, reruns)
+from otel_replay._version import __version__
 from otel_replay.capture import (
     AuditLog,
     CorrelationSpanProcessor,
@@ -81,8 +83,6 @@ from otel_replay.records import (
     SpanRef,
 )
 from otel_replay.rerun import Divergence, GateResult, RerunResult, recording, rerun
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Action",

@@ -15,7 +15,7 @@ import sys
 import click
 import pyarrow as pa
 
-from otel_replay import __version__
+from otel_replay._version import __version__
 from otel_replay.cli.contracts import contracts_group
 from otel_replay.cli.dataset import calibration, chain, sql, tree, verify
 from otel_replay.cli.demo import demo

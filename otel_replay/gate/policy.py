@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from otel_replay._display import html_of
 from otel_replay.errors import PayloadError, PolicyError, PolicyLoadError, ReplayUndecidable
 from otel_replay.records import Action, DecisionRecord
 
@@ -61,9 +62,7 @@ class Verdict:
 
     def _repr_html_(self) -> str:
         """The verdict as a report page in a sandboxed frame (a notebook shows it; see :mod:`otel_replay.report`)."""
-        from otel_replay.report import html, model  # here: report/ imports the gate (a circle at the top)
-
-        return html.embed(html.verdict_page(model.verdict_view(self)), height=320)
+        return html_of(self)
 
 
 def _is_bool(value: Any) -> bool:

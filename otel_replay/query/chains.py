@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_replay._display import html_of
 from otel_replay.capture.audit_log import AuditLog
 from otel_replay.capture.tracer import DecisionTracer, trace_body
 from otel_replay.errors import OtelReplayError
@@ -63,9 +64,7 @@ class ReplayChain:
 
     def _repr_html_(self) -> str:
         """The chain's report page in a sandboxed frame (a notebook shows it; see :mod:`otel_replay.report`)."""
-        from otel_replay.report import html, model  # here: report/ imports query/ (a circle at the top)
-
-        return html.embed(html.chain_page(model.chain_view(self)))
+        return html_of(self)
 
     def to_json(self) -> dict[str, Any]:
         """The chain as a JSON-ready dict (what ``otel-replay chain --json`` prints)."""

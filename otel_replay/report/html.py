@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from importlib import resources
 from urllib.parse import quote
 
-from otel_replay import __version__
+from otel_replay._version import __version__
 from otel_replay.report.model import (
     ChainView,
     DecisionView,

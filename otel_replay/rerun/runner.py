@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_replay import semconv as sc
+from otel_replay._display import html_of
 from otel_replay._json import canonical_json
 from otel_replay.capture.context import session as session_scope
 from otel_replay.capture.recorder import get_recorder
@@ -114,9 +115,7 @@ class RerunResult:
 
     def _repr_html_(self) -> str:
         """The rerun as a report page in a sandboxed frame (a notebook shows it; see :mod:`otel_replay.report`)."""
-        from otel_replay.report import html, model  # here: report/ imports rerun/ (a circle at the top)
-
-        return html.embed(html.rerun_page(model.rerun_view(self)))
+        return html_of(self)
 
     def report(self) -> str:
         """A readable, multi-line account (what the CLI prints)."""
