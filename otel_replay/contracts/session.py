@@ -61,6 +61,7 @@ class GovernedSession:
         executors: Mapping[str, Callable[..., Any]],
         max_retries: int,
         principal: Any,
+        owns_store: bool = False,
     ) -> None:
         """Use :func:`govern`."""
         self.original = client
@@ -70,6 +71,7 @@ class GovernedSession:
         self.provider = provider
         self.max_retries = max_retries
         self._principal = principal  # kept for the application; never in the state, a span or a log
+        self._owns_store = owns_store
         self._active = True
         self._bypass_calls = 0
         self._lock = threading.Lock()
@@ -152,6 +154,9 @@ class GovernedSession:
         hooked = getattr(self.original, "__dict__", {}).get("request")
         if hooked is not None and getattr(hooked, _HOOK, None) == self.session_id:
             del self.original.__dict__["request"]
+        close = getattr(self.governor.store, "close", None)
+        if self._owns_store and close is not None:  # the dataset's file store govern() opened: released
+            close()
 
     def narrow(self, names: Sequence[str]) -> None:
         """Narrow the session to ``names`` on top of every contract rule (``control_revision`` +1)."""
@@ -346,4 +351,5 @@ def govern(
         executors=executors,
         max_retries=max_retries,
         principal=principal,
+        owns_store=store is None,
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import otel_replay
 from otel_replay.contracts.session import govern
 from otel_replay.contracts.store import FileStateStore
 from otel_replay.errors import ReplayContractError
@@ -174,3 +175,20 @@ def test_a_restarted_process_resumes_the_session_from_its_file_store(spans: Span
     state = resumed.get_state()
     assert state["tool_call_counts"] == {"lookup_customer": 1, "check_eligibility": 1, "issue_refund": 1}
     assert resumed.get_health()["durability"] == "file"
+
+
+def test_with_a_configured_dataset_the_state_lives_in_its_governance_store(spans: Spans, tmp_path: Path) -> None:
+    dataset = tmp_path / "traces"
+    telemetry = otel_replay.configure(dataset, service_name="govern", set_global=False)
+    try:
+        with s.ScriptedServer([LOOKUP]) as server:
+            session = govern(openai_client(server), REFUND_BOT, session_id="in-dataset", tracer_provider=spans.provider)
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+            session.restore()  # closes the store govern() opened; the state stays in the file
+    finally:
+        telemetry.shutdown()
+    assert session.get_health()["durability"] == "file"
+    saved = FileStateStore(dataset / "_governance" / "sessions.sqlite3")
+    state = saved.load("in-dataset")
+    saved.close()
+    assert state is not None and state.current_phase == "customer_identified"

@@ -13,6 +13,7 @@ import pytest
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import govern
 from otel_replay.errors import ContractError, ReplayContractError, ReplayKillError
+from otel_replay.instrumentation import OpenAIInstrumentor
 from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
@@ -327,3 +328,23 @@ def test_a_request_that_generates_nothing_on_the_original_client_is_not_a_bypass
         session = govern(original, REFUND_BOT, tracer_provider=spans.provider)
         assert [m.id for m in original.models.list()] == [GPT]
     assert session.get_health()["bypass_detected"] is False
+
+
+def test_govern_over_the_instrumentor_records_the_model_span_with_every_call_and_one_decision(spans: Spans) -> None:
+    reply = s.chat_completion(
+        "x", model=GPT, tool_calls=[("c1", "lookup_customer", BAD), ("c2", "lookup_customer", GOOD)]
+    )
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=spans.provider)
+    try:
+        with s.ScriptedServer([reply]) as server:
+            session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+            response = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    finally:
+        instrumentor.uninstrument()
+    assert [c.id for c in response.choices[0].message.tool_calls] == ["c2"]
+    model_spans = [span for span in spans.finished() if span.name == f"chat {GPT}"]
+    assert len(model_spans) == 1
+    events = [e for e in model_spans[0].events if e.name == sc.GEN_AI_TOOL_CALL_EVENT]
+    assert len(events) == 2  # the model span says what the model asked for; the decision what was allowed
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "strip"
