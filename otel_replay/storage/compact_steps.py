@@ -29,6 +29,7 @@ from pyarrow._parquet import ParquetReader
 
 from otel_replay import _duck as duck
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
+from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.location import Location, register_with
 
@@ -690,9 +691,10 @@ def _load(paths: Sequence[Path | str], location: Location | None, workers: Worke
             pieces.append(made)
 
     for table in _file_tables(paths, location, workers):
-        if schema is None:
-            schema = table.schema
-        elif table.schema.metadata != schema.metadata:
+        if schema is None:  # the id keys of the first file describe its rows only: never carried into a batch
+            metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != ID_KEYS_METADATA_KEY}
+            schema = table.schema.with_metadata(metadata)
+        if table.schema.metadata != schema.metadata:
             table = table.replace_schema_metadata(schema.metadata)  # one schema group: only metadata may differ
         run(files.add(table))
     run(files.flush())
