@@ -63,6 +63,7 @@ _LEAN_OPTIMIZERS = (
     "common_aggregate", "compressed_materialization", "in_clause", "reorder_filter", "column_lifetime",
 )  # fmt: skip
 _LEAN_FILES = 64  # a narrowed lookup over more files than this plans with every optimizer
+_READ_IDS_UP_TO = 1 << 20  # with no side index, a file without id keys is read for its ids up to this size
 Ids = Mapping[str, str | list[str]]  # id column -> value (outcome_decision_id: several)
 # A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
 _READS_OUTCOMES = re.compile(r"\b(?:outcome_spans_for|outcomes_of|outcomes_in)\s*\(|\b(?:FROM|JOIN)\s+outcomes\b", re.I)
@@ -449,10 +450,10 @@ class Engine:
         """The live files that may hold one of ``wanted`` ((kind, id) pairs).
 
         The side index names the compacted files; of the files newer than it
-        (every file, in a dataset no compaction has indexed), only those whose
-        own ids may match: the keys in their footer (files this otel-replay
-        wrote), else their ids read once each, by the stamp of their last
-        check (:class:`~otel_replay.storage.tail_index.TailIndex`). A file never
+        (every file, in a dataset no compaction has indexed, where a file over
+        1 MiB without keys is left to the query), only those whose own ids may
+        match: the keys in their footer (files this otel-replay wrote), else
+        their ids read once each, by the stamp of their last check (:class:`~otel_replay.storage.tail_index.TailIndex`). A file never
         checked yet is kept, checked by :meth:`_usable`, and indexed next time.
 
         Raises:
@@ -462,10 +463,16 @@ class Engine:
         if self._listing is None:  # one listing per lookup: the chain's files and its outcomes' agree
             self._listing = partition_listing(self.location, self.triage.snapshot)
         split = indexed_and_tail(self.location, wanted, snapshot=self.triage.snapshot, listing=self._listing)
-        if split is None:  # no side index anywhere: every live file is a tail file, narrowed the same way
-            split = [], [head + name for head, _, live, _ in self._listing for name in live]
+        keys = self.triage.footer_keys
+        if split is None:
+            # No side index anywhere: every live file is narrowed the same way, but a big file without keys
+            # is left to the query (its row groups' statistics narrow it; reading its ids would cost more).
+            every = [head + name for head, _, live, _ in self._listing for name in live]
+            sizes = self.triage.checked
+            big = [p for p in every if p not in keys and (sizes.get(p) or (0, 0))[0] > _READ_IDS_UP_TO]
+            split = big, [p for p in every if p in keys or (sizes.get(p) or (0, 0))[0] <= _READ_IDS_UP_TO]
         hits, tail = split
-        return sorted(hits + self._tail.holding(tail, wanted, self.triage.checked, self.triage.footer_keys))
+        return sorted(hits + self._tail.holding(tail, wanted, self.triage.checked, keys))
 
     def _narrow(self, ids: Ids, *, outcomes: bool = False) -> list[str] | None:
         """The checked files that may hold ``ids``; ``None``: every file (see :func:`~otel_replay.storage.files_for`).

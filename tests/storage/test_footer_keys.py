@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 import otel_replay
 from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY, encode_keys, footer_keys, id_key
+from otel_replay.query import engine
 from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.manifest import partition_dirs
@@ -108,4 +109,20 @@ def test_gate_records_are_found_by_their_decision_id_in_the_files_holding_them_o
         [(intent_id, action)] = store.unknown_commits_for(decided["o-3"])
         assert action.arguments == {"order": "o-3"}
         assert store.unknown_commits_for(decided["o-2"]) == []
+        assert store.engine._tail.files_read == 0
+
+
+def test_with_no_side_index_a_big_file_without_keys_is_left_to_the_query_not_read_for_its_ids(
+    make_dataset, monkeypatch
+) -> None:
+    path, _ = make_dataset(spans=600, ids=60, rows_per_file=20)
+    source = pq.read_table(live_files(path))
+    mine = source.filter(pc.equal(source.column("correlation_id"), CHAIN))
+    target = partition_dirs(path)[0] / "part-old-cdcdcdcdcdcd.parquet"
+    pq.write_table(mine, target)  # no keys: an older writer's
+    monkeypatch.setattr(engine, "_READ_IDS_UP_TO", target.stat().st_size - 1)  # "big"
+    with Store(path) as store, Store(path) as everything:
+        full = everything.run("chains/trade", chain_id=CHAIN)
+        assert store.run_for("chains/trade", {"correlation_id": CHAIN}, chain_id=CHAIN) == full
+        assert str(target) in store.engine._candidates([("correlation_id", "trade-000000001")])
         assert store.engine._tail.files_read == 0
