@@ -453,7 +453,8 @@ class Engine:
         (every file, in a dataset no compaction has indexed, where a file over
         1 MiB without keys is left to the query), only those whose own ids may
         match: the keys in their footer (files this otel-replay wrote), else
-        their ids read once each, by the stamp of their last check (:class:`~otel_replay.storage.tail_index.TailIndex`). A file never
+        their ids read once each, by the stamp of their last check
+        (:class:`~otel_replay.storage.tail_index.TailIndex`). A file never
         checked yet is kept, checked by :meth:`_usable`, and indexed next time.
 
         Raises:
