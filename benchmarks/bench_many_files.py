@@ -1,6 +1,7 @@
 """Many small files: compaction and a cold chain on a day no compaction has touched yet.
 
 Usage: python benchmarks/bench_many_files.py DIR [--files 20654] [--rows-per-file 10] [--skip-generate]
+           [--base CHECKOUT] [--rounds 1]
 
 Generates (once, in ``DIR/day``) a day of ``--files`` arrival-order files of
 ``--rows-per-file`` spans each through the project's row builder and
@@ -14,6 +15,11 @@ child process (peak RSS from ``getrusage`` of the child):
   spans/s and peak RSS;
 - ``chain after``: the same chain on the compacted copy.
 
+With ``--base CHECKOUT`` (a checkout of an earlier commit, e.g. a git
+worktree), the chain and the compaction also run with that checkout's
+``otel_replay`` first on ``PYTHONPATH``, alternating with this one, on copies
+of the same day: the peer in the same run. ``--rounds`` repeats the pairs.
+
 Issue 20's targets: compaction of 20,000 small files under 1 GB peak RSS at
 >= 100k spans/s; the cold chain under 2 s. Nothing is asserted; the load
 average is printed beside the figures.
@@ -24,10 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,27 +43,31 @@ from _support import generator  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def _child(*args: str) -> dict[str, Any]:
+def _child(*args: str, code: Path | None = None) -> dict[str, Any]:
     """Run ``otel-replay ARGS`` in a child process: wall and CPU seconds, the child's peak RSS (MB), its exit code.
 
-    CPU seconds (user + system) are the fairer figure on a machine shared with other work.
+    CPU seconds (user + system) are the fairer figure on a machine shared with other work. ``code``: a checkout
+    whose ``otel_replay`` the child imports (default: this one's; ``-P``: not the working directory's). The
+    figures are this child's own (``wait4``).
     """
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before, cpu0 = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "otel_replay", *args], capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - t0
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime - cpu0
-    if done.returncode != 0:
-        print(done.stderr[-2000:], file=sys.stderr)
-    # ru_maxrss of children is the largest of any child so far: each phase must peak above the ones before
+    env = dict(os.environ, PYTHONPATH=str(code or HERE.parent))
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-P", "-m", "otel_replay", *args], stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if child.returncode != 0:
+        print(stderr[-2000:], file=sys.stderr)
     return {
         "seconds": round(seconds, 2),
-        "cpu_seconds": round(cpu, 2),
-        "peak_rss_mb": round(peak / 1024) if peak > before else None,
-        "rc": done.returncode,
-        "out": done.stdout,
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "rc": child.returncode,
+        "out": stdout,
     }
 
 
@@ -68,6 +78,8 @@ def main() -> int:
     parser.add_argument("--rows-per-file", type=int, default=10)
     parser.add_argument("--skip-generate", action="store_true", help="reuse DIR/day")
     parser.add_argument("--phases", default="chain,compact,after")
+    parser.add_argument("--base", type=Path, help="a checkout of the code before, run beside this one")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     day = args.dir / "day"
     if not args.skip_generate:
@@ -82,33 +94,47 @@ def main() -> int:
     print(f"{files} files, {size / 2**20:.0f} MiB; load average {os.getloadavg()[0]:.2f}")
     chain_id = f"trade-{args.files // 2:09d}"
     phases = args.phases.split(",")
-    if "chain" in phases:
-        # A copy: the chain must be the first process to open these files (no tail index held anywhere).
-        cold = args.dir / "cold"
-        shutil.rmtree(cold, ignore_errors=True)
-        shutil.copytree(day, cold)
-        result = _child("chain", "trade", chain_id, "-d", str(cold), "--json")
-        rows = len(json.loads(result.pop("out") or "{}").get("traces", [])) if result["rc"] == 0 else None
-        print("cold chain on the uncompacted day", json.dumps(result), "decisions", rows)
-    work = args.dir / "compacted"
-    if "compact" in phases:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(day, work)
-        result = _child("compact", str(work), "--grace", "0", "--json")
-        report = json.loads(result.pop("out") or "{}")
-        spans = report.get("input_rows") or 0
-        rate = round(spans / result["seconds"]) if result["seconds"] else None
-        per_cpu = round(spans / result["cpu_seconds"]) if result["cpu_seconds"] else None
-        print(
-            "compact",
-            json.dumps(result),
-            f"input_rows {spans}, {rate} spans/s wall, {per_cpu} spans per CPU second (process start included)",
-        )
-        print("  reported", json.dumps({k: report.get(k) for k in ("seconds", "peak_rss_bytes", "output_rows")}))
-    if "after" in phases and work.exists():
-        result = _child("chain", "trade", chain_id, "-d", str(work), "--json")
-        result.pop("out")
-        print("chain after compaction", json.dumps(result))
+    codes: list[tuple[str, Path | None]] = [("this code", None)]
+    if args.base is not None:
+        codes.append((f"base {args.base.name}", args.base.resolve()))
+    chains: dict[str, str] = {}
+    for round_ in range(args.rounds):
+        for label, code in codes:
+            print(f"-- round {round_ + 1}, {label}, load average {os.getloadavg()[0]:.2f}")
+            if "chain" in phases:
+                # A copy: the chain must be the first process to open these files (no tail index held anywhere).
+                cold = args.dir / "cold"
+                shutil.rmtree(cold, ignore_errors=True)
+                shutil.copytree(day, cold)
+                result = _child("chain", "trade", chain_id, "-d", str(cold), "--json", code=code)
+                out = result.pop("out")
+                rows = len(json.loads(out or "{}").get("traces", [])) if result["rc"] == 0 else None
+                chains[label] = out.replace(str(cold), "DIR")
+                print("cold chain on the uncompacted day", json.dumps(result), "decisions", rows)
+            work = args.dir / "compacted"
+            if "compact" in phases:
+                shutil.rmtree(work, ignore_errors=True)
+                shutil.copytree(day, work)
+                result = _child("compact", str(work), "--grace", "0", "--json", code=code)
+                report = json.loads(result.pop("out") or "{}")
+                spans = report.get("input_rows") or 0
+                rate = round(spans / result["seconds"]) if result["seconds"] else None
+                per_cpu = round(spans / result["cpu_seconds"]) if result["cpu_seconds"] else None
+                print(
+                    "compact",
+                    json.dumps(result),
+                    f"input_rows {spans}, {rate} spans/s wall, {per_cpu} spans per CPU second (process start included)",
+                )
+                reported = {k: report.get(k) for k in ("seconds", "peak_rss_bytes", "output_rows")}
+                print("  reported", json.dumps(reported))
+            if "after" in phases and work.exists():
+                result = _child("chain", "trade", chain_id, "-d", str(work), "--json", code=code)
+                result.pop("out")
+                print("chain after compaction", json.dumps(result))
+    if len(set(chains.values())) > 1:
+        print("the chains differ between the codes", file=sys.stderr)
+    elif len(chains) > 1:
+        print("the same chain from both codes")
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -34,6 +34,7 @@ from otel_replay import settings
 from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
 from otel_replay.location import Location, is_remote, resolve
 
+from .id_keys import footer_metadata
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
 
@@ -75,9 +76,21 @@ def write_bytes_atomic(data: bytes, path: Path) -> None:
     _replace_atomic(path, lambda handle: handle.write(data))
 
 
-def write_atomic(table: pa.Table, path: Path, *, compression: str = "zstd") -> None:
-    """Write ``table`` to ``path`` via temp file + fsync + rename."""
-    _replace_atomic(path, lambda handle: pq.write_table(table, handle, compression=compression))
+def _write_parquet(
+    table: pa.Table, where: object, compression: str, footer: Mapping[bytes, bytes] | None, **kw: object
+) -> None:
+    """``pq.write_table``, plus ``footer`` in the file's key-value metadata only (not in its Arrow schema)."""
+    with pq.ParquetWriter(where, table.schema, compression=compression, **kw) as writer:
+        writer.write_table(table)
+        if footer:
+            writer.add_key_value_metadata(dict(footer))
+
+
+def write_atomic(
+    table: pa.Table, path: Path, *, compression: str = "zstd", footer: Mapping[bytes, bytes] | None = None
+) -> None:
+    """Write ``table`` to ``path`` via temp file + fsync + rename (``footer``: more key-value metadata)."""
+    _replace_atomic(path, lambda handle: _write_parquet(table, handle, compression, footer))
 
 
 def _replace_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
@@ -96,10 +109,17 @@ def _replace_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
     fsync_dir(path.parent)
 
 
-def put_object(table: pa.Table, location: Location, path: str, *, compression: str = "zstd") -> None:
+def put_object(
+    table: pa.Table,
+    location: Location,
+    path: str,
+    *,
+    compression: str = "zstd",
+    footer: Mapping[bytes, bytes] | None = None,
+) -> None:
     """Write ``table`` as the object ``path`` (URL form) of a remote ``location``: one atomic PUT or upload."""
     try:
-        pq.write_table(table, location.fs_path(path), filesystem=location.fs, compression=compression)
+        _write_parquet(table, location.fs_path(path), compression, footer, filesystem=location.fs)
     except (OSError, pa.ArrowException) as exc:
         raise location.error(f"cannot write {path}", exc) from exc
 
@@ -134,21 +154,22 @@ def write_partitions(
     ``file_name(date)`` names each file. Every file is written with
     :func:`write_atomic` (local: ``Path`` results) or, when ``spans_dir`` is an
     ``s3://`` URL, as one object (URL-string results); each carries the
-    storage schema version.
+    storage schema version and, in its footer, the keys of its ids (:mod:`.id_keys`).
     """
     location = resolve(spans_dir) if is_remote(spans_dir) else None
     paths: list[Path | str] = []
     parts = _by_date(table)
     unique = [date for date, _ in parts]
     for date, part in parts:
+        footer = footer_metadata(part)  # the file's ids: a lookup finds it without reading it
         try:
             if location is not None:
                 url = location.join(f"date={date}", file_name(date))
-                put_object(part, location, url)
+                put_object(part, location, url, footer=footer)
                 paths.append(url)
                 continue
             path = Path(spans_dir) / f"date={date}" / file_name(date)
-            write_atomic(part, path)
+            write_atomic(part, path, footer=footer)
         except Exception as exc:
             raise PartialWriteError(paths, unique[: len(paths)]) from exc
         paths.append(path)

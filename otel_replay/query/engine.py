@@ -63,6 +63,7 @@ _LEAN_OPTIMIZERS = (
     "common_aggregate", "compressed_materialization", "in_clause", "reorder_filter", "column_lifetime",
 )  # fmt: skip
 _LEAN_FILES = 64  # a narrowed lookup over more files than this plans with every optimizer
+_READ_IDS_UP_TO = 1 << 20  # with no side index, a file without id keys is read for its ids up to this size
 Ids = Mapping[str, str | list[str]]  # id column -> value (outcome_decision_id: several)
 # A shipped query that joins a decision's outcomes (found by outcome_decision_id, under any correlation id).
 _READS_OUTCOMES = re.compile(r"\b(?:outcome_spans_for|outcomes_of|outcomes_in)\s*\(|\b(?:FROM|JOIN)\s+outcomes\b", re.I)
@@ -168,7 +169,10 @@ class Engine:
             self._pointed = None  # until the views are defined over ``files``
         try:
             if files:
-                self._point_at(con, files)
+                # Defining a view binds it, and binding read_parquet costs about 80 µs a file (hive partitions):
+                # the views are defined over the first file only, then pointed at every file (each query binds
+                # them again over the files it reads: 24 bindings over 20,000 files took 40 s at every open).
+                self._point_at(con, files[:1], union=self.triage.union_by_name(files))
                 # Every file with the current columns: the cheaper source; any older file: the one that supplies them.
                 current = not self.triage.legacy_outcomes(files)
                 con.execute(load_sql("source_current" if current else "source"))
@@ -186,6 +190,8 @@ class Engine:
                 con.execute(load_sql("empty_source"))
             con.execute(load_sql("views"))
             con.execute(load_sql("contract_verdicts"))  # the governance evidence views, over `spans`
+            if files:
+                self._point_at(con, files)
             if con is self._con:
                 self._pointed = list(files)
         except duckdb.Error as exc:
@@ -209,10 +215,13 @@ class Engine:
             else:
                 self._vars[name] = held
 
-    def _point_at(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> None:
-        """Set the variables the views read for ``files``: the list, union_by_name, and the legacy-outcome hint."""
+    def _point_at(self, con: duckdb.DuckDBPyConnection, files: Sequence[str], union: bool | None = None) -> None:
+        """Set the variables the views read for ``files``: the list, union_by_name, and the legacy-outcome hint.
+
+        ``union``: union_by_name as given rather than as ``files`` need it.
+        """
         self._set(con, _FILES_VAR, list(files) or None)
-        self._set(con, _UNION_VAR, self.triage.union_by_name(files))
+        self._set(con, _UNION_VAR, self.triage.union_by_name(files) if union is None else union)
         self._set(con, _LEGACY_VAR, self.triage.legacy_outcomes(files))
 
     def _analyst_con(self) -> duckdb.DuckDBPyConnection:
@@ -438,12 +447,15 @@ class Engine:
             self._con.execute(f"SET disabled_optimizers = '{disabled}'")  # names from the list above, not input
             self._lean = disabled
 
-    def _candidates(self, wanted: Sequence[tuple[str, str]]) -> list[str] | None:
-        """The live files that may hold one of ``wanted`` ((kind, id) pairs); ``None`` when nothing is indexed.
+    def _candidates(self, wanted: Sequence[tuple[str, str]]) -> list[str]:
+        """The live files that may hold one of ``wanted`` ((kind, id) pairs).
 
-        The side index names the compacted files; of the files newer than it,
-        only those whose own ids (read once each, by the stamp of their last
-        check: :class:`~otel_replay.storage.tail_index.TailIndex`) may match. A file never
+        The side index names the compacted files; of the files newer than it
+        (every file, in a dataset no compaction has indexed, where a file over
+        1 MiB without keys is left to the query), only those whose own ids may
+        match: the keys in their footer (files this otel-replay wrote), else
+        their ids read once each, by the stamp of their last check
+        (:class:`~otel_replay.storage.tail_index.TailIndex`). A file never
         checked yet is kept, checked by :meth:`_usable`, and indexed next time.
 
         Raises:
@@ -453,10 +465,16 @@ class Engine:
         if self._listing is None:  # one listing per lookup: the chain's files and its outcomes' agree
             self._listing = partition_listing(self.location, self.triage.snapshot)
         split = indexed_and_tail(self.location, wanted, snapshot=self.triage.snapshot, listing=self._listing)
+        keys = self.triage.footer_keys
         if split is None:
-            return None
+            # No side index anywhere: every live file is narrowed the same way, but a big file without keys
+            # is left to the query (its row groups' statistics narrow it; reading its ids would cost more).
+            every = [head + name for head, _, live, _ in self._listing for name in live]
+            sizes = self.triage.checked
+            big = [p for p in every if p not in keys and (sizes.get(p) or (0, 0))[0] > _READ_IDS_UP_TO]
+            split = big, [p for p in every if p in keys or (sizes.get(p) or (0, 0))[0] <= _READ_IDS_UP_TO]
         hits, tail = split
-        return sorted(hits + self._tail.holding(tail, wanted, self.triage.checked))
+        return sorted(hits + self._tail.holding(tail, wanted, self.triage.checked, keys))
 
     def _narrow(self, ids: Ids, *, outcomes: bool = False) -> list[str] | None:
         """The checked files that may hold ``ids``; ``None``: every file (see :func:`~otel_replay.storage.files_for`).
@@ -472,8 +490,6 @@ class Engine:
             found = self._candidates(wanted)
         except DatasetError as exc:
             _log.warning("otel-replay: side index not used, reading every file: %s", exc)
-            return None
-        if found is None:
             return None
         scope = self._usable(found)
         if outcomes and scope and self.triage.legacy_outcomes(self.files + scope):
@@ -509,8 +525,6 @@ class Engine:
             holding = self._candidates([("outcome_decision_id", decision) for decision in decided])
         except DatasetError as exc:
             _log.warning("otel-replay: side index not used for outcomes, reading every file: %s", exc)
-            return every
-        if holding is None:
             return every
         listed = set(scope)
         more = self._usable([path for path in holding if path not in listed])

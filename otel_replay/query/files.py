@@ -5,7 +5,9 @@ files a compaction superseded), then checked once per (size, mtime): Parquet
 magic at both ends, a footer that fits, a storage schema version this
 otel-replay reads, and span columns of the expected types. The verdicts are
 cached in a :class:`FileTriage`, which the query engine consults before it
-points its views at a file.
+points its views at a file. The same footer bytes give the keys of the ids
+a file written by this otel-replay holds (:mod:`otel_replay.exporters.id_keys`),
+which the engine's tail index uses instead of reading the file.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
 from otel_replay.errors import CorruptFileError, DatasetError
+from otel_replay.exporters.id_keys import footer_keys
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPANS_DIR
 from otel_replay.location import Location
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
@@ -29,7 +32,10 @@ from otel_replay.storage.span_columns import (
     time_range_problem,
 )
 
-__all__ = ["VANISHED", "FileTriage", "footer_value", "note_skipped", "schema_version"]
+__all__ = ["FOOTER_KEY_BUDGET", "VANISHED", "FileTriage", "footer_value", "note_skipped", "schema_version"]
+
+FOOTER_KEY_BUDGET = 2_000_000
+"""Id keys (from footers) a :class:`FileTriage` holds at most, about 60 bytes each; past it a file is read instead."""
 
 _log = logging.getLogger(__name__)
 _MAGIC = b"PAR1"
@@ -137,6 +143,9 @@ class FileTriage:
         self.bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
         self.snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last scan
         self.times_read: dict[str, tuple[int, int]] = {}  # files whose span times were read and fit in nanoseconds
+        self.footer_keys: dict[str, tuple[tuple[int, int], frozenset[int]]] = {}
+        """The id keys a checked file's footer carries, by the stamp it was checked at (for the tail index)."""
+        self._footer_key_count = 0
 
     def scan(self, missing: list[str] | None = None) -> list[str]:
         """The live files; ``missing`` (skip_corrupt) collects compacted files a manifest lists that are gone."""
@@ -219,7 +228,18 @@ class FileTriage:
         self.major[path] = major
         self.checked[path] = stamp
         self.arrow_schema[path] = arrow
+        self._keep_keys(path, stamp, footer)
         return None
+
+    def _keep_keys(self, path: str, stamp: tuple[int, int], footer: bytes) -> None:
+        """Hold the id keys ``footer`` carries for ``path`` (within :data:`FOOTER_KEY_BUDGET`)."""
+        previous = self.footer_keys.pop(path, None)
+        if previous is not None:
+            self._footer_key_count -= len(previous[1])
+        keys = footer_keys(footer)
+        if keys is not None and self._footer_key_count + len(keys) <= FOOTER_KEY_BUDGET:
+            self.footer_keys[path] = (stamp, keys)
+            self._footer_key_count += len(keys)
 
     def _schema_problem(self, path: str) -> str | None:
         """:func:`schema_problem` and :func:`time_range_problem` of a file whose footer has no Arrow schema.
@@ -267,7 +287,12 @@ class FileTriage:
         files, skipped = [], []
         vanished = False
         missing: list[str] | None = [] if skip_corrupt else None
-        for path in self.scan(missing):
+        listed = self.scan(missing)
+        if self.footer_keys:  # forget the keys of files compaction or retention removed
+            alive = set(listed)
+            for gone in [path for path in self.footer_keys if path not in alive]:
+                self._footer_key_count -= len(self.footer_keys.pop(gone)[1])
+        for path in listed:
             problem = self.check(path)
             if problem is None:
                 files.append(path)

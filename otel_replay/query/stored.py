@@ -49,7 +49,8 @@ def record_rows(engine: Engine, **filters: Any) -> list[StoredRecord]:
     """Every stored row of ``queries/record.sql`` matching ``filters`` as the seal check sees it (none trusted yet).
 
     ``record_id=`` and ``decision_ids=`` (a decision's outcomes) are narrowed by the side index;
-    other filters (a gate record's decision id lives in the JSON) read every file.
+    ``gate_decision_id=`` and ``gate_decision_ids=`` (in a gate record's JSON, which no side index holds) by the
+    id keys of the files newer than it; other filters read every file.
     """
     if set(filters) == {"record_id"} and filters["record_id"] is not None:
         rows = engine.run_for("record", {"record_id": str(filters["record_id"])}, **filters)
@@ -57,6 +58,11 @@ def record_rows(engine: Engine, **filters: Any) -> list[StoredRecord]:
         # the outcomes of these decisions, wherever stored: the side index maps decision ids to files
         decided = [str(d) for d in filters["decision_ids"]]
         rows = engine.run_ids("record", {"outcome_decision_id": decided}, {"decision_ids": decided})
+    elif set(filters) in ({"gate_decision_id"}, {"gate_decision_ids"}) and any(filters.values()):
+        # a gate record's decision id is in its JSON: no side index holds it, the keys of newer files do
+        value = next(iter(filters.values()))
+        gated = [str(value)] if isinstance(value, str) else [str(d) for d in value]
+        rows = engine.run_ids("record", {"gate_decision_id": gated}, filters)
     else:
         rows = engine.run("record", **filters)  # a gate's decision id lives in the JSON: not indexed
     return [stored_record(row) for row in rows]

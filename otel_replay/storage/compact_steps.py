@@ -29,9 +29,11 @@ from pyarrow._parquet import ParquetReader
 
 from otel_replay import _duck as duck
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
+from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.location import Location, register_with
 
+from .compact_footer import footer_head
 from .facts import facts_of_index
 from .manifest import (
     Manifest,
@@ -497,10 +499,11 @@ def _read_one(path: Path | str, location: Location | None = None) -> pa.Table:
 class _Inspected:
     """What :func:`schema_groups` learns of one file from its footer: its group key, rows, or why it is refused."""
 
-    __slots__ = ("key", "rows", "problem")
+    __slots__ = ("judged_by_schema", "key", "problem", "rows")
 
     def __init__(self, key: tuple[bytes, str], rows: int, problem: CorruptFileError | DatasetError | None) -> None:
         self.key, self.rows, self.problem = key, rows, problem
+        self.judged_by_schema = False  # admitted on its schema alone (no time column coarser than nanoseconds)
 
 
 class _Checks:
@@ -509,6 +512,8 @@ class _Checks:
     def __init__(self) -> None:
         self.problems: dict[tuple[bytes, str], str | None] = {}  # schema_problem of each distinct Arrow schema
         self.nanoseconds: list[pq.ParquetSchema] = []  # Parquet schemas whose time columns are all nanoseconds
+        self.verdicts: dict[tuple[bytes, bytes, bytes], _Inspected] = {}  # by footer signature (compact_footer)
+        self.prefixes: list[tuple[bytes, bytes]] = []  # footers' first bytes up to their schema's end (compact_footer)
         self.lock = threading.Lock()
 
     def schema_problem(self, key: tuple[bytes, str], schema: pa.Schema) -> str | None:
@@ -539,7 +544,27 @@ class _Checks:
 
 
 def _inspect(path: P, location: Location | None, checks: _Checks) -> _Inspected:
-    """One file's footer, parsed once: its schema group, its row count, or what makes compaction refuse it."""
+    """One file's footer, parsed once: its schema group, its row count, or what makes compaction refuse it.
+
+    A local file whose footer repeats the schema bytes of one judged before
+    (:func:`~.compact_footer.footer_head`: its raw bytes, not a pyarrow parse)
+    gets that file's verdict with its own row count.
+    """
+    head = footer_head(path, checks.prefixes) if location is None else None
+    if head is not None:
+        with checks.lock:
+            known = checks.verdicts.get(head.signature)
+        if known is not None:
+            return _Inspected(known.key, head.rows, None)
+    found = _inspect_parsed(path, location, checks)
+    if head is not None and found.problem is None and found.rows == head.rows and found.judged_by_schema:
+        with checks.lock:
+            checks.verdicts.setdefault(head.signature, found)
+    return found
+
+
+def _inspect_parsed(path: P, location: Location | None, checks: _Checks) -> _Inspected:
+    """:func:`_inspect` through pyarrow's parse of the footer."""
     try:
         source = _remote(location, path) if location is not None else str(path)
         reader = ParquetReader()
@@ -557,7 +582,9 @@ def _inspect(path: P, location: Location | None, checks: _Checks) -> _Inspected:
     problem = checks.schema_problem(key, schema) or checks.time_problem(source, metadata)
     if problem is not None:  # readers refuse (or skip) it too; nothing of the partition is changed
         return _Inspected(key, 0, CorruptFileError(str(path), problem, skippable=False))
-    return _Inspected(key, metadata.num_rows, None)
+    found = _Inspected(key, metadata.num_rows, None)
+    found.judged_by_schema = not has_coarse_times(metadata.schema)  # else its times were read: not by schema
+    return found
 
 
 def schema_groups(
@@ -690,9 +717,10 @@ def _load(paths: Sequence[Path | str], location: Location | None, workers: Worke
             pieces.append(made)
 
     for table in _file_tables(paths, location, workers):
-        if schema is None:
-            schema = table.schema
-        elif table.schema.metadata != schema.metadata:
+        if schema is None:  # the id keys of the first file describe its rows only: never carried into a batch
+            metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != ID_KEYS_METADATA_KEY}
+            schema = table.schema.with_metadata(metadata)
+        if table.schema.metadata != schema.metadata:
             table = table.replace_schema_metadata(schema.metadata)  # one schema group: only metadata may differ
         run(files.add(table))
     run(files.flush())

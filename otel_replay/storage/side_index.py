@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError, DatasetError
+from otel_replay.exporters.id_keys import GATE_KIND
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
@@ -48,6 +49,7 @@ __all__ = [
     "INDEX_KINDS",
     "INDEX_SCHEMA",
     "KINDS_METADATA_KEY",
+    "SEARCHED_KINDS",
     "build_index",
     "file_index_rows",
     "files_for",
@@ -61,6 +63,9 @@ __all__ = [
 
 INDEX_KINDS = ("correlation_id", "trace_id", "session_id", "record_id", "outcome_decision_id")
 """The span columns the side index maps to files (``outcome_decision_id``: where a decision's outcomes are)."""
+SEARCHED_KINDS = (*INDEX_KINDS, GATE_KIND)
+"""The kinds :func:`indexed_and_tail` searches by: a gate record's decision id is in no index (every indexed file
+may hold it), only in the keys of the files newer than one (:mod:`otel_replay.exporters.id_keys`)."""
 KINDS_METADATA_KEY = b"otel_replay.index_kinds"
 _LEGACY_KINDS = frozenset(("correlation_id", "trace_id", "session_id", "record_id"))  # an index without the key
 
@@ -578,7 +583,7 @@ def indexed_and_tail(
 ) -> tuple[list[str], list[str]] | None:
     """:func:`files_for` in two parts: (indexed files that may hold one of ``wanted``, live files no index covers).
 
-    ``wanted`` holds (kind, id) pairs, each kind one of :data:`INDEX_KINDS`.
+    ``wanted`` holds (kind, id) pairs, each kind one of :data:`SEARCHED_KINDS`.
     The second list is what :class:`~.tail_index.TailIndex` narrows further.
     ``None`` when no partition has a side index. ``listing``: search the
     partitions as :func:`partition_listing` listed them (a lookup that asks
@@ -594,9 +599,9 @@ def indexed_and_tail(
         raise ConfigError(
             "files_for needs at least one id (correlation_id, trace_id, session_id, record_id or outcome_decision_id)"
         )
-    unknown = sorted({kind for kind, _ in wanted if kind not in INDEX_KINDS})
+    unknown = sorted({kind for kind, _ in wanted if kind not in SEARCHED_KINDS})
     if unknown:
-        raise ConfigError(f"not an indexed id kind: {', '.join(unknown)} (one of {', '.join(INDEX_KINDS)})")
+        raise ConfigError(f"not an indexed id kind: {', '.join(unknown)} (one of {', '.join(SEARCHED_KINDS)})")
     location = resolve(dataset)
     hits: list[str] = []
     tail: list[str] = []

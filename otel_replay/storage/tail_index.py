@@ -15,6 +15,13 @@ the answer is as complete as searching every file, and the query that reads a
 damaged file still names it. Such a file is not read again until it changes
 or :meth:`TailIndex.keep_only` makes room. Entries are keyed by the file's (size, mtime) and
 dropped with :meth:`TailIndex.keep_only` when compaction retires a file.
+
+A file written by this otel-replay carries its ids' keys in its footer
+(:mod:`otel_replay.exporters.id_keys`), which the reader's check at open has
+already read: such a file is never read here (``known`` of :meth:`TailIndex.holding`).
+Keys are those of :func:`~otel_replay.exporters.id_keys.id_key`, so both agree.
+A file read here cannot be searched by a gate record's decision id (it lives in
+the attributes JSON): it is kept for every such lookup.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from otel_replay.exporters.id_keys import GATE_KIND, absent_key, id_key
 from otel_replay.location import Location
 
 from .backend import backend_for
@@ -35,15 +43,8 @@ __all__ = ["DEFAULT_KEY_BUDGET", "TailIndex"]
 DEFAULT_KEY_BUDGET = 1_000_000
 """Distinct (kind, id) pairs a :class:`TailIndex` holds at most (each as a hash in a set, about 80 bytes)."""
 
-_SEP = "\x00"  # kinds are fixed names; an id holding NUL still maps only to its own kind
-
-
 _JSON_IN_OLDER_FILES = ("outcome_decision_id",)  # kinds a version 1 file keeps only in the attributes JSON
-
-
-def _absent(kind: str) -> int:
-    """The key a file holds for a kind whose column it lacks (no id can encode to it: ``_SEP`` is not there)."""
-    return hash(f"{kind}\x01absent")
+_NOT_READ = (GATE_KIND,)  # kinds this index does not read from a file (kept in JSON): such a file is kept
 
 
 class TailIndex:
@@ -71,21 +72,28 @@ class TailIndex:
         return self._keys
 
     def holding(
-        self, paths: Sequence[str], wanted: Sequence[tuple[str, str]], stamps: Mapping[str, tuple[int, int]]
+        self,
+        paths: Sequence[str],
+        wanted: Sequence[tuple[str, str]],
+        stamps: Mapping[str, tuple[int, int]],
+        known: Mapping[str, tuple[tuple[int, int], frozenset[int]]] | None = None,
     ) -> list[str]:
         """The files of ``paths`` that may hold any of ``wanted`` ((kind, id) pairs), in their order.
 
         ``stamps`` gives each path's (size, mtime); a path without one, or
-        whose ids cannot be read or held, is kept.
+        whose ids cannot be read or held, is kept. ``known``: keys already
+        found for a path (its footer's), by the stamp they were found at; such
+        a file is not read.
         """
-        probes = frozenset(hash(f"{kind}{_SEP}{key}") for kind, key in wanted).union(
-            _absent(kind) for kind, _ in wanted if kind in _JSON_IN_OLDER_FILES
+        probes = frozenset(id_key(kind, key) for kind, key in wanted).union(
+            absent_key(kind) for kind, _ in wanted if kind in _JSON_IN_OLDER_FILES or kind in _NOT_READ
         )
         kept = []
         files = self._files
+        known = known or {}
         for path in paths:  # every file newer than the index, at every lookup: kept to a few dict operations
             stamp = stamps.get(path)
-            cached = files.get(path)
+            cached = known.get(path) or files.get(path)
             fresh = cached is not None and stamp is not None and cached[0] == stamp
             ids = cached[1] if fresh and cached is not None else self._ids(path, stamp)
             if ids is None or not probes.isdisjoint(ids):
@@ -129,10 +137,11 @@ class TailIndex:
             # A file without the outcome decision id column (an older writer's: version 1 files keep that id
             # only in the JSON) cannot be narrowed by it: its marker keeps it for every such lookup. (Another
             # kind's missing column reads as NULL, which matches no id.)
-            keys: set[int] = {_absent(kind) for kind in _JSON_IN_OLDER_FILES if kind not in names}
+            keys: set[int] = {absent_key(kind) for kind in _JSON_IN_OLDER_FILES if kind not in names}
+            keys.update(absent_key(kind) for kind in _NOT_READ)
             for kind in columns:
                 values = pc.unique(table.column(kind).cast(pa.string())).drop_null()
-                keys.update(hash(f"{kind}{_SEP}{value}") for value in values.to_pylist())
+                keys.update(id_key(kind, value) for value in values.to_pylist())
             return frozenset(keys)
         except (OSError, pa.ArrowException, ValueError):
             return None

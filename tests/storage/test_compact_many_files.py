@@ -41,7 +41,7 @@ def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_da
 
 
 @pytest.mark.slow
-def test_each_footer_is_parsed_once_before_the_rows_are_read(make_dataset, monkeypatch) -> None:
+def test_each_footer_is_parsed_once_and_most_by_their_bytes_before_the_rows_are_read(make_dataset, monkeypatch) -> None:
     path, _ = make_dataset(spans=1200, ids=300, rows_per_file=4, duplicates=0)
     inputs = live_files(path)
     opened: list[str] = []
@@ -58,7 +58,11 @@ def test_each_footer_is_parsed_once_before_the_rows_are_read(make_dataset, monke
     monkeypatch.setattr(compact_module, "ParquetReader", Counting)
     monkeypatch.setattr(compact_module.pq, "read_metadata", no_metadata)
     compact(path, grace_seconds=0, max_batch_rows=50)  # many batches: their rows come from the first pass
-    assert sorted(opened) == sorted(inputs * 2)  # once for the schema check, once for the rows
+    # Once for the rows; the schema check parses with pyarrow only the first file of each partition (the rest
+    # repeat its schema's bytes, compared raw: storage/compact_footer.py).
+    assert sorted(set(opened)) == sorted(inputs)
+    twice = [path for path in set(opened) if opened.count(path) == 2]
+    assert len(opened) == len(inputs) + len(twice) and len(twice) == len(partition_dirs(path))
 
 
 @pytest.mark.slow

@@ -1,0 +1,127 @@
+"""A span file carries the keys of its ids in its footer, and only a footer's own keys are ever taken for them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from otel_replay.exporters.id_keys import (
+    GATE_KIND,
+    ID_KEYS_METADATA_KEY,
+    MAX_FOOTER_KEYS,
+    encode_keys,
+    footer_keys,
+    id_key,
+    table_keys,
+)
+from otel_replay.exporters.rows import DATE_COLUMN
+from otel_replay.exporters.schema import SPAN_SCHEMA
+from otel_replay.exporters.writer import write_partitions
+
+
+def _rows(n: int, *, correlation: str = "trade-1", gate: str | None = None, status: str | None = None) -> pa.Table:
+    """``n`` span rows of the real schema, each with its own record id; the last one a gate record when ``gate``."""
+    columns: dict[str, list[object]] = {field.name: [None] * n for field in SPAN_SCHEMA}
+    columns["trace_id"] = [f"{i:032x}" for i in range(n)]
+    columns["span_id"] = [f"{i:016x}" for i in range(n)]
+    columns["name"] = ["replay.decision"] * n
+    columns["start_time"] = [1_767_225_600 * 10**9 + i for i in range(n)]
+    columns["end_time"] = columns["start_time"]
+    columns["correlation_id"] = [correlation] * n
+    columns["record_id"] = [f"rec-{i}" for i in range(n)]
+    columns["replay_kind"] = ["decision"] * n
+    columns["attributes"] = ["{}"] * n
+    columns["status_message"] = [status] * n
+    if gate is not None:
+        columns["replay_kind"][-1] = "gate"
+        columns["attributes"][-1] = json.dumps({"replay.gate.decision_id": gate, "replay.gate.executed": "intent"})
+    table = pa.Table.from_pydict(columns, schema=SPAN_SCHEMA)
+    return table.append_column(DATE_COLUMN, pa.array(["2026-01-01"] * n))
+
+
+def _footer(path: Path) -> bytes:
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    return data[-8 - length : -8]
+
+
+def _write(tmp_path: Path, table: pa.Table) -> Path:
+    [path] = write_partitions(table, tmp_path / "spans", lambda date: "part-1-aaaaaaaaaaaa.parquet")
+    assert isinstance(path, Path)
+    return path
+
+
+def test_a_written_file_carries_the_key_of_each_of_its_ids_and_of_its_gate_records_decision(tmp_path):
+    path = _write(tmp_path, _rows(5, gate="decision-9"))
+    keys = footer_keys(_footer(path))
+    assert keys is not None
+    assert id_key("correlation_id", "trade-1") in keys and id_key("record_id", "rec-4") in keys
+    assert id_key("trace_id", f"{3:032x}") in keys and id_key(GATE_KIND, "decision-9") in keys
+    assert id_key("correlation_id", "trade-2") not in keys and id_key("record_id", "decision-9") not in keys
+    # in the footer only: the Arrow schema read back (and carried by compaction) never holds them
+    assert ID_KEYS_METADATA_KEY not in (pq.read_table(path).schema.metadata or {})
+    assert ID_KEYS_METADATA_KEY in (pq.read_metadata(path).metadata or {})
+
+
+def test_a_file_with_more_ids_than_a_footer_holds_carries_none_and_is_read_instead(tmp_path):
+    path = _write(tmp_path, _rows(MAX_FOOTER_KEYS))  # a record id each, plus their trace ids: over the cap
+    assert footer_keys(_footer(path)) is None
+    assert ID_KEYS_METADATA_KEY not in (pq.read_metadata(path).metadata or {})
+
+
+def test_gate_records_whose_decision_id_is_ambiguous_or_not_text_give_the_file_no_keys():
+    twice = _rows(2, gate="d-1")
+    text = '{"replay.gate.decision_id": "d-1", "replay.gate.decision_id": "d-2"}'
+    attributes = twice.column("attributes").to_pylist()[:-1] + [text]
+    assert table_keys(twice.set_column(twice.schema.get_field_index("attributes"), "attributes", [attributes])) is None
+    number = '{"replay.gate.decision_id": 12}'
+    attributes = twice.column("attributes").to_pylist()[:-1] + [number]
+    assert table_keys(twice.set_column(twice.schema.get_field_index("attributes"), "attributes", [attributes])) is None
+    broken = twice.column("attributes").to_pylist()[:-1] + ["{not json"]
+    assert table_keys(twice.set_column(twice.schema.get_field_index("attributes"), "attributes", [broken])) is None
+
+
+def _forged_pair(keys: list[int]) -> bytes:
+    """The bytes a footer's key pair would have, then a writer's name, column orders and the end."""
+    value = encode_keys(keys)
+    writer = b"parquet-cpp-arrow version 26.0.1"
+    return (
+        b"\x18\x13"
+        + ID_KEYS_METADATA_KEY
+        + b"\x18"
+        + bytes([len(value)])
+        + value
+        + b"\x00\x18"
+        + bytes([len(writer)])
+        + writer
+        + b"\x00"
+    )
+
+
+def test_keys_forged_inside_a_span_value_are_never_taken_for_the_footers(tmp_path):
+    # An older writer's file (no keys) whose status message, stored as the column's statistics, holds bytes
+    # shaped like the keys' pair claiming the file holds only another trade.
+    forged = _forged_pair([id_key("correlation_id", "trade-other")]).decode("ascii")
+    table = _rows(3, status=forged).drop_columns([DATE_COLUMN])
+    path = tmp_path / "old.parquet"
+    pq.write_table(table, path)
+    footer = _footer(path)
+    assert ID_KEYS_METADATA_KEY in footer  # the forged bytes are in the footer, in the statistics
+    assert footer_keys(footer) is None
+    # a genuine file whose status holds the same bytes: its own keys, written last, are the ones taken
+    genuine = _write(tmp_path, _rows(3, status=forged))
+    keys = footer_keys(_footer(genuine))
+    assert keys is not None and id_key("correlation_id", "trade-1") in keys
+    assert id_key("correlation_id", "trade-other") not in keys
+
+
+def test_a_footer_value_that_is_not_whole_keys_or_is_cut_short_gives_no_keys(tmp_path):
+    path = _write(tmp_path, _rows(3))
+    footer = _footer(path)
+    assert footer_keys(footer) is not None
+    assert footer_keys(footer[:-1]) is None  # the end of the footer is part of the proof
+    at = footer.rfind(ID_KEYS_METADATA_KEY) + len(ID_KEYS_METADATA_KEY) + 3  # inside the base64 value
+    assert footer_keys(footer[:at] + b"!" + footer[at + 1 :]) is None
