@@ -13,6 +13,13 @@ QUERIES = Path(__file__).resolve().parents[1] / "queries"
 def test_public_api_is_pinned():
     assert otel_replay.__all__ == sorted(otel_replay.__all__)
     expected = {
+        "ContractError",
+        "ContractLoadError",
+        "GovernedSession",
+        "ReplayContractError",
+        "ReplayKillError",
+        "govern",
+        "load_contracts",
         "Action",
         "ActionGate",
         "AlreadyCompensated",

@@ -7,6 +7,11 @@ backtest runs recorded sessions through it offline.
 
 from __future__ import annotations
 
+from otel_replay.contracts.backtest import BacktestReport, backtest, backtest_dataset
+from otel_replay.contracts.decisions import CallVerdict, Decision, Failure, Narrowing, ToolCallView
+from otel_replay.contracts.engine import Engine
+from otel_replay.contracts.infer import Draft, infer_contracts, write_draft
+from otel_replay.contracts.loader import load_contracts, validate_file
 from otel_replay.contracts.model import (
     ArgumentInvariant,
     CircuitBreaker,
@@ -22,19 +27,44 @@ from otel_replay.contracts.model import (
     ToolContract,
     Transitions,
 )
+from otel_replay.contracts.session import GovernedSession, govern
+from otel_replay.contracts.state import SessionState
+from otel_replay.contracts.store import FileStateStore, MemoryStateStore, StateStore
+from otel_replay.contracts.tools import ToolRun
 
 __all__ = [
     "ArgumentInvariant",
+    "BacktestReport",
+    "CallVerdict",
     "CircuitBreaker",
     "ContractSet",
+    "Decision",
+    "Draft",
+    "Engine",
+    "Failure",
+    "FileStateStore",
+    "GovernedSession",
     "LoopDetection",
+    "MemoryStateStore",
+    "Narrowing",
     "OutputCondition",
     "Phase",
     "Precondition",
     "Price",
     "SessionContract",
     "SessionLimits",
+    "SessionState",
     "Source",
+    "StateStore",
+    "ToolCallView",
     "ToolContract",
+    "ToolRun",
     "Transitions",
+    "backtest",
+    "backtest_dataset",
+    "govern",
+    "infer_contracts",
+    "load_contracts",
+    "validate_file",
+    "write_draft",
 ]

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import wrapt
 
 from otel_replay.contracts.engine import ToolCallView
-from otel_replay.contracts.pipeline import GOVERNED, Request
+from otel_replay.contracts.pipeline import GOVERNED, Governor, Request
 from otel_replay.contracts.providers.anthropic import MessagesAdapter
 from otel_replay.contracts.providers.base import Adapter
 from otel_replay.contracts.providers.openai import ChatAdapter, ResponsesAdapter
@@ -41,8 +41,23 @@ from otel_replay.contracts.streams import (
 )
 from otel_replay.errors import ContractError, ReplayContractError
 
-if TYPE_CHECKING:  # the session imports this module; the proxies only call back into it
-    from otel_replay.contracts.session import GovernedSession
+
+class GovernedSession(Protocol):
+    """What the proxies need of the session that owns them (:class:`otel_replay.contracts.GovernedSession`)."""
+
+    governor: Governor
+    max_retries: int
+    client: Any
+
+    @property
+    def session_id(self) -> str:
+        """The governed session's id."""
+        ...
+
+    @property
+    def active(self) -> bool:
+        """False once the session was restored: the proxies then pass calls straight through."""
+        ...
 
 __all__ = ["governed_client"]
 
