@@ -231,6 +231,11 @@ def _shipped_expectations(demo: Demo) -> dict[str, tuple[dict[str, Any], Callabl
             lambda rows: [(r["session_id"], r["session_key_kind"], r["step"], r["call_index"]) for r in rows],
             [(cid, "correlation", 1, None)],
         ),
+        "report_index": (  # the demo's one decision, newest first, with the fix its gate stored (the rollback)
+            {},
+            lambda rows: [(r["record_id"], r["correlation_id"], r["decision_type"], r["gate_fix"]) for r in rows],
+            [(rid, cid, "vendor_payment", "ROLLBACK")],
+        ),
         "decision_summary": (
             {"decision_type": "vendor_payment"},
             list,
