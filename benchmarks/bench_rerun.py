@@ -27,16 +27,30 @@ rerun and the floor, the vcrpy process's for vcrpy; all three are single-threade
 steady when the wall-time ratio does not. The live run's CPU is not comparable (its servers are threads of
 this process) and is not shown.
 
-Usage: ``python benchmarks/bench_rerun.py [--steps 200 2000] [--vcr-max 400] [--repeat 3]`` (``--repeat``: every
-size measured again, round after round, each row printed; the load average is printed before and after).
+Per step, with and without set-up. A run's time holds a one-off cost besides its steps: the agent's own
+``httpx.Client()`` (loading the CA bundle, about 40 ms), ``rerun()``'s set-up, vcrpy's patching and
+cassette. At 200 steps that is a tenth of a rerun, and it swings from run to run, so besides ``T(N)/N`` the
+benchmark measures a one-step session of each contender and reports the marginal cost per step,
+``(T(N) - T(1)) / (N - 1)``: what each further step costs, the set-up removed on both sides alike. Each
+contender is run ``--runs`` times on the same recording or cassette, after a garbage collection; the best
+(least disturbed) run is the figure and the median is printed beside it. "Faster than vcrpy" is judged on
+the marginal CPU cost per step at the smallest size vcrpy runs (best of ``--runs``, same process for the
+rerun, one vcrpy process); "flat" on the rerun's marginal cost from the smallest to the largest size,
+``(T(largest) - T(smallest)) / (largest - smallest)``, against its marginal cost up to the smallest.
+
+Usage: ``python benchmarks/bench_rerun.py [--steps 200 2000] [--vcr-max 400] [--runs 3] [--repeat 3]``
+(``--repeat``: every size measured again, round after round, each row printed; the load average is printed
+before and after).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,9 +72,9 @@ from otel_replay.rerun import recording, rerun  # noqa: E402
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "bench-signing-key-0123456789abcdef")
 
 VCR_SCRIPT = r"""
-import json, random, sys, time, tempfile, os
+import gc, json, random, sys, time, tempfile, os
 import httpx, vcr
-api, model, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+api, model, steps, runs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 cassette = os.path.join(tempfile.mkdtemp(), "c.yaml")
 def run():
     out = []
@@ -75,12 +89,15 @@ def run():
     return out
 with vcr.use_cassette(cassette, record_mode="all"):
     recorded = run()
-start, cpu = time.perf_counter(), time.process_time()
-with vcr.use_cassette(cassette, record_mode="none"):
-    replayed = run()
-seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-assert replayed == recorded, "vcrpy replay differs"
-print(json.dumps({"seconds": seconds, "cpu": cpu}))
+found = []
+for _ in range(runs):
+    gc.collect()
+    start, cpu = time.perf_counter(), time.process_time()
+    with vcr.use_cassette(cassette, record_mode="none"):
+        replayed = run()
+    found.append((time.perf_counter() - start, time.process_time() - cpu))
+    assert replayed == recorded, "vcrpy replay differs"
+print(json.dumps(found))
 """
 
 
@@ -122,6 +139,7 @@ def floor(steps: int) -> tuple[float, float]:
         return httpx.Response(200, json={"price": 1.0, "ticket": "T1", "id": "c1"}, headers={"Set-Cookie": "a=b"})
 
     with httpx.Client(base_url="http://127.0.0.1:1", transport=httpx.MockTransport(handler)) as client:
+        gc.collect()
         start, cpu = time.perf_counter(), time.thread_time()
         for i in range(steps):
             now = time.time()
@@ -134,9 +152,12 @@ def floor(steps: int) -> tuple[float, float]:
 
 
 def _measure(
-    fn: Any, api: str, model: str, steps: int, dataset: str, session: str
-) -> tuple[float, float, float, float, float]:
-    """(live, record, rerun serve, rerun with loading, the agent thread's CPU in the rerun) seconds for one agent."""
+    fn: Any, api: str, model: str, steps: int, dataset: str, session: str, runs: int
+) -> tuple[float, float, list[float], list[float], list[float]]:
+    """(live, record, rerun serve, rerun with loading, the agent thread's CPU in the rerun) seconds for one agent.
+
+    The recording is rerun ``runs`` times (a list of each rerun's figures), each after a garbage collection.
+    """
     fn(api, model, 5)  # warm up imports and connections
     start = time.perf_counter()
     fn(api, model, steps)
@@ -148,6 +169,8 @@ def _measure(
     recorded = time.perf_counter() - start
     telemetry.force_flush()
     telemetry.shutdown()
+    serves: list[float] = []
+    totals: list[float] = []
     cpu: list[float] = []
 
     def entrypoint() -> Any:
@@ -157,48 +180,70 @@ def _measure(
         finally:
             cpu.append(time.thread_time() - began)
 
-    start = time.perf_counter()
-    result = rerun(entrypoint, dataset=dataset, session_id=session, write=False)
-    total = time.perf_counter() - start
-    assert result.matched and result.output == original, result.report()
-    return live, recorded, result.seconds, total, cpu[0]
+    for _ in range(runs):
+        gc.collect()
+        start = time.perf_counter()
+        result = rerun(entrypoint, dataset=dataset, session_id=session, write=False)
+        totals.append(time.perf_counter() - start)
+        assert result.matched and result.output == original, result.report()
+        serves.append(result.seconds)
+    return live, recorded, serves, totals, cpu
 
 
-def _vcr(python: str, api: str, model: str, steps: int) -> tuple[float, float] | None:
+def _vcr(python: str, api: str, model: str, steps: int, runs: int) -> list[tuple[float, float]] | None:
+    """(wall, CPU) seconds of each of ``runs`` vcrpy replays of one cassette of ``steps`` steps."""
     proc = subprocess.run(
-        [python, "-c", VCR_SCRIPT, api, model, str(steps)], capture_output=True, text=True, timeout=3600
+        [python, "-c", VCR_SCRIPT, api, model, str(steps), str(runs)], capture_output=True, text=True, timeout=3600
     )
     if proc.returncode != 0:
         print(f"  vcrpy failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    return float(found["seconds"]), float(found["cpu"])
+    return [(float(wall), float(cpu)) for wall, cpu in found]
 
 
-def bench(steps: int, vcr_python: str | None, vcr_max: int) -> dict[str, Any]:
-    """Measure one session size; returns µs per step for each contender."""
+def _one_step(api: str, model: str, dataset: str, vcr_python: str | None, runs: int) -> dict[str, Any]:
+    """The set-up of each contender: CPU seconds of a one-step session of the plain-httpx agent (best of ``runs``)."""
+    *_, cpu = _measure(agent_http, api, model, 1, dataset, "httpx-1", runs)
+    vcr = _vcr(vcr_python, api, model, 1, runs) if vcr_python else None
+    return {"rerun": min(cpu), "vcrpy": min(c for _, c in vcr) if vcr else None}
+
+
+def bench(steps: int, vcr_python: str | None, vcr_max: int, runs: int) -> dict[str, Any]:
+    """Measure one session size; returns µs per step for each contender (best of ``runs``; lists: every run)."""
     dataset = tempfile.mkdtemp(prefix="bench-rerun-")
     with example.scripted_server() as api, example.scripted_server() as model:
-        live, recorded, serve, total, _ = _measure(agent, api, model, steps, dataset, "openai")
-        http_live, _, http_serve, http_total, http_cpu = _measure(agent_http, api, model, steps, dataset, "httpx")
-        vcr = _vcr(vcr_python, api, model, steps) if vcr_python and steps <= vcr_max else None
-    client_floor, floor_cpu = floor(steps)
+        live, recorded, serve, total, _ = _measure(agent, api, model, steps, dataset, "openai", runs)
+        http_live, _, http_serve, http_total, http_cpu = _measure(agent_http, api, model, steps, dataset, "httpx", runs)
+        vcr = _vcr(vcr_python, api, model, steps, runs) if vcr_python and steps <= vcr_max else None
+        setup = _one_step(api, model, dataset, vcr_python if vcr is not None else None, runs)
+    floors = [floor(steps) for _ in range(runs)]
     per = 1e6 / steps
     return {
         "steps": steps,
         "live": live * per,
         "record": recorded * per,
-        "serve": serve * per,
-        "total": total * per,
+        "serve": min(serve) * per,
+        "total": min(total) * per,
         "http_live": http_live * per,
-        "http_serve": http_serve * per,
-        "http_total": http_total * per,
-        "vcrpy": vcr[0] * per if vcr is not None else None,
-        "floor": client_floor,
-        "http_cpu": http_cpu * per,
-        "vcrpy_cpu": vcr[1] * per if vcr is not None else None,
-        "floor_cpu": floor_cpu,
+        "http_serve": min(http_serve) * per,
+        "http_total": min(http_total) * per,
+        "vcrpy": min(w for w, _ in vcr) * per if vcr is not None else None,
+        "floor": min(w for w, _ in floors),
+        "http_cpu": min(http_cpu) * per,
+        "vcrpy_cpu": min(c for _, c in vcr) * per if vcr is not None else None,
+        "floor_cpu": min(c for _, c in floors),
+        "http_cpu_runs": [c * per for c in http_cpu],
+        "vcrpy_cpu_runs": [c * per for _, c in vcr] if vcr is not None else None,
+        "http_cpu_seconds": min(http_cpu),
+        "vcrpy_cpu_seconds": min(c for _, c in vcr) if vcr is not None else None,
+        "setup": setup,
     }
+
+
+def _marginal(total: float, one: float | None, steps: int) -> float | None:
+    """µs per further step: ``(T(N) - T(1)) / (N - 1)``, from seconds."""
+    return None if one is None or steps < 2 else (total - one) * 1e6 / (steps - 1)
 
 
 def matcher(steps: int) -> float:
@@ -243,12 +288,14 @@ def main() -> None:
     parser.add_argument("--vcr-python", default="/work/rerun-bench-venv/bin/python")
     parser.add_argument("--vcr-max", type=int, default=400, help="vcrpy is O(n) per request: skip it above this size")
     parser.add_argument("--repeat", type=int, default=1, help="measure each size this many times, interleaved")
+    parser.add_argument("--runs", type=int, default=3, help="reruns (and vcrpy replays) per size and round: best kept")
     args = parser.parse_args()
+    runs = max(1, args.runs)
     vcr_python = args.vcr_python if Path(args.vcr_python).exists() else None
     if vcr_python is None:
         print(f"vcrpy: {args.vcr_python} not found, vcrpy column skipped", file=sys.stderr)
     print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    rows = [bench(n, vcr_python, args.vcr_max) for _ in range(max(1, args.repeat)) for n in args.steps]
+    rows = [bench(n, vcr_python, args.vcr_max, runs) for _ in range(max(1, args.repeat)) for n in args.steps]
     print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print("µs per step (clock + random + GET + POST + model call):")
     print(f"{'':>6} {'--- openai client agent ---':^45}  {'--- same calls, plain httpx ---':^45}")
@@ -269,22 +316,48 @@ def main() -> None:
             line += f" ({row['vcrpy'] / row['http_total']:.1f}x with loading)"
         print(line)
     print("floor: the plain-httpx calls against httpx.MockTransport (the client's own cost, nothing recorded)")
-    print("CPU µs per step (httpx agent; load-independent):")
-    print(f"{'steps':>6} {'rerun':>10} {'vcrpy':>10} {'floor':>10}  rerun faster than vcrpy")
+    print(f"CPU µs per step (httpx agent; load-independent): best of {runs} runs [every run]")
+    print(f"{'steps':>6} {'rerun':>10} {'vcrpy':>10} {'floor':>10}  faster than vcrpy  [rerun runs] [vcrpy runs]")
     for row in rows:
         vcr_cpu = row["vcrpy_cpu"]
         shown = f"{vcr_cpu:>10.0f}" if vcr_cpu is not None else f"{'skipped':>10}"
         ratio = f"{vcr_cpu / row['http_cpu']:.1f}x" if vcr_cpu is not None else "-"
-        print(f"{row['steps']:>6} {row['http_cpu']:>10.0f} {shown} {row['floor_cpu']:>10.0f}  {ratio}")
+        every = " ".join(f"{c:.0f}" for c in row["http_cpu_runs"])
+        vcr_every = " ".join(f"{c:.0f}" for c in row["vcrpy_cpu_runs"] or [])
+        head = f"{row['steps']:>6} {row['http_cpu']:>10.0f} {shown} {row['floor_cpu']:>10.0f}"
+        print(f"{head}  {ratio:>17}  [{every}] [{vcr_every}]")
+    print("set-up removed (CPU µs per further step, (T(N) - T(1)) / (N - 1); T(1): a one-step session, best of runs):")
+    print(f"{'steps':>6} {'set-up ms':>18} {'rerun':>10} {'vcrpy':>10}  faster than vcrpy (with medians)")
+    for row in rows:
+        setup, n = row["setup"], row["steps"]
+        rerun_marginal = _marginal(row["http_cpu_seconds"], setup["rerun"], n)
+        vcr_setup = f"{setup['vcrpy'] * 1e3:.0f}" if setup["vcrpy"] is not None else "-"
+        line = f"{n:>6} {setup['rerun'] * 1e3:>11.0f} / {vcr_setup:>4} {rerun_marginal or 0:>10.0f} "
+        vcr_runs = row["vcrpy_cpu_runs"]
+        vcr_marginal = _marginal(row["vcrpy_cpu_seconds"], setup["vcrpy"], n) if vcr_runs else None
+        if vcr_runs and vcr_marginal is not None and rerun_marginal:
+            of_medians = _marginal(statistics.median(vcr_runs) * n / 1e6, setup["vcrpy"], n)
+            rerun_median = _marginal(statistics.median(row["http_cpu_runs"]) * n / 1e6, setup["rerun"], n)
+            median = f" ({of_medians / rerun_median:.1f}x)" if of_medians and rerun_median else ""
+            line += f"{vcr_marginal:>10.0f}  {vcr_marginal / rerun_marginal:.1f}x{median}"
+        else:
+            line += f"{'skipped':>10}  -"
+        print(line)
     for n in args.steps:
         print(f"matcher alone, {n * 5} calls: {matcher(n):.1f} µs/call")
     if len(args.steps) > 1:
-        first, last = rows[0], rows[len(args.steps) - 1]  # the first round's smallest and largest sizes
-        growth, http_growth = last["serve"] / first["serve"], last["http_serve"] / first["http_serve"]
-        print(
-            f"per-step rerun cost, {last['steps']} vs {first['steps']} steps: {growth:.2f}x openai, "
-            f"{http_growth:.2f}x httpx (1.00 = flat); CPU: {last['http_cpu'] / first['http_cpu']:.2f}x httpx"
-        )
+        for start in range(0, len(rows), len(args.steps)):  # each round: its smallest and largest sizes
+            first, last = rows[start], rows[start + len(args.steps) - 1]
+            growth, http_growth = last["serve"] / first["serve"], last["http_serve"] / first["http_serve"]
+            small, large = first["steps"], last["steps"]
+            up_to = _marginal(first["http_cpu_seconds"], first["setup"]["rerun"], small)
+            beyond = (last["http_cpu_seconds"] - first["http_cpu_seconds"]) * 1e6 / (large - small)
+            print(
+                f"round {start // len(args.steps) + 1}: per-step rerun cost, {large} vs {small} steps: {growth:.2f}x "
+                f"openai, {http_growth:.2f}x httpx (1.00 = flat); CPU: {last['http_cpu'] / first['http_cpu']:.2f}x "
+                f"httpx; marginal CPU per step from {small} to {large}: {beyond:.0f} µs against {up_to or 0:.0f} "
+                f"up to {small}: {beyond / up_to if up_to else 0:.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ __all__ = [
     "redact_url",
     "stable_json",
     "text_hash",
+    "tree_json",
     "unmatchable",
 ]
 
@@ -118,6 +119,51 @@ def _stable_json_v1(value: Any) -> str:
 
 # --- codec 2: every value by value, or marked unmatchable ---------------------------------------------
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _tree_encoder() -> Callable[[Any], str]:
+    """:data:`_dumps` for a tree of plain JSON values (no container inside itself): one C encoder, built once.
+
+    ``JSONEncoder.encode`` builds a new C encoder, with a dict to catch a container inside itself, on every
+    call: a few microseconds per boundary call, more than encoding a small value. What :func:`_canon` returns
+    and what ``json.loads`` returns are trees, so one encoder without that check writes the same text for
+    them. Used only when it writes exactly :data:`_dumps`'s text on a sample (else :data:`_dumps` itself: a
+    Python whose ``json`` has no C encoder, or another signature).
+    """
+    plain = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    make: Any = getattr(json.encoder, "c_make_encoder", None)
+    basestring: Any = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or basestring is None:
+        return _dumps
+    try:
+        once = make(None, plain.default, basestring, None, ":", ",", True, False, True)
+    except TypeError:
+        return _dumps
+
+    def encode(value: Any) -> str:
+        return "".join(once(value, 0))
+
+    sample = [{"b": [1, 2.5, -0.0, 1e300, None, True], "a": 'é"\n\u2028', "$c": {}}, "x", 10**30, float("nan")]
+    try:
+        same = encode(sample) == _dumps(sample) and encode("é") == _dumps("é") and encode(7) == _dumps(7)
+    except Exception:
+        same = False
+    return encode if same else _dumps
+
+
+_dumps_tree = _tree_encoder()
+
+
+def tree_json(value: Any) -> str:
+    """Canonical JSON (keys sorted, no spaces, UTF-8 kept) of a tree of plain JSON values.
+
+    Dicts with ``str`` keys, lists, text, numbers, booleans and ``None``, no container inside itself (as
+    ``json.loads`` or a literal makes them): the text ``json.dumps(value, sort_keys=True, ensure_ascii=False,
+    separators=(",", ":"))`` writes, without building an encoder per call.
+    """
+    return _dumps_tree(value)
+
+
 _MAX_DEPTH = 256
 _MAX_NODES = 1_000_000
 """Values one :func:`stable_json` call walks at most; past it the whole value is unmatchable (a DAG that
@@ -217,7 +263,7 @@ def _canon_dict(value: Mapping[Any, Any], walk: _Walk) -> Any:
             )
             for k, v in value.items()
         }
-    pairs = [(_dumps(_canon(k, walk)), _canon(v, walk)) for k, v in value.items()]
+    pairs = [(_dumps_tree(_canon(k, walk)), _canon(v, walk)) for k, v in value.items()]
     return {"$items": sorted(pairs, key=lambda pair: pair[0])}
 
 
@@ -274,7 +320,7 @@ def _canon_typed(value: Any, cls: type, walk: _Walk) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": [_path(cls), hashlib.sha256(bytes(value)).hexdigest()]}
     if isinstance(value, (set, frozenset)):
-        items = sorted(((_dumps(item), item) for item in (_canon(v, walk) for v in value)), key=lambda p: p[0])
+        items = sorted(((_dumps_tree(item), item) for item in (_canon(v, walk) for v in value)), key=lambda p: p[0])
         return {"$set": [_path(cls), [item for _, item in items]]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: _canon(getattr(value, f.name), walk) for f in dataclasses.fields(value)}
@@ -314,7 +360,7 @@ def stable_json(value: Any) -> str:
     if current_codec() == 1:
         return _stable_json_v1(value)
     try:
-        return _dumps(_canon(value, _Walk()))
+        return _dumps_tree(_canon(value, _Walk()))
     except _TooBig:
         return _dumps({"$unmatchable": f"{_path(type(value))} holding more than {_MAX_NODES} values"})
     except (RecursionError, ValueError) as exc:  # the caller's stack was already nearly full
@@ -345,7 +391,7 @@ def decoded_json_text(value: Any) -> str | None:
     if current_codec() == 1:
         return None
     try:
-        text = _dumps(value)
+        text = _dumps_tree(value)  # a tree: json.loads made it
     except (ValueError, TypeError, RecursionError):
         return None
     if (

@@ -31,6 +31,29 @@ __all__ = [
 ]
 
 _frame = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_text = json.encoder.encode_basestring
+"""A JSON string as :data:`_frame` writes one (``ensure_ascii=False``)."""
+
+
+def _step_frame(boundary: str, name: str, args_hash: str, value_hash: str, after: Any, ordered: bool) -> str:
+    """``_frame([boundary, name, args_hash, value_hash] + ([after] if ordered else []))``, written directly.
+
+    The same text (each string as the encoder writes it, an int as its decimal form, ``None`` as ``null``)
+    without building an encoder for each of a rerun's steps; parts of another type go through :data:`_frame`.
+    """
+    if not (
+        boundary.__class__ is str
+        and name.__class__ is str
+        and args_hash.__class__ is str
+        and value_hash.__class__ is str
+        and (after is None or after.__class__ is int)
+    ):
+        parts: list[Any] = [boundary, name, args_hash, value_hash]
+        return _frame([*parts, after] if ordered else parts)
+    head = f"[{_text(boundary)},{_text(name)},{_text(args_hash)},{_text(value_hash)}"
+    if not ordered:
+        return head + "]"
+    return f"{head},{'null' if after is None else int.__repr__(after)}]"
 
 
 @dataclass(frozen=True)
@@ -263,10 +286,8 @@ class Fingerprint:
         self, stream: str, boundary: str, name: str, args_hash: str, value_hash: str, after: int | None = None
     ) -> None:
         """Fold one step into its stream (``after``: its place in its scope's order, version 3 only)."""
-        parts: list[Any] = [boundary, name, args_hash, value_hash]
-        if self.version >= 3 and is_ordered(boundary):
-            parts.append(after)
-        part = _frame(parts).encode()
+        ordered = self.version >= 3 and boundary not in UNORDERED
+        part = _step_frame(boundary, name, args_hash, value_hash, after, ordered).encode()
         with self._lock:
             entry = self._streams.get(stream)
             if self.version == 1:

@@ -30,6 +30,7 @@ from otel_replay.rerun.codec import (
     redact_json_text,
     redact_partial_json,
     redact_url,
+    tree_json,
 )
 from otel_replay.rerun.http_body import BodySeen
 
@@ -62,7 +63,7 @@ def body_text(raw: bytes) -> Any:
     return {"$b64": base64.b64encode(kept).decode("ascii")}
 
 
-_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+_canonical = tree_json  # every text here is of a tree: built from literals, or json.loads
 
 VOLATILE_HEADERS = frozenset(
     {

@@ -33,7 +33,14 @@ from otel_replay.errors import ReplayMismatchError
 from otel_replay.instrumentation import tool
 from otel_replay.query.store import Store
 from otel_replay.rerun import recording, rerun
-from otel_replay.rerun.codec import decode_value, decoded_json_text, encode_value, stable_json
+from otel_replay.rerun.codec import (
+    arguments_codec,
+    decode_value,
+    decoded_json_text,
+    encode_value,
+    stable_json,
+    tree_json,
+)
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.load import load_recording
 
@@ -690,3 +697,46 @@ def test_a_decoded_values_text_is_never_other_than_stable_jsons_on_random_hostil
             taken += 1
             assert text == stable_json(made), made
     assert taken > 500  # most values are taken in one pass
+
+
+_HOSTILE = {
+    "b": [1, 2.5, -0.0, float("inf"), None, True],
+    "a": 'é"\n\u2028\udc80',
+    "$c": {},
+    3: {1, 2},
+    "d": decimal.Decimal("1.10"),
+    "t": datetime.datetime(2026, 1, 2, 3, 4, 5),
+    "u": uuid.UUID(int=5),
+    "n": 10**40,
+}
+_HOSTILE_TEXT = (
+    '{"$items":[["\\"$c\\"",{}],["\\"a\\"",{"$surrogates":"c3a9220ae280a8edb280"}],'
+    '["\\"b\\"",[1,2.5,-0.0,Infinity,null,true]],["\\"d\\"",{"$decimal":"1.10"}],'
+    '["\\"n\\"",10000000000000000000000000000000000000000],["\\"t\\"",{"$datetime":"2026-01-02T03:04:05","tz":null}],'
+    '["\\"u\\"",{"$uuid":"00000000000000000000000000000005"}],["3",{"$set":["builtins:set",[1,2]]}]]}'
+)
+
+
+@pytest.mark.parametrize("codec", [2, 3, 4])
+def test_arguments_are_written_as_recordings_made_before_wrote_them(codec: int) -> None:
+    # Written by the code before the canonical JSON encoder was built once (2026-11-29): a recorded hash
+    # must still equal its rerun's.
+    with arguments_codec(codec):
+        assert stable_json(_HOSTILE) == _HOSTILE_TEXT
+
+
+def test_canonical_json_of_a_tree_is_json_dumps_text_and_a_loop_is_never_written_as_one() -> None:
+    tree = json.loads('{"z": [1, 1e300, -0.0, "\\u00e9\\"\\n\\u2028"], "a": {"$k": null, "b": false}, "m": 1e-7}')
+    plain = json.dumps(tree, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert tree_json(tree) == plain
+    assert decoded_json_text(tree) is None  # a "$" key: stable_json escapes it, so not this text
+    del tree["a"]["$k"]
+    assert (
+        decoded_json_text(tree)
+        == stable_json(tree)
+        == json.dumps(tree, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    )
+    loop: list[Any] = []
+    loop.append(loop)
+    assert decoded_json_text([loop]) is None  # never raised into the agent, never a text
+    assert stable_json(loop) == '[{"$cycle":1}]'  # marked where it loops back, as before

@@ -80,3 +80,32 @@ def test_a_version_1_fingerprint_that_does_not_fit_its_events_never_matches(
         record(dataset, "off", _agent)
     result = rerun(_agent, dataset=dataset, session_id="off")
     assert not result.matched and result.original_fingerprint == "0" * 64
+
+
+_NAMES = ['GET http://h/p?q="x"', "tool pay\\n", "é\u2028", "", "a|b", "\x00\x1f"]
+
+
+def _hostile_steps(version: int) -> str:
+    fp = Fingerprint(version=version)
+    for i, name in enumerate(_NAMES):
+        for boundary in ("http", "clock", "tool"):
+            after = [None, 0, 7, 10**20][i % 4]
+            fp.add(f"{boundary}|{name}|w|", boundary, name, f"{i:032x}", "v" * (i + 1), after)
+    return fp.hexdigest()
+
+
+def test_a_fingerprint_folds_steps_as_recordings_made_before_were_folded() -> None:
+    # Written by the code before each step was framed without building a JSON encoder (2026-11-29): a stored
+    # fingerprint must still equal its rerun's, names with quotes, escapes, line separators and control
+    # characters included, and ordered steps with no place, place 0 and a place past 64 bits.
+    assert _hostile_steps(1) == "495d48798f6d22e532b2265d80eca10a7cc8577d3f9572c8718f352f51da9608"
+    assert _hostile_steps(2) == "3a0774363e9d32b9b26bb9dce9f4a294095ecd6b2b78fa62d990e56b340a507f"
+    assert _hostile_steps(3) == "80a714785d1f01f52d2a55540dc085658be6db40cbd95f1ed311fdeb57e4daf1"
+
+
+def test_a_step_whose_place_is_not_an_int_is_folded_as_json_writes_it() -> None:
+    # bool is an int to Python but "true" to JSON: such a place is framed by the encoder, not as "True".
+    one, other = Fingerprint(), Fingerprint()
+    one.add("http|GET u||", "http", "GET u", "a" * 32, "b" * 32, True)
+    other.add("http|GET u||", "http", "GET u", "a" * 32, "b" * 32, 1)
+    assert one.hexdigest() != other.hexdigest()
