@@ -73,13 +73,19 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite number, or ``None`` (booleans, text, NaN and infinities are not numbers here)."""
+    """``value`` as a number to compare, or ``None`` (booleans, text and NaN are not numbers here).
+
+    A whole number stays the exact integer (Python compares it with a float bound exactly: 2**53 + 1 is above
+    2**53, which its float is not); one beyond the float range is the infinity it exceeds.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
         number = float(value)
     except OverflowError:  # an int beyond float range: compare as the infinity it exceeds
         return math.inf if value > 0 else -math.inf
+    if isinstance(value, int):
+        return value
     return number if not math.isnan(number) else None
 
 
@@ -117,7 +123,8 @@ class InvariantCheck:
         """Every way the argument at the invariant's path breaks it, one line each (empty: it holds).
 
         A missing argument is one problem unless the invariant is ``optional``. Bounds (``gte``, ``gt``,
-        ``lte``, ``lt``) need a finite number: text, booleans, NaN and infinities fail them. ``equals`` and
+        ``lte``, ``lt``) need a finite number: text, booleans, NaN and infinities fail them (so does a whole
+        number beyond the float range); whole numbers are compared exactly, never rounded to a float. ``equals`` and
         ``one_of`` use :func:`json_equal`. ``regex`` needs text of at most :data:`REGEX_MAX_CHARS` characters
         and is searched (anchor it with ``^``/``$`` to match whole). ``max_length`` counts the characters of
         text or the items of an array or object. Messages name numbers, never text values (which can be

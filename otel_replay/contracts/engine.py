@@ -27,10 +27,12 @@ import hashlib
 import json
 import re
 import time
+import unicodedata
 from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
+from otel_replay.contracts._read import TOOL_NAME
 from otel_replay.contracts.checks import InvariantCheck, json_equal
 from otel_replay.contracts.decisions import (
     GATE_MODES,
@@ -90,12 +92,28 @@ def _shown_name(name: Any) -> str:
     return text if len(text) <= _MAX_NAME_CHARS else text[:_MAX_NAME_CHARS] + "..."
 
 
+def _canonical(value: Any) -> Any:
+    """``value`` with each whole float as its integer (``1.0``, ``1e0`` and ``-0.0`` are the JSON numbers 1 and 0)."""
+    if type(value) is float:
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {key: _canonical(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    return value
+
+
 def _digest(call: ToolCallView) -> str:
-    """``"tool:hash"`` of the tool and its canonical arguments (the raw text when they do not parse)."""
+    """``"tool:hash"`` of the tool and its canonical arguments (the raw text when they do not parse).
+
+    Canonical: keys sorted, no spaces, text unescaped, and a number by its value (``1``, ``1.0`` and ``1e0``
+    are one value, as :func:`~otel_replay.contracts.checks.json_equal` says), so respelling arguments does
+    not dodge loop detection.
+    """
     body: str | None = None
     if call.arguments is not None:
         try:
-            body = json.dumps(call.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            body = json.dumps(_canonical(call.arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError, RecursionError):
             body = None
     if body is None:
@@ -111,6 +129,7 @@ class _Simulation:
         self.phase = state.current_phase
         self.forbidden = set(state.forbidden_tools)
         self.counts = dict(state.tool_call_counts)
+        self.called: set[str] = set()  # tools allowed earlier in this response (their output is not known yet)
         self.total_calls = state.total_tool_calls
         earlier = state.recent_calls[-(window - 1) :] if window > 1 else []
         self.window: deque[str] = deque(earlier, maxlen=max(window - 1, 0))
@@ -131,6 +150,7 @@ class _Simulation:
 
     def commit(self, name: str, contract: ToolContract | None) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
+        self.called.add(name)
         self.total_calls += 1
         if contract is not None:
             if contract.transitions.advances_to:
@@ -188,6 +208,7 @@ class Engine:
                 paths = output_paths.setdefault(pre.requires_prior_tool, [])
                 paths.extend(c.path for c in pre.with_output if c.path not in paths)
         self._output_paths = {tool: tuple(paths) for tool, paths in output_paths.items()}
+        self._folded = {_fold(name): name for name in contracts.tools}
 
     # -- state ------------------------------------------------------------------------------------------------
 
@@ -310,7 +331,10 @@ class Engine:
 
         * ``kill``: the session is killed (the only failure reported then);
         * ``narrowed``: outside a manual :meth:`restrict`;
-        * ``unmatched``: no contract and ``unmatched_policy="block"``;
+        * ``unmatched``: no contract and ``unmatched_policy="block"``; under ``"allow"`` too when the name is
+          not a tool name (1-128 ASCII letters, digits, ``_`` or ``-``: no spaces, invisible or look-alike
+          letters) or differs from a contracted tool's only in case, ``_``/``-`` or compatibility forms
+          (``Issue_Refund``, ``issue-refund``, full-width letters): such a name is a contracted tool in disguise;
         * ``malformed_arguments``: the arguments are not a JSON object (their invariants are then not read);
         * ``forbidden``: an allowed call of a tool T made it illegal (T's ``forbids_after``);
         * ``max_tool_calls`` / ``max_calls_per_tool``: allowed calls would exceed the limit;
@@ -319,7 +343,9 @@ class Engine:
         * ``phase``: the current phase is not in the tool's ``valid_in_phases``, or its ``advances_to`` is
           neither the current phase nor in the session's ``transitions`` from it;
         * ``precondition``: ``requires_prior_tool`` not allowed before (earlier step, or earlier in this
-          response), or a ``with_output`` path not observed (:meth:`observe_output`) or not equal;
+          response), or a ``with_output`` path not observed (:meth:`observe_output`) or not equal. Only the
+          output of the prior tool's LAST allowed call counts: a ``with_output`` condition fails while a call
+          of the prior tool made later (or earlier in this same response) has no output observed yet;
         * ``argument_invariant``: see :meth:`otel_replay.contracts.checks.InvariantCheck.problems`.
 
         Outcome: no failing call -> ``allow``. A failing call of a tool whose effective gate
@@ -402,6 +428,10 @@ class Engine:
             fail("narrowed", f"{name} is outside the manual narrowing")
         if contract is None and self.unmatched_policy == "block":
             fail("unmatched", f"{name} has no contract (unmatched_policy block)")
+        elif contract is None:
+            disguise = self._disguise(call.name)
+            if disguise is not None:
+                fail("unmatched", f"{name} has no contract and {disguise}")
         if call.arguments is None:
             fail("malformed_arguments", f"the arguments of {name} are not a JSON object")
         if name in sim.forbidden:
@@ -431,7 +461,15 @@ class Engine:
                 continue
             recorded = state.satisfied_preconditions.get(prior)
             for condition in pre.with_output:
-                if recorded is None or condition.path not in recorded:
+                if prior in sim.called:
+                    fail(
+                        "precondition",
+                        f"{name} requires the output of {prior} at {condition.path}, and {prior} runs in this same "
+                        "response (its output is not known yet)",
+                        path=condition.path,
+                        source=condition.source,
+                    )
+                elif recorded is None or condition.path not in recorded:
                     fail(
                         "precondition",
                         f"{name} requires the output of {prior} at {condition.path}, not observed",
@@ -452,6 +490,15 @@ class Engine:
                         "argument_invariant", f"{name}: {problem_text}", path=check.path, source=check.invariant.source
                     )
         return failures
+
+    def _disguise(self, name: Any) -> str | None:
+        """Why an uncontracted ``name`` still may not pass under ``unmatched_policy="allow"`` (``None``: it may)."""
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            return "is not a tool name (1-128 ASCII letters, digits, _ or -)"
+        twin = self._folded.get(_fold(name))
+        if twin is not None:
+            return f"looks like the contracted tool {twin}"
+        return None
 
     def _phase_problem(self, phase: str | None, contract: ToolContract) -> str | None:
         """Why ``contract``'s tool cannot be called in ``phase`` (``None``: it can)."""
@@ -476,8 +523,9 @@ class Engine:
         proposed call enters the loop window; ``total_block_count`` += the failing calls, and
         ``consecutive_block_count`` grows by them or resets to 0 when none failed; ``state_version`` +1.
         Unless the outcome is ``reject``: the cost is added to ``total_cost``; each call that reaches the
-        caller is counted (``total_tool_calls``, ``tool_call_counts``), its ``forbids_after`` tools become
-        forbidden, and the phase becomes ``decision.phase_after``; unguarded ones add to
+        caller is counted (``total_tool_calls``, ``tool_call_counts``), the output recorded for its tool is
+        dropped (the new call's output, once observed, is what ``with_output`` reads), its ``forbids_after``
+        tools become forbidden, and the phase becomes ``decision.phase_after``; unguarded ones add to
         ``total_unguarded_calls``. Then the circuit breaker: ``consecutive_blocks`` reached -> :meth:`kill`.
 
         Raises:
@@ -499,6 +547,8 @@ class Engine:
             for verdict in decision.allowed:
                 name = _shown_name(verdict.call.name)
                 state.tool_call_counts[name] = state.tool_call_counts.get(name, 0) + 1
+                if name in self._output_paths:  # a new call: its output, not the last one's, is what counts now
+                    state.satisfied_preconditions.pop(name, None)
                 state.total_tool_calls += 1
                 if verdict.unguarded:
                     state.total_unguarded_calls += 1
@@ -627,6 +677,11 @@ def _seen_in_order(names: Sequence[Any]) -> list[str]:
             seen.add(name)
             out.append(name)
     return out
+
+
+def _fold(name: str) -> str:
+    """``name`` in compatibility form, case-folded, with only its letters and digits kept (look-alike names meet)."""
+    return "".join(char for char in unicodedata.normalize("NFKC", name).casefold() if char.isalnum())
 
 
 def _call_id(call: ToolCallView) -> str:

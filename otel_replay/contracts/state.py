@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -144,8 +145,9 @@ class SessionState:
         """The state :meth:`to_json` wrote; ``where`` names the source in errors (a file and session).
 
         Raises:
-            SessionStateError: the text is not JSON, a field is missing its type or unknown, or the
-                format is newer than this version reads (never a silent reset to a fresh state).
+            SessionStateError: the text is not JSON, a field is missing, unknown or not of its type, or the
+                format is newer than this version reads (never a silent reset to a fresh state, and never a
+                default in place of a missing field: an empty ``forbidden_tools`` would widen the session).
 
         """
         try:
@@ -171,11 +173,16 @@ class SessionState:
             problem = _check_field(name, value)
             if problem:
                 raise SessionStateError(f"{where}: corrupt state: {name!r} {problem}")
+        missing = sorted(_FORMAT_1_FIELDS - set(body))
+        if missing:
+            raise SessionStateError(f"{where}: corrupt state: {missing[0]!r} is missing")
         return cls(**body)
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
 _FIELD_SET = frozenset(_FIELD_NAMES)
+_FORMAT_1_FIELDS = _FIELD_SET
+"""The fields every format-1 state holds; a field added later (with a default) must not be listed here."""
 
 
 def _is_int(value: Any) -> bool:
@@ -183,7 +190,12 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+    if type(value) is int:
+        return 0 <= value <= _MAX_FLOAT  # a whole number past the float range cannot be a cost or a time
+    return type(value) is float and math.isfinite(value) and value >= 0
+
+
+_MAX_FLOAT = int(sys.float_info.max)
 
 
 def _check_field(name: str, value: Any) -> str | None:

@@ -165,3 +165,56 @@ def test_narrowing_odd_offers_keeps_text_names_once_and_ignores_the_rest() -> No
     assert len(narrowing.kept) == 10_002
     engine.restrict(state, ["add_note", None, "add_note", 7])  # type: ignore[list-item]
     assert state.narrowed_to == ["add_note"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"amount": 1, "amount": 99999, "customer_id": "c1"}',
+        '{"amount": 99999, "amount": 1, "customer_id": "c1"}',
+        '{"amount": 1, "customer_id": "c1", "meta": {"k": 1, "k": 2}}',
+        '{"amount": 1, "customer_id": "c1", "\\u0061mount": 99999, "amount": 2}',
+    ],
+)
+def test_a_key_given_twice_is_malformed_whichever_copy_the_tool_would_read(text: str) -> None:
+    """JSON parsers disagree on which copy of a duplicate key wins: the checked one must be the one that runs."""
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    state.current_phase = "eligibility_checked"
+    state.tool_call_counts = {"lookup_customer": 1, "check_eligibility": 1}
+    state.satisfied_preconditions = {"check_eligibility": {"$.eligible": True}}
+    assert engine.evaluate(state, [call("issue_refund", {"amount": 1, "customer_id": "c1"})]).outcome == "allow"
+    view = ToolCallView.parse(0, "c", "issue_refund", text)
+    assert view.arguments is None
+    assert [f.rule for f in engine.evaluate(state, [view]).failures] == ["malformed_arguments"]
+
+
+def test_a_tool_output_with_a_key_given_twice_satisfies_nothing() -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    engine.observe_output(state, "check_eligibility", '{"eligible": false, "eligible": true}')
+    assert state.satisfied_preconditions["check_eligibility"] == {}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Issue_Refund",
+        "ISSUE_REFUND",
+        "issue_refund ",
+        " issue_refund",
+        "issue_refund\u200b",
+        "\u0456ssue_refund",
+        "\uff49\uff53\uff53\uff55\uff45_refund",
+        "issue refund",
+        "issue_refund\n",
+    ],
+)
+def test_under_unmatched_allow_a_name_that_only_looks_like_a_contracted_tool_still_fails(name: str) -> None:
+    """Case, spaces, invisible and look-alike letters must not carry a contracted tool past its contract."""
+    engine = Engine(refund_bot(), unmatched_policy="allow")
+    state = engine.new_state("s", None)
+    decision = engine.evaluate(state, [call(name, {"amount": 99999})])
+    assert decision.outcome == "reject"
+    assert [f.rule for f in decision.failures] == ["unmatched"]
+    assert engine.evaluate(state, [call("send_survey", {})]).outcome == "allow"  # a plain unknown name still passes

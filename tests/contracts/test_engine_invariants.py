@@ -9,7 +9,7 @@ import pytest
 
 from otel_replay.contracts.checks import json_equal
 from otel_replay.contracts.engine import Engine, ToolCallView
-from otel_replay.contracts.model import ArgumentInvariant, ToolContract
+from otel_replay.contracts.model import ArgumentInvariant, Source, ToolContract
 
 from ._engine_support import call, refund_bot, src
 
@@ -144,3 +144,25 @@ def test_secrets_in_a_detail_are_redacted() -> None:
 def test_json_equality(left: Any, right: Any, equal: bool) -> None:
     assert json_equal(left, right) is equal
     assert json_equal(right, left) is equal
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ('{"n": 9007199254740992}', True),
+        ('{"n": 9007199254740993}', False),
+        ('{"n": 100000000000000000000000001}', False),
+        ('{"n": ' + "9" * 400 + "}", False),
+        ('{"n": 1e400}', False),
+    ],
+)
+def test_whole_numbers_past_float_precision_are_compared_exactly(text: str, ok: bool) -> None:
+    """2**53 + 1 read as a float is 2**53: a bound at 2**53 must still stop it."""
+    tool = ToolContract(
+        tool="transfer",
+        source=Source("transfer.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.n", source=Source("transfer.yaml", 3), lte=2**53),),
+    )
+    engine = Engine(refund_bot(extra_tools=[tool]))
+    decision = engine.evaluate(engine.new_state("s", None), [ToolCallView.parse(0, "c", "transfer", text)])
+    assert (decision.outcome == "allow") is ok

@@ -73,6 +73,13 @@ def test_public_snapshot_has_the_seed_fields_with_principal_none_and_values_reda
     assert "x" not in state.tool_call_counts  # a snapshot, not a view
 
 
+def _without(name: str) -> str:
+    """A saved state with one field taken out (a default must never stand in: it would widen the session)."""
+    body = json.loads(SessionState(session_id="s").to_json())
+    del body[name]
+    return json.dumps(body)
+
+
 def _body(**changes: Any) -> str:
     body = json.loads(SessionState(session_id="s").to_json())
     body.update(changes)
@@ -97,6 +104,11 @@ def _body(**changes: Any) -> str:
         (_body(narrowed_to=[1]), "'narrowed_to'"),
         (_body(satisfied_preconditions={"t": 1}), "'satisfied_preconditions'"),
         ('{"format": 1, "session_id": "s", "actual_cost": NaN}', "'actual_cost'"),
+        (_body(actual_cost=10**400), "'actual_cost'"),
+        (_body(killed_at=-(10**400)), "'killed_at'"),
+        (_without("forbidden_tools"), "'forbidden_tools' is missing"),
+        (_without("killed"), "'killed' is missing"),
+        (_without("tool_call_counts"), "'tool_call_counts' is missing"),
     ],
 )
 def test_a_corrupt_or_newer_state_is_refused_naming_where(text: str, message: str) -> None:

@@ -206,7 +206,7 @@ def _poke(path: Path, session_id: str, state: str, version: int = 0) -> None:
         ("{broken", "corrupt state: not JSON"),
         (json.dumps({"format": 99, "session_id": "conv-7"}), "state format 99 was written by a newer otel-replay"),
         (json.dumps({"format": 1, "session_id": "conv-7", "total_tool_calls": "many"}), "'total_tool_calls'"),
-        (json.dumps({"format": 1, "session_id": "someone-else"}), "its id or version disagrees"),
+        (SessionState(session_id="someone-else").to_json(), "its id or version disagrees"),
     ],
 )
 def test_a_corrupt_or_newer_state_is_an_error_naming_file_and_session_never_a_reset(
