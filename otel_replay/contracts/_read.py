@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from otel_replay.contracts._yaml import INVALID, NodeReader, Problem, did_you_mean
+from otel_replay.contracts.checks import SlowRegexError, compile_regex
 from otel_replay.contracts.model import (
     SIDE_EFFECTS,
     ArgumentInvariant,
@@ -367,7 +368,9 @@ def _invariant(reader: NodeReader, node: Node, where: str) -> ArgumentInvariant 
         pattern = reader.string(at, f"{where}.regex", nonempty=False)
         if isinstance(pattern, str):
             try:
-                re.compile(pattern)
+                compile_regex(pattern)
+            except SlowRegexError as exc:
+                pattern = reader.fail(at, f"{where}.regex", str(exc))
             except re.error as exc:
                 pattern = reader.fail(at, f"{where}.regex", f"not a valid regular expression: {exc}")
         values["regex"] = pattern

@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 import operator
 import re
+import re._compiler as _regex_compiler  # the stdlib's own parse of a pattern: sre_parse warns it is deprecated
+import re._constants as _regex_constants
+import re._parser as _regex_parser
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from otel_replay.contracts.model import ArgumentInvariant
 from otel_replay.contracts.paths import read_path
 
-__all__ = ["REGEX_MAX_CHARS", "InvariantCheck", "compile_regex", "json_equal", "kind_of"]
+__all__ = ["REGEX_MAX_CHARS", "InvariantCheck", "SlowRegexError", "compile_regex", "json_equal", "kind_of"]
 
 _SHOWN_NUMBER_CHARS = 40
 
@@ -67,9 +70,126 @@ def json_equal(left: Any, right: Any) -> bool:
     return False
 
 
+class SlowRegexError(re.error):
+    """A pattern that compiles but whose matching can take exponential time in the text's length."""
+
+
 def compile_regex(pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled (raises :class:`re.error` for a bad one; the loader reports those first)."""
-    return re.compile(pattern)
+    r"""``pattern`` compiled; :class:`re.error` for a bad one, or one that can take exponential time (see below).
+
+    Python's regular expressions backtrack, and a repetition nested in another, as in ``^(a+)+$`` or
+    ``^(\w+\s?)*$``, can try every way of splitting a text between them: 30 characters the pattern almost
+    matches take longer than a session lives, and the model writes the text. Such a pattern is refused
+    unless each inner repetition repeats one character that cannot be a literal character the outer one
+    must match each time (``^([a-z0-9]+\.)*$`` splits only at the dots, so it is accepted). Atomic groups
+    ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are always accepted. Patterns that
+    are slow without nesting (``.*x.*y.*z`` on a long text) are bounded by :data:`REGEX_MAX_CHARS`.
+    """
+    compiled = re.compile(pattern)
+    parsed = _regex_parser.parse(pattern)
+    hazard = _nested_repeat(parsed.data, parsed.state.flags)
+    if hazard:
+        raise SlowRegexError(
+            f"{hazard}: matching can take exponential time; make the inner repetition possessive (a++) or "
+            "atomic ((?>...)), or put a character it cannot match between repetitions"
+        )
+    return compiled
+
+
+_REPEATS: Final = (_regex_constants.MAX_REPEAT, _regex_constants.MIN_REPEAT)
+_ONE_CHAR: Final = (
+    _regex_constants.LITERAL,
+    _regex_constants.NOT_LITERAL,
+    _regex_constants.IN,
+    _regex_constants.ANY,
+)
+
+
+def _variable(low: int, high: int) -> bool:
+    return high > low and high > 1
+
+
+def _nested_repeat(items: list[tuple[Any, Any]], flags: int) -> str | None:
+    """A repetition nested in a repetition among ``items`` (a parsed pattern), described, or ``None``."""
+    for op, av in items:
+        if op in _REPEATS:
+            low, high, body = av
+            if _variable(low, high) and _inner_repeats(body.data) and not _delimited(body.data, flags):
+                return "a repetition inside a repetition"
+            found = _nested_repeat(body.data, flags)
+            if found:
+                return found
+        elif op is _regex_constants.SUBPATTERN:
+            found = _nested_repeat(av[-1].data, flags)
+            if found:
+                return found
+        elif op is _regex_constants.BRANCH:
+            for branch in av[1]:
+                found = _nested_repeat(branch.data, flags)
+                if found:
+                    return found
+        elif op in (_regex_constants.ASSERT, _regex_constants.ASSERT_NOT):
+            found = _nested_repeat(av[1].data, flags)
+            if found:
+                return found
+        elif op is _regex_constants.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    found = _nested_repeat(branch.data, flags)
+                    if found:
+                        return found
+        # ATOMIC_GROUP and POSSESSIVE_REPEAT never backtrack into themselves: nothing inside them is a hazard.
+    return None
+
+
+def _inner_repeats(items: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
+    """The bodies of the variable repetitions among ``items``, at any depth (not inside atomic parts)."""
+    found: list[list[tuple[Any, Any]]] = []
+    for op, av in items:
+        if op in _REPEATS:
+            if _variable(av[0], av[1]):
+                found.append(av[2].data)
+            found.extend(_inner_repeats(av[2].data))
+        elif op is _regex_constants.SUBPATTERN:
+            found.extend(_inner_repeats(av[-1].data))
+        elif op is _regex_constants.BRANCH:
+            for branch in av[1]:
+                found.extend(_inner_repeats(branch.data))
+        elif op in (_regex_constants.ASSERT, _regex_constants.ASSERT_NOT):
+            found.extend(_inner_repeats(av[1].data))
+        elif op is _regex_constants.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    found.extend(_inner_repeats(branch.data))
+    return found
+
+
+def _delimited(items: list[tuple[Any, Any]], flags: int) -> bool:
+    """Whether every variable repetition in ``items`` repeats one character that a literal ``items`` needs is not.
+
+    The literal must be at the top of the repeated body (matched on every repetition), so the outer
+    repetition can only be split where that character is.
+    """
+    while len(items) == 1 and items[0][0] is _regex_constants.SUBPATTERN:  # a group around the whole body
+        items = items[0][1][-1].data
+    # Each literal in every case (a scoped (?i) may apply to it), tested with the pattern's flags (DOTALL...).
+    literals = {
+        variant
+        for op, av in items
+        if op is _regex_constants.LITERAL
+        for variant in (chr(av), chr(av).lower(), chr(av).upper())
+    }
+    if not literals:
+        return False
+    for body in _inner_repeats(items):
+        if len(body) != 1 or body[0][0] not in _ONE_CHAR:
+            return False
+        state = _regex_parser.State()
+        state.flags = flags
+        one = _regex_compiler.compile(_regex_parser.SubPattern(state, [body[0]]), flags)
+        if any(one.fullmatch(char) for char in literals):
+            return False
+    return True
 
 
 def _number(value: Any) -> float | None:

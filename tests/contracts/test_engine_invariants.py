@@ -10,6 +10,7 @@ import pytest
 from otel_replay.contracts.checks import json_equal
 from otel_replay.contracts.engine import Engine, ToolCallView
 from otel_replay.contracts.model import ArgumentInvariant, Source, ToolContract
+from otel_replay.errors import ContractLoadError
 
 from ._engine_support import call, refund_bot, src
 
@@ -166,3 +167,43 @@ def test_whole_numbers_past_float_precision_are_compared_exactly(text: str, ok: 
     engine = Engine(refund_bot(extra_tools=[tool]))
     decision = engine.evaluate(engine.new_state("s", None), [ToolCallView.parse(0, "c", "transfer", text)])
     assert (decision.outcome == "allow") is ok
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"^(a+)+$", r"^(\w+\s?)*$", r"^(a|b+)*$", r"(?=(x*)*)", r"(?i)^([a-z]+A)*$", r"(?s)^(.+\n)*$"]
+)
+def test_a_regex_that_can_take_exponential_time_is_refused_when_the_engine_is_built(pattern: str) -> None:
+    """The model writes the text: ^(a+)+$ on 30 a's and a '!' would hold the gate for minutes."""
+    tool = ToolContract(
+        tool="add_text",
+        source=Source("add_text.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
+    )
+    with pytest.raises(ContractLoadError, match=r"^add_text.yaml:4: .*regex: a repetition inside a repetition"):
+        Engine(refund_bot(extra_tools=[tool]))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        (r"^([a-z0-9]+\.)*[a-z]+$", "mail.example.org"),
+        (r"^(?:[^@,]+,)*[^@,]+$", "a,b,c"),
+        (r"^(\d{3}-)+\d{4}$", "555-123-4567"),
+        (r"^(?>\w+\s?)*$", "two words"),
+        (r"^(\w++\s?)*$", "two words"),
+        (r"^(.+\n)*$", "line one\nline two\n"),
+    ],
+)
+def test_a_repetition_split_by_a_character_it_cannot_match_or_that_never_backtracks_is_kept(
+    pattern: str, text: str
+) -> None:
+    tool = ToolContract(
+        tool="add_text",
+        source=Source("add_text.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
+    )
+    engine = Engine(refund_bot(extra_tools=[tool]))
+    state = engine.new_state("s", None)
+    assert engine.evaluate(state, [call("add_text", {"t": text})]).outcome == "allow"
+    near_miss = engine.evaluate(state, [call("add_text", {"t": "a" * 5000 + "@"})])
+    assert near_miss.outcome == "reject"
