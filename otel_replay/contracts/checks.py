@@ -77,6 +77,12 @@ class SlowRegexError(re.error):
 def compile_regex(pattern: str) -> re.Pattern[str]:
     r"""``pattern`` compiled; :class:`re.error` for a bad one, or one that can take exponential time (see below).
 
+    The pattern means what it means in ECMA-262, the dialect of the JSON Schema and of the seed's contracts,
+    where Python differs in a way a model could use: ``$`` (outside multi-line mode) matches only at the end
+    of the text, never before a final newline; ``\d``, ``\w`` and ``\b`` are ASCII classes (``\d`` is
+    ``[0-9]``: full-width or Arabic-Indic digits, which ``int()`` reads, do not pass it). ``\s`` is ASCII
+    whitespace too, narrower than ECMA-262's (which also takes the Unicode spaces).
+
     Python's regular expressions backtrack, and a repetition nested in another, as in ``^(a+)+$`` or
     ``^(\w+\s?)*$``, can try every way of splitting a text between them: 30 characters the pattern almost
     matches take longer than a session lives, and the model writes the text. Such a pattern is refused
@@ -85,15 +91,42 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are always accepted. Patterns that
     are slow without nesting (``.*x.*y.*z`` on a long text) are bounded by :data:`REGEX_MAX_CHARS`.
     """
-    compiled = re.compile(pattern)
-    parsed = _regex_parser.parse(pattern)
+    re.compile(pattern, re.ASCII)  # the checks and messages of the standard compiler, for a bad pattern
+    parsed = _regex_parser.parse(pattern, re.ASCII)
     hazard = _nested_repeat(parsed.data, parsed.state.flags)
     if hazard:
         raise SlowRegexError(
             f"{hazard}: matching can take exponential time; make the inner repetition possessive (a++) or "
             "atomic ((?>...)), or put a character it cannot match between repetitions"
         )
+    _end_of_text(parsed.data, parsed.state.flags)
+    compiled: re.Pattern[str] = _regex_compiler.compile(parsed, parsed.state.flags)
     return compiled
+
+
+def _end_of_text(items: list[tuple[Any, Any]], flags: int) -> None:
+    r"""Make each ``$`` outside multi-line mode match only at the end of the text (in place), as in ECMA-262.
+
+    Python's ``$`` also matches before a final newline, so ``^C[0-9]+$`` would pass ``"C123\n"``.
+    """
+    for index, (op, av) in enumerate(items):
+        if op is _regex_constants.AT and av is _regex_constants.AT_END and not flags & re.MULTILINE:
+            items[index] = (op, _regex_constants.AT_END_STRING)
+        elif op in _REPEATS or op is _regex_constants.POSSESSIVE_REPEAT:
+            _end_of_text(av[2].data, flags)
+        elif op is _regex_constants.SUBPATTERN:
+            _end_of_text(av[3].data, (flags | av[1]) & ~av[2])
+        elif op is _regex_constants.ATOMIC_GROUP:
+            _end_of_text(av.data, flags)
+        elif op is _regex_constants.BRANCH:
+            for branch in av[1]:
+                _end_of_text(branch.data, flags)
+        elif op in (_regex_constants.ASSERT, _regex_constants.ASSERT_NOT):
+            _end_of_text(av[1].data, flags)
+        elif op is _regex_constants.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    _end_of_text(branch.data, flags)
 
 
 _REPEATS: Final = (_regex_constants.MAX_REPEAT, _regex_constants.MIN_REPEAT)
@@ -225,7 +258,7 @@ _BOUNDS: tuple[tuple[str, Callable[[float, float], bool], str], ...] = (
 class InvariantCheck:
     """One argument invariant, prepared once (its bounds listed, its regex compiled) and checked per call."""
 
-    __slots__ = ("bounds", "invariant", "path", "regex")
+    __slots__ = ("bounds", "invariant", "path", "pattern", "regex")
 
     def __init__(self, invariant: ArgumentInvariant) -> None:
         """Prepare ``invariant``; a bad regex raises :class:`re.error`, a bad path :class:`ValueError`."""
@@ -233,6 +266,7 @@ class InvariantCheck:
         self.path = invariant.path
         read_path({}, invariant.path)  # parses (and caches) the path now: a bad one fails here, not per call
         self.regex = compile_regex(invariant.regex) if invariant.regex is not None else None
+        self.pattern = invariant.regex
         self.bounds = tuple(
             (name, bound, holds, words)
             for name, holds, words in _BOUNDS
@@ -240,14 +274,15 @@ class InvariantCheck:
         )
 
     def problems(self, arguments: Mapping[str, Any]) -> list[str]:
-        """Every way the argument at the invariant's path breaks it, one line each (empty: it holds).
+        r"""Every way the argument at the invariant's path breaks it, one line each (empty: it holds).
 
         A missing argument is one problem unless the invariant is ``optional``. Bounds (``gte``, ``gt``,
         ``lte``, ``lt``) need a finite number: text, booleans, NaN and infinities fail them (so does a whole
-        number beyond the float range); whole numbers are compared exactly, never rounded to a float. ``equals`` and
-        ``one_of`` use :func:`json_equal`. ``regex`` needs text of at most :data:`REGEX_MAX_CHARS` characters
-        and is searched (anchor it with ``^``/``$`` to match whole). ``max_length`` counts the characters of
-        text or the items of an array or object. Messages name numbers, never text values (which can be
+        number beyond the float range); whole numbers are compared exactly, never rounded to a float.
+        ``equals`` and ``one_of`` use :func:`json_equal`. ``regex`` needs text of at most
+        :data:`REGEX_MAX_CHARS` characters and is searched (anchor it with ``^``/``$`` to match whole; see
+        :func:`compile_regex` for what ``$``, ``\d`` and ``\w`` mean). ``max_length`` counts the characters
+        of text or the items of an array or object. Messages name numbers, never text values (which can be
         personal data).
         """
         invariant = self.invariant
@@ -271,11 +306,11 @@ class InvariantCheck:
         regex = self.regex
         if regex is not None:
             if not isinstance(value, str):
-                problems.append(f"{path} must be text to match /{regex.pattern}/, got {kind_of(value)}")
+                problems.append(f"{path} must be text to match /{self.pattern}/, got {kind_of(value)}")
             elif len(value) > REGEX_MAX_CHARS:
-                problems.append(f"{path} is {len(value)} characters, over {REGEX_MAX_CHARS} to match /{regex.pattern}/")
+                problems.append(f"{path} is {len(value)} characters, over {REGEX_MAX_CHARS} to match /{self.pattern}/")
             elif regex.search(value) is None:
-                problems.append(f"{path} does not match /{regex.pattern}/")
+                problems.append(f"{path} does not match /{self.pattern}/")
         if invariant.max_length is not None:
             if isinstance(value, str | list | tuple | Mapping):
                 if len(value) > invariant.max_length:

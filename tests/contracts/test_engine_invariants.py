@@ -207,3 +207,32 @@ def test_a_repetition_split_by_a_character_it_cannot_match_or_that_never_backtra
     assert engine.evaluate(state, [call("add_text", {"t": text})]).outcome == "allow"
     near_miss = engine.evaluate(state, [call("add_text", {"t": "a" * 5000 + "@"})])
     assert near_miss.outcome == "reject"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "ok"),
+    [
+        (r"^C[0-9]+$", "C123", True),
+        (r"^C[0-9]+$", "C123\n", False),  # Python's $ also matches before a final newline; ECMA-262's does not
+        (r"^[a-z_]+$", "users\n", False),
+        (r"(?m)^C[0-9]+$", "C123\nC456", True),  # multi-line: $ at each line's end, as in ECMA-262's m flag
+        (r"^(?m:C[0-9]+$)\nx$", "C123\nx", True),
+        (r"^\d+$", "345", True),
+        (r"^\d+$", "\uff13\uff14\uff15", False),  # full-width digits: int() reads them as 345
+        (r"^\d+$", "\u0663", False),  # an Arabic-Indic three
+        (r"^\w+$", "caf\u00e9", False),
+        (r"(?i)^abc$", "ABC", True),
+    ],
+)
+def test_a_regex_means_what_it_means_in_json_schema(pattern: str, text: str, ok: bool) -> None:
+    """As in ECMA-262 (the JSON Schema's and the seed's regexes): $ ends the text, \\d and \\w are ASCII classes."""
+    tool = ToolContract(
+        tool="add_text",
+        source=Source("add_text.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
+    )
+    engine = Engine(refund_bot(extra_tools=[tool]))
+    decision = engine.evaluate(engine.new_state("s", None), [call("add_text", {"t": text})])
+    assert (decision.outcome == "allow") is ok
+    if not ok:
+        assert decision.failures[0].detail == f"add_text: $.t does not match /{pattern}/"
