@@ -48,7 +48,7 @@ from otel_replay.contracts.decisions import (
     parse_arguments,
     strict_json,
 )
-from otel_replay.contracts.model import ContractSet, Source, ToolContract
+from otel_replay.contracts.model import ContractSet, Price, Source, ToolContract
 from otel_replay.contracts.paths import read_path
 from otel_replay.contracts.state import SessionState
 from otel_replay.errors import ContractError, ContractLoadError
@@ -209,6 +209,17 @@ class Engine:
                 paths.extend(c.path for c in pre.with_output if c.path not in paths)
         self._output_paths = {tool: tuple(paths) for tool, paths in output_paths.items()}
         self._folded = {_fold(name): name for name in contracts.tools}
+        prices = list(contracts.session.prices.values())
+        # What an unpriced model's tokens cost under a cost cap (see cost()).
+        self._dearest = (
+            Price(
+                max(p.input_per_million for p in prices),
+                max(p.output_per_million for p in prices),
+                contracts.session.source,
+            )
+            if limits.max_cost_per_session is not None and prices
+            else None
+        )
 
     # -- state ------------------------------------------------------------------------------------------------
 
@@ -223,15 +234,19 @@ class Engine:
     def cost(self, model: str | None, usage: tuple[int, int] | None) -> float:
         """Dollars of one model call: input and output tokens times the session's ``prices[model]`` per million.
 
-        0.0 when there is no usage or no price for ``model``; token counts that are not non-negative integers
-        count as 0, counts above 10**15 as 10**15 (a provider's usage is input like any other; the cost stays
-        finite).
+        0.0 when there is no usage. A ``model`` with no price (or none named) costs 0.0 when the session has
+        no ``max_cost_per_session``; under a cap it costs the dearest input and the dearest output price of the
+        table, never nothing (a response can name another model than its request did, as a dated snapshot
+        does, and the cap must still hold). Token counts that are not non-negative integers count as 0, counts
+        above 10**15 as 10**15 (a provider's usage is input like any other; the cost stays finite).
         """
-        if usage is None or model is None:
+        if usage is None:
             return 0.0
-        price = self.contracts.session.prices.get(model)
+        price = self.contracts.session.prices.get(model) if isinstance(model, str) else None
         if price is None:
-            return 0.0
+            price = self._dearest
+            if price is None:
+                return 0.0
         try:
             tokens_in, tokens_out = usage
         except (TypeError, ValueError):
@@ -307,7 +322,7 @@ class Engine:
             failures.append(Failure("max_steps", f"max_steps {limits.max_steps} reached", source=session.source))
         cap = limits.max_cost_per_session
         if cap is not None:
-            if model is None or model not in session.prices:
+            if not isinstance(model, str) or model not in session.prices:
                 named = "no model named" if model is None else f"model {_shown_name(model)!r} has no price"
                 detail = _line(f"{named}: max_cost_per_session needs one in prices")
                 failures.append(Failure("max_cost", detail, source=session.source))

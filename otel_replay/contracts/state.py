@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from otel_replay.errors import ContractError
-from otel_replay.redaction import REDACTED
+from otel_replay.redaction import REDACTED, redact
 
 __all__ = ["STATE_FORMAT", "SessionState", "SessionStateError"]
 
@@ -88,7 +88,9 @@ class SessionState:
 
         ``principal`` is always ``None`` (the caller's identity never leaves the session) and
         ``satisfied_preconditions`` keeps each tool's recorded paths with every value replaced by
-        ``[REDACTED]`` (tool outputs can hold customer data). ``started_at`` is ISO 8601 in UTC.
+        ``[REDACTED]`` (tool outputs can hold customer data). Tool names go through
+        :func:`otel_replay.redaction.redact` (under ``unmatched_policy="allow"`` the model names the tool, and
+        may echo a key it saw); counts of names that redact alike are added up. ``started_at`` is ISO 8601 in UTC.
         """
         return {
             "session_id": self.session_id,
@@ -100,8 +102,8 @@ class SessionState:
             "total_tool_calls": self.total_tool_calls,
             "total_cost": self.total_cost,
             "actual_cost": self.actual_cost,
-            "tool_call_counts": dict(self.tool_call_counts),
-            "forbidden_tools": list(self.forbidden_tools),
+            "tool_call_counts": _counts(self.tool_call_counts),
+            "forbidden_tools": _names(self.forbidden_tools),
             "satisfied_preconditions": {
                 tool: dict.fromkeys(values, REDACTED) for tool, values in self.satisfied_preconditions.items()
             },
@@ -113,9 +115,9 @@ class SessionState:
             "consecutive_error_count": self.consecutive_error_count,
             "total_error_count": self.total_error_count,
             "total_unguarded_calls": self.total_unguarded_calls,
-            "narrowed_to": None if self.narrowed_to is None else list(self.narrowed_to),
-            "last_step": json.loads(json.dumps(self.last_step)) if self.last_step is not None else None,
-            "last_narrowing": json.loads(json.dumps(self.last_narrowing)) if self.last_narrowing is not None else None,
+            "narrowed_to": None if self.narrowed_to is None else _names(self.narrowed_to),
+            "last_step": _redacted(self.last_step) if self.last_step is not None else None,
+            "last_narrowing": _redacted(self.last_narrowing) if self.last_narrowing is not None else None,
             "started_at": datetime.fromtimestamp(self.started_at, UTC).isoformat(),
             "principal": None,
         }
@@ -177,6 +179,29 @@ class SessionState:
         if missing:
             raise SessionStateError(f"{where}: corrupt state: {missing[0]!r} is missing")
         return cls(**body)
+
+
+def _names(names: list[str]) -> list[str]:
+    return [redact(name) for name in names]
+
+
+def _counts(counts: dict[str, int]) -> dict[str, int]:
+    shown: dict[str, int] = {}
+    for name, count in counts.items():
+        key = redact(name)
+        shown[key] = shown.get(key, 0) + count
+    return shown
+
+
+def _redacted(value: Any) -> Any:
+    """A JSON copy of ``value`` (a last step or narrowing: names, reasons, counts) with every text redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(key)): _redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item) for item in value]
+    return json.loads(json.dumps(value))
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SessionState))

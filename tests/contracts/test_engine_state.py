@@ -122,3 +122,25 @@ def test_a_state_with_nan_cost_cannot_be_saved() -> None:
     state = SessionState(session_id="s", actual_cost=float("nan"))
     with pytest.raises(ValueError, match="not JSON compliant"):
         state.to_json()
+
+
+def test_a_tool_name_shaped_like_a_secret_never_reaches_the_public_snapshot() -> None:
+    """Under unmatched_policy allow the model names the tool: it may echo a key it saw in its context."""
+    key = "sk-proj-" + "a1B2c3D4e5" * 4
+    engine = Engine(refund_bot(), unmatched_policy="allow", gate="strip_blocked")
+    state = engine.new_state("s", None)
+    run_step(engine, state, calls((key, {}), ("add_note", {})))
+    run_step(
+        engine,
+        state,
+        calls(
+            ("sk-ant-" + "z9Y8x7W6v5" * 4, {}),
+        ),
+    )
+    engine.restrict(state, [key, "add_note"])
+    engine.note_narrowing(state, engine.narrow(state, [key, "add_note"]))
+    public = state.public()
+    text = json.dumps(public)
+    assert key not in text and "z9Y8x7W6v5" not in text
+    assert public["tool_call_counts"] == {"[REDACTED]": 2, "add_note": 1}
+    assert state.tool_call_counts[key] == 1  # the state itself keeps the names: limits count by them
