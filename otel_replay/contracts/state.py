@@ -211,7 +211,11 @@ _FORMAT_1_FIELDS = _FIELD_SET
 
 
 def _is_int(value: Any) -> bool:
-    return type(value) is int and value >= 0
+    return type(value) is int and 0 <= value < _MAX_INT
+
+
+_MAX_INT = 2**63
+"""Counts and versions stay below what SQLite stores as an integer (a store keeps the version in a column)."""
 
 
 def _is_number(value: Any) -> bool:
