@@ -9,7 +9,9 @@ same two file kinds for editors.
 Every problem is reported, each as ``file:line: field: what``: a file that is not UTF-8, empty,
 not valid YAML or over 1 MiB; an unknown field (with the nearest known one, so a typo never
 silently switches a rule off); a wrong type; an unknown side effect, gate or evidence class; a
-bad regex or path; bounds that no value can pass; a limit below 1; a loop window smaller than
+bad regex or path; a regex whose matching can take exponential time; checks of one argument that no
+value can pass together (bounds that cross, ``equals`` outside ``one_of`` or the bounds, a bound and
+a ``regex``: a number and a text); a limit below 1; a loop window smaller than
 its threshold; a cost cap without prices; a phase named but not defined in ``session.yaml``; a
 tool named (in preconditions, ``forbids_after`` or ``max_calls_per_tool``) that has no contract
 file, since a rule about a tool nobody wrote a contract for is almost always a misspelt name;
