@@ -205,6 +205,8 @@ class Engine:
                     raise ContractLoadError(f"{invariant.source}: argument_value_invariants: path: {exc}") from None
             self._checks[tool.tool] = tuple(checks)
             for pre in tool.preconditions:
+                if not pre.with_output:
+                    continue
                 paths = output_paths.setdefault(pre.requires_prior_tool, [])
                 paths.extend(c.path for c in pre.with_output if c.path not in paths)
         self._output_paths = {tool: tuple(paths) for tool, paths in output_paths.items()}
@@ -539,7 +541,8 @@ class Engine:
         ``consecutive_block_count`` grows by them or resets to 0 when none failed; ``state_version`` +1.
         Unless the outcome is ``reject``: the cost is added to ``total_cost``; each call that reaches the
         caller is counted (``total_tool_calls``, ``tool_call_counts``), the output recorded for its tool is
-        dropped (the new call's output, once observed, is what ``with_output`` reads), its ``forbids_after``
+        dropped and its call id kept in ``output_call_ids`` (the new call's output, once observed, is what
+        ``with_output`` reads: see :meth:`observe_output`), its ``forbids_after``
         tools become forbidden, and the phase becomes ``decision.phase_after``; unguarded ones add to
         ``total_unguarded_calls``. Then the circuit breaker: ``consecutive_blocks`` reached -> :meth:`kill`.
 
@@ -564,6 +567,8 @@ class Engine:
                 state.tool_call_counts[name] = state.tool_call_counts.get(name, 0) + 1
                 if name in self._output_paths:  # a new call: its output, not the last one's, is what counts now
                     state.satisfied_preconditions.pop(name, None)
+                    if isinstance(verdict.call.call_id, str):
+                        state.output_call_ids[name] = verdict.call.call_id
                 state.total_tool_calls += 1
                 if verdict.unguarded:
                     state.total_unguarded_calls += 1
@@ -603,16 +608,22 @@ class Engine:
         state.actual_cost += self.cost(model, usage)
         state.state_version += 1
 
-    def observe_output(self, state: SessionState, tool: str, output: Any) -> None:
+    def observe_output(self, state: SessionState, tool: str, output: Any, *, call_id: str | None = None) -> None:
         """Record a tool's result for the ``with_output`` conditions that name it; a tool error streak ends.
 
         ``output`` is the value, or JSON text (a tool message's content), parsed when it parses. For each
         ``with_output`` path of a precondition requiring ``tool``, the value found there replaces the one
         recorded before (a path not found is dropped: the condition then fails as not observed). Tools no
         precondition names are not recorded. ``consecutive_error_count`` resets; ``state_version`` +1.
-        Never raises.
+
+        ``call_id``: the call the output answers (a tool message's ``tool_call_id``). Given, and not the id of
+        the tool's last allowed call (``output_call_ids``), the output is ignored and nothing changes: an old
+        tool message sent again with the history, or one answering a call that never ran, is not the output
+        of the call the condition is about. Never raises.
         """
         paths = self._output_paths.get(tool) if isinstance(tool, str) else None
+        if paths is not None and call_id is not None and state.output_call_ids.get(tool, call_id) != call_id:
+            return
         if paths is not None:
             value = output
             if isinstance(output, str | bytes | bytearray):

@@ -47,6 +47,8 @@ class SessionState:
       rejected ones included (the cost cap uses this one).
     * ``forbidden_tools``: tools made illegal by an allowed call's ``forbids_after``, for the rest of the session.
     * ``satisfied_preconditions``: tool -> the values at the ``with_output`` paths of its last observed output.
+    * ``output_call_ids``: tool -> the call id of its last allowed call, for tools a ``with_output`` reads (an
+      output given with another call id is ignored).
     * ``total_block_count`` / ``consecutive_block_count``: calls that failed a rule; the consecutive count
       resets on a response with no failing call.
     * ``consecutive_error_count`` / ``total_error_count``: tool errors (``observe_error``); the consecutive
@@ -69,6 +71,7 @@ class SessionState:
     tool_call_counts: dict[str, int] = field(default_factory=dict)
     forbidden_tools: list[str] = field(default_factory=list)
     satisfied_preconditions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    output_call_ids: dict[str, str] = field(default_factory=dict)
     killed: bool = False
     killed_at: float | None = None
     kill_reason: str | None = None
@@ -244,6 +247,9 @@ def _check_field(name: str, value: Any) -> str | None:
     if name in ("tool_call_counts",):
         ok = isinstance(value, dict) and all(_is_int(v) for v in value.values())
         return None if ok else "must map tool names to counts"
+    if name == "output_call_ids":
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if ok else "must map tool names to call ids"
     if name in ("forbidden_tools", "recent_calls"):
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         return None if ok else "must be a list of text"

@@ -212,3 +212,23 @@ def test_a_with_output_condition_is_not_met_by_a_prior_tool_called_in_the_same_r
     both = engine.evaluate(state, calls(("check_eligibility", {"order_id": "ORD-456"}), ("issue_refund", REFUND)))
     assert [(f.rule, f.tool) for f in both.failures] == [("precondition", "issue_refund")]
     assert "same response" in both.failures[0].detail
+
+
+def test_an_output_named_by_call_id_counts_only_for_the_prior_tools_last_allowed_call() -> None:
+    """A session that feeds every tool message of the history back must not bring an old output back."""
+    engine = _without_phase_rules()
+    state = engine.new_state("s1", None)
+    first = call("check_eligibility", ORDER, call_id="call_old")
+    run_step(engine, state, [call("lookup_customer", CUSTOMER), first])
+    engine.observe_output(state, "check_eligibility", {"eligible": True}, call_id="call_old")
+    assert engine.evaluate(state, [call("issue_refund", REFUND)]).outcome == "allow"
+    run_step(engine, state, [call("check_eligibility", {"order_id": "ORD-456"}, call_id="call_new")])
+    assert state.output_call_ids == {"check_eligibility": "call_new"}
+    version = state.state_version
+    engine.observe_output(state, "check_eligibility", {"eligible": True}, call_id="call_old")  # the history again
+    assert state.state_version == version and "check_eligibility" not in state.satisfied_preconditions
+    assert [f.rule for f in engine.evaluate(state, [call("issue_refund", REFUND)]).failures] == ["precondition"]
+    engine.observe_output(state, "check_eligibility", {"eligible": False}, call_id="call_new")
+    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": False}
+    engine.observe_output(state, "check_eligibility", {"eligible": True}, call_id="call_forged")
+    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": False}
