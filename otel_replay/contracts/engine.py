@@ -92,12 +92,18 @@ def _shown_name(name: Any) -> str:
     return text if len(text) <= _MAX_NAME_CHARS else text[:_MAX_NAME_CHARS] + "..."
 
 
+_NOT_FLAT = frozenset({float, dict, list, tuple})
+
+
 def _canonical(value: Any) -> Any:
     """``value`` with each whole float as its integer (``1.0``, ``1e0`` and ``-0.0`` are the JSON numbers 1 and 0)."""
     if type(value) is float:
         return int(value) if value.is_integer() else value
     if isinstance(value, dict):
-        return {key: _canonical(item) for key, item in value.items()}
+        for item in value.values():
+            if type(item) in _NOT_FLAT:
+                return {key: _canonical(item) for key, item in value.items()}
+        return value  # the common case: text, whole numbers, booleans: nothing to rewrite
     if isinstance(value, list | tuple):
         return [_canonical(item) for item in value]
     return value
