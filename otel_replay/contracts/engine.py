@@ -269,7 +269,8 @@ class Engine:
         """The tools of ``offered`` the model may see now, and why each other one was removed.
 
         Removed, first reason wins: outside a manual :meth:`restrict`; no contract while
-        ``unmatched_policy="block"``; forbidden by an earlier call's ``forbids_after``; ``max_tool_calls``
+        ``unmatched_policy="block"``, or under ``"allow"`` a name that is no tool name or looks like a
+        contracted one (see :meth:`evaluate`); forbidden by an earlier call's ``forbids_after``; ``max_tool_calls``
         reached; its ``max_calls_per_tool`` reached; the current phase not in its ``valid_in_phases``; its
         ``advances_to`` not reachable from the current phase; its ``requires_prior_tool`` never allowed.
         (A ``with_output`` condition does not narrow: the output may arrive with this very request.)
@@ -296,6 +297,10 @@ class Engine:
         contract = self.contracts.tool(name)
         if contract is None and self.unmatched_policy == "block":
             return "no contract (unmatched_policy block)"
+        if contract is None:
+            disguise = self._disguise(name)
+            if disguise is not None:
+                return f"no contract and {disguise}"
         if name in state.forbidden_tools:
             return "forbidden by an earlier call's forbids_after"
         if limits.max_tool_calls is not None and state.total_tool_calls >= limits.max_tool_calls:

@@ -161,8 +161,9 @@ def test_narrowing_odd_offers_keeps_text_names_once_and_ignores_the_rest() -> No
     state = engine.new_state("s", None)
     offered: list[Any] = ["add_note", None, 3, "add_note", "x" * 10_000, *(f"t{n}" for n in range(10_000))]
     narrowing = engine.narrow(state, offered)
-    assert narrowing.kept[:2] == ("add_note", "x" * 10_000)
-    assert len(narrowing.kept) == 10_002
+    assert narrowing.kept[:2] == ("add_note", "t0")
+    assert len(narrowing.kept) == 10_001
+    assert "is not a tool name" in narrowing.removed["x" * 10_000]  # over 128 characters: no provider takes it
     engine.restrict(state, ["add_note", None, "add_note", 7])  # type: ignore[list-item]
     assert state.narrowed_to == ["add_note"]
 
@@ -218,3 +219,11 @@ def test_under_unmatched_allow_a_name_that_only_looks_like_a_contracted_tool_sti
     assert decision.outcome == "reject"
     assert [f.rule for f in decision.failures] == ["unmatched"]
     assert engine.evaluate(state, [call("send_survey", {})]).outcome == "allow"  # a plain unknown name still passes
+
+
+def test_narrowing_under_unmatched_allow_removes_the_names_a_call_would_fail_on() -> None:
+    engine = Engine(refund_bot(), unmatched_policy="allow")
+    narrowing = engine.narrow(engine.new_state("s", None), ["lookup_customer", "Lookup_Customer", "send survey", "faq"])
+    assert narrowing.kept == ("lookup_customer", "faq")
+    assert narrowing.removed["Lookup_Customer"] == "no contract and looks like the contracted tool lookup_customer"
+    assert "is not a tool name" in narrowing.removed["send survey"]
