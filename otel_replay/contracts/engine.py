@@ -363,11 +363,14 @@ class Engine:
           not a tool name (1-128 ASCII letters, digits, ``_`` or ``-``: no spaces, invisible or look-alike
           letters) or differs from a contracted tool's only in case, ``_``/``-`` or compatibility forms
           (``Issue_Refund``, ``issue-refund``, full-width letters): such a name is a contracted tool in disguise;
-        * ``malformed_arguments``: the arguments are not a JSON object (their invariants are then not read);
+        * ``malformed_arguments``: the arguments are not a JSON object, or hold ``NaN``/``Infinity`` or a key
+          given twice in one object (:func:`parse_arguments`; their invariants are then not read);
         * ``forbidden``: an allowed call of a tool T made it illegal (T's ``forbids_after``);
         * ``max_tool_calls`` / ``max_calls_per_tool``: allowed calls would exceed the limit;
-        * ``loop``: the same tool with the same canonical arguments ``threshold`` times among the last
-          ``window`` calls the model proposed (blocked ones count: a model retrying a blocked call loops);
+        * ``loop``: the same tool with the same canonical arguments (keys in any order, text unescaped,
+          numbers by value: ``1``, ``1.0`` and ``1e0`` are one) ``threshold`` times among the last ``window``
+          calls the model proposed, this one included (blocked ones count: a model retrying a blocked call
+          loops);
         * ``phase``: the current phase is not in the tool's ``valid_in_phases``, or its ``advances_to`` is
           neither the current phase nor in the session's ``transitions`` from it;
         * ``precondition``: ``requires_prior_tool`` not allowed before (earlier step, or earlier in this
