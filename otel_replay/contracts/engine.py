@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 import unicodedata
@@ -73,6 +74,7 @@ __all__ = [
 _MAX_DETAIL_CHARS = 300
 _MAX_NAME_CHARS = 200
 _MAX_TOKENS = 10**15
+_MAX_COST = 1e300
 
 
 class StaleDecisionError(ContractError):
@@ -245,8 +247,9 @@ class Engine:
         0.0 when there is no usage. A ``model`` with no price (or none named) costs 0.0 when the session has
         no ``max_cost_per_session``; under a cap it costs the dearest input and the dearest output price of the
         table, never nothing (a response can name another model than its request did, as a dated snapshot
-        does, and the cap must still hold). Token counts that are not non-negative integers count as 0, counts
-        above 10**15 as 10**15 (a provider's usage is input like any other; the cost stays finite).
+        does, and the cap must still hold). A token count that is not a non-negative number counts as 0 (a
+        NaN too), a float as the whole number at or above it, one above 10**15 as 10**15 (a provider's usage
+        is input like any other); a cost is at most 1e300 dollars, so the state stays finite and saves.
         """
         if usage is None:
             return 0.0
@@ -259,9 +262,8 @@ class Engine:
             tokens_in, tokens_out = usage
         except (TypeError, ValueError):
             return 0.0
-        tokens_in = min(tokens_in, _MAX_TOKENS) if type(tokens_in) is int and tokens_in > 0 else 0
-        tokens_out = min(tokens_out, _MAX_TOKENS) if type(tokens_out) is int and tokens_out > 0 else 0
-        return (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1_000_000
+        dollars = (_tokens(tokens_in) * price.input_per_million + _tokens(tokens_out) * price.output_per_million) / 1e6
+        return min(dollars, _MAX_COST)
 
     # -- before the model call ------------------------------------------------------------------------------
 
@@ -706,6 +708,15 @@ class Engine:
         """Keep ``narrowing`` as the state's ``last_narrowing`` (shown by ``SessionState.public``); version +1."""
         state.last_narrowing = narrowing.as_dict()
         state.state_version += 1
+
+
+def _tokens(count: Any) -> int:
+    """A usage token count as a whole number in [0, 10**15] (booleans, text and NaN: 0; 1.5: 2)."""
+    if type(count) is int:
+        return min(count, _MAX_TOKENS) if count > 0 else 0
+    if type(count) is float and count > 0:  # NaN is not > 0
+        return _MAX_TOKENS if count >= _MAX_TOKENS else math.ceil(count)
+    return 0
 
 
 def _seen_in_order(names: Sequence[Any]) -> list[str]:

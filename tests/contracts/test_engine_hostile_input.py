@@ -9,6 +9,7 @@ import pytest
 from otel_replay.contracts.checks import REGEX_MAX_CHARS
 from otel_replay.contracts.engine import Engine, ToolCallView, parse_arguments
 from otel_replay.contracts.model import ArgumentInvariant, Price, SessionLimits, Source, ToolContract
+from otel_replay.contracts.state import SessionState
 
 from ._engine_support import call, refund_bot, run_step
 
@@ -227,3 +228,22 @@ def test_narrowing_under_unmatched_allow_removes_the_names_a_call_would_fail_on(
     assert narrowing.kept == ("lookup_customer", "faq")
     assert narrowing.removed["Lookup_Customer"] == "no contract and looks like the contracted tool lookup_customer"
     assert "is not a tool name" in narrowing.removed["send survey"]
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [((1_000_000.0, 0), 1.0), ((2e6, 1e6), 4.0), ((float("nan"), 1_000_000), 2.0), ((float("inf"), 0), 1e9)],
+)
+def test_token_counts_given_as_floats_are_charged_not_dropped(usage: Any, expected: float) -> None:
+    """A usage of 1e6 tokens written as a float must not cost nothing (infinite ones count as the 10**15 cap)."""
+    engine = Engine(refund_bot(prices={"m": Price(1.0, 2.0, Source("session.yaml", 30))}))
+    assert engine.cost("m", usage) == expected
+
+
+def test_a_price_so_large_its_cost_overflows_still_leaves_a_state_that_saves() -> None:
+    engine = Engine(refund_bot(prices={"m": Price(1e300, 1e300, Source("session.yaml", 30))}))
+    state = engine.new_state("s", None)
+    engine.charge(state, model="m", usage=(10**15, 10**15))
+    engine.charge(state, model="m", usage=(10**15, 10**15))
+    assert 0 < state.actual_cost < float("inf")
+    assert SessionState.from_json(state.to_json()).actual_cost == state.actual_cost
