@@ -82,16 +82,21 @@ class StaleDecisionError(ContractError):
 
 
 def _line(text: str) -> str:
-    """One redacted line, capped."""
-    flat = " ".join(text.split())
+    """One line, redacted, then capped (capping first could cut a secret where redaction no longer sees it)."""
+    flat = redact(" ".join(text.split()))
     if len(flat) > _MAX_DETAIL_CHARS:
         flat = flat[: _MAX_DETAIL_CHARS - 3] + "..."
-    return redact(flat)
+    return flat
 
 
 def _shown_name(name: Any) -> str:
     text = name if isinstance(name, str) else repr(name)
     return text if len(text) <= _MAX_NAME_CHARS else text[:_MAX_NAME_CHARS] + "..."
+
+
+def _said_name(name: Any) -> str:
+    """A tool name for a failure's detail: redacted whole, then shortened like :func:`_shown_name`."""
+    return _shown_name(redact(name if isinstance(name, str) else repr(name)))
 
 
 _NOT_FLAT = frozenset({float, dict, list, tuple})
@@ -338,7 +343,7 @@ class Engine:
         cap = limits.max_cost_per_session
         if cap is not None:
             if not isinstance(model, str) or model not in session.prices:
-                named = "no model named" if model is None else f"model {_shown_name(model)!r} has no price"
+                named = "no model named" if model is None else f"model {_said_name(model)!r} has no price"
                 detail = _line(f"{named}: max_cost_per_session needs one in prices")
                 failures.append(Failure("max_cost", detail, source=session.source))
             elif state.actual_cost >= cap:
@@ -426,7 +431,7 @@ class Engine:
             if self.on_error == "block":
                 failure = Failure(
                     "internal_error",
-                    _line(f"evaluating {_shown_name(call.name)} failed: {type(exc).__name__}"),
+                    _line(f"evaluating {_said_name(call.name)} failed: {type(exc).__name__}"),
                     tool=_shown_name(call.name),
                     call_id=_call_id(call),
                 )
@@ -446,6 +451,7 @@ class Engine:
         self, state: SessionState, sim: _Simulation, call: ToolCallView, contract: ToolContract | None, seen: int
     ) -> list[Failure]:
         name = _shown_name(call.name)
+        said = _said_name(call.name)  # for details: redacted whole, then shortened (never half a secret)
         call_id = _call_id(call)
         session = self.contracts.session
         limits = self._limits
@@ -458,27 +464,27 @@ class Engine:
             fail("kill", f"session {state.session_id} was killed")
             return failures
         if state.narrowed_to is not None and name not in state.narrowed_to:
-            fail("narrowed", f"{name} is outside the manual narrowing")
+            fail("narrowed", f"{said} is outside the manual narrowing")
         if contract is None and self.unmatched_policy == "block":
-            fail("unmatched", f"{name} has no contract (unmatched_policy block)")
+            fail("unmatched", f"{said} has no contract (unmatched_policy block)")
         elif contract is None:
             disguise = self._disguise(call.name)
             if disguise is not None:
-                fail("unmatched", f"{name} has no contract and {disguise}")
+                fail("unmatched", f"{said} has no contract and {disguise}")
         if call.arguments is None:
-            fail("malformed_arguments", f"the arguments of {name} are not a JSON object")
+            fail("malformed_arguments", f"the arguments of {said} are not a JSON object")
         if name in sim.forbidden:
-            fail("forbidden", f"{name} is forbidden by an earlier call's forbids_after", source=session.source)
+            fail("forbidden", f"{said} is forbidden by an earlier call's forbids_after", source=session.source)
         if limits.max_tool_calls is not None and sim.total_calls >= limits.max_tool_calls:
             fail("max_tool_calls", f"max_tool_calls {limits.max_tool_calls} reached", source=session.source)
         cap = limits.max_calls_per_tool.get(name)
         if cap is not None and sim.counts.get(name, 0) >= cap:
-            fail("max_calls_per_tool", f"max_calls_per_tool {cap} for {name} reached", source=session.source)
+            fail("max_calls_per_tool", f"max_calls_per_tool {cap} for {said} reached", source=session.source)
         loop = limits.loop_detection
         if loop is not None and seen >= loop.threshold:
             fail(
                 "loop",
-                f"{name} called with the same arguments {seen} times in the last {loop.window} calls "
+                f"{said} called with the same arguments {seen} times in the last {loop.window} calls "
                 f"(threshold {loop.threshold})",
                 source=loop.source,
             )
@@ -486,18 +492,18 @@ class Engine:
             return failures
         problem = self._phase_problem(sim.phase, contract)
         if problem is not None:
-            fail("phase", f"{name}: {problem}", source=contract.source)
+            fail("phase", f"{said}: {problem}", source=contract.source)
         for pre in contract.preconditions:
             prior = pre.requires_prior_tool
             if sim.counts.get(prior, 0) == 0:
-                fail("precondition", f"{name} requires {prior} to have run first", source=pre.source)
+                fail("precondition", f"{said} requires {prior} to have run first", source=pre.source)
                 continue
             recorded = state.satisfied_preconditions.get(prior)
             for condition in pre.with_output:
                 if prior in sim.called:
                     fail(
                         "precondition",
-                        f"{name} requires the output of {prior} at {condition.path}, and {prior} runs in this same "
+                        f"{said} requires the output of {prior} at {condition.path}, and {prior} runs in this same "
                         "response (its output is not known yet)",
                         path=condition.path,
                         source=condition.source,
@@ -505,14 +511,14 @@ class Engine:
                 elif recorded is None or condition.path not in recorded:
                     fail(
                         "precondition",
-                        f"{name} requires the output of {prior} at {condition.path}, not observed",
+                        f"{said} requires the output of {prior} at {condition.path}, not observed",
                         path=condition.path,
                         source=condition.source,
                     )
                 elif not json_equal(recorded[condition.path], condition.equals):
                     fail(
                         "precondition",
-                        f"{name} requires {prior}'s output {condition.path} to equal the contract's value",
+                        f"{said} requires {prior}'s output {condition.path} to equal the contract's value",
                         path=condition.path,
                         source=condition.source,
                     )
@@ -520,7 +526,7 @@ class Engine:
             for check in self._checks.get(contract.tool, ()):
                 for problem_text in check.problems(call.arguments):
                     fail(
-                        "argument_invariant", f"{name}: {problem_text}", path=check.path, source=check.invariant.source
+                        "argument_invariant", f"{said}: {problem_text}", path=check.path, source=check.invariant.source
                     )
         return failures
 
@@ -674,7 +680,7 @@ class Engine:
             self.kill(
                 state,
                 f"circuit breaker: {state.consecutive_error_count} consecutive tool errors "
-                f"(last: {_shown_name(tool)} {type(error).__name__})",
+                f"(last: {_said_name(tool)} {type(error).__name__})",
             )
 
     def kill(self, state: SessionState, reason: str) -> None:

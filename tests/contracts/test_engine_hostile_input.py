@@ -247,3 +247,14 @@ def test_a_price_so_large_its_cost_overflows_still_leaves_a_state_that_saves() -
     engine.charge(state, model="m", usage=(10**15, 10**15))
     assert 0 < state.actual_cost < float("inf")
     assert SessionState.from_json(state.to_json()).actual_cost == state.actual_cost
+
+
+@pytest.mark.parametrize("pad", [150, 190, 195, 199, 290, 295])
+def test_a_secret_cut_where_a_detail_or_name_is_shortened_is_still_redacted(pad: int) -> None:
+    """Shortening before redacting leaves a key's first characters, too short for redaction to know them."""
+    key = "sk-proj-" + "a1B2c3D4e5" * 4
+    engine = Engine(refund_bot())
+    decision = engine.evaluate(engine.new_state("s", None), [call("x" * pad + " " + key, {})])
+    detail = decision.failures[0].detail
+    assert "sk-proj" not in detail and "a1B2" not in detail
+    assert len(detail) <= 300
