@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from otel_replay.contracts._yaml import INVALID, NodeReader, Problem, did_you_mean
+from otel_replay.contracts.checks import SlowRegexError, compile_regex, json_equal, kind_of
 from otel_replay.contracts.model import (
     SIDE_EFFECTS,
     ArgumentInvariant,
@@ -367,7 +368,9 @@ def _invariant(reader: NodeReader, node: Node, where: str) -> ArgumentInvariant 
         pattern = reader.string(at, f"{where}.regex", nonempty=False)
         if isinstance(pattern, str):
             try:
-                re.compile(pattern)
+                compile_regex(pattern)
+            except SlowRegexError as exc:
+                pattern = reader.fail(at, f"{where}.regex", str(exc))
             except re.error as exc:
                 pattern = reader.fail(at, f"{where}.regex", f"not a valid regular expression: {exc}")
         values["regex"] = pattern
@@ -385,6 +388,21 @@ def _invariant(reader: NodeReader, node: Node, where: str) -> ArgumentInvariant 
 
 def _impossible(values: dict[str, Any]) -> str | None:
     """The checks of an invariant that no value can pass together, or ``None``."""
+    kinds: list[tuple[str, set[str]]] = []
+    if any(name in values for name in ("gte", "gt", "lte", "lt")):
+        kinds.append((next(name for name in ("gte", "gt", "lte", "lt") if name in values), {"number"}))
+    if "regex" in values:
+        kinds.append(("regex", {"text"}))
+    if "max_length" in values:
+        kinds.append(("max_length", {"text", "array", "object"}))
+    if "equals" in values:
+        kinds.append(("equals", {kind_of(values["equals"])}))
+    if "one_of" in values and isinstance(values["one_of"], tuple):
+        kinds.append(("one_of", {kind_of(option) for option in values["one_of"]}))
+    for index, (name, allowed) in enumerate(kinds):
+        for other, other_allowed in kinds[:index]:
+            if not allowed & other_allowed:
+                return f"{other} and {name}"
     lowers = [(name, values[name]) for name in ("gte", "gt") if name in values]
     uppers = [(name, values[name]) for name in ("lte", "lt") if name in values]
     for low_name, low in lowers:
@@ -392,7 +410,11 @@ def _impossible(values: dict[str, Any]) -> str | None:
             strict = low_name == "gt" or high_name == "lt"
             if low > high or (low == high and strict):
                 return f"{low_name} {_num(low)} and {high_name} {_num(high)}"
-    if "equals" in values and "one_of" in values and values["equals"] not in values["one_of"]:
+    if (
+        "equals" in values
+        and "one_of" in values
+        and not any(json_equal(values["equals"], option) for option in values["one_of"])
+    ):
         return "equals and one_of"
     equals = values.get("equals")
     if isinstance(equals, (int, float)) and not isinstance(equals, bool):

@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 import operator
 import re
+import re._compiler as _regex_compiler  # the stdlib's own parse of a pattern: sre_parse warns it is deprecated
+import re._constants as _regex_constants
+import re._parser as _regex_parser
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from otel_replay.contracts.model import ArgumentInvariant
 from otel_replay.contracts.paths import read_path
 
-__all__ = ["REGEX_MAX_CHARS", "InvariantCheck", "compile_regex", "json_equal", "kind_of"]
+__all__ = ["REGEX_MAX_CHARS", "InvariantCheck", "SlowRegexError", "compile_regex", "json_equal", "kind_of"]
 
 _SHOWN_NUMBER_CHARS = 40
 
@@ -67,19 +70,175 @@ def json_equal(left: Any, right: Any) -> bool:
     return False
 
 
+class SlowRegexError(re.error):
+    """A pattern that compiles but whose matching can take exponential time in the text's length."""
+
+
 def compile_regex(pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled (raises :class:`re.error` for a bad one; the loader reports those first)."""
-    return re.compile(pattern)
+    r"""``pattern`` compiled; :class:`re.error` for a bad one, or one that can take exponential time (see below).
+
+    The pattern means what it means in ECMA-262, the dialect of the JSON Schema and of the seed's contracts,
+    where Python differs in a way a model could use: ``$`` (outside multi-line mode) matches only at the end
+    of the text, never before a final newline; ``\d``, ``\w`` and ``\b`` are ASCII classes (``\d`` is
+    ``[0-9]``: full-width or Arabic-Indic digits, which ``int()`` reads, do not pass it). ``\s`` is ASCII
+    whitespace too, narrower than ECMA-262's (which also takes the Unicode spaces).
+
+    Python's regular expressions backtrack, and a repetition nested in another, as in ``^(a+)+$`` or
+    ``^(\w+\s?)*$``, can try every way of splitting a text between them: 30 characters the pattern almost
+    matches take longer than a session lives, and the model writes the text. Such a pattern is refused
+    unless each inner repetition repeats one character that cannot be a literal character the outer one
+    must match each time (``^([a-z0-9]+\.)*$`` splits only at the dots, so it is accepted). Atomic groups
+    ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are always accepted. Patterns that
+    are slow without nesting (``.*x.*y.*z`` on a long text) are bounded by :data:`REGEX_MAX_CHARS`.
+    """
+    re.compile(pattern, re.ASCII)  # the checks and messages of the standard compiler, for a bad pattern
+    parsed = _regex_parser.parse(pattern, re.ASCII)
+    hazard = _nested_repeat(parsed.data, parsed.state.flags)
+    if hazard:
+        raise SlowRegexError(
+            f"{hazard}: matching can take exponential time; make the inner repetition possessive (a++) or "
+            "atomic ((?>...)), or put a character it cannot match between repetitions"
+        )
+    _end_of_text(parsed.data, parsed.state.flags)
+    compiled: re.Pattern[str] = _regex_compiler.compile(parsed, parsed.state.flags)
+    return compiled
+
+
+def _end_of_text(items: list[tuple[Any, Any]], flags: int) -> None:
+    r"""Make each ``$`` outside multi-line mode match only at the end of the text (in place), as in ECMA-262.
+
+    Python's ``$`` also matches before a final newline, so ``^C[0-9]+$`` would pass ``"C123\n"``.
+    """
+    for index, (op, av) in enumerate(items):
+        if op is _regex_constants.AT and av is _regex_constants.AT_END and not flags & re.MULTILINE:
+            items[index] = (op, _regex_constants.AT_END_STRING)
+        elif op in _REPEATS or op is _regex_constants.POSSESSIVE_REPEAT:
+            _end_of_text(av[2].data, flags)
+        elif op is _regex_constants.SUBPATTERN:
+            _end_of_text(av[3].data, (flags | av[1]) & ~av[2])
+        elif op is _regex_constants.ATOMIC_GROUP:
+            _end_of_text(av.data, flags)
+        elif op is _regex_constants.BRANCH:
+            for branch in av[1]:
+                _end_of_text(branch.data, flags)
+        elif op in (_regex_constants.ASSERT, _regex_constants.ASSERT_NOT):
+            _end_of_text(av[1].data, flags)
+        elif op is _regex_constants.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    _end_of_text(branch.data, flags)
+
+
+_REPEATS: Final = (_regex_constants.MAX_REPEAT, _regex_constants.MIN_REPEAT)
+_ONE_CHAR: Final = (
+    _regex_constants.LITERAL,
+    _regex_constants.NOT_LITERAL,
+    _regex_constants.IN,
+    _regex_constants.ANY,
+)
+
+
+def _variable(low: int, high: int) -> bool:
+    return high > low and high > 1
+
+
+def _nested_repeat(items: list[tuple[Any, Any]], flags: int) -> str | None:
+    """A repetition nested in a repetition among ``items`` (a parsed pattern), described, or ``None``."""
+    for op, av in items:
+        if op in _REPEATS:
+            low, high, body = av
+            if _variable(low, high) and _inner_repeats(body.data) and not _delimited(body.data, flags):
+                return "a repetition inside a repetition"
+            found = _nested_repeat(body.data, flags)
+            if found:
+                return found
+        elif op is _regex_constants.SUBPATTERN:
+            found = _nested_repeat(av[-1].data, flags)
+            if found:
+                return found
+        elif op is _regex_constants.BRANCH:
+            for branch in av[1]:
+                found = _nested_repeat(branch.data, flags)
+                if found:
+                    return found
+        elif op in (_regex_constants.ASSERT, _regex_constants.ASSERT_NOT):
+            found = _nested_repeat(av[1].data, flags)
+            if found:
+                return found
+        elif op is _regex_constants.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    found = _nested_repeat(branch.data, flags)
+                    if found:
+                        return found
+        # ATOMIC_GROUP and POSSESSIVE_REPEAT never backtrack into themselves: nothing inside them is a hazard.
+    return None
+
+
+def _inner_repeats(items: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
+    """The bodies of the variable repetitions among ``items``, at any depth (not inside atomic parts)."""
+    found: list[list[tuple[Any, Any]]] = []
+    for op, av in items:
+        if op in _REPEATS:
+            if _variable(av[0], av[1]):
+                found.append(av[2].data)
+            found.extend(_inner_repeats(av[2].data))
+        elif op is _regex_constants.SUBPATTERN:
+            found.extend(_inner_repeats(av[-1].data))
+        elif op is _regex_constants.BRANCH:
+            for branch in av[1]:
+                found.extend(_inner_repeats(branch.data))
+        elif op in (_regex_constants.ASSERT, _regex_constants.ASSERT_NOT):
+            found.extend(_inner_repeats(av[1].data))
+        elif op is _regex_constants.GROUPREF_EXISTS:
+            for branch in av[1:]:
+                if branch is not None:
+                    found.extend(_inner_repeats(branch.data))
+    return found
+
+
+def _delimited(items: list[tuple[Any, Any]], flags: int) -> bool:
+    """Whether every variable repetition in ``items`` repeats one character that a literal ``items`` needs is not.
+
+    The literal must be at the top of the repeated body (matched on every repetition), so the outer
+    repetition can only be split where that character is.
+    """
+    while len(items) == 1 and items[0][0] is _regex_constants.SUBPATTERN:  # a group around the whole body
+        items = items[0][1][-1].data
+    # Each literal in every case (a scoped (?i) may apply to it), tested with the pattern's flags (DOTALL...).
+    literals = {
+        variant
+        for op, av in items
+        if op is _regex_constants.LITERAL
+        for variant in (chr(av), chr(av).lower(), chr(av).upper())
+    }
+    if not literals:
+        return False
+    for body in _inner_repeats(items):
+        if len(body) != 1 or body[0][0] not in _ONE_CHAR:
+            return False
+        state = _regex_parser.State()
+        state.flags = flags
+        one = _regex_compiler.compile(_regex_parser.SubPattern(state, [body[0]]), flags)
+        if any(one.fullmatch(char) for char in literals):
+            return False
+    return True
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite number, or ``None`` (booleans, text, NaN and infinities are not numbers here)."""
+    """``value`` as a number to compare, or ``None`` (booleans, text and NaN are not numbers here).
+
+    A whole number stays the exact integer (Python compares it with a float bound exactly: 2**53 + 1 is above
+    2**53, which its float is not); one beyond the float range is the infinity it exceeds.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
         number = float(value)
     except OverflowError:  # an int beyond float range: compare as the infinity it exceeds
         return math.inf if value > 0 else -math.inf
+    if isinstance(value, int):
+        return value
     return number if not math.isnan(number) else None
 
 
@@ -99,7 +258,7 @@ _BOUNDS: tuple[tuple[str, Callable[[float, float], bool], str], ...] = (
 class InvariantCheck:
     """One argument invariant, prepared once (its bounds listed, its regex compiled) and checked per call."""
 
-    __slots__ = ("bounds", "invariant", "path", "regex")
+    __slots__ = ("bounds", "invariant", "path", "pattern", "regex")
 
     def __init__(self, invariant: ArgumentInvariant) -> None:
         """Prepare ``invariant``; a bad regex raises :class:`re.error`, a bad path :class:`ValueError`."""
@@ -107,6 +266,7 @@ class InvariantCheck:
         self.path = invariant.path
         read_path({}, invariant.path)  # parses (and caches) the path now: a bad one fails here, not per call
         self.regex = compile_regex(invariant.regex) if invariant.regex is not None else None
+        self.pattern = invariant.regex
         self.bounds = tuple(
             (name, bound, holds, words)
             for name, holds, words in _BOUNDS
@@ -114,13 +274,15 @@ class InvariantCheck:
         )
 
     def problems(self, arguments: Mapping[str, Any]) -> list[str]:
-        """Every way the argument at the invariant's path breaks it, one line each (empty: it holds).
+        r"""Every way the argument at the invariant's path breaks it, one line each (empty: it holds).
 
         A missing argument is one problem unless the invariant is ``optional``. Bounds (``gte``, ``gt``,
-        ``lte``, ``lt``) need a finite number: text, booleans, NaN and infinities fail them. ``equals`` and
-        ``one_of`` use :func:`json_equal`. ``regex`` needs text of at most :data:`REGEX_MAX_CHARS` characters
-        and is searched (anchor it with ``^``/``$`` to match whole). ``max_length`` counts the characters of
-        text or the items of an array or object. Messages name numbers, never text values (which can be
+        ``lte``, ``lt``) need a finite number: text, booleans, NaN and infinities fail them (so does a whole
+        number beyond the float range); whole numbers are compared exactly, never rounded to a float.
+        ``equals`` and ``one_of`` use :func:`json_equal`. ``regex`` needs text of at most
+        :data:`REGEX_MAX_CHARS` characters and is searched (anchor it with ``^``/``$`` to match whole; see
+        :func:`compile_regex` for what ``$``, ``\d`` and ``\w`` mean). ``max_length`` counts the characters
+        of text or the items of an array or object. Messages name numbers, never text values (which can be
         personal data).
         """
         invariant = self.invariant
@@ -144,11 +306,11 @@ class InvariantCheck:
         regex = self.regex
         if regex is not None:
             if not isinstance(value, str):
-                problems.append(f"{path} must be text to match /{regex.pattern}/, got {kind_of(value)}")
+                problems.append(f"{path} must be text to match /{self.pattern}/, got {kind_of(value)}")
             elif len(value) > REGEX_MAX_CHARS:
-                problems.append(f"{path} is {len(value)} characters, over {REGEX_MAX_CHARS} to match /{regex.pattern}/")
+                problems.append(f"{path} is {len(value)} characters, over {REGEX_MAX_CHARS} to match /{self.pattern}/")
             elif regex.search(value) is None:
-                problems.append(f"{path} does not match /{regex.pattern}/")
+                problems.append(f"{path} does not match /{self.pattern}/")
         if invariant.max_length is not None:
             if isinstance(value, str | list | tuple | Mapping):
                 if len(value) > invariant.max_length:

@@ -62,15 +62,27 @@ def _strict_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("a key is given twice in one object")
+    return obj
+
+
 def strict_json(text: str | bytes | bytearray) -> Any:
-    """``json.loads`` refusing ``NaN`` and ``Infinity`` (:class:`ValueError`), which JSON does not have."""
-    return json.loads(text, parse_constant=_strict_constant)
+    """``json.loads`` refusing ``NaN`` and ``Infinity``, which JSON does not have, and a key given twice in one object.
+
+    Both raise :class:`ValueError`. Parsers disagree on which copy of a duplicate key wins (the first or the
+    last), so the copy a contract checks could differ from the one the tool reads: such text is not accepted.
+    """
+    return json.loads(text, parse_constant=_strict_constant, object_pairs_hook=_unique_keys)
 
 
 def parse_arguments(text: str) -> Mapping[str, Any] | None:
     """A tool call's arguments text as a JSON object, or ``None`` when it is not one.
 
-    ``None``: not JSON, not an object, ``NaN`` or ``Infinity`` in it, or nested too deep to read. Never raises.
+    ``None``: not JSON, not an object, ``NaN`` or ``Infinity`` in it, a key given twice in one object (see
+    :func:`strict_json`), or nested too deep to read. Never raises.
     """
     if not isinstance(text, str | bytes | bytearray):
         return None

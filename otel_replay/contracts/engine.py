@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
+import unicodedata
 from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
+from otel_replay.contracts._read import TOOL_NAME
 from otel_replay.contracts.checks import InvariantCheck, json_equal
 from otel_replay.contracts.decisions import (
     GATE_MODES,
@@ -46,7 +49,7 @@ from otel_replay.contracts.decisions import (
     parse_arguments,
     strict_json,
 )
-from otel_replay.contracts.model import ContractSet, Source, ToolContract
+from otel_replay.contracts.model import ContractSet, Price, Source, ToolContract
 from otel_replay.contracts.paths import read_path
 from otel_replay.contracts.state import SessionState
 from otel_replay.errors import ContractError, ContractLoadError
@@ -71,6 +74,7 @@ __all__ = [
 _MAX_DETAIL_CHARS = 300
 _MAX_NAME_CHARS = 200
 _MAX_TOKENS = 10**15
+_MAX_COST = 1e300
 
 
 class StaleDecisionError(ContractError):
@@ -78,11 +82,11 @@ class StaleDecisionError(ContractError):
 
 
 def _line(text: str) -> str:
-    """One redacted line, capped."""
-    flat = " ".join(text.split())
+    """One line, redacted, then capped (capping first could cut a secret where redaction no longer sees it)."""
+    flat = redact(" ".join(text.split()))
     if len(flat) > _MAX_DETAIL_CHARS:
         flat = flat[: _MAX_DETAIL_CHARS - 3] + "..."
-    return redact(flat)
+    return flat
 
 
 def _shown_name(name: Any) -> str:
@@ -90,12 +94,39 @@ def _shown_name(name: Any) -> str:
     return text if len(text) <= _MAX_NAME_CHARS else text[:_MAX_NAME_CHARS] + "..."
 
 
+def _said_name(name: Any) -> str:
+    """A tool name for a failure's detail: redacted whole, then shortened like :func:`_shown_name`."""
+    return _shown_name(redact(name if isinstance(name, str) else repr(name)))
+
+
+_NOT_FLAT = frozenset({float, dict, list, tuple})
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with each whole float as its integer (``1.0``, ``1e0`` and ``-0.0`` are the JSON numbers 1 and 0)."""
+    if type(value) is float:
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        for item in value.values():
+            if type(item) in _NOT_FLAT:
+                return {key: _canonical(item) for key, item in value.items()}
+        return value  # the common case: text, whole numbers, booleans: nothing to rewrite
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    return value
+
+
 def _digest(call: ToolCallView) -> str:
-    """``"tool:hash"`` of the tool and its canonical arguments (the raw text when they do not parse)."""
+    """``"tool:hash"`` of the tool and its canonical arguments (the raw text when they do not parse).
+
+    Canonical: keys sorted, no spaces, text unescaped, and a number by its value (``1``, ``1.0`` and ``1e0``
+    are one value, as :func:`~otel_replay.contracts.checks.json_equal` says), so respelling arguments does
+    not dodge loop detection.
+    """
     body: str | None = None
     if call.arguments is not None:
         try:
-            body = json.dumps(call.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            body = json.dumps(_canonical(call.arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError, RecursionError):
             body = None
     if body is None:
@@ -111,6 +142,7 @@ class _Simulation:
         self.phase = state.current_phase
         self.forbidden = set(state.forbidden_tools)
         self.counts = dict(state.tool_call_counts)
+        self.called: set[str] = set()  # tools allowed earlier in this response (their output is not known yet)
         self.total_calls = state.total_tool_calls
         earlier = state.recent_calls[-(window - 1) :] if window > 1 else []
         self.window: deque[str] = deque(earlier, maxlen=max(window - 1, 0))
@@ -131,6 +163,7 @@ class _Simulation:
 
     def commit(self, name: str, contract: ToolContract | None) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
+        self.called.add(name)
         self.total_calls += 1
         if contract is not None:
             if contract.transitions.advances_to:
@@ -185,9 +218,23 @@ class Engine:
                     raise ContractLoadError(f"{invariant.source}: argument_value_invariants: path: {exc}") from None
             self._checks[tool.tool] = tuple(checks)
             for pre in tool.preconditions:
+                if not pre.with_output:
+                    continue
                 paths = output_paths.setdefault(pre.requires_prior_tool, [])
                 paths.extend(c.path for c in pre.with_output if c.path not in paths)
         self._output_paths = {tool: tuple(paths) for tool, paths in output_paths.items()}
+        self._folded = {_fold(name): name for name in contracts.tools}
+        prices = list(contracts.session.prices.values())
+        # What an unpriced model's tokens cost under a cost cap (see cost()).
+        self._dearest = (
+            Price(
+                max(p.input_per_million for p in prices),
+                max(p.output_per_million for p in prices),
+                contracts.session.source,
+            )
+            if limits.max_cost_per_session is not None and prices
+            else None
+        )
 
     # -- state ------------------------------------------------------------------------------------------------
 
@@ -202,22 +249,26 @@ class Engine:
     def cost(self, model: str | None, usage: tuple[int, int] | None) -> float:
         """Dollars of one model call: input and output tokens times the session's ``prices[model]`` per million.
 
-        0.0 when there is no usage or no price for ``model``; token counts that are not non-negative integers
-        count as 0, counts above 10**15 as 10**15 (a provider's usage is input like any other; the cost stays
-        finite).
+        0.0 when there is no usage. A ``model`` with no price (or none named) costs 0.0 when the session has
+        no ``max_cost_per_session``; under a cap it costs the dearest input and the dearest output price of the
+        table, never nothing (a response can name another model than its request did, as a dated snapshot
+        does, and the cap must still hold). A token count that is not a non-negative number counts as 0 (a
+        NaN too), a float as the whole number at or above it, one above 10**15 as 10**15 (a provider's usage
+        is input like any other); a cost is at most 1e300 dollars, so the state stays finite and saves.
         """
-        if usage is None or model is None:
+        if usage is None:
             return 0.0
-        price = self.contracts.session.prices.get(model)
+        price = self.contracts.session.prices.get(model) if isinstance(model, str) else None
         if price is None:
-            return 0.0
+            price = self._dearest
+            if price is None:
+                return 0.0
         try:
             tokens_in, tokens_out = usage
         except (TypeError, ValueError):
             return 0.0
-        tokens_in = min(tokens_in, _MAX_TOKENS) if type(tokens_in) is int and tokens_in > 0 else 0
-        tokens_out = min(tokens_out, _MAX_TOKENS) if type(tokens_out) is int and tokens_out > 0 else 0
-        return (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1_000_000
+        dollars = (_tokens(tokens_in) * price.input_per_million + _tokens(tokens_out) * price.output_per_million) / 1e6
+        return min(dollars, _MAX_COST)
 
     # -- before the model call ------------------------------------------------------------------------------
 
@@ -225,7 +276,8 @@ class Engine:
         """The tools of ``offered`` the model may see now, and why each other one was removed.
 
         Removed, first reason wins: outside a manual :meth:`restrict`; no contract while
-        ``unmatched_policy="block"``; forbidden by an earlier call's ``forbids_after``; ``max_tool_calls``
+        ``unmatched_policy="block"``, or under ``"allow"`` a name that is no tool name or looks like a
+        contracted one (see :meth:`evaluate`); forbidden by an earlier call's ``forbids_after``; ``max_tool_calls``
         reached; its ``max_calls_per_tool`` reached; the current phase not in its ``valid_in_phases``; its
         ``advances_to`` not reachable from the current phase; its ``requires_prior_tool`` never allowed.
         (A ``with_output`` condition does not narrow: the output may arrive with this very request.)
@@ -252,6 +304,10 @@ class Engine:
         contract = self.contracts.tool(name)
         if contract is None and self.unmatched_policy == "block":
             return "no contract (unmatched_policy block)"
+        if contract is None:
+            disguise = self._disguise(name)
+            if disguise is not None:
+                return f"no contract and {disguise}"
         if name in state.forbidden_tools:
             return "forbidden by an earlier call's forbids_after"
         if limits.max_tool_calls is not None and state.total_tool_calls >= limits.max_tool_calls:
@@ -286,8 +342,8 @@ class Engine:
             failures.append(Failure("max_steps", f"max_steps {limits.max_steps} reached", source=session.source))
         cap = limits.max_cost_per_session
         if cap is not None:
-            if model is None or model not in session.prices:
-                named = "no model named" if model is None else f"model {_shown_name(model)!r} has no price"
+            if not isinstance(model, str) or model not in session.prices:
+                named = "no model named" if model is None else f"model {_said_name(model)!r} has no price"
                 detail = _line(f"{named}: max_cost_per_session needs one in prices")
                 failures.append(Failure("max_cost", detail, source=session.source))
             elif state.actual_cost >= cap:
@@ -310,16 +366,24 @@ class Engine:
 
         * ``kill``: the session is killed (the only failure reported then);
         * ``narrowed``: outside a manual :meth:`restrict`;
-        * ``unmatched``: no contract and ``unmatched_policy="block"``;
-        * ``malformed_arguments``: the arguments are not a JSON object (their invariants are then not read);
+        * ``unmatched``: no contract and ``unmatched_policy="block"``; under ``"allow"`` too when the name is
+          not a tool name (1-128 ASCII letters, digits, ``_`` or ``-``: no spaces, invisible or look-alike
+          letters) or differs from a contracted tool's only in case, ``_``/``-`` or compatibility forms
+          (``Issue_Refund``, ``issue-refund``, full-width letters): such a name is a contracted tool in disguise;
+        * ``malformed_arguments``: the arguments are not a JSON object, or hold ``NaN``/``Infinity`` or a key
+          given twice in one object (:func:`parse_arguments`; their invariants are then not read);
         * ``forbidden``: an allowed call of a tool T made it illegal (T's ``forbids_after``);
         * ``max_tool_calls`` / ``max_calls_per_tool``: allowed calls would exceed the limit;
-        * ``loop``: the same tool with the same canonical arguments ``threshold`` times among the last
-          ``window`` calls the model proposed (blocked ones count: a model retrying a blocked call loops);
+        * ``loop``: the same tool with the same canonical arguments (keys in any order, text unescaped,
+          numbers by value: ``1``, ``1.0`` and ``1e0`` are one) ``threshold`` times among the last ``window``
+          calls the model proposed, this one included (blocked ones count: a model retrying a blocked call
+          loops);
         * ``phase``: the current phase is not in the tool's ``valid_in_phases``, or its ``advances_to`` is
           neither the current phase nor in the session's ``transitions`` from it;
         * ``precondition``: ``requires_prior_tool`` not allowed before (earlier step, or earlier in this
-          response), or a ``with_output`` path not observed (:meth:`observe_output`) or not equal;
+          response), or a ``with_output`` path not observed (:meth:`observe_output`) or not equal. Only the
+          output of the prior tool's LAST allowed call counts: a ``with_output`` condition fails while a call
+          of the prior tool made later (or earlier in this same response) has no output observed yet;
         * ``argument_invariant``: see :meth:`otel_replay.contracts.checks.InvariantCheck.problems`.
 
         Outcome: no failing call -> ``allow``. A failing call of a tool whose effective gate
@@ -367,7 +431,7 @@ class Engine:
             if self.on_error == "block":
                 failure = Failure(
                     "internal_error",
-                    _line(f"evaluating {_shown_name(call.name)} failed: {type(exc).__name__}"),
+                    _line(f"evaluating {_said_name(call.name)} failed: {type(exc).__name__}"),
                     tool=_shown_name(call.name),
                     call_id=_call_id(call),
                 )
@@ -387,6 +451,7 @@ class Engine:
         self, state: SessionState, sim: _Simulation, call: ToolCallView, contract: ToolContract | None, seen: int
     ) -> list[Failure]:
         name = _shown_name(call.name)
+        said = _said_name(call.name)  # for details: redacted whole, then shortened (never half a secret)
         call_id = _call_id(call)
         session = self.contracts.session
         limits = self._limits
@@ -399,23 +464,27 @@ class Engine:
             fail("kill", f"session {state.session_id} was killed")
             return failures
         if state.narrowed_to is not None and name not in state.narrowed_to:
-            fail("narrowed", f"{name} is outside the manual narrowing")
+            fail("narrowed", f"{said} is outside the manual narrowing")
         if contract is None and self.unmatched_policy == "block":
-            fail("unmatched", f"{name} has no contract (unmatched_policy block)")
+            fail("unmatched", f"{said} has no contract (unmatched_policy block)")
+        elif contract is None:
+            disguise = self._disguise(call.name)
+            if disguise is not None:
+                fail("unmatched", f"{said} has no contract and {disguise}")
         if call.arguments is None:
-            fail("malformed_arguments", f"the arguments of {name} are not a JSON object")
+            fail("malformed_arguments", f"the arguments of {said} are not a JSON object")
         if name in sim.forbidden:
-            fail("forbidden", f"{name} is forbidden by an earlier call's forbids_after", source=session.source)
+            fail("forbidden", f"{said} is forbidden by an earlier call's forbids_after", source=session.source)
         if limits.max_tool_calls is not None and sim.total_calls >= limits.max_tool_calls:
             fail("max_tool_calls", f"max_tool_calls {limits.max_tool_calls} reached", source=session.source)
         cap = limits.max_calls_per_tool.get(name)
         if cap is not None and sim.counts.get(name, 0) >= cap:
-            fail("max_calls_per_tool", f"max_calls_per_tool {cap} for {name} reached", source=session.source)
+            fail("max_calls_per_tool", f"max_calls_per_tool {cap} for {said} reached", source=session.source)
         loop = limits.loop_detection
         if loop is not None and seen >= loop.threshold:
             fail(
                 "loop",
-                f"{name} called with the same arguments {seen} times in the last {loop.window} calls "
+                f"{said} called with the same arguments {seen} times in the last {loop.window} calls "
                 f"(threshold {loop.threshold})",
                 source=loop.source,
             )
@@ -423,25 +492,33 @@ class Engine:
             return failures
         problem = self._phase_problem(sim.phase, contract)
         if problem is not None:
-            fail("phase", f"{name}: {problem}", source=contract.source)
+            fail("phase", f"{said}: {problem}", source=contract.source)
         for pre in contract.preconditions:
             prior = pre.requires_prior_tool
             if sim.counts.get(prior, 0) == 0:
-                fail("precondition", f"{name} requires {prior} to have run first", source=pre.source)
+                fail("precondition", f"{said} requires {prior} to have run first", source=pre.source)
                 continue
             recorded = state.satisfied_preconditions.get(prior)
             for condition in pre.with_output:
-                if recorded is None or condition.path not in recorded:
+                if prior in sim.called:
                     fail(
                         "precondition",
-                        f"{name} requires the output of {prior} at {condition.path}, not observed",
+                        f"{said} requires the output of {prior} at {condition.path}, and {prior} runs in this same "
+                        "response (its output is not known yet)",
+                        path=condition.path,
+                        source=condition.source,
+                    )
+                elif recorded is None or condition.path not in recorded:
+                    fail(
+                        "precondition",
+                        f"{said} requires the output of {prior} at {condition.path}, not observed",
                         path=condition.path,
                         source=condition.source,
                     )
                 elif not json_equal(recorded[condition.path], condition.equals):
                     fail(
                         "precondition",
-                        f"{name} requires {prior}'s output {condition.path} to equal the contract's value",
+                        f"{said} requires {prior}'s output {condition.path} to equal the contract's value",
                         path=condition.path,
                         source=condition.source,
                     )
@@ -449,9 +526,18 @@ class Engine:
             for check in self._checks.get(contract.tool, ()):
                 for problem_text in check.problems(call.arguments):
                     fail(
-                        "argument_invariant", f"{name}: {problem_text}", path=check.path, source=check.invariant.source
+                        "argument_invariant", f"{said}: {problem_text}", path=check.path, source=check.invariant.source
                     )
         return failures
+
+    def _disguise(self, name: Any) -> str | None:
+        """Why an uncontracted ``name`` still may not pass under ``unmatched_policy="allow"`` (``None``: it may)."""
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            return "is not a tool name (1-128 ASCII letters, digits, _ or -)"
+        twin = self._folded.get(_fold(name))
+        if twin is not None:
+            return f"looks like the contracted tool {twin}"
+        return None
 
     def _phase_problem(self, phase: str | None, contract: ToolContract) -> str | None:
         """Why ``contract``'s tool cannot be called in ``phase`` (``None``: it can)."""
@@ -476,8 +562,10 @@ class Engine:
         proposed call enters the loop window; ``total_block_count`` += the failing calls, and
         ``consecutive_block_count`` grows by them or resets to 0 when none failed; ``state_version`` +1.
         Unless the outcome is ``reject``: the cost is added to ``total_cost``; each call that reaches the
-        caller is counted (``total_tool_calls``, ``tool_call_counts``), its ``forbids_after`` tools become
-        forbidden, and the phase becomes ``decision.phase_after``; unguarded ones add to
+        caller is counted (``total_tool_calls``, ``tool_call_counts``), the output recorded for its tool is
+        dropped and its call id kept in ``output_call_ids`` (the new call's output, once observed, is what
+        ``with_output`` reads: see :meth:`observe_output`), its ``forbids_after``
+        tools become forbidden, and the phase becomes ``decision.phase_after``; unguarded ones add to
         ``total_unguarded_calls``. Then the circuit breaker: ``consecutive_blocks`` reached -> :meth:`kill`.
 
         Raises:
@@ -499,6 +587,10 @@ class Engine:
             for verdict in decision.allowed:
                 name = _shown_name(verdict.call.name)
                 state.tool_call_counts[name] = state.tool_call_counts.get(name, 0) + 1
+                if name in self._output_paths:  # a new call: its output, not the last one's, is what counts now
+                    state.satisfied_preconditions.pop(name, None)
+                    if isinstance(verdict.call.call_id, str):
+                        state.output_call_ids[name] = verdict.call.call_id
                 state.total_tool_calls += 1
                 if verdict.unguarded:
                     state.total_unguarded_calls += 1
@@ -538,16 +630,22 @@ class Engine:
         state.actual_cost += self.cost(model, usage)
         state.state_version += 1
 
-    def observe_output(self, state: SessionState, tool: str, output: Any) -> None:
+    def observe_output(self, state: SessionState, tool: str, output: Any, *, call_id: str | None = None) -> None:
         """Record a tool's result for the ``with_output`` conditions that name it; a tool error streak ends.
 
         ``output`` is the value, or JSON text (a tool message's content), parsed when it parses. For each
         ``with_output`` path of a precondition requiring ``tool``, the value found there replaces the one
         recorded before (a path not found is dropped: the condition then fails as not observed). Tools no
         precondition names are not recorded. ``consecutive_error_count`` resets; ``state_version`` +1.
-        Never raises.
+
+        ``call_id``: the call the output answers (a tool message's ``tool_call_id``). Given, and not the id of
+        the tool's last allowed call (``output_call_ids``), the output is ignored and nothing changes: an old
+        tool message sent again with the history, or one answering a call that never ran, is not the output
+        of the call the condition is about. Never raises.
         """
         paths = self._output_paths.get(tool) if isinstance(tool, str) else None
+        if paths is not None and call_id is not None and state.output_call_ids.get(tool, call_id) != call_id:
+            return
         if paths is not None:
             value = output
             if isinstance(output, str | bytes | bytearray):
@@ -582,7 +680,7 @@ class Engine:
             self.kill(
                 state,
                 f"circuit breaker: {state.consecutive_error_count} consecutive tool errors "
-                f"(last: {_shown_name(tool)} {type(error).__name__})",
+                f"(last: {_said_name(tool)} {type(error).__name__})",
             )
 
     def kill(self, state: SessionState, reason: str) -> None:
@@ -618,6 +716,15 @@ class Engine:
         state.state_version += 1
 
 
+def _tokens(count: Any) -> int:
+    """A usage token count as a whole number in [0, 10**15] (booleans, text and NaN: 0; 1.5: 2)."""
+    if type(count) is int:
+        return min(count, _MAX_TOKENS) if count > 0 else 0
+    if type(count) is float and count > 0:  # NaN is not > 0
+        return _MAX_TOKENS if count >= _MAX_TOKENS else math.ceil(count)
+    return 0
+
+
 def _seen_in_order(names: Sequence[Any]) -> list[str]:
     """The text names of ``names``, each once, in order."""
     out: list[str] = []
@@ -627,6 +734,11 @@ def _seen_in_order(names: Sequence[Any]) -> list[str]:
             seen.add(name)
             out.append(name)
     return out
+
+
+def _fold(name: str) -> str:
+    """``name`` in compatibility form, case-folded, with only its letters and digits kept (look-alike names meet)."""
+    return "".join(char for char in unicodedata.normalize("NFKC", name).casefold() if char.isalnum())
 
 
 def _call_id(call: ToolCallView) -> str:

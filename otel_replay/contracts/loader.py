@@ -3,13 +3,16 @@
 A contracts directory holds ``session.yaml`` (the phase machine, limits, risk defaults and
 prices) and one YAML file per tool, named after the tool (``issue_refund.yaml`` holds
 ``tool: issue_refund``; ``.yml`` works too). Other files (a README, hidden files, sub
-directories) are not read. The JSON Schemas in ``otel_replay/contracts/schema/`` describe the
-same two file kinds for editors.
+directories) are not read, but a file whose suffix is a near miss of ``.yaml`` (``.ymal``, ``.yam``)
+is reported, so a typo in a file's name never leaves its contract out. The JSON Schemas in
+``otel_replay/contracts/schema/`` describe the same two file kinds for editors.
 
 Every problem is reported, each as ``file:line: field: what``: a file that is not UTF-8, empty,
-not valid YAML or over 1 MiB; an unknown field (with the nearest known one, so a typo never
+not valid YAML or over 256 KiB; an unknown field (with the nearest known one, so a typo never
 silently switches a rule off); a wrong type; an unknown side effect, gate or evidence class; a
-bad regex or path; bounds that no value can pass; a limit below 1; a loop window smaller than
+bad regex or path; a regex whose matching can take exponential time; checks of one argument that no
+value can pass together (bounds that cross, ``equals`` outside ``one_of`` or the bounds, a bound and
+a ``regex``: a number and a text); a limit below 1; a loop window smaller than
 its threshold; a cost cap without prices; a phase named but not defined in ``session.yaml``; a
 tool named (in preconditions, ``forbids_after`` or ``max_calls_per_tool``) that has no contract
 file, since a rule about a tool nobody wrote a contract for is almost always a misspelt name;
@@ -18,6 +21,7 @@ a file whose name does not match its tool; no initial phase or two; a missing ``
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 from pathlib import Path
@@ -55,6 +59,7 @@ def load_contracts(directory: str | os.PathLike[str]) -> ContractSet:
         _raise([Problem(str(root), 0, "", f"cannot list the directory: {exc.strerror or exc}")])
     problems: list[Problem] = []
     contents: list[tuple[str, bytes]] = []
+    problems.extend(_near_misses(root, names))
     session_names = [name for name in names if name in SESSION_FILES]
     tool_names = [name for name in names if _is_contract(name) and name not in SESSION_FILES]
     session: ToolRead | SessionRead | None = None
@@ -123,6 +128,23 @@ def validate_file(path: str | os.PathLike[str], *, kind: Literal["tool", "sessio
     else:
         _read(file, chosen, problems, [])
     return [str(problem) for problem in sorted(problems)]
+
+
+def _near_misses(root: Path, names: list[str]) -> list[Problem]:
+    """Files whose suffix is a near miss of ``.yaml``/``.yml`` (``.ymal``, ``.yam``, ``.yaml ``): never read silently.
+
+    A contract left out is a tool without its rules (let through unchecked under ``unmatched_policy="allow"``).
+    Backups (``~``, ``.bak``) and other suffixes (``.md``, ``.json``) are not near misses.
+    """
+    problems: list[Problem] = []
+    for name in names:
+        if name.startswith(".") or "." not in name or _is_contract(name) or name.endswith("~"):
+            continue
+        suffix = name.rsplit(".", 1)[1].lower()
+        if difflib.get_close_matches(suffix, ("yaml", "yml"), n=1, cutoff=0.6):
+            what = f"not read: a contract file's name ends in .yaml or .yml, not .{suffix.strip()}"
+            problems.append(Problem(str(root / name), 0, "", what))
+    return problems
 
 
 def _is_contract(name: str) -> bool:

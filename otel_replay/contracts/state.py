@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
 from otel_replay.errors import ContractError
-from otel_replay.redaction import REDACTED
+from otel_replay.redaction import REDACTED, redact
 
 __all__ = ["STATE_FORMAT", "SessionState", "SessionStateError"]
 
@@ -46,6 +47,8 @@ class SessionState:
       rejected ones included (the cost cap uses this one).
     * ``forbidden_tools``: tools made illegal by an allowed call's ``forbids_after``, for the rest of the session.
     * ``satisfied_preconditions``: tool -> the values at the ``with_output`` paths of its last observed output.
+    * ``output_call_ids``: tool -> the call id of its last allowed call, for tools a ``with_output`` reads (an
+      output given with another call id is ignored).
     * ``total_block_count`` / ``consecutive_block_count``: calls that failed a rule; the consecutive count
       resets on a response with no failing call.
     * ``consecutive_error_count`` / ``total_error_count``: tool errors (``observe_error``); the consecutive
@@ -68,6 +71,7 @@ class SessionState:
     tool_call_counts: dict[str, int] = field(default_factory=dict)
     forbidden_tools: list[str] = field(default_factory=list)
     satisfied_preconditions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    output_call_ids: dict[str, str] = field(default_factory=dict)
     killed: bool = False
     killed_at: float | None = None
     kill_reason: str | None = None
@@ -87,7 +91,9 @@ class SessionState:
 
         ``principal`` is always ``None`` (the caller's identity never leaves the session) and
         ``satisfied_preconditions`` keeps each tool's recorded paths with every value replaced by
-        ``[REDACTED]`` (tool outputs can hold customer data). ``started_at`` is ISO 8601 in UTC.
+        ``[REDACTED]`` (tool outputs can hold customer data). Tool names go through
+        :func:`otel_replay.redaction.redact` (under ``unmatched_policy="allow"`` the model names the tool, and
+        may echo a key it saw); counts of names that redact alike are added up. ``started_at`` is ISO 8601 in UTC.
         """
         return {
             "session_id": self.session_id,
@@ -99,8 +105,8 @@ class SessionState:
             "total_tool_calls": self.total_tool_calls,
             "total_cost": self.total_cost,
             "actual_cost": self.actual_cost,
-            "tool_call_counts": dict(self.tool_call_counts),
-            "forbidden_tools": list(self.forbidden_tools),
+            "tool_call_counts": _counts(self.tool_call_counts),
+            "forbidden_tools": _names(self.forbidden_tools),
             "satisfied_preconditions": {
                 tool: dict.fromkeys(values, REDACTED) for tool, values in self.satisfied_preconditions.items()
             },
@@ -112,9 +118,9 @@ class SessionState:
             "consecutive_error_count": self.consecutive_error_count,
             "total_error_count": self.total_error_count,
             "total_unguarded_calls": self.total_unguarded_calls,
-            "narrowed_to": None if self.narrowed_to is None else list(self.narrowed_to),
-            "last_step": json.loads(json.dumps(self.last_step)) if self.last_step is not None else None,
-            "last_narrowing": json.loads(json.dumps(self.last_narrowing)) if self.last_narrowing is not None else None,
+            "narrowed_to": None if self.narrowed_to is None else _names(self.narrowed_to),
+            "last_step": _redacted(self.last_step) if self.last_step is not None else None,
+            "last_narrowing": _redacted(self.last_narrowing) if self.last_narrowing is not None else None,
             "started_at": datetime.fromtimestamp(self.started_at, UTC).isoformat(),
             "principal": None,
         }
@@ -144,8 +150,9 @@ class SessionState:
         """The state :meth:`to_json` wrote; ``where`` names the source in errors (a file and session).
 
         Raises:
-            SessionStateError: the text is not JSON, a field is missing its type or unknown, or the
-                format is newer than this version reads (never a silent reset to a fresh state).
+            SessionStateError: the text is not JSON, a field is missing, unknown or not of its type, or the
+                format is newer than this version reads (never a silent reset to a fresh state, and never a
+                default in place of a missing field: an empty ``forbidden_tools`` would widen the session).
 
         """
         try:
@@ -171,19 +178,56 @@ class SessionState:
             problem = _check_field(name, value)
             if problem:
                 raise SessionStateError(f"{where}: corrupt state: {name!r} {problem}")
+        missing = sorted(_FORMAT_1_FIELDS - set(body))
+        if missing:
+            raise SessionStateError(f"{where}: corrupt state: {missing[0]!r} is missing")
         return cls(**body)
+
+
+def _names(names: list[str]) -> list[str]:
+    return [redact(name) for name in names]
+
+
+def _counts(counts: dict[str, int]) -> dict[str, int]:
+    shown: dict[str, int] = {}
+    for name, count in counts.items():
+        key = redact(name)
+        shown[key] = shown.get(key, 0) + count
+    return shown
+
+
+def _redacted(value: Any) -> Any:
+    """A JSON copy of ``value`` (a last step or narrowing: names, reasons, counts) with every text redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(key)): _redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item) for item in value]
+    return json.loads(json.dumps(value))
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
 _FIELD_SET = frozenset(_FIELD_NAMES)
+_FORMAT_1_FIELDS = _FIELD_SET
+"""The fields every format-1 state holds; a field added later (with a default) must not be listed here."""
 
 
 def _is_int(value: Any) -> bool:
-    return type(value) is int and value >= 0
+    return type(value) is int and 0 <= value < _MAX_INT
+
+
+_MAX_INT = 2**63
+"""Counts and versions stay below what SQLite stores as an integer (a store keeps the version in a column)."""
 
 
 def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+    if type(value) is int:
+        return 0 <= value <= _MAX_FLOAT  # a whole number past the float range cannot be a cost or a time
+    return type(value) is float and math.isfinite(value) and value >= 0
+
+
+_MAX_FLOAT = int(sys.float_info.max)
 
 
 def _check_field(name: str, value: Any) -> str | None:
@@ -203,6 +247,9 @@ def _check_field(name: str, value: Any) -> str | None:
     if name in ("tool_call_counts",):
         ok = isinstance(value, dict) and all(_is_int(v) for v in value.values())
         return None if ok else "must map tool names to counts"
+    if name == "output_call_ids":
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if ok else "must map tool names to call ids"
     if name in ("forbidden_tools", "recent_calls"):
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         return None if ok else "must be a list of text"

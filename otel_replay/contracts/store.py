@@ -217,6 +217,8 @@ class FileStateStore:
         version, text = row
         if not isinstance(text, str):
             raise SessionStateError(f"{self._where(session_id)}: corrupt state: not text")
+        if type(version) is not int:
+            raise SessionStateError(f"{self._where(session_id)}: corrupt state: its row's version is not an integer")
         state = SessionState.from_json(text, where=self._where(session_id))
         if state.session_id != session_id or state.state_version != version:
             raise SessionStateError(

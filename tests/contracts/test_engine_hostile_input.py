@@ -9,6 +9,7 @@ import pytest
 from otel_replay.contracts.checks import REGEX_MAX_CHARS
 from otel_replay.contracts.engine import Engine, ToolCallView, parse_arguments
 from otel_replay.contracts.model import ArgumentInvariant, Price, SessionLimits, Source, ToolContract
+from otel_replay.contracts.state import SessionState
 
 from ._engine_support import call, refund_bot, run_step
 
@@ -161,7 +162,99 @@ def test_narrowing_odd_offers_keeps_text_names_once_and_ignores_the_rest() -> No
     state = engine.new_state("s", None)
     offered: list[Any] = ["add_note", None, 3, "add_note", "x" * 10_000, *(f"t{n}" for n in range(10_000))]
     narrowing = engine.narrow(state, offered)
-    assert narrowing.kept[:2] == ("add_note", "x" * 10_000)
-    assert len(narrowing.kept) == 10_002
+    assert narrowing.kept[:2] == ("add_note", "t0")
+    assert len(narrowing.kept) == 10_001
+    assert "is not a tool name" in narrowing.removed["x" * 10_000]  # over 128 characters: no provider takes it
     engine.restrict(state, ["add_note", None, "add_note", 7])  # type: ignore[list-item]
     assert state.narrowed_to == ["add_note"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"amount": 1, "amount": 99999, "customer_id": "c1"}',
+        '{"amount": 99999, "amount": 1, "customer_id": "c1"}',
+        '{"amount": 1, "customer_id": "c1", "meta": {"k": 1, "k": 2}}',
+        '{"amount": 1, "customer_id": "c1", "\\u0061mount": 99999, "amount": 2}',
+    ],
+)
+def test_a_key_given_twice_is_malformed_whichever_copy_the_tool_would_read(text: str) -> None:
+    """JSON parsers disagree on which copy of a duplicate key wins: the checked one must be the one that runs."""
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    state.current_phase = "eligibility_checked"
+    state.tool_call_counts = {"lookup_customer": 1, "check_eligibility": 1}
+    state.satisfied_preconditions = {"check_eligibility": {"$.eligible": True}}
+    assert engine.evaluate(state, [call("issue_refund", {"amount": 1, "customer_id": "c1"})]).outcome == "allow"
+    view = ToolCallView.parse(0, "c", "issue_refund", text)
+    assert view.arguments is None
+    assert [f.rule for f in engine.evaluate(state, [view]).failures] == ["malformed_arguments"]
+
+
+def test_a_tool_output_with_a_key_given_twice_satisfies_nothing() -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("s", None)
+    engine.observe_output(state, "check_eligibility", '{"eligible": false, "eligible": true}')
+    assert state.satisfied_preconditions["check_eligibility"] == {}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Issue_Refund",
+        "ISSUE_REFUND",
+        "issue_refund ",
+        " issue_refund",
+        "issue_refund\u200b",
+        "\u0456ssue_refund",
+        "\uff49\uff53\uff53\uff55\uff45_refund",
+        "issue refund",
+        "issue_refund\n",
+    ],
+)
+def test_under_unmatched_allow_a_name_that_only_looks_like_a_contracted_tool_still_fails(name: str) -> None:
+    """Case, spaces, invisible and look-alike letters must not carry a contracted tool past its contract."""
+    engine = Engine(refund_bot(), unmatched_policy="allow")
+    state = engine.new_state("s", None)
+    decision = engine.evaluate(state, [call(name, {"amount": 99999})])
+    assert decision.outcome == "reject"
+    assert [f.rule for f in decision.failures] == ["unmatched"]
+    assert engine.evaluate(state, [call("send_survey", {})]).outcome == "allow"  # a plain unknown name still passes
+
+
+def test_narrowing_under_unmatched_allow_removes_the_names_a_call_would_fail_on() -> None:
+    engine = Engine(refund_bot(), unmatched_policy="allow")
+    narrowing = engine.narrow(engine.new_state("s", None), ["lookup_customer", "Lookup_Customer", "send survey", "faq"])
+    assert narrowing.kept == ("lookup_customer", "faq")
+    assert narrowing.removed["Lookup_Customer"] == "no contract and looks like the contracted tool lookup_customer"
+    assert "is not a tool name" in narrowing.removed["send survey"]
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [((1_000_000.0, 0), 1.0), ((2e6, 1e6), 4.0), ((float("nan"), 1_000_000), 2.0), ((float("inf"), 0), 1e9)],
+)
+def test_token_counts_given_as_floats_are_charged_not_dropped(usage: Any, expected: float) -> None:
+    """A usage of 1e6 tokens written as a float must not cost nothing (infinite ones count as the 10**15 cap)."""
+    engine = Engine(refund_bot(prices={"m": Price(1.0, 2.0, Source("session.yaml", 30))}))
+    assert engine.cost("m", usage) == expected
+
+
+def test_a_price_so_large_its_cost_overflows_still_leaves_a_state_that_saves() -> None:
+    engine = Engine(refund_bot(prices={"m": Price(1e300, 1e300, Source("session.yaml", 30))}))
+    state = engine.new_state("s", None)
+    engine.charge(state, model="m", usage=(10**15, 10**15))
+    engine.charge(state, model="m", usage=(10**15, 10**15))
+    assert 0 < state.actual_cost < float("inf")
+    assert SessionState.from_json(state.to_json()).actual_cost == state.actual_cost
+
+
+@pytest.mark.parametrize("pad", [150, 190, 195, 199, 290, 295])
+def test_a_secret_cut_where_a_detail_or_name_is_shortened_is_still_redacted(pad: int) -> None:
+    """Shortening before redacting leaves a key's first characters, too short for redaction to know them."""
+    key = "sk-proj-" + "a1B2c3D4e5" * 4
+    engine = Engine(refund_bot())
+    decision = engine.evaluate(engine.new_state("s", None), [call("x" * pad + " " + key, {})])
+    detail = decision.failures[0].detail
+    assert "sk-proj" not in detail and "a1B2" not in detail
+    assert len(detail) <= 300

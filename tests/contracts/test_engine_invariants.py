@@ -9,7 +9,8 @@ import pytest
 
 from otel_replay.contracts.checks import json_equal
 from otel_replay.contracts.engine import Engine, ToolCallView
-from otel_replay.contracts.model import ArgumentInvariant, ToolContract
+from otel_replay.contracts.model import ArgumentInvariant, Source, ToolContract
+from otel_replay.errors import ContractLoadError
 
 from ._engine_support import call, refund_bot, src
 
@@ -144,3 +145,94 @@ def test_secrets_in_a_detail_are_redacted() -> None:
 def test_json_equality(left: Any, right: Any, equal: bool) -> None:
     assert json_equal(left, right) is equal
     assert json_equal(right, left) is equal
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ('{"n": 9007199254740992}', True),
+        ('{"n": 9007199254740993}', False),
+        ('{"n": 100000000000000000000000001}', False),
+        ('{"n": ' + "9" * 400 + "}", False),
+        ('{"n": 1e400}', False),
+    ],
+)
+def test_whole_numbers_past_float_precision_are_compared_exactly(text: str, ok: bool) -> None:
+    """2**53 + 1 read as a float is 2**53: a bound at 2**53 must still stop it."""
+    tool = ToolContract(
+        tool="transfer",
+        source=Source("transfer.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.n", source=Source("transfer.yaml", 3), lte=2**53),),
+    )
+    engine = Engine(refund_bot(extra_tools=[tool]))
+    decision = engine.evaluate(engine.new_state("s", None), [ToolCallView.parse(0, "c", "transfer", text)])
+    assert (decision.outcome == "allow") is ok
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"^(a+)+$", r"^(\w+\s?)*$", r"^(a|b+)*$", r"(?=(x*)*)", r"(?i)^([a-z]+A)*$", r"(?s)^(.+\n)*$"]
+)
+def test_a_regex_that_can_take_exponential_time_is_refused_when_the_engine_is_built(pattern: str) -> None:
+    """The model writes the text: ^(a+)+$ on 30 a's and a '!' would hold the gate for minutes."""
+    tool = ToolContract(
+        tool="add_text",
+        source=Source("add_text.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
+    )
+    with pytest.raises(ContractLoadError, match=r"^add_text.yaml:4: .*regex: a repetition inside a repetition"):
+        Engine(refund_bot(extra_tools=[tool]))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        (r"^([a-z0-9]+\.)*[a-z]+$", "mail.example.org"),
+        (r"^(?:[^@,]+,)*[^@,]+$", "a,b,c"),
+        (r"^(\d{3}-)+\d{4}$", "555-123-4567"),
+        (r"^(?>\w+\s?)*$", "two words"),
+        (r"^(\w++\s?)*$", "two words"),
+        (r"^(.+\n)*$", "line one\nline two\n"),
+    ],
+)
+def test_a_repetition_split_by_a_character_it_cannot_match_or_that_never_backtracks_is_kept(
+    pattern: str, text: str
+) -> None:
+    tool = ToolContract(
+        tool="add_text",
+        source=Source("add_text.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
+    )
+    engine = Engine(refund_bot(extra_tools=[tool]))
+    state = engine.new_state("s", None)
+    assert engine.evaluate(state, [call("add_text", {"t": text})]).outcome == "allow"
+    near_miss = engine.evaluate(state, [call("add_text", {"t": "a" * 5000 + "@"})])
+    assert near_miss.outcome == "reject"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "ok"),
+    [
+        (r"^C[0-9]+$", "C123", True),
+        (r"^C[0-9]+$", "C123\n", False),  # Python's $ also matches before a final newline; ECMA-262's does not
+        (r"^[a-z_]+$", "users\n", False),
+        (r"(?m)^C[0-9]+$", "C123\nC456", True),  # multi-line: $ at each line's end, as in ECMA-262's m flag
+        (r"^(?m:C[0-9]+$)\nx$", "C123\nx", True),
+        (r"^\d+$", "345", True),
+        (r"^\d+$", "\uff13\uff14\uff15", False),  # full-width digits: int() reads them as 345
+        (r"^\d+$", "\u0663", False),  # an Arabic-Indic three
+        (r"^\w+$", "caf\u00e9", False),
+        (r"(?i)^abc$", "ABC", True),
+    ],
+)
+def test_a_regex_means_what_it_means_in_json_schema(pattern: str, text: str, ok: bool) -> None:
+    """As in ECMA-262 (the JSON Schema's and the seed's regexes): $ ends the text, \\d and \\w are ASCII classes."""
+    tool = ToolContract(
+        tool="add_text",
+        source=Source("add_text.yaml", 1),
+        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
+    )
+    engine = Engine(refund_bot(extra_tools=[tool]))
+    decision = engine.evaluate(engine.new_state("s", None), [call("add_text", {"t": text})])
+    assert (decision.outcome == "allow") is ok
+    if not ok:
+        assert decision.failures[0].detail == f"add_text: $.t does not match /{pattern}/"

@@ -102,3 +102,18 @@ def test_without_a_cap_an_unpriced_model_is_fine() -> None:
 def test_precheck_reports_every_limit_reached_at_once() -> None:
     engine = Engine(refund_bot(limits=SessionLimits(max_steps=0, max_cost_per_session=1.0), prices=PRICES))
     assert [f.rule for f in engine.precheck(engine.new_state("s", None), "nope")] == ["max_steps", "max_cost"]
+
+
+def test_under_a_cost_cap_a_response_from_an_unpriced_model_costs_the_dearest_price_never_nothing() -> None:
+    """The response may name another model than the request did (a dated snapshot): tokens are never free."""
+    prices = {**PRICES, "large": Price(5.0, 3.0, Source("session.yaml", 44))}
+    engine = Engine(refund_bot(limits=SessionLimits(max_cost_per_session=10.0), prices=prices))
+    assert engine.cost("small-2024-07-18", (1_000_000, 1_000_000)) == 5.0 + 3.0  # the dearest input and output
+    state = engine.new_state("s", None)
+    assert engine.precheck(state, "small") == ()
+    run_step(engine, state, [call("add_note", {})], model="small-2024-07-18", usage=(1_000_000, 1_000_000))
+    engine.charge(state, model=None, usage=(1_000_000, 0))
+    assert state.actual_cost == 13.0
+    assert [f.rule for f in engine.precheck(state, "small")] == ["max_cost"]
+    # Without a cap an unpriced model still costs nothing: there is nothing to hold.
+    assert Engine(refund_bot(prices=prices)).cost("small-2024-07-18", (10, 10)) == 0.0

@@ -7,7 +7,7 @@ import pytest
 from otel_replay.contracts.engine import Engine, StaleDecisionError
 from otel_replay.contracts.model import CircuitBreaker, LoopDetection, SessionLimits, Source
 
-from ._engine_support import call, calls, refund_bot, run_step
+from ._engine_support import call, calls, refund_bot, run_step, src
 
 LOOP = LoopDetection(window=4, threshold=3, source=Source("session.yaml", 22))
 
@@ -102,3 +102,24 @@ def test_finalize_refuses_a_decision_made_on_an_older_state() -> None:
     with pytest.raises(StaleDecisionError, match="evaluated on state version 0, the state is at 1"):
         engine.finalize(state, decision, model=None, usage=None)
     assert state.total_step_count == 0
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        ['{"note": 1}', '{"note": 1.0}'],
+        ['{"note": 1.0}', '{"note": 1e0}', '{"note": 10e-1}'],
+        ['{"note": 0}', '{"note": -0.0}'],
+        ['{"n": {"a": [2, 3.0]}}', '{"n": {"a": [2.0, 3]}}'],
+        ['{"note": "\\u0061"}', '{"note": "a"}'],
+        ['{"a": 1, "b": 2}', '{"b": 2, "a": 1}'],
+    ],
+)
+def test_one_value_spelt_two_ways_is_the_same_call_for_the_loop(spellings: list[str]) -> None:
+    """The model must not dodge loop detection by writing 1 as 1.0 or reordering keys."""
+    limits = SessionLimits(loop_detection=LoopDetection(window=10, threshold=2, source=src("session.yaml", 20)))
+    engine = Engine(refund_bot(limits=limits))
+    state = engine.new_state("s", None)
+    run_step(engine, state, [call("add_note", text=spellings[0])])
+    decision = engine.evaluate(state, [call("add_note", text=spellings[1])])
+    assert [f.rule for f in decision.failures] == ["loop"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from otel_replay.contracts.engine import Engine
+from otel_replay.contracts.model import Transitions
 
 from ._engine_support import call, calls, refund_bot, run_step
 
@@ -179,3 +180,55 @@ def test_a_tool_without_phase_rules_passes_in_every_phase_including_terminal() -
     state.current_phase = "completed"
     assert engine.evaluate(state, [call("add_note", {"text": "done"})]).outcome == "allow"
     assert [f.rule for f in engine.evaluate(state, [call("lookup_customer", CUSTOMER)]).failures] == ["phase"]
+
+
+def _without_phase_rules() -> Engine:
+    """The refund bot with no phase rules and no forbids: only the preconditions order the tools."""
+    contracts = refund_bot()
+    tools = {name: replace(tool, transitions=Transitions(), forbids_after=()) for name, tool in contracts.tools.items()}
+    return Engine(replace(contracts, tools=tools))
+
+
+def test_a_with_output_condition_reads_the_output_of_the_last_call_of_the_prior_tool() -> None:
+    """An old eligible=true must not unlock the refund of an order checked again since."""
+    engine = _without_phase_rules()
+    state = engine.new_state("s1", None)
+    run_step(engine, state, calls(("lookup_customer", CUSTOMER), ("check_eligibility", ORDER)))
+    engine.observe_output(state, "check_eligibility", {"eligible": True})
+    assert run_step(engine, state, [call("issue_refund", REFUND)]).outcome == "allow"
+    # A second order is checked: until its output is seen, nothing about it is known.
+    run_step(engine, state, [call("check_eligibility", {"order_id": "ORD-456"})])
+    pending = engine.evaluate(state, [call("issue_refund", REFUND)])
+    assert [(f.rule, f.path) for f in pending.failures] == [("precondition", "$.eligible")]
+    engine.observe_output(state, "check_eligibility", {"eligible": False})
+    assert [f.rule for f in engine.evaluate(state, [call("issue_refund", REFUND)]).failures] == ["precondition"]
+
+
+def test_a_with_output_condition_is_not_met_by_a_prior_tool_called_in_the_same_response() -> None:
+    engine = _without_phase_rules()
+    state = engine.new_state("s1", None)
+    run_step(engine, state, calls(("lookup_customer", CUSTOMER), ("check_eligibility", ORDER)))
+    engine.observe_output(state, "check_eligibility", {"eligible": True})
+    both = engine.evaluate(state, calls(("check_eligibility", {"order_id": "ORD-456"}), ("issue_refund", REFUND)))
+    assert [(f.rule, f.tool) for f in both.failures] == [("precondition", "issue_refund")]
+    assert "same response" in both.failures[0].detail
+
+
+def test_an_output_named_by_call_id_counts_only_for_the_prior_tools_last_allowed_call() -> None:
+    """A session that feeds every tool message of the history back must not bring an old output back."""
+    engine = _without_phase_rules()
+    state = engine.new_state("s1", None)
+    first = call("check_eligibility", ORDER, call_id="call_old")
+    run_step(engine, state, [call("lookup_customer", CUSTOMER), first])
+    engine.observe_output(state, "check_eligibility", {"eligible": True}, call_id="call_old")
+    assert engine.evaluate(state, [call("issue_refund", REFUND)]).outcome == "allow"
+    run_step(engine, state, [call("check_eligibility", {"order_id": "ORD-456"}, call_id="call_new")])
+    assert state.output_call_ids == {"check_eligibility": "call_new"}
+    version = state.state_version
+    engine.observe_output(state, "check_eligibility", {"eligible": True}, call_id="call_old")  # the history again
+    assert state.state_version == version and "check_eligibility" not in state.satisfied_preconditions
+    assert [f.rule for f in engine.evaluate(state, [call("issue_refund", REFUND)]).failures] == ["precondition"]
+    engine.observe_output(state, "check_eligibility", {"eligible": False}, call_id="call_new")
+    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": False}
+    engine.observe_output(state, "check_eligibility", {"eligible": True}, call_id="call_forged")
+    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": False}

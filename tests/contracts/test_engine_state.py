@@ -73,6 +73,13 @@ def test_public_snapshot_has_the_seed_fields_with_principal_none_and_values_reda
     assert "x" not in state.tool_call_counts  # a snapshot, not a view
 
 
+def _without(name: str) -> str:
+    """A saved state with one field taken out (a default must never stand in: it would widen the session)."""
+    body = json.loads(SessionState(session_id="s").to_json())
+    del body[name]
+    return json.dumps(body)
+
+
 def _body(**changes: Any) -> str:
     body = json.loads(SessionState(session_id="s").to_json())
     body.update(changes)
@@ -97,6 +104,11 @@ def _body(**changes: Any) -> str:
         (_body(narrowed_to=[1]), "'narrowed_to'"),
         (_body(satisfied_preconditions={"t": 1}), "'satisfied_preconditions'"),
         ('{"format": 1, "session_id": "s", "actual_cost": NaN}', "'actual_cost'"),
+        (_body(actual_cost=10**400), "'actual_cost'"),
+        (_body(killed_at=-(10**400)), "'killed_at'"),
+        (_without("forbidden_tools"), "'forbidden_tools' is missing"),
+        (_without("killed"), "'killed' is missing"),
+        (_without("tool_call_counts"), "'tool_call_counts' is missing"),
     ],
 )
 def test_a_corrupt_or_newer_state_is_refused_naming_where(text: str, message: str) -> None:
@@ -110,3 +122,25 @@ def test_a_state_with_nan_cost_cannot_be_saved() -> None:
     state = SessionState(session_id="s", actual_cost=float("nan"))
     with pytest.raises(ValueError, match="not JSON compliant"):
         state.to_json()
+
+
+def test_a_tool_name_shaped_like_a_secret_never_reaches_the_public_snapshot() -> None:
+    """Under unmatched_policy allow the model names the tool: it may echo a key it saw in its context."""
+    key = "sk-proj-" + "a1B2c3D4e5" * 4
+    engine = Engine(refund_bot(), unmatched_policy="allow", gate="strip_blocked")
+    state = engine.new_state("s", None)
+    run_step(engine, state, calls((key, {}), ("add_note", {})))
+    run_step(
+        engine,
+        state,
+        calls(
+            ("sk-ant-" + "z9Y8x7W6v5" * 4, {}),
+        ),
+    )
+    engine.restrict(state, [key, "add_note"])
+    engine.note_narrowing(state, engine.narrow(state, [key, "add_note"]))
+    public = state.public()
+    text = json.dumps(public)
+    assert key not in text and "z9Y8x7W6v5" not in text
+    assert public["tool_call_counts"] == {"[REDACTED]": 2, "add_note": 1}
+    assert state.tool_call_counts[key] == 1  # the state itself keeps the names: limits count by them

@@ -68,7 +68,9 @@ def test_the_digest_changes_with_any_byte_and_not_with_the_directory(tmp_path: P
     assert load_contracts(copy).digest != first
 
 
-@pytest.mark.parametrize("name", ["README.md", ".hidden.yaml", "notes.txt"])
+@pytest.mark.parametrize(
+    "name", ["README.md", ".hidden.yaml", "notes.txt", "close_ticket.yaml~", "close_ticket.yaml.bak", "schema.json"]
+)
 def test_files_that_are_not_contracts_are_not_read(tmp_path: Path, name: str) -> None:
     directory = _copy(REFUND_BOT, tmp_path / "contracts")
     (directory / name).write_text("tool: [not, a, contract\n")
@@ -417,3 +419,15 @@ def test_a_field_with_its_last_letter_doubled_is_named_with_the_field_it_meant(
     file.write_text(body)
     dotted = f"{prefix}[0].{typo}" if kind == "tool" and prefix else f"{prefix}.{typo}" if prefix else typo
     assert f"{dotted}: unknown field (did you mean {field!r}?)" in "\n".join(validate_file(file))
+
+
+@pytest.mark.parametrize("name", ["close_ticket.ymal", "close_ticket.yalm", "close_ticket.yam", "close_ticket.yaml "])
+def test_a_file_whose_suffix_is_a_near_miss_of_yaml_is_an_error_not_a_contract_silently_left_out(
+    contracts: Path, name: str
+) -> None:
+    """Under unmatched_policy allow, a contract nobody reads lets its tool through unchecked."""
+    (contracts / name).write_text("tool: close_ticket\nside_effect: destructive\n")
+    suffix = name.rsplit(".", 1)[1].strip()
+    assert _problems(contracts) == [
+        f"{contracts / name}: not read: a contract file's name ends in .yaml or .yml, not .{suffix}"
+    ]

@@ -206,7 +206,7 @@ def _poke(path: Path, session_id: str, state: str, version: int = 0) -> None:
         ("{broken", "corrupt state: not JSON"),
         (json.dumps({"format": 99, "session_id": "conv-7"}), "state format 99 was written by a newer otel-replay"),
         (json.dumps({"format": 1, "session_id": "conv-7", "total_tool_calls": "many"}), "'total_tool_calls'"),
-        (json.dumps({"format": 1, "session_id": "someone-else"}), "its id or version disagrees"),
+        (SessionState(session_id="someone-else").to_json(), "its id or version disagrees"),
     ],
 )
 def test_a_corrupt_or_newer_state_is_an_error_naming_file_and_session_never_a_reset(
@@ -263,3 +263,20 @@ def test_a_store_that_cannot_be_created_names_its_path(tmp_path: Path) -> None:
         SessionStateError, match=f"session store {blocker}/sessions.sqlite3: cannot create its directory"
     ):
         FileStateStore(blocker / "sessions.sqlite3")
+
+
+def test_a_version_past_what_sqlite_holds_is_an_error_naming_the_session_never_a_wrap(tmp_path: Path) -> None:
+    """A state whose version cannot be stored (2**63) or a row whose version is a float is refused, clearly."""
+    path = tmp_path / "sessions.sqlite3"
+    store = FileStateStore(path)
+    store.update("conv-7", lambda _state: SessionState(session_id="conv-7"))
+    state = SessionState(session_id="conv-7", state_version=2**63)
+    with sqlite3.connect(path) as conn:  # SQLite keeps a number that large as a float, equal to 2**63
+        conn.execute("UPDATE sessions SET state = ?, state_version = 9.223372036854775807e18", (state.to_json(),))
+    with pytest.raises(SessionStateError, match="session 'conv-7': corrupt state: its row's version is not an int"):
+        store.load("conv-7")
+    with pytest.raises(SessionStateError, match="session 'conv-7'"):
+        store.update("conv-7", lambda current: current or SessionState(session_id="conv-7"))
+    for name in ("state_version", "total_tool_calls"):
+        with pytest.raises(SessionStateError, match=f"'{name}' must be a non-negative integer"):
+            SessionState.from_json(SessionState(session_id="s", **{name: 2**63}).to_json())  # type: ignore[arg-type]
