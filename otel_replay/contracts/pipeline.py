@@ -20,13 +20,15 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from otel_replay.capture.context import current_ids
+from opentelemetry import baggage
+
+from otel_replay import semconv as sc
 from otel_replay.capture.context import session as session_scope
 from otel_replay.contracts.engine import Decision, Engine, Failure, Narrowing, ToolCallView
 from otel_replay.contracts.evidence import DecisionEvidence, Evidence, failure_json, of_decision
@@ -137,18 +139,15 @@ class Governor:
             self._shadow = self.state().copy()
         return self._shadow
 
-    @contextmanager
-    def scope(self) -> Iterator[None]:
+    def scope(self) -> AbstractContextManager[Any]:
         """The session's id (and agent) in scope for a call it makes, so the call's spans carry it.
 
         A session the caller already put in scope (``otel_replay.session()``, a recording, a rerun) is kept:
         their spans then go together under the caller's id.
         """
-        if current_ids().session_id is not None:
-            yield
-            return
-        with session_scope(self.session_id, agent_id=self.agent):
-            yield
+        if baggage.get_baggage(sc.BAGGAGE_SESSION_ID):
+            return nullcontext()
+        return session_scope(self.session_id, agent_id=self.agent)
 
     def tell(self, event: dict[str, Any]) -> None:
         """Hand ``event`` to the ``diagnostics`` callback (its errors are counted, never raised)."""

@@ -182,6 +182,24 @@ def test_a_rerun_under_a_lowered_refund_limit_names_the_first_verdict_that_diffe
     assert rerun(Agent(_changed(tmp_path / "x", 100)), dataset=dataset, session_id="gov-1", write=False).matched
 
 
+def test_a_limit_that_now_stops_a_model_call_before_it_is_made_is_the_verdict_that_differs(
+    dataset: Path, telemetry: otel_replay.Telemetry, tmp_path: Path
+) -> None:
+    _record(telemetry, Agent(REFUND_BOT), FLOW)
+    third = _verdicts(dataset)[2][0]
+    fewer = tmp_path / "fewer-steps"
+    shutil.copytree(REFUND_BOT, fewer)
+    (fewer / "session.yaml").write_text((fewer / "session.yaml").read_text().replace("max_steps: 10", "max_steps: 2"))
+
+    result = rerun(Agent(fewer), dataset=dataset, session_id="gov-1", write=False)
+
+    found = result.divergence
+    assert found is not None and found.step == third, result.report()
+    assert 'outcome: recorded "allow", rerun "reject"' in found.reason
+    assert '"precheck":[{"path":null,"rule":"max_steps","tool":null}]' in found.actual
+    assert '"calls":[]' in found.actual  # the model was not asked: no call to judge
+
+
 def test_shadow_verdicts_are_compared_though_shadow_changes_nothing_the_agent_sees(
     dataset: Path, telemetry: otel_replay.Telemetry, tmp_path: Path
 ) -> None:
