@@ -4,6 +4,7 @@ contracts names the first step whose verdict differs. Real ``openai`` client, sc
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import shutil
@@ -198,6 +199,85 @@ def test_a_limit_that_now_stops_a_model_call_before_it_is_made_is_the_verdict_th
     assert 'outcome: recorded "allow", rerun "reject"' in found.reason
     assert '"precheck":[{"path":null,"rule":"max_steps","tool":null}]' in found.actual
     assert '"calls":[]' in found.actual  # the model was not asked: no call to judge
+
+
+class StreamingAgent(Agent):
+    """The refund bot on the async client, every answer streamed: a tool call is gated once its arguments are in."""
+
+    def __call__(self) -> list[str]:
+        return asyncio.run(self._run())
+
+    async def _run(self) -> list[str]:
+        async with openai.AsyncOpenAI(base_url=self.url, api_key="sk-test-not-a-key", max_retries=0) as client:
+            session = govern(client, self.contracts, session_id=SESSION, mode=self.mode)
+            messages: list[Any] = [{"role": "user", "content": "Refund order ORD-123 for ana@support"}]
+            names = []
+            for _ in range(self.asks):
+                stream = await session.client.chat.completions.create(
+                    model=GPT, messages=messages, tools=CHAT_TOOLS, stream=True
+                )
+                calls: dict[int, dict[str, str]] = {}
+                async for chunk in stream:
+                    for delta in chunk.choices[0].delta.tool_calls or () if chunk.choices else ():
+                        call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                        call["id"] += delta.id or ""
+                        if delta.function is not None:
+                            call["name"] += delta.function.name or ""
+                            call["arguments"] += delta.function.arguments or ""
+                for call in calls.values():  # the tool's answer goes back with the next request (with_output)
+                    names.append(call["name"])
+                    function = {"name": call["name"], "arguments": call["arguments"]}
+                    messages.append(
+                        {
+                            "role": "assistant",
+                            "tool_calls": [{"id": call["id"], "type": "function", "function": function}],
+                        }
+                    )
+                    result = {"eligible": True} if call["name"] == "check_eligibility" else {"customer_id": "C42"}
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)})
+            return [*names, session.get_state()["current_phase"]]
+
+
+STREAMED = [
+    s.chat_stream((), model=GPT, tool_calls=[("c1", "lookup_customer", LOOKUP)], response_id="r1"),
+    s.chat_stream((), model=GPT, tool_calls=[("c2", "check_eligibility", ORDER)], response_id="r2"),
+    s.chat_stream((), model=GPT, tool_calls=[("c3", "issue_refund", REFUND)], response_id="r3"),
+]
+
+
+def test_an_async_streamed_governed_run_reruns_matched_and_a_lowered_limit_diverges_at_the_refund(
+    dataset: Path, telemetry: otel_replay.Telemetry, tmp_path: Path
+) -> None:
+    output = _record(telemetry, StreamingAgent(REFUND_BOT, asks=3), STREAMED)
+    assert output == ["lookup_customer", "check_eligibility", "issue_refund", "refund_issued"]
+    verdicts = _verdicts(dataset)
+    assert [v["calls"][0]["name"] for _, v in verdicts] == ["lookup_customer", "check_eligibility", "issue_refund"]
+
+    same = rerun(StreamingAgent(REFUND_BOT, asks=3), dataset=dataset, session_id="gov-1", write=False)
+    assert same.matched, same.report()
+    assert same.output == output
+
+    changed = rerun(StreamingAgent(_changed(tmp_path, 30), asks=3), dataset=dataset, session_id="gov-1", write=False)
+    assert not changed.matched and changed.divergence is not None
+    assert changed.divergence.step == verdicts[2][0]
+    assert "the contract verdict differs" in changed.divergence.reason
+
+
+def test_a_value_the_recording_redacted_is_judged_redacted_in_the_rerun_and_said(
+    dataset: Path, telemetry: otel_replay.Telemetry
+) -> None:
+    # an e-mail address is redacted in the stored response: the rerun's model asks lookup_customer("[REDACTED]")
+    email = [_reply("c1", "lookup_customer", {"customer_email": "ana@example.com"})]
+    _record(telemetry, Agent(REFUND_BOT, asks=1), email)
+
+    result = rerun(Agent(REFUND_BOT, asks=1), dataset=dataset, session_id="gov-1", write=False)
+
+    assert not result.matched and result.divergence is not None
+    assert result.divergence.step == _verdicts(dataset)[0][0]
+    assert 'outcome: recorded "allow", rerun "reject"' in result.divergence.reason
+    assert (
+        '{"path":"$.customer_email","rule":"argument_invariant","tool":"lookup_customer"}' in result.divergence.actual
+    )
 
 
 def test_shadow_verdicts_are_compared_though_shadow_changes_nothing_the_agent_sees(
