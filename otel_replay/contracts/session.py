@@ -241,8 +241,8 @@ def _generates(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 def _default_store() -> StateStore:
     """The configured dataset's file store (``<dataset>/_governance/sessions.sqlite3``), else one in memory.
 
-    In memory during a rerun: the rerun must start from the state the recorded run started from, not resume
-    the one the recorded run left in the dataset (nor write to it).
+    In memory during a rerun: a rerun starts from a fresh state, never the one the recorded run left in the
+    dataset (which it neither reads nor writes).
     """
     if getattr(_seam.current(), "rerunning", False) is True:
         return MemoryStateStore()
