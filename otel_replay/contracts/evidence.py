@@ -8,10 +8,16 @@ failures, the phases before and after and the state version. Never the prompt or
 
 If redaction fails on anything the span would hold, no span is written: :attr:`Evidence.dropped` counts
 it and the session's ``diagnostics`` callback is told.
+
+Every decision is also reported to the seam mode in force (a recording or a rerun), whatever the capture
+level, as audit() reports its decisions: its ``contract_verdict`` method gets :func:`verdict_text`, the part of
+the decision a rerun must reproduce. A recording keeps it as an ordered event; a rerun compares it with the
+recorded one at the same place, so a rerun under changed contracts names the first decision that differs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -22,11 +28,20 @@ from typing import Any, Final
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, TracerProvider
 
+from otel_replay import _seam
 from otel_replay import semconv as sc
 from otel_replay.contracts.engine import Decision, Failure, ToolCallView
 from otel_replay.redaction import redact, redact_value
 
-__all__ = ["MAX_ARGUMENT_CHARS", "MAX_TOOLS", "DecisionEvidence", "Evidence", "failure_json"]
+__all__ = [
+    "MAX_ARGUMENT_CHARS",
+    "MAX_TOOLS",
+    "MAX_VERDICT_CHARS",
+    "DecisionEvidence",
+    "Evidence",
+    "failure_json",
+    "verdict_text",
+]
 
 _log = logging.getLogger("otel_replay.contracts")
 
@@ -34,6 +49,9 @@ MAX_TOOLS: Final = 256
 """Tool calls listed on one span; the rest are counted (``replay.contract.tools.dropped``)."""
 MAX_ARGUMENT_CHARS: Final = 4096
 """A tool call's redacted arguments are cut to this many characters on the span (with a marker)."""
+MAX_VERDICT_CHARS: Final = 16_384
+"""A verdict text longer than this (thousands of tool calls, huge tool names) is reported cut, with the SHA-256
+of the whole (see :func:`verdict_text`): still compared in full, stored bounded."""
 
 _SCOPE: Final = "otel_replay.contracts"
 _VERSION: Final = "0.1.0"
@@ -57,6 +75,8 @@ class DecisionEvidence:
     """Call index -> allowed (log-only: every call, unchecked, ``True``)."""
     failures: Sequence[Failure]
     narrowed: Sequence[str]
+    precheck: Sequence[Failure] = ()
+    """The session limits that stopped (enforce) or would have stopped (shadow) the model call before it was made."""
 
 
 def failure_json(failure: Failure) -> dict[str, Any]:
@@ -69,6 +89,65 @@ def failure_json(failure: Failure) -> dict[str, Any]:
         "detail": redact(failure.detail),
         "source": str(failure.source) if failure.source is not None else None,
     }
+
+
+def _rule(failure: Failure) -> dict[str, Any]:
+    """What of a failure decides a verdict: its rule, tool and argument path (not its wording or source line)."""
+    return {"rule": failure.rule, "tool": failure.tool, "path": failure.path}
+
+
+def _odd(value: Any) -> str:
+    """A value JSON has no form for (a tool name that is not text): named by its type, the same in every run."""
+    return f"<{type(value).__name__}>"
+
+
+def verdict_text(evidence: DecisionEvidence) -> str:
+    """The canonical JSON of what decides one verdict, the same in a rerun of the same run under the same contracts.
+
+    The mode, the outcome, the phase before and after, each tool call's name and whether it reached the
+    caller, each failure's rule, tool and path, the pre-check failures and the tools narrowing removed.
+    Never ids, times, step numbers, state versions or the contracts' digest: those differ between runs by
+    design, and what a rerun compares is the verdict. Tool names come from model output: the text is ASCII
+    (anything else escaped), and one over :data:`MAX_VERDICT_CHARS` (thousands of calls, huge names) lists
+    only the first :data:`_CUT_ITEMS` entries of each list, names cut, with the counts and the SHA-256 of the
+    whole verdict, so a difference anywhere in it still counts.
+    """
+    verdict: dict[str, Any] = {
+        "mode": evidence.mode,
+        "outcome": evidence.outcome,
+        "phase_before": evidence.phase_before,
+        "phase_after": evidence.phase_after,
+        "calls": [{"name": call.name, "allowed": evidence.allowed.get(call.index, False)} for call in evidence.calls],
+        "failures": [_rule(failure) for failure in evidence.failures],
+        "precheck": [_rule(failure) for failure in evidence.precheck],
+        "narrowed": list(evidence.narrowed),
+    }
+    text = _canonical(verdict)
+    if len(text) <= MAX_VERDICT_CHARS:
+        return text
+    cut = {key: _cut(value) for key, value in verdict.items()}
+    lists = ("calls", "failures", "precheck", "narrowed")
+    cut["cut"] = {**{key: len(verdict[key]) for key in lists}, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+    return _canonical(cut)
+
+
+_CUT_ITEMS: Final = 32
+_CUT_NAME: Final = 120
+
+
+def _cut(value: Any) -> Any:
+    """``value`` as a cut verdict lists it: the first :data:`_CUT_ITEMS` entries of a list, texts cut."""
+    if isinstance(value, list):
+        return [_cut(item) for item in value[:_CUT_ITEMS]]
+    if isinstance(value, dict):
+        return {key: _cut(item) for key, item in value.items()}
+    if isinstance(value, str) and len(value) > _CUT_NAME:
+        return value[:_CUT_NAME] + "..."
+    return value
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_odd)
 
 
 def _arguments(call: ToolCallView) -> str:
@@ -128,8 +207,9 @@ def of_decision(
     api: str,
     streamed: bool,
     narrowed: Sequence[str],
+    precheck: Sequence[Failure] = (),
 ) -> DecisionEvidence:
-    """The evidence of an engine decision."""
+    """The evidence of an engine decision (``precheck``: the limits shadow mode found before the model call)."""
     delivered = {verdict.call.index for verdict in decision.allowed}  # none under "reject"
     allowed = {call.index: call.index in delivered for call in calls}
     return DecisionEvidence(
@@ -146,6 +226,7 @@ def of_decision(
         allowed=allowed,
         failures=decision.failures,
         narrowed=narrowed,
+        precheck=precheck,
     )
 
 
@@ -180,7 +261,14 @@ class Evidence:
         """Spans not written because redaction (or building the span) failed."""
 
     def emit(self, evidence: DecisionEvidence) -> bool:
-        """Write the span of one decision; ``False`` (and counted) when it had to be dropped."""
+        """Report one decision to the recording or rerun in force, then write its span.
+
+        Returns ``False`` when no span was written (capture is off, or it had to be dropped: counted). A strict
+        rerun whose verdict differs from the recorded one raises its ``ReplayMismatchError`` from here.
+        """
+        hook = getattr(_seam.current(), "contract_verdict", None)
+        if hook is not None:
+            hook(verdict_text(evidence))
         if not self.enabled:
             return False
         try:

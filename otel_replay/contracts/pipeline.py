@@ -21,10 +21,15 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from opentelemetry import baggage
+
+from otel_replay import semconv as sc
+from otel_replay.capture.context import session as session_scope
 from otel_replay.contracts.engine import Decision, Engine, Failure, Narrowing, ToolCallView
 from otel_replay.contracts.evidence import DecisionEvidence, Evidence, failure_json, of_decision
 from otel_replay.contracts.providers.base import Adapter
@@ -134,6 +139,16 @@ class Governor:
             self._shadow = self.state().copy()
         return self._shadow
 
+    def scope(self) -> AbstractContextManager[Any]:
+        """The session's id (and agent) in scope for a call it makes, so the call's spans carry it.
+
+        A session the caller already put in scope (``otel_replay.session()``, a recording, a rerun) is kept:
+        their spans then go together under the caller's id.
+        """
+        if baggage.get_baggage(sc.BAGGAGE_SESSION_ID):
+            return nullcontext()
+        return session_scope(self.session_id, agent_id=self.agent)
+
     def tell(self, event: dict[str, Any]) -> None:
         """Hand ``event`` to the ``diagnostics`` callback (its errors are counted, never raised)."""
         self._call(self._diagnostics, event)
@@ -213,6 +228,7 @@ class Governor:
                 {},
                 failures,
                 (),
+                failures,
             )
         )
         first = failures[0]
@@ -364,7 +380,14 @@ class Governor:
         )
         self.evidence.emit(
             of_decision(
-                decision, calls, mode="shadow", provider=adapter.provider, api=api, streamed=streamed, narrowed=removed
+                decision,
+                calls,
+                mode="shadow",
+                provider=adapter.provider,
+                api=api,
+                streamed=streamed,
+                narrowed=removed,
+                precheck=request.precheck,
             )
         )
         return frozenset(call.index for call in calls)

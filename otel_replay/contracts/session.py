@@ -27,6 +27,7 @@ from typing import Any, Final
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
+from otel_replay import _seam
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.contracts.engine import Decision, Engine, Narrowing
 from otel_replay.contracts.evidence import Evidence
@@ -238,7 +239,13 @@ def _generates(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def _default_store() -> StateStore:
-    """The configured dataset's file store (``<dataset>/_governance/sessions.sqlite3``), else one in memory."""
+    """The configured dataset's file store (``<dataset>/_governance/sessions.sqlite3``), else one in memory.
+
+    In memory during a rerun: a rerun starts from a fresh state, never the one the recorded run left in the
+    dataset (which it neither reads nor writes).
+    """
+    if getattr(_seam.current(), "rerunning", False) is True:
+        return MemoryStateStore()
     dataset = getattr(get_recorder(), "dataset", None)
     if isinstance(dataset, str | os.PathLike) and str(dataset):
         return FileStateStore.for_dataset(dataset)
@@ -291,7 +298,8 @@ def govern(
         unmatched_policy: a call of a tool with no contract: ``block`` or ``allow``.
         tools: the tool executors, by name (see :mod:`otel_replay.contracts.tools`): ``session.tools``.
         store: where the session state lives (default: the configured local dataset's
-            ``_governance/sessions.sqlite3``, else memory); a restarted process resumes from it.
+            ``_governance/sessions.sqlite3``, else memory; always memory during a rerun, which starts from
+            a fresh state and never reads or writes the recorded run's); a restarted process resumes from it.
         on_block: called with each decision that blocked or stripped a call.
         on_narrow: called with each narrowing that removed a tool from a request.
         diagnostics: called with events (``bypass_detected``, ``evidence_dropped``, ``unguarded_call``, ...).

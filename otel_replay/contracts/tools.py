@@ -132,7 +132,8 @@ class _Executor:
         if not verdict.passed and self.governor.mode == "enforce":
             return ToolRun(None, verdict)
         try:
-            result = self.fn(**args)
+            with self.governor.scope():  # the tool's span carries the session id
+                result = self.fn(**args)
         except Exception as exc:
             self.governor.observe_error(self.name, exc)
             raise
@@ -144,7 +145,8 @@ class _Executor:
         if not verdict.passed and self.governor.mode == "enforce":
             return ToolRun(None, verdict)
         try:
-            result = await self.fn(**args)
+            with self.governor.scope():
+                result = await self.fn(**args)
         except Exception as exc:
             self.governor.observe_error(self.name, exc)
             raise

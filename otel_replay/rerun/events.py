@@ -244,7 +244,7 @@ around freely between two runs of the same agent."""
 
 
 def is_ordered(boundary: str) -> bool:
-    """A call whose place among the scope's other ordered calls is part of the run (tools, HTTP, decisions, acts)."""
+    """A call whose place among its scope's ordered calls is part of the run: tools, HTTP, decisions, acts, verdicts."""
     return boundary not in UNORDERED
 
 

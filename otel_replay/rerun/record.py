@@ -260,6 +260,16 @@ class RecordMode:
             why,
         )
 
+    def contract_verdict(self, text: str) -> None:
+        """A governed session's verdict made inside the recording (``text``: what decides it, canonical JSON).
+
+        Reported by every enforcement decision of :func:`otel_replay.govern`, in the order they happen; kept as
+        an ordered event, so a rerun compares each verdict at its place.
+        """
+        stream = stream_key("contract", "verdict")
+        after = self._after("contract", "verdict", stream)
+        self._add("contract", "verdict", stream, text, None, None, None, after=after)
+
     # --- storing --------------------------------------------------------------
     def _add(self, boundary: str, name: str, *args: Any, **kwargs: Any) -> None:
         # Recording must never change the program's behaviour: a failure here drops this one event,

@@ -22,13 +22,14 @@ rerun whose agent caught it still ends in that first error.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, ClassVar, Literal, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from otel_replay._seam import Call
@@ -146,6 +147,7 @@ def _rebuilt(exc_type: Any, type_path: str, message: str) -> BaseException | Non
 class RerunMode:
     """The seam mode of a rerun: serve the recorded events of one session."""
 
+    rerunning: ClassVar[bool] = True  # what runs inside is a rerun: govern() then keeps its state in memory
     events: list[Event]
     governance: Governance = "relaxed"
     complete: bool = True
@@ -377,7 +379,8 @@ class RerunMode:
         made, first = describe_event(boundary, name, ""), describe_event(before.boundary, before.name, "")
         self._diverge(
             before.seq,
-            f"called out of order: the rerun made {made} (recorded step {event.seq}) before {first} "
+            self._no_verdict(before)
+            + f"called out of order: the rerun made {made} (recorded step {event.seq}) before {first} "
             f"(recorded step {before.seq}), which the recording had made before {made} began",
             describe(before),
             describe_call(boundary, name, stream, text),
@@ -558,6 +561,66 @@ class RerunMode:
             "",
         )
 
+    def contract_verdict(self, text: str) -> None:
+        """A governed session's verdict the rerun made: checked in order against the recorded one.
+
+        A verdict the recording does not hold here, or another one, is a divergence saying the contract
+        verdict differs, with both verdicts and the first field that differs; so a rerun under changed
+        contracts names the first step whose verdict changed. A recording that holds no verdict at all (made
+        before verdicts were recorded) is not checked for them.
+        """
+        if not self._holds_verdicts():
+            return
+        next(self._counter)
+        stream = stream_key("contract", "verdict")
+        digest = arguments_hash("contract", "verdict", text)
+        text = redact_json_text(text)  # shown redacted, as recorded
+        queue = self.streams.get(stream)
+        event = queue.popleft() if queue else None
+        actual = describe_event("contract", "verdict", text, limit=600)
+        if event is None:
+            self.fingerprint.add(stream, "contract", "verdict", digest, value_hash(None))
+            reason = "the contract verdict differs: the recording holds no contract verdict here"
+            step = self._position("contract", "verdict", stream)
+            self._diverge(step, reason, "", actual, "contract", "verdict", stream, text)
+            return
+        step = self._take(event)
+        if event.args_hash != digest:
+            change = self._verdict_change(event.arguments, text)
+            reason = f"the contract verdict differs from the recorded one ({change})"
+            expected = describe_event("contract", "verdict", event.arguments, limit=600)
+            self._diverge(step, reason, expected, actual, "contract", "verdict", stream, text, exclude=event)
+        after = self._check_order(event, "contract", "verdict", stream, lambda: text)
+        self.fingerprint.add(stream, "contract", "verdict", digest, value_hash(None), after)
+
+    def _holds_verdicts(self) -> bool:
+        """Whether the recording holds contract verdicts (computed once)."""
+        held = self.__dict__.get("_verdicts")
+        if held is None:
+            held = self.__dict__["_verdicts"] = any(event.boundary == "contract" for event in self.events)
+        return bool(held)
+
+    @staticmethod
+    def _verdict_change(recorded: str, actual: str) -> str:
+        """The first field of two verdict texts that differs, both ways (else their first differing characters)."""
+        try:
+            before, after = json.loads(recorded), json.loads(actual)
+        except ValueError:
+            before = after = None
+        if isinstance(before, dict) and isinstance(after, dict):
+            order = ("mode", "outcome", "phase_before", "phase_after", "calls", "failures", "precheck", "narrowed")
+            for name in (*order, *sorted(set(before) | set(after))):
+                if before.get(name) != after.get(name):
+                    was, now = stable_json(before.get(name))[:300], stable_json(after.get(name))[:300]
+                    return f"{name}: recorded {was}, rerun {now}"
+        was, now = first_difference(recorded, actual)
+        return f"recorded {was}, rerun {now}"
+
+    @staticmethod
+    def _no_verdict(event: Event) -> str:
+        """How a divergence at a recorded contract verdict the rerun did not make begins (else ``""``)."""
+        return "the contract verdict differs: the rerun made none here; " if event.boundary == "contract" else ""
+
     # --- divergence -----------------------------------------------------------
     def _miss(self, call: Call, stream: str, text: str, digest: str) -> None:
         step = self._position(call.boundary, call.name, stream)
@@ -711,7 +774,7 @@ class RerunMode:
             if self.divergence is None:
                 self.divergence = Divergence(
                     left.seq,
-                    f"the rerun ended; the recording holds {self.remaining()} more call(s), "
+                    self._no_verdict(left) + f"the rerun ended; the recording holds {self.remaining()} more call(s), "
                     f"the first at step {left.seq}",
                     describe(left),
                     "",

@@ -125,7 +125,8 @@ def _run(
         request = session.governor.before(adapter, dict(kwargs))
         token = GOVERNED.set(True)
         try:
-            result = method(*args, **request.kwargs)
+            with session.governor.scope():  # the model call's span carries the session id
+                result = method(*args, **request.kwargs)
         finally:
             GOVERNED.reset(token)
         if request.kwargs.get("stream") is True:
@@ -152,7 +153,8 @@ async def _arun(
         request = session.governor.before(adapter, dict(kwargs))
         token = GOVERNED.set(True)
         try:
-            result = await method(*args, **request.kwargs)
+            with session.governor.scope():  # the model call's span carries the session id
+                result = await method(*args, **request.kwargs)
         finally:
             GOVERNED.reset(token)
         if request.kwargs.get("stream") is True:
@@ -216,7 +218,8 @@ class _StreamManager(wrapt.ObjectProxy):
     def __enter__(self) -> Any:
         token = GOVERNED.set(True)
         try:
-            stream = self.__wrapped__.__enter__()
+            with self._self_args[0].governor.scope():  # the stream's span starts here
+                stream = self.__wrapped__.__enter__()
         finally:
             GOVERNED.reset(token)
         return self._govern(stream, False)
@@ -229,7 +232,8 @@ class _StreamManager(wrapt.ObjectProxy):
     async def __aenter__(self) -> Any:
         token = GOVERNED.set(True)
         try:
-            stream = await self.__wrapped__.__aenter__()
+            with self._self_args[0].governor.scope():
+                stream = await self.__wrapped__.__aenter__()
         finally:
             GOVERNED.reset(token)
         return self._govern(stream, True)
