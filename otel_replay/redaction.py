@@ -12,8 +12,7 @@ What is redacted:
   ``max_tokens`` / ``input_tokens`` / ``token_count`` (see :func:`is_secret_name`);
 * **values shaped like secrets**, wherever they are: API keys (``sk-``, ``AKIA``, ``AIza``, ``gh*_``,
   ``xox*-`` ...), JWTs, PEM private keys, ``Bearer`` / ``Basic`` credentials, a password in a URL
-  (``postgres://user:pw@host``), ``Password=`` / ``AccountKey=`` in a connection string, e-mail addresses
-  (``ana@example.com``), and card numbers
+  (``postgres://user:pw@host``), ``Password=`` / ``AccountKey=`` in a connection string, and card numbers
   (13 to 19 digits, spaces or dashes between, Luhn-valid, starting 2 to 6: a long number failing
   that is left alone);
 * what the user adds: :func:`add_secret_names`, :func:`add_secret_patterns`, or the variables
@@ -355,12 +354,14 @@ _SHAPES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(_RUN + r"(?:hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{36})"), REDACTED),
     (re.compile(_RUN + r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"), REDACTED),
     (re.compile(_RUN + r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
-    # An e-mail address: a local part of up to 64 characters, then a dotted domain (every repeat bounded).
-    (
-        re.compile(_RUN + r"[A-Za-z0-9_.+-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63}){1,8}"),
-        REDACTED,
-    ),
 )
+
+_EMAIL: Final = re.compile(
+    _RUN + r"[A-Za-z0-9_.+-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63}){1,8}"
+)
+"""An e-mail address: a local part of up to 64 characters, then a dotted domain (every repeat bounded).
+Redacted only where ``personal=True`` is asked for (contract evidence): elsewhere an address is data the
+agent acts on (a customer to look up), and a recording must serve it back as it was."""
 
 _NAMED = re.compile(r"(?<![A-Za-z0-9_.+-])([A-Za-z_][A-Za-z0-9_.-]{0,127})(\\?[\"']?[ \t]*[:=][ \t]*(?:\\?[\"'])?)")
 """``name=``, ``name:``, ``"name": "``, ``\\"name\\":\\"`` (JSON in a JSON string), ``?name=``: a value follows."""
@@ -457,12 +458,18 @@ def _replace(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(parts)
 
 
-def redact(text: str) -> str:
-    """``text`` with every secret in it replaced by ``[REDACTED]``: by shape, by name, and the user's patterns."""
-    return _redact(text, _rules())
+def redact(text: str, *, personal: bool = False) -> str:
+    """``text`` with every secret in it replaced by ``[REDACTED]``: by shape, by name, and the user's patterns.
+
+    ``personal=True`` also redacts e-mail addresses (what contract evidence asks for; to redact them on
+    every write path, add the shape with :func:`add_secret_patterns`).
+    """
+    return _redact(text, _rules(), personal)
 
 
-def _redact(text: str, rules: _Rules) -> str:
+def _redact(text: str, rules: _Rules, personal: bool = False) -> str:
+    if personal and "@" in text:
+        text = _EMAIL.sub(REDACTED, text)
     if not _might_hold_secret(text, rules):
         return text
     for pattern, replacement in _SHAPES:
@@ -474,14 +481,14 @@ def _redact(text: str, rules: _Rules) -> str:
     return text
 
 
-def redact_value(value: Any) -> Any:
+def redact_value(value: Any, *, personal: bool = False) -> Any:
     """A JSON-like value (dicts, lists, text, numbers) with secrets redacted: by key name, then by shape.
 
     The value under a secret key is replaced whole (a dict or list too; ``null`` and booleans are kept);
-    text is :func:`redact`-ed; an int that is a card number becomes ``[REDACTED]``. Anything else is
-    returned as it is.
+    text is :func:`redact`-ed (``personal`` as there); an int that is a card number becomes
+    ``[REDACTED]``. Anything else is returned as it is.
     """
-    return _tree(value, _rules())
+    return _tree(value, _rules(), personal)
 
 
 def _holds(value: Any) -> bool:
@@ -489,20 +496,20 @@ def _holds(value: Any) -> bool:
     return value is not None and value.__class__ is not bool
 
 
-def _tree(value: Any, rules: _Rules) -> Any:
+def _tree(value: Any, rules: _Rules, personal: bool = False) -> Any:
     cls = value.__class__
     if cls is str:
-        return _redact(value, rules)
+        return _redact(value, rules, personal)
     if isinstance(value, dict):
         names = rules.names
         return {
-            k: REDACTED if _holds(v) and k.__class__ is str and _secret_name(k, names) else _tree(v, rules)
+            k: REDACTED if _holds(v) and k.__class__ is str and _secret_name(k, names) else _tree(v, rules, personal)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_tree(v, rules) for v in value]
+        return [_tree(v, rules, personal) for v in value]
     if isinstance(value, str):
-        return _redact(value, rules)
+        return _redact(value, rules, personal)
     if type(value) is int and 10**12 <= value < 10**19 and _is_card(str(value)):
         return REDACTED
     return value
@@ -523,7 +530,7 @@ def _might_hold_secret(text: str, rules: _Rules) -> bool:
     if rules.patterns:
         return True
     lowered = text.lower()
-    if _MAYBE_SECRET.search(lowered) or "@" in text:  # an e-mail address, or a password in a URL
+    if _MAYBE_SECRET.search(lowered) or ("@" in text and "://" in text):  # a password in a URL
         return True
     return any(run[0] in lowered for run in rules.names)
 

@@ -58,7 +58,6 @@ SHAPES: list[tuple[str, str, str]] = [
     ("bearer", "Authorization: Bearer zqc25bearerTOKEN", "zqc25bearerTOKEN"),
     ("card spaced", "card 4012 8888 8888 1881 on file", "4012 8888 8888 1881"),
     ("card plain", "pan 5105105105105100", "5105105105105100"),
-    ("e-mail", "write to zqc30.mail+x@mail.example.com today", "zqc30.mail+x@mail.example.com"),
 ]
 """A secret by its shape: (what, text holding it, the secret in it)."""
 HEADER = ("Ocp-Apim-Subscription-Key", "zqc26ocpapim")

@@ -86,7 +86,7 @@ def failure_json(failure: Failure) -> dict[str, Any]:
         "tool": failure.tool,
         "call_id": failure.call_id,
         "path": failure.path,
-        "detail": redact(failure.detail),
+        "detail": redact(failure.detail, personal=True),
         "source": str(failure.source) if failure.source is not None else None,
     }
 
@@ -152,9 +152,11 @@ def _canonical(value: Any) -> str:
 
 def _arguments(call: ToolCallView) -> str:
     if call.arguments is not None:
-        text = json.dumps(redact_value(dict(call.arguments)), separators=(",", ":"), default=str, sort_keys=True)
+        text = json.dumps(
+            redact_value(dict(call.arguments), personal=True), separators=(",", ":"), default=str, sort_keys=True
+        )
     else:  # not a JSON object: the text itself, redacted
-        text = redact(call.arguments_text[: 4 * MAX_ARGUMENT_CHARS])
+        text = redact(call.arguments_text[: 4 * MAX_ARGUMENT_CHARS], personal=True)
     if len(text) > MAX_ARGUMENT_CHARS:
         text = text[:MAX_ARGUMENT_CHARS] + f"...[cut {len(text) - MAX_ARGUMENT_CHARS} chars]"
     return text

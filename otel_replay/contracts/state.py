@@ -185,13 +185,13 @@ class SessionState:
 
 
 def _names(names: list[str]) -> list[str]:
-    return [redact(name) for name in names]
+    return [redact(name, personal=True) for name in names]
 
 
 def _counts(counts: dict[str, int]) -> dict[str, int]:
     shown: dict[str, int] = {}
     for name, count in counts.items():
-        key = redact(name)
+        key = redact(name, personal=True)
         shown[key] = shown.get(key, 0) + count
     return shown
 
@@ -199,9 +199,9 @@ def _counts(counts: dict[str, int]) -> dict[str, int]:
 def _redacted(value: Any) -> Any:
     """A JSON copy of ``value`` (a last step or narrowing: names, reasons, counts) with every text redacted."""
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, personal=True)
     if isinstance(value, dict):
-        return {redact(str(key)): _redacted(item) for key, item in value.items()}
+        return {redact(str(key), personal=True): _redacted(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_redacted(item) for item in value]
     return json.loads(json.dumps(value))

@@ -42,14 +42,16 @@ def spans() -> Iterator[Spans]:
 @pytest.mark.parametrize("what", sorted(SECRETS))
 def test_each_secret_shape_issue_22_lists_is_redacted_by_the_one_engine(what: str) -> None:
     text, secret = SECRETS[what]
-    assert secret not in redact(f"note: {text} end")
+    assert secret not in redact(f"note: {text} end", personal=True)
 
 
-def test_an_e_mail_address_is_redacted_and_text_that_only_looks_close_is_not() -> None:
-    assert redact("write to a.b+c@mail.example.co.uk now") == "write to [REDACTED] now"
-    assert redact("user1@test and 3 @ 4") == "user1@test and 3 @ 4"  # no dotted domain: not an address
+def test_an_e_mail_address_is_redacted_in_evidence_and_text_that_only_looks_close_is_not() -> None:
+    assert redact("write to a.b+c@mail.example.co.uk now", personal=True) == "write to [REDACTED] now"
+    assert redact("user1@test and 3 @ 4", personal=True) == "user1@test and 3 @ 4"  # no dotted domain: no address
     hostile = "a" * 100_000 + "@" + "b." * 50_000  # no address (a local part is at most 64): left, in linear time
-    assert redact(hostile + " ana@example.com") == hostile + " [REDACTED]"
+    assert redact(hostile + " ana@example.com", personal=True) == hostile + " [REDACTED]"
+    # elsewhere an address is data the agent acts on (a customer to look up): recordings serve it back as it was
+    assert redact("write to a.b+c@mail.example.co.uk now") == "write to a.b+c@mail.example.co.uk now"
 
 
 def test_decision_spans_reach_the_dataset_redacted_and_never_hold_the_prompt(tmp_path: Path) -> None:

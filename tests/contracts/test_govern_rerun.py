@@ -33,8 +33,8 @@ from otel_replay.rerun.record import RecordMode
 
 from .govern_support import CHAT_TOOLS, GPT, REFUND_BOT, executors
 
-# "ana@support" passes the contract's e-mail pattern and is not e-mail-shaped to the redaction (no dotted domain):
-# a rerun is served the stored, redacted response, so a value recording redacts is "[REDACTED]" in a rerun.
+# "ana@support" passes the contract's e-mail pattern (a rerun is served the stored response: a value the recording
+# redacts, a key say, is "[REDACTED]" in a rerun; an e-mail address is kept, see the test below).
 LOOKUP = {"customer_email": "ana@support"}
 ORDER = {"order_id": "ORD-123"}
 REFUND = {"customer_id": "C42", "amount": 40.0, "currency": "USD"}
@@ -263,21 +263,18 @@ def test_an_async_streamed_governed_run_reruns_matched_and_a_lowered_limit_diver
     assert "the contract verdict differs" in changed.divergence.reason
 
 
-def test_a_value_the_recording_redacted_is_judged_redacted_in_the_rerun_and_said(
+def test_an_e_mail_address_in_a_tool_call_is_recorded_as_it_was_and_reruns_matched(
     dataset: Path, telemetry: otel_replay.Telemetry
 ) -> None:
-    # an e-mail address is redacted in the stored response: the rerun's model asks lookup_customer("[REDACTED]")
+    # an address is data the agent acts on: the recording keeps it (only contract evidence redacts it), so the
+    # rerun's model asks lookup_customer("ana@example.com") again and the contract judges it as recorded
     email = [_reply("c1", "lookup_customer", {"customer_email": "ana@example.com"})]
     _record(telemetry, Agent(REFUND_BOT, asks=1), email)
 
     result = rerun(Agent(REFUND_BOT, asks=1), dataset=dataset, session_id="gov-1", write=False)
 
-    assert not result.matched and result.divergence is not None
-    assert result.divergence.step == _verdicts(dataset)[0][0]
-    assert 'outcome: recorded "allow", rerun "reject"' in result.divergence.reason
-    assert (
-        '{"path":"$.customer_email","rule":"argument_invariant","tool":"lookup_customer"}' in result.divergence.actual
-    )
+    assert result.matched, result.report()
+    assert _verdicts(dataset)[0][1]["outcome"] == "allow"
 
 
 def test_shadow_verdicts_are_compared_though_shadow_changes_nothing_the_agent_sees(
