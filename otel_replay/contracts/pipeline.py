@@ -256,19 +256,23 @@ class Governor:
                 self._observed[seen.call_id] = None
                 if len(self._observed) > _REMEMBERED:
                     self._observed.popitem(last=False)
-                fresh.append((name, seen.output))
-        for name, output in fresh:
-            self.observe(name, output)
+                fresh.append((name, seen.output, seen.call_id))
+        for name, output, call_id in fresh:
+            self.observe(name, output, call_id=call_id)
 
-    def observe(self, tool: str, output: Any) -> None:
-        """A tool's result (from the session's tools or a tool message): recorded for ``with_output``."""
+    def observe(self, tool: str, output: Any, *, call_id: str | None = None) -> None:
+        """A tool's result (from the session's tools or a tool message): recorded for ``with_output``.
+
+        ``call_id``, for a tool message, is the call it answers: the engine keeps the output only when that is the
+        tool's last allowed call (an old message sent again with the history, after a restart too, changes nothing).
+        """
         if self.mode == "log-only":
             return
         if self.mode == "shadow":
             with self._lock:
-                self.engine.observe_output(self._shadow_state(), tool, output)
+                self.engine.observe_output(self._shadow_state(), tool, output, call_id=call_id)
             return
-        self.update(lambda state: self.engine.observe_output(state, tool, output))
+        self.update(lambda state: self.engine.observe_output(state, tool, output, call_id=call_id))
 
     def observe_error(self, tool: str, error: BaseException) -> None:
         """A tool's executor raised: counted toward the circuit breaker (enforcing)."""
