@@ -59,6 +59,10 @@ class GovernedSession(Protocol):
         """False once the session was restored: the proxies then pass calls straight through."""
         ...
 
+    def watch(self, client: Any, aio: bool) -> None:
+        """Report the generating requests ``client`` makes outside a governed call as bypasses."""
+        ...
+
 __all__ = ["governed_client"]
 
 _CHAT = ChatAdapter()
@@ -312,13 +316,36 @@ class _Client(wrapt.ObjectProxy):
             return _Resource(value, session, _MESSAGES, aio)
         return value
 
+    def __enter__(self) -> Any:
+        # the client's own __enter__ returns the client itself: the ungoverned one; the caller gets the proxy
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        return self.__wrapped__.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Any:
+        await self.__wrapped__.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        return await self.__wrapped__.__aexit__(exc_type, exc, tb)
+
     def with_options(self, *args: Any, **kwargs: Any) -> Any:
-        session, provider, aio = self._self_args
-        return _Client(self.__wrapped__.with_options(*args, **kwargs), session, provider, aio)
+        return self._copied(self.__wrapped__.with_options(*args, **kwargs))
 
     def copy(self, *args: Any, **kwargs: Any) -> Any:
+        return self._copied(self.__wrapped__.copy(*args, **kwargs))
+
+    def _copied(self, client: Any) -> Any:
+        """A copy of the client, governed by the same session, its ungoverned paths watched as the original's."""
         session, provider, aio = self._self_args
-        return _Client(self.__wrapped__.copy(*args, **kwargs), session, provider, aio)
+        session.watch(client, aio)
+        return _Client(client, session, provider, aio)
 
 
 def governed_client(client: Any, session: GovernedSession, provider: str, aio: bool) -> Any:
