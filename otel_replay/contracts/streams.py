@@ -58,13 +58,15 @@ class StreamFilter(Protocol):
 
 
 class _HeldCall:
-    __slots__ = ("call_id", "name", "parts", "pieces")
+    """One streamed tool call's pieces, assembled as the client's own accumulator assembles them."""
 
-    def __init__(self) -> None:
-        self.call_id: str | None = None
-        self.name: str | None = None
+    __slots__ = ("call_id", "first", "name", "parts")
+
+    def __init__(self, first: tuple[Any, Any, Any]) -> None:
+        self.call_id = ""
+        self.name = ""
         self.parts: list[str] = []
-        self.pieces: list[tuple[Any, Any, Any]] = []  # (chunk, choice, tool call delta)
+        self.first = first  # (chunk, choice, tool call delta) of its first piece: the shape it is released in
 
 
 class ChatFilter:
@@ -99,16 +101,20 @@ class ChatFilter:
             if calls:
                 held_any = True
                 for call in calls:
-                    held = self._calls.setdefault((choice.index, call.index), _HeldCall())
-                    if call.id:
-                        held.call_id = call.id
+                    key = (choice.index, call.index)
+                    held = self._calls.get(key)
+                    if held is None:
+                        held = self._calls[key] = _HeldCall((chunk, choice, call))
+                    # every piece's id and name are appended, as the openai library's accumulator (and the
+                    # usual hand-written one) joins them: the call gated is the call the caller assembles
+                    if isinstance(call.id, str):
+                        held.call_id += call.id
                     function = call.function
                     if function is not None:
-                        if function.name:
-                            held.name = function.name
-                        if function.arguments:
+                        if isinstance(function.name, str):
+                            held.name += function.name
+                        if isinstance(function.arguments, str):
                             held.parts.append(function.arguments)
-                    held.pieces.append((chunk, choice, call))
                 delta = delta.model_copy(update={"tool_calls": None})
                 choice = choice.model_copy(update={"delta": delta})
             if choice.finish_reason is not None:
@@ -127,11 +133,15 @@ class ChatFilter:
         for ordinal, key in enumerate(sorted(self._calls)):
             held = self._calls[key]
             text = "".join(held.parts)
-            views.append(ToolCallView.parse(ordinal, held.call_id or "", held.name or "", text))
+            views.append(ToolCallView.parse(ordinal, held.call_id, held.name, text))
         return views
 
     def release(self, decide: Decide) -> list[Any]:
-        """Gate the held calls; release each allowed one renumbered per choice, then the ending."""
+        """Gate the held calls; release each allowed one renumbered per choice, then the ending.
+
+        An allowed call is released as ONE chunk holding exactly what was gated (its id, name and complete
+        arguments), built fresh: no field of the model's pieces the gate did not read reaches the caller.
+        """
         views = self.views()
         keep = decide(views, self._model, self._usage)
         out: list[Any] = []
@@ -141,11 +151,19 @@ class ChatFilter:
                 continue
             number = kept_per_choice.get(key[0], 0)
             kept_per_choice[key[0]] = number + 1
-            for chunk, choice, call in self._calls[key].pieces:
-                renumbered = call.model_copy(update={"index": number})
-                delta = choice.delta.model_copy(update={"tool_calls": [renumbered], "content": None, "role": None})
-                piece = choice.model_copy(update={"delta": delta, "finish_reason": None})
-                out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
+            held = self._calls[key]
+            chunk, choice, call = held.first
+            whole = type(call).model_validate(
+                {
+                    "index": number,
+                    "id": held.call_id,
+                    "type": "function",
+                    "function": {"name": held.name, "arguments": "".join(held.parts)},
+                }
+            )
+            delta = type(choice.delta).model_validate({"tool_calls": [whole]})
+            piece = type(choice).model_validate({"index": choice.index, "delta": delta, "finish_reason": None})
+            out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
         had_calls = {key[0] for key in self._calls}
         for chunk in self._ending:
             choices = []

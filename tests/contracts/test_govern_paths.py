@@ -92,3 +92,32 @@ def test_an_ungoverned_path_of_a_copy_of_the_governed_client_is_reported_as_a_by
         with _ungoverned(session.client.with_options(timeout=5)) as raw:
             raw.read()
     assert session.get_health()["bypass_detected"] is True
+
+
+def test_parse_is_governed_like_create(spans: Spans) -> None:
+    strict = [{**entry, "function": {**entry["function"], "strict": True}} for entry in CHAT_TOOLS]
+    with s.ScriptedServer([_refund_reply()]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError):
+            session.client.chat.completions.parse(model=GPT, messages=HELLO, tools=strict)
+        sent = server.requests[0]["json"]
+    assert [entry["function"]["name"] for entry in sent["tools"]] == ["lookup_customer"]  # narrowed too
+    assert session.get_health()["bypass_detected"] is False
+
+
+def test_the_openai_stream_helper_of_an_async_client_is_governed(spans: Spans) -> None:
+    async def run(server: s.ScriptedServer) -> BaseException | None:
+        session = govern(openai_client(server, aio=True), REFUND_BOT, tracer_provider=spans.provider)
+        try:
+            async with session.client.chat.completions.stream(model=GPT, messages=HELLO, tools=CHAT_TOOLS) as stream:
+                await stream.get_final_completion()
+        except ReplayContractError as exc:
+            return exc
+        finally:
+            await session.client.close()
+        return None
+
+    refund = s.chat_stream((), model=GPT, tool_calls=[("c1", "issue_refund", REFUND)])
+    with s.ScriptedServer([refund]) as server:
+        error = asyncio.run(run(server))
+    assert isinstance(error, ReplayContractError)

@@ -32,6 +32,7 @@ from .govern_support import (
 
 GOOD = {"customer_email": "ana@example.com"}
 BAD = {"customer_email": "no address"}
+HELLO = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
@@ -267,3 +268,92 @@ def test_a_rejected_stream_lets_its_connection_go(spans: Spans) -> None:
         with pytest.raises(ReplayContractError):
             list(stream)
         assert stream.response.is_closed
+
+
+def _chunk(delta: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
+    choices = [{"index": 0, "delta": delta, "finish_reason": finish}] if delta is not None else []
+    return {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": GPT, "choices": choices}
+
+
+def _pieces_stream(*calls: dict[str, Any]) -> s.Reply:
+    """A chat stream whose tool-call pieces are exactly ``calls`` (each a ``delta.tool_calls`` entry)."""
+    events: list[tuple[str | None, Any]] = [(None, _chunk({"role": "assistant", "content": ""}))]
+    events += [(None, _chunk({"tool_calls": [call]})) for call in calls]
+    events += [(None, _chunk({}, "tool_calls")), (None, "[DONE]")]
+    return s.Reply(200, events=events)
+
+
+def _assembled(stream: Any) -> dict[int, dict[str, str]]:
+    """The calls as a hand-written accumulator joins the pieces (id, name and arguments appended)."""
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or ():
+                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                slot["id"] += call.id or ""
+                slot["name"] += (call.function.name if call.function else None) or ""
+                slot["arguments"] += (call.function.arguments if call.function else None) or ""
+    return calls
+
+
+def test_a_tool_name_split_across_pieces_is_gated_as_the_caller_joins_it(spans: Spans) -> None:
+    # the caller's accumulator (and the openai library's) joins "issue_" and "refund": so must the gate
+    args = json.dumps({"customer_id": "C1", "amount": 1, "currency": "USD"})
+    reply = _pieces_stream(
+        {"index": 0, "id": "c1", "type": "function", "function": {"name": "issue_", "arguments": ""}},
+        {"index": 0, "function": {"name": "refund", "arguments": args}},
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(
+            openai_client(server),
+            REFUND_BOT,
+            gate="strip_blocked",
+            unmatched_policy="allow",
+            tracer_provider=spans.provider,
+        )
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        with pytest.raises(ReplayContractError) as caught:  # issue_refund's gate is block: the response rejected
+            _assembled(stream)
+    assert {f.tool for f in caught.value.failures} == {"issue_refund"}
+    [tool] = decisions(spans)[0][sc.CONTRACT_TOOLS]
+    assert tool["name"] == "issue_refund" and tool["allowed"] is False
+
+
+def test_an_allowed_call_is_released_as_exactly_what_was_gated_in_one_piece(spans: Spans) -> None:
+    # many argument fragments, an allowed prefix, a second id piece: the caller gets the gated call, whole
+    text = json.dumps(GOOD)
+    pieces = [{"index": 0, "id": "c", "type": "function", "function": {"name": "lookup_customer", "arguments": ""}}]
+    pieces += [{"index": 0, "function": {"arguments": ch}} for ch in text]
+    pieces.append({"index": 0, "id": "1", "function": {"arguments": ""}})
+    with s.ScriptedServer([_pieces_stream(*pieces)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        chunks = list(stream)
+    with_calls = [chunk for chunk in chunks if any(c.delta.tool_calls for c in chunk.choices)]
+    assert len(with_calls) == 1
+    assert _assembled(iter(with_calls)) == {0: {"id": "c1", "name": "lookup_customer", "arguments": text}}
+    assert decisions(spans)[0][sc.CONTRACT_TOOLS][0]["call_id"] == "c1"
+
+
+def test_the_openai_stream_helper_is_governed_and_its_final_completion_has_only_allowed_calls(spans: Spans) -> None:
+    reply = s.chat_stream(
+        ("ok",), model=GPT, tool_calls=[("c1", "lookup_customer", BAD), ("c2", "lookup_customer", GOOD)]
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        with session.client.chat.completions.stream(model=GPT, messages=HELLO, tools=CHAT_TOOLS) as stream:
+            final = stream.get_final_completion()
+    assert [(c.id, c.function.name) for c in final.choices[0].message.tool_calls] == [("c2", "lookup_customer")]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "strip"
+    assert session.get_health()["bypass_detected"] is False
+
+
+def test_the_responses_stream_helper_is_governed(spans: Spans) -> None:
+    reply = s.responses_call_stream("x", model=GPT, tool_calls=[("f1", "lookup_customer", BAD)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        with session.client.responses.stream(model=GPT, input="hi", tools=RESPONSES_TOOLS) as stream:
+            final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["message"]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "text_only"
+    assert session.get_health()["bypass_detected"] is False

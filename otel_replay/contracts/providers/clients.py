@@ -5,16 +5,18 @@ except the governed methods, which run each call through the session's pipeline
 (:class:`~otel_replay.contracts.pipeline.Governor`):
 
 * ``openai``: ``chat.completions.create`` and ``responses.create`` (plain, ``stream=True``, and through
-  ``with_raw_response``), sync and async;
+  ``with_raw_response``), their ``parse()`` and ``stream()`` helpers, sync and async;
 * ``anthropic``: ``messages.create`` (plain, ``stream=True``, ``with_raw_response``) and
   ``messages.stream(...)``, sync and async.
 
 A response's refused tool calls are stripped from the very object the client returned (so a raw
 response's ``parse()`` shows the same); a rejected one raises
 :class:`~otel_replay.errors.ReplayContractError`. ``with_options()`` and ``copy()`` return governed clients
-of the same session. Other methods (``chat.completions.stream``, ``with_streaming_response``, ``beta``) are
-not governed: a call through them reaches the original client unguarded, and the session's bypass
-detection reports it.
+of the same session, and ``with session.client as client`` hands out the governed client. The openai stream
+helpers (``chat.completions.stream()``, ``responses.stream()``) and ``parse()`` are governed too. Other
+methods (``with_streaming_response``, ``beta``, the client's own ``post()``) are not: a generating call
+through them reaches the client unguarded, and the session's bypass detection reports it (see
+docs/guides/governing.md for the list).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class GovernedSession(Protocol):
     def watch(self, client: Any, aio: bool) -> None:
         """Report the generating requests ``client`` makes outside a governed call as bypasses."""
         ...
+
 
 __all__ = ["governed_client"]
 
@@ -276,12 +279,24 @@ class _Resource(wrapt.ObjectProxy):
         session, adapter, aio = self._self_args
         return _Raw(self.__wrapped__.with_raw_response, session, adapter, aio)
 
+    def parse(self, *args: Any, **kwargs: Any) -> Any:
+        """``parse()`` (structured output): governed like ``create`` (its parsed response is one of create's)."""
+        session, adapter, aio = self._self_args
+        if aio:
+            return _arun(session, adapter, self.__wrapped__.parse, args, kwargs, False)
+        return _run(session, adapter, self.__wrapped__.parse, args, kwargs, False)
+
     def stream(self, *args: Any, **kwargs: Any) -> Any:
+        """The stream helpers: ``messages.stream()``'s events, and the openai helpers' stream, governed."""
         session, adapter, _ = self._self_args
-        if adapter is not _MESSAGES or not session.active:
+        if not session.active:
             return self.__wrapped__.stream(*args, **kwargs)
-        request = session.governor.before(adapter, dict(kwargs))
-        return _StreamManager(self.__wrapped__.stream(*args, **request.kwargs), session, request)
+        if adapter is _MESSAGES:
+            request = session.governor.before(adapter, dict(kwargs))
+            return _StreamManager(self.__wrapped__.stream(*args, **request.kwargs), session, request)
+        # openai's chat.completions.stream() and responses.stream() open their stream with the resource's
+        # create(stream=True): run the helper on this proxy, so that create is the governed one
+        return type(self.__wrapped__).stream(self, *args, **kwargs)
 
 
 class _Chat(wrapt.ObjectProxy):
