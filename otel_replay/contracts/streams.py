@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol
 import wrapt
 
 from otel_replay.contracts.engine import ToolCallView
+from otel_replay.contracts.providers.openai import APP_CALLS, responses_call
 
 __all__ = [
     "AnthropicFilter",
@@ -291,18 +292,23 @@ _RESPONSE_ENDS: Final = frozenset({"response.completed", "response.incomplete", 
 
 
 class ResponsesFilter:
-    """``responses`` stream events: message items pass (renumbered), ``function_call`` items and the end held."""
+    """``responses`` stream events: message items pass (renumbered); tool calls and the ending are held.
+
+    Held: the items the application carries out (function, custom and built-in tool calls,
+    :data:`~otel_replay.contracts.providers.openai.APP_CALLS`) and the final ``response.*`` event.
+    """
 
     def __init__(self) -> None:
         """An empty filter."""
         self.complete = False
         self._out_index = 0
         self._map: dict[int, int] = {}  # passed items: output_index in -> out
-        self._held: dict[int, list[Any]] = {}  # function_call items: output_index in -> their events
+        self._held: dict[int, list[Any]] = {}  # tool call items: output_index in -> their events
+        self._gated: list[Any] = []  # the items gated, in order, as the caller may see them
         self._ending: list[Any] = []
 
     def take(self, event: Any) -> list[Any]:
-        """Pass what is not a function call; hold function calls' events and the final ``response.*`` event."""
+        """Pass what is not a tool call; hold tool calls' events and the final ``response.*`` event."""
         kind = getattr(event, "type", None)
         if kind in _RESPONSE_ENDS:
             self._ending.append(event)
@@ -311,10 +317,9 @@ class ResponsesFilter:
         index = getattr(event, "output_index", None)
         if not isinstance(index, int):
             return [event]
-        if kind == "response.output_item.added" and getattr(event.item, "type", None) == "function_call":
-            self._held[index] = [event]
-            return []
         held = self._held.get(index)
+        if held is None and getattr(getattr(event, "item", None), "type", None) in APP_CALLS:
+            held = self._held[index] = []  # a call, whichever of its events comes first
         if held is not None:
             held.append(event)
             return []
@@ -324,23 +329,34 @@ class ResponsesFilter:
         return [_at_output(event, self._map[index])]
 
     def views(self) -> list[ToolCallView]:
-        """The held function calls, in order, with their complete arguments."""
+        """The held calls, in order, complete: the final item's arguments, else the streamed ones."""
         views = []
+        self._gated = []
         for ordinal, index in enumerate(sorted(self._held)):
-            events = self._held[index]
-            item = events[0].item
-            arguments: str | None = None
+            item: Any = None
+            done: str | None = None
             parts: list[str] = []
-            for event in events[1:]:
-                if event.type == "response.function_call_arguments.delta":
+            final = False
+            for event in self._held[index]:
+                kind = event.type
+                if kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
                     parts.append(event.delta or "")
-                elif event.type == "response.function_call_arguments.done":
-                    arguments = event.arguments
-                elif event.type == "response.output_item.done":
-                    item = event.item
-                    arguments = getattr(item, "arguments", arguments)
-            text = arguments if isinstance(arguments, str) else "".join(parts)
-            views.append(ToolCallView.parse(ordinal, item.call_id or "", item.name or "", text))
+                elif kind == "response.function_call_arguments.done":
+                    done = event.arguments
+                elif kind == "response.custom_tool_call_input.done":
+                    done = event.input
+                elif kind in ("response.output_item.added", "response.output_item.done"):
+                    if not final:
+                        item = event.item
+                    final = final or kind == "response.output_item.done"
+            found = responses_call(item) if item is not None else None
+            call_id, name, text = found if found is not None else ("", "", "")
+            if not final and item is not None and getattr(item, "type", None) in ("function_call", "custom_tool_call"):
+                text = done if isinstance(done, str) else "".join(parts)
+                field = "arguments" if item.type == "function_call" else "input"
+                item = item.model_copy(update={field: text})
+            self._gated.append(item)
+            views.append(ToolCallView.parse(ordinal, call_id, name, text))
         return views
 
     def _usage(self) -> tuple[str | None, tuple[int, int] | None]:
@@ -353,7 +369,11 @@ class ResponsesFilter:
         return None, None
 
     def release(self, decide: Decide) -> list[Any]:
-        """Gate the held calls; release the allowed ones, then the final event with the refused ones removed."""
+        """Gate the held calls; release the allowed ones, then the final event with exactly the gated calls.
+
+        The final response's tool call items are replaced by the items gated (allowed ones only), so a
+        final response that names other calls than the stream did delivers none of them.
+        """
         views = self.views()
         model, usage = self._usage()
         keep = decide(views, model, usage)
@@ -363,23 +383,58 @@ class ResponsesFilter:
                 continue
             number = self._out_index
             self._out_index += 1
-            out.extend(_at_output(event, number) for event in self._held[index])
+            gated = self._gated[ordinal]
+            out.extend(_at_output(event, number) for event in _as_gated(self._held[index], gated, views[ordinal]))
         for event in self._ending:
             response = getattr(event, "response", None)
-            if response is not None and self._held:
+            if response is not None and response.output is not None:
                 calls = 0
                 output = []
-                for item in response.output or ():
-                    if getattr(item, "type", None) == "function_call":
-                        calls += 1
-                        if calls - 1 not in keep:
-                            continue
+                for item in response.output:
+                    if getattr(item, "type", None) in APP_CALLS:
+                        ordinal, calls = calls, calls + 1
+                        if ordinal in keep and ordinal < len(self._gated) and self._gated[ordinal] is not None:
+                            output.append(self._gated[ordinal])
+                        continue
                     output.append(item)
                 event = event.model_copy(update={"response": response.model_copy(update={"output": output})})
             out.append(event)
         self._held.clear()
         self._ending.clear()
         return out
+
+
+_DELTAS: Final = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
+
+
+def _as_gated(events: list[Any], item: Any, view: ToolCallView) -> list[Any]:
+    """A released call's events made to say exactly what was gated, however the caller assembles them.
+
+    One delta carries the whole arguments text, the ``done`` events and items carry it too, the ``added``
+    item starts empty (the deltas are appended to it).
+    """
+    text = view.arguments_text
+    arg = "input" if getattr(item, "type", None) == "custom_tool_call" else "arguments"
+    empty = item.model_copy(update={arg: ""}) if item is not None and hasattr(item, arg) else item
+    out: list[Any] = []
+    delta_sent = False
+    for event in events:
+        kind = event.type
+        if kind in _DELTAS:
+            if not delta_sent:
+                out.append(event.model_copy(update={"delta": text}))
+                delta_sent = True
+        elif kind == "response.function_call_arguments.done":
+            out.append(event.model_copy(update={"arguments": text}))
+        elif kind == "response.custom_tool_call_input.done":
+            out.append(event.model_copy(update={"input": text}))
+        elif kind == "response.output_item.added":
+            out.append(event.model_copy(update={"item": empty}))
+        elif kind == "response.output_item.done":
+            out.append(event.model_copy(update={"item": item}))
+        else:
+            out.append(event)
+    return out
 
 
 def _at_output(event: Any, number: int) -> Any:
