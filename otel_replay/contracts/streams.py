@@ -16,6 +16,7 @@ If the stream breaks before the response is complete, the held calls are never d
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
@@ -256,7 +257,10 @@ class AnthropicFilter:
                 for e in events[1:]
                 if e.type == "content_block_delta" and getattr(e.delta, "type", None) == "input_json_delta"
             ]
-            text = "".join(parts) or "{}"
+            if parts:  # the client's accumulator parses the deltas into the block's input, replacing it
+                text = "".join(parts)
+            else:  # without deltas the block keeps the input it started with
+                text = json.dumps(block.input, separators=(",", ":"), default=str) if block.input else "{}"
             views.append(ToolCallView.parse(ordinal, block.id or "", block.name or "", text))
         return views
 
@@ -272,7 +276,7 @@ class AnthropicFilter:
             number = self._out_index
             self._out_index += 1
             kept += 1
-            out.extend(_renumbered(event, number) for event in self._held[index])
+            out.extend(_renumbered(event, number) for event in _as_gated_block(self._held[index], views[ordinal]))
         for event in self._ending:
             if event.type == "message_delta" and self._held and not kept and event.delta.stop_reason == "tool_use":
                 event = event.model_copy(update={"delta": event.delta.model_copy(update={"stop_reason": "end_turn"})})
@@ -280,6 +284,30 @@ class AnthropicFilter:
         self._held.clear()
         self._ending.clear()
         return out
+
+
+def _as_gated_block(events: list[Any], view: ToolCallView) -> list[Any]:
+    """A released ``tool_use`` block's events made to say exactly what was gated.
+
+    With input deltas: the block starts with an empty input and ONE delta carries the whole input gated;
+    without: the block as it started (its input is what was gated). Other events of the block pass.
+    """
+    deltas = [
+        e for e in events if e.type == "content_block_delta" and getattr(e.delta, "type", None) == "input_json_delta"
+    ]
+    if not deltas:
+        return events
+    out: list[Any] = []
+    for event in events:
+        if event.type == "content_block_start":
+            block = event.content_block.model_copy(update={"input": {}})
+            out.append(event.model_copy(update={"content_block": block}))
+        elif event.type != "content_block_delta":
+            out.append(event)
+        elif event is deltas[0]:
+            whole = event.delta.model_copy(update={"partial_json": view.arguments_text})
+            out.append(event.model_copy(update={"delta": whole}))
+    return out
 
 
 def _renumbered(event: Any, number: int) -> Any:

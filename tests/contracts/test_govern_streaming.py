@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -357,3 +359,78 @@ def test_the_responses_stream_helper_is_governed(spans: Spans) -> None:
     assert [item.type for item in final.output] == ["message"]
     assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "text_only"
     assert session.get_health()["bypass_detected"] is False
+
+
+def test_an_anthropic_tool_use_block_that_starts_with_its_input_and_has_no_deltas_is_gated_on_that_input(
+    spans: Spans, tmp_path: Path
+) -> None:
+    contracts = tmp_path / "contracts"
+    shutil.copytree(REFUND_BOT, contracts)
+    (contracts / "note.yaml").write_text(
+        "tool: note\nside_effect: read\n"
+        "argument_value_invariants:\n  - path: $.amount\n    lte: 10\n    optional: true\n"
+    )
+    start = {"type": "tool_use", "id": "t1", "name": "note", "input": {"amount": 9999}}
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": _claude_start()}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(anthropic_client(server), contracts, gate="strip_blocked", tracer_provider=spans.provider)
+        tools = [{"name": "note", "input_schema": {"type": "object"}}]
+        with session.client.messages.stream(model=CLAUDE, max_tokens=9, messages=HELLO, tools=tools) as stream:
+            final = stream.get_final_message()
+    assert [block.type for block in final.content] == []
+    [failure] = decisions(spans)[0][sc.CONTRACT_FAILURES]
+    assert failure["rule"] == "argument_invariant" and failure["path"] == "$.amount"
+
+
+def test_an_anthropic_tool_use_block_is_released_with_its_input_in_one_delta(spans: Spans) -> None:
+    text = json.dumps(GOOD)
+    start = {"type": "tool_use", "id": "t1", "name": "lookup_customer", "input": {"customer_email": "x@y.z"}}
+    deltas = [
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ch}},
+        )
+        for ch in text
+    ]
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": _claude_start()}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+        *deltas,
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        stream = session.client.messages.create(
+            model=CLAUDE, max_tokens=9, messages=HELLO, tools=ANTHROPIC_TOOLS, stream=True
+        )
+        got = list(stream)
+    [begin] = [e for e in got if e.type == "content_block_start"]
+    assert begin.content_block.input == {}
+    assert [e.delta.partial_json for e in got if e.type == "content_block_delta"] == [text]
+
+
+def _claude_start() -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": CLAUDE,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
