@@ -27,6 +27,7 @@ import hashlib
 import json
 import re
 import time
+import unicodedata
 from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
@@ -88,6 +89,11 @@ def _line(text: str) -> str:
 def _shown_name(name: Any) -> str:
     text = name if isinstance(name, str) else repr(name)
     return text if len(text) <= _MAX_NAME_CHARS else text[:_MAX_NAME_CHARS] + "..."
+
+
+def _folded(name: str) -> str:
+    """A tool name with case, Unicode compatibility forms, spaces, ``-`` and ``_`` folded away."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", name).casefold() if not ch.isspace() and ch not in "-_")
 
 
 def _stored(name: Any) -> str:
@@ -193,6 +199,7 @@ class Engine:
                 paths = output_paths.setdefault(pre.requires_prior_tool, [])
                 paths.extend(c.path for c in pre.with_output if c.path not in paths)
         self._output_paths = {tool: tuple(paths) for tool, paths in output_paths.items()}
+        self._folded = {_folded(tool): tool for tool in contracts.tools}
 
     # -- state ------------------------------------------------------------------------------------------------
 
@@ -409,6 +416,11 @@ class Engine:
             fail("narrowed", f"{name} is outside the manual narrowing")
         if contract is None and self.unmatched_policy == "block":
             fail("unmatched", f"{name} has no contract (unmatched_policy block)")
+        elif contract is None and isinstance(call.name, str) and _folded(call.name) in self._folded:
+            # unmatched_policy allow lets unknown tools pass, never a contracted one under a disguise: an
+            # application that looks its tools up loosely would run it ungoverned
+            near = self._folded[_folded(call.name)]
+            fail("unmatched", f"{name!r} is not the contracted tool {near}: only case, spaces or forms differ")
         if call.arguments is None:
             fail("malformed_arguments", f"the arguments of {name} are not a JSON object")
         if name in sim.forbidden:

@@ -253,3 +253,24 @@ def test_streamed_argument_deltas_that_disagree_with_the_final_arguments_reach_t
     done = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
     assert json.loads(deltas) == GOOD and [json.loads(d) for d in done] == [GOOD]
     assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "allow"
+
+
+@pytest.mark.parametrize(
+    "name", ["Issue_Refund", "issue_refund ", "issue-refund", "ｉｓｓｕｅ_ｒｅｆｕｎｄ", "issue_\u2009refund"]
+)
+def test_a_contracted_tool_under_another_case_or_spacing_is_not_let_through_as_unknown(spans: Spans, name: str) -> None:
+    args = {"customer_id": "C1", "amount": 5000, "currency": "XXX"}
+    with s.ScriptedServer([s.chat_completion(None, model=GPT, tool_calls=[("c1", name, args)])]) as server:
+        session = govern(openai_client(server), REFUND_BOT, unmatched_policy="allow", tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError) as caught:
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    [failure] = caught.value.failures
+    assert failure.rule == "unmatched" and "issue_refund" in failure.detail
+
+
+def test_under_unmatched_policy_allow_an_unknown_tool_still_passes(spans: Spans) -> None:
+    reply = s.chat_completion(None, model=GPT, tool_calls=[("c1", "get_weather", {"city": "Oslo"})])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, unmatched_policy="allow", tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO)
+    assert [c.function.name for c in response.choices[0].message.tool_calls] == ["get_weather"]
