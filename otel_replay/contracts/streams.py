@@ -11,7 +11,8 @@ When the model's response is complete the held calls go to the session's ``decid
 pipeline as a non-streamed response). What it allows is released, renumbered so the caller's own
 accumulator sees calls ``0..n-1`` (or content blocks in order); what it refuses never reaches the caller;
 a rejection raises :class:`~otel_replay.errors.ReplayContractError` from the iteration, after the text.
-If the stream breaks before the response is complete, the held calls are never delivered.
+If the stream breaks or is left (closed, or its ``with`` block left) before the response is complete, the held
+calls are never delivered, and the session counts the model call as a step (``abandon``).
 """
 
 from __future__ import annotations
@@ -473,16 +474,37 @@ def _at_output(event: Any, number: int) -> Any:
 
 
 class GovernedStream(wrapt.ObjectProxy):
-    """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too)."""
+    """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too).
 
-    def __init__(self, wrapped: Any, filter: StreamFilter, decide: Decide) -> None:
+    A stream left before its response was gated (closed, left by ``with``, or broken) calls ``abandon``
+    once: the model was called, the session counts it; its held calls are never delivered.
+    """
+
+    def __init__(
+        self, wrapped: Any, filter: StreamFilter, decide: Decide, abandon: Callable[[], None] | None = None
+    ) -> None:
         """Govern ``wrapped`` through ``filter``, gating with ``decide``."""
         super().__init__(wrapped)
         self._self_it = wrapped if hasattr(wrapped, "__next__") else iter(wrapped)
         self._self_filter = filter
         self._self_decide = decide
+        self._self_abandon = abandon
         self._self_queue: deque[Any] = deque()
         self._self_released = False
+
+    @property
+    def released(self) -> bool:
+        """The response was gated (or the stream given up): nothing more is held."""
+        return bool(self._self_released)
+
+    def abandoned(self) -> None:
+        """The caller left the stream: if its response was not gated yet, it never will be (counted once)."""
+        if self._self_released:
+            return
+        self._self_released = True
+        self._self_queue.clear()
+        if self._self_abandon is not None:
+            self._self_abandon()
 
     def __iter__(self) -> GovernedStream:
         return self
@@ -497,6 +519,9 @@ class GovernedStream(wrapt.ObjectProxy):
             except StopIteration:
                 self._release()
                 continue
+            except BaseException:  # a broken stream: its response is never gated
+                self.abandoned()
+                raise
             queue.extend(self._self_filter.take(chunk))
             if self._self_filter.complete:
                 self._release()
@@ -512,6 +537,13 @@ class GovernedStream(wrapt.ObjectProxy):
                 close()
             raise
 
+    def close(self) -> None:
+        """Close the stream (an ungated response is counted as abandoned)."""
+        self.abandoned()
+        close = getattr(self.__wrapped__, "close", None)
+        if close is not None:
+            close()
+
     def __enter__(self) -> GovernedStream:
         enter = getattr(self.__wrapped__, "__enter__", None)
         if enter is not None:
@@ -521,21 +553,42 @@ class GovernedStream(wrapt.ObjectProxy):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self.abandoned()
         leave = getattr(self.__wrapped__, "__exit__", None)
         return leave(exc_type, exc, tb) if leave is not None else None
 
 
 class AsyncGovernedStream(wrapt.ObjectProxy):
-    """A client's asynchronous stream, governed (``async for``, ``async with``, ``await close()``)."""
+    """A client's asynchronous stream, governed (``async for``, ``async with``, ``await close()``).
 
-    def __init__(self, wrapped: Any, filter: StreamFilter, decide: Decide) -> None:
+    Abandoned as :class:`GovernedStream`.
+    """
+
+    def __init__(
+        self, wrapped: Any, filter: StreamFilter, decide: Decide, abandon: Callable[[], None] | None = None
+    ) -> None:
         """Govern ``wrapped`` through ``filter``, gating with ``decide`` (called in the event loop's thread)."""
         super().__init__(wrapped)
         self._self_it = wrapped if hasattr(wrapped, "__anext__") else wrapped.__aiter__()
         self._self_filter = filter
         self._self_decide = decide
+        self._self_abandon = abandon
         self._self_queue: deque[Any] = deque()
         self._self_released = False
+
+    @property
+    def released(self) -> bool:
+        """The response was gated (or the stream given up): nothing more is held."""
+        return bool(self._self_released)
+
+    def abandoned(self) -> None:
+        """The caller left the stream: if its response was not gated yet, it never will be (counted once)."""
+        if self._self_released:
+            return
+        self._self_released = True
+        self._self_queue.clear()
+        if self._self_abandon is not None:
+            self._self_abandon()
 
     def __aiter__(self) -> AsyncGovernedStream:
         return self
@@ -550,6 +603,9 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
             except StopAsyncIteration:
                 await self._release()
                 continue
+            except BaseException:  # a broken stream: its response is never gated
+                self.abandoned()
+                raise
             queue.extend(self._self_filter.take(chunk))
             if self._self_filter.complete:
                 await self._release()
@@ -565,6 +621,13 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
                 await close()
             raise
 
+    async def close(self) -> None:
+        """Close the stream (an ungated response is counted as abandoned)."""
+        self.abandoned()
+        close = getattr(self.__wrapped__, "close", None)
+        if close is not None:
+            await close()
+
     async def __aenter__(self) -> AsyncGovernedStream:
         enter = getattr(self.__wrapped__, "__aenter__", None)
         if enter is not None:
@@ -574,5 +637,6 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self.abandoned()
         leave = getattr(self.__wrapped__, "__aexit__", None)
         return (await leave(exc_type, exc, tb)) if leave is not None else None

@@ -434,3 +434,39 @@ def _claude_start() -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": 5, "output_tokens": 1},
     }
+
+
+def test_streams_left_before_their_response_was_gated_count_as_steps_and_max_steps_still_holds(spans: Spans) -> None:
+    replies = [s.chat_stream(("a", "b"), model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)]) for _ in range(9)]
+    replies.append(s.chat_stream(("a",), model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)], cut_after=4))
+    with s.ScriptedServer(replies) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        for _ in range(4):  # closed after the first chunk
+            stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+            next(stream)
+            stream.close()
+        for _ in range(5):  # a with block left early
+            with session.client.chat.completions.create(
+                model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True
+            ) as stream:
+                next(stream)
+        broken = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        with pytest.raises(Exception):  # noqa: B017,PT011 - the client's own error for a broken stream
+            list(broken)
+        assert session.get_state()["total_step_count"] == 10
+        with pytest.raises(ReplayContractError, match="max_steps"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        assert len(server.requests) == 10
+    assert session.get_state()["tool_call_counts"] == {}  # no held call was ever delivered
+
+
+def test_an_anthropic_stream_helper_left_early_counts_as_a_step(spans: Spans) -> None:
+    reply = s.anthropic_stream(("Let ", "me ", "see."), model=CLAUDE, tool_uses=[("t1", "lookup_customer", GOOD)])
+    with s.ScriptedServer([reply]) as server:
+        session = _anthropic_session(server, spans)
+        with session.client.messages.stream(
+            model=CLAUDE, max_tokens=100, messages=HELLO, tools=ANTHROPIC_TOOLS
+        ) as stream:
+            next(iter(stream))
+    state = session.get_state()
+    assert state["total_step_count"] == 1 and state["tool_call_counts"] == {}

@@ -32,6 +32,7 @@ from otel_replay.contracts.pipeline import GOVERNED, Governor, Request
 from otel_replay.contracts.providers.anthropic import MessagesAdapter
 from otel_replay.contracts.providers.base import Adapter
 from otel_replay.contracts.providers.openai import ChatAdapter, ResponsesAdapter
+from otel_replay.contracts.state import SessionState
 from otel_replay.contracts.streams import (
     AnthropicFilter,
     AsyncGovernedStream,
@@ -88,10 +89,34 @@ def _decider(session: GovernedSession, adapter: Adapter, request: Request) -> De
     return decide
 
 
+def _abandoner(session: GovernedSession, adapter: Adapter) -> Callable[[], None]:
+    """What a stream left before its response was gated does: the model call counts as a step (enforcing).
+
+    Else a loop of abandoned (or broken) streams would call the model past ``max_steps`` unseen.
+    """
+
+    def abandon() -> None:
+        governor = session.governor
+        governor.tell({"event": "stream_abandoned", "api": adapter.api})
+        if governor.mode != "enforce":
+            return
+
+        def count(state: SessionState) -> None:
+            state.total_step_count += 1
+            state.state_version += 1
+
+        governor.update(count)
+
+    return abandon
+
+
 def _governed_stream(session: GovernedSession, adapter: Adapter, request: Request, stream: Any, aio: bool) -> Any:
     filter = _filter_for(adapter)
     decide = _decider(session, adapter, request)
-    return AsyncGovernedStream(stream, filter, decide) if aio else GovernedStream(stream, filter, decide)
+    abandon = _abandoner(session, adapter)
+    if aio:
+        return AsyncGovernedStream(stream, filter, decide, abandon)
+    return GovernedStream(stream, filter, decide, abandon)
 
 
 def _read(session: GovernedSession, adapter: Adapter, response: Any) -> tuple[list[ToolCallView], Any] | None:
@@ -208,16 +233,24 @@ class _StreamManager(wrapt.ObjectProxy):
     def __init__(self, wrapped: Any, session: GovernedSession, request: Request) -> None:
         super().__init__(wrapped)
         self._self_args = (session, request)
+        self._self_governed: Any = None
+
+    def _left(self) -> None:
+        if self._self_governed is not None:
+            self._self_governed.abandoned()
 
     def _govern(self, stream: Any, aio: bool) -> Any:
         session, request = self._self_args
         decide = _decider(session, _MESSAGES, request)
         raw = stream._raw_stream  # the helper reads its raw events lazily, through this attribute
-        stream._raw_stream = (
-            AsyncGovernedStream(raw, AnthropicFilter(), decide)
+        abandon = _abandoner(session, _MESSAGES)
+        governed = (
+            AsyncGovernedStream(raw, AnthropicFilter(), decide, abandon)
             if aio
-            else GovernedStream(raw, AnthropicFilter(), decide)
+            else GovernedStream(raw, AnthropicFilter(), decide, abandon)
         )
+        stream._raw_stream = governed
+        self._self_governed = governed
         return stream
 
     def __enter__(self) -> Any:
@@ -231,6 +264,7 @@ class _StreamManager(wrapt.ObjectProxy):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self._left()
         return self.__wrapped__.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Any:
@@ -244,6 +278,7 @@ class _StreamManager(wrapt.ObjectProxy):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self._left()
         return await self.__wrapped__.__aexit__(exc_type, exc, tb)
 
 
