@@ -21,6 +21,7 @@ docs/guides/governing.md for the list).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol
@@ -133,14 +134,50 @@ def _read(session: GovernedSession, adapter: Adapter, response: Any) -> tuple[li
         ) from exc
 
 
-def _gate(session: GovernedSession, adapter: Adapter, request: Request, response: Any) -> None:
+def _gate(session: GovernedSession, adapter: Adapter, request: Request, response: Any) -> bool:
+    """Gate a complete response in place; ``True`` when calls were stripped from it."""
     read = _read(session, adapter, response)
     if read is None:
-        return
+        return False
     calls, usage = read
     keep = session.governor.decide(adapter, request, calls, usage, streamed=False)
     if len(keep) < len(calls):
         adapter.strip(response, keep)
+        return True
+    return False
+
+
+def _body(parsed: Any) -> bytes:
+    """A stripped response as JSON bytes (what its raw body now says)."""
+    to_json = getattr(parsed, "model_dump_json", None)
+    return to_json().encode() if callable(to_json) else json.dumps(parsed, default=str).encode()
+
+
+class _StrippedRaw(wrapt.ObjectProxy):
+    """A raw response some of whose tool calls were refused: its body reads as the stripped response.
+
+    ``parse()`` gives the stripped response; ``content``, ``text`` and ``http_response`` say the
+    same (the refused calls the server sent are in no form reachable through it).
+    """
+
+    def __init__(self, wrapped: Any, parsed: Any) -> None:
+        super().__init__(wrapped)
+        self._self_body = _body(parsed)
+
+    @property
+    def content(self) -> bytes:
+        return bytes(self._self_body)
+
+    @property
+    def text(self) -> str:
+        return bytes(self._self_body).decode()
+
+    @property
+    def http_response(self) -> Any:
+        original = self.__wrapped__.http_response
+        skip = {"content-length", "content-encoding", "transfer-encoding"}
+        headers = [(key, value) for key, value in original.headers.items() if key.lower() not in skip]
+        return type(original)(original.status_code, headers=headers, content=self._self_body, request=original.request)
 
 
 def _retrying(session: GovernedSession, attempt: int, exc: ReplayContractError) -> bool:
@@ -165,13 +202,14 @@ def _run(
                 return _RawStreamResponse(result, session, adapter, request, False)
             return _governed_stream(session, adapter, request, result, False)
         try:
-            _gate(session, adapter, request, result.parse() if raw else result)
+            parsed = result.parse() if raw else result
+            stripped = _gate(session, adapter, request, parsed)
         except ReplayContractError as exc:
             if _retrying(session, attempt, exc):
                 attempt += 1
                 continue
             raise
-        return result
+        return _StrippedRaw(result, parsed) if raw and stripped else result
 
 
 async def _arun(
@@ -192,17 +230,41 @@ async def _arun(
                 return _RawStreamResponse(result, session, adapter, request, True)
             return _governed_stream(session, adapter, request, result, True)
         try:
-            _gate(session, adapter, request, (await result.parse()) if raw else result)
+            parsed = (await result.parse()) if raw else result
+            stripped = _gate(session, adapter, request, parsed)
         except ReplayContractError as exc:
             if _retrying(session, attempt, exc):
                 attempt += 1
                 continue
             raise
-        return result
+        return _StrippedRaw(result, parsed) if raw and stripped else result
 
 
 class _RawStreamResponse(wrapt.ObjectProxy):
-    """``with_raw_response.create(stream=True)``: the raw response, whose ``parse()`` gives the governed stream."""
+    """``with_raw_response.create(stream=True)``: the raw response, whose ``parse()`` gives the governed stream.
+
+    Its body is read only through ``parse()``: ``content``, ``text`` and ``http_response`` (the ungoverned
+    events) are refused.
+    """
+
+    def _refused(self, what: str) -> ContractError:
+        session = self._self_args[0]
+        return ContractError(
+            f"session {session.session_id}: the {what} of a governed streamed response is not given out "
+            "(its tool calls are not gated there): read it through parse()"
+        )
+
+    @property
+    def content(self) -> bytes:
+        raise self._refused("content")
+
+    @property
+    def text(self) -> str:
+        raise self._refused("text")
+
+    @property
+    def http_response(self) -> Any:
+        raise self._refused("http_response")
 
     def __init__(self, wrapped: Any, session: GovernedSession, adapter: Adapter, request: Request, aio: bool) -> None:
         super().__init__(wrapped)
