@@ -27,6 +27,7 @@ import wrapt
 
 from otel_replay.contracts.engine import ToolCallView
 from otel_replay.contracts.providers.openai import APP_CALLS, responses_call
+from otel_replay.errors import ContractError
 
 __all__ = [
     "AnthropicFilter",
@@ -473,6 +474,37 @@ def _at_output(event: Any, number: int) -> Any:
 # --- the stream proxies ---------------------------------------------------------------------------------
 
 
+_BODY_READERS: Final = frozenset(
+    {
+        "read",
+        "iter_bytes",
+        "iter_text",
+        "iter_lines",
+        "iter_raw",
+        "content",
+        "text",
+        "json",
+        "aread",
+        "aiter_bytes",
+        "aiter_text",
+        "aiter_lines",
+        "aiter_raw",
+    }
+)
+
+
+class _BodyWithheld(wrapt.ObjectProxy):
+    """A governed stream's HTTP response: its status, headers and ``close()``, never its ungated body."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _BODY_READERS:
+            raise ContractError(
+                f"the body of a governed stream's HTTP response is not given out ({name}): its tool calls "
+                "are gated only as the stream is iterated"
+            )
+        return getattr(self.__wrapped__, name)
+
+
 class GovernedStream(wrapt.ObjectProxy):
     """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too).
 
@@ -491,6 +523,11 @@ class GovernedStream(wrapt.ObjectProxy):
         self._self_abandon = abandon
         self._self_queue: deque[Any] = deque()
         self._self_released = False
+
+    @property
+    def response(self) -> Any:
+        """The HTTP response, its body withheld (read the stream instead)."""
+        return _BodyWithheld(self.__wrapped__.response)
 
     @property
     def released(self) -> bool:
@@ -575,6 +612,11 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
         self._self_abandon = abandon
         self._self_queue: deque[Any] = deque()
         self._self_released = False
+
+    @property
+    def response(self) -> Any:
+        """The HTTP response, its body withheld (read the stream instead)."""
+        return _BodyWithheld(self.__wrapped__.response)
 
     @property
     def released(self) -> bool:

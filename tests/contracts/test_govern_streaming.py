@@ -15,7 +15,7 @@ import pytest
 
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import govern
-from otel_replay.errors import ReplayContractError
+from otel_replay.errors import ContractError, ReplayContractError
 from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
@@ -470,3 +470,15 @@ def test_an_anthropic_stream_helper_left_early_counts_as_a_step(spans: Spans) ->
             next(iter(stream))
     state = session.get_state()
     assert state["total_step_count"] == 1 and state["tool_call_counts"] == {}
+
+
+def test_the_http_body_under_a_governed_stream_is_not_given_out(spans: Spans) -> None:
+    reply = s.chat_stream(("ok",), model=GPT, tool_calls=[("c1", "issue_refund", {"amount": 1})])
+    with s.ScriptedServer([reply]) as server:
+        _, stream = _chat_stream(server, spans)
+        for reader in ("iter_lines", "iter_bytes", "read", "text"):
+            with pytest.raises(ContractError, match=rf"HTTP response is not given out \({reader}\)"):
+                getattr(stream.response, reader)
+        assert stream.response.status_code == 200
+        with pytest.raises(ReplayContractError):
+            list(stream)
