@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from otel_replay.contracts.session import govern
-from otel_replay.errors import ReplayContractError
+from otel_replay.errors import ContractError, ReplayContractError
 from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
@@ -121,3 +121,15 @@ def test_the_openai_stream_helper_of_an_async_client_is_governed(spans: Spans) -
     with s.ScriptedServer([refund]) as server:
         error = asyncio.run(run(server))
     assert isinstance(error, ReplayContractError)
+
+
+def test_anthropic_beta_messages_are_governed_and_the_tool_runner_is_refused(spans: Spans) -> None:
+    claude = s.anthropic_message(None, model=CLAUDE, tool_uses=[("t1", "issue_refund", REFUND)])
+    with s.ScriptedServer([claude]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError):
+            session.client.beta.messages.create(model=CLAUDE, max_tokens=5, messages=HELLO, tools=ANTHROPIC_TOOLS)
+        with pytest.raises(ContractError, match="tool_runner"):
+            session.client.beta.messages.tool_runner(model=CLAUDE, max_tokens=5, messages=HELLO, tools=[])
+        assert len(server.requests) == 1
+    assert session.get_health()["bypass_detected"] is False

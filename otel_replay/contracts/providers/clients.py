@@ -7,14 +7,15 @@ except the governed methods, which run each call through the session's pipeline
 * ``openai``: ``chat.completions.create`` and ``responses.create`` (plain, ``stream=True``, and through
   ``with_raw_response``), their ``parse()`` and ``stream()`` helpers, sync and async;
 * ``anthropic``: ``messages.create`` (plain, ``stream=True``, ``with_raw_response``) and
-  ``messages.stream(...)``, sync and async.
+  ``messages.stream(...)``, the same of ``beta.messages``, sync and async; ``beta.messages.tool_runner()``
+  (which runs the model's tool calls itself) is refused while enforcing.
 
 A response's refused tool calls are stripped from the very object the client returned (so a raw
 response's ``parse()`` shows the same); a rejected one raises
 :class:`~otel_replay.errors.ReplayContractError`. ``with_options()`` and ``copy()`` return governed clients
 of the same session, and ``with session.client as client`` hands out the governed client. The openai stream
 helpers (``chat.completions.stream()``, ``responses.stream()``) and ``parse()`` are governed too. Other
-methods (``with_streaming_response``, ``beta``, the client's own ``post()``) are not: a generating call
+methods (``with_streaming_response``, the client's own ``post()``) are not: a generating call
 through them reaches the client unguarded, and the session's bypass detection reports it (see
 docs/guides/governing.md for the list).
 """
@@ -396,6 +397,32 @@ class _Resource(wrapt.ObjectProxy):
         return type(self.__wrapped__).stream(self, *args, **kwargs)
 
 
+class _BetaMessages(_Resource):
+    """Anthropic's ``beta.messages``: governed as ``messages``; its tool runner refused while enforcing."""
+
+    def tool_runner(self, *args: Any, **kwargs: Any) -> Any:
+        session, _, _ = self._self_args
+        if session.active and session.governor.mode == "enforce":
+            raise ContractError(
+                f"session {session.session_id}: beta.messages.tool_runner() runs the model's tool calls itself, "
+                "ungated: call messages.create() and run the tools through session.tools"
+            )
+        return self.__wrapped__.tool_runner(*args, **kwargs)
+
+
+class _Beta(wrapt.ObjectProxy):
+    """Anthropic's ``client.beta``: its ``messages`` governed."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, aio)
+
+    @property
+    def messages(self) -> Any:
+        session, aio = self._self_args
+        return _BetaMessages(self.__wrapped__.messages, session, _MESSAGES, aio)
+
+
 class _Chat(wrapt.ObjectProxy):
     """``client.chat``: its ``completions`` governed."""
 
@@ -426,6 +453,8 @@ class _Client(wrapt.ObjectProxy):
                 return _Resource(value, session, _RESPONSES, aio)
         elif name == "messages":
             return _Resource(value, session, _MESSAGES, aio)
+        elif name == "beta":
+            return _Beta(value, session, aio)
         return value
 
     def __enter__(self) -> Any:
