@@ -116,6 +116,11 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def _stored(name: Any) -> str:
+    """A tool name as the state and the failures keep it: shown (cut) and redacted (a model can name a secret)."""
+    return redact(_shown_name(name))
+
+
 def _digest(call: ToolCallView) -> str:
     """``"tool:hash"`` of the tool and its canonical arguments (the raw text when they do not parse).
 
@@ -132,7 +137,7 @@ def _digest(call: ToolCallView) -> str:
     if body is None:
         body = "\x00raw:" + (call.arguments_text if isinstance(call.arguments_text, str) else repr(call.arguments_text))
     digest = hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{_shown_name(call.name)}:{digest}"
+    return f"{_stored(call.name)}:{digest}"
 
 
 class _Simulation:
@@ -432,8 +437,8 @@ class Engine:
                 failure = Failure(
                     "internal_error",
                     _line(f"evaluating {_said_name(call.name)} failed: {type(exc).__name__}"),
-                    tool=_shown_name(call.name),
-                    call_id=_call_id(call),
+                    tool=_stored(call.name),
+                    call_id=redact(_call_id(call)),
                 )
                 return CallVerdict(call, False, (failure,), False, False, digest)
             try:
@@ -457,7 +462,9 @@ class Engine:
         limits = self._limits
 
         def fail(rule: str, detail: str, *, path: str | None = None, source: Source | None = None) -> None:
-            failures.append(Failure(rule, _line(detail), tool=name, call_id=call_id, path=path, source=source))
+            failures.append(
+                Failure(rule, _line(detail), tool=redact(name), call_id=redact(call_id), path=path, source=source)
+            )
 
         failures: list[Failure] = []
         if state.killed:
@@ -585,7 +592,7 @@ class Engine:
             state.total_cost += cost
             forbidden = set(state.forbidden_tools)
             for verdict in decision.allowed:
-                name = _shown_name(verdict.call.name)
+                name = _stored(verdict.call.name)
                 state.tool_call_counts[name] = state.tool_call_counts.get(name, 0) + 1
                 if name in self._output_paths:  # a new call: its output, not the last one's, is what counts now
                     state.satisfied_preconditions.pop(name, None)
@@ -612,8 +619,8 @@ class Engine:
             "outcome": decision.outcome,
             "phase_before": decision.phase_before,
             "phase_after": state.current_phase,
-            "allowed": [_shown_name(v.call.name) for v in decision.allowed],
-            "blocked": [_shown_name(v.call.name) for v in decision.blocked],
+            "allowed": [_stored(v.call.name) for v in decision.allowed],
+            "blocked": [_stored(v.call.name) for v in decision.blocked],
             "rules": sorted({f.rule for f in decision.failures}),
         }
         state.state_version += 1

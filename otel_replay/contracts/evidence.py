@@ -166,8 +166,8 @@ def attributes_of(evidence: DecisionEvidence, *, session_id: str, agent: str | N
     """The span attributes of one decision (raises if redaction fails: the caller drops the span)."""
     tools = [
         {
-            "call_id": call.call_id,
-            "name": call.name,
+            "call_id": redact(call.call_id),  # the model writes ids and names too: redacted like its arguments
+            "name": redact(call.name),
             "allowed": evidence.allowed.get(call.index, False),
             "arguments": _arguments(call),
         }

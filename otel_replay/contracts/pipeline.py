@@ -246,17 +246,23 @@ class Governor:
             self.tell({"event": "tool_results_unreadable", "error": type(exc).__name__})
             return
         fresh = []
+        unknown = 0
         with self._lock:
             for seen in results:
                 if seen.call_id in self._observed:
                     continue
-                name = self._names.get(seen.call_id) or seen.name
-                if name is None:
-                    continue
-                self._observed[seen.call_id] = None
+                # only a result answering a call this session delivered counts: a tool message the request
+                # makes up (with a made-up assistant call beside it) must not satisfy a with_output
+                name = self._names.get(seen.call_id)
+                unknown += name is None
+                self._observed[seen.call_id] = None  # an unknown one is told of once
                 if len(self._observed) > _REMEMBERED:
                     self._observed.popitem(last=False)
+                if name is None:
+                    continue
                 fresh.append((name, seen.output, seen.call_id))
+        if unknown:
+            self.tell({"event": "tool_results_not_delivered", "count": unknown})
         for name, output, call_id in fresh:
             self.observe(name, output, call_id=call_id)
 

@@ -133,6 +133,10 @@ class GovernedSession:
         except (AttributeError, TypeError):  # a client that takes no instance attributes: no bypass detection
             self.governor.tell({"event": "bypass_detection_unavailable", "client": type(client).__name__})
 
+    def watch(self, client: Any, aio: bool) -> None:
+        """Watch ``client`` (a copy of the governed client: ``session.client.copy()``) for bypasses too."""
+        self._hook(client, aio)
+
     def _bypassed(self) -> None:
         with self._lock:
             self._bypass_calls += 1

@@ -11,11 +11,13 @@ When the model's response is complete the held calls go to the session's ``decid
 pipeline as a non-streamed response). What it allows is released, renumbered so the caller's own
 accumulator sees calls ``0..n-1`` (or content blocks in order); what it refuses never reaches the caller;
 a rejection raises :class:`~otel_replay.errors.ReplayContractError` from the iteration, after the text.
-If the stream breaks before the response is complete, the held calls are never delivered.
+If the stream breaks or is left (closed, or its ``with`` block left) before the response is complete, the held
+calls are never delivered, and the session counts the model call as a step (``abandon``).
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
@@ -24,6 +26,8 @@ from typing import Any, Final, Protocol
 import wrapt
 
 from otel_replay.contracts.engine import ToolCallView
+from otel_replay.contracts.providers.openai import APP_CALLS, responses_call
+from otel_replay.errors import ContractError
 
 __all__ = [
     "AnthropicFilter",
@@ -58,13 +62,15 @@ class StreamFilter(Protocol):
 
 
 class _HeldCall:
-    __slots__ = ("call_id", "name", "parts", "pieces")
+    """One streamed tool call's pieces, assembled as the client's own accumulator assembles them."""
 
-    def __init__(self) -> None:
-        self.call_id: str | None = None
-        self.name: str | None = None
+    __slots__ = ("call_id", "first", "name", "parts")
+
+    def __init__(self, first: tuple[Any, Any, Any]) -> None:
+        self.call_id = ""
+        self.name = ""
         self.parts: list[str] = []
-        self.pieces: list[tuple[Any, Any, Any]] = []  # (chunk, choice, tool call delta)
+        self.first = first  # (chunk, choice, tool call delta) of its first piece: the shape it is released in
 
 
 class ChatFilter:
@@ -99,16 +105,20 @@ class ChatFilter:
             if calls:
                 held_any = True
                 for call in calls:
-                    held = self._calls.setdefault((choice.index, call.index), _HeldCall())
-                    if call.id:
-                        held.call_id = call.id
+                    key = (choice.index, call.index)
+                    held = self._calls.get(key)
+                    if held is None:
+                        held = self._calls[key] = _HeldCall((chunk, choice, call))
+                    # every piece's id and name are appended, as the openai library's accumulator (and the
+                    # usual hand-written one) joins them: the call gated is the call the caller assembles
+                    if isinstance(call.id, str):
+                        held.call_id += call.id
                     function = call.function
                     if function is not None:
-                        if function.name:
-                            held.name = function.name
-                        if function.arguments:
+                        if isinstance(function.name, str):
+                            held.name += function.name
+                        if isinstance(function.arguments, str):
                             held.parts.append(function.arguments)
-                    held.pieces.append((chunk, choice, call))
                 delta = delta.model_copy(update={"tool_calls": None})
                 choice = choice.model_copy(update={"delta": delta})
             if choice.finish_reason is not None:
@@ -127,11 +137,15 @@ class ChatFilter:
         for ordinal, key in enumerate(sorted(self._calls)):
             held = self._calls[key]
             text = "".join(held.parts)
-            views.append(ToolCallView.parse(ordinal, held.call_id or "", held.name or "", text))
+            views.append(ToolCallView.parse(ordinal, held.call_id, held.name, text))
         return views
 
     def release(self, decide: Decide) -> list[Any]:
-        """Gate the held calls; release each allowed one renumbered per choice, then the ending."""
+        """Gate the held calls; release each allowed one renumbered per choice, then the ending.
+
+        An allowed call is released as ONE chunk holding exactly what was gated (its id, name and complete
+        arguments), built fresh: no field of the model's pieces the gate did not read reaches the caller.
+        """
         views = self.views()
         keep = decide(views, self._model, self._usage)
         out: list[Any] = []
@@ -141,11 +155,19 @@ class ChatFilter:
                 continue
             number = kept_per_choice.get(key[0], 0)
             kept_per_choice[key[0]] = number + 1
-            for chunk, choice, call in self._calls[key].pieces:
-                renumbered = call.model_copy(update={"index": number})
-                delta = choice.delta.model_copy(update={"tool_calls": [renumbered], "content": None, "role": None})
-                piece = choice.model_copy(update={"delta": delta, "finish_reason": None})
-                out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
+            held = self._calls[key]
+            chunk, choice, call = held.first
+            whole = type(call).model_validate(
+                {
+                    "index": number,
+                    "id": held.call_id,
+                    "type": "function",
+                    "function": {"name": held.name, "arguments": "".join(held.parts)},
+                }
+            )
+            delta = type(choice.delta).model_validate({"tool_calls": [whole]})
+            piece = type(choice).model_validate({"index": choice.index, "delta": delta, "finish_reason": None})
+            out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
         had_calls = {key[0] for key in self._calls}
         for chunk in self._ending:
             choices = []
@@ -237,7 +259,10 @@ class AnthropicFilter:
                 for e in events[1:]
                 if e.type == "content_block_delta" and getattr(e.delta, "type", None) == "input_json_delta"
             ]
-            text = "".join(parts) or "{}"
+            if parts:  # the client's accumulator parses the deltas into the block's input, replacing it
+                text = "".join(parts)
+            else:  # without deltas the block keeps the input it started with
+                text = json.dumps(block.input, separators=(",", ":"), default=str) if block.input else "{}"
             views.append(ToolCallView.parse(ordinal, block.id or "", block.name or "", text))
         return views
 
@@ -253,7 +278,7 @@ class AnthropicFilter:
             number = self._out_index
             self._out_index += 1
             kept += 1
-            out.extend(_renumbered(event, number) for event in self._held[index])
+            out.extend(_renumbered(event, number) for event in _as_gated_block(self._held[index], views[ordinal]))
         for event in self._ending:
             if event.type == "message_delta" and self._held and not kept and event.delta.stop_reason == "tool_use":
                 event = event.model_copy(update={"delta": event.delta.model_copy(update={"stop_reason": "end_turn"})})
@@ -261,6 +286,30 @@ class AnthropicFilter:
         self._held.clear()
         self._ending.clear()
         return out
+
+
+def _as_gated_block(events: list[Any], view: ToolCallView) -> list[Any]:
+    """A released ``tool_use`` block's events made to say exactly what was gated.
+
+    With input deltas: the block starts with an empty input and ONE delta carries the whole input gated;
+    without: the block as it started (its input is what was gated). Other events of the block pass.
+    """
+    deltas = [
+        e for e in events if e.type == "content_block_delta" and getattr(e.delta, "type", None) == "input_json_delta"
+    ]
+    if not deltas:
+        return events
+    out: list[Any] = []
+    for event in events:
+        if event.type == "content_block_start":
+            block = event.content_block.model_copy(update={"input": {}})
+            out.append(event.model_copy(update={"content_block": block}))
+        elif event.type != "content_block_delta":
+            out.append(event)
+        elif event is deltas[0]:
+            whole = event.delta.model_copy(update={"partial_json": view.arguments_text})
+            out.append(event.model_copy(update={"delta": whole}))
+    return out
 
 
 def _renumbered(event: Any, number: int) -> Any:
@@ -273,18 +322,23 @@ _RESPONSE_ENDS: Final = frozenset({"response.completed", "response.incomplete", 
 
 
 class ResponsesFilter:
-    """``responses`` stream events: message items pass (renumbered), ``function_call`` items and the end held."""
+    """``responses`` stream events: message items pass (renumbered); tool calls and the ending are held.
+
+    Held: the items the application carries out (function, custom and built-in tool calls,
+    :data:`~otel_replay.contracts.providers.openai.APP_CALLS`) and the final ``response.*`` event.
+    """
 
     def __init__(self) -> None:
         """An empty filter."""
         self.complete = False
         self._out_index = 0
         self._map: dict[int, int] = {}  # passed items: output_index in -> out
-        self._held: dict[int, list[Any]] = {}  # function_call items: output_index in -> their events
+        self._held: dict[int, list[Any]] = {}  # tool call items: output_index in -> their events
+        self._gated: list[Any] = []  # the items gated, in order, as the caller may see them
         self._ending: list[Any] = []
 
     def take(self, event: Any) -> list[Any]:
-        """Pass what is not a function call; hold function calls' events and the final ``response.*`` event."""
+        """Pass what is not a tool call; hold tool calls' events and the final ``response.*`` event."""
         kind = getattr(event, "type", None)
         if kind in _RESPONSE_ENDS:
             self._ending.append(event)
@@ -293,10 +347,9 @@ class ResponsesFilter:
         index = getattr(event, "output_index", None)
         if not isinstance(index, int):
             return [event]
-        if kind == "response.output_item.added" and getattr(event.item, "type", None) == "function_call":
-            self._held[index] = [event]
-            return []
         held = self._held.get(index)
+        if held is None and getattr(getattr(event, "item", None), "type", None) in APP_CALLS:
+            held = self._held[index] = []  # a call, whichever of its events comes first
         if held is not None:
             held.append(event)
             return []
@@ -306,23 +359,34 @@ class ResponsesFilter:
         return [_at_output(event, self._map[index])]
 
     def views(self) -> list[ToolCallView]:
-        """The held function calls, in order, with their complete arguments."""
+        """The held calls, in order, complete: the final item's arguments, else the streamed ones."""
         views = []
+        self._gated = []
         for ordinal, index in enumerate(sorted(self._held)):
-            events = self._held[index]
-            item = events[0].item
-            arguments: str | None = None
+            item: Any = None
+            done: str | None = None
             parts: list[str] = []
-            for event in events[1:]:
-                if event.type == "response.function_call_arguments.delta":
+            final = False
+            for event in self._held[index]:
+                kind = event.type
+                if kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
                     parts.append(event.delta or "")
-                elif event.type == "response.function_call_arguments.done":
-                    arguments = event.arguments
-                elif event.type == "response.output_item.done":
-                    item = event.item
-                    arguments = getattr(item, "arguments", arguments)
-            text = arguments if isinstance(arguments, str) else "".join(parts)
-            views.append(ToolCallView.parse(ordinal, item.call_id or "", item.name or "", text))
+                elif kind == "response.function_call_arguments.done":
+                    done = event.arguments
+                elif kind == "response.custom_tool_call_input.done":
+                    done = event.input
+                elif kind in ("response.output_item.added", "response.output_item.done"):
+                    if not final:
+                        item = event.item
+                    final = final or kind == "response.output_item.done"
+            found = responses_call(item) if item is not None else None
+            call_id, name, text = found if found is not None else ("", "", "")
+            if not final and item is not None and getattr(item, "type", None) in ("function_call", "custom_tool_call"):
+                text = done if isinstance(done, str) else "".join(parts)
+                field = "arguments" if item.type == "function_call" else "input"
+                item = item.model_copy(update={field: text})
+            self._gated.append(item)
+            views.append(ToolCallView.parse(ordinal, call_id, name, text))
         return views
 
     def _usage(self) -> tuple[str | None, tuple[int, int] | None]:
@@ -335,7 +399,11 @@ class ResponsesFilter:
         return None, None
 
     def release(self, decide: Decide) -> list[Any]:
-        """Gate the held calls; release the allowed ones, then the final event with the refused ones removed."""
+        """Gate the held calls; release the allowed ones, then the final event with exactly the gated calls.
+
+        The final response's tool call items are replaced by the items gated (allowed ones only), so a
+        final response that names other calls than the stream did delivers none of them.
+        """
         views = self.views()
         model, usage = self._usage()
         keep = decide(views, model, usage)
@@ -345,23 +413,58 @@ class ResponsesFilter:
                 continue
             number = self._out_index
             self._out_index += 1
-            out.extend(_at_output(event, number) for event in self._held[index])
+            gated = self._gated[ordinal]
+            out.extend(_at_output(event, number) for event in _as_gated(self._held[index], gated, views[ordinal]))
         for event in self._ending:
             response = getattr(event, "response", None)
-            if response is not None and self._held:
+            if response is not None and response.output is not None:
                 calls = 0
                 output = []
-                for item in response.output or ():
-                    if getattr(item, "type", None) == "function_call":
-                        calls += 1
-                        if calls - 1 not in keep:
-                            continue
+                for item in response.output:
+                    if getattr(item, "type", None) in APP_CALLS:
+                        ordinal, calls = calls, calls + 1
+                        if ordinal in keep and ordinal < len(self._gated) and self._gated[ordinal] is not None:
+                            output.append(self._gated[ordinal])
+                        continue
                     output.append(item)
                 event = event.model_copy(update={"response": response.model_copy(update={"output": output})})
             out.append(event)
         self._held.clear()
         self._ending.clear()
         return out
+
+
+_DELTAS: Final = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
+
+
+def _as_gated(events: list[Any], item: Any, view: ToolCallView) -> list[Any]:
+    """A released call's events made to say exactly what was gated, however the caller assembles them.
+
+    One delta carries the whole arguments text, the ``done`` events and items carry it too, the ``added``
+    item starts empty (the deltas are appended to it).
+    """
+    text = view.arguments_text
+    arg = "input" if getattr(item, "type", None) == "custom_tool_call" else "arguments"
+    empty = item.model_copy(update={arg: ""}) if item is not None and hasattr(item, arg) else item
+    out: list[Any] = []
+    delta_sent = False
+    for event in events:
+        kind = event.type
+        if kind in _DELTAS:
+            if not delta_sent:
+                out.append(event.model_copy(update={"delta": text}))
+                delta_sent = True
+        elif kind == "response.function_call_arguments.done":
+            out.append(event.model_copy(update={"arguments": text}))
+        elif kind == "response.custom_tool_call_input.done":
+            out.append(event.model_copy(update={"input": text}))
+        elif kind == "response.output_item.added":
+            out.append(event.model_copy(update={"item": empty}))
+        elif kind == "response.output_item.done":
+            out.append(event.model_copy(update={"item": item}))
+        else:
+            out.append(event)
+    return out
 
 
 def _at_output(event: Any, number: int) -> Any:
@@ -371,17 +474,74 @@ def _at_output(event: Any, number: int) -> Any:
 # --- the stream proxies ---------------------------------------------------------------------------------
 
 
-class GovernedStream(wrapt.ObjectProxy):
-    """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too)."""
+_BODY_READERS: Final = frozenset(
+    {
+        "read",
+        "iter_bytes",
+        "iter_text",
+        "iter_lines",
+        "iter_raw",
+        "content",
+        "text",
+        "json",
+        "aread",
+        "aiter_bytes",
+        "aiter_text",
+        "aiter_lines",
+        "aiter_raw",
+    }
+)
 
-    def __init__(self, wrapped: Any, filter: StreamFilter, decide: Decide) -> None:
+
+class _BodyWithheld(wrapt.ObjectProxy):
+    """A governed stream's HTTP response: its status, headers and ``close()``, never its ungated body."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _BODY_READERS:
+            raise ContractError(
+                f"the body of a governed stream's HTTP response is not given out ({name}): its tool calls "
+                "are gated only as the stream is iterated"
+            )
+        return getattr(self.__wrapped__, name)
+
+
+class GovernedStream(wrapt.ObjectProxy):
+    """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too).
+
+    A stream left before its response was gated (closed, left by ``with``, or broken) calls ``abandon``
+    once: the model was called, the session counts it; its held calls are never delivered.
+    """
+
+    def __init__(
+        self, wrapped: Any, filter: StreamFilter, decide: Decide, abandon: Callable[[], None] | None = None
+    ) -> None:
         """Govern ``wrapped`` through ``filter``, gating with ``decide``."""
         super().__init__(wrapped)
         self._self_it = wrapped if hasattr(wrapped, "__next__") else iter(wrapped)
         self._self_filter = filter
         self._self_decide = decide
+        self._self_abandon = abandon
         self._self_queue: deque[Any] = deque()
         self._self_released = False
+
+    @property
+    def response(self) -> Any:
+        """The HTTP response, its body withheld (read the stream instead)."""
+        return _BodyWithheld(self.__wrapped__.response)
+
+    @property
+    def released(self) -> bool:
+        """The response was gated (or the stream given up): nothing more is held."""
+        return bool(self._self_released)
+
+    def abandoned(self) -> None:
+        """The caller left the stream: if its response was not gated yet, it never will be (counted once)."""
+        if self._self_released:
+            return
+        self._self_released = True
+        self._self_queue.clear()
+        if self._self_abandon is not None:
+            self._self_abandon()
 
     def __iter__(self) -> GovernedStream:
         return self
@@ -396,6 +556,9 @@ class GovernedStream(wrapt.ObjectProxy):
             except StopIteration:
                 self._release()
                 continue
+            except BaseException:  # a broken stream: its response is never gated
+                self.abandoned()
+                raise
             queue.extend(self._self_filter.take(chunk))
             if self._self_filter.complete:
                 self._release()
@@ -411,6 +574,13 @@ class GovernedStream(wrapt.ObjectProxy):
                 close()
             raise
 
+    def close(self) -> None:
+        """Close the stream (an ungated response is counted as abandoned)."""
+        self.abandoned()
+        close = getattr(self.__wrapped__, "close", None)
+        if close is not None:
+            close()
+
     def __enter__(self) -> GovernedStream:
         enter = getattr(self.__wrapped__, "__enter__", None)
         if enter is not None:
@@ -420,21 +590,47 @@ class GovernedStream(wrapt.ObjectProxy):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self.abandoned()
         leave = getattr(self.__wrapped__, "__exit__", None)
         return leave(exc_type, exc, tb) if leave is not None else None
 
 
 class AsyncGovernedStream(wrapt.ObjectProxy):
-    """A client's asynchronous stream, governed (``async for``, ``async with``, ``await close()``)."""
+    """A client's asynchronous stream, governed (``async for``, ``async with``, ``await close()``).
 
-    def __init__(self, wrapped: Any, filter: StreamFilter, decide: Decide) -> None:
+    Abandoned as :class:`GovernedStream`.
+    """
+
+    def __init__(
+        self, wrapped: Any, filter: StreamFilter, decide: Decide, abandon: Callable[[], None] | None = None
+    ) -> None:
         """Govern ``wrapped`` through ``filter``, gating with ``decide`` (called in the event loop's thread)."""
         super().__init__(wrapped)
         self._self_it = wrapped if hasattr(wrapped, "__anext__") else wrapped.__aiter__()
         self._self_filter = filter
         self._self_decide = decide
+        self._self_abandon = abandon
         self._self_queue: deque[Any] = deque()
         self._self_released = False
+
+    @property
+    def response(self) -> Any:
+        """The HTTP response, its body withheld (read the stream instead)."""
+        return _BodyWithheld(self.__wrapped__.response)
+
+    @property
+    def released(self) -> bool:
+        """The response was gated (or the stream given up): nothing more is held."""
+        return bool(self._self_released)
+
+    def abandoned(self) -> None:
+        """The caller left the stream: if its response was not gated yet, it never will be (counted once)."""
+        if self._self_released:
+            return
+        self._self_released = True
+        self._self_queue.clear()
+        if self._self_abandon is not None:
+            self._self_abandon()
 
     def __aiter__(self) -> AsyncGovernedStream:
         return self
@@ -449,6 +645,9 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
             except StopAsyncIteration:
                 await self._release()
                 continue
+            except BaseException:  # a broken stream: its response is never gated
+                self.abandoned()
+                raise
             queue.extend(self._self_filter.take(chunk))
             if self._self_filter.complete:
                 await self._release()
@@ -464,6 +663,13 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
                 await close()
             raise
 
+    async def close(self) -> None:
+        """Close the stream (an ungated response is counted as abandoned)."""
+        self.abandoned()
+        close = getattr(self.__wrapped__, "close", None)
+        if close is not None:
+            await close()
+
     async def __aenter__(self) -> AsyncGovernedStream:
         enter = getattr(self.__wrapped__, "__aenter__", None)
         if enter is not None:
@@ -473,5 +679,6 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self.abandoned()
         leave = getattr(self.__wrapped__, "__aexit__", None)
         return (await leave(exc_type, exc, tb)) if leave is not None else None

@@ -13,6 +13,8 @@ import pytest
 import otel_replay
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import govern
+from otel_replay.contracts.store import FileStateStore
+from otel_replay.errors import ReplayContractError
 from otel_replay.instrumentation import scripted as s
 from otel_replay.redaction import redact
 
@@ -152,3 +154,33 @@ def test_get_state_never_shows_the_principal_or_the_recorded_output_values(spans
     assert state["principal"] is None
     assert "zq09principal" not in text and "zq10@example.com" not in text
     assert "check_eligibility" in state["satisfied_preconditions"]
+
+
+def test_a_secret_the_model_puts_in_a_tool_name_or_call_id_is_stored_nowhere(tmp_path: Path) -> None:
+    dataset = tmp_path / "traces"
+    telemetry = otel_replay.configure(dataset, service_name="govern", set_global=False)
+    key, key_secret = SECRETS["openai key"]
+    mail, mail_secret = SECRETS["e-mail"]
+    reply = s.chat_completion(None, model=GPT, tool_calls=[(mail, key, {"x": 1})])
+    try:
+        with s.ScriptedServer([reply]) as server:
+            session = govern(
+                openai_client(server),
+                REFUND_BOT,
+                store=FileStateStore.for_dataset(dataset),
+                tracer_provider=telemetry.provider,
+            )
+            with pytest.raises(ReplayContractError) as caught:
+                session.client.chat.completions.create(model=GPT, messages=[{"role": "user", "content": "x"}])
+            assert session.flush()
+            state = json.dumps(session.get_state())
+            session.governor.store.close()
+        telemetry.force_flush()
+    finally:
+        close_clients()
+        telemetry.shutdown()
+    stored, files = _stored_text(dataset)
+    assert any(path.suffix == ".parquet" for path in files) and any("sessions" in path.name for path in files)
+    for secret in (key_secret, mail_secret):
+        assert secret not in stored
+        assert secret not in str(caught.value) and secret not in state

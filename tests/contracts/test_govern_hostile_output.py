@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from .govern_support import (
     CLAUDE,
     GPT,
     REFUND_BOT,
+    RESPONSES_TOOLS,
     Spans,
     anthropic_client,
     close_clients,
@@ -147,3 +149,128 @@ def test_with_several_choices_no_choice_carries_an_unchecked_call(spans: Spans) 
     assert [c.id for c in first.message.tool_calls] == ["c1"]
     assert other.message.tool_calls is None and other.finish_reason == "stop"
     assert [t["call_id"] for t in decisions(spans)[0][sc.CONTRACT_TOOLS]] == ["c1", "c2"]
+
+
+REFUND = {"customer_id": "C1", "amount": 1, "currency": "USD"}
+
+
+def _with_items(*items: dict[str, Any]) -> s.Reply:
+    body = s.response_object("Working.", model=GPT)
+    body["output"] += list(items)
+    return s.Reply(200, body)
+
+
+def test_a_forbidden_tool_dressed_as_a_custom_tool_call_is_gated_by_its_name(spans: Spans) -> None:
+    custom = {"type": "custom_tool_call", "id": "ct1", "call_id": "k1", "name": "issue_refund", "input": "{}"}
+    with s.ScriptedServer([_with_items({**custom, "input": json.dumps(REFUND)})]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        offered = [{"type": "custom", "name": "issue_refund"}, {"type": "custom", "name": "lookup_customer"}]
+        with pytest.raises(ReplayContractError) as caught:
+            session.client.responses.create(model=GPT, input="hi", tools=offered)
+        sent = server.requests[0]["json"]["tools"]
+    assert {f.tool for f in caught.value.failures} == {"issue_refund"}
+    assert [entry["name"] for entry in sent] == ["lookup_customer"]  # the custom tool is narrowed like a function
+
+
+def test_a_shell_call_the_application_would_run_is_unmatched_without_a_contract(spans: Spans) -> None:
+    shell = {
+        "type": "local_shell_call",
+        "id": "ls1",
+        "call_id": "ls1",
+        "status": "completed",
+        "action": {"type": "exec", "command": ["rm", "-rf", "/"], "env": {}},
+    }
+    with s.ScriptedServer([_with_items(shell)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        response = session.client.responses.create(model=GPT, input="hi", tools=[{"type": "local_shell"}])
+        sent = server.requests[0]["json"]
+    assert [item.type for item in response.output] == ["message"]
+    assert "tools" not in sent  # no contract, unmatched_policy block: the model is not offered the shell
+    [tool] = decisions(spans)[0][sc.CONTRACT_TOOLS]
+    assert tool["name"] == "local_shell" and tool["allowed"] is False and "rm" in tool["arguments"]
+
+
+def test_a_chat_custom_tool_call_is_gated_under_its_own_name(spans: Spans) -> None:
+    body = s.chat_completion(None, model=GPT).body
+    body["choices"][0]["message"]["tool_calls"] = [
+        {"id": "k1", "type": "custom", "custom": {"name": "issue_refund", "input": json.dumps(REFUND)}}
+    ]
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    with s.ScriptedServer([s.Reply(200, body)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, unmatched_policy="allow", tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError) as caught:
+            session.client.chat.completions.create(
+                model=GPT, messages=HELLO, tools=[{"type": "custom", "custom": {"name": "issue_refund"}}]
+            )
+    assert {f.rule for f in caught.value.failures} >= {"phase", "precondition"}
+    assert {f.tool for f in caught.value.failures} == {"issue_refund"}
+
+
+def _call_events(final_calls: list[tuple[str, str, Any]], streamed: dict[str, Any]) -> s.Reply:
+    """A responses stream: one function call streamed as ``streamed`` says, then a final response of its own."""
+    final = s.response_object("x", model=GPT, tool_calls=final_calls)
+    item = {"type": "function_call", "id": "fc_f1", "call_id": "f1", "name": "lookup_customer", "status": "completed"}
+    events: list[tuple[str | None, Any]] = []
+
+    def add(kind: str, **fields: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+    add("response.created", response={**final, "status": "in_progress", "output": [], "usage": None})
+    add("response.output_item.added", output_index=0, item={**item, "arguments": ""})
+    for piece in streamed["deltas"]:
+        add("response.function_call_arguments.delta", item_id="fc_f1", output_index=0, delta=piece)
+    done = streamed["done"]
+    add("response.function_call_arguments.done", item_id="fc_f1", output_index=0, name=item["name"], arguments=done)
+    add("response.output_item.done", output_index=0, item={**item, "arguments": done})
+    add("response.completed", response=final)
+    return s.Reply(200, events=events)
+
+
+def test_a_final_response_naming_other_calls_than_the_stream_delivers_only_the_gated_ones(spans: Spans) -> None:
+    good = json.dumps(GOOD)
+    reply = _call_events(
+        [("f1", "issue_refund", REFUND), ("f9", "issue_refund", REFUND)], {"deltas": [good], "done": good}
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with session.client.responses.stream(model=GPT, input="hi", tools=RESPONSES_TOOLS) as stream:
+            final = stream.get_final_response()
+    calls = [(item.name, json.loads(item.arguments)) for item in final.output if item.type == "function_call"]
+    assert calls == [("lookup_customer", GOOD)]
+
+
+def test_streamed_argument_deltas_that_disagree_with_the_final_arguments_reach_the_caller_as_gated(
+    spans: Spans,
+) -> None:
+    forged = json.dumps({"customer_email": "no address"})
+    reply = _call_events(
+        [("f1", "lookup_customer", GOOD)], {"deltas": [forged[:9], forged[9:]], "done": json.dumps(GOOD)}
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        events = list(session.client.responses.create(model=GPT, input="hi", tools=RESPONSES_TOOLS, stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    done = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+    assert json.loads(deltas) == GOOD and [json.loads(d) for d in done] == [GOOD]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "allow"
+
+
+@pytest.mark.parametrize(
+    "name", ["Issue_Refund", "issue_refund ", "issue-refund", "ｉｓｓｕｅ_ｒｅｆｕｎｄ", "issue_\u2009refund"]
+)
+def test_a_contracted_tool_under_another_case_or_spacing_is_not_let_through_as_unknown(spans: Spans, name: str) -> None:
+    args = {"customer_id": "C1", "amount": 5000, "currency": "XXX"}
+    with s.ScriptedServer([s.chat_completion(None, model=GPT, tool_calls=[("c1", name, args)])]) as server:
+        session = govern(openai_client(server), REFUND_BOT, unmatched_policy="allow", tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError) as caught:
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    [failure] = caught.value.failures
+    assert failure.rule == "unmatched" and "issue_refund" in failure.detail
+
+
+def test_under_unmatched_policy_allow_an_unknown_tool_still_passes(spans: Spans) -> None:
+    reply = s.chat_completion(None, model=GPT, tool_calls=[("c1", "get_weather", {"city": "Oslo"})])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, unmatched_policy="allow", tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO)
+    assert [c.function.name for c in response.choices[0].message.tool_calls] == ["get_weather"]

@@ -4,6 +4,7 @@ callbacks, retries and the health report."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -348,3 +349,31 @@ def test_govern_over_the_instrumentor_records_the_model_span_with_every_call_and
     events = [e for e in model_spans[0].events if e.name == sc.GEN_AI_TOOL_CALL_EVENT]
     assert len(events) == 2  # the model span says what the model asked for; the decision what was allowed
     assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "strip"
+
+
+def test_the_raw_body_of_a_stripped_response_says_what_parse_says(spans: Spans) -> None:
+    reply = s.chat_completion(
+        "x", model=GPT, tool_calls=[("c1", "lookup_customer", BAD), ("c2", "lookup_customer", GOOD)]
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        raw = session.client.chat.completions.with_raw_response.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
+    for body in (json.loads(raw.text), json.loads(raw.content), raw.http_response.json()):
+        assert [c["id"] for c in body["choices"][0]["message"]["tool_calls"]] == ["c2"]
+    assert raw.status_code == 200 and raw.headers["content-type"] == "application/json"
+
+
+def test_the_raw_body_of_a_governed_streamed_response_is_refused_but_parse_gives_the_governed_stream(
+    spans: Spans,
+) -> None:
+    reply = s.chat_stream(("ok",), model=GPT, tool_calls=[("c1", "lookup_customer", BAD)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        raw = session.client.chat.completions.with_raw_response.create(
+            model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True
+        )
+        for what in ("text", "content", "http_response"):
+            with pytest.raises(ContractError, match=f"the {what} of a governed streamed response"):
+                getattr(raw, what)
+        chunks = list(raw.parse())
+    assert not any(choice.delta.tool_calls for chunk in chunks for choice in chunk.choices)

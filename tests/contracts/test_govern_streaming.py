@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from otel_replay import semconv as sc
 from otel_replay.contracts.session import govern
-from otel_replay.errors import ReplayContractError
+from otel_replay.errors import ContractError, ReplayContractError
 from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
@@ -32,6 +34,7 @@ from .govern_support import (
 
 GOOD = {"customer_email": "ana@example.com"}
 BAD = {"customer_email": "no address"}
+HELLO = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
@@ -267,3 +270,215 @@ def test_a_rejected_stream_lets_its_connection_go(spans: Spans) -> None:
         with pytest.raises(ReplayContractError):
             list(stream)
         assert stream.response.is_closed
+
+
+def _chunk(delta: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
+    choices = [{"index": 0, "delta": delta, "finish_reason": finish}] if delta is not None else []
+    return {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": GPT, "choices": choices}
+
+
+def _pieces_stream(*calls: dict[str, Any]) -> s.Reply:
+    """A chat stream whose tool-call pieces are exactly ``calls`` (each a ``delta.tool_calls`` entry)."""
+    events: list[tuple[str | None, Any]] = [(None, _chunk({"role": "assistant", "content": ""}))]
+    events += [(None, _chunk({"tool_calls": [call]})) for call in calls]
+    events += [(None, _chunk({}, "tool_calls")), (None, "[DONE]")]
+    return s.Reply(200, events=events)
+
+
+def _assembled(stream: Any) -> dict[int, dict[str, str]]:
+    """The calls as a hand-written accumulator joins the pieces (id, name and arguments appended)."""
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or ():
+                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                slot["id"] += call.id or ""
+                slot["name"] += (call.function.name if call.function else None) or ""
+                slot["arguments"] += (call.function.arguments if call.function else None) or ""
+    return calls
+
+
+def test_a_tool_name_split_across_pieces_is_gated_as_the_caller_joins_it(spans: Spans) -> None:
+    # the caller's accumulator (and the openai library's) joins "issue_" and "refund": so must the gate
+    args = json.dumps({"customer_id": "C1", "amount": 1, "currency": "USD"})
+    reply = _pieces_stream(
+        {"index": 0, "id": "c1", "type": "function", "function": {"name": "issue_", "arguments": ""}},
+        {"index": 0, "function": {"name": "refund", "arguments": args}},
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(
+            openai_client(server),
+            REFUND_BOT,
+            gate="strip_blocked",
+            unmatched_policy="allow",
+            tracer_provider=spans.provider,
+        )
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        with pytest.raises(ReplayContractError) as caught:  # issue_refund's gate is block: the response rejected
+            _assembled(stream)
+    assert {f.tool for f in caught.value.failures} == {"issue_refund"}
+    [tool] = decisions(spans)[0][sc.CONTRACT_TOOLS]
+    assert tool["name"] == "issue_refund" and tool["allowed"] is False
+
+
+def test_an_allowed_call_is_released_as_exactly_what_was_gated_in_one_piece(spans: Spans) -> None:
+    # many argument fragments, an allowed prefix, a second id piece: the caller gets the gated call, whole
+    text = json.dumps(GOOD)
+    pieces = [{"index": 0, "id": "c", "type": "function", "function": {"name": "lookup_customer", "arguments": ""}}]
+    pieces += [{"index": 0, "function": {"arguments": ch}} for ch in text]
+    pieces.append({"index": 0, "id": "1", "function": {"arguments": ""}})
+    with s.ScriptedServer([_pieces_stream(*pieces)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        chunks = list(stream)
+    with_calls = [chunk for chunk in chunks if any(c.delta.tool_calls for c in chunk.choices)]
+    assert len(with_calls) == 1
+    assert _assembled(iter(with_calls)) == {0: {"id": "c1", "name": "lookup_customer", "arguments": text}}
+    assert decisions(spans)[0][sc.CONTRACT_TOOLS][0]["call_id"] == "c1"
+
+
+def test_the_openai_stream_helper_is_governed_and_its_final_completion_has_only_allowed_calls(spans: Spans) -> None:
+    reply = s.chat_stream(
+        ("ok",), model=GPT, tool_calls=[("c1", "lookup_customer", BAD), ("c2", "lookup_customer", GOOD)]
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        with session.client.chat.completions.stream(model=GPT, messages=HELLO, tools=CHAT_TOOLS) as stream:
+            final = stream.get_final_completion()
+    assert [(c.id, c.function.name) for c in final.choices[0].message.tool_calls] == [("c2", "lookup_customer")]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "strip"
+    assert session.get_health()["bypass_detected"] is False
+
+
+def test_the_responses_stream_helper_is_governed(spans: Spans) -> None:
+    reply = s.responses_call_stream("x", model=GPT, tool_calls=[("f1", "lookup_customer", BAD)])
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        with session.client.responses.stream(model=GPT, input="hi", tools=RESPONSES_TOOLS) as stream:
+            final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["message"]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "text_only"
+    assert session.get_health()["bypass_detected"] is False
+
+
+def test_an_anthropic_tool_use_block_that_starts_with_its_input_and_has_no_deltas_is_gated_on_that_input(
+    spans: Spans, tmp_path: Path
+) -> None:
+    contracts = tmp_path / "contracts"
+    shutil.copytree(REFUND_BOT, contracts)
+    (contracts / "note.yaml").write_text(
+        "tool: note\nside_effect: read\n"
+        "argument_value_invariants:\n  - path: $.amount\n    lte: 10\n    optional: true\n"
+    )
+    start = {"type": "tool_use", "id": "t1", "name": "note", "input": {"amount": 9999}}
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": _claude_start()}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(anthropic_client(server), contracts, gate="strip_blocked", tracer_provider=spans.provider)
+        tools = [{"name": "note", "input_schema": {"type": "object"}}]
+        with session.client.messages.stream(model=CLAUDE, max_tokens=9, messages=HELLO, tools=tools) as stream:
+            final = stream.get_final_message()
+    assert [block.type for block in final.content] == []
+    [failure] = decisions(spans)[0][sc.CONTRACT_FAILURES]
+    assert failure["rule"] == "argument_invariant" and failure["path"] == "$.amount"
+
+
+def test_an_anthropic_tool_use_block_is_released_with_its_input_in_one_delta(spans: Spans) -> None:
+    text = json.dumps(GOOD)
+    start = {"type": "tool_use", "id": "t1", "name": "lookup_customer", "input": {"customer_email": "x@y.z"}}
+    deltas = [
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ch}},
+        )
+        for ch in text
+    ]
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": _claude_start()}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+        *deltas,
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        stream = session.client.messages.create(
+            model=CLAUDE, max_tokens=9, messages=HELLO, tools=ANTHROPIC_TOOLS, stream=True
+        )
+        got = list(stream)
+    [begin] = [e for e in got if e.type == "content_block_start"]
+    assert begin.content_block.input == {}
+    assert [e.delta.partial_json for e in got if e.type == "content_block_delta"] == [text]
+
+
+def _claude_start() -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": CLAUDE,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+
+
+def test_streams_left_before_their_response_was_gated_count_as_steps_and_max_steps_still_holds(spans: Spans) -> None:
+    replies = [s.chat_stream(("a", "b"), model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)]) for _ in range(9)]
+    replies.append(s.chat_stream(("a",), model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)], cut_after=4))
+    with s.ScriptedServer(replies) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        for _ in range(4):  # closed after the first chunk
+            stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+            next(stream)
+            stream.close()
+        for _ in range(5):  # a with block left early
+            with session.client.chat.completions.create(
+                model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True
+            ) as stream:
+                next(stream)
+        broken = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        with pytest.raises(Exception):  # noqa: B017,PT011 - the client's own error for a broken stream
+            list(broken)
+        assert session.get_state()["total_step_count"] == 10
+        with pytest.raises(ReplayContractError, match="max_steps"):
+            session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        assert len(server.requests) == 10
+    assert session.get_state()["tool_call_counts"] == {}  # no held call was ever delivered
+
+
+def test_an_anthropic_stream_helper_left_early_counts_as_a_step(spans: Spans) -> None:
+    reply = s.anthropic_stream(("Let ", "me ", "see."), model=CLAUDE, tool_uses=[("t1", "lookup_customer", GOOD)])
+    with s.ScriptedServer([reply]) as server:
+        session = _anthropic_session(server, spans)
+        with session.client.messages.stream(
+            model=CLAUDE, max_tokens=100, messages=HELLO, tools=ANTHROPIC_TOOLS
+        ) as stream:
+            next(iter(stream))
+    state = session.get_state()
+    assert state["total_step_count"] == 1 and state["tool_call_counts"] == {}
+
+
+def test_the_http_body_under_a_governed_stream_is_not_given_out(spans: Spans) -> None:
+    reply = s.chat_stream(("ok",), model=GPT, tool_calls=[("c1", "issue_refund", {"amount": 1})])
+    with s.ScriptedServer([reply]) as server:
+        _, stream = _chat_stream(server, spans)
+        for reader in ("iter_lines", "iter_bytes", "read", "text"):
+            with pytest.raises(ContractError, match=rf"HTTP response is not given out \({reader}\)"):
+                getattr(stream.response, reader)
+        assert stream.response.status_code == 200
+        with pytest.raises(ReplayContractError):
+            list(stream)

@@ -5,20 +5,24 @@ except the governed methods, which run each call through the session's pipeline
 (:class:`~otel_replay.contracts.pipeline.Governor`):
 
 * ``openai``: ``chat.completions.create`` and ``responses.create`` (plain, ``stream=True``, and through
-  ``with_raw_response``), sync and async;
+  ``with_raw_response``), their ``parse()`` and ``stream()`` helpers, sync and async;
 * ``anthropic``: ``messages.create`` (plain, ``stream=True``, ``with_raw_response``) and
-  ``messages.stream(...)``, sync and async.
+  ``messages.stream(...)``, the same of ``beta.messages``, sync and async; ``beta.messages.tool_runner()``
+  (which runs the model's tool calls itself) is refused while enforcing.
 
 A response's refused tool calls are stripped from the very object the client returned (so a raw
 response's ``parse()`` shows the same); a rejected one raises
 :class:`~otel_replay.errors.ReplayContractError`. ``with_options()`` and ``copy()`` return governed clients
-of the same session. Other methods (``chat.completions.stream``, ``with_streaming_response``, ``beta``) are
-not governed: a call through them reaches the original client unguarded, and the session's bypass
-detection reports it.
+of the same session, and ``with session.client as client`` hands out the governed client. The openai stream
+helpers (``chat.completions.stream()``, ``responses.stream()``) and ``parse()`` are governed too. Other
+methods (``with_streaming_response``, the client's own ``post()``) are not: a generating call
+through them reaches the client unguarded, and the session's bypass detection reports it (see
+docs/guides/governing.md for the list).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol
@@ -30,6 +34,7 @@ from otel_replay.contracts.pipeline import GOVERNED, Governor, Request
 from otel_replay.contracts.providers.anthropic import MessagesAdapter
 from otel_replay.contracts.providers.base import Adapter
 from otel_replay.contracts.providers.openai import ChatAdapter, ResponsesAdapter
+from otel_replay.contracts.state import SessionState
 from otel_replay.contracts.streams import (
     AnthropicFilter,
     AsyncGovernedStream,
@@ -59,6 +64,11 @@ class GovernedSession(Protocol):
         """False once the session was restored: the proxies then pass calls straight through."""
         ...
 
+    def watch(self, client: Any, aio: bool) -> None:
+        """Report the generating requests ``client`` makes outside a governed call as bypasses."""
+        ...
+
+
 __all__ = ["governed_client"]
 
 _CHAT = ChatAdapter()
@@ -81,10 +91,34 @@ def _decider(session: GovernedSession, adapter: Adapter, request: Request) -> De
     return decide
 
 
+def _abandoner(session: GovernedSession, adapter: Adapter) -> Callable[[], None]:
+    """What a stream left before its response was gated does: the model call counts as a step (enforcing).
+
+    Else a loop of abandoned (or broken) streams would call the model past ``max_steps`` unseen.
+    """
+
+    def abandon() -> None:
+        governor = session.governor
+        governor.tell({"event": "stream_abandoned", "api": adapter.api})
+        if governor.mode != "enforce":
+            return
+
+        def count(state: SessionState) -> None:
+            state.total_step_count += 1
+            state.state_version += 1
+
+        governor.update(count)
+
+    return abandon
+
+
 def _governed_stream(session: GovernedSession, adapter: Adapter, request: Request, stream: Any, aio: bool) -> Any:
     filter = _filter_for(adapter)
     decide = _decider(session, adapter, request)
-    return AsyncGovernedStream(stream, filter, decide) if aio else GovernedStream(stream, filter, decide)
+    abandon = _abandoner(session, adapter)
+    if aio:
+        return AsyncGovernedStream(stream, filter, decide, abandon)
+    return GovernedStream(stream, filter, decide, abandon)
 
 
 def _read(session: GovernedSession, adapter: Adapter, response: Any) -> tuple[list[ToolCallView], Any] | None:
@@ -101,14 +135,50 @@ def _read(session: GovernedSession, adapter: Adapter, response: Any) -> tuple[li
         ) from exc
 
 
-def _gate(session: GovernedSession, adapter: Adapter, request: Request, response: Any) -> None:
+def _gate(session: GovernedSession, adapter: Adapter, request: Request, response: Any) -> bool:
+    """Gate a complete response in place; ``True`` when calls were stripped from it."""
     read = _read(session, adapter, response)
     if read is None:
-        return
+        return False
     calls, usage = read
     keep = session.governor.decide(adapter, request, calls, usage, streamed=False)
     if len(keep) < len(calls):
         adapter.strip(response, keep)
+        return True
+    return False
+
+
+def _body(parsed: Any) -> bytes:
+    """A stripped response as JSON bytes (what its raw body now says)."""
+    to_json = getattr(parsed, "model_dump_json", None)
+    return to_json().encode() if callable(to_json) else json.dumps(parsed, default=str).encode()
+
+
+class _StrippedRaw(wrapt.ObjectProxy):
+    """A raw response some of whose tool calls were refused: its body reads as the stripped response.
+
+    ``parse()`` gives the stripped response; ``content``, ``text`` and ``http_response`` say the
+    same (the refused calls the server sent are in no form reachable through it).
+    """
+
+    def __init__(self, wrapped: Any, parsed: Any) -> None:
+        super().__init__(wrapped)
+        self._self_body = _body(parsed)
+
+    @property
+    def content(self) -> bytes:
+        return bytes(self._self_body)
+
+    @property
+    def text(self) -> str:
+        return bytes(self._self_body).decode()
+
+    @property
+    def http_response(self) -> Any:
+        original = self.__wrapped__.http_response
+        skip = {"content-length", "content-encoding", "transfer-encoding"}
+        headers = [(key, value) for key, value in original.headers.items() if key.lower() not in skip]
+        return type(original)(original.status_code, headers=headers, content=self._self_body, request=original.request)
 
 
 def _retrying(session: GovernedSession, attempt: int, exc: ReplayContractError) -> bool:
@@ -134,13 +204,14 @@ def _run(
                 return _RawStreamResponse(result, session, adapter, request, False)
             return _governed_stream(session, adapter, request, result, False)
         try:
-            _gate(session, adapter, request, result.parse() if raw else result)
+            parsed = result.parse() if raw else result
+            stripped = _gate(session, adapter, request, parsed)
         except ReplayContractError as exc:
             if _retrying(session, attempt, exc):
                 attempt += 1
                 continue
             raise
-        return result
+        return _StrippedRaw(result, parsed) if raw and stripped else result
 
 
 async def _arun(
@@ -162,17 +233,41 @@ async def _arun(
                 return _RawStreamResponse(result, session, adapter, request, True)
             return _governed_stream(session, adapter, request, result, True)
         try:
-            _gate(session, adapter, request, (await result.parse()) if raw else result)
+            parsed = (await result.parse()) if raw else result
+            stripped = _gate(session, adapter, request, parsed)
         except ReplayContractError as exc:
             if _retrying(session, attempt, exc):
                 attempt += 1
                 continue
             raise
-        return result
+        return _StrippedRaw(result, parsed) if raw and stripped else result
 
 
 class _RawStreamResponse(wrapt.ObjectProxy):
-    """``with_raw_response.create(stream=True)``: the raw response, whose ``parse()`` gives the governed stream."""
+    """``with_raw_response.create(stream=True)``: the raw response, whose ``parse()`` gives the governed stream.
+
+    Its body is read only through ``parse()``: ``content``, ``text`` and ``http_response`` (the ungoverned
+    events) are refused.
+    """
+
+    def _refused(self, what: str) -> ContractError:
+        session = self._self_args[0]
+        return ContractError(
+            f"session {session.session_id}: the {what} of a governed streamed response is not given out "
+            "(its tool calls are not gated there): read it through parse()"
+        )
+
+    @property
+    def content(self) -> bytes:
+        raise self._refused("content")
+
+    @property
+    def text(self) -> str:
+        raise self._refused("text")
+
+    @property
+    def http_response(self) -> Any:
+        raise self._refused("http_response")
 
     def __init__(self, wrapped: Any, session: GovernedSession, adapter: Adapter, request: Request, aio: bool) -> None:
         super().__init__(wrapped)
@@ -203,16 +298,24 @@ class _StreamManager(wrapt.ObjectProxy):
     def __init__(self, wrapped: Any, session: GovernedSession, request: Request) -> None:
         super().__init__(wrapped)
         self._self_args = (session, request)
+        self._self_governed: Any = None
+
+    def _left(self) -> None:
+        if self._self_governed is not None:
+            self._self_governed.abandoned()
 
     def _govern(self, stream: Any, aio: bool) -> Any:
         session, request = self._self_args
         decide = _decider(session, _MESSAGES, request)
         raw = stream._raw_stream  # the helper reads its raw events lazily, through this attribute
-        stream._raw_stream = (
-            AsyncGovernedStream(raw, AnthropicFilter(), decide)
+        abandon = _abandoner(session, _MESSAGES)
+        governed = (
+            AsyncGovernedStream(raw, AnthropicFilter(), decide, abandon)
             if aio
-            else GovernedStream(raw, AnthropicFilter(), decide)
+            else GovernedStream(raw, AnthropicFilter(), decide, abandon)
         )
+        stream._raw_stream = governed
+        self._self_governed = governed
         return stream
 
     def __enter__(self) -> Any:
@@ -227,6 +330,7 @@ class _StreamManager(wrapt.ObjectProxy):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self._left()
         return self.__wrapped__.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Any:
@@ -241,6 +345,7 @@ class _StreamManager(wrapt.ObjectProxy):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
+        self._left()
         return await self.__wrapped__.__aexit__(exc_type, exc, tb)
 
 
@@ -276,12 +381,50 @@ class _Resource(wrapt.ObjectProxy):
         session, adapter, aio = self._self_args
         return _Raw(self.__wrapped__.with_raw_response, session, adapter, aio)
 
+    def parse(self, *args: Any, **kwargs: Any) -> Any:
+        """``parse()`` (structured output): governed like ``create`` (its parsed response is one of create's)."""
+        session, adapter, aio = self._self_args
+        if aio:
+            return _arun(session, adapter, self.__wrapped__.parse, args, kwargs, False)
+        return _run(session, adapter, self.__wrapped__.parse, args, kwargs, False)
+
     def stream(self, *args: Any, **kwargs: Any) -> Any:
+        """The stream helpers: ``messages.stream()``'s events, and the openai helpers' stream, governed."""
         session, adapter, _ = self._self_args
-        if adapter is not _MESSAGES or not session.active:
+        if not session.active:
             return self.__wrapped__.stream(*args, **kwargs)
-        request = session.governor.before(adapter, dict(kwargs))
-        return _StreamManager(self.__wrapped__.stream(*args, **request.kwargs), session, request)
+        if adapter is _MESSAGES:
+            request = session.governor.before(adapter, dict(kwargs))
+            return _StreamManager(self.__wrapped__.stream(*args, **request.kwargs), session, request)
+        # openai's chat.completions.stream() and responses.stream() open their stream with the resource's
+        # create(stream=True): run the helper on this proxy, so that create is the governed one
+        return type(self.__wrapped__).stream(self, *args, **kwargs)
+
+
+class _BetaMessages(_Resource):
+    """Anthropic's ``beta.messages``: governed as ``messages``; its tool runner refused while enforcing."""
+
+    def tool_runner(self, *args: Any, **kwargs: Any) -> Any:
+        session, _, _ = self._self_args
+        if session.active and session.governor.mode == "enforce":
+            raise ContractError(
+                f"session {session.session_id}: beta.messages.tool_runner() runs the model's tool calls itself, "
+                "ungated: call messages.create() and run the tools through session.tools"
+            )
+        return self.__wrapped__.tool_runner(*args, **kwargs)
+
+
+class _Beta(wrapt.ObjectProxy):
+    """Anthropic's ``client.beta``: its ``messages`` governed."""
+
+    def __init__(self, wrapped: Any, session: GovernedSession, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, aio)
+
+    @property
+    def messages(self) -> Any:
+        session, aio = self._self_args
+        return _BetaMessages(self.__wrapped__.messages, session, _MESSAGES, aio)
 
 
 class _Chat(wrapt.ObjectProxy):
@@ -314,15 +457,40 @@ class _Client(wrapt.ObjectProxy):
                 return _Resource(value, session, _RESPONSES, aio)
         elif name == "messages":
             return _Resource(value, session, _MESSAGES, aio)
+        elif name == "beta":
+            return _Beta(value, session, aio)
         return value
 
+    def __enter__(self) -> Any:
+        # the client's own __enter__ returns the client itself: the ungoverned one; the caller gets the proxy
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        return self.__wrapped__.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Any:
+        await self.__wrapped__.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any:
+        return await self.__wrapped__.__aexit__(exc_type, exc, tb)
+
     def with_options(self, *args: Any, **kwargs: Any) -> Any:
-        session, provider, aio = self._self_args
-        return _Client(self.__wrapped__.with_options(*args, **kwargs), session, provider, aio)
+        return self._copied(self.__wrapped__.with_options(*args, **kwargs))
 
     def copy(self, *args: Any, **kwargs: Any) -> Any:
+        return self._copied(self.__wrapped__.copy(*args, **kwargs))
+
+    def _copied(self, client: Any) -> Any:
+        """A copy of the client, governed by the same session, its ungoverned paths watched as the original's."""
         session, provider, aio = self._self_args
-        return _Client(self.__wrapped__.copy(*args, **kwargs), session, provider, aio)
+        session.watch(client, aio)
+        return _Client(client, session, provider, aio)
 
 
 def governed_client(client: Any, session: GovernedSession, provider: str, aio: bool) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from otel_replay.contracts.engine import ToolCallView
 from otel_replay.contracts.providers.base import (
@@ -15,22 +15,94 @@ from otel_replay.contracts.providers.base import (
     narrowed_tools,
 )
 
-__all__ = ["ChatAdapter", "ResponsesAdapter", "chat_tool_name", "responses_tool_name"]
+__all__ = [
+    "APP_CALLS",
+    "BUILT_IN_TOOLS",
+    "ChatAdapter",
+    "ResponsesAdapter",
+    "chat_call",
+    "chat_tool_name",
+    "responses_call",
+    "responses_tool_name",
+]
+
+APP_CALLS: Final[Mapping[str, str | None]] = {
+    "function_call": None,
+    "custom_tool_call": None,
+    "local_shell_call": "local_shell",
+    "shell_call": "shell",
+    "computer_call": "computer",
+    "apply_patch_call": "apply_patch",
+}
+"""The ``responses`` output items the APPLICATION carries out (so the gate must see them): item type -> the
+tool name a contract governs a built-in one by (a function or custom tool call names its tool itself).
+Items the provider carries out itself (web search, file search, code interpreter, MCP calls) are not here."""
+
+BUILT_IN_TOOLS: Final[Mapping[str, str]] = {
+    "local_shell": "local_shell",
+    "shell": "shell",
+    "computer": "computer",
+    "computer_use_preview": "computer",
+    "apply_patch": "apply_patch",
+}
+"""A request's built-in tool entry type -> the tool name its calls are gated (and narrowed) under."""
 
 
 def chat_tool_name(entry: Any) -> str | None:
-    """The name of a ``chat.completions`` tool entry (``{"type": "function", "function": {"name": ...}}``)."""
-    function = field(entry, "function")
-    name = field(function, "name") if function is not None else None
+    """The name of a ``chat.completions`` tool entry or call (``function``, or ``custom``, ``{"name": ...}``)."""
+    body = field(entry, "custom") if field(entry, "type") == "custom" else field(entry, "function")
+    name = field(body, "name") if body is not None else None
     return name if isinstance(name, str) else None
+
+
+def chat_call(call: Any) -> tuple[str, str]:
+    """``(name, arguments text)`` of a ``message.tool_calls`` entry: a function call, or a custom tool's input."""
+    custom = field(call, "type") == "custom"
+    body = field(call, "custom") if custom else field(call, "function")
+    name = field(body, "name") if body is not None else None
+    arguments = field(body, "input" if custom else "arguments") if body is not None else None
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+    return (name if isinstance(name, str) else ""), text
 
 
 def responses_tool_name(entry: Any) -> str | None:
-    """The name of a ``responses`` tool entry (``{"type": "function", "name": ...}``; built-in tools have none)."""
-    if field(entry, "type") not in (None, "function"):
+    """The tool name of a ``responses`` tool entry: a function's or custom tool's name, a built-in's governed name.
+
+    Tools the provider runs itself (web search, file search, ...) have none and are never narrowed.
+    """
+    kind = field(entry, "type")
+    if kind in BUILT_IN_TOOLS:
+        return BUILT_IN_TOOLS[kind]
+    if kind not in (None, "function", "custom"):
         return None
     name = field(entry, "name")
     return name if isinstance(name, str) else None
+
+
+def _as_json(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
+def responses_call(item: Any) -> tuple[str, str, str] | None:
+    """``(call id, tool name, arguments text)`` of an output item the application carries out; else ``None``.
+
+    A custom tool's free-text input is its arguments text (it passes only a contract's checks if it is a
+    JSON object); a built-in call's action (or patch operation) is its arguments, as JSON.
+    """
+    kind = field(item, "type")
+    if kind not in APP_CALLS:
+        return None
+    call_id = field(item, "call_id") or field(item, "id") or ""
+    if kind == "function_call":
+        name, arguments = field(item, "name"), field(item, "arguments")
+    elif kind == "custom_tool_call":
+        name, arguments = field(item, "name"), field(item, "input")
+    else:
+        name = APP_CALLS[kind]
+        arguments = json.dumps(_as_json(field(item, "operation" if kind == "apply_patch_call" else "action")))
+    text = arguments if isinstance(arguments, str) else json.dumps(_as_json(arguments), default=str)
+    return str(call_id), (name if isinstance(name, str) else ""), text
 
 
 def _choice_names(choice: Any, name_of: Any) -> str | None:
@@ -107,11 +179,8 @@ class ChatAdapter:
         index = 0
         for choice in getattr(response, "choices", None) or ():
             for call in getattr(choice.message, "tool_calls", None) or ():
-                function = getattr(call, "function", None)
-                name = getattr(function, "name", None) if function is not None else None
-                arguments = getattr(function, "arguments", None) if function is not None else None
-                text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
-                views.append(ToolCallView.parse(index, call.id or "", name or "", text))
+                name, text = chat_call(call)  # a custom tool's call is gated by its name like a function's
+                views.append(ToolCallView.parse(index, call.id or "", name, text))
                 index += 1
         return views
 
@@ -159,11 +228,11 @@ class ResponsesAdapter:
         seen: list[ToolResultSeen] = []
         for item in items:
             kind = field(item, "type")
-            if kind == "function_call":
-                call_id, name = field(item, "call_id"), field(item, "name")
-                if isinstance(call_id, str) and isinstance(name, str):
+            if kind in APP_CALLS:
+                call_id, name, _ = responses_call(item) or ("", "", "")
+                if call_id and name:
                     names[call_id] = name
-            elif kind == "function_call_output":
+            elif isinstance(kind, str) and kind.endswith("_call_output"):
                 call_id = field(item, "call_id")
                 if isinstance(call_id, str):
                     seen.append(ToolResultSeen(call_id, names.get(call_id), decode_output(field(item, "output"))))
@@ -175,13 +244,12 @@ class ResponsesAdapter:
         return model if isinstance(model, str) else None
 
     def calls(self, response: Any) -> list[ToolCallView]:
-        """The ``function_call`` output items, in order."""
+        """The output items the application carries out (function, custom and built-in tool calls), in order."""
         views: list[ToolCallView] = []
         for index, item in enumerate(getattr(response, "output", None) or ()):
-            if getattr(item, "type", None) != "function_call":
-                continue
-            text = item.arguments if isinstance(item.arguments, str) else json.dumps(item.arguments)
-            views.append(ToolCallView.parse(index, item.call_id or "", item.name or "", text))
+            call = responses_call(item)
+            if call is not None:
+                views.append(ToolCallView.parse(index, *call))
         return views
 
     def usage(self, response: Any) -> tuple[int, int] | None:
@@ -192,8 +260,8 @@ class ResponsesAdapter:
         return int(usage.input_tokens or 0), int(usage.output_tokens or 0)
 
     def strip(self, response: Any, keep: frozenset[int]) -> None:
-        """Drop the refused ``function_call`` items from ``output`` (indexes are positions in ``output``)."""
+        """Drop the refused tool call items from ``output`` (indexes are positions in ``output``)."""
         output = list(getattr(response, "output", None) or ())
         response.output = [
-            item for index, item in enumerate(output) if getattr(item, "type", None) != "function_call" or index in keep
+            item for index, item in enumerate(output) if getattr(item, "type", None) not in APP_CALLS or index in keep
         ]
