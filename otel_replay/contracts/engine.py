@@ -83,7 +83,7 @@ class StaleDecisionError(ContractError):
 
 def _line(text: str) -> str:
     """One line, redacted, then capped (capping first could cut a secret where redaction no longer sees it)."""
-    flat = redact(" ".join(text.split()))
+    flat = redact(" ".join(text.split()), personal=True)
     if len(flat) > _MAX_DETAIL_CHARS:
         flat = flat[: _MAX_DETAIL_CHARS - 3] + "..."
     return flat
@@ -96,7 +96,7 @@ def _shown_name(name: Any) -> str:
 
 def _said_name(name: Any) -> str:
     """A tool name for a failure's detail: redacted whole, then shortened like :func:`_shown_name`."""
-    return _shown_name(redact(name if isinstance(name, str) else repr(name)))
+    return _shown_name(redact(name if isinstance(name, str) else repr(name), personal=True))
 
 
 _NOT_FLAT = frozenset({float, dict, list, tuple})
@@ -118,7 +118,7 @@ def _canonical(value: Any) -> Any:
 
 def _stored(name: Any) -> str:
     """A tool name as the state and the failures keep it: shown (cut) and redacted (a model can name a secret)."""
-    return redact(_shown_name(name))
+    return redact(_shown_name(name), personal=True)
 
 
 def _digest(call: ToolCallView) -> str:
@@ -438,7 +438,7 @@ class Engine:
                     "internal_error",
                     _line(f"evaluating {_said_name(call.name)} failed: {type(exc).__name__}"),
                     tool=_stored(call.name),
-                    call_id=redact(_call_id(call)),
+                    call_id=redact(_call_id(call), personal=True),
                 )
                 return CallVerdict(call, False, (failure,), False, False, digest)
             try:
@@ -463,7 +463,14 @@ class Engine:
 
         def fail(rule: str, detail: str, *, path: str | None = None, source: Source | None = None) -> None:
             failures.append(
-                Failure(rule, _line(detail), tool=redact(name), call_id=redact(call_id), path=path, source=source)
+                Failure(
+                    rule,
+                    _line(detail),
+                    tool=redact(name, personal=True),
+                    call_id=redact(call_id, personal=True),
+                    path=path,
+                    source=source,
+                )
             )
 
         failures: list[Failure] = []

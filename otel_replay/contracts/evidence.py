@@ -166,8 +166,8 @@ def attributes_of(evidence: DecisionEvidence, *, session_id: str, agent: str | N
     """The span attributes of one decision (raises if redaction fails: the caller drops the span)."""
     tools = [
         {
-            "call_id": redact(call.call_id),  # the model writes ids and names too: redacted like its arguments
-            "name": redact(call.name),
+            "call_id": redact(call.call_id, personal=True),  # the model writes ids and names too
+            "name": redact(call.name, personal=True),
             "allowed": evidence.allowed.get(call.index, False),
             "arguments": _arguments(call),
         }

@@ -4,7 +4,6 @@ session's other spans; no prompt text; a span whose redaction fails is dropped w
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -32,13 +31,6 @@ SECRETS = {
 }
 PROMPT = "my private story zq08prompt"
 
-
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    kept = Spans()
-    yield kept
-    close_clients()
-    kept.close()
 
 
 @pytest.mark.parametrize("what", sorted(SECRETS))

@@ -4,7 +4,6 @@ arguments, odd names. Each gets a clear verdict; the agent never sees a crash of
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,6 @@ from .govern_support import (
     RESPONSES_TOOLS,
     Spans,
     anthropic_client,
-    close_clients,
     decisions,
     openai_client,
 )
@@ -32,13 +30,6 @@ from .govern_support import (
 HELLO = [{"role": "user", "content": "hi"}]
 GOOD = {"customer_email": "ana@example.com"}
 
-
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    kept = Spans()
-    yield kept
-    close_clients()
-    kept.close()
 
 
 @pytest.mark.parametrize(
@@ -265,7 +256,9 @@ def test_a_contracted_tool_under_another_case_or_spacing_is_not_let_through_as_u
         with pytest.raises(ReplayContractError) as caught:
             session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS)
     [failure] = caught.value.failures
-    assert failure.rule == "unmatched" and "issue_refund" in failure.detail
+    # named as a disguise of the contracted tool, or (a character no tool name may hold) as no tool name at all
+    assert failure.rule == "unmatched"
+    assert "issue_refund" in failure.detail or "is not a tool name" in failure.detail
 
 
 def test_under_unmatched_policy_allow_an_unknown_tool_still_passes(spans: Spans) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -26,7 +25,6 @@ from .govern_support import (
     RESPONSES_TOOLS,
     Spans,
     anthropic_client,
-    close_clients,
     decisions,
     openai_client,
 )
@@ -35,13 +33,6 @@ GOOD = {"customer_email": "ana@example.com"}
 BAD = {"customer_email": "no address"}
 HELLO = [{"role": "user", "content": "hi"}]
 
-
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    kept = Spans()
-    yield kept
-    close_clients()
-    kept.close()
 
 
 def test_shadow_never_blocks_never_changes_state_and_reports_what_it_would_have_done(spans: Spans) -> None:

@@ -7,7 +7,6 @@ by the model, reached through a path other than ``session.client.chat.completion
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,20 +23,12 @@ from .govern_support import (
     REFUND_BOT,
     Spans,
     anthropic_client,
-    close_clients,
     openai_client,
 )
 
 HELLO = [{"role": "user", "content": "hi"}]
 REFUND = {"customer_id": "C1", "amount": 1, "currency": "USD"}
 
-
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    kept = Spans()
-    yield kept
-    close_clients()
-    kept.close()
 
 
 def _refund_reply() -> s.Reply:

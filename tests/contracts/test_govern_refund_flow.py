@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,19 +16,12 @@ from otel_replay.errors import ContractError, ReplayContractError, ReplayKillErr
 from otel_replay.gate import ActionGate, Receipt, ReferenceLedger
 from otel_replay.instrumentation import scripted as s
 
-from .govern_support import CHAT_TOOLS, GPT, REFUND_BOT, Spans, close_clients, decisions, executors, openai_client
+from .govern_support import CHAT_TOOLS, GPT, REFUND_BOT, Spans, decisions, executors, openai_client
 
 ALICE = {"customer_email": "ana@example.com"}
 ORDER = {"order_id": "ORD-123"}
 REFUND = {"customer_id": "C42", "amount": 40.0, "currency": "USD"}
 
-
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    kept = Spans()
-    yield kept
-    close_clients()
-    kept.close()
 
 
 @pytest.fixture

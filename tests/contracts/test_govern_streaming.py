@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from .govern_support import (
     RESPONSES_TOOLS,
     Spans,
     anthropic_client,
-    close_clients,
     decisions,
     openai_client,
 )
@@ -36,13 +34,6 @@ GOOD = {"customer_email": "ana@example.com"}
 BAD = {"customer_email": "no address"}
 HELLO = [{"role": "user", "content": "hi"}]
 
-
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    kept = Spans()
-    yield kept
-    close_clients()
-    kept.close()
 
 
 def _chat_stream(server: s.ScriptedServer, spans: Spans, gate: str = "strip_blocked") -> Any:
