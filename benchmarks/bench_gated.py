@@ -144,7 +144,7 @@ def log_floor(commits: int, threads: int) -> float:
 
     The floor a gated commit stands on (``threads`` share fsyncs by group commit), with no capture work.
     """
-    from otel_replay.server.wal import WriteAheadLog
+    from otel_replay.storage.wal import WriteAheadLog
 
     with tempfile.TemporaryDirectory(dir=WHERE) as tmp:
         wal = WriteAheadLog(tmp)

@@ -54,8 +54,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_replay.exporters.rows import request_to_table, spans_to_table
-from otel_replay.server.convert import ChunkWriter, convert_segment
-from otel_replay.server.wal import read_records
+from otel_replay.storage.convert import ChunkWriter, convert_segment
+from otel_replay.storage.wal import read_records
 
 
 def build_spans(count: int, rich: bool, offset: int = 0) -> list[ReadableSpan]:

@@ -142,7 +142,7 @@ def _logged_gates(dataset, decision_id: str) -> list[str]:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from otel_replay.capture.write_ahead import log_root
-    from otel_replay.server.wal import read_records
+    from otel_replay.storage.wal import read_records
 
     found = []
     for segment in log_root(str(dataset)).glob("capture-*/*.wal"):

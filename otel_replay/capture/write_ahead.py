@@ -1,7 +1,7 @@
 """Write-ahead for records that must be durable before a call returns (a gate's intent and commit records).
 
 :func:`otel_replay.configure` gives its pipeline a :class:`SpanLog`: the
-receiver's write-ahead log (:class:`otel_replay.server.wal.WriteAheadLog`, one
+receiver's write-ahead log (:class:`otel_replay.storage.wal.WriteAheadLog`, one
 format and one recovery code: each record is an OTLP
 ``ExportTraceServiceRequest``) in a directory of this process's own,
 ``<dataset>/_wal/capture-<pid>-<random>/`` (for an ``s3://`` dataset a local
@@ -12,7 +12,7 @@ commit). Such a span never goes through the ``BatchSpanProcessor``
 
 A thread of the log's own seals the active segment once it is
 ``seal_seconds`` old and converts sealed segments to Parquet with the
-receiver's converter (:func:`otel_replay.server.convert.convert_segment`),
+receiver's converter (:func:`otel_replay.storage.convert.convert_segment`),
 under names derived from the segment (``wal-capture-...-<segment>-NNNNN``),
 then deletes them: converting a segment again, after a crash, rewrites the
 same files. :meth:`SpanLog.close` (at ``Telemetry.shutdown()``, else at
@@ -87,12 +87,12 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
 
     A segment that cannot be converted whole (damage with whole records
     after it) is salvaged as the receiver salvages a quarantined one
-    (:func:`otel_replay.server.convert.salvage_segment`, same file names):
+    (:func:`otel_replay.storage.convert.salvage_segment`, same file names):
     every record that checks out lands, and what was lost is logged as an
     error. An ``OSError`` (disk full) is raised: the segment stays for the next try.
     """
     # start-up cost: the receiver's converter loads only when a gate's log is converted
-    from otel_replay.server.convert import convert_segment, salvage_segment
+    from otel_replay.storage.convert import convert_segment, salvage_segment
 
     rows = 0
     for segment in segments:
@@ -434,7 +434,7 @@ class SpanLog:
         with self._open_lock:
             if self._wal is None:
                 # start-up cost: the log loads when a gate first writes ahead; an agent without a gate never pays for it
-                from otel_replay.server.wal import WriteAheadLog
+                from otel_replay.storage.wal import WriteAheadLog
 
                 if self._closed:
                     raise OtelReplayError(f"the write-ahead log {self.directory} is closed")
@@ -461,7 +461,7 @@ class SpanLog:
     def _convert_sealed(self) -> int:
         """Convert every sealed segment, oldest first, releasing each once written (caller holds ``_lock``)."""
         # start-up cost: the receiver's converter loads only when a gate's log is converted
-        from otel_replay.server.convert import convert_segment
+        from otel_replay.storage.convert import convert_segment
 
         rows = 0
         for segment in self._wal.sealed():
@@ -530,7 +530,7 @@ def recover(dataset: str) -> int:
     except OSError:
         return 0
     # start-up cost: the log's format loads only when a log is left to recover
-    from otel_replay.server.wal import WAL_SUFFIX, Segment
+    from otel_replay.storage.wal import WAL_SUFFIX, Segment
 
     rows = 0
     for directory in candidates:

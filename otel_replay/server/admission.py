@@ -19,9 +19,9 @@ from typing import Any, Protocol
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay.errors import Overloaded
+from otel_replay.storage.wal import WriteAheadLog
 
 from .config import Metrics, ServerConfig
-from .wal import WriteAheadLog
 
 __all__ = [
     "JSON_EXPANSION",

@@ -65,8 +65,8 @@ from otel_replay.exporters.rows import request_to_table
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, check_number, env_number
+from otel_replay.storage.convert import CHUNK_ROWS, ChunkWriter, sanitize, split_request
 
-from .convert import CHUNK_ROWS, ChunkWriter, sanitize, split_request
 from .otlp_json import request_from_json
 
 __all__ = ["DEFAULT_MAX_LINE", "DEFAULT_MAX_RATIO", "IngestReport", "Ingestor"]

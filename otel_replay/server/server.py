@@ -43,10 +43,7 @@ from otel_replay.errors import DatasetError
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.storage.background import BackgroundCompactor
-
-from .admission import Overloaded, Reservation, release_free_memory
-from .config import Metrics, MiB, ServerConfig, parse_address
-from .convert import (
+from otel_replay.storage.convert import (
     MAX_DATES_PER_REQUEST,
     MAX_SHARED_BYTES_PER_REQUEST,
     Salvage,
@@ -55,9 +52,12 @@ from .convert import (
     salvage_segment,
     worker_init,
 )
+from otel_replay.storage.wal import WAL_SUFFIX, Segment, WriteAheadLog
+
+from .admission import Overloaded, Reservation, release_free_memory
+from .config import Metrics, MiB, ServerConfig, parse_address
 from .grpc_service import GrpcService
 from .http_service import HttpService
-from .wal import WAL_SUFFIX, Segment, WriteAheadLog
 
 __all__ = ["MAX_DATES_PER_SEGMENT", "Receiver", "stranded_wal_dirs"]
 

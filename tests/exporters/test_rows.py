@@ -443,7 +443,7 @@ def test_converter_refuses_what_the_real_parser_refuses_before_reading_rows(tmp_
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-    from otel_replay.server.convert import ChunkWriter
+    from otel_replay.storage.convert import ChunkWriter
 
     value = b"\x0a\x01x"  # AnyValue{string_value: "x"}
     for _ in range(60):
@@ -511,7 +511,7 @@ def test_short_keyvalue_decoding_equals_the_real_class_on_mutated_encodings():
 def test_chunk_writer_starts_a_new_chunk_by_bytes_as_well_as_rows(tmp_path):
     from pathlib import Path
 
-    from otel_replay.server.convert import ChunkWriter
+    from otel_replay.storage.convert import ChunkWriter
 
     table = request_to_table(encode_spans(_spans()))
     writer = ChunkWriter(tmp_path, "t", chunk_rows=10**6, chunk_bytes=table.nbytes * 2 - 1)

@@ -51,7 +51,7 @@ _CHILD = textwrap.dedent(
             pass
 
     if step == "converting":
-        import otel_replay.server.convert as convert
+        import otel_replay.storage.convert as convert
         real = convert.ChunkWriter.flush
 
         def flush_then_die(self):
@@ -398,7 +398,7 @@ def _logged_executed(dataset: Path) -> list[str]:
     """``replay.gate.executed`` of every gate span fsynced in the dataset's capture write-ahead logs now."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from otel_replay.server.wal import read_records
+    from otel_replay.storage.wal import read_records
 
     found = []
     for segment in sorted((dataset / "_wal").glob("capture-*/*.wal")):

@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.exporters.rows import payload_to_table
 from otel_replay.server import Receiver
-from otel_replay.server.convert import MAX_DATES_PER_REQUEST, admit_spans
+from otel_replay.storage.convert import MAX_DATES_PER_REQUEST, admit_spans
 
 from .conftest import make_spans, parquet_rows
 
@@ -222,7 +222,7 @@ def test_resource_and_scope_repeated_per_span_are_bounded_per_request() -> None:
 def test_a_small_request_with_a_large_resource_is_cut_before_it_is_acknowledged(
     make_receiver: Callable[..., Receiver],
 ) -> None:
-    from otel_replay.server.convert import MAX_SHARED_BYTES_PER_REQUEST
+    from otel_replay.storage.convert import MAX_SHARED_BYTES_PER_REQUEST
 
     receiver = make_receiver()
     request = encode_spans(make_spans(1))

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from otel_replay.server.convert import convert_segment
-from otel_replay.server.wal import SEAL_MARK
+from otel_replay.storage.convert import convert_segment
+from otel_replay.storage.wal import SEAL_MARK
 
 from .conftest import expected_rows, make_spans, parquet_rows
 
 _CONVERT = """
 import json, sys
 import pyarrow as pa
-from otel_replay.server.convert import convert_segment
+from otel_replay.storage.convert import convert_segment
 rows = convert_segment(sys.argv[1], sys.argv[2], "p")
 print(json.dumps({"rows": rows, "arrow_peak": pa.default_memory_pool().max_memory()}))
 """

@@ -9,7 +9,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
-from otel_replay.server.convert import worker_init
+from otel_replay.storage.convert import worker_init
 
 
 def _pool(server_pid: int) -> ProcessPoolExecutor:

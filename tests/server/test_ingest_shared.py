@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.server.convert import split_request
+from otel_replay.storage.convert import split_request
 
 _INGEST = """
 import json, sys

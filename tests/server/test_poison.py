@@ -178,7 +178,7 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path)
 def test_admission_and_the_row_builder_agree_on_the_last_storable_time() -> None:
     """2**63-1 was acknowledged at admission, then refused when rows were built: one check now decides both."""
     from otel_replay.exporters.rows import TIME_LIMIT_NS, request_to_table
-    from otel_replay.server.convert import admit_spans
+    from otel_replay.storage.convert import admit_spans
 
     request = encode_spans(make_spans(3))
     total = len(_keys(request))

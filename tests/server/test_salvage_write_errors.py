@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.server.convert import ChunkWriter, salvage_segment
+from otel_replay.storage.convert import ChunkWriter, salvage_segment
 
 from .conftest import make_spans, parquet_rows
 

@@ -10,8 +10,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay.errors import Overloaded
 from otel_replay.server import Receiver
-from otel_replay.server.convert import MAX_DATES_PER_REQUEST
 from otel_replay.server.server import MAX_DATES_PER_SEGMENT
+from otel_replay.storage.convert import MAX_DATES_PER_REQUEST
 
 from .conftest import make_spans, parquet_rows
 from .test_http_errors import post

@@ -22,8 +22,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay.errors import OtelReplayError
 from otel_replay.server import Receiver, ServerConfig
-from otel_replay.server.convert import convert_segment
-from otel_replay.server.wal import (
+from otel_replay.storage.convert import convert_segment
+from otel_replay.storage.wal import (
     SEAL_MARK,
     CorruptSegmentError,
     Gap,
@@ -424,7 +424,7 @@ def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_
 
 _APPENDER = """
 import sys, threading
-from otel_replay.server.wal import WriteAheadLog
+from otel_replay.storage.wal import WriteAheadLog
 
 wal = WriteAheadLog(sys.argv[1])
 lock = threading.Lock()

@@ -36,8 +36,7 @@ from otel_replay.exporters.rows import (
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 from otel_replay.location import resolve
-
-from .wal import Gap, read_records, scan_records
+from otel_replay.storage.wal import Gap, read_records, scan_records
 
 __all__ = [
     "MAX_DATES_PER_REQUEST",
