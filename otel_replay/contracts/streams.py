@@ -505,19 +505,14 @@ class _BodyWithheld(wrapt.ObjectProxy):
         return getattr(self.__wrapped__, name)
 
 
-class GovernedStream(wrapt.ObjectProxy):
-    """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too).
-
-    A stream left before its response was gated (closed, left by ``with``, or broken) calls ``abandon``
-    once: the model was called, the session counts it; its held calls are never delivered.
-    """
+class _HeldStream(wrapt.ObjectProxy):
+    """What the synchronous and asynchronous governed streams share: the held events and their release."""
 
     def __init__(
         self, wrapped: Any, filter: StreamFilter, decide: Decide, abandon: Callable[[], None] | None = None
     ) -> None:
-        """Govern ``wrapped`` through ``filter``, gating with ``decide``."""
+        """Hold ``wrapped``'s events for ``filter``; ``decide`` gates them, ``abandon`` counts a stream left."""
         super().__init__(wrapped)
-        self._self_it = wrapped if hasattr(wrapped, "__next__") else iter(wrapped)
         self._self_filter = filter
         self._self_decide = decide
         self._self_abandon = abandon
@@ -542,6 +537,21 @@ class GovernedStream(wrapt.ObjectProxy):
         self._self_queue.clear()
         if self._self_abandon is not None:
             self._self_abandon()
+
+
+class GovernedStream(_HeldStream):
+    """A client's synchronous stream, governed: iterate it as the original (``with``, ``close()`` too).
+
+    A stream left before its response was gated (closed, left by ``with``, or broken) calls ``abandon``
+    once: the model was called, the session counts it; its held calls are never delivered.
+    """
+
+    def __init__(
+        self, wrapped: Any, filter: StreamFilter, decide: Decide, abandon: Callable[[], None] | None = None
+    ) -> None:
+        """Govern ``wrapped`` through ``filter``, gating with ``decide``."""
+        super().__init__(wrapped, filter, decide, abandon)
+        self._self_it = wrapped if hasattr(wrapped, "__next__") else iter(wrapped)
 
     def __iter__(self) -> GovernedStream:
         return self
@@ -595,7 +605,7 @@ class GovernedStream(wrapt.ObjectProxy):
         return leave(exc_type, exc, tb) if leave is not None else None
 
 
-class AsyncGovernedStream(wrapt.ObjectProxy):
+class AsyncGovernedStream(_HeldStream):
     """A client's asynchronous stream, governed (``async for``, ``async with``, ``await close()``).
 
     Abandoned as :class:`GovernedStream`.
@@ -605,32 +615,8 @@ class AsyncGovernedStream(wrapt.ObjectProxy):
         self, wrapped: Any, filter: StreamFilter, decide: Decide, abandon: Callable[[], None] | None = None
     ) -> None:
         """Govern ``wrapped`` through ``filter``, gating with ``decide`` (called in the event loop's thread)."""
-        super().__init__(wrapped)
+        super().__init__(wrapped, filter, decide, abandon)
         self._self_it = wrapped if hasattr(wrapped, "__anext__") else wrapped.__aiter__()
-        self._self_filter = filter
-        self._self_decide = decide
-        self._self_abandon = abandon
-        self._self_queue: deque[Any] = deque()
-        self._self_released = False
-
-    @property
-    def response(self) -> Any:
-        """The HTTP response, its body withheld (read the stream instead)."""
-        return _BodyWithheld(self.__wrapped__.response)
-
-    @property
-    def released(self) -> bool:
-        """The response was gated (or the stream given up): nothing more is held."""
-        return bool(self._self_released)
-
-    def abandoned(self) -> None:
-        """The caller left the stream: if its response was not gated yet, it never will be (counted once)."""
-        if self._self_released:
-            return
-        self._self_released = True
-        self._self_queue.clear()
-        if self._self_abandon is not None:
-            self._self_abandon()
 
     def __aiter__(self) -> AsyncGovernedStream:
         return self
