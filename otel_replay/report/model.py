@@ -238,7 +238,9 @@ def _offsets(times: Sequence[dt.datetime | None]) -> list[float]:
         return [0.0 for _ in times]
     first, last = min(known), max(known)
     span = (last - first).total_seconds()
-    return [0.0 if t is None or span <= 0 else 100.0 * (t - first).total_seconds() / span for t in times]
+    # Clamped: float division can land one ulp past the axis end (100.00000000000001), which the page and its
+    # readers treat as outside the 0-100 axis.
+    return [0.0 if t is None or span <= 0 else min(100.0, 100.0 * (t - first).total_seconds() / span) for t in times]
 
 
 def _decision_sections(event: Mapping[str, Any], gate: Sequence[Section]) -> tuple[Section, ...]:

@@ -124,3 +124,14 @@ def test_past_the_detail_limit_events_show_one_line_and_the_page_says_so(
         "ev-3",
     ]
     assert "the first 2 of 4 events open to what they hold" in " ".join(page.text)
+
+
+def test_a_chains_last_event_sits_exactly_at_the_axis_end_even_when_division_rounds_past_it() -> None:
+    import datetime as dt
+
+    first = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+    # 100.0 * 2.950578 / 2.950578 is 100.00000000000001 in binary floating point.
+    last = first + dt.timedelta(seconds=2.950578)
+    offsets = model._offsets([first, first + dt.timedelta(seconds=1), last, None])
+    assert offsets[0] == 0.0 and offsets[2] == 100.0 and offsets[3] == 0.0
+    assert all(0.0 <= o <= 100.0 for o in offsets)
