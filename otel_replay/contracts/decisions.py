@@ -75,7 +75,17 @@ def strict_json(text: str | bytes | bytearray) -> Any:
     Both raise :class:`ValueError`. Parsers disagree on which copy of a duplicate key wins (the first or the
     last), so the copy a contract checks could differ from the one the tool reads: such text is not accepted.
     """
-    return json.loads(text, parse_constant=_strict_constant, object_pairs_hook=_unique_keys)
+    if isinstance(text, bytes | bytearray):  # as json.loads reads bytes: UTF-8, -16 or -32 by their first bytes
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    elif not isinstance(text, str):
+        raise TypeError(f"JSON text must be str, bytes or bytearray, not {type(text).__name__}")
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _STRICT.decode(text)
+
+
+_STRICT = json.JSONDecoder(parse_constant=_strict_constant, object_pairs_hook=_unique_keys)
+"""Made once: ``json.loads`` with options builds a decoder per call, a fifth of the time of a small object."""
 
 
 def parse_arguments(text: str) -> Mapping[str, Any] | None:
@@ -149,7 +159,8 @@ class CallVerdict:
 
     ``escalated``: it failed and its tool's effective gate is ``block``, so the whole response is
     rejected whatever the gate mode. ``unguarded``: evaluating it raised and ``on_error="allow"`` let it
-    through unchecked. ``digest``: ``"tool:hash"`` of the tool and its canonical arguments (loop detection).
+    through unchecked. ``digest``: ``"tool:hash"`` of the tool and its canonical arguments (loop detection; empty
+    when the session has none).
     """
 
     call: ToolCallView

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from otel_replay.contracts._read import TOOL_NAME
-from otel_replay.contracts.checks import InvariantCheck, json_equal
+from otel_replay.contracts.checks import InvariantCheck
 from otel_replay.contracts.decisions import (
     GATE_MODES,
     ON_ERROR,
@@ -51,7 +51,7 @@ from otel_replay.contracts.decisions import (
 )
 from otel_replay.contracts.model import ContractSet, Price, Source, ToolContract
 from otel_replay.contracts.paths import read_path
-from otel_replay.contracts.state import SessionState
+from otel_replay.contracts.state import SessionState, output_digest, whole_numbers
 from otel_replay.errors import ContractError, ContractLoadError
 from otel_replay.redaction import redact
 
@@ -99,26 +99,13 @@ def _said_name(name: Any) -> str:
     return _shown_name(redact(name if isinstance(name, str) else repr(name), personal=True))
 
 
-_NOT_FLAT = frozenset({float, dict, list, tuple})
-
-
-def _canonical(value: Any) -> Any:
-    """``value`` with each whole float as its integer (``1.0``, ``1e0`` and ``-0.0`` are the JSON numbers 1 and 0)."""
-    if type(value) is float:
-        return int(value) if value.is_integer() else value
-    if isinstance(value, dict):
-        for item in value.values():
-            if type(item) in _NOT_FLAT:
-                return {key: _canonical(item) for key, item in value.items()}
-        return value  # the common case: text, whole numbers, booleans: nothing to rewrite
-    if isinstance(value, list | tuple):
-        return [_canonical(item) for item in value]
-    return value
-
-
 def _stored(name: Any) -> str:
     """A tool name as the state and the failures keep it: shown (cut) and redacted (a model can name a secret)."""
     return redact(_shown_name(name), personal=True)
+
+
+_DIGESTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""Made once (``json.dumps`` with options builds an encoder per call)."""
 
 
 def _digest(call: ToolCallView) -> str:
@@ -131,7 +118,7 @@ def _digest(call: ToolCallView) -> str:
     body: str | None = None
     if call.arguments is not None:
         try:
-            body = json.dumps(_canonical(call.arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            body = _DIGESTED.encode(whole_numbers(call.arguments))
         except (TypeError, ValueError, RecursionError):
             body = None
     if body is None:
@@ -228,6 +215,15 @@ class Engine:
                 paths = output_paths.setdefault(pre.requires_prior_tool, [])
                 paths.extend(c.path for c in pre.with_output if c.path not in paths)
         self._output_paths = {tool: tuple(paths) for tool, paths in output_paths.items()}
+        # with_output: the digest each condition's value must have (the state keeps only the outputs' digests)
+        self._expected: dict[int, str] = {}
+        for tool in contracts.tools.values():
+            for pre in tool.preconditions:
+                for condition in pre.with_output:
+                    try:
+                        self._expected[id(condition)] = output_digest(condition.equals)
+                    except (TypeError, ValueError, RecursionError):  # no JSON form: no output can equal it
+                        continue
         self._folded = {_fold(name): name for name in contracts.tools}
         prices = list(contracts.session.prices.values())
         # What an unpriced model's tokens cost under a cost cap (see cost()).
@@ -424,10 +420,12 @@ class Engine:
 
     def _judge(self, state: SessionState, sim: _Simulation, call: ToolCallView, position: int) -> CallVerdict:
         """One call's verdict; commits it to ``sim`` when it passes. Never raises."""
-        try:
-            digest = _digest(call)
-        except Exception:  # noqa: BLE001 - hostile input must give a verdict, never an exception
-            digest = f"?:{position}"
+        digest = ""  # only loop detection reads it: not computed without one
+        if self._window:
+            try:
+                digest = _digest(call)
+            except Exception:  # noqa: BLE001 - hostile input must give a verdict, never an exception
+                digest = f"?:{position}"
         contract: ToolContract | None = None
         try:
             contract = self.contracts.tool(call.name) if isinstance(call.name, str) else None
@@ -529,7 +527,7 @@ class Engine:
                         path=condition.path,
                         source=condition.source,
                     )
-                elif not json_equal(recorded[condition.path], condition.equals):
+                elif recorded[condition.path] != self._expected.get(id(condition)):
                     fail(
                         "precondition",
                         f"{said} requires {prior}'s output {condition.path} to equal the contract's value",
@@ -648,8 +646,10 @@ class Engine:
         """Record a tool's result for the ``with_output`` conditions that name it; a tool error streak ends.
 
         ``output`` is the value, or JSON text (a tool message's content), parsed when it parses. For each
-        ``with_output`` path of a precondition requiring ``tool``, the value found there replaces the one
-        recorded before (a path not found is dropped: the condition then fails as not observed). Tools no
+        ``with_output`` path of a precondition requiring ``tool``, the digest of the value found there
+        (:func:`~otel_replay.contracts.state.output_digest`: the state never holds the value) replaces the one
+        recorded before (a path not found, or a value JSON has no form for, is dropped: the condition then
+        fails as not observed). Tools no
         precondition names are not recorded. ``consecutive_error_count`` resets; ``state_version`` +1.
 
         ``call_id``: the call the output answers (a tool message's ``tool_call_id``). Given, and not the id of
@@ -672,8 +672,7 @@ class Engine:
                 try:
                     found, at = read_path(value, path)
                     if found:
-                        json.dumps(at, allow_nan=False)  # only JSON values are kept (the state is saved as JSON)
-                        recorded[path] = at
+                        recorded[path] = output_digest(at)  # never the value: outputs hold customer data
                 except Exception:  # noqa: BLE001, S112 - an unreadable output satisfies nothing
                     continue
             state.satisfied_preconditions[tool] = recorded

@@ -147,14 +147,18 @@ def _cut(value: Any) -> Any:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_odd)
+    return _CANONICAL.encode(value)
+
+
+# Encoders made once (``json.dumps`` with options builds one per call): what the span and the verdict hold.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_odd)
+_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 def _arguments(call: ToolCallView) -> str:
     if call.arguments is not None:
-        text = json.dumps(
-            redact_value(dict(call.arguments), personal=True), separators=(",", ":"), default=str, sort_keys=True
-        )
+        text = _SORTED.encode(redact_value(dict(call.arguments), personal=True))
     else:  # not a JSON object: the text itself, redacted
         text = redact(call.arguments_text[: 4 * MAX_ARGUMENT_CHARS], personal=True)
     if len(text) > MAX_ARGUMENT_CHARS:
@@ -184,9 +188,9 @@ def attributes_of(evidence: DecisionEvidence, *, session_id: str, agent: str | N
         sc.CONTRACT_PROVIDER: evidence.provider,
         sc.CONTRACT_API: evidence.api,
         sc.CONTRACT_STREAMED: evidence.streamed,
-        sc.CONTRACT_TOOLS: json.dumps(tools, separators=(",", ":")),
-        sc.CONTRACT_FAILURES: json.dumps([failure_json(f) for f in evidence.failures], separators=(",", ":")),
-        sc.CONTRACT_NARROWED: json.dumps(list(evidence.narrowed), separators=(",", ":")),
+        sc.CONTRACT_TOOLS: _COMPACT.encode(tools),
+        sc.CONTRACT_FAILURES: _COMPACT.encode([failure_json(f) for f in evidence.failures]),
+        sc.CONTRACT_NARROWED: _COMPACT.encode(list(evidence.narrowed)),
     }
     if agent is not None:
         attrs[sc.CONTRACT_AGENT] = agent

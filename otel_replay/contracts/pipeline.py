@@ -482,9 +482,13 @@ def canonical(arguments: Mapping[str, Any] | None) -> str:
     if arguments is None:
         return "null"
     try:
-        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+        return _CANONICAL.encode(arguments)
     except Exception:  # noqa: BLE001 - hostile values (a str() that raises, cycles, deep nesting) match nothing
         return "<arguments that are not JSON>"
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+"""Made once (``json.dumps`` with options builds an encoder per call)."""
 
 
 def _shown(name: str | None) -> str:

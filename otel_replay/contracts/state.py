@@ -10,6 +10,7 @@ safe to log (no principal, no recorded tool output values).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -21,10 +22,49 @@ from typing import Any
 from otel_replay.errors import ContractError
 from otel_replay.redaction import REDACTED, redact
 
-__all__ = ["STATE_FORMAT", "SessionState", "SessionStateError"]
+__all__ = ["STATE_FORMAT", "SessionState", "SessionStateError", "output_digest", "whole_numbers"]
 
-STATE_FORMAT = 1
-"""The version of the JSON form :meth:`SessionState.to_json` writes; a newer one is refused, never guessed at."""
+STATE_FORMAT = 2
+"""The version of the JSON form :meth:`SessionState.to_json` writes; a newer one is refused, never guessed at.
+
+2: ``satisfied_preconditions`` holds each output value's :func:`output_digest`, never the value (format 1 held
+the values: read back, they are turned into their digests)."""
+
+_NOT_FLAT = frozenset({float, dict, list, tuple})
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` with each whole float as its integer (``1.0``, ``1e0`` and ``-0.0`` are the JSON numbers 1 and 0)."""
+    if type(value) is float:
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        for item in value.values():
+            if type(item) in _NOT_FLAT:
+                return {key: whole_numbers(item) for key, item in value.items()}
+        return value  # the common case: text, whole numbers, booleans: nothing to rewrite
+    if isinstance(value, list | tuple):
+        return [whole_numbers(item) for item in value]
+    return value
+
+
+_OUTPUT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_DIGEST_PREFIX = "sha256:"
+
+
+def output_digest(value: Any) -> str:
+    """What the state keeps of a tool output's value at a ``with_output`` path: ``"sha256:"`` and a hex digest.
+
+    The digest of the value's canonical JSON (keys sorted, no spaces, text unescaped, a whole number by its
+    value: ``1``, ``1.0`` and ``1e0`` are one, ``true`` is not ``1``), so two values have one digest exactly when
+    they are the same JSON value, and a condition's ``equals`` is checked against it. The value itself (a
+    customer's e-mail, an account number) never reaches the state, its store or its file.
+
+    Raises:
+        TypeError, ValueError: the value has no JSON form (``NaN``, an object that is not JSON).
+
+    """
+    text = _OUTPUT_JSON.encode(whole_numbers(value))
+    return _DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class SessionStateError(ContractError, ValueError):
@@ -132,8 +172,26 @@ class SessionState:
         return json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
     def copy(self) -> SessionState:
-        """A deep, independent copy (what shadow mode evaluates on)."""
-        return SessionState.from_json(self.to_json())
+        """A deep, independent copy (what shadow mode evaluates on, and what a memory store hands out).
+
+        Built field by field, not through JSON: a state holds only JSON values (texts, numbers, booleans,
+        ``None``, lists and objects of them), so copying its lists and objects is copying it whole.
+        """
+        twin = object.__new__(SessionState)
+        values = self.__dict__.copy()
+        values["tool_call_counts"] = self.tool_call_counts.copy()  # text -> int
+        values["output_call_ids"] = self.output_call_ids.copy()  # text -> text
+        values["forbidden_tools"] = self.forbidden_tools.copy()  # texts
+        values["recent_calls"] = self.recent_calls.copy()  # texts
+        if self.narrowed_to is not None:
+            values["narrowed_to"] = self.narrowed_to.copy()  # texts
+        for name in _NESTED:
+            value = values[name]
+            if value:
+                values[name] = _json_copy(value)
+        twin.__dict__ = values
+        return twin
+        return twin
 
     @classmethod
     def from_trusted_json(cls, text: str) -> SessionState:
@@ -169,6 +227,8 @@ class SessionState:
                 f"{where}: state format {fmt} was written by a newer otel-replay (this one reads up to "
                 f"{STATE_FORMAT}); upgrade otel-replay"
             )
+        if fmt < 2 and isinstance(body.get("satisfied_preconditions"), dict):
+            body["satisfied_preconditions"] = _digests_of(body["satisfied_preconditions"])
         unknown = sorted(set(body) - _FIELD_SET)
         if unknown:
             raise SessionStateError(f"{where}: corrupt state: unknown field {unknown[0]!r}")
@@ -182,6 +242,35 @@ class SessionState:
         if missing:
             raise SessionStateError(f"{where}: corrupt state: {missing[0]!r} is missing")
         return cls(**body)
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (objects and lists copied, everything else shared: it does not change)."""
+    if isinstance(value, dict):
+        return {key: _json_copy(item) if isinstance(item, dict | list) else item for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(item) if isinstance(item, dict | list) else item for item in value]
+    return value
+
+
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(_DIGEST_PREFIX) and len(value) == len(_DIGEST_PREFIX) + 64
+
+
+def _digests_of(recorded: dict[str, Any]) -> Any:
+    """A format-1 ``satisfied_preconditions`` (values) as format 2 has it (digests); a value without one dropped."""
+    out: dict[str, Any] = {}
+    for tool, values in recorded.items():
+        if not isinstance(values, dict):
+            return recorded  # not of the shape: the field check names it
+        kept = {}
+        for path, value in values.items():
+            try:
+                kept[path] = output_digest(value)
+            except (TypeError, ValueError, RecursionError):
+                continue
+        out[tool] = kept
+    return out
 
 
 def _names(names: list[str]) -> list[str]:
@@ -209,6 +298,9 @@ def _redacted(value: Any) -> Any:
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
 _FIELD_SET = frozenset(_FIELD_NAMES)
+_NESTED: tuple[str, ...] = ("satisfied_preconditions", "last_step", "last_narrowing")
+"""The fields whose objects hold other lists or objects (:meth:`SessionState.copy` copies them all the way down;
+every other list or object field holds texts and numbers only)."""
 _FORMAT_1_FIELDS = _FIELD_SET
 """The fields every format-1 state holds; a field added later (with a default) must not be listed here."""
 
@@ -257,8 +349,10 @@ def _check_field(name: str, value: Any) -> str | None:
         ok = value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
         return None if ok else "must be a list of text or null"
     if name == "satisfied_preconditions":
-        ok = isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
-        return None if ok else "must map tool names to objects"
+        ok = isinstance(value, dict) and all(
+            isinstance(v, dict) and all(_is_digest(d) for d in v.values()) for v in value.values()
+        )
+        return None if ok else "must map tool names to objects of output digests"
     if name in ("last_step", "last_narrowing"):
         return None if value is None or isinstance(value, dict) else "must be an object or null"
     return None if _is_int(value) else "must be a non-negative integer"

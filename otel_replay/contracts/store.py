@@ -67,27 +67,28 @@ def _checked(session_id: str, result: object, previous: int | None) -> SessionSt
 class MemoryStateStore:
     """States kept in this process (lost when it exits); safe to share between threads.
 
-    States are stored as their JSON, so what a caller holds is never the saved state itself.
+    Each state is kept as a private copy (:meth:`SessionState.copy`): what a caller holds, or a change
+    mutates, is never the saved state itself, and a change that raises leaves the saved state as it was.
     """
 
     def __init__(self) -> None:
         """An empty store."""
         self._lock = threading.Lock()
-        self._saved: dict[str, str] = {}
+        self._saved: dict[str, SessionState] = {}
 
     def load(self, session_id: str) -> SessionState | None:
         """See :meth:`StateStore.load`."""
         with self._lock:
-            text = self._saved.get(session_id)
-        return None if text is None else SessionState.from_trusted_json(text)
+            saved = self._saved.get(session_id)
+            return None if saved is None else saved.copy()
 
     def update(self, session_id: str, change: Change) -> SessionState:
         """See :meth:`StateStore.update`; updates of one store run one at a time."""
         with self._lock:
-            text = self._saved.get(session_id)
-            current = None if text is None else SessionState.from_trusted_json(text)
-            result = _checked(session_id, change(current), None if current is None else current.state_version)
-            self._saved[session_id] = result.to_json()
+            saved = self._saved.get(session_id)
+            current = None if saved is None else saved.copy()
+            result = _checked(session_id, change(current), None if saved is None else saved.state_version)
+            self._saved[session_id] = result.copy()  # the caller may go on changing what it got back
             return result
 
     def session_ids(self) -> list[str]:

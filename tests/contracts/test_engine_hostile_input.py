@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from otel_replay.contracts.checks import REGEX_MAX_CHARS
+from otel_replay.contracts.decisions import strict_json
 from otel_replay.contracts.engine import Engine, ToolCallView, parse_arguments
 from otel_replay.contracts.model import ArgumentInvariant, Price, SessionLimits, Source, ToolContract
-from otel_replay.contracts.state import SessionState
+from otel_replay.contracts.state import SessionState, output_digest
 
 from ._engine_support import call, refund_bot, run_step
 
@@ -184,7 +186,7 @@ def test_a_key_given_twice_is_malformed_whichever_copy_the_tool_would_read(text:
     state = engine.new_state("s", None)
     state.current_phase = "eligibility_checked"
     state.tool_call_counts = {"lookup_customer": 1, "check_eligibility": 1}
-    state.satisfied_preconditions = {"check_eligibility": {"$.eligible": True}}
+    state.satisfied_preconditions = {"check_eligibility": {"$.eligible": output_digest(True)}}
     assert engine.evaluate(state, [call("issue_refund", {"amount": 1, "customer_id": "c1"})]).outcome == "allow"
     view = ToolCallView.parse(0, "c", "issue_refund", text)
     assert view.arguments is None
@@ -258,3 +260,31 @@ def test_a_secret_cut_where_a_detail_or_name_is_shortened_is_still_redacted(pad:
     detail = decision.failures[0].detail
     assert "sk-proj" not in detail and "a1B2" not in detail
     assert len(detail) <= 300
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1}',
+        b'{"a": [1, 2.5, "x"]}',
+        '{"a": 1}'.encode("utf-16"),
+        bytearray(b'{"a": null}'),
+        "\ufeff{}",
+        b"\xef\xbb\xbf{}",
+        b"\xff\xfe\x00",
+        "",
+        12,
+        None,
+    ],
+)
+def test_strict_json_reads_what_json_loads_reads_and_refuses_what_it_refuses(text: Any) -> None:
+    """The strict reader keeps one decoder for speed: bytes, byte order marks and odd types behave as json.loads."""
+    try:
+        expected: Any = ("ok", json.loads(text))
+    except Exception as exc:  # noqa: BLE001 - the comparison is of the exception's type
+        expected = ("error", type(exc))
+    try:
+        got: Any = ("ok", strict_json(text))
+    except Exception as exc:  # noqa: BLE001
+        got = ("error", type(exc))
+    assert got == expected

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from otel_replay.contracts.engine import Engine
 from otel_replay.contracts.model import Transitions
+from otel_replay.contracts.state import output_digest
 
 from ._engine_support import call, calls, refund_bot, run_step
 
@@ -229,6 +230,6 @@ def test_an_output_named_by_call_id_counts_only_for_the_prior_tools_last_allowed
     assert state.state_version == version and "check_eligibility" not in state.satisfied_preconditions
     assert [f.rule for f in engine.evaluate(state, [call("issue_refund", REFUND)]).failures] == ["precondition"]
     engine.observe_output(state, "check_eligibility", {"eligible": False}, call_id="call_new")
-    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": False}
+    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": output_digest(False)}
     engine.observe_output(state, "check_eligibility", {"eligible": True}, call_id="call_forged")
-    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": False}
+    assert state.satisfied_preconditions["check_eligibility"] == {"$.eligible": output_digest(False)}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from otel_replay.contracts.engine import Engine
-from otel_replay.contracts.state import STATE_FORMAT, SessionState, SessionStateError
+from otel_replay.contracts.state import STATE_FORMAT, SessionState, SessionStateError, output_digest
 
 from ._engine_support import call, calls, refund_bot, run_step
 
@@ -35,6 +35,27 @@ def test_a_state_round_trips_through_json_exactly() -> None:
     assert again == state
     assert again.to_json() == state.to_json()
     assert state.copy() == state and state.copy() is not state
+
+
+def test_a_copy_shares_no_list_or_object_with_its_original() -> None:
+    """Shadow mode and the memory store change copies in place: nothing of a copy may reach back."""
+    state = _busy_state()
+    before = state.to_json()
+    twin = state.copy()
+    assert twin == state
+    for name, value in vars(state).items():
+        if isinstance(value, dict | list):  # every container field (a field added later too) is copied
+            assert getattr(twin, name) is not value, name
+    twin.tool_call_counts["lookup_customer"] += 5
+    twin.forbidden_tools.append("add_note")
+    twin.recent_calls.clear()
+    assert twin.narrowed_to is not None and twin.last_step is not None and twin.last_narrowing is not None
+    twin.narrowed_to.append("issue_refund")
+    twin.satisfied_preconditions["check_eligibility"]["$.eligible"] = output_digest(False)
+    twin.last_step["allowed"].append("issue_refund")
+    twin.last_narrowing["removed"]["x"] = "y"
+    twin.output_call_ids["x"] = "y"
+    assert state.to_json() == before
 
 
 def test_public_snapshot_has_the_seed_fields_with_principal_none_and_values_redacted() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from otel_replay.contracts.engine import Engine
-from otel_replay.contracts.state import SessionState, SessionStateError
+from otel_replay.contracts.state import SessionState, SessionStateError, output_digest
 from otel_replay.contracts.store import (
     STORE_FORMAT,
     FileStateStore,
@@ -121,7 +121,7 @@ def test_a_restarted_process_resumes_phase_counts_and_forbidden_tools(tmp_path: 
     assert resumed.current_phase == "refund_issued"
     assert resumed.forbidden_tools == ["issue_refund"]
     assert resumed.tool_call_counts == {"lookup_customer": 1, "check_eligibility": 1, "issue_refund": 1}
-    assert resumed.satisfied_preconditions == {"check_eligibility": {"$.eligible": True}}
+    assert resumed.satisfied_preconditions == {"check_eligibility": {"$.eligible": output_digest(True)}}
     again = engine.evaluate(resumed, [call("issue_refund", {"amount": 3, "customer_id": "C1"})])
     assert "forbidden" in [f.rule for f in again.failures]
 
@@ -280,3 +280,53 @@ def test_a_version_past_what_sqlite_holds_is_an_error_naming_the_session_never_a
     for name in ("state_version", "total_tool_calls"):
         with pytest.raises(SessionStateError, match=f"'{name}' must be a non-negative integer"):
             SessionState.from_json(SessionState(session_id="s", **{name: 2**63}).to_json())  # type: ignore[arg-type]
+
+
+def test_a_tool_output_checked_by_with_output_never_reaches_the_store_file(tmp_path: Path) -> None:
+    """The state keeps a digest of the value at a with_output path; the condition still holds on it."""
+    path = tmp_path / "sessions.sqlite3"
+    engine = Engine(refund_bot())
+    store = FileStateStore(path, fsync=False)
+    secret_output = {"eligible": True, "note": "jane.doe@example.test holds card 4111 1111 1111 1111"}
+
+    def lookup_then_check(state: SessionState | None) -> SessionState:
+        current = state if state is not None else engine.new_state("conv-9", None)
+        run_step(engine, current, [call("lookup_customer", {"customer_email": "a@b.test"})])
+        run_step(engine, current, [call("check_eligibility", {"order_id": "ORD-9"})])
+        engine.observe_output(current, "check_eligibility", secret_output)
+        return current
+
+    store.update("conv-9", lookup_then_check)
+    store.close()
+    raw = path.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("sessions.sqlite3*"))
+    assert b'eligible":true' not in raw.replace(b" ", b"") and b"jane.doe" not in raw
+    resumed = FileStateStore(path).load("conv-9")
+    assert resumed is not None
+    refund = [call("issue_refund", {"amount": 3, "customer_id": "C1"})]
+    assert engine.evaluate(resumed, refund).outcome == "allow"  # the digest says eligible is true
+    engine.observe_output(resumed, "check_eligibility", {"eligible": 1})  # 1 is not true in JSON
+    assert [f.rule for f in engine.evaluate(resumed, refund).failures] == ["precondition"]
+
+
+def test_a_state_saved_with_output_values_by_format_1_is_read_with_their_digests() -> None:
+    engine = Engine(refund_bot())
+    state = engine.new_state("old", None)
+    run_step(engine, state, [call("lookup_customer", {"customer_email": "a@b.test"})])
+    run_step(engine, state, [call("check_eligibility", {"order_id": "ORD-9"})])
+    body = json.loads(state.to_json())
+    body["format"] = 1
+    body["satisfied_preconditions"] = {"check_eligibility": {"$.eligible": True, "$.odd": 1.0}}
+    again = SessionState.from_json(json.dumps(body))
+    assert again.satisfied_preconditions == {
+        "check_eligibility": {"$.eligible": output_digest(True), "$.odd": output_digest(1)}
+    }
+    refund = [call("issue_refund", {"amount": 3, "customer_id": "C1"})]
+    assert engine.evaluate(again, refund).outcome == "allow"
+
+
+@pytest.mark.parametrize("value", ["true", "sha256:short", 7, {"nested": "sha256:" + "0" * 64}])
+def test_a_format_2_state_holding_anything_but_digests_for_outputs_is_refused(value: object) -> None:
+    body = json.loads(SessionState(session_id="s").to_json())
+    body["satisfied_preconditions"] = {"check_eligibility": {"$.eligible": value}}
+    with pytest.raises(SessionStateError, match="'satisfied_preconditions'"):
+        SessionState.from_json(json.dumps(body))
