@@ -36,6 +36,8 @@ GATE_MODES: Final = ("reject_all", "strip_partial", "strip_blocked")
 UNMATCHED_POLICIES: Final = ("block", "allow")
 ON_ERROR: Final = ("block", "allow")
 OUTCOMES: Final = ("allow", "reject", "strip", "text_only")
+"""What the gate made of a response; a decision span can also say ``logged`` (log-only mode) or ``unguarded`` (its
+response could not be governed and ``on_error="allow"`` let it through)."""
 RULES: Final = (
     "kill",
     "max_steps",

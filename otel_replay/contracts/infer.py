@@ -16,6 +16,10 @@ drafts one file per tool plus ``session.yaml``:
 - **limits** from what was observed, with the margin: steps, tool calls, calls per repeated tool,
   and loop detection above the most identical calls seen.
 
+Only calls that reached the agent are drawn from: a call a governed session refused
+(:attr:`~otel_replay.contracts.recorded.RecordedCall.refused`) is evidence of what not to allow, and is left
+out (its model call still counts as a step); the notes say how many.
+
 Every rule carries a comment with how many sessions (or calls) support it. The drafts hold for the
 sessions they were drawn from, so ``otel-replay contracts check`` on the same data passes; a session
 that departs from them (a second refund, an amount out of range, a step out of order) is flagged.
@@ -31,7 +35,7 @@ import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +90,14 @@ def infer_contracts(
     """
     if not math.isfinite(margin) or margin < 0:
         raise ContractError(f"the margin must be a number >= 0, got {margin!r}")
+    notes: list[str] = []
+    sessions = _allowed_only(sessions, notes)
     calling = [s for s in sessions if any(c.name for c in s.calls)]
     if not calling:
-        raise ContractError(f"none of the {len(sessions)} recorded sessions holds a tool call: nothing to draft from")
-    notes: list[str] = []
+        raise ContractError(
+            f"none of the {len(sessions)} recorded sessions holds a tool call that was not refused: "
+            "nothing to draft from"
+        )
     tools = _observe(sessions, notes)
     folded: set[str] = set()
     for name in sorted(tools):
@@ -145,6 +153,27 @@ def write_draft(draft: Draft, out: str | os.PathLike[str], *, force: bool = Fals
 
 
 # --- observing -------------------------------------------------------------------------------------
+
+
+def _allowed_only(sessions: Sequence[RecordedSession], notes: list[str]) -> list[RecordedSession]:
+    """The sessions with every call a governed session refused left out (their steps kept); counted in ``notes``."""
+    kept: list[RecordedSession] = []
+    refused = 0
+    for session in sessions:
+        if not any(call.refused for call in session.calls):
+            kept.append(session)
+            continue
+        steps = []
+        for step in session.steps:
+            calls = tuple(call for call in step.calls if not call.refused)
+            refused += len(step.calls) - len(calls)
+            steps.append(replace(step, calls=calls))
+        kept.append(replace(session, steps=tuple(steps)))
+    if refused:
+        notes.append(
+            f"{refused} tool calls refused by governance were left out: a draft describes what was allowed to run"
+        )
+    return kept
 
 
 def _observe(sessions: Sequence[RecordedSession], notes: list[str]) -> dict[str, _Tool]:

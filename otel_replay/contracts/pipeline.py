@@ -459,9 +459,15 @@ class Governor:
             self._call(self._on_block, decision)
         return decision
 
-    def unguarded(self, reason: str) -> None:
-        """A response went to the caller unchecked (``on_error="allow"`` and governing it failed)."""
+    def unguarded(self, reason: str, adapter: Adapter | None = None, *, streamed: bool = False) -> None:
+        """A response went to the caller unchecked (``on_error="allow"`` and governing it failed).
+
+        Enforcing, it is counted (``total_unguarded_calls``; ``max_unguarded_calls`` reached kills the session)
+        and recorded: a decision span with outcome ``unguarded`` and an ``internal_error`` failure naming why.
+        """
         self.tell({"event": "unguarded_call", "reason": reason})
+        if self.mode != "enforce":
+            return
 
         def count(state: SessionState) -> None:
             state.total_unguarded_calls += 1
@@ -470,8 +476,25 @@ class Governor:
             if cap is not None and state.total_unguarded_calls >= cap:
                 self.engine.kill(state, f"max_unguarded_calls {cap} reached")
 
-        if self.mode == "enforce":
-            self.update(count)
+        state = self.update(count)
+        failure = Failure("internal_error", f"let through unchecked (on_error allow): {reason}", source=None)
+        self.evidence.emit(
+            DecisionEvidence(
+                "enforce",
+                adapter.provider if adapter is not None else "local",
+                adapter.api if adapter is not None else "tools",
+                streamed,
+                "unguarded",
+                state.total_step_count,
+                state.state_version,
+                state.current_phase,
+                state.current_phase,
+                (),
+                {},
+                (failure,),
+                (),
+            )
+        )
 
 
 def canonical(arguments: Mapping[str, Any] | None) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "RecordedSession",
     "RecordedStep",
     "recorded_sessions",
+    "refused_calls",
     "sessions_from_rows",
 ]
 
@@ -57,6 +58,9 @@ class RecordedCall:
     side_effect: str | None
     executions: int
     """How many tool spans answered this call id (0: the tool was not traced, or never ran)."""
+    refused: bool = False
+    """A governed session's enforcing decision refused the call (it never reached the agent): matched by the
+    session and the call id with the ``contract_decisions`` view."""
 
 
 @dataclass(frozen=True)
@@ -99,25 +103,54 @@ class RecordedSession:
 
 
 def recorded_sessions(store: Store, session_id: str | None = None) -> list[RecordedSession]:
-    """The recorded sessions of ``store`` (or only ``session_id``), each with its steps in order."""
-    return sessions_from_rows(store.run("contract_tool_calls", session_id=session_id))
+    """The recorded sessions of ``store`` (or only ``session_id``), each with its steps in order.
+
+    A call an enforcing ``govern()`` decision refused is marked :attr:`RecordedCall.refused`.
+    """
+    return sessions_from_rows(store.run("contract_tool_calls", session_id=session_id), refused_calls(store))
 
 
-def sessions_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[RecordedSession]:
-    """Group the rows of ``contract_tool_calls.sql`` (ordered by session, step, call) into sessions."""
+def refused_calls(store: Store) -> frozenset[tuple[str, str]]:
+    """``(session id, call id)`` of every tool call an enforcing decision refused, from ``contract_decisions``.
+
+    A decision's ``tools`` that are not a JSON list, and entries without a text call id, are skipped.
+    """
+    rows = store.rows("SELECT session_id, tools FROM contract_decisions WHERE mode = 'enforce' AND blocked_calls > 0")
+    refused: set[tuple[str, str]] = set()
+    for row in rows:
+        try:
+            tools = json.loads(row["tools"] or "null")
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(tools, list) or not isinstance(row["session_id"], str):
+            continue
+        for entry in tools:
+            if isinstance(entry, dict) and entry.get("allowed") is False and isinstance(entry.get("call_id"), str):
+                if entry["call_id"]:
+                    refused.add((row["session_id"], entry["call_id"]))
+    return frozenset(refused)
+
+
+def sessions_from_rows(
+    rows: Iterable[Mapping[str, Any]], refused: frozenset[tuple[str, str]] = frozenset()
+) -> list[RecordedSession]:
+    """Group the rows of ``contract_tool_calls.sql`` (ordered by session, step, call) into sessions.
+
+    ``refused``: the ``(session id, call id)`` pairs of calls a governed session refused (:func:`refused_calls`).
+    """
     sessions: list[RecordedSession] = []
     current: list[Mapping[str, Any]] = []
     for row in rows:
         if current and row["session_id"] != current[0]["session_id"]:
-            sessions.append(_session(current))
+            sessions.append(_session(current, refused))
             current = []
         current.append(row)
     if current:
-        sessions.append(_session(current))
+        sessions.append(_session(current, refused))
     return sessions
 
 
-def _session(rows: list[Mapping[str, Any]]) -> RecordedSession:
+def _session(rows: list[Mapping[str, Any]], refused: frozenset[tuple[str, str]]) -> RecordedSession:
     steps: list[RecordedStep] = []
     agents = {row["agent_id"] or row["agent_name"] for row in rows} - {None}
     by_step: dict[int, list[Mapping[str, Any]]] = {}
@@ -128,7 +161,7 @@ def _session(rows: list[Mapping[str, Any]]) -> RecordedSession:
         usage = None
         if isinstance(first["input_tokens"], int) and isinstance(first["output_tokens"], int):
             usage = (first["input_tokens"], first["output_tokens"])
-        calls = tuple(_call(row) for row in step_rows if row["call_index"] is not None)
+        calls = tuple(_call(row, refused) for row in step_rows if row["call_index"] is not None)
         steps.append(
             RecordedStep(
                 number=number,
@@ -150,7 +183,7 @@ def _session(rows: list[Mapping[str, Any]]) -> RecordedSession:
     )
 
 
-def _call(row: Mapping[str, Any]) -> RecordedCall:
+def _call(row: Mapping[str, Any], refused: frozenset[tuple[str, str]]) -> RecordedCall:
     text = row["arguments"] if row["arguments_recorded"] else None
     missing = None
     if text is None:
@@ -184,4 +217,5 @@ def _call(row: Mapping[str, Any]) -> RecordedCall:
         failed=bool(row["tool_failed"]),
         side_effect=row["side_effect"],
         executions=int(row["executions"] or 0),
+        refused=(str(row["session_id"]), str(row["call_id"] or "")) in refused,
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import openai
 import pytest
 import yaml
 
@@ -14,9 +17,13 @@ import otel_replay
 from otel_replay.contracts.backtest import backtest, backtest_dataset
 from otel_replay.contracts.infer import infer_contracts, write_draft
 from otel_replay.contracts.loader import load_contracts
-from otel_replay.contracts.recorded import RecordedSession, recorded_sessions
-from otel_replay.errors import ContractError
+from otel_replay.contracts.recorded import RecordedSession, recorded_sessions, refused_calls, sessions_from_rows
+from otel_replay.contracts.session import govern
+from otel_replay.contracts.store import MemoryStateStore
+from otel_replay.errors import ContractError, ReplayContractError
+from otel_replay.instrumentation import OpenAIInstrumentor, scripted
 
+from .govern_support import GPT, REFUND_BOT
 from .recorded import recorded_dataset, refund_session
 
 NORMAL = {
@@ -201,3 +208,85 @@ def test_without_captured_arguments_only_the_order_and_limits_are_drafted(
     assert not any("argument_value_invariants" in text for text in draft.files.values())
     assert "loop_detection" not in draft.files["session.yaml"]
     assert any("no recorded arguments" in note for note in draft.notes)
+
+
+def _governed_dataset(path: Path, sessions: dict[str, float | None]) -> Path:
+    """Refund sessions run under govern() with the refund bot's contracts, recorded with content capture.
+
+    ``sessions``: id -> the amount of a second refund the model asks for (refused: forbidden), or None.
+    """
+    telemetry = otel_replay.configure(path, service_name="refund-bot", set_global=False)
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=telemetry.provider, capture_content=True)
+    results = {"lookup_customer": {"customer_id": "C1"}, "check_eligibility": {"eligible": True}}
+    try:
+        for session_id, second in sessions.items():
+            steps = [
+                ("lookup_customer", {"customer_email": "ada@example.com"}),
+                ("check_eligibility", {"order_id": "ORD-7"}),
+                ("issue_refund", {"customer_id": "C1", "amount": 40.0, "currency": "USD"}),
+            ]
+            if second is not None:
+                steps.append(("issue_refund", {"customer_id": "C1", "amount": second, "currency": "USD"}))
+            replies = [
+                scripted.chat_completion(None, model=GPT, tool_calls=[(f"{session_id}-{n}", name, args)])
+                for n, (name, args) in enumerate(steps)
+            ]
+            with scripted.ScriptedServer(replies) as server:
+                client = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+                session = govern(
+                    client,
+                    REFUND_BOT,
+                    session_id=session_id,
+                    store=MemoryStateStore(),
+                    tracer_provider=telemetry.provider,
+                )
+                messages: list[Any] = [{"role": "user", "content": "refund order ORD-7"}]
+                with otel_replay.session(session_id):
+                    for _ in steps:
+                        try:
+                            reply = session.client.chat.completions.create(model=GPT, messages=messages)
+                        except ReplayContractError:
+                            continue
+                        message = reply.choices[0].message
+                        messages.append(message.model_dump(exclude_none=True))
+                        for call in message.tool_calls or ():
+                            output = json.dumps(results.get(call.function.name, {"status": "processed"}))
+                            messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+                client.close()
+    finally:
+        instrumentor.uninstrument()
+        telemetry.shutdown()
+    return path
+
+
+def test_calls_governance_refused_are_marked_and_left_out_of_the_draft(tmp_path: Path) -> None:
+    """A refused second refund is evidence of what not to allow: the draft still forbids a second refund."""
+    dataset = _governed_dataset(tmp_path / "traces", {"g1": 450.0, "g2": None, "g3": None})
+    with otel_replay.open(dataset) as store:
+        sessions = recorded_sessions(store)
+    refused = [(s.session_id, c.name, c.call_id) for s in sessions for c in s.calls if c.refused]
+    assert refused == [("g1", "issue_refund", "g1-3")]
+    assert sum(len(s.calls) for s in sessions) == 10  # the refused call is recorded, only marked
+    draft = infer_contracts(sessions)
+    refund = yaml.safe_load(draft.files["issue_refund.yaml"])
+    assert refund["forbids_after"] == ["issue_refund"]  # never called twice among the calls that ran
+    [amount] = [rule for rule in refund["argument_value_invariants"] if rule["path"] == "$.amount"]
+    assert amount["lte"] < 450  # the refused amount widened nothing
+    assert any("1 tool calls refused by governance were left out" in note for note in draft.notes)
+    out = tmp_path / "drafts"
+    write_draft(draft, out)
+    report = {s.session_id: s for s in backtest(load_contracts(out), sessions).sessions}
+    assert report["g2"].passed and report["g3"].passed
+    assert [(c.tool, {f.rule for f in c.failures} >= {"forbidden"}) for c in report["g1"].blocked] == [
+        ("issue_refund", True)
+    ]
+
+
+def test_refused_calls_are_read_from_the_enforcing_decisions_only(tmp_path: Path) -> None:
+    dataset = _governed_dataset(tmp_path / "traces", {"g1": 450.0})
+    with otel_replay.open(dataset) as store:
+        assert refused_calls(store) == {("g1", "g1-3")}
+        rows = store.rows("SELECT count(*) AS n FROM contract_decisions WHERE mode = 'enforce'")
+    assert rows[0]["n"] == 4
+    assert sessions_from_rows([], frozenset({("x", "y")})) == []

@@ -127,7 +127,7 @@ def _read(session: GovernedSession, adapter: Adapter, response: Any) -> tuple[li
         return adapter.calls(response), adapter.usage(response)
     except Exception as exc:
         if session.governor.engine.on_error == "allow":
-            session.governor.unguarded(f"response unreadable: {type(exc).__name__}")
+            session.governor.unguarded(f"response unreadable: {type(exc).__name__}", adapter)
             return None
         raise ContractError(
             f"session {session.session_id}: the {adapter.api} response could not be read for its tool calls "
