@@ -99,6 +99,27 @@ def _said_name(name: Any) -> str:
     return _shown_name(redact(name if isinstance(name, str) else repr(name), personal=True))
 
 
+class _Said:
+    """A tool name as a failure's detail says it (:func:`_said_name`), worked out the first time a detail needs it.
+
+    Most calls pass: their names are never redacted for a detail nobody writes.
+    """
+
+    __slots__ = ("_name", "_text")
+
+    def __init__(self, name: Any) -> None:
+        self._name = name
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = _said_name(self._name)
+        return self._text
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 def _stored(name: Any) -> str:
     """A tool name as the state and the failures keep it: shown (cut) and redacted (a model can name a secret)."""
     return redact(_shown_name(name), personal=True)
@@ -454,7 +475,7 @@ class Engine:
         self, state: SessionState, sim: _Simulation, call: ToolCallView, contract: ToolContract | None, seen: int
     ) -> list[Failure]:
         name = _shown_name(call.name)
-        said = _said_name(call.name)  # for details: redacted whole, then shortened (never half a secret)
+        said = _Said(call.name)  # for details: redacted whole, then shortened (never half a secret); only if needed
         call_id = _call_id(call)
         session = self.contracts.session
         limits = self._limits
@@ -591,13 +612,13 @@ class Engine:
                 f"the state is at {state.state_version}"
             )
         cost = self.cost(model, usage)
+        allowed_names = [_stored(v.call.name) for v in decision.allowed]
         state.total_step_count += 1
         state.actual_cost += cost
         if decision.outcome != "reject":
             state.total_cost += cost
             forbidden = set(state.forbidden_tools)
-            for verdict in decision.allowed:
-                name = _stored(verdict.call.name)
+            for verdict, name in zip(decision.allowed, allowed_names, strict=True):
                 state.tool_call_counts[name] = state.tool_call_counts.get(name, 0) + 1
                 if name in self._output_paths:  # a new call: its output, not the last one's, is what counts now
                     state.satisfied_preconditions.pop(name, None)
@@ -624,7 +645,7 @@ class Engine:
             "outcome": decision.outcome,
             "phase_before": decision.phase_before,
             "phase_after": state.current_phase,
-            "allowed": [_stored(v.call.name) for v in decision.allowed],
+            "allowed": allowed_names,
             "blocked": [_stored(v.call.name) for v in decision.blocked],
             "rules": sorted({f.rule for f in decision.failures}),
         }
