@@ -1,6 +1,6 @@
 """Gated commits through the real write path: ``configure()`` + ``audit()`` + ``ActionGate.commit()``.
 
-Run: python benchmarks/bench_gated.py [--trades N] [--threads N] [--rounds N] [--dir PATH]
+Run: python benchmarks/bench_gated.py [--trades N] [--threads N] [--rounds N] [--dir PATH] [--base REF]
 
 A trade is one ``audit()`` block with a read, a model call and an act; the
 gated trade also commits its action through ``ActionGate.commit()`` on an
@@ -9,7 +9,8 @@ in-process rail (:class:`otel_replay.ReferenceLedger`) inside the block, as
 :func:`otel_replay.configure` and shuts it down; the best of ``--rounds`` is
 kept, ungated and gated run alternately in the same process. Shown per
 variant: ms per trade (and, on one thread, the CPU of the agent's thread per
-trade), the gated / ungated ratio, commits per second (single thread and
+trade and the CPU of the whole process per trade: the exporter's and the
+log converter's threads and the shutdown included), the gated / ungated ratio, commits per second (single thread and
 ``--threads`` threads) and the Parquet files the round left in the dataset
 (after shutdown: everything is there). On one thread a third variant runs
 in turn with them: gated, with a no-op span processor of the user's added,
@@ -19,7 +20,10 @@ made before they were built directly (see
 alone (no ``audit()`` block: an intent and a commit record per commit, each
 fsynced) on ``--threads`` threads, and the write-ahead log alone. ``--dir``
 puts the datasets elsewhere (``/dev/shm``: fsyncs cost nothing, which leaves
-the CPU of a gated trade).
+the CPU of a gated trade). ``--base REF`` measures the code at git ``REF``
+(say ``s5-start``) in the same run: each round runs in a child process, this
+code and ``REF``'s alternately (``REF`` extracted with ``git archive`` into a
+temporary directory); the peers are then left out.
 
 Prints figures; asserts nothing. Targets (issue 20): a gated trade <= 2x an
 ungated one single-threaded; 8 threads >= 5,000 durable commits/s; <= 10
@@ -30,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -84,6 +90,7 @@ def round_(n: int, threads: int, gated: bool, through_sdk: bool = False) -> dict
         gc.collect()
         start = time.perf_counter()
         cpu = time.thread_time()
+        process_cpu = time.process_time()
         if threads == 1:
             trades(n, gate)
         else:
@@ -99,9 +106,18 @@ def round_(n: int, threads: int, gated: bool, through_sdk: bool = False) -> dict
         shut = time.perf_counter()
         telemetry.shutdown()
         shutdown = time.perf_counter() - shut
+        process_cpu = time.process_time() - process_cpu  # every thread's, the shutdown's conversion included
         files = list(Path(tmp, "spans").rglob("*.parquet"))
         errors = telemetry.recorder.stats.capture_errors if telemetry.recorder is not None else -1
-        return {"n": n, "wall": wall, "cpu": cpu, "shutdown": shutdown, "files": len(files), "capture_errors": errors}
+        return {
+            "n": n,
+            "wall": wall,
+            "cpu": cpu,
+            "process_cpu": process_cpu,
+            "shutdown": shutdown,
+            "files": len(files),
+            "capture_errors": errors,
+        }
 
 
 VARIANTS = {"ungated": (False, False), "gated": (True, False), "gated, SDK spans": (True, True)}
@@ -181,6 +197,72 @@ def commits_alone(commits: int, threads: int) -> float:
         return per * threads / elapsed
 
 
+def _print(label: str, found: dict[str, dict[str, float]], threads: int, rounds: int, code: str = "") -> None:
+    """The figures of one thread count: per variant, then the gated / ungated ratios."""
+    plain, gated = found["ungated"], found["gated"]
+    print(f"{label}{code}: {gated['n']:.0f} trades (read, model, act) per round, best of {rounds}")
+    for name, r in found.items():
+        per = r["wall"] / r["n"] * 1e3
+        cpu = (
+            f"  CPU {r['cpu'] / r['n'] * 1e3:6.3f} ms/trade (process {r['process_cpu'] / r['n'] * 1e3:6.3f})"
+            if threads == 1
+            else f"  process CPU {r['process_cpu'] / r['n'] * 1e3:6.3f} ms/trade"
+        )
+        print(
+            f"  {name:17s} {per:7.3f} ms/trade{cpu}  {r['n'] / r['wall']:9,.0f} trades/s  "
+            f"{r['files']:6.0f} Parquet files  (shutdown {r['shutdown'] * 1e3:.0f} ms, "
+            f"capture_errors {r['capture_errors']:.0f})"
+        )
+    ratio = (gated["wall"] / gated["n"]) / (plain["wall"] / plain["n"])
+    target = "target <= 2x" if threads == 1 else "target >= 5,000 commits/s"
+    process = (gated["process_cpu"] / gated["n"]) / (plain["process_cpu"] / plain["n"])
+    cpu_ratio = f"; CPU {gated['cpu'] / plain['cpu']:.2f}x" if threads == 1 else ""
+    print(
+        f"  gated / ungated: {ratio:.2f}x{cpu_ratio}; process CPU {process:.2f}x; durable commits/s: "
+        f"{gated['n'] / gated['wall']:,.0f}  ({target}; <= 10 files for 2,000 gated trades)"
+    )
+
+
+def _names(threads: int) -> tuple[str, ...]:
+    return ("ungated", "gated", "gated, SDK spans") if threads == 1 else ("ungated", "gated")
+
+
+def _extract(ref: str, into: str) -> str:
+    """The package at git ``ref`` of this checkout, extracted under ``into``; the directory to put on the path."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", ref, "otel_replay"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return into
+
+
+def _child(path: str, threads: int, opts: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """One round of each variant in a fresh process whose ``otel_replay`` comes from ``path``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")]))}
+    argv = [sys.executable, __file__, "--child", str(threads), "--trades", str(opts.trades)]
+    if opts.dir:
+        argv += ["--dir", opts.dir]
+    out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def _against_base(opts: argparse.Namespace) -> None:
+    """This code and the code at ``opts.base``, a round each in turn (each round in a child process)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        codes = {"this code": str(Path(__file__).resolve().parents[1]), opts.base: _extract(opts.base, tmp)}
+        for threads in (1, opts.threads):
+            runs: dict[str, dict[str, list[dict[str, float]]]] = {code: {} for code in codes}
+            for _ in range(opts.rounds):
+                for code, path in codes.items():
+                    for name, result in _child(path, threads, opts).items():
+                        runs[code].setdefault(name, []).append(result)
+            label = "1 thread" if threads == 1 else f"{threads} threads"
+            for code, found in runs.items():
+                best_of = {name: min(found[name], key=lambda r: r["wall"]) for name in found}
+                _print(label, best_of, threads, opts.rounds, f", {code}")
+
+
 def main() -> int:
     global WHERE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -188,33 +270,25 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dir", default=None, help="where datasets go (default: the temporary directory)")
+    parser.add_argument("--base", default=None, help="a git ref whose code is measured in the same run, in turn")
+    parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)  # one round per variant, as JSON
     opts = parser.parse_args()
     WHERE = opts.dir
     logging.basicConfig(level=logging.ERROR)
 
+    if opts.base:
+        print(f"fsync of a small append here: {fsync_cost() * 1e3:.3f} ms")
+        _against_base(opts)
+        return 0
     round_(200, 1, False), round_(200, 1, True)  # warm up imports and caches
+    if opts.child:
+        print(json.dumps(best(opts.trades, opts.child, 1, _names(opts.child))))
+        return 0
     print(f"fsync of a small append here: {fsync_cost() * 1e3:.3f} ms")
     for threads in (1, opts.threads):
-        names = ("ungated", "gated", "gated, SDK spans") if threads == 1 else ("ungated", "gated")
-        found = best(opts.trades, threads, opts.rounds, names)
-        plain, gated = found["ungated"], found["gated"]
+        found = best(opts.trades, threads, opts.rounds, _names(threads))
         label = "1 thread" if threads == 1 else f"{threads} threads"
-        print(f"{label}: {gated['n']:.0f} trades (read, model, act) per round, best of {opts.rounds}")
-        for name, r in found.items():
-            per = r["wall"] / r["n"] * 1e3
-            cpu = f"  CPU {r['cpu'] / r['n'] * 1e3:6.3f} ms/trade" if threads == 1 else ""
-            print(
-                f"  {name:17s} {per:7.3f} ms/trade{cpu}  {r['n'] / r['wall']:9,.0f} trades/s  "
-                f"{r['files']:6.0f} Parquet files  (shutdown {r['shutdown'] * 1e3:.0f} ms, "
-                f"capture_errors {r['capture_errors']:.0f})"
-            )
-        ratio = (gated["wall"] / gated["n"]) / (plain["wall"] / plain["n"])
-        target = "target <= 2x" if threads == 1 else "target >= 5,000 commits/s"
-        cpu_ratio = f"; CPU {gated['cpu'] / plain['cpu']:.2f}x" if threads == 1 else ""
-        print(
-            f"  gated / ungated: {ratio:.2f}x{cpu_ratio}; durable commits/s: {gated['n'] / gated['wall']:,.0f}  "
-            f"({target}; <= 10 files for 2,000 gated trades)"
-        )
+        _print(label, found, threads, opts.rounds)
         alone = commits_alone(min(opts.trades, 400 * threads), threads)
         print(f"  peer: gate.commit() alone, no audit() block ({label}): {alone:,.0f} durable commits/s")
         floor = log_floor(min(opts.trades, 400 * threads), threads)

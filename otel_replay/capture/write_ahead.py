@@ -12,8 +12,9 @@ commit). Such a span never goes through the ``BatchSpanProcessor``
 
 A thread of the log's own seals the active segment once it is
 ``seal_seconds`` old and converts sealed segments to Parquet with the
-receiver's converter (:func:`otel_replay.storage.convert.convert_segment`),
-under names derived from the segment (``wal-capture-...-<segment>-NNNNN``),
+receiver's converter (:class:`otel_replay.storage.convert.ChunkWriter`; the
+one-span records regrouped first by :func:`otel_replay.storage.regroup.regrouped`,
+so a run of them converts as one batch), under names derived from the segment (``wal-capture-...-<segment>-NNNNN``),
 then deletes them: converting a segment again, after a crash, rewrites the
 same files. :meth:`SpanLog.close` (at ``Telemetry.shutdown()``, else at
 interpreter exit) converts the rest. A process that died leaves its directory
@@ -50,7 +51,7 @@ from opentelemetry.trace import SpanKind
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
 
-__all__ = ["CAPTURE_PREFIX", "SpanLog", "WriteAheadProcessor", "log_root", "recover"]
+__all__ = ["CAPTURE_PREFIX", "SpanLog", "WriteAheadProcessor", "convert_log_segment", "log_root", "recover"]
 
 _log = logging.getLogger(__name__)
 
@@ -82,6 +83,32 @@ def _prefix(directory: Path, segment_id: str) -> str:
     return f"wal-{directory.name}-{segment_id}"
 
 
+def convert_log_segment(path: Path, dataset: str, prefix: str) -> int:
+    """Convert one segment of a capture log to Parquet files named ``<prefix>-NNNNN`` (idempotently); rows written.
+
+    As :func:`otel_replay.storage.convert.convert_segment` (the segment is
+    ``flock``-ed while converting; a record that cannot be decoded or
+    converted, or damage before the end, fails the whole segment), with the
+    log's one-span records regrouped by resource and scope first: the same
+    rows, in the same order, at a fraction of the conversion's CPU.
+    """
+    # start-up cost: the receiver's converter loads only when a gate's log is converted
+    from otel_replay.storage.convert import BATCH_BYTES, ChunkWriter
+    from otel_replay.storage.regroup import regrouped
+    from otel_replay.storage.wal import read_records
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        writer = ChunkWriter(dataset, prefix)
+        for payload in regrouped(read_records(path), BATCH_BYTES):
+            writer.add_payload(payload)
+        writer.flush()
+        return writer.rows_written
+    finally:
+        os.close(fd)
+
+
 def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     """Convert ``segments`` (oldest first) of the log in ``directory``; deletes each once written. Rows written.
 
@@ -92,13 +119,13 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     error. An ``OSError`` (disk full) is raised: the segment stays for the next try.
     """
     # start-up cost: the receiver's converter loads only when a gate's log is converted
-    from otel_replay.storage.convert import convert_segment, salvage_segment
+    from otel_replay.storage.convert import salvage_segment
 
     rows = 0
     for segment in segments:
         prefix = _prefix(directory, segment.segment_id)
         try:
-            rows += convert_segment(str(segment.path), dataset, prefix)
+            rows += convert_log_segment(segment.path, dataset, prefix)
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001 - damaged content: salvage what checks out, say what did not
@@ -460,12 +487,9 @@ class SpanLog:
 
     def _convert_sealed(self) -> int:
         """Convert every sealed segment, oldest first, releasing each once written (caller holds ``_lock``)."""
-        # start-up cost: the receiver's converter loads only when a gate's log is converted
-        from otel_replay.storage.convert import convert_segment
-
         rows = 0
         for segment in self._wal.sealed():
-            rows += convert_segment(str(segment.path), self.dataset, _prefix(self.directory, segment.segment_id))
+            rows += convert_log_segment(segment.path, self.dataset, _prefix(self.directory, segment.segment_id))
             self._wal.release(segment)
         self.converted_rows += rows
         return rows
