@@ -143,7 +143,7 @@ CREATE OR REPLACE MACRO genai_fields(attributes) AS json_transform(attributes, '
 CREATE OR REPLACE MACRO genai_count(t) AS
     TRY_CAST(CASE WHEN regexp_full_match(t, '[0-9]{1,18}(\.0*)?') THEN t END AS DOUBLE)::BIGINT;
 
--- genai_flag(text): true / false, else NULL (a string "true" is not a boolean).
+-- genai_flag(text): true / false (a boolean, or the text "true" / "false"), else NULL.
 CREATE OR REPLACE MACRO genai_flag(t) AS CASE t WHEN 'true' THEN true WHEN 'false' THEN false END;
 
 -- genai_call(id, name, arguments): one tool call in the `tool_calls` shape,
@@ -261,7 +261,8 @@ SELECT
              genai_count(g."llm.token_count.prompt"))                        AS input_tokens,
     coalesce(genai_count(g."gen_ai.usage.output_tokens"), genai_count(g."gen_ai.usage.completion_tokens"),
              genai_count(g."llm.token_count.completion"))                    AS output_tokens,
-    coalesce(CASE WHEN json_type(g."gen_ai.response.finish_reasons") = 'ARRAY'
+    coalesce(CASE WHEN json_type(CASE WHEN json_valid(g."gen_ai.response.finish_reasons")
+                                     THEN g."gen_ai.response.finish_reasons" END) = 'ARRAY'
                   THEN g."gen_ai.response.finish_reasons" END,
              CASE WHEN g."llm.finish_reason" IS NOT NULL
                   THEN CAST(to_json([g."llm.finish_reason"]) AS VARCHAR) END) AS finish_reasons,
