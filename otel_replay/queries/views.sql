@@ -147,8 +147,8 @@ CREATE OR REPLACE MACRO genai_count(t) AS
 CREATE OR REPLACE MACRO genai_flag(t) AS CASE t WHEN 'true' THEN true WHEN 'false' THEN false END;
 
 -- genai_call(id, name, arguments): one tool call in the `tool_calls` shape,
--- {id, name[, arguments]}, arguments as text (JSON text when the convention
--- gives an object). A part with no name keeps its id, with name null.
+-- {id, name[, arguments]}, arguments as text (the JSON text of an object).
+-- A part with no name keeps its id, with name null.
 CREATE OR REPLACE MACRO genai_call(id, name, arguments) AS
     CASE WHEN arguments IS NULL THEN json_object('id', id, 'name', name)
          ELSE json_object('id', id, 'name', name, 'arguments', arguments) END;
@@ -163,36 +163,33 @@ CREATE OR REPLACE MACRO genai_call_list(calls) AS
 CREATE OR REPLACE MACRO genai_message_calls(messages) AS
     CASE WHEN json_valid(messages) THEN genai_call_list(list_transform(
         list_filter(json_extract(messages, '$[*].parts[*]'), lambda p: p ->> 'type' = 'tool_call'),
-        lambda p: genai_call(p ->> 'id', p ->> 'name',
-                             CASE WHEN json_type(p, 'arguments') = 'VARCHAR' THEN p ->> 'arguments'
-                                  ELSE CAST(p -> 'arguments' AS VARCHAR) END))) END;
+        lambda p: genai_call(p ->> 'id', p ->> 'name', p ->> 'arguments'))) END;
 
--- genai_flat_calls(attributes, pattern, id, name, arguments): tool calls
--- flattened into one attribute per field (OpenLLMetry's
--- gen_ai.completion.N.tool_calls.M.name, OpenInference's
--- llm.output_messages.N.message.tool_calls.M.tool_call.function.name).
--- `pattern` captures N, M and the field; `id`, `name`, `arguments` name the
--- fields. Ordered by N, then M. (The outer list_transform names the parsed
--- fields once, as a subquery would without running for every row.)
-CREATE OR REPLACE MACRO genai_flat_calls(attributes, pattern, id, name, arguments) AS list_transform(
+-- genai_flat_calls(attributes, pattern): tool calls flattened into one
+-- attribute per field (OpenLLMetry's gen_ai.completion.N.tool_calls.M.name,
+-- OpenInference's llm.output_messages.N.message.tool_calls.M.tool_call.function.name),
+-- as one map of field -> value per call, ordered by N, then M, at most 128.
+-- `pattern` captures N, M and the field. (The outer list_transform names the
+-- parsed fields once, as a subquery would, without running for every row.)
+CREATE OR REPLACE MACRO genai_flat_calls(attributes, pattern) AS list_transform(
     [list_transform(
         list_filter(map_entries(json_transform(attributes, '"MAP(VARCHAR, VARCHAR)"')),
                     lambda e: regexp_matches(e.key, pattern)),
-        lambda e: {'n': TRY_CAST(regexp_extract(e.key, pattern, 1) AS BIGINT),
-                   'm': TRY_CAST(regexp_extract(e.key, pattern, 2) AS BIGINT),
-                   'f': regexp_extract(e.key, pattern, 3), 'v': e.value})],
-    lambda fields: genai_call_list(list_transform(
-        list_slice(list_sort(list_distinct(list_transform(fields, lambda x: {'n': x.n, 'm': x.m}))), 1, 128),
-        lambda c: genai_call(list_filter(fields, lambda x: x.n = c.n AND x.m = c.m AND x.f = id)[1].v,
-                             list_filter(fields, lambda x: x.n = c.n AND x.m = c.m AND x.f = name)[1].v,
-                             list_filter(fields, lambda x: x.n = c.n AND x.m = c.m AND x.f = arguments)[1].v))))[1];
+        lambda e: {'at': regexp_extract(e.key, pattern, ['n', 'm', 'f']), 'v': e.value})],
+    lambda fields: list_transform(
+        list_slice(list_sort(list_distinct(list_transform(fields, lambda x: {
+            'n': TRY_CAST(x.at.n AS BIGINT), 'm': TRY_CAST(x.at.m AS BIGINT), 'n_text': x.at.n, 'm_text': x.at.m}))),
+            1, 128),
+        lambda c: map_from_entries(list_transform(
+            list_filter(fields, lambda x: x.at.n = c.n_text AND x.at.m = c.m_text),
+            lambda x: {'k': x.at.f, 'v': x.v}))))[1];
 
 -- genai_streamed(g): whether the call streamed: otel-replay's flag, the
 -- registry's gen_ai.request.stream, OpenLLMetry's gen_ai.is_streaming (older:
 -- llm.is_streaming), OpenInference's "stream" in llm.invocation_parameters.
 CREATE OR REPLACE MACRO genai_streamed(g) AS coalesce(
-    genai_flag(g."replay.model.streamed"), genai_flag(g."gen_ai.request.stream"),
-    genai_flag(g."gen_ai.is_streaming"), genai_flag(g."llm.is_streaming"),
+    genai_flag(coalesce(g."replay.model.streamed", g."gen_ai.request.stream", g."gen_ai.is_streaming",
+                        g."llm.is_streaming")),
     CASE WHEN json_valid(g."llm.invocation_parameters")
          THEN genai_flag(json_extract_string(g."llm.invocation_parameters", '$.stream')) END);
 
@@ -204,11 +201,11 @@ CREATE OR REPLACE MACRO genai_streamed(g) AS coalesce(
 CREATE OR REPLACE MACRO genai_tool_calls(attributes, g) AS coalesce(
     g."replay.model.tool_calls",
     genai_message_calls(g."gen_ai.output.messages"),
-    CASE WHEN contains(attributes, '"gen_ai.completion.') THEN genai_flat_calls(attributes,
-        '^gen_ai\.completion\.(\d+)\.tool_calls\.(\d+)\.(id|name|arguments)$', 'id', 'name', 'arguments') END,
-    CASE WHEN contains(attributes, '"llm.output_messages.') THEN genai_flat_calls(attributes,
-        '^llm\.output_messages\.(\d+)\.message\.tool_calls\.(\d+)\.tool_call\.(id|function\.name|function\.arguments)$',
-        'id', 'function.name', 'function.arguments') END);
+    CASE WHEN contains(attributes, '"gen_ai.completion.') OR contains(attributes, '"llm.output_messages.')
+         THEN genai_call_list(list_transform(genai_flat_calls(attributes,
+             '^(?:gen_ai\.completion|llm\.output_messages)\.(\d+)\.(?:message\.)?tool_calls\.(\d+)\.(?:tool_call\.)?(id|name|arguments|function\.name|function\.arguments)$'),
+             lambda c: genai_call(c['id'], coalesce(c['name'], c['function.name']),
+                                  coalesce(c['arguments'], c['function.arguments'])))) END);
 
 -- genai_model_span(attributes, replay_kind): whether a span is a model call:
 -- otel-replay's model spans, any span with gen_ai.operation.name or
@@ -257,10 +254,14 @@ SELECT
     coalesce(g."gen_ai.response.id",
              CASE WHEN g."openinference.span.kind" IS NOT NULL AND json_valid(g."output.value")
                   THEN json_extract_string(g."output.value", '$.id') END) AS response_id,
-    coalesce(genai_count(g."gen_ai.usage.input_tokens"), genai_count(g."gen_ai.usage.prompt_tokens"),
-             genai_count(g."llm.token_count.prompt"))                        AS input_tokens,
-    coalesce(genai_count(g."gen_ai.usage.output_tokens"), genai_count(g."gen_ai.usage.completion_tokens"),
-             genai_count(g."llm.token_count.completion"))                    AS output_tokens,
+    genai_count(coalesce(g."gen_ai.usage.input_tokens",
+                         g."gen_ai.usage.prompt_tokens",
+                         g."llm.token_count.prompt"))
+                                                            AS input_tokens,
+    genai_count(coalesce(g."gen_ai.usage.output_tokens",
+                         g."gen_ai.usage.completion_tokens",
+                         g."llm.token_count.completion"))
+                                                            AS output_tokens,
     coalesce(CASE WHEN json_type(CASE WHEN json_valid(g."gen_ai.response.finish_reasons")
                                      THEN g."gen_ai.response.finish_reasons" END) = 'ARRAY'
                   THEN g."gen_ai.response.finish_reasons" END,
@@ -274,18 +275,23 @@ SELECT
     coalesce(g."gen_ai.output.messages",
              CASE WHEN g."openinference.span.kind" IS NOT NULL THEN g."output.value" END) AS output_messages,
     coalesce(g."gen_ai.agent.name", g."agent.name")                         AS agent_name,
-    coalesce(genai_count(g."gen_ai.usage.total_tokens"), genai_count(g."llm.usage.total_tokens"),
-             genai_count(g."llm.token_count.total"))                         AS total_tokens,
-    coalesce(genai_count(g."gen_ai.usage.cache_read.input_tokens"),
-             genai_count(g."gen_ai.usage.cache_read_input_tokens"),
-             genai_count(g."llm.token_count.prompt_details.cache_read"))     AS cache_read_input_tokens,
-    coalesce(genai_count(g."gen_ai.usage.cache_creation.input_tokens"),
-             genai_count(g."gen_ai.usage.cache_write.input_tokens"),
-             genai_count(g."gen_ai.usage.cache_creation_input_tokens"),
-             genai_count(g."llm.token_count.prompt_details.cache_write"))    AS cache_creation_input_tokens,
-    coalesce(genai_count(g."gen_ai.usage.reasoning.output_tokens"),
-             genai_count(g."gen_ai.usage.reasoning_tokens"),
-             genai_count(g."llm.token_count.completion_details.reasoning"))  AS reasoning_tokens,
+    genai_count(coalesce(g."gen_ai.usage.total_tokens",
+                         g."llm.usage.total_tokens",
+                         g."llm.token_count.total"))
+                                                            AS total_tokens,
+    genai_count(coalesce(g."gen_ai.usage.cache_read.input_tokens",
+                         g."gen_ai.usage.cache_read_input_tokens",
+                         g."llm.token_count.prompt_details.cache_read"))
+                                                            AS cache_read_input_tokens,
+    genai_count(coalesce(g."gen_ai.usage.cache_creation.input_tokens",
+                         g."gen_ai.usage.cache_write.input_tokens",
+                         g."gen_ai.usage.cache_creation_input_tokens",
+                         g."llm.token_count.prompt_details.cache_write"))
+                                                            AS cache_creation_input_tokens,
+    genai_count(coalesce(g."gen_ai.usage.reasoning.output_tokens",
+                         g."gen_ai.usage.reasoning_tokens",
+                         g."llm.token_count.completion_details.reasoning"))
+                                                            AS reasoning_tokens,
     TRY_CAST(g."gen_ai.response.time_to_first_chunk" AS DOUBLE)             AS time_to_first_chunk,
     coalesce(g."openai.response.service_tier", g."gen_ai.openai.response.service_tier") AS service_tier,
     coalesce(g."openai.response.system_fingerprint", g."gen_ai.openai.response.system_fingerprint") AS system_fingerprint,
