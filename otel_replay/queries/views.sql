@@ -89,72 +89,312 @@ SELECT
     start_time, end_time, trace_id, span_id, parent_span_id
 FROM spans WHERE replay_kind = 'read' AND unambiguous(attributes));
 
--- model_calls: model spans from audit() (kind 'model', also the instrumentors'
--- model spans) and any span carrying the OpenTelemetry GenAI conventions
--- (gen_ai.operation.name / gen_ai.request.model), tool executions and agent
--- spans (invoke_agent, create_agent, invoke_workflow) excepted. agent_name is
--- the agent running the call (gen_ai.agent.name, from invoke_agent).
--- The GenAI columns (tokens, finish reasons, tool calls) come from the
--- instrumentors and any other GenAI instrumentation; NULL where not recorded.
+-- ---------------------------------------------------------------------------
+-- The GenAI conventions map: which span attribute fills which column of
+-- model_calls, acts and agents, for every convention in common use. One place:
+-- a column reads the first of its attributes that is present, in the order
+-- listed (docs/reference/schema.md has the same table).
+--   registry      the OpenTelemetry GenAI registry (gen_ai.*), what otel-replay's
+--                 instrumentors, the contrib openai-v2 instrumentor and
+--                 OpenLLMetry send
+--   deprecated    names the registry renamed but instrumentors still send
+--                 (gen_ai.system, gen_ai.usage.prompt_tokens, gen_ai.openai.*)
+--   OpenLLMetry   gen_ai.is_streaming, gen_ai.usage.total_tokens and
+--                 reasoning_tokens, flattened gen_ai.prompt.N.* / gen_ai.completion.N.*,
+--                 traceloop.span.kind for its tool, agent and workflow spans
+--   OpenInference openinference.span.kind (LLM, EMBEDDING, TOOL, AGENT, CHAIN),
+--                 llm.*, flattened llm.output_messages.N.message.tool_calls.M.*,
+--                 input.value / output.value, tool.*, agent.name
+-- A value of the wrong type reads as NULL (a token count that is not a whole
+-- number >= 0, a stream flag that is not a boolean), and so does content that is
+-- not the JSON its convention says.
+
+-- genai_fields(attributes): every attribute the map reads, parsed once, as a
+-- struct of texts (a number or an array as its JSON text); NULL when absent.
+CREATE OR REPLACE MACRO genai_fields(attributes) AS json_transform(attributes, '{
+    "gen_ai.operation.name": "VARCHAR", "llm.request.type": "VARCHAR", "openinference.span.kind": "VARCHAR",
+    "gen_ai.request.model": "VARCHAR", "gen_ai.response.model": "VARCHAR",
+    "llm.request.model_name": "VARCHAR", "llm.response.model_name": "VARCHAR", "llm.model_name": "VARCHAR",
+    "gen_ai.provider.name": "VARCHAR", "gen_ai.system": "VARCHAR", "llm.provider": "VARCHAR", "llm.system": "VARCHAR",
+    "gen_ai.response.id": "VARCHAR",
+    "gen_ai.usage.input_tokens": "VARCHAR", "gen_ai.usage.prompt_tokens": "VARCHAR", "llm.token_count.prompt": "VARCHAR",
+    "gen_ai.usage.output_tokens": "VARCHAR", "gen_ai.usage.completion_tokens": "VARCHAR",
+    "llm.token_count.completion": "VARCHAR",
+    "gen_ai.usage.total_tokens": "VARCHAR", "llm.usage.total_tokens": "VARCHAR", "llm.token_count.total": "VARCHAR",
+    "gen_ai.usage.cache_read.input_tokens": "VARCHAR", "gen_ai.usage.cache_read_input_tokens": "VARCHAR",
+    "llm.token_count.prompt_details.cache_read": "VARCHAR",
+    "gen_ai.usage.cache_creation.input_tokens": "VARCHAR", "gen_ai.usage.cache_write.input_tokens": "VARCHAR",
+    "gen_ai.usage.cache_creation_input_tokens": "VARCHAR", "llm.token_count.prompt_details.cache_write": "VARCHAR",
+    "gen_ai.usage.reasoning.output_tokens": "VARCHAR", "gen_ai.usage.reasoning_tokens": "VARCHAR",
+    "llm.token_count.completion_details.reasoning": "VARCHAR",
+    "gen_ai.response.finish_reasons": "VARCHAR", "llm.finish_reason": "VARCHAR",
+    "replay.model.streamed": "VARCHAR", "gen_ai.request.stream": "VARCHAR", "gen_ai.is_streaming": "VARCHAR",
+    "llm.is_streaming": "VARCHAR", "llm.invocation_parameters": "VARCHAR",
+    "gen_ai.response.time_to_first_chunk": "VARCHAR",
+    "openai.response.service_tier": "VARCHAR", "gen_ai.openai.response.service_tier": "VARCHAR",
+    "openai.response.system_fingerprint": "VARCHAR", "gen_ai.openai.response.system_fingerprint": "VARCHAR",
+    "replay.model.tool_calls": "VARCHAR", "replay.model.decision_basis": "VARCHAR", "replay.model.output": "VARCHAR",
+    "gen_ai.input.messages": "VARCHAR", "gen_ai.output.messages": "VARCHAR",
+    "input.value": "VARCHAR", "output.value": "VARCHAR", "output.mime_type": "VARCHAR",
+    "error.type": "VARCHAR", "gen_ai.agent.name": "VARCHAR", "agent.name": "VARCHAR"
+}');
+
+-- genai_count(text): a token count: a whole number from 0 up (5 and 5.0 alike), else NULL.
+CREATE OR REPLACE MACRO genai_count(t) AS
+    TRY_CAST(CASE WHEN regexp_full_match(t, '[0-9]{1,18}(\.0*)?') THEN t END AS DOUBLE)::BIGINT;
+
+-- genai_flag(text): true / false (a boolean, or the text "true" / "false"), else NULL.
+CREATE OR REPLACE MACRO genai_flag(t) AS CASE t WHEN 'true' THEN true WHEN 'false' THEN false END;
+
+-- genai_call(id, name, arguments): one tool call in the `tool_calls` shape,
+-- {id, name[, arguments]}, arguments as text (the JSON text of an object).
+-- A part with no name keeps its id, with name null.
+CREATE OR REPLACE MACRO genai_call(id, name, arguments) AS
+    CASE WHEN arguments IS NULL THEN json_object('id', id, 'name', name)
+         ELSE json_object('id', id, 'name', name, 'arguments', arguments) END;
+
+-- genai_call_list(calls): a list of genai_call() as a JSON array text, at most
+-- 128 calls (the instrumentors' cap); NULL for none.
+CREATE OR REPLACE MACRO genai_call_list(calls) AS
+    CASE WHEN len(calls) > 0 THEN CAST(to_json(list_slice(calls, 1, 128)) AS VARCHAR) END;
+
+-- genai_message_calls(messages): the tool_call parts of registry-shaped
+-- messages ([{role, parts: [{type: "tool_call", id, name, arguments}]}]).
+CREATE OR REPLACE MACRO genai_message_calls(messages) AS
+    CASE WHEN json_valid(messages) THEN genai_call_list(list_transform(
+        list_filter(json_extract(messages, '$[*].parts[*]'), lambda p: p ->> 'type' = 'tool_call'),
+        lambda p: genai_call(p ->> 'id', p ->> 'name', p ->> 'arguments'))) END;
+
+-- genai_flat_calls(attributes, pattern): tool calls flattened into one
+-- attribute per field (OpenLLMetry's gen_ai.completion.N.tool_calls.M.name,
+-- OpenInference's llm.output_messages.N.message.tool_calls.M.tool_call.function.name),
+-- as one map of field -> value per call, ordered by N, then M, at most 128.
+-- `pattern` captures N, M and the field. (The outer list_transform names the
+-- parsed fields once, as a subquery would, without running for every row.)
+CREATE OR REPLACE MACRO genai_flat_calls(attributes, pattern) AS list_transform(
+    [list_transform(
+        list_filter(map_entries(json_transform(attributes, '"MAP(VARCHAR, VARCHAR)"')),
+                    lambda e: regexp_matches(e.key, pattern)),
+        lambda e: {'at': regexp_extract(e.key, pattern, ['n', 'm', 'f']), 'v': e.value})],
+    lambda fields: list_transform(
+        list_slice(list_sort(list_distinct(list_transform(fields, lambda x: {
+            'n': TRY_CAST(x.at.n AS BIGINT), 'm': TRY_CAST(x.at.m AS BIGINT), 'n_text': x.at.n, 'm_text': x.at.m}))),
+            1, 128),
+        lambda c: map_from_entries(list_transform(
+            list_filter(fields, lambda x: x.at.n = c.n_text AND x.at.m = c.m_text),
+            lambda x: {'k': x.at.f, 'v': x.v}))))[1];
+
+-- genai_streamed(g): whether the call streamed: otel-replay's flag, the
+-- registry's gen_ai.request.stream, OpenLLMetry's gen_ai.is_streaming (older:
+-- llm.is_streaming), OpenInference's "stream" in llm.invocation_parameters.
+CREATE OR REPLACE MACRO genai_streamed(g) AS coalesce(
+    genai_flag(coalesce(g."replay.model.streamed", g."gen_ai.request.stream", g."gen_ai.is_streaming",
+                        g."llm.is_streaming")),
+    CASE WHEN json_valid(g."llm.invocation_parameters")
+         THEN genai_flag(json_extract_string(g."llm.invocation_parameters", '$.stream')) END);
+
+-- genai_tool_calls(attributes, g): the tool calls a model call asked for, in
+-- the `tool_calls` shape: otel-replay's replay.model.tool_calls, the tool_call
+-- parts of gen_ai.output.messages (registry), OpenLLMetry's flattened
+-- gen_ai.completion.N.tool_calls.M.*, OpenInference's flattened
+-- llm.output_messages.N.message.tool_calls.M.tool_call.*.
+CREATE OR REPLACE MACRO genai_tool_calls(attributes, g) AS coalesce(
+    g."replay.model.tool_calls",
+    genai_message_calls(g."gen_ai.output.messages"),
+    CASE WHEN contains(attributes, '"gen_ai.completion.') OR contains(attributes, '"llm.output_messages.')
+         THEN genai_call_list(list_transform(genai_flat_calls(attributes,
+             '^(?:gen_ai\.completion|llm\.output_messages)\.(\d+)\.(?:message\.)?tool_calls\.(\d+)\.(?:tool_call\.)?(id|name|arguments|function\.name|function\.arguments)$'),
+             lambda c: genai_call(c['id'], coalesce(c['name'], c['function.name']),
+                                  coalesce(c['arguments'], c['function.arguments'])))) END);
+
+-- genai_model_span(attributes, replay_kind): whether a span is a model call:
+-- otel-replay's model spans, any span with gen_ai.operation.name or
+-- gen_ai.request.model (registry, OpenLLMetry), OpenInference LLM and EMBEDDING
+-- spans; tool executions and agent and workflow spans are not. The text is
+-- searched before it is parsed: most spans carry none of these keys.
+CREATE OR REPLACE MACRO genai_model_span(attributes, replay_kind) AS
+    (replay_kind = 'model'
+     OR (contains(attributes, '"gen_ai.')
+         AND ((attributes ->> '$."gen_ai.operation.name"') IS NOT NULL
+              OR (attributes ->> '$."gen_ai.request.model"') IS NOT NULL))
+     OR (contains(attributes, '"openinference.span.kind"')
+         AND (attributes ->> '$."openinference.span.kind"') IN ('LLM', 'EMBEDDING')))
+    AND replay_kind IS DISTINCT FROM 'tool'
+    AND NOT (contains(attributes, '"gen_ai.operation.name"')
+             AND coalesce(attributes ->> '$."gen_ai.operation.name"', '')
+                 IN ('execute_tool', 'invoke_agent', 'create_agent', 'invoke_workflow'))
+    AND NOT (contains(attributes, '"openinference.span.kind"')
+             AND coalesce(attributes ->> '$."openinference.span.kind"', 'LLM') NOT IN ('LLM', 'EMBEDDING'));
+
+-- model_calls: one row per model call: otel-replay's model spans (audit()'s
+-- d.model(), the instrumentors') and any other instrumentation's, read through
+-- the map above. agent_name is the agent running the call, where the span
+-- names it (gen_ai.agent.name, OpenInference agent.name); `agents` lists the
+-- agent spans themselves. NULL where a convention does not record a column.
+-- One call, one row: a span that repeats an otel-replay model span of the same
+-- trace, as its parent or child with the same response id (anthropic 2.x's own
+-- `anthropic.messages.create` span under ours; a peer instrumentor's span
+-- around or under ours), is left out: ours carries the decision's record id.
 CREATE OR REPLACE VIEW model_calls AS
+SELECT m.* EXCLUDE (not_ours) FROM (
 SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
-    COALESCE(attributes ->> '$."gen_ai.request.model"', attributes ->> '$."gen_ai.response.model"') AS model,
-    attributes ->> '$."gen_ai.operation.name"'        AS operation,
-    attributes ->> '$."gen_ai.provider.name"'         AS provider,
-    attributes ->> '$."replay.model.decision_basis"'  AS decision_basis,
-    attributes ->> '$."replay.model.output"'          AS output,
+    coalesce(g."gen_ai.request.model", g."gen_ai.response.model",
+             g."llm.request.model_name", g."llm.model_name", g."llm.response.model_name") AS model,
+    coalesce(g."gen_ai.operation.name", g."llm.request.type",
+             CASE g."openinference.span.kind" WHEN 'LLM' THEN 'chat' WHEN 'EMBEDDING' THEN 'embeddings' END) AS operation,
+    coalesce(g."gen_ai.provider.name", g."gen_ai.system", g."llm.provider", g."llm.system") AS provider,
+    g."replay.model.decision_basis"                                          AS decision_basis,
+    g."replay.model.output"                                                  AS output,
     correlation_id, session_id, agent_id,
     start_time, end_time, duration_ns, status_code, trace_id, span_id, parent_span_id,
-    attributes ->> '$."gen_ai.response.model"'                               AS response_model,
-    attributes ->> '$."gen_ai.response.id"'                                  AS response_id,
-    TRY_CAST(attributes ->> '$."gen_ai.usage.input_tokens"' AS BIGINT)       AS input_tokens,
-    TRY_CAST(attributes ->> '$."gen_ai.usage.output_tokens"' AS BIGINT)      AS output_tokens,
-    CAST(attributes -> '$."gen_ai.response.finish_reasons"' AS VARCHAR)     AS finish_reasons,
-    attributes ->> '$."replay.model.tool_calls"'                             AS tool_calls,
-    COALESCE(TRY_CAST(attributes ->> '$."replay.model.streamed"' AS BOOLEAN), false) AS streamed,
-    attributes ->> '$."error.type"'                                          AS error_type,
-    attributes ->> '$."gen_ai.input.messages"'                               AS input_messages,
-    attributes ->> '$."gen_ai.output.messages"'                              AS output_messages,
-    attributes ->> '$."gen_ai.agent.name"'                                   AS agent_name
-FROM spans
-WHERE (replay_kind = 'model'
-       OR attributes ->> '$."gen_ai.operation.name"' IS NOT NULL
-       OR attributes ->> '$."gen_ai.request.model"' IS NOT NULL)
-  AND replay_kind IS DISTINCT FROM 'tool'
-  AND coalesce(attributes ->> '$."gen_ai.operation.name"', '')
-      NOT IN ('execute_tool', 'invoke_agent', 'create_agent', 'invoke_workflow')
-  AND unambiguous(attributes));
+    coalesce(g."gen_ai.response.model", g."llm.response.model_name",
+             CASE WHEN g."openinference.span.kind" IS NOT NULL THEN g."llm.model_name" END) AS response_model,
+    coalesce(g."gen_ai.response.id",
+             CASE WHEN g."openinference.span.kind" IS NOT NULL AND json_valid(g."output.value")
+                  THEN json_extract_string(g."output.value", '$.id') END) AS response_id,
+    genai_count(coalesce(g."gen_ai.usage.input_tokens",
+                         g."gen_ai.usage.prompt_tokens",
+                         g."llm.token_count.prompt"))
+                                                            AS input_tokens,
+    genai_count(coalesce(g."gen_ai.usage.output_tokens",
+                         g."gen_ai.usage.completion_tokens",
+                         g."llm.token_count.completion"))
+                                                            AS output_tokens,
+    coalesce(CASE WHEN json_type(CASE WHEN json_valid(g."gen_ai.response.finish_reasons")
+                                     THEN g."gen_ai.response.finish_reasons" END) = 'ARRAY'
+                  THEN g."gen_ai.response.finish_reasons" END,
+             CASE WHEN g."llm.finish_reason" IS NOT NULL
+                  THEN CAST(to_json([g."llm.finish_reason"]) AS VARCHAR) END) AS finish_reasons,
+    genai_tool_calls(attributes, g)                                          AS tool_calls,
+    coalesce(genai_streamed(g), false)                                       AS streamed,
+    g."error.type"                                                           AS error_type,
+    coalesce(g."gen_ai.input.messages",
+             CASE WHEN g."openinference.span.kind" IS NOT NULL THEN g."input.value" END)  AS input_messages,
+    coalesce(g."gen_ai.output.messages",
+             CASE WHEN g."openinference.span.kind" IS NOT NULL THEN g."output.value" END) AS output_messages,
+    coalesce(g."gen_ai.agent.name", g."agent.name")                         AS agent_name,
+    genai_count(coalesce(g."gen_ai.usage.total_tokens",
+                         g."llm.usage.total_tokens",
+                         g."llm.token_count.total"))
+                                                            AS total_tokens,
+    genai_count(coalesce(g."gen_ai.usage.cache_read.input_tokens",
+                         g."gen_ai.usage.cache_read_input_tokens",
+                         g."llm.token_count.prompt_details.cache_read"))
+                                                            AS cache_read_input_tokens,
+    genai_count(coalesce(g."gen_ai.usage.cache_creation.input_tokens",
+                         g."gen_ai.usage.cache_write.input_tokens",
+                         g."gen_ai.usage.cache_creation_input_tokens",
+                         g."llm.token_count.prompt_details.cache_write"))
+                                                            AS cache_creation_input_tokens,
+    genai_count(coalesce(g."gen_ai.usage.reasoning.output_tokens",
+                         g."gen_ai.usage.reasoning_tokens",
+                         g."llm.token_count.completion_details.reasoning"))
+                                                            AS reasoning_tokens,
+    TRY_CAST(g."gen_ai.response.time_to_first_chunk" AS DOUBLE)             AS time_to_first_chunk,
+    coalesce(g."openai.response.service_tier", g."gen_ai.openai.response.service_tier") AS service_tier,
+    coalesce(g."openai.response.system_fingerprint", g."gen_ai.openai.response.system_fingerprint") AS system_fingerprint,
+    replay_kind IS DISTINCT FROM 'model'                                     AS not_ours
+FROM (SELECT *, genai_fields(attributes) AS g FROM spans
+      WHERE genai_model_span(attributes, replay_kind) AND unambiguous(attributes))))
+AS m
+LEFT JOIN (
+    SELECT trace_id AS o_trace, span_id AS o_span, parent_span_id AS o_parent,
+           attributes ->> '$."gen_ai.response.id"' AS o_response
+    FROM spans WHERE replay_kind = 'model'
+) AS o
+  ON m.not_ours AND o.o_trace = m.trace_id AND o.o_response = m.response_id
+ AND (o.o_span = m.parent_span_id OR o.o_parent = m.span_id)
+WHERE o.o_trace IS NULL;
+
+-- genai_tool_fields(attributes): the attributes acts and agents read, parsed once.
+CREATE OR REPLACE MACRO genai_tool_fields(attributes) AS json_transform(attributes, '{
+    "replay.action.type": "VARCHAR", "replay.action.arguments": "VARCHAR", "replay.action.cost": "VARCHAR",
+    "gen_ai.operation.name": "VARCHAR", "openinference.span.kind": "VARCHAR", "traceloop.span.kind": "VARCHAR",
+    "gen_ai.tool.name": "VARCHAR", "tool.name": "VARCHAR", "traceloop.entity.name": "VARCHAR",
+    "gen_ai.tool.call.arguments": "VARCHAR", "input.value": "VARCHAR", "traceloop.entity.input": "VARCHAR",
+    "gen_ai.tool.call.id": "VARCHAR", "tool.id": "VARCHAR", "tool_call.id": "VARCHAR",
+    "gen_ai.tool.call.result": "VARCHAR", "output.value": "VARCHAR", "traceloop.entity.output": "VARCHAR",
+    "replay.tool.side_effect": "VARCHAR", "error.type": "VARCHAR",
+    "gen_ai.agent.name": "VARCHAR", "agent.name": "VARCHAR", "gen_ai.agent.id": "VARCHAR",
+    "gen_ai.agent.description": "VARCHAR", "gen_ai.workflow.name": "VARCHAR"
+}');
+
+-- genai_kind_is(attributes, key, kinds): the span's `key` attribute is one of
+-- `kinds` (the text is searched for the key before it is parsed).
+CREATE OR REPLACE MACRO genai_kind_is(attributes, key, kinds) AS
+    contains(attributes, '"' || key || '"') AND list_contains(kinds, json_extract_string(attributes, '$."' || key || '"'));
 
 -- acts: the action each audited decision executed (source 'act'), and every
--- tool execution (source 'tool': an `execute_tool {name}` span from the tool
--- decorator, or any span with gen_ai.operation.name = execute_tool). A tool
--- run inside audit() carries the decision's record_id. For a tool row,
--- action_type is the tool name and action_arguments its arguments (recorded
--- only with content capture on).
+-- tool execution (source 'tool'): otel-replay's `execute_tool {name}` spans
+-- from the tool decorator, any span with gen_ai.operation.name = execute_tool,
+-- OpenInference TOOL spans and OpenLLMetry tool spans (traceloop.span.kind =
+-- tool). A tool run inside audit() carries the decision's record_id. For a
+-- tool row, action_type is the tool name and action_arguments its arguments
+-- (recorded only with content capture on); tool_call_id is the model's call
+-- id (gen_ai.tool.call.id, OpenInference tool.id), the key to the model call
+-- that asked for it (`model_calls.tool_calls`).
 CREATE OR REPLACE VIEW acts AS
 SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
-    COALESCE(attributes ->> '$."replay.action.type"', attributes ->> '$."gen_ai.tool.name"') AS action_type,
-    COALESCE(attributes ->> '$."replay.action.arguments"',
-             attributes ->> '$."gen_ai.tool.call.arguments"')    AS action_arguments,
-    TRY_CAST(attributes ->> '$."replay.action.cost"' AS DOUBLE)  AS action_cost,
+    coalesce(g."replay.action.type", g."gen_ai.tool.name", g."tool.name", g."traceloop.entity.name") AS action_type,
+    coalesce(g."replay.action.arguments", g."gen_ai.tool.call.arguments",
+             CASE WHEN g."openinference.span.kind" = 'TOOL' THEN g."input.value" END,
+             g."traceloop.entity.input")                                     AS action_arguments,
+    TRY_CAST(g."replay.action.cost" AS DOUBLE)                               AS action_cost,
     correlation_id, session_id, agent_id,
     start_time, end_time, trace_id, span_id, parent_span_id,
-    CASE WHEN replay_kind = 'act' THEN 'act' ELSE 'tool' END     AS source,
-    attributes ->> '$."gen_ai.tool.name"'                        AS tool_name,
-    attributes ->> '$."gen_ai.tool.call.id"'                     AS tool_call_id,
-    attributes ->> '$."replay.tool.side_effect"'                 AS side_effect,
-    attributes ->> '$."gen_ai.tool.call.result"'                 AS tool_result,
+    CASE WHEN replay_kind = 'act' THEN 'act' ELSE 'tool' END                 AS source,
+    coalesce(g."gen_ai.tool.name", g."tool.name", g."traceloop.entity.name") AS tool_name,
+    coalesce(g."gen_ai.tool.call.id", g."tool.id", g."tool_call.id")        AS tool_call_id,
+    g."replay.tool.side_effect"                                              AS side_effect,
+    coalesce(g."gen_ai.tool.call.result",
+             CASE WHEN g."openinference.span.kind" = 'TOOL' THEN g."output.value" END,
+             g."traceloop.entity.output")                                    AS tool_result,
     status_code,
-    attributes ->> '$."error.type"'                              AS error_type,
-    attributes ->> '$."gen_ai.agent.name"'                       AS agent_name
-FROM spans
-WHERE (replay_kind IN ('act', 'tool')
-       OR (replay_kind IS NULL AND attributes ->> '$."gen_ai.operation.name"' = 'execute_tool'))
-  AND unambiguous(attributes));
+    g."error.type"                                                           AS error_type,
+    coalesce(g."gen_ai.agent.name", g."agent.name")                         AS agent_name
+FROM (SELECT *, genai_tool_fields(attributes) AS g FROM spans
+      WHERE (replay_kind IN ('act', 'tool')
+             OR (replay_kind IS NULL
+                 AND (genai_kind_is(attributes, 'gen_ai.operation.name', ['execute_tool'])
+                      OR genai_kind_is(attributes, 'openinference.span.kind', ['TOOL'])
+                      OR genai_kind_is(attributes, 'traceloop.span.kind', ['tool']))))
+        AND unambiguous(attributes)));
+
+-- agents: one row per agent or workflow span: the registry's invoke_agent,
+-- create_agent and invoke_workflow spans (otel-replay's invoke_agent() among
+-- them), OpenInference AGENT and CHAIN spans, OpenLLMetry agent and workflow
+-- spans (traceloop.span.kind). operation is the registry's name for what the
+-- span did; agent_name the agent's name (gen_ai.agent.name, OpenInference
+-- agent.name, OpenLLMetry traceloop.entity.name, else an agent span's own name);
+-- genai_agent_id the agent's gen_ai.agent.id. The model calls and tools an
+-- agent ran are the spans under it in the same trace.
+CREATE OR REPLACE VIEW agents AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM (
+SELECT
+    record_id,
+    CASE WHEN g."gen_ai.operation.name" IN ('invoke_agent', 'create_agent', 'invoke_workflow')
+              THEN g."gen_ai.operation.name"
+         WHEN g."openinference.span.kind" = 'AGENT' OR g."traceloop.span.kind" = 'agent' THEN 'invoke_agent'
+         ELSE 'invoke_workflow' END                                          AS operation,
+    coalesce(g."gen_ai.agent.name", g."agent.name",
+             CASE WHEN g."openinference.span.kind" = 'AGENT' OR g."traceloop.span.kind" = 'agent'
+                  THEN coalesce(g."traceloop.entity.name", name) END)       AS agent_name,
+    g."gen_ai.agent.id"                                                      AS genai_agent_id,
+    g."gen_ai.agent.description"                                             AS agent_description,
+    coalesce(g."gen_ai.workflow.name",
+             CASE WHEN g."openinference.span.kind" = 'CHAIN' OR g."traceloop.span.kind" = 'workflow'
+                  THEN coalesce(g."traceloop.entity.name", name) END)       AS workflow_name,
+    correlation_id, session_id, agent_id,
+    start_time, end_time, duration_ns, status_code, trace_id, span_id, parent_span_id
+FROM (SELECT *, genai_tool_fields(attributes) AS g FROM spans
+      WHERE (genai_kind_is(attributes, 'gen_ai.operation.name', ['invoke_agent', 'create_agent', 'invoke_workflow'])
+             OR genai_kind_is(attributes, 'openinference.span.kind', ['AGENT', 'CHAIN'])
+             OR genai_kind_is(attributes, 'traceloop.span.kind', ['agent', 'workflow']))
+        AND unambiguous(attributes)));
 
 -- audit_entries: inter-agent messages and system actions. `created_at` is the
 -- writer's clock (chains sort on it); `recorded_at` is when the span was made.

@@ -1,0 +1,148 @@
+"""Spans of the peers' OpenAI instrumentations, sent over OTLP to ``otel-replay serve``, fill model_calls and acts.
+
+Each peer (the contrib openai-v2 instrumentor in its default and latest-conventions modes, OpenLLMetry,
+OpenInference) instruments the real ``openai`` client in a process of its own (tests/interop/_peer_agent.py): five
+calls against a scripted server, each tool the model asked for run under a tool span in the peer's convention, the
+spans sent by the real OTLP/HTTP exporter to one ``otel-replay serve`` on loopback for the module. A peer that is not
+installed is skipped: CI installs them in a separate environment (`pip install -e '.[test,peers]'`, see .ci/run).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import otel_replay
+
+from ._peer_agent import PEERS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# run name -> (peer, extra environment, records the stream flag, puts tool calls on the span)
+_RUNS: dict[str, tuple[str, dict[str, str], bool, bool]] = {
+    "openai_v2": ("openai_v2", {}, False, False),
+    "openai_v2_latest": (
+        "openai_v2",
+        {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
+        False,
+        True,
+    ),  # fmt: skip
+    "openllmetry": ("openllmetry", {"TRACELOOP_TRACE_CONTENT": "true"}, True, True),
+    "openinference": ("openinference", {}, True, True),
+}
+_RESPONSES = {"chatcmpl-plain", "chatcmpl-stream", "chatcmpl-tool", "chatcmpl-st", "resp_1"}
+
+
+def _installed(peer: str) -> bool:
+    try:
+        return importlib.util.find_spec(PEERS[peer]) is not None
+    except ImportError:  # a parent package that is there but broken
+        return False
+
+
+def _runs() -> list[Any]:
+    return [
+        pytest.param(run, id=run, marks=pytest.mark.skipif(not _installed(peer), reason=f"{PEERS[peer]} not installed"))
+        for run, (peer, _, _, _) in _RUNS.items()
+    ]
+
+
+@pytest.fixture(scope="module")
+def received(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dict[str, list[str]]]]:
+    """Every installed peer's run sent to one ``serve``; the dataset's store and each run's tool call ids."""
+    dataset = tmp_path_factory.mktemp("peers") / "received"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACELOOP_"))}
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset), "--grpc", "off",
+         "--http", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )  # fmt: skip
+    ran: dict[str, list[str]] = {}
+    try:
+        assert serve.stdout is not None
+        line = serve.stdout.readline()
+        port = re.search(r"http 127\.0\.0\.1:(\d+)", line)
+        assert port, (line, serve.stderr.read() if serve.poll() is not None and serve.stderr else "")
+        url = f"http://127.0.0.1:{port.group(1)}/v1/traces"
+        for run, (peer, extra, _, _) in _RUNS.items():
+            if not _installed(peer):
+                continue
+            out = subprocess.run(
+                [sys.executable, "-m", "tests.interop._peer_agent", peer, url, run],
+                capture_output=True, text=True, env={**env, **extra, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=120,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            ran[run] = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        _, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0, err
+    with otel_replay.open(dataset) as store:
+        yield store, ran
+
+
+def _model_calls(store: Any, run: str) -> dict[str, dict[str, Any]]:
+    rows = store.rows(
+        "SELECT m.* FROM model_calls m JOIN spans s USING (trace_id, span_id) WHERE s.service_name = ?", [run]
+    )
+    by_response = {row["response_id"]: row for row in rows}
+    assert len(by_response) == len(rows), rows  # one row per call
+    return by_response
+
+
+@pytest.mark.parametrize("run", _runs())
+def test_every_call_the_peer_traced_is_one_model_call(received: tuple[Any, dict[str, list[str]]], run: str) -> None:
+    store, _ = received
+    peer, _, records_stream, _ = _RUNS[run]
+    calls = _model_calls(store, run)
+    traced = store.rows("SELECT count(*) AS n FROM spans WHERE service_name = ? AND kind = 'CLIENT'", [run])
+    # openai-v2 makes no span for responses.create; the others trace all five calls.
+    expected = _RESPONSES - {"resp_1"} if peer == "openai_v2" else _RESPONSES
+    assert set(calls) == expected, calls
+    if peer != "openinference":  # OpenInference's spans are INTERNAL
+        assert traced == [{"n": len(expected)}]
+    for response_id, row in calls.items():
+        assert (row["model"], row["provider"], row["operation"]) == ("gpt-test", "openai", "chat"), row
+        tokens = (13, 5) if response_id == "resp_1" else (11, 7)
+        assert (row["input_tokens"], row["output_tokens"]) == tokens, row
+        streamed = response_id in ("chatcmpl-stream", "chatcmpl-st")
+        assert row["streamed"] is (streamed and records_stream), row
+
+
+@pytest.mark.parametrize("run", _runs())
+def test_tool_calls_reach_the_column_and_the_acts_join(received: tuple[Any, dict[str, list[str]]], run: str) -> None:
+    store, ran = received
+    _, _, _, calls_on_span = _RUNS[run]
+    assert ran[run] == ["call_plain", "call_streamed"]
+    calls = _model_calls(store, run)
+    acts = store.rows(
+        """WITH mine AS (SELECT m.* FROM model_calls m JOIN spans s USING (trace_id, span_id) WHERE s.service_name = $1)
+           SELECT a.tool_name, a.tool_call_id, list(m.response_id) FILTER (WHERE m.response_id IS NOT NULL) AS asked_by
+           FROM acts a JOIN spans s USING (trace_id, span_id)
+           LEFT JOIN mine m ON m.tool_calls LIKE '%"' || a.tool_call_id || '"%'
+           WHERE s.service_name = $1 AND a.source = 'tool' GROUP BY ALL ORDER BY a.tool_call_id""",
+        [run],
+    )
+    if not calls_on_span:
+        # The default mode sends tool calls only as log events (OTLP logs), never on the span.
+        assert all(row["tool_calls"] is None for row in calls.values())
+        assert [(a["tool_call_id"], a["asked_by"]) for a in acts] == [("call_plain", None), ("call_streamed", None)]
+        return
+    assert [c["id"] for c in json.loads(calls["chatcmpl-tool"]["tool_calls"])] == ["call_plain"]
+    assert [c["name"] for c in json.loads(calls["chatcmpl-st"]["tool_calls"])] == ["get_weather"]
+    assert calls["chatcmpl-plain"]["tool_calls"] is None
+    assert acts == [
+        {"tool_name": "get_weather", "tool_call_id": "call_plain", "asked_by": ["chatcmpl-tool"]},
+        {"tool_name": "get_weather", "tool_call_id": "call_streamed", "asked_by": ["chatcmpl-st"]},
+    ]
