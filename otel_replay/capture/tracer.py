@@ -12,6 +12,7 @@ returns (written ahead, as a gate's commit records are).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import replace
 from typing import Any
@@ -31,6 +32,14 @@ from otel_replay.storage.outcome_claims import claim_outcome
 __all__ = ["DecisionTracer", "link_to", "trace_body"]
 
 _log = logging.getLogger(__name__)
+
+
+def _same(one: str | os.PathLike[str], other: str | os.PathLike[str]) -> bool:
+    """Whether two datasets are one local directory (an ``s3://`` dataset never is)."""
+    first, second = os.fspath(one), os.fspath(other)
+    if "://" in first or "://" in second:
+        return False
+    return first == second or os.path.abspath(first) == os.path.abspath(second)
 
 
 def link_to(span: SpanRef, attributes: dict[str, Any] | None = None) -> Link | None:
@@ -224,8 +233,15 @@ class DecisionTracer:
         correlation_id = (decided.correlation_id if decided is not None else None) or current_ids().correlation_id
         outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, correlation_id)
         dataset = self._store.dataset if self._store is not None else recorder.dataset
-        claim = claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct) if dataset else None
         link = link_to(span) if span is not None else None
+        if dataset and recorder.dataset and _same(dataset, recorder.dataset):
+            links = [link] if link else []
+            held = recorder.held(sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=links)
+            if held is not None:  # sealed inside the claim's transaction and stored with it: durable as it commits
+                claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct, held)
+                assert held.ref is not None and held.seal is not None
+                return replace(outcome, span=held.ref, seal=held.seal)
+        claim = claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct) if dataset else None
         try:
             ref, seal, durable = recorder.emit_durable(
                 sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []

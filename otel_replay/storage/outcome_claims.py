@@ -69,18 +69,39 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from otel_replay.errors import DatasetError, OutcomeAlreadyRecorded
+from otel_replay import settings
+from otel_replay.errors import ConfigError, DatasetError, OutcomeAlreadyRecorded
 from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.storage import objects
+from otel_replay.storage.outcome_log import (
+    INSERT_PENDING,
+    PENDING_SCHEMA,
+    PENDING_TABLE,
+    WRITERS_DIR,
+    PendingOutcomes,
+)
+from otel_replay.storage.outcome_log import recover as _recover_pending
 
-__all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OutcomeClaim", "claim_outcome", "claimant", "expire_outcome_claims"]
+__all__ = [
+    "BUSY_SECONDS",
+    "CLAIMS_DB",
+    "OutcomeClaim",
+    "claim_outcome",
+    "claimant",
+    "close_outcomes",
+    "expire_outcome_claims",
+    "flush_outcomes",
+    "recover_outcomes",
+    "sync_outcomes",
+]
 
 CLAIMS_DB = "claims.sqlite3"
 """The local claim store's file name in :data:`OUTCOMES_DIR` (beside it SQLite keeps ``-wal`` and ``-shm``)."""
@@ -92,6 +113,30 @@ _CHECKPOINT_PAGES = 1_000
 the database (a few ms; 20-40 ms under load), once per ~700 claims. Once the WAL has reached its size (~4 MB) it is
 rewritten in place, so each claim's ``fdatasync`` allocates nothing; a larger WAL (10,000 pages were tried) spends
 its first ~7,000 claims on a growing file, where each sync costs 5-10x more."""
+Hold = Callable[[], tuple[Any, bytes]]
+"""Seals an outcome once its claim is taken: its ended span and that span's OTLP bytes, stored beside the claim."""
+
+
+
+def sync_outcomes() -> bool:
+    """Whether a held outcome's commit is ``fdatasync``-ed before :func:`claim_outcome` returns (group commit).
+
+    ``OTEL_REPLAY_OUTCOME_SYNC=machine``: it survives a machine crash when the
+    call returns. ``process`` (the default): it survives the process being
+    killed (the commit is in the operating system's page cache); a machine
+    crash may lose the last outcomes, each with its claim (never one without
+    the other), which can then be recorded again. Read when a process first
+    claims in a dataset; see docs/operations/durability.md for the figures.
+
+    Raises:
+        ConfigError: the variable is neither ``process`` nor ``machine``.
+
+    """
+    value = settings.env_text(settings.OUTCOME_SYNC, "process")
+    if value not in ("process", "machine"):
+        raise ConfigError(f"{settings.OUTCOME_SYNC}={value!r} must be 'process' or 'machine'")
+    return value == "machine"
+
 _SAFE = re.compile(r"[0-9A-Za-z_-]{1,128}")
 _TABLE = "outcome_claims"
 _SCHEMA = (
@@ -213,8 +258,11 @@ class _ClaimStore:
         self._wal_fd: int | None = None  # the open connection's WAL file
         self._committed = 0
         self._synced = 0
+        self.pending: PendingOutcomes | None = None  # outcomes this process holds here until they are in Parquet
+        self.sync_outcomes = sync_outcomes()
 
-    def _error(self, doing: str, exc: BaseException) -> DatasetError:
+    def error(self, doing: str, exc: BaseException) -> DatasetError:
+        """A one-line error naming the store and what could not be done (damage said as such)."""
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
         if damaged or "malformed" in first or "not a database" in first:
@@ -232,7 +280,7 @@ class _ClaimStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise self._error("create its directory", exc) from exc
+            raise self.error("create its directory", exc) from exc
         temp = self.directory / f".{CLAIMS_DB}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
         try:
             con = sqlite3.connect(temp, isolation_level=None)
@@ -250,7 +298,7 @@ class _ClaimStore:
                 os.link(temp, self.path)
             fsync_dir(self.directory)
         except (OSError, sqlite3.Error) as exc:
-            raise self._error("create it", exc) from exc
+            raise self.error("create it", exc) from exc
         finally:
             for leftover in (temp, Path(f"{temp}-wal"), Path(f"{temp}-shm")):
                 with contextlib.suppress(OSError):
@@ -263,7 +311,7 @@ class _ClaimStore:
         except FileNotFoundError:
             st = None
         except OSError as exc:
-            raise self._error("open it", exc) from exc
+            raise self.error("open it", exc) from exc
         if self._con is not None and st is not None and (st.st_dev, st.st_ino) == self._ident:
             return self._con
         if self._con is not None:
@@ -277,7 +325,7 @@ class _ClaimStore:
             try:
                 st = os.stat(self.path)
             except OSError as exc:
-                raise self._error("open it", exc) from exc
+                raise self.error("open it", exc) from exc
         try:
             con = sqlite3.connect(
                 self.path.as_uri() + "?mode=rw",
@@ -287,23 +335,30 @@ class _ClaimStore:
                 check_same_thread=False,
             )
         except sqlite3.Error as exc:
-            raise self._error("open it", exc) from exc
+            raise self.error("open it", exc) from exc
         try:
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
             tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         except sqlite3.Error as exc:
             con.close()
-            raise self._error("open it", exc) from exc
+            raise self.error("open it", exc) from exc
         if (_TABLE,) not in tables:
             con.close()
-            raise self._error("open it", sqlite3.DatabaseError(f"no {_TABLE} table in it"))
+            raise self.error("open it", sqlite3.DatabaseError(f"no {_TABLE} table in it"))
+        if (PENDING_TABLE,) not in tables:  # a store an older version made: outcomes are held beside claims now
+            try:
+                for statement in PENDING_SCHEMA:
+                    con.execute(statement)
+            except sqlite3.Error as exc:
+                con.close()
+                raise self.error("add its table of pending outcomes", exc) from exc
         try:
             # Reading the schema opened (or made) the WAL, and this open connection keeps SQLite from deleting it.
             wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             con.close()
-            raise self._error("open its WAL", exc) from exc
+            raise self.error("open its WAL", exc) from exc
         self._swap_wal(wal)
         self._con, self._ident = con, (st.st_dev, st.st_ino)
         return con
@@ -343,7 +398,19 @@ class _ClaimStore:
                     self._synced = max(self._synced, upto)
                 self._synced_changed.notify_all()
 
-    def claim(self, decision_id: str, outcome_id: str, outcome_correct: bool) -> OutcomeClaim:
+    def sync_all(self) -> None:
+        """Return once every commit so far through this process's connection is on disk."""
+        with self.lock:
+            self._committed += 1
+            ticket = self._committed
+        try:
+            self._sync(ticket)
+        except OSError as exc:
+            raise self.error("sync it", exc) from exc
+
+    def claim(
+        self, decision_id: str, outcome_id: str, outcome_correct: bool, hold: Hold | None = None
+    ) -> OutcomeClaim:
         legacy = self.legacy + _name(decision_id)
         if os.path.lexists(legacy):  # a claim file an older version wrote
             try:
@@ -353,6 +420,8 @@ class _ClaimStore:
             raise _refusal(decision_id, legacy, _held(written))
         key = _key(decision_id)
         row = (key, outcome_id, int(outcome_correct), claimant(), time.time_ns())
+        if hold is not None:
+            return self._claim_held(decision_id, key, row, hold)
         with self.lock:
             con = self.connection()
             try:
@@ -361,7 +430,7 @@ class _ClaimStore:
                 held = self._held(con, key)
                 raise _refusal(decision_id, str(self.path), held, f"delete its row from {_TABLE}") from None
             except sqlite3.Error as exc:
-                raise self._error(f"record the claim for decision {decision_id[:200]!r}", exc) from exc
+                raise self.error(f"record the claim for decision {decision_id[:200]!r}", exc) from exc
             self._committed += 1
             ticket = self._committed
         claim = OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=outcome_id)
@@ -371,7 +440,54 @@ class _ClaimStore:
             # Not known to be on disk: given back (as far as that goes), so the caller's retry is not refused.
             with contextlib.suppress(DatasetError):
                 claim.release()
-            raise self._error(f"make the claim for decision {decision_id[:200]!r} durable", exc) from exc
+            raise self.error(f"make the claim for decision {decision_id[:200]!r} durable", exc) from exc
+        return claim
+
+    def _claim_held(self, decision_id: str, key: str | bytes, row: tuple[Any, ...], hold: Hold) -> OutcomeClaim:
+        """Claim and store the outcome ``hold`` seals, in one transaction (see :mod:`.outcome_log`)."""
+        doing = f"record the outcome of decision {decision_id[:200]!r}"
+        with self.lock:
+            con = self.connection()
+            pending = self.pending
+            if pending is None:
+                pending = self.pending = PendingOutcomes(self)
+                pending.interval = getattr(hold, "convert_seconds", None) or pending.interval
+            try:
+                instance = pending.instance_for_insert()
+            except OSError as exc:
+                raise self.error(f"{doing} (its lock in {pending.lock_path.parent})", exc) from exc
+            try:
+                con.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self.error(doing, exc) from exc
+            try:
+                con.execute(_INSERT, row)
+                span, body = hold()  # sealed only once the claim is ours: a refused outcome takes no chain link
+                con.execute(INSERT_PENDING, (row[1], key, instance, body))
+                con.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.IntegrityError):
+                    held = self._held(con, key)
+                    raise _refusal(decision_id, str(self.path), held, f"delete its row from {_TABLE}") from None
+                if isinstance(exc, sqlite3.Error):
+                    raise self.error(doing, exc) from exc
+                raise
+            self._committed += 1
+            ticket = self._committed
+            if not self.sync_outcomes:
+                pending.added(row[1], span)
+        claim = OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=row[1])
+        if self.sync_outcomes:
+            try:
+                self._sync(ticket)
+            except OSError as exc:
+                with contextlib.suppress(DatasetError):
+                    claim.release()  # not known to be on disk, and never handed on: given back whole
+                raise self.error(f"make the outcome of decision {decision_id[:200]!r} durable", exc) from exc
+            with self.lock:
+                pending.added(row[1], span)
         return claim
 
     def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
@@ -380,7 +496,7 @@ class _ClaimStore:
                 f"SELECT claimant, claimed_ns, outcome_id FROM {_TABLE} WHERE decision_id = ?", (key,)
             ).fetchone()
         except sqlite3.Error as exc:
-            raise self._error("read a claim", exc) from exc
+            raise self.error("read a claim", exc) from exc
         if row is None:
             return {}
         at = _iso(row[1]) if isinstance(row[1], int) else row[1]
@@ -390,9 +506,19 @@ class _ClaimStore:
         with self.lock:
             con = self.connection()
             try:
-                con.execute(f"DELETE FROM {_TABLE} WHERE decision_id = ? AND outcome_id = ?", (key, outcome_id))
+                con.execute("BEGIN IMMEDIATE")
+                deleted = con.execute(
+                    f"DELETE FROM {_TABLE} WHERE decision_id = ? AND outcome_id = ?", (key, outcome_id)
+                ).rowcount
+                if deleted:  # its outcome, if it was held here, goes with it (never handed on when released)
+                    con.execute(
+                        f"DELETE FROM {PENDING_TABLE} WHERE outcome_id = ? AND decision_id = ?", (outcome_id, key)
+                    )
+                con.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise self._error("release a claim", exc) from exc
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
+                raise self.error("release a claim", exc) from exc
 
     def expire(self, before_ns: int) -> int:
         with self.lock:
@@ -400,7 +526,7 @@ class _ClaimStore:
             try:
                 return con.execute(f"DELETE FROM {_TABLE} WHERE claimed_ns < ?", (before_ns,)).rowcount
             except sqlite3.Error as exc:
-                raise self._error("delete expired claims", exc) from exc
+                raise self.error("delete expired claims", exc) from exc
 
 
 _stores: dict[tuple[int, str], _ClaimStore] = {}
@@ -426,9 +552,18 @@ def _store(root: str) -> _ClaimStore:
 
 
 def claim_outcome(
-    dataset: str | os.PathLike[str], decision_id: str, outcome_id: str, outcome_correct: bool
+    dataset: str | os.PathLike[str],
+    decision_id: str,
+    outcome_id: str,
+    outcome_correct: bool,
+    hold: Hold | None = None,
 ) -> OutcomeClaim:
     """Take the one claim ``dataset`` holds for ``decision_id``'s outcome.
+
+    ``hold`` (a local dataset only): called once the claim is taken, inside
+    its transaction, it seals the outcome; the span it returns is stored with
+    the claim (one commit) and written to Parquet by this process
+    (:mod:`otel_replay.storage.outcome_log`). When it raises, nothing is claimed.
 
     Raises:
         OutcomeAlreadyRecorded: another claimant (this process or another, or a
@@ -442,10 +577,71 @@ def claim_outcome(
 
         location = resolve(dataset)
         if location.remote:
+            if hold is not None:
+                raise ValueError(f"an outcome is held beside its claim only in a local dataset, not {root}")
             body = _body(decision_id, outcome_id, outcome_correct)
             return _claim_remote(location, decision_id, _name(decision_id), body)
         root = location.root
-    return _store(root).claim(decision_id, outcome_id, outcome_correct)
+    return _store(root).claim(decision_id, outcome_id, outcome_correct, hold)
+
+
+def _open_store(dataset: str | os.PathLike[str]) -> _ClaimStore | None:
+    """The claim store of a local ``dataset`` in this process, if the dataset has one (none is created)."""
+    location = resolve(dataset)
+    if location.remote:
+        return None
+    key = (os.getpid(), os.path.abspath(location.root))
+    store = _stores.get(key)
+    if store is None and not os.path.lexists(os.path.join(location.root, OUTCOMES_DIR, CLAIMS_DB)):
+        return None
+    return store if store is not None else _store(location.root)
+
+
+def flush_outcomes(dataset: str | os.PathLike[str]) -> int:
+    """Write the outcomes this process holds in ``dataset``'s claim store to Parquet now; how many.
+
+    Raises:
+        OSError: writing Parquet failed (they stay held, for the next try).
+        DatasetError: the claim store could not be read or written.
+
+    """
+    location = resolve(dataset)
+    store = None if location.remote else _stores.get((os.getpid(), os.path.abspath(location.root)))
+    if store is None or store.pending is None:
+        return 0
+    return store.pending.convert()
+
+
+def close_outcomes(dataset: str | os.PathLike[str]) -> None:
+    """:func:`flush_outcomes`, then stop this process's converter of ``dataset`` (errors logged, rows kept)."""
+    location = resolve(dataset)
+    store = None if location.remote else _stores.get((os.getpid(), os.path.abspath(location.root)))
+    if store is not None and store.pending is not None:
+        store.pending.close()
+
+
+def recover_outcomes(dataset: str | os.PathLike[str]) -> int:
+    """Write to Parquet the outcomes that processes now gone held in ``dataset``'s claim store; how many.
+
+    A local dataset without a claim store (and an ``s3://`` one) has none.
+
+    Raises:
+        OSError: writing Parquet failed (they stay held, for the next try).
+        DatasetError: the claim store is damaged or cannot be opened.
+
+    """
+    location = resolve(dataset)
+    if location.remote:
+        return 0
+    try:  # a process that held outcomes here left its lock file: none, nothing to recover (the store stays shut)
+        if not os.listdir(os.path.join(location.root, OUTCOMES_DIR, WRITERS_DIR)):
+            return 0
+    except OSError:
+        return 0
+    store = _open_store(location.root)
+    if store is None or not os.access(store.directory, os.W_OK):  # a read-only copy: nothing can be written
+        return 0
+    return _recover_pending(store)
 
 
 def expire_outcome_claims(dataset: Any, before_ns: int) -> int:
