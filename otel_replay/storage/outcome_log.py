@@ -38,6 +38,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -82,6 +83,7 @@ WRITERS_DIR = "writers"
 """Under ``_outcomes/``: one lock file per live process holding pending outcomes."""
 FILE_PREFIX = "outcomes-"
 """How the Parquet files of converted outcomes are named: ``outcomes-<instance>-<batch>.parquet``."""
+_SAFE = re.compile(r"[0-9A-Za-z_-]{1,64}")  # the instance and batch names this module gives (file name parts)
 CONVERT_SECONDS = 5.0
 """How old a process's oldest pending outcome gets before it converts them (unless its pipeline's file age is given)."""
 
@@ -291,7 +293,11 @@ def recover(store: Any) -> int:
     own = store.pending.instance if store.pending is not None else None
     rows = 0
     for instance in instances:
-        if instance == own or not isinstance(instance, str) or "/" in instance or instance in ("", ".", ".."):
+        if instance == own:
+            continue
+        if not isinstance(instance, str) or not _SAFE.fullmatch(instance):
+            _log.error("otel-replay: outcomes held in %s under the instance %r are left there: not a name this "
+                       "code gives", store.path, str(instance)[:200])
             continue
         lock = store.directory / WRITERS_DIR / f"{instance}.lock"
         try:
@@ -304,9 +310,11 @@ def recover(store: Any) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # its process is alive and converts them itself
-            rows += _recover_instance(store, instance)
-            with contextlib.suppress(OSError):
-                lock.unlink()
+            written, left = _recover_instance(store, instance)
+            rows += written
+            if not left:  # rows left (named in the log) keep the lock file: the next recovery tries them again
+                with contextlib.suppress(OSError):
+                    lock.unlink()
         finally:
             os.close(fd)
     if rows:
@@ -314,8 +322,11 @@ def recover(store: Any) -> int:
     return rows
 
 
-def _recover_instance(store: Any, instance: str) -> int:
-    """Convert the rows of the dead ``instance``: named batches under their names, the rest under a new one."""
+def _recover_instance(store: Any, instance: str) -> tuple[int, int]:
+    """Convert the rows of the dead ``instance``: named batches under their names, the rest under a new one.
+
+    Rows written, and rows left in the store (named in the log).
+    """
     fresh = f"r{secrets.token_hex(6)}"
     with store.lock:
         con = store.connection()
@@ -332,9 +343,12 @@ def _recover_instance(store: Any, instance: str) -> int:
         except sqlite3.Error as exc:
             raise store.error("name a batch of outcomes left by a process that died", exc) from exc
     store.sync_all()
-    rows = 0
+    rows = left = 0
     for batch in batches:
-        if not isinstance(batch, str) or "/" in batch:
+        if not isinstance(batch, str) or not _SAFE.fullmatch(batch):
+            left += 1
+            _log.error("otel-replay: outcomes held in %s in the batch %r are left there: not a name this code gives",
+                       store.path, str(batch)[:200])
             continue
         with store.lock:
             try:
@@ -345,7 +359,8 @@ def _recover_instance(store: Any, instance: str) -> int:
                 ).fetchall()
             except sqlite3.Error as exc:
                 raise store.error("read outcomes left by a process that died", exc) from exc
-        table, keys, _bad = _bodies_table(held, store.path)
+        table, keys, bad = _bodies_table(held, store.path)
+        left += len(bad)
         if table is not None:
             rows += _write(Path(store.directory).parent, table, instance, batch)
         with store.lock:
@@ -355,4 +370,4 @@ def _recover_instance(store: Any, instance: str) -> int:
                 )
             except sqlite3.Error as exc:
                 raise store.error("forget recovered outcomes", exc) from exc
-    return rows
+    return rows, left
