@@ -4,9 +4,10 @@ A traced decision is a ``replay.decision`` span with source ``tracer``: who
 decided, what type of decision, the rationale, the confidence and the inputs.
 An outcome is a ``replay.outcome`` span linked to its decision. Outcomes are
 immutable: a second outcome for one decision is refused, across processes
-when there is a dataset (a durable claim per decision is taken before the
-outcome is emitted), and an outcome is durable when ``record_outcome()``
-returns (written ahead, as a gate's commit records are).
+when there is a dataset (a claim per decision is taken before the outcome is
+emitted, or, in the dataset :func:`otel_replay.configure` writes to, in the
+same commit that stores the outcome beside it), and an outcome is durable
+when ``record_outcome()`` returns (see :meth:`DecisionTracer.record_outcome`).
 """
 
 from __future__ import annotations
@@ -163,12 +164,19 @@ class DecisionTracer:
         When emitting fails, the claim is given back and the outcome can be
         recorded again.
 
-        Durable on return: the claim is synced in the claim store, and the
-        outcome, when the pipeline is one :func:`otel_replay.configure` made,
-        is synced in its write-ahead log (converted to Parquet in the
-        background, recovered by the next ``configure()`` after a crash).
-        Concurrent calls share those syncs. Through a provider of your own the
-        outcome is queued like any span: call ``flush()`` where you need it stored.
+        Durable on return. In the local dataset :func:`otel_replay.configure`
+        writes to, with only its span processors: sealed inside the claim's
+        transaction and stored with the claim in one SQLite commit
+        (:mod:`otel_replay.storage.outcome_log`), which survives the process
+        being killed; with ``OTEL_REPLAY_OUTCOME_SYNC=machine`` also a machine
+        crash (the commit is synced; concurrent calls share the sync). It is
+        written to Parquet in the background, at ``force_flush()`` and at
+        shutdown, and recovered by the next ``configure()`` or
+        ``otel_replay.open()`` after a crash. Otherwise (processors of your
+        own, another dataset, ``s3://``): the claim is synced, then the
+        outcome fsynced in the pipeline's write-ahead log. Through a provider
+        of your own the outcome is queued like any span: call ``flush()``
+        where you need it stored.
 
         Raises:
             OutcomeAlreadyRecorded: an outcome exists (or is claimed) for this decision already.

@@ -33,6 +33,17 @@ always a claim store: one that cannot be read as such (not a database, no
 claims table, unreadable) is an error naming it, and is never replaced.
 SQLite's locks need a local file system (not NFS).
 
+An outcome recorded through a pipeline :func:`otel_replay.configure` made on
+this dataset is not written anywhere else first: ``claim_outcome(..., hold)``
+seals it inside the claim's transaction and stores its span beside the claim
+(:mod:`otel_replay.storage.outcome_log`: one commit, both or neither). Such a
+commit is synced before the call returns only with
+``OTEL_REPLAY_OUTCOME_SYNC=machine`` (:func:`sync_outcomes`, group commit as
+above); by default it survives the process being killed (SQLite has written
+it to the WAL file) but not the machine losing power, which may take the last
+outcomes away with their claims. A claim without an outcome (below) is
+synced as before.
+
 A claim file ``_outcomes/<decision id>.json`` left by an older version
 (``O_CREAT | O_EXCL``, one per outcome) still refuses a second outcome: before
 its insert a claim looks for that one file (one ``stat``). Old files are not
@@ -48,8 +59,9 @@ A claim is released only by the process that took it, when emitting its
 outcome raised (nothing was emitted), or when the claim could not be synced
 (it is then not known to be on disk, and the caller sees an error). A
 release is not synced: a machine crash right after one may bring the claim
-back, which then refuses like any claim without an outcome. The
-tracer makes its outcome durable before ``record_outcome()`` returns (see
+back, which then refuses like any claim without an outcome. An
+outcome held beside its claim never leaves one without the other. Otherwise
+the tracer makes its outcome durable before ``record_outcome()`` returns (see
 :meth:`~otel_replay.DecisionTracer.record_outcome`), so only a process that
 dies inside that call, between its claim and its outcome's sync, leaves a
 claim without an outcome; the refusal says where the claim is and who took
