@@ -76,8 +76,7 @@ PENDING_SCHEMA = (
     "instance TEXT NOT NULL, "  # the writing process's instance: its lock is writers/<instance>.lock
     "batch TEXT, "  # NULL until a conversion names the batch the row is written in
     "body BLOB NOT NULL) WITHOUT ROWID",
-    f"CREATE INDEX IF NOT EXISTS {PENDING_TABLE}_by_instance ON {PENDING_TABLE} (instance, batch)",
-)
+)  # no index on (instance, batch): the table holds only what is not yet in Parquet, and each insert writes a page less
 INSERT_PENDING = f"INSERT INTO {PENDING_TABLE} VALUES (?, ?, ?, NULL, ?)"
 WRITERS_DIR = "writers"
 """Under ``_outcomes/``: one lock file per live process holding pending outcomes."""
