@@ -504,15 +504,21 @@ class HeldRecord:
         self._attributes, self._links, self._chain = attributes, links, chain
         self.ref: SpanRef | None = None
         self.seal: Seal | None = None
+        # Here, in the caller's thread: the span's parent is the caller's current span (the store may seal the
+        # record on another thread, committing several callers' records at once).
+        self._parent, self._context = record_context(recorder.tracer)
         log = getattr(recorder.pipeline, "log", None)
         self.convert_seconds: float | None = getattr(log, "seal_seconds", None)
         """How long the store may hold it before writing it to Parquet: the pipeline's file age."""
 
     def __call__(self) -> tuple[Any, bytes]:
-        """Seal the record now (it takes the chain's next link): its ended span and that span's OTLP bytes."""
+        """Seal the record now (it takes the chain's next link): its ended span and that span's OTLP bytes.
+
+        Called once, on any thread.
+        """
         tracer, name, attributes = self._recorder.tracer, self._name, self._attributes
         start_ns = time.time_ns()
-        parent, ctx = record_context(tracer)
+        parent, ctx = self._parent, self._context
         seal = self._chain.seal(self._record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
         span = ended_record_span(tracer, parent, ctx, name, start_ns, attributes, self._links)
         body = self._recorder.encode([span])

@@ -252,6 +252,19 @@ def _held(held: bytes | None) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+@dataclass(eq=False)
+class _Request:
+    """One held outcome waiting to be committed: ``ticket`` once committed, else ``failure`` to raise."""
+
+    decision_id: str
+    key: str | bytes
+    row: tuple[Any, ...]
+    hold: Hold
+    span: Any = None
+    ticket: int = 0
+    failure: BaseException | None = None
+
+
 class _ClaimStore:
     """One dataset's claim database as this process has it open: one insert at a time, syncs shared (group commit)."""
 
@@ -271,6 +284,8 @@ class _ClaimStore:
         self._committed = 0
         self._synced = 0
         self.pending: PendingOutcomes | None = None  # outcomes this process holds here until they are in Parquet
+        self._queue: list[_Request] = []  # held outcomes waiting for a transaction (see _claim_held)
+        self._queue_lock = threading.Lock()
         self.sync_outcomes = sync_outcomes()
 
     def error(self, doing: str, exc: BaseException) -> DatasetError:
@@ -456,51 +471,97 @@ class _ClaimStore:
         return claim
 
     def _claim_held(self, decision_id: str, key: str | bytes, row: tuple[Any, ...], hold: Hold) -> OutcomeClaim:
-        """Claim and store the outcome ``hold`` seals, in one transaction (see :mod:`.outcome_log`)."""
-        doing = f"record the outcome of decision {decision_id[:200]!r}"
+        """Claim and store the outcome ``hold`` seals, in one transaction (see :mod:`.outcome_log`).
+
+        Concurrent calls share a transaction: each queues its request, and
+        whichever thread takes the connection commits every request queued
+        so far in one transaction (a commit writes its pages once for all
+        of them), each in a savepoint of its own, so a refused claim or a
+        record that cannot be sealed undoes only its own rows.
+        """
+        request = _Request(decision_id, key, row, hold)
+        with self._queue_lock:
+            self._queue.append(request)
         with self.lock:
-            con = self.connection()
-            pending = self.pending
-            if pending is None:
-                pending = self.pending = PendingOutcomes(self)
-                pending.interval = getattr(hold, "convert_seconds", None) or pending.interval
-            try:
-                instance = pending.instance_for_insert()
-            except OSError as exc:
-                raise self.error(f"{doing} (its lock in {pending.lock_path.parent})", exc) from exc
-            try:
-                con.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise self.error(doing, exc) from exc
-            try:
-                con.execute(_INSERT, row)
-                span, body = hold()  # sealed only once the claim is ours: a refused outcome takes no chain link
-                con.execute(INSERT_PENDING, (row[1], key, instance, body))
-                con.execute("COMMIT")
-            except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    con.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.IntegrityError):
-                    held = self._held(con, key)
-                    raise _refusal(decision_id, str(self.path), held, f"delete its row from {_TABLE}") from None
-                if isinstance(exc, sqlite3.Error):
-                    raise self.error(doing, exc) from exc
-                raise
-            self._committed += 1
-            ticket = self._committed
-            if not self.sync_outcomes:
-                pending.added(row[1], span)
+            if request.ticket == 0 and request.failure is None:  # not committed by another thread: lead
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
+        if request.failure is not None:
+            raise request.failure
         claim = OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=row[1])
         if self.sync_outcomes:
             try:
-                self._sync(ticket)
+                self._sync(request.ticket)
             except OSError as exc:
                 with contextlib.suppress(DatasetError):
                     claim.release()  # not known to be on disk, and never handed on: given back whole
                 raise self.error(f"make the outcome of decision {decision_id[:200]!r} durable", exc) from exc
             with self.lock:
-                pending.added(row[1], span)
+                assert self.pending is not None
+                self.pending.added(row[1], request.span)
         return claim
+
+    def _commit(self, batch: list[_Request]) -> None:
+        """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure."""
+
+        def fail_all(failure: BaseException) -> None:
+            for request in batch:
+                if request.failure is None:
+                    request.failure = failure
+
+        doing = f"record the outcome of decision {batch[0].decision_id[:200]!r}"
+        try:
+            con = self.connection()
+        except DatasetError as exc:
+            fail_all(exc)
+            return
+        pending = self.pending
+        if pending is None:
+            pending = self.pending = PendingOutcomes(self)
+            pending.interval = getattr(batch[0].hold, "convert_seconds", None) or pending.interval
+        try:
+            instance = pending.instance_for_insert()
+            con.execute("BEGIN IMMEDIATE")
+        except OSError as exc:
+            fail_all(self.error(f"{doing} (its lock in {pending.lock_path.parent})", exc))
+            return
+        except sqlite3.Error as exc:
+            fail_all(self.error(doing, exc))
+            return
+        stored: list[_Request] = []
+        try:
+            for request in batch:
+                con.execute("SAVEPOINT outcome")
+                try:
+                    con.execute(_INSERT, request.row)
+                    request.span, body = request.hold()  # sealed once the claim is ours: a refusal takes no link
+                    con.execute(INSERT_PENDING, (request.row[1], request.key, instance, body))
+                except sqlite3.IntegrityError:
+                    con.execute("ROLLBACK TO outcome")
+                    held = self._held(con, request.key)
+                    remedy = f"delete its row from {_TABLE}"
+                    request.failure = _refusal(request.decision_id, str(self.path), held, remedy)
+                except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
+                    con.execute("ROLLBACK TO outcome")
+                    failure = exc
+                    if isinstance(exc, sqlite3.Error):
+                        failure = self.error(f"record the outcome of decision {request.decision_id[:200]!r}", exc)
+                    request.failure = failure
+                else:
+                    stored.append(request)
+                con.execute("RELEASE outcome")
+            con.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            fail_all(self.error(doing, exc) if isinstance(exc, sqlite3.Error) else exc)  # none of them claimed
+            return
+        self._committed += 1
+        for request in stored:
+            request.ticket = self._committed
+            if not self.sync_outcomes:
+                pending.added(request.row[1], request.span)
 
     def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
         try:

@@ -272,3 +272,31 @@ def test_an_unknown_outcome_sync_level_is_a_config_error_naming_the_variable(dat
             tracer.record_outcome(decision, True)
         monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "process")
         tracer.record_outcome(decision, True)  # the refused call claimed nothing
+
+
+def test_threads_sharing_transactions_each_get_their_own_answer(dataset):
+    # Eight threads record outcomes for the same decisions, each decision twice: the outcomes committed together
+    # in one transaction still answer one by one (one stored, one refused per decision), and nothing else is held.
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(60)]
+        assert telemetry.force_flush()
+        won: list[str] = []
+        refused: list[str] = []
+
+        def record(part: list[str]) -> None:
+            for decision in part:
+                try:
+                    won.append(DecisionTracer().record_outcome(decision, True).record_id)
+                except OutcomeAlreadyRecorded as exc:
+                    refused.append(str(exc).split()[1])
+
+        threads = [threading.Thread(target=record, args=((decisions * 2)[k::8],)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == len(decisions) and sorted(refused) == sorted(decisions)
+        assert telemetry.force_flush()
+    assert _stored_outcomes(dataset) == sorted(won)
+    assert _pending(dataset) == []
