@@ -11,15 +11,18 @@ and until ``force_flush()`` has put every outcome in Parquet ("stored", what
 the calls left to the exporter included). Variants run alternately, best of
 ``--rounds`` each:
 
-* ``this``: this checkout (the claim synced in the claim store, the outcome
-  written ahead: both durable when the call returns);
-* ``base``: the package as of ``--base`` (default ``s4-start``: the claim
-  committed but not synced, the outcome queued for the exporter), extracted
-  with ``git archive`` and put first on the worker's path;
-* ``this, claim not synced``: this checkout with the claim store's sync left
-  out (what syncing the claim costs);
+* ``this``: this checkout as configured by default (the outcome sealed
+  inside its claim's transaction and stored with it, one SQLite commit:
+  durable against the process being killed when the call returns);
+* ``this, machine sync``: the same with ``OTEL_REPLAY_OUTCOME_SYNC=machine``
+  (each commit ``fdatasync``-ed before the call returns, concurrent calls
+  sharing a sync: durable against a machine crash);
+* ``base``: the package as of ``--base`` (default ``s5-start``: the claim
+  synced in the claim store, then the outcome fsynced in the capture
+  write-ahead log), extracted with ``git archive`` and put first on the
+  worker's path;
 * ``no claim, queued``: this checkout with no claim and the outcome queued
-  like any span (the floor: sealing and emitting alone).
+  like any span through the SDK (a floor: sealing and emitting alone).
 
 Then the claims alone (``claim_outcome()`` called directly, no telemetry),
 this checkout against the base, on 1 thread and on the most threads given.
@@ -43,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = "s4-start"
-VARIANTS = ("this", "base", "this, claim not synced", "no claim, queued")
+BASE = "s5-start"
+VARIANTS = ("this", "base", "this, machine sync", "no claim, queued")
 
 
 def _patch(variant: str) -> None:
@@ -53,12 +56,11 @@ def _patch(variant: str) -> None:
     from otel_replay.capture import tracer as tracer_module
     from otel_replay.capture.recorder import Recorder
 
-    if variant == "this, claim not synced":
-        from otel_replay.storage import outcome_claims  # only this checkout's claim store syncs
-
-        outcome_claims._ClaimStore._sync = lambda self, ticket: None  # type: ignore[attr-defined]
+    if variant == "this, machine sync":
+        os.environ["OTEL_REPLAY_OUTCOME_SYNC"] = "machine"  # read when the claim store is first opened
     if variant == "no claim, queued":
         tracer_module.claim_outcome = lambda *_: None  # type: ignore[assignment]
+        Recorder.held = lambda *_, **__: None  # type: ignore[method-assign]
 
         def queued(self: Any, name: str, record_id: str, attributes: Any, *, links: Any = ()) -> Any:
             return (*self.emit(name, record_id, attributes, links=links), None)

@@ -20,6 +20,7 @@ from otel_replay.capture.write_ahead import SpanLog, WriteAheadProcessor, recove
 from otel_replay.errors import ConfigError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
+from otel_replay.storage.outcome_claims import close_outcomes, flush_outcomes
 
 __all__ = ["Telemetry", "configure"]
 
@@ -122,6 +123,11 @@ class Telemetry:
             except Exception as exc:  # noqa: BLE001 - still in the log, converted later; reported as a failed flush
                 _log.error("otel-replay: converting the write-ahead log %s failed: %s", self.log.directory, exc)
                 return False
+        try:
+            flush_outcomes(self.dataset)  # outcomes held beside their claims: to Parquet too
+        except Exception as exc:  # noqa: BLE001 - still held in the claim store, converted later; a failed flush
+            _log.error("otel-replay: writing the outcomes held in %s failed: %s", self.dataset, exc)
+            return False
         return ok
 
     def shutdown(self) -> None:
@@ -140,6 +146,7 @@ class Telemetry:
         self.provider.shutdown()
         if self.log is not None:
             self.log.close()  # what the gate made durable reaches Parquet too
+        close_outcomes(self.dataset)  # and the outcomes held beside their claims
         if get_recorder() is self.recorder:
             # Skip recorders whose pipelines were shut down meanwhile (configure() calls closed out of order).
             previous = self._previous

@@ -24,6 +24,8 @@ variable                          meaning                                     de
 ``OTEL_REPLAY_RERUN_MAX_BODY``    recording: largest HTTP body kept (bytes)   8388608
 ``OTEL_REPLAY_REDACT_NAMES``      more secret names, comma-separated          -
 ``OTEL_REPLAY_REDACT_PATTERNS``   more secret regexes, one per line           -
+``OTEL_REPLAY_OUTCOME_SYNC``      outcome durable against ``process`` crash   ``process``
+                                  or ``machine`` crash on return
 ================================  ==========================================  ===============
 
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (the OpenTelemetry GenAI
@@ -60,6 +62,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_FILE_ROWS",
     "MAX_WAIT_SECONDS",
+    "OUTCOME_SYNC",
     "RECORD_SESSION",
     "REDACT_NAMES",
     "REDACT_PATTERNS",
@@ -94,6 +97,8 @@ REDACT_NAMES: Final = "OTEL_REPLAY_REDACT_NAMES"
 """More names whose values are redacted everywhere, comma-separated (:func:`otel_replay.redaction.is_secret_name`)."""
 REDACT_PATTERNS: Final = "OTEL_REPLAY_REDACT_PATTERNS"
 """More regular expressions whose matches are redacted everywhere, one per line (:mod:`otel_replay.redaction`)."""
+OUTCOME_SYNC: Final = "OTEL_REPLAY_OUTCOME_SYNC"
+"""``record_outcome()`` returns once the outcome survives a ``process`` crash (default) or a ``machine`` crash."""
 INGEST_MAX_LINE: Final = "OTEL_REPLAY_INGEST_MAX_LINE"
 INGEST_MAX_RATIO: Final = "OTEL_REPLAY_INGEST_MAX_RATIO"
 CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

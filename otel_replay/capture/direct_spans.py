@@ -123,14 +123,19 @@ def ended_record_span(
     name: str,
     start_ns: int,
     attributes: Mapping[str, Any],
+    links: Sequence[Link] = (),
 ) -> ReadableSpan:
-    """The ended span the SDK would hand its processors for this record (it starts and ends at ``start_ns``)."""
+    """The ended span the SDK would hand its processors for this record (it starts and ends at ``start_ns``).
+
+    ``links``: links without attributes, as the SDK keeps them (the caller checks their count against the limit).
+    """
     return ReadableSpan(
         name,
         context=context,
         parent=parent,
         resource=tracer.resource,
         attributes=dict(attributes),
+        links=tuple(links),
         kind=SpanKind.INTERNAL,
         instrumentation_info=tracer.instrumentation_info,
         status=_UNSET,

@@ -19,6 +19,7 @@ from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.direct_spans import bare_tracer, ended_record_span, record_context
 from otel_replay.capture.sampling import always_samples, exported, sampling_problem
 from otel_replay.capture.sinks import MemorySink
+from otel_replay.capture.write_ahead import _RequestEncoder  # the log's own encoding: a held record is one record
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.integrity import (
     SEAL_KEYS,
@@ -32,7 +33,7 @@ from otel_replay.integrity import (
 )
 from otel_replay.records import Seal, SpanRef
 
-__all__ = ["Pipeline", "Recorder", "RecorderStats", "get_recorder", "mark_shut_down", "set_recorder"]
+__all__ = ["HeldRecord", "Pipeline", "Recorder", "RecorderStats", "get_recorder", "mark_shut_down", "set_recorder"]
 
 _VERSION = "0.1.0"
 _log = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ class Recorder:
         self._unrecorded = 0  # records refused since the last flush() because their span would not be exported
         self._lock = threading.Lock()
         self._warned = False
+        self._encoder: _RequestEncoder | None = None
         _recorders.add(self)
 
     def _forked(self) -> None:
@@ -370,6 +372,44 @@ class Recorder:
         """
         return self._emit(name, record_id, attributes, links, durable=True)
 
+    def held(
+        self, name: str, record_id: str, attributes: dict[str, Any], *, links: Sequence[Link] = ()
+    ) -> HeldRecord | None:
+        """The record as a :class:`HeldRecord`, for a store to seal and keep; ``None``: use :meth:`emit_durable`.
+
+        Only where the span the SDK would end is built directly (see
+        :mod:`otel_replay.capture.direct_spans`) through a pipeline
+        :func:`otel_replay.configure` made, open; the record is then checked
+        here as :meth:`emit` checks it (raising as it does) but not sealed.
+        """
+        pipeline = self._pipeline
+        processors = getattr(pipeline, "bare_processors", None)
+        if processors is None or pipeline is None or pipeline.closed:
+            return None
+        limits = getattr(self.tracer, "_span_limits", None)
+        if links and (limits is None or limits.max_links is None or len(links) > limits.max_links):
+            return None
+        if any(link.__class__ is not Link or link.attributes for link in links):
+            return None  # a link of attributes gets the SDK's limits applied to them
+        attributes.update(scope_attributes(attributes))
+        self.check_destination(name, record_id)
+        chain = self.chain
+        try:
+            if not hashes_plainly(name, attributes):
+                record_hash(name, time.time_ns(), attributes)
+        except (UnicodeError, RecursionError) as exc:
+            raise CaptureError(f"{name} record {record_id} cannot be sealed: {unhashable(exc)}") from None
+        if not bare_tracer(self.tracer, processors, attributes, ()):
+            return None
+        return HeldRecord(self, name, record_id, attributes, links, chain)
+
+    def encode(self, spans: Sequence[Any]) -> bytes:
+        """``spans`` (ended, of one resource and scope) as one OTLP ``ExportTraceServiceRequest``'s bytes."""
+        encoder = self._encoder
+        if encoder is None:
+            encoder = self._encoder = _RequestEncoder()
+        return encoder.encode(spans)
+
     def _emit(
         self, name: str, record_id: str, attributes: dict[str, Any], links: Sequence[Link], *, durable: bool
     ) -> tuple[SpanRef, Seal, bool | None]:
@@ -441,6 +481,49 @@ class Recorder:
         seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
         written = log_span(ended_record_span(tracer, parent, ctx, name, start_ns, attributes))
         return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal, written
+
+
+class HeldRecord:
+    """A record sealed when called (by a store, inside the transaction that keeps it): its span and the span's bytes.
+
+    Made by :meth:`Recorder.held`; after the call, :attr:`ref` and
+    :attr:`seal` say where the record is and how it is sealed.
+    """
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        name: str,
+        record_id: str,
+        attributes: dict[str, Any],
+        links: Sequence[Link],
+        chain: Chain,
+    ) -> None:
+        """Internal: made by :meth:`Recorder.held` once the record is known to be sealable."""
+        self._recorder, self._name, self._record_id = recorder, name, record_id
+        self._attributes, self._links, self._chain = attributes, links, chain
+        self.ref: SpanRef | None = None
+        self.seal: Seal | None = None
+        # Here, in the caller's thread: the span's parent is the caller's current span (the store may seal the
+        # record on another thread, committing several callers' records at once).
+        self._parent, self._context = record_context(recorder.tracer)
+        log = getattr(recorder.pipeline, "log", None)
+        self.convert_seconds: float | None = getattr(log, "seal_seconds", None)
+        """How long the store may hold it before writing it to Parquet: the pipeline's file age."""
+
+    def __call__(self) -> tuple[Any, bytes]:
+        """Seal the record now (it takes the chain's next link): its ended span and that span's OTLP bytes.
+
+        Called once, on any thread.
+        """
+        tracer, name, attributes = self._recorder.tracer, self._name, self._attributes
+        start_ns = time.time_ns()
+        parent, ctx = self._parent, self._context
+        seal = self._chain.seal(self._record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
+        span = ended_record_span(tracer, parent, ctx, name, start_ns, attributes, self._links)
+        body = self._recorder.encode([span])
+        self.ref, self.seal = SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal
+        return span, body
 
 
 _current = Recorder()

@@ -4,14 +4,16 @@ A traced decision is a ``replay.decision`` span with source ``tracer``: who
 decided, what type of decision, the rationale, the confidence and the inputs.
 An outcome is a ``replay.outcome`` span linked to its decision. Outcomes are
 immutable: a second outcome for one decision is refused, across processes
-when there is a dataset (a durable claim per decision is taken before the
-outcome is emitted), and an outcome is durable when ``record_outcome()``
-returns (written ahead, as a gate's commit records are).
+when there is a dataset (a claim per decision is taken before the outcome is
+emitted, or, in the dataset :func:`otel_replay.configure` writes to, in the
+same commit that stores the outcome beside it), and an outcome is durable
+when ``record_outcome()`` returns (see :meth:`DecisionTracer.record_outcome`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import replace
 from typing import Any
@@ -31,6 +33,14 @@ from otel_replay.storage.outcome_claims import claim_outcome
 __all__ = ["DecisionTracer", "link_to", "trace_body"]
 
 _log = logging.getLogger(__name__)
+
+
+def _same(one: str | os.PathLike[str], other: str | os.PathLike[str]) -> bool:
+    """Whether two datasets are one local directory (an ``s3://`` dataset never is)."""
+    first, second = os.fspath(one), os.fspath(other)
+    if "://" in first or "://" in second:
+        return False
+    return first == second or os.path.abspath(first) == os.path.abspath(second)
 
 
 def link_to(span: SpanRef, attributes: dict[str, Any] | None = None) -> Link | None:
@@ -154,12 +164,19 @@ class DecisionTracer:
         When emitting fails, the claim is given back and the outcome can be
         recorded again.
 
-        Durable on return: the claim is synced in the claim store, and the
-        outcome, when the pipeline is one :func:`otel_replay.configure` made,
-        is synced in its write-ahead log (converted to Parquet in the
-        background, recovered by the next ``configure()`` after a crash).
-        Concurrent calls share those syncs. Through a provider of your own the
-        outcome is queued like any span: call ``flush()`` where you need it stored.
+        Durable on return. In the local dataset :func:`otel_replay.configure`
+        writes to, with only its span processors: sealed inside the claim's
+        transaction and stored with the claim in one SQLite commit
+        (:mod:`otel_replay.storage.outcome_log`), which survives the process
+        being killed; with ``OTEL_REPLAY_OUTCOME_SYNC=machine`` also a machine
+        crash (the commit is synced; concurrent calls share the sync). It is
+        written to Parquet in the background, at ``force_flush()`` and at
+        shutdown, and recovered by the next ``configure()`` or
+        ``otel_replay.open()`` after a crash. Otherwise (processors of your
+        own, another dataset, ``s3://``): the claim is synced, then the
+        outcome fsynced in the pipeline's write-ahead log. Through a provider
+        of your own the outcome is queued like any span: call ``flush()``
+        where you need it stored.
 
         Raises:
             OutcomeAlreadyRecorded: an outcome exists (or is claimed) for this decision already.
@@ -224,8 +241,15 @@ class DecisionTracer:
         correlation_id = (decided.correlation_id if decided is not None else None) or current_ids().correlation_id
         outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, correlation_id)
         dataset = self._store.dataset if self._store is not None else recorder.dataset
-        claim = claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct) if dataset else None
         link = link_to(span) if span is not None else None
+        if dataset and recorder.dataset and _same(dataset, recorder.dataset):
+            links = [link] if link else []
+            held = recorder.held(sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=links)
+            if held is not None:  # sealed inside the claim's transaction and stored with it: durable as it commits
+                claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct, held)
+                assert held.ref is not None and held.seal is not None
+                return replace(outcome, span=held.ref, seal=held.seal)
+        claim = claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct) if dataset else None
         try:
             ref, seal, durable = recorder.emit_durable(
                 sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=[link] if link else []

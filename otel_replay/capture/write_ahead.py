@@ -50,6 +50,7 @@ from opentelemetry.trace import SpanKind
 
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
+from otel_replay.storage.outcome_claims import recover_outcomes
 
 __all__ = ["CAPTURE_PREFIX", "SpanLog", "WriteAheadProcessor", "convert_log_segment", "log_root", "recover"]
 
@@ -538,6 +539,15 @@ class SpanLog:
                 wal.unlock()
 
 
+def _recover_outcomes(dataset: str) -> int:
+    """The outcomes dead processes held in the claim store (:mod:`otel_replay.storage.outcome_log`); rows written."""
+    try:
+        return recover_outcomes(dataset)
+    except Exception as exc:  # noqa: BLE001 - kept in the claim store for the next try, never dropped
+        _log.error("otel-replay: recovering the outcomes held in the claim store of %s failed: %s", dataset, exc)
+        return 0
+
+
 def recover(dataset: str) -> int:
     """Convert the capture logs of ``dataset`` that no live process holds (left by a crash); rows written.
 
@@ -548,15 +558,15 @@ def recover(dataset: str) -> int:
     removed. A torn last record (never acknowledged) is ignored; a failure is
     logged and the directory kept for the next try.
     """
+    rows = _recover_outcomes(dataset)
     root = log_root(dataset)
     try:
         candidates = sorted(p for p in root.iterdir() if p.name.startswith(CAPTURE_PREFIX) and p.is_dir())
     except OSError:
-        return 0
+        return rows
     # start-up cost: the log's format loads only when a log is left to recover
     from otel_replay.storage.wal import WAL_SUFFIX, Segment
 
-    rows = 0
     for directory in candidates:
         try:
             fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)

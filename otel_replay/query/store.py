@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from otel_replay.capture.write_ahead import log_root, recover
+from otel_replay.capture.write_ahead import recover
 from otel_replay.errors import CorruptFileError, DatasetError, RecordNotFound
 from otel_replay.integrity import SealCheck, StoredRecord, VerifyReport, load_signing_key
 from otel_replay.location import resolve
@@ -272,9 +272,7 @@ def _recover_logs(dataset: str) -> None:
     records): a reader must see them, not only the next ``configure()``.
     """
     try:
-        if not log_root(dataset).is_dir():
-            return
-        recover(dataset)
+        recover(dataset)  # nothing to do (and no file opened) without logs or outcomes held by a process
     except Exception as exc:  # noqa: BLE001 - the logs stay on disk for the next configure() to convert
         _log.warning("otel-replay: could not convert the write-ahead logs left in %s: %s", dataset, exc)
 

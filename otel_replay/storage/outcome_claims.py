@@ -33,6 +33,17 @@ always a claim store: one that cannot be read as such (not a database, no
 claims table, unreadable) is an error naming it, and is never replaced.
 SQLite's locks need a local file system (not NFS).
 
+An outcome recorded through a pipeline :func:`otel_replay.configure` made on
+this dataset is not written anywhere else first: ``claim_outcome(..., hold)``
+seals it inside the claim's transaction and stores its span beside the claim
+(:mod:`otel_replay.storage.outcome_log`: one commit, both or neither). Such a
+commit is synced before the call returns only with
+``OTEL_REPLAY_OUTCOME_SYNC=machine`` (:func:`sync_outcomes`, group commit as
+above); by default it survives the process being killed (SQLite has written
+it to the WAL file) but not the machine losing power, which may take the last
+outcomes away with their claims. A claim without an outcome (below) is
+synced as before.
+
 A claim file ``_outcomes/<decision id>.json`` left by an older version
 (``O_CREAT | O_EXCL``, one per outcome) still refuses a second outcome: before
 its insert a claim looks for that one file (one ``stat``). Old files are not
@@ -48,8 +59,9 @@ A claim is released only by the process that took it, when emitting its
 outcome raised (nothing was emitted), or when the claim could not be synced
 (it is then not known to be on disk, and the caller sees an error). A
 release is not synced: a machine crash right after one may bring the claim
-back, which then refuses like any claim without an outcome. The
-tracer makes its outcome durable before ``record_outcome()`` returns (see
+back, which then refuses like any claim without an outcome. An
+outcome held beside its claim never leaves one without the other. Otherwise
+the tracer makes its outcome durable before ``record_outcome()`` returns (see
 :meth:`~otel_replay.DecisionTracer.record_outcome`), so only a process that
 dies inside that call, between its claim and its outcome's sync, leaves a
 claim without an outcome; the refusal says where the claim is and who took
@@ -69,18 +81,39 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from otel_replay.errors import DatasetError, OutcomeAlreadyRecorded
+from otel_replay import settings
+from otel_replay.errors import ConfigError, DatasetError, OutcomeAlreadyRecorded
 from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.storage import objects
+from otel_replay.storage.outcome_log import (
+    INSERT_PENDING,
+    PENDING_SCHEMA,
+    PENDING_TABLE,
+    WRITERS_DIR,
+    PendingOutcomes,
+)
+from otel_replay.storage.outcome_log import recover as _recover_pending
 
-__all__ = ["BUSY_SECONDS", "CLAIMS_DB", "OutcomeClaim", "claim_outcome", "claimant", "expire_outcome_claims"]
+__all__ = [
+    "BUSY_SECONDS",
+    "CLAIMS_DB",
+    "OutcomeClaim",
+    "claim_outcome",
+    "claimant",
+    "close_outcomes",
+    "expire_outcome_claims",
+    "flush_outcomes",
+    "recover_outcomes",
+    "sync_outcomes",
+]
 
 CLAIMS_DB = "claims.sqlite3"
 """The local claim store's file name in :data:`OUTCOMES_DIR` (beside it SQLite keeps ``-wal`` and ``-shm``)."""
@@ -92,6 +125,30 @@ _CHECKPOINT_PAGES = 1_000
 the database (a few ms; 20-40 ms under load), once per ~700 claims. Once the WAL has reached its size (~4 MB) it is
 rewritten in place, so each claim's ``fdatasync`` allocates nothing; a larger WAL (10,000 pages were tried) spends
 its first ~7,000 claims on a growing file, where each sync costs 5-10x more."""
+Hold = Callable[[], tuple[Any, bytes]]
+"""Seals an outcome once its claim is taken: its ended span and that span's OTLP bytes, stored beside the claim."""
+
+
+
+def sync_outcomes() -> bool:
+    """Whether a held outcome's commit is ``fdatasync``-ed before :func:`claim_outcome` returns (group commit).
+
+    ``OTEL_REPLAY_OUTCOME_SYNC=machine``: it survives a machine crash when the
+    call returns. ``process`` (the default): it survives the process being
+    killed (the commit is in the operating system's page cache); a machine
+    crash may lose the last outcomes, each with its claim (never one without
+    the other), which can then be recorded again. Read when a process first
+    claims in a dataset; see docs/operations/durability.md for the figures.
+
+    Raises:
+        ConfigError: the variable is neither ``process`` nor ``machine``.
+
+    """
+    value = settings.env_text(settings.OUTCOME_SYNC, "process")
+    if value not in ("process", "machine"):
+        raise ConfigError(f"{settings.OUTCOME_SYNC}={value!r} must be 'process' or 'machine'")
+    return value == "machine"
+
 _SAFE = re.compile(r"[0-9A-Za-z_-]{1,128}")
 _TABLE = "outcome_claims"
 _SCHEMA = (
@@ -195,6 +252,19 @@ def _held(held: bytes | None) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+@dataclass(eq=False)
+class _Request:
+    """One held outcome waiting to be committed: ``ticket`` once committed, else ``failure`` to raise."""
+
+    decision_id: str
+    key: str | bytes
+    row: tuple[Any, ...]
+    hold: Hold
+    span: Any = None
+    ticket: int = 0
+    failure: BaseException | None = None
+
+
 class _ClaimStore:
     """One dataset's claim database as this process has it open: one insert at a time, syncs shared (group commit)."""
 
@@ -213,8 +283,13 @@ class _ClaimStore:
         self._wal_fd: int | None = None  # the open connection's WAL file
         self._committed = 0
         self._synced = 0
+        self.pending: PendingOutcomes | None = None  # outcomes this process holds here until they are in Parquet
+        self._queue: list[_Request] = []  # held outcomes waiting for a transaction (see _claim_held)
+        self._queue_lock = threading.Lock()
+        self.sync_outcomes = sync_outcomes()
 
-    def _error(self, doing: str, exc: BaseException) -> DatasetError:
+    def error(self, doing: str, exc: BaseException) -> DatasetError:
+        """A one-line error naming the store and what could not be done (damage said as such)."""
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
         if damaged or "malformed" in first or "not a database" in first:
@@ -232,7 +307,7 @@ class _ClaimStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise self._error("create its directory", exc) from exc
+            raise self.error("create its directory", exc) from exc
         temp = self.directory / f".{CLAIMS_DB}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
         try:
             con = sqlite3.connect(temp, isolation_level=None)
@@ -250,7 +325,7 @@ class _ClaimStore:
                 os.link(temp, self.path)
             fsync_dir(self.directory)
         except (OSError, sqlite3.Error) as exc:
-            raise self._error("create it", exc) from exc
+            raise self.error("create it", exc) from exc
         finally:
             for leftover in (temp, Path(f"{temp}-wal"), Path(f"{temp}-shm")):
                 with contextlib.suppress(OSError):
@@ -263,7 +338,7 @@ class _ClaimStore:
         except FileNotFoundError:
             st = None
         except OSError as exc:
-            raise self._error("open it", exc) from exc
+            raise self.error("open it", exc) from exc
         if self._con is not None and st is not None and (st.st_dev, st.st_ino) == self._ident:
             return self._con
         if self._con is not None:
@@ -277,7 +352,7 @@ class _ClaimStore:
             try:
                 st = os.stat(self.path)
             except OSError as exc:
-                raise self._error("open it", exc) from exc
+                raise self.error("open it", exc) from exc
         try:
             con = sqlite3.connect(
                 self.path.as_uri() + "?mode=rw",
@@ -287,23 +362,30 @@ class _ClaimStore:
                 check_same_thread=False,
             )
         except sqlite3.Error as exc:
-            raise self._error("open it", exc) from exc
+            raise self.error("open it", exc) from exc
         try:
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
             tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         except sqlite3.Error as exc:
             con.close()
-            raise self._error("open it", exc) from exc
+            raise self.error("open it", exc) from exc
         if (_TABLE,) not in tables:
             con.close()
-            raise self._error("open it", sqlite3.DatabaseError(f"no {_TABLE} table in it"))
+            raise self.error("open it", sqlite3.DatabaseError(f"no {_TABLE} table in it"))
+        if (PENDING_TABLE,) not in tables:  # a store an older version made: outcomes are held beside claims now
+            try:
+                for statement in PENDING_SCHEMA:
+                    con.execute(statement)
+            except sqlite3.Error as exc:
+                con.close()
+                raise self.error("add its table of pending outcomes", exc) from exc
         try:
             # Reading the schema opened (or made) the WAL, and this open connection keeps SQLite from deleting it.
             wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             con.close()
-            raise self._error("open its WAL", exc) from exc
+            raise self.error("open its WAL", exc) from exc
         self._swap_wal(wal)
         self._con, self._ident = con, (st.st_dev, st.st_ino)
         return con
@@ -343,7 +425,19 @@ class _ClaimStore:
                     self._synced = max(self._synced, upto)
                 self._synced_changed.notify_all()
 
-    def claim(self, decision_id: str, outcome_id: str, outcome_correct: bool) -> OutcomeClaim:
+    def sync_all(self) -> None:
+        """Return once every commit so far through this process's connection is on disk."""
+        with self.lock:
+            self._committed += 1
+            ticket = self._committed
+        try:
+            self._sync(ticket)
+        except OSError as exc:
+            raise self.error("sync it", exc) from exc
+
+    def claim(
+        self, decision_id: str, outcome_id: str, outcome_correct: bool, hold: Hold | None = None
+    ) -> OutcomeClaim:
         legacy = self.legacy + _name(decision_id)
         if os.path.lexists(legacy):  # a claim file an older version wrote
             try:
@@ -353,6 +447,8 @@ class _ClaimStore:
             raise _refusal(decision_id, legacy, _held(written))
         key = _key(decision_id)
         row = (key, outcome_id, int(outcome_correct), claimant(), time.time_ns())
+        if hold is not None:
+            return self._claim_held(decision_id, key, row, hold)
         with self.lock:
             con = self.connection()
             try:
@@ -361,7 +457,7 @@ class _ClaimStore:
                 held = self._held(con, key)
                 raise _refusal(decision_id, str(self.path), held, f"delete its row from {_TABLE}") from None
             except sqlite3.Error as exc:
-                raise self._error(f"record the claim for decision {decision_id[:200]!r}", exc) from exc
+                raise self.error(f"record the claim for decision {decision_id[:200]!r}", exc) from exc
             self._committed += 1
             ticket = self._committed
         claim = OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=outcome_id)
@@ -371,8 +467,101 @@ class _ClaimStore:
             # Not known to be on disk: given back (as far as that goes), so the caller's retry is not refused.
             with contextlib.suppress(DatasetError):
                 claim.release()
-            raise self._error(f"make the claim for decision {decision_id[:200]!r} durable", exc) from exc
+            raise self.error(f"make the claim for decision {decision_id[:200]!r} durable", exc) from exc
         return claim
+
+    def _claim_held(self, decision_id: str, key: str | bytes, row: tuple[Any, ...], hold: Hold) -> OutcomeClaim:
+        """Claim and store the outcome ``hold`` seals, in one transaction (see :mod:`.outcome_log`).
+
+        Concurrent calls share a transaction: each queues its request, and
+        whichever thread takes the connection commits every request queued
+        so far in one transaction (a commit writes its pages once for all
+        of them), each in a savepoint of its own, so a refused claim or a
+        record that cannot be sealed undoes only its own rows.
+        """
+        request = _Request(decision_id, key, row, hold)
+        with self._queue_lock:
+            self._queue.append(request)
+        with self.lock:
+            if request.ticket == 0 and request.failure is None:  # not committed by another thread: lead
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
+        if request.failure is not None:
+            raise request.failure
+        claim = OutcomeClaim(str(self.path), _store=self, _key=key, _outcome_id=row[1])
+        if self.sync_outcomes:
+            try:
+                self._sync(request.ticket)
+            except OSError as exc:
+                with contextlib.suppress(DatasetError):
+                    claim.release()  # not known to be on disk, and never handed on: given back whole
+                raise self.error(f"make the outcome of decision {decision_id[:200]!r} durable", exc) from exc
+            with self.lock:
+                assert self.pending is not None
+                self.pending.added(row[1], request.span)
+        return claim
+
+    def _commit(self, batch: list[_Request]) -> None:
+        """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure."""
+
+        def fail_all(failure: BaseException) -> None:
+            for request in batch:
+                if request.failure is None:
+                    request.failure = failure
+
+        doing = f"record the outcome of decision {batch[0].decision_id[:200]!r}"
+        try:
+            con = self.connection()
+        except DatasetError as exc:
+            fail_all(exc)
+            return
+        pending = self.pending
+        if pending is None:
+            pending = self.pending = PendingOutcomes(self)
+            pending.interval = getattr(batch[0].hold, "convert_seconds", None) or pending.interval
+        try:
+            instance = pending.instance_for_insert()
+            con.execute("BEGIN IMMEDIATE")
+        except OSError as exc:
+            fail_all(self.error(f"{doing} (its lock in {pending.lock_path.parent})", exc))
+            return
+        except sqlite3.Error as exc:
+            fail_all(self.error(doing, exc))
+            return
+        stored: list[_Request] = []
+        try:
+            for request in batch:
+                con.execute("SAVEPOINT outcome")
+                try:
+                    con.execute(_INSERT, request.row)
+                    request.span, body = request.hold()  # sealed once the claim is ours: a refusal takes no link
+                    con.execute(INSERT_PENDING, (request.row[1], request.key, instance, body))
+                except sqlite3.IntegrityError:
+                    con.execute("ROLLBACK TO outcome")
+                    held = self._held(con, request.key)
+                    remedy = f"delete its row from {_TABLE}"
+                    request.failure = _refusal(request.decision_id, str(self.path), held, remedy)
+                except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
+                    con.execute("ROLLBACK TO outcome")
+                    failure = exc
+                    if isinstance(exc, sqlite3.Error):
+                        failure = self.error(f"record the outcome of decision {request.decision_id[:200]!r}", exc)
+                    request.failure = failure
+                else:
+                    stored.append(request)
+                con.execute("RELEASE outcome")
+            con.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            fail_all(self.error(doing, exc) if isinstance(exc, sqlite3.Error) else exc)  # none of them claimed
+            return
+        self._committed += 1
+        for request in stored:
+            request.ticket = self._committed
+            if not self.sync_outcomes:
+                pending.added(request.row[1], request.span)
 
     def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
         try:
@@ -380,7 +569,7 @@ class _ClaimStore:
                 f"SELECT claimant, claimed_ns, outcome_id FROM {_TABLE} WHERE decision_id = ?", (key,)
             ).fetchone()
         except sqlite3.Error as exc:
-            raise self._error("read a claim", exc) from exc
+            raise self.error("read a claim", exc) from exc
         if row is None:
             return {}
         at = _iso(row[1]) if isinstance(row[1], int) else row[1]
@@ -390,9 +579,19 @@ class _ClaimStore:
         with self.lock:
             con = self.connection()
             try:
-                con.execute(f"DELETE FROM {_TABLE} WHERE decision_id = ? AND outcome_id = ?", (key, outcome_id))
+                con.execute("BEGIN IMMEDIATE")
+                deleted = con.execute(
+                    f"DELETE FROM {_TABLE} WHERE decision_id = ? AND outcome_id = ?", (key, outcome_id)
+                ).rowcount
+                if deleted:  # its outcome, if it was held here, goes with it (never handed on when released)
+                    con.execute(
+                        f"DELETE FROM {PENDING_TABLE} WHERE outcome_id = ? AND decision_id = ?", (outcome_id, key)
+                    )
+                con.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise self._error("release a claim", exc) from exc
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
+                raise self.error("release a claim", exc) from exc
 
     def expire(self, before_ns: int) -> int:
         with self.lock:
@@ -400,7 +599,7 @@ class _ClaimStore:
             try:
                 return con.execute(f"DELETE FROM {_TABLE} WHERE claimed_ns < ?", (before_ns,)).rowcount
             except sqlite3.Error as exc:
-                raise self._error("delete expired claims", exc) from exc
+                raise self.error("delete expired claims", exc) from exc
 
 
 _stores: dict[tuple[int, str], _ClaimStore] = {}
@@ -426,9 +625,18 @@ def _store(root: str) -> _ClaimStore:
 
 
 def claim_outcome(
-    dataset: str | os.PathLike[str], decision_id: str, outcome_id: str, outcome_correct: bool
+    dataset: str | os.PathLike[str],
+    decision_id: str,
+    outcome_id: str,
+    outcome_correct: bool,
+    hold: Hold | None = None,
 ) -> OutcomeClaim:
     """Take the one claim ``dataset`` holds for ``decision_id``'s outcome.
+
+    ``hold`` (a local dataset only): called once the claim is taken, inside
+    its transaction, it seals the outcome; the span it returns is stored with
+    the claim (one commit) and written to Parquet by this process
+    (:mod:`otel_replay.storage.outcome_log`). When it raises, nothing is claimed.
 
     Raises:
         OutcomeAlreadyRecorded: another claimant (this process or another, or a
@@ -442,10 +650,71 @@ def claim_outcome(
 
         location = resolve(dataset)
         if location.remote:
+            if hold is not None:
+                raise ValueError(f"an outcome is held beside its claim only in a local dataset, not {root}")
             body = _body(decision_id, outcome_id, outcome_correct)
             return _claim_remote(location, decision_id, _name(decision_id), body)
         root = location.root
-    return _store(root).claim(decision_id, outcome_id, outcome_correct)
+    return _store(root).claim(decision_id, outcome_id, outcome_correct, hold)
+
+
+def _open_store(dataset: str | os.PathLike[str]) -> _ClaimStore | None:
+    """The claim store of a local ``dataset`` in this process, if the dataset has one (none is created)."""
+    location = resolve(dataset)
+    if location.remote:
+        return None
+    key = (os.getpid(), os.path.abspath(location.root))
+    store = _stores.get(key)
+    if store is None and not os.path.lexists(os.path.join(location.root, OUTCOMES_DIR, CLAIMS_DB)):
+        return None
+    return store if store is not None else _store(location.root)
+
+
+def flush_outcomes(dataset: str | os.PathLike[str]) -> int:
+    """Write the outcomes this process holds in ``dataset``'s claim store to Parquet now; how many.
+
+    Raises:
+        OSError: writing Parquet failed (they stay held, for the next try).
+        DatasetError: the claim store could not be read or written.
+
+    """
+    location = resolve(dataset)
+    store = None if location.remote else _stores.get((os.getpid(), os.path.abspath(location.root)))
+    if store is None or store.pending is None:
+        return 0
+    return store.pending.convert()
+
+
+def close_outcomes(dataset: str | os.PathLike[str]) -> None:
+    """:func:`flush_outcomes`, then stop this process's converter of ``dataset`` (errors logged, rows kept)."""
+    location = resolve(dataset)
+    store = None if location.remote else _stores.get((os.getpid(), os.path.abspath(location.root)))
+    if store is not None and store.pending is not None:
+        store.pending.close()
+
+
+def recover_outcomes(dataset: str | os.PathLike[str]) -> int:
+    """Write to Parquet the outcomes that processes now gone held in ``dataset``'s claim store; how many.
+
+    A local dataset without a claim store (and an ``s3://`` one) has none.
+
+    Raises:
+        OSError: writing Parquet failed (they stay held, for the next try).
+        DatasetError: the claim store is damaged or cannot be opened.
+
+    """
+    location = resolve(dataset)
+    if location.remote:
+        return 0
+    try:  # a process that held outcomes here left its lock file: none, nothing to recover (the store stays shut)
+        if not os.listdir(os.path.join(location.root, OUTCOMES_DIR, WRITERS_DIR)):
+            return 0
+    except OSError:
+        return 0
+    store = _open_store(location.root)
+    if store is None or not os.access(store.directory, os.W_OK):  # a read-only copy: nothing can be written
+        return 0
+    return _recover_pending(store)
 
 
 def expire_outcome_claims(dataset: Any, before_ns: int) -> int:

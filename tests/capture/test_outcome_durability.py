@@ -1,5 +1,6 @@
-"""An outcome is durable when ``record_outcome()`` returns: its claim synced in the claim store (see
-tests/storage/test_outcome_claims_sync.py), the outcome itself written ahead."""
+"""An outcome is durable when ``record_outcome()`` returns: sealed inside its claim's transaction and stored with
+it in the claim store, written to Parquet later (tests/storage/test_outcome_log.py: crashes at each step, races,
+hostile stores); through a pipeline with processors of the user's own, claimed, then written ahead."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ import sys
 import textwrap
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
+
+
+def _pending(dataset) -> int:
+    with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
+        return int(con.execute("SELECT count(*) FROM outcome_pending").fetchone()[0])
 
 
 def _claimed(dataset) -> list[str]:
@@ -51,10 +58,26 @@ def test_an_outcome_survives_its_process_dying_right_after_record_outcome_return
     assert _claimed(dataset) == [decision]
 
 
-def test_an_outcome_whose_write_ahead_fails_is_counted_logged_and_still_stored(dataset, caplog):
+class _Watcher(SpanProcessor):
+    """A span processor of the user's own: the pipeline is no longer only what ``configure()`` set up."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span.name)
+
+
+def test_an_outcome_through_a_pipeline_with_processors_of_its_own_is_written_ahead_and_a_failure_is_logged(
+    dataset, caplog
+):
+    # A processor of the user's own must see the outcome span: it takes the SDK's path and the write-ahead log,
+    # and when that log cannot be written the outcome is counted, logged and still stored.
     dataset.mkdir(parents=True)
     (dataset / "_wal").write_text("a file where the write-ahead log's directory goes")
     telemetry = otel_replay.configure(dataset, set_global=False)
+    watcher = _Watcher()
+    telemetry.provider.add_span_processor(watcher)
     try:
         tracer = DecisionTracer()
         decision = tracer.decision("agent", "t", "r")
@@ -67,8 +90,26 @@ def test_an_outcome_whose_write_ahead_fails_is_counted_logged_and_still_stored(d
             "not be made durable before record_outcome() returned; a crash before the next flush loses it (its "
             "claim stays)"
         ]
+        assert watcher.ended.count("replay.outcome") == 1
         assert telemetry.force_flush()
     finally:
         telemetry.shutdown()
+    with otel_replay.open(dataset) as store:
+        assert store.verified_outcomes([decision])[decision]["outcome_correct"] is True
+
+
+def test_an_outcome_held_beside_its_claim_needs_no_write_ahead_log(dataset, caplog):
+    dataset.mkdir(parents=True)
+    (dataset / "_wal").write_text("a file where the write-ahead log's directory goes")
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        decision = tracer.decision("agent", "t", "r")
+        with caplog.at_level(logging.ERROR, logger="otel_replay"):
+            tracer.record_outcome(decision, True)
+        assert telemetry.recorder is not None and telemetry.recorder.stats.capture_errors == 0
+        assert not [r for r in caplog.records if "outcome" in r.getMessage()]
+        assert _pending(dataset) == 1  # held in the claim store until written to Parquet
+        assert telemetry.force_flush()
+        assert _pending(dataset) == 0
     with otel_replay.open(dataset) as store:
         assert store.verified_outcomes([decision])[decision]["outcome_correct"] is True

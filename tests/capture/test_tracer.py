@@ -35,6 +35,13 @@ def _claimed(dataset) -> list[str]:
         return sorted(row[0] for row in con.execute("SELECT decision_id FROM outcome_claims"))
 
 
+def _outcome_files(dataset) -> list[str]:
+    """The files in ``_outcomes/``, less ``writers/`` (one lock file per process holding outcomes, none per outcome)."""
+    held = dataset / "_outcomes" / "writers"
+    assert not held.exists() or len(os.listdir(held)) <= 1
+    return sorted(name for name in os.listdir(dataset / "_outcomes") if name != "writers")
+
+
 def _drop_claim(dataset, decision_id: str) -> None:
     """Remove a decision's claim by hand, as the refusal tells an operator to (or as a dataset older than claims)."""
     with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con, con:
@@ -115,18 +122,20 @@ def _second_process_outcome(dataset, decision: str) -> str:
     return done.stdout.strip()
 
 
-def test_an_unflushed_outcome_of_another_process_still_refuses_a_second(telemetry, dataset):
-    tracer = DecisionTracer()
-    decision = tracer.decision("agent-a", "approve_loan", "looks fine", 0.9, correlation_id="loan-7")
-    telemetry.force_flush()  # the decision is in the dataset; its outcome will not be, yet
-    tracer.record_outcome(decision, True, "repaid")
-    said = _second_process_outcome(dataset, decision)
-    assert said.startswith("refused:") and f"decision {decision} already has an outcome: claimed by pid" in said
-    assert "_outcomes" in said
-    telemetry.force_flush()
-    with otel_replay.open(dataset) as store:
-        assert store.verified_outcomes([decision])[decision]["outcome_correct"] is True
-        traces = DecisionTracer(store=store).query_traces(correlation_id="loan-7")
+def test_an_unflushed_outcome_of_another_process_still_refuses_a_second(dataset):
+    # Files roll every 10 minutes here: the outcome stays held beside its claim while the other process runs.
+    with otel_replay.configure(dataset, service_name="tests", set_global=False, max_file_age_seconds=600) as telemetry:
+        tracer = DecisionTracer()
+        decision = tracer.decision("agent-a", "approve_loan", "looks fine", 0.9, correlation_id="loan-7")
+        telemetry.force_flush()  # the decision is in the dataset; its outcome will not be, yet
+        tracer.record_outcome(decision, True, "repaid")
+        said = _second_process_outcome(dataset, decision)
+        assert said.startswith("refused:") and f"decision {decision} already has an outcome: claimed by pid" in said
+        assert "_outcomes" in said
+        telemetry.force_flush()
+        with otel_replay.open(dataset) as store:
+            assert store.verified_outcomes([decision])[decision]["outcome_correct"] is True
+            traces = DecisionTracer(store=store).query_traces(correlation_id="loan-7")
     assert [(t["record_id"], t["outcome_correct"]) for t in traces] == [(decision, True)]
 
 
@@ -185,7 +194,7 @@ def test_a_decision_id_that_is_no_file_name_gets_a_hashed_claim(telemetry, datas
             DecisionTracer(store=store).record_outcome("../../etc/passwd", True)
     tracer.record_outcome("../x y", True)  # no store: an id the tracer has not seen is still claimed
     assert _claimed(dataset) == ["../x y"]  # a row keyed by the id itself, no file named after it
-    assert sorted(os.listdir(dataset / "_outcomes")) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
+    assert _outcome_files(dataset) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
     with pytest.raises(OutcomeAlreadyRecorded):
         DecisionTracer().record_outcome("../x y", False)
 
@@ -328,7 +337,7 @@ def test_a_hostile_decision_id_is_claimed_exactly_once_and_apart_from_its_neighb
     for neighbour in (hostile + "x", hostile[:-1] or "y", hostile.replace("\x00", "\x01")):
         if neighbour != hostile:
             claim_outcome(dataset, neighbour, "o-3", True)
-    assert sorted(os.listdir(dataset / "_outcomes")) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
+    assert _outcome_files(dataset) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
     assert not (dataset.parent / "etc").exists()
 
 
@@ -339,7 +348,7 @@ def test_5000_outcomes_leave_three_files_in_the_outcomes_directory(telemetry, da
     for decision in decisions:
         tracer.record_outcome(decision, True)
     telemetry.force_flush()
-    assert sorted(os.listdir(dataset / "_outcomes")) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
+    assert _outcome_files(dataset) == ["claims.sqlite3", "claims.sqlite3-shm", "claims.sqlite3-wal"]
     assert len(_claimed(dataset)) == 5_000
 
 
@@ -352,6 +361,7 @@ def test_a_damaged_claim_store_is_a_one_line_error_naming_it_and_is_never_replac
     tracer = DecisionTracer()
     first = tracer.decision("a", "t", "r")
     tracer.record_outcome(first, True)
+    assert telemetry.force_flush()  # its outcome in Parquet, as a process leaves it at exit
     store = dataset / "_outcomes" / "claims.sqlite3"
     _forget_stores()  # damaged while closed (a disk fault, a stray write), as the next process finds it
     for sidecar in ("-wal", "-shm"):

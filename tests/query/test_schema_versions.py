@@ -188,11 +188,12 @@ def test_version_1_files_mixed_files_and_compaction_give_the_same_answers(datase
     )  # only the unsealed one
     assert all(c == "trade-a" for _, d, _, _, c in v2["outcomes"] if d in (ids[0], ids[1], ids[2]))
     # Mixed: the outcomes' file as version 1 (typed values back in its JSON), then every file.
-    rewrite_as_version_1(files[1])
+    outcomes_file = next(f for f in files if pq.read_table(f, columns=["outcome_correct"])[0].null_count == 0)
+    rewrite_as_version_1(outcomes_file)
     with otel_replay.open(dataset) as store:
         assert store.rows("SELECT count(*) AS n FROM spans WHERE outcome_correct IS NOT NULL") == [{"n": 0}]
     assert _answers(dataset, ids) == v2
-    rewrite_as_version_1(files[0])
+    rewrite_as_version_1(next(f for f in files if f != outcomes_file))
     assert _answers(dataset, ids) == v2
     with otel_replay.open(dataset) as store:  # version 1 only: the typed columns still exist, NULL
         assert store.rows("SELECT count(outcome_decision_id) AS n, count(decision_confidence) AS c FROM spans") == [

@@ -1,0 +1,372 @@
+"""Outcomes held in the claim store until they are in Parquet: the claim and the outcome are one insert.
+
+:meth:`otel_replay.DecisionTracer.record_outcome` on a dataset that
+:func:`otel_replay.configure` writes to seals the outcome inside the claim's
+own transaction and stores it beside the claim, in the table
+``outcome_pending`` of ``<dataset>/_outcomes/claims.sqlite3``: the row's
+``body`` is the outcome's span as an OTLP ``ExportTraceServiceRequest`` (the
+bytes a write-ahead log record of it would hold). One commit makes the
+decision claimed and its outcome stored, so neither exists without the other,
+and no separate write-ahead log is written.
+
+A row is *pending* until its outcome is in Parquet. The process that wrote
+it keeps the ended span in memory and converts (:meth:`PendingOutcomes.convert`,
+on a thread of its own every :data:`CONVERT_SECONDS`, at ``force_flush()``,
+at shutdown and at interpreter exit) in three steps, each safe to crash in:
+
+1. the rows about to be written are given a batch name (committed, then the
+   store's WAL synced, so the name is on disk before any Parquet file is);
+2. they are written as ``spans/date=…/outcomes-<instance>-<batch>.parquet``
+   (one file per date, written to a temporary name, fsynced, renamed);
+3. the batch's rows are deleted.
+
+Every process that holds pending rows holds an ``flock`` on
+``_outcomes/writers/<instance>.lock``. :func:`recover` (run with the
+recovery of capture write-ahead logs: the next ``configure()``,
+``otel_replay.open()``, ``compact``, ``serve``) converts the rows of every
+instance whose lock is free (its process is gone): a batch that already has a
+name is written again under that name (replacing whatever the dead process
+wrote of it, so nothing lands twice), the rows without one get a new name
+first. A body that does not decode is left in place and named in an error
+(never dropped silently); the rest of its batch lands.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from otel_replay.exporters.rows import payload_to_table, spans_to_table
+from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.exporters.writer import write_partitions
+
+__all__ = [
+    "CONVERT_SECONDS",
+    "FILE_PREFIX",
+    "PENDING_SCHEMA",
+    "PENDING_TABLE",
+    "WRITERS_DIR",
+    "PendingOutcomes",
+    "recover",
+]
+
+_log = logging.getLogger(__name__)
+
+PENDING_TABLE = "outcome_pending"
+"""The claim store's table of outcomes not yet in Parquet (older versions never read it)."""
+PENDING_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {PENDING_TABLE} ("
+    "outcome_id TEXT PRIMARY KEY NOT NULL, "  # the outcome's record id (its claim's outcome_id)
+    "decision_id NOT NULL, "  # the claim's key (TEXT, or BLOB for ids with lone surrogates)
+    "instance TEXT NOT NULL, "  # the writing process's instance: its lock is writers/<instance>.lock
+    "batch TEXT, "  # NULL until a conversion names the batch the row is written in
+    "body BLOB NOT NULL) WITHOUT ROWID",
+)  # no index on (instance, batch): the table holds only what is not yet in Parquet, and each insert writes a page less
+INSERT_PENDING = f"INSERT INTO {PENDING_TABLE} VALUES (?, ?, ?, NULL, ?)"
+WRITERS_DIR = "writers"
+"""Under ``_outcomes/``: one lock file per live process holding pending outcomes."""
+FILE_PREFIX = "outcomes-"
+"""How the Parquet files of converted outcomes are named: ``outcomes-<instance>-<batch>.parquet``."""
+_SAFE = re.compile(r"[0-9A-Za-z_-]{1,64}")  # the instance and batch names this module gives (file name parts)
+CONVERT_SECONDS = 5.0
+"""How old a process's oldest pending outcome gets before it converts them (unless its pipeline's file age is given)."""
+
+
+def _file_name(instance: str, batch: str) -> Callable[[str], str]:
+    name = f"{FILE_PREFIX}{instance}-{batch}.parquet"
+    return lambda _date: name
+
+
+def _write(dataset: Path, table: pa.Table, instance: str, batch: str) -> int:
+    """Write ``table`` as the batch's files (one per date); rows written."""
+    if table.num_rows:
+        write_partitions(table, dataset / SPANS_DIR, _file_name(instance, batch))
+    return int(table.num_rows)
+
+
+def _note_rejected(rejected: list[str], where: Path) -> None:
+    for line in rejected[:10]:
+        _log.error("otel-replay: outcome held in %s could not be stored: %s", where, line)
+
+
+class PendingOutcomes:
+    """The pending outcomes of this process in one claim store: its instance lock, its spans, their conversion.
+
+    ``store`` is the claim store (:class:`otel_replay.storage.outcome_claims`):
+    its ``lock`` guards the connection and :attr:`spans` together, so a row
+    and its span are always in the same state.
+    """
+
+    def __init__(self, store: Any) -> None:
+        """Pending outcomes of ``store`` (nothing on disk until :meth:`instance_for_insert`)."""
+        self.store = store
+        self.dataset = store.directory.parent
+        self.instance = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.spans: list[tuple[str, Any]] = []  # (outcome id, ended span): rows of this instance not in a batch yet
+        self._unwritten: list[tuple[str, list[Any]]] = []  # named batches not yet written (a write failed)
+        self._batches = 0
+        self._oldest = 0.0  # when the oldest of ``spans`` was added (monotonic)
+        self.interval = CONVERT_SECONDS  # how old the oldest span gets before the thread converts
+        self._lock_fd: int | None = None
+        self._convert_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.converted = 0
+        self.convert_errors = 0
+        _all.add(self)
+
+    @property
+    def lock_path(self) -> Path:
+        """The lock file of this instance."""
+        return self.store.directory / WRITERS_DIR / f"{self.instance}.lock"
+
+    def instance_for_insert(self) -> str:
+        """The name of this instance, its lock taken first (caller holds the store's lock). Raises ``OSError``."""
+        if self._lock_fd is None:
+            self.lock_path.parent.mkdir(exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise
+            self._lock_fd = fd
+        return self.instance
+
+    def added(self, outcome_id: str, span: Any) -> None:
+        """The row of ``outcome_id`` is committed (synced where the store syncs): ``span`` goes in the next batch."""
+        if not self.spans:
+            self._oldest = time.monotonic()
+        self.spans.append((outcome_id, span))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="otel-replay-outcomes", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(max(0.05, min(self.interval / 4, 1.0))):
+            if not self.spans or time.monotonic() - self._oldest < self.interval:
+                continue  # one Parquet file per interval, as the exporter writes them
+            try:
+                self.convert()
+            except Exception as exc:  # noqa: BLE001 - the rows stay in the claim store: retried next time
+                self.convert_errors += 1
+                _log.error("otel-replay: converting outcomes held in %s failed: %s", self.store.path, exc)
+
+    def convert(self) -> int:
+        """Write every outcome added so far to Parquet and delete its row; rows written. Raises what writing raises."""
+        with self._convert_lock:
+            store = self.store
+            with store.lock:
+                spans, self.spans = self.spans, []
+                if spans:
+                    self._batches += 1
+                    batch = str(self._batches)
+                    con = store.connection()
+                    try:
+                        con.executemany(
+                            f"UPDATE {PENDING_TABLE} SET batch = ? WHERE outcome_id = ?",
+                            [(batch, key) for key, _ in spans],
+                        )
+                    except sqlite3.Error as exc:
+                        self.spans[:0] = spans
+                        raise store.error("name a batch of outcomes", exc) from exc
+                    self._unwritten.append((batch, [span for _, span in spans]))
+            if spans:
+                store.sync_all()  # the batch's name on disk before any of its files is
+            rows = 0
+            while self._unwritten:
+                batch, batch_spans = self._unwritten[0]
+                rejected: list[str] = []
+                rows += _write(self.dataset, spans_to_table(batch_spans, rejected), self.instance, batch)
+                _note_rejected(rejected, store.path)
+                with store.lock:
+                    try:
+                        store.connection().execute(
+                            f"DELETE FROM {PENDING_TABLE} WHERE instance = ? AND batch = ?", (self.instance, batch)
+                        )
+                    except sqlite3.Error as exc:  # written: a recovery rewrites the same files, adds nothing
+                        raise store.error("forget a converted batch of outcomes", exc) from exc
+                self._unwritten.pop(0)
+            self.converted += rows
+            return rows
+
+    def close(self) -> None:
+        """Stop the thread, convert the rest; with nothing left, drop the lock file (else a recovery takes it)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        self._thread = None
+        try:
+            self.convert()
+        except Exception as exc:  # noqa: BLE001 - kept in the claim store for the next recovery
+            self.convert_errors += 1
+            _log.error(
+                "otel-replay: converting outcomes held in %s at exit failed: %s; the next configure() on this "
+                "dataset converts them",
+                self.store.path,
+                exc,
+            )
+            return
+        finally:
+            self._stop = threading.Event()
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                self.lock_path.unlink()
+            os.close(fd)
+
+
+_all: weakref.WeakSet[PendingOutcomes] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    for pending in list(_all):
+        if pending.instance.startswith(f"{os.getpid()}-"):  # a forked child leaves its parent's to the parent
+            pending.close()
+
+
+atexit.register(_close_at_exit)
+
+
+def _bodies_table(
+    rows: Sequence[tuple[Any, Any, Any]], where: Path
+) -> tuple[pa.Table | None, list[Any], list[Any]]:
+    """The rows of the bodies that decode, the outcome ids converted and those whose bodies do not decode."""
+    good: list[bytes] = []
+    keys: list[Any] = []
+    bad: list[Any] = []
+    for key, decision, body in rows:
+        try:
+            if not isinstance(body, bytes):
+                raise TypeError(f"a {type(body).__name__}, not bytes")
+            ExportTraceServiceRequest.FromString(body)
+        except Exception as exc:  # noqa: BLE001 - a damaged row is named and kept, the others land
+            bad.append(key)
+            shown = decision.decode("utf-8", "backslashreplace") if isinstance(decision, bytes) else str(decision)
+            _log.error(
+                "otel-replay: outcome %r of decision %r held in %s does not decode (%s); it is left there",
+                str(key)[:200],
+                shown[:200],
+                where,
+                exc,
+            )
+            continue
+        good.append(body)
+        keys.append(key)
+    if not good:
+        return None, keys, bad
+    rejected: list[str] = []
+    table = payload_to_table(b"".join(good), rejected)
+    _note_rejected(rejected, where)
+    return table, keys, bad
+
+
+def recover(store: Any) -> int:
+    """Convert the pending outcomes of processes that are gone (their lock free); rows written.
+
+    ``store``: the claim store (its connection, lock and sync). Raises
+    ``OSError`` from writing Parquet (the rows stay for the next try).
+    """
+    with store.lock:
+        con = store.connection()
+        try:
+            instances = [row[0] for row in con.execute(f"SELECT DISTINCT instance FROM {PENDING_TABLE}")]
+        except sqlite3.Error as exc:
+            raise store.error("read the outcomes held there", exc) from exc
+    own = store.pending.instance if store.pending is not None else None
+    rows = 0
+    for instance in instances:
+        if instance == own:
+            continue
+        if not isinstance(instance, str) or not _SAFE.fullmatch(instance):
+            _log.error("otel-replay: outcomes held in %s under the instance %r are left there: not a name this "
+                       "code gives", store.path, str(instance)[:200])
+            continue
+        lock = store.directory / WRITERS_DIR / f"{instance}.lock"
+        try:
+            lock.parent.mkdir(exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its process is alive and converts them itself
+            written, left = _recover_instance(store, instance)
+            rows += written
+            if not left:  # rows left (named in the log) keep the lock file: the next recovery tries them again
+                with contextlib.suppress(OSError):
+                    lock.unlink()
+        finally:
+            os.close(fd)
+    if rows:
+        _log.info("otel-replay: recovered %d outcome(s) held in %s by processes that died", rows, store.path)
+    return rows
+
+
+def _recover_instance(store: Any, instance: str) -> tuple[int, int]:
+    """Convert the rows of the dead ``instance``: named batches under their names, the rest under a new one.
+
+    Rows written, and rows left in the store (named in the log).
+    """
+    fresh = f"r{secrets.token_hex(6)}"
+    with store.lock:
+        con = store.connection()
+        try:
+            con.execute(
+                f"UPDATE {PENDING_TABLE} SET batch = ? WHERE instance = ? AND batch IS NULL", (fresh, instance)
+            )
+            batches = [
+                row[0]
+                for row in con.execute(
+                    f"SELECT DISTINCT batch FROM {PENDING_TABLE} WHERE instance = ? ORDER BY batch", (instance,)
+                )
+            ]
+        except sqlite3.Error as exc:
+            raise store.error("name a batch of outcomes left by a process that died", exc) from exc
+    store.sync_all()
+    rows = left = 0
+    for batch in batches:
+        if not isinstance(batch, str) or not _SAFE.fullmatch(batch):
+            left += 1
+            _log.error("otel-replay: outcomes held in %s in the batch %r are left there: not a name this code gives",
+                       store.path, str(batch)[:200])
+            continue
+        with store.lock:
+            try:
+                held = store.connection().execute(
+                    f"SELECT outcome_id, decision_id, body FROM {PENDING_TABLE} WHERE instance = ? AND batch = ? "
+                    "ORDER BY outcome_id",
+                    (instance, batch),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                raise store.error("read outcomes left by a process that died", exc) from exc
+        table, keys, bad = _bodies_table(held, store.path)
+        left += len(bad)
+        if table is not None:
+            rows += _write(Path(store.directory).parent, table, instance, batch)
+        with store.lock:
+            try:
+                store.connection().executemany(
+                    f"DELETE FROM {PENDING_TABLE} WHERE outcome_id = ? AND instance = ?", [(k, instance) for k in keys]
+                )
+            except sqlite3.Error as exc:
+                raise store.error("forget recovered outcomes", exc) from exc
+    return rows, left

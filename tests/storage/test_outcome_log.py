@@ -1,0 +1,302 @@
+"""Outcomes held beside their claims (``_outcomes/claims.sqlite3``, table ``outcome_pending``) until in Parquet:
+a crash at every step of the way keeps each outcome exactly once; racing processes get one outcome per decision; a
+hostile or broken store is a clear error, and what it holds is never dropped."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import otel_replay
+from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
+from otel_replay.errors import ConfigError, DatasetError
+from otel_replay.storage import outcome_claims
+
+
+def _db(dataset: Path) -> contextlib.closing[sqlite3.Connection]:
+    return contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3", isolation_level=None))
+
+
+def _pending(dataset: Path) -> list[tuple[str, str | None]]:
+    with _db(dataset) as con:
+        return sorted(con.execute("SELECT outcome_id, batch FROM outcome_pending").fetchall())
+
+
+def _stored_outcomes(dataset: Path) -> list[str]:
+    """Every outcome span's record id in the dataset's Parquet files, one per stored row (duplicates kept)."""
+    with otel_replay.open(dataset) as store:
+        return sorted(r["record_id"] for r in store.rows("SELECT record_id FROM spans WHERE name = 'replay.outcome'"))
+
+
+def _child(dataset: Path, body: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` in a fresh interpreter with the dataset configured (``telemetry``) and decisions flushed."""
+    code = textwrap.dedent("""
+        import os, signal, sys
+        import otel_replay
+        from otel_replay import DecisionTracer
+        from otel_replay.storage import outcome_log
+        telemetry = otel_replay.configure(DATASET, set_global=False)
+        tracer = DecisionTracer()
+    """).replace("DATASET", repr(str(dataset))) + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    if check:
+        assert done.returncode in (0, -signal.SIGKILL), done.stderr
+    return done
+
+
+# Where the process dies inside the conversion: after the batch was named but before its Parquet file; after the
+# file, before the rows were deleted. (Right after record_outcome() returned: tests/capture/test_outcome_durability.py.)
+_DEATHS = {
+    "batch named, no Parquet yet": """
+        outcome_log._write = lambda *_: os._exit(0)
+        telemetry.force_flush()
+    """,
+    "Parquet written, rows not yet deleted": """
+        real = outcome_log._write
+        def write_then_die(*args):
+            real(*args)
+            os._exit(0)
+        outcome_log._write = write_then_die
+        telemetry.force_flush()
+    """,
+}
+
+
+@pytest.mark.parametrize("death", list(_DEATHS), ids=["named", "written"])
+def test_a_process_dying_at_any_step_leaves_each_acknowledged_outcome_stored_exactly_once(dataset, death):
+    done = _child(
+        dataset,
+        textwrap.dedent("""
+            decisions = [tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(3)]
+            telemetry.force_flush()
+            outcomes = [tracer.record_outcome(d, i != 1, f"note {i}").record_id for i, d in enumerate(decisions)]
+            print(" ".join(decisions), flush=True)
+            print(" ".join(outcomes), flush=True)
+        """)
+        + textwrap.dedent(_DEATHS[death]),
+    )
+    decisions, outcomes = (line.split() for line in done.stdout.splitlines()[:2])
+    assert len(_pending(dataset)) == 3  # held, not yet (or not known to be) in Parquet
+    assert _stored_outcomes(dataset) == sorted(outcomes)  # the reader recovered them: each once
+    assert _pending(dataset) == []
+    assert os.listdir(dataset / "_outcomes" / "writers") == []  # the dead process's lock went with its rows
+    otel_replay.configure(dataset, set_global=False).shutdown()  # a second recovery adds nothing
+    assert _stored_outcomes(dataset) == sorted(outcomes)
+    with otel_replay.open(dataset) as store:
+        verified = store.verified_outcomes(decisions)
+        assert [verified[d]["outcome_correct"] for d in decisions] == [True, False, True]
+        with pytest.raises(OutcomeAlreadyRecorded, match=f"decision {decisions[0]} already has an outcome"):
+            DecisionTracer(store=store).record_outcome(decisions[0], False)
+
+
+def test_a_live_process_keeps_its_held_outcomes_from_another_process_recovering_them(dataset):
+    # Files roll every 10 minutes here: the outcome stays held while another process opens the dataset.
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600) as telemetry:
+        tracer = DecisionTracer()
+        decision = tracer.decision("agent", "approve", "r")
+        outcome = tracer.record_outcome(decision, True).record_id
+        _child(dataset, "telemetry.shutdown()")  # its configure() runs a recovery
+        assert _pending(dataset) == [(outcome, None)]  # still this process's to write
+        assert telemetry.force_flush()
+    assert _stored_outcomes(dataset) == [outcome]
+
+
+def test_processes_racing_for_the_same_decisions_outcomes_each_win_once_and_store_one_outcome(dataset):
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(40)]
+        telemetry.force_flush()
+    go = dataset / "go"
+    racer = f"""
+        import time
+        from otel_replay import OutcomeAlreadyRecorded
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.01)
+        for decision in {decisions!r}:
+            try:
+                print("won", decision, tracer.record_outcome(decision, os.getpid() % 2 == 0).record_id, flush=True)
+            except OutcomeAlreadyRecorded:
+                print("lost", decision, flush=True)
+        telemetry.shutdown()
+    """
+    code = textwrap.dedent("""
+        import os
+        import otel_replay
+        from otel_replay import DecisionTracer
+        telemetry = otel_replay.configure(DATASET, set_global=False)
+        tracer = DecisionTracer()
+    """).replace("DATASET", repr(str(dataset))) + textwrap.dedent(racer)
+    children = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    go.write_text("go")
+    outputs = [child.communicate(timeout=120) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err for _, err in outputs]
+    won = [line.split() for out, _ in outputs for line in out.splitlines() if line.startswith("won")]
+    lost = [line.split() for out, _ in outputs for line in out.splitlines() if line.startswith("lost")]
+    assert sorted(w[1] for w in won) == sorted(decisions)
+    assert len(lost) == len(decisions)
+    assert _stored_outcomes(dataset) == sorted(w[2] for w in won)
+    assert _pending(dataset) == []
+
+
+def test_a_held_outcome_whose_parquet_write_fails_stays_held_and_lands_once_on_the_next_flush(dataset, caplog):
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600) as telemetry:
+        tracer = DecisionTracer()
+        decision = tracer.decision("agent", "approve", "r")
+        assert telemetry.force_flush()
+        outcome = tracer.record_outcome(decision, True).record_id
+        store = outcome_claims._stores[(os.getpid(), str(dataset))]
+        assert store.pending is not None
+        # A directory where the batch's file goes: the write fails for real.
+        date = datetime.now(UTC).strftime("%Y-%m-%d")
+        blocker = dataset / "spans" / f"date={date}" / f"outcomes-{store.pending.instance}-1.parquet"
+        blocker.mkdir(parents=True)
+        (blocker / "keep").write_text("x")
+        with caplog.at_level(logging.ERROR, logger="otel_replay"):
+            assert telemetry.force_flush() is False
+        assert any(f"writing the outcomes held in {dataset} failed" in r.getMessage() for r in caplog.records)
+        assert _pending(dataset) == [(outcome, "1")]  # named, kept
+        (blocker / "keep").unlink()
+        blocker.rmdir()
+        assert telemetry.force_flush()
+        assert _pending(dataset) == []
+    assert _stored_outcomes(dataset) == [outcome]
+
+
+def test_a_recovered_row_that_does_not_decode_is_named_and_kept_and_the_others_land(dataset, caplog):
+    done = _child(
+        dataset,
+        """
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(2)]
+        telemetry.force_flush()
+        print(" ".join(decisions), " ".join(tracer.record_outcome(d, True).record_id for d in decisions), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """,
+    )
+    first, second, good, bad = done.stdout.split()
+    with _db(dataset) as con:
+        con.execute("UPDATE outcome_pending SET body = ? WHERE outcome_id = ?", (b"\xff\x00garbage" * 10, bad))
+    with caplog.at_level(logging.ERROR, logger="otel_replay"):
+        assert _stored_outcomes(dataset) == [good]
+    said = [r.getMessage() for r in caplog.records if "does not decode" in r.getMessage()]
+    assert len(said) == 1 and f"outcome {bad!r} of decision {second!r}" in said[0] and "left there" in said[0]
+    assert [row[0] for row in _pending(dataset)] == [bad]  # never dropped
+    assert len(os.listdir(dataset / "_outcomes" / "writers")) == 1  # so the next recovery says so again
+
+
+def test_hostile_instance_and_batch_names_in_the_store_write_nothing_outside_the_dataset(dataset, tmp_path, caplog):
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        tracer.record_outcome(tracer.decision("agent", "approve", "r"), True)
+        assert telemetry.force_flush()
+    with _db(dataset) as con:
+        con.execute("INSERT INTO outcome_pending VALUES ('o-1', 'd-1', '../../../escaped', NULL, x'00')")
+        con.execute("INSERT INTO outcome_pending VALUES ('o-2', 'd-2', 'dead-1', '../../../escaped', x'00')")
+    (dataset / "_outcomes" / "writers" / "dead-1.lock").write_text("")
+    with caplog.at_level(logging.ERROR, logger="otel_replay"):
+        otel_replay.configure(dataset, set_global=False).shutdown()
+    assert not [p for p in tmp_path.rglob("*") if "escaped" in p.name]
+    assert [row[0] for row in _pending(dataset)] == ["o-1", "o-2"]  # left as they are, and said so
+    said = [r.getMessage() for r in caplog.records if "are left there" in r.getMessage()]
+    assert len(said) == 2 and "'../../../escaped'" in said[0] and "'../../../escaped'" in said[1]
+
+
+def test_an_outcome_whose_lock_cannot_be_taken_is_a_one_line_error_and_nothing_is_claimed(dataset):
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        decision = tracer.decision("agent", "approve", "r")
+        assert telemetry.force_flush()
+        (dataset / "_outcomes").mkdir()
+        (dataset / "_outcomes" / "writers").write_text("a file where the lock directory goes")
+        with pytest.raises(DatasetError) as raised:
+            tracer.record_outcome(decision, True)
+        message = str(raised.value)
+        assert message.startswith(f"outcome claim store {dataset / '_outcomes' / 'claims.sqlite3'}: cannot ")
+        assert "writers" in message and "\n" not in message
+        (dataset / "_outcomes" / "writers").unlink()
+        outcome = tracer.record_outcome(decision, False).record_id  # nothing was claimed by the failed call
+    assert _stored_outcomes(dataset) == [outcome]
+
+
+def test_machine_sync_shares_fdatasyncs_between_threads_and_stores_each_outcome_once(dataset, monkeypatch):
+    monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "machine")
+    syncs: list[int] = []
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:  # a slow disk: every sync takes 20 ms, so concurrent outcomes wait on one
+        syncs.append(fd)
+        time.sleep(0.02)
+        real(fd)
+
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(160)]
+        assert telemetry.force_flush()
+        monkeypatch.setattr(outcome_claims.os, "fdatasync", slow)
+        outcomes: list[str] = []
+
+        def record(part: list[str]) -> None:
+            for decision in part:
+                outcomes.append(tracer.record_outcome(decision, True).record_id)
+
+        threads = [threading.Thread(target=record, args=(decisions[k::8],)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert 1 <= len(syncs) <= len(decisions) // 2, len(syncs)  # synced before returning, syncs shared
+        assert telemetry.force_flush()
+    assert _stored_outcomes(dataset) == sorted(outcomes)
+
+
+def test_an_unknown_outcome_sync_level_is_a_config_error_naming_the_variable(dataset, monkeypatch):
+    monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "fast")
+    with otel_replay.configure(dataset, set_global=False):
+        tracer = DecisionTracer()
+        decision = tracer.decision("agent", "approve", "r")
+        with pytest.raises(ConfigError, match=r"^OTEL_REPLAY_OUTCOME_SYNC='fast' must be 'process' or 'machine'$"):
+            tracer.record_outcome(decision, True)
+        monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "process")
+        tracer.record_outcome(decision, True)  # the refused call claimed nothing
+
+
+def test_threads_sharing_transactions_each_get_their_own_answer(dataset):
+    # Eight threads record outcomes for the same decisions, each decision twice: the outcomes committed together
+    # in one transaction still answer one by one (one stored, one refused per decision), and nothing else is held.
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(60)]
+        assert telemetry.force_flush()
+        won: list[str] = []
+        refused: list[str] = []
+
+        def record(part: list[str]) -> None:
+            for decision in part:
+                try:
+                    won.append(DecisionTracer().record_outcome(decision, True).record_id)
+                except OutcomeAlreadyRecorded as exc:
+                    refused.append(str(exc).split()[1])
+
+        threads = [threading.Thread(target=record, args=((decisions * 2)[k::8],)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == len(decisions) and sorted(refused) == sorted(decisions)
+        assert telemetry.force_flush()
+    assert _stored_outcomes(dataset) == sorted(won)
+    assert _pending(dataset) == []
