@@ -13,6 +13,8 @@ Whatever is captured is cut to what can reach the span *before* it is
 rendered and redacted: a 20 MB completion costs the same as a 32 KiB one.
 A cut text ends with ``…[N chars cut]``, so the attribute stays valid JSON;
 the characters (and list items) cut are counted in ``replay.content.cut``.
+Every member of a mapping is kept, and short texts (roles, types, ids,
+finish reasons) are never cut, so a cut value keeps its shape.
 :class:`Kept` does the same for text arriving in stream deltas: it keeps at
 most what can reach the span, whatever the stream's length.
 """
@@ -50,6 +52,8 @@ They are kept so the tool's own execution span can name the call that asked for 
 on the arguments); a call whose arguments run past this cannot be linked, and is still listed."""
 _ITEM_COST: Final = 8
 """What one list item or mapping member counts against the budget besides its text (its punctuation)."""
+_SHORT: Final = 64
+"""Texts this short are never cut (a role, a type, a finish reason, an id): they count against the budget."""
 _BUDGETS: Final = (MAX_CONTENT_CHARS * 3 // 4, MAX_CONTENT_CHARS // 4, MAX_CONTENT_CHARS // 16)
 """Text budgets tried in turn until the rendered, redacted value fits in ``MAX_CONTENT_CHARS``."""
 
@@ -116,7 +120,7 @@ class _Cutter:
         self.cut = 0
 
     def text(self, text: str) -> str:
-        if len(text) <= self.left:
+        if len(text) <= self.left or len(text) <= _SHORT:
             self.left -= len(text)
             return text
         keep = max(self.left, 0)
@@ -133,10 +137,10 @@ class _Cutter:
         if depth > 32:
             self.cut += 1
             return "…[nested too deep]"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping):  # members are kept (values maybe cut), the first 64 always: shapes stay whole
             out: dict[Any, Any] = {}
             for key, item in value.items():
-                if self.left <= 0:
+                if self.left <= 0 and len(out) >= _SHORT:
                     self.cut += len(value) - len(out)
                     break
                 self.left -= _ITEM_COST + (len(key) if isinstance(key, str) else 0)
@@ -178,7 +182,8 @@ def write_json(span: Span, attribute: str, value: Any, *, cut: int = 0) -> None:
         return
     span.set_attribute(attribute, text)
     if cut or cut_now:
-        span.set_attribute(sc.CONTENT_CUT, cut + cut_now)
+        so_far = (getattr(span, "attributes", None) or {}).get(sc.CONTENT_CUT, 0)  # one count for the span
+        span.set_attribute(sc.CONTENT_CUT, (so_far if isinstance(so_far, int) else 0) + cut + cut_now)
 
 
 class Budget:

@@ -51,7 +51,10 @@ def test_chat_completion_span_follows_the_genai_conventions(server, instrumented
     assert attrs[sc.GEN_AI_REQUEST_TEMPERATURE] == 0.2 and attrs[sc.GEN_AI_REQUEST_SEED] == 7
     assert attrs[sc.SERVER_ADDRESS] == "127.0.0.1" and attrs[sc.SERVER_PORT] == server.port
     assert not span.events  # the conventions define no tool-call span event
-    assert json.loads(attrs[sc.MODEL_TOOL_CALLS]) == [{"id": "call_a", "name": "pay"}, {"id": "call_b", "name": "notify"}]
+    assert json.loads(attrs[sc.MODEL_TOOL_CALLS]) == [
+        {"id": "call_a", "name": "pay"},
+        {"id": "call_b", "name": "notify"},
+    ]
     # content capture is off by default: no prompt, completion or tool arguments anywhere
     assert sc.GEN_AI_INPUT_MESSAGES not in attrs and sc.GEN_AI_OUTPUT_MESSAGES not in attrs
     assert "amount" not in attrs[sc.MODEL_TOOL_CALLS]
