@@ -8,7 +8,7 @@ Run (peers live in a separate venv, never in the project's own):
     /work/bench-venv/bin/python benchmarks/bench_instrumentation.py [--calls 300] [--rounds 3]
     .venv/bin/python benchmarks/bench_instrumentation.py --micro [--batch 200] [--micro-blocks 25]
     git archive s5-start otel_replay | tar -x -C BASE_DIR
-    .venv/bin/python benchmarks/bench_instrumentation.py --micro --base BASE_DIR [--pairs 3]
+    .venv/bin/python benchmarks/bench_instrumentation.py --micro --base BASE_DIR [--pairs 3] [--cpu]
 
 Each mode runs in its own subprocess (some instrumentors cannot be removed
 cleanly), against the same local scripted OpenAI-compatible server, with the
@@ -212,7 +212,7 @@ MICRO_MODES: dict[str, str] = {
 MICRO_KINDS = ("prebuilt/plain", "prebuilt/stream", "transport/plain", "transport/stream")
 
 
-def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[float]]]:
+def micro(batch: int, blocks: int, warmup: int, cpu: bool = False) -> dict[str, dict[str, list[float]]]:
     """Time the wrapped ``chat.completions.create`` in this process: µs per call per timed block.
 
     ``prebuilt``: the client's ``post`` hands back a completion (or a fresh
@@ -221,7 +221,9 @@ def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[floa
     full client over an in-memory ``MockTransport`` (no socket). The modes
     alternate block by block; the instrumentor is installed for its blocks and
     removed after, the floor opens one plain SDK span per call around the
-    uninstrumented call and sets on it the attributes ours records.
+    uninstrumented call and sets on it the attributes ours records. ``cpu``:
+    time this process's CPU (``time.process_time_ns``) instead of the wall clock,
+    which on a saturated machine counts the waits for a core as well.
     """
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -303,6 +305,7 @@ def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[floa
         return run
 
     instrumentor = OpenAIInstrumentor()
+    clock = time.process_time_ns if cpu else time.perf_counter_ns
     samples: dict[str, dict[str, list[float]]] = {m: {k: [] for k in MICRO_KINDS} for m in MICRO_MODES}
     for kind in MICRO_KINDS:
         client = clients[kind]
@@ -315,10 +318,10 @@ def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[floa
                 fn = runs[mode]
                 try:
                     count = warmup if block == 0 else batch
-                    start = time.perf_counter_ns()
+                    start = clock()
                     for _ in range(count):
                         fn(client)
-                    elapsed = time.perf_counter_ns() - start
+                    elapsed = clock() - start
                 finally:
                     if mode == "otel_replay":
                         instrumentor.uninstrument()
@@ -346,7 +349,7 @@ def print_micro(samples: dict[str, dict[str, list[float]]], batch: int, blocks: 
         print(f"    ours over the floor: {ours - floor:+.1f} µs")
 
 
-def compare_with_base(base: str, pairs: int, batch: int, blocks: int) -> int:
+def compare_with_base(base: str, pairs: int, batch: int, blocks: int, cpu: bool = False) -> int:
     """``--micro`` for this tree and for ``base`` in alternating subprocesses; the added costs side by side."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     trees = {"this tree": here, "base": os.path.abspath(base)}
@@ -355,7 +358,7 @@ def compare_with_base(base: str, pairs: int, batch: int, blocks: int) -> int:
         for label, root in trees.items():
             env = {**os.environ, "PYTHONPATH": root}
             command = [sys.executable, os.path.abspath(__file__), "--micro", "--micro-json"]
-            command += ["--batch", str(batch), "--micro-blocks", str(blocks)]
+            command += ["--batch", str(batch), "--micro-blocks", str(blocks)] + (["--cpu"] if cpu else [])
             out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
             for mode, kinds in json.loads(out.strip().splitlines()[-1]).items():
                 for kind, values in kinds.items():
@@ -387,16 +390,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--micro-blocks", type=int, default=25, help="--micro: timed blocks per mode and kind")
     parser.add_argument("--base", help="--micro: a source tree of another version, measured in turn with this one")
     parser.add_argument("--pairs", type=int, default=3, help="--base: alternations of this tree and the base")
+    parser.add_argument("--cpu", action="store_true", help="--micro: time process CPU, not the wall clock")
     parser.add_argument("--micro-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.micro and args.micro_json:
-        print(json.dumps(micro(args.batch, args.micro_blocks, warmup=args.batch)))
+        print(json.dumps(micro(args.batch, args.micro_blocks, warmup=args.batch, cpu=args.cpu)))
         return 0
     if args.micro and args.base:
-        return compare_with_base(args.base, args.pairs, args.batch, args.micro_blocks)
+        return compare_with_base(args.base, args.pairs, args.batch, args.micro_blocks, cpu=args.cpu)
     if args.micro:
         print(f"python: {sys.executable}")
-        print_micro(micro(args.batch, args.micro_blocks, warmup=args.batch), args.batch, args.micro_blocks)
+        samples = micro(args.batch, args.micro_blocks, warmup=args.batch, cpu=args.cpu)
+        print_micro(samples, args.batch, args.micro_blocks)
         return 0
     if args.worker:
         print(json.dumps(worker(args.worker, args.calls, args.blocks)))

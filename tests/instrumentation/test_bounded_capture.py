@@ -134,6 +134,7 @@ def traced_peak(read: Any) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # tracing every allocation of 10k parsed chunks: minutes on a loaded 2-core machine
 @pytest.mark.parametrize("observe", [True, False], ids=["capture-on", "capture-off"], indirect=True)
 def test_a_20_mb_chat_stream_is_read_in_bounded_memory(observe: tuple[Pipeline, bool]):
     pipeline, capture = observe
@@ -163,6 +164,7 @@ def test_a_20_mb_chat_stream_is_read_in_bounded_memory(observe: tuple[Pipeline, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # tracing every allocation of 10k parsed chunks: minutes on a loaded 2-core machine
 @pytest.mark.parametrize("observe", [True, False], ids=["capture-on", "capture-off"], indirect=True)
 def test_20_mb_of_anthropic_tool_argument_deltas_are_read_in_bounded_memory(observe: tuple[Pipeline, bool]):
     pipeline, capture = observe
