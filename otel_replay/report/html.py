@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import json
 import re
 from collections.abc import Iterable
 from importlib import resources
@@ -40,6 +41,7 @@ __all__ = [
     "UiLinks",
     "chain_page",
     "csp",
+    "data_block",
     "decision_page",
     "embed",
     "esc",
@@ -66,6 +68,11 @@ def esc(value: object) -> str:
     """``value`` as HTML text or a quoted attribute's value: invisible controls made visible, then escaped."""
     shown = _HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", str(value))
     return html.escape(shown, quote=True)
+
+
+def _text(value: str) -> str:
+    """``value`` as an element's text (not an attribute's): as :func:`esc`, quotes left as they are."""
+    return html.escape(_HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", value), quote=False)
 
 
 def _hash(source: str) -> str:
@@ -203,39 +210,84 @@ def _x(percent: float) -> str:
     return f"{max(0.0, min(100.0, percent)) * 10:.1f}"
 
 
+# In JSON text (``ensure_ascii=False``): an escaped backslash (kept), a C0 control as JSON escapes it, or one of
+# the other invisible characters of _HIDDEN as it stands.
+_JSON_HIDDEN = re.compile(
+    r"\\\\|\\u00[01][0-9a-f]|\\[bfr]|[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_SHORT = {"b": 8, "f": 12, "r": 13}
+
+
+def _json_visible(match: re.Match[str]) -> str:
+    found = match.group()
+    if found == "\\\\":
+        return found
+    if found[0] == "\\":
+        code = int(found[2:], 16) if found[1] == "u" else _SHORT[found[1]]
+    else:
+        code = ord(found)
+    return f"\\\\u{code:04x}"  # JSON for a backslash and uXXXX: the escape shown, as esc() shows it
+
+
+def data_block(element_id: str, value: object) -> str:
+    """``value`` as a JSON data block the page's script reads (never run: ``type="application/json"``).
+
+    Strings have their invisible characters made visible first, as :func:`esc`
+    does; ``<``, ``>`` and ``&`` are written as JSON escapes, so no text can
+    close the element or open another.
+    """
+    shown = _JSON_HIDDEN.sub(_json_visible, json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    shown = shown.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return f'<script type="application/json" id="{esc(element_id)}">{shown}</script>'
+
+
+def _detail(section: Section) -> tuple[object, ...]:
+    # tuples, not lists: the collector stops tracking a tuple of strings, and a big chain makes thousands
+    fields = tuple((f.label, f.value, 1) if f.changed else (f.label, f.value) for f in section.fields)
+    return (section.title, section.note, fields)
+
+
 def chain_page(view: ChainView, links: Links | None = None) -> str:
-    """The page of a chain: lanes per agent over time, then every event, each expandable."""
+    """The page of a chain: lanes per agent over time, then every event, each with what it holds on a click.
+
+    What an event holds is not in the page's markup: it is one JSON data block
+    the page's script lays out when the event is opened (a chain of thousands
+    of events stays a page of one line per event).
+    """
     links = links or Links()
+    lane_of = {lane: n for n, lane in enumerate(view.lanes)}
+    marks: dict[tuple[int, str], list[str]] = {}
+    for e in view.events:
+        marks.setdefault((lane_of[e.lane], "a" if e.layer == "audit" else "d"), []).append(f"M{_x(e.offset)} 3h7v12h-7z")
     lanes = []
-    for lane in view.lanes:
-        marks = "".join(
-            f'<a href="#ev-{e.index}"><rect class="{"a" if e.layer == "audit" else "d"}" x="{_x(e.offset)}">'
-            f"<title>{esc(e.clock)} {esc(e.title)}</title></rect></a>"
-            for e in view.events
-            if e.lane == lane
+    for n, lane in enumerate(view.lanes):
+        paths = "".join(
+            f'<path class="{layer}" d="{"".join(marks[n, layer])}"></path>' for layer in ("d", "a") if (n, layer) in marks
         )
         lanes.append(
             f'<div class="lane"><span class="who" title="{esc(lane)}">{esc(lane)}</span>'
-            f'<svg viewBox="-4 0 1012 18" preserveAspectRatio="none" role="img" aria-label="{esc(lane)}">'
-            f'<line class="track" x1="0" y1="9" x2="1000" y2="9"></line>{marks}</svg></div>'
+            f'<svg viewBox="-4 0 1012 18" preserveAspectRatio="none" role="img" aria-label="{esc(lane)}" '
+            f'data-lane="{n}"><title>{esc(lane)}: a click opens the nearest event</title>'
+            f'<line class="track" x1="0" y1="9" x2="1000" y2="9"></line>{paths}</svg></div>'
         )
     events = []
+    details: dict[str, object] = {}
     for e in view.events:
         layer = "audit" if e.layer == "audit" else "decision"
-        href = links.decision(e.record_id) if layer == "decision" else None
-        line = (
-            f'<span class="when">{esc(e.clock)}</span><span class="who">{esc(e.lane)}</span>'
-            f'<span class="what"><b>{esc(e.title)}</b>{esc(e.summary)}</span>{_pill(e.outcome)}'
-        )
+        # One line per event, in few and short elements (a chain can hold thousands): the time, the lane, what.
+        line = f"<time>{_text(e.clock)}</time><span>{_text(e.lane)}</span><span><b>{_text(e.title)}</b>{_text(e.summary)}</span>{_pill(e.outcome)}"
         if not e.sections:
             events.append(f'<div class="event plain {layer}" id="ev-{e.index}">{line}</div>')
             continue
-        more = f"<p>{_link(href, 'open the decision’s causal tree')}</p>" if href else ""
-        events.append(
-            f'<details class="event {layer}" id="ev-{e.index}" data-record="{esc(e.record_id)}"><summary>{line}'
-            f'</summary><div class="body"><p class="id">{esc(layer)} {esc(e.record_id)}</p>{_sections(e.sections)}'
-            f"{more}</div></details>"
-        )
+        href = links.decision(e.record_id) if layer == "decision" else None
+        details[str(e.index)] = (f"{layer} {e.record_id}", href or "", tuple(_detail(s) for s in e.sections))
+        record = f' data-record="{esc(e.record_id)}"' if layer == "decision" else ""
+        events.append(f'<details class="event {layer}" id="ev-{e.index}"{record}><summary>{line}</summary></details>')
+    data = {
+        "details": details,
+        "x": [round(e.offset, 1) for e in view.events],
+        "lane": [lane_of[e.lane] for e in view.events],
+    }
     body = (
         f'<h1>{esc(view.chain_type)} chain <span class="id">{esc(view.chain_id)}</span></h1>'
         f'<p class="sub">{esc(view.counts)}; {esc(len(view.lanes))} lane(s)</p>{_notes(view.notes)}'
@@ -244,6 +296,7 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
         '<div class="toolbar"><button type="button" data-expand="all">Expand all</button>'
         '<button type="button" data-expand="none">Collapse all</button></div>'
         f'<div class="events">{"".join(events) or "<p>Nothing was recorded under this id.</p>"}</div>'
+        f"{data_block('chain-data', data)}"
     )
     return page(f"{view.chain_type} chain {view.chain_id}", body, links)
 

@@ -57,6 +57,9 @@ class Page(HTMLParser):
         self.tags: list[tuple[str, dict[str, str | None]]] = []
         self.styles: list[str] = []
         self.scripts: list[str] = []
+        self.data: dict[str, str] = {}
+        """The JSON data blocks (``<script type="application/json">``) by their id: never run."""
+        self._data_id: str | None = None
         self.text: list[str] = []
         self._in: str | None = None
         self.feed(text)
@@ -65,6 +68,8 @@ class Page(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append((tag, dict(attrs)))
         self._in = tag if tag in ("style", "script") else None
+        if tag == "script" and dict(attrs).get("type") == "application/json":
+            self._in, self._data_id = "data", str(dict(attrs).get("id"))
 
     def handle_endtag(self, tag: str) -> None:
         self._in = None
@@ -74,6 +79,8 @@ class Page(HTMLParser):
             self.styles.append(data)
         elif self._in == "script":
             self.scripts.append(data)
+        elif self._in == "data":
+            self.data[str(self._data_id)] = self.data.get(str(self._data_id), "") + data
         else:
             self.text.append(data)
 

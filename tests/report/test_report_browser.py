@@ -6,7 +6,7 @@ expands a decision on click, and the UI's index → session → decision → rer
 path works by clicking. Debian's ``chromium`` is used (Playwright never
 downloads a browser here). Without it, or without the ``playwright`` package,
 these tests skip, unless ``OTEL_REPLAY_REQUIRE_BROWSER=1`` (CI), where they fail.
-Screenshots go to ``$OTEL_REPLAY_SCREENSHOTS`` when it is set.
+A PNG of each page kind goes to ``$OTEL_REPLAY_SCREENSHOT_DIR`` when it is set (CI keeps that folder).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from otel_replay.report.server import make_server
 from otel_replay.rerun import rerun
 
 from ..rerun.conftest import agent, record
-from .conftest import SCRIPT, Hostile
+from .conftest import BREAKOUT, JS_URL, SCRIPT, SEPARATOR, Hostile
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 HAVE_PLAYWRIGHT = importlib.util.find_spec("playwright") is not None
@@ -100,7 +100,7 @@ class Watched:
         assert self.dialogs == [] and self.page.evaluate("window.__alerted === undefined")
 
     def shot(self, name: str) -> None:
-        where = os.environ.get("OTEL_REPLAY_SCREENSHOTS")
+        where = os.environ.get("OTEL_REPLAY_SCREENSHOT_DIR")
         if where:
             Path(where).mkdir(parents=True, exist_ok=True)
             self.page.screenshot(path=str(Path(where) / f"{name}.png"), full_page=True)
@@ -136,6 +136,15 @@ def test_a_chain_page_renders_offline_and_a_decision_expands_on_click(
     page.get_by_role("button", name="Expand all").click()
     assert page.locator("details.event[open]").count() == 4
     watched.shot("chain")
+    page.get_by_role("button", name="Collapse all").click()
+    assert page.locator("details.event[open]").count() == 0
+    # A click at the right end of the gate's lane goes to its last event (the reversal) and opens it.
+    lane = page.locator("svg[data-lane='3']")
+    box = lane.bounding_box()
+    assert box is not None
+    lane.click(position={"x": box["width"] - 2, "y": box["height"] / 2})
+    page.wait_for_url("**#ev-3")
+    assert page.locator("#ev-3[open]").count() == 1 and page.locator("#ev-3 .body").is_visible()
     watched.clean()
     assert watched.requests == [page_file.as_uri()]  # the page itself, nothing else
 
@@ -151,7 +160,13 @@ def test_hostile_span_text_is_shown_and_never_runs(watched: Watched, hostile: Ho
         watched.open(page_file.as_uri())
         watched.page.get_by_role("button", name="Expand all").count()  # present on chain pages only
         assert watched.page.get_by_text(SCRIPT).count() >= 1  # shown as text
-        assert watched.page.locator("img").count() == 0 and watched.page.locator("script").count() == 1
+        if name == "hostile-chain":  # what each event holds is laid out from the data block: as text too
+            watched.page.get_by_role("button", name="Expand all").click()
+            assert watched.page.get_by_text(BREAKOUT).count() >= 2 and watched.page.get_by_text(JS_URL).count() >= 2
+            assert watched.page.get_by_text(SEPARATOR.replace("\u2028", "\\u2028")).count() >= 1
+            assert watched.page.get_by_role("link").count() == 0  # a page written to a file links nowhere
+        assert watched.page.locator("img").count() == 0
+        assert watched.page.locator("script:not([type='application/json'])").count() == 1
         watched.shot(name)
         watched.clean()
         assert watched.requests == [page_file.as_uri()]

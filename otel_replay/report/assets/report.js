@@ -1,15 +1,96 @@
 // otel-replay report pages: the one script, inlined and hashed into the page's Content-Security-Policy.
-// It only opens and closes the page's own sections; it reads no data and makes no request.
+// It opens and closes the page's own sections, and lays out what a chain's event holds from the page's own
+// JSON data block when the event is opened: every value goes in as text (textContent), never as markup.
+// It makes no request.
 (function () {
   "use strict";
-  function all(open) {
-    document.querySelectorAll("details.event").forEach(function (d) { d.open = open; });
+  var data = null;
+  function chainData() {
+    if (data === null) {
+      var block = document.getElementById("chain-data");
+      data = block ? JSON.parse(block.textContent) : { details: {}, x: [], lane: [] };
+    }
+    return data;
   }
-  document.querySelectorAll("button[data-expand]").forEach(function (b) {
-    b.addEventListener("click", function () { all(b.getAttribute("data-expand") === "all"); });
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) { node.className = cls; }
+    if (text !== undefined) { node.textContent = text; }
+    return node;
+  }
+  // An event's body: its id, each section's fields, and the link to its own page (a path on the same server).
+  function fill(details) {
+    if (details.getAttribute("data-filled") !== null) { return; }
+    details.setAttribute("data-filled", "");
+    var held = chainData().details[details.id.slice(3)];
+    if (!held) { return; }
+    var body = el("div", "body");
+    body.appendChild(el("p", "id", held[0]));
+    held[2].forEach(function (section) {
+      var box = el("div", "section");
+      box.appendChild(el("h3", "", section[0]));
+      if (section[2].length) {
+        var list = el("dl", "facts");
+        section[2].forEach(function (field) {
+          list.appendChild(el("dt", "", field[0]));
+          list.appendChild(el("dd", field[2] ? "changed" : "", field[1]));
+        });
+        box.appendChild(list);
+      }
+      if (section[1]) {
+        var notes = el("ul", "notes");
+        notes.appendChild(el("li", "", section[1]));
+        box.appendChild(notes);
+      }
+      body.appendChild(box);
+    });
+    if (typeof held[1] === "string" && held[1].charAt(0) === "/" && held[1].charAt(1) !== "/") {
+      var more = el("p");
+      var link = el("a", "", "open the decision\u2019s causal tree");
+      link.setAttribute("href", held[1]);
+      more.appendChild(link);
+      body.appendChild(more);
+    }
+    details.appendChild(body);
+  }
+  function open(target) {
+    if (target && target.tagName === "DETAILS") {
+      fill(target);
+      target.open = true;
+    }
+  }
+  // A click on a summary fills its event before the browser opens it; a toggle from elsewhere fills it too.
+  document.addEventListener("click", function (e) {
+    var summary = e.target instanceof Element ? e.target.closest("details.event > summary") : null;
+    if (summary) { fill(summary.parentNode); }
   });
-  if (location.hash) {
-    var target = document.getElementById(location.hash.slice(1));
-    if (target && target.tagName === "DETAILS") { target.open = true; }
+  document.addEventListener("toggle", function (e) {
+    if (e.target.tagName === "DETAILS" && e.target.open) { fill(e.target); }
+  }, true);
+  document.querySelectorAll("button[data-expand]").forEach(function (b) {
+    b.addEventListener("click", function () {
+      var expand = b.getAttribute("data-expand") === "all";
+      document.querySelectorAll("details.event").forEach(function (d) {
+        if (expand) { fill(d); }
+        d.open = expand;
+      });
+    });
+  });
+  // A click on a lane goes to that agent's event nearest the click on the time axis.
+  document.querySelectorAll("svg[data-lane]").forEach(function (svg) {
+    svg.addEventListener("click", function (e) {
+      var box = svg.getBoundingClientRect();
+      var at = ((e.clientX - box.left) / box.width * 1012 - 4) / 10;
+      var d = chainData(), lane = Number(svg.getAttribute("data-lane")), best = -1, gap = Infinity;
+      for (var i = 0; i < d.x.length; i++) {
+        if (d.lane[i] === lane && Math.abs(d.x[i] - at) < gap) { gap = Math.abs(d.x[i] - at); best = i; }
+      }
+      if (best >= 0) { location.hash = "ev-" + best; }
+    });
+  });
+  function fromHash() {
+    if (location.hash) { open(document.getElementById(location.hash.slice(1))); }
   }
+  window.addEventListener("hashchange", fromHash);
+  fromHash();
 })();
