@@ -23,6 +23,7 @@ from importlib import resources
 from urllib.parse import quote
 
 from otel_replay._version import __version__
+from otel_replay.report.contracts import ContractsView, RuleCount, SessionView
 from otel_replay.report.model import (
     ChainView,
     DecisionView,
@@ -40,6 +41,7 @@ __all__ = [
     "NoLinks",
     "UiLinks",
     "chain_page",
+    "contracts_page",
     "csp",
     "data_block",
     "decision_page",
@@ -61,7 +63,9 @@ SCRIPT = _ASSETS.joinpath("report.js").read_text(encoding="utf-8")
 _HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _KINDS = frozenset({"decision", "read", "model", "act", "gate", "audit_entry"})
 _STEP_CLASS = {"diverged": "diverged", "not reached": "notreached"}
-_PILLS = frozenset({"ALLOW", "ROLLBACK", "BLOCK", "HUMAN_REVIEW", "matched", "diverged", "correct", "incorrect"})
+_PILLS = frozenset(
+    {"ALLOW", "ROLLBACK", "BLOCK", "HUMAN_REVIEW", "matched", "diverged", "correct", "incorrect", "passed", "blocked"}
+)
 
 
 def esc(value: object) -> str:
@@ -110,6 +114,10 @@ class Links:
         """A session's rerun page."""
         return None
 
+    def contracts(self, session_id: str = "") -> str | None:
+        """The contracts backtest page (of one session)."""
+        return None
+
 
 NoLinks = Links
 """Links of a page written to a file: none."""
@@ -135,6 +143,10 @@ class UiLinks(Links):
     def rerun(self, session_id: str) -> str | None:
         """``/rerun/SESSION_ID``."""
         return f"/rerun/{quote(session_id, safe='')}" if session_id else None
+
+    def contracts(self, session_id: str = "") -> str | None:
+        """``/contracts`` or ``/contracts/SESSION_ID``."""
+        return f"/contracts/{quote(session_id, safe='')}" if session_id else "/contracts"
 
 
 def _link(href: str | None, label: str, cls: str = "") -> str:
@@ -258,11 +270,15 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     lane_of = {lane: n for n, lane in enumerate(view.lanes)}
     marks: dict[tuple[int, str], list[str]] = {}
     for e in view.events:
-        marks.setdefault((lane_of[e.lane], "a" if e.layer == "audit" else "d"), []).append(f"M{_x(e.offset)} 3h7v12h-7z")
+        marks.setdefault((lane_of[e.lane], "a" if e.layer == "audit" else "d"), []).append(
+            f"M{_x(e.offset)} 3h7v12h-7z"
+        )
     lanes = []
     for n, lane in enumerate(view.lanes):
         paths = "".join(
-            f'<path class="{layer}" d="{"".join(marks[n, layer])}"></path>' for layer in ("d", "a") if (n, layer) in marks
+            f'<path class="{layer}" d="{"".join(marks[n, layer])}"></path>'
+            for layer in ("d", "a")
+            if (n, layer) in marks
         )
         lanes.append(
             f'<div class="lane"><span class="who" title="{esc(lane)}">{esc(lane)}</span>'
@@ -275,7 +291,10 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     for e in view.events:
         layer = "audit" if e.layer == "audit" else "decision"
         # One line per event, in few and short elements (a chain can hold thousands): the time, the lane, what.
-        line = f"<time>{_text(e.clock)}</time><span>{_text(e.lane)}</span><span><b>{_text(e.title)}</b>{_text(e.summary)}</span>{_pill(e.outcome)}"
+        line = (
+            f"<time>{_text(e.clock)}</time><span>{_text(e.lane)}</span>"
+            f"<span><b>{_text(e.title)}</b>{_text(e.summary)}</span>{_pill(e.outcome)}"
+        )
         if not e.sections:
             events.append(f'<div class="event plain {layer}" id="ev-{e.index}">{line}</div>')
             continue
@@ -402,8 +421,69 @@ def rerun_page(view: RerunView, links: Links | None = None) -> str:
     return page(f"rerun of {view.session_id}", body, links)
 
 
-def index_page(view: IndexView, links: Links) -> str:
-    """The UI's front page."""
+_FIRST = ' class="first"'
+
+
+def _rule_counts(counts: Iterable[RuleCount], cls: str) -> str:
+    rows = "".join(
+        f'<tr><td class="mono">{esc(c.contract)}</td><td>{esc(c.rule)}</td><td>{esc(c.count)}</td></tr>' for c in counts
+    )
+    if not rows:
+        return ""
+    return f'<table class="grid {cls}"><tr><th>contract</th><th>rule</th><th>blocked</th></tr>{rows}</table>'
+
+
+def _contract_session(n: int, s: SessionView, links: Links) -> str:
+    chain = links.chain("session" if s.grouped_by == "session" else "trade", s.session_id)
+    rows = "".join(
+        f"<tr{_FIRST if r.first else ''}><td>{esc(r.step)}</td><td>{esc(r.call)}</td>"
+        f'<td class="mono">{esc(r.tool)}</td><td class="mono">{esc(r.arguments)}</td><td>{esc(r.rule)}</td>'
+        f'<td>{esc(r.detail)}</td><td class="mono">{esc(r.source)}</td></tr>'
+        for r in s.rows
+    )
+    table = (
+        '<table class="grid blocked"><tr><th>step</th><th>call</th><th>tool</th><th>arguments (as recorded)</th>'
+        f"<th>rule</th><th>why</th><th>contract</th></tr>{rows}</table>"
+        if rows
+        else ""
+    )
+    agent = f" · agent {esc(s.agent)}" if s.agent else ""
+    return (
+        f'<section class="session" id="session-{n}"><h2>{_pill("passed" if s.passed else "blocked")} '
+        f'{esc(s.grouped_by)} <span class="id">{esc(s.session_id)}</span></h2>'
+        f'<p class="sub">{esc(s.summary)}{agent}{" · " + _link(chain, "its decisions") if chain else ""}</p>'
+        f"{_notes(s.notes)}{table}{_rule_counts(s.counts, 'counts')}</section>"
+    )
+
+
+def contracts_page(view: ContractsView, links: Links | None = None) -> str:
+    """The page of a contracts backtest: per session the calls the contracts would have blocked, the first marked."""
+    links = links or Links()
+    blocked = [(n, s) for n, s in enumerate(view.sessions) if not s.passed]
+    passed = "".join(
+        f'<tr><td class="mono">{esc(s.session_id)}</td><td>{esc(s.grouped_by)}</td><td>{esc(s.summary)}</td></tr>'
+        for s in view.sessions
+        if s.passed
+    )
+    facts = _facts([Field("contracts", view.contracts), Field("digest", view.digest), Field("gate mode", view.gate)])
+    body = (
+        f'<h1>contracts backtest <span class="id">{esc(view.contracts)}</span></h1>'
+        f'<p class="sub">{_pill("passed" if view.passed else "blocked")} {esc(view.summary)}</p>'
+        f"{_notes(view.notes)}{facts}"
+        + (f"<h2>Blocked, by contract and rule</h2>{_rule_counts(view.counts, 'counts')}" if view.counts else "")
+        + "".join(_contract_session(n, s, links) for n, s in blocked)
+        + (
+            '<h2>Sessions that passed</h2><table class="grid passed"><tr><th>session</th><th>grouped by</th>'
+            f"<th></th></tr>{passed}</table>"
+            if passed
+            else ""
+        )
+    )
+    return page(f"contracts backtest {view.contracts}", body, links)
+
+
+def index_page(view: IndexView, links: Links, contracts: str | None = None) -> str:
+    """The UI's front page; with ``contracts`` (the directory the UI was given), a link to their backtest."""
     decisions = "".join(
         f'<tr><td class="mono">{esc(d["created_at"])}</td>'
         f"<td>{_link(links.decision(d['record_id']), d['record_id'], 'mono')}</td>"
@@ -420,9 +500,13 @@ def index_page(view: IndexView, links: Links) -> str:
         for s in view.sessions
     )
     chains = "".join(f"<li>{_link(links.chain('trade', c), c, 'mono')}</li>" for c in view.chains)
+    backtest = ""
+    if contracts is not None:
+        link = _link(links.contracts(), "the recorded sessions under the contracts", "contracts")
+        backtest = f'<h2>Contracts</h2><p>{link} <span class="id">{esc(contracts)}</span></p>'
     body = (
         "<h1>Dataset</h1>"
-        f"{_notes(view.notes)}"
+        f"{_notes(view.notes)}{backtest}"
         '<h2>Recent decisions</h2><table class="grid decisions"><tr><th>time (UTC)</th><th>decision</th><th>type</th>'
         f"<th>agent</th><th>trade chain</th><th>session</th><th>gate verdict (as stored)</th></tr>{decisions}</table>"
         f'<h2>Chains</h2><ul class="chains">{chains or "<li>none</li>"}</ul>'

@@ -11,13 +11,8 @@ A PNG of each page kind goes to ``$OTEL_REPLAY_SCREENSHOT_DIR`` when it is set (
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,94 +23,7 @@ from otel_replay.report.server import make_server
 from otel_replay.rerun import rerun
 
 from ..rerun.conftest import agent, record
-from .conftest import BREAKOUT, JS_URL, SCRIPT, SEPARATOR, Hostile
-
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-HAVE_PLAYWRIGHT = importlib.util.find_spec("playwright") is not None
-REQUIRED = os.environ.get("OTEL_REPLAY_REQUIRE_BROWSER") == "1"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-# Recorded in each page before any of its own script runs: CSP violations and any dialog a script opened.
-WATCH = """
-window.__violations = [];
-document.addEventListener('securitypolicyviolation', function (e) { window.__violations.push(e.violatedDirective); });
-window.alert = function () { window.__alerted = true; };
-"""
-
-
-def _missing() -> str | None:
-    if CHROMIUM is None:
-        return "no chromium on PATH (apt-get install chromium)"
-    if not HAVE_PLAYWRIGHT:
-        return "the playwright package is not installed (pip install playwright; never `playwright install`)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    why = _missing()
-    if why is not None:
-        if REQUIRED:
-            pytest.fail(f"OTEL_REPLAY_REQUIRE_BROWSER=1 but {why}")
-        pytest.skip(why)
-    from playwright.sync_api import sync_playwright  # here: an optional test dependency, checked just above
-
-    with sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-class Watched:
-    """A page with every request, console error, page error and dialog it caused recorded."""
-
-    def __init__(self, browser: Any) -> None:
-        self.context = browser.new_context(viewport={"width": 1300, "height": 900}, java_script_enabled=True)
-        self.context.add_init_script(WATCH)
-        self.page = self.context.new_page()
-        self.requests: list[str] = []
-        self.errors: list[str] = []
-        self.dialogs: list[str] = []
-        self.page.on("request", lambda r: self.requests.append(r.url))
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-
-    def open(self, url: str) -> None:
-        self.page.goto(url, wait_until="load")
-
-    def clean(self) -> None:
-        """No console error, no CSP violation, no dialog, nothing the page's script marked."""
-        assert self.errors == []
-        assert self.page.evaluate("window.__violations") == []
-        assert self.dialogs == [] and self.page.evaluate("window.__alerted === undefined")
-
-    def shot(self, name: str) -> None:
-        where = os.environ.get("OTEL_REPLAY_SCREENSHOT_DIR")
-        if where:
-            Path(where).mkdir(parents=True, exist_ok=True)
-            self.page.screenshot(path=str(Path(where) / f"{name}.png"), full_page=True)
-
-    def close(self) -> None:
-        self.context.close()
-
-
-@pytest.fixture
-def watched(browser: Any) -> Iterator[Watched]:
-    page = Watched(browser)
-    try:
-        yield page
-    finally:
-        page.close()
+from .conftest import BREAKOUT, JS_URL, SCRIPT, SEPARATOR, Hostile, Watched
 
 
 def test_a_chain_page_renders_offline_and_a_decision_expands_on_click(
