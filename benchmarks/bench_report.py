@@ -15,9 +15,12 @@ and then, both pages in one headless Chromium (Debian's, driven by Playwright;
 skipped without either), alternating, best of ``--rounds``:
 
 * ``open``: from ``goto`` to the ``load`` event and two frames after it (parsed, laid out, painted);
+* ``open cpu``: the CPU time Chromium's renderer spent on that (its main thread, and the whole renderer
+  process), from the DevTools protocol's ``Performance.getMetrics``: wall time on a loaded machine is
+  mostly waiting for a core, CPU time much less so;
 * ``scroll``: to the page's end and two frames;
 * ``expand``: a click on the line of the last event that opens, until its detail is shown;
-* the number of DOM elements the page holds once opened.
+* the DOM nodes (elements and text) the page holds once opened, and its layout objects.
 
 Prints figures and ratios; asserts nothing. Target (issue 23): a 5,000-event
 chain renders and scrolls in under 1 s, and its page stays under 2 MB.
@@ -142,18 +145,29 @@ def browser_times(pages: dict[str, Path], rounds: int) -> dict[str, dict[str, fl
         return None
     if chromium is None:
         return None
-    times: dict[str, dict[str, list[float]]] = {name: {"open": [], "scroll": [], "expand": []} for name in pages}
-    elements: dict[str, float] = {}
+    kinds = ("open", "thread", "process", "scroll", "expand")
+    times: dict[str, dict[str, list[float]]] = {name: {kind: [] for kind in kinds} for name in pages}
+    elements: dict[str, dict[str, float]] = {}
+
+    def metrics(session: Any) -> dict[str, float]:
+        return {m["name"]: m["value"] for m in session.send("Performance.getMetrics")["metrics"]}
+
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         for _ in range(rounds):
             for name, page_file in pages.items():
                 page = browser.new_page(viewport={"width": 1300, "height": 900})
+                devtools = page.context.new_cdp_session(page)
+                devtools.send("Performance.enable")
+                before = metrics(devtools)
                 start = time.perf_counter()
                 page.goto(page_file.as_uri(), wait_until="load")
                 page.evaluate(FRAMES)
                 times[name]["open"].append(time.perf_counter() - start)
-                elements[name] = page.evaluate("() => document.getElementsByTagName('*').length")
+                after = metrics(devtools)
+                times[name]["thread"].append(after["ThreadTime"] - before["ThreadTime"])
+                times[name]["process"].append(after["ProcessTime"] - before["ProcessTime"])
+                elements[name] = {"nodes": after["Nodes"], "layout": after["LayoutObjects"]}
                 start = time.perf_counter()
                 page.evaluate(SCROLL)
                 times[name]["scroll"].append(time.perf_counter() - start)
@@ -162,7 +176,7 @@ def browser_times(pages: dict[str, Path], rounds: int) -> dict[str, dict[str, fl
                 times[name]["expand"].append(time.perf_counter() - start)
                 page.close()
         browser.close()
-    return {name: {**{k: min(v) for k, v in t.items()}, "elements": elements[name]} for name, t in times.items()}
+    return {name: {**{k: min(v) for k, v in t.items()}, **elements[name]} for name, t in times.items()}
 
 
 def main() -> None:
@@ -206,14 +220,16 @@ def main() -> None:
         else:
             for name, s in shown.items():
                 print(
-                    f"{name:>10}: chromium opened it in {s['open'] * 1000:.0f} ms, scrolled to the end in "
+                    f"{name:>10}: chromium opened it in {s['open'] * 1000:.0f} ms (renderer CPU: main thread "
+                    f"{s['thread'] * 1000:.0f} ms, process {s['process'] * 1000:.0f} ms), scrolled to the end in "
                     f"{s['scroll'] * 1000:.0f} ms, expanded the last event in {s['expand'] * 1000:.0f} ms; "
-                    f"{s['elements']:,.0f} elements"
+                    f"{s['nodes']:,.0f} DOM nodes, {s['layout']:,.0f} layout objects"
                 )
             if args.base in shown:
                 this, base_s = shown["this"], shown[args.base]
                 print(
-                    f"this / {args.base}: open {this['open'] / base_s['open']:.2f}x, "
+                    f"this / {args.base}: open {this['open'] / base_s['open']:.2f}x (renderer main-thread CPU "
+                    f"{this['thread'] / base_s['thread']:.2f}x), "
                     f"open + scroll {(this['open'] + this['scroll']) / (base_s['open'] + base_s['scroll']):.2f}x, "
                     f"page build {built['this']['page'] / built[args.base]['page']:.2f}x, "
                     f"size {built['this']['bytes'] / built[args.base]['bytes']:.2f}x"
