@@ -192,6 +192,19 @@ def test_the_ui_refuses_bad_contracts_at_start_in_one_line(backtested: Path, tmp
     assert "session.yaml" in line
 
 
+def test_past_its_limits_the_page_says_what_it_left_out(backtested: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = {s.session_id: len(s.rows) for s in _view(backtested).sessions}
+    monkeypatch.setattr(contracts_model, "MAX_SESSIONS", 1)
+    monkeypatch.setattr(contracts_model, "MAX_ROWS", 0)
+    view = _view(backtested)
+    assert len(view.sessions) == 1 and not view.sessions[0].passed and view.sessions[0].rows == ()
+    text = " ".join(Page(html.contracts_page(view)).text)
+    assert "1 of 3 sessions shown, those with blocked calls first" in text
+    assert f"0 of {rows[view.sessions[0].session_id]} blocked rows shown" in text
+    # the counts still count everything
+    assert sum(c.count for c in view.counts) >= 2
+
+
 def test_counts_and_rows_are_plain_json_ready_text(backtested: Path) -> None:
     view = _view(backtested)
     for session in view.sessions:
