@@ -57,8 +57,8 @@ CHROMIUM_ARGS = [
 FRAMES = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
 # The last event that opens: a click on its line (as a reader's), then two frames.
 EXPAND = (
-    "() => new Promise(r => { const all = document.querySelectorAll('details.event'); "
-    "all[all.length - 1].querySelector('summary').click(); "
+    "() => new Promise(r => { const all = document.querySelectorAll('.event[tabindex]'); "
+    "all[all.length - 1].querySelector('time').click(); "
     "requestAnimationFrame(() => requestAnimationFrame(r)); })"
 )
 SCROLL = (

@@ -37,22 +37,32 @@ def test_a_chain_page_renders_offline_and_a_decision_expands_on_click(
     watched.open(page_file.as_uri())
     page = watched.page
     assert page.locator(".lane").count() == 4
-    decision = page.locator(f'details[data-record="{row["record_id"]}"]')
-    assert decision.get_attribute("open") is None and not page.get_by_text("budget-v7").first.is_visible()
-    decision.locator("summary").click()
-    assert decision.get_attribute("open") is not None and page.get_by_text("budget-v7").first.is_visible()
+    decision = page.locator(f'.event[data-record="{row["record_id"]}"]')
+    assert decision.get_attribute("aria-expanded") is None and page.get_by_text("budget-v7").count() == 0
+    decision.locator("time").click()
+    assert decision.get_attribute("aria-expanded") == "true" and page.get_by_text("budget-v7").first.is_visible()
+    page.get_by_text("budget-v7").first.click()  # a click inside what it holds leaves it open
+    assert decision.get_attribute("aria-expanded") == "true"
+    decision.locator("time").click()
+    assert not page.get_by_text("budget-v7").first.is_visible()
     page.get_by_role("button", name="Expand all").click()
-    assert page.locator("details.event[open]").count() == 4
+    assert page.locator(".event.open").count() == 4
     watched.shot("chain")
     page.get_by_role("button", name="Collapse all").click()
-    assert page.locator("details.event[open]").count() == 0
+    assert page.locator(".event.open").count() == 0
+    # The keyboard: an event's line takes the focus, Enter opens it.
+    decision.focus()
+    page.keyboard.press("Enter")
+    assert decision.get_attribute("aria-expanded") == "true" and page.get_by_text("budget-v7").first.is_visible()
+    page.keyboard.press(" ")
+    assert decision.get_attribute("aria-expanded") == "false"
     # A click at the right end of the gate's lane goes to its last event (the reversal) and opens it.
     lane = page.locator("svg[data-lane='3']")
     box = lane.bounding_box()
     assert box is not None
     lane.click(position={"x": box["width"] - 2, "y": box["height"] / 2})
     page.wait_for_url("**#ev-3")
-    assert page.locator("#ev-3[open]").count() == 1 and page.locator("#ev-3 .body").is_visible()
+    assert page.locator("#ev-3.open").count() == 1 and page.locator("#ev-3 .body").is_visible()
     watched.clean()
     assert watched.requests == [page_file.as_uri()]  # the page itself, nothing else
 
@@ -110,7 +120,7 @@ def test_the_ui_path_index_session_decision_rerun_works_by_clicking(watched: Wat
             watched.shot("ui-index")
             page.locator("table.decisions a[href='/chain/session/sess-ui']").first.click()
             page.wait_for_url("**/chain/session/sess-ui")
-            page.locator("details.event.decision summary").first.click()
+            page.locator(".event.decision time").first.click()
             page.get_by_text("open the decision’s causal tree").first.click()
             page.wait_for_url("**/decision/*")
             assert page.get_by_role("heading", name="Causal tree").is_visible()

@@ -19,10 +19,10 @@
     return node;
   }
   // An event's body: its id, each section's fields, and the link to its own page (a path on the same server).
-  function fill(details) {
-    if (details.getAttribute("data-filled") !== null) { return; }
-    details.setAttribute("data-filled", "");
-    var held = chainData().details[details.id.slice(3)];
+  function fill(event) {
+    if (event.getAttribute("data-filled") !== null) { return; }
+    event.setAttribute("data-filled", "");
+    var held = chainData().details[event.id.slice(3)];
     if (!held) { return; }
     var body = el("div", "body");
     body.appendChild(el("p", "id", held[0]));
@@ -51,29 +51,34 @@
       more.appendChild(link);
       body.appendChild(more);
     }
-    details.appendChild(body);
+    event.appendChild(body);
   }
-  function open(target) {
-    if (target && target.tagName === "DETAILS") {
-      fill(target);
-      target.open = true;
-    }
+  // An event that opens is a focusable line (tabindex): a click on it, or Enter or Space, opens or closes it.
+  function show(event, open) {
+    if (open) { fill(event); }
+    event.classList.toggle("open", open);
+    event.setAttribute("aria-expanded", open ? "true" : "false");
   }
-  // A click on a summary fills its event before the browser opens it; a toggle from elsewhere fills it too.
+  function openable(target) {
+    var event = target instanceof Element ? target.closest(".event[tabindex]") : null;
+    if (!event || target.closest(".body")) { return null; }  // inside what it holds: select, follow links
+    return event;
+  }
   document.addEventListener("click", function (e) {
-    var summary = e.target instanceof Element ? e.target.closest("details.event > summary") : null;
-    if (summary) { fill(summary.parentNode); }
+    var event = openable(e.target);
+    if (event) { show(event, !event.classList.contains("open")); }
   });
-  document.addEventListener("toggle", function (e) {
-    if (e.target.tagName === "DETAILS" && e.target.open) { fill(e.target); }
-  }, true);
+  document.addEventListener("keydown", function (e) {
+    var event = openable(e.target);
+    if (event && event === e.target && (e.key === "Enter" || e.key === " ")) {
+      e.preventDefault();
+      show(event, !event.classList.contains("open"));
+    }
+  });
   document.querySelectorAll("button[data-expand]").forEach(function (b) {
     b.addEventListener("click", function () {
       var expand = b.getAttribute("data-expand") === "all";
-      document.querySelectorAll("details.event").forEach(function (d) {
-        if (expand) { fill(d); }
-        d.open = expand;
-      });
+      document.querySelectorAll(".event[tabindex]").forEach(function (event) { show(event, expand); });
     });
   });
   // A click on a lane goes to that agent's event nearest the click on the time axis.
@@ -85,11 +90,13 @@
       for (var i = 0; i < d.x.length; i++) {
         if (d.lane[i] === lane && Math.abs(d.x[i] - at) < gap) { gap = Math.abs(d.x[i] - at); best = i; }
       }
-      if (best >= 0) { location.hash = "ev-" + best; }
+      if (best < 0) { return; }
+      if (location.hash === "#ev-" + best) { fromHash(); } else { location.hash = "ev-" + best; }
     });
   });
   function fromHash() {
-    if (location.hash) { open(document.getElementById(location.hash.slice(1))); }
+    var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+    if (target && target.matches(".event[tabindex]")) { show(target, true); }
   }
   window.addEventListener("hashchange", fromHash);
   fromHash();
