@@ -55,10 +55,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]  # fmt: skip
 FRAMES = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
-# The last event that opens: a click on its line (as a reader's), then two frames.
+# The last event that opens: a click on its line (as a reader's), then two frames (this page's or, for the
+# code before, a <details>'s summary).
 EXPAND = (
-    "() => new Promise(r => { const all = document.querySelectorAll('.event[tabindex]'); "
-    "all[all.length - 1].querySelector('time').click(); "
+    "() => new Promise(r => { const all = document.querySelectorAll('.event[tabindex], details.event'); "
+    "const last = all[all.length - 1]; (last.querySelector('summary') || last.querySelector('time')).click(); "
     "requestAnimationFrame(() => requestAnimationFrame(r)); })"
 )
 SCROLL = (
