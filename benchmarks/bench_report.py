@@ -11,6 +11,8 @@ leaves it out), each in its own process, best of ``--rounds``:
 * ``chain``: ``ReplayBuilder.build`` (what ``otel-replay chain`` does): the peer;
 * ``page``: the chain plus the view model and the HTML (what ``otel-replay report chain`` does);
 
+in wall and CPU seconds (the CPU of every thread of the process: DuckDB's too);
+
 and then, both pages in one headless Chromium (Debian's, driven by Playwright;
 skipped without either), alternating, best of ``--rounds``:
 
@@ -88,25 +90,29 @@ def write(dataset: Path, events: int) -> str:
     return cid
 
 
-def best(rounds: int, work: Callable[[], object]) -> float:
-    """The fastest of ``rounds`` runs of ``work()``, in seconds."""
-    times = []
+def best(rounds: int, work: Callable[[], object]) -> tuple[float, float]:
+    """The fastest of ``rounds`` runs of ``work()``: (wall seconds, CPU seconds of the process, every thread)."""
+    walls, cpus = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         work()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return min(walls), min(cpus)
 
 
 def build(dataset: str, cid: str, events: int, rounds: int, out: str) -> dict[str, Any]:
     """The worker: the chain and its page built by the package on this process's path; the page written to ``out``."""
     with otel_replay.open(dataset) as store:
-        chain_s = best(rounds, lambda: ReplayBuilder(store).build("directive", cid, events))
+        chain_s, chain_cpu = best(rounds, lambda: ReplayBuilder(store).build("directive", cid, events))
         chain = ReplayBuilder(store).build("directive", cid, events)
-        page_s = best(rounds, lambda: html.chain_page(model.chain_view(chain, store)))
+        page_s, page_cpu = best(rounds, lambda: html.chain_page(model.chain_view(chain, store)))
         page = html.chain_page(model.chain_view(chain, store))
     Path(out).write_text(page, encoding="utf-8")
-    return {"chain": chain_s, "page": page_s, "bytes": len(page.encode("utf-8")), "events": len(chain.events)}
+    return {
+        "chain": chain_s, "chain_cpu": chain_cpu, "page": page_s, "page_cpu": page_cpu,
+        "bytes": len(page.encode("utf-8")), "events": len(chain.events),
+    }  # fmt: skip
 
 
 def _worker(tree: Path, *args: str) -> dict[str, Any]:
@@ -212,8 +218,9 @@ def main() -> None:
             built[name] = _worker(tree, str(dataset), cid, str(args.events), str(pages[name]))
         for name, b in built.items():
             print(
-                f"{name:>10}: chain (peer) {b['chain'] * 1000:.0f} ms for {b['events']} events; page "
-                f"{b['page'] * 1000:.0f} ms on top ({b['page'] / b['chain']:.2f}x the chain), {b['bytes'] / 1e6:.2f} MB"
+                f"{name:>10}: chain (peer) {b['chain'] * 1000:.0f} ms ({b['chain_cpu'] * 1000:.0f} ms CPU) for "
+                f"{b['events']} events; page {b['page'] * 1000:.0f} ms ({b['page_cpu'] * 1000:.0f} ms CPU) on top "
+                f"({b['page_cpu'] / b['chain_cpu']:.2f}x the chain's CPU), {b['bytes'] / 1e6:.2f} MB"
             )
         shown = browser_times(pages, args.rounds)
         if shown is None:
@@ -232,7 +239,7 @@ def main() -> None:
                     f"this / {args.base}: open {this['open'] / base_s['open']:.2f}x (renderer main-thread CPU "
                     f"{this['thread'] / base_s['thread']:.2f}x), "
                     f"open + scroll {(this['open'] + this['scroll']) / (base_s['open'] + base_s['scroll']):.2f}x, "
-                    f"page build {built['this']['page'] / built[args.base]['page']:.2f}x, "
+                    f"page build CPU {built['this']['page_cpu'] / built[args.base]['page_cpu']:.2f}x, "
                     f"size {built['this']['bytes'] / built[args.base]['bytes']:.2f}x"
                 )
         print(f"load after: {os.getloadavg()[0]:.1f}")

@@ -100,4 +100,8 @@
   }
   window.addEventListener("hashchange", fromHash);
   fromHash();
+  // Read the data block once the page is idle, so that the first event opened does not wait for it.
+  if (document.getElementById("chain-data")) {
+    if (window.requestIdleCallback) { window.requestIdleCallback(chainData); } else { setTimeout(chainData, 200); }
+  }
 })();
