@@ -132,8 +132,14 @@ def _rows(result: SessionResult, recorded: RecordedSession | None) -> list[Block
                     "another call of the same model response failed its rules", "",
                 )
             )  # fmt: skip
-    rows.sort(key=lambda row: (row.step, row.call != "-", row.call))
-    return rows
+    rows.sort(key=lambda row: (row.step, int(row.call) if row.call.isdigit() else -1))  # stable: rules in order
+    # a call blocked by several rules: its arguments once, on its first row
+    return [
+        dataclasses.replace(row, arguments="(as above)")
+        if n and row.arguments and (row.step, row.call) == (rows[n - 1].step, rows[n - 1].call)
+        else row
+        for n, row in enumerate(rows)
+    ]
 
 
 def _counts(pairs: Iterable[tuple[str, str]]) -> tuple[RuleCount, ...]:

@@ -67,6 +67,9 @@ def test_each_blocked_session_lists_its_calls_with_the_rule_and_the_first_one_ma
     assert first.source.startswith(str(CONTRACTS)) and ".yaml:" in first.source
     assert '"amount": 40.0' in first.arguments  # the arguments as recorded
     assert [r.first for r in double.rows].count(True) == 1
+    # the call broke three rules: three rows, its arguments shown on the first only
+    assert [(r.step, r.tool) for r in double.rows] == [(4, "issue_refund")] * 3
+    assert [r.arguments == "(as above)" for r in double.rows] == [False, True, True]
     assert by_id["good"].rows == () and by_id["good"].passed
     counted = {(c.rule, c.count) for c in view.counts}
     assert ("forbidden", 1) in counted and sum(c.count for c in view.counts) == sum(len(s.rows) for s in view.sessions)
