@@ -244,10 +244,11 @@ def _offsets(times: Sequence[dt.datetime | None]) -> list[float]:
     if not known:
         return [0.0 for _ in times]
     first, last = min(known), max(known)
-    span = (last - first).total_seconds()
-    # Clamped: float division can land one ulp past the axis end (100.00000000000001), which the page and its
-    # readers treat as outside the 0-100 axis.
-    return [0.0 if t is None or span <= 0 else min(100.0, 100.0 * (t - first).total_seconds() / span) for t in times]
+    span = last - first
+    # The ratio of two timedeltas is computed from their whole microseconds: exactly 1.0 for the last event, so
+    # it sits at 100.0 (the seconds as floats landed one ulp off, 100.00000000000001 or 99.99999999999999).
+    # Clamped all the same: the page and its readers treat anything else as outside the 0-100 axis.
+    return [0.0 if t is None or not span else min(100.0, max(0.0, 100.0 * ((t - first) / span))) for t in times]
 
 
 def _decision_sections(event: Mapping[str, Any], gate: Sequence[Section]) -> tuple[Section, ...]:

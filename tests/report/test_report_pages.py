@@ -141,4 +141,6 @@ def test_a_chains_last_event_sits_exactly_at_the_axis_end_even_when_division_rou
     last = first + dt.timedelta(seconds=2.950578)
     offsets = model._offsets([first, first + dt.timedelta(seconds=1), last, None])
     assert offsets[0] == 0.0 and offsets[2] == 100.0 and offsets[3] == 0.0
+    # 100.0 * 0.000029 / 0.000029 is 99.99999999999999: the last event still sits at the axis end.
+    assert model._offsets([first, first + dt.timedelta(microseconds=29)]) == [0.0, 100.0]
     assert all(0.0 <= o <= 100.0 for o in offsets)
