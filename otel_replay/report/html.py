@@ -16,12 +16,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import json
 import re
 from collections.abc import Iterable
 from importlib import resources
 from urllib.parse import quote
 
 from otel_replay._version import __version__
+from otel_replay.report.contracts import ContractsView, RuleCount, SessionView
 from otel_replay.report.model import (
     ChainView,
     DecisionView,
@@ -39,7 +41,9 @@ __all__ = [
     "NoLinks",
     "UiLinks",
     "chain_page",
+    "contracts_page",
     "csp",
+    "data_block",
     "decision_page",
     "embed",
     "esc",
@@ -59,13 +63,20 @@ SCRIPT = _ASSETS.joinpath("report.js").read_text(encoding="utf-8")
 _HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _KINDS = frozenset({"decision", "read", "model", "act", "gate", "audit_entry"})
 _STEP_CLASS = {"diverged": "diverged", "not reached": "notreached"}
-_PILLS = frozenset({"ALLOW", "ROLLBACK", "BLOCK", "HUMAN_REVIEW", "matched", "diverged", "correct", "incorrect"})
+_PILLS = frozenset(
+    {"ALLOW", "ROLLBACK", "BLOCK", "HUMAN_REVIEW", "matched", "diverged", "correct", "incorrect", "passed", "blocked"}
+)
 
 
 def esc(value: object) -> str:
     """``value`` as HTML text or a quoted attribute's value: invisible controls made visible, then escaped."""
     shown = _HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", str(value))
     return html.escape(shown, quote=True)
+
+
+def _text(value: str) -> str:
+    """``value`` as an element's text (not an attribute's): as :func:`esc`, quotes left as they are."""
+    return html.escape(_HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", value), quote=False)
 
 
 def _hash(source: str) -> str:
@@ -103,6 +114,10 @@ class Links:
         """A session's rerun page."""
         return None
 
+    def contracts(self, session_id: str = "") -> str | None:
+        """The contracts backtest page (of one session)."""
+        return None
+
 
 NoLinks = Links
 """Links of a page written to a file: none."""
@@ -128,6 +143,10 @@ class UiLinks(Links):
     def rerun(self, session_id: str) -> str | None:
         """``/rerun/SESSION_ID``."""
         return f"/rerun/{quote(session_id, safe='')}" if session_id else None
+
+    def contracts(self, session_id: str = "") -> str | None:
+        """``/contracts`` or ``/contracts/SESSION_ID``."""
+        return f"/contracts/{quote(session_id, safe='')}" if session_id else "/contracts"
 
 
 def _link(href: str | None, label: str, cls: str = "") -> str:
@@ -203,39 +222,93 @@ def _x(percent: float) -> str:
     return f"{max(0.0, min(100.0, percent)) * 10:.1f}"
 
 
+# In JSON text (``ensure_ascii=False``): an escaped backslash (kept), a C0 control as JSON escapes it, or one of
+# the other invisible characters of _HIDDEN as it stands.
+_JSON_HIDDEN = re.compile(
+    r"\\\\|\\u00[01][0-9a-f]|\\[bfr]|[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_SHORT = {"b": 8, "f": 12, "r": 13}
+
+
+def _json_visible(match: re.Match[str]) -> str:
+    found = match.group()
+    if found == "\\\\":
+        return found
+    if found[0] == "\\":
+        code = int(found[2:], 16) if found[1] == "u" else _SHORT[found[1]]
+    else:
+        code = ord(found)
+    return f"\\\\u{code:04x}"  # JSON for a backslash and uXXXX: the escape shown, as esc() shows it
+
+
+def data_block(element_id: str, value: object) -> str:
+    """``value`` as a JSON data block the page's script reads (never run: ``type="application/json"``).
+
+    Strings have their invisible characters made visible first, as :func:`esc`
+    does; ``<``, ``>`` and ``&`` are written as JSON escapes, so no text can
+    close the element or open another.
+    """
+    shown = _JSON_HIDDEN.sub(_json_visible, json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    shown = shown.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return f'<script type="application/json" id="{esc(element_id)}">{shown}</script>'
+
+
+def _detail(section: Section) -> tuple[object, ...]:
+    # tuples, not lists: the collector stops tracking a tuple of strings, and a big chain makes thousands
+    fields = tuple((f.label, f.value, 1) if f.changed else (f.label, f.value) for f in section.fields)
+    return (section.title, section.note, fields)
+
+
 def chain_page(view: ChainView, links: Links | None = None) -> str:
-    """The page of a chain: lanes per agent over time, then every event, each expandable."""
+    """The page of a chain: lanes per agent over time, then every event, each with what it holds on a click.
+
+    What an event holds is not in the page's markup: it is one JSON data block
+    the page's script lays out when the event is opened (a click on its line,
+    or Enter on it): a chain of thousands of events stays a page of one line
+    per event.
+    """
     links = links or Links()
+    lane_of = {lane: n for n, lane in enumerate(view.lanes)}
+    marks: dict[tuple[int, str], list[str]] = {}
+    for e in view.events:
+        marks.setdefault((lane_of[e.lane], "a" if e.layer == "audit" else "d"), []).append(
+            f"M{_x(e.offset)} 3h7v12h-7z"
+        )
     lanes = []
-    for lane in view.lanes:
-        marks = "".join(
-            f'<a href="#ev-{e.index}"><rect class="{"a" if e.layer == "audit" else "d"}" x="{_x(e.offset)}">'
-            f"<title>{esc(e.clock)} {esc(e.title)}</title></rect></a>"
-            for e in view.events
-            if e.lane == lane
+    for n, lane in enumerate(view.lanes):
+        paths = "".join(
+            f'<path class="{layer}" d="{"".join(marks[n, layer])}"></path>'
+            for layer in ("d", "a")
+            if (n, layer) in marks
         )
         lanes.append(
             f'<div class="lane"><span class="who" title="{esc(lane)}">{esc(lane)}</span>'
-            f'<svg viewBox="-4 0 1012 18" preserveAspectRatio="none" role="img" aria-label="{esc(lane)}">'
-            f'<line class="track" x1="0" y1="9" x2="1000" y2="9"></line>{marks}</svg></div>'
+            f'<svg viewBox="-4 0 1012 18" preserveAspectRatio="none" role="img" aria-label="{esc(lane)}" '
+            f'data-lane="{n}"><title>{esc(lane)}: a click opens the nearest event</title>'
+            f'<line class="track" x1="0" y1="9" x2="1000" y2="9"></line>{paths}</svg></div>'
         )
     events = []
+    details: dict[str, object] = {}
     for e in view.events:
         layer = "audit" if e.layer == "audit" else "decision"
-        href = links.decision(e.record_id) if layer == "decision" else None
+        # One line per event, in few and short elements (a chain can hold thousands): the time, the lane, what.
         line = (
-            f'<span class="when">{esc(e.clock)}</span><span class="who">{esc(e.lane)}</span>'
-            f'<span class="what"><b>{esc(e.title)}</b>{esc(e.summary)}</span>{_pill(e.outcome)}'
+            f"<time>{_text(e.clock)}</time><span>{_text(e.lane)}</span>"
+            f"<span><b>{_text(e.title)}</b>{_text(e.summary)}</span>{_pill(e.outcome)}"
         )
         if not e.sections:
             events.append(f'<div class="event plain {layer}" id="ev-{e.index}">{line}</div>')
             continue
-        more = f"<p>{_link(href, 'open the decision’s causal tree')}</p>" if href else ""
-        events.append(
-            f'<details class="event {layer}" id="ev-{e.index}" data-record="{esc(e.record_id)}"><summary>{line}'
-            f'</summary><div class="body"><p class="id">{esc(layer)} {esc(e.record_id)}</p>{_sections(e.sections)}'
-            f"{more}</div></details>"
-        )
+        href = links.decision(e.record_id) if layer == "decision" else None
+        details[str(e.index)] = (f"{layer} {e.record_id}", href or "", tuple(_detail(s) for s in e.sections))
+        record = f' data-record="{esc(e.record_id)}"' if layer == "decision" else ""
+        # a plain element, not <details>: its shadow tree, times thousands, costs a big chain's page a fifth more
+        events.append(f'<div class="event {layer}" id="ev-{e.index}"{record} tabindex="0">{line}</div>')
+    data = {
+        "details": details,
+        "x": [round(e.offset, 1) for e in view.events],
+        "lane": [lane_of[e.lane] for e in view.events],
+    }
     body = (
         f'<h1>{esc(view.chain_type)} chain <span class="id">{esc(view.chain_id)}</span></h1>'
         f'<p class="sub">{esc(view.counts)}; {esc(len(view.lanes))} lane(s)</p>{_notes(view.notes)}'
@@ -244,6 +317,7 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
         '<div class="toolbar"><button type="button" data-expand="all">Expand all</button>'
         '<button type="button" data-expand="none">Collapse all</button></div>'
         f'<div class="events">{"".join(events) or "<p>Nothing was recorded under this id.</p>"}</div>'
+        f"{data_block('chain-data', data)}"
     )
     return page(f"{view.chain_type} chain {view.chain_id}", body, links)
 
@@ -349,8 +423,69 @@ def rerun_page(view: RerunView, links: Links | None = None) -> str:
     return page(f"rerun of {view.session_id}", body, links)
 
 
-def index_page(view: IndexView, links: Links) -> str:
-    """The UI's front page."""
+_FIRST = ' class="first"'
+
+
+def _rule_counts(counts: Iterable[RuleCount], cls: str) -> str:
+    rows = "".join(
+        f'<tr><td class="mono">{esc(c.contract)}</td><td>{esc(c.rule)}</td><td>{esc(c.count)}</td></tr>' for c in counts
+    )
+    if not rows:
+        return ""
+    return f'<table class="grid {cls}"><tr><th>contract</th><th>rule</th><th>blocked</th></tr>{rows}</table>'
+
+
+def _contract_session(n: int, s: SessionView, links: Links) -> str:
+    chain = links.chain("session" if s.grouped_by == "session" else "trade", s.session_id)
+    rows = "".join(
+        f"<tr{_FIRST if r.first else ''}><td>{esc(r.step)}</td><td>{esc(r.call)}</td>"
+        f'<td class="mono">{esc(r.tool)}</td><td class="mono">{esc(r.arguments)}</td><td>{esc(r.rule)}</td>'
+        f'<td>{esc(r.detail)}</td><td class="mono">{esc(r.source)}</td></tr>'
+        for r in s.rows
+    )
+    table = (
+        '<table class="grid blocked"><tr><th>step</th><th>call</th><th>tool</th><th>arguments (as recorded)</th>'
+        f"<th>rule</th><th>why</th><th>contract</th></tr>{rows}</table>"
+        if rows
+        else ""
+    )
+    agent = f" · agent {esc(s.agent)}" if s.agent else ""
+    return (
+        f'<section class="session" id="session-{n}"><h2>{_pill("passed" if s.passed else "blocked")} '
+        f'{esc(s.grouped_by)} <span class="id">{esc(s.session_id)}</span></h2>'
+        f'<p class="sub">{esc(s.summary)}{agent}{" · " + _link(chain, "its decisions") if chain else ""}</p>'
+        f"{_notes(s.notes)}{table}{_rule_counts(s.counts, 'counts')}</section>"
+    )
+
+
+def contracts_page(view: ContractsView, links: Links | None = None) -> str:
+    """The page of a contracts backtest: per session the calls the contracts would have blocked, the first marked."""
+    links = links or Links()
+    blocked = [(n, s) for n, s in enumerate(view.sessions) if not s.passed]
+    passed = "".join(
+        f'<tr><td class="mono">{esc(s.session_id)}</td><td>{esc(s.grouped_by)}</td><td>{esc(s.summary)}</td></tr>'
+        for s in view.sessions
+        if s.passed
+    )
+    facts = _facts([Field("contracts", view.contracts), Field("digest", view.digest), Field("gate mode", view.gate)])
+    body = (
+        f'<h1>contracts backtest <span class="id">{esc(view.contracts)}</span></h1>'
+        f'<p class="sub">{_pill("passed" if view.passed else "blocked")} {esc(view.summary)}</p>'
+        f"{_notes(view.notes)}{facts}"
+        + (f"<h2>Blocked, by contract and rule</h2>{_rule_counts(view.counts, 'counts')}" if view.counts else "")
+        + "".join(_contract_session(n, s, links) for n, s in blocked)
+        + (
+            '<h2>Sessions that passed</h2><table class="grid passed"><tr><th>session</th><th>grouped by</th>'
+            f"<th></th></tr>{passed}</table>"
+            if passed
+            else ""
+        )
+    )
+    return page(f"contracts backtest {view.contracts}", body, links)
+
+
+def index_page(view: IndexView, links: Links, contracts: str | None = None) -> str:
+    """The UI's front page; with ``contracts`` (the directory the UI was given), a link to their backtest."""
     decisions = "".join(
         f'<tr><td class="mono">{esc(d["created_at"])}</td>'
         f"<td>{_link(links.decision(d['record_id']), d['record_id'], 'mono')}</td>"
@@ -367,9 +502,13 @@ def index_page(view: IndexView, links: Links) -> str:
         for s in view.sessions
     )
     chains = "".join(f"<li>{_link(links.chain('trade', c), c, 'mono')}</li>" for c in view.chains)
+    backtest = ""
+    if contracts is not None:
+        link = _link(links.contracts(), "the recorded sessions under the contracts", "contracts")
+        backtest = f'<h2>Contracts</h2><p>{link} <span class="id">{esc(contracts)}</span></p>'
     body = (
         "<h1>Dataset</h1>"
-        f"{_notes(view.notes)}"
+        f"{_notes(view.notes)}{backtest}"
         '<h2>Recent decisions</h2><table class="grid decisions"><tr><th>time (UTC)</th><th>decision</th><th>type</th>'
         f"<th>agent</th><th>trade chain</th><th>session</th><th>gate verdict (as stored)</th></tr>{decisions}</table>"
         f'<h2>Chains</h2><ul class="chains">{chains or "<li>none</li>"}</ul>'

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_replay import semconv as sc
 from otel_replay.gate import reads
 from otel_replay.gate.policy import Verdict
 from otel_replay.query.chains import ReplayChain
@@ -32,6 +34,7 @@ from otel_replay.rerun.load import Recording, load_recording
 from otel_replay.rerun.runner import RerunResult
 
 __all__ = [
+    "DETAIL_BUDGET",
     "DETAIL_LIMIT",
     "GATE_READS_LIMIT",
     "INDEX_LIMIT",
@@ -64,8 +67,10 @@ MAX_STEPS = 2000
 """Recorded steps shown on a rerun page; the rest are left out and counted."""
 GATE_READS_LIMIT = 20
 """Decisions of a chain whose gate records (receipts, compensations) are read for its page (each is a read)."""
-DETAIL_LIMIT = 500
+DETAIL_LIMIT = 5000
 """Events of a chain shown with what they hold (expandable); the rest by their one-line summary only."""
+DETAIL_BUDGET = 600_000
+"""Characters of what a chain's events hold, on one page: past it, events show their one-line summary only."""
 
 
 def text(value: Any, limit: int = MAX_TEXT) -> str:
@@ -78,6 +83,8 @@ def text(value: Any, limit: int = MAX_TEXT) -> str:
         shown = "true" if value else "false"
     elif isinstance(value, (dt.datetime, dt.date)):
         shown = value.isoformat()
+    elif type(value) is float and math.isfinite(value):
+        shown = repr(value)  # as JSON writes it, without its encoder's cost (a big chain has thousands)
     else:
         try:
             shown = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
@@ -237,10 +244,11 @@ def _offsets(times: Sequence[dt.datetime | None]) -> list[float]:
     if not known:
         return [0.0 for _ in times]
     first, last = min(known), max(known)
-    span = (last - first).total_seconds()
-    # Clamped: float division can land one ulp past the axis end (100.00000000000001), which the page and its
-    # readers treat as outside the 0-100 axis.
-    return [0.0 if t is None or span <= 0 else min(100.0, 100.0 * (t - first).total_seconds() / span) for t in times]
+    span = last - first
+    # The ratio of two timedeltas is computed from their whole microseconds: exactly 1.0 for the last event, so
+    # it sits at 100.0 (the seconds as floats landed one ulp off, 100.00000000000001 or 99.99999999999999).
+    # Clamped all the same: the page and its readers treat anything else as outside the 0-100 axis.
+    return [0.0 if t is None or not span else min(100.0, max(0.0, 100.0 * ((t - first) / span))) for t in times]
 
 
 def _decision_sections(event: Mapping[str, Any], gate: Sequence[Section]) -> tuple[Section, ...]:
@@ -317,38 +325,69 @@ def gate_sections(store: Store, decision_id: str) -> tuple[Section, ...]:
     return tuple(sections)
 
 
+def _gated(store: Store, decision_ids: Sequence[str]) -> set[str]:
+    """Which of ``decision_ids`` have any gate row at all: one read for the chain (their sections are read after)."""
+    if not decision_ids:
+        return set()
+    rows = store.record_rows(gate_decision_ids=list(decision_ids))
+    return {str(r.attributes.get(sc.GATE_DECISION_ID)) for r in rows if r.attributes.get(sc.KIND) == sc.KIND_GATE}
+
+
+def _size(sections: Sequence[Section]) -> int:
+    return sum(len(s.title) + len(s.note) + sum(len(f.label) + len(f.value) + 8 for f in s.fields) for s in sections)
+
+
 def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
-    """The timeline of ``chain``; with ``store``, each decision's gate records too (the first few decisions)."""
+    """The timeline of ``chain``; with ``store``, the gate records of its decisions too (the first few that have any).
+
+    Every event gets its one-line summary; what it holds (its sections) is
+    kept for the first :data:`DETAIL_LIMIT` events while their text stays
+    within :data:`DETAIL_BUDGET` characters, and the page says where that stopped.
+    """
     times = [_instant(e.get("created_at")) for e in chain.events]
     offsets = _offsets(times)
+    gated: set[str] = set()
+    if store is not None:
+        ids = [text(e.get("record_id"), 200) for e in chain.events[:DETAIL_LIMIT] if e.get("layer") != "audit"]
+        gated = _gated(store, ids)
     lanes: list[str] = []
     events = []
-    decisions = 0
+    decisions = gate_reads = budget = 0
+    detailed = len(chain.events)  # the first event left without its detail (the whole chain when none is)
     for i, (event, offset) in enumerate(zip(chain.events, offsets, strict=True)):
         audit = event.get("layer") == "audit"
         lane = text(event.get("source_agent") if audit else event.get("agent_id"), 80) or "(no agent)"
         if lane not in lanes:
             lanes.append(lane)
+        detail = i < min(detailed, DETAIL_LIMIT)
+        sections: tuple[Section, ...] = ()
         if audit:
             target = text(event.get("target_agent"), 80) or "*"
             title = text(event.get("event_type"), 200)
             summary = f"→ {target}: {text(event.get('payload'), 300)}"
-            fields = tuple(Field(k, text(event.get(k))) for k in ("target_agent", "payload", "recorded_at"))
-            sections: tuple[Section, ...] = (Section("audit entry", fields),) if i < DETAIL_LIMIT else ()
+            if detail:
+                fields = tuple(Field(k, text(event.get(k))) for k in ("target_agent", "payload", "recorded_at"))
+                sections = (Section("audit entry", fields),)
             record_id = text(event.get("entry_id"), 200)
             outcome = ""
         else:
             decisions += 1
             record_id = text(event.get("record_id"), 200)
-            read_gate = store is not None and decisions <= GATE_READS_LIMIT and i < DETAIL_LIMIT
-            gate = gate_sections(store, record_id) if store is not None and read_gate else ()
+            gate: tuple[Section, ...] = ()
+            if store is not None and detail and record_id in gated:
+                gate_reads += 1
+                gate = gate_sections(store, record_id) if gate_reads <= GATE_READS_LIMIT else ()
             conf = event.get("confidence")
             title = text(event.get("decision_type"), 200) + (f" ({conf:.2f})" if isinstance(conf, float) else "")
             summary = text(event.get("rationale"), 300) or (
                 f"{text(event.get('action_type'), 100)} {text(event.get('action_arguments'), 200)}".strip()
             )
-            sections = _decision_sections(event, gate) if i < DETAIL_LIMIT else ()
+            sections = _decision_sections(event, gate) if detail else ()
             outcome = _outcome_word(event)
+        if sections:
+            budget += _size(sections)
+            if budget > DETAIL_BUDGET and i > 0:  # the first event keeps its detail whatever its size
+                sections, detailed = (), i
         events.append(
             TimelineEvent(
                 i,
@@ -370,15 +409,16 @@ def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
         notes.append(f"truncated: the {layers} layer had more than {chain.limit} rows; the newest are left out")
     if not chain.outcomes_verified:
         notes.append("outcomes not shown: no verification key to check them with")
-    if len(events) > DETAIL_LIMIT:
+    shown = min(detailed, DETAIL_LIMIT)
+    if len(events) > shown:
         notes.append(
-            f"the first {DETAIL_LIMIT} of {len(events)} events open to what they hold; the rest show one line each "
+            f"the first {shown} of {len(events)} events open to what they hold; the rest show one line each "
             "(a decision's own page shows it whole; --limit narrows the chain)"
         )
-    if store is not None and decisions > GATE_READS_LIMIT:
+    if gate_reads > GATE_READS_LIMIT:
         notes.append(
-            f"gate records shown for the first {GATE_READS_LIMIT} of {decisions} decisions (each decision's page "
-            "shows its own)"
+            f"gate records shown for the first {GATE_READS_LIMIT} of {gate_reads} decisions that have them (each "
+            "decision's page shows its own)"
         )
     known = [t for t in times if t is not None]
     entries = "audit entry" if len(chain.audit_entries) == 1 else "audit entries"

@@ -9,7 +9,9 @@ Every response carries the page's Content-Security-Policy as a header too.
 
 Routes: ``/`` (index), ``/chain/TYPE/ID``, ``/decision/ID``,
 ``/rerun/SESSION_ID``, ``/search?id=ID`` (a redirect to the page of what the
-id names). Anything else is 404; a method other than GET is 405.
+id names), and, when the server was given contracts, ``/contracts`` and
+``/contracts/SESSION_ID`` (the backtest ``contracts check`` runs, over the
+dataset or one session). Anything else is 404; a method other than GET is 405.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from otel_replay import semconv as sc
+from otel_replay.contracts.backtest import backtest
+from otel_replay.contracts.model import ContractSet
+from otel_replay.contracts.recorded import recorded_sessions
 from otel_replay.errors import OtelReplayError, RecordNotFound
 from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.query.store import Store
+from otel_replay.report import contracts as contracts_model
 from otel_replay.report import html, model
 
 __all__ = ["ID_PATTERN", "LOOPBACK", "ReportServer", "find", "make_server"]
@@ -44,10 +50,11 @@ class ReportServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], store: Store) -> None:
-        """Bind ``address`` and serve pages of ``store``."""
+    def __init__(self, address: tuple[str, int], store: Store, contracts: ContractSet | None = None) -> None:
+        """Bind ``address`` and serve pages of ``store`` (and its backtest under ``contracts``, when given)."""
         super().__init__(address, _Handler)
         self.store = store
+        self.contracts = contracts
         self.lock = threading.Lock()
 
     @property
@@ -57,9 +64,15 @@ class ReportServer(ThreadingHTTPServer):
         return f"http://{host if isinstance(host, str) else host.decode()}:{port}/"
 
 
-def make_server(store: Store, host: str = LOOPBACK, port: int = 0) -> ReportServer:
-    """A :class:`ReportServer` for ``store`` bound to ``host:port`` (port 0: a free one); not yet serving."""
-    return ReportServer((host, port), store)
+def make_server(
+    store: Store, host: str = LOOPBACK, port: int = 0, *, contracts: ContractSet | None = None
+) -> ReportServer:
+    """A :class:`ReportServer` for ``store`` bound to ``host:port`` (port 0: a free one); not yet serving.
+
+    With ``contracts`` (:func:`~otel_replay.contracts.loader.load_contracts`'s), the index links to the
+    dataset's backtest under them.
+    """
+    return ReportServer((host, port), store, contracts)
 
 
 def find(store: Store, ident: str) -> str | None:
@@ -116,7 +129,16 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             if segments in ([""], []):
                 store.refresh()
-                return HTTPStatus.OK, html.index_page(model.index_view(store), _LINKS), None
+                shown = None if self.server.contracts is None else str(self.server.contracts.directory)
+                return HTTPStatus.OK, html.index_page(model.index_view(store), _LINKS, shown), None
+            if segments[0] == "contracts" and len(segments) <= 2 and self.server.contracts is not None:
+                session_id = _checked(segments[1]) if len(segments) == 2 else None
+                sessions = recorded_sessions(store, session_id)
+                if session_id is not None and not sessions:
+                    raise _NotFound(f"no recorded session {session_id!r}: no model call carries that id")
+                result = backtest(self.server.contracts, sessions)
+                view_c = contracts_model.contracts_view(result, sessions)
+                return HTTPStatus.OK, html.contracts_page(view_c, _LINKS), None
             if segments == ["search"]:
                 values = parse_qs(query, keep_blank_values=True).get("id", [""])
                 ident = _checked(values[0].strip())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from urllib.parse import urlsplit
 
@@ -36,6 +37,8 @@ def test_hostile_span_values_are_text_on_every_page(hostile: Hostile) -> None:
         page = Page(source)
         # One script (ours) and one stylesheet: nothing from the data became an element.
         assert page.scripts == [html.SCRIPT] and page.styles == [html.CSS]
+        # The chain's data block is JSON that nothing in it can end: no "<" at all, whatever the values.
+        assert all("<" not in block and json.loads(block) for block in page.data.values())
         assert page.all("img") == [] and "<script>alert" not in source and "<img src=x" not in source
         assert not any(key.startswith("on") for _, attrs in page.tags for key in attrs)
         if n < 3:  # the index lists ids, not decision types
@@ -53,6 +56,20 @@ def test_invisible_and_bidirectional_characters_are_shown_as_escapes(hostile: Ho
     assert "\u2028" not in chain_page and "\u202e" not in chain_page
     assert SEPARATOR.replace("\u2028", "\\u2028") in chain_page
     assert BIDI.replace("\u202e", "\\u202e") in chain_page
+    # In the data block too: a value the script shows holds the escape as text, not the character.
+    held = json.dumps(json.loads(Page(chain_page).data["chain-data"]), ensure_ascii=False)
+    assert "\u2028" not in held and "\u202e" not in held and "\\\\u202e" in held
+
+
+def test_a_data_block_shows_every_invisible_character_as_its_escape_and_cannot_be_closed() -> None:
+    hostile = ["a\x01b", "x\by\fz\r", "del\x7f", "\u2066\u061c", "</script><!--", "lit\\u0001", "tab\tnew\n", "&amp;"]
+    block = html.data_block("d", hostile)
+    page = Page(f"<body>{block}</body>")
+    assert page.scripts == [] and "<" not in page.data["d"]
+    # what the page's script reads is what esc() shows for the same values (tab and newline are kept)
+    shown = json.loads(page.data["d"])
+    assert shown == [html.esc(v).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&") for v in hostile]
+    assert shown[0] == "a\\u0001b" and shown[5] == "lit\\u0001" and shown[6] == "tab\tnew\n"
 
 
 def test_a_one_megabyte_value_is_cut_and_the_cut_is_counted(hostile: Hostile) -> None:

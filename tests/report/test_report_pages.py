@@ -37,10 +37,13 @@ def test_chain_page_shows_a_lane_per_agent_and_every_event_in_time_order(demo_da
     offsets = [e.offset for e in view.events]
     assert offsets == sorted(offsets) and offsets[0] == 0.0 and offsets[-1] == 100.0
     page = Page(html.chain_page(view))
-    text = " ".join(page.text)
-    assert cid in text and record_id in text
-    (decision,) = [d for d in page.all("details") if d.get("data-record") == record_id]
-    assert decision["class"] == "event decision"
+    assert cid in " ".join(page.text)
+    (decision,) = [d for d in page.all("div") if d.get("data-record") == record_id]
+    assert decision["class"] == "event decision" and decision["tabindex"] == "0"
+    # What each event holds is the page's data block, laid out by its script when the event opens.
+    details = json.loads(page.data["chain-data"])["details"]
+    assert details[decision["id"].removeprefix("ev-")][0] == f"decision {record_id}"
+    text = " ".join([*page.text, json.dumps(details, ensure_ascii=False)])
     # What the decision read, its model call, its action, and the gate's receipt of its commit.
     for shown in ("budget-v7", "budget_remaining", "10000", "gpt-x", "Invoice matches an approved PO", "rcpt-0001"):
         assert shown in text, shown
@@ -90,8 +93,11 @@ def test_a_page_written_to_a_file_links_nowhere_and_the_ui_links_each_page_to_th
         decision = model.decision_view(store, record_id)
     alone = Page(html.chain_page(view))
     assert [a["href"] for a in alone.all("a") if not str(a["href"]).startswith("#ev-")] == []
+    assert all(held[1] == "" for held in json.loads(alone.data["chain-data"])["details"].values())
     served = Page(html.chain_page(view, html.UiLinks()))
-    assert f"/decision/{record_id}" in [a["href"] for a in served.all("a")]
+    # an event's link to its decision is laid out with the rest of what it holds, when it opens
+    links = [held[1] for held in json.loads(served.data["chain-data"])["details"].values() if held[1]]
+    assert links == [f"/decision/{record_id}"]
     back = Page(html.decision_page(decision, html.UiLinks()))
     assert f"/chain/trade/{cid}" in [a["href"] for a in back.all("a")]
 
@@ -119,7 +125,8 @@ def test_past_the_detail_limit_events_show_one_line_and_the_page_says_so(
         view = model.chain_view(ReplayBuilder(store).build("trade", cid), store)
     assert [bool(e.sections) for e in view.events] == [True, True, False, False]
     page = Page(html.chain_page(view))
-    assert len(page.all("details")) == 2 and [d["id"] for d in page.all("div") if "plain" in str(d.get("class"))] == [
+    assert len([d for d in page.all("div") if "tabindex" in d]) == 2
+    assert [d["id"] for d in page.all("div") if "plain" in str(d.get("class"))] == [
         "ev-2",
         "ev-3",
     ]
@@ -134,4 +141,6 @@ def test_a_chains_last_event_sits_exactly_at_the_axis_end_even_when_division_rou
     last = first + dt.timedelta(seconds=2.950578)
     offsets = model._offsets([first, first + dt.timedelta(seconds=1), last, None])
     assert offsets[0] == 0.0 and offsets[2] == 100.0 and offsets[3] == 0.0
+    # 100.0 * 0.000029 / 0.000029 is 99.99999999999999: the last event still sits at the axis end.
+    assert model._offsets([first, first + dt.timedelta(microseconds=29)]) == [0.0, 100.0]
     assert all(0.0 <= o <= 100.0 for o in offsets)
