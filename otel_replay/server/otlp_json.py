@@ -20,16 +20,30 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay._json import strict_loads
 from otel_replay.errors import PayloadError
 
-__all__ = ["PayloadError", "message_to_json", "request_from_json", "request_from_obj", "request_to_obj"]
+__all__ = [
+    "PayloadError",
+    "logs_request_from_json",
+    "message_to_json",
+    "request_from_json",
+    "request_from_obj",
+    "request_to_obj",
+]
 
 _ID_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
-"""Fields of ``Span`` and ``Span.Link`` that OTLP/JSON spells as hex, not base64."""
-_HEX_ID_MESSAGES = frozenset({"opentelemetry.proto.trace.v1.Span", "opentelemetry.proto.trace.v1.Span.Link"})
+"""Fields of ``Span``, ``Span.Link`` and ``LogRecord`` that OTLP/JSON spells as hex, not base64."""
+_HEX_ID_MESSAGES = frozenset(
+    {
+        "opentelemetry.proto.trace.v1.Span",
+        "opentelemetry.proto.trace.v1.Span.Link",
+        "opentelemetry.proto.logs.v1.LogRecord",
+    }
+)
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
 """What protobuf's JSON parser would decode without dropping characters (standard or URL-safe alphabet)."""
 _INT32 = range(-(2**31), 2**31)
@@ -174,6 +188,21 @@ def request_from_json(data: bytes | str, *, where: str = "invalid JSON") -> Expo
     non-hex id). Never ``RecursionError`` or ``OverflowError``.
     """
     return request_from_obj(strict_loads(data, where=where))
+
+
+def logs_request_from_json(data: bytes | str, *, where: str = "invalid JSON") -> ExportLogsServiceRequest:
+    """Parse an OTLP/JSON logs document (``LogsData`` or an export request) as :func:`request_from_json` does."""
+    obj = strict_loads(data, where=where)
+    if not isinstance(obj, dict):
+        raise PayloadError("OTLP/JSON logs must be a JSON object with resourceLogs")
+    try:
+        _check(obj, ExportLogsServiceRequest.DESCRIPTOR, "request")
+    except RecursionError:
+        raise PayloadError("invalid OTLP/JSON: nested too deeply") from None
+    try:
+        return json_format.ParseDict(obj, ExportLogsServiceRequest(), ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise PayloadError(f"invalid OTLP/JSON: {_one_line(exc)}") from None
 
 
 def message_to_json(message: Message) -> bytes:
