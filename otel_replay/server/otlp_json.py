@@ -47,6 +47,8 @@ _HEX_ID_MESSAGES = frozenset(
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
 """What protobuf's JSON parser would decode without dropping characters (standard or URL-safe alphabet)."""
 _INT32 = range(-(2**31), 2**31)
+_STRICT_ENUMS = frozenset({"opentelemetry.proto.logs.v1.SeverityNumber"})
+"""Enums whose unknown names are refused (the parser, told to ignore unknown fields, would store 0 silently)."""
 _FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
 _FIELDS: dict[str, dict[str, FieldDescriptor]] = {}
 
@@ -146,6 +148,8 @@ def _check_enum(value: Any, field: FieldDescriptor, path: str) -> None:
         try:
             value = int(value)
         except ValueError:
+            if field.enum_type.full_name in _STRICT_ENUMS:
+                raise PayloadError(f"{path}: {value[:40]!r} is not a {field.enum_type.name} name or number") from None
             return  # not a number: the parser names it as an invalid enum value
     if isinstance(value, int) and value not in _INT32:
         raise PayloadError(f"{path}: enum value {value} is out of range")
