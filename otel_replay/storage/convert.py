@@ -353,7 +353,7 @@ def _batches(records: Iterator[bytes], limit: int = BATCH_BYTES) -> Iterator[byt
 
 
 def convert_segment(path: str, dataset: str, prefix: str) -> int:
-    """Convert one WAL segment to Parquet (idempotently); returns the rows written.
+    """Convert one WAL segment to Parquet (idempotently); returns the span rows written (log records go to ``logs/``).
 
     Holds an ``flock`` on the segment while converting, so a leftover converter
     of a killed server and the restarted one never write the same files at once.
@@ -370,7 +370,7 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
             writer.add_payload(payload)
         writer.flush()
         logs.flush()
-        return writer.rows_written + logs.rows_written
+        return writer.rows_written  # span rows: what the receiver counts as spans written
     finally:
         os.close(fd)
 
@@ -530,7 +530,7 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
         take_run()
         writer.flush()
         logs.flush()
-        report.rows = writer.rows_written + logs.rows_written
+        report.rows = writer.rows_written
         return report
     finally:
         os.close(fd)
