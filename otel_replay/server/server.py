@@ -5,7 +5,9 @@ grows with the bytes actually read and decoded, and a bounded WAL backlog;
 otherwise :class:`Overloaded`, i.e. 429 / RESOURCE_EXHAUSTED) -> decode ->
 :func:`~.convert.admit_spans` (drop spans with invalid ids or times that
 cannot be stored, reported as partial success) -> WAL append + fsync ->
-acknowledge.
+acknowledge. Log requests take the same path (:meth:`Receiver.accept_logs`,
+:func:`~otel_replay.storage.logs.admit_logs`) into the same WAL, wrapped so
+the converter writes them to ``<dataset>/logs/``.
 
 Background: the active WAL segment is sealed every ``flush_seconds`` (or when
 full, or when the converters are idle and it holds ``EARLY_SEAL_BYTES``);
