@@ -19,6 +19,7 @@ attributes are redacted, and a body is capped as captured content is
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -194,7 +195,11 @@ def body_json(value: Any) -> str:
     redaction left unparseable) is stored as a JSON string of its redacted,
     cut text, with a marker saying how much was cut.
     """
-    text = json.dumps(redact_value(value), ensure_ascii=False, separators=(",", ":"))
+    value = redact_value(value)
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # NaN or an infinity (OTLP doubles may be either): kept as text, so the body stays JSON
+        text = json.dumps(_finite(value), ensure_ascii=False, separators=(",", ":"))
     if len(text) <= MAX_CONTENT_CHARS:
         redacted = redact(text)
         try:
@@ -205,6 +210,17 @@ def body_json(value: Any) -> str:
     kept = redact(text[:SCAN_CHARS])
     cut = len(text) - MAX_CONTENT_CHARS
     return json.dumps(f"{kept[:MAX_CONTENT_CHARS]}…[{cut}+ chars cut]", ensure_ascii=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by its text (``"nan"``, ``"inf"``, ``"-inf"``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _attributes(kvs: Any) -> dict[str, Any]:

@@ -287,6 +287,9 @@ def test_grpc_logs_service_refuses_garbage_and_stores_a_good_request(serve: Rece
             call(b"\x0a\xff\xff\xff\xff\x0f garbage", timeout=10)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "malformed ExportLogsServiceRequest" in (refused.value.details() or "")
+        with pytest.raises(grpc.RpcError) as too_large:  # past the 4 MiB request limit
+            call(_request(_record("w" * (5 * MiB))).SerializeToString(), timeout=30)
+        assert too_large.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         bad_id = _record("bad", trace_id=b"\x01" * 3)
         response = call(_request(_record("via grpc"), bad_id, service="grpc-raw").SerializeToString(), timeout=10)
     assert response.partial_success.rejected_log_records == 1
