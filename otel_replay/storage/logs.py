@@ -41,6 +41,8 @@ from otel_replay.location import resolve
 from otel_replay.redaction import MAX_CONTENT_CHARS, SCAN_CHARS, redact, redact_value
 
 __all__ = [
+    "CHUNK_BYTES",
+    "CHUNK_ROWS",
     "EVENT_NAME_ATTRIBUTE",
     "LOGS_TAG",
     "LogAdmission",
@@ -58,6 +60,10 @@ EVENT_NAME_ATTRIBUTE = "event.name"
 """The attribute older SDKs carry an event's name in (newer ones fill the LogRecord's ``event_name``)."""
 _DAY_NS = 86_400 * 1_000_000_000
 _DATE = "date"
+CHUNK_ROWS = 100_000
+"""Log rows per output chunk (per date), as for spans; the same records always give the same chunks."""
+CHUNK_BYTES = 128 * 1024 * 1024
+"""Arrow bytes collected before a chunk is written (whichever of rows and bytes comes first)."""
 
 
 def _varint(value: int) -> bytes:
@@ -279,17 +285,21 @@ def logs_to_table(request: ExportLogsServiceRequest) -> pa.Table:
 class LogWriter:
     """Collect log row tables and write them as ``<prefix>-<chunk>.parquet`` per date under ``<dataset>/logs/``.
 
-    The same input gives the same files: one chunk per :meth:`flush`, named in order.
+    The same input gives the same files: a chunk is written once it holds ``chunk_rows`` rows or
+    :data:`CHUNK_BYTES` bytes, and at :meth:`flush`; chunks are named in order.
     """
 
-    def __init__(self, dataset: str | os.PathLike[str], prefix: str) -> None:
+    def __init__(self, dataset: str | os.PathLike[str], prefix: str, *, chunk_rows: int = CHUNK_ROWS) -> None:
         """Write under ``<dataset>/logs/date=*/``, names starting with ``prefix``."""
+        self.chunk_rows = chunk_rows
         self.location = resolve(dataset)
         self.logs_dir: Path | str = self.location.join(LOGS_DIR) if self.location.remote else Path(dataset) / LOGS_DIR
         self.prefix = prefix
         self.rows_written = 0
         self.paths: list[Path | str] = []
         self._tables: list[pa.Table] = []
+        self._rows = 0
+        self._bytes = 0
         self._chunk = 0
 
     def add_payload(self, payload: bytes) -> int:
@@ -298,6 +308,10 @@ class LogWriter:
         table = logs_to_table(request)
         if table.num_rows:
             self._tables.append(table)
+            self._rows += table.num_rows
+            self._bytes += table.nbytes
+            if self._rows >= self.chunk_rows or self._bytes >= CHUNK_BYTES:  # bounded: a chunk is written as it fills
+                self.flush()
         return table.num_rows
 
     def flush(self) -> None:
@@ -318,6 +332,6 @@ class LogWriter:
                 path = Path(self.logs_dir) / f"date={date}" / name
                 write_atomic(part, path)
                 self.paths.append(path)
-        self._tables = []
+        self._tables, self._rows, self._bytes = [], 0, 0
         self.rows_written += table.num_rows
         self._chunk += 1

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from otel_replay.redaction import MAX_CONTENT_CHARS
-from otel_replay.storage.logs import admit_logs, body_json, logs_to_table
+from otel_replay.storage.logs import LogWriter, admit_logs, body_json, logs_to_table
 
 _DAY = 86_400 * 10**9
 
@@ -83,3 +85,17 @@ def test_rows_carry_ids_event_names_and_dates() -> None:
     assert rows["body"] == [None, None] and rows["severity_number"] == [17, None]
     assert json.loads(rows["attributes"][0])["api_key"] == "[REDACTED]"
     assert rows["service_name"] == ["rows", "rows"]
+
+
+def test_chunks_are_bounded_and_named_the_same_every_time(tmp_path: Path) -> None:
+    payloads = [_request(LogRecord(time_unix_nano=_DAY + n)).SerializeToString() for n in range(5)]
+    for _ in range(2):  # converting the same records again rewrites the same files
+        writer = LogWriter(tmp_path, "seg", chunk_rows=2)
+        for payload in payloads:
+            writer.add_payload(payload)
+        writer.flush()
+        assert writer.rows_written == 5
+    files = sorted((tmp_path / "logs" / "date=1970-01-02").glob("*.parquet"))
+    assert [f.name for f in files] == ["seg-00000.parquet", "seg-00001.parquet", "seg-00002.parquet"]
+    assert [pq.read_metadata(f).num_rows for f in files] == [2, 2, 1]
+    assert pq.read_schema(files[0]).metadata[b"otel_replay.schema_version"] == b"1"
