@@ -21,6 +21,9 @@ __all__ = [
     "EVENT_TYPE",
     "LINK_TYPE",
     "COMPENSATIONS_DIR",
+    "LOGS_DIR",
+    "LOG_SCHEMA",
+    "LOG_SCHEMA_VERSION",
     "OUTCOMES_DIR",
     "PROMOTED_ARROW_TYPES",
     "SCHEMA_METADATA_KEY",
@@ -87,3 +90,33 @@ SPAN_SCHEMA = pa.schema(
     ],
     metadata={SCHEMA_METADATA_KEY: sc.SCHEMA_VERSION.encode()},
 )
+
+LOGS_DIR = "logs"
+"""The dataset's log record files: ``<dataset>/logs/date=YYYY-MM-DD/`` (by the record's time, else observed time)."""
+LOG_SCHEMA_VERSION = "1"
+"""The log records' own schema version, in each log file's footer under :data:`SCHEMA_METADATA_KEY`."""
+
+LOG_SCHEMA = pa.schema(
+    [
+        pa.field("time", _TS),
+        pa.field("observed_time", _TS),
+        pa.field("severity_number", pa.int32()),
+        pa.field("severity_text", pa.string()),
+        pa.field("body", pa.string()),
+        pa.field("attributes", pa.string()),
+        pa.field("event_name", pa.string()),
+        pa.field("trace_id", pa.string()),
+        pa.field("span_id", pa.string()),
+        pa.field("flags", pa.int64()),
+        pa.field("dropped_attributes_count", pa.int32()),
+        pa.field("service_name", pa.string()),
+        pa.field("resource_attributes", pa.string()),
+        pa.field("scope_name", pa.string()),
+        pa.field("scope_version", pa.string()),
+        pa.field("scope_attributes", pa.string()),
+    ],
+    metadata={SCHEMA_METADATA_KEY: LOG_SCHEMA_VERSION.encode()},
+)
+"""One row per OTLP log record (see docs/reference/schema.md): ``body`` and ``attributes`` are JSON text,
+redacted, ``body`` capped as captured content is; ids are lowercase hex (NULL when the record has none);
+``event_name`` is the record's ``event_name`` field, else its ``event.name`` attribute."""

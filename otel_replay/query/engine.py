@@ -33,6 +33,7 @@ from otel_replay.exporters.schema import SPAN_SCHEMA
 from otel_replay.location import Location, register_with
 from otel_replay.query.analyst import check_statements, close_off, table_rows
 from otel_replay.query.files import VANISHED, FileTriage, note_skipped
+from otel_replay.query.logs import define_log_views, log_files
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.side_index import Listing, indexed_and_tail, partition_listing
 from otel_replay.storage.tail_index import TailIndex
@@ -109,6 +110,7 @@ class Engine:
         self.skip_corrupt = skip_corrupt
         self.triage = FileTriage(location)
         self.files: list[str] = []
+        self.log_files: list[str] = []  # the dataset's log record files (the log_records view reads them)
         self.skipped: list[CorruptFileError] = []
         self._analyst: duckdb.DuckDBPyConnection | None = None
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
@@ -190,6 +192,8 @@ class Engine:
                 con.execute(load_sql("empty_source"))
             con.execute(load_sql("views"))
             con.execute(load_sql("contract_verdicts"))  # the governance evidence views, over `spans`
+            self.log_files = log_files(self.location)
+            define_log_views(con, self.log_files, load_sql("log_records"))  # log_records, genai_events
             if files:
                 self._point_at(con, files)
             if con is self._con:
@@ -237,7 +241,7 @@ class Engine:
             try:
                 self._define_views(con, self.files)
                 con.execute(load_sql("facts_views"))  # decision_facts, first_outcomes: computed from the spans here
-                close_off(con, self.files)
+                close_off(con, [*self.files, *self.log_files])
             except QueryError:
                 con.close()
                 raise

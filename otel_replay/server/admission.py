@@ -16,6 +16,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay.errors import Overloaded
@@ -170,6 +171,9 @@ class Intake(Protocol):
 
     def accept(self, request: ExportTraceServiceRequest) -> tuple[int, str]:
         """Make ``request``'s storable spans durable; returns (rejected spans, message)."""
+
+    def accept_logs(self, request: ExportLogsServiceRequest) -> tuple[int, str]:
+        """Make ``request``'s storable log records durable; returns (rejected log records, message)."""
 
     def reject(self, spans: int = 0, *, too_large: bool = False) -> None:
         """Count a request refused as malformed (or, with ``too_large``, over a size limit)."""

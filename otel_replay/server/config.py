@@ -110,6 +110,9 @@ class Metrics(CompactionCounters):
     spans_rejected_bad_count: int = 0
     spans_rejected_too_many_dates: int = 0
     spans_rejected_resource_too_large: int = 0
+    log_records_received: int = 0
+    log_records_accepted: int = 0
+    log_records_rejected: int = 0
     requests_rejected: int = 0
     requests_too_large: int = 0
     requests_shed: int = 0

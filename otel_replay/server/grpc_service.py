@@ -1,4 +1,7 @@
-"""OTLP/gRPC: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+"""OTLP/gRPC: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` and ``logs.v1.LogsService/Export``.
+
+The logs service shares everything below with the trace service (admission,
+inflation, bounds, status codes); its records are stored by ``accept_logs``.
 
 Status codes follow the OTLP specification: ``OK`` (with ``partial_success``
 when spans were dropped as invalid) only after the spans are durable,
@@ -49,6 +52,11 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -64,6 +72,7 @@ __all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailer
 
 _log = logging.getLogger("otel_replay.server")
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -110,11 +119,21 @@ class _Refused(Exception):
 
 
 class _TraceService:
+    request_type: Any = ExportTraceServiceRequest
+
     def __init__(self, receiver: Intake, pool: ThreadPoolExecutor) -> None:
         self.receiver = receiver
         self.pool = pool
 
-    async def export(self, raw: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
+    def _accept(self, request: Any) -> Any:
+        """Store a decoded request; the response to send (with a partial success when some were dropped)."""
+        rejected, message = self.receiver.accept(request)
+        if rejected:
+            partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
+            return ExportTraceServiceResponse(partial_success=partial)
+        return ExportTraceServiceResponse()
+
+    async def export(self, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         """``TraceService/Export`` on the message's bytes: charge them, then decode and store them in a worker thread.
 
         The handler runs only once the whole message has arrived, as a
@@ -130,7 +149,7 @@ class _TraceService:
             await context.abort(refusal.code, refusal.message, trailing_metadata=refusal.trailers)
             raise  # not reached: abort raises
 
-    async def _export(self, box: list[bytes | bytearray]) -> ExportTraceServiceResponse:
+    async def _export(self, box: list[bytes | bytearray]) -> Any:
         receiver = self.receiver
         try:
             wbits = _wbits(box[0])
@@ -157,7 +176,7 @@ class _TraceService:
             _log.error("otel-replay serve: WAL append failed: %s", exc)
             raise _Refused(grpc.StatusCode.UNAVAILABLE, f"cannot persist spans: {exc}") from None
 
-    def _store(self, box: list[bytes | bytearray], reservation: Reservation, wbits: int) -> ExportTraceServiceResponse:
+    def _store(self, box: list[bytes | bytearray], reservation: Reservation, wbits: int) -> Any:
         """Decode and store (a worker thread); ``box`` holds the only reference to the message's bytes.
 
         A compressed message (``wbits`` not 0) is inflated first, charged to
@@ -166,18 +185,15 @@ class _TraceService:
         receiver = self.receiver
         if wbits:
             box[0] = self._inflate(box[0], reservation, wbits)
+        kind = self.request_type
         try:
-            request = ExportTraceServiceRequest.FromString(box[0])
+            request = kind.FromString(box[0])
         except (DecodeError, RecursionError) as exc:
             receiver.reject()
             reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed ExportTraceServiceRequest: {reason}") from None
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"malformed {kind.__name__}: {reason}") from None
         box.clear()  # the bytes are no longer needed: free them while the request is stored
-        rejected, message = receiver.accept(request)
-        if rejected:
-            partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
-            return ExportTraceServiceResponse(partial_success=partial)
-        return ExportTraceServiceResponse()
+        return self._accept(request)
 
     def _inflate(self, compressed: bytes | bytearray, reservation: Reservation, wbits: int) -> bytearray:
         """Inflate a gzip or zlib message with OTLP/HTTP's step-wise inflater, then charge what decoding it will take.
@@ -218,6 +234,19 @@ class _TraceService:
             raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
         reservation.grow(max(0, charge - reservation.held))
         return body  # no copy: protobuf parses a bytearray
+
+
+class _LogsService(_TraceService):
+    """``LogsService/Export``: the same admission, inflation and bounds; records go to ``accept_logs``."""
+
+    request_type: Any = ExportLogsServiceRequest
+
+    def _accept(self, request: Any) -> Any:
+        rejected, message = self.receiver.accept_logs(request)
+        if rejected:
+            partial = ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
+            return ExportLogsServiceResponse(partial_success=partial)
+        return ExportLogsServiceResponse()
 
 
 class GrpcService:
@@ -269,7 +298,16 @@ class GrpcService:
             request_deserializer=None,  # the raw bytes: charged to the budget before they are decoded
             response_serializer=ExportTraceServiceResponse.SerializeToString,
         )
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
+        logs = _LogsService(service.receiver, service.pool)
+        export_logs = grpc.unary_unary_rpc_method_handler(
+            logs.export, request_deserializer=None, response_serializer=ExportLogsServiceResponse.SerializeToString
+        )
+        self.server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),
+                grpc.method_handlers_generic_handler(_LOGS_SERVICE, {"Export": export_logs}),
+            )
+        )
         try:
             bound = self.server.add_insecure_port(target)
         except RuntimeError as exc:

@@ -1,4 +1,8 @@
-"""OTLP/HTTP: ``POST /v1/traces`` plus ``GET /healthz`` and ``GET /metrics``.
+"""OTLP/HTTP: ``POST /v1/traces`` and ``POST /v1/logs`` plus ``GET /healthz`` and ``GET /metrics``.
+
+``/v1/logs`` takes an ``ExportLogsServiceRequest`` under the same rules,
+limits and replies as traces (an ``ExportLogsServiceResponse``, with
+``partialSuccess.rejectedLogRecords`` when records were dropped).
 
 Bodies are ``application/x-protobuf`` or ``application/json`` (OTLP/JSON),
 optionally ``Content-Encoding: gzip`` (every gzip member is read). Responses
@@ -40,6 +44,11 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2
 from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -58,13 +67,14 @@ from .admission import (
     decode_limit_error,
 )
 from .inflate import CHUNK, Reply, inflate_members
-from .otlp_json import message_to_json, request_from_json
+from .otlp_json import logs_request_from_json, message_to_json, request_from_json
 
 __all__ = ["HttpService"]
 
 _log = logging.getLogger("otel_replay.server")
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
+_PATHS = ("/v1/traces", "/v1/logs")
 _GRPC_CODES = {
     400: code_pb2.INVALID_ARGUMENT,
     404: code_pb2.NOT_FOUND,
@@ -267,8 +277,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _export(self, ctype: str) -> None:
         receiver = self.server.receiver
         config = receiver.config
-        if self.path.split("?", 1)[0] != "/v1/traces":
-            raise Reply(404, f"no such endpoint {self.path}; OTLP traces go to /v1/traces", close=True)
+        if self.path.split("?", 1)[0] not in _PATHS:
+            shown = self.path[:200].encode("ascii", "backslashreplace").decode()
+            raise Reply(404, f"no such endpoint {shown}; OTLP traces go to /v1/traces, logs to /v1/logs", close=True)
         if ctype not in (_PROTOBUF, _JSON):
             raise Reply(415, f"unsupported content type {ctype!r}; use {_PROTOBUF} or {_JSON}", close=True)
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
@@ -335,7 +346,9 @@ class _Handler(BaseHTTPRequestHandler):
             body += chunk
         return body
 
-    def _parse_and_accept(self, body: bytearray, as_json: bool) -> ExportTraceServiceResponse:
+    def _parse_and_accept(self, body: bytearray, as_json: bool) -> Message:
+        if self.path.split("?", 1)[0] == "/v1/logs":
+            return self._accept_logs(body, as_json)
         try:
             if as_json:
                 request = request_from_json(bytes(body))
@@ -354,6 +367,27 @@ class _Handler(BaseHTTPRequestHandler):
                 partial_success=ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
             )
         return ExportTraceServiceResponse()
+
+    def _accept_logs(self, body: bytearray, as_json: bool) -> ExportLogsServiceResponse:
+        try:
+            if as_json:
+                request = logs_request_from_json(bytes(body))
+            else:
+                request = ExportLogsServiceRequest()
+                request.ParseFromString(body)
+        except (DecodeError, PayloadError) as exc:
+            kind = "OTLP/JSON" if as_json else "protobuf"
+            reason = " ".join(str(exc).split())[:300]
+            raise Reply(400, f"malformed {kind} ExportLogsServiceRequest: {reason}") from None
+        except RecursionError:
+            raise Reply(400, "malformed ExportLogsServiceRequest: nested too deeply") from None
+        del body[:]
+        rejected, message = self.server.receiver.accept_logs(request)
+        if rejected:
+            return ExportLogsServiceResponse(
+                partial_success=ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
+            )
+        return ExportLogsServiceResponse()
 
 
 class _Server(ThreadingHTTPServer):

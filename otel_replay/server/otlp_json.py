@@ -20,19 +20,35 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay._json import strict_loads
 from otel_replay.errors import PayloadError
 
-__all__ = ["PayloadError", "message_to_json", "request_from_json", "request_from_obj", "request_to_obj"]
+__all__ = [
+    "PayloadError",
+    "logs_request_from_json",
+    "message_to_json",
+    "request_from_json",
+    "request_from_obj",
+    "request_to_obj",
+]
 
 _ID_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
-"""Fields of ``Span`` and ``Span.Link`` that OTLP/JSON spells as hex, not base64."""
-_HEX_ID_MESSAGES = frozenset({"opentelemetry.proto.trace.v1.Span", "opentelemetry.proto.trace.v1.Span.Link"})
+"""Fields of ``Span``, ``Span.Link`` and ``LogRecord`` that OTLP/JSON spells as hex, not base64."""
+_HEX_ID_MESSAGES = frozenset(
+    {
+        "opentelemetry.proto.trace.v1.Span",
+        "opentelemetry.proto.trace.v1.Span.Link",
+        "opentelemetry.proto.logs.v1.LogRecord",
+    }
+)
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
 """What protobuf's JSON parser would decode without dropping characters (standard or URL-safe alphabet)."""
 _INT32 = range(-(2**31), 2**31)
+_STRICT_ENUMS = frozenset({"opentelemetry.proto.logs.v1.SeverityNumber"})
+"""Enums whose unknown names are refused (the parser, told to ignore unknown fields, would store 0 silently)."""
 _FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
 _FIELDS: dict[str, dict[str, FieldDescriptor]] = {}
 
@@ -132,6 +148,8 @@ def _check_enum(value: Any, field: FieldDescriptor, path: str) -> None:
         try:
             value = int(value)
         except ValueError:
+            if field.enum_type.full_name in _STRICT_ENUMS:
+                raise PayloadError(f"{path}: {value[:40]!r} is not a {field.enum_type.name} name or number") from None
             return  # not a number: the parser names it as an invalid enum value
     if isinstance(value, int) and value not in _INT32:
         raise PayloadError(f"{path}: enum value {value} is out of range")
@@ -174,6 +192,21 @@ def request_from_json(data: bytes | str, *, where: str = "invalid JSON") -> Expo
     non-hex id). Never ``RecursionError`` or ``OverflowError``.
     """
     return request_from_obj(strict_loads(data, where=where))
+
+
+def logs_request_from_json(data: bytes | str, *, where: str = "invalid JSON") -> ExportLogsServiceRequest:
+    """Parse an OTLP/JSON logs document (``LogsData`` or an export request) as :func:`request_from_json` does."""
+    obj = strict_loads(data, where=where)
+    if not isinstance(obj, dict):
+        raise PayloadError("OTLP/JSON logs must be a JSON object with resourceLogs")
+    try:
+        _check(obj, ExportLogsServiceRequest.DESCRIPTOR, "request")
+    except RecursionError:
+        raise PayloadError("invalid OTLP/JSON: nested too deeply") from None
+    try:
+        return json_format.ParseDict(obj, ExportLogsServiceRequest(), ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise PayloadError(f"invalid OTLP/JSON: {_one_line(exc)}") from None
 
 
 def message_to_json(message: Message) -> bytes:

@@ -5,7 +5,9 @@ grows with the bytes actually read and decoded, and a bounded WAL backlog;
 otherwise :class:`Overloaded`, i.e. 429 / RESOURCE_EXHAUSTED) -> decode ->
 :func:`~.convert.admit_spans` (drop spans with invalid ids or times that
 cannot be stored, reported as partial success) -> WAL append + fsync ->
-acknowledge.
+acknowledge. Log requests take the same path (:meth:`Receiver.accept_logs`,
+:func:`~otel_replay.storage.logs.admit_logs`) into the same WAL, wrapped so
+the converter writes them to ``<dataset>/logs/``.
 
 Background: the active WAL segment is sealed every ``flush_seconds`` (or when
 full, or when the converters are idle and it holds ``EARLY_SEAL_BYTES``);
@@ -35,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay.capture.write_ahead import CAPTURE_PREFIX
@@ -52,6 +55,7 @@ from otel_replay.storage.convert import (
     salvage_segment,
     worker_init,
 )
+from otel_replay.storage.logs import admit_logs, wrap_logs
 from otel_replay.storage.wal import WAL_SUFFIX, Segment, WriteAheadLog
 
 from .admission import Overloaded, Reservation, release_free_memory
@@ -327,6 +331,27 @@ class Receiver:
             self.metrics.add(spans_accepted=result.accepted)
         message = result.message
         if len(message) > MAX_REPLY_MESSAGE:  # it quotes span names: a reply must not outgrow its request
+            message = message[:MAX_REPLY_MESSAGE] + f"... ({len(message) - MAX_REPLY_MESSAGE} more characters)"
+        return result.rejected, message
+
+    def accept_logs(self, request: ExportLogsServiceRequest) -> tuple[int, str]:
+        """Make ``request``'s storable log records durable (in the same WAL as spans); returns (rejected, message).
+
+        Bounds as for spans: :func:`~otel_replay.storage.logs.admit_logs` drops what cannot be stored (partial
+        success), and a request whose dates would take the segment past :data:`MAX_DATES_PER_SEGMENT` is shed.
+        """
+        result = admit_logs(request, max_dates=MAX_DATES_PER_REQUEST, max_shared_bytes=MAX_SHARED_BYTES_PER_REQUEST)
+        self._claim_dates(result.days)
+        self.metrics.add(
+            requests=1,
+            log_records_received=result.accepted + result.rejected,
+            log_records_rejected=result.rejected,
+        )
+        if result.accepted:
+            self.wal.append(wrap_logs(request.SerializeToString()))
+            self.metrics.add(log_records_accepted=result.accepted)
+        message = result.message
+        if len(message) > MAX_REPLY_MESSAGE:
             message = message[:MAX_REPLY_MESSAGE] + f"... ({len(message) - MAX_REPLY_MESSAGE} more characters)"
         return result.rejected, message
 

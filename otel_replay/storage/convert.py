@@ -36,6 +36,7 @@ from otel_replay.exporters.rows import (
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 from otel_replay.location import resolve
+from otel_replay.storage.logs import LogWriter, logs_payload
 from otel_replay.storage.wal import Gap, read_records, scan_records
 
 __all__ = [
@@ -352,7 +353,7 @@ def _batches(records: Iterator[bytes], limit: int = BATCH_BYTES) -> Iterator[byt
 
 
 def convert_segment(path: str, dataset: str, prefix: str) -> int:
-    """Convert one WAL segment to Parquet (idempotently); returns the rows written.
+    """Convert one WAL segment to Parquet (idempotently); returns the span rows written (log records go to ``logs/``).
 
     Holds an ``flock`` on the segment while converting, so a leftover converter
     of a killed server and the restarted one never write the same files at once.
@@ -364,12 +365,24 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         writer = ChunkWriter(dataset, prefix)
-        for payload in _batches(read_records(Path(path))):
+        logs = LogWriter(dataset, prefix)
+        for payload in _batches(_span_records(read_records(Path(path)), logs)):
             writer.add_payload(payload)
         writer.flush()
-        return writer.rows_written
+        logs.flush()
+        return writer.rows_written  # span rows: what the receiver counts as spans written
     finally:
         os.close(fd)
+
+
+def _span_records(records: Iterator[bytes], logs: LogWriter) -> Iterator[bytes]:
+    """The span records of a segment; its log records (see :mod:`.logs`) go to ``logs`` on the way."""
+    for record in records:
+        inner = logs_payload(record)
+        if inner is None:
+            yield record
+        else:
+            logs.add_payload(inner)
 
 
 @dataclass
@@ -444,6 +457,14 @@ def _salvage_record(payload: bytes, record: int, writer: ChunkWriter, report: Sa
         writer.add(table)
 
 
+def _salvage_logs(inner: bytes, record: int, logs: LogWriter, report: Salvage) -> None:
+    try:
+        logs.add_payload(inner)
+    except Exception as exc:  # noqa: BLE001 - the record is dropped, counted and named
+        report.records_dropped += 1
+        report.note(f"record {record}: log records cannot be stored ({type(exc).__name__}: {exc})")
+
+
 def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
     """Convert a quarantined segment in convert_segment's runs; a run that fails: record by record, span by span.
 
@@ -461,6 +482,7 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         writer = ChunkWriter(dataset, prefix)
+        logs = LogWriter(dataset, prefix)
         run: list[bytes] = []
         size = 0
         record = 0  # number of the run's first record
@@ -497,12 +519,17 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
                     )
                     report.note(f"bytes {payload.offset}-{payload.offset + payload.size}: damaged, {then}")
                 continue
+            inner = logs_payload(payload)
+            if inner is not None:  # log records: apart from the span runs, as convert_segment takes them
+                _salvage_logs(inner, record + len(run), logs, report)
+                continue
             if run and size + len(payload) > BATCH_BYTES:  # the runs _batches makes
                 take_run()
             run.append(payload)
             size += len(payload)
         take_run()
         writer.flush()
+        logs.flush()
         report.rows = writer.rows_written
         return report
     finally:

@@ -2,7 +2,8 @@
 
 Layout: ``<wal_dir>/<segment id>.wal``. A segment is a sequence of records,
 each ``<u32 length><u32 crc32>`` followed by the serialized
-``ExportTraceServiceRequest``. Segment ids are unique across restarts (time
+``ExportTraceServiceRequest`` (or a log request wrapped as field 2, see
+:mod:`otel_replay.storage.logs`). Segment ids are unique across restarts (time
 plus random suffix), so a segment's Parquet output can be named after it and
 rewritten idempotently. Only the active segment is appended to; after a crash
 every segment on disk is "sealed" and a torn tail record (never acknowledged,
@@ -96,6 +97,7 @@ SEAL_MARK = _HEADER.pack(0, zlib.crc32(b""))
 A reader that does not know it sees one empty request (no spans).
 """
 _REQUEST_TAG = 0x0A  # every record is an ExportTraceServiceRequest with spans: field 1, length-delimited, first
+_LOGS_TAG = 0x12  # ... or a log request wrapped as field 2 (otel_replay.storage.logs.wrap_logs): one field, whole
 _MAX_WALK = 16
 _CANDIDATE_COST = 64
 """Resync work charged per candidate offset examined (a ``find``, a header, up to :data:`_MAX_WALK` field steps)."""
@@ -116,6 +118,9 @@ def _requests_fill(data: bytes | mmap.mmap, at: int, end: int) -> bool:
     A cheap pre-check before a candidate's checksum: a request holds nothing
     else at its top level (past ``_MAX_WALK`` of them the checksum decides).
     """
+    if at < end and data[at] == _LOGS_TAG:  # a wrapped log request: one field that ends where the record does
+        length, inner = _varint(data, at + 1, end)
+        return inner + length == end
     for _ in range(_MAX_WALK):
         if at == end:
             return True
@@ -175,12 +180,17 @@ def _next_record(data: bytes | mmap.mmap, offset: int, size: int) -> int | None:
     It gives up once it has spent its budget (see :data:`_RESYNC_BUDGET_FACTOR`).
     """
     budget = _RESYNC_BUDGET_FACTOR * (size - offset) + _RESYNC_BUDGET_FLOOR
-    tag = bytes((_REQUEST_TAG,))
+    tags = (bytes((_REQUEST_TAG,)), bytes((_LOGS_TAG,)))
     at = offset + 1 + _HEADER.size  # a candidate's payload starts 8 bytes after it, with the request tag
+    found = [data.find(tag, at) for tag in tags]  # the next offset of each tag (-1: none left)
     while budget > 0:
-        at = data.find(tag, at)
-        if at < 0:
+        for i, tag in enumerate(tags):
+            if 0 <= found[i] < at:  # consumed: look again from here (each tag's search moves forward only)
+                found[i] = data.find(tag, at)
+        ahead = [f for f in found if f >= 0]
+        if not ahead:
             return None
+        at = min(ahead)
         budget -= _CANDIDATE_COST
         candidate = at - _HEADER.size
         length, _ = _HEADER.unpack_from(data, candidate)

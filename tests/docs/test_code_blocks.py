@@ -336,7 +336,7 @@ def test_the_cli_recipe_runs_in_the_duckdb_cli(where: str, code: str, demo: Path
 _BUILDING_BLOCKS = {
     "source.sql", "views.sql", "facts_views.sql", "source_current.sql", "empty_source.sql", "facts_source.sql",
     "facts_none.sql", "facts_extract.sql", "facts_input.sql", "probe_file.sql", "chains/trade.spark.sql",
-    "contract_verdicts.sql",
+    "contract_verdicts.sql", "log_records.sql",
 }
 _SHIPPED = sorted(
     q.relative_to(QUERIES).as_posix()

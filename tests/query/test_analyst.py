@@ -193,6 +193,7 @@ DEFINITIONS = (  # files that define views and sources: not queries an analyst r
     "facts_none",
     "facts_input",
     "contract_verdicts",
+    "log_records",
 )
 AUDIT_EVENTS = ["invoice_received", "budget_revised", "payment_reversed"]
 

@@ -19,7 +19,7 @@ def check_pipelines(config: dict[str, Any], defined: dict[str, dict[str, Any]]) 
     pipelines = config["service"]["pipelines"]
     assert pipelines
     for name, pipeline in pipelines.items():
-        assert name.split("/")[0] == "traces"
+        assert name.split("/")[0] in ("traces", "logs")
         assert pipeline["receivers"] and pipeline["exporters"]
         for kind in KINDS:
             for component in pipeline.get(kind, []):
@@ -45,6 +45,13 @@ def test_main_pipeline_points_at_serve_defaults() -> None:
     assert "batch" in config["processors"]
     grpc_in = config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
     assert grpc_in != exporter["endpoint"]  # the collector does not listen on serve's port
+
+
+def test_logs_go_to_serve_beside_the_traces() -> None:
+    config = yaml.safe_load(CONFIG.read_text())
+    pipelines = config["service"]["pipelines"]
+    assert pipelines["logs"]["exporters"] == pipelines["traces"]["exporters"] == ["otlp/otel-replay"]
+    assert pipelines["logs"]["receivers"] == ["otlp"]
 
 
 @pytest.mark.parametrize("block", ["file-tee", "loadbalancing"])
