@@ -170,6 +170,8 @@ def test_otlp_json_logs_with_hex_ids(serve: Receiver) -> None:
                                 "severityText": "INFO",
                                 "eventName": "gen_ai.user.message",
                                 "body": _KV_BODY,
+                                # the deprecated name the contrib instrumentor still sends by default
+                                "attributes": [{"key": "gen_ai.system", "value": {"stringValue": "openai"}}],
                                 "traceId": "5b8efff798038103d269b633813fc60c",
                                 "spanId": "eee19b7ec3c1b174",
                             }
@@ -185,6 +187,9 @@ def test_otlp_json_logs_with_hex_ids(serve: Receiver) -> None:
     assert row["trace_id"] == "5b8efff798038103d269b633813fc60c" and row["span_id"] == "eee19b7ec3c1b174"
     assert row["severity_number"] == 9 and row["event_name"] == "gen_ai.user.message"
     assert json.loads(row["body"]) == {"content": "q"}
+    with otel_replay.open(_dataset(serve)) as store:
+        events = store.rows("SELECT provider FROM genai_events WHERE service_name = 'json-logs'")
+    assert events == [{"provider": "openai"}]
 
 
 _LOG = {"timeUnixNano": "1", "body": {"stringValue": "x"}}
