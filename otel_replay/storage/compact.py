@@ -347,7 +347,7 @@ def _write_groups(
         repeated: pa.Table | None = None
         seen = Seen()
         for b, batch in enumerate(batches):
-            table = read_files(batch, workers=workers, rows=sum(counts[path] for path in batch))
+            table = read_files(batch, workers=workers)
             if scan is not None and repeated is None:
                 repeated = scan.result()
             step("read")

@@ -33,7 +33,6 @@ from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.location import Location, register_with
 
-from .compact_duck import duck_read
 from .compact_footer import footer_head
 from .facts import facts_of_index
 from .manifest import (
@@ -226,7 +225,6 @@ class Workers:
     """
 
     def __init__(self, threads: int) -> None:
-        self.threads = threads
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="otel-replay-compact") if threads > 1 else None
 
     def submit(self, fn: Callable[A, R], /, *args: A.args, **kwargs: A.kwargs) -> Future[R]:
@@ -634,17 +632,11 @@ GATHER_ROWS = 65_536
 
 
 def read_files(
-    paths: Sequence[Path | str],
-    location: Location | None = None,
-    workers: Workers | None = None,
-    rows: int | None = None,
+    paths: Sequence[Path | str], location: Location | None = None, workers: Workers | None = None
 ) -> pa.Table:
-    """The rows of ``paths`` (one schema) as one contiguous table.
+    """The rows of ``paths`` (one schema) as one contiguous table, read file by file.
 
-    Local files are read by one DuckDB scan (:func:`~.compact_duck.duck_read`)
-    when its answer is exactly the files' ``rows`` (their footers' count) in
-    the group's schema; otherwise, and on an object store, file by file:
-    at most :data:`READ_AHEAD` files are being read at once, and the files
+    At most :data:`READ_AHEAD` files are being read at once, and the files
     read are gathered into contiguous pieces (:data:`GATHER_FILES` files,
     then :data:`GATHER_ROWS` rows): memory is the batch plus a few files,
     whatever the number of files (a batch of 20,000 small files is neither
@@ -653,10 +645,6 @@ def read_files(
     """
     workers = workers or Workers(1)
     # No name here may keep the chunked table: _contiguous frees its chunks column by column.
-    if location is None:
-        scanned = duck_read(paths, rows, workers.threads)
-        if scanned is not None:
-            return _contiguous(scanned, workers)
     return _contiguous(_load(paths, location, workers), workers)
 
 
@@ -767,6 +755,7 @@ def _contiguous(table: pa.Table, workers: Workers) -> pa.Table:
     return pa.Table.from_arrays([futures[i].result() for i in range(len(schema))], schema=schema)
 
 
+
 def swapped_manifest(
     manifest: Manifest,
     generation: int,
@@ -796,3 +785,4 @@ def swapped_manifest(
         rows=sum(rows for _, rows in written),
         pending={k: at for k, at in manifest.pending.items() if k != token},
     )
+

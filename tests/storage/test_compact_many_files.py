@@ -29,7 +29,6 @@ def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_da
     path, figures = _many(make_dataset)
     inputs = live_files(path)
     assert len(inputs) >= 1000
-    monkeypatch.setattr(compact_module, "duck_read", lambda *_args: None)  # the file-by-file read (S3's, fallback)
     watch = ReadWatch(monkeypatch)
     report = compact(path, grace_seconds=0, threads=2)
     assert sorted(watch.read) == sorted(inputs)  # every file read once, on its own
