@@ -323,7 +323,8 @@ def _visible(names: Iterable[str], manifest: Manifest | None) -> list[str]:
         if name.endswith(".parquet")
         and not name.startswith(".")
         and name not in superseded
-        and (name in listed or output_token(name) not in pending)
+        # no run pending (the usual case): no name to parse for a run's token (every lookup lists every name)
+        and (not pending or name in listed or output_token(name) not in pending)
     )
 
 
@@ -338,7 +339,8 @@ def unnamed_compacted(names: Iterable[str], manifest: Manifest | None) -> list[s
     return sorted(
         name
         for name in names
-        if is_compacted_name(name)
+        if name.startswith("compact-g")  # what the pattern starts with: most names are arrivals, never matched
+        and is_compacted_name(name)
         and name not in listed
         and name not in superseded
         and output_token(name) not in pending
