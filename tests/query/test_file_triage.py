@@ -83,7 +83,8 @@ def test_the_same_footer_tail_gives_the_same_keys_and_a_forged_tail_gives_none(s
     assert all(k for k in keys)  # one writer: every file's tail is the known one, and each its own keys
     assert len(set(keys)) == len(files)
     trace = pq.read_table(files[0], columns=["trace_id"]).column(0)[0].as_py()
-    assert id_key("trace_id", trace) in keys[0]
+    first = keys[0]
+    assert first is not None and id_key("trace_id", trace) in first
     data = files[1].read_bytes()
     length = int.from_bytes(data[-8:-4], "little")
     footer = data[-8 - length : -8]
