@@ -89,6 +89,9 @@ def main() -> int:
             day, spans=spans, ids=args.files, days=1, rows_per_file=args.rows_per_file, duplicates=0.001, seed=7
         )
         print("generated", json.dumps(made))
+        (args.dir / "generated.json").write_text(json.dumps({"files": args.files, **made}))
+    elif (args.dir / "generated.json").exists():  # the chain id comes from the ids the day was made with
+        args.files = json.loads((args.dir / "generated.json").read_text())["files"]
     files = sum(1 for _ in (day / "spans").rglob("*.parquet"))
     size = sum(p.stat().st_size for p in (day / "spans").rglob("*.parquet"))
     print(f"{files} files, {size / 2**20:.0f} MiB; load average {os.getloadavg()[0]:.2f}")

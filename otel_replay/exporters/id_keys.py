@@ -179,11 +179,30 @@ def _text(data: bytes, at: int) -> tuple[bytes, int]:
     return data[at : at + length], at + length
 
 
+_KNOWN_TAILS: dict[bytes, bool] = {}
+"""Verdicts of :func:`_tail_after` by the tail's bytes: one writer's files share it (their schema, name, orders)."""
+_KNOWN_TAILS_MAX = 64
+
+
 def _tail_after(footer: bytes, at: int) -> bool:
     """Whether ``footer`` from ``at`` is exactly: known key-value pairs, the writer's name, column orders, the end.
 
-    ``at`` is just past the keys' pair (its closing stop byte included).
+    ``at`` is just past the keys' pair (its closing stop byte included). The
+    verdict depends on those bytes alone, so it is kept for the next footer
+    that ends the same way (a day of small files from one writer: one walk).
     """
+    tail = footer[at:]
+    known = _KNOWN_TAILS.get(tail)
+    if known is None:
+        known = _walk_tail(tail)
+        if len(_KNOWN_TAILS) < _KNOWN_TAILS_MAX:
+            _KNOWN_TAILS[tail] = known
+    return known
+
+
+def _walk_tail(footer: bytes) -> bool:
+    """:func:`_tail_after` of ``footer`` from its first byte, walked."""
+    at = 0
     while at < len(footer) and footer[at] == 0x18 and footer[at + 1 : at + 2] != b"\x00":
         key, after = _text(footer, at + 1)
         allowed = _FOLLOWERS.get(key)

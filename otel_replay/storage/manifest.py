@@ -323,7 +323,8 @@ def _visible(names: Iterable[str], manifest: Manifest | None) -> list[str]:
         if name.endswith(".parquet")
         and not name.startswith(".")
         and name not in superseded
-        and (name in listed or output_token(name) not in pending)
+        # no run pending (the usual case): no name to parse for a run's token (every lookup lists every name)
+        and (not pending or name in listed or output_token(name) not in pending)
     )
 
 
@@ -338,7 +339,8 @@ def unnamed_compacted(names: Iterable[str], manifest: Manifest | None) -> list[s
     return sorted(
         name
         for name in names
-        if is_compacted_name(name)
+        if name.startswith("compact-g")  # what the pattern starts with: most names are arrivals, never matched
+        and is_compacted_name(name)
         and name not in listed
         and name not in superseded
         and output_token(name) not in pending
@@ -577,21 +579,20 @@ def live_files(dataset: str | os.PathLike[str] | Location, *, missing: list[str]
 
 
 def _loose_files(root: Path) -> tuple[list[str], list[str]]:
-    """(Parquet files under ``root`` outside partitions, those inside a date= folder nested in another folder)."""
-    for attempt in range(3):
-        loose: list[str] = []
-        nested: list[str] = []
-        try:
-            for path in root.rglob("*.parquet"):
-                if path.name.startswith("."):
-                    continue
-                if not looks_like_partition(path.parent.name):
-                    loose.append(str(path))
-                elif path.parent.parent != root:
-                    nested.append(str(path))
-        except FileNotFoundError:  # a partition dropped by retention while it was walked: walk again
-            if attempt == 2:
-                raise
+    """(Parquet files under ``root`` outside partitions, those inside a date= folder nested in another folder).
+
+    The files of the partitions right under ``root`` are listed through their
+    manifests, so they are walked past by name only (a day of 20,000 small
+    files made a path object of each here); their subfolders are still walked.
+    """
+    top = str(root)
+    loose: list[str] = []
+    nested: list[str] = []
+    for folder, _subfolders, names in os.walk(top):  # a folder removed while walked is skipped, not an error
+        in_partition = looks_like_partition(os.path.basename(folder))
+        if in_partition and os.path.dirname(folder) == top:
             continue
-        return loose, nested
-    raise AssertionError("unreachable")
+        for name in names:
+            if name.endswith(".parquet") and not name.startswith("."):
+                (nested if in_partition else loose).append(os.path.join(folder, name))
+    return loose, nested

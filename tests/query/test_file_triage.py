@@ -1,0 +1,93 @@
+"""The check at open reads each small file once: damaged files among many are named, footers past one read are found."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from otel_replay.errors import CorruptFileError
+from otel_replay.exporters.id_keys import footer_keys, id_key
+from otel_replay.location import resolve
+from otel_replay.query.files import FileTriage, footer_value
+
+from ..storage.conftest import load_generator
+
+
+@pytest.fixture
+def small_day(tmp_path: Path) -> Path:
+    """A dataset of 40 files of 5 spans, one flush per file (what many short-lived writers leave)."""
+    path = tmp_path / "ds"
+    load_generator().generate(path, spans=200, ids=40, days=1, rows_per_file=5, duplicates=0.0, seed=5)
+    return path
+
+
+def _files(dataset: Path) -> list[Path]:
+    return sorted((dataset / "spans").rglob("*.parquet"))
+
+
+def test_damaged_files_among_many_are_each_named_and_the_rest_keep_their_keys(small_day: Path) -> None:
+    files = _files(small_day)
+    truncated, garbage, lying, short = files[3], files[10], files[20], files[30]
+    data = truncated.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])  # a writer killed mid-file (no tail magic)
+    garbage.write_bytes(b"PAR1" + os.urandom(3000) + b"PAR1")  # magic at both ends, a footer length that is noise
+    body = bytearray(lying.read_bytes())
+    body[-8:-4] = (len(body) + 1).to_bytes(4, "little")  # a footer longer than the file
+    lying.write_bytes(bytes(body))
+    short.write_bytes(b"PAR1PAR1")
+    triage = FileTriage(resolve(small_day))
+    good, skipped, vanished = triage.live(set(), skip_corrupt=True)
+    named = {Path(problem.path).name: str(problem) for problem in skipped}
+    assert set(named) == {p.name for p in (truncated, garbage, lying, short)}
+    assert "no Parquet magic" in named[truncated.name]
+    assert "does not fit" in named[lying.name]
+    assert "too short" in named[short.name]
+    assert not vanished and len(good) == len(files) - 4
+    # Every readable file keeps the keys its footer carries, as a parse of the footer gives them.
+    for path in good:
+        footer = pq.ParquetFile(path).metadata.metadata or {}
+        assert triage.footer_keys[path][1] == footer_keys_of(Path(path))
+        assert b"otel_replay.id_keys" in footer
+    with pytest.raises(CorruptFileError, match=truncated.name):
+        FileTriage(resolve(small_day)).live(set(), skip_corrupt=False)
+
+
+def footer_keys_of(path: Path) -> frozenset[int] | None:
+    """The keys of ``path``'s footer, read with seeks the plain way (the reference for the one-read path)."""
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    return footer_keys(data[-8 - length : -8])
+
+
+def test_a_footer_longer_than_one_read_is_read_whole(tmp_path: Path, small_day: Path) -> None:
+    source = _files(small_day)[0]
+    table = pq.read_table(source)
+    metadata = dict(table.schema.metadata or {})
+    metadata[b"padding"] = b"x" * 200_000  # a footer of ~200 KB, beyond the one read of a file's end
+    big = source.parent / "part-padded.parquet"
+    pq.write_table(table.replace_schema_metadata(metadata), big)
+    triage = FileTriage(resolve(small_day))
+    assert triage.check(str(big)) is None
+    data = big.read_bytes()
+    footer = data[-8 - int.from_bytes(data[-8:-4], "little") : -8]
+    assert len(footer) > 64 * 1024
+    assert footer_value(footer, b"padding") == b"x" * 200_000
+
+
+def test_the_same_footer_tail_gives_the_same_keys_and_a_forged_tail_gives_none(small_day: Path) -> None:
+    files = _files(small_day)
+    keys = [footer_keys_of(p) for p in files]
+    assert all(k for k in keys)  # one writer: every file's tail is the known one, and each its own keys
+    assert len(set(keys)) == len(files)
+    trace = pq.read_table(files[0], columns=["trace_id"]).column(0)[0].as_py()
+    first = keys[0]
+    assert first is not None and id_key("trace_id", trace) in first
+    data = files[1].read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - length : -8]
+    forged = footer[:-2] + b"\x01" + footer[-1:]  # the last column order's bytes changed: not this writer's tail
+    assert footer_keys(forged) is None
+    assert footer_keys(footer) == keys[1]
