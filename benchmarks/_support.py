@@ -1,4 +1,5 @@
-"""Pieces the benchmark scripts share: the dataset generator and a local S3-compatible server.
+"""Pieces the benchmark scripts share: the dataset generator, a local S3-compatible server, a span
+provider that keeps nothing, the openai client's HTTP library and the package as of a git revision.
 
 The scripts run as ``python benchmarks/bench_x.py``, so this folder is first on
 ``sys.path`` and they import this module by its plain name.
@@ -10,11 +11,56 @@ import contextlib
 import importlib.util
 import os
 import socket
-from collections.abc import Iterator
+import subprocess
+import tarfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+class _Discard(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def null_provider() -> TracerProvider:
+    """An SDK provider whose spans go through a SimpleSpanProcessor to an exporter that keeps nothing."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_Discard()))
+    return provider
+
+
+def openai_http() -> Any:
+    """The openai client's own HTTP library (openai 3 ships on ``httpx2``)."""
+    try:
+        import httpx2  # imported here: present only with openai 3, the fallback below otherwise
+
+        return httpx2
+    except ImportError:
+        import httpx
+
+        return httpx
+
+
+def package_at(base: str, into: Path) -> Path | None:
+    """The package as of git revision ``base`` under ``into`` (``git archive``), or None when git cannot give it."""
+    try:
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", base, "otel_replay"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = into / "archive.tar"
+    path.write_bytes(archive)
+    with tarfile.open(path) as tar:
+        tar.extractall(into, filter="data")
+    return into
 
 
 def generator() -> Any:

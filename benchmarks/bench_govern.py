@@ -28,12 +28,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _support import null_provider, openai_http, package_at
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "s5-start"
@@ -70,31 +71,6 @@ def write_contracts(directory: Path) -> Path:
     return directory
 
 
-def _httpx() -> Any:
-    """The openai client's own HTTP library (openai 3 ships on ``httpx2``)."""
-    try:
-        import httpx2
-
-        return httpx2
-    except ImportError:
-        import httpx
-
-        return httpx
-
-
-def _null_provider() -> Any:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-
-    class Null(SpanExporter):
-        def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(Null()))
-    return provider
-
-
 def _paired(bare: Callable[[], Any], governed: Callable[[], Any], calls: int) -> dict[str, float]:
     """Median µs of each, and the median of the pairs' differences (governed minus bare)."""
     for _ in range(min(30, calls)):
@@ -127,8 +103,8 @@ def worker(calls: int, server: bool) -> dict[str, dict[str, float]]:
     from otel_replay.contracts.store import MemoryStateStore
     from otel_replay.instrumentation import OpenAIInstrumentor, scripted
 
-    httpx = _httpx()
-    provider = _null_provider()
+    httpx = openai_http()
+    provider = null_provider()
     reply = scripted.chat_completion(None, model="gpt-bench", tool_calls=CALLS)
     live = scripted.ScriptedServer(default=reply, keep=False).start() if server else None
     contracts = write_contracts(Path(tempfile.mkdtemp(prefix="bench-govern-")) / "contracts")
@@ -167,21 +143,6 @@ def worker(calls: int, server: bool) -> dict[str, dict[str, float]]:
     return results
 
 
-def _extract(base: str, into: Path) -> Path | None:
-    """The package as of ``base`` under ``into`` (``git archive``), or None when git cannot give it."""
-    try:
-        archive = subprocess.run(
-            ["git", "archive", "--format=tar", base, "otel_replay"], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    path = into / "archive.tar"
-    path.write_bytes(archive)
-    with tarfile.open(path) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _run(tree: Path, calls: int, server: bool) -> dict[str, dict[str, float]]:
     """A worker round with ``tree``'s package first on the path; its figures."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -213,7 +174,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this": ROOT}
         if options.base:
-            base = _extract(options.base, Path(tmp))
+            base = package_at(options.base, Path(tmp))
             if base is None:
                 print(f"(no peer: git cannot archive {options.base})")
             else:

@@ -41,6 +41,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from _support import null_provider, openai_http
+
 MODES: dict[str, str] = {
     "none": "uninstrumented",
     "otel_replay": "otel-replay OpenAIInstrumentor",
@@ -58,33 +60,6 @@ QUIET_CONTENT = {
     "OPENINFERENCE_HIDE_OUTPUTS": "true",
     "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
 }
-
-
-
-def _httpx() -> Any:
-    """The openai client's own HTTP library (openai 3 ships on ``httpx2``)."""
-    try:
-        import httpx2
-
-        return httpx2
-    except ImportError:
-        import httpx
-
-        return httpx
-
-
-def _null_provider() -> Any:
-    """An SDK provider whose spans go through a SimpleSpanProcessor to an exporter that keeps nothing."""
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-
-    class Null(SpanExporter):
-        def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(Null()))
-    return provider
 
 
 def _instrumentor(mode: str) -> Any:
@@ -120,12 +95,12 @@ def worker(mode: str, calls: int, blocks: int) -> dict[str, list[float]]:
     """Run in a child process: time plain and streamed chat calls under ``mode``; µs per call per block."""
     import openai
 
-    httpx = _httpx()
+    httpx = openai_http()
     from opentelemetry import trace
 
     from otel_replay.instrumentation import scripted
 
-    provider = _null_provider()
+    provider = null_provider()
     trace.set_tracer_provider(provider)
     instrumentor = _instrumentor(mode)
     if instrumentor is not None:
@@ -228,7 +203,7 @@ def micro(batch: int, blocks: int, warmup: int, cpu: bool = False) -> dict[str, 
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    httpx = _httpx()
+    httpx = openai_http()
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -236,7 +211,7 @@ def micro(batch: int, blocks: int, warmup: int, cpu: bool = False) -> dict[str, 
 
     from otel_replay.instrumentation import OpenAIInstrumentor, scripted
 
-    provider = _null_provider()
+    provider = null_provider()
     tracer = provider.get_tracer("bench.floor")
     plain_reply = scripted.chat_completion("ok")
     stream_reply = scripted.chat_stream(["a", "b", "c"], usage=(3, 2))

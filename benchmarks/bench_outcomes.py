@@ -38,12 +38,13 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from _support import package_at
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "s5-start"
@@ -149,21 +150,6 @@ def _run(tree: Path, *args: str) -> Any:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def _extract(base: str, into: Path) -> Path | None:
-    """The package as of ``base`` under ``into`` (``git archive``), or None when git cannot give it."""
-    try:
-        archive = subprocess.run(
-            ["git", "archive", "--format=tar", base, "otel_replay"], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    path = into / "archive.tar"
-    path.write_bytes(archive)
-    with tarfile.open(path) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"load {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} cores"
@@ -187,7 +173,7 @@ def main() -> int:
 
     counts = [int(t) for t in opts.threads.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        base = _extract(opts.base, Path(tmp))
+        base = package_at(opts.base, Path(tmp))
         trees = {name: ROOT for name in VARIANTS}
         if base is None:
             print(f"(no peer: git cannot archive {opts.base})")

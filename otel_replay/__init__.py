@@ -58,6 +58,7 @@ from otel_replay.errors import (
     UntrustedRecord,
 )
 from otel_replay.exporters import ParquetSpanExporter
+from otel_replay.exporters.parquet import use_compactor
 from otel_replay.gate import ActionGate, GateOutcome, Rail, Receipt, ReferenceLedger
 from otel_replay.gate.execute import execute_verdict, replay_stored
 from otel_replay.gate.policy import FixAction, Policy, Verdict, load_policy, replay
@@ -88,6 +89,10 @@ from otel_replay.records import (
     SpanRef,
 )
 from otel_replay.rerun import Divergence, GateResult, RerunResult, recording, rerun
+from otel_replay.storage.background import BackgroundCompactor
+
+# The exporter sits below storage: it is handed the compactor its compact_every_seconds starts.
+use_compactor(BackgroundCompactor)
 
 __all__ = [
     "Action",

@@ -318,16 +318,22 @@ def _preconditions(reader: NodeReader, node: Node, refs: list[Reference], tool: 
     return _list_of(reader, node, "preconditions", one)
 
 
-def _output_condition(reader: NodeReader, node: Node, where: str) -> OutputCondition | Any:
-    """``{path, equals}``: a condition on the prior tool's output."""
-    entries = reader.mapping(node, where, ("path", "equals"))
+def _all_of(reader: NodeReader, node: Node, where: str, keys: tuple[str, ...]) -> dict[str, tuple[Node, Node]] | Any:
+    """A mapping of exactly ``keys``, every one given; each missing key is reported, and makes it ``INVALID``."""
+    entries = reader.mapping(node, where, keys)
     if entries is INVALID:
         return INVALID
     assert isinstance(entries, dict)
-    missing = [key for key in ("path", "equals") if key not in entries]
+    missing = [key for key in keys if key not in entries]
     for key in missing:
         reader.fail(node, f"{where}.{key}", "missing")
-    if missing:
+    return INVALID if missing else entries
+
+
+def _output_condition(reader: NodeReader, node: Node, where: str) -> OutputCondition | Any:
+    """``{path, equals}``: a condition on the prior tool's output."""
+    entries = _all_of(reader, node, where, ("path", "equals"))
+    if entries is INVALID:
         return INVALID
     path = _path(reader, entries["path"][1], f"{where}.path")
     equals = reader.plain(entries["equals"][1], f"{where}.equals")
@@ -609,14 +615,8 @@ def _limits(reader: NodeReader, node: Node, refs: list[Reference]) -> SessionLim
 def _loop(reader: NodeReader, node: Node) -> LoopDetection | Any:
     """``loop_detection: {window, threshold}``: threshold at least 2, window at least the threshold."""
     where = "session_limits.loop_detection"
-    entries = reader.mapping(node, where, ("window", "threshold"))
+    entries = _all_of(reader, node, where, ("window", "threshold"))
     if entries is INVALID:
-        return INVALID
-    assert isinstance(entries, dict)
-    missing = [key for key in ("window", "threshold") if key not in entries]
-    for key in missing:
-        reader.fail(node, f"{where}.{key}", "missing")
-    if missing:
         return INVALID
     window = reader.integer(entries["window"][1], f"{where}.window", minimum=1)
     threshold = reader.integer(entries["threshold"][1], f"{where}.threshold", minimum=2)

@@ -6,9 +6,10 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
@@ -22,13 +23,46 @@ from otel_replay.errors import ConfigError
 from .rows import spans_to_table
 from .writer import DatasetWriter, WriterStats
 
-__all__ = ["CompactionStats", "ParquetSpanExporter", "flush_exporters"]
+__all__ = [
+    "CompactionStats",
+    "Compactor",
+    "CompactorFactory",
+    "ParquetSpanExporter",
+    "flush_exporters",
+    "use_compactor",
+]
 
 _log = logging.getLogger(__name__)
 
 
 _LOGGED_PER_BATCH = 10
 _live: weakref.WeakSet[ParquetSpanExporter] = weakref.WeakSet()
+
+
+class Compactor(Protocol):
+    """The background compaction an exporter starts with ``compact_every_seconds`` and stops at shutdown."""
+
+    def start(self) -> None:
+        """Start compacting in the background."""
+
+    def stop(self) -> None:
+        """Stop; a run in progress finishes first."""
+
+
+CompactorFactory = Callable[[Path | str, float, int, CompactionCounters], Compactor]
+"""Makes a :class:`Compactor` from (dataset root, interval in seconds, rows held at most, counters)."""
+
+_factory: list[CompactorFactory] = []
+
+
+def use_compactor(factory: CompactorFactory) -> None:
+    """Install what ``compact_every_seconds`` starts.
+
+    Compaction lives in the storage layer, above this exporter, so the exporter
+    is handed it rather than importing it: importing :mod:`otel_replay` installs
+    :class:`otel_replay.storage.background.BackgroundCompactor`.
+    """
+    _factory[:] = [factory]
 
 
 def flush_exporters(timeout_millis: int = 30_000) -> bool:
@@ -135,11 +169,11 @@ class ParquetSpanExporter(SpanExporter):
                 f"compact_every_seconds={every!r} must be a number from 0 (off) to {settings.MAX_WAIT_SECONDS:g}"
             )
         self.compaction = CompactionStats()
-        self._compactor: Any = None
+        self._compactor: Compactor | None = None
         if every:
-            from otel_replay.storage.background import BackgroundCompactor  # start-up cost: compaction loads DuckDB
-
-            self._compactor = BackgroundCompactor(self.writer.location.root, every, 200_000, self.compaction)
+            if not _factory:
+                raise ConfigError("compact_every_seconds needs a compactor: import otel_replay first")
+            self._compactor = _factory[0](self.writer.location.root, every, 200_000, self.compaction)
             self._compactor.start()
         _live.add(self)
 

@@ -21,9 +21,12 @@ from otel_replay.records import Action
 
 __all__ = [
     "ANTHROPIC_TOOLS",
+    "BAD",
     "CHAT_TOOLS",
     "CLAUDE",
+    "GOOD",
     "GPT",
+    "HELLO",
     "REFUND_BOT",
     "RESPONSES_TOOLS",
     "Spans",
@@ -54,6 +57,13 @@ CHAT_TOOLS = [
 ]
 RESPONSES_TOOLS = [{"type": "function", "name": n, "parameters": p} for n, p in _SCHEMAS.items() if n != "send_survey"]
 ANTHROPIC_TOOLS = [{"name": n, "input_schema": p} for n, p in _SCHEMAS.items() if n != "send_survey"]
+
+HELLO = [{"role": "user", "content": "hi"}]
+"""The conversation every governed call sends: the scripted server answers whatever it is asked."""
+GOOD = {"customer_email": "ana@example.com"}
+"""``lookup_customer`` arguments its contract allows."""
+BAD = {"customer_email": "no address"}
+"""``lookup_customer`` arguments its contract blocks (not an e-mail address)."""
 
 
 _OPENED: list[Any] = []

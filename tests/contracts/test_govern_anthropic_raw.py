@@ -12,11 +12,7 @@ from otel_replay.contracts.session import govern
 from otel_replay.errors import ReplayContractError
 from otel_replay.instrumentation import scripted as s
 
-from .govern_support import ANTHROPIC_TOOLS, CLAUDE, REFUND_BOT, Spans, anthropic_client, decisions
-
-HELLO = [{"role": "user", "content": "hi"}]
-GOOD = {"customer_email": "ana@example.com"}
-BAD = {"customer_email": "no address"}
+from .govern_support import ANTHROPIC_TOOLS, BAD, CLAUDE, GOOD, HELLO, REFUND_BOT, Spans, anthropic_client, decisions
 
 
 def test_an_allowed_tool_use_comes_back_through_the_raw_response(spans: Spans) -> None:

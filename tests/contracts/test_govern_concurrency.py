@@ -21,12 +21,9 @@ from otel_replay.errors import ReplayContractError
 from otel_replay.gate import ActionGate, ReferenceLedger
 from otel_replay.instrumentation import scripted as s
 
-from .govern_support import CHAT_TOOLS, GPT, REFUND_BOT, Spans, executors, openai_client
+from .govern_support import CHAT_TOOLS, GOOD, GPT, HELLO, REFUND_BOT, Spans, executors, openai_client
 
-HELLO = [{"role": "user", "content": "hi"}]
-GOOD = {"customer_email": "ana@example.com"}
 LOOKUP = s.chat_completion(None, model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)])
-
 
 
 def test_two_sessions_on_two_clients_share_nothing(spans: Spans) -> None:

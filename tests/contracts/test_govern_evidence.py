@@ -32,7 +32,6 @@ SECRETS = {
 PROMPT = "my private story zq08prompt"
 
 
-
 @pytest.mark.parametrize("what", sorted(SECRETS))
 def test_each_secret_shape_issue_22_lists_is_redacted_by_the_one_engine(what: str) -> None:
     text, secret = SECRETS[what]

@@ -18,7 +18,9 @@ from .govern_support import (
     ANTHROPIC_TOOLS,
     CHAT_TOOLS,
     CLAUDE,
+    GOOD,
     GPT,
+    HELLO,
     REFUND_BOT,
     RESPONSES_TOOLS,
     Spans,
@@ -26,10 +28,6 @@ from .govern_support import (
     decisions,
     openai_client,
 )
-
-HELLO = [{"role": "user", "content": "hi"}]
-GOOD = {"customer_email": "ana@example.com"}
-
 
 
 @pytest.mark.parametrize(

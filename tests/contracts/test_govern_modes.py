@@ -18,9 +18,12 @@ from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
     ANTHROPIC_TOOLS,
+    BAD,
     CHAT_TOOLS,
     CLAUDE,
+    GOOD,
     GPT,
+    HELLO,
     REFUND_BOT,
     RESPONSES_TOOLS,
     Spans,
@@ -28,11 +31,6 @@ from .govern_support import (
     decisions,
     openai_client,
 )
-
-GOOD = {"customer_email": "ana@example.com"}
-BAD = {"customer_email": "no address"}
-HELLO = [{"role": "user", "content": "hi"}]
-
 
 
 def test_shadow_never_blocks_never_changes_state_and_reports_what_it_would_have_done(spans: Spans) -> None:

@@ -11,9 +11,7 @@ from otel_replay.contracts.session import govern
 from otel_replay.errors import ContractError, ReplayKillError
 from otel_replay.instrumentation import scripted as s
 
-from .govern_support import CHAT_TOOLS, GPT, REFUND_BOT, Spans, decisions, openai_client
-
-HELLO = [{"role": "user", "content": "hi"}]
+from .govern_support import CHAT_TOOLS, GPT, HELLO, REFUND_BOT, Spans, decisions, openai_client
 
 
 def _unreadable() -> s.Reply:

@@ -20,15 +20,14 @@ from .govern_support import (
     CHAT_TOOLS,
     CLAUDE,
     GPT,
+    HELLO,
     REFUND_BOT,
     Spans,
     anthropic_client,
     openai_client,
 )
 
-HELLO = [{"role": "user", "content": "hi"}]
 REFUND = {"customer_id": "C1", "amount": 1, "currency": "USD"}
-
 
 
 def _refund_reply() -> s.Reply:

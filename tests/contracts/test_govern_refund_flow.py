@@ -23,7 +23,6 @@ ORDER = {"order_id": "ORD-123"}
 REFUND = {"customer_id": "C42", "amount": 40.0, "currency": "USD"}
 
 
-
 @pytest.fixture
 def ledger() -> ReferenceLedger:
     return ReferenceLedger(balance=1000.0)

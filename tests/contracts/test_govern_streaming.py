@@ -19,9 +19,12 @@ from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
     ANTHROPIC_TOOLS,
+    BAD,
     CHAT_TOOLS,
     CLAUDE,
+    GOOD,
     GPT,
+    HELLO,
     REFUND_BOT,
     RESPONSES_TOOLS,
     Spans,
@@ -29,11 +32,6 @@ from .govern_support import (
     decisions,
     openai_client,
 )
-
-GOOD = {"customer_email": "ana@example.com"}
-BAD = {"customer_email": "no address"}
-HELLO = [{"role": "user", "content": "hi"}]
-
 
 
 def _chat_stream(server: s.ScriptedServer, spans: Spans, gate: str = "strip_blocked") -> Any:
@@ -362,17 +360,7 @@ def test_an_anthropic_tool_use_block_that_starts_with_its_input_and_has_no_delta
         "argument_value_invariants:\n  - path: $.amount\n    lte: 10\n    optional: true\n"
     )
     start = {"type": "tool_use", "id": "t1", "name": "note", "input": {"amount": 9999}}
-    events: list[tuple[str | None, Any]] = [
-        ("message_start", {"type": "message_start", "message": _claude_start()}),
-        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        (
-            "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
-        ),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+    with s.ScriptedServer([s.Reply(200, events=_one_tool_use(start, []))]) as server:
         session = govern(anthropic_client(server), contracts, gate="strip_blocked", tracer_provider=spans.provider)
         tools = [{"name": "note", "input_schema": {"type": "object"}}]
         with session.client.messages.stream(model=CLAUDE, max_tokens=9, messages=HELLO, tools=tools) as stream:
@@ -385,25 +373,8 @@ def test_an_anthropic_tool_use_block_that_starts_with_its_input_and_has_no_delta
 def test_an_anthropic_tool_use_block_is_released_with_its_input_in_one_delta(spans: Spans) -> None:
     text = json.dumps(GOOD)
     start = {"type": "tool_use", "id": "t1", "name": "lookup_customer", "input": {"customer_email": "x@y.z"}}
-    deltas = [
-        (
-            "content_block_delta",
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ch}},
-        )
-        for ch in text
-    ]
-    events: list[tuple[str | None, Any]] = [
-        ("message_start", {"type": "message_start", "message": _claude_start()}),
-        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
-        *deltas,
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        (
-            "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
-        ),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+    deltas = [{"type": "input_json_delta", "partial_json": ch} for ch in text]
+    with s.ScriptedServer([s.Reply(200, events=_one_tool_use(start, deltas))]) as server:
         session = govern(anthropic_client(server), REFUND_BOT, tracer_provider=spans.provider)
         stream = session.client.messages.create(
             model=CLAUDE, max_tokens=9, messages=HELLO, tools=ANTHROPIC_TOOLS, stream=True
@@ -412,6 +383,21 @@ def test_an_anthropic_tool_use_block_is_released_with_its_input_in_one_delta(spa
     [begin] = [e for e in got if e.type == "content_block_start"]
     assert begin.content_block.input == {}
     assert [e.delta.partial_json for e in got if e.type == "content_block_delta"] == [text]
+
+
+def _one_tool_use(start: dict[str, Any], deltas: list[dict[str, Any]]) -> list[tuple[str | None, Any]]:
+    """An Anthropic message stream of one tool-use block: its ``start`` block, then each of ``deltas``."""
+    return [
+        ("message_start", {"type": "message_start", "message": _claude_start()}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+        *(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": d}) for d in deltas),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
 
 
 def _claude_start() -> dict[str, Any]:

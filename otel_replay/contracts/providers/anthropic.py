@@ -7,13 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_replay.contracts.engine import ToolCallView
-from otel_replay.contracts.providers.base import (
-    ToolResultSeen,
-    decode_output,
-    field,
-    named_tools,
-    narrowed_tools,
-)
+from otel_replay.contracts.providers.base import ToolResultSeen, ToolsAdapter, decode_output, field
 
 __all__ = ["MessagesAdapter", "tool_name"]
 
@@ -24,32 +18,19 @@ def tool_name(entry: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-class MessagesAdapter:
+class MessagesAdapter(ToolsAdapter):
     """``messages.create`` and ``messages.stream``."""
 
     provider = "anthropic"
     api = "messages"
 
-    def offered(self, kwargs: Mapping[str, Any]) -> list[str] | None:
-        """The names in ``tools``."""
-        return named_tools(kwargs.get("tools"), tool_name)
+    def tool_name(self, entry: Any) -> str | None:
+        """A ``messages`` tool entry's ``name``."""
+        return tool_name(entry)
 
-    def narrow(self, kwargs: dict[str, Any], kept: frozenset[str]) -> dict[str, Any]:
-        """``tools`` cut to ``kept``; left out when none remain (with ``tool_choice``)."""
-        tools = kwargs.get("tools")
-        if not isinstance(tools, list | tuple):
-            return kwargs
-        out = dict(kwargs)
-        remaining = narrowed_tools(tools, kept, tool_name)
-        if remaining:
-            out["tools"] = remaining
-        else:
-            out.pop("tools", None)
-            out.pop("tool_choice", None)
-        choice = out.get("tool_choice")
-        if field(choice, "type") == "tool" and field(choice, "name") not in kept:
-            out.pop("tool_choice", None)
-        return out
+    def forces_removed(self, choice: Any, kept: frozenset[str]) -> bool:
+        """``{"type": "tool", "name": ...}`` naming a tool not in ``kept``."""
+        return bool(field(choice, "type") == "tool" and field(choice, "name") not in kept)
 
     def results(self, kwargs: Mapping[str, Any]) -> list[ToolResultSeen]:
         """``tool_result`` blocks of user messages, named by the ``tool_use`` blocks they answer (when there)."""
@@ -74,11 +55,6 @@ class MessagesAdapter:
                         output = decode_output(field(block, "content"))
                         seen.append(ToolResultSeen(call_id, names.get(call_id), output))
         return seen
-
-    def model(self, kwargs: Mapping[str, Any]) -> str | None:
-        """``model``."""
-        model = kwargs.get("model")
-        return model if isinstance(model, str) else None
 
     def calls(self, response: Any) -> list[ToolCallView]:
         """The ``tool_use`` content blocks, in order (their ``input`` is already an object)."""

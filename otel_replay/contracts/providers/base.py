@@ -10,7 +10,16 @@ from typing import Any, Protocol
 from otel_replay.contracts.engine import ToolCallView
 from otel_replay.errors import ContractError
 
-__all__ = ["Adapter", "ToolResultSeen", "decode_output", "detect", "field", "named_tools", "narrowed_tools"]
+__all__ = [
+    "Adapter",
+    "ToolResultSeen",
+    "ToolsAdapter",
+    "decode_output",
+    "detect",
+    "field",
+    "named_tools",
+    "narrowed_tools",
+]
 
 _CLIENTS: Mapping[tuple[str, str], tuple[str, bool]] = {
     ("openai", "OpenAI"): ("openai", False),
@@ -123,3 +132,48 @@ class Adapter(Protocol):
         With none left, the finish reason says the model stopped (not that it wants tools).
         """
         ...
+
+
+class ToolsAdapter:
+    """The request steps every API takes alike: its offered tools, their narrowing and the model.
+
+    A provider's adapter names a tool entry (:meth:`tool_name`), tells a tool choice that forces a
+    removed tool (:meth:`forces_removed`), and lists what goes with an emptied tools list.
+    """
+
+    dropped_with_tools: tuple[str, ...] = ("tool_choice",)
+    """Request fields left out with the tools list when no tool remains (the APIs refuse them without tools)."""
+
+    def tool_name(self, entry: Any) -> str | None:
+        """The name a tool entry of the request's ``tools`` is governed by (``None``: never narrowed)."""
+        raise NotImplementedError
+
+    def forces_removed(self, choice: Any, kept: frozenset[str]) -> bool:
+        """Whether ``tool_choice`` forces a tool that is not in ``kept``."""
+        raise NotImplementedError
+
+    def offered(self, kwargs: Mapping[str, Any]) -> list[str] | None:
+        """The names in ``tools`` (entries without one, e.g. a provider's built-in tools, are not listed)."""
+        return named_tools(kwargs.get("tools"), self.tool_name)
+
+    def narrow(self, kwargs: dict[str, Any], kept: frozenset[str]) -> dict[str, Any]:
+        """``tools`` cut to ``kept``; left out when none remain (with ``tool_choice``)."""
+        tools = kwargs.get("tools")
+        if not isinstance(tools, list | tuple):
+            return kwargs
+        out = dict(kwargs)
+        remaining = narrowed_tools(tools, kept, self.tool_name)
+        if remaining:
+            out["tools"] = remaining
+        else:  # the API refuses an empty tools list, and a tool choice without tools
+            out.pop("tools", None)
+            for key in self.dropped_with_tools:
+                out.pop(key, None)
+        if self.forces_removed(out.get("tool_choice"), kept):
+            out.pop("tool_choice", None)
+        return out
+
+    def model(self, kwargs: Mapping[str, Any]) -> str | None:
+        """``model``."""
+        model = kwargs.get("model")
+        return model if isinstance(model, str) else None

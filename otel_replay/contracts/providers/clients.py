@@ -23,7 +23,8 @@ docs/guides/governing.md for the list).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -185,6 +186,37 @@ def _retrying(session: GovernedSession, attempt: int, exc: ReplayContractError) 
     return exc.decision is not None and attempt < session.max_retries and not session.governor.state().killed
 
 
+@contextmanager
+def _calling(session: GovernedSession) -> Iterator[None]:
+    """Around the client's own call: marked as governed, its span carrying the session id."""
+    token = GOVERNED.set(True)
+    try:
+        with session.governor.scope():
+            yield
+    finally:
+        GOVERNED.reset(token)
+
+
+def _streamed(session: GovernedSession, adapter: Adapter, request: Request, result: Any, raw: bool, aio: bool) -> Any:
+    """What a ``stream=True`` call returns: its stream (or raw response) read through the governed filter."""
+    if raw:
+        return _RawStreamResponse(result, session, adapter, request, aio)
+    return _governed_stream(session, adapter, request, result, aio)
+
+
+def _settled(
+    session: GovernedSession, adapter: Adapter, request: Request, result: Any, parsed: Any, raw: bool, attempt: int
+) -> tuple[bool, Any]:
+    """Gate a complete response: ``(True, what the caller gets)``, or ``(False, None)`` to ask the model again."""
+    try:
+        stripped = _gate(session, adapter, request, parsed)
+    except ReplayContractError as exc:
+        if _retrying(session, attempt, exc):
+            return False, None
+        raise
+    return True, _StrippedRaw(result, parsed) if raw and stripped else result
+
+
 def _run(
     session: GovernedSession, adapter: Adapter, method: Callable[..., Any], args: Any, kwargs: Any, raw: bool
 ) -> Any:
@@ -193,54 +225,41 @@ def _run(
     attempt = 0
     while True:
         request = session.governor.before(adapter, dict(kwargs))
-        token = GOVERNED.set(True)
-        try:
-            with session.governor.scope():  # the model call's span carries the session id
-                result = method(*args, **request.kwargs)
-        finally:
-            GOVERNED.reset(token)
+        with _calling(session):
+            result = method(*args, **request.kwargs)
         if request.kwargs.get("stream") is True:
-            if raw:
-                return _RawStreamResponse(result, session, adapter, request, False)
-            return _governed_stream(session, adapter, request, result, False)
-        try:
-            parsed = result.parse() if raw else result
-            stripped = _gate(session, adapter, request, parsed)
-        except ReplayContractError as exc:
-            if _retrying(session, attempt, exc):
-                attempt += 1
-                continue
-            raise
-        return _StrippedRaw(result, parsed) if raw and stripped else result
+            return _streamed(session, adapter, request, result, raw, aio=False)
+        done, value = _settled(session, adapter, request, result, result.parse() if raw else result, raw, attempt)
+        if done:
+            return value
+        attempt += 1
 
 
 async def _arun(
     session: GovernedSession, adapter: Adapter, method: Callable[..., Any], args: Any, kwargs: Any, raw: bool
 ) -> Any:
+    """:func:`_run` of an async client: the same steps, the client's calls awaited."""
     if not session.active:
         return await method(*args, **kwargs)
     attempt = 0
     while True:
         request = session.governor.before(adapter, dict(kwargs))
-        token = GOVERNED.set(True)
-        try:
-            with session.governor.scope():  # the model call's span carries the session id
-                result = await method(*args, **request.kwargs)
-        finally:
-            GOVERNED.reset(token)
+        with _calling(session):
+            result = await method(*args, **request.kwargs)
         if request.kwargs.get("stream") is True:
-            if raw:
-                return _RawStreamResponse(result, session, adapter, request, True)
-            return _governed_stream(session, adapter, request, result, True)
-        try:
-            parsed = (await result.parse()) if raw else result
-            stripped = _gate(session, adapter, request, parsed)
-        except ReplayContractError as exc:
-            if _retrying(session, attempt, exc):
-                attempt += 1
-                continue
-            raise
-        return _StrippedRaw(result, parsed) if raw and stripped else result
+            return _streamed(session, adapter, request, result, raw, aio=True)
+        parsed = (await result.parse()) if raw else result
+        done, value = _settled(session, adapter, request, result, parsed, raw, attempt)
+        if done:
+            return value
+        attempt += 1
+
+
+def _governed_call(
+    session: GovernedSession, adapter: Adapter, aio: bool, method: Callable[..., Any], args: Any, kwargs: Any, raw: bool
+) -> Any:
+    """``method(*args, **kwargs)`` through the session's pipeline (a coroutine for an async client)."""
+    return (_arun if aio else _run)(session, adapter, method, args, kwargs, raw)
 
 
 class _RawStreamResponse(wrapt.ObjectProxy):
@@ -319,12 +338,8 @@ class _StreamManager(wrapt.ObjectProxy):
         return stream
 
     def __enter__(self) -> Any:
-        token = GOVERNED.set(True)
-        try:
-            with self._self_args[0].governor.scope():  # the stream's span starts here
-                stream = self.__wrapped__.__enter__()
-        finally:
-            GOVERNED.reset(token)
+        with _calling(self._self_args[0]):  # the stream's span starts here
+            stream = self.__wrapped__.__enter__()
         return self._govern(stream, False)
 
     def __exit__(
@@ -334,12 +349,8 @@ class _StreamManager(wrapt.ObjectProxy):
         return self.__wrapped__.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Any:
-        token = GOVERNED.set(True)
-        try:
-            with self._self_args[0].governor.scope():
-                stream = await self.__wrapped__.__aenter__()
-        finally:
-            GOVERNED.reset(token)
+        with _calling(self._self_args[0]):
+            stream = await self.__wrapped__.__aenter__()
         return self._govern(stream, True)
 
     async def __aexit__(
@@ -357,10 +368,7 @@ class _Raw(wrapt.ObjectProxy):
         self._self_args = (session, adapter, aio)
 
     def create(self, *args: Any, **kwargs: Any) -> Any:
-        session, adapter, aio = self._self_args
-        if aio:
-            return _arun(session, adapter, self.__wrapped__.create, args, kwargs, True)
-        return _run(session, adapter, self.__wrapped__.create, args, kwargs, True)
+        return _governed_call(*self._self_args, self.__wrapped__.create, args, kwargs, True)
 
 
 class _Resource(wrapt.ObjectProxy):
@@ -371,10 +379,7 @@ class _Resource(wrapt.ObjectProxy):
         self._self_args = (session, adapter, aio)
 
     def create(self, *args: Any, **kwargs: Any) -> Any:
-        session, adapter, aio = self._self_args
-        if aio:
-            return _arun(session, adapter, self.__wrapped__.create, args, kwargs, False)
-        return _run(session, adapter, self.__wrapped__.create, args, kwargs, False)
+        return _governed_call(*self._self_args, self.__wrapped__.create, args, kwargs, False)
 
     @property
     def with_raw_response(self) -> Any:
@@ -383,10 +388,7 @@ class _Resource(wrapt.ObjectProxy):
 
     def parse(self, *args: Any, **kwargs: Any) -> Any:
         """``parse()`` (structured output): governed like ``create`` (its parsed response is one of create's)."""
-        session, adapter, aio = self._self_args
-        if aio:
-            return _arun(session, adapter, self.__wrapped__.parse, args, kwargs, False)
-        return _run(session, adapter, self.__wrapped__.parse, args, kwargs, False)
+        return _governed_call(*self._self_args, self.__wrapped__.parse, args, kwargs, False)
 
     def stream(self, *args: Any, **kwargs: Any) -> Any:
         """The stream helpers: ``messages.stream()``'s events, and the openai helpers' stream, governed."""
@@ -414,30 +416,22 @@ class _BetaMessages(_Resource):
         return self.__wrapped__.tool_runner(*args, **kwargs)
 
 
-class _Beta(wrapt.ObjectProxy):
-    """Anthropic's ``client.beta``: its ``messages`` governed."""
+class _Namespace(wrapt.ObjectProxy):
+    """A client namespace holding one governed resource.
 
-    def __init__(self, wrapped: Any, session: GovernedSession, aio: bool) -> None:
+    OpenAI's ``client.chat`` (its ``completions``) and Anthropic's ``client.beta`` (its ``messages``).
+    """
+
+    def __init__(
+        self, wrapped: Any, session: GovernedSession, aio: bool, name: str, resource: type[_Resource], adapter: Adapter
+    ) -> None:
         super().__init__(wrapped)
-        self._self_args = (session, aio)
+        self._self_args = (session, aio, name, resource, adapter)
 
-    @property
-    def messages(self) -> Any:
-        session, aio = self._self_args
-        return _BetaMessages(self.__wrapped__.messages, session, _MESSAGES, aio)
-
-
-class _Chat(wrapt.ObjectProxy):
-    """``client.chat``: its ``completions`` governed."""
-
-    def __init__(self, wrapped: Any, session: GovernedSession, aio: bool) -> None:
-        super().__init__(wrapped)
-        self._self_args = (session, aio)
-
-    @property
-    def completions(self) -> Any:
-        session, aio = self._self_args
-        return _Resource(self.__wrapped__.completions, session, _CHAT, aio)
+    def __getattr__(self, name: str) -> Any:
+        session, aio, governed, resource, adapter = self._self_args
+        value = getattr(self.__wrapped__, name)
+        return resource(value, session, adapter, aio) if name == governed else value
 
 
 class _Client(wrapt.ObjectProxy):
@@ -452,13 +446,13 @@ class _Client(wrapt.ObjectProxy):
         value = getattr(self.__wrapped__, name)
         if provider == "openai":
             if name == "chat":
-                return _Chat(value, session, aio)
+                return _Namespace(value, session, aio, "completions", _Resource, _CHAT)
             if name == "responses":
                 return _Resource(value, session, _RESPONSES, aio)
         elif name == "messages":
             return _Resource(value, session, _MESSAGES, aio)
         elif name == "beta":
-            return _Beta(value, session, aio)
+            return _Namespace(value, session, aio, "messages", _BetaMessages, _MESSAGES)
         return value
 
     def __enter__(self) -> Any:

@@ -7,13 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from otel_replay.contracts.engine import ToolCallView
-from otel_replay.contracts.providers.base import (
-    ToolResultSeen,
-    decode_output,
-    field,
-    named_tools,
-    narrowed_tools,
-)
+from otel_replay.contracts.providers.base import ToolResultSeen, ToolsAdapter, decode_output, field
 
 __all__ = [
     "APP_CALLS",
@@ -105,44 +99,32 @@ def responses_call(item: Any) -> tuple[str, str, str] | None:
     return str(call_id), (name if isinstance(name, str) else ""), text
 
 
-def _choice_names(choice: Any, name_of: Any) -> str | None:
-    """The tool a ``tool_choice`` forces, if it names one."""
-    if isinstance(choice, Mapping) or hasattr(choice, "type"):
-        return name_of(choice)
-    return None
+class _OpenAITools(ToolsAdapter):
+    """What both openai APIs narrow alike.
+
+    An emptied tools list takes ``parallel_tool_calls`` with it, and a tool choice forces the tool it
+    names the way a tool entry names it.
+    """
+
+    dropped_with_tools = ("tool_choice", "parallel_tool_calls")
+
+    def forces_removed(self, choice: Any, kept: frozenset[str]) -> bool:
+        """A ``tool_choice`` object naming a tool not in ``kept`` (``"auto"``, ``"required"``... name none)."""
+        if not (isinstance(choice, Mapping) or hasattr(choice, "type")):
+            return False
+        forced = self.tool_name(choice)
+        return forced is not None and forced not in kept
 
 
-def _narrow(kwargs: dict[str, Any], kept: frozenset[str], name_of: Any) -> dict[str, Any]:
-    tools = kwargs.get("tools")
-    if not isinstance(tools, list | tuple):
-        return kwargs
-    out = dict(kwargs)
-    remaining = narrowed_tools(tools, kept, name_of)
-    if remaining:
-        out["tools"] = remaining
-    else:  # the API refuses an empty tools list, and a tool choice without tools
-        out.pop("tools", None)
-        out.pop("tool_choice", None)
-        out.pop("parallel_tool_calls", None)
-    forced = _choice_names(out.get("tool_choice"), name_of)
-    if forced is not None and forced not in kept:
-        out.pop("tool_choice", None)
-    return out
-
-
-class ChatAdapter:
+class ChatAdapter(_OpenAITools):
     """``chat.completions.create``."""
 
     provider = "openai"
     api = "chat.completions"
 
-    def offered(self, kwargs: Mapping[str, Any]) -> list[str] | None:
-        """The function names in ``tools``."""
-        return named_tools(kwargs.get("tools"), chat_tool_name)
-
-    def narrow(self, kwargs: dict[str, Any], kept: frozenset[str]) -> dict[str, Any]:
-        """``tools`` cut to ``kept``; left out when none remain (with ``tool_choice``)."""
-        return _narrow(kwargs, kept, chat_tool_name)
+    def tool_name(self, entry: Any) -> str | None:
+        """:func:`chat_tool_name`."""
+        return chat_tool_name(entry)
 
     def results(self, kwargs: Mapping[str, Any]) -> list[ToolResultSeen]:
         """``role: tool`` messages, each named by the assistant tool call it answers (when in the messages)."""
@@ -163,11 +145,6 @@ class ChatAdapter:
                 if isinstance(call_id, str):
                     seen.append(ToolResultSeen(call_id, names.get(call_id), decode_output(field(message, "content"))))
         return seen
-
-    def model(self, kwargs: Mapping[str, Any]) -> str | None:
-        """``model``."""
-        model = kwargs.get("model")
-        return model if isinstance(model, str) else None
 
     def calls(self, response: Any) -> list[ToolCallView]:
         """The ``message.tool_calls`` of every choice, in order (choice, then call), numbered across choices.
@@ -205,19 +182,15 @@ class ChatAdapter:
                 choice.finish_reason = "stop"
 
 
-class ResponsesAdapter:
+class ResponsesAdapter(_OpenAITools):
     """``responses.create``."""
 
     provider = "openai"
     api = "responses"
 
-    def offered(self, kwargs: Mapping[str, Any]) -> list[str] | None:
-        """The function names in ``tools`` (built-in tools have none and are never narrowed)."""
-        return named_tools(kwargs.get("tools"), responses_tool_name)
-
-    def narrow(self, kwargs: dict[str, Any], kept: frozenset[str]) -> dict[str, Any]:
-        """``tools`` cut to ``kept``; left out when none remain (with ``tool_choice``)."""
-        return _narrow(kwargs, kept, responses_tool_name)
+    def tool_name(self, entry: Any) -> str | None:
+        """:func:`responses_tool_name`."""
+        return responses_tool_name(entry)
 
     def results(self, kwargs: Mapping[str, Any]) -> list[ToolResultSeen]:
         """``function_call_output`` input items, named by the ``function_call`` items beside them (when there)."""
@@ -237,11 +210,6 @@ class ResponsesAdapter:
                 if isinstance(call_id, str):
                     seen.append(ToolResultSeen(call_id, names.get(call_id), decode_output(field(item, "output"))))
         return seen
-
-    def model(self, kwargs: Mapping[str, Any]) -> str | None:
-        """``model``."""
-        model = kwargs.get("model")
-        return model if isinstance(model, str) else None
 
     def calls(self, response: Any) -> list[ToolCallView]:
         """The output items the application carries out (function, custom and built-in tool calls), in order."""
