@@ -79,7 +79,8 @@ def test_views_unpack_the_decision(telemetry, dataset):
 
 def test_empty_and_missing_dataset_give_empty_results(tmp_path):
     with otel_replay.open(tmp_path / "nothing-here") as store:
-        for view in ("spans", "decisions", "reads", "model_calls", "acts", "agents", "audit_entries", "outcomes", "gates"):
+        views = ("spans", "decisions", "reads", "model_calls", "acts", "agents", "audit_entries", "outcomes", "gates")
+        for view in views:
             assert store.rows(f"SELECT * FROM {view}") == [], view
         assert otel_replay.ReplayBuilder(store).build_trade_chain("x").empty
         assert store.verify(None).ok and store.calibration() == []
