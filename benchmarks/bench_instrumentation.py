@@ -7,6 +7,8 @@ Run (peers live in a separate venv, never in the project's own):
         opentelemetry-instrumentation-openai openinference-instrumentation-openai
     /work/bench-venv/bin/python benchmarks/bench_instrumentation.py [--calls 300] [--rounds 3]
     .venv/bin/python benchmarks/bench_instrumentation.py --micro [--batch 200] [--micro-blocks 25]
+    git archive s5-start otel_replay | tar -x -C BASE_DIR
+    .venv/bin/python benchmarks/bench_instrumentation.py --micro --base BASE_DIR [--pairs 3] [--cpu]
 
 Each mode runs in its own subprocess (some instrumentors cannot be removed
 cleanly), against the same local scripted OpenAI-compatible server, with the
@@ -17,6 +19,9 @@ is spread across them. A peer that is not installed is skipped. Prints
 asserts nothing. ``--micro`` instead times, in this process, the wrapped call
 against a pre-built response and an in-memory transport, min and median of
 many blocks, next to a bare SDK span with the same attributes (the floor).
+``--micro --base DIR`` runs that micro measurement in subprocesses, in turn
+with this tree's ``otel_replay`` and with the one under ``DIR`` (another
+version's source), and prints the added cost of each and their ratio.
 The ``server`` columns are the noisiest: the scripted server is a thread of
 the worker process and shares its GIL, so on a busy machine they swing by
 hundreds of µs between identical runs; ``memory`` and ``--micro`` do not.
@@ -207,7 +212,7 @@ MICRO_MODES: dict[str, str] = {
 MICRO_KINDS = ("prebuilt/plain", "prebuilt/stream", "transport/plain", "transport/stream")
 
 
-def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[float]]]:
+def micro(batch: int, blocks: int, warmup: int, cpu: bool = False) -> dict[str, dict[str, list[float]]]:
     """Time the wrapped ``chat.completions.create`` in this process: µs per call per timed block.
 
     ``prebuilt``: the client's ``post`` hands back a completion (or a fresh
@@ -216,7 +221,9 @@ def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[floa
     full client over an in-memory ``MockTransport`` (no socket). The modes
     alternate block by block; the instrumentor is installed for its blocks and
     removed after, the floor opens one plain SDK span per call around the
-    uninstrumented call and sets on it the attributes ours records.
+    uninstrumented call and sets on it the attributes ours records. ``cpu``:
+    time this process's CPU (``time.process_time_ns``) instead of the wall clock,
+    which on a saturated machine counts the waits for a core as well.
     """
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -298,6 +305,7 @@ def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[floa
         return run
 
     instrumentor = OpenAIInstrumentor()
+    clock = time.process_time_ns if cpu else time.perf_counter_ns
     samples: dict[str, dict[str, list[float]]] = {m: {k: [] for k in MICRO_KINDS} for m in MICRO_MODES}
     for kind in MICRO_KINDS:
         client = clients[kind]
@@ -310,10 +318,10 @@ def micro(batch: int, blocks: int, warmup: int) -> dict[str, dict[str, list[floa
                 fn = runs[mode]
                 try:
                     count = warmup if block == 0 else batch
-                    start = time.perf_counter_ns()
+                    start = clock()
                     for _ in range(count):
                         fn(client)
-                    elapsed = time.perf_counter_ns() - start
+                    elapsed = clock() - start
                 finally:
                     if mode == "otel_replay":
                         instrumentor.uninstrument()
@@ -341,6 +349,35 @@ def print_micro(samples: dict[str, dict[str, list[float]]], batch: int, blocks: 
         print(f"    ours over the floor: {ours - floor:+.1f} µs")
 
 
+def compare_with_base(base: str, pairs: int, batch: int, blocks: int, cpu: bool = False) -> int:
+    """``--micro`` for this tree and for ``base`` in alternating subprocesses; the added costs side by side."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"this tree": here, "base": os.path.abspath(base)}
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for pair in range(pairs):
+        for label, root in trees.items():
+            env = {**os.environ, "PYTHONPATH": root}
+            command = [sys.executable, os.path.abspath(__file__), "--micro", "--micro-json"]
+            command += ["--batch", str(batch), "--micro-blocks", str(blocks)] + (["--cpu"] if cpu else [])
+            out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+            for mode, kinds in json.loads(out.strip().splitlines()[-1]).items():
+                for kind, values in kinds.items():
+                    samples.setdefault(label, {}).setdefault(mode, {}).setdefault(kind, []).extend(values)
+        print(f"pair {pair + 1}/{pairs} done", file=sys.stderr)
+    for label, root in trees.items():
+        print(f"\n== {label}: {root}")
+        print_micro(samples[label], batch, blocks * pairs)
+    print("\nadded over the uninstrumented call, min over blocks: this tree / base")
+    for kind in MICRO_KINDS:
+        added = {}
+        for label in trees:
+            found = samples[label]
+            added[label] = min(found["otel_replay"][kind]) - min(found["none"][kind])
+        ratio = added["this tree"] / added["base"] if added["base"] > 0 else float("nan")
+        print(f"  {kind:<12} {added['this tree']:+7.1f} µs / {added['base']:+7.1f} µs = {ratio:.2f}x")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments; run the workers (or be one); print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -351,10 +388,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--micro", action="store_true", help="in-process min-of-N timing: none / ours / floor")
     parser.add_argument("--batch", type=int, default=200, help="--micro: calls per timed block")
     parser.add_argument("--micro-blocks", type=int, default=25, help="--micro: timed blocks per mode and kind")
+    parser.add_argument("--base", help="--micro: a source tree of another version, measured in turn with this one")
+    parser.add_argument("--pairs", type=int, default=3, help="--base: alternations of this tree and the base")
+    parser.add_argument("--cpu", action="store_true", help="--micro: time process CPU, not the wall clock")
+    parser.add_argument("--micro-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.micro and args.micro_json:
+        print(json.dumps(micro(args.batch, args.micro_blocks, warmup=args.batch, cpu=args.cpu)))
+        return 0
+    if args.micro and args.base:
+        return compare_with_base(args.base, args.pairs, args.batch, args.micro_blocks, cpu=args.cpu)
     if args.micro:
         print(f"python: {sys.executable}")
-        print_micro(micro(args.batch, args.micro_blocks, warmup=args.batch), args.batch, args.micro_blocks)
+        samples = micro(args.batch, args.micro_blocks, warmup=args.batch, cpu=args.cpu)
+        print_micro(samples, args.batch, args.micro_blocks)
         return 0
     if args.worker:
         print(json.dumps(worker(args.worker, args.calls, args.blocks)))

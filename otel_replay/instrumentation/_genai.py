@@ -15,11 +15,12 @@ from opentelemetry.trace import Span
 from otel_replay import semconv as sc
 from otel_replay.instrumentation import _toolcalls
 from otel_replay.instrumentation._common import scope_ids
+from otel_replay.instrumentation._messages import write_json
 from otel_replay.redaction import scrub
 
-__all__ = ["ToolCall", "request_attributes", "write_content", "write_response"]
+__all__ = ["Input", "ToolCall", "request_attributes", "write_content", "write_input", "write_response"]
 
-ToolCall = tuple[str, str, Any]
+ToolCall = tuple[str | None, str | None, Any]
 """``(call id, tool name, arguments)`` of one tool call the model asked for."""
 
 MAX_TOOL_CALLS: Final = 128
@@ -41,7 +42,19 @@ _NUMERIC: Final = (
     ("max_completion_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
     ("max_output_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
     ("seed", sc.GEN_AI_REQUEST_SEED),
+    ("frequency_penalty", sc.GEN_AI_REQUEST_FREQUENCY_PENALTY),
+    ("presence_penalty", sc.GEN_AI_REQUEST_PRESENCE_PENALTY),
 )
+_DOUBLES: Final = frozenset(
+    {
+        sc.GEN_AI_REQUEST_TEMPERATURE,
+        sc.GEN_AI_REQUEST_TOP_P,
+        sc.GEN_AI_REQUEST_TOP_K,
+        sc.GEN_AI_REQUEST_FREQUENCY_PENALTY,
+        sc.GEN_AI_REQUEST_PRESENCE_PENALTY,
+    }
+)
+"""Attributes the conventions type as double: an int given for one is written as a float."""
 
 
 def request_attributes(provider: str, kwargs: Mapping[str, Any], client: Any) -> dict[str, Any]:
@@ -57,13 +70,25 @@ def request_attributes(provider: str, kwargs: Mapping[str, Any], client: Any) ->
     for key, attr in _NUMERIC:
         value = kwargs.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            attrs[attr] = value
+            attrs[attr] = float(value) if attr in _DOUBLES else value
+    top_k = kwargs.get("top_k")
+    if isinstance(top_k, int | float) and not isinstance(top_k, bool):
+        attrs[sc.GEN_AI_REQUEST_TOP_K] = float(top_k)
+    count = kwargs.get("n")
+    if isinstance(count, int) and not isinstance(count, bool) and count != 1:
+        attrs[sc.GEN_AI_REQUEST_CHOICE_COUNT] = count
+    if provider == "openai":
+        tier = kwargs.get("service_tier")
+        if isinstance(tier, str):
+            attrs[sc.OPENAI_REQUEST_SERVICE_TIER] = _short(tier)
     stop = kwargs.get("stop", kwargs.get("stop_sequences"))
     if isinstance(stop, str):
         attrs[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = [stop]
     elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         attrs[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = stop
-    if kwargs.get("stream") is True:
+    streamed = kwargs.get("stream") is True
+    attrs[sc.GEN_AI_REQUEST_STREAM] = streamed
+    if streamed:
         attrs[sc.MODEL_STREAMED] = True
     # the Stainless clients' ``base_url`` property returns ``_base_url`` but costs ~1 µs per read; read the field
     url = getattr(client, "_base_url", None)
@@ -104,19 +129,50 @@ def write_content(span: Span, attribute: str, value: Any) -> None:
         span.set_attribute(attribute, text)
 
 
+Input = tuple[Any, Any, Any]
+"""A request's content in the conventions' shapes: ``(system instructions, input messages, tool definitions)``;
+each ``None`` when the request has none."""
+
+
+def write_input(span: Span, content: Input) -> None:
+    """Set ``gen_ai.system_instructions``, ``gen_ai.input.messages`` and ``gen_ai.tool.definitions``."""
+    system, messages, tools = content
+    if system:
+        write_json(span, sc.GEN_AI_SYSTEM_INSTRUCTIONS, system)
+    if messages is not None:
+        write_json(span, sc.GEN_AI_INPUT_MESSAGES, messages)
+    if tools:
+        write_json(span, sc.GEN_AI_TOOL_DEFINITIONS, tools)
+
+
+_USAGE: Final = (
+    ("input_tokens", sc.GEN_AI_USAGE_INPUT_TOKENS),
+    ("output_tokens", sc.GEN_AI_USAGE_OUTPUT_TOKENS),
+    ("cache_read", sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
+    ("cache_creation", sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS),
+    ("reasoning", sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
+)
+
+
 def write_response(
     span: Span,
     *,
     response_id: str | None,
     model: str | None,
     finish_reasons: Sequence[str],
-    input_tokens: int | None,
-    output_tokens: int | None,
     tool_calls: Sequence[ToolCall],
     capture: bool,
     output_messages: Any = None,
+    content_cut: int = 0,
+    usage: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """Set the response attributes, one ``gen_ai.tool.call`` event per tool call, and the content if on."""
+    """Set the response attributes, the ``replay.model.tool_calls`` list, and the output content if on.
+
+    ``usage``: token counts by ``input_tokens``, ``output_tokens``, ``cache_read``, ``cache_creation``,
+    ``reasoning`` (ints; others ignored). ``extra``: provider attributes (strings, cut to the name length).
+    ``content_cut``: characters of output content a stream already cut.
+    """
     attrs: dict[str, Any] = {}
     if response_id:
         attrs[sc.GEN_AI_RESPONSE_ID] = _short(response_id)
@@ -124,23 +180,23 @@ def write_response(
         attrs[sc.GEN_AI_RESPONSE_MODEL] = _short(model)
     if finish_reasons:
         attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [_short(r) for r in finish_reasons[:MAX_TOOL_CALLS]]
-    if isinstance(input_tokens, int):
-        attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
-    if isinstance(output_tokens, int):
-        attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    for key, attr in _USAGE:
+        value = usage.get(key) if usage else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            attrs[attr] = value
+    for attr, value in (extra or {}).items():
+        if isinstance(value, str) and value:
+            attrs[attr] = _short(value)
     if tool_calls:
         listed: list[dict[str, Any]] = []
         model_span = span.get_span_context()
         for call_id, name, arguments in tool_calls[:MAX_TOOL_CALLS]:
             call_id, name = _short(call_id or ""), _short(name or "")
-            event: dict[str, Any] = {sc.GEN_AI_TOOL_CALL_ID: call_id, sc.GEN_AI_TOOL_NAME: name}
             entry: dict[str, Any] = {"id": call_id, "name": name}
             if capture:
                 text = scrub(arguments)
                 if text is not None:
-                    event[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = text
                     entry["arguments"] = text
-            span.add_event(sc.GEN_AI_TOOL_CALL_EVENT, event)
             listed.append(entry)
             if call_id and name:
                 _toolcalls.remember(name, arguments, call_id, model_span)
@@ -149,4 +205,4 @@ def write_response(
             attrs[sc.MODEL_TOOL_CALLS_DROPPED] = len(tool_calls) - MAX_TOOL_CALLS
     span.set_attributes(attrs)
     if capture and output_messages is not None:
-        write_content(span, sc.GEN_AI_OUTPUT_MESSAGES, output_messages)
+        write_json(span, sc.GEN_AI_OUTPUT_MESSAGES, output_messages, cut=content_cut)

@@ -9,9 +9,11 @@ the request, the response and a stream); the wrappers here do the rest:
 3. on an exception: ``error.type``, status ERROR, the exception event, re-raise;
 4. on a result: a stream comes back wrapped so the span ends when the stream
    does; a raw response (``with_raw_response``) is parsed through the client's
-   own cached ``parse()``; a ``with_streaming_response`` response ends the span
-   at the headers (its body is the caller's to read); anything else is
-   read for the response attributes.
+   own cached ``parse()``; a ``with_streaming_response`` response of a
+   non-streamed call ends the span at the headers (its body is the caller's
+   to read), one of a streamed call hands out its stream from ``parse()``
+   observed like a plain stream; anything else is read for the response
+   attributes.
 
 One model span per call when two GenAI instrumentations are active: if
 another one's span is current when ours starts (it wraps outside ours), or its
@@ -37,8 +39,14 @@ from otel_replay import semconv as sc
 from otel_replay._seam import Call, through, through_async
 from otel_replay._seam import current as current_mode
 from otel_replay.instrumentation._common import PROXY, SUPPRESS_GENAI_KEY, Started, begin, end_failed, guard
-from otel_replay.instrumentation._genai import request_attributes, write_content
-from otel_replay.instrumentation._streams import Accumulator, AsyncStreamProxy, StreamEnd, SyncStreamProxy
+from otel_replay.instrumentation._genai import Input, request_attributes, write_input
+from otel_replay.instrumentation._streams import (
+    Accumulator,
+    AsyncStreamProxy,
+    StreamEnd,
+    StreamResponse,
+    SyncStreamProxy,
+)
 
 __all__ = ["ModelMethod", "async_wrapper", "sync_wrapper"]
 
@@ -58,8 +66,8 @@ class ModelMethod:
     """Write a complete response object's attributes (and content when capture is on)."""
     accumulator: Callable[[bool], Accumulator]
     """A fresh accumulator for a stream (the flag: capture content)."""
-    input_content: Callable[[Mapping[str, Any]], Any]
-    """The request content to capture (messages, system prompt, tools)."""
+    input_content: Callable[[Mapping[str, Any]], Input]
+    """The request content to capture, in the conventions' shapes: system instructions, messages, tools."""
     streams: Callable[[Mapping[str, Any]], bool] = lambda kwargs: kwargs.get("stream") is True
 
 
@@ -72,7 +80,7 @@ def _start(
     started = begin(tracer, name, SpanKind.CLIENT, attrs, model_layer=True)
     if started is not None and capture:
         span = started[0]
-        guard("input content", lambda: write_content(span, sc.GEN_AI_INPUT_MESSAGES, method.input_content(kwargs)))
+        guard("input content", lambda: write_input(span, method.input_content(kwargs)))
     return started
 
 
@@ -98,6 +106,20 @@ def _settle(span: Span, method: ModelMethod, kwargs: Mapping[str, Any], result: 
             return result
     if mode is None:
         guard("response extraction", method.record, span, result, capture)
+    elif method.streams(kwargs) and callable(getattr(result, "parse", None)):
+        # with_streaming_response / with_raw_response of a stream: parse() gives the stream, which the span
+        # follows to its end like a plain stream's; closing the response unread ends the span too
+        try:
+            end = StreamEnd(span, method.accumulator(capture), capture=capture)
+            status = getattr(result, "status_code", None)
+            if isinstance(status, int):
+                span.set_attribute(HTTP_STATUS, status)
+            return StreamResponse(result, end, aio=aio)
+        except Exception as exc:
+            _log.debug("otel-replay: the streamed response could not be observed; it is returned as is: %r", exc)
+            span.set_attribute(sc.STREAM_END, f"unobserved: {type(exc).__name__}")
+            span.end()
+            return result
     else:
         status = getattr(result, "status_code", None)
         if isinstance(status, int):

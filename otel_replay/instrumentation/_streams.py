@@ -6,12 +6,26 @@ until the stream ends, which is one of: exhausted, ``close()``, leaving a
 unconsumed (garbage-collected). Whichever comes first ends the span, with the
 aggregated content and usage the accumulator gathered; the rest are no-ops.
 The proxies forward every other attribute to the client's stream object.
+
+``type()`` of an observed stream is the proxy class, not the client's
+``Stream``: the proxy must stand between the caller and the stream to see its
+chunks and its end, and a client's stream class cannot be subclassed or
+patched per call without changing it for uninstrumented code too.
+``isinstance(stream, openai.Stream)`` holds (the proxy reports the wrapped
+object's class as its ``__class__``), and so does every attribute and method.
+
+A streamed call read through ``with_streaming_response`` (or
+``with_raw_response``) returns a response whose ``parse()`` gives the stream:
+:class:`StreamResponse` hands that stream out observed, and closing the
+response without reading it ends the span as ``closed``.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
+import time
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -21,7 +35,7 @@ from opentelemetry.trace import Span
 from otel_replay import semconv as sc
 from otel_replay.instrumentation._common import end_error, guard
 
-__all__ = ["Accumulator", "AsyncStreamProxy", "StreamEnd", "SyncStreamProxy"]
+__all__ = ["Accumulator", "AsyncStreamProxy", "StreamEnd", "StreamResponse", "SyncStreamProxy"]
 
 _log = logging.getLogger("otel_replay.instrumentation")
 
@@ -39,7 +53,7 @@ class Accumulator(Protocol):
 class StreamEnd:
     """Ends one stream's span once: the first of exhaustion, close, ``with`` exit, error, or drop."""
 
-    __slots__ = ("_done", "_lock", "accumulator", "capture", "span")
+    __slots__ = ("_done", "_lock", "accumulator", "capture", "first", "span")
 
     def __init__(self, span: Span, accumulator: Accumulator, *, capture: bool = False) -> None:
         self.span = span
@@ -48,6 +62,8 @@ class StreamEnd:
         self.accumulator = accumulator
         self._done = False
         self._lock = threading.Lock()
+        self.first = 0
+        """When the first chunk arrived (``time.time_ns()``), 0 before."""
 
     def add(self, chunk: Any) -> None:
         """Feed a chunk to the accumulator (errors in it never reach the caller)."""
@@ -81,6 +97,10 @@ class StreamEnd:
                 return
             self._done = True
         guard("stream aggregate extraction", self.accumulator.finish, self.span)
+        started = getattr(self.span, "start_time", None)
+        if self.first and isinstance(started, int):
+            seconds = max(self.first - started, 0) / 1e9
+            self.span.set_attribute(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, seconds)
         self.span.set_attribute(sc.STREAM_END, how)
         if exc is not None:
             end_error(self.span, exc, self.capture)
@@ -119,6 +139,8 @@ class SyncStreamProxy(_Observed):
             self._self_end.finish("error", exc)
             raise
         end = self._self_end  # StreamEnd.add, inline (one call less per chunk)
+        if not end.first:
+            end.first = time.time_ns()
         if not end._done:
             try:
                 end.accumulator.add(chunk)
@@ -172,6 +194,8 @@ class AsyncStreamProxy(_Observed):
             self._self_end.finish("error", exc)
             raise
         end = self._self_end  # StreamEnd.add, inline (one call less per chunk)
+        if not end.first:
+            end.first = time.time_ns()
         if not end._done:
             try:
                 end.accumulator.add(chunk)
@@ -200,5 +224,56 @@ class AsyncStreamProxy(_Observed):
             close = getattr(self.__wrapped__, "close", None)
             if close is not None:
                 await close()
+        finally:
+            self._self_end.finish("closed")
+
+
+class StreamResponse(_Observed):
+    """A streamed call's raw or streaming response: ``parse()`` gives its stream, observed by the same end."""
+
+    def __init__(self, wrapped: Any, end: StreamEnd, *, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_end = end
+        self._self_aio = aio
+        self._self_stream: Any = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_self_stream", None) is None:  # a stream handed out ends its span itself
+            super().__del__()
+
+    def _observed(self, stream: Any) -> Any:
+        iterable = ("__anext__", "__aiter__") if self._self_aio else ("__next__", "__iter__")
+        if not any(hasattr(stream, name) for name in iterable):
+            return stream  # parse(to=...) asked for something else: the span covers the request only
+        if self._self_stream is None or self._self_stream.__wrapped__ is not stream:
+            end = self._self_end
+            self._self_stream = AsyncStreamProxy(stream, end) if self._self_aio else SyncStreamProxy(stream, end)
+        return self._self_stream
+
+    def parse(self, *args: Any, **kwargs: Any) -> Any:
+        """The client's ``parse()``; the stream it gives is observed (an awaitable when the client's is async)."""
+        parse = self.__wrapped__.parse
+        if inspect.iscoroutinefunction(parse):
+            return self._parse_async(parse, args, kwargs)
+        return self._observed(parse(*args, **kwargs))
+
+    async def _parse_async(self, parse: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._observed(await parse(*args, **kwargs))
+
+    def close(self) -> Any:
+        """Close the response (an awaitable when the client's is async); an unfinished stream ends ``closed``."""
+        result = None
+        try:
+            result = self.__wrapped__.close()
+        finally:
+            if not inspect.isawaitable(result):
+                self._self_end.finish("closed")
+        if inspect.isawaitable(result):
+            return self._close_async(result)
+        return result
+
+    async def _close_async(self, pending: Any) -> None:
+        try:
+            await pending
         finally:
             self._self_end.finish("closed")

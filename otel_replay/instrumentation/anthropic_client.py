@@ -4,15 +4,17 @@ Wraps ``messages.create`` (sync and async, streaming and not, and so the
 ``with_raw_response`` / ``with_streaming_response`` paths) and
 ``messages.stream`` (the stream helper: its span ends when the stream is
 exhausted, closed or its ``with`` block is left). ``gen_ai.provider.name =
-anthropic``; ``tool_use`` blocks become ``gen_ai.tool.call`` events; input
-tokens include cache reads and writes, as the convention asks.
+anthropic``; ``tool_use`` blocks are listed in ``replay.model.tool_calls`` (and,
+with content capture on, are ``tool_call`` parts of ``gen_ai.output.messages``,
+the same shape as OpenAI's); input tokens include cache reads and writes, as
+the convention asks, which are also given on their own.
 
 ``anthropic`` is imported only when :meth:`instrument` runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Any, Final
 
@@ -31,127 +33,162 @@ from otel_replay.instrumentation._common import (
     guard,
     tracer_for,
 )
-from otel_replay.instrumentation._genai import ToolCall, write_response
+from otel_replay.instrumentation._genai import MAX_TOOL_CALLS, ToolCall, write_response
+from otel_replay.instrumentation._messages import LINK_CHARS, Budget, Kept, reasoning_part, text_part, tool_call_part
+from otel_replay.instrumentation._messages import message as shaped
 from otel_replay.instrumentation._model import ModelMethod, _start, async_wrapper, sync_wrapper
+from otel_replay.instrumentation._shapes import anthropic_input
 from otel_replay.instrumentation._streams import AsyncStreamProxy, StreamEnd, SyncStreamProxy
-from otel_replay.redaction import check_settings
+from otel_replay.redaction import MAX_CONTENT_CHARS, check_settings
 
 __all__ = ["AnthropicInstrumentor"]
 
 _MODULE: Final = "anthropic.resources.messages.messages"
 
 
-def _input_tokens(usage: Any) -> int | None:
+def _usage(usage: Any) -> dict[str, Any]:
+    """Token counts of a message's ``usage``: input tokens include cache reads and writes, as the convention asks."""
     total = getattr(usage, "input_tokens", None)
-    if not isinstance(total, int):
-        return None
-    for extra in ("cache_read_input_tokens", "cache_creation_input_tokens"):
-        value = getattr(usage, extra, None)
-        if isinstance(value, int):
-            total += value
-    return total
+    read = getattr(usage, "cache_read_input_tokens", None)
+    created = getattr(usage, "cache_creation_input_tokens", None)
+    if isinstance(total, int):
+        for extra in (read, created):
+            if isinstance(extra, int):
+                total += extra
+    return {
+        "input_tokens": total,
+        "output_tokens": getattr(usage, "output_tokens", None),
+        "cache_read": read,
+        "cache_creation": created,
+    }
 
 
 def _record_message(span: Span, message: Any, capture: bool) -> None:
     calls: list[ToolCall] = []
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for block in getattr(message, "content", None) or ():
         kind = getattr(block, "type", None)
         if kind == "tool_use":
             calls.append((block.id, block.name, block.input))
+            if capture:
+                parts.append(tool_call_part(block.id, block.name, block.input))
         elif capture and kind == "text":
-            texts.append(block.text)
-    usage = getattr(message, "usage", None)
+            parts.append(text_part(block.text))
+        elif capture and kind == "thinking" and isinstance(getattr(block, "thinking", None), str):
+            parts.append(reasoning_part(block.thinking))
     stop = getattr(message, "stop_reason", None)
-    outputs = None
-    if capture:
-        outputs = [{"role": "assistant", "content": texts, "tool_calls": [list(c) for c in calls] or None}]
     write_response(
         span,
         response_id=getattr(message, "id", None),
         model=getattr(message, "model", None),
         finish_reasons=[stop] if isinstance(stop, str) else [],
-        input_tokens=_input_tokens(usage),
-        output_tokens=getattr(usage, "output_tokens", None),
+        usage=_usage(getattr(message, "usage", None)),
         tool_calls=calls,
         capture=capture,
-        output_messages=outputs,
+        output_messages=[shaped("assistant", parts, finish_reason=stop or "")] if capture else None,
     )
 
 
 class _Events:
-    """Aggregates raw message stream events: ids, usage, stop reason, tool_use blocks, text."""
+    """Aggregates raw message stream events: ids, usage, stop reason, tool_use blocks, text.
 
-    __slots__ = ("blocks", "capture", "id", "input_tokens", "model", "output_tokens", "stop")
+    Text (and thinking) is kept only with content capture on, within what can reach the span; a tool_use
+    block's argument deltas within :data:`LINK_CHARS` per stream, capture on or off, because the tool's
+    execution span is linked to its call by them (they reach the span only with capture on). Blocks past
+    ``MAX_TOOL_CALLS`` tool calls are counted, not kept: memory does not grow with the stream.
+    """
+
+    __slots__ = ("args", "blocks", "calls", "capture", "id", "model", "more", "stop", "text", "usage")
 
     def __init__(self, capture: bool) -> None:
         self.capture = capture
         self.id: str | None = None
         self.model: str | None = None
         self.stop: str | None = None
-        self.input_tokens: int | None = None
-        self.output_tokens: int | None = None
+        self.usage: dict[str, Any] = {}
         self.blocks: dict[int, list[Any]] = {}
+        self.calls = 0
+        self.more = 0
+        self.text = Budget(MAX_CONTENT_CHARS)
+        self.args = Budget(LINK_CHARS)
 
     def add(self, event: Any) -> None:
         kind = event.type
         if kind == "content_block_delta":
-            delta = event.delta
             slot = self.blocks.get(event.index)
-            if slot is None:
+            if slot is None or slot[3] is None:
                 return
+            delta = event.delta
             if delta.type == "input_json_delta":
-                slot[3].append(delta.partial_json)
-            elif self.capture and delta.type == "text_delta":
-                slot[3].append(delta.text)
+                slot[3].add(delta.partial_json)
+            elif delta.type == "text_delta":
+                slot[3].add(delta.text)
+            elif delta.type == "thinking_delta":
+                slot[3].add(delta.thinking)
         elif kind == "content_block_start":
             block = event.content_block
-            slot = [block.type, getattr(block, "id", None), getattr(block, "name", None), []]
-            if self.capture and block.type == "text" and block.text:
-                slot[3].append(block.text)
-            self.blocks[event.index] = slot
+            self._start(event.index, block)
         elif kind == "message_start":
             message = event.message
             self.id, self.model = message.id, message.model
-            self.input_tokens = _input_tokens(message.usage)
-            self.output_tokens = getattr(message.usage, "output_tokens", None)
+            self.usage = _usage(message.usage)
         elif kind == "message_delta":
             self.stop = event.delta.stop_reason or self.stop
-            output = getattr(event.usage, "output_tokens", None)
-            if isinstance(output, int):
-                self.output_tokens = output
+            usage = _usage(event.usage)
+            for key, value in usage.items():
+                if isinstance(value, int) and (key != "input_tokens" or value):
+                    self.usage[key] = value
+
+    def _start(self, index: int, block: Any) -> None:
+        kind = block.type
+        kept: Kept | None = None
+        if kind == "tool_use":
+            if self.calls >= MAX_TOOL_CALLS:
+                self.more += 1
+                return
+            self.calls += 1
+            kept = Kept(self.args)
+        elif self.capture and kind in ("text", "thinking"):
+            kept = Kept(self.text)
+            first = getattr(block, kind, None)
+            if isinstance(first, str) and first:
+                kept.add(first)
+        self.blocks[index] = [kind, getattr(block, "id", None), getattr(block, "name", None), kept]
 
     def finish(self, span: Span) -> None:
         ordered = [slot for _, slot in sorted(self.blocks.items())]
-        calls: list[ToolCall] = [(s[1], s[2], "".join(s[3]) or "{}") for s in ordered if s[0] == "tool_use"]
+        calls: list[ToolCall] = [(s[1], s[2], s[3].text() or "{}") for s in ordered if s[0] == "tool_use"]
+        calls += [(None, None, None)] * self.more  # counted as dropped past the cap
         outputs = None
+        cut = 0
         if self.capture:
-            texts = ["".join(s[3]) for s in ordered if s[0] == "text"]
-            outputs = [{"role": "assistant", "content": texts, "tool_calls": [list(c) for c in calls] or None}]
+            parts: list[dict[str, Any]] = []
+            for kind, call_id, name, kept in ordered:
+                if kept is None:
+                    continue
+                cut += kept.cut if kind != "tool_use" else 0
+                if kind == "tool_use":
+                    parts.append(tool_call_part(call_id, name, kept.text() or "{}"))
+                elif kind == "text":
+                    parts.append(text_part(kept.text()))
+                else:
+                    parts.append(reasoning_part(kept.text()))
+            outputs = [shaped("assistant", parts, finish_reason=self.stop or "")]
         write_response(
             span,
             response_id=self.id,
             model=self.model,
             finish_reasons=[self.stop] if self.stop else [],
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
+            usage=self.usage,
             tool_calls=calls,
             capture=self.capture,
             output_messages=outputs,
+            content_cut=cut,
         )
 
 
-def _input(kwargs: Mapping[str, Any]) -> Any:
-    content: dict[str, Any] = {"messages": kwargs.get("messages")}
-    for key in ("system", "tools"):
-        value = kwargs.get(key)
-        if isinstance(value, str | list):
-            content[key] = value
-    return content
-
-
-_CREATE: Final = ModelMethod("anthropic", "anthropic.messages.create", _record_message, _Events, _input)
-_STREAM: Final = ModelMethod("anthropic", "anthropic.messages.stream", _record_message, _Events, _input)
+_CREATE: Final = ModelMethod("anthropic", "anthropic.messages.create", _record_message, _Events, anthropic_input)
+_STREAM: Final = ModelMethod("anthropic", "anthropic.messages.stream", _record_message, _Events, anthropic_input)
 
 
 class _StreamManager(wrapt.ObjectProxy):

@@ -4,8 +4,10 @@ Wraps ``chat.completions.create`` and ``responses.create`` on the sync and
 async resources (so the ``with_raw_response`` and ``with_streaming_response``
 paths, which call the same methods, are covered too). Spans follow the GenAI
 semantic conventions: ``chat {model}``, kind CLIENT, ``gen_ai.provider.name =
-openai``, request/response model, response id, finish reasons, token usage,
-and one ``gen_ai.tool.call`` event per tool call in the response.
+openai``, request parameters, response model and id, finish reasons (for
+``responses.create``: ``stop``, or ``tool_calls`` when the output has function
+calls), token usage with cached and reasoning tokens, ``openai.response.*``,
+and the tool calls in ``replay.model.tool_calls``.
 
 ``openai`` is imported only when :meth:`instrument` runs, so this module
 imports in an environment without it.
@@ -13,16 +15,20 @@ imports in an environment without it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any, Final
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.trace import Span
 
+from otel_replay import semconv as sc
 from otel_replay.instrumentation._common import Layers, content_enabled, tracer_for
-from otel_replay.instrumentation._genai import ToolCall, write_response
+from otel_replay.instrumentation._genai import MAX_TOOL_CALLS, ToolCall, write_response
+from otel_replay.instrumentation._messages import LINK_CHARS, Budget, Kept, reasoning_part, text_part, tool_call_part
+from otel_replay.instrumentation._messages import message as shaped
 from otel_replay.instrumentation._model import ModelMethod, async_wrapper, sync_wrapper
-from otel_replay.redaction import check_settings
+from otel_replay.instrumentation._shapes import chat_input, responses_input
+from otel_replay.redaction import MAX_CONTENT_CHARS, check_settings
 
 __all__ = ["OpenAIInstrumentor"]
 
@@ -37,6 +43,23 @@ _TARGETS: Final = (
 
 
 # --- chat.completions ---------------------------------------------------------------------------
+
+
+def _chat_usage(usage: Any) -> dict[str, Any]:
+    """Token counts of a chat completion's ``usage`` (cached and reasoning tokens from their details)."""
+    return {
+        "input_tokens": getattr(usage, "prompt_tokens", None),
+        "output_tokens": getattr(usage, "completion_tokens", None),
+        "cache_read": getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None),
+        "reasoning": getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None),
+    }
+
+
+def _openai_extra(response: Any) -> dict[str, Any]:
+    return {
+        sc.OPENAI_RESPONSE_SYSTEM_FINGERPRINT: getattr(response, "system_fingerprint", None),
+        sc.OPENAI_RESPONSE_SERVICE_TIER: getattr(response, "service_tier", None),
+    }
 
 
 def _record_chat(span: Span, completion: Any, capture: bool) -> None:
@@ -54,22 +77,18 @@ def _record_chat(span: Span, completion: Any, capture: bool) -> None:
                 mine.append((call.id, function.name, function.arguments))
         calls.extend(mine)
         if capture:
-            outputs.append(
-                {
-                    "role": message.role,
-                    "content": message.content,
-                    "tool_calls": [{"id": c[0], "name": c[1], "arguments": c[2]} for c in mine] or None,
-                    "finish_reason": choice.finish_reason,
-                }
-            )
-    usage = getattr(completion, "usage", None)
+            parts = [text_part(message.content)] if isinstance(message.content, str) else []
+            if isinstance(getattr(message, "refusal", None), str):
+                parts.append(text_part(message.refusal))
+            parts += [tool_call_part(*c) for c in mine]
+            outputs.append(shaped(message.role or "assistant", parts, finish_reason=choice.finish_reason or ""))
     write_response(
         span,
         response_id=getattr(completion, "id", None),
         model=getattr(completion, "model", None),
         finish_reasons=finish,
-        input_tokens=getattr(usage, "prompt_tokens", None),
-        output_tokens=getattr(usage, "completion_tokens", None),
+        usage=_chat_usage(getattr(completion, "usage", None)),
+        extra=_openai_extra(completion),
         tool_calls=calls,
         capture=capture,
         output_messages=outputs if capture else None,
@@ -77,23 +96,32 @@ def _record_chat(span: Span, completion: Any, capture: bool) -> None:
 
 
 class _ChatChunks:
-    """Aggregates ``ChatCompletionChunk`` objects: id, model, finish reasons, usage, tool calls, content."""
+    """Aggregates ``ChatCompletionChunk`` objects: id, model, finish reasons, usage, tool calls, content.
 
-    __slots__ = ("capture", "content", "id", "model", "reasons", "tools", "usage")
+    Content is kept within what can reach the span, tool-call arguments within :data:`LINK_CHARS`, and at
+    most ``MAX_TOOL_CALLS`` calls (the rest counted): memory does not grow with the stream.
+    """
+
+    __slots__ = ("args", "capture", "content", "extra", "id", "model", "more", "reasons", "text", "tools", "usage")
 
     def __init__(self, capture: bool) -> None:
         self.capture = capture
         self.id: str | None = None
         self.model: str | None = None
         self.usage: Any = None
+        self.extra: dict[str, Any] = {}
         self.reasons: dict[int, str] = {}
         self.tools: dict[tuple[int, int], list[Any]] = {}
-        self.content: dict[int, list[str]] = {}
+        self.more = 0
+        self.content: dict[int, Kept] = {}
+        self.text = Budget(MAX_CONTENT_CHARS)
+        self.args = Budget(LINK_CHARS)
 
     def add(self, chunk: Any) -> None:
         if self.id is None:
             self.id = chunk.id
             self.model = chunk.model
+            self.extra = _openai_extra(chunk)
         usage = chunk.usage
         if usage is not None:
             self.usage = usage
@@ -104,11 +132,18 @@ class _ChatChunks:
             if delta is None:
                 continue
             if self.capture and delta.content:
-                self.content.setdefault(choice.index, []).append(delta.content)
+                kept = self.content.get(choice.index)
+                if kept is None:
+                    kept = self.content[choice.index] = Kept(self.text)
+                kept.add(delta.content)
             for call in delta.tool_calls or ():
-                slot = self.tools.get((choice.index, call.index))
+                key = (choice.index, call.index)
+                slot = self.tools.get(key)
                 if slot is None:
-                    slot = self.tools[(choice.index, call.index)] = [None, None, []]
+                    if len(self.tools) >= MAX_TOOL_CALLS:
+                        self.more += 1 if call.id else 0  # a call's first delta carries its id
+                        continue
+                    slot = self.tools[key] = [None, None, Kept(self.args)]
                 if call.id:
                     slot[0] = call.id
                 function = call.function
@@ -116,70 +151,92 @@ class _ChatChunks:
                     if function.name:
                         slot[1] = function.name
                     if function.arguments:
-                        slot[2].append(function.arguments)
+                        slot[2].add(function.arguments)
 
     def finish(self, span: Span) -> None:
-        calls: list[ToolCall] = [(s[0], s[1], "".join(s[2])) for _, s in sorted(self.tools.items())]
+        ordered = sorted(self.tools.items())
+        calls: list[ToolCall] = [(s[0], s[1], s[2].text()) for _, s in ordered]
+        calls += [(None, None, None)] * self.more  # counted as dropped past the cap
         outputs: list[dict[str, Any]] | None = None
+        cut = 0
         if self.capture:
-            outputs = [
-                {"role": "assistant", "content": "".join(self.content.get(i, [])), "finish_reason": reason}
-                for i, reason in sorted(self.reasons.items())
-            ] or [{"role": "assistant", "content": "".join(v)} for _, v in sorted(self.content.items())]
-            if calls:
-                outputs.append({"tool_calls": [{"id": c[0], "name": c[1], "arguments": c[2]} for c in calls]})
+            outputs = []
+            for index in sorted(set(self.reasons) | set(self.content)):
+                kept = self.content.get(index)
+                parts = [text_part(kept.text())] if kept is not None else []
+                cut += kept.cut if kept is not None else 0
+                parts += [tool_call_part(s[0], s[1], s[2].text()) for (i, _), s in ordered if i == index]
+                outputs.append(shaped("assistant", parts, finish_reason=self.reasons.get(index, "")))
+        if not self.reasons and not self.content and calls and outputs is not None:
+            outputs.append(shaped("assistant", [tool_call_part(*c) for c in calls if c[1]], finish_reason=""))
         write_response(
             span,
             response_id=self.id,
             model=self.model,
             finish_reasons=[reason for _, reason in sorted(self.reasons.items())],
-            input_tokens=getattr(self.usage, "prompt_tokens", None),
-            output_tokens=getattr(self.usage, "completion_tokens", None),
+            usage=_chat_usage(self.usage),
+            extra=self.extra,
             tool_calls=calls,
             capture=self.capture,
             output_messages=outputs,
+            content_cut=cut,
         )
-
-
-def _chat_input(kwargs: Mapping[str, Any]) -> Any:
-    content: dict[str, Any] = {"messages": kwargs.get("messages")}
-    tools = kwargs.get("tools")
-    if isinstance(tools, list):
-        content["tools"] = tools
-    return content
 
 
 # --- responses ----------------------------------------------------------------------------------
 
+_INCOMPLETE: Final = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def _responses_finish(response: Any, called: bool) -> str:
+    """The finish reason a Responses result stands for: its status says whether, its items why."""
+    status = getattr(response, "status", None)
+    if status == "incomplete":
+        reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
+        return _INCOMPLETE.get(reason, reason) if isinstance(reason, str) else "length"
+    if status in ("failed", "cancelled"):
+        return "error"
+    return "tool_calls" if called else "stop"
+
 
 def _record_response(span: Span, response: Any, capture: bool) -> None:
     calls: list[ToolCall] = []
-    outputs: list[Any] = []
+    parts: list[dict[str, Any]] = []
     for item in getattr(response, "output", None) or ():
         kind = getattr(item, "type", None)
         if kind == "function_call":
             calls.append((item.call_id, item.name, item.arguments))
+            if capture:
+                parts.append(tool_call_part(item.call_id, item.name, item.arguments))
         elif capture and kind == "message":
-            outputs.append(
-                {
-                    "role": getattr(item, "role", "assistant"),
-                    "content": [getattr(part, "text", None) for part in getattr(item, "content", None) or ()],
-                }
-            )
-    if capture and calls:
-        outputs.append({"tool_calls": [{"id": c[0], "name": c[1], "arguments": c[2]} for c in calls]})
+            for part in getattr(item, "content", None) or ():
+                text = getattr(part, "text", None)
+                if not isinstance(text, str):
+                    text = getattr(part, "refusal", None)
+                if isinstance(text, str):
+                    parts.append(text_part(text))
+        elif capture and kind == "reasoning":
+            for summary in getattr(item, "summary", None) or ():
+                if isinstance(getattr(summary, "text", None), str):
+                    parts.append(reasoning_part(summary.text))
     usage = getattr(response, "usage", None)
     status = getattr(response, "status", None)
+    finish = _responses_finish(response, bool(calls)) if status not in (None, "in_progress", "queued") else None
     write_response(
         span,
         response_id=getattr(response, "id", None),
         model=getattr(response, "model", None),
-        finish_reasons=[status] if isinstance(status, str) else [],
-        input_tokens=getattr(usage, "input_tokens", None),
-        output_tokens=getattr(usage, "output_tokens", None),
+        finish_reasons=[finish] if finish else [],
+        usage={
+            "input_tokens": getattr(usage, "input_tokens", None),
+            "output_tokens": getattr(usage, "output_tokens", None),
+            "cache_read": getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None),
+            "reasoning": getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", None),
+        },
+        extra={sc.OPENAI_RESPONSE_SERVICE_TIER: getattr(response, "service_tier", None)},
         tool_calls=calls,
         capture=capture,
-        output_messages=outputs if capture else None,
+        output_messages=[shaped("assistant", parts, finish_reason=finish or "")] if capture else None,
     )
 
 
@@ -209,18 +266,9 @@ class _ResponseEvents:
             _record_response(span, response, self.capture)
 
 
-def _responses_input(kwargs: Mapping[str, Any]) -> Any:
-    content: dict[str, Any] = {"input": kwargs.get("input")}
-    for key in ("instructions", "tools"):
-        value = kwargs.get(key)
-        if isinstance(value, str | list):
-            content[key] = value
-    return content
-
-
 _METHODS: Final = {
-    "chat": ModelMethod("openai", "openai.chat.completions.create", _record_chat, _ChatChunks, _chat_input),
-    "responses": ModelMethod("openai", "openai.responses.create", _record_response, _ResponseEvents, _responses_input),
+    "chat": ModelMethod("openai", "openai.chat.completions.create", _record_chat, _ChatChunks, chat_input),
+    "responses": ModelMethod("openai", "openai.responses.create", _record_response, _ResponseEvents, responses_input),
 }
 
 

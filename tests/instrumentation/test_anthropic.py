@@ -32,8 +32,8 @@ def test_message_with_tool_use_blocks(server, instrumented: Pipeline):
     assert attrs[sc.GEN_AI_PROVIDER_NAME] == "anthropic" and attrs[sc.GEN_AI_REQUEST_MAX_TOKENS] == 64
     assert tuple(attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS]) == ("tool_use",)
     assert (attrs[sc.GEN_AI_USAGE_INPUT_TOKENS], attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS]) == (20, 6)
-    [event] = [e for e in span.events if e.name == sc.GEN_AI_TOOL_CALL_EVENT]
-    assert event.attributes[sc.GEN_AI_TOOL_CALL_ID] == "toolu_1" and event.attributes[sc.GEN_AI_TOOL_NAME] == "refund"
+    assert json.loads(attrs[sc.MODEL_TOOL_CALLS]) == [{"id": "toolu_1", "name": "refund"}]
+    assert not span.events  # the conventions define no tool-call span event
     assert sc.GEN_AI_OUTPUT_MESSAGES not in attrs
 
 

@@ -144,5 +144,5 @@ def test_with_capture_on_the_zero_code_agent_records_redacted_content(server, tm
     prompts = store.rows(
         "SELECT input_messages, output_messages FROM model_calls WHERE provider = 'openai' ORDER BY start_time"
     )
-    assert [json.loads(p["input_messages"])["messages"] for p in prompts][0] == [{"role": "user", "content": "hi"}]
+    assert json.loads(prompts[0]["input_messages"]) == [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
     assert "done" in prompts[0]["output_messages"]

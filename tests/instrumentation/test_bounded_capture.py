@@ -1,0 +1,238 @@
+"""Captured content is bounded: what is kept while streaming, and what redaction renders, never grows with the input.
+
+A 20 MB stream in 10k deltas is served from bytes built before measuring starts, so the traced peak is the
+client's and the instrumentation's alone (a memory bound, not a timing one).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from otel_replay import semconv as sc
+from otel_replay.instrumentation import AnthropicInstrumentor, OpenAIInstrumentor, tool
+from otel_replay.instrumentation import scripted as s
+from otel_replay.instrumentation._messages import LINK_CHARS
+from otel_replay.redaction import MAX_CONTENT_CHARS
+
+from .conftest import Pipeline
+
+DELTAS = 10_000
+DELTA_CHARS = 2_000  # 10k deltas of 2,000 characters: 20 MB of content
+PEAK_BOUND = 8 * 1024 * 1024
+"""The traced peak allowed while a 20 MB stream is read (the client alone peaks near 1.3 MB)."""
+
+
+def chat_payload() -> bytes:
+    piece = "x" * DELTA_CHARS
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test"}
+    lines = [{**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    lines += [{**chunk, "choices": [{"index": 0, "delta": {"content": piece}}]}] * DELTAS
+    lines.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return "".join(f"data: {json.dumps(line)}\n\n" for line in lines).encode() + b"data: [DONE]\n\n"
+
+
+def anthropic_payload() -> bytes:
+    """A tool_use block whose arguments arrive in 10k deltas (one long JSON string member)."""
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "m1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        },
+    }
+    block = {"type": "tool_use", "id": "toolu_big", "name": "ingest", "input": {}}
+    events: list[tuple[str, Any]] = [
+        ("message_start", start),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+        ("content_block_delta", _json_delta('{"blob": "')),
+    ]
+    piece = _json_delta("y" * DELTA_CHARS)
+    events += [("content_block_delta", piece)] * DELTAS
+    events += [
+        ("content_block_delta", _json_delta('"}')),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
+
+
+def _json_delta(text: str) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": text}}
+
+
+class BytesServer:
+    """Answers every POST with one fixed server-sent-event body, written from a buffer built beforehand."""
+
+    def __init__(self, payload: bytes) -> None:
+        view = memoryview(payload)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(view)))
+                self.end_headers()
+                for offset in range(0, len(view), 1 << 16):
+                    self.wfile.write(view[offset : offset + (1 << 16)])
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.root = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def observe(pipeline: Pipeline, request: pytest.FixtureRequest) -> Iterator[tuple[Pipeline, bool]]:
+    capture = bool(request.param)
+    instrumentors = [OpenAIInstrumentor(), AnthropicInstrumentor()]
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=pipeline.provider, capture_content=capture)
+    yield pipeline, capture
+    for instrumentor in instrumentors:
+        instrumentor.uninstrument()
+
+
+def traced_peak(read: Any) -> int:
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        read()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # tracing every allocation of 10k parsed chunks: minutes on a loaded 2-core machine
+@pytest.mark.parametrize("observe", [True, False], ids=["capture-on", "capture-off"], indirect=True)
+def test_a_20_mb_chat_stream_is_read_in_bounded_memory(observe: tuple[Pipeline, bool]):
+    pipeline, capture = observe
+    server = BytesServer(chat_payload())
+    try:
+        with openai.OpenAI(base_url=f"{server.root}/v1", api_key="k", max_retries=0) as c:
+
+            def read() -> None:
+                stream = c.chat.completions.create(
+                    model="gpt-test", messages=[{"role": "user", "content": "go"}], stream=True
+                )
+                assert sum(len(chunk.choices[0].delta.content or "") for chunk in stream) == DELTAS * DELTA_CHARS
+
+            peak = traced_peak(read)
+    finally:
+        server.close()
+    assert peak < PEAK_BOUND, f"{peak / 2**20:.1f} MiB"
+    attrs = pipeline.one("chat").attributes
+    assert attrs[sc.STREAM_END] == "exhausted"
+    if capture:
+        [output] = json.loads(attrs[sc.GEN_AI_OUTPUT_MESSAGES])
+        assert output["finish_reason"] == "stop" and output["parts"][0]["content"].startswith("x" * 1000)
+        assert len(attrs[sc.GEN_AI_OUTPUT_MESSAGES]) <= MAX_CONTENT_CHARS
+        assert attrs[sc.CONTENT_CUT] >= DELTAS * DELTA_CHARS - MAX_CONTENT_CHARS  # what was cut is counted
+    else:
+        assert sc.GEN_AI_OUTPUT_MESSAGES not in attrs and sc.CONTENT_CUT not in attrs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # tracing every allocation of 10k parsed chunks: minutes on a loaded 2-core machine
+@pytest.mark.parametrize("observe", [True, False], ids=["capture-on", "capture-off"], indirect=True)
+def test_20_mb_of_anthropic_tool_argument_deltas_are_read_in_bounded_memory(observe: tuple[Pipeline, bool]):
+    pipeline, capture = observe
+    server = BytesServer(anthropic_payload())
+    try:
+        with anthropic.Anthropic(base_url=server.root, api_key="k", max_retries=0) as c:
+
+            def read() -> None:
+                messages = [{"role": "user", "content": "go"}]
+                kinds = [
+                    e.type for e in c.messages.create(model="claude-test", max_tokens=8, messages=messages, stream=True)
+                ]
+                assert kinds.count("content_block_delta") == DELTAS + 2
+
+            peak = traced_peak(read)
+    finally:
+        server.close()
+    assert peak < PEAK_BOUND, f"{peak / 2**20:.1f} MiB"
+    attrs = pipeline.one("chat").attributes
+    [call] = json.loads(attrs[sc.MODEL_TOOL_CALLS])
+    assert (call["id"], call["name"]) == ("toolu_big", "ingest")  # listed exactly, capture on or off
+    assert ("arguments" in call) is capture
+    if capture:
+        assert len(call["arguments"]) <= MAX_CONTENT_CHARS + 64  # cut by redaction's own cap, with its marker
+
+
+def test_tool_arguments_past_the_link_budget_are_listed_but_not_linked(server, pipeline: Pipeline):
+    """Arguments too long to keep cannot be matched to the tool's execution; the call is still listed."""
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=pipeline.provider, capture_content=False)
+
+    @tool(tracer_provider=pipeline.provider)
+    def ingest(blob: str) -> int:
+        return len(blob)
+
+    long, short = {"blob": "z" * (LINK_CHARS + 10)}, {"blob": "small"}
+    server.enqueue(s.chat_stream([], tool_calls=[("call_long", "ingest", long)]))
+    server.enqueue(s.chat_stream([], tool_calls=[("call_short", "ingest", short)]))
+    try:
+        with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
+            for _ in range(2):
+                list(
+                    c.chat.completions.create(
+                        model="gpt-test", messages=[{"role": "user", "content": "go"}], stream=True
+                    )
+                )
+    finally:
+        instrumentor.uninstrument()
+    ingest(**long)
+    ingest(**short)
+    first, second = pipeline.spans("chat")
+    assert json.loads(first.attributes[sc.MODEL_TOOL_CALLS]) == [{"id": "call_long", "name": "ingest"}]
+    unlinked, linked = pipeline.spans("execute_tool")
+    assert (
+        sc.GEN_AI_TOOL_CALL_ID not in unlinked.attributes and linked.attributes[sc.GEN_AI_TOOL_CALL_ID] == "call_short"
+    )
+
+
+def test_a_20_mb_completion_is_cut_before_it_is_rendered_and_stays_valid_json(server, capturing: Pipeline):
+    big = "secret=hunter2 " + "w" * (20 * 1024 * 1024)
+    server.enqueue(s.chat_completion(big))
+    with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
+        reply = c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": big}])
+    assert reply.choices[0].message.content == big  # the caller's value is untouched
+    attrs = capturing.one("chat").attributes
+    for key in (sc.GEN_AI_INPUT_MESSAGES, sc.GEN_AI_OUTPUT_MESSAGES):
+        text = attrs[key]
+        assert len(text) <= MAX_CONTENT_CHARS and "hunter2" not in text
+        [message] = json.loads(text)
+        assert message["parts"][0]["content"].endswith(" chars cut]")
+    assert attrs[sc.CONTENT_CUT] >= 2 * (len(big) - MAX_CONTENT_CHARS)  # both cuts counted
