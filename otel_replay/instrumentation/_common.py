@@ -5,9 +5,10 @@
   ``replay.record.id`` from its parent span, so it lands in ``model_calls`` /
   ``acts`` under that record. A tool span passes the id on to model calls
   made inside the tool.
-* Suppression: while a model span is current, a second instrumented layer
-  (a framework over the client, or another GenAI instrumentation wrapped
-  around ours) adds no second model span. The standard
+* Suppression: while one of our model spans is current, a second layer of
+  ours (a framework over the client) adds no second model span; a peer
+  instrumentation's model span does not suppress ours (ours carries the
+  decision, the views drop the peer's repeat). The standard
   ``suppress_instrumentation()`` key is honoured too.
 * Safety: :func:`guard` runs attribute extraction so that an internal error is
   logged at debug level and never reaches the user's call.
@@ -29,6 +30,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from otel_replay import semconv as sc
 from otel_replay import settings
+from otel_replay.capture.audit import current_decision
 from otel_replay.redaction import redact_error
 
 __all__ = [
@@ -162,16 +164,36 @@ def begin(
     parent = trace.get_current_span()
     parent_attrs: Mapping[str, Any] | None = getattr(parent, "attributes", None)
     if parent_attrs:
-        if model_layer and parent_attrs.get(sc.GEN_AI_OPERATION_NAME) in _MODEL_OPERATIONS and parent.is_recording():
-            return None  # another instrumentation's model span is current: one model span per call
+        if model_layer and _ours(parent) and _is_model_span(parent, parent_attrs):
+            return None  # one of our model spans is current (audit's d.model()): one model span per call
         record_id = parent_attrs.get(sc.RECORD_ID)
         if record_id is not None and sc.RECORD_ID not in attributes:
             attributes[sc.RECORD_ID] = record_id
+    if sc.RECORD_ID not in attributes:
+        # a peer instrumentor's span (its model call, its agent step) between the decision and this call carries
+        # no record id: the decision whose audit() block runs this code is the one (the views keep our model
+        # span and drop a peer's that repeats it by response id, so the call stays one row, with the decision)
+        decision = current_decision()
+        if decision is not None:
+            attributes[sc.RECORD_ID] = decision.record_id
     span = tracer.start_span(name, kind=kind, attributes=attributes, links=links)
     ctx: Context = trace.set_span_in_context(span)
     if model_layer:
         ctx = context.set_value(SUPPRESS_GENAI_KEY, True, ctx)
     return span, context.attach(ctx)
+
+
+def _is_model_span(span: Span, attributes: Mapping[str, Any]) -> bool:
+    return attributes.get(sc.GEN_AI_OPERATION_NAME) in _MODEL_OPERATIONS and span.is_recording()
+
+
+def _ours(span: Span) -> bool:
+    """Whether ``span`` was started by otel-replay (the decision tracer or one of the instrumentors)."""
+    scope = getattr(span, "instrumentation_scope", None)
+    name = getattr(scope, "name", None)
+    return name == sc.INSTRUMENTATION_NAME or (
+        isinstance(name, str) and name.startswith(sc.INSTRUMENTATION_SCOPE_PREFIX + ".")
+    )
 
 
 def scope_ids(attributes: dict[str, Any]) -> None:

@@ -15,10 +15,12 @@ the request, the response and a stream); the wrappers here do the rest:
    observed like a plain stream; anything else is read for the response
    attributes.
 
-One model span per call when two GenAI instrumentations are active: if
-another one's span is current when ours starts (it wraps outside ours), or its
-wrapt wrapper sits beneath ours (it was installed first), ours steps aside and
-the call goes through the seam only.
+Beside another GenAI instrumentation on the same client (either order), ours
+still records the call: beneath the peer's span when the peer wraps outside
+ours, around it when the peer's wrapper sits beneath ours. Ours carries the
+decision's record id (from the enclosing ``audit()`` when the peer's span
+between them has none) and the tool calls; ``model_calls`` keeps ours and
+leaves out the peer's span with the same response id, so a call is one row.
 
 Every extraction step is guarded: if it fails, the user's call proceeds with
 the same result or exception, and the failure is logged at debug level.
@@ -38,7 +40,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 from otel_replay import semconv as sc
 from otel_replay._seam import Call, through, through_async
 from otel_replay._seam import current as current_mode
-from otel_replay.instrumentation._common import PROXY, SUPPRESS_GENAI_KEY, Started, begin, end_failed, guard
+from otel_replay.instrumentation._common import SUPPRESS_GENAI_KEY, Started, begin, end_failed, guard
 from otel_replay.instrumentation._genai import Input, request_attributes, write_input
 from otel_replay.instrumentation._streams import (
     Accumulator,
@@ -134,15 +136,13 @@ def _settle(span: Span, method: ModelMethod, kwargs: Mapping[str, Any], result: 
 
 
 def _span_for(
-    tracer: Tracer, method: ModelMethod, wrapped: Any, instance: Any, kwargs: dict[str, Any], capture: bool
+    tracer: Tracer, method: ModelMethod, instance: Any, kwargs: dict[str, Any], capture: bool
 ) -> Started | None:
-    """The call's span and context token, or ``None``.
+    """The call's span and context token, or ``None`` when the span could not start (the call goes on unobserved).
 
-    ``None`` when another instrumentation wraps the method beneath ours (the call is recorded there) or
-    the span could not start (the call goes on unobserved).
+    Another instrumentation wrapped beneath ours (installed first) records its own span under ours: both stay,
+    and the views keep ours, which carries the decision's record id and the tool calls.
     """
-    if isinstance(wrapped, PROXY):
-        return None
     try:
         return _start(tracer, method, instance, kwargs, capture)
     except Exception as exc:
@@ -161,7 +161,7 @@ def sync_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callable
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if context.get_value(SUPPRESS_GENAI_KEY):
             return wrapped(*args, **kwargs)  # an outer layer of ours records this call
-        started = _span_for(tracer, method, wrapped, instance, kwargs, capture)
+        started = _span_for(tracer, method, instance, kwargs, capture)
         seamed = current_mode() is not None
         if started is None:
             if seamed:
@@ -188,7 +188,7 @@ def async_wrapper(tracer: Tracer, method: ModelMethod, capture: bool) -> Callabl
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if context.get_value(SUPPRESS_GENAI_KEY):
             return await wrapped(*args, **kwargs)
-        started = _span_for(tracer, method, wrapped, instance, kwargs, capture)
+        started = _span_for(tracer, method, instance, kwargs, capture)
         seamed = current_mode() is not None
         if started is None:
             if seamed:

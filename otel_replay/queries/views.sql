@@ -232,9 +232,10 @@ CREATE OR REPLACE MACRO genai_model_span(attributes, replay_kind) AS
 -- names it (gen_ai.agent.name, OpenInference agent.name); `agents` lists the
 -- agent spans themselves. NULL where a convention does not record a column.
 -- One call, one row: a span that repeats an otel-replay model span of the same
--- trace, as its parent or child with the same response id (anthropic 2.x's own
--- `anthropic.messages.create` span under ours; a peer instrumentor's span
--- around or under ours), is left out: ours carries the decision's record id.
+-- trace, as its parent or child with the same response id or none (anthropic
+-- 2.x's own `anthropic.messages.create` span under ours; a peer instrumentor's
+-- or a framework's span around or under ours), is left out: ours carries the
+-- decision's record id and the tool calls.
 CREATE OR REPLACE VIEW model_calls AS
 SELECT m.* EXCLUDE (not_ours) FROM (
 SELECT DISTINCT ON (trace_id, span_id) * FROM (
@@ -304,7 +305,7 @@ LEFT JOIN (
            attributes ->> '$."gen_ai.response.id"' AS o_response
     FROM spans WHERE replay_kind = 'model'
 ) AS o
-  ON m.not_ours AND o.o_trace = m.trace_id AND o.o_response = m.response_id
+  ON m.not_ours AND o.o_trace = m.trace_id AND (o.o_response = m.response_id OR m.response_id IS NULL)
  AND (o.o_span = m.parent_span_id OR o.o_parent = m.span_id)
 WHERE o.o_trace IS NULL;
 

@@ -12,8 +12,10 @@ import openai
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
+from otel_replay import audit
 from otel_replay import semconv as sc
 from otel_replay.instrumentation import scripted as s
+from tests._support import snapshot
 
 from .conftest import Pipeline
 
@@ -223,13 +225,15 @@ def test_an_extraction_failure_never_breaks_the_call(server, capturing: Pipeline
     assert any("response extraction failed" in r.getMessage() for r in caplog.records)
 
 
-def test_no_duplicate_model_span_under_another_genai_layer(server, instrumented: Pipeline):
-    """A framework (or the contrib instrumentor) already records the model call: we add no second span."""
+def test_under_another_genai_layer_ours_is_its_child_and_an_inner_layer_of_ours_adds_none(server, instrumented):
+    """A framework's model span around the call: ours goes beneath it (model_calls keeps ours); no third span."""
     server.enqueue(s.chat_completion("framework"))
     framework = instrumented.provider.get_tracer("some.framework")
-    with framework.start_as_current_span("chat gpt-test", attributes={sc.GEN_AI_OPERATION_NAME: "chat"}):
+    with framework.start_as_current_span("chat gpt-test", attributes={sc.GEN_AI_OPERATION_NAME: "chat"}) as outer:
         client(server).chat.completions.create(model="gpt-test", messages=MESSAGES)
-    assert [s.instrumentation_scope.name for s in instrumented.spans("chat")] == ["some.framework"]
+    spans = instrumented.spans("chat")
+    assert [sp.instrumentation_scope.name for sp in spans] == ["otel_replay.instrumentation.openai", "some.framework"]
+    assert spans[0].parent.span_id == outer.get_span_context().span_id
 
 
 def test_content_capture_redacts_secrets_before_anything_leaves(server, capturing: Pipeline):
@@ -282,8 +286,9 @@ def test_content_capture_follows_the_environment_switch(
     assert (sc.GEN_AI_INPUT_MESSAGES in attributes) is captured
 
 
-def test_no_duplicate_when_another_wrapt_instrumentation_was_installed_first(server, pipeline: Pipeline):
-    """E.g. the contrib openai-v2 instrumentor instrumented before ours: its span stays, ours steps aside."""
+@pytest.mark.parametrize("peer_first", [True, False], ids=["peer_beneath_ours", "peer_around_ours"])
+def test_beside_another_wrapt_instrumentation_ours_still_carries_the_decision(server, pipeline: Pipeline, peer_first):
+    """E.g. the contrib openai-v2 instrumentor, before or after ours: both spans, ours with the record id and tools."""
     import wrapt
     from openai.resources.chat.completions.completions import Completions
     from opentelemetry.instrumentation.utils import unwrap
@@ -297,17 +302,29 @@ def test_no_duplicate_when_another_wrapt_instrumentation_was_installed_first(ser
         with other.start_as_current_span(f"chat {kwargs['model']}", attributes={sc.GEN_AI_OPERATION_NAME: "chat"}):
             return wrapped(*args, **kwargs)
 
-    wrapt.wrap_function_wrapper(Completions, "create", theirs)
-    OpenAIInstrumentor().instrument(tracer_provider=pipeline.provider)
+    def peer() -> None:
+        wrapt.wrap_function_wrapper(Completions, "create", theirs)
+
+    ours = OpenAIInstrumentor()
+    steps = [peer, lambda: ours.instrument(tracer_provider=pipeline.provider)]
+    for step in steps if peer_first else steps[::-1]:
+        step()
     try:
-        server.enqueue(s.chat_completion("once"))
-        with client(server) as c:
-            assert c.chat.completions.create(model="gpt-test", messages=MESSAGES).choices[0].message.content == "once"
+        server.enqueue(s.chat_completion(None, tool_calls=[("call_9", "lookup", {"q": "x"})]))
+        with audit("trade", snapshot=snapshot()) as d, client(server) as c:
+            message = c.chat.completions.create(model="gpt-test", messages=MESSAGES).choices[0].message
+            assert message.tool_calls[0].id == "call_9"
     finally:
-        OpenAIInstrumentor().uninstrument()
-        unwrap(Completions, "create")
-    assert [sp.instrumentation_scope.name for sp in pipeline.spans("chat")] == ["another.genai.instrumentation"]
+        ours.uninstrument()
+        unwrap(Completions, "create")  # the peer's layer, left outermost when ours is spliced out
     assert vars(Completions)["create"] is original
+    spans = {sp.instrumentation_scope.name: sp for sp in pipeline.spans("chat")}
+    assert sorted(spans) == ["another.genai.instrumentation", "otel_replay.instrumentation.openai"]
+    mine, peers = spans["otel_replay.instrumentation.openai"], spans["another.genai.instrumentation"]
+    outer, inner = (mine, peers) if peer_first else (peers, mine)
+    assert inner.parent.span_id == outer.context.span_id
+    assert mine.attributes[sc.RECORD_ID] == d.record_id
+    assert "call_9" in mine.attributes[sc.MODEL_TOOL_CALLS]
 
 
 def test_an_async_stream_dropped_unconsumed_ends_its_span(server, instrumented: Pipeline):

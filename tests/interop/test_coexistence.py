@@ -1,0 +1,127 @@
+"""Ours beside a peer's OpenAI instrumentation on the same client, in either order: the decision keeps its model calls.
+
+The real peer packages (the contrib openai-v2 instrumentor, OpenLLMetry) instrument the real
+``openai`` client in this process together with ours, before or after it; inside ``audit()`` a plain and a
+streamed tool call go to a scripted server on loopback, each tool the model asked for runs as a ``@tool``. In the
+dataset each call is one row of ``model_calls``, carrying the decision's record id, correlation id and tool calls,
+and each tool's act joins the model call that asked for it. A peer that is not installed is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import otel_replay
+from otel_replay import audit, correlation
+from otel_replay.instrumentation import OpenAIInstrumentor, scripted, tool
+from tests._support import payment, snapshot
+
+from ._peer_agent import PEERS
+
+_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+_COEXISTING = ("openai_v2", "openllmetry")
+"""The peers that wrap the same client methods as ours (OpenInference wraps the lower ``OpenAI.request``)."""
+
+
+def _installed(peer: str) -> bool:
+    try:
+        return importlib.util.find_spec(PEERS[peer]) is not None
+    except ImportError:  # a parent package that is there but broken
+        return False
+
+
+@pytest.fixture
+def server() -> Iterator[scripted.ScriptedServer]:
+    with scripted.ScriptedServer() as scripted_server:
+        yield scripted_server
+
+
+def _peer(name: str) -> Any:
+    return importlib.import_module(PEERS[name]).OpenAIInstrumentor()
+
+
+@pytest.mark.filterwarnings("ignore:Support for class-based `config`:DeprecationWarning")  # OpenLLMetry on pydantic 2
+@pytest.mark.parametrize("peer_first", [True, False], ids=["peer_first", "ours_first"])
+@pytest.mark.parametrize(
+    "peer", [pytest.param(p, marks=pytest.mark.skipif(not _installed(p), reason=f"{PEERS[p]} not installed"))
+             for p in _COEXISTING],
+)  # fmt: skip
+def test_a_decisions_model_calls_keep_its_record_id_and_tool_calls_beside_a_peer(
+    server: scripted.ScriptedServer, telemetry: Any, dataset: Path, peer: str, peer_first: bool
+) -> None:
+    provider = telemetry.provider
+    theirs, ours = _peer(peer), OpenAIInstrumentor()
+    steps = [lambda: theirs.instrument(tracer_provider=provider), lambda: ours.instrument(tracer_provider=provider)]
+    for step in steps if peer_first else steps[::-1]:
+        step()
+    server.enqueue(scripted.chat_completion(None, tool_calls=[("call_plain", "get_weather", {"city": "Oslo"})],
+                                            response_id="chatcmpl-tool", usage=(11, 4)))  # fmt: skip
+    server.enqueue(scripted.chat_stream((), tool_calls=[("call_streamed", "get_weather", {"city": "Rome"})],
+                                        response_id="chatcmpl-st"))  # fmt: skip
+
+    @tool(side_effect="read", tracer_provider=provider)
+    def get_weather(city: str) -> str:
+        return "rain" if city else "?"
+
+    asked: list[str] = []
+    try:
+        with correlation("corr-coexist"), audit("vendor_payment", snapshot=snapshot()) as d:
+            with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
+                message = c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "w?"}],
+                                                    tools=_TOOLS).choices[0].message  # fmt: skip
+                for call in message.tool_calls or ():
+                    asked.append(call.id)
+                    get_weather(**json.loads(call.function.arguments))
+                stream = c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "w?"}],
+                                                   tools=_TOOLS, stream=True)  # fmt: skip
+                pieces: dict[int, list[str]] = {}
+                for chunk in stream:
+                    for delta in (chunk.choices[0].delta.tool_calls or ()) if chunk.choices else ():
+                        if delta.id:
+                            asked.append(delta.id)
+                        pieces.setdefault(delta.index, []).append(delta.function.arguments or "")
+                for _, arguments in sorted(pieces.items()):
+                    get_weather(**json.loads("".join(arguments)))
+            d.act(payment())
+    finally:
+        ours.uninstrument()
+        theirs.uninstrument()
+    telemetry.shutdown()
+    assert asked == ["call_plain", "call_streamed"]  # both instrumentations left the client's answers as they were
+
+    store = otel_replay.open(dataset)
+    calls = store.rows("SELECT * FROM model_calls WHERE operation = 'chat' ORDER BY start_time")
+    assert [row["response_id"] for row in calls] == ["chatcmpl-tool", "chatcmpl-st"]  # one row per call
+    for row, call_id in zip(calls, asked, strict=True):
+        assert row["record_id"] == d.record_id and row["correlation_id"] == "corr-coexist"
+        assert [t["id"] for t in json.loads(row["tool_calls"])] == [call_id]
+    assert [row["streamed"] for row in calls] == [False, True]
+    assert (calls[0]["input_tokens"], calls[0]["output_tokens"]) == (11, 4)
+    joined = store.rows(
+        "SELECT a.tool_call_id, m.response_id FROM acts a JOIN model_calls m ON m.record_id = a.record_id"
+        " AND list_contains(json_extract_string(m.tool_calls, '$[*].id'), a.tool_call_id)"
+        " WHERE a.record_id = ? AND a.source = 'tool' ORDER BY a.start_time",
+        [d.record_id],
+    )
+    assert [(r["tool_call_id"], r["response_id"]) for r in joined] == [
+        ("call_plain", "chatcmpl-tool"), ("call_streamed", "chatcmpl-st")]  # fmt: skip
+    [act] = store.rows("SELECT * FROM acts WHERE record_id = ? AND source = 'act'", [d.record_id])
+    assert act["action_type"] == "vendor_payment"
