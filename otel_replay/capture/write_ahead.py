@@ -48,6 +48,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
+from otel_replay._wire import SMALL_VARINTS as _SMALL
+from otel_replay._wire import varint as _varint
+from otel_replay._wire import varint_of as _varint_of
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
 from otel_replay.storage.outcome_claims import recover_outcomes
@@ -163,22 +166,6 @@ _IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 
 class _Unencodable(Exception):
     """A span this encoder leaves to the SDK's."""
-
-
-def _varint_of(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL = tuple(_varint_of(n) for n in range(1 << 12))  # the varints of lengths and counts up to 4 KiB, made once
-
-
-def _varint(value: int) -> bytes:
-    return _SMALL[value] if value < 4096 else _varint_of(value)
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:

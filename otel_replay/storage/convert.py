@@ -36,6 +36,7 @@ from otel_replay.exporters.rows import (
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 from otel_replay.location import resolve
+from otel_replay.storage.admitted import Admission
 from otel_replay.storage.logs import LogWriter, logs_payload
 from otel_replay.storage.wal import Gap, read_records, scan_records
 
@@ -71,22 +72,6 @@ a converter peak at 560 MiB (256 KiB: 270 MiB, and faster).
 """
 COALESCE_TABLES = 256
 """Tables a :class:`ChunkWriter` holds before it concatenates them into one (each small table has a fixed cost)."""
-
-
-@dataclass
-class Admission:
-    """What :func:`admit_spans` kept and dropped of one request (``rejected`` is the sum of the reasons)."""
-
-    accepted: int = 0
-    rejected: int = 0
-    bad_ids: int = 0
-    bad_times: int = 0
-    bad_counts: int = 0
-    too_many_dates: int = 0
-    too_much_shared: int = 0
-    message: str = ""
-    days: set[int] = field(default_factory=set)
-    """The start dates (days since the epoch, UTC) of the spans kept; filled only with ``max_dates``."""
 
 
 MAX_DATES_PER_REQUEST = 32

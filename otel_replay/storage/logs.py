@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,19 +32,20 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from otel_replay import semconv as sc
 from otel_replay._json import compact_json
+from otel_replay._wire import varint
 from otel_replay.exporters.otlp_wire import any_value
 from otel_replay.exporters.rows import COUNT_LIMIT, TIME_LIMIT_NS
 from otel_replay.exporters.schema import LOG_SCHEMA, LOGS_DIR
 from otel_replay.exporters.writer import put_object, write_atomic
 from otel_replay.location import resolve
 from otel_replay.redaction import MAX_CONTENT_CHARS, SCAN_CHARS, redact, redact_value
+from otel_replay.storage.admitted import Admission
 
 __all__ = [
     "CHUNK_BYTES",
     "CHUNK_ROWS",
     "EVENT_NAME_ATTRIBUTE",
     "LOGS_TAG",
-    "LogAdmission",
     "LogWriter",
     "admit_logs",
     "body_json",
@@ -66,21 +66,9 @@ CHUNK_BYTES = 128 * 1024 * 1024
 """Arrow bytes collected before a chunk is written (whichever of rows and bytes comes first)."""
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def wrap_logs(payload: bytes) -> bytes:
     """A serialized ``ExportLogsServiceRequest`` as a write-ahead log record (see the module docstring)."""
-    return bytes((LOGS_TAG,)) + _varint(len(payload)) + payload
+    return bytes((LOGS_TAG,)) + varint(len(payload)) + payload
 
 
 def logs_payload(record: bytes) -> bytes | None:
@@ -101,21 +89,6 @@ def logs_payload(record: bytes) -> bytes | None:
     if at + value != len(record):
         return None  # not one whole wrapped request: not ours
     return record[at:]
-
-
-@dataclass
-class LogAdmission:
-    """What :func:`admit_logs` kept and dropped of one request (``rejected`` is the sum of the reasons)."""
-
-    accepted: int = 0
-    rejected: int = 0
-    bad_ids: int = 0
-    bad_times: int = 0
-    bad_counts: int = 0
-    too_many_dates: int = 0
-    too_much_shared: int = 0
-    message: str = ""
-    days: set[int] = field(default_factory=set)
 
 
 def _record_day(record: LogRecord) -> int:
@@ -142,7 +115,7 @@ def _problem(record: LogRecord) -> tuple[str, str] | None:
 
 def admit_logs(
     request: ExportLogsServiceRequest, *, max_dates: int | None = None, max_shared_bytes: int | None = None
-) -> LogAdmission:
+) -> Admission:
     """Drop, in place, log records that cannot become rows; count them by reason.
 
     Refused: a trace id that is neither absent nor 16 bytes, a span id that
@@ -153,7 +126,7 @@ def admit_logs(
     record (as :func:`~otel_replay.storage.convert.admit_spans` does for spans).
     ``message`` names the first refused record (its place in the request) and why.
     """
-    result = LogAdmission()
+    result = Admission()
     shared = 0
     for r, rl in enumerate(request.resource_logs):
         resource_bytes = rl.resource.ByteSize() if max_shared_bytes is not None else 0
