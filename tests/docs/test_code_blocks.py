@@ -16,6 +16,7 @@ Conventions for a page's blocks:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -343,6 +344,7 @@ def _variables(query: str) -> list[str]:
     return sorted(v for v in set(re.findall(r"getvariable\('([a-z_]+)'\)", query)) if not v.startswith("otel_replay_"))
 
 
+@functools.cache  # the demo dataset is the session's read-only one: its ids are read once, not per variable
 def _demo_values(dataset: Path) -> dict[str, object]:
     with otel_replay.open(str(dataset)) as store:
         decision = store.rows("SELECT record_id, correlation_id, trace_id, span_id FROM decisions LIMIT 1")[0]
