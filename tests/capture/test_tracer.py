@@ -115,15 +115,23 @@ def _second_process_outcome(dataset, decision: str) -> str:
     return done.stdout.strip()
 
 
-def test_an_unflushed_outcome_of_another_process_still_refuses_a_second(telemetry, dataset):
-    tracer = DecisionTracer()
-    decision = tracer.decision("agent-a", "approve_loan", "looks fine", 0.9, correlation_id="loan-7")
-    telemetry.force_flush()  # the decision is in the dataset; its outcome will not be, yet
-    tracer.record_outcome(decision, True, "repaid")
-    said = _second_process_outcome(dataset, decision)
-    assert said.startswith("refused:") and f"decision {decision} already has an outcome: claimed by pid" in said
-    assert "_outcomes" in said
-    telemetry.force_flush()
+def test_an_unflushed_outcome_of_another_process_still_refuses_a_second(dataset, monkeypatch):
+    # The outcome stays unflushed however slowly the second process starts (at load 20 it took longer than the
+    # 5 s after which the batch processor and the exporter would have written it, and the refusal read it there).
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "3600000")
+    monkeypatch.setenv("OTEL_REPLAY_MAX_FILE_AGE", "3600")
+    telemetry = otel_replay.configure(dataset, service_name="tests", set_global=False)
+    try:
+        tracer = DecisionTracer()
+        decision = tracer.decision("agent-a", "approve_loan", "looks fine", 0.9, correlation_id="loan-7")
+        telemetry.force_flush()  # the decision is in the dataset; its outcome will not be, yet
+        tracer.record_outcome(decision, True, "repaid")
+        said = _second_process_outcome(dataset, decision)
+        assert said.startswith("refused:") and f"decision {decision} already has an outcome: claimed by pid" in said
+        assert "_outcomes" in said
+        telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
     with otel_replay.open(dataset) as store:
         assert store.verified_outcomes([decision])[decision]["outcome_correct"] is True
         traces = DecisionTracer(store=store).query_traces(correlation_id="loan-7")
