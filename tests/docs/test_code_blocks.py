@@ -16,6 +16,7 @@ Conventions for a page's blocks:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -242,17 +243,10 @@ def test_the_cli_reference_gives_the_rerun_divergence_exit_code_the_command_uses
 # --- SQL blocks and the plain-DuckDB recipe ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo's dataset (a payment, its commit and rollback, audit entries, a trade chain)."""
-    where = tmp_path_factory.mktemp("demo") / "dataset"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTEST"))}
-    env.update(OTEL_REPLAY_SIGNING_KEY=TEST_KEY, PYTHONPATH=str(ROOT))
-    subprocess.run(
-        [sys.executable, "-m", "otel_replay", "demo", "--dataset", str(where)],
-        check=True, capture_output=True, env=env, cwd=where.parent, timeout=240,
-    )
-    return where
+@pytest.fixture
+def demo(demo_dataset: Path) -> Path:
+    """The demo's dataset (a payment, its commit and rollback, audit entries, a trade chain), shared read-only."""
+    return demo_dataset
 
 
 def _cli_script(code: str) -> bool:
@@ -350,6 +344,7 @@ def _variables(query: str) -> list[str]:
     return sorted(v for v in set(re.findall(r"getvariable\('([a-z_]+)'\)", query)) if not v.startswith("otel_replay_"))
 
 
+@functools.cache  # the demo dataset is the session's read-only one: its ids are read once, not per variable
 def _demo_values(dataset: Path) -> dict[str, object]:
     with otel_replay.open(str(dataset)) as store:
         decision = store.rows("SELECT record_id, correlation_id, trace_id, span_id FROM decisions LIMIT 1")[0]

@@ -79,7 +79,6 @@ def test_cli_all_reports_a_table_and_fails_on_divergence(
 @pytest.mark.slow
 def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path: Path) -> None:
     record(dataset, "s1", lambda: None)
-    env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
     cases = [
         (
             ["nope", "--entrypoint", "example_rerun_agent:agent_from_env", "-d", str(dataset)],
@@ -89,17 +88,19 @@ def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path:
         (["s1", "--entrypoint", "x:y", "-d", str(tmp_path / "missing")], "does not exist"),
         (["--entrypoint", "x:y", "-d", str(dataset)], "give one SESSION_ID, or --all"),
     ]
-    for args, expected in cases:
-        out = subprocess.run(
-            [sys.executable, "-m", "otel_replay", "rerun", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
-        assert out.returncode == 1, (args, out.stdout, out.stderr)
-        assert expected in out.stderr and "Traceback" not in out.stderr, out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    # One case as the installed command runs it (what a process prints and its exit code), the rest in-process.
+    args, expected = cases[0]
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
+    command = [sys.executable, "-m", "otel_replay", "rerun", *args]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 1, (args, out.stdout, out.stderr)
+    assert expected in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    for args, expected in cases[1:]:
+        result = CliRunner().invoke(rerun_command, args)
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (args, result.output)
+        assert expected in result.stderr and "Traceback" not in result.output, result.output
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_pyproject_registers_the_pytest_plugin() -> None:

@@ -18,7 +18,9 @@ from typing import Any
 
 import openai
 import pytest
+from click.testing import CliRunner
 
+from otel_replay.cli.rerun import rerun_command
 from otel_replay.errors import ConfigError
 from otel_replay.instrumentation.scripted import ScriptedServer, chat_completion
 from otel_replay.rerun import rerun
@@ -229,14 +231,15 @@ def test_the_cli_takes_credentials_says_it_in_json_and_refuses_another_value_in_
     bad = _cli(tmp_path, *base, "--credentials", "any")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
     assert bad.stderr.strip() == "Error: --credentials must be 'value' or 'presence', got 'any'", bad.stderr
-    shown = _cli(tmp_path, *base, "--credentials", "presence", "--json")
-    assert shown.returncode == 0, shown.stderr
+    # The rest in-process: what the command prints, not what a process does.
+    shown = CliRunner().invoke(rerun_command, [*base[1:], "--credentials", "presence", "--json"])
+    assert shown.exit_code == 0, shown.output
     line = json.loads(shown.stdout.strip().splitlines()[-1])
     assert line["matched"] is True and line["credentials"] == "presence"
-    plain = _cli(tmp_path, *base)
-    assert plain.returncode == 0 and "presence" not in plain.stdout, plain.stdout
-    presence = _cli(tmp_path, *base, "--credentials", "presence")
-    assert "credentials compared by presence only" in presence.stdout, presence.stdout
+    plain = CliRunner().invoke(rerun_command, base[1:])
+    assert plain.exit_code == 0 and "presence" not in plain.stdout, plain.output
+    presence = CliRunner().invoke(rerun_command, [*base[1:], "--credentials", "presence"])
+    assert "credentials compared by presence only" in presence.stdout, presence.output
 
 
 @pytest.mark.slow
