@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from otel_replay.errors import DatasetError
-from otel_replay.location import register_with, resolve
+from otel_replay.location import Location, register_with, resolve
 from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.lease import ObjectLease, lease_for
@@ -97,43 +97,118 @@ def test_compact_on_s3_sorts_dedups_and_swaps(bucket: str, s3: Any) -> None:
         assert meta[0]["n"] >= 1
 
 
-@pytest.mark.slow
-def test_reader_during_s3_compaction_sees_old_or_new_never_both(bucket: str) -> None:
-    uri, figures = _make(bucket, spans=3000)
-    old = (figures["spans_written"], figures["unique_spans"])
-    new = (figures["unique_spans"],) * 2
-    seen: list[tuple[int, int]] = []
-    errors: list[BaseException] = []
-    stop = threading.Event()
+class _PausedCompaction:
+    """A compaction of ``uri`` in its own thread that stops before it starts and at each step until let go on."""
 
-    def read() -> None:
-        while not stop.is_set():
-            try:
-                seen.append(_count(uri, live_files(uri)))
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-                return
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.steps: list[str] = []
+        self.done = False
+        self.report: Any = None
+        self.error: BaseException | None = None
+        self._go = threading.Semaphore(0)
+        self._reached = threading.Semaphore(0)
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
 
-    def slow(step: str) -> None:
-        if step in ("written", "indexed", "swapped"):
-            time.sleep(0.3)
+    def _wait_go(self) -> None:
+        if not self._go.acquire(timeout=300):  # a hang guard, not a timing assert
+            raise RuntimeError("the test stopped driving the compaction")
 
-    reader = threading.Thread(target=read)
-    reader.start()
+    def _at(self, step: str) -> None:
+        self.steps.append(step)
+        self._reached.release()
+        self._wait_go()
+
+    def _run(self) -> None:
+        try:
+            self._wait_go()
+            self.report = compact(self.uri, grace_seconds=3600, _on_step=self._at)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.done = True
+            self._reached.release()
+
+    def advance(self) -> None:
+        """Let the compaction run to its next step (or to its end)."""
+        if self.done:
+            return
+        self._go.release()
+        assert self._reached.acquire(timeout=300)
+
+    def swapped(self) -> int:
+        """Partitions swapped so far."""
+        return self.steps.count("swapped")
+
+    def finish(self) -> None:
+        """Let the compaction run to its end."""
+        while not self.done:
+            self.advance()
+        self._thread.join(timeout=300)
+
+
+def test_reader_during_s3_compaction_sees_old_or_new_never_both(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compaction stops at every step; a reader reads there, and across each step between its two listings.
+
+    A reader reads every partition's manifest between a first listing (that finds the manifests) and a second
+    (that gives the files). Each window is forced here: the compaction moves one step on (two at a partition's
+    start: its run recorded and its first output uploaded) after the reader read the manifests and before it
+    lists the files. Every reading must be the dataset with a prefix of the partitions swapped, in order: a span
+    is never missing, nor counted in both an input object and the output that replaces it.
+    """
+    uri, figures = _make(bucket, spans=900)  # three partitions, each with duplicates (13, 14 and 1)
+    paused = _PausedCompaction(uri)
+    reader = threading.get_ident()
+    window = {"steps": 0, "listings": 0}
+    real = Location.files_under
+
+    def listing(self: Location, path: str) -> list[Any]:
+        if threading.get_ident() == reader and window["steps"] and path.endswith("/spans"):
+            window["listings"] += 1
+            if window["listings"] == 2:  # the manifests are read: the files are listed after the compaction moved
+                for _ in range(window["steps"]):
+                    paused.advance()
+        return real(self, path)
+
+    monkeypatch.setattr(Location, "files_under", listing)
+
+    def reading(steps: int) -> tuple[int, int, int, int]:
+        """(partitions swapped before, rows, distinct spans, partitions swapped after): ``steps`` taken inside."""
+        before = paused.swapped()
+        window.update(steps=steps, listings=0)
+        try:
+            rows, distinct = _count(uri, live_files(uri))
+        finally:
+            window.update(steps=0, listings=0)
+        return before, rows, distinct, paused.swapped()
+
+    readings = [reading(0)]
     try:
-        report = compact(uri, grace_seconds=3600, _on_step=slow)
+        while not paused.done:  # each step inside one reading's window (a partition's start: with the next step)
+            readings.append(reading(2 if not paused.steps or paused.steps[-1] == "swapped" else 1))
+        readings.append(reading(0))
     finally:
-        time.sleep(0.3)
-        stop.set()
-        reader.join(timeout=60)
-    assert not errors, errors
-    assert {p.status for p in report.partitions} == {"compacted"}
-    # partitions swap one after the other, in order: each reading is a prefix of them swapped, never a
-    # partition half-swapped (a span missing, or counted in both its old and new files)
-    assert len(seen) >= 3 and seen[0] == old and seen[-1] == new
+        paused.finish()
+    assert paused.error is None, paused.error
+    report = paused.report
+    assert [p.status for p in report.partitions] == ["compacted"] * len(report.partitions) and paused.swapped() >= 2
+    assert {"read", "file", "written", "indexed", "swapped"} <= set(paused.steps)
     removed = [p.input_rows - p.output_rows for p in report.partitions]
-    allowed = {(old[0] - sum(removed[:k]), new[1]) for k in range(len(removed) + 1)}
-    assert set(seen) <= allowed, (set(seen) - allowed, allowed)
+    assert all(removed) and sum(removed) == figures["duplicates_written"]  # each partition's swap is seen
+    unique = figures["unique_spans"]
+
+    def state(swapped: int) -> tuple[int, int]:
+        return figures["spans_written"] - sum(removed[:swapped]), unique
+
+    assert readings[0][1:3] == state(0) and readings[-1][1:3] == state(len(removed))
+    for before, rows, distinct, after in readings:
+        # old or new state of the partition whose swap fell between the reader's listings, nothing in between
+        assert (rows, distinct) in {state(before), state(after)}, (before, rows, distinct, after, removed)
+    windows = [r for r in readings if r[0] != r[3]]
+    assert len(windows) >= len(removed)  # every partition's swap fell inside a reader's listing once
+    # a reader whose manifests predate a swap it lists after reads the old state of that partition
+    assert all((r[1], r[2]) == state(r[0]) for r in windows)
 
 
 def test_two_compactors_one_partition_one_wins(bucket: str) -> None:
@@ -273,6 +348,7 @@ def test_store_lookups_on_s3_reuse_the_listing_of_the_last_refresh(
     listings: list[str] = []
     real = Location.files_under
     monkeypatch.setattr(Location, "files_under", lambda self, path: listings.append(path) or real(self, path))
+
     with Store(uri) as store:
         opened = len(listings)
         assert opened == 2  # the two listings around the manifest reads
