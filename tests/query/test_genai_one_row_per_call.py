@@ -26,11 +26,13 @@ def test_the_anthropic_clients_own_span_does_not_double_the_call(tmp_path: Path)
     try:
         replies = [anthropic_message("hi", message_id="msg_1"), anthropic_message("again", message_id="msg_2")]
         with ScriptedServer(replies) as server:
-            client = anthropic.Anthropic(
+            with anthropic.Anthropic(
                 base_url=server.root_url, api_key="test", max_retries=0, open_telemetry={"tracer_provider": provider}
-            )
-            for _ in range(2):
-                client.messages.create(model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+            ) as client:
+                for _ in range(2):
+                    client.messages.create(
+                        model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+                    )
     finally:
         instrumentor.uninstrument()
         provider.shutdown()
