@@ -17,10 +17,12 @@ the request, the response and a stream); the wrappers here do the rest:
 
 Beside another GenAI instrumentation on the same client (either order), ours
 still records the call: beneath the peer's span when the peer wraps outside
-ours, around it when the peer's wrapper sits beneath ours. Ours carries the
+ours, around it when the peer's wrapper sits beneath ours (always so for
+OpenInference, which wraps the client's lower ``request``). Ours carries the
 decision's record id (from the enclosing ``audit()`` when the peer's span
 between them has none) and the tool calls; ``model_calls`` keeps ours and
-leaves out the peer's span with the same response id, so a call is one row.
+leaves out the peer's span of the same trace with the same response id, at any
+depth, so a call is one row.
 
 Every extraction step is guarded: if it fails, the user's call proceeds with
 the same result or exception, and the failure is logged at debug level.

@@ -232,9 +232,11 @@ CREATE OR REPLACE MACRO genai_model_span(attributes, replay_kind) AS
 -- names it (gen_ai.agent.name, OpenInference agent.name); `agents` lists the
 -- agent spans themselves. NULL where a convention does not record a column.
 -- One call, one row: a span that repeats an otel-replay model span of the same
--- trace, as its parent or child with the same response id or none (anthropic
--- 2.x's own `anthropic.messages.create` span under ours; a peer instrumentor's
--- or a framework's span around or under ours), is left out: ours carries the
+-- trace is left out (anthropic 2.x's own `anthropic.messages.create` span under
+-- ours; a peer instrumentor's or a framework's span around or under ours): one
+-- with the same response id at any depth (a span that is not stored, such as
+-- a third instrumentation's exported elsewhere, may sit between them), or one
+-- with no response id that is the parent or child of ours. Ours carries the
 -- decision's record id and the tool calls.
 CREATE OR REPLACE VIEW model_calls AS
 SELECT m.* EXCLUDE (not_ours) FROM (
@@ -305,8 +307,9 @@ LEFT JOIN (
            attributes ->> '$."gen_ai.response.id"' AS o_response
     FROM spans WHERE replay_kind = 'model'
 ) AS o
-  ON m.not_ours AND o.o_trace = m.trace_id AND (o.o_response = m.response_id OR m.response_id IS NULL)
- AND (o.o_span = m.parent_span_id OR o.o_parent = m.span_id)
+  ON m.not_ours AND o.o_trace = m.trace_id
+ AND (o.o_response = m.response_id
+      OR (m.response_id IS NULL AND (o.o_span = m.parent_span_id OR o.o_parent = m.span_id)))
 WHERE o.o_trace IS NULL;
 
 -- genai_tool_fields(attributes): the attributes acts and agents read, parsed once.

@@ -1,6 +1,6 @@
 """Ours beside a peer's OpenAI instrumentation on the same client, in either order: the decision keeps its model calls.
 
-The real peer packages (the contrib openai-v2 instrumentor, OpenLLMetry) instrument the real
+The real peer packages (the contrib openai-v2 instrumentor, OpenLLMetry, OpenInference) instrument the real
 ``openai`` client in this process together with ours, before or after it; inside ``audit()`` a plain and a
 streamed tool call go to a scripted server on loopback, each tool the model asked for runs as a ``@tool``. In the
 dataset each call is one row of ``model_calls``, carrying the decision's record id, correlation id and tool calls,
@@ -18,6 +18,9 @@ from typing import Any
 
 import openai
 import pytest
+from openai.resources import responses
+from openai.resources.chat import completions
+from opentelemetry.sdk.trace import TracerProvider
 
 import otel_replay
 from otel_replay import audit, correlation
@@ -37,8 +40,15 @@ _TOOLS = [
 ]
 
 
-_COEXISTING = ("openai_v2", "openllmetry")
-"""The peers that wrap the same client methods as ours (OpenInference wraps the lower ``OpenAI.request``)."""
+_COEXISTING = ("openai_v2", "openllmetry", "openinference")
+"""The peers: the contrib instrumentor and OpenLLMetry wrap the same client methods as ours, OpenInference the lower
+``OpenAI.request`` (so its span is beneath ours whichever was installed first)."""
+
+_WRAPPED = (
+    completions.Completions, completions.AsyncCompletions, responses.Responses, responses.AsyncResponses,
+    openai.OpenAI, openai.AsyncOpenAI,
+)  # fmt: skip
+"""The client classes whose methods the instrumentations here wrap."""
 
 
 def _installed(peer: str) -> bool:
@@ -46,6 +56,22 @@ def _installed(peer: str) -> bool:
         return importlib.util.find_spec(PEERS[peer]) is not None
     except ImportError:  # a parent package that is there but broken
         return False
+
+
+@pytest.fixture(autouse=True)
+def client_restored() -> Iterator[None]:
+    """Put the client's methods back as they were: OpenLLMetry 0.62's ``uninstrument()`` leaves its layers on.
+
+    (It names the module ``openai.resources.chat.completions`` and the attribute ``Completions.create`` to
+    ``unwrap``, which looks for ``Completions.create`` on the module and finds nothing.) A layer left on records
+    into the earlier test's provider, a span this test's dataset never gets.
+    """
+    before = [(owner, dict(vars(owner))) for owner in _WRAPPED]
+    yield
+    for owner, attrs in before:
+        for name, value in attrs.items():
+            if vars(owner).get(name) is not value:
+                setattr(owner, name, value)
 
 
 @pytest.fixture
@@ -56,6 +82,62 @@ def server() -> Iterator[scripted.ScriptedServer]:
 
 def _peer(name: str) -> Any:
     return importlib.import_module(PEERS[name]).OpenAIInstrumentor()
+
+
+def _decide(server: scripted.ScriptedServer, provider: Any) -> tuple[str, list[str]]:
+    """A decision making a plain and a streamed tool call, running the tools asked for: its record id, the call ids."""
+    server.enqueue(scripted.chat_completion(None, tool_calls=[("call_plain", "get_weather", {"city": "Oslo"})],
+                                            response_id="chatcmpl-tool", usage=(11, 4)))  # fmt: skip
+    server.enqueue(scripted.chat_stream((), tool_calls=[("call_streamed", "get_weather", {"city": "Rome"})],
+                                        response_id="chatcmpl-st"))  # fmt: skip
+
+    @tool(side_effect="read", tracer_provider=provider)
+    def get_weather(city: str) -> str:
+        return "rain" if city else "?"
+
+    asked: list[str] = []
+    with correlation("corr-coexist"), audit("vendor_payment", snapshot=snapshot()) as d:
+        with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
+            message = c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "w?"}],
+                                                tools=_TOOLS).choices[0].message  # fmt: skip
+            for call in message.tool_calls or ():
+                asked.append(call.id)
+                get_weather(**json.loads(call.function.arguments))
+            stream = c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "w?"}],
+                                               tools=_TOOLS, stream=True)  # fmt: skip
+            pieces: dict[int, list[str]] = {}
+            for chunk in stream:
+                for delta in (chunk.choices[0].delta.tool_calls or ()) if chunk.choices else ():
+                    if delta.id:
+                        asked.append(delta.id)
+                    pieces.setdefault(delta.index, []).append(delta.function.arguments or "")
+            for _, arguments in sorted(pieces.items()):
+                get_weather(**json.loads("".join(arguments)))
+        d.act(payment())
+    return d.record_id, asked
+
+
+def _assert_one_row_per_call(dataset: Path, record_id: str, asked: list[str]) -> None:
+    """Each call one row of model_calls with the decision's ids and tool calls; each tool's act joins its call."""
+    assert asked == ["call_plain", "call_streamed"]  # the instrumentations left the client's answers as they were
+    store = otel_replay.open(dataset)
+    calls = store.rows("SELECT * FROM model_calls WHERE operation = 'chat' ORDER BY start_time")
+    assert [row["response_id"] for row in calls] == ["chatcmpl-tool", "chatcmpl-st"]  # one row per call
+    for row, call_id in zip(calls, asked, strict=True):
+        assert row["record_id"] == record_id and row["correlation_id"] == "corr-coexist"
+        assert [t["id"] for t in json.loads(row["tool_calls"])] == [call_id]
+    assert [row["streamed"] for row in calls] == [False, True]
+    assert (calls[0]["input_tokens"], calls[0]["output_tokens"]) == (11, 4)
+    joined = store.rows(
+        "SELECT a.tool_call_id, m.response_id FROM acts a JOIN model_calls m ON m.record_id = a.record_id"
+        " AND list_contains(json_extract_string(m.tool_calls, '$[*].id'), a.tool_call_id)"
+        " WHERE a.record_id = ? AND a.source = 'tool' ORDER BY a.start_time",
+        [record_id],
+    )
+    assert [(r["tool_call_id"], r["response_id"]) for r in joined] == [
+        ("call_plain", "chatcmpl-tool"), ("call_streamed", "chatcmpl-st")]  # fmt: skip
+    [act] = store.rows("SELECT * FROM acts WHERE record_id = ? AND source = 'act'", [record_id])
+    assert act["action_type"] == "vendor_payment"
 
 
 @pytest.mark.filterwarnings("ignore:Support for class-based `config`:DeprecationWarning")  # OpenLLMetry on pydantic 2
@@ -72,56 +154,37 @@ def test_a_decisions_model_calls_keep_its_record_id_and_tool_calls_beside_a_peer
     steps = [lambda: theirs.instrument(tracer_provider=provider), lambda: ours.instrument(tracer_provider=provider)]
     for step in steps if peer_first else steps[::-1]:
         step()
-    server.enqueue(scripted.chat_completion(None, tool_calls=[("call_plain", "get_weather", {"city": "Oslo"})],
-                                            response_id="chatcmpl-tool", usage=(11, 4)))  # fmt: skip
-    server.enqueue(scripted.chat_stream((), tool_calls=[("call_streamed", "get_weather", {"city": "Rome"})],
-                                        response_id="chatcmpl-st"))  # fmt: skip
-
-    @tool(side_effect="read", tracer_provider=provider)
-    def get_weather(city: str) -> str:
-        return "rain" if city else "?"
-
-    asked: list[str] = []
     try:
-        with correlation("corr-coexist"), audit("vendor_payment", snapshot=snapshot()) as d:
-            with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
-                message = c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "w?"}],
-                                                    tools=_TOOLS).choices[0].message  # fmt: skip
-                for call in message.tool_calls or ():
-                    asked.append(call.id)
-                    get_weather(**json.loads(call.function.arguments))
-                stream = c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "w?"}],
-                                                   tools=_TOOLS, stream=True)  # fmt: skip
-                pieces: dict[int, list[str]] = {}
-                for chunk in stream:
-                    for delta in (chunk.choices[0].delta.tool_calls or ()) if chunk.choices else ():
-                        if delta.id:
-                            asked.append(delta.id)
-                        pieces.setdefault(delta.index, []).append(delta.function.arguments or "")
-                for _, arguments in sorted(pieces.items()):
-                    get_weather(**json.loads("".join(arguments)))
-            d.act(payment())
+        record_id, asked = _decide(server, provider)
     finally:
         ours.uninstrument()
         theirs.uninstrument()
     telemetry.shutdown()
-    assert asked == ["call_plain", "call_streamed"]  # both instrumentations left the client's answers as they were
+    _assert_one_row_per_call(dataset, record_id, asked)
 
+
+@pytest.mark.filterwarnings("ignore:Support for class-based `config`:DeprecationWarning")  # OpenLLMetry on pydantic 2
+@pytest.mark.skipif(not (_installed("openinference") and _installed("openllmetry")), reason="a peer is not installed")
+def test_a_peers_span_beneath_ours_is_one_call_with_an_unstored_span_between_them(
+    server: scripted.ScriptedServer, telemetry: Any, dataset: Path
+) -> None:
+    # OpenLLMetry, installed first and exporting elsewhere, wraps the same method beneath ours; OpenInference's
+    # span (on OpenAI.request) is then the child of a span the dataset never gets, not of ours
+    elsewhere = TracerProvider()
+    between, ours, beneath = _peer("openllmetry"), OpenAIInstrumentor(), _peer("openinference")
+    between.instrument(tracer_provider=elsewhere)
+    ours.instrument(tracer_provider=telemetry.provider)
+    beneath.instrument(tracer_provider=telemetry.provider)
+    try:
+        record_id, asked = _decide(server, telemetry.provider)
+    finally:
+        beneath.uninstrument()
+        ours.uninstrument()
+        between.uninstrument()
+        elsewhere.shutdown()
+    telemetry.shutdown()
     store = otel_replay.open(dataset)
-    calls = store.rows("SELECT * FROM model_calls WHERE operation = 'chat' ORDER BY start_time")
-    assert [row["response_id"] for row in calls] == ["chatcmpl-tool", "chatcmpl-st"]  # one row per call
-    for row, call_id in zip(calls, asked, strict=True):
-        assert row["record_id"] == d.record_id and row["correlation_id"] == "corr-coexist"
-        assert [t["id"] for t in json.loads(row["tool_calls"])] == [call_id]
-    assert [row["streamed"] for row in calls] == [False, True]
-    assert (calls[0]["input_tokens"], calls[0]["output_tokens"]) == (11, 4)
-    joined = store.rows(
-        "SELECT a.tool_call_id, m.response_id FROM acts a JOIN model_calls m ON m.record_id = a.record_id"
-        " AND list_contains(json_extract_string(m.tool_calls, '$[*].id'), a.tool_call_id)"
-        " WHERE a.record_id = ? AND a.source = 'tool' ORDER BY a.start_time",
-        [d.record_id],
-    )
-    assert [(r["tool_call_id"], r["response_id"]) for r in joined] == [
-        ("call_plain", "chatcmpl-tool"), ("call_streamed", "chatcmpl-st")]  # fmt: skip
-    [act] = store.rows("SELECT * FROM acts WHERE record_id = ? AND source = 'act'", [d.record_id])
-    assert act["action_type"] == "vendor_payment"
+    ours_ids = {r["span_id"] for r in store.rows("SELECT span_id FROM spans WHERE replay_kind = 'model'")}
+    theirs = store.rows("SELECT parent_span_id FROM spans WHERE scope_name LIKE 'openinference%'")
+    assert len(theirs) == 2 and not ours_ids & {r["parent_span_id"] for r in theirs}  # not ours' children
+    _assert_one_row_per_call(dataset, record_id, asked)
