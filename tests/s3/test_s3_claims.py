@@ -58,7 +58,10 @@ def test_two_hosts_executing_one_verdict_on_s3_refund_once(bucket: str, s3: Any,
     winners = [r for r in results if r[0] == 0]
     assert len(winners) == 1 and "rolled_back" in winners[0][1], results
     ((code, _, err),) = [r for r in results if r[0] != 0]
-    assert code == 1 and "being compensated by" in err and "Traceback" not in err, err
+    # Which message the loser gets depends on when it looks: while the winner holds the claim, or after it
+    # finished (a loaded machine can start the second interpreter that late). Either way it refunds nothing.
+    assert code == 1 and "Traceback" not in err, err
+    assert "being compensated by" in err or "was already compensated by" in err, err
     with otel_replay.open(uri) as store:
         executed = [g["executed"] for g in store.rows("SELECT executed FROM gates")]
     assert executed.count("rolled_back") == 1  # one compensation, whatever the rail remembers

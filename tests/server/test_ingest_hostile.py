@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
@@ -337,6 +338,8 @@ if mode == "crash":
             time.sleep(0.001)
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(target=killer, daemon=True).start()
+if mode == "turns":  # imported and about to ingest: the test lets all of them at the lock at once
+    print("ready", flush=True)
 report = Ingestor(dataset, chunk_rows=50).ingest(source)
 print(report.status, report.spans, report.start_offset, report.end_offset)
 """
@@ -402,15 +405,26 @@ def test_a_torn_manifest_line_does_not_swallow_the_next_entry(tmp_path: Path) ->
 @pytest.mark.slow
 def test_concurrent_ingest_processes_on_one_dataset_take_turns(tmp_path: Path) -> None:
     source = tmp_path / "traces.jsonl"
-    source.write_bytes(lines(0, 2000))
+    source.write_bytes(lines(0, 200))  # four chunks of 50: each process has files to write, so turns matter
     dataset = tmp_path / "ds"
-    children = [_child(dataset, source, "plain") for _ in range(3)]
-    outputs = [child.communicate(timeout=120) for child in children]
+    (dataset / "_ingest").mkdir(parents=True)
+    # The test holds the ingest lock until every process has started, so all three reach it together however
+    # slowly a loaded machine starts them; none can have finished before the last one begins.
+    lock = os.open(dataset / "_ingest" / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        children = [_child(dataset, source, "turns") for _ in range(3)]
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n", child.communicate()
+    finally:
+        os.close(lock)
+    outputs = [child.communicate(timeout=600) for child in children]
     assert all(child.returncode == 0 for child in children), outputs
     statuses = sorted(out.split()[0] for out, _ in outputs)
     assert statuses == ["ingested", "skipped", "skipped"], outputs
     ids = span_ids(dataset)
-    assert len(ids) == len(set(ids)) == 2000
+    assert len(ids) == len(set(ids)) == 200
+    assert len(manifest(dataset)) == 1
 
 
 def test_two_bad_first_lines_do_not_turn_json_lines_into_one_document(tmp_path: Path) -> None:
