@@ -5,6 +5,7 @@ contracts names the first step whose verdict differs. Real ``openai`` client, sc
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import shutil
@@ -143,7 +144,15 @@ def test_a_governed_run_reruns_offline_with_the_same_verdicts_and_leaves_the_rec
     assert not {"step", "state_version", "digest", "session_id", "call_id"} & set(verdicts[0][1])
     # the recorded run kept its state in the dataset's file store (govern()'s default there)
     store_file = dataset / "_governance" / "sessions.sqlite3"
-    recorded_state = FileStateStore(store_file).load(SESSION)
+    # The recorded agent dropped its session without closing it: its store's connection closes (and SQLite folds
+    # its write-ahead file into the database) whenever the session is collected. Collect it now, so what follows
+    # can only change the file if the rerun writes to it.
+    gc.collect()
+    reader = FileStateStore(store_file)
+    try:
+        recorded_state = reader.load(SESSION)
+    finally:
+        reader.close()
     assert recorded_state is not None and recorded_state.current_phase == "refund_issued"
     before = _digest(store_file), store_file.stat().st_mtime_ns
 
