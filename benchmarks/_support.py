@@ -56,6 +56,7 @@ def package_at(base: str, into: Path) -> Path | None:
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+    into.mkdir(parents=True, exist_ok=True)
     path = into / "archive.tar"
     path.write_bytes(archive)
     with tarfile.open(path) as tar:

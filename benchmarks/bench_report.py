@@ -36,7 +36,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
+
+from _support import package_at  # noqa: E402  (benchmarks/ is on sys.path when a script runs)
 
 import otel_replay  # noqa: E402
 from otel_replay import Action, AuditLog, DependencySnapshot, audit, correlation  # noqa: E402
@@ -127,22 +128,6 @@ def _worker(tree: Path, *args: str) -> dict[str, Any]:
     return answer
 
 
-def _extract(base: str, into: Path) -> Path | None:
-    """The package as of ``base`` under ``into`` (``git archive``), or None when git cannot give it."""
-    try:
-        archive = subprocess.run(
-            ["git", "archive", "--format=tar", base, "otel_replay"], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    into.mkdir(parents=True, exist_ok=True)
-    path = into / "archive.tar"
-    path.write_bytes(archive)
-    with tarfile.open(path) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def browser_times(pages: dict[str, Path], rounds: int) -> dict[str, dict[str, float]] | None:
     """Per page: open, scroll and expand seconds (best of ``rounds``, the pages alternating) and its element count."""
     chromium = shutil.which("chromium")
@@ -207,7 +192,7 @@ def main() -> None:
         print(f"wrote {args.events} events in {time.perf_counter() - start:.1f} s")
         trees = {"this": ROOT}
         if args.base:
-            base = _extract(args.base, Path(tmp) / "base")
+            base = package_at(args.base, Path(tmp) / "base")
             if base is None:
                 print(f"(no peer: git cannot archive {args.base})")
             else:
