@@ -9,8 +9,9 @@ written, 1 on a user error.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -24,10 +25,58 @@ from otel_replay.contracts.model import ContractSet
 from otel_replay.contracts.recorded import RecordedSession, recorded_sessions
 from otel_replay.query.analyst import require_utf8
 
-__all__ = ["BLOCKED", "contracts_group"]
+__all__ = ["BLOCKED", "backtest_options", "contracts_group", "recorded_backtest"]
 
 BLOCKED = 4
 """Exit code of ``contracts check`` when a recorded call would have been blocked (or a model call refused)."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def backtest_options(session_help: str) -> Callable[[F], F]:
+    """The options of a backtest of recorded sessions (``contracts check`` and ``report contracts`` take the same).
+
+    ``--contracts``, the dataset, ``--session`` (described by ``session_help``), ``--gate``, ``--unmatched-policy``.
+    """
+
+    def decorate(command: F) -> F:
+        options = (
+            click.option(
+                "--contracts",
+                "contracts_dir",
+                required=True,
+                help="The contracts directory (tool YAML + session.yaml).",
+            ),
+            dataset_option,
+            skip_option,
+            click.option("--session", "session_id", help=session_help),
+            click.option("--gate", type=click.Choice(GATE_MODES), default="reject_all", show_default=True),
+            click.option(
+                "--unmatched-policy", type=click.Choice(UNMATCHED_POLICIES), default="block", show_default=True
+            ),
+        )
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def recorded_backtest(
+    contracts_dir: str, dataset: str, skip_corrupt: bool, session_id: str | None, gate: str, unmatched_policy: str
+) -> tuple[BacktestReport, list[RecordedSession]]:
+    """The contracts in ``contracts_dir`` run over the dataset's recorded sessions (or one), and those sessions.
+
+    Each problem is a one-line error: the contracts directory or a contract's file and line, a ``--session``
+    that is not UTF-8, a dataset with no recorded session (or not that one).
+    """
+    contracts = _load(contracts_dir)
+    if session_id is not None:
+        require_utf8(session_id, "--session")
+    with open_dataset(dataset, skip_corrupt) as store:
+        sessions = recorded_sessions(store, session_id)
+    _require_sessions(sessions, dataset, session_id)
+    return backtest(contracts, sessions, gate=gate, unmatched_policy=unmatched_policy), sessions
 
 
 @click.group("contracts")
@@ -36,12 +85,7 @@ def contracts_group() -> None:
 
 
 @contracts_group.command("check")
-@click.option("--contracts", "contracts_dir", required=True, help="The contracts directory (tool YAML + session.yaml).")
-@dataset_option
-@skip_option
-@click.option("--session", "session_id", help="Check only this session (a session id, or a correlation id).")
-@click.option("--gate", type=click.Choice(GATE_MODES), default="reject_all", show_default=True)
-@click.option("--unmatched-policy", type=click.Choice(UNMATCHED_POLICIES), default="block", show_default=True)
+@backtest_options("Check only this session (a session id, or a correlation id).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @friendly
 def check_command(
@@ -58,13 +102,7 @@ def check_command(
     Exit code 0: nothing would have been blocked; 4: a call would have been blocked or a model call
     refused (each is listed with the rule, and the contract file and line that wrote it).
     """
-    contracts = _load(contracts_dir)
-    if session_id is not None:
-        require_utf8(session_id, "--session")
-    with open_dataset(dataset, skip_corrupt) as store:
-        sessions = recorded_sessions(store, session_id)
-    _require_sessions(sessions, dataset, session_id)
-    report = backtest(contracts, sessions, gate=gate, unmatched_policy=unmatched_policy)
+    report, _ = recorded_backtest(contracts_dir, dataset, skip_corrupt, session_id, gate, unmatched_policy)
     if as_json:
         click.echo(json.dumps(report.as_dict(), sort_keys=True, default=str))
     else:

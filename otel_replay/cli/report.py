@@ -18,10 +18,7 @@ from typing import Any, cast
 import click
 
 from otel_replay.cli._inputs import dataset_option, friendly, open_dataset, read_live_state, skip_option
-from otel_replay.contracts.backtest import backtest
-from otel_replay.contracts.decisions import GATE_MODES, UNMATCHED_POLICIES
-from otel_replay.contracts.loader import load_contracts
-from otel_replay.contracts.recorded import recorded_sessions
+from otel_replay.cli.contracts import backtest_options, recorded_backtest
 from otel_replay.gate.execute import replay_stored
 from otel_replay.gate.policy import IMPORT_HELP, load_callable, load_policy
 from otel_replay.query.analyst import require_utf8
@@ -179,12 +176,7 @@ def rerun_report(
 
 
 @report.command("contracts")
-@click.option("--contracts", "contracts_dir", required=True, help="The contracts directory (tool YAML + session.yaml).")
-@dataset_option
-@skip_option
-@click.option("--session", "session_id", help="Only this session (a session id, or a correlation id).")
-@click.option("--gate", type=click.Choice(GATE_MODES), default="reject_all", show_default=True)
-@click.option("--unmatched-policy", type=click.Choice(UNMATCHED_POLICIES), default="block", show_default=True)
+@backtest_options("Only this session (a session id, or a correlation id).")
 @_output
 @_force
 @friendly
@@ -204,19 +196,6 @@ def contracts_report(
     as recorded; blocked calls are counted per contract file and rule. The page
     is written whether or not a call would have been blocked (exit code 0).
     """
-    if session_id is not None:
-        require_utf8(session_id, "--session")
     path = _target(output, force)
-    contracts = load_contracts(contracts_dir)
-    with open_dataset(dataset, skip_corrupt) as store:
-        sessions = recorded_sessions(store, session_id)
-    if not sessions:
-        if session_id is not None:
-            raise click.ClickException(
-                f"no recorded session {session_id!r} in {dataset} (no model call carries that id)"
-            )
-        raise click.ClickException(
-            f"no recorded sessions in {dataset}: no model call there carries a session or correlation id"
-        )
-    result = backtest(contracts, sessions, gate=gate, unmatched_policy=unmatched_policy)
+    result, sessions = recorded_backtest(contracts_dir, dataset, skip_corrupt, session_id, gate, unmatched_policy)
     _write(path, html.contracts_page(contracts_model.contracts_view(result, sessions)))
