@@ -93,6 +93,7 @@ from .manifest import (
     read_manifest,
     write_manifest,
 )
+from .outcome_log import held_files
 from .side_index import file_index_rows, merge_index, write_index
 
 __all__ = ["compact"]
@@ -236,7 +237,8 @@ def _compact_partition(
     now = time.time()
     gone: list[str] | None = [] if options.drop_missing else None
     found, names = partition_live_names(partition, missing=gone)
-    live = [partition / name for name in names]
+    held = held_files(partition.parent.parent, names)  # a later run compacts them, once the store forgets them
+    live = [partition / name for name in names if name not in held]
     old_index = found.index if found else None
     grace = options.grace_seconds
     before = found.copy() if found else None

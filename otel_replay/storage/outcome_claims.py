@@ -94,6 +94,7 @@ from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.storage import objects
 from otel_replay.storage.outcome_log import (
+    CLAIMS_DB,
     INSERT_PENDING,
     PENDING_SCHEMA,
     PENDING_TABLE,
@@ -115,8 +116,6 @@ __all__ = [
     "sync_outcomes",
 ]
 
-CLAIMS_DB = "claims.sqlite3"
-"""The local claim store's file name in :data:`OUTCOMES_DIR` (beside it SQLite keeps ``-wal`` and ``-shm``)."""
 BUSY_SECONDS = 60.0
 """How long a claim waits for other writers of the claim store before it fails (naming the store)."""
 

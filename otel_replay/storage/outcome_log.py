@@ -52,16 +52,18 @@ import pyarrow as pa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_replay.exporters.rows import payload_to_table, spans_to_table
-from otel_replay.exporters.schema import SPANS_DIR
+from otel_replay.exporters.schema import OUTCOMES_DIR, SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 
 __all__ = [
+    "CLAIMS_DB",
     "CONVERT_SECONDS",
     "FILE_PREFIX",
     "PENDING_SCHEMA",
     "PENDING_TABLE",
     "WRITERS_DIR",
     "PendingOutcomes",
+    "held_files",
     "recover",
 ]
 
@@ -83,6 +85,8 @@ WRITERS_DIR = "writers"
 FILE_PREFIX = "outcomes-"
 """How the Parquet files of converted outcomes are named: ``outcomes-<instance>-<batch>.parquet``."""
 _SAFE = re.compile(r"[0-9A-Za-z_-]{1,64}")  # the instance and batch names this module gives (file name parts)
+CLAIMS_DB = "claims.sqlite3"
+"""The local claim store's file name in ``_outcomes/`` (beside it SQLite keeps ``-wal`` and ``-shm``)."""
 CONVERT_SECONDS = 5.0
 """How old a process's oldest pending outcome gets before it converts them (unless its pipeline's file age is given)."""
 
@@ -242,6 +246,43 @@ def _close_at_exit() -> None:
 
 
 atexit.register(_close_at_exit)
+
+
+def held_files(dataset: Path, names: Sequence[str]) -> set[str]:
+    """Which of a partition's file ``names`` belong to batches of outcomes the claim store still holds.
+
+    Compaction leaves them out (they are compacted once their rows are
+    forgotten): a batch is held until its rows are deleted after its files
+    were written, and a recovery writes a held batch again under its name. A
+    file merged into a compacted one and then deleted would be written again,
+    and its outcomes stored twice. Race-free with the listing ``names`` came
+    from, taken first: a batch's file exists only once its name is in the
+    store, and a batch whose rows are deleted is never held again. A store
+    that cannot be read holds every outcomes file (said in the log); a dataset
+    without one holds none, and nothing is opened unless a name is an outcomes file.
+    """
+    candidates = [name for name in names if name.startswith(FILE_PREFIX)]
+    if not candidates:
+        return set()
+    path = dataset / OUTCOMES_DIR / CLAIMS_DB
+    if not path.exists():
+        return set()
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=60.0)) as con:
+            held = con.execute(f"SELECT DISTINCT instance, batch FROM {PENDING_TABLE} WHERE batch IS NOT NULL")
+            names_held = {f"{FILE_PREFIX}{instance}-{batch}.parquet" for instance, batch in held}
+    except sqlite3.Error as exc:
+        if "no such table" in str(exc):  # a store an older version made holds no outcomes
+            return set()
+        _log.warning(
+            "otel-replay: the outcome claim store %s cannot be read (%s): the %d outcomes file(s) here are "
+            "left out of this compaction, as they may still be held",
+            path,
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            len(candidates),
+        )
+        return set(candidates)
+    return {name for name in candidates if name in names_held}
 
 
 def _bodies_table(

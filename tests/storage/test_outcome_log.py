@@ -22,7 +22,7 @@ import pytest
 import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
 from otel_replay.errors import ConfigError, DatasetError
-from otel_replay.storage import outcome_claims
+from otel_replay.storage import compact, outcome_claims
 
 
 def _db(dataset: Path) -> contextlib.closing[sqlite3.Connection]:
@@ -300,3 +300,55 @@ def test_threads_sharing_transactions_each_get_their_own_answer(dataset):
         assert telemetry.force_flush()
     assert _stored_outcomes(dataset) == sorted(won)
     assert _pending(dataset) == []
+
+
+def test_compaction_before_recovery_never_makes_a_dead_processes_held_outcome_appear_twice(dataset):
+    # The process dies after writing its batch's Parquet file and before forgetting the rows: they are still held.
+    # A compaction (old files deleted at once) runs before any recovery; the recovery that follows writes the batch
+    # again under its name. Merged and then written again, each outcome would be stored twice.
+    done = _child(
+        dataset,
+        """
+        decisions = [tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(3)]
+        telemetry.force_flush()
+        print(" ".join(tracer.record_outcome(d, True).record_id for d in decisions), flush=True)
+        real = outcome_log._write
+        def write_then_die(*args):
+            real(*args)
+            os.kill(os.getpid(), signal.SIGKILL)
+        outcome_log._write = write_then_die
+        telemetry.force_flush()
+        """,
+    )
+    outcomes = done.stdout.split()
+    assert [batch for _, batch in _pending(dataset)] == ["1"] * 3  # named and written, not forgotten
+    report = compact(dataset, grace_seconds=0)  # what it merges is deleted at once
+    assert [p.status for p in report.partitions] == ["compacted"]
+    assert len(_pending(dataset)) == 3  # compaction recovers nothing itself
+    assert _stored_outcomes(dataset) == sorted(outcomes)  # the reader's recovery: each outcome once
+    assert _pending(dataset) == []
+    compact(dataset, grace_seconds=0)  # no longer held: merged now, still once
+    assert _stored_outcomes(dataset) == sorted(outcomes)
+    with otel_replay.open(dataset) as store:
+        assert store.rows("SELECT count(*) AS n FROM spans WHERE name = 'replay.decision'")[0]["n"] == 3
+
+
+def test_compaction_with_an_unreadable_claim_store_leaves_the_outcomes_files_out_and_says_so(dataset, caplog):
+    done = _child(
+        dataset,
+        """
+        print(tracer.record_outcome(tracer.decision("agent", "approve", "r"), True).record_id)
+        telemetry.shutdown()
+        """,
+    )
+    outcome = done.stdout.strip()
+    store = dataset / "_outcomes" / "claims.sqlite3"
+    assert not store.with_name("claims.sqlite3-wal").exists()  # the process closed it: all in the one file
+    store.write_bytes(b"not a database, " * 512)  # damaged: it may be holding any batch, so none is merged
+    with caplog.at_level(logging.WARNING, logger="otel_replay"):
+        compact(dataset, grace_seconds=0)
+    said = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(said) == 1 and str(store) in said[0] and "left out of this compaction" in said[0]
+    partition = next((dataset / "spans").iterdir())
+    assert [p.name for p in partition.glob("outcomes-*.parquet")]  # still an arrival, read as one
+    assert _stored_outcomes(dataset) == [outcome]
