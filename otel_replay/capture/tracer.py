@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from opentelemetry.trace import Link, SpanContext, TraceFlags
@@ -24,13 +26,13 @@ from otel_replay import semconv as sc
 from otel_replay._json import loads, normalise
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.reader import DatasetReader
-from otel_replay.capture.recorder import Recorder, get_recorder
+from otel_replay.capture.recorder import HeldRecord, Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
 from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, iso_time, new_id
-from otel_replay.storage.outcome_claims import claim_outcome
+from otel_replay.storage.outcome_claims import claim_outcome, claim_outcomes
 
-__all__ = ["DecisionTracer", "link_to", "trace_body"]
+__all__ = ["DecisionTracer", "RecordedOutcomes", "link_to", "trace_body"]
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +85,14 @@ def trace_body(record: DecisionRecord, outcome: OutcomeRecord | None = None) -> 
     }
 
 
+def _held_outcome(outcome: OutcomeRecord, hold: HeldRecord, claim: object) -> OutcomeRecord:
+    """The outcome ``hold`` sealed in its claim's transaction; raises the claim's failure instead."""
+    if isinstance(claim, BaseException):
+        raise claim
+    assert hold.ref is not None and hold.seal is not None
+    return replace(outcome, span=hold.ref, seal=hold.seal)
+
+
 MEMORY = 100_000
 """How many decisions a tracer remembers in process (span refs and outcomes)."""
 
@@ -91,6 +101,16 @@ def _remember(table: dict[str, Any], key: str, value: Any) -> None:
     table[key] = value
     if len(table) > MEMORY:
         del table[next(iter(table))]
+
+
+@dataclass
+class RecordedOutcomes:
+    """What :meth:`DecisionTracer.record_outcomes` did, by decision id: each decision is in exactly one of the two."""
+
+    recorded: dict[str, OutcomeRecord] = field(default_factory=dict)
+    """The outcomes recorded (sealed, durable as :meth:`DecisionTracer.record_outcome` makes one)."""
+    failed: dict[str, Exception] = field(default_factory=dict)
+    """Why the others were not: what :meth:`DecisionTracer.record_outcome` would have raised (nothing recorded)."""
 
 
 class DecisionTracer:
@@ -193,38 +213,133 @@ class DecisionTracer:
                 "would be lost; call otel_replay.configure() again before recording it"
             )
         with self._lock:
-            if decision_id in self._outcomes:
-                raise OutcomeAlreadyRecorded(f"decision {decision_id} already has an outcome; outcomes are immutable")
-            span = self._spans.get(decision_id)
-            decided = self._records.get(decision_id)
             if self._store is not None:
                 self._store.refresh()  # see what other processes wrote since the store was opened
-                if decided is None:
-                    decided = self._stored_decision(decision_id)
-                span = span or (decided.span if decided is not None else None)
-                if self._store.has_outcome(decision_id):
-                    _remember(self._outcomes, decision_id, None)
-                    raise OutcomeAlreadyRecorded(
-                        f"decision {decision_id} already has an outcome in {self._store.dataset}; "
-                        "outcomes are immutable"
-                    )
-                if span is None:
-                    raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
-            # Reserved: a second call in this process is refused from here on; given back below on failure.
-            _remember(self._outcomes, decision_id, None)
+            decided, span = self._reserve(decision_id)
         try:
             sealed = self._emit_outcome(recorder, decision_id, outcome_correct, note, decided, span)
         except OutcomeAlreadyRecorded:
             raise  # claimed elsewhere: the reservation stands for it
         except BaseException:
-            with self._lock:
-                if decision_id in self._outcomes and self._outcomes[decision_id] is None:
-                    del self._outcomes[decision_id]
+            self._give_back(decision_id)
             raise
         with self._lock:
             _remember(self._outcomes, decision_id, sealed)
         self._append(sealed)
         return sealed
+
+    def _reserve(self, decision_id: str) -> tuple[DecisionRecord | None, SpanRef | None]:
+        """Reserve ``decision_id``'s outcome in this process (caller holds the lock): the decision and its span.
+
+        A second call in this process is refused from here on; the caller gives
+        the reservation back when its outcome fails other than by a refusal.
+        """
+        if decision_id in self._outcomes:
+            raise OutcomeAlreadyRecorded(f"decision {decision_id} already has an outcome; outcomes are immutable")
+        span = self._spans.get(decision_id)
+        decided = self._records.get(decision_id)
+        if self._store is not None:
+            if decided is None:
+                decided = self._stored_decision(decision_id)
+            span = span or (decided.span if decided is not None else None)
+            if self._store.has_outcome(decision_id):
+                _remember(self._outcomes, decision_id, None)
+                raise OutcomeAlreadyRecorded(
+                    f"decision {decision_id} already has an outcome in {self._store.dataset}; outcomes are immutable"
+                )
+            if span is None:
+                raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
+        _remember(self._outcomes, decision_id, None)
+        return decided, span
+
+    def _give_back(self, decision_id: str) -> None:
+        with self._lock:
+            if decision_id in self._outcomes and self._outcomes[decision_id] is None:
+                del self._outcomes[decision_id]
+
+    def record_outcomes(self, outcomes: Iterable[tuple[str, bool] | tuple[str, bool, str | None]]) -> RecordedOutcomes:
+        """Record many outcomes, ``(decision_id, outcome_correct)`` or ``(decision_id, outcome_correct, note)`` each.
+
+        For reconciliation jobs: each decision gets its outcome exactly once,
+        as through :meth:`record_outcome` (same records, same durability on
+        return, same refusals), but in the local dataset
+        :func:`otel_replay.configure` writes to, the claims and outcomes share
+        SQLite transactions (up to 1,000 decisions per commit). A decision's
+        failure is its own: it is in :attr:`RecordedOutcomes.failed` with the
+        exception :meth:`record_outcome` would have raised, and the others are
+        recorded. A decision id given twice gets one outcome (the first); the
+        second is refused.
+
+        Raises:
+            CaptureError: an entry is not such a tuple, or the telemetry pipeline was shut down (nothing recorded).
+
+        """
+        items: list[tuple[str, bool, str | None]] = []
+        for at, entry in enumerate(outcomes):
+            if not isinstance(entry, tuple) or len(entry) not in (2, 3) or not isinstance(entry[0], str):
+                raise CaptureError(f"record_outcomes: entry {at} must be (decision_id, outcome_correct[, note]), "
+                                   f"got {str(entry)[:200]!r}")
+            if not isinstance(entry[1], bool) or (len(entry) == 3 and not isinstance(entry[2], (str, type(None)))):
+                raise CaptureError(f"record_outcomes: entry {at} (decision {entry[0][:200]}): outcome_correct must be "
+                                   "True or False and the note a string or None")
+            items.append((entry[0], entry[1], entry[2] if len(entry) == 3 else None))
+        recorder = get_recorder()
+        if recorder.closed:
+            raise CaptureError("record_outcomes: the telemetry pipeline was shut down (Telemetry.shutdown()), so "
+                               "they would be lost; call otel_replay.configure() again before recording them")
+        result = RecordedOutcomes()
+        reserved: list[tuple[str, bool, str | None, DecisionRecord | None, SpanRef | None]] = []
+        with self._lock:
+            if self._store is not None:
+                self._store.refresh()
+            for decision_id, correct, note in items:
+                try:
+                    reserved.append((decision_id, correct, note, *self._reserve(decision_id)))
+                except (OutcomeAlreadyRecorded, RecordNotFound) as exc:
+                    result.failed.setdefault(decision_id, exc)
+        dataset = self._store.dataset if self._store is not None else recorder.dataset
+        local = bool(dataset and recorder.dataset and _same(dataset, recorder.dataset))
+        held: list[tuple[OutcomeRecord, HeldRecord]] = []
+        for decision_id, correct, note, decided, span in reserved:
+            hold = None
+            if local:  # sealed in the claims' shared transactions, as record_outcome() seals one in its own
+                try:
+                    correlation = (decided.correlation_id if decided else None) or current_ids().correlation_id
+                    outcome = OutcomeRecord(new_id(), decision_id, correct, note, correlation)
+                    link = link_to(span) if span is not None else None
+                    links = [link] if link else []
+                    hold = recorder.held(sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=links)
+                except Exception as exc:  # noqa: BLE001 - this decision's failure
+                    self._give_back(decision_id)
+                    result.failed[decision_id] = exc
+                    continue
+            if hold is not None:
+                held.append((outcome, hold))
+            else:  # one at a time, as record_outcome() does it
+                self._settle(result, decision_id, partial(self._emit_outcome, recorder, decision_id, correct, note,
+                                                          decided, span))
+        if held:
+            assert dataset is not None
+            claims = claim_outcomes(dataset, [(o.decision_id, o.record_id, o.outcome_correct, h) for o, h in held])
+            for (outcome, hold), claim in zip(held, claims, strict=True):
+                self._settle(result, outcome.decision_id, partial(_held_outcome, outcome, hold, claim))
+        return result
+
+    def _settle(self, result: RecordedOutcomes, decision_id: str, emit: Callable[[], OutcomeRecord]) -> None:
+        """One decision of :meth:`record_outcomes`: its outcome from ``emit()``, or its failure."""
+        try:
+            sealed = emit()
+        except OutcomeAlreadyRecorded as exc:
+            result.failed[decision_id] = exc  # claimed elsewhere: the reservation stands for it
+            return
+        except Exception as exc:  # noqa: BLE001 - this decision's failure; the others go on
+            self._give_back(decision_id)
+            result.failed[decision_id] = exc
+            return
+        with self._lock:
+            _remember(self._outcomes, decision_id, sealed)
+        self._append(sealed)
+        result.recorded[decision_id] = sealed
 
     def _emit_outcome(
         self,

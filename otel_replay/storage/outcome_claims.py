@@ -93,21 +93,15 @@ from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.storage import objects
-from otel_replay.storage.outcome_log import (
-    CLAIMS_DB,
-    INSERT_PENDING,
-    PENDING_SCHEMA,
-    PENDING_TABLE,
-    WRITERS_DIR,
-    PendingOutcomes,
-)
-from otel_replay.storage.outcome_log import recover as _recover_pending
+from otel_replay.storage import outcome_log as _log_of
+from otel_replay.storage.outcome_log import CLAIMS_DB, INSERT_PENDING, PENDING_TABLE, WRITERS_DIR, PendingOutcomes
 
 __all__ = [
     "BUSY_SECONDS",
     "CLAIMS_DB",
     "OutcomeClaim",
     "claim_outcome",
+    "claim_outcomes",
     "claimant",
     "close_outcomes",
     "expire_outcome_claims",
@@ -124,9 +118,10 @@ _CHECKPOINT_PAGES = 1_000
 the database (a few ms; 20-40 ms under load), once per ~700 claims. Once the WAL has reached its size (~4 MB) it is
 rewritten in place, so each claim's ``fdatasync`` allocates nothing; a larger WAL (10,000 pages were tried) spends
 its first ~7,000 claims on a growing file, where each sync costs 5-10x more."""
+_CHUNK = 1_000
+"""Held outcomes of one :func:`claim_outcomes` call per transaction (the claim store's lock is held for one)."""
 Hold = Callable[[], tuple[Any, bytes]]
 """Seals an outcome once its claim is taken: its ended span and that span's OTLP bytes, stored beside the claim."""
-
 
 
 def sync_outcomes() -> bool:
@@ -365,20 +360,25 @@ class _ClaimStore:
         try:
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
-            tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            tables = dict(con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
         except sqlite3.Error as exc:
             con.close()
             raise self.error("open it", exc) from exc
-        if (_TABLE,) not in tables:
+        if _TABLE not in tables:
             con.close()
             raise self.error("open it", sqlite3.DatabaseError(f"no {_TABLE} table in it"))
-        if (PENDING_TABLE,) not in tables:  # a store an older version made: outcomes are held beside claims now
-            try:
-                for statement in PENDING_SCHEMA:
-                    con.execute(statement)
-            except sqlite3.Error as exc:
-                con.close()
-                raise self.error("add its table of pending outcomes", exc) from exc
+        # A store an older version made: outcomes are held beside claims now, in a rowid table (see PENDING_SCHEMA).
+        change: tuple[str, ...] = _log_of.PENDING_SCHEMA if PENDING_TABLE not in tables else ()
+        if "WITHOUT ROWID" in str(tables.get(PENDING_TABLE, "")).upper():  # as made at first: rows kept
+            change = ("BEGIN IMMEDIATE", *_log_of.PENDING_MIGRATION, "COMMIT")
+        try:
+            for statement in change:
+                con.execute(statement)
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            con.close()
+            raise self.error("add its table of pending outcomes", exc) from exc
         try:
             # Reading the schema opened (or made) the WAL, and this open connection keeps SQLite from deleting it.
             wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
@@ -500,6 +500,46 @@ class _ClaimStore:
                 assert self.pending is not None
                 self.pending.added(row[1], request.span)
         return claim
+
+    def claim_many(self, items: list[tuple[str, str, bool, Hold]]) -> list[OutcomeClaim | BaseException]:
+        """Claim and store held outcomes ``(decision, outcome, correct, hold)``, :data:`_CHUNK` per transaction."""
+        try:  # an older version's claim files are looked for one by one only when there are any
+            legacy = any(name.endswith(".json") for name in os.listdir(self.directory))
+        except OSError:
+            legacy = False
+        answers: list[_Request | BaseException] = []
+        for decision_id, outcome_id, correct, hold in items:
+            try:
+                if legacy and os.path.lexists(self.legacy + _name(decision_id)):
+                    self.claim(decision_id, outcome_id, correct)  # refuses, naming the file
+                key = _key(decision_id)
+                row = (key, outcome_id, int(correct), claimant(), time.time_ns())
+                answers.append(_Request(decision_id, key, row, hold))
+            except Exception as exc:  # noqa: BLE001 - this decision's answer
+                answers.append(exc)
+        requests = [r for r in answers if isinstance(r, _Request)]
+        for at in range(0, len(requests), _CHUNK):
+            with self.lock:
+                self._commit(requests[at : at + _CHUNK])  # each request gets its ticket or its failure
+        stored = [r for r in requests if r.failure is None]
+        if self.sync_outcomes and stored:
+            try:
+                self._sync(max(r.ticket for r in stored))
+            except OSError as exc:
+                for r in stored:  # not known to be on disk, and never handed on: given back whole
+                    with contextlib.suppress(DatasetError):
+                        self.release(r.key, r.row[1])
+                    r.failure = self.error(f"make the outcome of decision {r.decision_id[:200]!r} durable", exc)
+            else:
+                with self.lock:
+                    assert self.pending is not None
+                    for r in stored:
+                        self.pending.added(r.row[1], r.span)
+        where = str(self.path)
+        return [
+            r if isinstance(r, BaseException) else r.failure or OutcomeClaim(where, None, None, self, r.key, r.row[1])
+            for r in answers
+        ]
 
     def _commit(self, batch: list[_Request]) -> None:
         """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure."""
@@ -657,6 +697,23 @@ def claim_outcome(
     return _store(root).claim(decision_id, outcome_id, outcome_correct, hold)
 
 
+def claim_outcomes(
+    dataset: str | os.PathLike[str], items: list[tuple[str, str, bool, Hold]]
+) -> list[OutcomeClaim | BaseException]:
+    """:func:`claim_outcome` with ``hold`` for many decisions at once: ``(decision, outcome, correct, hold)`` each.
+
+    A local dataset only. Claims and held outcomes go in shared transactions
+    (each decision in a savepoint of its own), so one commit writes the pages
+    of many; each item gets its :class:`OutcomeClaim` or the exception
+    :func:`claim_outcome` would have raised for it (nothing claimed for it then).
+    """
+    root = os.fspath(dataset)
+    location = resolve(root)
+    if location.remote:
+        raise ValueError(f"an outcome is held beside its claim only in a local dataset, not {root}")
+    return _store(location.root).claim_many(items)
+
+
 def _open_store(dataset: str | os.PathLike[str]) -> _ClaimStore | None:
     """The claim store of a local ``dataset`` in this process, if the dataset has one (none is created)."""
     location = resolve(dataset)
@@ -713,7 +770,7 @@ def recover_outcomes(dataset: str | os.PathLike[str]) -> int:
     store = _open_store(location.root)
     if store is None or not os.access(store.directory, os.W_OK):  # a read-only copy: nothing can be written
         return 0
-    return _recover_pending(store)
+    return _log_of.recover(store)
 
 
 def expire_outcome_claims(dataset: Any, before_ns: int) -> int:

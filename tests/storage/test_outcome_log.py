@@ -352,3 +352,36 @@ def test_compaction_with_an_unreadable_claim_store_leaves_the_outcomes_files_out
     partition = next((dataset / "spans").iterdir())
     assert [p.name for p in partition.glob("outcomes-*.parquet")]  # still an arrival, read as one
     assert _stored_outcomes(dataset) == [outcome]
+
+
+def test_a_store_whose_pending_table_was_made_without_rowid_is_turned_into_a_rowid_table_with_its_rows(dataset):
+    done = _child(
+        dataset,
+        """
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(3)]
+        telemetry.force_flush()
+        print(" ".join(tracer.record_outcome(d, True).record_id for d in decisions), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """,
+    )
+    outcomes = done.stdout.split()
+    with _db(dataset) as con:  # the table as the first version that held outcomes made it, with the dead one's rows
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(
+            "CREATE TABLE old (outcome_id TEXT PRIMARY KEY NOT NULL, decision_id NOT NULL, instance TEXT NOT NULL, "
+            "batch TEXT, body BLOB NOT NULL) WITHOUT ROWID"
+        )
+        con.execute("INSERT INTO old SELECT outcome_id, decision_id, instance, batch, body FROM outcome_pending")
+        con.execute("DROP TABLE outcome_pending")
+        con.execute("ALTER TABLE old RENAME TO outcome_pending")
+        con.execute("COMMIT")
+    assert len(_pending(dataset)) == 3
+    assert _stored_outcomes(dataset) == sorted(outcomes)  # recovered through the table it found, each once
+    with _db(dataset) as con:
+        (sql,) = con.execute("SELECT sql FROM sqlite_master WHERE name = 'outcome_pending'").fetchone()
+    assert "WITHOUT ROWID" not in sql.upper() and "UNIQUE" in sql.upper()
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        tracer = DecisionTracer()
+        later = tracer.record_outcome(tracer.decision("agent", "approve", "later"), False).record_id
+        assert telemetry.force_flush()
+    assert _stored_outcomes(dataset) == sorted([*outcomes, later])
