@@ -14,13 +14,15 @@ the calls left to the exporter included). Variants run alternately, best of
 * ``this``: this checkout as configured by default (the outcome sealed
   inside its claim's transaction and stored with it, one SQLite commit:
   durable against the process being killed when the call returns);
+* ``this, record_outcomes``: the same outcomes through
+  ``record_outcomes()``, one call per thread with that thread's share (claims
+  and outcomes in shared transactions of up to 1,000);
 * ``this, machine sync``: the same with ``OTEL_REPLAY_OUTCOME_SYNC=machine``
   (each commit ``fdatasync``-ed before the call returns, concurrent calls
   sharing a sync: durable against a machine crash);
-* ``base``: the package as of ``--base`` (default ``s5-start``: the claim
-  synced in the claim store, then the outcome fsynced in the capture
-  write-ahead log), extracted with ``git archive`` and put first on the
-  worker's path;
+* ``base``: the package as of ``--base`` (default ``s6-start``: the outcome
+  held beside its claim as here, in a table keyed by the outcome's id),
+  extracted with ``git archive`` and put first on the worker's path;
 * ``no claim, queued``: this checkout with no claim and the outcome queued
   like any span through the SDK (a floor: sealing and emitting alone).
 
@@ -47,8 +49,8 @@ from typing import Any
 from _support import package_at
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = "s5-start"
-VARIANTS = ("this", "base", "this, machine sync", "no claim, queued")
+BASE = "s6-start"
+VARIANTS = ("this", "this, record_outcomes", "base", "this, machine sync", "no claim, queued")
 
 
 def _patch(variant: str) -> None:
@@ -91,6 +93,11 @@ def worker_outcomes(variant: str, n: int, threads: int) -> dict[str, float]:
 
         def record(part: list[tuple[int, str]]) -> None:
             try:
+                if variant == "this, record_outcomes":
+                    done = tracer.record_outcomes([(decision, i % 3 != 0) for i, decision in part])
+                    if done.failed:
+                        raise next(iter(done.failed.values()))
+                    return
                 for i, decision in part:
                     tracer.record_outcome(decision, i % 3 != 0)
             except BaseException as exc:  # noqa: BLE001 - reported by the parent
