@@ -28,7 +28,9 @@ instance whose lock is free (its process is gone): a batch that already has a
 name is written again under that name (replacing whatever the dead process
 wrote of it, so nothing lands twice), the rows without one get a new name
 first. A body that does not decode is left in place and named in an error
-(never dropped silently); the rest of its batch lands.
+(never dropped silently); the rest of its batch lands. Compaction leaves a
+held batch's files out (:func:`held_files`): merged into a compacted file and
+deleted, a file a recovery then wrote again would store its outcomes twice.
 """
 
 from __future__ import annotations
