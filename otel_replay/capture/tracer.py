@@ -105,7 +105,11 @@ def _remember(table: dict[str, Any], key: str, value: Any) -> None:
 
 @dataclass
 class RecordedOutcomes:
-    """What :meth:`DecisionTracer.record_outcomes` did, by decision id: each decision is in exactly one of the two."""
+    """What :meth:`DecisionTracer.record_outcomes` did, by decision id.
+
+    A decision given once is in exactly one of the two; one given twice is
+    recorded once (the first) and in :attr:`failed` for the repeat.
+    """
 
     recorded: dict[str, OutcomeRecord] = field(default_factory=dict)
     """The outcomes recorded (sealed, durable as :meth:`DecisionTracer.record_outcome` makes one)."""
