@@ -299,7 +299,7 @@ class DecisionTracer:
             for decision_id, correct, note in items:
                 try:
                     reserved.append((decision_id, correct, note, *self._reserve(decision_id)))
-                except (OutcomeAlreadyRecorded, RecordNotFound) as exc:
+                except Exception as exc:  # noqa: BLE001 - this decision's (reserved only when already recorded)
                     result.failed.setdefault(decision_id, exc)
         dataset = self._store.dataset if self._store is not None else recorder.dataset
         local = bool(dataset and recorder.dataset and _same(dataset, recorder.dataset))
