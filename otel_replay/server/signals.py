@@ -8,7 +8,8 @@ The Collector's file exporter writes ``TracesData`` and ``LogsData`` alike,
 as OTLP/JSON or protobuf, with nothing outside the payload saying which.
 JSON names it: ``resourceSpans`` or ``resourceLogs``. In protobuf the two
 are the same shape down to their records (field 1 resources, field 2 scopes,
-field 2 records), so the first record's fields decide: a span's and a log
+field 2 records), so the first record's fields decide (past empty resources
+and scopes): a span's and a log
 record's fields of the same number have different wire types (a span's field
 1 is its trace id, bytes; a log record's is its time, a fixed64). A record
 whose fields fit both is read as spans, as ingest always read it.
@@ -16,7 +17,7 @@ whose fields fit both is read as spans, as ingest always read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,27 +112,33 @@ def _field(data: bytes, at: int, end: int) -> tuple[int, int, int, int] | None:
     return None
 
 
-def _first(data: bytes, start: int, end: int, number: int) -> tuple[int, int] | None:
-    """The value bounds of the first length-delimited field ``number`` in ``data[start:end]``."""
+def _each(data: bytes, start: int, end: int, number: int) -> Iterator[tuple[int, int]]:
+    """The value bounds of each length-delimited field ``number`` in ``data[start:end]``, up to a damaged field."""
     at = start
     while at < end:
         found = _field(data, at, end)
         if found is None:
-            return None
+            return
         if found[0] == number and found[1] == _LEN:
-            return found[2], found[3]
+            yield found[2], found[3]
         at = found[3]
+
+
+def _first_record(data: bytes) -> tuple[int, int] | None:
+    """The bounds of the first record (span or log record) of any scope of any resource, or ``None``."""
+    for resource in _each(data, 0, len(data), 1):
+        for scope in _each(data, *resource, 2):
+            for record in _each(data, *scope, 2):
+                return record
     return None
 
 
 def is_logs_payload(data: bytes) -> bool:
     """Whether protobuf ``data`` (``TracesData`` or ``LogsData``) holds log records (see the module docstring)."""
-    at, end = 0, len(data)
-    for number in (1, 2, 2):  # the first resource, its first scope, that scope's first record
-        bounds = _first(data, at, end, number)
-        if bounds is None:
-            return False
-        at, end = bounds
+    bounds = _first_record(data)
+    if bounds is None:
+        return False
+    at, end = bounds
     fits_spans = fits_logs = True
     while at < end:
         found = _field(data, at, end)

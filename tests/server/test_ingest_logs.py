@@ -98,6 +98,10 @@ def test_the_signal_is_told_by_the_first_records_wire_types() -> None:
     traces = encode_spans(make_spans(1)).SerializeToString()
     assert is_logs_payload(logs) and not is_logs_payload(traces)
     assert isinstance(otlp_from_proto(logs), ExportLogsServiceRequest)
+    late = ExportLogsServiceRequest()
+    late.resource_logs.add().scope_logs.add()  # an empty resource and scope before the records
+    late.resource_logs.extend(log_request(0, 1).resource_logs)
+    assert is_logs_payload(late.SerializeToString())
     body_only = ExportLogsServiceRequest()
     body_only.resource_logs.add().scope_logs.add().log_records.add().body.string_value = "x"  # fits both: spans
     endless = b"\x0a" + b"\xff" * 10 + b"\x01"  # a length varint past ten bytes
