@@ -264,9 +264,9 @@ class Engine:
             except duckdb.Error as exc:
                 # a parse/bind/catalog error (a typo) never asks the files: on s3:// that would be a HEAD each
                 if not isinstance(exc, _NOT_ABOUT_FILES) and any(
-                    self.triage.stamp(path) is None for path in self._reading()
+                    self.triage.stamp(path) is None for path in [*self._reading(), *(self.log_files or [])]
                 ):
-                    # A compaction replaced files this store had listed: read the live set instead.
+                    # A compaction replaced files this store had listed (spans or log records): read the live set.
                     self.refresh()
                     continue
                 if isinstance(exc, duckdb.PermissionException):

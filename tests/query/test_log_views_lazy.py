@@ -9,6 +9,7 @@ import pytest
 import otel_replay
 from otel_replay.errors import DatasetError
 from otel_replay.exporters.schema import LOGS_DIR
+from otel_replay.storage import compact
 from otel_replay.storage.logs import LogWriter
 
 from ..storage.test_log_partitions import log_request
@@ -43,3 +44,13 @@ def test_log_views_named_after_other_queries_see_every_log_file_and_follow_refre
         store.refresh()
         assert store.rows("SELECT count(*) AS n FROM spans") == [{"n": 0}]
         assert store.rows("SELECT count(*) AS n FROM genai_events") == [{"n": 5}]
+
+
+def test_a_log_compaction_after_the_listing_is_read_through_not_failed(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds"
+    for n in range(3):
+        _write_logs(dataset, f"seg-{n}", 0, 2)
+    with otel_replay.open(dataset) as store:
+        assert store.rows("SELECT count(*) AS n FROM log_records") == [{"n": 6}]
+        compact(dataset, grace_seconds=0)  # the files the store listed are gone at once
+        assert store.rows("SELECT count(*) AS n FROM log_records") == [{"n": 6}]
