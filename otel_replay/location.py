@@ -216,8 +216,8 @@ def _check_credentials(location: Location) -> None:
         )
 
 
-_NOT_YET_CONVERTED = ("_wal", "_ingest")
-"""A dataset root holding one of these is a dataset whose spans have not been written yet."""
+_NOT_YET_CONVERTED = ("_wal", "_ingest", "logs")
+"""A dataset root holding one of these is one whose spans are not written yet (or that holds log records only)."""
 
 
 def local_root_problem(dataset: str | os.PathLike[str], path: Path) -> str | None:

@@ -222,10 +222,12 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
     reports, unread = _ingest_all(ingestor, files, total, quiet)
     failed = len(unlisted) + unread
     spans = sum(report.spans for report in reports)
+    log_records = sum(report.log_records for report in reports)
     problems = sum(_print_report(report) for report in reports)
     for prefix in ingestor.recovered:
         click.echo(f"removed the files of an interrupted ingest ({prefix}-*); their input is read again")
-    click.echo(clean(f"ingested {spans} spans from {len(reports)} file(s) into {dataset}"))
+    logs = f" and {log_records} log records" if log_records else ""
+    click.echo(clean(f"ingested {spans} spans{logs} from {len(reports)} file(s) into {dataset}"))
     if failed or problems:
         raise click.ClickException(
             f"{problems} file(s) had skipped records or errors and {failed} could not be read; "
@@ -263,7 +265,8 @@ def _print_report(report: IngestReport) -> bool:
         return True
     resumed = f" (new content from byte {report.start_offset})" if report.start_offset else ""
     bad = f", {len(report.malformed)} malformed record(s) skipped" if report.malformed else ""
-    click.echo(clean(f"{report.path}: {report.spans} spans{resumed}{bad}"))
+    logs = f", {report.log_records} log records" if report.log_records else ""
+    click.echo(clean(f"{report.path}: {report.spans} spans{logs}{resumed}{bad}"))
     if report.message:
         click.echo(clean(f"  {report.path}: {report.message}"))
     if report.error:

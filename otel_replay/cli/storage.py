@@ -174,7 +174,8 @@ def _retention_line(dropped: RetentionReport, older_than: int) -> str:
     """What retention did, on one line."""
     parts = [
         f"retention: dropped {len(dropped.dropped)} partition(s) older than {older_than} days "
-        f"({dropped.files} files, {dropped.rows} spans)"
+        f"({dropped.files} files, {dropped.rows} spans"
+        + (f", {dropped.log_rows} log records)" if dropped.log_rows else ")")
     ]
     if dropped.claims_expired:
         parts.append(f"; {dropped.claims_expired} expired claim(s) deleted")
@@ -204,7 +205,8 @@ def _selected(partitions: tuple[str, ...], dropped: RetentionReport | None) -> l
     """The ``--partition`` values (``None``: every partition), less those retention just dropped."""
     selected = list(partitions) or None
     if selected and dropped:
-        selected = [p for p in selected if f"date={p.removeprefix('date=')}" not in dropped.dropped] or []
+        gone = {name.removeprefix("logs/") for name in dropped.dropped}  # spans' date=… and logs/date=…
+        selected = [p for p in selected if f"date={p.removeprefix('date=')}" not in gone] or []
     return selected
 
 
@@ -212,7 +214,9 @@ def _print_report(report: CompactReport, say: _Say) -> None:
     """What compaction did: totals, files dropped from manifests (on stderr), partitions left for later."""
     say(
         f"compacted {sum(p.status == 'compacted' for p in report.partitions)} partition(s): "
-        f"{report.input_rows} -> {report.output_rows} spans, {report.duplicates_removed} exact duplicates removed, "
+        f"{report.input_rows} -> {report.output_rows} spans"
+        + (f", {report.log_rows} log records" if report.log_rows else "")
+        + f", {report.duplicates_removed} exact duplicates removed, "
         f"{report.conflicting_kept} same-id rows with different content kept, {report.seconds:.2f} s"
     )
     if report.dropped_missing:

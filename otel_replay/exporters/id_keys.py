@@ -159,7 +159,12 @@ def decode_keys(raw: bytes) -> frozenset[int] | None:
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
-    """The unsigned varint at ``at`` and the position after it (``-1``: none fits)."""
+    """The unsigned varint at ``at`` and the position after it (``-1``: none fits).
+
+    Not :func:`~otel_replay._wire.read_varint` on purpose: a Thrift length or
+    list size is 32 bits, so this stops after five bytes, and a longer varint
+    in a footer is not one the writer made.
+    """
     value, shift = 0, 0
     while at < len(data) and shift < 35:
         byte = data[at]

@@ -48,6 +48,7 @@ _VARIABLE = re.compile(r"getvariable\('([a-z_][a-z0-9_]*)'\)")
 _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _SCALARS = frozenset({str, int, float, bool, bytes})  # variable values Engine._set may skip setting again
+_LOG_VIEWS = re.compile(r"\b(?:log_records|genai_events|log_source)\b", re.I)  # analyst SQL that reads log records
 _FACTS_QUERIES = ("calibration", "decision_summary")  # read compaction's facts files (storage/facts.py)
 # DuckDB optimizers a point lookup does without. Over the few files the side index names, a chain's rows
 # are a handful, so what these would gain in execution is less than they cost in planning, which DuckDB
@@ -110,7 +111,10 @@ class Engine:
         self.skip_corrupt = skip_corrupt
         self.triage = FileTriage(location)
         self.files: list[str] = []
-        self.log_files: list[str] = []  # the dataset's log record files (the log_records view reads them)
+        # The dataset's log record files (the log_records view reads them); None: not listed since the last refresh.
+        # Listed only once a query names a log view (see _want_logs): a store that never reads logs never lists them.
+        self.log_files: list[str] | None = None
+        self._logs_used = False  # a query named a log view: every refresh lists the log files again
         self.skipped: list[CorruptFileError] = []
         self._analyst: duckdb.DuckDBPyConnection | None = None
         self._scope: list[str] | None = None  # the files the running lookup reads (None: self.files)
@@ -151,6 +155,7 @@ class Engine:
                     continue
                 self.files, self.skipped = files, skipped
                 self._tail.keep_only(files)
+                self.log_files = log_files(self.location) if self._logs_used else None
                 try:
                     self._define_views(self._con, files)
                 except QueryError as exc:
@@ -192,8 +197,7 @@ class Engine:
                 con.execute(load_sql("empty_source"))
             con.execute(load_sql("views"))
             con.execute(load_sql("contract_verdicts"))  # the governance evidence views, over `spans`
-            self.log_files = log_files(self.location)
-            define_log_views(con, self.log_files, load_sql("log_records"))  # log_records, genai_events
+            define_log_views(con, self.log_files or [], load_sql("log_records"))  # log_records, genai_events
             if files:
                 self._point_at(con, files)
             if con is self._con:
@@ -241,7 +245,7 @@ class Engine:
             try:
                 self._define_views(con, self.files)
                 con.execute(load_sql("facts_views"))  # decision_facts, first_outcomes: computed from the spans here
-                close_off(con, [*self.files, *self.log_files])
+                close_off(con, [*self.files, *(self.log_files or [])])
             except QueryError:
                 con.close()
                 raise
@@ -260,9 +264,9 @@ class Engine:
             except duckdb.Error as exc:
                 # a parse/bind/catalog error (a typo) never asks the files: on s3:// that would be a HEAD each
                 if not isinstance(exc, _NOT_ABOUT_FILES) and any(
-                    self.triage.stamp(path) is None for path in self._reading()
+                    self.triage.stamp(path) is None for path in [*self._reading(), *(self.log_files or [])]
                 ):
-                    # A compaction replaced files this store had listed: read the live set instead.
+                    # A compaction replaced files this store had listed (spans or log records): read the live set.
                     self.refresh()
                     continue
                 if isinstance(exc, duckdb.PermissionException):
@@ -354,6 +358,7 @@ class Engine:
         """Analyst ``sql`` run read-only (:meth:`otel_replay.query.store.Store.query`)."""
 
         def fetch() -> pa.Table:
+            self._want_logs(sql)
             con = self._analyst_con()
             statements = check_statements(con, sql)
             if params is not None and len(statements) > 1:
@@ -365,6 +370,25 @@ class Engine:
 
         with self._lock:
             return self._attempt(fetch)
+
+    def _want_logs(self, sql: str) -> None:
+        """List the log record files and point the log views at them, once ``sql`` names a log view.
+
+        Until then the log views stand on an empty table: on an object store a
+        listing of ``logs/`` is requests at every refresh that a store reading
+        only spans has no use for.
+        """
+        if self.log_files is not None or _LOG_VIEWS.search(sql) is None:
+            return
+        self._logs_used = True
+        self.log_files = log_files(self.location)
+        try:
+            define_log_views(self._con, self.log_files, load_sql("log_records"))
+        except duckdb.Error as exc:
+            raise QueryError(f"defining the log views over {self.dataset}: {exc}") from exc
+        if self._analyst is not None:  # closed off to the files it was made with: made again with the log files
+            self._analyst.close()
+            self._analyst = None
 
     def rows(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
         """:meth:`query` as a list of dicts (:meth:`otel_replay.query.store.Store.rows`)."""

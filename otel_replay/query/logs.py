@@ -8,13 +8,12 @@ reads them (or, before any arrive, an empty table with their columns), and
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import duckdb
 import pyarrow as pa
 
 from otel_replay.exporters.schema import LOG_SCHEMA, LOGS_DIR
 from otel_replay.location import Location
+from otel_replay.storage.manifest import live_files
 
 __all__ = ["define_log_views", "log_files"]
 
@@ -30,13 +29,13 @@ _EMPTY_SOURCE = f"CREATE OR REPLACE VIEW log_source AS SELECT * FROM {_EMPTY}"
 
 
 def log_files(location: Location) -> list[str]:
-    """The dataset's log record files, sorted (temporary files, named with a leading dot, left out)."""
-    root = location.join(LOGS_DIR)
-    if location.remote:
-        found = [f"s3://{info.path}" for info in location.files_under(root)]
-    else:
-        found = [str(path) for path in Path(root).rglob("*.parquet")]
-    return sorted(p for p in found if p.endswith(".parquet") and not p.rsplit("/", 1)[-1].startswith("."))
+    """The dataset's live log record files, sorted: its partitions read through their manifests, as span files are.
+
+    A compaction of ``logs/`` keeps the files it replaced for a grace period;
+    the reader rule (:func:`~otel_replay.storage.manifest.live_files`) leaves
+    them out, so no record is counted twice.
+    """
+    return live_files(location, directory=LOGS_DIR)
 
 
 def define_log_views(con: duckdb.DuckDBPyConnection, files: list[str], views_sql: str) -> None:

@@ -113,6 +113,7 @@ class Metrics(CompactionCounters):
     log_records_received: int = 0
     log_records_accepted: int = 0
     log_records_rejected: int = 0
+    log_rows_written: int = 0
     requests_rejected: int = 0
     requests_too_large: int = 0
     requests_shed: int = 0

@@ -53,13 +53,9 @@ from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
-    ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
@@ -67,6 +63,7 @@ from otel_replay.errors import ConfigError, OtelReplayError
 
 from .admission import PROTOBUF_EXPANSION, Intake, Overloaded, Reservation, decode_charge, decode_limit_error
 from .inflate import Reply, inflate_members
+from .signals import LOGS, TRACES, Signal
 
 __all__ = ["RETRY_INFO_KEY", "STATUS_DETAILS_KEY", "GrpcService", "retry_trailers"]
 
@@ -119,19 +116,16 @@ class _Refused(Exception):
 
 
 class _TraceService:
-    request_type: Any = ExportTraceServiceRequest
+    signal: Signal = TRACES
 
     def __init__(self, receiver: Intake, pool: ThreadPoolExecutor) -> None:
         self.receiver = receiver
         self.pool = pool
+        self.request_type: Any = self.signal.request_type
 
     def _accept(self, request: Any) -> Any:
         """Store a decoded request; the response to send (with a partial success when some were dropped)."""
-        rejected, message = self.receiver.accept(request)
-        if rejected:
-            partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
-            return ExportTraceServiceResponse(partial_success=partial)
-        return ExportTraceServiceResponse()
+        return self.signal.reply(*self.signal.store(self.receiver, request))
 
     async def export(self, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         """``TraceService/Export`` on the message's bytes: charge them, then decode and store them in a worker thread.
@@ -239,14 +233,7 @@ class _TraceService:
 class _LogsService(_TraceService):
     """``LogsService/Export``: the same admission, inflation and bounds; records go to ``accept_logs``."""
 
-    request_type: Any = ExportLogsServiceRequest
-
-    def _accept(self, request: Any) -> Any:
-        rejected, message = self.receiver.accept_logs(request)
-        if rejected:
-            partial = ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
-            return ExportLogsServiceResponse(partial_success=partial)
-        return ExportLogsServiceResponse()
+    signal: Signal = LOGS
 
 
 class GrpcService:

@@ -44,16 +44,6 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 
 from otel_replay.errors import ConfigError, OtelReplayError, PayloadError
 
@@ -67,7 +57,8 @@ from .admission import (
     decode_limit_error,
 )
 from .inflate import CHUNK, Reply, inflate_members
-from .otlp_json import logs_request_from_json, message_to_json, request_from_json
+from .otlp_json import message_to_json
+from .signals import LOGS, TRACES
 
 __all__ = ["HttpService"]
 
@@ -347,47 +338,23 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _parse_and_accept(self, body: bytearray, as_json: bool) -> Message:
-        if self.path.split("?", 1)[0] == "/v1/logs":
-            return self._accept_logs(body, as_json)
+        """Parse the body as the path's signal (traces or logs), store it, and give the response to send."""
+        signal = LOGS if self.path.split("?", 1)[0] == "/v1/logs" else TRACES
         try:
             if as_json:
-                request = request_from_json(bytes(body))
+                request = signal.from_json(bytes(body))
             else:
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-        except (DecodeError, PayloadError) as exc:
-            kind = "OTLP/JSON" if as_json else "protobuf"
-            raise Reply(400, f"malformed {kind} ExportTraceServiceRequest: {str(exc)[:300]}") from None
-        except RecursionError:
-            raise Reply(400, "malformed ExportTraceServiceRequest: nested too deeply") from None
-        del body[:]
-        rejected, message = self.server.receiver.accept(request)
-        if rejected:
-            return ExportTraceServiceResponse(
-                partial_success=ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
-            )
-        return ExportTraceServiceResponse()
-
-    def _accept_logs(self, body: bytearray, as_json: bool) -> ExportLogsServiceResponse:
-        try:
-            if as_json:
-                request = logs_request_from_json(bytes(body))
-            else:
-                request = ExportLogsServiceRequest()
+                request = signal.request_type()
                 request.ParseFromString(body)
         except (DecodeError, PayloadError) as exc:
             kind = "OTLP/JSON" if as_json else "protobuf"
             reason = " ".join(str(exc).split())[:300]
-            raise Reply(400, f"malformed {kind} ExportLogsServiceRequest: {reason}") from None
+            raise Reply(400, f"malformed {kind} {signal.name}: {reason}") from None
         except RecursionError:
-            raise Reply(400, "malformed ExportLogsServiceRequest: nested too deeply") from None
+            raise Reply(400, f"malformed {signal.name}: nested too deeply") from None
         del body[:]
-        rejected, message = self.server.receiver.accept_logs(request)
-        if rejected:
-            return ExportLogsServiceResponse(
-                partial_success=ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
-            )
-        return ExportLogsServiceResponse()
+        rejected, message = signal.store(self.server.receiver, request)
+        return signal.reply(rejected, message)
 
 
 class _Server(ThreadingHTTPServer):

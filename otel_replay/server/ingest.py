@@ -2,11 +2,15 @@
 
 Accepted inputs (detected from the content, not the file name):
 
-* JSON lines, one ``TracesData`` per line (the file exporter's ``format: json``);
+* JSON lines, one ``TracesData`` or ``LogsData`` per line (the file exporter's ``format: json``);
 * one OTLP/JSON document (possibly pretty-printed);
 * length-prefixed records (``<u32 big-endian length><payload>``, the file
   exporter's ``format: proto`` and/or ``compression: zstd``), each payload a
-  protobuf ``TracesData`` or OTLP/JSON, optionally a zstd frame;
+  protobuf ``TracesData`` or ``LogsData`` or OTLP/JSON, optionally a zstd frame;
+
+Each record's signal is told from its content (:mod:`.signals`): spans go
+to ``spans/``, log records to ``logs/`` (as ``serve`` stores them), under
+the same manifest entry, crash safety and bounds.
 * any of the above compressed as a whole with zstd or gzip (several frames or
   members are read in turn).
 
@@ -27,8 +31,8 @@ time (per file).
 
 Bad input: a record that cannot be parsed or stored is skipped and reported in
 :attr:`IngestReport.malformed` as ``(where, reason)``, and the rest is read;
-spans that cannot be rows (bad ids, times past 2262) are dropped, counted and
-reported. A file that cannot be read as a whole (a truncated or corrupt
+spans and log records that cannot be rows (bad ids, times past 2262) are
+dropped, counted and reported. A file that cannot be read as a whole (a truncated or corrupt
 compressed stream, one that inflates more than ``max_ratio`` times, a length
 prefix that cannot be right) sets :attr:`IngestReport.error`.
 
@@ -56,8 +60,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 import zstandard
-from google.protobuf.message import DecodeError
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError
@@ -65,9 +68,10 @@ from otel_replay.exporters.rows import request_to_table
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, check_number, env_number
-from otel_replay.storage.convert import CHUNK_ROWS, ChunkWriter, sanitize, split_request
+from otel_replay.storage.convert import CHUNK_ROWS, MAX_SHARED_BYTES_PER_REQUEST, ChunkWriter, sanitize, split_request
+from otel_replay.storage.logs import LogWriter, admit_logs
 
-from .otlp_json import request_from_json
+from .signals import OtlpRequest, otlp_from_json, otlp_from_proto
 
 __all__ = ["DEFAULT_MAX_LINE", "DEFAULT_MAX_RATIO", "IngestReport", "Ingestor"]
 
@@ -108,6 +112,10 @@ class IngestReport:
     status: str = "ingested"
     spans: int = 0
     rejected: int = 0
+    log_records: int = 0
+    """Log records written (under ``logs/``)."""
+    log_records_rejected: int = 0
+    """Log records dropped (bad ids, times past 2262, too much resource repeated per record)."""
     malformed: list[tuple[str, str]] = field(default_factory=list)
     start_offset: int = 0
     end_offset: int = 0
@@ -117,7 +125,7 @@ class IngestReport:
     @property
     def clean(self) -> bool:
         """True when nothing was skipped, dropped or refused."""
-        return not (self.malformed or self.error or self.rejected)
+        return not (self.malformed or self.error or self.rejected or self.log_records_rejected)
 
 
 # --- byte sources ----------------------------------------------------------------
@@ -274,23 +282,18 @@ class _Item:
     """One record read: a request, or why it is skipped / left / the end of what can be read."""
 
     where: str
-    request: ExportTraceServiceRequest | None = None
+    request: OtlpRequest | None = None
     problem: str = ""  # skipped and reported; reading goes on
     unfinished: str = ""  # cut short at the end of what was read: left for the next run
     fatal: str = ""  # the rest of the stream cannot be read
 
 
-def _parse_payload(payload: bytes, limit: int) -> ExportTraceServiceRequest:
+def _parse_payload(payload: bytes, limit: int) -> OtlpRequest:
     if payload[:4] == _ZSTD_MAGIC:
         payload = _inflate_record(payload, limit)
     if payload.lstrip()[:1] == b"{":
-        return request_from_json(payload)
-    request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(payload)
-    except DecodeError as exc:
-        raise PayloadError(f"not a protobuf TracesData: {exc}") from None
-    return request
+        return otlp_from_json(payload)
+    return otlp_from_proto(payload)
 
 
 def _looks_like_json(head: bytes, limit: int) -> bool:
@@ -388,7 +391,7 @@ class _Reader:
             self._take(line)
             return None
         try:
-            request = request_from_json(line)
+            request = otlp_from_json(line)
         except PayloadError as exc:
             if not line.endswith(b"\n") and not self.final:
                 return _Item(where, unfinished=f"last line unfinished ({exc})")
@@ -408,7 +411,7 @@ class _Reader:
                 self._take(piece)
             return _Item("document", problem=f"longer than the {self.limit}-byte document limit; skipped"), []
         try:
-            request = request_from_json(text)
+            request = otlp_from_json(text)
         except PayloadError as exc:
             if b"\n" not in text and not self.final:  # one unfinished line: a writer is mid-way through it
                 return _Item("document", unfinished=str(exc)), []
@@ -606,10 +609,10 @@ class Ingestor:
             marker.unlink(missing_ok=True)
 
     def _remove_outputs(self, token: str) -> None:
-        spans = self.dataset / "spans"
-        for pattern in (f"date=*/ingest-{token}-*.parquet", f"date=*/.ingest-{token}-*.tmp"):
-            for path in spans.glob(pattern):
-                path.unlink(missing_ok=True)
+        for kind in ("spans", "logs"):
+            for pattern in (f"date=*/ingest-{token}-*.parquet", f"date=*/.ingest-{token}-*.tmp"):
+                for path in (self.dataset / kind).glob(pattern):
+                    path.unlink(missing_ok=True)
 
     def _append(self, entry: dict[str, Any]) -> None:
         with open(self.manifest_path, "ab+") as handle:
@@ -663,19 +666,22 @@ class Ingestor:
         marker.write_text(json.dumps({"source": str(path.resolve()), "start": start}))
         fsync_dir(self.pending_dir)
         writer = ChunkWriter(self.dataset, f"ingest-{token}", chunk_rows=self.chunk_rows)
+        logs = LogWriter(self.dataset, f"ingest-{token}", chunk_rows=self.chunk_rows)
         try:
             raw = _Slice(handle, start, size, progress, hasher if kind else None)
             source: Any = _Inflate(raw, kind, self.max_ratio) if kind else raw
             with io.BufferedReader(source, buffer_size=MiB) as stream:
                 reader = _Reader(stream, limit=self.max_line, final=bool(kind), hasher=None if kind else hasher)
                 for item in reader.items():
-                    self._take(item, writer, report)
+                    self._take(item, writer, logs, report)
             end = start + (raw.read_bytes if kind else reader.pos)
             writer.flush()
+            logs.flush()
         except PayloadError as exc:  # the compressed stream as a whole is bad: keep nothing from it
             self._remove_outputs(token)
             marker.unlink(missing_ok=True)
             report.status, report.error, report.spans = "failed", f"{exc}; nothing from this file was kept", 0
+            report.log_records = 0
             return report
         except BaseException:
             self._remove_outputs(token)
@@ -684,7 +690,7 @@ class Ingestor:
         if kind and report.error:  # a length prefix gone wrong inside a compressed file: all or nothing
             self._remove_outputs(token)
             marker.unlink(missing_ok=True)
-            report.status, report.spans = "failed", 0
+            report.status, report.spans, report.log_records = "failed", 0, 0
             report.error += "; nothing from this file was kept"
             return report
         report.end_offset = end
@@ -696,15 +702,16 @@ class Ingestor:
                     "source": str(path.resolve()),
                     "start": start,
                     "spans": report.spans,
+                    "log_records": report.log_records,
                     "token": token,
-                    "files": [str(Path(p).relative_to(self.dataset)) for p in writer.paths],
+                    "files": [str(Path(p).relative_to(self.dataset)) for p in [*writer.paths, *logs.paths]],
                     "ingested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
             )
         marker.unlink(missing_ok=True)
         return report
 
-    def _take(self, item: _Item, writer: ChunkWriter, report: IngestReport) -> None:
+    def _take(self, item: _Item, writer: ChunkWriter, logs: LogWriter, report: IngestReport) -> None:
         if item.unfinished:
             report.message = f"{item.where}: {item.unfinished}; it is read on the next ingest"
             return
@@ -713,6 +720,9 @@ class Ingestor:
             return
         if item.request is None:
             report.malformed.append((item.where, item.problem))
+            return
+        if isinstance(item.request, ExportLogsServiceRequest):
+            _take_logs(item.where, item.request, logs, report)
             return
         accepted, rejected, message = sanitize(item.request)
         if rejected:
@@ -735,3 +745,13 @@ class Ingestor:
             report.rejected += accepted - rows
             report.malformed.append((item.where, f"{accepted - rows} span(s) dropped by the row conversion"))
         report.spans += rows
+
+
+def _take_logs(where: str, request: ExportLogsServiceRequest, logs: LogWriter, report: IngestReport) -> None:
+    """Admit a record's log records as ``serve`` does (bounded resource repeated per record) and write them."""
+    admitted = admit_logs(request, max_shared_bytes=MAX_SHARED_BYTES_PER_REQUEST)
+    if admitted.rejected:
+        report.log_records_rejected += admitted.rejected
+        report.malformed.append((where, f"{admitted.rejected} log record(s) dropped: {admitted.message}"))
+    if admitted.accepted:
+        report.log_records += logs.add_request(request)

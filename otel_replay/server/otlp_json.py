@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -29,6 +29,7 @@ from otel_replay.errors import PayloadError
 __all__ = [
     "PayloadError",
     "logs_request_from_json",
+    "logs_request_from_obj",
     "message_to_json",
     "request_from_json",
     "request_from_obj",
@@ -157,14 +158,27 @@ def _check_enum(value: Any, field: FieldDescriptor, path: str) -> None:
 
 def request_from_obj(obj: Any) -> ExportTraceServiceRequest:
     """Build a request from decoded OTLP/JSON (``TracesData`` or an export request)."""
+    return _from_obj(obj, ExportTraceServiceRequest(), "traces must be a JSON object with resourceSpans")
+
+
+def logs_request_from_obj(obj: Any) -> ExportLogsServiceRequest:
+    """Build a logs request from decoded OTLP/JSON (``LogsData`` or an export request)."""
+    return _from_obj(obj, ExportLogsServiceRequest(), "logs must be a JSON object with resourceLogs")
+
+
+_M = TypeVar("_M", bound=Message)
+
+
+def _from_obj(obj: Any, request: _M, shape: str) -> _M:
+    """Fill ``request`` from decoded OTLP/JSON ``obj``, checked against its schema first (see :func:`_check`)."""
     if not isinstance(obj, dict):
-        raise PayloadError("OTLP/JSON traces must be a JSON object with resourceSpans")
+        raise PayloadError(f"OTLP/JSON {shape}")
     try:
-        _check(obj, ExportTraceServiceRequest.DESCRIPTOR, "request")
+        _check(obj, request.DESCRIPTOR, "request")
     except RecursionError:
         raise PayloadError("invalid OTLP/JSON: nested too deeply") from None
     try:
-        return json_format.ParseDict(obj, ExportTraceServiceRequest(), ignore_unknown_fields=True)
+        return json_format.ParseDict(obj, request, ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         raise PayloadError(f"invalid OTLP/JSON: {_one_line(exc)}") from None
 
@@ -196,17 +210,7 @@ def request_from_json(data: bytes | str, *, where: str = "invalid JSON") -> Expo
 
 def logs_request_from_json(data: bytes | str, *, where: str = "invalid JSON") -> ExportLogsServiceRequest:
     """Parse an OTLP/JSON logs document (``LogsData`` or an export request) as :func:`request_from_json` does."""
-    obj = strict_loads(data, where=where)
-    if not isinstance(obj, dict):
-        raise PayloadError("OTLP/JSON logs must be a JSON object with resourceLogs")
-    try:
-        _check(obj, ExportLogsServiceRequest.DESCRIPTOR, "request")
-    except RecursionError:
-        raise PayloadError("invalid OTLP/JSON: nested too deeply") from None
-    try:
-        return json_format.ParseDict(obj, ExportLogsServiceRequest(), ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
-        raise PayloadError(f"invalid OTLP/JSON: {_one_line(exc)}") from None
+    return logs_request_from_obj(strict_loads(data, where=where))
 
 
 def message_to_json(message: Message) -> bytes:
@@ -221,7 +225,7 @@ def _hex_ids(obj: dict[str, Any]) -> None:
 
 
 def request_to_obj(request: Message) -> dict[str, Any]:
-    """Encode a request (or ``TracesData``) as an OTLP/JSON object: hex ids, integer enums."""
+    """Encode a request (or ``TracesData``, ``LogsData``) as an OTLP/JSON object: hex ids, integer enums."""
     obj = json_format.MessageToDict(request, use_integers_for_enums=True)
     for rs in obj.get("resourceSpans", []):
         for ss in rs.get("scopeSpans", []):
@@ -229,4 +233,8 @@ def request_to_obj(request: Message) -> dict[str, Any]:
                 _hex_ids(span)
                 for link in span.get("links", []):
                     _hex_ids(link)
+    for rl in obj.get("resourceLogs", []):
+        for sl in rl.get("scopeLogs", []):
+            for record in sl.get("logRecords", []):
+                _hex_ids(record)
     return obj

@@ -49,9 +49,10 @@ from otel_replay.storage.background import BackgroundCompactor
 from otel_replay.storage.convert import (
     MAX_DATES_PER_REQUEST,
     MAX_SHARED_BYTES_PER_REQUEST,
+    Converted,
     Salvage,
     admit_spans,
-    convert_segment,
+    convert_segment_rows,
     salvage_segment,
     worker_init,
 )
@@ -411,10 +412,16 @@ class Receiver:
         """One human-readable line of the main figures."""
         m = self.metrics.snapshot()
         quarantine = f" quarantined_segments={len(self.quarantined)}" if self.quarantined else ""
+        logs = ""
+        if m["log_records_received"]:  # only once logs arrive: a traces-only receiver's line stays as it was
+            logs = (
+                f" logs_received={m['log_records_received']} logs_durable={m['log_records_accepted']} "
+                f"logs_written={m['log_rows_written']} logs_rejected={m['log_records_rejected']}"
+            )
         return (
             f"received={m['spans_received']} durable={m['spans_accepted']} written={m['spans_written']} "
             f"rejected={m['spans_rejected']} shed_requests={m['requests_shed']} wal_bytes={self.wal.pending_bytes}"
-            f"{quarantine}"
+            f"{logs}{quarantine}"
         )
 
     # --- converter ------------------------------------------------------------
@@ -452,14 +459,14 @@ class Receiver:
             if not batch:
                 break
             tried.update(s.segment_id for s in batch)
-            jobs: list[tuple[Segment, Future[int]]] = []
+            jobs: list[tuple[Segment, Future[Converted]]] = []
             for segment in batch:
                 args = (str(segment.path), str(self.config.dataset), self._prefix(segment.segment_id))
                 if self._pool is None:
-                    self._finish(segment, lambda a=args: convert_segment(*a))
+                    self._finish(segment, lambda a=args: convert_segment_rows(*a))
                     continue
                 try:
-                    jobs.append((segment, self._pool.submit(convert_segment, *args)))
+                    jobs.append((segment, self._pool.submit(convert_segment_rows, *args)))
                 except BrokenProcessPool:
                     self._new_pool()
                     tried.discard(segment.segment_id)
@@ -490,7 +497,7 @@ class Receiver:
             return
         self._failures.pop(segment.segment_id, None)
         self._retry_at.pop(segment.segment_id, None)
-        self.metrics.add(spans_written=rows, segments_converted=1)
+        self.metrics.add(spans_written=rows.spans, log_rows_written=rows.logs, segments_converted=1)
         try:
             self.wal.release(segment)
         except OSError as exc:  # the rows are in Parquet; a segment left behind is converted again, idempotently
@@ -562,6 +569,7 @@ class Receiver:
             {
                 "segment": path.name,
                 "spans_written": report.rows,
+                "log_rows_written": report.log_rows,
                 "spans_dropped": report.spans_dropped,
                 "records_dropped": report.records_dropped,
                 "bytes_skipped": report.bytes_skipped,
@@ -581,6 +589,7 @@ class Receiver:
         self.quarantined[str(path)] = "salvaged"
         self.metrics.add(
             spans_written=report.rows,
+            log_rows_written=report.log_rows,
             quarantine_spans_written=report.rows,
             quarantine_spans_dropped=report.spans_dropped,
             quarantine_records_dropped=report.records_dropped,

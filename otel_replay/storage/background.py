@@ -23,6 +23,7 @@ from otel_replay._counters import CompactionCounters
 from otel_replay.errors import OtelReplayError
 
 from .compact import compact
+from .kinds import KINDS
 from .manifest import partition_names
 
 __all__ = ["BackgroundCompactor"]
@@ -56,9 +57,10 @@ class BackgroundCompactor:
             self._thread.join()
 
     def closed_partitions(self) -> list[str]:
-        """The day partitions before today (UTC) present in the dataset."""
+        """The day partitions before today (UTC) present in the dataset (of spans or of log records)."""
         today = dt.datetime.now(dt.UTC).date().isoformat()
-        days = (name.removeprefix("date=") for name in partition_names(self.dataset))
+        names = {name for kind in KINDS for name in partition_names(self.dataset, kind.directory)}
+        days = (name.removeprefix("date=") for name in names)
         return sorted(day for day in days if day < today)
 
     def run_once(self) -> None:

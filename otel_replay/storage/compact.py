@@ -31,6 +31,10 @@ Per partition, under its lease (:mod:`lease`):
    files, and everything read in step 2 is ``superseded`` (kept on disk, out
    of readers' view, until a later run after the grace period).
 
+Log record partitions (``logs/date=…``) go through the same steps under
+their own lease (:mod:`.kinds`), sorted by time, with no duplicate removal,
+side index or facts file: a log record has no id of its own.
+
 A crash at any point leaves either the old manifest (the new files are
 ignored leftovers) or the new one (complete): readers see one or the other.
 
@@ -80,6 +84,7 @@ from .compact_steps import (
     write_file,
 )
 from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, write_facts
+from .kinds import KINDS, SPANS, FileKind
 from .lease import ObjectLease, PartitionLease
 from .manifest import (
     MANIFEST_NAME,
@@ -162,11 +167,12 @@ def _write_indexed(
     row_group_rows: int,
     bloom: bool,
     step: Callable[[str], None],
+    kind: FileKind = SPANS,
 ) -> tuple[int, dict[str, pa.Table]]:
-    """Write one compacted file (a worker's task): (rows written, its side index rows per kind)."""
+    """Write one compacted file (a worker's task): (rows written, its side index rows per kind; none for logs)."""
     step("writing")
-    slim = write_file(table, order, tmp, row_group_rows, bloom)
-    return slim.num_rows, file_index_rows(slim)
+    slim = write_file(table, order, tmp, row_group_rows, bloom, sort_key=kind.sort_key)
+    return slim.num_rows, file_index_rows(slim) if kind.derived else {}
 
 
 def _index_and_facts(
@@ -233,6 +239,7 @@ def _compact_partition(
     *,
     step: Callable[[str], None],
     current: CurrentFacts,
+    kind: FileKind = SPANS,
 ) -> None:
     now = time.time()
     gone: list[str] | None = [] if options.drop_missing else None
@@ -249,10 +256,11 @@ def _compact_partition(
         report.dropped_missing = [Path(path).name for path in gone]
         _log.warning(
             "otel-replay: %s: dropping %d compacted file(s) its manifest lists but that are missing (%s): "
-            "their spans are lost",
+            "their %s are lost",
             partition,
             len(gone),
             ", ".join(report.dropped_missing),
+            kind.rows,
         )
     if not live:
         if gone:  # nothing left: the manifest must stop naming the missing files
@@ -266,7 +274,8 @@ def _compact_partition(
     report.input_files = len(live)
     report.bytes_before = sum(p.stat().st_size for p in live)
     counts: dict[Path, int] = {}
-    groups = schema_groups(live, rows=counts)  # on this thread: parsing a footer holds the GIL most of the time
+    # on this thread: parsing a footer holds the GIL most of the time
+    groups = schema_groups(live, rows=counts, problem=kind.schema_problem)
     generation = manifest.generation + 1
     token = uuid.uuid4().hex[:12]
     # Recorded before any output is written: a crash leaves files only a pending run's token marks as leftovers.
@@ -285,15 +294,19 @@ def _compact_partition(
             generation=generation,
             token=token,
             step=step,
+            kind=kind,
         )
         step("written")
         for name, _ in written:
             os.replace(partition / f".{name}.tmp", partition / name)
         fsync_dir(partition)
         step("renamed")
-        index_name, has_facts = _index_and_facts(
-            partition, workers, written, index_parts, facts, generation, token, current
-        )
+        index_name: str | None = None
+        has_facts = False
+        if kind.derived:
+            index_name, has_facts = _index_and_facts(
+                partition, workers, written, index_parts, facts, generation, token, current
+            )
         step("indexed")
         swapping = True  # from here the new files may be live: never discarded
         replaced = [path.name for path in live]
@@ -308,7 +321,8 @@ def _compact_partition(
     finally:
         workers.close()
     step("swapped")
-    current.made_current(partition.name, facts_name(generation, token) if has_facts else None)
+    if kind.derived:
+        current.made_current(partition.name, facts_name(generation, token) if has_facts else None)
     report.status = "compacted"
     report.output_files = len(written)
     report.output_rows = sum(rows for _, rows in written)
@@ -331,12 +345,14 @@ def _write_groups(
     generation: int,
     token: str,
     step: Callable[[str], None],
+    kind: FileKind = SPANS,
 ) -> tuple[list[tuple[str, int]], list[tuple[str, list[str], dict[str, pa.Table]]], list[pa.Table | Path | None]]:
     """Write every schema group's rows as sorted temp files: (name and rows of each), their index rows, the facts.
 
     Per batch, the facts are extracted while the batch is deduplicated and
     sorted, and its files are written side by side; the batch is released
-    only once they are all done, so memory stays bounded by one batch.
+    only once they are all done, so memory stays bounded by one batch. A kind
+    that derives nothing (log records) keeps every row: no duplicates, index rows or facts.
     """
     written: list[tuple[str, int]] = []
     index_parts: list[tuple[str, list[str], dict[str, pa.Table]]] = []
@@ -345,7 +361,8 @@ def _write_groups(
     for g, paths in enumerate(groups):
         batches = plan_batches(paths, options.max_batch_rows, rows=counts)
         # One batch: the repeated ids come from the rows in memory; several: one DuckDB pass over every file.
-        scan = workers.submit(repeated_keys, paths) if len(batches) > 1 else None  # beside the first read
+        several = len(batches) > 1 and kind.derived
+        scan = workers.submit(repeated_keys, paths) if several else None  # beside the first read
         repeated: pa.Table | None = None
         seen = Seen()
         for b, batch in enumerate(batches):
@@ -358,40 +375,45 @@ def _write_groups(
             # earlier ones are spilled, so memory stays bounded by one batch.
             last = g == len(groups) - 1 and b == len(batches) - 1
             spill = None if last else partition / f"._facts-{token}-{len(facts)}.tmp"
-            extracted = workers.submit(extract_facts, table, spill)
-            drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
+            extracted = workers.submit(extract_facts, table, spill) if kind.derived else None
+            drop: list[int] = []
+            if kind.derived:
+                drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
             report.duplicates_removed += len(drop)
-            order = sort_order(table, drop)
+            order = sort_order(table, drop, kind.sort_key)
             files: list[tuple[str, Future[tuple[int, dict[str, pa.Table]]]]] = []
             for start in range(0, len(order), options.target_rows):
                 name = f"compact-g{generation}-{counter}-{token}.parquet"
                 counter += 1
                 tmp = partition / f".{name}.tmp"
                 piece = order.slice(start, options.target_rows)
-                task = workers.submit(_write_indexed, table, piece, tmp, options.row_group_rows, options.bloom, step)
+                row_groups, bloom = options.row_group_rows, options.bloom
+                task = workers.submit(_write_indexed, table, piece, tmp, row_groups, bloom, step, kind)
                 files.append((name, task))
             for name, future in files:
                 rows, index_rows = future.result()
                 written.append((name, rows))
                 index_parts.append((name, table.column_names, index_rows))
                 step("file")
-            facts.append(extracted.result())
+            if extracted is not None:
+                facts.append(extracted.result())
             del table, order, files
         report.conflicting_kept += seen.conflicting_kept()
     return written, index_parts, facts
 
 
-def _selected(dataset: Path, partitions: Iterable[str] | None) -> list[Path]:
-    every = partition_dirs(dataset)
+def _selected(dataset: Path, partitions: Iterable[str] | None) -> list[tuple[FileKind, Path]]:
+    """The partitions to compact, each with its kind: every one, or those of the dates asked for (of any kind)."""
+    every = [(kind, path) for kind in KINDS for path in partition_dirs(dataset, kind.directory)]
     if partitions is None:
         return every
-    wanted: list[Path] = []
-    by_date = {partition_date(p): p for p in every}
+    wanted: list[tuple[FileKind, Path]] = []
     for item in partitions:
         date = item.removeprefix("date=")
-        if date not in by_date:
+        found = [(kind, path) for kind, path in every if partition_date(path) == date]
+        if not found:
             raise DatasetError(f"no partition date={date} in {dataset}")
-        wanted.append(by_date[date])
+        wanted.extend(found)
     return wanted
 
 
@@ -412,7 +434,10 @@ def compact(
 ) -> CompactReport:
     """Compact ``dataset``'s partitions (all, or ``partitions``: ``YYYY-MM-DD`` or ``date=…``).
 
-    See the module docstring for what one partition goes through. A partition
+    See the module docstring for what one partition goes through. The log
+    record partitions (``logs/date=…``) of the same dates are compacted too,
+    reported as ``logs/date=…``: the same steps under their own lease, every
+    row kept (see :mod:`.kinds`). A partition
     whose lease another compactor holds is skipped and reported ``busy``.
     ``max_batch_rows`` bounds the rows held in memory at once (about 1.6 KB of
     RSS per row); a bigger partition is written as several sorted runs.
@@ -452,14 +477,14 @@ def compact(
     report = CompactReport()
     step = _on_step or (lambda _name: None)
     current = CurrentFacts(root)  # the other partitions' facts, found once for the run
-    for partition in _selected(root, partitions):
-        part = PartitionReport(partition.name, "busy")
-        lease = PartitionLease(root, partition.name)
+    for kind, partition in _selected(root, partitions):
+        part = PartitionReport(kind.label(partition.name), "busy", rows=kind.rows)
+        lease = PartitionLease(root, kind.lease_name(partition.name))
         t0 = time.perf_counter()
         if lease.acquire(wait=lease_wait):
             try:
                 if partition.is_dir():  # retention may have dropped it since the partitions were listed
-                    _compact_partition(partition, part, options, step=step, current=current)
+                    _compact_partition(partition, part, options, step=step, current=current, kind=kind)
                 else:
                     part.status = "empty"
             finally:
@@ -478,7 +503,7 @@ def _say(progress: Callable[[str], None] | None, part: PartitionReport) -> None:
     progress(
         f"{part.partition}: {part.status}"
         + (
-            f", {part.input_rows} rows in {part.input_files} files -> {part.output_rows} rows in "
+            f", {part.input_rows} {part.rows} in {part.input_files} files -> {part.output_rows} in "
             f"{part.output_files} files, {part.duplicates_removed} exact duplicates removed, "
             f"{part.conflicting_kept} same-id rows with different content kept ({part.seconds:.2f} s)"
             if part.status == "compacted"
@@ -499,25 +524,26 @@ def _compact_remote(
     """:func:`compact` on an object store (see :mod:`compact_s3`)."""
     location.check()
     started = time.perf_counter()
-    every = partition_names(location)
+    every = [(kind, name) for kind in KINDS for name in partition_names(location, kind.directory)]
     if partitions is None:
         selected = every
     else:
         selected = []
         for item in partitions:
             name = f"date={item.removeprefix('date=')}"
-            if name not in every:
+            found = [(kind, n) for kind, n in every if n == name]
+            if not found:
                 raise DatasetError(f"no partition {name} in {location.uri}")
-            selected.append(name)
+            selected.extend(found)
     report = CompactReport()
     current = CurrentFacts(location)  # the other partitions' facts, found once for the run
-    for name in selected:
-        part = PartitionReport(name, "busy")
-        lease = ObjectLease(location, name)
+    for kind, name in selected:
+        part = PartitionReport(kind.label(name), "busy", rows=kind.rows)
+        lease = ObjectLease(location, kind.lease_name(name))
         t0 = time.perf_counter()
         if lease.acquire(wait=lease_wait):
             try:
-                compact_partition(location, name, lease, part, options, step=step, current=current)
+                compact_partition(location, name, lease, part, options, step=step, current=current, kind=kind)
             finally:
                 lease.release()
         part.seconds = time.perf_counter() - t0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from otel_replay._wire import read_varint
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 
 __all__ = ["FooterHead", "footer_head"]
@@ -41,16 +42,11 @@ class _Truncated(Exception):
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise _Truncated
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
+    """:func:`~otel_replay._wire.read_varint` (Thrift's compact varints are protobuf's), raising :class:`_Truncated`."""
+    value, after = read_varint(data, at)
+    if after < 0:
+        raise _Truncated
+    return value, after
 
 
 def _skip(data: bytes, at: int, kind: int) -> int:

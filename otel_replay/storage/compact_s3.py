@@ -42,7 +42,6 @@ from pathlib import Path
 import pyarrow as pa
 
 from otel_replay.errors import DatasetError, OtelReplayError
-from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location
 
 from . import objects
@@ -63,6 +62,7 @@ from .compact_steps import (
     write_file,
 )
 from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, remote_facts_bytes
+from .kinds import SPANS, FileKind
 from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, missing_error, output_token, read_remote_manifest, visible_names
 from .side_index import file_index_rows, index_bytes, merge_index
@@ -75,10 +75,12 @@ REMOTE_READERS = 8
 """Objects fetched and read at once (each a GET: latency, not CPU); a batch holds at most this many beyond its rows."""
 
 
-def read_partition(s3: object, location: Location, name: str) -> tuple[Manifest | None, str | None, list[str]]:
+def read_partition(
+    s3: object, location: Location, name: str, kind: FileKind = SPANS
+) -> tuple[Manifest | None, str | None, list[str]]:
     """(manifest, its ETag, every object name directly in the partition): the manifest read first."""
-    manifest, etag = read_remote_manifest(s3, location, name)
-    url = location.join(SPANS_DIR, name)
+    manifest, etag = read_remote_manifest(s3, location, name, kind.directory)
+    url = location.join(kind.directory, name)
     prefix = location.fs_path(url) + "/"
     names = [info.path[len(prefix) :] for info in location.files_under(url)]
     return manifest, etag, [n for n in names if "/" not in n]
@@ -98,7 +100,13 @@ _SWAP_CONFLICT = "during this compaction; nothing was swapped (this run's files 
 
 
 def swap_manifest(
-    s3: object, location: Location, name: str, manifest: Manifest, etag: str | None, conflict: str = _SWAP_CONFLICT
+    s3: object,
+    location: Location,
+    name: str,
+    manifest: Manifest,
+    etag: str | None,
+    conflict: str = _SWAP_CONFLICT,
+    kind: FileKind = SPANS,
 ) -> str:
     """Write ``manifest`` only if it is still as read (``etag``; absent when ``None``), with a fresh token; its ETag.
 
@@ -106,14 +114,22 @@ def swap_manifest(
         DatasetError: another process changed the manifest first (``conflict`` says what was left undone).
 
     """
-    key = location.key(location.join(SPANS_DIR, name, MANIFEST_NAME))
+    key = location.key(location.join(kind.directory, name, MANIFEST_NAME))
     try:
         return objects.put_if(s3, location, key, _document(manifest), etag)
     except objects.Conflict:
         raise DatasetError(f"s3://{location.bucket}/{key} was changed by another process {conflict}") from None
 
 
-def _fence(s3: object, location: Location, name: str, lease: ObjectLease, manifest: Manifest, etag: str | None) -> str:
+def _fence(
+    s3: object,
+    location: Location,
+    name: str,
+    lease: ObjectLease,
+    manifest: Manifest,
+    etag: str | None,
+    kind: FileKind = SPANS,
+) -> str:
     """Rewrite the manifest as read (``etag``; create it when ``None``) with a new token; its new ETag.
 
     Every ETag read before is then stale, so no other run (a stalled holder
@@ -124,7 +140,8 @@ def _fence(s3: object, location: Location, name: str, lease: ObjectLease, manife
 
     """
     lease.confirm()
-    return swap_manifest(s3, location, name, manifest, etag, "since this run read it; nothing was deleted or swapped")
+    conflict = "since this run read it; nothing was deleted or swapped"
+    return swap_manifest(s3, location, name, manifest, etag, conflict, kind)
 
 
 def clean_partition(
@@ -137,6 +154,7 @@ def clean_partition(
     names: list[str],
     grace_seconds: float,
     now: float,
+    kind: FileKind = SPANS,
 ) -> tuple[int, int, Manifest, str | None]:
     """Delete expired superseded objects and unnamed compaction outputs; (superseded, leftovers, manifest, ETag).
 
@@ -147,14 +165,14 @@ def clean_partition(
     it. Expired superseded objects are dropped from the returned manifest;
     the caller swaps it to forget them.
     """
-    url = location.join(SPANS_DIR, name)
+    url = location.join(kind.directory, name)
     expired = [n for n, at in manifest.superseded.items() if now - at >= grace_seconds]
     keep = set(manifest.files) | set(manifest.superseded) | ({manifest.index} if manifest.index else set())
     keep.add(facts_of_index(manifest.index) or "")  # facts: the current generation's object stays
     # Only a pending (dead) run's outputs: a compacted object no manifest knows was restored or copied in, and is live.
     orphans = [n for n in names if output_token(n) in manifest.pending and n not in keep]
     if orphans:
-        etag = _fence(s3, location, name, lease, manifest, etag)
+        etag = _fence(s3, location, name, lease, manifest, etag, kind)
     deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
     leftovers = sum(objects.delete(s3, location, f"{url}/{n}") for n in orphans)
     if expired:
@@ -174,18 +192,20 @@ def compact_partition(
     *,
     step: Callable[[str], None],
     current: CurrentFacts | None = None,
+    kind: FileKind = SPANS,
 ) -> None:
     """Compact partition ``name`` of a remote dataset under ``lease`` (held); see the module docstring.
 
     ``options.threads`` is not used: a remote partition is sorted and written on one thread; its objects are
     fetched and read :data:`REMOTE_READERS` at a time, one by one into the batch (memory does not grow per object).
-    ``current``: the run's view of the other partitions' facts (found now when not given).
+    ``current``: the run's view of the other partitions' facts (found now when not given). ``kind``: spans, or
+    log records (every row kept; no side index or facts, see :mod:`.kinds`).
     """
     current = current or CurrentFacts(location)
     s3 = objects.client(location)
-    url = location.join(SPANS_DIR, name)
+    url = location.join(kind.directory, name)
     now = time.time()
-    found, etag, names = read_partition(s3, location, name)
+    found, etag, names = read_partition(s3, location, name, kind)
     gone: list[str] = []
     if found is not None:
         gone = sorted(set(found.files) - set(names))
@@ -196,26 +216,27 @@ def compact_partition(
         report.dropped_missing = gone
         _log.warning(
             "otel-replay: %s: dropping %d compacted file(s) its manifest lists but that are missing (%s): "
-            "their spans are lost",
+            "their %s are lost",
             url,
             len(gone),
             ", ".join(gone),
+            kind.rows,
         )
     live = [f"{url}/{n}" for n in visible_names(names, found)]
     old_index = found.index if found else None
     report.superseded_deleted, report.leftovers_deleted, manifest, fenced = clean_partition(
-        s3, location, name, lease, found or Manifest(), etag, names, options.grace_seconds, now
+        s3, location, name, lease, found or Manifest(), etag, names, options.grace_seconds, now, kind
     )
     if fenced != etag:  # the manifest exists now (the fence created it when there was none)
         found, etag = manifest, fenced
     if report.superseded_deleted and found is not None:
         lease.confirm()
-        etag = swap_manifest(s3, location, name, manifest, etag)  # forget what is gone
+        etag = swap_manifest(s3, location, name, manifest, etag, kind=kind)  # forget what is gone
     if not live:
         if gone:  # nothing left: the manifest must stop naming the missing files
             manifest.files, manifest.index, manifest.rows = [], None, 0
             lease.confirm()
-            swap_manifest(s3, location, name, manifest, etag)
+            swap_manifest(s3, location, name, manifest, etag, kind=kind)
         report.status = "empty"
         return
     if manifest.files and set(manifest.files).issuperset(p.rpartition("/")[2] for p in live) and not gone:
@@ -226,7 +247,7 @@ def compact_partition(
     counts: dict[str, int] = {}
     inspecting = Workers(REMOTE_READERS)  # footers fetched side by side (each GET waits on the network)
     try:
-        groups = schema_groups(live, location, rows=counts, workers=inspecting)
+        groups = schema_groups(live, location, rows=counts, workers=inspecting, problem=kind.schema_problem)
     finally:
         inspecting.close(cancel=True)
     generation = manifest.generation + 1
@@ -234,7 +255,7 @@ def compact_partition(
     # Record the run before uploading (creating the manifest when there is none, see the module docstring):
     # readers hide its outputs until the swap, and only a recorded run's outputs are ever deleted as leftovers.
     manifest.pending[token] = now
-    etag = _fence(s3, location, name, lease, manifest, etag)
+    etag = _fence(s3, location, name, lease, manifest, etag, kind)
     sizes = {info.path: info.size for info in location.files_under(url)}
     report.input_files = len(live)
     report.bytes_before = sum(int(sizes.get(location.fs_path(p)) or 0) for p in live)
@@ -249,25 +270,29 @@ def compact_partition(
             for paths in groups:
                 batches = plan_batches(paths, options.max_batch_rows, location, rows=counts)
                 # as in compact._compact_partition
-                repeated = repeated_keys(paths, location) if len(batches) > 1 else None
+                repeated = repeated_keys(paths, location) if len(batches) > 1 and kind.derived else None
                 seen = Seen()
                 for batch in batches:
                     table = read_files(batch, location, readers)
                     step("read")
                     report.input_rows += table.num_rows
-                    drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
+                    drop: list[int] = []
+                    if kind.derived:
+                        drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
+                        # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
+                        facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
                     report.duplicates_removed += len(drop)
-                    order = sort_order(table, drop)
-                    # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
-                    facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
+                    order = sort_order(table, drop, kind.sort_key)
                     for start in range(0, len(order), options.target_rows):
                         out = f"compact-g{generation}-{counter}-{token}.parquet"
                         counter += 1
                         piece = order.slice(start, options.target_rows)
                         where = f"{url}/{out}"
-                        slim = write_file(table, piece, where, options.row_group_rows, options.bloom, location)
+                        groups_of, bloom = options.row_group_rows, options.bloom
+                        slim = write_file(table, piece, where, groups_of, bloom, location, kind.sort_key)
                         written.append((out, slim.num_rows))
-                        index_parts.append((out, table.column_names, file_index_rows(slim)))
+                        if kind.derived:
+                            index_parts.append((out, table.column_names, file_index_rows(slim)))
                         del slim
                         step("file")
                     del table
@@ -275,27 +300,32 @@ def compact_partition(
         except BaseException:
             readers.close(cancel=True)
             if not written:  # nothing uploaded: the run's token is taken back (later runs' tokens pile up otherwise)
-                _take_back(s3, location, name, lease, token)
+                _take_back(s3, location, name, lease, token, kind)
             raise
         readers.close()
         step("written")
         step("renamed")  # nothing to rename on an object store
-        index_name = f"_index-g{generation}-{token}.pq"
-        _put(location, f"{url}/{index_name}", index_bytes(merge_index(index_parts)))
-        # The facts object, under its final name before the swap: its generation and token tie it to the files it
-        # covers, which no reader uses until the manifest names them (a crash here leaves an orphan, cleaned later).
-        listed = {info.path: int(info.size or 0) for info in location.files_under(url)}
-        covered = [(n, listed.get(location.fs_path(f"{url}/{n}"), -1)) for n, _ in written]
-        data = remote_facts_bytes(location, name, facts, covered, current.others(name))
+        index_name: str | None = None
+        data: bytes | None = None
+        if kind.derived:
+            index_name = f"_index-g{generation}-{token}.pq"
+            _put(location, f"{url}/{index_name}", index_bytes(merge_index(index_parts)))
+            # The facts object, under its final name before the swap: its generation and token tie it to the files
+            # it covers, which no reader uses until the manifest names them (a crash here leaves an orphan, cleaned
+            # later).
+            listed = {info.path: int(info.size or 0) for info in location.files_under(url)}
+            covered = [(n, listed.get(location.fs_path(f"{url}/{n}"), -1)) for n, _ in written]
+            data = remote_facts_bytes(location, name, facts, covered, current.others(name))
     if data is not None:
         _put(location, f"{url}/{facts_name(generation, token)}", data)
     step("indexed")
     replaced = [path.rpartition("/")[2] for path in live]
     new = swapped_manifest(manifest, generation, replaced, old_index, written, index_name, token, now)
     lease.confirm()  # a holder that stalled past its expiry must not swap
-    etag = swap_manifest(s3, location, name, new, etag)
+    etag = swap_manifest(s3, location, name, new, etag, kind=kind)
     step("swapped")
-    current.made_current(name, facts_name(generation, token) if data is not None else None)
+    if kind.derived:
+        current.made_current(name, facts_name(generation, token) if data is not None else None)
     report.status = "compacted"
     report.output_files = len(written)
     report.output_rows = new.rows
@@ -303,24 +333,27 @@ def compact_partition(
     report.bytes_after = sum(int(after.get(location.fs_path(f"{url}/{n}")) or 0) for n, _ in written)
     if options.grace_seconds <= 0:
         grace = options.grace_seconds
-        deleted, _, cleaned, _ = clean_partition(s3, location, name, lease, new, etag, [], grace, time.time())
+        now = time.time()
+        deleted, _, cleaned, _ = clean_partition(s3, location, name, lease, new, etag, [], grace, now, kind)
         report.superseded_deleted += deleted
-        swap_manifest(s3, location, name, cleaned, etag)
+        swap_manifest(s3, location, name, cleaned, etag, kind=kind)
         step("deleted")
 
 
-def _take_back(s3: object, location: Location, name: str, lease: ObjectLease, token: str) -> None:
+def _take_back(
+    s3: object, location: Location, name: str, lease: ObjectLease, token: str, kind: FileKind = SPANS
+) -> None:
     """Best effort: remove this run's pending ``token`` from the manifest (it uploaded nothing); logged if it fails.
 
     A token left behind is harmless (it expires after the pending period), only clutter every reader fetches.
     """
     try:
-        manifest, etag, _ = read_partition(s3, location, name)
+        manifest, etag, _ = read_partition(s3, location, name, kind)
         if manifest is None or token not in manifest.pending:
             return
         del manifest.pending[token]
         lease.confirm()
-        swap_manifest(s3, location, name, manifest, etag)
+        swap_manifest(s3, location, name, manifest, etag, kind=kind)
     except (OtelReplayError, OSError) as exc:
         _log.warning("otel-replay: %s: could not take back the failed run's token %s: %s", name, token, exc)
 

@@ -136,7 +136,8 @@ class PartitionReport:
     """What compaction did to one partition.
 
     ``status``: ``compacted``; ``current`` (already one compacted layout, nothing
-    new); ``busy`` (another compactor holds its lease); ``empty``.
+    new); ``busy`` (another compactor holds its lease); ``empty``. ``rows``:
+    ``spans``, or ``log records`` for a ``logs/date=…`` partition.
     """
 
     partition: str
@@ -153,6 +154,7 @@ class PartitionReport:
     leftovers_deleted: int = 0
     dropped_missing: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    rows: str = "spans"
 
 
 @dataclass
@@ -168,13 +170,18 @@ class CompactReport:
 
     @property
     def input_rows(self) -> int:
-        """Rows read, over every compacted partition."""
-        return self._sum("input_rows")
+        """Span rows read, over every compacted span partition."""
+        return sum(p.input_rows for p in self.partitions if p.rows == "spans")
 
     @property
     def output_rows(self) -> int:
-        """Rows written, over every compacted partition."""
-        return self._sum("output_rows")
+        """Span rows written, over every compacted span partition."""
+        return sum(p.output_rows for p in self.partitions if p.rows == "spans")
+
+    @property
+    def log_rows(self) -> int:
+        """Log record rows rewritten, over every compacted log partition (as many as were read: all are kept)."""
+        return sum(p.output_rows for p in self.partitions if p.rows != "spans")
 
     @property
     def duplicates_removed(self) -> int:
@@ -203,6 +210,7 @@ class CompactReport:
             "peak_rss_bytes": self.peak_rss_bytes,
             "input_rows": self.input_rows,
             "output_rows": self.output_rows,
+            "log_rows": self.log_rows,
             "duplicates_removed": self.duplicates_removed,
             "conflicting_kept": self.conflicting_kept,
             "dropped_missing": self.dropped_missing,
@@ -411,9 +419,9 @@ def plan_batches(
     return batches
 
 
-def sort_order(table: pa.Table, drop: list[int]) -> pa.Array:
-    """Row positions in compaction order, less ``drop``."""
-    keys = [(name, "ascending", "at_end") for name in SORT_KEY if name in table.column_names]
+def sort_order(table: pa.Table, drop: list[int], sort_key: Sequence[str] = SORT_KEY) -> pa.Array:
+    """Row positions in compaction order (``sort_key``, spans' by default), less ``drop``."""
+    keys = [(name, "ascending", "at_end") for name in sort_key if name in table.column_names]
     order = pc.sort_indices(table, sort_keys=keys)
     if drop:
         order = order.filter(pc.invert(pc.is_in(order, value_set=pa.array(drop, order.type))))
@@ -427,8 +435,11 @@ def write_file(
     row_group_rows: int,
     bloom: bool,
     location: Location | None = None,
+    sort_key: Sequence[str] = SORT_KEY,
 ) -> pa.Table:
     """Write ``table``'s rows at ``order`` to ``path``, one row group per slice; returns the indexed columns.
+
+    ``sort_key``: the order ``order`` puts the rows in, recorded in the footer.
 
     Locally ``path`` is a temp file, fsynced; on an object store it is the
     final object (one upload, visible whole or not at all, and ignored by
@@ -436,7 +447,7 @@ def write_file(
     """
     columns = set(table.column_names)
     sorting = [
-        pq.SortingColumn(table.column_names.index(name), nulls_first=False) for name in SORT_KEY if name in columns
+        pq.SortingColumn(table.column_names.index(name), nulls_first=False) for name in sort_key if name in columns
     ]
     ndv = max(1, min(row_group_rows, len(order)))
     options: dict[str, object] = {}
@@ -509,7 +520,8 @@ class _Inspected:
 class _Checks:
     """The per-schema checks of one :func:`schema_groups` call, made once per distinct schema (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, problem: Callable[[pa.Schema], str | None] = schema_problem) -> None:
+        self.problem = problem  # the file kind's column check (spans' by default)
         self.problems: dict[tuple[bytes, str], str | None] = {}  # schema_problem of each distinct Arrow schema
         self.nanoseconds: list[pq.ParquetSchema] = []  # Parquet schemas whose time columns are all nanoseconds
         self.verdicts: dict[tuple[bytes, bytes, bytes], _Inspected] = {}  # by footer signature (compact_footer)
@@ -520,7 +532,7 @@ class _Checks:
         with self.lock:
             if key in self.problems:
                 return self.problems[key]
-        problem = schema_problem(schema)
+        problem = self.problem(schema)
         with self.lock:
             self.problems[key] = problem
         return problem
@@ -592,13 +604,14 @@ def schema_groups(
     location: Location | None = None,
     rows: dict[P, int] | None = None,
     workers: Workers | None = None,
+    problem: Callable[[pa.Schema], str | None] = schema_problem,
 ) -> list[list[P]]:
     """``files`` grouped by schema (storage version and columns): groups are never merged.
 
     Each file's footer is parsed once (on ``workers``, a few files ahead);
     ``rows``, when given, receives each file's row count (for
-    :func:`plan_batches`, which then reads no footer again). The span columns are
-    checked once per distinct schema. The first refused file in ``files``'
+    :func:`plan_batches`, which then reads no footer again). The span columns (or
+    ``problem``'s, another file kind's) are checked once per distinct schema. The first refused file in ``files``'
     order is raised.
 
     Raises:
@@ -607,7 +620,7 @@ def schema_groups(
             a span time that does not fit in nanoseconds).
 
     """
-    checks = _Checks()
+    checks = _Checks(problem)
     groups: dict[tuple[bytes, str], list[P]] = {}
     found = _ahead(lambda path: _inspect(path, location, checks), files, workers or Workers(1))
     for path, inspected in zip(files, found, strict=True):
@@ -762,13 +775,13 @@ def swapped_manifest(
     replaced: Sequence[str],
     old_index: str | None,
     written: Sequence[tuple[str, int]],
-    index_name: str,
+    index_name: str | None,
     token: str,
     now: float,
 ) -> Manifest:
     """The manifest a run of ``generation`` swaps in over ``manifest`` (local and S3 alike).
 
-    It names the ``written`` files (name, rows) and their side index, marks
+    It names the ``written`` files (name, rows) and their side index (``None``: a kind without one), marks
     the ``replaced`` files and the old index and facts superseded at ``now``
     (kept for the grace period), and no longer holds the run's ``token`` as pending.
     """

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 from google.protobuf.message import DecodeError
@@ -47,7 +48,9 @@ __all__ = [
     "ChunkWriter",
     "Salvage",
     "admit_spans",
+    "Converted",
     "convert_segment",
+    "convert_segment_rows",
     "salvage_segment",
     "sanitize",
     "split_request",
@@ -337,8 +340,23 @@ def _batches(records: Iterator[bytes], limit: int = BATCH_BYTES) -> Iterator[byt
         yield b"".join(run)
 
 
+class Converted(NamedTuple):
+    """The rows one converted segment wrote: span rows (``spans/``) and log record rows (``logs/``)."""
+
+    spans: int
+    logs: int
+
+
 def convert_segment(path: str, dataset: str, prefix: str) -> int:
     """Convert one WAL segment to Parquet (idempotently); returns the span rows written (log records go to ``logs/``).
+
+    See :func:`convert_segment_rows`, which counts the log record rows too.
+    """
+    return convert_segment_rows(path, dataset, prefix).spans
+
+
+def convert_segment_rows(path: str, dataset: str, prefix: str) -> Converted:
+    """Convert one WAL segment to Parquet (idempotently); returns the span and log record rows written.
 
     Holds an ``flock`` on the segment while converting, so a leftover converter
     of a killed server and the restarted one never write the same files at once.
@@ -355,7 +373,7 @@ def convert_segment(path: str, dataset: str, prefix: str) -> int:
             writer.add_payload(payload)
         writer.flush()
         logs.flush()
-        return writer.rows_written  # span rows: what the receiver counts as spans written
+        return Converted(writer.rows_written, logs.rows_written)
     finally:
         os.close(fd)
 
@@ -375,6 +393,8 @@ class Salvage:
     """What :func:`salvage_segment` wrote and what it had to leave out."""
 
     rows: int = 0
+    log_rows: int = 0
+    """Log record rows written."""
     spans_dropped: int = 0
     records_dropped: int = 0
     bytes_skipped: int = 0
@@ -516,6 +536,7 @@ def salvage_segment(path: str, dataset: str, prefix: str) -> Salvage:
         writer.flush()
         logs.flush()
         report.rows = writer.rows_written
+        report.log_rows = logs.rows_written
         return report
     finally:
         os.close(fd)

@@ -32,7 +32,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from otel_replay import semconv as sc
 from otel_replay._json import compact_json
-from otel_replay._wire import varint
+from otel_replay._wire import read_varint, varint
 from otel_replay.exporters.otlp_wire import any_value
 from otel_replay.exporters.rows import COUNT_LIMIT, TIME_LIMIT_NS
 from otel_replay.exporters.schema import LOG_SCHEMA, LOGS_DIR
@@ -75,18 +75,8 @@ def logs_payload(record: bytes) -> bytes | None:
     """The log request inside a record made by :func:`wrap_logs`, or ``None`` for any other record (spans)."""
     if not record or record[0] != LOGS_TAG:
         return None
-    value = shift = 0
-    at = 1
-    while at < len(record) and shift < 64:
-        byte = record[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-    else:
-        return None
-    if at + value != len(record):
+    value, at = read_varint(record, 1)
+    if at < 0 or at + value != len(record):
         return None  # not one whole wrapped request: not ours
     return record[at:]
 
@@ -277,7 +267,10 @@ class LogWriter:
 
     def add_payload(self, payload: bytes) -> int:
         """Decode a serialized ``ExportLogsServiceRequest`` (raising what the parser raises) and add its rows."""
-        request = ExportLogsServiceRequest.FromString(payload)
+        return self.add_request(ExportLogsServiceRequest.FromString(payload))
+
+    def add_request(self, request: ExportLogsServiceRequest) -> int:
+        """Add the rows of an admitted request (:func:`admit_logs`); how many."""
         table = logs_to_table(request)
         if table.num_rows:
             self._tables.append(table)

@@ -249,13 +249,13 @@ def write_manifest(partition: Path, manifest: Manifest) -> None:
     write_bytes_atomic(manifest.to_json(fence=uuid.uuid4().hex).encode(), partition / MANIFEST_NAME)
 
 
-def partition_dirs(dataset: str | os.PathLike[str]) -> list[Path]:
-    """The dataset's partition directories (``spans/date=YYYY-MM-DD``), oldest first.
+def partition_dirs(dataset: str | os.PathLike[str], directory: str = SPANS_DIR) -> list[Path]:
+    """The dataset's partition directories (``spans/date=YYYY-MM-DD``, or under ``directory``), oldest first.
 
     A directory named like a partition but not a real date (``date=2024-13-45``,
     non-ASCII digits) is left out with a warning: it is not a partition.
     """
-    root = Path(dataset) / SPANS_DIR
+    root = Path(dataset) / directory
     if not root.is_dir():
         return []
     found = []
@@ -274,12 +274,12 @@ def _warn_not_partition(where: str) -> None:
     _warn_once(("odd", where), message, where)
 
 
-def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
-    """The names (``date=YYYY-MM-DD``) of ``dataset``'s partitions, oldest first; a local path or ``s3://`` URI."""
+def partition_names(dataset: str | os.PathLike[str] | Location, directory: str = SPANS_DIR) -> list[str]:
+    """The names (``date=YYYY-MM-DD``) of ``dataset``'s partitions (of ``directory``), oldest first; a path or URI."""
     location = resolve(dataset)
     if not location.remote:
-        return [p.name for p in partition_dirs(location.root)]
-    spans = location.join(SPANS_DIR)
+        return [p.name for p in partition_dirs(location.root, directory)]
+    spans = location.join(directory)
     prefix = location.fs_path(spans) + "/"
     names, odd = set(), set()
     for info in location.files_under(spans):
@@ -289,14 +289,14 @@ def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
         elif looks_like_partition(head):
             odd.add(head)
     for head in sorted(odd):
-        _warn_not_partition(location.join(SPANS_DIR, head))
+        _warn_not_partition(location.join(directory, head))
     return sorted(names)
 
 
-def not_partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
-    """Folders under ``spans/`` named like a partition that are not one (no such date, non-ASCII digits), sorted."""
+def not_partition_names(dataset: str | os.PathLike[str] | Location, directory: str = SPANS_DIR) -> list[str]:
+    """Folders under ``spans/`` (or ``directory``) named like a partition that are not one (no such date), sorted."""
     location = resolve(dataset)
-    heads = backend_for(location).subdirectories(location.join(SPANS_DIR))
+    heads = backend_for(location).subdirectories(location.join(directory))
     return sorted(h for h in heads if looks_like_partition(h) and not is_partition_name(h))
 
 
@@ -428,14 +428,16 @@ def visible_names(names: Iterable[str], manifest: Manifest | None) -> list[str]:
     return _visible(names, manifest)
 
 
-def read_remote_manifest(s3: object, location: Location, partition: str) -> tuple[Manifest | None, str | None]:
+def read_remote_manifest(
+    s3: object, location: Location, partition: str, directory: str = SPANS_DIR
+) -> tuple[Manifest | None, str | None]:
     """A remote partition's manifest and its ETag (``(None, None)``: none), read in one GET.
 
     One GET returns one whole version of the object. pyarrow's own read is a
     HEAD for the size, then ranged GETs, so a manifest rewritten in between (a
     compaction's fence or swap) would come back cut at the old size.
     """
-    key = location.key(location.join(SPANS_DIR, partition, MANIFEST_NAME))
+    key = location.key(location.join(directory, partition, MANIFEST_NAME))
     stored = objects.get(s3, location, key)
     if stored is None:
         return None, None
@@ -443,7 +445,7 @@ def read_remote_manifest(s3: object, location: Location, partition: str) -> tupl
 
 
 def remote_partitions(
-    location: Location, *, missing: list[str] | None = None
+    location: Location, *, missing: list[str] | None = None, directory: str = SPANS_DIR
 ) -> tuple[list[tuple[str, Manifest | None, list[str]]], list[str]]:
     """A remote dataset's partitions as (name, manifest, file names), and its files outside partitions.
 
@@ -458,9 +460,9 @@ def remote_partitions(
     holding compacted files its manifest does not know is read again (manifest,
     then listing) until the manifest stays the same across its listing.
     ``missing``: collect the URLs of compacted files a manifest lists but that
-    are gone instead of raising (``skip_corrupt``).
+    are gone instead of raising (``skip_corrupt``). ``directory``: the file kind's folder (``spans``, ``logs``).
     """
-    spans = location.join(SPANS_DIR)
+    spans = location.join(directory)
     prefix = location.fs_path(spans) + "/"
 
     def split(path: str) -> tuple[str, str]:  # (directory below spans/, file name)
@@ -472,7 +474,7 @@ def remote_partitions(
     for info in location.files_under(spans):
         head, name = split(info.path)
         if name == MANIFEST_NAME and is_partition_name(head):
-            manifests[head] = read_remote_manifest(s3, location, head)[0]
+            manifests[head] = read_remote_manifest(s3, location, head, directory)[0]
     by_partition: dict[str, list[str]] = {}
     loose: list[str] = []
     nested: list[str] = []
@@ -482,40 +484,40 @@ def remote_partitions(
             by_partition.setdefault(head, []).append(name)
         elif name.endswith(".parquet") and not name.startswith("."):
             if not looks_like_partition(head.split("/")[-1]):
-                loose.append(location.join(SPANS_DIR, head, name))  # hand-placed, outside date= directories
+                loose.append(location.join(directory, head, name))  # hand-placed, outside date= directories
             elif "/" in head:
-                nested.append(location.join(SPANS_DIR, head, name))
+                nested.append(location.join(directory, head, name))
     _warn_nested(nested)
     found = []
     for head in sorted(by_partition):
         names, manifest = by_partition[head], manifests.get(head)
         for _ in range(_SETTLE_ATTEMPTS):
             unnamed = unnamed_compacted(names, manifest)
-            if not unnamed or _same(manifest, read_remote_manifest(s3, location, head)[0]):
+            if not unnamed or _same(manifest, read_remote_manifest(s3, location, head, directory)[0]):
                 break
-            manifest = read_remote_manifest(s3, location, head)[0]
-            names = _remote_names(location, head)
+            manifest = read_remote_manifest(s3, location, head, directory)[0]
+            names = _remote_names(location, head, directory)
         else:
-            raise DatasetError(f"{location.join(SPANS_DIR, head)}: its manifest kept changing while listed; retry")
+            raise DatasetError(f"{location.join(directory, head)}: its manifest kept changing while listed; retry")
         if unnamed:
-            _warn_unnamed(location.join(SPANS_DIR, head), unnamed)
+            _warn_unnamed(location.join(directory, head), unnamed)
         if manifest is not None:
             gone = sorted(set(manifest.files) - set(names))
             if gone and missing is not None:
-                missing.extend(location.join(SPANS_DIR, head, n) for n in gone)
+                missing.extend(location.join(directory, head, n) for n in gone)
                 manifest = manifest.copy()
                 manifest.files = [n for n in manifest.files if n not in gone]
             elif gone:
-                problem = missing_error(location.join(SPANS_DIR, head, MANIFEST_NAME), manifest, names)
+                problem = missing_error(location.join(directory, head, MANIFEST_NAME), manifest, names)
                 assert problem is not None
                 raise problem
         found.append((head, manifest, names))
     return found, loose
 
 
-def _remote_names(location: Location, partition: str) -> list[str]:
+def _remote_names(location: Location, partition: str, directory: str = SPANS_DIR) -> list[str]:
     """The object names directly in a remote partition (one listing)."""
-    url = location.join(SPANS_DIR, partition)
+    url = location.join(directory, partition)
     prefix = location.fs_path(url) + "/"
     names = [info.path[len(prefix) :] for info in location.files_under(url)]
     return [n for n in names if "/" not in n]
@@ -536,41 +538,48 @@ RemoteSnapshot = tuple[list[tuple[str, "Manifest | None", list[str]]], list[str]
 """What :func:`remote_partitions` returns: (partition name, manifest, file names) per partition, loose files."""
 
 
-def _remote_live_files(location: Location, snapshot: RemoteSnapshot | None = None) -> list[str]:
+def _remote_live_files(
+    location: Location, snapshot: RemoteSnapshot | None = None, directory: str = SPANS_DIR
+) -> list[str]:
     """:func:`live_files` on an object store (see :func:`remote_partitions`), or over a snapshot of it."""
-    partitions, loose = snapshot if snapshot is not None else remote_partitions(location)
+    partitions, loose = snapshot if snapshot is not None else remote_partitions(location, directory=directory)
     files = list(loose)
     for head, manifest, names in partitions:
-        files.extend(location.join(SPANS_DIR, head, name) for name in _visible(names, manifest))
+        files.extend(location.join(directory, head, name) for name in _visible(names, manifest))
     return sorted(files)
 
 
-def remote_live_files(location: Location, snapshot: RemoteSnapshot) -> list[str]:
+def remote_live_files(location: Location, snapshot: RemoteSnapshot, directory: str = SPANS_DIR) -> list[str]:
     """The live files of a remote dataset as seen by ``snapshot`` (one :func:`remote_partitions` call)."""
-    return _remote_live_files(location, snapshot)
+    return _remote_live_files(location, snapshot, directory)
 
 
-def live_files(dataset: str | os.PathLike[str] | Location, *, missing: list[str] | None = None) -> list[str]:
+def live_files(
+    dataset: str | os.PathLike[str] | Location, *, missing: list[str] | None = None, directory: str = SPANS_DIR
+) -> list[str]:
     """Every live Parquet file of ``dataset``, sorted: what a reader should query.
 
     Use this instead of globbing ``spans/**/*.parquet``: a glob also returns
     the files a compaction superseded (kept for a grace period) and would
     count their spans twice. ``dataset`` may be an ``s3://bucket/prefix`` URI
     (the files are then ``s3://`` URLs). ``missing``: collect compacted files
-    a manifest lists but that are gone, instead of raising (``skip_corrupt``).
+    a manifest lists but that are gone, instead of raising (``skip_corrupt``). ``directory``: the file kind's
+    folder (``spans``; ``logs`` for OTLP log records, partitioned and compacted the same way).
 
     Raises:
         DatasetError: a manifest is invalid, or (without ``missing``) names a compacted file that is gone.
 
     """
     if is_remote(dataset):
-        return _remote_live_files(resolve(dataset), remote_partitions(resolve(dataset), missing=missing))
+        location = resolve(dataset)
+        snapshot = remote_partitions(location, missing=missing, directory=directory)
+        return _remote_live_files(location, snapshot, directory)
     dataset = resolve(dataset).root
     files: list[str] = []
-    root = Path(dataset) / SPANS_DIR
+    root = Path(dataset) / directory
     if not root.is_dir():
         return files
-    for partition in partition_dirs(dataset):
+    for partition in partition_dirs(dataset, directory):
         files.extend(str(partition / name) for name in partition_live_names(partition, missing=missing)[1])
     # Files outside date= directories (hand-placed) are read as they are, as Store always did.
     loose, nested = _loose_files(root)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from otel_replay._wire import read_varint
+
 __all__ = ["regrouped"]
 
 _Key = tuple[bytes, bytes, bytes, bytes]  # resource, resource schema URL, scope, scope schema URL (field bytes)
@@ -32,17 +34,11 @@ class _Opaque(Exception):
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while at < len(data):
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-        if shift > 63:
-            break
-    raise _Opaque("bad varint")
+    """:func:`~otel_replay._wire.read_varint`, raising :class:`_Opaque` (the message is passed on whole)."""
+    value, after = read_varint(data, at)
+    if after < 0:
+        raise _Opaque("bad varint")
+    return value, after
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, bytes, bytes]]:

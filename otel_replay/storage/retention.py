@@ -2,7 +2,10 @@
 
 A partition is dropped under its lease by one ``rename`` of its directory out
 of ``spans/`` (into ``<dataset>/.trash/``), so readers see all of it or none
-of it, then the moved directory is deleted. What is dropped is counted.
+of it, then the moved directory is deleted. What is dropped is counted. Log
+record partitions (``logs/date=…``) age out by the same rule and steps, under
+their own lease (:mod:`.kinds`), reported as ``logs/date=…``; they hold no
+hash chain, so no checkpoint is written for them.
 
 On an object store (``s3://``) there is no rename: under the partition's
 lease the manifest is replaced, by compare-and-swap, with a tombstone that
@@ -43,13 +46,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay.errors import ConfigError
-from otel_replay.exporters.schema import COMPENSATIONS_DIR, OUTCOMES_DIR, SPANS_DIR
+from otel_replay.exporters.schema import COMPENSATIONS_DIR, OUTCOMES_DIR
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import Location, resolve
 
 from . import objects
 from .compact_s3 import clean_partition, read_partition, swap_manifest
 from .facts import facts_of_index
+from .kinds import KINDS, SPANS, FileKind
 from .lease import ObjectLease, PartitionLease
 from .manifest import (
     MANIFEST_NAME,
@@ -79,11 +83,16 @@ class RetentionReport:
     """
 
     dropped: list[str] = field(default_factory=list)
+    """Partitions dropped: ``date=…`` for spans, ``logs/date=…`` for log records."""
     files: int = 0
     rows: int = 0
+    """Span rows dropped."""
+    log_rows: int = 0
+    """Log record rows dropped."""
     bytes: int = 0
     busy: list[str] = field(default_factory=list)
     not_partitions: list[str] = field(default_factory=list)
+    """Folders named ``date=…`` that are not a date (under ``logs/``: ``logs/date=…``)."""
     claims_expired: int = 0
     """Outcome and compensation claim files deleted (written before the cutoff; see the module docstring)."""
     checkpoints: int = 0
@@ -173,31 +182,46 @@ class _Checkpoint:
             self.links += len(found.links)
 
 
-def _drop_local(location: Location, cutoff: dt.date, lease_wait: float, checkpoint: _Checkpoint) -> RetentionReport:
-    """:func:`drop_older_than` on a local dataset: each partition renamed out of ``spans/``, then deleted."""
-    root = Path(location.root)
-    report = RetentionReport(not_partitions=not_partition_names(root))
-    for partition in partition_dirs(root):
-        if dt.date.fromisoformat(partition_date(partition)) >= cutoff:
-            continue
-        lease = PartitionLease(root, partition.name)
-        if not lease.acquire(wait=lease_wait):
-            report.busy.append(partition.name)
-            continue
-        try:
-            _, live = partition_live_files(partition)
-            rows, size = sum(_rows(p) for p in live), sum(p.stat().st_size for p in live)
-            checkpoint.before_dropping(partition.name, [str(p) for p in live])
-            trash = root / ".trash" / f"{partition.name}-{uuid.uuid4().hex[:8]}"
-            trash.parent.mkdir(exist_ok=True)
-            os.rename(partition, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        finally:
-            lease.release()
-        report.dropped.append(partition.name)
-        report.files += len(live)
+def _not_partitions(location: Location) -> list[str]:
+    """Folders named like a partition that are not one, under every kind's directory (see :class:`RetentionReport`)."""
+    return [kind.label(name) for kind in KINDS for name in not_partition_names(location, kind.directory)]
+
+
+def _counted(report: RetentionReport, kind: FileKind, name: str, files: int, rows: int, size: int) -> None:
+    """Count a dropped partition of ``kind`` in ``report``."""
+    report.dropped.append(kind.label(name))
+    report.files += files
+    report.bytes += size
+    if kind.derived:
         report.rows += rows
-        report.bytes += size
+    else:
+        report.log_rows += rows
+
+
+def _drop_local(location: Location, cutoff: dt.date, lease_wait: float, checkpoint: _Checkpoint) -> RetentionReport:
+    """:func:`drop_older_than` on a local dataset: each partition renamed out of its kind's folder, then deleted."""
+    root = Path(location.root)
+    report = RetentionReport(not_partitions=_not_partitions(location))
+    for kind in KINDS:
+        for partition in partition_dirs(root, kind.directory):
+            if dt.date.fromisoformat(partition_date(partition)) >= cutoff:
+                continue
+            lease = PartitionLease(root, kind.lease_name(partition.name))
+            if not lease.acquire(wait=lease_wait):
+                report.busy.append(kind.label(partition.name))
+                continue
+            try:
+                _, live = partition_live_files(partition)
+                rows, size = sum(_rows(p) for p in live), sum(p.stat().st_size for p in live)
+                if kind is SPANS:  # log records hold no hash chain
+                    checkpoint.before_dropping(partition.name, [str(p) for p in live])
+                trash = root / ".trash" / f"{kind.lease_name(partition.name)}-{uuid.uuid4().hex[:8]}"
+                trash.parent.mkdir(exist_ok=True)
+                os.rename(partition, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            finally:
+                lease.release()
+            _counted(report, kind, partition.name, len(live), rows, size)
     return report
 
 
@@ -207,52 +231,67 @@ def _drop_remote(
     """:func:`drop_older_than` on an object store: a tombstone manifest, then deletion after the grace period."""
     location.check()
     s3 = objects.client(location)
-    report = RetentionReport(not_partitions=not_partition_names(location))
-    for name in partition_names(location):
-        if dt.date.fromisoformat(name.removeprefix("date=")) >= cutoff:
-            continue
-        lease = ObjectLease(location, name)
-        if not lease.acquire(wait=lease_wait):
-            report.busy.append(name)
-            continue
-        try:
-            found, etag, names = read_partition(s3, location, name)
-            url = location.join(SPANS_DIR, name)
-            live = visible_names(names, found)
-            now = time.time()
-            if live:
-                sizes = {info.path: int(info.size or 0) for info in location.files_under(url)}
-                report.dropped.append(name)
-                report.files += len(live)
-                report.bytes += sum(sizes.get(location.fs_path(f"{url}/{n}"), 0) for n in live)
-                report.rows += sum(_remote_rows(location, f"{url}/{n}") for n in live)
-                superseded = dict(found.superseded) if found else {}
-                superseded.update(dict.fromkeys(live, now))
-                if found is not None and found.index:
-                    superseded[found.index] = now
-                    superseded[facts_of_index(found.index) or found.index] = now  # kept for the grace period too
-                checkpoint.before_dropping(name, [f"{url}/{n}" for n in live])
-                tombstone = Manifest((found.generation if found else 0) + 1, [], superseded, None, 0)
-                tombstone.pending = dict(found.pending) if found else {}  # a dead run's outputs stay hidden
-                lease.confirm()
-                etag = swap_manifest(s3, location, name, tombstone, etag)  # readers stop seeing the partition here
-                found, names = tombstone, [*names, MANIFEST_NAME]
-            if found is None:
+    report = RetentionReport(not_partitions=_not_partitions(location))
+    for kind in KINDS:
+        for name in partition_names(location, kind.directory):
+            if dt.date.fromisoformat(name.removeprefix("date=")) >= cutoff:
                 continue
-            before = dict(found.superseded)
-            # unnamed compaction outputs are deleted only behind a fence (see compact_s3.clean_partition)
-            now = time.time()
-            _, _, cleaned, etag = clean_partition(s3, location, name, lease, found, etag, names, grace_seconds, now)
-            remaining = [n for n in _names(location, url) if n != MANIFEST_NAME]
-            if remaining or cleaned.superseded:
-                if cleaned.superseded != before:
-                    swap_manifest(s3, location, name, cleaned, etag)  # forget what was deleted
+            lease = ObjectLease(location, kind.lease_name(name))
+            if not lease.acquire(wait=lease_wait):
+                report.busy.append(kind.label(name))
                 continue
-            if etag is not None:  # nothing left but the tombstone: the partition is gone
-                objects.delete_if(s3, location, location.key(f"{url}/{MANIFEST_NAME}"), etag)
-        finally:
-            lease.release()
+            try:
+                _drop_remote_partition(s3, location, kind, name, lease, grace_seconds, checkpoint, report)
+            finally:
+                lease.release()
     return report
+
+
+def _drop_remote_partition(
+    s3: object,
+    location: Location,
+    kind: FileKind,
+    name: str,
+    lease: ObjectLease,
+    grace_seconds: float,
+    checkpoint: _Checkpoint,
+    report: RetentionReport,
+) -> None:
+    """Drop one remote partition under its held ``lease``: a tombstone manifest, then deletion after the grace."""
+    found, etag, names = read_partition(s3, location, name, kind)
+    url = location.join(kind.directory, name)
+    live = visible_names(names, found)
+    now = time.time()
+    if live:
+        sizes = {info.path: int(info.size or 0) for info in location.files_under(url)}
+        size = sum(sizes.get(location.fs_path(f"{url}/{n}"), 0) for n in live)
+        rows = sum(_remote_rows(location, f"{url}/{n}") for n in live)
+        _counted(report, kind, name, len(live), rows, size)
+        superseded = dict(found.superseded) if found else {}
+        superseded.update(dict.fromkeys(live, now))
+        if found is not None and found.index:
+            superseded[found.index] = now
+            superseded[facts_of_index(found.index) or found.index] = now  # kept for the grace period too
+        if kind is SPANS:  # log records hold no hash chain
+            checkpoint.before_dropping(name, [f"{url}/{n}" for n in live])
+        tombstone = Manifest((found.generation if found else 0) + 1, [], superseded, None, 0)
+        tombstone.pending = dict(found.pending) if found else {}  # a dead run's outputs stay hidden
+        lease.confirm()
+        etag = swap_manifest(s3, location, name, tombstone, etag, kind=kind)  # readers stop seeing it here
+        found, names = tombstone, [*names, MANIFEST_NAME]
+    if found is None:
+        return
+    before = dict(found.superseded)
+    # unnamed compaction outputs are deleted only behind a fence (see compact_s3.clean_partition)
+    now = time.time()
+    _, _, cleaned, etag = clean_partition(s3, location, name, lease, found, etag, names, grace_seconds, now, kind)
+    remaining = [n for n in _names(location, url) if n != MANIFEST_NAME]
+    if remaining or cleaned.superseded:
+        if cleaned.superseded != before:
+            swap_manifest(s3, location, name, cleaned, etag, kind=kind)  # forget what was deleted
+        return
+    if etag is not None:  # nothing left but the tombstone: the partition is gone
+        objects.delete_if(s3, location, location.key(f"{url}/{MANIFEST_NAME}"), etag)
 
 
 def _expire_claims(location: Location, cutoff: dt.date) -> int:

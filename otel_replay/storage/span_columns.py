@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = [
     "arrow_schema_problem",
     "check_version",
     "coarse_times",
+    "columns_problem",
+    "expected_families",
     "schema_problem",
     "time_range_problem",
 ]
@@ -76,9 +79,6 @@ def _family(t: pa.DataType) -> str:
     return str(t)
 
 
-_EXPECTED = {f.name: _family(f.type) for f in SPAN_SCHEMA}
-
-
 def _nested(kind: str) -> bool:
     return kind == "struct" or kind.startswith(("list<", "map<"))
 
@@ -92,19 +92,38 @@ def schema_problem(schema: pa.Schema) -> str | None:
     nested value where the span schema has a scalar or the other way round:
     no cast joins those, and every query over the dataset would fail.
     """
+    return columns_problem(schema, _EXPECTED, REQUIRED_COLUMNS, "span")
+
+
+def columns_problem(schema: pa.Schema, expected: Mapping[str, str], required: Sequence[str], what: str) -> str | None:
+    """What makes ``schema`` unreadable as ``what`` rows whose columns have the ``expected`` families, or ``None``.
+
+    The rule of :func:`schema_problem`, for any file kind: ``required``
+    columns must be there with their family; any column may not be nested
+    where a scalar is expected or the other way round. ``expected``: as
+    :func:`expected_families` gives it.
+    """
     names = set(schema.names)
-    for name in REQUIRED_COLUMNS:
+    for name in required:
         if name not in names:
-            return f"not a span file: no {name} column"
+            return f"not a {what} file: no {name} column"
     for f in schema:
-        expected = _EXPECTED.get(f.name)
-        if expected is None:
+        family = expected.get(f.name)
+        if family is None:
             continue
         actual = _family(f.type)
-        strict = f.name in REQUIRED_COLUMNS or _nested(actual) or _nested(expected)
-        if strict and actual != expected:
-            return f"column {f.name} is {f.type}, not the span schema's {SPAN_SCHEMA.field(f.name).type}"
+        strict = f.name in required or _nested(actual) or _nested(family)
+        if strict and actual != family:
+            return f"column {f.name} is {f.type}, not the {what} schema's {family}"
     return None
+
+
+def expected_families(schema: pa.Schema) -> dict[str, str]:
+    """Each column of ``schema`` and the family of values it holds (what :func:`columns_problem` compares)."""
+    return {f.name: _family(f.type) for f in schema}
+
+
+_EXPECTED = expected_families(SPAN_SCHEMA)
 
 
 @lru_cache(maxsize=64)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from otel_replay._wire import read_varint
 from otel_replay.errors import OtelReplayError, WalBusyError
 from otel_replay.exporters.writer import fsync_dir
 
@@ -119,28 +120,18 @@ def _requests_fill(data: bytes | mmap.mmap, at: int, end: int) -> bool:
     else at its top level (past ``_MAX_WALK`` of them the checksum decides).
     """
     if at < end and data[at] == _LOGS_TAG:  # a wrapped log request: one field that ends where the record does
-        length, inner = _varint(data, at + 1, end)
-        return inner + length == end
+        length, inner = read_varint(data, at + 1, end)
+        return inner >= 0 and inner + length == end
     for _ in range(_MAX_WALK):
         if at == end:
             return True
         if at > end or data[at] != _REQUEST_TAG:
             return False
-        length, at = _varint(data, at + 1, end)
+        length, at = read_varint(data, at + 1, end)
+        if at < 0:  # ran past the end: the walk fails
+            return False
         at += length
     return True
-
-
-def _varint(data: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while at < end and shift < 64:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    return 0, end + 1  # ran past the end: the walk fails
 
 
 def _record_end(data: bytes | mmap.mmap, offset: int, size: int, *, strict: bool) -> int | None:

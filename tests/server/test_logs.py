@@ -153,6 +153,12 @@ def test_wrong_length_ids_are_dropped_and_reported_as_partial_success(serve: Rec
     assert serve.metrics.snapshot()["log_records_rejected"] - before == 3
     rows = _log_rows(serve, "service_name = 'ids'", 1)
     assert [(r["trace_id"], r["span_id"]) for r in rows] == [(bytes(range(1, 17)).hex(), bytes(range(1, 9)).hex())]
+    # rows written are counted once their segment is converted: every accepted record, no rejected one
+    end = time.monotonic() + 60
+    while (m := serve.metrics.snapshot())["log_rows_written"] < m["log_records_accepted"] and time.monotonic() < end:
+        time.sleep(0.05)
+    assert m["log_rows_written"] == m["log_records_accepted"] > 0
+    assert "otel_replay_log_rows_written_total " in serve.metrics_text() and "logs_written=" in serve.metrics_line()
 
 
 def test_otlp_json_logs_with_hex_ids(serve: Receiver) -> None:

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordExportResult, SimpleLogRecordProcessor
 
-from otel_replay.storage.convert import convert_segment, salvage_segment
+from otel_replay.storage.convert import Converted, convert_segment, convert_segment_rows, salvage_segment
 from otel_replay.storage.logs import logs_payload, wrap_logs
 from otel_replay.storage.wal import WriteAheadLog
 
@@ -65,7 +65,8 @@ def test_a_segment_of_spans_and_logs_converts_each_to_its_own_files(tmp_path: Pa
     assert rows == 12  # span rows: 6 spans twice (the log records are not spans)
     assert len(parquet_rows(dataset)) == 12
     assert _log_bodies(dataset) == ['"one"', '"three"', '"two"']
-    convert_segment(str(path), str(dataset), "seg")  # again (a restart after a crash): the same files, no more rows
+    # again (a restart after a crash): the same files, no more rows; the log rows counted apart
+    assert convert_segment_rows(str(path), str(dataset), "seg") == Converted(spans=12, logs=3)
     assert _log_bodies(dataset) == ['"one"', '"three"', '"two"']
 
 
@@ -79,6 +80,7 @@ def test_salvage_finds_log_records_after_damage(tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     report = salvage_segment(str(path), str(dataset), "seg")
     assert report.records_dropped == 1 and report.rows == 0  # the span record is lost, and counted
+    assert report.log_rows == 2
     assert _log_bodies(dataset) == ['"after"', '"before"']
 
 
