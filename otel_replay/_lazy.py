@@ -7,11 +7,12 @@ imports a name's module the first time the name is used, and a ``__dir__``
 that lists the names not imported yet. The root keeps its ``__all__`` and
 imports the same names under ``TYPE_CHECKING`` for type checkers.
 
-A function named like its own module (``storage.compact``,
-``contracts.backtest``) stays the package's attribute when that module is
-imported later: importing a submodule binds it on its package under its own
-name, and a root that imported everything up front had bound the function
-over it.
+A public name that is also the name of a submodule (the function
+``storage.compact`` in ``storage/compact.py``, ``otel_replay.rerun`` the
+function beside the package ``otel_replay/rerun/``) stays the public object
+when that submodule is imported later: importing a submodule binds it on its
+package under its own name, and a root that imported everything up front had
+bound the public object over it.
 """
 
 from __future__ import annotations
@@ -58,14 +59,12 @@ def exports(
         """The package's names, with the public names not imported yet."""
         return sorted({*vars(sys.modules[package]), *targets})
 
-    shadowed = frozenset(name for name, (module, attr) in targets.items() if module == f".{name}" == f".{attr}")
-    if shadowed:
-        sys.modules[package].__class__ = _keeping(shadowed)
+    sys.modules[package].__class__ = _keeping(frozenset(targets))
     return __getattr__, __dir__
 
 
 def _keeping(names: frozenset[str]) -> type[types.ModuleType]:
-    """A module class on which importing the submodule ``name`` does not bind it over the function ``name``."""
+    """A module class on which importing a submodule called ``name`` does not bind it over the public ``name``."""
 
     class Package(types.ModuleType):
         def __setattr__(self, name: str, value: object) -> None:

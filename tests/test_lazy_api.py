@@ -81,6 +81,10 @@ def test_every_public_name_resolves_on_first_use_to_the_object_its_module_define
     )
     assert found["missing_from_dir"] == []
     assert set(found["kinds"]) == set(otel_replay.__all__)
+    # In __all__'s order ``recording`` comes first and imports the package ``otel_replay.rerun``: ``rerun`` stays the
+    # function all the same, as every name stays what it was (a constant, a class, a function; never a module).
+    assert found["kinds"]["rerun"] == "function"
+    assert "module" not in found["kinds"].values()
     assert found["store"]  # what was used is now imported
     assert otel_replay.open is importlib.import_module("otel_replay.query.store").open_store
     assert otel_replay.Store is importlib.import_module("otel_replay.query.store").Store
@@ -124,20 +128,29 @@ def test_a_subpackage_is_reachable_from_a_bare_import_as_before() -> None:
     assert found == ["compact", "ActionGate", "Store"]
 
 
-def test_a_function_named_like_its_module_stays_the_function_whichever_is_imported_first() -> None:
+def test_a_function_named_like_a_module_stays_the_function_whichever_is_imported_first() -> None:
     found = _fresh(
         """
         import json
         import otel_replay.storage.compact
         import otel_replay.contracts.backtest
+        import otel_replay.rerun.runner
         from otel_replay.storage import compact
         from otel_replay.contracts import backtest
+        from otel_replay import recording, rerun
         import otel_replay.storage as storage
-        print(json.dumps([callable(compact), compact.__module__, callable(backtest), backtest.__module__,
-                          storage.compact is compact]))
+        print(json.dumps([compact.__module__, backtest.__module__, rerun.__module__, recording.__module__,
+                          storage.compact is compact, callable(compact) and callable(backtest) and callable(rerun)]))
         """
     )
-    assert found == [True, "otel_replay.storage.compact", True, "otel_replay.contracts.backtest", True]
+    assert found == [
+        "otel_replay.storage.compact",
+        "otel_replay.contracts.backtest",
+        "otel_replay.rerun.runner",
+        "otel_replay.rerun.record",
+        True,
+        True,
+    ]
 
 
 def test_a_verdict_in_a_notebook_shows_its_report_page_after_a_bare_import() -> None:
