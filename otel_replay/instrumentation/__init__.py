@@ -16,21 +16,25 @@ In code, :func:`instrument` turns on every one whose client library is
 installed. Tools are declared with :func:`tool` or wrapped in place with
 :func:`wrap_tool`; :func:`invoke_agent` names the agent running (an
 ``invoke_agent {name}`` span whose model and tool calls carry
-``gen_ai.agent.name``). No client library is imported until an instrumentor runs.
+``gen_ai.agent.name``). No client library is imported until an instrumentor runs,
+and no instrumentor until its name is used.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import TracerProvider
+from otel_replay import _lazy
 
-from otel_replay.instrumentation.agent import invoke_agent
-from otel_replay.instrumentation.anthropic_client import AnthropicInstrumentor
-from otel_replay.instrumentation.openai_client import OpenAIInstrumentor
-from otel_replay.instrumentation.threads import ThreadContextInstrumentor
-from otel_replay.instrumentation.tools import tool, unwrap_tool, wrap_tool
+if TYPE_CHECKING:  # what the names below resolve to on first use, for type checkers
+    from opentelemetry.trace import TracerProvider
+
+    from otel_replay.instrumentation.agent import invoke_agent
+    from otel_replay.instrumentation.anthropic_client import AnthropicInstrumentor
+    from otel_replay.instrumentation.openai_client import OpenAIInstrumentor
+    from otel_replay.instrumentation.threads import ThreadContextInstrumentor
+    from otel_replay.instrumentation.tools import tool, unwrap_tool, wrap_tool
 
 __all__ = [
     "AnthropicInstrumentor",
@@ -44,6 +48,19 @@ __all__ = [
     "wrap_tool",
 ]
 
+_LAZY = {
+    "AnthropicInstrumentor": ".anthropic_client",
+    "invoke_agent": ".agent",
+    "OpenAIInstrumentor": ".openai_client",
+    "ThreadContextInstrumentor": ".threads",
+    "tool": ".tools",
+    "unwrap_tool": ".tools",
+    "wrap_tool": ".tools",
+}
+"""Public names imported on first use: name -> module."""
+
+__getattr__, __dir__ = _lazy.exports(__name__, _LAZY, submodules=True)
+
 
 def _installed(name: str) -> bool:
     try:
@@ -54,6 +71,12 @@ def _installed(name: str) -> bool:
 
 
 def _available() -> list[Any]:
+    # Imported here for start-up cost: the instrumentors load OpenTelemetry's instrumentation
+    # package (and its requirement parsing), which only instrument() and uninstrument() need.
+    from otel_replay.instrumentation.anthropic_client import AnthropicInstrumentor
+    from otel_replay.instrumentation.openai_client import OpenAIInstrumentor
+    from otel_replay.instrumentation.threads import ThreadContextInstrumentor
+
     found: list[Any] = [ThreadContextInstrumentor()]
     if _installed("openai"):
         found.append(OpenAIInstrumentor())

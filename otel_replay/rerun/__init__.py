@@ -13,12 +13,17 @@ rerun starts, so this package imports without them.
 
 from __future__ import annotations
 
-from otel_replay.rerun.divergence import Divergence
-from otel_replay.rerun.events import Fingerprint
-from otel_replay.rerun.load import Recording, load_recording, recorded_sessions
-from otel_replay.rerun.record import RecordMode, recording
-from otel_replay.rerun.runner import GateResult, RerunResult, rerun
-from otel_replay.rerun.serve import RerunMode
+from typing import TYPE_CHECKING
+
+from otel_replay import _lazy
+
+if TYPE_CHECKING:  # what the names below resolve to on first use, for type checkers
+    from otel_replay.rerun.divergence import Divergence
+    from otel_replay.rerun.events import Fingerprint
+    from otel_replay.rerun.load import Recording, load_recording, recorded_sessions
+    from otel_replay.rerun.record import RecordMode, recording
+    from otel_replay.rerun.runner import GateResult, RerunResult, rerun
+    from otel_replay.rerun.serve import RerunMode
 
 __all__ = [
     "Divergence",
@@ -33,3 +38,20 @@ __all__ = [
     "recording",
     "rerun",
 ]
+
+_LAZY = {
+    "Divergence": ".divergence",
+    "Fingerprint": ".events",
+    "GateResult": ".runner",
+    "load_recording": ".load",
+    "recorded_sessions": ".load",
+    "Recording": ".load",
+    "recording": ".record",
+    "RecordMode": ".record",
+    "rerun": ".runner",
+    "RerunMode": ".serve",
+    "RerunResult": ".runner",
+}
+"""Public names imported on first use: name -> module."""
+
+__getattr__, __dir__ = _lazy.exports(__name__, _LAZY, submodules=True)

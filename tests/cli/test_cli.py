@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -395,7 +396,9 @@ def test_a_reader_that_goes_away_gets_no_traceback(demo_dataset, fmt):
 
 def test_the_server_and_storage_commands_report_errors_in_one_line_too(tmp_path):
     # serve, ingest, compact and rerun live in their own modules; they get the same guard as the rest.
+    ctx = click.Context(main)
     for name in ("serve", "ingest", "compact", "rerun"):
-        assert hasattr(main.commands[name].callback, "__wrapped__"), name
+        command = main.get_command(ctx, name)
+        assert command is not None and hasattr(command.callback, "__wrapped__"), name
     (tmp_path / "ds" / "spans" / "date=2024-01-01").mkdir(parents=True)
     run("compact", str(tmp_path / "ds"), "--older-than", "999999")  # a cutoff before year 1

@@ -6,6 +6,7 @@ import json
 import struct
 from pathlib import Path
 
+import click
 import zstandard
 from click.testing import CliRunner
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -117,7 +118,8 @@ def test_a_bad_first_line_does_not_hide_the_rest(tmp_path: Path) -> None:
 def test_commands_are_registered_on_the_main_cli(tmp_path: Path) -> None:
     from otel_replay.cli import main
 
-    assert main.commands["serve"] is not None and main.commands["ingest"] is ingest_command
+    ctx = click.Context(main)
+    assert main.get_command(ctx, "serve") is not None and main.get_command(ctx, "ingest") is ingest_command
     result = CliRunner().invoke(main, ["serve", "--dataset", str(tmp_path / "ds"), "--grpc", "nonsense"])
     assert result.exit_code != 0 and "must look like HOST:PORT" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "ds").exists()
