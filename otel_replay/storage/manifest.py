@@ -44,7 +44,7 @@ from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_bytes_atomic
-from otel_replay.location import Location, is_remote, resolve
+from otel_replay.location import Location, resolve
 from otel_replay.storage import objects
 
 from .backend import backend_for
@@ -277,20 +277,10 @@ def _warn_not_partition(where: str) -> None:
 def partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
     """The names (``date=YYYY-MM-DD``) of ``dataset``'s partitions, oldest first; a local path or ``s3://`` URI."""
     location = resolve(dataset)
-    if not location.remote:
-        return [p.name for p in partition_dirs(location.root)]
-    spans = location.join(SPANS_DIR)
-    prefix = location.fs_path(spans) + "/"
-    names, odd = set(), set()
-    for info in location.files_under(spans):
-        head = info.path[len(prefix) :].split("/", 1)[0]
-        if is_partition_name(head):
-            names.add(head)
-        elif looks_like_partition(head):
-            odd.add(head)
-    for head in sorted(odd):
+    heads = backend_for(location).subdirectories(location.join(SPANS_DIR))  # on a store: prefixes holding objects
+    for head in sorted(h for h in heads if looks_like_partition(h) and not is_partition_name(h)):
         _warn_not_partition(location.join(SPANS_DIR, head))
-    return sorted(names)
+    return sorted(h for h in heads if is_partition_name(h))
 
 
 def not_partition_names(dataset: str | os.PathLike[str] | Location) -> list[str]:
@@ -563,9 +553,10 @@ def live_files(dataset: str | os.PathLike[str] | Location, *, missing: list[str]
         DatasetError: a manifest is invalid, or (without ``missing``) names a compacted file that is gone.
 
     """
-    if is_remote(dataset):
-        return _remote_live_files(resolve(dataset), remote_partitions(resolve(dataset), missing=missing))
-    dataset = resolve(dataset).root
+    location = resolve(dataset)
+    if backend_for(location).snapshots_listing:
+        return _remote_live_files(location, remote_partitions(location, missing=missing))
+    dataset = location.root
     files: list[str] = []
     root = Path(dataset) / SPANS_DIR
     if not root.is_dir():
