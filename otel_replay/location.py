@@ -113,6 +113,20 @@ class Location:
         """A file object (``read``, ``seek``) over the remote object ``path``, read through the process cache."""
         return _PositionalFile(_cached_object(self.fs, self.fs_path(path), size))
 
+    def native(self, path: str) -> Path | str:
+        """``path`` as the package hands paths around: a :class:`~pathlib.Path` locally, the ``s3://`` URL remotely."""
+        return path if self.remote else Path(path)
+
+    def make_dirs(self, path: str | os.PathLike[str]) -> None:
+        """Make the directory ``path`` and those above it (nothing on an object store: it has no directories).
+
+        Raises:
+            OSError: a local directory cannot be made.
+
+        """
+        if not self.remote:
+            os.makedirs(path, exist_ok=True)
+
     def local_root(self) -> Path:
         """The root of a local dataset as a :class:`~pathlib.Path`."""
         if self.remote:

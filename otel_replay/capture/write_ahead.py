@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import fcntl
-import hashlib
 import logging
 import os
 import secrets
@@ -53,6 +52,7 @@ from otel_replay._wire import varint as _varint
 from otel_replay._wire import varint_of as _varint_of
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
+from otel_replay.storage.backend import backend_for
 from otel_replay.storage.outcome_claims import recover_outcomes
 
 __all__ = ["CAPTURE_PREFIX", "SpanLog", "WriteAheadProcessor", "convert_log_segment", "log_root", "recover"]
@@ -75,12 +75,7 @@ def log_root(dataset: str) -> Path:
     The log must be local (an fsync is what makes a record durable):
     ``~/.cache/otel-replay/wal/<digest of the dataset URI>`` (``XDG_CACHE_HOME`` honoured).
     """
-    location = resolve(dataset)
-    if not location.remote:
-        return Path(location.root) / "_wal"
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    digest = hashlib.sha256(location.root.encode()).hexdigest()[:16]
-    return Path(cache) / "otel-replay" / "wal" / digest
+    return backend_for(resolve(dataset)).local_dir("wal")
 
 
 def _prefix(directory: Path, segment_id: str) -> str:

@@ -28,6 +28,7 @@ from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import local_root_problem, resolve
 from otel_replay.query import files as query_files
 from otel_replay.query.store import Store
+from otel_replay.storage.backend import backend_for
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -168,7 +169,8 @@ def open_dataset(dataset: str, skip_corrupt: bool, **trust: Any) -> Iterator[Sto
     """Open the dataset; on the way out, name every file left out as corrupt (on stderr)."""
     location = resolve(dataset)  # a bad URI: one ConfigError line naming it
     # An object store: Store checks credentials, endpoint and bucket in one line.
-    why = None if location.remote else local_root_problem(dataset, Path(location.root))
+    directory = backend_for(location).directory
+    why = None if directory is None else local_root_problem(dataset, directory)
     if why is not None:
         raise click.ClickException(why)
     quiet = _SkipNotices()

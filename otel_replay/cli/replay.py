@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -25,6 +24,7 @@ from otel_replay.integrity import SigningKey
 from otel_replay.pipeline import configure
 from otel_replay.query.analyst import require_utf8
 from otel_replay.query.store import Store
+from otel_replay.storage.backend import backend_for
 
 __all__ = ["replay_cmd"]
 
@@ -103,8 +103,9 @@ def _compensate(
     store: Store, verdict: Verdict, rail: Rail, *, resume: bool, dataset: str, record_id: str
 ) -> tuple[list[GateOutcome], bool]:
     """Apply ``verdict`` through ``rail``: the gate's outcomes, and whether their records were all stored."""
-    if not store.location.remote:
-        require_writable(Path(store.location.root), "--execute stores its compensation records there")
+    directory = backend_for(store.location).directory
+    if directory is not None:
+        require_writable(directory, "--execute stores its compensation records there")
     with configure(dataset, service_name="otel-replay-cli", set_global=False) as telemetry:
         try:
             outcomes = execute_verdict(store, verdict, rail, resume=resume)

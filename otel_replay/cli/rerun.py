@@ -15,7 +15,6 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
 import click
@@ -33,6 +32,7 @@ from otel_replay.rerun.guards import parse_allow_live
 from otel_replay.rerun.load import recorded_sessions
 from otel_replay.rerun.runner import RerunResult, rerun
 from otel_replay.rerun.serve import CREDENTIALS, Credentials, Governance
+from otel_replay.storage.backend import backend_for
 
 __all__ = ["DIVERGED", "rerun_command"]
 
@@ -188,9 +188,9 @@ def _check_dataset(dataset: str) -> None:
         location = resolve(dataset)
     except OtelReplayError as exc:
         raise click.ClickException(str(exc)) from exc
-    if location.remote:
+    path = backend_for(location).directory
+    if path is None:
         raise click.ClickException(f"dataset {dataset}: rerun reads a local dataset (copy the session's files down)")
-    path = Path(location.root)
     if not path.is_dir():
         raise click.ClickException(f"dataset {dataset} does not exist or is not a directory")
     require_writable(path, "rerun stores its result there")

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import sys
-from pathlib import Path
 
 import click
 import pyarrow as pa
@@ -17,6 +16,7 @@ from otel_replay.cli._inputs import friendly
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key
 from otel_replay.location import local_root_problem, resolve
+from otel_replay.storage.backend import backend_for
 from otel_replay.storage.compact import compact
 from otel_replay.storage.compact_steps import DEFAULT_GRACE_SECONDS, DEFAULT_THREADS, MAX_ROWS, CompactReport
 from otel_replay.storage.retention import RetentionReport, drop_older_than
@@ -147,7 +147,8 @@ def _check_dataset(root: str) -> None:
         location = resolve(root)
     except OtelReplayError as exc:
         raise click.ClickException(str(exc)) from exc
-    problem = None if location.remote else local_root_problem(root, Path(location.root))
+    directory = backend_for(location).directory  # an object store is checked when it is opened
+    problem = None if directory is None else local_root_problem(root, directory)
     if problem is not None:  # a wrong directory would compact as an empty dataset: "dropped 0", exit 0
         raise click.ClickException(problem)
 

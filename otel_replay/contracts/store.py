@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from otel_replay.capture.write_ahead import log_root
 from otel_replay.contracts.state import SessionState, SessionStateError
 from otel_replay.location import resolve
+from otel_replay.storage.backend import backend_for
 
 __all__ = ["STORE_FORMAT", "FileStateStore", "MemoryStateStore", "StateStore", "governance_store_path"]
 
@@ -103,11 +103,7 @@ def governance_store_path(dataset: str | os.PathLike[str]) -> Path:
     For an ``s3://`` dataset the file stays local (SQLite needs a local file to lock): beside the dataset's
     local write-ahead log, ``~/.cache/otel-replay/governance/<digest of the URI>/sessions.sqlite3``.
     """
-    location = resolve(dataset)
-    if not location.remote:
-        return Path(location.root) / "_governance" / "sessions.sqlite3"
-    wal = log_root(str(dataset))
-    return wal.parent.parent / "governance" / wal.name / "sessions.sqlite3"
+    return backend_for(resolve(dataset)).local_dir("governance") / "sessions.sqlite3"
 
 
 class FileStateStore:

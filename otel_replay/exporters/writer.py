@@ -232,18 +232,13 @@ class DatasetWriter:
         self.location = resolve(dataset_dir)
         self.root: Path | str
         self.spans_dir: Path | str
-        if self.location.remote:
-            self.location.check()  # one clear line now, not a write error per file later
-            self.root, self.spans_dir = self.location.root, self.location.join(SPANS_DIR)
-        else:
-            self.root = Path(self.location.root)
-            self.spans_dir = self.root / SPANS_DIR
-            try:
-                self.spans_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise DatasetError(
-                    f"cannot create the dataset directory {self.spans_dir}: {exc.strerror or exc}"
-                ) from exc
+        self.location.check()  # an object store: one clear line now, not a write error per file later
+        self.root = self.location.native(self.location.root)
+        self.spans_dir = self.location.native(self.location.join(SPANS_DIR))
+        try:
+            self.location.make_dirs(self.spans_dir)  # a directory is made now; an object store has none
+        except OSError as exc:
+            raise DatasetError(f"cannot create the dataset directory {self.spans_dir}: {exc.strerror or exc}") from exc
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.max_age_seconds = max_age_seconds

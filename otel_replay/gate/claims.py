@@ -31,17 +31,17 @@ runs, taken over only once its holder stopped renewing it for ``ttl_seconds``
 shows as pending). Every change of the claim object is itself conditional
 (``If-None-Match`` / ``If-Match`` on the ETag read), so of two processes on
 two hosts exactly one takes a claim.
+
+The two ways of keeping claims are :mod:`otel_replay.gate.claim_stores`;
+this module holds what a claim means, the same for both.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import fcntl
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,10 +56,8 @@ from otel_replay.errors import (
     PayloadError,
 )
 from otel_replay.exporters.schema import COMPENSATIONS_DIR
-from otel_replay.exporters.writer import write_bytes_atomic
+from otel_replay.gate.claim_stores import Claim, ClaimChanged, claim_store_for
 from otel_replay.location import Location, resolve
-from otel_replay.storage import objects
-from otel_replay.storage.lease import ObjectLease
 from otel_replay.storage.outcome_claims import claimant
 
 __all__ = ["CLAIMS_DIR", "Claim", "ClaimState", "CompensationClaims", "idempotency_key"]
@@ -79,18 +77,6 @@ def idempotency_key(decision_id: str | None, receipt_id: str) -> str:
     """The key passed to ``rail.compensate``: stable for one receipt of one decision, 32 hex."""
     text = json.dumps(["otel-replay-compensation", decision_id or "", receipt_id])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-@dataclass
-class Claim:
-    """A held claim (``fd`` or, on an object store, ``lease`` holds its lock): see :meth:`CompensationClaims.finish`."""
-
-    key: str
-    path: Path | str
-    body: dict[str, Any]
-    fd: int = -1
-    lease: ObjectLease | None = None
-    etag: str | None = None  # the claim object's ETag as last written (object store)
 
 
 def _now() -> str:
@@ -117,70 +103,20 @@ class CompensationClaims:
         """Claims live under ``<dataset>/_compensations/`` (created on first claim)."""
         self.location = resolve(dataset)
         self.ttl_seconds = ttl_seconds
-        self._s3: Any = None
-        self.directory: Path | str
-        if self.location.remote:
-            self.directory = f"{self.location.root.rstrip('/')}/{CLAIMS_DIR}"
-            self._prefix = "/".join(p for p in (self.location.prefix, CLAIMS_DIR) if p)
-        else:
-            self.directory = Path(os.path.abspath(self.location.root)) / CLAIMS_DIR
-
-    def _path(self, key: str) -> Path | str:
-        if isinstance(self.directory, str):
-            return f"{self.directory}/{key}.json"
-        return self.directory / f"{key}.json"
-
-    # --- storage: a file per claim locally, an object per claim on S3 ------------------
-
-    def _client(self) -> Any:
-        if self._s3 is None:
-            self._s3 = objects.client(self.location)
-        return self._s3
-
-    def _object_key(self, key: str) -> str:
-        return f"{self._prefix}/{key}.json"
-
-    def _read(self, key: str) -> tuple[str | None, str | None]:
-        """The stored claim's text and (object store) ETag; ``(None, None)`` when there is none."""
-        if self.location.remote:
-            stored = objects.get(self._client(), self.location, self._object_key(key))
-            if stored is None:
-                return None, None
-            return stored.body.decode("utf-8", "replace"), stored.etag
-        try:
-            return Path(self._path(key)).read_text(encoding="utf-8", errors="replace"), None
-        except FileNotFoundError:
-            return None, None
+        self._store = claim_store_for(self.location, ttl_seconds=ttl_seconds)
+        self.directory: Path | str = self._store.directory
 
     def _parse(self, key: str, text: str) -> dict[str, Any]:
         try:
-            body = strict_loads(text, where=f"compensation claim {self._path(key)}")
+            body = strict_loads(text, where=f"compensation claim {self._store.path(key)}")
         except PayloadError:
             return {"state": "unreadable", "key": key}
         return body if isinstance(body, dict) else {"state": "unreadable", "key": key}
 
     def state(self, key: str) -> dict[str, Any] | None:
         """The stored claim for ``key``, or ``None``; a damaged one has state ``unreadable``."""
-        text, _ = self._read(key)
+        text, _ = self._store.read(key)
         return None if text is None else self._parse(key, text)
-
-    def _lock(self, key: str) -> Claim | None:
-        """Take ``key``'s lock; ``None`` when another claimant holds it."""
-        if self.location.remote:
-            lease = ObjectLease(self.location, f"compensation-{key}", ttl_seconds=self.ttl_seconds)
-            if not lease.acquire():
-                return None
-            return Claim(key, self._path(key), {}, lease=lease)
-        assert isinstance(self.directory, Path)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # The lock file is never replaced, so every claimant (thread or process) locks the same inode.
-        fd = os.open(self.directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return Claim(key, self._path(key), {}, fd)
 
     def claim(self, key: str, *, decision_id: str | None, receipt_id: str, resume: bool = False) -> Claim:
         """Take the claim for ``key`` before calling the rail.
@@ -195,7 +131,7 @@ class CompensationClaims:
                 already made, so it is not retried, even with ``resume``).
 
         """
-        claim = self._lock(key)
+        claim = self._store.lock(key)
         if claim is None:
             holder = self.state(key)
             # The holder may not have written its claim yet: it holds the lock, which is what counts.
@@ -207,7 +143,7 @@ class CompensationClaims:
                 "finished to see how it ended); not compensating it again"
             ) from None
         try:
-            text, claim.etag = self._read(key)
+            text, claim.etag = self._store.read(key)
             held = None if text is None else self._parse(key, text)
             body: dict[str, Any] = {
                 "state": ClaimState.CLAIMED.value,
@@ -255,34 +191,15 @@ class CompensationClaims:
         )
 
     def _write(self, claim: Claim, body: dict[str, Any], *, receipt_id: str, final: bool = False) -> None:
-        text = json.dumps(body, sort_keys=True)
-        if self.location.remote:
-            self._put(claim, text.encode(), receipt_id=receipt_id, final=final)
-            return
-        assert isinstance(self.directory, Path) and isinstance(claim.path, Path)
-        write_bytes_atomic(text.encode(), claim.path)
-
-    def _put(self, claim: Claim, data: bytes, *, receipt_id: str, final: bool = False) -> None:
-        """Write the claim object only if it is as this claimant last saw it (compare-and-swap on its ETag).
-
-        ``final``: the rail has answered, so how it ended is recorded even over
-        a claim changed meanwhile (once, on the ETag read again).
-        """
-        s3, key = self._client(), self._object_key(claim.key)
+        """Store ``body`` as the claim's state (see :meth:`ClaimStore.write`)."""
         try:
-            claim.etag = objects.put_if(s3, self.location, key, data, claim.etag)
-            return
-        except objects.Conflict:
+            self._store.write(claim, json.dumps(body, sort_keys=True).encode(), final=final)
+        except ClaimChanged:
             if final:
-                seen = objects.get(s3, self.location, key)
-                try:
-                    claim.etag = objects.put_if(s3, self.location, key, data, seen.etag if seen else None)
-                    return
-                except objects.Conflict:
-                    raise DatasetError(
-                        f"compensation claim {claim.path} kept changing; could not record that receipt {receipt_id} "
-                        f"ended {json.loads(data).get('state')}"
-                    ) from None
+                raise DatasetError(
+                    f"compensation claim {claim.path} kept changing; could not record that receipt {receipt_id} "
+                    f"ended {body.get('state')}"
+                ) from None
             # Changed under us: our lock expired (no renewal for ttl_seconds) and another claimant took over.
             current = self.state(claim.key) or {}
             done = current.get("state") == ClaimState.DONE.value
@@ -302,11 +219,4 @@ class CompensationClaims:
 
     def release(self, claim: Claim) -> None:
         """Drop the lock without changing the stored state (an interrupted claim stays ``claimed``)."""
-        if claim.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(claim.fd)
-            claim.fd = -1
-        if claim.lease is not None:
-            lease, claim.lease = claim.lease, None
-            with contextlib.suppress(DatasetError):
-                lease.release()  # a lease that could not be deleted expires after ttl_seconds
+        self._store.release(claim)

@@ -57,6 +57,7 @@ from otel_replay.gate.rails import Rail
 from otel_replay.gate.receipts import receipt_id_of, stored_receipt
 from otel_replay.location import resolve
 from otel_replay.records import Action, GateRecord, SpanRef, new_id
+from otel_replay.storage.backend import backend_for
 
 _log = logging.getLogger(__name__)
 
@@ -203,8 +204,9 @@ class ActionGate:
         # keeps the identity it was committed under, however the caller changes it before compensating it.
         self._committed: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
         self._warned_content_id = False
-        if dataset is not None and not resolve(dataset).remote:
-            dataset = os.path.abspath(resolve(dataset).root)  # now: a later chdir must not move the claims
+        directory = None if dataset is None else backend_for(resolve(dataset)).directory
+        if directory is not None:
+            dataset = os.path.abspath(directory)  # now: a later chdir must not move the claims
         self._dataset = dataset
         self._claims: CompensationClaims | None = None
         self._keyed = _takes_idempotency_key(rail)

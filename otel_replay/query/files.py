@@ -24,6 +24,7 @@ from otel_replay.errors import CorruptFileError, DatasetError
 from otel_replay.exporters.id_keys import footer_keys
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPANS_DIR
 from otel_replay.location import Location
+from otel_replay.storage.backend import Backend, backend_for
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.span_columns import (
     arrow_schema_coarse,
@@ -51,16 +52,13 @@ def note_skipped(problem: CorruptFileError) -> None:
     _log.warning("otel-replay: skipping %s", problem)
 
 
-def _read_footer(path: str, size: int, location: Location | None = None) -> bytes | str:
-    """The Thrift footer of the Parquet file ``path``, or what is wrong with its framing.
-
-    ``location``: the remote dataset ``path`` (an ``s3://`` URL) belongs to.
-    """
+def _read_footer(path: str, size: int, backend: Backend) -> bytes | str:
+    """The Thrift footer of the Parquet file ``path`` of ``backend``'s dataset, or what is wrong with its framing."""
     if size < 12:
         return f"{size} bytes, too short for Parquet"
-    if location is None:
+    if backend.directory is not None:  # a file of a local directory: one pread
         return _read_local_footer(path, size)
-    opened = location.open_object(path, size)
+    opened = backend.location.open_object(path, size)
     with opened as handle:
         head = handle.read(4)
         handle.seek(size - 8)
@@ -164,6 +162,7 @@ class FileTriage:
     def __init__(self, location: Location) -> None:
         """Triage the files of the dataset at ``location``."""
         self.location = location
+        self.backend = backend_for(location)
         self.checked: dict[str, tuple[int, int]] = {}  # files that passed the check, by the stamp they had
         self.arrow_schema: dict[str, bytes | None] = {}  # the writer's Arrow schema, to skip union_by_name
         self.major: dict[str, int | None] = {}  # each file's major storage schema version (None: not recorded)
@@ -179,7 +178,7 @@ class FileTriage:
         """The live files; ``missing`` (skip_corrupt) collects compacted files a manifest lists that are gone."""
         try:
             # Through the partition manifests: a glob would also list files a compaction superseded.
-            if self.location.remote:  # one listing per refresh; lookups reuse it (see _narrow)
+            if self.backend.snapshots_listing:  # one listing per refresh; lookups reuse it (see _narrow)
                 self.snapshot = remote_partitions(self.location, missing=missing)
                 return remote_live_files(self.location, self.snapshot)
             return live_files(self.location, missing=missing)
@@ -189,13 +188,10 @@ class FileTriage:
 
     def stamp(self, path: str) -> tuple[int, int] | None:
         """(size, mtime) of ``path``; ``None`` when it is gone or cannot be stat'ed (a symlink loop, no permission)."""
-        if self.location.remote:
-            return self.location.stat(path)
         try:
-            st = os.stat(path)
+            return self.backend.stamp(path)
         except OSError:
             return None
-        return (st.st_size, st.st_mtime_ns)
 
     def check(self, path: str) -> CorruptFileError | None:
         """The cheap check at open: Parquet magic at both ends, a footer that fits, a schema version we read.
@@ -211,31 +207,25 @@ class FileTriage:
             DatasetError: the file was written with a newer major storage schema version.
 
         """
-        if self.location.remote:
-            # objects are written once and never rewritten under the same name: a verdict on one stands
-            bad_object = self.bad.get(path)
-            if bad_object is not None:
-                return bad_object[1]
+        if self.backend.immutable_files:  # a file is never rewritten under its name: a verdict on one stands
+            bad_file = self.bad.get(path)
+            if bad_file is not None:
+                return bad_file[1]
             if path in self.checked:
                 return None
-            stamp = self.location.listed_stat(path)
-        else:
-            try:
-                st = os.stat(path)
-                stamp = (st.st_size, st.st_mtime_ns)
-            except FileNotFoundError:
-                stamp = None
-            except OSError as exc:  # a symlink loop, no permission: a bad file, named
-                return CorruptFileError(path, exc.strerror or str(exc))
-        if stamp is None:
+        try:
+            stamp = self.backend.listed_stamp(path)
+        except FileNotFoundError:
             return VANISHED
+        except OSError as exc:  # a symlink loop, no permission: a bad file, named
+            return CorruptFileError(path, exc.strerror or str(exc))
         bad = self.bad.get(path)
         if bad is not None and bad[0] == stamp:
             return bad[1]
         if self.checked.get(path) == stamp:
             return None
         try:
-            footer = _read_footer(path, stamp[0], self.location if self.location.remote else None)
+            footer = _read_footer(path, stamp[0], self.backend)
         except FileNotFoundError:
             return VANISHED
         except OSError as exc:
@@ -284,7 +274,7 @@ class FileTriage:
     def _parquet_problem(self, path: str, *, statistics: bool, schema: bool) -> str | None:
         """What is wrong with ``path``'s span columns or times, read through pyarrow (``None``: nothing)."""
         try:
-            source = self.location.open_object(path) if self.location.remote else path
+            source = self.backend.source(path)
             parquet = pq.ParquetFile(source)
             problem = schema_problem(parquet.schema_arrow) if schema else None
             return problem or time_range_problem(source, parquet.metadata, statistics=statistics)

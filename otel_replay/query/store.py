@@ -68,7 +68,7 @@ class Store:
     ) -> None:
         """Open ``dataset``; see the class docstring."""
         self.location = resolve(dataset)
-        self.dataset: Path | str = self.location.root if self.location.remote else Path(self.location.root)
+        self.dataset: Path | str = self.location.native(self.location.root)
         self._keys = keys
         self.require_signed = require_signed
         self._seal_check: SealCheck | None = None

@@ -10,6 +10,7 @@ from otel_replay import settings
 from otel_replay._counters import CompactionCounters
 from otel_replay.errors import ConfigError
 from otel_replay.location import resolve
+from otel_replay.storage.backend import backend_for
 
 __all__ = ["MiB", "Metrics", "ServerConfig", "parse_address"]
 
@@ -63,8 +64,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         """Validate the settings."""
         location = resolve(self.dataset)  # a directory, or s3://bucket/prefix (a bad URI: ConfigError)
-        self.dataset = location.root if location.remote else Path(location.root)  # file:///abs -> /abs
-        if location.remote and self.wal_dir is None:
+        self.dataset = location.native(location.root)  # file:///abs -> /abs
+        if self.wal_dir is None and not backend_for(location).keeps_local_log:
             raise ConfigError(
                 f"dataset {location.uri}: give a local WAL directory (--wal-dir): the write-ahead log stays on "
                 "local disk, only Parquet files go to the object store"

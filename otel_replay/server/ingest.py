@@ -68,6 +68,7 @@ from otel_replay.exporters.rows import request_to_table
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.settings import INGEST_MAX_LINE, INGEST_MAX_RATIO, check_number, env_number
+from otel_replay.storage.backend import backend_for
 from otel_replay.storage.convert import CHUNK_ROWS, MAX_SHARED_BYTES_PER_REQUEST, ChunkWriter, sanitize, split_request
 from otel_replay.storage.logs import LogWriter, admit_logs
 
@@ -543,9 +544,10 @@ class Ingestor:
         ``chunk_rows`` rows are buffered before a Parquet file is written.
         """
         location = resolve(dataset)
-        if location.remote:
+        directory = backend_for(location).directory  # file:///abs -> /abs
+        if directory is None:
             raise DatasetError(f"dataset {location.uri}: ingest writes a local dataset (then compact or copy it up)")
-        self.dataset = Path(location.root)  # file:///abs -> /abs
+        self.dataset = directory
         if self.dataset.exists() and not self.dataset.is_dir():
             raise DatasetError(f"dataset {self.dataset} is a file, not a directory")
         # capped: a limit past 1 TiB means nothing here, and past 2**63 readline() cannot take it

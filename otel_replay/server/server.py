@@ -45,6 +45,7 @@ from otel_replay.capture.write_ahead import recover as recover_capture_logs
 from otel_replay.errors import DatasetError
 from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
+from otel_replay.storage.backend import backend_for
 from otel_replay.storage.background import BackgroundCompactor
 from otel_replay.storage.convert import (
     MAX_DATES_PER_REQUEST,
@@ -105,9 +106,10 @@ def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
     nor are the capture logs of agents' processes (``capture-*``), which the
     receiver converts itself when it starts (see :class:`Receiver`).
     """
-    if resolve(config.dataset).remote:
+    backend = backend_for(resolve(config.dataset))
+    if not backend.keeps_local_log:
         return []
-    root = Path(config.dataset) / "_wal"
+    root = backend.local_dir("wal")
     own = Path(config.wal_dir or "").resolve()
     found: list[tuple[Path, int]] = []
     try:

@@ -13,10 +13,20 @@ read, write or delete a file, and never asks where the dataset lives:
   :mod:`.objects`: they have no local counterpart but ``flock`` and ``rename``.
 
 Paths are in the location's form: a local path, or an ``s3://`` URL.
+
+Where the two differ in what they can do, a backend says so by name, and
+callers ask that, not where the data is: :attr:`Backend.directory` (a
+directory of this machine: files can be locked, checked and renamed in
+place), :attr:`Backend.keeps_local_log` (the dataset can hold its own
+write-ahead log), :attr:`Backend.immutable_files` (a name is written once,
+so what was read of a file stands), :attr:`Backend.snapshots_listing` (a
+listing costs requests: take one per refresh and reuse it), and
+:meth:`Backend.local_dir` (where state that needs a local disk lives).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +54,23 @@ class Backend(Protocol):
     """File operations on one dataset (see the module docstring)."""
 
     location: Location
+    directory: Path | None
+    """The dataset as a directory of this machine (files locked, checked, renamed in place); ``None``: not one."""
+    keeps_local_log: bool
+    """Whether the dataset can hold its own write-ahead log (``<dataset>/_wal``: an fsync there makes it durable)."""
+    immutable_files: bool
+    """Whether a file is written once under its name and never rewritten, so what was read of it stands."""
+    snapshots_listing: bool
+    """Whether a listing costs requests, so a reader takes one per refresh and answers lookups from it."""
+
+    def local_dir(self, name: str) -> Path:
+        """Where this dataset's ``name`` state that needs a local disk (an fsync, a lock, SQLite) lives."""
+
+    def stamp(self, path: str) -> tuple[int, int]:
+        """(size, mtime in ns) of ``path`` asked now; raises ``FileNotFoundError`` when it does not exist."""
+
+    def listed_stamp(self, path: str) -> tuple[int, int]:
+        """:meth:`stamp`, from the last listing that saw ``path`` when the backend keeps one (no request)."""
 
     def files_under(self, path: str) -> list[pafs.FileInfo]:
         """Every file below ``path``, recursively; ``[]`` when nothing is there."""
@@ -82,9 +109,27 @@ class Backend(Protocol):
 class LocalBackend:
     """A dataset in a local directory."""
 
+    keeps_local_log = True
+    immutable_files = False  # a file may be replaced under its name: a verdict holds for one (size, mtime)
+    snapshots_listing = False
+
     def __init__(self, location: Location) -> None:
         """The backend of the local ``location``."""
         self.location = location
+        self.directory: Path | None = Path(location.root)
+
+    def local_dir(self, name: str) -> Path:
+        """``<dataset>/_<name>``."""
+        return Path(self.location.root) / f"_{name}"
+
+    def stamp(self, path: str) -> tuple[int, int]:
+        """(size, mtime in ns) from ``stat``; an unreadable path raises its ``OSError``."""
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+
+    def listed_stamp(self, path: str) -> tuple[int, int]:
+        """:meth:`stamp` (a directory listing keeps nothing)."""
+        return self.stamp(path)
 
     def files_under(self, path: str) -> list[pafs.FileInfo]:
         """Every file below ``path``, recursively; ``[]`` when nothing is there."""
@@ -135,9 +180,34 @@ class LocalBackend:
 class ObjectBackend:
     """A dataset on an S3-compatible object store."""
 
+    keeps_local_log = False  # a write-ahead log is made durable by fsync, which needs a local disk
+    immutable_files = True  # objects are written once under unique names
+    snapshots_listing = True  # a listing is a request per page
+
     def __init__(self, location: Location) -> None:
         """The backend of the remote ``location``."""
         self.location = location
+        self.directory: Path | None = None
+
+    def local_dir(self, name: str) -> Path:
+        """``~/.cache/otel-replay/<name>/<digest of the dataset URI>`` (``XDG_CACHE_HOME`` honoured)."""
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        digest = hashlib.sha256(self.location.root.encode()).hexdigest()[:16]
+        return Path(cache) / "otel-replay" / name / digest
+
+    def stamp(self, path: str) -> tuple[int, int]:
+        """(size, mtime in ns) from one request; raises ``DatasetError`` when the store cannot be asked."""
+        found = self.location.stat(path)
+        if found is None:
+            raise FileNotFoundError(path)
+        return found
+
+    def listed_stamp(self, path: str) -> tuple[int, int]:
+        """From the last listing that saw the object (an object keeps its size while it exists), else :meth:`stamp`."""
+        found = self.location.listed_stat(path)
+        if found is None:
+            raise FileNotFoundError(path)
+        return found
 
     def files_under(self, path: str) -> list[pafs.FileInfo]:
         """Every object below ``path`` (one paginated listing, remembered for :meth:`source`)."""

@@ -273,7 +273,7 @@ class ChunkWriter:
     ) -> None:
         """Write under ``<dataset>/spans/date=*/``, names starting with ``prefix``."""
         location = resolve(dataset)  # a local directory or s3://bucket/prefix
-        self.spans_dir: Path | str = location.join(SPANS_DIR) if location.remote else Path(dataset) / SPANS_DIR
+        self.spans_dir: Path | str = location.native(location.join(SPANS_DIR))
         self.prefix = prefix
         self.chunk_rows = chunk_rows
         self.chunk_bytes = chunk_bytes

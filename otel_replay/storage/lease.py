@@ -27,6 +27,7 @@ from otel_replay.errors import DatasetError, LeaseLost
 from otel_replay.location import Location, resolve
 
 from . import objects
+from .backend import backend_for
 
 __all__ = ["DEFAULT_TTL_SECONDS", "LeaseLost", "ObjectLease", "PartitionLease", "lease_for"]
 
@@ -268,6 +269,6 @@ def lease_for(
 ) -> PartitionLease | ObjectLease:
     """The lease for partition ``name`` of ``dataset``: an ``flock`` locally, a conditional-PUT object on S3."""
     location = resolve(dataset)
-    if location.remote:
+    if backend_for(location).directory is None:  # no directory to flock a file in
         return ObjectLease(location, name, ttl_seconds=ttl_seconds)
     return PartitionLease(location.root, name)

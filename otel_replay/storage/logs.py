@@ -256,7 +256,7 @@ class LogWriter:
         """Write under ``<dataset>/logs/date=*/``, names starting with ``prefix``."""
         self.chunk_rows = chunk_rows
         self.location = resolve(dataset)
-        self.logs_dir: Path | str = self.location.join(LOGS_DIR) if self.location.remote else Path(dataset) / LOGS_DIR
+        self.logs_dir: Path | str = self.location.native(self.location.join(LOGS_DIR))
         self.prefix = prefix
         self.rows_written = 0
         self.paths: list[Path | str] = []

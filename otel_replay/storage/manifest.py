@@ -44,7 +44,7 @@ from otel_replay._json import strict_loads
 from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.exporters.writer import write_bytes_atomic
-from otel_replay.location import Location, is_remote, resolve
+from otel_replay.location import Location, resolve
 from otel_replay.storage import objects
 
 from .backend import backend_for
@@ -277,20 +277,10 @@ def _warn_not_partition(where: str) -> None:
 def partition_names(dataset: str | os.PathLike[str] | Location, directory: str = SPANS_DIR) -> list[str]:
     """The names (``date=YYYY-MM-DD``) of ``dataset``'s partitions (of ``directory``), oldest first; a path or URI."""
     location = resolve(dataset)
-    if not location.remote:
-        return [p.name for p in partition_dirs(location.root, directory)]
-    spans = location.join(directory)
-    prefix = location.fs_path(spans) + "/"
-    names, odd = set(), set()
-    for info in location.files_under(spans):
-        head = info.path[len(prefix) :].split("/", 1)[0]
-        if is_partition_name(head):
-            names.add(head)
-        elif looks_like_partition(head):
-            odd.add(head)
-    for head in sorted(odd):
+    heads = backend_for(location).subdirectories(location.join(directory))  # on a store: prefixes holding objects
+    for head in sorted(h for h in heads if looks_like_partition(h) and not is_partition_name(h)):
         _warn_not_partition(location.join(directory, head))
-    return sorted(names)
+    return sorted(h for h in heads if is_partition_name(h))
 
 
 def not_partition_names(dataset: str | os.PathLike[str] | Location, directory: str = SPANS_DIR) -> list[str]:
@@ -570,11 +560,11 @@ def live_files(
         DatasetError: a manifest is invalid, or (without ``missing``) names a compacted file that is gone.
 
     """
-    if is_remote(dataset):
-        location = resolve(dataset)
+    location = resolve(dataset)
+    if backend_for(location).snapshots_listing:
         snapshot = remote_partitions(location, missing=missing, directory=directory)
         return _remote_live_files(location, snapshot, directory)
-    dataset = resolve(dataset).root
+    dataset = location.root
     files: list[str] = []
     root = Path(dataset) / directory
     if not root.is_dir():

@@ -94,6 +94,7 @@ from otel_replay.exporters.writer import fsync_dir
 from otel_replay.location import resolve
 from otel_replay.storage import objects
 from otel_replay.storage import outcome_log as _log_of
+from otel_replay.storage.backend import backend_for
 from otel_replay.storage.outcome_log import CLAIMS_DB, INSERT_PENDING, PENDING_TABLE, WRITERS_DIR, PendingOutcomes
 
 __all__ = [
@@ -686,9 +687,8 @@ def claim_outcome(
     """
     root = os.fspath(dataset)
     if not isinstance(root, str) or "://" in root:  # a plain local path skips resolve() (this is per outcome)
-
         location = resolve(dataset)
-        if location.remote:
+        if backend_for(location).directory is None:
             if hold is not None:
                 raise ValueError(f"an outcome is held beside its claim only in a local dataset, not {root}")
             body = _body(decision_id, outcome_id, outcome_correct)
@@ -709,7 +709,7 @@ def claim_outcomes(
     """
     root = os.fspath(dataset)
     location = resolve(root)
-    if location.remote:
+    if backend_for(location).directory is None:
         raise ValueError(f"an outcome is held beside its claim only in a local dataset, not {root}")
     return _store(location.root).claim_many(items)
 
@@ -717,13 +717,20 @@ def claim_outcomes(
 def _open_store(dataset: str | os.PathLike[str]) -> _ClaimStore | None:
     """The claim store of a local ``dataset`` in this process, if the dataset has one (none is created)."""
     location = resolve(dataset)
-    if location.remote:
+    if backend_for(location).directory is None:
         return None
     key = (os.getpid(), os.path.abspath(location.root))
     store = _stores.get(key)
     if store is None and not os.path.lexists(os.path.join(location.root, OUTCOMES_DIR, CLAIMS_DB)):
         return None
     return store if store is not None else _store(location.root)
+
+
+def _open_store_of(dataset: str | os.PathLike[str]) -> _ClaimStore | None:
+    """The claim store this process has open for the local ``dataset``; ``None``: none open (or an object store)."""
+    location = resolve(dataset)
+    local = backend_for(location).directory is not None
+    return _stores.get((os.getpid(), os.path.abspath(location.root))) if local else None
 
 
 def flush_outcomes(dataset: str | os.PathLike[str]) -> int:
@@ -734,8 +741,7 @@ def flush_outcomes(dataset: str | os.PathLike[str]) -> int:
         DatasetError: the claim store could not be read or written.
 
     """
-    location = resolve(dataset)
-    store = None if location.remote else _stores.get((os.getpid(), os.path.abspath(location.root)))
+    store = _open_store_of(dataset)
     if store is None or store.pending is None:
         return 0
     return store.pending.convert()
@@ -743,8 +749,7 @@ def flush_outcomes(dataset: str | os.PathLike[str]) -> int:
 
 def close_outcomes(dataset: str | os.PathLike[str]) -> None:
     """:func:`flush_outcomes`, then stop this process's converter of ``dataset`` (errors logged, rows kept)."""
-    location = resolve(dataset)
-    store = None if location.remote else _stores.get((os.getpid(), os.path.abspath(location.root)))
+    store = _open_store_of(dataset)
     if store is not None and store.pending is not None:
         store.pending.close()
 
@@ -760,7 +765,7 @@ def recover_outcomes(dataset: str | os.PathLike[str]) -> int:
 
     """
     location = resolve(dataset)
-    if location.remote:
+    if backend_for(location).directory is None:
         return 0
     try:  # a process that held outcomes here left its lock file: none, nothing to recover (the store stays shut)
         if not os.listdir(os.path.join(location.root, OUTCOMES_DIR, WRITERS_DIR)):
@@ -779,10 +784,8 @@ def expire_outcome_claims(dataset: Any, before_ns: int) -> int:
     Only for a local dataset that has a claim store (0 otherwise); claim files
     (older versions', and ``s3://`` claim objects) are expired by retention itself.
     """
-    location = resolve(dataset)
-    if location.remote or not os.path.lexists(os.path.join(location.root, OUTCOMES_DIR, CLAIMS_DB)):
-        return 0
-    return _store(location.root).expire(before_ns)
+    store = _open_store(dataset)
+    return 0 if store is None else store.expire(before_ns)
 
 
 def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> OutcomeClaim:

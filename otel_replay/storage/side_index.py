@@ -42,6 +42,7 @@ from otel_replay.exporters.id_keys import GATE_KIND
 from otel_replay.exporters.schema import SPANS_DIR
 from otel_replay.location import Location, resolve
 
+from .backend import Backend, backend_for
 from .manifest import Manifest, RemoteSnapshot, partition_dirs, partition_live_names, remote_partitions, visible_names
 
 __all__ = [
@@ -272,17 +273,17 @@ def _split(bounds: _Bounds) -> tuple[list[int], list[int]]:
     return regular, irregular
 
 
-_REMOTE_INDEXES: dict[str, _Index] = {}
+_IMMUTABLE_INDEXES: dict[str, _Index] = {}
 
 
-def _open_remote_index(location: Location, path: str) -> _Index:
-    """A remote index file: its name is unique per compaction and objects are never rewritten, so cached by path."""
-    cached = _REMOTE_INDEXES.get(path)
+def _open_immutable_index(backend: Backend, path: str) -> _Index:
+    """An index file of a backend that never rewrites a name (its name is unique per compaction): cached by path."""
+    cached = _IMMUTABLE_INDEXES.get(path)
     if cached is None:
-        cached = _index_bounds(pq.ParquetFile(location.fs.open_input_file(location.fs_path(path))))
-        if len(_REMOTE_INDEXES) >= 256:
-            _REMOTE_INDEXES.pop(next(iter(_REMOTE_INDEXES)))
-        _REMOTE_INDEXES[path] = cached
+        cached = _index_bounds(pq.ParquetFile(backend.open_input(path)))
+        if len(_IMMUTABLE_INDEXES) >= 256:
+            _IMMUTABLE_INDEXES.pop(next(iter(_IMMUTABLE_INDEXES)))
+        _IMMUTABLE_INDEXES[path] = cached
     return cached
 
 
@@ -447,7 +448,7 @@ _HELD = _Held()
 
 
 def _lookup(
-    path: Path | str, wanted: list[tuple[str, str]], location: Location | None = None, loads: list[int] | None = None
+    path: Path | str, wanted: list[tuple[str, str]], backend: Backend, loads: list[int] | None = None
 ) -> set[str] | None:
     """File names the index at ``path`` maps any of ``wanted`` (kind, key) to.
 
@@ -460,13 +461,13 @@ def _lookup(
     of a warm store over its next lookups instead of stalling one).
     """
     try:
-        if location is not None:
-            stamp: object = None  # an object's name is unique per compaction and never rewritten
-            handle, bounds, regular, irregular, kinds = _open_remote_index(location, str(path))
+        if backend.immutable_files:
+            stamp: object = None  # the index's name is unique per compaction and never rewritten
+            handle, bounds, regular, irregular, kinds = _open_immutable_index(backend, str(path))
         else:
-            st = os.stat(path)
-            stamp = (st.st_size, st.st_mtime_ns)
-            handle, bounds, regular, irregular, kinds = _open_index(str(path), stamp)
+            stat = backend.stamp(str(path))
+            stamp = stat
+            handle, bounds, regular, irregular, kinds = _open_index(str(path), stat)
     except (OSError, pa.ArrowException, DatasetError) as exc:
         raise DatasetError(f"cannot read the side index {path}: {str(exc).splitlines()[0]}") from exc
     if any(kind not in kinds for kind, _ in wanted):
@@ -481,7 +482,7 @@ def _lookup(
             if _HELD.room_for(where, partial(_held_size, handle, groups)):
                 loads[0] -= 1
                 try:
-                    source = location.fs.open_input_file(location.fs_path(str(path))) if location else str(path)
+                    source = backend.open_input(str(path))
                     reader = pq.ParquetFile(source, read_dictionary=["kind", "file"], metadata=handle.metadata)
                     held = _hold(reader, groups, kind)
                 except (OSError, pa.ArrowException) as exc:
@@ -603,6 +604,7 @@ def indexed_and_tail(
     if unknown:
         raise ConfigError(f"not an indexed id kind: {', '.join(unknown)} (one of {', '.join(SEARCHED_KINDS)})")
     location = resolve(dataset)
+    backend = backend_for(location)
     hits: list[str] = []
     tail: list[str] = []
     indexed = False
@@ -612,7 +614,7 @@ def indexed_and_tail(
             tail.extend(head + name for name in live)
             continue
         indexed = True
-        found = _lookup(index, list(wanted), location if location.remote else None, loads)
+        found = _lookup(index, list(wanted), backend, loads)
         covered = set(manifest.files)
         for name in live:
             if name not in covered:
@@ -626,7 +628,7 @@ def _partitions(
     location: Location, snapshot: RemoteSnapshot | None
 ) -> Iterator[tuple[str, Manifest | None, list[str], str | None]]:
     """Each partition as (path prefix of its files, manifest, live file names, its index's path or ``None``)."""
-    if location.remote:
+    if backend_for(location).snapshots_listing:  # listed once per refresh (a snapshot) or now
         partitions, _ = snapshot if snapshot is not None else remote_partitions(location)
         for head, manifest, names in partitions:
             url = location.join(SPANS_DIR, head)

@@ -57,3 +57,25 @@ def test_a_local_source_that_is_missing_fails_as_file_not_found(tmp_path: Path) 
     backend = backend_for(resolve(tmp_path))
     with pytest.raises(FileNotFoundError):
         pq.read_metadata(backend.source(str(tmp_path / "missing.parquet")))
+
+
+def test_a_local_dataset_is_a_directory_that_keeps_its_own_log_and_state(tmp_path: Path) -> None:
+    backend = backend_for(resolve(f"file://{tmp_path}/traces"))
+    assert backend.directory == tmp_path / "traces"
+    assert backend.keeps_local_log and not backend.immutable_files and not backend.snapshots_listing
+    assert backend.local_dir("wal") == tmp_path / "traces" / "_wal"
+    assert backend.local_dir("governance") == tmp_path / "traces" / "_governance"
+
+
+def test_a_local_stamp_follows_a_file_rewritten_under_its_name(tmp_path: Path) -> None:
+    backend = backend_for(resolve(tmp_path))
+    path = str(tmp_path / "a.json")
+    with pytest.raises(FileNotFoundError):
+        backend.stamp(path)
+    backend.write_atomic(path, b"one")
+    assert backend.stamp(path)[0] == 3 and backend.listed_stamp(path)[0] == 3
+    backend.write_atomic(path, b"three")
+    assert backend.stamp(path)[0] == 5 and backend.listed_stamp(path)[0] == 5  # nothing remembered
+    os.symlink(path + ".loop", path + ".loop")
+    with pytest.raises(OSError):
+        backend.stamp(path + ".loop")
