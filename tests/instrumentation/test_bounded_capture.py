@@ -192,8 +192,11 @@ def test_6_mb_of_anthropic_tool_argument_deltas_are_read_in_memory_below_their_s
         assert len(call["arguments"]) <= MAX_CONTENT_CHARS + 64  # cut by redaction's own cap, with its marker
 
 
-def test_tool_arguments_past_the_link_budget_are_listed_but_not_linked(server, pipeline: Pipeline):
-    """Arguments too long to keep cannot be matched to the tool's execution; the call is still listed."""
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_tool_arguments_past_the_link_budget_are_listed_but_not_linked(server, pipeline: Pipeline, streamed: bool):
+    """Arguments too long to keep cannot be matched to the tool's execution; the call is still listed.
+
+    The same whether they were streamed (not kept past the budget) or came whole (not remembered past it)."""
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=pipeline.provider, capture_content=False)
 
@@ -202,16 +205,17 @@ def test_tool_arguments_past_the_link_budget_are_listed_but_not_linked(server, p
         return len(blob)
 
     long, short = {"blob": "z" * (LINK_CHARS + 10)}, {"blob": "small"}
-    server.enqueue(s.chat_stream([], tool_calls=[("call_long", "ingest", long)]))
-    server.enqueue(s.chat_stream([], tool_calls=[("call_short", "ingest", short)]))
+    reply = s.chat_stream if streamed else s.chat_completion
+    server.enqueue(reply([] if streamed else None, tool_calls=[("call_long", "ingest", long)]))
+    server.enqueue(reply([] if streamed else None, tool_calls=[("call_short", "ingest", short)]))
     try:
         with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
             for _ in range(2):
-                list(
-                    c.chat.completions.create(
-                        model="gpt-test", messages=[{"role": "user", "content": "go"}], stream=True
-                    )
+                answer = c.chat.completions.create(
+                    model="gpt-test", messages=[{"role": "user", "content": "go"}], stream=streamed
                 )
+                if streamed:
+                    list(answer)
     finally:
         instrumentor.uninstrument()
     ingest(**long)
