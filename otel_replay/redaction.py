@@ -678,15 +678,58 @@ def _fallback(value: Any) -> Any:
     return repr(value)
 
 
+_HEAD_ITEM: Final = 8
+"""What one list item or mapping member counts toward :data:`SCAN_CHARS` in :func:`_head` besides its text."""
+
+
+def _head(value: Any, left: list[int]) -> Any:
+    """The start of a JSON-like value that can reach a span, so that redacting and rendering it costs no more.
+
+    Each text is cut to :data:`SCAN_CHARS` (as a text given alone is), and a list or mapping stops taking
+    items once ``left[0]`` characters of text were taken: the rendered value then runs past
+    :data:`MAX_CONTENT_CHARS`, where :func:`scrub` cuts it. A secret is never split where it could show:
+    a text is cut only past :data:`SCAN_CHARS` of itself, and items left out are left out whole.
+    """
+    if isinstance(value, str):
+        left[0] -= len(value) + _HEAD_ITEM
+        return value[:SCAN_CHARS]
+    if isinstance(value, dict):
+        members: dict[Any, Any] = {}
+        for key, item in value.items():
+            if left[0] <= 0:
+                break
+            left[0] -= len(key) if isinstance(key, str) else 0
+            members[key] = _head(item, left)
+        return members
+    if isinstance(value, list | tuple):
+        items: list[Any] = []
+        for item in value:
+            if left[0] <= 0:
+                break
+            items.append(_head(item, left))
+        return items
+    left[0] -= _HEAD_ITEM
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        try:
+            return _head(dump(mode="json", exclude_none=True), left)  # what rendering would dump, cut here
+        except Exception:
+            return value  # rendering calls model_dump again, and drops (and counts) the value when it fails
+    return value
+
+
 def scrub(value: Any) -> str | None:
     """``value`` rendered as text, redacted and capped; ``None`` (and counted) when that fails.
 
     A dict's or list's values under secret names are redacted whole, then the value is rendered as JSON
-    (text as it is) and :func:`redact`-ed, then cut to :data:`MAX_CONTENT_CHARS` characters.
+    (text as it is) and :func:`redact`-ed, then cut to :data:`MAX_CONTENT_CHARS` characters. A dict or list
+    is cut to its start before any of that (see :func:`_head`): a 20 MB tool result costs what its first
+    characters cost.
     """
     try:
         if not isinstance(value, str):
-            value = redact_value(value)  # a dict's secret-named keys by name, whatever their values
+            # its start only; a dict's secret-named keys redacted by name, whatever their values
+            value = redact_value(_head(value, [SCAN_CHARS]))
         text = redact(_render(value)[:SCAN_CHARS])
         if len(text) > MAX_CONTENT_CHARS:
             cut = len(text) - MAX_CONTENT_CHARS

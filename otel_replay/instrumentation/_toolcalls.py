@@ -5,7 +5,8 @@ When a model response asks for ``get_weather({"city": "Oslo"})`` with call id
 then runs with ``city="Oslo"``, its ``execute_tool`` span takes
 ``gen_ai.tool.call.id = call_1`` and a link to the model span that asked.
 Each remembered call answers one execution; the memory is bounded (oldest
-forgotten first), so an agent that never runs its tools leaks nothing.
+forgotten first, and arguments longer than ``SCAN_CHARS`` are not remembered, as
+a stream keeps no more of them), so an agent that never runs its tools leaks nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections import OrderedDict
 from typing import Any, Final
 
 from opentelemetry.trace import SpanContext
+
+from otel_replay.redaction import SCAN_CHARS
 
 __all__ = ["canonical_arguments", "remember", "take"]
 
@@ -34,9 +37,15 @@ def canonical_arguments(arguments: Any) -> str | None:
 
 
 def remember(name: str, arguments: Any, call_id: str, model_span: SpanContext) -> None:
-    """Note that the model span asked for ``name(arguments)`` under ``call_id``."""
+    """Note that the model span asked for ``name(arguments)`` under ``call_id``.
+
+    Arguments longer than ``SCAN_CHARS`` are not noted (nor rendered): the call cannot be linked, as a streamed
+    call's cannot, and a tool never run does not hold megabytes here.
+    """
+    if not name or not call_id or (isinstance(arguments, str | bytes) and len(arguments) > SCAN_CHARS):
+        return
     canonical = canonical_arguments(arguments)
-    if canonical is None or not name or not call_id:
+    if canonical is None or len(canonical) > SCAN_CHARS:
         return
     with _lock:
         _calls[(name, canonical, call_id)] = (call_id, model_span)

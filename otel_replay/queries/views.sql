@@ -105,6 +105,7 @@ FROM spans WHERE replay_kind = 'read' AND unambiguous(attributes));
 --   OpenInference openinference.span.kind (LLM, EMBEDDING, TOOL, AGENT, CHAIN),
 --                 llm.*, flattened llm.output_messages.N.message.tool_calls.M.*,
 --                 input.value / output.value, tool.*, agent.name
+--   anthropic     the anthropic client's own span (2.x): anthropic.message.stop_reason
 -- A value of the wrong type reads as NULL (a token count that is not a whole
 -- number >= 0, a stream flag that is not a boolean), and so does content that is
 -- not the JSON its convention says.
@@ -128,6 +129,7 @@ CREATE OR REPLACE MACRO genai_fields(attributes) AS json_transform(attributes, '
     "gen_ai.usage.reasoning.output_tokens": "VARCHAR", "gen_ai.usage.reasoning_tokens": "VARCHAR",
     "llm.token_count.completion_details.reasoning": "VARCHAR",
     "gen_ai.response.finish_reasons": "VARCHAR", "llm.finish_reason": "VARCHAR",
+    "anthropic.message.stop_reason": "VARCHAR",
     "replay.model.streamed": "VARCHAR", "gen_ai.request.stream": "VARCHAR", "gen_ai.is_streaming": "VARCHAR",
     "llm.is_streaming": "VARCHAR", "llm.invocation_parameters": "VARCHAR",
     "gen_ai.response.time_to_first_chunk": "VARCHAR",
@@ -269,7 +271,9 @@ SELECT
                                      THEN g."gen_ai.response.finish_reasons" END) = 'ARRAY'
                   THEN g."gen_ai.response.finish_reasons" END,
              CASE WHEN g."llm.finish_reason" IS NOT NULL
-                  THEN CAST(to_json([g."llm.finish_reason"]) AS VARCHAR) END) AS finish_reasons,
+                  THEN CAST(to_json([g."llm.finish_reason"]) AS VARCHAR) END,
+             CASE WHEN g."anthropic.message.stop_reason" IS NOT NULL
+                  THEN CAST(to_json([g."anthropic.message.stop_reason"]) AS VARCHAR) END) AS finish_reasons,
     genai_tool_calls(attributes, g)                                          AS tool_calls,
     coalesce(genai_streamed(g), false)                                       AS streamed,
     g."error.type"                                                           AS error_type,

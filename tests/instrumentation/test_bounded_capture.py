@@ -41,8 +41,13 @@ def chat_payload() -> bytes:
     return "".join(f"data: {json.dumps(line)}\n\n" for line in lines).encode() + b"data: [DONE]\n\n"
 
 
+ANTHROPIC_PEAK_BOUND = 5 * 1024 * 1024 // 2
+"""The traced peak allowed while the Anthropic stream is read: below the size of either half, so keeping all of the
+text or all of the tool arguments fails it (the client alone peaks near 0.7 MB, with capture on near 1.6 MB)."""
+
+
 def anthropic_payload() -> bytes:
-    """A tool_use block whose arguments arrive in 2k deltas (one long JSON string member)."""
+    """A text block in 1k deltas, then a tool_use block whose arguments arrive in 1k deltas (one long JSON string)."""
     start = {
         "type": "message_start",
         "message": {
@@ -56,17 +61,23 @@ def anthropic_payload() -> bytes:
             "usage": {"input_tokens": 3, "output_tokens": 1},
         },
     }
+    text = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "t" * DELTA_CHARS}}
     block = {"type": "tool_use", "id": "toolu_big", "name": "ingest", "input": {}}
     events: list[tuple[str, Any]] = [
         ("message_start", start),
-        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}),
+    ]
+    events += [("content_block_delta", text)] * (DELTAS // 2)
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": block}),
         ("content_block_delta", _json_delta('{"blob": "')),
     ]
     piece = _json_delta("y" * DELTA_CHARS)
-    events += [("content_block_delta", piece)] * DELTAS
+    events += [("content_block_delta", piece)] * (DELTAS // 2)
     events += [
         ("content_block_delta", _json_delta('"}')),
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
         (
             "message_delta",
             {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}},
@@ -77,7 +88,7 @@ def anthropic_payload() -> bytes:
 
 
 def _json_delta(text: str) -> dict[str, Any]:
-    return {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": text}}
+    return {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": text}}
 
 
 class BytesServer:
@@ -167,7 +178,9 @@ def test_a_6_mb_chat_stream_is_read_in_memory_below_its_size(observe: tuple[Pipe
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # tracing every allocation of 2k parsed chunks: a minute on a loaded 2-core machine
 @pytest.mark.parametrize("observe", [True, False], ids=["capture-on", "capture-off"], indirect=True)
-def test_6_mb_of_anthropic_tool_argument_deltas_are_read_in_memory_below_their_size(observe: tuple[Pipeline, bool]):
+def test_6_mb_of_anthropic_text_and_tool_argument_deltas_are_read_in_memory_below_either(
+    observe: tuple[Pipeline, bool],
+):
     pipeline, capture = observe
     server = BytesServer(anthropic_payload())
     try:
@@ -183,17 +196,25 @@ def test_6_mb_of_anthropic_tool_argument_deltas_are_read_in_memory_below_their_s
             peak = traced_peak(read)
     finally:
         server.close()
-    assert peak < PEAK_BOUND, f"{peak / 2**20:.1f} MiB"
+    assert peak < ANTHROPIC_PEAK_BOUND, f"{peak / 2**20:.1f} MiB"
     attrs = pipeline.one("chat").attributes
     [call] = json.loads(attrs[sc.MODEL_TOOL_CALLS])
     assert (call["id"], call["name"]) == ("toolu_big", "ingest")  # listed exactly, capture on or off
     assert ("arguments" in call) is capture
     if capture:
         assert len(call["arguments"]) <= MAX_CONTENT_CHARS + 64  # cut by redaction's own cap, with its marker
+        [output] = json.loads(attrs[sc.GEN_AI_OUTPUT_MESSAGES])
+        assert output["parts"][0]["type"] == "text" and output["parts"][0]["content"].startswith("t" * 1000)
+        assert attrs[sc.CONTENT_CUT] >= DELTAS // 2 * DELTA_CHARS - MAX_CONTENT_CHARS  # the text cut, counted
+    else:
+        assert sc.GEN_AI_OUTPUT_MESSAGES not in attrs
 
 
-def test_tool_arguments_past_the_link_budget_are_listed_but_not_linked(server, pipeline: Pipeline):
-    """Arguments too long to keep cannot be matched to the tool's execution; the call is still listed."""
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_tool_arguments_past_the_link_budget_are_listed_but_not_linked(server, pipeline: Pipeline, streamed: bool):
+    """Arguments too long to keep cannot be matched to the tool's execution; the call is still listed.
+
+    The same whether they were streamed (not kept past the budget) or came whole (not remembered past it)."""
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=pipeline.provider, capture_content=False)
 
@@ -202,16 +223,17 @@ def test_tool_arguments_past_the_link_budget_are_listed_but_not_linked(server, p
         return len(blob)
 
     long, short = {"blob": "z" * (LINK_CHARS + 10)}, {"blob": "small"}
-    server.enqueue(s.chat_stream([], tool_calls=[("call_long", "ingest", long)]))
-    server.enqueue(s.chat_stream([], tool_calls=[("call_short", "ingest", short)]))
+    reply = s.chat_stream if streamed else s.chat_completion
+    server.enqueue(reply([] if streamed else None, tool_calls=[("call_long", "ingest", long)]))
+    server.enqueue(reply([] if streamed else None, tool_calls=[("call_short", "ingest", short)]))
     try:
         with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
             for _ in range(2):
-                list(
-                    c.chat.completions.create(
-                        model="gpt-test", messages=[{"role": "user", "content": "go"}], stream=True
-                    )
+                answer = c.chat.completions.create(
+                    model="gpt-test", messages=[{"role": "user", "content": "go"}], stream=streamed
                 )
+                if streamed:
+                    list(answer)
     finally:
         instrumentor.uninstrument()
     ingest(**long)

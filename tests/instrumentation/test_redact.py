@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tracemalloc
 
 import pytest
 
@@ -10,7 +11,7 @@ from otel_replay import redaction, settings
 from otel_replay import semconv as sc
 from otel_replay.errors import ConfigError
 from otel_replay.instrumentation import OpenAIInstrumentor, tool
-from otel_replay.redaction import MAX_CONTENT_CHARS, REDACTED, redact, scrub, stats
+from otel_replay.redaction import MAX_CONTENT_CHARS, REDACTED, SCAN_CHARS, redact, scrub, stats
 
 from .conftest import Pipeline
 
@@ -54,6 +55,33 @@ def test_huge_content_is_capped_with_a_marker_and_a_secret_past_the_cap_never_le
     assert out is not None and len(out) < MAX_CONTENT_CHARS + 40 and "chars cut]" in out
     assert "ZZZZZZZZ" not in out
 
+
+
+def test_a_huge_value_is_cut_to_its_start_before_it_is_redacted_or_rendered():
+    piece = "w" * 1_000
+    rows = [{"row": n, "text": piece} for n in range(20_000)]  # 20 MB rendered, a few MB as objects
+    value = {"api_key": "sk-proj-" + "K" * 40, "rows": rows, "zz_password": "hunter2", "first": "x" * 200_000}
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        out = scrub(value)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024, f"{peak / 2**20:.1f} MiB"  # rendering it whole takes over 20 MB
+    assert out is not None and len(out) < MAX_CONTENT_CHARS + 40 and out.endswith("chars cut]")
+    assert '"api_key": "[REDACTED]"' in out and "KKKK" not in out and "hunter2" not in out
+    assert out.startswith('{"api_key"') and '"rows": [{"row": 0, "text": "www' in out  # the start, as rendered
+
+
+def test_a_text_in_a_value_is_never_cut_inside_a_secret_that_could_show():
+    # the first member fills the budget; the second, rendered first, is kept whole and so redacted whole
+    value = {"b": "x" * (SCAN_CHARS - 20), "a": "the key is sk-proj-" + "Q" * 40 + " ok"}
+    out = scrub(value)
+    assert out is not None and out.startswith('{"a": "the key is [REDACTED] ok"') and "QQQQ" not in out
+    assert scrub({"list": [{"n": n} for n in range(5)], "t": ("a", 1)}) == (
+        '{"list": [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}], "t": ["a", 1]}'
+    )  # a small value is rendered whole, as it was
 
 def test_unrenderable_content_is_dropped_and_counted():
     class Hostile:

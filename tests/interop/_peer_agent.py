@@ -4,7 +4,8 @@
 (``openai_v2``, ``openllmetry`` or ``openinference``), makes the five calls (chat, chat stream, tool call,
 streamed tool call, ``responses.create``) against a scripted server on loopback, runs each tool the model asked
 for under a span in the peer's own convention (what an agent framework on that convention records), and sends
-every span over OTLP/HTTP to OTLP_URL with ``service.name = SERVICE`` (default PEER). It prints the tool call
+every span over OTLP/HTTP to OTLP_URL with ``service.name = SERVICE`` (default PEER), and every log record the
+peer emits (the contrib instrumentor's GenAI events) to the ``/v1/logs`` beside it. It prints the tool call
 ids the model gave.
 """
 
@@ -15,7 +16,10 @@ import sys
 from typing import Any
 
 import openai
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -64,9 +68,14 @@ def _run_tool(tracer: Any, peer: str, call_id: str, arguments: str) -> None:
 def main(peer: str, otlp_url: str, service: str | None = None) -> list[str]:
     """Run the five calls under ``peer``'s instrumentation; the tool call ids, in the order the tools ran."""
     module = __import__(PEERS[peer], fromlist=["OpenAIInstrumentor"])
-    provider = TracerProvider(resource=Resource.create({"service.name": service or peer}))
+    resource = Resource.create({"service.name": service or peer})
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_url, timeout=10)))
-    module.OpenAIInstrumentor().instrument(tracer_provider=provider)
+    logs = LoggerProvider(resource=resource)  # the log events an instrumentation sends (OTLP logs, beside /v1/traces)
+    logs.add_log_record_processor(
+        BatchLogRecordProcessor(OTLPLogExporter(endpoint=otlp_url.rsplit("/v1/", 1)[0] + "/v1/logs", timeout=10))
+    )
+    module.OpenAIInstrumentor().instrument(tracer_provider=provider, logger_provider=logs)
     tracer = provider.get_tracer("tests.interop.agent")
     ran: list[str] = []
     messages = [{"role": "user", "content": "weather in Oslo?"}]
@@ -93,6 +102,7 @@ def main(peer: str, otlp_url: str, service: str | None = None) -> list[str]:
             ran.append(entry["id"])
         client.responses.create(model="gpt-test", input="weather?")
     provider.shutdown()
+    logs.shutdown()
     return ran
 
 

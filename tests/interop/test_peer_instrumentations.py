@@ -38,6 +38,9 @@ _RUNS: dict[str, tuple[str, dict[str, str], bool, bool]] = {
         False,
         True,
     ),  # fmt: skip
+    # content as OTLP log events only: one gen_ai.client.inference.operation.details record per call
+    "openai_v2_events": ("openai_v2", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY"}, False,
+                         False),  # fmt: skip
     "openllmetry": ("openllmetry", {"TRACELOOP_TRACE_CONTENT": "true"}, True, True),
     "openinference": ("openinference", {}, True, True),
 }
@@ -135,7 +138,8 @@ def test_tool_calls_reach_the_column_and_the_acts_join(received: tuple[Any, dict
         [run],
     )
     if not calls_on_span:
-        # The default mode sends tool calls only as log events (OTLP logs), never on the span.
+        # Without a span content mode the contrib instrumentor puts no tool calls on the span (EVENT_ONLY sends
+        # them as log records: see the test below).
         assert all(row["tool_calls"] is None for row in calls.values())
         assert [(a["tool_call_id"], a["asked_by"]) for a in acts] == [("call_plain", None), ("call_streamed", None)]
         return
@@ -146,3 +150,31 @@ def test_tool_calls_reach_the_column_and_the_acts_join(received: tuple[Any, dict
         {"tool_name": "get_weather", "tool_call_id": "call_plain", "asked_by": ["chatcmpl-tool"]},
         {"tool_name": "get_weather", "tool_call_id": "call_streamed", "asked_by": ["chatcmpl-st"]},
     ]
+
+
+@pytest.mark.skipif(not _installed("openai_v2"), reason=f"{PEERS['openai_v2']} not installed")
+def test_the_contrib_instrumentors_log_events_carry_the_tool_calls_joined_to_their_model_call(
+    received: tuple[Any, dict[str, list[str]]],
+) -> None:
+    # with EVENT_ONLY its spans carry no content and each call's messages go out as one OTLP log record, which
+    # serve stores beside the spans: it joins its model call by trace and span id, tool calls and all
+    store, ran = received
+    events = store.rows(
+        """SELECT m.response_id, m.tool_calls, e.event_name, e.attributes FROM genai_events e
+           JOIN model_calls m USING (trace_id, span_id) JOIN spans s USING (trace_id, span_id)
+           WHERE s.service_name = 'openai_v2_events' ORDER BY m.response_id"""
+    )
+    assert [(e["response_id"], e["event_name"]) for e in events] == [
+        (response_id, "gen_ai.client.inference.operation.details")
+        for response_id in sorted(_RESPONSES - {"resp_1"})  # no span, so no event, for responses.create
+    ], events
+    asked = {}
+    for e in events:
+        assert e["tool_calls"] is None  # not on the span
+        [output] = json.loads(e["attributes"])["gen_ai.output.messages"]  # a structured value, not a JSON text
+        asked[e["response_id"]] = [part["id"] for part in output["parts"] if part["type"] == "tool_call"]
+    assert asked == {"chatcmpl-plain": [], "chatcmpl-stream": [], "chatcmpl-tool": ["call_plain"],
+                     "chatcmpl-st": ["call_streamed"]}  # fmt: skip
+    assert ran["openai_v2_events"] == ["call_plain", "call_streamed"]
+    loose = store.rows("SELECT count(*) AS n FROM log_records WHERE service_name LIKE 'openai_v2%' AND span_id IS NULL")
+    assert loose == [{"n": 0}]  # every record was emitted inside its call's span

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 import otel_replay
 from otel_replay import ParquetSpanExporter
 from otel_replay.instrumentation import AnthropicInstrumentor
-from otel_replay.instrumentation.scripted import ScriptedServer, anthropic_message
+from otel_replay.instrumentation.scripted import ScriptedServer, anthropic_message, anthropic_stream
 
 
 def test_the_anthropic_clients_own_span_does_not_double_the_call(tmp_path: Path) -> None:
@@ -49,6 +49,28 @@ def test_the_anthropic_clients_own_span_does_not_double_the_call(tmp_path: Path)
     ]
     assert sorted(c["span_id"] for c in calls) == [o["span_id"] for o in ours]
 
+
+
+def test_the_anthropic_clients_own_span_alone_is_a_model_call_with_its_stop_reason(tmp_path: Path) -> None:
+    # no instrumentor: the client's own span (its stop reason as anthropic.message.stop_reason) is the call
+    dataset = tmp_path / "traces"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(dataset)))
+    replies = [anthropic_message("hi", message_id="msg_1"), anthropic_stream(tool_uses=[("toolu_1", "f", {})])]
+    ask: dict[str, Any] = {"model": "claude-test", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    with ScriptedServer(replies) as server:
+        with anthropic.Anthropic(
+            base_url=server.root_url, api_key="test", max_retries=0, open_telemetry={"tracer_provider": provider}
+        ) as client:
+            client.messages.create(**ask)
+            list(client.messages.create(**ask, stream=True))
+    provider.shutdown()
+    with otel_replay.open(dataset) as store:
+        calls = store.rows("SELECT response_id, streamed, input_tokens, finish_reasons FROM model_calls ORDER BY 1")
+    assert calls == [
+        {"response_id": "msg_1", "streamed": False, "input_tokens": 17, "finish_reasons": '["end_turn"]'},
+        {"response_id": "msg_s1", "streamed": True, "input_tokens": 17, "finish_reasons": '["tool_use"]'},
+    ]
 
 def _beneath_ours(stored: TracerProvider, elsewhere: TracerProvider, ours: str, peer: dict[str, Any]) -> str:
     """Our model span (response id ``ours``) > a span of ``elsewhere`` (not stored) > a peer's span; the trace id."""
