@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import shutil
 import sys
+import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,16 +34,57 @@ def load_generator() -> ModuleType:
     return module
 
 
+@dataclass(frozen=True)
+class _Generated:
+    """A dataset the generator wrote once in this test process, never handed out itself (tests get copies)."""
+
+    path: Path
+    figures: dict[str, Any]
+    written_at_ns: int
+
+
+@pytest.fixture(scope="session")
+def generated_datasets() -> dict[tuple[Any, ...], _Generated]:
+    """The datasets generated so far in this process, by the generator's arguments (see ``make_dataset``)."""
+    return {}
+
+
+def _copy_as_if_written_now(source: _Generated, target: Path) -> None:
+    """Copy ``source`` to ``target``; every copied file and folder gets its original times moved forward by the
+    time since the source was written, so the copy's ages (compaction's grace, retention) and their order are
+    those of a dataset written just now."""
+    shutil.copytree(source.path, target)
+    shift = time.time_ns() - source.written_at_ns
+    for copied in [target, *target.rglob("*")]:
+        original = source.path / copied.relative_to(target)
+        info = original.stat()
+        os.utime(copied, ns=(info.st_atime_ns + shift, info.st_mtime_ns + shift))
+
+
 @pytest.fixture
-def make_dataset(tmp_path: Path) -> Callable[..., tuple[Path, dict[str, Any]]]:
+def make_dataset(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, generated_datasets: dict[tuple[Any, ...], _Generated]
+) -> Callable[..., tuple[Path, dict[str, Any]]]:
+    """A generated dataset of the test's own at ``tmp_path / name``, and the generator's figures.
+
+    The generator is deterministic (a fixed seed) but costly, so each set of arguments is generated once per test
+    process and each test gets a copy with fresh times; two calls with the same arguments give equal datasets.
+    """
+
     def make(
         name: str = "ds", *, spans: int = 3000, ids: int = 300, rows_per_file: int = 200, duplicates: float = 0.02
     ) -> tuple[Path, dict[str, Any]]:
+        key = (spans, ids, rows_per_file, duplicates)
+        if key not in generated_datasets:
+            source = tmp_path_factory.mktemp("generated") / "ds"
+            figures = load_generator().generate(
+                source, spans=spans, ids=ids, days=2, rows_per_file=rows_per_file, duplicates=duplicates, seed=11
+            )
+            generated_datasets[key] = _Generated(source, figures, time.time_ns())
+        generated = generated_datasets[key]
         path = tmp_path / name
-        figures = load_generator().generate(
-            path, spans=spans, ids=ids, days=2, rows_per_file=rows_per_file, duplicates=duplicates, seed=11
-        )
-        return path, figures
+        _copy_as_if_written_now(generated, path)
+        return path, dict(generated.figures)
 
     return make
 
