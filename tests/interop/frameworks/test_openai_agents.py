@@ -8,6 +8,7 @@ The spans go through ``configure()`` into a dataset; every model call the SDK ma
 its model, tokens, finish reasons and tool calls, and each tool the SDK ran is an act joined to the call that asked
 for it. The same script run without instrumentation (and with the undecorated function) makes the agent answer
 the same and send the server the same requests, also when the tool raises or the model's arguments are malformed.
+With content capture on, the conversation the SDK sends is read into the conventions' message shapes.
 
 The SDK's own tracing (which exports to the internet) is off. Skipped where the SDK is not installed (the
 ``frameworks`` extra).
@@ -123,15 +124,16 @@ def both_ways(
     api: str = "responses",
     streamed: bool,
     fn: Callable[..., Any] = get_weather,
+    capture: bool = False,
 ) -> Run:
     """Run the agent uninstrumented with the bare function, then instrumented with it under ``@tool``: the same run.
 
     The spans of the instrumented run are in the dataset afterwards.
     """
     plain = run_agent(script(), fn, api=api, streamed=streamed)
-    instrument(tracer_provider=telemetry.provider, capture_content=False)  # what the guide's one line does
+    instrument(tracer_provider=telemetry.provider, capture_content=capture)  # what the guide's one line does
     try:
-        traced = tool(side_effect="read", tracer_provider=telemetry.provider)(fn)
+        traced = tool(side_effect="read", capture_content=capture, tracer_provider=telemetry.provider)(fn)
         observed = run_agent(script(), traced, api=api, streamed=streamed)
     finally:
         uninstrument()
@@ -250,3 +252,23 @@ def test_a_tool_taking_the_run_context_and_a_default_is_joined_to_the_call_that_
     acts = tool_acts(dataset)
     assert [(a["tool_call_id"], a["asked_by"], a["tool_name"]) for a in acts] == [
         ("call_oslo", "resp_ask", "get_forecast"), ("call_rome", "resp_ask", "get_forecast")]  # fmt: skip
+
+
+def test_with_content_capture_the_sdks_conversation_is_in_the_conventions_shapes(
+    telemetry: Telemetry, dataset: Path
+) -> None:
+    script = lambda: replies("responses", True, OSLO_ROME[:1], "Oslo: rain.")  # noqa: E731
+    both_ways(telemetry, script, streamed=True, capture=True)
+    ask, answer = model_calls(dataset)
+    assert json.loads(ask["output_messages"]) == [{"role": "assistant", "finish_reason": "tool_calls", "parts": [
+        {"type": "tool_call", "id": "call_oslo", "name": "get_weather", "arguments": {"city": "Oslo"}}]}]  # fmt: skip
+    assert json.loads(answer["input_messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "Weather in Oslo and Rome?"}]},
+        {"role": "assistant", "parts": [
+            {"type": "tool_call", "id": "call_oslo", "name": "get_weather", "arguments": {"city": "Oslo"}}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_oslo", "response": "rain"}]},
+    ]  # fmt: skip
+    assert json.loads(answer["output_messages"])[0]["parts"] == [{"type": "text", "content": "Oslo: rain."}]
+    [act] = tool_acts(dataset)
+    assert (act["tool_call_id"], act["asked_by"]) == ("call_oslo", "resp_ask")
+    assert json.loads(act["action_arguments"]) == {"city": "Oslo"} and act["tool_result"] == "rain"
