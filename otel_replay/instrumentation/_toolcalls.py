@@ -7,13 +7,24 @@ then runs with ``city="Oslo"``, its ``execute_tool`` span takes
 Each remembered call answers one execution; the memory is bounded (oldest
 forgotten first, and arguments longer than ``SCAN_CHARS`` are not remembered, as
 a stream keeps no more of them), so an agent that never runs its tools leaks nothing.
+
+An agent framework that runs the tool itself (the OpenAI Agents SDK, say)
+calls it with what the function's signature takes, not with the model's text:
+it leaves out members the function has no parameter for, passes each omitted
+parameter's default, and adds objects of its own (a run context). When no
+remembered call has exactly the arguments of the execution, one matches
+whose every member naming a parameter has the value passed for it, provided
+each other argument passed is that parameter's default or a value that no
+model's JSON could give (not a JSON value: a context object).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Final
 
 from opentelemetry.trace import SpanContext
@@ -25,15 +36,37 @@ __all__ = ["canonical_arguments", "remember", "take"]
 _LIMIT: Final = 4096
 _calls: OrderedDict[tuple[str, str, str], tuple[str, SpanContext]] = OrderedDict()
 _lock = threading.Lock()
+_SPREAD: Final = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _jsonable(value: Any) -> Any:
+    """A value the JSON encoder cannot take: a pydantic model as the JSON it stands for, anything else as its repr.
+
+    (A framework validates the model's arguments into the pydantic model a tool's parameter names.)
+    """
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        try:
+            return dump(mode="json")
+        except Exception:  # a model_dump of another signature, or one that fails: its repr, as before
+            return repr(value)
+    return repr(value)
+
+
+def _canonical(value: Any) -> str | None:
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_jsonable)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def canonical_arguments(arguments: Any) -> str | None:
     """Arguments (a JSON text from the model, or a mapping from the call) as one canonical text."""
     try:
         value = json.loads(arguments) if isinstance(arguments, str | bytes) else arguments
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
     except (TypeError, ValueError, RecursionError):
         return None
+    return _canonical(value)
 
 
 def remember(name: str, arguments: Any, call_id: str, model_span: SpanContext) -> None:
@@ -53,15 +86,75 @@ def remember(name: str, arguments: Any, call_id: str, model_span: SpanContext) -
             _calls.popitem(last=False)
 
 
-def take(name: str, arguments: Any) -> tuple[str, SpanContext] | None:
-    """The oldest remembered call of ``name`` with these arguments (consumed), if any."""
+def _from_json(value: Any) -> bool:
+    """Whether a model's JSON could have given ``value`` (framework-made objects cannot)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+class _Passed:
+    """What a tool execution was passed, by parameter, ready to be compared with each remembered call."""
+
+    __slots__ = ("defaults", "given", "parameters")
+
+    def __init__(self, arguments: Mapping[str, Any], signature: inspect.Signature) -> None:
+        self.parameters = {
+            name: parameter for name, parameter in signature.parameters.items() if parameter.kind not in _SPREAD
+        }
+        self.given = {key: (_canonical(value), _from_json(value)) for key, value in arguments.items()}
+        self.defaults = {
+            name: _canonical(parameter.default)
+            for name, parameter in self.parameters.items()
+            if parameter.default is not inspect.Parameter.empty
+        }
+
+    def answer(self, asked: Any) -> bool:
+        """Whether a framework calling the tool with these arguments runs the model's call ``asked`` (parsed)."""
+        if not isinstance(asked, dict):
+            return False
+        for key, value in asked.items():
+            if key not in self.parameters:
+                continue  # a member the function takes no parameter for: the framework leaves it out
+            given = self.given.get(key)
+            if given is None or given[0] is None or given[0] != _canonical(value):
+                return False
+        for key, (text, from_json) in self.given.items():
+            if key in asked and key in self.parameters:
+                continue
+            if key in self.defaults and text == self.defaults[key]:
+                continue  # the parameter's default, passed for a member the model left out
+            if from_json:
+                return False  # a value the model did not ask for
+        return True
+
+
+def take(name: str, arguments: Any, signature: inspect.Signature | None = None) -> tuple[str, SpanContext] | None:
+    """The oldest remembered call of ``name`` with these arguments (consumed), if any.
+
+    With the tool's ``signature``, a call these arguments answer as a framework passes them (see the module's
+    docstring) is taken when none has exactly these arguments.
+    """
     if not _calls:
         return None
     canonical = canonical_arguments(arguments)
-    if canonical is None:
-        return None
     with _lock:
-        for key in _calls:
-            if key[0] == name and key[1] == canonical:
-                return _calls.pop(key)
+        if canonical is not None:
+            for key in _calls:
+                if key[0] == name and key[1] == canonical:
+                    return _calls.pop(key)
+        if signature is None or not isinstance(arguments, Mapping):
+            return None
+        candidates = [key for key in _calls if key[0] == name]
+    if not candidates:
+        return None
+    passed = _Passed(arguments, signature)  # compared outside the lock: arguments may be large
+    for key in candidates:
+        if passed.answer(json.loads(key[1])):
+            with _lock:
+                found = _calls.pop(key, None)  # None: another thread's execution took it meanwhile
+            if found is not None:
+                return found
     return None

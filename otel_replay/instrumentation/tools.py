@@ -167,7 +167,7 @@ class _Tool:
         attrs = dict(self.base)
         scope_ids(attrs)
         links: list[Link] = []
-        asked = _toolcalls.take(self.name, arguments) if _toolcalls._calls else None
+        asked = _toolcalls.take(self.name, arguments, self.signature) if _toolcalls._calls else None
         if asked is not None:
             attrs[sc.GEN_AI_TOOL_CALL_ID] = asked[0]
             links.append(Link(asked[1]))
