@@ -80,6 +80,11 @@ class _Tool:
             self.signature: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):
             self.signature = None
+        self.defaults: dict[str, Any] = (
+            {n: p.default for n, p in self.signature.parameters.items() if p.default is not inspect.Parameter.empty}
+            if self.signature is not None
+            else {}
+        )  # what a framework passes for a parameter the model left out (see _toolcalls.take)
         self.base: dict[str, Any] = {
             sc.KIND: sc.KIND_TOOL,
             sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OP_EXECUTE_TOOL,
@@ -167,7 +172,7 @@ class _Tool:
         attrs = dict(self.base)
         scope_ids(attrs)
         links: list[Link] = []
-        asked = _toolcalls.take(self.name, arguments) if _toolcalls._calls else None
+        asked = _toolcalls.take(self.name, arguments, self.defaults) if _toolcalls._calls else None
         if asked is not None:
             attrs[sc.GEN_AI_TOOL_CALL_ID] = asked[0]
             links.append(Link(asked[1]))

@@ -51,8 +51,8 @@ def no_langsmith(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     assert not langsmith.utils.tracing_is_enabled()
 
 
-def get_weather(city: str) -> str:
-    """The weather in a city."""
+def get_weather(city: str, days: int = 1) -> str:
+    """The weather in a city (the model gives ``days`` or leaves it to its default, which the framework passes)."""
     if city == "Atlantis":
         raise LookupError(f"no weather station in {city}")
     return f"rain in {city}"
@@ -183,7 +183,10 @@ def run_twice(
 
 ASK_BOTH = scripted.chat_completion(
     None,
-    tool_calls=[("call_oslo", "get_weather", {"city": "Oslo"}), ("call_rome", "get_weather", {"city": "Rome"})],
+    tool_calls=[
+        ("call_oslo", "get_weather", {"city": "Oslo"}),
+        ("call_rome", "get_weather", {"city": "Rome", "days": "2"}),
+    ],
     usage=(31, 12),
     response_id="chatcmpl-ask",
 )
@@ -203,8 +206,8 @@ def test_an_invoked_graph_leaves_each_model_call_and_each_tool_run_linked(teleme
     tools = rows.by_call_id()
     # the ToolNode ran both calls (in its thread pool): each act carries the id of the call it answered
     assert {call_id: json.loads(row["action_arguments"]) for call_id, row in tools.items()} == {
-        "call_oslo": {"city": "Oslo"},
-        "call_rome": {"city": "Rome"},
+        "call_oslo": {"city": "Oslo", "days": 1},  # the default the model left out, which the framework passed
+        "call_rome": {"city": "Rome", "days": 2},  # the model's "2", as the framework validated it
     }
     assert {call_id: row["tool_result"] for call_id, row in tools.items()} == {
         "call_oslo": "rain in Oslo",

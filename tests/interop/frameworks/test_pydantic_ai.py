@@ -38,8 +38,8 @@ from ._landed import Landed, landed, requests_sent  # noqa: E402
 AGENT = "forecaster"
 
 
-def get_weather(city: str) -> str:
-    """The weather in a city."""
+def get_weather(city: str, days: int = 1) -> str:
+    """The weather in a city (the model gives ``days`` or leaves it to its default, which the framework passes)."""
     if city == "Atlantis":
         raise ModelRetry(f"no weather station in {city}; ask about a real city")
     if city == "Nowhere":
@@ -149,7 +149,10 @@ def run_twice(
 def test_an_agent_run_leaves_each_model_call_and_each_tool_run_linked(telemetry, dataset):
     ask = scripted.chat_completion(
         None,
-        tool_calls=[("call_oslo", "get_weather", {"city": "Oslo"}), ("call_rome", "get_weather", {"city": "Rome"})],
+        tool_calls=[
+            ("call_oslo", "get_weather", {"city": "Oslo"}),
+            ("call_rome", "get_weather", {"city": "Rome", "days": "2"}),
+        ],
         usage=(31, 12),
         response_id="chatcmpl-ask",
     )
@@ -164,8 +167,8 @@ def test_an_agent_run_leaves_each_model_call_and_each_tool_run_linked(telemetry,
     tools = rows.by_call_id()
     # pydantic-ai ran both calls (a sync tool runs in a worker thread): each act names the call it answered
     assert {call_id: json.loads(row["action_arguments"]) for call_id, row in tools.items()} == {
-        "call_oslo": {"city": "Oslo"},
-        "call_rome": {"city": "Rome"},
+        "call_oslo": {"city": "Oslo", "days": 1},  # the default the model left out, which the framework passed
+        "call_rome": {"city": "Rome", "days": 2},  # the model's "2", as the framework validated it
     }
     assert {call_id: row["tool_result"] for call_id, row in tools.items()} == {
         "call_oslo": "rain in Oslo",
