@@ -26,6 +26,7 @@ pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim[openai] is in the fr
 import openai  # noqa: E402
 from pydantic_ai import Agent, ModelRetry  # noqa: E402
 from pydantic_ai.messages import ModelMessage  # noqa: E402
+from pydantic_ai.models.instrumented import InstrumentationSettings  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
@@ -102,13 +103,16 @@ async def _drive(agent: Agent[None, str], mode: str, outcome: Outcome) -> None:
     outcome.messages = _seen(result.all_messages())
 
 
-def _run(replies: list[scripted.Reply], weather: Callable[..., str], mode: str) -> Outcome:
+def _run(replies: list[scripted.Reply], weather: Callable[..., str], mode: str, spans_to: Any = None) -> Outcome:
+    """One run against a scripted server of its own; ``spans_to``: pydantic-ai's own spans on, to that provider."""
     outcome = Outcome()
 
     async def main(base_url: str) -> None:
         async with openai.AsyncOpenAI(base_url=base_url, api_key="test", max_retries=0) as client:
             model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=client))
             agent = Agent(model, tools=[weather], retries=1)
+            if spans_to is not None:
+                agent.instrument = InstrumentationSettings(tracer_provider=spans_to)
             await _drive(agent, mode, outcome)
 
     with scripted.ScriptedServer(replies) as server:
@@ -127,6 +131,7 @@ def run_twice(
     *,
     mode: str = "run",
     capture: bool = False,
+    framework_spans: bool = False,
 ) -> tuple[Landed, Outcome]:
     """The scenario bare, then instrumented as a user does it; both saw the same; the rows and what was seen."""
     bare = _run(replies, get_weather, mode)
@@ -136,7 +141,7 @@ def run_twice(
             get_weather
         )
         with instrumentation.invoke_agent(AGENT, tracer_provider=telemetry.provider):
-            observed = _run(replies, weather, mode)
+            observed = _run(replies, weather, mode, telemetry.provider if framework_spans else None)
     finally:
         instrumentation.uninstrument()
     telemetry.shutdown()
@@ -253,3 +258,32 @@ def test_malformed_tool_arguments_are_retried_as_bare_and_only_the_good_call_is_
     # the refused call never reached the function: the one act is the good call's
     assert [(a["tool_call_id"], a["status_code"]) for a in rows.tools] == [("call_good", "UNSET")]
     assert rows.asked_by == {"call_good": "chatcmpl-again"}
+
+
+@pytest.mark.parametrize("mode", ["run", "run_stream"])
+def test_with_pydantic_ais_own_spans_on_each_call_and_each_tool_run_is_still_one_row(telemetry, dataset, mode):
+    ask = scripted.chat_completion(
+        None, tool_calls=[("call_oslo", "get_weather", {"city": "Oslo"})], usage=(31, 12), response_id="chatcmpl-ask"
+    )
+    answer = scripted.chat_completion("Rain.", usage=(58, 5), response_id="chatcmpl-answer")
+    replies = [ask, answer] if mode == "run" else [
+        scripted.chat_stream((), tool_calls=[("call_oslo", "get_weather", {"city": "Oslo"})], usage=(31, 12),
+                             response_id="chatcmpl-ask"),
+        scripted.chat_stream(("Rain.",), usage=(58, 5), response_id="chatcmpl-answer"),
+    ]  # fmt: skip
+    rows, seen = run_twice(telemetry, dataset, replies, mode=mode, framework_spans=True)
+    assert seen.error is None and seen.output == "Rain."
+    with otel_replay.open(dataset) as store:  # pydantic-ai's spans are there: a chat span per call, one per tool run
+        theirs = store.rows(
+            "SELECT name FROM spans WHERE replay_kind IS NULL"
+            " AND (name LIKE 'chat %' OR name = 'execute_tool get_weather')"
+        )
+    assert sorted(row["name"] for row in theirs) == ["chat gpt-test", "chat gpt-test", "execute_tool get_weather"]
+    streamed = mode == "run_stream"
+    assert rows.calls() == [
+        ("chatcmpl-ask", "gpt-test", 31, 12, ["tool_calls"], [("call_oslo", "get_weather")], streamed),
+        ("chatcmpl-answer", "gpt-test", 58, 5, ["stop"], [], streamed),
+    ]
+    [act] = rows.tools  # ours, under pydantic-ai's execute_tool span with the same call id
+    assert (act["tool_call_id"], act["side_effect"]) == ("call_oslo", "read")
+    assert rows.asked_by == {"call_oslo": "chatcmpl-ask"}
