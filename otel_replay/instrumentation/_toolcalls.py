@@ -77,7 +77,10 @@ def take(name: str, arguments: Any, defaults: Mapping[str, Any] | None = None) -
 
 def _validated_from(called: Mapping[str, Any], asked_text: str, defaults: Mapping[str, Any]) -> bool:
     """Whether ``called`` is what validating the model's arguments (canonical JSON) gives a function."""
-    asked = json.loads(asked_text)
+    try:
+        asked = json.loads(asked_text)
+    except (ValueError, RecursionError):
+        return False
     if not isinstance(asked, dict) or not asked.keys() <= called.keys():
         return False
     for key, value in called.items():
