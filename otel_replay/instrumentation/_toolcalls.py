@@ -16,10 +16,15 @@ remembered call has exactly the arguments of the execution, one matches
 whose every member naming a parameter has the value passed for it, provided
 each other argument passed is that parameter's default or a value that no
 model's JSON could give (not a JSON value: a context object).
+
+A framework that validates the model's arguments first (LangGraph's
+ToolNode, pydantic-ai) also passes converted values (``2`` for ``"2"``, an
+enum member for its value): those match the model's value they came from.
 """
 
 from __future__ import annotations
 
+import enum
 import inspect
 import json
 import threading
@@ -87,12 +92,14 @@ def remember(name: str, arguments: Any, call_id: str, model_span: SpanContext) -
 
 
 def _from_json(value: Any) -> bool:
-    """Whether a model's JSON could have given ``value`` (framework-made objects cannot)."""
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError, RecursionError):
-        return False
-    return True
+    """Whether a model's JSON could have given ``value``, validated or not (framework-made objects cannot).
+
+    Judged by type, not by encoding it: a JSON value of any depth, an enum member, a pydantic model.
+    """
+    return isinstance(value, _JSON_TYPES) or hasattr(value, "model_dump")
+
+
+_JSON_TYPES: Final = (str, int, float, bool, type(None), list, tuple, dict, enum.Enum)
 
 
 class _Passed:
@@ -104,9 +111,9 @@ class _Passed:
         self.parameters = {
             name: parameter for name, parameter in signature.parameters.items() if parameter.kind not in _SPREAD
         }
-        self.given = {key: (_canonical(value), _from_json(value)) for key, value in arguments.items()}
+        self.given = {key: (value, _canonical(value), _from_json(value)) for key, value in arguments.items()}
         self.defaults = {
-            name: _canonical(parameter.default)
+            name: (parameter.default, _canonical(parameter.default))
             for name, parameter in self.parameters.items()
             if parameter.default is not inspect.Parameter.empty
         }
@@ -119,12 +126,12 @@ class _Passed:
             if key not in self.parameters:
                 continue  # a member the function takes no parameter for: the framework leaves it out
             given = self.given.get(key)
-            if given is None or given[0] is None or given[0] != _canonical(value):
+            if given is None or not (given[1] is not None and given[1] == _canonical(value) or _same(given[0], value)):
                 return False
-        for key, (text, from_json) in self.given.items():
+        for key, (raw, text, from_json) in self.given.items():
             if key in asked and key in self.parameters:
                 continue
-            if key in self.defaults and text == self.defaults[key]:
+            if key in self.defaults and (text == self.defaults[key][1] or _is_default(raw, self.defaults[key][0])):
                 continue  # the parameter's default, passed for a member the model left out
             if from_json:
                 return False  # a value the model did not ask for
@@ -158,3 +165,29 @@ def take(name: str, arguments: Any, signature: inspect.Signature | None = None) 
             if found is not None:
                 return found
     return None
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is the parameter's ``default`` (the same object, or an equal value of its type)."""
+    try:
+        return value is default or (type(value) is type(default) and bool(value == default))
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+def _same(value: Any, asked: Any) -> bool:
+    """A called value is the model's (a JSON value), or what validation converts it to."""
+    try:
+        if isinstance(value, bool) or isinstance(asked, bool):
+            return value is asked
+        if isinstance(value, enum.Enum):
+            return _same(value.value, asked)
+        if isinstance(value, int | float) and isinstance(asked, str):
+            return float(asked) == value  # "2" -> 2, "2.50" -> 2.5
+        if isinstance(value, Mapping) and isinstance(asked, dict):
+            return value.keys() == asked.keys() and all(_same(value[k], asked[k]) for k in asked)
+        if isinstance(value, list | tuple) and isinstance(asked, list):
+            return len(value) == len(asked) and all(_same(v, a) for v, a in zip(value, asked, strict=True))
+        return bool(value == asked)
+    except (TypeError, ValueError, RecursionError):
+        return False

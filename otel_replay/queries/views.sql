@@ -342,8 +342,13 @@ CREATE OR REPLACE MACRO genai_kind_is(attributes, key, kinds) AS
 -- tool row, action_type is the tool name and action_arguments its arguments
 -- (recorded only with content capture on); tool_call_id is the model's call
 -- id (gen_ai.tool.call.id, OpenInference tool.id), the key to the model call
--- that asked for it (`model_calls.tool_calls`).
+-- that asked for it (`model_calls.tool_calls`). One tool run, one row: a tool
+-- span that repeats an otel-replay tool span of the same trace is left out (a
+-- framework's own `execute_tool` span around ours, such as pydantic-ai's): one
+-- with the same call id, or one with no call id that is the parent or child of
+-- ours. Ours carries the decision's record id.
 CREATE OR REPLACE VIEW acts AS
+SELECT a.* EXCLUDE (not_ours) FROM (
 SELECT DISTINCT ON (trace_id, span_id) * FROM (
 SELECT
     record_id,
@@ -363,14 +368,25 @@ SELECT
              g."traceloop.entity.output")                                    AS tool_result,
     status_code,
     g."error.type"                                                           AS error_type,
-    coalesce(g."gen_ai.agent.name", g."agent.name")                         AS agent_name
+    coalesce(g."gen_ai.agent.name", g."agent.name")                         AS agent_name,
+    replay_kind IS NULL                                                      AS not_ours
 FROM (SELECT *, genai_tool_fields(attributes) AS g FROM spans
       WHERE (replay_kind IN ('act', 'tool')
              OR (replay_kind IS NULL
                  AND (genai_kind_is(attributes, 'gen_ai.operation.name', ['execute_tool'])
                       OR genai_kind_is(attributes, 'openinference.span.kind', ['TOOL'])
                       OR genai_kind_is(attributes, 'traceloop.span.kind', ['tool']))))
-        AND unambiguous(attributes)));
+        AND unambiguous(attributes))))
+AS a
+LEFT JOIN (
+    SELECT trace_id AS o_trace, span_id AS o_span, parent_span_id AS o_parent,
+           attributes ->> '$."gen_ai.tool.call.id"' AS o_call
+    FROM spans WHERE replay_kind = 'tool'
+) AS o
+  ON a.not_ours AND o.o_trace = a.trace_id
+ AND (o.o_call = a.tool_call_id
+      OR (a.tool_call_id IS NULL AND (o.o_span = a.parent_span_id OR o.o_parent = a.span_id)))
+WHERE o.o_trace IS NULL;
 
 -- agents: one row per agent or workflow span: the registry's invoke_agent,
 -- create_agent and invoke_workflow spans (otel-replay's invoke_agent() among

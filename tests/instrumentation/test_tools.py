@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import json
 
@@ -95,6 +96,39 @@ def test_the_models_tool_call_is_linked_to_the_tool_execution(server, instrument
     assert first.attributes[sc.GEN_AI_TOOL_CALL_ID] == "call_eur"
     assert [link.context.span_id for link in first.links] == [model.context.span_id]
     assert sc.GEN_AI_TOOL_CALL_ID not in second.attributes and not second.links
+
+
+class Unit(enum.Enum):
+    C = "celsius"
+    F = "fahrenheit"
+
+
+def test_a_call_as_an_agent_framework_validated_it_is_linked_to_the_models_call(server, instrumented: Pipeline):
+    @tool(tracer_provider=instrumented.provider)
+    def forecast(city: str, days: int = 1, unit: Unit = Unit.C, hours: list[int] | None = None) -> str:
+        return city
+
+    asked = [
+        ("call_default", "forecast", {"city": "Oslo"}),
+        ("call_convert", "forecast", {"city": "Rome", "days": "2", "unit": "fahrenheit", "hours": ["6", 12.0]}),
+        ("call_exact", "forecast", {"city": "Bern", "days": 3}),
+    ]
+    server.enqueue(s.chat_completion(None, tool_calls=asked))
+    with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as c:
+        c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "forecast?"}])
+    # as LangGraph's ToolNode and pydantic-ai call a tool: the model's arguments validated, defaults filled in
+    forecast(city="Rome", days=2, unit=Unit.F, hours=[6, 12])
+    forecast(city="Oslo", days=1, unit=Unit.C, hours=None)
+    forecast(city="Bern", days=4, unit=Unit.C, hours=None)  # not the model's value
+    forecast(city="Bern", days=3, unit=Unit.F, hours=None)  # a parameter the model left out, not at its default
+    forecast(city="Bern", days=True)  # a flag is not a number
+    deep: list = []
+    for _ in range(5_000):
+        deep = [deep]
+    forecast(city="Bern", days=3, hours=deep)  # nested past any recursion limit: compared, never raised
+    forecast("Bern", days=3)
+    ids = [span.attributes.get(sc.GEN_AI_TOOL_CALL_ID) for span in instrumented.spans("execute_tool")]
+    assert ids == ["call_convert", "call_default", None, None, None, None, "call_exact"]
 
 
 def test_gated_tool_commits_through_the_rail_as_one_decision(pipeline: Pipeline):

@@ -101,6 +101,18 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     _case(t, "two_calls", {"replay.kind": "model", "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
                            "gen_ai.response.id": "a"},
           inner={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.response.id": "b"})  # fmt: skip
+    # One tool run described twice: a framework's execute_tool span (pydantic-ai's) and ours under it.
+    ours_tool = {"replay.kind": "tool", "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+    _case(t, "tool_twice", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
+                            "gen_ai.tool.call.id": "call_tw"}, name="execute_tool lookup",
+          ours={**ours_tool, "gen_ai.tool.call.id": "call_tw"})  # fmt: skip
+    _case(t, "tool_twice_no_id", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"},
+          name="execute_tool lookup", ours={**ours_tool, "gen_ai.tool.call.id": "call_tw2"})  # fmt: skip
+    # Two tool runs in one trace, a framework's and ours, for different calls: both are acts.
+    _case(t, "two_tools", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
+                           "gen_ai.tool.call.id": "call_a"}, name="execute_tool lookup",
+          ours={**ours_tool, "gen_ai.tool.call.id": "call_b"},
+          peer={"openinference.span.kind": "TOOL", "tool.name": "lookup", "tool.id": "call_c"})  # fmt: skip
     # Hostile input.
     _case(t, "wrong_types", {
         "openinference.span.kind": "LLM", "llm.model_name": "m", "llm.token_count.prompt": "eleven",
@@ -215,6 +227,16 @@ def test_one_call_described_twice_is_one_row(store: Any) -> None:
     assert kept == [{"name": "chat claude-x"}]  # ours, which carries the decision's record id
     rows = store.rows("SELECT response_id FROM model_calls WHERE trace_id = ? ORDER BY 1", [_TRACES["two_calls"]])
     assert rows == [{"response_id": "a"}, {"response_id": "b"}]
+
+
+def test_one_tool_run_described_twice_is_one_act(store: Any) -> None:
+    for case, call_id in (("tool_twice", "call_tw"), ("tool_twice_no_id", "call_tw2")):
+        row = _one(store, "acts", case)
+        assert row["tool_call_id"] == call_id
+        kept = store.rows("SELECT replay_kind FROM spans WHERE span_id = ?", [row["span_id"]])
+        assert kept == [{"replay_kind": "tool"}], case  # ours, which carries the decision's record id
+    rows = store.rows("SELECT tool_call_id FROM acts WHERE trace_id = ? ORDER BY 1", [_TRACES["two_tools"]])
+    assert rows == [{"tool_call_id": "call_a"}, {"tool_call_id": "call_b"}, {"tool_call_id": "call_c"}]
 
 
 def test_wrong_types_read_as_null(store: Any) -> None:

@@ -1,0 +1,68 @@
+"""What an agent framework's run left in the dataset: its model calls and tool executions, read through the views."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import otel_replay
+
+__all__ = ["Landed", "landed", "requests_sent"]
+
+# the join README and the schema reference give from a tool execution to the model call that asked for it
+_ASKED_BY = """
+SELECT a.tool_call_id, m.response_id
+FROM acts a JOIN model_calls m ON m.tool_calls LIKE '%"' || a.tool_call_id || '"%'
+WHERE a.source = 'tool'
+"""
+
+
+@dataclass(frozen=True)
+class Landed:
+    """The rows of one run: ``model_calls`` in start order, tool ``acts`` by call id, and the README's join."""
+
+    model_calls: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    asked_by: dict[str, str]
+    """Each tool execution's call id -> the response id of the model call listing it."""
+
+    def calls(self) -> list[tuple[Any, ...]]:
+        """Per model call: response id, model, tokens in and out, finish reasons, the tool calls' ids, streamed."""
+        return [
+            (
+                row["response_id"],
+                row["model"],
+                row["input_tokens"],
+                row["output_tokens"],
+                json.loads(row["finish_reasons"] or "null"),
+                [(call["id"], call["name"]) for call in json.loads(row["tool_calls"] or "[]")],
+                row["streamed"],
+            )
+            for row in self.model_calls
+        ]
+
+    def by_call_id(self) -> dict[str, dict[str, Any]]:
+        """The tool executions by the model's call id (one each: a second would be a duplicate row)."""
+        found = {row["tool_call_id"]: row for row in self.tools}
+        assert len(found) == len(self.tools), [row["tool_call_id"] for row in self.tools]
+        return found
+
+
+def landed(dataset: Path) -> Landed:
+    """Read a flushed dataset's model calls and tool executions."""
+    with otel_replay.open(dataset) as store:
+        calls = store.rows("SELECT * FROM model_calls ORDER BY start_time")
+        tools = store.rows("SELECT * FROM acts WHERE source = 'tool' ORDER BY start_time")
+        joined = store.rows(_ASKED_BY)
+    asked_by: dict[str, str] = {}
+    for row in joined:
+        assert row["tool_call_id"] not in asked_by, f"two model calls list {row['tool_call_id']}"
+        asked_by[row["tool_call_id"]] = row["response_id"]
+    return Landed(calls, tools, asked_by)
+
+
+def requests_sent(server: Any) -> list[Any]:
+    """The JSON bodies a scripted server received, in order (what the framework asked the model)."""
+    return [request["json"] for request in server.requests]
