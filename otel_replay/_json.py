@@ -60,7 +60,18 @@ def _same_bytes(value: Any, depth: int = 0) -> bool:
     if _is_plain(map(type, value)):
         return True
     depth += 1
-    return all(_same_bytes(item, depth) for item in value)
+    # Inline for the scalars (a record's dict holds one float among strings): a call per item cost more than
+    # the rest of the check.
+    for item in value:
+        cls = item.__class__
+        if cls in _PLAIN:
+            continue
+        if cls is float:
+            if not (item == 0.0 or 1e-4 <= abs(item) < 1e16):  # NaN fails both
+                return False
+        elif not _same_bytes(item, depth):
+            return False
+    return True
 
 
 def _fast_encoder(sort_keys: bool) -> Callable[[Any], bytes] | None:

@@ -258,7 +258,9 @@ class ActionGate:
 
         """
         get_recorder().check_tracer()  # before the money moves: a record that cannot be stored refuses the commit
-        intent_id = self._intent(action, record_id)
+        # Read from the context once: the intent and the commit record name the same correlation id.
+        correlation_id = current_ids().correlation_id
+        intent_id = self._intent(action, record_id, correlation_id)
         try:
             receipt = self.rail.commit(action)
         except Exception as exc:
@@ -270,6 +272,7 @@ class ActionGate:
                 receipt=None,
                 action=action,
                 intent_id=intent_id,
+                correlation_id=correlation_id,
             )
             raise
         stored = self._remember(receipt)
@@ -285,6 +288,7 @@ class ActionGate:
             action=action,
             intent_id=intent_id,
             stored=True,
+            correlation_id=correlation_id,
         )
         if durable is None:  # no write-ahead log (a provider of the user's own): flush the dataset instead
             recorder = get_recorder()
@@ -303,12 +307,12 @@ class ActionGate:
             )
         return receipt
 
-    def _intent(self, action: Action, record_id: str | None) -> str:
+    def _intent(self, action: Action, record_id: str | None, correlation_id: str | None) -> str:
         """Seal the commit's intent and make it durable before the rail runs; its gate record id.
 
         Inside the ``audit()`` block of decision ``record_id`` the intent
         carries the decision as it stands, so it survives a process that dies
-        before the block ends.
+        before the block ends. ``correlation_id``: the one in scope.
 
         Raises:
             GateError: the pipeline has a write-ahead log and the intent
@@ -327,7 +331,7 @@ class ActionGate:
             fix=None,
             executed=sc.GATE_INTENT,
             detail=detail,
-            correlation_id=current_ids().correlation_id,
+            correlation_id=correlation_id,
             action=action.to_json(),
             decision=acted,
         )
@@ -343,6 +347,7 @@ class ActionGate:
                 action=action,
                 intent_id=record.record_id,
                 durable=False,
+                correlation_id=correlation_id,
             )
             raise GateError(
                 f"{action.type} (decision {record_id}) was not committed: its intent could not be written to the "
@@ -420,6 +425,7 @@ class ActionGate:
         intent_id: str | None = None,
         durable: bool = True,
         stored: bool = False,
+        correlation_id: str | None = None,
     ) -> bool | None:
         """Emit a commit's gate record (durably by default), with the action committed; whether it is durable.
 
@@ -440,6 +446,7 @@ class ActionGate:
                 intent_id=intent_id,
                 durable=durable,
                 stored=stored,
+                correlation_id=correlation_id,
             )
         except Exception as exc:
             get_recorder().note_capture_error()
@@ -562,10 +569,12 @@ class ActionGate:
         intent_id: str | None = None,
         durable: bool = False,
         stored: bool = False,
+        correlation_id: str | None = None,
     ) -> bool | None:
         """Emit a gate record; with ``durable``, made durable first (see :meth:`Recorder.emit_durable`).
 
-        ``stored``: ``receipt`` is already its stored form, not converted again.
+        ``stored``: ``receipt`` is already its stored form, not converted again. ``correlation_id``: the one
+        in scope when the caller has read it already (else it is read here).
         """
         record = GateRecord(
             record_id=new_id(),
@@ -577,7 +586,9 @@ class ActionGate:
             justified=verdict.justified if verdict else None,
             reason=verdict.reason if verdict else None,
             receipt=receipt if stored else stored_receipt(receipt),
-            correlation_id=(verdict.correlation_id if verdict else None) or current_ids().correlation_id,
+            correlation_id=(verdict.correlation_id if verdict else None)
+            or correlation_id
+            or current_ids().correlation_id,
             action=action.to_json() if action is not None else None,
             intent_id=intent_id,
         )
