@@ -9,7 +9,7 @@ from typing import Any
 
 import otel_replay
 
-__all__ = ["Landed", "landed", "requests_sent"]
+__all__ = ["Landed", "assert_both_cities_answered", "landed", "requests_sent"]
 
 # the join README and the schema reference give from a tool execution to the model call that asked for it
 _ASKED_BY = """
@@ -61,6 +61,30 @@ def landed(dataset: Path) -> Landed:
         assert row["tool_call_id"] not in asked_by, f"two model calls list {row['tool_call_id']}"
         asked_by[row["tool_call_id"]] = row["response_id"]
     return Landed(calls, tools, asked_by)
+
+
+def assert_both_cities_answered(rows: Landed) -> None:
+    """The two-city scenario both frameworks run: one ask for Oslo (the default left out) and Rome (``days: "2"``).
+
+    Two model calls (the ask, with both tool calls, and the answer), each tool run an act that names the call it
+    answered with the arguments the framework validated, the README's join back to the ask, all in one trace.
+    """
+    both = [("call_oslo", "get_weather"), ("call_rome", "get_weather")]
+    assert rows.calls() == [
+        ("chatcmpl-ask", "gpt-test", 31, 12, ["tool_calls"], both, False),
+        ("chatcmpl-answer", "gpt-test", 58, 5, ["stop"], [], False),
+    ]
+    tools = rows.by_call_id()
+    assert {call_id: json.loads(row["action_arguments"]) for call_id, row in tools.items()} == {
+        "call_oslo": {"city": "Oslo", "days": 1},  # the default the model left out, which the framework passed
+        "call_rome": {"city": "Rome", "days": 2},  # the model's "2", as the framework validated it
+    }
+    assert {call_id: row["tool_result"] for call_id, row in tools.items()} == {
+        "call_oslo": "rain in Oslo",
+        "call_rome": "rain in Rome",
+    }
+    assert rows.asked_by == {"call_oslo": "chatcmpl-ask", "call_rome": "chatcmpl-ask"}
+    assert {row["trace_id"] for row in rows.model_calls + rows.tools} == {rows.model_calls[0]["trace_id"]}
 
 
 def requests_sent(server: Any) -> list[Any]:
