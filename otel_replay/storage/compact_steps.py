@@ -437,11 +437,9 @@ def write_file(
     location: Location | None = None,
     sort_key: Sequence[str] = SORT_KEY,
 ) -> pa.Table:
-    """Write ``table``'s rows at ``order`` to ``path``, one row group per slice; returns the indexed columns.
+    """Write ``table``'s rows at ``order`` (by ``sort_key``, recorded in the footer) to ``path``; the indexed columns.
 
-    ``sort_key``: the order ``order`` puts the rows in, recorded in the footer.
-
-    Locally ``path`` is a temp file, fsynced; on an object store it is the
+    One row group per slice. Locally ``path`` is a temp file, fsynced; on an object store it is the
     final object (one upload, visible whole or not at all, and ignored by
     readers until a manifest names it).
     """
