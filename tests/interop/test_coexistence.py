@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +163,20 @@ def _assert_one_row_per_call(dataset: Path, record_id: str, asked: list[str]) ->
     assert act["action_type"] == "vendor_payment"
 
 
+def _beside(theirs: Any, ours: Any, peer_first: bool, decide: Callable[[], Any], telemetry: Any) -> Any:
+    """Instrument with the peer and ours in the order asked, run ``decide``, take both off, flush; what it returned."""
+    steps = [lambda: theirs.instrument(tracer_provider=telemetry.provider),
+             lambda: ours.instrument(tracer_provider=telemetry.provider)]  # fmt: skip
+    for step in steps if peer_first else steps[::-1]:
+        step()
+    try:
+        return decide()
+    finally:
+        ours.uninstrument()
+        theirs.uninstrument()
+        telemetry.shutdown()
+
+
 @pytest.mark.filterwarnings("ignore:Support for class-based `config`:DeprecationWarning")  # OpenLLMetry on pydantic 2
 @pytest.mark.parametrize("peer_first", [True, False], ids=["peer_first", "ours_first"])
 @pytest.mark.parametrize(
@@ -172,17 +186,8 @@ def _assert_one_row_per_call(dataset: Path, record_id: str, asked: list[str]) ->
 def test_a_decisions_model_calls_keep_its_record_id_and_tool_calls_beside_a_peer(
     server: scripted.ScriptedServer, telemetry: Any, dataset: Path, peer: str, peer_first: bool
 ) -> None:
-    provider = telemetry.provider
     theirs, ours = _peer(peer), OpenAIInstrumentor()
-    steps = [lambda: theirs.instrument(tracer_provider=provider), lambda: ours.instrument(tracer_provider=provider)]
-    for step in steps if peer_first else steps[::-1]:
-        step()
-    try:
-        record_id, asked = _decide(server, provider)
-    finally:
-        ours.uninstrument()
-        theirs.uninstrument()
-    telemetry.shutdown()
+    record_id, asked = _beside(theirs, ours, peer_first, lambda: _decide(server, telemetry.provider), telemetry)
     _assert_one_row_per_call(dataset, record_id, asked)
 
 
@@ -267,17 +272,9 @@ def _decide_anthropic(server: scripted.ScriptedServer, provider: Any) -> tuple[s
 def test_a_decisions_anthropic_calls_keep_its_record_id_and_tool_calls_beside_a_peer(
     server: scripted.ScriptedServer, telemetry: Any, dataset: Path, peer: str, peer_first: bool
 ) -> None:
-    provider = telemetry.provider
     theirs, ours = importlib.import_module(ANTHROPIC_PEERS[peer]).AnthropicInstrumentor(), AnthropicInstrumentor()
-    steps = [lambda: theirs.instrument(tracer_provider=provider), lambda: ours.instrument(tracer_provider=provider)]
-    for step in steps if peer_first else steps[::-1]:
-        step()
-    try:
-        record_id, asked = _decide_anthropic(server, provider)
-    finally:
-        ours.uninstrument()
-        theirs.uninstrument()
-    telemetry.shutdown()
+    decide = lambda: _decide_anthropic(server, telemetry.provider)  # noqa: E731
+    record_id, asked = _beside(theirs, ours, peer_first, decide, telemetry)
     assert asked == ["toolu_plain", "toolu_streamed", "toolu_helper"]  # the answers were left as they were
     store = otel_replay.open(dataset)
     # each call is described three times, all stored: the peer's span, ours, the client's own
