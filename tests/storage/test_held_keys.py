@@ -26,7 +26,7 @@ from otel_replay.storage import side_index as si
 from otel_replay.storage.manifest import partition_dirs
 from otel_replay.storage.side_index import INDEX_KINDS, build_index, write_index
 
-from .test_chain_lookup import ELSEWHERE, SECOND, TARGET, _hostile, _late, _outcome_ids, _rows, _write
+from .test_chain_lookup import ELSEWHERE, SECOND, TARGET, _hostile, _late, _lookup, _outcome_ids, _rows, _write
 
 
 @pytest.fixture(autouse=True)
@@ -70,22 +70,22 @@ def _probes(index: Path) -> list[tuple[str, str]]:
 def _hold_every_kind(index: Path) -> None:
     for _ in range(si._HOLD_AFTER):  # noqa: SLF001
         for kind in INDEX_KINDS:
-            si._lookup(index, [(kind, "absent")], loads=[1])  # noqa: SLF001
+            _lookup(index, [(kind, "absent")], loads=[1])  # noqa: SLF001
 
 
 def test_held_keys_answer_as_the_row_groups_do(tmp_path: Path) -> None:
     index, parts = _index(tmp_path)
     probes = _probes(index)
-    from_groups = [si._lookup(index, [pair]) for pair in probes]  # noqa: SLF001  (no loads: row groups)
+    from_groups = [_lookup(index, [pair]) for pair in probes]  # noqa: SLF001  (no loads: row groups)
     assert not _held_for(index)
     _hold_every_kind(index)
     assert _held_for(index) == set(INDEX_KINDS)
-    from_memory = [si._lookup(index, [pair]) for pair in probes]  # noqa: SLF001
+    from_memory = [_lookup(index, [pair]) for pair in probes]  # noqa: SLF001
     assert from_memory == from_groups
     for (kind, key), got in zip(probes[:150], from_memory, strict=False):  # and both are the truth
         assert got == {name for name, t in parts if key in set(t.column(kind).to_pylist())}
     several = probes[:40]  # many ids at once, as an outcome lookup asks
-    assert si._lookup(index, several) == set().union(*from_groups[:40])  # noqa: SLF001
+    assert _lookup(index, several) == set().union(*from_groups[:40])  # noqa: SLF001
 
 
 def test_an_index_compaction_did_not_write_is_searched_in_order(tmp_path: Path) -> None:
@@ -103,10 +103,10 @@ def test_an_index_compaction_did_not_write_is_searched_in_order(tmp_path: Path) 
     foreign.parent.mkdir()
     pq.write_table(pa.concat_tables([shuffled.cast(schema), nulls]), foreign, row_group_size=500)
     probes = _probes(index)
-    expected = [si._lookup(index, [pair]) for pair in probes]  # noqa: SLF001  (the sorted original)
+    expected = [_lookup(index, [pair]) for pair in probes]  # noqa: SLF001  (the sorted original)
     _hold_every_kind(foreign)
     assert _held_for(foreign) == set(INDEX_KINDS)
-    assert [si._lookup(foreign, [pair]) for pair in probes] == expected  # noqa: SLF001
+    assert [_lookup(foreign, [pair]) for pair in probes] == expected  # noqa: SLF001
 
 
 def test_held_keys_stay_within_their_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,12 +119,12 @@ def test_held_keys_stay_within_their_budget(tmp_path: Path, monkeypatch: pytest.
     assert 4 * sizes["record_id"] > budget  # record ids: more than a quarter of the budget
     monkeypatch.setattr(si, "HELD_KEYS_BYTES", budget)
     probes = _probes(index)
-    expected = [si._lookup(index, [pair]) for pair in probes]  # noqa: SLF001
+    expected = [_lookup(index, [pair]) for pair in probes]  # noqa: SLF001
     _hold_every_kind(index)
     held = _held_for(index)
     assert "record_id" not in held and held  # too big for one entry: stays on disk
     assert si._HELD.nbytes <= budget  # noqa: SLF001
-    assert [si._lookup(index, [pair]) for pair in probes] == expected  # noqa: SLF001
+    assert [_lookup(index, [pair]) for pair in probes] == expected  # noqa: SLF001
 
 
 def test_held_kinds_in_use_are_kept_and_stale_ones_make_room(monkeypatch: pytest.MonkeyPatch) -> None:
