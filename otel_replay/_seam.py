@@ -89,6 +89,19 @@ def install(mode: Mode | None) -> Mode | None:
     return previous
 
 
+class _Direct:
+    """A mode that runs every call for real and records nothing."""
+
+    def around(self, call: Call, invoke: Callable[[], T]) -> T:
+        """Run the call."""
+        return invoke()
+
+
+DIRECT: Mode = _Direct()
+"""For otel-replay's own background work (a lease's renewals on a thread of its own): its calls are never an
+agent's, so a recording must not take them in, nor a rerun serve them, whenever their timing puts them."""
+
+
 @contextmanager
 def active(mode: Mode) -> Iterator[Mode]:
     """Use ``mode`` for calls made in this context (and tasks it starts)."""

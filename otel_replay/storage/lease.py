@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from otel_replay import _seam
 from otel_replay.errors import DatasetError, LeaseLost
 from otel_replay.location import Location, resolve
 
@@ -228,6 +229,10 @@ class ObjectLease(_Held):
 
     def _renew_loop(self) -> None:
         """Renew every ``ttl_seconds / 3`` until released or lost; a failed request is retried sooner."""
+        with _seam.active(_seam.DIRECT):  # its requests are never the agent's (see _seam.DIRECT)
+            self._renew_until_stopped()
+
+    def _renew_until_stopped(self) -> None:
         delay = self.ttl_seconds / 3
         while not self._stop.wait(delay):
             try:

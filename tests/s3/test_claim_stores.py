@@ -94,13 +94,15 @@ def test_of_eight_claimants_racing_for_one_lock_exactly_one_wins(dataset: str) -
             failed.append(exc)
             return
         if claim is not None:
-            won.append(claim)
+            won.append((store, claim))
 
     threads = [threading.Thread(target=race, args=(store,)) for store in stores]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    for store, claim in won:
+        store.release(claim)  # stops its lease's renewal thread, which would go on writing for the worker's life
     assert failed == []
     assert len(won) == 1
 

@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from otel_replay import _seam
 from otel_replay.errors import DatasetError
 from otel_replay.location import Location, register_with, resolve
 from otel_replay.query.store import Store
@@ -405,3 +406,35 @@ def test_a_tiny_batch_over_many_objects_keeps_every_span_once(bucket: str) -> No
     assert all(is_compacted_name(f.rpartition("/")[2]) for f in after)
     assert len({f.rpartition("/")[2].split("-")[2] for f in after}) > 10  # one sorted run per batch
     assert _count(uri, after) == (figures["unique_spans"],) * 2
+
+
+class _Taking:
+    """A mode standing for a recording: it takes in every call that crosses the seam."""
+
+    def around(self, call: Any, invoke: Any) -> Any:
+        return invoke()
+
+
+def test_a_leases_renewals_are_never_taken_into_a_recording(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The renewal thread's requests come whenever its timer says: a recording that took them in would hold steps
+    # a rerun cannot repeat at the same place, and report a divergence the agent never made.
+    renewed = threading.Event()
+    modes: list[Any] = []
+    confirm = ObjectLease.confirm
+
+    def observed(self: ObjectLease) -> None:
+        if threading.current_thread().name == "otel-replay-lease":
+            modes.append(_seam.current())
+            renewed.set()
+        confirm(self)
+
+    monkeypatch.setattr(ObjectLease, "confirm", observed)
+    previous = _seam.install(_Taking())
+    try:
+        lease = ObjectLease(f"s3://{bucket}/ds", "date=2026-01-03", ttl_seconds=0.3)
+        assert lease.acquire()
+        assert renewed.wait(timeout=60)
+        lease.release()
+    finally:
+        _seam.install(previous)
+    assert modes and all(mode is _seam.DIRECT for mode in modes)
