@@ -1,15 +1,28 @@
-"""What an agent framework's run left in the dataset: its model calls and tool executions, read through the views."""
+"""Agent-framework runs for tests/interop/frameworks: bare then instrumented, and what they left in the dataset."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import otel_replay
+from otel_replay import instrumentation
+from otel_replay.instrumentation import scripted
 
-__all__ = ["Landed", "assert_both_cities_answered", "landed", "requests_sent"]
+T = TypeVar("T")
+
+__all__ = [
+    "ANSWER_BOTH",
+    "ASK_BOTH",
+    "Landed",
+    "assert_both_cities_answered",
+    "bare_then_instrumented",
+    "landed",
+    "requests_sent",
+]
 
 # the join README and the schema reference give from a tool execution to the model call that asked for it
 _ASKED_BY = """
@@ -61,6 +74,48 @@ def landed(dataset: Path) -> Landed:
         assert row["tool_call_id"] not in asked_by, f"two model calls list {row['tool_call_id']}"
         asked_by[row["tool_call_id"]] = row["response_id"]
     return Landed(calls, tools, asked_by)
+
+
+def bare_then_instrumented(
+    telemetry: otel_replay.Telemetry,
+    dataset: Path,
+    run: Callable[[Callable[..., Any], bool], T],
+    tool: Callable[..., Any],
+    agent: str,
+    capture: bool,
+) -> tuple[Landed, T]:
+    """``run(tool, False)`` bare, then ``run(ours, True)`` instrumented as a user does it; both saw the same.
+
+    Instrumented: our client instrumentation on, ``tool`` wrapped by our ``@tool``, the run inside
+    ``invoke_agent(agent)``. Returns the rows the instrumented run left and what it saw.
+    """
+    bare = run(tool, False)
+    instrumentation.instrument(tracer_provider=telemetry.provider, capture_content=capture)
+    try:
+        ours = instrumentation.tool(side_effect="read", capture_content=capture, tracer_provider=telemetry.provider)(
+            tool
+        )
+        with instrumentation.invoke_agent(agent, tracer_provider=telemetry.provider):
+            observed = run(ours, True)
+    finally:
+        instrumentation.uninstrument()
+    telemetry.shutdown()
+    assert observed == bare
+    return landed(dataset), observed
+
+
+ASK_BOTH = scripted.chat_completion(
+    None,
+    tool_calls=[
+        ("call_oslo", "get_weather", {"city": "Oslo"}),
+        ("call_rome", "get_weather", {"city": "Rome", "days": "2"}),
+    ],
+    usage=(31, 12),
+    response_id="chatcmpl-ask",
+)
+"""The two-city scenario's ask: Oslo with ``days`` left out (its default), Rome with ``days`` as the text ``"2"``."""
+ANSWER_BOTH = scripted.chat_completion("Rain in both.", usage=(58, 5), response_id="chatcmpl-answer")
+"""The two-city scenario's answer, once both tools ran."""
 
 
 def assert_both_cities_answered(rows: Landed) -> None:

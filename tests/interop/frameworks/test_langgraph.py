@@ -31,10 +31,16 @@ from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 
 import otel_replay  # noqa: E402
-from otel_replay import instrumentation  # noqa: E402
 from otel_replay.instrumentation import scripted  # noqa: E402
 
-from ._landed import Landed, assert_both_cities_answered, landed, requests_sent  # noqa: E402
+from ._landed import (  # noqa: E402
+    ANSWER_BOTH,
+    ASK_BOTH,
+    Landed,
+    assert_both_cities_answered,
+    bare_then_instrumented,
+    requests_sent,
+)
 
 AGENT = "forecaster"
 
@@ -163,39 +169,19 @@ def run_twice(
     handle_tool_errors: bool | None = None,
 ) -> tuple[Landed, Outcome]:
     """The scenario bare, then instrumented as a user does it; both saw the same; the rows and what was seen."""
-    bare = _run(replies, get_weather, mode, handle_tool_errors)
-    instrumentation.instrument(tracer_provider=telemetry.provider, capture_content=capture)
-    try:
-        weather = instrumentation.tool(side_effect="read", capture_content=capture, tracer_provider=telemetry.provider)(
-            get_weather
-        )
-        with instrumentation.invoke_agent(AGENT, tracer_provider=telemetry.provider):
-            observed = _run(replies, weather, mode, handle_tool_errors)
-    finally:
-        instrumentation.uninstrument()
-    telemetry.shutdown()
-    assert observed == bare
-    rows = landed(dataset)
+    rows, observed = bare_then_instrumented(
+        telemetry, dataset, lambda tool, _: _run(replies, tool, mode, handle_tool_errors), get_weather, AGENT, capture
+    )
     assert {row["agent_name"] for row in rows.model_calls + rows.tools} <= {AGENT}
     return rows, observed
 
 
-ASK_BOTH = scripted.chat_completion(
-    None,
-    tool_calls=[
-        ("call_oslo", "get_weather", {"city": "Oslo"}),
-        ("call_rome", "get_weather", {"city": "Rome", "days": "2"}),
-    ],
-    usage=(31, 12),
-    response_id="chatcmpl-ask",
-)
-ANSWER = scripted.chat_completion("Rain in both.", usage=(58, 5), response_id="chatcmpl-answer")
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
 def test_an_invoked_graph_leaves_each_model_call_and_each_tool_run_linked(telemetry, dataset, mode):
     # ChatOpenAI asks through with_raw_response.create and then parse(), with the sync and the async client
-    rows, seen = run_twice(telemetry, dataset, [ASK_BOTH, ANSWER], mode=mode, capture=True)
+    rows, seen = run_twice(telemetry, dataset, [ASK_BOTH, ANSWER_BOTH], mode=mode, capture=True)
     assert [m[1] for m in seen.messages[2:]] == ["rain in Oslo", "rain in Rome", "Rain in both."]
     # the ToolNode ran both calls (in its thread pool): each act carries the id of the call it answered
     assert_both_cities_answered(rows)

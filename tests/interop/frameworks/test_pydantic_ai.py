@@ -30,10 +30,16 @@ from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
 import otel_replay  # noqa: E402
-from otel_replay import instrumentation  # noqa: E402
 from otel_replay.instrumentation import scripted  # noqa: E402
 
-from ._landed import Landed, assert_both_cities_answered, landed, requests_sent  # noqa: E402
+from ._landed import (  # noqa: E402
+    ANSWER_BOTH,
+    ASK_BOTH,
+    Landed,
+    assert_both_cities_answered,
+    bare_then_instrumented,
+    requests_sent,
+)
 
 AGENT = "forecaster"
 
@@ -133,35 +139,21 @@ def run_twice(
     framework_spans: bool = False,
 ) -> tuple[Landed, Outcome]:
     """The scenario bare, then instrumented as a user does it; both saw the same; the rows and what was seen."""
-    bare = _run(replies, get_weather, mode)
-    instrumentation.instrument(tracer_provider=telemetry.provider, capture_content=capture)
-    try:
-        weather = instrumentation.tool(side_effect="read", capture_content=capture, tracer_provider=telemetry.provider)(
-            get_weather
-        )
-        with instrumentation.invoke_agent(AGENT, tracer_provider=telemetry.provider):
-            observed = _run(replies, weather, mode, telemetry.provider if framework_spans else None)
-    finally:
-        instrumentation.uninstrument()
-    telemetry.shutdown()
-    assert observed == bare
-    rows = landed(dataset)
+    spans_to = telemetry.provider if framework_spans else None
+    rows, observed = bare_then_instrumented(
+        telemetry,
+        dataset,
+        lambda tool, ours: _run(replies, tool, mode, spans_to if ours else None),
+        get_weather,
+        AGENT,
+        capture,
+    )
     assert {row["agent_name"] for row in rows.model_calls + rows.tools} == {AGENT}
     return rows, observed
 
 
 def test_an_agent_run_leaves_each_model_call_and_each_tool_run_linked(telemetry, dataset):
-    ask = scripted.chat_completion(
-        None,
-        tool_calls=[
-            ("call_oslo", "get_weather", {"city": "Oslo"}),
-            ("call_rome", "get_weather", {"city": "Rome", "days": "2"}),
-        ],
-        usage=(31, 12),
-        response_id="chatcmpl-ask",
-    )
-    answer = scripted.chat_completion("Rain in both.", usage=(58, 5), response_id="chatcmpl-answer")
-    rows, seen = run_twice(telemetry, dataset, [ask, answer], capture=True)
+    rows, seen = run_twice(telemetry, dataset, [ASK_BOTH, ANSWER_BOTH], capture=True)
     assert seen.error is None and seen.output == "Rain in both."
     # pydantic-ai ran both calls (a sync tool runs in a worker thread): each act names the call it answered
     assert_both_cities_answered(rows)
