@@ -151,16 +151,21 @@ def _assert_one_row_per_call(dataset: Path, record_id: str, asked: list[str]) ->
         assert [t["id"] for t in json.loads(row["tool_calls"])] == [call_id]
     assert [row["streamed"] for row in calls] == [False, True]
     assert (calls[0]["input_tokens"], calls[0]["output_tokens"]) == (11, 4)
+    assert _tool_runs_joined(store, record_id) == [
+        ("call_plain", "chatcmpl-tool"), ("call_streamed", "chatcmpl-st")]  # fmt: skip
+    [act] = store.rows("SELECT * FROM acts WHERE record_id = ? AND source = 'act'", [record_id])
+    assert act["action_type"] == "vendor_payment"
+
+
+def _tool_runs_joined(store: Any, record_id: str) -> list[tuple[str, str]]:
+    """The decision's tool runs, in order, each as (its call id, the response id of the model call that asked)."""
     joined = store.rows(
         "SELECT a.tool_call_id, m.response_id FROM acts a JOIN model_calls m ON m.record_id = a.record_id"
         " AND list_contains(json_extract_string(m.tool_calls, '$[*].id'), a.tool_call_id)"
         " WHERE a.record_id = ? AND a.source = 'tool' ORDER BY a.start_time",
         [record_id],
     )
-    assert [(r["tool_call_id"], r["response_id"]) for r in joined] == [
-        ("call_plain", "chatcmpl-tool"), ("call_streamed", "chatcmpl-st")]  # fmt: skip
-    [act] = store.rows("SELECT * FROM acts WHERE record_id = ? AND source = 'act'", [record_id])
-    assert act["action_type"] == "vendor_payment"
+    return [(r["tool_call_id"], r["response_id"]) for r in joined]
 
 
 def _beside(theirs: Any, ours: Any, peer_first: bool, decide: Callable[[], Any], telemetry: Any) -> Any:
@@ -294,13 +299,7 @@ def test_a_decisions_anthropic_calls_keep_its_record_id_and_tool_calls_beside_a_
         assert [(t["id"], t["name"]) for t in json.loads(row["tool_calls"])] == [(call_id, "get_weather")]
     assert [row["streamed"] for row in calls] == [False, True, True]
     assert [(row["input_tokens"], row["output_tokens"]) for row in calls] == [(11, 4), (17, 9), (17, 9)]
-    joined = store.rows(
-        "SELECT a.tool_call_id, m.response_id FROM acts a JOIN model_calls m ON m.record_id = a.record_id"
-        " AND list_contains(json_extract_string(m.tool_calls, '$[*].id'), a.tool_call_id)"
-        " WHERE a.record_id = ? AND a.source = 'tool' ORDER BY a.start_time",
-        [record_id],
-    )
-    assert [(r["tool_call_id"], r["response_id"]) for r in joined] == [
+    assert _tool_runs_joined(store, record_id) == [
         ("toolu_plain", "msg_tool"), ("toolu_streamed", "msg_st"), ("toolu_helper", "msg_helper")]  # fmt: skip
     [act] = store.rows("SELECT * FROM acts WHERE record_id = ? AND source = 'act'", [record_id])
     assert act["action_type"] == "vendor_payment"
