@@ -25,19 +25,20 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from otel_replay.errors import ConfigError, DatasetError
 
-__all__ = ["Location", "is_remote", "local_root_problem", "register_with", "resolve", "s3_endpoint"]
+__all__ = ["Location", "PerBackend", "is_remote", "local_root_problem", "register_with", "resolve", "s3_endpoint"]
 
 SUPPORTED = "a local path, file:///absolute/path or s3://bucket/prefix"
 _listed: dict[str, tuple[int, int]] = {}  # remote object -> (size, mtime ns) from the latest listing
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+_T = TypeVar("_T")
 
 
 def s3_endpoint() -> str | None:
@@ -200,6 +201,26 @@ class Location:
             raise DatasetError(
                 f"dataset {self.uri}: bucket {self.bucket!r} does not exist at {s3_endpoint() or 'AWS S3'}"
             )
+
+
+@dataclass(frozen=True)
+class PerBackend(Generic[_T]):
+    """One operation's two implementations, for a local directory and for an object store, chosen from a location.
+
+    Storage code that must work differently on the two (compaction,
+    retention, the write of a finished table) names both implementations
+    once, beside each other, and calls ``impl.of(location)(...)``: whether
+    a dataset is local is asked here, not across the package.
+    """
+
+    local: _T
+    """The implementation for a dataset in a local directory (``file://`` URIs included)."""
+    objects: _T
+    """The implementation for a dataset on an object store (``s3://``)."""
+
+    def of(self, location: Location) -> _T:
+        """The implementation for ``location``."""
+        return self.objects if location.remote else self.local
 
 
 def _why(message: str, location: Location) -> str:

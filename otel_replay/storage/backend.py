@@ -22,6 +22,11 @@ write-ahead log), :attr:`Backend.immutable_files` (a name is written once,
 so what was read of a file stands), :attr:`Backend.snapshots_listing` (a
 listing costs requests: take one per refresh and reuse it), and
 :meth:`Backend.local_dir` (where state that needs a local disk lives).
+
+An operation that works differently as a whole on the two (compaction,
+retention, the write of a finished Parquet table) has one implementation
+per backend, named side by side in a :class:`~otel_replay.location.PerBackend`
+and picked from the location where it starts.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import pyarrow.fs as pafs
 
 from otel_replay.errors import DatasetError
 from otel_replay.exporters.writer import fsync_dir, write_bytes_atomic
-from otel_replay.location import Location
+from otel_replay.location import Location, PerBackend
 
 from . import objects
 
@@ -256,9 +261,9 @@ class ObjectBackend:
         return objects.delete(objects.client(self.location), self.location, path)
 
 
-def backend_for(location: Location) -> Backend:
-    """The backend of ``location``: the one place that asks whether a dataset is local or on an object store."""
-    if location.remote:
-        return ObjectBackend(location)
-    return LocalBackend(location)
+_BACKENDS: PerBackend[type[LocalBackend] | type[ObjectBackend]] = PerBackend(local=LocalBackend, objects=ObjectBackend)
 
+
+def backend_for(location: Location) -> Backend:
+    """The backend of ``location`` (see the module docstring)."""
+    return _BACKENDS.of(location)(location)
