@@ -61,7 +61,7 @@ import pyarrow as pa
 
 from otel_replay.errors import DatasetError
 from otel_replay.exporters.writer import TEMP_NAME, fsync_dir
-from otel_replay.location import Location, resolve
+from otel_replay.location import Location, PerBackend, resolve
 
 from .compact_s3 import compact_partition
 from .compact_steps import (
@@ -461,21 +461,25 @@ def compact(
     """
     options = Options(target_rows, row_group_rows, max_batch_rows, bloom_filters, grace_seconds, threads, drop_missing)
     location = resolve(dataset)
-    if location.remote:
-        return _compact_remote(
-            location,
-            partitions,
-            options,
-            lease_wait=lease_wait,
-            progress=progress,
-            step=_on_step or (lambda _name: None),
-        )
+    step = _on_step or (lambda _name: None)
+    return _COMPACTION.of(location)(location, partitions, options, lease_wait=lease_wait, progress=progress, step=step)
+
+
+def _compact_local(
+    location: Location,
+    partitions: Iterable[str] | None,
+    options: Options,
+    *,
+    lease_wait: float,
+    progress: Callable[[str], None] | None,
+    step: Callable[[str], None],
+) -> CompactReport:
+    """:func:`compact` on a local directory."""
     root = Path(location.root)
     if not root.is_dir():
         raise DatasetError(f"dataset {root} does not exist or is not a directory")
     started = time.perf_counter()
     report = CompactReport()
-    step = _on_step or (lambda _name: None)
     current = CurrentFacts(root)  # the other partitions' facts, found once for the run
     for kind, partition in _selected(root, partitions):
         part = PartitionReport(kind.label(partition.name), "busy", rows=kind.rows)
@@ -552,3 +556,7 @@ def _compact_remote(
     report.seconds = time.perf_counter() - started
     report.peak_rss_bytes = peak_rss()
     return report
+
+
+_COMPACTION = PerBackend(local=_compact_local, objects=_compact_remote)
+"""Compaction of a whole dataset, one implementation per backend (same arguments, same report)."""

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from otel_replay.errors import ConfigError
 from otel_replay.exporters.schema import COMPENSATIONS_DIR, OUTCOMES_DIR
 from otel_replay.integrity import SigningKey, load_signing_key
-from otel_replay.location import Location, resolve
+from otel_replay.location import Location, PerBackend, resolve
 
 from . import objects
 from .compact_s3 import clean_partition, read_partition, swap_manifest
@@ -148,10 +148,7 @@ def drop_older_than(
     location = resolve(dataset)
     signing = key if key is not None else load_signing_key(create=False)
     checkpoint = _Checkpoint(location, signing, older_keys, cutoff)
-    if location.remote:
-        report = _drop_remote(location, cutoff, lease_wait, grace_seconds, checkpoint)
-    else:
-        report = _drop_local(location, cutoff, lease_wait, checkpoint)
+    report = _DROP.of(location)(location, cutoff, lease_wait, grace_seconds, checkpoint)
     report.checkpoints, report.links, report.unvouched = checkpoint.written, checkpoint.links, checkpoint.unvouched
     report.no_key = checkpoint.key is None
     if not report.busy:
@@ -198,8 +195,13 @@ def _counted(report: RetentionReport, kind: FileKind, name: str, files: int, row
         report.log_rows += rows
 
 
-def _drop_local(location: Location, cutoff: dt.date, lease_wait: float, checkpoint: _Checkpoint) -> RetentionReport:
-    """:func:`drop_older_than` on a local dataset: each partition renamed out of its kind's folder, then deleted."""
+def _drop_local(
+    location: Location, cutoff: dt.date, lease_wait: float, grace_seconds: float, checkpoint: _Checkpoint
+) -> RetentionReport:
+    """:func:`drop_older_than` on a local dataset: each partition renamed out of its kind's folder, then deleted.
+
+    ``grace_seconds`` applies on an object store only: here a partition leaves readers' view by one rename.
+    """
     root = Path(location.root)
     report = RetentionReport(not_partitions=_not_partitions(location))
     for kind in KINDS:
@@ -245,6 +247,10 @@ def _drop_remote(
             finally:
                 lease.release()
     return report
+
+
+_DROP = PerBackend(local=_drop_local, objects=_drop_remote)
+"""Dropping a dataset's old partitions, one implementation per backend (same arguments, same report)."""
 
 
 def _drop_remote_partition(
