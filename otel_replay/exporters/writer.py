@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from otel_replay import settings
 from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
-from otel_replay.location import Location, is_remote, resolve
+from otel_replay.location import Location, PerBackend, resolve
 
 from .id_keys import footer_metadata
 from .rows import DATE_COLUMN
@@ -48,6 +48,7 @@ __all__ = [
     "write_atomic",
     "write_bytes_atomic",
     "write_partitions",
+    "write_table",
 ]
 
 _log = logging.getLogger(__name__)
@@ -124,6 +125,38 @@ def put_object(
         raise location.error(f"cannot write {path}", exc) from exc
 
 
+def _write_file(
+    table: pa.Table,
+    location: Location,
+    path: str,
+    *,
+    compression: str = "zstd",
+    footer: Mapping[bytes, bytes] | None = None,
+) -> None:
+    """Write ``table`` as the file ``path`` of a local ``location``: :func:`write_atomic` (its directories made)."""
+    write_atomic(table, Path(path), compression=compression, footer=footer)
+
+
+_TABLE_WRITES = PerBackend(local=_write_file, objects=put_object)
+
+
+def write_table(
+    table: pa.Table, location: Location, path: Path | str, *, footer: Mapping[bytes, bytes] | None = None
+) -> None:
+    """Write ``table`` as the Parquet file ``path`` of ``location``, whole or not at all, durable on return.
+
+    Locally a temp file, fsync and rename (:func:`write_atomic`); on an
+    object store one PUT or upload (:func:`put_object`). ``footer``: more
+    key-value metadata.
+
+    Raises:
+        OSError: a local file cannot be written (the disk is full, permission denied).
+        DatasetError: an object cannot be written (named, with why).
+
+    """
+    _TABLE_WRITES.of(location)(table, location, str(path), footer=footer)
+
+
 def _by_date(table: pa.Table) -> list[tuple[str, pa.Table]]:
     """``table``'s rows split by their ``date`` column, in date order (rows keep their order within a date).
 
@@ -152,24 +185,19 @@ def write_partitions(
     """Write rows (with their ``date`` column) as one file per date under ``spans_dir/date=…/``.
 
     ``file_name(date)`` names each file. Every file is written with
-    :func:`write_atomic` (local: ``Path`` results) or, when ``spans_dir`` is an
-    ``s3://`` URL, as one object (URL-string results); each carries the
+    :func:`write_table` (local: ``Path`` results; when ``spans_dir`` is an
+    ``s3://`` URL, one object each: URL-string results); each carries the
     storage schema version and, in its footer, the keys of its ids (:mod:`.id_keys`).
     """
-    location = resolve(spans_dir) if is_remote(spans_dir) else None
+    location = resolve(spans_dir)
     paths: list[Path | str] = []
     parts = _by_date(table)
     unique = [date for date, _ in parts]
     for date, part in parts:
         footer = footer_metadata(part)  # the file's ids: a lookup finds it without reading it
+        path = location.native(location.join(f"date={date}", file_name(date)))
         try:
-            if location is not None:
-                url = location.join(f"date={date}", file_name(date))
-                put_object(part, location, url, footer=footer)
-                paths.append(url)
-                continue
-            path = Path(spans_dir) / f"date={date}" / file_name(date)
-            write_atomic(part, path, footer=footer)
+            write_table(part, location, path, footer=footer)
         except Exception as exc:
             raise PartialWriteError(paths, unique[: len(paths)]) from exc
         paths.append(path)

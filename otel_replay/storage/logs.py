@@ -36,7 +36,7 @@ from otel_replay._wire import read_varint, varint
 from otel_replay.exporters.otlp_wire import any_value
 from otel_replay.exporters.rows import COUNT_LIMIT, TIME_LIMIT_NS
 from otel_replay.exporters.schema import LOG_SCHEMA, LOGS_DIR
-from otel_replay.exporters.writer import put_object, write_atomic
+from otel_replay.exporters.writer import write_table
 from otel_replay.location import resolve
 from otel_replay.redaction import MAX_CONTENT_CHARS, SCAN_CHARS, redact, redact_value
 from otel_replay.storage.admitted import Admission
@@ -290,14 +290,9 @@ class LogWriter:
         body = table.drop_columns([_DATE])
         for date in sorted(set(dates.to_pylist())):
             part = body.filter(pc.equal(dates, date))
-            if self.location.remote:
-                url = self.location.join(LOGS_DIR, f"date={date}", name)
-                put_object(part, self.location, url)
-                self.paths.append(url)
-            else:
-                path = Path(self.logs_dir) / f"date={date}" / name
-                write_atomic(part, path)
-                self.paths.append(path)
+            path = self.location.native(self.location.join(LOGS_DIR, f"date={date}", name))
+            write_table(part, self.location, path)
+            self.paths.append(path)
         self._tables, self._rows, self._bytes = [], 0, 0
         self.rows_written += table.num_rows
         self._chunk += 1
