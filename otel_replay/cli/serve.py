@@ -18,10 +18,11 @@ from otel_replay import settings
 from otel_replay.cli._inputs import friendly
 from otel_replay.cli.render import clean
 from otel_replay.errors import OtelReplayError
-from otel_replay.location import is_remote
+from otel_replay.location import resolve
 from otel_replay.server.config import MiB, ServerConfig
 from otel_replay.server.ingest import Ingestor, IngestReport
 from otel_replay.server.server import Receiver
+from otel_replay.storage.backend import backend_for
 
 __all__ = ["ingest_command", "serve_command"]
 
@@ -208,7 +209,7 @@ def ingest_command(paths: tuple[str, ...], dataset: str | None, quiet: bool) -> 
     and reported with their line numbers.
     """
     dataset = str(settings.dataset_dir(dataset))
-    if is_remote(dataset):  # its dedup state and flock live beside the dataset: local only
+    if backend_for(resolve(dataset)).directory is None:  # its dedup state and flock live in the dataset's directory
         raise click.ClickException(f"ingest writes a local dataset directory, not {dataset}; ingest locally and copy")
     files, unlisted = _expand(paths)
     try:

@@ -187,6 +187,26 @@ def test_ingest_prints_file_names_escaped(tmp_path: Path) -> None:
     assert "x\\x1b]0;pwned\\x07\\nALL GOOD.jsonl" in result.output
 
 
+def test_ingest_refuses_a_dataset_that_is_not_a_directory_of_this_machine(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("{}\n")
+    for dataset, said in (  # nothing is contacted: an object store is refused by what it is, not by a request
+        ("s3://otel-replay-bucket/traces", "ingest writes a local dataset directory, not s3://otel-replay-bucket/"),
+        ("S3://otel-replay-bucket/traces", "ingest writes a local dataset directory, not S3://otel-replay-bucket/"),
+        ("s3://Not_A_Bucket/x", "dataset URI s3://Not_A_Bucket/x: 'Not_A_Bucket' is not a valid S3 bucket name"),
+        ("ftp://host/traces", "dataset URI ftp://host/traces: unsupported scheme 'ftp'"),
+        ("file://relative/ds", "dataset URI file://relative/ds: a file:// URI needs an absolute path"),
+    ):
+        result = run("ingest", str(source), "--dataset", dataset, "-q")
+        assert result.exit_code == 1 and said in error_line(result), (dataset, result.output)
+        assert "ingested" not in result.output
+    assert list(tmp_path.iterdir()) == [source]  # nothing was written anywhere
+    local = tmp_path / "ds"
+    result = run("ingest", str(source), "--dataset", f"file://{local}", "-q")  # a file:// URI is a local directory
+    assert result.exit_code == 0 and f"into file://{local}" in result.output
+    assert (local / "_ingest").is_dir()
+
+
 NOBODY = 65534
 
 
