@@ -39,10 +39,13 @@ from otel_replay.integrity import SEAL_KEYS
 __all__ = ["RecordSpan", "bare_tracer", "ended_record_span", "record_context"]
 
 _SEALS = frozenset(SEAL_KEYS)
-_KEPT = (str, bool, int, float)  # attribute values the SDK stores as they are given (no copy, no conversion)
+_all_kept = frozenset((str, bool, int, float)).issuperset  # values the SDK stores as given (no copy, no conversion)
+_all_str = frozenset((str,)).issuperset
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = TraceFlags.SAMPLED
 _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)  # the W3C "random trace id" flag, where the SDK has it
+_SAMPLED_FLAGS = TraceFlags(_SAMPLED)
+_RANDOM_FLAGS = TraceFlags(_SAMPLED | _RANDOM)
 _NOOP_METRICS = "NoOpTracerMetrics"  # the SDK's span metrics when OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED is off
 
 
@@ -97,11 +100,14 @@ def bare_tracer(
         return False
     if sc.KIND not in attributes:  # not a record span: the sampler would ask its delegate
         return False
-    seals = _SEALS
-    for key, value in attributes.items():
-        if key.__class__ is not str or not key or key in seals or value.__class__ not in _KEPT:
-            return False
-    return True
+    # Checked in C, a pass over the keys' and the values' classes each: every key a non-empty str and no seal key,
+    # every value of a class the SDK keeps as it is.
+    return (
+        _all_kept(map(type, attributes.values()))
+        and _all_str(map(type, attributes))
+        and "" not in attributes
+        and _SEALS.isdisjoint(attributes)
+    )
 
 
 def record_context(tracer: Any) -> tuple[SpanContext | None, SpanContext]:
@@ -122,7 +128,7 @@ def record_context(tracer: Any) -> tuple[SpanContext | None, SpanContext]:
         trace_id = parent.trace_id
         random = getattr(parent.trace_flags, "random_trace_id", False)
         state = parent.trace_state
-    flags = TraceFlags(_SAMPLED | _RANDOM) if random and _RANDOM else TraceFlags(_SAMPLED)
+    flags = _RANDOM_FLAGS if random and _RANDOM else _SAMPLED_FLAGS
     context = SpanContext(trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=state)
     return parent, context
 

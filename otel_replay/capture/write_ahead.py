@@ -293,7 +293,7 @@ def _flags(context: Any) -> bytes:
 
 
 def _trace_state(state: Any) -> bytes:
-    if state is None:
+    if state is None or not len(state):  # most spans: no trace state (len: not the join of no items)
         return b""
     text = ",".join(f"{key}={value}" for key, value in state.items())
     return _field(b"\x1a", text.encode()) if text else b""
