@@ -39,8 +39,7 @@ from otel_replay.integrity import SEAL_KEYS
 __all__ = ["RecordSpan", "bare_tracer", "ended_record_span", "record_context"]
 
 _SEALS = frozenset(SEAL_KEYS)
-_all_kept = frozenset((str, bool, int, float)).issuperset  # values the SDK stores as given (no copy, no conversion)
-_all_str = frozenset((str,)).issuperset
+_KEPT = (str, bool, int, float)  # attribute values the SDK stores as they are given (no copy, no conversion)
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = TraceFlags.SAMPLED
 _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)  # the W3C "random trace id" flag, where the SDK has it
@@ -100,14 +99,11 @@ def bare_tracer(
         return False
     if sc.KIND not in attributes:  # not a record span: the sampler would ask its delegate
         return False
-    # Checked in C, a pass over the keys' and the values' classes each: every key a non-empty str and no seal key,
-    # every value of a class the SDK keeps as it is.
-    return (
-        _all_kept(map(type, attributes.values()))
-        and _all_str(map(type, attributes))
-        and "" not in attributes
-        and _SEALS.isdisjoint(attributes)
-    )
+    seals = _SEALS
+    for key, value in attributes.items():
+        if key.__class__ is not str or not key or key in seals or value.__class__ not in _KEPT:
+            return False
+    return True
 
 
 def record_context(tracer: Any) -> tuple[SpanContext | None, SpanContext]:
