@@ -274,10 +274,11 @@ def test_a_record_span_keeps_no_more_texts_than_its_bound(tmp_path, monkeypatch)
     from otel_replay.capture import write_ahead
 
     monkeypatch.setattr(write_ahead, "_repeats", {})
+    monkeypatch.setattr(write_ahead, "_REPEATS_KEPT", 16)  # the bound, made small: the same code, fewer records
     telemetry = otel_replay.configure(tmp_path / "ds", set_global=False)
     try:
         tracer = telemetry.recorder.tracer  # type: ignore[union-attr]
-        for i in range(write_ahead._REPEATS_KEPT + 50):  # a detail of its own per record: a runaway of kept texts
+        for i in range(write_ahead._REPEATS_KEPT + 20):  # a detail of its own per record: a runaway of kept texts
             built, plain = _record_spans(tracer, {**_record(f"refund {i}"), sc.GATE_DETAIL: f"refund {i}"}, None)
             assert _RequestEncoder().encode([built]) == encode_spans([plain]).SerializeToString()
         assert len(write_ahead._repeats) == write_ahead._REPEATS_KEPT
