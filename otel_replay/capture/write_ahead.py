@@ -151,7 +151,9 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
 # (0.2 ms for a gate record, on the committing thread); this writes the same message's wire bytes directly,
 # with the resource and scope encoded once per (resource, scope). Anything it does not know how to write the
 # same way (an int past 64 bits, a lone surrogate, a value of another type) goes to the SDK's encoder, which
-# then decides (tests/gate/test_gate_write_ahead.py compares both on hostile spans).
+# then decides (tests/gate/test_gate_write_ahead.py compares both on hostile spans). A gate record's span, a
+# RecordSpan of known shape, is written with the fields that shape fixes as constants
+# (tests/capture/test_direct_spans.py compares those bytes with the SDK encoder's too).
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
