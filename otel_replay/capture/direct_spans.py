@@ -36,14 +36,27 @@ from otel_replay import semconv as sc
 from otel_replay.capture.sampling import RecordSampler
 from otel_replay.integrity import SEAL_KEYS
 
-__all__ = ["bare_tracer", "ended_record_span", "record_context"]
+__all__ = ["RecordSpan", "bare_tracer", "ended_record_span", "record_context"]
 
 _SEALS = frozenset(SEAL_KEYS)
 _KEPT = (str, bool, int, float)  # attribute values the SDK stores as they are given (no copy, no conversion)
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = TraceFlags.SAMPLED
 _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)  # the W3C "random trace id" flag, where the SDK has it
+_SAMPLED_FLAGS = TraceFlags(_SAMPLED)
+_RANDOM_FLAGS = TraceFlags(_SAMPLED | _RANDOM)
 _NOOP_METRICS = "NoOpTracerMetrics"  # the SDK's span metrics when OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED is off
+
+
+class RecordSpan(ReadableSpan):
+    """An ended record span built by :func:`ended_record_span`: a ``ReadableSpan`` whose shape is known.
+
+    Kind internal, status unset, no events and no links, nothing dropped,
+    start and end at one instant, attributes in a plain ``dict``: the
+    write-ahead log's encoder writes such a span without reading the fields
+    it knows (:mod:`otel_replay.capture.write_ahead`). To everything else it
+    is the ``ReadableSpan`` the SDK would have ended.
+    """
 
 
 def _static(tracer: Any) -> bool:
@@ -111,7 +124,7 @@ def record_context(tracer: Any) -> tuple[SpanContext | None, SpanContext]:
         trace_id = parent.trace_id
         random = getattr(parent.trace_flags, "random_trace_id", False)
         state = parent.trace_state
-    flags = TraceFlags(_SAMPLED | _RANDOM) if random and _RANDOM else TraceFlags(_SAMPLED)
+    flags = _RANDOM_FLAGS if random and _RANDOM else _SAMPLED_FLAGS
     context = SpanContext(trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=state)
     return parent, context
 
@@ -127,9 +140,12 @@ def ended_record_span(
 ) -> ReadableSpan:
     """The ended span the SDK would hand its processors for this record (it starts and ends at ``start_ns``).
 
+    A :class:`RecordSpan`, which the write-ahead log encodes without reading what it knows of its shape.
+
     ``links``: links without attributes, as the SDK keeps them (the caller checks their count against the limit).
     """
-    return ReadableSpan(
+    made = RecordSpan if not links else ReadableSpan  # a RecordSpan has no links: its encoding skips them
+    return made(
         name,
         context=context,
         parent=parent,

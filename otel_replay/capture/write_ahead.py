@@ -47,9 +47,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
+from otel_replay import semconv as sc
 from otel_replay._wire import SMALL_VARINTS as _SMALL
 from otel_replay._wire import varint as _varint
 from otel_replay._wire import varint_of as _varint_of
+from otel_replay.capture.direct_spans import RecordSpan
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
 from otel_replay.storage.backend import backend_for
@@ -149,7 +151,9 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
 # (0.2 ms for a gate record, on the committing thread); this writes the same message's wire bytes directly,
 # with the resource and scope encoded once per (resource, scope). Anything it does not know how to write the
 # same way (an int past 64 bits, a lone surrogate, a value of another type) goes to the SDK's encoder, which
-# then decides (tests/gate/test_gate_write_ahead.py compares both on hostile spans).
+# then decides (tests/gate/test_gate_write_ahead.py compares both on hostile spans). A gate record's span, a
+# RecordSpan of known shape, is written with the fields that shape fixes as constants
+# (tests/capture/test_direct_spans.py compares those bytes with the SDK encoder's too).
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -202,12 +206,32 @@ def _key_field(key: str) -> bytes:
     return field
 
 
-def _key_values(tag: bytes, attributes: Any) -> bytes:
+_REPEATED = frozenset(
+    (
+        sc.KIND,
+        sc.RECORD_SOURCE,
+        sc.RECORD_CHAIN_ID,
+        sc.RECORD_KEY_ID,
+        sc.AGENT_ID,
+        sc.GATE_STAGE,
+        sc.GATE_FIX,
+        sc.GATE_EXECUTED,
+        sc.GATE_DETAIL,
+    )
+)
+"""Keys of a record whose text repeats from record to record (a kind, a stage, the chain and key ids)."""
+_REPEAT_VALUE = 256  # a value longer than this is encoded each time, never kept
+_REPEATS_KEPT = 1024  # (key, value) fields kept at most: later ones are encoded each time
+_repeats: dict[tuple[str, str], bytes] = {}  # (key, text) -> its whole KeyValue field under tag 0x4a (a span's)
+
+
+def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], bytes] | None = None) -> bytes:
     """Repeated ``KeyValue`` fields under ``tag`` for ``attributes`` (in their order).
 
     The pieces of every field go into one list joined once (a record's
     content is a few long JSON texts: each is copied once, not once per
-    enclosing length prefix).
+    enclosing length prefix). ``repeats``: the fields of short texts under
+    the :data:`_REPEATED` keys, kept there and reused (only for ``tag`` 0x4a).
     """
     if not attributes:
         return b""
@@ -219,6 +243,14 @@ def _key_values(tag: bytes, attributes: Any) -> bytes:
         if head is None:
             head = _key_field(key)
         if value.__class__ is str:  # most of a record: its content is JSON text
+            if repeats is not None and key in _REPEATED and len(value) <= _REPEAT_VALUE:
+                field = repeats.get((key, value))
+                if field is None:
+                    field = _text_field(tag, head, value)
+                    if len(repeats) < _REPEATS_KEPT:
+                        repeats[(key, value)] = field
+                parts.append(field)
+                continue
             raw = value.encode()
             size = len(raw)
             raw_size = small[size] if size < 4096 else _varint_of(size)
@@ -235,6 +267,12 @@ def _key_values(tag: bytes, attributes: Any) -> bytes:
             size += len(head) + 1 + len(any_size)
             extend((tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, any_value))
     return b"".join(parts)
+
+
+def _text_field(tag: bytes, head: bytes, value: str) -> bytes:
+    """One ``KeyValue`` field under ``tag`` whose key field is ``head`` and whose value is the text ``value``."""
+    string = _field(b"\x0a", value.encode())  # a lone surrogate raises: left to the SDK
+    return _field(tag, head + _field(b"\x12", string))
 
 
 def _attributes_of(span: ReadableSpan) -> Any:
@@ -257,7 +295,7 @@ def _flags(context: Any) -> bytes:
 
 
 def _trace_state(state: Any) -> bytes:
-    if state is None:
+    if state is None or not len(state):  # most spans: no trace state (len: not the join of no items)
         return b""
     text = ",".join(f"{key}={value}" for key, value in state.items())
     return _field(b"\x1a", text.encode()) if text else b""
@@ -327,6 +365,41 @@ def _span_bytes(span: ReadableSpan) -> bytes:
     return b"".join(out)
 
 
+_KIND_INTERNAL = b"\x30" + _varint(_SPAN_KIND[SpanKind.INTERNAL])
+_STATUS_UNSET = _field(b"\x7a", b"")  # a status field with no message and code 0 (unset), as the SDK writes it
+
+
+def _record_span_bytes(span: RecordSpan) -> bytes:
+    """The OTLP ``Span`` message of a :class:`RecordSpan`: what :func:`_span_bytes` writes, less what is known.
+
+    Its kind is internal and its status unset; it has no events and no
+    links and drops nothing, so those fields are written as constants or
+    not at all; its attribute texts that repeat are kept (:data:`_REPEATED`).
+    """
+    ctx = span.context
+    parent = span.parent
+    start, end = span.start_time, span.end_time
+    name = span.name
+    return b"".join(
+        (
+            b"\x0a\x10",
+            ctx.trace_id.to_bytes(16, "big"),
+            b"\x12\x08",
+            ctx.span_id.to_bytes(8, "big"),
+            _trace_state(ctx.trace_state),
+            b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b"",
+            _field(b"\x2a", name.encode()) if name else b"",
+            _KIND_INTERNAL,
+            b"\x39" + _pack_fixed64(start) if start else b"",
+            b"\x41" + _pack_fixed64(end) if end else b"",
+            _key_values(b"\x4a", _attributes_of(span), _repeats),
+            _STATUS_UNSET,
+            b"\x85\x01",
+            _flags(parent),
+        )
+    )
+
+
 class _RequestEncoder:
     """Encodes spans as one ``ExportTraceServiceRequest``'s bytes; the resource and scope parts once each."""
 
@@ -369,6 +442,12 @@ class _RequestEncoder:
         if not spans:
             raise _Unencodable("no spans")
         first = spans[0]
+        if len(spans) == 1 and first.__class__ is RecordSpan:  # a record written ahead: one span of a known shape
+            if first.instrumentation_scope is None:
+                raise _Unencodable("a span without a scope")
+            resource_part, scope_part, resource_url, scope_url = self._frame(first)
+            scoped = scope_part + _field(b"\x12", _record_span_bytes(first)) + scope_url
+            return _field(b"\x0a", resource_part + _field(b"\x12", scoped) + resource_url)
         resource, scope = first.resource, first.instrumentation_scope
         if scope is None or any(s.resource is not resource or s.instrumentation_scope is not scope for s in spans):
             raise _Unencodable("spans of several resources or scopes")

@@ -275,9 +275,9 @@ class ActionGate:
                 correlation_id=correlation_id,
             )
             raise
-        stored = self._remember(receipt)
+        stored, rid = self._remember(receipt)
         if record_id is not None:
-            self._note_returned(record_id, stored)
+            self._note_returned(record_id, rid)
         committed = f"{action.type} committed"
         durable = self._record(
             "commit",
@@ -355,16 +355,19 @@ class ActionGate:
             )
         return record.record_id
 
-    def _remember(self, receipt: Any) -> Any:
-        """Note ``receipt``'s stored form and return it (never raises).
+    def _remember(self, receipt: Any) -> tuple[Any, str]:
+        """Note ``receipt``'s stored form; it and the id that names it (never raises).
 
         Warns once per gate when the receipt's identity is its content (no id field).
         """
         stored = stored_receipt(receipt)
         try:
-            named_by_content = receipt is not None and receipt_id_of(stored).startswith("sha256:")
+            rid = receipt_id_of(stored)
         except Exception:  # noqa: BLE001 - the rail has moved the money: nothing here may raise
+            rid = f"<{type(stored).__name__}>"
             named_by_content = False
+        else:
+            named_by_content = receipt is not None and rid.startswith("sha256:")
         with self._returned_lock:
             self._committed[id(receipt)] = (receipt, stored)  # the receipt is held, so its id() is not reused
             if len(self._committed) > _RETURNED_KEPT:
@@ -377,7 +380,7 @@ class ActionGate:
                 "content: it must not change before replay --execute compensates it (this gate remembers it "
                 "as committed); have the rail return an id"
             )
-        return stored
+        return stored, rid
 
     def _committed_form(self, receipt: Any) -> Any:
         """The stored form ``receipt`` was committed under when this gate returned it; else its stored form now."""
@@ -387,18 +390,14 @@ class ActionGate:
             return kept[1]
         return stored_receipt(receipt)
 
-    def _note_returned(self, record_id: str, stored: Any) -> None:
+    def _note_returned(self, record_id: str, rid: str) -> None:
         """Log loudly when the rail returns, for one decision, a receipt id it returned before (never raises).
 
-        ``stored``: the receipt's stored form (:func:`stored_receipt`, which
-        names it as the receipt itself). Two commits sharing a receipt id
-        cannot be compensated apart (one claim, one idempotency key), so
-        ``replay --execute`` refuses both.
+        ``rid``: the receipt's id, as its stored form (:func:`stored_receipt`)
+        names it. Two commits sharing a receipt id cannot be compensated
+        apart (one claim, one idempotency key), so ``replay --execute``
+        refuses both.
         """
-        try:
-            rid = receipt_id_of(stored)
-        except Exception:  # noqa: BLE001 - the rail has moved the money: nothing here may raise
-            rid = f"<{type(stored).__name__}>"
         with self._returned_lock:
             seen = (record_id, rid) in self._returned
             self._returned[(record_id, rid)] = None

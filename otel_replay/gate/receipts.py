@@ -30,6 +30,8 @@ _HUGE_INT_BITS = 13_000  # past ~4,000 digits str(int) raises (sys.int_info.str_
 
 def _text(value: str) -> str:
     """``value`` as text UTF-8 can hold (a lone surrogate would fail the seal's encoding)."""
+    if value.isascii():  # most text: ASCII holds no surrogate (a flag CPython keeps, so no copy is made to know)
+        return value
     try:
         value.encode()
     except UnicodeEncodeError:
@@ -68,7 +70,7 @@ def _plain(value: Any, depth: int, path: set[int] | None = None, budget: list[in
     if isinstance(value, float):
         return float(value) if math.isfinite(value) else str(value)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
+        return _safe_str(value.isoformat())  # exact text, whatever a subclass's isoformat returns
     if depth >= _DEPTH:
         return f"<cut: nested deeper than {_DEPTH} levels>"
     if cls is not dict and cls is not list and not isinstance(value, (Mapping, list, tuple)):
@@ -80,7 +82,7 @@ def _plain(value: Any, depth: int, path: set[int] | None = None, budget: list[in
     try:
         if cls is dict or isinstance(value, Mapping):
             return {
-                (_text(k) if isinstance(k, str) else _safe_str(k)): _plain(v, depth + 1, path, budget)
+                (k if k.__class__ is str and k.isascii() else _key(k)): _plain(v, depth + 1, path, budget)
                 for k, v in value.items()
             }
         return [_plain(item, depth + 1, path, budget) for item in value]
@@ -88,9 +90,16 @@ def _plain(value: Any, depth: int, path: set[int] | None = None, budget: list[in
         path.discard(id(value))
 
 
+def _key(key: Any) -> str:
+    """A mapping key as exact text: a ``str`` subclass's own characters (its methods are not called), else its text."""
+    return _text(str.__str__(key)) if isinstance(key, str) else _safe_str(key)
+
+
 def _safe_str(value: Any) -> str:
+    """``value``'s text as an exact ``str`` (a ``__str__`` may return a subclass of it)."""
     try:
-        return _text(str(value))
+        text = str(value)
+        return _text(text if text.__class__ is str else str.__str__(text))
     except Exception:  # a broken __str__: the type still says what it was
         return f"<{type(value).__name__}>"
 
@@ -139,9 +148,9 @@ def _stored(receipt: Any) -> Any:
     # A dict, what most rails return, first: the ABC check of Mapping costs more than the rest of the test.
     if value.__class__ is not dict and not isinstance(value, (Mapping, list, tuple, str, int, float)):
         raise TypeError(f"not JSON-like: {type(value).__name__}")
-    plain = _plain(value, 0)
-    canonical_json(plain, where="gate receipt")
-    return _marked(receipt, plain)
+    # What _plain returns canonical JSON always holds (exact built-in types, text UTF-8 can hold, finite
+    # floats, ints of printable size, text keys, at most _DEPTH levels): it is not encoded here only to be sure.
+    return _marked(receipt, _plain(value, 0))
 
 
 RECEIPT_TYPE_KEY = "otel_replay.type"

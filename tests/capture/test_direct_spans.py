@@ -215,3 +215,72 @@ def test_records_built_here_land_in_the_dataset_and_verify(tmp_path):
         rows = store.rows("SELECT executed FROM gates ORDER BY recorded_at")
         assert [row["executed"] for row in rows].count("committed") == 3
         assert store.rows("SELECT span_id, count(*) AS n FROM spans GROUP BY span_id HAVING count(*) > 1") == []
+
+
+def _record_spans(tracer: Any, attributes: dict[str, Any], parent: SpanContext | None) -> list[Any]:
+    """The record span built here for ``attributes``, and the same span as a plain ``ReadableSpan``."""
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from otel_replay.capture.direct_spans import RecordSpan, ended_record_span
+
+    context = SpanContext(REMOTE.trace_id, 0x99, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    built = ended_record_span(tracer, parent, context, sc.SPAN_GATE, START_NS, attributes)
+    assert type(built) is RecordSpan
+    plain = ReadableSpan(
+        built.name,
+        context=built.context,
+        parent=built.parent,
+        resource=built.resource,
+        attributes=dict(attributes),
+        kind=built.kind,
+        status=built.status,
+        start_time=built.start_time,
+        end_time=built.end_time,
+        instrumentation_scope=built.instrumentation_scope,
+    )
+    return [built, plain]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({}, id="a gate record"),
+        pytest.param({sc.GATE_DETAIL: "r\u00e9sum\u00e9 \U0001f600 \x00 \u2028"}, id="non-ASCII and control text"),
+        pytest.param({sc.GATE_DETAIL: "d" * 300, sc.AGENT_ID: ""}, id="a text too long to keep, an empty one"),
+        pytest.param({sc.GATE_DETAIL: "lone \ud800 surrogate"}, id="a lone surrogate (the SDK's encoder decides)"),
+        pytest.param({sc.AGENT_ID: 7, sc.GATE_FIX: 2**70}, id="a kept key holding an int, one past 64 bits"),
+    ],
+)
+@pytest.mark.parametrize("parent", [None, REMOTE], ids=["root", "remote-parent"])
+def test_a_record_span_is_written_to_the_log_as_any_span_with_its_fields_is(tmp_path, values, parent):
+    from otel_replay.capture import write_ahead
+
+    telemetry = otel_replay.configure(tmp_path / "ds", set_global=False)
+    try:
+        tracer = telemetry.recorder.tracer  # type: ignore[union-attr]
+        attributes = {**_record("about to refund"), **values}
+        built, plain = _record_spans(tracer, attributes, parent)
+        sdk = encode_spans([plain]).SerializeToString()
+        for _ in range(2):  # the second time, the texts that repeat come from what the first one kept
+            assert _RequestEncoder().encode([built]) == _RequestEncoder().encode([plain]) == sdk
+        kept = dict(write_ahead._repeats)
+        assert all(len(value) <= write_ahead._REPEAT_VALUE for _, value in kept)
+        assert ("replay.record.source", "gate") in kept
+    finally:
+        telemetry.shutdown()
+
+
+def test_a_record_span_keeps_no_more_texts_than_its_bound(tmp_path, monkeypatch):
+    from otel_replay.capture import write_ahead
+
+    monkeypatch.setattr(write_ahead, "_repeats", {})
+    monkeypatch.setattr(write_ahead, "_REPEATS_KEPT", 16)  # the bound, made small: the same code, fewer records
+    telemetry = otel_replay.configure(tmp_path / "ds", set_global=False)
+    try:
+        tracer = telemetry.recorder.tracer  # type: ignore[union-attr]
+        for i in range(write_ahead._REPEATS_KEPT + 20):  # a detail of its own per record: a runaway of kept texts
+            built, plain = _record_spans(tracer, {**_record(f"refund {i}"), sc.GATE_DETAIL: f"refund {i}"}, None)
+            assert _RequestEncoder().encode([built]) == encode_spans([plain]).SerializeToString()
+        assert len(write_ahead._repeats) == write_ahead._REPEATS_KEPT
+    finally:
+        telemetry.shutdown()

@@ -415,3 +415,39 @@ def test_a_receipt_of_built_in_and_subclassed_values_is_stored_as_their_plain_js
     }
     assert type(stored["code"]) is int and type(stored["subtext"]) is str
     assert not math.isnan(stored["float"])
+
+
+def test_a_receipt_of_hostile_text_subclasses_is_stored_as_exact_text_that_canonical_json_holds():
+    """Keys, ``__str__`` and ``isoformat`` results that are ``str`` subclasses (one refuses to be compared)."""
+    import datetime as dt
+
+    from otel_replay._json import canonical_json
+
+    class Touchy(str):
+        def __lt__(self, other: object) -> bool:
+            raise RuntimeError("compared")
+
+        def __gt__(self, other: object) -> bool:
+            raise RuntimeError("compared")
+
+    class Named:
+        def __str__(self) -> str:
+            return Touchy("named \ud800")
+
+    class When(dt.date):
+        def isoformat(self) -> str:
+            return Touchy("2026-11-29")
+
+    receipt = {
+        "receipt_id": "ch_9",
+        Touchy("b"): 1,
+        Touchy("a\u00e9"): [Named(), When(2026, 11, 29)],
+        7: {Touchy("x"): Named()},
+    }
+    stored = stored_receipt(receipt)
+    named = "named \\ud800"
+    assert stored == {"receipt_id": "ch_9", "b": 1, "a\u00e9": [named, "2026-11-29"], "7": {"x": named}}
+    text = json.dumps(stored)
+    assert all(type(key) is str for key in stored) and type(stored["a\u00e9"][0]) is str
+    assert type(stored["a\u00e9"][1]) is str and type(next(iter(stored["7"]))) is str
+    assert json.loads(canonical_json(stored, where="receipt")) == json.loads(text)
