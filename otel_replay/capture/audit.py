@@ -25,7 +25,9 @@ from types import TracebackType
 from typing import Any, Literal
 
 from opentelemetry import baggage, context, trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Span as _SdkSpan
 from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_replay import semconv as sc
@@ -274,7 +276,7 @@ class Decision:
         rest = attrs.copy()
         for key in base:
             rest.pop(key, None)
-        self._span.set_attributes(rest)
+        _add_sealed(self._span, rest)
         self._span.end()
         if recorder.closed:
             recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
@@ -282,6 +284,55 @@ class Decision:
         object.__setattr__(record, "seal", seal)
         self._record = record
         return record
+
+
+_PLAIN = frozenset((str, int, float, bool))
+"""Value types the SDK stores exactly as given (no copy, no conversion) when no length limit applies."""
+
+
+_SDK_SPANS: dict[type, bool] = {}
+"""Per span class: whether it is the SDK's span (the tracer makes a private subclass) with its ``set_attributes``."""
+
+
+def _add_sealed(span: Span, attrs: dict[str, Any]) -> None:
+    """``span.set_attributes(attrs)`` for the sealed rest of a decision record, without cleaning it again.
+
+    The SDK's ``set_attributes`` checks and copies each value (a Python call
+    per attribute, ~23 per decision) to store it unchanged: every value here
+    is a ``str``, ``int``, ``float`` or ``bool`` made by the record, and the
+    recorder refused any provider with a value length limit before the block
+    began. Where the span is the SDK's own, open, with no length limit, room
+    for every attribute and none of these keys yet, they are added under the
+    same locks, in the same order, as ``set_attributes`` adds them (the
+    stored span is the same; a test compares both); anything else goes
+    through ``set_attributes``.
+    """
+    bounded = getattr(span, "_attributes", None)
+    cls = span.__class__
+    sdk = _SDK_SPANS.get(cls)
+    if sdk is None:
+        sdk = issubclass(cls, _SdkSpan) and cls.set_attributes is _SdkSpan.set_attributes
+        if len(_SDK_SPANS) < 64:
+            _SDK_SPANS[cls] = sdk
+    if (
+        sdk
+        and bounded.__class__ is BoundedAttributes
+        and bounded.max_value_len is None
+        and not bounded._immutable
+        and _PLAIN.issuperset(map(type, attrs.values()))
+    ):
+        added = False
+        with span._lock:
+            if span._end_time is None:
+                with bounded._lock:
+                    stored = bounded._dict
+                    limit = bounded.maxlen
+                    if (limit is None or len(stored) + len(attrs) <= limit) and stored.keys().isdisjoint(attrs):
+                        stored.update(attrs)
+                        added = True
+        if added:
+            return
+    span.set_attributes(attrs)
 
 
 def _complete(
