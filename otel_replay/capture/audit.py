@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from types import TracebackType
@@ -37,7 +38,6 @@ from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sampling import exported
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
-from otel_replay.integrity import span_place
 from otel_replay.records import (
     Action,
     DecisionRecord,
@@ -45,6 +45,7 @@ from otel_replay.records import (
     ModelCall,
     Report,
     _audit_record,
+    _model_call,
     _span_ref,
     new_id,
 )
@@ -162,7 +163,8 @@ class Decision:
     def model(self, model_id: str, decision_basis: str = "", output: Any = None) -> Decision:
         """Record which model produced the output and the basis it stated."""
         self._open("model")
-        call = ModelCall(model_id, decision_basis, output)
+        # No output: built field by field (the generated __init__ and its normalise(None) cost twice as much).
+        call = _model_call(model_id, decision_basis) if output is None else ModelCall(model_id, decision_basis, output)
         self._models.append(call)
         attrs: dict[str, Any] = {
             sc.GEN_AI_REQUEST_MODEL: model_id,
@@ -248,6 +250,7 @@ class Decision:
         if self._act_span is not None:
             self._act_span.end()
         ctx = self._span.get_span_context()
+        trace_id, span_id = f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
         base = self._base
         ids = self._ids
         record = _audit_record(
@@ -262,15 +265,14 @@ class Decision:
             ids.get(sc.SESSION_ID),
             ids.get(sc.AGENT_ID),
             error,
-            _span_ref(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns),
+            _span_ref(trace_id, span_id, start_ns),
         )
         attrs = record._to_attributes(self._inputs_json)
         recorder = self._recorder
         recorder.check_destination(sc.SPAN_DECISION, self.record_id)
         # Sealed before the span ends: a decision span that could not be sealed is never emitted.
-        seal = recorder.chain.seal(
-            self.record_id, sc.SPAN_DECISION, start_ns, attrs, span_place(ctx.trace_id, ctx.span_id)
-        )
+        # The place is span_place(trace id, span id), from the hex already made for the record's SpanRef.
+        seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
         # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
         # base's keys is cheaper than filtering every key).
         rest = attrs.copy()
@@ -394,6 +396,14 @@ def _with_baggage(values: dict[str, object], ctx: Context) -> Context:
     return ctx
 
 
+def _baggage(ctx: Context) -> Mapping[str, object]:
+    """``baggage.get_all(ctx)`` without its read-only view (read here, never changed: a copy is made to change it)."""
+    if _BAGGAGE_KEY is not None:
+        values = ctx.get(_BAGGAGE_KEY)
+        return values if isinstance(values, dict) else {}
+    return baggage.get_all(ctx)  # pragma: no cover - an SDK that keeps baggage elsewhere
+
+
 class _AuditBlock:
     """The context manager :func:`audit` returns: opens the decision on entry, seals it on exit."""
 
@@ -424,7 +434,7 @@ class _AuditBlock:
             )
         recorder.check_tracer()  # a provider that would cut the record: refused before the block's action runs
         ctx = context.get_current()
-        scope = baggage.get_all(ctx)
+        scope = _baggage(ctx)
         record_id = new_id()
         base: dict[str, Any] = {
             sc.KIND: sc.KIND_DECISION,

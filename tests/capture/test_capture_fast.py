@@ -22,7 +22,16 @@ from otel_replay._json import canonical_json
 from otel_replay.capture import Recorder, set_recorder
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, record_hash
-from otel_replay.records import DecisionRecord, Seal, SpanRef, _audit_record, _seal, _span_ref
+from otel_replay.records import (
+    DecisionRecord,
+    ModelCall,
+    Seal,
+    SpanRef,
+    _audit_record,
+    _model_call,
+    _seal,
+    _span_ref,
+)
 
 from .._support import payment, snapshot
 
@@ -74,6 +83,7 @@ def test_fast_builders_equal_the_generated_init():
     built = [
         (ref, _span_ref("t" * 32, "s" * 16, 7)),
         (seal, _seal("c", 3, "p", "0" * 64, "h" * 64, "sig", "k")),
+        (ModelCall("gpt-x", "PO match"), _model_call("gpt-x", "PO match")),
         (
             record,
             _audit_record("r", "pay", record.snapshot, record.action, {"a": 1}, (), (), "c", None, "ap", "boom", ref),
