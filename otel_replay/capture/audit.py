@@ -324,8 +324,9 @@ def _add_sealed(span: Span, attrs: dict[str, Any]) -> None:
         and _PLAIN.issuperset(map(type, attrs.values()))
     ):
         added = False
-        with span._lock:
-            if span._end_time is None:
+        sdk_span: Any = span  # the SDK's span: its lock and end time are its own (private) fields
+        with sdk_span._lock:
+            if sdk_span._end_time is None:
                 with bounded._lock:
                     stored = bounded._dict
                     limit = bounded.maxlen
