@@ -300,7 +300,7 @@ def _add_sealed(span: Span, attrs: dict[str, Any]) -> None:
     """``span.set_attributes(attrs)`` for the sealed rest of a decision record, without cleaning it again.
 
     The SDK's ``set_attributes`` checks and copies each value (a Python call
-    per attribute, ~23 per decision) to store it unchanged: every value here
+    per attribute, 15 per decision) to store it unchanged: every value here
     is a ``str``, ``int``, ``float`` or ``bool`` made by the record, and the
     recorder refused any provider with a value length limit before the block
     began. Where the span is the SDK's own, open, with no length limit, room
