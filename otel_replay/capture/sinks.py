@@ -27,9 +27,6 @@ class MemorySink:
     def __init__(self, maxlen: int | None = 10_000) -> None:
         """Create an empty sink holding at most ``maxlen`` records (``None``: unbounded)."""
         self._records: deque[Any] = deque(maxlen=maxlen)
-        if type(self).append is MemorySink.append:  # a subclass's own append() is left to it
-            # The deque's own method, bound once: a Python call less per record, on the agent's thread.
-            self.append = self._records.append  # type: ignore[method-assign,assignment]
 
     def append(self, record: Any) -> None:
         """Store ``record`` (dropping the oldest when full).
