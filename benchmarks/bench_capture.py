@@ -1,7 +1,7 @@
 """Capture cost per decision vs bare OpenTelemetry spans, and exporter throughput into Parquet.
 
 Run: python benchmarks/bench_capture.py [--decisions N] [--spans N] [--drop-spans N] [--drop-file-rows N]
-                                        [--capture-only] [--runs N]
+                                        [--capture-only] [--runs N] [--path drop|configure] [--base COMMIT]
 
 Capture: ``audit()`` and the bare spans run alternately, three times each per
 run, and each keeps its best; both wall time and CPU time (``process_time``:
@@ -12,6 +12,26 @@ keeps the newest 10 000 decision spans as ``audit()``'s default sink keeps
 the newest 10 000 records (a span holds 12 GC-tracked objects, a record 6, so
 it overstates what keeping costs); the target stays against ``bare``.
 
+``--path`` says what both sides run through:
+
+* ``drop`` (default): a ``TracerProvider`` built by hand with the SDK's
+  default sampler and a ``BatchSpanProcessor`` whose exporter throws the
+  spans away, the same for both (ours adds ``CorrelationSpanProcessor``):
+  the cost on the caller's side alone.
+* ``configure``: the path users run. Ours is ``otel_replay.configure()``
+  (its ``RecordSampler``, span processors, write-ahead processor and
+  ``ParquetSpanExporter``) then ``audit()``; the bare spans go through a
+  provider with the SDK's default sampler and a ``BatchSpanProcessor`` of the
+  same ``ParquetSpanExporter`` (same queue size) into a dataset of their own.
+  Both are timed up to the end of their pipeline's shutdown, so every span is
+  converted and written to Parquet inside the time (``bare_keep`` is not run).
+
+``--base COMMIT``: each run is two fresh processes, this checkout then the
+package as of ``COMMIT`` (``git archive``, put first on the path), each
+measuring its ``audit()`` against the bare spans in its own process; the
+summary gives each tree's ratios and this tree's ``audit()`` CPU against the
+base's.
+
 Prints figures; asserts nothing. Targets (issues 2 and 9): capture within 1.3x of bare
 OpenTelemetry spans carrying the same attributes; exporter >= 100k spans/s
 into Parquet on one core.
@@ -21,9 +41,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +56,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -41,6 +64,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 os.environ.setdefault("OTEL_REPLAY_SIGNING_KEY", "benchmark-signing-key-0123456789")
 
+from _support import package_at  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
 
 import otel_replay  # noqa: E402
@@ -50,6 +74,7 @@ from otel_replay._json import canonical_json  # noqa: E402
 from otel_replay.capture.context import CorrelationSpanProcessor  # noqa: E402
 from otel_replay.capture.recorder import Recorder, set_recorder  # noqa: E402
 from otel_replay.exporters import ParquetSpanExporter, spans_to_table  # noqa: E402
+from otel_replay.settings import CAPTURE_QUEUE_SIZE  # noqa: E402
 
 
 class DropExporter(SpanExporter):
@@ -71,20 +96,37 @@ def provider(exporter: SpanExporter, correlation: bool) -> TracerProvider:
     return p
 
 
+BASE = "s7-start"
+ROOT = Path(__file__).resolve().parent.parent
+PATH = "drop"
+"""What ``ours``/``bare`` run through: ``drop`` or ``configure`` (see the module docstring; set by ``--path``)."""
+
+
 def ours(n: int) -> tuple[float, float]:
+    if PATH == "configure":
+        with tempfile.TemporaryDirectory() as tmp:
+            telemetry = otel_replay.configure(os.path.join(tmp, "ours"), service_name="bench", set_global=False)
+            start, cpu = time.perf_counter(), time.process_time()
+            _decisions(n)
+            telemetry.shutdown()  # inside the time: every span converted and written, as for the bare peer
+            return time.perf_counter() - start, time.process_time() - cpu
     p = provider(DropExporter(), correlation=True)
     previous = set_recorder(Recorder(p.get_tracer(sc.INSTRUMENTATION_NAME)))
-    snapshot = DependencySnapshot(STATE, version="v7")
     start, cpu = time.perf_counter(), time.process_time()
+    _decisions(n)
+    elapsed = time.perf_counter() - start, time.process_time() - cpu
+    set_recorder(previous)
+    p.shutdown()
+    return elapsed
+
+
+def _decisions(n: int) -> None:
+    snapshot = DependencySnapshot(STATE, version="v7")
     for i in range(n):
         with audit("vendor_payment", snapshot=snapshot, correlation_id="c-1", agent_id="ap") as d:
             d.read(invoice=f"INV-{i}")
             d.model("gpt-x", decision_basis="PO match")
             d.act(Action("vendor_payment", ARGS, cost=4200))
-    elapsed = time.perf_counter() - start, time.process_time() - cpu
-    set_recorder(previous)
-    p.shutdown()
-    return elapsed
 
 
 def bare(n: int, keep: deque[Any] | None = None) -> tuple[float, float]:
@@ -93,10 +135,17 @@ def bare(n: int, keep: deque[Any] | None = None) -> tuple[float, float]:
     ``keep``: append each finished decision span to it, as ``audit()``'s
     default ``MemorySink`` keeps each record (the fairer peer; see ``bare_keep``).
     """
-    p = provider(DropExporter(), correlation=False)
-    tracer = p.get_tracer("bare")
-    from opentelemetry import trace
+    if PATH == "configure":
+        with tempfile.TemporaryDirectory() as tmp:
+            exporter = ParquetSpanExporter(os.path.join(tmp, "bare"))
+            p = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+            p.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=CAPTURE_QUEUE_SIZE))
+            return _bare(p, n, keep)
+    return _bare(provider(DropExporter(), correlation=False), n, keep)
 
+
+def _bare(p: TracerProvider, n: int, keep: deque[Any] | None) -> tuple[float, float]:
+    tracer = p.get_tracer("bare")
     start, cpu = time.perf_counter(), time.process_time()
     for i in range(n):
         state = canonical_json(STATE, where="state")
@@ -168,6 +217,9 @@ def bare(n: int, keep: deque[Any] | None = None) -> tuple[float, float]:
         root.end()
         if keep is not None:
             keep.append(root)
+    if PATH == "configure":
+        p.shutdown()  # inside the time, as ours: every span converted and written
+        return time.perf_counter() - start, time.process_time() - cpu
     elapsed = time.perf_counter() - start, time.process_time() - cpu
     p.shutdown()
     return elapsed
@@ -205,12 +257,74 @@ def make_spans(n: int) -> list[ReadableSpan]:
 
 def capture_run(n: int, repeat: int = 3) -> dict[str, tuple[float, float]]:
     """``ours`` and ``bare`` alternately, ``repeat`` times each: the best wall and CPU seconds of each."""
-    times: dict[str, list[tuple[float, float]]] = {"ours": [], "bare": [], "bare_keep": []}
+    peers = (("ours", ours), ("bare", bare), ("bare_keep", bare_keep))
+    if PATH == "configure":
+        peers = peers[:2]
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in peers}
     for _ in range(repeat):
-        for name, fn in (("ours", ours), ("bare", bare), ("bare_keep", bare_keep)):
+        for name, fn in peers:
             gc.collect()
             times[name].append(fn(n))
     return {name: (min(w for w, _ in t), min(c for _, c in t)) for name, t in times.items()}
+
+
+def _worker(n: int) -> dict[str, tuple[float, float]]:
+    """One run in this process (its tree is whatever ``otel_replay`` is first on the path)."""
+    ours(200), bare(200)  # warm up imports and caches
+    if PATH != "configure":
+        bare_keep(200)
+    return capture_run(n)
+
+
+def _in_process(tree: Path, n: int) -> dict[str, tuple[float, float]]:
+    """A fresh process running ``_worker`` with ``tree``'s package first on its path."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", "--path", PATH, "--decisions", str(n)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"worker for {tree} failed:\n{done.stderr[-2000:]}")
+    return {k: tuple(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}  # type: ignore[misc]
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} cores"
+
+
+def compare_with_base(base: str, n: int, runs: int) -> None:
+    """``--base``: each run, this checkout then ``base`` in fresh processes; their ratios, then this against base."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = package_at(base, Path(tmp))
+        if tree is None:
+            print(f"(no base: git cannot archive {base})")
+            return
+        trees = {"this": ROOT, "base": tree}
+        print(f"capture, path {PATH!r}: {n} decisions (4 spans each); per process, best of 3 alternating; "
+              f"this checkout and {base} in alternating fresh processes; start: {_load()}")
+        print("  run  tree   audit() wall / CPU us    bare wall / CPU us    ratio wall / CPU")
+        ratios: dict[str, list[float]] = {"this": [], "base": []}
+        ours_cpu: dict[str, list[float]] = {"this": [], "base": []}
+        for run in range(runs):
+            for name, path in trees.items():
+                r = _in_process(path, n)
+                (ow, oc), (bw, bc) = r["ours"], r["bare"]
+                ratios[name].append(oc / bc)
+                ours_cpu[name].append(oc / n * 1e6)
+                print(f"  {run + 1:3d}  {name:5s} {ow / n * 1e6:8.1f} / {oc / n * 1e6:7.1f}    "
+                      f"{bw / n * 1e6:8.1f} / {bc / n * 1e6:7.1f}     {ow / bw:5.2f}x / {oc / bc:5.2f}x")
+        for name in trees:
+            cpus = sorted(ratios[name])
+            median = statistics.median(cpus)
+            print(f"  {name:5s}: audit()/bare CPU {cpus[0]:.2f}-{cpus[-1]:.2f}x (median {median:.2f}x); "
+                  f"audit() {min(ours_cpu[name]):.1f}-{max(ours_cpu[name]):.1f} us/decision CPU")
+        pairs = [t / b for t, b in zip(ours_cpu["this"], ours_cpu["base"], strict=True)]
+        print(f"  audit() CPU, this / base, run by run: {', '.join(f'{x:.2f}x' for x in pairs)} "
+              f"(median {statistics.median(pairs):.2f}x); end: {_load()}")
 
 
 def exporter_run(batches: list[list[ReadableSpan]] | list[list[None]], fresh: bool) -> dict[str, float]:
@@ -300,7 +414,30 @@ def main() -> int:
     parser.add_argument("--drop-file-rows", type=int, default=120_000)
     parser.add_argument("--capture-only", action="store_true", help="skip the exporter and slow-flush parts")
     parser.add_argument("--runs", type=int, default=1, help="repeat the capture comparison this many times")
+    parser.add_argument("--path", choices=("drop", "configure"), default="drop",
+                        help="what both sides run through (see the module docstring)")
+    parser.add_argument("--base", help="also measure the package as of this git revision (e.g. s7-start), "
+                        "in alternating fresh processes")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    global PATH
+    PATH = opts.path
+    if opts.worker:
+        print(json.dumps(_worker(opts.decisions)))
+        return 0
+    if opts.base:
+        compare_with_base(opts.base, opts.decisions, opts.runs)
+        return 0
+    if PATH == "configure":
+        ours(200), bare(200)  # warm up imports and caches
+        for run in range(opts.runs):
+            r = capture_run(opts.decisions)
+            (ow, oc), (bw, bc) = r["ours"], r["bare"]
+            n = opts.decisions
+            print(f"  {run + 1:3d}  configure() + audit() {ow / n * 1e6:7.1f} / {oc / n * 1e6:7.1f} us   "
+                  f"bare + ParquetSpanExporter {bw / n * 1e6:7.1f} / {bc / n * 1e6:7.1f} us   "
+                  f"{ow / bw:5.2f}x / {oc / bc:5.2f}x wall / CPU")
+        return 0
 
     ours(200), bare(200), bare_keep(200)  # warm up imports and caches
     n = opts.decisions

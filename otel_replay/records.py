@@ -544,6 +544,15 @@ def _span_ref(trace_id: str, span_id: str, start_ns: int) -> SpanRef:
     return ref
 
 
+def _model_call(model_id: str, decision_basis: str) -> ModelCall:
+    """``ModelCall(model_id, decision_basis)``: no output (``None`` normalises to itself)."""
+    call = _new(ModelCall)
+    _set(call, "model_id", model_id)
+    _set(call, "decision_basis", decision_basis)
+    _set(call, "output", None)
+    return call
+
+
 def _seal(
     chain_id: str,
     seq: int,

@@ -19,13 +19,16 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Literal
 
 from opentelemetry import baggage, context, trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Span as _SdkSpan
 from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_replay import semconv as sc
@@ -35,7 +38,6 @@ from otel_replay.capture.recorder import Recorder, get_recorder
 from otel_replay.capture.sampling import exported
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, RecordingError
-from otel_replay.integrity import span_place
 from otel_replay.records import (
     Action,
     DecisionRecord,
@@ -43,6 +45,7 @@ from otel_replay.records import (
     ModelCall,
     Report,
     _audit_record,
+    _model_call,
     _span_ref,
     new_id,
 )
@@ -160,7 +163,8 @@ class Decision:
     def model(self, model_id: str, decision_basis: str = "", output: Any = None) -> Decision:
         """Record which model produced the output and the basis it stated."""
         self._open("model")
-        call = ModelCall(model_id, decision_basis, output)
+        # No output: built field by field (the generated __init__ and its normalise(None) cost twice as much).
+        call = _model_call(model_id, decision_basis) if output is None else ModelCall(model_id, decision_basis, output)
         self._models.append(call)
         attrs: dict[str, Any] = {
             sc.GEN_AI_REQUEST_MODEL: model_id,
@@ -246,6 +250,7 @@ class Decision:
         if self._act_span is not None:
             self._act_span.end()
         ctx = self._span.get_span_context()
+        trace_id, span_id = f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
         base = self._base
         ids = self._ids
         record = _audit_record(
@@ -260,21 +265,20 @@ class Decision:
             ids.get(sc.SESSION_ID),
             ids.get(sc.AGENT_ID),
             error,
-            _span_ref(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns),
+            _span_ref(trace_id, span_id, start_ns),
         )
         attrs = record._to_attributes(self._inputs_json)
         recorder = self._recorder
         recorder.check_destination(sc.SPAN_DECISION, self.record_id)
         # Sealed before the span ends: a decision span that could not be sealed is never emitted.
-        seal = recorder.chain.seal(
-            self.record_id, sc.SPAN_DECISION, start_ns, attrs, span_place(ctx.trace_id, ctx.span_id)
-        )
+        # The place is span_place(trace id, span id), from the hex already made for the record's SpanRef.
+        seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
         # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
         # base's keys is cheaper than filtering every key).
         rest = attrs.copy()
         for key in base:
             rest.pop(key, None)
-        self._span.set_attributes(rest)
+        _add_sealed(self._span, rest)
         self._span.end()
         if recorder.closed:
             recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
@@ -282,6 +286,56 @@ class Decision:
         object.__setattr__(record, "seal", seal)
         self._record = record
         return record
+
+
+_PLAIN = frozenset((str, int, float, bool))
+"""Value types the SDK stores exactly as given (no copy, no conversion) when no length limit applies."""
+
+
+_SDK_SPANS: dict[type, bool] = {}
+"""Per span class: whether it is the SDK's span (the tracer makes a private subclass) with its ``set_attributes``."""
+
+
+def _add_sealed(span: Span, attrs: dict[str, Any]) -> None:
+    """``span.set_attributes(attrs)`` for the sealed rest of a decision record, without cleaning it again.
+
+    The SDK's ``set_attributes`` checks and copies each value (a Python call
+    per attribute, 15 per decision) to store it unchanged: every value here
+    is a ``str``, ``int``, ``float`` or ``bool`` made by the record, and the
+    recorder refused any provider with a value length limit before the block
+    began. Where the span is the SDK's own, open, with no length limit, room
+    for every attribute and none of these keys yet, they are added under the
+    same locks, in the same order, as ``set_attributes`` adds them (the
+    stored span is the same; a test compares both); anything else goes
+    through ``set_attributes``.
+    """
+    bounded = getattr(span, "_attributes", None)
+    cls = span.__class__
+    sdk = _SDK_SPANS.get(cls)
+    if sdk is None:
+        sdk = issubclass(cls, _SdkSpan) and cls.set_attributes is _SdkSpan.set_attributes
+        if len(_SDK_SPANS) < 64:
+            _SDK_SPANS[cls] = sdk
+    if (
+        sdk
+        and bounded.__class__ is BoundedAttributes
+        and bounded.max_value_len is None
+        and not bounded._immutable
+        and _PLAIN.issuperset(map(type, attrs.values()))
+    ):
+        added = False
+        sdk_span: Any = span  # the SDK's span: its lock and end time are its own (private) fields
+        with sdk_span._lock:
+            if sdk_span._end_time is None:
+                with bounded._lock:
+                    stored = bounded._dict
+                    limit = bounded.maxlen
+                    if (limit is None or len(stored) + len(attrs) <= limit) and stored.keys().isdisjoint(attrs):
+                        stored.update(attrs)
+                        added = True
+        if added:
+            return
+    span.set_attributes(attrs)
 
 
 def _complete(
@@ -343,6 +397,14 @@ def _with_baggage(values: dict[str, object], ctx: Context) -> Context:
     return ctx
 
 
+def _baggage(ctx: Context) -> Mapping[str, object]:
+    """``baggage.get_all(ctx)`` without its read-only view (read here, never changed: a copy is made to change it)."""
+    if _BAGGAGE_KEY is not None:
+        values = ctx.get(_BAGGAGE_KEY)
+        return values if isinstance(values, dict) else {}
+    return baggage.get_all(ctx)  # pragma: no cover - an SDK that keeps baggage elsewhere
+
+
 class _AuditBlock:
     """The context manager :func:`audit` returns: opens the decision on entry, seals it on exit."""
 
@@ -373,7 +435,7 @@ class _AuditBlock:
             )
         recorder.check_tracer()  # a provider that would cut the record: refused before the block's action runs
         ctx = context.get_current()
-        scope = baggage.get_all(ctx)
+        scope = _baggage(ctx)
         record_id = new_id()
         base: dict[str, Any] = {
             sc.KIND: sc.KIND_DECISION,

@@ -17,7 +17,13 @@ from opentelemetry.trace import Link, Tracer, TracerProvider
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.direct_spans import bare_tracer, ended_record_span, record_context
-from otel_replay.capture.sampling import always_samples, exported, sampling_problem
+from otel_replay.capture.sampling import (
+    always_samples,
+    exported,
+    follows_parent,
+    parent_unsampled,
+    sampling_problem,
+)
 from otel_replay.capture.sinks import MemorySink
 from otel_replay.capture.write_ahead import _RequestEncoder  # the log's own encoding: a held record is one record
 from otel_replay.errors import CaptureError, ConfigError
@@ -166,6 +172,7 @@ class Recorder:
         self._chain: Chain | None = None
         self._vetted: Tracer | None = None  # the tracer whose span limits were checked and found fine
         self._samples_all: Tracer | None = None  # the tracer whose sampler samples every record (no probe needed)
+        self._follows_parent: Tracer | None = None  # the tracer whose sampler is the SDK's ParentBased(ALWAYS_ON)
         self._unrecorded = 0  # records refused since the last flush() because their span would not be exported
         self._lock = threading.Lock()
         self._warned = False
@@ -298,11 +305,20 @@ class Recorder:
         tracer = self.tracer
         if self._vetted is not tracer:
             self._vet_tracer()
-        if self._samples_all is tracer or self.goes_nowhere:
+        if self._samples_all is tracer:
             return
-        if always_samples(tracer):
+        if self._follows_parent is tracer:  # the SDK's default sampler: its answer is the parent's flag
+            if not parent_unsampled():
+                return
+        elif self.goes_nowhere:
+            return
+        elif always_samples(tracer):
             self._samples_all = tracer
             return
+        elif follows_parent(tracer):
+            self._follows_parent = tracer
+            if not parent_unsampled():
+                return
         problem = sampling_problem(tracer)
         if problem is not None:
             raise ConfigError(f"otel-replay cannot record through this tracer here: {problem}")

@@ -23,7 +23,7 @@ from opentelemetry.util.types import Attributes
 
 from otel_replay import semconv as sc
 
-__all__ = ["RecordSampler", "exported", "sampling_problem"]
+__all__ = ["RecordSampler", "always_samples", "exported", "follows_parent", "parent_unsampled", "sampling_problem"]
 
 _PROBE_ATTRIBUTES = {sc.KIND: sc.KIND_DECISION, sc.RECORD_ID: "sampling-probe"}
 _UNLUCKY_TRACE_ID = (1 << 128) - 1
@@ -95,6 +95,32 @@ def always_samples(tracer: Tracer) -> bool:
     """True when ``tracer``'s sampler samples every record span in any context (nothing to probe per call)."""
     sampler = _sdk_sampler(tracer)
     return isinstance(sampler, RecordSampler) or sampler is sampling.ALWAYS_ON
+
+
+def follows_parent(tracer: Tracer) -> bool:
+    """True when ``tracer``'s sampler is the SDK's default, ``ParentBased(ALWAYS_ON)`` with its default delegates.
+
+    Such a sampler samples a record span exactly when there is no parent or
+    the parent is sampled, so the check before an action needs only the
+    parent's flag (:func:`parent_unsampled`), not a probe of the sampler.
+    """
+    sampler = _sdk_sampler(tracer)
+    if sampler.__class__ is not sampling.ParentBased:
+        return False
+    on, off = sampling.ALWAYS_ON, sampling.ALWAYS_OFF
+    return (
+        getattr(sampler, "_root", None) is on
+        and getattr(sampler, "_remote_parent_sampled", None) is on
+        and getattr(sampler, "_local_parent_sampled", None) is on
+        and getattr(sampler, "_remote_parent_not_sampled", None) is off
+        and getattr(sampler, "_local_parent_not_sampled", None) is off
+    )
+
+
+def parent_unsampled(ctx: Context | None = None) -> bool:
+    """True when the current span in ``ctx`` is a valid parent that is not sampled (a traceparent ending -00)."""
+    parent = trace.get_current_span(ctx).get_span_context()
+    return parent.is_valid and not parent.trace_flags.sampled
 
 
 def sampling_problem(tracer: Tracer, ctx: Context | None = None) -> str | None:

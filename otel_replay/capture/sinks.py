@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -28,29 +27,36 @@ class MemorySink:
     def __init__(self, maxlen: int | None = 10_000) -> None:
         """Create an empty sink holding at most ``maxlen`` records (``None``: unbounded)."""
         self._records: deque[Any] = deque(maxlen=maxlen)
-        self._lock = threading.Lock()
 
     def append(self, record: Any) -> None:
-        """Store ``record``."""
-        with self._lock:
-            self._records.append(record)
+        """Store ``record`` (dropping the oldest when full).
+
+        No lock: a bounded deque's ``append`` is one step that other threads
+        cannot interleave with, and readers copy the deque in one step too.
+        """
+        self._records.append(record)
 
     def get(self, record_id: str) -> Any:
         """The record with ``record_id``; ``KeyError`` if this sink does not hold it."""
-        with self._lock:
-            for record in reversed(self._records):
-                if getattr(record, "record_id", None) == record_id:
-                    return record
+        for record in reversed(self._snapshot()):
+            if getattr(record, "record_id", None) == record_id:
+                return record
         raise KeyError(record_id)
 
+    def _snapshot(self) -> list[Any]:
+        """The records as they are now (appends from other threads meanwhile land after this copy)."""
+        while True:
+            try:
+                return list(self._records)
+            except RuntimeError:  # pragma: no cover - an interpreter that lets an append interleave with the copy
+                continue
+
     def __iter__(self) -> Iterator[Any]:
-        with self._lock:
-            return iter(list(self._records))
+        return iter(self._snapshot())
 
     def __len__(self) -> int:
         return len(self._records)
 
     def clear(self) -> None:
         """Forget every record."""
-        with self._lock:
-            self._records.clear()
+        self._records.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import random
 from types import MappingProxyType
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import baggage, context
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -21,7 +22,16 @@ from otel_replay._json import canonical_json
 from otel_replay.capture import Recorder, set_recorder
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, record_hash
-from otel_replay.records import DecisionRecord, Seal, SpanRef, _audit_record, _seal, _span_ref
+from otel_replay.records import (
+    DecisionRecord,
+    ModelCall,
+    Seal,
+    SpanRef,
+    _audit_record,
+    _model_call,
+    _seal,
+    _span_ref,
+)
 
 from .._support import payment, snapshot
 
@@ -73,6 +83,7 @@ def test_fast_builders_equal_the_generated_init():
     built = [
         (ref, _span_ref("t" * 32, "s" * 16, 7)),
         (seal, _seal("c", 3, "p", "0" * 64, "h" * 64, "sig", "k")),
+        (ModelCall("gpt-x", "PO match"), _model_call("gpt-x", "PO match")),
         (
             record,
             _audit_record("r", "pay", record.snapshot, record.action, {"a": 1}, (), (), "c", None, "ap", "boom", ref),
@@ -186,3 +197,117 @@ def test_a_forked_child_never_hands_out_its_parents_pooled_ids():
     child = set(in_forked_child(lambda: [new_id() for _ in range(100)]))
     parent = {new_id() for _ in range(100)}
     assert len(child) == 100 and not child & parent
+
+
+# --- the sealed rest of a decision goes onto its span without the SDK cleaning it again -------------
+
+
+def _span_pair(limits: SpanLimits | None = None) -> tuple[Any, Any]:
+    provider = TracerProvider(span_limits=limits) if limits is not None else TracerProvider()
+    tracer = provider.get_tracer("tests")
+    start = {sc.KIND: sc.KIND_DECISION, sc.RECORD_ID: "r" * 32, "other": "x"}
+    return tracer.start_span(sc.SPAN_DECISION, attributes=start), tracer.start_span(sc.SPAN_DECISION, attributes=start)
+
+
+_REST = {sc.SNAPSHOT_STATE: '{"a":1}', sc.ACTION_COST: 4200, sc.RECORD_SEQ: 7, sc.DECISION_CONFIDENCE: 0.5,
+         "replay.flag": True, sc.RECORD_HASH: "h" * 64}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "limits", "rest", "fast"),
+    [
+        ("plain values", None, _REST, True),
+        ("a key the span has already", None, {**_REST, "other": "y"}, False),
+        ("more attributes than the count limit", SpanLimits(max_span_attributes=5), _REST, False),
+        ("a value length limit", SpanLimits(max_span_attribute_length=3), _REST, False),
+        ("a list value", None, {**_REST, "replay.list": ["a", 1]}, False),
+        ("a value of no attribute type", None, {**_REST, "replay.obj": object()}, False),
+        ("a str subclass value", None, {**_REST, "replay.sub": type("S", (str,), {})("v")}, False),
+    ],
+)
+def test_the_sealed_rest_is_stored_as_set_attributes_stores_it(monkeypatch, case, limits, rest, fast):
+    from opentelemetry.sdk.trace import Span as SdkSpan
+
+    audit_module = importlib.import_module("otel_replay.capture.audit")  # the package exports audit() by that name
+    ours, theirs = _span_pair(limits)
+    theirs.set_attributes(rest)
+    calls = []
+    through_sdk = SdkSpan.set_attributes
+    monkeypatch.setattr(SdkSpan, "set_attributes", lambda span, attrs: calls.append(1) or through_sdk(span, attrs))
+    audit_module._add_sealed(ours, dict(rest))
+    assert calls == ([] if fast else [1]), case
+    assert list(ours.attributes.items()) == list(theirs.attributes.items())  # same values, same order
+    assert ours.dropped_attributes == theirs.dropped_attributes
+
+
+def test_the_sealed_rest_of_an_ended_span_is_ignored_as_the_sdk_ignores_it(caplog):
+    audit_module = importlib.import_module("otel_replay.capture.audit")
+    ours, theirs = _span_pair()
+    ours.end()
+    theirs.end()
+    theirs.set_attributes(_REST)
+    audit_module._add_sealed(ours, dict(_REST))
+    assert list(ours.attributes.items()) == list(theirs.attributes.items())
+    assert sc.RECORD_HASH not in ours.attributes
+    assert caplog.text.count("Setting attribute on ended span") == 2
+
+
+# --- the default sink takes no lock per record ------------------------------------------------------
+
+
+def test_the_default_sink_keeps_the_newest_records_while_threads_append_and_others_read():
+    import threading
+
+    from otel_replay.capture.sinks import MemorySink
+
+    sink = MemorySink(maxlen=500)
+    made = [[(t, i) for i in range(4_000)] for t in range(4)]
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def append(items: list[tuple[int, int]]) -> None:
+        for item in items:
+            sink.append(item)
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                seen = list(sink)
+                assert len(seen) <= 500
+                with pytest.raises(KeyError):
+                    sink.get("no such record")
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    writers = [threading.Thread(target=append, args=(items,)) for items in made]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    done.set()
+    reader.join()
+    assert failures == []
+    kept = list(sink)
+    assert len(kept) == len(sink) == 500
+    assert len(set(kept)) == 500 and set(kept) <= {item for items in made for item in items}
+    for t in range(4):  # each thread's records are kept in the order it appended them
+        mine = [i for thread, i in kept if thread == t]
+        assert mine == sorted(mine)
+
+
+def test_a_sink_subclass_keeps_its_own_append():
+    from otel_replay.capture.sinks import MemorySink
+
+    class Upper(MemorySink):
+        def append(self, record: Any) -> None:
+            super().append(record.upper())
+
+    sink = Upper()
+    sink.append("abc")
+    assert list(sink) == ["ABC"]
+    plain = MemorySink(maxlen=2)
+    for record in ("a", "b", "c"):
+        plain.append(record)
+    assert list(plain) == ["b", "c"]

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
+    ALWAYS_ON,
     Decision,
     ParentBased,
     Sampler,
@@ -24,6 +25,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 import otel_replay
 from otel_replay import ActionGate, RecordSampler, ReferenceLedger, audit
 from otel_replay.capture.recorder import Recorder, get_recorder, set_recorder
+from otel_replay.capture.sampling import follows_parent
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.gate import reads
 from otel_replay.integrity import SigningKey
@@ -210,3 +212,60 @@ def test_a_random_user_sampler_wrapped_in_record_sampler_keeps_every_record():
     gates = [s for s in exporter.get_finished_spans() if s.name == "replay.gate"]
     assert len(gates) == 20  # each commit: its intent, then its commit record
     assert sum(s.attributes["replay.gate.executed"] == "committed" for s in gates) == 10
+
+
+def _sampled_parent() -> object:
+    parent = SpanContext(trace_id=0x1234, span_id=0x5678, is_remote=True, trace_flags=TraceFlags(1))
+    return context.attach(trace.set_span_in_context(NonRecordingSpan(parent)))
+
+
+def test_the_sdk_default_sampler_is_asked_only_for_the_parents_flag_and_still_refuses_an_unsampled_parent():
+    provider_sampler = TracerProvider().sampler  # the SDK's default, ParentBased(ALWAYS_ON)
+    recorder, exporter = _own_provider(provider_sampler)
+    assert follows_parent(recorder.tracer)
+    previous = set_recorder(recorder)
+    ran = []
+    try:
+        for attach in (None, _unsampled_parent, _sampled_parent, _unsampled_parent, None):
+            token = attach() if attach is not None else None
+            try:
+                if attach is _unsampled_parent:  # refused every time, also once the sampler is known
+                    with pytest.raises(ConfigError, match="under this unsampled parent"):
+                        with audit("vendor_payment", snapshot=snapshot()):
+                            ran.append("unsampled")
+                else:
+                    with audit("vendor_payment", snapshot=snapshot()) as d:
+                        d.act(payment())
+                    ran.append("stored")
+            finally:
+                if token is not None:
+                    context.detach(token)
+    finally:
+        set_recorder(previous)
+    assert ran == ["stored", "stored", "stored"]
+    assert len([s for s in exporter.get_finished_spans() if s.name == "replay.decision"]) == 3
+
+
+def test_a_parent_based_sampler_with_other_delegates_is_probed_not_read_from_the_parents_flag():
+    # Samples under an unsampled remote parent: the parent's flag alone would refuse it.
+    keeps = ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON)
+    drops = ParentBased(ALWAYS_OFF)  # drops at the root: the parent's flag alone would let it through
+    assert not follows_parent(_own_provider(keeps)[0].tracer) and not follows_parent(_own_provider(drops)[0].tracer)
+    recorder, exporter = _own_provider(keeps)
+    previous = set_recorder(recorder)
+    token = _unsampled_parent()
+    try:
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment())
+    finally:
+        context.detach(token)
+        set_recorder(previous)
+    assert [s.name for s in exporter.get_finished_spans()].count("replay.decision") == 1
+    recorder, _ = _own_provider(drops)
+    previous = set_recorder(recorder)
+    try:
+        with pytest.raises(ConfigError, match="for some traces"):
+            with audit("vendor_payment", snapshot=snapshot()):
+                pass
+    finally:
+        set_recorder(previous)
