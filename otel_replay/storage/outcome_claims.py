@@ -121,6 +121,8 @@ rewritten in place, so each claim's ``fdatasync`` allocates nothing; a larger WA
 its first ~7,000 claims on a growing file, where each sync costs 5-10x more."""
 _CHUNK = 1_000
 """Held outcomes of one :func:`claim_outcomes` call per transaction (the claim store's lock is held for one)."""
+_KEYS_PER_SELECT = 500
+"""Decision ids per look-up of claims already taken (SQLite takes at least 999 parameters per statement)."""
 Hold = Callable[[], tuple[Any, bytes]]
 """Seals an outcome once its claim is taken: its ended span and that span's OTLP bytes, stored beside the claim."""
 
@@ -247,6 +249,12 @@ def _held(held: bytes | None) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _held_by(row: tuple[Any, ...]) -> dict[str, Any]:
+    """Who holds a claim, from its row (as :data:`_INSERT` takes it): for the refusal's message."""
+    at = _iso(row[4]) if isinstance(row[4], int) else row[4]
+    return {"claimant": row[3], "claimed_at": at, "outcome_id": row[1]}
+
+
 @dataclass(eq=False)
 class _Request:
     """One held outcome waiting to be committed: ``ticket`` once committed, else ``failure`` to raise."""
@@ -256,6 +264,7 @@ class _Request:
     row: tuple[Any, ...]
     hold: Hold
     span: Any = None
+    body: bytes = b""  # the sealed span's OTLP bytes, until its row is inserted
     ticket: int = 0
     failure: BaseException | None = None
 
@@ -571,26 +580,30 @@ class _ClaimStore:
             return
         stored: list[_Request] = []
         try:
+            # Who holds a claim already is read first, inside the transaction (its write lock keeps others from
+            # claiming meanwhile): a refused request takes no link of the chain, and the others' rows go in two
+            # statements (a savepoint per request and a statement per row cost more than the rows themselves).
+            taken = self._taken(con, batch)
+            mine: dict[str | bytes, _Request] = {}  # claimed by this transaction, by key
             for request in batch:
-                con.execute("SAVEPOINT outcome")
-                try:
-                    con.execute(_INSERT, request.row)
-                    request.span, body = request.hold()  # sealed once the claim is ours: a refusal takes no link
-                    con.execute(INSERT_PENDING, (request.row[1], request.key, instance, body))
-                except sqlite3.IntegrityError:
-                    con.execute("ROLLBACK TO outcome")
-                    held = self._held(con, request.key)
+                key = request.key
+                if key in taken or key in mine:
+                    first = mine.get(key)
+                    held = self._held(con, key) if first is None else _held_by(first.row)
                     remedy = f"delete its row from {_TABLE}"
                     request.failure = _refusal(request.decision_id, str(self.path), held, remedy)
+                    continue
+                try:
+                    request.span, request.body = request.hold()  # sealed once the claim is known to be ours
                 except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
-                    con.execute("ROLLBACK TO outcome")
-                    failure = exc
-                    if isinstance(exc, sqlite3.Error):
-                        failure = self.error(f"record the outcome of decision {request.decision_id[:200]!r}", exc)
-                    request.failure = failure
-                else:
-                    stored.append(request)
-                con.execute("RELEASE outcome")
+                    request.failure = exc
+                    continue
+                mine[key] = request
+                stored.append(request)
+            if stored:
+                batch_name = pending.batch
+                con.executemany(_INSERT, [r.row for r in stored])
+                con.executemany(INSERT_PENDING, [(r.row[1], r.key, instance, batch_name, r.body) for r in stored])
             con.execute("COMMIT")
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
@@ -600,8 +613,19 @@ class _ClaimStore:
         self._committed += 1
         for request in stored:
             request.ticket = self._committed
+            request.body = b""
             if not self.sync_outcomes:
                 pending.added(request.row[1], request.span)
+
+    def _taken(self, con: sqlite3.Connection, batch: list[_Request]) -> set[Any]:
+        """Which of ``batch``'s decisions are claimed in the store already (caller is in a write transaction)."""
+        taken: set[Any] = set()
+        for at in range(0, len(batch), _KEYS_PER_SELECT):
+            keys = [request.key for request in batch[at : at + _KEYS_PER_SELECT]]
+            marks = ",".join("?" * len(keys))
+            found = con.execute(f"SELECT decision_id FROM {_TABLE} WHERE decision_id IN ({marks})", keys)
+            taken.update(key for (key,) in found)
+        return taken
 
     def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
         try:
@@ -610,10 +634,7 @@ class _ClaimStore:
             ).fetchone()
         except sqlite3.Error as exc:
             raise self.error("read a claim", exc) from exc
-        if row is None:
-            return {}
-        at = _iso(row[1]) if isinstance(row[1], int) else row[1]
-        return {"claimant": row[0], "claimed_at": at, "outcome_id": row[2]}
+        return {} if row is None else _held_by((None, row[2], None, row[0], row[1]))
 
     def release(self, key: str | bytes, outcome_id: str) -> None:
         with self.lock:
