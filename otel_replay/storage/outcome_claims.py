@@ -533,8 +533,8 @@ class _ClaimStore:
         Concurrent calls share a transaction: each queues its request, and
         whichever thread takes the connection commits every request queued
         so far in one transaction (a commit writes its pages once for all
-        of them), each in a savepoint of its own, so a refused claim or a
-        record that cannot be sealed undoes only its own rows.
+        of them); a refused claim or a record that cannot be sealed is its
+        own request's failure (see :meth:`_commit`), the others are stored.
         """
         request = _Request(decision_id, key, row, hold, settled=settled)
         with self._queue_lock:
@@ -781,8 +781,8 @@ def claim_outcomes(
     """:func:`claim_outcome` with ``hold`` for many decisions at once: ``(decision, outcome, correct, hold)`` each.
 
     A local dataset only. Claims and held outcomes go in shared transactions
-    (each decision in a savepoint of its own), so one commit writes the pages
-    of many; each item gets its :class:`OutcomeClaim` or the exception
+    (a refusal or a failed seal is its decision's alone), so one commit writes
+    the pages of many; each item gets its :class:`OutcomeClaim` or the exception
     :func:`claim_outcome` would have raised for it (nothing claimed for it then).
     """
     root = os.fspath(dataset)
