@@ -18,7 +18,6 @@ stored, and the calling threads' own until returned ("callers"). Variants run al
 * ``this, record_outcomes``: the same outcomes through
   ``record_outcomes()``, one call per thread with that thread's share (claims
   and outcomes in shared transactions of up to 1,000);
-* ``base, record_outcomes``: the base's ``record_outcomes()``, called the same way;
 * ``this, machine sync``: the same with ``OTEL_REPLAY_OUTCOME_SYNC=machine``
   (each commit ``fdatasync``-ed before the call returns, concurrent calls
   sharing a sync: durable against a machine crash);
@@ -26,6 +25,7 @@ stored, and the calling threads' own until returned ("callers"). Variants run al
   held beside its claim as here, each in a savepoint of the transaction,
   its row named by the conversion),
   extracted with ``git archive`` and put first on the worker's path;
+* ``base, record_outcomes``: the base's ``record_outcomes()``, called the same way;
 * ``no claim, queued``: this checkout with no claim and the outcome queued
   like any span through the SDK (a floor: sealing and emitting alone).
 

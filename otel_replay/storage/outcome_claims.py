@@ -505,7 +505,7 @@ class _ClaimStore:
         if hold is not None:
             return self._claim_held(decision_id, key, row, hold, settled)
         with self.lock:
-            con = self.connection()
+            con = self.connection(settled)
             try:
                 con.execute(_INSERT, row)
             except sqlite3.IntegrityError:
