@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
 from otel_replay import semconv as sc
 from otel_replay.capture.recorder import HeldRecord, get_recorder
@@ -89,8 +90,6 @@ def test_rows_are_held_named_for_the_open_batch_and_a_conversion_opens_the_next(
 
 def test_with_a_machine_sync_rows_are_named_by_the_conversion(dataset, monkeypatch):
     monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "machine")
-    import otel_replay
-
     with otel_replay.configure(dataset, set_global=False) as telemetry:
         tracer = DecisionTracer()
         tracer.record_outcome(tracer.decision("agent", "approve", "r"), True)
