@@ -8,7 +8,8 @@ model call each), flushed, then one outcome per decision through one
 ``DecisionTracer().record_outcome()`` shared by ``--threads`` threads. Only
 the outcomes are timed, twice: until every call has returned ("returned"),
 and until ``force_flush()`` has put every outcome in Parquet ("stored", what
-the calls left to the exporter included). Variants run alternately, best of
+the calls left to the exporter included); CPU is the process's until
+stored, and the calling threads' own until returned ("callers"). Variants run alternately, best of
 ``--rounds`` each:
 
 * ``this``: this checkout as configured by default (the outcome sealed
@@ -20,9 +21,11 @@ the calls left to the exporter included). Variants run alternately, best of
 * ``this, machine sync``: the same with ``OTEL_REPLAY_OUTCOME_SYNC=machine``
   (each commit ``fdatasync``-ed before the call returns, concurrent calls
   sharing a sync: durable against a machine crash);
-* ``base``: the package as of ``--base`` (default ``s6-start``: the outcome
-  held beside its claim as here, in a table keyed by the outcome's id),
+* ``base``: the package as of ``--base`` (default ``s7-start``: the outcome
+  held beside its claim as here, each in a savepoint of the transaction,
+  its row named by the conversion),
   extracted with ``git archive`` and put first on the worker's path;
+* ``base, record_outcomes``: the base's ``record_outcomes()``, called the same way;
 * ``no claim, queued``: this checkout with no claim and the outcome queued
   like any span through the SDK (a floor: sealing and emitting alone).
 
@@ -49,8 +52,8 @@ from typing import Any
 from _support import package_at
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = "s6-start"
-VARIANTS = ("this", "this, record_outcomes", "base", "this, machine sync", "no claim, queued")
+BASE = "s7-start"
+VARIANTS = ("this", "this, record_outcomes", "base", "base, record_outcomes", "this, machine sync", "no claim, queued")
 
 
 def _patch(variant: str) -> None:
@@ -91,9 +94,12 @@ def worker_outcomes(variant: str, n: int, threads: int) -> dict[str, float]:
         tracer = DecisionTracer()
         failed: list[BaseException] = []
 
+        callers: list[float] = []
+
         def record(part: list[tuple[int, str]]) -> None:
+            began = time.thread_time()
             try:
-                if variant == "this, record_outcomes":
+                if variant.endswith("record_outcomes"):
                     done = tracer.record_outcomes([(decision, i % 3 != 0) for i, decision in part])
                     if done.failed:
                         raise next(iter(done.failed.values()))
@@ -102,6 +108,8 @@ def worker_outcomes(variant: str, n: int, threads: int) -> dict[str, float]:
                     tracer.record_outcome(decision, i % 3 != 0)
             except BaseException as exc:  # noqa: BLE001 - reported by the parent
                 failed.append(exc)
+            finally:
+                callers.append(time.thread_time() - began)
 
         workers = [threading.Thread(target=record, args=(decisions[k::threads],)) for k in range(threads)]
         gc.collect()
@@ -118,7 +126,7 @@ def worker_outcomes(variant: str, n: int, threads: int) -> dict[str, float]:
         if failed:
             raise failed[0]
         files = len(os.listdir(Path(tmp, "_outcomes"))) if Path(tmp, "_outcomes").is_dir() else 0
-    return {"returned": returned, "stored": stored, "cpu": cpu, "files": files}
+    return {"returned": returned, "stored": stored, "cpu": cpu, "callers": sum(callers), "files": files}
 
 
 def worker_claims(n: int, threads: int) -> float:
@@ -181,12 +189,11 @@ def main() -> int:
     counts = [int(t) for t in opts.threads.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         base = package_at(opts.base, Path(tmp))
-        trees = {name: ROOT for name in VARIANTS}
+        trees = {name: ROOT for name in VARIANTS if base is not None or not name.startswith("base")}
         if base is None:
             print(f"(no peer: git cannot archive {opts.base})")
-            del trees["base"]
         else:
-            trees["base"] = base
+            trees.update({name: base for name in trees if name.startswith("base")})
         print(f"start: {_load()}")
         runs: dict[tuple[str, int], list[dict[str, float]]] = {(v, t): [] for v in trees for t in counts}
         for _ in range(opts.rounds):
@@ -199,11 +206,13 @@ def main() -> int:
             best = {v: min(runs[v, threads], key=lambda r: r["stored"]) for v in trees}
             print(f" {threads} thread(s):")
             for variant, r in best.items():
-                ratio = f"  {r['stored'] / best['base']['stored']:5.2f}x base" if "base" in best else ""
+                peer = "base, record_outcomes" if variant.endswith("record_outcomes") else "base"
+                ratio = f"  {r['stored'] / best[peer]['stored']:5.2f}x {peer}" if peer in best else ""
                 print(
                     f"  {variant:24s} returned {n / r['returned']:7,.0f}/s ({r['returned'] / n * 1e3:6.3f} ms)  "
                     f"stored {n / r['stored']:7,.0f}/s ({r['stored'] / n * 1e3:6.3f} ms){ratio}  "
-                    f"cpu {r['cpu'] / n * 1e3:.3f} ms/outcome  {r['files']:.0f} files in _outcomes/"
+                    f"cpu {r['cpu'] / n * 1e3:.3f} ms/outcome (callers {r.get('callers', 0) / n * 1e3:.3f})  "
+                    f"{r['files']:.0f} files in _outcomes/"
                 )
         claim_trees = {v: trees[v] for v in ("this", "base") if v in trees}
         for threads in sorted({1, max(counts)}):

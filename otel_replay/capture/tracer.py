@@ -90,7 +90,9 @@ def _held_outcome(outcome: OutcomeRecord, hold: HeldRecord, claim: object) -> Ou
     if isinstance(claim, BaseException):
         raise claim
     assert hold.ref is not None and hold.seal is not None
-    return replace(outcome, span=hold.ref, seal=hold.seal)
+    # Built, not replace()d: replace() looks the fields up again for every record.
+    o = outcome
+    return OutcomeRecord(o.record_id, o.decision_id, o.outcome_correct, o.note, o.correlation_id, hold.ref, hold.seal)
 
 
 MEMORY = 100_000
@@ -304,11 +306,16 @@ class DecisionTracer:
         dataset = self._store.dataset if self._store is not None else recorder.dataset
         local = bool(dataset and recorder.dataset and _same(dataset, recorder.dataset))
         held: list[tuple[OutcomeRecord, HeldRecord]] = []
+        scope_correlation: str | None = None  # the scope's, looked up once for the call (it is the same throughout)
         for decision_id, correct, note, decided, span in reserved:
             hold = None
             if local:  # sealed in the claims' shared transactions, as record_outcome() seals one in its own
                 try:
-                    correlation = (decided.correlation_id if decided else None) or current_ids().correlation_id
+                    correlation = decided.correlation_id if decided else None
+                    if not correlation:
+                        if scope_correlation is None:
+                            scope_correlation = current_ids().correlation_id or ""
+                        correlation = scope_correlation or None
                     outcome = OutcomeRecord(new_id(), decision_id, correct, note, correlation)
                     link = link_to(span) if span is not None else None
                     links = [link] if link else []
@@ -325,8 +332,21 @@ class DecisionTracer:
         if held:
             assert dataset is not None
             claims = claim_outcomes(dataset, [(o.decision_id, o.record_id, o.outcome_correct, h) for o, h in held])
+            sealed: list[OutcomeRecord] = []
             for (outcome, hold), claim in zip(held, claims, strict=True):
-                self._settle(result, outcome.decision_id, partial(_held_outcome, outcome, hold, claim))
+                try:
+                    sealed.append(_held_outcome(outcome, hold, claim))
+                except OutcomeAlreadyRecorded as exc:
+                    result.failed[outcome.decision_id] = exc  # claimed elsewhere: the reservation stands for it
+                except Exception as exc:  # noqa: BLE001 - this decision's failure; the others go on
+                    self._give_back(outcome.decision_id)
+                    result.failed[outcome.decision_id] = exc
+            with self._lock:  # once for all of them
+                for record in sealed:
+                    _remember(self._outcomes, record.decision_id, record)
+            for record in sealed:
+                self._append(record)
+                result.recorded[record.decision_id] = record
         return result
 
     def _settle(self, result: RecordedOutcomes, decision_id: str, emit: Callable[[], OutcomeRecord]) -> None:
@@ -365,9 +385,8 @@ class DecisionTracer:
             links = [link] if link else []
             held = recorder.held(sc.SPAN_OUTCOME, outcome.record_id, outcome.to_attributes(), links=links)
             if held is not None:  # sealed inside the claim's transaction and stored with it: durable as it commits
-                claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct, held)
-                assert held.ref is not None and held.seal is not None
-                return replace(outcome, span=held.ref, seal=held.seal)
+                return _held_outcome(outcome, held, claim_outcome(dataset, decision_id, outcome.record_id,
+                                                                  outcome_correct, held))
         claim = claim_outcome(dataset, decision_id, outcome.record_id, outcome_correct) if dataset else None
         try:
             ref, seal, durable = recorder.emit_durable(

@@ -121,6 +121,13 @@ rewritten in place, so each claim's ``fdatasync`` allocates nothing; a larger WA
 its first ~7,000 claims on a growing file, where each sync costs 5-10x more."""
 _CHUNK = 1_000
 """Held outcomes of one :func:`claim_outcomes` call per transaction (the claim store's lock is held for one)."""
+_KEYS_PER_SELECT = 500
+"""Decision ids per look-up of claims already taken (SQLite takes at least 999 parameters per statement)."""
+_SETTLED_NS = 2_000_000_000
+"""How old a directory's mtime must be before an unchanged mtime is taken to mean an unchanged directory (file
+systems stamp with a coarse clock: a change in the same tick as the last leaves the mtime as it was)."""
+_ALONE = 8
+"""Below this many requests in a transaction, each claim is inserted alone rather than looked up first."""
 Hold = Callable[[], tuple[Any, bytes]]
 """Seals an outcome once its claim is taken: its ended span and that span's OTLP bytes, stored beside the claim."""
 
@@ -247,6 +254,12 @@ def _held(held: bytes | None) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _held_by(row: tuple[Any, ...]) -> dict[str, Any]:
+    """Who holds a claim, from its row (as :data:`_INSERT` takes it): for the refusal's message."""
+    at = _iso(row[4]) if isinstance(row[4], int) else row[4]
+    return {"claimant": row[3], "claimed_at": at, "outcome_id": row[1]}
+
+
 @dataclass(eq=False)
 class _Request:
     """One held outcome waiting to be committed: ``ticket`` once committed, else ``failure`` to raise."""
@@ -255,7 +268,9 @@ class _Request:
     key: str | bytes
     row: tuple[Any, ...]
     hold: Hold
+    settled: bool = False  # the claimant found ``_outcomes/`` unchanged (see _ClaimStore.looked)
     span: Any = None
+    body: bytes = b""  # the sealed span's OTLP bytes, until its row is inserted
     ticket: int = 0
     failure: BaseException | None = None
 
@@ -282,6 +297,9 @@ class _ClaimStore:
         self._queue: list[_Request] = []  # held outcomes waiting for a transaction (see _claim_held)
         self._queue_lock = threading.Lock()
         self.sync_outcomes = sync_outcomes()
+        # What a claim looks for before its insert (a claim file of an older version, a store replaced by hand) is
+        # looked for again only when ``_outcomes/`` changed: both change the directory's mtime (see looked()).
+        self._listed: tuple[tuple[int, int], bool, bool] | None = None  # (inode, mtime); claim files?; settled?
 
     def error(self, doing: str, exc: BaseException) -> DatasetError:
         """A one-line error naming the store and what could not be done (damage said as such)."""
@@ -326,8 +344,44 @@ class _ClaimStore:
                 with contextlib.suppress(OSError):
                     leftover.unlink()
 
-    def connection(self) -> sqlite3.Connection:
-        """The open connection, (re)opened when the file at :attr:`path` is not the one it has open."""
+    def looked(self, *, listing: bool = False) -> tuple[bool, bool]:
+        """Whether ``_outcomes/`` is as this process last listed it, settled (one ``stat``), and may hold claim files.
+
+        First: no file was added, removed or renamed there since it was last
+        listed, so neither a claim file of an older version nor a store put
+        in place by hand appeared (each changes the directory's mtime). A
+        directory whose mtime is within :data:`_SETTLED_NS` of the clock is
+        never taken as unchanged (a change in the same tick of the file
+        system's clock leaves the mtime as it was), and it is listed again
+        only with ``listing``. Second: whether the directory holds a claim
+        file of an older version (``True`` when not known).
+        """
+        try:
+            st = os.stat(self.directory)
+        except OSError:
+            return False, True
+        seen = (st.st_ino, st.st_mtime_ns)
+        settled = st.st_mtime_ns < time.time_ns() - _SETTLED_NS
+        listed = self._listed  # one read: a listing and the state it was taken in go together
+        if listed is not None and listed[0] == seen:
+            if listed[2]:
+                return True, listed[1]
+            if not settled and not listing:
+                return False, True
+        try:  # listed after the stat: it shows at least the state the stat saw
+            legacy = any(name.endswith(".json") for name in os.listdir(self.directory))
+        except OSError:
+            return False, True
+        self._listed = (seen, legacy, settled)
+        return False, legacy
+
+    def connection(self, settled: bool = False) -> sqlite3.Connection:
+        """The open connection, (re)opened when the file at :attr:`path` is not the one it has open.
+
+        ``settled``: :meth:`looked` said the directory did not change, so the open one is still the file there.
+        """
+        if settled and self._con is not None:
+            return self._con
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -438,8 +492,9 @@ class _ClaimStore:
     def claim(
         self, decision_id: str, outcome_id: str, outcome_correct: bool, hold: Hold | None = None
     ) -> OutcomeClaim:
+        settled, legacy_files = self.looked()
         legacy = self.legacy + _name(decision_id)
-        if os.path.lexists(legacy):  # a claim file an older version wrote
+        if (legacy_files or not settled) and os.path.lexists(legacy):  # a claim file an older version wrote
             try:
                 written: bytes | None = Path(legacy).read_bytes()
             except OSError:
@@ -448,9 +503,9 @@ class _ClaimStore:
         key = _key(decision_id)
         row = (key, outcome_id, int(outcome_correct), claimant(), time.time_ns())
         if hold is not None:
-            return self._claim_held(decision_id, key, row, hold)
+            return self._claim_held(decision_id, key, row, hold, settled)
         with self.lock:
-            con = self.connection()
+            con = self.connection(settled)
             try:
                 con.execute(_INSERT, row)
             except sqlite3.IntegrityError:
@@ -470,16 +525,18 @@ class _ClaimStore:
             raise self.error(f"make the claim for decision {decision_id[:200]!r} durable", exc) from exc
         return claim
 
-    def _claim_held(self, decision_id: str, key: str | bytes, row: tuple[Any, ...], hold: Hold) -> OutcomeClaim:
+    def _claim_held(
+        self, decision_id: str, key: str | bytes, row: tuple[Any, ...], hold: Hold, settled: bool = False
+    ) -> OutcomeClaim:
         """Claim and store the outcome ``hold`` seals, in one transaction (see :mod:`.outcome_log`).
 
         Concurrent calls share a transaction: each queues its request, and
         whichever thread takes the connection commits every request queued
         so far in one transaction (a commit writes its pages once for all
-        of them), each in a savepoint of its own, so a refused claim or a
-        record that cannot be sealed undoes only its own rows.
+        of them); a refused claim or a record that cannot be sealed is its
+        own request's failure (see :meth:`_commit`), the others are stored.
         """
-        request = _Request(decision_id, key, row, hold)
+        request = _Request(decision_id, key, row, hold, settled=settled)
         with self._queue_lock:
             self._queue.append(request)
         with self.lock:
@@ -504,10 +561,8 @@ class _ClaimStore:
 
     def claim_many(self, items: list[tuple[str, str, bool, Hold]]) -> list[OutcomeClaim | BaseException]:
         """Claim and store held outcomes ``(decision, outcome, correct, hold)``, :data:`_CHUNK` per transaction."""
-        try:  # an older version's claim files are looked for one by one only when there are any
-            legacy = any(name.endswith(".json") for name in os.listdir(self.directory))
-        except OSError:
-            legacy = False
+        settled, legacy = self.looked(listing=True)  # older claim files are looked for one by one only when any are
+        legacy = legacy and os.path.isdir(self.directory)
         answers: list[_Request | BaseException] = []
         for decision_id, outcome_id, correct, hold in items:
             try:
@@ -515,7 +570,7 @@ class _ClaimStore:
                     self.claim(decision_id, outcome_id, correct)  # refuses, naming the file
                 key = _key(decision_id)
                 row = (key, outcome_id, int(correct), claimant(), time.time_ns())
-                answers.append(_Request(decision_id, key, row, hold))
+                answers.append(_Request(decision_id, key, row, hold, settled=settled))
             except Exception as exc:  # noqa: BLE001 - this decision's answer
                 answers.append(exc)
         requests = [r for r in answers if isinstance(r, _Request)]
@@ -552,7 +607,7 @@ class _ClaimStore:
 
         doing = f"record the outcome of decision {batch[0].decision_id[:200]!r}"
         try:
-            con = self.connection()
+            con = self.connection(all(request.settled for request in batch))
         except DatasetError as exc:
             fail_all(exc)
             return
@@ -571,26 +626,41 @@ class _ClaimStore:
             return
         stored: list[_Request] = []
         try:
+            # A refused request takes no link of the chain: its claim is known to be ours before it is sealed. For
+            # a few requests each claim is inserted alone (a refusal aborts that statement only, the transaction goes
+            # on); for more, who holds a claim already is read first, inside the transaction (its write lock keeps
+            # others from claiming meanwhile), and the rows go in one statement per table (a savepoint and a statement
+            # per request cost more than the rows themselves).
+            alone = len(batch) < _ALONE
+            taken = set() if alone else self._taken(con, batch)
+            mine: dict[str | bytes, _Request] = {}  # claimed in this transaction, by key
             for request in batch:
-                con.execute("SAVEPOINT outcome")
+                key = request.key
                 try:
-                    con.execute(_INSERT, request.row)
-                    request.span, body = request.hold()  # sealed once the claim is ours: a refusal takes no link
-                    con.execute(INSERT_PENDING, (request.row[1], request.key, instance, body))
+                    if key in taken or key in mine:
+                        raise sqlite3.IntegrityError(key)
+                    if alone:
+                        con.execute(_INSERT, request.row)
                 except sqlite3.IntegrityError:
-                    con.execute("ROLLBACK TO outcome")
-                    held = self._held(con, request.key)
+                    first = mine.get(key)
+                    held = self._held(con, key) if first is None else _held_by(first.row)
                     remedy = f"delete its row from {_TABLE}"
                     request.failure = _refusal(request.decision_id, str(self.path), held, remedy)
+                    continue
+                try:
+                    request.span, request.body = request.hold()  # sealed once the claim is known to be ours
                 except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
-                    con.execute("ROLLBACK TO outcome")
-                    failure = exc
-                    if isinstance(exc, sqlite3.Error):
-                        failure = self.error(f"record the outcome of decision {request.decision_id[:200]!r}", exc)
-                    request.failure = failure
-                else:
-                    stored.append(request)
-                con.execute("RELEASE outcome")
+                    if alone:
+                        con.execute(f"DELETE FROM {_TABLE} WHERE decision_id = ?", (key,))  # its claim goes back
+                    request.failure = exc
+                    continue
+                mine[key] = request
+                stored.append(request)
+            if stored:
+                if not alone:
+                    con.executemany(_INSERT, [r.row for r in stored])
+                batch_name = pending.batch
+                con.executemany(INSERT_PENDING, [(r.row[1], r.key, instance, batch_name, r.body) for r in stored])
             con.execute("COMMIT")
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
@@ -600,8 +670,19 @@ class _ClaimStore:
         self._committed += 1
         for request in stored:
             request.ticket = self._committed
+            request.body = b""
             if not self.sync_outcomes:
                 pending.added(request.row[1], request.span)
+
+    def _taken(self, con: sqlite3.Connection, batch: list[_Request]) -> set[Any]:
+        """Which of ``batch``'s decisions are claimed in the store already (caller is in a write transaction)."""
+        taken: set[Any] = set()
+        for at in range(0, len(batch), _KEYS_PER_SELECT):
+            keys = [request.key for request in batch[at : at + _KEYS_PER_SELECT]]
+            marks = ",".join("?" * len(keys))
+            found = con.execute(f"SELECT decision_id FROM {_TABLE} WHERE decision_id IN ({marks})", keys)
+            taken.update(key for (key,) in found)
+        return taken
 
     def _held(self, con: sqlite3.Connection, key: str | bytes) -> dict[str, Any]:
         try:
@@ -610,10 +691,7 @@ class _ClaimStore:
             ).fetchone()
         except sqlite3.Error as exc:
             raise self.error("read a claim", exc) from exc
-        if row is None:
-            return {}
-        at = _iso(row[1]) if isinstance(row[1], int) else row[1]
-        return {"claimant": row[0], "claimed_at": at, "outcome_id": row[2]}
+        return {} if row is None else _held_by((None, row[2], None, row[0], row[1]))
 
     def release(self, key: str | bytes, outcome_id: str) -> None:
         with self.lock:
@@ -703,8 +781,8 @@ def claim_outcomes(
     """:func:`claim_outcome` with ``hold`` for many decisions at once: ``(decision, outcome, correct, hold)`` each.
 
     A local dataset only. Claims and held outcomes go in shared transactions
-    (each decision in a savepoint of its own), so one commit writes the pages
-    of many; each item gets its :class:`OutcomeClaim` or the exception
+    (a refusal or a failed seal is its decision's alone), so one commit writes
+    the pages of many; each item gets its :class:`OutcomeClaim` or the exception
     :func:`claim_outcome` would have raised for it (nothing claimed for it then).
     """
     root = os.fspath(dataset)

@@ -14,8 +14,13 @@ it keeps the ended span in memory and converts (:meth:`PendingOutcomes.convert`,
 on a thread of its own every :data:`CONVERT_SECONDS`, at ``force_flush()``,
 at shutdown and at interpreter exit) in three steps, each safe to crash in:
 
-1. the rows about to be written are given a batch name (committed, then the
-   store's WAL synced, so the name is on disk before any Parquet file is);
+1. the rows about to be written have a batch name, and the store's WAL is
+   synced, so the name is on disk before any Parquet file is. A row is
+   inserted with the name of the batch open at the time (a conversion closes
+   it, and the rows after it go to the next), so naming costs no write; with
+   ``OTEL_REPLAY_OUTCOME_SYNC=machine`` a row is inserted without one and
+   named by the conversion (its span is handed over only once its commit is
+   synced, after the insert);
 2. they are written as ``spans/date=…/outcomes-<instance>-<batch>.parquet``
    (one file per date, written to a temporary name, fsynced, renamed);
 3. the batch's rows are deleted.
@@ -78,7 +83,7 @@ _PENDING_COLUMNS = (
     "outcome_id TEXT NOT NULL UNIQUE, "  # the outcome's record id (its claim's outcome_id)
     "decision_id NOT NULL, "  # the claim's key (TEXT, or BLOB for ids with lone surrogates)
     "instance TEXT NOT NULL, "  # the writing process's instance: its lock is writers/<instance>.lock
-    "batch TEXT, "  # NULL until a conversion names the batch the row is written in
+    "batch TEXT, "  # the batch the row is written in; NULL until a conversion names it (machine sync, older versions)
     "body BLOB NOT NULL)"
 )
 PENDING_SCHEMA = (f"CREATE TABLE IF NOT EXISTS {PENDING_TABLE} ({_PENDING_COLUMNS}",)
@@ -95,7 +100,8 @@ PENDING_MIGRATION = (
 """Statements (one transaction) that turn the table as first made (``WITHOUT ROWID``) into a rowid table, rows kept.
 Same name and columns: a process of the version before keeps reading and writing it (SQLite prepares its
 statements again when the schema changed)."""
-INSERT_PENDING = f"INSERT INTO {PENDING_TABLE} VALUES (?, ?, ?, NULL, ?)"
+INSERT_PENDING = f"INSERT INTO {PENDING_TABLE} VALUES (?, ?, ?, ?, ?)"
+"""A held outcome's row: outcome id, decision (the claim's key), instance, batch (or ``None``), body."""
 WRITERS_DIR = "writers"
 """Under ``_outcomes/``: one lock file per live process holding pending outcomes."""
 FILE_PREFIX = "outcomes-"
@@ -137,7 +143,11 @@ class PendingOutcomes:
         self.store = store
         self.dataset = store.directory.parent
         self.instance = f"{os.getpid()}-{secrets.token_hex(4)}"
-        self.spans: list[tuple[str, Any]] = []  # (outcome id, ended span): rows of this instance not in a batch yet
+        self.spans: list[tuple[str, Any]] = []  # (outcome id, ended span): rows of this instance in no closed batch
+        # Rows are inserted already named (see :attr:`batch`), except with a machine sync, where a row's span is
+        # handed over (:meth:`added`) only after its commit is synced: a conversion meanwhile must not close the
+        # batch the row names without its span, so such rows are named by the conversion, as they always were.
+        self.named_on_insert = not store.sync_outcomes
         self._unwritten: list[tuple[str, list[Any]]] = []  # named batches not yet written (a write failed)
         self._batches = 0
         self._oldest = 0.0  # when the oldest of ``spans`` was added (monotonic)
@@ -154,6 +164,11 @@ class PendingOutcomes:
     def lock_path(self) -> Path:
         """The lock file of this instance."""
         return self.store.directory / WRITERS_DIR / f"{self.instance}.lock"
+
+    @property
+    def batch(self) -> str | None:
+        """The batch a row inserted now is named for (the one the next conversion writes); ``None``: named later."""
+        return str(self._batches + 1) if self.named_on_insert else None
 
     def instance_for_insert(self) -> str:
         """The name of this instance, its lock taken first (caller holds the store's lock). Raises ``OSError``."""
@@ -194,17 +209,17 @@ class PendingOutcomes:
             with store.lock:
                 spans, self.spans = self.spans, []
                 if spans:
-                    self._batches += 1
-                    batch = str(self._batches)
-                    con = store.connection()
-                    try:
-                        con.executemany(
-                            f"UPDATE {PENDING_TABLE} SET batch = ? WHERE outcome_id = ?",
-                            [(batch, key) for key, _ in spans],
-                        )
-                    except sqlite3.Error as exc:
-                        self.spans[:0] = spans
-                        raise store.error("name a batch of outcomes", exc) from exc
+                    batch = str(self._batches + 1)
+                    if not self.named_on_insert:
+                        try:
+                            store.connection().executemany(
+                                f"UPDATE {PENDING_TABLE} SET batch = ? WHERE outcome_id = ?",
+                                [(batch, key) for key, _ in spans],
+                            )
+                        except sqlite3.Error as exc:
+                            self.spans[:0] = spans
+                            raise store.error("name a batch of outcomes", exc) from exc
+                    self._batches += 1  # closed: the rows inserted from now on are named for the next batch
                     self._unwritten.append((batch, [span for _, span in spans]))
             if spans:
                 store.sync_all()  # the batch's name on disk before any of its files is

@@ -108,7 +108,7 @@ def test_a_live_process_keeps_its_held_outcomes_from_another_process_recovering_
         decision = tracer.decision("agent", "approve", "r")
         outcome = tracer.record_outcome(decision, True).record_id
         _child(dataset, "telemetry.shutdown()")  # its configure() runs a recovery
-        assert _pending(dataset) == [(outcome, None)]  # still this process's to write
+        assert _pending(dataset) == [(outcome, "1")]  # still this process's to write, in its open batch
         assert telemetry.force_flush()
     assert _stored_outcomes(dataset) == [outcome]
 
