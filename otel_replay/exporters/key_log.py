@@ -147,7 +147,7 @@ def parse_lines(data: bytes) -> tuple[dict[str, LoggedFile], int]:
 def rewrite_without(partition: Path, replaced: Collection[str]) -> None:
     """Rewrite ``partition``'s log without the lines of ``replaced`` files (compaction's inputs, once swapped).
 
-    Replaced atomically (temp file, rename); a line another process appends
+    A log left with no line is deleted. Replaced atomically (temp file, rename); a line another process appends
     meanwhile may be lost, which only costs its file a footer read.
     Best effort, like :func:`append_entry`.
     """
@@ -162,6 +162,9 @@ def rewrite_without(partition: Path, replaced: Collection[str]) -> None:
     gone = set(replaced)
     end = data.rfind(b"\n") + 1
     kept = [line + b"\n" for line in data[:end].split(b"\n")[:-1] if _name_of(line) not in gone]
+    if not kept:  # every file it named was replaced: the partition keeps no log until the next arrival
+        log.unlink(missing_ok=True)
+        return
     tmp = partition / f".{KEY_LOG_NAME}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"  # a writer temp name: cleaned if stale
     try:
         tmp.write_bytes(b"".join(kept))

@@ -159,6 +159,7 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
     if expired:
         gone = set(expired)  # a set: a partition of 20,000 arrivals made this a quadratic minute
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in gone}
+        rewrite_without(partition, gone)  # key log lines a crash after the swap left behind
     manifest.pending = {}  # every pending run's outputs are gone now
     return deleted, leftovers, manifest
 

@@ -95,13 +95,14 @@ def test_writers_appending_to_one_partition_at_once_each_append_whole_lines(tmp_
     assert len(written) == 24 and written <= set(lines)
 
 
-def test_pruning_keeps_the_lines_of_the_files_not_replaced_and_a_missing_log_is_no_error(tmp_path: Path) -> None:
+def test_pruning_keeps_the_lines_of_the_files_not_replaced_and_an_emptied_or_missing_log_is_gone(tmp_path: Path) -> None:
     dataset = _day(tmp_path / "ds", files=6)
     log = _logs(dataset)[0]
     names = sorted(parse_lines(log.read_bytes())[0])
     rewrite_without(log.parent, names[:4])
     assert sorted(parse_lines(log.read_bytes())[0]) == names[4:]
     assert not [p for p in log.parent.iterdir() if p.name.endswith(".tmp")]
-    log.unlink()
+    rewrite_without(log.parent, names)  # no line left: no log
+    assert not log.exists()
     rewrite_without(log.parent, names)  # nothing to prune
     assert not log.exists()
