@@ -7,7 +7,10 @@ otel-replay reads, and span columns of the expected types. The verdicts are
 cached in a :class:`FileTriage`, which the query engine consults before it
 points its views at a file. The same footer bytes give the keys of the ids
 a file written by this otel-replay holds (:mod:`otel_replay.exporters.id_keys`),
-which the engine's tail index uses instead of reading the file.
+which the engine's tail index uses instead of reading the file. On local
+disk, a file the writer logged in its partition's key log
+(:mod:`otel_replay.exporters.key_log`) is not even opened: its line gives
+its keys once one file of the same writer schema was checked in full.
 """
 
 from __future__ import annotations
@@ -209,7 +212,9 @@ class FileTriage:
         once per distinct writer schema). Cached by (size, mtime). A file
         damaged past its footer is named by the query that reads it
         (``Engine._attempt`` in :mod:`otel_replay.query.engine`). A file that is gone is :data:`VANISHED` (not live,
-        not corrupt: retention or compaction removed it after the listing).
+        not corrupt: retention or compaction removed it after the listing). A local file whose key log line
+        records its current (size, mtime), of a writer schema already checked here, is judged by that line
+        alone (:mod:`otel_replay.exporters.key_log`): its damage, if any, is named by the query that reads it.
 
         Raises:
             DatasetError: the file was written with a newer major storage schema version.
