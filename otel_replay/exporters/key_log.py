@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import uuid
 import zlib
 from collections.abc import Collection, Mapping
@@ -112,7 +113,8 @@ def append_entry(path: Path, footer: Mapping[bytes, bytes]) -> None:
         if digest is None:
             return
         line = _line(path.name, (st.st_size, st.st_mtime_ns), digest, keys)
-        fd = os.open(path.parent / KEY_LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NONBLOCK: a FIFO in the log's place fails at once (no reader) instead of holding the writer.
+        fd = os.open(path.parent / KEY_LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
         try:
             os.write(fd, line)  # one write: appends of several processes never interleave within a line
         finally:
@@ -153,11 +155,13 @@ def rewrite_without(partition: Path, replaced: Collection[str]) -> None:
     """
     log = partition / KEY_LOG_NAME
     try:
-        data = log.read_bytes()
+        data = _regular_bytes(log)
     except FileNotFoundError:
         return
     except OSError as exc:
         _log.debug("otel-replay: key log %s not pruned: %s", log, exc)
+        return
+    if data is None:  # not a regular file (a FIFO, a folder): not the writer's, left alone
         return
     gone = set(replaced)
     end = data.rfind(b"\n") + 1
@@ -172,6 +176,18 @@ def rewrite_without(partition: Path, replaced: Collection[str]) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         _log.debug("otel-replay: key log %s not pruned: %s", log, exc)
+
+
+def _regular_bytes(path: Path) -> bytes | None:
+    """The bytes of the regular file ``path`` (``None``: something else is there; a FIFO never blocks here)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return os.pread(fd, info.st_size, 0)
+    finally:
+        os.close(fd)
 
 
 def _name_of(line: bytes) -> str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -50,6 +51,7 @@ _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 _KNOWN_WRITERS = 64  # footer digests (one per writer schema) a FileTriage vouches for at most
+_MAX_KEY_LOG = 256 * 2**20  # a partition's key log past this size (~500,000 files) is not read: footers are
 
 
 def note_skipped(problem: CorruptFileError) -> None:
@@ -288,12 +290,16 @@ class FileTriage:
         self, partition: str, held: tuple[tuple[int, int], int, dict[str, LoggedFile]] | None
     ) -> tuple[tuple[int, int], int, dict[str, LoggedFile]] | None:
         try:
-            fd = os.open(os.path.join(partition, KEY_LOG_NAME), os.O_RDONLY)
+            # O_NONBLOCK: a FIFO put in its place must not hang the reader; only a regular file is read.
+            fd = os.open(os.path.join(partition, KEY_LOG_NAME), os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             self._logs.pop(partition, None)
             return None
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_KEY_LOG:
+                self._logs.pop(partition, None)
+                return None
             same = held is not None and held[0] == (st.st_dev, st.st_ino) and held[1] <= st.st_size
             start = held[1] if same and held is not None else 0
             data = os.pread(fd, st.st_size - start, start)

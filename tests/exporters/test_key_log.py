@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 from otel_replay.exporters.id_keys import decode_keys, footer_keys
 from otel_replay.exporters.key_log import KEY_LOG_NAME, parse_lines, rewrite_without
 from otel_replay.exporters.writer import write_partitions
+from otel_replay.location import resolve
+from otel_replay.query.files import FileTriage
 
 from ..storage.conftest import load_generator
 
@@ -106,3 +108,26 @@ def test_pruning_keeps_the_lines_of_the_files_not_replaced_and_an_emptied_or_mis
     assert not log.exists()
     rewrite_without(log.parent, names)  # nothing to prune
     assert not log.exists()
+
+
+def test_a_fifo_or_a_folder_in_the_logs_place_never_holds_a_writer_a_reader_or_a_compaction(tmp_path: Path) -> None:
+    dataset = _day(tmp_path / "ds", files=3)
+    log = _logs(dataset)[0]
+    partition = log.parent
+    files = sorted(str(p) for p in (dataset / "spans").rglob("*.parquet"))
+    table = pq.read_table(files[0])
+    table = table.append_column("date", table.column("start_time").cast("date32"))
+    for make in (os.mkfifo, os.mkdir):
+        if log.is_dir():
+            log.rmdir()
+        else:
+            log.unlink()
+        make(log)
+        name = f"part-9-{make.__name__}-bbbbbbbbbbbb.parquet"
+        write_partitions(table, dataset / "spans", lambda _date, name=name: name)  # written, no line: no wait
+        assert (partition / name).exists()
+        triage = FileTriage(resolve(dataset))
+        good, skipped, _ = triage.live(set(), skip_corrupt=False)
+        assert not skipped and str(partition / name) in good  # every footer read instead
+        rewrite_without(partition, [name])  # left alone
+        assert log.is_fifo() if make is os.mkfifo else log.is_dir()
