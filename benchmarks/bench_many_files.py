@@ -1,7 +1,7 @@
 """Many small files: compaction and a cold chain on a day no compaction has touched yet.
 
 Usage: python benchmarks/bench_many_files.py DIR [--files 20654] [--rows-per-file 10] [--skip-generate]
-           [--base CHECKOUT] [--rounds 1]
+           [--base CHECKOUT] [--rounds 1] [--phases chain,footers,compact,after]
 
 Generates (once, in ``DIR/day``) a day of ``--files`` arrival-order files of
 ``--rows-per-file`` spans each through the project's row builder and
@@ -10,7 +10,10 @@ short-lived processes or a flush per commit leave), then, each in a fresh
 child process (peak RSS from ``getrusage`` of the child):
 
 - ``chain``: ``otel-replay chain trade <id> -d DIR/day`` on the uncompacted day
-  (the first process to open it: no side index, no tail index yet);
+  (the first process to open it: no side index, no tail index yet; the
+  partitions' key logs, ``_id_keys.log``, as the writer left them);
+- ``footers`` (not run by default): the same chain with the key logs removed,
+  as on a day an older otel-replay wrote: every file's footer is read;
 - ``compact``: ``otel-replay compact`` of a copy of the day (``--grace 0``),
   spans/s and peak RSS;
 - ``chain after``: the same chain on the compacted copy.
@@ -104,16 +107,23 @@ def main() -> int:
     for round_ in range(args.rounds):
         for label, code in codes:
             print(f"-- round {round_ + 1}, {label}, load average {os.getloadavg()[0]:.2f}")
-            if "chain" in phases:
-                # A copy: the chain must be the first process to open these files (no tail index held anywhere).
+            for phase in ("chain", "footers"):
+                if phase not in phases:
+                    continue
+                # A copy (times kept: the key logs hold them): the chain must be the first process to open these
+                # files (no tail index held anywhere).
                 cold = args.dir / "cold"
                 shutil.rmtree(cold, ignore_errors=True)
                 shutil.copytree(day, cold)
+                if phase == "footers":
+                    for log in (cold / "spans").glob("date=*/_id_keys.log"):
+                        log.unlink()
                 result = _child("chain", "trade", chain_id, "-d", str(cold), "--json", code=code)
                 out = result.pop("out")
                 rows = len(json.loads(out or "{}").get("traces", [])) if result["rc"] == 0 else None
-                chains[label] = out.replace(str(cold), "DIR")
-                print("cold chain on the uncompacted day", json.dumps(result), "decisions", rows)
+                chains[f"{label} {phase}"] = out.replace(str(cold), "DIR")
+                what = "key logs kept" if phase == "chain" else "key logs removed"
+                print(f"cold chain on the uncompacted day ({what})", json.dumps(result), "decisions", rows)
             work = args.dir / "compacted"
             if "compact" in phases:
                 shutil.rmtree(work, ignore_errors=True)
@@ -135,9 +145,9 @@ def main() -> int:
                 result.pop("out")
                 print("chain after compaction", json.dumps(result))
     if len(set(chains.values())) > 1:
-        print("the chains differ between the codes", file=sys.stderr)
+        print("the chains differ between the codes or phases", file=sys.stderr)
     elif len(chains) > 1:
-        print("the same chain from both codes")
+        print("the same chain from every code and phase")
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -34,6 +34,7 @@ import hashlib
 import json
 import re
 import struct
+import sys
 from collections.abc import Iterable
 
 import pyarrow as pa
@@ -49,6 +50,7 @@ __all__ = [
     "encode_keys",
     "footer_metadata",
     "footer_keys",
+    "footer_tail",
     "id_key",
     "table_keys",
 ]
@@ -67,6 +69,7 @@ MAX_FOOTER_KEYS = 4096
 
 _GATE_ATTRIBUTE = "replay.gate.decision_id"
 _PACK = struct.Struct("<Q")
+_LITTLE = sys.byteorder == "little" and struct.calcsize("Q") == 8  # native uint64 is the stored layout
 _PAIR = b"\x18" + bytes([len(ID_KEYS_METADATA_KEY)]) + ID_KEYS_METADATA_KEY + b"\x18"
 # The other pairs a span file's footer may hold after the keys, each with what its value must look like.
 _BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
@@ -150,11 +153,13 @@ def encode_keys(keys: Iterable[int]) -> bytes:
 def decode_keys(raw: bytes) -> frozenset[int] | None:
     """The keys of a footer value (``None`` when it is not one :func:`encode_keys` made)."""
     try:
-        packed = base64.b64decode(raw, validate=True)
+        packed = binascii.a2b_base64(raw, strict_mode=True)  # base64.b64decode(validate=True), without its wrapper
     except (binascii.Error, ValueError):
         return None
     if len(packed) % 8 or len(packed) > 8 * MAX_FOOTER_KEYS:
         return None
+    if _LITTLE:  # read in place (a lookup on a day of small files decodes one footer's keys per file)
+        return frozenset(memoryview(packed).cast("Q"))
     return frozenset(struct.unpack(f"<{len(packed) // 8}Q", packed))
 
 
@@ -244,19 +249,36 @@ def _walk_tail(footer: bytes) -> bool:
     return at == len(footer) - 1 and footer[at] == 0
 
 
-def footer_keys(footer: bytes) -> frozenset[int] | None:
-    """The id keys a span file's Thrift footer carries, or ``None`` when it carries none this writer put there.
-
-    See the module docstring: the value is taken only when what follows it,
-    to the end of the footer, is what the writer puts after it.
-    """
+def _keys_value(footer: bytes) -> tuple[bytes, int] | None:
+    """The keys' raw value in ``footer`` and where its tail starts, when the tail is what this writer puts there."""
     at = footer.rfind(_PAIR)
     if at < 0:
         return None
     value, after = _text(footer, at + len(_PAIR))
     if after < 0 or footer[after : after + 1] != b"\x00" or not _tail_after(footer, after + 1):
         return None
-    return decode_keys(value)
+    return value, after + 1
+
+
+def footer_keys(footer: bytes) -> frozenset[int] | None:
+    """The id keys a span file's Thrift footer carries, or ``None`` when it carries none this writer put there.
+
+    See the module docstring: the value is taken only when what follows it,
+    to the end of the footer, is what the writer puts after it.
+    """
+    found = _keys_value(footer)
+    return None if found is None else decode_keys(found[0])
+
+
+def footer_tail(footer: bytes) -> bytes | None:
+    """The bytes after the id keys in a span file's footer (``None``: it carries none this writer put there).
+
+    They hold the writer's Arrow schema, storage schema version, name and
+    column orders, and nothing of the file's rows: one value for every file a
+    writer makes with one schema (see :mod:`.key_log`).
+    """
+    found = _keys_value(footer)
+    return None if found is None or decode_keys(found[0]) is None else footer[found[1] :]
 
 
 def footer_metadata(table: pa.Table) -> dict[bytes, bytes]:

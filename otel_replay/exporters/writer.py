@@ -35,6 +35,7 @@ from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
 from otel_replay.location import Location, PerBackend, resolve
 
 from .id_keys import footer_metadata
+from .key_log import append_entry
 from .rows import DATE_COLUMN
 from .schema import SPAN_SCHEMA, SPANS_DIR
 
@@ -201,6 +202,7 @@ def write_partitions(
         except Exception as exc:
             raise PartialWriteError(paths, unique[: len(paths)]) from exc
         paths.append(path)
+        append_entry(path, footer)  # its keys in the partition's log: readers need not open it (.key_log)
     return paths
 
 

@@ -7,13 +7,17 @@ otel-replay reads, and span columns of the expected types. The verdicts are
 cached in a :class:`FileTriage`, which the query engine consults before it
 points its views at a file. The same footer bytes give the keys of the ids
 a file written by this otel-replay holds (:mod:`otel_replay.exporters.id_keys`),
-which the engine's tail index uses instead of reading the file.
+which the engine's tail index uses instead of reading the file. On local
+disk, a file the writer logged in its partition's key log
+(:mod:`otel_replay.exporters.key_log`) is not even opened: its line gives
+its keys once one file of the same writer schema was checked in full.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -21,7 +25,8 @@ import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
 from otel_replay.errors import CorruptFileError, DatasetError
-from otel_replay.exporters.id_keys import footer_keys
+from otel_replay.exporters.id_keys import decode_keys, footer_keys
+from otel_replay.exporters.key_log import KEY_LOG_NAME, LoggedFile, footer_digest, parse_lines
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPANS_DIR
 from otel_replay.location import Location
 from otel_replay.storage.backend import Backend, backend_for
@@ -45,6 +50,8 @@ _TAIL_READ = 64 * 1024  # bytes read from a local file's end in one call (a smal
 _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
+_KNOWN_WRITERS = 64  # footer digests (one per writer schema) a FileTriage vouches for at most
+_MAX_KEY_LOG = 256 * 2**20  # a partition's key log past this size (~500,000 files) is not read: footers are
 
 
 def note_skipped(problem: CorruptFileError) -> None:
@@ -173,6 +180,12 @@ class FileTriage:
         self.footer_keys: dict[str, tuple[tuple[int, int], frozenset[int]]] = {}
         """The id keys a checked file's footer carries, by the stamp it was checked at (for the tail index)."""
         self._footer_key_count = 0
+        self._logs: dict[str, tuple[tuple[int, int], int, dict[str, LoggedFile]]] = {}
+        """Each local partition's key log (:mod:`~otel_replay.exporters.key_log`): (device and inode, bytes
+        read, its whole lines by file name)."""
+        self._logs_read: set[str] = set()  # partitions whose log was read since the listing
+        self._writers: dict[bytes, tuple[int | None, bytes]] = {}
+        """(major version, Arrow schema) of a footer digest, from a file checked in full that had it."""
 
     def scan(self, missing: list[str] | None = None) -> list[str]:
         """The live files; ``missing`` (skip_corrupt) collects compacted files a manifest lists that are gone."""
@@ -201,7 +214,9 @@ class FileTriage:
         once per distinct writer schema). Cached by (size, mtime). A file
         damaged past its footer is named by the query that reads it
         (``Engine._attempt`` in :mod:`otel_replay.query.engine`). A file that is gone is :data:`VANISHED` (not live,
-        not corrupt: retention or compaction removed it after the listing).
+        not corrupt: retention or compaction removed it after the listing). A local file whose key log line
+        records its current (size, mtime), of a writer schema already checked here, is judged by that line
+        alone (:mod:`otel_replay.exporters.key_log`): its damage, if any, is named by the query that reads it.
 
         Raises:
             DatasetError: the file was written with a newer major storage schema version.
@@ -224,6 +239,9 @@ class FileTriage:
             return bad[1]
         if self.checked.get(path) == stamp:
             return None
+        logged = self._logged(path) if self.backend.directory is not None else None
+        if logged is not None and logged.stamp == stamp and self._vouched(path, stamp, logged):
+            return None
         try:
             footer = _read_footer(path, stamp[0], self.backend)
         except FileNotFoundError:
@@ -234,11 +252,13 @@ class FileTriage:
             return CorruptFileError(path, footer)
         major = _check_version(path, footer)
         arrow = footer_value(footer, _ARROW_SCHEMA_KEY)
+        coarse = False
         if arrow is None:
             problem = self._schema_problem(path)
         else:
             problem = arrow_schema_problem(arrow)
-            if problem is None and arrow_schema_coarse(arrow):  # not nanoseconds (never ours): check the range
+            coarse = problem is None and arrow_schema_coarse(arrow)
+            if coarse:  # not nanoseconds (never ours): check the range
                 problem = self.time_problem(path)
         if problem is not None:
             self.bad[path] = (stamp, CorruptFileError(path, problem))
@@ -246,15 +266,72 @@ class FileTriage:
         self.major[path] = major
         self.checked[path] = stamp
         self.arrow_schema[path] = arrow
-        self._keep_keys(path, stamp, footer)
+        self._keep_keys(path, stamp, footer_keys(footer))
+        if logged is not None and arrow is not None and len(self._writers) < _KNOWN_WRITERS and not coarse:
+            digest = footer_digest(footer)  # its writer's files that share this footer tail need no read
+            if digest is not None:
+                self._writers.setdefault(digest, (major, arrow))
         return None
 
-    def _keep_keys(self, path: str, stamp: tuple[int, int], footer: bytes) -> None:
-        """Hold the id keys ``footer`` carries for ``path`` (within :data:`FOOTER_KEY_BUDGET`)."""
+    def _logged(self, path: str) -> LoggedFile | None:
+        """The line of its partition's key log for the local file ``path`` (``None``: none, or no log).
+
+        Each partition's log is read once per listing (:meth:`live`), from
+        where the last read stopped while it is the same file.
+        """
+        partition, _, name = path.rpartition(os.sep)
+        held = self._logs.get(partition)
+        if partition not in self._logs_read:
+            self._logs_read.add(partition)
+            held = self._read_log(partition, held)
+        return None if held is None else held[2].get(name)
+
+    def _read_log(
+        self, partition: str, held: tuple[tuple[int, int], int, dict[str, LoggedFile]] | None
+    ) -> tuple[tuple[int, int], int, dict[str, LoggedFile]] | None:
+        try:
+            # O_NONBLOCK: a FIFO put in its place must not hang the reader; only a regular file is read.
+            fd = os.open(os.path.join(partition, KEY_LOG_NAME), os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            self._logs.pop(partition, None)
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_KEY_LOG:
+                self._logs.pop(partition, None)
+                return None
+            same = held is not None and held[0] == (st.st_dev, st.st_ino) and held[1] <= st.st_size
+            start = held[1] if same and held is not None else 0
+            data = os.pread(fd, st.st_size - start, start)
+        except OSError:
+            self._logs.pop(partition, None)
+            return None
+        finally:
+            os.close(fd)
+        found, used = parse_lines(data)
+        if same and held is not None:
+            held[2].update(found)
+            found = held[2]
+        made = ((st.st_dev, st.st_ino), start + used, found)
+        self._logs[partition] = made
+        return made
+
+    def _vouched(self, path: str, stamp: tuple[int, int], logged: LoggedFile) -> bool:
+        """Take ``path``'s keys from its log line when a file of the same writer schema was checked in full."""
+        writer = self._writers.get(logged.digest)
+        keys = decode_keys(logged.keys) if writer is not None else None
+        if writer is None or keys is None:
+            return False
+        self.major[path], self.arrow_schema[path] = writer
+        self.checked[path] = stamp
+        self._keep_keys(path, stamp, keys)
+        return True
+
+    def _keep_keys(self, path: str, stamp: tuple[int, int], keys: frozenset[int] | None) -> None:
+        """Hold the id ``keys`` of ``path`` (within :data:`FOOTER_KEY_BUDGET`)."""
         previous = self.footer_keys.pop(path, None)
         if previous is not None:
             self._footer_key_count -= len(previous[1])
-        keys = footer_keys(footer)
         if keys is not None and self._footer_key_count + len(keys) <= FOOTER_KEY_BUDGET:
             self.footer_keys[path] = (stamp, keys)
             self._footer_key_count += len(keys)
@@ -306,6 +383,7 @@ class FileTriage:
         vanished = False
         missing: list[str] | None = [] if skip_corrupt else None
         listed = self.scan(missing)
+        self._logs_read.clear()  # each partition's key log is read again (its new lines) for this listing
         if self.footer_keys:  # forget the keys of files compaction or retention removed
             alive = set(listed)
             for gone in [path for path in self.footer_keys if path not in alive]:

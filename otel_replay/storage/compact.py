@@ -29,7 +29,9 @@ Per partition, under its lease (:mod:`lease`):
 5. write the side index (:mod:`side_index`) the same way;
 6. the swap: replace ``_manifest.json`` atomically. Its ``files`` are the new
    files, and everything read in step 2 is ``superseded`` (kept on disk, out
-   of readers' view, until a later run after the grace period).
+   of readers' view, until a later run after the grace period); the
+   partition's key log (:mod:`~otel_replay.exporters.key_log`) then drops
+   their lines.
 
 Log record partitions (``logs/date=…``) go through the same steps under
 their own lease (:mod:`.kinds`), sorted by time, with no duplicate removal,
@@ -60,6 +62,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from otel_replay.errors import DatasetError
+from otel_replay.exporters.key_log import rewrite_without
 from otel_replay.exporters.writer import TEMP_NAME, fsync_dir
 from otel_replay.location import Location, PerBackend, resolve
 
@@ -156,6 +159,7 @@ def _clean(partition: Path, manifest: Manifest | None, grace_seconds: float, now
     if expired:
         gone = set(expired)  # a set: a partition of 20,000 arrivals made this a quadratic minute
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in gone}
+        rewrite_without(partition, gone)  # key log lines a crash after the swap left behind
     manifest.pending = {}  # every pending run's outputs are gone now
     return deleted, leftovers, manifest
 
@@ -323,6 +327,7 @@ def _compact_partition(
     step("swapped")
     if kind.derived:
         current.made_current(partition.name, facts_name(generation, token) if has_facts else None)
+        rewrite_without(partition, replaced)  # the key log's lines of the replaced files are of no use now
     report.status = "compacted"
     report.output_files = len(written)
     report.output_rows = sum(rows for _, rows in written)

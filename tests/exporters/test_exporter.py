@@ -14,6 +14,7 @@ from opentelemetry.trace import Link
 import otel_replay
 from otel_replay import ConfigError, DatasetError, audit
 from otel_replay.exporters import SPAN_SCHEMA, ParquetSpanExporter
+from otel_replay.exporters.key_log import KEY_LOG_NAME
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 
 from .._support import payment, snapshot
@@ -26,7 +27,7 @@ def _provider(exporter: ParquetSpanExporter) -> TracerProvider:
 
 
 def _files(dataset):
-    return sorted(p for p in (dataset / "spans").rglob("*") if p.is_file())
+    return sorted(p for p in (dataset / "spans").rglob("*") if p.is_file() and p.name != KEY_LOG_NAME)
 
 
 def test_spans_land_as_typed_rows_with_events_links_and_metadata(dataset):

@@ -10,10 +10,13 @@ import pyarrow.parquet as pq
 
 import otel_replay
 from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY, encode_keys, footer_keys, id_key
+from otel_replay.exporters.key_log import KEY_LOG_NAME, parse_lines
 from otel_replay.query import engine
 from otel_replay.query.store import Store
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.manifest import partition_dirs
+
+from .conftest import load_generator
 
 CHAIN = "trade-000000042"
 
@@ -66,7 +69,10 @@ def test_an_older_writers_file_without_keys_is_read_and_one_forging_keys_in_a_va
 
 def test_compacted_files_carry_no_keys_of_the_small_files_they_replace(make_dataset) -> None:
     path, _ = make_dataset(spans=1000, ids=100, rows_per_file=20)
+    logs = sorted(path.glob(f"spans/date=*/{KEY_LOG_NAME}"))
+    assert logs and all(parse_lines(log.read_bytes())[0] for log in logs)
     compact(path, grace_seconds=0, target_rows=300)
+    assert not any(log.exists() for log in logs)  # every file it named was replaced: pruned away
     for file in live_files(path):
         assert footer_keys(_footer(file)) is None
         assert ID_KEYS_METADATA_KEY not in (pq.read_metadata(file).metadata or {})
@@ -125,4 +131,27 @@ def test_with_no_side_index_a_big_file_without_keys_is_left_to_the_query_not_rea
         full = everything.run("chains/trade", chain_id=CHAIN)
         assert store.run_for("chains/trade", {"correlation_id": CHAIN}, chain_id=CHAIN) == full
         assert str(target) in store.engine._candidates([("correlation_id", "trade-000000001")])
+        assert store.engine._tail.files_read == 0
+
+
+def test_a_day_read_through_its_key_logs_finds_what_a_scan_finds_and_a_new_arrival_is_logged(tmp_path) -> None:
+    path = tmp_path / "ds"
+    load_generator().generate(path, spans=200, ids=20, days=1, rows_per_file=10, duplicates=0.0, seed=11)
+    logs = sorted(path.glob(f"spans/date=*/{KEY_LOG_NAME}"))
+    assert logs and sum(len(parse_lines(log.read_bytes())[0]) for log in logs) == len(live_files(path))
+    with Store(path) as store, Store(path) as everything:
+        for chain_id in ("trade-000000007", "absent"):
+            full = everything.run("chains/trade", chain_id=chain_id)
+            assert store.run_for("chains/trade", {"correlation_id": chain_id}, chain_id=chain_id) == full
+            assert (len(full) > 0) == (chain_id != "absent")
+        assert store.engine._tail.files_read == 0
+        before = set(live_files(path))
+        load_generator().generate(path, spans=20, ids=2, days=1, rows_per_file=10, duplicates=0.0, seed=12)
+        arrivals = {Path(f).name for f in live_files(path) if f not in before}
+        assert arrivals and arrivals <= {name for log in logs for name in parse_lines(log.read_bytes())[0]}
+        store.refresh()  # the new lines are read from where the last read stopped
+        everything.refresh()
+        chain_id = "trade-000000001"
+        full = everything.run("chains/trade", chain_id=chain_id)
+        assert full and store.run_for("chains/trade", {"correlation_id": chain_id}, chain_id=chain_id) == full
         assert store.engine._tail.files_read == 0
