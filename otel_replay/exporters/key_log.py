@@ -96,7 +96,7 @@ def _line(name: str, stamp: tuple[int, int], digest: bytes, keys: bytes) -> byte
     return body + b"\t" + f"{zlib.crc32(body):08x}".encode() + b"\n"
 
 
-def append_entry(path: Path, footer: Mapping[bytes, bytes]) -> None:
+def append_entry(path: Path | str, footer: Mapping[bytes, bytes]) -> None:
     """Append the line of the file just renamed to ``path`` (written with ``footer``) to its partition's log.
 
     Best effort: a file without keys gets no line, and an error (a full
@@ -104,7 +104,7 @@ def append_entry(path: Path, footer: Mapping[bytes, bytes]) -> None:
     without one; either way readers read its footer instead.
     """
     keys = footer.get(ID_KEYS_METADATA_KEY)
-    if keys is None:
+    if keys is None or not isinstance(path, Path):  # an object's URL: object storage keeps no key log
         return
     try:
         st = os.stat(path)
@@ -169,7 +169,8 @@ def rewrite_without(partition: Path, replaced: Collection[str]) -> None:
     if not kept:  # every file it named was replaced: the partition keeps no log until the next arrival
         log.unlink(missing_ok=True)
         return
-    tmp = partition / f".{KEY_LOG_NAME}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"  # a writer temp name: cleaned if stale
+    # a writer temp name: cleaned if stale
+    tmp = partition / f".{KEY_LOG_NAME}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
     try:
         tmp.write_bytes(b"".join(kept))
         os.replace(tmp, log)
