@@ -50,6 +50,15 @@ def captured(telemetry, dataset, tmp_path, monkeypatch):
     return dataset, key_file
 
 
+@pytest.fixture(scope="module")
+def demo_store(demo_build: Demo) -> Iterator[Store]:
+    """One store on the shared demo for the shipped queries: opening it (views, the analyst database) cost more
+    than each query. Every ``run`` sets all of its query's variables (NULL when not given), and analyst SQL
+    cannot set one, so no query sees another's values."""
+    with otel_replay.open(demo_build.path) as store:
+        yield store
+
+
 def _hostile(dataset: Path, key_file: Path, tmp_path: Path) -> list[str]:
     spans = next((dataset / "spans").rglob("*.parquet"))
     new_part = dataset / "spans" / "date=2026-01-01" / "part-evil.parquet"
@@ -124,10 +133,10 @@ def test_hostile_sql_is_refused_and_nothing_changes(captured, tmp_path):
         "PIVOT spans ON name USING count(*)",
     ],
 )
-def test_writes_are_read_only_violations_naming_the_statement(captured, sql):
-    dataset, _ = captured
-    with otel_replay.open(dataset) as store, pytest.raises(ReadOnlyViolation, match=r"refused \w+ statement"):
-        store.query(sql)
+def test_writes_are_read_only_violations_naming_the_statement(demo_store, tmp_path, monkeypatch, sql):
+    monkeypatch.chdir(tmp_path)  # a relative path a statement names would land here, not in the checkout
+    with pytest.raises(ReadOnlyViolation, match=r"refused \w+ statement"):
+        demo_store.query(sql)
 
 
 def test_reading_outside_the_dataset_is_a_read_only_violation(captured):
@@ -266,15 +275,6 @@ def _shipped_expectations(demo: Demo) -> dict[str, tuple[dict[str, Any], Callabl
         "chains/incident": ({"chain_id": cid}, _layers, ["audit", "audit", "audit"]),
         "chains/session": ({"chain_id": cid}, list, []),  # the demo's records carry no session id
     }
-
-
-@pytest.fixture(scope="module")
-def demo_store(demo_build: Demo) -> Iterator[Store]:
-    """One store on the shared demo for the shipped queries: opening it (views, the analyst database) cost more
-    than each query. Every ``run`` sets all of its query's variables (NULL when not given), and analyst SQL
-    cannot set one, so no query sees another's values."""
-    with otel_replay.open(demo_build.path) as store:
-        yield store
 
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n not in DEFINITIONS])
