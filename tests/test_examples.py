@@ -1,51 +1,100 @@
 from __future__ import annotations
 
+import os
+import runpy
 import subprocess
 import sys
+import traceback
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
+import openai  # noqa: F401 - loaded once here: the forked example children find it imported, as in a full run
+from opentelemetry import trace
+
+from otel_replay.demo import run_demo
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.parametrize("script", ["example_payment_audit.py", "example_trading_postmortem.py"])
-def test_example_runs(script, tmp_path):
+def _in_child(work: Callable[[], object], tmp_path: Path) -> tuple[int, str, str]:
+    """Run ``work()`` in a child forked from this process: its exit code, what it printed and its errors.
+
+    The child has the package, ``openai`` and the SDK imported already (a new interpreter spent most of its CPU
+    importing them), yet whatever it does (a global provider set, threads started) dies with it. A ``SystemExit``
+    gives its code; any other exception is printed to the child's errors and exits 1.
+    """
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its files and exit code
+        code = 1
+        try:
+            with out.open("w") as sys.stdout, err.open("w") as sys.stderr:
+                try:
+                    work()
+                    code = 0
+                except SystemExit as stop:
+                    code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+                    if not isinstance(stop.code, int | None):
+                        print(stop.code, file=sys.stderr)
+                except BaseException:
+                    traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.read_text(), err.read_text()
+
+
+def _run_script(script: Path, *args: str) -> Callable[[], object]:
+    """What ``python script args...`` does, for :func:`_in_child`."""
+
+    def run() -> object:
+        sys.argv = [str(script), *args]
+        sys.path.insert(0, str(script.parent))
+        return runpy.run_path(str(script), run_name="__main__")
+
+    return run
+
+
+def test_an_example_runs_as_a_script_in_a_new_interpreter(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), str(tmp_path / "ds")], capture_output=True, text=True, timeout=120
+        [sys.executable, str(EXAMPLES / "example_trading_postmortem.py"), str(tmp_path / "ds")],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    if script == "example_payment_audit.py":
-        assert "verdict: ROLLBACK" in out.stdout and "gate: rolled_back; balance 10,000" in out.stdout
-    else:
-        assert "position_sizing" in out.stdout and "outcome_correct=False" in out.stdout
+    assert "position_sizing" in out.stdout and "outcome_correct=False" in out.stdout
+
+
+def test_the_payment_audit_example_rolls_back_and_restores_the_balance(tmp_path):
+    code, stdout, stderr = _in_child(_run_script(EXAMPLES / "example_payment_audit.py", str(tmp_path / "ds")), tmp_path)
+    assert code == 0, stdout + stderr
+    assert "verdict: ROLLBACK" in stdout and "gate: rolled_back; balance 10,000" in stdout
 
 
 def test_the_demo_leaves_no_global_tracer_provider_behind(tmp_path):
     """Issue 6 item 17: run_demo installed, then shut down, the process's global provider."""
-    code = (
-        "import sys\n"
-        "from opentelemetry import trace\n"
-        "from otel_replay.demo import run_demo\n"
-        "result = run_demo(sys.argv[1])\n"
-        "assert result.outcome.executed == 'rolled_back', result.outcome\n"
-        "provider = trace.get_tracer_provider()\n"
-        "assert isinstance(provider, trace.ProxyTracerProvider), provider\n"
-        "print('ok')\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "demo")], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+    def demo() -> None:
+        result = run_demo(tmp_path / "demo")
+        assert result.outcome.executed == "rolled_back", result.outcome
+        provider = trace.get_tracer_provider()
+        assert isinstance(provider, trace.ProxyTracerProvider), provider
+        print("ok")
+
+    code, stdout, stderr = _in_child(demo, tmp_path)
+    assert code == 0 and stdout.strip() == "ok", stdout + stderr
 
 
 def test_the_governed_refund_bot_refuses_the_second_refund_and_its_backtest_agrees(tmp_path):
-    script = EXAMPLES / "refund_bot" / "refund_bot.py"
-    out = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "ds")], capture_output=True, text=True, timeout=180
+    code, stdout, stderr = _in_child(
+        _run_script(EXAMPLES / "refund_bot" / "refund_bot.py", str(tmp_path / "ds")), tmp_path
     )
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.splitlines()
+    assert code == 0, stdout + stderr
+    lines = stdout.splitlines()
     assert "blocked before it ran: issue_refund (forbidden, loop, phase)" in lines
     assert (
         "tools the model was shown, per request: [['lookup_customer'], ['check_eligibility'], ['issue_refund'], [], []]"
@@ -54,4 +103,4 @@ def test_the_governed_refund_bot_refuses_the_second_refund_and_its_backtest_agre
     assert "ledger balance 965.00 (one refund committed through the gate)" in lines
     assert "evidence: step 1 allow, step 2 allow, step 3 allow, step 4 reject, step 5 allow" in lines
     assert "backtest: step 4 issue_refund would have been blocked (forbidden, loop, phase)" in lines
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in stderr

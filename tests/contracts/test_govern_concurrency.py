@@ -5,9 +5,6 @@ FileStateStore (phase, counts, forbidden tools, recorded outputs) and the double
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from otel_replay.errors import ReplayContractError
 from otel_replay.gate import ActionGate, ReferenceLedger
 from otel_replay.instrumentation import scripted as s
 
+from .._support import in_forked_child
 from .govern_support import CHAT_TOOLS, GOOD, GPT, HELLO, REFUND_BOT, Spans, executors, openai_client
 
 LOOKUP = s.chat_completion(None, model=GPT, tool_calls=[("c1", "lookup_customer", GOOD)])
@@ -95,25 +93,23 @@ def test_one_session_from_eight_asyncio_tasks_stays_consistent(spans: Spans) -> 
     assert state["tool_call_counts"] == {"lookup_customer": 1} and state["total_step_count"] == 8
 
 
-_FIRST_PROCESS = """
-import sys
-from otel_replay.contracts.session import govern
-from otel_replay.contracts.store import FileStateStore
-from otel_replay.gate import ActionGate, ReferenceLedger
-from tests.contracts.govern_support import CHAT_TOOLS, GPT, REFUND_BOT, executors, openai_client
-
-class Server:
-    base_url = sys.argv[1]
-
-ledger = ReferenceLedger(1000.0)
-session = govern(openai_client(Server()), REFUND_BOT, session_id="resume-me", store=FileStateStore(sys.argv[2]),
-                 tools=executors(ledger, ActionGate(ledger)))
-steps = (("lookup_customer", {"customer_email": "ana@example.com"}), ("check_eligibility", {"order_id": "ORD-1"}))
-for name, args in steps:
-    session.client.chat.completions.create(model=GPT, messages=[{"role": "user", "content": "go"}], tools=CHAT_TOOLS)
-    session.tools[name](args)
-print(session.get_state()["current_phase"])
-"""
+def _first_process(server: s.ScriptedServer, path: Path) -> str:
+    """The first life of session ``resume-me``: two steps taken, their state in the file store at ``path``."""
+    ledger = ReferenceLedger(1000.0)
+    session = govern(
+        openai_client(server),
+        REFUND_BOT,
+        session_id="resume-me",
+        store=FileStateStore(path),
+        tools=executors(ledger, ActionGate(ledger)),
+    )
+    steps = (("lookup_customer", {"customer_email": "ana@example.com"}), ("check_eligibility", {"order_id": "ORD-1"}))
+    for name, args in steps:
+        session.client.chat.completions.create(
+            model=GPT, messages=[{"role": "user", "content": "go"}], tools=CHAT_TOOLS
+        )
+        session.tools[name](args)
+    return str(session.get_state()["current_phase"])
 
 
 def test_a_restarted_process_resumes_the_session_from_its_file_store(spans: Spans, tmp_path: Path) -> None:
@@ -128,20 +124,11 @@ def test_a_restarted_process_resumes_the_session_from_its_file_store(spans: Span
             None, model=GPT, tool_calls=[("c4", "issue_refund", {"customer_id": "C42", "amount": 9, "currency": "EUR"})]
         ),
     ]
-    root = Path(__file__).resolve().parents[2]
     with s.ScriptedServer(replies) as server:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-        done = subprocess.run(
-            [sys.executable, "-c", _FIRST_PROCESS, server.base_url, str(path)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=root,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == "eligibility_checked"
+        # The first life runs in a process of its own that ends with its session in memory: a child forked from
+        # this one (which has openai, anthropic and the package imported already) dies as a restarted process's
+        # predecessor would, without paying a new interpreter's imports; this process never saw the session.
+        assert in_forked_child(lambda: _first_process(server, path)) == "eligibility_checked"
         ledger = ReferenceLedger(1000.0)
         resumed = govern(
             openai_client(server),

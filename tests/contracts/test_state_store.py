@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import sqlite3
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -128,13 +129,17 @@ def test_a_restarted_process_resumes_phase_counts_and_forbidden_tools(tmp_path: 
 
 def test_two_processes_never_both_take_the_last_allowed_refund(tmp_path: Path) -> None:
     path = str(tmp_path / "race.sqlite3")
-    FileStateStore(path).close()
-    context = multiprocessing.get_context("spawn")
+    FileStateStore(path).close()  # closed before the fork: no SQLite connection is carried into the children
+    # Forked, not spawned: each racer is a process of its own with the package already imported (a spawned one
+    # spent most of its CPU importing it); each opens its own connection to the file.
+    context = multiprocessing.get_context("fork")
     barrier = context.Barrier(2)
     results = context.Queue()
     workers = [context.Process(target=race, args=(path, ROUNDS, barrier, results, n)) for n in range(2)]
     for worker in workers:
-        worker.start()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": see above
+            worker.start()
     won = dict(results.get(timeout=600) for _ in workers)
     for worker in workers:
         worker.join(timeout=60)

@@ -7,7 +7,7 @@ the dataset is byte-identical and no file appeared anywhere we can see.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import otel_replay
 from otel_replay import audit
 from otel_replay.cli import main
 from otel_replay.errors import QueryError, ReadOnlyViolation
+from otel_replay.query.store import Store
 
 from .._support import Demo, payment, snapshot
 
@@ -47,6 +48,15 @@ def captured(telemetry, dataset, tmp_path, monkeypatch):
     key_file.write_text(SECRET)
     monkeypatch.chdir(tmp_path)
     return dataset, key_file
+
+
+@pytest.fixture(scope="module")
+def demo_store(demo_build: Demo) -> Iterator[Store]:
+    """One store on the shared demo for the shipped queries: opening it (views, the analyst database) cost more
+    than each query. Every ``run`` sets all of its query's variables (NULL when not given), and analyst SQL
+    cannot set one, so no query sees another's values."""
+    with otel_replay.open(demo_build.path) as store:
+        yield store
 
 
 def _hostile(dataset: Path, key_file: Path, tmp_path: Path) -> list[str]:
@@ -123,10 +133,10 @@ def test_hostile_sql_is_refused_and_nothing_changes(captured, tmp_path):
         "PIVOT spans ON name USING count(*)",
     ],
 )
-def test_writes_are_read_only_violations_naming_the_statement(captured, sql):
-    dataset, _ = captured
-    with otel_replay.open(dataset) as store, pytest.raises(ReadOnlyViolation, match=r"refused \w+ statement"):
-        store.query(sql)
+def test_writes_are_read_only_violations_naming_the_statement(demo_store, tmp_path, monkeypatch, sql):
+    monkeypatch.chdir(tmp_path)  # a relative path a statement names would land here, not in the checkout
+    with pytest.raises(ReadOnlyViolation, match=r"refused \w+ statement"):
+        demo_store.query(sql)
 
 
 def test_reading_outside_the_dataset_is_a_read_only_violation(captured):
@@ -224,8 +234,14 @@ def _shipped_expectations(demo: Demo) -> dict[str, tuple[dict[str, Any], Callabl
         "causal_tree": (
             {"root_trace_id": demo.trace_id, "root_span_id": demo.span_id},
             lambda rows: sorted((r["depth"], r["name"]) for r in rows),
-            [(0, "replay.decision"), (1, "replay.act"), (1, "replay.gate"), (1, "replay.gate"), (1, "replay.model"),
-             (1, "replay.read")],
+            [
+                (0, "replay.decision"),
+                (1, "replay.act"),
+                (1, "replay.gate"),
+                (1, "replay.gate"),
+                (1, "replay.model"),
+                (1, "replay.read"),
+            ],
         ),  # fmt: skip
         "contract_tool_calls": (  # the demo's one model call, under its correlation id, asked for no tool
             {"session_id": cid},
@@ -262,15 +278,16 @@ def _shipped_expectations(demo: Demo) -> dict[str, tuple[dict[str, Any], Callabl
 
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n not in DEFINITIONS])
-def test_shipped_queries_give_the_demo_answers_as_analyst_sql_and_through_store_run(demo_dataset, demo_build, name):
+def test_shipped_queries_give_the_demo_answers_as_analyst_sql_and_through_store_run(
+    demo_dataset, demo_build, demo_store, name
+):
     expectations = _shipped_expectations(demo_build)
     assert name in expectations, f"queries/{name}.sql is shipped: say here what it answers on the demo"
     variables, seen, expected = expectations[name]
     sql = (_QUERIES / f"{name}.sql").read_text()
-    with otel_replay.open(demo_dataset) as store:
-        unset = store.rows(sql)  # variables unset read as NULL: it runs, read-only
-        assert unset == store.run(name)  # the same rows as the store's own run with no variables
-        assert seen(store.run(name, **variables)) == expected
+    unset = demo_store.rows(sql)  # variables unset read as NULL: it runs, read-only
+    assert unset == demo_store.run(name)  # the same rows as the store's own run with no variables
+    assert seen(demo_store.run(name, **variables)) == expected
 
 
 def test_definition_files_are_refused_as_analyst_sql(captured):
