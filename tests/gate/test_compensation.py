@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import traceback
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,41 @@ def _in_process(record_id: str, dataset: Path, live: Path, ledger: FileLedger, *
     return result.exit_code, result.stdout, result.stderr
 
 
+def _forked(record_id: str, dataset: Path, live: Path, ledger: FileLedger, **env: str) -> tuple[int, int]:
+    """``_in_process`` in a child forked from this process (no interpreter start, no imports), started and left
+    running: (its pid, the pipe its (code, out, err) comes back on). Its claims meet the others' only on disk."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(read)
+            with pytest.MonkeyPatch.context() as mp:
+                for name, value in env.items():
+                    mp.setenv(name, value)
+                said: object = _in_process(record_id, dataset, live, ledger)
+        except BaseException:
+            said = traceback.format_exc()  # shown by the test that waits for it
+        finally:
+            os.write(write, json.dumps(said).encode())
+            os._exit(0)
+    os.close(write)
+    return pid, read
+
+
+def _forked_done(child: tuple[int, int]) -> tuple[int, str, str]:
+    pid, read = child
+    with os.fdopen(read) as pipe:
+        said = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    reported = json.loads(said)
+    assert isinstance(reported, list), reported  # else the child's traceback
+    code, out, err = reported
+    return code, out, err
+
+
 def _done(proc: subprocess.Popen) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=120)
     return proc.returncode, out, err
@@ -74,8 +111,8 @@ def _gate_rows(dataset: Path) -> list[str]:
 
 def test_three_concurrent_cli_executions_refund_once(committed, dataset):
     record, receipt, ledger, live = committed
-    procs = [_cli(record.record_id, dataset, live, ledger, OTEL_REPLAY_TEST_DELAY="1.5") for _ in range(3)]
-    results = [_done(p) for p in procs]
+    children = [_forked(record.record_id, dataset, live, ledger, OTEL_REPLAY_TEST_DELAY="1.5") for _ in range(3)]
+    results = [_forked_done(child) for child in children]
     winners = [r for r in results if r[0] == 0]
     losers = [r for r in results if r[0] != 0]
     assert len(winners) == 1 and "rolled_back" in winners[0][1], results
