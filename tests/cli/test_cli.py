@@ -234,24 +234,31 @@ def _entry_point() -> str:
 
 
 @pytest.mark.slow
-def test_the_real_entry_point_reports_user_errors_in_one_line(demo_dataset, tmp_path):
-    """The installed ``otel-replay`` script, not CliRunner: stderr must hold one line and no traceback."""
+def test_the_real_entry_point_reports_user_errors_in_one_line(demo_dataset, tmp_path, monkeypatch):
+    """Each user error ends in one line and exit 1; the installed ``otel-replay`` script, not CliRunner, shows it
+    for the deepest of them (a real process's own stack) and for a good query: stderr one line, no traceback."""
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     rid = json.loads(run("sql", "SELECT record_id FROM decisions", "-d", str(demo_dataset), "--format", "json").output)
+    deepest = replay_args(rid["record_id"], demo_dataset, deep)
     cases = [
         ["sql", "SELECT 1", "-d", str(tmp_path / "absent")],
         ["sql", "COPY (SELECT 1) TO 'x.csv'", "-d", str(demo_dataset)],
         ["sql", "SELECT * FROM read_text('/etc/passwd')", "-d", str(demo_dataset)],
         ["sql", str(tmp_path / "missing.sql"), "-d", str(demo_dataset)],
-        replay_args(rid["record_id"], demo_dataset, deep),
+        deepest,
         replay_args(rid["record_id"], demo_dataset, tmp_path),
     ]
-    for args in cases:
-        out = subprocess.run([_entry_point(), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert out.returncode == 1, (args, out.stderr)
+    monkeypatch.chdir(tmp_path)  # where COPY ... TO 'x.csv' would write
+    for args in cases:  # in-process: run() fails on any exception but the exit, and on more than one line
+        out = run(*args)
+        assert out.exit_code == 1, (args, out.stderr)
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
         assert out.stderr.startswith("Error: "), out.stderr
+    real = subprocess.run([_entry_point(), *deepest], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert real.returncode == 1, real.stderr
+    assert "Traceback" not in real.stderr and len(real.stderr.strip().splitlines()) == 1, real.stderr
+    assert real.stderr.startswith("Error: ") and "deep.json" in real.stderr, real.stderr
     assert not (tmp_path / "x.csv").exists()
     ok = subprocess.run(
         [_entry_point(), "sql", "SELECT 'infinity'::timestamp AS t", "-d", str(demo_dataset), "--format", "csv"],

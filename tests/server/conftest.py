@@ -98,6 +98,18 @@ def parquet_rows(dataset: Path) -> list[dict[str, Any]]:
     return _sorted_dicts(table)
 
 
+def parquet_span_ids(dataset: Path) -> list[str]:
+    """The span id of every row of every Parquet file under ``dataset/spans`` (only that column is read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted(p for p in (dataset / "spans").rglob("*.parquet") if not p.name.startswith("."))
+    if not files:
+        return []
+    table = pa.concat_tables([pq.read_table(p, columns=["span_id"], partitioning=None) for p in files])
+    return [str(v) for v in table.column("span_id").to_pylist()]
+
+
 def expected_rows(spans: list[ReadableSpan]) -> list[dict[str, Any]]:
     """The rows the in-process exporter makes of ``spans``."""
     from otel_replay.exporters.rows import DATE_COLUMN, spans_to_table

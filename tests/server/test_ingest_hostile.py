@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -198,29 +197,58 @@ def test_appends_during_the_run_are_left_for_the_next_run(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_a_concurrent_writer_never_causes_duplicates_or_loss(tmp_path: Path) -> None:
+    """Three runs while an exporter appends; each run starts while the exporter is in the middle of a line."""
     source = tmp_path / "growing.jsonl"
-    source.write_bytes(lines(0, 2000))
+    source.write_bytes(lines(0, 400))
     stop = threading.Event()
-    count = [2000]
+    count = [400]
+    allowed = [0]  # lines the exporter may still append: each read of a run lets it write 100 more meanwhile
+    halves = [0, 0]  # lines the exporter has written half of, and of those the ones it may finish
+    turn = threading.Condition()
 
     def exporter() -> None:  # appends whole lines, and every 7th in two pieces, so a run may see half a line
         with open(source, "ab", buffering=0) as handle:
-            while not stop.is_set() and count[0] < 8000:
+            while True:
+                with turn:
+                    turn.wait_for(lambda: allowed[0] > 0 or stop.is_set())
+                    if stop.is_set():
+                        return
+                    allowed[0] -= 1
                 line = span_line(count[0])
                 cut = 50 if count[0] % 7 == 0 else len(line)
                 handle.write(line[:cut])
-                time.sleep(0.0005)
+                if cut < len(line):
+                    with turn:  # held here until a run that saw this half line has started reading
+                        halves[0] += 1
+                        turn.notify_all()
+                        turn.wait_for(lambda: halves[1] >= halves[0] or stop.is_set())
                 handle.write(line[cut:])
-                count[0] += 1
+                with turn:
+                    count[0] += 1
+
+    def reading(_: int) -> None:
+        with turn:
+            allowed[0] += 100
+            halves[1] = halves[0]
+            turn.notify_all()
 
     dataset = tmp_path / "ds"
     thread = threading.Thread(target=exporter)
     thread.start()
     try:
-        runs = [Ingestor(dataset).ingest(source) for _ in range(3)]
+        runs = []
+        for _ in range(3):
+            with turn:  # the exporter stops half-way through a line: the run's end is there
+                allowed[0] += 100
+                turn.notify_all()
+                turn.wait_for(lambda: halves[0] > halves[1])
+            runs.append(Ingestor(dataset).ingest(source, reading))
     finally:
         stop.set()
+        with turn:
+            turn.notify_all()
         thread.join()
+    assert all("it is read on the next ingest" in run.message for run in runs), [run.message for run in runs]
     runs.append(Ingestor(dataset).ingest(source))
     assert sum(r.spans for r in runs) == count[0]
     ids = span_ids(dataset)
@@ -328,16 +356,18 @@ def test_ingest_falls_back_to_otel_replay_dataset(tmp_path: Path, monkeypatch: p
 
 
 _CHILD = """
-import os, signal, sys, threading, time
+import os, signal, sys
 from pathlib import Path
 from otel_replay.server.ingest import Ingestor
 dataset, source, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-if mode == "crash":
-    def killer():
-        while not any((dataset / "spans").rglob("ingest-*.parquet")):
-            time.sleep(0.001)
-        os.kill(os.getpid(), signal.SIGKILL)
-    threading.Thread(target=killer, daemon=True).start()
+if mode == "crash":  # killed once the first chunk's file is written, the rest of the file still to read
+    from otel_replay.storage import convert
+    flush = convert.ChunkWriter.flush
+    def flush_then_die(self):
+        flush(self)
+        if self.paths:
+            os.kill(os.getpid(), signal.SIGKILL)
+    convert.ChunkWriter.flush = flush_then_die
 if mode == "turns":  # imported and about to ingest: the test lets all of them at the lock at once
     print("ready", flush=True)
 report = Ingestor(dataset, chunk_rows=50).ingest(source)
@@ -358,7 +388,7 @@ def _child(dataset: Path, source: Path, mode: str) -> subprocess.Popen[str]:
 @pytest.mark.slow
 def test_an_ingest_killed_mid_file_is_redone_not_duplicated(tmp_path: Path) -> None:
     source = tmp_path / "traces.jsonl"
-    source.write_bytes(lines(0, 3000))
+    source.write_bytes(lines(0, 300))  # six chunks of 50
     dataset = tmp_path / "ds"
     child = _child(dataset, source, "crash")
     _, err = child.communicate(timeout=120)
@@ -366,12 +396,12 @@ def test_an_ingest_killed_mid_file_is_redone_not_duplicated(tmp_path: Path) -> N
     assert span_ids(dataset) and manifest(dataset) == []  # files written, nothing recorded
     assert list((dataset / "_ingest" / "pending").iterdir())
     with open(source, "ab") as handle:  # the exporter appended meanwhile
-        handle.write(lines(3000, 3100))
+        handle.write(lines(300, 400))
     ingestor = Ingestor(dataset)
     report = ingestor.ingest(source)
-    assert report.spans == 3100 and len(ingestor.recovered) == 1
+    assert report.spans == 400 and len(ingestor.recovered) == 1
     ids = span_ids(dataset)
-    assert len(ids) == len(set(ids)) == 3100
+    assert len(ids) == len(set(ids)) == 400
     assert not list((dataset / "_ingest" / "pending").iterdir())
 
 

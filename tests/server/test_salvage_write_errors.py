@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay.storage.convert import ChunkWriter, salvage_segment
 
-from .conftest import make_spans, parquet_rows
+from .conftest import make_spans, parquet_rows, parquet_span_ids
 
 
 def _sealed_segment(path: Path, records: list[bytes]) -> None:
@@ -61,4 +61,5 @@ def test_salvage_lets_a_failed_write_escape_instead_of_dropping_earlier_runs(tmp
     (dataset / "spans").unlink()  # retried once the path is free: every span lands
     report = salvage_segment(str(segment), str(dataset), "seg-x")
     assert report.spans_dropped == 0 and report.records_dropped == 0
-    assert report.rows == len(parquet_rows(dataset)) == 105_000
+    ids = parquet_span_ids(dataset)
+    assert report.rows == len(ids) == len(set(ids)) == 105_000
