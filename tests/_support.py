@@ -119,25 +119,16 @@ def run(request, fds):
     os.environ.update(request["env"])
     sys.path[:0] = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
     sys.argv = request["argv"]
-    code = 0
     try:
         exec(compile(request["code"], "<forked>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-    except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            code = stop.code or 0
-        else:
-            print(stop.code, file=sys.stderr)
-            code = 1
+    except SystemExit:
+        raise
     except BaseException:
         traceback.print_exc()
-        code = 1
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
+        sys.exit(1)
+    # The interpreter then ends as one started for the script would: exit handlers, finalizers (a database
+    # connection closes), flushed output, the exit code of SystemExit.
+    sys.exit(0)
 
 
 while True:
@@ -240,15 +231,21 @@ class ForkedProcess:
         self.stderr = os.fdopen(err_read)
 
     def communicate(self, timeout: float = 120) -> tuple[str, str]:
-        """Close stdin, read stdout and stderr to their ends, wait; (stdout, stderr)."""
+        """Close stdin, read stdout and stderr to their ends, wait; (stdout, stderr). A child still running after
+        ``timeout`` seconds is killed (a hang guard: its return code is then -9)."""
         if self.stdin is not None:
             self.stdin.close()
+        guard = threading.Timer(timeout, self.kill)
+        guard.start()
         errors: list[str] = []
         reader = threading.Thread(target=lambda: errors.append(self.stderr.read()), daemon=True)
         reader.start()
-        out = self.stdout.read()
-        reader.join(timeout)
-        self.wait(timeout)
+        try:
+            out = self.stdout.read()
+            reader.join(timeout)
+            self.wait(timeout)
+        finally:
+            guard.cancel()
         self.stdout.close()
         self.stderr.close()
         return out, errors[0] if errors else ""
