@@ -1,9 +1,17 @@
-"""Helpers shared by the tests (policies, snapshots, actions)."""
+"""Helpers shared by the tests (policies, snapshots, actions, processes forked from a pre-imported parent)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,3 +82,199 @@ def timestamps_as_ints(t: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(t):
         return pa.struct([f.with_type(timestamps_as_ints(f.type)) for f in t])
     return t
+
+
+_ZYGOTE = r"""
+import importlib, json, os, select, signal, socket, sys, traceback
+address, modules = sys.argv[1], sys.argv[2:]
+for module in modules:
+    try:
+        importlib.import_module(module)
+    except ImportError:  # an optional dependency not installed: a child that needs it fails as it would alone
+        pass
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+listener.bind(address)
+listener.listen(64)
+wake_read, wake_write = os.pipe()
+os.set_blocking(wake_write, False)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+signal.set_wakeup_fd(wake_write)
+os.write(1, b"ready\n")
+waiting = {}
+
+
+def run(request, fds):
+    listener.close()
+    for conn in waiting.values():
+        conn.close()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.close(wake_read)
+    os.close(wake_write)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[:0] = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.argv = request["argv"]
+    try:
+        exec(compile(request["code"], "<forked>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        sys.exit(1)
+    # The interpreter then ends as one started for the script would: exit handlers, finalizers (a database
+    # connection closes), flushed output, the exit code of SystemExit.
+    sys.exit(0)
+
+
+while True:
+    ready, _, _ = select.select([listener, wake_read, 0], [], [])
+    if 0 in ready and not os.read(0, 1):
+        break  # the test process closed our stdin (or died): no more work
+    if wake_read in ready:
+        os.read(wake_read, 4096)
+        while waiting:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            conn = waiting.pop(pid)
+            reply = {"returncode": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}
+            conn.send(json.dumps(reply).encode())
+            conn.close()
+    if listener in ready:
+        conn, _ = listener.accept()
+        message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            run(json.loads(message), fds)
+        for fd in fds:
+            os.close(fd)
+        conn.send(json.dumps({"pid": pid}).encode())
+        waiting[pid] = conn
+"""
+
+
+CLI = "import runpy\nrunpy.run_module('otel_replay', run_name='__main__', alter_sys=True)\n"
+"""``python -m otel_replay``, as a script for ``Zygote.run``/``Zygote.popen``."""
+
+
+class Zygote:
+    """A Python process that imported ``modules`` once and forks a child for each script it is asked to run.
+
+    A child is a real process of its own (its own pid, locks, file descriptors; it can crash, ``os._exit`` or be
+    killed with SIGKILL) that skips the interpreter's start and the imports, which cost over a second of CPU each
+    time. The zygote itself is single-threaded, so forking it is safe. Tests reach it through the session's
+    ``zygote`` fixture; a child sees the calling test's environment, working directory and ``sys.argv``.
+    """
+
+    def __init__(self, modules: tuple[str, ...]) -> None:
+        self._dir = tempfile.mkdtemp(prefix="zyg-")
+        self._address = os.path.join(self._dir, "s")
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE, self._address, *modules], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert self._process.stdout is not None
+        assert self._process.stdout.readline() == b"ready\n", "the zygote did not start"
+        self.children_cpu = 0.0
+        """CPU seconds of the children reaped so far (the zygote's, not this process's, children)."""
+
+    def popen(
+        self, code: str, *args: str, stdin: bool = False, env: dict[str, str] | None = None, cwd: str | None = None
+    ) -> ForkedProcess:
+        """Start ``code`` (a script, as for ``python -c``) with ``args`` in ``sys.argv[1:]``; its stdout and stderr
+        are pipes read back as text, its stdin a pipe when ``stdin`` is true (else empty)."""
+        return ForkedProcess(self, code, args, stdin, dict(os.environ) if env is None else env, cwd or os.getcwd())
+
+    def run(self, code: str, *args: str, timeout: float = 120, **options: Any) -> subprocess.CompletedProcess[str]:
+        """Run ``code`` to its end, like ``subprocess.run(..., capture_output=True, text=True)``."""
+        child = self.popen(code, *args, **options)
+        out, err = child.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(["<forked>", *args], child.returncode, out, err)
+
+    def cli(self, *args: str, timeout: float = 120, **options: Any) -> subprocess.CompletedProcess[str]:
+        """``python -m otel_replay *args`` in a forked child, to its end."""
+        return self.run(CLI, *args, timeout=timeout, **options)
+
+    def close(self) -> None:
+        """Stop the zygote (after its children) and remove its socket."""
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=60)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class ForkedProcess:
+    """One child of a ``Zygote``: the parts of ``subprocess.Popen`` the tests use."""
+
+    def __init__(self, zygote: Zygote, code: str, args: tuple[str, ...], stdin: bool, env: dict[str, str], cwd: str):
+        self._zygote = zygote
+        self.returncode: int | None = None
+        child_in, stdin_write = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), None)
+        out_read, child_out = os.pipe()
+        err_read, child_err = os.pipe()
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._conn.connect(zygote._address)
+        request = {"code": code, "argv": ["-c", *args], "env": env, "cwd": cwd}
+        socket.send_fds(self._conn, [json.dumps(request).encode()], [child_in, child_out, child_err])
+        for fd in (child_in, child_out, child_err):
+            os.close(fd)
+        self.pid: int = json.loads(self._conn.recv(1 << 16))["pid"]
+        self.stdin = None if stdin_write is None else os.fdopen(stdin_write, "w")
+        self.stdout = os.fdopen(out_read)
+        self.stderr = os.fdopen(err_read)
+
+    def communicate(self, timeout: float = 120) -> tuple[str, str]:
+        """Close stdin, read stdout and stderr to their ends, wait; (stdout, stderr). A child still running after
+        ``timeout`` seconds is killed (a hang guard: its return code is then -9)."""
+        if self.stdin is not None:
+            self.stdin.close()
+        guard = threading.Timer(timeout, self.kill)
+        guard.start()
+        errors: list[str] = []
+        reader = threading.Thread(target=lambda: errors.append(self.stderr.read()), daemon=True)
+        reader.start()
+        try:
+            out = self.stdout.read()
+            reader.join(timeout)
+            self.wait(timeout)
+        finally:
+            guard.cancel()
+        self.stdout.close()
+        self.stderr.close()
+        return out, errors[0] if errors else ""
+
+    def wait(self, timeout: float = 120) -> int:
+        """The exit code once the child ended (negative: killed by that signal), as ``Popen.returncode``."""
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            reply = json.loads(self._conn.recv(1 << 16))
+            self._conn.close()
+            self.returncode = int(reply["returncode"])
+            self._zygote.children_cpu += reply["cpu"]
+        return self.returncode
+
+    def __enter__(self) -> ForkedProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """As ``Popen``'s: close stdin, wait for the end, close stdout and stderr."""
+        if self.stdin is not None:
+            self.stdin.close()
+        try:
+            self.wait()
+        finally:
+            self.stdout.close()
+            self.stderr.close()
+
+    def kill(self) -> None:
+        """SIGKILL the child (if it still runs)."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)

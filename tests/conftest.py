@@ -17,7 +17,7 @@ import otel_replay
 from otel_replay import Telemetry
 from otel_replay.demo import run_demo
 
-from ._support import TEST_KEY, Demo
+from ._support import TEST_KEY, Demo, Zygote
 
 _BYTECODE_CACHE = pytest.StashKey[Path]()
 
@@ -56,6 +56,29 @@ def signing_key(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPa
     monkeypatch.delenv("OTEL_REPLAY_KEY_FILE", raising=False)
     monkeypatch.delenv("OTEL_REPLAY_DATASET", raising=False)
     return TEST_KEY
+
+
+_ZYGOTE_IMPORTS = (
+    "otel_replay",
+    "otel_replay.cli",
+    "otel_replay.cli.dataset",
+    "otel_replay.cli.replay",
+    "otel_replay.cli.storage",
+    "otel_replay.storage.compact",
+    "otel_replay.query.store",
+    "otel_replay.gate",
+    "boto3",
+)
+
+
+@pytest.fixture(scope="session")
+def zygote() -> Iterator[Zygote]:
+    """A process of this test process's own that imported the package, its CLI and compaction once, and forks a
+    child per script (``zygote.run(code, *args)``, ``zygote.popen(...)``): a real process to crash or kill, without
+    a second of imports each time. One per test process (per xdist worker)."""
+    forks = Zygote(_ZYGOTE_IMPORTS)
+    yield forks
+    forks.close()
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import otel_replay
 from otel_replay import ActionGate, AlreadyCompensated, CompensationPending, audit
 from otel_replay.gate.claims import ClaimState, CompensationClaims
 
+from .._support import CLI, ForkedProcess, Zygote
 from ..rails import FileLedger
 from .conftest import keys
 
@@ -35,16 +34,21 @@ def _committed(uri: str, ledger: FileLedger) -> tuple[str, str]:
     return d.record_id, receipt.receipt_id
 
 
-def _cli(record_id: str, uri: str, live: Path, ledger: FileLedger, cwd: Path) -> subprocess.Popen[str]:
-    args = [sys.executable, "-m", "otel_replay", "replay", record_id, "-d", uri, "--live-state", str(live)]
+def _cli(
+    zygote: Zygote, record_id: str, uri: str, live: Path, ledger: FileLedger, cwd: Path
+) -> ForkedProcess:
+    """``python -m otel_replay replay ... --execute`` in a process of its own (forked with the package imported)."""
+    args = ["replay", record_id, "-d", uri, "--live-state", str(live)]
     args += ["--policy", "otel_replay.demo:budget_policy", "--execute", "--rail", "tests.rails:file_ledger"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_REPLAY_TEST_LEDGER": str(ledger.path)}
     env["OTEL_REPLAY_TEST_DELAY"] = "1.5"  # both are inside the rail call at once
-    return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return zygote.popen(CLI, *args, cwd=str(cwd), env=env)
 
 
 @pytest.mark.slow
-def test_two_hosts_executing_one_verdict_on_s3_refund_once(bucket: str, s3: Any, tmp_path: Path) -> None:
+def test_two_hosts_executing_one_verdict_on_s3_refund_once(
+    bucket: str, s3: Any, tmp_path: Path, zygote: Zygote
+) -> None:
     uri = f"s3://{bucket}/prod"
     ledger = FileLedger(tmp_path / "ledger.json")
     record_id, receipt_id = _committed(uri, ledger)
@@ -53,7 +57,7 @@ def test_two_hosts_executing_one_verdict_on_s3_refund_once(bucket: str, s3: Any,
     hosts = [tmp_path / "hostA", tmp_path / "hostB"]  # two working directories stand for two hosts
     for host in hosts:
         host.mkdir()
-    procs = [_cli(record_id, uri, live, ledger, host) for host in hosts]
+    procs = [_cli(zygote, record_id, uri, live, ledger, host) for host in hosts]
     results = [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=180)]]
     winners = [r for r in results if r[0] == 0]
     assert len(winners) == 1 and "rolled_back" in winners[0][1], results
@@ -95,11 +99,9 @@ os._exit(17)  # dies between its claim and the rail's answer, lock and all
 
 
 @pytest.mark.slow
-def test_a_crashed_claimant_on_s3_is_pending_then_resumable(bucket: str) -> None:
+def test_a_crashed_claimant_on_s3_is_pending_then_resumable(bucket: str, zygote: Zygote) -> None:
     uri = f"s3://{bucket}/ds"
-    done = subprocess.run(
-        [sys.executable, "-c", _CRASHING_CLAIMANT, uri], capture_output=True, text=True, timeout=120, check=False
-    )
+    done = zygote.run(_CRASHING_CLAIMANT, uri)  # a process of its own that dies (forked with the package imported)
     assert done.returncode == 17, done.stderr
     claims = CompensationClaims(uri, ttl_seconds=1.0)
     deadline = time.monotonic() + 30

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,15 @@ from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.location import resolve
 from otel_replay.query.store import Store
 
+from .._support import Zygote
 from .conftest import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "otel_replay", *args], capture_output=True, text=True, env=env, timeout=120
-    )
+def _cli(zygote: Zygote, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m otel_replay *args`` in a process of its own (forked with the package imported)."""
+    return zygote.cli(*args, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 def test_exporter_writes_spans_to_s3_and_store_reads_them(bucket: str, s3: Any) -> None:
@@ -81,8 +79,8 @@ print(first, second)
 """
 
 
-def _chain(dataset: str, cid: str) -> dict[str, Any]:
-    done = _cli("chain", "trade", cid, "--dataset", dataset, "--json")
+def _chain(zygote: Zygote, dataset: str, cid: str) -> dict[str, Any]:
+    done = _cli(zygote, "chain", "trade", cid, "--dataset", dataset, "--json")
     assert done.returncode == 0, done.stderr
     doc: dict[str, Any] = json.loads(done.stdout)
     return doc
@@ -98,24 +96,18 @@ def _strip_files(value: Any) -> Any:
 
 
 @pytest.mark.slow
-def test_trade_chain_and_sql_through_the_cli_on_s3(bucket: str, tmp_path: Path) -> None:
+def test_trade_chain_and_sql_through_the_cli_on_s3(bucket: str, tmp_path: Path, zygote: Zygote) -> None:
     uri = f"s3://{bucket}/desk"
-    recorded = subprocess.run(
-        [sys.executable, "-c", _RECORD, uri],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        timeout=120,
-    )
+    recorded = zygote.run(_RECORD, uri, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert recorded.returncode == 0, recorded.stderr
     first, second = recorded.stdout.split()
-    chain = _chain(uri, "trade-1")
+    chain = _chain(zygote, uri, "trade-1")
     text = json.dumps(chain)
     assert first in text and second in text and "signal_received" in text and "unrelated" not in text
-    done = _cli("sql", "SELECT count(*) AS n FROM decisions", "--dataset", uri, "--format", "json")
+    done = _cli(zygote, "sql", "SELECT count(*) AS n FROM decisions", "--dataset", uri, "--format", "json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) in ({"n": 2}, [{"n": 2}])
-    verified = _cli("verify", "--dataset", uri)
+    verified = _cli(zygote, "verify", "--dataset", uri)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
@@ -130,21 +122,21 @@ def test_trade_chain_and_sql_through_the_cli_on_s3(bucket: str, tmp_path: Path) 
         ("file://relative/x", "absolute path"),
     ],
 )
-def test_bad_uris_fail_in_one_line_naming_the_uri(uri: str, message: str) -> None:
+def test_bad_uris_fail_in_one_line_naming_the_uri(uri: str, message: str, zygote: Zygote) -> None:
     with pytest.raises(ConfigError) as caught:
         resolve(uri)
     assert uri in str(caught.value) and message in str(caught.value) and "\n" not in str(caught.value)
-    done = _cli("sql", "SELECT 1", "--dataset", uri)
+    done = _cli(zygote, "sql", "SELECT 1", "--dataset", uri)
     assert done.returncode == 1 and uri in done.stderr and message in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_missing_bucket_unreachable_endpoint_and_no_credentials(
-    bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, aws_env: str
+    bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, aws_env: str, zygote: Zygote
 ) -> None:
     with pytest.raises(DatasetError, match=r"bucket 'no-such-bucket-here' does not exist"):
         ParquetSpanExporter("s3://no-such-bucket-here/x")
-    done = _cli("sql", "SELECT 1", "--dataset", "s3://no-such-bucket-here/x")
+    done = _cli(zygote, "sql", "SELECT 1", "--dataset", "s3://no-such-bucket-here/x")
     assert done.returncode == 1 and "s3://no-such-bucket-here/x" in done.stderr and "does not exist" in done.stderr
     import socket
 

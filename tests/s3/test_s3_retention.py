@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ from otel_replay.storage import compact, drop_older_than, live_files
 from otel_replay.storage.lease import ObjectLease
 from otel_replay.storage.manifest import partition_names
 
+from .._support import Zygote
 from ..storage.conftest import load_generator
 from .conftest import keys
 from .test_s3_compact import _count, _make
@@ -58,16 +57,10 @@ def test_a_partition_under_an_s3_lease_is_left_and_reported(bucket: str) -> None
     assert "date=2026-01-01" in partition_names(uri)
 
 
-def test_compact_older_than_cli_on_s3(bucket: str) -> None:
+def test_compact_older_than_cli_on_s3(bucket: str, zygote: Zygote) -> None:
     uri, figures = _make(bucket)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_replay", "compact", uri, "--older-than", "0", "--grace", "0", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    done = zygote.cli("compact", uri, "--older-than", "0", "--grace", "0", "--json", env=env)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert set(doc["retention"]["dropped"]) == {"date=2026-01-01", "date=2026-01-02", "date=2026-01-03"}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from otel_replay.errors import ConfigError
 from otel_replay.query.store import Store
 from otel_replay.server import Receiver, ServerConfig
 
+from .._support import Zygote
 from ..server.conftest import make_spans, sdk_exporter
 from .conftest import keys
 
@@ -78,27 +77,20 @@ def test_two_receivers_behind_a_load_balancer_share_one_dataset(bucket: str, s3:
         ]
 
 
-def test_an_s3_dataset_needs_a_local_wal_dir(bucket: str, tmp_path: Path) -> None:
+def test_an_s3_dataset_needs_a_local_wal_dir(bucket: str, tmp_path: Path, zygote: Zygote) -> None:
     with pytest.raises(ConfigError, match=rf"s3://{bucket}/x: give a local WAL directory"):
         ServerConfig(f"s3://{bucket}/x")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_replay",
-            "serve",
-            "--dataset",
-            "s3://no-such-bucket-yy/x",
-            "--wal-dir",
-            str(tmp_path / "wal"),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-        ],
-        capture_output=True,
-        text=True,
+    done = zygote.cli(
+        "serve",
+        "--dataset",
+        "s3://no-such-bucket-yy/x",
+        "--wal-dir",
+        str(tmp_path / "wal"),
+        "--grpc",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
         env=env,
         timeout=60,
     )

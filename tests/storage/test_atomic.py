@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -21,6 +19,7 @@ from otel_replay.query.store import Store
 from otel_replay.storage import PartitionLease, compact, live_files
 from otel_replay.storage.manifest import partition_dirs, read_manifest, write_manifest
 
+from .._support import ForkedProcess, Zygote
 from .conftest import count_rows
 
 CRASH_STEPS = ("read", "writing", "file", "written", "renamed", "indexed", "swapped", "deleted")
@@ -39,18 +38,14 @@ print(json.dumps({p.partition: p.status for p in report.partitions}))
 """
 
 
-def _run_compact(dataset: Path, crash_at: str = "-", sleep_at: str = "-") -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", _COMPACT_SCRIPT, str(dataset), crash_at, sleep_at],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _run_compact(zygote: Zygote, dataset: Path, crash_at: str = "-", sleep_at: str = "-") -> ForkedProcess:
+    """Compaction in a process of its own (forked with the package imported: a crash is a real process's death)."""
+    return zygote.popen(_COMPACT_SCRIPT, str(dataset), crash_at, sleep_at)
 
 
-def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    with proc:
-        out, err = proc.communicate(timeout=120)
+def _finish(proc: ForkedProcess) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode is not None
     return proc.returncode, out, err
 
 
@@ -117,10 +112,10 @@ def test_concurrent_reader_sees_old_or_new_never_both_never_neither(make_dataset
 
 
 @pytest.mark.parametrize("step", CRASH_STEPS)
-def test_a_crash_at_any_step_leaves_the_dataset_complete(make_dataset, tmp_path: Path, step: str) -> None:
+def test_a_crash_at_any_step_leaves_the_dataset_complete(make_dataset, zygote, step: str) -> None:
     path, figures = make_dataset(spans=1500, ids=150)
     before = {p.name: count_rows([f for f in live_files(path) if p.name in f]) for p in partition_dirs(path)}
-    code, _, err = _finish(_run_compact(path, crash_at=step))
+    code, _, err = _finish(_run_compact(zygote, path, crash_at=step))
     assert code == 3, err
     for partition, (rows_before, distinct_before) in before.items():
         rows, distinct = count_rows([f for f in live_files(path) if partition in f])
@@ -140,9 +135,9 @@ def test_a_crash_at_any_step_leaves_the_dataset_complete(make_dataset, tmp_path:
         assert store.rows("SELECT count(*) AS n FROM spans") == [{"n": figures["unique_spans"]}]
 
 
-def test_two_compactors_never_rewrite_one_partition_at_once(make_dataset) -> None:
+def test_two_compactors_never_rewrite_one_partition_at_once(make_dataset, zygote) -> None:
     path, figures = make_dataset(spans=1500, ids=150)
-    first, second = _run_compact(path, sleep_at="read"), _run_compact(path, sleep_at="read")
+    first, second = _run_compact(zygote, path, sleep_at="read"), _run_compact(zygote, path, sleep_at="read")
     results = []
     for proc in (first, second):
         code, out, err = _finish(proc)
@@ -160,33 +155,25 @@ def test_two_compactors_never_rewrite_one_partition_at_once(make_dataset) -> Non
     assert count_rows(live_files(path)) == (figures["unique_spans"],) * 2
 
 
-def test_a_held_lease_makes_the_partition_busy_and_dies_with_its_holder(make_dataset) -> None:
+def test_a_held_lease_makes_the_partition_busy_and_dies_with_its_holder(make_dataset, zygote) -> None:
     path, _ = make_dataset(spans=300, ids=30)
     partition = partition_dirs(path)[0]
-    with subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\nfrom otel_replay.storage import PartitionLease\n"
-            "lease = PartitionLease(sys.argv[1], sys.argv[2])\nassert lease.acquire()\n"
-            "print('held', flush=True)\nsys.stdin.readline()\nimport os; os._exit(9)\n",
-            str(path),
-            partition.name,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as holder:
-        assert holder.stdin is not None and holder.stdout is not None
-        try:
-            assert holder.stdout.readline().strip() == "held"
-            report = compact(path, partitions=[partition.name])
-            assert [p.status for p in report.partitions] == ["busy"] and report.busy == [partition.name]
-            assert not PartitionLease(path, partition.name).acquire(wait=0.2)
-        finally:
-            holder.stdin.write("\n")
-            holder.stdin.flush()
-            holder.wait(timeout=30)
+    holder = zygote.popen(
+        "import sys, time\nfrom otel_replay.storage import PartitionLease\n"
+        "lease = PartitionLease(sys.argv[1], sys.argv[2])\nassert lease.acquire()\n"
+        "print('held', flush=True)\nsys.stdin.readline()\nimport os; os._exit(9)\n",
+        str(path),
+        partition.name,
+        stdin=True,
+    )
+    assert holder.stdin is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        report = compact(path, partitions=[partition.name])
+        assert [p.status for p in report.partitions] == ["busy"] and report.busy == [partition.name]
+        assert not PartitionLease(path, partition.name).acquire(wait=0.2)
+    finally:
+        holder.communicate(timeout=30)  # closes its stdin: it reads the end of the line and dies
     assert holder.returncode == 9  # died without releasing: the kernel released the flock
     report = compact(path, partitions=[partition.name], lease_wait=5)
     assert [p.status for p in report.partitions] == ["compacted"]

@@ -20,20 +20,23 @@ from .conftest import ReadWatch, count_rows
 compact_module = importlib.import_module("otel_replay.storage.compact_steps")
 
 
-def _many(make_dataset: Any, files: int = 1000) -> tuple[Path, dict[str, Any]]:
-    return make_dataset(spans=3 * files, ids=files, rows_per_file=3, duplicates=0.02)
+def _many(make_dataset: Any) -> tuple[Path, dict[str, Any]]:
+    """500 files of 3 spans in two partitions, generated once per test process for every test here: several
+    times the most files compaction holds as tables at once (``GATHER_FILES + READ_AHEAD + 2``)."""
+    return make_dataset(spans=1500, ids=500, rows_per_file=3, duplicates=0.02)
 
 
 @pytest.mark.slow
 def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_dataset, monkeypatch) -> None:
     path, figures = _many(make_dataset)
     inputs = live_files(path)
-    assert len(inputs) >= 1000
+    held = compact_module.GATHER_FILES + compact_module.READ_AHEAD + 2
+    assert len(inputs) > 3 * held  # so holding one table per file would show
     watch = ReadWatch(monkeypatch)
     report = compact(path, grace_seconds=0, threads=2)
     assert sorted(watch.read) == sorted(inputs)  # every file read once, on its own
-    # a batch of ~500 files never holds them all as tables: a gathered piece, the files read ahead, the one in hand
-    assert watch.peak <= compact_module.GATHER_FILES + compact_module.READ_AHEAD + 2
+    # a batch of ~250 files never holds them all as tables: a gathered piece, the files read ahead, the one in hand
+    assert watch.peak <= held
     assert report.duplicates_removed == figures["duplicates_written"]
     after = live_files(path)
     assert all(is_compacted_name(Path(f).name) for f in after)
@@ -42,7 +45,7 @@ def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_da
 
 @pytest.mark.slow
 def test_each_footer_is_parsed_once_and_most_by_their_bytes_before_the_rows_are_read(make_dataset, monkeypatch) -> None:
-    path, _ = make_dataset(spans=1200, ids=300, rows_per_file=4, duplicates=0)
+    path, _ = _many(make_dataset)
     inputs = live_files(path)
     opened: list[str] = []
     real = compact_module.ParquetReader
@@ -67,7 +70,7 @@ def test_each_footer_is_parsed_once_and_most_by_their_bytes_before_the_rows_are_
 
 @pytest.mark.slow
 def test_a_tiny_batch_over_many_files_keeps_every_span_once(make_dataset) -> None:
-    path, figures = _many(make_dataset, files=500)  # the dataset of the schema-versions test below
+    path, figures = _many(make_dataset)
     report = compact(path, grace_seconds=0, max_batch_rows=40, target_rows=25)
     assert report.duplicates_removed == figures["duplicates_written"]
     after = live_files(path)
@@ -77,7 +80,7 @@ def test_a_tiny_batch_over_many_files_keeps_every_span_once(make_dataset) -> Non
 
 
 @pytest.mark.slow
-def test_a_truncated_file_among_a_thousand_changes_nothing_and_is_named(make_dataset) -> None:
+def test_a_truncated_file_among_hundreds_changes_nothing_and_is_named(make_dataset) -> None:
     path, _ = _many(make_dataset)
     partition = partition_dirs(path)[0]
     names = sorted(os.listdir(partition))
@@ -91,7 +94,7 @@ def test_a_truncated_file_among_a_thousand_changes_nothing_and_is_named(make_dat
 
 
 def test_a_file_damaged_past_its_footer_fails_the_run_naming_it_and_leaves_no_output(make_dataset) -> None:
-    path, figures = _many(make_dataset, files=400)
+    path, figures = _many(make_dataset)
     partition = partition_dirs(path)[0]
     names = sorted(n for n in os.listdir(partition) if n.endswith(".parquet"))
     victim = partition / names[-3]  # read late: outputs of earlier batches may be written already
@@ -109,7 +112,7 @@ def test_a_file_damaged_past_its_footer_fails_the_run_naming_it_and_leaves_no_ou
 
 @pytest.mark.slow
 def test_older_schema_versions_among_many_small_files_stay_apart_and_complete(make_dataset) -> None:
-    path, figures = _many(make_dataset, files=500)
+    path, figures = _many(make_dataset)
     partition = partition_dirs(path)[0]
     names = sorted(n for n in os.listdir(partition) if n.endswith(".parquet"))
     old = names[::3]  # every third arrival written by an older writer (storage schema version 1)

@@ -10,7 +10,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -23,6 +22,8 @@ import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
 from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.storage import compact, outcome_claims
+
+from .._support import Zygote
 
 
 def _db(dataset: Path) -> contextlib.closing[sqlite3.Connection]:
@@ -40,8 +41,9 @@ def _stored_outcomes(dataset: Path) -> list[str]:
         return sorted(r["record_id"] for r in store.rows("SELECT record_id FROM spans WHERE name = 'replay.outcome'"))
 
 
-def _child(dataset: Path, body: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``body`` in a fresh interpreter with the dataset configured (``telemetry``) and decisions flushed."""
+def _child(zygote: Zygote, dataset: Path, body: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` in a process of its own (forked with the package imported) with the dataset configured
+    (``telemetry``) and decisions flushed."""
     code = textwrap.dedent("""
         import os, signal, sys
         import otel_replay
@@ -50,7 +52,7 @@ def _child(dataset: Path, body: str, *, check: bool = True) -> subprocess.Comple
         telemetry = otel_replay.configure(DATASET, set_global=False)
         tracer = DecisionTracer()
     """).replace("DATASET", repr(str(dataset))) + textwrap.dedent(body)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    done = zygote.run(code, timeout=120)
     if check:
         assert done.returncode in (0, -signal.SIGKILL), done.stderr
     return done
@@ -75,8 +77,9 @@ _DEATHS = {
 
 
 @pytest.mark.parametrize("death", list(_DEATHS), ids=["named", "written"])
-def test_a_process_dying_at_any_step_leaves_each_acknowledged_outcome_stored_exactly_once(dataset, death):
+def test_a_process_dying_at_any_step_leaves_each_acknowledged_outcome_stored_exactly_once(dataset, death, zygote):
     done = _child(
+        zygote,
         dataset,
         textwrap.dedent("""
             decisions = [tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(3)]
@@ -101,19 +104,19 @@ def test_a_process_dying_at_any_step_leaves_each_acknowledged_outcome_stored_exa
             DecisionTracer(store=store).record_outcome(decisions[0], False)
 
 
-def test_a_live_process_keeps_its_held_outcomes_from_another_process_recovering_them(dataset):
+def test_a_live_process_keeps_its_held_outcomes_from_another_process_recovering_them(dataset, zygote):
     # Files roll every 10 minutes here: the outcome stays held while another process opens the dataset.
     with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600) as telemetry:
         tracer = DecisionTracer()
         decision = tracer.decision("agent", "approve", "r")
         outcome = tracer.record_outcome(decision, True).record_id
-        _child(dataset, "telemetry.shutdown()")  # its configure() runs a recovery
+        _child(zygote, dataset, "telemetry.shutdown()")  # its configure() runs a recovery
         assert _pending(dataset) == [(outcome, "1")]  # still this process's to write, in its open batch
         assert telemetry.force_flush()
     assert _stored_outcomes(dataset) == [outcome]
 
 
-def test_processes_racing_for_the_same_decisions_outcomes_each_win_once_and_store_one_outcome(dataset):
+def test_processes_racing_for_the_same_decisions_outcomes_each_win_once_and_store_one_outcome(dataset, zygote):
     with otel_replay.configure(dataset, set_global=False) as telemetry:
         tracer = DecisionTracer()
         decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(40)]
@@ -138,10 +141,7 @@ def test_processes_racing_for_the_same_decisions_outcomes_each_win_once_and_stor
         telemetry = otel_replay.configure(DATASET, set_global=False)
         tracer = DecisionTracer()
     """).replace("DATASET", repr(str(dataset))) + textwrap.dedent(racer)
-    children = [
-        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
+    children = [zygote.popen(code) for _ in range(2)]
     go.write_text("go")
     outputs = [child.communicate(timeout=120) for child in children]
     assert [child.returncode for child in children] == [0, 0], [err for _, err in outputs]
@@ -177,8 +177,9 @@ def test_a_held_outcome_whose_parquet_write_fails_stays_held_and_lands_once_on_t
     assert _stored_outcomes(dataset) == [outcome]
 
 
-def test_a_recovered_row_that_does_not_decode_is_named_and_kept_and_the_others_land(dataset, caplog):
+def test_a_recovered_row_that_does_not_decode_is_named_and_kept_and_the_others_land(dataset, caplog, zygote):
     done = _child(
+        zygote,
         dataset,
         """
         decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(2)]
@@ -302,11 +303,12 @@ def test_threads_sharing_transactions_each_get_their_own_answer(dataset):
     assert _pending(dataset) == []
 
 
-def test_compaction_before_recovery_never_makes_a_dead_processes_held_outcome_appear_twice(dataset):
+def test_compaction_before_recovery_never_makes_a_dead_processes_held_outcome_appear_twice(dataset, zygote):
     # The process dies after writing its batch's Parquet file and before forgetting the rows: they are still held.
     # A compaction (old files deleted at once) runs before any recovery; the recovery that follows writes the batch
     # again under its name. Merged and then written again, each outcome would be stored twice.
     done = _child(
+        zygote,
         dataset,
         """
         decisions = [tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(3)]
@@ -333,8 +335,9 @@ def test_compaction_before_recovery_never_makes_a_dead_processes_held_outcome_ap
         assert store.rows("SELECT count(*) AS n FROM spans WHERE name = 'replay.decision'")[0]["n"] == 3
 
 
-def test_compaction_with_an_unreadable_claim_store_leaves_the_outcomes_files_out_and_says_so(dataset, caplog):
+def test_compaction_with_an_unreadable_claim_store_leaves_the_outcomes_files_out_and_says_so(dataset, caplog, zygote):
     done = _child(
+        zygote,
         dataset,
         """
         print(tracer.record_outcome(tracer.decision("agent", "approve", "r"), True).record_id)
@@ -354,8 +357,9 @@ def test_compaction_with_an_unreadable_claim_store_leaves_the_outcomes_files_out
     assert _stored_outcomes(dataset) == [outcome]
 
 
-def test_a_store_whose_pending_table_was_made_without_rowid_is_turned_into_a_rowid_table_with_its_rows(dataset):
+def test_a_store_whose_pending_table_was_made_without_rowid_is_turned_into_a_rowid_table_with_its_rows(dataset, zygote):
     done = _child(
+        zygote,
         dataset,
         """
         decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(3)]
