@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,21 +57,41 @@ def snapshot() -> DependencySnapshot:
     return DependencySnapshot(SNAPSHOT_STATE, version="v7", captured_at="2026-01-01T00:00:00+00:00")
 
 
-def in_forked_child(work: Callable[[], Any]) -> Any:
-    """What ``work()`` returns when run in a forked child of this process (JSON through a pipe)."""
+def start_forked_child(work: Callable[[], Any]) -> tuple[int, int]:
+    """Run ``work()`` in a child forked from this process, left running: (its pid, the pipe its JSON result comes
+    back on; read it with :func:`forked_child_result`, which fails with the child's traceback if ``work`` raised)."""
     read, write = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
-            os.write(write, json.dumps(work()).encode())
+            os.close(read)
+            said: dict[str, Any] = {"result": work()}
+        except BaseException:
+            said = {"traceback": traceback.format_exc()}
         finally:
+            os.write(write, json.dumps(said).encode())
             os._exit(0)
     os.close(write)
-    os.waitpid(pid, 0)
+    return pid, read
+
+
+def forked_child_result(child: tuple[int, int]) -> Any:
+    """What the child of :func:`start_forked_child` sent back, once it has ended (its exit code checked)."""
+    pid, read = child
     with os.fdopen(read) as pipe:
-        return json.loads(pipe.read())
+        said = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    reported = json.loads(said)
+    assert "traceback" not in reported, reported["traceback"]
+    return reported["result"]
+
+
+def in_forked_child(work: Callable[[], Any]) -> Any:
+    """What ``work()`` returns when run in a forked child of this process (JSON through a pipe)."""
+    return forked_child_result(start_forked_child(work))
 
 
 def timestamps_as_ints(t: pa.DataType) -> pa.DataType:

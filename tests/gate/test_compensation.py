@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import traceback
-import warnings
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,7 @@ from otel_replay import (
 from otel_replay.cli import main
 from otel_replay.gate.claims import CompensationClaims, idempotency_key
 
-from .._support import budget_policy, payment, snapshot
+from .._support import budget_policy, forked_child_result, payment, snapshot, start_forked_child
 from ..rails import FileLedger
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,36 +64,19 @@ def _in_process(record_id: str, dataset: Path, live: Path, ledger: FileLedger, *
 
 def _forked(record_id: str, dataset: Path, live: Path, ledger: FileLedger, **env: str) -> tuple[int, int]:
     """``_in_process`` in a child forked from this process (no interpreter start, no imports), started and left
-    running: (its pid, the pipe its (code, out, err) comes back on). Its claims meet the others' only on disk."""
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            os.close(read)
-            with pytest.MonkeyPatch.context() as mp:
-                for name, value in env.items():
-                    mp.setenv(name, value)
-                said: object = _in_process(record_id, dataset, live, ledger)
-        except BaseException:
-            said = traceback.format_exc()  # shown by the test that waits for it
-        finally:
-            os.write(write, json.dumps(said).encode())
-            os._exit(0)
-    os.close(write)
-    return pid, read
+    running (see ``start_forked_child``). Its claims meet the others' only on disk."""
+
+    def work() -> tuple[int, str, str]:
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in env.items():
+                mp.setenv(name, value)
+            return _in_process(record_id, dataset, live, ledger)
+
+    return start_forked_child(work)
 
 
 def _forked_done(child: tuple[int, int]) -> tuple[int, str, str]:
-    pid, read = child
-    with os.fdopen(read) as pipe:
-        said = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, said
-    reported = json.loads(said)
-    assert isinstance(reported, list), reported  # else the child's traceback
-    code, out, err = reported
+    code, out, err = forked_child_result(child)
     return code, out, err
 
 
