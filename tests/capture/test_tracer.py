@@ -17,7 +17,8 @@ from otel_replay.capture.recorder import Recorder, set_recorder
 from otel_replay.cli import main
 from otel_replay.errors import DatasetError
 from otel_replay.storage import outcome_claims
-from otel_replay.storage.outcome_claims import _name, claim_outcome
+from otel_replay.storage.claim_store import claim_file_name
+from otel_replay.storage.outcome_claims import claim_outcome
 
 
 def _forget_stores() -> None:
@@ -199,9 +200,7 @@ def test_a_decision_id_that_is_no_file_name_gets_a_hashed_claim(telemetry, datas
         DecisionTracer().record_outcome("../x y", False)
 
 
-def test_a_decision_with_two_stored_outcomes_reads_as_conflicting_and_its_chain_still_reads(
-    telemetry, dataset, caplog
-):
+def test_a_decision_with_two_stored_outcomes_reads_as_conflicting_and_its_chain_still_reads(telemetry, dataset, caplog):
     tracer = DecisionTracer()
     clean = tracer.decision("a", "t", "fine", correlation_id="loan-9")
     torn = tracer.decision("a", "t", "torn", correlation_id="loan-9")
@@ -292,10 +291,11 @@ def test_a_claim_file_written_by_an_older_version_still_refuses(telemetry, datas
     old = dataset / "_outcomes"
     body = '{"claimant": "pid 42 on old-host", "claimed_at": "2026-01-02T03:04:05+00:00", "outcome_id": "o-old"}'
     (old / f"{plain}.json").write_text(body)
-    (old / _name(odd)).write_text("{torn")
+    (old / claim_file_name(odd)).write_text("{torn")
     with pytest.raises(
-        OutcomeAlreadyRecorded, match=rf"claimed by pid 42 on old-host at 2026-01-02T03:04:05\+00:00 \(outcome o-old\) "
-        rf"in .*_outcomes/{plain}\.json"
+        OutcomeAlreadyRecorded,
+        match=rf"claimed by pid 42 on old-host at 2026-01-02T03:04:05\+00:00 \(outcome o-old\) "
+        rf"in .*_outcomes/{plain}\.json",
     ):
         tracer.record_outcome(plain, False)
     with pytest.raises(OutcomeAlreadyRecorded, match=r"already has an outcome: claimed in .*_outcomes/sha256-"):
@@ -381,9 +381,7 @@ def test_a_damaged_claim_store_is_a_one_line_error_naming_it_and_is_never_replac
         assert [r["decision_id"] for r in store_.rows("SELECT * FROM outcomes")] == [first]  # nothing emitted
 
 
-def test_an_unopenable_claim_store_is_a_one_line_error_and_the_outcome_can_be_recorded_once_fixed(
-    telemetry, dataset
-):
+def test_an_unopenable_claim_store_is_a_one_line_error_and_the_outcome_can_be_recorded_once_fixed(telemetry, dataset):
     tracer = DecisionTracer()
     decision = tracer.decision("a", "t", "r")
     (dataset / "_outcomes").write_text("a file where the claims directory belongs")
@@ -490,9 +488,7 @@ def test_a_replaced_claim_store_keeps_the_claims_another_process_put_in_its_succ
     assert _claimed(dataset) == ["after", "in-the-new-store"]
 
 
-def test_a_claim_waits_for_another_writer_of_the_store_and_names_the_store_when_it_waits_too_long(
-    dataset, monkeypatch
-):
+def test_a_claim_waits_for_another_writer_of_the_store_and_names_the_store_when_it_waits_too_long(dataset, monkeypatch):
     import threading
 
     claim_outcome(dataset, "first", "o-1", True)
