@@ -16,7 +16,7 @@ from otel_replay import CaptureError, DecisionTracer, OutcomeAlreadyRecorded, Re
 from otel_replay.capture.recorder import Recorder, set_recorder
 from otel_replay.cli import main
 from otel_replay.errors import DatasetError
-from otel_replay.storage import outcome_claims
+from otel_replay.storage import claim_store, outcome_claims
 from otel_replay.storage.claim_store import claim_file_name
 from otel_replay.storage.outcome_claims import claim_outcome
 
@@ -499,7 +499,7 @@ def test_a_claim_waits_for_another_writer_of_the_store_and_names_the_store_when_
         threading.Timer(0.3, other.execute, ("COMMIT",)).start()
         claim_outcome(dataset, "waited", "o-2", True)  # waits for the writer instead of failing
         _forget_stores()
-        monkeypatch.setattr(outcome_claims, "BUSY_SECONDS", 0.2)
+        monkeypatch.setattr(claim_store, "BUSY_SECONDS", 0.2)
         other.execute("BEGIN IMMEDIATE")
         with pytest.raises(DatasetError) as raised:
             claim_outcome(dataset, "too-long", "o-3", True)
