@@ -85,7 +85,9 @@ def blocks_of(path: Path, kind: str = "python") -> list[tuple[str, str]]:
     return out
 
 
-def _run(zygote: Zygote, cwd: Path, blocks: list[tuple[str, str]], after: str = "") -> subprocess.CompletedProcess[str]:
+def _run(
+    zygote: Zygote, cwd: Path, blocks: list[tuple[str, str]], after: str = ""
+) -> subprocess.CompletedProcess[str]:
     """The blocks in one new process (forked from the session's zygote, which imported the package once: a page's
     own process, with no tracer provider set, nothing configured and none of this process's state)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTEST"))}
@@ -157,7 +159,9 @@ def test_the_chained_guides_run_in_order(zygote: Zygote, tmp_path: Path) -> None
     _assert_clean(_run(zygote, tmp_path, blocks, _CHAINED_AFTER))
 
 
-_ALONE = sorted(_page(p) for p in DOCS.rglob("*.md") if _page(p) not in CHAINED and blocks_of(p))
+_ALONE = sorted(
+    _page(p) for p in DOCS.rglob("*.md") if _page(p) not in CHAINED and blocks_of(p)
+)
 
 
 def test_python_blocks_are_fenced_as_python() -> None:
@@ -302,12 +306,9 @@ def _recipe_through_cli(binary: str, script: str) -> list[dict]:
 
 @pytest.mark.parametrize("where,code", [b for b in _SQL if _cli_script(b[1])], ids=lambda v: v[:40])
 def test_the_cli_recipe_runs_from_python(where: str, code: str, demo: Path) -> None:
-    [trade_id] = {
-        r[0]
-        for r in duckdb.sql(
-            f"SELECT correlation_id FROM read_parquet({live_files(str(demo))!r}) WHERE correlation_id IS NOT NULL"
-        ).fetchall()
-    } or {None}
+    [trade_id] = {r[0] for r in duckdb.sql(
+        f"SELECT correlation_id FROM read_parquet({live_files(str(demo))!r}) WHERE correlation_id IS NOT NULL"
+    ).fetchall()} or {None}
     script = re.sub(r"SET VARIABLE chain_id = '[^']*'", f"SET VARIABLE chain_id = '{trade_id}'", code)
     assert _recipe_from_python(script, demo), "the recipe's chain came back empty"
 
@@ -315,12 +316,9 @@ def test_the_cli_recipe_runs_from_python(where: str, code: str, demo: Path) -> N
 @pytest.mark.parametrize("where,code", [b for b in _SQL if _cli_script(b[1])], ids=lambda v: v[:40])
 def test_the_cli_recipe_runs_in_the_duckdb_cli(where: str, code: str, demo: Path) -> None:
     binary = _duckdb_cli()
-    [trade_id] = {
-        r[0]
-        for r in duckdb.sql(
-            f"SELECT correlation_id FROM read_parquet({live_files(str(demo))!r}) WHERE correlation_id IS NOT NULL"
-        ).fetchall()
-    } or {None}
+    [trade_id] = {r[0] for r in duckdb.sql(
+        f"SELECT correlation_id FROM read_parquet({live_files(str(demo))!r}) WHERE correlation_id IS NOT NULL"
+    ).fetchall()} or {None}
     script = re.sub(r"SET VARIABLE chain_id = '[^']*'", f"SET VARIABLE chain_id = '{trade_id}'", code)
     rows = _recipe_from_python(script, demo)
     files_list = "[" + ", ".join(f"'{f}'" for f in live_files(str(demo))) + "]"
@@ -331,19 +329,9 @@ def test_the_cli_recipe_runs_in_the_duckdb_cli(where: str, code: str, demo: Path
 # Building blocks a query runs on, not queries of their own: the recipe loads the first
 # three, the Store the rest (its facts files, its probes, the contract evidence views); trade.spark.sql is Spark's.
 _BUILDING_BLOCKS = {
-    "source.sql",
-    "views.sql",
-    "facts_views.sql",
-    "source_current.sql",
-    "empty_source.sql",
-    "facts_source.sql",
-    "facts_none.sql",
-    "facts_extract.sql",
-    "facts_input.sql",
-    "probe_file.sql",
-    "chains/trade.spark.sql",
-    "contract_verdicts.sql",
-    "log_records.sql",
+    "source.sql", "views.sql", "facts_views.sql", "source_current.sql", "empty_source.sql", "facts_source.sql",
+    "facts_none.sql", "facts_extract.sql", "facts_input.sql", "probe_file.sql", "chains/trade.spark.sql",
+    "contract_verdicts.sql", "log_records.sql",
 }
 _SHIPPED = sorted(
     q.relative_to(QUERIES).as_posix()
@@ -362,15 +350,10 @@ def _demo_values(dataset: Path) -> dict[str, object]:
     with otel_replay.open(str(dataset)) as store:
         decision = store.rows("SELECT record_id, correlation_id, trace_id, span_id FROM decisions LIMIT 1")[0]
     return {
-        "chain_id": decision["correlation_id"],
-        "correlation_id": decision["correlation_id"],
-        "record_id": decision["record_id"],
-        "gate_decision_id": decision["record_id"],
-        "root_trace_id": decision["trace_id"],
-        "root_span_id": decision["span_id"],
-        "chain_limit": 100,
-        "entry_limit": 100,
-        "trace_limit": 100,
+        "chain_id": decision["correlation_id"], "correlation_id": decision["correlation_id"],
+        "record_id": decision["record_id"], "gate_decision_id": decision["record_id"],
+        "root_trace_id": decision["trace_id"], "root_span_id": decision["span_id"],
+        "chain_limit": 100, "entry_limit": 100, "trace_limit": 100,
     }
 
 
