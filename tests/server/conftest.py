@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -139,20 +138,6 @@ def _sorted_dicts(table: Any) -> list[dict[str, Any]]:
 
     schema = pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in table.schema])
     return sorted(table.cast(schema).to_pylist(), key=lambda r: (r["trace_id"], r["span_id"]))
-
-
-def stop_process(proc: subprocess.Popen[str], sig: int) -> int:
-    """Send ``sig`` to a server subprocess and wait for it (killed after 60 s); its exit code."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    try:
-        return proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def serve_forked(zygote: Zygote, *args: str, stderr_to: str | Path = os.devnull, **options: Any) -> ForkedProcess:
