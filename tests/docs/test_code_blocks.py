@@ -2,9 +2,10 @@
 
 Conventions for a page's blocks:
 
-- ```python blocks run in order, in one fresh interpreter per page (one namespace,
-  as a user pasting them into one session), in a temporary working directory.
-  Pages that build on each other share one interpreter, in the order of ``CHAINED``.
+- ```python blocks run in order, in one new process per page (one namespace, as a user
+  pasting them into one session; forked from the session's zygote, which imported the
+  package once), in a temporary working directory.
+  Pages that build on each other share one process, in the order of ``CHAINED``.
 - A hidden ``<!-- setup ... -->`` comment holds code a fragment needs (a stand-in for
   the user's agent or rail); it runs in its place among the page's blocks and is not
   shown on the site.
@@ -32,7 +33,7 @@ import pytest
 import otel_replay
 from otel_replay.storage import live_files
 
-from .._support import TEST_KEY
+from .._support import TEST_KEY, Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -84,18 +85,18 @@ def blocks_of(path: Path, kind: str = "python") -> list[tuple[str, str]]:
     return out
 
 
-def _run(cwd: Path, blocks: list[tuple[str, str]], after: str = "") -> subprocess.CompletedProcess[str]:
+def _run(
+    zygote: Zygote, cwd: Path, blocks: list[tuple[str, str]], after: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """The blocks in one new process (forked from the session's zygote, which imported the package once: a page's
+    own process, with no tracer provider set, nothing configured and none of this process's state)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTEST"))}
     env.update(OTEL_REPLAY_SIGNING_KEY=TEST_KEY, HOME=str(cwd / "home"), PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-c", _DRIVER],
-        input=json.dumps({"blocks": blocks, "after": after}),
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=240,
-    )
+    child = zygote.popen(_DRIVER, stdin=True, cwd=str(cwd), env=env)
+    assert child.stdin is not None
+    child.stdin.write(json.dumps({"blocks": blocks, "after": after}))
+    out, err = child.communicate(timeout=240)
+    return subprocess.CompletedProcess(["<page>"], child.returncode, out, err)
 
 
 def _assert_clean(out: subprocess.CompletedProcess[str]) -> None:
@@ -134,10 +135,10 @@ with Store("./traces") as fresh:
 """
 
 
-def test_readme_tutorial_runs_in_order(tmp_path: Path) -> None:
+def test_readme_tutorial_runs_in_order(zygote: Zygote, tmp_path: Path) -> None:
     blocks = blocks_of(README)
     assert len(blocks) >= 5, blocks
-    _assert_clean(_run(tmp_path, blocks, _README_AFTER))
+    _assert_clean(_run(zygote, tmp_path, blocks, _README_AFTER))
 
 
 def test_readme_is_a_short_start() -> None:
@@ -153,9 +154,9 @@ def test_readme_is_a_short_start() -> None:
     assert not re.search(r"20\d\d-\d\d-\d\d", text), "a dated figure in README"
 
 
-def test_the_chained_guides_run_in_order(tmp_path: Path) -> None:
+def test_the_chained_guides_run_in_order(zygote: Zygote, tmp_path: Path) -> None:
     blocks = [b for page in CHAINED for b in blocks_of(DOCS / page)]
-    _assert_clean(_run(tmp_path, blocks, _CHAINED_AFTER))
+    _assert_clean(_run(zygote, tmp_path, blocks, _CHAINED_AFTER))
 
 
 _ALONE = sorted(
@@ -175,15 +176,15 @@ def test_every_page_with_python_is_run() -> None:
 
 
 @pytest.mark.parametrize("page", _ALONE)
-def test_a_page_runs_alone(page: str, tmp_path: Path) -> None:
-    _assert_clean(_run(tmp_path, blocks_of(DOCS / page)))
+def test_a_page_runs_alone(zygote: Zygote, page: str, tmp_path: Path) -> None:
+    _assert_clean(_run(zygote, tmp_path, blocks_of(DOCS / page)))
 
 
 def _section_block(page: str, section: str) -> str:
     return next(code for where, code in blocks_of(DOCS / page) if where.endswith(": " + section))
 
 
-def test_instrumenting_block_works_on_a_fresh_proxy_provider(tmp_path: Path) -> None:
+def test_instrumenting_block_works_on_a_fresh_proxy_provider(zygote: Zygote, tmp_path: Path) -> None:
     """The block alone, where the global provider is still the API's ProxyTracerProvider."""
     code = _section_block("guides/instrumenting.md", "Instrumenting an existing OpenTelemetry setup")
     after = """
@@ -200,10 +201,10 @@ with _open("./traces") as store:
     assert names["http-call"] == "c-proxy" and names["replay.decision"] == "c-proxy", names
     assert store.record(d.record.record_id) == d.record
 """
-    _assert_clean(_run(tmp_path, [("instrumenting", code)], after))
+    _assert_clean(_run(zygote, tmp_path, [("instrumenting", code)], after))
 
 
-def test_the_old_readme_order_fails_loudly_not_silently(tmp_path: Path) -> None:
+def test_the_old_readme_order_fails_loudly_not_silently(zygote: Zygote, tmp_path: Path) -> None:
     """Shutting down, then using the gate: the gate record is reported lost, never dropped unseen."""
     setup = """
 import otel_replay
@@ -225,7 +226,7 @@ try:
 except CaptureError as exc:
     assert "shut down" in str(exc)
 """
-    out = _run(tmp_path, [("setup", setup)], after)
+    out = _run(zygote, tmp_path, [("setup", setup)], after)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "BLOCKS OK" in out.stdout
     assert out.stderr.count("emitted after the telemetry pipeline was shut down") == 1, out.stderr

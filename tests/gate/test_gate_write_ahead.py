@@ -1,6 +1,7 @@
 """Issue 20: a gated commit is write-ahead; a process killed at any step leaves nothing half-said.
 
-A child process does a gated refund inside ``audit()`` (a read, a model call,
+A child process (forked from the session's zygote: a real process of its own that skips the
+interpreter's start and the imports) does a gated refund inside ``audit()`` (a read, a model call,
 the act, ``gate.commit``) on a rail that notes each refund in a file, and
 dies (``os._exit(0)`` or SIGKILL) at one step: before the rail, inside it,
 right after ``commit()`` returned, or inside the conversion of the
@@ -10,8 +11,6 @@ write-ahead log to Parquet. The dataset is then reopened and checked.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import otel_replay
 from otel_replay import FixAction, replay_stored
 from otel_replay.errors import RecordNotFound
 from otel_replay.gate import reads
+from tests._support import Zygote
 
 KEY = "write-ahead-test-key-0123456789abcdef"
 
@@ -82,18 +82,13 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _run(tmp_path: Path, step: str, how: str) -> tuple[Path, str, list[str], list[str]]:
-    """Run the child to its death at ``step``: (dataset, decision id, its output lines, the rail's book)."""
+def _run(zygote: Zygote, tmp_path: Path, step: str, how: str) -> tuple[Path, str, list[str], list[str]]:
+    """Run the child (a real process, forked from the session's zygote) to its death at ``step``: (dataset,
+    decision id, its output lines, the rail's book)."""
     dataset = tmp_path / "traces"
     executed = tmp_path / "rail.txt"
     env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
-    child = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(dataset), step, how, str(executed)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    child = zygote.run(_CHILD, str(dataset), step, how, str(executed), env=env)
     assert child.returncode in (0, -9), child.stderr
     lines = child.stdout.split()
     book = executed.read_text().split() if executed.exists() else []
@@ -124,8 +119,8 @@ def _policy(state, action):
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_process_dying_before_the_rail_leaves_nothing_executed_and_no_commit(tmp_path, monkeypatch, how):
-    dataset, decision_id, said, book = _run(tmp_path, "before_rail", how)
+def test_a_process_dying_before_the_rail_leaves_nothing_executed_and_no_commit(zygote, tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, "before_rail", how)
     _reopen(dataset, monkeypatch)
     assert book == [] and said == []
     with otel_replay.open(dataset) as store:
@@ -134,8 +129,8 @@ def test_a_process_dying_before_the_rail_leaves_nothing_executed_and_no_commit(t
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_process_dying_inside_the_rail_leaves_an_intent_shown_as_executed_unknown(tmp_path, monkeypatch, how):
-    dataset, decision_id, said, book = _run(tmp_path, "inside_rail", how)
+def test_a_process_dying_inside_the_rail_leaves_an_intent_shown_as_executed_unknown(zygote, tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, "inside_rail", how)
     assert book == ["o-1"] and said == []  # the rail refunded; commit() never returned
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
@@ -152,8 +147,8 @@ def test_a_process_dying_inside_the_rail_leaves_an_intent_shown_as_executed_unkn
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(tmp_path, monkeypatch, how):
-    dataset, decision_id, said, book = _run(tmp_path, "after_commit", how)
+def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(zygote, tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, "after_commit", how)
     assert book == ["o-1"] and said == ["acknowledged"]
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
@@ -175,8 +170,8 @@ def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(tmp_p
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_process_dying_while_converting_its_log_leaves_every_record_once(tmp_path, monkeypatch, how):
-    dataset, decision_id, said, book = _run(tmp_path, "converting", how)
+def test_a_process_dying_while_converting_its_log_leaves_every_record_once(zygote, tmp_path, monkeypatch, how):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, "converting", how)
     assert said == ["acknowledged"] and book == ["o-1"]
     written = sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet"))
     assert written  # the conversion had written its file when the process died
@@ -197,19 +192,19 @@ def test_without_a_gate_nothing_is_written_ahead(tmp_path):
         assert not (dataset / "_wal").exists()  # no log directory, no fsync: nothing waits on the disk
 
 
-def _left_behind(tmp_path: Path) -> tuple[Path, str]:
+def _left_behind(zygote: Zygote, tmp_path: Path) -> tuple[Path, str]:
     """A dataset whose only copy of an acknowledged commit is the write-ahead log of a process that died."""
-    dataset, decision_id, said, _ = _run(tmp_path, "after_commit", "kill")
+    dataset, decision_id, said, _ = _run(zygote, tmp_path, "after_commit", "kill")
     assert said == ["acknowledged"] and list((dataset / "_wal").glob("capture-*/*.wal"))
     return dataset, decision_id
 
 
-def test_compact_converts_the_log_a_dead_process_left(tmp_path, monkeypatch):
+def test_compact_converts_the_log_a_dead_process_left(zygote, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from otel_replay.cli import main
 
-    dataset, decision_id = _left_behind(tmp_path)
+    dataset, decision_id = _left_behind(zygote, tmp_path)
     result = CliRunner().invoke(main, ["compact", str(dataset)])
     assert result.exit_code == 0, result.output
     assert "recovered 2 span(s) from write-ahead logs left by processes that died" in result.output
@@ -218,11 +213,11 @@ def test_compact_converts_the_log_a_dead_process_left(tmp_path, monkeypatch):
         assert _gates(store, decision_id) == ["intent", "committed"]
 
 
-def test_serve_converts_the_log_a_dead_process_left_instead_of_calling_it_stranded(tmp_path):
+def test_serve_converts_the_log_a_dead_process_left_instead_of_calling_it_stranded(zygote, tmp_path):
     from otel_replay.server import Receiver, ServerConfig
     from otel_replay.server.server import stranded_wal_dirs
 
-    dataset, decision_id = _left_behind(tmp_path)
+    dataset, decision_id = _left_behind(zygote, tmp_path)
     config = ServerConfig(dataset, grpc=None, http=None, convert_workers=0)
     receiver = Receiver(config)
     try:
@@ -236,10 +231,11 @@ def test_serve_converts_the_log_a_dead_process_left_instead_of_calling_it_strand
 
 _FORKED = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, warnings
     import otel_replay
     from otel_replay import Action, ActionGate, ReferenceLedger
 
+    warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
     dataset = sys.argv[1]
     telemetry = otel_replay.configure(dataset, set_global=False)
     gate = ActionGate(ReferenceLedger(1000), dataset=dataset)
@@ -256,16 +252,10 @@ _FORKED = textwrap.dedent(
 )
 
 
-def test_a_forked_child_commits_through_a_log_of_its_own(tmp_path):
+def test_a_forked_child_commits_through_a_log_of_its_own(zygote, tmp_path):
     dataset = tmp_path / "traces"
     env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
-    child = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORKED, str(dataset)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    child = zygote.run(_FORKED, str(dataset), env=env)
     assert child.returncode == 0, child.stderr
     assert "write-ahead log" not in child.stderr
     with otel_replay.open(dataset) as store:
@@ -299,12 +289,10 @@ _DISK_FULL = textwrap.dedent(
 )
 
 
-def test_a_commit_whose_intent_cannot_be_made_durable_is_refused_before_the_rail(tmp_path):
+def test_a_commit_whose_intent_cannot_be_made_durable_is_refused_before_the_rail(zygote, tmp_path):
     dataset = tmp_path / "traces"
     env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
-    child = subprocess.run(
-        [sys.executable, "-c", _DISK_FULL, str(dataset)], env=env, capture_output=True, text=True, timeout=120
-    )
+    child = zygote.run(_DISK_FULL, str(dataset), env=env)
     assert child.returncode == 0, child.stderr
     assert "refused: refund (decision full-1) was not committed: its intent could not be written" in child.stdout
     assert "balance 1000.0" in child.stdout  # the rail was never called
@@ -314,8 +302,8 @@ def test_a_commit_whose_intent_cannot_be_made_durable_is_refused_before_the_rail
         assert reads.commits_for(store, "full-1") == []
 
 
-def test_a_damaged_log_left_behind_is_salvaged_record_by_record(tmp_path, caplog):
-    dataset, decision_id = _left_behind(tmp_path)
+def test_a_damaged_log_left_behind_is_salvaged_record_by_record(zygote, tmp_path, caplog):
+    dataset, decision_id = _left_behind(zygote, tmp_path)
     (segment,) = (dataset / "_wal").glob("capture-*/*.wal")
     data = bytearray(segment.read_bytes())
     data[40] ^= 0xFF  # inside the first record (the intent); the commit record after it is whole
@@ -326,7 +314,7 @@ def test_a_damaged_log_left_behind_is_salvaged_record_by_record(tmp_path, caplog
     assert not list((dataset / "_wal").glob("capture-*"))
 
 
-def test_a_process_that_exits_without_shutdown_converts_its_log_at_exit(tmp_path):
+def test_a_process_that_exits_without_shutdown_converts_its_log_at_exit(zygote, tmp_path):
     dataset = tmp_path / "traces"
     code = textwrap.dedent(
         """
@@ -339,7 +327,7 @@ def test_a_process_that_exits_without_shutdown_converts_its_log_at_exit(tmp_path
         """
     )
     env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
-    child = subprocess.run([sys.executable, "-c", code, str(dataset)], env=env, capture_output=True, timeout=120)
+    child = zygote.run(code, str(dataset), env=env)  # a script that ends normally: its exit handlers run
     assert child.returncode == 0, child.stderr
     assert not list((dataset / "_wal").glob("capture-*"))  # converted by the process itself, at exit
     assert list((dataset / "spans").rglob("wal-capture-*.parquet"))
@@ -411,12 +399,12 @@ def _logged_executed(dataset: Path) -> list[str]:
     return found
 
 
-def test_verify_names_an_intent_without_a_commit_record_as_executed_unknown(tmp_path, monkeypatch):
+def test_verify_names_an_intent_without_a_commit_record_as_executed_unknown(zygote, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from otel_replay.cli import main
 
-    dataset, decision_id, _, book = _run(tmp_path, "inside_rail", "kill")
+    dataset, decision_id, _, book = _run(zygote, tmp_path, "inside_rail", "kill")
     assert book == ["o-1"]
     monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
     result = CliRunner().invoke(main, ["verify", str(dataset)])
@@ -455,8 +443,10 @@ def test_a_rail_call_interrupted_shows_in_the_trade_chain_as_executed_unknown(tm
 
 
 @pytest.mark.parametrize(("step", "unknown"), [("inside_rail", True), ("after_commit", False)])
-def test_the_trade_chain_shows_a_decision_lost_with_its_process_from_its_intent(tmp_path, monkeypatch, step, unknown):
-    dataset, decision_id, _, _ = _run(tmp_path, step, "kill")
+def test_the_trade_chain_shows_a_decision_lost_with_its_process_from_its_intent(
+    zygote, tmp_path, monkeypatch, step, unknown
+):
+    dataset, decision_id, _, _ = _run(zygote, tmp_path, step, "kill")
     monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
     with otel_replay.open(dataset) as store:
         chain = otel_replay.ReplayBuilder(store).build_trade_chain("trade-9")

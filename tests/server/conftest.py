@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from opentelemetry.trace import Link
 
 import otel_replay
 from otel_replay.server import Receiver, ServerConfig
+
+from .._support import CLI, ForkedProcess, Zygote
 
 
 @pytest.fixture
@@ -137,15 +140,24 @@ def _sorted_dicts(table: Any) -> list[dict[str, Any]]:
     return sorted(table.cast(schema).to_pylist(), key=lambda r: (r["trace_id"], r["span_id"]))
 
 
-def stop_process(proc: subprocess.Popen[str], sig: int) -> int:
-    """Send ``sig`` to a server subprocess and wait for it (killed after 60 s); its exit code."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
+def serve_forked(zygote: Zygote, *args: str, stderr_to: str | Path = os.devnull, **options: Any) -> ForkedProcess:
+    """``python -m otel_replay serve *args`` as a real process of its own (its pid, SIGTERM, SIGKILL), forked from
+    the session's zygote; its stderr goes to the end of ``stderr_to``, its stdout is ``.stdout``."""
+    to_file = f"import os\nos.dup2(os.open({str(stderr_to)!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT), 2)\n"
+    return zygote.popen(to_file + CLI, "serve", *args, **options)
+
+
+def stop_forked(proc: ForkedProcess, sig: int) -> int:
+    """Send ``sig`` to a server of :func:`serve_forked` and wait for it (killed after 60 s); its exit code."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
     try:
         return proc.wait(timeout=60)
+    except TimeoutError:
+        proc.kill()
+        proc.wait()
+        raise
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
         proc.stdout.close()
+        proc.stderr.close()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,20 +13,19 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from .conftest import make_spans, parquet_rows, stop_process
+from .._support import ForkedProcess, Zygote
+from .conftest import make_spans, parquet_rows, serve_forked, stop_forked
 
 _READY = re.compile(r"grpc 127\.0\.0\.1:(\d+) http 127\.0\.0\.1:(\d+)")
 
 
-def start_server(dataset: Path, flush_seconds: float = 0.3) -> tuple[subprocess.Popen[str], int]:
-    command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset)]
-    command += ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--flush-seconds", str(flush_seconds)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
+def start_server(zygote: Zygote, dataset: Path, flush_seconds: float = 0.3) -> tuple[ForkedProcess, int]:
+    args = ["--dataset", str(dataset), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"]
+    proc = serve_forked(zygote, *args, "--flush-seconds", str(flush_seconds))
     line = proc.stdout.readline()
     match = _READY.search(line)
     if match is None:
-        stop_process(proc, signal.SIGKILL)
+        stop_forked(proc, signal.SIGKILL)
         raise AssertionError(f"server did not start: {line!r}")
     return proc, int(match.group(1))
 
@@ -43,11 +40,11 @@ def wait_for_rows(dataset: Path, count: int, deadline: float = 60.0) -> list[dic
 
 
 @pytest.mark.slow
-def test_sigkill_loses_nothing_acknowledged_and_duplicates_nothing(tmp_path: Path) -> None:
+def test_sigkill_loses_nothing_acknowledged_and_duplicates_nothing(zygote: Zygote, tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     spans = make_spans(600)  # 1200 spans
     batches = [spans[i : i + 40] for i in range(0, len(spans), 40)]
-    proc, port = start_server(dataset, flush_seconds=3600)  # everything acknowledged stays in the WAL
+    proc, port = start_server(zygote, dataset, flush_seconds=3600)  # everything acknowledged stays in the WAL
     acked: list[int] = []
     stop = threading.Event()
 
@@ -69,11 +66,11 @@ def test_sigkill_loses_nothing_acknowledged_and_duplicates_nothing(tmp_path: Pat
         stop.set()
         sender.join()
     finally:
-        stop_process(proc, signal.SIGKILL)
+        stop_forked(proc, signal.SIGKILL)
     assert len(batches) // 2 <= len(acked) < len(batches)
     assert parquet_rows(dataset) == [] and list((dataset / "_wal" / "default").glob("*.wal"))
 
-    restarted, _ = start_server(dataset)  # replays the WAL into Parquet
+    restarted, _ = start_server(zygote, dataset)  # replays the WAL into Parquet
     try:
         must = {(f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for n in acked for s in batches[n]}
         got = wait_for_rows(dataset, len(must))
@@ -81,7 +78,7 @@ def test_sigkill_loses_nothing_acknowledged_and_duplicates_nothing(tmp_path: Pat
         assert len(keys) == len(set(keys)), "a span was stored twice"
         assert must <= set(keys), f"{len(must - set(keys))} acknowledged spans lost"
     finally:
-        code = stop_process(restarted, signal.SIGTERM)  # graceful: drain, flush, exit 0
+        code = stop_forked(restarted, signal.SIGTERM)  # graceful: drain, flush, exit 0
     assert code == 0
     final = parquet_rows(dataset)
     assert len(final) == len(got)
@@ -103,15 +100,14 @@ def _post_json(port: int, body: dict) -> int:
 
 
 @pytest.mark.slow
-def test_sigkill_keeps_an_acknowledged_request_that_ends_in_eight_zero_bytes(tmp_path: Path) -> None:
+def test_sigkill_keeps_an_acknowledged_request_that_ends_in_eight_zero_bytes(zygote: Zygote, tmp_path: Path) -> None:
     """The seal mark is 8 zero bytes: the active segment's last record may end so too, and must not be cut."""
     dataset = tmp_path / "ds"
-    command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset), "--grpc", "off"]
-    command += ["--http", "127.0.0.1:0", "--flush-seconds", "3600"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = serve_forked(
+        zygote, "--dataset", str(dataset), "--grpc", "off", "--http", "127.0.0.1:0", "--flush-seconds", "3600"
+    )
     acked = []
     try:
-        assert proc.stdout is not None
         match = re.search(r"http 127\.0\.0\.1:(\d+)", proc.stdout.readline())
         assert match is not None
         port = int(match.group(1))
@@ -129,15 +125,15 @@ def test_sigkill_keeps_an_acknowledged_request_that_ends_in_eight_zero_bytes(tmp
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
-        stop_process(proc, signal.SIGKILL)
+        stop_forked(proc, signal.SIGKILL)
     assert len(acked) == 3
     (active,) = (dataset / "_wal" / "default").glob("*.wal")
     assert active.read_bytes().endswith(bytes(8))  # the unsealed segment looks like a sealed one by its end
 
-    restarted, _ = start_server(dataset)
+    restarted, _ = start_server(zygote, dataset)
     try:
         got = wait_for_rows(dataset, 3)
     finally:
-        assert stop_process(restarted, signal.SIGTERM) == 0
+        assert stop_forked(restarted, signal.SIGTERM) == 0
     assert sorted(r["trace_id"] for r in got) == acked
     assert not (dataset / "_wal" / "default" / "quarantine").exists()

@@ -19,7 +19,8 @@ from otel_replay.storage.convert import Converted, convert_segment, convert_segm
 from otel_replay.storage.logs import logs_payload, wrap_logs
 from otel_replay.storage.wal import WriteAheadLog
 
-from .conftest import make_spans, parquet_rows, stop_process
+from .._support import Zygote
+from .conftest import make_spans, parquet_rows, stop_forked
 from .test_kill9 import start_server
 
 
@@ -85,9 +86,9 @@ def test_salvage_finds_log_records_after_damage(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_after_the_ack_keeps_the_log_records(tmp_path: Path) -> None:
+def test_sigkill_after_the_ack_keeps_the_log_records(zygote: Zygote, tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
-    proc, port = start_server(dataset, flush_seconds=3600)  # everything acknowledged stays in the WAL
+    proc, port = start_server(zygote, dataset, flush_seconds=3600)  # everything acknowledged stays in the WAL
     try:
         collect = InMemoryLogRecordExporter()
         provider = LoggerProvider()
@@ -102,13 +103,13 @@ def test_sigkill_after_the_ack_keeps_the_log_records(tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
-        stop_process(proc, signal.SIGKILL)
+        stop_forked(proc, signal.SIGKILL)
     assert _log_bodies(dataset) == [] and list((dataset / "_wal" / "default").glob("*.wal"))
-    restarted, _ = start_server(dataset)  # replays the WAL into Parquet
+    restarted, _ = start_server(zygote, dataset)  # replays the WAL into Parquet
     try:
         end = time.monotonic() + 60
         while len(_log_bodies(dataset)) < 20 and time.monotonic() < end:
             time.sleep(0.2)
     finally:
-        assert stop_process(restarted, signal.SIGTERM) == 0
+        assert stop_forked(restarted, signal.SIGTERM) == 0
     assert _log_bodies(dataset) == sorted(f'"kept {n}"' for n in range(20))

@@ -9,8 +9,6 @@ import os
 import re
 import signal
 import struct
-import subprocess
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -25,7 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_replay.server import Receiver
 
-from .conftest import make_spans, parquet_rows, stop_process
+from .._support import ForkedProcess, Zygote
+from .conftest import make_spans, parquet_rows, serve_forked, stop_forked
 
 POISON = 2**64 - 1
 METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -100,17 +99,13 @@ def _wal_record(payload: bytes) -> bytes:
     return struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
 
 
-def _start(dataset: Path, log: Path) -> tuple[subprocess.Popen[str], int, int]:
-    command = [sys.executable, "-m", "otel_replay", "serve", "--dataset", str(dataset)]
-    command += ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--flush-seconds", "0.2"]
-    with open(log, "a") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
-    assert proc.stdout is not None
+def _start(zygote: Zygote, dataset: Path, log: Path) -> tuple[ForkedProcess, int, int]:
+    args = ["--dataset", str(dataset), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--flush-seconds", "0.2"]
+    proc = serve_forked(zygote, *args, stderr_to=log)
     line = proc.stdout.readline()
     match = _READY.search(line)
     if match is None:
-        proc.kill()
-        proc.wait()
+        stop_forked(proc, signal.SIGKILL)
         raise AssertionError(f"server did not start: {line!r} {log.read_text()}")
     return proc, int(match.group(1)), int(match.group(2))
 
@@ -125,7 +120,7 @@ def _wait_rows(dataset: Path, count: int) -> set[tuple[str, str]]:
 
 
 @pytest.mark.slow
-def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path) -> None:
+def test_poison_segment_is_quarantined_salvaged_and_never_blocks(zygote: Zygote, tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     wal = dataset / "_wal" / "default"
     wal.mkdir(parents=True)
@@ -142,7 +137,7 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path)
     salvageable = _keys(good_a) | (_keys(poisoned) - {poison_key}) | _keys(good_b)
 
     log = tmp_path / "serve.log"
-    proc, grpc_port, http_port = _start(dataset, log)
+    proc, grpc_port, http_port = _start(zygote, dataset, log)
     try:
         live_http, live_grpc = encode_spans(make_spans(2)), encode_spans(make_spans(3))
         assert _http_post(http_port, live_http.SerializeToString())[0] == 200
@@ -152,7 +147,7 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path)
         assert got == expected
         metrics = _http_get(http_port, "/metrics")
     finally:
-        code = stop_process(proc, signal.SIGTERM)
+        code = stop_forked(proc, signal.SIGTERM)
     assert code == 0
     quarantined = wal / "quarantine" / "00000000000000000001-poison00.wal"
     assert f'otel_replay_quarantined_segment{{path="{quarantined}",state="salvaged"}} 1' in metrics
@@ -165,11 +160,11 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(tmp_path: Path)
     assert report["records_dropped"] == 1 and any("record 2" in reason for reason in report["reasons"])
     assert not list(wal.glob("*.wal"))  # nothing left blocking the queue
 
-    proc, _, http_port = _start(dataset, log)  # a restart starts and stops cleanly, adding nothing
+    proc, _, http_port = _start(zygote, dataset, log)  # a restart starts and stops cleanly, adding nothing
     try:
-        assert "state=\"salvaged\"" in _http_get(http_port, "/metrics")
+        assert 'state="salvaged"' in _http_get(http_port, "/metrics")
     finally:
-        assert stop_process(proc, signal.SIGTERM) == 0
+        assert stop_forked(proc, signal.SIGTERM) == 0
     rows = parquet_rows(dataset)
     assert len(rows) == len(expected) == len({(r["trace_id"], r["span_id"]) for r in rows})
     assert os.path.exists(quarantined)

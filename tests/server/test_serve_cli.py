@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,27 +11,26 @@ from click.testing import CliRunner
 
 from otel_replay.cli import main
 
+from .._support import CLI, ForkedProcess, Zygote
 
-def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "otel_replay", "serve", *args]
+
+def _serve(zygote: Zygote, *args: str, env: dict[str, str] | None = None) -> ForkedProcess:
+    """``python -m otel_replay serve *args`` as a real process (forked from the session's zygote: its settings
+    are read from ``env`` when the command runs, as in a fresh interpreter), without OTEL_REPLAY_SERVE_* and
+    OTEL_REPLAY_DATASET from this process's environment."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_REPLAY_SERVE")}
     environ.pop("OTEL_REPLAY_DATASET", None)
     environ.update(env or {})
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    return zygote.popen(CLI, "serve", *args, env=environ)
 
 
-def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """Wait for ``proc`` to exit by itself; a server that keeps running is killed (and the test fails)."""
-    try:
-        return proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+def _finish(proc: ForkedProcess) -> tuple[str, str]:
+    """Wait for ``proc`` to exit by itself; a server still running after 60 s is killed (and the test fails)."""
+    return proc.communicate(timeout=60)
 
 
-def test_unusable_dataset_is_a_one_line_error() -> None:
-    proc = _serve("--dataset", "/proc/nope", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0")
+def test_unusable_dataset_is_a_one_line_error(zygote: Zygote) -> None:
+    proc = _serve(zygote, "--dataset", "/proc/nope", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0")
     out, err = _finish(proc)
     assert proc.returncode == 1, (out, err)
     assert "Traceback" not in err
@@ -49,44 +46,42 @@ def test_unusable_dataset_under_the_cli_runner() -> None:
 
 
 @pytest.mark.slow
-def test_serve_falls_back_to_otel_replay_settings(tmp_path: Path) -> None:
+def test_serve_falls_back_to_otel_replay_settings(zygote: Zygote, tmp_path: Path) -> None:
     dataset = tmp_path / "from-env"
     env = {
         "OTEL_REPLAY_DATASET": str(dataset),
         "OTEL_REPLAY_SERVE_GRPC": "127.0.0.1:0",
         "OTEL_REPLAY_SERVE_HTTP": "off",
     }
-    proc = _serve(env=env)
+    proc = _serve(zygote, env=env)
     try:
-        assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("otel-replay serve: grpc 127.0.0.1:") and " http off " in line, line
         assert line.rstrip().endswith(f"dataset {dataset}")
         assert (dataset / "_wal" / "default").is_dir()
     finally:
-        proc.send_signal(signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGTERM)
         out, err = _finish(proc)
     assert proc.returncode == 0, err
 
 
 @pytest.mark.slow
-def test_flags_win_over_the_environment(tmp_path: Path) -> None:
+def test_flags_win_over_the_environment(zygote: Zygote, tmp_path: Path) -> None:
     env = {"OTEL_REPLAY_DATASET": str(tmp_path / "env"), "OTEL_REPLAY_SERVE_HTTP": "not-an-address"}
     flag = tmp_path / "flag"
-    proc = _serve("--dataset", str(flag), "--grpc", "off", "--http", "127.0.0.1:0", env=env)
+    proc = _serve(zygote, "--dataset", str(flag), "--grpc", "off", "--http", "127.0.0.1:0", env=env)
     try:
-        assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "grpc off http 127.0.0.1:" in line and line.rstrip().endswith(f"dataset {flag}"), line
     finally:
-        proc.send_signal(signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGTERM)
         _finish(proc)
     assert proc.returncode == 0 and not (tmp_path / "env").exists()
 
 
-def test_bad_address_in_the_environment_is_a_one_line_error(tmp_path: Path) -> None:
+def test_bad_address_in_the_environment_is_a_one_line_error(zygote: Zygote, tmp_path: Path) -> None:
     env = {"OTEL_REPLAY_SERVE_HTTP": "nowhere"}
-    proc = _serve("--dataset", str(tmp_path / "ds"), "--grpc", "off", env=env)
+    proc = _serve(zygote, "--dataset", str(tmp_path / "ds"), "--grpc", "off", env=env)
     _, err = _finish(proc)
     assert proc.returncode == 1 and "Traceback" not in err
     assert err.strip().splitlines() == ["Error: HTTP address 'nowhere' must look like HOST:PORT"]
