@@ -60,6 +60,15 @@ def run_script(
     return zygote.run(script, *args, env=env)
 
 
+SCRIPT = (
+    "import os, runpy, sys\n"
+    "sys.argv = sys.argv[1:]\n"
+    "sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+"""``python path/to/script.py ...``, as a script for ``Zygote.run`` (the script's path its first argument)."""
+
+
 def cli_without_current_directory(
     zygote: Zygote, cwd: Path, *args: str, env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
