@@ -13,8 +13,9 @@ import pytest
 import otel_replay
 from otel_replay.errors import DeterminismLeakError, ReplayMismatchError
 from otel_replay.rerun import recording, rerun
+from tests._support import Zygote
 
-from .conftest import agent, record
+from .conftest import EXAMPLES, SCRIPT, agent, record
 
 
 def test_the_scripted_servers_answer_differently_on_every_call(dataset: Path, servers: tuple[str, str]) -> None:
@@ -183,18 +184,8 @@ def test_the_recording_is_attributed_to_the_current_span(dataset: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_example_script_runs_end_to_end(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from .conftest import EXAMPLES
-
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLES / "example_rerun_agent.py"), str(tmp_path / "ds")],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+def test_the_example_script_runs_end_to_end(tmp_path: Path, zygote: Zygote) -> None:
+    out = zygote.run(SCRIPT, str(EXAMPLES / "example_rerun_agent.py"), str(tmp_path / "ds"), timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "rerun: matched; fingerprints equal: True" in out.stdout
     assert "outputs identical: True" in out.stdout

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,8 @@ from otel_replay.cli.rerun import DIVERGED, rerun_command
 from otel_replay.integrity import load_signing_key
 from otel_replay.rerun import rerun
 
-from .._support import budget_policy
-from .conftest import EXAMPLES, agent, record
+from .._support import Zygote, budget_policy
+from .conftest import EXAMPLES, PYTEST, agent, record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +75,7 @@ def test_cli_all_reports_a_table_and_fails_on_divergence(
 
 
 @pytest.mark.slow
-def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path: Path) -> None:
+def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path: Path, zygote: Zygote) -> None:
     record(dataset, "s1", lambda: None)
     cases = [
         (
@@ -88,11 +86,9 @@ def test_cli_user_errors_are_one_line_without_traceback(dataset: Path, tmp_path:
         (["s1", "--entrypoint", "x:y", "-d", str(tmp_path / "missing")], "does not exist"),
         (["--entrypoint", "x:y", "-d", str(dataset)], "give one SESSION_ID, or --all"),
     ]
-    # One case as the installed command runs it (what a process prints and its exit code), the rest in-process.
+    # One case as a process runs it (what it prints and its exit code), the rest in-process.
     args, expected = cases[0]
-    env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
-    command = [sys.executable, "-m", "otel_replay", "rerun", *args]
-    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    out = zygote.cli("rerun", *args, env={**os.environ, "PYTHONPATH": str(EXAMPLES)})
     assert out.returncode == 1, (args, out.stdout, out.stderr)
     assert expected in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -109,23 +105,21 @@ def test_pyproject_registers_the_pytest_plugin() -> None:
 
 
 @pytest.mark.slow
-def test_pytest_plugin_turns_sessions_into_tests(two_sessions: tuple[Path, str, str], tmp_path: Path) -> None:
+def test_pytest_plugin_turns_sessions_into_tests(
+    two_sessions: tuple[Path, str, str], tmp_path: Path, zygote: Zygote
+) -> None:
     dataset, _, _ = two_sessions
     # Block the installed entry point (if any) and load the module itself: works installed or not.
     plugin = ["-p", "no:otel_replay", "-p", "otel_replay.rerun.pytest_plugin"]
     # This checkout first: the sessions were recorded by its code, and are rerun by it.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXAMPLES)])}
-    base = [sys.executable, "-m", "pytest", *plugin, "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
+    base = [*plugin, "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
     opts = ["--otel-replay-dataset", str(dataset), "--otel-replay-entrypoint", "example_rerun_agent:agent_from_env"]
-    ok = subprocess.run(
-        [*base, *opts, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
-    )
+    ok = zygote.run(PYTEST, *base, *opts, str(tmp_path), env=env, cwd=str(tmp_path))  # pytest, a process of its own
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "2 passed" in ok.stdout
     env["RERUN_EXAMPLE_SUFFIX"] = " Think twice."
-    bad = subprocess.run(
-        [*base, *opts, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
-    )
+    bad = zygote.run(PYTEST, *base, *opts, str(tmp_path), env=env, cwd=str(tmp_path))
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "2 failed" in bad.stdout and "diverged at step" in bad.stdout and "rerun[sess-a]" in bad.stdout
 

@@ -15,7 +15,6 @@ import enum
 import json
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -43,8 +42,9 @@ from otel_replay.rerun.codec import (
 )
 from otel_replay.rerun.events import BoundaryCall, stream_key
 from otel_replay.rerun.load import load_recording
+from tests._support import Zygote
 
-from .conftest import record
+from .conftest import record, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -381,12 +381,10 @@ if sys.argv[2] == "exit":
     ],
 )
 def test_a_whole_process_recording_records_how_the_process_ended(
-    dataset: Path, how: str, code: int, outcome: str
+    dataset: Path, zygote: Zygote, how: str, code: int, outcome: str
 ) -> None:
     env = {**os.environ, "OTEL_REPLAY_RECORD_SESSION": "whole"}
-    done = subprocess.run(
-        [sys.executable, "-c", _PROCESS, str(dataset), how], env=env, capture_output=True, text=True, timeout=120
-    )
+    done = run_script(zygote, _PROCESS, str(dataset), how, env=env, raises=how == "crash")
     assert done.returncode == code, done.stderr
     if how == "crash":
         assert "RuntimeError: agent crashed" in done.stderr  # the chained hook still prints the traceback

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,9 @@ from otel_replay.errors import ConfigError
 from otel_replay.instrumentation.scripted import ScriptedServer, chat_completion
 from otel_replay.rerun import rerun
 from otel_replay.rerun.runner import RerunResult
+from tests._support import Zygote
 
-from .conftest import record
+from .conftest import PYTEST, cli_without_current_directory, record
 from .test_rerun_matching import _base_of, _send, _server, _stored_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,19 +216,18 @@ def test_a_bad_credentials_value_is_a_one_line_config_error_naming_it(dataset: P
     assert repr(bad)[:20] in message and len(message) < 200, message
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-P", "-m", "otel_replay", *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+def _cli(zygote: Zygote, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -P -m otel_replay *args`` in ``cwd``, a process of its own (a child of the zygote)."""
+    return cli_without_current_directory(zygote, cwd, *args, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 @pytest.mark.slow
 def test_the_cli_takes_credentials_says_it_in_json_and_refuses_another_value_in_one_line(
-    dataset: Path, tmp_path: Path
+    dataset: Path, tmp_path: Path, zygote: Zygote
 ) -> None:
     record(dataset, "quiet", lambda: None)
     base = ["rerun", "quiet", "--entrypoint", "gc:enable", "-d", str(dataset)]
-    bad = _cli(tmp_path, *base, "--credentials", "any")
+    bad = _cli(zygote, tmp_path, *base, "--credentials", "any")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
     assert bad.stderr.strip() == "Error: --credentials must be 'value' or 'presence', got 'any'", bad.stderr
     # The rest in-process: what the command prints, not what a process does.
@@ -243,7 +242,7 @@ def test_the_cli_takes_credentials_says_it_in_json_and_refuses_another_value_in_
 
 
 @pytest.mark.slow
-def test_the_pytest_plugin_passes_credentials_on(dataset: Path, tmp_path: Path) -> None:
+def test_the_pytest_plugin_passes_credentials_on(dataset: Path, tmp_path: Path, zygote: Zygote) -> None:
     with _server() as (base, _):
         record(dataset, "pay", lambda: _pay("httpx")(base))
     (tmp_path / "payagent.py").write_text(
@@ -256,11 +255,9 @@ def test_the_pytest_plugin_passes_credentials_on(dataset: Path, tmp_path: Path) 
     opts = ["--otel-replay-dataset", str(dataset), "--otel-replay-entrypoint", "payagent:pay"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
 
-    def run(*more: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pytest", *plugin, *opts, *more, "--rootdir", str(tmp_path), str(tmp_path)],
-            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
-        )  # fmt: skip
+    def run(*more: str) -> subprocess.CompletedProcess[str]:  # pytest in a process of its own
+        return zygote.run(PYTEST, *plugin, *opts, *more, "--rootdir", str(tmp_path), str(tmp_path), cwd=str(tmp_path),
+                          env=env)  # fmt: skip
 
     by_value = run()
     assert by_value.returncode == 1 and "only a credential header differs" in by_value.stdout, by_value.stdout

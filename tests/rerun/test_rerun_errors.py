@@ -16,8 +16,9 @@ from otel_replay.instrumentation import tool
 from otel_replay.query.store import Store
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.load import load_recording
+from tests._support import Zygote
 
-from .conftest import record
+from .conftest import record, run_script
 
 
 @tool
@@ -163,17 +164,11 @@ agent_whole.main()
     [("own-hook", 1, "raised builtins:RuntimeError: agent crashed"), ("exit0", 0, "returned")],
 )
 def test_a_whole_process_outcome_survives_its_own_excepthook_and_a_clean_exit_matches(
-    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, code: int, outcome: str
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zygote: Zygote, how: str, code: int, outcome: str
 ) -> None:
     (tmp_path / "agent_whole.py").write_text(_AGENT)
     env = {**os.environ, "OTEL_REPLAY_RECORD_SESSION": "whole"}
-    done = subprocess.run(
-        [sys.executable, "-c", _WHOLE, str(dataset), str(tmp_path), how],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(zygote, _WHOLE, str(dataset), str(tmp_path), how, env=env, raises=how == "own-hook")
     assert done.returncode == code, done.stderr
     with Store(dataset) as store:
         assert load_recording(store, "whole").outcome == outcome  # 'returned' for the crash before

@@ -30,8 +30,9 @@ from otel_replay.cli import main
 from otel_replay.cli.rerun import DIVERGED
 from otel_replay.errors import ConfigError, DeterminismLeakError
 from otel_replay.rerun import rerun
+from tests._support import Zygote
 
-from .conftest import record
+from .conftest import PYTEST, cli_without_current_directory, record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,14 +85,16 @@ def _pay(host: str, port: int) -> Any:
         return json.loads(answer.read())
 
 
-def _cli(cwd: Path, *args: str, port: int) -> subprocess.CompletedProcess[str]:
+def _cli(zygote: Zygote, cwd: Path, *args: str, port: int) -> subprocess.CompletedProcess[str]:
+    """``python -P -m otel_replay *args`` in ``cwd``, a process of its own (a child of the zygote)."""
     env = {**os.environ, "PAY_PORT": str(port), "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-P", "-m", "otel_replay", *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return cli_without_current_directory(zygote, cwd, *args, env=env)
 
 
 @pytest.mark.slow
-def test_a_urllib_payment_is_made_once_when_recorded_and_never_again_by_a_rerun(dataset: Path, tmp_path: Path) -> None:
+def test_a_urllib_payment_is_made_once_when_recorded_and_never_again_by_a_rerun(
+    dataset: Path, tmp_path: Path, zygote: Zygote
+) -> None:
     with _payments() as (port, paid):
         original, _, _ = record(dataset, "pay", lambda: _pay("127.0.0.1", port))
         assert original == {"paid": 1} and len(paid) == 1
@@ -106,18 +109,18 @@ def test_a_urllib_payment_is_made_once_when_recorded_and_never_again_by_a_rerun(
         # The CLI, from a project directory holding the agent (found there, as `python -m` finds it).
         (tmp_path / "payagent.py").write_text(_AGENT)
         for governance in ("relaxed", "strict"):
-            out = _cli(tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset), "--governance",
-                       governance, port=port)  # fmt: skip
+            out = _cli(zygote, tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset),
+                       "--governance", governance, port=port)  # fmt: skip
             assert out.returncode == DIVERGED, out.stdout + out.stderr
             assert "outside the recording" in out.stdout and "matched" not in out.stdout.replace("not matched", "")
-        as_json = _cli(tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset), "--json",
-                       port=port)  # fmt: skip
+        as_json = _cli(zygote, tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset),
+                       "--json", port=port)  # fmt: skip
         line = json.loads(as_json.stdout)
         assert as_json.returncode == DIVERGED and line["matched"] is False and line["live"] == [], as_json.stdout
         assert line["leaks"] == [f"DNS lookup '127.0.0.1' port {port} outside the recording"], as_json.stdout
         assert len(paid) == 1, "the CLI rerun paid again"
-        allowed = _cli(tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset), "--allow-live",
-                       f"127.0.0.1:{port}", port=port)  # fmt: skip
+        allowed = _cli(zygote, tmp_path, "rerun", "pay", "--entrypoint", "payagent:pay", "-d", str(dataset),
+                       "--allow-live", f"127.0.0.1:{port}", port=port)  # fmt: skip
         assert allowed.returncode == 0 and "ran live (allowed)" in allowed.stdout, allowed.stdout + allowed.stderr
         assert len(paid) == 2  # allowed: it ran live, and said so
 
@@ -368,18 +371,17 @@ def test_a_bad_allow_live_entry_is_a_one_line_error_naming_it(dataset: Path, ent
 
 @pytest.mark.slow
 def test_a_bad_allow_live_option_is_a_one_line_error_from_the_cli_and_the_pytest_plugin(
-    dataset: Path, tmp_path: Path
+    dataset: Path, tmp_path: Path, zygote: Zygote
 ) -> None:
     record(dataset, "quiet", lambda: None)
-    out = _cli(tmp_path, "rerun", "quiet", "--entrypoint", "json:dumps", "-d", str(dataset), "--allow-live", "nope",
-               port=1)  # fmt: skip
+    out = _cli(zygote, tmp_path, "rerun", "quiet", "--entrypoint", "json:dumps", "-d", str(dataset), "--allow-live",
+               "nope", port=1)  # fmt: skip
     assert out.returncode == 1 and "allow_live entry 'nope'" in out.stderr and "Traceback" not in out.stderr
     plugin = ["-p", "no:otel_replay", "-p", "otel_replay.rerun.pytest_plugin", "-p", "no:cacheprovider"]
     opts = ["--otel-replay-dataset", str(dataset), "--otel-replay-entrypoint", "json:dumps"]
-    bad = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugin, *opts, "--otel-replay-allow-live", "h:0", "--rootdir", str(tmp_path),
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    bad = zygote.run(
+        PYTEST, *plugin, *opts, "--otel-replay-allow-live", "h:0", "--rootdir", str(tmp_path), str(tmp_path),
+        cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert bad.returncode == 4 and "--otel-replay-allow-live: allow_live entry 'h:0'" in bad.stderr, bad.stderr
 
@@ -429,18 +431,18 @@ _RAIL = (
 
 
 @pytest.mark.slow
-def test_policy_rail_and_entrypoint_modules_in_the_current_directory_load(tmp_path: Path) -> None:
+def test_policy_rail_and_entrypoint_modules_in_the_current_directory_load(tmp_path: Path, zygote: Zygote) -> None:
     (tmp_path / "projpolicy.py").write_text(_POLICY)
     (tmp_path / "projrail.py").write_text(_RAIL)
     (tmp_path / "state.json").write_text("{}")
     empty = tmp_path / "traces"
     (empty / "spans").mkdir(parents=True)
-    # -P: Python does not put the current directory on sys.path itself (as the console script does not).
-    replay = _cli(tmp_path, "replay", "no-such-record", "--live-state", "state.json", "--policy", "projpolicy:policy",
-                  "-d", str(empty), "--execute", "--rail", "projrail:make", port=1)  # fmt: skip
+    # As with -P: Python does not put the current directory on sys.path itself (as the console script does not).
+    replay = _cli(zygote, tmp_path, "replay", "no-such-record", "--live-state", "state.json", "--policy",
+                  "projpolicy:policy", "-d", str(empty), "--execute", "--rail", "projrail:make", port=1)  # fmt: skip
     assert replay.returncode == 1 and "cannot import" not in replay.stderr, replay.stderr
     assert "no-such-record" in replay.stderr, replay.stderr  # it got past loading both, to the record lookup
-    missing = _cli(tmp_path, "replay", "r", "--live-state", "state.json", "--policy", "nosuchmodule:policy",
+    missing = _cli(zygote, tmp_path, "replay", "r", "--live-state", "state.json", "--policy", "nosuchmodule:policy",
                    "-d", str(empty), port=1)  # fmt: skip
     assert missing.returncode == 1 and "cannot import module 'nosuchmodule'" in missing.stderr, missing.stderr
     for command, option in (("replay", "--policy"), ("replay", "--rail"), ("rerun", "--entrypoint"),

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from otel_replay.query.store import Store
 from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import stable_json, unmatchable
 from otel_replay.rerun.load import load_recording
+from tests._support import Zygote
 
 from .conftest import record
 
@@ -131,7 +130,9 @@ def test_a_large_array_is_hashed_by_dtype_shape_and_content_not_listed(dataset: 
 # --- rev-rr2 finding 9: a tracer that cannot hold the chunks ---------------------------------------
 
 
-def test_recording_through_a_tracer_that_would_cut_its_chunks_is_refused_up_front(dataset: Path) -> None:
+def test_recording_through_a_tracer_that_would_cut_its_chunks_is_refused_up_front(
+    dataset: Path, zygote: Zygote
+) -> None:
     script = """
 import os, time
 os.environ["OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"] = "4096"
@@ -146,13 +147,14 @@ try:
 except ConfigError as exc:
     print("refused:", exc)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    done = zygote.run(script)  # a process of its own: its tracer provider is not this one's
+    assert done.returncode == 0, done.stderr
     assert "refused: otel-replay cannot record through this tracer" in done.stdout, done.stderr
     assert "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT" in done.stdout
 
 
 @pytest.mark.slow
-def test_chunks_that_cannot_be_written_are_retried_with_backoff_not_per_event() -> None:
+def test_chunks_that_cannot_be_written_are_retried_with_backoff_not_per_event(zygote: Zygote) -> None:
     script = """
 import logging, os, time
 logging.basicConfig(level=logging.ERROR)
@@ -167,7 +169,8 @@ with recording("late") as mode:
         time.time()
     print("pending", len(mode._pending))
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    done = zygote.run(script, timeout=300)  # a process of its own: its tracer provider is not this one's
+    assert done.returncode == 0, done.stderr
     assert "pending 8000" in done.stdout, done.stderr  # nothing lost: still pending, in order
     assert done.stderr.count("Traceback") <= 2  # one for the first failed write (and the final chunk's), not 7,700
     assert 3 <= done.stderr.count("a chunk still cannot be written") <= 6  # at 512, 1024, 2048, 4096 events pending

@@ -10,8 +10,6 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +34,7 @@ from otel_replay.rerun import rerun
 from otel_replay.rerun.codec import stable_json
 from otel_replay.rerun.http_match import VOLATILE_HEADERS, compared_headers
 from otel_replay.rerun.load import load_recording
+from tests._support import Zygote
 
 from .conftest import record
 
@@ -573,18 +572,14 @@ print(json.dumps({**out, "record_mib": recorded, "rerun_mib": replayed}))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("client", ["httpx", "httpx-async", "requests", "urllib3"])
-def test_a_streamed_upload_costs_bounded_memory_to_record_and_to_rerun(dataset: Path, client: str) -> None:
+def test_a_streamed_upload_costs_bounded_memory_to_record_and_to_rerun(
+    dataset: Path, zygote: Zygote, client: str
+) -> None:
     # 64 MiB through a 1 MiB cap: what is held stays near the cap (a rerun's spool keeps 1 MiB in memory, the
     # rest on disk); holding the body whole, as before, costs at least its size.
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "OTEL_REPLAY_RERUN_MAX_BODY": str(1 << 20)}
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, client, "64", str(dataset)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    done = zygote.run(_MEASURE, client, "64", str(dataset), env=env, timeout=300)  # a process of its own
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["status"] == 200 and out["matched"], out["report"]

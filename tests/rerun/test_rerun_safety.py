@@ -42,6 +42,7 @@ from otel_replay.errors import (
 )
 from otel_replay.rerun import recording, rerun
 from otel_replay.rerun.interceptor import Interceptor
+from tests._support import Zygote
 
 from .conftest import agent, record
 
@@ -285,15 +286,14 @@ def main():
 """
 
 
-def test_a_whole_process_is_recorded_from_the_environment_and_reruns(dataset: Path, tmp_path: Path) -> None:
-    import subprocess
+def test_a_whole_process_is_recorded_from_the_environment_and_reruns(
+    dataset: Path, tmp_path: Path, zygote: Zygote
+) -> None:
     import sys
 
     (tmp_path / "process_agent.py").write_text(PROCESS_AGENT)
     env = {**os.environ, "OTEL_REPLAY_RECORD_SESSION": "whole", "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", PROCESS_SCRIPT, str(dataset)], capture_output=True, text=True, env=env, timeout=120
-    )
+    out = zygote.run(PROCESS_SCRIPT, str(dataset), env=env)  # the whole process recorded: a process of its own
     assert out.returncode == 0, out.stderr
     printed = out.stdout.strip().splitlines()[-1]
     sys.path.insert(0, str(tmp_path))
