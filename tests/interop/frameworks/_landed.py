@@ -19,9 +19,11 @@ __all__ = [
     "ASK_BOTH",
     "Landed",
     "assert_both_cities_answered",
+    "assert_oslo_streamed",
     "bare_then_instrumented",
     "landed",
     "requests_sent",
+    "streamed_oslo",
 ]
 
 # the join README and the schema reference give from a tool execution to the model call that asked for it
@@ -140,6 +142,28 @@ def assert_both_cities_answered(rows: Landed) -> None:
     }
     assert rows.asked_by == {"call_oslo": "chatcmpl-ask", "call_rome": "chatcmpl-ask"}
     assert {row["trace_id"] for row in rows.model_calls + rows.tools} == {rows.model_calls[0]["trace_id"]}
+
+
+def streamed_oslo() -> list[scripted.Reply]:
+    """The one-city streamed scenario: the ask for Oslo's weather, then the answer, each a chat stream with usage."""
+    return [
+        scripted.chat_stream((), tool_calls=[("call_oslo", "get_weather", {"city": "Oslo"})], usage=(40, 9),
+                             response_id="chatcmpl-ask"),
+        scripted.chat_stream(("Rain ", "in Oslo."), usage=(61, 4), response_id="chatcmpl-answer"),
+    ]  # fmt: skip
+
+
+def assert_oslo_streamed(rows: Landed) -> None:
+    """What :func:`streamed_oslo` leaves with content capture off: two complete streamed model calls, and the tool
+    run an act linked to the ask, without its arguments."""
+    assert rows.calls() == [
+        ("chatcmpl-ask", "gpt-test", 40, 9, ["tool_calls"], [("call_oslo", "get_weather")], True),
+        ("chatcmpl-answer", "gpt-test", 61, 4, ["stop"], [], True),
+    ]
+    [act] = rows.tools
+    assert act["tool_call_id"] == "call_oslo" and act["tool_name"] == "get_weather" and act["side_effect"] == "read"
+    assert act["action_arguments"] is None and act["status_code"] != "ERROR"  # content capture off
+    assert rows.asked_by == {"call_oslo": "chatcmpl-ask"}
 
 
 def requests_sent(server: Any) -> list[Any]:

@@ -37,8 +37,10 @@ from ._landed import (  # noqa: E402
     ASK_BOTH,
     Landed,
     assert_both_cities_answered,
+    assert_oslo_streamed,
     bare_then_instrumented,
     requests_sent,
+    streamed_oslo,
 )
 
 AGENT = "forecaster"
@@ -161,23 +163,11 @@ def test_an_agent_run_leaves_each_model_call_and_each_tool_run_linked(telemetry,
 
 @pytest.mark.parametrize("mode", ["run_stream", "event_stream_handler"])
 def test_a_streamed_agent_run_leaves_complete_model_calls_and_the_tool_linked(telemetry, dataset, mode):
-    replies = [
-        scripted.chat_stream((), tool_calls=[("call_oslo", "get_weather", {"city": "Oslo"})], usage=(40, 9),
-                             response_id="chatcmpl-ask"),
-        scripted.chat_stream(("Rain ", "in Oslo."), usage=(61, 4), response_id="chatcmpl-answer"),
-    ]  # fmt: skip
-    rows, seen = run_twice(telemetry, dataset, replies, mode=mode)
+    rows, seen = run_twice(telemetry, dataset, streamed_oslo(), mode=mode)
     assert seen.error is None and seen.output == "Rain in Oslo."
     assert seen.streamed == ("Rain in Oslo." if mode == "run_stream" else "part_start")
     assert [(r["stream"], r["stream_options"]) for r in seen.requests] == [(True, {"include_usage": True})] * 2
-    assert rows.calls() == [
-        ("chatcmpl-ask", "gpt-test", 40, 9, ["tool_calls"], [("call_oslo", "get_weather")], True),
-        ("chatcmpl-answer", "gpt-test", 61, 4, ["stop"], [], True),
-    ]
-    [act] = rows.tools
-    assert act["tool_call_id"] == "call_oslo" and act["tool_name"] == "get_weather" and act["side_effect"] == "read"
-    assert act["action_arguments"] is None and act["status_code"] != "ERROR"  # content capture off
-    assert rows.asked_by == {"call_oslo": "chatcmpl-ask"}
+    assert_oslo_streamed(rows)
 
 
 def test_a_tool_asking_the_model_to_retry_is_an_error_act_and_the_retry_is_linked(telemetry, dataset):
