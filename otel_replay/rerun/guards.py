@@ -224,6 +224,7 @@ class _Guard:
         self.mode = mode
         self.allow = allow
         self.busy = threading.local()
+        self.thread = threading.get_ident()
 
     def leaks_to(self) -> Any:
         return self.mode if self.mode is not None else _seam.current()
@@ -285,7 +286,10 @@ class _Guard:
         mode = self.leaks_to()
         leak = getattr(mode, "leak", None)
         if leak is not None:
-            leak(redact(what if len(what) <= 300 else what[:299] + "…"), refuse=refuse)
+            shown = what if len(what) <= 300 else what[:299] + "…"
+            if threading.get_ident() != self.thread:  # say where: the agent's pool, or a thread it never started
+                shown += f" on thread {threading.current_thread().name[:80]!r}"
+            leak(redact(shown), refuse=refuse)
 
 
 def _network(event: str, args: tuple[Any, ...]) -> tuple[str, Any, Any]:

@@ -203,7 +203,10 @@ def test_raw_sockets_are_refused_at_any_depth_and_from_the_agents_threads(
         result = rerun(lambda: _caught(lambda: action(port), thread=thread), dataset=dataset, session_id="quiet")
         assert _nothing_arrived(sock), f"{what} reached the listener"
     label = "UDP send to" if what == "udp" else "socket connect"
-    assert result.leaks == [f"{label} ('127.0.0.1', {port}) outside the recording"], result.report()
+    # A leak made on another thread than the rerun's names that thread: the agent's pool, or one it never started.
+    where = " on thread 'Thread-" if thread else " outside the recording"
+    assert len(result.leaks) == 1 and result.leaks[0].startswith(f"{label} ('127.0.0.1', {port}){where}"), result.report()
+    assert result.leaks[0].endswith("(deep)' outside the recording" if thread else "recording"), result.report()
     assert result.error is None and not result.matched and result.divergence is None, result.report()
 
 
