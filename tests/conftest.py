@@ -7,6 +7,8 @@ import shutil
 import stat
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +48,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     cache = config.stash.get(_BYTECODE_CACHE, None)
     if cache is not None:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _stops_what_it_starts() -> Iterator[None]:
+    """Fail a test that leaves one of otel-replay's threads running after its fixtures are torn down.
+
+    Such a thread (a lease renewing, an exporter's writer, a converter) lives for the worker's life and its
+    traffic reaches whatever test runs next in the worker: a rerun's leak guard sees every thread, and refused
+    an unrelated rerun because a lock a test never gave back kept renewing against the object store.
+    Threads of wider-scoped fixtures were started before this snapshot and are not counted.
+    """
+    before = set(threading.enumerate())
+    yield
+    left = [t for t in threading.enumerate() if t not in before and t.name.startswith("otel-replay-")]
+    deadline = time.monotonic() + 30  # a hang guard for threads told to stop that are still winding down
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = sorted(t.name for t in left if t.is_alive())
+    assert not alive, f"the test left otel-replay threads running: {alive}"
 
 
 @pytest.fixture(autouse=True)

@@ -142,6 +142,18 @@ class ParquetSpanExporter(SpanExporter):
         compact_every_seconds: float | None = None,
     ) -> None:
         """Create the exporter (and the dataset directory)."""
+        # Every setting is checked before the writer starts its thread: a refused exporter leaves nothing running.
+        every = (
+            compact_every_seconds
+            if compact_every_seconds is not None
+            else settings.env_number(settings.COMPACT_EVERY, 0.0, maximum=settings.MAX_WAIT_SECONDS)
+        )
+        if not 0 <= every <= settings.MAX_WAIT_SECONDS:  # past it the compactor's wait overflows
+            raise ConfigError(
+                f"compact_every_seconds={every!r} must be a number from 0 (off) to {settings.MAX_WAIT_SECONDS:g}"
+            )
+        if every and not _factory:
+            raise ConfigError("compact_every_seconds needs a compactor: import otel_replay first")
         self.writer = DatasetWriter(
             settings.absolute_dataset(settings.dataset_dir(dataset_dir)),  # a later chdir must not move it
             # Given values are checked by the writer (one line naming the argument); the variables here.
@@ -159,20 +171,9 @@ class ParquetSpanExporter(SpanExporter):
         self._shutdown = False
         self._flushed_mark = 0
         self._mark_lock = threading.Lock()
-        every = (
-            compact_every_seconds
-            if compact_every_seconds is not None
-            else settings.env_number(settings.COMPACT_EVERY, 0.0, maximum=settings.MAX_WAIT_SECONDS)
-        )
-        if not 0 <= every <= settings.MAX_WAIT_SECONDS:  # past it the compactor's wait overflows
-            raise ConfigError(
-                f"compact_every_seconds={every!r} must be a number from 0 (off) to {settings.MAX_WAIT_SECONDS:g}"
-            )
         self.compaction = CompactionStats()
         self._compactor: Compactor | None = None
         if every:
-            if not _factory:
-                raise ConfigError("compact_every_seconds needs a compactor: import otel_replay first")
             self._compactor = _factory[0](self.writer.location.root, every, 200_000, self.compaction)
             self._compactor.start()
         _live.add(self)

@@ -24,6 +24,8 @@ from otel_replay.storage.outcome_claims import claim_outcome
 def _forget_stores() -> None:
     """Close this process's claim stores, so the next claim opens its file as a new process would."""
     for store in outcome_claims._stores.values():
+        if store.pending is not None:  # its converter thread stops, as at a process's exit
+            store.pending.close()
         if store._con is not None:
             store._con.close()
             store._con = None

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -155,8 +156,11 @@ def test_huge_intervals_and_timeouts_are_refused_at_start(tmp_path: Path, monkey
             ServerConfig(tmp_path / "ds", **{field: MAX_WAIT_SECONDS * 10})
     ServerConfig(tmp_path / "ds", read_timeout_seconds=MAX_WAIT_SECONDS, compact_every_seconds=MAX_WAIT_SECONDS)
     monkeypatch.setenv("OTEL_REPLAY_COMPACT_EVERY", "1e10")  # was: the compaction thread died with a traceback
+    running = set(threading.enumerate())
     with pytest.raises(ConfigError, match="OTEL_REPLAY_COMPACT_EVERY='1e10' must be at most"):
         otel_replay.configure(tmp_path / "ds", set_global=False)
+    # Refused before anything starts: was a writer thread left running for the process's life.
+    assert [t.name for t in threading.enumerate() if t not in running] == []
 
 
 # --- SQL text that is not UTF-8 --------------------------------------------------------------------------

@@ -205,7 +205,8 @@ def test_raw_sockets_are_refused_at_any_depth_and_from_the_agents_threads(
     label = "UDP send to" if what == "udp" else "socket connect"
     # A leak made on another thread than the rerun's names that thread: the agent's pool, or one it never started.
     where = " on thread 'Thread-" if thread else " outside the recording"
-    assert len(result.leaks) == 1 and result.leaks[0].startswith(f"{label} ('127.0.0.1', {port}){where}"), result.report()
+    assert len(result.leaks) == 1, result.report()
+    assert result.leaks[0].startswith(f"{label} ('127.0.0.1', {port}){where}"), result.report()
     assert result.leaks[0].endswith("(deep)' outside the recording" if thread else "recording"), result.report()
     assert result.error is None and not result.matched and result.divergence is None, result.report()
 
