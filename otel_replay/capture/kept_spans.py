@@ -59,8 +59,11 @@ class KeptSpans:
 
     def keep(self, payload: bytes, spans: Sequence[ReadableSpan]) -> bool:
         """Hold ``spans``, the record ``payload``'s, until its segment converts; ``False``: not held (full, other)."""
-        if not spans or any(span.__class__ is not RecordSpan for span in spans):
+        if not spans:
             return False
+        for span in spans:
+            if span.__class__ is not RecordSpan:
+                return False
         with self._lock:
             if payload in self._spans or self._bytes + len(payload) > KEPT_BYTES:
                 return False  # the log's bytes convert it

@@ -241,6 +241,7 @@ def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], byte
     parts: list[bytes] = []
     extend = parts.extend
     small, keys = _SMALL, _KEYS
+    prefixes = _PREFIXES[tag]
     for key, value in attributes.items():
         head = keys.get(key) if key.__class__ is str else None
         if head is None:
@@ -255,14 +256,13 @@ def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], byte
                 parts.append(field)
                 continue
             raw = value.encode()
-            size = len(raw)
-            raw_size = small[size] if size < 4096 else _varint_of(size)
-            size += 1 + len(raw_size)  # the AnyValue: its string field
-            any_size = small[size] if size < 4096 else _varint_of(size)
-            size += len(head) + 1 + len(any_size)  # the KeyValue: key, then the AnyValue field
-            extend(
-                (tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, b"\x0a", raw_size, raw)
-            )
+            sized = prefixes.get(head)
+            if sized is None and len(prefixes) < _PREFIX_KEYS:
+                sized = prefixes[head] = {}
+            prefix = sized.get(len(raw)) if sized is not None else None
+            if prefix is None:
+                prefix = _text_prefix(tag, head, len(raw), sized)
+            extend((prefix, raw))
         else:
             any_value = _any_value(value)
             size = len(any_value)
@@ -270,6 +270,27 @@ def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], byte
             size += len(head) + 1 + len(any_size)
             extend((tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, any_value))
     return b"".join(parts)
+
+
+_PREFIX_KEYS = 512  # keys whose text prefixes are kept (later keys: computed each time)
+_PREFIX_SIZES = 512  # text lengths kept per key
+_PREFIXES: dict[bytes, dict[bytes, dict[int, bytes]]] = {b"\x4a": {}, b"\x1a": {}, b"\x22": {}}
+"""Per tag, per key field: a text ``KeyValue`` field's bytes before the text itself, by the text's length in bytes."""
+
+
+def _text_prefix(tag: bytes, head: bytes, size: int, kept: dict[int, bytes] | None) -> bytes:
+    """The bytes of a ``KeyValue`` field under ``tag`` (key field ``head``) before a text of ``size`` bytes.
+
+    Kept in ``kept`` (bounded) when given: a record's texts are of a few
+    lengths (ids, hashes), so most fields cost a lookup, not three varints.
+    """
+    raw_size = _varint(size)
+    any_size = _varint(1 + len(raw_size) + size)  # the AnyValue: its string field
+    total = len(head) + 1 + len(any_size) + 1 + len(raw_size) + size  # the KeyValue: key, then the AnyValue field
+    prefix = tag + _varint(total) + head + b"\x12" + any_size + b"\x0a" + raw_size
+    if kept is not None and len(kept) < _PREFIX_SIZES:
+        kept[size] = prefix
+    return prefix
 
 
 def _text_field(tag: bytes, head: bytes, value: str) -> bytes:
