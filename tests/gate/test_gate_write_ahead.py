@@ -50,13 +50,17 @@ _CHILD = textwrap.dedent(
         def compensate(self, receipt, *, idempotency_key):
             pass
 
-    if step == "converting":
+    if step.startswith("converting"):
         import otel_replay.storage.convert as convert
+        if step == "converting_bytes":
+            import otel_replay.capture.kept_spans as kept_spans
+            kept_spans.KEPT_BYTES = 0  # no record held as spans: the segment converts from its bytes
         real = convert.ChunkWriter.flush
 
         def flush_then_die(self):
             real(self)  # the segment's Parquet file is written, the segment not yet released
             if self.paths:
+                print("converted-by:" + sys._getframe(1).f_globals["__name__"], flush=True)
                 die()
 
         convert.ChunkWriter.flush = flush_then_die
@@ -75,7 +79,7 @@ _CHILD = textwrap.dedent(
         print("acknowledged", flush=True)
         if step == "after_commit":
             die()
-        if step == "converting":
+        if step.startswith("converting"):
             telemetry.force_flush()
     telemetry.shutdown()
     """
@@ -170,9 +174,16 @@ def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(zygot
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_process_dying_while_converting_its_log_leaves_every_record_once(zygote, tmp_path, monkeypatch, how):
-    dataset, decision_id, said, book = _run(zygote, tmp_path, "converting", how)
-    assert said == ["acknowledged"] and book == ["o-1"]
+@pytest.mark.parametrize(
+    ("step", "converter"),
+    [("converting", "otel_replay.capture.kept_spans"), ("converting_bytes", "otel_replay.capture.write_ahead")],
+    ids=["from-held-spans", "from-bytes"],
+)
+def test_a_process_dying_while_converting_its_log_leaves_every_record_once(
+    zygote, tmp_path, monkeypatch, how, step, converter
+):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, step, how)
+    assert said == ["acknowledged", f"converted-by:{converter}"] and book == ["o-1"]
     written = sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet"))
     assert written  # the conversion had written its file when the process died
     _reopen(dataset, monkeypatch)
