@@ -22,8 +22,14 @@ from otel_replay.capture.direct_spans import RecordSpan
 
 __all__ = ["KEPT_BYTES", "KeptSpans"]
 
-KEPT_BYTES = 32 * 1024 * 1024
-"""Bytes of records a :class:`SpanLog` holds as spans at most until their segment is converted (then from bytes)."""
+KEPT_BYTES = 16 * 1024 * 1024
+"""Bytes of records held as spans at most (their spans take about three times as much memory); past it, from bytes.
+
+A log seals its segment every ``max_file_age_seconds`` (5 s by default): at
+~800 gated commits a second (two records of ~2 KiB each) about that much is
+held between two conversions; past it, a segment converts from its bytes, as
+before.
+"""
 
 
 class KeptSpans:
