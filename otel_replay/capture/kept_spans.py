@@ -52,7 +52,8 @@ class KeptSpans:
     """
 
     def __init__(self) -> None:
-        self._spans: dict[bytes, list[ReadableSpan]] = {}
+        # A record's one span as it is (most records: one object fewer for the cyclic GC to walk), several as a tuple.
+        self._spans: dict[bytes, ReadableSpan | tuple[ReadableSpan, ...]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
         self.rows = 0
@@ -73,7 +74,7 @@ class KeptSpans:
         with self._lock:
             if payload in self._spans or self._bytes + len(payload) > KEPT_BYTES:
                 return False  # the log's bytes convert it
-            self._spans[payload] = list(spans)
+            self._spans[payload] = spans[0] if len(spans) == 1 else tuple(spans)
             self._bytes += len(payload)
         return True
 
@@ -95,7 +96,10 @@ class KeptSpans:
                     continue
                 self._bytes -= len(record)
                 if spans is not None:
-                    spans.extend(held)
+                    if isinstance(held, tuple):
+                        spans.extend(held)
+                    else:
+                        spans.append(held)
         return spans
 
     def convert(self, path: Path, dataset: str, prefix: str) -> int | None:
