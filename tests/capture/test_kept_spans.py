@@ -208,3 +208,18 @@ def test_a_record_the_log_could_not_write_is_not_held(tmp_path, monkeypatch, fai
     finally:
         monkeypatch.undo()
         telemetry.shutdown()
+
+
+def test_a_record_of_several_spans_converts_from_them_in_their_order(tmp_path):
+    spans = _record_spans(_tracer())
+    encoder = _RequestEncoder()
+    records = [spans[:3], spans[3:]]  # one record of three spans, one of one
+    payloads = [encoder.encode(group) for group in records]
+    kept = KeptSpans()
+    assert all(kept.keep(payload, group) for payload, group in zip(payloads, records, strict=True))
+    segment = _segment(tmp_path / "log", payloads)
+    assert kept.convert(segment, str(tmp_path / "held"), "seg") == 4
+    assert convert_log_segment(segment, str(tmp_path / "bytes"), "seg") == 4
+    held, from_bytes = _files(tmp_path / "held"), _files(tmp_path / "bytes")
+    assert held.keys() == from_bytes.keys()
+    assert all(table.equals(from_bytes[name][0]) for name, (table, _) in held.items())
