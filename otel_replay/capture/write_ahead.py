@@ -14,7 +14,9 @@ A thread of the log's own seals the active segment once it is
 ``seal_seconds`` old and converts sealed segments to Parquet with the
 receiver's converter (:class:`otel_replay.storage.convert.ChunkWriter`; the
 one-span records regrouped first by :func:`otel_replay.storage.regroup.regrouped`,
-so a run of them converts as one batch), under names derived from the segment (``wal-capture-...-<segment>-NNNNN``),
+so a run of them converts as one batch; while this process still holds a
+segment's records as spans, from the spans instead, see
+:mod:`otel_replay.capture.kept_spans`), under names derived from the segment (``wal-capture-...-<segment>-NNNNN``),
 then deletes them: converting a segment again, after a crash, rewrites the
 same files. :meth:`SpanLog.close` (at ``Telemetry.shutdown()``, else at
 interpreter exit) converts the rest. A process that died leaves its directory
@@ -52,6 +54,7 @@ from otel_replay._wire import SMALL_VARINTS as _SMALL
 from otel_replay._wire import varint as _varint
 from otel_replay._wire import varint_of as _varint_of
 from otel_replay.capture.direct_spans import RecordSpan
+from otel_replay.capture.kept_spans import KeptSpans
 from otel_replay.errors import OtelReplayError
 from otel_replay.location import resolve
 from otel_replay.storage.backend import backend_for
@@ -238,6 +241,7 @@ def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], byte
     parts: list[bytes] = []
     extend = parts.extend
     small, keys = _SMALL, _KEYS
+    prefixes = _PREFIXES[tag]
     for key, value in attributes.items():
         head = keys.get(key) if key.__class__ is str else None
         if head is None:
@@ -252,14 +256,13 @@ def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], byte
                 parts.append(field)
                 continue
             raw = value.encode()
-            size = len(raw)
-            raw_size = small[size] if size < 4096 else _varint_of(size)
-            size += 1 + len(raw_size)  # the AnyValue: its string field
-            any_size = small[size] if size < 4096 else _varint_of(size)
-            size += len(head) + 1 + len(any_size)  # the KeyValue: key, then the AnyValue field
-            extend(
-                (tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, b"\x0a", raw_size, raw)
-            )
+            sized = prefixes.get(head)
+            if sized is None and len(prefixes) < _PREFIX_KEYS:
+                sized = prefixes[head] = {}
+            prefix = sized.get(len(raw)) if sized is not None else None
+            if prefix is None:
+                prefix = _text_prefix(tag, head, len(raw), sized)
+            extend((prefix, raw))
         else:
             any_value = _any_value(value)
             size = len(any_value)
@@ -267,6 +270,27 @@ def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], byte
             size += len(head) + 1 + len(any_size)
             extend((tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, any_value))
     return b"".join(parts)
+
+
+_PREFIX_KEYS = 512  # keys whose text prefixes are kept (later keys: computed each time)
+_PREFIX_SIZES = 512  # text lengths kept per key
+_PREFIXES: dict[bytes, dict[bytes, dict[int, bytes]]] = {b"\x4a": {}, b"\x1a": {}, b"\x22": {}}
+"""Per tag, per key field: a text ``KeyValue`` field's bytes before the text itself, by the text's length in bytes."""
+
+
+def _text_prefix(tag: bytes, head: bytes, size: int, kept: dict[int, bytes] | None) -> bytes:
+    """The bytes of a ``KeyValue`` field under ``tag`` (key field ``head``) before a text of ``size`` bytes.
+
+    Kept in ``kept`` (bounded) when given: a record's texts are of a few
+    lengths (ids, hashes), so most fields cost a lookup, not three varints.
+    """
+    raw_size = _varint(size)
+    any_size = _varint(1 + len(raw_size) + size)  # the AnyValue: its string field
+    total = len(head) + 1 + len(any_size) + 1 + len(raw_size) + size  # the KeyValue: key, then the AnyValue field
+    prefix = tag + _varint(total) + head + b"\x12" + any_size + b"\x0a" + raw_size
+    if kept is not None and len(kept) < _PREFIX_SIZES:
+        kept[size] = prefix
+    return prefix
 
 
 def _text_field(tag: bytes, head: bytes, value: str) -> bytes:
@@ -503,6 +527,7 @@ class SpanLog:
         self._stop = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._kept = KeptSpans()
         self.appended = 0
         self.converted_rows = 0
         self.convert_errors = 0
@@ -514,6 +539,7 @@ class SpanLog:
         self._open_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._kept = KeptSpans()  # the parent's records are the parent's to convert
         self.directory = self.directory.with_name(f"{CAPTURE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
 
     def _opened(self) -> Any:
@@ -536,7 +562,14 @@ class SpanLog:
     def append(self, spans: Sequence[ReadableSpan]) -> None:
         """Append ``spans`` as one record; returns once it is fsynced (raises when it could not be)."""
         wal = self._opened()
-        wal.append(self._encode(spans))
+        payload = self._encode(spans)
+        kept = self._kept.keep(payload, spans)
+        try:
+            wal.append(payload)
+        except BaseException:
+            if kept:
+                self._kept.drop((payload,))  # never written: no segment holds it
+            raise
         self.appended += len(spans)
 
     def convert(self, *, seal: bool = False) -> int:
@@ -548,10 +581,16 @@ class SpanLog:
             return self._convert_sealed()
 
     def _convert_sealed(self) -> int:
-        """Convert every sealed segment, oldest first, releasing each once written (caller holds ``_lock``)."""
+        """Convert every sealed segment, oldest first, releasing each once written (caller holds ``_lock``).
+
+        A segment whose every record this process still holds as spans is
+        converted from them (:meth:`~otel_replay.capture.kept_spans.KeptSpans.convert`); any other from its bytes.
+        """
         rows = 0
         for segment in self._wal.sealed():
-            rows += convert_log_segment(segment.path, self.dataset, _prefix(self.directory, segment.segment_id))
+            prefix = _prefix(self.directory, segment.segment_id)
+            written = self._kept.convert(segment.path, self.dataset, prefix)
+            rows += convert_log_segment(segment.path, self.dataset, prefix) if written is None else written
             self._wal.release(segment)
         self.converted_rows += rows
         return rows

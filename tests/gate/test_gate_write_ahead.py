@@ -50,13 +50,17 @@ _CHILD = textwrap.dedent(
         def compensate(self, receipt, *, idempotency_key):
             pass
 
-    if step == "converting":
+    if step.startswith("converting"):
         import otel_replay.storage.convert as convert
+        if step == "converting_bytes":
+            import otel_replay.capture.kept_spans as kept_spans
+            kept_spans.KEPT_BYTES = 0  # no record held as spans: the segment converts from its bytes
         real = convert.ChunkWriter.flush
 
         def flush_then_die(self):
             real(self)  # the segment's Parquet file is written, the segment not yet released
             if self.paths:
+                print("converted-by:" + sys._getframe(1).f_globals["__name__"], flush=True)
                 die()
 
         convert.ChunkWriter.flush = flush_then_die
@@ -75,7 +79,7 @@ _CHILD = textwrap.dedent(
         print("acknowledged", flush=True)
         if step == "after_commit":
             die()
-        if step == "converting":
+        if step.startswith("converting"):
             telemetry.force_flush()
     telemetry.shutdown()
     """
@@ -170,9 +174,16 @@ def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(zygot
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_process_dying_while_converting_its_log_leaves_every_record_once(zygote, tmp_path, monkeypatch, how):
-    dataset, decision_id, said, book = _run(zygote, tmp_path, "converting", how)
-    assert said == ["acknowledged"] and book == ["o-1"]
+@pytest.mark.parametrize(
+    ("step", "converter"),
+    [("converting", "otel_replay.capture.kept_spans"), ("converting_bytes", "otel_replay.capture.write_ahead")],
+    ids=["from-held-spans", "from-bytes"],
+)
+def test_a_process_dying_while_converting_its_log_leaves_every_record_once(
+    zygote, tmp_path, monkeypatch, how, step, converter
+):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, step, how)
+    assert said == ["acknowledged", f"converted-by:{converter}"] and book == ["o-1"]
     written = sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet"))
     assert written  # the conversion had written its file when the process died
     _reopen(dataset, monkeypatch)
@@ -601,3 +612,46 @@ def test_log_records_of_spans_made_by_hand_with_plain_attribute_mappings_hold_th
         assert encoder._encode(group)  # written by the log's own encoder, not handed to the SDK's
         ours = type(encode_spans(group)).FromString(encoder.encode(group))
         assert ours.SerializeToString(deterministic=True) == encode_spans(group).SerializeToString(deterministic=True)
+
+
+def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_once_their_prefixes_are_kept(
+    monkeypatch,
+):
+    """A text field's bytes before the text are kept per key and length (bounded): kept or not, the same bytes."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Link, SpanContext
+
+    from otel_replay.capture import write_ahead
+
+    monkeypatch.setattr(write_ahead, "_PREFIXES", {b"\x4a": {}, b"\x1a": {}, b"\x22": {}})
+    monkeypatch.setattr(write_ahead, "_PREFIX_SIZES", 3)  # past it, lengths are computed each time
+    monkeypatch.setattr(write_ahead, "_PREFIX_KEYS", 2)  # past it, keys are computed each time
+    resource, scope = Resource.create({"service.name": "lengths"}), InstrumentationScope("lengths", "1")
+    lengths = [0, 1, 2, 120, 121, 127, 128, 4090, 4096, 16_380, 16_384, 70_000]
+    spans = []
+    for i, size in enumerate(lengths * 2):  # each length twice: computed, then (within the bounds) kept
+        text = ("\u00e9" * (size // 2) + "x" * (size % 2)) if i % 3 == 0 else "y" * size
+        attributes = {"same key": text, f"key {i % 4}": text, "n": i}
+        spans.append(
+            ReadableSpan(
+                name=f"texts {size}",
+                context=SpanContext(0xABC + i, 0xDEF + i, is_remote=False),
+                resource=resource,
+                attributes=attributes,
+                events=[Event("e", {"same key": text}, timestamp=5)],
+                links=[Link(SpanContext(0x123, 0x456 + i, is_remote=True), {"same key": text})],
+                instrumentation_scope=scope,
+                start_time=10,
+                end_time=20,
+            )
+        )
+    encoder = write_ahead._RequestEncoder()
+    for span in spans:
+        assert encoder._encode([span])  # written by the log's own encoder, not handed to the SDK's
+        ours = type(encode_spans([span])).FromString(encoder.encode([span]))
+        assert ours.SerializeToString(deterministic=True) == encode_spans([span]).SerializeToString(deterministic=True)
+    assert all(len(kept) <= 3 for prefixes in write_ahead._PREFIXES.values() for kept in prefixes.values())
+    assert all(len(prefixes) <= 2 for prefixes in write_ahead._PREFIXES.values())

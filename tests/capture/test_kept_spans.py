@@ -1,0 +1,225 @@
+"""A log segment converted from the spans its process still holds gives the files its bytes give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+
+import otel_replay
+from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+from otel_replay import semconv as sc
+from otel_replay.capture import kept_spans
+from otel_replay.capture.direct_spans import ended_record_span
+from otel_replay.capture.kept_spans import KeptSpans
+from otel_replay.capture.write_ahead import _RequestEncoder, convert_log_segment
+from otel_replay.storage.wal import WriteAheadLog
+
+START_NS = 1_764_000_000_000_000_000
+PARENT = SpanContext(
+    0x0123456789ABCDEF0123456789ABCDEF,
+    0x1122334455667788,
+    is_remote=True,
+    trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    trace_state=TraceState([("vendor", "v=1"), ("other", "x")]),
+)
+HOSTILE: dict[str, Any] = {
+    "text": "caf\u00e9 \U0001f600 \u202e",
+    "control": '\x00\x01\x1f line\nbreak "quoted" \\ back',
+    "empty": "",
+    "long": "x" * 5000,
+    "json": '{"a": [1, 2.5, null], "b": "\u00e9"}',
+    "int.max": 2**63 - 1,
+    "int.min": -(2**63),
+    "int.negative": -1,
+    "zero": 0,
+    "float": 1e308,
+    "float.small": -5e-324,
+    "float.negative_zero": -0.0,
+    "true": True,
+    "false": False,
+}
+
+
+def _tracer(scope: str = "otel_replay") -> Any:
+    provider = TracerProvider(resource=Resource.create({"service.name": "k\u00e9pt", "n": 3}))
+    return provider.get_tracer(scope, "1.2")
+
+
+def _record_spans(tracer: Any, count: int = 4) -> list[Any]:
+    """Record spans of a known shape, as a gate makes them: a root, children of a remote parent, hostile values."""
+    spans = []
+    for i in range(count):
+        parent = PARENT if i % 2 else None
+        trace_id = PARENT.trace_id if parent is not None else 0xABC0 + i
+        context = SpanContext(trace_id, 0x1000 + i, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        attributes = {sc.KIND: sc.KIND_GATE, "i": i, **(HOSTILE if i == 2 else {"detail": f"record {i}"})}
+        spans.append(
+            ended_record_span(tracer, parent, context, sc.SPAN_GATE, START_NS + i * 86_400_000_000_000, attributes)
+        )
+    return spans
+
+
+def _segment(directory: Path, payloads: list[bytes]) -> Path:
+    """A sealed log segment holding ``payloads`` as its records, as a gate's log writes them."""
+    wal = WriteAheadLog(directory)
+    for payload in payloads:
+        wal.append(payload)
+    wal.close()
+    [path] = directory.glob("*.wal")
+    return path
+
+
+def _files(dataset: Path) -> dict[str, Any]:
+    """Each Parquet file under ``dataset`` by its path there: its rows and its footer's key-value metadata."""
+    found = {}
+    for path in sorted((dataset / "spans").rglob("*.parquet")):
+        found[str(path.relative_to(dataset))] = (pq.read_table(path), pq.read_metadata(path).metadata)
+    return found
+
+
+def _held(spans: list[Any]) -> tuple[KeptSpans, list[bytes]]:
+    encoder = _RequestEncoder()
+    payloads = [encoder.encode([span]) for span in spans]
+    kept = KeptSpans()
+    assert all(kept.keep(payload, [span]) for payload, span in zip(payloads, spans, strict=True))
+    return kept, payloads
+
+
+def test_a_segment_converts_from_the_held_spans_to_the_files_and_rows_its_bytes_give(tmp_path):
+    spans = _record_spans(_tracer())
+    kept, payloads = _held(spans)
+    segment = _segment(tmp_path / "log", payloads)
+    assert kept.convert(segment, str(tmp_path / "held"), "wal-capture-1-seg") == len(spans)
+    assert kept.rows == len(spans) and kept.held == 0  # converted, and forgotten
+    assert convert_log_segment(segment, str(tmp_path / "bytes"), "wal-capture-1-seg") == len(spans)
+    held, from_bytes = _files(tmp_path / "held"), _files(tmp_path / "bytes")
+    assert len(held) == 4  # four start dates: a file per date partition
+    assert held.keys() == from_bytes.keys()  # the same names: a recovery from the bytes rewrites these files
+    for name, (table, footer) in held.items():
+        assert table.equals(from_bytes[name][0]), name
+        assert footer == from_bytes[name][1], name  # the footer's id keys too
+    assert segment.exists()  # converting never releases the segment: the log does, once written
+
+
+def test_a_segment_holding_a_record_not_held_is_left_to_its_bytes_and_its_records_are_forgotten(tmp_path):
+    spans = _record_spans(_tracer())
+    kept, payloads = _held(spans[:-1])
+    payloads.append(_RequestEncoder().encode([spans[-1]]))  # appended by another process (a recovered log)
+    segment = _segment(tmp_path / "log", payloads)
+    assert kept.convert(segment, str(tmp_path / "held"), "seg") is None
+    assert kept.held == 0 and kept.rows == 0
+    assert not (tmp_path / "held").exists()
+
+
+def test_a_damaged_segment_is_left_to_the_salvage_and_nothing_stays_held(tmp_path):
+    spans = _record_spans(_tracer())
+    kept, payloads = _held(spans)
+    segment = _segment(tmp_path / "log", payloads)
+    data = bytearray(segment.read_bytes())
+    data[20] ^= 0xFF  # inside the first record: whole records follow, so damage, not a torn tail
+    segment.write_bytes(bytes(data))
+    assert kept.convert(segment, str(tmp_path / "held"), "seg") is None
+    assert kept.held == 0
+    assert not (tmp_path / "held").exists()
+
+
+def test_a_span_the_rows_refuse_is_left_to_the_bytes(tmp_path):
+    [span] = _record_spans(_tracer(), 1)
+    span._start_time = span._end_time = 2**64 - 1  # past what a Parquet timestamp holds
+    kept, payloads = _held([span])
+    segment = _segment(tmp_path / "log", payloads)
+    assert kept.convert(segment, str(tmp_path / "held"), "seg") is None
+    assert kept.held == 0 and not (tmp_path / "held").exists()
+
+
+def test_only_record_spans_are_held_each_once_and_up_to_the_bound(monkeypatch):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.get_tracer("t").start_span("sdk span", attributes={sc.KIND: sc.KIND_GATE}).end()
+    [sdk_span] = exporter.get_finished_spans()
+    kept = KeptSpans()
+    assert not kept.keep(_RequestEncoder().encode([sdk_span]), [sdk_span])  # a span of no known shape
+    assert not kept.keep(b"\x0a\x00", [])
+    first, second = _record_spans(_tracer(), 2)
+    payload, other = _RequestEncoder().encode([first]), _RequestEncoder().encode([second])
+    monkeypatch.setattr(kept_spans, "KEPT_BYTES", len(payload) + len(other) - 1)
+    assert kept.keep(payload, [first])
+    assert not kept.keep(payload, [first])  # the same bytes again: the first holds them
+    assert not kept.keep(other, [second])  # past the bound: its bytes convert it
+    kept.drop([payload, b"never held"])
+    assert kept.held == 0
+    assert kept.keep(other, [second])  # room again
+
+
+def test_gated_commits_convert_from_their_held_spans_once_each_and_verify(tmp_path, monkeypatch):
+    """Through the real path: the log's segments convert from the spans its process holds, every record once."""
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", "kept-spans-test-key-0123456789abcdef")
+    dataset = tmp_path / "traces"
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    try:
+        assert telemetry.log is not None
+        gate = ActionGate(ReferenceLedger(balance=100.0), dataset=dataset)
+        for i in range(3):
+            with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1")) as d:
+                action = Action("refund", {"order": f"o-{i}", "note": "caf\u00e9 \U0001f600"}, cost=1.0)
+                d.act(action)
+                gate.commit(action, record_id=d.record_id)
+            if i == 1:
+                assert telemetry.force_flush()  # one segment converted here, the next at shutdown
+        log = telemetry.log
+    finally:
+        telemetry.shutdown()
+    assert log._kept.rows == 6 and log._kept.held == 0  # intent and commit record of each, all from held spans
+    with otel_replay.open(dataset) as store:
+        gates = store.rows("SELECT executed, count(*) AS n FROM gates GROUP BY executed ORDER BY executed")
+        assert [(row["executed"], row["n"]) for row in gates] == [("committed", 3), ("intent", 3)]
+        assert store.rows("SELECT span_id FROM spans GROUP BY span_id HAVING count(*) > 1") == []
+        assert store.verify(None).problems == []
+
+
+@pytest.mark.parametrize("fail", ["write", "fsync"])
+def test_a_record_the_log_could_not_write_is_not_held(tmp_path, monkeypatch, fail):
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", "kept-spans-test-key-0123456789abcdef")
+    telemetry = otel_replay.configure(tmp_path / "traces", set_global=False)
+    try:
+        log = telemetry.log
+        assert log is not None
+        [span] = _record_spans(_tracer(), 1)
+        log.append([span])  # opens the log
+        wal = log._wal
+
+        def refuse(*args: Any, **kwargs: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(wal, "_write_queued" if fail == "write" else "_sync", refuse)
+        [other] = _record_spans(_tracer(), 2)[1:]
+        with pytest.raises(OSError):
+            log.append([other])
+        assert log._kept.held == 1  # the first only
+    finally:
+        monkeypatch.undo()
+        telemetry.shutdown()
+
+
+def test_a_record_of_several_spans_converts_from_them_in_their_order(tmp_path):
+    spans = _record_spans(_tracer())
+    encoder = _RequestEncoder()
+    records = [spans[:3], spans[3:]]  # one record of three spans, one of one
+    payloads = [encoder.encode(group) for group in records]
+    kept = KeptSpans()
+    assert all(kept.keep(payload, group) for payload, group in zip(payloads, records, strict=True))
+    segment = _segment(tmp_path / "log", payloads)
+    assert kept.convert(segment, str(tmp_path / "held"), "seg") == 4
+    assert convert_log_segment(segment, str(tmp_path / "bytes"), "seg") == 4
+    held, from_bytes = _files(tmp_path / "held"), _files(tmp_path / "bytes")
+    assert held.keys() == from_bytes.keys()
+    assert all(table.equals(from_bytes[name][0]) for name, (table, _) in held.items())
