@@ -58,6 +58,14 @@ _MAX_KEY_BYTES = 8 * MAX_FOOTER_KEYS  # a key log line's keys, decoded, at most 
 _MAX_KEY_LOG = 256 * 2**20  # a partition's key log past this size (~500,000 files) is not read: footers are
 
 
+def _decoded(raw: bytes) -> bytes:
+    """Base64 ``raw`` decoded strictly; ``b"?"`` (never a whole key) when it is not base64."""
+    try:
+        return a2b_base64(raw, strict_mode=True)
+    except (BinasciiError, ValueError):
+        return b"?"
+
+
 def note_skipped(problem: CorruptFileError) -> None:
     """Log that ``problem``'s file is left out as corrupt (one logger for every such notice: the CLI filters them)."""
     _log.warning("otel-replay: skipping %s", problem)
@@ -412,45 +420,50 @@ class FileTriage:
                 held = self._read_log(partition, held)
             lines = {} if held is None else held[2]
             vouched: dict[bytes, tuple[list[str], list[tuple[int, int]], list[bytes]]] = {}
-            for path in listed[start:end]:
+            group = listed[start:end]
+            for path, line in zip(group, map(lines.get, [path[cut:] for path in group]), strict=True):
+                if line is None:
+                    continue  # no line (an older writer's file, a lost line): check() reads its footer
                 try:
                     info = os.stat(path)
                 except OSError:
                     continue  # check() names it (or finds it gone)
                 stamp = (info.st_size, info.st_mtime_ns)
-                if path in bad:
+                if stamp != line.stamp or (bad and path in bad):
                     continue
-                if checked.get(path) == stamp:
+                if checked and checked.get(path) == stamp:
                     passed[path] = None
                     continue
-                line = lines.get(path[cut:])
-                if line is None or line.stamp != stamp:
-                    continue
-                if line.digest not in writers:  # the first file of its writer schema: checked through its footer
+                digest = line.digest
+                if digest not in writers:  # the first file of its writer schema: checked through its footer
                     passed[path] = self.check(path)  # (its verdict stands for this listing, whatever follows)
                     continue
-                try:
-                    packed = a2b_base64(line.keys, strict_mode=True)
-                except (BinasciiError, ValueError):
-                    continue
-                if len(packed) % 8 or len(packed) > _MAX_KEY_BYTES:
-                    continue  # not keys the writer encodes: its footer says
-                same = vouched.get(line.digest)
+                same = vouched.get(digest)
                 if same is None:
-                    same = vouched[line.digest] = ([], [], [])
+                    same = vouched[digest] = ([], [], [])
                 same[0].append(path)
                 same[1].append(stamp)
-                same[2].append(packed)
-            for digest, (paths, stamps, packed_all) in vouched.items():
-                self._vouch_all(digest, paths, stamps, packed_all)
-                passed.update(dict.fromkeys(paths))
+                same[2].append(line.keys)
+            for digest, (paths, stamps, keys) in vouched.items():
+                passed.update(dict.fromkeys(self._vouch_all(digest, paths, stamps, keys)))
             start = end
         return passed
 
     def _vouch_all(
-        self, digest: bytes, paths: list[str], stamps: list[tuple[int, int]], packed: list[bytes]
-    ) -> None:
-        """Record ``paths`` (of one writer schema) as checked at ``stamps``, their keys in one new table."""
+        self, digest: bytes, paths: list[str], stamps: list[tuple[int, int]], keys: list[bytes]
+    ) -> list[str]:
+        """Record ``paths`` (of one writer schema) as checked at ``stamps``, their keys in one new table.
+
+        ``keys``: each file's base64 keys, from its line. A file whose keys are not what the writer encodes is
+        left out (its footer is read). Returns the files recorded.
+        """
+        try:
+            packed = [a2b_base64(raw, strict_mode=True) for raw in keys]
+        except (BinasciiError, ValueError):  # a line that is not the writer's: sort the files one by one
+            packed = [_decoded(raw) for raw in keys]
+        if any(len(one) % 8 or len(one) > _MAX_KEY_BYTES for one in packed):
+            kept = [i for i, one in enumerate(packed) if not (len(one) % 8 or len(one) > _MAX_KEY_BYTES)]
+            paths, stamps, packed = [paths[i] for i in kept], [stamps[i] for i in kept], [packed[i] for i in kept]
         for path in paths:
             if path in self.footer_keys or path in self.key_tables:
                 self._forget_keys(path)
@@ -463,6 +476,7 @@ class FileTriage:
             self._footer_key_count += len(table)
             self.key_tables.update(dict.fromkeys(paths, table))
             self._tables[id(table)] = table
+        return paths
 
     def _schema_problem(self, path: str) -> str | None:
         """:func:`schema_problem` and :func:`time_range_problem` of a file whose footer has no Arrow schema.
