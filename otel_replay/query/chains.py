@@ -140,7 +140,8 @@ class ReplayBuilder:
         cap = kind.default_limit if limit is None else limit
         layers = kind.layers
         if self.store is not None:
-            traces, audits, verified = self._from_store(chain_type, chain_id, cap)
+            with self.store.engine.one_listing():  # the chain's lookups list the dataset once between them
+                traces, audits, verified = self._from_store(chain_type, chain_id, cap)
         else:
             traces, audits, verified = self._in_process(chain_type, chain_id, cap, layers)
         traces, more_traces = _cap(traces, cap)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -32,7 +33,9 @@ from otel_replay.errors import CorruptFileError, DatasetError, QueryError, ReadO
 from otel_replay.exporters.schema import SPAN_SCHEMA
 from otel_replay.location import Location, register_with
 from otel_replay.query.analyst import check_statements, close_off, table_rows
+from otel_replay.query.catalog import ViewCatalog
 from otel_replay.query.files import VANISHED, FileTriage, note_skipped
+from otel_replay.query.keys import probe_array
 from otel_replay.query.logs import define_log_views, log_files
 from otel_replay.storage.facts import point_facts, unpoint_facts
 from otel_replay.storage.side_index import Listing, indexed_and_tail, partition_listing
@@ -49,6 +52,7 @@ _UNION_VAR = "otel_replay_union_by_name"
 _LEGACY_VAR = "otel_replay_legacy_outcomes"
 _SCALARS = frozenset({str, int, float, bool, bytes})  # variable values Engine._set may skip setting again
 _LOG_VIEWS = re.compile(r"\b(?:log_records|genai_events|log_source)\b", re.I)  # analyst SQL that reads log records
+_LOG_VIEW_NAMES = ("log_records", "genai_events")  # the views over log_source (queries/log_records.sql)
 _FACTS_QUERIES = ("calibration", "decision_summary")  # read compaction's facts files (storage/facts.py)
 # DuckDB optimizers a point lookup does without. Over the few files the side index names, a chain's rows
 # are a handful, so what these would gain in execution is less than they cost in planning, which DuckDB
@@ -82,6 +86,12 @@ def load_sql(name: str) -> str:
         return resources.files("otel_replay.queries").joinpath(f"{name}.sql").read_text(encoding="utf-8")
     except FileNotFoundError:
         raise QueryError(f"no SQL file queries/{name}.sql") from None
+
+
+@cache
+def _catalog() -> ViewCatalog:
+    """The shared views and macros: views.sql, the contract evidence, log record and facts views, in that order."""
+    return ViewCatalog([load_sql(name) for name in ("views", "contract_verdicts", "log_records", "facts_views")])
 
 
 _BIND_ATTEMPTS = 5
@@ -121,6 +131,8 @@ class Engine:
         self._pointed: list[str] | None = None  # the files the internal connection's variables name
         self._current_source = False  # span_source defined for files that all have the current columns
         self._listing: Listing | None = None  # the partitions the running lookup searches (listed once per lookup)
+        self._shared = 0  # one_listing() scopes open: their lookups keep one listing
+        self._every: tuple[Listing, list[str]] | None = None  # a listing's files, joined once
         self._lean: str | None = None  # the optimizers disabled on the internal connection now (None: not set yet)
         self._lean_names: str | None = None  # _LEAN_OPTIMIZERS this DuckDB knows, comma-separated
         # DuckDB keeps disabled_optimizers per database, not per connection: only a database of the
@@ -128,6 +140,8 @@ class Engine:
         self._may_plan_lean = database in ("", ":memory:")
         self._tail = TailIndex(self.location)  # ids of the files no side index covers yet
         self._vars: dict[str, tuple[type, Any]] = {}  # what each variable on the internal connection holds
+        self._views_con: set[str] = set()  # the shared views and macros defined on the internal connection
+        self._views_analyst: set[str] = set()  # ... and on the analyst one
         self._lock = threading.RLock()
         try:
             self._con = duck.connect(database)
@@ -147,6 +161,7 @@ class Engine:
         what replaced the file): the dataset is listed again, up to five times.
         """
         with self._lock:
+            self._listing = None  # a lookup sharing a listing (one_listing) lists the partitions again
             for attempt in range(_BIND_ATTEMPTS):
                 files, skipped, vanished = self.triage.live({p.path for p in self.skipped}, self.skip_corrupt)
                 if vanished and attempt < _BIND_ATTEMPTS - 1:
@@ -169,6 +184,26 @@ class Engine:
             if self._analyst is not None:
                 self._analyst.close()
                 self._analyst = None
+
+    @contextmanager
+    def one_listing(self) -> Iterator[None]:
+        """The lookups made inside share one listing of the partitions, taken by the first (one command's lookups).
+
+        Each lookup outside such a scope lists the partitions again, so that
+        files written since are found without a refresh; inside it, a chain's
+        four lookups (its rows, lost decisions, outcomes, unanswered intents)
+        see the dataset as it was at the first, as one command does. A
+        refresh inside the scope (a file vanished: a compaction swapped its
+        partition) lists it again.
+        """
+        with self._lock:
+            self._shared += 1
+            try:
+                yield
+            finally:
+                self._shared -= 1
+                if not self._shared:
+                    self._listing = self._every = None
 
     def _define_views(self, con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
         """Define the views on ``con`` over ``files`` (the empty source when there are none)."""
@@ -195,15 +230,43 @@ class Engine:
                 )
                 con.register("otel_replay_empty_spans", empty)
                 con.execute(load_sql("empty_source"))
-            con.execute(load_sql("views"))
-            con.execute(load_sql("contract_verdicts"))  # the governance evidence views, over `spans`
-            define_log_views(con, self.log_files or [], load_sql("log_records"))  # log_records, genai_events
+            # The shared views and macros (views.sql, the contract and log views) are defined when a query names
+            # them (_need): a new span_source may change the columns they were bound with, so none stands now.
+            self._defined(con).clear()
+            define_log_views(con, self.log_files or [])
             if files:
                 self._point_at(con, files)
             if con is self._con:
                 self._pointed = list(files)
         except duckdb.Error as exc:
             raise QueryError(f"defining views over {self.dataset}: {exc}") from exc
+
+    def _defined(self, con: duckdb.DuckDBPyConnection) -> set[str]:
+        """The names of the shared views and macros (:func:`_catalog`) defined on ``con`` since its source was."""
+        return self._views_con if con is self._con else self._views_analyst
+
+    def _need(self, con: duckdb.DuckDBPyConnection, sql: str) -> None:
+        """Define on ``con`` the shared views and macros ``sql`` names and those they need, not defined yet.
+
+        Defining binds each one over the files the views are pointed at, so
+        for it they are pointed at the first of them only (binding costs about
+        80 µs a file), then back at all of them.
+        """
+        defined = self._defined(con)
+        names = _catalog().needed(sql, defined)
+        if not names:
+            return
+        pointed = self._pointed if con is self._con else self.files
+        narrowed = pointed is not None and len(pointed) > 1
+        if narrowed and pointed is not None:
+            self._set(con, _FILES_VAR, pointed[:1])
+        try:
+            for name in names:
+                con.execute(_catalog().statements[name])  # a DuckDB error: the caller's to judge (_attempt)
+                defined.add(name)
+        finally:
+            if narrowed and pointed is not None:
+                self._set(con, _FILES_VAR, list(pointed))
 
     def _set(self, con: duckdb.DuckDBPyConnection, name: str, value: Any) -> None:
         """``SET VARIABLE name = value`` (bound, never formatted); skipped when the internal connection holds it.
@@ -244,7 +307,6 @@ class Engine:
                 raise QueryError(f"cannot open the analyst database: {exc}") from exc
             try:
                 self._define_views(con, self.files)
-                con.execute(load_sql("facts_views"))  # decision_facts, first_outcomes: computed from the spans here
                 close_off(con, [*self.files, *(self.log_files or [])])
             except QueryError:
                 con.close()
@@ -361,6 +423,7 @@ class Engine:
             self._want_logs(sql)
             con = self._analyst_con()
             statements = check_statements(con, sql)
+            self._need(con, sql)
             if params is not None and len(statements) > 1:
                 raise QueryError(f"parameters bind to one statement; the SQL holds {len(statements)}")
             result = pa.table({})
@@ -383,7 +446,8 @@ class Engine:
         self._logs_used = True
         self.log_files = log_files(self.location)
         try:
-            define_log_views(self._con, self.log_files, load_sql("log_records"))
+            define_log_views(self._con, self.log_files)
+            self._defined(self._con).difference_update(_LOG_VIEW_NAMES)  # bound over the source they replace
         except duckdb.Error as exc:
             raise QueryError(f"defining the log views over {self.dataset}: {exc}") from exc
         if self._analyst is not None:  # closed off to the files it was made with: made again with the log files
@@ -431,7 +495,8 @@ class Engine:
         by_decision = outcomes or (ids is not None and "outcome_decision_id" in ids)
 
         def fetch() -> pa.Table:
-            self._listing = None  # list the partitions again on each attempt (a retry follows a refresh)
+            if not self._shared:
+                self._listing = None  # list the partitions again on each attempt (a retry follows a refresh)
             scope = self._narrow(ids, outcomes=by_decision) if ids else None
             if scope is not None and not scope:
                 return pa.table({})  # no file can hold the id: every shipped lookup is empty over no rows
@@ -449,7 +514,8 @@ class Engine:
                 names, rows = table_rows(self._attempt(fetch))
             finally:
                 self._scope = None
-                self._listing = None
+                if not self._shared:
+                    self._listing = self._every = None
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def _execute_over(self, sql: str, scope: list[str] | None) -> pa.Table:
@@ -462,6 +528,7 @@ class Engine:
                 self._define_views(self._con, self.files + [p for p in reading if p not in self.files])
             self._point_at(self._con, reading)
             self._pointed = list(reading)
+        self._need(self._con, sql)
         self._plan_lean(self._may_plan_lean and scope is not None and len(scope) <= _LEAN_FILES)
         return self._execute(sql)
 
@@ -492,17 +559,31 @@ class Engine:
         """
         if self._listing is None:  # one listing per lookup: the chain's files and its outcomes' agree
             self._listing = partition_listing(self.location, self.triage.snapshot)
-        split = indexed_and_tail(self.location, wanted, snapshot=self.triage.snapshot, listing=self._listing)
-        keys = self.triage.footer_keys
+        listing = self._listing
+        # No side index anywhere (a day no compaction has touched): the index search is skipped, not run over every
+        # file (an empty listing still checks the kinds asked for).
+        indexed = any(manifest is not None and index is not None for _, manifest, _, index in listing)
+        searched = listing if indexed else []
+        split = indexed_and_tail(self.location, wanted, snapshot=self.triage.snapshot, listing=searched)
+        keys, tables = self.triage.footer_keys, self.triage.key_tables
         if split is None:
             # No side index anywhere: every live file is narrowed the same way, but a big file without keys
             # is left to the query (its row groups' statistics narrow it; reading its ids would cost more).
-            every = [head + name for head, _, live, _ in self._listing for name in live]
+            if self._every is None or self._every[0] is not listing:  # once per listing (one_listing shares it)
+                self._every = (listing, [head + name for head, _, live, _ in listing for name in live])
+            every = self._every[1]
             sizes = self.triage.checked
-            big = [p for p in every if p not in keys and (sizes.get(p) or (0, 0))[0] > _READ_IDS_UP_TO]
-            split = big, [p for p in every if p in keys or (sizes.get(p) or (0, 0))[0] <= _READ_IDS_UP_TO]
+            big = [
+                p
+                for p in every
+                if p not in tables and p not in keys and (sizes.get(p) or (0, 0))[0] > _READ_IDS_UP_TO
+            ]
+            left = set(big)
+            split = big, [p for p in every if p not in left] if left else every
         hits, tail = split
-        return sorted(hits + self._tail.holding(tail, wanted, self.triage.checked, keys))
+        # Files vouched for by their key log: one search of their partition's key table; the rest file by file.
+        held, rest = self.triage.narrow(tail, probe_array(wanted))
+        return sorted(hits + held + self._tail.holding(rest, wanted, self.triage.checked, keys))
 
     def _narrow(self, ids: Ids, *, outcomes: bool = False) -> list[str] | None:
         """The checked files that may hold ``ids``; ``None``: every file (see :func:`~otel_replay.storage.files_for`).
@@ -583,7 +664,9 @@ class Engine:
             # the views over facts, apart from views.sql so that opening a dataset does not bind them
             for attempt in range(2):
                 try:
-                    self._con.execute(load_sql("facts_views"))
+                    facts = load_sql("facts_views")
+                    self._need(self._con, f"{facts}\n{load_sql(name)}")  # what the facts views and the query name
+                    self._con.execute(facts)
                     break
                 except duckdb.Error as exc:
                     if attempt or isinstance(exc, _NOT_ABOUT_FILES):

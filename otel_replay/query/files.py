@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from binascii import Error as BinasciiError
+from binascii import a2b_base64
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -25,10 +27,11 @@ import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
 from otel_replay.errors import CorruptFileError, DatasetError
-from otel_replay.exporters.id_keys import decode_keys, footer_keys
+from otel_replay.exporters.id_keys import MAX_FOOTER_KEYS, decode_keys, footer_keys
 from otel_replay.exporters.key_log import KEY_LOG_NAME, LoggedFile, footer_digest, parse_lines
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPANS_DIR
 from otel_replay.location import Location
+from otel_replay.query.keys import NATIVE_KEYS, KeyTable
 from otel_replay.storage.backend import Backend, backend_for
 from otel_replay.storage.manifest import RemoteSnapshot, live_files, remote_live_files, remote_partitions
 from otel_replay.storage.span_columns import (
@@ -51,7 +54,16 @@ _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 _KNOWN_WRITERS = 64  # footer digests (one per writer schema) a FileTriage vouches for at most
+_MAX_KEY_BYTES = 8 * MAX_FOOTER_KEYS  # a key log line's keys, decoded, at most (what a footer may carry)
 _MAX_KEY_LOG = 256 * 2**20  # a partition's key log past this size (~500,000 files) is not read: footers are
+
+
+def _decoded(raw: bytes) -> bytes:
+    """Base64 ``raw`` decoded strictly; ``b"?"`` (never a whole key) when it is not base64."""
+    try:
+        return a2b_base64(raw, strict_mode=True)
+    except (BinasciiError, ValueError):
+        return b"?"
 
 
 def note_skipped(problem: CorruptFileError) -> None:
@@ -173,12 +185,16 @@ class FileTriage:
         self.checked: dict[str, tuple[int, int]] = {}  # files that passed the check, by the stamp they had
         self.arrow_schema: dict[str, bytes | None] = {}  # the writer's Arrow schema, to skip union_by_name
         self.major: dict[str, int | None] = {}  # each file's major storage schema version (None: not recorded)
+        self._legacy: set[str] = set()  # the files of major, by major version, older than typed outcome ids
         self.decoded: dict[str, tuple[int, int]] = {}  # files decoded whole without error, by stamp
         self.bad: dict[str, tuple[tuple[int, int], CorruptFileError]] = {}
         self.snapshot: RemoteSnapshot | None = None  # a remote dataset's listing at the last scan
         self.times_read: dict[str, tuple[int, int]] = {}  # files whose span times were read and fit in nanoseconds
         self.footer_keys: dict[str, tuple[tuple[int, int], frozenset[int]]] = {}
         """The id keys a checked file's footer carries, by the stamp it was checked at (for the tail index)."""
+        self.key_tables: dict[str, KeyTable] = {}
+        """The table holding the keys of a file vouched for by its key log line, by file (see :meth:`narrow`)."""
+        self._tables: dict[int, KeyTable] = {}  # each table held, by id()
         self._footer_key_count = 0
         self._logs: dict[str, tuple[tuple[int, int], int, dict[str, LoggedFile]]] = {}
         """Each local partition's key log (:mod:`~otel_replay.exporters.key_log`): (device and inode, bytes
@@ -239,6 +255,7 @@ class FileTriage:
             return bad[1]
         if self.checked.get(path) == stamp:
             return None
+        self._forget_keys(path)  # a file checked anew: keys held for it before (another stamp) say nothing now
         logged = self._logged(path) if self.backend.directory is not None else None
         if logged is not None and logged.stamp == stamp and self._vouched(path, stamp, logged):
             return None
@@ -263,7 +280,7 @@ class FileTriage:
         if problem is not None:
             self.bad[path] = (stamp, CorruptFileError(path, problem))
             return self.bad[path][1]
-        self.major[path] = major
+        self._set_major([path], major)
         self.checked[path] = stamp
         self.arrow_schema[path] = arrow
         self._keep_keys(path, stamp, footer_keys(footer))
@@ -322,19 +339,144 @@ class FileTriage:
         keys = decode_keys(logged.keys) if writer is not None else None
         if writer is None or keys is None:
             return False
-        self.major[path], self.arrow_schema[path] = writer
+        self._set_major([path], writer[0])
+        self.arrow_schema[path] = writer[1]
         self.checked[path] = stamp
         self._keep_keys(path, stamp, keys)
         return True
 
     def _keep_keys(self, path: str, stamp: tuple[int, int], keys: frozenset[int] | None) -> None:
         """Hold the id ``keys`` of ``path`` (within :data:`FOOTER_KEY_BUDGET`)."""
-        previous = self.footer_keys.pop(path, None)
-        if previous is not None:
-            self._footer_key_count -= len(previous[1])
+        self._forget_keys(path)
         if keys is not None and self._footer_key_count + len(keys) <= FOOTER_KEY_BUDGET:
             self.footer_keys[path] = (stamp, keys)
             self._footer_key_count += len(keys)
+
+    def _forget_keys(self, path: str) -> None:
+        """Drop the keys held for ``path`` (a footer's set, or its place in a partition's table)."""
+        previous = self.footer_keys.pop(path, None)
+        if previous is not None:
+            self._footer_key_count -= len(previous[1])
+        table = self.key_tables.pop(path, None)
+        if table is not None:
+            table.held -= 1
+            if not table.held:  # no file answers from it any more: its keys go
+                self._footer_key_count -= len(table)
+                self._tables.pop(id(table), None)
+
+    def keys_of(self, path: str) -> frozenset[int] | None:
+        """The id keys held for ``path`` as of its last check (``None``: none held, its ids are read when needed)."""
+        table = self.key_tables.get(path)
+        if table is not None:
+            return table.keys_of(path)
+        held = self.footer_keys.get(path)
+        return None if held is None else held[1]
+
+    def narrow(self, paths: Sequence[str], probes: pa.Array) -> tuple[list[str], list[str]]:
+        """(the files of ``paths`` whose key table holds one of ``probes``, the files no key table answers for).
+
+        ``probes``: :func:`~otel_replay.query.keys.probe_array` of the ids looked up. One search per table,
+        whatever its files; a file checked again since it was vouched for is answered elsewhere (its footer).
+        """
+        tables = self.key_tables
+        if not tables:
+            return [], list(paths)
+        rest = [path for path in paths if path not in tables]
+        if len(rest) == len(paths):
+            return [], rest
+        found: set[str] = set()
+        for table in self._tables.values():
+            found.update(table.holding(probes))
+        asked = set(paths)
+        return [path for path in found if path in asked and tables.get(path) is not None], rest
+
+    def _vouch_logged(self, listed: Sequence[str]) -> dict[str, CorruptFileError | None]:
+        """Verdicts on the files of ``listed`` judged here in bulk (``None``: readable), as :meth:`check` gives them.
+
+        What :meth:`check` does file by file, for a local day of many small
+        files at a few microseconds a file: one ``stat`` each; a file already
+        checked at that (size, mtime) passes; a file whose key log line
+        records that stamp, of a writer schema a full check vouched for, passes
+        with its keys joined into its partition's :class:`KeyTable`. The first
+        file of an unknown writer schema is checked in full here; anything
+        else (no line, another stamp, keys that are not the writer's, a
+        verdict of corrupt) is left to :meth:`check`.
+        """
+        passed: dict[str, CorruptFileError | None] = {}
+        if self.backend.directory is None or not NATIVE_KEYS:
+            return passed
+        checked, bad, writers = self.checked, self.bad, self._writers
+        start = 0
+        while start < len(listed):  # the listing is sorted: each partition's files come together
+            partition = listed[start].rpartition(os.sep)[0]
+            prefix = partition + os.sep
+            cut = len(prefix)
+            end = start + 1
+            while end < len(listed) and listed[end].startswith(prefix) and os.sep not in listed[end][cut:]:
+                end += 1
+            held = self._logs.get(partition)
+            if partition not in self._logs_read:
+                self._logs_read.add(partition)
+                held = self._read_log(partition, held)
+            lines = {} if held is None else held[2]
+            vouched: dict[bytes, tuple[list[str], list[tuple[int, int]], list[bytes]]] = {}
+            group = listed[start:end]
+            for path, line in zip(group, map(lines.get, [path[cut:] for path in group]), strict=True):
+                if line is None:
+                    continue  # no line (an older writer's file, a lost line): check() reads its footer
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    continue  # check() names it (or finds it gone)
+                stamp = (info.st_size, info.st_mtime_ns)
+                if stamp != line.stamp or (bad and path in bad):
+                    continue
+                if checked and checked.get(path) == stamp:
+                    passed[path] = None
+                    continue
+                digest = line.digest
+                if digest not in writers:  # the first file of its writer schema: checked through its footer
+                    passed[path] = self.check(path)  # (its verdict stands for this listing, whatever follows)
+                    continue
+                same = vouched.get(digest)
+                if same is None:
+                    same = vouched[digest] = ([], [], [])
+                same[0].append(path)
+                same[1].append(stamp)
+                same[2].append(line.keys)
+            for digest, (paths, stamps, keys) in vouched.items():
+                passed.update(dict.fromkeys(self._vouch_all(digest, paths, stamps, keys)))
+            start = end
+        return passed
+
+    def _vouch_all(
+        self, digest: bytes, paths: list[str], stamps: list[tuple[int, int]], keys: list[bytes]
+    ) -> list[str]:
+        """Record ``paths`` (of one writer schema) as checked at ``stamps``, their keys in one new table.
+
+        ``keys``: each file's base64 keys, from its line. A file whose keys are not what the writer encodes is
+        left out (its footer is read). Returns the files recorded.
+        """
+        try:
+            packed = [a2b_base64(raw, strict_mode=True) for raw in keys]
+        except (BinasciiError, ValueError):  # a line that is not the writer's: sort the files one by one
+            packed = [_decoded(raw) for raw in keys]
+        if any(len(one) % 8 or len(one) > _MAX_KEY_BYTES for one in packed):
+            kept = [i for i, one in enumerate(packed) if not (len(one) % 8 or len(one) > _MAX_KEY_BYTES)]
+            paths, stamps, packed = [paths[i] for i in kept], [stamps[i] for i in kept], [packed[i] for i in kept]
+        for path in paths:
+            if path in self.footer_keys or path in self.key_tables:
+                self._forget_keys(path)
+        self.checked.update(zip(paths, stamps, strict=True))
+        major, arrow = self._writers[digest]
+        self._set_major(paths, major)
+        self.arrow_schema.update(dict.fromkeys(paths, arrow))
+        table = KeyTable(paths, packed)
+        if self._footer_key_count + len(table) <= FOOTER_KEY_BUDGET:  # past it, the files' ids are read instead
+            self._footer_key_count += len(table)
+            self.key_tables.update(dict.fromkeys(paths, table))
+            self._tables[id(table)] = table
+        return paths
 
     def _schema_problem(self, path: str) -> str | None:
         """:func:`schema_problem` and :func:`time_range_problem` of a file whose footer has no Arrow schema.
@@ -371,7 +513,17 @@ class FileTriage:
 
     def legacy_outcomes(self, files: Sequence[str]) -> bool:
         """Whether any of ``files`` may keep an outcome's decision id only in its JSON (schema version 1 or unknown)."""
-        return any((self.major.get(path) or 0) < _TYPED_OUTCOMES for path in files)
+        # Set operations, not a loop: a lookup on a day of 20,000 small files asks this several times.
+        named = set(files)
+        return not named <= self.major.keys() or not self._legacy.isdisjoint(named)
+
+    def _set_major(self, paths: Sequence[str], major: int | None) -> None:
+        """Record the major storage schema version of ``paths`` (one writer's files)."""
+        self.major.update(dict.fromkeys(paths, major))
+        if (major or 0) < _TYPED_OUTCOMES:
+            self._legacy.update(paths)
+        elif self._legacy:
+            self._legacy.difference_update(paths)
 
     def live(self, known: set[str], skip_corrupt: bool) -> tuple[list[str], list[CorruptFileError], bool]:
         """(the readable live files, the ones skipped as corrupt, whether a listed file was gone when checked).
@@ -384,12 +536,13 @@ class FileTriage:
         missing: list[str] | None = [] if skip_corrupt else None
         listed = self.scan(missing)
         self._logs_read.clear()  # each partition's key log is read again (its new lines) for this listing
-        if self.footer_keys:  # forget the keys of files compaction or retention removed
+        if self.footer_keys or self.key_tables:  # forget the keys of files compaction or retention removed
             alive = set(listed)
-            for gone in [path for path in self.footer_keys if path not in alive]:
-                self._footer_key_count -= len(self.footer_keys.pop(gone)[1])
+            for gone in [path for path in [*self.footer_keys, *self.key_tables] if path not in alive]:
+                self._forget_keys(gone)
+        decided = self._vouch_logged(listed)
         for path in listed:
-            problem = self.check(path)
+            problem = decided[path] if path in decided else self.check(path)
             if problem is None:
                 files.append(path)
             elif problem is VANISHED:

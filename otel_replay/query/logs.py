@@ -38,8 +38,12 @@ def log_files(location: Location) -> list[str]:
     return live_files(location, directory=LOGS_DIR)
 
 
-def define_log_views(con: duckdb.DuckDBPyConnection, files: list[str], views_sql: str) -> None:
-    """Define ``log_source`` over ``files`` (an empty table of the log columns when there are none), then the views."""
+def define_log_views(con: duckdb.DuckDBPyConnection, files: list[str], views_sql: str | None = None) -> None:
+    """Define ``log_source`` over ``files`` (an empty table of the log columns when there are none), then the views.
+
+    ``views_sql``: ``queries/log_records.sql``; ``None``: only the source (the query engine defines the views
+    when a query names them).
+    """
     if files:
         con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [files])
         con.execute(_SOURCE)
@@ -51,4 +55,5 @@ def define_log_views(con: duckdb.DuckDBPyConnection, files: list[str], views_sql
         )
         con.register(_EMPTY, empty)
         con.execute(_EMPTY_SOURCE)
-    con.execute(views_sql)
+    if views_sql is not None:
+        con.execute(views_sql)

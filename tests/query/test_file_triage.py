@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -10,8 +11,10 @@ import pytest
 
 from otel_replay.errors import CorruptFileError
 from otel_replay.exporters.id_keys import footer_keys, id_key
+from otel_replay.exporters.key_log import parse_lines
 from otel_replay.location import resolve
 from otel_replay.query.files import FileTriage, footer_value
+from otel_replay.query.keys import probe_array
 
 from ..storage.conftest import load_generator
 
@@ -49,7 +52,7 @@ def test_damaged_files_among_many_are_each_named_and_the_rest_keep_their_keys(sm
     # Every readable file keeps the keys its footer carries, as a parse of the footer gives them.
     for path in good:
         footer = pq.ParquetFile(path).metadata.metadata or {}
-        assert triage.footer_keys[path][1] == footer_keys_of(Path(path))
+        assert triage.keys_of(path) == footer_keys_of(Path(path))
         assert b"otel_replay.id_keys" in footer
     with pytest.raises(CorruptFileError, match=truncated.name):
         FileTriage(resolve(small_day)).live(set(), skip_corrupt=False)
@@ -118,7 +121,7 @@ def test_keys_come_from_the_key_log_for_files_whose_stamp_it_records_after_one_f
     assert {Path(problem.path).name for problem in skipped} == {first.name, touched.name}
     assert str(vouched) in good
     for path in good:
-        assert triage.footer_keys[path][1] == keys[path]
+        assert triage.keys_of(path) == keys[path]
     (small_day / "spans").joinpath(first.parent.name, "_id_keys.log").unlink()
     _, skipped, _ = FileTriage(resolve(small_day)).live(set(), skip_corrupt=True)
     assert {Path(problem.path).name for problem in skipped} == {first.name, vouched.name, touched.name}
@@ -147,4 +150,56 @@ def test_a_key_log_of_noise_or_of_lines_that_lie_about_other_files_changes_no_ve
         good, skipped, _ = triage.live(set(), skip_corrupt=False)
         assert not skipped and good == [str(p) for p in every]
         for path in good:
-            assert triage.footer_keys[path][1] == footer_keys_of(Path(path))
+            assert triage.keys_of(path) == footer_keys_of(Path(path))
+
+
+def test_files_vouched_by_the_key_log_are_searched_through_one_table_that_finds_exactly_their_holders(
+    small_day: Path,
+) -> None:
+    files = [str(p) for p in _files(small_day)]
+    triage = FileTriage(resolve(small_day))
+    good, _, _ = triage.live(set(), skip_corrupt=False)
+    assert good == files
+    tabled = [path for path in files if path in triage.key_tables]
+    assert len(tabled) >= len(files) - 2  # all but the first file of each partition's writer schema
+    keys = {path: footer_keys_of(Path(path)) for path in files}
+    trace = pq.read_table(files[5], columns=["trace_id"]).column(0)[0].as_py()
+    held, rest = triage.narrow(files, probe_array([("trace_id", trace)]))
+    expected = sorted(path for path in tabled if id_key("trace_id", trace) in (keys[path] or ()))
+    assert sorted(held) == expected and files[5] in expected
+    assert sorted(rest) == sorted(set(files) - set(tabled))
+    assert triage.narrow(files, probe_array([("trace_id", "no-such-trace")]))[0] == []
+    # A file rewritten since: checked again through its footer, answered from its new keys, never the table's.
+    victim = Path(files[5])
+    table = pq.read_table(victim)
+    pq.write_table(table.slice(1), victim)  # another size, another time, other keys
+    assert triage.check(str(victim)) is None
+    assert str(victim) not in triage.key_tables
+    assert triage.keys_of(str(victim)) == footer_keys_of(victim)
+
+
+def test_a_key_log_line_with_a_whole_crc_but_keys_or_numbers_no_writer_makes_is_never_taken(small_day: Path) -> None:
+    every = _files(small_day)
+    log = every[0].parent / "_id_keys.log"
+    files = [p for p in every if p.parent == log.parent]
+    lines = {line.split(b"\t")[1]: line for line in log.read_bytes().split(b"\n")[:-1]}
+
+    def resealed(line: bytes, field: int, value: bytes) -> bytes:
+        fields = line.split(b"\t")[:-1]
+        fields[field] = value
+        body = b"\t".join(fields)
+        return body + b"\t" + f"{zlib.crc32(body):08x}".encode()
+
+    bad_base64, bad_length, huge = files[2], files[3], files[4]
+    forged = dict(lines)
+    forged[bad_base64.name.encode()] = resealed(lines[bad_base64.name.encode()], 5, b"!!not base64!!")
+    forged[bad_length.name.encode()] = resealed(lines[bad_length.name.encode()], 5, b"AAAA")  # 3 bytes: no key
+    forged[huge.name.encode()] = resealed(lines[huge.name.encode()], 2, b"9" * 5000)  # no size a file has
+    log.write_bytes(b"\n".join(forged.values()) + b"\n")
+    assert huge.name not in parse_lines(log.read_bytes())[0]
+    triage = FileTriage(resolve(small_day))
+    good, skipped, _ = triage.live(set(), skip_corrupt=False)
+    assert not skipped and good == [str(p) for p in every]
+    for path in (bad_base64, bad_length, huge):
+        assert str(path) not in triage.key_tables  # read through its footer instead
+        assert triage.keys_of(str(path)) == footer_keys_of(path)
