@@ -353,7 +353,7 @@ def test_store_lookups_on_s3_reuse_the_listing_of_the_last_refresh(
         assert of_spans() == 4
 
 
-def _many_objects(bucket: str, name: str, objects: int = 120) -> tuple[str, dict[str, Any]]:
+def _many_objects(bucket: str, name: str, objects: int = 48) -> tuple[str, dict[str, Any]]:
     """``objects`` objects of 3 spans each in one partition."""
     uri = f"s3://{bucket}/{name}"
     figures = load_generator().generate(
@@ -377,8 +377,11 @@ def test_objects_are_read_one_by_one_into_the_batch_never_all_at_once(bucket: st
     uri, figures = _many_objects(bucket, "many")
     inputs = live_files(uri)
     compact_module = importlib.import_module("otel_replay.storage.compact_steps")
+    # pieces of 8 gathered objects instead of 64: the same steps, and a few dozen objects are already several
+    # times what compaction may hold at once (each object costs a PUT, a GET and a DELETE on the server)
+    monkeypatch.setattr(compact_module, "GATHER_FILES", 8)
     held = compact_module.GATHER_FILES + compact_s3.REMOTE_READERS + 2  # the most compaction may hold at once
-    assert len(inputs) > held  # so holding one table per object would show
+    assert len(inputs) > 2 * held  # so holding one table per object would show
     watch = ReadWatch(monkeypatch)
     report = compact(uri, grace_seconds=0)  # every object in one batch
     assert sorted(watch.read) == sorted(inputs)  # each object read once, on its own
@@ -390,7 +393,7 @@ def test_objects_are_read_one_by_one_into_the_batch_never_all_at_once(bucket: st
 @pytest.mark.slow
 def test_a_tiny_batch_over_many_objects_keeps_every_span_once(bucket: str) -> None:
     uri, figures = _many_objects(bucket, "tiny")
-    report = compact(uri, grace_seconds=0, max_batch_rows=25, target_rows=15)
+    report = compact(uri, grace_seconds=0, max_batch_rows=9, target_rows=6)
     assert report.duplicates_removed == figures["duplicates_written"]
     after = live_files(uri)
     assert all(is_compacted_name(f.rpartition("/")[2]) for f in after)
