@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from tests._support import Zygote
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "example_instrumented_agent.py"
 
+# ``python EXAMPLE DATASET``: the script run as ``__main__`` with its directory first on ``sys.path``.
+_AS_SCRIPT = (
+    "import os, runpy, sys\n"
+    "sys.argv = sys.argv[1:]\n"
+    "sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
 
-def test_the_instrumented_agent_example(tmp_path):
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(tmp_path / "ds")], capture_output=True, text=True, timeout=180
-    )
+
+def test_the_instrumented_agent_example(tmp_path: Path, zygote: Zygote) -> None:
+    # A process of its own (its own tracer provider and exit), forked from the session's pre-imported parent.
+    out = zygote.run(_AS_SCRIPT, str(EXAMPLE), str(tmp_path / "ds"), timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "agent: Paid INV-4471 (4,200 to acme-supplies)." in out.stdout
     assert out.stdout.count("model call: gpt-4o-mini") == 3

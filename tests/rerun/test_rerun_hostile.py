@@ -175,6 +175,7 @@ def test_an_interrupted_record_and_rerun_leave_no_patch_installed(dataset: Path)
 
 
 STOP = threading.Event()
+HAMMERS: list[threading.Thread] = []
 
 
 def _spawns_a_hammering_thread() -> float:
@@ -183,8 +184,18 @@ def _spawns_a_hammering_thread() -> float:
             time.time()
             random.random()
 
-    threading.Thread(target=hammer, daemon=True, name="hammer").start()
+    thread = threading.Thread(target=hammer, daemon=True, name="hammer")
+    HAMMERS.append(thread)
+    thread.start()
     return time.time()
+
+
+def _stop_the_hammers() -> None:
+    """Stop the threads the entrypoint left behind and wait for them: each spins on the CPU until it is told."""
+    STOP.set()
+    while HAMMERS:
+        HAMMERS.pop().join(30)
+    STOP.clear()
 
 
 def test_a_thread_that_outlives_the_entrypoint_does_not_break_the_rerun(dataset: Path) -> None:
@@ -192,16 +203,15 @@ def test_a_thread_that_outlives_the_entrypoint_does_not_break_the_rerun(dataset:
     try:
         record(dataset, "outlive", _spawns_a_hammering_thread)
     finally:
-        STOP.set()
-    time.sleep(0.05)
-    STOP.clear()
+        _stop_the_hammers()
     try:
         for _ in range(5):  # the thread hammers the seam while the rerun closes: close() must not trip on it
             result = rerun(_spawns_a_hammering_thread, dataset=dataset, session_id="outlive", write=False)
             assert result.steps >= 1
             assert _seam.current() is None and Interceptor._active is None
+            _stop_the_hammers()  # one thread at a time: the next rerun is not slowed by this one's spinning
     finally:
-        STOP.set()
+        _stop_the_hammers()
     now = time.time()
     assert abs(now - time.time()) < 60  # the real clock again, not a served value
 
