@@ -16,7 +16,7 @@ import pytest
 
 from otel_replay.exporters.writer import DatasetWriter
 from otel_replay.query.store import Store
-from otel_replay.storage import PartitionLease, compact, live_files
+from otel_replay.storage import CompactReport, PartitionLease, compact, live_files
 from otel_replay.storage.manifest import partition_dirs, read_manifest, write_manifest
 
 from .._support import ForkedProcess, Zygote
@@ -58,20 +58,27 @@ def _fresh_rows(template: pa.Table, date: str) -> pa.Table:
 
 @pytest.mark.slow
 def test_concurrent_reader_sees_old_or_new_never_both_never_neither(make_dataset) -> None:
-    path, figures = make_dataset(duplicates=0, spans=4000, ids=400)
+    path, figures = make_dataset(duplicates=0, spans=1000, ids=100)
     base = figures["unique_spans"]
     partition = partition_dirs(path)[0]
     date = partition.name.removeprefix("date=")
     template = pq.read_table(next(partition.glob("part-*.parquet"))).slice(0, 20)
     writer = DatasetWriter(path, max_rows=20, max_age_seconds=3600)
     stop = threading.Event()
+    # The readers read every 50 ms or so throughout. The writer adds files while a compaction runs, up to 20 a
+    # compaction (written without a pause, they were hundreds on a loaded machine, each compaction taking longer
+    # for all that arrived during the last).
+    compacting = threading.Event()
+    appends = threading.Semaphore(0)
     problems: list[str] = []
     reads = 0
+    ten_reads = threading.Event()
 
     def write() -> None:
         while not stop.is_set():
-            writer.append(_fresh_rows(template, date))
-            time.sleep(0.01)
+            if compacting.wait(0.05) and appends.acquire(timeout=0.05):
+                writer.append(_fresh_rows(template, date))
+                time.sleep(0.01)
 
     def read() -> None:
         nonlocal reads
@@ -88,20 +95,32 @@ def test_concurrent_reader_sees_old_or_new_never_both_never_neither(make_dataset
             if not base + low <= rows <= base + high:
                 problems.append(f"{rows} rows visible, expected {base + low}..{base + high}")
             reads += 1
+            if reads >= 10:
+                ten_reads.set()
+            stop.wait(0.05)
+
+    def compaction() -> CompactReport:
+        appends.release(20)
+        compacting.set()
+        try:
+            return compact(path, grace_seconds=1.0)  # superseded files stay 1 s for readers that listed them
+        finally:
+            compacting.clear()
 
     threads = [threading.Thread(target=write), threading.Thread(target=read), threading.Thread(target=read)]
     for thread in threads:
         thread.start()
     try:
         time.sleep(0.3)
-        first = compact(path, grace_seconds=1.0)  # superseded files stay 1 s for readers that listed them
+        first = compaction()
         time.sleep(1.2)
-        second = compact(path, grace_seconds=1.0)  # deletes them, and compacts the arrivals
+        second = compaction()  # deletes the first one's superseded files, and compacts the arrivals
         time.sleep(1.2)
-        compact(path, grace_seconds=1.0)
-        time.sleep(0.2)
+        compaction()
+        assert ten_reads.wait(120), f"only {reads} reads"  # on a loaded machine, reads go on until there were ten
     finally:
         stop.set()
+        compacting.set()
         for thread in threads:
             thread.join()
         writer.close()
@@ -113,7 +132,7 @@ def test_concurrent_reader_sees_old_or_new_never_both_never_neither(make_dataset
 
 @pytest.mark.parametrize("step", CRASH_STEPS)
 def test_a_crash_at_any_step_leaves_the_dataset_complete(make_dataset, zygote, step: str) -> None:
-    path, figures = make_dataset(spans=1500, ids=150)
+    path, figures = make_dataset(spans=600, ids=60)
     before = {p.name: count_rows([f for f in live_files(path) if p.name in f]) for p in partition_dirs(path)}
     code, _, err = _finish(_run_compact(zygote, path, crash_at=step))
     assert code == 3, err
@@ -136,7 +155,7 @@ def test_a_crash_at_any_step_leaves_the_dataset_complete(make_dataset, zygote, s
 
 
 def test_two_compactors_never_rewrite_one_partition_at_once(make_dataset, zygote) -> None:
-    path, figures = make_dataset(spans=1500, ids=150)
+    path, figures = make_dataset(spans=600, ids=60)
     first, second = _run_compact(zygote, path, sleep_at="read"), _run_compact(zygote, path, sleep_at="read")
     results = []
     for proc in (first, second):

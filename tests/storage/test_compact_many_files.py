@@ -21,21 +21,30 @@ compact_module = importlib.import_module("otel_replay.storage.compact_steps")
 
 
 def _many(make_dataset: Any) -> tuple[Path, dict[str, Any]]:
-    """500 files of 3 spans in two partitions, generated once per test process for every test here: several
-    times the most files compaction holds as tables at once (``GATHER_FILES + READ_AHEAD + 2``)."""
-    return make_dataset(spans=1500, ids=500, rows_per_file=3, duplicates=0.02)
+    """150 files of 3 spans in two partitions (75 in each, compacted as one batch each unless told otherwise),
+    generated once per test process for every test here."""
+    return make_dataset(spans=450, ids=150, rows_per_file=3, duplicates=0.02)
+
+
+def _small_bounds(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Compaction's read bounds made small, so 150 files are several times them; the most files compaction may
+    then hold as tables at once (``GATHER_FILES + READ_AHEAD + 2``: a gathered piece, the files read ahead, the
+    one in hand)."""
+    monkeypatch.setattr(compact_module, "GATHER_FILES", 8)
+    monkeypatch.setattr(compact_module, "READ_AHEAD", 4)
+    return compact_module.GATHER_FILES + compact_module.READ_AHEAD + 2
 
 
 @pytest.mark.slow
 def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_dataset, monkeypatch) -> None:
     path, figures = _many(make_dataset)
     inputs = live_files(path)
-    held = compact_module.GATHER_FILES + compact_module.READ_AHEAD + 2
+    held = _small_bounds(monkeypatch)
     assert len(inputs) > 3 * held  # so holding one table per file would show
     watch = ReadWatch(monkeypatch)
     report = compact(path, grace_seconds=0, threads=2)
     assert sorted(watch.read) == sorted(inputs)  # every file read once, on its own
-    # a batch of ~250 files never holds them all as tables: a gathered piece, the files read ahead, the one in hand
+    # a batch of ~75 files never holds them all as tables: a gathered piece, the files read ahead, the one in hand
     assert watch.peak <= held
     assert report.duplicates_removed == figures["duplicates_written"]
     after = live_files(path)
@@ -71,16 +80,16 @@ def test_each_footer_is_parsed_once_and_most_by_their_bytes_before_the_rows_are_
 @pytest.mark.slow
 def test_a_tiny_batch_over_many_files_keeps_every_span_once(make_dataset) -> None:
     path, figures = _many(make_dataset)
-    report = compact(path, grace_seconds=0, max_batch_rows=40, target_rows=25)
-    assert report.duplicates_removed == figures["duplicates_written"]
+    report = compact(path, grace_seconds=0, max_batch_rows=24, target_rows=7)
+    assert report.duplicates_removed == figures["duplicates_written"] > 0
     after = live_files(path)
     assert count_rows(after) == (figures["unique_spans"],) * 2
-    assert all(pq.read_metadata(f).num_rows <= 25 for f in after)
+    assert all(pq.read_metadata(f).num_rows <= 7 for f in after)
     assert len({Path(f).name.split("-")[2] for f in after}) > 20  # one sorted run per batch
 
 
 @pytest.mark.slow
-def test_a_truncated_file_among_hundreds_changes_nothing_and_is_named(make_dataset) -> None:
+def test_a_truncated_file_among_many_small_files_changes_nothing_and_is_named(make_dataset) -> None:
     path, _ = _many(make_dataset)
     partition = partition_dirs(path)[0]
     names = sorted(os.listdir(partition))

@@ -249,7 +249,8 @@ def test_nested_partition_folders_are_warned_about(make_dataset, caplog) -> None
     assert "1 Parquet file(s) sit in a date= directory inside another directory" in caplog.text
 
 
-def _drop_loop(dataset: str, sample: bytes, stop, drops) -> None:  # type: ignore[no-untyped-def]
+def _drop_loop(dataset: str, sample: bytes, stop, drops, running) -> None:  # type: ignore[no-untyped-def]
+    running.set()
     while not stop.is_set():
         old = Path(dataset) / "spans" / "date=2020-01-01"
         old.mkdir(exist_ok=True)
@@ -265,11 +266,14 @@ def test_opening_a_store_while_retention_drops_a_partition_never_fails(make_data
     path, figures = make_dataset(spans=200, ids=20, duplicates=0.0)
     sample = sorted((path / "spans").glob("date=*/*.parquet"))[0].read_bytes()
     ctx = mp.get_context("spawn")
-    stop, drops = ctx.Event(), ctx.Value("i", 0)
-    worker = ctx.Process(target=_drop_loop, args=(str(path), sample, stop, drops))
+    stop, drops, running = ctx.Event(), ctx.Value("i", 0), ctx.Event()
+    worker = ctx.Process(target=_drop_loop, args=(str(path), sample, stop, drops, running))
     worker.start()
     errors, opened = [], 0
     try:
+        # The stores are opened for 4 s of the dropper's work (on a loaded machine it takes long to start: the
+        # opens did not wait for it, and spun all the while: 20 s of wall at load 15).
+        assert running.wait(120), "the dropper did not start"
         end = time.monotonic() + 4
         while time.monotonic() < end or drops.value < 5:
             try:
