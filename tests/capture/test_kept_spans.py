@@ -11,7 +11,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+from opentelemetry.trace import SpanContext, TraceFlags
 
 import otel_replay
 from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
@@ -22,14 +22,10 @@ from otel_replay.capture.kept_spans import KeptSpans
 from otel_replay.capture.write_ahead import _RequestEncoder, convert_log_segment
 from otel_replay.storage.wal import WriteAheadLog
 
+from .test_direct_spans import REMOTE
+
 START_NS = 1_764_000_000_000_000_000
-PARENT = SpanContext(
-    0x0123456789ABCDEF0123456789ABCDEF,
-    0x1122334455667788,
-    is_remote=True,
-    trace_flags=TraceFlags(TraceFlags.SAMPLED),
-    trace_state=TraceState([("vendor", "v=1"), ("other", "x")]),
-)
+PARENT = REMOTE  # a remote parent with a trace state, as the direct spans' tests use
 HOSTILE: dict[str, Any] = {
     "text": "caf\u00e9 \U0001f600 \u202e",
     "control": '\x00\x01\x1f line\nbreak "quoted" \\ back',
