@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -57,13 +58,31 @@ def snapshot() -> DependencySnapshot:
     return DependencySnapshot(SNAPSHOT_STATE, version="v7", captured_at="2026-01-01T00:00:00+00:00")
 
 
+def fork() -> int:
+    """``os.fork()`` from a test process, with what the process holds frozen for the child's garbage collector.
+
+    A worker that ran the receiver's tests keeps gRPC's threads for its life; gRPC then skips its fork handlers
+    ("other threads are currently calling into gRPC") and a garbage collection in the child that reached one of
+    its inherited objects crashed the child (SIGSEGV, seen once in a full run). Frozen, the objects alive at the
+    fork are never collected by the child, which only runs its own work and ends with ``os._exit``.
+    """
+    gc.freeze()
+    pid = -1
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
+            pid = os.fork()
+    finally:
+        if pid != 0:
+            gc.unfreeze()
+    return pid
+
+
 def start_forked_child(work: Callable[[], Any]) -> tuple[int, int]:
     """Run ``work()`` in a child forked from this process, left running: (its pid, the pipe its JSON result comes
     back on; read it with :func:`forked_child_result`, which fails with the child's traceback if ``work`` raised)."""
     read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
-        pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             os.close(read)

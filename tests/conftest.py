@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import sys
@@ -61,7 +62,13 @@ def _stops_what_it_starts() -> Iterator[None]:
     """
     before = set(threading.enumerate())
     yield
-    left = [t for t in threading.enumerate() if t not in before and t.name.startswith("otel-replay-")]
+    # A pool's workers (``otel-replay-grpc_0``) start lazily, at a wider-scoped server's first request: its owner's
+    # own thread is the one that tells whether it was stopped.
+    left = [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.name.startswith("otel-replay-") and not re.search(r"_\d+$", t.name)
+    ]
     deadline = time.monotonic() + 30  # a hang guard for threads told to stop that are still winding down
     for thread in left:
         thread.join(max(0.0, deadline - time.monotonic()))

@@ -5,7 +5,6 @@ import runpy
 import subprocess
 import sys
 import traceback
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +12,8 @@ import openai  # noqa: F401 - loaded once here: the forked example children find
 from opentelemetry import trace
 
 from otel_replay.demo import run_demo
+
+from ._support import fork
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -25,9 +26,7 @@ def _in_child(work: Callable[[], object], tmp_path: Path) -> tuple[int, str, str
     gives its code; any other exception is printed to the child's errors and exits 1.
     """
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
-        pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child reports through its files and exit code
         code = 1
         try:

@@ -20,6 +20,8 @@ from otel_replay.storage import claim_store, outcome_claims
 from otel_replay.storage.claim_store import claim_file_name
 from otel_replay.storage.outcome_claims import claim_outcome
 
+from .._support import fork
+
 
 def _forget_stores() -> None:
     """Close this process's claim stores, so the next claim opens its file as a new process would."""
@@ -427,7 +429,7 @@ def _second_process_claim(dataset, decision_id: str, check: bool = True) -> str:
 
 def test_a_forked_child_claims_through_its_own_connection(dataset):
     claim_outcome(dataset, "parent", "o-1", True)
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # the child: its parent's connection must not be used (SQLite forbids it across fork)
         code = 1
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from otel_replay.gate.execute import execute_verdict, replay_stored
 from otel_replay.gate.policy import replay
 from otel_replay.integrity import SigningKey
 
-from .._support import budget_policy, payment, snapshot
+from .._support import budget_policy, fork, payment, snapshot
 
 STALE = {"budget_remaining": 0, "allow_list": ["acme-supplies"]}
 
@@ -265,9 +264,7 @@ def test_a_commit_of_the_audited_action_keeps_its_verdict(dataset):
 
 def test_a_commit_made_by_a_process_killed_inside_audit_is_judged_from_its_intent(dataset):
     read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
-        pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child dies inside the block, as a killed agent would
         otel_replay.configure(dataset, set_global=False)
         with audit("vendor_payment", snapshot=snapshot()) as d:
