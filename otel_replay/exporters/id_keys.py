@@ -53,6 +53,7 @@ __all__ = [
     "footer_tail",
     "id_key",
     "table_keys",
+    "unpack_keys",
 ]
 
 ID_KEYS_METADATA_KEY = b"otel_replay.id_keys"
@@ -150,13 +151,21 @@ def encode_keys(keys: Iterable[int]) -> bytes:
     return base64.b64encode(b"".join(_PACK.pack(key) for key in keys))
 
 
-def decode_keys(raw: bytes) -> frozenset[int] | None:
-    """The keys of a footer value (``None`` when it is not one :func:`encode_keys` made)."""
+def unpack_keys(raw: bytes) -> bytes | None:
+    """A footer value's keys as packed 8-byte little-endian integers (``None`` when not one :func:`encode_keys` made)."""
     try:
         packed = binascii.a2b_base64(raw, strict_mode=True)  # base64.b64decode(validate=True), without its wrapper
     except (binascii.Error, ValueError):
         return None
     if len(packed) % 8 or len(packed) > 8 * MAX_FOOTER_KEYS:
+        return None
+    return packed
+
+
+def decode_keys(raw: bytes) -> frozenset[int] | None:
+    """The keys of a footer value (``None`` when it is not one :func:`encode_keys` made)."""
+    packed = unpack_keys(raw)
+    if packed is None:
         return None
     if _LITTLE:  # read in place (a lookup on a day of small files decodes one footer's keys per file)
         return frozenset(memoryview(packed).cast("Q"))

@@ -18,8 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from binascii import Error as BinasciiError
-from binascii import a2b_base64
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -27,7 +25,7 @@ import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
 from otel_replay.errors import CorruptFileError, DatasetError
-from otel_replay.exporters.id_keys import MAX_FOOTER_KEYS, decode_keys, footer_keys
+from otel_replay.exporters.id_keys import decode_keys, footer_keys, unpack_keys
 from otel_replay.exporters.key_log import KEY_LOG_NAME, LoggedFile, footer_digest, parse_lines
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY, SPANS_DIR
 from otel_replay.location import Location
@@ -54,16 +52,7 @@ _OURS_MAJOR = int(sc.SCHEMA_VERSION.split(".")[0])
 _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision_id
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 _KNOWN_WRITERS = 64  # footer digests (one per writer schema) a FileTriage vouches for at most
-_MAX_KEY_BYTES = 8 * MAX_FOOTER_KEYS  # a key log line's keys, decoded, at most (what a footer may carry)
 _MAX_KEY_LOG = 256 * 2**20  # a partition's key log past this size (~500,000 files) is not read: footers are
-
-
-def _decoded(raw: bytes) -> bytes:
-    """Base64 ``raw`` decoded strictly; ``b"?"`` (never a whole key) when it is not base64."""
-    try:
-        return a2b_base64(raw, strict_mode=True)
-    except (BinasciiError, ValueError):
-        return b"?"
 
 
 def note_skipped(problem: CorruptFileError) -> None:
@@ -457,13 +446,11 @@ class FileTriage:
         ``keys``: each file's base64 keys, from its line. A file whose keys are not what the writer encodes is
         left out (its footer is read). Returns the files recorded.
         """
-        try:
-            packed = [a2b_base64(raw, strict_mode=True) for raw in keys]
-        except (BinasciiError, ValueError):  # a line that is not the writer's: sort the files one by one
-            packed = [_decoded(raw) for raw in keys]
-        if any(len(one) % 8 or len(one) > _MAX_KEY_BYTES for one in packed):
-            kept = [i for i, one in enumerate(packed) if not (len(one) % 8 or len(one) > _MAX_KEY_BYTES)]
-            paths, stamps, packed = [paths[i] for i in kept], [stamps[i] for i in kept], [packed[i] for i in kept]
+        unpacked = list(map(unpack_keys, keys))  # as a footer's keys are judged (decode_keys)
+        if None in unpacked:
+            kept = [i for i, one in enumerate(unpacked) if one is not None]
+            paths, stamps = [paths[i] for i in kept], [stamps[i] for i in kept]
+        packed = [one for one in unpacked if one is not None]
         for path in paths:
             if path in self.footer_keys or path in self.key_tables:
                 self._forget_keys(path)
