@@ -295,8 +295,8 @@ def _text_prefix(tag: bytes, head: bytes, size: int, kept: dict[int, bytes] | No
 
 def _text_field(tag: bytes, head: bytes, value: str) -> bytes:
     """One ``KeyValue`` field under ``tag`` whose key field is ``head`` and whose value is the text ``value``."""
-    string = _field(b"\x0a", value.encode())  # a lone surrogate raises: left to the SDK
-    return _field(tag, head + _field(b"\x12", string))
+    raw = value.encode()  # a lone surrogate raises: left to the SDK
+    return _text_prefix(tag, head, len(raw), None) + raw
 
 
 def _attributes_of(span: ReadableSpan) -> Any:
