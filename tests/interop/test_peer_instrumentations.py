@@ -4,7 +4,7 @@ Each peer (the contrib openai-v2 instrumentor in its default and latest-conventi
 OpenInference) instruments the real ``openai`` client in a process of its own (tests/interop/_peer_agent.py): five
 calls against a scripted server, each tool the model asked for run under a tool span in the peer's convention, the
 spans sent by the real OTLP/HTTP exporter to one ``otel-replay serve`` on loopback for the module. A peer that is not
-installed is skipped: CI installs them in a separate environment (`pip install -e '.[test,peers]'`, see .ci/run).
+installed is skipped: CI adds them to the test environment after the suite (`pip install -e '.[test,peers]'`, .ci/run).
 """
 
 from __future__ import annotations
