@@ -119,6 +119,16 @@ def _wait_rows(dataset: Path, count: int) -> set[tuple[str, str]]:
         time.sleep(0.2)
 
 
+def _wait_metrics(port: int, text: str) -> str:
+    """The metrics page once it shows ``text``: a salvage's rows are in Parquet before its report and counters."""
+    end = time.monotonic() + 60
+    while True:
+        metrics = _http_get(port, "/metrics")
+        if text in metrics or time.monotonic() > end:
+            return metrics
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_poison_segment_is_quarantined_salvaged_and_never_blocks(zygote: Zygote, tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
@@ -145,7 +155,7 @@ def test_poison_segment_is_quarantined_salvaged_and_never_blocks(zygote: Zygote,
         expected = salvageable | _keys(behind) | _keys(live_http) | _keys(live_grpc)
         got = _wait_rows(dataset, len(expected))
         assert got == expected
-        metrics = _http_get(http_port, "/metrics")
+        metrics = _wait_metrics(http_port, 'state="salvaged"')
     finally:
         code = stop_forked(proc, signal.SIGTERM)
     assert code == 0
