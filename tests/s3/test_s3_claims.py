@@ -93,7 +93,7 @@ def test_claim_states_on_s3_refuse_a_second_claimant(bucket: str) -> None:
 _CRASHING_CLAIMANT = """
 import os, sys
 from otel_replay.gate.claims import CompensationClaims
-CompensationClaims(sys.argv[1], ttl_seconds=1.0).claim("b" * 32, decision_id="d", receipt_id="r-2")
+CompensationClaims(sys.argv[1], ttl_seconds=0.5).claim("b" * 32, decision_id="d", receipt_id="r-2")
 os._exit(17)  # dies between its claim and the rail's answer, lock and all
 """
 
@@ -105,7 +105,9 @@ def test_a_crashed_claimant_on_s3_is_pending_then_resumable(bucket: str, zygote:
     assert done.returncode == 17, done.stderr
     claims = CompensationClaims(uri, ttl_seconds=1.0)
     deadline = time.monotonic() + 30
-    while True:  # its lock lasts ttl_seconds past its last renewal (by the server's clock), then it is pending
+    # its lock lasts ttl_seconds past its last renewal by the server's clock, in whole seconds: a 0.5 s lock has
+    # expired once the server's next second begins, then the claim is pending
+    while True:
         try:
             claims.claim("b" * 32, decision_id="d", receipt_id="r-2")
         except CompensationPending as exc:
@@ -114,7 +116,7 @@ def test_a_crashed_claimant_on_s3_is_pending_then_resumable(bucket: str, zygote:
         except AlreadyCompensated as exc:
             assert "being compensated by" in str(exc)
             assert time.monotonic() < deadline, "the crashed claimant's lock never expired"
-            time.sleep(0.5)
+            time.sleep(0.1)
     claim = claims.claim("b" * 32, decision_id="d", receipt_id="r-2", resume=True)
     claims.finish(claim, ClaimState.DONE, executed="reversed")
     state = claims.state("b" * 32)

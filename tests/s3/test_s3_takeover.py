@@ -41,13 +41,15 @@ def _spans(uri: str) -> int:
 def _stalled_holder(
     monkeypatch: pytest.MonkeyPatch, uri: str, name: str, meanwhile: Any
 ) -> tuple[ObjectLease, Any, threading.Event]:
-    """A holder with a 1 s lease that stops renewing and, once its last ``confirm()`` passed, runs ``meanwhile``.
+    """A holder with a 0.5 s lease that stops renewing and, once its last ``confirm()`` passed, runs ``meanwhile``.
 
     That is the stall: the lease expires while the holder sits between its
     final check and the manifest swap, and ``meanwhile`` (another process)
-    takes the partition over. Returns (lease, step hook, armed).
+    takes the partition over. Returns (lease, step hook, armed). A lease shorter than S3's one-second
+    ``Last-Modified`` has expired once the server's clock passes the next second after its last write: the
+    taker waits less than a second for it, not up to two.
     """
-    lease = ObjectLease(resolve(uri), name, ttl_seconds=1.0)
+    lease = ObjectLease(resolve(uri), name, ttl_seconds=0.5)
     assert lease.acquire()
     lease._stop.set()  # it stops renewing (a long GC pause, a frozen VM, a lost network)
     assert lease._thread is not None
@@ -182,7 +184,7 @@ class _Flaky:
 @pytest.mark.parametrize("land", [False, True], ids=["request-failed", "answer-lost"])
 def test_lease_renewal_survives_failed_requests(bucket: str, land: bool) -> None:
     uri = f"s3://{bucket}/ds"
-    lease = ObjectLease(uri, "date=2026-01-01", ttl_seconds=1.5)
+    lease = ObjectLease(uri, "date=2026-01-01", ttl_seconds=1.0)
     assert lease.acquire()
     flaky = _Flaky(lease._s3, 2, land=land)
     lease._s3 = flaky
@@ -190,9 +192,10 @@ def test_lease_renewal_survives_failed_requests(bucket: str, land: bool) -> None
     while flaky.failures and time.monotonic() < deadline:
         time.sleep(0.05)
     assert flaky.failures == 0  # two renewals failed
-    time.sleep(3.5)  # more than twice the ttl: without renewal it would have expired
+    # S3's Last-Modified has one-second resolution: 2 s after its last write a 1 s lease has expired unless renewed
+    time.sleep(2.2)
     assert lease.held and lease._thread is not None and lease._thread.is_alive()
-    other = ObjectLease(uri, "date=2026-01-01", ttl_seconds=1.5)
+    other = ObjectLease(uri, "date=2026-01-01", ttl_seconds=1.0)
     assert not other.acquire(wait=0)  # still renewed: not expired, not taken over
     lease.confirm()
     lease.release()
@@ -214,9 +217,8 @@ def test_a_failed_confirm_is_not_a_lost_lease_but_a_takeover_is(bucket: str) -> 
     assert not isinstance(failed.value, LeaseLost) and lease.held
     lease._s3 = real
     lease.confirm()  # still held
-    time.sleep(2.2)  # S3's Last-Modified has one-second resolution
     other = ObjectLease(uri, "date=2026-01-01")
-    assert other.acquire(wait=0)
+    assert other.acquire(wait=10)  # taken over once expired: 1-2 s later (S3's Last-Modified is in whole seconds)
     with pytest.raises(LeaseLost, match="was lost"):
         lease.confirm()
     assert not lease.held
