@@ -125,13 +125,17 @@ def timestamps_as_ints(t: pa.DataType) -> pa.DataType:
 
 
 _ZYGOTE = r"""
-import importlib, json, os, select, signal, socket, sys, traceback
+import gc, importlib, json, os, select, signal, socket, sys, traceback
 address, modules = sys.argv[1], sys.argv[2:]
 for module in modules:
     try:
         importlib.import_module(module)
     except ImportError:  # an optional dependency not installed: a child that needs it fails as it would alone
         pass
+# What the imports made lives as long as any child: frozen, a child's collections never walk it (nor copy its pages
+# by touching it), and neither does the collection at the child's exit, which took 0.5 s once the model clients'
+# classes were among it.
+gc.freeze()
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 listener.bind(address)
 listener.listen(64)
@@ -199,6 +203,10 @@ while True:
 """
 
 
+MODEL_CLIENT_IMPORTS = ("openai", "anthropic")
+"""What :meth:`Zygote.with_model_clients` imports beyond its parent's modules."""
+
+
 CLI = "import runpy\nrunpy.run_module('otel_replay', run_name='__main__', alter_sys=True)\n"
 """``python -m otel_replay``, as a script for ``Zygote.run``/``Zygote.popen``."""
 
@@ -210,18 +218,49 @@ class Zygote:
     killed with SIGKILL) that skips the interpreter's start and the imports, which cost over a second of CPU each
     time. The zygote itself is single-threaded, so forking it is safe. Tests reach it through the session's
     ``zygote`` fixture; a child sees the calling test's environment, working directory and ``sys.argv``.
+    :meth:`with_model_clients` gives a zygote of its own forked from it, that imported the model clients too.
     """
 
-    def __init__(self, modules: tuple[str, ...]) -> None:
+    def __init__(self, modules: tuple[str, ...], *, parent: Zygote | None = None) -> None:
+        """Start a zygote that imports ``modules``: a new interpreter, or a child of ``parent`` (which imported its
+        own modules already, so only the ones it lacks are imported)."""
         self._dir = tempfile.mkdtemp(prefix="zyg-")
         self._address = os.path.join(self._dir, "s")
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _ZYGOTE, self._address, *modules], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-        assert self._process.stdout is not None
-        assert self._process.stdout.readline() == b"ready\n", "the zygote did not start"
+        self._parent = parent
+        self._clients: Zygote | None = None
+        self._child: ForkedProcess | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        if parent is None:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _ZYGOTE, self._address, *modules], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            assert self._process.stdout is not None
+            ready = self._process.stdout.readline().decode()
+        else:
+            self._child = parent.popen(_ZYGOTE, self._address, *modules, stdin=True)
+            ready = self._child.stdout.readline()
+        assert ready == "ready\n", "the zygote did not start"
         self.children_cpu = 0.0
-        """CPU seconds of the children reaped so far (the zygote's, not this process's, children)."""
+        """CPU seconds of the children reaped so far (the zygote's, not this process's, children; a child zygote's
+        children counted in its parent's figure too)."""
+
+    def with_model_clients(self) -> Zygote:
+        """A zygote forked from this one that has also imported the model clients (``openai``, ``anthropic``), made
+        at the first call and stopped with this one.
+
+        For children that import them anyway (an example agent, a manual page that instruments the clients, an
+        entrypoint built on ``openai``): their imports cost about 2 s of CPU a process (``anthropic`` 1.5 s,
+        ``openai`` 0.65 s) and are not what those tests are about. A test whose point is that the child imports a
+        client itself (a rerun in which the client is imported, reading its packages' metadata) runs elsewhere.
+        """
+        if self._clients is None:
+            self._clients = Zygote(MODEL_CLIENT_IMPORTS, parent=self)
+        return self._clients
+
+    def _reaped(self, cpu: float) -> None:
+        self.children_cpu += cpu
+        if self._parent is not None:
+            self._parent._reaped(cpu)
 
     def popen(
         self, code: str, *args: str, stdin: bool = False, env: dict[str, str] | None = None, cwd: str | None = None
@@ -241,12 +280,18 @@ class Zygote:
         return self.run(CLI, *args, timeout=timeout, **options)
 
     def close(self) -> None:
-        """Stop the zygote (after its children) and remove its socket."""
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        self._process.wait(timeout=60)
-        if self._process.stdout is not None:
-            self._process.stdout.close()
+        """Stop the zygote (after its children, and a child zygote of its own first) and remove its socket."""
+        if self._clients is not None:
+            self._clients.close()
+            self._clients = None
+        if self._child is not None:
+            self._child.__exit__()  # end of its stdin: it stops, as its parent does below
+        if self._process is not None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+            self._process.wait(timeout=60)
+            if self._process.stdout is not None:
+                self._process.stdout.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
@@ -297,7 +342,7 @@ class ForkedProcess:
             reply = json.loads(self._conn.recv(1 << 16))
             self._conn.close()
             self.returncode = int(reply["returncode"])
-            self._zygote.children_cpu += reply["cpu"]
+            self._zygote._reaped(reply["cpu"])
         return self.returncode
 
     def __enter__(self) -> ForkedProcess:

@@ -3,8 +3,8 @@
 Conventions for a page's blocks:
 
 - ```python blocks run in order, in one new process per page (one namespace, as a user
-  pasting them into one session; forked from the session's zygote, which imported the
-  package once), in a temporary working directory.
+  pasting them into one session; forked from a zygote which imported the package and
+  the model clients once), in a temporary working directory.
   Pages that build on each other share one process, in the order of ``CHAINED``.
 - A hidden ``<!-- setup ... -->`` comment holds code a fragment needs (a stand-in for
   the user's agent or rail); it runs in its place among the page's blocks and is not
@@ -88,11 +88,11 @@ def blocks_of(path: Path, kind: str = "python") -> list[tuple[str, str]]:
 def _run(
     zygote: Zygote, cwd: Path, blocks: list[tuple[str, str]], after: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """The blocks in one new process (forked from the session's zygote, which imported the package once: a page's
-    own process, with no tracer provider set, nothing configured and none of this process's state)."""
+    """The blocks in one new process (forked from a zygote that imported the package and the model clients once:
+    a page's own process, with no tracer provider set, nothing configured and none of this process's state)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTEST"))}
     env.update(OTEL_REPLAY_SIGNING_KEY=TEST_KEY, HOME=str(cwd / "home"), PYTHONPATH=str(ROOT))
-    child = zygote.popen(_DRIVER, stdin=True, cwd=str(cwd), env=env)
+    child = zygote.with_model_clients().popen(_DRIVER, stdin=True, cwd=str(cwd), env=env)
     assert child.stdin is not None
     child.stdin.write(json.dumps({"blocks": blocks, "after": after}))
     out, err = child.communicate(timeout=240)

@@ -106,7 +106,10 @@ def test_an_unmodified_agent_under_opentelemetry_instrument_lands_its_model_span
         scripted.chat_completion("Hello, ", usage=(4, 2)),
         scripted.chat_stream(["wor", "ld"]),
     )
-    assert run_agent(tmp_path, server, dataset) == "Hello, world"
+    # Every instrumentor the launcher finds loads but the Anthropic one (the agent makes no Anthropic call; its
+    # import is 1.5 s of CPU a start): test_startup_settings starts a process with all of them.
+    disabled = "otel_replay_anthropic"
+    assert run_agent(tmp_path, server, dataset, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=disabled) == "Hello, world"
     store = otel_replay.open(dataset)
     # every span, the requests instrumentation's included, carries the correlation id from baggage
     kinds = store.rows("SELECT name, kind, correlation_id FROM spans ORDER BY start_time")
@@ -126,7 +129,9 @@ def test_an_unmodified_agent_under_opentelemetry_instrument_lands_its_model_span
 @pytest.mark.slow
 def test_disabling_our_instrumentor_by_name_leaves_no_model_spans(server, tmp_path, dataset):
     server.enqueue(scripted.Reply(200, {}), scripted.chat_completion("a"), scripted.chat_stream(["b"]))
-    assert run_agent(tmp_path, server, dataset, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="otel_replay_openai") == "ab"
+    # the Anthropic one too (the agent has no Anthropic call): its import is 1.5 s of CPU a start
+    disabled = "otel_replay_openai,otel_replay_anthropic"
+    assert run_agent(tmp_path, server, dataset, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=disabled) == "ab"
     store = otel_replay.open(dataset)
     assert store.rows("SELECT count(*) AS n FROM model_calls WHERE provider = 'openai'")[0]["n"] == 0
     assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] > 0  # the HTTP client's spans still land
@@ -136,6 +141,8 @@ def test_disabling_our_instrumentor_by_name_leaves_no_model_spans(server, tmp_pa
 def test_with_capture_on_the_zero_code_agent_records_redacted_content(server, tmp_path, dataset):
     server.enqueue(scripted.Reply(200, {}), scripted.chat_completion("done"), scripted.chat_stream(["!"]))
     env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+    # the agent makes no Anthropic call: that instrumentor (whose import is 1.5 s of CPU a start) is left out
+    env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "otel_replay_anthropic"
     assert run_agent(tmp_path, server, dataset, **env) == "done!"
     store = otel_replay.open(dataset)
     posts = store.rows("SELECT attributes FROM spans WHERE name = 'POST' AND attributes LIKE '%/ping%'")

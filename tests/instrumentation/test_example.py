@@ -18,8 +18,9 @@ _AS_SCRIPT = (
 
 
 def test_the_instrumented_agent_example(tmp_path: Path, zygote: Zygote) -> None:
-    # A process of its own (its own tracer provider and exit), forked from the session's pre-imported parent.
-    out = zygote.run(_AS_SCRIPT, str(EXAMPLE), str(tmp_path / "ds"), timeout=180)
+    # A process of its own (its own tracer provider and exit), forked from a parent that imported the package and
+    # the model clients the example instruments (their imports are not what this test is about).
+    out = zygote.with_model_clients().run(_AS_SCRIPT, str(EXAMPLE), str(tmp_path / "ds"), timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "agent: Paid INV-4471 (4,200 to acme-supplies)." in out.stdout
     assert out.stdout.count("model call: gpt-4o-mini") == 3

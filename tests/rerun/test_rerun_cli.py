@@ -115,11 +115,13 @@ def test_pytest_plugin_turns_sessions_into_tests(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXAMPLES)])}
     base = [*plugin, "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
     opts = ["--otel-replay-dataset", str(dataset), "--otel-replay-entrypoint", "example_rerun_agent:agent_from_env"]
-    ok = zygote.run(PYTEST, *base, *opts, str(tmp_path), env=env, cwd=str(tmp_path))  # pytest, a process of its own
+    # pytest, a process of its own, forked from a parent that imported the openai client the example agent imports
+    forks = zygote.with_model_clients()
+    ok = forks.run(PYTEST, *base, *opts, str(tmp_path), env=env, cwd=str(tmp_path))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "2 passed" in ok.stdout
     env["RERUN_EXAMPLE_SUFFIX"] = " Think twice."
-    bad = zygote.run(PYTEST, *base, *opts, str(tmp_path), env=env, cwd=str(tmp_path))
+    bad = forks.run(PYTEST, *base, *opts, str(tmp_path), env=env, cwd=str(tmp_path))
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "2 failed" in bad.stdout and "diverged at step" in bad.stdout and "rerun[sess-a]" in bad.stdout
 
