@@ -253,7 +253,7 @@ import datetime as dt, os, sys
 from pathlib import Path
 from otel_replay.storage.retention import drop_older_than
 dataset, sample, drops, stop = sys.argv[1], Path(sys.argv[2]).read_bytes(), sys.argv[3], sys.argv[4]
-# No signing key: no retention checkpoint signed over the 20 files at each drop (about 2 s of CPU a drop, for
+# No signing key: no retention checkpoint signed over the 20 files at each drop (about 2 s a drop at load 5, for
 # marks a store never reads when it opens).
 os.environ.pop("OTEL_REPLAY_SIGNING_KEY", None)
 print("running", flush=True)
