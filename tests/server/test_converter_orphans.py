@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import pytest
 
 from otel_replay.storage.convert import worker_init
+
+from .._support import Zygote
 
 
 def _pool(server_pid: int) -> ProcessPoolExecutor:
@@ -37,11 +41,7 @@ def test_a_converter_of_a_live_server_works() -> None:
 
 
 @pytest.mark.slow
-def test_killing_the_server_while_its_converter_starts_leaves_no_orphan(tmp_path) -> None:
-    import signal
-    import subprocess
-    import sys
-
+def test_killing_the_server_while_its_converter_starts_leaves_no_orphan(zygote: Zygote, tmp_path: Path) -> None:
     psutil = pytest.importorskip("psutil")
     script = (
         "import sys\n"
@@ -52,18 +52,19 @@ def test_killing_the_server_while_its_converter_starts_leaves_no_orphan(tmp_path
         "print('ready', flush=True)\n"
         "import time; time.sleep(600)\n"
     )
-    server = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "ds")], stdout=subprocess.PIPE, text=True)
+    # The server is a process of its own forked with the package imported (no interpreter start of its own), so
+    # it is ready, and killed, sooner after its converter (a new interpreter, spawned) began to start.
+    server = zygote.popen(script, str(tmp_path / "ds"))
     try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        assert server.stdout.readline().strip() == "ready"
         children = psutil.Process(server.pid).children(recursive=True)
         assert children, "the converter process starts with the server"
-        server.send_signal(signal.SIGKILL)  # most likely while the converter is still importing
-        server.wait(timeout=30)
+        os.kill(server.pid, signal.SIGKILL)  # most likely while the converter is still importing
+        assert server.wait(timeout=30) == -signal.SIGKILL
         gone, alive = psutil.wait_procs(children, timeout=30)
         assert alive == [], [p.pid for p in alive]
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(timeout=30)
-        if server.stdout is not None:
-            server.stdout.close()
+        server.kill()
+        server.wait(timeout=30)
+        server.stdout.close()
+        server.stderr.close()

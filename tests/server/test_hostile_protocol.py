@@ -59,8 +59,11 @@ def test_conflicting_content_lengths_are_400_and_close(receiver: Receiver) -> No
     assert reply.startswith(b"HTTP/1.1 400"), reply[:80]
     assert b"conflicting Content-Length" in reply
     assert reply.count(b"HTTP/1.1") == 1 and not reply.endswith(b"<still open>")  # the body was not a request
-    same = _raw_exchange(receiver, _head(f"Content-Length: {len(body)}", f"Content-Length: {len(body)}"), body)
+    # Connection: close, so the reply ends when the server closes (a kept-alive one waited out _raw_exchange's 5 s)
+    twice = _head(f"Content-Length: {len(body)}", f"Content-Length: {len(body)}", "Connection: close")
+    same = _raw_exchange(receiver, twice, body)
     assert same.startswith(b"HTTP/1.1 200"), same[:80]  # the same value twice is not ambiguous
+    assert same.count(b"HTTP/1.1") == 1 and not same.endswith(b"<still open>")
     receiver.stop()
     assert len(parquet_rows(receiver.config.dataset)) == 6  # payload(3): three parents, three children
 

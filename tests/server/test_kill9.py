@@ -19,8 +19,11 @@ from .conftest import make_spans, parquet_rows, serve_forked, stop_forked
 _READY = re.compile(r"grpc 127\.0\.0\.1:(\d+) http 127\.0\.0\.1:(\d+)")
 
 
-def start_server(zygote: Zygote, dataset: Path, flush_seconds: float = 0.3) -> tuple[ForkedProcess, int]:
+def start_server(
+    zygote: Zygote, dataset: Path, flush_seconds: float = 0.3, convert_workers: int = 1
+) -> tuple[ForkedProcess, int]:
     args = ["--dataset", str(dataset), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"]
+    args += ["--convert-workers", str(convert_workers)]
     proc = serve_forked(zygote, *args, "--flush-seconds", str(flush_seconds))
     line = proc.stdout.readline()
     match = _READY.search(line)
@@ -44,7 +47,9 @@ def test_sigkill_loses_nothing_acknowledged_and_duplicates_nothing(zygote: Zygot
     dataset = tmp_path / "ds"
     spans = make_spans(600)  # 1200 spans
     batches = [spans[i : i + 40] for i in range(0, len(spans), 40)]
-    proc, port = start_server(zygote, dataset, flush_seconds=3600)  # everything acknowledged stays in the WAL
+    # Everything acknowledged stays in the WAL: this server converts nothing, so it starts no converter process
+    # (an interpreter and its imports, killed unused); the restarted one converts in one, as serve does by default.
+    proc, port = start_server(zygote, dataset, flush_seconds=3600, convert_workers=0)
     acked: list[int] = []
     stop = threading.Event()
 
@@ -104,7 +109,8 @@ def test_sigkill_keeps_an_acknowledged_request_that_ends_in_eight_zero_bytes(zyg
     """The seal mark is 8 zero bytes: the active segment's last record may end so too, and must not be cut."""
     dataset = tmp_path / "ds"
     proc = serve_forked(
-        zygote, "--dataset", str(dataset), "--grpc", "off", "--http", "127.0.0.1:0", "--flush-seconds", "3600"
+        zygote, "--dataset", str(dataset), "--grpc", "off", "--http", "127.0.0.1:0", "--flush-seconds", "3600",
+        "--convert-workers", "0",  # it converts nothing: no converter process to start
     )
     acked = []
     try:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay.exporters.writer import write_partitions
+from otel_replay.storage import convert
 from otel_replay.storage.convert import ChunkWriter, salvage_segment
 
 from .conftest import make_spans, parquet_rows, parquet_span_ids
@@ -49,17 +55,31 @@ def _request(spans: int, seed: int) -> bytes:
     return request.SerializeToString()
 
 
-@pytest.mark.slow
-def test_salvage_lets_a_failed_write_escape_instead_of_dropping_earlier_runs(tmp_path: Path) -> None:
+def test_salvage_lets_a_failed_write_escape_instead_of_dropping_earlier_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chunks of 10,000 rows instead of 100,000: the first fills (and its write fails) after two runs of records
+    # (5,000 spans each), with a third still to come, as 105,000 spans did at the default size.
+    monkeypatch.setattr(convert, "ChunkWriter", functools.partial(ChunkWriter, chunk_rows=10_000))
+    writes: list[int] = []
+
+    def full_disk_once(table: pa.Table, *args: Any, **kwargs: Any) -> list[Any]:
+        # A transient ENOSPC: the first chunk's write fails, every later write succeeds. A path blocked until the
+        # salvage ended did not show the fault: its last write failed too, so the bad salvage raised anyway.
+        writes.append(table.num_rows)
+        if len(writes) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_partitions(table, *args, **kwargs)
+
+    monkeypatch.setattr(convert, "write_partitions", full_disk_once)
     dataset = tmp_path / "ds"
     dataset.mkdir()
     segment = tmp_path / "00000000000000000001-abcdef01.wal"
-    _sealed_segment(segment, [_request(1_000, seed) for seed in range(1, 106)])  # 105k spans: a chunk fills mid-way
-    (dataset / "spans").write_text("blocked: the first chunk's write fails")
+    _sealed_segment(segment, [_request(1_000, seed) for seed in range(1, 12)])  # 11k spans: a chunk fills mid-way
     with pytest.raises(OSError):
         salvage_segment(str(segment), str(dataset), "seg-x")  # not a "salvaged" segment missing a chunk
-    (dataset / "spans").unlink()  # retried once the path is free: every span lands
-    report = salvage_segment(str(segment), str(dataset), "seg-x")
+    assert writes == [10_000]  # the failed write was the full chunk's, mid-way
+    report = salvage_segment(str(segment), str(dataset), "seg-x")  # retried: every span lands
     assert report.spans_dropped == 0 and report.records_dropped == 0
     ids = parquet_span_ids(dataset)
-    assert report.rows == len(ids) == len(set(ids)) == 105_000
+    assert report.rows == len(ids) == len(set(ids)) == 11_000

@@ -20,6 +20,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -122,7 +124,13 @@ def count_rows(files: list[str]) -> tuple[int, int]:
 
 
 class ReadWatch:
-    """Counts the single-file tables compaction reads (``_read_one``) and the most of them alive at once."""
+    """Counts the single-file tables compaction reads (``_read_one``) and the most of them alive at once.
+
+    Each table is handed on without its file's id keys (footer metadata that describes that file's rows only,
+    which compaction drops from every table it gathers). With them, compaction replaced each table by a copy with
+    the batch's metadata before holding it: the watched tables died at once, however many copies were held, and a
+    gather that ignored its bound passed. Without them the table compaction holds is the one watched.
+    """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         module = importlib.import_module("otel_replay.storage.compact_steps")
@@ -133,6 +141,9 @@ class ReadWatch:
 
         def reading(path: Any, location: Any = None) -> pa.Table:
             table = real(path, location)
+            metadata = table.schema.metadata or {}
+            if ID_KEYS_METADATA_KEY in metadata:
+                table = table.replace_schema_metadata({k: v for k, v in metadata.items() if k != ID_KEYS_METADATA_KEY})
             self.read.append(str(path))
             self.refs.append(weakref.ref(table))
             self.peak = max(self.peak, sum(ref() is not None for ref in self.refs))

@@ -27,20 +27,29 @@ CRASH_STEPS = ("read", "writing", "file", "written", "renamed", "indexed", "swap
 _COMPACT_SCRIPT = """
 import json, os, sys, time
 from otel_replay.storage import compact
-dataset, crash_at, sleep_at = sys.argv[1], sys.argv[2], sys.argv[3]
+dataset, crash_at, meet_in = sys.argv[1], sys.argv[2], sys.argv[3]
+met = []
 def step(name):
     if name == crash_at:
         os._exit(3)
-    if name == sleep_at:
-        time.sleep(1.0)
+    if name == "read" and meet_in != "-" and not met:  # the first partition read, inside its lease
+        met.append(name)
+        open(os.path.join(meet_in, str(os.getpid())), "w").close()
+        end = time.monotonic() + 60
+        while len(os.listdir(meet_in)) < 2 and time.monotonic() < end:
+            time.sleep(0.005)
 report = compact(dataset, grace_seconds=0, _on_step=step)
 print(json.dumps({p.partition: p.status for p in report.partitions}))
 """
 
 
-def _run_compact(zygote: Zygote, dataset: Path, crash_at: str = "-", sleep_at: str = "-") -> ForkedProcess:
-    """Compaction in a process of its own (forked with the package imported: a crash is a real process's death)."""
-    return zygote.popen(_COMPACT_SCRIPT, str(dataset), crash_at, sleep_at)
+def _run_compact(zygote: Zygote, dataset: Path, crash_at: str = "-", meet_in: Path | None = None) -> ForkedProcess:
+    """Compaction in a process of its own (forked with the package imported: a crash is a real process's death).
+
+    With ``meet_in`` (a directory shared by two of them) it waits, holding its first partition's lease, until the
+    other compaction holds one too (or a minute passes).
+    """
+    return zygote.popen(_COMPACT_SCRIPT, str(dataset), crash_at, "-" if meet_in is None else str(meet_in))
 
 
 def _finish(proc: ForkedProcess) -> tuple[int, str, str]:
@@ -115,8 +124,7 @@ def test_concurrent_reader_sees_old_or_new_never_both_never_neither(make_dataset
         first = compaction()
         time.sleep(1.2)
         second = compaction()  # deletes the first one's superseded files, and compacts the arrivals
-        time.sleep(1.2)
-        compaction()
+        # (a third compaction, 1.2 s later, met the same as the second: superseded files to delete, arrivals)
         assert ten_reads.wait(120), f"only {reads} reads"  # on a loaded machine, reads go on until there were ten
     finally:
         stop.set()
@@ -154,9 +162,13 @@ def test_a_crash_at_any_step_leaves_the_dataset_complete(make_dataset, zygote, s
         assert store.rows("SELECT count(*) AS n FROM spans") == [{"n": figures["unique_spans"]}]
 
 
-def test_two_compactors_never_rewrite_one_partition_at_once(make_dataset, zygote) -> None:
+def test_two_compactors_never_rewrite_one_partition_at_once(make_dataset, zygote, tmp_path: Path) -> None:
     path, figures = make_dataset(spans=600, ids=60)
-    first, second = _run_compact(zygote, path, sleep_at="read"), _run_compact(zygote, path, sleep_at="read")
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    # Each holds its first partition's lease until the other holds one too: they overlap by construction (each
+    # slept 1 s inside its lease before, which a loaded machine could outlast).
+    first, second = _run_compact(zygote, path, meet_in=meet), _run_compact(zygote, path, meet_in=meet)
     results = []
     for proc in (first, second):
         code, out, err = _finish(proc)
@@ -168,7 +180,8 @@ def test_two_compactors_never_rewrite_one_partition_at_once(make_dataset, zygote
             statuses.setdefault(partition, []).append(status)
     # each partition compacted by exactly one of them; the other found it busy (or already current)
     assert all(sorted(s) in (["busy", "compacted"], ["compacted", "current"]) for s in statuses.values()), statuses
-    assert any("busy" in s for s in statuses.values())  # they did overlap (each sleeps 1 s inside a lease)
+    assert any("busy" in s for s in statuses.values())  # they did overlap
+    assert len(os.listdir(meet)) == 2  # both reached their first read
     done = compact(path, grace_seconds=0)  # whatever was busy for both is compacted now
     assert all(p.status in ("current", "compacted", "empty") for p in done.partitions)
     assert count_rows(live_files(path)) == (figures["unique_spans"],) * 2

@@ -32,6 +32,7 @@ from otel_replay.storage.compact_steps import SORT_KEY
 from otel_replay.storage.manifest import MANIFEST_NAME, partition_dirs, read_manifest
 from otel_replay.storage.side_index import KINDS_METADATA_KEY, build_index
 
+from .._support import Zygote
 from .conftest import count_rows
 
 _TOKEN = re.compile(r"[0-9a-f]{12}")
@@ -176,7 +177,7 @@ def test_threads_must_be_a_positive_integer_and_the_command_takes_it(make_datase
     assert json.loads(result.output)["output_rows"] == figures["unique_spans"]
 
 
-def test_the_compact_command_runs_under_jemalloc_unless_a_pool_was_chosen(make_dataset) -> None:
+def test_the_compact_command_runs_under_jemalloc_unless_a_pool_was_chosen(make_dataset, zygote: Zygote) -> None:
     import subprocess
     import sys
 
@@ -189,15 +190,19 @@ def test_the_compact_command_runs_under_jemalloc_unless_a_pool_was_chosen(make_d
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     pools = []
     for chosen in (None, "system"):
-        run_env = env if chosen is None else {**env, "ARROW_DEFAULT_MEMORY_POOL": chosen}
-        done = subprocess.run(
-            [sys.executable, "-m", "otel_replay", "compact", str(path), "--grace", "0", "--json"],
-            env=run_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        args = ["compact", str(path), "--grace", "0", "--json"]
+        if chosen is None:
+            # Forked with pyarrow imported under its default pool: the command starts itself again under jemalloc.
+            done = zygote.cli(*args, env=env)
+        else:  # pyarrow reads the variable when it is imported: only a new interpreter shows the choice
+            done = subprocess.run(
+                [sys.executable, "-m", "otel_replay", *args],
+                env={**env, "ARROW_DEFAULT_MEMORY_POOL": chosen},
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)
         pools.append(report["memory_pool"])

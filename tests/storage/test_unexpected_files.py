@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import multiprocessing as mp
 import os
 import shutil
 import time
@@ -249,45 +248,60 @@ def test_nested_partition_folders_are_warned_about(make_dataset, caplog) -> None
     assert "1 Parquet file(s) sit in a date= directory inside another directory" in caplog.text
 
 
-def _drop_loop(dataset: str, sample: bytes, stop, drops, running) -> None:  # type: ignore[no-untyped-def]
-    running.set()
-    while not stop.is_set():
-        old = Path(dataset) / "spans" / "date=2020-01-01"
-        old.mkdir(exist_ok=True)
-        for i in range(20):
-            (old / f".late-{i}.tmp").write_bytes(sample)
-            (old / f".late-{i}.tmp").replace(old / f"late-{i}.parquet")  # atomic, as the writer
-        drops.value += len(drop_older_than(dataset, 30, today=dt.date(2026, 1, 10)).dropped)
-        time.sleep(0.01)
+_DROPPER = """
+import datetime as dt, os, sys
+from pathlib import Path
+from otel_replay.storage.retention import drop_older_than
+dataset, sample, drops, stop = sys.argv[1], Path(sys.argv[2]).read_bytes(), sys.argv[3], sys.argv[4]
+# No signing key: no retention checkpoint signed over the 20 files at each drop (about 2 s a drop at load 5, for
+# marks a store never reads when it opens).
+os.environ.pop("OTEL_REPLAY_SIGNING_KEY", None)
+print("running", flush=True)
+while not os.path.exists(stop):
+    old = Path(dataset) / "spans" / "date=2020-01-01"
+    old.mkdir(exist_ok=True)
+    for i in range(20):
+        (old / f".late-{i}.tmp").write_bytes(sample)
+        (old / f".late-{i}.tmp").replace(old / f"late-{i}.parquet")  # atomic, as the writer
+    if drop_older_than(dataset, 30, today=dt.date(2026, 1, 10)).dropped:
+        with open(drops, "ab") as counted:  # one byte a drop: its size is the count, read without a lock
+            counted.write(b".")
+"""
 
 
 @pytest.mark.slow
-def test_opening_a_store_while_retention_drops_a_partition_never_fails(make_dataset) -> None:
+def test_opening_a_store_while_retention_drops_a_partition_never_fails(make_dataset, zygote, tmp_path: Path) -> None:
     path, figures = make_dataset(spans=200, ids=20, duplicates=0.0)
-    sample = sorted((path / "spans").glob("date=*/*.parquet"))[0].read_bytes()
-    ctx = mp.get_context("spawn")
-    stop, drops, running = ctx.Event(), ctx.Value("i", 0), ctx.Event()
-    worker = ctx.Process(target=_drop_loop, args=(str(path), sample, stop, drops, running))
-    worker.start()
-    errors, opened = [], 0
+    sample = tmp_path / "sample.parquet"
+    shutil.copy(sorted((path / "spans").glob("date=*/*.parquet"))[0], sample)
+    drops, stop = tmp_path / "drops", tmp_path / "stop"
+    drops.touch()
+
+    def dropped() -> int:
+        return drops.stat().st_size
+
+    # The dropper is a process of its own, forked with the package imported (a spawned one started a new
+    # interpreter and imported this module, pytest and all). The stores are opened until 25 of them were
+    # opened while a drop happened, instead of for 4 s whatever happened meanwhile.
+    dropper = zygote.popen(_DROPPER, str(path), str(sample), str(drops), str(stop))
+    errors, opened, during = [], 0, 0
     try:
-        # The stores are opened for 4 s of the dropper's work (on a loaded machine it takes long to start: the
-        # opens did not wait for it, and spun all the while: 20 s of wall at load 15).
-        assert running.wait(120), "the dropper did not start"
-        end = time.monotonic() + 4
-        while time.monotonic() < end or drops.value < 5:
+        assert dropper.stdout.readline().strip() == "running", dropper.stderr.read()
+        end = time.monotonic() + 120  # a hang guard for a dropper that stopped dropping
+        while during < 25 and time.monotonic() < end:
+            before = dropped()
             try:
                 Store(path, keys=[], require_signed=False).close()
                 opened += 1
             except Exception as exc:  # noqa: BLE001 - every failure is the finding
                 errors.append(f"{type(exc).__name__}: {exc}")
-            if time.monotonic() > end + 120:  # a loaded machine: the spawned dropper may start slowly
-                break
+            during += dropped() != before
     finally:
-        stop.set()
-        worker.join(timeout=60)
+        stop.touch()
+        _, err = dropper.communicate(timeout=60)
+    assert dropper.returncode == 0, err
     assert errors == []
-    assert opened > 0 and drops.value >= 5
+    assert opened > 0 and during >= 25
 
 
 def test_the_duplicate_check_holds_only_digests_of_ids_in_flight() -> None:
