@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import importlib
 import json
+import pickle
 import random
 from types import MappingProxyType
 from typing import Any
@@ -23,8 +25,12 @@ from otel_replay.capture import Recorder, set_recorder
 from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.integrity import SealCheck, SigningKey, StoredRecord, record_hash
 from otel_replay.records import (
+    AuditEntry,
     DecisionRecord,
+    GateRecord,
     ModelCall,
+    OutcomeRecord,
+    Report,
     Seal,
     SpanRef,
     _audit_record,
@@ -91,8 +97,60 @@ def test_fast_builders_equal_the_generated_init():
     ]
     for plain, fast in built:
         assert type(fast) is type(plain) and fast == plain
-        assert vars(fast) == vars(plain)
-        assert list(vars(fast)) == [f.name for f in dataclasses.fields(plain)]
+        assert _field_values(fast) == _field_values(plain)  # every field set (an unset slot raises)
+        assert repr(fast) == repr(plain)
+    sealed = _audit_record("r", "pay", record.snapshot, None, {}, (), (), None, None, None, None, ref, seal)
+    assert sealed == dataclasses.replace(record, action=None, inputs={}, correlation_id=None, agent_id=None,
+                                         error=None, seal=seal)
+
+
+def _field_values(record: Any) -> dict[str, Any]:
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
+_RECORDS = [
+    SpanRef("t" * 32, "s" * 16, 7),
+    _span_ref("t" * 32, "s" * 16, 7),
+    Seal("c", 3, "p", "0" * 64, "h" * 64, "sig", "k", "t-s"),
+    _seal("c", 3, "p", "0" * 64, "h" * 64, "sig", "k", "t-s"),
+    ModelCall("gpt-x", "PO match", {"score": 0.9}),
+    _model_call("gpt-x", "PO match"),
+    Report("data", "fresh", True, {"age_s": 3}),
+    AuditEntry("e", "message", "a", "2026-03-02T14:30:00+00:00", payload={"x": [1]}),
+    OutcomeRecord("o", "d", True, note="ok"),
+    GateRecord("g", "d", "act", None, "yes", "committed", receipt={"id": 1}),
+]
+
+
+@pytest.mark.parametrize("record", _RECORDS, ids=lambda r: type(r).__name__)
+def test_records_stay_frozen_equal_copyable_and_picklable(record: Any) -> None:
+    """Slotted records (no ``__dict__``) keep what callers rely on: frozen, equal by value, copied, pickled."""
+    name = dataclasses.fields(record)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(record, name, "changed")
+    assert not hasattr(record, "__dict__")
+    for twin in (pickle.loads(pickle.dumps(record)), copy.copy(record), copy.deepcopy(record)):
+        assert type(twin) is type(record) and twin == record and repr(twin) == repr(record)
+    assert dataclasses.replace(record) == record
+
+
+def test_audit_records_pickle_and_compare_after_the_block() -> None:
+    """A record made by ``audit()`` (fast builders, seal stamped after) round-trips through pickle whole."""
+    provider = TracerProvider()
+    previous = set_recorder(Recorder(provider.get_tracer("t"), KEY))
+    try:
+        with audit("pay", snapshot=snapshot()) as decision:
+            decision.read(invoice="INV-1")
+            decision.model("gpt-x", "PO match")
+            decision.act(payment())
+    finally:
+        set_recorder(previous)
+        provider.shutdown()
+    record = decision.record
+    assert record.seal is not None and record.span.span_id
+    twin = pickle.loads(pickle.dumps(record))
+    assert twin == record and twin.seal == record.seal and twin.models == record.models
+    assert hash(record.span) == hash(twin.span) and {record.seal: 1}[twin.seal] == 1
 
 
 @pytest.mark.parametrize(
