@@ -38,6 +38,8 @@ from _support import package_at  # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "s9-start"
+KEY = "benchmark-signing-key-0123456789"
+"""The signing key of every run and of the demo: ``verify`` checks the demo's records with it."""
 CAPTURE = """
 import sys
 import otel_replay
@@ -58,7 +60,7 @@ def _run(tree: Path, args: list[str], cwd: Path, cache: Path) -> tuple[float, fl
     counted rounds, as after an install, whatever ``PYTHONDONTWRITEBYTECODE`` and the trees' own caches say.
     The figures are this child's own (``wait4``), not a maximum over every child so far.
     """
-    env = {**os.environ, "PYTHONPATH": str(tree), "OTEL_REPLAY_SIGNING_KEY": "benchmark-signing-key-0123456789"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "OTEL_REPLAY_SIGNING_KEY": KEY}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(cache)
     with tempfile.TemporaryFile() as err:
@@ -78,7 +80,7 @@ def _demo(tmp: Path) -> tuple[Path, str]:
     out = subprocess.run(
         [sys.executable, "-m", "otel_replay", "demo", "-d", str(dataset)],
         cwd=tmp,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OTEL_REPLAY_SIGNING_KEY": KEY},
         capture_output=True,
         check=True,
         text=True,

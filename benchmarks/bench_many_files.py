@@ -124,6 +124,7 @@ def main() -> int:
                 if phase == "footers":
                     for log in (cold / "spans").glob("date=*/_id_keys.log"):
                         log.unlink()
+                os.sync()  # the copy's writeback done before the child runs, not on the CPU beside it
                 result = _child("chain", "trade", chain_id, "-d", str(cold), "--json", code=code)
                 out = result.pop("out")
                 rows = len(json.loads(out or "{}").get("traces", [])) if result["rc"] == 0 else None
