@@ -36,6 +36,7 @@ __all__ = [
     "SpanRef",
     "iso_utc",
     "new_id",
+    "trace_body",
 ]
 
 Attributes = dict[str, Any]
@@ -626,3 +627,40 @@ def _audit_record(
     record.seal = seal
     record.__class__ = DecisionRecord
     return record
+
+
+def trace_body(record: DecisionRecord, outcome: OutcomeRecord | None = None) -> dict[str, Any]:
+    """A decision as a chain trace, with the fields the ``decisions`` view gives (and its outcome).
+
+    Here, below both, for the tracer's in-process chains and the read side's
+    decisions held only by a commit intent: the read side does not import the
+    capture path for it.
+    """
+    snapshot, action = record.snapshot, record.action
+    return {
+        "record_id": record.record_id,
+        "source": record.source,
+        "decision_type": record.decision_type,
+        "agent_id": record.agent_id,
+        "session_id": record.session_id,
+        "correlation_id": record.correlation_id,
+        "rationale": record.rationale,
+        "confidence": record.confidence,
+        "inputs": dict(record.inputs) or None,
+        "snapshot_state": None if snapshot is None else loads(snapshot.state_json),
+        "snapshot_version": None if snapshot is None else snapshot.version,
+        "snapshot_captured_at": None if snapshot is None else snapshot.captured_at,
+        "action_type": None if action is None else action.type,
+        "action_arguments": None if action is None else loads(action.arguments_json),
+        "action_cost": None if action is None or action.cost is None else float(action.cost),
+        "models": [m.to_json() for m in record.models] or None,
+        "error": record.error,
+        "record_hash": None if record.seal is None else record.seal.hash,
+        "created_at": iso_time(record.span.start_ns),
+        "trace_id": record.span.trace_id,
+        "span_id": record.span.span_id,
+        "outcome_id": None if outcome is None else outcome.record_id,
+        "outcome_correct": None if outcome is None else outcome.outcome_correct,
+        "outcome_note": None if outcome is None else outcome.note,
+        "layer": "trace",
+    }

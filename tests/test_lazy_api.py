@@ -35,8 +35,30 @@ NOT_AT_IMPORT = [
     "otel_replay.cli",
 ]
 
+# What a bare ``import otel_replay`` loads, and nothing more: what ``import otel_replay.X`` pays before X. Not the
+# capture path (the OpenTelemetry SDK, pyarrow, protobuf, the recorder, the exporter), which ``from otel_replay import
+# audit`` loads on first use, and not click or rich, which the CLI loads.
+AT_BARE_IMPORT = [
+    "otel_replay",
+    "otel_replay._compaction",
+    "otel_replay._counters",
+    "otel_replay._display",
+    "otel_replay._lazy",
+    "otel_replay._version",
+]
+NOT_AT_BARE_IMPORT = [
+    "opentelemetry",
+    "google.protobuf",
+    "pyarrow",
+    "click",
+    "rich",
+    *NOT_AT_IMPORT,
+]
+
 LAZY_PACKAGES = [
     "otel_replay",
+    "otel_replay.capture",
+    "otel_replay.exporters",
     "otel_replay.gate",
     "otel_replay.contracts",
     "otel_replay.rerun",
@@ -65,6 +87,18 @@ def test_importing_the_package_loads_the_capture_path_and_none_of_the_rest() -> 
         """
     )
     assert seen == []
+
+
+def test_a_bare_import_loads_the_package_root_and_not_the_capture_path() -> None:
+    found = _fresh(
+        f"""
+        import json, sys
+        import otel_replay
+        ours = sorted(name for name in sys.modules if name == "otel_replay" or name.startswith("otel_replay."))
+        print(json.dumps([ours, [name for name in {NOT_AT_BARE_IMPORT!r} if name in sys.modules]]))
+        """
+    )
+    assert found == [AT_BARE_IMPORT, []]
 
 
 def test_every_public_name_resolves_on_first_use_to_the_object_its_module_defines() -> None:

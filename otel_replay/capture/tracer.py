@@ -23,13 +23,13 @@ from typing import Any
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from otel_replay import semconv as sc
-from otel_replay._json import loads, normalise
+from otel_replay._json import normalise
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.reader import DatasetReader
 from otel_replay.capture.recorder import HeldRecord, Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
-from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, iso_time, new_id
+from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, new_id, trace_body
 from otel_replay.storage.outcome_claims import claim_outcome, claim_outcomes
 
 __all__ = ["DecisionTracer", "RecordedOutcomes", "link_to", "trace_body"]
@@ -51,38 +51,6 @@ def link_to(span: SpanRef, attributes: dict[str, Any] | None = None) -> Link | N
         return None
     ctx = SpanContext(int(span.trace_id, 16), int(span.span_id, 16), is_remote=True, trace_flags=TraceFlags(1))
     return Link(ctx, attributes)
-
-
-def trace_body(record: DecisionRecord, outcome: OutcomeRecord | None = None) -> dict[str, Any]:
-    """An in-process decision as a chain trace, with the fields the ``decisions`` view gives (and its outcome)."""
-    snapshot, action = record.snapshot, record.action
-    return {
-        "record_id": record.record_id,
-        "source": record.source,
-        "decision_type": record.decision_type,
-        "agent_id": record.agent_id,
-        "session_id": record.session_id,
-        "correlation_id": record.correlation_id,
-        "rationale": record.rationale,
-        "confidence": record.confidence,
-        "inputs": dict(record.inputs) or None,
-        "snapshot_state": None if snapshot is None else loads(snapshot.state_json),
-        "snapshot_version": None if snapshot is None else snapshot.version,
-        "snapshot_captured_at": None if snapshot is None else snapshot.captured_at,
-        "action_type": None if action is None else action.type,
-        "action_arguments": None if action is None else loads(action.arguments_json),
-        "action_cost": None if action is None or action.cost is None else float(action.cost),
-        "models": [m.to_json() for m in record.models] or None,
-        "error": record.error,
-        "record_hash": None if record.seal is None else record.seal.hash,
-        "created_at": iso_time(record.span.start_ns),
-        "trace_id": record.span.trace_id,
-        "span_id": record.span.span_id,
-        "outcome_id": None if outcome is None else outcome.record_id,
-        "outcome_correct": None if outcome is None else outcome.outcome_correct,
-        "outcome_note": None if outcome is None else outcome.note,
-        "layer": "trace",
-    }
 
 
 def _held_outcome(outcome: OutcomeRecord, hold: HeldRecord, claim: object) -> OutcomeRecord:

@@ -11,7 +11,7 @@ import click
 import pyarrow as pa
 
 from otel_replay import settings
-from otel_replay.capture.write_ahead import recover as recover_capture_logs
+from otel_replay.capture.log_recovery import recover as recover_capture_logs
 from otel_replay.cli._inputs import friendly
 from otel_replay.errors import OtelReplayError, message_line
 from otel_replay.integrity import load_signing_key

@@ -6,10 +6,8 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
 import pyarrow as pa
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
@@ -17,6 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_replay import settings
+from otel_replay._compaction import Compactor, CompactorFactory, installed_compactor, use_compactor
 from otel_replay._counters import CompactionCounters
 from otel_replay.errors import ConfigError
 
@@ -37,32 +36,6 @@ _log = logging.getLogger(__name__)
 
 _LOGGED_PER_BATCH = 10
 _live: weakref.WeakSet[ParquetSpanExporter] = weakref.WeakSet()
-
-
-class Compactor(Protocol):
-    """The background compaction an exporter starts with ``compact_every_seconds`` and stops at shutdown."""
-
-    def start(self) -> None:
-        """Start compacting in the background."""
-
-    def stop(self) -> None:
-        """Stop; a run in progress finishes first."""
-
-
-CompactorFactory = Callable[[Path | str, float, int, CompactionCounters], Compactor]
-"""Makes a :class:`Compactor` from (dataset root, interval in seconds, rows held at most, counters)."""
-
-_factory: list[CompactorFactory] = []
-
-
-def use_compactor(factory: CompactorFactory) -> None:
-    """Install what ``compact_every_seconds`` starts.
-
-    Compaction lives in the storage layer, above this exporter, so the exporter
-    is handed it rather than importing it: importing :mod:`otel_replay` installs
-    :class:`otel_replay.storage.background.BackgroundCompactor`.
-    """
-    _factory[:] = [factory]
 
 
 def flush_exporters(timeout_millis: int = 30_000) -> bool:
@@ -152,7 +125,8 @@ class ParquetSpanExporter(SpanExporter):
             raise ConfigError(
                 f"compact_every_seconds={every!r} must be a number from 0 (off) to {settings.MAX_WAIT_SECONDS:g}"
             )
-        if every and not _factory:
+        factory = installed_compactor()
+        if every and factory is None:
             raise ConfigError("compact_every_seconds needs a compactor: import otel_replay first")
         self.writer = DatasetWriter(
             settings.absolute_dataset(settings.dataset_dir(dataset_dir)),  # a later chdir must not move it
@@ -173,8 +147,8 @@ class ParquetSpanExporter(SpanExporter):
         self._mark_lock = threading.Lock()
         self.compaction = CompactionStats()
         self._compactor: Compactor | None = None
-        if every:
-            self._compactor = _factory[0](self.writer.location.root, every, 200_000, self.compaction)
+        if every and factory is not None:
+            self._compactor = factory(self.writer.location.root, every, 200_000, self.compaction)
             self._compactor.start()
         _live.add(self)
 

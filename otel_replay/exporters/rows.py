@@ -36,7 +36,7 @@ from otel_replay._json import compact_json, compact_json_bytes
 from otel_replay.errors import PayloadError
 
 from .otlp_wire import KEY_VALUES, LiteRequest, LiteResourceSpans, any_value, read_events
-from .schema import EVENT_TYPE, LINK_TYPE, PROMOTED_ARROW_TYPES, SPAN_SCHEMA
+from .schema import DATE_COLUMN, EVENT_TYPE, LINK_TYPE, PROMOTED_ARROW_TYPES, SPAN_SCHEMA
 
 __all__ = [
     "DATE_COLUMN",
@@ -50,9 +50,6 @@ __all__ = [
     "span_time_error",
     "spans_to_table",
 ]
-
-DATE_COLUMN = "date"
-"""Partition column carried beside the rows until the writer splits on it."""
 
 _OTLP_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _OTLP_STATUS = ("UNSET", "OK", "ERROR")

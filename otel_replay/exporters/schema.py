@@ -18,6 +18,7 @@ import pyarrow as pa
 from otel_replay import semconv as sc
 
 __all__ = [
+    "DATE_COLUMN",
     "EVENT_TYPE",
     "LINK_TYPE",
     "COMPENSATIONS_DIR",
@@ -31,6 +32,9 @@ __all__ = [
     "SPANS_DIR",
 ]
 
+DATE_COLUMN = "date"
+"""Partition column carried beside the rows until the writer splits on it (here, below both, so that the
+writer's users, the storage backend among them, do not import the span conversion and the OTLP classes)."""
 SPANS_DIR = "spans"
 """The dataset's span files: ``<dataset>/spans/date=YYYY-MM-DD/``."""
 COMPENSATIONS_DIR = "_compensations"

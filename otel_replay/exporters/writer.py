@@ -36,8 +36,7 @@ from otel_replay.location import Location, PerBackend, resolve
 
 from .id_keys import footer_metadata
 from .key_log import append_entry
-from .rows import DATE_COLUMN
-from .schema import SPAN_SCHEMA, SPANS_DIR
+from .schema import DATE_COLUMN, SPAN_SCHEMA, SPANS_DIR
 
 __all__ = [
     "TEMP_NAME",

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_replay._display import html_of
-from otel_replay.capture.audit_log import AuditLog
-from otel_replay.capture.tracer import DecisionTracer, trace_body
 from otel_replay.errors import OtelReplayError
 from otel_replay.query.chain_types import CHAIN_TYPES, DEFAULT_LIMITS, REGISTRY
 from otel_replay.query.store import Store
 from otel_replay.query.stored import TIME_FIELDS, attach_outcomes, row_body
-from otel_replay.records import iso_time
+from otel_replay.records import iso_time, trace_body
+
+if TYPE_CHECKING:  # in-process sources, handed in by their owner: a chain over a dataset never loads capture
+    from otel_replay.capture.audit_log import AuditLog
+    from otel_replay.capture.tracer import DecisionTracer
 
 __all__ = ["CHAIN_TYPES", "DEFAULT_LIMITS", "ReplayBuilder", "ReplayChain"]
 

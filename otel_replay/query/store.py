@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from otel_replay.capture.write_ahead import recover
+from otel_replay.capture.log_recovery import recover
 from otel_replay.errors import CorruptFileError, DatasetError, RecordNotFound
 from otel_replay.integrity import SealCheck, StoredRecord, VerifyReport, load_signing_key
 from otel_replay.location import resolve

@@ -56,9 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.exporters.rows import payload_to_table, spans_to_table
 from otel_replay.exporters.schema import OUTCOMES_DIR, SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 
@@ -224,6 +222,10 @@ class PendingOutcomes:
             if spans:
                 store.sync_all()  # the batch's name on disk before any of its files is
             rows = 0
+            if self._unwritten:
+                # Imported here for start-up cost: the span conversion loads the OpenTelemetry SDK and the OTLP
+                # classes, which a reader that only opens the claim store (to find nothing to recover) never uses.
+                from otel_replay.exporters.rows import spans_to_table
             while self._unwritten:
                 batch, batch_spans = self._unwritten[0]
                 rejected: list[str] = []
@@ -320,6 +322,12 @@ def _bodies_table(
     rows: Sequence[tuple[Any, Any, Any]], where: Path
 ) -> tuple[pa.Table | None, list[Any], list[Any]]:
     """The rows of the bodies that decode, the outcome ids converted and those whose bodies do not decode."""
+    # Imported here for start-up cost: the OTLP classes and the span conversion load only when there is a body to
+    # convert, not in every reader that opens the claim store to find nothing to recover.
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from otel_replay.exporters.rows import payload_to_table
+
     good: list[bytes] = []
     keys: list[Any] = []
     bad: list[Any] = []

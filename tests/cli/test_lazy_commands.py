@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,7 +16,24 @@ from click.testing import CliRunner
 
 from otel_replay.cli import COMMANDS, main
 
+from .._support import Demo
+
 COMMAND_MODULES = sorted({where.partition(":")[0] for where, _ in COMMANDS.values()})
+
+# The capture path: what writes a dataset (the recorder, the exporter, the write-ahead log's writer, the OpenTelemetry
+# SDK and the OTLP classes they run on). A command that only reads a dataset uses none of it.
+CAPTURE_PATH = [
+    "opentelemetry.sdk",
+    "opentelemetry.proto",
+    "google.protobuf",
+    "otel_replay.capture.audit",
+    "otel_replay.capture.recorder",
+    "otel_replay.capture.tracer",
+    "otel_replay.capture.write_ahead",
+    "otel_replay.exporters.parquet",
+    "otel_replay.exporters.rows",
+    "otel_replay.pipeline",
+]
 
 
 def _fresh(code: str) -> Any:
@@ -27,8 +45,13 @@ def _fresh(code: str) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _loaded_after(args: list[str]) -> dict[str, Any]:
-    """Run ``otel-replay ARGS`` in a new interpreter: its exit code, output, and which heavy modules it imported."""
+def _loaded_after(args: list[str], watched: list[str] | None = None) -> dict[str, Any]:
+    """Run ``otel-replay ARGS`` in a new interpreter: its exit code, output, and which of ``watched`` it imported.
+
+    ``watched`` defaults to every command's module and the heavy packages only some commands use.
+    """
+    if watched is None:
+        watched = [*COMMAND_MODULES, "duckdb", "grpc", "otel_replay.contracts", "otel_replay.report"]
     return _fresh(
         f"""
         import contextlib, io, json, sys
@@ -39,7 +62,7 @@ def _loaded_after(args: list[str]) -> dict[str, Any]:
                 main({args!r}, prog_name="otel-replay")
             except SystemExit as end:
                 code = end.code
-        watched = {[*COMMAND_MODULES, "duckdb", "grpc", "otel_replay.contracts", "otel_replay.report"]!r}
+        watched = {watched!r}
         print(json.dumps({{"code": code, "out": out.getvalue(), "loaded": [m for m in watched if m in sys.modules]}}))
         """
     )
@@ -89,6 +112,23 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
     assert found["code"] == 0 and "QUERY" in found["out"]
     assert set(found["loaded"]) <= {"otel_replay.cli.dataset", "duckdb"}  # sql's module and what it runs on
     assert "otel_replay.cli.dataset" in found["loaded"]
+
+
+@pytest.mark.parametrize("command", ["chain", "sql", "verify"])
+def test_a_command_that_reads_a_dataset_loads_no_part_of_the_capture_path(
+    demo_build: Demo, demo_dataset: Path, command: str
+) -> None:
+    dataset = str(demo_dataset)
+    args = {
+        "chain": ["chain", "trade", demo_build.correlation_id, "-d", dataset, "--json"],
+        "sql": ["sql", "SELECT count(*) AS n FROM decisions", "-d", dataset, "--format", "json"],
+        "verify": ["verify", dataset],
+    }[command]
+    found = _loaded_after(args, [*CAPTURE_PATH, "otel_replay.gate.gate", "otel_replay.contracts", "grpc"])
+    assert found["code"] == 0, found["out"]
+    assert found["loaded"] == []
+    shown = {"chain": '"traces"', "sql": '"n": 1', "verify": "verified"}[command]
+    assert shown in found["out"]  # the command did its work: it read the dataset
 
 
 @pytest.mark.parametrize("name", ["nope", "SQL", "sql ", "../sql", "otel_replay.cli.dataset:sql", ""])

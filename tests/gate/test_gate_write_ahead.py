@@ -176,7 +176,7 @@ def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(zygot
 @pytest.mark.parametrize("how", ["exit", "kill"])
 @pytest.mark.parametrize(
     ("step", "converter"),
-    [("converting", "otel_replay.capture.kept_spans"), ("converting_bytes", "otel_replay.capture.write_ahead")],
+    [("converting", "otel_replay.capture.kept_spans"), ("converting_bytes", "otel_replay.capture.log_recovery")],
     ids=["from-held-spans", "from-bytes"],
 )
 def test_a_process_dying_while_converting_its_log_leaves_every_record_once(
