@@ -278,10 +278,15 @@ class AnthropicInstrumentor(BaseInstrumentor):
         capture = content_enabled(kwargs.get("capture_content"))
         check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first captured call
         self._layers = Layers()
-        self._layers.wrap(_MODULE, "Messages.create", sync_wrapper(tracer, _CREATE, capture))
-        self._layers.wrap(_MODULE, "AsyncMessages.create", async_wrapper(tracer, _CREATE, capture))
-        self._layers.wrap(_MODULE, "Messages.stream", _stream_wrapper(tracer, capture))
-        self._layers.wrap(_MODULE, "AsyncMessages.stream", _stream_wrapper(tracer, capture))
+        self._layers.wrap_when_imported(  # anthropic is not imported here if the application has not yet
+            _MODULE,
+            {
+                "Messages.create": sync_wrapper(tracer, _CREATE, capture),
+                "AsyncMessages.create": async_wrapper(tracer, _CREATE, capture),
+                "Messages.stream": _stream_wrapper(tracer, capture),
+                "AsyncMessages.stream": _stream_wrapper(tracer, capture),
+            },
+        )
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._layers.remove()

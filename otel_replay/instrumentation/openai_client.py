@@ -15,7 +15,7 @@ imports in an environment without it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Final
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
@@ -290,10 +290,13 @@ class OpenAIInstrumentor(BaseInstrumentor):
         capture = content_enabled(kwargs.get("capture_content"))
         check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first captured call
         self._layers = Layers()
+        wrappers: dict[str, dict[str, Callable[..., Any]]] = {}
         for module, owner, api, aio in _TARGETS:
             method = _METHODS[api]
             wrapper = async_wrapper(tracer, method, capture) if aio else sync_wrapper(tracer, method, capture)
-            self._layers.wrap(module, f"{owner}.create", wrapper)
+            wrappers.setdefault(module, {})[f"{owner}.create"] = wrapper
+        for module, targets in wrappers.items():  # openai is not imported here if the application has not yet
+            self._layers.wrap_when_imported(module, targets)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._layers.remove()
