@@ -44,6 +44,17 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.dont_write_bytecode = False
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: half as many workers again as the cores this process may use (three on two cores).
+
+    Many tests spend part of their wall waiting (servers, child processes, a lease's expiry, a browser): on an idle
+    machine with two cores, one worker per core left 30% of the CPU unused (410 s of wall for 574 s of CPU), and
+    three workers ran the same suite in 327 s, back to back. ``-n N`` still sets the count.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + max(1, cores // 2)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove this run's bytecode directory, if ``pytest_configure`` made one."""
     cache = config.stash.get(_BYTECODE_CACHE, None)
