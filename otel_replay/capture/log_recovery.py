@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from otel_replay._flock import try_lock
 from otel_replay.location import resolve
 from otel_replay.storage.backend import backend_for
 from otel_replay.storage.outcome_claims import recover_outcomes
@@ -142,14 +143,12 @@ def recover(dataset: str) -> int:
 
     for directory in candidates:
         try:
-            fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = try_lock(directory / "LOCK")
         except OSError:
             continue
+        if fd is None:
+            continue  # a live process's log
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live process's log
             paths = sorted(directory.glob(f"*{WAL_SUFFIX}"))
             if not paths and time.time() - directory.stat().st_mtime < _EMPTY_GRACE_SECONDS:
                 continue  # nothing to convert, and maybe a log being opened right now (before its lock)

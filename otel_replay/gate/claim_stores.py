@@ -21,12 +21,12 @@ backend can do (a directory to lock files in, or not).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from otel_replay._flock import try_lock
 from otel_replay.errors import DatasetError
 from otel_replay.exporters.schema import COMPENSATIONS_DIR
 from otel_replay.exporters.writer import write_bytes_atomic
@@ -107,13 +107,8 @@ class FileClaimStore:
         """``flock`` on ``<key>.lock``, without waiting."""
         self._directory.mkdir(parents=True, exist_ok=True)
         # The lock file is never replaced, so every claimant (thread or process) locks the same inode.
-        fd = os.open(self._directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return Claim(key, self.path(key), {}, fd)
+        fd = try_lock(self._directory / f"{key}.lock")
+        return None if fd is None else Claim(key, self.path(key), {}, fd)
 
     def write(self, claim: Claim, data: bytes, *, final: bool) -> None:
         """Temp file, fsync, rename over the claim (the held lock means nobody else writes it)."""

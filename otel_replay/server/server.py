@@ -23,7 +23,6 @@ counted and named in ``<segment>.report.json``; the segments behind it never wai
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import multiprocessing
@@ -40,6 +39,7 @@ from typing import Any
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay._flock import held_elsewhere
 from otel_replay.capture.write_ahead import CAPTURE_PREFIX
 from otel_replay.capture.write_ahead import recover as recover_capture_logs
 from otel_replay.errors import DatasetError
@@ -120,26 +120,9 @@ def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
         return []
     for directory in candidates:
         count = len(list(directory.glob(f"*{WAL_SUFFIX}")))
-        if count and not _locked(directory / "LOCK"):
+        if count and not held_elsewhere(directory / "LOCK"):
             found.append((directory, count))
     return found
-
-
-def _locked(lock: Path) -> bool:
-    """Whether a serve holds ``lock`` (an ``flock``); a missing or unreadable one counts as not held."""
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops a lock taken here
-    return False
 
 
 class Receiver:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import logging
 import os
 import re
@@ -57,6 +56,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from otel_replay._flock import try_lock
 from otel_replay.exporters.schema import OUTCOMES_DIR, SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
 
@@ -172,12 +172,9 @@ class PendingOutcomes:
         """The name of this instance, its lock taken first (caller holds the store's lock). Raises ``OSError``."""
         if self._lock_fd is None:
             self.lock_path.parent.mkdir(exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise
+            fd = try_lock(self.lock_path)
+            if fd is None:
+                raise BlockingIOError(f"the writer lock {self.lock_path} is held by another descriptor")
             self._lock_fd = fd
         return self.instance
 
@@ -381,14 +378,12 @@ def recover(store: Any) -> int:
         lock = store.directory / WRITERS_DIR / f"{instance}.lock"
         try:
             lock.parent.mkdir(exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = try_lock(lock)
         except OSError:
             continue
+        if fd is None:
+            continue  # its process is alive and converts them itself
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # its process is alive and converts them itself
             written, left = _recover_instance(store, instance)
             rows += written
             if not left:  # rows left (named in the log) keep the lock file: the next recovery tries them again

@@ -23,7 +23,6 @@ is queued with one ``write`` and fsyncs them with one ``fdatasync``.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import mmap
 import os
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from otel_replay._flock import try_lock
 from otel_replay._wire import read_varint
 from otel_replay.errors import OtelReplayError, WalBusyError
 from otel_replay.exporters.writer import fsync_dir
@@ -283,12 +283,10 @@ class WriteAheadLog:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_segment_bytes = max_segment_bytes
-        self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise WalBusyError(f"WAL directory {self.directory} is in use by another otel-replay serve") from None
+        lock_fd = try_lock(self.directory / "LOCK")
+        if lock_fd is None:
+            raise WalBusyError(f"WAL directory {self.directory} is in use by another otel-replay serve")
+        self._lock_fd = lock_fd
         self._write_lock = threading.Lock()
         self._sync_lock = threading.Lock()  # held by an fsync in flight, a seal and close
         self._leader = threading.Condition()  # who fsyncs next; the others wait here for its fsync to cover them
