@@ -371,7 +371,7 @@ def _write_groups(
         repeated: pa.Table | None = None
         seen = Seen()
         for b, batch in enumerate(batches):
-            table = read_files(batch, workers=workers)
+            table = read_files(batch, workers=workers, rows=counts)
             if scan is not None and repeated is None:
                 repeated = scan.result()
             step("read")
