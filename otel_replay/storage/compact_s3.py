@@ -61,7 +61,7 @@ from .compact_steps import (
     swapped_manifest,
     write_file,
 )
-from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, remote_facts_bytes
+from .facts import CurrentFacts, FactsExtractor, facts_name, facts_of_index, remote_facts_bytes
 from .kinds import SPANS, FileKind
 from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, missing_error, output_token, read_remote_manifest, visible_names
@@ -266,6 +266,7 @@ def compact_partition(
         facts: list[pa.Table | Path | None] = []
         counter = 0
         readers = Workers(REMOTE_READERS)
+        extractor = FactsExtractor()  # one DuckDB connection for the facts of every batch, its views defined once
         try:
             for paths in groups:
                 batches = plan_batches(paths, options.max_batch_rows, location, rows=counts)
@@ -280,7 +281,7 @@ def compact_partition(
                     if kind.derived:
                         drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
                         # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
-                        facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
+                        facts.append(extractor.extract(table, Path(spill_dir) / f"{len(facts)}.pq"))
                     report.duplicates_removed += len(drop)
                     order = sort_order(table, drop, kind.sort_key)
                     for start in range(0, len(order), options.target_rows):
@@ -299,10 +300,12 @@ def compact_partition(
                 report.conflicting_kept += seen.conflicting_kept()
         except BaseException:
             readers.close(cancel=True)
+            extractor.close()
             if not written:  # nothing uploaded: the run's token is taken back (later runs' tokens pile up otherwise)
                 _take_back(s3, location, name, lease, token, kind)
             raise
         readers.close()
+        extractor.close()
         step("written")
         step("renamed")  # nothing to rename on an object store
         index_name: str | None = None
