@@ -36,7 +36,7 @@ import logging
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -155,6 +155,7 @@ def clean_partition(
     grace_seconds: float,
     now: float,
     kind: FileKind = SPANS,
+    present: Sequence[str] | None = None,
 ) -> tuple[int, int, Manifest, str | None]:
     """Delete expired superseded objects and unnamed compaction outputs; (superseded, leftovers, manifest, ETag).
 
@@ -163,7 +164,11 @@ def clean_partition(
     returned ETag is the fence's): the output may belong to a holder that
     stalled past its lease and could otherwise still swap a manifest naming
     it. Expired superseded objects are dropped from the returned manifest;
-    the caller swaps it to forget them.
+    the caller swaps it to forget them. Deletes go 1,000 keys a request
+    (:func:`~.objects.delete_many`); only objects of the listing (``present``,
+    else ``names``) count as deleted. An expired object S3 failed to delete
+    twice stays superseded, named in a warning, for the next run; a leftover
+    that cannot be deleted fails the run (its token must stay pending).
     """
     url = location.join(kind.directory, name)
     expired = [n for n, at in manifest.superseded.items() if now - at >= grace_seconds]
@@ -173,8 +178,22 @@ def clean_partition(
     orphans = [n for n in names if output_token(n) in manifest.pending and n not in keep]
     if orphans:
         etag = _fence(s3, location, name, lease, manifest, etag, kind)
-    deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
-    leftovers = sum(objects.delete(s3, location, f"{url}/{n}") for n in orphans)
+    # One DeleteObjects request per 1,000 keys; an expired object the listing does not hold is gone already.
+    there = set(names if present is None else present)
+    done, failed = objects.delete_many(s3, location, url, [n for n in expired if n in there])
+    if failed:  # kept as superseded (out of readers' view): the next run deletes them
+        _log.warning(
+            "otel-replay: %s: %d superseded object(s) could not be deleted and are kept for the next run: %s",
+            url,
+            len(failed),
+            ", ".join(f"{n} ({code})" for n, code in sorted(failed.items())[:20]),
+        )
+    left, stuck = objects.delete_many(s3, location, url, orphans)
+    if stuck:  # their run's token must stay pending, or a later run would read them as live
+        codes = ", ".join(f"{n} ({code})" for n, code in sorted(stuck.items())[:5])
+        raise DatasetError(f"dataset {location.uri}: cannot delete {len(stuck)} leftover(s) under {url}: {codes}")
+    deleted, leftovers = len(done), len(left)
+    expired = [n for n in expired if n not in failed]
     if expired:
         gone = set(expired)  # a set: a partition of 20,000 arrivals made this a quadratic minute
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in gone}
@@ -337,7 +356,8 @@ def compact_partition(
     if options.grace_seconds <= 0:
         grace = options.grace_seconds
         now = time.time()
-        deleted, _, cleaned, _ = clean_partition(s3, location, name, lease, new, etag, [], grace, now, kind)
+        there = [path.rpartition("/")[2] for path in after]  # what is there to delete, from the listing above
+        deleted, _, cleaned, _ = clean_partition(s3, location, name, lease, new, etag, [], grace, now, kind, there)
         report.superseded_deleted += deleted
         swap_manifest(s3, location, name, cleaned, etag, kind=kind)
         step("deleted")
