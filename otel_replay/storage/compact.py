@@ -86,7 +86,7 @@ from .compact_steps import (
     swapped_manifest,
     write_file,
 )
-from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, write_facts
+from .facts import CurrentFacts, FactsExtractor, facts_name, facts_of_index, write_facts
 from .kinds import KINDS, SPANS, FileKind
 from .lease import ObjectLease, PartitionLease
 from .manifest import (
@@ -286,6 +286,7 @@ def _compact_partition(
     manifest.pending[token] = now
     write_manifest(partition, manifest)
     workers = Workers(options.threads)
+    extractor = FactsExtractor()  # one DuckDB connection for the facts of every batch, its views defined once
     swapping = False
     try:
         written, index_parts, facts = _write_groups(
@@ -294,6 +295,7 @@ def _compact_partition(
             report,
             workers,
             options,
+            extractor=extractor,
             counts=counts,
             generation=generation,
             token=token,
@@ -324,6 +326,7 @@ def _compact_partition(
         raise
     finally:
         workers.close()
+        extractor.close()
     step("swapped")
     if kind.derived:
         current.made_current(partition.name, facts_name(generation, token) if has_facts else None)
@@ -346,6 +349,7 @@ def _write_groups(
     workers: Workers,
     options: Options,
     *,
+    extractor: FactsExtractor,
     counts: Mapping[Path, int],
     generation: int,
     token: str,
@@ -355,7 +359,7 @@ def _write_groups(
     """Write every schema group's rows as sorted temp files: (name and rows of each), their index rows, the facts.
 
     Per batch, the facts are extracted while the batch is deduplicated and
-    sorted, and its files are written side by side; the batch is released
+    sorted (through ``extractor``), and its files are written side by side; the batch is released
     only once they are all done, so memory stays bounded by one batch. A kind
     that derives nothing (log records) keeps every row: no duplicates, index rows or facts.
     """
@@ -371,7 +375,7 @@ def _write_groups(
         repeated: pa.Table | None = None
         seen = Seen()
         for b, batch in enumerate(batches):
-            table = read_files(batch, workers=workers)
+            table = read_files(batch, workers=workers, rows=counts)
             if scan is not None and repeated is None:
                 repeated = scan.result()
             step("read")
@@ -380,7 +384,7 @@ def _write_groups(
             # earlier ones are spilled, so memory stays bounded by one batch.
             last = g == len(groups) - 1 and b == len(batches) - 1
             spill = None if last else partition / f"._facts-{token}-{len(facts)}.tmp"
-            extracted = workers.submit(extract_facts, table, spill) if kind.derived else None
+            extracted = workers.submit(extractor.extract, table, spill) if kind.derived else None
             drop: list[int] = []
             if kind.derived:
                 drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)

@@ -36,7 +36,7 @@ import logging
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -61,7 +61,7 @@ from .compact_steps import (
     swapped_manifest,
     write_file,
 )
-from .facts import CurrentFacts, extract_facts, facts_name, facts_of_index, remote_facts_bytes
+from .facts import CurrentFacts, FactsExtractor, facts_name, facts_of_index, remote_facts_bytes
 from .kinds import SPANS, FileKind
 from .lease import ObjectLease
 from .manifest import MANIFEST_NAME, Manifest, missing_error, output_token, read_remote_manifest, visible_names
@@ -155,6 +155,7 @@ def clean_partition(
     grace_seconds: float,
     now: float,
     kind: FileKind = SPANS,
+    present: Sequence[str] | None = None,
 ) -> tuple[int, int, Manifest, str | None]:
     """Delete expired superseded objects and unnamed compaction outputs; (superseded, leftovers, manifest, ETag).
 
@@ -163,7 +164,11 @@ def clean_partition(
     returned ETag is the fence's): the output may belong to a holder that
     stalled past its lease and could otherwise still swap a manifest naming
     it. Expired superseded objects are dropped from the returned manifest;
-    the caller swaps it to forget them.
+    the caller swaps it to forget them. Deletes go 1,000 keys a request
+    (:func:`~.objects.delete_many`); only objects of the listing (``present``,
+    else ``names``) count as deleted. An expired object S3 failed to delete
+    twice stays superseded, named in a warning, for the next run; a leftover
+    that cannot be deleted fails the run (its token must stay pending).
     """
     url = location.join(kind.directory, name)
     expired = [n for n, at in manifest.superseded.items() if now - at >= grace_seconds]
@@ -173,8 +178,22 @@ def clean_partition(
     orphans = [n for n in names if output_token(n) in manifest.pending and n not in keep]
     if orphans:
         etag = _fence(s3, location, name, lease, manifest, etag, kind)
-    deleted = sum(objects.delete(s3, location, f"{url}/{n}") for n in expired)
-    leftovers = sum(objects.delete(s3, location, f"{url}/{n}") for n in orphans)
+    # One DeleteObjects request per 1,000 keys; an expired object the listing does not hold is gone already.
+    there = set(names if present is None else present)
+    done, failed = objects.delete_many(s3, location, url, [n for n in expired if n in there])
+    if failed:  # kept as superseded (out of readers' view): the next run deletes them
+        _log.warning(
+            "otel-replay: %s: %d superseded object(s) could not be deleted and are kept for the next run: %s",
+            url,
+            len(failed),
+            ", ".join(f"{n} ({code})" for n, code in sorted(failed.items())[:20]),
+        )
+    left, stuck = objects.delete_many(s3, location, url, orphans)
+    if stuck:  # their run's token must stay pending, or a later run would read them as live
+        codes = ", ".join(f"{n} ({code})" for n, code in sorted(stuck.items())[:5])
+        raise DatasetError(f"dataset {location.uri}: cannot delete {len(stuck)} leftover(s) under {url}: {codes}")
+    deleted, leftovers = len(done), len(left)
+    expired = [n for n in expired if n not in failed]
     if expired:
         gone = set(expired)  # a set: a partition of 20,000 arrivals made this a quadratic minute
         manifest.superseded = {k: v for k, v in manifest.superseded.items() if k not in gone}
@@ -266,6 +285,7 @@ def compact_partition(
         facts: list[pa.Table | Path | None] = []
         counter = 0
         readers = Workers(REMOTE_READERS)
+        extractor = FactsExtractor()  # one DuckDB connection for the facts of every batch, its views defined once
         try:
             for paths in groups:
                 batches = plan_batches(paths, options.max_batch_rows, location, rows=counts)
@@ -280,7 +300,7 @@ def compact_partition(
                     if kind.derived:
                         drop = exact_duplicates(table, repeated_in(table) if repeated is None else repeated, seen)
                         # the batch as read, as compact.py extracts it (the facts SQL deduplicates like the views)
-                        facts.append(extract_facts(table, Path(spill_dir) / f"{len(facts)}.pq"))
+                        facts.append(extractor.extract(table, Path(spill_dir) / f"{len(facts)}.pq"))
                     report.duplicates_removed += len(drop)
                     order = sort_order(table, drop, kind.sort_key)
                     for start in range(0, len(order), options.target_rows):
@@ -299,10 +319,12 @@ def compact_partition(
                 report.conflicting_kept += seen.conflicting_kept()
         except BaseException:
             readers.close(cancel=True)
+            extractor.close()
             if not written:  # nothing uploaded: the run's token is taken back (later runs' tokens pile up otherwise)
                 _take_back(s3, location, name, lease, token, kind)
             raise
         readers.close()
+        extractor.close()
         step("written")
         step("renamed")  # nothing to rename on an object store
         index_name: str | None = None
@@ -334,7 +356,8 @@ def compact_partition(
     if options.grace_seconds <= 0:
         grace = options.grace_seconds
         now = time.time()
-        deleted, _, cleaned, _ = clean_partition(s3, location, name, lease, new, etag, [], grace, now, kind)
+        there = [path.rpartition("/")[2] for path in after]  # what is there to delete, from the listing above
+        deleted, _, cleaned, _ = clean_partition(s3, location, name, lease, new, etag, [], grace, now, kind, there)
         report.superseded_deleted += deleted
         swap_manifest(s3, location, name, cleaned, etag, kind=kind)
         step("deleted")

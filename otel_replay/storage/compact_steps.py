@@ -12,14 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -33,11 +32,11 @@ from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.location import Location, register_with
 
+from .compact_duck import DUCK_FILES, DUCK_MIN_FILES, duck_read
 from .compact_footer import footer_head
+from .compact_report import CompactReport, PartitionReport, peak_rss
 from .facts import facts_of_index
-from .manifest import (
-    Manifest,
-)
+from .manifest import Manifest
 from .side_index import INDEX_KINDS
 from .span_columns import check_version, has_coarse_times, schema_problem, time_range_problem
 
@@ -129,98 +128,6 @@ class Options:
                 raise ConfigError(f"{name}={value!r} must be at most {MAX_ROWS}")
         if not self.grace_seconds >= 0 or self.grace_seconds == float("inf"):
             raise ConfigError(f"grace_seconds={self.grace_seconds!r} must be a finite number >= 0")
-
-
-@dataclass
-class PartitionReport:
-    """What compaction did to one partition.
-
-    ``status``: ``compacted``; ``current`` (already one compacted layout, nothing
-    new); ``busy`` (another compactor holds its lease); ``empty``. ``rows``:
-    ``spans``, or ``log records`` for a ``logs/date=…`` partition.
-    """
-
-    partition: str
-    status: str
-    input_files: int = 0
-    input_rows: int = 0
-    output_files: int = 0
-    output_rows: int = 0
-    duplicates_removed: int = 0
-    conflicting_kept: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    superseded_deleted: int = 0
-    leftovers_deleted: int = 0
-    dropped_missing: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    rows: str = "spans"
-
-
-@dataclass
-class CompactReport:
-    """What :func:`compact` did, per partition, plus totals."""
-
-    partitions: list[PartitionReport] = field(default_factory=list)
-    seconds: float = 0.0
-    peak_rss_bytes: int = 0
-
-    def _sum(self, name: str) -> int:
-        return sum(int(getattr(p, name)) for p in self.partitions)
-
-    @property
-    def input_rows(self) -> int:
-        """Span rows read, over every compacted span partition."""
-        return sum(p.input_rows for p in self.partitions if p.rows == "spans")
-
-    @property
-    def output_rows(self) -> int:
-        """Span rows written, over every compacted span partition."""
-        return sum(p.output_rows for p in self.partitions if p.rows == "spans")
-
-    @property
-    def log_rows(self) -> int:
-        """Log record rows rewritten, over every compacted log partition (as many as were read: all are kept)."""
-        return sum(p.output_rows for p in self.partitions if p.rows != "spans")
-
-    @property
-    def duplicates_removed(self) -> int:
-        """Exact duplicate rows removed, over every partition."""
-        return self._sum("duplicates_removed")
-
-    @property
-    def conflicting_kept(self) -> int:
-        """Rows kept although another row has the same ids with different content."""
-        return self._sum("conflicting_kept")
-
-    @property
-    def dropped_missing(self) -> list[str]:
-        """Compacted files a manifest listed but that were missing, dropped from it (``drop_missing``): spans lost."""
-        return [f"{p.partition}/{name}" for p in self.partitions for name in p.dropped_missing]
-
-    @property
-    def busy(self) -> list[str]:
-        """Partitions skipped because another compactor held their lease."""
-        return [p.partition for p in self.partitions if p.status == "busy"]
-
-    def to_dict(self) -> dict[str, object]:
-        """A JSON-ready summary."""
-        return {
-            "seconds": round(self.seconds, 3),
-            "peak_rss_bytes": self.peak_rss_bytes,
-            "input_rows": self.input_rows,
-            "output_rows": self.output_rows,
-            "log_rows": self.log_rows,
-            "duplicates_removed": self.duplicates_removed,
-            "conflicting_kept": self.conflicting_kept,
-            "dropped_missing": self.dropped_missing,
-            "partitions": [vars(p) for p in self.partitions],
-        }
-
-
-def peak_rss() -> int:
-    """The most memory (RSS, bytes) this process has held so far."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class Workers:
@@ -643,20 +550,26 @@ GATHER_ROWS = 65_536
 
 
 def read_files(
-    paths: Sequence[Path | str], location: Location | None = None, workers: Workers | None = None
+    paths: Sequence[P],
+    location: Location | None = None,
+    workers: Workers | None = None,
+    rows: Mapping[P, int] | None = None,
 ) -> pa.Table:
-    """The rows of ``paths`` (one schema) as one contiguous table, read file by file.
+    """The rows of ``paths`` (one schema) as one contiguous table.
 
-    At most :data:`READ_AHEAD` files are being read at once, and the files
-    read are gathered into contiguous pieces (:data:`GATHER_FILES` files,
-    then :data:`GATHER_ROWS` rows): memory is the batch plus a few files,
-    whatever the number of files (a batch of 20,000 small files is neither
-    20,000 chunks per column, each with its own buffers, nor 20,000 files
-    read at once).
+    Local files whose footers' ``rows`` are given are read by DuckDB
+    :data:`~.compact_duck.DUCK_FILES` at a time (:func:`~.compact_duck.duck_read`);
+    otherwise, and for a chunk it does not read exactly, file by file. At
+    most :data:`READ_AHEAD` files (or two chunks) are being read at once, and
+    what is read is gathered into contiguous pieces (:data:`GATHER_FILES`
+    tables, then :data:`GATHER_ROWS` rows): memory is the batch plus a few
+    files, whatever the number of files (a batch of 20,000 small files is
+    neither 20,000 chunks per column, each with its own buffers, nor 20,000
+    files read at once).
     """
     workers = workers or Workers(1)
     # No name here may keep the chunked table: _contiguous frees its chunks column by column.
-    return _contiguous(_load(paths, location, workers), workers)
+    return _contiguous(_load(paths, location, workers, rows), workers)
 
 
 def _ahead(fn: Callable[[T], R], items: Iterable[T], workers: Workers, depth: int = 0) -> Generator[R, None, None]:
@@ -684,9 +597,31 @@ def _ahead(fn: Callable[[T], R], items: Iterable[T], workers: Workers, depth: in
                 future.exception()
 
 
-def _file_tables(paths: Sequence[Path | str], location: Location | None, workers: Workers) -> Iterator[pa.Table]:
-    """Each file's table in order, read on ``workers`` at most :data:`READ_AHEAD` files ahead."""
-    return _ahead(lambda path: _read_one(path, location), paths, workers)
+def _file_tables(
+    paths: Sequence[Path | str], location: Location | None, workers: Workers, rows: Mapping[Any, int] | None = None
+) -> Iterator[pa.Table]:
+    """The files' rows in order, as tables of one file or of a chunk of files.
+
+    Local files with known ``rows`` are read a DuckDB chunk at a time (two chunks ahead); the rest, and a chunk
+    DuckDB does not read exactly, file by file at most :data:`READ_AHEAD` files ahead.
+    """
+    if location is not None or rows is None or len(paths) < DUCK_MIN_FILES:
+        yield from _ahead(lambda path: _read_one(path, location), paths, workers)
+        return
+    chunks = [paths[i : i + DUCK_FILES] for i in range(0, len(paths), DUCK_FILES)]
+    scans = _ahead(lambda chunk: _read_chunk(chunk, rows), chunks, workers, depth=2)
+    for chunk, (first, rest) in zip(chunks, scans, strict=True):
+        yield first
+        if rest is None:  # a damaged file, or an answer that is not the chunk: the read that names the file
+            yield from _ahead(lambda path: _read_one(path, location), chunk[1:], workers)
+        else:
+            yield rest
+
+
+def _read_chunk(chunk: Sequence[Path | str], rows: Mapping[Any, int]) -> tuple[pa.Table, pa.Table | None]:
+    """A chunk's first file read by pyarrow, and the rest by DuckDB as that file's schema (``None``: file by file)."""
+    first = _read_one(chunk[0])
+    return first, duck_read(chunk[1:], first.schema, sum(rows[p] for p in chunk[1:]))
 
 
 class _Gather:
@@ -715,7 +650,9 @@ class _Gather:
         return piece
 
 
-def _load(paths: Sequence[Path | str], location: Location | None, workers: Workers) -> pa.Table:
+def _load(
+    paths: Sequence[Path | str], location: Location | None, workers: Workers, rows: Mapping[Any, int] | None = None
+) -> pa.Table:
     """The rows of ``paths`` as read: a few contiguous pieces (see :func:`read_files`) in one chunked table."""
     schema: pa.Schema | None = None
     files = _Gather(GATHER_FILES, GATHER_ROWS)
@@ -727,7 +664,7 @@ def _load(paths: Sequence[Path | str], location: Location | None, workers: Worke
         if made is not None:
             pieces.append(made)
 
-    for table in _file_tables(paths, location, workers):
+    for table in _file_tables(paths, location, workers, rows):
         if schema is None:  # the id keys of the first file describe its rows only: never carried into a batch
             metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != ID_KEYS_METADATA_KEY}
             schema = table.schema.with_metadata(metadata)
@@ -764,7 +701,6 @@ def _contiguous(table: pa.Table, workers: Workers) -> pa.Table:
     by_size = sorted(range(len(columns)), key=lambda i: -sizes[i])
     futures = {i: workers.submit(combine, i) for i in by_size}
     return pa.Table.from_arrays([futures[i].result() for i in range(len(schema))], schema=schema)
-
 
 
 def swapped_manifest(

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from otel_replay.errors import CorruptFileError
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.storage import compact, live_files
+from otel_replay.storage.compact_duck import duck_read
 from otel_replay.storage.manifest import MANIFEST_NAME, is_compacted_name, partition_dirs
 
 from .conftest import ReadWatch, count_rows
@@ -35,15 +39,44 @@ def _small_bounds(monkeypatch: pytest.MonkeyPatch) -> int:
     return compact_module.GATHER_FILES + compact_module.READ_AHEAD + 2
 
 
+class ChunkWatch:
+    """Records the files compaction hands to DuckDB, a chunk at a time (``duck_read``); ``refuse``: it answers None,
+    as for a chunk it cannot read exactly, so every file is read on its own."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, refuse: bool = False) -> None:
+        self.chunks: list[list[str]] = []
+        real = compact_module.duck_read
+
+        def scanning(paths: Any, schema: Any, rows: int) -> Any:
+            self.chunks.append([str(p) for p in paths])
+            return None if refuse else real(paths, schema, rows)
+
+        monkeypatch.setattr(compact_module, "duck_read", scanning)
+
+    @property
+    def scanned(self) -> list[str]:
+        return [p for chunk in self.chunks for p in chunk]
+
+
 @pytest.mark.slow
-def test_many_small_files_are_read_one_by_one_and_never_held_all_at_once(make_dataset, monkeypatch) -> None:
+@pytest.mark.parametrize("duck", ["reads chunks", "refuses"])
+def test_many_small_files_are_read_in_bounded_chunks_or_one_by_one_never_all_at_once(
+    make_dataset, monkeypatch, duck
+) -> None:
     path, figures = _many(make_dataset)
     inputs = live_files(path)
     held = _small_bounds(monkeypatch)
+    monkeypatch.setattr(compact_module, "DUCK_FILES", 8)
     assert len(inputs) > 3 * held  # so holding one table per file would show
     watch = ReadWatch(monkeypatch)
+    chunks = ChunkWatch(monkeypatch, refuse=duck == "refuses")
     report = compact(path, grace_seconds=0, threads=2)
-    assert sorted(watch.read) == sorted(inputs)  # every file read once, on its own
+    assert chunks.chunks and max(len(chunk) for chunk in chunks.chunks) <= 8 - 1  # a chunk's first file: pyarrow
+    if duck == "refuses":  # every file then read on its own, exactly once
+        assert sorted(watch.read) == sorted(inputs)
+    else:  # every file read once: alone (a chunk's first) or in one DuckDB chunk
+        assert sorted(watch.read + chunks.scanned) == sorted(inputs)
+        assert len(watch.read) < len(inputs) // 4
     # a batch of ~75 files never holds them all as tables: a gathered piece, the files read ahead, the one in hand
     assert watch.peak <= held
     assert report.duplicates_removed == figures["duplicates_written"]
@@ -69,12 +102,88 @@ def test_each_footer_is_parsed_once_and_most_by_their_bytes_before_the_rows_are_
 
     monkeypatch.setattr(compact_module, "ParquetReader", Counting)
     monkeypatch.setattr(compact_module.pq, "read_metadata", no_metadata)
+    monkeypatch.setattr(compact_module.pq, "read_schema", no_metadata)
+    chunks = ChunkWatch(monkeypatch)
     compact(path, grace_seconds=0, max_batch_rows=50)  # many batches: their rows come from the first pass
-    # Once for the rows; the schema check parses with pyarrow only the first file of each partition (the rest
-    # repeat its schema's bytes, compared raw: storage/compact_footer.py).
-    assert sorted(set(opened)) == sorted(inputs)
+    # Once for the rows (by pyarrow, or by DuckDB in a chunk); the schema check parses with pyarrow only the first
+    # file of each partition (the rest repeat its schema's bytes, compared raw: storage/compact_footer.py).
+    assert chunks.scanned and not set(chunks.scanned) & set(opened)
+    assert sorted(set(opened) | set(chunks.scanned)) == sorted(inputs)
     twice = [path for path in set(opened) if opened.count(path) == 2]
-    assert len(opened) == len(inputs) + len(twice) and len(twice) == len(partition_dirs(path))
+    assert len(opened) == len(set(opened)) + len(twice) and len(twice) == len(partition_dirs(path))
+
+
+def _hostile(like: pa.Table) -> pa.Table:
+    """Rows of ``like``'s schema holding values a decoder may get wrong: bounds, NaN, NUL, empty and null lists."""
+    rows = [dict(like.slice(0, 1).to_pylist()[0]) for _ in range(6)]
+    utc = dt.UTC
+    rows[0] |= {"events": [], "links": None, "decision_confidence": math.nan, "attributes": "nul\x00 é 😀"}
+    rows[1] |= {"events": None, "links": [], "decision_confidence": -0.0, "outcome_correct": None}
+    rows[2] |= {"events": [{"time": None, "name": None, "attributes": None}], "status_message": ""}
+    rows[3] |= {"start_time": dt.datetime(1677, 9, 22, tzinfo=utc), "end_time": dt.datetime(2262, 4, 11, tzinfo=utc)}
+    rows[4] |= {"decision_confidence": math.inf, "dropped_attributes_count": -(2**31), "duration_ns": 2**63 - 1}
+    rows[5] |= {"parent_span_id": None, "correlation_id": None, "resource_attributes": "{" * 500}
+    for i, row in enumerate(rows):
+        row["span_id"] = f"hostile{i}"
+    return pa.Table.from_pylist(rows, schema=like.schema)
+
+
+def test_a_chunk_read_by_duckdb_is_exactly_what_the_file_by_file_read_gives(make_dataset, monkeypatch) -> None:
+    path, _ = _many(make_dataset)
+    files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
+    first = pq.read_table(files[0])
+    first_ns = first.column("start_time").cast(pa.int64())[0].as_py() + 1  # a nanosecond DuckDB must not round
+    for i in (5, 17, 30):  # hostile rows among ordinary ones, written as the writer writes a file
+        table = pq.read_table(files[i])
+        pq.write_table(pa.concat_tables([table, _hostile(first)]), files[i], compression="zstd")
+    odd = pq.read_table(files[9])
+    times = pa.array([first_ns] * odd.num_rows, pa.int64()).cast(odd.schema.field("end_time").type)
+    pq.write_table(odd.set_column(odd.schema.get_field_index("end_time"), "end_time", times), files[9])
+    rows = {f: pq.read_metadata(f).num_rows for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    chunks = ChunkWatch(monkeypatch)
+    for threads in (1, 2):
+        scanned = compact_module.read_files(files, workers=compact_module.Workers(threads), rows=rows)
+        assert scanned.schema.equals(expected.schema, check_metadata=True)
+        assert scanned.num_rows == expected.num_rows == sum(rows.values())
+        plain = pa.schema([f.with_type(compact_module._plain_type(f.type)) for f in expected.schema])
+        # in order, to the nanosecond; NaN and -0.0 compared by repr
+        assert repr(scanned.cast(plain).to_pylist()) == repr(expected.cast(plain).to_pylist())
+    assert len(chunks.scanned) == 2 * (len(files) - 1)  # all but the first file, by DuckDB, on each run
+    nan = [v for v in scanned.column("decision_confidence").to_pylist() if v is not None and math.isnan(v)]
+    assert len(nan) == 3
+
+
+def test_an_answer_that_is_not_the_chunk_is_refused(make_dataset) -> None:
+    path, _ = _many(make_dataset)
+    files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
+    schema = pq.read_schema(files[0])
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    assert duck_read(files, schema, rows) is not None
+    assert duck_read(files, schema, rows + 1) is None  # a row count other than the footers'
+    other = schema.set(schema.get_field_index("duration_ns"), pa.field("duration_ns", pa.int8()))
+    assert duck_read(files, other, rows) is None  # values the group's type cannot hold: no truncating cast
+    Path(files[9]).write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")  # a file it cannot read
+    assert duck_read(files, schema, rows) is None
+
+
+def test_a_damaged_page_in_a_chunk_is_named_by_the_file_by_file_read(make_dataset, monkeypatch) -> None:
+    path, _ = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    names = sorted(n for n in os.listdir(partition) if n.endswith(".parquet"))
+    victim = partition / names[len(names) // 2]
+    data = bytearray(victim.read_bytes())
+    data[4:300] = os.urandom(296)  # its pages are noise; its magic and footer are intact
+    victim.write_bytes(bytes(data))
+    watch = ReadWatch(monkeypatch)
+    chunks = ChunkWatch(monkeypatch)
+    before = sorted(os.listdir(partition))
+    with pytest.raises(CorruptFileError, match=victim.name):
+        compact(path, partitions=[partition.name])
+    assert str(victim) in chunks.scanned and watch.read  # DuckDB refused the chunk; the read file by file named it
+    left = os.listdir(partition)
+    assert sorted(n for n in left if n != MANIFEST_NAME) == sorted(n for n in before if n != MANIFEST_NAME)
+    assert MANIFEST_NAME not in left or '"pending": {}' in (partition / MANIFEST_NAME).read_text().replace("\n", "")
 
 
 @pytest.mark.slow

@@ -1,0 +1,82 @@
+"""Many small local files of a compaction batch read a chunk at a time by DuckDB, rather than one pyarrow read each.
+
+Reading a 10-row span file with pyarrow costs 1.2-1.6 ms of CPU here, most of
+it per column chunk and per file, whatever the rows; a day of 20,000 such
+files spent most of its compaction there. DuckDB's ``read_parquet`` over a
+list of files decodes the same pages in C++ at about half the CPU a file
+(``benchmarks/bench_many_files.py``, tenth session).
+
+A chunk is at most :data:`DUCK_FILES` files, read on one DuckDB thread
+(compaction's workers read the next chunk beside it), so memory is one
+chunk's rows per worker whatever the number of files. (The fifth session
+scanned a whole batch, some 10,000 files, in one query on two DuckDB threads:
+1.6 GB of RSS on the 20,660-file day, and reverted it.)
+
+The chunk's first file is read by pyarrow (no footer is parsed twice: its
+schema is the one the rest is cast to). DuckDB's answer for the rest is taken
+only when it is exactly those files: the columns of that schema, in its order, each cast back to its type
+(DuckDB spells the UTC zone ``Etc/UTC`` and a list's item ``l``; the cast is
+checked, never lossy), and as many rows as the files' footers count. Anything
+else (an error on a damaged page, a row count that differs, a type it reads
+another way) answers ``None``, and the caller reads that chunk's files one by
+one as before, which names a damaged file. So the guarantees of compaction (a
+corrupt file is named and nothing is changed, schema versions never mixed,
+nothing lost) do not depend on this path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from otel_replay import _duck as duck
+from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
+
+__all__ = ["DUCK_FILES", "DUCK_MIN_FILES", "duck_read"]
+
+_log = logging.getLogger("otel_replay")
+
+DUCK_MIN_FILES = 16
+"""Below this many files a batch is read file by file (a DuckDB connection and query cost about 2-5 ms)."""
+
+DUCK_FILES = 256
+"""Files read by one DuckDB query (2,560 rows of 10-span files; a few MB of Arrow whatever the batch)."""
+
+
+def duck_read(paths: Sequence[Path | str], schema: pa.Schema, expected_rows: int) -> pa.Table | None:
+    """The rows of ``paths`` (local files of one schema group) read by DuckDB, in file order; ``None``: not usable.
+
+    ``schema``: the group's Arrow schema, as pyarrow read the chunk's first
+    file (its metadata, less the file's own id keys, is the answer's).
+    ``expected_rows``: the rows the files' footers count. ``None`` when DuckDB
+    fails on any file, or its answer is not exactly the chunk's columns and
+    rows (see the module docstring): the caller then reads the files one by one.
+    """
+    if not paths:
+        return None
+    plain = schema.remove_metadata()
+    con = duck.connect()
+    try:
+        # one thread: the scan runs on a compaction worker, beside another reading the next chunk
+        con.execute("SET threads = 1")
+        con.execute("SET preserve_insertion_order = true")  # rows in file order, as the per-file read gives them
+        table = con.sql(
+            "SELECT * FROM read_parquet($files, hive_partitioning = false, union_by_name = false)",
+            params={"files": [str(p) for p in paths]},
+        ).to_arrow_table()
+        if table.schema.names != plain.names:
+            return None
+        table = table.cast(plain)  # checked: a value the group's type cannot hold raises, never truncates
+    except (duckdb.Error, pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        _log.debug("otel-replay: DuckDB could not read %d files (%s); reading them one by one", len(paths), exc)
+        return None
+    finally:
+        con.close()
+    if table.num_rows != expected_rows:
+        return None
+    metadata = {k: v for k, v in (schema.metadata or {}).items() if k != ID_KEYS_METADATA_KEY}
+    return table.replace_schema_metadata(metadata)
