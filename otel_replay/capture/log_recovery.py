@@ -13,6 +13,7 @@ converted (and the converter not imported) unless a log or an outcome is left.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -83,7 +84,11 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     after it) is salvaged as the receiver salvages a quarantined one
     (:func:`otel_replay.storage.convert.salvage_segment`, same file names):
     every record that checks out lands, and what was lost is logged as an
-    error. An ``OSError`` (disk full) is raised: the segment stays for the next try.
+    error. A segment that lost records or spans is kept, as the receiver
+    keeps one, in ``<directory>/quarantine/`` with a ``<segment>.report.json``
+    (the bytes of an acknowledged record, e.g. an intent, are never deleted);
+    any other is deleted. An ``OSError`` (disk full) is raised: the segment
+    stays for the next try.
     """
     # start-up cost: the receiver's converter loads only when a gate's log is converted
     from otel_replay.storage.convert import salvage_segment
@@ -98,18 +103,56 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
         except Exception as exc:  # noqa: BLE001 - damaged content: salvage what checks out, say what did not
             report = salvage_segment(str(segment.path), dataset, prefix)
             rows += report.rows
+            kept = _quarantine(segment.path, report) if report.records_dropped or report.spans_dropped else None
             _log.error(
                 "otel-replay: capture write-ahead log segment %s could not be converted whole (%s); salvaged %d "
-                "span(s), dropped %d span(s) and %d record(s)%s",
+                "span(s), dropped %d span(s) and %d record(s)%s%s",
                 segment.path,
                 exc,
                 report.rows,
                 report.spans_dropped,
                 report.records_dropped,
                 f"; first: {report.reasons[0]}" if report.reasons else "",
+                f"; the segment is kept in {kept}" if kept is not None else "",
             )
         segment.path.unlink(missing_ok=True)
     return rows
+
+
+QUARANTINE = "quarantine"
+"""Where, in a capture log's directory, a segment that lost records to damage is kept (as the receiver keeps one)."""
+
+
+def _quarantine(path: Path, report: Any) -> Path:
+    """Keep the damaged segment ``path`` in ``quarantine/`` beside it, with the salvage's report; the kept path."""
+    # start-up cost: the writer's helpers load only when a damaged log is found
+    from otel_replay.exporters.writer import fsync_dir
+
+    folder = path.parent / QUARANTINE
+    folder.mkdir(exist_ok=True)
+    kept = folder / path.name
+    text = json.dumps(
+        {
+            "segment": path.name,
+            "spans_written": report.rows,
+            "spans_dropped": report.spans_dropped,
+            "records_dropped": report.records_dropped,
+            "bytes_skipped": report.bytes_skipped,
+            "reasons": report.reasons,
+        },
+        indent=1,
+    )
+    report_path = folder / f"{path.stem}.report.json"
+    temp = folder / f".{report_path.name}.tmp"
+    with open(temp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, report_path)
+    os.replace(path, kept)  # the report first: a segment in quarantine always has one
+    fsync_dir(folder)
+    fsync_dir(path.parent)
+    return kept
 
 
 def _recover_outcomes(dataset: str) -> int:
@@ -158,7 +201,11 @@ def recover(dataset: str) -> int:
             except Exception as exc:  # noqa: BLE001 - kept for the next try, never dropped
                 _log.error("otel-replay: recovering the capture write-ahead log %s failed: %s", directory, exc)
                 continue
-            shutil.rmtree(directory, ignore_errors=True)
+            if (directory / QUARANTINE).is_dir():  # kept for inspection: the rest of the directory is converted
+                for leftover in directory.glob(f"*{WAL_SUFFIX}"):
+                    leftover.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(directory, ignore_errors=True)
         finally:
             os.close(fd)
     if rows:

@@ -10,6 +10,7 @@ write-ahead log to Parquet. The dataset is then reopened and checked.
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -322,7 +323,7 @@ def test_a_damaged_log_left_behind_is_salvaged_record_by_record(zygote, tmp_path
     with otel_replay.open(dataset) as store:  # was: the log kept failing, and the commit never reached Parquet
         assert _gates(store, decision_id) == ["committed"]
     assert "could not be converted whole" in caplog.text and "dropped 0 span(s) and 1 record(s)" in caplog.text
-    assert not list((dataset / "_wal").glob("capture-*"))
+    assert not list((dataset / "_wal").glob("capture-*/*.wal"))  # nothing left to convert (the damaged one: kept)
 
 
 def test_a_process_that_exits_without_shutdown_converts_its_log_at_exit(zygote, tmp_path):
@@ -655,3 +656,24 @@ def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_onc
         assert ours.SerializeToString(deterministic=True) == encode_spans([span]).SerializeToString(deterministic=True)
     assert all(len(kept) <= 3 for prefixes in write_ahead._PREFIXES.values() for kept in prefixes.values())
     assert all(len(prefixes) <= 2 for prefixes in write_ahead._PREFIXES.values())
+
+
+
+def test_a_damaged_record_in_a_dead_processes_log_is_kept_for_inspection_not_deleted(zygote, tmp_path, caplog):
+    dataset, decision_id = _left_behind(zygote, tmp_path)
+    (segment,) = (dataset / "_wal").glob("capture-*/*.wal")
+    data = bytearray(segment.read_bytes())
+    data[40] ^= 0x01  # inside the intent; the commit record after it is whole
+    segment.write_bytes(bytes(data))
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["committed"]
+    assert "could not be converted whole" in caplog.text and "kept in" in caplog.text
+    # Was: the segment was deleted once salvaged: the intent's bytes, the only copy of what it held, were gone.
+    kept = segment.parent / "quarantine" / segment.name
+    assert kept.read_bytes() == bytes(data)
+    report = json.loads(kept.with_name(kept.stem + ".report.json").read_text())
+    assert report["segment"] == segment.name and report["records_dropped"] == 1 and report["spans_written"] == 1
+    with otel_replay.open(dataset) as store:  # a later recovery leaves it where it is and adds nothing twice
+        assert _gates(store, decision_id) == ["committed"]
+        _no_row_twice(store)
+    assert kept.read_bytes() == bytes(data)
