@@ -677,3 +677,35 @@ def test_a_damaged_record_in_a_dead_processes_log_is_kept_for_inspection_not_del
         assert _gates(store, decision_id) == ["committed"]
         _no_row_twice(store)
     assert kept.read_bytes() == bytes(data)
+
+
+@pytest.mark.parametrize("failing", ["intent", "committed"])
+def test_a_gate_record_whose_fsync_failed_is_stored_once(tmp_path, monkeypatch, failing):
+    import errno
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    ledger = otel_replay.ReferenceLedger(100)
+    gate = otel_replay.ActionGate(ledger, dataset=dataset)
+    real = os.fdatasync
+    calls: list[int] = []
+
+    def flaky(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == (1 if failing == "intent" else 2):  # the log's disk reports an I/O error once
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    with otel_replay.configure(dataset, set_global=False):
+        monkeypatch.setattr(os, "fdatasync", flaky)
+        try:
+            gate.commit(otel_replay.Action("refund", {"order": "o-5"}, cost=1.0), record_id="d-5")
+        except otel_replay.GateError:
+            assert failing == "intent"
+        monkeypatch.setattr(os, "fdatasync", real)
+    with otel_replay.open(dataset) as store:
+        # Was: the record's bytes stayed in the log (written, not synced) while its span went to the batch queue
+        # as one that never reached the log: converted from both, it was stored twice.
+        _no_row_twice(store)
+        expected = ["intent", "commit_refused"] if failing == "intent" else ["intent", "committed"]
+        assert sorted(_gates(store, "d-5")) == sorted(expected)
