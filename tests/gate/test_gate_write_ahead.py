@@ -658,7 +658,6 @@ def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_onc
     assert all(len(prefixes) <= 2 for prefixes in write_ahead._PREFIXES.values())
 
 
-
 def test_a_damaged_record_in_a_dead_processes_log_is_kept_for_inspection_not_deleted(zygote, tmp_path, caplog):
     dataset, decision_id = _left_behind(zygote, tmp_path)
     (segment,) = (dataset / "_wal").glob("capture-*/*.wal")
@@ -709,3 +708,105 @@ def test_a_gate_record_whose_fsync_failed_is_stored_once(tmp_path, monkeypatch, 
         _no_row_twice(store)
         expected = ["intent", "commit_refused"] if failing == "intent" else ["intent", "committed"]
         assert sorted(_gates(store, "d-5")) == sorted(expected)
+
+
+_LIVE = textwrap.dedent(
+    """
+    import sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, ReferenceLedger
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+    gate.commit(Action("refund", {"order": "live-1"}, cost=1.0), record_id="live-1")
+    print(telemetry.log.directory, flush=True)
+    sys.stdin.readline()  # another process opens the dataset meanwhile
+    gate.commit(Action("refund", {"order": "live-2"}, cost=1.0), record_id="live-2")
+    telemetry.shutdown()
+    """
+)
+
+
+def test_a_reader_opening_the_dataset_leaves_a_live_processes_log_to_it(zygote, tmp_path, monkeypatch):
+    dataset = tmp_path / "traces"
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    with zygote.popen(_LIVE, str(dataset), stdin=True) as child:
+        assert child.stdin is not None
+        directory = Path(child.stdout.readline().strip())
+        segments = sorted(p.name for p in directory.glob("*.wal"))
+        with otel_replay.open(dataset) as store:  # recovers what dead processes left: not this one's log
+            assert _gates(store, "live-1") == []
+        assert sorted(p.name for p in directory.glob("*.wal")) == segments
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        _, err = child.communicate()
+    assert child.returncode == 0, err
+    with otel_replay.open(dataset) as store:
+        for decision_id in ("live-1", "live-2"):  # the one acknowledged after the reader came and went too
+            assert _gates(store, decision_id) == ["intent", "committed"], decision_id
+        _no_row_twice(store)
+
+
+_RECOVERER = textwrap.dedent(
+    """
+    import sys, time
+    import otel_replay
+    import otel_replay.storage.convert as convert
+
+    real = convert.ChunkWriter.flush
+
+    def slow_flush(self):  # a slow disk: the two recoveries overlap
+        time.sleep(0.5)
+        real(self)
+
+    convert.ChunkWriter.flush = slow_flush
+    print("start", flush=True)
+    otel_replay.open(sys.argv[1]).close()
+    """
+)
+
+
+def test_two_processes_recovering_one_dead_log_at_once_store_each_record_once(zygote, tmp_path, monkeypatch):
+    dataset, decision_id = _left_behind(zygote, tmp_path)
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    recoverers = [zygote.popen(_RECOVERER, str(dataset), env=env) for _ in range(2)]
+    said = [r.communicate() for r in recoverers]
+    for recoverer, (out, err) in zip(recoverers, said, strict=True):
+        assert recoverer.returncode == 0 and out == "start\n", err
+        assert "failed" not in err and "Error" not in err, err  # neither tripped over the other's conversion
+    assert not list((dataset / "_wal").glob("capture-*"))
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+        _no_row_twice(store)
+
+
+def test_a_clock_stepped_back_inside_the_rail_leaves_the_commit_answering_its_intent(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    real = time.time_ns
+
+    class Rail:
+        def commit(self, action):  # NTP steps the clock back two days while the payment is in flight
+            monkeypatch.setattr(time, "time_ns", lambda: real() - 2 * 86_400 * 10**9)
+            return {"receipt_id": "r-back"}
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    with otel_replay.configure(dataset, set_global=False):
+        with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({}), correlation_id="t-b") as d:
+            action = otel_replay.Action("refund", {"order": "o-b"}, cost=2.0)
+            d.act(action)
+            gate.commit(action, record_id=d.record_id)
+    monkeypatch.setattr(time, "time_ns", real)
+    with otel_replay.open(dataset) as store:
+        assert sorted(_gates(store, d.record_id)) == ["committed", "intent"]  # the commit recorded "before" it
+        assert store.unknown_commits_for(d.record_id) == []
+        assert store.verify(None).problems == [] and store.verify(None).unknown_commits == []
+        assert [r["receipt_id"] for r in reads.receipts_for(store, d.record_id)] == ["r-back"]
+        _no_row_twice(store)

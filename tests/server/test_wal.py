@@ -422,7 +422,6 @@ def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_
     assert list(read_records(segment.path)) == [b"\x0afirst", b"\x0aafter"]  # the partial batch was cut off
 
 
-
 def test_a_batch_whose_fdatasync_failed_is_cut_off_and_no_appender_of_it_is_told_it_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
