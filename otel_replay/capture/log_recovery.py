@@ -26,7 +26,7 @@ from otel_replay.location import resolve
 from otel_replay.storage.backend import backend_for
 from otel_replay.storage.outcome_claims import recover_outcomes
 
-__all__ = ["CAPTURE_PREFIX", "convert_log_segment", "log_root", "recover", "segment_prefix"]
+__all__ = ["CAPTURE_PREFIX", "convert_log_segment", "log_root", "quarantined", "recover", "segment_prefix"]
 
 _log = logging.getLogger(__name__)
 
@@ -91,13 +91,26 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     stays for the next try.
     """
     # start-up cost: the receiver's converter loads only when a gate's log is converted
-    from otel_replay.storage.convert import salvage_segment
+    from otel_replay.storage.convert import Salvage, salvage_segment
 
     rows = 0
     for segment in segments:
         prefix = segment_prefix(directory, segment.segment_id)
         try:
-            rows += convert_log_segment(segment.path, dataset, prefix)
+            written = convert_log_segment(segment.path, dataset, prefix)
+            rows += written
+            tail = _damaged_tail(segment.path)
+            if tail is not None:
+                report = Salvage(rows=written, records_dropped=1, bytes_skipped=tail.size)
+                report.note(f"bytes {tail.offset}-{tail.offset + tail.size}: a whole record that fails its checksum")
+                _log.error(
+                    "otel-replay: capture write-ahead log segment %s ends in a record that is whole but fails its "
+                    "checksum (damage, not a write a crash cut short: it may be an acknowledged intent); converted "
+                    "%d span(s) before it; the segment is kept in %s",
+                    segment.path,
+                    written,
+                    _quarantine(segment.path, report),
+                )
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001 - damaged content: salvage what checks out, say what did not
@@ -117,6 +130,46 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
             )
         segment.path.unlink(missing_ok=True)
     return rows
+
+
+def _damaged_tail(path: Path) -> Any:
+    """The tail :class:`~otel_replay.storage.wal.Gap` of ``path`` when it is damage, else ``None``.
+
+    The reader takes bad bytes with nothing whole after them, at the end of a
+    segment never sealed, for a record a crash cut short (never
+    acknowledged). A crash cuts a write short: its record claims more bytes
+    than the file holds. A first bad record that the file holds whole (a
+    flipped bit, a format this version cannot read) is damage; in a capture
+    log that last record is often an intent, the one record that says a
+    payment may have gone through.
+    """
+    # start-up cost: the log's format loads only when a log is left to recover
+    from otel_replay.storage.wal import Gap, scan_records
+
+    last = None
+    for item in scan_records(path):
+        last = item
+    if not isinstance(last, Gap) or not last.tail:
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(last.offset)
+        header = handle.read(8)
+    if len(header) < 8 or 8 + int.from_bytes(header[:4], "little") > last.size:
+        return None  # a header or record cut short: the write a crash interrupted
+    return last
+
+
+def quarantined(dataset: str) -> list[str]:
+    """The capture log segments of ``dataset`` kept in quarantine (they lost records to damage), oldest first.
+
+    :func:`otel_replay.query.verify.verify` lists them as files that could
+    not be read: what they held was not checked, and may be a commit.
+    """
+    try:
+        found = log_root(dataset).glob(f"{CAPTURE_PREFIX}*/{QUARANTINE}/*.wal")
+        return [str(path) for path in sorted(found, key=lambda p: p.name)]
+    except OSError:
+        return []
 
 
 QUARANTINE = "quarantine"

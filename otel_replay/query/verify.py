@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 
 from otel_replay import semconv as sc
 from otel_replay._json import loads
+from otel_replay.capture.log_recovery import quarantined
 from otel_replay.integrity import SigningKey, StoredRecord, VerifyProblem, VerifyReport, stored_record, verify_records
 from otel_replay.query.engine import Engine
 from otel_replay.storage.retention_marks import expected_before, read_marks, vouched_links
@@ -24,13 +25,14 @@ Keys = SigningKey | Sequence[SigningKey] | None
 def verify(engine: Engine, keys: Keys) -> VerifyReport:
     """Check every record span's seal: hash, signature (with ``keys``) and chain links.
 
-    Files left out as corrupt (``skip_corrupt``) are listed in
-    :attr:`VerifyReport.unreadable_files`, and the report is then not ok:
-    what could not be read was not checked.
+    Files left out as corrupt (``skip_corrupt``), and segments of capture
+    write-ahead logs kept in quarantine after losing records to damage, are
+    listed in :attr:`VerifyReport.unreadable_files`, and the report is then
+    not ok: what could not be read was not checked.
     """
     if not engine.files:
         report = VerifyReport()
-        report.unreadable_files = [problem.path for problem in engine.skipped]
+        report.unreadable_files = _unreadable(engine)
         return report
     marks, refused_marks = read_marks(engine.location, keys)
     gates: list[StoredRecord] = []
@@ -45,8 +47,17 @@ def verify(engine: Engine, keys: Keys) -> VerifyReport:
     report = verify_records(rows(), keys, dropped=vouched_links(marks), expected=expected_before(marks))
     report.problems += refused_marks
     report.unknown_commits = _unknown_commits(gates)
-    report.unreadable_files = [problem.path for problem in engine.skipped]
+    report.unreadable_files = _unreadable(engine)
     return report
+
+
+def _unreadable(engine: Engine) -> list[str]:
+    """Files left out as corrupt, and capture log segments kept in quarantine: what they held was not checked.
+
+    A segment of a gate's write-ahead log that lost a record to damage may
+    have held an intent or a commit record: never silently absent.
+    """
+    return [problem.path for problem in engine.skipped] + quarantined(str(engine.location))
 
 
 def _unknown_commits(rows: Sequence[StoredRecord]) -> list[VerifyProblem]:

@@ -810,3 +810,39 @@ def test_a_clock_stepped_back_inside_the_rail_leaves_the_commit_answering_its_in
         assert store.verify(None).problems == [] and store.verify(None).unknown_commits == []
         assert [r["receipt_id"] for r in reads.receipts_for(store, d.record_id)] == ["r-back"]
         _no_row_twice(store)
+
+
+def _damage_every_checksum(segment: Path) -> None:
+    """Every record's checksum other: a log this version cannot read (one written in a newer format, say)."""
+    data = bytearray(segment.read_bytes())
+    offset = 0
+    while offset + 8 <= len(data):
+        length = int.from_bytes(data[offset : offset + 4], "little")
+        data[offset + 4 : offset + 8] = bytes(b ^ 0xFF for b in data[offset + 4 : offset + 8])
+        offset += 8 + length
+    segment.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flipped-bit", "unreadable-format"])
+def test_an_intent_lost_to_damage_in_a_dead_processes_log_is_named_by_verify_never_silently_absent(
+    zygote, tmp_path, monkeypatch, caplog, damage
+):
+    dataset, decision_id, _, book = _run(zygote, tmp_path, "inside_rail", "kill")
+    assert book == ["o-1"]  # the rail refunded: the intent, the last record of its log, is the only trace of it
+    (segment,) = (dataset / "_wal").glob("capture-*/*.wal")
+    if damage == "flipped-bit":
+        data = bytearray(segment.read_bytes())
+        data[40] ^= 0x01  # whole length, wrong checksum: damage, not a write a crash cut short
+        segment.write_bytes(bytes(data))
+    else:
+        _damage_every_checksum(segment)
+    damaged = segment.read_bytes()
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == []  # the intent could not be read back
+        report = store.verify(None)
+    # Was: read as a torn tail (never acknowledged), ignored with a warning, the segment deleted: verify was clean.
+    kept = segment.parent / "quarantine" / segment.name
+    assert kept.read_bytes() == damaged
+    assert not report.ok and report.unreadable_files == [str(kept)]
+    assert "kept in" in caplog.text
