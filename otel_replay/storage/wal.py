@@ -264,6 +264,27 @@ def read_records(path: Path) -> Iterator[bytes]:
             )
 
 
+_logs: set[WriteAheadLog] = set()
+"""Logs holding their directory lock (until :meth:`WriteAheadLog.unlock`): held here, so a fork's child finds them."""
+
+
+def _drop_inherited() -> None:
+    """After ``fork()``, in the child: let go of every log the parent had open (its lock and segment descriptors).
+
+    An ``flock`` lasts while any descriptor of it is open: a child that kept
+    its copy (a pool's worker, say) would hold the parent's directory lock
+    after the parent died, and recovery would take the dead process's log
+    for a live one's. The parent's own descriptors, and its lock, are untouched.
+    """
+    for log in list(_logs):
+        log._inherited()
+    _logs.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited)
+
+
 def _new_segment_id() -> str:
     return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
 
@@ -315,6 +336,21 @@ class WriteAheadLog:
         self._closed = False
         self._open_failure_logged = -1e9
         self._open_segment()
+        _logs.add(self)
+
+    def _inherited(self) -> None:
+        """In a forked child: close this process's copies of the log's descriptors; the log is closed here.
+
+        No lock is taken: a thread of the parent may have held one at the fork.
+        """
+        self._closed = True
+        for fd in (self._fd, self._lock_fd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._lock_fd = -1
 
     # --- segments -------------------------------------------------------------
     def _open_segment(self) -> None:
@@ -621,4 +657,5 @@ class WriteAheadLog:
             if not self._closed or self._lock_fd < 0:
                 return
             fd, self._lock_fd = self._lock_fd, -1
+        _logs.discard(self)
         os.close(fd)

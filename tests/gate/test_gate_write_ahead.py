@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -901,3 +903,56 @@ def test_a_process_killed_inside_a_compensation_leaves_it_shown_by_verify_as_com
     result = CliRunner().invoke(main, ["verify", str(dataset)])
     assert result.exit_code == 0, result.output  # not an integrity failure
     assert "compensated? unknown - check the rail" in result.output
+
+
+_FORKS_THEN_DIES = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    import otel_replay
+    from otel_replay import Action, ActionGate, ReferenceLedger
+
+    dataset, stop = sys.argv[1:3]
+    otel_replay.configure(dataset, set_global=False)
+    ActionGate(ReferenceLedger(100), dataset=dataset).commit(Action("refund", {"o": "f-1"}), record_id="forked-1")
+    pid = os.fork()
+    if pid == 0:  # a worker the agent forked (a pool's), still running when the agent dies
+        quiet = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # not holding the test's pipes open
+            os.dup2(quiet, fd)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(stop) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os._exit(0)
+    print(pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_the_log_of_a_process_that_died_is_recovered_while_a_child_it_forked_still_runs(zygote, tmp_path, monkeypatch):
+    dataset, stop = tmp_path / "traces", tmp_path / "stop"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = zygote.run(_FORKS_THEN_DIES, str(dataset), str(stop), env=env)
+    assert child.returncode == -9, child.stderr
+    worker = int(child.stdout.strip())
+    try:
+        monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+        with otel_replay.open(dataset) as store:
+            # Was: the worker held the dead agent's log lock (inherited with fork), so recovery took the log for
+            # a live process's and left its acknowledged commit out until the worker exited.
+            assert _gates(store, "forked-1") == ["intent", "committed"]
+    finally:
+        stop.touch()
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for whoever adopted it does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
