@@ -68,6 +68,16 @@ _CHILD = textwrap.dedent(
 
     telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
     gate = ActionGate(Rail(), dataset=dataset)
+    if step.startswith("fsync-"):  # die inside the log's Nth fdatasync: written, not yet acknowledged
+        synced, real_sync = [0], os.fdatasync
+
+        def dying_sync(fd):
+            synced[0] += 1
+            if synced[0] == int(step[6:]):
+                die()
+            real_sync(fd)
+
+        os.fdatasync = dying_sync
     with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="trade-9") as d:
         print(d.record_id, flush=True)
         d.read(order="o-1", customer="c\\u00e9-9")
@@ -194,6 +204,24 @@ def test_a_process_dying_while_converting_its_log_leaves_every_record_once(
         assert _gates(store, decision_id) == ["intent", "committed"]
         _no_row_twice(store)
         assert store.verify(None).problems == []
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+@pytest.mark.parametrize("step", ["fsync-1", "fsync-2"], ids=["in-the-intents-fsync", "in-the-commit-records-fsync"])
+def test_a_process_dying_inside_a_records_fsync_leaves_no_commit_without_its_intent(
+    zygote, tmp_path, monkeypatch, how, step
+):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, step, how)
+    assert said == []  # commit() never returned
+    assert book == ([] if step == "fsync-1" else ["o-1"])  # the rail runs only once the intent is durable
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        gates = _gates(store, decision_id)
+        unknown = [intent for intent, _ in store.unknown_commits_for(decision_id)]
+        assert gates in ([], ["intent"], ["intent", "committed"])  # the written bytes may outlive the process
+        assert bool(unknown) == (gates == ["intent"])  # an intent alone: executed? unknown, never silent
+        assert [p.record_id for p in store.verify(None).unknown_commits] == unknown
+        _no_row_twice(store)
 
 
 def test_without_a_gate_nothing_is_written_ahead(tmp_path):
