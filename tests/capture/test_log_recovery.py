@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import otel_replay
-from tests.gate.test_gate_write_ahead import KEY, _gates, _left_behind, _no_row_twice, _run
+from tests.gate.test_gate_write_ahead import KEY, _gates, _left_behind, _no_row_twice, _reopen, _run
 
 
 def test_a_damaged_record_in_a_dead_processes_log_is_kept_for_inspection_not_deleted(zygote, tmp_path, caplog):
@@ -202,3 +202,24 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def test_a_compaction_between_a_death_mid_conversion_and_the_recovery_leaves_every_record_once(
+    zygote, tmp_path, monkeypatch
+):
+    from otel_replay.storage.compact import compact
+
+    dataset, decision_id, said, _ = _run(zygote, tmp_path, "converting_bytes", "kill")
+    assert said[-1] == "converted-by:otel_replay.capture.log_recovery"  # its files written, the segment not released
+    (segment,) = [p for p in (dataset / "_wal").glob("capture-*/*.wal") if p.stat().st_size]  # and an empty active one
+    written = sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet"))
+    compact(dataset, grace_seconds=0)  # as serve's background compactor does, before any recovery
+    # Was: the files were merged into a compacted file and deleted, and the recovery wrote them again beside it.
+    assert sorted(p.name for p in (dataset / "spans").rglob("wal-*.parquet")) == written  # left for later
+    _reopen(dataset, monkeypatch)  # the recovery: the segment converted again, then released
+    assert not segment.exists()
+    compact(dataset, grace_seconds=0)  # now they are compacted
+    assert not list((dataset / "spans").rglob("wal-*.parquet"))
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]
+        _no_row_twice(store)
