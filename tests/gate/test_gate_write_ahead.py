@@ -745,3 +745,35 @@ def test_a_clock_stepped_back_inside_the_rail_leaves_the_commit_answering_its_in
         assert store.verify(None).problems == [] and store.verify(None).unknown_commits == []
         assert [r["receipt_id"] for r in reads.receipts_for(store, d.record_id)] == ["r-back"]
         _no_row_twice(store)
+
+
+@pytest.mark.parametrize(
+    "decision_id",
+    ["x' OR '1'='1", "../../etc/passwd", "a\nb\r\n", "\x00nul", " ", "é✓🙂", "None", "d" * 100_000],
+    ids=["sql", "path", "newlines", "nul", "space", "unicode", "none-text", "100k"],
+)
+def test_an_intent_under_a_hostile_decision_id_is_found_by_that_id_and_named_by_verify(
+    tmp_path, monkeypatch, decision_id
+):
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+
+    class Rail:
+        def commit(self, action):
+            raise KeyboardInterrupt  # the payment call was in flight: did it go through?
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    with otel_replay.configure(dataset, set_global=False):
+        for record_id in ("plain", decision_id):
+            with pytest.raises(KeyboardInterrupt):
+                gate.commit(otel_replay.Action("refund", {"order": "o-h"}, cost=1.0), record_id=record_id)
+    with otel_replay.open(dataset) as store:
+        [(intent_id, action)] = store.unknown_commits_for(decision_id)
+        assert action.arguments == {"order": "o-h"}
+        [plain] = store.unknown_commits_for("plain")  # each id finds its own intent only
+        assert plain[0] != intent_id
+        named = {p.record_id: p.problem for p in store.verify(None).unknown_commits}
+    assert set(named) == {intent_id, plain[0]} and f"for decision {decision_id} has no" in named[intent_id]
