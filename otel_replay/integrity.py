@@ -472,7 +472,11 @@ class VerifyReport:
     dropped_by_retention: int = 0
     """Chains whose missing predecessor a signed retention checkpoint names (cut by retention, not deleted)."""
     unknown_commits: list[VerifyProblem] = field(default_factory=list)
-    """Commit intents no commit record answers: executed? unknown - check the rail (not an integrity failure)."""
+    """Commit intents no commit record answers: executed? unknown - check the rail (not an integrity failure).
+
+    Also compensations claimed and never finished (their claimant died inside the rail, or is in it now):
+    compensated? unknown - check the rail.
+    """
 
     @property
     def ok(self) -> bool:

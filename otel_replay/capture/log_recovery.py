@@ -13,6 +13,7 @@ converted (and the converter not imported) unless a log or an outcome is left.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -26,7 +27,7 @@ from otel_replay.location import resolve
 from otel_replay.storage.backend import backend_for
 from otel_replay.storage.outcome_claims import recover_outcomes
 
-__all__ = ["CAPTURE_PREFIX", "convert_log_segment", "log_root", "recover", "segment_prefix"]
+__all__ = ["CAPTURE_PREFIX", "convert_log_segment", "log_root", "quarantined", "recover", "segment_prefix"]
 
 _log = logging.getLogger(__name__)
 
@@ -84,33 +85,128 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     after it) is salvaged as the receiver salvages a quarantined one
     (:func:`otel_replay.storage.convert.salvage_segment`, same file names):
     every record that checks out lands, and what was lost is logged as an
-    error. An ``OSError`` (disk full) is raised: the segment stays for the next try.
+    error. A segment that lost records or spans is kept, as the receiver
+    keeps one, in ``<directory>/quarantine/`` with a ``<segment>.report.json``
+    (the bytes of an acknowledged record, e.g. an intent, are never deleted);
+    any other is deleted. An ``OSError`` (disk full) is raised: the segment
+    stays for the next try.
     """
     # start-up cost: the receiver's converter loads only when a gate's log is converted
-    from otel_replay.storage.convert import salvage_segment
+    from otel_replay.storage.convert import Salvage, salvage_segment
 
     rows = 0
     for segment in segments:
         prefix = segment_prefix(directory, segment.segment_id)
         try:
-            rows += convert_log_segment(segment.path, dataset, prefix)
+            written = convert_log_segment(segment.path, dataset, prefix)
+            rows += written
+            tail = _damaged_tail(segment.path)
+            if tail is not None:
+                report = Salvage(rows=written, records_dropped=1, bytes_skipped=tail.size)
+                report.note(f"bytes {tail.offset}-{tail.offset + tail.size}: a whole record that fails its checksum")
+                _log.error(
+                    "otel-replay: capture write-ahead log segment %s ends in a record that is whole but fails its "
+                    "checksum (damage, not a write a crash cut short: it may be an acknowledged intent); converted "
+                    "%d span(s) before it; the segment is kept in %s",
+                    segment.path,
+                    written,
+                    _quarantine(segment.path, report),
+                )
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001 - damaged content: salvage what checks out, say what did not
             report = salvage_segment(str(segment.path), dataset, prefix)
             rows += report.rows
+            kept = _quarantine(segment.path, report) if report.records_dropped or report.spans_dropped else None
             _log.error(
                 "otel-replay: capture write-ahead log segment %s could not be converted whole (%s); salvaged %d "
-                "span(s), dropped %d span(s) and %d record(s)%s",
+                "span(s), dropped %d span(s) and %d record(s)%s%s",
                 segment.path,
                 exc,
                 report.rows,
                 report.spans_dropped,
                 report.records_dropped,
                 f"; first: {report.reasons[0]}" if report.reasons else "",
+                f"; the segment is kept in {kept}" if kept is not None else "",
             )
         segment.path.unlink(missing_ok=True)
     return rows
+
+
+def _damaged_tail(path: Path) -> Any:
+    """The tail :class:`~otel_replay.storage.wal.Gap` of ``path`` when it is damage, else ``None``.
+
+    The reader takes bad bytes with nothing whole after them, at the end of a
+    segment never sealed, for a record a crash cut short (never
+    acknowledged). A crash cuts a write short: its record claims more bytes
+    than the file holds. A first bad record that the file holds whole (a
+    flipped bit, a format this version cannot read) is damage; in a capture
+    log that last record is often an intent, the one record that says a
+    payment may have gone through.
+    """
+    # start-up cost: the log's format loads only when a log is left to recover
+    from otel_replay.storage.wal import Gap, scan_records
+
+    last = None
+    for item in scan_records(path):
+        last = item
+    if not isinstance(last, Gap) or not last.tail:
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(last.offset)
+        header = handle.read(8)
+    if len(header) < 8 or 8 + int.from_bytes(header[:4], "little") > last.size:
+        return None  # a header or record cut short: the write a crash interrupted
+    return last
+
+
+def quarantined(dataset: str) -> list[str]:
+    """The capture log segments of ``dataset`` kept in quarantine (they lost records to damage), oldest first.
+
+    :func:`otel_replay.query.verify.verify` lists them as files that could
+    not be read: what they held was not checked, and may be a commit.
+    """
+    try:
+        found = log_root(dataset).glob(f"{CAPTURE_PREFIX}*/{QUARANTINE}/*.wal")
+        return [str(path) for path in sorted(found, key=lambda p: p.name)]
+    except OSError:
+        return []
+
+
+QUARANTINE = "quarantine"
+"""Where, in a capture log's directory, a segment that lost records to damage is kept (as the receiver keeps one)."""
+
+
+def _quarantine(path: Path, report: Any) -> Path:
+    """Keep the damaged segment ``path`` in ``quarantine/`` beside it, with the salvage's report; the kept path."""
+    # start-up cost: the writer's helpers load only when a damaged log is found
+    from otel_replay.exporters.writer import fsync_dir
+
+    folder = path.parent / QUARANTINE
+    folder.mkdir(exist_ok=True)
+    kept = folder / path.name
+    text = json.dumps(
+        {
+            "segment": path.name,
+            "spans_written": report.rows,
+            "spans_dropped": report.spans_dropped,
+            "records_dropped": report.records_dropped,
+            "bytes_skipped": report.bytes_skipped,
+            "reasons": report.reasons,
+        },
+        indent=1,
+    )
+    report_path = folder / f"{path.stem}.report.json"
+    temp = folder / f".{report_path.name}.tmp"
+    with open(temp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, report_path)
+    os.replace(path, kept)  # the report first: a segment in quarantine always has one
+    fsync_dir(folder)
+    fsync_dir(path.parent)
+    return kept
 
 
 def _recover_outcomes(dataset: str) -> int:
@@ -157,7 +253,11 @@ def recover(dataset: str) -> int:
             except Exception as exc:  # noqa: BLE001 - kept for the next try, never dropped
                 _log.error("otel-replay: recovering the capture write-ahead log %s failed: %s", directory, exc)
                 continue
-            shutil.rmtree(directory, ignore_errors=True)
+            if (directory / QUARANTINE).is_dir():  # kept for inspection: the rest of the directory is converted
+                for leftover in directory.glob(f"*{WAL_SUFFIX}"):
+                    leftover.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(directory, ignore_errors=True)
         finally:
             os.close(fd)
     if rows:

@@ -8,12 +8,18 @@ record answers is named (executed? unknown - check the rail).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from otel_replay import semconv as sc
 from otel_replay._json import loads
+from otel_replay.capture.log_recovery import quarantined
+from otel_replay.exporters.schema import COMPENSATIONS_DIR
 from otel_replay.integrity import SigningKey, StoredRecord, VerifyProblem, VerifyReport, stored_record, verify_records
+from otel_replay.location import Location
 from otel_replay.query.engine import Engine
+from otel_replay.storage.backend import backend_for
 from otel_replay.storage.retention_marks import expected_before, read_marks, vouched_links
 
 __all__ = ["Keys", "verify"]
@@ -24,13 +30,14 @@ Keys = SigningKey | Sequence[SigningKey] | None
 def verify(engine: Engine, keys: Keys) -> VerifyReport:
     """Check every record span's seal: hash, signature (with ``keys``) and chain links.
 
-    Files left out as corrupt (``skip_corrupt``) are listed in
-    :attr:`VerifyReport.unreadable_files`, and the report is then not ok:
-    what could not be read was not checked.
+    Files left out as corrupt (``skip_corrupt``), and segments of capture
+    write-ahead logs kept in quarantine after losing records to damage, are
+    listed in :attr:`VerifyReport.unreadable_files`, and the report is then
+    not ok: what could not be read was not checked.
     """
     if not engine.files:
         report = VerifyReport()
-        report.unreadable_files = [problem.path for problem in engine.skipped]
+        report.unreadable_files = _unreadable(engine)
         return report
     marks, refused_marks = read_marks(engine.location, keys)
     gates: list[StoredRecord] = []
@@ -44,9 +51,18 @@ def verify(engine: Engine, keys: Keys) -> VerifyReport:
 
     report = verify_records(rows(), keys, dropped=vouched_links(marks), expected=expected_before(marks))
     report.problems += refused_marks
-    report.unknown_commits = _unknown_commits(gates)
-    report.unreadable_files = [problem.path for problem in engine.skipped]
+    report.unknown_commits = _unknown_commits(gates) + _unknown_compensations(engine.location)
+    report.unreadable_files = _unreadable(engine)
     return report
+
+
+def _unreadable(engine: Engine) -> list[str]:
+    """Files left out as corrupt, and capture log segments kept in quarantine: what they held was not checked.
+
+    A segment of a gate's write-ahead log that lost a record to damage may
+    have held an intent or a commit record: never silently absent.
+    """
+    return [problem.path for problem in engine.skipped] + quarantined(str(engine.location))
 
 
 def _unknown_commits(rows: Sequence[StoredRecord]) -> list[VerifyProblem]:
@@ -67,3 +83,35 @@ def _unknown_commits(rows: Sequence[StoredRecord]) -> list[VerifyProblem]:
             rec.file,
         )
     return list(unknown.values())
+
+
+def _unknown_compensations(location: Location) -> list[VerifyProblem]:
+    """Compensations claimed and never finished (the claimant died inside the rail, or is in it now): unknown.
+
+    The gate takes a durable claim under ``_compensations/`` before it calls
+    the rail's ``compensate`` and finishes it once the rail answered; a claim
+    still ``claimed`` is the only sign of a refund that may have gone
+    through. Claims on the local file system (an ``s3://`` dataset's claim
+    objects are not listed here).
+    """
+    directory = backend_for(location).directory
+    if directory is None:
+        return []
+    found = []
+    for path in sorted(Path(directory, COMPENSATIONS_DIR).glob("*.json")):
+        try:
+            claim = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a claim being written, or damaged: the gate refuses it and names it
+        if not isinstance(claim, dict) or claim.get("state") != "claimed":
+            continue
+        found.append(
+            VerifyProblem(
+                str(claim.get("decision_id")),
+                f"compensation of receipt {claim.get('receipt_id')} claimed by {claim.get('claimant')} at "
+                f"{claim.get('claimed_at')} has no outcome: compensated? unknown - check the rail "
+                "(replay --execute --resume retries it with the same idempotency key)",
+                str(path),
+            )
+        )
+    return found

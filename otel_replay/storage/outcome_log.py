@@ -290,13 +290,17 @@ def held_files(dataset: Path, names: Sequence[str]) -> set[str]:
     store, and a batch whose rows are deleted is never held again. A store
     that cannot be read holds every outcomes file (said in the log); a dataset
     without one holds none, and nothing is opened unless a name is an outcomes file.
+
+    The files of a write-ahead log segment still on disk are held the same
+    way (:func:`_log_held`).
     """
+    logs = _log_held(dataset, names)
     candidates = [name for name in names if name.startswith(FILE_PREFIX)]
     if not candidates:
-        return set()
+        return logs
     path = dataset / OUTCOMES_DIR / CLAIMS_DB
     if not path.exists():
-        return set()
+        return logs
     try:
         with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=60.0)) as con:
             held = con.execute(f"SELECT DISTINCT instance, batch FROM {PENDING_TABLE} WHERE batch IS NOT NULL")
@@ -311,8 +315,65 @@ def held_files(dataset: Path, names: Sequence[str]) -> set[str]:
             str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
             len(candidates),
         )
-        return set(candidates)
-    return {name for name in candidates if name in names_held}
+        return logs | set(candidates)
+    return logs | {name for name in candidates if name in names_held}
+
+
+_LOG_FILE = re.compile(r"wal-(?P<log>.+)-(?P<segment>\d{20}-[0-9a-f]{8})-\d{5}\.parquet")
+"""A file converted from a write-ahead log segment: ``wal-<log directory>-<segment id>-<chunk>.parquet``."""
+
+
+def _log_held(dataset: Path, names: Sequence[str]) -> set[str]:
+    """The ``names`` converted from write-ahead log segments under ``<dataset>/_wal/`` that are still on disk.
+
+    A segment is deleted only after its files are written: one still there
+    (its process died in between, or is converting it now) is converted
+    again under the same names by a recovery, a receiver's restart or its
+    live owner. Merged into a compacted file and deleted meanwhile, such a
+    file would come back beside it and its rows be stored twice; so
+    compaction leaves it out until the segment is gone. A receiver's
+    quarantined segment not yet salvaged (no report) counts too. Race-free
+    with the listing ``names`` came from, taken first: a segment released
+    after it is simply not held.
+    """
+    held: set[str] = set()
+    if not any(name.startswith("wal-") for name in names):
+        return held
+    root = dataset / "_wal"
+    try:
+        logs = set(os.listdir(root))  # most files' logs are long gone: looked up here, not asked of the disk
+    except OSError:
+        return held
+    listed: dict[str, set[str]] = {}  # a log directory's segments on disk, listed once
+    for name in names:
+        if not name.startswith("wal-"):
+            continue
+        match = _LOG_FILE.fullmatch(name)
+        if match is None:
+            continue
+        log = match["log"]
+        if log not in logs:
+            continue
+        segments = listed.get(log)
+        if segments is None:
+            segments = listed[log] = _segments_on_disk(root / log)
+        if match["segment"] in segments:
+            held.add(name)
+    return held
+
+
+def _segments_on_disk(directory: Path) -> set[str]:
+    """The ids of the segments in the log ``directory``, and of those in its quarantine not yet salvaged."""
+    try:
+        found = {name[: -len(".wal")] for name in os.listdir(directory) if name.endswith(".wal")}
+    except OSError:  # no such log (its segments all released, or a receiver's --wal-dir elsewhere)
+        return set()
+    try:
+        quarantined = os.listdir(directory / "quarantine")
+    except OSError:
+        return found
+    reported = {name[: -len(".report.json")] for name in quarantined if name.endswith(".report.json")}
+    return found | {name[: -len(".wal")] for name in quarantined if name.endswith(".wal")} - reported
 
 
 def _bodies_table(

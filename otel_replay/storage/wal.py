@@ -264,6 +264,27 @@ def read_records(path: Path) -> Iterator[bytes]:
             )
 
 
+_logs: set[WriteAheadLog] = set()
+"""Logs holding their directory lock (until :meth:`WriteAheadLog.unlock`): held here, so a fork's child finds them."""
+
+
+def _drop_inherited() -> None:
+    """After ``fork()``, in the child: let go of every log the parent had open (its lock and segment descriptors).
+
+    An ``flock`` lasts while any descriptor of it is open: a child that kept
+    its copy (a pool's worker, say) would hold the parent's directory lock
+    after the parent died, and recovery would take the dead process's log
+    for a live one's. The parent's own descriptors, and its lock, are untouched.
+    """
+    for log in list(_logs):
+        log._inherited()
+    _logs.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited)
+
+
 def _new_segment_id() -> str:
     return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
 
@@ -305,9 +326,29 @@ class WriteAheadLog:
         self._synced = 0
         # Batches not written: first ticket -> [last ticket, the error, appenders yet to be told]
         self._failed: dict[int, list[Any]] = {}
+        # Batches written to the active segment since its last fdatasync: (first ticket, last ticket), and the
+        # segment's size and records as of that sync. A failed fdatasync cuts those batches off and fails them.
+        self._unsynced: list[tuple[int, int]] = []
+        self._synced_size = 0
+        self._synced_records = 0
         self._closed = False
         self._open_failure_logged = -1e9
         self._open_segment()
+        _logs.add(self)
+
+    def _inherited(self) -> None:
+        """In a forked child: close this process's copies of the log's descriptors; the log is closed here.
+
+        No lock is taken: a thread of the parent may have held one at the fork.
+        """
+        self._closed = True
+        for fd in (self._fd, self._lock_fd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._lock_fd = -1
 
     # --- segments -------------------------------------------------------------
     def _open_segment(self) -> None:
@@ -315,6 +356,7 @@ class WriteAheadLog:
         self._fd = -1
         self._active_size = 0
         self._active_records = 0
+        self._unsynced, self._synced_size, self._synced_records = [], 0, 0
         segment_id = _new_segment_id()
         path = self.directory / f"{segment_id}{WAL_SUFFIX}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
@@ -375,6 +417,7 @@ class WriteAheadLog:
         os.close(self._fd)
         self._fd = -1
         self._synced = self._written
+        self._unsynced = []
         path = self.directory / f"{self._active_id}{WAL_SUFFIX}"
         self._sealed.append(Segment(self._active_id, path, self._active_size))
         self._active_size = 0
@@ -428,9 +471,10 @@ class WriteAheadLog:
         leader) writes everything queued so far with one ``write`` and
         fsyncs it once; the other appenders wait for the fsync that covers
         their record. A record that could not be written (disk full, no
-        segment could be opened) raises in its own appender, a failed fsync
-        in the thread that tried it; no record is reported durable that was
-        not fsynced.
+        segment could be opened) raises in its own appender; a failed fsync
+        cuts every record written since the last good one off the segment
+        and raises in each of their appenders; no record is reported durable
+        that was not fsynced, and none that raised stays in the log.
         """
         header = _HEADER.pack(len(payload), zlib.crc32(payload))
         # A small record is joined to its header (one buffer for the batch's write); a large one is kept apart
@@ -468,9 +512,10 @@ class WriteAheadLog:
         turn: 17 ms per append at 8 threads against 2.4 ms per fsync); and
         they make no system call of their own (each costs a thread the GIL
         back, up to the switch interval of 5 ms while another thread
-        computes). A failed fsync raises in its leader; a waiter it did not
-        cover becomes the next leader and tries again, so no record is
-        reported durable that was not fsynced.
+        computes). A failed fsync fails every record it was to cover (see
+        :meth:`_cut_unsynced`); a waiter it did not cover becomes the next
+        leader and tries again, so no record is reported durable that was
+        not fsynced.
         """
         if self._done(ticket):
             return
@@ -486,14 +531,45 @@ class WriteAheadLog:
                     self._write_queued()
                     if not self._done(ticket) and self._fd >= 0 and self._synced < self._written:
                         target = self._written
-                        os.fdatasync(self._fd)
+                        try:
+                            os.fdatasync(self._fd)
+                        except OSError as exc:
+                            self._cut_unsynced(exc)
+                            self._done(ticket)  # raises ``exc``: this record was cut off with the others
+                            raise
                         self._synced = max(self._synced, target)
+                        # Under _sync_lock, as every write of the segment is: no other lock needed.
+                        self._unsynced = []
+                        self._synced_size, self._synced_records = self._active_size, self._active_records
                     if not self._done(ticket):  # pragma: no cover - written and fsynced above, or raised
                         raise OtelReplayError(f"write-ahead log record {ticket} was neither written nor refused")
         finally:
             with self._leader:
                 self._leading = False
                 self._leader.notify_all()
+
+    def _cut_unsynced(self, exc: BaseException) -> None:
+        """An fdatasync failed: cut every record written since the last one off the segment and fail each.
+
+        A retried fdatasync can report success without the pages the failed
+        one lost (Linux forgets the error once it has reported it), so no
+        record it covered is reported durable; and a record whose appender
+        is told it failed must not stay in the log, or it is converted
+        besides being sent again (a gate record then lands twice).
+        Caller holds ``_sync_lock``.
+        """
+        with self._write_lock:
+            batches, self._unsynced = self._unsynced, []
+            if self._fd >= 0:
+                try:
+                    os.ftruncate(self._fd, self._synced_size)
+                except OSError as cut:  # the records stay in the segment: still failed, as nothing says otherwise
+                    _log.error(
+                        "otel-replay: cutting unsynced records off WAL segment %s failed: %s", self._active_id, cut
+                    )
+                self._active_size, self._active_records = self._synced_size, self._synced_records
+            for low, high in batches:
+                self._fail(low, high, exc)
 
     def _write_queued(self) -> None:
         """Write every queued record to the active segment with one ``write`` (caller holds ``_sync_lock``).
@@ -543,6 +619,7 @@ class WriteAheadLog:
             self._active_size = start + size
             self._active_records += len(batch)
             self._written = high
+            self._unsynced.append((low, high))
 
     def _fail(self, low: int, high: int, exc: BaseException) -> None:
         """Records ``low`` to ``high`` were not written: each appender raises ``exc`` (caller holds ``_write_lock``)."""
@@ -578,4 +655,5 @@ class WriteAheadLog:
             if not self._closed or self._lock_fd < 0:
                 return
             fd, self._lock_fd = self._lock_fd, -1
+        _logs.discard(self)
         os.close(fd)

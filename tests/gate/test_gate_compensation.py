@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import shutil
+import textwrap
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -31,6 +33,7 @@ from otel_replay.gate import reads
 from otel_replay.gate.claims import CompensationClaims, idempotency_key
 
 from .._support import budget_policy, payment, snapshot
+from .test_gate_write_ahead import KEY, _gates
 
 REPO = Path(__file__).resolve().parents[2]
 STALE = {"budget_remaining": 100, "allow_list": ["acme-supplies"]}  # the $4,200 payment is a ROLLBACK now
@@ -315,3 +318,54 @@ def test_a_gate_on_a_relative_dataset_keeps_its_claims_there_after_chdir(tmp_pat
     key = idempotency_key("decision-7", receipt.receipt_id)
     assert CompensationClaims(tmp_path / "traces").state(key)["state"] == "done"
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+_COMPENSATING = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, DependencySnapshot, FixAction, Verdict, audit
+
+    dataset, refunds = sys.argv[1:3]
+
+    class Rail:
+        def commit(self, action):
+            return {"receipt_id": "r-comp"}
+
+        def compensate(self, receipt, *, idempotency_key):
+            with open(refunds, "a") as handle:  # the refund is on the wire when the process is killed
+                handle.write(receipt["receipt_id"] + "\\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(Rail(), dataset=dataset)
+    with audit("refund", snapshot=DependencySnapshot({"balance": 5}), correlation_id="t-comp") as d:
+        action = Action("refund", {"order": "o-c"}, cost=5.0)
+        d.act(action)
+        receipt = gate.commit(action, record_id=d.record_id)
+    print(d.record_id, flush=True)
+    gate.enforce_post_commit(Verdict(FixAction.ROLLBACK, False, "stale balance", d.record_id), receipt=receipt)
+    """
+)
+
+
+def test_a_process_killed_inside_a_compensation_leaves_it_shown_by_verify_as_compensated_unknown(
+    zygote, tmp_path, monkeypatch
+):
+    dataset, refunds = tmp_path / "traces", tmp_path / "refunds.txt"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = zygote.run(_COMPENSATING, str(dataset), str(refunds), env=env)
+    assert child.returncode == -9, child.stderr
+    decision_id = child.stdout.strip()
+    assert refunds.read_text().split() == ["r-comp"]  # the rail may have refunded: only it knows
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]  # nothing in the spans says "compensating"
+        report = store.verify(None)
+    # Was: verify said OK, and the claim left "claimed" in _compensations/ was the only sign of the refund.
+    [unknown] = report.unknown_commits
+    assert unknown.record_id == decision_id and "receipt r-comp" in unknown.problem
+    assert "compensated? unknown - check the rail" in unknown.problem
+    result = CliRunner().invoke(main, ["verify", str(dataset)])
+    assert result.exit_code == 0, result.output  # not an integrity failure
+    assert "compensated? unknown - check the rail" in result.output

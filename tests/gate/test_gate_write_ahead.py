@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,16 @@ _CHILD = textwrap.dedent(
 
     telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
     gate = ActionGate(Rail(), dataset=dataset)
+    if step.startswith("fsync-"):  # die inside the log's Nth fdatasync: written, not yet acknowledged
+        synced, real_sync = [0], os.fdatasync
+
+        def dying_sync(fd):
+            synced[0] += 1
+            if synced[0] == int(step[6:]):
+                die()
+            real_sync(fd)
+
+        os.fdatasync = dying_sync
     with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="trade-9") as d:
         print(d.record_id, flush=True)
         d.read(order="o-1", customer="c\\u00e9-9")
@@ -193,6 +204,24 @@ def test_a_process_dying_while_converting_its_log_leaves_every_record_once(
         assert _gates(store, decision_id) == ["intent", "committed"]
         _no_row_twice(store)
         assert store.verify(None).problems == []
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+@pytest.mark.parametrize("step", ["fsync-1", "fsync-2"], ids=["in-the-intents-fsync", "in-the-commit-records-fsync"])
+def test_a_process_dying_inside_a_records_fsync_leaves_no_commit_without_its_intent(
+    zygote, tmp_path, monkeypatch, how, step
+):
+    dataset, decision_id, said, book = _run(zygote, tmp_path, step, how)
+    assert said == []  # commit() never returned
+    assert book == ([] if step == "fsync-1" else ["o-1"])  # the rail runs only once the intent is durable
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        gates = _gates(store, decision_id)
+        unknown = [intent for intent, _ in store.unknown_commits_for(decision_id)]
+        assert gates in ([], ["intent"], ["intent", "committed"])  # the written bytes may outlive the process
+        assert bool(unknown) == (gates == ["intent"])  # an intent alone: executed? unknown, never silent
+        assert [p.record_id for p in store.verify(None).unknown_commits] == unknown
+        _no_row_twice(store)
 
 
 def test_without_a_gate_nothing_is_written_ahead(tmp_path):
@@ -322,7 +351,7 @@ def test_a_damaged_log_left_behind_is_salvaged_record_by_record(zygote, tmp_path
     with otel_replay.open(dataset) as store:  # was: the log kept failing, and the commit never reached Parquet
         assert _gates(store, decision_id) == ["committed"]
     assert "could not be converted whole" in caplog.text and "dropped 0 span(s) and 1 record(s)" in caplog.text
-    assert not list((dataset / "_wal").glob("capture-*"))
+    assert not list((dataset / "_wal").glob("capture-*/*.wal"))  # nothing left to convert (the damaged one: kept)
 
 
 def test_a_process_that_exits_without_shutdown_converts_its_log_at_exit(zygote, tmp_path):
@@ -655,3 +684,96 @@ def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_onc
         assert ours.SerializeToString(deterministic=True) == encode_spans([span]).SerializeToString(deterministic=True)
     assert all(len(kept) <= 3 for prefixes in write_ahead._PREFIXES.values() for kept in prefixes.values())
     assert all(len(prefixes) <= 2 for prefixes in write_ahead._PREFIXES.values())
+
+
+@pytest.mark.parametrize("failing", ["intent", "committed"])
+def test_a_gate_record_whose_fsync_failed_is_stored_once(tmp_path, monkeypatch, failing):
+    import errno
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    ledger = otel_replay.ReferenceLedger(100)
+    gate = otel_replay.ActionGate(ledger, dataset=dataset)
+    real = os.fdatasync
+    calls: list[int] = []
+
+    def flaky(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == (1 if failing == "intent" else 2):  # the log's disk reports an I/O error once
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    with otel_replay.configure(dataset, set_global=False):
+        monkeypatch.setattr(os, "fdatasync", flaky)
+        try:
+            gate.commit(otel_replay.Action("refund", {"order": "o-5"}, cost=1.0), record_id="d-5")
+        except otel_replay.GateError:
+            assert failing == "intent"
+        monkeypatch.setattr(os, "fdatasync", real)
+    with otel_replay.open(dataset) as store:
+        # Was: the record's bytes stayed in the log (written, not synced) while its span went to the batch queue
+        # as one that never reached the log: converted from both, it was stored twice.
+        _no_row_twice(store)
+        expected = ["intent", "commit_refused"] if failing == "intent" else ["intent", "committed"]
+        assert sorted(_gates(store, "d-5")) == sorted(expected)
+
+
+def test_a_clock_stepped_back_inside_the_rail_leaves_the_commit_answering_its_intent(tmp_path, monkeypatch):
+
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    real = time.time_ns
+
+    class Rail:
+        def commit(self, action):  # NTP steps the clock back two days while the payment is in flight
+            monkeypatch.setattr(time, "time_ns", lambda: real() - 2 * 86_400 * 10**9)
+            return {"receipt_id": "r-back"}
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    with otel_replay.configure(dataset, set_global=False):
+        with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({}), correlation_id="t-b") as d:
+            action = otel_replay.Action("refund", {"order": "o-b"}, cost=2.0)
+            d.act(action)
+            gate.commit(action, record_id=d.record_id)
+    monkeypatch.setattr(time, "time_ns", real)
+    with otel_replay.open(dataset) as store:
+        assert sorted(_gates(store, d.record_id)) == ["committed", "intent"]  # the commit recorded "before" it
+        assert store.unknown_commits_for(d.record_id) == []
+        assert store.verify(None).problems == [] and store.verify(None).unknown_commits == []
+        assert [r["receipt_id"] for r in reads.receipts_for(store, d.record_id)] == ["r-back"]
+        _no_row_twice(store)
+
+
+@pytest.mark.parametrize(
+    "decision_id",
+    ["x' OR '1'='1", "../../etc/passwd", "a\nb\r\n", "\x00nul", " ", "é✓🙂", "None", "d" * 100_000],
+    ids=["sql", "path", "newlines", "nul", "space", "unicode", "none-text", "100k"],
+)
+def test_an_intent_under_a_hostile_decision_id_is_found_by_that_id_and_named_by_verify(
+    tmp_path, monkeypatch, decision_id
+):
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+
+    class Rail:
+        def commit(self, action):
+            raise KeyboardInterrupt  # the payment call was in flight: did it go through?
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    gate = otel_replay.ActionGate(Rail(), dataset=dataset)
+    with otel_replay.configure(dataset, set_global=False):
+        for record_id in ("plain", decision_id):
+            with pytest.raises(KeyboardInterrupt):
+                gate.commit(otel_replay.Action("refund", {"order": "o-h"}, cost=1.0), record_id=record_id)
+    with otel_replay.open(dataset) as store:
+        [(intent_id, action)] = store.unknown_commits_for(decision_id)
+        assert action.arguments == {"order": "o-h"}
+        [plain] = store.unknown_commits_for("plain")  # each id finds its own intent only
+        assert plain[0] != intent_id
+        named = {p.record_id: p.problem for p in store.verify(None).unknown_commits}
+    assert set(named) == {intent_id, plain[0]} and f"for decision {decision_id} has no" in named[intent_id]

@@ -422,6 +422,53 @@ def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_
     assert list(read_records(segment.path)) == [b"\x0afirst", b"\x0aafter"]  # the partial batch was cut off
 
 
+def test_a_batch_whose_fdatasync_failed_is_cut_off_and_no_appender_of_it_is_told_it_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    real = os.fdatasync
+    calls: list[int] = []
+
+    def eio_on_the_batch(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:  # the first record's fsync waits for the two others to queue
+            deadline = time.monotonic() + 30
+            while wal._queued < 3 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        elif len(calls) == 2:  # the batch of the two: the disk reports an I/O error
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", eio_on_the_batch)
+    outcome: dict[bytes, str] = {}
+
+    def append(record: bytes) -> None:
+        try:
+            wal.append(record)
+            outcome[record] = "durable"
+        except OSError as exc:
+            outcome[record] = exc.strerror or ""
+
+    first = threading.Thread(target=append, args=(b"\x0afirst",))
+    first.start()
+    while not calls:
+        time.sleep(0.001)
+    batch = [b"\x0ab1", b"\x0ab2"]
+    threads = [threading.Thread(target=append, args=(record,)) for record in batch]
+    for thread in threads:
+        thread.start()
+    for thread in [first, *threads]:
+        thread.join(30)
+    # Was: the appender whose fdatasync failed raised, and the other, waking as the next leader, fdatasynced again
+    # and was told "durable" (Linux reports a lost write-back once), while both records stayed in the segment.
+    assert outcome == {b"\x0afirst": "durable", **{record: "Input/output error" for record in batch}}
+    assert wal._failed == {}  # each appender was told, and the failure forgotten
+    wal.append(b"\x0aafter")
+    wal.close()
+    (segment,) = wal.sealed()
+    assert list(read_records(segment.path)) == [b"\x0afirst", b"\x0aafter"]  # the failed batch was cut off
+
+
 _APPENDER = """
 import sys, threading
 from otel_replay.storage.wal import WriteAheadLog
