@@ -75,6 +75,42 @@ class Telemetry:
             return False
         return self.log_span(span)
 
+    def decision_ahead(self, record_id: str) -> bool | None:
+        """Make the ended decision ``record_id`` durable before a commit acting on it: ``True`` once fsynced.
+
+        For a commit made after the decision's ``audit()`` block ended: the
+        decision's span is queued for Parquet, not yet durable, so it is
+        appended to the write-ahead log, and the exporter skips it when it
+        comes (if it had it already, the two copies are one span: the views
+        count each ``(trace_id, span_id)`` once). A decision not among the last ones ended here
+        (another process's, an old one, or one of many ended since) may still
+        be queued: the batch queue and the exporter are flushed instead (a
+        Parquet file when they held spans). ``None`` when there is no log;
+        ``False`` when neither could be done (logged).
+        """
+        if self._ahead is None or self.log is None or self._closed:
+            return None
+        at_hand, span = self._ahead.recent_decision(record_id)
+        if at_hand and span is None:
+            return True  # an earlier commit on it wrote it to the log
+        if span is None:
+            return bool(self.provider.force_flush()) and bool(self.exporter.force_flush())
+        try:
+            self.log.append([span])
+        except Exception as exc:  # noqa: BLE001 - the span is still queued for Parquet; the gate refuses the commit
+            _log.error(
+                "otel-replay: decision %s could not be written to the write-ahead log %s: %s: %s",
+                record_id[:200],
+                self.log.directory,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        self._ahead.decision_logged(record_id)
+        if span.context is not None:
+            self.exporter.skip_logged(span.context.span_id)
+        return True
+
     def log_span(self, span: ReadableSpan) -> bool:
         """Append the ended ``span`` to the write-ahead log; ``True`` once it is fsynced.
 

@@ -39,6 +39,7 @@ import shutil
 import struct
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,7 +56,15 @@ from otel_replay.capture.kept_spans import KeptSpans
 from otel_replay.capture.log_recovery import CAPTURE_PREFIX, convert_log_segment, log_root, recover, segment_prefix
 from otel_replay.errors import OtelReplayError
 
-__all__ = ["CAPTURE_PREFIX", "SpanLog", "WriteAheadProcessor", "convert_log_segment", "log_root", "recover"]
+__all__ = [
+    "CAPTURE_PREFIX",
+    "RECENT_DECISIONS",
+    "SpanLog",
+    "WriteAheadProcessor",
+    "convert_log_segment",
+    "log_root",
+    "recover",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -553,6 +562,12 @@ class SpanLog:
                 wal.unlock()
 
 
+RECENT_DECISIONS = 256
+"""Ended decisions a :class:`WriteAheadProcessor` keeps at hand for a commit made after their ``audit()`` block."""
+
+_DECISION = sc.SPAN_DECISION
+
+
 class WriteAheadProcessor(SpanProcessor):
     """The span processor in front of the ``BatchSpanProcessor``: spans claimed for the log never reach it.
 
@@ -565,6 +580,10 @@ class WriteAheadProcessor(SpanProcessor):
         """Wrap ``inner`` (the pipeline's ``BatchSpanProcessor``)."""
         self.inner = inner
         self._claimed: dict[int, ReadableSpan | None] = {}
+        # The decisions ended last, by record id, for a commit made after its decision's block (decide, then pay):
+        # the decision is queued for Parquet, not durable, and its intent must not reach the disk without it.
+        self._decisions: OrderedDict[str, ReadableSpan | None] = OrderedDict()  # None: written to the log
+        self._decisions_lock = threading.Lock()
 
     def claim(self, span_id: int) -> None:
         """Keep the span ``span_id`` from ``inner`` when it ends."""
@@ -585,14 +604,37 @@ class WriteAheadProcessor(SpanProcessor):
     def _on_ending(self, span: Span) -> None:
         self.inner._on_ending(span)
 
+    def recent_decision(self, record_id: str) -> tuple[bool, ReadableSpan | None]:
+        """Whether decision ``record_id`` is among the last :data:`RECENT_DECISIONS` to end here, and its span.
+
+        The span is ``None`` once :meth:`decision_logged` said the log has it.
+        """
+        with self._decisions_lock:
+            decisions = self._decisions
+            return (True, decisions[record_id]) if record_id in decisions else (False, None)
+
+    def decision_logged(self, record_id: str) -> None:
+        """Decision ``record_id`` is durable in the write-ahead log: a later commit on it writes nothing more."""
+        with self._decisions_lock:
+            if record_id in self._decisions:
+                self._decisions[record_id] = None
+
     def on_end(self, span: ReadableSpan) -> None:
-        """A claimed span is kept for :meth:`take`; any other goes to ``inner``."""
+        """A claimed span is kept for :meth:`take`; any other goes to ``inner`` (a decision is noted first)."""
         claimed = self._claimed
         if claimed:
             ctx = span.context
             if ctx is not None and ctx.span_id in claimed:
                 claimed[ctx.span_id] = span
                 return
+        if span.name == _DECISION:
+            record_id = (span.attributes or {}).get(sc.RECORD_ID)
+            if isinstance(record_id, str):
+                with self._decisions_lock:
+                    decisions = self._decisions
+                    decisions[record_id] = span
+                    if len(decisions) > RECENT_DECISIONS:
+                        decisions.popitem(last=False)
         self.inner.on_end(span)
 
     def shutdown(self) -> None:
