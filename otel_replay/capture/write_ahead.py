@@ -111,16 +111,11 @@ def _any_value(value: Any) -> bytes:
     raise _Unencodable(f"attribute value of type {cls.__name__}")
 
 
-_KEYS: dict[str, bytes] = {}  # an attribute key's field 1 of ``KeyValue``: the same few dozen keys every time
-
-
 def _key_field(key: str) -> bytes:
+    """Field 1 of a ``KeyValue``: the key (none for an empty key, as protobuf writes a default)."""
     if key.__class__ is not str:
         raise _Unencodable("attribute key that is not a str")
-    field = _field(b"\x0a", key.encode()) if key else b""
-    if len(_KEYS) < 4096:
-        _KEYS[key] = field
-    return field
+    return _field(b"\x0a", key.encode()) if key else b""
 
 
 _REPEATED = frozenset(
@@ -141,55 +136,65 @@ _REPEAT_VALUE = 256  # a value longer than this is encoded each time, never kept
 _REPEATS_KEPT = 1024  # (key, value) fields kept at most: later ones are encoded each time
 _repeats: dict[tuple[str, str], bytes] = {}  # (key, text) -> its whole KeyValue field under tag 0x4a (a span's)
 
+_PREFIX_KEYS = 512  # keys kept per tag with their text prefixes (later keys: computed each time)
+_PREFIX_SIZES = 512  # text lengths kept per key
+_KeyInfo = tuple[bytes, dict[int, bytes], bool]
+_KEY_INFOS: dict[bytes, dict[str, _KeyInfo]] = {b"\x4a": {}, b"\x1a": {}, b"\x22": {}}
+"""Per tag, per key: its key field, a text ``KeyValue`` field's bytes before the text by the text's length in
+bytes, and whether its short texts are kept whole (:data:`_REPEATED`, only under a span's tag 0x4a)."""
+
+
+def _key_info(tag: bytes, key: str) -> _KeyInfo:
+    """``key``'s entry of :data:`_KEY_INFOS` under ``tag``, made (and kept, within :data:`_PREFIX_KEYS`) now."""
+    infos = _KEY_INFOS[tag]
+    info: _KeyInfo = (_key_field(key), {}, tag == b"\x4a" and key in _REPEATED)
+    if len(infos) < _PREFIX_KEYS:
+        infos[key] = info
+    return info
+
 
 def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], bytes] | None = None) -> bytes:
     """Repeated ``KeyValue`` fields under ``tag`` for ``attributes`` (in their order).
 
     The pieces of every field go into one list joined once (a record's
     content is a few long JSON texts: each is copied once, not once per
-    enclosing length prefix). ``repeats``: the fields of short texts under
-    the :data:`_REPEATED` keys, kept there and reused (only for ``tag`` 0x4a).
+    enclosing length prefix). A key costs one lookup (:data:`_KEY_INFOS`):
+    its field and its text prefixes by length. ``repeats``: the fields of
+    short texts under the :data:`_REPEATED` keys, kept there and reused
+    (only for ``tag`` 0x4a).
     """
     if not attributes:
         return b""
     parts: list[bytes] = []
     extend = parts.extend
-    small, keys = _SMALL, _KEYS
-    prefixes = _PREFIXES[tag]
+    small = _SMALL
+    infos = _KEY_INFOS[tag]
     for key, value in attributes.items():
-        head = keys.get(key) if key.__class__ is str else None
-        if head is None:
-            head = _key_field(key)
+        info = infos.get(key) if key.__class__ is str else None
+        if info is None:
+            info = _key_info(tag, key)  # a key that is not a str raises: left to the SDK
         if value.__class__ is str:  # most of a record: its content is JSON text
-            if repeats is not None and key in _REPEATED and len(value) <= _REPEAT_VALUE:
+            if info[2] and repeats is not None and len(value) <= _REPEAT_VALUE:
                 field = repeats.get((key, value))
                 if field is None:
-                    field = _text_field(tag, head, value)
+                    field = _text_field(tag, info[0], value)
                     if len(repeats) < _REPEATS_KEPT:
                         repeats[(key, value)] = field
                 parts.append(field)
                 continue
-            raw = value.encode()
-            sized = prefixes.get(head)
-            if sized is None and len(prefixes) < _PREFIX_KEYS:
-                sized = prefixes[head] = {}
-            prefix = sized.get(len(raw)) if sized is not None else None
+            raw = value.encode()  # a lone surrogate raises: left to the SDK
+            prefix = info[1].get(len(raw))
             if prefix is None:
-                prefix = _text_prefix(tag, head, len(raw), sized)
+                prefix = _text_prefix(tag, info[0], len(raw), info[1])
             extend((prefix, raw))
         else:
+            head = info[0]
             any_value = _any_value(value)
             size = len(any_value)
             any_size = small[size] if size < 4096 else _varint_of(size)
             size += len(head) + 1 + len(any_size)
             extend((tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, any_value))
     return b"".join(parts)
-
-
-_PREFIX_KEYS = 512  # keys whose text prefixes are kept (later keys: computed each time)
-_PREFIX_SIZES = 512  # text lengths kept per key
-_PREFIXES: dict[bytes, dict[bytes, dict[int, bytes]]] = {b"\x4a": {}, b"\x1a": {}, b"\x22": {}}
-"""Per tag, per key field: a text ``KeyValue`` field's bytes before the text itself, by the text's length in bytes."""
 
 
 def _text_prefix(tag: bytes, head: bytes, size: int, kept: dict[int, bytes] | None) -> bytes:
