@@ -11,7 +11,8 @@ commit). Such a span never goes through the ``BatchSpanProcessor``
 (:class:`WriteAheadProcessor` keeps it from it), so it is stored once.
 
 A thread of the log's own seals the active segment once it is
-``seal_seconds`` old and converts sealed segments to Parquet with the
+``seal_seconds`` old (or sooner, once the records held for it as spans
+reach :data:`SEAL_HELD`) and converts sealed segments to Parquet with the
 receiver's converter (:class:`otel_replay.storage.convert.ChunkWriter`; the
 one-span records regrouped first by :func:`otel_replay.storage.regroup.regrouped`,
 so a run of them converts as one batch; while this process still holds a
@@ -51,7 +52,7 @@ from otel_replay._wire import SMALL_VARINTS as _SMALL
 from otel_replay._wire import varint as _varint
 from otel_replay._wire import varint_of as _varint_of
 from otel_replay.capture.direct_spans import RecordSpan
-from otel_replay.capture.kept_spans import KeptSpans
+from otel_replay.capture.kept_spans import KEPT_BYTES, KeptSpans
 from otel_replay.capture.log_recovery import CAPTURE_PREFIX, convert_log_segment, log_root, recover, segment_prefix
 from otel_replay.errors import OtelReplayError
 
@@ -61,6 +62,19 @@ _log = logging.getLogger(__name__)
 
 SEAL_SECONDS = 5.0
 """How old the active segment gets before it is sealed and converted: one Parquet file per date per interval."""
+
+SEAL_HELD = KEPT_BYTES // 4
+"""Bytes of records held as spans (:mod:`otel_replay.capture.kept_spans`) past which the active segment is sealed
+before it is ``seal_seconds`` old.
+
+A segment converts from its held spans only when every one of its records is
+held, and at most :data:`~otel_replay.capture.kept_spans.KEPT_BYTES` are: at
+~2,000 gated commits a second (two records of ~2.1 KiB each) a segment of
+five seconds holds 42 MB, so past the bound every segment was decoded from its
+bytes again. Sealed at a quarter of the bound, the records appended while the
+log's thread gets to it (it may be converting the segment before, sharing the
+GIL with the agents) fit in the rest: at half, under load, some did not.
+"""
 
 
 # --- the log's record encoding --------------------------------------------------------------------------
@@ -444,6 +458,7 @@ class SpanLog:
         self._open_lock = threading.Lock()
         self._lock = threading.Lock()  # one conversion at a time
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by an append past SEAL_HELD: the log's thread seals and converts now
         self._closed = False
         self._thread: threading.Thread | None = None
         self._kept = KeptSpans()
@@ -458,6 +473,7 @@ class SpanLog:
         self._open_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._kept = KeptSpans()  # the parent's records are the parent's to convert
         self.directory = self.directory.with_name(f"{CAPTURE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
 
@@ -482,14 +498,17 @@ class SpanLog:
         """Append ``spans`` as one record; returns once it is fsynced (raises when it could not be)."""
         wal = self._opened()
         payload = self._encode(spans)
-        kept = self._kept.keep(payload, spans)
+        held = self._kept
+        kept = held.keep(payload, spans)
         try:
             wal.append(payload)
         except BaseException:
             if kept:
-                self._kept.drop((payload,))  # never written: no segment holds it
+                held.drop((payload,))  # never written: no segment holds it
             raise
         self.appended += len(spans)
+        if kept and held.held_bytes >= SEAL_HELD and not self._wake.is_set():
+            self._wake.set()
 
     def convert(self, *, seal: bool = False) -> int:
         """Seal the active segment (``seal``: now; else once ``seal_seconds`` old), convert the sealed ones; rows."""
@@ -516,9 +535,15 @@ class SpanLog:
 
     def _loop(self) -> None:
         interval = max(0.05, min(self.seal_seconds / 4, 1.0))
-        while not self._stop.wait(interval):
+        wake, stop = self._wake, self._stop
+        while True:
+            wake.wait(interval)
+            if stop.is_set():
+                return
+            wake.clear()
             try:
-                self.convert()
+                # Past SEAL_HELD the active segment is sealed now, so it converts from the spans held for it.
+                self.convert(seal=self._kept.held_bytes >= SEAL_HELD)
             except Exception as exc:  # noqa: BLE001 - the log still holds everything: retried next time
                 self.convert_errors += 1
                 _log.error("otel-replay: converting the capture write-ahead log %s failed: %s", self.directory, exc)
@@ -534,6 +559,7 @@ class SpanLog:
                 return
             self._closed = True
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
