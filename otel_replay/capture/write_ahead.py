@@ -533,6 +533,16 @@ class SpanLog:
         self.converted_rows += rows
         return rows
 
+    def _seal_early(self) -> bool:
+        """Whether to seal the active segment before its age: its held records are past :data:`SEAL_HELD`.
+
+        Not while a sealed segment waits (its conversion failed and is
+        retried): its held records count too, and sealing each time would
+        only cut the active segment into more, smaller files.
+        """
+        wal = self._wal
+        return self._kept.held_bytes >= SEAL_HELD and wal is not None and not wal.sealed()
+
     def _loop(self) -> None:
         interval = max(0.05, min(self.seal_seconds / 4, 1.0))
         wake, stop = self._wake, self._stop
@@ -542,8 +552,7 @@ class SpanLog:
                 return
             wake.clear()
             try:
-                # Past SEAL_HELD the active segment is sealed now, so it converts from the spans held for it.
-                self.convert(seal=self._kept.held_bytes >= SEAL_HELD)
+                self.convert(seal=self._seal_early())
             except Exception as exc:  # noqa: BLE001 - the log still holds everything: retried next time
                 self.convert_errors += 1
                 _log.error("otel-replay: converting the capture write-ahead log %s failed: %s", self.directory, exc)

@@ -247,3 +247,26 @@ def test_a_log_holding_records_past_its_seal_bound_seals_before_its_age_so_every
     assert log.converted_rows == 8 and log._kept.rows == 8 and log._kept.held == 0
     rows = pq.read_table(tmp_path / "ds" / "spans").num_rows
     assert rows == 8
+
+
+def test_a_log_whose_sealed_segment_waits_to_convert_does_not_seal_early_again(tmp_path, monkeypatch):
+    """Held records of a segment whose conversion failed count toward the bound, but do not cut more segments."""
+    from otel_replay.capture import write_ahead
+    from otel_replay.capture.write_ahead import SpanLog
+
+    spans = _record_spans(_tracer(), 4)
+    size = len(_RequestEncoder().encode([spans[0]]))
+    monkeypatch.setattr(write_ahead, "SEAL_HELD", 2 * size)
+    log = SpanLog(str(tmp_path / "ds"), seal_seconds=3600.0)
+    try:
+        log._stop.set()  # the log's thread stops at its first wake: the test decides when to seal
+        log.append([spans[0]])
+        assert not log._seal_early()  # one record: under the bound
+        log.append([spans[1]])
+        assert log._seal_early()  # two: the active segment is due
+        assert log._wal.rotate()  # sealed, and (as after a failed conversion) not converted yet
+        log.append([spans[2]])
+        assert log._kept.held_bytes >= write_ahead.SEAL_HELD and not log._seal_early()
+    finally:
+        log.close()
+    assert log.converted_rows == 3
