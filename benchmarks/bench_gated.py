@@ -24,7 +24,8 @@ puts the datasets elsewhere (``/dev/shm``: fsyncs cost nothing, which leaves
 the CPU of a gated trade). ``--base REF`` measures the code at git ``REF``
 (say ``s5-start``) in the same run: each round runs in a child process, this
 code and ``REF``'s alternately (``REF`` extracted with ``git archive`` into a
-temporary directory); the peers are then left out.
+temporary directory; or, when ``REF`` is a directory holding an ``otel_replay``
+package, that one); the peers are then left out.
 
 Prints figures; asserts nothing. Targets (issue 20): a gated trade <= 2x an
 ungated one single-threaded; 8 threads >= 5,000 durable commits/s; <= 10
@@ -266,7 +267,9 @@ def _child(path: str, threads: int, opts: argparse.Namespace) -> dict[str, dict[
 def _against_base(opts: argparse.Namespace) -> None:
     """This code and the code at ``opts.base``, a round each in turn (each round in a child process)."""
     with tempfile.TemporaryDirectory() as tmp:
-        codes = {"this code": str(Path(__file__).resolve().parents[1]), opts.base: _extract(opts.base, tmp)}
+        # A directory holding an ``otel_replay`` package (a tree extracted and compiled beforehand) is used as it is.
+        base = opts.base if Path(opts.base, "otel_replay").is_dir() else _extract(opts.base, tmp)
+        codes = {"this code": str(Path(__file__).resolve().parents[1]), opts.base: base}
         for threads in (1, opts.threads):
             runs: dict[str, dict[str, list[dict[str, float]]]] = {code: {} for code in codes}
             for _ in range(opts.rounds):
@@ -286,7 +289,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dir", default=None, help="where datasets go (default: the temporary directory)")
-    parser.add_argument("--base", default=None, help="a git ref whose code is measured in the same run, in turn")
+    parser.add_argument(
+        "--base", default=None, help="a git ref (or a directory holding its otel_replay) measured in turn, same run"
+    )
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)  # one round per variant, as JSON
     opts = parser.parse_args()
     WHERE = opts.dir

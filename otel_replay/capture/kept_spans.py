@@ -25,10 +25,10 @@ __all__ = ["KEPT_BYTES", "KeptSpans"]
 KEPT_BYTES = 16 * 1024 * 1024
 """Bytes of records held as spans at most (their spans take about three times as much memory); past it, from bytes.
 
-A log seals its segment every ``max_file_age_seconds`` (5 s by default): at
-~800 gated commits a second (two records of ~2 KiB each) about that much is
-held between two conversions; past it, a segment converts from its bytes, as
-before.
+A log seals its segment every ``max_file_age_seconds`` (5 s by default), and
+sooner once a quarter of this is held (:data:`otel_replay.capture.write_ahead.SEAL_HELD`),
+so a segment's records fit; a record past it is not held, and its segment
+converts from its bytes, as before.
 """
 
 
@@ -63,6 +63,11 @@ class KeptSpans:
     def held(self) -> int:
         """Records held now."""
         return len(self._spans)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the records held now (at most :data:`KEPT_BYTES`)."""
+        return self._bytes
 
     def keep(self, payload: bytes, spans: Sequence[ReadableSpan]) -> bool:
         """Hold ``spans``, the record ``payload``'s, until its segment converts; ``False``: not held (full, other)."""

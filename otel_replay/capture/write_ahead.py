@@ -11,7 +11,8 @@ commit). Such a span never goes through the ``BatchSpanProcessor``
 (:class:`WriteAheadProcessor` keeps it from it), so it is stored once.
 
 A thread of the log's own seals the active segment once it is
-``seal_seconds`` old and converts sealed segments to Parquet with the
+``seal_seconds`` old (or sooner, once the records held for it as spans
+reach :data:`SEAL_HELD`) and converts sealed segments to Parquet with the
 receiver's converter (:class:`otel_replay.storage.convert.ChunkWriter`; the
 one-span records regrouped first by :func:`otel_replay.storage.regroup.regrouped`,
 so a run of them converts as one batch; while this process still holds a
@@ -52,7 +53,7 @@ from otel_replay._wire import SMALL_VARINTS as _SMALL
 from otel_replay._wire import varint as _varint
 from otel_replay._wire import varint_of as _varint_of
 from otel_replay.capture.direct_spans import RecordSpan
-from otel_replay.capture.kept_spans import KeptSpans
+from otel_replay.capture.kept_spans import KEPT_BYTES, KeptSpans
 from otel_replay.capture.log_recovery import CAPTURE_PREFIX, convert_log_segment, log_root, recover, segment_prefix
 from otel_replay.errors import OtelReplayError
 
@@ -70,6 +71,19 @@ _log = logging.getLogger(__name__)
 
 SEAL_SECONDS = 5.0
 """How old the active segment gets before it is sealed and converted: one Parquet file per date per interval."""
+
+SEAL_HELD = KEPT_BYTES // 4
+"""Bytes of records held as spans (:mod:`otel_replay.capture.kept_spans`) past which the active segment is sealed
+before it is ``seal_seconds`` old.
+
+A segment converts from its held spans only when every one of its records is
+held, and at most :data:`~otel_replay.capture.kept_spans.KEPT_BYTES` are: at
+~2,000 gated commits a second (two records of ~2.1 KiB each) a segment of
+five seconds holds 42 MB, so past the bound every segment was decoded from its
+bytes again. Sealed at a quarter of the bound, the records appended while the
+log's thread gets to it (it may be converting the segment before, sharing the
+GIL with the agents) fit in the rest: at half, under load, some did not.
+"""
 
 
 # --- the log's record encoding --------------------------------------------------------------------------
@@ -120,16 +134,11 @@ def _any_value(value: Any) -> bytes:
     raise _Unencodable(f"attribute value of type {cls.__name__}")
 
 
-_KEYS: dict[str, bytes] = {}  # an attribute key's field 1 of ``KeyValue``: the same few dozen keys every time
-
-
 def _key_field(key: str) -> bytes:
+    """Field 1 of a ``KeyValue``: the key (none for an empty key, as protobuf writes a default)."""
     if key.__class__ is not str:
         raise _Unencodable("attribute key that is not a str")
-    field = _field(b"\x0a", key.encode()) if key else b""
-    if len(_KEYS) < 4096:
-        _KEYS[key] = field
-    return field
+    return _field(b"\x0a", key.encode()) if key else b""
 
 
 _REPEATED = frozenset(
@@ -150,55 +159,65 @@ _REPEAT_VALUE = 256  # a value longer than this is encoded each time, never kept
 _REPEATS_KEPT = 1024  # (key, value) fields kept at most: later ones are encoded each time
 _repeats: dict[tuple[str, str], bytes] = {}  # (key, text) -> its whole KeyValue field under tag 0x4a (a span's)
 
+_PREFIX_KEYS = 512  # keys kept per tag with their text prefixes (later keys: computed each time)
+_PREFIX_SIZES = 512  # text lengths kept per key
+_KeyInfo = tuple[bytes, dict[int, bytes], bool]
+_KEY_INFOS: dict[bytes, dict[str, _KeyInfo]] = {b"\x4a": {}, b"\x1a": {}, b"\x22": {}}
+"""Per tag, per key: its key field, a text ``KeyValue`` field's bytes before the text by the text's length in
+bytes, and whether its short texts are kept whole (:data:`_REPEATED`, only under a span's tag 0x4a)."""
+
+
+def _key_info(tag: bytes, key: str) -> _KeyInfo:
+    """``key``'s entry of :data:`_KEY_INFOS` under ``tag``, made (and kept, within :data:`_PREFIX_KEYS`) now."""
+    infos = _KEY_INFOS[tag]
+    info: _KeyInfo = (_key_field(key), {}, tag == b"\x4a" and key in _REPEATED)
+    if len(infos) < _PREFIX_KEYS:
+        infos[key] = info
+    return info
+
 
 def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], bytes] | None = None) -> bytes:
     """Repeated ``KeyValue`` fields under ``tag`` for ``attributes`` (in their order).
 
     The pieces of every field go into one list joined once (a record's
     content is a few long JSON texts: each is copied once, not once per
-    enclosing length prefix). ``repeats``: the fields of short texts under
-    the :data:`_REPEATED` keys, kept there and reused (only for ``tag`` 0x4a).
+    enclosing length prefix). A key costs one lookup (:data:`_KEY_INFOS`):
+    its field and its text prefixes by length. ``repeats``: the fields of
+    short texts under the :data:`_REPEATED` keys, kept there and reused
+    (only for ``tag`` 0x4a).
     """
     if not attributes:
         return b""
     parts: list[bytes] = []
     extend = parts.extend
-    small, keys = _SMALL, _KEYS
-    prefixes = _PREFIXES[tag]
+    small = _SMALL
+    infos = _KEY_INFOS[tag]
     for key, value in attributes.items():
-        head = keys.get(key) if key.__class__ is str else None
-        if head is None:
-            head = _key_field(key)
+        info = infos.get(key) if key.__class__ is str else None
+        if info is None:
+            info = _key_info(tag, key)  # a key that is not a str raises: left to the SDK
         if value.__class__ is str:  # most of a record: its content is JSON text
-            if repeats is not None and key in _REPEATED and len(value) <= _REPEAT_VALUE:
+            if info[2] and repeats is not None and len(value) <= _REPEAT_VALUE:
                 field = repeats.get((key, value))
                 if field is None:
-                    field = _text_field(tag, head, value)
+                    field = _text_field(tag, info[0], value)
                     if len(repeats) < _REPEATS_KEPT:
                         repeats[(key, value)] = field
                 parts.append(field)
                 continue
-            raw = value.encode()
-            sized = prefixes.get(head)
-            if sized is None and len(prefixes) < _PREFIX_KEYS:
-                sized = prefixes[head] = {}
-            prefix = sized.get(len(raw)) if sized is not None else None
+            raw = value.encode()  # a lone surrogate raises: left to the SDK
+            prefix = info[1].get(len(raw))
             if prefix is None:
-                prefix = _text_prefix(tag, head, len(raw), sized)
+                prefix = _text_prefix(tag, info[0], len(raw), info[1])
             extend((prefix, raw))
         else:
+            head = info[0]
             any_value = _any_value(value)
             size = len(any_value)
             any_size = small[size] if size < 4096 else _varint_of(size)
             size += len(head) + 1 + len(any_size)
             extend((tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, any_value))
     return b"".join(parts)
-
-
-_PREFIX_KEYS = 512  # keys whose text prefixes are kept (later keys: computed each time)
-_PREFIX_SIZES = 512  # text lengths kept per key
-_PREFIXES: dict[bytes, dict[bytes, dict[int, bytes]]] = {b"\x4a": {}, b"\x1a": {}, b"\x22": {}}
-"""Per tag, per key field: a text ``KeyValue`` field's bytes before the text itself, by the text's length in bytes."""
 
 
 def _text_prefix(tag: bytes, head: bytes, size: int, kept: dict[int, bytes] | None) -> bytes:
@@ -448,6 +467,7 @@ class SpanLog:
         self._open_lock = threading.Lock()
         self._lock = threading.Lock()  # one conversion at a time
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by an append past SEAL_HELD: the log's thread seals and converts now
         self._closed = False
         self._thread: threading.Thread | None = None
         self._kept = KeptSpans()
@@ -462,6 +482,7 @@ class SpanLog:
         self._open_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._kept = KeptSpans()  # the parent's records are the parent's to convert
         self.directory = self.directory.with_name(f"{CAPTURE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
 
@@ -486,14 +507,17 @@ class SpanLog:
         """Append ``spans`` as one record; returns once it is fsynced (raises when it could not be)."""
         wal = self._opened()
         payload = self._encode(spans)
-        kept = self._kept.keep(payload, spans)
+        held = self._kept
+        kept = held.keep(payload, spans)
         try:
             wal.append(payload)
         except BaseException:
             if kept:
-                self._kept.drop((payload,))  # never written: no segment holds it
+                held.drop((payload,))  # never written: no segment holds it
             raise
         self.appended += len(spans)
+        if kept and held.held_bytes >= SEAL_HELD and not self._wake.is_set():
+            self._wake.set()
 
     def convert(self, *, seal: bool = False) -> int:
         """Seal the active segment (``seal``: now; else once ``seal_seconds`` old), convert the sealed ones; rows."""
@@ -518,11 +542,26 @@ class SpanLog:
         self.converted_rows += rows
         return rows
 
+    def _seal_early(self) -> bool:
+        """Whether to seal the active segment before its age: its held records are past :data:`SEAL_HELD`.
+
+        Not while a sealed segment waits (its conversion failed and is
+        retried): its held records count too, and sealing each time would
+        only cut the active segment into more, smaller files.
+        """
+        wal = self._wal
+        return self._kept.held_bytes >= SEAL_HELD and wal is not None and not wal.sealed()
+
     def _loop(self) -> None:
         interval = max(0.05, min(self.seal_seconds / 4, 1.0))
-        while not self._stop.wait(interval):
+        wake, stop = self._wake, self._stop
+        while True:
+            wake.wait(interval)
+            if stop.is_set():
+                return
+            wake.clear()
             try:
-                self.convert()
+                self.convert(seal=self._seal_early())
             except Exception as exc:  # noqa: BLE001 - the log still holds everything: retried next time
                 self.convert_errors += 1
                 _log.error("otel-replay: converting the capture write-ahead log %s failed: %s", self.directory, exc)
@@ -538,6 +577,7 @@ class SpanLog:
                 return
             self._closed = True
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()

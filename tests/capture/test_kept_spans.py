@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,53 @@ def test_a_record_of_several_spans_converts_from_them_in_their_order(tmp_path):
     held, from_bytes = _files(tmp_path / "held"), _files(tmp_path / "bytes")
     assert held.keys() == from_bytes.keys()
     assert all(table.equals(from_bytes[name][0]) for name, (table, _) in held.items())
+
+
+def test_a_log_holding_records_past_its_seal_bound_seals_before_its_age_so_every_row_comes_from_held_spans(
+    tmp_path, monkeypatch
+):
+    """At a rate where a segment's age would hold more than the bound, the segment is sealed early, whole."""
+    from otel_replay.capture import write_ahead
+    from otel_replay.capture.write_ahead import SpanLog
+
+    spans = _record_spans(_tracer(), 8)
+    size = len(_RequestEncoder().encode([spans[0]]))
+    monkeypatch.setattr(write_ahead, "SEAL_HELD", 3 * size)  # three records' worth: sealed after the third
+    log = SpanLog(str(tmp_path / "ds"), seal_seconds=3600.0)  # never by age within this test
+    try:
+        for span in spans[:3]:
+            log.append([span])
+        deadline = time.monotonic() + 60
+        while log.converted_rows < 3 and time.monotonic() < deadline:  # the log's thread, woken by the third append
+            time.sleep(0.01)
+        assert log.converted_rows == 3 and log._kept.rows == 3  # sealed long before its age, from the held spans
+        for span in spans[3:]:
+            log.append([span])
+    finally:
+        log.close()
+    assert log.converted_rows == 8 and log._kept.rows == 8 and log._kept.held == 0
+    rows = pq.read_table(tmp_path / "ds" / "spans").num_rows
+    assert rows == 8
+
+
+def test_a_log_whose_sealed_segment_waits_to_convert_does_not_seal_early_again(tmp_path, monkeypatch):
+    """Held records of a segment whose conversion failed count toward the bound, but do not cut more segments."""
+    from otel_replay.capture import write_ahead
+    from otel_replay.capture.write_ahead import SpanLog
+
+    spans = _record_spans(_tracer(), 4)
+    size = len(_RequestEncoder().encode([spans[0]]))
+    monkeypatch.setattr(write_ahead, "SEAL_HELD", 2 * size)
+    log = SpanLog(str(tmp_path / "ds"), seal_seconds=3600.0)
+    try:
+        log._stop.set()  # the log's thread stops at its first wake: the test decides when to seal
+        log.append([spans[0]])
+        assert not log._seal_early()  # one record: under the bound
+        log.append([spans[1]])
+        assert log._seal_early()  # two: the active segment is due
+        assert log._wal.rotate()  # sealed, and (as after a failed conversion) not converted yet
+        log.append([spans[2]])
+        assert log._kept.held_bytes >= write_ahead.SEAL_HELD and not log._seal_early()
+    finally:
+        log.close()
+    assert log.converted_rows == 3

@@ -655,7 +655,7 @@ def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_onc
 
     from otel_replay.capture import write_ahead
 
-    monkeypatch.setattr(write_ahead, "_PREFIXES", {b"\x4a": {}, b"\x1a": {}, b"\x22": {}})
+    monkeypatch.setattr(write_ahead, "_KEY_INFOS", {b"\x4a": {}, b"\x1a": {}, b"\x22": {}})
     monkeypatch.setattr(write_ahead, "_PREFIX_SIZES", 3)  # past it, lengths are computed each time
     monkeypatch.setattr(write_ahead, "_PREFIX_KEYS", 2)  # past it, keys are computed each time
     resource, scope = Resource.create({"service.name": "lengths"}), InstrumentationScope("lengths", "1")
@@ -682,8 +682,10 @@ def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_onc
         assert encoder._encode([span])  # written by the log's own encoder, not handed to the SDK's
         ours = type(encode_spans([span])).FromString(encoder.encode([span]))
         assert ours.SerializeToString(deterministic=True) == encode_spans([span]).SerializeToString(deterministic=True)
-    assert all(len(kept) <= 3 for prefixes in write_ahead._PREFIXES.values() for kept in prefixes.values())
-    assert all(len(prefixes) <= 2 for prefixes in write_ahead._PREFIXES.values())
+    infos = write_ahead._KEY_INFOS.values()
+    assert all(len(info[1]) <= 3 for keys in infos for info in keys.values())  # lengths kept per key
+    assert all(len(keys) <= 2 for keys in infos)  # keys kept per tag
+    assert any(len(info[1]) == 3 for keys in infos for info in keys.values())  # kept up to the bound
 
 
 @pytest.mark.parametrize("failing", ["intent", "committed"])
