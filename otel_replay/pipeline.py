@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from types import TracebackType
@@ -17,7 +18,7 @@ from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
 from otel_replay.capture.sampling import RecordSampler
 from otel_replay.capture.write_ahead import SpanLog, WriteAheadProcessor, recover
-from otel_replay.errors import ConfigError
+from otel_replay.errors import ConfigError, OtelReplayError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
 from otel_replay.storage.outcome_claims import close_outcomes, flush_outcomes
@@ -75,53 +76,33 @@ class Telemetry:
             return False
         return self.log_span(span)
 
-    def decision_ahead(self, record_id: str) -> bool | None:
-        """Make the ended decision ``record_id`` durable before a commit acting on it: ``True`` once fsynced.
-
-        For a commit made after the decision's ``audit()`` block ended: the
-        decision's span is queued for Parquet, not yet durable, so it is
-        appended to the write-ahead log, and the exporter skips it when it
-        comes (if it had it already, the two copies are one span: the views
-        count each ``(trace_id, span_id)`` once). A decision not among the last ones ended here
-        (another process's, an old one, or one of many ended since) may still
-        be queued: the batch queue and the exporter are flushed instead (a
-        Parquet file when they held spans). ``None`` when there is no log;
-        ``False`` when neither could be done (logged).
-        """
-        if self._ahead is None or self.log is None or self._closed:
-            return None
-        at_hand, span = self._ahead.recent_decision(record_id)
-        if at_hand and span is None:
-            return True  # an earlier commit on it wrote it to the log
-        if span is None:
-            return bool(self.provider.force_flush()) and bool(self.exporter.force_flush())
-        try:
-            self.log.append([span])
-        except Exception as exc:  # noqa: BLE001 - the span is still queued for Parquet; the gate refuses the commit
-            _log.error(
-                "otel-replay: decision %s could not be written to the write-ahead log %s: %s: %s",
-                record_id[:200],
-                self.log.directory,
-                type(exc).__name__,
-                exc,
-            )
-            return False
-        self._ahead.decision_logged(record_id)
-        if span.context is not None:
-            self.exporter.skip_logged(span.context.span_id)
-        return True
-
     def log_span(self, span: ReadableSpan) -> bool:
         """Append the ended ``span`` to the write-ahead log; ``True`` once it is fsynced.
 
-        ``False`` when it could not be (logged): the span is handed to the
-        batch queue instead, to reach Parquet the usual way.
+        Every record this process sealed before it is made durable first: the
+        record spans held since the last append go into the same log record
+        (one fsync), and when some went to the batch queue instead (before
+        the first append, or released as too old or too many; see
+        :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`) the
+        queue and the exporter are flushed to Parquet before it. So a
+        durable gate record is never preceded in its chain by a record a
+        crash could still take (which ``verify`` would read as deleted).
+
+        ``False`` when any of it could not be done (logged): the span and
+        the held ones are handed to the batch queue instead, to reach Parquet
+        the usual way.
         """
         assert self._ahead is not None and self.log is not None
+        ahead = self._ahead
+        ahead.hold_records()
+        held, released = ahead.take_held()
+        spans = [*held, span]
         span_id = span.context.span_id if span.context is not None else 0
         try:
-            self.log.append([span])
-        except Exception as exc:  # noqa: BLE001 - the span still goes to Parquet; the caller reports it
+            if released and not (self.provider.force_flush() and self.exporter.force_flush()):
+                raise OtelReplayError("the records sealed before it could not be flushed to Parquet first")
+            self.log.append(spans)
+        except Exception as exc:  # noqa: BLE001 - the spans still go to Parquet; the caller reports it
             _log.error(
                 "otel-replay: span %016x could not be written to the write-ahead log %s: %s: %s",
                 span_id,
@@ -129,7 +110,8 @@ class Telemetry:
                 type(exc).__name__,
                 exc,
             )
-            self._ahead.release(span)
+            for each in spans:
+                ahead.release(each)
             return False
         return True
 
@@ -301,6 +283,8 @@ def configure(
     provider.add_span_processor(ahead)
     if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)
+    # Record spans held for the next write-ahead go to the batch queue once as old as a file may be.
+    log.on_tick = functools.partial(ahead.release_held, log.seal_seconds)
     telemetry = Telemetry(provider, exporter, log, ahead)
     telemetry.recorder = Recorder(
         provider.get_tracer(sc.INSTRUMENTATION_NAME), key=key, dataset=dataset, pipeline=telemetry

@@ -47,8 +47,10 @@ class KeptSpans:
     Either way the files get the names the segment gives them, so a crash
     between the write and the segment's release, and the recovery that
     converts it again from its bytes, rewrites the same files: no row twice.
-    Only :class:`~otel_replay.capture.direct_spans.RecordSpan` records are
-    held (a gate's records, of a known shape).
+    A gate's records (:class:`~otel_replay.capture.direct_spans.RecordSpan`,
+    of a known shape) are held, and so are the spans the SDK ended that a
+    write-ahead carries with them (the records sealed before it, such as the
+    decision), unless they have links.
     """
 
     def __init__(self) -> None:
@@ -74,7 +76,10 @@ class KeptSpans:
         if not spans:
             return False
         for span in spans:
-            if span.__class__ is not RecordSpan:
+            # A link's trace state is read from the bytes by the SDK's parser, which drops one it finds invalid
+            # where the span kept it: a span the SDK ended with links is left to its bytes. A record span's
+            # links are of a known shape.
+            if span.links and span.__class__ is not RecordSpan:
                 return False
         with self._lock:
             if payload in self._spans or self._bytes + len(payload) > KEPT_BYTES:

@@ -388,17 +388,6 @@ class Recorder:
         """
         return self._emit(name, record_id, attributes, links, durable=True)
 
-    def decision_ahead(self, record_id: str) -> bool | None:
-        """Make decision ``record_id`` durable before a commit acts on it (a commit after its ``audit()`` block).
-
-        ``True`` once it is (fsynced in the pipeline's write-ahead log, or
-        flushed to Parquet when it ended too long ago to be at hand);
-        ``False`` when that failed (logged); ``None`` when the pipeline has no
-        log (a provider not made by :func:`otel_replay.configure`).
-        """
-        ahead = getattr(self._pipeline, "decision_ahead", None)
-        return None if ahead is None else ahead(record_id)
-
     def held(
         self, name: str, record_id: str, attributes: dict[str, Any], *, links: Sequence[Link] = ()
     ) -> HeldRecord | None:

@@ -39,9 +39,9 @@ import secrets
 import shutil
 import struct
 import threading
+import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.context import Context
@@ -59,7 +59,7 @@ from otel_replay.errors import OtelReplayError
 
 __all__ = [
     "CAPTURE_PREFIX",
-    "RECENT_DECISIONS",
+    "HOLD_LIMIT",
     "SpanLog",
     "WriteAheadProcessor",
     "convert_log_segment",
@@ -68,6 +68,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+_SEQ = sc.RECORD_SEQ  # a span with a chain position is a sealed record
 
 SEAL_SECONDS = 5.0
 """How old the active segment gets before it is sealed and converted: one Parquet file per date per interval."""
@@ -471,6 +473,8 @@ class SpanLog:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._kept = KeptSpans()
+        self.on_tick: Callable[[], object] | None = None
+        """Called on the log's thread at each of its turns (the pipeline releases held record spans grown old)."""
         self.appended = 0
         self.converted_rows = 0
         self.convert_errors = 0
@@ -560,6 +564,12 @@ class SpanLog:
             if stop.is_set():
                 return
             wake.clear()
+            tick = self.on_tick
+            if tick is not None:
+                try:
+                    tick()
+                except Exception as exc:  # noqa: BLE001 - held spans stay held: released at the next turn or flush
+                    _log.error("otel-replay: releasing held record spans failed: %s", exc)
             try:
                 self.convert(seal=self._seal_early())
             except Exception as exc:  # noqa: BLE001 - the log still holds everything: retried next time
@@ -602,10 +612,8 @@ class SpanLog:
                 wal.unlock()
 
 
-RECENT_DECISIONS = 256
-"""Ended decisions a :class:`WriteAheadProcessor` keeps at hand for a commit made after their ``audit()`` block."""
-
-_DECISION = sc.SPAN_DECISION
+HOLD_LIMIT = 4096
+"""Record spans a :class:`WriteAheadProcessor` holds for the next write-ahead; past it they go to the batch queue."""
 
 
 class WriteAheadProcessor(SpanProcessor):
@@ -613,17 +621,29 @@ class WriteAheadProcessor(SpanProcessor):
 
     :meth:`claim` a span (by span id) before it ends; its ended form is then
     kept here for :meth:`take` instead of being queued for the exporter.
-    Every other span goes to ``inner`` as before.
+
+    Once the process writes ahead (:meth:`hold_records`, at its first gate
+    record), the sealed records that end here (decisions, audit entries,
+    outcomes: spans with a chain position) are held for the next write-ahead
+    instead, which puts them in the log with its own record (:meth:`take_held`):
+    a durable gate record is then never preceded in its chain by a record a
+    crash could still take, such as the decision a commit made after its
+    ``audit()`` block acts on. Held spans go to ``inner`` after all when they
+    are :data:`HOLD_LIMIT` or older than the log's file age
+    (:meth:`release_held`, from the log's thread), and at ``force_flush`` and
+    ``shutdown``; :meth:`take_held` then says so, and the next write-ahead
+    flushes ``inner`` first. Every other span goes to ``inner`` as before.
     """
 
     def __init__(self, inner: SpanProcessor) -> None:
         """Wrap ``inner`` (the pipeline's ``BatchSpanProcessor``)."""
         self.inner = inner
         self._claimed: dict[int, ReadableSpan | None] = {}
-        # The decisions ended last, by record id, for a commit made after its decision's block (decide, then pay):
-        # the decision is queued for Parquet, not durable, and its intent must not reach the disk without it.
-        self._decisions: OrderedDict[str, ReadableSpan | None] = OrderedDict()  # None: written to the log
-        self._decisions_lock = threading.Lock()
+        self._holding = False
+        self._held: list[ReadableSpan] = []
+        self._held_at = 0.0
+        self._released = True  # records went to ``inner`` since the last take: all of them, before holding starts
+        self._hold_lock = threading.Lock()
 
     def claim(self, span_id: int) -> None:
         """Keep the span ``span_id`` from ``inner`` when it ends."""
@@ -637,6 +657,29 @@ class WriteAheadProcessor(SpanProcessor):
         """Hand a taken span to ``inner`` after all (it could not be logged): it is exported the usual way."""
         self.inner.on_end(span)
 
+    def hold_records(self) -> None:
+        """From now on, hold the record spans that end here for the next write-ahead (see the class docstring)."""
+        self._holding = True
+
+    def take_held(self) -> tuple[list[ReadableSpan], bool]:
+        """The record spans held since the last take, and whether any went to ``inner`` meanwhile instead."""
+        with self._hold_lock:
+            held, self._held = self._held, []
+            released, self._released = self._released, False
+        return held, released
+
+    def release_held(self, older_than: float | None = None) -> int:
+        """Hand the held record spans to ``inner`` (only when the oldest is ``older_than`` seconds); how many."""
+        with self._hold_lock:
+            held = self._held
+            if not held or (older_than is not None and time.monotonic() - self._held_at < older_than):
+                return 0
+            self._held = []
+            self._released = True
+        for span in held:
+            self.inner.on_end(span)
+        return len(held)
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Forwarded to ``inner``."""
         self.inner.on_start(span, parent_context=parent_context)
@@ -644,43 +687,34 @@ class WriteAheadProcessor(SpanProcessor):
     def _on_ending(self, span: Span) -> None:
         self.inner._on_ending(span)
 
-    def recent_decision(self, record_id: str) -> tuple[bool, ReadableSpan | None]:
-        """Whether decision ``record_id`` is among the last :data:`RECENT_DECISIONS` to end here, and its span.
-
-        The span is ``None`` once :meth:`decision_logged` said the log has it.
-        """
-        with self._decisions_lock:
-            decisions = self._decisions
-            return (True, decisions[record_id]) if record_id in decisions else (False, None)
-
-    def decision_logged(self, record_id: str) -> None:
-        """Decision ``record_id`` is durable in the write-ahead log: a later commit on it writes nothing more."""
-        with self._decisions_lock:
-            if record_id in self._decisions:
-                self._decisions[record_id] = None
-
     def on_end(self, span: ReadableSpan) -> None:
-        """A claimed span is kept for :meth:`take`; any other goes to ``inner`` (a decision is noted first)."""
+        """A claimed span is kept for :meth:`take`, a record span held once holding; any other goes to ``inner``."""
         claimed = self._claimed
         if claimed:
             ctx = span.context
             if ctx is not None and ctx.span_id in claimed:
                 claimed[ctx.span_id] = span
                 return
-        if span.name == _DECISION:
-            record_id = (span.attributes or {}).get(sc.RECORD_ID)
-            if isinstance(record_id, str):
-                with self._decisions_lock:
-                    decisions = self._decisions
-                    decisions[record_id] = span
-                    if len(decisions) > RECENT_DECISIONS:
-                        decisions.popitem(last=False)
+        if self._holding:
+            attributes = span.attributes
+            if attributes is not None and _SEQ in attributes:
+                with self._hold_lock:
+                    held = self._held
+                    if not held:
+                        self._held_at = time.monotonic()
+                    held.append(span)
+                    full = len(held) >= HOLD_LIMIT
+                if full:
+                    self.release_held()
+                return
         self.inner.on_end(span)
 
     def shutdown(self) -> None:
-        """Forwarded to ``inner``."""
+        """The held record spans to ``inner``, then forwarded."""
+        self.release_held()
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Forwarded to ``inner``."""
+        """The held record spans to ``inner``, then forwarded."""
+        self.release_held()
         return self.inner.force_flush(timeout_millis)

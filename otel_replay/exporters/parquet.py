@@ -22,9 +22,6 @@ from otel_replay.errors import ConfigError
 from .rows import spans_to_table
 from .writer import DatasetWriter, WriterStats
 
-_IN_LOG_BOUND = 4096
-"""Span ids :meth:`ParquetSpanExporter.skip_logged` keeps (each is met once, or never when already exported)."""
-
 __all__ = [
     "CompactionStats",
     "Compactor",
@@ -147,9 +144,6 @@ class ParquetSpanExporter(SpanExporter):
         )
         self._shutdown = False
         self._flushed_mark = 0
-        # Spans queued for this exporter that were then made durable in the write-ahead log (a decision a commit
-        # acted on after its block ended): skipped here, so the dataset holds them once.
-        self._in_log: set[int] = set()
         self._mark_lock = threading.Lock()
         self.compaction = CompactionStats()
         self._compactor: Compactor | None = None
@@ -177,10 +171,6 @@ class ParquetSpanExporter(SpanExporter):
             self.writer.count_dropped(len(spans))
             _log.warning("otel-replay: export after shutdown; %d spans dropped", len(spans))
             return SpanExportResult.FAILURE
-        if self._in_log:
-            spans = self._not_in_log(spans)
-            if not spans:
-                return SpanExportResult.SUCCESS
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
             rejected: list[str] = []
@@ -197,29 +187,6 @@ class ParquetSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS if accepted and not rejected else SpanExportResult.FAILURE
         finally:
             detach(token)
-
-    def skip_logged(self, span_id: int) -> None:
-        """Span ``span_id``, already handed to this exporter, is durable in the write-ahead log: not written here.
-
-        Called once the log has it (never before: a failed append leaves the
-        span to this exporter). A span exported before this call is written
-        both ways: one span, which the views count once and compaction keeps once.
-        """
-        in_log = self._in_log
-        if len(in_log) >= _IN_LOG_BOUND:  # ids whose spans were exported before the call: never met again
-            in_log.clear()
-        in_log.add(span_id)
-
-    def _not_in_log(self, spans: Sequence[ReadableSpan]) -> Sequence[ReadableSpan]:
-        in_log = self._in_log
-        kept = []
-        for span in spans:
-            ctx = span.context
-            if ctx is not None and ctx.span_id in in_log:
-                in_log.discard(ctx.span_id)
-                continue
-            kept.append(span)
-        return kept
 
     def _span_by_span(self, spans: Sequence[ReadableSpan], rejected: list[str]) -> pa.Table:
         tables = []

@@ -324,22 +324,6 @@ class ActionGate:
         recorder = get_recorder()
         if decision is not None and record_id is not None and decision.record_id == record_id:
             acted = decision._as_acted()
-        elif record_id is not None and recorder.decision_ahead(record_id) is False:
-            # The block has ended: its sealed decision may still be queued. Made durable first, or no commit.
-            self._record(
-                "commit",
-                "commit_refused",
-                f"{action.type} not committed: its decision could not be made durable; the rail was not called",
-                record_id=record_id,
-                receipt=None,
-                action=action,
-                durable=False,
-                correlation_id=correlation_id,
-            )
-            raise GateError(
-                f"{action.type} (decision {record_id}) was not committed: the decision could not be made durable "
-                "first (see the error logged before this)"
-            )
         detail = f"{action.type} about to be committed: executed? unknown until its commit record - check the rail"
         record = GateRecord(
             record_id=new_id(),

@@ -144,7 +144,8 @@ def test_only_record_spans_are_held_each_once_and_up_to_the_bound(monkeypatch):
     provider.get_tracer("t").start_span("sdk span", attributes={sc.KIND: sc.KIND_GATE}).end()
     [sdk_span] = exporter.get_finished_spans()
     kept = KeptSpans()
-    assert not kept.keep(_RequestEncoder().encode([sdk_span]), [sdk_span])  # a span of no known shape
+    assert kept.keep(_RequestEncoder().encode([sdk_span]), [sdk_span])  # an SDK span too
+    kept.drop([_RequestEncoder().encode([sdk_span])])
     assert not kept.keep(b"\x0a\x00", [])
     first, second = _record_spans(_tracer(), 2)
     payload, other = _RequestEncoder().encode([first]), _RequestEncoder().encode([second])
@@ -175,7 +176,9 @@ def test_gated_commits_convert_from_their_held_spans_once_each_and_verify(tmp_pa
         log = telemetry.log
     finally:
         telemetry.shutdown()
-    assert log._kept.rows == 6 and log._kept.held == 0  # intent and commit record of each, all from held spans
+    # Every span the log took (an intent and a commit record a commit, and the decision the next intent carried)
+    # converted from held spans.
+    assert log._kept.rows == log.appended == 7 and log._kept.held == 0
     with otel_replay.open(dataset) as store:
         gates = store.rows("SELECT executed, count(*) AS n FROM gates GROUP BY executed ORDER BY executed")
         assert [(row["executed"], row["n"]) for row in gates] == [("committed", 3), ("intent", 3)]
@@ -270,3 +273,46 @@ def test_a_log_whose_sealed_segment_waits_to_convert_does_not_seal_early_again(t
     finally:
         log.close()
     assert log.converted_rows == 3
+
+
+def _sdk_spans() -> list[Any]:
+    """Spans the SDK ended, as audit() and its children leave them: hostile values, events, links, an error status."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "k\u00e9pt", "n": 3}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("otel_replay", "1.2")
+    from opentelemetry.trace import Link, Status, StatusCode, set_span_in_context
+
+    with tracer.start_as_current_span(sc.SPAN_DECISION, attributes={sc.KIND: sc.KIND_DECISION, **HOSTILE}) as root:
+        root.add_event("read", {"order": "o-1", "n": 2, "list": [1, 2]}, timestamp=START_NS + 5)
+        child = tracer.start_span("model", context=set_span_in_context(root), links=[Link(PARENT, {"why": "x"})],
+                                  attributes={"tuple": ("a", "b\u00e9"), "floats": (1.5, -0.0), "bools": (True,)})
+        try:
+            raise ValueError("caf\u00e9 \x00 boom")
+        except ValueError as exc:
+            child.record_exception(exc, timestamp=START_NS + 7)
+            child.set_status(Status(StatusCode.ERROR, "boom \u202e"))
+        child.end()
+    provider.get_tracer("another scope").start_span("root elsewhere", context=None).end()
+    return list(exporter.get_finished_spans())
+
+
+def test_spans_the_sdk_ended_convert_from_held_spans_to_the_files_their_bytes_give(tmp_path):
+    """Decisions a gate writes ahead with its record are SDK spans: held too, and converted to the same files."""
+    linked, *spans = _sdk_spans()  # the child, which has a link, ends first
+    assert linked.links and not any(span.links for span in spans)
+    encoder = _RequestEncoder()
+    assert not KeptSpans().keep(encoder.encode([linked]), [linked])  # a link's trace state: left to the bytes
+    records = [spans[:1], spans[1:]]  # the decision, and a span of another scope
+    payloads = [encoder.encode(group) for group in records]
+    kept = KeptSpans()
+    assert all(kept.keep(payload, group) for payload, group in zip(payloads, records, strict=True))
+    segment = _segment(tmp_path / "log", payloads)
+    assert kept.convert(segment, str(tmp_path / "held"), "wal-capture-1-seg") == len(spans)
+    assert kept.rows == len(spans)
+    assert convert_log_segment(segment, str(tmp_path / "bytes"), "wal-capture-1-seg") == len(spans)
+    held, from_bytes = _files(tmp_path / "held"), _files(tmp_path / "bytes")
+    assert held and held.keys() == from_bytes.keys()
+    for name, (table, footer) in held.items():
+        assert table.equals(from_bytes[name][0]), name
+        assert footer == from_bytes[name][1], name

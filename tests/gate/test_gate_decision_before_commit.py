@@ -1,87 +1,110 @@
-"""A decision is durable before the commit that acts on it, wherever the commit is made (issue 20).
+"""Every record sealed before a durable gate record is durable with it, wherever the commit is made (issue 20).
 
 Inside the decision's ``audit()`` block the intent carries the decision
-(tests/gate/test_gate_write_ahead.py). Here the block has ended when the
-gate commits: the decision is sealed but may still be in the batch queue.
+(tests/gate/test_gate_write_ahead.py). Here the block has ended when the gate
+commits (decide, then pay): the decision is sealed, and so may be others of
+the process's chain. Once a process writes ahead, the record spans that end
+are held for the next write-ahead, which puts them in the log with its own
+record; records that went to the batch queue instead are flushed to Parquet
+first. Else a crash after ``commit()`` returned left the commit without its
+decision: replay could not judge it, and ``verify`` read the lost records as
+deleted, since the gate record follows them in the chain.
 """
 
 from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import otel_replay
 from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+from otel_replay.capture import write_ahead
 from otel_replay.errors import GateError, RecordNotFound
 from otel_replay.gate import reads
 from tests.gate.test_gate_write_ahead import KEY, _gates, _no_row_twice, _reopen
 
 _AFTER_BLOCK = textwrap.dedent(
     """
-    import os, signal, sys
+    import glob, os, signal, sys
     import otel_replay
     from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+    from otel_replay.capture import write_ahead
 
-    dataset, recent = sys.argv[1], int(sys.argv[2])
-    import otel_replay.capture.write_ahead as write_ahead
-    write_ahead.RECENT_DECISIONS = recent
+    dataset, limit = sys.argv[1], int(sys.argv[2])
+    write_ahead.HOLD_LIMIT = limit
     otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
     gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+    gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))  # the process writes ahead from here on
+
+    def files():
+        return len(glob.glob(os.path.join(dataset, "spans", "**", "*.parquet"), recursive=True))
+
     with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-2") as d:
         d.read(order="o-2")
         action = Action("refund", {"order": "o-2"}, cost=25.0)
         d.act(action)
-    if recent == 1:  # another decision ends before the commit: the first is no longer at hand
-        with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-3"):
-            pass
-    print(d.record_id, flush=True)
-    gate.commit(action, record_id=d.record_id)  # the block has ended: the decision is sealed, not yet durable
-    print("acknowledged", flush=True)
+    with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-3"):
+        pass  # another decision of the chain, sealed after it and before the commit
+    before = files()
+    gate.commit(action, record_id=d.record_id)  # the block has ended: the decision is sealed, not yet in Parquet
+    print(d.record_id, files() - before, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
 
 @pytest.mark.parametrize(
-    ("recent", "through"),
-    [(256, "the write-ahead log"), (1, "a flush")],
-    ids=["decision-at-hand", "decision-ended-too-long-ago"],
+    ("limit", "through"),
+    [(write_ahead.HOLD_LIMIT, "the write-ahead log"), (1, "a flush")],
+    ids=["held-for-the-intent", "released-to-the-batch-queue"],
 )
 def test_a_process_killed_after_committing_a_decision_whose_block_had_ended_keeps_that_decision(
-    zygote, tmp_path, monkeypatch, recent, through
+    zygote, tmp_path, monkeypatch, limit, through
 ):
     dataset = tmp_path / "traces"
-    child = zygote.run(_AFTER_BLOCK, str(dataset), str(recent), env={**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY})
+    child = zygote.run(_AFTER_BLOCK, str(dataset), str(limit), env={**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY})
     assert child.returncode == -9, child.stderr
-    decision_id, said = child.stdout.split()
-    assert said == "acknowledged"
-    # At hand, the decision went to the log with the intent (no Parquet file yet: files are an hour apart);
-    # ended too long ago to be at hand, the batch queue was flushed to Parquet before the intent.
-    parquet = sorted((dataset / "spans").rglob("*.parquet")) if (dataset / "spans").exists() else []
-    assert (parquet == []) == (through == "the write-ahead log"), parquet
+    decision_id, new_files = child.stdout.split()
+    # Held, the decisions went into the intent's log record (no file: files are an hour apart); released to the
+    # batch queue (one at a time here), the queue was flushed to Parquet before the intent.
+    assert (new_files == "0") == (through == "the write-ahead log"), new_files
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
         assert _gates(store, decision_id) == ["intent", "committed"]
         try:
             kept = store.record(decision_id)
-        except RecordNotFound:  # the decision span was still in the batch queue: the intent must hold it
+        except RecordNotFound:  # pragma: no cover - the failure this test is for; the intent would be all there is
             kept = reads.intent_decision(store, decision_id)
-        assert kept is not None and kept.action is not None and kept.action.cost == 25.0
-        assert store.verify(None).problems == []  # a decision missing before its commit reads as deleted
+            raise AssertionError(f"decision {decision_id} lost; its intent holds {kept}") from None
+        assert kept.action is not None and kept.action.cost == 25.0
+        assert store.verify(None).problems == []  # a record missing before a gate record reads as deleted
+        assert len(store.rows("SELECT record_id FROM decisions")) == 2
         _no_row_twice(store)
 
 
-def _decide(ledger_cost: float = 25.0) -> tuple[str, Action]:
+def _decide(order: str) -> tuple[str, Action]:
     with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-4") as d:
-        action = Action("refund", {"order": "o-4"}, cost=ledger_cost)
+        action = Action("refund", {"order": order}, cost=5.0)
         d.act(action)
     return d.record_id, action
 
 
-def test_a_decision_written_ahead_for_its_commit_is_stored_once_when_the_process_lives_on(
+def _decision_files(dataset: Path) -> list[str]:
+    if not list((dataset / "spans").rglob("*.parquet")):
+        return []
+    glob = str(dataset / "spans" / "**" / "*.parquet")
+    rows = duckdb.sql(
+        f"SELECT filename FROM read_parquet('{glob}', filename = true) WHERE name = 'replay.decision'"
+    ).fetchall()
+    return sorted(Path(row[0]).name for row in rows)
+
+
+def test_a_decision_held_for_its_commit_is_stored_once_from_the_log_when_the_process_lives_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
@@ -89,20 +112,43 @@ def test_a_decision_written_ahead_for_its_commit_is_stored_once_when_the_process
     telemetry = otel_replay.configure(dataset, set_global=False)
     try:
         gate = ActionGate(ReferenceLedger(100), dataset=dataset)
-        decision_id, action = _decide()
-        gate.commit(action, record_id=decision_id)
-        gate.commit(Action("refund", {"order": "o-4b"}, cost=5.0), record_id=decision_id)  # a second act on it
-        assert telemetry.log is not None and telemetry.log.appended == 5  # the decision once, two intents, two commits
+        first, action = _decide("o-4")
+        gate.commit(action, record_id=first)  # the first write-ahead: what went to the batch queue is flushed
+        second, action = _decide("o-5")
+        gate.commit(action, record_id=second)  # held since: it goes into the intent's log record
+        gate.commit(Action("refund", {"order": "o-5b"}, cost=1.0), record_id=second)  # a second act on it
+    finally:
+        telemetry.shutdown()
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, second) == ["intent", "committed", "intent", "committed"]
+        assert store.verify(None).problems == []
+        _no_row_twice(store)  # never both held and queued
+    first_file, second_file = _decision_files(dataset)
+    assert not first_file.startswith("wal-") and second_file.startswith("wal-"), (first_file, second_file)
+
+
+def test_held_records_reach_parquet_without_a_commit_once_as_old_as_a_file_may_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=0.2)
+    try:
+        gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+        gate.commit(Action("refund", {"order": "o-6"}, cost=1.0))  # the process writes ahead from here on
+        decision_id, _ = _decide("o-7")  # held for a commit that never comes
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _decision_files(dataset):
+            time.sleep(0.1)  # the batch processor exports every 5 s: released, the decision waits for that
+        assert len(_decision_files(dataset)) == 1, "a held decision never reached Parquet"
     finally:
         telemetry.shutdown()
     with otel_replay.open(dataset) as store:
         assert store.record(decision_id).action is not None
-        assert _gates(store, decision_id) == ["intent", "committed", "intent", "committed"]
-        assert store.verify(None).problems == []
-        _no_row_twice(store)  # the exporter skipped the decision the log had
+        _no_row_twice(store)
 
 
-def test_a_commit_whose_decision_cannot_be_made_durable_first_is_refused_before_the_rail(
+def test_a_commit_whose_earlier_records_cannot_be_made_durable_is_refused_before_the_rail(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
@@ -111,20 +157,21 @@ def test_a_commit_whose_decision_cannot_be_made_durable_first_is_refused_before_
     try:
         ledger = ReferenceLedger(100)
         gate = ActionGate(ledger, dataset=dataset)
-        decision_id, action = _decide()
+        gate.commit(Action("refund", {"order": "o-8"}, cost=1.0))
+        decision_id, action = _decide("o-9")
         assert telemetry.log is not None
 
         def full_disk(spans: object) -> None:
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(telemetry.log, "append", full_disk)
-        with pytest.raises(GateError, match="decision could not be made durable"):
-            gate.commit(action, record_id=decision_id)
-        assert ledger.entries == [] and ledger.balance == 100  # the rail was never called
-        monkeypatch.undo()
-        monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+        with monkeypatch.context() as patched:
+            patched.setattr(telemetry.log, "append", full_disk)
+            with pytest.raises(GateError, match="intent could not be written"):
+                gate.commit(action, record_id=decision_id)
+        assert [entry[2] for entry in ledger.entries] == [-1.0]  # the rail was never called for the refused one
     finally:
         telemetry.shutdown()
     with otel_replay.open(dataset) as store:
-        assert store.record(decision_id).action is not None  # it reached Parquet the usual way
-        assert _gates(store, decision_id) == ["commit_refused"]
+        assert store.record(decision_id).action is not None  # handed back to the batch queue, not lost
+        assert _gates(store, decision_id) == ["intent", "commit_refused"]
+        _no_row_twice(store)
