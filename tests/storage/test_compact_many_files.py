@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import importlib
 import math
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,7 +29,12 @@ compact_module = importlib.import_module("otel_replay.storage.compact_steps")
 def _many(make_dataset: Any) -> tuple[Path, dict[str, Any]]:
     """150 files of 3 spans in two partitions (75 in each, compacted as one batch each unless told otherwise),
     generated once per test process for every test here."""
-    return make_dataset(spans=450, ids=150, rows_per_file=3, duplicates=0.02)
+    return _many_as(make_dataset, "ds")
+
+
+def _many_as(make_dataset: Any, name: str) -> tuple[Path, dict[str, Any]]:
+    """:func:`_many`'s dataset at ``name`` (a test comparing two copies)."""
+    return make_dataset(name, spans=450, ids=150, rows_per_file=3, duplicates=0.02)
 
 
 def _small_bounds(monkeypatch: pytest.MonkeyPatch) -> int:
@@ -243,3 +250,77 @@ def test_older_schema_versions_among_many_small_files_stay_apart_and_complete(ma
     versions = {pq.read_schema(f).metadata[SCHEMA_METADATA_KEY] for f in after}
     assert versions == {b"1", b"2"}  # never merged into one schema
     assert count_rows(live_files(path))[1] == rows_before[1] == figures["unique_spans"]
+
+
+def _int96_times(table: pa.Table, path: str) -> None:
+    """``table`` written as a legacy writer does (Spark, Impala): span times as INT96, which holds nanoseconds."""
+    pq.write_table(table, path, use_deprecated_int96_timestamps=True)
+
+
+_FOREIGN = {  # a column another writer may add to span files, whose values DuckDB reads another way
+    "decimal256": pa.array([decimal.Decimal("1" * 45 + ".5"), None, decimal.Decimal("-0.00001")], pa.decimal256(50, 5)),
+    "struct keys differing in case": pa.StructArray.from_arrays(
+        [pa.array([1, None, 3]), pa.array([4, 5, 6])], ["a", "A"]
+    ),
+    "struct key with NUL": pa.StructArray.from_arrays([pa.array([1, None, 3])], ["a\x00b"]),
+    "empty struct key": pa.StructArray.from_arrays([pa.array([1, None, 3])], [""]),
+}
+
+
+@pytest.mark.parametrize("kind", [*_FOREIGN, "int96 times", "int96 times after int64 ones"])
+def test_a_chunk_of_a_foreign_column_type_gives_the_file_by_file_rows(tmp_path, kind) -> None:
+    files = []
+    for i in range(20):  # more than DUCK_MIN_FILES: read a chunk at a time
+        zone = "UTC" if kind != "int96 times after int64 ones" else None  # INT96 is read as zoneless, as they are
+        times = pa.array([i * 10**9 + 1, -5, None], pa.int64()).cast(pa.timestamp("ns", zone))
+        table = pa.table({"i": pa.array([i, i, i], pa.int64()), "t": times})
+        path = str(tmp_path / f"f{i:02}.parquet")
+        if kind == "int96 times after int64 ones" and i < 3:  # what DuckDB reads first is INT64 nanoseconds
+            pq.write_table(table, path)
+        elif kind.startswith("int96 times"):
+            _int96_times(table, path)
+        else:
+            pq.write_table(table.append_column("x", _FOREIGN[kind]), path)
+        files.append(path)
+    rows = {f: 3 for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    scanned = compact_module.read_files(files, rows=rows)
+    assert scanned.schema.equals(expected.schema)
+    assert scanned.equals(expected)  # values, nulls, nanoseconds: what pyarrow reads, never a near value or a NULL
+
+
+def _rows(files: list[str]) -> list[str]:
+    """The rows of ``files`` as sorted reprs (times as integers: nanoseconds compared exactly)."""
+    table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in files])
+    plain = pa.schema([f.with_type(compact_module._plain_type(f.type)) for f in table.schema])
+    return sorted(repr(row) for row in table.cast(plain).to_pylist())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["struct keys differing in case", "decimal256", "int96 times"])
+def test_a_partition_of_foreign_files_compacts_to_what_the_file_by_file_read_gives(
+    make_dataset, monkeypatch, kind
+) -> None:
+    """Files another writer wrote (an extra column DuckDB reads another way, or INT96 times): compacted through DuckDB
+    chunks, the partition holds exactly the rows compacting it file by file gives (DuckDB off: the peer)."""
+    outputs = []
+    for name, duck_min in (("duck", compact_module.DUCK_MIN_FILES), ("peer", 10**9)):
+        path, _ = _many_as(make_dataset, name)
+        partition = partition_dirs(path)[0]
+        for f in sorted(partition.glob("*.parquet")):
+            table = pq.read_table(f, partitioning=None)
+            at = table.schema.get_field_index("start_time")
+            start = pc.add(table.column("start_time").cast(pa.int64()), 7).cast(table.schema.field(at).type)
+            table = table.set_column(at, table.schema.field(at), start)  # times with nanoseconds of their own
+            if kind == "int96 times":
+                _int96_times(table, str(f))
+            else:
+                foreign = _FOREIGN[kind]
+                extra = pa.concat_arrays([foreign] * (table.num_rows // len(foreign) + 1))[: table.num_rows]
+                pq.write_table(table.append_column("x", extra), f)
+        monkeypatch.setattr(compact_module, "DUCK_MIN_FILES", duck_min)
+        chunks = ChunkWatch(monkeypatch)
+        compact(path, grace_seconds=0, partitions=[partition.name])
+        assert bool(chunks.chunks) == (name == "duck")
+        outputs.append(_rows([f for f in live_files(path) if partition.name in f]))
+    assert outputs[0] == outputs[1]
