@@ -47,10 +47,12 @@ def _small_bounds(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 class ChunkWatch:
-    """Records the files compaction hands to DuckDB, a chunk at a time (``duck_read``); ``refuse``: it answers None,
-    as for a chunk it cannot read exactly, so every file is read on its own."""
+    """Turns compaction's DuckDB chunk reads on (``DUCK_CHUNKS``, off by default) and records the files it hands to
+    DuckDB, a chunk at a time (``duck_read``); ``refuse``: it answers None, as for a chunk it cannot read exactly, so
+    every file is read on its own."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, refuse: bool = False) -> None:
+        monkeypatch.setattr(compact_module, "DUCK_CHUNKS", True)
         self.chunks: list[list[str]] = []
         real = compact_module.duck_read
 
@@ -268,7 +270,8 @@ _FOREIGN = {  # a column another writer may add to span files, whose values Duck
 
 
 @pytest.mark.parametrize("kind", [*_FOREIGN, "int96 times", "int96 times after int64 ones"])
-def test_a_chunk_of_a_foreign_column_type_gives_the_file_by_file_rows(tmp_path, kind) -> None:
+def test_a_chunk_of_a_foreign_column_type_gives_the_file_by_file_rows(tmp_path, monkeypatch, kind) -> None:
+    monkeypatch.setattr(compact_module, "DUCK_CHUNKS", True)
     files = []
     for i in range(20):  # more than DUCK_MIN_FILES: read a chunk at a time
         zone = "UTC" if kind != "int96 times after int64 ones" else None  # INT96 is read as zoneless, as they are
@@ -324,3 +327,56 @@ def test_a_partition_of_foreign_files_compacts_to_what_the_file_by_file_read_giv
         assert bool(chunks.chunks) == (name == "duck")
         outputs.append(_rows([f for f in live_files(path) if partition.name in f]))
     assert outputs[0] == outputs[1]
+
+
+def _refused_flips(victim: Path, column: str = "trace_id") -> list[int]:
+    """Positions in ``column``'s pages of ``victim`` where one flipped bit (0x80) makes pyarrow refuse the file."""
+    data = victim.read_bytes()
+    chunk = pq.read_metadata(victim).row_group(0).column(pq.read_schema(victim).get_field_index(column))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    refused = []
+    for at in range(start, start + chunk.total_compressed_size):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x80
+        victim.write_bytes(bytes(damaged))
+        try:
+            compact_module._read_one(victim)
+        except CorruptFileError:
+            refused.append(at)
+    victim.write_bytes(data)
+    return refused
+
+
+def test_a_file_pyarrow_refuses_for_a_flipped_bit_in_a_page_is_never_taken_from_duckdb(make_dataset) -> None:
+    """DuckDB reads some pages pyarrow refuses as the right number of rows (other trace ids): compaction then reads
+    no chunk with DuckDB (``DUCK_CHUNKS`` off) until DuckDB refuses them too."""
+    path, _ = _many(make_dataset)
+    files = sorted(partition_dirs(path)[0].glob("*.parquet"))
+    victim = files[20]
+    data = victim.read_bytes()
+    flips = _refused_flips(victim)
+    assert flips  # page headers, levels and dictionary indices pyarrow checks
+    rows = sum(pq.read_metadata(f).num_rows for f in files[1:])
+    taken = []
+    for at in flips:
+        damaged = bytearray(data)
+        damaged[at] ^= 0x80
+        victim.write_bytes(bytes(damaged))
+        if duck_read(files[1:], pq.read_schema(files[0]), rows) is not None:
+            taken.append(at)
+    # else compaction would write what DuckDB made of a damaged page, naming no file
+    assert taken == [] or not compact_module.DUCK_CHUNKS
+
+
+def test_a_flipped_bit_in_a_page_among_many_small_files_is_named_and_changes_nothing(make_dataset) -> None:
+    path, _ = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    victim = sorted(partition.glob("*.parquet"))[20]
+    data = bytearray(victim.read_bytes())
+    data[_refused_flips(victim)[-1]] ^= 0x80  # in a page of trace_id: pyarrow refuses the file
+    victim.write_bytes(bytes(data))
+    before = {n: (partition / n).read_bytes() for n in os.listdir(partition)}
+    with pytest.raises(CorruptFileError, match=victim.name):
+        compact(path, partitions=[partition.name], grace_seconds=0)
+    after = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != MANIFEST_NAME}
+    assert after == {n: b for n, b in before.items() if n != MANIFEST_NAME}
