@@ -380,3 +380,156 @@ def test_a_flipped_bit_in_a_page_among_many_small_files_is_named_and_changes_not
         compact(path, partitions=[partition.name], grace_seconds=0)
     after = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != MANIFEST_NAME}
     assert after == {n: b for n, b in before.items() if n != MANIFEST_NAME}
+
+
+def _one_span_files(partition: Path, count: int, same_at: range) -> list[Path]:
+    """The partition's spans rewritten one a file, ``count`` files cycling through them (so spans repeat, exactly),
+    every file in ``same_at`` holding one span, the one just before: duplicates on both sides of a chunk boundary."""
+    originals = sorted(partition.glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in originals])
+    table = table.replace_schema_metadata({SCHEMA_METADATA_KEY: table.schema.metadata[SCHEMA_METADATA_KEY]})
+    for f in originals:
+        f.unlink()
+    rows = [table.slice(i % table.num_rows, 1) for i in range(count)]
+    for i in same_at:
+        rows[i] = rows[same_at.start - 1]
+    files = [partition / f"part-{10**15 + i}-{i:012x}.parquet" for i in range(count)]
+    for file, row in zip(files, rows, strict=True):
+        pq.write_table(row, file)
+    return files
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("duck", ["DuckDB chunks", "file by file"])
+def test_duplicates_on_both_sides_of_the_256_file_boundary_are_kept_once(make_dataset, monkeypatch, duck) -> None:
+    path, _ = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    boundary = compact_module.DUCK_FILES
+    files = _one_span_files(partition, boundary + 44, range(boundary - 2, boundary + 2))
+    distinct = count_rows([str(f) for f in files])[1]
+    chunks = ChunkWatch(monkeypatch) if duck == "DuckDB chunks" else None
+    report = compact(path, partitions=[partition.name], grace_seconds=0)
+    assert report.duplicates_removed == len(files) - distinct > 4
+    assert count_rows([f for f in live_files(path) if partition.name in f]) == (distinct, distinct)
+    if chunks is not None:  # the boundary: the last file of a chunk by DuckDB, the next chunk's first by pyarrow
+        assert str(files[boundary - 1]) in chunks.scanned and str(files[boundary]) not in chunks.scanned
+        assert str(files[boundary + 1]) in chunks.scanned
+
+
+@pytest.mark.parametrize("duck", ["DuckDB chunks", "file by file"])
+def test_a_file_deleted_between_the_listing_and_the_read_is_named_and_nothing_changes(
+    make_dataset, monkeypatch, duck
+) -> None:
+    path, _ = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    victim = sorted(partition.glob("*.parquet"))[30]
+    before = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != victim.name}
+    compact_run = importlib.import_module("otel_replay.storage.compact")
+    planned = compact_run.plan_batches
+
+    def then_deleted(*args: Any, **kwargs: Any) -> Any:
+        batches = planned(*args, **kwargs)
+        victim.unlink()  # by another process, after compaction listed the partition and read the footers
+        return batches
+
+    monkeypatch.setattr(compact_run, "plan_batches", then_deleted)
+    if duck == "DuckDB chunks":
+        ChunkWatch(monkeypatch)
+    with pytest.raises(CorruptFileError, match=victim.name):
+        compact(path, partitions=[partition.name], grace_seconds=0)
+    after = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != MANIFEST_NAME}
+    assert after == {n: b for n, b in before.items() if n != MANIFEST_NAME}
+
+
+_WRITERS: dict[str, dict[str, Any]] = {  # the same schema, written by pyarrow with other options than the exporter's
+    "no dictionary": {"use_dictionary": False},
+    "uncompressed": {"compression": "none"},
+    "gzip": {"compression": "gzip"},
+    "data page v2": {"data_page_version": "2.0", "compression": "snappy"},
+    "a row group a row": {"row_group_size": 1},
+    "zero rows": {},
+}
+
+
+@pytest.mark.parametrize("writer", list(_WRITERS))
+def test_files_of_another_writer_or_no_rows_in_a_chunk_give_the_file_by_file_rows(
+    make_dataset, monkeypatch, writer
+) -> None:
+    path, _ = _many(make_dataset)
+    files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
+    for i in (0, 1, 9, 10, 40):  # a chunk's first file (pyarrow), DuckDB's first, two together, one alone
+        table = pq.read_table(files[i], partitioning=None)
+        pq.write_table(table.slice(0, 0) if writer == "zero rows" else table, files[i], **_WRITERS[writer])
+    rows = {f: pq.read_metadata(f).num_rows for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    chunks = ChunkWatch(monkeypatch)
+    scanned = compact_module.read_files(files, rows=rows)
+    assert chunks.scanned and scanned.schema.equals(expected.schema, check_metadata=True)
+    assert scanned.equals(expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("duck", ["DuckDB chunks", "file by file"])
+def test_files_with_one_column_of_another_type_are_never_compacted_with_the_rest(
+    make_dataset, monkeypatch, duck
+) -> None:
+    path, figures = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    names = sorted(partition.glob("*.parquet"))
+    for f in names[::2]:  # every other file: duration_ns as int32, the same column names
+        table = pq.read_table(f, partitioning=None)
+        at = table.schema.get_field_index("duration_ns")
+        narrow = pc.divide(table.column(at), 1000).cast(pa.int32())
+        pq.write_table(table.set_column(at, pa.field("duration_ns", pa.int32()), narrow), f)
+    narrow_in = count_rows([str(f) for f in names[::2]])[1]  # distinct spans of each group: what it keeps
+    wide_in = count_rows([str(f) for f in names[1::2]])[1]
+    if duck == "DuckDB chunks":
+        ChunkWatch(monkeypatch)
+        monkeypatch.setattr(compact_module, "DUCK_MIN_FILES", 4)
+    compact(path, grace_seconds=0, partitions=[partition.name])
+    after = [f for f in live_files(path) if partition.name in f]
+    by_type: dict[str, list[str]] = {}
+    for f in after:
+        by_type.setdefault(str(pq.read_schema(f).field("duration_ns").type), []).append(f)
+    assert sorted(by_type) == ["int32", "int64"]  # one output group each, never cast into one another
+    assert count_rows(by_type["int32"]) == (narrow_in, narrow_in)
+    assert count_rows(by_type["int64"]) == (wide_in, wide_in)
+
+
+def _more_hostile(like: pa.Table) -> pa.Table:
+    """Rows of ``like``'s schema with text and bounds :func:`_hostile` does not hold."""
+    rows = [dict(like.slice(0, 1).to_pylist()[0]) for _ in range(4)]
+    utc = dt.UTC
+    rows[0] |= {
+        "attributes": '{"\\ud800": "\\udfff", "": null, "a\\u0000b": [], "\\"": {}}',
+        "status_message": "😀" * 2,
+    }
+    rows[1] |= {"status_message": "x" * 2**20, "resource_attributes": "\x00" * 1000, "duration_ns": -(2**63)}
+    rows[2] |= {
+        "start_time": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+        "decision_confidence": -math.inf,
+    }
+    rows[3] |= {"events": [{"time": dt.datetime(1970, 1, 1, tzinfo=utc), "name": "", "attributes": "{}"}] * 3}
+    rows[3] |= {"links": [{"trace_id": "", "span_id": "\x00", "trace_state": None, "attributes": None}]}
+    for i, row in enumerate(rows):
+        row["span_id"] = f"hostile-more{i}"
+    return pa.Table.from_pylist(rows, schema=like.schema)
+
+
+def test_hostile_text_and_bounds_in_a_chunk_are_exactly_the_file_by_file_rows(make_dataset, monkeypatch) -> None:
+    path, _ = _many(make_dataset)
+    files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
+    first = pq.read_table(files[0])
+    for i in (3, 12):
+        table = pq.read_table(files[i])
+        hostile = pa.concat_tables([_hostile(first), _more_hostile(first)])
+        times = pc.subtract(hostile.column("start_time").cast(pa.int64()), 1)  # pre-1970 and bounds, less 1 ns
+        hostile = hostile.set_column(9, hostile.schema.field(9), times.cast(hostile.schema.field(9).type))
+        pq.write_table(pa.concat_tables([table, hostile]), files[i], compression="zstd")
+    rows = {f: pq.read_metadata(f).num_rows for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    chunks = ChunkWatch(monkeypatch)
+    scanned = compact_module.read_files(files, rows=rows)
+    assert chunks.scanned and scanned.schema.equals(expected.schema, check_metadata=True)
+    plain = pa.schema([f.with_type(compact_module._plain_type(f.type)) for f in expected.schema])
+    assert repr(scanned.cast(plain).to_pylist()) == repr(expected.cast(plain).to_pylist())  # NaN, -0.0 by repr
