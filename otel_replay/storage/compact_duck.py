@@ -89,9 +89,11 @@ def duck_read(paths: Sequence[Path | str], schema: pa.Schema, expected_rows: int
     file (its metadata, less the file's own id keys, is the answer's).
     ``expected_rows``: the rows the files' footers count. ``None`` when DuckDB
     fails on any file, or its answer is not exactly the chunk's columns and
-    rows (see the module docstring): the caller then reads the files one by one.
+    rows (see the module docstring), or a path holds ``*``, ``?`` or ``[`` (DuckDB
+    expands it as a glob, another file's rows among them): the caller then
+    reads the files one by one.
     """
-    if not paths:
+    if not paths or any(c in str(p) for p in paths for c in "*?["):  # DuckDB would expand it as a glob
         return None
     plain = schema.remove_metadata()
     con = duck.connect()

@@ -533,3 +533,16 @@ def test_hostile_text_and_bounds_in_a_chunk_are_exactly_the_file_by_file_rows(ma
     assert chunks.scanned and scanned.schema.equals(expected.schema, check_metadata=True)
     plain = pa.schema([f.with_type(compact_module._plain_type(f.type)) for f in expected.schema])
     assert repr(scanned.cast(plain).to_pylist()) == repr(expected.cast(plain).to_pylist())  # NaN, -0.0 by repr
+
+
+def test_a_path_duckdb_would_read_as_a_glob_is_read_file_by_file(tmp_path, monkeypatch) -> None:
+    """DuckDB expands ``*``, ``?`` and ``[...]`` in each path it is given: ``ds[1]`` would read ``ds1``'s files."""
+    monkeypatch.setattr(compact_module, "DUCK_CHUNKS", True)
+    files = []
+    for i in range(20):
+        for root, value in (("ds[1]", i), ("ds1", 1000 + i)):  # a sibling of the same file names: another dataset
+            (tmp_path / root).mkdir(exist_ok=True)
+            pq.write_table(pa.table({"i": pa.array([value, value], pa.int64())}), tmp_path / root / f"f{i:02}.parquet")
+        files.append(str(tmp_path / "ds[1]" / f"f{i:02}.parquet"))
+    scanned = compact_module.read_files(files, rows=dict.fromkeys(files, 2))
+    assert scanned.column("i").to_pylist() == [i for i in range(20) for _ in range(2)]
