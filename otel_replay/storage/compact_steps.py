@@ -32,7 +32,7 @@ from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.location import Location, register_with
 
-from .compact_duck import DUCK_FILES, DUCK_MIN_FILES, duck_read
+from .compact_duck import DUCK_CHUNKS, DUCK_FILES, DUCK_MIN_FILES, duck_read
 from .compact_footer import footer_head
 from .compact_report import CompactReport, PartitionReport, peak_rss
 from .facts import facts_of_index
@@ -557,7 +557,7 @@ def read_files(
 ) -> pa.Table:
     """The rows of ``paths`` (one schema) as one contiguous table.
 
-    Local files whose footers' ``rows`` are given are read by DuckDB
+    With :data:`~.compact_duck.DUCK_CHUNKS` (off), local files whose footers' ``rows`` are given are read by DuckDB
     :data:`~.compact_duck.DUCK_FILES` at a time (:func:`~.compact_duck.duck_read`);
     otherwise, and for a chunk it does not read exactly, file by file. At
     most :data:`READ_AHEAD` files (or two chunks) are being read at once, and
@@ -602,10 +602,10 @@ def _file_tables(
 ) -> Iterator[pa.Table]:
     """The files' rows in order, as tables of one file or of a chunk of files.
 
-    Local files with known ``rows`` are read a DuckDB chunk at a time (two chunks ahead); the rest, and a chunk
-    DuckDB does not read exactly, file by file at most :data:`READ_AHEAD` files ahead.
+    With :data:`~.compact_duck.DUCK_CHUNKS`, local files with known ``rows`` are read a DuckDB chunk at a time (two
+    chunks ahead); the rest, and a chunk DuckDB does not read exactly, file by file at most :data:`READ_AHEAD` ahead.
     """
-    if location is not None or rows is None or len(paths) < DUCK_MIN_FILES:
+    if not DUCK_CHUNKS or location is not None or rows is None or len(paths) < DUCK_MIN_FILES:
         yield from _ahead(lambda path: _read_one(path, location), paths, workers)
         return
     chunks = [paths[i : i + DUCK_FILES] for i in range(0, len(paths), DUCK_FILES)]

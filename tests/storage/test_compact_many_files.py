@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import importlib
 import math
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,7 +29,12 @@ compact_module = importlib.import_module("otel_replay.storage.compact_steps")
 def _many(make_dataset: Any) -> tuple[Path, dict[str, Any]]:
     """150 files of 3 spans in two partitions (75 in each, compacted as one batch each unless told otherwise),
     generated once per test process for every test here."""
-    return make_dataset(spans=450, ids=150, rows_per_file=3, duplicates=0.02)
+    return _many_as(make_dataset, "ds")
+
+
+def _many_as(make_dataset: Any, name: str) -> tuple[Path, dict[str, Any]]:
+    """:func:`_many`'s dataset at ``name`` (a test comparing two copies)."""
+    return make_dataset(name, spans=450, ids=150, rows_per_file=3, duplicates=0.02)
 
 
 def _small_bounds(monkeypatch: pytest.MonkeyPatch) -> int:
@@ -40,10 +47,12 @@ def _small_bounds(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 class ChunkWatch:
-    """Records the files compaction hands to DuckDB, a chunk at a time (``duck_read``); ``refuse``: it answers None,
-    as for a chunk it cannot read exactly, so every file is read on its own."""
+    """Turns compaction's DuckDB chunk reads on (``DUCK_CHUNKS``, off by default) and records the files it hands to
+    DuckDB, a chunk at a time (``duck_read``); ``refuse``: it answers None, as for a chunk it cannot read exactly, so
+    every file is read on its own."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, refuse: bool = False) -> None:
+        monkeypatch.setattr(compact_module, "DUCK_CHUNKS", True)
         self.chunks: list[list[str]] = []
         real = compact_module.duck_read
 
@@ -243,3 +252,297 @@ def test_older_schema_versions_among_many_small_files_stay_apart_and_complete(ma
     versions = {pq.read_schema(f).metadata[SCHEMA_METADATA_KEY] for f in after}
     assert versions == {b"1", b"2"}  # never merged into one schema
     assert count_rows(live_files(path))[1] == rows_before[1] == figures["unique_spans"]
+
+
+def _int96_times(table: pa.Table, path: str) -> None:
+    """``table`` written as a legacy writer does (Spark, Impala): span times as INT96, which holds nanoseconds."""
+    pq.write_table(table, path, use_deprecated_int96_timestamps=True)
+
+
+_FOREIGN = {  # a column another writer may add to span files, whose values DuckDB reads another way
+    "decimal256": pa.array([decimal.Decimal("1" * 45 + ".5"), None, decimal.Decimal("-0.00001")], pa.decimal256(50, 5)),
+    "struct keys differing in case": pa.StructArray.from_arrays(
+        [pa.array([1, None, 3]), pa.array([4, 5, 6])], ["a", "A"]
+    ),
+    "struct key with NUL": pa.StructArray.from_arrays([pa.array([1, None, 3])], ["a\x00b"]),
+    "empty struct key": pa.StructArray.from_arrays([pa.array([1, None, 3])], [""]),
+}
+
+
+@pytest.mark.parametrize("kind", [*_FOREIGN, "int96 times", "int96 times after int64 ones"])
+def test_a_chunk_of_a_foreign_column_type_gives_the_file_by_file_rows(tmp_path, monkeypatch, kind) -> None:
+    monkeypatch.setattr(compact_module, "DUCK_CHUNKS", True)
+    files = []
+    for i in range(20):  # more than DUCK_MIN_FILES: read a chunk at a time
+        zone = "UTC" if kind != "int96 times after int64 ones" else None  # INT96 is read as zoneless, as they are
+        times = pa.array([i * 10**9 + 1, -5, None], pa.int64()).cast(pa.timestamp("ns", zone))
+        table = pa.table({"i": pa.array([i, i, i], pa.int64()), "t": times})
+        path = str(tmp_path / f"f{i:02}.parquet")
+        if kind == "int96 times after int64 ones" and i < 3:  # what DuckDB reads first is INT64 nanoseconds
+            pq.write_table(table, path)
+        elif kind.startswith("int96 times"):
+            _int96_times(table, path)
+        else:
+            pq.write_table(table.append_column("x", _FOREIGN[kind]), path)
+        files.append(path)
+    rows = {f: 3 for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    scanned = compact_module.read_files(files, rows=rows)
+    assert scanned.schema.equals(expected.schema)
+    assert scanned.equals(expected)  # values, nulls, nanoseconds: what pyarrow reads, never a near value or a NULL
+
+
+def _rows(files: list[str]) -> list[str]:
+    """The rows of ``files`` as sorted reprs (times as integers: nanoseconds compared exactly)."""
+    table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in files])
+    plain = pa.schema([f.with_type(compact_module._plain_type(f.type)) for f in table.schema])
+    return sorted(repr(row) for row in table.cast(plain).to_pylist())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["struct keys differing in case", "decimal256", "int96 times"])
+def test_a_partition_of_foreign_files_compacts_to_what_the_file_by_file_read_gives(
+    make_dataset, monkeypatch, kind
+) -> None:
+    """Files another writer wrote (an extra column DuckDB reads another way, or INT96 times): compacted through DuckDB
+    chunks, the partition holds exactly the rows compacting it file by file gives (DuckDB off: the peer)."""
+    outputs = []
+    for name, duck_min in (("duck", compact_module.DUCK_MIN_FILES), ("peer", 10**9)):
+        path, _ = _many_as(make_dataset, name)
+        partition = partition_dirs(path)[0]
+        for f in sorted(partition.glob("*.parquet")):
+            table = pq.read_table(f, partitioning=None)
+            at = table.schema.get_field_index("start_time")
+            start = pc.add(table.column("start_time").cast(pa.int64()), 7).cast(table.schema.field(at).type)
+            table = table.set_column(at, table.schema.field(at), start)  # times with nanoseconds of their own
+            if kind == "int96 times":
+                _int96_times(table, str(f))
+            else:
+                foreign = _FOREIGN[kind]
+                extra = pa.concat_arrays([foreign] * (table.num_rows // len(foreign) + 1))[: table.num_rows]
+                pq.write_table(table.append_column("x", extra), f)
+        monkeypatch.setattr(compact_module, "DUCK_MIN_FILES", duck_min)
+        chunks = ChunkWatch(monkeypatch)
+        compact(path, grace_seconds=0, partitions=[partition.name])
+        assert bool(chunks.chunks) == (name == "duck")
+        outputs.append(_rows([f for f in live_files(path) if partition.name in f]))
+    assert outputs[0] == outputs[1]
+
+
+def _refused_flips(victim: Path, column: str = "trace_id") -> list[int]:
+    """Positions in ``column``'s pages of ``victim`` where one flipped bit (0x80) makes pyarrow refuse the file."""
+    data = victim.read_bytes()
+    chunk = pq.read_metadata(victim).row_group(0).column(pq.read_schema(victim).get_field_index(column))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    refused = []
+    for at in range(start, start + chunk.total_compressed_size):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x80
+        victim.write_bytes(bytes(damaged))
+        try:
+            compact_module._read_one(victim)
+        except CorruptFileError:
+            refused.append(at)
+    victim.write_bytes(data)
+    return refused
+
+
+def test_a_file_pyarrow_refuses_for_a_flipped_bit_in_a_page_is_never_taken_from_duckdb(make_dataset) -> None:
+    """DuckDB reads some pages pyarrow refuses as the right number of rows (other trace ids): compaction then reads
+    no chunk with DuckDB (``DUCK_CHUNKS`` off) until DuckDB refuses them too."""
+    path, _ = _many(make_dataset)
+    files = sorted(partition_dirs(path)[0].glob("*.parquet"))
+    victim = files[20]
+    data = victim.read_bytes()
+    flips = _refused_flips(victim)
+    assert flips  # page headers, levels and dictionary indices pyarrow checks
+    rows = sum(pq.read_metadata(f).num_rows for f in files[1:])
+    taken = []
+    for at in flips:
+        damaged = bytearray(data)
+        damaged[at] ^= 0x80
+        victim.write_bytes(bytes(damaged))
+        if duck_read(files[1:], pq.read_schema(files[0]), rows) is not None:
+            taken.append(at)
+    # else compaction would write what DuckDB made of a damaged page, naming no file
+    assert taken == [] or not compact_module.DUCK_CHUNKS
+
+
+def test_a_flipped_bit_in_a_page_among_many_small_files_is_named_and_changes_nothing(make_dataset) -> None:
+    path, _ = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    victim = sorted(partition.glob("*.parquet"))[20]
+    data = bytearray(victim.read_bytes())
+    data[_refused_flips(victim)[-1]] ^= 0x80  # in a page of trace_id: pyarrow refuses the file
+    victim.write_bytes(bytes(data))
+    before = {n: (partition / n).read_bytes() for n in os.listdir(partition)}
+    with pytest.raises(CorruptFileError, match=victim.name):
+        compact(path, partitions=[partition.name], grace_seconds=0)
+    after = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != MANIFEST_NAME}
+    assert after == {n: b for n, b in before.items() if n != MANIFEST_NAME}
+
+
+def _one_span_files(partition: Path, count: int, same_at: range) -> list[Path]:
+    """The partition's spans rewritten one a file, ``count`` files cycling through them (so spans repeat, exactly),
+    every file in ``same_at`` holding one span, the one just before: duplicates on both sides of a chunk boundary."""
+    originals = sorted(partition.glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in originals])
+    table = table.replace_schema_metadata({SCHEMA_METADATA_KEY: table.schema.metadata[SCHEMA_METADATA_KEY]})
+    for f in originals:
+        f.unlink()
+    rows = [table.slice(i % table.num_rows, 1) for i in range(count)]
+    for i in same_at:
+        rows[i] = rows[same_at.start - 1]
+    files = [partition / f"part-{10**15 + i}-{i:012x}.parquet" for i in range(count)]
+    for file, row in zip(files, rows, strict=True):
+        pq.write_table(row, file)
+    return files
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("duck", ["DuckDB chunks", "file by file"])
+def test_duplicates_on_both_sides_of_the_256_file_boundary_are_kept_once(make_dataset, monkeypatch, duck) -> None:
+    path, _ = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    boundary = compact_module.DUCK_FILES
+    files = _one_span_files(partition, boundary + 44, range(boundary - 2, boundary + 2))
+    distinct = count_rows([str(f) for f in files])[1]
+    chunks = ChunkWatch(monkeypatch) if duck == "DuckDB chunks" else None
+    report = compact(path, partitions=[partition.name], grace_seconds=0)
+    assert report.duplicates_removed == len(files) - distinct > 4
+    assert count_rows([f for f in live_files(path) if partition.name in f]) == (distinct, distinct)
+    if chunks is not None:  # the boundary: the last file of a chunk by DuckDB, the next chunk's first by pyarrow
+        assert str(files[boundary - 1]) in chunks.scanned and str(files[boundary]) not in chunks.scanned
+        assert str(files[boundary + 1]) in chunks.scanned
+
+
+@pytest.mark.parametrize("duck", ["DuckDB chunks", "file by file"])
+def test_a_file_deleted_between_the_listing_and_the_read_is_named_and_nothing_changes(
+    make_dataset, monkeypatch, duck
+) -> None:
+    path, _ = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    victim = sorted(partition.glob("*.parquet"))[30]
+    before = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != victim.name}
+    compact_run = importlib.import_module("otel_replay.storage.compact")
+    planned = compact_run.plan_batches
+
+    def then_deleted(*args: Any, **kwargs: Any) -> Any:
+        batches = planned(*args, **kwargs)
+        victim.unlink()  # by another process, after compaction listed the partition and read the footers
+        return batches
+
+    monkeypatch.setattr(compact_run, "plan_batches", then_deleted)
+    if duck == "DuckDB chunks":
+        ChunkWatch(monkeypatch)
+    with pytest.raises(CorruptFileError, match=victim.name):
+        compact(path, partitions=[partition.name], grace_seconds=0)
+    after = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != MANIFEST_NAME}
+    assert after == {n: b for n, b in before.items() if n != MANIFEST_NAME}
+
+
+_WRITERS: dict[str, dict[str, Any]] = {  # the same schema, written by pyarrow with other options than the exporter's
+    "no dictionary": {"use_dictionary": False},
+    "uncompressed": {"compression": "none"},
+    "gzip": {"compression": "gzip"},
+    "data page v2": {"data_page_version": "2.0", "compression": "snappy"},
+    "a row group a row": {"row_group_size": 1},
+    "zero rows": {},
+}
+
+
+@pytest.mark.parametrize("writer", list(_WRITERS))
+def test_files_of_another_writer_or_no_rows_in_a_chunk_give_the_file_by_file_rows(
+    make_dataset, monkeypatch, writer
+) -> None:
+    path, _ = _many(make_dataset)
+    files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
+    for i in (0, 1, 9, 10, 40):  # a chunk's first file (pyarrow), DuckDB's first, two together, one alone
+        table = pq.read_table(files[i], partitioning=None)
+        pq.write_table(table.slice(0, 0) if writer == "zero rows" else table, files[i], **_WRITERS[writer])
+    rows = {f: pq.read_metadata(f).num_rows for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    chunks = ChunkWatch(monkeypatch)
+    scanned = compact_module.read_files(files, rows=rows)
+    assert chunks.scanned and scanned.schema.equals(expected.schema, check_metadata=True)
+    assert scanned.equals(expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("duck", ["DuckDB chunks", "file by file"])
+def test_files_with_one_column_of_another_type_are_never_compacted_with_the_rest(
+    make_dataset, monkeypatch, duck
+) -> None:
+    path, figures = _many(make_dataset)
+    partition = partition_dirs(path)[0]
+    names = sorted(partition.glob("*.parquet"))
+    for f in names[::2]:  # every other file: duration_ns as int32, the same column names
+        table = pq.read_table(f, partitioning=None)
+        at = table.schema.get_field_index("duration_ns")
+        narrow = pc.divide(table.column(at), 1000).cast(pa.int32())
+        pq.write_table(table.set_column(at, pa.field("duration_ns", pa.int32()), narrow), f)
+    narrow_in = count_rows([str(f) for f in names[::2]])[1]  # distinct spans of each group: what it keeps
+    wide_in = count_rows([str(f) for f in names[1::2]])[1]
+    if duck == "DuckDB chunks":
+        ChunkWatch(monkeypatch)
+        monkeypatch.setattr(compact_module, "DUCK_MIN_FILES", 4)
+    compact(path, grace_seconds=0, partitions=[partition.name])
+    after = [f for f in live_files(path) if partition.name in f]
+    by_type: dict[str, list[str]] = {}
+    for f in after:
+        by_type.setdefault(str(pq.read_schema(f).field("duration_ns").type), []).append(f)
+    assert sorted(by_type) == ["int32", "int64"]  # one output group each, never cast into one another
+    assert count_rows(by_type["int32"]) == (narrow_in, narrow_in)
+    assert count_rows(by_type["int64"]) == (wide_in, wide_in)
+
+
+def _more_hostile(like: pa.Table) -> pa.Table:
+    """Rows of ``like``'s schema with text and bounds :func:`_hostile` does not hold."""
+    rows = [dict(like.slice(0, 1).to_pylist()[0]) for _ in range(4)]
+    utc = dt.UTC
+    rows[0] |= {
+        "attributes": '{"\\ud800": "\\udfff", "": null, "a\\u0000b": [], "\\"": {}}',
+        "status_message": "😀" * 2,
+    }
+    rows[1] |= {"status_message": "x" * 2**20, "resource_attributes": "\x00" * 1000, "duration_ns": -(2**63)}
+    rows[2] |= {
+        "start_time": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+        "decision_confidence": -math.inf,
+    }
+    rows[3] |= {"events": [{"time": dt.datetime(1970, 1, 1, tzinfo=utc), "name": "", "attributes": "{}"}] * 3}
+    rows[3] |= {"links": [{"trace_id": "", "span_id": "\x00", "trace_state": None, "attributes": None}]}
+    for i, row in enumerate(rows):
+        row["span_id"] = f"hostile-more{i}"
+    return pa.Table.from_pylist(rows, schema=like.schema)
+
+
+def test_hostile_text_and_bounds_in_a_chunk_are_exactly_the_file_by_file_rows(make_dataset, monkeypatch) -> None:
+    path, _ = _many(make_dataset)
+    files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
+    first = pq.read_table(files[0])
+    for i in (3, 12):
+        table = pq.read_table(files[i])
+        hostile = pa.concat_tables([_hostile(first), _more_hostile(first)])
+        times = pc.subtract(hostile.column("start_time").cast(pa.int64()), 1)  # pre-1970 and bounds, less 1 ns
+        hostile = hostile.set_column(9, hostile.schema.field(9), times.cast(hostile.schema.field(9).type))
+        pq.write_table(pa.concat_tables([table, hostile]), files[i], compression="zstd")
+    rows = {f: pq.read_metadata(f).num_rows for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    chunks = ChunkWatch(monkeypatch)
+    scanned = compact_module.read_files(files, rows=rows)
+    assert chunks.scanned and scanned.schema.equals(expected.schema, check_metadata=True)
+    plain = pa.schema([f.with_type(compact_module._plain_type(f.type)) for f in expected.schema])
+    assert repr(scanned.cast(plain).to_pylist()) == repr(expected.cast(plain).to_pylist())  # NaN, -0.0 by repr
+
+
+def test_a_path_duckdb_would_read_as_a_glob_is_read_file_by_file(tmp_path, monkeypatch) -> None:
+    """DuckDB expands ``*``, ``?`` and ``[...]`` in each path it is given: ``ds[1]`` would read ``ds1``'s files."""
+    monkeypatch.setattr(compact_module, "DUCK_CHUNKS", True)
+    files = []
+    for i in range(20):
+        for root, value in (("ds[1]", i), ("ds1", 1000 + i)):  # a sibling of the same file names: another dataset
+            (tmp_path / root).mkdir(exist_ok=True)
+            pq.write_table(pa.table({"i": pa.array([value, value], pa.int64())}), tmp_path / root / f"f{i:02}.parquet")
+        files.append(str(tmp_path / "ds[1]" / f"f{i:02}.parquet"))
+    scanned = compact_module.read_files(files, rows=dict.fromkeys(files, 2))
+    assert scanned.column("i").to_pylist() == [i for i in range(20) for _ in range(2)]
