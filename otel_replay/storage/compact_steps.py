@@ -177,8 +177,12 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
 def repeated_keys(files: Sequence[Path | str], location: Location | None = None) -> pa.Table:
     """(t, s, n): every (trace_id, span_id) stored more than once across ``files``, and how many times.
 
-    DuckDB reads only those two columns.
+    DuckDB reads only those two columns; a path DuckDB would expand as a
+    glob (``*``, ``?``, ``[``: ``ds[1]`` would read a sibling ``ds1``) is
+    read by pyarrow instead, as every other file of ``files``.
     """
+    if any(c in str(p) for p in files for c in "*?["):
+        return repeated_in(pa.concat_tables([_ids_of(path, location) for path in files]))
     con = duck.connect()
     try:
         if location is not None:
@@ -195,6 +199,19 @@ def repeated_keys(files: Sequence[Path | str], location: Location | None = None)
         con.close()
 
 
+def _ids_of(path: Path | str, location: Location | None) -> pa.Table:
+    """The ``trace_id`` and ``span_id`` columns of one file, read by pyarrow (:class:`CorruptFileError`: named)."""
+    try:
+        source = _remote(location, path) if location is not None else str(path)
+        reader = ParquetReader()
+        reader.open(source, pre_buffer=False)
+        names = reader.schema_arrow.names
+        ids = reader.read_all(column_indices=[names.index("trace_id"), names.index("span_id")], use_threads=False)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
+    return ids.select(["trace_id", "span_id"]).replace_schema_metadata(None)
+
+
 def _name_unreadable_ids(files: Sequence[Path | str], location: Location | None) -> None:
     """Raise :class:`CorruptFileError` for the first of ``files`` whose id columns cannot be read (else nothing).
 
@@ -203,14 +220,7 @@ def _name_unreadable_ids(files: Sequence[Path | str], location: Location | None)
 
     """
     for path in files:
-        try:
-            source = _remote(location, path) if location is not None else str(path)
-            reader = ParquetReader()
-            reader.open(source, pre_buffer=False)
-            names = reader.schema_arrow.names
-            reader.read_all(column_indices=[names.index("trace_id"), names.index("span_id")], use_threads=False)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise CorruptFileError(str(path), str(exc).splitlines()[0], skippable=False) from exc
+        _ids_of(path, location)
 
 
 def repeated_in(table: pa.Table) -> pa.Table:

@@ -546,3 +546,19 @@ def test_a_path_duckdb_would_read_as_a_glob_is_read_file_by_file(tmp_path, monke
         files.append(str(tmp_path / "ds[1]" / f"f{i:02}.parquet"))
     scanned = compact_module.read_files(files, rows=dict.fromkeys(files, 2))
     assert scanned.column("i").to_pylist() == [i for i in range(20) for _ in range(2)]
+
+
+def test_repeated_span_ids_under_a_path_duckdb_would_read_as_a_glob_are_counted_in_that_path(tmp_path) -> None:
+    """``repeated_keys`` (ids stored twice across a partition's batches) counts ``ds[1]``'s ids, not ``ds1``'s."""
+    repeated_keys = compact_module.repeated_keys
+    files = []
+    for i in range(3):
+        for root, ids in (("ds[1]", ["a", "a"] if i == 0 else [f"x{i}"]), ("ds1", [f"y{i}"])):
+            (tmp_path / root).mkdir(exist_ok=True)
+            table = pa.table({"trace_id": pa.array(["t"] * len(ids)), "span_id": pa.array(ids), "v": range(len(ids))})
+            pq.write_table(table, tmp_path / root / f"f{i}.parquet")
+        files.append(tmp_path / "ds[1]" / f"f{i}.parquet")
+    found = repeated_keys(files)
+    assert found.to_pylist() == [{"t": "t", "s": "a", "n": 2}]  # was: ds1's ids, where nothing repeats
+    plain = [tmp_path / "ds1" / f"f{i}.parquet" for i in range(3)]
+    assert repeated_keys(plain).num_rows == 0  # DuckDB still reads a path of no pattern
