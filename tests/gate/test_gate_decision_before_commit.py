@@ -13,10 +13,14 @@ deleted, since the gate record follows them in the chain.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -87,11 +91,33 @@ def test_a_process_killed_after_committing_a_decision_whose_block_had_ended_keep
         _no_row_twice(store)
 
 
+@dataclasses.dataclass
+class _Agent:
+    dataset: Path
+    telemetry: Any
+    ledger: ReferenceLedger
+    gate: ActionGate
+
+
 def _decide(order: str) -> tuple[str, Action]:
     with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-4") as d:
         action = Action("refund", {"order": order}, cost=5.0)
         d.act(action)
     return d.record_id, action
+
+
+@contextlib.contextmanager
+def _writing_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> Iterator[_Agent]:
+    """A configured pipeline and a gate over a ledger of 100; shut down after."""
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    dataset = tmp_path / "traces"
+    telemetry = otel_replay.configure(dataset, set_global=False, **settings)
+    try:
+        ledger = ReferenceLedger(100)
+        agent = _Agent(dataset, telemetry, ledger, ActionGate(ledger, dataset=dataset))
+        yield agent
+    finally:
+        telemetry.shutdown()
 
 
 def _decision_files(dataset: Path) -> list[str]:
@@ -107,18 +133,13 @@ def _decision_files(dataset: Path) -> list[str]:
 def test_a_decision_held_for_its_commit_is_stored_once_from_the_log_when_the_process_lives_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
-    dataset = tmp_path / "traces"
-    telemetry = otel_replay.configure(dataset, set_global=False)
-    try:
-        gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+    with _writing_ahead(tmp_path, monkeypatch) as agent:
         first, action = _decide("o-4")
-        gate.commit(action, record_id=first)  # the first write-ahead: what went to the batch queue is flushed
+        agent.gate.commit(action, record_id=first)  # the first write-ahead: what went to the batch queue is flushed
         second, action = _decide("o-5")
-        gate.commit(action, record_id=second)  # held since: it goes into the intent's log record
-        gate.commit(Action("refund", {"order": "o-5b"}, cost=1.0), record_id=second)  # a second act on it
-    finally:
-        telemetry.shutdown()
+        agent.gate.commit(action, record_id=second)  # held since: it goes into the intent's log record
+        agent.gate.commit(Action("refund", {"order": "o-5b"}, cost=1.0), record_id=second)  # a second act on it
+    dataset = agent.dataset
     with otel_replay.open(dataset) as store:
         assert _gates(store, second) == ["intent", "committed", "intent", "committed"]
         assert store.verify(None).problems == []
@@ -130,20 +151,14 @@ def test_a_decision_held_for_its_commit_is_stored_once_from_the_log_when_the_pro
 def test_held_records_reach_parquet_without_a_commit_once_as_old_as_a_file_may_be(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
-    dataset = tmp_path / "traces"
-    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=0.2)
-    try:
-        gate = ActionGate(ReferenceLedger(100), dataset=dataset)
-        gate.commit(Action("refund", {"order": "o-6"}, cost=1.0))  # the process writes ahead from here on
+    with _writing_ahead(tmp_path, monkeypatch, max_file_age_seconds=0.2) as agent:
+        agent.gate.commit(Action("refund", {"order": "o-6"}, cost=1.0))  # the process writes ahead from here on
         decision_id, _ = _decide("o-7")  # held for a commit that never comes
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not _decision_files(dataset):
+        while time.monotonic() < deadline and not _decision_files(agent.dataset):
             time.sleep(0.1)  # the batch processor exports every 5 s: released, the decision waits for that
-        assert len(_decision_files(dataset)) == 1, "a held decision never reached Parquet"
-    finally:
-        telemetry.shutdown()
-    with otel_replay.open(dataset) as store:
+        assert len(_decision_files(agent.dataset)) == 1, "a held decision never reached Parquet"
+    with otel_replay.open(agent.dataset) as store:
         assert store.record(decision_id).action is not None
         _no_row_twice(store)
 
@@ -151,27 +166,20 @@ def test_held_records_reach_parquet_without_a_commit_once_as_old_as_a_file_may_b
 def test_a_commit_whose_earlier_records_cannot_be_made_durable_is_refused_before_the_rail(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
-    dataset = tmp_path / "traces"
-    telemetry = otel_replay.configure(dataset, set_global=False)
-    try:
-        ledger = ReferenceLedger(100)
-        gate = ActionGate(ledger, dataset=dataset)
-        gate.commit(Action("refund", {"order": "o-8"}, cost=1.0))
+    with _writing_ahead(tmp_path, monkeypatch) as agent:
+        agent.gate.commit(Action("refund", {"order": "o-8"}, cost=1.0))
         decision_id, action = _decide("o-9")
-        assert telemetry.log is not None
+        assert agent.telemetry.log is not None
 
         def full_disk(spans: object) -> None:
             raise OSError(28, "No space left on device")
 
         with monkeypatch.context() as patched:
-            patched.setattr(telemetry.log, "append", full_disk)
+            patched.setattr(agent.telemetry.log, "append", full_disk)
             with pytest.raises(GateError, match="intent could not be written"):
-                gate.commit(action, record_id=decision_id)
-        assert [entry[2] for entry in ledger.entries] == [-1.0]  # the rail was never called for the refused one
-    finally:
-        telemetry.shutdown()
-    with otel_replay.open(dataset) as store:
+                agent.gate.commit(action, record_id=decision_id)
+        assert [entry[2] for entry in agent.ledger.entries] == [-1.0]  # the rail was never called for this one
+    with otel_replay.open(agent.dataset) as store:
         assert store.record(decision_id).action is not None  # handed back to the batch queue, not lost
         assert _gates(store, decision_id) == ["intent", "commit_refused"]
         _no_row_twice(store)

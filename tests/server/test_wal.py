@@ -379,6 +379,31 @@ def test_appends_queued_during_an_fsync_share_one_write_and_one_fsync(
     assert stored[0] == b"\x0afirst" and sorted(stored[1:]) == sorted(records)
 
 
+def _append_while_the_first_syncs(
+    wal: WriteAheadLog, batch: list[bytes], started: Callable[[], bool]
+) -> dict[bytes, str]:
+    """Append a first record on a thread, then ``batch`` a thread each once ``started()``; each one's outcome."""
+    outcome: dict[bytes, str] = {}
+
+    def append(record: bytes) -> None:
+        try:
+            wal.append(record)
+            outcome[record] = "durable"
+        except OSError as exc:
+            outcome[record] = exc.strerror or ""
+
+    first = threading.Thread(target=append, args=(b"\x0afirst",))
+    first.start()
+    while not started():
+        time.sleep(0.001)
+    threads = [threading.Thread(target=append, args=(record,)) for record in batch]
+    for thread in threads:
+        thread.start()
+    for thread in [first, *threads]:
+        thread.join(30)
+    return outcome
+
+
 def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_else(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -395,25 +420,8 @@ def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", full_on_the_batch)
-    outcome: dict[bytes, str] = {}
-
-    def append(record: bytes) -> None:
-        try:
-            wal.append(record)
-            outcome[record] = "durable"
-        except OSError as exc:
-            outcome[record] = exc.strerror or ""
-
-    first = threading.Thread(target=append, args=(b"\x0afirst",))
-    first.start()
-    while state["calls"] == 0:
-        time.sleep(0.001)
     batch = [b"\x0ab1", b"\x0ab2", b"\x0ab3"]
-    threads = [threading.Thread(target=append, args=(record,)) for record in batch]
-    for thread in threads:
-        thread.start()
-    for thread in [first, *threads]:
-        thread.join(30)
+    outcome = _append_while_the_first_syncs(wal, batch, lambda: state["calls"] > 0)
     assert outcome == {b"\x0afirst": "durable", **{record: "No space left on device" for record in batch}}
     assert wal._failed == {}  # each appender was told, and the failure forgotten
     wal.append(b"\x0aafter")
@@ -440,25 +448,8 @@ def test_a_batch_whose_fdatasync_failed_is_cut_off_and_no_appender_of_it_is_told
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", eio_on_the_batch)
-    outcome: dict[bytes, str] = {}
-
-    def append(record: bytes) -> None:
-        try:
-            wal.append(record)
-            outcome[record] = "durable"
-        except OSError as exc:
-            outcome[record] = exc.strerror or ""
-
-    first = threading.Thread(target=append, args=(b"\x0afirst",))
-    first.start()
-    while not calls:
-        time.sleep(0.001)
     batch = [b"\x0ab1", b"\x0ab2"]
-    threads = [threading.Thread(target=append, args=(record,)) for record in batch]
-    for thread in threads:
-        thread.start()
-    for thread in [first, *threads]:
-        thread.join(30)
+    outcome = _append_while_the_first_syncs(wal, batch, lambda: bool(calls))
     # Was: the appender whose fdatasync failed raised, and the other, waking as the next leader, fdatasynced again
     # and was told "durable" (Linux reports a lost write-back once), while both records stayed in the segment.
     assert outcome == {b"\x0afirst": "durable", **{record: "Input/output error" for record in batch}}
