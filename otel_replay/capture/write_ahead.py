@@ -426,16 +426,20 @@ class _RequestEncoder:
 
 
 _logs: weakref.WeakSet[SpanLog] = weakref.WeakSet()
+_processors: weakref.WeakSet[WriteAheadProcessor] = weakref.WeakSet()
 
 
 def _fresh_logs_in_child() -> None:
     """After ``fork()``, in the child: every log starts a directory of its own on its next append.
 
     The parent's log (its file, its lock, its converter) stays the
-    parent's: the child never appends to it, seals it or converts it.
+    parent's: the child never appends to it, seals it or converts it; nor
+    does it write the record spans the parent held for its next write-ahead.
     """
     for log in list(_logs):
         log._forked()
+    for processor in list(_processors):
+        processor._forked()
 
 
 if hasattr(os, "register_at_fork"):
@@ -644,6 +648,13 @@ class WriteAheadProcessor(SpanProcessor):
         self._held_at = 0.0
         self._released = True  # records went to ``inner`` since the last take: all of them, before holding starts
         self._hold_lock = threading.Lock()
+        _processors.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: the held records are the parent's to write; the child's first write-ahead flushes."""
+        self._hold_lock = threading.Lock()
+        self._held = []
+        self._released = True
 
     def claim(self, span_id: int) -> None:
         """Keep the span ``span_id`` from ``inner`` when it ends."""

@@ -280,6 +280,8 @@ _FORKED = textwrap.dedent(
     telemetry = otel_replay.configure(dataset, set_global=False)
     gate = ActionGate(ReferenceLedger(1000), dataset=dataset)
     gate.commit(Action("refund", {"order": "parent-1"}, cost=1.0), record_id="parent-1")
+    with otel_replay.audit("refund", snapshot=otel_replay.DependencySnapshot({})):
+        pass  # a record held for the parent's next write-ahead: the parent's, never the child's too
     pid = os.fork()
     if pid == 0:
         gate.commit(Action("refund", {"order": "child-1"}, cost=1.0), record_id="child-1")
@@ -301,6 +303,7 @@ def test_a_forked_child_commits_through_a_log_of_its_own(zygote, tmp_path):
     with otel_replay.open(dataset) as store:
         for decision_id in ("parent-1", "child-1", "parent-2"):
             assert _gates(store, decision_id) == ["intent", "committed"], decision_id
+        assert len(store.rows("SELECT record_id FROM decisions")) == 1
         _no_row_twice(store)
 
 
