@@ -99,8 +99,12 @@ class Telemetry:
         spans = [*held, span]
         span_id = span.context.span_id if span.context is not None else 0
         try:
-            if released and not (self.provider.force_flush() and self.exporter.force_flush()):
-                raise OtelReplayError("the records sealed before it could not be flushed to Parquet first")
+            if released:
+                # The queue, then the exporter's buffer, written: a failed write raises. (Not the exporter's
+                # force_flush: it also answers False for a span dropped earlier, which is counted, not pending.)
+                if not self.provider.force_flush():
+                    raise OtelReplayError("the batch queue could not be flushed first (timed out)")
+                self.exporter.writer.flush()
             self.log.append(spans)
         except Exception as exc:  # noqa: BLE001 - the spans still go to Parquet; the caller reports it
             _log.error(
@@ -110,8 +114,7 @@ class Telemetry:
                 type(exc).__name__,
                 exc,
             )
-            for each in spans:
-                ahead.release(each)
+            ahead.give_back(spans)
             return False
         return True
 

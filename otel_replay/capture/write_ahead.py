@@ -679,6 +679,13 @@ class WriteAheadProcessor(SpanProcessor):
             released, self._released = self._released, False
         return held, released
 
+    def give_back(self, spans: Sequence[ReadableSpan]) -> None:
+        """Hand ``spans`` to ``inner`` after a write-ahead failed with them: the next write-ahead flushes first."""
+        with self._hold_lock:
+            self._released = True
+        for span in spans:
+            self.inner.on_end(span)
+
     def release_held(self, older_than: float | None = None) -> int:
         """Hand the held record spans to ``inner`` (only when the oldest is ``older_than`` seconds); how many."""
         with self._hold_lock:

@@ -183,3 +183,61 @@ def test_a_commit_whose_earlier_records_cannot_be_made_durable_is_refused_before
         assert store.record(decision_id).action is not None  # handed back to the batch queue, not lost
         assert _gates(store, decision_id) == ["intent", "commit_refused"]
         _no_row_twice(store)
+
+
+_REFUSED_THEN_COMMITTED = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+    from otel_replay.errors import GateError
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+    gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))  # the process writes ahead from here on
+    with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-r") as d:
+        action = Action("refund", {"order": "o-r"}, cost=5.0)
+        d.act(action)
+    append = telemetry.log.append
+
+    def full_disk(spans):
+        raise OSError(28, "No space left on device")
+
+    telemetry.log.append = full_disk
+    try:
+        gate.commit(action, record_id=d.record_id)
+    except GateError:
+        pass  # refused: the held decision went back to the batch queue
+    telemetry.log.append = append
+    gate.commit(action, record_id=d.record_id)  # the disk is back: the queue is flushed before this intent
+    print(d.record_id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_after_a_refused_write_ahead_the_next_one_makes_the_records_handed_back_durable_first(
+    zygote, tmp_path, monkeypatch
+):
+    dataset = tmp_path / "traces"
+    child = zygote.run(_REFUSED_THEN_COMMITTED, str(dataset), env={**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY})
+    assert child.returncode == -9, child.stderr
+    decision_id = child.stdout.strip()
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        assert store.record(decision_id).action is not None
+        assert _gates(store, decision_id) == ["intent", "commit_refused", "intent", "committed"]
+        assert store.verify(None).problems == []
+
+
+def test_a_span_the_exporter_dropped_earlier_does_not_refuse_the_first_write_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _writing_ahead(tmp_path, monkeypatch) as agent:
+        tracer = agent.telemetry.provider.get_tracer("app")
+        tracer.start_span("far", start_time=2**64 - 2).end(end_time=2**64 - 1)  # past what Parquet holds: dropped
+        agent.telemetry.provider.force_flush()  # handed to the exporter, which drops and counts it
+        receipt = agent.gate.commit(Action("refund", {"order": "o-d"}, cost=3.0))  # the first write-ahead flushes
+        assert receipt is not None and agent.ledger.balance == 97
+        assert agent.telemetry.exporter.writer.stats.rows_dropped == 1
