@@ -616,8 +616,11 @@ class SpanLog:
                 wal.unlock()
 
 
-HOLD_LIMIT = 4096
-"""Record spans a :class:`WriteAheadProcessor` holds for the next write-ahead; past it they go to the batch queue."""
+HOLD_LIMIT = 1024
+"""Record spans a :class:`WriteAheadProcessor` holds for the next write-ahead; past it they go to the batch queue.
+
+Released at once, they fit the SDK's own queue size (2,048) when a user sets ``OTEL_BSP_MAX_QUEUE_SIZE`` to it.
+"""
 
 
 class WriteAheadProcessor(SpanProcessor):
