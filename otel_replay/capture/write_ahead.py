@@ -667,10 +667,6 @@ class WriteAheadProcessor(SpanProcessor):
         """The claimed span's ended form (``None`` if it did not end), no longer claimed."""
         return self._claimed.pop(span_id, None)
 
-    def release(self, span: ReadableSpan) -> None:
-        """Hand a taken span to ``inner`` after all (it could not be logged): it is exported the usual way."""
-        self.inner.on_end(span)
-
     def hold_records(self) -> None:
         """From now on, hold the record spans that end here for the next write-ahead (see the class docstring)."""
         self._holding = True

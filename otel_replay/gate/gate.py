@@ -321,7 +321,6 @@ class ActionGate:
         """
         decision = current_decision()
         acted = None
-        recorder = get_recorder()
         if decision is not None and record_id is not None and decision.record_id == record_id:
             acted = decision._as_acted()
         detail = f"{action.type} about to be committed: executed? unknown until its commit record - check the rail"
@@ -336,7 +335,7 @@ class ActionGate:
             action=action.to_json(),
             decision=acted,
         )
-        _, _, durable = recorder.emit_durable(sc.SPAN_GATE, record.record_id, record.to_attributes())
+        _, _, durable = get_recorder().emit_durable(sc.SPAN_GATE, record.record_id, record.to_attributes())
         if durable is False:
             # The intent still reaches Parquet the usual way: answer it, so it never reads as "executed? unknown".
             self._record(
