@@ -404,6 +404,15 @@ def _append_while_the_first_syncs(
     return outcome
 
 
+def _assert_the_batch_was_cut_off(wal: WriteAheadLog) -> None:
+    """Each failed appender was told (the failure forgotten), and the segment holds the first record and a later one."""
+    assert wal._failed == {}
+    wal.append(b"\x0aafter")
+    wal.close()
+    (segment,) = wal.sealed()
+    assert list(read_records(segment.path)) == [b"\x0afirst", b"\x0aafter"]
+
+
 def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_else(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -423,11 +432,7 @@ def test_a_batch_that_cannot_be_written_fails_each_of_its_appenders_and_nothing_
     batch = [b"\x0ab1", b"\x0ab2", b"\x0ab3"]
     outcome = _append_while_the_first_syncs(wal, batch, lambda: state["calls"] > 0)
     assert outcome == {b"\x0afirst": "durable", **{record: "No space left on device" for record in batch}}
-    assert wal._failed == {}  # each appender was told, and the failure forgotten
-    wal.append(b"\x0aafter")
-    wal.close()
-    (segment,) = wal.sealed()
-    assert list(read_records(segment.path)) == [b"\x0afirst", b"\x0aafter"]  # the partial batch was cut off
+    _assert_the_batch_was_cut_off(wal)
 
 
 def test_a_batch_whose_fdatasync_failed_is_cut_off_and_no_appender_of_it_is_told_it_is_durable(
@@ -453,11 +458,7 @@ def test_a_batch_whose_fdatasync_failed_is_cut_off_and_no_appender_of_it_is_told
     # Was: the appender whose fdatasync failed raised, and the other, waking as the next leader, fdatasynced again
     # and was told "durable" (Linux reports a lost write-back once), while both records stayed in the segment.
     assert outcome == {b"\x0afirst": "durable", **{record: "Input/output error" for record in batch}}
-    assert wal._failed == {}  # each appender was told, and the failure forgotten
-    wal.append(b"\x0aafter")
-    wal.close()
-    (segment,) = wal.sealed()
-    assert list(read_records(segment.path)) == [b"\x0afirst", b"\x0aafter"]  # the failed batch was cut off
+    _assert_the_batch_was_cut_off(wal)
 
 
 _APPENDER = """
