@@ -46,10 +46,13 @@ def test_torn_tail_record_is_ignored(tmp_path: Path) -> None:
     with open(crashed, "ab") as handle:
         handle.write(b"\x40\x00\x00\x00\x12\x34")  # a header cut short by a crash
     assert list(read_records(crashed)) == [b"record 0", b"record 1", b"record 2"]
-    with open(crashed, "r+b") as handle:  # flip a payload byte of the last record: crc mismatch
+    with open(crashed, "r+b") as handle:  # flip a payload byte of the last whole record: crc mismatch
         handle.seek(-7 - 6, 2)
         handle.write(b"X")
-    assert list(read_records(crashed)) == [b"record 0", b"record 1"]
+    # Held whole, so damage, not a write cut short (it may have been acknowledged): never dropped as a tail.
+    with pytest.raises(CorruptSegmentError, match="holds it whole"):
+        list(read_records(crashed))
+    assert list(scan_records(crashed))[-1] == Gap(2 * 16, 16 + 6, tail=False)
     # A segment sealed whole ends in the seal mark: damage to its last record is corruption, not a torn tail.
     (segment,) = wal.sealed()
     assert segment.path.read_bytes().endswith(SEAL_MARK)
@@ -539,3 +542,56 @@ def test_a_record_queued_when_the_log_closes_is_sealed_in_it_and_acknowledged(
     assert outcome == {b"\x0afirst": "durable", QUEUED: "durable"}
     (segment,) = wal.sealed()
     assert list(read_records(segment.path)) == [b"\x0afirst", QUEUED]
+
+
+def _unsealed_three_record_segment(tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """A receiver's WAL as kill -9 leaves it: its active segment holds three acknowledged records, no seal mark."""
+    path, payloads, _ = _three_record_segment(tmp_path)
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size - len(SEAL_MARK))
+    return path, payloads
+
+
+def _span_ids(*payloads: bytes) -> set[str]:
+    requests = [ExportTraceServiceRequest.FromString(payload) for payload in payloads]
+    return {s.span_id.hex() for r in requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans}
+
+
+def test_a_flipped_bit_in_the_last_record_of_a_crashed_segment_is_quarantined_and_reported_not_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Was: the whole last record with a bad checksum was read as a torn tail, so an acknowledged batch was
+    # dropped at recovery with a warning and the segment deleted (nothing counted, nothing kept).
+    path, payloads = _unsealed_three_record_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    last = len(data) - 8 - len(payloads[2])
+    data[last + 8 + 5] ^= 0x01  # length intact, checksum now wrong: what a flipped bit gives
+    path.write_bytes(bytes(data))
+    assert list(scan_records(path))[-1] == Gap(last, 8 + len(payloads[2]), tail=False)
+    with pytest.raises(CorruptSegmentError, match=f"corrupt at byte {last}"):
+        list(read_records(path))
+    dataset = tmp_path / "ds"
+    receiver = Receiver(ServerConfig(dataset, grpc=None, http=None, convert_workers=0)).start()
+    receiver.stop()
+    metrics = receiver.metrics.snapshot()
+    assert metrics["segments_quarantined"] == 1 and metrics["quarantine_records_dropped"] == 1
+    assert {row["span_id"] for row in parquet_rows(dataset)} == _span_ids(payloads[0], payloads[1])
+    kept = dataset / "_wal" / "default" / "quarantine" / path.name
+    assert kept.read_bytes() == bytes(data)  # kept for inspection, never deleted
+    report = json.loads(kept.with_name(kept.stem + ".report.json").read_text())
+    assert report["records_dropped"] == 1 and report["bytes_skipped"] == 8 + len(payloads[2])
+    assert path.name in caplog.text and "quarantined" in caplog.text
+
+
+def test_a_last_record_a_crash_cut_short_stays_a_torn_tail(tmp_path: Path) -> None:
+    path, payloads = _unsealed_three_record_segment(tmp_path)
+    last = path.stat().st_size - 8 - len(payloads[2])
+    with open(path, "r+b") as handle:  # the crash cut the last write short: never acknowledged
+        handle.truncate(path.stat().st_size - 3)
+    assert list(scan_records(path))[-1] == Gap(last, 8 + len(payloads[2]) - 3, tail=True)
+    dataset = tmp_path / "ds"
+    receiver = Receiver(ServerConfig(dataset, grpc=None, http=None, convert_workers=0)).start()
+    receiver.stop()
+    assert receiver.metrics.snapshot()["segments_quarantined"] == 0
+    assert {row["span_id"] for row in parquet_rows(dataset)} == _span_ids(payloads[0], payloads[1])
+    assert not path.exists() and not (dataset / "_wal" / "default" / "quarantine").exists()
