@@ -423,22 +423,49 @@ class WriteAheadLog:
             return True
 
     def _seal_locked(self, *, reopen: bool) -> None:
+        """Seal the active segment: the seal mark, an fsync, the file closed and queued (caller holds both locks).
+
+        A failed fsync is handled as on the append path: the records it was
+        to cover (written since the last good sync, e.g. queued when the log
+        closes) are cut off and each of their appenders fails; the records
+        synced before stay, and the segment is queued all the same (without
+        its mark, it reads as never sealed). Appends go to a new segment,
+        never again to the file whose write-back failed (Linux reports that
+        once; a later sync of it proves nothing). The error is then raised.
+        """
         try:  # the seal mark: damage to the last record of a sealed segment is then corruption, not a torn tail
             if os.write(self._fd, SEAL_MARK) == len(SEAL_MARK):
                 self._active_size += len(SEAL_MARK)
         except OSError:  # e.g. the disk is full: the segment reads as one that was never sealed
             pass
-        os.fsync(self._fd)
+        failure: OSError | None = None
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            failure = exc
+            self._cut_unsynced_locked(exc)
+            _log.error(
+                "otel-replay: fsync while sealing WAL segment %s failed: %s; the records it was to cover are cut "
+                "off and refused, the ones synced before are kept",
+                self._active_id,
+                exc,
+            )
         os.close(self._fd)
         self._fd = -1
-        self._synced = self._written
+        self._synced = self._written  # every record written is synced now, or refused above
         self._unsynced = []
         path = self.directory / f"{self._active_id}{WAL_SUFFIX}"
         self._sealed.append(Segment(self._active_id, path, self._active_size))
         self._active_size = 0
         self._active_records = 0
         if reopen:
-            self._open_segment()
+            try:
+                self._open_segment()
+            except OSError:
+                if failure is None:
+                    raise
+        if failure is not None:
+            raise failure
 
     def sealed(self) -> list[Segment]:
         """Sealed segments not yet released, oldest first."""
@@ -574,17 +601,19 @@ class WriteAheadLog:
         Caller holds ``_sync_lock``.
         """
         with self._write_lock:
-            batches, self._unsynced = self._unsynced, []
-            if self._fd >= 0:
-                try:
-                    os.ftruncate(self._fd, self._synced_size)
-                except OSError as cut:  # the records stay in the segment: still failed, as nothing says otherwise
-                    _log.error(
-                        "otel-replay: cutting unsynced records off WAL segment %s failed: %s", self._active_id, cut
-                    )
-                self._active_size, self._active_records = self._synced_size, self._synced_records
-            for low, high in batches:
-                self._fail(low, high, exc)
+            self._cut_unsynced_locked(exc)
+
+    def _cut_unsynced_locked(self, exc: BaseException) -> None:
+        """As :meth:`_cut_unsynced`; the caller holds ``_sync_lock`` and ``_write_lock`` (a seal)."""
+        batches, self._unsynced = self._unsynced, []
+        if self._fd >= 0:
+            try:
+                os.ftruncate(self._fd, self._synced_size)
+            except OSError as cut:  # the records stay in the segment: still failed, as nothing says otherwise
+                _log.error("otel-replay: cutting unsynced records off WAL segment %s failed: %s", self._active_id, cut)
+            self._active_size, self._active_records = self._synced_size, self._synced_records
+        for low, high in batches:
+            self._fail(low, high, exc)
 
     def _write_queued(self) -> None:
         """Write every queued record to the active segment with one ``write`` (caller holds ``_sync_lock``).
@@ -646,6 +675,8 @@ class WriteAheadLog:
 
         With ``unlock=False`` the lock is kept (appends are refused all the
         same) until :meth:`unlock`: the owner converts the sealed segments first.
+        A failed fsync of the seal is raised, after the records it was to cover
+        are refused and the segment is queued (see :meth:`_seal_locked`).
         """
         with self._sync_lock:
             with self._write_lock:
@@ -653,16 +684,18 @@ class WriteAheadLog:
                     return
                 self._closed = True  # no record is queued from here
             self._write_queued()  # what was queued before: its appenders wait for the seal's fsync
-            with self._write_lock:
-                if self._fd >= 0:
-                    if self._active_records:
-                        self._seal_locked(reopen=False)
-                    else:
-                        os.close(self._fd)
-                        self._fd = -1
-                        (self.directory / f"{self._active_id}{WAL_SUFFIX}").unlink(missing_ok=True)
-        if unlock:
-            self.unlock()
+            try:
+                with self._write_lock:
+                    if self._fd >= 0:
+                        if self._active_records:
+                            self._seal_locked(reopen=False)  # a failed fsync fails the records it was to cover
+                        else:
+                            os.close(self._fd)
+                            self._fd = -1
+                            (self.directory / f"{self._active_id}{WAL_SUFFIX}").unlink(missing_ok=True)
+            finally:
+                if unlock:
+                    self.unlock()
 
     def unlock(self) -> None:
         """Release the directory lock of a closed log (once)."""

@@ -595,3 +595,104 @@ def test_a_last_record_a_crash_cut_short_stays_a_torn_tail(tmp_path: Path) -> No
     assert receiver.metrics.snapshot()["segments_quarantined"] == 0
     assert {row["span_id"] for row in parquet_rows(dataset)} == _span_ids(payloads[0], payloads[1])
     assert not path.exists() and not (dataset / "_wal" / "default" / "quarantine").exists()
+
+
+def _eio_on_the_seal(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the seal's ``os.fsync`` fail once with EIO (Linux then forgets the error: a retried sync "succeeds")."""
+    real = os.fsync
+    failed: list[int] = []
+
+    def eio_once(fd: int) -> None:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", eio_once)
+    return failed
+
+
+class _CloserFirst:
+    """The log's ``_sync_lock``, instrumented: once the thread named ``closer`` waits for it, it gets it before
+    the thread named ``queued`` (so that record is still queued when the log closes, as it can be)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.closer_waits = threading.Event()
+        self.closer_has_it = threading.Event()
+
+    def __enter__(self) -> _CloserFirst:
+        name = threading.current_thread().name
+        if name == "closer":
+            self.closer_waits.set()
+        elif name == "queued":
+            self.closer_has_it.wait(30)
+        self.lock.acquire()
+        if name == "closer":
+            self.closer_has_it.set()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_failed_fsync_while_closing_fails_the_records_it_was_to_cover_and_keeps_them_out_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    order = _CloserFirst(wal._sync_lock)
+    monkeypatch.setattr(wal, "_sync_lock", order)
+    _slow_first_fsync(monkeypatch, lambda: wal._queued == 2 and order.closer_waits.is_set())
+    failed = _eio_on_the_seal(monkeypatch)
+    outcome: dict[bytes, str] = {}
+
+    def append(record: bytes) -> None:
+        try:
+            wal.append(record)
+            outcome[record] = "durable"
+        except OSError as exc:
+            outcome[record] = exc.strerror or ""
+
+    def close() -> None:
+        try:
+            wal.close()  # writes the queued record; the seal's fsync, which was to cover it, fails
+        except OSError as exc:
+            outcome[b"close"] = exc.strerror or ""
+
+    threads = [threading.Thread(target=append, args=(b"\x0afirst",), name="first")]
+    threads[0].start()
+    while wal._queued < 1:
+        time.sleep(0.001)
+    threads.append(threading.Thread(target=append, args=(QUEUED,), name="queued"))
+    threads[1].start()
+    while wal._queued < 2:
+        time.sleep(0.001)
+    threads.append(threading.Thread(target=close, name="closer"))
+    threads[2].start()
+    for thread in threads:
+        thread.join(30)
+    assert failed
+    # Was: the queued record's appender, waking as the next leader, fdatasynced the same file again (Linux had
+    # reported the lost write-back once) and was told "durable"; its record stayed in the segment.
+    assert outcome == {b"\x0afirst": "durable", QUEUED: "Input/output error", b"close": "Input/output error"}
+    (segment,) = wal.sealed()  # the records synced before are still the owner's to convert
+    assert list(read_records(segment.path)) == [b"\x0afirst"]
+    assert wal._lock_fd < 0  # the lock is released all the same
+
+
+def test_a_failed_fsync_while_sealing_moves_on_to_a_new_segment_and_reports_nothing_durable_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0afirst")
+    first = wal.active_segment
+    _eio_on_the_seal(monkeypatch)
+    with pytest.raises(OSError, match="Input/output"):
+        wal.rotate()
+    # The file whose write-back failed takes no more records (a later sync of it would prove nothing).
+    assert wal.active_segment not in ("", first)
+    wal.append(b"\x0asecond")
+    wal.close()
+    segments = wal.sealed()
+    assert [s.segment_id for s in segments][0] == first
+    assert [list(read_records(s.path)) for s in segments] == [[b"\x0afirst"], [b"\x0asecond"]]
