@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +52,17 @@ def segment_prefix(directory: Path, segment_id: str) -> str:
     return f"wal-{directory.name}-{segment_id}"
 
 
-def convert_log_segment(path: Path, dataset: str, prefix: str) -> int:
+def convert_log_segment(path: Path, dataset: str, prefix: str, damaged: list[Any] | None = None) -> int:
     """Convert one segment of a capture log to Parquet files named ``<prefix>-NNNNN`` (idempotently); rows written.
 
     As :func:`otel_replay.storage.convert.convert_segment` (the segment is
     ``flock``-ed while converting; a record that cannot be decoded or
     converted, or damage before the end, fails the whole segment), with the
     log's one-span records regrouped by resource and scope first: the same
-    rows, in the same order, at a fraction of the conversion's CPU.
+    rows, in the same order, at a fraction of the conversion's CPU. With
+    ``damaged``, a last record the file holds whole but whose checksum fails
+    (damage, not a write a crash cut short) ends the conversion instead of
+    failing it: its :class:`~otel_replay.storage.wal.Gap` is appended there.
     """
     # start-up cost: the receiver's converter loads only when a gate's log is converted
     from otel_replay.storage.convert import BATCH_BYTES, ChunkWriter
@@ -70,12 +73,41 @@ def convert_log_segment(path: Path, dataset: str, prefix: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         writer = ChunkWriter(dataset, prefix)
-        for payload in regrouped(read_records(path), BATCH_BYTES):
+        records = read_records(path) if damaged is None else _records_to_damaged_end(path, damaged)
+        for payload in regrouped(records, BATCH_BYTES):
             writer.add_payload(payload)
         writer.flush()
         return writer.rows_written
     finally:
         os.close(fd)
+
+
+def _records_to_damaged_end(path: Path, damaged: list[Any]) -> Iterator[bytes]:
+    """As :func:`~otel_replay.storage.wal.read_records`, but damage to the last record ends it, kept in ``damaged``.
+
+    In a capture log that last record is often an intent, the one record
+    that says a payment may have gone through: the segment is converted up
+    to it (the names a whole conversion uses) and kept in quarantine.
+    """
+    # start-up cost: the log's format loads only when a log is left to recover
+    from otel_replay.storage.wal import CorruptSegmentError, Gap, scan_records
+
+    end: Any = None
+    for item in scan_records(path):
+        if end is not None:  # whole records follow the damage: it fails the segment, as in read_records
+            raise CorruptSegmentError(f"WAL segment {path} is corrupt at byte {end.offset}: whole records follow")
+        if isinstance(item, Gap) and item.gave_up:
+            raise CorruptSegmentError(f"WAL segment {path} is corrupt at byte {item.offset}: the search gave up")
+        if not isinstance(item, Gap):
+            yield item
+        elif item.tail:
+            _log.warning(
+                "otel-replay: capture log segment %s ends in a torn record (%d bytes); ignored", path, item.size
+            )
+        else:
+            end = item
+    if end is not None:
+        damaged.append(end)
 
 
 def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
@@ -98,10 +130,11 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
     for segment in segments:
         prefix = segment_prefix(directory, segment.segment_id)
         try:
-            written = convert_log_segment(segment.path, dataset, prefix)
+            damaged: list[Any] = []
+            written = convert_log_segment(segment.path, dataset, prefix, damaged)
             rows += written
-            tail = _damaged_tail(segment.path)
-            if tail is not None:
+            if damaged:
+                (tail,) = damaged
                 report = Salvage(rows=written, records_dropped=1, bytes_skipped=tail.size)
                 report.note(f"bytes {tail.offset}-{tail.offset + tail.size}: a whole record that fails its checksum")
                 _log.error(
@@ -131,33 +164,6 @@ def _convert_dir(directory: Path, dataset: str, segments: Sequence[Any]) -> int:
             )
         segment.path.unlink(missing_ok=True)
     return rows
-
-
-def _damaged_tail(path: Path) -> Any:
-    """The tail :class:`~otel_replay.storage.wal.Gap` of ``path`` when it is damage, else ``None``.
-
-    The reader takes bad bytes with nothing whole after them, at the end of a
-    segment never sealed, for a record a crash cut short (never
-    acknowledged). A crash cuts a write short: its record claims more bytes
-    than the file holds. A first bad record that the file holds whole (a
-    flipped bit, a format this version cannot read) is damage; in a capture
-    log that last record is often an intent, the one record that says a
-    payment may have gone through.
-    """
-    # start-up cost: the log's format loads only when a log is left to recover
-    from otel_replay.storage.wal import Gap, scan_records
-
-    last = None
-    for item in scan_records(path):
-        last = item
-    if not isinstance(last, Gap) or not last.tail:
-        return None
-    with open(path, "rb") as handle:
-        handle.seek(last.offset)
-        header = handle.read(8)
-    if len(header) < 8 or 8 + int.from_bytes(header[:4], "little") > last.size:
-        return None  # a header or record cut short: the write a crash interrupted
-    return last
 
 
 def quarantined(dataset: str) -> list[str]:

@@ -27,12 +27,18 @@ no reader uses (its compacted files are unnamed) and the next run deletes.
 Readers follow the same rule as on disk (:func:`manifest.live_files`): the
 manifest is read before the listing, S3 being strongly consistent for GET,
 PUT and LIST; superseded files stay for the grace period.
+
+As on disk, the files of a write-ahead log segment still on this host's disk
+are left out (:func:`_in_flight`): a recovery uploads them again under the same
+names, and merged meanwhile they would be stored twice.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import tempfile
 import time
 import uuid
@@ -241,7 +247,9 @@ def compact_partition(
             ", ".join(gone),
             kind.rows,
         )
-    live = [f"{url}/{n}" for n in visible_names(names, found)]
+    visible = visible_names(names, found)
+    held = _in_flight(ObjectBackend(location).local_dir("wal"), visible)  # compacted once their segment is gone
+    live = [f"{url}/{n}" for n in visible if n not in held]
     old_index = found.index if found else None
     report.superseded_deleted, report.leftovers_deleted, manifest, fenced = clean_partition(
         s3, location, name, lease, found or Manifest(), etag, names, options.grace_seconds, now, kind
@@ -386,3 +394,57 @@ def _put(location: Location, path: str, data: bytes) -> None:
         ObjectBackend(location).write_atomic(path, data)
     except (OSError, pa.ArrowException) as exc:
         raise location.error(f"cannot write {path}", exc) from exc
+
+
+_LOG_FILE = re.compile(r"wal-(?P<log>.+)-(?P<segment>\d{20}-[0-9a-f]{8})-\d{5}\.parquet")
+"""A file converted from a write-ahead log segment: ``wal-<log directory>-<segment id>-<chunk>.parquet``."""
+
+
+def _in_flight(root: Path, names: Sequence[str]) -> set[str]:
+    """The ``names`` converted from write-ahead log segments under ``root`` that are still on disk.
+
+    An ``s3://`` dataset's logs stay on the local disk (``root``: the
+    backend's ``local_dir("wal")``: the capture logs of this host's
+    processes) while their Parquet files are uploaded. A segment is deleted
+    only after its files are written: one still there (its process died in
+    between, or is converting it now) is converted again under the same
+    names by a recovery or its live owner; merged into a compacted object
+    and deleted meanwhile, such a file would be uploaded again beside it and
+    its rows stored twice. So compaction leaves it out until the segment is
+    gone (as :func:`otel_replay.storage.outcome_log.held_files` does on
+    disk). A quarantined segment not yet salvaged (no report) counts too.
+    Race-free with the listing ``names`` came from, taken first. Logs on
+    another host's disk are not seen.
+    """
+    held: set[str] = set()
+    if not any(name.startswith("wal-") for name in names):
+        return held
+    try:
+        logs = set(os.listdir(root))
+    except OSError:  # no log was ever kept on this host for the dataset
+        return held
+    listed: dict[str, set[str]] = {}  # a log directory's segments on disk, listed once
+    for name in names:
+        match = _LOG_FILE.fullmatch(name) if name.startswith("wal-") else None
+        if match is None or match["log"] not in logs:
+            continue
+        segments = listed.get(match["log"])
+        if segments is None:
+            segments = listed[match["log"]] = _segments_on_disk(root / match["log"])
+        if match["segment"] in segments:
+            held.add(name)
+    return held
+
+
+def _segments_on_disk(directory: Path) -> set[str]:
+    """The ids of the segments in the log ``directory``, and of those in its quarantine not yet salvaged."""
+    try:
+        found = {name[: -len(".wal")] for name in os.listdir(directory) if name.endswith(".wal")}
+    except OSError:  # the log is gone (its segments all released)
+        return set()
+    try:
+        quarantined = os.listdir(directory / "quarantine")
+    except OSError:
+        return found
+    reported = {name[: -len(".report.json")] for name in quarantined if name.endswith(".report.json")}
+    return found | {name[: -len(".wal")] for name in quarantined if name.endswith(".wal")} - reported

@@ -7,7 +7,9 @@ each ``<u32 length><u32 crc32>`` followed by the serialized
 plus random suffix), so a segment's Parquet output can be named after it and
 rewritten idempotently. Only the active segment is appended to; after a crash
 every segment on disk is "sealed" and a torn tail record (never acknowledged,
-because its fsync never completed) is ignored when reading. Damage with whole
+because its fsync never completed: a write cut short, its header claiming more
+bytes than the file holds) is ignored when reading. A last record held whole
+whose checksum fails is damage (it may have been acknowledged). Damage with whole
 records after it is not a torn tail: :func:`read_records` raises
 :class:`CorruptSegmentError` (the receiver quarantines the segment), and
 :func:`scan_records` resumes at the next whole record, reporting the gap.
@@ -78,8 +80,9 @@ class CorruptSegmentError(OtelReplayError, ValueError):
 class Gap:
     """Bytes of a segment that hold no whole, checksummed record.
 
-    ``tail``: nothing valid follows (a record torn by a crash, never
-    acknowledged, or damage to the last record); otherwise the reader resumed
+    ``tail``: nothing valid follows and the bad record claims more bytes than
+    the file holds, in a segment never sealed (a write a crash cut short, never
+    acknowledged); otherwise the reader resumed
     at ``offset + size``, the next offset where a whole record checks out, or
     (``gave_up``) the search stopped and the gap runs to the end: whole
     records may be in it, so it is never called a tail.
@@ -202,11 +205,13 @@ def scan_records(path: Path) -> Iterator[bytes | Gap]:
     an attribute ``doubleValue`` 0.) After a bad record the reader looks for
     the next offset where a whole record checks out and resumes there; when
     there is none the rest of the file is a :class:`Gap` and the scan ends: a
-    tail one, unless the file ends in :data:`SEAL_MARK` (sealed whole, so the
-    damage came later). The search is bounded (:func:`_next_record`'s work
-    budget); when it gives up on a bad record of an unsealed file whose header
-    claims more bytes than the file holds, that record is a torn tail (a crash
-    cut its write short), otherwise the rest is damage, never a tail.
+    tail one when the file does not end in :data:`SEAL_MARK` and the bad
+    record claims more bytes than the file holds (a write cut short); a bad
+    record the file holds whole (a flipped bit) is damage. The search is
+    bounded (:func:`_next_record`'s work budget); when it gives up on a bad
+    record of an unsealed file whose header claims more bytes than the file
+    holds, that record is a torn tail (a crash cut its write short),
+    otherwise the rest is damage, never a tail.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -232,8 +237,12 @@ def scan_records(path: Path) -> Iterator[bytes | Gap]:
                 if resume == -1:  # too costly to search further: whole records may follow, so not a tail
                     yield Gap(offset, body - offset, tail=False, gave_up=True)
                     return
-                if resume is None:  # nothing whole follows: a torn tail, unless the segment was sealed whole
-                    yield Gap(offset, body - offset, tail=not sealed)
+                if resume is None:  # nothing whole follows: a torn tail only if the segment was never sealed ...
+                    # ... and the crash cut the record's write short (its header claims more than the file holds).
+                    # A last record held whole whose checksum fails is damage (a flipped bit): it may have been
+                    # acknowledged, so it is never read as a tail and dropped.
+                    torn = not sealed and _runs_past_end(data, offset, size)
+                    yield Gap(offset, body - offset, tail=torn)
                     return
                 yield Gap(offset, resume - offset, tail=False)
                 offset = resume
@@ -242,26 +251,32 @@ def scan_records(path: Path) -> Iterator[bytes | Gap]:
 def read_records(path: Path) -> Iterator[bytes]:
     """Yield the payloads of ``path``'s records; a torn tail is ignored, damage before the end raises.
 
-    A torn tail (nothing whole after the bad bytes) was never acknowledged: it
-    is logged and cut. Damage followed by whole records is corruption of
+    A torn tail (a write a crash cut short, nothing whole after it) was never
+    acknowledged: it is logged and cut. Other damage (followed by whole
+    records, or a last record the file holds whole) is corruption of
     acknowledged data: :class:`CorruptSegmentError` (the receiver then
     quarantines the segment and salvages it with :func:`scan_records`).
     """
     for item in scan_records(path):
         if not isinstance(item, Gap):
             yield item
-        elif item.tail:
+            continue
+        if item.tail:
             _log.warning(
                 "otel-replay: WAL segment %s ends in %d bytes that hold no whole record (a torn tail); ignored",
                 path,
                 item.size,
             )
-        else:
-            follow = "the search for whole records after them gave up" if item.gave_up else "whole records follow"
-            raise CorruptSegmentError(
-                f"WAL segment {path} is corrupt at byte {item.offset}: {item.size} bytes hold no whole record "
-                f"and {follow}"
-            )
+            continue
+        if item.gave_up:
+            follow = "the search for whole records after them gave up"
+        elif item.offset + item.size < path.stat().st_size - len(SEAL_MARK):
+            follow = "whole records follow"
+        else:  # the last record: bad, yet the file holds it whole
+            follow = "the file holds it whole (damage, not a write a crash cut short)"
+        raise CorruptSegmentError(
+            f"WAL segment {path} is corrupt at byte {item.offset}: {item.size} bytes hold no whole record and {follow}"
+        )
 
 
 _logs: set[WriteAheadLog] = set()
@@ -408,22 +423,49 @@ class WriteAheadLog:
             return True
 
     def _seal_locked(self, *, reopen: bool) -> None:
+        """Seal the active segment: the seal mark, an fsync, the file closed and queued (caller holds both locks).
+
+        A failed fsync is handled as on the append path: the records it was
+        to cover (written since the last good sync, e.g. queued when the log
+        closes) are cut off and each of their appenders fails; the records
+        synced before stay, and the segment is queued all the same (without
+        its mark, it reads as never sealed). Appends go to a new segment,
+        never again to the file whose write-back failed (Linux reports that
+        once; a later sync of it proves nothing). The error is then raised.
+        """
         try:  # the seal mark: damage to the last record of a sealed segment is then corruption, not a torn tail
             if os.write(self._fd, SEAL_MARK) == len(SEAL_MARK):
                 self._active_size += len(SEAL_MARK)
         except OSError:  # e.g. the disk is full: the segment reads as one that was never sealed
             pass
-        os.fsync(self._fd)
+        failure: OSError | None = None
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            failure = exc
+            self._cut_unsynced_locked(exc)
+            _log.error(
+                "otel-replay: fsync while sealing WAL segment %s failed: %s; the records it was to cover are cut "
+                "off and refused, the ones synced before are kept",
+                self._active_id,
+                exc,
+            )
         os.close(self._fd)
         self._fd = -1
-        self._synced = self._written
+        self._synced = self._written  # every record written is synced now, or refused above
         self._unsynced = []
         path = self.directory / f"{self._active_id}{WAL_SUFFIX}"
         self._sealed.append(Segment(self._active_id, path, self._active_size))
         self._active_size = 0
         self._active_records = 0
         if reopen:
-            self._open_segment()
+            try:
+                self._open_segment()
+            except OSError:
+                if failure is None:
+                    raise
+        if failure is not None:
+            raise failure
 
     def sealed(self) -> list[Segment]:
         """Sealed segments not yet released, oldest first."""
@@ -559,17 +601,19 @@ class WriteAheadLog:
         Caller holds ``_sync_lock``.
         """
         with self._write_lock:
-            batches, self._unsynced = self._unsynced, []
-            if self._fd >= 0:
-                try:
-                    os.ftruncate(self._fd, self._synced_size)
-                except OSError as cut:  # the records stay in the segment: still failed, as nothing says otherwise
-                    _log.error(
-                        "otel-replay: cutting unsynced records off WAL segment %s failed: %s", self._active_id, cut
-                    )
-                self._active_size, self._active_records = self._synced_size, self._synced_records
-            for low, high in batches:
-                self._fail(low, high, exc)
+            self._cut_unsynced_locked(exc)
+
+    def _cut_unsynced_locked(self, exc: BaseException) -> None:
+        """As :meth:`_cut_unsynced`; the caller holds ``_sync_lock`` and ``_write_lock`` (a seal)."""
+        batches, self._unsynced = self._unsynced, []
+        if self._fd >= 0:
+            try:
+                os.ftruncate(self._fd, self._synced_size)
+            except OSError as cut:  # the records stay in the segment: still failed, as nothing says otherwise
+                _log.error("otel-replay: cutting unsynced records off WAL segment %s failed: %s", self._active_id, cut)
+            self._active_size, self._active_records = self._synced_size, self._synced_records
+        for low, high in batches:
+            self._fail(low, high, exc)
 
     def _write_queued(self) -> None:
         """Write every queued record to the active segment with one ``write`` (caller holds ``_sync_lock``).
@@ -631,6 +675,8 @@ class WriteAheadLog:
 
         With ``unlock=False`` the lock is kept (appends are refused all the
         same) until :meth:`unlock`: the owner converts the sealed segments first.
+        A failed fsync of the seal is raised, after the records it was to cover
+        are refused and the segment is queued (see :meth:`_seal_locked`).
         """
         with self._sync_lock:
             with self._write_lock:
@@ -638,16 +684,18 @@ class WriteAheadLog:
                     return
                 self._closed = True  # no record is queued from here
             self._write_queued()  # what was queued before: its appenders wait for the seal's fsync
-            with self._write_lock:
-                if self._fd >= 0:
-                    if self._active_records:
-                        self._seal_locked(reopen=False)
-                    else:
-                        os.close(self._fd)
-                        self._fd = -1
-                        (self.directory / f"{self._active_id}{WAL_SUFFIX}").unlink(missing_ok=True)
-        if unlock:
-            self.unlock()
+            try:
+                with self._write_lock:
+                    if self._fd >= 0:
+                        if self._active_records:
+                            self._seal_locked(reopen=False)  # a failed fsync fails the records it was to cover
+                        else:
+                            os.close(self._fd)
+                            self._fd = -1
+                            (self.directory / f"{self._active_id}{WAL_SUFFIX}").unlink(missing_ok=True)
+            finally:
+                if unlock:
+                    self.unlock()
 
     def unlock(self) -> None:
         """Release the directory lock of a closed log (once)."""

@@ -8,7 +8,7 @@ import os
 import shutil
 import textwrap
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from otel_replay.cli import main
 from otel_replay.errors import CaptureError, GateError
 from otel_replay.gate import reads
 from otel_replay.gate.claims import CompensationClaims, idempotency_key
+from otel_replay.storage import drop_older_than
 
 from .._support import budget_policy, payment, snapshot
 from .test_gate_write_ahead import KEY, _gates
@@ -369,3 +370,106 @@ def test_a_process_killed_inside_a_compensation_leaves_it_shown_by_verify_as_com
     result = CliRunner().invoke(main, ["verify", str(dataset)])
     assert result.exit_code == 0, result.output  # not an integrity failure
     assert "compensated? unknown - check the rail" in result.output
+
+
+_DONE_THEN_KILLED = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import Action, ActionGate, DependencySnapshot, FixAction, Verdict, audit
+    from otel_replay.gate.claims import ClaimState, CompensationClaims
+
+    dataset = sys.argv[1]
+    finish = CompensationClaims.finish
+
+    def finish_then_die(self, claim, state, **details):
+        finish(self, claim, state, **details)
+        if state is ClaimState.DONE:  # the claim says done; the compensation's gate record is not yet durable
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    CompensationClaims.finish = finish_then_die
+
+    class Rail:
+        def commit(self, action):
+            return {"receipt_id": "r-done", "amount": 5}
+
+        def compensate(self, receipt, *, idempotency_key):
+            pass
+
+    otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(Rail(), dataset=dataset)
+    with audit("refund", snapshot=DependencySnapshot({"balance": 5}), correlation_id="t-done") as d:
+        action = Action("refund", {"order": "o-d"}, cost=5.0)
+        d.act(action)
+        receipt = gate.commit(action, record_id=d.record_id)
+    print(d.record_id, flush=True)
+    gate.enforce_post_commit(Verdict(FixAction.ROLLBACK, False, "stale balance", d.record_id), receipt=receipt)
+    """
+)
+
+
+def test_a_claim_marked_done_whose_gate_record_the_dataset_lacks_is_a_not_ok_finding_of_verify(
+    zygote, tmp_path, monkeypatch
+):
+    dataset = tmp_path / "traces"
+    env = {**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY}
+    child = zygote.run(_DONE_THEN_KILLED, str(dataset), env=env)
+    assert child.returncode == -9, child.stderr
+    decision_id = child.stdout.strip()
+    key = idempotency_key(decision_id, "r-done")
+    assert CompensationClaims(dataset).state(key)["state"] == "done"
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, decision_id) == ["intent", "committed"]  # the refund's own record never landed
+        report = store.verify(None)
+    # Was: verify said OK; only the claim file under _compensations/ knew the refund was made.
+    assert not report.ok
+    [problem] = [p for p in report.problems if p.record_id == decision_id]
+    assert "receipt r-done" in problem.problem and key in problem.problem and "no gate record" in problem.problem
+    result = CliRunner().invoke(main, ["verify", str(dataset)])
+    assert result.exit_code != 0 and decision_id in result.output, result.output
+
+
+def test_a_compensation_recorded_in_the_dataset_leaves_verify_ok(dataset, monkeypatch):
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    bank = DictRail()
+    record_id = _commit(dataset, bank, 2000, 2200)
+    assert [o.executed for o in _execute(dataset, record_id, bank)] == ["rolled_back", "rolled_back"]
+    with otel_replay.open(dataset) as store:
+        report = store.verify(None)
+    assert report.ok and report.problems == [] and report.unknown_commits == []
+
+
+@pytest.mark.parametrize(
+    "receipt",
+    [
+        {"receipt_id": "r-1"},
+        {"receipt_id": 7},
+        {"id": "ch_1"},
+        {"receipt_id": None, "id": "x"},
+        "r-2",
+        12,
+        [1, 2],
+        {"amount": "4200.00", "at": "2026-11-30"},
+        {"receipt_id": True},
+    ],
+)
+def test_verify_names_a_stored_receipt_as_the_gate_does(receipt):
+    from otel_replay.gate.receipts import receipt_id_of
+    from otel_replay.query.verify import _receipt_id
+
+    assert _receipt_id(receipt) == receipt_id_of(receipt)
+
+
+def test_a_done_claim_is_dropped_by_retention_with_its_record_so_verify_stays_ok(dataset, monkeypatch):
+    monkeypatch.setenv("OTEL_REPLAY_SIGNING_KEY", KEY)
+    bank = DictRail()
+    record_id = _commit(dataset, bank)
+    assert [o.executed for o in _execute(dataset, record_id, bank)] == ["rolled_back"]
+    tomorrow = datetime.now(UTC).date() + timedelta(days=1)
+    drop_older_than(dataset, 0, today=tomorrow, grace_seconds=0)  # today's records, the refund's included
+    with otel_replay.open(dataset) as store:
+        assert _gates(store, record_id) == []
+        report = store.verify(None)
+    assert report.problems == []
+    assert not list((dataset / "_compensations").glob("*.json"))  # the claim went with its day's records

@@ -46,10 +46,13 @@ def test_torn_tail_record_is_ignored(tmp_path: Path) -> None:
     with open(crashed, "ab") as handle:
         handle.write(b"\x40\x00\x00\x00\x12\x34")  # a header cut short by a crash
     assert list(read_records(crashed)) == [b"record 0", b"record 1", b"record 2"]
-    with open(crashed, "r+b") as handle:  # flip a payload byte of the last record: crc mismatch
+    with open(crashed, "r+b") as handle:  # flip a payload byte of the last whole record: crc mismatch
         handle.seek(-7 - 6, 2)
         handle.write(b"X")
-    assert list(read_records(crashed)) == [b"record 0", b"record 1"]
+    # Held whole, so damage, not a write cut short (it may have been acknowledged): never dropped as a tail.
+    with pytest.raises(CorruptSegmentError, match="holds it whole"):
+        list(read_records(crashed))
+    assert list(scan_records(crashed))[-1] == Gap(2 * 16, 16 + 6, tail=False)
     # A segment sealed whole ends in the seal mark: damage to its last record is corruption, not a torn tail.
     (segment,) = wal.sealed()
     assert segment.path.read_bytes().endswith(SEAL_MARK)
@@ -539,3 +542,157 @@ def test_a_record_queued_when_the_log_closes_is_sealed_in_it_and_acknowledged(
     assert outcome == {b"\x0afirst": "durable", QUEUED: "durable"}
     (segment,) = wal.sealed()
     assert list(read_records(segment.path)) == [b"\x0afirst", QUEUED]
+
+
+def _unsealed_three_record_segment(tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """A receiver's WAL as kill -9 leaves it: its active segment holds three acknowledged records, no seal mark."""
+    path, payloads, _ = _three_record_segment(tmp_path)
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size - len(SEAL_MARK))
+    return path, payloads
+
+
+def _span_ids(*payloads: bytes) -> set[str]:
+    requests = [ExportTraceServiceRequest.FromString(payload) for payload in payloads]
+    return {s.span_id.hex() for r in requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans}
+
+
+def test_a_flipped_bit_in_the_last_record_of_a_crashed_segment_is_quarantined_and_reported_not_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Was: the whole last record with a bad checksum was read as a torn tail, so an acknowledged batch was
+    # dropped at recovery with a warning and the segment deleted (nothing counted, nothing kept).
+    path, payloads = _unsealed_three_record_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    last = len(data) - 8 - len(payloads[2])
+    data[last + 8 + 5] ^= 0x01  # length intact, checksum now wrong: what a flipped bit gives
+    path.write_bytes(bytes(data))
+    assert list(scan_records(path))[-1] == Gap(last, 8 + len(payloads[2]), tail=False)
+    with pytest.raises(CorruptSegmentError, match=f"corrupt at byte {last}"):
+        list(read_records(path))
+    dataset = tmp_path / "ds"
+    receiver = Receiver(ServerConfig(dataset, grpc=None, http=None, convert_workers=0)).start()
+    receiver.stop()
+    metrics = receiver.metrics.snapshot()
+    assert metrics["segments_quarantined"] == 1 and metrics["quarantine_records_dropped"] == 1
+    assert {row["span_id"] for row in parquet_rows(dataset)} == _span_ids(payloads[0], payloads[1])
+    kept = dataset / "_wal" / "default" / "quarantine" / path.name
+    assert kept.read_bytes() == bytes(data)  # kept for inspection, never deleted
+    report = json.loads(kept.with_name(kept.stem + ".report.json").read_text())
+    assert report["records_dropped"] == 1 and report["bytes_skipped"] == 8 + len(payloads[2])
+    assert path.name in caplog.text and "quarantined" in caplog.text
+
+
+def test_a_last_record_a_crash_cut_short_stays_a_torn_tail(tmp_path: Path) -> None:
+    path, payloads = _unsealed_three_record_segment(tmp_path)
+    last = path.stat().st_size - 8 - len(payloads[2])
+    with open(path, "r+b") as handle:  # the crash cut the last write short: never acknowledged
+        handle.truncate(path.stat().st_size - 3)
+    assert list(scan_records(path))[-1] == Gap(last, 8 + len(payloads[2]) - 3, tail=True)
+    dataset = tmp_path / "ds"
+    receiver = Receiver(ServerConfig(dataset, grpc=None, http=None, convert_workers=0)).start()
+    receiver.stop()
+    assert receiver.metrics.snapshot()["segments_quarantined"] == 0
+    assert {row["span_id"] for row in parquet_rows(dataset)} == _span_ids(payloads[0], payloads[1])
+    assert not path.exists() and not (dataset / "_wal" / "default" / "quarantine").exists()
+
+
+def _eio_on_the_seal(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the seal's ``os.fsync`` fail once with EIO (Linux then forgets the error: a retried sync "succeeds")."""
+    real = os.fsync
+    failed: list[int] = []
+
+    def eio_once(fd: int) -> None:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", eio_once)
+    return failed
+
+
+class _CloserFirst:
+    """The log's ``_sync_lock``, instrumented: once the thread named ``closer`` waits for it, it gets it before
+    the thread named ``queued`` (so that record is still queued when the log closes, as it can be)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.closer_waits = threading.Event()
+        self.closer_has_it = threading.Event()
+
+    def __enter__(self) -> _CloserFirst:
+        name = threading.current_thread().name
+        if name == "closer":
+            self.closer_waits.set()
+        elif name == "queued":
+            self.closer_has_it.wait(30)
+        self.lock.acquire()
+        if name == "closer":
+            self.closer_has_it.set()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_failed_fsync_while_closing_fails_the_records_it_was_to_cover_and_keeps_them_out_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    order = _CloserFirst(wal._sync_lock)
+    monkeypatch.setattr(wal, "_sync_lock", order)
+    _slow_first_fsync(monkeypatch, lambda: wal._queued == 2 and order.closer_waits.is_set())
+    failed = _eio_on_the_seal(monkeypatch)
+    outcome: dict[bytes, str] = {}
+
+    def append(record: bytes) -> None:
+        try:
+            wal.append(record)
+            outcome[record] = "durable"
+        except OSError as exc:
+            outcome[record] = exc.strerror or ""
+
+    def close() -> None:
+        try:
+            wal.close()  # writes the queued record; the seal's fsync, which was to cover it, fails
+        except OSError as exc:
+            outcome[b"close"] = exc.strerror or ""
+
+    threads = [threading.Thread(target=append, args=(b"\x0afirst",), name="first")]
+    threads[0].start()
+    while wal._queued < 1:
+        time.sleep(0.001)
+    threads.append(threading.Thread(target=append, args=(QUEUED,), name="queued"))
+    threads[1].start()
+    while wal._queued < 2:
+        time.sleep(0.001)
+    threads.append(threading.Thread(target=close, name="closer"))
+    threads[2].start()
+    for thread in threads:
+        thread.join(30)
+    assert failed
+    # Was: the queued record's appender, waking as the next leader, fdatasynced the same file again (Linux had
+    # reported the lost write-back once) and was told "durable"; its record stayed in the segment.
+    assert outcome == {b"\x0afirst": "durable", QUEUED: "Input/output error", b"close": "Input/output error"}
+    (segment,) = wal.sealed()  # the records synced before are still the owner's to convert
+    assert list(read_records(segment.path)) == [b"\x0afirst"]
+    assert wal._lock_fd < 0  # the lock is released all the same
+
+
+def test_a_failed_fsync_while_sealing_moves_on_to_a_new_segment_and_reports_nothing_durable_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"\x0afirst")
+    first = wal.active_segment
+    _eio_on_the_seal(monkeypatch)
+    with pytest.raises(OSError, match="Input/output"):
+        wal.rotate()
+    # The file whose write-back failed takes no more records (a later sync of it would prove nothing).
+    assert wal.active_segment not in ("", first)
+    wal.append(b"\x0asecond")
+    wal.close()
+    segments = wal.sealed()
+    assert [s.segment_id for s in segments][0] == first
+    assert [list(read_records(s.path)) for s in segments] == [[b"\x0afirst"], [b"\x0asecond"]]
