@@ -8,7 +8,7 @@ bytes are proved intact is handed to DuckDB (:mod:`otel_replay.storage.compact_d
 every other file (older versions, other writers, the Collector, a mismatch) is
 read by pyarrow, which names the damage as before.
 
-The writer (:func:`parquet_bytes`) puts the pair ``otel_replay.crc32`` =
+The writer (:func:`parquet_parts`) puts the pair ``otel_replay.crc32`` =
 eight lowercase hex digits first among the footer's key-value metadata, so
 :mod:`.id_keys` still finds its pair followed by what it expects. The CRC-32
 (zlib's) covers every byte of the file, footer included, with the eight digits
@@ -28,11 +28,12 @@ import os
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["CHECKSUM_KEY", "MAX_CHECKED_BYTES", "checksum_matches", "parquet_bytes"]
+__all__ = ["CHECKSUM_KEY", "MAX_CHECKED_BYTES", "checksum_matches", "parquet_bytes", "parquet_parts"]
 
 CHECKSUM_KEY = b"otel_replay.crc32"
 """The footer key-value metadata key of a file's CRC-32 (eight lowercase hex digits)."""
@@ -46,18 +47,22 @@ _PAIR = b"\x18" + bytes([len(CHECKSUM_KEY)]) + CHECKSUM_KEY + b"\x18\x08"
 _MAGIC = b"PAR1"
 
 
-def parquet_bytes(
+def parquet_parts(
     table: pa.Table,
     compression: str,
     footer: Mapping[bytes, bytes] | None = None,
     *,
     row_group_size: int | None = None,
     **kw: object,
-) -> memoryview:
-    """``table`` as the bytes of a Parquet file whose footer carries their CRC-32 (then ``footer``'s pairs).
+) -> tuple[memoryview, ...]:
+    """``table`` as a Parquet file whose footer carries its CRC-32 (then ``footer``'s pairs): its bytes in parts.
 
-    Written in memory (a span file is a few MB at most; the caller writes the
-    bytes once). ``row_group_size`` and ``kw``: more ``ParquetWriter`` options.
+    Written in memory (a span file is a few MB; the exporter's largest, at
+    its 128 MB buffer, some tens), the parts are written one after another:
+    the digits are put in without a second copy of the file.
+    ``row_group_size`` and ``kw``: more ``ParquetWriter`` options. (A pair of
+    the same key in ``table``'s schema metadata, a stale one, is replaced by
+    the file's own: pyarrow keeps one value a key.)
     """
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, table.schema, compression=compression, **kw) as writer:
@@ -66,10 +71,13 @@ def parquet_bytes(
     data = memoryview(sink.getvalue())
     at = _value_at(data)
     if at is None:  # the writer laid the pair out otherwise: a file without a checksum, read the pyarrow way
-        return data
-    out = bytearray(data)
-    out[at : at + 8] = b"%08x" % zlib.crc32(data)
-    return memoryview(out)
+        return (data,)
+    return data[:at], memoryview(b"%08x" % zlib.crc32(data)), data[at + 8 :]
+
+
+def parquet_bytes(table: pa.Table, compression: str, footer: Mapping[bytes, bytes] | None = None, **kw: Any) -> bytes:
+    """:func:`parquet_parts` joined: the file's bytes in one piece."""
+    return b"".join(parquet_parts(table, compression, footer, **kw))
 
 
 def _value_at(data: memoryview | bytes) -> int | None:

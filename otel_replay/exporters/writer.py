@@ -34,7 +34,7 @@ from otel_replay import settings
 from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
 from otel_replay.location import Location, PerBackend, resolve
 
-from .checksum import parquet_bytes
+from .checksum import parquet_parts
 from .id_keys import footer_metadata
 from .key_log import append_entry
 from .schema import DATE_COLUMN, SPAN_SCHEMA, SPANS_DIR
@@ -96,8 +96,8 @@ def write_atomic(
     The file's footer also carries the CRC-32 of its bytes (:mod:`.checksum`): compaction reads such a file the
     fast way only when its bytes are proved intact.
     """
-    data = parquet_bytes(table, compression, footer)
-    _replace_atomic(path, lambda handle: handle.write(data))
+    parts = parquet_parts(table, compression, footer)
+    _replace_atomic(path, lambda handle: handle.writelines(parts))
 
 
 def _replace_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:

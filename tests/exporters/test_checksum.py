@@ -68,3 +68,13 @@ def test_files_of_other_writers_have_no_checksum_to_match(tmp_path) -> None:
     pair = {CHECKSUM_KEY: pq.read_metadata(rewritten).metadata[CHECKSUM_KEY]}
     pq.write_table(_table().replace_schema_metadata({**_table().schema.metadata, **pair}), rewritten)
     assert not checksum_matches(rewritten)
+
+
+def test_a_stale_pair_in_the_table_is_not_written_beside_the_files_own(tmp_path) -> None:
+    """A table carrying the pair in its schema metadata (another file's): the file holds one pair, its own (pyarrow
+    keeps one value a key; a writer that added its pair beside the schema's would leave two)."""
+    path = tmp_path / "f.parquet"
+    stale = {**_table().schema.metadata, CHECKSUM_KEY: b"0123abcd"}
+    write_atomic(_table().replace_schema_metadata(stale), path)
+    assert checksum_matches(path) and path.read_bytes().count(CHECKSUM_KEY) == 1
+    assert pq.read_table(path).equals(_table())
