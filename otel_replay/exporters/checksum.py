@@ -39,7 +39,7 @@ CHECKSUM_KEY = b"otel_replay.crc32"
 """The footer key-value metadata key of a file's CRC-32 (eight lowercase hex digits)."""
 
 MAX_CHECKED_BYTES = 64 * 2**20
-"""Files larger than this are not checked (read whole to check them would cost more than pyarrow's read)."""
+"""Files larger than this are never checked (read whole for it, one would cost more than pyarrow's read of it)."""
 
 _PLACEHOLDER = b"00000000"
 # A Thrift compact KeyValue: field 1 (binary) the key, field 2 (binary) of length 8 the value.
