@@ -6,7 +6,9 @@ Usage: python benchmarks/bench_many_files.py DIR [--files 20654] [--rows-per-fil
 Generates (once, in ``DIR/day``) a day of ``--files`` arrival-order files of
 ``--rows-per-file`` spans each through the project's row builder and
 DatasetWriter (benchmarks/gen_dataset.py, one flush per file: what many
-short-lived processes or a flush per commit leave), then, each in a fresh
+short-lived processes or a flush per commit leave; each carries the
+writer's checksum, so this code's compaction reads it a DuckDB chunk at a
+time, and a peer that does not know the checksum reads it as before), then, each in a fresh
 child process (peak RSS from ``getrusage`` of the child):
 
 - ``chain``: ``otel-replay chain trade <id> -d DIR/day`` on the uncompacted day

@@ -34,6 +34,7 @@ from otel_replay import settings
 from otel_replay.errors import ConfigError, DatasetError, PartialWriteError
 from otel_replay.location import Location, PerBackend, resolve
 
+from .checksum import parquet_parts
 from .id_keys import footer_metadata
 from .key_log import append_entry
 from .schema import DATE_COLUMN, SPAN_SCHEMA, SPANS_DIR
@@ -90,8 +91,13 @@ def _write_parquet(
 def write_atomic(
     table: pa.Table, path: Path, *, compression: str = "zstd", footer: Mapping[bytes, bytes] | None = None
 ) -> None:
-    """Write ``table`` to ``path`` via temp file + fsync + rename (``footer``: more key-value metadata)."""
-    _replace_atomic(path, lambda handle: _write_parquet(table, handle, compression, footer))
+    """Write ``table`` to ``path`` via temp file + fsync + rename (``footer``: more key-value metadata).
+
+    The file's footer also carries the CRC-32 of its bytes (:mod:`.checksum`): compaction reads such a file the
+    fast way only when its bytes are proved intact.
+    """
+    parts = parquet_parts(table, compression, footer)
+    _replace_atomic(path, lambda handle: handle.writelines(parts))
 
 
 def _replace_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:

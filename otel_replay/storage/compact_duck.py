@@ -20,10 +20,18 @@ and a list's item ``l``: the cast renames, it converts no value), and as many
 rows as the files' footers count. Anything else (an error on a damaged page,
 a row count that differs, a type it reads another way, a zoneless nanosecond
 time that may be INT96) answers ``None``, and the caller reads that chunk's files one by
-one as before, which names a damaged file. So the guarantees of compaction (a
+one as before, which names a damaged file.
+
+DuckDB checks no page checksum, and reads some damaged pages pyarrow refuses
+(one flipped bit in a page header, its levels or its dictionary indices) as
+the right number of rows with other values. So a chunk is handed to DuckDB
+only when every file of it carries the CRC-32 of its own bytes that this
+project's writer puts in the footer, and the bytes match it
+(:func:`~otel_replay.exporters.checksum.checksum_matches`, a few µs a file):
+a file of an older version, of another writer, damaged or rewritten makes
+its chunk be read file by file by pyarrow. So the guarantees of compaction (a
 corrupt file is named and nothing is changed, schema versions never mixed,
-nothing lost) do not depend on this path, but for a damage DuckDB does not
-see: hence :data:`DUCK_CHUNKS`, off.
+nothing lost) do not depend on this path.
 """
 
 from __future__ import annotations
@@ -36,21 +44,19 @@ import duckdb
 import pyarrow as pa
 
 from otel_replay import _duck as duck
+from otel_replay.exporters.checksum import checksum_matches
 from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
 
 __all__ = ["DUCK_CHUNKS", "DUCK_FILES", "DUCK_MIN_FILES", "duck_read"]
 
 _log = logging.getLogger("otel_replay")
 
-DUCK_CHUNKS = False
-"""Whether compaction reads local files a DuckDB chunk at a time: off, every file is read by pyarrow.
+DUCK_CHUNKS = True
+"""Whether compaction reads local files a DuckDB chunk at a time (off: every file is read by pyarrow).
 
-DuckDB reads pages pyarrow refuses: in a span file, one flipped bit in a page
-header, its levels or its dictionary indices, which pyarrow names as damaged,
-DuckDB may read as the right number of rows with other values (trace ids
-among them), and compaction would write those and supersede the file
-(``tests/storage/test_compact_many_files.py``). Nothing cheaper than pyarrow's
-own read tells such a file apart; on again only with a check that does.
+DuckDB reads pages pyarrow refuses as the right number of rows with other
+values (``tests/storage/test_compact_many_files.py``): :func:`duck_read`
+takes no file whose bytes its own checksum does not prove intact.
 """
 
 DUCK_MIN_FILES = 16
@@ -90,10 +96,13 @@ def duck_read(paths: Sequence[Path | str], schema: pa.Schema, expected_rows: int
     ``expected_rows``: the rows the files' footers count. ``None`` when DuckDB
     fails on any file, or its answer is not exactly the chunk's columns and
     rows (see the module docstring), or a path holds ``*``, ``?`` or ``[`` (DuckDB
-    expands it as a glob, another file's rows among them): the caller then
-    reads the files one by one.
+    expands it as a glob, another file's rows among them), or a file's bytes
+    are not proved intact by its own checksum (none, or one that does not
+    match): the caller then reads the files one by one.
     """
     if not paths or any(c in str(p) for p in paths for c in "*?["):  # DuckDB would expand it as a glob
+        return None
+    if not all(checksum_matches(p) for p in paths):  # DuckDB may read a damaged page as other values
         return None
     plain = schema.remove_metadata()
     con = duck.connect()

@@ -567,7 +567,7 @@ def read_files(
 ) -> pa.Table:
     """The rows of ``paths`` (one schema) as one contiguous table.
 
-    With :data:`~.compact_duck.DUCK_CHUNKS` (off), local files whose footers' ``rows`` are given are read by DuckDB
+    With :data:`~.compact_duck.DUCK_CHUNKS`, local files whose footers' ``rows`` are given are read by DuckDB
     :data:`~.compact_duck.DUCK_FILES` at a time (:func:`~.compact_duck.duck_read`);
     otherwise, and for a chunk it does not read exactly, file by file. At
     most :data:`READ_AHEAD` files (or two chunks) are being read at once, and

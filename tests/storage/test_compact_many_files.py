@@ -10,12 +10,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from otel_replay.errors import CorruptFileError
+from otel_replay.exporters.checksum import parquet_bytes
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.compact_duck import duck_read
@@ -24,6 +26,12 @@ from otel_replay.storage.manifest import MANIFEST_NAME, is_compacted_name, parti
 from .conftest import ReadWatch, count_rows
 
 compact_module = importlib.import_module("otel_replay.storage.compact_steps")
+
+
+def _written(table: pa.Table, path: str | Path, **options: Any) -> None:
+    """``table`` written to ``path`` by pyarrow with ``options``, its footer holding the checksum the exporter's files
+    carry: a chunk of such files is DuckDB's to read (a file without one is read by pyarrow)."""
+    Path(path).write_bytes(parquet_bytes(table, options.pop("compression", "snappy"), **options))
 
 
 def _many(make_dataset: Any) -> tuple[Path, dict[str, Any]]:
@@ -47,18 +55,21 @@ def _small_bounds(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 class ChunkWatch:
-    """Turns compaction's DuckDB chunk reads on (``DUCK_CHUNKS``, off by default) and records the files it hands to
-    DuckDB, a chunk at a time (``duck_read``); ``refuse``: it answers None, as for a chunk it cannot read exactly, so
-    every file is read on its own."""
+    """Turns compaction's DuckDB chunk reads on (``DUCK_CHUNKS``, as by default) and records the files it hands to
+    DuckDB, a chunk at a time (``duck_read``), and whether DuckDB's answer was taken (``taken``); ``refuse``: it
+    answers None, as for a chunk it cannot read exactly, so every file is read on its own."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, refuse: bool = False) -> None:
         monkeypatch.setattr(compact_module, "DUCK_CHUNKS", True)
         self.chunks: list[list[str]] = []
+        self.taken: list[bool] = []
         real = compact_module.duck_read
 
         def scanning(paths: Any, schema: Any, rows: int) -> Any:
             self.chunks.append([str(p) for p in paths])
-            return None if refuse else real(paths, schema, rows)
+            answer = None if refuse else real(paths, schema, rows)
+            self.taken.append(answer is not None)
+            return answer
 
         monkeypatch.setattr(compact_module, "duck_read", scanning)
 
@@ -144,10 +155,10 @@ def test_a_chunk_read_by_duckdb_is_exactly_what_the_file_by_file_read_gives(make
     first_ns = first.column("start_time").cast(pa.int64())[0].as_py() + 1  # a nanosecond DuckDB must not round
     for i in (5, 17, 30):  # hostile rows among ordinary ones, written as the writer writes a file
         table = pq.read_table(files[i])
-        pq.write_table(pa.concat_tables([table, _hostile(first)]), files[i], compression="zstd")
+        _written(pa.concat_tables([table, _hostile(first)]), files[i], compression="zstd")
     odd = pq.read_table(files[9])
     times = pa.array([first_ns] * odd.num_rows, pa.int64()).cast(odd.schema.field("end_time").type)
-    pq.write_table(odd.set_column(odd.schema.get_field_index("end_time"), "end_time", times), files[9])
+    _written(odd.set_column(odd.schema.get_field_index("end_time"), "end_time", times), files[9])
     rows = {f: pq.read_metadata(f).num_rows for f in files}
     expected = compact_module.read_files(files)  # file by file
     chunks = ChunkWatch(monkeypatch)
@@ -159,6 +170,7 @@ def test_a_chunk_read_by_duckdb_is_exactly_what_the_file_by_file_read_gives(make
         # in order, to the nanosecond; NaN and -0.0 compared by repr
         assert repr(scanned.cast(plain).to_pylist()) == repr(expected.cast(plain).to_pylist())
     assert len(chunks.scanned) == 2 * (len(files) - 1)  # all but the first file, by DuckDB, on each run
+    assert all(chunks.taken)  # DuckDB's answers, not the file-by-file read's
     nan = [v for v in scanned.column("decision_confidence").to_pylist() if v is not None and math.isnan(v)]
     assert len(nan) == 3
 
@@ -255,8 +267,9 @@ def test_older_schema_versions_among_many_small_files_stay_apart_and_complete(ma
 
 
 def _int96_times(table: pa.Table, path: str) -> None:
-    """``table`` written as a legacy writer does (Spark, Impala): span times as INT96, which holds nanoseconds."""
-    pq.write_table(table, path, use_deprecated_int96_timestamps=True)
+    """``table`` written as a legacy writer does (Spark, Impala): span times as INT96, which holds nanoseconds (with
+    a checksum, so a chunk of them is DuckDB's to read)."""
+    _written(table, path, use_deprecated_int96_timestamps=True)
 
 
 _FOREIGN = {  # a column another writer may add to span files, whose values DuckDB reads another way
@@ -279,11 +292,11 @@ def test_a_chunk_of_a_foreign_column_type_gives_the_file_by_file_rows(tmp_path, 
         table = pa.table({"i": pa.array([i, i, i], pa.int64()), "t": times})
         path = str(tmp_path / f"f{i:02}.parquet")
         if kind == "int96 times after int64 ones" and i < 3:  # what DuckDB reads first is INT64 nanoseconds
-            pq.write_table(table, path)
+            _written(table, path)
         elif kind.startswith("int96 times"):
             _int96_times(table, path)
         else:
-            pq.write_table(table.append_column("x", _FOREIGN[kind]), path)
+            _written(table.append_column("x", _FOREIGN[kind]), path)
         files.append(path)
     rows = {f: 3 for f in files}
     expected = compact_module.read_files(files)  # file by file
@@ -320,7 +333,7 @@ def test_a_partition_of_foreign_files_compacts_to_what_the_file_by_file_read_giv
             else:
                 foreign = _FOREIGN[kind]
                 extra = pa.concat_arrays([foreign] * (table.num_rows // len(foreign) + 1))[: table.num_rows]
-                pq.write_table(table.append_column("x", extra), f)
+                _written(table.append_column("x", extra), f)
         monkeypatch.setattr(compact_module, "DUCK_MIN_FILES", duck_min)
         chunks = ChunkWatch(monkeypatch)
         compact(path, grace_seconds=0, partitions=[partition.name])
@@ -347,9 +360,29 @@ def _refused_flips(victim: Path, column: str = "trace_id") -> list[int]:
     return refused
 
 
+def _misread_flips(victim: Path) -> list[int]:
+    """Positions of :func:`_refused_flips` where DuckDB itself (no checksum asked) reads the damaged file as its
+    footer's number of rows: values pyarrow refuses, read as others."""
+    data = victim.read_bytes()
+    rows = pq.read_metadata(victim).num_rows
+    misread = []
+    for at in _refused_flips(victim):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x80
+        victim.write_bytes(bytes(damaged))
+        try:
+            count = duckdb.sql("SELECT * FROM read_parquet($f)", params={"f": str(victim)}).to_arrow_table().num_rows
+        except duckdb.Error:
+            continue
+        if count == rows:
+            misread.append(at)
+    victim.write_bytes(data)
+    return misread
+
+
 def test_a_file_pyarrow_refuses_for_a_flipped_bit_in_a_page_is_never_taken_from_duckdb(make_dataset) -> None:
-    """DuckDB reads some pages pyarrow refuses as the right number of rows (other trace ids): compaction then reads
-    no chunk with DuckDB (``DUCK_CHUNKS`` off) until DuckDB refuses them too."""
+    """DuckDB reads some pages pyarrow refuses as the right number of rows (other trace ids): no chunk holding such a
+    file is taken from DuckDB (its checksum no longer matches its bytes)."""
     path, _ = _many(make_dataset)
     files = sorted(partition_dirs(path)[0].glob("*.parquet"))
     victim = files[20]
@@ -357,6 +390,7 @@ def test_a_file_pyarrow_refuses_for_a_flipped_bit_in_a_page_is_never_taken_from_
     flips = _refused_flips(victim)
     assert flips  # page headers, levels and dictionary indices pyarrow checks
     rows = sum(pq.read_metadata(f).num_rows for f in files[1:])
+    assert duck_read(files[1:], pq.read_schema(files[0]), rows) is not None  # intact: DuckDB's to read
     taken = []
     for at in flips:
         damaged = bytearray(data)
@@ -365,21 +399,80 @@ def test_a_file_pyarrow_refuses_for_a_flipped_bit_in_a_page_is_never_taken_from_
         if duck_read(files[1:], pq.read_schema(files[0]), rows) is not None:
             taken.append(at)
     # else compaction would write what DuckDB made of a damaged page, naming no file
-    assert taken == [] or not compact_module.DUCK_CHUNKS
+    assert taken == []
 
 
-def test_a_flipped_bit_in_a_page_among_many_small_files_is_named_and_changes_nothing(make_dataset) -> None:
+_PAGE_WRITERS: dict[str, dict[str, Any]] = {  # the exporter's own settings and three others pyarrow may use
+    "the exporter's": {"compression": "zstd"},
+    "no dictionary": {"use_dictionary": False, "compression": "zstd"},
+    "uncompressed": {"compression": "none"},
+    "data page v2": {"data_page_version": "2.0", "compression": "snappy"},
+}
+
+
+@pytest.mark.parametrize("writer", list(_PAGE_WRITERS))
+def test_a_flipped_bit_at_any_page_byte_keeps_the_file_from_duckdb(make_dataset, writer) -> None:
+    """One bit flipped at every byte of a checksummed file's pages (four writers' layouts), the first file DuckDB
+    would read of a chunk: the chunk is never DuckDB's, so the file-by-file read judges it."""
+    path, _ = _many(make_dataset)
+    files = sorted(partition_dirs(path)[0].glob("*.parquet"))[:4]
+    for f in files:
+        _written(pq.read_table(f, partitioning=None), f, **_PAGE_WRITERS[writer])
+    victim, schema = files[1], pq.read_schema(files[0])
+    rows = sum(pq.read_metadata(f).num_rows for f in files[1:])
+    assert duck_read(files[1:], schema, rows) is not None  # intact: DuckDB's to read
+    data = victim.read_bytes()
+    pages = range(4, len(data) - 8 - pq.read_metadata(victim).serialized_size)  # after PAR1, before the footer
+    assert len(pages) > 1000
+    fd = os.open(victim, os.O_RDWR)
+    try:
+        for at in pages:
+            bit = 0x80 if at % 2 else 0x01  # a high bit and a low one, each at every other byte
+            os.pwrite(fd, bytes([data[at] ^ bit]), at)
+            assert duck_read(files[1:], schema, rows) is None, (at, bit)
+            os.pwrite(fd, data[at : at + 1], at)
+    finally:
+        os.close(fd)
+    assert victim.read_bytes() == data
+
+
+def test_a_flipped_bit_duckdb_reads_as_other_values_is_named_and_changes_nothing(make_dataset) -> None:
+    """A bit flipped where pyarrow refuses the file and DuckDB reads it as rows: compaction (DuckDB chunks on) names
+    the file and changes nothing; it writes no value DuckDB made up and supersedes nothing."""
+    assert compact_module.DUCK_CHUNKS  # on by default
     path, _ = _many(make_dataset)
     partition = partition_dirs(path)[0]
     victim = sorted(partition.glob("*.parquet"))[20]
     data = bytearray(victim.read_bytes())
-    data[_refused_flips(victim)[-1]] ^= 0x80  # in a page of trace_id: pyarrow refuses the file
+    misread = _misread_flips(victim)
+    assert misread  # DuckDB 2.0.1 reads about a tenth of them
+    data[misread[len(misread) // 2]] ^= 0x80
     victim.write_bytes(bytes(data))
     before = {n: (partition / n).read_bytes() for n in os.listdir(partition)}
     with pytest.raises(CorruptFileError, match=victim.name):
         compact(path, partitions=[partition.name], grace_seconds=0)
     after = {n: (partition / n).read_bytes() for n in os.listdir(partition) if n != MANIFEST_NAME}
     assert after == {n: b for n, b in before.items() if n != MANIFEST_NAME}
+
+
+def test_files_without_a_checksum_are_read_by_pyarrow_and_compact_to_the_same_rows(make_dataset, monkeypatch) -> None:
+    """Files of older versions or other writers (no checksum) and a checksummed file rewritten by another writer
+    (its pair kept, stale): never DuckDB's; their rows are the file-by-file read's."""
+    path, _ = _many(make_dataset)
+    files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
+    stale = files[1]
+    pair = {b"otel_replay.crc32": pq.read_metadata(stale).metadata[b"otel_replay.crc32"]}
+    for f in files[1::2]:
+        pq.write_table(pq.read_table(f, partitioning=None), f)  # as an older version or the Collector would
+    table = pq.read_table(stale, partitioning=None)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, **pair}), stale, compression="none")
+    rows = {f: pq.read_metadata(f).num_rows for f in files}
+    expected = compact_module.read_files(files)  # file by file
+    monkeypatch.setattr(compact_module, "DUCK_FILES", 3)  # DuckDB's part of each chunk: one checked file, one not
+    chunks = ChunkWatch(monkeypatch)
+    scanned = compact_module.read_files(files, rows=rows)
+    assert chunks.taken and not any(chunks.taken)
+    assert scanned.equals(expected)
 
 
 def _one_span_files(partition: Path, count: int, same_at: range) -> list[Path]:
@@ -395,7 +488,7 @@ def _one_span_files(partition: Path, count: int, same_at: range) -> list[Path]:
         rows[i] = rows[same_at.start - 1]
     files = [partition / f"part-{10**15 + i}-{i:012x}.parquet" for i in range(count)]
     for file, row in zip(files, rows, strict=True):
-        pq.write_table(row, file)
+        _written(row, file)
     return files
 
 
@@ -459,12 +552,12 @@ def test_files_of_another_writer_or_no_rows_in_a_chunk_give_the_file_by_file_row
     files = sorted(str(p) for p in partition_dirs(path)[0].glob("*.parquet"))
     for i in (0, 1, 9, 10, 40):  # a chunk's first file (pyarrow), DuckDB's first, two together, one alone
         table = pq.read_table(files[i], partitioning=None)
-        pq.write_table(table.slice(0, 0) if writer == "zero rows" else table, files[i], **_WRITERS[writer])
+        _written(table.slice(0, 0) if writer == "zero rows" else table, files[i], **_WRITERS[writer])
     rows = {f: pq.read_metadata(f).num_rows for f in files}
     expected = compact_module.read_files(files)  # file by file
     chunks = ChunkWatch(monkeypatch)
     scanned = compact_module.read_files(files, rows=rows)
-    assert chunks.scanned and scanned.schema.equals(expected.schema, check_metadata=True)
+    assert chunks.taken and all(chunks.taken) and scanned.schema.equals(expected.schema, check_metadata=True)
     assert scanned.equals(expected)
 
 
@@ -480,7 +573,7 @@ def test_files_with_one_column_of_another_type_are_never_compacted_with_the_rest
         table = pq.read_table(f, partitioning=None)
         at = table.schema.get_field_index("duration_ns")
         narrow = pc.divide(table.column(at), 1000).cast(pa.int32())
-        pq.write_table(table.set_column(at, pa.field("duration_ns", pa.int32()), narrow), f)
+        _written(table.set_column(at, pa.field("duration_ns", pa.int32()), narrow), f)
     narrow_in = count_rows([str(f) for f in names[::2]])[1]  # distinct spans of each group: what it keeps
     wide_in = count_rows([str(f) for f in names[1::2]])[1]
     if duck == "DuckDB chunks":
@@ -525,12 +618,12 @@ def test_hostile_text_and_bounds_in_a_chunk_are_exactly_the_file_by_file_rows(ma
         hostile = pa.concat_tables([_hostile(first), _more_hostile(first)])
         times = pc.subtract(hostile.column("start_time").cast(pa.int64()), 1)  # pre-1970 and bounds, less 1 ns
         hostile = hostile.set_column(9, hostile.schema.field(9), times.cast(hostile.schema.field(9).type))
-        pq.write_table(pa.concat_tables([table, hostile]), files[i], compression="zstd")
+        _written(pa.concat_tables([table, hostile]), files[i], compression="zstd")
     rows = {f: pq.read_metadata(f).num_rows for f in files}
     expected = compact_module.read_files(files)  # file by file
     chunks = ChunkWatch(monkeypatch)
     scanned = compact_module.read_files(files, rows=rows)
-    assert chunks.scanned and scanned.schema.equals(expected.schema, check_metadata=True)
+    assert chunks.taken and all(chunks.taken) and scanned.schema.equals(expected.schema, check_metadata=True)
     plain = pa.schema([f.with_type(compact_module._plain_type(f.type)) for f in expected.schema])
     assert repr(scanned.cast(plain).to_pylist()) == repr(expected.cast(plain).to_pylist())  # NaN, -0.0 by repr
 
@@ -542,7 +635,7 @@ def test_a_path_duckdb_would_read_as_a_glob_is_read_file_by_file(tmp_path, monke
     for i in range(20):
         for root, value in (("ds[1]", i), ("ds1", 1000 + i)):  # a sibling of the same file names: another dataset
             (tmp_path / root).mkdir(exist_ok=True)
-            pq.write_table(pa.table({"i": pa.array([value, value], pa.int64())}), tmp_path / root / f"f{i:02}.parquet")
+            _written(pa.table({"i": pa.array([value, value], pa.int64())}), tmp_path / root / f"f{i:02}.parquet")
         files.append(str(tmp_path / "ds[1]" / f"f{i:02}.parquet"))
     scanned = compact_module.read_files(files, rows=dict.fromkeys(files, 2))
     assert scanned.column("i").to_pylist() == [i for i in range(20) for _ in range(2)]
