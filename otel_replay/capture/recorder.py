@@ -17,6 +17,7 @@ from opentelemetry.trace import Link, Tracer, TracerProvider
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.direct_spans import bare_tracer, ended_record_span, record_context
+from otel_replay.capture.log_encoding import RequestEncoder  # the log's own encoding: a held record is one record
 from otel_replay.capture.sampling import (
     always_samples,
     exported,
@@ -25,7 +26,6 @@ from otel_replay.capture.sampling import (
     sampling_problem,
 )
 from otel_replay.capture.sinks import MemorySink
-from otel_replay.capture.write_ahead import _RequestEncoder  # the log's own encoding: a held record is one record
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.integrity import (
     SEAL_KEYS,
@@ -176,7 +176,7 @@ class Recorder:
         self._unrecorded = 0  # records refused since the last flush() because their span would not be exported
         self._lock = threading.Lock()
         self._warned = False
-        self._encoder: _RequestEncoder | None = None
+        self._encoder: RequestEncoder | None = None
         _recorders.add(self)
 
     def _forked(self) -> None:
@@ -423,7 +423,7 @@ class Recorder:
         """``spans`` (ended, of one resource and scope) as one OTLP ``ExportTraceServiceRequest``'s bytes."""
         encoder = self._encoder
         if encoder is None:
-            encoder = self._encoder = _RequestEncoder()
+            encoder = self._encoder = RequestEncoder()
         return encoder.encode(spans)
 
     def _emit(
