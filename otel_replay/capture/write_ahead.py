@@ -331,7 +331,7 @@ class WriteAheadProcessor(SpanProcessor):
         """In a forked child: the held records are the parent's to write; the child's first write-ahead flushes."""
         self._hold_lock = threading.Lock()
         self._ended = threading.Condition(self._hold_lock)
-        self._sealing = {}  # the parent's threads: none of them runs here
+        self._sealing = {}  # the parent's other threads do not run here; the forking one's bracket closes as a no-op
         self._waiting = 0
         self._held = []
         self._released = True
@@ -359,7 +359,7 @@ class WriteAheadProcessor(SpanProcessor):
     def sealed(self, ticket: int) -> None:
         """Close the bracket ``ticket``: the record's span has ended here (or never will: sealing it failed)."""
         with self._hold_lock:
-            del self._sealing[ticket]
+            self._sealing.pop(ticket, None)  # a bracket opened before a fork is not the child's
             if self._waiting:
                 self._ended.notify_all()
 
