@@ -324,7 +324,9 @@ class WriteAheadProcessor(SpanProcessor):
         self._sealing: dict[int, int] = {}  # ticket -> thread: records sealed (or about to be) not yet ended here
         self._waiting = 0  # write-aheads waiting on ``_ended``
         self.on_wait: Callable[[], object] | None = None
-        """Called when a write-ahead is about to wait for a record sealed before it to end (a test's hook)."""
+        """Called when a write-ahead is about to wait for a record sealed before it to end (a test's hook).
+
+        It runs holding the processor's lock: it must not call into the processor."""
         _processors.add(self)
 
     def _forked(self) -> None:
