@@ -270,16 +270,23 @@ class Decision:
         attrs = record._to_attributes(self._inputs_json)
         recorder = self._recorder
         recorder.check_destination(sc.SPAN_DECISION, self.record_id)
-        # Sealed before the span ends: a decision span that could not be sealed is never emitted.
+        # Sealed before the span ends: a decision span that could not be sealed is never emitted. From its
+        # seal to its span's end, a write-ahead on another thread waits for it (recorder.seal_order()).
         # The place is span_place(trace id, span id), from the hex already made for the record's SpanRef.
-        seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
-        # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
-        # base's keys is cheaper than filtering every key).
-        rest = attrs.copy()
-        for key in base:
-            rest.pop(key, None)
-        _add_sealed(self._span, rest)
-        self._span.end()
+        order = recorder.seal_order()
+        ticket = order.sealing() if order is not None else 0
+        try:
+            seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
+            # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
+            # base's keys is cheaper than filtering every key).
+            rest = attrs.copy()
+            for key in base:
+                rest.pop(key, None)
+            _add_sealed(self._span, rest)
+            self._span.end()
+        finally:
+            if order is not None:
+                order.sealed(ticket)
         if recorder.closed:
             recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
         # The record is ours alone until returned: stamp the seal in place.

@@ -17,6 +17,7 @@ from opentelemetry.trace import Link, Tracer, TracerProvider
 from otel_replay import semconv as sc
 from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.direct_spans import bare_tracer, ended_record_span, record_context
+from otel_replay.capture.log_encoding import RequestEncoder  # the log's own encoding: a held record is one record
 from otel_replay.capture.sampling import (
     always_samples,
     exported,
@@ -25,7 +26,7 @@ from otel_replay.capture.sampling import (
     sampling_problem,
 )
 from otel_replay.capture.sinks import MemorySink
-from otel_replay.capture.write_ahead import _RequestEncoder  # the log's own encoding: a held record is one record
+from otel_replay.capture.write_ahead import WriteAheadProcessor
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.integrity import (
     SEAL_KEYS,
@@ -176,7 +177,7 @@ class Recorder:
         self._unrecorded = 0  # records refused since the last flush() because their span would not be exported
         self._lock = threading.Lock()
         self._warned = False
-        self._encoder: _RequestEncoder | None = None
+        self._encoder: RequestEncoder | None = None
         _recorders.add(self)
 
     def _forked(self) -> None:
@@ -370,6 +371,18 @@ class Recorder:
         ref, seal, _ = self._emit(name, record_id, attributes, links, durable=False)
         return ref, seal
 
+    def seal_order(self) -> WriteAheadProcessor | None:
+        """The pipeline's write-ahead processor, where a record brackets its seal and its span's end; or ``None``.
+
+        A record sealed here opens a bracket before it takes its chain
+        position and closes it once its span has ended (see
+        :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`), so a
+        write-ahead on another thread waits for it instead of leaving it out.
+        """
+        # The processor is the pipeline's own (configure() makes both); a pipeline of another kind has none.
+        order = getattr(self._pipeline, "_ahead", None)
+        return order if isinstance(order, WriteAheadProcessor) else None
+
     def emit_durable(
         self,
         name: str,
@@ -423,7 +436,7 @@ class Recorder:
         """``spans`` (ended, of one resource and scope) as one OTLP ``ExportTraceServiceRequest``'s bytes."""
         encoder = self._encoder
         if encoder is None:
-            encoder = self._encoder = _RequestEncoder()
+            encoder = self._encoder = RequestEncoder()
         return encoder.encode(spans)
 
     def _emit(
@@ -451,11 +464,17 @@ class Recorder:
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)
         self.refuse_unexported(span, name, record_id)  # before sealing: a dropped record takes no sequence number
         ctx = span.get_span_context()
-        seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
-        span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
-        claim = getattr(self._pipeline, "claim", None) if durable else None
-        logged = claim is not None and claim(ctx.span_id)  # kept from the batch queue: it goes to the log
-        span.end(end_time=start_ns)
+        order = self.seal_order()
+        ticket = order.sealing() if order is not None else 0
+        try:
+            seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
+            span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
+            claim = getattr(self._pipeline, "claim", None) if durable else None
+            logged = claim is not None and claim(ctx.span_id)  # kept from the batch queue: it goes to the log
+            span.end(end_time=start_ns)
+        finally:
+            if order is not None:
+                order.sealed(ticket)
         if getattr(span, "dropped_attributes", 0):  # the SDK's count: what a span processor added pushed some out
             self.note_capture_error()
             _log.error(

@@ -37,7 +37,6 @@ import logging
 import os
 import secrets
 import shutil
-import struct
 import threading
 import time
 import weakref
@@ -46,14 +45,10 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import SpanKind
 
 from otel_replay import semconv as sc
-from otel_replay._wire import SMALL_VARINTS as _SMALL
-from otel_replay._wire import varint as _varint
-from otel_replay._wire import varint_of as _varint_of
-from otel_replay.capture.direct_spans import RecordSpan
 from otel_replay.capture.kept_spans import KEPT_BYTES, KeptSpans
+from otel_replay.capture.log_encoding import RequestEncoder as _RequestEncoder  # the name it had here
 from otel_replay.capture.log_recovery import CAPTURE_PREFIX, convert_log_segment, log_root, recover, segment_prefix
 from otel_replay.errors import OtelReplayError
 
@@ -86,343 +81,6 @@ bytes again. Sealed at a quarter of the bound, the records appended while the
 log's thread gets to it (it may be converting the segment before, sharing the
 GIL with the agents) fit in the rest: at half, under load, some did not.
 """
-
-
-# --- the log's record encoding --------------------------------------------------------------------------
-# A record is an OTLP ExportTraceServiceRequest. The SDK's encoder builds one protobuf object per attribute
-# (0.2 ms for a gate record, on the committing thread); this writes the same message's wire bytes directly,
-# with the resource and scope encoded once per (resource, scope). Anything it does not know how to write the
-# same way (an int past 64 bits, a lone surrogate, a value of another type) goes to the SDK's encoder, which
-# then decides (tests/gate/test_gate_write_ahead.py compares both on hostile spans). A gate record's span, a
-# RecordSpan of known shape, is written with the fields that shape fixes as constants
-# (tests/capture/test_direct_spans.py compares those bytes with the SDK encoder's too).
-
-_pack_double = struct.Struct("<d").pack
-_pack_fixed64 = struct.Struct("<Q").pack
-_pack_fixed32 = struct.Struct("<I").pack
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_HAS_IS_REMOTE = 0x100  # SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
-_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-
-
-class _Unencodable(Exception):
-    """A span this encoder leaves to the SDK's."""
-
-
-def _field(tag: bytes, payload: bytes) -> bytes:
-    """A length-delimited field: ``tag`` (its key byte(s)), the length, ``payload``."""
-    return tag + _varint(len(payload)) + payload
-
-
-def _any_value(value: Any) -> bytes:
-    """An ``AnyValue``'s bytes (its oneof is written even when it holds a default, as protobuf does)."""
-    cls = value.__class__
-    if cls is str:
-        return _field(b"\x0a", value.encode())  # a lone surrogate raises: left to the SDK
-    if cls is bool:
-        return b"\x10\x01" if value else b"\x10\x00"
-    if cls is int:
-        if not _INT64[0] <= value <= _INT64[1]:
-            raise _Unencodable("int past 64 bits")
-        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)
-    if cls is float:
-        return b"\x21" + _pack_double(value)
-    if value is None:
-        return b""
-    if cls is bytes:
-        return _field(b"\x3a", value)
-    if cls is tuple or cls is list:
-        return _field(b"\x2a", b"".join(_field(b"\x0a", _any_value(item)) for item in value))
-    raise _Unencodable(f"attribute value of type {cls.__name__}")
-
-
-def _key_field(key: str) -> bytes:
-    """Field 1 of a ``KeyValue``: the key (none for an empty key, as protobuf writes a default)."""
-    if key.__class__ is not str:
-        raise _Unencodable("attribute key that is not a str")
-    return _field(b"\x0a", key.encode()) if key else b""
-
-
-_REPEATED = frozenset(
-    (
-        sc.KIND,
-        sc.RECORD_SOURCE,
-        sc.RECORD_CHAIN_ID,
-        sc.RECORD_KEY_ID,
-        sc.AGENT_ID,
-        sc.GATE_STAGE,
-        sc.GATE_FIX,
-        sc.GATE_EXECUTED,
-        sc.GATE_DETAIL,
-    )
-)
-"""Keys of a record whose text repeats from record to record (a kind, a stage, the chain and key ids)."""
-_REPEAT_VALUE = 256  # a value longer than this is encoded each time, never kept
-_REPEATS_KEPT = 1024  # (key, value) fields kept at most: later ones are encoded each time
-_repeats: dict[tuple[str, str], bytes] = {}  # (key, text) -> its whole KeyValue field under tag 0x4a (a span's)
-
-_PREFIX_KEYS = 512  # keys kept per tag with their text prefixes (later keys: computed each time)
-_PREFIX_SIZES = 512  # text lengths kept per key
-_KeyInfo = tuple[bytes, dict[int, bytes], bool]
-_KEY_INFOS: dict[bytes, dict[str, _KeyInfo]] = {b"\x4a": {}, b"\x1a": {}, b"\x22": {}}
-"""Per tag, per key: its key field, a text ``KeyValue`` field's bytes before the text by the text's length in
-bytes, and whether its short texts are kept whole (:data:`_REPEATED`, only under a span's tag 0x4a)."""
-
-
-def _key_info(tag: bytes, key: str) -> _KeyInfo:
-    """``key``'s entry of :data:`_KEY_INFOS` under ``tag``, made (and kept, within :data:`_PREFIX_KEYS`) now."""
-    infos = _KEY_INFOS[tag]
-    info: _KeyInfo = (_key_field(key), {}, tag == b"\x4a" and key in _REPEATED)
-    if len(infos) < _PREFIX_KEYS:
-        infos[key] = info
-    return info
-
-
-def _key_values(tag: bytes, attributes: Any, repeats: dict[tuple[str, str], bytes] | None = None) -> bytes:
-    """Repeated ``KeyValue`` fields under ``tag`` for ``attributes`` (in their order).
-
-    The pieces of every field go into one list joined once (a record's
-    content is a few long JSON texts: each is copied once, not once per
-    enclosing length prefix). A key costs one lookup (:data:`_KEY_INFOS`):
-    its field and its text prefixes by length. ``repeats``: the fields of
-    short texts under the :data:`_REPEATED` keys, kept there and reused
-    (only for ``tag`` 0x4a).
-    """
-    if not attributes:
-        return b""
-    parts: list[bytes] = []
-    extend = parts.extend
-    small = _SMALL
-    infos = _KEY_INFOS[tag]
-    for key, value in attributes.items():
-        info = infos.get(key) if key.__class__ is str else None
-        if info is None:
-            info = _key_info(tag, key)  # a key that is not a str raises: left to the SDK
-        if value.__class__ is str:  # most of a record: its content is JSON text
-            if info[2] and repeats is not None and len(value) <= _REPEAT_VALUE:
-                field = repeats.get((key, value))
-                if field is None:
-                    field = _text_field(tag, info[0], value)
-                    if len(repeats) < _REPEATS_KEPT:
-                        repeats[(key, value)] = field
-                parts.append(field)
-                continue
-            raw = value.encode()  # a lone surrogate raises: left to the SDK
-            prefix = info[1].get(len(raw))
-            if prefix is None:
-                prefix = _text_prefix(tag, info[0], len(raw), info[1])
-            extend((prefix, raw))
-        else:
-            head = info[0]
-            any_value = _any_value(value)
-            size = len(any_value)
-            any_size = small[size] if size < 4096 else _varint_of(size)
-            size += len(head) + 1 + len(any_size)
-            extend((tag, small[size] if size < 4096 else _varint_of(size), head, b"\x12", any_size, any_value))
-    return b"".join(parts)
-
-
-def _text_prefix(tag: bytes, head: bytes, size: int, kept: dict[int, bytes] | None) -> bytes:
-    """The bytes of a ``KeyValue`` field under ``tag`` (key field ``head``) before a text of ``size`` bytes.
-
-    Kept in ``kept`` (bounded) when given: a record's texts are of a few
-    lengths (ids, hashes), so most fields cost a lookup, not three varints.
-    """
-    raw_size = _varint(size)
-    any_size = _varint(1 + len(raw_size) + size)  # the AnyValue: its string field
-    total = len(head) + 1 + len(any_size) + 1 + len(raw_size) + size  # the KeyValue: key, then the AnyValue field
-    prefix = tag + _varint(total) + head + b"\x12" + any_size + b"\x0a" + raw_size
-    if kept is not None and len(kept) < _PREFIX_SIZES:
-        kept[size] = prefix
-    return prefix
-
-
-def _text_field(tag: bytes, head: bytes, value: str) -> bytes:
-    """One ``KeyValue`` field under ``tag`` whose key field is ``head`` and whose value is the text ``value``."""
-    raw = value.encode()  # a lone surrogate raises: left to the SDK
-    return _text_prefix(tag, head, len(raw), None) + raw
-
-
-def _attributes_of(span: ReadableSpan) -> Any:
-    """``span``'s attributes to read: the SDK's own dict when the span keeps one, else ``span.attributes``.
-
-    ``span.attributes`` is a read-only view of the SDK's ``BoundedAttributes``,
-    which reads each attribute through two Python calls; an ended span's
-    dict behind it holds the same items in the same order. A span built
-    without the SDK's (:mod:`otel_replay.capture.direct_spans`) holds a plain dict.
-    """
-    held = getattr(span, "_attributes", None)
-    if held.__class__ is dict:
-        return held
-    inner = getattr(held, "_dict", None)
-    return inner if inner.__class__ is dict else span.attributes
-
-
-def _flags(context: Any) -> bytes:
-    return _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if context is not None and context.is_remote else 0))
-
-
-def _trace_state(state: Any) -> bytes:
-    if state is None or not len(state):  # most spans: no trace state (len: not the join of no items)
-        return b""
-    text = ",".join(f"{key}={value}" for key, value in state.items())
-    return _field(b"\x1a", text.encode()) if text else b""
-
-
-def _count(tag: bytes, count: int) -> bytes:
-    return tag + _varint(count) if count else b""
-
-
-_SPAN_KIND = {kind: kind.value + 1 for kind in SpanKind}  # OTLP numbers kinds from 1 (0 is "unspecified")
-
-
-def _span_bytes(span: ReadableSpan) -> bytes:
-    """The OTLP ``Span`` message of ``span``."""
-    ctx = span.get_span_context()
-    if ctx is None:
-        raise _Unencodable("span without a context")
-    parent = span.parent
-    out = [
-        b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big"),
-        b"\x12\x08" + ctx.span_id.to_bytes(8, "big"),
-        _trace_state(ctx.trace_state),
-        b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b"",
-        _field(b"\x2a", span.name.encode()) if span.name else b"",
-        _count(b"\x30", _SPAN_KIND[span.kind]),
-        b"\x39" + _pack_fixed64(span.start_time) if span.start_time else b"",
-        b"\x41" + _pack_fixed64(span.end_time) if span.end_time else b"",
-        _key_values(b"\x4a", _attributes_of(span)),
-        _count(b"\x50", span.dropped_attributes),
-    ]
-    for event in span.events:
-        out.append(
-            _field(
-                b"\x5a",
-                (b"\x09" + _pack_fixed64(event.timestamp) if event.timestamp else b"")
-                + (_field(b"\x12", event.name.encode()) if event.name else b"")
-                + _key_values(b"\x1a", event.attributes)
-                + _count(b"\x20", event.dropped_attributes),
-            )
-        )
-    out.append(_count(b"\x60", span.dropped_events))
-    for link in span.links:
-        out.append(
-            _field(
-                b"\x6a",
-                b"\x0a\x10"
-                + link.context.trace_id.to_bytes(16, "big")
-                + b"\x12\x08"
-                + link.context.span_id.to_bytes(8, "big")
-                + _key_values(b"\x22", link.attributes)
-                + _count(b"\x28", link.dropped_attributes)
-                + b"\x35"
-                + _flags(link.context),
-            )
-        )
-    out.append(_count(b"\x70", span.dropped_links))
-    status = span.status
-    if status is not None:
-        message = status.description
-        out.append(
-            _field(
-                b"\x7a",
-                (_field(b"\x12", message.encode()) if message else b"") + _count(b"\x18", status.status_code.value),
-            )
-        )
-    out.append(b"\x85\x01" + _flags(parent))
-    return b"".join(out)
-
-
-_KIND_INTERNAL = b"\x30" + _varint(_SPAN_KIND[SpanKind.INTERNAL])
-_STATUS_UNSET = _field(b"\x7a", b"")  # a status field with no message and code 0 (unset), as the SDK writes it
-
-
-def _record_span_bytes(span: RecordSpan) -> bytes:
-    """The OTLP ``Span`` message of a :class:`RecordSpan`: what :func:`_span_bytes` writes, less what is known.
-
-    Its kind is internal and its status unset; it has no events and no
-    links and drops nothing, so those fields are written as constants or
-    not at all; its attribute texts that repeat are kept (:data:`_REPEATED`).
-    """
-    ctx = span.context
-    parent = span.parent
-    start, end = span.start_time, span.end_time
-    name = span.name
-    return b"".join(
-        (
-            b"\x0a\x10",
-            ctx.trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            ctx.span_id.to_bytes(8, "big"),
-            _trace_state(ctx.trace_state),
-            b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b"",
-            _field(b"\x2a", name.encode()) if name else b"",
-            _KIND_INTERNAL,
-            b"\x39" + _pack_fixed64(start) if start else b"",
-            b"\x41" + _pack_fixed64(end) if end else b"",
-            _key_values(b"\x4a", _attributes_of(span), _repeats),
-            _STATUS_UNSET,
-            b"\x85\x01",
-            _flags(parent),
-        )
-    )
-
-
-class _RequestEncoder:
-    """Encodes spans as one ``ExportTraceServiceRequest``'s bytes; the resource and scope parts once each."""
-
-    def __init__(self) -> None:
-        self._frames: dict[tuple[int, int], tuple[Any, Any, tuple[bytes, bytes, bytes, bytes]]] = {}
-
-    def _frame(self, span: ReadableSpan) -> tuple[bytes, bytes, bytes, bytes]:
-        """``span``'s resource and scope fields, and the schema URL fields of ``ResourceSpans`` and ``ScopeSpans``."""
-        resource, scope = span.resource, span.instrumentation_scope
-        kept = self._frames.get((id(resource), id(scope)))
-        if kept is not None and kept[0] is resource and kept[1] is scope:
-            return kept[2]
-        # start-up cost: the SDK's OTLP encoder (protobuf) loads with the first sealed record
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-        # The SDK's encoding of this span's resource and scope, kept (with the objects, so an id is not reused).
-        group = encode_spans([span]).resource_spans[0]
-        scoped = group.scope_spans[0]
-        resource_part = _field(b"\x0a", group.resource.SerializeToString())
-        scope_part = _field(b"\x0a", scoped.scope.SerializeToString())
-        resource_url = _field(b"\x1a", group.schema_url.encode()) if group.schema_url else b""
-        scope_url = _field(b"\x1a", scoped.schema_url.encode()) if scoped.schema_url else b""
-        frame = (resource_part, scope_part, resource_url, scope_url)
-        if len(self._frames) >= 64:  # a process has a provider or two: a runaway number is not all kept
-            self._frames.clear()
-        self._frames[(id(resource), id(scope))] = (resource, scope, frame)
-        return frame
-
-    def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
-        """The serialized request holding ``spans``."""
-        try:
-            return self._encode(spans)
-        except Exception:  # noqa: BLE001 - what this does not write as the SDK does, the SDK writes
-            # start-up cost: the SDK's OTLP encoder (protobuf) loads with the first sealed record
-            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-            return encode_spans(spans).SerializeToString()
-
-    def _encode(self, spans: Sequence[ReadableSpan]) -> bytes:
-        if not spans:
-            raise _Unencodable("no spans")
-        first = spans[0]
-        if len(spans) == 1 and first.__class__ is RecordSpan:  # a record written ahead: one span of a known shape
-            if first.instrumentation_scope is None:
-                raise _Unencodable("a span without a scope")
-            resource_part, scope_part, resource_url, scope_url = self._frame(first)
-            scoped = scope_part + _field(b"\x12", _record_span_bytes(first)) + scope_url
-            return _field(b"\x0a", resource_part + _field(b"\x12", scoped) + resource_url)
-        resource, scope = first.resource, first.instrumentation_scope
-        if scope is None or any(s.resource is not resource or s.instrumentation_scope is not scope for s in spans):
-            raise _Unencodable("spans of several resources or scopes")
-        resource_part, scope_part, resource_url, scope_url = self._frame(first)
-        scoped = scope_part + b"".join(_field(b"\x12", _span_bytes(s)) for s in spans) + scope_url
-        group = resource_part + _field(b"\x12", scoped) + resource_url
-        return _field(b"\x0a", group)
 
 
 _logs: weakref.WeakSet[SpanLog] = weakref.WeakSet()
@@ -616,6 +274,9 @@ class SpanLog:
                 wal.unlock()
 
 
+SEALED_WAIT = 10.0
+"""Seconds a write-ahead waits at most for a record sealed before it to end (it ends microseconds later)."""
+
 HOLD_LIMIT = 1024
 """Record spans a :class:`WriteAheadProcessor` holds for the next write-ahead; past it they go to the batch queue.
 
@@ -640,6 +301,13 @@ class WriteAheadProcessor(SpanProcessor):
     (:meth:`release_held`, from the log's thread), and at ``force_flush`` and
     ``shutdown``; :meth:`take_held` then says so, and the next write-ahead
     flushes ``inner`` first. Every other span goes to ``inner`` as before.
+
+    A record takes its chain position (its seal) a moment before its span
+    ends here, and another thread may write ahead in between: the recorder
+    brackets those moments (:meth:`sealing`, :meth:`sealed`), and
+    :meth:`take_held` waits for every record sealed before it to have ended,
+    so such a record is held (or in ``inner``, then flushed) in time to be
+    written with the write-ahead that follows it in the chain.
     """
 
     def __init__(self, inner: SpanProcessor) -> None:
@@ -651,11 +319,22 @@ class WriteAheadProcessor(SpanProcessor):
         self._held_at = 0.0
         self._released = True  # records went to ``inner`` since the last take: all of them, before holding starts
         self._hold_lock = threading.Lock()
+        self._ended = threading.Condition(self._hold_lock)  # notified when a bracketed record's span has ended
+        self._tickets = 0  # brackets opened so far: a bracket's ticket is its number
+        self._sealing: dict[int, int] = {}  # ticket -> thread: records sealed (or about to be) not yet ended here
+        self._waiting = 0  # write-aheads waiting on ``_ended``
+        self.on_wait: Callable[[], object] | None = None
+        """Called when a write-ahead is about to wait for a record sealed before it to end (a test's hook).
+
+        It runs holding the processor's lock: it must not call into the processor."""
         _processors.add(self)
 
     def _forked(self) -> None:
         """In a forked child: the held records are the parent's to write; the child's first write-ahead flushes."""
         self._hold_lock = threading.Lock()
+        self._ended = threading.Condition(self._hold_lock)
+        self._sealing = {}  # the parent's other threads do not run here; the forking one's bracket closes as a no-op
+        self._waiting = 0
         self._held = []
         self._released = True
 
@@ -671,9 +350,65 @@ class WriteAheadProcessor(SpanProcessor):
         """From now on, hold the record spans that end here for the next write-ahead (see the class docstring)."""
         self._holding = True
 
-    def take_held(self) -> tuple[list[ReadableSpan], bool]:
-        """The record spans held since the last take, and whether any went to ``inner`` meanwhile instead."""
+    def sealing(self) -> int:
+        """Open a record's bracket before it takes its chain position; its ticket, for :meth:`sealed`."""
         with self._hold_lock:
+            ticket = self._tickets
+            self._tickets = ticket + 1
+            self._sealing[ticket] = threading.get_ident()
+        return ticket
+
+    def sealed(self, ticket: int) -> None:
+        """Close the bracket ``ticket``: the record's span has ended here (or never will: sealing it failed)."""
+        with self._hold_lock:
+            self._sealing.pop(ticket, None)  # a bracket opened before a fork is not the child's
+            if self._waiting:
+                self._ended.notify_all()
+
+    def _wait_for_sealed(self) -> None:
+        """Wait (holding ``_hold_lock``) until every bracket opened before now is closed.
+
+        The caller's record was sealed before this is called, so every record
+        ahead of it in the chain opened its bracket before now; records of
+        later brackets are not waited for. A thread inside a bracket of its
+        own (a span processor of the user's that commits as a span ends)
+        does not wait, so two such threads never wait for each other; nor
+        does any wait past :data:`SEALED_WAIT` (logged).
+        """
+        sealing = self._sealing
+        mark, me = self._tickets, threading.get_ident()
+        if me in sealing.values():
+            return
+        deadline = None
+        while any(ticket < mark for ticket in sealing):
+            if deadline is None:
+                deadline = time.monotonic() + SEALED_WAIT
+                hook = self.on_wait
+                if hook is not None:
+                    hook()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _log.error(
+                    "otel-replay: a record sealed before this write-ahead did not end within %g s; written "
+                    "ahead without it (a crash now would leave it out)",
+                    SEALED_WAIT,
+                )
+                return
+            self._waiting += 1
+            try:
+                self._ended.wait(left)
+            finally:
+                self._waiting -= 1
+
+    def take_held(self) -> tuple[list[ReadableSpan], bool]:
+        """The record spans held since the last take, and whether any went to ``inner`` meanwhile instead.
+
+        Called once the write-ahead's own record is sealed: it first waits for
+        every record sealed before it to end here (see the class docstring).
+        """
+        with self._hold_lock:
+            if self._sealing:
+                self._wait_for_sealed()
             held, self._held = self._held, []
             released, self._released = self._released, False
         return held, released

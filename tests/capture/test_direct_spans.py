@@ -21,7 +21,7 @@ import otel_replay
 from otel_replay import semconv as sc
 from otel_replay.capture import recorder as recorder_module
 from otel_replay.capture.direct_spans import bare_tracer
-from otel_replay.capture.write_ahead import _RequestEncoder
+from otel_replay.capture.log_encoding import RequestEncoder as _RequestEncoder
 from otel_replay.integrity import Chain
 from otel_replay.records import GateRecord
 
@@ -256,7 +256,7 @@ def _record_spans(tracer: Any, attributes: dict[str, Any], parent: SpanContext |
 )
 @pytest.mark.parametrize("parent", [None, REMOTE], ids=["root", "remote-parent"])
 def test_a_record_span_is_written_to_the_log_as_any_span_with_its_fields_is(tmp_path, values, parent):
-    from otel_replay.capture import write_ahead
+    from otel_replay.capture import log_encoding
 
     telemetry = otel_replay.configure(tmp_path / "ds", set_global=False)
     try:
@@ -266,24 +266,24 @@ def test_a_record_span_is_written_to_the_log_as_any_span_with_its_fields_is(tmp_
         sdk = encode_spans([plain]).SerializeToString()
         for _ in range(2):  # the second time, the texts that repeat come from what the first one kept
             assert _RequestEncoder().encode([built]) == _RequestEncoder().encode([plain]) == sdk
-        kept = dict(write_ahead._repeats)
-        assert all(len(value) <= write_ahead._REPEAT_VALUE for _, value in kept)
+        kept = dict(log_encoding._repeats)
+        assert all(len(value) <= log_encoding._REPEAT_VALUE for _, value in kept)
         assert ("replay.record.source", "gate") in kept
     finally:
         telemetry.shutdown()
 
 
 def test_a_record_span_keeps_no_more_texts_than_its_bound(tmp_path, monkeypatch):
-    from otel_replay.capture import write_ahead
+    from otel_replay.capture import log_encoding
 
-    monkeypatch.setattr(write_ahead, "_repeats", {})
-    monkeypatch.setattr(write_ahead, "_REPEATS_KEPT", 16)  # the bound, made small: the same code, fewer records
+    monkeypatch.setattr(log_encoding, "_repeats", {})
+    monkeypatch.setattr(log_encoding, "_REPEATS_KEPT", 16)  # the bound, made small: the same code, fewer records
     telemetry = otel_replay.configure(tmp_path / "ds", set_global=False)
     try:
         tracer = telemetry.recorder.tracer  # type: ignore[union-attr]
-        for i in range(write_ahead._REPEATS_KEPT + 20):  # a detail of its own per record: a runaway of kept texts
+        for i in range(log_encoding._REPEATS_KEPT + 20):  # a detail of its own per record: a runaway of kept texts
             built, plain = _record_spans(tracer, {**_record(f"refund {i}"), sc.GATE_DETAIL: f"refund {i}"}, None)
             assert _RequestEncoder().encode([built]) == encode_spans([plain]).SerializeToString()
-        assert len(write_ahead._repeats) == write_ahead._REPEATS_KEPT
+        assert len(log_encoding._repeats) == log_encoding._REPEATS_KEPT
     finally:
         telemetry.shutdown()

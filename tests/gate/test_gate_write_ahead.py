@@ -656,11 +656,11 @@ def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_onc
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import Link, SpanContext
 
-    from otel_replay.capture import write_ahead
+    from otel_replay.capture import log_encoding
 
-    monkeypatch.setattr(write_ahead, "_KEY_INFOS", {b"\x4a": {}, b"\x1a": {}, b"\x22": {}})
-    monkeypatch.setattr(write_ahead, "_PREFIX_SIZES", 3)  # past it, lengths are computed each time
-    monkeypatch.setattr(write_ahead, "_PREFIX_KEYS", 2)  # past it, keys are computed each time
+    monkeypatch.setattr(log_encoding, "_KEY_INFOS", {b"\x4a": {}, b"\x1a": {}, b"\x22": {}})
+    monkeypatch.setattr(log_encoding, "_PREFIX_SIZES", 3)  # past it, lengths are computed each time
+    monkeypatch.setattr(log_encoding, "_PREFIX_KEYS", 2)  # past it, keys are computed each time
     resource, scope = Resource.create({"service.name": "lengths"}), InstrumentationScope("lengths", "1")
     lengths = [0, 1, 2, 120, 121, 127, 128, 4090, 4096, 16_380, 16_384, 70_000]
     spans = []
@@ -680,12 +680,12 @@ def test_log_records_hold_the_sdk_encoders_message_for_texts_of_every_length_onc
                 end_time=20,
             )
         )
-    encoder = write_ahead._RequestEncoder()
+    encoder = log_encoding.RequestEncoder()
     for span in spans:
         assert encoder._encode([span])  # written by the log's own encoder, not handed to the SDK's
         ours = type(encode_spans([span])).FromString(encoder.encode([span]))
         assert ours.SerializeToString(deterministic=True) == encode_spans([span]).SerializeToString(deterministic=True)
-    infos = write_ahead._KEY_INFOS.values()
+    infos = log_encoding._KEY_INFOS.values()
     assert all(len(info[1]) <= 3 for keys in infos for info in keys.values())  # lengths kept per key
     assert all(len(keys) <= 2 for keys in infos)  # keys kept per tag
     assert any(len(info[1]) == 3 for keys in infos for info in keys.values())  # kept up to the bound
