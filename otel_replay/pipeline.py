@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from types import TracebackType
+from typing import Any, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -23,9 +25,20 @@ from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
 from otel_replay.storage.outcome_claims import close_outcomes, flush_outcomes
 
-__all__ = ["Telemetry", "configure"]
+__all__ = ["Pending", "Telemetry", "configure"]
 
 _log = logging.getLogger(__name__)
+
+
+class Pending(NamedTuple):
+    """A record :meth:`Telemetry.queue_span` queued in the log (or could not): for :meth:`Telemetry.wait_logged`."""
+
+    spans: list[ReadableSpan]
+    """The record's span, last, after the held ones written with it."""
+    queued: Any
+    """What the log answered (its :class:`~otel_replay.capture.write_ahead.Queued`); ``None`` when not queued."""
+    error: Exception | None
+    """Why it was not queued."""
 
 
 class Telemetry:
@@ -64,17 +77,25 @@ class Telemetry:
         self._ahead.claim(span_id)
         return True
 
+    @property
+    def write_order(self) -> threading.RLock | None:
+        """The lock a durable record is sealed and queued under (see :class:`WriteAheadProcessor`); ``None``: no log."""
+        return self._ahead.write_order if self._ahead is not None and self.log is not None else None
+
     def write_ahead(self, span_id: int) -> bool:
         """Append the claimed, ended span ``span_id`` to the write-ahead log; ``True`` once it is fsynced.
 
         ``False`` when it could not be (logged): the span is then handed to
         the batch queue after all, to reach Parquet the usual way.
         """
+        pending = self.queue_claimed(span_id)
+        return pending is not None and self.wait_logged(pending)
+
+    def queue_claimed(self, span_id: int) -> Pending | None:
+        """:meth:`queue_span` for the claimed, ended span ``span_id``; ``None`` when it is not held here."""
         assert self._ahead is not None
         span = self._ahead.take(span_id)
-        if span is None:
-            return False
-        return self.log_span(span)
+        return None if span is None else self.queue_span(span)
 
     def log_span(self, span: ReadableSpan) -> bool:
         """Append the ended ``span`` to the write-ahead log; ``True`` once it is fsynced.
@@ -92,12 +113,21 @@ class Telemetry:
         the held ones are handed to the batch queue instead, to reach Parquet
         the usual way.
         """
+        return self.wait_logged(self.queue_span(span))
+
+    def queue_span(self, span: ReadableSpan) -> Pending:
+        """The first half of :meth:`log_span`: all of it but waiting for the fsync.
+
+        Called holding :attr:`write_order` from before the record's seal, so
+        durable records are queued (and so made durable) in chain order; the
+        wait (:meth:`wait_logged`) is outside it, so concurrent commits still
+        share an fsync.
+        """
         assert self._ahead is not None and self.log is not None
         ahead = self._ahead
         ahead.hold_records()
         held, released = ahead.take_held()
         spans = [*held, span]
-        span_id = span.context.span_id if span.context is not None else 0
         try:
             if released:
                 # The queue, then the exporter's buffer, written: a failed write raises. (Not the exporter's
@@ -105,18 +135,31 @@ class Telemetry:
                 if not self.provider.force_flush():
                     raise OtelReplayError("the batch queue could not be flushed first (timed out)")
                 self.exporter.writer.flush()
-            self.log.append(spans)
-        except Exception as exc:  # noqa: BLE001 - the spans still go to Parquet; the caller reports it
-            _log.error(
-                "otel-replay: span %016x could not be written to the write-ahead log %s: %s: %s",
-                span_id,
-                self.log.directory,
-                type(exc).__name__,
-                exc,
-            )
-            ahead.give_back(spans)
-            return False
-        return True
+            return Pending(spans, self.log.enqueue(spans), None)
+        except Exception as exc:  # noqa: BLE001 - the spans still go to Parquet; wait_logged reports it
+            return Pending(spans, None, exc)
+
+    def wait_logged(self, pending: Pending) -> bool:
+        """The second half of :meth:`log_span`: ``True`` once the queued record is fsynced; else logged, handed back."""
+        assert self._ahead is not None and self.log is not None
+        spans, queued, error = pending
+        if queued is not None:
+            try:
+                self.log.wait(queued)
+                return True
+            except Exception as exc:  # noqa: BLE001 - the spans still go to Parquet; the caller reports it
+                error = exc
+        span = spans[-1]
+        span_id = span.context.span_id if span.context is not None else 0
+        _log.error(
+            "otel-replay: span %016x could not be written to the write-ahead log %s: %s: %s",
+            span_id,
+            self.log.directory,
+            type(error).__name__,
+            error,
+        )
+        self._ahead.give_back(spans)
+        return False
 
     @property
     def dataset(self) -> str:

@@ -465,16 +465,27 @@ class Recorder:
         self.refuse_unexported(span, name, record_id)  # before sealing: a dropped record takes no sequence number
         ctx = span.get_span_context()
         order = self.seal_order()
-        ticket = order.sealing() if order is not None else 0
+        # A durable record is sealed and queued in the log under the pipeline's write order (see _direct).
+        write_order = getattr(self._pipeline, "write_order", None) if durable else None
+        if write_order is not None:
+            write_order.acquire()
+        pending = None
         try:
-            seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
-            span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
-            claim = getattr(self._pipeline, "claim", None) if durable else None
-            logged = claim is not None and claim(ctx.span_id)  # kept from the batch queue: it goes to the log
-            span.end(end_time=start_ns)
+            ticket = order.sealing() if order is not None else 0
+            try:
+                seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
+                span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
+                claim = getattr(self._pipeline, "claim", None) if durable else None
+                logged = claim is not None and claim(ctx.span_id)  # kept from the batch queue: it goes to the log
+                span.end(end_time=start_ns)
+            finally:
+                if order is not None:
+                    order.sealed(ticket)
+            if logged:
+                pending = self._pipeline.queue_claimed(ctx.span_id)  # type: ignore[union-attr]
         finally:
-            if order is not None:
-                order.sealed(ticket)
+            if write_order is not None:
+                write_order.release()
         if getattr(span, "dropped_attributes", 0):  # the SDK's count: what a span processor added pushed some out
             self.note_capture_error()
             _log.error(
@@ -487,7 +498,10 @@ class Recorder:
             )
         if self.closed:
             self.note_lost(f"{name} record {record_id}")
-        written = self._pipeline.write_ahead(ctx.span_id) if logged else None  # type: ignore[union-attr]
+        if not logged:
+            written = None
+        else:
+            written = pending is not None and self._pipeline.wait_logged(pending)  # type: ignore[union-attr]
         return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal, written
 
     def _direct(
@@ -513,8 +527,14 @@ class Recorder:
         if not bare_tracer(tracer, getattr(pipeline, "bare_processors", None), attributes, links):
             return None
         parent, ctx = record_context(tracer)
-        seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
-        written = log_span(ended_record_span(tracer, parent, ctx, name, start_ns, attributes))
+        # Sealed and queued in the log under one lock: a durable record never reaches the log before one sealed
+        # ahead of it in the chain (the wait for the fsync is outside it, shared with other threads).
+        with pipeline.write_order:  # type: ignore[union-attr]
+            seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
+            pending = pipeline.queue_span(  # type: ignore[union-attr]
+                ended_record_span(tracer, parent, ctx, name, start_ns, attributes)
+            )
+        written = pipeline.wait_logged(pending)  # type: ignore[union-attr]
         return SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal, written
 
 

@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -55,6 +55,7 @@ from otel_replay.errors import OtelReplayError
 __all__ = [
     "CAPTURE_PREFIX",
     "HOLD_LIMIT",
+    "Queued",
     "SpanLog",
     "WriteAheadProcessor",
     "convert_log_segment",
@@ -114,6 +115,16 @@ def _close_at_exit() -> None:
             _log.error("otel-replay: closing the capture write-ahead log %s at exit failed: %s", log.directory, exc)
 
 
+class Queued(NamedTuple):
+    """A record :meth:`SpanLog.enqueue` queued: what :meth:`SpanLog.wait` needs to see it durable."""
+
+    wal: Any
+    ticket: int
+    payload: bytes
+    held: KeptSpans | None
+    spans: int
+
+
 class SpanLog:
     """The write-ahead log of spans of this process for one dataset; see the module docstring.
 
@@ -171,18 +182,36 @@ class SpanLog:
 
     def append(self, spans: Sequence[ReadableSpan]) -> None:
         """Append ``spans`` as one record; returns once it is fsynced (raises when it could not be)."""
+        self.wait(self.enqueue(spans))
+
+    def enqueue(self, spans: Sequence[ReadableSpan]) -> Queued:
+        """Queue ``spans`` as one record without waiting for the disk; pass the answer to :meth:`wait`.
+
+        Records are made durable in the order they are queued (see
+        :meth:`~otel_replay.storage.wal.WriteAheadLog.enqueue`).
+        """
         wal = self._opened()
         payload = self._encode(spans)
         held = self._kept
         kept = held.keep(payload, spans)
         try:
-            wal.append(payload)
+            ticket = wal.enqueue(payload)
         except BaseException:
             if kept:
                 held.drop((payload,))  # never written: no segment holds it
             raise
-        self.appended += len(spans)
-        if kept and held.held_bytes >= SEAL_HELD and not self._wake.is_set():
+        return Queued(wal, ticket, payload, held if kept else None, len(spans))
+
+    def wait(self, queued: Queued) -> None:
+        """Return once the record ``queued`` is fsynced; raises (and forgets its spans) when it could not be."""
+        try:
+            queued.wal.wait(queued.ticket)
+        except BaseException:
+            if queued.held is not None:
+                queued.held.drop((queued.payload,))  # cut off or never written: no segment holds it
+            raise
+        self.appended += queued.spans
+        if queued.held is not None and queued.held.held_bytes >= SEAL_HELD and not self._wake.is_set():
             self._wake.set()
 
     def convert(self, *, seal: bool = False) -> int:
@@ -323,6 +352,10 @@ class WriteAheadProcessor(SpanProcessor):
         self._tickets = 0  # brackets opened so far: a bracket's ticket is its number
         self._sealing: dict[int, int] = {}  # ticket -> thread: records sealed (or about to be) not yet ended here
         self._waiting = 0  # write-aheads waiting on ``_ended``
+        self.write_order = threading.RLock()
+        """Held from before a durable record's seal until its log record is queued (not fsynced): records reach
+        the log in the order of their chain positions, so a durable record never follows one a crash could take.
+        Reentrant: a span processor of the user's that commits as a record's span ends runs under it."""
         self.on_wait: Callable[[], object] | None = None
         """Called when a write-ahead is about to wait for a record sealed before it to end (a test's hook).
 
@@ -333,6 +366,7 @@ class WriteAheadProcessor(SpanProcessor):
         """In a forked child: the held records are the parent's to write; the child's first write-ahead flushes."""
         self._hold_lock = threading.Lock()
         self._ended = threading.Condition(self._hold_lock)
+        self.write_order = threading.RLock()  # maybe held by a parent's thread that does not run here
         self._sealing = {}  # the parent's other threads do not run here; the forking one's bracket closes as a no-op
         self._waiting = 0
         self._held = []

@@ -518,6 +518,18 @@ class WriteAheadLog:
         and raises in each of their appenders; no record is reported durable
         that was not fsynced, and none that raised stays in the log.
         """
+        self.wait(self.enqueue(payload))
+
+    def enqueue(self, payload: bytes) -> int:
+        """Queue one record without waiting; its ticket, for :meth:`wait`.
+
+        Records are written and fsynced in the order they were queued, and an
+        fsync covers every record queued before the last one it covers: once
+        a record is durable, so is every record queued before it (or that
+        record's own appender was told it failed). :meth:`append` is this and
+        :meth:`wait`; a caller that must keep an order between records it
+        makes on several threads queues them in that order, then waits.
+        """
         header = _HEADER.pack(len(payload), zlib.crc32(payload))
         # A small record is joined to its header (one buffer for the batch's write); a large one is kept apart
         # from its header, so it is not copied.
@@ -527,7 +539,10 @@ class WriteAheadLog:
                 raise OtelReplayError("write-ahead log is closed")
             self._queue.append(record)
             self._queued += 1
-            ticket = self._queued
+            return self._queued
+
+    def wait(self, ticket: int) -> None:
+        """Return once the record queued as ``ticket`` is fsynced; raises what kept it from being written."""
         self._sync(ticket)
 
     def _done(self, ticket: int) -> bool:

@@ -85,8 +85,8 @@ def _emit_both(tmp_path, monkeypatch, *, parent: SpanContext | None, random: boo
         ids = tracer.id_generator = _Ids(random)
         key = recorder.chain.key
         logged: list[Any] = []
-        append = telemetry.log.append
-        monkeypatch.setattr(telemetry.log, "append", lambda spans: (logged.extend(spans), append(spans))[1])
+        enqueue = telemetry.log.enqueue
+        monkeypatch.setattr(telemetry.log, "enqueue", lambda spans: (logged.extend(spans), enqueue(spans))[1])
         context = set_span_in_context(NonRecordingSpan(parent)) if parent is not None else None
         seen = _Seen()
         for through_sdk in (False, True):

@@ -175,7 +175,7 @@ def test_a_commit_whose_earlier_records_cannot_be_made_durable_is_refused_before
             raise OSError(28, "No space left on device")
 
         with monkeypatch.context() as patched:
-            patched.setattr(agent.telemetry.log, "append", full_disk)
+            patched.setattr(agent.telemetry.log, "enqueue", full_disk)
             with pytest.raises(GateError, match="intent could not be written"):
                 agent.gate.commit(action, record_id=decision_id)
         assert [entry[2] for entry in agent.ledger.entries] == [-1.0]  # the rail was never called for this one
@@ -199,17 +199,17 @@ _REFUSED_THEN_COMMITTED = textwrap.dedent(
     with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-r") as d:
         action = Action("refund", {"order": "o-r"}, cost=5.0)
         d.act(action)
-    append = telemetry.log.append
+    enqueue = telemetry.log.enqueue
 
     def full_disk(spans):
         raise OSError(28, "No space left on device")
 
-    telemetry.log.append = full_disk
+    telemetry.log.enqueue = full_disk
     try:
         gate.commit(action, record_id=d.record_id)
     except GateError:
         pass  # refused: the held decision went back to the batch queue
-    telemetry.log.append = append
+    telemetry.log.enqueue = enqueue
     gate.commit(action, record_id=d.record_id)  # the disk is back: the queue is flushed before this intent
     print(d.record_id, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -324,8 +324,11 @@ _TWO_INTENTS = textwrap.dedent(
     from otel_replay import Action, ActionGate, ReferenceLedger
     from otel_replay.integrity import Chain
 
-    dataset = sys.argv[1]
+    dataset, path = sys.argv[1], sys.argv[2]
     telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    if path == "sdk":  # a span processor of the user's: gate records go through the SDK's span
+        from opentelemetry.sdk.trace import SpanProcessor
+        telemetry.provider.add_span_processor(SpanProcessor())
     gate = ActionGate(ReferenceLedger(100), dataset=dataset)
     gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))
     sealed, release = threading.Event(), threading.Event()
@@ -338,29 +341,53 @@ _TWO_INTENTS = textwrap.dedent(
             release.wait(30)
         return done
 
-    Chain.seal = paused
+    def paused_queue(span_id, queue=telemetry.queue_claimed):
+        if threading.current_thread().name == "first":  # its span ended, its record not yet queued in the log
+            sealed.set()
+            release.wait(30)
+        return queue(span_id)
+
+    if path == "sdk":
+        telemetry.queue_claimed = paused_queue
+    else:
+        Chain.seal = paused
     telemetry._ahead.on_wait = release.set  # a write-ahead that waits for the first intent lets it go on
+
+    class Watched:  # the write order's lock: a commit that finds it taken lets the first intent go on
+        def __init__(self, lock):
+            self.lock = lock
+
+        def acquire(self, blocking=True, timeout=-1):
+            if self.lock.acquire(blocking=False):
+                return True
+            release.set()
+            return self.lock.acquire(blocking, timeout)
+
+        def release(self):
+            self.lock.release()
+
+        __enter__ = acquire
+
+        def __exit__(self, *exc):
+            self.lock.release()
+
+    telemetry._ahead.write_order = Watched(telemetry._ahead.write_order)
     first = threading.Thread(target=gate.commit, args=(Action("refund", {"order": "o-1"}, cost=1.0),), name="first")
     first.start()
     sealed.wait(30)
     gate.commit(Action("refund", {"order": "o-2"}, cost=2.0))  # sealed after the first intent
-    if release.is_set():  # it waited for the first intent: that one is on its way to the log
-        first.join(30)
-    os.kill(os.getpid(), signal.SIGKILL)  # else the first intent is still held up between its seal and its append
+    # Killed at once: the first intent must already be in the log, queued before the second (not only on its way).
+    os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known window (eleventh session): a gate record built directly is not waited for until its append is "
-    "queued; closing it needs the log's append split into queueing and waiting for the fsync (storage/wal.py)",
-)
+@pytest.mark.parametrize("path", ["direct", "sdk"])
 def test_an_intent_sealed_before_another_threads_durable_intent_is_not_read_as_deleted(
-    zygote, tmp_path, monkeypatch
+    zygote, tmp_path, monkeypatch, path
 ):
     dataset = tmp_path / "traces"
-    child = zygote.run(_TWO_INTENTS, str(dataset), env={**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY})
+    child = zygote.run(_TWO_INTENTS, str(dataset), path, env={**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY})
     assert child.returncode == -9, child.stderr
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
