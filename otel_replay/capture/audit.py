@@ -273,20 +273,29 @@ class Decision:
         # Sealed before the span ends: a decision span that could not be sealed is never emitted. From its
         # seal to its span's end, a write-ahead on another thread waits for it (recorder.seal_order()).
         # The place is span_place(trace id, span id), from the hex already made for the record's SpanRef.
+        # Both under the pipeline's write order (see Recorder._emit): a commit holding it never waits for a
+        # decision whose thread waits for it (a span processor of the user's that commits as the span ends).
         order = recorder.seal_order()
-        ticket = order.sealing() if order is not None else 0
+        write_order = getattr(recorder.pipeline, "write_order", None)
+        if write_order is not None:
+            write_order.acquire()
         try:
-            seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
-            # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
-            # base's keys is cheaper than filtering every key).
-            rest = attrs.copy()
-            for key in base:
-                rest.pop(key, None)
-            _add_sealed(self._span, rest)
-            self._span.end()
+            ticket = order.sealing() if order is not None else 0
+            try:
+                seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
+                # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
+                # base's keys is cheaper than filtering every key).
+                rest = attrs.copy()
+                for key in base:
+                    rest.pop(key, None)
+                _add_sealed(self._span, rest)
+                self._span.end()
+            finally:
+                if order is not None:
+                    order.sealed(ticket)
         finally:
-            if order is not None:
-                order.sealed(ticket)
+            if write_order is not None:
+                write_order.release()
         if recorder.closed:
             recorder.note_lost(f"{sc.SPAN_DECISION} record {self.record_id}")
         # The record is ours alone until returned: stamp the seal in place.

@@ -465,8 +465,10 @@ class Recorder:
         self.refuse_unexported(span, name, record_id)  # before sealing: a dropped record takes no sequence number
         ctx = span.get_span_context()
         order = self.seal_order()
-        # A durable record is sealed and queued in the log under the pipeline's write order (see _direct).
-        write_order = getattr(self._pipeline, "write_order", None) if durable else None
+        # A durable record is sealed and queued in the log under the pipeline's write order (see _direct); any
+        # other is sealed and its span ended under it, so a commit holding it never waits for a record whose
+        # thread waits for it (a span processor of the user's that commits as the record's span ends).
+        write_order = getattr(self._pipeline, "write_order", None)
         if write_order is not None:
             write_order.acquire()
         pending = None

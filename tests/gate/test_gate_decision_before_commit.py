@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import os
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,12 +25,14 @@ from typing import Any
 
 import duckdb
 import pytest
+from opentelemetry.sdk.trace import SpanProcessor
 
 import otel_replay
-from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+from otel_replay import Action, ActionGate, AuditLog, DependencySnapshot, ReferenceLedger, audit
 from otel_replay.capture import write_ahead
 from otel_replay.errors import GateError, RecordNotFound
 from otel_replay.gate import reads
+from otel_replay.integrity import Chain
 from tests.gate.test_gate_write_ahead import KEY, _gates, _no_row_twice, _reopen
 
 _AFTER_BLOCK = textwrap.dedent(
@@ -392,3 +395,78 @@ def test_an_intent_sealed_before_another_threads_durable_intent_is_not_read_as_d
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
         assert store.verify(None).problems == []
+
+
+@pytest.mark.parametrize("what", ["decision", "audit entry"])
+def test_a_commit_made_as_a_records_span_ends_does_not_stall_another_threads_commit_waiting_for_that_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, what: str
+) -> None:
+    # A span processor of the user's commits as a decision's (or audit entry's) span ends, its bracket still open,
+    # while another thread's commit, holding the write order, waits for that record to end: neither may wait for
+    # the other (else the commit waits SEALED_WAIT, then writes ahead without the record, logged).
+    def record() -> None:
+        if what == "decision":
+            _decide("o-1")
+        else:
+            AuditLog().append("handoff", source_agent="a", target_agent="b")
+
+    name = "replay.decision" if what == "decision" else "replay.audit_entry"
+
+    monkeypatch.setattr(write_ahead, "SEALED_WAIT", 3.0)
+    with _writing_ahead(tmp_path, monkeypatch) as agent:
+        gate = agent.gate
+        gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))  # the process writes ahead from here on
+        sealed, release, done = threading.Event(), threading.Event(), threading.Event()
+        seal = Chain.seal
+
+        def paused(chain: Any, *args: Any, **kwargs: Any) -> Any:
+            answer = seal(chain, *args, **kwargs)
+            if threading.current_thread().name == "decider" and not sealed.is_set():
+                sealed.set()  # the decision has its chain position; its span has not ended
+                release.wait(30)
+            return answer
+
+        class CommitsOnDecision(SpanProcessor):
+            def on_end(self, span: Any) -> None:
+                if span.name == name and threading.current_thread().name == "decider":
+                    gate.commit(Action("refund", {"order": "o-n"}, cost=2.0))
+                    done.set()
+
+        agent.telemetry.provider.add_span_processor(CommitsOnDecision())
+        monkeypatch.setattr(Chain, "seal", paused)
+        agent.telemetry._ahead.on_wait = release.set  # the payer waits for the decision: let it end
+        order = agent.telemetry._ahead.write_order
+
+        class Watched:  # or the payer waits for the write order: let the decision end too
+            def acquire(self) -> None:
+                if not order.acquire(blocking=False):
+                    release.set()
+                    order.acquire()
+
+            def release(self) -> None:
+                order.release()
+
+            def __enter__(self) -> None:
+                self.acquire()
+
+            def __exit__(self, *exc: object) -> None:
+                order.release()
+
+        agent.telemetry._ahead.write_order = Watched()
+        decider = threading.Thread(target=record, name="decider")
+        payer = threading.Thread(target=gate.commit, args=(Action("refund", {"order": "o-2"}, cost=3.0),))
+        decider.start()
+        try:
+            sealed.wait(30)
+            payer.start()
+            payer.join(60)
+        finally:
+            release.set()
+            decider.join(60)
+            payer.join(60)
+        assert done.is_set()
+        assert agent.ledger.balance == 94
+    assert not [r for r in caplog.records if "did not end within" in r.getMessage()], "a commit waited SEALED_WAIT"
+    with otel_replay.open(agent.dataset) as store:
+        assert store.verify(None).problems == []
+        _no_row_twice(store)
