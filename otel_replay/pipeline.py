@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -179,6 +180,12 @@ class Telemetry:
         """
         if self._closed:
             return False
+        # Under the write order: a write-ahead that took the held records has queued them in the log (which the
+        # seal below makes durable) before the flush begins, so none is left out of a flush that returns True.
+        with self.write_order or contextlib.nullcontext():
+            return self._force_flush(timeout_millis)
+
+    def _force_flush(self, timeout_millis: int) -> bool:
         ok = self.provider.force_flush(timeout_millis)
         ok = self.exporter.force_flush(timeout_millis) and ok
         if self.log is not None:
@@ -205,11 +212,15 @@ class Telemetry:
         """
         if self._closed:
             return
+        order = self.write_order
         self._closed = True
         mark_shut_down(self.provider)
-        self.provider.shutdown()
-        if self.log is not None:
-            self.log.close()  # what the gate made durable reaches Parquet too
+        # Under the write order: a write-ahead that took the held records queues them in the log before it closes
+        # (never hands them back to the batch queue shut down meanwhile, which would drop them).
+        with order or contextlib.nullcontext():
+            self.provider.shutdown()
+            if self.log is not None:
+                self.log.close()  # what the gate made durable reaches Parquet too
         close_outcomes(self.dataset)  # and the outcomes held beside their claims
         if get_recorder() is self.recorder:
             # Skip recorders whose pipelines were shut down meanwhile (configure() calls closed out of order).

@@ -403,24 +403,33 @@ class WriteAheadLog:
     def rotate(self, *, min_age_seconds: float = 0.0, min_bytes: int = 0, reopen: bool = True) -> bool:
         """Seal the active segment if it holds records (at least ``min_bytes``, and is ``min_age_seconds`` old).
 
-        With ``reopen``, a missing active segment (its opening failed earlier) is opened again.
+        With ``reopen``, a missing active segment (its opening failed earlier) is opened again. Records
+        queued by then are written first, so the seal's fsync covers them (a flush that seals the log leaves
+        none of them only in memory).
         """
-        with self._sync_lock, self._write_lock:
-            if reopen and self._fd < 0:
-                try:
-                    self._ensure_open_locked()
-                except OSError as exc:
-                    now = time.monotonic()
-                    if now - self._open_failure_logged >= 30.0:  # the converter retries every 0.2 s: log seldom
-                        self._open_failure_logged = now
-                        _log.error("otel-replay: cannot open a new WAL segment in %s: %s", self.directory, exc)
-                return False
-            if self._fd < 0 or self._active_records == 0 or self._active_size < min_bytes:
-                return False
-            if time.monotonic() - self._active_since < min_age_seconds:
-                return False
-            self._seal_locked(reopen=reopen)
-            return True
+        with self._sync_lock:
+            if self._queue and self._fd >= 0:
+                self._write_queued()  # their appenders wait for the seal's fsync, or the next one
+            with self._write_lock:
+                return self._rotate_locked(min_age_seconds, min_bytes, reopen)
+
+    def _rotate_locked(self, min_age_seconds: float, min_bytes: int, reopen: bool) -> bool:
+        """:meth:`rotate` once the queue is written (caller holds both locks)."""
+        if reopen and self._fd < 0:
+            try:
+                self._ensure_open_locked()
+            except OSError as exc:
+                now = time.monotonic()
+                if now - self._open_failure_logged >= 30.0:  # the converter retries every 0.2 s: log seldom
+                    self._open_failure_logged = now
+                    _log.error("otel-replay: cannot open a new WAL segment in %s: %s", self.directory, exc)
+            return False
+        if self._fd < 0 or self._active_records == 0 or self._active_size < min_bytes:
+            return False
+        if time.monotonic() - self._active_since < min_age_seconds:
+            return False
+        self._seal_locked(reopen=reopen)
+        return True
 
     def _seal_locked(self, *, reopen: bool) -> None:
         """Seal the active segment: the seal mark, an fsync, the file closed and queued (caller holds both locks).

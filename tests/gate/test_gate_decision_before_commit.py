@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import textwrap
 import threading
 import time
@@ -470,3 +471,62 @@ def test_a_commit_made_as_a_records_span_ends_does_not_stall_another_threads_com
     with otel_replay.open(agent.dataset) as store:
         assert store.verify(None).problems == []
         _no_row_twice(store)
+
+
+@pytest.mark.parametrize("how", ["force_flush", "shutdown"])
+def test_a_flush_or_shutdown_while_a_commit_has_taken_the_held_records_leaves_none_of_them_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # A commit takes the decisions held for it, then (before queueing them in the log) another thread flushes or
+    # shuts the pipeline down. A flush that returns True must have made them durable; a shutdown must not leave
+    # them to be handed back to a batch queue it has stopped (which drops them).
+    with _writing_ahead(tmp_path, monkeypatch, max_file_age_seconds=3600) as agent:
+        telemetry = agent.telemetry
+        agent.gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))  # the process writes ahead from here on
+        decision_id, _ = _decide("o-1")  # held for the next write-ahead
+        taken, go = threading.Event(), threading.Event()
+        enqueue = telemetry.log.enqueue
+
+        def paused(spans: Any) -> Any:
+            if threading.current_thread().name == "payer":
+                taken.set()  # the held decision is taken, not yet queued
+                go.wait(30)
+            return enqueue(spans)
+
+        monkeypatch.setattr(telemetry.log, "enqueue", paused)
+        order = telemetry._ahead.write_order
+
+        class Watched:  # a flush or shutdown that waits for the write order lets the commit go on
+            def __enter__(self) -> None:
+                if not order.acquire(blocking=False):
+                    go.set()
+                    order.acquire()
+
+            def __exit__(self, *exc: object) -> None:
+                order.release()
+
+            def acquire(self) -> None:
+                self.__enter__()
+
+            def release(self) -> None:
+                order.release()
+
+        payer = threading.Thread(target=agent.gate.commit, args=(Action("refund", {"order": "o-2"}, cost=2.0),))
+        payer.name = "payer"
+        payer.start()
+        copy = tmp_path / "crashed"
+        try:
+            taken.wait(30)
+            telemetry._ahead.write_order = Watched()
+            if how == "force_flush":
+                assert telemetry.force_flush()
+                shutil.copytree(agent.dataset, copy)  # what a kill now would leave
+            else:
+                telemetry.shutdown()
+        finally:
+            go.set()
+            payer.join(60)
+    if how == "force_flush":
+        _reopen(copy, monkeypatch)
+    with otel_replay.open(copy if how == "force_flush" else agent.dataset) as store:
+        assert store.record(decision_id).action is not None  # else: lost, though flushed or shut down after it

@@ -82,6 +82,20 @@ def test_segments_rotate_by_size(tmp_path: Path) -> None:
     assert sum(len(list(read_records(s.path))) for s in wal.sealed()) == 5
 
 
+def test_a_seal_covers_the_records_queued_before_it(tmp_path: Path) -> None:
+    # A flush seals the log (rotate) to make what was queued durable: a record queued, its appender not yet
+    # waiting, must be in the sealed segment, fsynced, not left in memory for a new segment.
+    wal = WriteAheadLog(tmp_path / "wal")
+    wal.append(b"first")
+    ticket = wal.enqueue(b"queued")
+    assert wal.rotate()
+    (segment,) = wal.sealed()
+    assert list(read_records(segment.path)) == [b"first", b"queued"]
+    wal.wait(ticket)  # covered by the seal's fsync
+    assert wal.active_records == 0
+    wal.close()
+
+
 def test_replay_after_crash_between_parquet_and_release_adds_nothing(tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     spans = make_spans(40)
