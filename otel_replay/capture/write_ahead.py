@@ -449,10 +449,10 @@ class WriteAheadProcessor(SpanProcessor):
 
     def give_back(self, spans: Sequence[ReadableSpan]) -> None:
         """Hand ``spans`` to ``inner`` after a write-ahead failed with them: the next write-ahead flushes first."""
-        with self._hold_lock:
+        with self._hold_lock:  # handed over before a write-ahead can read "released" and flush without them
             self._released = True
-        for span in spans:
-            self.inner.on_end(span)
+            for span in spans:
+                self.inner.on_end(span)
 
     def release_held(self, older_than: float | None = None) -> int:
         """Hand the held record spans to ``inner`` (only when the oldest is ``older_than`` seconds); how many."""
@@ -462,8 +462,8 @@ class WriteAheadProcessor(SpanProcessor):
                 return 0
             self._held = []
             self._released = True
-        for span in held:
-            self.inner.on_end(span)
+            for span in held:  # under the lock: a write-ahead that reads "released" finds them in ``inner``
+                self.inner.on_end(span)
         return len(held)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:

@@ -580,3 +580,39 @@ def test_an_outcome_sealed_before_another_threads_commit_and_never_stored_is_not
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
         assert store.verify(None).problems == []  # today: "deleted: missing from the dataset, yet record ..."
+
+
+def test_records_released_to_the_batch_queue_while_a_commit_starts_are_flushed_before_its_intent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The log's thread releases held records (as old as a file may be) to the batch queue: it says so, then hands
+    # them over. A commit that reads "released" in between flushed the queue without them, and its intent, which
+    # follows them in the chain, was durable while they were in memory: a kill then read them as deleted.
+    with _writing_ahead(tmp_path, monkeypatch, max_file_age_seconds=3600) as agent:
+        telemetry = agent.telemetry
+        ahead = telemetry._ahead
+        agent.gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))  # the process writes ahead from here on
+        _decide("o-1")  # held
+        handing, go = threading.Event(), threading.Event()
+        on_end = ahead.inner.on_end
+
+        def slow(span: Any) -> None:
+            if threading.current_thread().name == "releaser":
+                handing.set()  # "released" is said; this span is not in the batch queue yet
+                go.wait(2)  # bounded: with the hand-over under the processor's lock, the commit waits for it
+            on_end(span)
+
+        monkeypatch.setattr(ahead.inner, "on_end", slow)
+        releaser = threading.Thread(target=ahead.release_held, name="releaser")
+        releaser.start()
+        copy = tmp_path / "crashed"
+        try:
+            handing.wait(30)
+            agent.gate.commit(Action("refund", {"order": "o-2"}, cost=2.0))
+            shutil.copytree(agent.dataset, copy)  # what a kill now would leave
+        finally:
+            go.set()
+            releaser.join(60)
+    _reopen(copy, monkeypatch)
+    with otel_replay.open(copy) as store:
+        assert store.verify(None).problems == []  # else: "deleted: missing from the dataset, yet record ... follows"
