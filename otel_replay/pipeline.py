@@ -65,6 +65,8 @@ class Telemetry:
         self.exporter = exporter
         self.log = log
         self._ahead = ahead
+        if ahead is not None and log is not None:
+            ahead.on_claimed = self.queue_span  # queued as the span ends: see queue_claimed
         processors = getattr(provider._active_span_processor, "_span_processors", None)
         self.bare_processors = processors if log is not None and ahead is not None else None
         self.recorder: Recorder | None = None
@@ -93,10 +95,18 @@ class Telemetry:
         return pending is not None and self.wait_logged(pending)
 
     def queue_claimed(self, span_id: int) -> Pending | None:
-        """:meth:`queue_span` for the claimed, ended span ``span_id``; ``None`` when it is not held here."""
+        """:meth:`queue_span` for the claimed, ended span ``span_id``; ``None`` when it is not held here.
+
+        The span was queued as it ended in the write-ahead processor (its
+        ``on_claimed``), before the span processors added after it ran: a
+        record one of them makes as it ends (a commit) follows this one in
+        the chain, and so in the log.
+        """
         assert self._ahead is not None
-        span = self._ahead.take(span_id)
-        return None if span is None else self.queue_span(span)
+        taken = self._ahead.take(span_id)
+        if taken is None or isinstance(taken, Pending):
+            return taken
+        return self.queue_span(taken)
 
     def log_span(self, span: ReadableSpan) -> bool:
         """Append the ended ``span`` to the write-ahead log; ``True`` once it is fsynced.

@@ -342,7 +342,7 @@ class WriteAheadProcessor(SpanProcessor):
     def __init__(self, inner: SpanProcessor) -> None:
         """Wrap ``inner`` (the pipeline's ``BatchSpanProcessor``)."""
         self.inner = inner
-        self._claimed: dict[int, ReadableSpan | None] = {}
+        self._claimed: dict[int, Any] = {}  # span id -> None until it ends, then what on_claimed made of it
         self._holding = False
         self._held: list[ReadableSpan] = []
         self._held_at = 0.0
@@ -356,6 +356,10 @@ class WriteAheadProcessor(SpanProcessor):
         """Held from before a durable record's seal until its log record is queued (not fsynced): records reach
         the log in the order of their chain positions, so a durable record never follows one a crash could take.
         Reentrant: a span processor of the user's that commits as a record's span ends runs under it."""
+        self.on_claimed: Callable[[ReadableSpan], object] | None = None
+        """Called with a claimed span as it ends here (the pipeline queues it in the log then, before span
+        processors added after this one run: one that commits as the span ends queues a record that follows it in
+        the chain after it); :meth:`take` returns its answer. ``None``: :meth:`take` returns the span."""
         self.on_wait: Callable[[], object] | None = None
         """Called when a write-ahead is about to wait for a record sealed before it to end (a test's hook).
 
@@ -376,7 +380,7 @@ class WriteAheadProcessor(SpanProcessor):
         """Keep the span ``span_id`` from ``inner`` when it ends."""
         self._claimed[span_id] = None
 
-    def take(self, span_id: int) -> ReadableSpan | None:
+    def take(self, span_id: int) -> Any:
         """The claimed span's ended form (``None`` if it did not end), no longer claimed."""
         return self._claimed.pop(span_id, None)
 
@@ -479,7 +483,8 @@ class WriteAheadProcessor(SpanProcessor):
         if claimed:
             ctx = span.context
             if ctx is not None and ctx.span_id in claimed:
-                claimed[ctx.span_id] = span
+                hook = self.on_claimed
+                claimed[ctx.span_id] = span if hook is None else hook(span)
                 return
         if self._holding:
             attributes = span.attributes

@@ -616,3 +616,55 @@ def test_records_released_to_the_batch_queue_while_a_commit_starts_are_flushed_b
     _reopen(copy, monkeypatch)
     with otel_replay.open(copy) as store:
         assert store.verify(None).problems == []  # else: "deleted: missing from the dataset, yet record ... follows"
+
+
+_COMMIT_AS_AN_INTENT_ENDS = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from opentelemetry.sdk.trace import SpanProcessor
+    from otel_replay import Action, ActionGate, ReferenceLedger
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+
+    class Rail(ReferenceLedger):
+        def commit(self, action):
+            if action.arguments.get("order") == "o-n":
+                os.kill(os.getpid(), signal.SIGKILL)  # the nested commit's rail: its intent is durable by now
+            return super().commit(action)
+
+    gate = ActionGate(Rail(100), dataset=dataset)
+    gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))
+    nested = []
+
+    class CommitsAsAGateRecordEnds(SpanProcessor):
+        def on_end(self, span):
+            if span.name == "replay.gate" and not nested:
+                nested.append(span)
+                gate.commit(Action("refund", {"order": "o-n"}, cost=1.0))
+
+    telemetry.provider.add_span_processor(CommitsAsAGateRecordEnds())
+    gate.commit(Action("refund", {"order": "o-1"}, cost=1.0))  # its intent's span ends: the processor commits
+    """
+)
+
+
+def test_a_commit_made_by_a_span_processor_as_an_intents_span_ends_is_durable_after_that_intent(
+    zygote, tmp_path, monkeypatch
+):
+    # The nested commit's intent follows the outer one in the chain; the outer one was queued in the log only once
+    # its span had ended, after the span processors, so the nested intent was durable first: killed in the nested
+    # commit's rail, verify read the outer intent as deleted.
+    dataset = tmp_path / "traces"
+    child = zygote.run(_COMMIT_AS_AN_INTENT_ENDS, str(dataset), env={**os.environ, "OTEL_REPLAY_SIGNING_KEY": KEY})
+    assert child.returncode == -9, child.stderr
+    _reopen(dataset, monkeypatch)
+    with otel_replay.open(dataset) as store:
+        assert store.verify(None).problems == []
+        assert [r["executed"] for r in store.rows("SELECT executed FROM gates ORDER BY recorded_at")] == [
+            "intent",
+            "committed",
+            "intent",
+            "intent",
+        ]
