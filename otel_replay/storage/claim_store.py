@@ -43,6 +43,7 @@ __all__ = [
     "claimant",
     "held_body",
     "refusal_of",
+    "shown_id",
     "sync_outcomes",
 ]
 
@@ -174,14 +175,24 @@ def claim_body(decision_id: str, outcome_id: str, outcome_correct: bool) -> byte
     ).encode()
 
 
+def shown_id(decision_id: object) -> str:
+    """A decision id as a one-line message shows it: itself when printable, else quoted; cut after 200 characters.
+
+    A newline, NUL or escape in an id would otherwise split or garble the log line, and a lone surrogate make the
+    message unencodable.
+    """
+    text = decision_id if isinstance(decision_id, str) and decision_id.isprintable() else repr(decision_id)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def refusal_of(
     decision_id: str, where: str, body: dict[str, Any], remedy: str = "remove the claim"
 ) -> OutcomeAlreadyRecorded:
     """The refusal of a second outcome for ``decision_id``: who holds the claim, where, and how to clear it."""
     who = f" by {body.get('claimant', '?')} at {body.get('claimed_at', '?')} (outcome {body.get('outcome_id', '?')})"
     return OutcomeAlreadyRecorded(
-        f"decision {decision_id} already has an outcome: claimed{who if body else ''} in {where}; outcomes are "
-        f"immutable (if that claimant died before its outcome reached the dataset, {remedy} to record one)"
+        f"decision {shown_id(decision_id)} already has an outcome: claimed{who if body else ''} in {where}; outcomes "
+        f"are immutable (if that claimant died before its outcome reached the dataset, {remedy} to record one)"
     )
 
 
