@@ -53,7 +53,9 @@ version still running. (Two versions claiming the same decision *at the same
 moment* are not excluded from each other: upgrade every writer of a dataset.)
 
 On an ``s3://`` dataset the claim is the object ``_outcomes/<decision id>.json``
-put with ``If-None-Match: *``, as before.
+put with ``If-None-Match: *``, as before. A PUT that is refused because the
+object holds exactly the body it sent (its first attempt was stored, the
+response lost, and the client retried) is this claimant's claim.
 
 A claim is released only by the process that took it, when emitting its
 outcome raised (nothing was emitted), or when the claim could not be synced
@@ -262,5 +264,9 @@ def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> Ou
         etag = objects.put_if(s3, location, location.key(where), body, None)
     except objects.Conflict:
         held = objects.get(s3, location, location.key(where))
+        if held is not None and held.body == body:
+            # Our own PUT: it was stored, its response lost and the PUT retried (the body names this claim's
+            # outcome id, which no other claimant has). Refused, it would stay a claim without an outcome.
+            return OutcomeClaim(where, held.etag, location)
         raise refusal_of(decision_id, where, held_body(held.body if held is not None else None)) from None
     return OutcomeClaim(where, etag, location)
