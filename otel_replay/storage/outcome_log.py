@@ -240,7 +240,11 @@ class PendingOutcomes:
             return rows
 
     def close(self) -> None:
-        """Stop the thread, convert the rest; with nothing left, drop the lock file (else a recovery takes it)."""
+        """Stop the thread, convert the rest; with no row of this instance left, drop the lock file.
+
+        A row left (a write failed, or another thread recorded an outcome since the conversion) keeps the lock while
+        this process lives: its converter or its exit writes it; after a crash a recovery does.
+        """
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -259,11 +263,27 @@ class PendingOutcomes:
             return
         finally:
             self._stop = threading.Event()
-        fd, self._lock_fd = self._lock_fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                self.lock_path.unlink()
-            os.close(fd)
+        store = self.store
+        if self._lock_fd is None:
+            return
+        with store.lock:  # no row of this instance can be inserted meanwhile (an insert takes this lock)
+            try:
+                # A thread may have recorded an outcome since the conversion (another pipeline on this dataset is
+                # still open): its row is this live process's to write, so the lock stays, else another process
+                # would recover the row while this one writes it too.
+                held = store.connection().execute(
+                    f"SELECT 1 FROM {PENDING_TABLE} WHERE instance = ? LIMIT 1", (self.instance,)
+                ).fetchone()
+            except Exception as exc:  # noqa: BLE001 - kept locked: converted later by this process, never twice
+                _log.error("otel-replay: cannot read the outcomes held in %s at close: %s", store.path, exc)
+                return
+            if held is not None:
+                return
+            fd, self._lock_fd = self._lock_fd, None
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    self.lock_path.unlink()
+                os.close(fd)
 
 
 _all: weakref.WeakSet[PendingOutcomes] = weakref.WeakSet()

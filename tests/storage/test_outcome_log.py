@@ -21,7 +21,7 @@ import pytest
 import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
 from otel_replay.errors import ConfigError, DatasetError
-from otel_replay.storage import compact, outcome_claims
+from otel_replay.storage import compact, outcome_claims, outcome_log
 
 from .._support import Zygote
 
@@ -389,3 +389,37 @@ def test_a_store_whose_pending_table_was_made_without_rowid_is_turned_into_a_row
         later = tracer.record_outcome(tracer.decision("agent", "approve", "later"), False).record_id
         assert telemetry.force_flush()
     assert _stored_outcomes(dataset) == sorted([*outcomes, later])
+
+
+def test_an_outcome_recorded_as_another_pipeline_closes_keeps_the_writer_lock_and_is_stored_once(dataset, zygote):
+    # Two pipelines on one dataset share this process's claim store. One shuts down while a thread records through
+    # the other, and the outcome commits after the closing conversion, before the writer lock is dropped. The row is
+    # this live process's to write: dropped, its lock lets another process's recovery write it, a compaction merge
+    # that file, and this process write its batch again -- the outcome stored twice.
+    closing = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+    try:
+        tracer = DecisionTracer()
+        first, second = (tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(2))
+        assert telemetry.force_flush()
+        outcomes = [tracer.record_outcome(first, True).record_id]
+        real = outcome_log.PendingOutcomes.convert
+
+        def convert_then_record(pending: outcome_log.PendingOutcomes) -> int:
+            written = real(pending)
+            if len(outcomes) == 1:  # the thread's outcome lands right after the closing conversion
+                outcomes.append(tracer.record_outcome(second, False).record_id)
+            return written
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(outcome_log.PendingOutcomes, "convert", convert_then_record)
+            closing.shutdown()
+        assert [outcome for outcome, _ in _pending(dataset)] == [outcomes[1]]
+        (dataset / "_outcomes" / "writers" / "4242-0badc0de.lock").touch()  # another process holds outcomes here
+        _child(zygote, dataset, "telemetry.shutdown()")  # its configure() runs a recovery
+        compact(dataset, grace_seconds=0)  # what it merges is deleted at once
+        assert telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    assert _stored_outcomes(dataset) == sorted(outcomes)
+    assert _pending(dataset) == []
