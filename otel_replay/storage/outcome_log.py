@@ -29,7 +29,9 @@ Every process that holds pending rows holds an ``flock`` on
 ``_outcomes/writers/<instance>.lock``. :func:`recover` (run with the
 recovery of capture write-ahead logs: the next ``configure()``,
 ``otel_replay.open()``, ``compact``, ``serve``) converts the rows of every
-instance whose lock is free (its process is gone): a batch that already has a
+instance whose lock is free (its process is gone; the file it locked must
+still be the one at that path, as a process that let its lock go unlinks it
+and, still alive, may lock a new one there): a batch that already has a
 name is written again under that name (replacing whatever the dead process
 wrote of it, so nothing lands twice), the rows without one get a new name
 first. A body that does not decode is left in place and named in an error
@@ -464,6 +466,11 @@ def recover(store: Any) -> int:
             continue
         if fd is None:
             continue  # its process is alive and converts them itself
+        if not _still_at(fd, lock):
+            # The file locked was unlinked since it was opened: its process let it go (or another recovery was
+            # done with it), and the process may be alive under a new lock file of this name, holding new rows.
+            os.close(fd)
+            continue
         try:
             written, left = _recover_instance(store, instance)
             rows += written
@@ -475,6 +482,15 @@ def recover(store: Any) -> int:
     if rows:
         _log.info("otel-replay: recovered %d outcome(s) held in %s by processes that died", rows, store.path)
     return rows
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether the file open as ``fd`` is still the one at ``path`` (not unlinked or replaced since it was opened)."""
+    try:
+        held, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _recover_instance(store: Any, instance: str) -> tuple[int, int]:

@@ -423,3 +423,57 @@ def test_an_outcome_recorded_as_another_pipeline_closes_keeps_the_writer_lock_an
         telemetry.shutdown()
     assert _stored_outcomes(dataset) == sorted(outcomes)
     assert _pending(dataset) == []
+
+
+def test_a_recovery_that_opened_a_writer_lock_just_before_its_process_let_it_go_leaves_the_next_lock_alone(
+    dataset, zygote
+):
+    # A recovery opens a live process's lock file; the process converts everything, drops its lock (unlinking
+    # the file) and, still alive, records again under a new lock file of the same name. The recovery's lock on
+    # the old, unlinked file then succeeds: taken for the process's, it would write the live process's new row
+    # (and unlink its new lock file), a compaction merge that file, and the process write its batch again.
+    opened, go = dataset.parent / "opened", dataset.parent / "go"
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+    tracer = DecisionTracer()
+    first, second = (tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(2))
+    assert telemetry.force_flush()
+    outcomes = [tracer.record_outcome(first, True).record_id]
+    recovery = zygote.popen(
+        textwrap.dedent(f"""
+            import fcntl, os, time
+            import otel_replay
+            from otel_replay.storage import outcome_log
+            def open_then_lock(path, **_):  # the recovery opens the file, and locks it once the process let go
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                open({str(opened)!r}, "w").close()
+                while not os.path.exists({str(go)!r}):
+                    time.sleep(0.01)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    return None
+                return fd
+            outcome_log.try_lock = open_then_lock
+            otel_replay.open({str(dataset)!r}).close()
+        """)
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert opened.exists(), recovery.communicate(timeout=60)
+        telemetry.shutdown()  # everything converted: the lock is dropped
+        telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+        outcomes.append(tracer.record_outcome(second, False).record_id)  # held again, under a new lock file
+        go.write_text("go")
+        _, err = recovery.communicate(timeout=120)
+        assert recovery.returncode == 0, err
+        assert [outcome for outcome, _ in _pending(dataset)] == [outcomes[1]]  # still this live process's
+        compact(dataset, grace_seconds=0)
+        assert telemetry.force_flush()
+    finally:
+        go.write_text("go")
+        telemetry.shutdown()
+    assert _stored_outcomes(dataset) == sorted(outcomes)
+    assert _pending(dataset) == []
