@@ -205,6 +205,15 @@ def held_body(held: bytes | None) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _legacy_refusal(decision_id: str, path: str) -> OutcomeAlreadyRecorded:
+    """The refusal a claim file an older version wrote at ``path`` makes (what it says of its claimant, if readable)."""
+    try:
+        written: bytes | None = Path(path).read_bytes()
+    except OSError:
+        written = None
+    return refusal_of(decision_id, path, held_body(written))
+
+
 def _held_by(row: tuple[Any, ...]) -> dict[str, Any]:
     """Who holds a claim, from its row (as :data:`_INSERT` takes it): for the refusal's message."""
     at = _iso(row[4]) if isinstance(row[4], int) else row[4]
@@ -445,11 +454,7 @@ class OutcomeClaimStore:
         settled, legacy_files = self.looked()
         legacy = self.legacy + claim_file_name(decision_id)
         if (legacy_files or not settled) and os.path.lexists(legacy):  # a claim file an older version wrote
-            try:
-                written: bytes | None = Path(legacy).read_bytes()
-            except OSError:
-                written = None
-            raise refusal_of(decision_id, legacy, held_body(written))
+            raise _legacy_refusal(decision_id, legacy)
         key = _key(decision_id)
         row = (key, outcome_id, int(outcome_correct), claimant(), time.time_ns())
         if hold is not None:
@@ -517,7 +522,9 @@ class OutcomeClaimStore:
         for decision_id, outcome_id, correct, hold in items:
             try:
                 if legacy and os.path.lexists(self.legacy + claim_file_name(decision_id)):
-                    self.claim(decision_id, outcome_id, correct)  # refuses, naming the file
+                    # Refused here, not through claim(): that looks again, and a file expired meanwhile would let it
+                    # claim the decision without its outcome, which this batch's own insert would then be refused by.
+                    raise _legacy_refusal(decision_id, self.legacy + claim_file_name(decision_id))
                 key = _key(decision_id)
                 row = (key, outcome_id, int(correct), claimant(), time.time_ns())
                 answers.append(_Request(decision_id, key, row, hold, settled=settled))
