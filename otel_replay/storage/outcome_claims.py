@@ -55,7 +55,8 @@ moment* are not excluded from each other: upgrade every writer of a dataset.)
 On an ``s3://`` dataset the claim is the object ``_outcomes/<decision id>.json``
 put with ``If-None-Match: *``, as before. A PUT that is refused because the
 object holds exactly the body it sent (its first attempt was stored, the
-response lost, and the client retried) is this claimant's claim.
+response lost, and the client retried) is this claimant's claim, and so is
+one that failed (no answer at all) where the object holds that body.
 
 A claim is released only by the process that took it, when emitting its
 outcome raised (nothing was emitted), or when the claim could not be synced
@@ -78,6 +79,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from otel_replay.errors import DatasetError
 from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.location import resolve
 from otel_replay.storage import objects
@@ -262,6 +264,16 @@ def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> Ou
     s3 = objects.client(location)
     try:
         etag = objects.put_if(s3, location, location.key(where), body, None)
+    except DatasetError:
+        # The PUT may have been stored with no answer back: raised then, the claim would stay without its outcome
+        # and refuse the caller's next try. Read back, and ours, it is claimed; else nothing is (as raised).
+        try:
+            stored = objects.get(s3, location, location.key(where))
+        except DatasetError:
+            stored = None
+        if stored is None or stored.body != body:
+            raise
+        return OutcomeClaim(where, stored.etag, location)
     except objects.Conflict:
         held = objects.get(s3, location, location.key(where))
         if held is not None and held.body == body:

@@ -83,9 +83,10 @@ def losing_the_first_response(real: Callable[[Any], Any], part: str) -> Callable
     from botocore.exceptions import ReadTimeoutError
     from botocore.httpsession import URLLib3Session
 
+    lost: list[int] = []
+
     def client(location: Any) -> Any:
         s3 = real(location)
-        lost: list[int] = []
 
         def lose_the_response(request: Any, **_: Any) -> None:
             if lost or part not in request.url:

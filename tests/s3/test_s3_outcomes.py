@@ -8,6 +8,7 @@ import pytest
 
 import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
+from otel_replay.errors import DatasetError
 from otel_replay.storage import objects
 from otel_replay.storage.outcome_claims import claim_outcome
 
@@ -69,3 +70,30 @@ def test_a_lost_response_does_not_make_another_claimants_claim_ours(
     monkeypatch.setattr(objects, "client", losing_the_first_response(objects.client, "/_outcomes/"))
     with pytest.raises(OutcomeAlreadyRecorded, match=r"\(outcome o1\)"):
         claim_outcome(uri, "d1", "o2", True)
+
+
+def test_a_claim_whose_put_was_stored_but_never_answered_at_all_is_still_its_claimants(
+    bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No retry this time (one attempt): the PUT stored the claim and the call failed. Raised, the claim stays
+    # without an outcome and refuses this caller's next try (a new outcome id), so the decision never gets one.
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    uri = f"s3://{bucket}/p"
+    telemetry = otel_replay.configure(uri, set_global=False)
+    try:
+        decision = DecisionTracer().decision("a", "approve_loan", "fine")
+        real = objects.client
+        monkeypatch.setattr(objects, "client", losing_the_first_response(real, "/_outcomes/"))
+        tracer = DecisionTracer()
+        try:
+            outcome = tracer.record_outcome(decision, True)
+        except DatasetError:  # not known to be claimed: the caller tries again, and that try must not be refused
+            outcome = tracer.record_outcome(decision, True)
+        monkeypatch.setattr(objects, "client", real)
+        with pytest.raises(OutcomeAlreadyRecorded, match=rf"outcome {outcome.record_id}\)"):
+            DecisionTracer().record_outcome(decision, False)
+        assert telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    with otel_replay.open(uri) as store:
+        assert [r["outcome_id"] for r in store.rows("SELECT outcome_id FROM outcomes")] == [outcome.record_id]
