@@ -555,7 +555,29 @@ class OutcomeClaimStore:
         ]
 
     def _commit(self, batch: list[_Request]) -> None:
-        """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure."""
+        """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure.
+
+        Interrupted (an exception no handler below takes, such as ``KeyboardInterrupt``), the transaction is rolled
+        back and every request still unanswered fails saying so, nothing claimed: the other threads' requests are
+        in this thread's hands, and would otherwise wait for no one or be answered as recorded.
+        """
+        try:
+            self._commit_batch(batch)
+        except BaseException as exc:
+            con = self._con
+            if con is not None and con.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
+            for request in batch:
+                if request.ticket == 0 and request.failure is None:
+                    request.failure = DatasetError(
+                        f"outcome claim store {self.path}: the transaction holding the outcome of decision "
+                        f"{request.decision_id[:200]!r} was interrupted ({type(exc).__name__}); nothing was claimed"
+                    )
+            raise
+
+    def _commit_batch(self, batch: list[_Request]) -> None:
+        """:meth:`_commit` itself."""
 
         def fail_all(failure: BaseException) -> None:
             for request in batch:

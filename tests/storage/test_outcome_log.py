@@ -303,6 +303,59 @@ def test_threads_sharing_transactions_each_get_their_own_answer(dataset):
     assert _pending(dataset) == []
 
 
+class _Interrupted(BaseException):
+    """What a signal handler or a timeout library raises in a thread: no ``Exception``, so nothing catches it."""
+
+
+def test_a_transaction_leader_interrupted_before_it_began_leaves_the_outcomes_it_held_failed_not_pending(dataset):
+    # Two threads' outcomes go in one transaction, led by whichever thread takes the store first; the leader is
+    # interrupted before the transaction begins. The other thread's outcome was in the leader's hands: it must fail
+    # with an error saying so (nothing claimed), never be answered as recorded, nor stumble on an empty batch.
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600) as telemetry:
+        tracer = DecisionTracer()
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(3)]
+        assert telemetry.force_flush()
+        tracer.record_outcome(decisions[0], True)  # the store and its writer lock exist
+        store = outcome_claims._store(str(dataset))
+        answers: dict[str, BaseException | str] = {}
+
+        def record(decision: str) -> None:
+            try:
+                answers[decision] = DecisionTracer().record_outcome(decision, True).record_id
+            except BaseException as exc:  # noqa: BLE001 - the answer under test
+                answers[decision] = exc
+
+        real = outcome_log.PendingOutcomes.instance_for_insert
+        interrupted: list[bool] = []
+
+        def interrupt_once(pending: outcome_log.PendingOutcomes) -> str:
+            if not interrupted:
+                interrupted.append(True)
+                raise _Interrupted
+            return real(pending)
+
+        threads = [threading.Thread(target=record, args=(d,)) for d in decisions[1:]]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(outcome_log.PendingOutcomes, "instance_for_insert", interrupt_once)
+            with store.lock:  # both requests queue before either thread leads
+                for thread in threads:
+                    thread.start()
+                deadline = time.monotonic() + 60
+                while len(store._queue) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            for thread in threads:
+                thread.join()
+        kinds = sorted(type(answers[d]).__name__ for d in decisions[1:])
+        assert kinds == ["DatasetError", "_Interrupted"], answers
+        said = next(str(a) for a in answers.values() if isinstance(a, DatasetError))
+        assert "interrupted" in said and "\n" not in said
+        with _db(dataset) as con:
+            assert con.execute("SELECT decision_id FROM outcome_claims").fetchall() == [(decisions[0],)]
+        again = [tracer.record_outcome(d, False).record_id for d in decisions[1:]]  # nothing was claimed for them
+        assert telemetry.force_flush()
+    assert len(_stored_outcomes(dataset)) == 3 and set(again) <= set(_stored_outcomes(dataset))
+
+
 def test_compaction_before_recovery_never_makes_a_dead_processes_held_outcome_appear_twice(dataset, zygote):
     # The process dies after writing its batch's Parquet file and before forgetting the rows: they are still held.
     # A compaction (old files deleted at once) runs before any recovery; the recovery that follows writes the batch
