@@ -579,12 +579,15 @@ class OutcomeClaimStore:
     def _commit_batch(self, batch: list[_Request]) -> None:
         """:meth:`_commit` itself."""
 
-        def fail_all(failure: BaseException) -> None:
+        def fail_all(failure: BaseException | Callable[[_Request], BaseException]) -> None:
+            """Every unanswered request fails: with ``failure``, or the one it makes for that request."""
             for request in batch:
                 if request.failure is None:
-                    request.failure = failure
+                    request.failure = failure if isinstance(failure, BaseException) else failure(request)
 
-        doing = f"record the outcome of decision {batch[0].decision_id[:200]!r}"
+        def doing(request: _Request) -> str:  # each failure names its own decision, not the batch's first
+            return f"record the outcome of decision {request.decision_id[:200]!r}"
+
         try:
             con = self.connection(all(request.settled for request in batch))
         except DatasetError as exc:
@@ -598,10 +601,12 @@ class OutcomeClaimStore:
             instance = pending.instance_for_insert()
             con.execute("BEGIN IMMEDIATE")
         except OSError as exc:
-            fail_all(self.error(f"{doing} (its lock in {pending.lock_path.parent})", exc))
+            lock, unlocked = pending.lock_path.parent, exc
+            fail_all(lambda request: self.error(f"{doing(request)} (its lock in {lock})", unlocked))
             return
         except sqlite3.Error as exc:
-            fail_all(self.error(doing, exc))
+            unbegun = exc
+            fail_all(lambda request: self.error(doing(request), unbegun))
             return
         stored: list[_Request] = []
         try:
@@ -644,7 +649,11 @@ class OutcomeClaimStore:
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 con.execute("ROLLBACK")
-            fail_all(self.error(doing, exc) if isinstance(exc, sqlite3.Error) else exc)  # none of them claimed
+            if isinstance(exc, sqlite3.Error):  # none of them claimed
+                error = exc
+                fail_all(lambda request: self.error(doing(request), error))
+            else:
+                fail_all(exc)
             return
         self._committed += 1
         for request in stored:
