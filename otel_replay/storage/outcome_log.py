@@ -273,7 +273,7 @@ class PendingOutcomes:
                 # A thread may have recorded an outcome since the conversion (another pipeline on this dataset is
                 # still open): its row is this live process's to write, so the lock stays, else another process
                 # would recover the row while this one writes it too.
-                held = store.connection().execute(
+                held = store.connection(settled=True).execute(  # the open one: never a store made at exit
                     f"SELECT 1 FROM {PENDING_TABLE} WHERE instance = ? LIMIT 1", (self.instance,)
                 ).fetchone()
             except Exception as exc:  # noqa: BLE001 - kept locked: converted later by this process, never twice
