@@ -97,3 +97,30 @@ def test_a_claim_whose_put_was_stored_but_never_answered_at_all_is_still_its_cla
         telemetry.shutdown()
     with otel_replay.open(uri) as store:
         assert [r["outcome_id"] for r in store.rows("SELECT outcome_id FROM outcomes")] == [outcome.record_id]
+
+
+def test_a_claim_given_back_between_a_refused_put_and_its_read_is_taken_not_refused(
+    bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first claimant's emit failed and it gave the claim back right after this claimant's PUT was refused:
+    # the read finds no claim. Refused then, the refusal would name a claim that no longer exists.
+    uri = f"s3://{bucket}/p"
+    first = claim_outcome(uri, "d1", "o1", True)
+    real = objects.client
+
+    def given_back_before_the_read(location: Any) -> Any:
+        client = real(location)
+
+        def release_first(**_: Any) -> None:
+            first.release()
+
+        client.meta.events.register_first("before-call.s3.GetObject", release_first)
+        return client
+
+    monkeypatch.setattr(objects, "client", given_back_before_the_read)
+    claim = claim_outcome(uri, "d1", "o2", False)
+    monkeypatch.setattr(objects, "client", real)
+    assert claim.where == f"s3://{bucket}/p/_outcomes/d1.json"
+    assert b'"outcome_id": "o2"' in s3.get_object(Bucket=bucket, Key="p/_outcomes/d1.json")["Body"].read()
+    with pytest.raises(OutcomeAlreadyRecorded, match=r"\(outcome o2\)"):
+        claim_outcome(uri, "d1", "o3", True)
