@@ -29,7 +29,9 @@ Every process that holds pending rows holds an ``flock`` on
 ``_outcomes/writers/<instance>.lock``. :func:`recover` (run with the
 recovery of capture write-ahead logs: the next ``configure()``,
 ``otel_replay.open()``, ``compact``, ``serve``) converts the rows of every
-instance whose lock is free (its process is gone): a batch that already has a
+instance whose lock is free (its process is gone; the file it locked must
+still be the one at that path, as a process that let its lock go unlinks it
+and, still alive, may lock a new one there): a batch that already has a
 name is written again under that name (replacing whatever the dead process
 wrote of it, so nothing lands twice), the rows without one get a new name
 first. A body that does not decode is left in place and named in an error
@@ -240,7 +242,11 @@ class PendingOutcomes:
             return rows
 
     def close(self) -> None:
-        """Stop the thread, convert the rest; with nothing left, drop the lock file (else a recovery takes it)."""
+        """Stop the thread, convert the rest; with no row of this instance left, drop the lock file.
+
+        A row left (a write failed, or another thread recorded an outcome since the conversion) keeps the lock while
+        this process lives: its converter or its exit writes it; after a crash a recovery does.
+        """
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -259,11 +265,27 @@ class PendingOutcomes:
             return
         finally:
             self._stop = threading.Event()
-        fd, self._lock_fd = self._lock_fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                self.lock_path.unlink()
-            os.close(fd)
+        store = self.store
+        if self._lock_fd is None:
+            return
+        with store.lock:  # no row of this instance can be inserted meanwhile (an insert takes this lock)
+            try:
+                # A thread may have recorded an outcome since the conversion (another pipeline on this dataset is
+                # still open): its row is this live process's to write, so the lock stays, else another process
+                # would recover the row while this one writes it too.
+                held = store.connection(settled=True).execute(  # the open one: never a store made at exit
+                    f"SELECT 1 FROM {PENDING_TABLE} WHERE instance = ? LIMIT 1", (self.instance,)
+                ).fetchone()
+            except Exception as exc:  # noqa: BLE001 - kept locked: converted later by this process, never twice
+                _log.error("otel-replay: cannot read the outcomes held in %s at close: %s", store.path, exc)
+                return
+            if held is not None:
+                return
+            fd, self._lock_fd = self._lock_fd, None
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    self.lock_path.unlink()
+                os.close(fd)
 
 
 _all: weakref.WeakSet[PendingOutcomes] = weakref.WeakSet()
@@ -444,6 +466,11 @@ def recover(store: Any) -> int:
             continue
         if fd is None:
             continue  # its process is alive and converts them itself
+        if not _still_at(fd, lock):
+            # The file locked was unlinked since it was opened: its process let it go (or another recovery was
+            # done with it), and the process may be alive under a new lock file of this name, holding new rows.
+            os.close(fd)
+            continue
         try:
             written, left = _recover_instance(store, instance)
             rows += written
@@ -455,6 +482,15 @@ def recover(store: Any) -> int:
     if rows:
         _log.info("otel-replay: recovered %d outcome(s) held in %s by processes that died", rows, store.path)
     return rows
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether the file open as ``fd`` is still the one at ``path`` (not unlinked or replaced since it was opened)."""
+    try:
+        held, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _recover_instance(store: Any, instance: str) -> tuple[int, int]:
