@@ -27,6 +27,12 @@ code and ``REF``'s alternately (``REF`` extracted with ``git archive`` into a
 temporary directory; or, when ``REF`` is a directory holding an ``otel_replay``
 package, that one); the peers are then left out.
 
+``--processes 1,2,4`` then runs the ``--threads`` gated threads split over
+that many processes at once, all on one dataset (each process its own
+``configure()``, so its own write-ahead log), started together: durable
+commits/s of all of them, each count in turn in the same run (what agents in
+several processes reach where one interpreter's GIL binds).
+
 Prints figures; asserts nothing. Targets (issue 20): a gated trade <= 2x an
 ungated one single-threaded; 8 threads >= 5,000 durable commits/s; <= 10
 Parquet files for 2,000 gated trades with default settings.
@@ -211,6 +217,46 @@ def commits_alone(commits: int, threads: int) -> float:
         return per * threads / elapsed
 
 
+def _fleet_child(threads: int, dataset: str, start_at: float, n: int) -> dict[str, float]:
+    """In a child: ``n`` gated trades on ``threads`` threads into ``dataset``, begun at ``start_at`` (epoch s)."""
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    gate = ActionGate(ReferenceLedger(balance=10.0 * n), dataset=dataset)
+    trades(20, gate, offset=10_000_000 + os.getpid() * 1_000)  # warm: the log opens with the first write-ahead
+    per = n // threads
+    time.sleep(max(0.0, start_at - time.time()))
+    start, cpu = time.time(), time.process_time()
+    workers = [threading.Thread(target=trades, args=(per, gate, t * per)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    end = time.time()
+    telemetry.shutdown()
+    return {"n": per * threads, "start": start, "end": end, "cpu": time.process_time() - cpu}
+
+
+def fleet(trades_total: int, threads: int, processes: int) -> tuple[float, float]:
+    """Durable commits/s and process CPU per commit of ``threads`` gated threads split over ``processes`` processes.
+
+    All on one dataset, begun together; the rate is every process's trades over the span from the first start
+    to the last end.
+    """
+    with tempfile.TemporaryDirectory(dir=WHERE) as tmp:
+        start_at = time.time() + 3.0 + 0.5 * processes  # after every child has imported and warmed up
+        each = max(1, threads // processes)
+        n = str(trades_total // processes)
+        argv = [sys.executable, __file__, "--fleet-child", str(each), tmp, str(start_at), n]
+        children = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+        found = [json.loads(child.communicate()[0].splitlines()[-1]) for child in children]
+        if any(child.returncode for child in children):
+            raise SystemExit("a fleet child failed")
+        if max(r["start"] for r in found) > start_at + 1.0:
+            print(f"  (warning: a child began {max(r['start'] for r in found) - start_at:.1f} s late)")
+        total = sum(r["n"] for r in found)
+        elapsed = max(r["end"] for r in found) - min(r["start"] for r in found)
+        return total / elapsed, sum(r["cpu"] for r in found) / total
+
+
 def _print(label: str, found: dict[str, dict[str, float]], threads: int, rounds: int, code: str = "") -> None:
     """The figures of one thread count: per variant, then the gated / ungated ratios."""
     plain, gated = found["ungated"], found["gated"]
@@ -292,10 +338,29 @@ def main() -> int:
     parser.add_argument(
         "--base", default=None, help="a git ref (or a directory holding its otel_replay) measured in turn, same run"
     )
+    parser.add_argument(
+        "--processes", default="", help="e.g. 1,2,4: the --threads gated threads split over that many processes"
+    )
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)  # one round per variant, as JSON
+    parser.add_argument("--fleet-child", nargs=4, default=None, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     WHERE = opts.dir
     logging.basicConfig(level=logging.ERROR)
+    if opts.fleet_child:
+        threads, dataset, start_at, n = opts.fleet_child
+        print(json.dumps(_fleet_child(int(threads), dataset, float(start_at), int(n))))
+        return 0
+    if opts.processes:
+        counts = [int(p) for p in opts.processes.split(",")]
+        print(f"fsync of a small append here: {fsync_cost() * 1e3:.3f} ms; {os.cpu_count()} CPUs")
+        for _ in range(opts.rounds):
+            for processes in counts:
+                rate, cpu = fleet(opts.trades, opts.threads, processes)
+                print(
+                    f"  {opts.threads} gated threads in {processes} process(es), one dataset: {rate:,.0f} durable "
+                    f"commits/s, process CPU {cpu * 1e3:.3f} ms/commit  (target >= 5,000 commits/s)"
+                )
+        return 0
 
     if opts.base:
         print(f"fsync of a small append here: {fsync_cost() * 1e3:.3f} ms")

@@ -30,6 +30,7 @@ from otel_replay.capture.recorder import HeldRecord, Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
 from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, new_id, trace_body
+from otel_replay.storage.claim_store import shown_id
 from otel_replay.storage.outcome_claims import claim_outcome, claim_outcomes
 
 __all__ = ["DecisionTracer", "RecordedOutcomes", "link_to", "trace_body"]
@@ -179,12 +180,12 @@ class DecisionTracer:
 
         """
         if not isinstance(outcome_correct, bool):
-            raise CaptureError(f"outcome for {decision_id}: outcome_correct must be True or False")
+            raise CaptureError(f"outcome for {shown_id(decision_id)}: outcome_correct must be True or False")
         recorder = get_recorder()
         if recorder.closed:
             raise CaptureError(
-                f"outcome for {decision_id}: the telemetry pipeline was shut down (Telemetry.shutdown()), so it "
-                "would be lost; call otel_replay.configure() again before recording it"
+                f"outcome for {shown_id(decision_id)}: the telemetry pipeline was shut down (Telemetry.shutdown()), "
+                "so it would be lost; call otel_replay.configure() again before recording it"
             )
         with self._lock:
             if self._store is not None:
@@ -209,7 +210,9 @@ class DecisionTracer:
         the reservation back when its outcome fails other than by a refusal.
         """
         if decision_id in self._outcomes:
-            raise OutcomeAlreadyRecorded(f"decision {decision_id} already has an outcome; outcomes are immutable")
+            raise OutcomeAlreadyRecorded(
+                f"decision {shown_id(decision_id)} already has an outcome; outcomes are immutable"
+            )
         span = self._spans.get(decision_id)
         decided = self._records.get(decision_id)
         if self._store is not None:
@@ -219,10 +222,11 @@ class DecisionTracer:
             if self._store.has_outcome(decision_id):
                 _remember(self._outcomes, decision_id, None)
                 raise OutcomeAlreadyRecorded(
-                    f"decision {decision_id} already has an outcome in {self._store.dataset}; outcomes are immutable"
+                    f"decision {shown_id(decision_id)} already has an outcome in {self._store.dataset}; outcomes are "
+                    "immutable"
                 )
             if span is None:
-                raise RecordNotFound(f"no decision {decision_id} in {self._store.dataset}")
+                raise RecordNotFound(f"no decision {shown_id(decision_id)} in {self._store.dataset}")
         _remember(self._outcomes, decision_id, None)
         return decided, span
 
@@ -254,8 +258,8 @@ class DecisionTracer:
                 raise CaptureError(f"record_outcomes: entry {at} must be (decision_id, outcome_correct[, note]), "
                                    f"got {str(entry)[:200]!r}")
             if not isinstance(entry[1], bool) or (len(entry) == 3 and not isinstance(entry[2], (str, type(None)))):
-                raise CaptureError(f"record_outcomes: entry {at} (decision {entry[0][:200]}): outcome_correct must be "
-                                   "True or False and the note a string or None")
+                raise CaptureError(f"record_outcomes: entry {at} (decision {shown_id(entry[0])}): outcome_correct "
+                                   "must be True or False and the note a string or None")
             items.append((entry[0], entry[1], entry[2] if len(entry) == 3 else None))
         recorder = get_recorder()
         if recorder.closed:

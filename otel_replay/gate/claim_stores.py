@@ -12,7 +12,9 @@ means (who may take it, when it is done, pending or damaged); a
   locked by an :class:`~otel_replay.storage.lease.ObjectLease` (a
   conditional-PUT object renewed while held); every write is a conditional
   PUT on the ETag this claimant last saw, so of two writers on two hosts
-  exactly one succeeds.
+  exactly one succeeds. A PUT refused because the object already holds
+  exactly what it sent was this writer's own (stored, its response lost,
+  retried by the client), and counts as written.
 
 :func:`claim_store_for` picks one, once, from what the dataset's storage
 backend can do (a directory to lock files in, or not).
@@ -166,9 +168,14 @@ class ObjectClaimStore:
             claim.etag = objects.put_if(s3, self.location, key, data, claim.etag)
             return
         except objects.Conflict:
+            seen = objects.get(s3, self.location, key)
+            if seen is not None and seen.body == data:
+                # Changed by this write itself: stored, its response lost, and the PUT retried by the client.
+                claim.etag = seen.etag
+                return
             if not final:
                 raise ClaimChanged(claim.key) from None
-        seen = objects.get(s3, self.location, key)  # final: once more, on the ETag read again
+        # final: once more, on the ETag read again
         try:
             claim.etag = objects.put_if(s3, self.location, key, data, seen.etag if seen else None)
         except objects.Conflict:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from otel_replay._json import canonical_json
+from otel_replay._receipt_id import receipt_id_of
 from otel_replay.gate.rails import Receipt
 
 __all__ = ["RECEIPT_TYPE", "RECEIPT_TYPE_KEY", "receipt_id_of", "stored_receipt"]
@@ -165,27 +164,4 @@ def _marked(receipt: Any, plain: Any) -> Any:
     return plain
 
 
-def _id_field(value: Any) -> str | None:
-    return str(value) if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)) else None
 
-
-def receipt_id_of(stored: Any) -> str:
-    """The id of a stored receipt (:func:`stored_receipt`): ``receipt_id``, ``id``, itself, or a digest.
-
-    A string or int ``receipt_id`` names it; without one, a string or int
-    ``id``, what most payment APIs name a charge by (Stripe's ``{"id": "ch_..."}``);
-    a string or int receipt names itself.
-    The digest (``sha256:`` and 32 hex) names a receipt that carries neither,
-    the same way before and after it was stored: its identity is its content.
-    """
-    if stored.__class__ is dict or isinstance(stored, Mapping):  # a dict without the ABC check
-        rid = _id_field(stored.get("receipt_id"))
-        if rid is None and stored.get("receipt_id") is None:
-            rid = _id_field(stored.get("id"))
-    else:
-        rid = _id_field(stored)
-    if rid is not None:
-        return rid
-    text = canonical_json(stored, where="gate receipt")
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"sha256:{digest[:32]}"

@@ -10,16 +10,15 @@ the refund was made and its record is missing).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay._flock import held_elsewhere
-from otel_replay._json import canonical_json, loads
+from otel_replay._json import loads
+from otel_replay._receipt_id import receipt_id_of
 from otel_replay.capture.log_recovery import log_root, quarantined
 from otel_replay.exporters.schema import COMPENSATIONS_DIR
 from otel_replay.integrity import SigningKey, StoredRecord, VerifyProblem, VerifyReport, stored_record, verify_records
@@ -196,26 +195,5 @@ def _compensated(gates: Sequence[StoredRecord]) -> set[tuple[str, str]]:
         except ValueError:  # a receipt that does not parse names no receipt; the seal check reports the record
             continue
         if stored is not None:
-            found.add((str(attrs.get(sc.GATE_DECISION_ID)), _receipt_id(stored)))
+            found.add((str(attrs.get(sc.GATE_DECISION_ID)), receipt_id_of(stored)))
     return found
-
-
-def _receipt_id(stored: Any) -> str:
-    """The id the gate names a stored receipt by (as :func:`otel_replay.gate.receipts.receipt_id_of`, pinned by a test).
-
-    Kept here: the read side does not import the action side.
-    """
-    if isinstance(stored, Mapping):
-        rid = _id_field(stored.get("receipt_id"))
-        if rid is None and stored.get("receipt_id") is None:
-            rid = _id_field(stored.get("id"))
-    else:
-        rid = _id_field(stored)
-    if rid is not None:
-        return rid
-    text = canonical_json(stored, where="gate receipt")
-    return f"sha256:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:32]}"
-
-
-def _id_field(value: Any) -> str | None:
-    return str(value) if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)) else None

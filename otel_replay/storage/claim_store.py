@@ -43,6 +43,7 @@ __all__ = [
     "claimant",
     "held_body",
     "refusal_of",
+    "shown_id",
     "sync_outcomes",
 ]
 
@@ -174,14 +175,24 @@ def claim_body(decision_id: str, outcome_id: str, outcome_correct: bool) -> byte
     ).encode()
 
 
+def shown_id(decision_id: object) -> str:
+    """A decision id as a one-line message shows it: itself when printable, else quoted; cut after 200 characters.
+
+    A newline, NUL or escape in an id would otherwise split or garble the log line, and a lone surrogate make the
+    message unencodable.
+    """
+    text = decision_id if isinstance(decision_id, str) and decision_id.isprintable() else repr(decision_id)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def refusal_of(
     decision_id: str, where: str, body: dict[str, Any], remedy: str = "remove the claim"
 ) -> OutcomeAlreadyRecorded:
     """The refusal of a second outcome for ``decision_id``: who holds the claim, where, and how to clear it."""
     who = f" by {body.get('claimant', '?')} at {body.get('claimed_at', '?')} (outcome {body.get('outcome_id', '?')})"
     return OutcomeAlreadyRecorded(
-        f"decision {decision_id} already has an outcome: claimed{who if body else ''} in {where}; outcomes are "
-        f"immutable (if that claimant died before its outcome reached the dataset, {remedy} to record one)"
+        f"decision {shown_id(decision_id)} already has an outcome: claimed{who if body else ''} in {where}; outcomes "
+        f"are immutable (if that claimant died before its outcome reached the dataset, {remedy} to record one)"
     )
 
 
@@ -192,6 +203,15 @@ def held_body(held: bytes | None) -> dict[str, Any]:
     except ValueError:
         body = {}
     return body if isinstance(body, dict) else {}
+
+
+def _legacy_refusal(decision_id: str, path: str) -> OutcomeAlreadyRecorded:
+    """The refusal a claim file an older version wrote at ``path`` makes (what it says of its claimant, if readable)."""
+    try:
+        written: bytes | None = Path(path).read_bytes()
+    except OSError:
+        written = None
+    return refusal_of(decision_id, path, held_body(written))
 
 
 def _held_by(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -434,11 +454,7 @@ class OutcomeClaimStore:
         settled, legacy_files = self.looked()
         legacy = self.legacy + claim_file_name(decision_id)
         if (legacy_files or not settled) and os.path.lexists(legacy):  # a claim file an older version wrote
-            try:
-                written: bytes | None = Path(legacy).read_bytes()
-            except OSError:
-                written = None
-            raise refusal_of(decision_id, legacy, held_body(written))
+            raise _legacy_refusal(decision_id, legacy)
         key = _key(decision_id)
         row = (key, outcome_id, int(outcome_correct), claimant(), time.time_ns())
         if hold is not None:
@@ -506,7 +522,9 @@ class OutcomeClaimStore:
         for decision_id, outcome_id, correct, hold in items:
             try:
                 if legacy and os.path.lexists(self.legacy + claim_file_name(decision_id)):
-                    self.claim(decision_id, outcome_id, correct)  # refuses, naming the file
+                    # Refused here, not through claim(): that looks again, and a file expired meanwhile would let it
+                    # claim the decision without its outcome, which this batch's own insert would then be refused by.
+                    raise _legacy_refusal(decision_id, self.legacy + claim_file_name(decision_id))
                 key = _key(decision_id)
                 row = (key, outcome_id, int(correct), claimant(), time.time_ns())
                 answers.append(_Request(decision_id, key, row, hold, settled=settled))
@@ -537,14 +555,39 @@ class OutcomeClaimStore:
         ]
 
     def _commit(self, batch: list[_Request]) -> None:
-        """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure."""
+        """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure.
 
-        def fail_all(failure: BaseException) -> None:
+        Interrupted (an exception no handler below takes, such as ``KeyboardInterrupt``), the transaction is rolled
+        back and every request still unanswered fails saying so, nothing claimed: the other threads' requests are
+        in this thread's hands, and would otherwise wait for no one or be answered as recorded.
+        """
+        try:
+            self._commit_batch(batch)
+        except BaseException as exc:
+            con = self._con
+            if con is not None and con.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
+            for request in batch:
+                if request.ticket == 0 and request.failure is None:
+                    request.failure = DatasetError(
+                        f"outcome claim store {self.path}: the transaction holding the outcome of decision "
+                        f"{request.decision_id[:200]!r} was interrupted ({type(exc).__name__}); nothing was claimed"
+                    )
+            raise
+
+    def _commit_batch(self, batch: list[_Request]) -> None:
+        """:meth:`_commit` itself."""
+
+        def fail_all(failure: BaseException | Callable[[_Request], BaseException]) -> None:
+            """Every unanswered request fails: with ``failure``, or the one it makes for that request."""
             for request in batch:
                 if request.failure is None:
-                    request.failure = failure
+                    request.failure = failure if isinstance(failure, BaseException) else failure(request)
 
-        doing = f"record the outcome of decision {batch[0].decision_id[:200]!r}"
+        def doing(request: _Request) -> str:  # each failure names its own decision, not the batch's first
+            return f"record the outcome of decision {request.decision_id[:200]!r}"
+
         try:
             con = self.connection(all(request.settled for request in batch))
         except DatasetError as exc:
@@ -558,10 +601,12 @@ class OutcomeClaimStore:
             instance = pending.instance_for_insert()
             con.execute("BEGIN IMMEDIATE")
         except OSError as exc:
-            fail_all(self.error(f"{doing} (its lock in {pending.lock_path.parent})", exc))
+            lock, unlocked = pending.lock_path.parent, exc
+            fail_all(lambda request: self.error(f"{doing(request)} (its lock in {lock})", unlocked))
             return
         except sqlite3.Error as exc:
-            fail_all(self.error(doing, exc))
+            unbegun = exc
+            fail_all(lambda request: self.error(doing(request), unbegun))
             return
         stored: list[_Request] = []
         try:
@@ -604,7 +649,11 @@ class OutcomeClaimStore:
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 con.execute("ROLLBACK")
-            fail_all(self.error(doing, exc) if isinstance(exc, sqlite3.Error) else exc)  # none of them claimed
+            if isinstance(exc, sqlite3.Error):  # none of them claimed
+                error = exc
+                fail_all(lambda request: self.error(doing(request), error))
+            else:
+                fail_all(exc)
             return
         self._committed += 1
         for request in stored:

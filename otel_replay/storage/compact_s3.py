@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import tempfile
 import time
 import uuid
@@ -49,6 +47,7 @@ import pyarrow as pa
 
 from otel_replay.errors import DatasetError, OtelReplayError
 from otel_replay.location import Location
+from otel_replay.storage.log_files import in_flight
 
 from . import objects
 from .backend import ObjectBackend
@@ -396,10 +395,6 @@ def _put(location: Location, path: str, data: bytes) -> None:
         raise location.error(f"cannot write {path}", exc) from exc
 
 
-_LOG_FILE = re.compile(r"wal-(?P<log>.+)-(?P<segment>\d{20}-[0-9a-f]{8})-\d{5}\.parquet")
-"""A file converted from a write-ahead log segment: ``wal-<log directory>-<segment id>-<chunk>.parquet``."""
-
-
 def _in_flight(root: Path, names: Sequence[str]) -> set[str]:
     """The ``names`` converted from write-ahead log segments under ``root`` that are still on disk.
 
@@ -416,35 +411,4 @@ def _in_flight(root: Path, names: Sequence[str]) -> set[str]:
     Race-free with the listing ``names`` came from, taken first. Logs on
     another host's disk are not seen.
     """
-    held: set[str] = set()
-    if not any(name.startswith("wal-") for name in names):
-        return held
-    try:
-        logs = set(os.listdir(root))
-    except OSError:  # no log was ever kept on this host for the dataset
-        return held
-    listed: dict[str, set[str]] = {}  # a log directory's segments on disk, listed once
-    for name in names:
-        match = _LOG_FILE.fullmatch(name) if name.startswith("wal-") else None
-        if match is None or match["log"] not in logs:
-            continue
-        segments = listed.get(match["log"])
-        if segments is None:
-            segments = listed[match["log"]] = _segments_on_disk(root / match["log"])
-        if match["segment"] in segments:
-            held.add(name)
-    return held
-
-
-def _segments_on_disk(directory: Path) -> set[str]:
-    """The ids of the segments in the log ``directory``, and of those in its quarantine not yet salvaged."""
-    try:
-        found = {name[: -len(".wal")] for name in os.listdir(directory) if name.endswith(".wal")}
-    except OSError:  # the log is gone (its segments all released)
-        return set()
-    try:
-        quarantined = os.listdir(directory / "quarantine")
-    except OSError:
-        return found
-    reported = {name[: -len(".report.json")] for name in quarantined if name.endswith(".report.json")}
-    return found | {name[: -len(".wal")] for name in quarantined if name.endswith(".wal")} - reported
+    return in_flight(root, names)

@@ -53,7 +53,11 @@ version still running. (Two versions claiming the same decision *at the same
 moment* are not excluded from each other: upgrade every writer of a dataset.)
 
 On an ``s3://`` dataset the claim is the object ``_outcomes/<decision id>.json``
-put with ``If-None-Match: *``, as before.
+put with ``If-None-Match: *``, as before. A PUT that is refused because the
+object holds exactly the body it sent (its first attempt was stored, the
+response lost, and the client retried) is this claimant's claim, and so is
+one that failed (no answer at all) where the object holds that body. A PUT
+refused by a claim given back before it could be read is tried once more.
 
 A claim is released only by the process that took it, when emitting its
 outcome raised (nothing was emitted), or when the claim could not be synced
@@ -76,6 +80,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from otel_replay.errors import DatasetError
 from otel_replay.exporters.schema import OUTCOMES_DIR
 from otel_replay.location import resolve
 from otel_replay.storage import objects
@@ -258,9 +263,27 @@ def expire_outcome_claims(dataset: Any, before_ns: int) -> int:
 def _claim_remote(location: Any, decision_id: str, name: str, body: bytes) -> OutcomeClaim:
     where = location.join(OUTCOMES_DIR, name)
     s3 = objects.client(location)
-    try:
-        etag = objects.put_if(s3, location, location.key(where), body, None)
-    except objects.Conflict:
-        held = objects.get(s3, location, location.key(where))
-        raise refusal_of(decision_id, where, held_body(held.body if held is not None else None)) from None
-    return OutcomeClaim(where, etag, location)
+    for attempt in range(2):
+        try:
+            etag = objects.put_if(s3, location, location.key(where), body, None)
+        except DatasetError:
+            # The PUT may have been stored with no answer back: raised then, the claim would stay without its
+            # outcome and refuse the caller's next try. Read back, and ours, it is claimed; else nothing is (raised).
+            try:
+                stored = objects.get(s3, location, location.key(where))
+            except DatasetError:
+                stored = None
+            if stored is None or stored.body != body:
+                raise
+            return OutcomeClaim(where, stored.etag, location)
+        except objects.Conflict:
+            held = objects.get(s3, location, location.key(where))
+            if held is not None and held.body == body:
+                # Our own PUT: it was stored, its response lost and the PUT retried (the body names this claim's
+                # outcome id, which no other claimant has). Refused, it would stay a claim without an outcome.
+                return OutcomeClaim(where, held.etag, location)
+            if held is None and attempt == 0:
+                continue  # given back since (its outcome was never emitted): the decision is free, claim it
+            raise refusal_of(decision_id, where, held_body(held.body if held is not None else None)) from None
+        return OutcomeClaim(where, etag, location)
+    raise AssertionError("unreachable")  # the second attempt returns or raises

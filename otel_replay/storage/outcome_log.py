@@ -29,7 +29,9 @@ Every process that holds pending rows holds an ``flock`` on
 ``_outcomes/writers/<instance>.lock``. :func:`recover` (run with the
 recovery of capture write-ahead logs: the next ``configure()``,
 ``otel_replay.open()``, ``compact``, ``serve``) converts the rows of every
-instance whose lock is free (its process is gone): a batch that already has a
+instance whose lock is free (its process is gone; the file it locked must
+still be the one at that path, as a process that let its lock go unlinks it
+and, still alive, may lock a new one there): a batch that already has a
 name is written again under that name (replacing whatever the dead process
 wrote of it, so nothing lands twice), the rows without one get a new name
 first. A body that does not decode is left in place and named in an error
@@ -59,6 +61,7 @@ import pyarrow as pa
 from otel_replay._flock import try_lock
 from otel_replay.exporters.schema import OUTCOMES_DIR, SPANS_DIR
 from otel_replay.exporters.writer import write_partitions
+from otel_replay.storage.log_files import in_flight
 
 __all__ = [
     "CLAIMS_DB",
@@ -240,7 +243,11 @@ class PendingOutcomes:
             return rows
 
     def close(self) -> None:
-        """Stop the thread, convert the rest; with nothing left, drop the lock file (else a recovery takes it)."""
+        """Stop the thread, convert the rest; with no row of this instance left, drop the lock file.
+
+        A row left (a write failed, or another thread recorded an outcome since the conversion) keeps the lock while
+        this process lives: its converter or its exit writes it; after a crash a recovery does.
+        """
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -259,11 +266,27 @@ class PendingOutcomes:
             return
         finally:
             self._stop = threading.Event()
-        fd, self._lock_fd = self._lock_fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                self.lock_path.unlink()
-            os.close(fd)
+        store = self.store
+        if self._lock_fd is None:
+            return
+        with store.lock:  # no row of this instance can be inserted meanwhile (an insert takes this lock)
+            try:
+                # A thread may have recorded an outcome since the conversion (another pipeline on this dataset is
+                # still open): its row is this live process's to write, so the lock stays, else another process
+                # would recover the row while this one writes it too.
+                held = store.connection(settled=True).execute(  # the open one: never a store made at exit
+                    f"SELECT 1 FROM {PENDING_TABLE} WHERE instance = ? LIMIT 1", (self.instance,)
+                ).fetchone()
+            except Exception as exc:  # noqa: BLE001 - kept locked: converted later by this process, never twice
+                _log.error("otel-replay: cannot read the outcomes held in %s at close: %s", store.path, exc)
+                return
+            if held is not None:
+                return
+            fd, self._lock_fd = self._lock_fd, None
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    self.lock_path.unlink()
+                os.close(fd)
 
 
 _all: weakref.WeakSet[PendingOutcomes] = weakref.WeakSet()
@@ -319,10 +342,6 @@ def held_files(dataset: Path, names: Sequence[str]) -> set[str]:
     return logs | {name for name in candidates if name in names_held}
 
 
-_LOG_FILE = re.compile(r"wal-(?P<log>.+)-(?P<segment>\d{20}-[0-9a-f]{8})-\d{5}\.parquet")
-"""A file converted from a write-ahead log segment: ``wal-<log directory>-<segment id>-<chunk>.parquet``."""
-
-
 def _log_held(dataset: Path, names: Sequence[str]) -> set[str]:
     """The ``names`` converted from write-ahead log segments under ``<dataset>/_wal/`` that are still on disk.
 
@@ -336,49 +355,10 @@ def _log_held(dataset: Path, names: Sequence[str]) -> set[str]:
     with the listing ``names`` came from, taken first: a segment released
     after it is simply not held.
     """
-    held: set[str] = set()
-    if not any(name.startswith("wal-") for name in names):
-        return held
-    root = dataset / "_wal"
-    try:
-        logs = set(os.listdir(root))  # most files' logs are long gone: looked up here, not asked of the disk
-    except OSError:
-        return held
-    listed: dict[str, set[str]] = {}  # a log directory's segments on disk, listed once
-    for name in names:
-        if not name.startswith("wal-"):
-            continue
-        match = _LOG_FILE.fullmatch(name)
-        if match is None:
-            continue
-        log = match["log"]
-        if log not in logs:
-            continue
-        segments = listed.get(log)
-        if segments is None:
-            segments = listed[log] = _segments_on_disk(root / log)
-        if match["segment"] in segments:
-            held.add(name)
-    return held
+    return in_flight(dataset / "_wal", names)
 
 
-def _segments_on_disk(directory: Path) -> set[str]:
-    """The ids of the segments in the log ``directory``, and of those in its quarantine not yet salvaged."""
-    try:
-        found = {name[: -len(".wal")] for name in os.listdir(directory) if name.endswith(".wal")}
-    except OSError:  # no such log (its segments all released, or a receiver's --wal-dir elsewhere)
-        return set()
-    try:
-        quarantined = os.listdir(directory / "quarantine")
-    except OSError:
-        return found
-    reported = {name[: -len(".report.json")] for name in quarantined if name.endswith(".report.json")}
-    return found | {name[: -len(".wal")] for name in quarantined if name.endswith(".wal")} - reported
-
-
-def _bodies_table(
-    rows: Sequence[tuple[Any, Any, Any]], where: Path
-) -> tuple[pa.Table | None, list[Any], list[Any]]:
+def _bodies_table(rows: Sequence[tuple[Any, Any, Any]], where: Path) -> tuple[pa.Table | None, list[Any], list[Any]]:
     """The rows of the bodies that decode, the outcome ids converted and those whose bodies do not decode."""
     # Imported here for start-up cost: the OTLP classes and the span conversion load only when there is a body to
     # convert, not in every reader that opens the claim store to find nothing to recover.
@@ -433,8 +413,11 @@ def recover(store: Any) -> int:
         if instance == own:
             continue
         if not isinstance(instance, str) or not _SAFE.fullmatch(instance):
-            _log.error("otel-replay: outcomes held in %s under the instance %r are left there: not a name this "
-                       "code gives", store.path, str(instance)[:200])
+            _log.error(
+                "otel-replay: outcomes held in %s under the instance %r are left there: not a name this code gives",
+                store.path,
+                str(instance)[:200],
+            )
             continue
         lock = store.directory / WRITERS_DIR / f"{instance}.lock"
         try:
@@ -444,6 +427,11 @@ def recover(store: Any) -> int:
             continue
         if fd is None:
             continue  # its process is alive and converts them itself
+        if not _still_at(fd, lock):
+            # The file locked was unlinked since it was opened: its process let it go (or another recovery was
+            # done with it), and the process may be alive under a new lock file of this name, holding new rows.
+            os.close(fd)
+            continue
         try:
             written, left = _recover_instance(store, instance)
             rows += written
@@ -457,6 +445,15 @@ def recover(store: Any) -> int:
     return rows
 
 
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether the file open as ``fd`` is still the one at ``path`` (not unlinked or replaced since it was opened)."""
+    try:
+        held, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+
+
 def _recover_instance(store: Any, instance: str) -> tuple[int, int]:
     """Convert the rows of the dead ``instance``: named batches under their names, the rest under a new one.
 
@@ -466,9 +463,7 @@ def _recover_instance(store: Any, instance: str) -> tuple[int, int]:
     with store.lock:
         con = store.connection()
         try:
-            con.execute(
-                f"UPDATE {PENDING_TABLE} SET batch = ? WHERE instance = ? AND batch IS NULL", (fresh, instance)
-            )
+            con.execute(f"UPDATE {PENDING_TABLE} SET batch = ? WHERE instance = ? AND batch IS NULL", (fresh, instance))
             batches = [
                 row[0]
                 for row in con.execute(
@@ -482,16 +477,23 @@ def _recover_instance(store: Any, instance: str) -> tuple[int, int]:
     for batch in batches:
         if not isinstance(batch, str) or not _SAFE.fullmatch(batch):
             left += 1
-            _log.error("otel-replay: outcomes held in %s in the batch %r are left there: not a name this code gives",
-                       store.path, str(batch)[:200])
+            _log.error(
+                "otel-replay: outcomes held in %s in the batch %r are left there: not a name this code gives",
+                store.path,
+                str(batch)[:200],
+            )
             continue
         with store.lock:
             try:
-                held = store.connection().execute(
-                    f"SELECT outcome_id, decision_id, body FROM {PENDING_TABLE} WHERE instance = ? AND batch = ? "
-                    "ORDER BY outcome_id",
-                    (instance, batch),
-                ).fetchall()
+                held = (
+                    store.connection()
+                    .execute(
+                        f"SELECT outcome_id, decision_id, body FROM {PENDING_TABLE} WHERE instance = ? AND batch = ? "
+                        "ORDER BY outcome_id",
+                        (instance, batch),
+                    )
+                    .fetchall()
+                )
             except sqlite3.Error as exc:
                 raise store.error("read outcomes left by a process that died", exc) from exc
         table, keys, bad = _bodies_table(held, store.path)

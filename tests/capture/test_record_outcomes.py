@@ -16,6 +16,7 @@ import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
 from otel_replay.capture.recorder import set_recorder
 from otel_replay.errors import CaptureError, RecordNotFound
+from otel_replay.storage import outcome_claims
 from otel_replay.storage.outcome_claims import claim_outcome
 
 _SAME = ["name", "kind", "status_code", "record_source", "decision_type", "agent_id", "session_id"]
@@ -161,3 +162,25 @@ def test_a_batch_survives_its_process_being_killed_the_moment_it_returned(datase
     with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
         assert con.execute("SELECT count(*) FROM outcome_pending").fetchone()[0] == 30  # held, never in Parquet
     assert sorted(r["record_id"] for r in _outcome_rows(dataset)) == sorted(outcomes)  # recovered, each once
+
+
+def test_a_full_claim_store_fails_each_decision_of_a_batch_naming_that_decision_and_the_store(telemetry, dataset):
+    # The disk fills mid-transaction (SQLite's "database or disk is full", here through max_page_count): every
+    # decision of the batch fails, nothing claimed, and each failure names its own decision, not the batch's first.
+    tracer = DecisionTracer()
+    decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(12)]
+    tracer.record_outcome(decisions[0], True)
+    store = outcome_claims._store(str(dataset))
+    assert store._con is not None
+    pages = store._con.execute("PRAGMA page_count").fetchone()[0]
+    store._con.execute(f"PRAGMA max_page_count={pages}")
+    done = tracer.record_outcomes([(d, True) for d in decisions[1:]])
+    assert done.recorded == {} and sorted(done.failed) == sorted(decisions[1:])
+    for decision, failure in done.failed.items():
+        said = str(failure)
+        assert f"claims.sqlite3: cannot record the outcome of decision '{decision}'" in said, said
+        assert "disk is full" in said and "\n" not in said
+    store._con.execute("PRAGMA max_page_count=1073741823")  # room again: nothing was claimed for them
+    assert sorted(tracer.record_outcomes([(d, False) for d in decisions[1:]]).recorded) == sorted(decisions[1:])
+    assert telemetry.force_flush()
+    assert len(_outcome_rows(dataset)) == len(decisions)

@@ -345,6 +345,40 @@ def test_a_hostile_decision_id_is_claimed_exactly_once_and_apart_from_its_neighb
     assert not (dataset.parent / "etc").exists()
 
 
+def _one_short_line(message: str) -> None:
+    """A refusal fit for a log line: one line, no control characters, valid UTF-8, a few hundred characters."""
+    assert message.startswith("decision ") and message.isprintable() and len(message) < 1_000, message[:300]
+    message.encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "hostile", ["line one\nline two", "a\x00b", "z" * 100_000, "\x1b[2J\r"], ids=["newline", "nul", "100k", "escape"]
+)
+def test_every_refusal_of_a_hostile_decision_id_is_one_short_line(telemetry, dataset, hostile):
+    # The id goes into the message quoted and cut: a newline in it would forge a second log line, and 100k
+    # characters bury the reason. Refused in this tracer, in another (the claim store's), and in a batch.
+    tracer = DecisionTracer()
+    tracer.record_outcome(hostile, True)
+    for refuse in (tracer.record_outcome, DecisionTracer().record_outcome):
+        with pytest.raises(OutcomeAlreadyRecorded) as raised:
+            refuse(hostile, False)
+        _one_short_line(str(raised.value))
+    _one_short_line(str(DecisionTracer().record_outcomes([(hostile, False)]).failed[hostile]))
+    with pytest.raises(CaptureError) as malformed:
+        tracer.record_outcomes([(hostile, "yes")])
+    assert "\n" not in str(malformed.value) and len(str(malformed.value)) < 1_000
+    with otel_replay.open(dataset) as store, pytest.raises(RecordNotFound) as missing:
+        DecisionTracer(store=store).record_outcome(hostile + "-never-decided", True)
+    assert "\n" not in str(missing.value) and len(str(missing.value)) < 1_000
+
+
+def test_a_refusal_of_a_decision_id_with_a_lone_surrogate_can_be_logged(dataset):
+    claim_outcome(dataset, "\ud800 lone surrogate", "o-1", True)
+    with pytest.raises(OutcomeAlreadyRecorded) as raised:
+        claim_outcome(dataset, "\ud800 lone surrogate", "o-2", True)
+    _one_short_line(str(raised.value))
+
+
 @pytest.mark.slow
 def test_5000_outcomes_leave_three_files_in_the_outcomes_directory(telemetry, dataset):
     tracer = DecisionTracer()

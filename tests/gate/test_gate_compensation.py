@@ -440,27 +440,6 @@ def test_a_compensation_recorded_in_the_dataset_leaves_verify_ok(dataset, monkey
     assert report.ok and report.problems == [] and report.unknown_commits == []
 
 
-@pytest.mark.parametrize(
-    "receipt",
-    [
-        {"receipt_id": "r-1"},
-        {"receipt_id": 7},
-        {"id": "ch_1"},
-        {"receipt_id": None, "id": "x"},
-        "r-2",
-        12,
-        [1, 2],
-        {"amount": "4200.00", "at": "2026-11-30"},
-        {"receipt_id": True},
-    ],
-)
-def test_verify_names_a_stored_receipt_as_the_gate_does(receipt):
-    from otel_replay.gate.receipts import receipt_id_of
-    from otel_replay.query.verify import _receipt_id
-
-    assert _receipt_id(receipt) == receipt_id_of(receipt)
-
-
 def test_a_compensation_a_live_process_wrote_ahead_and_has_not_yet_converted_is_not_a_problem_of_verify(
     dataset, monkeypatch
 ):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -71,3 +71,30 @@ def keys(s3: Any, bucket: str, prefix: str = "") -> list[str]:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         found.extend(item["Key"] for item in page.get("Contents", []))
     return sorted(found)
+
+
+def losing_the_first_response(real: Callable[[Any], Any], part: str) -> Callable[[Any], Any]:
+    """``objects.client`` whose first PUT to a key holding ``part`` reaches the bucket but whose response is lost.
+
+    The PUT is sent for real, then the read times out: botocore retries it, and the retry (conditional, as every
+    claim's PUT is) finds the object its own first attempt stored.
+    """
+    # Imported here: boto3 and botocore are optional (importorskip above), and only these tests need the two.
+    from botocore.exceptions import ReadTimeoutError
+    from botocore.httpsession import URLLib3Session
+
+    lost: list[int] = []
+
+    def client(location: Any) -> Any:
+        s3 = real(location)
+
+        def lose_the_response(request: Any, **_: Any) -> None:
+            if lost or part not in request.url:
+                return
+            lost.append(URLLib3Session().send(request).status_code)
+            raise ReadTimeoutError(endpoint_url=request.url)
+
+        s3.meta.events.register("before-send.s3.PutObject", lose_the_response)
+        return s3
+
+    return client

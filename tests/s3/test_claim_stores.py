@@ -25,8 +25,9 @@ from otel_replay.gate.claim_stores import (
 )
 from otel_replay.gate.claims import ClaimState, CompensationClaims
 from otel_replay.location import resolve
+from otel_replay.storage import objects
 
-from .conftest import keys
+from .conftest import keys, losing_the_first_response
 
 KEY = "c" * 32
 
@@ -154,3 +155,23 @@ def test_an_object_claim_changed_since_it_was_read_is_not_overwritten(bucket: st
     assert '"failed"' in (theirs.read(KEY)[0] or "")
     mine.release(claim)
     assert keys(s3, bucket, "traces/.locks/") == []
+
+
+@pytest.mark.parametrize("final", [False, True], ids=["claiming", "finishing"])
+def test_an_object_claim_whose_write_was_stored_but_whose_response_was_lost_is_still_this_claimants(
+    bucket: str, monkeypatch: pytest.MonkeyPatch, final: bool
+) -> None:
+    # The retried PUT finds the claim changed, by this claimant's own first attempt: that is no other claimant
+    # taking over (which would refuse a compensation no one else is making), and the next write goes on from it.
+    uri = f"s3://{bucket}/traces"
+    monkeypatch.setattr(objects, "client", losing_the_first_response(objects.client, f"/_compensations/{KEY}.json"))
+    store = _store(uri)
+    claim = store.lock(KEY)
+    assert claim is not None
+    try:
+        store.write(claim, b'{"state": "claimed", "claimant": "me"}', final=final)
+        assert store.read(KEY) == ('{"state": "claimed", "claimant": "me"}', claim.etag)
+        store.write(claim, b'{"state": "done", "claimant": "me"}', final=False)
+        assert store.read(KEY)[0] == '{"state": "done", "claimant": "me"}'
+    finally:
+        store.release(claim)

@@ -396,11 +396,8 @@ def test_appends_queued_during_an_fsync_share_one_write_and_one_fsync(
     assert stored[0] == b"\x0afirst" and sorted(stored[1:]) == sorted(records)
 
 
-def _append_while_the_first_syncs(
-    wal: WriteAheadLog, batch: list[bytes], started: Callable[[], bool]
-) -> dict[bytes, str]:
-    """Append a first record on a thread, then ``batch`` a thread each once ``started()``; each one's outcome."""
-    outcome: dict[bytes, str] = {}
+def _appender(wal: WriteAheadLog, outcome: dict[bytes, str]) -> Callable[[bytes], None]:
+    """A function appending a record to ``wal`` that notes in ``outcome`` whether it was durable or the error."""
 
     def append(record: bytes) -> None:
         try:
@@ -408,6 +405,17 @@ def _append_while_the_first_syncs(
             outcome[record] = "durable"
         except OSError as exc:
             outcome[record] = exc.strerror or ""
+
+    return append
+
+
+def _append_while_the_first_syncs(
+    wal: WriteAheadLog, batch: list[bytes], started: Callable[[], bool]
+) -> dict[bytes, str]:
+    """Append a first record on a thread, then ``batch`` a thread each once ``started()``; each one's outcome."""
+    outcome: dict[bytes, str] = {}
+
+    append = _appender(wal, outcome)
 
     first = threading.Thread(target=append, args=(b"\x0afirst",))
     first.start()
@@ -660,12 +668,7 @@ def test_a_failed_fsync_while_closing_fails_the_records_it_was_to_cover_and_keep
     failed = _eio_on_the_seal(monkeypatch)
     outcome: dict[bytes, str] = {}
 
-    def append(record: bytes) -> None:
-        try:
-            wal.append(record)
-            outcome[record] = "durable"
-        except OSError as exc:
-            outcome[record] = exc.strerror or ""
+    append = _appender(wal, outcome)
 
     def close() -> None:
         try:

@@ -134,3 +134,35 @@ def test_a_store_removed_by_hand_after_the_directory_settled_is_not_written_thro
     second = tracer.decision("agent", "approve", "after")
     tracer.record_outcome(second, True)
     assert _rows(dataset, "SELECT decision_id FROM outcome_claims") == [(second,)]  # in the file at that path now
+
+
+def test_an_older_claim_file_expired_as_a_batch_finds_it_leaves_no_claim_without_its_outcome(
+    telemetry, dataset, monkeypatch
+):
+    # A batch finds an older version's claim file for a decision, and retention deletes the file the moment after.
+    # Refused (the file was there) or claimed with its outcome held, either is right; claimed without its outcome
+    # and then refused by that very claim is not: the decision could never get an outcome.
+    tracer = DecisionTracer()
+    tracer.record_outcome(tracer.decision("agent", "approve", "the store exists"), True)
+    later = tracer.decision("agent", "approve", "claimed by an older version")
+    old = dataset / "_outcomes" / f"{later}.json"
+    old.write_text('{"claimant": "pid 42 on old-host", "outcome_id": "o-old"}')
+    real = os.path.lexists
+
+    def seen_then_expired(path: str) -> bool:
+        found = real(path)
+        if found and os.fspath(path) == str(old):
+            old.unlink()  # retention expires it right after it was seen
+        return found
+
+    outcome_id, hold = _hold(later)
+    monkeypatch.setattr(os.path, "lexists", seen_then_expired)
+    (answer,) = claim_outcomes(dataset, [(later, outcome_id, True, hold)])
+    monkeypatch.setattr(os.path, "lexists", real)
+    claimed = _rows(dataset, f"SELECT outcome_id FROM outcome_claims WHERE decision_id = '{later}'")
+    held = _rows(dataset, f"SELECT outcome_id FROM outcome_pending WHERE decision_id = '{later}'")
+    if isinstance(answer, OutcomeClaim):
+        assert claimed == held == [(outcome_id,)]
+    else:
+        assert isinstance(answer, OutcomeAlreadyRecorded) and f"_outcomes/{later}.json" in str(answer), answer
+        assert claimed == held == []

@@ -21,7 +21,7 @@ import pytest
 import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
 from otel_replay.errors import ConfigError, DatasetError
-from otel_replay.storage import compact, outcome_claims
+from otel_replay.storage import compact, outcome_claims, outcome_log
 
 from .._support import Zygote
 
@@ -303,6 +303,59 @@ def test_threads_sharing_transactions_each_get_their_own_answer(dataset):
     assert _pending(dataset) == []
 
 
+class _Interrupted(BaseException):
+    """What a signal handler or a timeout library raises in a thread: no ``Exception``, so nothing catches it."""
+
+
+def test_a_transaction_leader_interrupted_before_it_began_leaves_the_outcomes_it_held_failed_not_pending(dataset):
+    # Two threads' outcomes go in one transaction, led by whichever thread takes the store first; the leader is
+    # interrupted before the transaction begins. The other thread's outcome was in the leader's hands: it must fail
+    # with an error saying so (nothing claimed), never be answered as recorded, nor stumble on an empty batch.
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600) as telemetry:
+        tracer = DecisionTracer()
+        decisions = [tracer.decision("agent", "approve", f"r{i}") for i in range(3)]
+        assert telemetry.force_flush()
+        tracer.record_outcome(decisions[0], True)  # the store and its writer lock exist
+        store = outcome_claims._store(str(dataset))
+        answers: dict[str, BaseException | str] = {}
+
+        def record(decision: str) -> None:
+            try:
+                answers[decision] = DecisionTracer().record_outcome(decision, True).record_id
+            except BaseException as exc:  # noqa: BLE001 - the answer under test
+                answers[decision] = exc
+
+        real = outcome_log.PendingOutcomes.instance_for_insert
+        interrupted: list[bool] = []
+
+        def interrupt_once(pending: outcome_log.PendingOutcomes) -> str:
+            if not interrupted:
+                interrupted.append(True)
+                raise _Interrupted
+            return real(pending)
+
+        threads = [threading.Thread(target=record, args=(d,)) for d in decisions[1:]]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(outcome_log.PendingOutcomes, "instance_for_insert", interrupt_once)
+            with store.lock:  # both requests queue before either thread leads
+                for thread in threads:
+                    thread.start()
+                deadline = time.monotonic() + 60
+                while len(store._queue) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            for thread in threads:
+                thread.join()
+        kinds = sorted(type(answers[d]).__name__ for d in decisions[1:])
+        assert kinds == ["DatasetError", "_Interrupted"], answers
+        said = next(str(a) for a in answers.values() if isinstance(a, DatasetError))
+        assert "interrupted" in said and "\n" not in said
+        with _db(dataset) as con:
+            assert con.execute("SELECT decision_id FROM outcome_claims").fetchall() == [(decisions[0],)]
+        again = [tracer.record_outcome(d, False).record_id for d in decisions[1:]]  # nothing was claimed for them
+        assert telemetry.force_flush()
+    assert len(_stored_outcomes(dataset)) == 3 and set(again) <= set(_stored_outcomes(dataset))
+
+
 def test_compaction_before_recovery_never_makes_a_dead_processes_held_outcome_appear_twice(dataset, zygote):
     # The process dies after writing its batch's Parquet file and before forgetting the rows: they are still held.
     # A compaction (old files deleted at once) runs before any recovery; the recovery that follows writes the batch
@@ -389,3 +442,91 @@ def test_a_store_whose_pending_table_was_made_without_rowid_is_turned_into_a_row
         later = tracer.record_outcome(tracer.decision("agent", "approve", "later"), False).record_id
         assert telemetry.force_flush()
     assert _stored_outcomes(dataset) == sorted([*outcomes, later])
+
+
+def test_an_outcome_recorded_as_another_pipeline_closes_keeps_the_writer_lock_and_is_stored_once(dataset, zygote):
+    # Two pipelines on one dataset share this process's claim store. One shuts down while a thread records through
+    # the other, and the outcome commits after the closing conversion, before the writer lock is dropped. The row is
+    # this live process's to write: dropped, its lock lets another process's recovery write it, a compaction merge
+    # that file, and this process write its batch again -- the outcome stored twice.
+    closing = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+    try:
+        tracer = DecisionTracer()
+        first, second = (tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(2))
+        assert telemetry.force_flush()
+        outcomes = [tracer.record_outcome(first, True).record_id]
+        real = outcome_log.PendingOutcomes.convert
+
+        def convert_then_record(pending: outcome_log.PendingOutcomes) -> int:
+            written = real(pending)
+            if len(outcomes) == 1:  # the thread's outcome lands right after the closing conversion
+                outcomes.append(tracer.record_outcome(second, False).record_id)
+            return written
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(outcome_log.PendingOutcomes, "convert", convert_then_record)
+            closing.shutdown()
+        assert [outcome for outcome, _ in _pending(dataset)] == [outcomes[1]]
+        (dataset / "_outcomes" / "writers" / "4242-0badc0de.lock").touch()  # another process holds outcomes here
+        _child(zygote, dataset, "telemetry.shutdown()")  # its configure() runs a recovery
+        compact(dataset, grace_seconds=0)  # what it merges is deleted at once
+        assert telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    assert _stored_outcomes(dataset) == sorted(outcomes)
+    assert _pending(dataset) == []
+
+
+def test_a_recovery_that_opened_a_writer_lock_just_before_its_process_let_it_go_leaves_the_next_lock_alone(
+    dataset, zygote
+):
+    # A recovery opens a live process's lock file; the process converts everything, drops its lock (unlinking
+    # the file) and, still alive, records again under a new lock file of the same name. The recovery's lock on
+    # the old, unlinked file then succeeds: taken for the process's, it would write the live process's new row
+    # (and unlink its new lock file), a compaction merge that file, and the process write its batch again.
+    opened, go = dataset.parent / "opened", dataset.parent / "go"
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+    tracer = DecisionTracer()
+    first, second = (tracer.decision("agent", "approve", f"r{i}", correlation_id="loan-1") for i in range(2))
+    assert telemetry.force_flush()
+    outcomes = [tracer.record_outcome(first, True).record_id]
+    recovery = zygote.popen(
+        textwrap.dedent(f"""
+            import fcntl, os, time
+            import otel_replay
+            from otel_replay.storage import outcome_log
+            def open_then_lock(path, **_):  # the recovery opens the file, and locks it once the process let go
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                open({str(opened)!r}, "w").close()
+                while not os.path.exists({str(go)!r}):
+                    time.sleep(0.01)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    return None
+                return fd
+            outcome_log.try_lock = open_then_lock
+            otel_replay.open({str(dataset)!r}).close()
+        """)
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert opened.exists(), recovery.communicate(timeout=60)
+        telemetry.shutdown()  # everything converted: the lock is dropped
+        telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=600)
+        outcomes.append(tracer.record_outcome(second, False).record_id)  # held again, under a new lock file
+        go.write_text("go")
+        _, err = recovery.communicate(timeout=120)
+        assert recovery.returncode == 0, err
+        assert [outcome for outcome, _ in _pending(dataset)] == [outcomes[1]]  # still this live process's
+        compact(dataset, grace_seconds=0)
+        assert telemetry.force_flush()
+    finally:
+        go.write_text("go")
+        telemetry.shutdown()
+    assert _stored_outcomes(dataset) == sorted(outcomes)
+    assert _pending(dataset) == []
