@@ -561,6 +561,9 @@ class HeldRecord:
         self._attributes, self._links, self._chain = attributes, links, chain
         self.ref: SpanRef | None = None
         self.seal: Seal | None = None
+        self.write_order: Any = getattr(recorder.pipeline, "write_order", None)
+        """The pipeline's write order (see :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`): a store
+        seals the record and commits it holding it, so no gate record sealed after it is durable before it."""
         # Here, in the caller's thread: the span's parent is the caller's current span (the store may seal the
         # record on another thread, committing several callers' records at once).
         self._parent, self._context = record_context(recorder.tracer)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import socket
@@ -46,6 +47,8 @@ __all__ = [
     "shown_id",
     "sync_outcomes",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 BUSY_SECONDS = 60.0
@@ -608,53 +611,58 @@ class OutcomeClaimStore:
             unbegun = exc
             fail_all(lambda request: self.error(doing(request), unbegun))
             return
-        stored: list[_Request] = []
+        orders = _write_orders(batch)  # no gate record sealed after these is queued in a log before they commit
         try:
-            # A refused request takes no link of the chain: its claim is known to be ours before it is sealed. For
-            # a few requests each claim is inserted alone (a refusal aborts that statement only, the transaction goes
-            # on); for more, who holds a claim already is read first, inside the transaction (its write lock keeps
-            # others from claiming meanwhile), and the rows go in one statement per table (a savepoint and a statement
-            # per request cost more than the rows themselves).
-            alone = len(batch) < _ALONE
-            taken = set() if alone else self._taken(con, batch)
-            mine: dict[str | bytes, _Request] = {}  # claimed in this transaction, by key
-            for request in batch:
-                key = request.key
-                try:
-                    if key in taken or key in mine:
-                        raise sqlite3.IntegrityError(key)
-                    if alone:
-                        con.execute(_INSERT, request.row)
-                except sqlite3.IntegrityError:
-                    first = mine.get(key)
-                    held = self._held(con, key) if first is None else _held_by(first.row)
-                    remedy = f"delete its row from {_TABLE}"
-                    request.failure = refusal_of(request.decision_id, str(self.path), held, remedy)
-                    continue
-                try:
-                    request.span, request.body = request.hold()  # sealed once the claim is known to be ours
-                except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
-                    if alone:
-                        con.execute(f"DELETE FROM {_TABLE} WHERE decision_id = ?", (key,))  # its claim goes back
-                    request.failure = exc
-                    continue
-                mine[key] = request
-                stored.append(request)
-            if stored:
-                if not alone:
-                    con.executemany(_INSERT, [r.row for r in stored])
-                batch_name = pending.batch
-                con.executemany(INSERT_PENDING, [(r.row[1], r.key, instance, batch_name, r.body) for r in stored])
-            con.execute("COMMIT")
-        except BaseException as exc:
-            with contextlib.suppress(sqlite3.Error):
-                con.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):  # none of them claimed
-                error = exc
-                fail_all(lambda request: self.error(doing(request), error))
-            else:
-                fail_all(exc)
-            return
+            stored: list[_Request] = []
+            try:
+                # A refused request takes no link of the chain: its claim is known to be ours before it is sealed.
+                # For a few requests each claim is inserted alone (a refusal aborts that statement only, the
+                # transaction goes on); for more, who holds a claim already is read first, inside the transaction
+                # (its write lock keeps others from claiming meanwhile), and the rows go in one statement per table
+                # (a savepoint and a statement per request cost more than the rows themselves).
+                alone = len(batch) < _ALONE
+                taken = set() if alone else self._taken(con, batch)
+                mine: dict[str | bytes, _Request] = {}  # claimed in this transaction, by key
+                for request in batch:
+                    key = request.key
+                    try:
+                        if key in taken or key in mine:
+                            raise sqlite3.IntegrityError(key)
+                        if alone:
+                            con.execute(_INSERT, request.row)
+                    except sqlite3.IntegrityError:
+                        first = mine.get(key)
+                        held = self._held(con, key) if first is None else _held_by(first.row)
+                        remedy = f"delete its row from {_TABLE}"
+                        request.failure = refusal_of(request.decision_id, str(self.path), held, remedy)
+                        continue
+                    try:
+                        request.span, request.body = request.hold()  # sealed once the claim is known to be ours
+                    except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
+                        if alone:
+                            con.execute(f"DELETE FROM {_TABLE} WHERE decision_id = ?", (key,))  # its claim goes back
+                        request.failure = exc
+                        continue
+                    mine[key] = request
+                    stored.append(request)
+                if stored:
+                    if not alone:
+                        con.executemany(_INSERT, [r.row for r in stored])
+                    batch_name = pending.batch
+                    con.executemany(INSERT_PENDING, [(r.row[1], r.key, instance, batch_name, r.body) for r in stored])
+                con.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):  # none of them claimed
+                    error = exc
+                    fail_all(lambda request: self.error(doing(request), error))
+                else:
+                    fail_all(exc)
+                return
+        finally:
+            for order in orders:
+                order.release()
         self._committed += 1
         for request in stored:
             request.ticket = self._committed
@@ -708,3 +716,39 @@ class OutcomeClaimStore:
                 return con.execute(f"DELETE FROM {_TABLE} WHERE claimed_ns < ?", (before_ns,)).rowcount
             except sqlite3.Error as exc:
                 raise self.error("delete expired claims", exc) from exc
+
+
+_ORDER_WAIT = 10.0
+"""Seconds a store waits at most for a pipeline's write order before sealing outcomes without it (logged)."""
+
+
+def _write_orders(batch: list[_Request]) -> list[Any]:
+    """The write orders of the pipelines ``batch``'s records are sealed for, taken (release each when done).
+
+    An outcome takes its chain position when sealed here and is durable once
+    the transaction commits; a gate record sealed on another thread in
+    between and made durable first would leave, after a crash, a chain in
+    which the outcome reads as deleted. So the records are sealed and
+    committed holding each pipeline's write order (see
+    :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`), as gate
+    records are sealed and queued. A write order held for longer than
+    :data:`_ORDER_WAIT` (a span processor of the user's that records an
+    outcome as a commit's span ends, waiting on this thread) is passed by,
+    logged, rather than waited on for good.
+    """
+    found: dict[int, Any] = {}
+    for request in batch:
+        order = getattr(request.hold, "write_order", None)
+        if order is not None:
+            found.setdefault(id(order), order)
+    taken = []
+    for _, order in sorted(found.items()):
+        if order.acquire(timeout=_ORDER_WAIT):
+            taken.append(order)
+        else:
+            _log.warning(
+                "otel-replay: outcomes sealed without their pipeline's write order (held over %.0f s): a crash "
+                "before they commit could make verify read them as deleted",
+                _ORDER_WAIT,
+            )
+    return taken
