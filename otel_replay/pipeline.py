@@ -192,8 +192,11 @@ class Telemetry:
             return False
         # Under the write order: a write-ahead that took the held records has queued them in the log (which the
         # seal below makes durable) before the flush begins, so none is left out of a flush that returns True.
+        # The outcomes are flushed after it: their store seals and commits holding its own lock, then the write
+        # order (claim_store._write_orders); taking that lock under the write order here would stall both.
         with self.write_order or contextlib.nullcontext():
-            return self._force_flush(timeout_millis)
+            ok = self._force_flush(timeout_millis)
+        return self._flush_outcomes() and ok
 
     def _force_flush(self, timeout_millis: int) -> bool:
         ok = self.provider.force_flush(timeout_millis)
@@ -204,12 +207,16 @@ class Telemetry:
             except Exception as exc:  # noqa: BLE001 - still in the log, converted later; reported as a failed flush
                 _log.error("otel-replay: converting the write-ahead log %s failed: %s", self.log.directory, exc)
                 return False
+        return ok
+
+    def _flush_outcomes(self) -> bool:
+        """The outcomes this process holds beside their claims, written to Parquet; ``False`` when that failed."""
         try:
             flush_outcomes(self.dataset)  # outcomes held beside their claims: to Parquet too
         except Exception as exc:  # noqa: BLE001 - still held in the claim store, converted later; a failed flush
             _log.error("otel-replay: writing the outcomes held in %s failed: %s", self.dataset, exc)
             return False
-        return ok
+        return True
 
     def shutdown(self) -> None:
         """Flush everything, stop the pipeline and restore the recorder that was current before.

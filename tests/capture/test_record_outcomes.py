@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -16,7 +17,7 @@ import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
 from otel_replay.capture.recorder import set_recorder
 from otel_replay.errors import CaptureError, RecordNotFound
-from otel_replay.storage import outcome_claims
+from otel_replay.storage import claim_store, outcome_claims
 from otel_replay.storage.outcome_claims import claim_outcome
 
 _SAME = ["name", "kind", "status_code", "record_source", "decision_type", "agent_id", "session_id"]
@@ -184,3 +185,52 @@ def test_a_full_claim_store_fails_each_decision_of_a_batch_naming_that_decision_
     assert sorted(tracer.record_outcomes([(d, False) for d in decisions[1:]]).recorded) == sorted(decisions[1:])
     assert telemetry.force_flush()
     assert len(_outcome_rows(dataset)) == len(decisions)
+
+
+def test_a_flush_racing_an_outcome_commit_stalls_neither_and_seals_it_in_order(telemetry, dataset, monkeypatch, caplog):
+    # The store's committing thread holds its lock, then takes the pipeline's write order to seal and commit; a
+    # force_flush() took the write order, then the store's lock to write the held outcomes: each waited for the
+    # other until the store gave up on the write order (logged) and sealed without it.
+    monkeypatch.setattr(claim_store, "_ORDER_WAIT", 2.0)
+    order = telemetry._ahead.write_order
+    flushing, in_transaction = threading.Event(), threading.Event()
+
+    class Watched:  # the write order, saying when the flush holds it
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            taken = order.acquire(blocking, timeout)
+            if threading.current_thread() is threading.main_thread():
+                flushing.set()
+            return taken
+
+        def release(self) -> None:
+            order.release()
+
+        def __enter__(self) -> bool:
+            return self.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            order.release()
+
+    telemetry._ahead.write_order = Watched()
+    real_orders = claim_store._write_orders
+
+    def orders_once_the_flush_holds_the_order(batch):  # inside the store's transaction, holding its lock
+        in_transaction.set()
+        assert flushing.wait(30)
+        return real_orders(batch)
+
+    tracer = DecisionTracer()
+    first = tracer.record_outcome(tracer.decision("agent", "approve", "r0", correlation_id="loan-0"), True)
+    monkeypatch.setattr(claim_store, "_write_orders", orders_once_the_flush_holds_the_order)
+    decision = tracer.decision("agent", "approve", "r1", correlation_id="loan-1")
+    recorded: list[object] = []
+    worker = threading.Thread(target=lambda: recorded.append(tracer.record_outcome(decision, True)))
+    with caplog.at_level("WARNING"):
+        worker.start()
+        assert in_transaction.wait(30)
+        assert telemetry.force_flush()
+        worker.join(30)
+    assert not worker.is_alive() and len(recorded) == 1
+    assert "without their pipeline's write order" not in caplog.text
+    assert telemetry.force_flush()
+    assert sorted(r["record_id"] for r in _outcome_rows(dataset)) == sorted([first.record_id, recorded[0].record_id])
