@@ -85,15 +85,6 @@ class Telemetry:
         """The lock a durable record is sealed and queued under (see :class:`WriteAheadProcessor`); ``None``: no log."""
         return self._ahead.write_order if self._ahead is not None and self.log is not None else None
 
-    def write_ahead(self, span_id: int) -> bool:
-        """Append the claimed, ended span ``span_id`` to the write-ahead log; ``True`` once it is fsynced.
-
-        ``False`` when it could not be (logged): the span is then handed to
-        the batch queue after all, to reach Parquet the usual way.
-        """
-        pending = self.queue_claimed(span_id)
-        return pending is not None and self.wait_logged(pending)
-
     def queue_claimed(self, span_id: int) -> Pending | None:
         """:meth:`queue_span` for the claimed, ended span ``span_id``; ``None`` when it is not held here.
 
@@ -108,31 +99,23 @@ class Telemetry:
             return taken
         return self.queue_span(taken)
 
-    def log_span(self, span: ReadableSpan) -> bool:
-        """Append the ended ``span`` to the write-ahead log; ``True`` once it is fsynced.
-
-        Every record this process sealed before it is made durable first: the
-        record spans held since the last append go into the same log record
-        (one fsync), and when some went to the batch queue instead (before
-        the first append, or released as too old or too many; see
-        :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`) the
-        queue and the exporter are flushed to Parquet before it. So a
-        durable gate record is never preceded in its chain by a record a
-        crash could still take (which ``verify`` would read as deleted).
-
-        ``False`` when any of it could not be done (logged): the span and
-        the held ones are handed to the batch queue instead, to reach Parquet
-        the usual way.
-        """
-        return self.wait_logged(self.queue_span(span))
-
     def queue_span(self, span: ReadableSpan) -> Pending:
-        """The first half of :meth:`log_span`: all of it but waiting for the fsync.
+        """Queue the ended ``span`` in the write-ahead log; :meth:`wait_logged` then waits for its fsync.
+
+        Every record this process sealed before it goes first: the record
+        spans held since the last append go into the same log record (one
+        fsync), and when some went to the batch queue instead (before the
+        first append, or released as too old or too many; see
+        :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`) the
+        queue and the exporter are flushed to Parquet before it. So a durable
+        gate record is never preceded in its chain by a record a crash could
+        still take (which ``verify`` would read as deleted).
 
         Called holding :attr:`write_order` from before the record's seal, so
         durable records are queued (and so made durable) in chain order; the
-        wait (:meth:`wait_logged`) is outside it, so concurrent commits still
-        share an fsync.
+        wait is outside it, so concurrent commits still share an fsync. What
+        could not be done is in the answer, for :meth:`wait_logged` to log and
+        hand back.
         """
         assert self._ahead is not None and self.log is not None
         ahead = self._ahead
@@ -151,7 +134,11 @@ class Telemetry:
             return Pending(spans, None, exc)
 
     def wait_logged(self, pending: Pending) -> bool:
-        """The second half of :meth:`log_span`: ``True`` once the queued record is fsynced; else logged, handed back."""
+        """``True`` once the record :meth:`queue_span` queued is fsynced.
+
+        ``False`` when it was not queued or its fsync failed: logged, and its
+        spans handed to the batch queue, to reach Parquet the usual way.
+        """
         assert self._ahead is not None and self.log is not None
         spans, queued, error = pending
         if queued is not None:

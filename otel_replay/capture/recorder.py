@@ -522,8 +522,7 @@ class Recorder:
         made directly: same ids, same stored bytes, a fraction of the CPU.
         """
         pipeline = self._pipeline
-        log_span = getattr(pipeline, "log_span", None)
-        if log_span is None or pipeline.closed:  # type: ignore[union-attr]
+        if getattr(pipeline, "queue_span", None) is None or pipeline.closed:  # type: ignore[union-attr]
             return None
         tracer = self.tracer
         if not bare_tracer(tracer, getattr(pipeline, "bare_processors", None), attributes, links):
