@@ -23,6 +23,7 @@ SDK keeps as they are). Anything else takes the SDK's path.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,7 +73,14 @@ def _static(tracer: Any) -> bool:
     return all(hasattr(tracer, name) for name in ("_instrumentation_scope", "_is_enabled", "id_generator"))
 
 
-_checked: dict[int, tuple[Any, bool]] = {}  # id(tracer) -> (the tracer, whether its static checks passed)
+_checked: dict[int, tuple[weakref.ref[Any], bool]] = {}
+"""id(tracer) -> (a weak reference to the tracer, whether its static checks passed).
+
+Weak: a tracer holds its provider's span processors, and through them the
+pipeline :func:`otel_replay.configure` made (its recorder's sink of up to
+10,000 records, its log): a strong reference here kept every pipeline that
+once wrote ahead alive after its ``shutdown()``, up to 64 of them.
+"""
 
 
 def bare_tracer(
@@ -83,13 +91,13 @@ def bare_tracer(
     ``processors``: the span processors the pipeline set up (the provider's
     tuple when it was made); any other processor added since, and this answers ``False``.
     """
-    if links or processors is None:
+    if links or processors is None or tracer.__class__ is not SdkTracer:  # (an SDK tracer can be weakly referred to)
         return False
     kept = _checked.get(id(tracer))
-    if kept is None or kept[0] is not tracer:
+    if kept is None or kept[0]() is not tracer:  # not seen, or another tracer that had its id
         if len(_checked) > 64:  # a process has a tracer or two: a runaway number is not all kept
             _checked.clear()
-        kept = _checked[id(tracer)] = (tracer, _static(tracer))
+        kept = _checked[id(tracer)] = (weakref.ref(tracer), _static(tracer))
     if not kept[1]:
         return False
     if getattr(tracer.span_processor, "_span_processors", None) is not processors or not tracer._is_enabled():

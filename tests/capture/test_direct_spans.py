@@ -287,3 +287,27 @@ def test_a_record_span_keeps_no_more_texts_than_its_bound(tmp_path, monkeypatch)
         assert len(log_encoding._repeats) == log_encoding._REPEATS_KEPT
     finally:
         telemetry.shutdown()
+
+
+def test_a_pipeline_that_wrote_ahead_is_freed_once_shut_down_and_replaced(tmp_path):
+    """Which tracers may have their record spans built here is remembered without keeping a tracer (or its pipeline).
+
+    A tracer holds its provider's span processors and, through them, the
+    pipeline: its recorder's sink of up to 10,000 records and its log.
+    """
+    import gc
+    import weakref
+
+    telemetry = otel_replay.configure(tmp_path / "ds", set_global=False)
+    gate = otel_replay.ActionGate(otel_replay.ReferenceLedger(balance=10.0), dataset=tmp_path / "ds")
+    gate.commit(otel_replay.Action("refund", {"order": "o-1"}, cost=1.0))
+    assert telemetry.log is not None and telemetry.log.appended == 2  # an intent and a commit record, written ahead
+    telemetry.shutdown()
+    gone = weakref.ref(telemetry)
+    del telemetry, gate
+    later = otel_replay.configure(tmp_path / "other", set_global=False)  # the recorder in use is the new one's
+    try:
+        gc.collect()
+        assert gone() is None
+    finally:
+        later.shutdown()
