@@ -33,6 +33,15 @@ that many processes at once, all on one dataset (each process its own
 commits/s of all of them, each count in turn in the same run (what agents in
 several processes reach where one interpreter's GIL binds).
 
+``--split`` instead shows where a trade's CPU goes, on one thread, gated and
+ungated alternately (``--rounds`` each): the agent thread's CPU by stage
+(``time.thread_time()`` brackets around the named functions, inclusive, so
+nested stages overlap; the brackets add their own cost, shown as the bracketed
+trade against an unbracketed round), the cyclic GC's share on the agent
+thread (``gc.callbacks``), and the process's CPU by thread (Linux
+``/proc/self/task``: the agent, the log's converter, the exporter, the
+shutdown's conversion).
+
 Prints figures; asserts nothing. Targets (issue 20): a gated trade <= 2x an
 ungated one single-threaded; 8 threads >= 5,000 durable commits/s; <= 10
 Parquet files for 2,000 gated trades with default settings.
@@ -50,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -257,6 +267,169 @@ def fleet(trades_total: int, threads: int, processes: int) -> tuple[float, float
         return total / elapsed, sum(r["cpu"] for r in found) / total
 
 
+_STAGES = (
+    # (module, owner in it or "", function, label): inclusive, so a stage's figure includes those nested in it
+    ("otel_replay.capture.audit", "_AuditBlock", "__enter__", "audit(): enter"),
+    ("otel_replay.capture.audit", "Decision", "read", "audit(): d.read()"),
+    ("otel_replay.capture.audit", "Decision", "model", "audit(): d.model()"),
+    ("otel_replay.capture.audit", "Decision", "act", "audit(): d.act()"),
+    ("otel_replay.capture.audit", "_AuditBlock", "__exit__", "audit(): exit (the decision sealed, its span ended)"),
+    ("otel_replay.gate.gate", "ActionGate", "commit", "gate.commit()"),
+    ("otel_replay.gate.gate", "ActionGate", "_intent", "  the intent (sealed, fsynced)"),
+    ("otel_replay.capture.audit", "Decision", "_as_acted", "    the decision copied into it"),
+    ("otel_replay.records", "GateRecord", "to_attributes", "    GateRecord.to_attributes (both records)"),
+    ("otel_replay.gate.gate", "ActionGate", "_remember", "  the receipt's stored form and id"),
+    ("otel_replay.gate.gate", "ActionGate", "_record", "  the commit record (sealed, fsynced)"),
+    ("otel_replay.capture.recorder", "Recorder", "_direct", "  a durable record's span, seal, queue, wait (both)"),
+    ("otel_replay.integrity", "Chain", "seal", "    seals (all three records)"),
+    ("otel_replay.pipeline", "Telemetry", "queue_span", "    queued: held records taken, encoded, kept, queued"),
+    ("otel_replay.capture.log_encoding", "RequestEncoder", "encode", "      the log's OTLP encoding"),
+    ("otel_replay.capture.kept_spans", "KeptSpans", "keep", "      kept for the conversion"),
+    ("otel_replay.pipeline", "Telemetry", "wait_logged", "    the wait: write and fsync (group commit)"),
+)
+
+
+def _bracket(agent: set[int], spent: Counter[str], calls: Counter[str]) -> Callable[[], None]:
+    """Wrap each of :data:`_STAGES` in ``time.thread_time()`` brackets counted for the threads in ``agent``; undo."""
+    undo = []
+    for module, owner_name, name, label in _STAGES:
+        owner = sys.modules[module]
+        owner = getattr(owner, owner_name) if owner_name else owner
+        original = owner.__dict__[name] if owner_name else getattr(owner, name)
+
+        def wrapped(*args: object, _f: Callable[..., object] = original, _l: str = label, **kwargs: object) -> object:
+            if threading.get_ident() not in agent:
+                return _f(*args, **kwargs)
+            begun = time.thread_time()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                spent[_l] += time.thread_time() - begun
+                calls[_l] += 1
+
+        setattr(owner, name, wrapped)
+        undo.append((owner, name, original))
+
+    def restore() -> None:
+        for owner, name, original in undo:
+            setattr(owner, name, original)
+
+    return restore
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread of this process, by thread name (Linux; empty elsewhere)."""
+    found: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        found[thread.name] = found.get(thread.name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def split_round(n: int, gated: bool, bracketed: bool) -> dict[str, object]:
+    """One round of ``n`` trades on one thread: its CPU by stage (``bracketed``), by thread, and the GC's share."""
+    agent: set[int] = set()
+    spent: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    gc_spent = [0.0, 0.0]  # the agent thread's GC CPU, and when the running collection began
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if threading.get_ident() in agent:
+            if phase == "start":
+                gc_spent[1] = time.thread_time()
+            else:
+                gc_spent[0] += time.thread_time() - gc_spent[1]
+
+    restore = _bracket(agent, spent, calls) if bracketed else (lambda: None)
+    with tempfile.TemporaryDirectory(dir=WHERE) as tmp:
+        telemetry = otel_replay.configure(tmp, set_global=False)
+        gate = ActionGate(ReferenceLedger(balance=10.0 * n), dataset=tmp) if gated else None
+        gc.collect()
+        threads_before = _thread_cpu()
+        agent.add(threading.get_ident())
+        gc.callbacks.append(on_gc)
+        try:
+            process = time.process_time()
+            cpu = time.thread_time()
+            trades(n, gate)
+            cpu = time.thread_time() - cpu
+            threads_after = _thread_cpu()
+            process = time.process_time() - process
+        finally:
+            gc.callbacks.remove(on_gc)
+            agent.clear()
+            restore()
+        shutdown = time.process_time()
+        telemetry.shutdown()
+        shutdown = time.process_time() - shutdown
+    by_thread = {
+        name: threads_after[name] - threads_before.get(name, 0.0)
+        for name in threads_after
+        if name != threading.current_thread().name
+    }
+    return {
+        "n": n,
+        "cpu": cpu,
+        "process": process,
+        "shutdown": shutdown,
+        "gc": gc_spent[0],
+        "stages": dict(spent),
+        "calls": dict(calls),
+        "threads": by_thread,
+    }
+
+
+def split(n: int, rounds: int) -> None:
+    """Print where a trade's CPU goes (see the module docstring, ``--split``): medians over ``rounds``."""
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        return (
+            values[len(values) // 2]
+            if len(values) % 2
+            else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        )
+
+    found: dict[tuple[bool, bool], list[dict[str, object]]] = {}
+    for _ in range(rounds):
+        for gated in (False, True):
+            for bracketed in (False, True):
+                found.setdefault((gated, bracketed), []).append(split_round(n, gated, bracketed))
+
+    def per(rows: list[dict[str, object]], get: Callable[[dict[str, object]], float]) -> float:
+        return median([get(r) / n * 1e6 for r in rows])
+
+    print(f"where a trade's CPU goes: {n} trades on one thread, medians of {rounds} rounds (us per trade)")
+    print(f"  {'':52s} {'ungated':>8s} {'gated':>8s}")
+    for label, get in (
+        ("agent thread (no brackets)", lambda r: r["cpu"]),
+        ("  of it the cyclic GC", lambda r: r["gc"]),
+        ("process, the trades (every thread)", lambda r: r["process"]),
+        ("process, the shutdown (the rest converted)", lambda r: r["shutdown"]),
+    ):
+        print(f"  {label:52s} {per(found[(False, False)], get):8.1f} {per(found[(True, False)], get):8.1f}")
+    names = sorted({name for r in found[(True, False)] + found[(False, False)] for name in r["threads"]})  # type: ignore[attr-defined]
+    for name in names:
+        label = f"  thread {name[:40]}"
+        ungated = per(found[(False, False)], lambda r, k=name: r["threads"].get(k, 0.0))  # type: ignore[attr-defined]
+        gated = per(found[(True, False)], lambda r, k=name: r["threads"].get(k, 0.0))  # type: ignore[attr-defined]
+        print(f"  {label:52s} {ungated:8.1f} {gated:8.1f}   (10 ms ticks)")
+    print(
+        f"  {'agent thread, bracketed (the brackets cost the rest)':52s} "
+        f"{per(found[(False, True)], lambda r: r['cpu']):8.1f} {per(found[(True, True)], lambda r: r['cpu']):8.1f}"
+    )
+    for _, _, _, label in _STAGES:
+        ungated = per(found[(False, True)], lambda r, k=label: r["stages"].get(k, 0.0))  # type: ignore[attr-defined]
+        gated = per(found[(True, True)], lambda r, k=label: r["stages"].get(k, 0.0))  # type: ignore[attr-defined]
+        count = median([r["calls"].get(label, 0) / n for r in found[(True, True)]])  # type: ignore[attr-defined]
+        print(f"    {label:50s} {ungated:8.1f} {gated:8.1f}   ({count:.0f} per gated trade)")
+
+
 def _print(label: str, found: dict[str, dict[str, float]], threads: int, rounds: int, code: str = "") -> None:
     """The figures of one thread count: per variant, then the gated / ungated ratios."""
     plain, gated = found["ungated"], found["gated"]
@@ -341,6 +514,7 @@ def main() -> int:
     parser.add_argument(
         "--processes", default="", help="e.g. 1,2,4: the --threads gated threads split over that many processes"
     )
+    parser.add_argument("--split", action="store_true", help="where a trade's CPU goes, by stage and by thread")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)  # one round per variant, as JSON
     parser.add_argument("--fleet-child", nargs=4, default=None, help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -362,6 +536,10 @@ def main() -> int:
                 )
         return 0
 
+    if opts.split:
+        round_(200, 1, False), round_(200, 1, True)  # warm up imports and caches
+        split(opts.trades, opts.rounds)
+        return 0
     if opts.base:
         print(f"fsync of a small append here: {fsync_cost() * 1e3:.3f} ms")
         _against_base(opts)
