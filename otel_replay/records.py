@@ -20,7 +20,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from otel_replay import semconv as sc
-from otel_replay._json import canonical_json, encode_mapping, flat_mapping_json, int_digits, loads, normalise
+from otel_replay._json import (
+    _fast_sorted,  # orjson with sorted keys (None without orjson): a models list of known shape skips the check
+    canonical_json,
+    encode_mapping,
+    flat_mapping_json,
+    int_digits,
+    loads,
+    normalise,
+)
 from otel_replay.errors import CaptureError
 
 __all__ = [
@@ -213,6 +221,33 @@ class ModelCall:
         return {"model_id": self.model_id, "decision_basis": self.decision_basis, "output": self.output}
 
 
+def _models_json(models: tuple[ModelCall, ...]) -> str:
+    """``canonical_json([m.to_json() for m in models])``: the same text.
+
+    Model calls without output whose id and basis are plain ``str`` (what
+    ``Decision.model()`` records most often) are written by orjson straight
+    away: for those, orjson's bytes are json's (a lone surrogate makes it
+    refuse, and json decides as before), so the per-item check that
+    :func:`~otel_replay._json.canonical_json` makes (about half its cost on a
+    list of dicts) has nothing to find.
+    """
+    if _fast_sorted is not None:
+        plain = []
+        for m in models:
+            if m.__class__ is not ModelCall or m.output is not None:
+                break
+            model_id, basis = m.model_id, m.decision_basis
+            if model_id.__class__ is not str or basis.__class__ is not str:
+                break
+            plain.append({"model_id": model_id, "decision_basis": basis, "output": None})
+        else:
+            try:
+                return _fast_sorted(plain).decode()
+            except TypeError:  # a lone surrogate: json decides, as canonical_json does
+                pass
+    return canonical_json([m.to_json() for m in models], where="models")
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     """A leaf report routed to a stage span: ``data``, ``model`` or ``harness``."""
@@ -351,7 +386,7 @@ class DecisionRecord:
         if self.inputs:
             attrs[sc.DECISION_INPUTS] = inputs_json or canonical_json(self.inputs, where="decision inputs")
         if self.models:
-            attrs[sc.DECISION_MODELS] = canonical_json([m.to_json() for m in self.models], where="models")
+            attrs[sc.DECISION_MODELS] = _models_json(self.models)
         if self.reports:
             attrs[sc.DECISION_REPORTS] = canonical_json([r.to_json() for r in self.reports], where="reports")
         snapshot = self.snapshot

@@ -421,6 +421,40 @@ def _baggage(ctx: Context) -> Mapping[str, object]:
     return baggage.get_all(ctx)  # pragma: no cover - an SDK that keeps baggage elsewhere
 
 
+def _block_ids(
+    scope: Mapping[str, object], correlation_id: Any, session_id: Any, agent_id: Any
+) -> tuple[dict[str, Any], dict[str, object] | None]:
+    """A block's ids (explicit ones first, else the scope's strings) and the baggage to put in scope, if new.
+
+    An explicit id is put in scope for everything inside the block: the
+    second value is ``scope`` with the explicit ids that differ from it set
+    (``None`` when none differs). The baggage keys are the attribute keys
+    (``semconv.BAGGAGE_*``).
+    """
+    if not scope:  # no baggage (the common case): the explicit ids are the ids and the whole new scope
+        ids: dict[str, Any] = {}
+        if correlation_id:
+            ids[sc.CORRELATION_ID] = correlation_id
+        if session_id:
+            ids[sc.SESSION_ID] = session_id
+        if agent_id:
+            ids[sc.AGENT_ID] = agent_id
+        return ids, (ids.copy() if ids else None)
+    ids = {}
+    scoped: dict[str, object] | None = None
+    for key, explicit in ((sc.CORRELATION_ID, correlation_id), (sc.SESSION_ID, session_id), (sc.AGENT_ID, agent_id)):
+        in_scope = scope.get(key)
+        if explicit:
+            ids[key] = explicit
+            if explicit != in_scope:
+                if scoped is None:
+                    scoped = dict(scope)
+                scoped[key] = explicit
+        elif in_scope and isinstance(in_scope, str):
+            ids[key] = in_scope
+    return ids, scoped
+
+
 class _AuditBlock:
     """The context manager :func:`audit` returns: opens the decision on entry, seals it on exit."""
 
@@ -453,25 +487,14 @@ class _AuditBlock:
         ctx = context.get_current()
         scope = _baggage(ctx)
         record_id = new_id()
+        ids, scoped = _block_ids(scope, correlation_id, session_id, agent_id)
         base: dict[str, Any] = {
             sc.KIND: sc.KIND_DECISION,
             sc.RECORD_ID: record_id,
             sc.RECORD_SOURCE: "audit",
             sc.DECISION_TYPE: action_type,
+            **ids,
         }
-        ids: dict[str, Any] = {}
-        scoped: dict[str, object] | None = None
-        for key, explicit in zip(_ID_KEYS, (correlation_id, session_id, agent_id), strict=True):
-            in_scope = scope.get(key)  # the baggage keys are the attribute keys (semconv.BAGGAGE_*)
-            if explicit:
-                ids[key] = explicit
-                if explicit != in_scope:  # an explicit id is put in scope for everything inside the block
-                    if scoped is None:
-                        scoped = dict(scope)
-                    scoped[key] = explicit
-            elif in_scope and isinstance(in_scope, str):
-                ids[key] = in_scope
-        base.update(ids)
         if scoped is not None:
             ctx = _with_baggage(scoped, ctx)
         start_ns = time.time_ns()

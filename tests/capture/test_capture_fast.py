@@ -369,3 +369,101 @@ def test_a_sink_subclass_keeps_its_own_append():
     for record in ("a", "b", "c"):
         plain.append(record)
     assert list(plain) == ["b", "c"]
+
+
+# --- the models list written without canonical_json's check, the block's ids without a loop -----------------
+
+
+class _Label(str):
+    """A ``str`` subclass: json and orjson could write it differently, so it takes canonical_json's path."""
+
+
+@pytest.mark.parametrize(
+    "models",
+    [
+        (_model_call("gpt-x", "PO match"),),
+        (_model_call("gpt-x", ""), _model_call("claude", "grounded in \"the\" PO\n\u00e9\u4e2d\U0001f600")),
+        (_model_call("gpt-x", "b"), ModelCall("m2", "b", {"z": 1, "a": [1, 2.5, None]})),
+        (ModelCall("m", "b", 0.1),),
+        (_model_call(7, "b"),),
+        (_model_call(_Label("gpt-x"), "b"),),
+        (_model_call("gpt-x", "lone \ud800 surrogate"),),
+        (_model_call("x" * 5000, "b" * 5000),),
+    ],
+    ids=["one", "escapes", "with-output", "float-output", "int-id", "str-subclass", "surrogate", "long"],
+)
+def test_the_models_attribute_is_canonical_json_byte_for_byte(models: tuple[ModelCall, ...]) -> None:
+    from otel_replay.records import _models_json
+
+    expected = canonical_json([m.to_json() for m in models], where="models")
+    assert _models_json(models) == expected
+    ref = _span_ref("", "", 0)
+    record = _audit_record("r" * 32, "pay", snapshot(), None, {}, models, (), None, None, None, None, ref)
+    assert record.to_attributes()[sc.DECISION_MODELS] == expected
+    assert DecisionRecord.from_attributes(record.to_attributes(), SpanRef()).models == models
+
+
+def _reference_block_ids(scope: Any, correlation_id: Any, session_id: Any, agent_id: Any) -> tuple[Any, Any]:
+    """What audit() takes as a block's ids and its new baggage, written out as the docstring says."""
+    ids: dict[str, Any] = {}
+    scoped = None
+    keys = (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID)
+    for key, explicit in zip(keys, (correlation_id, session_id, agent_id), strict=True):
+        if explicit:
+            ids[key] = explicit
+            if explicit != scope.get(key):
+                scoped = dict(scope) if scoped is None else scoped
+                scoped[key] = explicit
+        elif scope.get(key) and isinstance(scope.get(key), str):
+            ids[key] = scope[key]
+    return ids, scoped
+
+
+def test_a_blocks_ids_and_new_baggage_follow_the_rule_in_every_combination() -> None:
+    audit_module = importlib.import_module("otel_replay.capture.audit")
+    scopes = [
+        {},
+        {sc.CORRELATION_ID: "c-1"},
+        {sc.CORRELATION_ID: "c-2", "tenant": "t-9"},
+        {sc.AGENT_ID: 5, sc.SESSION_ID: "s"},
+        {sc.SESSION_ID: "", "tenant": "t"},
+    ]
+    values = [None, "", "c-1", "s", 7]
+    for scope in scopes:
+        for ids in [(c, s, a) for c in values for s in values for a in values]:
+            got = audit_module._block_ids(scope, *ids)
+            want = _reference_block_ids(scope, *ids)
+            assert got == want, (scope, ids)
+            assert [None if x is None else list(x) for x in got] == [None if x is None else list(x) for x in want]
+            if got[1] is not None:
+                assert got[1] is not got[0] and got[1] is not scope  # the baggage put in scope is a dict of its own
+
+
+def test_explicit_ids_with_no_baggage_are_in_scope_inside_the_block_only() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(CorrelationSpanProcessor())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    previous = set_recorder(Recorder(provider.get_tracer(sc.INSTRUMENTATION_NAME), KEY))
+    try:
+        before = dict(baggage.get_all())
+        with audit("pay", snapshot=snapshot(), correlation_id="c-1", agent_id="ap") as d:
+            inside = dict(baggage.get_all())
+            with provider.get_tracer("other").start_as_current_span("http-call"):
+                pass
+            d.read(invoice="INV-1")
+            d.act(payment())
+        after = dict(baggage.get_all())
+    finally:
+        set_recorder(previous)
+        provider.shutdown()
+    assert before == after == {}
+    assert inside == {sc.BAGGAGE_CORRELATION_ID: "c-1", sc.BAGGAGE_AGENT_ID: "ap"}
+    assert (d.record.correlation_id, d.record.session_id, d.record.agent_id) == ("c-1", None, "ap")
+    spans = {s.name: dict(s.attributes or {}) for s in exporter.get_finished_spans()}
+    for name in (sc.SPAN_DECISION, sc.SPAN_READ, sc.SPAN_ACT, "http-call"):
+        assert (spans[name].get(sc.CORRELATION_ID), spans[name].get(sc.AGENT_ID)) == ("c-1", "ap"), name
+        assert sc.SESSION_ID not in spans[name], name
+    assert list(spans[sc.SPAN_DECISION])[:6] == [
+        sc.KIND, sc.RECORD_ID, sc.RECORD_SOURCE, sc.DECISION_TYPE, sc.CORRELATION_ID, sc.AGENT_ID
+    ]  # fmt: skip
