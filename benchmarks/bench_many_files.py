@@ -1,7 +1,7 @@
 """Many small files: compaction and a cold chain on a day no compaction has touched yet.
 
 Usage: python benchmarks/bench_many_files.py DIR [--files 20654] [--rows-per-file 10] [--skip-generate]
-           [--base CHECKOUT] [--rounds 1] [--phases chain,footers,compact,after]
+           [--base CHECKOUT] [--rounds 1] [--phases chain,footers,floor,compact,after]
 
 Generates (once, in ``DIR/day``) a day of ``--files`` arrival-order files of
 ``--rows-per-file`` spans each through the project's row builder and
@@ -16,8 +16,15 @@ child process (peak RSS from ``getrusage`` of the child):
   partitions' key logs, ``_id_keys.log``, as the writer left them);
 - ``footers`` (not run by default): the same chain with the key logs removed,
   as on a day an older otel-replay wrote: every file's footer is read;
+- ``floor`` (with ``compact``, once a round, before it): the cheapest the
+  readers themselves read these files, no dedup, no sort, no write: one
+  DuckDB ``read_parquet([every file])`` query to Arrow on 1 and on 2 DuckDB
+  threads, and ``pyarrow.dataset`` ``to_table()`` over the same list without
+  and with threads, each in a child process (the read's own wall and CPU
+  seconds from inside the child, and the whole child's CPU, process start
+  and imports included);
 - ``compact``: ``otel-replay compact`` of a copy of the day (``--grace 0``),
-  spans/s and peak RSS;
+  spans/s and peak RSS, and its time and CPU as ratios of the floor's;
 - ``chain after``: the same chain on the compacted copy.
 
 With ``--base CHECKOUT`` (a checkout of an earlier commit, e.g. a git
@@ -58,9 +65,14 @@ def _child(*args: str, code: Path | None = None) -> dict[str, Any]:
     figures are this child's own (``wait4``).
     """
     env = dict(os.environ, PYTHONPATH=str(code or HERE.parent))
+    return _run([sys.executable, "-P", "-m", "otel_replay", *args], env)
+
+
+def _run(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run ``argv`` in a child process: as :func:`_child` says."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-P", "-m", "otel_replay", *args], stdout=out, stderr=err, env=env)
+        child = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - t0
         child.returncode = os.waitstatus_to_exitcode(status)
@@ -76,6 +88,49 @@ def _child(*args: str, code: Path | None = None) -> dict[str, Any]:
         "rc": child.returncode,
         "out": stdout,
     }
+
+
+_FLOOR = r"""
+import json, os, sys, time
+reader, threads, listing = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+files = open(listing).read().splitlines()
+if reader == "duckdb":
+    import duckdb
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    con.execute("SET enable_progress_bar = false")
+else:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    pa.set_cpu_count(max(threads, 1))
+t0, c0 = time.perf_counter(), os.times()
+if reader == "duckdb":
+    query = "SELECT * FROM read_parquet($files, hive_partitioning = false)"
+    table = con.sql(query, params={"files": files}).to_arrow_table()
+else:
+    table = ds.dataset(files, format="parquet").to_table(use_threads=threads > 1)
+c1 = os.times()
+seconds = time.perf_counter() - t0
+cpu = c1.user + c1.system - c0.user - c0.system
+print(json.dumps({"rows": table.num_rows, "read_seconds": round(seconds, 3), "read_cpu_seconds": round(cpu, 3)}))
+"""
+"""A child that reads every file once with one reader (``duckdb`` or ``pyarrow``) on ``threads`` threads."""
+
+FLOOR_READERS = (("duckdb", 1), ("duckdb", 2), ("pyarrow", 1), ("pyarrow", 2))
+
+
+def _floor(files: list[Path], listing: Path) -> dict[str, dict[str, Any]]:
+    """The floor readers on ``files``, each in a child: their read's wall and CPU seconds and the child's own CPU."""
+    listing.write_text("\n".join(str(f) for f in files))
+    found: dict[str, dict[str, Any]] = {}
+    for reader, threads in FLOOR_READERS:
+        result = _run([sys.executable, "-c", _FLOOR, reader, str(threads), str(listing)], dict(os.environ))
+        read = json.loads(result.pop("out") or "{}")
+        label = f"{reader}, {threads} thread{'s' if threads > 1 else ''}"
+        found[label] = {**read, "child_cpu_seconds": result["cpu_seconds"], "peak_rss_mb": result["peak_rss_mb"]}
+        per_file = 1000 * read.get("read_cpu_seconds", 0) / len(files)
+        print(f"floor {label:18}", json.dumps(found[label]), f"{per_file:.3f} ms of read CPU a file")
+    return found
 
 
 def main() -> int:
@@ -112,7 +167,12 @@ def main() -> int:
             [sys.executable, "-m", "compileall", "-q", str((code or HERE.parent) / "otel_replay")], check=True
         )
     chains: dict[str, str] = {}
+    day_files = sorted((day / "spans").rglob("*.parquet"))
     for round_ in range(args.rounds):
+        floor: dict[str, dict[str, Any]] = {}
+        if "floor" in phases or "compact" in phases:
+            print(f"-- round {round_ + 1}, the readers' floor, load average {os.getloadavg()[0]:.2f}")
+            floor = _floor(day_files, args.dir / "floor-files.txt")
         for label, code in codes:
             print(f"-- round {round_ + 1}, {label}, load average {os.getloadavg()[0]:.2f}")
             for phase in ("chain", "footers"):
@@ -149,6 +209,15 @@ def main() -> int:
                 )
                 reported = {k: report.get(k) for k in ("seconds", "peak_rss_bytes", "output_rows")}
                 print("  reported", json.dumps(reported))
+                for reader, read in floor.items():  # compaction's child against the floor's, and in-process times
+                    if not read.get("read_seconds") or not read.get("read_cpu_seconds"):
+                        continue
+                    print(
+                        f"  against {reader:18}: CPU {result['cpu_seconds'] / read['child_cpu_seconds']:.2f}x its "
+                        f"child's ({result['cpu_seconds'] / read['read_cpu_seconds']:.2f}x its read's); wall "
+                        f"{result['seconds'] / read['read_seconds']:.2f}x its read's, in process "
+                        f"{(report.get('seconds') or 0) / read['read_seconds']:.2f}x"
+                    )
             if "after" in phases and work.exists():
                 result = _child("chain", "trade", chain_id, "-d", str(work), "--json", code=code)
                 result.pop("out")

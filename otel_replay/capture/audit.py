@@ -270,29 +270,22 @@ class Decision:
         attrs = record._to_attributes(self._inputs_json)
         recorder = self._recorder
         recorder.check_destination(sc.SPAN_DECISION, self.record_id)
-        # Sealed before the span ends: a decision span that could not be sealed is never emitted. From its
-        # seal to its span's end, a write-ahead on another thread waits for it (recorder.seal_order()).
+        # Sealed before the span ends: a decision span that could not be sealed is never emitted.
         # The place is span_place(trace id, span id), from the hex already made for the record's SpanRef.
-        # Both under the pipeline's write order (see Recorder._emit): a commit holding it never waits for a
-        # decision whose thread waits for it (a span processor of the user's that commits as the span ends).
-        order = recorder.seal_order()
+        # Both under the pipeline's write order (see Recorder._emit): a write-ahead on another thread, which
+        # takes the held records under it, never finds this decision sealed and not yet ended.
         write_order = getattr(recorder.pipeline, "write_order", None)
         if write_order is not None:
             write_order.acquire()
         try:
-            ticket = order.sealing() if order is not None else 0
-            try:
-                seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
-                # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
-                # base's keys is cheaper than filtering every key).
-                rest = attrs.copy()
-                for key in base:
-                    rest.pop(key, None)
-                _add_sealed(self._span, rest)
-                self._span.end()
-            finally:
-                if order is not None:
-                    order.sealed(ticket)
+            seal = recorder.chain.seal(self.record_id, sc.SPAN_DECISION, start_ns, attrs, f"{trace_id}-{span_id}")
+            # The span started with ``base``: the rest goes on now, in _to_attributes() order (a copy less
+            # base's keys is cheaper than filtering every key).
+            rest = attrs.copy()
+            for key in base:
+                rest.pop(key, None)
+            _add_sealed(self._span, rest)
+            self._span.end()
         finally:
             if write_order is not None:
                 write_order.release()

@@ -241,11 +241,11 @@ def recover(dataset: str) -> int:
     except OSError:
         return rows
     # start-up cost: the log's format loads only when a log is left to recover
-    from otel_replay.storage.wal import WAL_SUFFIX, Segment
+    from otel_replay.storage.wal import LOCK_NAME, WAL_SUFFIX, Segment
 
     for directory in candidates:
         try:
-            fd = try_lock(directory / "LOCK")
+            fd = try_lock(directory / LOCK_NAME)
         except OSError:
             continue
         if fd is None:

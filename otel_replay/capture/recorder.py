@@ -26,7 +26,6 @@ from otel_replay.capture.sampling import (
     sampling_problem,
 )
 from otel_replay.capture.sinks import MemorySink
-from otel_replay.capture.write_ahead import WriteAheadProcessor
 from otel_replay.errors import CaptureError, ConfigError
 from otel_replay.integrity import (
     SEAL_KEYS,
@@ -371,18 +370,6 @@ class Recorder:
         ref, seal, _ = self._emit(name, record_id, attributes, links, durable=False)
         return ref, seal
 
-    def seal_order(self) -> WriteAheadProcessor | None:
-        """The pipeline's write-ahead processor, where a record brackets its seal and its span's end; or ``None``.
-
-        A record sealed here opens a bracket before it takes its chain
-        position and closes it once its span has ended (see
-        :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`), so a
-        write-ahead on another thread waits for it instead of leaving it out.
-        """
-        # The processor is the pipeline's own (configure() makes both); a pipeline of another kind has none.
-        order = getattr(self._pipeline, "_ahead", None)
-        return order if isinstance(order, WriteAheadProcessor) else None
-
     def emit_durable(
         self,
         name: str,
@@ -464,25 +451,19 @@ class Recorder:
         span = self.tracer.start_span(name, attributes=attributes, links=links, start_time=start_ns)
         self.refuse_unexported(span, name, record_id)  # before sealing: a dropped record takes no sequence number
         ctx = span.get_span_context()
-        order = self.seal_order()
         # A durable record is sealed and queued in the log under the pipeline's write order (see _direct); any
-        # other is sealed and its span ended under it, so a commit holding it never waits for a record whose
-        # thread waits for it (a span processor of the user's that commits as the record's span ends).
+        # other is sealed and its span ended under it: a write-ahead on another thread, which takes the held
+        # records under it, never finds a record sealed and not yet ended.
         write_order = getattr(self._pipeline, "write_order", None)
         if write_order is not None:
             write_order.acquire()
         pending = None
         try:
-            ticket = order.sealing() if order is not None else 0
-            try:
-                seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
-                span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
-                claim = getattr(self._pipeline, "claim", None) if durable else None
-                logged = claim is not None and claim(ctx.span_id)  # kept from the batch queue: it goes to the log
-                span.end(end_time=start_ns)
-            finally:
-                if order is not None:
-                    order.sealed(ticket)
+            seal = chain.seal(record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
+            span.set_attributes({key: attributes[key] for key in SEAL_KEYS})
+            claim = getattr(self._pipeline, "claim", None) if durable else None
+            logged = claim is not None and claim(ctx.span_id)  # kept from the batch queue: it goes to the log
+            span.end(end_time=start_ns)
             if logged:
                 pending = self._pipeline.queue_claimed(ctx.span_id)  # type: ignore[union-attr]
         finally:

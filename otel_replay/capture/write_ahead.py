@@ -303,9 +303,6 @@ class SpanLog:
                 wal.unlock()
 
 
-SEALED_WAIT = 10.0
-"""Seconds a write-ahead waits at most for a record sealed before it to end (it ends microseconds later)."""
-
 HOLD_LIMIT = 1024
 """Record spans a :class:`WriteAheadProcessor` holds for the next write-ahead; past it they go to the batch queue.
 
@@ -332,11 +329,12 @@ class WriteAheadProcessor(SpanProcessor):
     flushes ``inner`` first. Every other span goes to ``inner`` as before.
 
     A record takes its chain position (its seal) a moment before its span
-    ends here, and another thread may write ahead in between: the recorder
-    brackets those moments (:meth:`sealing`, :meth:`sealed`), and
-    :meth:`take_held` waits for every record sealed before it to have ended,
-    so such a record is held (or in ``inner``, then flushed) in time to be
-    written with the write-ahead that follows it in the chain.
+    ends here: both happen holding :attr:`write_order`, and a write-ahead
+    takes the held records holding it too, so no record sealed before the
+    write-ahead's own is still on its way here when it does. A thread that
+    writes ahead inside that moment (a span processor of the user's that
+    commits as a record's span ends) runs after this processor has held
+    the record.
     """
 
     def __init__(self, inner: SpanProcessor) -> None:
@@ -348,31 +346,21 @@ class WriteAheadProcessor(SpanProcessor):
         self._held_at = 0.0
         self._released = True  # records went to ``inner`` since the last take: all of them, before holding starts
         self._hold_lock = threading.Lock()
-        self._ended = threading.Condition(self._hold_lock)  # notified when a bracketed record's span has ended
-        self._tickets = 0  # brackets opened so far: a bracket's ticket is its number
-        self._sealing: dict[int, int] = {}  # ticket -> thread: records sealed (or about to be) not yet ended here
-        self._waiting = 0  # write-aheads waiting on ``_ended``
         self.write_order = threading.RLock()
-        """Held from before a durable record's seal until its log record is queued (not fsynced): records reach
-        the log in the order of their chain positions, so a durable record never follows one a crash could take.
+        """Held from before a record's seal until its span has ended here (a durable record: until its log record
+        is queued, not fsynced), and while a write-ahead takes the held records: records reach the log in the order
+        of their chain positions, so a durable record never follows one a crash could take.
         Reentrant: a span processor of the user's that commits as a record's span ends runs under it."""
         self.on_claimed: Callable[[ReadableSpan], object] | None = None
         """Called with a claimed span as it ends here (the pipeline queues it in the log then, before span
         processors added after this one run: one that commits as the span ends queues a record that follows it in
         the chain after it); :meth:`take` returns its answer. ``None``: :meth:`take` returns the span."""
-        self.on_wait: Callable[[], object] | None = None
-        """Called when a write-ahead is about to wait for a record sealed before it to end (a test's hook).
-
-        It runs holding the processor's lock: it must not call into the processor."""
         _processors.add(self)
 
     def _forked(self) -> None:
         """In a forked child: the held records are the parent's to write; the child's first write-ahead flushes."""
         self._hold_lock = threading.Lock()
-        self._ended = threading.Condition(self._hold_lock)
         self.write_order = threading.RLock()  # maybe held by a parent's thread that does not run here
-        self._sealing = {}  # the parent's other threads do not run here; the forking one's bracket closes as a no-op
-        self._waiting = 0
         self._held = []
         self._released = True
 
@@ -388,65 +376,14 @@ class WriteAheadProcessor(SpanProcessor):
         """From now on, hold the record spans that end here for the next write-ahead (see the class docstring)."""
         self._holding = True
 
-    def sealing(self) -> int:
-        """Open a record's bracket before it takes its chain position; its ticket, for :meth:`sealed`."""
-        with self._hold_lock:
-            ticket = self._tickets
-            self._tickets = ticket + 1
-            self._sealing[ticket] = threading.get_ident()
-        return ticket
-
-    def sealed(self, ticket: int) -> None:
-        """Close the bracket ``ticket``: the record's span has ended here (or never will: sealing it failed)."""
-        with self._hold_lock:
-            self._sealing.pop(ticket, None)  # a bracket opened before a fork is not the child's
-            if self._waiting:
-                self._ended.notify_all()
-
-    def _wait_for_sealed(self) -> None:
-        """Wait (holding ``_hold_lock``) until every bracket opened before now is closed.
-
-        The caller's record was sealed before this is called, so every record
-        ahead of it in the chain opened its bracket before now; records of
-        later brackets are not waited for. A thread inside a bracket of its
-        own (a span processor of the user's that commits as a span ends)
-        does not wait, so two such threads never wait for each other; nor
-        does any wait past :data:`SEALED_WAIT` (logged).
-        """
-        sealing = self._sealing
-        mark, me = self._tickets, threading.get_ident()
-        if me in sealing.values():
-            return
-        deadline = None
-        while any(ticket < mark for ticket in sealing):
-            if deadline is None:
-                deadline = time.monotonic() + SEALED_WAIT
-                hook = self.on_wait
-                if hook is not None:
-                    hook()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _log.error(
-                    "otel-replay: a record sealed before this write-ahead did not end within %g s; written "
-                    "ahead without it (a crash now would leave it out)",
-                    SEALED_WAIT,
-                )
-                return
-            self._waiting += 1
-            try:
-                self._ended.wait(left)
-            finally:
-                self._waiting -= 1
-
     def take_held(self) -> tuple[list[ReadableSpan], bool]:
         """The record spans held since the last take, and whether any went to ``inner`` meanwhile instead.
 
-        Called once the write-ahead's own record is sealed: it first waits for
-        every record sealed before it to end here (see the class docstring).
+        Called holding :attr:`write_order`, once the write-ahead's own record
+        is sealed: every record sealed before it has ended here by then (see
+        the class docstring).
         """
         with self._hold_lock:
-            if self._sealing:
-                self._wait_for_sealed()
             held, self._held = self._held, []
             released, self._released = self._released, False
         return held, released

@@ -14,7 +14,11 @@ eight lowercase hex digits first among the footer's key-value metadata, so
 (zlib's) covers every byte of the file, footer included, with the eight digits
 read as ``00000000``; the file's name, its Arrow schema and every reader
 (pyarrow, DuckDB, Spark) are unchanged: the pair is only footer metadata, not
-part of the Arrow schema a reader returns.
+part of the Arrow schema a reader returns. Compaction, which streams its
+larger files to disk, adds the pair with placeholder digits
+(:data:`UNSTAMPED`) and fills them in once the file is written
+(:func:`stamp`): a compacted local file can be checked too. (An ``s3://``
+object has none: it is uploaded as it is written.)
 
 :func:`checksum_matches` reads the file's bytes (25 KB for a 10-span file: a
 few µs of CRC) and answers whether the stored digits are the file's CRC. A
@@ -28,12 +32,21 @@ import os
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["CHECKSUM_KEY", "MAX_CHECKED_BYTES", "checksum_matches", "parquet_bytes", "parquet_parts"]
+__all__ = [
+    "CHECKSUM_KEY",
+    "MAX_CHECKED_BYTES",
+    "UNSTAMPED",
+    "checksum_matches",
+    "parquet_bytes",
+    "parquet_parts",
+    "stamp",
+]
 
 CHECKSUM_KEY = b"otel_replay.crc32"
 """The footer key-value metadata key of a file's CRC-32 (eight lowercase hex digits)."""
@@ -45,6 +58,10 @@ _PLACEHOLDER = b"00000000"
 # A Thrift compact KeyValue: field 1 (binary) the key, field 2 (binary) of length 8 the value.
 _PAIR = b"\x18" + bytes([len(CHECKSUM_KEY)]) + CHECKSUM_KEY + b"\x18\x08"
 _MAGIC = b"PAR1"
+_PIECE = 1 << 20  # bytes read at a time when a written file is read back for its CRC
+
+UNSTAMPED: Mapping[bytes, bytes] = MappingProxyType({CHECKSUM_KEY: _PLACEHOLDER})
+"""The footer pair a streaming writer adds (``ParquetWriter.add_key_value_metadata``), for :func:`stamp` to fill in."""
 
 
 def parquet_parts(
@@ -91,6 +108,41 @@ def _value_at(data: memoryview | bytes) -> int | None:
         return None
     found = bytes(data[start : size - 8]).rfind(_PAIR)
     return None if found < 0 else start + found + len(_PAIR)
+
+
+def stamp(handle: BinaryIO) -> bool:
+    """Put the CRC-32 of the Parquet file just written to ``handle`` into its footer's :data:`UNSTAMPED` pair.
+
+    For a file written by a streaming ``ParquetWriter`` (too large to build in
+    memory, as :func:`parquet_parts` does): ``handle`` is open to read and
+    write, the writer closed. The file is read back once, a piece at a time
+    (it is in the page cache), and the eight digits are written in place; the
+    caller fsyncs. ``False``, nothing written, when the footer holds no such
+    pair with placeholder digits (the file then carries no checksum, as before).
+    """
+    handle.flush()
+    size = handle.seek(0, os.SEEK_END)
+    if size < 12:
+        return False
+    handle.seek(size - 8)
+    tail = handle.read(8)
+    length = int.from_bytes(tail[:4], "little")
+    if tail[4:] != _MAGIC or not 0 < length <= size - 12:
+        return False
+    start = size - 8 - length
+    handle.seek(start)
+    footer = handle.read(length)
+    found = footer.rfind(_PAIR)
+    if found < 0 or footer[found + len(_PAIR) : found + len(_PAIR) + 8] != _PLACEHOLDER:
+        return False
+    handle.seek(0)
+    crc = 0
+    while piece := handle.read(_PIECE):
+        crc = zlib.crc32(piece, crc)
+    handle.seek(start + found + len(_PAIR))
+    handle.write(b"%08x" % crc)
+    handle.flush()
+    return True
 
 
 def checksum_matches(path: str | Path) -> bool:

@@ -172,15 +172,19 @@ def _compensations(
 def _written_ahead_live(dataset: str | Path) -> bool:
     """Whether a live process holds a capture write-ahead log of ``dataset`` (its records may not be in Parquet yet).
 
-    A log directory's ``LOCK`` is held while its process lives; the logs of a
-    dead one are converted by the next :func:`otel_replay.configure`.
+    A log directory's lock (:data:`~otel_replay.storage.wal.LOCK_NAME`) is
+    held while its process lives; the logs of a dead one are converted by the
+    next :func:`otel_replay.configure`.
     """
     root = log_root(str(dataset))
     try:
         names = os.listdir(root)
     except OSError:  # no capture log was ever kept for the dataset
         return False
-    return any(held_elsewhere(root / name / "LOCK") for name in names)
+    # start-up cost: the log's module loads only when a log directory is there to probe
+    from otel_replay.storage.wal import LOCK_NAME
+
+    return any(held_elsewhere(root / name / LOCK_NAME) for name in names)
 
 
 def _compensated(gates: Sequence[StoredRecord]) -> set[tuple[str, str]]:

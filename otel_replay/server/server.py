@@ -58,7 +58,7 @@ from otel_replay.storage.convert import (
     worker_init,
 )
 from otel_replay.storage.logs import admit_logs, wrap_logs
-from otel_replay.storage.wal import WAL_SUFFIX, Segment, WriteAheadLog
+from otel_replay.storage.wal import LOCK_NAME, WAL_SUFFIX, Segment, WriteAheadLog
 
 from .admission import Overloaded, Reservation, release_free_memory
 from .config import Metrics, MiB, ServerConfig, parse_address
@@ -102,7 +102,7 @@ def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
 
     Acknowledged spans wait there until a serve runs with that instance name
     (a restart under another ``--instance`` or ``--wal-dir`` leaves them).
-    A directory whose ``LOCK`` is held belongs to a running serve: not listed;
+    A directory whose lock (:data:`~otel_replay.storage.wal.LOCK_NAME`) is held belongs to a running serve: not listed;
     nor are the capture logs of agents' processes (``capture-*``), which the
     receiver converts itself when it starts (see :class:`Receiver`).
     """
@@ -120,7 +120,7 @@ def stranded_wal_dirs(config: ServerConfig) -> list[tuple[Path, int]]:
         return []
     for directory in candidates:
         count = len(list(directory.glob(f"*{WAL_SUFFIX}")))
-        if count and not held_elsewhere(directory / "LOCK"):
+        if count and not held_elsewhere(directory / LOCK_NAME):
             found.append((directory, count))
     return found
 

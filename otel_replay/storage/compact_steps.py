@@ -28,6 +28,7 @@ from pyarrow._parquet import ParquetReader
 
 from otel_replay import _duck as duck
 from otel_replay.errors import ConfigError, CorruptFileError, DatasetError
+from otel_replay.exporters.checksum import CHECKSUM_KEY, UNSTAMPED, stamp
 from otel_replay.exporters.id_keys import ID_KEYS_METADATA_KEY
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.location import Location, register_with
@@ -370,7 +371,8 @@ def write_file(
         options["bloom_filter_options"] = {c: {"ndv": ndv, "fpp": 0.01} for c in BLOOM_COLUMNS if c in columns}
     kept = [c for c in (*INDEX_KINDS, "start_time") if c in columns]
     slim: list[pa.Table] = []
-    opened = location.fs.open_output_stream(location.fs_path(str(path))) if location else open(path, "wb")
+    # Locally the file is read back for its CRC-32 (exporters.checksum.stamp): opened to read too.
+    opened = location.fs.open_output_stream(location.fs_path(str(path))) if location else open(path, "w+b")
     with opened as handle:
         with pq.ParquetWriter(
             handle,
@@ -385,7 +387,10 @@ def write_file(
                 piece = table.take(order.slice(start, row_group_rows))
                 writer.write_table(piece, row_group_size=row_group_rows)
                 slim.append(piece.select(kept))
+            if location is None:  # an object is uploaded as it is written: no digits can be put in after
+                writer.add_key_value_metadata(UNSTAMPED)
         if location is None:
+            stamp(handle)  # the file's own CRC-32: a later compaction may hand it to DuckDB (storage.compact_duck)
             handle.flush()
             os.fsync(handle.fileno())
     return pa.concat_tables(slim) if slim else table.select(kept).slice(0, 0)
@@ -548,6 +553,9 @@ def schema_groups(
     return list(groups.values())
 
 
+_FILE_ONLY = frozenset((ID_KEYS_METADATA_KEY, CHECKSUM_KEY))
+"""Footer metadata of one input file (pyarrow reads it into the schema's metadata), never carried into its output."""
+
 READ_AHEAD = 8
 """Files read ahead of the one being gathered into a batch (on the workers)."""
 
@@ -675,8 +683,8 @@ def _load(
             pieces.append(made)
 
     for table in _file_tables(paths, location, workers, rows):
-        if schema is None:  # the id keys of the first file describe its rows only: never carried into a batch
-            metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != ID_KEYS_METADATA_KEY}
+        if schema is None:  # the first file's id keys and checksum describe that file only: never carried over
+            metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k not in _FILE_ONLY}
             schema = table.schema.with_metadata(metadata)
         if table.schema.metadata != schema.metadata:
             table = table.replace_schema_metadata(schema.metadata)  # one schema group: only metadata may differ

@@ -1,6 +1,7 @@
 """Write-ahead log: OTLP requests are appended and fsynced here before they are acknowledged.
 
-Layout: ``<wal_dir>/<segment id>.wal``. A segment is a sequence of records,
+Layout: ``<wal_dir>/<segment id>.wal``, and ``<wal_dir>/LOCK`` (:data:`LOCK_NAME`), whose
+``flock`` its owner holds while the log is open. A segment is a sequence of records,
 each ``<u32 length><u32 crc32>`` followed by the serialized
 ``ExportTraceServiceRequest`` (or a log request wrapped as field 2, see
 :mod:`otel_replay.storage.logs`). Segment ids are unique across restarts (time
@@ -44,6 +45,7 @@ from otel_replay.errors import OtelReplayError, WalBusyError
 from otel_replay.exporters.writer import fsync_dir
 
 __all__ = [
+    "LOCK_NAME",
     "WAL_SUFFIX",
     "CorruptSegmentError",
     "Gap",
@@ -56,6 +58,12 @@ __all__ = [
 ]
 
 WAL_SUFFIX = ".wal"
+LOCK_NAME = "LOCK"
+"""The lock file in a log's directory: held (``flock``) by the process that owns the log, while it lives.
+
+Every reader that must leave a live log alone (:func:`otel_replay.capture.log_recovery.recover`, the receiver's
+stranded-log check, ``verify``) probes this file.
+"""
 _HEADER = struct.Struct("<II")
 _log = logging.getLogger("otel_replay.server")
 _MAX_RECORD = 1 << 31
@@ -309,7 +317,7 @@ class WriteAheadLog:
 
     Args:
         directory: where segments live (created). One process owns it at a
-            time (an ``flock`` on ``LOCK``); a second owner gets :class:`WalBusyError`.
+            time (an ``flock`` on :data:`LOCK_NAME`); a second owner gets :class:`WalBusyError`.
         max_segment_bytes: seal the active segment once it is this large.
 
     """
@@ -319,7 +327,7 @@ class WriteAheadLog:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_segment_bytes = max_segment_bytes
-        lock_fd = try_lock(self.directory / "LOCK")
+        lock_fd = try_lock(self.directory / LOCK_NAME)
         if lock_fd is None:
             raise WalBusyError(f"WAL directory {self.directory} is in use by another otel-replay serve")
         self._lock_fd = lock_fd

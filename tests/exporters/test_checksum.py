@@ -9,7 +9,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from otel_replay.exporters.checksum import CHECKSUM_KEY, checksum_matches, parquet_bytes
+from otel_replay.exporters.checksum import CHECKSUM_KEY, UNSTAMPED, checksum_matches, parquet_bytes, stamp
 from otel_replay.exporters.id_keys import KEY_KINDS, footer_keys
 from otel_replay.exporters.writer import write_atomic, write_partitions
 
@@ -78,3 +78,23 @@ def test_a_stale_pair_in_the_table_is_not_written_beside_the_files_own(tmp_path)
     write_atomic(_table().replace_schema_metadata(stale), path)
     assert checksum_matches(path) and path.read_bytes().count(CHECKSUM_KEY) == 1
     assert pq.read_table(path).equals(_table())
+
+
+def test_a_streamed_file_is_stamped_in_place_and_one_without_the_pair_is_left_as_it_is(tmp_path) -> None:
+    """A file a streaming writer wrote with the placeholder pair (compaction's) gets its CRC-32 put in, in place; the
+    same bytes as if built in memory but for nothing. A file without the pair is not touched."""
+    path = tmp_path / "streamed.parquet"
+    with open(path, "w+b") as handle:
+        with pq.ParquetWriter(handle, _table().schema, compression="zstd") as writer:
+            writer.write_table(_table())
+            writer.add_key_value_metadata(UNSTAMPED)
+        assert not checksum_matches(path)  # placeholder digits
+        assert stamp(handle)
+    assert checksum_matches(path) and pq.read_table(path).equals(_table())
+    assert path.read_bytes().count(CHECKSUM_KEY) == 1
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(_table(), plain)
+    before = plain.read_bytes()
+    with open(plain, "r+b") as handle:
+        assert not stamp(handle)
+    assert plain.read_bytes() == before

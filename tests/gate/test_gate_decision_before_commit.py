@@ -29,7 +29,8 @@ import pytest
 from opentelemetry.sdk.trace import SpanProcessor
 
 import otel_replay
-from otel_replay import Action, ActionGate, AuditLog, DependencySnapshot, ReferenceLedger, audit
+from otel_replay import Action, ActionGate, AuditLog, DecisionTracer, DependencySnapshot, ReferenceLedger, audit
+from otel_replay import semconv as sc
 from otel_replay.capture import write_ahead
 from otel_replay.errors import GateError, RecordNotFound
 from otel_replay.gate import reads
@@ -247,6 +248,31 @@ def test_a_span_the_exporter_dropped_earlier_does_not_refuse_the_first_write_ahe
         assert agent.telemetry.exporter.writer.stats.rows_dropped == 1
 
 
+# In a child script (after ``telemetry`` and an event ``release``): the pipeline's write order, watched. A thread
+# that finds it taken sets ``release``, so the thread holding it (stopped in a test's hook) goes on.
+_WATCHED_ORDER = """
+class Watched:
+    def __init__(self, lock):
+        self.lock = lock
+
+    def acquire(self, blocking=True, timeout=-1):
+        if self.lock.acquire(blocking=False):
+            return True
+        release.set()
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self):
+        self.lock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+telemetry._ahead.write_order = Watched(telemetry._ahead.write_order)
+"""
+
+
 _SEALED_WHILE_ANOTHER_COMMITS = textwrap.dedent(
     """
     import os, signal, sys, threading
@@ -262,8 +288,8 @@ _SEALED_WHILE_ANOTHER_COMMITS = textwrap.dedent(
     seal = Chain.seal
 
     def paused(chain, *args, **kwargs):
-        # The record takes its chain position, then stops before its span ends, until the commit has taken
-        # the held records (before the fix) or waits for this one (after it).
+        # The record takes its chain position, then stops before its span ends, until the commit on the other
+        # thread waits for the write order the record is sealed under (or, without it, has returned).
         done = seal(chain, *args, **kwargs)
         if threading.current_thread().name == "sealer":
             sealed.set()
@@ -271,7 +297,7 @@ _SEALED_WHILE_ANOTHER_COMMITS = textwrap.dedent(
         return done
 
     Chain.seal = paused
-    telemetry._ahead.on_wait = next_step.set  # the commit waits for the record sealed before it
+    #WATCHED
     ids = []
 
     def record():
@@ -298,7 +324,7 @@ _SEALED_WHILE_ANOTHER_COMMITS = textwrap.dedent(
     print(ids[0], flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
     """
-)
+).replace("#WATCHED\n", _WATCHED_ORDER)
 
 
 @pytest.mark.parametrize("what", ["decision", "audit entry"])
@@ -319,31 +345,6 @@ def test_a_record_sealed_before_a_commit_on_another_thread_but_ended_after_it_be
             assert store.record(record_id).action is not None
         assert len(store.rows("SELECT executed FROM gates WHERE executed = 'committed'")) == 2
         _no_row_twice(store)
-
-
-# In a child script (after ``telemetry`` and an event ``release``): the pipeline's write order, watched. A thread
-# that finds it taken sets ``release``, so the thread holding it (stopped in a test's hook) goes on.
-_WATCHED_ORDER = """
-class Watched:
-    def __init__(self, lock):
-        self.lock = lock
-
-    def acquire(self, blocking=True, timeout=-1):
-        if self.lock.acquire(blocking=False):
-            return True
-        release.set()
-        return self.lock.acquire(blocking, timeout)
-
-    def release(self):
-        self.lock.release()
-
-    __enter__ = acquire
-
-    def __exit__(self, *exc):
-        self.lock.release()
-
-telemetry._ahead.write_order = Watched(telemetry._ahead.write_order)
-"""
 
 
 _TWO_INTENTS = textwrap.dedent(
@@ -370,18 +371,9 @@ _TWO_INTENTS = textwrap.dedent(
             release.wait(30)
         return done
 
-    def paused_queue(span_id, queue=telemetry.queue_claimed):
-        if threading.current_thread().name == "first":  # its span ended, its record not yet queued in the log
-            sealed.set()
-            release.wait(30)
-        return queue(span_id)
-
-    if path == "sdk":
-        telemetry.queue_claimed = paused_queue
-    else:
-        Chain.seal = paused
-    telemetry._ahead.on_wait = release.set  # a write-ahead that waits for the first intent lets it go on
-
+    # On either path the intent is queued in the log before its seal lets go of the write order (on the SDK's, as
+    # its span ends in the write-ahead processor): stopped between its seal and that, the second commit waits.
+    Chain.seal = paused
     #WATCHED
     first = threading.Thread(target=gate.commit, args=(Action("refund", {"order": "o-1"}, cost=1.0),), name="first")
     first.start()
@@ -407,11 +399,12 @@ def test_an_intent_sealed_before_another_threads_durable_intent_is_not_read_as_d
 
 @pytest.mark.parametrize("what", ["decision", "audit entry"])
 def test_a_commit_made_as_a_records_span_ends_does_not_stall_another_threads_commit_waiting_for_that_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, what: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
 ) -> None:
-    # A span processor of the user's commits as a decision's (or audit entry's) span ends, its bracket still open,
-    # while another thread's commit, holding the write order, waits for that record to end: neither may wait for
-    # the other (else the commit waits SEALED_WAIT, then writes ahead without the record, logged).
+    # A span processor of the user's commits as a decision's (or audit entry's) span ends, on the thread that sealed
+    # the record and holds the write order for it, while another thread's commit waits for that order: the nested
+    # commit takes it again (it is reentrant) and neither waits for the other. The record, sealed before both
+    # intents, is durable with the first of them: what a kill as the other commit returns leaves verifies.
     def record() -> None:
         if what == "decision":
             _decide("o-1")
@@ -420,8 +413,7 @@ def test_a_commit_made_as_a_records_span_ends_does_not_stall_another_threads_com
 
     name = "replay.decision" if what == "decision" else "replay.audit_entry"
 
-    monkeypatch.setattr(write_ahead, "SEALED_WAIT", 3.0)
-    with _writing_ahead(tmp_path, monkeypatch) as agent:
+    with _writing_ahead(tmp_path, monkeypatch, max_file_age_seconds=3600) as agent:
         gate = agent.gate
         gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))  # the process writes ahead from here on
         sealed, release, done = threading.Event(), threading.Event(), threading.Event()
@@ -442,10 +434,9 @@ def test_a_commit_made_as_a_records_span_ends_does_not_stall_another_threads_com
 
         agent.telemetry.provider.add_span_processor(CommitsOnDecision())
         monkeypatch.setattr(Chain, "seal", paused)
-        agent.telemetry._ahead.on_wait = release.set  # the payer waits for the decision: let it end
         order = agent.telemetry._ahead.write_order
 
-        class Watched:  # or the payer waits for the write order: let the decision end too
+        class Watched:  # the payer waits for the write order the decision is sealed under: let the decision end
             def acquire(self) -> None:
                 if not order.acquire(blocking=False):
                     release.set()
@@ -464,20 +455,25 @@ def test_a_commit_made_as_a_records_span_ends_does_not_stall_another_threads_com
         decider = threading.Thread(target=record, name="decider")
         payer = threading.Thread(target=gate.commit, args=(Action("refund", {"order": "o-2"}, cost=3.0),))
         decider.start()
+        copy = tmp_path / "crashed"
         try:
             sealed.wait(30)
             payer.start()
             payer.join(60)
+            shutil.copytree(agent.dataset, copy)  # what a kill as the payer's commit returns would leave
         finally:
             release.set()
             decider.join(60)
             payer.join(60)
+        assert not decider.is_alive() and not payer.is_alive()
         assert done.is_set()
         assert agent.ledger.balance == 94
-    assert not [r for r in caplog.records if "did not end within" in r.getMessage()], "a commit waited SEALED_WAIT"
     with otel_replay.open(agent.dataset) as store:
         assert store.verify(None).problems == []
         _no_row_twice(store)
+    _reopen(copy, monkeypatch)
+    with otel_replay.open(copy) as store:
+        assert store.verify(None).problems == []  # else: the record reads as deleted, an intent following it
 
 
 @pytest.mark.parametrize("how", ["force_flush", "shutdown"])
@@ -670,3 +666,81 @@ def test_a_commit_made_by_a_span_processor_as_an_intents_span_ends_is_durable_af
             "intent",
             "intent",
         ]
+
+
+def test_every_record_is_sealed_and_ended_and_every_write_ahead_takes_the_held_records_holding_the_write_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write-ahead must never find a record sealed before its own and not yet ended (held) here: the record would
+    # be left out of the log while the gate record that follows it in the chain is durable. Nothing waits for such
+    # a record any more (the bracket that did, around each seal and span end, was never found open by another
+    # thread): what rules it out is that every seal with its span's end, and every take of the held records, run
+    # holding the pipeline's write order. Here every path that seals a record, from four threads at once:
+    # decisions committed inside and after their block, audit entries, outcomes, gate records on the direct path
+    # and on the SDK's (once a span processor of the user's is added), and a commit that processor makes as a
+    # decision's span ends.
+    with _writing_ahead(tmp_path, monkeypatch, max_file_age_seconds=3600) as agent:
+        ahead = agent.telemetry._ahead
+        order = ahead.write_order
+        gate = ActionGate(ReferenceLedger(10_000), dataset=agent.dataset)
+        tracer = DecisionTracer()
+        seen: list[tuple[str, bool]] = []
+        seal, take_held, on_end = Chain.seal, ahead.take_held, ahead.on_end
+
+        def sealing(chain: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(("seal", order._is_owned()))
+            return seal(chain, *args, **kwargs)
+
+        def taking() -> Any:
+            seen.append(("take", order._is_owned()))
+            return take_held()
+
+        def ending(span: Any) -> None:
+            if span.attributes is not None and sc.RECORD_SEQ in span.attributes:
+                seen.append(("end", order._is_owned()))
+            on_end(span)
+
+        monkeypatch.setattr(Chain, "seal", sealing)
+        monkeypatch.setattr(ahead, "take_held", taking)
+        monkeypatch.setattr(ahead, "on_end", ending)
+
+        def work(n: int) -> None:
+            for i in range(3):
+                order_id = f"o-{n}-{i}"
+                with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1")) as d:
+                    d.read(order=order_id)
+                    action = Action("refund", {"order": order_id}, cost=1.0)
+                    d.act(action)
+                    gate.commit(action, record_id=d.record_id)  # inside the block: the intent carries it
+                decision_id, action = _decide(f"{order_id}-after")
+                gate.commit(action, record_id=decision_id)  # after it: the decision was held for this intent
+                AuditLog().append("handoff", source_agent=f"a-{n}", target_agent="b")
+                tracer.record_outcome(tracer.decision("agent", "approve", f"r-{order_id}"), True)
+
+        def in_threads() -> None:
+            threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+            assert not any(thread.is_alive() for thread in threads)
+
+        in_threads()
+        direct = len(seen)
+        nested: list[str] = []
+
+        class CommitsOnDecision(SpanProcessor):
+            def on_end(self, span: Any) -> None:
+                if span.name == "replay.decision" and len(nested) < 4:
+                    nested.append(span.name)
+                    gate.commit(Action("refund", {"order": f"o-n{len(nested)}"}, cost=1.0))
+
+        agent.telemetry.provider.add_span_processor(CommitsOnDecision())  # gate records take the SDK's path
+        in_threads()
+        assert len(nested) == 4
+    assert {what for what, _ in seen[:direct]} == {"seal", "take", "end"}
+    assert {what for what, _ in seen[direct:]} == {"seal", "take", "end"}
+    assert [what for what, owned in seen if not owned] == []
+    with otel_replay.open(agent.dataset) as store:
+        assert store.verify(None).problems == []
+        _no_row_twice(store)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_replay.errors import CorruptFileError
-from otel_replay.exporters.checksum import parquet_bytes
+from otel_replay.exporters.checksum import CHECKSUM_KEY, checksum_matches, parquet_bytes
 from otel_replay.exporters.schema import SCHEMA_METADATA_KEY
 from otel_replay.storage import compact, live_files
 from otel_replay.storage.compact_duck import duck_read
@@ -655,3 +655,35 @@ def test_repeated_span_ids_under_a_path_duckdb_would_read_as_a_glob_are_counted_
     assert found.to_pylist() == [{"t": "t", "s": "a", "n": 2}]  # was: ds1's ids, where nothing repeats
     plain = [tmp_path / "ds1" / f"f{i}.parquet" for i in range(3)]
     assert repeated_keys(plain).num_rows == 0  # DuckDB still reads a path of no pattern
+
+
+def test_a_compacted_file_carries_its_own_checksum_which_any_flipped_bit_breaks(make_dataset) -> None:
+    """Compaction's own local output carries the CRC-32 of its bytes, not the first input's pair (which pyarrow reads
+    into the batch's schema metadata): compacted again, its files are DuckDB's to read, and a flipped bit in one keeps
+    it from DuckDB as in any other file."""
+    path, _ = _many(make_dataset)
+    compact(path, grace_seconds=0)
+    outputs = [Path(f) for f in live_files(path)]
+    assert len(outputs) >= 2 and all(is_compacted_name(f.name) for f in outputs)
+    for f in outputs:
+        assert checksum_matches(f), f.name
+        assert f.read_bytes().count(CHECKSUM_KEY) == 1
+        assert CHECKSUM_KEY not in (pq.read_schema(f).metadata or {})  # no input's stale pair in the stored schema
+    rows = sum(pq.read_metadata(f).num_rows for f in outputs)
+    schema = pq.read_schema(outputs[0])
+    read = duck_read(outputs, schema, rows)
+    assert read is not None and read.num_rows == rows
+    victim = outputs[1]
+    data = victim.read_bytes()
+    fd = os.open(victim, os.O_RDWR)
+    try:  # a bit in every 50th byte (pages, their headers, the footer) and in every byte of the footer's end
+        for at in sorted({*range(0, len(data), 50), *range(len(data) - 64, len(data))}):
+            os.pwrite(fd, bytes([data[at] ^ (1 << at % 8)]), at)
+            assert not checksum_matches(victim), at
+            os.pwrite(fd, data[at : at + 1], at)
+        os.pwrite(fd, bytes([data[len(data) // 2] ^ 0x10]), len(data) // 2)
+        assert duck_read(outputs, schema, rows) is None  # the file-by-file read judges it
+    finally:
+        os.pwrite(fd, data[len(data) // 2 : len(data) // 2 + 1], len(data) // 2)
+        os.close(fd)
+    assert checksum_matches(victim)
