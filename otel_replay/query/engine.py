@@ -34,7 +34,7 @@ from otel_replay.exporters.schema import SPAN_SCHEMA
 from otel_replay.location import Location, register_with
 from otel_replay.query.analyst import check_statements, close_off, table_rows
 from otel_replay.query.catalog import ViewCatalog
-from otel_replay.query.files import VANISHED, FileTriage, note_skipped
+from otel_replay.query.files import VANISHED, FileTriage, literal_paths, note_skipped
 from otel_replay.query.keys import probe_array
 from otel_replay.query.logs import define_log_views, log_files
 from otel_replay.storage.facts import point_facts, unpoint_facts
@@ -259,14 +259,14 @@ class Engine:
         pointed = self._pointed if con is self._con else self.files
         narrowed = pointed is not None and len(pointed) > 1
         if narrowed and pointed is not None:
-            self._set(con, _FILES_VAR, pointed[:1])
+            self._set(con, _FILES_VAR, literal_paths(pointed[:1]))
         try:
             for name in names:
                 con.execute(_catalog().statements[name])  # a DuckDB error: the caller's to judge (_attempt)
                 defined.add(name)
         finally:
             if narrowed and pointed is not None:
-                self._set(con, _FILES_VAR, list(pointed))
+                self._set(con, _FILES_VAR, literal_paths(pointed))
 
     def _set(self, con: duckdb.DuckDBPyConnection, name: str, value: Any) -> None:
         """``SET VARIABLE name = value`` (bound, never formatted); skipped when the internal connection holds it.
@@ -291,7 +291,7 @@ class Engine:
 
         ``union``: union_by_name as given rather than as ``files`` need it.
         """
-        self._set(con, _FILES_VAR, list(files) or None)
+        self._set(con, _FILES_VAR, literal_paths(files) or None)  # each path read as itself, never as a glob
         self._set(con, _UNION_VAR, self.triage.union_by_name(files) if union is None else union)
         self._set(con, _LEGACY_VAR, self.triage.legacy_outcomes(files))
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -9,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import otel_replay
-from otel_replay import CorruptFileError, RecordNotFound, audit, replay
+from otel_replay import CorruptFileError, DecisionTracer, RecordNotFound, audit, replay
 from otel_replay.errors import DatasetError, QueryError
+from otel_replay.storage import compact
 
 from .._support import budget_policy, payment, snapshot
 
@@ -288,3 +291,58 @@ def test_files_with_different_columns_are_read_by_name(telemetry, dataset):
         (both,) = store.rows("SELECT count(*) AS n, count(scope_name) AS named FROM spans")
         assert both == {"n": 2 * one["n"], "named": one["named"]}
         assert len(store.rows("SELECT * FROM decisions")) == 1  # the copy of each span counts once
+
+
+@pytest.mark.parametrize(("name", "sibling"), [("ds[1]", "ds1"), ("ds*", "ds-other"), ("ds?", "dsX")])
+def test_a_dataset_path_with_glob_characters_reads_only_its_own_files(telemetry, dataset, tmp_path, name, sibling):
+    # DuckDB reads each listed path as a glob: "ds[1]/spans/.../part-N.parquet" also matched ds1's file of that
+    # name (a copy of the dataset), so a lookup read a dataset it was not given (here a damaged one) or was refused.
+    record = _capture(telemetry)
+    telemetry.shutdown()
+    own, other = tmp_path / name, tmp_path / sibling
+    shutil.copytree(dataset, own)
+    shutil.copytree(dataset, other)
+    for path in (other / "spans").rglob("*.parquet"):
+        path.write_bytes(path.read_bytes()[:100])  # not the dataset asked for: must never be read
+    with otel_replay.open(own) as store:
+        assert store.record(record.record_id) == record
+        files = {row["filename"] for row in store.rows("SELECT DISTINCT filename FROM spans")}
+        assert files and all(Path(f).is_relative_to(own) for f in files), files
+        assert store.verify(None).ok
+
+
+def test_a_damaged_file_is_named_in_a_dataset_path_with_glob_characters(telemetry, dataset, tmp_path):
+    # The damaged-file probe read its path as a glob too: it decoded ds1's intact copy and named nothing.
+    _capture(telemetry)
+    telemetry.shutdown()
+    own, other = tmp_path / "ds[1]", tmp_path / "ds1"
+    shutil.copytree(dataset, own)
+    shutil.copytree(dataset, other)
+    good = next((own / "spans").rglob("*.parquet"))
+    damage_pages(good, good)
+    with pytest.raises(CorruptFileError) as raised:
+        with otel_replay.open(own) as store:
+            store.rows("SELECT * FROM spans")
+    assert raised.value.path == str(good)
+
+
+def test_calibration_from_facts_files_in_a_dataset_path_with_glob_characters(telemetry, dataset, tmp_path, caplog):
+    # The facts view read its files as globs: ds[1]'s facts view read ds1's (here damaged) copy too, failed, and
+    # calibration fell back to the spans with a warning; a sound copy was read alongside its own.
+    tracer = DecisionTracer()
+    for confidence, correct in [(0.95, True), (0.91, False), (0.55, True)]:
+        tracer.record_outcome(tracer.decision("a", "sizing", "r", confidence), correct)
+    telemetry.shutdown()
+    own, other = tmp_path / "ds[1]", tmp_path / "ds1"
+    shutil.copytree(dataset, own)
+    compact(own, grace_seconds=0)
+    assert list((own / "spans").rglob("_facts-*.pq"))  # calibration reads the facts files
+    with otel_replay.open(own) as store:
+        alone = store.calibration()
+    shutil.copytree(own, other)
+    for path in (other / "spans").rglob("_facts-*.pq"):
+        path.write_bytes(path.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING, logger="otel_replay"), otel_replay.open(own) as store:
+        assert store.calibration() == alone
+    assert not [r.getMessage() for r in caplog.records if "facts" in r.getMessage()]
+    assert [(c["bucket"], c["decisions"], c["correct"]) for c in alone] == [(0.5, 1, 1), (0.9, 2, 1)]
