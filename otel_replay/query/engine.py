@@ -14,6 +14,7 @@ else, and writes nothing. Which files are live is :mod:`otel_replay.query.files`
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -101,6 +102,17 @@ _NOT_ABOUT_FILES = (duckdb.ParserException, duckdb.BinderException, duckdb.Catal
 """DuckDB errors that a vanished or replaced file never causes (a vanished file is an IO or permission error)."""
 
 
+def _check_utf8(root: str, dataset: Path | str) -> None:
+    """Refuse a dataset whose path DuckDB cannot take (it reads only UTF-8 paths), naming the first bad byte."""
+    for ch in root:
+        if "\udc80" <= ch <= "\udcff":  # a byte of the path that is not UTF-8, as os.fsdecode keeps it
+            shown = os.fsencode(str(dataset)).decode("utf-8", "backslashreplace")
+            raise DatasetError(
+                f"dataset {shown}: its path is not valid UTF-8 (byte 0x{ord(ch) - 0xDC00:02x}), and DuckDB reads "
+                "only UTF-8 paths; rename it"
+            )
+
+
 class Engine:
     """The DuckDB connections over one dataset's live files, and the shipped queries run on them.
 
@@ -116,6 +128,7 @@ class Engine:
 
     def __init__(self, location: Location, dataset: Path | str, *, skip_corrupt: bool, database: str) -> None:
         """Connect; see the class docstring."""
+        _check_utf8(location.root, dataset)
         self.location = location
         self.dataset = dataset
         self.skip_corrupt = skip_corrupt

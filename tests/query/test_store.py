@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -423,3 +424,15 @@ def test_calibration_from_facts_files_in_a_dataset_path_with_glob_characters(tel
         assert store.calibration() == alone
     assert not [r.getMessage() for r in caplog.records if "facts" in r.getMessage()]
     assert [(c["bucket"], c["decisions"], c["correct"]) for c in alone] == [(0.5, 1, 1), (0.9, 2, 1)]
+
+
+def test_a_dataset_path_that_is_not_utf8_is_refused_by_name(telemetry, dataset, tmp_path):
+    # DuckDB takes only UTF-8 paths: opening ds\xff failed while defining the views, with "Python Conversion
+    # Failure: cannot encode str as UTF-8, surrogate '\udcff' at position 2 is not allowed".
+    _capture(telemetry)
+    telemetry.shutdown()
+    own = Path(os.fsdecode(bytes(tmp_path) + b"/ds\xff"))
+    shutil.copytree(dataset, own)
+    with pytest.raises(DatasetError, match=r"is not valid UTF-8 \(byte 0xff\).*rename") as raised:
+        otel_replay.open(own)
+    assert len(str(raised.value).splitlines()) == 1 and "ds\\xff" in str(raised.value)
