@@ -31,6 +31,7 @@ import duckdb
 import pyarrow as pa
 
 from otel_replay.errors import QueryError, ReadOnlyViolation
+from otel_replay.query.files import literal_paths
 
 __all__ = [
     "ALLOWED_STATEMENTS",
@@ -55,7 +56,8 @@ def close_off(con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> None:
     """
     try:
         if files:
-            con.execute("SET allowed_paths = ?", [list(files)])
+            # the views name each file by the pattern that matches only it (literal_paths); both are the file
+            con.execute("SET allowed_paths = ?", [sorted({*files, *literal_paths(files)})])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except duckdb.Error as exc:

@@ -14,6 +14,7 @@ else, and writes nothing. Which files are live is :mod:`otel_replay.query.files`
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,7 +35,7 @@ from otel_replay.exporters.schema import SPAN_SCHEMA
 from otel_replay.location import Location, register_with
 from otel_replay.query.analyst import check_statements, close_off, table_rows
 from otel_replay.query.catalog import ViewCatalog
-from otel_replay.query.files import VANISHED, FileTriage, note_skipped
+from otel_replay.query.files import VANISHED, FileTriage, literal_paths, note_skipped
 from otel_replay.query.keys import probe_array
 from otel_replay.query.logs import define_log_views, log_files
 from otel_replay.storage.facts import point_facts, unpoint_facts
@@ -101,6 +102,17 @@ _NOT_ABOUT_FILES = (duckdb.ParserException, duckdb.BinderException, duckdb.Catal
 """DuckDB errors that a vanished or replaced file never causes (a vanished file is an IO or permission error)."""
 
 
+def _check_utf8(root: str, dataset: Path | str) -> None:
+    """Refuse a dataset whose path DuckDB cannot take (it reads only UTF-8 paths), naming the first bad byte."""
+    for ch in root:
+        if "\udc80" <= ch <= "\udcff":  # a byte of the path that is not UTF-8, as os.fsdecode keeps it
+            shown = os.fsencode(str(dataset)).decode("utf-8", "backslashreplace")
+            raise DatasetError(
+                f"dataset {shown}: its path is not valid UTF-8 (byte 0x{ord(ch) - 0xDC00:02x}), and DuckDB reads "
+                "only UTF-8 paths; rename it"
+            )
+
+
 class Engine:
     """The DuckDB connections over one dataset's live files, and the shipped queries run on them.
 
@@ -116,6 +128,7 @@ class Engine:
 
     def __init__(self, location: Location, dataset: Path | str, *, skip_corrupt: bool, database: str) -> None:
         """Connect; see the class docstring."""
+        _check_utf8(location.root, dataset)
         self.location = location
         self.dataset = dataset
         self.skip_corrupt = skip_corrupt
@@ -259,14 +272,14 @@ class Engine:
         pointed = self._pointed if con is self._con else self.files
         narrowed = pointed is not None and len(pointed) > 1
         if narrowed and pointed is not None:
-            self._set(con, _FILES_VAR, pointed[:1])
+            self._set(con, _FILES_VAR, literal_paths(pointed[:1]))
         try:
             for name in names:
                 con.execute(_catalog().statements[name])  # a DuckDB error: the caller's to judge (_attempt)
                 defined.add(name)
         finally:
             if narrowed and pointed is not None:
-                self._set(con, _FILES_VAR, list(pointed))
+                self._set(con, _FILES_VAR, literal_paths(pointed))
 
     def _set(self, con: duckdb.DuckDBPyConnection, name: str, value: Any) -> None:
         """``SET VARIABLE name = value`` (bound, never formatted); skipped when the internal connection holds it.
@@ -291,7 +304,7 @@ class Engine:
 
         ``union``: union_by_name as given rather than as ``files`` need it.
         """
-        self._set(con, _FILES_VAR, list(files) or None)
+        self._set(con, _FILES_VAR, literal_paths(files) or None)  # each path read as itself, never as a glob
         self._set(con, _UNION_VAR, self.triage.union_by_name(files) if union is None else union)
         self._set(con, _LEGACY_VAR, self.triage.legacy_outcomes(files))
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from otel_replay.exporters.schema import LOG_SCHEMA, LOGS_DIR
 from otel_replay.location import Location
+from otel_replay.query.files import literal_paths
 from otel_replay.storage.manifest import live_files
 
 __all__ = ["define_log_views", "log_files"]
@@ -45,7 +46,7 @@ def define_log_views(con: duckdb.DuckDBPyConnection, files: list[str], views_sql
     when a query names them).
     """
     if files:
-        con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [files])
+        con.execute(f"SET VARIABLE {_FILES_VAR} = ?", [literal_paths(files)])  # each path as itself, not a glob
         con.execute(_SOURCE)
     else:
         empty = (

@@ -44,11 +44,13 @@ at a time, so memory stays bounded whatever the file expands to.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
 import json
 import os
+import stat
 import struct
 import time
 import uuid
@@ -634,7 +636,7 @@ class Ingestor:
         """Ingest one file; bad content is reported in the result, never raised.
 
         Raises:
-            OSError: the file cannot be read.
+            OSError: the file cannot be read, or is not a regular file (a FIFO, device, socket or directory).
             DatasetError: the dataset cannot be written (what this run wrote is removed first).
 
         """
@@ -642,7 +644,7 @@ class Ingestor:
         if path.resolve().is_relative_to(self.dataset.resolve()):
             report = IngestReport(str(path), status="skipped", message="inside the dataset itself")
             return report
-        with open(path, "rb") as handle, self._locked():
+        with _open_regular(path) as handle, self._locked():
             return self._ingest(path, handle, progress)
 
     def _ingest(self, path: Path, handle: IO[bytes], progress: Progress) -> IngestReport:
@@ -747,6 +749,38 @@ class Ingestor:
             report.rejected += accepted - rows
             report.malformed.append((item.where, f"{accepted - rows} span(s) dropped by the row conversion"))
         report.spans += rows
+
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """``path`` opened for reading, refusing what is not a regular file (nothing says where its content ends).
+
+    Opened without blocking: a FIFO would hold the run in ``open()`` until
+    some process wrote to it.
+
+    Raises:
+        OSError: it cannot be opened, or it is a FIFO, device, socket or directory.
+
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _NOT_REGULAR if test(mode)), "not a file")
+            raise OSError(errno.EINVAL, f"not a regular file ({what}); ingest reads files", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _take_logs(where: str, request: ExportLogsServiceRequest, logs: LogWriter, report: IngestReport) -> None:

@@ -54,3 +54,17 @@ def test_a_log_compaction_after_the_listing_is_read_through_not_failed(tmp_path:
         assert store.rows("SELECT count(*) AS n FROM log_records") == [{"n": 6}]
         compact(dataset, grace_seconds=0)  # the files the store listed are gone at once
         assert store.rows("SELECT count(*) AS n FROM log_records") == [{"n": 6}]
+
+
+def test_the_log_views_of_a_dataset_path_with_glob_characters_read_only_its_own_files(tmp_path: Path) -> None:
+    # Each listed log file was read as a glob: ds[1]'s file also matched ds1's copy of it (counted twice).
+    import shutil
+
+    dataset = tmp_path / "ds[1]"
+    _write_logs(dataset, "seg-1", 0, 2)
+    shutil.copytree(dataset, tmp_path / "ds1")
+    with otel_replay.open(dataset) as store:
+        rows = store.rows("SELECT count(*) AS n, count(DISTINCT filename) AS files FROM log_records")
+        assert rows == [{"n": 2, "files": 1}]
+        (name,) = store.rows("SELECT DISTINCT filename FROM log_records")
+        assert Path(name["filename"]).is_relative_to(dataset)

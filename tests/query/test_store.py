@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -9,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import otel_replay
-from otel_replay import CorruptFileError, RecordNotFound, audit, replay
+from otel_replay import CorruptFileError, DecisionTracer, RecordNotFound, audit, replay
 from otel_replay.errors import DatasetError, QueryError
+from otel_replay.storage import compact
 
 from .._support import budget_policy, payment, snapshot
 
@@ -288,3 +292,147 @@ def test_files_with_different_columns_are_read_by_name(telemetry, dataset):
         (both,) = store.rows("SELECT count(*) AS n, count(scope_name) AS named FROM spans")
         assert both == {"n": 2 * one["n"], "named": one["named"]}
         assert len(store.rows("SELECT * FROM decisions")) == 1  # the copy of each span counts once
+
+
+def _foreign_copy(good: Path, file_name: str, **columns) -> Path:
+    """A copy of ``good``'s rows as a foreign writer might store them: no otel-replay metadata, ``columns`` replaced."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(good, partitioning=None).replace_schema_metadata(None)
+    for column, values in columns.items():
+        table = table.set_column(table.schema.get_field_index(column), column, values(table.num_rows))
+    target = good.with_name(file_name)
+    pq.write_table(table, target)
+    return target
+
+
+def test_a_foreign_files_other_scalar_types_leave_every_other_rows_types_alone(telemetry, dataset):
+    # union_by_name took the widest type of each column over every file: one file's binary `name` made the column
+    # BLOB for every row (verify: "TypeError: Object of type bytes is not JSON serializable", exit 3), its text
+    # `duration_ns` made that column VARCHAR (sum(duration_ns) failed). The views cast each scalar column to the
+    # span schema's type: the foreign file's unreadable values become NULL in its own rows only.
+    import pyarrow as pa
+
+    record = _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    with otel_replay.open(dataset) as store:
+        before = store.rows("SELECT name, duration_ns, dropped_events_count FROM spans ORDER BY span_id")
+    _foreign_copy(
+        good,
+        "part-foreign-writer.parquet",
+        name=lambda n: pa.array([b"op"] * n, pa.binary()),
+        duration_ns=lambda n: pa.array(["long"] * n),
+        dropped_events_count=lambda n: pa.array(["none"] * n),
+    )
+    with otel_replay.open(dataset) as store:
+        types = store.rows(
+            "SELECT DISTINCT typeof(name) AS n, typeof(duration_ns) AS d, typeof(dropped_events_count) AS e FROM spans"
+        )
+        assert types == [{"n": "VARCHAR", "d": "BIGINT", "e": "INTEGER"}]
+        ours = "SELECT name, duration_ns, dropped_events_count FROM spans WHERE filename = ? ORDER BY span_id"
+        assert store.rows(ours, [str(good)]) == before
+        # the foreign rows' "long" is NULL: the sum is the dataset's own
+        (total,) = store.rows("SELECT count(*) AS n, sum(duration_ns) AS ns FROM spans")
+        assert total == {"n": 2 * len(before), "ns": sum(row["duration_ns"] for row in before)}
+        assert store.record(record.record_id) == record
+        assert not store.verify(None).ok  # the copies' records are not sealed as they stand: reported, not raised
+
+
+def test_a_foreign_file_with_text_that_is_not_utf8_is_named(telemetry, dataset):
+    # Read as text (binary_as_string), a value that is not UTF-8 fails the read: the file is named and can be skipped.
+    import pyarrow as pa
+
+    record = _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    foreign = _foreign_copy(good, "part-foreign-binary.parquet", name=lambda n: pa.array([b"\xff"] * n, pa.binary()))
+    with pytest.raises(CorruptFileError, match="part-foreign-binary.parquet"):
+        with otel_replay.open(dataset) as store:
+            store.rows("SELECT * FROM spans")
+    with otel_replay.open(dataset, skip_corrupt=True) as store:
+        store.rows("SELECT * FROM spans")
+        assert [p.path for p in store.skipped] == [str(foreign)]
+        assert store.record(record.record_id) == record
+
+
+def test_a_foreign_file_without_optional_columns_leaves_the_views_whole(telemetry, dataset):
+    # The views bind over the first file: a foreign one lacking `attributes` (sorted first) made every view that
+    # reads it fail ("Referenced column attributes not found"), naming no file. Every span column is now supplied.
+    import pyarrow.parquet as pq
+
+    record = _capture(telemetry)
+    good = next((dataset / "spans").rglob("*.parquet"))
+    lacking = ["attributes", "resource_attributes", "events", "links", "status_message", "dropped_links_count"]
+    table = pq.read_table(good, partitioning=None).replace_schema_metadata(None).drop_columns(lacking)
+    pq.write_table(table, good.with_name("part-0-foreign.parquet"))  # listed before the dataset's own file
+    with otel_replay.open(dataset) as store:
+        assert store.files[0].endswith("part-0-foreign.parquet")
+        assert [d["record_id"] for d in store.rows("SELECT record_id FROM decisions")] == [record.record_id]
+        assert len(store.rows("SELECT * FROM acts")) == 1
+        assert store.record(record.record_id) == record
+
+
+@pytest.mark.parametrize(("name", "sibling"), [("ds[1]", "ds1"), ("ds*", "ds-other"), ("ds?", "dsX")])
+def test_a_dataset_path_with_glob_characters_reads_only_its_own_files(telemetry, dataset, tmp_path, name, sibling):
+    # DuckDB reads each listed path as a glob: "ds[1]/spans/.../part-N.parquet" also matched ds1's file of that
+    # name (a copy of the dataset), so a lookup read a dataset it was not given (here a damaged one) or was refused.
+    record = _capture(telemetry)
+    telemetry.shutdown()
+    own, other = tmp_path / name, tmp_path / sibling
+    shutil.copytree(dataset, own)
+    shutil.copytree(dataset, other)
+    for path in (other / "spans").rglob("*.parquet"):
+        path.write_bytes(path.read_bytes()[:100])  # not the dataset asked for: must never be read
+    with otel_replay.open(own) as store:
+        assert store.record(record.record_id) == record
+        files = {row["filename"] for row in store.rows("SELECT DISTINCT filename FROM spans")}
+        assert files and all(Path(f).is_relative_to(own) for f in files), files
+        assert store.verify(None).ok
+
+
+def test_a_damaged_file_is_named_in_a_dataset_path_with_glob_characters(telemetry, dataset, tmp_path):
+    # The damaged-file probe read its path as a glob too: it decoded ds1's intact copy and named nothing.
+    _capture(telemetry)
+    telemetry.shutdown()
+    own, other = tmp_path / "ds[1]", tmp_path / "ds1"
+    shutil.copytree(dataset, own)
+    shutil.copytree(dataset, other)
+    good = next((own / "spans").rglob("*.parquet"))
+    damage_pages(good, good)
+    with pytest.raises(CorruptFileError) as raised:
+        with otel_replay.open(own) as store:
+            store.rows("SELECT * FROM spans")
+    assert raised.value.path == str(good)
+
+
+def test_calibration_from_facts_files_in_a_dataset_path_with_glob_characters(telemetry, dataset, tmp_path, caplog):
+    # The facts view read its files as globs: ds[1]'s facts view read ds1's (here damaged) copy too, failed, and
+    # calibration fell back to the spans with a warning; a sound copy was read alongside its own.
+    tracer = DecisionTracer()
+    for confidence, correct in [(0.95, True), (0.91, False), (0.55, True)]:
+        tracer.record_outcome(tracer.decision("a", "sizing", "r", confidence), correct)
+    telemetry.shutdown()
+    own, other = tmp_path / "ds[1]", tmp_path / "ds1"
+    shutil.copytree(dataset, own)
+    compact(own, grace_seconds=0)
+    assert list((own / "spans").rglob("_facts-*.pq"))  # calibration reads the facts files
+    with otel_replay.open(own) as store:
+        alone = store.calibration()
+    shutil.copytree(own, other)
+    for path in (other / "spans").rglob("_facts-*.pq"):
+        path.write_bytes(path.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING, logger="otel_replay"), otel_replay.open(own) as store:
+        assert store.calibration() == alone
+    assert not [r.getMessage() for r in caplog.records if "facts" in r.getMessage()]
+    assert [(c["bucket"], c["decisions"], c["correct"]) for c in alone] == [(0.5, 1, 1), (0.9, 2, 1)]
+
+
+def test_a_dataset_path_that_is_not_utf8_is_refused_by_name(telemetry, dataset, tmp_path):
+    # DuckDB takes only UTF-8 paths: opening ds\xff failed while defining the views, with "Python Conversion
+    # Failure: cannot encode str as UTF-8, surrogate '\udcff' at position 2 is not allowed".
+    _capture(telemetry)
+    telemetry.shutdown()
+    own = Path(os.fsdecode(bytes(tmp_path) + b"/ds\xff"))
+    shutil.copytree(dataset, own)
+    with pytest.raises(DatasetError, match=r"is not valid UTF-8 \(byte 0xff\).*rename") as raised:
+        otel_replay.open(own)
+    assert len(str(raised.value).splitlines()) == 1 and "ds\\xff" in str(raised.value)

@@ -536,3 +536,30 @@ def test_ingestor_arguments_out_of_range_are_refused_by_name(tmp_path, argument,
     """From Python as from the environment: 0 meant "the default" and 2**70 overflowed readline() later."""
     with pytest.raises(ConfigError, match=message):
         Ingestor(tmp_path / "ds", **{argument: value})
+
+
+def test_a_fifo_is_refused_by_name_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    # A FIFO blocked the run in open() until some process wrote to it (forever, from a shell); then its size, 0,
+    # made it "skipped, empty file". The stand-in writer below unblocks a run that waits, so the test ends either way.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def stand_in_writer() -> None:
+        if not done.wait(5):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # nobody is reading: the run did not wait
+                pass
+
+    writer = threading.Thread(target=stand_in_writer)
+    writer.start()
+    try:
+        with pytest.raises(OSError, match="not a regular file"):
+            Ingestor(tmp_path / "ds").ingest(fifo)
+    finally:
+        done.set()
+        writer.join()
+    result = CliRunner().invoke(ingest_command, [str(fifo), "--dataset", str(tmp_path / "ds"), "-q"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"{fifo}: cannot ingest: not a regular file (a FIFO)" in result.output
