@@ -64,13 +64,14 @@ class StreamFilter(Protocol):
 class _HeldCall:
     """One streamed tool call's pieces, assembled as the client's own accumulator assembles them."""
 
-    __slots__ = ("call_id", "first", "name", "parts")
+    __slots__ = ("call_id", "first", "legacy", "name", "parts")
 
-    def __init__(self, first: tuple[Any, Any, Any]) -> None:
+    def __init__(self, first: tuple[Any, Any, Any], legacy: bool = False) -> None:
         self.call_id = ""
         self.name = ""
         self.parts: list[str] = []
         self.first = first  # (chunk, choice, tool call delta) of its first piece: the shape it is released in
+        self.legacy = legacy  # a deprecated ``delta.function_call``, released in that field
 
 
 class ChatFilter:
@@ -79,7 +80,8 @@ class ChatFilter:
     def __init__(self) -> None:
         """An empty filter."""
         self.complete = False
-        self._calls: dict[tuple[int, int], _HeldCall] = {}
+        # (choice, 0, call index) for tool calls; (choice, 1, 0) for a choice's deprecated function_call
+        self._calls: dict[tuple[int, int, int], _HeldCall] = {}
         self._ending: list[Any] = []
         self._model: str | None = None
         self._usage: tuple[int, int] | None = None
@@ -102,10 +104,11 @@ class ChatFilter:
         for choice in choices:
             delta = choice.delta
             calls = getattr(delta, "tool_calls", None) if delta is not None else None
-            if calls:
+            legacy = getattr(delta, "function_call", None) if delta is not None else None
+            if calls or legacy is not None:
                 held_any = True
-                for call in calls:
-                    key = (choice.index, call.index)
+                for call in calls or ():
+                    key = (choice.index, 0, call.index)
                     held = self._calls.get(key)
                     if held is None:
                         held = self._calls[key] = _HeldCall((chunk, choice, call))
@@ -119,7 +122,15 @@ class ChatFilter:
                             held.name += function.name
                         if isinstance(function.arguments, str):
                             held.parts.append(function.arguments)
-                delta = delta.model_copy(update={"tool_calls": None})
+                if legacy is not None:  # the deprecated functions API: one call per choice, joined the same way
+                    held = self._calls.get((choice.index, 1, 0))
+                    if held is None:
+                        held = self._calls[(choice.index, 1, 0)] = _HeldCall((chunk, choice, legacy), legacy=True)
+                    if isinstance(legacy.name, str):
+                        held.name += legacy.name
+                    if isinstance(legacy.arguments, str):
+                        held.parts.append(legacy.arguments)
+                delta = delta.model_copy(update={"tool_calls": None, "function_call": None})
                 choice = choice.model_copy(update={"delta": delta})
             if choice.finish_reason is not None:
                 held_any = True
@@ -157,6 +168,13 @@ class ChatFilter:
             kept_per_choice[key[0]] = number + 1
             held = self._calls[key]
             chunk, choice, call = held.first
+            if held.legacy:
+                legacy = {"function_call": {"name": held.name, "arguments": "".join(held.parts)}}
+                piece = type(choice).model_validate(
+                    {"index": choice.index, "delta": type(choice.delta).model_validate(legacy), "finish_reason": None}
+                )
+                out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
+                continue
             whole = type(call).model_validate(
                 {
                     "index": number,
@@ -173,7 +191,7 @@ class ChatFilter:
             choices = []
             for choice in getattr(chunk, "choices", None) or ():
                 if (
-                    choice.finish_reason == "tool_calls"
+                    choice.finish_reason in ("tool_calls", "function_call")
                     and choice.index in had_calls
                     and not kept_per_choice.get(choice.index)
                 ):

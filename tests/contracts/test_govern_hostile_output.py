@@ -16,6 +16,7 @@ from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
     ANTHROPIC_TOOLS,
+    BAD,
     CHAT_TOOLS,
     CLAUDE,
     GOOD,
@@ -265,3 +266,59 @@ def test_under_unmatched_policy_allow_an_unknown_tool_still_passes(spans: Spans)
         session = govern(openai_client(server), REFUND_BOT, unmatched_policy="allow", tracer_provider=spans.provider)
         response = session.client.chat.completions.create(model=GPT, messages=HELLO)
     assert [c.function.name for c in response.choices[0].message.tool_calls] == ["get_weather"]
+
+
+def _legacy_function_call(name: str, arguments: Any) -> s.Reply:
+    """A chat answer whose call comes in the deprecated ``message.function_call`` field (the ``functions`` API)."""
+    reply = s.chat_completion(None, model=GPT)
+    choice = reply.body["choices"][0]
+    choice["message"]["function_call"] = {"name": name, "arguments": json.dumps(arguments)}
+    choice["finish_reason"] = "function_call"
+    return reply
+
+
+FUNCTIONS = [tool["function"] for tool in CHAT_TOOLS]
+
+
+def test_a_call_in_the_deprecated_function_call_field_is_gated_like_a_tool_call(spans: Spans) -> None:
+    """The openai client still parses ``message.function_call``; an application on ``functions=`` runs it."""
+    with s.ScriptedServer([_legacy_function_call("lookup_customer", BAD)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS)
+    assert response.choices[0].message.function_call is None
+    assert response.choices[0].finish_reason == "stop"
+    assert decisions(spans)[0][sc.CONTRACT_FAILURES][0]["rule"] == "argument_invariant"
+
+
+def test_an_allowed_call_in_the_deprecated_function_call_field_reaches_the_caller(spans: Spans) -> None:
+    with s.ScriptedServer([_legacy_function_call("lookup_customer", GOOD)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS)
+    call = response.choices[0].message.function_call
+    assert call.name == "lookup_customer" and json.loads(call.arguments) == GOOD
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "allow"
+
+
+@pytest.mark.parametrize("arguments", [BAD, GOOD], ids=["refused", "allowed"])
+def test_a_streamed_call_in_the_deprecated_function_call_field_is_gated_before_the_caller_sees_it(
+    spans: Spans, arguments: dict[str, str]
+) -> None:
+    reply = s.chat_stream(("",), model=GPT)
+    text = json.dumps(arguments)
+    *head, finish, usage, done = reply.events or ()
+    pieces = [{"name": "lookup_customer", "arguments": ""}, {"arguments": text[:7]}, {"arguments": text[7:]}]
+    calls = [(None, {**head[-1][1], "choices": [{"index": 0, "delta": {"function_call": p}}]}) for p in pieces]
+    finish[1]["choices"][0]["finish_reason"] = "function_call"
+    events = [*head, *calls, finish, usage, done]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS, stream=True)
+        chunks = list(stream)
+    delivered = [c.delta.function_call for chunk in chunks for c in chunk.choices if c.delta.function_call]
+    finish = [c.finish_reason for chunk in chunks for c in chunk.choices if c.finish_reason]
+    if arguments == BAD:
+        assert delivered == [] and finish == ["stop"]
+        assert decisions(spans)[0][sc.CONTRACT_FAILURES][0]["rule"] == "argument_invariant"
+    else:  # released whole, in the field it came in
+        assert [(d.name, json.loads(d.arguments)) for d in delivered] == [("lookup_customer", GOOD)]
+        assert finish == ["function_call"]
