@@ -80,8 +80,9 @@ class ChatFilter:
     def __init__(self) -> None:
         """An empty filter."""
         self.complete = False
-        # (choice, 0, call index) for tool calls; (choice, 1, 0) for a choice's deprecated function_call
-        self._calls: dict[tuple[int, int, int], _HeldCall] = {}
+        # (choice, 0, call index) for tool calls; (choice, 1, 0) for a choice's deprecated function_call, each
+        # index as _place gives it
+        self._calls: dict[tuple[_Place, int, _Place], _HeldCall] = {}
         self._ending: list[Any] = []
         self._model: str | None = None
         self._usage: tuple[int, int] | None = None
@@ -108,7 +109,7 @@ class ChatFilter:
             if calls or legacy is not None:
                 held_any = True
                 for call in calls or ():
-                    key = (choice.index, 0, call.index)
+                    key = (_place(choice.index), 0, _place(call.index))
                     held = self._calls.get(key)
                     if held is None:
                         held = self._calls[key] = _HeldCall((chunk, choice, call))
@@ -123,9 +124,10 @@ class ChatFilter:
                         if isinstance(function.arguments, str):
                             held.parts.append(function.arguments)
                 if legacy is not None:  # the deprecated functions API: one call per choice, joined the same way
-                    held = self._calls.get((choice.index, 1, 0))
+                    key = (_place(choice.index), 1, (0, 0))
+                    held = self._calls.get(key)
                     if held is None:
-                        held = self._calls[(choice.index, 1, 0)] = _HeldCall((chunk, choice, legacy), legacy=True)
+                        held = self._calls[key] = _HeldCall((chunk, choice, legacy), legacy=True)
                     if isinstance(legacy.name, str):
                         held.name += legacy.name
                     if isinstance(legacy.arguments, str):
@@ -160,7 +162,7 @@ class ChatFilter:
         views = self.views()
         keep = decide(views, self._model, self._usage)
         out: list[Any] = []
-        kept_per_choice: dict[int, int] = {}
+        kept_per_choice: dict[_Place, int] = {}
         for ordinal, key in enumerate(sorted(self._calls)):
             if ordinal not in keep:
                 continue
@@ -170,9 +172,7 @@ class ChatFilter:
             chunk, choice, call = held.first
             if held.legacy:
                 legacy = {"function_call": {"name": held.name, "arguments": "".join(held.parts)}}
-                piece = type(choice).model_validate(
-                    {"index": choice.index, "delta": type(choice.delta).model_validate(legacy), "finish_reason": None}
-                )
+                piece = _choice(choice, type(choice.delta).model_validate(legacy))
                 out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
                 continue
             whole = type(call).model_validate(
@@ -183,8 +183,7 @@ class ChatFilter:
                     "function": {"name": held.name, "arguments": "".join(held.parts)},
                 }
             )
-            delta = type(choice.delta).model_validate({"tool_calls": [whole]})
-            piece = type(choice).model_validate({"index": choice.index, "delta": delta, "finish_reason": None})
+            piece = _choice(choice, type(choice.delta).model_validate({"tool_calls": [whole]}))
             out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
         had_calls = {key[0] for key in self._calls}
         for chunk in self._ending:
@@ -192,8 +191,8 @@ class ChatFilter:
             for choice in getattr(chunk, "choices", None) or ():
                 if (
                     choice.finish_reason in ("tool_calls", "function_call")
-                    and choice.index in had_calls
-                    and not kept_per_choice.get(choice.index)
+                    and _place(choice.index) in had_calls
+                    and not kept_per_choice.get(_place(choice.index))
                 ):
                     choice = choice.model_copy(update={"finish_reason": "stop"})
                 choices.append(choice)
@@ -201,6 +200,28 @@ class ChatFilter:
         self._calls.clear()
         self._ending.clear()
         return out
+
+
+_Place = tuple[int, Any]
+
+
+def _place(index: Any) -> _Place:
+    """A chunk's choice or call ``index`` as a key that sorts and hashes whatever the model sent.
+
+    The client builds chunks without validating them, so an index may be null, text or a list; numbers
+    come first, in order, then the rest by their text (a call's pieces still meet under one key).
+    """
+    return (0, index) if type(index) is int else (1, repr(index))
+
+
+def _choice(choice: Any, delta: Any) -> Any:
+    """A fresh choice at ``choice``'s index holding ``delta``.
+
+    Built unvalidated, as the client builds it, when that index is not a number.
+    """
+    if type(choice.index) is int:
+        return type(choice).model_validate({"index": choice.index, "delta": delta, "finish_reason": None})
+    return type(choice).model_construct(index=choice.index, delta=delta, finish_reason=None)
 
 
 def _has_content(choice: Any) -> bool:
@@ -218,8 +239,8 @@ class AnthropicFilter:
         """An empty filter."""
         self.complete = False
         self._out_index = 0
-        self._map: dict[int, int] = {}  # passed blocks: their index in -> index out
-        self._held: dict[int, list[Any]] = {}  # held tool_use blocks: index in -> their events
+        self._map: dict[_Place, int] = {}  # passed blocks: their index in (as _place gives it) -> index out
+        self._held: dict[_Place, list[Any]] = {}  # held tool_use blocks: index in -> their events
         self._ending: list[Any] = []
         self._model: str | None = None
         self._input = 0
@@ -240,18 +261,20 @@ class AnthropicFilter:
                 self._output = int(getattr(usage, "output_tokens", 0) or 0)
             return [event]
         if kind == "content_block_start":
+            place = _place(event.index)
             if getattr(event.content_block, "type", None) == "tool_use":
-                self._held[event.index] = [event]
+                self._held[place] = [event]
                 return []
-            self._map[event.index] = self._out_index
+            self._map[place] = self._out_index
             self._out_index += 1
-            return [_renumbered(event, self._map[event.index])]
+            return [_renumbered(event, self._map[place])]
         if kind in ("content_block_delta", "content_block_stop"):
-            held = self._held.get(event.index)
+            place = _place(event.index)
+            held = self._held.get(place)
             if held is not None:
                 held.append(event)
                 return []
-            number = self._map.get(event.index)
+            number = self._map.get(place)
             return [event if number is None else _renumbered(event, number)]
         if kind == "message_delta":
             self._stop = getattr(event.delta, "stop_reason", None) or self._stop

@@ -322,3 +322,63 @@ def test_a_streamed_call_in_the_deprecated_function_call_field_is_gated_before_t
     else:  # released whole, in the field it came in
         assert [(d.name, json.loads(d.arguments)) for d in delivered] == [("lookup_customer", GOOD)]
         assert finish == ["function_call"]
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, index: Any = 0) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-x",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": GPT,
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("call_index", "choice_index"),
+    [(1, 0), (None, 0), ([1], 0), ({"i": 1}, 0), (1, None)],
+    ids=["int", "null-call-index", "list-call-index", "object-call-index", "null-choice-index"],
+)
+def test_a_streamed_tool_call_at_an_index_that_is_not_a_number_gets_a_verdict_not_a_crash(
+    spans: Spans, call_index: Any, choice_index: Any
+) -> None:
+    """The client builds chunks without validating them: an index of null or [1] crashed the gate with a
+    TypeError of ours (sorting or hashing the held calls), and the response's decision was never recorded."""
+    first = {"index": 0, "id": "c1", "type": "function", "function": {"name": "lookup_customer", "arguments": ""}}
+    second = {"index": call_index, "id": "c2", "type": "function", "function": {"name": "issue_refund"}}
+    events = [
+        (None, _chunk({"role": "assistant", "content": ""})),
+        (None, _chunk({"tool_calls": [first]})),
+        (None, _chunk({"tool_calls": [{"index": 0, "function": {"arguments": json.dumps(GOOD)}}]})),
+        (None, _chunk({"tool_calls": [second]}, index=choice_index)),
+        (None, _chunk({"tool_calls": [{"index": call_index, "function": {"arguments": json.dumps(REFUND)}}]})),
+        (None, _chunk({}, "tool_calls")),
+        (None, "[DONE]"),
+    ]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        with pytest.raises(ReplayContractError) as caught:
+            list(stream)
+    assert caught.value.failures  # issue_refund out of phase; with the choice index null, also a nameless call
+    [decision] = decisions(spans)
+    assert decision[sc.CONTRACT_OUTCOME] == "reject"
+
+
+@pytest.mark.parametrize("index", [2, None, [2], "2"], ids=["int", "null", "list", "text"])
+def test_a_streamed_anthropic_tool_use_at_an_index_that_is_not_a_number_gets_a_verdict_not_a_crash(
+    spans: Spans, index: Any
+) -> None:
+    uses = [("t1", "lookup_customer", GOOD), ("t2", "issue_refund", REFUND)]
+    reply = s.anthropic_stream(("x",), model=CLAUDE, tool_uses=uses)
+    events = [(name, {**data, "index": index} if data.get("index") == 2 else data) for name, data in reply.events or ()]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        stream = session.client.messages.create(
+            model=CLAUDE, max_tokens=10, messages=HELLO, tools=ANTHROPIC_TOOLS, stream=True
+        )
+        with pytest.raises(ReplayContractError) as caught:
+            list(stream)
+    assert "issue_refund" in str(caught.value)
+    [decision] = decisions(spans)
+    assert decision[sc.CONTRACT_OUTCOME] == "reject"
