@@ -373,8 +373,8 @@ class ResponsesFilter:
         """An empty filter."""
         self.complete = False
         self._out_index = 0
-        self._map: dict[int, int] = {}  # passed items: output_index in -> out
-        self._held: dict[int, list[Any]] = {}  # tool call items: output_index in -> their events
+        self._map: dict[_Place, int] = {}  # passed items: output_index in (as _place gives it) -> out
+        self._held: dict[_Place, list[Any]] = {}  # tool call items: output_index in -> their events
         self._gated: list[Any] = []  # the items gated, in order, as the caller may see them
         self._ending: list[Any] = []
 
@@ -385,19 +385,23 @@ class ResponsesFilter:
             self._ending.append(event)
             self.complete = True
             return []
-        index = getattr(event, "output_index", None)
-        if not isinstance(index, int):
-            return [event]
-        held = self._held.get(index)
-        if held is None and getattr(getattr(event, "item", None), "type", None) in APP_CALLS:
-            held = self._held[index] = []  # a call, whichever of its events comes first
+        index = getattr(event, "output_index", _NO_INDEX)
+        is_call = getattr(getattr(event, "item", None), "type", None) in APP_CALLS or kind in _CALL_EVENTS
+        if index is _NO_INDEX and not is_call:
+            return [event]  # not an output item's event (response.created, ...)
+        # an index the client did not validate (null, a list) or none at all still keys its call: a call's
+        # events passed through unheld would reach the caller ungated
+        place = _place(None if index is _NO_INDEX else index)
+        held = self._held.get(place)
+        if held is None and is_call:
+            held = self._held[place] = []  # a call, whichever of its events comes first
         if held is not None:
             held.append(event)
             return []
-        if index not in self._map:
-            self._map[index] = self._out_index
+        if place not in self._map:
+            self._map[place] = self._out_index
             self._out_index += 1
-        return [_at_output(event, self._map[index])]
+        return [_at_output(event, self._map[place])]
 
     def views(self) -> list[ToolCallView]:
         """The held calls, in order, complete: the final item's arguments, else the streamed ones."""
@@ -476,6 +480,9 @@ class ResponsesFilter:
 
 
 _DELTAS: Final = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
+_CALL_EVENTS: Final = _DELTAS | {"response.function_call_arguments.done", "response.custom_tool_call_input.done"}
+"""The events of a call's input, which name no item type but belong to a held call."""
+_NO_INDEX: Final = object()
 
 
 def _as_gated(events: list[Any], item: Any, view: ToolCallView) -> list[Any]:
@@ -509,7 +516,8 @@ def _as_gated(events: list[Any], item: Any, view: ToolCallView) -> list[Any]:
 
 
 def _at_output(event: Any, number: int) -> Any:
-    return event if event.output_index == number else event.model_copy(update={"output_index": number})
+    same = getattr(event, "output_index", None) == number  # (a held call's event may have come without one)
+    return event if same else event.model_copy(update={"output_index": number})
 
 
 # --- the stream proxies ---------------------------------------------------------------------------------

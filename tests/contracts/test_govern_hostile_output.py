@@ -382,3 +382,97 @@ def test_a_streamed_anthropic_tool_use_at_an_index_that_is_not_a_number_gets_a_v
     assert "issue_refund" in str(caught.value)
     [decision] = decisions(spans)
     assert decision[sc.CONTRACT_OUTCOME] == "reject"
+
+
+@pytest.mark.parametrize(
+    "function_call",
+    [{"name": ["issue_refund"], "arguments": "{}"}, "issue_refund", {"name": "issue_refund", "arguments": None}],
+    ids=["name-a-list", "text", "arguments-null"],
+)
+def test_a_deprecated_function_call_of_odd_shape_is_stripped_and_its_decision_recorded(
+    spans: Spans, function_call: Any
+) -> None:
+    reply = s.chat_completion(None, model=GPT)
+    reply.body["choices"][0]["message"]["function_call"] = function_call
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        try:
+            response = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS)
+        except ReplayContractError:  # issue_refund out of phase rejects the whole response
+            pass
+        else:
+            assert response.choices[0].message.function_call is None
+    [decision] = decisions(spans)  # before, the decision span was dropped: its redaction failed on the name
+    assert decision[sc.CONTRACT_OUTCOME] in ("text_only", "reject") and decision[sc.CONTRACT_FAILURES]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "tool_use", "id": "t1", "name": ["issue_refund"], "input": {}},
+        {"type": "tool_use", "id": "t1", "name": 5, "input": {}},
+        {"type": "tool_use", "id": ["t1"], "name": "issue_refund", "input": REFUND},
+    ],
+    ids=["name-a-list", "name-a-number", "id-a-list"],
+)
+def test_a_tool_use_named_or_numbered_by_something_not_text_is_blocked_and_its_decision_recorded(
+    spans: Spans, block: dict[str, Any]
+) -> None:
+    """The call was blocked, but the decision span was dropped ("redaction failed"): the block left no record."""
+    reply = s.anthropic_message(None, model=CLAUDE, tool_uses=[("t0", "lookup_customer", GOOD)])
+    reply.body["content"].append(block)
+    with s.ScriptedServer([reply]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        try:
+            response = session.client.messages.create(
+                model=CLAUDE, max_tokens=10, messages=HELLO, tools=ANTHROPIC_TOOLS
+            )
+        except ReplayContractError:  # issue_refund out of phase rejects the whole response
+            pass
+        else:
+            assert [b.id for b in response.content if b.type == "tool_use"] == ["t0"]
+    [decision] = decisions(spans)
+    assert decision[sc.CONTRACT_OUTCOME] in ("strip", "reject") and decision[sc.CONTRACT_FAILURES]
+    assert session.get_health()["evidence_dropped"] == 0
+
+
+@pytest.mark.parametrize("output_index", [None, "0", [0], "missing"], ids=["null", "text", "list", "missing"])
+def test_a_responses_call_streamed_at_an_output_index_that_is_not_a_number_is_held_and_gated(
+    spans: Spans, output_index: Any
+) -> None:
+    """Events whose output_index was not an int passed straight through: output_item.done handed the caller a
+    forbidden issue_refund before anything was gated (and the gate never saw it)."""
+    refund = json.dumps(REFUND)
+    reply = _call_events([("f1", "issue_refund", REFUND)], {"deltas": [refund], "done": refund})
+    events = []
+    for name, data in reply.events or ():
+        if "output_index" in data:
+            data = {**data, "output_index": output_index}
+            if output_index == "missing":
+                del data["output_index"]
+            if "item" in data:
+                data["item"] = {**data["item"], "name": "issue_refund"}
+        events.append((name, data))
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.responses.create(model=GPT, input="hi", tools=RESPONSES_TOOLS, stream=True)
+        delivered: list[Any] = []
+        with pytest.raises(ReplayContractError):
+            delivered.extend(stream)
+    items = [getattr(e, "item", None) for e in delivered]
+    assert not [item for item in items if getattr(item, "name", None) == "issue_refund"]
+    assert not [e for e in delivered if getattr(e, "type", "").startswith("response.function_call_arguments")]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "reject"
+
+
+def test_an_allowed_responses_call_streamed_without_an_output_index_is_released_whole(spans: Spans) -> None:
+    good = json.dumps(GOOD)
+    reply = _call_events([("f1", "lookup_customer", GOOD)], {"deltas": [good[:5], good[5:]], "done": good})
+    events = [(name, {k: v for k, v in data.items() if k != "output_index"}) for name, data in reply.events or ()]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        delivered = list(session.client.responses.create(model=GPT, input="hi", tools=RESPONSES_TOOLS, stream=True))
+    deltas = [e.delta for e in delivered if e.type == "response.function_call_arguments.delta"]
+    done = [e.item for e in delivered if e.type == "response.output_item.done"]
+    assert deltas == [good] and [(i.name, json.loads(i.arguments)) for i in done] == [("lookup_customer", GOOD)]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "allow"

@@ -163,7 +163,8 @@ class ChatAdapter(_OpenAITools):
                 index += 1
             legacy = getattr(choice.message, "function_call", None)
             if legacy is not None:
-                views.append(ToolCallView.parse(index, "", field(legacy, "name"), field(legacy, "arguments") or ""))
+                name, text = chat_call({"function": legacy})  # read as a tool call's function is read
+                views.append(ToolCallView.parse(index, "", name, text))
                 index += 1
         return views
 
