@@ -87,7 +87,9 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     ``^(\w+\s?)*$``, can try every way of splitting a text between them: 30 characters the pattern almost
     matches take longer than a session lives, and the model writes the text. Such a pattern is refused
     unless each inner repetition repeats one character that cannot be a literal character the outer one
-    must match each time (``^([a-z0-9]+\.)*$`` splits only at the dots, so it is accepted). Atomic groups
+    must match each time (``^([a-z0-9]+\.)*$`` splits only at the dots, so it is accepted). A repetition of
+    alternatives two of which can start with the same character (``^(a|aa)*$``) is refused for the same
+    reason; ``^(foo|bar)*$`` is accepted. Atomic groups
     ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are always accepted. Patterns that
     are slow without nesting (``.*x.*y.*z`` on a long text) are bounded by :data:`REGEX_MAX_CHARS`.
     """
@@ -149,6 +151,8 @@ def _nested_repeat(items: list[tuple[Any, Any]], flags: int) -> str | None:
             low, high, body = av
             if _variable(low, high) and _inner_repeats(body.data) and not _delimited(body.data, flags):
                 return "a repetition inside a repetition"
+            if _variable(low, high) and _ambiguous_branch(body.data, flags):
+                return "a repetition of alternatives that can start alike"
             found = _nested_repeat(body.data, flags)
             if found:
                 return found
@@ -173,6 +177,68 @@ def _nested_repeat(items: list[tuple[Any, Any]], flags: int) -> str | None:
                         return found
         # ATOMIC_GROUP and POSSESSIVE_REPEAT never backtrack into themselves: nothing inside them is a hazard.
     return None
+
+
+def _ambiguous_branch(items: list[tuple[Any, Any]], flags: int) -> bool:
+    """Whether ``items`` (a repeated body) hold alternatives two of which may start with the same character.
+
+    ``^(a|aa)*$`` or ``^(ab|a|b)*$`` can split ``"aaaa...!"`` between alternatives in exponentially many
+    ways, just as nested repetitions can. An alternative that starts with anything but one character
+    (empty, a group of alternatives, a repetition) is taken to start like every other.
+    """
+    for op, av in items:
+        if op is _regex_constants.BRANCH:
+            firsts = [_first_char(branch.data) for branch in av[1]]
+            for index, first in enumerate(firsts):
+                if any(_may_meet(first, other, flags) for other in firsts[index + 1 :]):
+                    return True
+            if any(_ambiguous_branch(branch.data, flags) for branch in av[1]):
+                return True
+        elif op in _REPEATS:
+            if _ambiguous_branch(av[2].data, flags):
+                return True
+        elif op is _regex_constants.SUBPATTERN:
+            if _ambiguous_branch(av[-1].data, (flags | av[1]) & ~av[2]):
+                return True
+        elif op is _regex_constants.GROUPREF_EXISTS:
+            if any(branch is not None and _ambiguous_branch(branch.data, flags) for branch in av[1:]):
+                return True
+    return False
+
+
+def _first_char(items: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
+    """The one-character item ``items`` must start with, or ``None`` when it may start otherwise."""
+    while items and items[0][0] is _regex_constants.SUBPATTERN:
+        items = items[0][1][-1].data
+    if items and items[0][0] in _ONE_CHAR:
+        return items[0]
+    return None
+
+
+def _may_meet(left: tuple[Any, Any] | None, right: tuple[Any, Any] | None, flags: int) -> bool:
+    """Whether one character can match both one-character items (``None``: any character)."""
+    if left is None or right is None:
+        return True
+    state = _regex_parser.State()
+    state.flags = flags
+    one, two = (_regex_compiler.compile(_regex_parser.SubPattern(state, [item]), flags) for item in (left, right))
+    probes = {chr(code) for code in range(0x100)} | {"\u0100", "\uffff"} | _chars_named(left) | _chars_named(right)
+    return any(one.fullmatch(char) and two.fullmatch(char) for char in probes)
+
+
+def _chars_named(item: tuple[Any, Any]) -> set[str]:
+    """The characters a one-character item names (a literal, a set's members and range ends), each case."""
+    op, av = item
+    codes: list[int] = []
+    if op in (_regex_constants.LITERAL, _regex_constants.NOT_LITERAL):
+        codes.append(av)
+    elif op is _regex_constants.IN:
+        for kind, value in av:
+            if kind is _regex_constants.LITERAL:
+                codes.append(value)
+            elif kind is _regex_constants.RANGE:
+                codes.extend(value)
+    return {variant for code in codes for variant in (chr(code), chr(code).lower(), chr(code).upper())}
 
 
 def _inner_repeats(items: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:

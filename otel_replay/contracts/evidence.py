@@ -166,12 +166,20 @@ def _arguments(call: ToolCallView) -> str:
     return text
 
 
+def _text(value: Any) -> str:
+    """A call's id or name as text (a list or a number cut to 200 characters of its ``repr``).
+
+    The clients do not validate them, and a response whose call is named by a list still gets its span.
+    """
+    return value if isinstance(value, str) else repr(value)[:200]
+
+
 def attributes_of(evidence: DecisionEvidence, *, session_id: str, agent: str | None, digest: str) -> dict[str, Any]:
     """The span attributes of one decision (raises if redaction fails: the caller drops the span)."""
     tools = [
         {
-            "call_id": redact(call.call_id, personal=True),  # the model writes ids and names too
-            "name": redact(call.name, personal=True),
+            "call_id": redact(_text(call.call_id), personal=True),  # the model writes ids and names too
+            "name": redact(_text(call.name), personal=True),
             "allowed": evidence.allowed.get(call.index, False),
             "arguments": _arguments(call),
         }

@@ -64,13 +64,14 @@ class StreamFilter(Protocol):
 class _HeldCall:
     """One streamed tool call's pieces, assembled as the client's own accumulator assembles them."""
 
-    __slots__ = ("call_id", "first", "name", "parts")
+    __slots__ = ("call_id", "first", "legacy", "name", "parts")
 
-    def __init__(self, first: tuple[Any, Any, Any]) -> None:
+    def __init__(self, first: tuple[Any, Any, Any], legacy: bool = False) -> None:
         self.call_id = ""
         self.name = ""
         self.parts: list[str] = []
         self.first = first  # (chunk, choice, tool call delta) of its first piece: the shape it is released in
+        self.legacy = legacy  # a deprecated ``delta.function_call``, released in that field
 
 
 class ChatFilter:
@@ -79,7 +80,9 @@ class ChatFilter:
     def __init__(self) -> None:
         """An empty filter."""
         self.complete = False
-        self._calls: dict[tuple[int, int], _HeldCall] = {}
+        # (choice, 0, call index) for tool calls; (choice, 1, 0) for a choice's deprecated function_call, each
+        # index as _place gives it
+        self._calls: dict[tuple[_Place, int, _Place], _HeldCall] = {}
         self._ending: list[Any] = []
         self._model: str | None = None
         self._usage: tuple[int, int] | None = None
@@ -102,10 +105,11 @@ class ChatFilter:
         for choice in choices:
             delta = choice.delta
             calls = getattr(delta, "tool_calls", None) if delta is not None else None
-            if calls:
+            legacy = getattr(delta, "function_call", None) if delta is not None else None
+            if calls or legacy is not None:
                 held_any = True
-                for call in calls:
-                    key = (choice.index, call.index)
+                for call in calls or ():
+                    key = (_place(choice.index), 0, _place(call.index))
                     held = self._calls.get(key)
                     if held is None:
                         held = self._calls[key] = _HeldCall((chunk, choice, call))
@@ -119,7 +123,16 @@ class ChatFilter:
                             held.name += function.name
                         if isinstance(function.arguments, str):
                             held.parts.append(function.arguments)
-                delta = delta.model_copy(update={"tool_calls": None})
+                if legacy is not None:  # the deprecated functions API: one call per choice, joined the same way
+                    key = (_place(choice.index), 1, (0, 0))
+                    held = self._calls.get(key)
+                    if held is None:
+                        held = self._calls[key] = _HeldCall((chunk, choice, legacy), legacy=True)
+                    if isinstance(legacy.name, str):
+                        held.name += legacy.name
+                    if isinstance(legacy.arguments, str):
+                        held.parts.append(legacy.arguments)
+                delta = delta.model_copy(update={"tool_calls": None, "function_call": None})
                 choice = choice.model_copy(update={"delta": delta})
             if choice.finish_reason is not None:
                 held_any = True
@@ -149,7 +162,7 @@ class ChatFilter:
         views = self.views()
         keep = decide(views, self._model, self._usage)
         out: list[Any] = []
-        kept_per_choice: dict[int, int] = {}
+        kept_per_choice: dict[_Place, int] = {}
         for ordinal, key in enumerate(sorted(self._calls)):
             if ordinal not in keep:
                 continue
@@ -157,6 +170,11 @@ class ChatFilter:
             kept_per_choice[key[0]] = number + 1
             held = self._calls[key]
             chunk, choice, call = held.first
+            if held.legacy:
+                legacy = {"function_call": {"name": held.name, "arguments": "".join(held.parts)}}
+                piece = _choice(choice, type(choice.delta).model_validate(legacy))
+                out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
+                continue
             whole = type(call).model_validate(
                 {
                     "index": number,
@@ -165,17 +183,16 @@ class ChatFilter:
                     "function": {"name": held.name, "arguments": "".join(held.parts)},
                 }
             )
-            delta = type(choice.delta).model_validate({"tool_calls": [whole]})
-            piece = type(choice).model_validate({"index": choice.index, "delta": delta, "finish_reason": None})
+            piece = _choice(choice, type(choice.delta).model_validate({"tool_calls": [whole]}))
             out.append(chunk.model_copy(update={"choices": [piece], "usage": None}))
         had_calls = {key[0] for key in self._calls}
         for chunk in self._ending:
             choices = []
             for choice in getattr(chunk, "choices", None) or ():
                 if (
-                    choice.finish_reason == "tool_calls"
-                    and choice.index in had_calls
-                    and not kept_per_choice.get(choice.index)
+                    choice.finish_reason in ("tool_calls", "function_call")
+                    and _place(choice.index) in had_calls
+                    and not kept_per_choice.get(_place(choice.index))
                 ):
                     choice = choice.model_copy(update={"finish_reason": "stop"})
                 choices.append(choice)
@@ -183,6 +200,28 @@ class ChatFilter:
         self._calls.clear()
         self._ending.clear()
         return out
+
+
+_Place = tuple[int, Any]
+
+
+def _place(index: Any) -> _Place:
+    """A chunk's choice or call ``index`` as a key that sorts and hashes whatever the model sent.
+
+    The client builds chunks without validating them, so an index may be null, text or a list; numbers
+    come first, in order, then the rest by their text (a call's pieces still meet under one key).
+    """
+    return (0, index) if type(index) is int else (1, repr(index))
+
+
+def _choice(choice: Any, delta: Any) -> Any:
+    """A fresh choice at ``choice``'s index holding ``delta``.
+
+    Built unvalidated, as the client builds it, when that index is not a number.
+    """
+    if type(choice.index) is int:
+        return type(choice).model_validate({"index": choice.index, "delta": delta, "finish_reason": None})
+    return type(choice).model_construct(index=choice.index, delta=delta, finish_reason=None)
 
 
 def _has_content(choice: Any) -> bool:
@@ -200,8 +239,8 @@ class AnthropicFilter:
         """An empty filter."""
         self.complete = False
         self._out_index = 0
-        self._map: dict[int, int] = {}  # passed blocks: their index in -> index out
-        self._held: dict[int, list[Any]] = {}  # held tool_use blocks: index in -> their events
+        self._map: dict[_Place, int] = {}  # passed blocks: their index in (as _place gives it) -> index out
+        self._held: dict[_Place, list[Any]] = {}  # held tool_use blocks: index in -> their events
         self._ending: list[Any] = []
         self._model: str | None = None
         self._input = 0
@@ -222,18 +261,20 @@ class AnthropicFilter:
                 self._output = int(getattr(usage, "output_tokens", 0) or 0)
             return [event]
         if kind == "content_block_start":
+            place = _place(event.index)
             if getattr(event.content_block, "type", None) == "tool_use":
-                self._held[event.index] = [event]
+                self._held[place] = [event]
                 return []
-            self._map[event.index] = self._out_index
+            self._map[place] = self._out_index
             self._out_index += 1
-            return [_renumbered(event, self._map[event.index])]
+            return [_renumbered(event, self._map[place])]
         if kind in ("content_block_delta", "content_block_stop"):
-            held = self._held.get(event.index)
+            place = _place(event.index)
+            held = self._held.get(place)
             if held is not None:
                 held.append(event)
                 return []
-            number = self._map.get(event.index)
+            number = self._map.get(place)
             return [event if number is None else _renumbered(event, number)]
         if kind == "message_delta":
             self._stop = getattr(event.delta, "stop_reason", None) or self._stop
@@ -332,8 +373,8 @@ class ResponsesFilter:
         """An empty filter."""
         self.complete = False
         self._out_index = 0
-        self._map: dict[int, int] = {}  # passed items: output_index in -> out
-        self._held: dict[int, list[Any]] = {}  # tool call items: output_index in -> their events
+        self._map: dict[_Place, int] = {}  # passed items: output_index in (as _place gives it) -> out
+        self._held: dict[_Place, list[Any]] = {}  # tool call items: output_index in -> their events
         self._gated: list[Any] = []  # the items gated, in order, as the caller may see them
         self._ending: list[Any] = []
 
@@ -344,19 +385,23 @@ class ResponsesFilter:
             self._ending.append(event)
             self.complete = True
             return []
-        index = getattr(event, "output_index", None)
-        if not isinstance(index, int):
-            return [event]
-        held = self._held.get(index)
-        if held is None and getattr(getattr(event, "item", None), "type", None) in APP_CALLS:
-            held = self._held[index] = []  # a call, whichever of its events comes first
+        index = getattr(event, "output_index", _NO_INDEX)
+        is_call = getattr(getattr(event, "item", None), "type", None) in APP_CALLS or kind in _CALL_EVENTS
+        if index is _NO_INDEX and not is_call:
+            return [event]  # not an output item's event (response.created, ...)
+        # an index the client did not validate (null, a list) or none at all still keys its call: a call's
+        # events passed through unheld would reach the caller ungated
+        place = _place(None if index is _NO_INDEX else index)
+        held = self._held.get(place)
+        if held is None and is_call:
+            held = self._held[place] = []  # a call, whichever of its events comes first
         if held is not None:
             held.append(event)
             return []
-        if index not in self._map:
-            self._map[index] = self._out_index
+        if place not in self._map:
+            self._map[place] = self._out_index
             self._out_index += 1
-        return [_at_output(event, self._map[index])]
+        return [_at_output(event, self._map[place])]
 
     def views(self) -> list[ToolCallView]:
         """The held calls, in order, complete: the final item's arguments, else the streamed ones."""
@@ -435,6 +480,9 @@ class ResponsesFilter:
 
 
 _DELTAS: Final = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
+_CALL_EVENTS: Final = _DELTAS | {"response.function_call_arguments.done", "response.custom_tool_call_input.done"}
+"""The events of a call's input, which name no item type but belong to a held call."""
+_NO_INDEX: Final = object()
 
 
 def _as_gated(events: list[Any], item: Any, view: ToolCallView) -> list[Any]:
@@ -468,7 +516,8 @@ def _as_gated(events: list[Any], item: Any, view: ToolCallView) -> list[Any]:
 
 
 def _at_output(event: Any, number: int) -> Any:
-    return event if event.output_index == number else event.model_copy(update={"output_index": number})
+    same = getattr(event, "output_index", None) == number  # (a held call's event may have come without one)
+    return event if same else event.model_copy(update={"output_index": number})
 
 
 # --- the stream proxies ---------------------------------------------------------------------------------

@@ -3,11 +3,14 @@
 Patched, while a recording or a rerun is active, by module attribute:
 
 * clock: ``time.time``, ``time.time_ns``, ``time.monotonic``, ``time.monotonic_ns``,
-  ``time.perf_counter``, ``time.perf_counter_ns``, ``time.sleep`` (a rerun does not
-  wait), ``datetime.datetime.now`` / ``utcnow`` / ``today`` and ``datetime.date.today``
+  ``time.perf_counter``, ``time.perf_counter_ns``, ``time.process_time(_ns)``,
+  ``time.thread_time(_ns)``, ``time.clock_gettime(_ns)``, ``time.sleep`` (a rerun does not
+  wait); ``time.localtime``, ``gmtime``, ``ctime``, ``asctime`` and ``strftime`` when not given
+  a time (the current time they read is recorded, as ``time.time()`` would return it, and what they make of it
+  is made again); ``datetime.datetime.now`` / ``utcnow`` / ``today`` and ``datetime.date.today``
   (the ``datetime.datetime`` and ``datetime.date`` names are swapped for subclasses
   whose ``isinstance`` checks still accept every real instance);
-* entropy: the ``random`` module's functions (every ``*variate`` too), ``uuid.uuid4``,
+* entropy: the ``random`` module's functions (every ``*variate`` too), ``uuid.uuid4``, ``uuid.uuid1``,
   ``os.urandom`` and the ``secrets`` functions.
 
 Sequence functions (``choice``, ``choices``, ``sample``, ``shuffle``) record the
@@ -46,7 +49,23 @@ from otel_replay.rerun.patching import PatchSet, Wrapper
 
 __all__ = ["CLOCK_FUNCTIONS", "ENTROPY_FUNCTIONS", "install_clock_and_entropy"]
 
-CLOCK_FUNCTIONS = ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "sleep")
+CLOCK_FUNCTIONS = (
+    "time",
+    "time_ns",
+    "monotonic",
+    "monotonic_ns",
+    "perf_counter",
+    "perf_counter_ns",
+    "process_time",
+    "process_time_ns",
+    "thread_time",
+    "thread_time_ns",
+    "clock_gettime",
+    "clock_gettime_ns",
+    "sleep",
+)
+CURRENT_TIME_FUNCTIONS = {"localtime": 0, "gmtime": 0, "ctime": 0, "asctime": 0, "strftime": 1}
+"""``time`` functions that read the clock when not given a time: name -> the position of that argument."""
 RANDOM_FUNCTIONS = (
     "random",
     "uniform",
@@ -71,6 +90,7 @@ SECRETS_FUNCTIONS = ("token_bytes", "token_hex", "token_urlsafe", "randbelow", "
 ENTROPY_FUNCTIONS = (
     *(f"random.{n}" for n in (*RANDOM_FUNCTIONS, "choice", "choices", "sample", "shuffle")),
     "uuid.uuid4",
+    "uuid.uuid1",
     "os.urandom",
     *(f"secrets.{n}" for n in (*SECRETS_FUNCTIONS, "choice")),
 )
@@ -101,6 +121,29 @@ _NO_ARGUMENTS: list[Any] = [(), {}]
 """The ``[args, kwargs]`` of a call made with none (passed as this very object)."""
 _NO_ARGUMENTS_TEXT = {codec: stable_json_in(codec, [(), {}]) for codec in range(1, ARGUMENTS_CODEC + 1)}
 """Its :func:`stable_json` text under each codec."""
+
+
+_REAL_TIME = time.time
+_REAL_LOCALTIME = time.localtime
+
+
+def _current_time(name: str, position: int) -> Wrapper:
+    """A ``time`` function that reads the clock unless given a time: that read is the agent's ``time.time()``."""
+    takes_struct = name in ("time.asctime", "time.strftime")
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if INSIDE.get() or kwargs or len(args) != position:
+            return wrapped(*args, **kwargs)  # given its time (or a bad call, which raises as it would)
+        frame = sys._getframe(1)
+        module = frame.f_globals.get("__name__", "")
+        if not agent_module(module):
+            return wrapped(*args, **kwargs)
+        who = f"{module}:{frame.f_code.co_qualname}"
+        now = decode_value(_through("clock", name, who, _NO_ARGUMENTS, lambda: encode_value(_REAL_TIME())))
+        given = _REAL_LOCALTIME(now) if takes_struct else now  # as they read the local time themselves
+        return wrapped(*args, given)
+
+    return wrapper
 
 
 def _plain(boundary: str, name: str) -> Wrapper:
@@ -262,7 +305,10 @@ class ReplayDate(_REAL_DATE, metaclass=_InstanceOfReal):
 def install_clock_and_entropy(patches: PatchSet) -> None:
     """Wrap every clock and entropy function (see the module docstring) into ``patches``."""
     for fn in CLOCK_FUNCTIONS:
-        patches.wrap(time, fn, _plain("clock", f"time.{fn}"))
+        if hasattr(time, fn):  # thread_time and clock_gettime are not on every platform
+            patches.wrap(time, fn, _plain("clock", f"time.{fn}"))
+    for fn, position in CURRENT_TIME_FUNCTIONS.items():
+        patches.wrap(time, fn, _current_time(f"time.{fn}", position))
     patches.replace(_dt, "datetime", ReplayDatetime)
     patches.replace(_dt, "date", ReplayDate)
     for fn in RANDOM_FUNCTIONS:
@@ -270,6 +316,7 @@ def install_clock_and_entropy(patches: PatchSet) -> None:
     for fn in ("choice", "choices", "sample", "shuffle"):
         patches.wrap(random, fn, _indexed(f"random.{fn}", fn))
     patches.wrap(uuid, "uuid4", _plain("entropy", "uuid.uuid4"))
+    patches.wrap(uuid, "uuid1", _plain("entropy", "uuid.uuid1"))
     patches.wrap(os, "urandom", _plain("entropy", "os.urandom"))
     for fn in SECRETS_FUNCTIONS:
         patches.wrap(secrets, fn, _plain("entropy", f"secrets.{fn}"))

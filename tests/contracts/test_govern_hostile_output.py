@@ -16,6 +16,7 @@ from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
     ANTHROPIC_TOOLS,
+    BAD,
     CHAT_TOOLS,
     CLAUDE,
     GOOD,
@@ -265,3 +266,213 @@ def test_under_unmatched_policy_allow_an_unknown_tool_still_passes(spans: Spans)
         session = govern(openai_client(server), REFUND_BOT, unmatched_policy="allow", tracer_provider=spans.provider)
         response = session.client.chat.completions.create(model=GPT, messages=HELLO)
     assert [c.function.name for c in response.choices[0].message.tool_calls] == ["get_weather"]
+
+
+def _legacy_function_call(name: str, arguments: Any) -> s.Reply:
+    """A chat answer whose call comes in the deprecated ``message.function_call`` field (the ``functions`` API)."""
+    reply = s.chat_completion(None, model=GPT)
+    choice = reply.body["choices"][0]
+    choice["message"]["function_call"] = {"name": name, "arguments": json.dumps(arguments)}
+    choice["finish_reason"] = "function_call"
+    return reply
+
+
+FUNCTIONS = [tool["function"] for tool in CHAT_TOOLS]
+
+
+def test_a_call_in_the_deprecated_function_call_field_is_gated_like_a_tool_call(spans: Spans) -> None:
+    """The openai client still parses ``message.function_call``; an application on ``functions=`` runs it."""
+    with s.ScriptedServer([_legacy_function_call("lookup_customer", BAD)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS)
+    assert response.choices[0].message.function_call is None
+    assert response.choices[0].finish_reason == "stop"
+    assert decisions(spans)[0][sc.CONTRACT_FAILURES][0]["rule"] == "argument_invariant"
+
+
+def test_an_allowed_call_in_the_deprecated_function_call_field_reaches_the_caller(spans: Spans) -> None:
+    with s.ScriptedServer([_legacy_function_call("lookup_customer", GOOD)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        response = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS)
+    call = response.choices[0].message.function_call
+    assert call.name == "lookup_customer" and json.loads(call.arguments) == GOOD
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "allow"
+
+
+@pytest.mark.parametrize("arguments", [BAD, GOOD], ids=["refused", "allowed"])
+def test_a_streamed_call_in_the_deprecated_function_call_field_is_gated_before_the_caller_sees_it(
+    spans: Spans, arguments: dict[str, str]
+) -> None:
+    reply = s.chat_stream(("",), model=GPT)
+    text = json.dumps(arguments)
+    *head, finish, usage, done = reply.events or ()
+    pieces = [{"name": "lookup_customer", "arguments": ""}, {"arguments": text[:7]}, {"arguments": text[7:]}]
+    calls = [(None, {**head[-1][1], "choices": [{"index": 0, "delta": {"function_call": p}}]}) for p in pieces]
+    finish[1]["choices"][0]["finish_reason"] = "function_call"
+    events = [*head, *calls, finish, usage, done]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS, stream=True)
+        chunks = list(stream)
+    delivered = [c.delta.function_call for chunk in chunks for c in chunk.choices if c.delta.function_call]
+    finish = [c.finish_reason for chunk in chunks for c in chunk.choices if c.finish_reason]
+    if arguments == BAD:
+        assert delivered == [] and finish == ["stop"]
+        assert decisions(spans)[0][sc.CONTRACT_FAILURES][0]["rule"] == "argument_invariant"
+    else:  # released whole, in the field it came in
+        assert [(d.name, json.loads(d.arguments)) for d in delivered] == [("lookup_customer", GOOD)]
+        assert finish == ["function_call"]
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, index: Any = 0) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-x",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": GPT,
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("call_index", "choice_index"),
+    [(1, 0), (None, 0), ([1], 0), ({"i": 1}, 0), (1, None)],
+    ids=["int", "null-call-index", "list-call-index", "object-call-index", "null-choice-index"],
+)
+def test_a_streamed_tool_call_at_an_index_that_is_not_a_number_gets_a_verdict_not_a_crash(
+    spans: Spans, call_index: Any, choice_index: Any
+) -> None:
+    """The client builds chunks without validating them: an index of null or [1] crashed the gate with a
+    TypeError of ours (sorting or hashing the held calls), and the response's decision was never recorded."""
+    first = {"index": 0, "id": "c1", "type": "function", "function": {"name": "lookup_customer", "arguments": ""}}
+    second = {"index": call_index, "id": "c2", "type": "function", "function": {"name": "issue_refund"}}
+    events = [
+        (None, _chunk({"role": "assistant", "content": ""})),
+        (None, _chunk({"tool_calls": [first]})),
+        (None, _chunk({"tool_calls": [{"index": 0, "function": {"arguments": json.dumps(GOOD)}}]})),
+        (None, _chunk({"tool_calls": [second]}, index=choice_index)),
+        (None, _chunk({"tool_calls": [{"index": call_index, "function": {"arguments": json.dumps(REFUND)}}]})),
+        (None, _chunk({}, "tool_calls")),
+        (None, "[DONE]"),
+    ]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        stream = session.client.chat.completions.create(model=GPT, messages=HELLO, tools=CHAT_TOOLS, stream=True)
+        with pytest.raises(ReplayContractError) as caught:
+            list(stream)
+    assert caught.value.failures  # issue_refund out of phase; with the choice index null, also a nameless call
+    [decision] = decisions(spans)
+    assert decision[sc.CONTRACT_OUTCOME] == "reject"
+
+
+@pytest.mark.parametrize("index", [2, None, [2], "2"], ids=["int", "null", "list", "text"])
+def test_a_streamed_anthropic_tool_use_at_an_index_that_is_not_a_number_gets_a_verdict_not_a_crash(
+    spans: Spans, index: Any
+) -> None:
+    uses = [("t1", "lookup_customer", GOOD), ("t2", "issue_refund", REFUND)]
+    reply = s.anthropic_stream(("x",), model=CLAUDE, tool_uses=uses)
+    events = [(name, {**data, "index": index} if data.get("index") == 2 else data) for name, data in reply.events or ()]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        stream = session.client.messages.create(
+            model=CLAUDE, max_tokens=10, messages=HELLO, tools=ANTHROPIC_TOOLS, stream=True
+        )
+        with pytest.raises(ReplayContractError) as caught:
+            list(stream)
+    assert "issue_refund" in str(caught.value)
+    [decision] = decisions(spans)
+    assert decision[sc.CONTRACT_OUTCOME] == "reject"
+
+
+@pytest.mark.parametrize(
+    "function_call",
+    [{"name": ["issue_refund"], "arguments": "{}"}, "issue_refund", {"name": "issue_refund", "arguments": None}],
+    ids=["name-a-list", "text", "arguments-null"],
+)
+def test_a_deprecated_function_call_of_odd_shape_is_stripped_and_its_decision_recorded(
+    spans: Spans, function_call: Any
+) -> None:
+    reply = s.chat_completion(None, model=GPT)
+    reply.body["choices"][0]["message"]["function_call"] = function_call
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        try:
+            response = session.client.chat.completions.create(model=GPT, messages=HELLO, functions=FUNCTIONS)
+        except ReplayContractError:  # issue_refund out of phase rejects the whole response
+            pass
+        else:
+            assert response.choices[0].message.function_call is None
+    [decision] = decisions(spans)  # before, the decision span was dropped: its redaction failed on the name
+    assert decision[sc.CONTRACT_OUTCOME] in ("text_only", "reject") and decision[sc.CONTRACT_FAILURES]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "tool_use", "id": "t1", "name": ["issue_refund"], "input": {}},
+        {"type": "tool_use", "id": "t1", "name": 5, "input": {}},
+        {"type": "tool_use", "id": ["t1"], "name": "issue_refund", "input": REFUND},
+    ],
+    ids=["name-a-list", "name-a-number", "id-a-list"],
+)
+def test_a_tool_use_named_or_numbered_by_something_not_text_is_blocked_and_its_decision_recorded(
+    spans: Spans, block: dict[str, Any]
+) -> None:
+    """The call was blocked, but the decision span was dropped ("redaction failed"): the block left no record."""
+    reply = s.anthropic_message(None, model=CLAUDE, tool_uses=[("t0", "lookup_customer", GOOD)])
+    reply.body["content"].append(block)
+    with s.ScriptedServer([reply]) as server:
+        session = govern(anthropic_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        try:
+            response = session.client.messages.create(
+                model=CLAUDE, max_tokens=10, messages=HELLO, tools=ANTHROPIC_TOOLS
+            )
+        except ReplayContractError:  # issue_refund out of phase rejects the whole response
+            pass
+        else:
+            assert [b.id for b in response.content if b.type == "tool_use"] == ["t0"]
+    [decision] = decisions(spans)
+    assert decision[sc.CONTRACT_OUTCOME] in ("strip", "reject") and decision[sc.CONTRACT_FAILURES]
+    assert session.get_health()["evidence_dropped"] == 0
+
+
+@pytest.mark.parametrize("output_index", [None, "0", [0], "missing"], ids=["null", "text", "list", "missing"])
+def test_a_responses_call_streamed_at_an_output_index_that_is_not_a_number_is_held_and_gated(
+    spans: Spans, output_index: Any
+) -> None:
+    """Events whose output_index was not an int passed straight through: output_item.done handed the caller a
+    forbidden issue_refund before anything was gated (and the gate never saw it)."""
+    refund = json.dumps(REFUND)
+    reply = _call_events([("f1", "issue_refund", REFUND)], {"deltas": [refund], "done": refund})
+    events = []
+    for name, data in reply.events or ():
+        if "output_index" in data:
+            data = {**data, "output_index": output_index}
+            if output_index == "missing":
+                del data["output_index"]
+            if "item" in data:
+                data["item"] = {**data["item"], "name": "issue_refund"}
+        events.append((name, data))
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        stream = session.client.responses.create(model=GPT, input="hi", tools=RESPONSES_TOOLS, stream=True)
+        delivered: list[Any] = []
+        with pytest.raises(ReplayContractError):
+            delivered.extend(stream)
+    items = [getattr(e, "item", None) for e in delivered]
+    assert not [item for item in items if getattr(item, "name", None) == "issue_refund"]
+    assert not [e for e in delivered if getattr(e, "type", "").startswith("response.function_call_arguments")]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "reject"
+
+
+def test_an_allowed_responses_call_streamed_without_an_output_index_is_released_whole(spans: Spans) -> None:
+    good = json.dumps(GOOD)
+    reply = _call_events([("f1", "lookup_customer", GOOD)], {"deltas": [good[:5], good[5:]], "done": good})
+    events = [(name, {k: v for k, v in data.items() if k != "output_index"}) for name, data in reply.events or ()]
+    with s.ScriptedServer([s.Reply(200, events=events)]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        delivered = list(session.client.responses.create(model=GPT, input="hi", tools=RESPONSES_TOOLS, stream=True))
+    deltas = [e.delta for e in delivered if e.type == "response.function_call_arguments.delta"]
+    done = [e.item for e in delivered if e.type == "response.output_item.done"]
+    assert deltas == [good] and [(i.name, json.loads(i.arguments)) for i in done] == [("lookup_customer", GOOD)]
+    assert decisions(spans)[0][sc.CONTRACT_OUTCOME] == "allow"

@@ -17,8 +17,10 @@ from otel_replay.instrumentation import scripted as s
 
 from .govern_support import (
     ANTHROPIC_TOOLS,
+    BAD,
     CHAT_TOOLS,
     CLAUDE,
+    GOOD,
     GPT,
     HELLO,
     REFUND_BOT,
@@ -122,4 +124,28 @@ def test_anthropic_beta_messages_are_governed_and_the_tool_runner_is_refused(spa
         with pytest.raises(ContractError, match="tool_runner"):
             session.client.beta.messages.tool_runner(model=CLAUDE, max_tokens=5, messages=HELLO, tools=[])
         assert len(server.requests) == 1
+    assert session.get_health()["bypass_detected"] is False
+
+
+@pytest.mark.parametrize("method", ["create", "parse"])
+def test_openai_beta_chat_completions_are_governed_like_chat_completions(spans: Spans, method: str) -> None:
+    """``client.beta.chat.completions`` is the same resource (the cookbook's path to ``parse()``): it reached the
+    client ungoverned, and a forbidden call came back to the application, reported only as a bypass."""
+    strict = [{**entry, "function": {**entry["function"], "strict": True}} for entry in CHAT_TOOLS]
+    with s.ScriptedServer([_refund_reply()]) as server:
+        session = govern(openai_client(server), REFUND_BOT, tracer_provider=spans.provider)
+        with pytest.raises(ReplayContractError):
+            getattr(session.client.beta.chat.completions, method)(model=GPT, messages=HELLO, tools=strict)
+    assert session.get_health()["bypass_detected"] is False
+
+
+def test_the_openai_beta_chat_stream_helper_is_governed(spans: Spans) -> None:
+    reply = s.chat_stream(
+        ("ok",), model=GPT, tool_calls=[("c1", "lookup_customer", BAD), ("c2", "lookup_customer", GOOD)]
+    )
+    with s.ScriptedServer([reply]) as server:
+        session = govern(openai_client(server), REFUND_BOT, gate="strip_blocked", tracer_provider=spans.provider)
+        with session.client.beta.chat.completions.stream(model=GPT, messages=HELLO, tools=CHAT_TOOLS) as stream:
+            final = stream.get_final_completion()
+    assert [(c.id, c.function.name) for c in final.choices[0].message.tool_calls] == [("c2", "lookup_customer")]
     assert session.get_health()["bypass_detected"] is False

@@ -5,7 +5,8 @@ except the governed methods, which run each call through the session's pipeline
 (:class:`~otel_replay.contracts.pipeline.Governor`):
 
 * ``openai``: ``chat.completions.create`` and ``responses.create`` (plain, ``stream=True``, and through
-  ``with_raw_response``), their ``parse()`` and ``stream()`` helpers, sync and async;
+  ``with_raw_response``), their ``parse()`` and ``stream()`` helpers, sync and async, and the same
+  ``chat.completions`` reached as ``beta.chat.completions``;
 * ``anthropic``: ``messages.create`` (plain, ``stream=True``, ``with_raw_response``) and
   ``messages.stream(...)``, the same of ``beta.messages``, sync and async; ``beta.messages.tool_runner()``
   (which runs the model's tool calls itself) is refused while enforcing.
@@ -434,6 +435,22 @@ class _Namespace(wrapt.ObjectProxy):
         return resource(value, session, adapter, aio) if name == governed else value
 
 
+class _OpenAIBeta(wrapt.ObjectProxy):
+    """OpenAI's ``client.beta``, its ``chat.completions`` governed as ``client.chat.completions``.
+
+    It is the very same resource, and the path of many examples to ``parse()``.
+    """
+
+    def __init__(self, wrapped: Any, session: GovernedSession, aio: bool) -> None:
+        super().__init__(wrapped)
+        self._self_args = (session, aio)
+
+    def __getattr__(self, name: str) -> Any:
+        session, aio = self._self_args
+        value = getattr(self.__wrapped__, name)
+        return _Namespace(value, session, aio, "completions", _Resource, _CHAT) if name == "chat" else value
+
+
 class _Client(wrapt.ObjectProxy):
     """``session.client``."""
 
@@ -449,6 +466,8 @@ class _Client(wrapt.ObjectProxy):
                 return _Namespace(value, session, aio, "completions", _Resource, _CHAT)
             if name == "responses":
                 return _Resource(value, session, _RESPONSES, aio)
+            if name == "beta":
+                return _OpenAIBeta(value, session, aio)
         elif name == "messages":
             return _Resource(value, session, _MESSAGES, aio)
         elif name == "beta":

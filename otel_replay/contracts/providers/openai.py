@@ -151,6 +151,8 @@ class ChatAdapter(_OpenAITools):
 
         With ``n`` > 1 the choices' calls are checked in that order as one response: stricter than judging
         each alternative alone, never looser (no choice's call reaches the caller unchecked).
+        A choice's deprecated ``message.function_call`` (the ``functions`` API, which the client still parses
+        and an application on it runs) comes after its tool calls, gated by its name like them.
         """
         views: list[ToolCallView] = []
         index = 0
@@ -158,6 +160,11 @@ class ChatAdapter(_OpenAITools):
             for call in getattr(choice.message, "tool_calls", None) or ():
                 name, text = chat_call(call)  # a custom tool's call is gated by its name like a function's
                 views.append(ToolCallView.parse(index, call.id or "", name, text))
+                index += 1
+            legacy = getattr(choice.message, "function_call", None)
+            if legacy is not None:
+                name, text = chat_call({"function": legacy})  # read as a tool call's function is read
+                views.append(ToolCallView.parse(index, "", name, text))
                 index += 1
         return views
 
@@ -173,12 +180,19 @@ class ChatAdapter(_OpenAITools):
         index = 0
         for choice in getattr(response, "choices", None) or ():
             calls = list(choice.message.tool_calls or ())
-            if not calls:
+            legacy = getattr(choice.message, "function_call", None)
+            if not calls and legacy is None:
                 continue
             kept = [call for offset, call in enumerate(calls) if index + offset in keep]
             index += len(calls)
-            choice.message.tool_calls = kept or None
-            if not kept and choice.finish_reason == "tool_calls":
+            if calls:
+                choice.message.tool_calls = kept or None
+            legacy_kept = legacy is not None and index in keep
+            if legacy is not None:
+                if not legacy_kept:
+                    choice.message.function_call = None
+                index += 1
+            if not kept and not legacy_kept and choice.finish_reason in ("tool_calls", "function_call"):
                 choice.finish_reason = "stop"
 
 
