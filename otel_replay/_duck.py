@@ -18,14 +18,16 @@ from interleaving (the fetch alone is under it, not the query).
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-__all__ = ["arrow", "connect"]
+__all__ = ["arrow", "connect", "literal_paths"]
 
 _FILTERS = threading.RLock()  # re-entrant: a fetch that ends up fetching again on its thread must not deadlock
 
@@ -49,3 +51,17 @@ def arrow(result: duckdb.DuckDBPyConnection) -> pa.Table:
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
         table: pa.Table = fetch()
     return table
+
+
+_GLOB_CHARACTER = re.compile(r"([*?\[])")
+
+
+def literal_paths(paths: Sequence[str]) -> list[str]:
+    """``paths`` as DuckDB file patterns that each match only that file.
+
+    ``read_parquet`` reads every path it is given as a glob: a dataset at
+    ``runs[1]`` or ``runs*`` would also read ``runs1``'s or ``runs-old``'s
+    file of the same name. Each ``*``, ``?`` and ``[`` becomes a one-character
+    class (``[*]``); DuckDB's ``filename`` column still gives the real path.
+    """
+    return [_GLOB_CHARACTER.sub(r"[\1]", path) for path in paths]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import stat
 from collections.abc import Sequence
 
@@ -25,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay import semconv as sc
+from otel_replay._duck import literal_paths
 from otel_replay.errors import CorruptFileError, DatasetError
 from otel_replay.exporters.id_keys import decode_keys, footer_keys, unpack_keys
 from otel_replay.exporters.key_log import KEY_LOG_NAME, LoggedFile, footer_digest, parse_lines
@@ -54,7 +54,6 @@ FOOTER_KEY_BUDGET = 2_000_000
 """Id keys (from footers) a :class:`FileTriage` holds at most, about 60 bytes each; past it a file is read instead."""
 
 _log = logging.getLogger(__name__)
-_GLOB_CHARACTER = re.compile(r"([*?\[])")
 _MAGIC = b"PAR1"
 _MAX_FOOTER = 64 * 2**20
 _TAIL_READ = 64 * 1024  # bytes read from a local file's end in one call (a small span file's footer: ~8 KB)
@@ -63,17 +62,6 @@ _TYPED_OUTCOMES = 2  # the storage schema version that promoted outcome_decision
 _ARROW_SCHEMA_KEY = b"ARROW:schema"
 _KNOWN_WRITERS = 64  # footer digests (one per writer schema) a FileTriage vouches for at most
 _MAX_KEY_LOG = 256 * 2**20  # a partition's key log past this size (~500,000 files) is not read: footers are
-
-
-def literal_paths(paths: Sequence[str]) -> list[str]:
-    """``paths`` as DuckDB file patterns that each match only that file.
-
-    ``read_parquet`` reads every path it is given as a glob: a dataset at
-    ``runs[1]`` or ``runs*`` would also read ``runs1``'s or ``runs-old``'s
-    file of the same name. Each ``*``, ``?`` and ``[`` becomes a one-character
-    class (``[*]``); DuckDB's ``filename`` column still gives the real path.
-    """
-    return [_GLOB_CHARACTER.sub(r"[\1]", path) for path in paths]
 
 
 def note_skipped(problem: CorruptFileError) -> None:

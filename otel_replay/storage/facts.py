@@ -347,7 +347,7 @@ def _other_keys(
         result = con.execute(
             "SELECT DISTINCT o.kind, o.key FROM read_parquet(?) AS o "
             "SEMI JOIN otel_replay_mine AS m ON m.kind = o.kind AND m.key = o.key",
-            [[path for _, path in others]],
+            [duck.literal_paths([path for _, path in others])],  # each file as itself, never as a DuckDB glob
         )
         shared = duck.arrow(result)
     except (duckdb.Error, DatasetError) as exc:

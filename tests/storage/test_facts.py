@@ -563,3 +563,17 @@ def test_a_run_of_many_batches_defines_the_facts_views_once_per_schema_group(
     assert views.count("facts_extract") == 6 and views.count("views") == 2  # six batches, two groups
     monkeypatch.undo()
     check_same(ds, facts_expected=True).close()
+
+
+def test_other_partitions_facts_under_a_path_duckdb_would_read_as_a_glob_are_read_as_themselves(tmp_path: Path) -> None:
+    """DuckDB reads ``ds[1]/…`` as a glob matching ``ds1/…``: the keys flagged shared must be ``ds[1]``'s own."""
+    from otel_replay.storage.facts import _other_keys
+
+    for root, keys in (("ds[1]", [1]), ("ds1", [2])):  # a sibling holding a file of the same name
+        (tmp_path / root).mkdir()
+        table = pa.table({"kind": ["decision"] * len(keys), "key": pa.array(keys, pa.uint64())})
+        pq.write_table(table, tmp_path / root / "facts-a.parquet")
+    mine = pa.table({"kind": ["decision", "decision"], "key": pa.array([1, 2], pa.uint64())})
+    checked, shared = _other_keys([("date=x/facts-a.parquet", str(tmp_path / "ds[1]" / "facts-a.parquet"))], mine)
+    assert checked == ["date=x/facts-a.parquet"]
+    assert shared["decision"].to_pylist() == [1]  # was [2]: the sibling's key, and never its own
