@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay import semconv as sc
-from otel_replay.capture.audit import current_decision
+from otel_replay.capture.audit import current_decision, decision_in_block
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.tracer import link_to
@@ -320,6 +320,8 @@ class ActionGate:
 
         """
         decision = current_decision()
+        if record_id is not None and (decision is None or decision.record_id != record_id):
+            decision = decision_in_block(record_id)  # its block open on another thread: no context is carried there
         acted = None
         if decision is not None and record_id is not None and decision.record_id == record_id:
             acted = decision._as_acted()
