@@ -260,6 +260,10 @@ class ActionGate:
         get_recorder().check_tracer()  # before the money moves: a record that cannot be stored refuses the commit
         # Read from the context once: the intent and the commit record name the same correlation id.
         correlation_id = current_ids().correlation_id
+        if correlation_id is None and record_id is not None:
+            # Its block open on another thread (a pool's, with no context): the decision's, as inside the block.
+            named = decision_in_block(record_id)
+            correlation_id = named._ids.get(sc.CORRELATION_ID) if named is not None else None
         intent_id = self._intent(action, record_id, correlation_id)
         try:
             receipt = self.rail.commit(action)

@@ -493,7 +493,9 @@ def test_a_rail_call_interrupted_shows_in_the_trade_chain_as_executed_unknown(tm
     assert "executed? unknown" in capsys.readouterr().out  # the outcome column (--json: the intent ids)
 
 
-@pytest.mark.parametrize(("step", "unknown"), [("inside_rail", True), ("after_commit", False)])
+@pytest.mark.parametrize(
+    ("step", "unknown"), [("inside_rail", True), ("after_commit", False), ("after_commit_on_a_pool_thread", False)]
+)
 def test_the_trade_chain_shows_a_decision_lost_with_its_process_from_its_intent(
     zygote, tmp_path, monkeypatch, step, unknown
 ):
