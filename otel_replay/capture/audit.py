@@ -68,6 +68,19 @@ def current_decision() -> Decision | None:
     return _current.get()
 
 
+_in_blocks: dict[str, Decision] = {}
+"""Record id -> the decision of an ``audit()`` block still open (until its decision is sealed), on any thread."""
+
+
+def decision_in_block(record_id: str) -> Decision | None:
+    """The decision ``record_id`` if its ``audit()`` block is still open, on this thread or another (else ``None``).
+
+    A commit made for it on another thread (a thread pool's, ``run_in_executor``: no context is carried there)
+    seals the decision as it stands in its intent, as :func:`current_decision` lets one inside the block do.
+    """
+    return _in_blocks.get(record_id)
+
+
 _ID_KEYS = (sc.CORRELATION_ID, sc.SESSION_ID, sc.AGENT_ID)
 
 
@@ -504,6 +517,7 @@ class _AuditBlock:
         self._start_ns = start_ns
         decision = self._decision = Decision(record_id, action_type, span, base, ctx, recorder, ids, snapshot)
         self._reset = _current.set(decision)
+        _in_blocks[record_id] = decision
         return decision
 
     def __exit__(
@@ -529,6 +543,7 @@ class _AuditBlock:
             decision._span.set_status(Status(StatusCode.ERROR, error))
             context.detach(self._token)
             _complete(decision, target, self._snapshot, error, self._start_ns)  # a failure is logged, never raised
+            _in_blocks.pop(decision.record_id, None)  # sealed (and held for a write-ahead) by now, or never will be
             try:
                 _report(decision)
             except Exception as report_error:  # a strict rerun's mismatch: the mode keeps it as its divergence
@@ -536,6 +551,7 @@ class _AuditBlock:
             return False  # the agent's own exception propagates, unchanged
         context.detach(self._token)
         failure = _complete(decision, target, self._snapshot, None, self._start_ns)
+        _in_blocks.pop(decision.record_id, None)
         _report(decision)
         if failure is not None:
             raise RecordingError(

@@ -21,6 +21,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +229,25 @@ class WriterStats:
     spans_rejected: int = 0
 
 
+_writers: weakref.WeakSet[DatasetWriter] = weakref.WeakSet()
+
+
+def _fresh_writers_in_child() -> None:
+    """After ``fork()``, in the child: every writer starts empty, with locks and a writer thread of its own.
+
+    The rows a writer held at the fork (buffered, pending, being written) are
+    the parent's to write: a child that wrote them too would store each of
+    those spans twice. Its locks may have been held by a parent's thread
+    that does not run here.
+    """
+    for writer in list(_writers):
+        writer._forked()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
+    os.register_at_fork(after_in_child=_fresh_writers_in_child)
+
+
 class DatasetWriter:
     """Append Arrow tables (from :mod:`rows`) to a hive-partitioned dataset, writing on a thread of its own.
 
@@ -294,6 +314,24 @@ class DatasetWriter:
         self._failed_at = 0.0
         self._warned = False
         self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="otel-replay-writer", daemon=True)
+        self._thread.start()
+        _writers.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's rows forgotten (see :func:`_fresh_writers_in_child`), a thread started."""
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._buffer, self._buffer_rows, self._bytes, self._oldest = [], 0, 0, None
+        self._pending = collections.deque()
+        self._pending_rows = self._inflight_rows = 0
+        self._failed = False
+        closed = self._closed.is_set()
+        self._closed = threading.Event()
+        if closed:
+            self._closed.set()
+            return
         self._thread = threading.Thread(target=self._run, name="otel-replay-writer", daemon=True)
         self._thread.start()
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay import semconv as sc
-from otel_replay.capture.audit import current_decision
+from otel_replay.capture.audit import current_decision, decision_in_block
 from otel_replay.capture.context import current_ids
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.tracer import link_to
@@ -260,6 +260,10 @@ class ActionGate:
         get_recorder().check_tracer()  # before the money moves: a record that cannot be stored refuses the commit
         # Read from the context once: the intent and the commit record name the same correlation id.
         correlation_id = current_ids().correlation_id
+        if correlation_id is None and record_id is not None:
+            # Its block open on another thread (a pool's, with no context): the decision's, as inside the block.
+            named = decision_in_block(record_id)
+            correlation_id = named._ids.get(sc.CORRELATION_ID) if named is not None else None
         intent_id = self._intent(action, record_id, correlation_id)
         try:
             receipt = self.rail.commit(action)
@@ -320,6 +324,8 @@ class ActionGate:
 
         """
         decision = current_decision()
+        if record_id is not None and (decision is None or decision.record_id != record_id):
+            decision = decision_in_block(record_id)  # its block open on another thread: no context is carried there
         acted = None
         if decision is not None and record_id is not None and decision.record_id == record_id:
             acted = decision._as_acted()

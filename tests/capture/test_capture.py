@@ -14,7 +14,7 @@ import otel_replay
 from otel_replay import CaptureError, DependencySnapshot, MemorySink, Report, audit, correlation, session
 from otel_replay import semconv as sc
 from otel_replay.capture import Recorder, get_recorder, set_recorder
-from otel_replay.capture.audit import current_decision
+from otel_replay.capture.audit import current_decision, decision_in_block
 from otel_replay.errors import RecordingError
 
 from .._support import payment, snapshot
@@ -293,6 +293,22 @@ def test_an_audit_block_is_entered_once(telemetry):
         with block:
             pass
     assert d.record.seal is not None
+
+
+def test_an_open_block_is_found_by_its_record_id_on_another_thread_until_its_decision_is_sealed(telemetry):
+    # A gate's commit on a pool thread (no context there) seals the decision as it stands in its intent from this.
+    seen: list[object] = []
+    with audit("x", snapshot=snapshot()) as d:
+        d.act(payment())
+        thread = threading.Thread(target=lambda: seen.append(decision_in_block(d.record_id)))
+        thread.start()
+        thread.join()
+    assert seen == [d] and d.record.seal is not None
+    assert decision_in_block(d.record_id) is None  # sealed: held for the next write-ahead from here on
+    with pytest.raises(ValueError, match="boom"):
+        with audit("y", snapshot=snapshot()) as failed:
+            raise ValueError("boom")
+    assert decision_in_block(failed.record_id) is None
 
 
 def test_a_bad_snapshot_is_refused_before_anything_is_recorded(telemetry):

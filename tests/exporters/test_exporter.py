@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import textwrap
 import time
 
 import pyarrow.parquet as pq
@@ -343,3 +344,38 @@ def test_write_partitions_splits_interleaved_dates_keeping_row_order(tmp_path):
         got = pq.read_table(path, partitioning=None)
         assert got.column("name").to_pylist() == [f"s{i}" for i in range(n) if day_of[i] == day]
         assert got.schema.metadata[SCHEMA_METADATA_KEY] == SPAN_SCHEMA.metadata[SCHEMA_METADATA_KEY]
+
+
+_FORKED_WITH_ROWS_IN_THE_WRITER = textwrap.dedent(
+    """
+    import os, sys, warnings
+    import otel_replay
+    from otel_replay import DependencySnapshot, audit
+
+    warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock"
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    with audit("refund", snapshot=DependencySnapshot({"balance": 1}), correlation_id="parent"):
+        pass
+    telemetry.provider.force_flush()  # handed to the exporter's writer: buffered there, not yet in a file
+    assert telemetry.exporter.writer.buffered_rows
+    pid = os.fork()
+    if pid == 0:
+        with audit("refund", snapshot=DependencySnapshot({"balance": 2}), correlation_id="child"):
+            pass
+        telemetry.shutdown()  # the child's rows only: the parent's buffered ones are the parent's to write
+        os._exit(0)
+    os.waitpid(pid, 0)
+    telemetry.shutdown()
+    """
+)
+
+
+def test_a_forked_child_writes_only_its_own_spans_not_those_its_parent_had_buffered(zygote, dataset):
+    child = zygote.run(_FORKED_WITH_ROWS_IN_THE_WRITER, str(dataset))
+    assert child.returncode == 0, child.stderr
+    with otel_replay.open(dataset) as store:
+        twice = store.rows("SELECT span_id, count(*) AS n FROM spans GROUP BY span_id HAVING count(*) > 1")
+        assert twice == []  # was: the parent's decision span written by both processes
+        rows = store.rows("SELECT correlation_id FROM decisions ORDER BY correlation_id")
+        assert [r["correlation_id"] for r in rows] == ["child", "parent"]

@@ -86,9 +86,14 @@ _CHILD = textwrap.dedent(
         d.act(action)
         if step == "before_rail":
             die()
-        gate.commit(action, record_id=d.record_id)
+        if step == "after_commit_on_a_pool_thread":  # no context is carried there: the block is open elsewhere
+            import concurrent.futures
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pool.submit(gate.commit, action, record_id=d.record_id).result()
+        else:
+            gate.commit(action, record_id=d.record_id)
         print("acknowledged", flush=True)
-        if step == "after_commit":
+        if step.startswith("after_commit"):
             die()
         if step.startswith("converting"):
             telemetry.force_flush()
@@ -162,8 +167,11 @@ def test_a_process_dying_inside_the_rail_leaves_an_intent_shown_as_executed_unkn
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(zygote, tmp_path, monkeypatch, how):
-    dataset, decision_id, said, book = _run(zygote, tmp_path, "after_commit", how)
+@pytest.mark.parametrize("step", ["after_commit", "after_commit_on_a_pool_thread"], ids=["in-the-block", "pool-thread"])
+def test_a_process_dying_right_after_commit_keeps_the_decision_it_executed(zygote, tmp_path, monkeypatch, how, step):
+    # pool-thread: the commit runs on a thread of a pool while the block is open (run_in_executor, an executor's
+    # submit): the thread has no context, so no current decision; the intent still carries the decision.
+    dataset, decision_id, said, book = _run(zygote, tmp_path, step, how)
     assert book == ["o-1"] and said == ["acknowledged"]
     _reopen(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
@@ -485,7 +493,9 @@ def test_a_rail_call_interrupted_shows_in_the_trade_chain_as_executed_unknown(tm
     assert "executed? unknown" in capsys.readouterr().out  # the outcome column (--json: the intent ids)
 
 
-@pytest.mark.parametrize(("step", "unknown"), [("inside_rail", True), ("after_commit", False)])
+@pytest.mark.parametrize(
+    ("step", "unknown"), [("inside_rail", True), ("after_commit", False), ("after_commit_on_a_pool_thread", False)]
+)
 def test_the_trade_chain_shows_a_decision_lost_with_its_process_from_its_intent(
     zygote, tmp_path, monkeypatch, step, unknown
 ):
