@@ -89,10 +89,19 @@ def text(value: Any, limit: int = MAX_TEXT) -> str:
         try:
             shown = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
         except (TypeError, ValueError):  # a cycle or a key type JSON cannot hold
-            shown = repr(value)
+            shown = _repr(value)
+        except RecursionError:  # nested deeper than the interpreter's stack: repr() would fail the same way
+            shown = "(a value nested too deep to show)"
     if len(shown) > limit:
         return f"{shown[:limit]}… ({len(shown) - limit:,} more characters not shown)"
     return shown
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except RecursionError:
+        return "(a value nested too deep to show)"
 
 
 @dataclass(frozen=True)
@@ -256,13 +265,19 @@ def _decision_sections(event: Mapping[str, Any], gate: Sequence[Section]) -> tup
     state = event.get("snapshot_state")
     if state is not None:
         version = text(event.get("snapshot_version")) or "unversioned"
-        fields = tuple(Field(str(k), text(v)) for k, v in sorted(dict(state).items()) if isinstance(state, Mapping))
+        # a row no seal vouches for may hold any JSON here (a list, a number): shown as one value, not iterated
+        fields = (
+            tuple(Field(str(k), text(v)) for k, v in sorted(state.items()))
+            if isinstance(state, Mapping)
+            else (Field("state", text(state)),)
+        )
         sections.append(Section(f"read: dependency snapshot {version}", fields))
     if event.get("inputs"):
         inputs = event["inputs"]
         fields = tuple(Field(str(k), text(v)) for k, v in sorted(inputs.items())) if isinstance(inputs, Mapping) else ()
         sections.append(Section("inputs", fields or (Field("inputs", text(inputs)),)))
-    for n, model in enumerate(event.get("models") or (), start=1):
+    models = event.get("models") or ()
+    for n, model in enumerate(models if isinstance(models, list | tuple) else (models,), start=1):
         fields = tuple(Field(str(k), text(v)) for k, v in sorted(model.items())) if isinstance(model, Mapping) else ()
         sections.append(Section(f"model call {n}", fields or (Field("model", text(model)),)))
     if event.get("action_type"):

@@ -6,12 +6,22 @@ import base64
 import hashlib
 import json
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
 import otel_replay
+from otel_replay import Action, DependencySnapshot, audit, correlation
+from otel_replay import semconv as sc
+from otel_replay.cli import main
 from otel_replay.query.chains import ReplayBuilder
 from otel_replay.report import html, model
 
+from .._support import timestamps_as_ints
 from .conftest import BIDI, SCRIPT, SEPARATOR, Hostile, Page
 
 
@@ -107,3 +117,87 @@ def test_no_page_names_an_external_url(hostile: Hostile) -> None:
                 assert not re.search(r"(?i)\b(https?|ftp|wss?):|^//", str(value or "")), value
         for asset in (*page.styles, *page.scripts):
             assert "url(" not in asset and "@import" not in asset and not re.search(r"https?:", asset)
+
+
+def test_zero_width_and_tag_characters_in_ids_are_shown_so_lookalike_ids_differ(dataset: Path) -> None:
+    # "agent" with a zero-width space, a correlation that spells hidden ASCII in tag characters: drawn as is,
+    # each would look like a plain id on the page (or hide an instruction from the person reading it).
+    agent, hidden = "pay\u200bments-agent", "cid\U000e0069\U000e0067\u2060\ufeff\u00ad"
+    telemetry = otel_replay.configure(dataset, service_name="report-tests", set_global=False)
+    try:
+        with correlation(agent_id=agent, correlation_id=hidden):
+            with audit("pay", snapshot=DependencySnapshot({"k": "v"}, version="v1")) as d:
+                d.act(Action("pay", {"to": agent}, cost=1))
+        assert telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    with otel_replay.open(dataset) as store:
+        chain = html.chain_page(model.chain_view(ReplayBuilder(store).build("trade", hidden), store))
+        decision = html.decision_page(model.decision_view(store, d.record_id), html.UiLinks())
+    for source in (chain, decision):
+        assert not re.search("[\u200b\u2060\ufeff\u00ad\U000e0000-\U000e007f]", source)
+        assert "pay\\u200bments-agent" in source
+    assert "cid\\U000e0069\\U000e0067\\u2060\\ufeff\\u00ad" in chain
+    held = json.dumps(json.loads(Page(chain).data["chain-data"]), ensure_ascii=False)
+    assert "\u200b" not in held and "pay\\\\u200bments-agent" in held
+
+
+def test_a_lone_surrogate_is_shown_as_its_escape_so_the_page_can_be_written() -> None:
+    # A JSON value "\ud800" decodes to a lone surrogate: drawn as is, no page holding it could be encoded to
+    # UTF-8 (the UI dropped the connection, `report` could not write its file).
+    value = "a\ud800b\udc80"
+    page = html.message_page(value, value, html.UiLinks())
+    page.encode("utf-8")
+    assert "a\\ud800b\\udc80" in page
+    block = html.data_block("d", {value: [value]})
+    block.encode("utf-8")
+    assert json.loads(Page(f"<body>{block}</body>").data["d"]) == {"a\\ud800b\\udc80": ["a\\ud800b\\udc80"]}
+
+
+def test_a_value_nested_deeper_than_the_stack_is_named_not_raised() -> None:
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert model.text(deep) == "(a value nested too deep to show)"
+    assert model.text({"k": deep}) == "(a value nested too deep to show)"
+
+
+def _forge_decision(dataset: Path, record_id: str, **attributes: str) -> None:
+    """Add an unsealed copy of decision ``record_id``'s row with ``attributes`` changed, as a foreign writer would."""
+    (path,) = sorted((dataset / "spans").rglob("*.parquet"))
+    table = pq.read_table(path)
+    plain = pa.schema([f.with_type(timestamps_as_ints(f.type)) for f in table.schema])
+    rows = table.cast(plain).to_pylist()
+    row = next(r for r in rows if r["record_id"] == record_id and r["name"] == sc.SPAN_DECISION)
+    attrs = {k: v for k, v in json.loads(row["attributes"]).items() if k not in (sc.RECORD_HASH, sc.RECORD_SPAN)}
+    attrs.update(attributes)
+    forged = dict(row, span_id="e" * 16, record_id="forged-1", attributes=json.dumps(attrs))
+    pq.write_table(pa.Table.from_pylist([forged], schema=plain).cast(table.schema), path.parent / "forged.parquet")
+
+
+@pytest.mark.parametrize("state", ["[1, 2]", "5", '"text"', "null"])
+def test_a_decision_row_whose_snapshot_or_models_are_not_the_shape_written_is_shown_not_a_crash(
+    dataset: Path, tmp_path: Path, state: str
+) -> None:
+    # The chain shows rows no seal vouches for; their JSON fields hold whatever a foreign writer put there.
+    telemetry = otel_replay.configure(dataset, service_name="report-tests", set_global=False)
+    try:
+        with correlation(correlation_id="c-forged"):
+            with audit("pay", snapshot=DependencySnapshot({"k": "v"}, version="v1")) as d:
+                d.model("m", decision_basis="b", output="o")
+        assert telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    _forge_decision(dataset, d.record_id, **{sc.SNAPSHOT_STATE: state, sc.DECISION_MODELS: "5"})
+    with otel_replay.open(dataset) as store:
+        view = model.chain_view(ReplayBuilder(store).build("trade", "c-forged"), store)
+    (forged,) = [e for e in view.events if e.record_id == "forged-1"]
+    shown = {(s.title, f.label): f.value for s in forged.sections for f in s.fields}
+    if state != "null":
+        assert shown["read: dependency snapshot v1", "state"] == model.text(json.loads(state))
+    assert shown["model call 1", "model"] == "5"
+    Page(html.chain_page(view))
+    out = tmp_path / "chain.html"
+    result = CliRunner().invoke(main, ["report", "chain", "trade", "c-forged", "-d", str(dataset), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.is_file()

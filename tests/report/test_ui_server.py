@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,11 +32,13 @@ def ui(demo_dataset: Path) -> Iterator[ReportServer]:
             thread.join(timeout=30)
 
 
-def _get(server: ReportServer, path: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
+def _get(
+    server: ReportServer, path: str, method: str = "GET", headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], str]:
     host, port = server.server_address[:2]
     conn = http.client.HTTPConnection(str(host), int(port), timeout=60)
     try:
-        conn.request(method, path)
+        conn.request(method, path, headers=headers or {})
         response = conn.getresponse()
         return response.status, dict(response.getheaders()), response.read().decode("utf-8")
     finally:
@@ -112,3 +115,40 @@ def test_the_dataset_is_unchanged_by_browsing(ui: ReportServer, demo_dataset: Pa
     for path in ("/", f"/decision/{record_id}", f"/chain/trade/{cid}", f"/search?id={cid}"):
         assert _get(ui, path)[0] in (200, 303)
     # demo_dataset's own check fails the test if anything under it changed
+
+
+@pytest.mark.parametrize("host", ["evil.example:{port}", "127.0.0.1.evil.example:{port}", "127.0.0.1:1", "localhost"])
+def test_a_request_naming_another_host_is_refused_so_dns_rebinding_reads_nothing(
+    ui: ReportServer, demo_dataset: Path, host: str
+) -> None:
+    # A page on evil.example whose name was re-pointed at 127.0.0.1 reaches the server with its own Host header.
+    record_id, cid = _ids(demo_dataset)
+    port = ui.server_address[1]
+    for path in ("/", f"/decision/{record_id}", f"/chain/trade/{cid}", f"/search?id={cid}"):
+        status, headers, body = _get(ui, path, headers={"Host": host.format(port=port)})
+        assert status == 403 and record_id not in body and cid not in body and "Location" not in headers
+    for allowed in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+        assert _get(ui, "/", headers={"Host": allowed})[0] == 200
+
+
+def test_a_silent_client_is_dropped_after_the_request_timeout(ui: ReportServer) -> None:
+    ui.request_timeout = 0.5
+    host, port = ui.server_address[:2]
+    with socket.create_connection((str(host), int(port)), timeout=30) as silent:
+        silent.sendall(b"GET / HTTP/1.1\r\n")  # and never the rest
+        assert silent.recv(1024) == b""  # closed by the server, not by this read's own 30 s timeout
+    assert _get(ui, "/")[0] == 200
+
+
+def test_a_connection_that_fails_is_logged_not_printed_on_the_terminal(
+    ui: ReportServer, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A client gone mid-response: the socket server's default prints the traceback to the terminal `ui` runs in.
+    caplog.set_level("DEBUG", logger="otel_replay.report.server")
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        ui.handle_error(None, ("127.0.0.1", 1))
+    assert "Traceback" not in capfd.readouterr().err
+    assert any(r.exc_info and r.exc_info[0] is BrokenPipeError for r in caplog.records)
+    assert _get(ui, "/")[0] == 200
