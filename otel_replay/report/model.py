@@ -577,6 +577,21 @@ def _steps(
     return tuple(steps), notes
 
 
+_MAX_CANDIDATES = 20  # closest recorded calls shown beside a divergence
+
+
+def _cut(divergence: Divergence | None) -> Divergence | None:
+    """``divergence`` with its texts cut as every shown value is, and at most ``_MAX_CANDIDATES`` candidates."""
+    if divergence is None:
+        return None
+    candidates = tuple(text(c, 400) for c in divergence.candidates[:_MAX_CANDIDATES])
+    if len(divergence.candidates) > _MAX_CANDIDATES:
+        candidates += (f"… and {len(divergence.candidates) - _MAX_CANDIDATES:,} more not shown",)
+    return Divergence(
+        divergence.step, text(divergence.reason), text(divergence.expected), text(divergence.actual), candidates
+    )
+
+
 def rerun_view(result: RerunResult, recording: Recording | None = None) -> RerunView:
     """A rerun result beside its recording's steps (``recording``: :func:`~otel_replay.rerun.load.load_recording`'s)."""
     steps, notes = _steps(recording, result.divergence, result.matched)
@@ -601,7 +616,7 @@ def rerun_view(result: RerunResult, recording: Recording | None = None) -> Rerun
     return RerunView(
         text(result.session_id, 200), text(result.rerun_id, 200), text(result.summary()), result.matched,
         text(result.original_fingerprint or "(none: the recording ended early)"), text(result.fingerprint),
-        steps, result.divergence, tuple(facts), tuple(notes), "matched" if result.matched else "diverged",
+        steps, _cut(result.divergence), tuple(facts), tuple(notes), "matched" if result.matched else "diverged",
     )  # fmt: skip
 
 
@@ -616,8 +631,9 @@ def stored_rerun_view(row: Mapping[str, Any], recording: Recording | None) -> Re
                 int(data["step"]), str(data["reason"]), str(data["expected"]), str(data["actual"]),
                 tuple(str(c) for c in data.get("candidates") or ()),
             )  # fmt: skip
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, AttributeError):  # OverflowError: a step of 1e400
             divergence = Divergence(-1, "the stored divergence could not be read", text(raw), "")
+    divergence = _cut(divergence)
     matched = bool(row.get("matched"))
     steps, notes = _steps(recording, divergence, matched)
     if matched:
