@@ -451,7 +451,11 @@ def _ms(ns: Any) -> str:
     return f"{(ns or 0) / 1e6:,.3f} ms"
 
 
+_MAX_TREE_ROWS = 2000  # spans of a causal tree drawn on a decision's page (the axis spans them all)
+
+
 def _waterfall(tree: Sequence[Mapping[str, Any]]) -> tuple[tuple[WaterfallRow, ...], str, str]:
+    """The first ``_MAX_TREE_ROWS`` spans of ``tree`` (depth-first) as rows, on the axis of every span."""
     starts = [_instant(row.get("start_time")) for row in tree]
     known = [(s, row.get("duration_ns") or 0) for s, row in zip(starts, tree, strict=True) if s is not None]
     if not known:
@@ -460,7 +464,7 @@ def _waterfall(tree: Sequence[Mapping[str, Any]]) -> tuple[tuple[WaterfallRow, .
     last = max(s + dt.timedelta(microseconds=d / 1000) for s, d in known)
     total_ns = max((last - first).total_seconds() * 1e9, 1.0)
     rows = []
-    for start, row in zip(starts, tree, strict=True):
+    for start, row in zip(starts[:_MAX_TREE_ROWS], tree[:_MAX_TREE_ROWS], strict=True):
         at = 0.0 if start is None else (start - first).total_seconds() * 1e9
         width = (row.get("duration_ns") or 0) / total_ns * 100
         rows.append(
@@ -533,7 +537,9 @@ def decision_view(
     if verdict is not None:
         snapshot = record.snapshot.state if record.snapshot else {}
         shown = verdict_view(verdict, snapshot, live_state)
-    notes = ("the causal tree stops at 64 levels deep",) if any(r.depth >= 64 for r in rows) else ()
+    notes: tuple[str, ...] = ("the causal tree stops at 64 levels deep",) if any(r.depth >= 64 for r in rows) else ()
+    if len(tree) > len(rows) and rows:
+        notes += (f"the causal tree has {len(tree):,} spans: the first {len(rows):,} are drawn (depth-first)",)
     return DecisionView(
         text(record.record_id, 200), text(record.decision_type, 200), text(record.agent_id, 200),
         text(record.correlation_id, 200), text(record.session_id, 200), started, total, rows, sections, shown, notes,

@@ -6,7 +6,9 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -162,24 +164,27 @@ def test_a_value_nested_deeper_than_the_stack_is_named_not_raised() -> None:
     assert model.text({"k": deep}) == "(a value nested too deep to show)"
 
 
-def _forge_decision(dataset: Path, record_id: str, **attributes: str) -> None:
-    """Add an unsealed copy of decision ``record_id``'s row with ``attributes`` changed, as a foreign writer would."""
+def _forge(dataset: Path, record_id: str, make: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> None:
+    """Add the rows ``make`` derives from decision ``record_id``'s row, unsealed, as a foreign writer would."""
     (path,) = sorted((dataset / "spans").rglob("*.parquet"))
     table = pq.read_table(path)
     plain = pa.schema([f.with_type(timestamps_as_ints(f.type)) for f in table.schema])
     rows = table.cast(plain).to_pylist()
     row = next(r for r in rows if r["record_id"] == record_id and r["name"] == sc.SPAN_DECISION)
-    attrs = {k: v for k, v in json.loads(row["attributes"]).items() if k not in (sc.RECORD_HASH, sc.RECORD_SPAN)}
-    attrs.update(attributes)
-    forged = dict(row, span_id="e" * 16, record_id="forged-1", attributes=json.dumps(attrs))
-    pq.write_table(pa.Table.from_pylist([forged], schema=plain).cast(table.schema), path.parent / "forged.parquet")
+    pq.write_table(pa.Table.from_pylist(make(row), schema=plain).cast(table.schema), path.parent / "forged.parquet")
 
 
-@pytest.mark.parametrize("state", ["[1, 2]", "5", '"text"', "null"])
-def test_a_decision_row_whose_snapshot_or_models_are_not_the_shape_written_is_shown_not_a_crash(
-    dataset: Path, tmp_path: Path, state: str
-) -> None:
-    # The chain shows rows no seal vouches for; their JSON fields hold whatever a foreign writer put there.
+def _forge_decision(dataset: Path, record_id: str, **attributes: str) -> None:
+    """Add an unsealed copy of decision ``record_id``'s row with ``attributes`` changed."""
+
+    def make(row: dict[str, Any]) -> list[dict[str, Any]]:
+        attrs = {k: v for k, v in json.loads(row["attributes"]).items() if k not in (sc.RECORD_HASH, sc.RECORD_SPAN)}
+        return [dict(row, span_id="e" * 16, record_id="forged-1", attributes=json.dumps({**attrs, **attributes}))]
+
+    _forge(dataset, record_id, make)
+
+
+def _recorded_decision(dataset: Path) -> str:
     telemetry = otel_replay.configure(dataset, service_name="report-tests", set_global=False)
     try:
         with correlation(correlation_id="c-forged"):
@@ -188,7 +193,15 @@ def test_a_decision_row_whose_snapshot_or_models_are_not_the_shape_written_is_sh
         assert telemetry.force_flush()
     finally:
         telemetry.shutdown()
-    _forge_decision(dataset, d.record_id, **{sc.SNAPSHOT_STATE: state, sc.DECISION_MODELS: "5"})
+    return d.record_id
+
+
+@pytest.mark.parametrize("state", ["[1, 2]", "5", '"text"', "null"])
+def test_a_decision_row_whose_snapshot_or_models_are_not_the_shape_written_is_shown_not_a_crash(
+    dataset: Path, tmp_path: Path, state: str
+) -> None:
+    # The chain shows rows no seal vouches for; their JSON fields hold whatever a foreign writer put there.
+    _forge_decision(dataset, _recorded_decision(dataset), **{sc.SNAPSHOT_STATE: state, sc.DECISION_MODELS: "5"})
     with otel_replay.open(dataset) as store:
         view = model.chain_view(ReplayBuilder(store).build("trade", "c-forged"), store)
     (forged,) = [e for e in view.events if e.record_id == "forged-1"]
@@ -201,3 +214,25 @@ def test_a_decision_row_whose_snapshot_or_models_are_not_the_shape_written_is_sh
     result = CliRunner().invoke(main, ["report", "chain", "trade", "c-forged", "-d", str(dataset), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.is_file()
+
+
+def test_a_decision_whose_trace_holds_thousands_of_spans_draws_the_first_and_says_so(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 100,000 spans a foreign client hung under a decision made a page of 37 MB; the cap is lowered to keep this quick.
+    record_id = _recorded_decision(dataset)
+    monkeypatch.setattr(model, "_MAX_TREE_ROWS", 50, raising=False)
+
+    def children(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            dict(row, span_id=f"{n + 1:016x}", parent_span_id=row["span_id"], record_id=None, replay_kind=None,
+                 name=f"child-{n}", attributes="{}")
+            for n in range(120)
+        ]  # fmt: skip
+
+    _forge(dataset, record_id, children)
+    with otel_replay.open(dataset) as store:
+        view = model.decision_view(store, record_id)
+    assert len(view.rows) == 50 and view.rows[0].kind == "decision"
+    assert any("the causal tree has 12" in note and "the first 50 are drawn" in note for note in view.notes)
+    assert "the first 50 are drawn" in " ".join(Page(html.decision_page(view)).text)
