@@ -283,9 +283,10 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     """
     links = links or Links()
     lane_of = {lane: n for n, lane in enumerate(view.lanes)}
+    last = len(view.lanes) - 1  # the lane an agent without its own shares (the model drew a limited number)
     marks: dict[tuple[int, str], list[str]] = {}
     for e in view.events:
-        marks.setdefault((lane_of[e.lane], "a" if e.layer == "audit" else "d"), []).append(
+        marks.setdefault((lane_of.get(e.lane, last), "a" if e.layer == "audit" else "d"), []).append(
             f"M{_x(e.offset)} 3h7v12h-7z"
         )
     lanes = []
@@ -321,7 +322,7 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     data = {
         "details": details,
         "x": [round(e.offset, 1) for e in view.events],
-        "lane": [lane_of[e.lane] for e in view.events],
+        "lane": [lane_of.get(e.lane, last) for e in view.events],
     }
     body = (
         f'<h1>{esc(view.chain_type)} chain <span class="id">{esc(view.chain_id)}</span></h1>'

@@ -348,6 +348,9 @@ def _gated(store: Store, decision_ids: Sequence[str]) -> set[str]:
     return {str(r.attributes.get(sc.GATE_DECISION_ID)) for r in rows if r.attributes.get(sc.KIND) == sc.KIND_GATE}
 
 
+_MAX_LANES = 40  # lanes drawn on a chain's page: past it, the later agents share the last lane
+
+
 def _size(sections: Sequence[Section]) -> int:
     return sum(len(s.title) + len(s.note) + sum(len(f.label) + len(f.value) + 8 for f in s.fields) for s in sections)
 
@@ -365,15 +368,14 @@ def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
     if store is not None:
         ids = [text(e.get("record_id"), 200) for e in chain.events[:DETAIL_LIMIT] if e.get("layer") != "audit"]
         gated = _gated(store, ids)
-    lanes: list[str] = []
+    lanes: dict[str, None] = {}  # in order of first event; a dict, as a list's `in` made 100,000 agents take a minute
     events = []
     decisions = gate_reads = budget = 0
     detailed = len(chain.events)  # the first event left without its detail (the whole chain when none is)
     for i, (event, offset) in enumerate(zip(chain.events, offsets, strict=True)):
         audit = event.get("layer") == "audit"
         lane = text(event.get("source_agent") if audit else event.get("agent_id"), 80) or "(no agent)"
-        if lane not in lanes:
-            lanes.append(lane)
+        lanes.setdefault(lane)
         detail = i < min(detailed, DETAIL_LIMIT)
         sections: tuple[Section, ...] = ()
         if audit:
@@ -435,11 +437,19 @@ def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
             f"gate records shown for the first {GATE_READS_LIMIT} of {gate_reads} decisions that have them (each "
             "decision's page shows its own)"
         )
+    drawn = tuple(lanes)
+    if len(drawn) > _MAX_LANES:
+        rest = len(drawn) - (_MAX_LANES - 1)
+        drawn = (*drawn[: _MAX_LANES - 1], f"({rest:,} other agents)")
+        notes.append(
+            f"{len(lanes):,} agents: the first {_MAX_LANES - 1} have a lane each, the other {rest:,} share the last "
+            "(each event's line names its own)"
+        )
     known = [t for t in times if t is not None]
     entries = "audit entry" if len(chain.audit_entries) == 1 else "audit entries"
     counts = f"{len(chain.traces)} decision(s), {len(chain.audit_entries)} {entries}"
     return ChainView(
-        chain.chain_type, text(chain.chain_id, 200), tuple(lanes), tuple(events),
+        chain.chain_type, text(chain.chain_id, 200), drawn, tuple(events),
         min(known).isoformat() if known else "", max(known).isoformat() if known else "", counts, tuple(notes),
     )  # fmt: skip
 
