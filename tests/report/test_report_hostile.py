@@ -253,3 +253,20 @@ def test_a_chain_of_many_agents_draws_forty_lanes_and_names_each_agent_on_its_li
     assert len([svg for svg in page.all("svg") if svg.get("data-lane") is not None]) == 40
     assert json.loads(page.data["chain-data"])["lane"] == [*range(39), *[39] * 6]
     assert "agent-44" in page.text
+
+
+def test_the_terminal_chain_shows_zero_width_and_tag_characters_as_escapes(dataset: Path) -> None:
+    # cli/render.py's test (the `chain` command's terminal table) lives here: tests/cli belongs to another helper.
+    agent = "pay\u200bments-agent\U000e0069"
+    telemetry = otel_replay.configure(dataset, service_name="report-tests", set_global=False)
+    try:
+        with correlation(agent_id=agent, correlation_id="c-term"):
+            with audit("pay", snapshot=DependencySnapshot({"k": "v"}, version="v1")):
+                pass
+        assert telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    result = CliRunner().invoke(main, ["chain", "trade", "c-term", "-d", str(dataset)])
+    assert result.exit_code == 0, result.output
+    assert not re.search("[\u200b\U000e0000-\U000e007f]", result.output)
+    assert "pay\\u200bments-agent\\U000e0069" in result.output.replace("\n", "")
