@@ -9,7 +9,9 @@ Every response carries the page's Content-Security-Policy as a header too.
 
 Bound to loopback (the default), it answers only requests whose ``Host`` is a
 loopback name or address with its port: a web page whose own name was made to
-resolve to 127.0.0.1 (DNS rebinding) gets a 403, not the dataset. A client
+resolve to 127.0.0.1 (DNS rebinding) gets a 403, not the dataset; so does a
+request another site's page makes other than by a link followed (an image,
+a frame, a ``fetch``: ``Sec-Fetch-*`` headers). A client
 that sends nothing is dropped after :attr:`ReportServer.request_timeout`
 seconds, so a stalled connection does not hold a thread for good.
 
@@ -117,6 +119,19 @@ def _host_allowed(server: ReportServer, header: str | None) -> bool:
     return _loopback(name) and given == str(port)
 
 
+def _from_another_site(headers: Any) -> bool:
+    """Whether a browser sent this request for another site's page other than by following a link to here.
+
+    A link followed (a top-level navigation) is answered: the page opens in its own tab, where no other site
+    reads it. An image, script, frame or ``fetch`` another site's page asks for is refused, so that page
+    cannot set the server to work (a contracts backtest, a search) however often it asks. Requests without
+    ``Sec-Fetch-Site`` (not a browser's, or an old one's) are answered.
+    """
+    if headers.get("Sec-Fetch-Site") not in ("cross-site", "same-site"):
+        return False
+    return not (headers.get("Sec-Fetch-Mode") == "navigate" and headers.get("Sec-Fetch-Dest") == "document")
+
+
 def find(store: Store, ident: str) -> str | None:
     """The UI path of what ``ident`` names: a decision, a recorded session, a session's or a trade's chain."""
     if any(row.name == sc.SPAN_DECISION for row in store.record_rows(record_id=ident)):
@@ -149,6 +164,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - the base class's naming
         if not _host_allowed(self.server, self.headers.get("Host")):
             message = "this server answers only to its loopback address (another Host header was sent)"
+            self._send(HTTPStatus.FORBIDDEN, html.message_page("forbidden", message, _LINKS), None)
+            return
+        if _from_another_site(self.headers):
+            message = "another site's page may link here, not load this as part of itself"
             self._send(HTTPStatus.FORBIDDEN, html.message_page("forbidden", message, _LINKS), None)
             return
         parts = urlsplit(self.path)

@@ -152,3 +152,24 @@ def test_a_connection_that_fails_is_logged_not_printed_on_the_terminal(
     assert "Traceback" not in capfd.readouterr().err
     assert any(r.exc_info and r.exc_info[0] is BrokenPipeError for r in caplog.records)
     assert _get(ui, "/")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("site", "mode", "dest", "status"),
+    [
+        ("cross-site", "no-cors", "image", 403),
+        ("cross-site", "cors", "empty", 403),
+        ("cross-site", "navigate", "iframe", 403),
+        ("same-site", "no-cors", "script", 403),
+        ("cross-site", "navigate", "document", 200),
+        ("same-origin", "cors", "empty", 200),
+        ("none", "navigate", "document", 200),
+    ],
+)
+def test_another_sites_page_may_link_here_but_not_load_a_page_as_its_own_part(
+    ui: ReportServer, site: str, mode: str, dest: str, status: int
+) -> None:
+    # An <img src="http://127.0.0.1:8765/contracts"> on any site the user visits would set the server to work.
+    headers = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode, "Sec-Fetch-Dest": dest}
+    code, _, body = _get(ui, "/", headers=headers)
+    assert code == status and ("Recent decisions" in body) == (status == 200)
