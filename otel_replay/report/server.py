@@ -47,8 +47,13 @@ __all__ = ["ID_PATTERN", "LOOPBACK", "ReportServer", "find", "make_server"]
 
 _log = logging.getLogger(__name__)
 
-ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+=~-]{1,256}")
-"""What an id in a path or the search box may be: letters, digits and ``._:@+=~-``, at most 256."""
+ID_PATTERN = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,256}")
+"""What an id in a path or the search box may be: 1 to 256 characters, none a control character.
+
+Any id a recording used is reachable (``/`` and ``%`` and other scripts included, percent-encoded in the
+path): an id is only ever a query parameter, and a narrower pattern let a recording keep its chain off the
+UI by its choice of id.
+"""
 LOOPBACK = "127.0.0.1"
 """The address the UI binds to unless told otherwise."""
 _LINKS = html.UiLinks()
@@ -260,5 +265,5 @@ class _Handler(BaseHTTPRequestHandler):
 def _checked(ident: str) -> str:
     """``ident`` when it is a well-formed id, else a 404 naming nothing of it but its length."""
     if not ID_PATTERN.fullmatch(ident):
-        raise _NotFound(f"not an id (letters, digits and ._:@+=~- only, at most 256; got {len(ident)} characters)")
+        raise _NotFound(f"not an id (1 to 256 characters, no control characters; got {len(ident)} characters)")
     return ident

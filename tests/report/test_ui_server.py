@@ -12,6 +12,7 @@ from urllib.parse import quote
 import pytest
 
 import otel_replay
+from otel_replay import DependencySnapshot, audit, correlation
 from otel_replay.report import html
 from otel_replay.report.server import ReportServer, make_server
 
@@ -173,3 +174,33 @@ def test_another_sites_page_may_link_here_but_not_load_a_page_as_its_own_part(
     headers = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode, "Sec-Fetch-Dest": dest}
     code, _, body = _get(ui, "/", headers=headers)
     assert code == status and ("Recent decisions" in body) == (status == 200)
+
+
+def test_an_id_with_slashes_spaces_or_other_scripts_is_reachable_from_the_index(dataset: Path) -> None:
+    # The index links every id it lists; an id outside letters, digits and ._:@+=~- led to a "not an id" 404, so
+    # a recording could keep its chain off the UI by its choice of id (the CLI's `report chain` showed it).
+    telemetry = otel_replay.configure(dataset, service_name="report-tests", set_global=False)
+    try:
+        with correlation("tenant/42 run #7 \u00e9t\u00e9", session_id="s\u200b/1", agent_id="a"):
+            with audit("pay", snapshot=DependencySnapshot({"k": "v"}, version="v1")) as d:
+                pass
+        assert telemetry.force_flush()
+    finally:
+        telemetry.shutdown()
+    with otel_replay.open(dataset) as store:
+        server = make_server(store, port=0)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            hrefs = [str(a["href"]) for a in Page(_get(server, "/")[2]).all("a")]
+            chains = sorted({h for h in hrefs if h.startswith("/chain/")})
+            assert len(chains) == 2  # the trade chain and the session chain
+            for href in [*chains, f"/decision/{d.record_id}"]:
+                status, _, body = _get(server, href)
+                assert status == 200, (href, body[-300:])
+            assert _get(server, "/search?id=" + quote("tenant/42 run #7 \u00e9t\u00e9"))[0] == 303
+            assert _get(server, "/chain/trade/" + quote("a\x01b", safe=""))[0] == 404  # controls stay refused
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=30)
