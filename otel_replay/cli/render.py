@@ -56,8 +56,14 @@ CELL_WIDTH = 60
 """Table cells longer than this are cut (with ``…``); JSON and CSV print every value whole."""
 _WIDE = 100_000
 _FIX_STYLE = {"ALLOW": "green", "ROLLBACK": "yellow", "BLOCK": "red", "HUMAN_REVIEW": "magenta"}
-# C0 and C1 controls, DEL, bidirectional controls, line and paragraph separators.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, bidirectional controls, line and paragraph separators; characters that draw nothing
+# (soft hyphen, zero-width space and joiners, word joiner, invisible operators, byte order mark, the tag
+# characters that spell hidden ASCII), so two ids that differ by one do not look the same; lone surrogates,
+# which no terminal encoding can print.
+_CONTROLS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069"
+    "\ufeff\ud800-\udfff\U000e0000-\U000e007f]"
+)
 
 
 def _console() -> Console:
@@ -78,7 +84,9 @@ def _escape_one(match: re.Match[str]) -> str:
     if short is not None:
         return short
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def clean(text: str) -> str:

@@ -1,7 +1,8 @@
 r"""HTML for the report pages: string building over the view models, with no logic of its own.
 
-Every piece of text from a model goes through :func:`esc` (control and
-bidirectional characters shown as ``\\uXXXX`` escapes, then
+Every piece of text from a model goes through :func:`esc` (control,
+bidirectional and zero-width characters, tag characters and lone surrogates
+shown as ``\\uXXXX`` escapes, then
 ``html.escape(quote=True)``), every attribute value is quoted, and there is no
 inline event handler or style attribute: the one stylesheet and the one
 script (``assets/``) are inlined, and each page carries a Content-Security-Policy
@@ -59,8 +60,23 @@ CSS = _ASSETS.joinpath("report.css").read_text(encoding="utf-8")
 SCRIPT = _ASSETS.joinpath("report.js").read_text(encoding="utf-8")
 """The script inlined in every page."""
 
-# C0 and C1 controls but tab and newline, DEL, bidirectional controls, line and paragraph separators.
-_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls but tab and newline, DEL, bidirectional controls, line and paragraph separators; the
+# characters that draw nothing (soft hyphen, zero-width space and joiners, word joiner and invisible operators,
+# byte order mark, Mongolian vowel separator, the tag characters that spell hidden ASCII), so that two ids
+# that differ only by one do not look the same; and lone surrogates, which no page can be encoded with.
+_SHOWN_BY_JSON = "\x00-\x08\x0b-\x1f"  # the C0 controls json.dumps escapes itself
+_INVISIBLE = (
+    "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+    "\ud800-\udfff\U000e0000-\U000e007f"
+)
+_HIDDEN = re.compile(f"[{_SHOWN_BY_JSON}{_INVISIBLE}]")
+
+
+def _escape(code: int) -> str:
+    r"""A character's escape as the page shows it: ``\uXXXX``, or ``\UXXXXXXXX`` past the first plane."""
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 _KINDS = frozenset({"decision", "read", "model", "act", "gate", "audit_entry"})
 _STEP_CLASS = {"diverged": "diverged", "not reached": "notreached"}
 _PILLS = frozenset(
@@ -70,13 +86,13 @@ _PILLS = frozenset(
 
 def esc(value: object) -> str:
     """``value`` as HTML text or a quoted attribute's value: invisible controls made visible, then escaped."""
-    shown = _HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", str(value))
+    shown = _HIDDEN.sub(lambda m: _escape(ord(m.group())), str(value))
     return html.escape(shown, quote=True)
 
 
 def _text(value: str) -> str:
     """``value`` as an element's text (not an attribute's): as :func:`esc`, quotes left as they are."""
-    return html.escape(_HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", value), quote=False)
+    return html.escape(_HIDDEN.sub(lambda m: _escape(ord(m.group())), value), quote=False)
 
 
 def _hash(source: str) -> str:
@@ -224,9 +240,7 @@ def _x(percent: float) -> str:
 
 # In JSON text (``ensure_ascii=False``): an escaped backslash (kept), a C0 control as JSON escapes it, or one of
 # the other invisible characters of _HIDDEN as it stands.
-_JSON_HIDDEN = re.compile(
-    r"\\\\|\\u00[01][0-9a-f]|\\[bfr]|[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
+_JSON_HIDDEN = re.compile(r"\\\\|\\u00[01][0-9a-f]|\\[bfr]|" f"[{_INVISIBLE}]")
 _SHORT = {"b": 8, "f": 12, "r": 13}
 
 
@@ -238,7 +252,7 @@ def _json_visible(match: re.Match[str]) -> str:
         code = int(found[2:], 16) if found[1] == "u" else _SHORT[found[1]]
     else:
         code = ord(found)
-    return f"\\\\u{code:04x}"  # JSON for a backslash and uXXXX: the escape shown, as esc() shows it
+    return "\\" + _escape(code)  # JSON for a backslash and the escape: the escape shown, as esc() shows it
 
 
 def data_block(element_id: str, value: object) -> str:
@@ -269,9 +283,10 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     """
     links = links or Links()
     lane_of = {lane: n for n, lane in enumerate(view.lanes)}
+    last = len(view.lanes) - 1  # the lane an agent without its own shares (the model drew a limited number)
     marks: dict[tuple[int, str], list[str]] = {}
     for e in view.events:
-        marks.setdefault((lane_of[e.lane], "a" if e.layer == "audit" else "d"), []).append(
+        marks.setdefault((lane_of.get(e.lane, last), "a" if e.layer == "audit" else "d"), []).append(
             f"M{_x(e.offset)} 3h7v12h-7z"
         )
     lanes = []
@@ -307,7 +322,7 @@ def chain_page(view: ChainView, links: Links | None = None) -> str:
     data = {
         "details": details,
         "x": [round(e.offset, 1) for e in view.events],
-        "lane": [lane_of[e.lane] for e in view.events],
+        "lane": [lane_of.get(e.lane, last) for e in view.events],
     }
     body = (
         f'<h1>{esc(view.chain_type)} chain <span class="id">{esc(view.chain_id)}</span></h1>'

@@ -89,10 +89,19 @@ def text(value: Any, limit: int = MAX_TEXT) -> str:
         try:
             shown = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
         except (TypeError, ValueError):  # a cycle or a key type JSON cannot hold
-            shown = repr(value)
+            shown = _repr(value)
+        except RecursionError:  # nested deeper than the interpreter's stack: repr() would fail the same way
+            shown = "(a value nested too deep to show)"
     if len(shown) > limit:
         return f"{shown[:limit]}… ({len(shown) - limit:,} more characters not shown)"
     return shown
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except RecursionError:
+        return "(a value nested too deep to show)"
 
 
 @dataclass(frozen=True)
@@ -256,13 +265,19 @@ def _decision_sections(event: Mapping[str, Any], gate: Sequence[Section]) -> tup
     state = event.get("snapshot_state")
     if state is not None:
         version = text(event.get("snapshot_version")) or "unversioned"
-        fields = tuple(Field(str(k), text(v)) for k, v in sorted(dict(state).items()) if isinstance(state, Mapping))
+        # a row no seal vouches for may hold any JSON here (a list, a number): shown as one value, not iterated
+        fields = (
+            tuple(Field(str(k), text(v)) for k, v in sorted(state.items()))
+            if isinstance(state, Mapping)
+            else (Field("state", text(state)),)
+        )
         sections.append(Section(f"read: dependency snapshot {version}", fields))
     if event.get("inputs"):
         inputs = event["inputs"]
         fields = tuple(Field(str(k), text(v)) for k, v in sorted(inputs.items())) if isinstance(inputs, Mapping) else ()
         sections.append(Section("inputs", fields or (Field("inputs", text(inputs)),)))
-    for n, model in enumerate(event.get("models") or (), start=1):
+    models = event.get("models") or ()
+    for n, model in enumerate(models if isinstance(models, list | tuple) else (models,), start=1):
         fields = tuple(Field(str(k), text(v)) for k, v in sorted(model.items())) if isinstance(model, Mapping) else ()
         sections.append(Section(f"model call {n}", fields or (Field("model", text(model)),)))
     if event.get("action_type"):
@@ -333,6 +348,9 @@ def _gated(store: Store, decision_ids: Sequence[str]) -> set[str]:
     return {str(r.attributes.get(sc.GATE_DECISION_ID)) for r in rows if r.attributes.get(sc.KIND) == sc.KIND_GATE}
 
 
+_MAX_LANES = 40  # lanes drawn on a chain's page: past it, the later agents share the last lane
+
+
 def _size(sections: Sequence[Section]) -> int:
     return sum(len(s.title) + len(s.note) + sum(len(f.label) + len(f.value) + 8 for f in s.fields) for s in sections)
 
@@ -350,15 +368,14 @@ def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
     if store is not None:
         ids = [text(e.get("record_id"), 200) for e in chain.events[:DETAIL_LIMIT] if e.get("layer") != "audit"]
         gated = _gated(store, ids)
-    lanes: list[str] = []
+    lanes: dict[str, None] = {}  # in order of first event; a dict, as a list's `in` made 100,000 agents take a minute
     events = []
     decisions = gate_reads = budget = 0
     detailed = len(chain.events)  # the first event left without its detail (the whole chain when none is)
     for i, (event, offset) in enumerate(zip(chain.events, offsets, strict=True)):
         audit = event.get("layer") == "audit"
         lane = text(event.get("source_agent") if audit else event.get("agent_id"), 80) or "(no agent)"
-        if lane not in lanes:
-            lanes.append(lane)
+        lanes.setdefault(lane)
         detail = i < min(detailed, DETAIL_LIMIT)
         sections: tuple[Section, ...] = ()
         if audit:
@@ -420,11 +437,19 @@ def chain_view(chain: ReplayChain, store: Store | None = None) -> ChainView:
             f"gate records shown for the first {GATE_READS_LIMIT} of {gate_reads} decisions that have them (each "
             "decision's page shows its own)"
         )
+    drawn = tuple(lanes)
+    if len(drawn) > _MAX_LANES:
+        rest = len(drawn) - (_MAX_LANES - 1)
+        drawn = (*drawn[: _MAX_LANES - 1], f"({rest:,} other agents)")
+        notes.append(
+            f"{len(lanes):,} agents: the first {_MAX_LANES - 1} have a lane each, the other {rest:,} share the last "
+            "(each event's line names its own)"
+        )
     known = [t for t in times if t is not None]
     entries = "audit entry" if len(chain.audit_entries) == 1 else "audit entries"
     counts = f"{len(chain.traces)} decision(s), {len(chain.audit_entries)} {entries}"
     return ChainView(
-        chain.chain_type, text(chain.chain_id, 200), tuple(lanes), tuple(events),
+        chain.chain_type, text(chain.chain_id, 200), drawn, tuple(events),
         min(known).isoformat() if known else "", max(known).isoformat() if known else "", counts, tuple(notes),
     )  # fmt: skip
 
@@ -436,7 +461,11 @@ def _ms(ns: Any) -> str:
     return f"{(ns or 0) / 1e6:,.3f} ms"
 
 
+_MAX_TREE_ROWS = 2000  # spans of a causal tree drawn on a decision's page (the axis spans them all)
+
+
 def _waterfall(tree: Sequence[Mapping[str, Any]]) -> tuple[tuple[WaterfallRow, ...], str, str]:
+    """The first ``_MAX_TREE_ROWS`` spans of ``tree`` (depth-first) as rows, on the axis of every span."""
     starts = [_instant(row.get("start_time")) for row in tree]
     known = [(s, row.get("duration_ns") or 0) for s, row in zip(starts, tree, strict=True) if s is not None]
     if not known:
@@ -445,7 +474,7 @@ def _waterfall(tree: Sequence[Mapping[str, Any]]) -> tuple[tuple[WaterfallRow, .
     last = max(s + dt.timedelta(microseconds=d / 1000) for s, d in known)
     total_ns = max((last - first).total_seconds() * 1e9, 1.0)
     rows = []
-    for start, row in zip(starts, tree, strict=True):
+    for start, row in zip(starts[:_MAX_TREE_ROWS], tree[:_MAX_TREE_ROWS], strict=True):
         at = 0.0 if start is None else (start - first).total_seconds() * 1e9
         width = (row.get("duration_ns") or 0) / total_ns * 100
         rows.append(
@@ -518,7 +547,9 @@ def decision_view(
     if verdict is not None:
         snapshot = record.snapshot.state if record.snapshot else {}
         shown = verdict_view(verdict, snapshot, live_state)
-    notes = ("the causal tree stops at 64 levels deep",) if any(r.depth >= 64 for r in rows) else ()
+    notes: tuple[str, ...] = ("the causal tree stops at 64 levels deep",) if any(r.depth >= 64 for r in rows) else ()
+    if len(tree) > len(rows) and rows:
+        notes += (f"the causal tree has {len(tree):,} spans: the first {len(rows):,} are drawn (depth-first)",)
     return DecisionView(
         text(record.record_id, 200), text(record.decision_type, 200), text(record.agent_id, 200),
         text(record.correlation_id, 200), text(record.session_id, 200), started, total, rows, sections, shown, notes,
@@ -562,6 +593,21 @@ def _steps(
     return tuple(steps), notes
 
 
+_MAX_CANDIDATES = 20  # closest recorded calls shown beside a divergence
+
+
+def _cut(divergence: Divergence | None) -> Divergence | None:
+    """``divergence`` with its texts cut as every shown value is, and at most ``_MAX_CANDIDATES`` candidates."""
+    if divergence is None:
+        return None
+    candidates = tuple(text(c, 400) for c in divergence.candidates[:_MAX_CANDIDATES])
+    if len(divergence.candidates) > _MAX_CANDIDATES:
+        candidates += (f"… and {len(divergence.candidates) - _MAX_CANDIDATES:,} more not shown",)
+    return Divergence(
+        divergence.step, text(divergence.reason), text(divergence.expected), text(divergence.actual), candidates
+    )
+
+
 def rerun_view(result: RerunResult, recording: Recording | None = None) -> RerunView:
     """A rerun result beside its recording's steps (``recording``: :func:`~otel_replay.rerun.load.load_recording`'s)."""
     steps, notes = _steps(recording, result.divergence, result.matched)
@@ -586,7 +632,7 @@ def rerun_view(result: RerunResult, recording: Recording | None = None) -> Rerun
     return RerunView(
         text(result.session_id, 200), text(result.rerun_id, 200), text(result.summary()), result.matched,
         text(result.original_fingerprint or "(none: the recording ended early)"), text(result.fingerprint),
-        steps, result.divergence, tuple(facts), tuple(notes), "matched" if result.matched else "diverged",
+        steps, _cut(result.divergence), tuple(facts), tuple(notes), "matched" if result.matched else "diverged",
     )  # fmt: skip
 
 
@@ -601,8 +647,9 @@ def stored_rerun_view(row: Mapping[str, Any], recording: Recording | None) -> Re
                 int(data["step"]), str(data["reason"]), str(data["expected"]), str(data["actual"]),
                 tuple(str(c) for c in data.get("candidates") or ()),
             )  # fmt: skip
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, AttributeError):  # OverflowError: a step of 1e400
             divergence = Divergence(-1, "the stored divergence could not be read", text(raw), "")
+    divergence = _cut(divergence)
     matched = bool(row.get("matched"))
     steps, notes = _steps(recording, divergence, matched)
     if matched:

@@ -7,6 +7,14 @@ path or the search box is checked against :data:`ID_PATTERN` and only ever
 bound as a query parameter. It serves no file, so no path can reach one.
 Every response carries the page's Content-Security-Policy as a header too.
 
+Bound to loopback (the default), it answers only requests whose ``Host`` is a
+loopback name or address with its port: a web page whose own name was made to
+resolve to 127.0.0.1 (DNS rebinding) gets a 403, not the dataset; so does a
+request another site's page makes other than by a link followed (an image,
+a frame, a ``fetch``: ``Sec-Fetch-*`` headers). A client
+that sends nothing is dropped after :attr:`ReportServer.request_timeout`
+seconds, so a stalled connection does not hold a thread for good.
+
 Routes: ``/`` (index), ``/chain/TYPE/ID``, ``/decision/ID``,
 ``/rerun/SESSION_ID``, ``/search?id=ID`` (a redirect to the page of what the
 id names), and, when the server was given contracts, ``/contracts`` and
@@ -16,6 +24,7 @@ dataset or one session). Anything else is 404; a method other than GET is 405.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 import threading
@@ -38,8 +47,13 @@ __all__ = ["ID_PATTERN", "LOOPBACK", "ReportServer", "find", "make_server"]
 
 _log = logging.getLogger(__name__)
 
-ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+=~-]{1,256}")
-"""What an id in a path or the search box may be: letters, digits and ``._:@+=~-``, at most 256."""
+ID_PATTERN = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,256}")
+"""What an id in a path or the search box may be: 1 to 256 characters, none a control character.
+
+Any id a recording used is reachable (``/`` and ``%`` and other scripts included, percent-encoded in the
+path): an id is only ever a query parameter, and a narrower pattern let a recording keep its chain off the
+UI by its choice of id.
+"""
 LOOPBACK = "127.0.0.1"
 """The address the UI binds to unless told otherwise."""
 _LINKS = html.UiLinks()
@@ -49,6 +63,8 @@ class ReportServer(ThreadingHTTPServer):
     """The UI's HTTP server: one store, read under a lock (one DuckDB connection serves every page)."""
 
     daemon_threads = True
+    request_timeout: float = 30.0
+    """Seconds a connection may stay silent (reading a request or taking a response) before it is dropped."""
 
     def __init__(self, address: tuple[str, int], store: Store, contracts: ContractSet | None = None) -> None:
         """Bind ``address`` and serve pages of ``store`` (and its backtest under ``contracts``, when given)."""
@@ -56,6 +72,14 @@ class ReportServer(ThreadingHTTPServer):
         self.store = store
         self.contracts = contracts
         self.lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed outside a page (a client gone mid-response, a socket error): logged, not printed.
+
+        The base class prints the traceback to stderr, the terminal ``otel-replay ui`` runs in; a page's own
+        failure is answered (500) and logged in the handler, so what reaches here is the connection's.
+        """
+        _log.debug("otel-replay ui: the connection from %s failed", client_address, exc_info=True)
 
     @property
     def url(self) -> str:
@@ -73,6 +97,44 @@ def make_server(
     dataset's backtest under them.
     """
     return ReportServer((host, port), store, contracts)
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine's loopback."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_allowed(server: ReportServer, header: str | None) -> bool:
+    """Whether a request with ``Host: header`` may be answered: any, unless the server is bound to loopback.
+
+    Bound to loopback, the header must name a loopback host and the server's
+    port; a request without one (not a browser's) is answered.
+    """
+    bound, port = server.server_address[:2]
+    if header is None or not _loopback(bound if isinstance(bound, str) else bound.decode()):
+        return True
+    name, colon, given = header.strip().rpartition(":")
+    if not colon or name.endswith(":") or (header.startswith("[") and not name.endswith("]")):
+        name, given = header.strip(), "80"  # no port: a bare name or a bare IPv6 address
+    return _loopback(name) and given == str(port)
+
+
+def _from_another_site(headers: Any) -> bool:
+    """Whether a browser sent this request for another site's page other than by following a link to here.
+
+    A link followed (a top-level navigation) is answered: the page opens in its own tab, where no other site
+    reads it. An image, script, frame or ``fetch`` another site's page asks for is refused, so that page
+    cannot set the server to work (a contracts backtest, a search) however often it asks. Requests without
+    ``Sec-Fetch-Site`` (not a browser's, or an old one's) are answered.
+    """
+    if headers.get("Sec-Fetch-Site") not in ("cross-site", "same-site"):
+        return False
+    return not (headers.get("Sec-Fetch-Mode") == "navigate" and headers.get("Sec-Fetch-Dest") == "document")
 
 
 def find(store: Store, ident: str) -> str | None:
@@ -97,10 +159,22 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "otel-replay-ui"
     sys_version = ""
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.request_timeout)  # a silent client's read times out, then it is closed
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         _log.debug("otel-replay ui: " + format, *args)
 
     def do_GET(self) -> None:  # noqa: N802 - the base class's naming
+        if not _host_allowed(self.server, self.headers.get("Host")):
+            message = "this server answers only to its loopback address (another Host header was sent)"
+            self._send(HTTPStatus.FORBIDDEN, html.message_page("forbidden", message, _LINKS), None)
+            return
+        if _from_another_site(self.headers):
+            message = "another site's page may link here, not load this as part of itself"
+            self._send(HTTPStatus.FORBIDDEN, html.message_page("forbidden", message, _LINKS), None)
+            return
         parts = urlsplit(self.path)
         try:
             segments = [unquote(s, errors="strict") for s in parts.path.split("/")[1:]]
@@ -191,5 +265,5 @@ class _Handler(BaseHTTPRequestHandler):
 def _checked(ident: str) -> str:
     """``ident`` when it is a well-formed id, else a 404 naming nothing of it but its length."""
     if not ID_PATTERN.fullmatch(ident):
-        raise _NotFound(f"not an id (letters, digits and ._:@+=~- only, at most 256; got {len(ident)} characters)")
+        raise _NotFound(f"not an id (1 to 256 characters, no control characters; got {len(ident)} characters)")
     return ident

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,29 @@ def test_a_session_never_rerun_shows_its_recording_and_says_so(dataset: Path, mo
 def test_a_session_without_a_recording_is_not_found(demo_dataset: Path) -> None:
     with otel_replay.open(demo_dataset) as store, pytest.raises(otel_replay.RecordNotFound):
         model.session_rerun_view(store, "no-such-session")
+
+
+def _stored(divergence: object) -> dict[str, object]:
+    """A ``rerun_compare`` row as a rerun record stores it, with ``divergence`` as its JSON."""
+    return {"session_id": "s", "rerun_id": "r", "matched": False, "divergence": json.dumps(divergence)}
+
+
+def test_a_stored_divergence_of_ten_megabytes_is_cut_and_its_candidates_counted() -> None:
+    # What a divergence holds is recorded tool arguments and model output: as long as an agent made them.
+    big = "x" * 10_000_000
+    row = _stored({"step": 3, "reason": big, "expected": big, "actual": big, "candidates": ["y" * 500] * 1000})
+    view = model.stored_rerun_view(row, None)
+    assert view.divergence is not None and view.divergence.step == 3
+    assert (
+        len(view.divergence.expected) < model.MAX_TEXT + 100 and "more characters not shown" in view.divergence.actual
+    )
+    assert len(view.divergence.candidates) == 21 and view.divergence.candidates[-1] == "… and 980 more not shown"
+    assert len(html.rerun_page(view)) < 100_000
+
+
+@pytest.mark.parametrize("step", [1e400, "three", None, [3]])
+def test_a_stored_divergence_whose_step_is_not_a_number_is_said_to_be_unreadable(step: object) -> None:
+    row = _stored({"step": step, "reason": "r", "expected": "e", "actual": "a"})
+    view = model.stored_rerun_view(row, None)
+    assert view.divergence is not None and view.divergence.reason == "the stored divergence could not be read"
+    Page(html.rerun_page(view))
