@@ -24,6 +24,13 @@ def _inv(**kwargs: Any) -> ArgumentInvariant:
     return ArgumentInvariant(path=kwargs.pop("path", "$.v"), source=src("t.yaml", 9), **kwargs)
 
 
+def _regex_engine(pattern: str) -> Engine:
+    """An engine whose tool ``add_text`` checks its argument ``$.t`` (line 4 of add_text.yaml) against ``pattern``."""
+    invariant = ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern)
+    tool = ToolContract(tool="add_text", source=Source("add_text.yaml", 1), argument_value_invariants=(invariant,))
+    return Engine(refund_bot(extra_tools=[tool]))
+
+
 def _details(engine: Engine, arguments: Any) -> list[str]:
     view = ToolCallView(0, "c", "t", "{}", arguments)
     decision = engine.evaluate(engine.new_state("s", None), [view])
@@ -174,25 +181,15 @@ def test_whole_numbers_past_float_precision_are_compared_exactly(text: str, ok: 
 )
 def test_a_regex_that_can_take_exponential_time_is_refused_when_the_engine_is_built(pattern: str) -> None:
     """The model writes the text: ^(a+)+$ on 30 a's and a '!' would hold the gate for minutes."""
-    tool = ToolContract(
-        tool="add_text",
-        source=Source("add_text.yaml", 1),
-        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
-    )
     with pytest.raises(ContractLoadError, match=r"^add_text.yaml:4: .*regex: a repetition inside a repetition"):
-        Engine(refund_bot(extra_tools=[tool]))
+        _regex_engine(pattern)
 
 
 @pytest.mark.parametrize("pattern", [r"^(a|a)*$", r"^(a|aa)*$", r"^(ab|a|b)*$", r"^(?:x|x?y)+$", r"(?i)^(A|ab)*$"])
 def test_a_repetition_of_alternatives_that_can_start_alike_is_refused_when_the_engine_is_built(pattern: str) -> None:
     """^(a|a)*$ on 27 a's and a '!' held the gate for 6 CPU seconds (each a more doubles it), yet was accepted."""
-    tool = ToolContract(
-        tool="add_text",
-        source=Source("add_text.yaml", 1),
-        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
-    )
     with pytest.raises(ContractLoadError, match=r"^add_text.yaml:4: .*regex: a repetition of alternatives"):
-        Engine(refund_bot(extra_tools=[tool]))
+        _regex_engine(pattern)
 
 
 @pytest.mark.parametrize(
@@ -200,12 +197,7 @@ def test_a_repetition_of_alternatives_that_can_start_alike_is_refused_when_the_e
     [(r"^(foo|bar)*$", "foobarfoo"), (r"^(?:ab|cd)+$", "abcdab"), (r"^(\w|\d)*$", "a1"), (r"^(?>a|aa)*$", "aaa")],
 )
 def test_a_repetition_of_alternatives_that_start_apart_or_never_backtrack_is_kept(pattern: str, text: str) -> None:
-    tool = ToolContract(
-        tool="add_text",
-        source=Source("add_text.yaml", 1),
-        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
-    )
-    engine = Engine(refund_bot(extra_tools=[tool]))
+    engine = _regex_engine(pattern)
     state = engine.new_state("s", None)
     assert engine.evaluate(state, [call("add_text", {"t": text})]).outcome == "allow"
     assert engine.evaluate(state, [call("add_text", {"t": text + "!" + "a" * 40})]).outcome == "reject"
@@ -236,12 +228,7 @@ def test_a_regex_whose_matching_takes_polynomial_time_under_the_length_cap_is_re
 def test_a_repetition_split_by_a_character_it_cannot_match_or_that_never_backtracks_is_kept(
     pattern: str, text: str
 ) -> None:
-    tool = ToolContract(
-        tool="add_text",
-        source=Source("add_text.yaml", 1),
-        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
-    )
-    engine = Engine(refund_bot(extra_tools=[tool]))
+    engine = _regex_engine(pattern)
     state = engine.new_state("s", None)
     assert engine.evaluate(state, [call("add_text", {"t": text})]).outcome == "allow"
     near_miss = engine.evaluate(state, [call("add_text", {"t": "a" * 5000 + "@"})])
@@ -265,12 +252,7 @@ def test_a_repetition_split_by_a_character_it_cannot_match_or_that_never_backtra
 )
 def test_a_regex_means_what_it_means_in_json_schema(pattern: str, text: str, ok: bool) -> None:
     """As in ECMA-262 (the JSON Schema's and the seed's regexes): $ ends the text, \\d and \\w are ASCII classes."""
-    tool = ToolContract(
-        tool="add_text",
-        source=Source("add_text.yaml", 1),
-        argument_value_invariants=(ArgumentInvariant(path="$.t", source=Source("add_text.yaml", 4), regex=pattern),),
-    )
-    engine = Engine(refund_bot(extra_tools=[tool]))
+    engine = _regex_engine(pattern)
     decision = engine.evaluate(engine.new_state("s", None), [call("add_text", {"t": text})])
     assert (decision.outcome == "allow") is ok
     if not ok:
