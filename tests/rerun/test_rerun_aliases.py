@@ -19,6 +19,7 @@ import cProfile
 import datetime
 import email.utils
 import random
+import secrets
 import sys
 import threading
 import time
@@ -41,6 +42,14 @@ _CLOCK = time.time
 _NOW = {"now": datetime.datetime.now}
 _UUID4 = uuid.uuid4
 """Bound at import, before any recording or rerun patched the modules."""
+_RANDINT = random.randint
+_MORE = {
+    "uuid1": (uuid.uuid1, "clock uuid.uuid1"),
+    "token_hex": (secrets.token_hex, "entropy os.urandom read live through secrets.token_hex"),
+    "randint": (lambda: _RANDINT(1, 10**9), "entropy random.getrandbits read live through random.Random.randint"),
+    "perf_counter_ns": (time.perf_counter_ns, "clock time.perf_counter_ns"),
+    "now_in_utc": (lambda: _NOW["now"](datetime.UTC), "clock datetime.now"),
+}
 
 
 def _in_a_thread() -> str:
@@ -81,6 +90,15 @@ def test_a_strict_rerun_refuses_an_alias_read_where_it_is_made(dataset: Path) ->
     with pytest.raises(DeterminismLeakError, match="clock time.time read live"):
         rerun(lambda: _CLOCK(), dataset=dataset, session_id="strict", governance="strict")
     assert sys.getprofile() is None and threading.getprofile() is None
+
+
+@pytest.mark.parametrize("name", sorted(_MORE))
+def test_other_functions_bound_early_are_reported_by_what_they_read(dataset: Path, name: str) -> None:
+    read, says = _MORE[name]
+    record(dataset, name, lambda: str(read()))
+    result = rerun(lambda: str(read()), dataset=dataset, session_id=name)
+    assert not result.matched
+    assert any(leak.startswith(says) for leak in result.leaks), result.leaks
 
 
 def _seeded() -> tuple[Any, ...]:
@@ -196,3 +214,28 @@ def test_a_running_cprofile_is_left_alone_and_the_rerun_warns_that_aliases_are_n
         profiler.disable()
     assert still
     assert any("cProfile" in warning for warning in result.warnings), result.warnings
+
+
+def test_a_thread_that_outlives_the_rerun_takes_the_hook_off_at_its_next_call(dataset: Path) -> None:
+    go, after = threading.Event(), []
+    worker: list[threading.Thread] = []
+
+    def agent() -> float:
+        def lingering() -> None:
+            go.wait(10)
+            abs(-1)  # the first call after the rerun ended: the hook takes itself off
+            after.append(sys.getprofile())
+
+        worker.append(threading.Thread(target=lingering, name="agent-lingering"))
+        worker[-1].start()
+        return time.time()
+
+    record(dataset, "lingering", agent)
+    go.set()  # the recorded run's thread
+    worker.pop().join()
+    go.clear()
+    result = rerun(agent, dataset=dataset, session_id="lingering")
+    go.set()
+    worker.pop().join()
+    assert result.matched, result.report()
+    assert after == [None, None]
