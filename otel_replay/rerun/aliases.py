@@ -14,8 +14,10 @@ never matched), refused where it is made when strict.
 
 Watched: the clock functions the boundaries patch (not ``sleep``, which reads
 nothing, nor ``localtime`` and the other functions that read the clock only when
-not given a time: a profile hook does not see the arguments), ``datetime.now`` /
-``utcnow`` / ``today`` and ``date.today`` of the real classes, ``os.urandom``
+not given a time: a profile hook does not see the arguments), ``datetime.now`` and
+``utcnow`` of the real class (``date.today`` and ``datetime.today`` only where their
+C code does not read ``time.time`` through the module: there, an alias of them is
+recorded and served), ``os.urandom``
 (under ``uuid.uuid4``, ``secrets`` and ``random.SystemRandom``), the C clock of
 ``uuid.uuid1``, the draws of the ``random`` module's own generator, and those of
 a ``random.Random`` the agent made or re-seeded during the rerun without a seed
@@ -67,16 +69,38 @@ _CLOCK = (
 """The ``time`` functions that always read a clock (``sleep`` reads nothing: an alias of it only waits)."""
 
 
+def _today_reads_time_time() -> bool:
+    """Whether ``date.today`` of C reads the clock through the ``time`` module's ``time`` (CPython 3.11 does).
+
+    The boundaries patch that name, so such a ``today`` is recorded and served however it was bound. Tried once,
+    at import, with ``time.time`` swapped for a moment for one that notes the call and reads the clock.
+    """
+    real, called = time.time, []
+
+    def noting() -> float:
+        called.append(True)
+        return real()
+
+    time.time = noting
+    try:
+        _dt.date.today()
+    finally:
+        time.time = real
+    return bool(called)
+
+
 def _originals() -> dict[Any, str]:
     """The original C clock and entropy functions, taken at import (before any patch), by what they are."""
     found: dict[Any, str] = {}
     for name in _CLOCK:
         if hasattr(time, name):  # thread_time and clock_gettime are not on every platform
             found[getattr(time, name)] = f"clock time.{name}"
+    # A classmethod of C: each access makes a new bound method, equal to any other bound to the same class.
     for name in ("now", "utcnow"):
-        # A classmethod of C: each access makes a new bound method, equal to any other bound to the same class.
-        # (``today`` is not here: its C code reads ``time.time`` through the module, which the boundaries patch.)
         found[getattr(_dt.datetime, name)] = f"clock datetime.{name}"
+    if not _today_reads_time_time():  # else an alias of ``today`` is recorded and served: not a leak
+        found[_dt.date.today] = "clock date.today"
+        found[_dt.datetime.today] = "clock datetime.today"
     found[os.urandom] = "entropy os.urandom"
     generate = getattr(uuid, "_generate_time_safe", None)
     if generate is not None:
