@@ -19,7 +19,13 @@ run, on the same servers:
   library's own cost with no network and nothing recorded, which any replay
   through the client pays; rerun minus floor is otel-replay's own cost;
 * matcher alone: the seam -> stream -> ``popleft`` -> hash check path, per call,
-  at 5x the step counts (flat = O(1)).
+  at 5x the step counts (flat = O(1));
+* pure-Python agent: a rerun of an agent whose steps are Python work (a JSON
+  document parsed, scored through small functions, formatted back) with one
+  clock read and one draw each, no HTTP: what a rerun's profile hook (which
+  watches for clock and entropy functions bound before it began) costs code
+  that makes many calls (``--heavy-steps``; CPU of the agent's thread, best of
+  ``--runs``, next to the same agent run without any rerun).
 
 Wall time is what a user waits, but on a machine shared with other jobs it swings with their load; so the
 rerun, vcrpy and the floor are also measured in CPU time (``cpu`` columns: the agent thread's CPU for the
@@ -50,6 +56,7 @@ import gc
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -174,11 +181,11 @@ def _measure(
     cpu: list[float] = []
 
     def entrypoint() -> Any:
-        began = time.thread_time()  # not a clock the rerun serves: the agent's CPU, measured from outside
+        began = _thread_cpu()  # not a clock the rerun serves or watches: the agent's CPU, measured from outside
         try:
             return fn(api, model, steps)
         finally:
-            cpu.append(time.thread_time() - began)
+            cpu.append(_thread_cpu() - began)
 
     for _ in range(runs):
         gc.collect()
@@ -188,6 +195,64 @@ def _measure(
         assert result.matched and result.output == original, result.report()
         serves.append(result.seconds)
     return live, recorded, serves, totals, cpu
+
+
+def _thread_cpu() -> float:
+    """CPU seconds of the calling thread, read through ``getrusage`` (``time.thread_time`` is a clock a rerun
+    serves: called from this module, the agent's, it would be a read the recording does not hold)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _score(item: dict[str, Any], weights: dict[str, float]) -> float:
+    return sum(weights.get(key, 0.0) * float(value) for key, value in item.items() if isinstance(value, (int, float)))
+
+
+def _rank(items: list[dict[str, Any]], weights: dict[str, float]) -> list[str]:
+    return [f"{item['id']}:{_score(item, weights):.3f}" for item in sorted(items, key=lambda i: -_score(i, weights))]
+
+
+def python_heavy(steps: int) -> list[Any]:
+    """The pure-Python agent: per step a JSON document parsed, ranked through small functions and written back,
+    one clock read and one draw (about 2,000 Python and C calls a step)."""
+    out = []
+    weights = {"price": 0.5, "size": -0.1, "age": 0.02}
+    for i in range(steps):
+        now, draw = time.time(), random.random()
+        items = [{"id": f"o{i}-{k}", "price": k * 1.5 + draw, "size": k % 7, "age": k * 3} for k in range(40)]
+        document = json.loads(json.dumps({"at": now, "items": items}))
+        ranked = _rank(document["items"], weights)
+        out.append((ranked[0], len(ranked)))
+    return out
+
+
+def heavy(steps: int, runs: int) -> tuple[float, float]:
+    """(the agent alone, its rerun) CPU seconds of the agent's thread for :func:`python_heavy`, best of ``runs``."""
+    dataset = tempfile.mkdtemp(prefix="bench-rerun-heavy-")
+    telemetry = otel_replay.configure(dataset, service_name="bench", set_global=False)
+    with recording("heavy"):
+        original = python_heavy(steps)
+    telemetry.force_flush()
+    telemetry.shutdown()
+    alone: list[float] = []
+    cpu: list[float] = []
+
+    def entrypoint() -> Any:
+        began = _thread_cpu()
+        try:
+            return python_heavy(steps)
+        finally:
+            cpu.append(_thread_cpu() - began)
+
+    for _ in range(runs):
+        gc.collect()
+        began = _thread_cpu()
+        python_heavy(steps)
+        alone.append(_thread_cpu() - began)
+        gc.collect()
+        result = rerun(entrypoint, dataset=dataset, session_id="heavy", write=False)
+        assert result.matched and result.output == original, result.report()
+    return min(alone), min(cpu)
 
 
 def _vcr(python: str, api: str, model: str, steps: int, runs: int) -> list[tuple[float, float]] | None:
@@ -289,6 +354,7 @@ def main() -> None:
     parser.add_argument("--vcr-max", type=int, default=400, help="vcrpy is O(n) per request: skip it above this size")
     parser.add_argument("--repeat", type=int, default=1, help="measure each size this many times, interleaved")
     parser.add_argument("--runs", type=int, default=3, help="reruns (and vcrpy replays) per size and round: best kept")
+    parser.add_argument("--heavy-steps", type=int, default=1000, help="steps of the pure-Python agent (0: skip it)")
     args = parser.parse_args()
     runs = max(1, args.runs)
     vcr_python = args.vcr_python if Path(args.vcr_python).exists() else None
@@ -296,7 +362,9 @@ def main() -> None:
         print(f"vcrpy: {args.vcr_python} not found, vcrpy column skipped", file=sys.stderr)
     print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     rows = [bench(n, vcr_python, args.vcr_max, runs) for _ in range(max(1, args.repeat)) for n in args.steps]
+    heavy_cpu = heavy(args.heavy_steps, runs) if args.heavy_steps > 0 else None
     print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    print(f"otel_replay from {os.path.dirname(otel_replay.__file__)}")
     print("µs per step (clock + random + GET + POST + model call):")
     print(f"{'':>6} {'--- openai client agent ---':^45}  {'--- same calls, plain httpx ---':^45}")
     head = f"{'steps':>6} {'live':>10} {'record':>10} {'rerun':>10} {'+load':>10}  {'live':>10} {'rerun':>10}"
@@ -345,6 +413,12 @@ def main() -> None:
         print(line)
     for n in args.steps:
         print(f"matcher alone, {n * 5} calls: {matcher(n):.1f} µs/call")
+    if heavy_cpu is not None:
+        alone, again = heavy_cpu
+        print(
+            f"pure-Python agent, {args.heavy_steps} steps, CPU: {alone:.3f} s alone, {again:.3f} s rerun "
+            f"({again / alone:.2f}x)"
+        )
     if len(args.steps) > 1:
         for start in range(0, len(rows), len(args.steps)):  # each round: its smallest and largest sizes
             first, last = rows[start], rows[start + len(args.steps) - 1]

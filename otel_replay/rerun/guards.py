@@ -27,6 +27,9 @@ a ``dist-info/METADATA``), the import system loading code and ``linecache``
 reading source for a traceback are not leaks. A relaxed rerun reports a file
 open; a strict one refuses it.
 
+The same install starts the alias watch (:mod:`otel_replay.rerun.aliases`): a clock or entropy function the
+agent bound before the rerun began, read live, is a leak too (reported; strict refuses it).
+
 Not seen: C code with sockets or processes of its own (gRPC's core, libcurl,
 database drivers in C), which never passes through Python's audit events, and
 code that took its own reference to ``_posixsubprocess.fork_exec`` before the
@@ -57,6 +60,7 @@ except ImportError:  # pragma: no cover - Windows has no fork_exec
 from otel_replay import _seam
 from otel_replay.errors import ConfigError
 from otel_replay.redaction import redact
+from otel_replay.rerun.aliases import watch_aliases
 from otel_replay.rerun.callers import INSIDE, agent_module, exporters_traffic
 from otel_replay.rerun.patching import PatchSet
 
@@ -443,6 +447,13 @@ def install_guards(
     if _posixsubprocess is not None:
         patches.wrap(_posixsubprocess, "fork_exec", _fork_exec)
     patches.replace(sys.modules[__name__], "_active", guard)
+    if not watch_aliases(patches, guard.leaks_to):
+        warned = getattr(mode, "warnings", None)
+        if isinstance(warned, list):
+            warned.append(
+                "a profiler of C (cProfile) is running: clock and entropy functions bound before the rerun "
+                "began are not watched, so their live reads are not reported"
+            )
 
 
 def _starting(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -23,6 +23,8 @@ class PatchSet:
     def __init__(self) -> None:
         """Start with nothing patched."""
         self._undo: list[tuple[Any, str, Any, bool]] = []
+        """(owner, attribute, original, whether the owner had it itself); an owner of None: ``original`` is a
+        function to call (:meth:`call_on_remove`)."""
 
     def wrap(self, owner: Any, attribute: str, wrapper: Wrapper) -> None:
         """Replace ``owner.attribute`` with a wrapt ``FunctionWrapper`` calling ``wrapper``."""
@@ -42,13 +44,19 @@ class PatchSet:
         setattr(owner, attribute, value)
         self._undo.append((owner, attribute, before, True))
 
+    def call_on_remove(self, undo: Callable[[], None]) -> None:
+        """Call ``undo`` on removal, in its place among the patches (for what is not an attribute: a profile hook)."""
+        self._undo.append((None, "", undo, True))
+
     def remove(self) -> None:
         """Put every original back, newest patch first; raises the first failure after trying all."""
         failure: BaseException | None = None
         while self._undo:
             owner, attribute, original, own = self._undo.pop()
             try:
-                if own:
+                if owner is None:
+                    original()
+                elif own:
                     setattr(owner, attribute, original)
                 else:
                     delattr(owner, attribute)

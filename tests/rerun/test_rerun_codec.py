@@ -322,11 +322,6 @@ def test_the_other_clock_and_uuid_reads_are_recorded_and_served(dataset: Path) -
     assert result.matched and not result.leaks and not result.warnings, result.report()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole left open: an agent's own random.Random() or random.SystemRandom() draws from a generator the "
-    "rerun does not see (seeded from the OS in C; SystemRandom reads random._urandom), so the rerun says matched",
-)
 @pytest.mark.parametrize("make", [random.Random, random.SystemRandom], ids=["Random", "SystemRandom"])
 def test_a_generator_of_the_agents_own_is_recorded_and_served(dataset: Path, make: Any) -> None:
     original, _, _ = record(dataset, "own", lambda: make().random())
@@ -338,11 +333,6 @@ _BOUND_BEFORE = {"time": time.time, "uuid4": uuid.uuid4, "now": datetime.datetim
 """Functions an agent module bound at import (``from time import time``), before any recording started."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole left open (documented under Aliases in docs/guides/record-and-rerun.md): a function bound "
-    "before recording started is read live in the rerun, with no leak and no warning, and the rerun says matched",
-)
 @pytest.mark.parametrize("name", sorted(_BOUND_BEFORE))
 def test_a_clock_or_entropy_function_bound_before_recording_is_recorded_or_reported(dataset: Path, name: str) -> None:
     original, _, _ = record(dataset, "bound", lambda: str(_BOUND_BEFORE[name]()))
