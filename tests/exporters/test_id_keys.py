@@ -227,3 +227,17 @@ def test_a_real_gate_row_gives_its_decision_id_and_the_file_its_key():
     keys = table_keys(table)
     assert keys is not None and id_key(GATE_KIND, "93022968850f2e4c4af4f310e4376805") in keys
     assert id_key(GATE_KIND, "other") not in keys and id_key(GATE_KIND, "d-0") not in keys
+
+
+def test_gate_rows_in_other_column_types_give_what_they_always_gave():
+    text = '{"replay.gate.decision_id":"x"}'
+    as_binary = pa.table({"replay_kind": ["gate", None], "attributes": pa.array([text.encode(), None], pa.binary())})
+    assert id_keys._gate_decision_ids(as_binary) == ["x"]  # json reads bytes; the quick parse is not tried
+    as_large = pa.table({"replay_kind": ["gate"], "attributes": pa.array([text], pa.large_string())})
+    assert id_keys._gate_decision_ids(as_large) == ["x"]
+    assert id_keys._gate_decision_ids(pa.table({"replay_kind": ["gate"], "attributes": [3]})) is None
+    assert id_keys._gate_decision_ids(pa.table({"replay_kind": ["gate"]})) is None  # no attributes to read
+    empty = pa.table({"replay_kind": pa.array([], pa.string()), "attributes": pa.array([], pa.string())})
+    assert id_keys._gate_decision_ids(empty) == []
+    assert id_keys._gate_decision_ids(pa.table({"replay_kind": ["read"], "attributes": [3]})) == []
+    assert id_keys._gate_decision_ids(pa.table({"replay_kind": ["read", None]})) == []  # no gate: nothing to read
