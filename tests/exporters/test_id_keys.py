@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from otel_replay.exporters import id_keys
 from otel_replay.exporters.id_keys import (
@@ -241,3 +244,13 @@ def test_gate_rows_in_other_column_types_give_what_they_always_gave():
     assert id_keys._gate_decision_ids(empty) == []
     assert id_keys._gate_decision_ids(pa.table({"replay_kind": ["read"], "attributes": [3]})) == []
     assert id_keys._gate_decision_ids(pa.table({"replay_kind": ["read", None]})) == []  # no gate: nothing to read
+
+
+def test_keys_are_written_as_8_little_endian_bytes_each_and_a_key_outside_64_bits_is_refused():
+    keys = [0, 1, 2**64 - 1, 0x0102030405060708]
+    packed = b"".join(key.to_bytes(8, "little") for key in keys)
+    assert encode_keys(keys) == base64.b64encode(packed) == encode_keys(iter(keys))
+    assert encode_keys([]) == b""
+    for bad in ([-1], [2**64]):
+        with pytest.raises(struct.error):
+            encode_keys(bad)
