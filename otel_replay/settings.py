@@ -133,6 +133,8 @@ def env_number(
     if raw is None:
         return default
     try:
+        if not raw.isascii():  # float() reads '١٢' and '１２' as 12: a value nobody can check by eye
+            raise ValueError(raw)
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
@@ -193,7 +195,19 @@ def absolute_dataset(dataset: str) -> str:
 
 
 def dataset_dir(explicit: str | os.PathLike[str] | None = None) -> str:
-    """The dataset directory: ``explicit``, else ``OTEL_REPLAY_DATASET``, else ``./traces``."""
+    """The dataset directory: ``explicit``, else ``OTEL_REPLAY_DATASET``, else ``./traces``.
+
+    Raises:
+        ConfigError: ``explicit`` is not a path (an int, bytes) or is blank:
+            ``os.path.abspath('')`` is the current directory, which would take
+            the records instead of an error.
+
+    """
     if explicit is not None:
-        return os.fspath(explicit)
+        path = os.fspath(explicit) if isinstance(explicit, (str, os.PathLike)) else None
+        if not isinstance(path, str):
+            raise ConfigError(f"dataset={explicit!r}"[:120] + " must be a path (str or os.PathLike of str)")
+        if path.strip() == "":
+            raise ConfigError(f"dataset={path!r} is blank: give a directory or s3://bucket/prefix")
+        return path
     return env_text(DATASET, DEFAULT_DATASET) or DEFAULT_DATASET

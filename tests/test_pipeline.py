@@ -60,6 +60,13 @@ def test_service_name_follows_the_sdk_precedence(monkeypatch, dataset, env, expl
         ("OTEL_REPLAY_MAX_FILE_AGE", "-inf", "must be a finite number"),
         ("OTEL_REPLAY_SIGNING_KEY", "short", "too short"),
         ("OTEL_REPLAY_KEY_FILE", "/nonexistent/signing.key", "/nonexistent/signing.key does not exist"),
+        # Found in review (twelfth session): each of these was accepted or failed later, or not as a ConfigError.
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "\u0661\u0662", "is not a number"),  # float() read Arabic-Indic digits as 12
+        ("OTEL_REPLAY_MAX_FILE_AGE", "\uff15", "is not a number"),  # and a fullwidth 5 as 5
+        ("OTEL_REPLAY_OUTCOME_SYNC", "bogus", "must be 'process' or 'machine'"),  # was: at the first outcome
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "abc", "is not a number"),  # was: the SDK's traceback logged, its default used
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-5", "must be a finite number above 0"),  # was: a ValueError naming nothing
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "100", "must be at least the export batch size"),  # likewise
     ],
 )
 def test_bad_settings_fail_at_configure_with_one_line_naming_them(monkeypatch, dataset, name, value, message):
@@ -73,6 +80,29 @@ def test_bad_settings_fail_at_configure_with_one_line_naming_them(monkeypatch, d
     assert message in text and "\n" not in text
     assert name in text or value in text
     assert get_recorder() is before  # nothing half set up was installed
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"dataset": ""}, "dataset='' is blank"),  # was: abspath('') put the records in the current directory
+        ({"dataset": "  "}, "dataset='  ' is blank"),  # was: a directory named by two spaces
+        ({"dataset": 123}, "dataset=123 must be a path"),  # was: TypeError
+        ({"dataset": b"/tmp/ds"}, "must be a path"),  # was: TypeError from a regex
+        ({"service_name": 123}, "service_name=123 must be non-blank text"),  # was: an int service.name
+        ({"service_name": ""}, "service_name='' must be non-blank text"),  # was: unknown_service:python
+        ({"signing_key": 123}, "signing_key must be str or bytes, not int"),  # was: TypeError
+        ({"set_global": "no"}, "set_global='no' must be True or False"),  # was: truthy, so global
+    ],
+)
+def test_arguments_of_the_wrong_type_fail_at_configure_with_one_line(tmp_path, monkeypatch, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    before = get_recorder()
+    with pytest.raises(ConfigError) as info:
+        otel_replay.configure(**{"dataset": tmp_path / "ds", "set_global": False, **arguments})
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert get_recorder() is before
+    assert list(tmp_path.iterdir()) == []  # nothing was created, in the current directory or elsewhere
 
 
 def test_the_signing_key_is_checked_at_configure_not_at_the_first_seal(dataset):
