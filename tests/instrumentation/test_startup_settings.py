@@ -54,7 +54,7 @@ def test_a_good_configuration_records_the_session(tmp_path: Path) -> None:
     [
         ("OTEL_REPLAY_MAX_FILE_AGE", "5s", "cannot export spans to the dataset: OTEL_REPLAY_MAX_FILE_AGE='5s'"),
         ("OTEL_REPLAY_COMPACT_EVERY", "1e10", "OTEL_REPLAY_COMPACT_EVERY='1e10' must be at most"),
-        ("OTEL_REPLAY_SIGNING_KEY", "short", "cannot record session sess-1: signing key is too short"),
+        ("OTEL_REPLAY_SIGNING_KEY", "short", "signing key is too short"),  # the exporter meets it first now
         ("OTEL_REPLAY_RERUN_MAX_BODY", "8MiB", "cannot record session sess-1: OTEL_REPLAY_RERUN_MAX_BODY='8MiB'"),
     ],
 )
@@ -70,6 +70,36 @@ def test_a_malformed_setting_stops_the_process_at_start(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert lines[0].startswith("otel-replay: ") and message in lines[0] and lines[0].endswith("; not starting")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("OTEL_REPLAY_KEY_FILE", "DIRECTORY", "is not a regular file"),  # was: the first audit() block's record lost
+        ("OTEL_REPLAY_SIGNING_KEY", "short", "signing key is too short"),
+        ("OTEL_REPLAY_OUTCOME_SYNC", "bogus", "OTEL_REPLAY_OUTCOME_SYNC='bogus' must be 'process' or 'machine'"),
+        ("OTEL_REPLAY_REDACT_PATTERNS", "(", "OTEL_REPLAY_REDACT_PATTERNS"),
+    ],
+)
+def test_a_bad_record_setting_stops_the_process_at_start_without_a_recording(
+    tmp_path: Path, variable: str, value: str, message: str
+) -> None:
+    """Found in review (twelfth session): without OTEL_REPLAY_RECORD_SESSION nothing read these at start.
+
+    The agent ran (exit 0) and met them at its first record: a sealed decision lost after its action ran, or
+    record_outcome() raising. configure() reads them all; the exporter the launcher makes now does too.
+    """
+    value = str(tmp_path) if value == "DIRECTORY" else value
+    env = {variable: value, "OTEL_REPLAY_RECORD_SESSION": "", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": MODEL_CLIENTS}
+    if variable == "OTEL_REPLAY_KEY_FILE":
+        env["OTEL_REPLAY_SIGNING_KEY"] = ""  # the key file is read only when no key is given
+    done = instrumented(tmp_path, **env)
+    assert done.returncode == 1, (done.stdout, done.stderr)  # was: 0, "agent ran"
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("otel-replay: cannot record decisions: ") and message in lines[0], lines[0]
+    assert not (tmp_path / "ds").exists()  # refused before the exporter made anything
 
 
 def test_in_process_a_bad_body_cap_fails_when_the_recording_starts(
