@@ -102,11 +102,12 @@ OUTCOME_SYNC: Final = "OTEL_REPLAY_OUTCOME_SYNC"
 INGEST_MAX_LINE: Final = "OTEL_REPLAY_INGEST_MAX_LINE"
 INGEST_MAX_RATIO: Final = "OTEL_REPLAY_INGEST_MAX_RATIO"
 CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The OpenTelemetry GenAI instrumentations' switch: record prompts, completions and tool arguments."""
 BSP_MAX_QUEUE_SIZE: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
-"""The SDK's own batch-queue size; when unset, ``configure()`` uses :data:`CAPTURE_QUEUE_SIZE`."""
+"""The SDK's own batch-queue size, checked by ``configure()`` (a whole number, at least the export batch size);
+when unset, ``configure()`` uses :data:`CAPTURE_QUEUE_SIZE`."""
 CAPTURE_QUEUE_SIZE: Final = 65_536
 """``configure()``'s span queue (the SDK default, 2,048, overflows while a large Parquet file is written)."""
-"""The OpenTelemetry GenAI instrumentations' switch: record prompts, completions and tool arguments."""
 
 DEFAULT_DATASET: Final = "./traces"
 MAX_WAIT_SECONDS: Final = 10_000_000.0
