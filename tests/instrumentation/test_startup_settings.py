@@ -72,6 +72,21 @@ def test_a_malformed_setting_stops_the_process_at_start(
     assert lines[0].startswith("otel-replay: ") and message in lines[0] and lines[0].endswith("; not starting")
 
 
+def test_a_dataset_that_cannot_be_created_stops_the_process_at_start(tmp_path: Path) -> None:
+    """As docs/guides/instrumenting.md promises: never an agent run with nothing recorded (pinned in review)."""
+    (tmp_path / "a-file").write_text("x")
+    done = instrumented(
+        tmp_path,
+        OTEL_REPLAY_DATASET=str(tmp_path / "a-file"),
+        OTEL_REPLAY_RECORD_SESSION="",
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=MODEL_CLIENTS,
+    )
+    assert done.returncode == 1 and done.stdout == "", (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("otel-replay: cannot export spans to the dataset: cannot create the dataset directory")
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
