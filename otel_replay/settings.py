@@ -167,9 +167,15 @@ def check_number(
     return _bounded(shown, number, minimum, maximum, integer)
 
 
+_LARGEST_WHOLE = float(2**53)
+"""Past it a float no longer holds every whole number: a count read as a float is refused above it."""
+
+
 def _bounded(shown: str, value: float, minimum: float, maximum: float | None, integer: bool) -> float:
     if not math.isfinite(value) or value <= minimum:
         raise ConfigError(f"{shown} must be a finite number above {minimum:g}")
+    if integer and (maximum is None or maximum > _LARGEST_WHOLE):
+        maximum = _LARGEST_WHOLE
     if maximum is not None and value > maximum:
         raise ConfigError(f"{shown} must be at most {maximum:g}")
     if integer and not value.is_integer():

@@ -64,6 +64,8 @@ def test_service_name_follows_the_sdk_precedence(monkeypatch, dataset, env, expl
         ("OTEL_REPLAY_MAX_FILE_ROWS", "\u0661\u0662", "is not a number"),  # float() read Arabic-Indic digits as 12
         ("OTEL_REPLAY_MAX_FILE_AGE", "\uff15", "is not a number"),  # and a fullwidth 5 as 5
         ("OTEL_REPLAY_OUTCOME_SYNC", "bogus", "must be 'process' or 'machine'"),  # was: at the first outcome
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "1e300", "must be at most 9.0072e+15"),  # was: named max_rows=<an int …>
+        ("OTEL_REPLAY_MAX_FILE_BYTES", "1e19", "must be at most 9.0072e+15"),  # was: named max_bytes=1000…
         ("OTEL_BSP_MAX_QUEUE_SIZE", "abc", "is not a number"),  # was: the SDK's traceback logged, its default used
         ("OTEL_BSP_MAX_QUEUE_SIZE", "-5", "must be a finite number above 0"),  # was: a ValueError naming nothing
         ("OTEL_BSP_MAX_QUEUE_SIZE", "100", "must be at least the export batch size"),  # likewise
@@ -103,6 +105,18 @@ def test_arguments_of_the_wrong_type_fail_at_configure_with_one_line(tmp_path, m
     assert message in str(info.value) and "\n" not in str(info.value)
     assert get_recorder() is before
     assert list(tmp_path.iterdir()) == []  # nothing was created, in the current directory or elsewhere
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="exporters/parquet.py reads OTEL_REPLAY_COMPACT_EVERY with env_number's minimum 0 (exclusive), so '0' is "
+    "refused while compact_every_seconds=0 and serve's 0 mean off; the fix (an inclusive 0) is in a file this "
+    "review does not own",
+)
+def test_compact_every_zero_in_the_environment_means_off_as_the_argument_does(dataset, monkeypatch):
+    monkeypatch.setenv("OTEL_REPLAY_COMPACT_EVERY", "0")
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        assert telemetry.exporter is not None
 
 
 def test_the_signing_key_is_checked_at_configure_not_at_the_first_seal(dataset):
