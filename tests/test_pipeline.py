@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -117,6 +119,37 @@ def test_compact_every_zero_in_the_environment_means_off_as_the_argument_does(da
     monkeypatch.setenv("OTEL_REPLAY_COMPACT_EVERY", "0")
     with otel_replay.configure(dataset, set_global=False) as telemetry:
         assert telemetry.exporter is not None
+
+
+RECONFIGURED = """
+import sys
+import otel_replay
+from opentelemetry import trace
+otel_replay.configure(sys.argv[1]).shutdown()
+with otel_replay.configure(sys.argv[2]):
+    with trace.get_tracer("contrib").start_as_current_span("http-call"):
+        pass
+with otel_replay.open(sys.argv[2]) as store:
+    print(sorted(row["name"] for row in store.rows("SELECT name FROM spans")))
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="OpenTelemetry sets the global provider once: after configure() -> shutdown() -> configure(), other "
+    "instrumentations' spans still go to the first, shut-down provider and are dropped without a word. A fix "
+    "(a warning counted once, or a provider that forwards) belongs to capture/recorder.py, outside this review",
+)
+def test_other_instrumentations_spans_follow_a_second_configure_after_shutdown(tmp_path):
+    # In a child process: the global provider can be set once per process, and the test process's is shared.
+    done = subprocess.run(
+        [sys.executable, "-c", RECONFIGURED, str(tmp_path / "first"), str(tmp_path / "second")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "http-call" in done.stdout or "shut-down" in done.stderr  # stored, or at least the loss is said
 
 
 def test_the_signing_key_is_checked_at_configure_not_at_the_first_seal(dataset):
