@@ -42,12 +42,31 @@ _T = TypeVar("_T")
 
 
 def s3_endpoint() -> str | None:
-    """The S3 endpoint from ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (``None``: AWS itself)."""
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    """The S3 endpoint from ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (``None``: AWS itself).
+
+    A blank value is unset, as the AWS SDKs read it.
+
+    Raises:
+        ConfigError: the value holds whitespace or names a scheme other than
+            ``http://`` / ``https://`` (one line naming the variable; pyarrow
+            would say only "Invalid DNS Label found in URI host").
+
+    """
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        raw = os.environ.get(name, "")
+        value = raw.strip()
+        if not value:
+            continue
+        scheme = _SCHEME.match(value)
+        if any(c.isspace() for c in value) or (scheme is not None and scheme.group(1).lower() not in ("http", "https")):
+            raise ConfigError(f"{name}={raw!r} must be an http:// or https:// URL (an S3-compatible server)")
+        return value
+    return None
 
 
 def _region() -> str | None:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+    region = os.environ.get("AWS_REGION", "").strip() or os.environ.get("AWS_DEFAULT_REGION", "").strip()
+    return region or None
 
 
 @lru_cache(maxsize=8)

@@ -24,6 +24,7 @@ from otel_replay.capture.write_ahead import SpanLog, WriteAheadProcessor, recove
 from otel_replay.errors import ConfigError, OtelReplayError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
+from otel_replay.storage.claim_store import sync_outcomes
 from otel_replay.storage.outcome_claims import close_outcomes, flush_outcomes
 
 __all__ = ["Pending", "Telemetry", "configure"]
@@ -281,6 +282,44 @@ def _span_limits() -> SpanLimits:
     )
 
 
+def _check_arguments(service_name: Any, signing_key: Any, set_global: Any) -> None:
+    """Arguments of the wrong type refused with a one-line ``ConfigError``, not a ``TypeError`` or a wrong resource."""
+    if service_name is not None and (not isinstance(service_name, str) or not service_name.strip()):
+        raise ConfigError(f"service_name={service_name!r}"[:120] + " must be non-blank text")
+    if signing_key is not None and not isinstance(signing_key, (str, bytes)):
+        raise ConfigError(f"signing_key must be str or bytes, not {type(signing_key).__name__}")
+    if not isinstance(set_global, bool):
+        raise ConfigError(f"set_global={set_global!r}"[:120] + " must be True or False")
+
+
+def _queue_size() -> int:
+    """The batch queue: ``OTEL_BSP_MAX_QUEUE_SIZE`` checked here, else :data:`settings.CAPTURE_QUEUE_SIZE`.
+
+    The SDK would log a malformed value and carry on with its default, or
+    raise a ``ValueError`` naming no variable for a queue smaller than its
+    export batch; both are refused here, before anything is set up.
+    """
+    size = int(
+        settings.env_number(settings.BSP_MAX_QUEUE_SIZE, settings.CAPTURE_QUEUE_SIZE, integer=True, maximum=2**40)
+    )
+    raw = settings.env_text(_BSP_EXPORT_BATCH_SIZE)
+    try:
+        batch = int(raw) if raw is not None else _SDK_EXPORT_BATCH_SIZE
+    except ValueError:  # the SDK logs it and uses its default
+        batch = _SDK_EXPORT_BATCH_SIZE
+    if batch > size:
+        raise ConfigError(
+            f"{settings.BSP_MAX_QUEUE_SIZE}={size} must be at least the export batch size "
+            f"({_BSP_EXPORT_BATCH_SIZE}, {batch})"
+        )
+    return size
+
+
+_BSP_EXPORT_BATCH_SIZE = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+_SDK_EXPORT_BATCH_SIZE = 512
+"""The SDK's default export batch size."""
+
+
 def configure(
     dataset: str | os.PathLike[str] | None = None,
     service_name: str | None = None,
@@ -323,7 +362,10 @@ def configure(
     """
     # Absolute now: a later chdir must not move where this process's records, receipts and claims go.
     dataset = settings.absolute_dataset(settings.dataset_dir(dataset))
+    _check_arguments(service_name, signing_key, set_global)
     redaction.check_settings()  # a bad OTEL_REPLAY_REDACT_* is refused here, not at the first write
+    sync_outcomes()  # a bad OTEL_REPLAY_OUTCOME_SYNC is refused here, not at the first outcome
+    queue = _queue_size()
     key = load_signing_key(signing_key)  # a bad or missing key fails here, not at the first seal
     if key is None:  # pragma: no cover - create=True makes a key when there is none
         raise ConfigError("no signing key could be found or created")
@@ -334,13 +376,12 @@ def configure(
     provider.add_span_processor(CorrelationSpanProcessor())
     # A deeper queue than the SDK's 2,048 unless the user set OTEL_BSP_MAX_QUEUE_SIZE: spans wait there
     # (not dropped) while the exporter hands a large file to its writer thread.
-    queue = None if settings.env_text(settings.BSP_MAX_QUEUE_SIZE) else settings.CAPTURE_QUEUE_SIZE
     # Records a gate must have durable before it returns skip the batch queue: they go to a write-ahead log of
     # this process (fsynced, group commit), converted to Parquet in the background. Logs a crashed process
     # left on this dataset are converted first.
     recover(dataset)
     log = SpanLog(dataset, seal_seconds=exporter.writer.max_age_seconds)
-    ahead = WriteAheadProcessor(BatchSpanProcessor(exporter, max_queue_size=queue))
+    ahead = WriteAheadProcessor(BatchSpanProcessor(exporter, max_queue_size=queue))  # sizes checked above
     provider.add_span_processor(ahead)
     if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)

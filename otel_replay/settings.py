@@ -102,11 +102,12 @@ OUTCOME_SYNC: Final = "OTEL_REPLAY_OUTCOME_SYNC"
 INGEST_MAX_LINE: Final = "OTEL_REPLAY_INGEST_MAX_LINE"
 INGEST_MAX_RATIO: Final = "OTEL_REPLAY_INGEST_MAX_RATIO"
 CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The OpenTelemetry GenAI instrumentations' switch: record prompts, completions and tool arguments."""
 BSP_MAX_QUEUE_SIZE: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
-"""The SDK's own batch-queue size; when unset, ``configure()`` uses :data:`CAPTURE_QUEUE_SIZE`."""
+"""The SDK's own batch-queue size, checked by ``configure()`` (a whole number, at least the export batch size);
+when unset, ``configure()`` uses :data:`CAPTURE_QUEUE_SIZE`."""
 CAPTURE_QUEUE_SIZE: Final = 65_536
 """``configure()``'s span queue (the SDK default, 2,048, overflows while a large Parquet file is written)."""
-"""The OpenTelemetry GenAI instrumentations' switch: record prompts, completions and tool arguments."""
 
 DEFAULT_DATASET: Final = "./traces"
 MAX_WAIT_SECONDS: Final = 10_000_000.0
@@ -133,6 +134,8 @@ def env_number(
     if raw is None:
         return default
     try:
+        if not raw.isascii():  # float() reads '١٢' and '１２' as 12: a value nobody can check by eye
+            raise ValueError(raw)
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
@@ -164,9 +167,15 @@ def check_number(
     return _bounded(shown, number, minimum, maximum, integer)
 
 
+_LARGEST_WHOLE = float(2**53)
+"""Past it a float no longer holds every whole number: a count read as a float is refused above it."""
+
+
 def _bounded(shown: str, value: float, minimum: float, maximum: float | None, integer: bool) -> float:
     if not math.isfinite(value) or value <= minimum:
         raise ConfigError(f"{shown} must be a finite number above {minimum:g}")
+    if integer and (maximum is None or maximum > _LARGEST_WHOLE):
+        maximum = _LARGEST_WHOLE
     if maximum is not None and value > maximum:
         raise ConfigError(f"{shown} must be at most {maximum:g}")
     if integer and not value.is_integer():
@@ -193,7 +202,19 @@ def absolute_dataset(dataset: str) -> str:
 
 
 def dataset_dir(explicit: str | os.PathLike[str] | None = None) -> str:
-    """The dataset directory: ``explicit``, else ``OTEL_REPLAY_DATASET``, else ``./traces``."""
+    """The dataset directory: ``explicit``, else ``OTEL_REPLAY_DATASET``, else ``./traces``.
+
+    Raises:
+        ConfigError: ``explicit`` is not a path (an int, bytes) or is blank:
+            ``os.path.abspath('')`` is the current directory, which would take
+            the records instead of an error.
+
+    """
     if explicit is not None:
-        return os.fspath(explicit)
+        path = os.fspath(explicit) if isinstance(explicit, (str, os.PathLike)) else None
+        if not isinstance(path, str):
+            raise ConfigError(f"dataset={explicit!r}"[:120] + " must be a path (str or os.PathLike of str)")
+        if path.strip() == "":
+            raise ConfigError(f"dataset={path!r} is blank: give a directory or s3://bucket/prefix")
+        return path
     return env_text(DATASET, DEFAULT_DATASET) or DEFAULT_DATASET

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -60,6 +62,15 @@ def test_service_name_follows_the_sdk_precedence(monkeypatch, dataset, env, expl
         ("OTEL_REPLAY_MAX_FILE_AGE", "-inf", "must be a finite number"),
         ("OTEL_REPLAY_SIGNING_KEY", "short", "too short"),
         ("OTEL_REPLAY_KEY_FILE", "/nonexistent/signing.key", "/nonexistent/signing.key does not exist"),
+        # Found in review (twelfth session): each of these was accepted or failed later, or not as a ConfigError.
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "\u0661\u0662", "is not a number"),  # float() read Arabic-Indic digits as 12
+        ("OTEL_REPLAY_MAX_FILE_AGE", "\uff15", "is not a number"),  # and a fullwidth 5 as 5
+        ("OTEL_REPLAY_OUTCOME_SYNC", "bogus", "must be 'process' or 'machine'"),  # was: at the first outcome
+        ("OTEL_REPLAY_MAX_FILE_ROWS", "1e300", "must be at most 9.0072e+15"),  # was: named max_rows=<an int …>
+        ("OTEL_REPLAY_MAX_FILE_BYTES", "1e19", "must be at most 9.0072e+15"),  # was: named max_bytes=1000…
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "abc", "is not a number"),  # was: the SDK's traceback logged, its default used
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-5", "must be a finite number above 0"),  # was: a ValueError naming nothing
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "100", "must be at least the export batch size"),  # likewise
     ],
 )
 def test_bad_settings_fail_at_configure_with_one_line_naming_them(monkeypatch, dataset, name, value, message):
@@ -73,6 +84,72 @@ def test_bad_settings_fail_at_configure_with_one_line_naming_them(monkeypatch, d
     assert message in text and "\n" not in text
     assert name in text or value in text
     assert get_recorder() is before  # nothing half set up was installed
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"dataset": ""}, "dataset='' is blank"),  # was: abspath('') put the records in the current directory
+        ({"dataset": "  "}, "dataset='  ' is blank"),  # was: a directory named by two spaces
+        ({"dataset": 123}, "dataset=123 must be a path"),  # was: TypeError
+        ({"dataset": b"/tmp/ds"}, "must be a path"),  # was: TypeError from a regex
+        ({"service_name": 123}, "service_name=123 must be non-blank text"),  # was: an int service.name
+        ({"service_name": ""}, "service_name='' must be non-blank text"),  # was: unknown_service:python
+        ({"signing_key": 123}, "signing_key must be str or bytes, not int"),  # was: TypeError
+        ({"set_global": "no"}, "set_global='no' must be True or False"),  # was: truthy, so global
+    ],
+)
+def test_arguments_of_the_wrong_type_fail_at_configure_with_one_line(tmp_path, monkeypatch, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    before = get_recorder()
+    with pytest.raises(ConfigError) as info:
+        otel_replay.configure(**{"dataset": tmp_path / "ds", "set_global": False, **arguments})
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert get_recorder() is before
+    assert list(tmp_path.iterdir()) == []  # nothing was created, in the current directory or elsewhere
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="exporters/parquet.py reads OTEL_REPLAY_COMPACT_EVERY with env_number's minimum 0 (exclusive), so '0' is "
+    "refused while compact_every_seconds=0 and serve's 0 mean off; the fix (an inclusive 0) is in a file this "
+    "review does not own",
+)
+def test_compact_every_zero_in_the_environment_means_off_as_the_argument_does(dataset, monkeypatch):
+    monkeypatch.setenv("OTEL_REPLAY_COMPACT_EVERY", "0")
+    with otel_replay.configure(dataset, set_global=False) as telemetry:
+        assert telemetry.exporter is not None
+
+
+RECONFIGURED = """
+import sys
+import otel_replay
+from opentelemetry import trace
+otel_replay.configure(sys.argv[1]).shutdown()
+with otel_replay.configure(sys.argv[2]):
+    with trace.get_tracer("contrib").start_as_current_span("http-call"):
+        pass
+with otel_replay.open(sys.argv[2]) as store:
+    print(sorted(row["name"] for row in store.rows("SELECT name FROM spans")))
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="OpenTelemetry sets the global provider once: after configure() -> shutdown() -> configure(), other "
+    "instrumentations' spans still go to the first, shut-down provider and are dropped without a word. A fix "
+    "(a warning counted once, or a provider that forwards) belongs to capture/recorder.py, outside this review",
+)
+def test_other_instrumentations_spans_follow_a_second_configure_after_shutdown(tmp_path):
+    # In a child process: the global provider can be set once per process, and the test process's is shared.
+    done = subprocess.run(
+        [sys.executable, "-c", RECONFIGURED, str(tmp_path / "first"), str(tmp_path / "second")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "http-call" in done.stdout or "shut-down" in done.stderr  # stored, or at least the loss is said
 
 
 def test_the_signing_key_is_checked_at_configure_not_at_the_first_seal(dataset):

@@ -9,9 +9,11 @@ Registered in the ``opentelemetry_post_instrument`` entry-point group:
   :func:`otel_replay.configure`. Without an SDK provider (no distro
   installed) there is nothing to add to, and nothing is done.
 * A malformed otel-replay setting met while the process starts (the
-  exporter's, the recording's) stops it with one line on stderr and exit
-  code 1 (:func:`refuse_start`): OpenTelemetry's start-up would log it and run
-  the application unrecorded.
+  exporter's, the recording's, and ``OTEL_REPLAY_REDACT_*`` here, whatever the
+  exporter) stops it with one line on stderr and exit code 1
+  (:func:`refuse_start`): OpenTelemetry's start-up would log it and run
+  the application unrecorded, and a bad redaction pattern would raise out of
+  the application's first span with a URL (the correlation processor redacts it).
 * With content capture on (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``),
   the contrib ``requests`` / ``httpx`` instrumentors that loaded on their own
   are re-instrumented with otel-replay's body hooks
@@ -28,7 +30,9 @@ from typing import NoReturn
 
 from opentelemetry import trace
 
+from otel_replay import redaction
 from otel_replay.capture.context import CorrelationSpanProcessor
+from otel_replay.errors import OtelReplayError
 from otel_replay.instrumentation._common import content_enabled
 
 __all__ = ["STARTUP_ERROR", "add_correlation_processor", "after_instrument", "refuse_start", "starting_up"]
@@ -84,7 +88,19 @@ def _rehook_http() -> None:
 
 
 def after_instrument() -> None:
-    """The ``opentelemetry_post_instrument`` hook: correlation ids everywhere; HTTP bodies when capture is on."""
+    """The ``opentelemetry_post_instrument`` hook: correlation ids everywhere; HTTP bodies when capture is on.
+
+    Raises:
+        ConfigError: ``OTEL_REPLAY_REDACT_*`` is malformed, when called outside
+            ``opentelemetry-instrument``'s start (there the process stops instead).
+
+    """
+    try:
+        redaction.check_settings()  # read now: the correlation processor redacts URLs as every span starts
+    except OtelReplayError as exc:
+        if not starting_up():
+            raise
+        refuse_start(f"cannot redact spans: {exc}")
     add_correlation_processor()
     if content_enabled(None):
         try:

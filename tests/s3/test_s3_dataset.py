@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import otel_replay
 import otel_replay.errors
+import otel_replay.location
 from otel_replay.errors import ConfigError, DatasetError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.location import register_with, resolve
@@ -157,6 +158,35 @@ def test_missing_bucket_unreachable_endpoint_and_no_credentials(
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(DatasetError, match=rf"s3://{bucket}/x: no AWS credentials found"):
         ParquetSpanExporter(f"s3://{bucket}/x")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("AWS_ENDPOINT_URL", "not a url"),  # was: "Invalid DNS Label found in URI host" at the first request
+        ("AWS_ENDPOINT_URL", "ftp://minio:9000"),  # was: "cannot reach the S3 endpoint", naming no variable
+        ("AWS_ENDPOINT_URL_S3", "http://minio :9000"),
+    ],
+)
+def test_a_malformed_endpoint_variable_fails_at_resolve_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as info:
+        resolve("s3://some-bucket/x")
+    assert str(info.value) == f"{variable}={value!r} must be an http:// or https:// URL (an S3-compatible server)"
+
+
+def test_a_blank_endpoint_or_region_variable_is_unset(monkeypatch: pytest.MonkeyPatch, aws_env: str) -> None:
+    """As the AWS SDKs read them: a blank AWS_ENDPOINT_URL_S3 falls through to AWS_ENDPOINT_URL (was: used as ' ')."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", " ")
+    monkeypatch.setenv("AWS_REGION", " ")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert otel_replay.location.s3_endpoint() == aws_env
+    assert otel_replay.location._region() == "eu-west-1"
 
 
 def test_writers_sharing_a_prefix_never_overwrite_each_other(bucket: str, s3: Any) -> None:

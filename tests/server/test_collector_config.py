@@ -66,3 +66,12 @@ def test_commented_alternatives_are_valid_when_uncommented(block: str) -> None:
         assert lb["protocol"]["otlp"]["sending_queue"]["enabled"] is True
     else:
         assert extra["exporters"]["file/otel-replay"]["format"] == "json"
+
+
+def test_a_batch_of_large_spans_fits_serve_request_limit() -> None:
+    """Found in review (twelfth session): 16,384 spans a batch is 32 MiB at 2 KiB a span, which a GenAI span with its
+    content passes, and serve refuses a request over 32 MiB with RESOURCE_EXHAUSTED, which the collector drops."""
+    config = yaml.safe_load(CONFIG.read_text())
+    batch = config["processors"]["batch"]
+    assert batch["send_batch_size"] <= batch["send_batch_max_size"]
+    assert batch["send_batch_max_size"] * 8 * 1024 <= ServerConfig(Path("x")).max_request_bytes
