@@ -121,13 +121,22 @@ def env_text(name: str, default: str | None = None) -> str | None:
 
 
 def env_number(
-    name: str, default: float, *, minimum: float = 0.0, maximum: float | None = None, integer: bool = False
+    name: str,
+    default: float,
+    *,
+    minimum: float = 0.0,
+    maximum: float | None = None,
+    integer: bool = False,
+    inclusive: bool = False,
 ) -> float:
     """The variable as a finite number above ``minimum`` (and at most ``maximum``), or ``default`` when unset.
 
+    ``inclusive``: ``minimum`` itself is allowed too (``0`` meaning "off").
+
     Raises:
-        ConfigError: the text is not a number, not finite, not above ``minimum``,
-            above ``maximum``, or not whole where ``integer`` is asked for.
+        ConfigError: the text is not a number, not finite, not above ``minimum``
+            (below it, when ``inclusive``), above ``maximum``, or not whole where
+            ``integer`` is asked for.
 
     """
     raw = env_text(name)
@@ -139,6 +148,8 @@ def env_number(
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if inclusive and value == minimum:
+        return value
     return _bounded(f"{name}={raw!r}", value, minimum, maximum, integer)
 
 

@@ -109,16 +109,13 @@ def test_arguments_of_the_wrong_type_fail_at_configure_with_one_line(tmp_path, m
     assert list(tmp_path.iterdir()) == []  # nothing was created, in the current directory or elsewhere
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="exporters/parquet.py reads OTEL_REPLAY_COMPACT_EVERY with env_number's minimum 0 (exclusive), so '0' is "
-    "refused while compact_every_seconds=0 and serve's 0 mean off; the fix (an inclusive 0) is in a file this "
-    "review does not own",
-)
 def test_compact_every_zero_in_the_environment_means_off_as_the_argument_does(dataset, monkeypatch):
     monkeypatch.setenv("OTEL_REPLAY_COMPACT_EVERY", "0")
     with otel_replay.configure(dataset, set_global=False) as telemetry:
         assert telemetry.exporter is not None
+    monkeypatch.setenv("OTEL_REPLAY_COMPACT_EVERY", "-0.5")  # below off is still refused, by name
+    with pytest.raises(ConfigError, match="OTEL_REPLAY_COMPACT_EVERY='-0.5'"):
+        otel_replay.configure(dataset, set_global=False)
 
 
 RECONFIGURED = """

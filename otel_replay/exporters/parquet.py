@@ -119,7 +119,7 @@ class ParquetSpanExporter(SpanExporter):
         every = (
             compact_every_seconds
             if compact_every_seconds is not None
-            else settings.env_number(settings.COMPACT_EVERY, 0.0, maximum=settings.MAX_WAIT_SECONDS)
+            else settings.env_number(settings.COMPACT_EVERY, 0.0, maximum=settings.MAX_WAIT_SECONDS, inclusive=True)
         )
         if not 0 <= every <= settings.MAX_WAIT_SECONDS:  # past it the compactor's wait overflows
             raise ConfigError(
