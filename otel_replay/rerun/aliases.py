@@ -47,25 +47,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from otel_replay.rerun.boundaries import CLOCK_FUNCTIONS
 from otel_replay.rerun.callers import INSIDE, agent_module
 from otel_replay.rerun.patching import PatchSet
 
 __all__ = ["watch_aliases"]
 
-_CLOCK = (
-    "time",
-    "time_ns",
-    "monotonic",
-    "monotonic_ns",
-    "perf_counter",
-    "perf_counter_ns",
-    "process_time",
-    "process_time_ns",
-    "thread_time",
-    "thread_time_ns",
-    "clock_gettime",
-    "clock_gettime_ns",
-)
+_CLOCK = tuple(name for name in CLOCK_FUNCTIONS if name != "sleep")
 """The ``time`` functions that always read a clock (``sleep`` reads nothing: an alias of it only waits)."""
 
 
