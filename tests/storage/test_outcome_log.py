@@ -265,11 +265,16 @@ def test_machine_sync_shares_fdatasyncs_between_threads_and_stores_each_outcome_
 
 
 def test_an_unknown_outcome_sync_level_is_a_config_error_naming_the_variable(dataset, monkeypatch):
+    refused = r"^OTEL_REPLAY_OUTCOME_SYNC='fast' must be 'process' or 'machine'$"
     monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "fast")
+    with pytest.raises(ConfigError, match=refused):  # at configure(), not at the first outcome
+        otel_replay.configure(dataset, set_global=False)
+    monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "process")
     with otel_replay.configure(dataset, set_global=False):
         tracer = DecisionTracer()
         decision = tracer.decision("agent", "approve", "r")
-        with pytest.raises(ConfigError, match=r"^OTEL_REPLAY_OUTCOME_SYNC='fast' must be 'process' or 'machine'$"):
+        monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "fast")  # changed after configure(): read at the first claim
+        with pytest.raises(ConfigError, match=refused):
             tracer.record_outcome(decision, True)
         monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "process")
         tracer.record_outcome(decision, True)  # the refused call claimed nothing
