@@ -17,9 +17,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from otel_replay import settings
 from otel_replay.cli._inputs import friendly
 from otel_replay.cli.render import clean
-from otel_replay.errors import OtelReplayError
+from otel_replay.errors import ConfigError, OtelReplayError
 from otel_replay.location import resolve
-from otel_replay.server.config import MiB, ServerConfig
+from otel_replay.server.config import MiB, ServerConfig, parse_address
 from otel_replay.server.ingest import Ingestor, IngestReport
 from otel_replay.server.server import Receiver
 from otel_replay.storage.backend import backend_for
@@ -33,6 +33,17 @@ DEFAULT_HTTP = "127.0.0.1:4318"
 
 def _address(value: str) -> str | None:
     return None if value.lower() in ("off", "none", "") else value
+
+
+def _from_env(name: str, default: str, what: str) -> str:
+    """The address in the variable ``name`` (``default`` when unset); a malformed one is refused naming the variable."""
+    value = settings.env_text(name, default) or ""
+    if _address(value) is not None:
+        try:
+            parse_address(value, what)
+        except ConfigError as exc:
+            raise click.ClickException(f"{name}: {exc}") from None
+    return value
 
 
 @click.command("serve")
@@ -134,8 +145,8 @@ def serve_command(
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     dataset = settings.dataset_dir(dataset)
-    grpc_addr = grpc_addr if grpc_addr is not None else settings.env_text(settings.SERVE_GRPC, DEFAULT_GRPC)
-    http_addr = http_addr if http_addr is not None else settings.env_text(settings.SERVE_HTTP, DEFAULT_HTTP)
+    grpc_addr = grpc_addr if grpc_addr is not None else _from_env(settings.SERVE_GRPC, DEFAULT_GRPC, "gRPC")
+    http_addr = http_addr if http_addr is not None else _from_env(settings.SERVE_HTTP, DEFAULT_HTTP, "HTTP")
     try:
         config = ServerConfig(
             dataset,

@@ -22,7 +22,7 @@ MiB = 1024 * 1024
 def parse_address(text: str, what: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); raises :class:`ConfigError`."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:  # int() reads '١٢' as 12
         raise ConfigError(f"{what} address {text!r} must look like HOST:PORT")
     return host.strip("[]") or "127.0.0.1", int(port)
 

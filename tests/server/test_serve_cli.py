@@ -84,4 +84,17 @@ def test_bad_address_in_the_environment_is_a_one_line_error(zygote: Zygote, tmp_
     proc = _serve(zygote, "--dataset", str(tmp_path / "ds"), "--grpc", "off", env=env)
     _, err = _finish(proc)
     assert proc.returncode == 1 and "Traceback" not in err
-    assert err.strip().splitlines() == ["Error: HTTP address 'nowhere' must look like HOST:PORT"]
+    assert err.strip().splitlines() == [
+        "Error: OTEL_REPLAY_SERVE_HTTP: HTTP address 'nowhere' must look like HOST:PORT"  # the variable is named
+    ]
+
+
+def test_a_port_written_in_other_digits_is_refused(tmp_path: Path) -> None:
+    """``int()`` reads Arabic-Indic or fullwidth digits: a port nobody can check by eye is not taken as 12."""
+    from otel_replay.errors import ConfigError
+    from otel_replay.server.config import parse_address
+
+    assert parse_address("127.0.0.1:4318", "HTTP") == ("127.0.0.1", 4318)
+    for text in ("127.0.0.1:\u0661\u0662", "127.0.0.1:\uff14\uff13\uff11\uff18"):
+        with pytest.raises(ConfigError, match="must look like HOST:PORT"):
+            parse_address(text, "HTTP")
