@@ -29,6 +29,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from otel_replay._invisible import INVISIBLE, escape_code
 from otel_replay.query.analyst import table_rows
 
 if TYPE_CHECKING:
@@ -56,14 +57,8 @@ CELL_WIDTH = 60
 """Table cells longer than this are cut (with ``…``); JSON and CSV print every value whole."""
 _WIDE = 100_000
 _FIX_STYLE = {"ALLOW": "green", "ROLLBACK": "yellow", "BLOCK": "red", "HUMAN_REVIEW": "magenta"}
-# C0 and C1 controls, DEL, bidirectional controls, line and paragraph separators; characters that draw nothing
-# (soft hyphen, zero-width space and joiners, word joiner, invisible operators, byte order mark, the tag
-# characters that spell hidden ASCII), so two ids that differ by one do not look the same; lone surrogates,
-# which no terminal encoding can print.
-_CONTROLS = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069"
-    "\ufeff\ud800-\udfff\U000e0000-\U000e007f]"
-)
+# The C0 controls, and the characters that draw nothing or mislead (otel_replay._invisible).
+_CONTROLS = re.compile(f"[\x00-\x1f{INVISIBLE}]")
 
 
 def _console() -> Console:
@@ -84,9 +79,7 @@ def _escape_one(match: re.Match[str]) -> str:
     if short is not None:
         return short
     code = ord(match.group())
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    return f"\\x{code:02x}" if code < 0x100 else escape_code(code)
 
 
 def clean(text: str) -> str:

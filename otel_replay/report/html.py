@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from importlib import resources
 from urllib.parse import quote
 
+from otel_replay._invisible import INVISIBLE, escape_code
 from otel_replay._version import __version__
 from otel_replay.report.contracts import ContractsView, RuleCount, SessionView
 from otel_replay.report.model import (
@@ -60,21 +61,9 @@ CSS = _ASSETS.joinpath("report.css").read_text(encoding="utf-8")
 SCRIPT = _ASSETS.joinpath("report.js").read_text(encoding="utf-8")
 """The script inlined in every page."""
 
-# C0 and C1 controls but tab and newline, DEL, bidirectional controls, line and paragraph separators; the
-# characters that draw nothing (soft hyphen, zero-width space and joiners, word joiner and invisible operators,
-# byte order mark, Mongolian vowel separator, the tag characters that spell hidden ASCII), so that two ids
-# that differ only by one do not look the same; and lone surrogates, which no page can be encoded with.
+# The C0 controls but tab and newline, and the characters that draw nothing or mislead (otel_replay._invisible).
 _SHOWN_BY_JSON = "\x00-\x08\x0b-\x1f"  # the C0 controls json.dumps escapes itself
-_INVISIBLE = (
-    "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-    "\ud800-\udfff\U000e0000-\U000e007f"
-)
-_HIDDEN = re.compile(f"[{_SHOWN_BY_JSON}{_INVISIBLE}]")
-
-
-def _escape(code: int) -> str:
-    r"""A character's escape as the page shows it: ``\uXXXX``, or ``\UXXXXXXXX`` past the first plane."""
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+_HIDDEN = re.compile(f"[{_SHOWN_BY_JSON}{INVISIBLE}]")
 
 
 _KINDS = frozenset({"decision", "read", "model", "act", "gate", "audit_entry"})
@@ -86,13 +75,13 @@ _PILLS = frozenset(
 
 def esc(value: object) -> str:
     """``value`` as HTML text or a quoted attribute's value: invisible controls made visible, then escaped."""
-    shown = _HIDDEN.sub(lambda m: _escape(ord(m.group())), str(value))
+    shown = _HIDDEN.sub(lambda m: escape_code(ord(m.group())), str(value))
     return html.escape(shown, quote=True)
 
 
 def _text(value: str) -> str:
     """``value`` as an element's text (not an attribute's): as :func:`esc`, quotes left as they are."""
-    return html.escape(_HIDDEN.sub(lambda m: _escape(ord(m.group())), value), quote=False)
+    return html.escape(_HIDDEN.sub(lambda m: escape_code(ord(m.group())), value), quote=False)
 
 
 def _hash(source: str) -> str:
@@ -240,7 +229,7 @@ def _x(percent: float) -> str:
 
 # In JSON text (``ensure_ascii=False``): an escaped backslash (kept), a C0 control as JSON escapes it, or one of
 # the other invisible characters of _HIDDEN as it stands.
-_JSON_HIDDEN = re.compile(r"\\\\|\\u00[01][0-9a-f]|\\[bfr]|" f"[{_INVISIBLE}]")
+_JSON_HIDDEN = re.compile(r"\\\\|\\u00[01][0-9a-f]|\\[bfr]|" f"[{INVISIBLE}]")
 _SHORT = {"b": 8, "f": 12, "r": 13}
 
 
@@ -252,7 +241,7 @@ def _json_visible(match: re.Match[str]) -> str:
         code = int(found[2:], 16) if found[1] == "u" else _SHORT[found[1]]
     else:
         code = ord(found)
-    return "\\" + _escape(code)  # JSON for a backslash and the escape: the escape shown, as esc() shows it
+    return "\\" + escape_code(code)  # JSON for a backslash and the escape: the escape shown, as esc() shows it
 
 
 def data_block(element_id: str, value: object) -> str:
