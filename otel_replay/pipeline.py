@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -119,20 +118,56 @@ class Telemetry:
         hand back.
         """
         assert self._ahead is not None and self.log is not None
-        ahead = self._ahead
-        ahead.hold_records()
-        held, released = ahead.take_held()
+        held, released = self._take_held()
         spans = [*held, span]
         try:
             if released:
-                # The queue, then the exporter's buffer, written: a failed write raises. (Not the exporter's
-                # force_flush: it also answers False for a span dropped earlier, which is counted, not pending.)
-                if not self.provider.force_flush():
-                    raise OtelReplayError("the batch queue could not be flushed first (timed out)")
-                self.exporter.writer.flush()
+                self._flush_released()
             return Pending(spans, self.log.enqueue(spans), None)
         except Exception as exc:  # noqa: BLE001 - the spans still go to Parquet; wait_logged reports it
             return Pending(spans, None, exc)
+
+    def _take_held(self) -> tuple[list[ReadableSpan], bool]:
+        """The record spans held since the last take (holding from now on), and whether some went to the queue."""
+        assert self._ahead is not None and self.log is not None
+        ahead = self._ahead
+        ahead.hold_records(self.log.seal_seconds)
+        return ahead.take_held()
+
+    def _flush_released(self) -> None:
+        """The batch queue, then the exporter's buffer, written to Parquet; raises when that failed."""
+        # Not the exporter's force_flush: it also answers False for a span dropped earlier, which is counted, not
+        # pending.
+        if not self.provider.force_flush():
+            raise OtelReplayError("the batch queue could not be flushed first (timed out)")
+        self.exporter.writer.flush()
+
+    def take_sealed_before(self) -> list[ReadableSpan]:
+        """For a record a store other than the log makes durable (an outcome beside its claim): what goes with it.
+
+        Called holding :attr:`write_order`, before the record is sealed.
+        Every record this process sealed before it and a crash could still
+        take is returned (the record spans held since the last write-ahead:
+        the store keeps them in the same commit) or written to Parquet first
+        (those that went to the batch queue meanwhile). So, as with a gate
+        record (:meth:`queue_span`), a durable record never follows in its
+        chain one a crash could take, which ``verify`` would read as deleted.
+        Raises when the batch queue could not be written; nothing is taken then.
+        """
+        held, released = self._take_held()
+        if released:
+            try:
+                self._flush_released()
+            except BaseException:
+                self.hand_back(held)
+                raise
+        return held
+
+    def hand_back(self, spans: list[ReadableSpan]) -> None:
+        """Spans :meth:`take_sealed_before` returned that their store did not keep: to the batch queue after all."""
+        if spans:
+            assert self._ahead is not None
+            self._ahead.give_back(spans)
 
     def wait_logged(self, pending: Pending) -> bool:
         """``True`` once the record :meth:`queue_span` queued is fsynced.
@@ -385,8 +420,6 @@ def configure(
     provider.add_span_processor(ahead)
     if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)
-    # Record spans held for the next write-ahead go to the batch queue once as old as a file may be.
-    log.on_tick = functools.partial(ahead.release_held, log.seal_seconds)
     telemetry = Telemetry(provider, exporter, log, ahead)
     telemetry.recorder = Recorder(
         provider.get_tracer(sc.INSTRUMENTATION_NAME), key=key, dataset=dataset, pipeline=telemetry

@@ -538,6 +538,8 @@ class HeldRecord:
     ) -> None:
         """Internal: made by :meth:`Recorder.held` once the record is known to be sealable."""
         self._recorder, self._name, self._record_id = recorder, name, record_id
+        self._pipeline: Any = recorder.pipeline  # a Telemetry: a record is held only through one (see Recorder.held)
+        self._before: list[Any] = []  # records sealed before this one (their spans), taken to be stored with it
         self._attributes, self._links, self._chain = attributes, links, chain
         self.ref: SpanRef | None = None
         self.seal: Seal | None = None
@@ -551,19 +553,38 @@ class HeldRecord:
         self.convert_seconds: float | None = getattr(log, "seal_seconds", None)
         """How long the store may hold it before writing it to Parquet: the pipeline's file age."""
 
-    def __call__(self) -> tuple[Any, bytes]:
-        """Seal the record now (it takes the chain's next link): its ended span and that span's OTLP bytes.
+    def __call__(self) -> tuple[list[Any], bytes]:
+        """Seal the record now (it takes the chain's next link): the ended spans to store, and their OTLP bytes.
 
-        Called once, on any thread.
+        The spans are the records sealed before it that are not durable yet
+        (see :meth:`otel_replay.Telemetry.take_sealed_before`), then its own.
+        Called once, on any thread, holding the pipeline's write order; if its
+        store does not keep them after all, it calls :meth:`give_back`.
         """
         tracer, name, attributes = self._recorder.tracer, self._name, self._attributes
-        start_ns = time.time_ns()
-        parent, ctx = self._parent, self._context
-        seal = self._chain.seal(self._record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id))
-        span = ended_record_span(tracer, parent, ctx, name, start_ns, attributes, self._links)
-        body = self._recorder.encode([span])
+        # The records sealed before this one that a crash could still take: kept in the same commit (or written to
+        # Parquet first), so this record, durable once it commits, never follows a lost one in its chain.
+        before = self._before = self._pipeline.take_sealed_before()
+        try:
+            start_ns = time.time_ns()
+            parent, ctx = self._parent, self._context
+            seal = self._chain.seal(
+                self._record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id)
+            )
+            span = ended_record_span(tracer, parent, ctx, name, start_ns, attributes, self._links)
+            spans = [*before, span]
+            body = self._recorder.encode(spans)
+        except BaseException:
+            self.give_back()
+            raise
         self.ref, self.seal = SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal
-        return span, body
+        return spans, body
+
+    def give_back(self) -> None:
+        """The records :meth:`__call__` took to store with this one, to the batch queue: its store did not keep them."""
+        before, self._before = self._before, []
+        if before:
+            self._pipeline.hand_back(before)
 
 
 _current = Recorder()

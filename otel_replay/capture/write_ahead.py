@@ -146,8 +146,6 @@ class SpanLog:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._kept = KeptSpans()
-        self.on_tick: Callable[[], object] | None = None
-        """Called on the log's thread at each of its turns (the pipeline releases held record spans grown old)."""
         self.appended = 0
         self.converted_rows = 0
         self.convert_errors = 0
@@ -255,12 +253,6 @@ class SpanLog:
             if stop.is_set():
                 return
             wake.clear()
-            tick = self.on_tick
-            if tick is not None:
-                try:
-                    tick()
-                except Exception as exc:  # noqa: BLE001 - held spans stay held: released at the next turn or flush
-                    _log.error("otel-replay: releasing held record spans failed: %s", exc)
             try:
                 self.convert(seal=self._seal_early())
             except Exception as exc:  # noqa: BLE001 - the log still holds everything: retried next time
@@ -317,16 +309,17 @@ class WriteAheadProcessor(SpanProcessor):
     kept here for :meth:`take` instead of being queued for the exporter.
 
     Once the process writes ahead (:meth:`hold_records`, at its first gate
-    record), the sealed records that end here (decisions, audit entries,
-    outcomes: spans with a chain position) are held for the next write-ahead
-    instead, which puts them in the log with its own record (:meth:`take_held`):
-    a durable gate record is then never preceded in its chain by a record a
-    crash could still take, such as the decision a commit made after its
-    ``audit()`` block acts on. Held spans go to ``inner`` after all when they
-    are :data:`HOLD_LIMIT` or older than the log's file age
-    (:meth:`release_held`, from the log's thread), and at ``force_flush`` and
-    ``shutdown``; :meth:`take_held` then says so, and the next write-ahead
-    flushes ``inner`` first. Every other span goes to ``inner`` as before.
+    record, or at its first outcome stored beside its claim), the sealed
+    records that end here (decisions, audit entries, outcomes: spans with a
+    chain position) are held for the next write-ahead instead, which makes
+    them durable with its own record (:meth:`take_held`): a durable record is
+    then never preceded in its chain by a record a crash could still take,
+    such as the decision a commit made after its ``audit()`` block acts on.
+    Held spans go to ``inner`` after all when they are :data:`HOLD_LIMIT` or
+    older than the log's file age (:meth:`release_held`, from a thread of this
+    processor's), and at ``force_flush`` and ``shutdown``; :meth:`take_held`
+    then says so, and the next write-ahead flushes ``inner`` first. Every
+    other span goes to ``inner`` as before.
 
     A record takes its chain position (its seal) a moment before its span
     ends here: both happen holding :attr:`write_order`, and a write-ahead
@@ -346,6 +339,9 @@ class WriteAheadProcessor(SpanProcessor):
         self._held_at = 0.0
         self._released = True  # records went to ``inner`` since the last take: all of them, before holding starts
         self._hold_lock = threading.Lock()
+        self._ticker: threading.Thread | None = None  # releases held spans grown old (started by hold_records)
+        self._stop = threading.Event()
+        self._shut = False
         self.write_order = threading.RLock()
         """Held from before a record's seal until its span has ended here (a durable record: until its log record
         is queued, not fsynced), and while a write-ahead takes the held records: records reach the log in the order
@@ -363,6 +359,9 @@ class WriteAheadProcessor(SpanProcessor):
         self.write_order = threading.RLock()  # maybe held by a parent's thread that does not run here
         self._held = []
         self._released = True
+        self._holding = False  # until the child's own first write-ahead, which starts its own ticker
+        self._ticker = None
+        self._stop = threading.Event()
 
     def claim(self, span_id: int) -> None:
         """Keep the span ``span_id`` from ``inner`` when it ends."""
@@ -372,9 +371,41 @@ class WriteAheadProcessor(SpanProcessor):
         """The claimed span's ended form (``None`` if it did not end), no longer claimed."""
         return self._claimed.pop(span_id, None)
 
-    def hold_records(self) -> None:
-        """From now on, hold the record spans that end here for the next write-ahead (see the class docstring)."""
+    def hold_records(self, release_after: float) -> None:
+        """From now on, hold the record spans that end here for the next write-ahead (see the class docstring).
+
+        Held spans ``release_after`` seconds old go to ``inner``, handed over
+        by a thread of this processor's (started on the first call).
+        """
         self._holding = True
+        if self._ticker is None:
+            self._start_ticker(release_after)
+
+    def _start_ticker(self, release_after: float) -> None:
+        with self._hold_lock:
+            if self._ticker is not None or self._shut:
+                return
+            ticker = self._ticker = threading.Thread(
+                target=self._tick, args=(release_after, self._stop), name="otel-replay-held", daemon=True
+            )
+        ticker.start()
+
+    def _tick(self, release_after: float, stop: threading.Event) -> None:
+        """The ticker's loop: held spans as old as ``release_after`` go to ``inner``, until ``stop`` is set."""
+        while not stop.wait(max(0.05, min(release_after / 4, 1.0))):
+            try:
+                self.release_held(release_after)
+            except Exception as exc:  # noqa: BLE001 - held spans stay held: released at the next turn or flush
+                _log.error("otel-replay: releasing held record spans failed: %s", exc)
+
+    def _stop_ticker(self) -> None:
+        with self._hold_lock:
+            self._shut = True
+            ticker, self._ticker = self._ticker, None
+            stop, self._stop = self._stop, threading.Event()
+        stop.set()
+        if ticker is not None and ticker is not threading.current_thread():
+            ticker.join()
 
     def take_held(self) -> tuple[list[ReadableSpan], bool]:
         """The record spans held since the last take, and whether any went to ``inner`` meanwhile instead.
@@ -438,7 +469,8 @@ class WriteAheadProcessor(SpanProcessor):
         self.inner.on_end(span)
 
     def shutdown(self) -> None:
-        """The held record spans to ``inner``, then forwarded."""
+        """The ticker stopped, the held record spans to ``inner``, then forwarded."""
+        self._stop_ticker()
         self.release_held()
         self.inner.shutdown()
 

@@ -68,8 +68,17 @@ _SETTLED_NS = 2_000_000_000
 systems stamp with a coarse clock: a change in the same tick as the last leaves the mtime as it was)."""
 _ALONE = 8
 """Below this many requests in a transaction, each claim is inserted alone rather than looked up first."""
-Hold = Callable[[], tuple[Any, bytes]]
-"""Seals an outcome once its claim is taken: its ended span and that span's OTLP bytes, stored beside the claim."""
+Hold = Callable[[], tuple[list[Any], bytes]]
+"""Seals an outcome once its claim is taken: the ended spans stored beside the claim (the records sealed before it
+that were not durable yet, then the outcome's) and their OTLP bytes. When the store does not keep them after all, it
+calls the hold's ``give_back()`` if it has one (those records then reach Parquet the usual way)."""
+
+
+def _give_back(request: _Request) -> None:
+    """Hand the records sealed before ``request``'s outcome back to its pipeline: the store did not keep them."""
+    give_back = getattr(request.hold, "give_back", None)
+    if give_back is not None:
+        give_back()
 
 
 def sync_outcomes() -> bool:
@@ -232,8 +241,8 @@ class _Request:
     row: tuple[Any, ...]
     hold: Hold
     settled: bool = False  # the claimant found ``_outcomes/`` unchanged (see OutcomeClaimStore.looked)
-    span: Any = None
-    body: bytes = b""  # the sealed span's OTLP bytes, until its row is inserted
+    spans: list[Any] | None = None  # the spans its hold sealed (see Hold)
+    body: bytes = b""  # the sealed spans' OTLP bytes, until its row is inserted
     ticket: int = 0
     failure: BaseException | None = None
 
@@ -511,10 +520,11 @@ class OutcomeClaimStore:
             except OSError as exc:
                 with contextlib.suppress(DatasetError):
                     claim.release()  # not known to be on disk, and never handed on: given back whole
+                    _give_back(request)
                 raise self.error(f"make the outcome of decision {decision_id[:200]!r} durable", exc) from exc
             with self.lock:
-                assert self.pending is not None
-                self.pending.added(row[1], request.span)
+                assert self.pending is not None and request.spans is not None
+                self.pending.added(row[1], request.spans)
         return claim
 
     def claim_many(self, items: list[tuple[str, str, bool, Hold]]) -> list[OutcomeClaim | BaseException]:
@@ -545,12 +555,14 @@ class OutcomeClaimStore:
                 for r in stored:  # not known to be on disk, and never handed on: given back whole
                     with contextlib.suppress(DatasetError):
                         self.release(r.key, r.row[1])
+                        _give_back(r)
                     r.failure = self.error(f"make the outcome of decision {r.decision_id[:200]!r} durable", exc)
             else:
                 with self.lock:
                     assert self.pending is not None
                     for r in stored:
-                        self.pending.added(r.row[1], r.span)
+                        assert r.spans is not None
+                        self.pending.added(r.row[1], r.spans)
         where = str(self.path)
         return [
             r if isinstance(r, BaseException) else r.failure or OutcomeClaim(where, None, None, self, r.key, r.row[1])
@@ -637,7 +649,7 @@ class OutcomeClaimStore:
                         request.failure = refusal_of(request.decision_id, str(self.path), held, remedy)
                         continue
                     try:
-                        request.span, request.body = request.hold()  # sealed once the claim is known to be ours
+                        request.spans, request.body = request.hold()  # sealed once the claim is known to be ours
                     except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
                         if alone:
                             con.execute(f"DELETE FROM {_TABLE} WHERE decision_id = ?", (key,))  # its claim goes back
@@ -654,6 +666,8 @@ class OutcomeClaimStore:
             except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     con.execute("ROLLBACK")
+                for request in stored:  # sealed, not kept: the records sealed before each go on the usual way
+                    _give_back(request)
                 if isinstance(exc, sqlite3.Error):  # none of them claimed
                     error = exc
                     fail_all(lambda request: self.error(doing(request), error))
@@ -668,7 +682,8 @@ class OutcomeClaimStore:
             request.ticket = self._committed
             request.body = b""
             if not self.sync_outcomes:
-                pending.added(request.row[1], request.span)
+                assert request.spans is not None
+                pending.added(request.row[1], request.spans)
 
     def _taken(self, con: sqlite3.Connection, batch: list[_Request]) -> set[Any]:
         """Which of ``batch``'s decisions are claimed in the store already (caller is in a write transaction)."""

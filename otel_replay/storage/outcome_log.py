@@ -5,12 +5,16 @@
 own transaction and stores it beside the claim, in the table
 ``outcome_pending`` of ``<dataset>/_outcomes/claims.sqlite3``: the row's
 ``body`` is the outcome's span as an OTLP ``ExportTraceServiceRequest`` (the
-bytes a write-ahead log record of it would hold). One commit makes the
-decision claimed and its outcome stored, so neither exists without the other,
-and no separate write-ahead log is written.
+bytes a write-ahead log record of it would hold), after the spans of the
+records the process sealed before it and had not made durable yet (held for
+it, as a gate's write-ahead takes them: see
+:meth:`otel_replay.Telemetry.take_sealed_before`), so a crash never leaves the
+outcome after a lost record in its chain. One commit makes the decision
+claimed and its outcome stored, so neither exists without the other, and no
+separate write-ahead log is written.
 
 A row is *pending* until its outcome is in Parquet. The process that wrote
-it keeps the ended span in memory and converts (:meth:`PendingOutcomes.convert`,
+it keeps the ended spans in memory and converts (:meth:`PendingOutcomes.convert`,
 on a thread of its own every :data:`CONVERT_SECONDS`, at ``force_flush()``,
 at shutdown and at interpreter exit) in three steps, each safe to crash in:
 
@@ -144,7 +148,7 @@ class PendingOutcomes:
         self.store = store
         self.dataset = store.directory.parent
         self.instance = f"{os.getpid()}-{secrets.token_hex(4)}"
-        self.spans: list[tuple[str, Any]] = []  # (outcome id, ended span): rows of this instance in no closed batch
+        self.spans: list[tuple[str, list[Any]]] = []  # (outcome id, its row's spans): rows in no closed batch
         # Rows are inserted already named (see :attr:`batch`), except with a machine sync, where a row's span is
         # handed over (:meth:`added`) only after its commit is synced: a conversion meanwhile must not close the
         # batch the row names without its span, so such rows are named by the conversion, as they always were.
@@ -181,11 +185,15 @@ class PendingOutcomes:
             self._lock_fd = fd
         return self.instance
 
-    def added(self, outcome_id: str, span: Any) -> None:
-        """The row of ``outcome_id`` is committed (synced where the store syncs): ``span`` goes in the next batch."""
+    def added(self, outcome_id: str, spans: list[Any]) -> None:
+        """The row of ``outcome_id`` is committed (synced where the store syncs): its ``spans`` go in the next batch.
+
+        ``spans``: the outcome's ended span, last, after those of the records
+        sealed before it that its row holds too (see ``claim_store.Hold``).
+        """
         if not self.spans:
             self._oldest = time.monotonic()
-        self.spans.append((outcome_id, span))
+        self.spans.append((outcome_id, spans))
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="otel-replay-outcomes", daemon=True)
             self._thread.start()
@@ -218,7 +226,7 @@ class PendingOutcomes:
                             self.spans[:0] = spans
                             raise store.error("name a batch of outcomes", exc) from exc
                     self._batches += 1  # closed: the rows inserted from now on are named for the next batch
-                    self._unwritten.append((batch, [span for _, span in spans]))
+                    self._unwritten.append((batch, [span for _, row_spans in spans for span in row_spans]))
             if spans:
                 store.sync_all()  # the batch's name on disk before any of its files is
             rows = 0
