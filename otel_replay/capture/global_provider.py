@@ -193,7 +193,9 @@ class ForwardingTracerProvider(TracerProvider):
             self._open.remove(provider)
             if self._target is provider:
                 self._target = self._open[-1] if self._open else self._nowhere
-                for tracer in self._tracers.values():  # their next span binds again: none keeps the old pipeline
+                # Their next span binds again: none keeps the old pipeline alive. A copy: get_tracer() adds to the
+                # dict without the lock (tuple() of a dict's values is one step under the GIL).
+                for tracer in tuple(self._tracers.values()):
                     tracer._bound = _UNBOUND_PAIR
 
     def _dropped(self, name: str, scope: str) -> None:

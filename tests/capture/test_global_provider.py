@@ -1,6 +1,6 @@
 """configure()'s global provider: other instrumentations' spans start on the pipeline configure() made current.
 
-Each test runs in a forked child: OpenTelemetry's global provider is set once per process, and the test
+Each test runs in a child process: OpenTelemetry's global provider is set once per process, and the test
 process's must stay unset (tests/conftest.py).
 """
 
@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import weakref
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -323,3 +327,45 @@ def test_the_global_provider_does_not_keep_a_shut_down_pipeline_alive(tmp_path):
         return provider() is None
 
     assert in_forked_child(work) is True
+
+
+UNDER_THE_LAUNCHER = """
+import sys
+import otel_replay
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+configured = trace.get_tracer_provider()  # the distro's, made from OTEL_TRACES_EXPORTER=otel_replay
+telemetry = otel_replay.configure(sys.argv[1])
+assert trace.get_tracer_provider() is configured and type(configured) is TracerProvider, configured
+with trace.get_tracer("contrib").start_as_current_span("launcher-span"):
+    pass
+telemetry.shutdown()
+configured.force_flush()
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_under_opentelemetry_instrument_configure_leaves_the_launchers_provider(tmp_path):
+    """opentelemetry-instrument's distro sets an SDK provider before the application runs: it stays the global
+    one, and other instrumentations' spans keep going where the launcher sends them, not to configure()'s dataset."""
+    script, launched, configured = tmp_path / "app.py", tmp_path / "launched", tmp_path / "configured"
+    script.write_text(UNDER_THE_LAUNCHER)
+    env = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "otel_replay",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_REPLAY_DATASET": str(launched),
+        # Our model clients' instrumentors import their clients (over a second of CPU); this process has no calls.
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "otel_replay_openai,otel_replay_anthropic",
+    }
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    done = subprocess.run(
+        [str(launcher), sys.executable, str(script), str(configured)], env=env, capture_output=True, text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+    assert "launcher-span" in _names(launched)
+    assert _names(configured) == []
