@@ -1,10 +1,10 @@
 """The global ``TracerProvider`` :func:`otel_replay.configure` installs: one that forwards to the current pipeline.
 
-OpenTelemetry lets a process set its global provider once. Had
-``configure()`` installed its own SDK provider there, every span of other
+OpenTelemetry lets a process set its global provider once. With
+``configure()``'s own SDK provider there, every span of other
 instrumentations (contrib ``httpx``/``requests``, ``trace.get_tracer("x")`` in
-user code, tracers instrumentors cached when they were instrumented) would go
-to the first pipeline for good: after ``configure(a).shutdown()`` and
+user code, tracers instrumentors cached when they were instrumented) went to
+the first pipeline for good: after ``configure(a).shutdown()`` and
 ``configure(b)`` they were dropped without a word.
 
 So ``configure(set_global=True)`` installs a :class:`ForwardingTracerProvider`
