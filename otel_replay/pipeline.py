@@ -9,7 +9,6 @@ import threading
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -17,6 +16,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_replay import redaction, settings
 from otel_replay import semconv as sc
 from otel_replay.capture.context import CorrelationSpanProcessor
+from otel_replay.capture.global_provider import forward_globally
 from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
 from otel_replay.capture.sampling import RecordSampler
 from otel_replay.capture.write_ahead import SpanLog, WriteAheadProcessor, recover
@@ -374,9 +374,11 @@ def configure(
             Other ``OTEL_RESOURCE_ATTRIBUTES`` are kept either way.
         signing_key: the record signing secret (see :mod:`otel_replay.integrity`);
             resolved now, so a bad or missing key fails here.
-        set_global: also install the provider as the global one, when no SDK
-            provider is installed yet, so other instrumentations' spans land in
-            the same dataset.
+        set_global: also send other instrumentations' spans (the global
+            provider's) to this pipeline, when no provider of the user's is
+            installed: the global one is a forwarder, installed once, that
+            follows the next ``configure()`` after a shutdown (see
+            :mod:`otel_replay.capture.global_provider`).
         max_file_age_seconds: how long spans may sit in the exporter's buffer.
 
     Raises:
@@ -418,8 +420,8 @@ def configure(
     log = SpanLog(dataset, seal_seconds=exporter.writer.max_age_seconds)
     ahead = WriteAheadProcessor(BatchSpanProcessor(exporter, max_queue_size=queue))  # sizes checked above
     provider.add_span_processor(ahead)
-    if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        trace.set_tracer_provider(provider)
+    if set_global:  # the global provider forwards to this pipeline while it is open: see global_provider
+        forward_globally(provider)
     telemetry = Telemetry(provider, exporter, log, ahead)
     telemetry.recorder = Recorder(
         provider.get_tracer(sc.INSTRUMENTATION_NAME), key=key, dataset=dataset, pipeline=telemetry

@@ -15,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Tracer, TracerProvider
 
 from otel_replay import semconv as sc
+from otel_replay.capture import global_provider
 from otel_replay.capture.context import scope_attributes
 from otel_replay.capture.direct_spans import bare_tracer, ended_record_span, record_context
 from otel_replay.capture.log_encoding import RequestEncoder  # the log's own encoding: a held record is one record
@@ -52,10 +53,15 @@ _warned_nowhere = False  # one warning per process for records sealed with no pi
 
 
 def mark_shut_down(provider: TracerProvider) -> None:
-    """Note that ``provider`` was shut down: records emitted through it are lost from now on."""
+    """Note that ``provider`` was shut down: records emitted through it are lost from now on.
+
+    Spans the global provider forwards start on the next pipeline from now on (see
+    :mod:`~otel_replay.capture.global_provider`).
+    """
     global _any_shut_down
     _shut_down.add(provider)
     _any_shut_down = True
+    global_provider.retire(provider)
 
 
 RECORD_ATTRIBUTE_ROOM: int = 64
@@ -196,7 +202,10 @@ class Recorder:
         """True when spans emitted now would be lost: the pipeline behind the tracer was shut down."""
         if self._pipeline is not None:
             return self._pipeline.closed
-        return _any_shut_down and trace.get_tracer_provider() in _shut_down
+        if not _any_shut_down:
+            return False
+        provider = trace.get_tracer_provider()
+        return provider in _shut_down or global_provider.dropping(provider)
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
         """Make every record emitted so far durable in the dataset; ``False`` if that failed.
@@ -331,7 +340,7 @@ class Recorder:
         would report a gap) and is never silently lost. A recorder that goes
         nowhere (no provider at all) is left to :meth:`check_destination`.
         """
-        if exported(span) or self.goes_nowhere:
+        if exported(span) or self.goes_nowhere or (self._pipeline is None and self.closed):  # lost: counted in _emit
             return
         span.end()  # a RECORD_ONLY span is not exported either; ending it frees what processors hold for it
         with self._lock:
