@@ -159,7 +159,8 @@ class Telemetry:
             try:
                 self._flush_released()
             except BaseException:
-                self.hand_back(held)
+                assert self._ahead is not None
+                self._ahead.give_back(held)  # also when none were held: the next one flushes first, as this did
                 raise
         return held
 

@@ -242,3 +242,49 @@ def test_records_held_for_the_next_outcome_reach_parquet_when_none_comes(dataset
                 with otel_replay.open(dataset) as store:
                     seen = bool(store.rows("SELECT 1 FROM spans WHERE record_id = ?", [later]))
         assert seen, "the held decision never reached Parquet without a flush"
+
+
+_OUTCOME_AFTER_A_FAILED_FLUSH = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import DecisionTracer
+
+    telemetry = otel_replay.configure(sys.argv[1], set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1", correlation_id="loan-1")
+    telemetry.force_flush()
+    queued = tracer.decision("agent", "approve", "r2", correlation_id="loan-2")  # in the batch queue: no hold yet
+    writer, flush = telemetry.exporter.writer, telemetry.exporter.writer.flush
+
+    def refuse_once():
+        writer.flush = flush
+        raise OSError(28, "No space left on device")
+
+    writer.flush = refuse_once
+    try:
+        tracer.record_outcome(first, True)  # must write the queued decision first: that write fails, so it fails
+    except Exception as exc:
+        print("refused:", type(exc).__name__, exc, file=sys.stderr, flush=True)
+    else:
+        raise SystemExit("the outcome was recorded although the decision before it could not be written")
+    tracer.record_outcome(first, True)  # the disk is back: the queued decision is written first, then this
+    print(queued, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_an_outcome_after_a_failed_flush_still_writes_the_queued_decision_before_it(zygote, dataset):
+    # A decision goes to the batch queue before holding starts; the first outcome must write it to Parquet before it
+    # commits, and that write fails (disk full): the outcome fails. Retried once the disk is back, the outcome must
+    # still write that decision first. (It was not: the failed attempt had taken the "some went to the queue" mark
+    # with nothing held to give back, so the retry committed the outcome ahead of a decision still in the exporter's
+    # buffer, and after a crash verify read the decision as deleted.)
+    child = zygote.run(_OUTCOME_AFTER_A_FAILED_FLUSH, str(dataset))
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert "refused:" in child.stderr
+    queued = child.stdout.strip()
+    with otel_replay.open(dataset) as store:
+        assert store.verify(None).problems == []
+        assert len(store.rows("SELECT 1 FROM spans WHERE record_id = ?", [queued])) == 1
