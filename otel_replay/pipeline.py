@@ -29,6 +29,8 @@ from otel_replay.storage.outcome_claims import close_outcomes, flush_outcomes
 __all__ = ["Pending", "Telemetry", "configure"]
 
 _log = logging.getLogger(__name__)
+_LOG_WAIT = 10.0
+"""Seconds an outcome stored beside its claim waits at most for the gate records queued before it (logged)."""
 
 
 class Pending(NamedTuple):
@@ -153,7 +155,16 @@ class Telemetry:
         record (:meth:`queue_span`), a durable record never follows in its
         chain one a crash could take, which ``verify`` would read as deleted.
         Raises when the batch queue could not be written; nothing is taken then.
+        A gate record queued in the log on another thread (sealed before it,
+        its fsync still to come) is waited for first.
         """
+        assert self.log is not None
+        if not self.log.wait_queued(_LOG_WAIT):
+            _log.warning(
+                "otel-replay: an outcome stored beside its claim did not wait for the write-ahead log (a record "
+                "queued there for over %.0f s): a crash before it is fsynced could make verify read it as deleted",
+                _LOG_WAIT,
+            )
         held, released = self._take_held()
         if released:
             try:
