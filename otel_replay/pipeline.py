@@ -20,7 +20,7 @@ from otel_replay.capture.context import CorrelationSpanProcessor
 from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
 from otel_replay.capture.sampling import RecordSampler
 from otel_replay.capture.write_ahead import SpanLog, WriteAheadProcessor, recover
-from otel_replay.errors import ConfigError, OtelReplayError
+from otel_replay.errors import CaptureError, ConfigError, OtelReplayError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
 from otel_replay.storage.claim_store import sync_outcomes
@@ -154,11 +154,18 @@ class Telemetry:
         (those that went to the batch queue meanwhile). So, as with a gate
         record (:meth:`queue_span`), a durable record never follows in its
         chain one a crash could take, which ``verify`` would read as deleted.
-        Raises when the batch queue could not be written; nothing is taken then.
+        Raises ``CaptureError`` once the pipeline is shut down (the outcome
+        would land past shutdown's conversion), and when the batch queue
+        could not be written; nothing is taken then.
         A gate record queued in the log on another thread (sealed before it,
         its fsync still to come) is waited for first.
         """
         assert self.log is not None
+        if self._closed:  # past shutdown's conversion of the outcomes (and its batch queue shut down)
+            raise CaptureError(
+                "the telemetry pipeline was shut down (Telemetry.shutdown()), so the outcome would be lost; "
+                "call otel_replay.configure() again before recording it"
+            )
         if not self.log.wait_queued(_LOG_WAIT):
             _log.warning(
                 "otel-replay: an outcome stored beside its claim did not wait for the write-ahead log (a record "
