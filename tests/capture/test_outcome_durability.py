@@ -5,7 +5,9 @@ hostile stores); through a pipeline with processors of the user's own, claimed, 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import signal
 import sqlite3
 import subprocess
@@ -343,12 +345,16 @@ _RACING = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("ending", ["shutdown", "SIGKILL"])
-def test_outcomes_and_gate_commits_racing_on_eight_threads_keep_every_chain_whole(zygote, dataset, ending):
+@pytest.mark.parametrize(
+    ("ending", "sync"), [("shutdown", "process"), ("SIGKILL", "process"), ("SIGKILL", "machine")]
+)
+def test_outcomes_and_gate_commits_racing_on_eight_threads_keep_every_chain_whole(zygote, dataset, ending, sync):
     # Eight agents each make decisions, gated trades (audit + commit) and outcomes (one at a time and in batches
-    # with refusals inside), all at once; the process shuts down or is SIGKILLed in the middle. Every acknowledged
-    # outcome and gated decision is stored exactly once, and no durable record follows a lost one in its chain.
-    child = zygote.run(_RACING, str(dataset), ending, timeout=300)
+    # with refusals inside), all at once; the process shuts down or is SIGKILLed in the middle (outcomes synced or
+    # not). Every acknowledged outcome and gated decision is stored exactly once, and no durable record follows a
+    # lost one in its chain.
+    env = {**os.environ, "OTEL_REPLAY_OUTCOME_SYNC": sync}
+    child = zygote.run(_RACING, str(dataset), ending, timeout=300, env=env)
     assert child.returncode == (0 if ending == "shutdown" else -signal.SIGKILL), child.stderr
     said = [line.split() for line in child.stdout.splitlines()]
     assert len(said) >= 300
@@ -359,7 +365,16 @@ def test_outcomes_and_gate_commits_racing_on_eight_threads_keep_every_chain_whol
         counts = {row["record_id"]: row["n"] for row in store.rows(
             "SELECT record_id, count(*) AS n FROM spans WHERE record_id IS NOT NULL "
             "AND name IN ('replay.decision', 'replay.outcome') GROUP BY record_id")}
-    assert {counts.get(record_id, 0) for record_id in outcomes + gated} == {1}
+        gate_records = store.rows("SELECT attributes FROM spans WHERE name = 'replay.gate'")
+    assert {counts.get(record_id, 0) for record_id in outcomes} == {1}
+    # A gated trade's commit returned: its intent (the decision as it stood) and its commit record are stored, once;
+    # the decision record its audit() block sealed on exit is not durable (nothing waits for it) and may be lost.
+    for decision_id in gated:
+        stages = sorted(
+            json.loads(row["attributes"])["replay.gate.executed"] for row in gate_records
+            if f'"replay.gate.decision_id":"{decision_id}"' in row["attributes"]
+        )
+        assert stages == ["committed", "intent"], (decision_id, stages)
     assert set(counts.values()) == {1}  # nothing stored twice, acknowledged or not
 
 
@@ -611,3 +626,39 @@ def test_shutdown_racing_outcomes_on_four_threads_loses_no_acknowledged_outcome_
     assert unexpected == []
     assert acknowledged
     assert _stored_once(dataset, acknowledged) == dict.fromkeys(acknowledged, 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="machine crash: an outcome's SQLite commit (not synced with OTEL_REPLAY_OUTCOME_SYNC=process, synced only "
+    "after the write order is released with =machine) holds the decisions it took, while a gate record sealed after "
+    "them is fsynced in the log; fix: the next write-ahead syncs the claim store first (see the review report)",
+)
+def test_a_gate_commit_returns_with_the_decisions_an_outcome_took_before_it_on_disk(dataset, monkeypatch):
+    # gate.commit() promises its intent is fsynced "with every record the process sealed before it". A decision held
+    # since the last outcome is taken into the next outcome's SQLite commit, which the default sync mode never
+    # fdatasyncs: when the commit returns, a machine crash (power cut) keeps the gate record and loses that decision
+    # before it, and verify reads it as deleted. Before the outcome took it, the decision went into the intent's
+    # own fsynced log record. Observed here as which files were fdatasynced by the time commit() returned.
+    from otel_replay import Action, ActionGate, ReferenceLedger
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        second = tracer.decision("agent", "approve", "r2")
+        gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+        tracer.record_outcome(first, True)  # holding starts
+        tracer.decision("agent", "approve", "r3")  # held for the next durable record
+        tracer.record_outcome(second, True)  # takes it into its SQLite commit
+        synced: list[str] = []
+        real_sync = os.fdatasync
+
+        def watched_sync(fd: int) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real_sync(fd)
+
+        monkeypatch.setattr(os, "fdatasync", watched_sync)
+        gate.commit(Action("refund", {"order": "o-1"}, cost=1.0))
+        monkeypatch.setattr(os, "fdatasync", real_sync)
+    assert any(path.endswith("claims.sqlite3-wal") for path in synced), synced
