@@ -308,7 +308,7 @@ _RACING = textwrap.dedent(
 
     def say(*words):
         with said:
-            print(*words, flush=True)
+            os.write(1, (" ".join(words) + "\\n").encode())  # one write: a SIGKILL never cuts a line
             acknowledged[0] += 1
             if acknowledged[0] >= 300:
                 enough.set()
@@ -662,3 +662,145 @@ def test_a_gate_commit_returns_with_the_decisions_an_outcome_took_before_it_on_d
         gate.commit(Action("refund", {"order": "o-1"}, cost=1.0))
         monkeypatch.setattr(os, "fdatasync", real_sync)
     assert any(path.endswith("claims.sqlite3-wal") for path in synced), synced
+
+
+_CONVERTING_OUTCOMES = textwrap.dedent(
+    """
+    import sys
+    import otel_replay
+    from otel_replay import DecisionTracer
+    from otel_replay.storage import outcome_log
+
+    telemetry = otel_replay.configure(sys.argv[1], set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1", correlation_id="loan-1")
+    telemetry.force_flush()
+    tracer.record_outcome(first, True)  # holding starts
+    second = tracer.decision("agent", "approve", "r2", correlation_id="loan-2")
+    third = tracer.decision("agent", "approve", "r3", correlation_id="loan-3")
+    outcome = tracer.record_outcome(second, False)  # takes second and third into its row
+    print(first, second, third, outcome.record_id, flush=True)
+    real_write = outcome_log._write
+
+    def write_then_stop(*args):  # the batch's file is written, its rows not yet deleted: the process stops here
+        rows = real_write(*args)
+        print("written", flush=True)
+        sys.stdin.read()
+        return rows
+
+    outcome_log._write = write_then_stop
+    telemetry.force_flush()
+    """
+)
+
+
+def test_compaction_while_an_outcomes_file_holding_decisions_is_pending_stores_each_record_once(zygote, dataset):
+    # An outcome's row holds the decisions it took; its process has written the row's batch to
+    # outcomes-<instance>-<batch>.parquet and not yet deleted the row when compaction runs, then the process is
+    # killed and a recovery writes the batch again under its name. The decisions in that file are stored once: the
+    # compaction left the held file out.
+    with zygote.popen(_CONVERTING_OUTCOMES, str(dataset), stdin=True) as child:
+        ids = child.stdout.readline().split()
+        assert child.stdout.readline() == "written\n"
+        compacted = zygote.cli("compact", str(dataset), "--grace", "0")
+        assert compacted.returncode == 0, compacted.stderr
+        child.kill()
+    assert len(ids) == 4
+    assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
+    with otel_replay.open(dataset) as store:
+        assert store.verify(None).problems == []
+    compacted = zygote.cli("compact", str(dataset), "--grace", "0")  # the recovered batch, compacted in its turn
+    assert compacted.returncode == 0, compacted.stderr
+    assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
+
+
+_TWO_PIPELINES = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import DecisionTracer
+
+    dataset, ending = sys.argv[1], sys.argv[2]
+    tracer = DecisionTracer()
+    one = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    a0 = tracer.decision("agent", "approve", "a0", correlation_id="a-0")
+    a1 = tracer.decision("agent", "approve", "a1", correlation_id="a-1")
+    ids = [a0, a1, tracer.record_outcome(a0, True).record_id]  # the first pipeline holds from here on
+    a2 = tracer.decision("agent", "approve", "a2", correlation_id="a-2")  # held by the first pipeline
+    two = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)  # its recorder is current
+    b0 = tracer.decision("agent", "approve", "b0", correlation_id="b-0")
+    ids += [a2, b0, tracer.record_outcome(a1, False).record_id]  # through the second: its own chain, its held ones
+    b1 = tracer.decision("agent", "approve", "b1", correlation_id="b-1")
+    ids += [b1, tracer.record_outcome(b0, True).record_id]
+    two.shutdown()  # the first pipeline's recorder is current again; the shared claim store stays open for it
+    a3 = tracer.decision("agent", "approve", "a3", correlation_id="a-3")
+    ids += [a3, tracer.record_outcome(a2, True).record_id, tracer.record_outcome(b1, True).record_id]
+    print(" ".join(ids), flush=True)
+    if ending == "SIGKILL":
+        os.kill(os.getpid(), signal.SIGKILL)
+    one.shutdown()
+    """
+)
+
+
+@pytest.mark.parametrize("ending", ["shutdown", "SIGKILL"])
+def test_two_pipelines_on_one_dataset_in_one_process_store_each_record_once(zygote, dataset, ending):
+    # Two pipelines configured on one dataset share its claim store; each holds its own chain's records. Outcomes
+    # through either, of decisions of either, one shut down before the other: every decision before an outcome and
+    # every outcome is stored once (after a SIGKILL too), and verify is clean.
+    child = zygote.run(_TWO_PIPELINES, str(dataset), ending)
+    assert child.returncode == (0 if ending == "shutdown" else -signal.SIGKILL), child.stderr
+    ids = child.stdout.split()
+    assert len(ids) == 11
+    assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with OTEL_REPLAY_OUTCOME_SYNC=machine an outcome's spans reach the converter only after its sync, outside "
+    "the store's lock: a shutdown() in between converts without them and the outcome, acknowledged after it, stays in "
+    "the claim store until interpreter exit (a converter thread restarted after shutdown)",
+)
+def test_an_outcome_synced_while_shutdown_converts_is_in_parquet_when_both_returned(dataset, monkeypatch):
+    # The outcome is committed (its hold ran before the shutdown), its machine sync is in flight while another
+    # thread shuts the pipeline down. Once shutdown() and record_outcome() have both returned, the outcome must be in
+    # Parquet, and no pipeline thread left running. (Seen racing four threads against shutdown(): an acknowledged
+    # outcome missing from the dataset in 3 of 10 runs with =machine, none with =process.)
+    import os
+    import threading
+
+    from otel_replay.storage.outcome_claims import close_outcomes
+
+    monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "machine")
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1")
+    tracer.record_outcome(first, True)
+    second = tracer.decision("agent", "approve", "r2")
+    assert telemetry.force_flush()  # the shutdown below finds no outcome of its own to convert (and sync)
+    syncing, go = threading.Event(), threading.Event()
+    real_sync = os.fdatasync
+
+    def slow_sync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal") and not syncing.is_set():
+            syncing.set()
+            go.wait(60)
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_sync)
+    recorded: list[str] = []
+    settler = threading.Thread(target=lambda: recorded.append(tracer.record_outcome(second, False).record_id))
+    settler.start()
+    try:
+        assert syncing.wait(60)
+        telemetry.shutdown()
+    finally:
+        go.set()
+        settler.join()
+        monkeypatch.setattr(os, "fdatasync", real_sync)
+    try:
+        with otel_replay.open(dataset) as store:
+            stored = store.rows("SELECT 1 FROM spans WHERE record_id = ?", recorded)
+        assert len(recorded) == 1 and len(stored) == 1
+    finally:
+        close_outcomes(dataset)  # the converter the late outcome restarted: stopped, its outcome written
