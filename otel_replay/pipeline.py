@@ -20,7 +20,7 @@ from otel_replay.capture.global_provider import forward_globally
 from otel_replay.capture.recorder import Recorder, get_recorder, mark_shut_down, set_recorder
 from otel_replay.capture.sampling import RecordSampler
 from otel_replay.capture.write_ahead import SpanLog, WriteAheadProcessor, recover
-from otel_replay.errors import ConfigError, OtelReplayError
+from otel_replay.errors import CaptureError, ConfigError, OtelReplayError
 from otel_replay.exporters import ParquetSpanExporter
 from otel_replay.integrity import load_signing_key
 from otel_replay.storage.claim_store import sync_outcomes
@@ -29,6 +29,8 @@ from otel_replay.storage.outcome_claims import close_outcomes, flush_outcomes
 __all__ = ["Pending", "Telemetry", "configure"]
 
 _log = logging.getLogger(__name__)
+_LOG_WAIT = 10.0
+"""Seconds an outcome stored beside its claim waits at most for the gate records queued before it (logged)."""
 
 
 class Pending(NamedTuple):
@@ -152,14 +154,31 @@ class Telemetry:
         (those that went to the batch queue meanwhile). So, as with a gate
         record (:meth:`queue_span`), a durable record never follows in its
         chain one a crash could take, which ``verify`` would read as deleted.
-        Raises when the batch queue could not be written; nothing is taken then.
+        Raises ``CaptureError`` once the pipeline is shut down (the outcome
+        would land past shutdown's conversion), and when the batch queue
+        could not be written; nothing is taken then.
+        A gate record queued in the log on another thread (sealed before it,
+        its fsync still to come) is waited for first.
         """
+        assert self.log is not None
+        if self._closed:  # past shutdown's conversion of the outcomes (and its batch queue shut down)
+            raise CaptureError(
+                "the telemetry pipeline was shut down (Telemetry.shutdown()), so the outcome would be lost; "
+                "call otel_replay.configure() again before recording it"
+            )
+        if not self.log.wait_queued(_LOG_WAIT):
+            _log.warning(
+                "otel-replay: an outcome stored beside its claim did not wait for the write-ahead log (a record "
+                "queued there for over %.0f s): a crash before it is fsynced could make verify read it as deleted",
+                _LOG_WAIT,
+            )
         held, released = self._take_held()
         if released:
             try:
                 self._flush_released()
             except BaseException:
-                self.hand_back(held)
+                assert self._ahead is not None
+                self._ahead.give_back(held)  # also when none were held: the next one flushes first, as this did
                 raise
         return held
 

@@ -146,6 +146,8 @@ class SpanLog:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._kept = KeptSpans()
+        self._in_flight = 0  # records queued and not yet waited for (see wait_queued)
+        self._settled = threading.Condition()
         self.appended = 0
         self.converted_rows = 0
         self.convert_errors = 0
@@ -159,6 +161,8 @@ class SpanLog:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._kept = KeptSpans()  # the parent's records are the parent's to convert
+        self._in_flight = 0  # the parent's threads wait for theirs
+        self._settled = threading.Condition()
         self.directory = self.directory.with_name(f"{CAPTURE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
 
     def _opened(self) -> Any:
@@ -198,6 +202,8 @@ class SpanLog:
             if kept:
                 held.drop((payload,))  # never written: no segment holds it
             raise
+        with self._settled:
+            self._in_flight += 1
         return Queued(wal, ticket, payload, held if kept else None, len(spans))
 
     def wait(self, queued: Queued) -> None:
@@ -208,9 +214,25 @@ class SpanLog:
             if queued.held is not None:
                 queued.held.drop((queued.payload,))  # cut off or never written: no segment holds it
             raise
+        finally:
+            with self._settled:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._settled.notify_all()
         self.appended += queued.spans
         if queued.held is not None and queued.held.held_bytes >= SEAL_HELD and not self._wake.is_set():
             self._wake.set()
+
+    def wait_queued(self, timeout: float) -> bool:
+        """Return once every record queued so far was waited for (fsynced, or its failure told); ``False``: timed out.
+
+        For a record made durable elsewhere (an outcome beside its claim):
+        called holding the pipeline's write order, so no record is queued
+        meanwhile, it keeps that record from being durable before a gate
+        record queued ahead of it on another thread.
+        """
+        with self._settled:
+            return self._settled.wait_for(lambda: not self._in_flight, timeout)
 
     def convert(self, *, seal: bool = False) -> int:
         """Seal the active segment (``seal``: now; else once ``seal_seconds`` old), convert the sealed ones; rows."""

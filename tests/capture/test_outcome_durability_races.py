@@ -1,0 +1,377 @@
+"""Outcomes stored beside their claims racing what else a process does: gate commits on eight threads, a fork
+after holding started, shutdown(), a second pipeline on the dataset. Each stored once, none after a lost record in
+its chain (tests/capture/test_outcome_durability.py: the single-threaded cases)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+
+import pytest
+
+import otel_replay
+from otel_replay import DecisionTracer
+
+from .test_outcome_durability import _stored_once
+
+_RACING = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    import otel_replay
+    from otel_replay import Action, ActionGate, DecisionTracer, DependencySnapshot, ReferenceLedger, audit
+
+    dataset, ending = sys.argv[1], sys.argv[2]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    gate = ActionGate(ReferenceLedger(10**9), dataset=dataset)
+    said = threading.Lock()
+    acknowledged = [0]
+    enough = threading.Event()
+
+    def say(*words):
+        with said:
+            os.write(1, (" ".join(words) + "\\n").encode())  # one write: a SIGKILL never cuts a line
+            acknowledged[0] += 1
+            if acknowledged[0] >= 300:
+                enough.set()
+
+    def agent(n):
+        previous = tracer.decision("agent", "approve", f"r{n}", correlation_id=f"a{n}-0")
+        for k in range(1, 40):
+            if k % 3 == 0:  # a gated trade: its decision, its intent and its commit record
+                with audit("refund", snapshot=DependencySnapshot({"k": k}, version="v1"),
+                           correlation_id=f"a{n}-g{k}") as d:
+                    action = Action("refund", {"order": f"o-{n}-{k}"}, cost=1.0)
+                    d.act(action)
+                    gate.commit(action, record_id=d.record_id)
+                say("G", d.record_id)
+            decision = tracer.decision("agent", "approve", f"r{n}-{k}", correlation_id=f"a{n}-{k}")
+            if k % 7 == 0:  # a reconciliation batch: the previous decision, one unknown, the previous one again
+                done = tracer.record_outcomes([(previous, True), ("no-such-decision", True), (previous, False)])
+                for record in done.recorded.values():
+                    say("O", record.record_id)
+            else:
+                say("O", tracer.record_outcome(previous, k % 2 == 0).record_id)
+            previous = decision
+
+    threads = [threading.Thread(target=agent, args=(n,), name=f"agent-{n}") for n in range(8)]
+    for thread in threads:
+        thread.start()
+    if ending == "SIGKILL":
+        enough.wait(120)
+        os.kill(os.getpid(), signal.SIGKILL)
+    for thread in threads:
+        thread.join()
+    telemetry.shutdown()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("ending", "sync"), [("shutdown", "process"), ("SIGKILL", "process"), ("SIGKILL", "machine")]
+)
+def test_outcomes_and_gate_commits_racing_on_eight_threads_keep_every_chain_whole(zygote, dataset, ending, sync):
+    # Eight agents each make decisions, gated trades (audit + commit) and outcomes (one at a time and in batches
+    # with refusals inside), all at once; the process shuts down or is SIGKILLed in the middle (outcomes synced or
+    # not). Every acknowledged outcome and gated decision is stored exactly once, and no durable record follows a
+    # lost one in its chain.
+    env = {**os.environ, "OTEL_REPLAY_OUTCOME_SYNC": sync}
+    child = zygote.run(_RACING, str(dataset), ending, timeout=300, env=env)
+    assert child.returncode == (0 if ending == "shutdown" else -signal.SIGKILL), child.stderr
+    said = [line.split() for line in child.stdout.splitlines()]
+    assert len(said) >= 300
+    outcomes = [record_id for kind, record_id in said if kind == "O"]
+    gated = [record_id for kind, record_id in said if kind == "G"]
+    with otel_replay.open(dataset) as store:
+        assert store.verify(None).problems == []
+        counts = {row["record_id"]: row["n"] for row in store.rows(
+            "SELECT record_id, count(*) AS n FROM spans WHERE record_id IS NOT NULL "
+            "AND name IN ('replay.decision', 'replay.outcome') GROUP BY record_id")}
+        gate_records = store.rows("SELECT attributes FROM spans WHERE name = 'replay.gate'")
+    assert {counts.get(record_id, 0) for record_id in outcomes} == {1}
+    # A gated trade's commit returned: its intent (the decision as it stood) and its commit record are stored, once;
+    # the decision record its audit() block sealed on exit is not durable (nothing waits for it) and may be lost.
+    for decision_id in gated:
+        stages = sorted(
+            json.loads(row["attributes"])["replay.gate.executed"] for row in gate_records
+            if f'"replay.gate.decision_id":"{decision_id}"' in row["attributes"]
+        )
+        assert stages == ["committed", "intent"], (decision_id, stages)
+    assert set(counts.values()) == {1}  # nothing stored twice, acknowledged or not
+
+
+_FORK_AFTER_HOLDING = textwrap.dedent(
+    """
+    import os, signal, sys, warnings
+    import otel_replay
+    from otel_replay import DecisionTracer
+
+    warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork() may deadlock": none is held
+    dataset, child_ending = sys.argv[1], sys.argv[2]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "p0", correlation_id="p-0")
+    second = tracer.decision("agent", "approve", "p1", correlation_id="p-1")
+    print("O", tracer.record_outcome(first, True).record_id, flush=True)  # holding starts; the ticker runs
+    held = tracer.decision("agent", "approve", "p2", correlation_id="p-2")  # held in the parent at the fork
+    print("D", first, second, held, flush=True)
+    pid = os.fork()
+    if pid == 0:
+        mine = tracer.decision("agent", "approve", "c0", correlation_id="c-0")
+        print("O", tracer.record_outcome(second, False).record_id, flush=True)  # the parent's decision, settled here
+        later = tracer.decision("agent", "approve", "c1", correlation_id="c-1")
+        print("O", tracer.record_outcome(mine, True).record_id, flush=True)
+        print("D", mine, later, flush=True)
+        if child_ending == "SIGKILL":
+            os.kill(os.getpid(), signal.SIGKILL)
+        telemetry.shutdown()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("O", tracer.record_outcome(held, True).record_id, flush=True)
+    telemetry.shutdown()
+    """
+)
+
+
+@pytest.mark.parametrize("child_ending", ["shutdown", "SIGKILL"])
+def test_a_child_forked_after_holding_started_and_its_parent_both_record_outcomes_once(zygote, dataset, child_ending):
+    # The parent holds a decision for its next durable record when it forks; the child (its own chain, its own
+    # claim-store instance) records outcomes of the parent's decision and of its own, and shuts down or is killed.
+    # The parent goes on. Each record is stored once, verify is clean, and the parent's held decision is the
+    # parent's to write (never the child's too).
+    child = zygote.run(_FORK_AFTER_HOLDING, str(dataset), child_ending)
+    assert child.returncode == 0, child.stderr
+    ids = [record_id for line in child.stdout.splitlines() for record_id in line.split()[1:]]
+    assert len(ids) == 9
+    assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
+
+
+_OUTCOME_WHILE_A_GATE_RECORD_IS_QUEUED = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    import otel_replay
+    from otel_replay import Action, ActionGate, DecisionTracer, DependencySnapshot, ReferenceLedger, audit
+    from otel_replay.storage import wal
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1", correlation_id="loan-1")
+    telemetry.force_flush()
+    gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+    gate.commit(Action("refund", {"order": "o-0"}, cost=1.0))  # the log is open and writing ahead
+    writing, go = threading.Event(), threading.Event()
+    real_write = wal.WriteAheadLog._write_queued
+
+    def slow_write(self):  # the log's writer is slow to take the queue (another thread had the GIL)
+        writing.set()
+        go.wait(60)
+        real_write(self)
+
+    wal.WriteAheadLog._write_queued = slow_write
+
+    def trade():
+        with audit("refund", snapshot=DependencySnapshot({"balance": 100}, version="v1"), correlation_id="t-1") as d:
+            action = Action("refund", {"order": "o-1"}, cost=5.0)
+            d.act(action)
+            gate.commit(action, record_id=d.record_id)  # its intent queued, not yet written
+
+    trader = threading.Thread(target=trade)
+    trader.start()
+    writing.wait(60)
+    settler = threading.Thread(target=tracer.record_outcome, args=(first, True))  # sealed after the intent
+    settler.start()
+    settler.join(2)
+    print("outcome before the intent was written" if not settler.is_alive() else "waited", flush=True)
+    if settler.is_alive():
+        go.set()
+        settler.join()
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_an_outcome_recorded_while_a_gate_record_waits_for_the_log_is_not_durable_before_it(zygote, dataset):
+    # A gated commit on one thread has queued its intent in the write-ahead log (sealed, not yet written: its group
+    # commit is still to come); an outcome is recorded on another thread, sealed after the intent in the chain and
+    # durable when its SQLite commit returns. The process is killed. The outcome must not be on disk without the
+    # intent before it: it waits for the log first. (It did not: with eight threads trading and settling, a SIGKILL
+    # left 'deleted: missing from the dataset, yet record ... follows it' for a gate record in about one run of three.)
+    child = zygote.run(_OUTCOME_WHILE_A_GATE_RECORD_IS_QUEUED, str(dataset))
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    with otel_replay.open(dataset) as store:
+        assert store.verify(None).problems == [], child.stdout
+
+def test_shutdown_racing_outcomes_on_four_threads_loses_no_acknowledged_outcome_and_leaves_no_thread(dataset):
+    # Four threads make decisions and settle the previous ones while the pipeline shuts down under them. An outcome
+    # is either refused as record_outcome() says (CaptureError: the pipeline is shut down) or stored, once, and in
+    # Parquet when shutdown() returned; verify is clean; and no thread of the pipeline's (the held records' ticker,
+    # the outcomes' converter) is left running (tests/conftest.py fails the test otherwise). Before: an outcome whose
+    # hold came after the shutdown either raised OtelReplayError 'the batch queue could not be flushed first (timed
+    # out)' (records had been held at the shutdown) or was committed past shutdown's conversion, acknowledged and
+    # not in the dataset (about one run in four).
+    import threading
+
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    tracer.record_outcome(tracer.decision("agent", "approve", "r"), True)  # holding starts: the ticker runs
+    acknowledged: list[str] = []
+    unexpected: list[BaseException] = []
+    started = threading.Barrier(5)
+
+    def settle(n: int) -> None:
+        started.wait()
+        previous = None
+        for k in range(400):
+            try:
+                decision = tracer.decision("agent", "approve", f"r{n}-{k}", correlation_id=f"a{n}-{k}")
+                if previous is not None:
+                    acknowledged.append(tracer.record_outcome(previous, k % 2 == 0).record_id)
+            except otel_replay.CaptureError:
+                return  # refused: the pipeline is shut down
+            except Exception as exc:  # noqa: BLE001 - reported below
+                unexpected.append(exc)
+                return
+            previous = decision
+
+    threads = [threading.Thread(target=settle, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    while len(acknowledged) < 40 and any(thread.is_alive() for thread in threads):
+        threading.Event().wait(0.01)
+    telemetry.shutdown()
+    for thread in threads:
+        thread.join()
+    assert unexpected == []
+    assert acknowledged
+    assert _stored_once(dataset, acknowledged) == dict.fromkeys(acknowledged, 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="machine crash: an outcome's SQLite commit (not synced with OTEL_REPLAY_OUTCOME_SYNC=process, synced only "
+    "after the write order is released with =machine) holds the decisions it took, while a gate record sealed after "
+    "them is fsynced in the log; fix: the next write-ahead syncs the claim store first (see the review report)",
+)
+def test_a_gate_commit_returns_with_the_decisions_an_outcome_took_before_it_on_disk(dataset, monkeypatch):
+    # gate.commit() promises its intent is fsynced "with every record the process sealed before it". A decision held
+    # since the last outcome is taken into the next outcome's SQLite commit, which the default sync mode never
+    # fdatasyncs: when the commit returns, a machine crash (power cut) keeps the gate record and loses that decision
+    # before it, and verify reads it as deleted. Before the outcome took it, the decision went into the intent's
+    # own fsynced log record. Observed here as which files were fdatasynced by the time commit() returned.
+    from otel_replay import Action, ActionGate, ReferenceLedger
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        second = tracer.decision("agent", "approve", "r2")
+        gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+        tracer.record_outcome(first, True)  # holding starts
+        tracer.decision("agent", "approve", "r3")  # held for the next durable record
+        tracer.record_outcome(second, True)  # takes it into its SQLite commit
+        synced: list[str] = []
+        real_sync = os.fdatasync
+
+        def watched_sync(fd: int) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real_sync(fd)
+
+        monkeypatch.setattr(os, "fdatasync", watched_sync)
+        gate.commit(Action("refund", {"order": "o-1"}, cost=1.0))
+        monkeypatch.setattr(os, "fdatasync", real_sync)
+    assert any(path.endswith("claims.sqlite3-wal") for path in synced), synced
+
+_TWO_PIPELINES = textwrap.dedent(
+    """
+    import os, signal, sys
+    import otel_replay
+    from otel_replay import DecisionTracer
+
+    dataset, ending = sys.argv[1], sys.argv[2]
+    tracer = DecisionTracer()
+    one = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    a0 = tracer.decision("agent", "approve", "a0", correlation_id="a-0")
+    a1 = tracer.decision("agent", "approve", "a1", correlation_id="a-1")
+    ids = [a0, a1, tracer.record_outcome(a0, True).record_id]  # the first pipeline holds from here on
+    a2 = tracer.decision("agent", "approve", "a2", correlation_id="a-2")  # held by the first pipeline
+    two = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)  # its recorder is current
+    b0 = tracer.decision("agent", "approve", "b0", correlation_id="b-0")
+    ids += [a2, b0, tracer.record_outcome(a1, False).record_id]  # through the second: its own chain, its held ones
+    b1 = tracer.decision("agent", "approve", "b1", correlation_id="b-1")
+    ids += [b1, tracer.record_outcome(b0, True).record_id]
+    two.shutdown()  # the first pipeline's recorder is current again; the shared claim store stays open for it
+    a3 = tracer.decision("agent", "approve", "a3", correlation_id="a-3")
+    ids += [a3, tracer.record_outcome(a2, True).record_id, tracer.record_outcome(b1, True).record_id]
+    print(" ".join(ids), flush=True)
+    if ending == "SIGKILL":
+        os.kill(os.getpid(), signal.SIGKILL)
+    one.shutdown()
+    """
+)
+
+
+@pytest.mark.parametrize("ending", ["shutdown", "SIGKILL"])
+def test_two_pipelines_on_one_dataset_in_one_process_store_each_record_once(zygote, dataset, ending):
+    # Two pipelines configured on one dataset share its claim store; each holds its own chain's records. Outcomes
+    # through either, of decisions of either, one shut down before the other: every decision before an outcome and
+    # every outcome is stored once (after a SIGKILL too), and verify is clean.
+    child = zygote.run(_TWO_PIPELINES, str(dataset), ending)
+    assert child.returncode == (0 if ending == "shutdown" else -signal.SIGKILL), child.stderr
+    ids = child.stdout.split()
+    assert len(ids) == 11
+    assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with OTEL_REPLAY_OUTCOME_SYNC=machine an outcome's spans reach the converter only after its sync, outside "
+    "the store's lock: a shutdown() in between converts without them and the outcome, acknowledged after it, stays in "
+    "the claim store until interpreter exit (a converter thread restarted after shutdown)",
+)
+def test_an_outcome_synced_while_shutdown_converts_is_in_parquet_when_both_returned(dataset, monkeypatch):
+    # The outcome is committed (its hold ran before the shutdown), its machine sync is in flight while another
+    # thread shuts the pipeline down. Once shutdown() and record_outcome() have both returned, the outcome must be in
+    # Parquet, and no pipeline thread left running. (Seen racing four threads against shutdown(): an acknowledged
+    # outcome missing from the dataset in 3 of 10 runs with =machine, none with =process.)
+    import os
+    import threading
+
+    from otel_replay.storage.outcome_claims import close_outcomes
+
+    monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "machine")
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1")
+    tracer.record_outcome(first, True)
+    second = tracer.decision("agent", "approve", "r2")
+    assert telemetry.force_flush()  # the shutdown below finds no outcome of its own to convert (and sync)
+    syncing, go = threading.Event(), threading.Event()
+    real_sync = os.fdatasync
+
+    def slow_sync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal") and not syncing.is_set():
+            syncing.set()
+            go.wait(60)
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_sync)
+    recorded: list[str] = []
+    settler = threading.Thread(target=lambda: recorded.append(tracer.record_outcome(second, False).record_id))
+    settler.start()
+    try:
+        assert syncing.wait(60)
+        telemetry.shutdown()
+    finally:
+        go.set()
+        settler.join()
+        monkeypatch.setattr(os, "fdatasync", real_sync)
+    try:
+        with otel_replay.open(dataset) as store:
+            stored = store.rows("SELECT 1 FROM spans WHERE record_id = ?", recorded)
+        assert len(recorded) == 1 and len(stored) == 1
+    finally:
+        close_outcomes(dataset)  # the converter the late outcome restarted: stopped, its outcome written
