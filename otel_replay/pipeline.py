@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -73,6 +74,7 @@ class Telemetry:
         self.bare_processors = processors if log is not None and ahead is not None else None
         self.recorder: Recorder | None = None
         self._previous: Recorder | None = None
+        self._store_sync: Callable[[], None] | None = None  # see sync_before_next_write
         self._closed = False
 
     def claim(self, span_id: int) -> bool:
@@ -123,11 +125,30 @@ class Telemetry:
         held, released = self._take_held()
         spans = [*held, span]
         try:
+            self._sync_store()
             if released:
                 self._flush_released()
             return Pending(spans, self.log.enqueue(spans), None)
         except Exception as exc:  # noqa: BLE001 - the spans still go to Parquet; wait_logged reports it
             return Pending(spans, None, exc)
+
+    def sync_before_next_write(self, sync: Callable[[], None]) -> None:
+        """``sync()`` puts a store's commit of records sealed so far on disk: the next write-ahead calls it first.
+
+        Called holding :attr:`write_order` (by an outcome's hold, once its
+        claim store committed it): the outcome and the records it took are
+        then on disk before any gate record sealed after them is fsynced,
+        also when the store does not sync its commits
+        (``OTEL_REPLAY_OUTCOME_SYNC=process``) or syncs them later.
+        """
+        self._store_sync = sync
+
+    def _sync_store(self) -> None:
+        """The store commit :meth:`sync_before_next_write` named, on disk (kept for the next one if that failed)."""
+        sync = self._store_sync
+        if sync is not None:
+            sync()
+            self._store_sync = None
 
     def _take_held(self) -> tuple[list[ReadableSpan], bool]:
         """The record spans held since the last take (holding from now on), and whether some went to the queue."""

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -588,6 +588,15 @@ class HeldRecord:
             raise
         self.ref, self.seal = SpanRef(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", start_ns), seal
         return spans, body
+
+    def committed(self, sync: Callable[[], None]) -> None:
+        """Its store committed it (holding the write order): ``sync()`` puts that commit on disk.
+
+        The pipeline calls it before its next fsync of a record sealed after
+        this one, so no such record is on disk ahead of this one (and of the
+        records it took) when the store does not sync each commit itself.
+        """
+        self._pipeline.sync_before_next_write(sync)
 
     def give_back(self) -> None:
         """The records :meth:`__call__` took to store with this one, to the batch queue: its store did not keep them."""

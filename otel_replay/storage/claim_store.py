@@ -11,6 +11,7 @@ the object-store claims); what is durable when is said there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -71,7 +72,15 @@ _ALONE = 8
 Hold = Callable[[], tuple[list[Any], bytes]]
 """Seals an outcome once its claim is taken: the ended spans stored beside the claim (the records sealed before it
 that were not durable yet, then the outcome's) and their OTLP bytes. When the store does not keep them after all, it
-calls the hold's ``give_back()`` if it has one (those records then reach Parquet the usual way)."""
+calls the hold's ``give_back()`` if it has one (those records then reach Parquet the usual way); once they are
+committed, its ``committed(sync)`` if it has one (``sync()`` returns once that commit is on disk)."""
+
+
+def _committed(request: _Request, sync: Callable[[], None]) -> None:
+    """Tell ``request``'s hold that its commit is in, and ``sync()`` puts it on disk (if the hold wants to know)."""
+    committed = getattr(request.hold, "committed", None)
+    if committed is not None:
+        committed(sync)
 
 
 def _give_back(request: _Request) -> None:
@@ -244,6 +253,7 @@ class _Request:
     spans: list[Any] | None = None  # the spans its hold sealed (see Hold)
     body: bytes = b""  # the sealed spans' OTLP bytes, until its row is inserted
     ticket: int = 0
+    closes: int = 0  # how many times its store's pending outcomes were closed when it committed
     failure: BaseException | None = None
 
 
@@ -524,7 +534,9 @@ class OutcomeClaimStore:
                 raise self.error(f"make the outcome of decision {decision_id[:200]!r} durable", exc) from exc
             with self.lock:
                 assert self.pending is not None and request.spans is not None
-                self.pending.added(row[1], request.spans)
+                late = self.pending.added(row[1], request.spans, committed_at=request.closes)
+            if late:
+                self.pending.convert_late()
         return claim
 
     def claim_many(self, items: list[tuple[str, str, bool, Hold]]) -> list[OutcomeClaim | BaseException]:
@@ -558,11 +570,14 @@ class OutcomeClaimStore:
                         _give_back(r)
                     r.failure = self.error(f"make the outcome of decision {r.decision_id[:200]!r} durable", exc)
             else:
+                late = False
                 with self.lock:
                     assert self.pending is not None
                     for r in stored:
                         assert r.spans is not None
-                        self.pending.added(r.row[1], r.spans)
+                        late = self.pending.added(r.row[1], r.spans, committed_at=r.closes) or late
+                if late:
+                    self.pending.convert_late()
         where = str(self.path)
         return [
             r if isinstance(r, BaseException) else r.failure or OutcomeClaim(where, None, None, self, r.key, r.row[1])
@@ -663,6 +678,13 @@ class OutcomeClaimStore:
                     batch_name = pending.batch
                     con.executemany(INSERT_PENDING, [(r.row[1], r.key, instance, batch_name, r.body) for r in stored])
                 con.execute("COMMIT")
+                self._committed += 1
+                ticket = self._committed
+                # Still holding the write orders: a record sealed after these must not reach the disk's durable
+                # side (a gate record's fsync) before this commit does; each hold tells its pipeline how to sync it.
+                sync = functools.partial(self._sync, ticket)
+                for request in stored:
+                    _committed(request, sync)
             except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     con.execute("ROLLBACK")
@@ -677,9 +699,9 @@ class OutcomeClaimStore:
         finally:
             for order in orders:
                 order.release()
-        self._committed += 1
         for request in stored:
-            request.ticket = self._committed
+            request.ticket = ticket
+            request.closes = pending.closes
             request.body = b""
             if not self.sync_outcomes:
                 assert request.spans is not None

@@ -163,6 +163,8 @@ class PendingOutcomes:
         self._thread: threading.Thread | None = None
         self.converted = 0
         self.convert_errors = 0
+        self.closes = 0
+        """How many times :meth:`close` began (under the store's lock): see :meth:`added`."""
         _all.add(self)
 
     @property
@@ -185,18 +187,39 @@ class PendingOutcomes:
             self._lock_fd = fd
         return self.instance
 
-    def added(self, outcome_id: str, spans: list[Any]) -> None:
+    def added(self, outcome_id: str, spans: list[Any], *, committed_at: int | None = None) -> bool:
         """The row of ``outcome_id`` is committed (synced where the store syncs): its ``spans`` go in the next batch.
 
         ``spans``: the outcome's ended span, last, after those of the records
         sealed before it that its row holds too (see ``claim_store.Hold``).
+        ``committed_at``: :attr:`closes` when the row was committed, for a row
+        handed over only once synced. ``True`` when a :meth:`close` began
+        since: the caller converts now (no thread is started past a shutdown).
         """
         if not self.spans:
             self._oldest = time.monotonic()
         self.spans.append((outcome_id, spans))
+        if committed_at is not None and committed_at != self.closes:
+            return True
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="otel-replay-outcomes", daemon=True)
             self._thread.start()
+        return False
+
+    def convert_late(self) -> None:
+        """Outcomes :meth:`added` after a :meth:`close` began: to Parquet now, on the caller's thread.
+
+        Their row was committed before that shutdown converted, their span
+        handed over after it: written here, the caller returns with them in
+        Parquet, and no converter thread is started past the shutdown. When
+        this fails they stay in the claim store, for the exit or the next
+        recovery to write (logged).
+        """
+        try:
+            self.convert()
+        except Exception as exc:  # noqa: BLE001 - durable in the claim store already: converted later
+            self.convert_errors += 1
+            _log.error("otel-replay: converting outcomes held in %s after shutdown failed: %s", self.store.path, exc)
 
     def _loop(self) -> None:
         while not self._stop.wait(max(0.05, min(self.interval / 4, 1.0))):
@@ -256,6 +279,8 @@ class PendingOutcomes:
         A row left (a write failed, or another thread recorded an outcome since the conversion) keeps the lock while
         this process lives: its converter or its exit writes it; after a crash a recovery does.
         """
+        with self.store.lock:
+            self.closes += 1
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

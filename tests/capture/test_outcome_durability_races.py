@@ -250,12 +250,6 @@ def test_shutdown_racing_outcomes_on_four_threads_loses_no_acknowledged_outcome_
     assert _stored_once(dataset, acknowledged) == dict.fromkeys(acknowledged, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="machine crash: an outcome's SQLite commit (not synced with OTEL_REPLAY_OUTCOME_SYNC=process, synced only "
-    "after the write order is released with =machine) holds the decisions it took, while a gate record sealed after "
-    "them is fsynced in the log; fix: the next write-ahead syncs the claim store first (see the review report)",
-)
 def test_a_gate_commit_returns_with_the_decisions_an_outcome_took_before_it_on_disk(dataset, monkeypatch):
     # gate.commit() promises its intent is fsynced "with every record the process sealed before it". A decision held
     # since the last outcome is taken into the next outcome's SQLite commit, which the default sync mode never
@@ -326,12 +320,6 @@ def test_two_pipelines_on_one_dataset_in_one_process_store_each_record_once(zygo
     assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with OTEL_REPLAY_OUTCOME_SYNC=machine an outcome's spans reach the converter only after its sync, outside "
-    "the store's lock: a shutdown() in between converts without them and the outcome, acknowledged after it, stays in "
-    "the claim store until interpreter exit (a converter thread restarted after shutdown)",
-)
 def test_an_outcome_synced_while_shutdown_converts_is_in_parquet_when_both_returned(dataset, monkeypatch):
     # The outcome is committed (its hold ran before the shutdown), its machine sync is in flight while another
     # thread shuts the pipeline down. Once shutdown() and record_outcome() have both returned, the outcome must be in
