@@ -40,6 +40,10 @@ _ONE_CHAR: Final = (_c.LITERAL, _c.NOT_LITERAL, _c.IN, _c.ANY)
 _STARTS: Final = (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING)
 _MAX_CHAINS: Final = 256  # open chains kept at one point (the most costly first): patterns are short
 _MOST: Final = 8  # ways are counted up to max_chars ** 8: far past refusal, and a float can still show it
+_BASE: Final = "".join(chr(code) for code in range(0x100)) + "\u0100\uffff"  # the usual probes, in this order
+_BASE_INDEX: Final = {probe: index for index, probe in enumerate(_BASE)}
+_BASE_MASKS: dict[tuple[str, int], int] = {}  # a set's usual probes, shared by every walk (sets repeat)
+_MAX_BASE_MASKS: Final = 4096
 _COUNT_WORDS: Final = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 _SEARCH: Final = "(search)"
 _ANCHOR: Final = "anchor it with ^ or \\A, "
@@ -86,11 +90,9 @@ class _Walk:
     def __init__(self, parsed: _regex_parser.SubPattern, max_chars: int) -> None:
         named: set[str] = set()
         _named_chars(parsed.data, named)
-        probes = {chr(code) for code in range(0x100)} | {"\u0100", "\uffff"} | named
-        self.probes = sorted(probes)
-        self._index = {probe: index for index, probe in enumerate(self.probes)}
-        self._joined = "".join(self.probes)
-        self.every = (1 << len(self.probes)) - 1
+        self._extra = "".join(sorted(named - _BASE_INDEX.keys()))  # probes past the usual ones, rarely any
+        self._index = {**_BASE_INDEX, **{probe: len(_BASE) + at for at, probe in enumerate(self._extra)}}
+        self.every = (1 << len(self._index)) - 1
         self.max_chars = max_chars
         self.worst: _Chain | None = None
         self._masks: dict[tuple[str, int], int] = {}
@@ -220,9 +222,17 @@ class _Walk:
             mask = mask if op is _c.LITERAL else self.every & ~mask
         elif op is _c.IN and av and av[0][0] is _c.NEGATE:  # the members are fewer to mark than the rest
             mask = self.every & ~self._mask(_c.IN, av[1:], flags) if len(av) > 1 else self.every
+        elif op is _c.ANY:
+            mask = self.every if flags & re.DOTALL else self.every & ~(1 << self._index["\n"])
         else:
-            one = self._one(op, av, flags)
-            mask = sum(1 << found.start() for found in one.finditer(self._joined))  # the scan runs in C
+            mask = _BASE_MASKS.get(key, -1)
+            tester = self._one(op, av, flags) if mask < 0 or self._extra else None
+            if tester is not None and mask < 0:
+                mask = sum(1 << found.start() for found in tester.finditer(_BASE))  # the scan runs in C
+                if len(_BASE_MASKS) < _MAX_BASE_MASKS:
+                    _BASE_MASKS[key] = mask
+            if tester is not None:
+                mask |= sum(1 << (len(_BASE) + found.start()) for found in tester.finditer(self._extra))
         self._masks[key] = mask
         return mask
 

@@ -7,6 +7,7 @@ they return into failures. Equality is JSON equality: ``true`` is not ``1``,
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -99,22 +100,32 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     characters is refused too; an unanchored pattern is searched from every start, which counts as one of
     them, and a counted repetition ``{m,n}`` counts its ``n - m + 1`` choices (see
     :mod:`otel_replay.contracts._regex_overlap` for which way it errs where it cannot tell). Two (``^.*-.*$``,
-    ``.*x``) are accepted: at most about 0.6 CPU seconds on :data:`REGEX_MAX_CHARS` characters.
+    ``.*x``) are accepted: at most about 0.5 CPU seconds on :data:`REGEX_MAX_CHARS` characters.
     """
     re.compile(pattern, re.ASCII)  # the checks and messages of the standard compiler, for a bad pattern
+    slow = _slowness(pattern)
+    if slow:
+        raise SlowRegexError(slow)
     parsed = _regex_parser.parse(pattern, re.ASCII)
-    hazard = _nested_repeat(parsed.data, parsed.state.flags)
-    if hazard:
-        raise SlowRegexError(
-            f"{hazard}: matching can take exponential time; make the inner repetition possessive (a++) or "
-            "atomic ((?>...)), or put a character it cannot match between repetitions"
-        )
-    overlap = overlapping_repetitions(parsed, REGEX_MAX_CHARS)
-    if overlap:
-        raise SlowRegexError(overlap)
     _end_of_text(parsed.data, parsed.state.flags)
     compiled: re.Pattern[str] = _regex_compiler.compile(parsed, parsed.state.flags)
     return compiled
+
+
+@functools.lru_cache(maxsize=1024)
+def _slowness(pattern: str) -> str | None:
+    """Why matching ``pattern`` (a valid one) can take exponential or high polynomial time, or ``None``.
+
+    Cached: the loader and every engine built on the same contracts ask again (the walk costs ~0.2 ms).
+    """
+    parsed = _regex_parser.parse(pattern, re.ASCII)
+    hazard = _nested_repeat(parsed.data, parsed.state.flags)
+    if hazard:
+        return (
+            f"{hazard}: matching can take exponential time; make the inner repetition possessive (a++) or "
+            "atomic ((?>...)), or put a character it cannot match between repetitions"
+        )
+    return overlapping_repetitions(parsed, REGEX_MAX_CHARS)
 
 
 def _end_of_text(items: list[tuple[Any, Any]], flags: int) -> None:
