@@ -100,7 +100,8 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     characters is refused too; an unanchored pattern is searched from every start, which counts as one of
     them, and a counted repetition ``{m,n}`` counts its ``n - m + 1`` choices (see
     :mod:`otel_replay.contracts._regex_overlap` for which way it errs where it cannot tell). Two (``^.*-.*$``,
-    ``.*x``) are accepted: at most about 0.5 CPU seconds on :data:`REGEX_MAX_CHARS` characters.
+    ``.*x``) are accepted: 0.2-0.7 CPU seconds on their worst :data:`REGEX_MAX_CHARS` characters (lazy ones the
+    slowest; ``benchmarks/bench_contracts_regex.py``).
     """
     re.compile(pattern, re.ASCII)  # the checks and messages of the standard compiler, for a bad pattern
     slow = _slowness(pattern)
