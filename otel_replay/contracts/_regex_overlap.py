@@ -9,7 +9,8 @@ after the chain can fail (``$``, a literal, a lookaround), since the first succe
 :func:`overlapping_repetitions` walks the parsed pattern once, in matching order, keeping the chains
 still open at each point with the number of ways they can split a text: an unbounded repetition (``*``,
 ``+``, ``{m,}``, lazy or greedy: ``.*?`` backtracks just as ``.*``) multiplies by the longest text a
-regex sees, a counted one ``{m,n}`` by its ``n - m + 1`` choices. An unanchored pattern is searched, which
+regex sees, a counted one ``{m,n}`` by its ``n - m + 1`` choices, and a fixed count is its body written out
+(``(?:.*-){3}`` is ``.*-.*-.*-``; ``(a?){30}`` thirty choices of two). An unanchored pattern is searched, which
 tries every start: that is one more unbounded repetition before it, ended by a leading ``^`` or ``\A``.
 A chain that can try more ways than ``max_chars ** 2`` (two unbounded repetitions on the longest text)
 before something after it fails is described, and the caller refuses the pattern.
@@ -18,11 +19,14 @@ Characters are compared on probes (every code point below 256, two beyond, and e
 names, in each case), as the exponential check in :mod:`otel_replay.contracts.checks` does. Where the walk
 cannot tell, it errs toward refusal, and says so here: a group, a back-reference or an atomic part between
 two repetitions counts as matchable by both when any character it can take is; zero-width assertions other
-than a leading ``^`` neither join nor split a chain; a repetition's body counts by the set of characters it
-can take, so ``(?:ab)*(?:ba)*`` is taken to overlap. One way errs toward accepting: past 256 chains open at
-one point the least costly are dropped (it takes hundreds of repetitions in alternatives to get there).
-Possessive repetitions and atomic groups never give
-back what they took and so never join a chain; the text they take can still lie between two that do.
+than ``^`` and ``\A`` neither join nor split a chain; a repetition's body counts by the set of characters it
+can take, so ``(?:ab)*(?:ba)*`` is taken to overlap. Two ways err toward accepting. Alternatives that can take
+the same text multiply the ways too, and the walk counts the costliest way through them, not how many there are:
+``^(?:.*|\w*)(?:.*|\w*)!$`` is kept as two repetitions, though it runs some 20 times longer than ``^.*.*!$``
+(Python's matcher has no fast path for a repetition in an alternative). And past 256 chains open at one point
+the least costly are dropped (it takes hundreds of repetitions in alternatives to get there). Possessive
+repetitions and atomic groups never give back what they took and so never join a chain; the text they take
+can still lie between two that do.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ _REPEATS: Final = (_c.MAX_REPEAT, _c.MIN_REPEAT)
 _ONE_CHAR: Final = (_c.LITERAL, _c.NOT_LITERAL, _c.IN, _c.ANY)
 _STARTS: Final = (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING)
 _MAX_CHAINS: Final = 256  # open chains kept at one point (the most costly first): patterns are short
+_MAX_PASSES: Final = 64  # a fixed count written out at most this many times: (a?){27} already passes 8192**2
+_MAX_STEPS: Final = 20_000
 _MOST: Final = 8  # ways are counted up to max_chars ** 8: far past refusal, and a float can still show it
 _BASE: Final = "".join(chr(code) for code in range(0x100)) + "\u0100\uffff"  # the usual probes, in this order
 _BASE_INDEX: Final = {probe: index for index, probe in enumerate(_BASE)}
@@ -71,17 +77,31 @@ def overlapping_repetitions(parsed: _regex_parser.SubPattern, max_chars: int) ->
     worst = walk.worst
     if worst is None or worst.ways <= max_chars**2:
         return None
-    names = [f"'{name}'" for name in worst.names if name != _SEARCH]
-    count = _COUNT_WORDS[len(names)] if len(names) < len(_COUNT_WORDS) else str(len(names))
+    reps = [name for name in worst.names if name != _SEARCH]
     searched = worst.names[0] == _SEARCH
-    who = ("an unanchored search (tried from every start) and " if searched else "") + f"{count} repetitions"
-    if len(names) == 1:
-        who = "an unanchored search (tried from every start) and the repetition"
+    word = _COUNT_WORDS[len(reps)] if len(reps) < len(_COUNT_WORDS) else str(len(reps))
+    who = f"{word} repetitions" if len(reps) > 1 else "the repetition"
+    if searched:
+        who = f"an unanchored search (tried from every start) and {who}"
+    names = []  # (a?){30} shows as 'a?' x30, not thirty names
+    for name, times in _runs(reps):
+        names += [f"'{name}' x{times}"] if times > 6 else [f"'{name}'"] * times
     return (
         f"{who} {', '.join(names)} can each match the same text: matching takes polynomial time "
         f"(up to {worst.ways:.1e} steps on {max_chars} characters); {_ANCHOR if searched else ''}"
         "make one possessive (.*+) or atomic ((?>...)), or narrow it so it cannot match what its neighbour matches"
     )
+
+
+def _runs(names: list[str]) -> list[tuple[str, int]]:
+    """``names`` as (name, how many times in a row)."""
+    runs: list[tuple[str, int]] = []
+    for name in names:
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1] + 1)
+        else:
+            runs.append((name, 1))
+    return runs
 
 
 class _Walk:
@@ -95,11 +115,13 @@ class _Walk:
         self.every = (1 << len(self._index)) - 1
         self.max_chars = max_chars
         self.worst: _Chain | None = None
+        self.steps = 0  # items walked: fixed counts written out stop past _MAX_STEPS
         self._masks: dict[tuple[str, int], int] = {}
 
     def sequence(self, items: list[tuple[Any, Any]], flags: int, chains: list[_Chain]) -> list[_Chain]:
         """Walk ``items`` in order from the ``chains`` open before them; the chains open after them."""
         for op, av in items:
+            self.steps += 1
             chains = _fewest(self._item(op, av, flags, chains))
         return chains
 
@@ -141,14 +163,21 @@ class _Walk:
 
     def _repeat(self, op: Any, av: Any, flags: int, chains: list[_Chain]) -> list[_Chain]:
         low, high, body = av
+        if high == low:  # a fixed count is its body written out that many times: (?:.*-){3} is .*-.*-.*-
+            # A body that repeats nothing variably leaves the chains as one pass does (the atoms between are a set).
+            passes = min(low, _MAX_PASSES) if _varies(body.data) else min(low, 1)
+            for _ in range(passes):
+                if self.steps > _MAX_STEPS:  # fixed counts nested deep: the ways are far past refusal by now
+                    break
+                chains = _fewest(self.sequence(body.data, flags, chains))
+            return chains
         # Its first pass: from the chains open before it when that pass is needed; a pass that is not needed
         # may fail without taking anything back from them (only its own chains count then).
         inside = self.sequence(body.data, flags, chains if low > 0 else [])
         mask = self._takes(body.data, flags)
         optional = low == 0 or _nullable(body.data)
-        if not mask or high == low:  # takes nothing, or a fixed count: an atom between repetitions
-            passed = self._past(chains, mask) if mask else chains
-            return inside + (chains + passed if optional else passed)
+        if not mask:  # takes nothing: (?:)*, \b*
+            return inside + chains
         ways = self.max_chars if high == _c.MAXREPEAT else high - low + 1
         musts = self._musts(body.data, flags)
         name = _shown([(op, av)])
@@ -251,6 +280,24 @@ def _fewest(chains: list[_Chain]) -> list[_Chain]:
             best[key] = chain
     kept = list(best.values())
     return kept if len(kept) <= _MAX_CHAINS else sorted(kept, key=lambda chain: -chain.ways)[:_MAX_CHAINS]
+
+
+def _varies(items: list[tuple[Any, Any]]) -> bool:
+    """Whether ``items`` hold a repetition whose count can vary (possessive ones aside: they never give back)."""
+    for op, av in items:
+        if op in _REPEATS and (av[0] != av[1] or _varies(av[2].data)):
+            return True
+        if op is _c.SUBPATTERN and _varies(av[-1].data):
+            return True
+        if op is _c.ATOMIC_GROUP and _varies(av.data):
+            return True
+        if op is _c.BRANCH and any(_varies(branch.data) for branch in av[1]):
+            return True
+        if op is _c.GROUPREF_EXISTS and any(branch is not None and _varies(branch.data) for branch in av[1:]):
+            return True
+        if op in (_c.ASSERT, _c.ASSERT_NOT) and _varies(av[1].data):
+            return True
+    return False
 
 
 def _nullable(items: list[tuple[Any, Any]]) -> bool:

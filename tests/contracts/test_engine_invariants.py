@@ -218,6 +218,8 @@ def test_a_repetition_of_alternatives_that_start_apart_or_never_backtrack_is_kep
         (r"^.+@.+\..+$", "three repetitions '.+', '.+', '.+'"),  # "@.@.@.…" and a newline
         (r"^(?=.*-.*-.*x)", "three repetitions '.*', '.*', '.*'"),  # a lookahead tries all of its own
         (r"^(?:\w*\d*\w*-)*$", r"three repetitions '\w*', '\d*', '\w*'"),  # inside a repetition split by '-'
+        (r"^(?:.*-){3}x$", "three repetitions '.*', '.*', '.*'"),  # a fixed count is its body three times
+        (r"^(a?){30}a{30}$", "30 repetitions 'a?' x30"),  # 2**30 ways to give back the a's: the classic
         (r".*-.*$", "an unanchored search (tried from every start) and two repetitions '.*', '.*'"),
         (r"a*a*b", "an unanchored search (tried from every start) and two repetitions 'a*', 'a*'"),
         (r"(?!.*-.*x)", "an unanchored search (tried from every start) and two repetitions '.*', '.*'"),
@@ -252,6 +254,7 @@ def test_a_regex_whose_matching_takes_polynomial_time_under_the_length_cap_is_re
         (r"^\w*-\d*-\w*x$", "a-1-bx", "a-b-bx"),  # '-' is neither a word character nor a digit
         (r"^[a-z]*[0-9]*[a-z]*$", "ab12cd", "ab12cd3"),  # letters and digits never overlap
         (r"^[A-Z]+[a-z]+[0-9]+$", "Ab1", "A1"),  # a shape infer writes
+        (r"^\d{4}-\d{2}-\d{2}$", "2026-11-30", "2026-11-3"),  # fixed counts: one way each
         (r"^.{0,100}-.{0,100}-.{0,100}x$", "--x", "--"),  # counted: 101**3 ways at most
         (r"(?m)^.*-.*$", "a\nb-c", "abc"),  # each line's start: '.' never takes the newline before it
         (r"(?:[^@,]+,)*[^@,]+$", "a,b", "@"),  # each pass needs a ',' the last repetition cannot take
