@@ -25,8 +25,9 @@ the same text multiply the ways too, and the walk counts the costliest way throu
 ``^(?:.*|\w*)(?:.*|\w*)!$`` is kept as two repetitions, though it runs some 20 times longer than ``^.*.*!$``
 (Python's matcher has no fast path for a repetition in an alternative). And past 256 chains open at one point
 the least costly are dropped (it takes hundreds of repetitions in alternatives to get there). Possessive
-repetitions and atomic groups never give back what they took and so never join a chain; the text they take
-can still lie between two that do.
+repetitions and atomic groups never give back what they took, so nothing after them joins their chain; but
+each try scans their text again, so they end a chain they overlap (see ``_atomic``), and between two
+repetitions they are an atom like any other.
 """
 
 from __future__ import annotations
@@ -151,12 +152,7 @@ class _Walk:
         if op in _REPEATS:
             return self._repeat(op, av, flags, chains)
         if op in (_c.ATOMIC_GROUP, _c.POSSESSIVE_REPEAT):
-            body = av if op is _c.ATOMIC_GROUP else av[2]
-            self._may_fail(chains)
-            self.sequence(body.data, flags, chains)  # it backtracks inside itself until it first matches
-            passed = self._past(chains, self._takes(body.data, flags))
-            optional = _nullable(body.data) or (op is _c.POSSESSIVE_REPEAT and av[0] == 0)
-            return chains + passed if optional else passed
+            return self._atomic(op, av, flags, chains)
         # A back-reference (or anything else): it can fail, and may take any text or none.
         self._may_fail(chains)
         return chains
@@ -189,6 +185,32 @@ class _Walk:
         alone = _Chain(ways, mask, musts, frozenset(), (name,))
         rest = chains if optional else self._past(chains, mask)
         return [*joined, alone, *rest, *inside]
+
+    def _atomic(self, op: Any, av: Any, flags: int, chains: list[_Chain]) -> list[_Chain]:
+        r"""Past a possessive repetition or an atomic group: it never gives back, but each try scans its text.
+
+        So it ends a chain it overlaps (``.+?[^a]++\d+`` searched: every start, every split of ``.+?``, each
+        scanning the rest with ``[^a]++``): the chain counts it, and nothing after joins it (its ``chars`` are
+        none). Between two repetitions it is an atom like any other.
+        """
+        body = av if op is _c.ATOMIC_GROUP else av[2]
+        self._may_fail(chains)
+        self.sequence(body.data, flags, chains)  # it backtracks inside itself until it first matches
+        mask = self._takes(body.data, flags)
+        passed = self._past(chains, mask)
+        optional = _nullable(body.data) or (op is _c.POSSESSIVE_REPEAT and av[0] == 0)
+        if op is _c.POSSESSIVE_REPEAT:
+            scan = self.max_chars if av[1] == _c.MAXREPEAT else av[1] - av[0] + 1
+        else:
+            scan = self.max_chars if _varies(body.data) else 1
+        musts = self._musts(body.data, flags)
+        name = _shown([(op, av)])
+        ended = [
+            _Chain(min(chain.ways * scan, self.max_chars**_MOST), 0, (), frozenset(), (*chain.names, name))
+            for chain in chains
+            if scan > 1 and self._overlap(chain, mask, musts)
+        ]
+        return (chains + passed if optional else passed) + ended
 
     def _overlap(self, chain: _Chain, mask: int, musts: tuple[int, ...]) -> bool:
         """Whether a text can be split between ``chain``'s last repetition and the next one (``mask``)."""

@@ -92,7 +92,7 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     must match each time (``^([a-z0-9]+\.)*$`` splits only at the dots, so it is accepted). A repetition of
     alternatives two of which can start with the same character (``^(a|aa)*$``) is refused for the same
     reason; ``^(foo|bar)*$`` is accepted. Atomic groups
-    ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are always accepted.
+    ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are never refused for nesting.
 
     Without nesting, repetitions in sequence that can each take the same text (``^.*-.*-.*$``,
     ``^\w*\d*\w*x$``) make a failing match try every way of splitting the text between them: n**3 steps for
@@ -101,7 +101,8 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     them, and a counted repetition ``{m,n}`` counts its ``n - m + 1`` choices (see
     :mod:`otel_replay.contracts._regex_overlap` for which way it errs where it cannot tell). Two (``^.*-.*$``,
     ``.*x``) are accepted: 0.2-0.7 CPU seconds on their worst :data:`REGEX_MAX_CHARS` characters (lazy ones the
-    slowest; ``benchmarks/bench_contracts_regex.py``).
+    slowest; ``benchmarks/bench_contracts_regex.py``), 1.6-3.1 s when they sit in alternatives or counted groups
+    (Python's matcher has no fast path for those).
     """
     re.compile(pattern, re.ASCII)  # the checks and messages of the standard compiler, for a bad pattern
     slow = _slowness(pattern)

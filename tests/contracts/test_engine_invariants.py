@@ -221,6 +221,8 @@ def test_a_repetition_of_alternatives_that_start_apart_or_never_backtrack_is_kep
         (r"^(?:.*-){3}x$", "three repetitions '.*', '.*', '.*'"),  # a fixed count is its body three times
         (r"^(a?){30}a{30}$", "30 repetitions 'a?' x30"),  # 2**30 ways to give back the a's: the classic
         (r".*-.*$", "an unanchored search (tried from every start) and two repetitions '.*', '.*'"),
+        # A possessive repetition never gives back, but it scans the rest again for each split before it.
+        (r".+?[^a]++\d+", "an unanchored search (tried from every start) and two repetitions '.+?', '[^a]++'"),
         (r"a*a*b", "an unanchored search (tried from every start) and two repetitions 'a*', 'a*'"),
         (r"(?!.*-.*x)", "an unanchored search (tried from every start) and two repetitions '.*', '.*'"),
         (r".{0,255}-.{0,255}-.{0,255}x", "and three repetitions '.{0,255}', '.{0,255}', '.{0,255}'"),  # 255**3 a start
@@ -251,6 +253,7 @@ def test_a_regex_whose_matching_takes_polynomial_time_under_the_length_cap_is_re
         (r"^[^@ ]+@[^@ ]+$", "a@b", "a@b c"),  # the example's lookup_customer
         (r"^[0-9]*+[0-9a-f]*+[a-z]*+!$", "12ab!", "12ab"),  # possessive: never gives back (refused without the +)
         (r"^(?>[0-9]*)(?>[0-9a-f]*)[a-z]*!$", "12ab!", "12ab"),  # atomic: never gives back
+        (r"\w++!", "ab!", "ab"),  # the search's start and one possessive scan: two
         (r"^\w*-\d*-\w*x$", "a-1-bx", "a-b-bx"),  # '-' is neither a word character nor a digit
         (r"^[a-z]*[0-9]*[a-z]*$", "ab12cd", "ab12cd3"),  # letters and digits never overlap
         (r"^[A-Z]+[a-z]+[0-9]+$", "Ab1", "A1"),  # a shape infer writes
