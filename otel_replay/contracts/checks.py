@@ -7,6 +7,7 @@ they return into failures. Equality is JSON equality: ``true`` is not ``1``,
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -16,6 +17,7 @@ import re._parser as _regex_parser
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from otel_replay.contracts._regex_overlap import overlapping_repetitions
 from otel_replay.contracts.model import ArgumentInvariant
 from otel_replay.contracts.paths import read_path
 
@@ -71,7 +73,7 @@ def json_equal(left: Any, right: Any) -> bool:
 
 
 class SlowRegexError(re.error):
-    """A pattern that compiles but whose matching can take exponential time in the text's length."""
+    """A pattern that compiles but whose matching can take exponential, or high polynomial, time in the text."""
 
 
 def compile_regex(pattern: str) -> re.Pattern[str]:
@@ -90,20 +92,42 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
     must match each time (``^([a-z0-9]+\.)*$`` splits only at the dots, so it is accepted). A repetition of
     alternatives two of which can start with the same character (``^(a|aa)*$``) is refused for the same
     reason; ``^(foo|bar)*$`` is accepted. Atomic groups
-    ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are always accepted. Patterns that
-    are slow without nesting (``.*x.*y.*z`` on a long text) are bounded by :data:`REGEX_MAX_CHARS`.
+    ``(?>...)`` and possessive repetitions (``a++``) never backtrack and are never refused for nesting.
+
+    Without nesting, repetitions in sequence that can each take the same text (``^.*-.*-.*$``,
+    ``^\w*\d*\w*x$``) make a failing match try every way of splitting the text between them: n**3 steps for
+    three. A pattern that can try more ways than two unbounded repetitions on :data:`REGEX_MAX_CHARS`
+    characters is refused too; an unanchored pattern is searched from every start, which counts as one of
+    them, and a counted repetition ``{m,n}`` counts its ``n - m + 1`` choices (see
+    :mod:`otel_replay.contracts._regex_overlap` for which way it errs where it cannot tell). Two (``^.*-.*$``,
+    ``.*x``) are accepted: 0.2-0.7 CPU seconds on their worst :data:`REGEX_MAX_CHARS` characters (lazy ones the
+    slowest; ``benchmarks/bench_contracts_regex.py``), 1.6-3.1 s when they sit in alternatives or counted groups
+    (Python's matcher has no fast path for those).
     """
     re.compile(pattern, re.ASCII)  # the checks and messages of the standard compiler, for a bad pattern
+    slow = _slowness(pattern)
+    if slow:
+        raise SlowRegexError(slow)
     parsed = _regex_parser.parse(pattern, re.ASCII)
-    hazard = _nested_repeat(parsed.data, parsed.state.flags)
-    if hazard:
-        raise SlowRegexError(
-            f"{hazard}: matching can take exponential time; make the inner repetition possessive (a++) or "
-            "atomic ((?>...)), or put a character it cannot match between repetitions"
-        )
     _end_of_text(parsed.data, parsed.state.flags)
     compiled: re.Pattern[str] = _regex_compiler.compile(parsed, parsed.state.flags)
     return compiled
+
+
+@functools.lru_cache(maxsize=1024)
+def _slowness(pattern: str) -> str | None:
+    """Why matching ``pattern`` (a valid one) can take exponential or high polynomial time, or ``None``.
+
+    Cached: the loader and every engine built on the same contracts ask again (the walk costs ~0.2 ms).
+    """
+    parsed = _regex_parser.parse(pattern, re.ASCII)
+    hazard = _nested_repeat(parsed.data, parsed.state.flags)
+    if hazard:
+        return (
+            f"{hazard}: matching can take exponential time; make the inner repetition possessive (a++) or "
+            "atomic ((?>...)), or put a character it cannot match between repetitions"
+        )
+    return overlapping_repetitions(parsed, REGEX_MAX_CHARS)
 
 
 def _end_of_text(items: list[tuple[Any, Any]], flags: int) -> None:
