@@ -461,6 +461,12 @@ class OutcomeClaimStore:
                     self._synced = max(self._synced, upto)
                 self._synced_changed.notify_all()
 
+    def _sync_here(self, pid: int, ticket: int) -> None:
+        """:meth:`_sync` of ``ticket`` in process ``pid``; nothing in a forked child (its chains are new)."""
+        # The child has the store as the fork left it: maybe mid-sync, with no thread left to finish that sync.
+        if os.getpid() == pid:
+            self._sync(ticket)
+
     def sync_all(self) -> None:
         """Return once every commit so far through this process's connection is on disk."""
         with self.lock:
@@ -682,7 +688,7 @@ class OutcomeClaimStore:
                 ticket = self._committed
                 # Still holding the write orders: a record sealed after these must not reach the disk's durable
                 # side (a gate record's fsync) before this commit does; each hold tells its pipeline how to sync it.
-                sync = functools.partial(self._sync, ticket)
+                sync = functools.partial(self._sync_here, os.getpid(), ticket)
                 for request in stored:
                     _committed(request, sync)
             except BaseException as exc:

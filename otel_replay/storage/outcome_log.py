@@ -201,7 +201,7 @@ class PendingOutcomes:
         self.spans.append((outcome_id, spans))
         if committed_at is not None and committed_at != self.closes:
             return True
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():  # one started while a close stopped it ended at once
             self._thread = threading.Thread(target=self._loop, name="otel-replay-outcomes", daemon=True)
             self._thread.start()
         return False

@@ -363,3 +363,100 @@ def test_an_outcome_synced_while_shutdown_converts_is_in_parquet_when_both_retur
         assert len(recorded) == 1 and len(stored) == 1
     finally:
         close_outcomes(dataset)  # the converter the late outcome restarted: stopped, its outcome written
+
+
+def test_an_outcome_of_a_second_pipeline_recorded_while_the_first_shuts_down_leaves_a_converter_running(
+    dataset, monkeypatch
+):
+    # Two pipelines on one dataset share its claim store and its converter; the first's shutdown() closes that
+    # converter. An outcome recorded through the second while that close is converting (its stop event set, its
+    # thread already joined and forgotten) started a converter thread that saw the stop event and ended at once, and
+    # the dead thread was kept: no outcome recorded through the second pipeline afterwards was converted in the
+    # background again (only at its shutdown or the process's exit), so its claim store grew for the process's life.
+    from otel_replay.storage.outcome_claims import _store
+    from otel_replay.storage.outcome_log import PendingOutcomes
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    one = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    two = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)  # its recorder is current
+    try:
+        tracer = DecisionTracer()
+        decisions = [tracer.decision("agent", "approve", f"r{n}", correlation_id=f"a-{n}") for n in range(3)]
+        recorded = [tracer.record_outcome(decisions[0], True).record_id]  # the converter starts
+        real_convert = PendingOutcomes.convert
+        during: list[str] = []
+
+        def convert_then_record(self: PendingOutcomes) -> int:
+            rows = real_convert(self)
+            if self.closes and not during:  # the first pipeline's close, still under way
+                during.append(tracer.record_outcome(decisions[1], False).record_id)
+            return rows
+
+        monkeypatch.setattr(PendingOutcomes, "convert", convert_then_record)
+        one.shutdown()
+        monkeypatch.setattr(PendingOutcomes, "convert", real_convert)
+        assert during
+        recorded += [*during, tracer.record_outcome(decisions[2], True).record_id]
+        pending = _store(str(dataset)).pending
+        assert pending is not None
+        thread = pending._thread
+        assert thread is not None and thread.is_alive(), "no converter for the outcomes the second pipeline holds"
+    finally:
+        one.shutdown()
+        two.shutdown()
+    assert _stored_once(dataset, recorded) == dict.fromkeys(recorded, 1)
+
+
+_FORK_WHILE_THE_STORE_SYNCS = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    import otel_replay
+    from otel_replay import Action, ActionGate, DecisionTracer, ReferenceLedger
+    from otel_replay.storage.outcome_claims import _store
+
+    dataset = sys.argv[1]
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+    first = tracer.decision("agent", "approve", "r1", correlation_id="c-1")
+    second = tracer.decision("agent", "approve", "r2", correlation_id="c-2")
+    tracer.record_outcome(first, True)  # holding starts
+    tracer.decision("agent", "approve", "r3", correlation_id="c-3")  # held: the next outcome takes it
+    tracer.record_outcome(second, True)  # its commit, not synced: the next gate record syncs it first
+    store = _store(dataset)
+    syncing, go = threading.Event(), threading.Event()
+    real_sync = os.fdatasync
+
+    def slow_sync(fd):
+        if threading.current_thread().name == "syncer" and not syncing.is_set():
+            syncing.set()
+            go.wait(60)
+        real_sync(fd)
+
+    os.fdatasync = slow_sync
+    syncer = threading.Thread(target=store.sync_all, name="syncer")  # a sync of the store under way at the fork
+    syncer.start()
+    assert syncing.wait(60)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a child that hangs is killed by SIGALRM
+        gate.commit(Action("refund", {"order": "o-child"}, cost=1.0))
+        os._exit(0)
+    go.set()
+    syncer.join()
+    os.fdatasync = real_sync
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    telemetry.shutdown()
+    """
+)
+
+
+def test_a_child_forked_while_its_parent_syncs_the_claim_store_can_commit_through_the_gate(zygote, dataset):
+    # An outcome's commit hands its pipeline the store's sync for the next gate record to call. A child forked while
+    # another thread of the parent synced that store inherited the store mid-sync (its flag set, no thread left to
+    # clear it): the child's first gate commit called the parent's sync, waited for that sync forever, and held the
+    # pipeline's write order while it did (the child hung). The parent's commit is the parent's to sync: the child's
+    # records start chains of their own.
+    child = zygote.run(_FORK_WHILE_THE_STORE_SYNCS, str(dataset))
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["0"], child.stderr
