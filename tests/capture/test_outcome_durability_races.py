@@ -460,3 +460,59 @@ def test_a_child_forked_while_its_parent_syncs_the_claim_store_can_commit_throug
     child = zygote.run(_FORK_WHILE_THE_STORE_SYNCS, str(dataset))
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["0"], child.stderr
+
+
+def test_an_outcome_synced_after_shutdown_whose_late_conversion_fails_is_written_once_later(dataset, monkeypatch):
+    # As above, and the late conversion the recording call does itself fails (disk full). record_outcome() still
+    # answers (the outcome is durable in the claim store), no converter thread is left running, the instance's lock
+    # is kept (a recovery in another process never writes it meanwhile), and the exit's conversion writes it: once,
+    # also after a new pipeline on the dataset converted in between.
+    import errno
+    import threading
+
+    from otel_replay.storage import outcome_log
+    from otel_replay.storage.outcome_claims import _store, close_outcomes
+
+    monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "machine")
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1")
+    recorded = [tracer.record_outcome(first, True).record_id]
+    second = tracer.decision("agent", "approve", "r2")
+    assert telemetry.force_flush()
+    syncing, go = threading.Event(), threading.Event()
+    real_sync, real_write = os.fdatasync, outcome_log._write
+
+    def slow_sync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal") and not syncing.is_set():
+            syncing.set()
+            go.wait(60)
+        real_sync(fd)
+
+    def disk_full(*args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdatasync", slow_sync)
+    settler = threading.Thread(target=lambda: recorded.append(tracer.record_outcome(second, False).record_id))
+    settler.start()
+    try:
+        assert syncing.wait(60)
+        telemetry.shutdown()
+        monkeypatch.setattr(outcome_log, "_write", disk_full)
+    finally:
+        go.set()
+        settler.join()
+        monkeypatch.setattr(os, "fdatasync", real_sync)
+        monkeypatch.setattr(outcome_log, "_write", real_write)
+    pending = _store(str(dataset)).pending
+    try:
+        assert len(recorded) == 2
+        assert pending is not None and pending.convert_errors == 1
+        assert pending._thread is None or not pending._thread.is_alive()
+        assert list((dataset / "_outcomes" / "writers").iterdir()), "the instance's lock was dropped"
+        with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):  # recovers nothing held
+            third = tracer.decision("agent", "approve", "r3")
+            recorded.append(tracer.record_outcome(third, True).record_id)
+    finally:
+        close_outcomes(dataset)  # as the exit does
+    assert _stored_once(dataset, recorded) == dict.fromkeys(recorded, 1)
