@@ -516,3 +516,46 @@ def test_an_outcome_synced_after_shutdown_whose_late_conversion_fails_is_written
     finally:
         close_outcomes(dataset)  # as the exit does
     assert _stored_once(dataset, recorded) == dict.fromkeys(recorded, 1)
+
+
+def test_a_gate_commit_whose_outcome_store_sync_fails_is_refused_before_the_rail_and_the_next_one_syncs(
+    dataset, monkeypatch
+):
+    # The sync an outcome's commit handed the pipeline fails (EIO) when the next gate commit's intent calls it. The
+    # intent is then not durable after the outcome: the commit is refused (GateError) before the rail runs, the sync
+    # is kept, and the next gate commit does it before its intent. Every decision, the outcome and the refused
+    # intent are stored once after shutdown(), and verify is clean.
+    import errno
+
+    from otel_replay import Action, ActionGate, GateError, ReferenceLedger
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    ledger = ReferenceLedger(100)
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        second = tracer.decision("agent", "approve", "r2")
+        gate = ActionGate(ledger, dataset=dataset)
+        ids = [first, second, tracer.record_outcome(first, True).record_id]  # holding starts
+        ids.append(tracer.decision("agent", "approve", "r3"))  # held for the next durable record
+        ids.append(tracer.record_outcome(second, True).record_id)  # takes it into its commit, not synced
+        real_sync = os.fdatasync
+        synced: list[str] = []
+
+        def failing_sync(fd: int) -> None:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if path.endswith("claims.sqlite3-wal"):
+                synced.append(path)
+                if len(synced) == 1:
+                    raise OSError(errno.EIO, "Input/output error")
+            real_sync(fd)
+
+        monkeypatch.setattr(os, "fdatasync", failing_sync)
+        with pytest.raises(GateError):
+            gate.commit(Action("refund", {"order": "o-1"}, cost=1.0))
+        assert ledger.balance == 100  # the rail was not called
+        gate.commit(Action("refund", {"order": "o-2"}, cost=1.0))
+        monkeypatch.setattr(os, "fdatasync", real_sync)
+    assert ledger.balance == 99
+    assert len(synced) >= 2, "the failed sync was not done again before the next gate record"
+    assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
