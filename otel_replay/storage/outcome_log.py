@@ -161,6 +161,7 @@ class PendingOutcomes:
         self._convert_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._restart = False  # a row was added while a close converted: that close starts the thread again
         self.converted = 0
         self.convert_errors = 0
         self.closes = 0
@@ -201,10 +202,17 @@ class PendingOutcomes:
         self.spans.append((outcome_id, spans))
         if committed_at is not None and committed_at != self.closes:
             return True
-        if self._thread is None or not self._thread.is_alive():  # one started while a close stopped it ended at once
-            self._thread = threading.Thread(target=self._loop, name="otel-replay-outcomes", daemon=True)
-            self._thread.start()
+        if self._thread is None or not self._thread.is_alive():
+            if self._stop.is_set():  # a close is converting (another pipeline on this dataset is open): it restarts
+                self._restart = True
+            else:
+                self._start()
         return False
+
+    def _start(self) -> None:
+        """Start the converter thread (caller holds the store's lock)."""
+        self._thread = threading.Thread(target=self._loop, name="otel-replay-outcomes", daemon=True)
+        self._thread.start()
 
     def convert_late(self) -> None:
         """Outcomes :meth:`added` after a :meth:`close` began: to Parquet now, on the caller's thread.
@@ -298,7 +306,11 @@ class PendingOutcomes:
             )
             return
         finally:
-            self._stop = threading.Event()
+            with self.store.lock:
+                self._stop = threading.Event()
+                restart, self._restart = self._restart, False
+                if restart and self.spans:  # added meanwhile, after the conversion took the rows
+                    self._start()
         store = self.store
         if self._lock_fd is None:
             return

@@ -383,6 +383,7 @@ def test_an_outcome_of_a_second_pipeline_recorded_while_the_first_shuts_down_lea
     # thread already joined and forgotten) started a converter thread that saw the stop event and ended at once, and
     # the dead thread was kept: no outcome recorded through the second pipeline afterwards was converted in the
     # background again (only at its shutdown or the process's exit), so its claim store grew for the process's life.
+    # The outcome recorded during the close itself is converted in the background too (the close restarts the thread).
     from otel_replay.storage.outcome_claims import _store
     from otel_replay.storage.outcome_log import PendingOutcomes
 
@@ -406,9 +407,11 @@ def test_an_outcome_of_a_second_pipeline_recorded_while_the_first_shuts_down_lea
         one.shutdown()
         monkeypatch.setattr(PendingOutcomes, "convert", real_convert)
         assert during
-        recorded += [*during, tracer.record_outcome(decisions[2], True).record_id]
         pending = _store(str(dataset)).pending
         assert pending is not None
+        thread = pending._thread
+        assert thread is not None and thread.is_alive(), "no converter for the outcome recorded during the close"
+        recorded += [*during, tracer.record_outcome(decisions[2], True).record_id]
         thread = pending._thread
         assert thread is not None and thread.is_alive(), "no converter for the outcomes the second pipeline holds"
     finally:
