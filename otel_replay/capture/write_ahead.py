@@ -231,6 +231,8 @@ class SpanLog:
         meanwhile, it keeps that record from being durable before a gate
         record queued ahead of it on another thread.
         """
+        if not self._in_flight:  # read without the lock: under the write order nothing is queued meanwhile
+            return True
         with self._settled:
             return self._settled.wait_for(lambda: not self._in_flight, timeout)
 
