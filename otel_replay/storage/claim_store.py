@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from otel_replay import settings
 from otel_replay.errors import ConfigError, DatasetError, OutcomeAlreadyRecorded
@@ -69,25 +69,20 @@ _SETTLED_NS = 2_000_000_000
 systems stamp with a coarse clock: a change in the same tick as the last leaves the mtime as it was)."""
 _ALONE = 8
 """Below this many requests in a transaction, each claim is inserted alone rather than looked up first."""
-Hold = Callable[[], tuple[list[Any], bytes]]
-"""Seals an outcome once its claim is taken: the ended spans stored beside the claim (the records sealed before it
-that were not durable yet, then the outcome's) and their OTLP bytes. When the store does not keep them after all, it
-calls the hold's ``give_back()`` if it has one (those records then reach Parquet the usual way); once they are
-committed, its ``committed(sync)`` if it has one (``sync()`` returns once that commit is on disk)."""
+class Hold(Protocol):
+    """An outcome to seal once its claim is taken (``capture.recorder.HeldRecord``), stored beside the claim."""
 
+    def __call__(self) -> tuple[list[Any], bytes]:
+        """Seal it now: the ended spans to store and their OTLP bytes.
 
-def _committed(request: _Request, sync: Callable[[], None]) -> None:
-    """Tell ``request``'s hold that its commit is in, and ``sync()`` puts it on disk (if the hold wants to know)."""
-    committed = getattr(request.hold, "committed", None)
-    if committed is not None:
-        committed(sync)
+        The spans are the records sealed before it that were not durable yet, then the outcome's.
+        """
 
+    def committed(self, sync: Callable[[], None]) -> None:
+        """Its spans are committed (the write orders still held): ``sync()`` returns once that commit is on disk."""
 
-def _give_back(request: _Request) -> None:
-    """Hand the records sealed before ``request``'s outcome back to its pipeline: the store did not keep them."""
-    give_back = getattr(request.hold, "give_back", None)
-    if give_back is not None:
-        give_back()
+    def give_back(self) -> None:
+        """The store did not keep its spans: the records sealed before it go on to Parquet the usual way."""
 
 
 def sync_outcomes() -> bool:
@@ -536,7 +531,7 @@ class OutcomeClaimStore:
             except OSError as exc:
                 with contextlib.suppress(DatasetError):
                     claim.release()  # not known to be on disk, and never handed on: given back whole
-                    _give_back(request)
+                    request.hold.give_back()
                 raise self.error(f"make the outcome of decision {decision_id[:200]!r} durable", exc) from exc
             with self.lock:
                 assert self.pending is not None and request.spans is not None
@@ -573,7 +568,7 @@ class OutcomeClaimStore:
                 for r in stored:  # not known to be on disk, and never handed on: given back whole
                     with contextlib.suppress(DatasetError):
                         self.release(r.key, r.row[1])
-                        _give_back(r)
+                        r.hold.give_back()
                     r.failure = self.error(f"make the outcome of decision {r.decision_id[:200]!r} durable", exc)
             else:
                 late = False
@@ -690,12 +685,12 @@ class OutcomeClaimStore:
                 # side (a gate record's fsync) before this commit does; each hold tells its pipeline how to sync it.
                 sync = functools.partial(self._sync_here, os.getpid(), ticket)
                 for request in stored:
-                    _committed(request, sync)
+                    request.hold.committed(sync)
             except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     con.execute("ROLLBACK")
                 for request in stored:  # sealed, not kept: the records sealed before each go on the usual way
-                    _give_back(request)
+                    request.hold.give_back()
                 if isinstance(exc, sqlite3.Error):  # none of them claimed
                     error = exc
                     fail_all(lambda request: self.error(doing(request), error))
