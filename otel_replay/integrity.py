@@ -12,40 +12,27 @@ span fails the check as a copy (records sealed before that attribute existed
 lack it; ``verify`` names their copies by comparing places). The signature makes a re-computed hash detectable: only
 a holder of the key can sign. See README "Integrity and keys" for key handling.
 
-Key resolution (first match wins):
-
-1. an explicit ``key`` / ``key_file`` argument;
-2. ``OTEL_REPLAY_SIGNING_KEY`` - the secret itself (any text, 16+ characters);
-3. ``OTEL_REPLAY_KEY_FILE`` - a file holding the secret;
-4. ``~/.config/otel-replay/signing.key`` - created (mode 0600, 32 random bytes,
-   hex) the first time something is signed.
+Keys, and the order they are looked for in: :mod:`otel_replay.signing_keys`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import functools
 import hashlib
-import hmac
 import json
 import operator
-import os
-import secrets
-import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from otel_replay import semconv as sc
-from otel_replay import settings
 from otel_replay._json import _orjson, canonical_json, strict_loads
 from otel_replay.errors import ConfigError, IntegrityError, PayloadError
 from otel_replay.records import Seal, _seal
+from otel_replay.signing_keys import SigningKey, load_signing_key
+from otel_replay.voids import Voids
 
 __all__ = [
     "GENESIS_HASH",
@@ -93,142 +80,6 @@ SEAL_KEYS = (
 MISPLACED = "stored at another span than it was sealed in: "
 """How :meth:`SealCheck.problem` starts the problem of a verbatim copy of a record sealed with its place."""
 _frame = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-DEFAULT_KEY_FILE = Path("~/.config/otel-replay/signing.key")
-
-
-@dataclass(frozen=True)
-class SigningKey:
-    """An HMAC secret and its public id (the first 16 hex of its SHA-256)."""
-
-    secret: bytes = field(repr=False)
-
-    @functools.cached_property
-    def key_id(self) -> str:
-        """A short, non-secret id stamped on every record signed with this key."""
-        return hashlib.sha256(self.secret).hexdigest()[:16]
-
-    @functools.cached_property
-    def _keyed(self) -> Any:
-        # The key schedule done once; each signature copies it (half the cost of hmac.digest).
-        keyed = hmac.new(self.secret, digestmod=hashlib.sha256)
-        # OpenSSL's own HMAC object when hmac wraps one: copying it skips the Python wrapper (same bytes).
-        return getattr(keyed, "_hmac", None) or keyed
-
-    def sign(self, digest: str) -> str:
-        """HMAC-SHA256 of a record hash, hex."""
-        mac = self._keyed.copy()
-        mac.update(digest.encode())
-        return mac.hexdigest()
-
-    def check(self, digest: str, signature: str) -> bool:
-        """Constant-time check of a signature."""
-        return hmac.compare_digest(self.sign(digest), signature)
-
-
-def load_signing_key(
-    key: str | bytes | None = None, key_file: str | os.PathLike[str] | None = None, *, create: bool = True
-) -> SigningKey | None:
-    """Resolve the signing key (see the module docstring for the order).
-
-    With ``create=False`` a missing default key file yields ``None`` instead
-    of a new key (``verify`` uses this: it must not invent a key).
-    """
-    from_env = key is None and key_file is None
-    if from_env:
-        key = settings.env_text(settings.SIGNING_KEY)
-        key_file = settings.env_text(settings.KEY_FILE)
-    if key is not None:
-        named = settings.SIGNING_KEY if from_env else "the signing_key argument"
-        try:
-            secret = key.encode() if isinstance(key, str) else key
-        except UnicodeEncodeError:  # bytes that are not UTF-8 in the environment arrive as lone surrogates
-            raise ConfigError(f"signing key is not valid UTF-8 text ({named}): use printable characters") from None
-        if len(secret) < 16:
-            raise ConfigError("signing key is too short: use at least 16 characters (OTEL_REPLAY_SIGNING_KEY)")
-        return SigningKey(secret)
-    path = Path(key_file).expanduser() if key_file is not None else DEFAULT_KEY_FILE.expanduser()
-    if path.exists():
-        return _key_from_file(path)
-    if key_file is not None:
-        raise ConfigError(f"signing key file {path} does not exist")
-    if not create:
-        return None
-    return _create_key_file(path)
-
-
-def _key_from_file(path: Path) -> SigningKey:
-    """The key stored in ``path`` (one line, 16 bytes to 4 KiB)."""
-    if not (path.is_file() or path.is_fifo()):  # a directory or a device (/dev/zero never ends)
-        raise ConfigError(f"signing key file {path} is not a regular file")
-    with path.open("rb") as handle:
-        secret = handle.read(4097)  # a key is a few dozen bytes; 4 KiB bounds the read
-    if len(secret) > 4096:
-        raise ConfigError(f"signing key file {path} is larger than 4 KiB: not a key file")
-    secret = secret.strip()
-    if len(secret) < 16:
-        raise ConfigError(f"signing key file {path} holds fewer than 16 bytes")
-    return SigningKey(secret)
-
-
-def _create_key_file(path: Path) -> SigningKey:
-    """Create the default key file at ``path``, or use the one another process created first.
-
-    Processes that start together on a fresh machine (a forked worker pool)
-    all find no key: each writes its key to a temporary file beside ``path``
-    and hard-links it into place, so the file appears whole or not at all and
-    exactly one process's key wins; the others read the winner's (never a
-    half-written file, never a second key).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_hex(32).encode()
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(secret)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(temp, path)  # never replaces a key another process linked first
-        except FileExistsError:
-            return _key_from_file(path)
-        except OSError:  # a filesystem without hard links: exclusive create, then write (readers wait for it)
-            return _create_exclusive(path, secret)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-    _fsync_dir(path.parent)  # records are signed with this key from now on: it must survive a crash
-    return SigningKey(secret)
-
-
-def _create_exclusive(path: Path, secret: bytes) -> SigningKey:
-    """:func:`_create_key_file` where hard links fail: ``O_EXCL``; a loser waits up to 2 s for the key to be written."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        deadline = time.monotonic() + 2.0
-        while True:
-            try:
-                return _key_from_file(path)
-            except ConfigError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(secret)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return SigningKey(secret)
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform opens directories
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _encode(value: Any) -> str:
     # Type-tagged and canonical: what goes in comes back out of Parquet equal.
     if isinstance(value, str):
@@ -471,6 +322,9 @@ class VerifyReport:
     """Files that could not be read at all, so their records were not checked."""
     dropped_by_retention: int = 0
     """Chains whose missing predecessor a signed retention checkpoint names (cut by retention, not deleted)."""
+    voided: int = 0
+    """Records sealed and then not kept by their store (an outcome refused), each named by a void record after it
+    (:mod:`otel_replay.voids`): the gap they leave is not a deletion."""
     unknown_commits: list[VerifyProblem] = field(default_factory=list)
     """Commit intents no commit record answers: executed? unknown - check the rail (not an integrity failure).
 
@@ -589,7 +443,8 @@ def verify_records(
     content edited (hash mismatch), a hash recomputed without the key
     (signature mismatch), a key id that none of ``keys`` has, attributes that
     cannot be read unambiguously (duplicate keys), a deleted record (a
-    successor names a predecessor that is absent) and reordering (a link
+    successor names a predecessor that is absent, unless a void record names
+    it: :mod:`otel_replay.voids`) and reordering (a link
     points at the wrong record, or two different records claim one sequence
     number). A row is re-hashed before it is recognised as a copy of another:
     the same record stored twice at the same span (an OTLP retry, a copied
@@ -615,6 +470,7 @@ def verify_records(
     """
     check = SealCheck(keys, require_signed=False)
     report = VerifyReport()
+    voids = Voids()
     chains: dict[str, dict[int, list[StoredRecord]]] = {}
     copies: set[tuple[str, str, str]] = set()  # (record id, trace id, span id) of copies already named
     for rec in records:
@@ -649,10 +505,14 @@ def verify_records(
                 report.unsigned_checked += 1
         if problem is not None:
             report.problems.append(VerifyProblem(rec.record_id, problem, rec.file))
+        else:
+            voids.note(str(attrs.get(sc.RECORD_CHAIN_ID)), _seq(attrs), rec.record_id, attrs, rec.file)
     report.chains = len(chains)
     for chain_id, by_seq in chains.items():
-        _check_links(chain_id, by_seq, report, dropped or {})
+        _check_links(chain_id, by_seq, report, dropped or {}, voids)
     _check_dropped_runs(chains, expected, dropped or {}, report)
+    report.voided, stored_voided = voids.count_missing(chains)
+    report.problems += [VerifyProblem(*found) for found in stored_voided]
     return report
 
 
@@ -735,6 +595,7 @@ def _check_links(
     by_seq: dict[int, list[StoredRecord]],
     report: VerifyReport,
     dropped: Mapping[tuple[str, int], tuple[str, str, str]],
+    voids: Voids,
 ) -> None:
     days: set[str] | None = None  # the days this chain's stored records were sealed on, found when first needed
     first = min(by_seq)
@@ -767,6 +628,8 @@ def _check_links(
             if cut[2] not in days:  # the very predecessor a signed checkpoint names, and its day is gone
                 report.dropped_by_retention += 1
                 continue
+        if not before and voids.excuses(chain_id, seq - 1, prev_id, prev_hash):
+            continue  # sealed, then not kept: its writer voided it (counted in report.voided)
         if not before:
             # With nothing earlier of its chain left, retention (compact --older-than) may have dropped the start.
             retention = " (or dropped by retention: no earlier record of its chain is left)" if seq == first else ""

@@ -32,6 +32,7 @@ SPAN_ACT: Final = "replay.act"
 SPAN_OUTCOME: Final = "replay.outcome"
 SPAN_AUDIT_ENTRY: Final = "replay.audit_entry"
 SPAN_GATE: Final = "replay.gate"
+SPAN_VOID: Final = "replay.void"
 
 # --- kinds (value of ``replay.kind``) ---------------------------------------
 KIND: Final = "replay.kind"
@@ -42,6 +43,7 @@ KIND_ACT: Final = "act"
 KIND_OUTCOME: Final = "outcome"
 KIND_AUDIT_ENTRY: Final = "audit_entry"
 KIND_GATE: Final = "gate"
+KIND_VOID: Final = "void"
 
 # --- correlation, stamped on every span in scope ------------------------------
 CORRELATION_ID: Final = "replay.correlation_id"
@@ -118,6 +120,13 @@ GATE_ACTION: Final = "replay.gate.action"  # a commit's action, canonical JSON {
 GATE_INTENT_ID: Final = "replay.gate.intent_id"  # a commit's (or failed commit's) intent record
 GATE_DECISION_RECORD: Final = "replay.gate.decision_record"  # an intent's decision as acted on: its attributes, JSON
 GATE_INTENT: Final = "intent"  # replay.gate.executed of the record written (durably) before the rail is called
+
+# --- void: a record sealed, then not kept by its store -------------------------
+VOID_RECORD_ID: Final = "replay.void.record_id"  # the record sealed and not kept
+VOID_NAME: Final = "replay.void.name"  # its span name
+VOID_SEQ: Final = "replay.void.seq"  # its sequence number in the void's own chain
+VOID_HASH: Final = "replay.void.hash"  # its sealed hash
+VOID_REASON: Final = "replay.void.reason"
 
 # --- OpenTelemetry GenAI semantic conventions (model spans) ------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from otel_replay.errors import ConfigError
-from otel_replay.integrity import DEFAULT_KEY_FILE, load_signing_key
+from otel_replay.integrity import load_signing_key
+from otel_replay.signing_keys import DEFAULT_KEY_FILE
 
 
 def _worker(home: str, barrier: Any, results: Any) -> None:

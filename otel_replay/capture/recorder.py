@@ -38,7 +38,8 @@ from otel_replay.integrity import (
     span_place,
     unhashable,
 )
-from otel_replay.records import Seal, SpanRef
+from otel_replay.records import Seal, SpanRef, new_id
+from otel_replay.voids import void_attributes
 
 __all__ = ["HeldRecord", "Pipeline", "Recorder", "RecorderStats", "get_recorder", "mark_shut_down", "set_recorder"]
 
@@ -397,6 +398,29 @@ class Recorder:
         """
         return self._emit(name, record_id, attributes, links, durable=True)
 
+    def void(self, name: str, record_id: str, seal: Seal) -> None:
+        """Seal a void record for ``record_id`` (span ``name``): sealed with ``seal``, then not kept by its store.
+
+        Never raises (it runs where a store is already failing): a void that
+        cannot be emitted is logged and counted in ``stats.capture_errors``;
+        ``verify`` then reads the gap as deleted (docs/troubleshooting.md).
+        """
+        void_id = new_id()
+        try:
+            self.emit(sc.SPAN_VOID, void_id, void_attributes(void_id, name, record_id, seal.seq, seal.hash))
+        except Exception as exc:  # noqa: BLE001 - logged and counted; the caller reports its own failure
+            self.note_capture_error()
+            _log.error(
+                "otel-replay: %s record %s was sealed (seq %d of chain %s) and not kept, and its void record could "
+                "not be emitted (%s: %s): verify will read that link as deleted",
+                name,
+                record_id,
+                seal.seq,
+                seal.chain_id,
+                type(exc).__name__,
+                exc,
+            )
+
     def held(
         self, name: str, record_id: str, attributes: dict[str, Any], *, links: Sequence[Link] = ()
     ) -> HeldRecord | None:
@@ -552,6 +576,7 @@ class HeldRecord:
         self._attributes, self._links, self._chain = attributes, links, chain
         self.ref: SpanRef | None = None
         self.seal: Seal | None = None
+        self._unkept: Seal | None = None  # its seal until kept or voided (see give_back)
         self.write_order: Any = getattr(recorder.pipeline, "write_order", None)
         """The pipeline's write order (see :class:`~otel_replay.capture.write_ahead.WriteAheadProcessor`): a store
         seals the record and commits it holding it, so no gate record sealed after it is durable before it."""
@@ -577,7 +602,7 @@ class HeldRecord:
         try:
             start_ns = time.time_ns()
             parent, ctx = self._parent, self._context
-            seal = self._chain.seal(
+            seal = self._unkept = self._chain.seal(
                 self._record_id, name, start_ns, attributes, span_place(ctx.trace_id, ctx.span_id)
             )
             span = ended_record_span(tracer, parent, ctx, name, start_ns, attributes, self._links)
@@ -599,10 +624,19 @@ class HeldRecord:
         self._pipeline.sync_before_next_write(sync)
 
     def give_back(self) -> None:
-        """The records :meth:`__call__` took to store with this one, to the batch queue: its store did not keep them."""
+        """Its store did not keep it: the records :meth:`__call__` took go to the batch queue; a sealed one is voided.
+
+        Once sealed, the record took its chain's next link: a void record
+        sealed now names that link (:mod:`otel_replay.voids`), so ``verify``
+        does not read the gap it leaves as a deletion. Called at most once
+        to effect (again: nothing more happens).
+        """
         before, self._before = self._before, []
         if before:
             self._pipeline.hand_back(before)
+        seal, self._unkept = self._unkept, None
+        if seal is not None:
+            self._recorder.void(self._name, self._record_id, seal)
 
 
 _current = Recorder()

@@ -292,6 +292,9 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     if report.dropped_by_retention:
         cut = _count(report.dropped_by_retention, "chain")
         unsigned += f"; {cut} starting where retention dropped its earlier records (signed checkpoints)"
+    if report.voided:
+        voided = _count(report.voided, "record")
+        unsigned += f"; {voided} sealed, then not kept by its writer and voided in its chain (not deleted)"
     for problem in report.unknown_commits:
         _print(f"[yellow]unknown[/yellow] {escape(clean(str(problem)))}", soft_wrap=True)
     if report.ok:

@@ -14,10 +14,12 @@ import sys
 import textwrap
 
 import pytest
+from click.testing import CliRunner
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 import otel_replay
 from otel_replay import DecisionTracer, OutcomeAlreadyRecorded
+from otel_replay.cli import main
 
 
 def _pending(dataset) -> int:
@@ -484,14 +486,81 @@ def test_an_outcome_whose_machine_sync_fails_hands_its_decisions_back_and_can_be
     assert set(counts.values()) == {1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an outcome sealed (its chain link taken) and then not kept (failed sync, rolled-back transaction) leaves "
-    "a gap the next record follows: verify reads it as deleted; as before 97253ad",
-)
-def test_an_outcome_whose_machine_sync_fails_leaves_no_gap_verify_reads_as_deleted(dataset, monkeypatch):
+def test_an_outcome_whose_machine_sync_fails_is_voided_in_its_chain_not_read_as_deleted(dataset, monkeypatch):
     # No crash and nothing removed: the refused outcome's seal took the chain's next link, and the records after it
-    # follow a record the dataset never gets. verify should not report a deletion here.
-    _outcome_whose_machine_sync_fails(dataset, monkeypatch)
+    # follow a record the dataset never gets. A void record sealed when it was given back names that link, so
+    # verify counts it as voided, not deleted.
+    first, second, _, outcome = _outcome_whose_machine_sync_fails(dataset, monkeypatch)
     with otel_replay.open(dataset) as store:
-        assert store.verify(None).problems == []
+        report = store.verify(None)
+        voids = store.rows(
+            "SELECT attributes ->> '$.\"replay.void.name\"' AS name, "
+            "attributes ->> '$.\"replay.void.record_id\"' AS voided FROM spans WHERE name = 'replay.void'"
+        )
+        outcomes = {row["record_id"] for row in store.rows("SELECT record_id FROM spans WHERE name = 'replay.outcome'")}
+    assert report.problems == [] and report.voided == 1
+    assert len(voids) == 1 and voids[0]["name"] == "replay.outcome"
+    assert voids[0]["voided"] not in outcomes  # the refused outcome: never stored
+    assert outcome in outcomes and len(outcomes) == 2
+    result = CliRunner().invoke(main, ["verify", "--dataset", str(dataset)])
+    assert result.exit_code == 0, result.output
+    assert "1 record sealed, then not kept by its writer and voided in its chain (not deleted)" in result.output
+
+
+def test_an_outcome_whose_transaction_rolls_back_is_voided_and_the_records_after_it_verify(dataset):
+    # The claim store's transaction fails after the outcome was sealed (a trigger refuses its row): the records
+    # sealed after it (a decision, an outcome recorded again) follow a link the dataset never gets.
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        second = tracer.decision("agent", "approve", "r2")
+        claims = dataset / "_outcomes" / "claims.sqlite3"
+        with contextlib.closing(sqlite3.connect(claims)) as con:
+            con.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON outcome_pending BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+            )
+            con.commit()
+        with pytest.raises(Exception, match="disk says no"):
+            tracer.record_outcome(second, True)
+        with contextlib.closing(sqlite3.connect(claims)) as con:
+            con.execute("DROP TRIGGER refuse")
+            con.commit()
+        third = tracer.decision("agent", "approve", "r3")
+        tracer.record_outcome(second, False)
+    with otel_replay.open(dataset) as store:
+        report = store.verify(None)
+    assert (report.problems, report.voided) == ([], 1)
+    assert _stored_once(dataset, [first, second, third]) == {first: 1, second: 1, third: 1}
+
+
+def test_a_void_that_cannot_be_emitted_is_logged_and_counted_and_the_outcome_error_stands(dataset, monkeypatch, caplog):
+    # The void is emitted where a store is already failing: its own failure must not replace the caller's error.
+    from otel_replay.capture.recorder import get_recorder
+
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        second = tracer.decision("agent", "approve", "r2")
+        recorder = get_recorder()
+
+        def broken_emit(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
+            con.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON outcome_pending BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+            )
+            con.commit()
+        errors = recorder.stats.capture_errors
+        monkeypatch.setattr(recorder, "emit", broken_emit)
+        with caplog.at_level("ERROR", logger="otel_replay"), pytest.raises(Exception, match="disk says no"):
+            tracer.record_outcome(second, True)
+        monkeypatch.undo()
+        assert recorder.stats.capture_errors == errors + 1
+        assert "its void record could not be emitted" in caplog.text and "No space left" in caplog.text
+        tracer.decision("agent", "approve", "r3")
+    with otel_replay.open(dataset) as store:
+        report = store.verify(None)
+    assert report.voided == 0 and len(report.problems) == 1 and "deleted" in report.problems[0].problem

@@ -1,0 +1,151 @@
+"""Void records: a record sealed and then not kept is named by a void, and verify does not read its gap as deleted.
+
+Chains are sealed here directly (:class:`~otel_replay.integrity.Chain`) and
+checked with :func:`~otel_replay.integrity.verify_records`, the function
+``verify`` runs; the capture side (a store that gives an outcome back) is in
+tests/capture/test_outcome_durability.py.
+"""
+
+from __future__ import annotations
+
+from otel_replay import semconv as sc
+from otel_replay.integrity import Chain, SigningKey, StoredRecord, record_hash, verify_records
+from otel_replay.voids import void_attributes
+
+KEY = SigningKey(b"k" * 32)
+
+
+def _seal(chain: Chain, record_id: str, name: str = sc.SPAN_DECISION, attrs: dict | None = None) -> StoredRecord:
+    attributes = {sc.KIND: "decision", sc.RECORD_ID: record_id, **(attrs or {})}
+    chain.seal(record_id, name, 1_700_000_000_000_000_000, attributes)
+    return StoredRecord(record_id, name, 1_700_000_000_000_000_000, attributes, file="f.parquet")
+
+
+def _void(chain: Chain, voided: StoredRecord, void_id: str = "v") -> StoredRecord:
+    attrs = void_attributes(void_id, voided.name, voided.record_id, voided.attributes[sc.RECORD_SEQ],
+                            voided.attributes[sc.RECORD_HASH])
+    return _seal(chain, void_id, sc.SPAN_VOID, attrs)
+
+
+def _deleted(report) -> list[str]:
+    return [p.record_id for p in report.problems if p.problem.startswith("deleted")]
+
+
+def test_a_voided_record_leaves_a_gap_verify_counts_not_reads_as_deleted():
+    chain = Chain(KEY)
+    first, outcome = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME)
+    void, later = _void(chain, outcome), _seal(chain, "b")
+    report = verify_records([first, void, later], KEY)
+    assert (report.problems, report.voided, report.records) == ([], 1, 3)
+
+
+def test_without_its_void_the_same_gap_is_a_deletion():
+    chain = Chain(KEY)
+    first, _, later = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME), _seal(chain, "b")
+    report = verify_records([first, later], KEY)
+    assert _deleted(report) == ["o"] and report.voided == 0
+
+
+def test_a_void_several_links_after_the_record_it_voids_excuses_that_gap_only():
+    # Records sealed between the voided one and its void (other threads) are kept; deleting one of them is named.
+    chain = Chain(KEY)
+    a, o, b, c = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME), _seal(chain, "b"), _seal(chain, "c")
+    void, d = _void(chain, o), _seal(chain, "d")
+    assert verify_records([a, b, c, void, d], KEY).voided == 1
+    report = verify_records([a, b, void, d], KEY)  # c deleted as well
+    assert _deleted(report) == ["c"] and report.voided == 1
+
+
+def test_deleting_a_void_is_itself_a_deletion():
+    chain = Chain(KEY)
+    first, outcome = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME)
+    _void(chain, outcome)
+    later = _seal(chain, "b")
+    report = verify_records([first, later], KEY)
+    assert _deleted(report) == ["v"] and report.voided == 0
+
+
+def test_an_edited_void_is_refused_and_excuses_nothing():
+    # Someone without the key deletes a record and edits a void to name it: the void fails its seal check.
+    chain = Chain(KEY)
+    first, real = _seal(chain, "a"), _seal(chain, "real")
+    refused = _seal(chain, "o", sc.SPAN_OUTCOME)
+    void, later = _void(chain, refused), _seal(chain, "b")
+    forged = dict(void.attributes)
+    forged[sc.VOID_RECORD_ID], forged[sc.VOID_SEQ] = "real", real.attributes[sc.RECORD_SEQ]
+    forged[sc.VOID_HASH] = real.attributes[sc.RECORD_HASH]
+    edited = StoredRecord("v", sc.SPAN_VOID, void.start_ns, forged, file="f.parquet")
+    report = verify_records([first, edited, later], KEY)
+    assert report.voided == 0
+    assert "v" in {p.record_id for p in report.problems} and _deleted(report) == ["o"]  # the edit, and the gap
+
+
+def test_a_void_rehashed_without_the_key_excuses_nothing():
+    chain = Chain(KEY)
+    first, real = _seal(chain, "a"), _seal(chain, "real")
+    void, later = _void(chain, _seal(chain, "o", sc.SPAN_OUTCOME)), _seal(chain, "b")
+    forged = dict(void.attributes)
+    forged[sc.VOID_RECORD_ID], forged[sc.VOID_SEQ] = "real", real.attributes[sc.RECORD_SEQ]
+    forged[sc.VOID_HASH] = real.attributes[sc.RECORD_HASH]
+    forged[sc.RECORD_HASH] = record_hash(sc.SPAN_VOID, void.start_ns, forged)  # a consistent hash, a wrong signature
+    rehashed = StoredRecord("v", sc.SPAN_VOID, void.start_ns, forged, file="f.parquet")
+    report = verify_records([first, rehashed, later], KEY)
+    assert report.voided == 0 and _deleted(report) == ["o"]
+    (problem,) = [p.problem for p in report.problems if p.record_id == "v"]
+    assert problem.startswith("signature invalid")
+
+
+def test_a_void_signed_with_a_key_verify_does_not_hold_excuses_nothing():
+    other = SigningKey(b"o" * 32)
+    chain = Chain(other)
+    first, outcome = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME)
+    void, later = _void(chain, outcome), _seal(chain, "b")
+    report = verify_records([first, void, later], KEY)
+    assert report.voided == 0 and _deleted(report) == ["o"]
+
+
+def test_a_void_that_names_another_hash_or_a_later_link_excuses_nothing():
+    chain = Chain(KEY)
+    first, _ = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME)
+    wrong_hash = _seal(chain, "v1", sc.SPAN_VOID, void_attributes("v1", sc.SPAN_OUTCOME, "o", 1, "0" * 64))
+    ahead = _seal(chain, "v2", sc.SPAN_VOID, void_attributes("v2", sc.SPAN_DECISION, "x", 9, "1" * 64))
+    later = _seal(chain, "b")
+    report = verify_records([first, wrong_hash, ahead, later], KEY)
+    assert _deleted(report) == ["o"]  # the void names "o" with a hash that is not the one its successor names
+    assert report.voided == 1  # the voids counted are those whose record is missing and link lies before them
+
+
+def test_a_void_of_another_chain_excuses_nothing_here():
+    mine, theirs = Chain(KEY), Chain(KEY)
+    first, outcome, later = _seal(mine, "a"), _seal(mine, "o", sc.SPAN_OUTCOME), _seal(mine, "b")
+    their_first = _seal(theirs, "x")
+    # A void in their chain naming my record's link and hash: chains are separate, so it gives up nothing of mine.
+    seq, digest = outcome.attributes[sc.RECORD_SEQ], outcome.attributes[sc.RECORD_HASH]
+    attrs = void_attributes("v", outcome.name, "o", seq, digest)
+    void = _seal(theirs, "v", sc.SPAN_VOID, attrs)
+    report = verify_records([first, later, their_first, void], KEY)
+    assert report.voided == 0 and _deleted(report) == ["o"]
+
+
+def test_a_voided_record_that_is_stored_after_all_is_a_problem():
+    # Its writer was told it was not kept (and may have recorded it again): stored anyway, it is named.
+    chain = Chain(KEY)
+    first, outcome = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME)
+    void = _void(chain, outcome)
+    report = verify_records([first, outcome, void], KEY)
+    assert report.voided == 0
+    assert [(p.record_id, p.problem.split(",")[0]) for p in report.problems] == [("o", "stored")]
+    assert "void record v" in report.problems[0].problem
+
+
+def test_a_stored_copy_of_a_voided_record_with_other_content_is_not_taken_for_it():
+    chain = Chain(KEY)
+    first, outcome = _seal(chain, "a"), _seal(chain, "o", sc.SPAN_OUTCOME)
+    void, later = _void(chain, outcome), _seal(chain, "b")
+    edited = dict(outcome.attributes)
+    edited[sc.OUTCOME_CORRECT] = True
+    report = verify_records(
+        [first, StoredRecord("o", outcome.name, outcome.start_ns, edited, file="g.parquet"), void, later], KEY
+    )
+    assert [p.record_id for p in report.problems] == ["o"]  # the edit is named; no "stored, yet voided"
+    assert "stored, yet" not in report.problems[0].problem
