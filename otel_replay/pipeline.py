@@ -70,6 +70,7 @@ class Telemetry:
         self._ahead = ahead
         if ahead is not None and log is not None:
             ahead.on_claimed = self.queue_span  # queued as the span ends: see queue_claimed
+            ahead.before_release = self._sync_store  # an outcome's commit on disk before records sealed after it
         processors = getattr(provider._active_span_processor, "_span_processors", None)
         self.bare_processors = processors if log is not None and ahead is not None else None
         self.recorder: Recorder | None = None

@@ -375,6 +375,9 @@ class WriteAheadProcessor(SpanProcessor):
         """Called with a claimed span as it ends here (the pipeline queues it in the log then, before span
         processors added after this one run: one that commits as the span ends queues a record that follows it in
         the chain after it); :meth:`take` returns its answer. ``None``: :meth:`take` returns the span."""
+        self.before_release: Callable[[], None] | None = None
+        """Called holding :attr:`write_order` before held record spans go to ``inner`` (the pipeline syncs a store's
+        commit of the records sealed before them: an outcome beside its claim); when it raises they stay held."""
         _processors.add(self)
 
     def _forked(self) -> None:
@@ -451,7 +454,26 @@ class WriteAheadProcessor(SpanProcessor):
                 self.inner.on_end(span)
 
     def release_held(self, older_than: float | None = None) -> int:
-        """Hand the held record spans to ``inner`` (only when the oldest is ``older_than`` seconds); how many."""
+        """Hand the held record spans to ``inner`` (only when the oldest is ``older_than`` seconds); how many.
+
+        :attr:`before_release` runs first, holding :attr:`write_order`: a
+        record held here was sealed after every outcome committed so far, so
+        that commit reaches the disk before a Parquet file with the record
+        can (else a machine crash could keep the file and lose the outcome,
+        and ``verify`` would read the gap as a deletion). When it raises, the
+        spans stay held (for the next turn, flush or shutdown) and it is raised.
+        """
+        if not self._held or (older_than is not None and time.monotonic() - self._held_at < older_than):
+            return 0
+        before = self.before_release
+        if before is None:
+            return self._release(older_than)
+        with self.write_order:
+            before()
+            return self._release(older_than)
+
+    def _release(self, older_than: float | None) -> int:
+        """:meth:`release_held` itself."""
         with self._hold_lock:
             held = self._held
             if not held or (older_than is not None and time.monotonic() - self._held_at < older_than):
@@ -493,12 +515,31 @@ class WriteAheadProcessor(SpanProcessor):
         self.inner.on_end(span)
 
     def shutdown(self) -> None:
-        """The ticker stopped, the held record spans to ``inner``, then forwarded."""
+        """The ticker stopped, the held record spans to ``inner`` (also when the store's sync fails), then forwarded."""
         self._stop_ticker()
-        self.release_held()
+        try:
+            self.release_held()
+        except Exception as exc:  # noqa: BLE001 - written all the same: held here, they would be lost at exit
+            _log.error(
+                "otel-replay: syncing the outcomes committed before the last held records failed at shutdown (%s: "
+                "%s); the records are written to Parquet all the same",
+                type(exc).__name__,
+                exc,
+            )
+            self._release(None)
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """The held record spans to ``inner``, then forwarded."""
-        self.release_held()
+        """The held record spans to ``inner``, then forwarded; ``False`` (they stay held) if the store cannot sync."""
+        try:
+            self.release_held()
+        except Exception as exc:  # noqa: BLE001 - reported by the answer, as a flush that failed
+            _log.error(
+                "otel-replay: flush: syncing the outcomes committed before the held records failed (%s: %s); the "
+                "records stay held for the next flush",
+                type(exc).__name__,
+                exc,
+            )
+            self.inner.force_flush(timeout_millis)
+            return False
         return self.inner.force_flush(timeout_millis)

@@ -564,3 +564,113 @@ def test_a_void_that_cannot_be_emitted_is_logged_and_counted_and_the_outcome_err
     with otel_replay.open(dataset) as store:
         report = store.verify(None)
     assert report.voided == 0 and len(report.problems) == 1 and "deleted" in report.problems[0].problem
+
+
+def _watch_disk(monkeypatch, events: list[tuple[str, str]]) -> None:
+    """Log, in order, each fdatasync of the claim store's WAL and each Parquet file renamed into the dataset."""
+    real_sync, real_replace = os.fdatasync, os.replace
+
+    def sync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        real_sync(fd)
+        if path.endswith("claims.sqlite3-wal"):
+            events.append(("claims synced", path))
+
+    def replace(src, dst, *args, **kwargs):
+        real_replace(src, dst, *args, **kwargs)
+        if str(dst).endswith(".parquet"):
+            events.append(("parquet", str(dst)))
+
+    monkeypatch.setattr(os, "fdatasync", sync)
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def _files_with(dataset, record_id: str) -> set[str]:
+    with otel_replay.open(dataset) as store:
+        return {row["filename"] for row in store.rows("SELECT filename FROM spans WHERE record_id = ?", [record_id])}
+
+
+@pytest.mark.parametrize("release", ["flush", "file age"])
+def test_an_outcome_commit_is_on_disk_before_a_parquet_file_of_records_sealed_after_it(dataset, monkeypatch, release):
+    # OTEL_REPLAY_OUTCOME_SYNC=process (the default): the outcome's commit survives the process, not yet a machine
+    # crash. A decision sealed after it is held, then released to the batch queue (by a flush, or by the pipeline's
+    # own thread once it is as old as a file may be) and written to a Parquet file, which is fsynced: unless the
+    # outcome's commit is synced first, a machine crash could keep that file and lose the outcome, and verify would
+    # read the gap as a deletion.
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    events: list[tuple[str, str]] = []
+    age = 3600 if release == "flush" else 0.2
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=age) as telemetry:
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        _watch_disk(monkeypatch, events)
+        later = tracer.decision("agent", "approve", "r2")  # held: sealed after the outcome
+        if release == "flush":
+            assert telemetry.force_flush()
+        else:
+            import time
+
+            deadline = time.monotonic() + 60
+            while not _files_with(dataset, later) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        (file,) = _files_with(dataset, later)
+    assert ("parquet", file) in events  # written while watched
+    synced = [at for at, (kind, _) in enumerate(events) if kind == "claims synced"]
+    assert synced and synced[0] < events.index(("parquet", file)), events
+
+
+def test_a_flush_whose_outcome_sync_fails_keeps_the_later_records_held_and_a_later_flush_writes_them(
+    dataset, monkeypatch, caplog
+):
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    real_sync = os.fdatasync
+    failing = [False]
+
+    def sync(fd: int) -> None:
+        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
+            raise OSError(5, "Input/output error")
+        real_sync(fd)
+
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        later = tracer.decision("agent", "approve", "r2")
+        monkeypatch.setattr(os, "fdatasync", sync)
+        failing[0] = True
+        with caplog.at_level("ERROR", logger="otel_replay"):
+            assert telemetry.force_flush() is False
+        assert "the records stay held for the next flush" in caplog.text
+        assert not _files_with(dataset, later)
+        failing[0] = False
+        assert telemetry.force_flush()
+        assert _files_with(dataset, later)
+    assert _stored_once(dataset, [first, later]) == {first: 1, later: 1}
+
+
+def test_a_shutdown_whose_outcome_sync_fails_still_writes_the_held_records(dataset, monkeypatch, caplog):
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    real_sync = os.fdatasync
+    failing = [True]
+
+    def sync(fd: int) -> None:  # the first sync of the claim store fails; the outcomes' conversion at exit works
+        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
+            failing[0] = False
+            raise OSError(5, "Input/output error")
+        real_sync(fd)
+
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    try:
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        later = tracer.decision("agent", "approve", "r2")
+        monkeypatch.setattr(os, "fdatasync", sync)
+        with caplog.at_level("ERROR", logger="otel_replay"):
+            telemetry.shutdown()
+    finally:
+        monkeypatch.undo()
+        telemetry.shutdown()
+    assert "the records are written to Parquet all the same" in caplog.text
+    assert _stored_once(dataset, [first, later]) == {first: 1, later: 1}
