@@ -510,7 +510,10 @@ class WriteAheadProcessor(SpanProcessor):
                     held.append(span)
                     full = len(held) >= HOLD_LIMIT
                 if full:
-                    self.release_held()
+                    try:
+                        self.release_held()
+                    except Exception as exc:  # noqa: BLE001 - never into the span's end: they stay held, retried
+                        _log.error("otel-replay: releasing %d held record spans failed: %s", HOLD_LIMIT, exc)
                 return
         self.inner.on_end(span)
 

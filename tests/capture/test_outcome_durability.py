@@ -674,3 +674,30 @@ def test_a_shutdown_whose_outcome_sync_fails_still_writes_the_held_records(datas
         telemetry.shutdown()
     assert "the records are written to Parquet all the same" in caplog.text
     assert _stored_once(dataset, [first, later]) == {first: 1, later: 1}
+
+
+def test_held_records_past_the_limit_whose_outcome_sync_fails_never_fail_the_agent_s_call(dataset, monkeypatch):
+    # Past HOLD_LIMIT the held records are released as a record's span ends, inside the agent's call: a failing
+    # sync of the outcomes before them must not raise there. They stay held, and a later flush writes them.
+    from otel_replay.capture import write_ahead
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    monkeypatch.setattr(write_ahead, "HOLD_LIMIT", 3)
+    real_sync = os.fdatasync
+    failing = [False]
+
+    def sync(fd: int) -> None:
+        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
+            raise OSError(5, "Input/output error")
+        real_sync(fd)
+
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        monkeypatch.setattr(os, "fdatasync", sync)
+        failing[0] = True
+        later = [tracer.decision("agent", "approve", f"r{n}") for n in range(8)]  # past the limit, twice
+        failing[0] = False
+        assert telemetry.force_flush()
+    assert set(_stored_once(dataset, [first, *later]).values()) == {1}
