@@ -204,6 +204,17 @@ def test_decisions_and_outcomes_interleaved_are_each_stored_once_in_a_few_files(
     assert len(files) <= 4, [f.name for f in files]  # not one per outcome
 
 
+def _pending_rows_refused(dataset, refused: bool) -> None:
+    """Make the claim store refuse (a trigger: 'disk says no') or take again an outcome's row, so its commit fails."""
+    with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
+        con.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON outcome_pending BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+            if refused
+            else "DROP TRIGGER refuse"
+        )
+        con.commit()
+
+
 def test_a_decision_taken_for_an_outcome_the_claim_store_refuses_is_still_stored(dataset):
     # The claim store's insert fails after the outcome was sealed with the decision sealed before it: the outcome
     # is not recorded (its error is raised), and that decision, taken for the failed commit, goes on to Parquet.
@@ -213,11 +224,7 @@ def test_a_decision_taken_for_an_outcome_the_claim_store_refuses_is_still_stored
         tracer.record_outcome(first, True)  # from here on, sealed records are held for the next durable one
         second = tracer.decision("agent", "approve", "r2")
         third = tracer.decision("agent", "approve", "r3")
-        with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
-            con.execute(
-                "CREATE TRIGGER refuse BEFORE INSERT ON outcome_pending BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
-            )
-            con.commit()
+        _pending_rows_refused(dataset, True)
         with pytest.raises(Exception, match="disk says no"):
             tracer.record_outcome(second, True)
         assert telemetry.force_flush()
@@ -444,31 +451,39 @@ def test_compaction_while_an_outcomes_file_holding_decisions_is_pending_stores_e
     assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
 
 
+def _claims_sync_fails(monkeypatch, *, once: bool = False) -> list[bool]:
+    """Patch ``os.fdatasync``: while the switch returned is on, a sync of the claim store's WAL raises EIO.
+
+    ``once``: the switch turns itself off at the first such failure.
+    """
+    real_sync = os.fdatasync
+    failing = [False]
+
+    def sync(fd: int) -> None:
+        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
+            failing[0] = not once
+            raise OSError(5, "Input/output error")
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", sync)
+    return failing
+
+
 def _outcome_whose_machine_sync_fails(dataset, monkeypatch) -> list[str]:
     """A decision, its outcome; two decisions, an outcome that takes them and whose machine sync fails (EIO), that
     outcome recorded again; shut down. The record ids."""
 
     monkeypatch.setenv("OTEL_REPLAY_OUTCOME_SYNC", "machine")
-    real_sync = os.fdatasync
-    failing = [False]
-
-    def failing_sync(fd: int) -> None:
-        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
-            failing[0] = False
-            raise OSError(5, "Input/output error")
-        real_sync(fd)
-
     with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
         tracer = DecisionTracer()
         first = tracer.decision("agent", "approve", "r1")
         tracer.record_outcome(first, True)  # holding starts
         second = tracer.decision("agent", "approve", "r2")
         third = tracer.decision("agent", "approve", "r3")
-        monkeypatch.setattr(os, "fdatasync", failing_sync)
+        failing = _claims_sync_fails(monkeypatch, once=True)
         failing[0] = True
         with pytest.raises(Exception, match="Input/output error"):
             tracer.record_outcome(second, False)  # takes second and third, then its sync fails
-        monkeypatch.setattr(os, "fdatasync", real_sync)
         outcome = tracer.record_outcome(second, False).record_id
     return [first, second, third, outcome]
 
@@ -515,17 +530,10 @@ def test_an_outcome_whose_transaction_rolls_back_is_voided_and_the_records_after
         first = tracer.decision("agent", "approve", "r1")
         tracer.record_outcome(first, True)
         second = tracer.decision("agent", "approve", "r2")
-        claims = dataset / "_outcomes" / "claims.sqlite3"
-        with contextlib.closing(sqlite3.connect(claims)) as con:
-            con.execute(
-                "CREATE TRIGGER refuse BEFORE INSERT ON outcome_pending BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
-            )
-            con.commit()
+        _pending_rows_refused(dataset, True)
         with pytest.raises(Exception, match="disk says no"):
             tracer.record_outcome(second, True)
-        with contextlib.closing(sqlite3.connect(claims)) as con:
-            con.execute("DROP TRIGGER refuse")
-            con.commit()
+        _pending_rows_refused(dataset, False)
         third = tracer.decision("agent", "approve", "r3")
         tracer.record_outcome(second, False)
     with otel_replay.open(dataset) as store:
@@ -548,11 +556,7 @@ def test_a_void_that_cannot_be_emitted_is_logged_and_counted_and_the_outcome_err
         def broken_emit(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
-        with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
-            con.execute(
-                "CREATE TRIGGER refuse BEFORE INSERT ON outcome_pending BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
-            )
-            con.commit()
+        _pending_rows_refused(dataset, True)
         errors = recorder.stats.capture_errors
         monkeypatch.setattr(recorder, "emit", broken_emit)
         with caplog.at_level("ERROR", logger="otel_replay"), pytest.raises(Exception, match="disk says no"):
@@ -624,20 +628,12 @@ def test_a_flush_whose_outcome_sync_fails_keeps_the_later_records_held_and_a_lat
     dataset, monkeypatch, caplog
 ):
     monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
-    real_sync = os.fdatasync
-    failing = [False]
-
-    def sync(fd: int) -> None:
-        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
-            raise OSError(5, "Input/output error")
-        real_sync(fd)
-
     with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
         tracer = DecisionTracer()
         first = tracer.decision("agent", "approve", "r1")
         tracer.record_outcome(first, True)
         later = tracer.decision("agent", "approve", "r2")
-        monkeypatch.setattr(os, "fdatasync", sync)
+        failing = _claims_sync_fails(monkeypatch)
         failing[0] = True
         with caplog.at_level("ERROR", logger="otel_replay"):
             assert telemetry.force_flush() is False
@@ -651,22 +647,14 @@ def test_a_flush_whose_outcome_sync_fails_keeps_the_later_records_held_and_a_lat
 
 def test_a_shutdown_whose_outcome_sync_fails_still_writes_the_held_records(dataset, monkeypatch, caplog):
     monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
-    real_sync = os.fdatasync
-    failing = [True]
-
-    def sync(fd: int) -> None:  # the first sync of the claim store fails; the outcomes' conversion at exit works
-        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
-            failing[0] = False
-            raise OSError(5, "Input/output error")
-        real_sync(fd)
-
     telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
     try:
         tracer = DecisionTracer()
         first = tracer.decision("agent", "approve", "r1")
         tracer.record_outcome(first, True)
         later = tracer.decision("agent", "approve", "r2")
-        monkeypatch.setattr(os, "fdatasync", sync)
+        failing = _claims_sync_fails(monkeypatch, once=True)  # the outcomes' conversion at exit then works
+        failing[0] = True
         with caplog.at_level("ERROR", logger="otel_replay"):
             telemetry.shutdown()
     finally:
@@ -683,19 +671,11 @@ def test_held_records_past_the_limit_whose_outcome_sync_fails_never_fail_the_age
 
     monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
     monkeypatch.setattr(write_ahead, "HOLD_LIMIT", 3)
-    real_sync = os.fdatasync
-    failing = [False]
-
-    def sync(fd: int) -> None:
-        if failing[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
-            raise OSError(5, "Input/output error")
-        real_sync(fd)
-
     with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
         tracer = DecisionTracer()
         first = tracer.decision("agent", "approve", "r1")
         tracer.record_outcome(first, True)
-        monkeypatch.setattr(os, "fdatasync", sync)
+        failing = _claims_sync_fails(monkeypatch)
         failing[0] = True
         later = [tracer.decision("agent", "approve", f"r{n}") for n in range(8)]  # past the limit, twice
         failing[0] = False
