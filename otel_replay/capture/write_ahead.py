@@ -319,6 +319,9 @@ class SpanLog:
                 wal.unlock()
 
 
+_TICK_WAIT = 0.05
+"""Seconds the ticker waits for the write order before it leaves the held spans to its next turn."""
+
 HOLD_LIMIT = 1024
 """Record spans a :class:`WriteAheadProcessor` holds for the next write-ahead; past it they go to the batch queue.
 
@@ -421,7 +424,7 @@ class WriteAheadProcessor(SpanProcessor):
         """The ticker's loop: held spans as old as ``release_after`` go to ``inner``, until ``stop`` is set."""
         while not stop.wait(max(0.05, min(release_after / 4, 1.0))):
             try:
-                self.release_held(release_after)
+                self.release_held(release_after, wait=_TICK_WAIT)
             except Exception as exc:  # noqa: BLE001 - held spans stay held: released at the next turn or flush
                 _log.error("otel-replay: releasing held record spans failed: %s", exc)
 
@@ -453,7 +456,7 @@ class WriteAheadProcessor(SpanProcessor):
             for span in spans:
                 self.inner.on_end(span)
 
-    def release_held(self, older_than: float | None = None) -> int:
+    def release_held(self, older_than: float | None = None, *, wait: float = -1) -> int:
         """Hand the held record spans to ``inner`` (only when the oldest is ``older_than`` seconds); how many.
 
         :attr:`before_release` runs first, holding :attr:`write_order`: a
@@ -462,15 +465,22 @@ class WriteAheadProcessor(SpanProcessor):
         can (else a machine crash could keep the file and lose the outcome,
         and ``verify`` would read the gap as a deletion). When it raises, the
         spans stay held (for the next turn, flush or shutdown) and it is raised.
+        ``wait``: seconds to wait for the write order (``-1``: as long as it
+        takes); past it, nothing is released (the ticker's turn: a shutdown
+        that holds the order joins the ticker).
         """
         if not self._held or (older_than is not None and time.monotonic() - self._held_at < older_than):
             return 0
         before = self.before_release
         if before is None:
             return self._release(older_than)
-        with self.write_order:
+        if not self.write_order.acquire(timeout=wait):
+            return 0
+        try:
             before()
             return self._release(older_than)
+        finally:
+            self.write_order.release()
 
     def _release(self, older_than: float | None) -> int:
         """:meth:`release_held` itself."""

@@ -572,3 +572,32 @@ def test_a_gate_commit_whose_outcome_store_sync_fails_is_refused_before_the_rail
     assert ledger.balance == 99
     assert len(synced) >= 2, "the failed sync was not done again before the next gate record"
     assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
+
+
+def test_a_shutdown_that_holds_the_write_order_does_not_wait_forever_on_the_ticker_releasing_held_records(dataset):
+    # The pipeline's own thread releases held records once they are as old as a file may be, taking the write order
+    # to sync the outcomes before them. A shutdown takes that order and then joins the thread: had the thread waited
+    # for the order without end, the two would wait on each other for ever.
+    import threading
+    import time
+
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=0.05)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1")
+    tracer.record_outcome(first, True)  # holding starts, and the thread that releases old held records
+    later = tracer.decision("agent", "approve", "r2")  # held
+    order = telemetry.write_order
+    assert order is not None
+    done = threading.Event()
+
+    def shut_down_holding_the_order() -> None:
+        with order:
+            time.sleep(0.5)  # the held decision grows old: the thread now waits for the order this one holds
+            telemetry.shutdown()
+        done.set()
+
+    closer = threading.Thread(target=shut_down_holding_the_order, name="test-closer", daemon=True)
+    closer.start()
+    closer.join(120)
+    assert done.is_set(), "shutdown never returned: it and the releasing thread wait on each other"
+    assert _stored_once(dataset, [first, later]) == {first: 1, later: 1}
