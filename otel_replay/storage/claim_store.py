@@ -588,9 +588,9 @@ class OutcomeClaimStore:
     def _commit(self, batch: list[_Request]) -> None:
         """Commit ``batch`` in one transaction (caller holds :attr:`lock`); each request gets a ticket or a failure.
 
-        Interrupted (an exception no handler below takes, such as ``KeyboardInterrupt``), the transaction is rolled
-        back and every request still unanswered fails saying so, nothing claimed: the other threads' requests are
-        in this thread's hands, and would otherwise wait for no one or be answered as recorded.
+        Interrupted (an exception no handler below takes, such as ``KeyboardInterrupt``) before its ``COMMIT``, the
+        transaction is rolled back and every request still unanswered fails saying so, nothing claimed (the other
+        threads' requests are in this thread's hands); right after it, they are answered as committed and it is raised.
         """
         try:
             self._commit_batch(batch)
@@ -642,6 +642,9 @@ class OutcomeClaimStore:
         orders = _write_orders(batch)  # no gate record sealed after these is queued in a log before they commit
         try:
             stored: list[_Request] = []
+            called: list[_Request] = []  # whose hold was called: sealed, or given back by itself (see Hold)
+            committing = False
+            interrupted: BaseException | None = None  # raised once the committed ones are answered
             try:
                 # A refused request takes no link of the chain: its claim is known to be ours before it is sealed.
                 # For a few requests each claim is inserted alone (a refusal aborts that statement only, the
@@ -664,6 +667,7 @@ class OutcomeClaimStore:
                         remedy = f"delete its row from {_TABLE}"
                         request.failure = refusal_of(request.decision_id, str(self.path), held, remedy)
                         continue
+                    called.append(request)  # before the call: an interrupt right after the seal still gives it back
                     try:
                         request.spans, request.body = request.hold()  # sealed once the claim is known to be ours
                     except Exception as exc:  # noqa: BLE001 - this request's failure, raised in its own thread
@@ -678,35 +682,38 @@ class OutcomeClaimStore:
                         con.executemany(_INSERT, [r.row for r in stored])
                     batch_name = pending.batch
                     con.executemany(INSERT_PENDING, [(r.row[1], r.key, instance, batch_name, r.body) for r in stored])
+                committing = True
                 con.execute("COMMIT")
-                self._committed += 1
-                ticket = self._committed
-                # Still holding the write orders: a record sealed after these must not reach the disk's durable
-                # side (a gate record's fsync) before this commit does; each hold tells its pipeline how to sync it.
-                sync = functools.partial(self._sync_here, os.getpid(), ticket)
-                for request in stored:
-                    request.hold.committed(sync)
             except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    con.execute("ROLLBACK")
-                for request in stored:  # sealed, not kept: the records sealed before each go on the usual way
-                    request.hold.give_back()
-                if isinstance(exc, sqlite3.Error):  # none of them claimed
-                    error = exc
-                    fail_all(lambda request: self.error(doing(request), error))
-                else:
-                    fail_all(exc)
-                return
+                interrupted = exc  # when it landed right after the COMMIT: raised once they are answered as kept
+                if not committing or isinstance(exc, sqlite3.Error) or con.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        con.execute("ROLLBACK")
+                    for request in [r for r in called if r.failure is None]:  # (a hold that raised gave itself back)
+                        request.hold.give_back()  # sealed, not kept (voided): the records sealed before it go on
+                    if isinstance(exc, sqlite3.Error):  # none of them claimed
+                        error = exc
+                        fail_all(lambda request: self.error(doing(request), error))
+                    else:
+                        fail_all(exc)
+                    return
+            self._committed += 1  # committed: kept from here on, whatever is raised (never given back)
+            ticket = self._committed
+            for request in stored:
+                request.ticket, request.closes, request.body = ticket, pending.closes, b""
+                if not self.sync_outcomes:
+                    assert request.spans is not None
+                    pending.added(request.row[1], request.spans)
+            # Still holding the write orders: a record sealed after these must not reach the disk's durable
+            # side (a gate record's fsync) before this commit does; each hold tells its pipeline how to sync it.
+            sync = functools.partial(self._sync_here, os.getpid(), ticket)
+            for request in stored:
+                request.hold.committed(sync)
         finally:
             for order in orders:
                 order.release()
-        for request in stored:
-            request.ticket = ticket
-            request.closes = pending.closes
-            request.body = b""
-            if not self.sync_outcomes:
-                assert request.spans is not None
-                pending.added(request.row[1], request.spans)
+        if interrupted is not None:
+            raise interrupted
 
     def _taken(self, con: sqlite3.Connection, batch: list[_Request]) -> set[Any]:
         """Which of ``batch``'s decisions are claimed in the store already (caller is in a write transaction)."""

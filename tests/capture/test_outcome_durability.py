@@ -681,3 +681,63 @@ def test_held_records_past_the_limit_whose_outcome_sync_fails_never_fail_the_age
         failing[0] = False
         assert telemetry.force_flush()
     assert set(_stored_once(dataset, [first, *later]).values()) == {1}
+
+
+def _interrupted_after(monkeypatch, method: str) -> None:
+    """A ``KeyboardInterrupt`` (a signal's) lands once, right after the next outcome's ``HeldRecord.<method>`` returns.
+
+    Python raises a signal's exception at the next bytecode after a C call returns: right after the claim store's
+    ``COMMIT``, or right after the seal, before the code that notes it ran.
+    """
+    from otel_replay.capture.recorder import HeldRecord
+
+    real = getattr(HeldRecord, method)
+
+    def interrupted(self, *args):
+        real(self, *args)  # its answer never reaches the store
+        monkeypatch.setattr(HeldRecord, method, real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(HeldRecord, method, interrupted)
+
+
+def test_an_interrupt_right_after_the_outcome_commits_keeps_it_and_voids_nothing(dataset, monkeypatch):
+    # The outcome and the decision it took are committed beside the claim when the interrupt lands: they are kept.
+    # Given back after all (found on s14-void), the outcome was voided though its claim and row stand (a void for a
+    # kept record: deleting it from the dataset would then verify; the next recovery stores it beside its void).
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        second = tracer.decision("agent", "approve", "r2")  # held: taken by the next outcome's commit
+        _interrupted_after(monkeypatch, "committed")
+        with pytest.raises(KeyboardInterrupt):
+            tracer.record_outcome(second, False)
+        with pytest.raises(OutcomeAlreadyRecorded):  # committed: its claim stands
+            tracer.record_outcome(second, True)
+    with otel_replay.open(dataset) as store:
+        report = store.verify(None)
+        outcomes = store.rows("SELECT record_id FROM spans WHERE name = 'replay.outcome'")
+    assert (report.problems, report.voided) == ([], 0)
+    assert len(outcomes) == 2 and _pending(dataset) == 0
+    assert _stored_once(dataset, [first, second]) == {first: 1, second: 1}
+
+
+def test_an_interrupt_right_after_the_outcome_is_sealed_voids_it_and_loses_no_record_it_took(dataset, monkeypatch):
+    # The interrupt lands after the seal, before the store noted the outcome as sealed: the transaction rolls back.
+    # The decision the outcome took must go on to Parquet, and the outcome's link be voided (found on s14-void: the
+    # decision was lost, silently, and the outcome's gap read as deleted).
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600):
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        second = tracer.decision("agent", "approve", "r2")  # held: taken by the next outcome's seal
+        _interrupted_after(monkeypatch, "__call__")
+        with pytest.raises(KeyboardInterrupt):
+            tracer.record_outcome(second, False)
+        third = tracer.decision("agent", "approve", "r3")
+        tracer.record_outcome(second, False)  # nothing was claimed: recorded again
+    with otel_replay.open(dataset) as store:
+        report = store.verify(None)
+    assert (report.problems, report.voided) == ([], 1)
+    assert _stored_once(dataset, [first, second, third]) == {first: 1, second: 1, third: 1}
