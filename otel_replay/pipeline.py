@@ -45,6 +45,10 @@ class Pending(NamedTuple):
     """Why it was not queued."""
 
 
+class _StillHeld(OtelReplayError):
+    """A write-ahead's spans are held again: the store's commit of the records sealed before them was not synced."""
+
+
 class Telemetry:
     """What :func:`configure` set up; flush it, shut it down, or use it as a context manager.
 
@@ -127,6 +131,12 @@ class Telemetry:
         spans = [*held, span]
         try:
             self._sync_store()
+        except Exception as exc:  # noqa: BLE001 - wait_logged reports it
+            # Sealed after an outcome whose commit is not on disk: held again, as release_held keeps them, never
+            # written to Parquet before that commit is (a machine crash could keep them and lose the outcome).
+            self._ahead.hold_again(spans, released)
+            return Pending(spans, None, _StillHeld(f"the outcomes committed before it are not synced ({exc})"))
+        try:
             if released:
                 self._flush_released()
             return Pending(spans, self.log.enqueue(spans), None)
@@ -233,7 +243,8 @@ class Telemetry:
             type(error).__name__,
             error,
         )
-        self._ahead.give_back(spans)
+        if not isinstance(error, _StillHeld):
+            self._ahead.give_back(spans)
         return False
 
     @property

@@ -456,6 +456,14 @@ class WriteAheadProcessor(SpanProcessor):
             for span in spans:
                 self.inner.on_end(span)
 
+    def hold_again(self, spans: Sequence[ReadableSpan], released: bool) -> None:
+        """Hold ``spans`` again, first: :meth:`take_held` gave them (and ``released``) to a write-ahead that failed."""
+        with self._hold_lock:
+            if not self._held:
+                self._held_at = time.monotonic()
+            self._held[:0] = spans
+            self._released = self._released or released
+
     def release_held(self, older_than: float | None = None, *, wait: float = -1) -> int:
         """Hand the held record spans to ``inner`` (only when the oldest is ``older_than`` seconds); how many.
 

@@ -601,3 +601,51 @@ def test_a_shutdown_that_holds_the_write_order_does_not_wait_forever_on_the_tick
     closer.join(120)
     assert done.is_set(), "shutdown never returned: it and the releasing thread wait on each other"
     assert _stored_once(dataset, [first, later]) == {first: 1, later: 1}
+
+
+def test_records_a_gate_commit_took_stay_out_of_parquet_while_the_outcome_sync_before_them_fails(dataset, monkeypatch):
+    # As above, and a flush comes while the store's sync still fails. The refused intent and the decision it took,
+    # both sealed after the outcome, went to the batch queue, and the flush wrote them to a Parquet file while the
+    # outcome's commit was not on disk (found on s14-void: a machine crash could keep that file and lose the outcome,
+    # and verify would read it as deleted). Kept held, as a release of held records keeps them when that sync fails,
+    # they reach Parquet once the sync is done.
+    from otel_replay import Action, ActionGate, GateError, ReferenceLedger
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    real_sync, real_replace = os.fdatasync, os.replace
+    failing, events = [False], []
+
+    def sync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("claims.sqlite3-wal"):
+            if failing[0]:
+                raise OSError(5, "Input/output error")
+            real_sync(fd)
+            events.append("claims synced")
+            return
+        real_sync(fd)
+
+    def replace(src, dst, *args, **kwargs):
+        real_replace(src, dst, *args, **kwargs)
+        if str(dst).endswith(".parquet"):
+            events.append(str(dst))
+
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
+        tracer = DecisionTracer()
+        gate = ActionGate(ReferenceLedger(100), dataset=dataset)
+        first = tracer.decision("agent", "approve", "r1")
+        ids = [first, tracer.record_outcome(first, True).record_id]  # its commit, not synced
+        later = tracer.decision("agent", "approve", "r2")  # held: the gate's intent takes it
+        ids.append(later)
+        monkeypatch.setattr(os, "fdatasync", sync)
+        monkeypatch.setattr(os, "replace", replace)
+        failing[0] = True
+        with pytest.raises(GateError):
+            gate.commit(Action("refund", {"order": "o-1"}, cost=1.0))
+        assert telemetry.force_flush() is False  # the sync before them failed: they are not written
+        failing[0] = False
+        assert telemetry.force_flush()
+        monkeypatch.undo()
+    with otel_replay.open(dataset) as store:
+        (file,) = {row["filename"] for row in store.rows("SELECT filename FROM spans WHERE record_id = ?", [later])}
+    assert file in events and "claims synced" in events[: events.index(file)], events
+    assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
