@@ -510,7 +510,7 @@ def verify_records(
     report.chains = len(chains)
     for chain_id, by_seq in chains.items():
         _check_links(chain_id, by_seq, report, dropped or {}, voids)
-    _check_dropped_runs(chains, expected, dropped or {}, report)
+    _check_dropped_runs(chains, expected, dropped or {}, report, voids)
     report.voided, stored_voided = voids.count_missing(chains)
     report.problems += [VerifyProblem(*found) for found in stored_voided]
     return report
@@ -521,8 +521,9 @@ def _check_dropped_runs(
     expected: Sequence[tuple[str, int, str, str, str]],
     dropped: Mapping[tuple[str, int], tuple[str, str, str]],
     report: VerifyReport,
+    voids: Voids,
 ) -> None:
-    """Report a predecessor a dropped run's oldest record named that is neither stored nor vouched for as dropped."""
+    """Report a predecessor a dropped run's oldest record named that is neither stored, vouched for, nor voided."""
     days: dict[str, set[str]] = {}
     for chain_id, bottom, prev_id, prev_hash, day in expected:
         by_seq = chains.get(chain_id)
@@ -539,6 +540,8 @@ def _check_dropped_runs(
         vouched = dropped.get((chain_id, bottom - 1))
         if stored or (vouched is not None and vouched[:2] == (prev_id, prev_hash)):
             continue
+        if voids.excuses(chain_id, bottom - 1, prev_id, prev_hash):
+            continue  # never kept: a void still stored says so (sealed after midnight, its record's day dropped)
         report.problems.append(
             VerifyProblem(
                 _cap(prev_id),

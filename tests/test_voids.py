@@ -31,6 +31,12 @@ def _seal(chain: Chain, record_id: str, name: str = sc.SPAN_DECISION, attrs: dic
     return StoredRecord(record_id, name, 1_700_000_000_000_000_000, attributes, file="f.parquet")
 
 
+def _seal_at(chain: Chain, record_id: str, start_ns: int, name: str = sc.SPAN_DECISION, **attrs) -> StoredRecord:
+    attributes = {sc.KIND: "decision", sc.RECORD_ID: record_id, **attrs}
+    chain.seal(record_id, name, start_ns, attributes)
+    return StoredRecord(record_id, name, start_ns, attributes, file="f.parquet")
+
+
 def _void(chain: Chain, voided: StoredRecord, void_id: str = "v") -> StoredRecord:
     attrs = void_attributes(void_id, voided.name, voided.record_id, voided.attributes[sc.RECORD_SEQ],
                             voided.attributes[sc.RECORD_HASH])
@@ -201,3 +207,21 @@ def test_retention_that_drops_the_day_of_a_voided_record_and_its_void_leaves_no_
     with otel_replay.open(dataset) as store:
         report = store.verify(load_signing_key(create=False))
     assert report.problems == [] and report.dropped_by_retention == 1
+
+
+def test_a_void_kept_after_retention_dropped_the_day_of_the_record_it_voids_explains_that_link():
+    # The outcome is sealed just before midnight and voided just after it: retention drops the first day (the
+    # decision before the outcome and the one after it), the void is kept. The dropped run after the outcome names
+    # it as its predecessor; the void still in the dataset says it was never kept (found on s14-void: "deleted").
+    chain, day_one, day_two = Chain(KEY), 1_700_000_000_000_000_000, 1_700_100_000_000_000_000
+    a, o, b = (_seal_at(chain, record_id, day_one) for record_id in ("a", "o", "b"))
+    seq, digest = o.attributes[sc.RECORD_SEQ], o.attributes[sc.RECORD_HASH]
+    void = _seal_at(chain, "v", day_two, sc.SPAN_VOID, **void_attributes("v", o.name, "o", seq, digest))
+    later = _seal_at(chain, "c", day_two)
+    chain_id, day = a.attributes[sc.RECORD_CHAIN_ID], "2023-11-14"
+    # What retention vouches for as it drops day one: per run (a; b) its newest record, and its oldest's predecessor.
+    dropped = {(chain_id, 0): ("a", a.attributes[sc.RECORD_HASH], day)}
+    dropped[(chain_id, 2)] = ("b", b.attributes[sc.RECORD_HASH], day)
+    expected = [(chain_id, 0, "", "0" * 64, day), (chain_id, 2, "o", digest, day)]
+    report = verify_records([void, later], KEY, dropped=dropped, expected=expected)
+    assert (report.problems, report.voided, report.dropped_by_retention) == ([], 1, 1)
