@@ -139,6 +139,94 @@ def test_a_real_bool_answer_still_decides():
     assert replay(_paid(), live_state=STALE, policy=lambda s, a: [True, "fine"]).fix is FixAction.ALLOW
 
 
+# numpy 2 names its bool type ``numpy.bool`` (1.x: ``numpy.bool_``); a stand-in with that identity, as numpy is no
+# dependency of the tests: ``np.float64(4200) <= 9000`` returns one.
+_NumpyBool = type("bool", (), {"__module__": "numpy", "__bool__": lambda self: self.value})
+
+
+def _numpy_bool(value: bool) -> Any:
+    answer = _NumpyBool()
+    answer.value = value
+    return answer
+
+
+def test_a_numpy_2_bool_answer_decides():
+    verdict = replay(_paid(), live_state=STALE, policy=lambda s, a: (_numpy_bool(a.cost <= s["budget_remaining"]), "b"))
+    assert verdict.fix is FixAction.ROLLBACK  # was: PolicyError "... got (<numpy.bool ...>, 'b') (bool, str)"
+    assert replay(_paid(), live_state=STALE, policy=lambda s, a: (_numpy_bool(True), "fine")).fix is FixAction.ALLOW
+
+
+def test_a_real_numpy_bool_answer_decides():
+    np = pytest.importorskip("numpy")
+    verdict = replay(_paid(), live_state=STALE, policy=lambda s, a: (np.float64(a.cost) <= s["budget_remaining"], "b"))
+    assert verdict.fix is FixAction.ROLLBACK
+
+
+class _Stop(BaseException):
+    """Not an Exception: to the gate, a rail raising it is a process killed inside the rail (it never answers)."""
+
+
+def _exits(state: dict, action: Action) -> Any:
+    raise SystemExit(0)
+
+
+def _raises_base(state: dict, action: Action) -> Any:
+    raise _Stop("stopped")
+
+
+def _generator_exit(state: dict, action: Action) -> Any:
+    raise GeneratorExit
+
+
+@pytest.mark.parametrize("policy", [_exits, _raises_base, _generator_exit])
+def test_a_policy_that_exits_or_raises_a_base_exception_is_a_policy_error_not_a_verdict(policy):
+    with pytest.raises(PolicyError, match=f"policy {policy.__qualname__} raised"):  # was: it went through
+        replay(_paid(), live_state=STALE, policy=policy)
+
+
+def test_a_policy_interrupted_by_the_user_is_interrupted():
+    def interrupted(state: dict, action: Action) -> Any:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay(_paid(), live_state=STALE, policy=interrupted)
+
+
+def test_the_cli_exits_1_with_one_line_when_the_policy_exits_0(demo_dataset, demo_build, tmp_path):
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps(STALE))
+    out = CliRunner().invoke(
+        main,
+        [
+            "replay", demo_build.record_id, "-d", str(demo_dataset), "--live-state", str(live),
+            "--policy", "tests.gate.test_gate_judging:_exits",
+        ],
+    )  # fmt: skip
+    assert out.exit_code == 1, out.output  # was: 0 and no verdict, which a script reads as success
+    assert "policy _exits raised SystemExit: 0" in out.output and out.output.count("\n") == 1
+
+
+def _quoting_the_note(state: dict, action: Action) -> tuple[bool, str]:
+    return "note" not in state, state.get("note", "no note")  # the live state (with a note) refuses, the snapshot not
+
+
+def test_a_reason_quoting_a_lone_surrogate_of_the_live_state_is_refunded_and_recorded(dataset):
+    live = {**STALE, "note": "\ud800"}  # what strict JSON reads from "\\ud800" in a --live-state file
+    record, ledger = _committed_other(dataset, payment(), payment())
+    with otel_replay.open(dataset) as store:
+        verdict = replay_stored(store, record.record_id, live_state=live, policy=_quoting_the_note)
+        assert verdict.fix is FixAction.ROLLBACK and verdict.reason.endswith("\\ud800")  # sealable text
+        telemetry = otel_replay.configure(dataset, set_global=False)
+        try:
+            outcomes = execute_verdict(store, verdict, ledger)  # was: CaptureError after the refund
+        finally:
+            telemetry.shutdown()
+    assert [o.executed for o in outcomes] == ["rolled_back"] and ledger.balance == 100_000
+    with otel_replay.open(dataset) as store:
+        assert store.verify(None).ok  # was: "marked done ... but the dataset holds no gate record of it"
+        assert reads.compensation_for(store, record.record_id) is not None
+
+
 def test_a_live_state_nested_too_deeply_is_named_not_blamed_on_the_policy():
     deep: dict[str, Any] = {}
     node = deep
