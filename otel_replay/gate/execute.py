@@ -84,14 +84,14 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     most severe verdict wins (ALLOW < HUMAN_REVIEW < ROLLBACK < BLOCK), its
     reason naming the commit; ROLLBACK and BLOCK compensate every receipt of
     the decision, as for any decision.
+
+    A commit whose action cannot be judged makes the verdict HUMAN_REVIEW at
+    least, its reason naming the gate record: an intent no commit record
+    answers (executed? unknown), and a sealed commit or intent this store
+    cannot trust (signed with a key not given, or edited), whose action was
+    left out.
     """
     verdict = replay(record, live_state=live_state, policy=policy)
-    unknown = store.unknown_commits_for(record.record_id)
-    if unknown:
-        named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
-        reason = f"{UNKNOWN}: {named} has no commit record; {verdict.reason}"
-        fix = verdict.fix if _SEVERITY[verdict.fix] >= _SEVERITY[FixAction.HUMAN_REVIEW] else FixAction.HUMAN_REVIEW
-        verdict = dataclasses.replace(verdict, fix=fix, reason=reason)
     for gate_id, action in reads.committed_actions_for(store, record.record_id):
         if action == record.action:
             continue
@@ -102,7 +102,24 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
                 other, reason=f"commit {gate_id} committed another action than the decision audited ({shown}): "
                 f"{other.reason}"
             )
+    refused = reads.refused_commits_for(store, record.record_id, intents=True)
+    if refused:
+        rows = "; ".join(f"gate {problem}" for problem in refused)
+        verdict = _at_least_review(
+            verdict, f"{len(refused)} commit record(s) of the decision cannot be trusted, so what they committed "
+            f"was not judged ({rows}): pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE)"
+        )
+    unknown = store.unknown_commits_for(record.record_id)
+    if unknown:
+        named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
+        verdict = _at_least_review(verdict, f"{UNKNOWN}: {named} has no commit record")
     return verdict
+
+
+def _at_least_review(verdict: Verdict, why: str) -> Verdict:
+    """``verdict`` made HUMAN_REVIEW when it was ALLOW, its reason led by ``why``."""
+    fix = verdict.fix if _SEVERITY[verdict.fix] >= _SEVERITY[FixAction.HUMAN_REVIEW] else FixAction.HUMAN_REVIEW
+    return dataclasses.replace(verdict, fix=fix, reason=f"{why}; {verdict.reason}")
 
 
 _AGAIN = "; not compensating it again"
@@ -156,16 +173,29 @@ def _unique(commits: list[tuple[str, Any]], decision_id: str) -> tuple[list[Any]
     return kept, refused
 
 
-def _untrusted_commits(store: Store, decision_id: str) -> GateError | None:
-    """The error naming ``decision_id``'s sealed commit records this store cannot trust, or ``None``."""
-    refused = reads.refused_commits_for(store, decision_id)
-    if not refused:
-        return None
-    rows = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
-    return GateError(
-        f"decision {decision_id} has {len(refused)} commit record(s) this run cannot trust ({rows}); their "
-        "receipts were not compensated: pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE) and run again"
-    )
+def _not_compensated(store: Store, decision_id: str) -> GateError | None:
+    """The error naming ``decision_id``'s commits whose receipts this run cannot compensate, or ``None``.
+
+    Sealed commit records (and unanswered intents) this store cannot trust,
+    and intents no commit record answers (executed? unknown): each may have
+    moved money, so a compensation that leaves them out is not done.
+    """
+    refused = reads.refused_commits_for(store, decision_id, intents=True)
+    unknown = store.unknown_commits_for(decision_id)
+    parts = []
+    if refused:
+        rows = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
+        parts.append(
+            f"has {len(refused)} commit record(s) this run cannot trust ({rows}); their receipts were not "
+            "compensated: pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE) and run again"
+        )
+    if unknown:
+        named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
+        parts.append(
+            f"has {len(unknown)} commit(s) no commit record answers ({named}): {UNKNOWN}; no receipt was "
+            "recorded, so they were not compensated: refund them on the rail by hand if it executed them"
+        )
+    return GateError(f"decision {decision_id} {'; it also '.join(parts)}") if parts else None
 
 
 def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool = False) -> list[GateOutcome]:
@@ -191,18 +221,19 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
             now (not done: run again once it finished).
         CompensationPending: an earlier attempt never finished; retry with ``resume=True``.
         GateError: two different commits returned the same receipt id (neither is compensated), or a
-            sealed commit record of the decision cannot be trusted (signed with a key not given, edited):
-            its receipt is not "no receipt", so after the trusted receipts were tried this names it.
+            sealed commit record of the decision cannot be trusted (signed with a key not given, edited), or
+            a commit intent has no commit record (executed? unknown): neither is "no receipt", so after the
+            trusted receipts were tried this names them.
         Exception: what the rail raised for a receipt (the others were tried first).
 
     """
     gate = ActionGate(rail, dataset=store.dataset)
     if verdict.fix in (FixAction.ALLOW, FixAction.HUMAN_REVIEW):
         return [gate.enforce_post_commit(verdict)]
-    untrusted = _untrusted_commits(store, verdict.record_id)
+    untrusted = _not_compensated(store, verdict.record_id)
     commits = reads.commits_for(store, verdict.record_id)
     if not commits:
-        if untrusted is not None:  # a receipt this run cannot read is not "no receipt"
+        if untrusted is not None:  # a receipt this run cannot read, or an executed? unknown, is not "no receipt"
             raise untrusted
         return [gate.enforce_post_commit(verdict)]
     receipts, errors = _unique(commits, verdict.record_id)
@@ -237,7 +268,7 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
         done_before.append(why)
         summary.append(f"receipt {rid}: {ALREADY_COMPENSATED}")
         outcomes.append(GateOutcome(verdict.fix, ALREADY_COMPENSATED, why, receipt))
-    if untrusted is not None:  # the trusted receipts were handled; the untrusted ones still stand
+    if untrusted is not None:  # the trusted receipts were handled; the others still stand
         untrusted.add_note(f"otel-replay: the trusted receipts of the decision: {'; '.join(summary)}")
         raise untrusted
     if errors:

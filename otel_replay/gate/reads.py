@@ -69,24 +69,29 @@ def commits_for(store: Store, decision_id: str) -> list[tuple[str, Any]]:
     return commits
 
 
-def refused_commits_for(store: Store, decision_id: str) -> list[VerifyProblem]:
+def refused_commits_for(store: Store, decision_id: str, *, intents: bool = False) -> list[VerifyProblem]:
     """The sealed commit gate rows of ``decision_id`` this store cannot trust, and why.
 
     A commit signed with a key not given (a payment service's own key, a
     key rotated since) or edited claims a receipt that :func:`commits_for`
     leaves out: a caller about to compensate must not take its absence for
-    "nothing was charged". Not listed: an unsealed row (otel-replay seals
-    every commit it writes, so it can only be forged; ``verify`` names it)
-    and a refused copy of a record whose original is trusted.
+    "nothing was charged". With ``intents``, commit intents too that no
+    other sealed row answers (an answered intent is its commit's row): one
+    this store cannot trust may have been executed, and its action was not
+    judged. Not listed: an unsealed row (otel-replay seals every commit it
+    writes, so it can only be forged; ``verify`` names it) and a refused
+    copy of a record whose original is trusted.
     """
     rows = [
         r
         for r in store.record_rows(gate_decision_id=decision_id)
         if r.attributes.get(sc.KIND) == sc.KIND_GATE
         and r.attributes.get(sc.GATE_STAGE) == "commit"
-        and r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT  # an intent claims no receipt
+        and (intents or r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT)  # an intent claims no receipt
         and r.attributes.get(sc.RECORD_HASH) is not None
     ]
+    answered = {r.attributes.get(sc.GATE_INTENT_ID) for r in rows} - {None}
+    rows = [r for r in rows if r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or r.record_id not in answered]
     trusted, refused = split_trusted(rows, store.seal_check)
     kept = {r.record_id for r in trusted}
     return [problem for problem in refused if problem.record_id not in kept]

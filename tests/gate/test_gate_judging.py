@@ -26,7 +26,7 @@ from otel_replay.gate.execute import execute_verdict, replay_stored
 from otel_replay.gate.policy import replay
 from otel_replay.integrity import SigningKey
 
-from .._support import budget_policy, fork, payment, snapshot
+from .._support import TEST_KEY, budget_policy, fork, payment, snapshot
 
 STALE = {"budget_remaining": 0, "allow_list": ["acme-supplies"]}
 
@@ -305,6 +305,109 @@ def test_trusted_receipts_are_still_refunded_and_then_the_untrusted_commit_is_na
             telemetry.shutdown()
     assert ledger.balance == 100  # the trusted receipt was refunded; a forged-looking row cannot hold it back
     assert "the trusted receipts of the decision: receipt rcpt-0001: rolled_back" in "".join(raised.value.__notes__)
+
+
+LIVE_OK = {"budget_remaining": 10_000, "allow_list": ["acme-supplies"]}
+AGENT_ONLY = [SigningKey(AGENT_KEY.encode())]
+
+
+def test_a_commit_signed_with_a_key_not_given_makes_an_allow_a_human_review_naming_it(dataset):
+    # The $4,200 fits the budget, but the payment service's commit (its own key) could have committed anything:
+    # its action was never judged, so the verdict cannot ALLOW it.
+    record = _charged_by_another_service(dataset)
+    with otel_replay.open(dataset, keys=AGENT_ONLY) as store:
+        committed = "SELECT gate_id FROM gates WHERE stage = 'commit' AND executed = 'committed'"
+        gate_id = store.query(committed).to_pylist()[0]["gate_id"]
+        verdict = replay_stored(store, record.record_id, live_state=LIVE_OK, policy=budget_policy)
+        assert verdict.fix is FixAction.HUMAN_REVIEW  # was: ALLOW, "committed action stands"
+        assert "1 commit record(s) of the decision cannot be trusted, so what they committed was not judged" in (
+            verdict.reason
+        )
+        assert f"gate record {gate_id}: signed with key" in verdict.reason and "--key-file" in verdict.reason
+        assert verdict.reason.endswith("; within budget")
+    keys = [*AGENT_ONLY, SigningKey(PAYMENTS_KEY.encode())]
+    with otel_replay.open(dataset, keys=keys) as store:  # with the key that signed it, it is judged
+        assert replay_stored(store, record.record_id, live_state=LIVE_OK, policy=budget_policy).fix is FixAction.ALLOW
+
+
+class _DyingRail(ReferenceLedger):
+    def commit(self, action: Action) -> Any:
+        raise _Stop("killed inside the rail")
+
+
+def _died_inside_the_rail(dataset: Path, record_id: str, key: str, action: Action) -> str:
+    """A commit under decision ``record_id`` whose process died inside the rail (sealed with ``key``): its intent id."""
+    telemetry = otel_replay.configure(dataset, set_global=False, signing_key=key)
+    try:
+        with pytest.raises(_Stop):
+            ActionGate(_DyingRail(), dataset=dataset).commit(action, record_id=record_id)
+    finally:
+        telemetry.shutdown()
+    with otel_replay.open(dataset, keys=[SigningKey(key.encode())]) as store:
+        [(intent_id, _)] = store.unknown_commits_for(record_id)
+    return intent_id
+
+
+def test_an_intent_signed_with_a_key_not_given_makes_an_allow_a_human_review_and_refuses_execution(dataset):
+    telemetry = otel_replay.configure(dataset, set_global=False, signing_key=AGENT_KEY)
+    record = _paid()
+    telemetry.shutdown()
+    intent_id = _died_inside_the_rail(dataset, record.record_id, PAYMENTS_KEY, payment(50_000))
+    with otel_replay.open(dataset, keys=AGENT_ONLY) as store:
+        verdict = replay_stored(store, record.record_id, live_state=LIVE_OK, policy=budget_policy)
+        assert verdict.fix is FixAction.HUMAN_REVIEW and f"gate record {intent_id}: signed with key" in verdict.reason
+        stale = replay_stored(store, record.record_id, live_state=STALE, policy=budget_policy)
+        assert stale.fix is FixAction.ROLLBACK
+        with pytest.raises(GateError, match=f"1 commit record.s. this run cannot trust .gate record {intent_id}"):
+            execute_verdict(store, stale, ReferenceLedger(0))  # was: compensation_unavailable, "no receipt"
+
+
+def test_an_intent_no_commit_answers_is_not_taken_for_no_receipt_when_compensating(dataset):
+    # A $4,200 commit was acknowledged; a second one died inside the rail (executed? unknown). ROLLBACK refunds
+    # the receipt it has, then says the other was not compensated: a run that exits 0 reads as "all undone".
+    record, ledger = _committed_other(dataset, payment(), payment())
+    intent_id = _died_inside_the_rail(dataset, record.record_id, TEST_KEY, payment(9000))
+    with otel_replay.open(dataset) as store:
+        verdict = replay_stored(store, record.record_id, live_state=STALE, policy=budget_policy)
+        assert verdict.fix is FixAction.ROLLBACK and f"vendor_payment (intent {intent_id})" in verdict.reason
+        telemetry = otel_replay.configure(dataset, set_global=False)
+        try:
+            with pytest.raises(GateError) as raised:  # was: [rolled_back], and the $9,000 never mentioned
+                execute_verdict(store, verdict, ledger)
+        finally:
+            telemetry.shutdown()
+    message = str(raised.value)
+    assert f"has 1 commit(s) no commit record answers (vendor_payment (intent {intent_id}))" in message
+    assert "executed? unknown - check the rail" in message and "refund them on the rail by hand" in message
+    assert ledger.balance == 100_000  # the receipt it has was refunded first
+    assert "receipt rcpt-0001: rolled_back" in "".join(raised.value.__notes__)
+
+
+def test_an_executed_unknown_is_still_named_when_another_committed_action_decides_the_verdict(dataset):
+    record, _ = _committed_other(dataset, payment(100), payment(9000))
+    intent_id = _died_inside_the_rail(dataset, record.record_id, TEST_KEY, payment(50))
+    with otel_replay.open(dataset) as store:
+        verdict = replay_stored(store, record.record_id, live_state=LIVE_500, policy=budget_policy)
+    assert verdict.fix is FixAction.ROLLBACK and "committed another action than the decision audited" in verdict.reason
+    assert f"executed? unknown - check the rail: vendor_payment (intent {intent_id})" in verdict.reason  # was: lost
+
+
+def test_the_cli_exits_1_for_a_decision_whose_only_commit_is_executed_unknown(dataset, tmp_path):
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    record = _paid()
+    telemetry.shutdown()
+    intent_id = _died_inside_the_rail(dataset, record.record_id, TEST_KEY, payment())
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps(STALE))
+    out = CliRunner().invoke(
+        main,
+        [
+            "replay", record.record_id, "-d", str(dataset), "--live-state", str(live), "--policy",
+            "tests._support:budget_policy", "--execute", "--rail", "otel_replay.demo:demo_ledger",
+        ],
+    )  # fmt: skip
+    assert out.exit_code == 1, out.output  # was: 0, "compensation_unavailable ... no receipt to compensate"
+    assert "compensation_unavailable" not in out.output and f"intent {intent_id}" in out.output
 
 
 # --- 2: the action committed is judged, not only the one audited ----------------------------------------------
