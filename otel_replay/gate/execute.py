@@ -89,7 +89,8 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     least, its reason naming the gate record: an intent no commit record
     answers (executed? unknown), and a sealed commit or intent this store
     cannot trust (signed with a key not given, or edited), whose action was
-    left out.
+    left out. So does an ALLOW of a decision compensated already (in whole
+    or in part): "the action stands" would be false.
     """
     verdict = replay(record, live_state=live_state, policy=policy)
     for gate_id, action in reads.committed_actions_for(store, record.record_id):
@@ -113,6 +114,12 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     if unknown:
         named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
         verdict = _at_least_review(verdict, f"{UNKNOWN}: {named} has no commit record")
+    done = reads.compensation_for(store, record.record_id) if verdict.fix is FixAction.ALLOW else None
+    if done is not None:
+        verdict = _at_least_review(
+            verdict, f"the decision's action was compensated already ({done['executed']}, gate record "
+            f"{done['gate_id']}): it no longer stands, so allowing it would not make it happen again"
+        )
     return verdict
 
 

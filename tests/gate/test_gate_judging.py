@@ -475,3 +475,24 @@ def test_a_commit_made_by_a_process_killed_inside_audit_is_judged_from_its_inten
         receipts = reads.receipts_for(store, record_id)
     assert verdict.record_id == record_id and verdict.fix is FixAction.ROLLBACK
     assert [r["receipt_id"] for r in receipts] == ["rcpt-0001"]
+
+
+# --- 8: an ALLOW does not say an action stands once it was compensated ---------------------------------------
+
+
+def test_an_allow_of_a_decision_compensated_already_is_a_human_review_not_the_action_stands(dataset):
+    record, ledger = _committed_other(dataset, payment(), payment())
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    try:
+        with otel_replay.open(dataset) as store:
+            stale = replay_stored(store, record.record_id, live_state=STALE, policy=budget_policy)
+            assert [o.executed for o in execute_verdict(store, stale, ledger)] == ["rolled_back"]
+        telemetry.force_flush()
+        with otel_replay.open(dataset) as store:  # the budget came back: the policy would allow the payment now
+            verdict = replay_stored(store, record.record_id, live_state=LIVE_OK, policy=budget_policy)
+            outcomes = execute_verdict(store, verdict, ledger)
+    finally:
+        telemetry.shutdown()
+    assert verdict.fix is FixAction.HUMAN_REVIEW  # was: ALLOW, and --execute printed "committed action stands"
+    assert "the decision's action was compensated already (rolled_back, gate record" in verdict.reason
+    assert [o.executed for o in outcomes] == ["held"] and ledger.balance == 100_000
