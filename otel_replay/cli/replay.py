@@ -119,10 +119,16 @@ def _compensate(
 
 
 def _compensation_summary(exc: BaseException) -> str | None:
-    """What happened to every receipt, from the note :func:`~otel_replay.gate.execute_verdict` adds to its error."""
+    """What happened to every receipt, from the note :func:`~otel_replay.gate.execute_verdict` adds to its error.
+
+    A receipt this run could not compensate (an untrusted commit, an executed? unknown) is named by the error,
+    and what was done with the trusted receipts is said after it: a refund made is never left unsaid.
+    """
     for note in getattr(exc, "__notes__", ()):
         if isinstance(note, str) and "every receipt of the decision: " in note:
             return f"{note.split('every receipt of the decision: ', 1)[1]} (first failure: {type(exc).__name__})"
+        if isinstance(note, str) and "the trusted receipts of the decision: " in note:
+            return f"{exc} (the trusted receipts: {note.split('the trusted receipts of the decision: ', 1)[1]})"
     return None
 
 

@@ -410,6 +410,22 @@ def test_the_cli_exits_1_for_a_decision_whose_only_commit_is_executed_unknown(da
     assert "compensation_unavailable" not in out.output and f"intent {intent_id}" in out.output
 
 
+def test_the_cli_says_what_it_refunded_before_naming_a_commit_it_could_not_compensate(dataset, tmp_path):
+    record, _ = _committed_other(dataset, payment(), payment())
+    intent_id = _died_inside_the_rail(dataset, record.record_id, TEST_KEY, payment(9000))
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps(STALE))
+    out = CliRunner().invoke(
+        main,
+        [
+            "replay", record.record_id, "-d", str(dataset), "--live-state", str(live), "--policy",
+            "tests._support:budget_policy", "--execute", "--rail", "otel_replay.demo:demo_ledger",
+        ],
+    )  # fmt: skip
+    assert out.exit_code == 1 and f"intent {intent_id}" in out.output, out.output
+    assert "(the trusted receipts: receipt rcpt-0001: rolled_back)" in " ".join(out.output.split())  # was: unsaid
+
+
 # --- 2: the action committed is judged, not only the one audited ----------------------------------------------
 
 LIVE_500 = {"budget_remaining": 500, "allow_list": ["acme-supplies"]}
