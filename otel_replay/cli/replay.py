@@ -81,10 +81,16 @@ def replay_cmd(
         if rail is None:
             return
         outcomes, stored = _compensate(store, verdict, rail, resume=resume, dataset=dataset, record_id=record_id)
+        skipped = len(store.skipped)
     for outcome in outcomes:
         r.print_outcome(outcome)
     if not stored:
         raise click.ClickException(f"the compensation records could not be stored in {dataset} (see the errors above)")
+    if skipped:  # --skip-corrupt: a file left out may hold a commit of the decision, its receipt never compensated
+        raise click.ClickException(
+            f"{skipped} file(s) of {dataset} were left out as corrupt (named above): a commit or compensation "
+            "stored in one was not judged nor compensated; repair or remove them, then run again"
+        )
 
 
 def _check(record_id: str, execute: bool, rail_ref: str | None, resume: bool, require_signed: bool) -> None:
