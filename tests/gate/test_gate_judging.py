@@ -512,3 +512,50 @@ def test_an_allow_of_a_decision_compensated_already_is_a_human_review_not_the_ac
     assert verdict.fix is FixAction.HUMAN_REVIEW  # was: ALLOW, and --execute printed "committed action stands"
     assert "the decision's action was compensated already (rolled_back, gate record" in verdict.reason
     assert [o.executed for o in outcomes] == ["held"] and ledger.balance == 100_000
+
+
+# --- 9: holes left open (strict xfails: each passes once it is fixed) ------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a policy is asked each question once, so one that answers the same question two ways (a toggle, a "
+    "random draw, a flaky service) decides the verdict by its first answer: detecting it means asking twice",
+)
+def test_a_policy_answering_one_question_two_ways_is_a_human_review():
+    answers = iter([True, False, True, False])
+
+    def flaky(state: dict, action: Action) -> tuple[bool, str]:
+        return next(answers), "flaky"
+
+    assert replay(_paid(), live_state=STALE, policy=flaky).fix is FixAction.HUMAN_REVIEW  # now: ALLOW
+
+
+class _TimedOutRail(ReferenceLedger):
+    """A rail whose client times out after the charge went through."""
+
+    def commit(self, action: Action) -> Any:
+        super().commit(action)
+        raise TimeoutError("payment API timed out (the charge went through)")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a rail that raises from commit() is recorded as commit_failed, which answers the intent as 'not "
+    "executed': a charge made before a timeout is neither judged nor compensated; the Rail protocol has no way "
+    "to say 'outcome unknown' (see the s14 verdict report)",
+)
+def test_a_commit_whose_rail_raised_after_charging_is_executed_unknown(dataset):
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    rail = _TimedOutRail(10_000)
+    try:
+        with audit("vendor_payment", snapshot=snapshot()) as d:
+            d.act(payment(100))
+            with pytest.raises(TimeoutError):
+                ActionGate(rail, dataset=dataset).commit(payment(9000), record_id=d.record_id)
+    finally:
+        telemetry.shutdown()
+    assert rail.balance == 1_000  # the $9,000 moved
+    with otel_replay.open(dataset) as store:
+        verdict = replay_stored(store, d.record_id, live_state=LIVE_500, policy=budget_policy)
+    assert verdict.fix is not FixAction.ALLOW and "executed? unknown" in verdict.reason  # now: ALLOW ($100 fits)
