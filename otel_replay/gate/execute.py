@@ -93,7 +93,8 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     or in part): "the action stands" would be false.
     """
     verdict = replay(record, live_state=live_state, policy=policy)
-    for gate_id, action in reads.committed_actions_for(store, record.record_id):
+    rows = store.record_rows(gate_decision_id=record.record_id)  # one read for the three questions below
+    for gate_id, action in reads.committed_actions_for(store, record.record_id, rows=rows):
         if action == record.action:
             continue
         other = replay(dataclasses.replace(record, action=action), live_state=live_state, policy=policy)
@@ -103,18 +104,18 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
                 other, reason=f"commit {gate_id} committed another action than the decision audited ({shown}): "
                 f"{other.reason}"
             )
-    refused = reads.refused_commits_for(store, record.record_id, intents=True)
+    refused = reads.refused_commits_for(store, record.record_id, intents=True, rows=rows)
     if refused:
-        rows = "; ".join(f"gate {problem}" for problem in refused)
+        named = "; ".join(f"gate {problem}" for problem in refused)
         verdict = _at_least_review(
             verdict, f"{len(refused)} commit record(s) of the decision cannot be trusted, so what they committed "
-            f"was not judged ({rows}): pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE)"
+            f"was not judged ({named}): pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE)"
         )
     unknown = store.unknown_commits_for(record.record_id)
     if unknown:
         named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
         verdict = _at_least_review(verdict, f"{UNKNOWN}: {named} has no commit record")
-    done = reads.compensation_for(store, record.record_id) if verdict.fix is FixAction.ALLOW else None
+    done = reads.compensation_for(store, record.record_id, rows=rows) if verdict.fix is FixAction.ALLOW else None
     if done is not None:
         verdict = _at_least_review(
             verdict, f"the decision's action was compensated already ({done['executed']}, gate record "

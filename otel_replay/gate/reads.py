@@ -9,6 +9,7 @@ only those that pass the store's seal check (:mod:`otel_replay.query.trust`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from otel_replay import semconv as sc
@@ -33,9 +34,13 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
-def _gate_records(store: Store, decision_id: str) -> list[StoredRecord]:
-    """The verified gate records of ``decision_id``, oldest first (untrusted ones are logged and left out)."""
-    rows = store.record_rows(gate_decision_id=decision_id)
+def _gate_records(store: Store, decision_id: str, rows: Sequence[StoredRecord] | None = None) -> list[StoredRecord]:
+    """The verified gate records of ``decision_id``, oldest first (untrusted ones are logged and left out).
+
+    ``rows``: the decision's gate rows as :meth:`Store.record_rows` returned them, when the caller has read them.
+    """
+    if rows is None:
+        rows = store.record_rows(gate_decision_id=decision_id)
     trusted, refused = split_trusted(rows, store.seal_check)
     for problem in refused:
         _log.warning("otel-replay: ignoring an untrusted gate row %s", problem)
@@ -69,7 +74,9 @@ def commits_for(store: Store, decision_id: str) -> list[tuple[str, Any]]:
     return commits
 
 
-def refused_commits_for(store: Store, decision_id: str, *, intents: bool = False) -> list[VerifyProblem]:
+def refused_commits_for(
+    store: Store, decision_id: str, *, intents: bool = False, rows: Sequence[StoredRecord] | None = None
+) -> list[VerifyProblem]:
     """The sealed commit gate rows of ``decision_id`` this store cannot trust, and why.
 
     A commit signed with a key not given (a payment service's own key, a
@@ -80,11 +87,12 @@ def refused_commits_for(store: Store, decision_id: str, *, intents: bool = False
     this store cannot trust may have been executed, and its action was not
     judged. Not listed: an unsealed row (otel-replay seals every commit it
     writes, so it can only be forged; ``verify`` names it) and a refused
-    copy of a record whose original is trusted.
+    copy of a record whose original is trusted. ``rows``: as for
+    :func:`committed_actions_for`.
     """
     rows = [
         r
-        for r in store.record_rows(gate_decision_id=decision_id)
+        for r in (store.record_rows(gate_decision_id=decision_id) if rows is None else rows)
         if r.attributes.get(sc.KIND) == sc.KIND_GATE
         and r.attributes.get(sc.GATE_STAGE) == "commit"
         and (intents or r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT)  # an intent claims no receipt
@@ -97,15 +105,19 @@ def refused_commits_for(store: Store, decision_id: str, *, intents: bool = False
     return [problem for problem in refused if problem.record_id not in kept]
 
 
-def committed_actions_for(store: Store, decision_id: str) -> list[tuple[str, Action]]:
+def committed_actions_for(
+    store: Store, decision_id: str, *, rows: Sequence[StoredRecord] | None = None
+) -> list[tuple[str, Action]]:
     """The action each verified commit of ``decision_id`` stored, with its gate record id, in commit order.
 
     What was committed, which may differ from the decision's audited
     action (:func:`otel_replay.gate.execute.replay_stored` judges both). A
     commit recorded before gate records stored their action is left out.
+    ``rows``: the decision's gate rows (``store.record_rows(gate_decision_id=...)``)
+    when the caller has read them already, so several reads share one query.
     """
     actions: dict[str, Action] = {}
-    for rec in _gate_records(store, decision_id):
+    for rec in _gate_records(store, decision_id, rows):
         attrs = rec.attributes
         text = attrs.get(sc.GATE_ACTION)
         if attrs.get(sc.GATE_STAGE) != "commit" or attrs.get(sc.GATE_EXECUTED) != "committed" or text is None:
@@ -146,9 +158,18 @@ def receipt_for(store: Store, decision_id: str) -> Any:
     return receipts[-1] if receipts else None
 
 
-def compensation_for(store: Store, decision_id: str, *, receipt_id: str | None = None) -> dict[str, Any] | None:
-    """The verified gate record that already compensated ``decision_id``'s action (that receipt), or ``None``."""
-    for rec in _gate_records(store, decision_id):
+def compensation_for(
+    store: Store,
+    decision_id: str,
+    *,
+    receipt_id: str | None = None,
+    rows: Sequence[StoredRecord] | None = None,
+) -> dict[str, Any] | None:
+    """The verified gate record that already compensated ``decision_id``'s action (that receipt), or ``None``.
+
+    ``rows``: as for :func:`committed_actions_for`.
+    """
+    for rec in _gate_records(store, decision_id, rows):
         attrs = rec.attributes
         compensated = attrs.get(sc.GATE_EXECUTED) in ("rolled_back", "reversed")
         if attrs.get(sc.GATE_STAGE) != "post_commit" or not compensated:
