@@ -19,6 +19,7 @@ from typing import Any
 from otel_replay._json import canonical_json
 from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError, RecordNotFound
 from otel_replay.gate import reads
+from otel_replay.gate.claims import CompensationClaims, idempotency_key
 from otel_replay.gate.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome
 from otel_replay.gate.policy import FixAction, Policy, Verdict, replay
 from otel_replay.gate.rails import Rail, Receipt
@@ -90,7 +91,8 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     answers (executed? unknown), and a sealed commit or intent this store
     cannot trust (signed with a key not given, or edited), whose action was
     left out. So does an ALLOW of a decision compensated already (in whole
-    or in part): "the action stands" would be false.
+    or in part), or whose compensation was begun (a claim taken, its outcome
+    not recorded): "the action stands" may be false.
     """
     verdict = replay(record, live_state=live_state, policy=policy)
     rows = store.record_rows(gate_decision_id=record.record_id)  # one read for the three questions below
@@ -115,13 +117,37 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     if unknown:
         named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
         verdict = _at_least_review(verdict, f"{UNKNOWN}: {named} has no commit record")
-    done = reads.compensation_for(store, record.record_id, rows=rows) if verdict.fix is FixAction.ALLOW else None
-    if done is not None:
-        verdict = _at_least_review(
-            verdict, f"the decision's action was compensated already ({done['executed']}, gate record "
-            f"{done['gate_id']}): it no longer stands, so allowing it would not make it happen again"
-        )
+    if verdict.fix is FixAction.ALLOW:
+        done = reads.compensation_for(store, record.record_id, rows=rows)
+        if done is not None:
+            verdict = _at_least_review(
+                verdict, f"the decision's action was compensated already ({done['executed']}, gate record "
+                f"{done['gate_id']}): it no longer stands, so allowing it would not make it happen again"
+            )
+        else:
+            begun = _compensation_begun(store, record.record_id, rows)
+            if begun is not None:
+                verdict = _at_least_review(verdict, begun)
     return verdict
+
+
+def _compensation_begun(store: Store, decision_id: str, rows: Any) -> str | None:
+    """Why a compensation of ``decision_id`` may have been made though the dataset records none, or ``None``.
+
+    A claim taken for one of its receipts (a claimant killed inside the rail, a rail that raised, one killed
+    after the refund but before its gate record): compensated? unknown - check the rail.
+    """
+    claims = CompensationClaims(store.dataset)
+    for _, stored in reads.commits_for(store, decision_id, rows=rows):
+        rid = receipt_id_of(stored)
+        held = claims.state(idempotency_key(decision_id, rid))
+        if held is not None:
+            return (
+                f"a compensation of receipt {rid} was begun ({held.get('state')} by "
+                f"{held.get('claimant', '?')} at {held.get('claimed_at', '?')}) and the dataset records none: "
+                "compensated? unknown - check the rail"
+            )
+    return None
 
 
 def _at_least_review(verdict: Verdict, why: str) -> Verdict:

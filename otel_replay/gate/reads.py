@@ -58,14 +58,17 @@ def receipts_for(store: Store, decision_id: str) -> list[Any]:
     return [receipt for _, receipt in commits_for(store, decision_id)]
 
 
-def commits_for(store: Store, decision_id: str) -> list[tuple[str, Any]]:
+def commits_for(
+    store: Store, decision_id: str, *, rows: Sequence[StoredRecord] | None = None
+) -> list[tuple[str, Any]]:
     """:func:`receipts_for` with the id of the commit gate record each receipt comes from.
 
     A commit row stored twice (a retried export, a copied file) gives one
-    gate record id twice; two commits give two.
+    gate record id twice; two commits give two. ``rows``: as for
+    :func:`committed_actions_for`.
     """
     commits = []
-    for rec in _gate_records(store, decision_id):
+    for rec in _gate_records(store, decision_id, rows):
         attrs = rec.attributes
         if attrs.get(sc.GATE_STAGE) == "commit" and attrs.get(sc.GATE_RECEIPT) is not None:
             receipt = loads(attrs[sc.GATE_RECEIPT], where=f"receipt of gate record {rec.record_id}")

@@ -22,6 +22,7 @@ from otel_replay.errors import (
     RecordNotFound,
 )
 from otel_replay.gate import reads
+from otel_replay.gate.claims import CompensationClaims, idempotency_key
 from otel_replay.gate.execute import execute_verdict, replay_stored
 from otel_replay.gate.policy import replay
 from otel_replay.integrity import SigningKey
@@ -512,6 +513,20 @@ def test_an_allow_of_a_decision_compensated_already_is_a_human_review_not_the_ac
     assert verdict.fix is FixAction.HUMAN_REVIEW  # was: ALLOW, and --execute printed "committed action stands"
     assert "the decision's action was compensated already (rolled_back, gate record" in verdict.reason
     assert [o.executed for o in outcomes] == ["held"] and ledger.balance == 100_000
+
+
+def test_an_allow_of_a_decision_whose_compensation_was_begun_and_never_recorded_is_a_human_review(dataset):
+    # A ROLLBACK's claimant was killed inside the rail (its claim stays "claimed"): whether the refund went
+    # through only the rail knows, so a later ALLOW cannot say the action stands.
+    record, _ = _committed_other(dataset, payment(), payment())
+    key = idempotency_key(record.record_id, "rcpt-0001")
+    claims = CompensationClaims(dataset)
+    claims.release(claims.claim(key, decision_id=record.record_id, receipt_id="rcpt-0001"))  # killed here
+    with otel_replay.open(dataset) as store:
+        verdict = replay_stored(store, record.record_id, live_state=LIVE_OK, policy=budget_policy)
+    assert verdict.fix is FixAction.HUMAN_REVIEW  # was: ALLOW
+    assert "a compensation of receipt rcpt-0001 was begun (claimed by pid" in verdict.reason
+    assert "compensated? unknown - check the rail" in verdict.reason
 
 
 # --- 9: holes left open (strict xfails: each passes once it is fixed) ------------------------------------------
