@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from otel_replay import semconv as sc
 from otel_replay._json import canonical_json
 from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError, RecordNotFound
 from otel_replay.gate import reads
@@ -24,8 +25,9 @@ from otel_replay.gate.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome
 from otel_replay.gate.policy import FixAction, Policy, Verdict, replay
 from otel_replay.gate.rails import Rail, Receipt
 from otel_replay.gate.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
+from otel_replay.integrity import StoredRecord
 from otel_replay.query.store import Store
-from otel_replay.records import DecisionRecord
+from otel_replay.records import Action, DecisionRecord
 
 __all__ = ["execute_verdict", "judge_stored", "replay_stored"]
 
@@ -113,7 +115,7 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
             verdict, f"{len(refused)} commit record(s) of the decision cannot be trusted, so what they committed "
             f"was not judged ({named}): pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE)"
         )
-    unknown = store.unknown_commits_for(record.record_id)
+    unknown = _unknown(store, record.record_id, rows)
     if unknown:
         named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
         verdict = _at_least_review(verdict, f"{UNKNOWN}: {named} has no commit record")
@@ -148,6 +150,19 @@ def _compensation_begun(store: Store, decision_id: str, rows: Any) -> str | None
                 "compensated? unknown - check the rail"
             )
     return None
+
+
+def _unknown(store: Store, decision_id: str, rows: Sequence[StoredRecord]) -> list[tuple[str, Action]]:
+    """:meth:`Store.unknown_commits_for`, less the intents a sealed commit record this store cannot trust answers.
+
+    Such an intent is named with that record (:func:`reads.refused_commits_for`), not as having none.
+    """
+    answered = {
+        r.attributes.get(sc.GATE_INTENT_ID)
+        for r in rows
+        if r.attributes.get(sc.GATE_STAGE) == "commit" and r.attributes.get(sc.RECORD_HASH) is not None
+    }
+    return [(gate_id, action) for gate_id, action in store.unknown_commits_for(decision_id) if gate_id not in answered]
 
 
 def _at_least_review(verdict: Verdict, why: str) -> Verdict:
@@ -214,19 +229,20 @@ def _not_compensated(store: Store, decision_id: str) -> GateError | None:
     and intents no commit record answers (executed? unknown): each may have
     moved money, so a compensation that leaves them out is not done.
     """
-    refused = reads.refused_commits_for(store, decision_id, intents=True)
-    unknown = store.unknown_commits_for(decision_id)
+    rows = store.record_rows(gate_decision_id=decision_id)
+    refused = reads.refused_commits_for(store, decision_id, intents=True, rows=rows)
+    unknown = _unknown(store, decision_id, rows)
     parts = []
     if refused:
-        rows = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
+        named = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
         parts.append(
-            f"has {len(refused)} commit record(s) this run cannot trust ({rows}); their receipts were not "
+            f"has {len(refused)} commit record(s) this run cannot trust ({named}); their receipts were not "
             "compensated: pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE) and run again"
         )
     if unknown:
-        named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
+        intents = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
         parts.append(
-            f"has {len(unknown)} commit(s) no commit record answers ({named}): {UNKNOWN}; no receipt was "
+            f"has {len(unknown)} commit(s) no commit record answers ({intents}): {UNKNOWN}; no receipt was "
             "recorded, so they were not compensated: refund them on the rail by hand if it executed them"
         )
     return GateError(f"decision {decision_id} {'; it also '.join(parts)}") if parts else None

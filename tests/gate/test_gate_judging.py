@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 import otel_replay
 from otel_replay import Action, ActionGate, FixAction, ReferenceLedger, audit
+from otel_replay import semconv as sc
 from otel_replay.cli import main
 from otel_replay.errors import (
     AlreadyCompensated,
@@ -425,6 +426,27 @@ def test_the_cli_says_what_it_refunded_before_naming_a_commit_it_could_not_compe
     )  # fmt: skip
     assert out.exit_code == 1 and f"intent {intent_id}" in out.output, out.output
     assert "(the trusted receipts: receipt rcpt-0001: rolled_back)" in " ".join(out.output.split())  # was: unsaid
+
+
+def test_a_receipt_edited_after_commit_is_named_as_edited_never_judged_nor_taken_for_no_commit(dataset):
+    from ..query.test_trust import _rows, _write
+
+    record, ledger = _committed_other(dataset, payment(), payment())
+    path, rows = _rows(dataset)
+    [row] = [r for r in rows if '"committed"' in (r["attributes"] or "") and sc.GATE_RECEIPT in r["attributes"]]
+    attrs = json.loads(row["attributes"])
+    attrs[sc.GATE_RECEIPT] = attrs[sc.GATE_RECEIPT].replace("4200", "1")  # the refund made small
+    row["attributes"] = json.dumps(attrs)
+    _write(path, rows, rows.schema)
+    with otel_replay.open(dataset) as store:
+        allowed = replay_stored(store, record.record_id, live_state=LIVE_OK, policy=budget_policy)
+        stale = replay_stored(store, record.record_id, live_state=STALE, policy=budget_policy)
+        with pytest.raises(GateError) as raised:
+            execute_verdict(store, stale, ledger)
+    assert allowed.fix is FixAction.HUMAN_REVIEW and "content edited (hash mismatch)" in allowed.reason  # was: ALLOW
+    assert "executed? unknown" not in allowed.reason  # its intent is answered, by the edited record
+    assert "1 commit record(s) this run cannot trust" in str(raised.value) and "content edited" in str(raised.value)
+    assert "no commit record answers" not in str(raised.value) and ledger.balance == 95_800  # nothing refunded
 
 
 # --- 2: the action committed is judged, not only the one audited ----------------------------------------------
