@@ -81,10 +81,16 @@ def replay_cmd(
         if rail is None:
             return
         outcomes, stored = _compensate(store, verdict, rail, resume=resume, dataset=dataset, record_id=record_id)
+        skipped = len(store.skipped)
     for outcome in outcomes:
         r.print_outcome(outcome)
     if not stored:
         raise click.ClickException(f"the compensation records could not be stored in {dataset} (see the errors above)")
+    if skipped:  # --skip-corrupt: a file left out may hold a commit of the decision, its receipt never compensated
+        raise click.ClickException(
+            f"{skipped} file(s) of {dataset} were left out as corrupt (named above): a commit or compensation "
+            "stored in one was not judged nor compensated; repair or remove them, then run again"
+        )
 
 
 def _check(record_id: str, execute: bool, rail_ref: str | None, resume: bool, require_signed: bool) -> None:
@@ -119,10 +125,16 @@ def _compensate(
 
 
 def _compensation_summary(exc: BaseException) -> str | None:
-    """What happened to every receipt, from the note :func:`~otel_replay.gate.execute_verdict` adds to its error."""
+    """What happened to every receipt, from the note :func:`~otel_replay.gate.execute_verdict` adds to its error.
+
+    A receipt this run could not compensate (an untrusted commit, an executed? unknown) is named by the error,
+    and what was done with the trusted receipts is said after it: a refund made is never left unsaid.
+    """
     for note in getattr(exc, "__notes__", ()):
         if isinstance(note, str) and "every receipt of the decision: " in note:
             return f"{note.split('every receipt of the decision: ', 1)[1]} (first failure: {type(exc).__name__})"
+        if isinstance(note, str) and "the trusted receipts of the decision: " in note:
+            return f"{exc} (the trusted receipts: {note.split('the trusted receipts of the decision: ', 1)[1]})"
     return None
 
 

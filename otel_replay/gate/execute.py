@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from otel_replay import semconv as sc
 from otel_replay._json import canonical_json
 from otel_replay.errors import AlreadyCompensated, CompensationInProgress, GateError, RecordNotFound
 from otel_replay.gate import reads
+from otel_replay.gate.claims import CompensationClaims, idempotency_key
 from otel_replay.gate.gate import ALREADY_COMPENSATED, ActionGate, GateOutcome
 from otel_replay.gate.policy import FixAction, Policy, Verdict, replay
 from otel_replay.gate.rails import Rail, Receipt
 from otel_replay.gate.receipts import RECEIPT_TYPE, RECEIPT_TYPE_KEY, receipt_id_of
+from otel_replay.integrity import StoredRecord
 from otel_replay.query.store import Store
-from otel_replay.records import DecisionRecord
+from otel_replay.records import Action, DecisionRecord
 
 __all__ = ["execute_verdict", "judge_stored", "replay_stored"]
 
@@ -84,15 +87,18 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
     most severe verdict wins (ALLOW < HUMAN_REVIEW < ROLLBACK < BLOCK), its
     reason naming the commit; ROLLBACK and BLOCK compensate every receipt of
     the decision, as for any decision.
+
+    A commit whose action cannot be judged makes the verdict HUMAN_REVIEW at
+    least, its reason naming the gate record: an intent no commit record
+    answers (executed? unknown), and a sealed commit or intent this store
+    cannot trust (signed with a key not given, or edited), whose action was
+    left out. So does an ALLOW of a decision compensated already (in whole
+    or in part), or whose compensation was begun (a claim taken, its outcome
+    not recorded): "the action stands" may be false.
     """
     verdict = replay(record, live_state=live_state, policy=policy)
-    unknown = store.unknown_commits_for(record.record_id)
-    if unknown:
-        named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
-        reason = f"{UNKNOWN}: {named} has no commit record; {verdict.reason}"
-        fix = verdict.fix if _SEVERITY[verdict.fix] >= _SEVERITY[FixAction.HUMAN_REVIEW] else FixAction.HUMAN_REVIEW
-        verdict = dataclasses.replace(verdict, fix=fix, reason=reason)
-    for gate_id, action in reads.committed_actions_for(store, record.record_id):
+    rows = store.record_rows(gate_decision_id=record.record_id)  # one read for the three questions below
+    for gate_id, action in reads.committed_actions_for(store, record.record_id, rows=rows):
         if action == record.action:
             continue
         other = replay(dataclasses.replace(record, action=action), live_state=live_state, policy=policy)
@@ -102,7 +108,67 @@ def judge_stored(store: Store, record: DecisionRecord, *, live_state: Mapping[st
                 other, reason=f"commit {gate_id} committed another action than the decision audited ({shown}): "
                 f"{other.reason}"
             )
+    refused = reads.refused_commits_for(store, record.record_id, intents=True, rows=rows)
+    if refused:
+        named = "; ".join(f"gate {problem}" for problem in refused)
+        verdict = _at_least_review(
+            verdict, f"{len(refused)} commit record(s) of the decision cannot be trusted, so what they committed "
+            f"was not judged ({named}): pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE)"
+        )
+    unknown = _unknown(store, record.record_id, rows)
+    if unknown:
+        named = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
+        verdict = _at_least_review(verdict, f"{UNKNOWN}: {named} has no commit record")
+    if verdict.fix is FixAction.ALLOW:
+        done = reads.compensation_for(store, record.record_id, rows=rows)
+        if done is not None:
+            verdict = _at_least_review(
+                verdict, f"the decision's action was compensated already ({done['executed']}, gate record "
+                f"{done['gate_id']}): it no longer stands, so allowing it would not make it happen again"
+            )
+        else:
+            begun = _compensation_begun(store, record.record_id, rows)
+            if begun is not None:
+                verdict = _at_least_review(verdict, begun)
     return verdict
+
+
+def _compensation_begun(store: Store, decision_id: str, rows: Any) -> str | None:
+    """Why a compensation of ``decision_id`` may have been made though the dataset records none, or ``None``.
+
+    A claim taken for one of its receipts (a claimant killed inside the rail, a rail that raised, one killed
+    after the refund but before its gate record): compensated? unknown - check the rail.
+    """
+    claims = CompensationClaims(store.dataset)
+    for _, stored in reads.commits_for(store, decision_id, rows=rows):
+        rid = receipt_id_of(stored)
+        held = claims.state(idempotency_key(decision_id, rid))
+        if held is not None:
+            return (
+                f"a compensation of receipt {rid} was begun ({held.get('state')} by "
+                f"{held.get('claimant', '?')} at {held.get('claimed_at', '?')}) and the dataset records none: "
+                "compensated? unknown - check the rail"
+            )
+    return None
+
+
+def _unknown(store: Store, decision_id: str, rows: Sequence[StoredRecord]) -> list[tuple[str, Action]]:
+    """:meth:`Store.unknown_commits_for`, less the intents a sealed commit record this store cannot trust answers.
+
+    Such an intent is named with that record (:func:`reads.refused_commits_for`), not as having none.
+    """
+    answered = {
+        r.attributes.get(sc.GATE_INTENT_ID)
+        for r in rows
+        if r.attributes.get(sc.GATE_STAGE) == "commit" and r.attributes.get(sc.RECORD_HASH) is not None
+    }
+    return [(gate_id, action) for gate_id, action in store.unknown_commits_for(decision_id) if gate_id not in answered]
+
+
+def _at_least_review(verdict: Verdict, why: str) -> Verdict:
+    """``verdict`` made HUMAN_REVIEW when it was ALLOW, its reason led by ``why``."""
+    fix = verdict.fix if _SEVERITY[verdict.fix] >= _SEVERITY[FixAction.HUMAN_REVIEW] else FixAction.HUMAN_REVIEW
+    return dataclasses.replace(verdict, fix=fix, reason=f"{why}; {verdict.reason}")
 
 
 _AGAIN = "; not compensating it again"
@@ -156,16 +222,30 @@ def _unique(commits: list[tuple[str, Any]], decision_id: str) -> tuple[list[Any]
     return kept, refused
 
 
-def _untrusted_commits(store: Store, decision_id: str) -> GateError | None:
-    """The error naming ``decision_id``'s sealed commit records this store cannot trust, or ``None``."""
-    refused = reads.refused_commits_for(store, decision_id)
-    if not refused:
-        return None
-    rows = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
-    return GateError(
-        f"decision {decision_id} has {len(refused)} commit record(s) this run cannot trust ({rows}); their "
-        "receipts were not compensated: pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE) and run again"
-    )
+def _not_compensated(store: Store, decision_id: str) -> GateError | None:
+    """The error naming ``decision_id``'s commits whose receipts this run cannot compensate, or ``None``.
+
+    Sealed commit records (and unanswered intents) this store cannot trust,
+    and intents no commit record answers (executed? unknown): each may have
+    moved money, so a compensation that leaves them out is not done.
+    """
+    rows = store.record_rows(gate_decision_id=decision_id)
+    refused = reads.refused_commits_for(store, decision_id, intents=True, rows=rows)
+    unknown = _unknown(store, decision_id, rows)
+    parts = []
+    if refused:
+        named = "; ".join(f"gate {problem}" for problem in refused)  # "gate record <id>: <why> [<file>]"
+        parts.append(
+            f"has {len(refused)} commit record(s) this run cannot trust ({named}); their receipts were not "
+            "compensated: pass the key that signed them (--key-file, OTEL_REPLAY_KEY_FILE) and run again"
+        )
+    if unknown:
+        intents = ", ".join(f"{action.type} (intent {gate_id})" for gate_id, action in unknown)
+        parts.append(
+            f"has {len(unknown)} commit(s) no commit record answers ({intents}): {UNKNOWN}; no receipt was "
+            "recorded, so they were not compensated: refund them on the rail by hand if it executed them"
+        )
+    return GateError(f"decision {decision_id} {'; it also '.join(parts)}") if parts else None
 
 
 def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool = False) -> list[GateOutcome]:
@@ -191,18 +271,19 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
             now (not done: run again once it finished).
         CompensationPending: an earlier attempt never finished; retry with ``resume=True``.
         GateError: two different commits returned the same receipt id (neither is compensated), or a
-            sealed commit record of the decision cannot be trusted (signed with a key not given, edited):
-            its receipt is not "no receipt", so after the trusted receipts were tried this names it.
+            sealed commit record of the decision cannot be trusted (signed with a key not given, edited), or
+            a commit intent has no commit record (executed? unknown): neither is "no receipt", so after the
+            trusted receipts were tried this names them.
         Exception: what the rail raised for a receipt (the others were tried first).
 
     """
     gate = ActionGate(rail, dataset=store.dataset)
     if verdict.fix in (FixAction.ALLOW, FixAction.HUMAN_REVIEW):
         return [gate.enforce_post_commit(verdict)]
-    untrusted = _untrusted_commits(store, verdict.record_id)
+    untrusted = _not_compensated(store, verdict.record_id)
     commits = reads.commits_for(store, verdict.record_id)
     if not commits:
-        if untrusted is not None:  # a receipt this run cannot read is not "no receipt"
+        if untrusted is not None:  # a receipt this run cannot read, or an executed? unknown, is not "no receipt"
             raise untrusted
         return [gate.enforce_post_commit(verdict)]
     receipts, errors = _unique(commits, verdict.record_id)
@@ -237,7 +318,7 @@ def execute_verdict(store: Store, verdict: Verdict, rail: Rail, *, resume: bool 
         done_before.append(why)
         summary.append(f"receipt {rid}: {ALREADY_COMPENSATED}")
         outcomes.append(GateOutcome(verdict.fix, ALREADY_COMPENSATED, why, receipt))
-    if untrusted is not None:  # the trusted receipts were handled; the untrusted ones still stand
+    if untrusted is not None:  # the trusted receipts were handled; the others still stand
         untrusted.add_note(f"otel-replay: the trusted receipts of the decision: {'; '.join(summary)}")
         raise untrusted
     if errors:

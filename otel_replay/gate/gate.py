@@ -54,7 +54,7 @@ from otel_replay.errors import GateError
 from otel_replay.gate.claims import ClaimState, CompensationClaims, idempotency_key
 from otel_replay.gate.policy import FixAction, Verdict
 from otel_replay.gate.rails import Rail
-from otel_replay.gate.receipts import receipt_id_of, stored_receipt
+from otel_replay.gate.receipts import _text, receipt_id_of, stored_receipt
 from otel_replay.location import resolve
 from otel_replay.records import Action, GateRecord, SpanRef, new_id
 from otel_replay.storage.backend import backend_for
@@ -523,10 +523,21 @@ class ActionGate:
         self.claims.finish(claim, ClaimState.DONE, executed=executed)
         detail = f"compensated {rid}: {verdict.reason}"
         kept = stored if stored is not None else receipt
-        durable = self._emit(
-            "post_commit", verdict, executed, detail, record_id=verdict.record_id, receipt=kept, durable=True
-        )
-        self._flush(verdict.record_id, durable)
+        durable: bool | None
+        try:
+            durable = self._emit(
+                "post_commit", verdict, executed, detail, record_id=verdict.record_id, receipt=kept, durable=True
+            )
+        except Exception as exc:  # noqa: BLE001 - the rail has refunded: an error now would read as "not refunded"
+            _log.error(
+                "otel-replay: decision %s's compensation of receipt %s could not be recorded: %s: %s",
+                _text(verdict.record_id),
+                _text(rid),
+                type(exc).__name__,
+                _safe_text(exc),
+            )
+            durable = False
+        self._flush(_text(verdict.record_id), durable)
         return GateOutcome(verdict.fix, executed, detail, receipt)
 
     def _flush(self, record_id: str, durable: bool | None) -> None:
@@ -587,9 +598,9 @@ class ActionGate:
             stage=stage,
             fix=verdict.fix.value if verdict else None,
             executed=executed,
-            detail=detail,
+            detail=_text(detail),  # a reason may quote a live state's lone surrogate: sealed escaped, never refused
             justified=verdict.justified if verdict else None,
-            reason=verdict.reason if verdict else None,
+            reason=_text(verdict.reason) if verdict else None,
             receipt=receipt if stored else stored_receipt(receipt),
             correlation_id=(verdict.correlation_id if verdict else None)
             or correlation_id

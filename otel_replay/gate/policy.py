@@ -27,6 +27,7 @@ from typing import Any
 
 from otel_replay._display import html_of
 from otel_replay.errors import PayloadError, PolicyError, PolicyLoadError, ReplayUndecidable
+from otel_replay.gate.receipts import _text as _sealable  # a reason is sealed into gate records: UTF-8 text
 from otel_replay.records import Action, DecisionRecord
 
 __all__ = ["FixAction", "Policy", "Verdict", "load_callable", "load_policy", "replay"]
@@ -66,8 +67,12 @@ class Verdict:
 
 
 def _is_bool(value: Any) -> bool:
-    """True for ``True``/``False`` and numpy's bool (a policy computing over arrays returns one)."""
-    return isinstance(value, bool) or (type(value).__name__ == "bool_" and type(value).__module__ == "numpy")
+    """True for ``True``/``False`` and numpy's bool (a policy computing over arrays returns one).
+
+    numpy names its bool type ``numpy.bool_`` before 2.0 and ``numpy.bool`` since.
+    """
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__name__ in ("bool", "bool_") and kind.__module__ == "numpy")
 
 
 def _ask(policy: Policy, state: Mapping[str, Any], action: Action, what: str = "live state") -> tuple[bool, str]:
@@ -75,7 +80,10 @@ def _ask(policy: Policy, state: Mapping[str, Any], action: Action, what: str = "
 
     Fails closed: anything but a real bool and a str (a swapped tuple, a bare
     string, ``1``, ``None``) is a :class:`PolicyError` naming the policy and what
-    it returned, never coerced into a verdict.
+    it returned, never coerced into a verdict; so is a policy that raises
+    ``SystemExit`` or another ``BaseException`` (an exit is not an answer, and
+    a CLI exiting 0 there would read as success). ``KeyboardInterrupt`` is
+    the user's and goes through.
     """
     name = getattr(policy, "__qualname__", repr(policy))
     try:
@@ -84,10 +92,10 @@ def _ask(policy: Policy, state: Mapping[str, Any], action: Action, what: str = "
         raise PayloadError(f"the {what} is nested too deeply to replay (Python's recursion limit)") from None
     try:
         result = policy(state_copy, action_copy)
-    except ReplayUndecidable:
+    except (ReplayUndecidable, KeyboardInterrupt):
         raise
-    except Exception as exc:
-        raise PolicyError(f"policy {name} raised {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:
+        raise PolicyError(f"policy {name} raised {type(exc).__name__}: {_said(exc)}") from exc
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise PolicyError(f"policy {name} must return (justified, reason), got {_shown(result)}")
     justified, reason = result
@@ -96,7 +104,15 @@ def _ask(policy: Policy, state: Mapping[str, Any], action: Action, what: str = "
             f"policy {name} must return (justified, reason) with justified a bool and reason a str, got "
             f"{_shown(result)} ({type(justified).__name__}, {type(reason).__name__})"
         )
-    return bool(justified), str(reason)
+    return bool(justified), _sealable(str.__str__(reason))
+
+
+def _said(exc: BaseException) -> str:
+    """``str(exc)`` for an error line (never raises: an exception's ``__str__`` is the policy's code too)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__
+        return f"<{type(exc).__name__}>"
 
 
 def _shown(value: Any) -> str:
@@ -134,7 +150,7 @@ def replay(record: DecisionRecord, *, live_state: Mapping[str, Any], policy: Pol
             return verdict(FixAction.ALLOW, True, live_reason)
         snap_ok, snap_reason = _ask(policy, record.snapshot.state, record.action, "recorded snapshot state")
     except ReplayUndecidable as exc:
-        return verdict(FixAction.HUMAN_REVIEW, False, str(exc) or "policy could not decide")
+        return verdict(FixAction.HUMAN_REVIEW, False, _sealable(_said(exc)) or "policy could not decide")
     if snap_ok:
         return verdict(FixAction.ROLLBACK, False, f"stale state: justified on the snapshot, not now: {live_reason}")
     return verdict(FixAction.BLOCK, False, f"not justified even on its own snapshot: {snap_reason}")

@@ -9,6 +9,7 @@ only those that pass the store's seal check (:mod:`otel_replay.query.trust`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from otel_replay import semconv as sc
@@ -33,9 +34,13 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
-def _gate_records(store: Store, decision_id: str) -> list[StoredRecord]:
-    """The verified gate records of ``decision_id``, oldest first (untrusted ones are logged and left out)."""
-    rows = store.record_rows(gate_decision_id=decision_id)
+def _gate_records(store: Store, decision_id: str, rows: Sequence[StoredRecord] | None = None) -> list[StoredRecord]:
+    """The verified gate records of ``decision_id``, oldest first (untrusted ones are logged and left out).
+
+    ``rows``: the decision's gate rows as :meth:`Store.record_rows` returned them, when the caller has read them.
+    """
+    if rows is None:
+        rows = store.record_rows(gate_decision_id=decision_id)
     trusted, refused = split_trusted(rows, store.seal_check)
     for problem in refused:
         _log.warning("otel-replay: ignoring an untrusted gate row %s", problem)
@@ -53,14 +58,17 @@ def receipts_for(store: Store, decision_id: str) -> list[Any]:
     return [receipt for _, receipt in commits_for(store, decision_id)]
 
 
-def commits_for(store: Store, decision_id: str) -> list[tuple[str, Any]]:
+def commits_for(
+    store: Store, decision_id: str, *, rows: Sequence[StoredRecord] | None = None
+) -> list[tuple[str, Any]]:
     """:func:`receipts_for` with the id of the commit gate record each receipt comes from.
 
     A commit row stored twice (a retried export, a copied file) gives one
-    gate record id twice; two commits give two.
+    gate record id twice; two commits give two. ``rows``: as for
+    :func:`committed_actions_for`.
     """
     commits = []
-    for rec in _gate_records(store, decision_id):
+    for rec in _gate_records(store, decision_id, rows):
         attrs = rec.attributes
         if attrs.get(sc.GATE_STAGE) == "commit" and attrs.get(sc.GATE_RECEIPT) is not None:
             receipt = loads(attrs[sc.GATE_RECEIPT], where=f"receipt of gate record {rec.record_id}")
@@ -69,38 +77,50 @@ def commits_for(store: Store, decision_id: str) -> list[tuple[str, Any]]:
     return commits
 
 
-def refused_commits_for(store: Store, decision_id: str) -> list[VerifyProblem]:
+def refused_commits_for(
+    store: Store, decision_id: str, *, intents: bool = False, rows: Sequence[StoredRecord] | None = None
+) -> list[VerifyProblem]:
     """The sealed commit gate rows of ``decision_id`` this store cannot trust, and why.
 
     A commit signed with a key not given (a payment service's own key, a
     key rotated since) or edited claims a receipt that :func:`commits_for`
     leaves out: a caller about to compensate must not take its absence for
-    "nothing was charged". Not listed: an unsealed row (otel-replay seals
-    every commit it writes, so it can only be forged; ``verify`` names it)
-    and a refused copy of a record whose original is trusted.
+    "nothing was charged". With ``intents``, commit intents too that no
+    other sealed row answers (an answered intent is its commit's row): one
+    this store cannot trust may have been executed, and its action was not
+    judged. Not listed: an unsealed row (otel-replay seals every commit it
+    writes, so it can only be forged; ``verify`` names it) and a refused
+    copy of a record whose original is trusted. ``rows``: as for
+    :func:`committed_actions_for`.
     """
     rows = [
         r
-        for r in store.record_rows(gate_decision_id=decision_id)
+        for r in (store.record_rows(gate_decision_id=decision_id) if rows is None else rows)
         if r.attributes.get(sc.KIND) == sc.KIND_GATE
         and r.attributes.get(sc.GATE_STAGE) == "commit"
-        and r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT  # an intent claims no receipt
+        and (intents or r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT)  # an intent claims no receipt
         and r.attributes.get(sc.RECORD_HASH) is not None
     ]
+    answered = {r.attributes.get(sc.GATE_INTENT_ID) for r in rows} - {None}
+    rows = [r for r in rows if r.attributes.get(sc.GATE_EXECUTED) != sc.GATE_INTENT or r.record_id not in answered]
     trusted, refused = split_trusted(rows, store.seal_check)
     kept = {r.record_id for r in trusted}
     return [problem for problem in refused if problem.record_id not in kept]
 
 
-def committed_actions_for(store: Store, decision_id: str) -> list[tuple[str, Action]]:
+def committed_actions_for(
+    store: Store, decision_id: str, *, rows: Sequence[StoredRecord] | None = None
+) -> list[tuple[str, Action]]:
     """The action each verified commit of ``decision_id`` stored, with its gate record id, in commit order.
 
     What was committed, which may differ from the decision's audited
     action (:func:`otel_replay.gate.execute.replay_stored` judges both). A
     commit recorded before gate records stored their action is left out.
+    ``rows``: the decision's gate rows (``store.record_rows(gate_decision_id=...)``)
+    when the caller has read them already, so several reads share one query.
     """
     actions: dict[str, Action] = {}
-    for rec in _gate_records(store, decision_id):
+    for rec in _gate_records(store, decision_id, rows):
         attrs = rec.attributes
         text = attrs.get(sc.GATE_ACTION)
         if attrs.get(sc.GATE_STAGE) != "commit" or attrs.get(sc.GATE_EXECUTED) != "committed" or text is None:
@@ -141,9 +161,18 @@ def receipt_for(store: Store, decision_id: str) -> Any:
     return receipts[-1] if receipts else None
 
 
-def compensation_for(store: Store, decision_id: str, *, receipt_id: str | None = None) -> dict[str, Any] | None:
-    """The verified gate record that already compensated ``decision_id``'s action (that receipt), or ``None``."""
-    for rec in _gate_records(store, decision_id):
+def compensation_for(
+    store: Store,
+    decision_id: str,
+    *,
+    receipt_id: str | None = None,
+    rows: Sequence[StoredRecord] | None = None,
+) -> dict[str, Any] | None:
+    """The verified gate record that already compensated ``decision_id``'s action (that receipt), or ``None``.
+
+    ``rows``: as for :func:`committed_actions_for`.
+    """
+    for rec in _gate_records(store, decision_id, rows):
         attrs = rec.attributes
         compensated = attrs.get(sc.GATE_EXECUTED) in ("rolled_back", "reversed")
         if attrs.get(sc.GATE_STAGE) != "post_commit" or not compensated:

@@ -212,6 +212,34 @@ def test_replay_execute_compensates_a_stored_receipt_once(tmp_path, monkeypatch)
         ]
 
 
+def test_replay_execute_over_a_file_left_out_as_corrupt_exits_1_after_what_it_could_do(tmp_path):
+    import otel_replay
+    from otel_replay import ActionGate, ReferenceLedger, audit
+
+    from .._support import payment, snapshot
+
+    dataset, ledger = tmp_path / "ds", ReferenceLedger(10_000)
+    telemetry = otel_replay.configure(dataset, set_global=False)
+    with audit("vendor_payment", snapshot=snapshot()) as d:
+        d.act(payment())
+        ActionGate(ledger).commit(payment(), record_id=d.record_id)
+    telemetry.shutdown()
+    before = set((dataset / "spans").rglob("*.parquet"))
+    telemetry = otel_replay.configure(dataset, set_global=False)  # a second payment, stored in a file of its own
+    ActionGate(ledger).commit(payment(100), record_id=d.record_id)  # rcpt-0002
+    telemetry.shutdown()
+    [second] = set((dataset / "spans").rglob("*.parquet")) - before
+    second.write_bytes(second.read_bytes()[:100])  # torn: its commit (and receipt) cannot be read
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps({"budget_remaining": 100, "allow_list": ["acme-supplies"]}))
+    args = replay_args(d.record_id, dataset, live, "--execute", "--rail", "otel_replay.demo:demo_ledger")
+    result = run(*args, "--skip-corrupt")
+    assert "compensated rcpt-0001" in result.output and "rcpt-0002" not in result.output
+    assert f"warning: skipped {second}" in result.stderr
+    assert result.exit_code == 1, result.output  # was: 0, and rcpt-0002 never compensated
+    assert "1 file(s) of" in result.stderr and "not judged nor compensated" in result.stderr
+
+
 def test_policy_failures_are_one_line(demo_dataset, tmp_path):
     rid = json.loads(run("sql", "SELECT record_id FROM decisions", "-d", str(demo_dataset), "--format", "json").output)
     live = tmp_path / "live.json"

@@ -478,3 +478,22 @@ def test_a_done_claim_is_dropped_by_retention_with_its_record_so_verify_stays_ok
         report = store.verify(None)
     assert report.problems == []
     assert not list((dataset / "_compensations").glob("*.json"))  # the claim went with its day's records
+
+
+def test_a_compensation_whose_gate_record_cannot_be_sealed_returns_its_outcome_and_counts_the_error(
+    telemetry, dataset, caplog
+):
+    # Once the rail has refunded, an error would read as "not refunded" (and a retry as CompensationPending):
+    # the outcome is returned, as commit() returns its receipt, and the record that failed is logged and counted.
+    bank = Bank()
+    gate = ActionGate(bank, dataset=dataset)
+    receipt = gate.commit(payment())
+    verdict = otel_replay.Verdict(FixAction.ROLLBACK, False, "stale", record_id="dec-\ud800")  # built by hand
+    errors = otel_replay.get_recorder().stats.capture_errors
+    outcome = gate.enforce_post_commit(verdict, receipt=receipt)  # was: CaptureError after the refund
+    assert outcome.executed == "rolled_back" and len(bank.refunds) == 1
+    assert otel_replay.get_recorder().stats.capture_errors > errors
+    assert "compensation of receipt ch_1 could not be recorded: CaptureError" in caplog.text
+    with pytest.raises(AlreadyCompensated):  # the claim says done: never refunded twice
+        gate.enforce_post_commit(verdict, receipt=receipt)
+    assert len(bank.refunds) == 1
