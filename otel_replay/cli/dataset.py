@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from otel_replay.cli import render as r
 from otel_replay.cli._inputs import dataset_option, friendly, input_file, key_file_keys, open_dataset, skip_option
@@ -72,11 +73,18 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
     "--key-file",
     "key_files",
     multiple=True,
-    help="Signing key file; repeat for rotated keys (default: see README, Integrity and keys).",
+    help=(
+        "Signing key file; repeat for rotated keys (default: the signing key, from $OTEL_REPLAY_SIGNING_KEY, "
+        "$OTEL_REPLAY_KEY_FILE or ~/.config/otel-replay/signing.key; without one, signatures are not checked)."
+    ),
 )
 @friendly
 def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_files: tuple[str, ...]) -> None:
     """Check every record's hash, signature and chain link; names any record edited, deleted or reordered."""
+    given = click.get_current_context().get_parameter_source("dataset") is ParameterSource.COMMANDLINE
+    if dataset_arg is not None and given and dataset_arg != dataset:
+        # Which one was meant? Verifying the other one and printing "OK" would answer a question not asked.
+        raise click.UsageError(f"two datasets given, DATASET {dataset_arg} and --dataset {dataset}: give one")
     keys = key_file_keys(key_files)
     if not key_files:
         default = load_signing_key(create=False)

@@ -16,10 +16,11 @@ from otel_replay.cli._inputs import (
     read_live_state,
     require_writable,
     skip_option,
+    user_callable,
 )
 from otel_replay.gate import GateOutcome, Rail
 from otel_replay.gate.execute import execute_verdict, replay_stored
-from otel_replay.gate.policy import IMPORT_HELP, Verdict, load_callable, load_policy
+from otel_replay.gate.policy import IMPORT_HELP, Verdict
 from otel_replay.integrity import SigningKey
 from otel_replay.pipeline import configure
 from otel_replay.query.analyst import require_utf8
@@ -72,7 +73,7 @@ def replay_cmd(
     """
     _check(record_id, execute, rail_ref, resume, require_signed)
     state = read_live_state(live_state)
-    policy = load_policy(policy_ref)
+    policy = user_callable(policy_ref, "policy")
     rail = _load_rail(rail_ref) if execute and rail_ref else None
     keys = _keys(key_files)
     with open_dataset(dataset, skip_corrupt, keys=keys, require_signed=require_signed) as store:
@@ -134,7 +135,7 @@ def _keys(key_files: tuple[str, ...]) -> list[SigningKey] | None:
 
 
 def _load_rail(ref: str) -> Any:
-    factory = load_callable(ref, "rail")
+    factory = user_callable(ref, "rail")
     try:
         rail = factory()
     except Exception as exc:

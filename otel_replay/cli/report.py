@@ -17,10 +17,17 @@ from typing import Any, cast
 
 import click
 
-from otel_replay.cli._inputs import dataset_option, friendly, open_dataset, read_live_state, skip_option
+from otel_replay.cli._inputs import (
+    dataset_option,
+    friendly,
+    open_dataset,
+    read_live_state,
+    skip_option,
+    user_callable,
+)
 from otel_replay.cli.contracts import backtest_options, recorded_backtest
 from otel_replay.gate.execute import replay_stored
-from otel_replay.gate.policy import IMPORT_HELP, load_callable, load_policy
+from otel_replay.gate.policy import IMPORT_HELP
 from otel_replay.query.analyst import require_utf8
 from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
 from otel_replay.report import contracts as contracts_model
@@ -117,7 +124,7 @@ def decision_report(
         raise click.ClickException("--live-state and --policy go together")
     path = _target(output, force)
     state = read_live_state(live_state) if live_state else None
-    policy = load_policy(policy_ref) if policy_ref else None
+    policy = user_callable(policy_ref, "policy") if policy_ref else None
     with open_dataset(dataset, skip_corrupt) as store:
         verdict = None
         if state is not None and policy is not None:
@@ -160,7 +167,7 @@ def rerun_report(
     """
     require_utf8(session_id, "SESSION_ID")
     path = _target(output, force)
-    function: Any = load_callable(entrypoint, "entrypoint") if entrypoint else None
+    function: Any = user_callable(entrypoint, "entrypoint") if entrypoint else None
     with open_dataset(dataset, False) as store:
         if function is None:
             view = model.session_rerun_view(store, session_id)

@@ -1,0 +1,147 @@
+"""A new user's first mistakes: each ends in one line that says what was wrong and where, never "a bug".
+
+Found by following README and the guides from a wheel in a fresh virtual
+environment (fourteenth session): Ctrl-C during ``compact`` was reported as an
+internal error; a policy module with a typo was blamed on otel-replay; ``verify``
+given two datasets checked one of them silently.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import click
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from otel_replay.cli import main
+from otel_replay.cli._inputs import friendly
+
+from .test_cli_inputs import error_line, run
+
+# A query that runs for minutes unless interrupted: the interruption is what ends it.
+_LONG_QUERY = "SELECT count(*) FROM range(100000000000) t(x) WHERE x % 7 = 3"
+
+
+@click.command()
+@friendly
+def _long_query_interrupted() -> None:
+    """Run a long DuckDB query while another thread interrupts the connection until the query ends."""
+    con = duckdb.connect()
+    done = threading.Event()
+
+    def interrupt() -> None:
+        while not done.wait(0.02):
+            con.interrupt()
+
+    helper = threading.Thread(target=interrupt, name="test-interrupter")
+    helper.start()
+    try:
+        con.execute(_LONG_QUERY).fetchall()
+    finally:
+        done.set()
+        helper.join()
+        con.close()
+
+
+def test_an_interrupted_duckdb_query_ends_as_aborted_not_as_an_internal_error() -> None:
+    result = CliRunner().invoke(_long_query_interrupted, [])
+    assert result.exit_code == 1, result.output  # was 3: "internal error: InterruptException ... a bug in otel-replay"
+    assert "Aborted!" in result.output and "internal error" not in result.output
+
+
+def test_ctrl_c_inside_a_duckdb_query_ends_as_aborted_not_as_an_internal_error(tmp_path: Path) -> None:
+    """A real SIGINT, as Ctrl-C sends it: DuckDB turns it into RuntimeError("Query interrupted")."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal, threading
+        import click, duckdb
+        from otel_replay.cli._inputs import friendly
+
+        @click.command()
+        @friendly
+        def command():
+            # Once, as a user presses it, well after the query started (it runs for minutes otherwise).
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            duckdb.connect().execute({_LONG_QUERY!r}).fetchall()
+
+        command()
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_REPLAY_DEBUG"}
+    child = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+        # The child must see SIGINT as a terminal's Ctrl-C does, whatever this process inherited.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.returncode == 1, child.stderr  # was 3: "internal error: RuntimeError: Query interrupted"
+    assert "Aborted!" in child.stderr and "internal error" not in child.stderr, child.stderr
+    assert "Traceback" not in child.stderr, child.stderr
+
+
+@pytest.fixture
+def cwd_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path`` as the working directory, ``sys.path`` restored after (the CLI puts the directory on it)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    return tmp_path
+
+
+_BROKEN_MODULES = {
+    "name_error": ("import json\nprint(budget)\n\ndef check(state, action):\n    return True, 'ok'\n", "NameError", 2),
+    "syntax_error": ("def check(state, action)\n    return True, 'ok'\n", "SyntaxError", 1),
+    "runtime_error": ("raise RuntimeError('no budget service')\n", "RuntimeError", 1),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_BROKEN_MODULES))
+def test_a_policy_module_that_fails_to_import_is_named_with_its_file_and_line(
+    kind: str, cwd_path: Path, demo_dataset: Path
+) -> None:
+    source, error, line = _BROKEN_MODULES[kind]
+    module = f"newuser_policy_{kind}"
+    (cwd_path / f"{module}.py").write_text(source)
+    live = cwd_path / "live.json"
+    live.write_text("{}")
+    result = run("replay", "any-id", "-d", str(demo_dataset), "--live-state", str(live), "--policy", f"{module}:check")
+    assert result.exit_code == 1, result.output  # was 3: "internal error: NameError ... (a bug in otel-replay ...)"
+    said = error_line(result)
+    assert f"policy '{module}:check': importing its module raised {error}" in said, said
+    assert "internal error" not in said and "a bug in otel-replay" not in said
+    assert f"{module}.py" in said and (f":{line})" in said or f"line {line})" in said), said
+    assert module not in sys.modules
+
+
+def test_an_entrypoint_module_that_fails_to_import_is_named_too(cwd_path: Path, demo_copy: Path) -> None:
+    (cwd_path / "newuser_agent.py").write_text("import json\n\nrun = agent_that_is_not_defined\n")
+    result = run("rerun", "any-session", "-d", str(demo_copy), "--entrypoint", "newuser_agent:run")
+    assert result.exit_code == 1, result.output
+    said = error_line(result)
+    assert "entrypoint 'newuser_agent:run': importing its module raised NameError" in said, said
+    assert "newuser_agent.py:3)" in said, said
+
+
+def test_verify_given_two_different_datasets_refuses_rather_than_check_one(demo_dataset: Path, tmp_path: Path) -> None:
+    result = run("verify", str(demo_dataset), "-d", str(tmp_path))
+    assert result.exit_code == 2, result.output  # was 0: "OK <DATASET>", the --dataset given ignored
+    assert "two datasets given" in error_line(result) and "OK" not in result.output
+    same = run("verify", str(demo_dataset), "-d", str(demo_dataset))
+    assert same.exit_code == 0 and same.output.startswith("OK"), same.output
+
+
+def test_verify_help_says_where_the_default_key_comes_from() -> None:
+    text = CliRunner().invoke(main, ["verify", "--help"], terminal_width=200).output
+    assert "$OTEL_REPLAY_SIGNING_KEY" in text and "~/.config/otel-replay/signing.key" in text, text
+    assert "README" not in text  # it named a README section that does not exist
