@@ -21,8 +21,9 @@ import click
 
 from otel_replay import settings
 from otel_replay.cli._inputs import friendly, read_live_state, require_writable, user_callable
+from otel_replay.cli._sessions import no_recording
 from otel_replay.cli.render import clean, first_line, one_line
-from otel_replay.errors import OtelReplayError, RerunError
+from otel_replay.errors import OtelReplayError, RecordNotFound, RerunError
 from otel_replay.gate.policy import IMPORT_HELP
 from otel_replay.location import resolve
 from otel_replay.pipeline import configure
@@ -154,7 +155,13 @@ def _main(options: _Options) -> int:
                     _one(one, sid, results, errors, options.all_sessions)
         else:
             for sid in targets:
-                _one(one, sid, results, errors, options.all_sessions)
+                try:
+                    _one(one, sid, results, errors, options.all_sessions)
+                except RecordNotFound as exc:
+                    said = no_recording(store, sid, exc)
+                    if said is None:
+                        raise
+                    raise said from exc
         stored = telemetry.force_flush()  # False: a write failed or spans were dropped (the exporter logged why)
     _print_results(results, errors, options)
     if not stored:

@@ -145,3 +145,30 @@ def test_verify_help_says_where_the_default_key_comes_from() -> None:
     text = CliRunner().invoke(main, ["verify", "--help"], terminal_width=200).output
     assert "$OTEL_REPLAY_SIGNING_KEY" in text and "~/.config/otel-replay/signing.key" in text, text
     assert "README" not in text  # it named a README section that does not exist
+
+
+def test_rerun_of_a_session_with_no_recording_names_the_closest_recorded_one(dataset: Path, telemetry) -> None:
+    import random
+
+    from otel_replay import recording
+
+    with recording(session_id="nightly-42"):
+        random.random()
+    assert telemetry.force_flush()
+    typo = run("rerun", "nightly-24", "-d", str(dataset), "--entrypoint", "random:random")
+    assert typo.exit_code == 1, typo.output  # was: "no recording for session 'nightly-24' in ...", nothing more
+    assert "no recording for session 'nightly-24'" in error_line(typo)
+    assert error_line(typo).endswith("; did you mean 'nightly-42'?"), error_line(typo)
+    other = run("rerun", "weekly", "-d", str(dataset), "--entrypoint", "random:random")
+    assert "its 1 recorded session(s) include 'nightly-42'" in error_line(other)
+    page = dataset.parent / "rerun.html"
+    for extra in ((), ("--entrypoint", "random:random")):  # report rerun, with and without a rerun for the page
+        report = run("report", "rerun", "nightly-24", "-d", str(dataset), "-o", str(page), *extra)
+        assert report.exit_code == 1 and error_line(report).endswith("did you mean 'nightly-42'?"), report.output
+    assert not page.exists()
+
+
+def test_rerun_on_a_dataset_without_recordings_says_so(demo_copy: Path) -> None:
+    result = run("rerun", "nightly-42", "-d", str(demo_copy), "--entrypoint", "random:random")
+    assert result.exit_code == 1, result.output
+    assert "the dataset holds no recorded session" in error_line(result)
