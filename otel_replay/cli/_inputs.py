@@ -98,7 +98,7 @@ def friendly(func: F) -> F:
             if settings.env_flag(settings.DEBUG):
                 raise
             if isinstance(exc, (OtelReplayError, OSError, ValueError, RecursionError, OverflowError)):
-                raise click.ClickException(r.one_line(exc)) from exc
+                raise click.ClickException(r.one_line(exc) + _duckdb_hint(exc)) from exc
             raise _InternalError(
                 f"internal error: {type(exc).__name__}: {r.one_line(exc)} "
                 "(a bug in otel-replay; OTEL_REPLAY_DEBUG=1 shows the traceback)"
@@ -123,6 +123,25 @@ def _interrupted(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+_DUCKDB_HINTS = ("Did you mean ", "Candidate bindings: ")
+
+
+def _duckdb_hint(exc: BaseException) -> str:
+    """DuckDB's own suggestion behind ``exc`` (``Did you mean "decisions"?``) when its one line left it out.
+
+    DuckDB puts the suggestion for a misspelt table, column or function on the line after its error, and
+    errors are cut to their first line on the way here.
+    """
+    cause = exc.__cause__
+    if not isinstance(cause, duckdb.Error):
+        return ""
+    said = str(exc)
+    if "Table with name" in said:  # its guess misses the dataset's views (it offered "pg_description" for "decision")
+        return ""
+    hints = [line.strip() for line in str(cause).splitlines()[1:] if line.strip().startswith(_DUCKDB_HINTS)]
+    return "".join(f" ({r.first_line(hint)})" for hint in hints[:1] if hint not in said)
 
 
 def user_callable(reference: str, what: str) -> Any:

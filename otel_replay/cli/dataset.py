@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 
 import click
@@ -9,9 +11,11 @@ from click.core import ParameterSource
 
 from otel_replay.cli import render as r
 from otel_replay.cli._inputs import dataset_option, friendly, input_file, key_file_keys, open_dataset, skip_option
+from otel_replay.errors import QueryError
 from otel_replay.integrity import load_signing_key
 from otel_replay.query.analyst import require_utf8
 from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
+from otel_replay.query.store import Store
 
 __all__ = ["calibration", "chain", "sql", "tree", "verify"]
 
@@ -38,7 +42,23 @@ def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
     else:
         require_utf8(query, "QUERY")
     with open_dataset(dataset, skip_corrupt) as store:
-        r.print_table(store.query(query), fmt)
+        try:
+            result = store.query(query)
+        except QueryError as exc:
+            missing = re.search(r"Table with name (\S+) does not exist", str(exc))
+            if missing is None:
+                raise
+            raise click.ClickException(f"{r.one_line(exc)} ({_views_like(store, missing.group(1))})") from exc
+        r.print_table(result, fmt)
+
+
+def _views_like(store: Store, name: str) -> str:
+    """The dataset's views closest to the misspelt ``name``, or all of them (DuckDB's own guess misses them)."""
+    views = sorted(str(row["name"]) for row in store.rows("SHOW TABLES") if not str(row["name"]).startswith("otel_"))
+    close = difflib.get_close_matches(name.lower(), views, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + ", ".join(close) + "?"
+    return "the views are " + ", ".join(views)
 
 
 @click.command("chain")

@@ -172,3 +172,20 @@ def test_rerun_on_a_dataset_without_recordings_says_so(demo_copy: Path) -> None:
     result = run("rerun", "nightly-42", "-d", str(demo_copy), "--entrypoint", "random:random")
     assert result.exit_code == 1, result.output
     assert "the dataset holds no recorded session" in error_line(result)
+
+
+@pytest.mark.parametrize(
+    ("query", "hint"),
+    [
+        ("SELECT * FROM decision", "(did you mean decisions, "),  # DuckDB's own guess was "pg_description"
+        ("SELECT * FROM no_such_view", "(the views are acts, agents, "),
+        ("SELECT amount FROM decisions", '"action_cost"'),  # DuckDB's "Candidate bindings" line, cut before
+        ("SELECT lenght(agent_id) FROM decisions", '(Did you mean "length"?)'),
+    ],
+)
+def test_sql_with_a_misspelt_name_says_what_the_dataset_has(query: str, hint: str, demo_dataset: Path) -> None:
+    result = run("sql", query, "-d", str(demo_dataset))
+    assert result.exit_code == 1, result.output
+    said = error_line(result)
+    assert hint in said, said
+    assert "pg_description" not in said
