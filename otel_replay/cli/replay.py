@@ -92,7 +92,8 @@ def _check(record_id: str, execute: bool, rail_ref: str | None, resume: bool, re
     """A one-line error for options that do not go together (before anything is read)."""
     if not execute and (rail_ref or resume):  # silently ignored, it would look like a compensation that ran
         given = " and ".join(name for name, on in (("--rail", rail_ref), ("--resume", resume)) if on)
-        raise click.UsageError(f"{given} only apply with --execute (without it nothing is compensated)")
+        verb = "apply" if " and " in given else "applies"
+        raise click.UsageError(f"{given} only {verb} with --execute (without it nothing is compensated)")
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
     require_utf8(record_id, "RECORD_ID")
