@@ -40,6 +40,7 @@ __all__ = [
     "friendly",
     "input_file",
     "key_file_keys",
+    "no_chain",
     "open_dataset",
     "read_input_file",
     "read_live_state",
@@ -142,6 +143,13 @@ def _duckdb_hint(exc: BaseException) -> str:
         return ""
     hints = [line.strip() for line in str(cause).splitlines()[1:] if line.strip().startswith(_DUCKDB_HINTS)]
     return "".join(f" ({r.first_line(hint)})" for hint in hints[:1] if hint not in said)
+
+
+def no_chain(chain_type: str, chain_id: str, dataset: str) -> str:
+    """The error for a chain id nothing was recorded under, with the query that lists the ids there are."""
+    column = "session_id" if chain_type == "session" else "correlation_id"
+    listing = f'otel-replay sql -d {dataset} "SELECT DISTINCT {column} FROM spans WHERE {column} IS NOT NULL"'
+    return f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id (list them: {listing})"
 
 
 def user_callable(reference: str, what: str) -> Any:

@@ -10,7 +10,15 @@ import click
 from click.core import ParameterSource
 
 from otel_replay.cli import render as r
-from otel_replay.cli._inputs import dataset_option, friendly, input_file, key_file_keys, open_dataset, skip_option
+from otel_replay.cli._inputs import (
+    dataset_option,
+    friendly,
+    input_file,
+    key_file_keys,
+    no_chain,
+    open_dataset,
+    skip_option,
+)
 from otel_replay.errors import QueryError
 from otel_replay.integrity import load_signing_key
 from otel_replay.query.analyst import require_utf8
@@ -79,9 +87,7 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
     with open_dataset(dataset, skip_corrupt) as store:
         result = ReplayBuilder(store).build(chain_type, chain_id, limit)
     if result.empty:
-        raise click.ClickException(
-            f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id"
-        )
+        raise click.ClickException(no_chain(chain_type, chain_id, dataset))
     r.print_chain(result, as_json)
 
 

@@ -20,6 +20,7 @@ import click
 from otel_replay.cli._inputs import (
     dataset_option,
     friendly,
+    no_chain,
     open_dataset,
     read_live_state,
     skip_option,
@@ -96,9 +97,7 @@ def chain_report(
     with open_dataset(dataset, skip_corrupt) as store:
         chain = ReplayBuilder(store).build(chain_type, chain_id, limit)
         if chain.empty:
-            raise click.ClickException(
-                f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id"
-            )
+            raise click.ClickException(no_chain(chain_type, chain_id, dataset))
         page = html.chain_page(model.chain_view(chain, store))
     _write(path, page)
 

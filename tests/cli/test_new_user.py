@@ -17,6 +17,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+import otel_replay
 from otel_replay.cli import main
 from otel_replay.cli._inputs import friendly
 
@@ -181,3 +182,19 @@ def test_ingest_of_a_file_that_is_not_otlp_says_what_it_probably_is(demo_dataset
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert "is it OTLP" not in run("ingest", str(empty), "--dataset", str(target), "-q").stderr
+
+
+@pytest.mark.parametrize("command", [("chain",), ("report", "chain")])
+def test_a_chain_id_nothing_was_recorded_under_comes_with_a_query_that_lists_the_ids(
+    command: tuple[str, ...], demo_dataset: Path, tmp_path: Path
+) -> None:
+    out = () if command == ("chain",) else ("-o", str(tmp_path / "c.html"))
+    result = run(*command, "trade", "CORRELATION_ID", "-d", str(demo_dataset), *out)  # the guide's placeholder
+    assert result.exit_code == 1, result.output
+    said = error_line(result)
+    assert "no trade chain 'CORRELATION_ID'" in said and "(list them: otel-replay sql -d " in said, said
+    query = said.split('"')[1]  # the suggested command, run as given
+    listed = run("sql", query, "-d", str(demo_dataset), "--format", "csv")
+    with otel_replay.open(demo_dataset) as store:
+        [decision] = store.rows("SELECT correlation_id FROM decisions")
+    assert listed.exit_code == 0 and decision["correlation_id"] in listed.output.splitlines(), listed.output
