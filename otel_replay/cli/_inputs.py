@@ -14,16 +14,19 @@ import logging
 import os
 import stat
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import duckdb
 
 from otel_replay import settings
 from otel_replay._json import strict_loads
 from otel_replay.cli import render as r
 from otel_replay.errors import OtelReplayError
+from otel_replay.gate.policy import load_callable
 from otel_replay.integrity import SigningKey, load_signing_key
 from otel_replay.location import local_root_problem, resolve
 from otel_replay.query import files as query_files
@@ -37,11 +40,13 @@ __all__ = [
     "friendly",
     "input_file",
     "key_file_keys",
+    "no_chain",
     "open_dataset",
     "read_input_file",
     "read_live_state",
     "require_writable",
     "skip_option",
+    "user_callable",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,19 +91,92 @@ def friendly(func: F) -> F:
             with contextlib.suppress(OSError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
-        except (OtelReplayError, OSError, ValueError, RecursionError, OverflowError) as exc:
-            if settings.env_flag(settings.DEBUG):
-                raise
-            raise click.ClickException(r.one_line(exc)) from exc
         except Exception as exc:
+            if _interrupted(exc):
+                # Ctrl-C inside a DuckDB query arrives as DuckDB's error, not KeyboardInterrupt: end as click
+                # ends a Ctrl-C anywhere else ("Aborted!", exit 1), never as a bug in otel-replay.
+                raise click.Abort() from exc
             if settings.env_flag(settings.DEBUG):
                 raise
+            if isinstance(exc, (OtelReplayError, OSError, ValueError, RecursionError, OverflowError)):
+                raise click.ClickException(r.one_line(exc) + _duckdb_hint(exc)) from exc
             raise _InternalError(
                 f"internal error: {type(exc).__name__}: {r.one_line(exc)} "
                 "(a bug in otel-replay; OTEL_REPLAY_DEBUG=1 shows the traceback)"
             ) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is DuckDB's answer to Ctrl-C.
+
+    DuckDB 2.0 turns a SIGINT that arrives while a query runs into ``RuntimeError("Query
+    interrupted")`` (and ``Connection.interrupt()`` into ``InterruptException``).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, duckdb.InterruptException) or (
+            type(current) is RuntimeError and str(current) == "Query interrupted"
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+_DUCKDB_HINTS = ("Did you mean ", "Candidate bindings: ")
+
+
+def _duckdb_hint(exc: BaseException) -> str:
+    """DuckDB's own suggestion behind ``exc`` (``Did you mean "decisions"?``) when its one line left it out.
+
+    DuckDB puts the suggestion for a misspelt table, column or function on the line after its error, and
+    errors are cut to their first line on the way here.
+    """
+    cause = exc.__cause__
+    if not isinstance(cause, duckdb.Error):
+        return ""
+    said = str(exc)
+    if "Table with name" in said:  # its guess misses the dataset's views (it offered "pg_description" for "decision")
+        return ""
+    hints = [line.strip() for line in str(cause).splitlines()[1:] if line.strip().startswith(_DUCKDB_HINTS)]
+    return "".join(f" ({r.first_line(hint)})" for hint in hints[:1] if hint not in said)
+
+
+def no_chain(chain_type: str, chain_id: str, dataset: str) -> str:
+    """The error for a chain id nothing was recorded under, with the query that lists the ids there are."""
+    column = "session_id" if chain_type == "session" else "correlation_id"
+    listing = f'otel-replay sql -d {dataset} "SELECT DISTINCT {column} FROM spans WHERE {column} IS NOT NULL"'
+    return f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id (list them: {listing})"
+
+
+def user_callable(reference: str, what: str) -> Any:
+    """The callable ``reference`` (``module:function``) names; ``what`` names the option in errors.
+
+    As :func:`~otel_replay.gate.policy.load_callable`, but a module of the user's that raises
+    while it is imported (a ``NameError``, a ``SyntaxError``) is a one-line user error naming
+    the module's file and line, not an internal error of otel-replay.
+    """
+    try:
+        return load_callable(reference, what)
+    except OtelReplayError:
+        raise
+    except Exception as exc:
+        if settings.env_flag(settings.DEBUG):
+            raise
+        raise click.ClickException(
+            f"{what} {reference!r}: importing its module raised {type(exc).__name__}: {r.one_line(exc)}{_where(exc)}"
+        ) from exc
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at FILE:LINE)`` of the innermost frame ``exc`` was raised in; a SyntaxError's message says it already."""
+    if isinstance(exc, SyntaxError):
+        return ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def _refuse_empty_dataset(options: dict[str, Any]) -> None:

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 
 import click
+from click.core import ParameterSource
 
 from otel_replay.cli import render as r
-from otel_replay.cli._inputs import dataset_option, friendly, input_file, key_file_keys, open_dataset, skip_option
+from otel_replay.cli._inputs import (
+    dataset_option,
+    friendly,
+    input_file,
+    key_file_keys,
+    no_chain,
+    open_dataset,
+    skip_option,
+)
+from otel_replay.errors import QueryError
 from otel_replay.integrity import load_signing_key
 from otel_replay.query.analyst import require_utf8
 from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
+from otel_replay.query.store import Store
 
 __all__ = ["calibration", "chain", "sql", "tree", "verify"]
 
@@ -37,7 +50,23 @@ def sql(query: str, dataset: str, skip_corrupt: bool, fmt: str) -> None:
     else:
         require_utf8(query, "QUERY")
     with open_dataset(dataset, skip_corrupt) as store:
-        r.print_table(store.query(query), fmt)
+        try:
+            result = store.query(query)
+        except QueryError as exc:
+            missing = re.search(r"Table with name (\S+) does not exist", str(exc))
+            if missing is None:
+                raise
+            raise click.ClickException(f"{r.one_line(exc)} ({_views_like(store, missing.group(1))})") from exc
+        r.print_table(result, fmt)
+
+
+def _views_like(store: Store, name: str) -> str:
+    """The dataset's views closest to the misspelt ``name``, or all of them (DuckDB's own guess misses them)."""
+    views = sorted(str(row["name"]) for row in store.rows("SHOW TABLES") if not str(row["name"]).startswith("otel_"))
+    close = difflib.get_close_matches(name.lower(), views, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + ", ".join(close) + "?"
+    return "the views are " + ", ".join(views)
 
 
 @click.command("chain")
@@ -58,9 +87,7 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
     with open_dataset(dataset, skip_corrupt) as store:
         result = ReplayBuilder(store).build(chain_type, chain_id, limit)
     if result.empty:
-        raise click.ClickException(
-            f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id"
-        )
+        raise click.ClickException(no_chain(chain_type, chain_id, dataset))
     r.print_chain(result, as_json)
 
 
@@ -72,11 +99,18 @@ def chain(chain_type: str, chain_id: str, dataset: str, skip_corrupt: bool, limi
     "--key-file",
     "key_files",
     multiple=True,
-    help="Signing key file; repeat for rotated keys (default: see README, Integrity and keys).",
+    help=(
+        "Signing key file; repeat for rotated keys (default: the signing key, from $OTEL_REPLAY_SIGNING_KEY, "
+        "$OTEL_REPLAY_KEY_FILE or ~/.config/otel-replay/signing.key; without one, signatures are not checked)."
+    ),
 )
 @friendly
 def verify(dataset_arg: str | None, dataset: str, skip_corrupt: bool, key_files: tuple[str, ...]) -> None:
     """Check every record's hash, signature and chain link; names any record edited, deleted or reordered."""
+    given = click.get_current_context().get_parameter_source("dataset") is ParameterSource.COMMANDLINE
+    if dataset_arg is not None and given and dataset_arg != dataset:
+        # Which one was meant? Verifying the other one and printing "OK" would answer a question not asked.
+        raise click.UsageError(f"two datasets given, DATASET {dataset_arg} and --dataset {dataset}: give one")
     keys = key_file_keys(key_files)
     if not key_files:
         default = load_signing_key(create=False)

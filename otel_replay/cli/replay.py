@@ -16,10 +16,11 @@ from otel_replay.cli._inputs import (
     read_live_state,
     require_writable,
     skip_option,
+    user_callable,
 )
 from otel_replay.gate import GateOutcome, Rail
 from otel_replay.gate.execute import execute_verdict, replay_stored
-from otel_replay.gate.policy import IMPORT_HELP, Verdict, load_callable, load_policy
+from otel_replay.gate.policy import IMPORT_HELP, Verdict
 from otel_replay.integrity import SigningKey
 from otel_replay.pipeline import configure
 from otel_replay.query.analyst import require_utf8
@@ -72,7 +73,7 @@ def replay_cmd(
     """
     _check(record_id, execute, rail_ref, resume, require_signed)
     state = read_live_state(live_state)
-    policy = load_policy(policy_ref)
+    policy = user_callable(policy_ref, "policy")
     rail = _load_rail(rail_ref) if execute and rail_ref else None
     keys = _keys(key_files)
     with open_dataset(dataset, skip_corrupt, keys=keys, require_signed=require_signed) as store:
@@ -97,7 +98,8 @@ def _check(record_id: str, execute: bool, rail_ref: str | None, resume: bool, re
     """A one-line error for options that do not go together (before anything is read)."""
     if not execute and (rail_ref or resume):  # silently ignored, it would look like a compensation that ran
         given = " and ".join(name for name, on in (("--rail", rail_ref), ("--resume", resume)) if on)
-        raise click.UsageError(f"{given} only apply with --execute (without it nothing is compensated)")
+        verb = "apply" if " and " in given else "applies"
+        raise click.UsageError(f"{given} only {verb} with --execute (without it nothing is compensated)")
     if execute and not rail_ref:
         raise click.ClickException("--execute needs --rail module:function (the rail to compensate through)")
     require_utf8(record_id, "RECORD_ID")
@@ -146,7 +148,7 @@ def _keys(key_files: tuple[str, ...]) -> list[SigningKey] | None:
 
 
 def _load_rail(ref: str) -> Any:
-    factory = load_callable(ref, "rail")
+    factory = user_callable(ref, "rail")
     try:
         rail = factory()
     except Exception as exc:

@@ -17,12 +17,23 @@ from typing import Any, cast
 
 import click
 
-from otel_replay.cli._inputs import dataset_option, friendly, open_dataset, read_live_state, skip_option
+from otel_replay.cli._inputs import (
+    dataset_option,
+    friendly,
+    no_chain,
+    open_dataset,
+    read_live_state,
+    skip_option,
+    user_callable,
+)
+from otel_replay.cli._sessions import no_recording
 from otel_replay.cli.contracts import backtest_options, recorded_backtest
+from otel_replay.errors import RecordNotFound
 from otel_replay.gate.execute import replay_stored
-from otel_replay.gate.policy import IMPORT_HELP, load_callable, load_policy
+from otel_replay.gate.policy import IMPORT_HELP
 from otel_replay.query.analyst import require_utf8
 from otel_replay.query.chains import CHAIN_TYPES, ReplayBuilder
+from otel_replay.query.store import Store
 from otel_replay.report import contracts as contracts_model
 from otel_replay.report import html, model
 from otel_replay.rerun.load import load_recording
@@ -86,9 +97,7 @@ def chain_report(
     with open_dataset(dataset, skip_corrupt) as store:
         chain = ReplayBuilder(store).build(chain_type, chain_id, limit)
         if chain.empty:
-            raise click.ClickException(
-                f"no {chain_type} chain {chain_id!r} in {dataset}: nothing was recorded under that id"
-            )
+            raise click.ClickException(no_chain(chain_type, chain_id, dataset))
         page = html.chain_page(model.chain_view(chain, store))
     _write(path, page)
 
@@ -117,7 +126,7 @@ def decision_report(
         raise click.ClickException("--live-state and --policy go together")
     path = _target(output, force)
     state = read_live_state(live_state) if live_state else None
-    policy = load_policy(policy_ref) if policy_ref else None
+    policy = user_callable(policy_ref, "policy") if policy_ref else None
     with open_dataset(dataset, skip_corrupt) as store:
         verdict = None
         if state is not None and policy is not None:
@@ -160,19 +169,31 @@ def rerun_report(
     """
     require_utf8(session_id, "SESSION_ID")
     path = _target(output, force)
-    function: Any = load_callable(entrypoint, "entrypoint") if entrypoint else None
+    function: Any = user_callable(entrypoint, "entrypoint") if entrypoint else None
     with open_dataset(dataset, False) as store:
-        if function is None:
-            view = model.session_rerun_view(store, session_id)
-        else:
-            recording = load_recording(store, session_id)
-            result = rerun(
-                function, dataset=store, session_id=session_id, governance=cast(Governance, governance),
-                allow_live=allow_live, credentials=cast(Credentials, credentials), write=False,
-            )  # fmt: skip
-            view = model.rerun_view(result, recording)
+        try:
+            view = _rerun_view(store, session_id, function, governance, allow_live, credentials)
+        except RecordNotFound as exc:
+            said = no_recording(store, session_id, exc)
+            if said is None:
+                raise
+            raise said from exc
         page = html.rerun_page(view)
     _write(path, page)
+
+
+def _rerun_view(
+    store: Store, session_id: str, function: Any, governance: str, allow_live: tuple[str, ...], credentials: str
+) -> Any:
+    """The rerun page's view: the newest stored rerun of the session, or (with ``function``) a rerun made now."""
+    if function is None:
+        return model.session_rerun_view(store, session_id)
+    recording = load_recording(store, session_id)
+    result = rerun(
+        function, dataset=store, session_id=session_id, governance=cast(Governance, governance),
+        allow_live=allow_live, credentials=cast(Credentials, credentials), write=False,
+    )  # fmt: skip
+    return model.rerun_view(result, recording)
 
 
 @report.command("contracts")

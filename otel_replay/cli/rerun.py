@@ -20,10 +20,11 @@ from typing import Any, cast
 import click
 
 from otel_replay import settings
-from otel_replay.cli._inputs import friendly, read_live_state, require_writable
+from otel_replay.cli._inputs import friendly, read_live_state, require_writable, user_callable
+from otel_replay.cli._sessions import no_recording
 from otel_replay.cli.render import clean, first_line, one_line
-from otel_replay.errors import OtelReplayError, RerunError
-from otel_replay.gate.policy import IMPORT_HELP, load_callable
+from otel_replay.errors import OtelReplayError, RecordNotFound, RerunError
+from otel_replay.gate.policy import IMPORT_HELP
 from otel_replay.location import resolve
 from otel_replay.pipeline import configure
 from otel_replay.query.analyst import require_utf8
@@ -135,9 +136,9 @@ def _main(options: _Options) -> int:
     _check(options)
     _check_dataset(options.dataset)
     parse_allow_live(options.allow_live)  # a bad entry is named before anything runs
-    function = load_callable(options.entrypoint, "entrypoint")
+    function = user_callable(options.entrypoint, "entrypoint")
     state = read_live_state(options.live_state) if options.live_state else None
-    policy = load_callable(options.policy_ref, "policy") if options.policy_ref else None
+    policy = user_callable(options.policy_ref, "policy") if options.policy_ref else None
     rail = _rail(options.rail_ref) if options.execute and options.rail_ref else None
     results: list[RerunResult] = []
     errors: list[tuple[str, str]] = []
@@ -154,7 +155,13 @@ def _main(options: _Options) -> int:
                     _one(one, sid, results, errors, options.all_sessions)
         else:
             for sid in targets:
-                _one(one, sid, results, errors, options.all_sessions)
+                try:
+                    _one(one, sid, results, errors, options.all_sessions)
+                except RecordNotFound as exc:
+                    said = no_recording(store, sid, exc)
+                    if said is None:
+                        raise
+                    raise said from exc
         stored = telemetry.force_flush()  # False: a write failed or spans were dropped (the exporter logged why)
     _print_results(results, errors, options)
     if not stored:
@@ -198,7 +205,7 @@ def _check_dataset(dataset: str) -> None:
 
 def _rail(ref: str) -> Any:
     """The rail the ``--rail`` factory ``ref`` makes; its error is one line naming the factory."""
-    factory = load_callable(ref, "rail")
+    factory = user_callable(ref, "rail")
     try:
         return factory()
     except Exception as exc:

@@ -287,4 +287,27 @@ def _print_report(report: IngestReport) -> bool:
         click.echo(clean(f"  {report.path}:{where}: {reason}"), err=True)
     if len(report.malformed) > _MAX_LISTED:
         click.echo(f"  ... and {len(report.malformed) - _MAX_LISTED} more", err=True)
+    hint = _not_otlp(report)
+    if hint:
+        click.echo(clean(f"  {report.path}: {hint}"), err=True)
     return not report.clean
+
+
+def _not_otlp(report: IngestReport) -> str:
+    """What a file that gave nothing probably is, for the usual wrong inputs; ``""`` when it gave something."""
+    if report.spans or report.log_records or report.start_offset:
+        return ""
+    path = Path(report.path)
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return ""
+    if head == b"PAR1":
+        return (
+            "a Parquet file: ingest reads Collector file-exporter output and OTLP/JSON; a dataset's Parquet "
+            "files are copied into spans/date=YYYY-MM-DD/ instead"
+        )
+    if head and not report.malformed:
+        return "no spans or log records in it (no resourceSpans or resourceLogs): is it OTLP?"
+    return ""

@@ -33,8 +33,20 @@ __all__ = ["compact_command"]
     metavar="DAYS",
     help="First drop whole partitions older than DAYS days (UTC dates).",
 )
-@click.option("--target-rows", type=click.IntRange(min=1, max=MAX_ROWS), default=131_072, show_default=True)
-@click.option("--row-group-rows", type=click.IntRange(min=1, max=MAX_ROWS), default=16_384, show_default=True)
+@click.option(
+    "--target-rows",
+    type=click.IntRange(min=1, max=MAX_ROWS),
+    default=131_072,
+    show_default=True,
+    help="Rows per compacted file.",
+)
+@click.option(
+    "--row-group-rows",
+    type=click.IntRange(min=1, max=MAX_ROWS),
+    default=16_384,
+    show_default=True,
+    help="Rows per Parquet row group.",
+)
 @click.option(
     "--max-batch-rows",
     type=click.IntRange(min=1, max=MAX_ROWS),

@@ -83,8 +83,8 @@ def test_rail_or_resume_without_execute_is_a_usage_error(demo, tmp_path):
     live = tmp_path / "live.json"
     live.write_text('{"budget_remaining": 0, "allow_list": []}')
     for extra, said in (
-        (["--rail", "otel_replay.demo:demo_ledger"], "--rail only apply"),
-        (["--resume"], "--resume only apply"),
+        (["--rail", "otel_replay.demo:demo_ledger"], "--rail only applies with --execute"),
+        (["--resume"], "--resume only applies with --execute"),
         (["--rail", "otel_replay.demo:demo_ledger", "--resume"], "--rail and --resume only apply with --execute"),
     ):
         result = _replay(demo, live, *extra)  # was: exit 0, the verdict printed, nothing compensated, nothing said
