@@ -26,7 +26,7 @@ from typing import Any
 
 from otel_replay import semconv as sc
 
-__all__ = ["NOT_KEPT", "Voids", "void_attributes"]
+__all__ = ["NOT_KEPT", "Voids", "void_attributes", "voided_link"]
 
 NOT_KEPT = "sealed, then not kept: its store refused or undid the transaction that was to keep it"
 """The reason a void record gives when a store gives back a record it sealed."""
@@ -48,6 +48,25 @@ def void_attributes(
     }
 
 
+def voided_link(attrs: Mapping[str, Any], seq: int) -> tuple[int, str, str] | None:
+    """(seq, record id, hash) of the link a void record sealed at ``seq`` gives up; ``None``: not a void, or none.
+
+    A void names a link before its own (it is sealed after the record it
+    voids); one naming its own place or a later one gives up nothing. The
+    caller has checked the record's seal.
+    """
+    if attrs.get(sc.KIND) != sc.KIND_VOID:
+        return None
+    voided, digest = attrs.get(sc.VOID_RECORD_ID), attrs.get(sc.VOID_HASH)
+    try:
+        at = int(attrs.get(sc.VOID_SEQ))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if isinstance(voided, str) and isinstance(digest, str) and 0 <= at < seq:
+        return at, voided, digest
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Void:
     void_id: str
@@ -66,20 +85,11 @@ class Voids:
         self._passed: set[tuple[str, int, str, Any]] = set()  # (chain, seq, record id, hash) of records that passed
 
     def note(self, chain_id: str, seq: int, record_id: str, attrs: Mapping[str, Any], file: str = "") -> None:
-        """Take note of a stored record that passed its seal check, and if it is a void, of the link it gives up.
-
-        A void names a link before its own (it is sealed after the record it
-        voids); one naming its own place or a later one gives up nothing.
-        """
+        """Take note of a stored record that passed its seal check, and if it is a void, of the link it gives up."""
         self._passed.add((chain_id, seq, record_id, attrs.get(sc.RECORD_HASH)))
-        if attrs.get(sc.KIND) != sc.KIND_VOID:
-            return
-        voided, digest = attrs.get(sc.VOID_RECORD_ID), attrs.get(sc.VOID_HASH)
-        try:
-            at = int(attrs.get(sc.VOID_SEQ))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return
-        if isinstance(voided, str) and isinstance(digest, str) and 0 <= at < seq:
+        link = voided_link(attrs, seq)
+        if link is not None:
+            at, voided, digest = link
             self._links.setdefault((chain_id, at), _Void(record_id, seq, voided, digest, file))
 
     def excuses(self, chain_id: str, seq: int, record_id: Any, digest: Any) -> bool:

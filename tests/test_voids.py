@@ -8,7 +8,9 @@ tests/capture/test_outcome_durability.py.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 
 import pytest
 
@@ -16,11 +18,13 @@ import otel_replay
 from otel_replay import DecisionTracer
 from otel_replay import semconv as sc
 from otel_replay.integrity import Chain, SigningKey, StoredRecord, load_signing_key, record_hash, verify_records
+from otel_replay.location import resolve
 from otel_replay.storage import drop_older_than
+from otel_replay.storage.retention_marks import read_marks
 from otel_replay.voids import void_attributes
 
 from .capture.test_outcome_durability import _pending_rows_refused
-from .storage.test_retention_marks import OLD, _Clock
+from .storage.test_retention_marks import OLD, _Clock, _read, _write
 
 KEY = SigningKey(b"k" * 32)
 
@@ -194,19 +198,17 @@ def test_a_voided_record_verifies_as_voided_before_retention_drops_its_day(datas
     assert (report.problems, report.voided) == ([], 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found in review of s14-void: retention vouches for runs of consecutive sequence numbers; a voided link "
-    "splits a dropped day's run in two, and the later run's oldest record still names the voided record, which "
-    "after the drop is neither stored nor vouched for (its void was dropped too): verify reports it deleted. Needs "
-    "retention (dropped_links) to vouch for a link a void in the dropped partition names",
-)
 def test_retention_that_drops_the_day_of_a_voided_record_and_its_void_leaves_no_deletion(dataset, monkeypatch):
+    # A voided link splits the dropped day's run in two; the later run's oldest record names the voided record,
+    # which is never stored. The checkpoint carries the link the day's void (its seal checked) gives up.
     _voided_on_an_old_day(dataset, monkeypatch)
-    assert drop_older_than(dataset, 30).dropped == [OLD]
+    dropped = drop_older_than(dataset, 30)
+    assert dropped.dropped == [OLD], dropped
     with otel_replay.open(dataset) as store:
         report = store.verify(load_signing_key(create=False))
     assert report.problems == [] and report.dropped_by_retention == 1
+    (mark,) = read_marks(resolve(dataset), load_signing_key(create=False))[0]
+    assert len(mark.voided) == 1 and mark.voided[0].record_id not in {link.record_id for link in mark.links}
 
 
 def test_a_void_kept_after_retention_dropped_the_day_of_the_record_it_voids_explains_that_link():
@@ -225,3 +227,46 @@ def test_a_void_kept_after_retention_dropped_the_day_of_the_record_it_voids_expl
     expected = [(chain_id, 0, "", "0" * 64, day), (chain_id, 2, "o", digest, day)]
     report = verify_records([void, later], KEY, dropped=dropped, expected=expected)
     assert (report.problems, report.voided, report.dropped_by_retention) == ([], 1, 1)
+
+
+def test_a_void_edited_in_a_partition_retention_drops_is_not_carried_and_the_gap_stays_a_deletion(
+    dataset, monkeypatch
+):
+    # Whoever can write files edits the old day's void to name another link: its seal fails, retention leaves it out
+    # of the checkpoint, and the split run's gap is reported as before.
+    _voided_on_an_old_day(dataset, monkeypatch)
+    for path in (dataset / "spans" / OLD).rglob("*.parquet"):
+        schema, rows = _read(path)
+        voids = [row for row in rows if row["name"] == sc.SPAN_VOID]
+        if voids:
+            attrs = json.loads(voids[0]["attributes"])
+            attrs[sc.VOID_HASH] = "0" * 64
+            voids[0]["attributes"] = json.dumps(attrs)
+            _write(path, rows, schema)
+            break
+    else:
+        raise AssertionError("no void in the old partition")
+    assert drop_older_than(dataset, 30).dropped == [OLD]
+    (mark,) = read_marks(resolve(dataset), load_signing_key(create=False))[0]
+    assert mark.voided == ()
+    with otel_replay.open(dataset) as store:
+        problems = [p.problem for p in store.verify(load_signing_key(create=False)).problems]
+    assert any(p.startswith("deleted") for p in problems), problems
+
+
+@pytest.mark.parametrize("entry", [["c", "3", "r", "h"], ["c", 3, "r"], ["c", True, "r", "h"], "c:3:r:h"])
+def test_a_checkpoint_whose_voided_links_are_malformed_is_named_even_when_signed(dataset, monkeypatch, entry):
+    _voided_on_an_old_day(dataset, monkeypatch)
+    drop_older_than(dataset, 30)
+    (mark,) = list((dataset / "_retention").iterdir())
+    head, body = mark.read_text().split("\n", 1)
+    doc = json.loads(body)
+    doc["voided"] = [entry]
+    body = json.dumps(doc)
+    key = load_signing_key(create=False)
+    header = dict(json.loads(head), signature=key.sign(hashlib.sha256(body.encode()).hexdigest()))
+    mark.write_text(json.dumps(header) + "\n" + body)
+    with otel_replay.open(dataset) as store:
+        report = store.verify(key)
+    named = [p for p in report.problems if p.problem.startswith("retention checkpoint")]
+    assert len(named) == 1 and "voided link that is not" in named[0].problem, report.problems

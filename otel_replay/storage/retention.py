@@ -175,7 +175,7 @@ class _Checkpoint:
         found = dropped_links(self.location, files, self.keys, day, self.before_ns)
         self.unvouched += found.failed + len(found.unreadable)
         if found.links:
-            self.written += len(write_marks(self.location, partition, found.links, self.key))
+            self.written += len(write_marks(self.location, partition, found.links, self.key, found.voided))
             self.links += len(found.links)
 
 

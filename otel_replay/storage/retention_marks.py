@@ -31,6 +31,7 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +43,7 @@ from otel_replay._json import canonical_json, strict_loads
 from otel_replay.errors import DatasetError, PayloadError
 from otel_replay.integrity import SealCheck, SigningKey, VerifyProblem, keys_by_id, stored_record
 from otel_replay.location import Location
+from otel_replay.voids import voided_link
 
 from .backend import backend_for
 
@@ -51,6 +53,7 @@ __all__ = [
     "DroppedLink",
     "Links",
     "RetentionMark",
+    "VoidedLink",
     "dropped_links",
     "expected_before",
     "midnight_ns",
@@ -97,12 +100,23 @@ class DroppedLink:
 
 
 @dataclass(frozen=True)
+class VoidedLink:
+    """A link a void record of a dropped partition gives up: sealed, never stored (:mod:`otel_replay.voids`)."""
+
+    chain_id: str
+    seq: int
+    record_id: str
+    hash: str
+
+
+@dataclass(frozen=True)
 class RetentionMark:
     """One checkpoint file as read back (body parsed only after its signature checked out)."""
 
     path: str
     day: str
     links: tuple[DroppedLink, ...]
+    voided: tuple[VoidedLink, ...] = ()
 
 
 @dataclass
@@ -114,6 +128,8 @@ class Links:
     """Runs whose end records failed their seal check or their day (forged, edited, another key, moved in)."""
     unreadable: list[str] = field(default_factory=list)
     """Files whose records could not be read: they are not vouched for."""
+    voided: list[VoidedLink] = field(default_factory=list)
+    """Links the partition's void records (their seals checked) give up."""
 
 
 def midnight_ns(day: dt.date) -> int:
@@ -131,7 +147,7 @@ def _read(location: Location, path: str, columns: Sequence[str]) -> pa.Table:
 
 
 def _sealed_keys(location: Location, path: str, file_no: int) -> pa.Table | None:
-    """(chain id, seq, file, row) of the rows of ``path`` that carry a seal; ``None`` when it cannot be read."""
+    """(chain id, seq, file, row, is void) of the rows of ``path`` that carry a seal; ``None``: it cannot be read."""
     try:
         names = set(pq.read_schema(backend_for(location).source(path)).names)
         if not set(_NEEDED) <= names:
@@ -146,10 +162,11 @@ def _sealed_keys(location: Location, path: str, file_no: int) -> pa.Table | None
             keys = duck.arrow(
                 con.execute(
                     f"""
-                    SELECT chain_id, seq, {file_no}::INTEGER AS file_no, row FROM (
+                    SELECT chain_id, seq, {file_no}::INTEGER AS file_no, row, is_void FROM (
                         SELECT row,
                                attributes ->> '$."replay.record.chain_id"' AS chain_id,
-                               TRY_CAST(attributes ->> '$."replay.record.seq"' AS BIGINT) AS seq
+                               TRY_CAST(attributes ->> '$."replay.record.seq"' AS BIGINT) AS seq,
+                               coalesce(attributes ->> '$."replay.kind"' = 'void', false) AS is_void
                         FROM sealed WHERE json_valid(attributes)
                     ) WHERE chain_id IS NOT NULL AND seq >= 0
                     """
@@ -208,7 +225,9 @@ def dropped_links(
             """
             SELECT s.chain_id, s.seq, s.file_no, s.row FROM sealed AS s
             JOIN wanted AS w ON s.chain_id = w.chain_id AND s.seq = w.seq
-            ORDER BY s.file_no, s.row
+            UNION
+            SELECT chain_id, seq, file_no, row FROM sealed WHERE is_void
+            ORDER BY 3, 4
             """
         ).fetchall()
     finally:
@@ -220,6 +239,10 @@ def dropped_links(
             found.failed += 1
             continue
         found.links.append(DroppedLink(chain_id, top, newest[0], newest[1], bottom, oldest[2], oldest[3]))
+    for (chain_id, seq), (*_, attrs) in sorted(passed.items()):
+        link = voided_link(attrs, seq)  # a void that passed: the link it gives up splits a run, and is not stored
+        if link is not None:
+            found.voided.append(VoidedLink(chain_id, *link))
     return found
 
 
@@ -229,12 +252,12 @@ def _passing(
     places: Sequence[tuple[str, int, int, int]],
     check: SealCheck,
     window: tuple[int, int],
-) -> dict[tuple[str, int], tuple[str, str, str, str]]:
-    """Per (chain id, seq) in ``places``: (record id, hash, prev id, prev hash) of its first row that passes.
+) -> dict[tuple[str, int], tuple[str, str, str, str, Mapping[str, Any]]]:
+    """Per (chain id, seq) in ``places``: (record id, hash, prev id, prev hash, attributes) of its first passing row.
 
     A row passes when its seal passes the check and it was sealed in ``window``.
     """
-    passed: dict[tuple[str, int], tuple[str, str, str, str]] = {}
+    passed: dict[tuple[str, int], tuple[str, str, str, str, Mapping[str, Any]]] = {}
     by_file: dict[int, list[tuple[str, int, int]]] = {}
     for chain_id, seq, file_no, row_no in places:
         by_file.setdefault(file_no, []).append((chain_id, seq, row_no))
@@ -261,24 +284,34 @@ def _passing(
                     str(attrs.get(sc.RECORD_HASH)),
                     str(attrs.get(sc.RECORD_PREV_ID, "")),
                     str(attrs.get(sc.RECORD_PREV_HASH, "")),
+                    attrs,
                 )
     return passed
 
 
-def write_marks(location: Location, partition: str, links: Sequence[DroppedLink], key: SigningKey) -> list[str]:
-    """Write the signed checkpoint(s) for ``partition`` (durably, before the partition is dropped); their paths."""
+def write_marks(
+    location: Location,
+    partition: str,
+    links: Sequence[DroppedLink],
+    key: SigningKey,
+    voided: Sequence[VoidedLink] = (),
+) -> list[str]:
+    """Write the signed checkpoint(s) for ``partition`` (durably, before the partition is dropped); their paths.
+
+    ``voided``: the links the partition's void records give up, in the first file.
+    """
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     token = uuid.uuid4().hex[:8]
     paths = []
     for n, first in enumerate(range(0, len(links), MAX_LINKS_PER_FILE)):
         part = links[first : first + MAX_LINKS_PER_FILE]
-        body = canonical_json(
-            {
-                "day": partition.removeprefix("date="),
-                "runs": [[x.chain_id, x.seq, x.record_id, x.hash, x.bottom_seq, x.prev_id, x.prev_hash] for x in part],
-            },
-            where="retention checkpoint",
-        ).encode()
+        doc: dict[str, Any] = {
+            "day": partition.removeprefix("date="),
+            "runs": [[x.chain_id, x.seq, x.record_id, x.hash, x.bottom_seq, x.prev_id, x.prev_hash] for x in part],
+        }
+        if voided and n == 0:
+            doc["voided"] = [[v.chain_id, v.seq, v.record_id, v.hash] for v in voided]
+        body = canonical_json(doc, where="retention checkpoint").encode()
         digest = hashlib.sha256(body).hexdigest()
         header = {"otel_replay_retention": _FORMAT, "key_id": key.key_id, "signature": key.sign(digest)}
         data = canonical_json(header, where="retention checkpoint").encode() + b"\n" + body
@@ -369,7 +402,18 @@ def _parse(path: str, data: bytes, keys: Mapping[str, SigningKey]) -> RetentionM
                 "has a run that is not [chain id, newest seq, record id, hash, oldest seq, prev id, prev hash]"
             )
         links.append(DroppedLink(*item))
-    return RetentionMark(path, day, tuple(links))
+    voided = []
+    for item in doc.get("voided") or ():  # written since void records exist
+        if (
+            not isinstance(item, list)
+            or len(item) != 4
+            or not all(isinstance(item[i], str) for i in (0, 2, 3))
+            or not isinstance(item[1], int)
+            or isinstance(item[1], bool)
+        ):
+            raise ValueError("has a voided link that is not [chain id, seq, record id, hash]")
+        voided.append(VoidedLink(*item))
+    return RetentionMark(path, day, tuple(links), tuple(voided))
 
 
 def vouched_links(marks: Iterable[RetentionMark]) -> dict[tuple[str, int], tuple[str, str, str]]:
@@ -378,6 +422,8 @@ def vouched_links(marks: Iterable[RetentionMark]) -> dict[tuple[str, int], tuple
     for mark in marks:
         for link in mark.links:
             vouched[(link.chain_id, link.seq)] = (link.record_id, link.hash, mark.day)
+        for void in mark.voided:  # never stored: vouched for as dropped, so the run after it names a known link
+            vouched.setdefault((void.chain_id, void.seq), (void.record_id, void.hash, mark.day))
     return vouched
 
 
