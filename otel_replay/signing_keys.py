@@ -89,7 +89,8 @@ def load_signing_key(
     if path.exists():
         return _key_from_file(path)
     if key_file is not None:
-        raise ConfigError(f"signing key file {path} does not exist")
+        named = f" ({settings.KEY_FILE})" if from_env else ""
+        raise ConfigError(f"signing key file {path} does not exist{named}")
     if not create:
         return None
     return _create_key_file(path)

@@ -282,6 +282,10 @@ def print_outcome(outcome: GateOutcome) -> None:
     _print(Panel(body, title="gate outcome", expand=False))
 
 
+_SAME_PROBLEM_SHOWN = 3
+"""Records ``verify`` names with one same problem (a wrong key is the same for every record); the rest are counted."""
+
+
 def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     """Print a verification report, naming every file that could not be read (and so was not checked)."""
     unsigned = ""
@@ -306,8 +310,21 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
     problems = _count(len(report.problems), "problem")
     unreadable = _count(len(report.unreadable_files), "unreadable file")
     _print(f"[red]FAILED[/red] {where}: {problems} in {report.records} records, {unreadable}")
+    shown: dict[str, int] = {}  # problem text -> records printed with it
     for problem in report.problems:
-        _print(f"  {escape(clean(str(problem)))}", soft_wrap=True)
+        seen = shown[problem.problem] = shown.get(problem.problem, 0) + 1
+        if seen <= _SAME_PROBLEM_SHOWN:
+            _print(f"  {escape(clean(str(problem)))}", soft_wrap=True)
+    for text, count in shown.items():
+        if count > _SAME_PROBLEM_SHOWN:
+            more = _count(count - _SAME_PROBLEM_SHOWN, "more record")
+            _print(f"  … and {more}: {escape(clean(text))}", soft_wrap=True)
+    if any(p.problem.endswith("which is not a verification key") for p in report.problems):
+        _print(
+            "  hint: verify with the key that signed them: --key-file FILE (repeat it for rotated keys), or "
+            "OTEL_REPLAY_SIGNING_KEY / OTEL_REPLAY_KEY_FILE",
+            soft_wrap=True,
+        )
     for path in report.unreadable_files:
         _print(f"  not checked: {escape(clean(path))} could not be read", soft_wrap=True)
 

@@ -190,7 +190,10 @@ def load_callable(reference: str, what: str = "policy") -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise PolicyLoadError(f"{what} {reference!r}: cannot import module {module_name!r}: {exc}") from exc
-    except (TypeError, ValueError) as exc:  # a relative name (".mod"), an empty one (".."): no package to resolve it
+    except (TypeError, ValueError) as exc:
+        if not module_name.startswith("."):
+            raise  # the module's own code raised it while it was imported: not a matter of its name
+        # a relative name (".mod", ".."): no package to resolve it
         raise PolicyLoadError(
             f"{what} {reference!r}: cannot import module {module_name!r}: give its absolute name ({exc})"
         ) from None

@@ -198,3 +198,49 @@ def test_a_chain_id_nothing_was_recorded_under_comes_with_a_query_that_lists_the
     with otel_replay.open(demo_dataset) as store:
         [decision] = store.rows("SELECT correlation_id FROM decisions")
     assert listed.exit_code == 0 and decision["correlation_id"] in listed.output.splitlines(), listed.output
+
+
+def test_verify_with_another_key_names_three_records_counts_the_rest_and_says_which_option_helps(
+    demo_dataset: Path, tmp_path: Path
+) -> None:
+    # Every record of the demo is signed with the demo's key: the same problem fourteen times is three lines and a
+    # count, then one hint.
+    other = tmp_path / "other.key"
+    other.write_text("another-key-of-at-least-sixteen-bytes")
+    result = run("verify", str(demo_dataset), "--key-file", str(other))
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    named = [line for line in lines if line.strip().startswith("record ") and "not a verification key" in line]
+    assert len(named) == 3, result.stdout
+    (more,) = [line for line in lines if line.strip().startswith("… and")]
+    assert "more records: signed with key" in more and "which is not a verification key" in more
+    assert any("hint: verify with the key that signed them: --key-file" in line for line in lines)
+
+
+def test_a_key_file_variable_naming_a_missing_file_is_named_in_the_error(demo_dataset: Path, tmp_path: Path) -> None:
+    missing = {"OTEL_REPLAY_SIGNING_KEY": None, "OTEL_REPLAY_KEY_FILE": str(tmp_path / "nokey")}
+    result = run("verify", str(demo_dataset), env=missing)  # type: ignore[arg-type]
+    line = error_line(result)
+    assert "does not exist" in line and "OTEL_REPLAY_KEY_FILE" in line
+
+
+def test_a_policy_module_that_raises_value_error_while_imported_is_named_with_its_line(
+    demo_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A ValueError from the module's own code is not a relative module name: "give its absolute name" was wrong advice.
+    module = "LIMIT = int('ten')\n\ndef policy(state, action):\n    return True, 'ok'\n"
+    (tmp_path / "badpolicy_valueerror.py").write_text(module)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    live = tmp_path / "live.json"
+    live.write_text("{}")
+    with otel_replay.open(demo_dataset) as store:
+        (decision,) = store.rows("SELECT record_id FROM decisions LIMIT 1")
+    result = run(
+        "replay", decision["record_id"], "-d", str(demo_dataset), "--live-state", str(live),
+        "--policy", "badpolicy_valueerror:policy",
+    )
+    line = error_line(result)
+    assert "importing its module raised ValueError" in line and "badpolicy_valueerror.py:1" in line
+    assert "absolute name" not in line
+    sys.modules.pop("badpolicy_valueerror", None)
