@@ -30,6 +30,7 @@ from otel_replay.location import Location, s3_endpoint
 
 __all__ = [
     "DELETE_BATCH",
+    "MAX_CLIENTS",
     "Conflict",
     "Stored",
     "client",
@@ -57,6 +58,9 @@ class Stored:
 
 
 _PROXIES = frozenset(("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"))
+
+MAX_CLIENTS = 8
+"""Clients kept per process; building one more closes the oldest (an application rotating keys in the environment)."""
 
 _clients: dict[tuple[int, str | None, str], Any] = {}
 _clients_lock = threading.Lock()
@@ -87,6 +91,7 @@ def client(location: Location) -> Any:
     set in ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
     ``AWS_SESSION_TOKEN`` are the client's; without them a new boto3 session
     resolves them (profile, config file, instance role), once per client.
+    At most :data:`MAX_CLIENTS` are kept: one more closes the oldest.
     Callers share the client: they must not close it or register event
     handlers on it (:func:`close_clients` closes them all).
 
@@ -107,10 +112,15 @@ def client(location: Location) -> Any:
         raise DatasetError(
             f"dataset {location.uri}: s3:// datasets need boto3 (pip install 'otel-replay[s3]')"
         ) from exc
+    evicted: list[Any] = []
     with _clients_lock:  # two threads' first calls build one client, not two (one left unclosed)
         found = _clients.get(key)
         if found is None:
             found = _clients[key] = _build(boto3, endpoint)
+            while len(_clients) > MAX_CLIENTS:  # credentials rotated through the environment: the oldest go
+                evicted.append(_clients.pop(next(iter(_clients))))
+    for old in evicted:
+        old.close()  # its pooled sockets; a request still running on it finishes (and reconnects if asked again)
     return found
 
 
