@@ -58,24 +58,6 @@ def test_a_changed_access_key_gets_a_new_client_that_signs_with_it(
     assert objects.client(location) is first  # back to the first settings: the first client again
 
 
-def test_keys_rotated_through_the_environment_keep_the_newest_clients_and_close_the_oldest(
-    keep_alive: _Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    location = resolve("s3://kept-alive/p")
-    built = []
-    for n in range(objects.MAX_CLIENTS + 1):
-        monkeypatch.setenv("AWS_SESSION_TOKEN", f"token-{n}")
-        built.append(objects.client(location))
-        if n == 0:
-            built[0].head_bucket(Bucket="kept-alive")  # a connection the eviction must close
-    assert keep_alive.ended.acquire(timeout=20)  # the first client's, closed when the ninth was built
-    for n in range(1, objects.MAX_CLIENTS + 1):  # the newest are kept
-        monkeypatch.setenv("AWS_SESSION_TOKEN", f"token-{n}")
-        assert objects.client(location) is built[n]
-    monkeypatch.setenv("AWS_SESSION_TOKEN", "token-0")
-    assert objects.client(location) is not built[0]
-
-
 def test_a_changed_profile_gets_a_client_with_that_profiles_credentials(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,6 +200,24 @@ def test_closing_closes_the_clients_sockets_and_the_next_call_builds_a_new_clien
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
     again = objects.client(location)
     assert again.head_bucket(Bucket="kept-alive")["ResponseMetadata"]["HTTPStatusCode"] == 200
+
+
+def test_keys_rotated_through_the_environment_keep_the_newest_clients_and_close_the_oldest(
+    keep_alive: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    location = resolve("s3://kept-alive/p")
+    built = []
+    for n in range(objects.MAX_CLIENTS + 1):
+        monkeypatch.setenv("AWS_SESSION_TOKEN", f"token-{n}")
+        built.append(objects.client(location))
+        if n == 0:
+            built[0].head_bucket(Bucket="kept-alive")  # a connection the eviction must close
+    assert keep_alive.ended.acquire(timeout=20)  # the first client's, closed when the ninth was built
+    for n in range(1, objects.MAX_CLIENTS + 1):  # the newest are kept
+        monkeypatch.setenv("AWS_SESSION_TOKEN", f"token-{n}")
+        assert objects.client(location) is built[n]
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "token-0")
+    assert objects.client(location) is not built[0]
 
 
 _AT_EXIT = """
