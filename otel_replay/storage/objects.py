@@ -5,12 +5,22 @@ can: ``If-None-Match: *`` creates an object only if the key is free, and
 ``If-Match: <etag>`` replaces (or deletes) it only if nobody changed it since
 it was read. Both answer ``412 PreconditionFailed`` (or ``409`` under a
 concurrent write) to the loser, so exactly one of two racing writers wins.
+
+:func:`client` hands out one boto3 client per endpoint, credentials and
+settings in this process, built on first use and shared by every caller (a
+boto3 client is thread-safe; building one is not, and costs milliseconds of
+CPU and a new connection pool): :func:`close_clients` closes them, and runs at
+interpreter exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import email.utils
+import hashlib
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +28,19 @@ from typing import Any
 from otel_replay.errors import DatasetError
 from otel_replay.location import Location, s3_endpoint
 
-__all__ = ["DELETE_BATCH", "Conflict", "Stored", "client", "delete", "delete_if", "delete_many", "get", "put_if"]
+__all__ = [
+    "DELETE_BATCH",
+    "MAX_CLIENTS",
+    "Conflict",
+    "Stored",
+    "client",
+    "close_clients",
+    "delete",
+    "delete_if",
+    "delete_many",
+    "get",
+    "put_if",
+]
 
 
 class Conflict(Exception):
@@ -35,13 +57,54 @@ class Stored:
     server_now: dt.datetime
 
 
+_PROXIES = frozenset(("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"))
+
+MAX_CLIENTS = 8
+"""Clients kept per process; building one more closes the oldest (an application rotating keys in the environment)."""
+
+_clients: dict[tuple[int, str | None, str], Any] = {}
+_clients_lock = threading.Lock()
+_inherited: list[Any] = []
+
+
+def _settings_digest() -> str:
+    """A digest of what a client is built from in the environment: every ``AWS_*`` variable and the proxies.
+
+    All of them, not a list of the ones known today: boto3 reads credentials, region, profile, config files,
+    retries, checksums, addressing and endpoint settings from variables of that prefix. A digest, so the cache's
+    keys hold no secret.
+    """
+    environ = os.environ
+    # names first, values only of the few that count: os.environ.items() decodes every value (6x slower here)
+    seen = sorted((name, environ[name]) for name in environ if name.startswith("AWS_") or name.upper() in _PROXIES)
+    return hashlib.sha256(repr(seen).encode()).hexdigest()
+
+
 def client(location: Location) -> Any:
-    """A boto3 S3 client for ``location`` (endpoint and region from the standard AWS variables).
+    """The boto3 S3 client for ``location`` in this process (endpoint, region, credentials: the AWS variables).
+
+    One client per endpoint and settings (every ``AWS_*`` variable and the
+    proxy variables, read at each call), and per process: the first call
+    builds it, later calls with the same environment get the same client, a
+    changed credential, region or endpoint gets a new one, and a forked child
+    builds its own (it never sends on its parent's connections). Credentials
+    set in ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+    ``AWS_SESSION_TOKEN`` are the client's; without them a new boto3 session
+    resolves them (profile, config file, instance role), once per client.
+    At most :data:`MAX_CLIENTS` are kept: one more closes the oldest.
+    Callers share the client: they must not close it or register event
+    handlers on it (:func:`close_clients` closes them all).
 
     Raises:
         DatasetError: boto3 is not installed (``pip install 'otel-replay[s3]'``).
+        ConfigError: the endpoint variable is not an http(s) URL.
 
     """
+    endpoint = s3_endpoint()
+    key = (os.getpid(), endpoint, _settings_digest())
+    found = _clients.get(key)
+    if found is not None:
+        return found
     try:
         # optional dependency: boto3 (the `s3` extra)
         import boto3
@@ -49,7 +112,58 @@ def client(location: Location) -> Any:
         raise DatasetError(
             f"dataset {location.uri}: s3:// datasets need boto3 (pip install 'otel-replay[s3]')"
         ) from exc
-    return boto3.client("s3", endpoint_url=s3_endpoint())
+    evicted: list[Any] = []
+    with _clients_lock:  # two threads' first calls build one client, not two (one left unclosed)
+        found = _clients.get(key)
+        if found is None:
+            found = _clients[key] = _build(boto3, endpoint)
+            while len(_clients) > MAX_CLIENTS:  # credentials rotated through the environment: the oldest go
+                evicted.append(_clients.pop(next(iter(_clients))))
+    for old in evicted:
+        old.close()  # its pooled sockets; a request still running on it finishes (and reconnects if asked again)
+    return found
+
+
+def _build(boto3: Any, endpoint: str | None) -> Any:
+    key_id, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if key_id and secret:
+        # boto3's default session resolves credentials once per process: given here, a changed variable is used
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=key_id,
+            aws_secret_access_key=secret,
+            aws_session_token=os.environ.get("AWS_SESSION_TOKEN") or None,
+        )
+    # a session of its own resolves the chain (profile, config file, role) as the environment names it now
+    return boto3.session.Session().client("s3", endpoint_url=endpoint)
+
+
+def close_clients() -> None:
+    """Close the clients :func:`client` built in this process (their pooled sockets) and forget them.
+
+    The next :func:`client` call builds a new one. A client a caller still
+    holds stays usable (it opens connections again as it needs them). Runs at
+    interpreter exit; a forked child leaves its parent's clients alone.
+    """
+    with _clients_lock:
+        closing = list(_clients.values())
+        _clients.clear()
+    for built in closing:
+        built.close()
+
+
+def _forget_inherited_clients() -> None:
+    """In a forked child: the parent's clients and their connections are the parent's; this process builds its own."""
+    global _clients_lock
+    _clients_lock = threading.Lock()  # a thread of the parent may have held it
+    _inherited.extend(_clients.values())  # kept referenced: never collected here, nor their sockets closed
+    _clients.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
+    os.register_at_fork(after_in_child=_forget_inherited_clients)
+atexit.register(close_clients)
 
 
 def _code(exc: Exception) -> str:

@@ -6,15 +6,15 @@ started below, and the instance metadata service is switched off.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import uuid
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+from otel_replay.storage import objects
 
 moto_app = pytest.importorskip("moto.moto_server.werkzeug_app")
 boto3 = pytest.importorskip("boto3")
@@ -63,17 +63,14 @@ def s3() -> Iterator[Any]:
 
 
 @pytest.fixture(autouse=True)
-def _collect_unclosed_clients() -> Iterator[None]:
-    """After each test, the boto3 clients it left (``objects.client()`` makes one per call) collected here.
+def _closed_clients() -> Iterator[None]:
+    """After each test, the boto3 clients ``objects.client()`` built in it closed and forgotten.
 
-    A client sits in reference cycles, so its pooled sockets close when the cyclic collector frees it: at a moment
-    of its own, maybe inside a later test, where the ResourceWarning each socket raises fails that test
-    (warnings are errors). Collected here, with that warning ignored, they never reach another test.
+    So no test's pooled sockets outlive it, and no event handler a test registered on a client
+    (``losing_the_first_response`` below) reaches the next test: that one builds clients of its own.
     """
     yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+    objects.close_clients()
 
 
 @pytest.fixture
@@ -95,7 +92,8 @@ def losing_the_first_response(real: Callable[[Any], Any], part: str) -> Callable
     """``objects.client`` whose first PUT to a key holding ``part`` reaches the bucket but whose response is lost.
 
     The PUT is sent for real, then the read times out: botocore retries it, and the retry (conditional, as every
-    claim's PUT is) finds the object its own first attempt stored.
+    claim's PUT is) finds the object its own first attempt stored. The handler goes on the shared client once
+    (``unique_id``), however many times the caller asks for the client; ``_closed_clients`` drops it after the test.
     """
     # Imported here: boto3 and botocore are optional (importorskip above), and only these tests need the two.
     from botocore.exceptions import ReadTimeoutError
@@ -109,10 +107,14 @@ def losing_the_first_response(real: Callable[[Any], Any], part: str) -> Callable
         def lose_the_response(request: Any, **_: Any) -> None:
             if lost or part not in request.url:
                 return
-            lost.append(URLLib3Session().send(request).status_code)
+            session = URLLib3Session()
+            try:
+                lost.append(session.send(request).status_code)
+            finally:
+                session.close()
             raise ReadTimeoutError(endpoint_url=request.url)
 
-        s3.meta.events.register("before-send.s3.PutObject", lose_the_response)
+        s3.meta.events.register("before-send.s3.PutObject", lose_the_response, unique_id=f"lose-{id(lost)}")
         return s3
 
     return client

@@ -114,12 +114,13 @@ def test_a_claim_given_back_between_a_refused_put_and_its_read_is_taken_not_refu
         def release_first(**_: Any) -> None:
             first.release()
 
-        client.meta.events.register_first("before-call.s3.GetObject", release_first)
+        client.meta.events.register_first("before-call.s3.GetObject", release_first, unique_id="release-first")
         return client
 
     monkeypatch.setattr(objects, "client", given_back_before_the_read)
     claim = claim_outcome(uri, "d1", "o2", False)
     monkeypatch.setattr(objects, "client", real)
+    objects.close_clients()  # the shared client carries release_first: the claims below get one without it
     assert claim.where == f"s3://{bucket}/p/_outcomes/d1.json"
     assert b'"outcome_id": "o2"' in s3.get_object(Bucket=bucket, Key="p/_outcomes/d1.json")["Body"].read()
     with pytest.raises(OutcomeAlreadyRecorded, match=r"\(outcome o2\)"):
