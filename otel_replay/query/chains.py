@@ -136,6 +136,9 @@ class ReplayBuilder:
         """Build a chain of ``chain_type`` (one of :data:`CHAIN_TYPES`), each layer capped at ``limit``."""
         if chain_type not in CHAIN_TYPES:
             raise OtelReplayError(f"unknown chain type {chain_type!r}; expected one of {', '.join(CHAIN_TYPES)}")
+        if not isinstance(chain_id, str):
+            # Ids are text: compared as a number, 42 would equal the ids "042", "42.0" and " 42" of other trades.
+            raise OtelReplayError(f"a chain id is text (str), got {type(chain_id).__name__} {chain_id!r}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
             raise OtelReplayError(f"chain limit must be a positive integer, got {limit!r}")
         kind = REGISTRY[chain_type]

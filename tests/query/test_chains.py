@@ -287,3 +287,59 @@ def test_query_traces_filters_and_limits(telemetry, dataset):
     with otel_replay.open(dataset) as store:
         stored = DecisionTracer(store=store).query_traces(correlation_id="c1", limit=2)
     assert [t["record_id"] for t in stored] == ids[:2]
+
+
+# --- review 14 (chains): hostile ids and shapes ----------------------------------------------------------------
+
+_LOOK_ALIKES = ("42", "042", "42.0", "+42", " 42")  # one trade each: as numbers, all of them are 42
+
+
+def _chain_rows_from_any_duckdb(dataset, query: str, chain_id: object) -> list[dict]:
+    """Rows of ``queries/<query>.sql`` in a DuckDB of the analyst's own, loaded as the SQL guide says."""
+    from importlib.resources import files
+
+    import duckdb
+
+    from otel_replay.storage import live_files
+
+    queries = files("otel_replay.queries")
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET VARIABLE otel_replay_files = ?", [live_files(dataset)])
+        for name in ("source.sql", "views.sql"):
+            con.execute(queries.joinpath(name).read_text())
+        con.execute("SET VARIABLE chain_id = ?", [chain_id])
+        con.execute("SET VARIABLE chain_limit = NULL")
+        cursor = con.execute(queries.joinpath(f"{query}.sql").read_text())
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
+
+def test_a_number_given_as_a_chain_id_never_matches_another_trades_id(telemetry, dataset):
+    import json
+
+    log, tracer = AuditLog(), DecisionTracer()
+    for cid in _LOOK_ALIKES:
+        with correlation(cid), session(cid):
+            log.append("message", source_agent="a", payload={"trade": cid})
+            tracer.decision("a", "step", cid)
+    telemetry.force_flush()
+    # The SQL from any DuckDB: `SET VARIABLE chain_id = 42` (a number) reads the chain "42", never a chain whose id
+    # DuckDB can cast to 42 (was: the trade chain 42 held the records of "042", "42.0", "+42" and " 42" too).
+    for query in ("chains/trade", "chains/session", "chains/directive", "chains/incident"):
+        rows = _chain_rows_from_any_duckdb(dataset, query, 42)
+        ids = {json.loads(row["body"]).get("correlation_id") for row in rows}
+        assert rows and ids == {"42"}, (query, ids)
+    with otel_replay.open(dataset) as store:
+        # The Store API: a number is refused, not compared as a number.
+        with pytest.raises(OtelReplayError, match=r"a chain id is text \(str\), got int 42"):
+            ReplayBuilder(store).build("trade", 42)  # type: ignore[arg-type]
+        assert [t["correlation_id"] for t in store.traces(correlation_id=42)] == ["42"]  # type: ignore[arg-type]
+        assert [e["correlation_id"] for e in store.audit_entries(correlation_id=42)] == ["42"]  # type: ignore[arg-type]
+        for cid in _LOOK_ALIKES:  # each text id, its own chain only
+            chain = ReplayBuilder(store).build_trade_chain(cid)
+            assert [t["rationale"] for t in chain.traces] == [cid]
+            assert [e["payload"] for e in chain.audit_entries] == [{"trade": cid}]

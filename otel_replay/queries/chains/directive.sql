@@ -1,10 +1,10 @@
 -- directive chain: issuance -> execution -> decisions -> outcome for one directive id
 -- (the correlation id the directive was issued under). Same shape as the trade
 -- chain; directives span many sessions, so each layer defaults to 500 rows.
--- Returns (layer, event_time, record_id, body). Variables: chain_id, chain_limit.
+-- Returns (layer, event_time, record_id, body). Variables: chain_id (compared as text), chain_limit.
 -- Reads the chain's spans once and its decisions' outcomes by the typed column (see chains/trade.sql).
 WITH chain_spans AS MATERIALIZED (
-    SELECT * FROM spans WHERE correlation_id = getvariable('chain_id')
+    SELECT * FROM spans WHERE correlation_id = CAST(getvariable('chain_id') AS VARCHAR)
 ), chain_decisions AS MATERIALIZED (
     SELECT * FROM decisions_in('chain_spans')
 ), chain_outcome_spans AS (
