@@ -88,10 +88,16 @@ def _with_lost_decisions(store: Store, correlation_id: str, traces: list[dict[st
     A process that died inside its ``audit()`` block after ``gate.commit()``
     left no decision span; the intent sealed the decision as it was acted on.
     Such a trace has ``from_intent`` True (and no ``record_hash``: the
-    intent's seal covers it).
+    intent's seal covers it). An intent is filed under the correlation id in
+    scope at the commit, which may be another than its decision's: a decision
+    joins only the chain its own span would be in (its own correlation id).
     """
     shown = {t["record_id"] for t in traces}
-    lost = [trace_body(record) for record in store.intent_decisions(correlation_id) if record.record_id not in shown]
+    lost = [
+        trace_body(record)
+        for record in store.intent_decisions(correlation_id)
+        if record.record_id not in shown and record.correlation_id == correlation_id
+    ]
     if not lost:
         return traces
     for body in lost:

@@ -343,3 +343,22 @@ def test_a_number_given_as_a_chain_id_never_matches_another_trades_id(telemetry,
             chain = ReplayBuilder(store).build_trade_chain(cid)
             assert [t["rationale"] for t in chain.traces] == [cid]
             assert [e["payload"] for e in chain.audit_entries] == [{"trade": cid}]
+
+
+def test_a_decision_joins_only_its_own_trades_chain_through_an_intent(telemetry, dataset):
+    from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+
+    gate = ActionGate(ReferenceLedger(balance=10_000))
+    with audit("vendor_payment", snapshot=DependencySnapshot({}), correlation_id="trade-1") as d:
+        action = Action("vendor_payment", {"recipient": "acme"}, cost=5.0)
+        d.act(action)
+        with correlation("trade-2"):  # the commit runs under another trade's id: its intent is filed there
+            gate.commit(action, record_id=d.record_id)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        builder = ReplayBuilder(store)
+        [own] = builder.build_trade_chain("trade-1").traces
+        assert own["record_id"] == d.record_id and own["from_intent"] is False
+        other = builder.build_trade_chain("trade-2")
+        # was: trade-1's decision, stored and whole, shown in trade-2's chain as a decision lost with its process
+        assert other.traces == [] and [t["record_id"] for t in builder.build_directive_chain("trade-2").traces] == []
