@@ -362,3 +362,36 @@ def test_a_decision_joins_only_its_own_trades_chain_through_an_intent(telemetry,
         other = builder.build_trade_chain("trade-2")
         # was: trade-1's decision, stored and whole, shown in trade-2's chain as a decision lost with its process
         assert other.traces == [] and [t["record_id"] for t in builder.build_directive_chain("trade-2").traces] == []
+
+
+@pytest.mark.parametrize("loop", ["to_itself", "to_its_child"])
+def test_causal_tree_lists_each_span_once_when_parent_ids_loop(telemetry, dataset, loop):
+    # A copy of the decision span (a foreign writer's, an edited file) that names its own span, or its child's,
+    # as its parent makes the parent ids a loop; the copy with a parent sorts before the stored root.
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from otel_replay import audit
+
+    from .._support import snapshot
+
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-1") as d:
+        d.read(x=1)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        honest = [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)]
+        [mine] = store.rows(
+            "SELECT span_id, filename FROM spans WHERE record_id = ? AND name = 'replay.decision'", [d.record_id]
+        )
+        [child] = store.rows("SELECT span_id FROM spans WHERE record_id = ? AND name = 'replay.read'", [d.record_id])
+    assert honest == [(0, "replay.decision"), (1, "replay.read")]
+    stored = pq.read_table(mine["filename"], partitioning=None)
+    copy = stored.filter(pc.equal(stored["span_id"], mine["span_id"]))
+    parent = mine["span_id"] if loop == "to_itself" else child["span_id"]
+    at = copy.schema.get_field_index("parent_span_id")
+    copy = copy.set_column(at, copy.schema.field(at), pa.array([parent], pa.string()))
+    pq.write_table(copy, mine["filename"].rpartition("/")[0] + "/part-0000000000000000001-copy.parquet")
+    with otel_replay.open(dataset) as store:
+        tree = [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)]
+    assert tree == honest  # was: the decision and its read listed again at every level, 65 and 64 times
