@@ -395,3 +395,22 @@ def test_causal_tree_lists_each_span_once_when_parent_ids_loop(telemetry, datase
     with otel_replay.open(dataset) as store:
         tree = [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)]
     assert tree == honest  # was: the decision and its read listed again at every level, 65 and 64 times
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="capture (otel_replay/capture, not this review's to edit) stores a correlation id given as a number "
+    "in the attributes JSON, not in the correlation_id column every chain reads: it should store its text or refuse it",
+)
+def test_a_decision_given_a_number_as_correlation_id_is_in_that_chain_or_refused(telemetry, dataset):
+    from otel_replay import CaptureError
+
+    tracer = DecisionTracer()
+    try:
+        record_id = tracer.decision("a", "step", "numbered", correlation_id=42)  # type: ignore[arg-type]
+    except CaptureError:
+        return  # refused where it was given: nothing goes missing
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        chain = ReplayBuilder(store).build_trade_chain("42")
+    assert [t["record_id"] for t in chain.traces] == [record_id]  # is: an empty chain, "nothing was recorded"
