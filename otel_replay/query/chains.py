@@ -119,6 +119,10 @@ def _event_key(event: Mapping[str, Any]) -> tuple[str, str, str]:
     return (event.get("created_at") or "", event["layer"], ident)
 
 
+_MAX_SQL_LIMIT = 2**63 - 1
+"""The largest LIMIT DuckDB takes (BIGINT)."""
+
+
 def _cap(rows: Sequence[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
     return list(rows[:limit]), len(rows) > limit
 
@@ -172,7 +176,8 @@ class ReplayBuilder:
         # One row past the cap tells a full layer from a truncated one. Every row of a chain carries its id, so
         # only the files the side index names for it are read; outcome fields come from verified_outcomes below.
         kind = REGISTRY[chain_type]
-        rows = self.store.run_for(kind.query, {kind.key: chain_id}, chain_id=chain_id, chain_limit=cap + 1)
+        asked = min(cap + 1, _MAX_SQL_LIMIT)  # a cap past SQL's BIGINT asks for every row: none can be cut
+        rows = self.store.run_for(kind.query, {kind.key: chain_id}, chain_id=chain_id, chain_limit=asked)
         traces: list[dict[str, Any]] = []
         audits: list[dict[str, Any]] = []
         for row in rows:

@@ -364,6 +364,19 @@ def test_a_decision_joins_only_its_own_trades_chain_through_an_intent(telemetry,
         assert other.traces == [] and [t["record_id"] for t in builder.build_directive_chain("trade-2").traces] == []
 
 
+def test_a_chain_limit_past_what_sql_counts_returns_the_whole_chain(telemetry, dataset):
+    log, tracer = AuditLog(), DecisionTracer()
+    with correlation("huge-limit"):
+        log.append("message", source_agent="a")
+        tracer.decision("a", "step", "r")
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        for limit in (2**63 - 1, 10**30):  # was: QueryError "INT128 ... out of range for ... INT64" (limit + 1)
+            chain = ReplayBuilder(store).build("trade", "huge-limit", limit)
+            assert [e["layer"] for e in chain.events] == ["audit", "trace"] and not chain.truncated
+            assert chain.limit == limit
+
+
 @pytest.mark.parametrize("loop", ["to_itself", "to_its_child"])
 def test_causal_tree_lists_each_span_once_when_parent_ids_loop(telemetry, dataset, loop):
     # A copy of the decision span (a foreign writer's, an edited file) that names its own span, or its child's,
