@@ -17,7 +17,7 @@ from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay._json import loads
-from otel_replay.errors import ConfigError, DatasetError, RecordNotFound
+from otel_replay.errors import ConfigError, DatasetError, PayloadError, RecordNotFound
 from otel_replay.integrity import SealCheck, StoredRecord, stored_record
 from otel_replay.query.engine import Engine
 from otel_replay.query.trust import TrustedRecord, select_trusted, split_trusted
@@ -229,11 +229,19 @@ def _conflict(earlier: dict[str, Any], outcome: dict[str, Any]) -> dict[str, Any
 
 
 def row_body(row: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A chain or trace row's ``body`` JSON as a dict: its JSON fields parsed, its times ISO-8601 UTC."""
+    """A chain or trace row's ``body`` JSON as a dict: its JSON fields parsed, its times ISO-8601 UTC.
+
+    A JSON field whose stored text does not parse (a span no seal vouches for:
+    any OTLP client may send one under a trade's id) is kept as that text: a
+    chain describes what is stored, and one such row must not hide the rest.
+    """
     body: dict[str, Any] = loads(row["body"], where=where)
     for key in _JSON_FIELDS:
         if isinstance(body.get(key), str):
-            body[key] = loads(body[key], where=f"{where} field {key}")
+            try:
+                body[key] = loads(body[key], where=f"{where} field {key}")
+            except PayloadError:
+                pass  # shown as stored
     for key in TIME_FIELDS:
         if key in body:
             body[key] = iso_time(body[key])

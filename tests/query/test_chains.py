@@ -377,6 +377,48 @@ def test_a_chain_limit_past_what_sql_counts_returns_the_whole_chain(telemetry, d
             assert chain.limit == limit
 
 
+_MALFORMED = {  # one unsealed span any OTLP client may send under a trade's id: attribute -> value
+    "inputs_not_json": ("replay.decision.inputs", "{not json"),
+    "models_cut_short": ("replay.decision.models", "[1,"),
+    "inputs_too_deep": ("replay.decision.inputs", "[" * 5000 + "]" * 5000),
+    "confidence_nan": ("replay.decision.confidence", float("nan")),
+    "cost_infinite": ("replay.action.cost", float("-inf")),
+    "payload_not_json": ("replay.audit.payload", "nope"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MALFORMED))
+def test_one_malformed_foreign_span_never_hides_a_trades_chain(telemetry, dataset, case):
+    import json
+
+    from otel_replay._json import strict_loads
+
+    key, value = _MALFORMED[case]
+    kind = "audit_entry" if key.startswith("replay.audit.") else "decision"
+    with correlation("trade-1"):
+        honest = DecisionTracer().decision("a", "step", "honest")
+        AuditLog().append("message", source_agent="a")
+    foreign = telemetry.provider.get_tracer("a-foreign-client")
+    attributes = {"replay.kind": kind, "replay.correlation_id": "trade-1", key: value}
+    with foreign.start_as_current_span("forged", attributes=attributes):
+        pass
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        for name in ("chains/trade", "chains/directive", "chains/incident"):  # the SQL's body is strict JSON
+            for row in store.run(name, chain_id="trade-1"):
+                strict_loads(row["body"], where=f"{name} body")
+        # was: PayloadError "trade chain trade-1 row None field inputs: not valid JSON ..." and no chain at all
+        chain = ReplayBuilder(store).build_trade_chain("trade-1")
+        traces = store.traces(correlation_id="trade-1")
+    assert honest in [t["record_id"] for t in chain.traces]
+    assert "message" in [e["event_type"] for e in chain.audit_entries]
+    assert len(chain.events) == 3 and len(traces) == (2 if kind == "decision" else 1)
+    [forged] = [e for e in chain.events if e.get("record_id") is None and e.get("entry_id") is None]
+    field = key.rpartition(".")[2].replace("cost", "action_cost")
+    assert forged[field] == (value if isinstance(value, str) else None)  # shown as stored; no number: null
+    json.dumps(chain.to_json(), allow_nan=False)
+
+
 @pytest.mark.parametrize("loop", ["to_itself", "to_its_child"])
 def test_causal_tree_lists_each_span_once_when_parent_ids_loop(telemetry, dataset, loop):
     # A copy of the decision span (a foreign writer's, an edited file) that names its own span, or its child's,

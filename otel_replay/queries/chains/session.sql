@@ -11,7 +11,9 @@ WITH chain_spans AS MATERIALIZED (
 )
 SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
 FROM (
-    SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
+    SELECT d.* REPLACE (CASE WHEN isfinite(d.confidence) THEN d.confidence END AS confidence,
+                        CASE WHEN isfinite(d.action_cost) THEN d.action_cost END AS action_cost),
+           o.outcome_id, o.outcome_correct, o.note AS outcome_note
     FROM chain_decisions AS d
     LEFT JOIN outcomes_in('chain_outcome_spans') AS o ON o.decision_id = d.record_id
 ) AS t
