@@ -184,10 +184,17 @@ def unknown_commits_of(
 
 
 def audit_entries(engine: Engine, correlation_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Audit entries (all, or for one correlation id) in the order they were recorded."""
+    """Audit entries (all, or for one correlation id) in the order they were recorded.
+
+    A payload whose stored text is not JSON (an unsealed entry a foreign client
+    sent) is kept as that text, as in a chain (:func:`row_body`).
+    """
     rows = engine.run("audit_entries", correlation_id=correlation_id, entry_limit=limit)
     for row in rows:
-        row["payload"] = loads(row["payload"], where=f"payload of audit entry {row['entry_id']}") or {}
+        try:
+            row["payload"] = loads(row["payload"], where=f"payload of audit entry {row['entry_id']}") or {}
+        except PayloadError:
+            pass  # shown as stored
     return rows
 
 

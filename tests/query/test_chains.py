@@ -419,6 +419,19 @@ def test_one_malformed_foreign_span_never_hides_a_trades_chain(telemetry, datase
     json.dumps(chain.to_json(), allow_nan=False)
 
 
+def test_audit_entries_from_the_store_keep_a_payload_that_is_not_json(telemetry, dataset):
+    with correlation("q"):
+        AuditLog().append("honest", source_agent="x", payload={"k": 1})
+    attributes = {"replay.kind": "audit_entry", "replay.correlation_id": "q", "replay.audit.payload": "{oops"}
+    with telemetry.provider.get_tracer("a-foreign-client").start_as_current_span("forged", attributes=attributes):
+        pass
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        # was: PayloadError "payload of audit entry None: not valid JSON ...", and no entry of "q" at all
+        entries = AuditLog(store=store).query(correlation_id="q")
+    assert sorted(str(e["payload"]) for e in entries) == ["{'k': 1}", "{oops"]
+
+
 @pytest.mark.parametrize("loop", ["to_itself", "to_its_child"])
 def test_causal_tree_lists_each_span_once_when_parent_ids_loop(telemetry, dataset, loop):
     # A copy of the decision span (a foreign writer's, an edited file) that names its own span, or its child's,
