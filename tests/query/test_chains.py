@@ -517,3 +517,34 @@ def test_a_record_whose_id_column_and_json_disagree_is_in_no_chain(telemetry, da
         assert "stored both in column correlation_id and in the JSON" in str(problem)  # verify: no single meaning
         chains = {cid: ReplayBuilder(store).build_trade_chain(cid).traces for cid in ("trade-a", "trade-b")}
     assert chains == {"trade-a": [], "trade-b": []}  # is: trade-a's chain shows it as trade-a's, nothing said
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the record views count a span once per (trace_id, span_id), and DISTINCT ON takes NULL ids as equal: "
+    "distinct records without ids (a foreign file's; OTLP ingest refuses such spans) collapse into one. Fix: key "
+    "rows without ids by their content, or have the file triage refuse a span file whose id columns hold NULLs",
+)
+def test_records_of_a_foreign_file_without_span_ids_are_not_collapsed_into_one(dataset):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    partition = dataset / "spans" / "date=2026-11-30"
+    partition.mkdir(parents=True)
+    n = 3
+    pq.write_table(
+        pa.table({
+            "trace_id": pa.array([None] * n, pa.string()),
+            "span_id": pa.array([None] * n, pa.string()),
+            "name": ["replay.audit_entry"] * n,
+            "start_time": pa.array([1_796_000_000_000_000_000 + i for i in range(n)], pa.timestamp("ns", tz="UTC")),
+            "correlation_id": ["inc-9"] * n,
+            "replay_kind": ["audit_entry"] * n,
+            "record_id": [f"entry-{i}" for i in range(n)],
+            "attributes": [f'{{"replay.audit.event_type": "step {i}"}}' for i in range(n)],
+        }),
+        partition / "foreign.parquet",
+    )
+    with otel_replay.open(dataset) as store:
+        chain = ReplayBuilder(store).build_incident_chain("inc-9")
+    assert [e["event_type"] for e in chain.audit_entries] == ["step 0", "step 1", "step 2"]  # is: ["step 0"]
