@@ -24,7 +24,7 @@ from otel_replay._display import html_of
 from otel_replay.errors import OtelReplayError
 from otel_replay.query.chain_types import CHAIN_TYPES, DEFAULT_LIMITS, REGISTRY
 from otel_replay.query.store import Store
-from otel_replay.query.stored import TIME_FIELDS, attach_outcomes, row_body
+from otel_replay.query.stored import TIME_FIELDS, attach_outcomes, lost_decisions, row_body
 from otel_replay.records import iso_time, trace_body
 
 if TYPE_CHECKING:  # in-process sources, handed in by their owner: a chain over a dataset never loads capture
@@ -95,7 +95,7 @@ def _with_lost_decisions(store: Store, correlation_id: str, traces: list[dict[st
     shown = {t["record_id"] for t in traces}
     lost = [
         trace_body(record)
-        for record in store.intent_decisions(correlation_id)
+        for record in lost_decisions(store.engine, store.seal_check, correlation_id)
         if record.record_id not in shown and record.correlation_id == correlation_id
     ]
     if not lost:

@@ -29,6 +29,7 @@ __all__ = [
     "audit_entries",
     "causal_tree",
     "intent_decisions",
+    "lost_decisions",
     "record",
     "record_rows",
     "row_body",
@@ -134,11 +135,27 @@ def verified_outcomes(engine: Engine, check: SealCheck, decision_ids: Sequence[s
 def intent_decisions(engine: Engine, check: SealCheck, correlation_id: str) -> list[DecisionRecord]:
     """The decisions of ``correlation_id`` as their verified commit intents sealed them, oldest first.
 
-    What a chain shows for a decision whose process died inside its
-    ``audit()`` block after a commit (no decision span was stored). One
-    per decision: its latest intent.
+    One per decision: its latest intent. A chain reads :func:`lost_decisions`
+    instead (only those whose decision span is not stored).
     """
     rows = engine.run_for("record", {"correlation_id": correlation_id}, intent_correlation_id=correlation_id)
+    return _intended(rows, check)
+
+
+def lost_decisions(engine: Engine, check: SealCheck, correlation_id: str) -> list[DecisionRecord]:
+    """:func:`intent_decisions` of the decisions with no readable decision span under ``correlation_id``.
+
+    What a chain shows for a decision whose process died inside its
+    ``audit()`` block after a commit (no decision span was stored); read by
+    ``queries/lost_decisions.sql``, so the intents of stored decisions (one per
+    gated decision) are never read, checked and parsed.
+    """
+    rows = engine.run_for("lost_decisions", {"correlation_id": correlation_id}, correlation_id=correlation_id)
+    return _intended(rows, check)
+
+
+def _intended(rows: Sequence[Mapping[str, Any]], check: SealCheck) -> list[DecisionRecord]:
+    """The decisions the verified commit intents among ``rows`` sealed (the latest intent of each), oldest first."""
     trusted, _ = split_trusted([stored_record(row) for row in rows], check)
     found: dict[str, DecisionRecord] = {}
     for rec in sorted(trusted, key=lambda r: (r.start_ns, r.record_id)):
