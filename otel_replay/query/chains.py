@@ -82,21 +82,21 @@ class ReplayChain:
         }
 
 
-def _with_lost_decisions(store: Store, correlation_id: str, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``traces`` plus each decision of ``correlation_id`` stored only in a commit intent, in time order.
+def _with_lost_decisions(store: Store, key: str, chain_id: str, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``traces`` plus each decision of ``chain_id`` (a value of ``key``) stored only in a commit intent, in time order.
 
     A process that died inside its ``audit()`` block after ``gate.commit()``
     left no decision span; the intent sealed the decision as it was acted on.
     Such a trace has ``from_intent`` True (and no ``record_hash``: the
-    intent's seal covers it). An intent is filed under the correlation id in
-    scope at the commit, which may be another than its decision's: a decision
-    joins only the chain its own span would be in (its own correlation id).
+    intent's seal covers it). An intent is filed under the ids in scope at
+    the commit, which may be other than its decision's: a decision joins only
+    the chain its own span would be in (its own correlation or session id).
     """
     shown = {t["record_id"] for t in traces}
     lost = [
         trace_body(record)
-        for record in lost_decisions(store.engine, store.seal_check, correlation_id)
-        if record.record_id not in shown and record.correlation_id == correlation_id
+        for record in lost_decisions(store.engine, store.seal_check, key, chain_id)
+        if record.record_id not in shown and getattr(record, key) == chain_id
     ]
     if not lost:
         return traces
@@ -184,7 +184,7 @@ class ReplayBuilder:
             body = row_body(row, f"{chain_type} chain {chain_id} row {row['record_id']}")
             (traces if row["layer"] == "trace" else audits).append(body)
         if kind.finds_lost_decisions:
-            traces = _with_lost_decisions(self.store, chain_id, traces)
+            traces = _with_lost_decisions(self.store, kind.key, chain_id, traces)
         verified = attach_outcomes(traces[:cap], self.store.verified_outcomes)
         unknown = self.store.unknown_commits_of([t["record_id"] for t in traces[:cap]])
         for trace in traces:

@@ -142,15 +142,21 @@ def intent_decisions(engine: Engine, check: SealCheck, correlation_id: str) -> l
     return _intended(rows, check)
 
 
-def lost_decisions(engine: Engine, check: SealCheck, correlation_id: str) -> list[DecisionRecord]:
-    """:func:`intent_decisions` of the decisions with no readable decision span under ``correlation_id``.
+def lost_decisions(engine: Engine, check: SealCheck, key: str, value: str) -> list[DecisionRecord]:
+    """The decisions sealed by verified commit intents of ``value`` that have no readable decision span under it.
+
+    ``key``: the id column ``value`` is a value of (``correlation_id`` or
+    ``session_id``). Oldest first, the latest intent of each decision.
 
     What a chain shows for a decision whose process died inside its
     ``audit()`` block after a commit (no decision span was stored); read by
     ``queries/lost_decisions.sql``, so the intents of stored decisions (one per
     gated decision) are never read, checked and parsed.
     """
-    rows = engine.run_for("lost_decisions", {"correlation_id": correlation_id}, correlation_id=correlation_id)
+    if key not in ("correlation_id", "session_id"):
+        raise ValueError(f"lost decisions are found by correlation_id or session_id, not {key!r}")
+    ids = {"correlation_id": None, "session_id": None, key: value}
+    rows = engine.run_for("lost_decisions", {key: value}, **ids)
     return _intended(rows, check)
 
 

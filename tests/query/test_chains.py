@@ -432,9 +432,8 @@ def test_audit_entries_from_the_store_keep_a_payload_that_is_not_json(telemetry,
     assert sorted(str(e["payload"]) for e in entries) == ["{'k': 1}", "{oops"]
 
 
-def test_a_chain_reads_the_intents_of_lost_decisions_only(telemetry, dataset):
-    # A chain of many gated decisions read, checked and parsed every decision's commit intent (one per decision)
-    # to find the few with no decision span: 20,000 gated decisions cost 6 CPU-seconds for a 100-row chain.
+def _gated_with_one_span_lost(telemetry, dataset) -> list[str]:
+    """Three gated decisions of trade "gated", session "s-gated"; the second one's decision span lost (its id last)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -442,26 +441,46 @@ def test_a_chain_reads_the_intents_of_lost_decisions_only(telemetry, dataset):
 
     gate = ActionGate(ReferenceLedger(balance=10_000))
     decided = []
-    for n in range(3):
-        with audit("vendor_payment", snapshot=DependencySnapshot({"n": n}), correlation_id="gated") as d:
+    snapshot = DependencySnapshot({})
+    for _ in range(3):
+        with session("s-gated"), audit("vendor_payment", snapshot=snapshot, correlation_id="gated") as d:
             action = Action("vendor_payment", {"recipient": "acme"}, cost=1.0)
             d.act(action)
             gate.commit(action, record_id=d.record_id)
         decided.append(d.record_id)
     telemetry.force_flush()
     with otel_replay.open(dataset) as store:
-        assert store.run("lost_decisions", correlation_id="gated") == []  # every decision span is stored
         [row] = store.rows("SELECT filename FROM spans WHERE record_id = ? AND replay_kind = 'decision'", [decided[1]])
-    table = pq.read_table(row["filename"], partitioning=None)  # the second decision's span is lost
+    table = pq.read_table(row["filename"], partitioning=None)  # a process that died inside the second audit() block
     lost = pc.and_(pc.equal(table["record_id"], decided[1]), pc.equal(table["replay_kind"], "decision"))
     pq.write_table(table.filter(pc.invert(lost)), row["filename"])
+    return decided
+
+
+def test_a_chain_reads_the_intents_of_lost_decisions_only(telemetry, dataset):
+    # A chain of many gated decisions read, checked and parsed every decision's commit intent (one per decision)
+    # to find the few with no decision span: 20,000 gated decisions cost 6 CPU-seconds for a 100-row chain.
+    decided = _gated_with_one_span_lost(telemetry, dataset)
     with otel_replay.open(dataset) as store:
         intents = store.run("lost_decisions", correlation_id="gated")
+        assert intents == store.run("lost_decisions", session_id="s-gated")
         chain = ReplayBuilder(store).build_trade_chain("gated")
     assert [r["name"] for r in intents] == ["replay.gate"] and decided[1] in intents[0]["attributes"]
     assert [(t["record_id"], t["from_intent"]) for t in chain.traces] == [
         (decided[0], False), (decided[1], True), (decided[2], False)
     ]
+
+
+def test_a_session_chain_shows_a_decision_lost_with_its_process(telemetry, dataset):
+    decided = _gated_with_one_span_lost(telemetry, dataset)
+    with otel_replay.open(dataset) as store:
+        chain = ReplayBuilder(store).build_session_chain("s-gated")
+        other = ReplayBuilder(store).build_session_chain("s-other")
+    # was: the trade chain showed it from its intent, the session chain left it out without a word
+    assert [(t["record_id"], t["from_intent"]) for t in chain.traces] == [
+        (decided[0], False), (decided[1], True), (decided[2], False)
+    ]
+    assert other.empty
 
 
 @pytest.mark.parametrize("loop", ["to_itself", "to_its_child"])
