@@ -89,14 +89,15 @@ def _with_lost_decisions(store: Store, key: str, chain_id: str, traces: list[dic
     left no decision span; the intent sealed the decision as it was acted on.
     Such a trace has ``from_intent`` True (and no ``record_hash``: the
     intent's seal covers it). An intent is filed under the ids in scope at
-    the commit, which may be other than its decision's: a decision joins only
-    the chain its own span would be in (its own correlation or session id).
+    the commit, which may be other than its decision's: a decision with an id
+    of ``key`` joins only the chain of that id (where its span would be); one
+    without joins the chain it was committed in.
     """
     shown = {t["record_id"] for t in traces}
     lost = [
         trace_body(record)
         for record in lost_decisions(store.engine, store.seal_check, key, chain_id)
-        if record.record_id not in shown and getattr(record, key) == chain_id
+        if record.record_id not in shown and getattr(record, key) in (chain_id, None)
     ]
     if not lost:
         return traces
