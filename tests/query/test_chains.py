@@ -467,7 +467,9 @@ def test_a_chain_reads_the_intents_of_lost_decisions_only(telemetry, dataset):
         chain = ReplayBuilder(store).build_trade_chain("gated")
     assert [r["name"] for r in intents] == ["replay.gate"] and decided[1] in intents[0]["attributes"]
     assert [(t["record_id"], t["from_intent"]) for t in chain.traces] == [
-        (decided[0], False), (decided[1], True), (decided[2], False)
+        (decided[0], False),
+        (decided[1], True),
+        (decided[2], False),
     ]
 
 
@@ -478,7 +480,9 @@ def test_a_session_chain_shows_a_decision_lost_with_its_process(telemetry, datas
         other = ReplayBuilder(store).build_session_chain("s-other")
     # was: the trade chain showed it from its intent, the session chain left it out without a word
     assert [(t["record_id"], t["from_intent"]) for t in chain.traces] == [
-        (decided[0], False), (decided[1], True), (decided[2], False)
+        (decided[0], False),
+        (decided[1], True),
+        (decided[2], False),
     ]
     assert other.empty
 
@@ -584,16 +588,18 @@ def test_records_of_a_foreign_file_without_span_ids_are_not_collapsed_into_one(d
     partition.mkdir(parents=True)
     n = 3
     pq.write_table(
-        pa.table({
-            "trace_id": pa.array([None] * n, pa.string()),
-            "span_id": pa.array([None] * n, pa.string()),
-            "name": ["replay.audit_entry"] * n,
-            "start_time": pa.array([1_796_000_000_000_000_000 + i for i in range(n)], pa.timestamp("ns", tz="UTC")),
-            "correlation_id": ["inc-9"] * n,
-            "replay_kind": ["audit_entry"] * n,
-            "record_id": [f"entry-{i}" for i in range(n)],
-            "attributes": [f'{{"replay.audit.event_type": "step {i}"}}' for i in range(n)],
-        }),
+        pa.table(
+            {
+                "trace_id": pa.array([None] * n, pa.string()),
+                "span_id": pa.array([None] * n, pa.string()),
+                "name": ["replay.audit_entry"] * n,
+                "start_time": pa.array([1_796_000_000_000_000_000 + i for i in range(n)], pa.timestamp("ns", tz="UTC")),
+                "correlation_id": ["inc-9"] * n,
+                "replay_kind": ["audit_entry"] * n,
+                "record_id": [f"entry-{i}" for i in range(n)],
+                "attributes": [f'{{"replay.audit.event_type": "step {i}"}}' for i in range(n)],
+            }
+        ),
         partition / "foreign.parquet",
     )
     with otel_replay.open(dataset) as store:
