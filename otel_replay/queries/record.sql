@@ -3,7 +3,7 @@
 -- check and rehydration need. Rows are returned, never chosen: the caller
 -- re-hashes and verifies each one (otel_replay.query.trust), so a copied, edited or
 -- unsealed row cannot win by sorting first.
--- Variables (NULL to leave a filter off):
+-- Variables (NULL to leave a filter off; ids are compared as text):
 --   record_id         rows claiming this record id
 --   decision_ids      outcome rows for any of these decision ids (a list)
 --   gate_decision_id  gate rows for this decision id
@@ -23,13 +23,13 @@ SELECT record_id, name, trace_id, span_id, epoch_ns(start_time) AS start_ns, att
        outcome_decision_id, outcome_correct, decision_confidence, filename
 FROM (
     SELECT * FROM claimed
-    WHERE getvariable('record_id') IS NOT NULL AND record_id = getvariable('record_id')
+    WHERE getvariable('record_id') IS NOT NULL AND record_id = CAST(getvariable('record_id') AS VARCHAR)
     UNION ALL
     SELECT * FROM claimed
     WHERE getvariable('decision_ids') IS NOT NULL
       AND replay_kind = 'outcome'
       AND outcome_decision_id = ANY(getvariable('decision_ids'))  -- (not list_contains: = ANY filters in the scan)
-      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM CAST(getvariable('record_id') AS VARCHAR))
     UNION ALL
     SELECT * FROM claimed  -- a version 1 file's outcome: its decision id is in the JSON (see outcome_spans_for)
     WHERE getvariable('decision_ids') IS NOT NULL
@@ -37,26 +37,26 @@ FROM (
       AND replay_kind = 'outcome'
       AND outcome_decision_id IS NULL
       AND list_contains(getvariable('decision_ids'), attributes ->> '$."replay.outcome.decision_id"')
-      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM CAST(getvariable('record_id') AS VARCHAR))
     UNION ALL
     SELECT * FROM claimed
     WHERE getvariable('gate_decision_id') IS NOT NULL
       AND replay_kind = 'gate'
-      AND attributes ->> '$."replay.gate.decision_id"' = getvariable('gate_decision_id')
-      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+      AND attributes ->> '$."replay.gate.decision_id"' = CAST(getvariable('gate_decision_id') AS VARCHAR)
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM CAST(getvariable('record_id') AS VARCHAR))
     UNION ALL
     SELECT * FROM claimed
     WHERE getvariable('gate_decision_ids') IS NOT NULL
       AND replay_kind = 'gate'
       AND list_contains(getvariable('gate_decision_ids'), attributes ->> '$."replay.gate.decision_id"')
-      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM getvariable('record_id'))
+      AND (getvariable('record_id') IS NULL OR record_id IS DISTINCT FROM CAST(getvariable('record_id') AS VARCHAR))
       AND (getvariable('gate_decision_id') IS NULL
-           OR (attributes ->> '$."replay.gate.decision_id"') IS DISTINCT FROM getvariable('gate_decision_id'))
+           OR (attributes ->> '$."replay.gate.decision_id"') IS DISTINCT FROM CAST(getvariable('gate_decision_id') AS VARCHAR))
     UNION ALL
     SELECT * FROM claimed
     WHERE getvariable('intent_correlation_id') IS NOT NULL
       AND replay_kind = 'gate'
-      AND correlation_id = getvariable('intent_correlation_id')
+      AND correlation_id = CAST(getvariable('intent_correlation_id') AS VARCHAR)
       AND attributes ->> '$."replay.gate.executed"' = 'intent'
       AND getvariable('record_id') IS NULL AND getvariable('gate_decision_id') IS NULL
       AND getvariable('gate_decision_ids') IS NULL

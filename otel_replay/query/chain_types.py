@@ -34,8 +34,8 @@ class ChainType:
 
     @property
     def finds_lost_decisions(self) -> bool:
-        """Whether decisions stored only in a commit intent (by correlation id) join its trace layer."""
-        return "trace" in self.layers and self.key == "correlation_id"
+        """Whether decisions stored only in a commit intent (filed under the chain's id) join its trace layer."""
+        return "trace" in self.layers and self.key in ("correlation_id", "session_id")
 
 
 REGISTRY: dict[str, ChainType] = {

@@ -24,7 +24,7 @@ from otel_replay._display import html_of
 from otel_replay.errors import OtelReplayError
 from otel_replay.query.chain_types import CHAIN_TYPES, DEFAULT_LIMITS, REGISTRY
 from otel_replay.query.store import Store
-from otel_replay.query.stored import TIME_FIELDS, attach_outcomes, row_body
+from otel_replay.query.stored import TIME_FIELDS, attach_outcomes, lost_decisions, row_body
 from otel_replay.records import iso_time, trace_body
 
 if TYPE_CHECKING:  # in-process sources, handed in by their owner: a chain over a dataset never loads capture
@@ -82,16 +82,23 @@ class ReplayChain:
         }
 
 
-def _with_lost_decisions(store: Store, correlation_id: str, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``traces`` plus each decision of ``correlation_id`` stored only in a commit intent, in time order.
+def _with_lost_decisions(store: Store, key: str, chain_id: str, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``traces`` plus each decision of ``chain_id`` (a value of ``key``) stored only in a commit intent, in time order.
 
     A process that died inside its ``audit()`` block after ``gate.commit()``
     left no decision span; the intent sealed the decision as it was acted on.
     Such a trace has ``from_intent`` True (and no ``record_hash``: the
-    intent's seal covers it).
+    intent's seal covers it). An intent is filed under the ids in scope at
+    the commit, which may be other than its decision's: a decision with an id
+    of ``key`` joins only the chain of that id (where its span would be); one
+    without joins the chain it was committed in.
     """
     shown = {t["record_id"] for t in traces}
-    lost = [trace_body(record) for record in store.intent_decisions(correlation_id) if record.record_id not in shown]
+    lost = [
+        trace_body(record)
+        for record in lost_decisions(store.engine, store.seal_check, key, chain_id)
+        if record.record_id not in shown and getattr(record, key) in (chain_id, None)
+    ]
     if not lost:
         return traces
     for body in lost:
@@ -111,6 +118,10 @@ def _audit_body(entry: Mapping[str, Any]) -> dict[str, Any]:
 def _event_key(event: Mapping[str, Any]) -> tuple[str, str, str]:
     ident = event.get("record_id") or event.get("entry_id") or ""
     return (event.get("created_at") or "", event["layer"], ident)
+
+
+_MAX_SQL_LIMIT = 2**63 - 1
+"""The largest LIMIT DuckDB takes (BIGINT)."""
 
 
 def _cap(rows: Sequence[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
@@ -136,6 +147,9 @@ class ReplayBuilder:
         """Build a chain of ``chain_type`` (one of :data:`CHAIN_TYPES`), each layer capped at ``limit``."""
         if chain_type not in CHAIN_TYPES:
             raise OtelReplayError(f"unknown chain type {chain_type!r}; expected one of {', '.join(CHAIN_TYPES)}")
+        if not isinstance(chain_id, str):
+            # Ids are text: compared as a number, 42 would equal the ids "042", "42.0" and " 42" of other trades.
+            raise OtelReplayError(f"a chain id is text (str), got {type(chain_id).__name__} {chain_id!r}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
             raise OtelReplayError(f"chain limit must be a positive integer, got {limit!r}")
         kind = REGISTRY[chain_type]
@@ -163,14 +177,15 @@ class ReplayBuilder:
         # One row past the cap tells a full layer from a truncated one. Every row of a chain carries its id, so
         # only the files the side index names for it are read; outcome fields come from verified_outcomes below.
         kind = REGISTRY[chain_type]
-        rows = self.store.run_for(kind.query, {kind.key: chain_id}, chain_id=chain_id, chain_limit=cap + 1)
+        asked = min(cap + 1, _MAX_SQL_LIMIT)  # a cap past SQL's BIGINT asks for every row: none can be cut
+        rows = self.store.run_for(kind.query, {kind.key: chain_id}, chain_id=chain_id, chain_limit=asked)
         traces: list[dict[str, Any]] = []
         audits: list[dict[str, Any]] = []
         for row in rows:
             body = row_body(row, f"{chain_type} chain {chain_id} row {row['record_id']}")
             (traces if row["layer"] == "trace" else audits).append(body)
         if kind.finds_lost_decisions:
-            traces = _with_lost_decisions(self.store, chain_id, traces)
+            traces = _with_lost_decisions(self.store, kind.key, chain_id, traces)
         verified = attach_outcomes(traces[:cap], self.store.verified_outcomes)
         unknown = self.store.unknown_commits_of([t["record_id"] for t in traces[:cap]])
         for trace in traces:

@@ -17,7 +17,7 @@ from typing import Any
 
 from otel_replay import semconv as sc
 from otel_replay._json import loads
-from otel_replay.errors import ConfigError, DatasetError, RecordNotFound
+from otel_replay.errors import ConfigError, DatasetError, PayloadError, RecordNotFound
 from otel_replay.integrity import SealCheck, StoredRecord, stored_record
 from otel_replay.query.engine import Engine
 from otel_replay.query.trust import TrustedRecord, select_trusted, split_trusted
@@ -29,6 +29,7 @@ __all__ = [
     "audit_entries",
     "causal_tree",
     "intent_decisions",
+    "lost_decisions",
     "record",
     "record_rows",
     "row_body",
@@ -134,11 +135,33 @@ def verified_outcomes(engine: Engine, check: SealCheck, decision_ids: Sequence[s
 def intent_decisions(engine: Engine, check: SealCheck, correlation_id: str) -> list[DecisionRecord]:
     """The decisions of ``correlation_id`` as their verified commit intents sealed them, oldest first.
 
-    What a chain shows for a decision whose process died inside its
-    ``audit()`` block after a commit (no decision span was stored). One
-    per decision: its latest intent.
+    One per decision: its latest intent. A chain reads :func:`lost_decisions`
+    instead (only those whose decision span is not stored).
     """
     rows = engine.run_for("record", {"correlation_id": correlation_id}, intent_correlation_id=correlation_id)
+    return _intended(rows, check)
+
+
+def lost_decisions(engine: Engine, check: SealCheck, key: str, value: str) -> list[DecisionRecord]:
+    """The decisions sealed by verified commit intents of ``value`` that have no readable decision span under it.
+
+    ``key``: the id column ``value`` is a value of (``correlation_id`` or
+    ``session_id``). Oldest first, the latest intent of each decision.
+
+    What a chain shows for a decision whose process died inside its
+    ``audit()`` block after a commit (no decision span was stored); read by
+    ``queries/lost_decisions.sql``, so the intents of stored decisions (one per
+    gated decision) are never read, checked and parsed.
+    """
+    if key not in ("correlation_id", "session_id"):
+        raise ValueError(f"lost decisions are found by correlation_id or session_id, not {key!r}")
+    ids = {"correlation_id": None, "session_id": None, key: value}
+    rows = engine.run_for("lost_decisions", {key: value}, **ids)
+    return _intended(rows, check)
+
+
+def _intended(rows: Sequence[Mapping[str, Any]], check: SealCheck) -> list[DecisionRecord]:
+    """The decisions the verified commit intents among ``rows`` sealed (the latest intent of each), oldest first."""
     trusted, _ = split_trusted([stored_record(row) for row in rows], check)
     found: dict[str, DecisionRecord] = {}
     for rec in sorted(trusted, key=lambda r: (r.start_ns, r.record_id)):
@@ -184,10 +207,17 @@ def unknown_commits_of(
 
 
 def audit_entries(engine: Engine, correlation_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Audit entries (all, or for one correlation id) in the order they were recorded."""
+    """Audit entries (all, or for one correlation id) in the order they were recorded.
+
+    A payload whose stored text is not JSON (an unsealed entry a foreign client
+    sent) is kept as that text, as in a chain (:func:`row_body`).
+    """
     rows = engine.run("audit_entries", correlation_id=correlation_id, entry_limit=limit)
     for row in rows:
-        row["payload"] = loads(row["payload"], where=f"payload of audit entry {row['entry_id']}") or {}
+        try:
+            row["payload"] = loads(row["payload"], where=f"payload of audit entry {row['entry_id']}") or {}
+        except PayloadError:
+            pass  # shown as stored
     return rows
 
 
@@ -229,11 +259,19 @@ def _conflict(earlier: dict[str, Any], outcome: dict[str, Any]) -> dict[str, Any
 
 
 def row_body(row: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A chain or trace row's ``body`` JSON as a dict: its JSON fields parsed, its times ISO-8601 UTC."""
+    """A chain or trace row's ``body`` JSON as a dict: its JSON fields parsed, its times ISO-8601 UTC.
+
+    A JSON field whose stored text does not parse (a span no seal vouches for:
+    any OTLP client may send one under a trade's id) is kept as that text: a
+    chain describes what is stored, and one such row must not hide the rest.
+    """
     body: dict[str, Any] = loads(row["body"], where=where)
     for key in _JSON_FIELDS:
         if isinstance(body.get(key), str):
-            body[key] = loads(body[key], where=f"{where} field {key}")
+            try:
+                body[key] = loads(body[key], where=f"{where} field {key}")
+            except PayloadError:
+                pass  # shown as stored
     for key in TIME_FIELDS:
         if key in body:
             body[key] = iso_time(body[key])

@@ -437,3 +437,44 @@ def test_the_server_and_storage_commands_report_errors_in_one_line_too(tmp_path)
         assert command is not None and hasattr(command.callback, "__wrapped__"), name
     (tmp_path / "ds" / "spans" / "date=2024-01-01").mkdir(parents=True)
     run("compact", str(tmp_path / "ds"), "--older-than", "999999")  # a cutoff before year 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the causal tree stops 64 levels below the decision (queries/causal_tree.sql); the report says so, "
+    "`otel-replay tree` (otel_replay/cli/render.py, not this review's to edit) prints the cut tree as if whole",
+)
+def test_tree_says_when_spans_lie_deeper_than_it_prints(telemetry, dataset):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    import otel_replay
+    from otel_replay import DependencySnapshot, audit
+
+    with audit("vendor_payment", snapshot=DependencySnapshot({}), correlation_id="deep") as d:
+        pass
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        [mine] = store.rows(
+            "SELECT span_id, filename FROM spans WHERE record_id = ? AND name = 'replay.decision'", [d.record_id]
+        )
+    stored = pq.read_table(mine["filename"], partitioning=None)
+    row = stored.filter(pc.equal(stored["span_id"], mine["span_id"]))
+    levels = 70  # an agent nesting 70 spans below its decision (a recursive planner, a deep framework stack)
+    ids = [f"{n + 1:016x}" for n in range(levels)]
+    deep = pa.concat_tables([row] * levels)
+    for name, values in {
+        "span_id": ids,
+        "parent_span_id": [mine["span_id"], *ids[:-1]],
+        "name": [f"step.{n + 1}" for n in range(levels)],
+        "record_id": [None] * levels,
+        "replay_kind": [None] * levels,
+        "attributes": ["{}"] * levels,
+    }.items():
+        at = deep.schema.get_field_index(name)
+        deep = deep.set_column(at, deep.schema.field(at), pa.array(values, deep.schema.field(at).type))
+    pq.write_table(deep, mine["filename"].rpartition("/")[0] + "/part-0000000000000000001-deep.parquet")
+    result = run("tree", d.record_id, "-d", str(dataset))
+    assert result.exit_code == 0 and "step.64" in result.output
+    assert "step.70" in result.output or "64 levels" in result.output  # is: step.64 is the last line, nothing said

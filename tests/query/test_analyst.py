@@ -260,6 +260,7 @@ def _shipped_expectations(demo: Demo) -> dict[str, tuple[dict[str, Any], Callabl
         ),
         "facts_extract": ({}, _pairs("kind", "record_id"), [("decision", rid)]),
         "record": ({"record_id": rid}, _pairs("name", "record_id"), [("replay.decision", rid)]),
+        "lost_decisions": ({"correlation_id": cid}, list, []),  # the demo's decision span is stored: no intent shows
         "rerun_compare": ({"session_id": cid}, list, []),  # the demo records no rerun session
         "rerun_event_list": ({"session_id": cid}, list, []),
         "rerun_events": ({"session_id": cid}, list, []),

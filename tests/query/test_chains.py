@@ -287,3 +287,321 @@ def test_query_traces_filters_and_limits(telemetry, dataset):
     with otel_replay.open(dataset) as store:
         stored = DecisionTracer(store=store).query_traces(correlation_id="c1", limit=2)
     assert [t["record_id"] for t in stored] == ids[:2]
+
+
+# --- review 14 (chains): hostile ids and shapes ----------------------------------------------------------------
+
+_LOOK_ALIKES = ("42", "042", "42.0", "+42", " 42")  # one trade each: as numbers, all of them are 42
+
+
+def _chain_rows_from_any_duckdb(dataset, query: str, chain_id: object) -> list[dict]:
+    """Rows of ``queries/<query>.sql`` in a DuckDB of the analyst's own, loaded as the SQL guide says."""
+    from importlib.resources import files
+
+    import duckdb
+
+    from otel_replay.storage import live_files
+
+    queries = files("otel_replay.queries")
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET VARIABLE otel_replay_files = ?", [live_files(dataset)])
+        for name in ("source.sql", "views.sql"):
+            con.execute(queries.joinpath(name).read_text())
+        con.execute("SET VARIABLE chain_id = ?", [chain_id])
+        con.execute("SET VARIABLE chain_limit = NULL")
+        cursor = con.execute(queries.joinpath(f"{query}.sql").read_text())
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
+
+def test_a_number_given_as_a_chain_id_never_matches_another_trades_id(telemetry, dataset):
+    import json
+
+    log, tracer = AuditLog(), DecisionTracer()
+    for cid in _LOOK_ALIKES:
+        with correlation(cid), session(cid):
+            log.append("message", source_agent="a", payload={"trade": cid})
+            tracer.decision("a", "step", cid)
+    telemetry.force_flush()
+    # The SQL from any DuckDB: `SET VARIABLE chain_id = 42` (a number) reads the chain "42", never a chain whose id
+    # DuckDB can cast to 42 (was: the trade chain 42 held the records of "042", "42.0", "+42" and " 42" too).
+    for query in ("chains/trade", "chains/session", "chains/directive", "chains/incident"):
+        rows = _chain_rows_from_any_duckdb(dataset, query, 42)
+        ids = {json.loads(row["body"]).get("correlation_id") for row in rows}
+        assert rows and ids == {"42"}, (query, ids)
+    with otel_replay.open(dataset) as store:
+        # The Store API: a number is refused, not compared as a number.
+        with pytest.raises(OtelReplayError, match=r"a chain id is text \(str\), got int 42"):
+            ReplayBuilder(store).build("trade", 42)  # type: ignore[arg-type]
+        assert [t["correlation_id"] for t in store.traces(correlation_id=42)] == ["42"]  # type: ignore[arg-type]
+        assert [e["correlation_id"] for e in store.audit_entries(correlation_id=42)] == ["42"]  # type: ignore[arg-type]
+        for cid in _LOOK_ALIKES:  # each text id, its own chain only
+            chain = ReplayBuilder(store).build_trade_chain(cid)
+            assert [t["rationale"] for t in chain.traces] == [cid]
+            assert [e["payload"] for e in chain.audit_entries] == [{"trade": cid}]
+
+
+def test_a_decision_joins_only_its_own_trades_chain_through_an_intent(telemetry, dataset):
+    from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+
+    gate = ActionGate(ReferenceLedger(balance=10_000))
+    with audit("vendor_payment", snapshot=DependencySnapshot({}), correlation_id="trade-1") as d:
+        action = Action("vendor_payment", {"recipient": "acme"}, cost=5.0)
+        d.act(action)
+        with correlation("trade-2"):  # the commit runs under another trade's id: its intent is filed there
+            gate.commit(action, record_id=d.record_id)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        builder = ReplayBuilder(store)
+        [own] = builder.build_trade_chain("trade-1").traces
+        assert own["record_id"] == d.record_id and own["from_intent"] is False
+        other = builder.build_trade_chain("trade-2")
+        # was: trade-1's decision, stored and whole, shown in trade-2's chain as a decision lost with its process
+        assert other.traces == [] and [t["record_id"] for t in builder.build_directive_chain("trade-2").traces] == []
+
+
+def test_a_chain_limit_past_what_sql_counts_returns_the_whole_chain(telemetry, dataset):
+    log, tracer = AuditLog(), DecisionTracer()
+    with correlation("huge-limit"):
+        log.append("message", source_agent="a")
+        tracer.decision("a", "step", "r")
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        for limit in (2**63 - 1, 10**30):  # was: QueryError "INT128 ... out of range for ... INT64" (limit + 1)
+            chain = ReplayBuilder(store).build("trade", "huge-limit", limit)
+            assert [e["layer"] for e in chain.events] == ["audit", "trace"] and not chain.truncated
+            assert chain.limit == limit
+
+
+_MALFORMED = {  # one unsealed span any OTLP client may send under a trade's id: attribute -> value
+    "inputs_not_json": ("replay.decision.inputs", "{not json"),
+    "models_cut_short": ("replay.decision.models", "[1,"),
+    "inputs_too_deep": ("replay.decision.inputs", "[" * 5000 + "]" * 5000),
+    "confidence_nan": ("replay.decision.confidence", float("nan")),
+    "cost_infinite": ("replay.action.cost", float("-inf")),
+    "payload_not_json": ("replay.audit.payload", "nope"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MALFORMED))
+def test_one_malformed_foreign_span_never_hides_a_trades_chain(telemetry, dataset, case):
+    import json
+
+    from otel_replay._json import strict_loads
+
+    key, value = _MALFORMED[case]
+    kind = "audit_entry" if key.startswith("replay.audit.") else "decision"
+    with correlation("trade-1"):
+        honest = DecisionTracer().decision("a", "step", "honest")
+        AuditLog().append("message", source_agent="a")
+    foreign = telemetry.provider.get_tracer("a-foreign-client")
+    attributes = {"replay.kind": kind, "replay.correlation_id": "trade-1", key: value}
+    with foreign.start_as_current_span("forged", attributes=attributes):
+        pass
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        for name in ("chains/trade", "chains/directive", "chains/incident"):  # the SQL's body is strict JSON
+            for row in store.run(name, chain_id="trade-1"):
+                strict_loads(row["body"], where=f"{name} body")
+        # was: PayloadError "trade chain trade-1 row None field inputs: not valid JSON ..." and no chain at all
+        chain = ReplayBuilder(store).build_trade_chain("trade-1")
+        traces = store.traces(correlation_id="trade-1")
+    assert honest in [t["record_id"] for t in chain.traces]
+    assert "message" in [e["event_type"] for e in chain.audit_entries]
+    assert len(chain.events) == 3 and len(traces) == (2 if kind == "decision" else 1)
+    [forged] = [e for e in chain.events if e.get("record_id") is None and e.get("entry_id") is None]
+    field = key.rpartition(".")[2].replace("cost", "action_cost")
+    assert forged[field] == (value if isinstance(value, str) else None)  # shown as stored; no number: null
+    json.dumps(chain.to_json(), allow_nan=False)
+
+
+def test_audit_entries_from_the_store_keep_a_payload_that_is_not_json(telemetry, dataset):
+    with correlation("q"):
+        AuditLog().append("honest", source_agent="x", payload={"k": 1})
+    attributes = {"replay.kind": "audit_entry", "replay.correlation_id": "q", "replay.audit.payload": "{oops"}
+    with telemetry.provider.get_tracer("a-foreign-client").start_as_current_span("forged", attributes=attributes):
+        pass
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        # was: PayloadError "payload of audit entry None: not valid JSON ...", and no entry of "q" at all
+        entries = AuditLog(store=store).query(correlation_id="q")
+    assert sorted(str(e["payload"]) for e in entries) == ["{'k': 1}", "{oops"]
+
+
+def _gated_with_one_span_lost(telemetry, dataset) -> list[str]:
+    """Three gated decisions of trade "gated", session "s-gated"; the second one's decision span lost (its id last)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from otel_replay import Action, ActionGate, DependencySnapshot, ReferenceLedger, audit
+
+    gate = ActionGate(ReferenceLedger(balance=10_000))
+    decided = []
+    snapshot = DependencySnapshot({})
+    for _ in range(3):
+        with session("s-gated"), audit("vendor_payment", snapshot=snapshot, correlation_id="gated") as d:
+            action = Action("vendor_payment", {"recipient": "acme"}, cost=1.0)
+            d.act(action)
+            gate.commit(action, record_id=d.record_id)
+        decided.append(d.record_id)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        [row] = store.rows("SELECT filename FROM spans WHERE record_id = ? AND replay_kind = 'decision'", [decided[1]])
+    table = pq.read_table(row["filename"], partitioning=None)  # a process that died inside the second audit() block
+    lost = pc.and_(pc.equal(table["record_id"], decided[1]), pc.equal(table["replay_kind"], "decision"))
+    pq.write_table(table.filter(pc.invert(lost)), row["filename"])
+    return decided
+
+
+def test_a_chain_reads_the_intents_of_lost_decisions_only(telemetry, dataset):
+    # A chain of many gated decisions read, checked and parsed every decision's commit intent (one per decision)
+    # to find the few with no decision span: 20,000 gated decisions cost 6 CPU-seconds for a 100-row chain.
+    decided = _gated_with_one_span_lost(telemetry, dataset)
+    with otel_replay.open(dataset) as store:
+        intents = store.run("lost_decisions", correlation_id="gated")
+        assert intents == store.run("lost_decisions", session_id="s-gated")
+        chain = ReplayBuilder(store).build_trade_chain("gated")
+    assert [r["name"] for r in intents] == ["replay.gate"] and decided[1] in intents[0]["attributes"]
+    assert [(t["record_id"], t["from_intent"]) for t in chain.traces] == [
+        (decided[0], False),
+        (decided[1], True),
+        (decided[2], False),
+    ]
+
+
+def test_a_session_chain_shows_a_decision_lost_with_its_process(telemetry, dataset):
+    decided = _gated_with_one_span_lost(telemetry, dataset)
+    with otel_replay.open(dataset) as store:
+        chain = ReplayBuilder(store).build_session_chain("s-gated")
+        other = ReplayBuilder(store).build_session_chain("s-other")
+    # was: the trade chain showed it from its intent, the session chain left it out without a word
+    assert [(t["record_id"], t["from_intent"]) for t in chain.traces] == [
+        (decided[0], False),
+        (decided[1], True),
+        (decided[2], False),
+    ]
+    assert other.empty
+
+
+@pytest.mark.parametrize("loop", ["to_itself", "to_its_child"])
+def test_causal_tree_lists_each_span_once_when_parent_ids_loop(telemetry, dataset, loop):
+    # A copy of the decision span (a foreign writer's, an edited file) that names its own span, or its child's,
+    # as its parent makes the parent ids a loop; the copy with a parent sorts before the stored root.
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from otel_replay import audit
+
+    from .._support import snapshot
+
+    with audit("vendor_payment", snapshot=snapshot(), correlation_id="c-1") as d:
+        d.read(x=1)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        honest = [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)]
+        [mine] = store.rows(
+            "SELECT span_id, filename FROM spans WHERE record_id = ? AND name = 'replay.decision'", [d.record_id]
+        )
+        [child] = store.rows("SELECT span_id FROM spans WHERE record_id = ? AND name = 'replay.read'", [d.record_id])
+    assert honest == [(0, "replay.decision"), (1, "replay.read")]
+    stored = pq.read_table(mine["filename"], partitioning=None)
+    copy = stored.filter(pc.equal(stored["span_id"], mine["span_id"]))
+    parent = mine["span_id"] if loop == "to_itself" else child["span_id"]
+    at = copy.schema.get_field_index("parent_span_id")
+    copy = copy.set_column(at, copy.schema.field(at), pa.array([parent], pa.string()))
+    pq.write_table(copy, mine["filename"].rpartition("/")[0] + "/part-0000000000000000001-copy.parquet")
+    with otel_replay.open(dataset) as store:
+        tree = [(t["depth"], t["name"]) for t in store.causal_tree(d.record_id)]
+    assert tree == honest  # was: the decision and its read listed again at every level, 65 and 64 times
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="capture (otel_replay/capture, not this review's to edit) stores a correlation id given as a number "
+    "in the attributes JSON, not in the correlation_id column every chain reads: it should store its text or refuse it",
+)
+def test_a_decision_given_a_number_as_correlation_id_is_in_that_chain_or_refused(telemetry, dataset):
+    from otel_replay import CaptureError
+
+    tracer = DecisionTracer()
+    try:
+        record_id = tracer.decision("a", "step", "numbered", correlation_id=42)  # type: ignore[arg-type]
+    except CaptureError:
+        return  # refused where it was given: nothing goes missing
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        chain = ReplayBuilder(store).build_trade_chain("42")
+    assert [t["record_id"] for t in chain.traces] == [record_id]  # is: an empty chain, "nothing was recorded"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the record views leave out a row whose JSON repeats a key (no single meaning), not one that holds a "
+    "promoted id both in its column and in the JSON, differently; `verify` names both unreadable. Leaving it out of "
+    "decisions_in/audit_entries_in changes the rule compaction's facts files were written with (storage/facts.py)",
+)
+def test_a_record_whose_id_column_and_json_disagree_is_in_no_chain(telemetry, dataset):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from otel_replay.integrity import load_signing_key
+
+    tracer = DecisionTracer()
+    record_id = tracer.decision("a", "step", "which trade?", correlation_id="trade-a")
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        [row] = store.rows("SELECT filename FROM spans WHERE record_id = ?", [record_id])
+    table = pq.read_table(row["filename"], partitioning=None)
+    mine = pc.equal(table["record_id"], record_id)
+    edited = [
+        json.dumps({**json.loads(a), "replay.correlation_id": "trade-b"}) if m else a
+        for a, m in zip(table["attributes"].to_pylist(), mine.to_pylist(), strict=True)
+    ]
+    at = table.schema.get_field_index("attributes")
+    pq.write_table(table.set_column(at, table.schema.field(at), pa.array(edited, pa.string())), row["filename"])
+    with otel_replay.open(dataset) as store:
+        [problem] = store.verify([load_signing_key(create=False)]).problems
+        assert "stored both in column correlation_id and in the JSON" in str(problem)  # verify: no single meaning
+        chains = {cid: ReplayBuilder(store).build_trade_chain(cid).traces for cid in ("trade-a", "trade-b")}
+    assert chains == {"trade-a": [], "trade-b": []}  # is: trade-a's chain shows it as trade-a's, nothing said
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the record views count a span once per (trace_id, span_id), and DISTINCT ON takes NULL ids as equal: "
+    "distinct records without ids (a foreign file's; OTLP ingest refuses such spans) collapse into one. Fix: key "
+    "rows without ids by their content, or have the file triage refuse a span file whose id columns hold NULLs",
+)
+def test_records_of_a_foreign_file_without_span_ids_are_not_collapsed_into_one(dataset):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    partition = dataset / "spans" / "date=2026-11-30"
+    partition.mkdir(parents=True)
+    n = 3
+    pq.write_table(
+        pa.table(
+            {
+                "trace_id": pa.array([None] * n, pa.string()),
+                "span_id": pa.array([None] * n, pa.string()),
+                "name": ["replay.audit_entry"] * n,
+                "start_time": pa.array([1_796_000_000_000_000_000 + i for i in range(n)], pa.timestamp("ns", tz="UTC")),
+                "correlation_id": ["inc-9"] * n,
+                "replay_kind": ["audit_entry"] * n,
+                "record_id": [f"entry-{i}" for i in range(n)],
+                "attributes": [f'{{"replay.audit.event_type": "step {i}"}}' for i in range(n)],
+            }
+        ),
+        partition / "foreign.parquet",
+    )
+    with otel_replay.open(dataset) as store:
+        chain = ReplayBuilder(store).build_incident_chain("inc-9")
+    assert [e["event_type"] for e in chain.audit_entries] == ["step 0", "step 1", "step 2"]  # is: ["step 0"]

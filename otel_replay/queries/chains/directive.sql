@@ -1,10 +1,10 @@
 -- directive chain: issuance -> execution -> decisions -> outcome for one directive id
 -- (the correlation id the directive was issued under). Same shape as the trade
 -- chain; directives span many sessions, so each layer defaults to 500 rows.
--- Returns (layer, event_time, record_id, body). Variables: chain_id, chain_limit.
+-- Returns (layer, event_time, record_id, body). Variables: chain_id (compared as text), chain_limit.
 -- Reads the chain's spans once and its decisions' outcomes by the typed column (see chains/trade.sql).
 WITH chain_spans AS MATERIALIZED (
-    SELECT * FROM spans WHERE correlation_id = getvariable('chain_id')
+    SELECT * FROM spans WHERE correlation_id = CAST(getvariable('chain_id') AS VARCHAR)
 ), chain_decisions AS MATERIALIZED (
     SELECT * FROM decisions_in('chain_spans')
 ), chain_outcome_spans AS (
@@ -17,7 +17,9 @@ WITH chain_spans AS MATERIALIZED (
 ), traces AS (
     SELECT 'trace' AS layer, t.created_at AS event_time, t.record_id, to_json(t) AS body
     FROM (
-        SELECT d.*, o.outcome_id, o.outcome_correct, o.note AS outcome_note
+        SELECT d.* REPLACE (CASE WHEN isfinite(d.confidence) THEN d.confidence END AS confidence,
+                            CASE WHEN isfinite(d.action_cost) THEN d.action_cost END AS action_cost),
+               o.outcome_id, o.outcome_correct, o.note AS outcome_note
         FROM chain_decisions AS d
         LEFT JOIN outcomes_in('chain_outcome_spans') AS o ON o.decision_id = d.record_id
     ) AS t
