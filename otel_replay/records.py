@@ -313,9 +313,28 @@ class Seal:
         )
 
 
+_TEXT_OR_NONE = (str, type(None))
+
+
 def _put(attrs: Attributes, key: str, value: Any) -> None:
     if value is not None:
         attrs[key] = value
+
+
+def _refuse_ids_not_text(record_id: str, ids: Mapping[str, Any]) -> None:
+    """Refuse an id (correlation, session, agent) given as anything but text: a chain looks it up as text.
+
+    Raises:
+        CaptureError: naming the record, the id and what it was given (a number is stored apart from the typed
+            column every chain reads, so its chain would come back empty).
+
+    """
+    for key, value in ids.items():
+        if value is not None and not isinstance(value, str):
+            raise CaptureError(
+                f"record {record_id}: {key.removeprefix('replay.')} must be text, got {type(value).__name__} "
+                f"{str(value)[:40]!r} (pass str({key.removeprefix('replay.')}))"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +390,15 @@ class DecisionRecord:
             sc.DECISION_TYPE: self.decision_type,
         }
         # Inline rather than _put(): this runs once per audit() on the agent's thread.
+        if not (
+            self.correlation_id.__class__ in _TEXT_OR_NONE
+            and self.session_id.__class__ in _TEXT_OR_NONE
+            and self.agent_id.__class__ in _TEXT_OR_NONE
+        ):
+            _refuse_ids_not_text(
+                self.record_id,
+                {sc.CORRELATION_ID: self.correlation_id, sc.SESSION_ID: self.session_id, sc.AGENT_ID: self.agent_id},
+            )
         if self.correlation_id is not None:
             attrs[sc.CORRELATION_ID] = self.correlation_id
         if self.session_id is not None:
@@ -464,6 +492,7 @@ class OutcomeRecord:
             sc.OUTCOME_DECISION_ID: self.decision_id,
         }
         _put(attrs, sc.OUTCOME_NOTE, self.note)
+        _refuse_ids_not_text(self.record_id, {sc.CORRELATION_ID: self.correlation_id})
         _put(attrs, sc.CORRELATION_ID, self.correlation_id)
         return attrs
 
@@ -494,6 +523,7 @@ class AuditEntry:
             sc.AUDIT_PAYLOAD: canonical_json(self.payload, where=f"audit entry {self.entry_id} payload"),
         }
         _put(attrs, sc.AUDIT_TARGET_AGENT, self.target_agent)
+        _refuse_ids_not_text(self.entry_id, {sc.CORRELATION_ID: self.correlation_id, sc.SESSION_ID: self.session_id})
         _put(attrs, sc.CORRELATION_ID, self.correlation_id)
         _put(attrs, sc.SESSION_ID, self.session_id)
         return attrs

@@ -283,7 +283,7 @@ class DecisionTracer:
             hold = None
             if local:  # sealed in the claims' shared transactions, as record_outcome() seals one in its own
                 try:
-                    correlation = decided.correlation_id if decided else None
+                    correlation = _text_id(decided.correlation_id) if decided else None
                     if not correlation:
                         if scope_correlation is None:
                             scope_correlation = current_ids().correlation_id or ""
@@ -349,7 +349,8 @@ class DecisionTracer:
         """Claim the decision's outcome in the dataset (if any), then seal and emit it; the sealed record."""
         # The decision's correlation id, so the outcome is stored (and compacted) beside its chain's spans;
         # the scope's when the decision is not known here.
-        correlation_id = (decided.correlation_id if decided is not None else None) or current_ids().correlation_id
+        stored = _text_id(decided.correlation_id) if decided is not None else None
+        correlation_id = stored or current_ids().correlation_id
         outcome = OutcomeRecord(new_id(), decision_id, outcome_correct, note, correlation_id)
         dataset = self._store.dataset if self._store is not None else recorder.dataset
         link = link_to(span) if span is not None else None
@@ -410,3 +411,8 @@ class DecisionTracer:
             outcomes = {r.record_id: self._outcomes.get(r.record_id) for r in records}
         records.sort(key=lambda r: (r.span.start_ns, r.record_id))
         return [trace_body(r, outcomes[r.record_id]) for r in records[:limit]]
+
+
+def _text_id(value: object) -> str | None:
+    """A stored decision's correlation id as text: a build from before ids were refused unless text stored a number."""
+    return value if value is None or isinstance(value, str) else str(value)

@@ -329,14 +329,22 @@ def print_verify(report: VerifyReport, dataset: str, have_key: bool) -> None:
         _print(f"  not checked: {escape(clean(path))} could not be read", soft_wrap=True)
 
 
+_TREE_DEPTH = 64
+"""How deep ``queries/causal_tree.sql`` walks below the decision; a row that deep may have children not shown."""
+
+
 def print_tree(rows: Sequence[Mapping[str, Any]]) -> None:
-    """Print a causal tree, indented by depth."""
+    """Print a causal tree, indented by depth; says so when it stopped at its depth limit."""
+    cut = False
     for row in rows:
+        cut = cut or (row.get("depth") or 0) >= _TREE_DEPTH
         ms = (row.get("duration_ns") or 0) / 1e6
         kind = f" [{row['replay_kind']}]" if row.get("replay_kind") else ""
         span = clean(_text(row["span_id"]))  # stored data like the name: a dropped file may put escapes in it
         line = f"{'  ' * row['depth']}{clean(_text(row['name']))}{clean(kind)} {ms:.3f} ms  span={span}"
         _print(Text(line))
+    if cut:
+        _print(f"(the causal tree stops {_TREE_DEPTH} levels below the decision: deeper spans, if any, are not shown)")
 
 
 def print_demo(result: DemoResult) -> None:

@@ -11,7 +11,17 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import otel_replay
-from otel_replay import CaptureError, DependencySnapshot, MemorySink, Report, audit, correlation, session
+from otel_replay import (
+    AuditLog,
+    CaptureError,
+    DecisionTracer,
+    DependencySnapshot,
+    MemorySink,
+    Report,
+    audit,
+    correlation,
+    session,
+)
 from otel_replay import semconv as sc
 from otel_replay.capture import Recorder, get_recorder, set_recorder
 from otel_replay.capture.audit import current_decision, decision_in_block
@@ -318,6 +328,25 @@ def test_a_bad_snapshot_is_refused_before_anything_is_recorded(telemetry):
             with audit("x", snapshot=bad, sink=sink):  # type: ignore[arg-type]
                 pytest.fail("the block must not run")
     assert len(sink) == 0 and current_decision() is None
+
+
+@pytest.mark.parametrize("name", ["correlation_id", "session_id", "agent_id"])
+def test_an_id_given_as_a_number_is_refused_before_the_block_runs(telemetry, name):
+    # A chain looks its id up as text: a number would be stored apart from the column it reads, and the chain come
+    # back empty. Refused on entry, so no action runs unrecorded.
+    sink = MemorySink()
+    with pytest.raises(CaptureError, match=f"{name} must be text, got int '42'"):
+        with audit("x", snapshot=snapshot(), sink=sink, **{name: 42}):  # type: ignore[arg-type]
+            pytest.fail("the block must not run")
+    assert len(sink) == 0
+
+
+def test_tracer_audit_log_and_outcome_refuse_an_id_given_as_a_number(telemetry):
+    tracer = DecisionTracer()
+    with pytest.raises(CaptureError, match="correlation_id must be text, got int"):
+        tracer.decision("a", "step", "numbered", correlation_id=42)  # type: ignore[arg-type]
+    with pytest.raises(CaptureError, match="session_id must be text, got float"):
+        AuditLog().append("evt", source_agent="a", session_id=4.5)  # type: ignore[arg-type]
 
 
 def test_explicit_ids_equal_to_the_scope_and_nested_blocks(telemetry, dataset):

@@ -550,3 +550,22 @@ def test_a_claim_waits_for_another_writer_of_the_store_and_names_the_store_when_
         other.close()
     claim_outcome(dataset, "too-long", "o-4", True)  # nothing was claimed by the one that gave up
     assert _claimed(dataset) == ["first", "too-long", "waited"]
+
+
+def test_an_outcome_for_a_decision_an_older_build_stored_with_a_number_as_correlation_id_is_recorded(
+    telemetry, dataset
+):
+    # Builds before ids were refused unless text stored tracer.decision(..., correlation_id=42) as the number 42.
+    # Its outcome takes the decision's correlation id as text, rather than being refused for it.
+    from otel_replay import semconv as sc
+    from otel_replay.capture import get_recorder
+    from otel_replay.records import DecisionRecord, new_id
+
+    record = DecisionRecord(record_id=new_id(), decision_type="step", source="tracer", correlation_id="42")
+    attributes = record.to_attributes()
+    attributes[sc.CORRELATION_ID] = 42  # as the older build stored it (in the JSON, not the typed column)
+    get_recorder().emit(sc.SPAN_DECISION, record.record_id, attributes)
+    telemetry.force_flush()
+    with otel_replay.open(dataset) as store:
+        outcome = DecisionTracer(store=store).record_outcome(record.record_id, True)
+    assert outcome.correlation_id == "42"

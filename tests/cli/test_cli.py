@@ -439,11 +439,6 @@ def test_the_server_and_storage_commands_report_errors_in_one_line_too(tmp_path)
     run("compact", str(tmp_path / "ds"), "--older-than", "999999")  # a cutoff before year 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the causal tree stops 64 levels below the decision (queries/causal_tree.sql); the report says so, "
-    "`otel-replay tree` (otel_replay/cli/render.py, not this review's to edit) prints the cut tree as if whole",
-)
 def test_tree_says_when_spans_lie_deeper_than_it_prints(telemetry, dataset):
     import pyarrow as pa
     import pyarrow.compute as pc

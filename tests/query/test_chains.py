@@ -520,11 +520,6 @@ def test_causal_tree_lists_each_span_once_when_parent_ids_loop(telemetry, datase
     assert tree == honest  # was: the decision and its read listed again at every level, 65 and 64 times
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="capture (otel_replay/capture, not this review's to edit) stores a correlation id given as a number "
-    "in the attributes JSON, not in the correlation_id column every chain reads: it should store its text or refuse it",
-)
 def test_a_decision_given_a_number_as_correlation_id_is_in_that_chain_or_refused(telemetry, dataset):
     from otel_replay import CaptureError
 
