@@ -73,6 +73,18 @@ def generator() -> Any:
     return module
 
 
+def aws_at(port: int, **environment: str) -> None:
+    """Point this process's AWS environment (and its children's) at a local S3 server on loopback ``port``."""
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        **environment,
+    )
+
+
 @contextlib.contextmanager
 def local_s3(**environment: str) -> Iterator[int]:
     """A moto S3 server on a free loopback port, with the AWS environment pointed at it; yields the port."""
@@ -83,14 +95,7 @@ def local_s3(**environment: str) -> Iterator[int]:
         port = sock.getsockname()[1]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_EC2_METADATA_DISABLED="true",
-        **environment,
-    )
+    aws_at(port, **environment)
     try:
         yield port
     finally:

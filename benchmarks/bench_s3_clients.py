@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _support import generator, package_at  # noqa: E402
+from _support import aws_at, generator, package_at  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -137,13 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chains", type=int, default=5)
     args = parser.parse_args(argv)
     port = _free_port()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_EC2_METADATA_DISABLED="true",
-    )
+    aws_at(port)
     server = subprocess.Popen([sys.executable, "-c", _SERVER, str(port)], stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdout.readline() == "ready\n"

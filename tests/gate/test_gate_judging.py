@@ -394,20 +394,26 @@ def test_an_executed_unknown_is_still_named_when_another_committed_action_decide
     assert f"executed? unknown - check the rail: vendor_payment (intent {intent_id})" in verdict.reason  # was: lost
 
 
+
+def _execute_under_stale_state(record_id: str, dataset, tmp_path):
+    """``otel-replay replay RECORD --execute`` under the stale live state, through the demo's ledger: its result."""
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps(STALE))
+    return CliRunner().invoke(
+        main,
+        [
+            "replay", record_id, "-d", str(dataset), "--live-state", str(live), "--policy",
+            "tests._support:budget_policy", "--execute", "--rail", "otel_replay.demo:demo_ledger",
+        ],
+    )  # fmt: skip
+
+
 def test_the_cli_exits_1_for_a_decision_whose_only_commit_is_executed_unknown(dataset, tmp_path):
     telemetry = otel_replay.configure(dataset, set_global=False)
     record = _paid()
     telemetry.shutdown()
     intent_id = _died_inside_the_rail(dataset, record.record_id, TEST_KEY, payment())
-    live = tmp_path / "live.json"
-    live.write_text(json.dumps(STALE))
-    out = CliRunner().invoke(
-        main,
-        [
-            "replay", record.record_id, "-d", str(dataset), "--live-state", str(live), "--policy",
-            "tests._support:budget_policy", "--execute", "--rail", "otel_replay.demo:demo_ledger",
-        ],
-    )  # fmt: skip
+    out = _execute_under_stale_state(record.record_id, dataset, tmp_path)
     assert out.exit_code == 1, out.output  # was: 0, "compensation_unavailable ... no receipt to compensate"
     assert "compensation_unavailable" not in out.output and f"intent {intent_id}" in out.output
 
@@ -415,15 +421,7 @@ def test_the_cli_exits_1_for_a_decision_whose_only_commit_is_executed_unknown(da
 def test_the_cli_says_what_it_refunded_before_naming_a_commit_it_could_not_compensate(dataset, tmp_path):
     record, _ = _committed_other(dataset, payment(), payment())
     intent_id = _died_inside_the_rail(dataset, record.record_id, TEST_KEY, payment(9000))
-    live = tmp_path / "live.json"
-    live.write_text(json.dumps(STALE))
-    out = CliRunner().invoke(
-        main,
-        [
-            "replay", record.record_id, "-d", str(dataset), "--live-state", str(live), "--policy",
-            "tests._support:budget_policy", "--execute", "--rail", "otel_replay.demo:demo_ledger",
-        ],
-    )  # fmt: skip
+    out = _execute_under_stale_state(record.record_id, dataset, tmp_path)
     assert out.exit_code == 1 and f"intent {intent_id}" in out.output, out.output
     assert "(the trusted receipts: receipt rcpt-0001: rolled_back)" in " ".join(out.output.split())  # was: unsaid
 
