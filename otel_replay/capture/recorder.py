@@ -44,6 +44,9 @@ from otel_replay.voids import void_attributes
 __all__ = ["HeldRecord", "Pipeline", "Recorder", "RecorderStats", "get_recorder", "mark_shut_down", "set_recorder"]
 
 _VERSION = "0.1.0"
+
+VOID_ORDER_WAIT = 10.0
+"""Seconds :meth:`Recorder.void` waits for the pipeline's write order (as long as a claim store waits for it)."""
 _log = logging.getLogger(__name__)
 
 _shut_down: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -406,8 +409,17 @@ class Recorder:
         ``verify`` then reads the gap as deleted (docs/troubleshooting.md).
         """
         void_id = new_id()
+        # A store gives a record back holding its own lock; a thread holding the write order may be waiting for that
+        # lock (a span processor recording an outcome as a record ends): the order is waited for a bounded time.
+        order = getattr(self._pipeline, "write_order", None)
         try:
-            self.emit(sc.SPAN_VOID, void_id, void_attributes(void_id, name, record_id, seal.seq, seal.hash))
+            if order is not None and not order.acquire(timeout=VOID_ORDER_WAIT):
+                raise TimeoutError(f"the pipeline's write order was held elsewhere for over {VOID_ORDER_WAIT:.0f} s")
+            try:
+                self.emit(sc.SPAN_VOID, void_id, void_attributes(void_id, name, record_id, seal.seq, seal.hash))
+            finally:
+                if order is not None:
+                    order.release()
         except Exception as exc:  # noqa: BLE001 - logged and counted; the caller reports its own failure
             self.note_capture_error()
             _log.error(

@@ -319,6 +319,10 @@ class SpanLog:
                 wal.unlock()
 
 
+_RETRY_RELEASE = 1.0
+"""Seconds after a failed release past :data:`HOLD_LIMIT` before a record's end tries again (the ticker and flushes
+try on their own turns)."""
+
 _TICK_WAIT = 0.05
 """Seconds the ticker waits for the write order before it leaves the held spans to its next turn."""
 
@@ -378,6 +382,7 @@ class WriteAheadProcessor(SpanProcessor):
         """Called with a claimed span as it ends here (the pipeline queues it in the log then, before span
         processors added after this one run: one that commits as the span ends queues a record that follows it in
         the chain after it); :meth:`take` returns its answer. ``None``: :meth:`take` returns the span."""
+        self._release_failed_at = float("-inf")  # when a release past HOLD_LIMIT last failed
         self.before_release: Callable[[], None] | None = None
         """Called holding :attr:`write_order` before held record spans go to ``inner`` (the pipeline syncs a store's
         commit of the records sealed before them: an outcome beside its claim); when it raises they stay held."""
@@ -450,7 +455,18 @@ class WriteAheadProcessor(SpanProcessor):
         return held, released
 
     def give_back(self, spans: Sequence[ReadableSpan]) -> None:
-        """Hand ``spans`` to ``inner`` after a write-ahead failed with them: the next write-ahead flushes first."""
+        """``spans`` that a write-ahead, or an outcome's store, took and did not keep.
+
+        While holding, they are held again (first): like every held span they
+        reach ``inner`` only through :meth:`release_held`, once the outcomes
+        committed before them are synced. Otherwise (before holding starts,
+        or at shutdown) they go to ``inner``, and the next write-ahead flushes
+        it first.
+        """
+        if self._holding and not self._shut:
+            # the "flush first" mark is set too: a write-ahead that failed may have taken it, with nothing to give back
+            self.hold_again(spans, True)
+            return
         with self._hold_lock:  # handed over before a write-ahead can read "released" and flush without them
             self._released = True
             for span in spans:
@@ -527,11 +543,18 @@ class WriteAheadProcessor(SpanProcessor):
                         self._held_at = time.monotonic()
                     held.append(span)
                     full = len(held) >= HOLD_LIMIT
-                if full:
+                if full and time.monotonic() - self._release_failed_at >= _RETRY_RELEASE:
                     try:
                         self.release_held()
                     except Exception as exc:  # noqa: BLE001 - never into the span's end: they stay held, retried
-                        _log.error("otel-replay: releasing %d held record spans failed: %s", HOLD_LIMIT, exc)
+                        self._release_failed_at = time.monotonic()  # not at every span's end while the disk fails
+                        _log.error(
+                            "otel-replay: releasing %d held record spans failed (retried in %.0f s, or at the next "
+                            "flush): %s",
+                            len(self._held),
+                            _RETRY_RELEASE,
+                            exc,
+                        )
                 return
         self.inner.on_end(span)
 

@@ -771,3 +771,63 @@ def test_a_record_sealed_after_an_outcome_whose_sync_failed_reaches_parquet_only
     (later_file,) = _files_with(dataset, later)
     written = [path for kind, path in events if kind == "parquet"]
     assert written.index(outcome_file) < written.index(later_file), written
+
+
+def test_decisions_a_refused_outcome_hands_back_reach_parquet_only_after_the_outcome_before_them_is_synced(
+    dataset, monkeypatch
+):
+    # The refused outcome took the decision sealed after the first outcome into its row; given back, the decision
+    # is held again, so it reaches the batch queue (and a Parquet file) only through a release, which syncs the
+    # first outcome's commit first.
+    from otel_replay import semconv as sc
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)  # committed, not synced
+        later = tracer.decision("agent", "approve", "r2")
+        queued: dict[str, bool] = {}  # record id -> whether a commit was still to be synced as it reached the queue
+        batch = telemetry._ahead.inner  # type: ignore[union-attr]
+        real_on_end = batch.on_end
+
+        def on_end(span) -> None:
+            queued[str((span.attributes or {}).get(sc.RECORD_ID))] = telemetry._store_sync is not None
+            real_on_end(span)
+
+        monkeypatch.setattr(batch, "on_end", on_end)
+        _pending_rows_refused(dataset, True)
+        with pytest.raises(Exception, match="disk says no"):
+            tracer.record_outcome(later, True)
+        assert telemetry.force_flush()
+    assert queued.get(later) is False, queued  # was True: queued while the first outcome's commit was unsynced
+    assert _stored_once(dataset, [first, later]) == {first: 1, later: 1}
+
+
+def test_a_release_past_the_hold_limit_that_fails_is_not_retried_at_every_record(dataset, monkeypatch):
+    # While the outcomes' sync keeps failing, the records past HOLD_LIMIT stay held; a record's end tries again only
+    # after a pause (here: never within the test), not at each of thousands of records.
+    from otel_replay.capture import write_ahead
+
+    monkeypatch.delenv("OTEL_REPLAY_OUTCOME_SYNC", raising=False)
+    monkeypatch.setattr(write_ahead, "HOLD_LIMIT", 3)
+    monkeypatch.setattr(write_ahead, "_RETRY_RELEASE", 3600.0)
+    with otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600) as telemetry:
+        tracer = DecisionTracer()
+        first = tracer.decision("agent", "approve", "r1")
+        tracer.record_outcome(first, True)
+        failing = _claims_sync_fails(monkeypatch)
+        failing[0] = True
+        tries = [0]
+        real = telemetry._sync_store
+
+        def counted() -> None:
+            tries[0] += 1
+            real()
+
+        telemetry._ahead.before_release = counted  # type: ignore[union-attr]
+        later = [tracer.decision("agent", "approve", f"r{n}") for n in range(50)]
+        assert tries[0] == 1
+        failing[0] = False
+        assert telemetry.force_flush()
+    assert set(_stored_once(dataset, [first, *later]).values()) == {1}

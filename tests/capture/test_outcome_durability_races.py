@@ -706,3 +706,61 @@ def test_an_outcome_whose_machine_sync_fails_as_shutdown_runs_loses_no_record_it
         telemetry.shutdown()
     assert len(failures) == 1 and "Input/output error" in str(failures[0])  # refused to its caller
     assert _stored_once(dataset, ids) == dict.fromkeys(ids, 1)
+
+
+def test_a_void_waits_a_bounded_time_for_a_write_order_held_by_a_thread_waiting_for_the_claim_store(
+    dataset, monkeypatch
+):
+    # X holds the write order (a span processor of the user's recording an outcome as a record's span ends) and
+    # waits for the claim store's lock; Y leads a transaction, waits for the write order a bounded time, seals
+    # anyway, and its transaction fails: the void it then seals must not wait for X without end (both would hang).
+    import contextlib
+    import sqlite3
+    import threading
+    import time
+
+    from otel_replay.capture import recorder as recorder_module
+    from otel_replay.storage import claim_store
+
+    monkeypatch.setattr(claim_store, "_ORDER_WAIT", 0.5)
+    monkeypatch.setattr(recorder_module, "VOID_ORDER_WAIT", 0.5)
+    telemetry = otel_replay.configure(dataset, set_global=False, max_file_age_seconds=3600)
+    tracer = DecisionTracer()
+    first = tracer.decision("agent", "approve", "r1")
+    tracer.record_outcome(first, True)
+    second, third = tracer.decision("agent", "approve", "r2"), tracer.decision("agent", "approve", "r3")
+    with contextlib.closing(sqlite3.connect(dataset / "_outcomes" / "claims.sqlite3")) as con:
+        con.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON outcome_pending BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+        )
+        con.commit()
+    answers: dict[str, str] = {}
+    holding = threading.Event()
+    order = telemetry.write_order
+    assert order is not None
+
+    def x() -> None:
+        with order:
+            holding.set()
+            time.sleep(0.3)  # Y now holds the claim store's lock and waits for this order
+            try:
+                tracer.record_outcome(third, True)
+            except Exception as exc:  # noqa: BLE001 - the refused row: what matters is that it returns
+                answers["x"] = type(exc).__name__
+
+    def y() -> None:
+        holding.wait()
+        try:
+            tracer.record_outcome(second, True)
+        except Exception as exc:  # noqa: BLE001
+            answers["y"] = type(exc).__name__
+
+    threads = [threading.Thread(target=x, name="test-x", daemon=True), threading.Thread(target=y, name="test-y",
+                                                                                          daemon=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads), "the two threads wait on each other"
+    assert answers == {"x": "DatasetError", "y": "DatasetError"}
+    telemetry.shutdown()
