@@ -42,6 +42,7 @@ __all__ = [
     "Report",
     "Seal",
     "SpanRef",
+    "id_problem",
     "iso_utc",
     "new_id",
     "trace_body",
@@ -313,28 +314,21 @@ class Seal:
         )
 
 
-_TEXT_OR_NONE = (str, type(None))
-
-
 def _put(attrs: Attributes, key: str, value: Any) -> None:
     if value is not None:
         attrs[key] = value
 
 
-def _refuse_ids_not_text(record_id: str, ids: Mapping[str, Any]) -> None:
-    """Refuse an id (correlation, session, agent) given as anything but text: a chain looks it up as text.
+def id_problem(ids: Mapping[str, Any]) -> str | None:
+    """What is wrong with the first of ``ids`` (name -> value) given as anything but text; ``None``: none is.
 
-    Raises:
-        CaptureError: naming the record, the id and what it was given (a number is stored apart from the typed
-            column every chain reads, so its chain would come back empty).
-
+    A chain looks ids (correlation, session, agent) up as text: a number is stored apart from the typed column every
+    chain reads, so its chain would come back empty. Capture refuses one where it is given.
     """
-    for key, value in ids.items():
+    for name, value in ids.items():
         if value is not None and not isinstance(value, str):
-            raise CaptureError(
-                f"record {record_id}: {key.removeprefix('replay.')} must be text, got {type(value).__name__} "
-                f"{str(value)[:40]!r} (pass str({key.removeprefix('replay.')}))"
-            )
+            return f"{name} must be text, got {type(value).__name__} {str(value)[:40]!r} (pass str({name}))"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,15 +384,6 @@ class DecisionRecord:
             sc.DECISION_TYPE: self.decision_type,
         }
         # Inline rather than _put(): this runs once per audit() on the agent's thread.
-        if not (
-            self.correlation_id.__class__ in _TEXT_OR_NONE
-            and self.session_id.__class__ in _TEXT_OR_NONE
-            and self.agent_id.__class__ in _TEXT_OR_NONE
-        ):
-            _refuse_ids_not_text(
-                self.record_id,
-                {sc.CORRELATION_ID: self.correlation_id, sc.SESSION_ID: self.session_id, sc.AGENT_ID: self.agent_id},
-            )
         if self.correlation_id is not None:
             attrs[sc.CORRELATION_ID] = self.correlation_id
         if self.session_id is not None:
@@ -492,7 +477,6 @@ class OutcomeRecord:
             sc.OUTCOME_DECISION_ID: self.decision_id,
         }
         _put(attrs, sc.OUTCOME_NOTE, self.note)
-        _refuse_ids_not_text(self.record_id, {sc.CORRELATION_ID: self.correlation_id})
         _put(attrs, sc.CORRELATION_ID, self.correlation_id)
         return attrs
 
@@ -523,7 +507,6 @@ class AuditEntry:
             sc.AUDIT_PAYLOAD: canonical_json(self.payload, where=f"audit entry {self.entry_id} payload"),
         }
         _put(attrs, sc.AUDIT_TARGET_AGENT, self.target_agent)
-        _refuse_ids_not_text(self.entry_id, {sc.CORRELATION_ID: self.correlation_id, sc.SESSION_ID: self.session_id})
         _put(attrs, sc.CORRELATION_ID, self.correlation_id)
         _put(attrs, sc.SESSION_ID, self.session_id)
         return attrs

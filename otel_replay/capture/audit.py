@@ -47,6 +47,7 @@ from otel_replay.records import (
     _audit_record,
     _model_call,
     _span_ref,
+    id_problem,
     new_id,
 )
 from otel_replay.redaction import message_of, redact
@@ -481,12 +482,9 @@ class _AuditBlock:
             )
         if not isinstance(action_type, str) or not action_type:
             raise CaptureError("audit(): action_type must be a non-empty string")
-        for name, value in (("correlation_id", correlation_id), ("session_id", session_id), ("agent_id", agent_id)):
-            if value is not None and not isinstance(value, str):  # before the block runs: never an unrecorded act
-                raise CaptureError(
-                    f"audit({action_type!r}): {name} must be text, got {type(value).__name__} {str(value)[:40]!r} "
-                    f"(pass str({name}))"
-                )
+        problem = id_problem({"correlation_id": correlation_id, "session_id": session_id, "agent_id": agent_id})
+        if problem is not None:  # before the block runs: never an unrecorded act
+            raise CaptureError(f"audit({action_type!r}): {problem}")
         if self._decision is not None:
             raise CaptureError(f"audit({action_type!r}): an audit block can be entered once")
         recorder = get_recorder()

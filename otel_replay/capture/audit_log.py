@@ -18,7 +18,8 @@ from otel_replay.capture.context import current_ids
 from otel_replay.capture.reader import DatasetReader
 from otel_replay.capture.recorder import get_recorder
 from otel_replay.capture.sinks import Sink
-from otel_replay.records import AuditEntry, iso_utc, new_id
+from otel_replay.errors import CaptureError
+from otel_replay.records import AuditEntry, id_problem, iso_utc, new_id
 
 __all__ = ["AuditLog"]
 
@@ -53,7 +54,10 @@ class AuditLog:
         session_id: str | None = None,
         created_at: datetime | str | None = None,
     ) -> AuditEntry:
-        """Append one entry; ids default to the enclosing correlation scope."""
+        """Append one entry; ids default to the enclosing correlation scope (ids are text: another type is refused)."""
+        problem = id_problem({"correlation_id": correlation_id, "session_id": session_id})
+        if problem is not None:
+            raise CaptureError(f"audit log entry {event_type!r}: {problem}")
         scope = current_ids()
         entry = AuditEntry(
             entry_id=new_id(),

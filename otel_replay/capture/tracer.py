@@ -29,7 +29,7 @@ from otel_replay.capture.reader import DatasetReader
 from otel_replay.capture.recorder import HeldRecord, Recorder, get_recorder
 from otel_replay.capture.sinks import Sink
 from otel_replay.errors import CaptureError, OutcomeAlreadyRecorded, RecordNotFound
-from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, new_id, trace_body
+from otel_replay.records import DecisionRecord, OutcomeRecord, SpanRef, id_problem, new_id, trace_body
 from otel_replay.storage.claim_store import shown_id
 from otel_replay.storage.outcome_claims import claim_outcome, claim_outcomes
 
@@ -129,6 +129,9 @@ class DecisionTracer:
         """Record one reasoning decision; returns its decision id (the record id)."""
         if confidence is not None and not (isinstance(confidence, (int, float)) and 0.0 <= confidence <= 1.0):
             raise CaptureError(f"decision {decision_type!r}: confidence must be a number in [0, 1], got {confidence!r}")
+        problem = id_problem({"agent_id": agent_id, "session_id": session_id, "correlation_id": correlation_id})
+        if problem is not None:
+            raise CaptureError(f"decision {decision_type!r}: {problem}")
         scope = current_ids()
         record = DecisionRecord(
             record_id=new_id(),
