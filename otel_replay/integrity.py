@@ -505,6 +505,7 @@ def verify_records(
                 report.unsigned_checked += 1
         if problem is not None:
             report.problems.append(VerifyProblem(rec.record_id, problem, rec.file))
+            voids.note_failed(rec)
         else:
             voids.note(str(attrs.get(sc.RECORD_CHAIN_ID)), _seq(attrs), rec.record_id, attrs, rec.file)
     report.chains = len(chains)

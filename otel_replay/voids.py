@@ -82,11 +82,10 @@ class Voids:
     def __init__(self) -> None:
         """No void seen yet."""
         self._links: dict[tuple[str, int], _Void] = {}
-        self._passed: set[tuple[str, int, str, Any]] = set()  # (chain, seq, record id, hash) of records that passed
+        self._failed: set[int] = set()  # id() of stored rows that failed their seal check (rare; verify keeps them)
 
     def note(self, chain_id: str, seq: int, record_id: str, attrs: Mapping[str, Any], file: str = "") -> None:
-        """Take note of a stored record that passed its seal check, and if it is a void, of the link it gives up."""
-        self._passed.add((chain_id, seq, record_id, attrs.get(sc.RECORD_HASH)))
+        """Take note of a stored record that passed its seal check: if it is a void, of the link it gives up."""
         link = voided_link(attrs, seq)
         if link is not None:
             at, voided, digest = link
@@ -96,6 +95,10 @@ class Voids:
         """Whether a void of ``chain_id`` gives up link ``seq`` holding exactly that record (id and hash)."""
         void = self._links.get((chain_id, seq))
         return void is not None and (void.record_id, void.digest) == (record_id, digest)
+
+    def note_failed(self, row: object) -> None:
+        """Take note of a stored row that failed its seal check (it stays in ``verify``'s chains, reported)."""
+        self._failed.add(id(row))
 
     def count_missing(
         self, chains: Mapping[str, Mapping[int, Iterable[Any]]]
@@ -109,9 +112,10 @@ class Voids:
         stored: list[tuple[str, str, str]] = []
         for (chain_id, seq), void in self._links.items():
             there = [r for r in chains.get(chain_id, {}).get(seq, ()) if r.record_id == void.record_id]
+            kept = [r for r in there if id(r) not in self._failed and r.attributes.get(sc.RECORD_HASH) == void.digest]
             if not there:
                 missing += 1
-            elif (chain_id, seq, void.record_id, void.digest) in self._passed:
+            elif kept:
                 stored.append(
                     (
                         void.record_id,
