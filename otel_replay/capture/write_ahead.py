@@ -493,7 +493,7 @@ class WriteAheadProcessor(SpanProcessor):
         takes); past it, nothing is released (the ticker's turn: a shutdown
         that holds the order joins the ticker).
         """
-        if not self._held or (older_than is not None and time.monotonic() - self._held_at < older_than):
+        if not self._due(older_than):  # read without the lock first: most turns find nothing due
             return 0
         before = self.before_release
         if before is None:
@@ -506,12 +506,16 @@ class WriteAheadProcessor(SpanProcessor):
         finally:
             self.write_order.release()
 
+    def _due(self, older_than: float | None) -> bool:
+        """Whether spans are held (and the oldest is ``older_than`` seconds old, when given)."""
+        return bool(self._held) and (older_than is None or time.monotonic() - self._held_at >= older_than)
+
     def _release(self, older_than: float | None) -> int:
         """:meth:`release_held` itself."""
         with self._hold_lock:
-            held = self._held
-            if not held or (older_than is not None and time.monotonic() - self._held_at < older_than):
+            if not self._due(older_than):
                 return 0
+            held = self._held
             self._held = []
             self._released = True
             for span in held:  # under the lock: a write-ahead that reads "released" finds them in ``inner``
